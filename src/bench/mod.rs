@@ -1,0 +1,231 @@
+//! `megaconn bench`: the main job. Starts server and client worker
+//! processes on this machine, ramps to N, holds while heartbeating,
+//! measures user and kernel memory per connection and CPU, closes
+//! everything and reports. The bench process is the supervisor of both
+//! pools (one event channel, one progress line); every worker is its child
+//! and dies with it.
+pub mod sockets;
+
+use crate::cli::{BenchArgs, ClientArgs, CloseMode, LoadArgs, ServerArgs};
+use crate::client::run::{ClientRun, ClientSummary, Tick};
+use crate::server::view::ServerTotals;
+use crate::stats::memory::{self, KernelMemory};
+use crate::stats::{format, progress::Progress};
+use crate::workers::control::WorkerMsg;
+use crate::workers::supervisor::{self, PoolEvent, Role};
+use anyhow::Result;
+use serde::Serialize;
+use std::net::Ipv4Addr;
+use std::sync::mpsc::RecvTimeoutError;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Serialize)]
+pub struct BenchReport {
+    pub target: u64,
+    pub established: u64,
+    pub held: u64,
+    pub failed_total: u64,
+    pub server_workers: usize,
+    pub client_workers: usize,
+    /// Server connections counted at the end of the hold.
+    pub server_active_at_hold: u64,
+    pub server_rss_baseline_bytes: u64,
+    pub server_rss_at_hold_bytes: u64,
+    /// (RSS at hold - RSS before connections) / connections held.
+    pub server_user_bytes_per_conn: f64,
+    /// RSS at hold / connections held: includes every process's baseline.
+    pub server_user_bytes_per_conn_with_processes: f64,
+    pub client_rss_at_hold_bytes: u64,
+    /// Delta of /proc/meminfo Slab / connections (both ends on this host).
+    pub kernel_slab_bytes_per_conn: f64,
+    /// Delta of the socket slab caches alone / connections.
+    pub kernel_socket_cache_bytes_per_conn: f64,
+    pub tcp_objects_added: i64,
+    pub server_cpu_seconds: f64,
+    pub client_cpu_seconds: f64,
+    pub server_active_after_close: u64,
+    pub sockets_left: usize,
+    pub client: ClientSummary,
+    pub server: ServerTotals,
+}
+
+pub fn run(args: BenchArgs) -> Result<i32> {
+    crate::signals::install();
+    let (_, fds) = crate::sys::raise_fd_limit();
+    let server_args = ServerArgs {
+        listen: Ipv4Addr::LOCALHOST,
+        ports: args.ports.clone(),
+        workers: args.server_workers,
+        connections: Some(args.connections),
+        idle_timeout: crate::parse::OptDuration(None),
+        stats_interval: Duration::from_secs(1),
+        duration: crate::parse::OptDuration(None),
+        json: false,
+    };
+    let client_args = ClientArgs {
+        target: Ipv4Addr::LOCALHOST,
+        load: LoadArgs {
+            ports: args.ports.clone(),
+            connections: args.connections,
+            rate: args.rate,
+            source_ips: args.source_ips.clone(),
+            heartbeat: args.heartbeat,
+            payload: args.payload,
+            hold: args.hold,
+            connect_timeout: args.connect_timeout,
+            close: CloseMode::Reset,
+            stats_interval: Duration::from_secs(2),
+            json: args.json,
+        },
+        workers: args.client_workers,
+        shard: None,
+    };
+    let splan = crate::server::plan(&server_args, fds.hard).map_err(crate::UsageError)?;
+    let (cplan, cwplan) = crate::client::plan(&client_args, fds.hard).map_err(crate::UsageError)?;
+    let mut progress = Progress::new(false);
+    progress.note(&format!(
+        "bench: {} connections on 127.0.0.1 ports {}-{} | server {} workers | client: {}",
+        format::count(args.connections),
+        args.ports.0[0],
+        args.ports.0[args.ports.0.len() - 1],
+        splan.workers,
+        crate::client::describe(&cplan, &cwplan)
+    ));
+    for w in &cplan.warnings {
+        progress.note(&format!("warning: {w}"));
+    }
+    let kernel_before = memory::kernel_memory();
+    let (tx, rx) = supervisor::channel();
+    let mut server = crate::server::start(&server_args, &splan, None, &tx, &rx)?;
+    let server_pids = server.pool.pids();
+    let server_rss_baseline = memory::rss_of(&server_pids);
+    progress.note(&format!("server ready: {} workers, {} RSS", splan.workers, format::bytes(server_rss_baseline)));
+    let mut client = ClientRun::start(&cplan, &client_args.load, &cwplan, None, &tx)?;
+    let mut sample: Option<(u64, u64, KernelMemory, u64)> = None;
+    let mut failure = None;
+    let mut next_print = Instant::now() + Duration::from_secs(2);
+    loop {
+        if crate::signals::interrupted() {
+            client.interrupt();
+        }
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok((Role::Client, i, ev)) => {
+                if let Err(e) = client.on_event(i, ev) {
+                    failure = Some(e.to_string());
+                    client.interrupt();
+                }
+            }
+            Ok((Role::Server, i, ev)) => match ev {
+                PoolEvent::Msg(WorkerMsg::Server(s)) => server.view.update(s),
+                PoolEvent::Msg(WorkerMsg::Fatal { message, .. }) | PoolEvent::Garbled(message) => {
+                    failure = Some(format!("server worker {i}: {message}"));
+                    client.interrupt();
+                }
+                PoolEvent::Exited => {
+                    failure = Some(format!("server worker {i} exited unexpectedly (killed? see dmesg for the OOM killer)"));
+                    client.interrupt();
+                }
+                _ => {}
+            },
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        match client.tick() {
+            Tick::RampDone => progress.note(&format!("ramp done: {}", client.progress_line())),
+            Tick::HoldOver => {
+                let s = server.view.totals();
+                sample = Some((memory::rss_of(&server_pids), memory::rss_of(&client.pool.pids()), memory::kernel_memory(), s.active));
+                progress.note(&format!("hold over: {} | server connections {}", client.progress_line(), format::count(s.active)));
+                client.close();
+            }
+            Tick::Finished => break,
+            Tick::Continue => {}
+        }
+        if Instant::now() >= next_print {
+            let s = server.view.totals();
+            let line = format!("{} | server {} conns, rss {}", client.progress_line(), format::count(s.active), format::bytes(s.rss_bytes));
+            progress.update(&line);
+            next_print = Instant::now() + Duration::from_secs(2);
+        }
+    }
+    // Let the server see every close before stopping it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if let Ok((Role::Server, _, PoolEvent::Msg(WorkerMsg::Server(s)))) = rx.recv_timeout(Duration::from_millis(100)) {
+            server.view.update(s);
+        }
+        if server.view.totals().active == 0 {
+            break;
+        }
+    }
+    let active_after = server.view.totals().active;
+    server.pool.stop(Duration::from_secs(3));
+    while let Ok((role, _, ev)) = rx.recv_timeout(Duration::from_millis(50)) {
+        if let (Role::Server, PoolEvent::Msg(WorkerMsg::Server(s))) = (role, ev) {
+            server.view.update(s);
+        }
+    }
+    let summary = client.summary();
+    let stotals = server.view.totals();
+    let (srv_rss, cli_rss, kmem, active_at_hold) = sample.unwrap_or((0, 0, KernelMemory::default(), 0));
+    let held = active_at_hold.max(1) as f64;
+    let report = BenchReport {
+        target: args.connections,
+        established: summary.established,
+        held: summary.held,
+        failed_total: summary.failed_total,
+        server_workers: splan.workers,
+        client_workers: cwplan.workers,
+        server_active_at_hold: active_at_hold,
+        server_rss_baseline_bytes: server_rss_baseline,
+        server_rss_at_hold_bytes: srv_rss,
+        server_user_bytes_per_conn: srv_rss.saturating_sub(server_rss_baseline) as f64 / held,
+        server_user_bytes_per_conn_with_processes: srv_rss as f64 / held,
+        client_rss_at_hold_bytes: cli_rss,
+        kernel_slab_bytes_per_conn: kmem.slab_bytes.saturating_sub(kernel_before.slab_bytes) as f64 / held,
+        kernel_socket_cache_bytes_per_conn: kmem.socket_cache_bytes.saturating_sub(kernel_before.socket_cache_bytes) as f64 / held,
+        tcp_objects_added: kmem.tcp_objects as i64 - kernel_before.tcp_objects as i64,
+        server_cpu_seconds: stotals.cpu_seconds,
+        client_cpu_seconds: summary.cpu_seconds,
+        server_active_after_close: active_after,
+        sockets_left: sockets::sockets_on_ports(&args.ports.0),
+        client: summary,
+        server: stotals,
+    };
+    if args.json {
+        progress.finish();
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        crate::client::run::print_summary(&report.client, &mut progress);
+        print_report(&report);
+    }
+    if let Some(f) = failure {
+        eprintln!("megaconn bench: {f}");
+        return Ok(1);
+    }
+    Ok(if report.established == report.target && !report.client.interrupted { 0 } else { 1 })
+}
+
+fn print_report(r: &BenchReport) {
+    println!(
+        "server        {} connections at end of hold over {} workers | cpu {:.1} s",
+        format::count(r.server_active_at_hold),
+        r.server_workers,
+        r.server_cpu_seconds
+    );
+    println!(
+        "user memory   server RSS {} -> {}: {:.0} B/conn added ({:.0} B/conn with process baselines) | client RSS {}",
+        format::bytes(r.server_rss_baseline_bytes),
+        format::bytes(r.server_rss_at_hold_bytes),
+        r.server_user_bytes_per_conn,
+        r.server_user_bytes_per_conn_with_processes,
+        format::bytes(r.client_rss_at_hold_bytes)
+    );
+    println!(
+        "kernel memory {:.0} B/conn Slab delta, {:.0} B/conn in socket caches (both ends), TCP objects +{}",
+        r.kernel_slab_bytes_per_conn,
+        r.kernel_socket_cache_bytes_per_conn,
+        r.tcp_objects_added
+    );
+    println!("cleanup       server connections after close {} | sockets left on bench ports {}", r.server_active_after_close, r.sockets_left);
+}

@@ -1,0 +1,153 @@
+//! Command-line definitions for every subcommand (clap derive). Parsing
+//! only: validation of single values lives in `parse`, cross-checks
+//! against the machine's limits in the subcommands themselves.
+
+use crate::parse::{self, IpList, OptDuration, PortList, Shard, Workers};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+#[derive(Parser, Debug)]
+#[command(name = "megaconn", version, about = "Hold millions of concurrent TCP connections on one Linux machine, prove it, and name the limit that stops them.")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// The long-connection server: holds connections and answers heartbeats.
+    Server(ServerArgs),
+    /// The load generator: opens N paced connections, keeps them alive, reports.
+    Client(ClientArgs),
+    /// Server and client on this machine: ramp to N, hold, measure, report.
+    Bench(BenchArgs),
+    /// Internal: one worker process (started by a supervisor).
+    #[command(name = "__worker", hide = true)]
+    Worker { role: String, config: String },
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ServerArgs {
+    /// Address to listen on (IPv4).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub listen: Ipv4Addr,
+    /// Ports to listen on, e.g. 8000-8099 or 8000,8001.
+    #[arg(long, default_value = "8000-8099")]
+    pub ports: PortList,
+    /// Worker processes: auto (enough for --connections at this fd limit, >= 1 per core) or N.
+    #[arg(long, default_value = "auto")]
+    pub workers: Workers,
+    /// Connections to plan capacity for (default 1M with --workers auto).
+    #[arg(long, value_parser = parse::positive_count)]
+    pub connections: Option<u64>,
+    /// Close connections silent for longer than this (e.g. 90s); off by default.
+    #[arg(long, default_value = "off")]
+    pub idle_timeout: OptDuration,
+    /// How often to print the connection count.
+    #[arg(long, value_parser = parse::duration, default_value = "2s")]
+    pub stats_interval: Duration,
+    /// Stop by itself after this long (default: run until Ctrl-C).
+    #[arg(long, default_value = "off")]
+    pub duration: OptDuration,
+    /// Print stats and the summary as JSON lines on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+pub enum CloseMode {
+    /// RST (SO_LINGER 0): no TIME_WAIT left behind, ports free at once.
+    Reset,
+    /// FIN: the client side keeps TIME_WAIT sockets for 60 s.
+    Graceful,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct LoadArgs {
+    /// Destination ports (round-robin), e.g. 8000-8099.
+    #[arg(long, default_value = "8000-8099")]
+    pub ports: PortList,
+    /// Connections to open.
+    #[arg(long, value_parser = parse::positive_count)]
+    pub connections: u64,
+    /// New connections per second, spread evenly over time.
+    #[arg(long, value_parser = parse::positive_count, default_value = "50000")]
+    pub rate: u64,
+    /// Source addresses (range, CIDR or list); default: enough 127.0.0.x for the target.
+    #[arg(long)]
+    pub source_ips: Option<IpList>,
+    /// Heartbeat interval per connection ("off" to disable).
+    #[arg(long, default_value = "30s")]
+    pub heartbeat: OptDuration,
+    /// Heartbeat payload in bytes (cap 4096).
+    #[arg(long, value_parser = parse::payload, default_value = "64")]
+    pub payload: usize,
+    /// How long to hold all connections after the ramp.
+    #[arg(long, value_parser = parse::duration, default_value = "30s")]
+    pub hold: Duration,
+    /// Give up on a handshake after this long.
+    #[arg(long, value_parser = parse::duration, default_value = "10s")]
+    pub connect_timeout: Duration,
+    /// How connections are closed at the end.
+    #[arg(long, value_enum, default_value = "reset")]
+    pub close: CloseMode,
+    /// Progress interval.
+    #[arg(long, value_parser = parse::duration, default_value = "2s")]
+    pub stats_interval: Duration,
+    /// Print the summary as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ClientArgs {
+    /// Server address (IPv4).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub target: Ipv4Addr,
+    #[command(flatten)]
+    pub load: LoadArgs,
+    /// Worker processes: auto or N.
+    #[arg(long, default_value = "auto")]
+    pub workers: Workers,
+    /// Run only shard i of n of the connection plan (for multi-host runs).
+    #[arg(long)]
+    pub shard: Option<Shard>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Connections to reach and hold.
+    #[arg(long, value_parser = parse::positive_count, default_value = "200000")]
+    pub connections: u64,
+    /// Server ports.
+    #[arg(long, default_value = "8000-8099")]
+    pub ports: PortList,
+    /// New connections per second.
+    #[arg(long, value_parser = parse::positive_count, default_value = "50000")]
+    pub rate: u64,
+    /// Hold time after the ramp.
+    #[arg(long, value_parser = parse::duration, default_value = "20s")]
+    pub hold: Duration,
+    /// Heartbeat interval per connection ("off" to disable).
+    #[arg(long, default_value = "30s")]
+    pub heartbeat: OptDuration,
+    /// Heartbeat payload in bytes (cap 4096).
+    #[arg(long, value_parser = parse::payload, default_value = "64")]
+    pub payload: usize,
+    /// Source addresses; default: enough 127.0.0.x for the target.
+    #[arg(long)]
+    pub source_ips: Option<IpList>,
+    /// Server worker processes: auto or N.
+    #[arg(long, default_value = "auto")]
+    pub server_workers: Workers,
+    /// Client worker processes: auto or N.
+    #[arg(long, default_value = "auto")]
+    pub client_workers: Workers,
+    /// Give up on a handshake after this long.
+    #[arg(long, value_parser = parse::duration, default_value = "10s")]
+    pub connect_timeout: Duration,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}

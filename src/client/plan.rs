@@ -1,0 +1,174 @@
+//! The connection plan: which (source address, destination port) pair
+//! every connection uses, and whether N connections fit at all.
+//!
+//! A TCP connection is the 4-tuple (src ip, src port, dst ip, dst port).
+//! With IP_BIND_ADDRESS_NO_PORT the kernel picks the source port per
+//! 4-tuple at connect time, so each (source address, destination port)
+//! pair offers one ephemeral port range (~28K by default, ~64K after
+//! `ip_local_port_range 1024 65535`). Connection g uses destination port
+//! `ports[g % P]` and source `sources[(g / P) % S]`, spreading connections
+//! evenly over all S x P pairs.
+
+use serde::Serialize;
+use std::net::Ipv4Addr;
+
+/// Above this share of a pair's ports the kernel's port search slows
+/// down sharply; the plan warns.
+pub const CROWDED_SHARE: f64 = 0.8;
+/// `auto` sources keep every pair at most half full.
+const AUTO_SHARE: f64 = 0.5;
+/// Fewest source addresses `auto` hands out (ports search fast with 16+).
+const AUTO_MIN_SOURCES: u64 = 16;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ConnectionPlan {
+    pub target: Ipv4Addr,
+    pub ports: Vec<u16>,
+    /// Source addresses as inclusive ranges (kept compact: a /16 is one pair).
+    pub source_ranges: Vec<(Ipv4Addr, Ipv4Addr)>,
+    pub source_count: u64,
+    /// Connections in the whole plan (all shards).
+    pub total: u64,
+    /// The global indices this process opens: [first, first + count).
+    pub first: u64,
+    pub count: u64,
+    /// net.ipv4.ip_local_port_range, inclusive.
+    pub port_range: (u16, u16),
+    /// Most connections one (source, destination port) pair receives.
+    pub per_pair: u64,
+    /// Ports available per pair.
+    pub per_pair_capacity: u64,
+    pub warnings: Vec<String>,
+}
+
+pub fn local_port_range() -> (u16, u16) {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| {
+            let mut it = s.split_whitespace().filter_map(|v| v.parse::<u16>().ok());
+            Some((it.next()?, it.next()?))
+        })
+        .unwrap_or((32768, 60999))
+}
+
+impl ConnectionPlan {
+    /// Build and check the plan. `sources` None means: on loopback, enough
+    /// 127.0.0.x addresses (from 127.0.0.2) for the target; elsewhere the
+    /// kernel's choice of one address.
+    pub fn build(target: Ipv4Addr, ports: &[u16], sources: Option<&[Ipv4Addr]>, total: u64, shard: (u64, u64), port_range: (u16, u16)) -> Result<ConnectionPlan, String> {
+        let p = ports.len() as u64;
+        let per_pair_capacity = (port_range.1 as u64).saturating_sub(port_range.0 as u64) + 1;
+        let sources: Vec<Ipv4Addr> = match sources {
+            Some(s) => s.to_vec(),
+            None if target.is_loopback() => {
+                let want = ((total as f64 / (p as f64 * per_pair_capacity as f64 * AUTO_SHARE)).ceil() as u64).max(AUTO_MIN_SOURCES);
+                let want = want.min(crate::parse::MAX_SOURCE_IPS as u64) as u32;
+                let base = u32::from(Ipv4Addr::new(127, 0, 0, 2));
+                (0..want).map(|i| Ipv4Addr::from(base + i)).collect()
+            }
+            None => vec![Ipv4Addr::UNSPECIFIED],
+        };
+        let s = sources.len() as u64;
+        let per_pair = total.div_ceil(s * p);
+        if per_pair > per_pair_capacity {
+            let need_sources = total.div_ceil(p * per_pair_capacity);
+            let suggestion = if target.is_loopback() {
+                let last = Ipv4Addr::from(u32::from(Ipv4Addr::new(127, 0, 0, 2)) + need_sources as u32 - 1);
+                format!("--source-ips 127.0.0.2-{last}")
+            } else {
+                format!("--source-ips with {need_sources} addresses")
+            };
+            return Err(format!(
+                "{total} connections cannot fit: {s} source address(es) x {p} destination port(s) x {per_pair_capacity} ephemeral ports \
+                 (net.ipv4.ip_local_port_range {} {}) = {} 4-tuples. Use {suggestion}, more --ports, or widen the port range \
+                 (sysctl -w net.ipv4.ip_local_port_range=\"1024 65535\", see `megaconn tune`)",
+                port_range.0,
+                port_range.1,
+                s * p * per_pair_capacity
+            ));
+        }
+        let mut warnings = Vec::new();
+        if per_pair as f64 > per_pair_capacity as f64 * CROWDED_SHARE {
+            warnings.push(format!(
+                "each (source, port) pair gets {per_pair} of its {per_pair_capacity} ephemeral ports; the kernel's port search slows \
+                 down when pairs are this full — add source addresses"
+            ));
+        }
+        Ok(ConnectionPlan {
+            target,
+            ports: ports.to_vec(),
+            source_ranges: compress(&sources),
+            source_count: s,
+            total,
+            first: shard.0,
+            count: shard.1 - shard.0,
+            port_range,
+            per_pair,
+            per_pair_capacity,
+            warnings,
+        })
+    }
+}
+
+/// Sorted addresses to inclusive ranges.
+pub fn compress(ips: &[Ipv4Addr]) -> Vec<(Ipv4Addr, Ipv4Addr)> {
+    let mut v: Vec<u32> = ips.iter().map(|i| u32::from(*i)).collect();
+    v.sort_unstable();
+    v.dedup();
+    let mut out: Vec<(u32, u32)> = Vec::new();
+    for x in v {
+        match out.last_mut() {
+            Some((_, hi)) if *hi + 1 == x => *hi = x,
+            _ => out.push((x, x)),
+        }
+    }
+    out.into_iter().map(|(a, b)| (Ipv4Addr::from(a), Ipv4Addr::from(b))).collect()
+}
+
+pub fn expand(ranges: &[(Ipv4Addr, Ipv4Addr)]) -> Vec<Ipv4Addr> {
+    ranges.iter().flat_map(|(a, b)| (u32::from(*a)..=u32::from(*b)).map(Ipv4Addr::from)).collect()
+}
+
+/// The (source, destination port) of global connection `g`.
+pub fn address_of(g: u64, sources: &[Ipv4Addr], ports: &[u16]) -> (Ipv4Addr, u16) {
+    let p = ports.len() as u64;
+    (sources[((g / p) % sources.len() as u64) as usize], ports[(g % p) as usize])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    const LO: Ipv4Addr = Ipv4Addr::LOCALHOST;
+
+    #[test]
+    fn impossible_target_names_the_fix() {
+        let one = [Ipv4Addr::new(127, 0, 0, 2)];
+        let e = ConnectionPlan::build(LO, &[8000], Some(&one), 70_000, (0, 70_000), (1024, 65535)).unwrap_err();
+        assert!(e.contains("cannot fit") && e.contains("--source-ips 127.0.0.2-127.0.0.3"), "{e}");
+    }
+
+    #[test]
+    fn auto_sources_scale_with_target() {
+        let ports: Vec<u16> = (8000..8100).collect();
+        let p = ConnectionPlan::build(LO, &ports, None, 1_000_000, (0, 1_000_000), (1024, 65535)).unwrap();
+        assert_eq!(p.source_count, 16);
+        assert!(p.per_pair <= 1000);
+        let p = ConnectionPlan::build(LO, &[8000], None, 2_000_000, (0, 2_000_000), (32768, 60999)).unwrap();
+        assert!(p.per_pair as f64 <= 28232.0 * 0.5 + 1.0, "{}", p.per_pair);
+    }
+
+    #[test]
+    fn addresses_spread_and_ranges_roundtrip() {
+        let src = expand(&[(Ipv4Addr::new(127, 0, 0, 2), Ipv4Addr::new(127, 0, 0, 5))]);
+        assert_eq!(src.len(), 4);
+        assert_eq!(compress(&src).len(), 1);
+        let ports = [1, 2, 3];
+        assert_eq!(address_of(0, &src, &ports), (src[0], 1));
+        assert_eq!(address_of(4, &src, &ports), (src[1], 2));
+        let mut seen = std::collections::HashSet::new();
+        for g in 0..12 {
+            seen.insert(address_of(g, &src, &ports));
+        }
+        assert_eq!(seen.len(), 12);
+    }
+}

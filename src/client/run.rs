@@ -1,0 +1,287 @@
+//! One load run as the supervisor drives it: ramp -> hold -> close, with
+//! progress and the final summary. Shared by `megaconn client` and
+//! `megaconn bench` (which also runs a server beside it).
+
+use super::plan::ConnectionPlan;
+use super::view::ClientView;
+use super::worker::ClientWorkerConfig;
+use crate::cli::LoadArgs;
+use crate::stats::histogram::{self, LatencySummary};
+use crate::stats::{format, progress::Progress};
+use crate::sys::mono_us;
+use crate::workers::control::{ClientSnapshot, WorkerMsg, CMD_CLOSE};
+use crate::workers::plan::WorkerPlan;
+use crate::workers::supervisor::{Delivery, PoolEvent, Role, WorkerPool};
+use anyhow::{bail, Result};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::mpsc::Sender;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Ramp,
+    Hold { until_us: u64 },
+    /// Hold is over; waiting for the caller to call `close()`.
+    HoldOver,
+    Closing { since_us: u64 },
+    Finished,
+}
+
+/// What a tick observed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tick {
+    Continue,
+    /// Every planned connection has resolved (established or failed).
+    RampDone,
+    /// Hold time is up; call `close()` when ready.
+    HoldOver,
+    Finished,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ClientSummary {
+    pub requested: u64,
+    /// Connections that completed the handshake.
+    pub established: u64,
+    /// Connections still open when the hold ended.
+    pub held: u64,
+    pub failed_total: u64,
+    pub failed: BTreeMap<String, u64>,
+    /// Established connections lost before the end, by reason.
+    pub lost: BTreeMap<String, u64>,
+    pub ramp_seconds: Option<f64>,
+    pub ramp_rate_per_s: Option<f64>,
+    pub connect_ms: LatencySummary,
+    pub heartbeats_sent: u64,
+    pub heartbeats_answered: u64,
+    pub heartbeat_rtt_ms: LatencySummary,
+    pub hold_seconds: f64,
+    pub workers: usize,
+    pub source_addresses: u64,
+    pub ports: usize,
+    pub cpu_seconds: f64,
+    pub rss_bytes: u64,
+    pub interrupted: bool,
+}
+
+pub struct ClientRun {
+    pub pool: WorkerPool,
+    pub view: ClientView,
+    start_at_us: u64,
+    hold: Duration,
+    ramp_deadline_us: u64,
+    phase: Phase,
+    held: u64,
+    hold_started_us: Option<u64>,
+    hold_ended_us: Option<u64>,
+    interrupted: bool,
+    source_addresses: u64,
+    ports: usize,
+    prev_est: u64,
+    prev_at_us: u64,
+    last_rate: f64,
+}
+
+impl ClientRun {
+    pub fn start(plan: &ConnectionPlan, load: &LoadArgs, workers: &WorkerPlan, fd_limit: Option<u64>, tx: &Sender<Delivery>) -> Result<ClientRun> {
+        let w = workers.workers.min(plan.count.max(1) as usize);
+        // Processes take a while to start; everyone ramps from one instant.
+        let start_at_us = mono_us() + 300_000 + 5_000 * w as u64;
+        let ramp_us = (plan.count as f64 / load.rate as f64 * 1e6) as u64;
+        let ramp_deadline_us = start_at_us + ramp_us * 2 + load.connect_timeout.as_micros() as u64 + 30_000_000;
+        let deadline_us = ramp_deadline_us + load.hold.as_micros() as u64 + 60_000_000;
+        let configs: Vec<String> = (0..w)
+            .map(|i| {
+                let lo = plan.count * i as u64 / w as u64;
+                let hi = plan.count * (i as u64 + 1) / w as u64;
+                serde_json::to_string(&ClientWorkerConfig {
+                    worker: i,
+                    target: plan.target,
+                    ports: plan.ports.clone(),
+                    source_ranges: plan.source_ranges.clone(),
+                    first: plan.first + lo,
+                    count: hi - lo,
+                    rate: load.rate as f64 * (hi - lo) as f64 / plan.count as f64,
+                    start_at_us,
+                    connect_timeout_ms: load.connect_timeout.as_millis() as u64,
+                    heartbeat_us: load.heartbeat.0.map(|d| d.as_micros() as u64),
+                    payload: load.payload,
+                    stats_interval_ms: load.stats_interval.as_millis().clamp(100, 1000) as u64,
+                    close: load.close,
+                    deadline_us,
+                })
+                .expect("config serializes")
+            })
+            .collect();
+        let pool = WorkerPool::spawn(Role::Client, &configs, fd_limit, tx)?;
+        Ok(ClientRun {
+            pool,
+            view: ClientView::new(w),
+            start_at_us,
+            hold: load.hold,
+            ramp_deadline_us,
+            phase: Phase::Ramp,
+            held: 0,
+            hold_started_us: None,
+            hold_ended_us: None,
+            interrupted: false,
+            source_addresses: plan.source_count,
+            ports: plan.ports.len(),
+            prev_est: 0,
+            prev_at_us: start_at_us,
+            last_rate: 0.0,
+        })
+    }
+
+    /// Take one worker event. Fatal errors end the run with their message.
+    pub fn on_event(&mut self, i: usize, ev: PoolEvent) -> Result<()> {
+        match ev {
+            PoolEvent::Msg(WorkerMsg::Client(s)) => self.update(s),
+            PoolEvent::Msg(WorkerMsg::Fatal { message, .. }) => bail!("client worker {i}: {message}"),
+            PoolEvent::Exited if self.view.finished() < self.pool.len() && !matches!(self.phase, Phase::Closing { .. } | Phase::Finished) => {
+                bail!("client worker {i} exited unexpectedly (killed? see dmesg for the OOM killer)")
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn update(&mut self, s: ClientSnapshot) {
+        self.view.update(s);
+    }
+
+    /// Ask the workers to drain and close (also on Ctrl-C).
+    pub fn close(&mut self) {
+        if !matches!(self.phase, Phase::Closing { .. } | Phase::Finished) {
+            let now = mono_us();
+            if self.hold_started_us.is_some() && self.hold_ended_us.is_none() {
+                self.hold_ended_us = Some(now);
+            }
+            self.held = self.view.totals().established;
+            self.pool.broadcast(CMD_CLOSE);
+            self.phase = Phase::Closing { since_us: now };
+        }
+    }
+
+    pub fn interrupt(&mut self) {
+        self.interrupted = true;
+        self.close();
+    }
+
+    pub fn tick(&mut self) -> Tick {
+        let now = mono_us();
+        let t = self.view.totals();
+        match self.phase {
+            Phase::Ramp => {
+                if t.ramp_done_at_us.is_some() || now >= self.ramp_deadline_us {
+                    self.phase = Phase::Hold { until_us: now + self.hold.as_micros() as u64 };
+                    self.hold_started_us = Some(now);
+                    return Tick::RampDone;
+                }
+            }
+            Phase::Hold { until_us } if now >= until_us => {
+                self.phase = Phase::HoldOver;
+                self.hold_ended_us = Some(now);
+                return Tick::HoldOver;
+            }
+            Phase::Closing { since_us } => {
+                if self.view.finished() == self.pool.len() || now >= since_us + 20_000_000 {
+                    self.phase = Phase::Finished;
+                    self.pool.stop(Duration::from_secs(2));
+                    return Tick::Finished;
+                }
+            }
+            _ => {}
+        }
+        if self.phase == Phase::Finished { Tick::Finished } else { Tick::Continue }
+    }
+
+    pub fn phase_name(&self) -> &'static str {
+        match self.phase {
+            Phase::Ramp => "ramp",
+            Phase::Hold { .. } | Phase::HoldOver => "hold",
+            Phase::Closing { .. } => "closing",
+            Phase::Finished => "done",
+        }
+    }
+
+    /// One progress line: phase, counts, rate since the last line.
+    pub fn progress_line(&mut self) -> String {
+        let t = self.view.totals();
+        let now = mono_us();
+        let dt = (now.saturating_sub(self.prev_at_us)) as f64 / 1e6;
+        if dt >= 0.5 {
+            self.last_rate = t.established_total.saturating_sub(self.prev_est) as f64 / dt;
+            self.prev_est = t.established_total;
+            self.prev_at_us = now;
+        }
+        let rate = self.last_rate;
+        let rtt = self.view.take_interval_rtt();
+        let failed: u64 = t.failed.values().sum();
+        format!(
+            "{:<7} established {}/{} ({}/s) | connecting {} | failed {} | heartbeats {}/{} rtt p99 {:.1}ms",
+            self.phase_name(),
+            format::count(t.established),
+            format::count(t.planned),
+            format::count(rate as u64),
+            format::count(t.connecting),
+            if failed == 0 { "0".into() } else { format::kinds(&t.failed) },
+            format::count(t.heartbeats_answered),
+            format::count(t.heartbeats_sent),
+            rtt.p99_ms
+        )
+    }
+
+    pub fn summary(&self) -> ClientSummary {
+        let t = self.view.totals();
+        let ramp_seconds = t.ramp_done_at_us.map(|d| d.saturating_sub(self.start_at_us) as f64 / 1e6);
+        ClientSummary {
+            requested: t.planned,
+            established: t.established_total,
+            held: self.held,
+            failed_total: t.failed.values().sum(),
+            failed: t.failed,
+            lost: t.lost,
+            ramp_seconds,
+            ramp_rate_per_s: ramp_seconds.filter(|s| *s > 0.0).map(|s| t.established_total as f64 / s),
+            connect_ms: histogram::summarize(&self.view.connect_hist),
+            heartbeats_sent: t.heartbeats_sent,
+            heartbeats_answered: t.heartbeats_answered,
+            heartbeat_rtt_ms: histogram::summarize(&self.view.rtt_hist),
+            hold_seconds: match (self.hold_started_us, self.hold_ended_us) {
+                (Some(a), Some(b)) => (b - a) as f64 / 1e6,
+                _ => 0.0,
+            },
+            workers: self.view.worker_count(),
+            source_addresses: self.source_addresses,
+            ports: self.ports,
+            cpu_seconds: t.cpu_seconds,
+            rss_bytes: t.rss_bytes,
+            interrupted: self.interrupted,
+        }
+    }
+}
+
+/// Print the client summary for people.
+pub fn print_summary(s: &ClientSummary, progress: &mut Progress) {
+    progress.finish();
+    let ms = |l: &LatencySummary| format!("p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms", l.p50_ms, l.p99_ms, l.max_ms);
+    println!("connections   requested {} | established {} | held at end of hold {} | failed {}", format::count(s.requested), format::count(s.established), format::count(s.held), format::count(s.failed_total));
+    if s.failed_total > 0 {
+        println!("failures      {}", format::kinds(&s.failed));
+    }
+    if !s.lost.is_empty() {
+        println!("lost          {}", format::kinds(&s.lost));
+    }
+    match (s.ramp_seconds, s.ramp_rate_per_s) {
+        (Some(t), Some(r)) => println!("ramp          {t:.2} s at {} connections/s", format::count(r as u64)),
+        _ => println!("ramp          did not complete"),
+    }
+    println!("handshake     {}", ms(&s.connect_ms));
+    println!("heartbeats    sent {} | answered {} | round trip {}", format::count(s.heartbeats_sent), format::count(s.heartbeats_answered), ms(&s.heartbeat_rtt_ms));
+    println!("hold          {:.1} s | {} workers, {} source addresses x {} ports | client cpu {:.1} s", s.hold_seconds, s.workers, s.source_addresses, s.ports, s.cpu_seconds);
+    if s.interrupted {
+        println!("interrupted   (Ctrl-C): connections closed early");
+    }
+}

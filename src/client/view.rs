@@ -1,0 +1,82 @@
+//! The supervisor's picture of all client workers: latest counters per
+//! worker, and histograms merged from every interval they report.
+
+use crate::stats::histogram::{self, LatencySummary};
+use crate::workers::control::{merge_counts, ClientSnapshot};
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ClientTotals {
+    pub planned: u64,
+    pub attempted: u64,
+    pub established: u64,
+    pub established_total: u64,
+    pub connecting: u64,
+    pub failed: BTreeMap<String, u64>,
+    pub lost: BTreeMap<String, u64>,
+    pub heartbeats_sent: u64,
+    pub heartbeats_answered: u64,
+    pub rss_bytes: u64,
+    pub cpu_seconds: f64,
+    /// Latest ramp completion over all workers, once all are done.
+    pub ramp_done_at_us: Option<u64>,
+}
+
+pub struct ClientView {
+    latest: Vec<Option<ClientSnapshot>>,
+    pub connect_hist: Histogram<u64>,
+    pub rtt_hist: Histogram<u64>,
+    /// Round trips since the last progress line.
+    pub rtt_interval: Histogram<u64>,
+}
+
+impl ClientView {
+    pub fn new(workers: usize) -> ClientView {
+        ClientView { latest: vec![None; workers], connect_hist: histogram::new(), rtt_hist: histogram::new(), rtt_interval: histogram::new() }
+    }
+
+    pub fn update(&mut self, s: ClientSnapshot) {
+        histogram::merge_encoded(&mut self.connect_hist, &s.connect_hist);
+        histogram::merge_encoded(&mut self.rtt_hist, &s.rtt_hist);
+        histogram::merge_encoded(&mut self.rtt_interval, &s.rtt_hist);
+        let i = s.worker;
+        if i < self.latest.len() {
+            self.latest[i] = Some(s);
+        }
+    }
+
+    pub fn worker_count(&self) -> usize {
+        self.latest.len()
+    }
+
+    pub fn finished(&self) -> usize {
+        self.latest.iter().flatten().filter(|s| s.last).count()
+    }
+
+    pub fn totals(&self) -> ClientTotals {
+        let s: Vec<&ClientSnapshot> = self.latest.iter().flatten().collect();
+        let all_done = s.len() == self.latest.len() && s.iter().all(|x| x.ramp_done_at_us.is_some());
+        ClientTotals {
+            planned: s.iter().map(|x| x.planned).sum(),
+            attempted: s.iter().map(|x| x.attempted).sum(),
+            established: s.iter().map(|x| x.established).sum(),
+            established_total: s.iter().map(|x| x.established_total).sum(),
+            connecting: s.iter().map(|x| x.connecting).sum(),
+            failed: merge_counts(s.iter().map(|x| &x.failed)),
+            lost: merge_counts(s.iter().map(|x| &x.lost)),
+            heartbeats_sent: s.iter().map(|x| x.heartbeats_sent).sum(),
+            heartbeats_answered: s.iter().map(|x| x.heartbeats_answered).sum(),
+            rss_bytes: s.iter().map(|x| x.rss_bytes).sum(),
+            cpu_seconds: s.iter().map(|x| x.cpu_us).sum::<u64>() as f64 / 1e6,
+            ramp_done_at_us: if all_done { s.iter().filter_map(|x| x.ramp_done_at_us).max() } else { None },
+        }
+    }
+
+    pub fn take_interval_rtt(&mut self) -> LatencySummary {
+        let s = histogram::summarize(&self.rtt_interval);
+        self.rtt_interval.reset();
+        s
+    }
+}

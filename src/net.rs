@@ -1,0 +1,202 @@
+//! Connection I/O shared by server and client reactors.
+//!
+//! An idle connection owns no buffer: reads land in the reactor's scratch
+//! buffer, and only a frame cut in half by the network (rare) or output the
+//! socket would not take (rarer) gets a small heap buffer, freed as soon as
+//! it empties. This is what keeps user memory per connection in the tens of
+//! bytes.
+
+use crate::proto::frame::{self, Frame};
+use std::io::{self, Read, Write};
+
+/// Bytes kept between readiness events; `None` for every healthy idle
+/// connection.
+pub type Spill = Option<Box<Vec<u8>>>;
+
+/// Most bytes a connection may leave unsent before it is closed as a slow
+/// reader; bounds memory per connection whatever the peer does.
+pub const MAX_BACKLOG: usize = 256 * 1024;
+
+/// Why reading stopped.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ReadEnd {
+    /// Drained for now; wait for the next readiness event.
+    Open,
+    /// The peer closed its side (read returned 0).
+    Eof,
+    /// An error, named like "ECONNRESET" or "bad_frame_too_long".
+    Error(String),
+}
+
+/// Read everything the socket has, decode whole frames and hand each to
+/// `on_frame`. A partial frame is kept in `partial`. `read_closed` is the
+/// readiness hint that the peer's FIN is already queued, in which case we
+/// read on to see it even after a short read.
+pub fn read_frames<S: Read>(
+    stream: &mut S,
+    partial: &mut Spill,
+    scratch: &mut [u8],
+    read_closed: bool,
+    mut on_frame: impl FnMut(Frame<'_>) -> Result<(), &'static str>,
+) -> ReadEnd {
+    loop {
+        let n = match stream.read(scratch) {
+            Ok(0) => return ReadEnd::Eof,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return ReadEnd::Open,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return ReadEnd::Error(crate::sys::error_kind_name(&e)),
+        };
+        let result = match partial {
+            Some(buf) => {
+                buf.extend_from_slice(&scratch[..n]);
+                let r = decode_all(buf, &mut on_frame);
+                if let Ok(used) = r {
+                    buf.drain(..used);
+                }
+                if buf.is_empty() {
+                    *partial = None;
+                }
+                r
+            }
+            None => {
+                let r = decode_all(&scratch[..n], &mut on_frame);
+                if let Ok(used) = r {
+                    if used < n {
+                        *partial = Some(Box::new(scratch[used..n].to_vec()));
+                    }
+                }
+                r
+            }
+        };
+        if let Err(kind) = result {
+            return ReadEnd::Error(kind.to_string());
+        }
+        // A short read means the socket is empty right now; any later data
+        // raises a new edge-triggered event.
+        if n < scratch.len() && !read_closed {
+            return ReadEnd::Open;
+        }
+    }
+}
+
+fn decode_all(
+    buf: &[u8],
+    on_frame: &mut impl FnMut(Frame<'_>) -> Result<(), &'static str>,
+) -> Result<usize, &'static str> {
+    let mut used = 0;
+    loop {
+        match frame::decode(&buf[used..]) {
+            Ok(Some((f, n))) => {
+                on_frame(f)?;
+                used += n;
+            }
+            Ok(None) => return Ok(used),
+            Err(e) => return Err(e.kind_name()),
+        }
+    }
+}
+
+/// Write `data`, keeping what the socket does not take in `backlog`.
+/// Errors name the reason the connection must be closed.
+pub fn send<S: Write>(stream: &mut S, backlog: &mut Spill, data: &[u8]) -> Result<(), String> {
+    if data.is_empty() {
+        return Ok(());
+    }
+    if let Some(buf) = backlog {
+        if buf.len() + data.len() > MAX_BACKLOG {
+            return Err("slow_reader".into());
+        }
+        buf.extend_from_slice(data);
+        return flush(stream, backlog);
+    }
+    let mut written = 0;
+    while written < data.len() {
+        match stream.write(&data[written..]) {
+            Ok(0) => return Err("write_zero".into()),
+            Ok(n) => written += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(crate::sys::error_kind_name(&e)),
+        }
+    }
+    if written < data.len() {
+        *backlog = Some(Box::new(data[written..].to_vec()));
+    }
+    Ok(())
+}
+
+/// Push out as much of `backlog` as the socket takes now.
+pub fn flush<S: Write>(stream: &mut S, backlog: &mut Spill) -> Result<(), String> {
+    let Some(buf) = backlog else { return Ok(()) };
+    let mut written = 0;
+    while written < buf.len() {
+        match stream.write(&buf[written..]) {
+            Ok(0) => return Err("write_zero".into()),
+            Ok(n) => written += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(crate::sys::error_kind_name(&e)),
+        }
+    }
+    buf.drain(..written);
+    if buf.is_empty() {
+        *backlog = None;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::frame::{encode_stamped, Kind};
+
+    /// A reader that hands out its bytes in fixed-size pieces, then
+    /// reports WouldBlock, like a non-blocking socket.
+    struct Chunks(Vec<u8>, usize);
+    impl Read for Chunks {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            if self.0.is_empty() {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            let n = self.1.min(buf.len()).min(self.0.len());
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0.drain(..n);
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn partial_frames_survive_between_reads() {
+        let mut bytes = Vec::new();
+        for i in 0..5 {
+            encode_stamped(&mut bytes, Kind::Heartbeat, i, 64);
+        }
+        let (first, rest) = bytes.split_at(100);
+        let mut partial = None;
+        let mut scratch = [0u8; 1000];
+        let mut stamps = Vec::new();
+        let mut s = Chunks(first.to_vec(), 1000);
+        let end = read_frames(&mut s, &mut partial, &mut scratch, false, |f| {
+            stamps.push(frame::stamp_of(f.payload).unwrap());
+            Ok(())
+        });
+        assert_eq!(end, ReadEnd::Open);
+        assert!(partial.is_some());
+        let mut s = Chunks(rest.to_vec(), 7);
+        read_frames(&mut s, &mut partial, &mut scratch[..7], false, |f| {
+            stamps.push(frame::stamp_of(f.payload).unwrap());
+            Ok(())
+        });
+        assert_eq!(stamps, vec![0, 1, 2, 3, 4]);
+        assert!(partial.is_none());
+    }
+
+    #[test]
+    fn bad_frame_is_an_error_not_a_panic() {
+        let mut s = Chunks(vec![0, 0, 1, 2, 3], 100);
+        let mut partial = None;
+        let end = read_frames(&mut s, &mut partial, &mut [0u8; 64], false, |_| Ok(()));
+        assert_eq!(end, ReadEnd::Error("bad_frame_zero_length".into()));
+    }
+}

@@ -1,0 +1,250 @@
+//! Value parsers for command-line flags. Each returns an error sentence
+//! that names what is wrong and shows a valid example; clap prefixes it
+//! with the flag and exits with code 2.
+
+use std::net::Ipv4Addr;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// Largest payload a heartbeat or request may carry (bytes). Frames stay
+/// small so no connection ever needs a large buffer.
+pub const MAX_PAYLOAD: usize = 4096;
+/// Most source addresses one client accepts (a /16).
+pub const MAX_SOURCE_IPS: usize = 65_536;
+
+/// A list of TCP ports: "8000-8099", "8000,8005,9000-9009".
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PortList(pub Vec<u16>);
+
+impl FromStr for PortList {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        const EX: &str = "expected ports like 8000-8099 or 8000,8001,9000-9009";
+        let s = s.trim();
+        if s.is_empty() {
+            return Err(format!("empty port list; {EX}"));
+        }
+        let mut ports = Vec::new();
+        for part in s.split(',') {
+            let part = part.trim();
+            let (a, b) = match part.split_once('-') {
+                Some((a, b)) => (parse_port(a)?, parse_port(b)?),
+                None => {
+                    let p = parse_port(part)?;
+                    (p, p)
+                }
+            };
+            if a > b {
+                return Err(format!("port range {part} is reversed; write {b}-{a}"));
+            }
+            ports.extend(a..=b);
+        }
+        ports.sort_unstable();
+        ports.dedup();
+        Ok(PortList(ports))
+    }
+}
+
+fn parse_port(s: &str) -> Result<u16, String> {
+    let s = s.trim();
+    let v: u64 = s
+        .parse()
+        .map_err(|_| format!("'{s}' is not a port number; expected ports like 8000-8099"))?;
+    if v == 0 || v > 65535 {
+        return Err(format!("port {v} is out of range 1-65535; expected ports like 8000-8099"));
+    }
+    Ok(v as u16)
+}
+
+/// A set of IPv4 addresses: "127.0.0.2-127.0.0.65", "127.0.1.0/24",
+/// "127.0.0.2,127.0.0.3". Every address in a CIDR block is used (on
+/// loopback every 127.x.y.z is a valid source).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct IpList(pub Vec<Ipv4Addr>);
+
+impl FromStr for IpList {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        const EX: &str = "expected addresses like 127.0.0.2-127.0.0.65, 127.0.1.0/24 or 127.0.0.2,127.0.0.3";
+        let s = s.trim();
+        if s.is_empty() {
+            return Err(format!("empty address list; {EX}"));
+        }
+        let mut ips = Vec::new();
+        for part in s.split(',') {
+            let part = part.trim();
+            let (lo, hi) = if let Some((a, b)) = part.split_once('-') {
+                (parse_ip(a, EX)?, parse_ip(b, EX)?)
+            } else if let Some((a, bits)) = part.split_once('/') {
+                let base = u32::from(parse_ip(a, EX)?);
+                let bits: u32 = bits
+                    .parse()
+                    .ok()
+                    .filter(|b| *b <= 32)
+                    .ok_or_else(|| format!("'{part}' has a bad prefix length; {EX}"))?;
+                let mask = if bits == 0 { 0 } else { u32::MAX << (32 - bits) };
+                (Ipv4Addr::from(base & mask), Ipv4Addr::from((base & mask) | !mask))
+            } else {
+                let ip = parse_ip(part, EX)?;
+                (ip, ip)
+            };
+            let (lo, hi) = (u32::from(lo), u32::from(hi));
+            if lo > hi {
+                return Err(format!("address range {part} is reversed; {EX}"));
+            }
+            if (hi - lo) as usize + ips.len() >= MAX_SOURCE_IPS {
+                return Err(format!("more than {MAX_SOURCE_IPS} addresses in '{s}'; use a smaller range"));
+            }
+            ips.extend((lo..=hi).map(Ipv4Addr::from));
+        }
+        ips.sort_unstable();
+        ips.dedup();
+        Ok(IpList(ips))
+    }
+}
+
+fn parse_ip(s: &str, example: &str) -> Result<Ipv4Addr, String> {
+    s.trim().parse().map_err(|_| format!("'{}' is not an IPv4 address; {example}", s.trim()))
+}
+
+/// A duration: "30s", "500ms", "2m", or a bare number of seconds.
+pub fn duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    if let Ok(secs) = s.parse::<f64>() {
+        if secs.is_finite() && secs >= 0.0 {
+            return Ok(Duration::from_secs_f64(secs));
+        }
+    }
+    humantime::parse_duration(s).map_err(|e| format!("'{s}' is not a duration ({e}); expected e.g. 30s, 500ms, 2m"))
+}
+
+/// A duration that may be switched off with "off" or "0".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OptDuration(pub Option<Duration>);
+
+impl FromStr for OptDuration {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.trim() == "off" {
+            return Ok(OptDuration(None));
+        }
+        let d = duration(s)?;
+        Ok(OptDuration(if d.is_zero() { None } else { Some(d) }))
+    }
+}
+
+/// A positive count ("1000000", "1_000_000", "1M", "200k").
+pub fn positive_count(s: &str) -> Result<u64, String> {
+    let t = s.trim().replace('_', "");
+    let (num, mult) = match t.chars().last() {
+        Some('k') | Some('K') => (&t[..t.len() - 1], 1_000),
+        Some('m') | Some('M') => (&t[..t.len() - 1], 1_000_000),
+        _ => (&t[..], 1),
+    };
+    let v: u64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a positive whole number; expected e.g. 1000, 200k or 1M"))?;
+    if v == 0 {
+        return Err(format!("'{s}' must be greater than 0; expected e.g. 1000, 200k or 1M"));
+    }
+    v.checked_mul(mult).ok_or_else(|| format!("'{s}' is too large"))
+}
+
+/// Heartbeat/request payload size in bytes, capped at [`MAX_PAYLOAD`].
+pub fn payload(s: &str) -> Result<usize, String> {
+    let v: usize = s.trim().parse().map_err(|_| format!("'{s}' is not a byte count; expected e.g. 64"))?;
+    if v > MAX_PAYLOAD {
+        return Err(format!("payload {v} exceeds the cap of {MAX_PAYLOAD} bytes; use e.g. 64"));
+    }
+    Ok(v)
+}
+
+/// How many worker processes: "auto" or a positive number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workers {
+    Auto,
+    Fixed(usize),
+}
+
+impl FromStr for Workers {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.trim() == "auto" {
+            return Ok(Workers::Auto);
+        }
+        match s.trim().parse::<usize>() {
+            Ok(n) if (1..=4096).contains(&n) => Ok(Workers::Fixed(n)),
+            _ => Err(format!("'{s}' is not a worker count; expected auto or a number from 1 to 4096")),
+        }
+    }
+}
+
+/// A shard of a distributed load: "i/n" with 0 <= i < n.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Shard {
+    pub index: u64,
+    pub count: u64,
+}
+
+impl FromStr for Shard {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("'{s}' is not a shard; expected i/n with 0 <= i < n, e.g. 0/4");
+        let (i, n) = s.split_once('/').ok_or_else(bad)?;
+        let (index, count): (u64, u64) = (i.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
+        if count == 0 || index >= count {
+            return Err(bad());
+        }
+        Ok(Shard { index, count })
+    }
+}
+
+impl Shard {
+    /// The half-open range of global connection indices this shard owns.
+    pub fn range(&self, total: u64) -> (u64, u64) {
+        let lo = (total as u128 * self.index as u128 / self.count as u128) as u64;
+        let hi = (total as u128 * (self.index + 1) as u128 / self.count as u128) as u64;
+        (lo, hi)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_parse_ranges_and_lists() {
+        assert_eq!("8000-8002".parse::<PortList>().unwrap().0, vec![8000, 8001, 8002]);
+        assert_eq!("9,7-8".parse::<PortList>().unwrap().0, vec![7, 8, 9]);
+        assert!("8099-8000".parse::<PortList>().unwrap_err().contains("reversed"));
+        assert!("".parse::<PortList>().unwrap_err().contains("empty"));
+        assert!("8000-70000".parse::<PortList>().unwrap_err().contains("out of range"));
+        assert!("0".parse::<PortList>().is_err());
+    }
+
+    #[test]
+    fn ips_parse_ranges_cidr_lists() {
+        assert_eq!("127.0.0.2-127.0.0.5".parse::<IpList>().unwrap().0.len(), 4);
+        assert_eq!("127.0.1.0/24".parse::<IpList>().unwrap().0.len(), 256);
+        assert_eq!("127.0.0.2,127.0.0.9".parse::<IpList>().unwrap().0.len(), 2);
+        assert!("127.0.0.9-127.0.0.2".parse::<IpList>().unwrap_err().contains("reversed"));
+        assert!("127.0.0/33".parse::<IpList>().is_err());
+        assert!("10.0.0.0/8".parse::<IpList>().unwrap_err().contains("more than"));
+        assert!("banana".parse::<IpList>().is_err());
+    }
+
+    #[test]
+    fn counts_durations_shards() {
+        assert_eq!(positive_count("1M").unwrap(), 1_000_000);
+        assert_eq!(positive_count("200k").unwrap(), 200_000);
+        assert!(positive_count("0").is_err());
+        assert!(positive_count("-5").is_err());
+        assert_eq!(duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(duration("2").unwrap(), Duration::from_secs(2));
+        assert_eq!("off".parse::<OptDuration>().unwrap().0, None);
+        assert!(payload("5000").is_err());
+        let s: Shard = "1/4".parse().unwrap();
+        assert_eq!(s.range(100), (25, 50));
+        assert!("4/4".parse::<Shard>().is_err());
+    }
+}

@@ -1,0 +1,2 @@
+//! Wire protocols spoken between megaconn clients and servers.
+pub mod frame;

@@ -1,0 +1,23 @@
+//! One accepted connection: the socket and the little state it needs
+//! between readiness events.
+
+use crate::net::Spill;
+
+/// Per-connection record kept in the worker's slab. An idle connection
+/// costs the socket handle, a timestamp and two empty `Option<Box>`es:
+/// 24 bytes plus the slab's tag.
+pub struct Conn {
+    pub stream: mio::net::TcpStream,
+    /// Worker-relative second of the last byte received (idle timeout).
+    pub last_seen_s: u32,
+    /// An incomplete frame carried to the next read.
+    pub partial: Spill,
+    /// Output the socket did not take yet.
+    pub backlog: Spill,
+}
+
+impl Conn {
+    pub fn new(stream: mio::net::TcpStream, now_s: u32) -> Conn {
+        Conn { stream, last_seen_s: now_s, partial: None, backlog: None }
+    }
+}

@@ -1,0 +1,118 @@
+//! Thin, safe wrappers over the few Linux facts every process needs: its
+//! open-file limit, its own memory and CPU use, a clock shared by all
+//! processes, and how to name an errno the way operators search for it.
+
+use std::io;
+
+/// The RLIMIT_NOFILE pair of this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FdLimit {
+    pub soft: u64,
+    pub hard: u64,
+}
+
+pub fn fd_limit() -> FdLimit {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes into the struct we own.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
+    FdLimit { soft: r.rlim_cur as u64, hard: r.rlim_max as u64 }
+}
+
+/// Raise the soft RLIMIT_NOFILE to the hard limit (any process may) and
+/// return (before, after). This is the fix for the classic "stuck at ~870
+/// connections" wall, applied to ourselves and to every worker we spawn.
+pub fn raise_fd_limit() -> (FdLimit, FdLimit) {
+    let before = fd_limit();
+    if before.soft < before.hard {
+        let r = libc::rlimit { rlim_cur: before.hard as libc::rlim_t, rlim_max: before.hard as libc::rlim_t };
+        // SAFETY: plain syscall with a valid struct.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) };
+    }
+    (before, fd_limit())
+}
+
+/// Microseconds on CLOCK_MONOTONIC. The clock is system-wide, so a
+/// supervisor can hand its workers an absolute start instant.
+pub fn mono_us() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the struct we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
+}
+
+/// Resident set size of this process in bytes (from /proc/self/statm).
+pub fn self_rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0);
+    pages * page_size()
+}
+
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 { p as u64 } else { 4096 }
+}
+
+/// User + system CPU time of this process, in microseconds.
+pub fn self_cpu_us() -> u64 {
+    // SAFETY: getrusage writes into the zeroed struct we own.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Ask the kernel to SIGKILL this process when its parent dies, so no
+/// worker outlives its supervisor. Called between fork and exec.
+pub fn die_with_parent() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments.
+    let rc = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+/// Set RLIMIT_NOFILE (soft and hard) for this process; used by tests and
+/// by `--fd-limit` to rehearse the fd wall on a small scale.
+pub fn set_fd_limit(soft: u64, hard: u64) -> io::Result<()> {
+    let r = libc::rlimit { rlim_cur: soft as libc::rlim_t, rlim_max: hard as libc::rlim_t };
+    // SAFETY: plain syscall with a valid struct.
+    let rc = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+pub fn online_cpus() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+/// Name an I/O error the way operators grep for it: "ECONNREFUSED",
+/// "EADDRNOTAVAIL", "EMFILE", ... and "timeout" for our own deadlines.
+pub fn error_kind_name(e: &io::Error) -> String {
+    match e.raw_os_error() {
+        Some(code) => errno_name(code),
+        None if e.kind() == io::ErrorKind::TimedOut => "timeout".into(),
+        None => format!("{:?}", e.kind()),
+    }
+}
+
+pub fn errno_name(code: i32) -> String {
+    let name = match code {
+        libc::ECONNREFUSED => "ECONNREFUSED",
+        libc::EADDRNOTAVAIL => "EADDRNOTAVAIL",
+        libc::EADDRINUSE => "EADDRINUSE",
+        libc::EMFILE => "EMFILE",
+        libc::ENFILE => "ENFILE",
+        libc::ETIMEDOUT => "ETIMEDOUT",
+        libc::ECONNRESET => "ECONNRESET",
+        libc::ECONNABORTED => "ECONNABORTED",
+        libc::ENOBUFS => "ENOBUFS",
+        libc::ENOMEM => "ENOMEM",
+        libc::EHOSTUNREACH => "EHOSTUNREACH",
+        libc::ENETUNREACH => "ENETUNREACH",
+        libc::EPIPE => "EPIPE",
+        libc::EAGAIN => "EAGAIN",
+        libc::EACCES => "EACCES",
+        libc::EPERM => "EPERM",
+        libc::EINVAL => "EINVAL",
+        _ => return format!("errno_{code}"),
+    };
+    name.to_string()
+}

@@ -1,0 +1,161 @@
+//! Messages between workers and their supervisor.
+//!
+//! Workers write one JSON object per line to their stdout (a pipe the
+//! supervisor reads) and never print anything else there; the supervisor
+//! writes one command per line to the worker's stdin. Counters in a
+//! snapshot are cumulative totals, so the supervisor only keeps the latest
+//! snapshot per worker; histograms are per-interval deltas to be merged.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Write;
+
+/// Worker -> supervisor.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum WorkerMsg {
+    /// The worker is set up (listening, or ready to connect).
+    Ready { worker: usize, pid: u32, fd_limit: u64 },
+    Server(ServerSnapshot),
+    Client(ClientSnapshot),
+    /// The worker cannot go on; the message names the cause and the fix.
+    Fatal { worker: usize, message: String },
+}
+
+/// Supervisor -> worker commands, one per line on the worker's stdin.
+pub const CMD_CLOSE: &str = "close";
+pub const CMD_STOP: &str = "stop";
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ServerSnapshot {
+    pub worker: usize,
+    /// Connections open right now.
+    pub active: u64,
+    pub accepted: u64,
+    pub closed: u64,
+    /// Why connections ended: "peer_closed", "ECONNRESET", "idle_timeout",
+    /// "bad_frame_too_long", ...
+    pub close_reasons: BTreeMap<String, u64>,
+    /// accept() failures by errno ("EMFILE", "ENFILE", ...).
+    pub accept_errors: BTreeMap<String, u64>,
+    pub frames_in: u64,
+    pub frames_out: u64,
+    pub rss_bytes: u64,
+    pub cpu_us: u64,
+    /// Last snapshot before the worker exits.
+    pub last: bool,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ClientSnapshot {
+    pub worker: usize,
+    /// Connections this worker is responsible for.
+    pub planned: u64,
+    /// connect() calls made so far.
+    pub attempted: u64,
+    /// Connections open right now.
+    pub established: u64,
+    /// Connections that ever completed the handshake.
+    pub established_total: u64,
+    /// Handshakes in flight.
+    pub connecting: u64,
+    /// Failed connection attempts by kind ("ECONNREFUSED", "timeout", ...).
+    pub failed: BTreeMap<String, u64>,
+    /// Established connections the server (or network) ended, by reason.
+    pub lost: BTreeMap<String, u64>,
+    pub heartbeats_sent: u64,
+    pub heartbeats_answered: u64,
+    /// CLOCK_MONOTONIC µs when the last planned connection resolved.
+    pub ramp_done_at_us: Option<u64>,
+    /// Interval histogram of handshake times (µs), base64 HdrHistogram V2.
+    pub connect_hist: String,
+    /// Interval histogram of heartbeat round trips from the intended send
+    /// time (µs), base64 HdrHistogram V2.
+    pub rtt_hist: String,
+    pub rss_bytes: u64,
+    pub cpu_us: u64,
+    pub last: bool,
+}
+
+/// Send one message to the supervisor. A broken pipe means the supervisor
+/// is gone; the worker then has no reason to live.
+pub fn emit(msg: &WorkerMsg) {
+    let mut line = serde_json::to_vec(msg).expect("worker messages serialize");
+    line.push(b'\n');
+    let mut out = std::io::stdout().lock();
+    if out.write_all(&line).and_then(|_| out.flush()).is_err() {
+        std::process::exit(3);
+    }
+}
+
+/// Merge the per-kind counters of many workers.
+pub fn merge_counts<'a>(maps: impl Iterator<Item = &'a BTreeMap<String, u64>>) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for m in maps {
+        for (k, v) in m {
+            *out.entry(k.clone()).or_insert(0) += v;
+        }
+    }
+    out
+}
+
+/// What a worker hears from its supervisor.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Command {
+    /// Finish gracefully: drain, close connections, send the last snapshot.
+    Close,
+    /// Stop now (also sent when stdin reaches EOF: the supervisor is gone).
+    Stop,
+}
+
+/// Non-blocking reader of the worker's stdin, registered with the
+/// worker's reactor so commands arrive as readiness events.
+pub struct CommandReader {
+    buf: Vec<u8>,
+}
+
+impl CommandReader {
+    pub fn register(registry: &mio::Registry, token: mio::Token) -> std::io::Result<CommandReader> {
+        // SAFETY: fcntl on our own stdin descriptor.
+        unsafe {
+            let flags = libc::fcntl(0, libc::F_GETFL);
+            libc::fcntl(0, libc::F_SETFL, flags | libc::O_NONBLOCK);
+        }
+        registry.register(&mut mio::unix::SourceFd(&0), token, mio::Interest::READABLE)?;
+        Ok(CommandReader { buf: Vec::new() })
+    }
+
+    /// Read what is there; return the commands received.
+    pub fn poll(&mut self) -> Vec<Command> {
+        let mut cmds = Vec::new();
+        let mut chunk = [0u8; 256];
+        loop {
+            // SAFETY: read into a stack buffer we own.
+            let n = unsafe { libc::read(0, chunk.as_mut_ptr().cast(), chunk.len()) };
+            if n == 0 {
+                cmds.push(Command::Stop);
+                break;
+            }
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                if e.kind() != std::io::ErrorKind::WouldBlock {
+                    cmds.push(Command::Stop);
+                }
+                break;
+            }
+            self.buf.extend_from_slice(&chunk[..n as usize]);
+        }
+        while let Some(pos) = self.buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.buf.drain(..=pos).collect();
+            match std::str::from_utf8(&line).unwrap_or("").trim() {
+                CMD_CLOSE => cmds.push(Command::Close),
+                CMD_STOP => cmds.push(Command::Stop),
+                _ => {}
+            }
+        }
+        cmds
+    }
+}

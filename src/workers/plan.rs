@@ -1,0 +1,80 @@
+//! How many worker processes a target needs.
+//!
+//! The per-process open-file limit (RLIMIT_NOFILE, after raising the soft
+//! limit to the hard one) caps the sockets one process can hold. `auto`
+//! picks enough processes that none is asked to hold more than 90% of that
+//! limit (headroom for SO_REUSEPORT's uneven hashing of accepts), and at
+//! least one per core so every core runs an event loop.
+
+use crate::parse::Workers;
+use serde::Serialize;
+
+/// Share of the fd limit `auto` plans to use per process.
+pub const FD_HEADROOM: f64 = 0.90;
+/// Descriptors a worker needs besides sockets (stdio, epoll, /proc reads).
+pub const BASE_FDS: u64 = 16;
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct WorkerPlan {
+    pub workers: usize,
+    /// Connections each worker is planned to hold at most.
+    pub per_worker: u64,
+    /// The RLIMIT_NOFILE hard limit each worker runs with.
+    pub fd_limit: u64,
+    /// Descriptors per worker not available for connections.
+    pub reserved_fds: u64,
+}
+
+/// Plan `connections` over worker processes whose fd limit is `fd_limit`
+/// and which each spend `reserved_fds` on other things (listeners...).
+pub fn plan_workers(connections: u64, workers: Workers, fd_limit: u64, reserved_fds: u64, cores: usize) -> Result<WorkerPlan, String> {
+    let reserved = reserved_fds + BASE_FDS;
+    let hard_room = fd_limit.saturating_sub(reserved);
+    let planned_room = ((fd_limit as f64 * FD_HEADROOM) as u64).saturating_sub(reserved);
+    if planned_room == 0 {
+        return Err(format!(
+            "RLIMIT_NOFILE is {fd_limit}, which leaves no descriptors for connections after {reserved} reserved ones; \
+             raise the hard limit (`ulimit -Hn`, LimitNOFILE=, /etc/security/limits.conf) or use fewer ports"
+        ));
+    }
+    let needed = connections.div_ceil(planned_room).max(1) as usize;
+    let plan = |w: usize| WorkerPlan { workers: w, per_worker: connections.div_ceil(w as u64), fd_limit, reserved_fds: reserved };
+    match workers {
+        Workers::Auto => Ok(plan(needed.max(cores))),
+        Workers::Fixed(w) => {
+            let per = connections.div_ceil(w as u64);
+            if per > hard_room {
+                let min = connections.div_ceil(hard_room) as usize;
+                return Err(format!(
+                    "--workers {w} puts {per} connections in each process, but a process may open only {fd_limit} files \
+                     (RLIMIT_NOFILE hard limit, {hard_room} left for sockets); use --workers auto or --workers {} or more",
+                    min.max(needed)
+                ));
+            }
+            Ok(plan(w))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_spreads_over_the_fd_wall() {
+        let p = plan_workers(1_000_000, Workers::Auto, 20_000, 100, 2).unwrap();
+        assert_eq!(p.workers, 56);
+        assert!(p.per_worker <= 18_000);
+        let p = plan_workers(3_000, Workers::Auto, 1_000, 3, 2).unwrap();
+        assert!(p.workers >= 4, "{p:?}");
+        assert_eq!(plan_workers(10, Workers::Auto, 20_000, 0, 2).unwrap().workers, 2);
+    }
+
+    #[test]
+    fn fixed_workers_that_cannot_fit_are_refused() {
+        let e = plan_workers(100_000, Workers::Fixed(2), 20_000, 0, 2).unwrap_err();
+        assert!(e.contains("--workers 2") && e.contains("RLIMIT_NOFILE"), "{e}");
+        assert!(plan_workers(30_000, Workers::Fixed(2), 20_000, 0, 2).is_ok());
+        assert!(plan_workers(10, Workers::Auto, 10, 0, 2).unwrap_err().contains("no descriptors"));
+    }
+}
