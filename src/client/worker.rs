@@ -332,8 +332,11 @@ impl Worker {
                 Ok(Some(e)) | Err(e) => return self.fail(k, crate::sys::error_kind_name(&e), now),
                 Ok(None) => {}
             }
-            match stream.peer_addr() {
-                Ok(_) => {
+            // SO_ERROR is 0 and the socket is writable: the handshake is
+            // complete (a hang-up without an error is "not connected").
+            let done = if read_closed { stream.peer_addr().map(|_| ()) } else { Ok(()) };
+            match done {
+                Ok(()) => {
                     let took = (now as u32).wrapping_sub(slot.started_us) as u64;
                     slot.state = State::Established;
                     histogram::record(&mut self.connect_hist, took);

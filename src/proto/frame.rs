@@ -81,7 +81,8 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, FrameError> {
     if len > 1 + MAX_PAYLOAD {
         return Err(FrameError::TooLong(len));
     }
-    let kind = Kind::from_u8(buf[2]).ok_or(FrameError::UnknownKind(buf[2]))?;
+    let Some(&kind_byte) = buf.get(2) else { return Ok(None) };
+    let kind = Kind::from_u8(kind_byte).ok_or(FrameError::UnknownKind(kind_byte))?;
     if buf.len() < 2 + len {
         return Ok(None);
     }
@@ -127,6 +128,7 @@ mod tests {
         let (f, used) = decode(&out).unwrap().unwrap();
         assert_eq!((f.kind, used, stamp_of(f.payload)), (Kind::Heartbeat, 67, Some(42)));
         assert_eq!(decode(&out[..10]).unwrap(), None);
+        assert_eq!(decode(&out[..2]).unwrap(), None);
         assert_eq!(decode(&[0, 0, 1]), Err(FrameError::ZeroLength));
         assert_eq!(decode(&[0xff, 0xff, 1]), Err(FrameError::TooLong(65535)));
         assert_eq!(decode(&[0, 1, 99]), Err(FrameError::UnknownKind(99)));

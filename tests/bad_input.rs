@@ -1,0 +1,77 @@
+//! Bad input: a clear one-line error and exit code 2, never a panic or a
+//! hang; protocol garbage closes the connection and is counted.
+mod common;
+use common::*;
+use std::io::{Read, Write};
+use std::time::Duration;
+
+fn expect_usage_error(args: &[&str], needle: &str) {
+    let mut cmd = megaconn();
+    cmd.args(args);
+    let (code, _out, err) = run(cmd, Duration::from_secs(20));
+    assert_eq!(code, 2, "{args:?} should exit 2, stderr: {err}");
+    assert!(err.contains(needle), "{args:?}: stderr should mention {needle:?}: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn bad_flags_exit_2_naming_the_flag() {
+    expect_usage_error(&["server", "--ports", "8099-8000"], "--ports");
+    expect_usage_error(&["server", "--ports", "8099-8000"], "reversed");
+    expect_usage_error(&["server", "--ports", ""], "empty");
+    expect_usage_error(&["client", "--connections", "10", "--ports", "8000-70000"], "out of range");
+    expect_usage_error(&["client", "--connections", "10", "--rate", "0"], "--rate");
+    expect_usage_error(&["client", "--connections", "10", "--source-ips", "127.0.0.0/40"], "--source-ips");
+    expect_usage_error(&["client", "--connections", "10", "--source-ips", "127.0.0.9-127.0.0.2"], "reversed");
+    expect_usage_error(&["client", "--connections", "10", "--payload", "100000"], "cap of 4096");
+    expect_usage_error(&["client", "--connections", "0"], "--connections");
+    expect_usage_error(&["bench", "--connections", "lots"], "--connections");
+    expect_usage_error(&["client", "--connections", "10", "--workers", "zero"], "--workers");
+}
+
+#[test]
+fn impossible_target_is_refused_before_connecting() {
+    let mut cmd = megaconn();
+    cmd.args(["client", "--ports", "21300", "--source-ips", "127.0.0.2", "--connections", "70000", "--json"]);
+    let (code, out, err) = run(cmd, Duration::from_secs(20));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("cannot fit") && err.contains("ip_local_port_range") && err.contains("--source-ips"), "{err}");
+    assert!(out.is_empty(), "nothing was run: {out}");
+    assert_eq!(sockets_on(21300, 21300), 0);
+}
+
+#[test]
+fn fixed_workers_beyond_the_fd_limit_are_refused() {
+    let mut cmd = megaconn();
+    cmd.args(["server", "--ports", "21310", "--workers", "1", "--connections", "5000"]);
+    with_fd_limit(&mut cmd, 1000);
+    let (code, _, err) = run(cmd, Duration::from_secs(20));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("RLIMIT_NOFILE") && err.contains("--workers"), "{err}");
+}
+
+#[test]
+fn malformed_frames_close_the_connection_and_are_counted() {
+    let (mut srv, _) = server(&["--ports", "21320", "--workers", "1"], None);
+    // A valid heartbeat is echoed as an ack with the same payload.
+    let mut ok = std::net::TcpStream::connect("127.0.0.1:21320").unwrap();
+    ok.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    ok.write_all(&[0, 4, 1, b'a', b'b', b'c']).unwrap();
+    let mut ack = [0u8; 6];
+    ok.read_exact(&mut ack).unwrap();
+    assert_eq!(ack, [0, 4, 2, b'a', b'b', b'c']);
+    // A frame longer than the cap and an unknown kind are closed.
+    for garbage in [&[0xff, 0xff, 1, 0][..], &[0, 1, 77][..]] {
+        let mut bad = std::net::TcpStream::connect("127.0.0.1:21320").unwrap();
+        bad.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        bad.write_all(garbage).unwrap();
+        let mut buf = [0u8; 16];
+        assert_eq!(bad.read(&mut buf).unwrap_or(0), 0, "server must close on garbage");
+    }
+    let v = srv.wait_for(Duration::from_secs(10), "bad frames counted", |v| {
+        v["event"] == "stats" && v["close_reasons"]["bad_frame_too_long"] == 1 && v["close_reasons"]["bad_frame_unknown_kind"] == 1
+    });
+    assert_eq!(v["active"], 1, "the healthy connection stays: {v}");
+    drop(ok);
+    assert!(srv.terminate().success());
+}

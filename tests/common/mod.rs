@@ -1,0 +1,131 @@
+//! Helpers for end-to-end tests: run the real binary, read its JSON
+//! lines, and make sure every process we start dies with the test.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+pub fn megaconn() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_megaconn"))
+}
+
+/// Cap RLIMIT_NOFILE (soft and hard) of the command's process.
+pub fn with_fd_limit(cmd: &mut Command, n: u64) {
+    // SAFETY: setrlimit is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            let r = libc::rlimit { rlim_cur: n, rlim_max: n };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// A child process killed (by PID) when the guard drops, even when the
+/// test panics. Its workers die with it (PR_SET_PDEATHSIG).
+pub struct Running {
+    pub child: Child,
+    pub lines: Receiver<Value>,
+}
+
+impl Running {
+    pub fn spawn(mut cmd: Command) -> Running {
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("start megaconn");
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    if tx.send(v).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        Running { child, lines: rx }
+    }
+
+    /// Wait for a JSON line satisfying `pred`; panic after `timeout`.
+    pub fn wait_for(&self, timeout: Duration, what: &str, mut pred: impl FnMut(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(v) if pred(&v) => return v,
+                Ok(_) => {}
+                Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => panic!("timed out waiting for {what}"),
+            }
+        }
+    }
+
+    /// SIGTERM, then wait for a clean exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        // SAFETY: signalling our own child by PID.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st;
+            }
+            assert!(Instant::now() < deadline, "process did not stop after SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Run a command to completion with a time limit; returns (exit code,
+/// stdout, stderr).
+pub fn run(mut cmd: Command, limit: Duration) -> (i32, String, String) {
+    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start megaconn");
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => {
+            let out = out.unwrap();
+            (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+        }
+        Err(_) => {
+            // SAFETY: killing our own child by PID.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            panic!("command did not finish within {limit:?}");
+        }
+    }
+}
+
+/// TCP sockets (any state) on loopback with a local or remote port in
+/// [lo, hi], as `ss` lists them.
+pub fn sockets_on(lo: u16, hi: u16) -> usize {
+    let out = Command::new("ss")
+        .args(["-tanH", "state", "all", &format!("( sport >= :{lo} and sport <= :{hi} ) or ( dport >= :{lo} and dport <= :{hi} )")])
+        .output()
+        .expect("ss is installed (iproute2)");
+    String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.trim().is_empty()).count()
+}
+
+/// Start a server with JSON output and wait until it listens.
+pub fn server(args: &[&str], fd_limit: Option<u64>) -> (Running, Value) {
+    let mut cmd = megaconn();
+    cmd.arg("server").args(args).args(["--json", "--stats-interval", "200ms", "--duration", "120s"]);
+    if let Some(n) = fd_limit {
+        with_fd_limit(&mut cmd, n);
+    }
+    let s = Running::spawn(cmd);
+    let plan = s.wait_for(Duration::from_secs(20), "server plan", |v| v["event"] == "plan");
+    s.wait_for(Duration::from_secs(20), "server ready", |v| v["event"] == "ready");
+    (s, plan)
+}
