@@ -58,6 +58,8 @@ const SCRATCH: usize = 64 * 1024;
 /// keeps 100 processes from spending the CPU on epoll_wait.
 const RAMP_TICK_US: u64 = 1_000;
 const BEAT_TICK_US: u64 = 1_000;
+/// Fewest handshakes a worker may have in flight (see `ramp`).
+const MIN_INFLIGHT: f64 = 128.0;
 /// Longest wait for outstanding heartbeats before closing.
 const DRAIN_US: u64 = 3_000_000;
 
@@ -207,7 +209,11 @@ impl Worker {
             return;
         }
         let due = ((((now - self.cfg.start_at_us) as f64) * self.cfg.rate / 1e6) as u64 + 1).min(self.cfg.count);
-        while self.created < due {
+        // Never offer handshakes faster than this process completes them:
+        // beyond the cap the CPU would go to connect() while finished
+        // handshakes wait unprocessed (and falsely time out).
+        let cap = (self.cfg.rate / 10.0).max(MIN_INFLIGHT) as u64;
+        while self.created < due && self.stats.connecting < cap {
             let k = self.created as usize;
             self.created += 1;
             self.open(k, now);

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Kernel settings for million-connection runs on one machine (root only).
+# Prints every value before and after; changes nothing it does not print.
+# `megaconn tune --connections N --apply` is the general tool; this script
+# is the fixed recipe the benchmarks in BENCHMARKS.md were run with.
+set -euo pipefail
+ports="${MEGACONN_BENCH_PORTS:-8000-8099}"
+set_sysctl() {
+  local key="$1" value="$2" path="/proc/sys/${1//.//}"
+  local before; before="$(tr '\t' ' ' < "$path")"
+  if [ "$before" != "$value" ]; then
+    sysctl -q -w "$key=$value"
+    echo "sysctl $key: '$before' -> '$value'"
+  else
+    echo "sysctl $key: '$value' (unchanged)"
+  fi
+}
+if [ "$(id -u)" != 0 ]; then
+  echo "bench/sysctl.sh: needs root to set sysctls; run it with sudo" >&2
+  exit 1
+fi
+# 64K ephemeral ports per (source address, destination) pair instead of 28K.
+set_sysctl net.ipv4.ip_local_port_range "1024 65535"
+# Keep the kernel from handing the server's ports to outgoing connections.
+set_sysctl net.ipv4.ip_local_reserved_ports "${ports}"
+# Deep accept and SYN queues so a fast ramp does not overflow listen queues.
+set_sysctl net.core.somaxconn 65535
+set_sysctl net.ipv4.tcp_max_syn_backlog 65535
+# Room for 2M+ sockets system-wide (both ends of every loopback pair).
+set_sysctl fs.file-max 4194304
+set_sysctl fs.nr_open 1048576
