@@ -29,13 +29,19 @@ pub struct BenchReport {
     pub client_workers: usize,
     /// Server connections counted at the end of the hold.
     pub server_active_at_hold: u64,
+    /// Sum of the server workers' PSS before any connection, bytes.
+    pub server_pss_baseline_bytes: u64,
+    pub server_pss_at_hold_bytes: u64,
+    pub server_anon_baseline_bytes: u64,
+    pub server_anon_at_hold_bytes: u64,
+    /// (anonymous PSS at hold - before connections) / connections held.
+    pub server_user_bytes_per_conn: f64,
+    /// PSS at hold / connections held: every process's baseline included.
+    pub server_user_bytes_per_conn_with_processes: f64,
+    /// Sum of RSS, which counts the shared binary once per process.
     pub server_rss_baseline_bytes: u64,
     pub server_rss_at_hold_bytes: u64,
-    /// (RSS at hold - RSS before connections) / connections held.
-    pub server_user_bytes_per_conn: f64,
-    /// RSS at hold / connections held: includes every process's baseline.
-    pub server_user_bytes_per_conn_with_processes: f64,
-    pub client_rss_at_hold_bytes: u64,
+    pub client_pss_at_hold_bytes: u64,
     /// Delta of /proc/meminfo Slab / connections (both ends on this host).
     pub kernel_slab_bytes_per_conn: f64,
     /// Delta of the socket slab caches alone / connections.
@@ -47,6 +53,16 @@ pub struct BenchReport {
     pub sockets_left: usize,
     pub client: ClientSummary,
     pub server: ServerTotals,
+}
+
+/// Readings taken when the hold ends, before anything closes.
+#[derive(Default)]
+struct HoldSample {
+    server_rss: u64,
+    server_pss: memory::Pss,
+    client_pss: u64,
+    kernel: KernelMemory,
+    active: u64,
 }
 
 pub fn run(args: BenchArgs) -> Result<i32> {
@@ -99,9 +115,10 @@ pub fn run(args: BenchArgs) -> Result<i32> {
     let mut server = crate::server::start(&server_args, &splan, None, &tx, &rx)?;
     let server_pids = server.pool.pids();
     let server_rss_baseline = memory::rss_of(&server_pids);
-    progress.note(&format!("server ready: {} workers, {} RSS", splan.workers, format::bytes(server_rss_baseline)));
+    let server_pss_baseline = memory::pss_of(&server_pids);
+    progress.note(&format!("server ready: {} workers, {} PSS ({} RSS)", splan.workers, format::bytes(server_pss_baseline.total), format::bytes(server_rss_baseline)));
     let mut client = ClientRun::start(&cplan, &client_args.load, &cwplan, None, &tx)?;
-    let mut sample: Option<(u64, u64, KernelMemory, u64)> = None;
+    let mut sample: Option<HoldSample> = None;
     let mut failure = None;
     let mut next_print = Instant::now() + Duration::from_secs(2);
     loop {
@@ -134,7 +151,13 @@ pub fn run(args: BenchArgs) -> Result<i32> {
             Tick::RampDone => progress.note(&format!("ramp done: {}", client.progress_line())),
             Tick::HoldOver => {
                 let s = server.view.totals();
-                sample = Some((memory::rss_of(&server_pids), memory::rss_of(&client.pool.pids()), memory::kernel_memory(), s.active));
+                sample = Some(HoldSample {
+                    server_rss: memory::rss_of(&server_pids),
+                    server_pss: memory::pss_of(&server_pids),
+                    client_pss: memory::pss_of(&client.pool.pids()).total,
+                    kernel: memory::kernel_memory(),
+                    active: s.active,
+                });
                 progress.note(&format!("hold over: {} | server connections {}", client.progress_line(), format::count(s.active)));
                 client.close();
             }
@@ -167,8 +190,8 @@ pub fn run(args: BenchArgs) -> Result<i32> {
     }
     let summary = client.summary();
     let stotals = server.view.totals();
-    let (srv_rss, cli_rss, kmem, active_at_hold) = sample.unwrap_or((0, 0, KernelMemory::default(), 0));
-    let held = active_at_hold.max(1) as f64;
+    let hs = sample.unwrap_or_default();
+    let held = hs.active.max(1) as f64;
     let report = BenchReport {
         target: args.connections,
         established: summary.established,
@@ -176,15 +199,19 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         failed_total: summary.failed_total,
         server_workers: splan.workers,
         client_workers: cwplan.workers,
-        server_active_at_hold: active_at_hold,
+        server_active_at_hold: hs.active,
+        server_pss_baseline_bytes: server_pss_baseline.total,
+        server_pss_at_hold_bytes: hs.server_pss.total,
+        server_anon_baseline_bytes: server_pss_baseline.anon,
+        server_anon_at_hold_bytes: hs.server_pss.anon,
+        server_user_bytes_per_conn: hs.server_pss.anon.saturating_sub(server_pss_baseline.anon) as f64 / held,
+        server_user_bytes_per_conn_with_processes: hs.server_pss.total as f64 / held,
         server_rss_baseline_bytes: server_rss_baseline,
-        server_rss_at_hold_bytes: srv_rss,
-        server_user_bytes_per_conn: srv_rss.saturating_sub(server_rss_baseline) as f64 / held,
-        server_user_bytes_per_conn_with_processes: srv_rss as f64 / held,
-        client_rss_at_hold_bytes: cli_rss,
-        kernel_slab_bytes_per_conn: kmem.slab_bytes.saturating_sub(kernel_before.slab_bytes) as f64 / held,
-        kernel_socket_cache_bytes_per_conn: kmem.socket_cache_bytes.saturating_sub(kernel_before.socket_cache_bytes) as f64 / held,
-        tcp_objects_added: kmem.tcp_objects as i64 - kernel_before.tcp_objects as i64,
+        server_rss_at_hold_bytes: hs.server_rss,
+        client_pss_at_hold_bytes: hs.client_pss,
+        kernel_slab_bytes_per_conn: hs.kernel.slab_bytes.saturating_sub(kernel_before.slab_bytes) as f64 / held,
+        kernel_socket_cache_bytes_per_conn: hs.kernel.socket_cache_bytes.saturating_sub(kernel_before.socket_cache_bytes) as f64 / held,
+        tcp_objects_added: hs.kernel.tcp_objects as i64 - kernel_before.tcp_objects as i64,
         server_cpu_seconds: stotals.cpu_seconds,
         client_cpu_seconds: summary.cpu_seconds,
         server_active_after_close: active_after,
@@ -214,12 +241,15 @@ fn print_report(r: &BenchReport) {
         r.server_cpu_seconds
     );
     println!(
-        "user memory   server RSS {} -> {}: {:.0} B/conn added ({:.0} B/conn with process baselines) | client RSS {}",
+        "user memory   server heap {} -> {}: {:.0} B/conn added | PSS at hold {}: {:.0} B/conn with process baselines (RSS {} -> {}) | client PSS {}",
+        format::bytes(r.server_anon_baseline_bytes),
+        format::bytes(r.server_anon_at_hold_bytes),
+        r.server_user_bytes_per_conn,
+        format::bytes(r.server_pss_at_hold_bytes),
+        r.server_user_bytes_per_conn_with_processes,
         format::bytes(r.server_rss_baseline_bytes),
         format::bytes(r.server_rss_at_hold_bytes),
-        r.server_user_bytes_per_conn,
-        r.server_user_bytes_per_conn_with_processes,
-        format::bytes(r.client_rss_at_hold_bytes)
+        format::bytes(r.client_pss_at_hold_bytes)
     );
     println!(
         "kernel memory {:.0} B/conn Slab delta, {:.0} B/conn in socket caches (both ends), TCP objects +{}",

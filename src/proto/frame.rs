@@ -18,8 +18,8 @@
 
 use crate::parse::MAX_PAYLOAD;
 
+/// Bytes before the payload: length (2) and kind (1).
 pub const HEADER_LEN: usize = 3;
-pub const MAX_FRAME_LEN: usize = HEADER_LEN + MAX_PAYLOAD;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -93,6 +93,7 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, FrameError> {
 /// (flags are validated long before), so they are truncated to the cap.
 pub fn encode(out: &mut Vec<u8>, kind: Kind, payload: &[u8]) {
     let payload = &payload[..payload.len().min(MAX_PAYLOAD)];
+    out.reserve(HEADER_LEN + payload.len());
     out.extend_from_slice(&((payload.len() + 1) as u16).to_be_bytes());
     out.push(kind as u8);
     out.extend_from_slice(payload);

@@ -35,11 +35,6 @@ impl ServerView {
         }
     }
 
-    /// Workers whose last snapshot said they exited.
-    pub fn finished(&self) -> usize {
-        self.latest.iter().flatten().filter(|s| s.last).count()
-    }
-
     pub fn totals(&self) -> ServerTotals {
         let s: Vec<&ServerSnapshot> = self.latest.iter().flatten().collect();
         ServerTotals {

@@ -68,6 +68,27 @@ pub fn rss_of(pids: &[u32]) -> u64 {
         .sum()
 }
 
+/// PSS (proportional set size) summed over processes.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Pss {
+    /// Everything, with shared pages (the binary's text) split between the
+    /// processes mapping them: what the processes cost the machine.
+    pub total: u64,
+    /// Anonymous memory only (heap, stacks): what connections allocate,
+    /// unaffected by how many other processes share the binary.
+    pub anon: u64,
+}
+
+/// Sum of PSS over processes, bytes (vanished processes count 0).
+pub fn pss_of(pids: &[u32]) -> Pss {
+    let mut out = Pss::default();
+    for s in pids.iter().filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()) {
+        out.total += meminfo_kib(&s, "Pss:").unwrap_or(0) * 1024;
+        out.anon += meminfo_kib(&s, "Pss_Anon:").unwrap_or(0) * 1024;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

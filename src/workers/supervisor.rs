@@ -51,7 +51,6 @@ pub enum PoolEvent {
 pub type Delivery = (Role, usize, PoolEvent);
 
 pub struct WorkerPool {
-    pub role: Role,
     children: Vec<Child>,
     stdins: Vec<Option<ChildStdin>>,
 }
@@ -66,7 +65,7 @@ impl WorkerPool {
     /// set, caps the workers' RLIMIT_NOFILE (rehearsing the fd wall small).
     pub fn spawn(role: Role, configs: &[String], fd_limit: Option<u64>, tx: &Sender<Delivery>) -> Result<WorkerPool> {
         let exe = std::env::current_exe().context("cannot locate the megaconn binary to start workers")?;
-        let mut pool = WorkerPool { role, children: Vec::new(), stdins: Vec::new() };
+        let mut pool = WorkerPool { children: Vec::new(), stdins: Vec::new() };
         for (i, config) in configs.iter().enumerate() {
             let mut cmd = Command::new(&exe);
             cmd.arg("__worker")
