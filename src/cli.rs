@@ -22,6 +22,8 @@ pub enum Cmd {
     Client(ClientArgs),
     /// Server and client on this machine: ramp to N, hold, measure, report.
     Bench(BenchArgs),
+    /// The doctor: every limit on connection count, which one binds, the fix.
+    Tune(TuneArgs),
     /// Internal: one worker process (started by a supervisor).
     #[command(name = "__worker", hide = true)]
     Worker { role: String, config: String },
@@ -150,4 +152,32 @@ pub struct BenchArgs {
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct TuneArgs {
+    /// Target number of connections.
+    #[arg(long, value_parser = parse::positive_count)]
+    pub connections: u64,
+    /// Which ends run on this machine: both (loopback test) counts two sockets per connection.
+    #[arg(long, value_enum, default_value = "both")]
+    pub role: crate::tune::plan::TuneRole,
+    /// Server ports (their count sets listener fds and port-pair capacity).
+    #[arg(long, default_value = "8000-8099")]
+    pub ports: PortList,
+    /// Planned new connections per second (sizes the accept queues).
+    #[arg(long, value_parser = parse::positive_count, default_value = "50000")]
+    pub rate: u64,
+    /// Write /etc/sysctl.d/90-megaconn.conf and load it (root only).
+    #[arg(long)]
+    pub apply: bool,
+    /// Show what --apply would write, change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print the assessment as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Read /proc and /sys below this directory (testing).
+    #[arg(long, default_value = "/", hide = true)]
+    pub root: std::path::PathBuf,
 }

@@ -10,6 +10,7 @@ mod server;
 mod signals;
 mod stats;
 mod sys;
+mod tune;
 mod workers;
 
 use clap::Parser;
@@ -34,6 +35,7 @@ fn main() {
         Cmd::Server(a) => server::run(a),
         Cmd::Client(a) => client::run(a),
         Cmd::Bench(a) => bench::run(a),
+        Cmd::Tune(a) => tune::run(a),
         Cmd::Worker { role, config } => workers::run_worker(&role, &config).map(|_| 0),
     };
     match result {

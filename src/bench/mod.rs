@@ -98,7 +98,11 @@ pub fn run(args: BenchArgs) -> Result<i32> {
     };
     let splan = crate::server::plan(&server_args, fds.hard).map_err(crate::UsageError)?;
     let (cplan, cwplan) = crate::client::plan(&client_args, fds.hard).map_err(crate::UsageError)?;
+    let warnings = crate::tune::precheck(args.connections, crate::tune::plan::TuneRole::Both, args.ports.0.len() as u64, args.rate)?;
     let mut progress = Progress::new(false);
+    for w in &warnings {
+        progress.note(w);
+    }
     progress.note(&format!(
         "bench: {} connections on 127.0.0.1 ports {}-{} | server {} workers | client: {}",
         format::count(args.connections),

@@ -44,7 +44,11 @@ pub fn run(args: ClientArgs) -> Result<i32> {
     crate::signals::install();
     let (before, after) = crate::sys::raise_fd_limit();
     let (cp, wp) = plan(&args, after.hard).map_err(crate::UsageError)?;
+    let warnings = crate::tune::precheck(cp.count, crate::tune::plan::TuneRole::Client, cp.ports.len() as u64, args.load.rate)?;
     let mut progress = Progress::new(false);
+    for w in &warnings {
+        progress.note(w);
+    }
     progress.note(&format!("RLIMIT_NOFILE soft {} -> {} (hard {})", before.soft, after.soft, after.hard));
     progress.note(&describe(&cp, &wp));
     for w in &cp.warnings {

@@ -71,7 +71,14 @@ pub fn run(args: ServerArgs) -> Result<i32> {
     crate::signals::install();
     let (before, after) = crate::sys::raise_fd_limit();
     let plan = plan(&args, after.hard).map_err(crate::UsageError)?;
+    let warnings = match args.connections {
+        Some(n) => crate::tune::precheck(n, crate::tune::plan::TuneRole::Server, args.ports.0.len() as u64, 50_000)?,
+        None => Vec::new(),
+    };
     let mut progress = Progress::new(false);
+    for w in &warnings {
+        progress.note(w);
+    }
     let say = |p: &mut Progress, json: bool, line: String, value: serde_json::Value| {
         if json {
             println!("{value}");

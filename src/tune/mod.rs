@@ -1,0 +1,69 @@
+//! `megaconn tune`: the doctor. Reads every limit on connection count,
+//! says which one binds for a target N and prints (or applies) the fix.
+//! server, client and bench run the same check before they start.
+pub mod apply;
+pub mod limits;
+pub mod plan;
+
+use crate::cli::TuneArgs;
+use crate::stats::format;
+use anyhow::Result;
+use plan::{Assessment, Request, Status, TuneRole};
+
+pub fn assess_here(root: &std::path::Path, connections: u64, role: TuneRole, ports: u64, rate: u64) -> Assessment {
+    let l = limits::Reader::new(root).read_all();
+    plan::assess(&l, Request { connections, role, ports, rate, cpus: crate::sys::online_cpus() })
+}
+
+/// The check every run does first: Err (a usage error) when a limit makes
+/// the target impossible, else the warning lines to show.
+pub fn precheck(connections: u64, role: TuneRole, ports: u64, rate: u64) -> Result<Vec<String>, crate::UsageError> {
+    let a = assess_here(std::path::Path::new("/"), connections, role, ports, rate);
+    if let Some(b) = &a.binding {
+        let role_name = format!("{role:?}").to_lowercase();
+        let causes: Vec<String> = a
+            .rows
+            .iter()
+            .filter(|r| r.status == Status::Binds)
+            .map(|r| format!("{} is {}, needs {} (fix: {})", r.limit, r.current, r.needed, r.fix.as_deref().unwrap_or("see megaconn tune")))
+            .collect();
+        return Err(crate::UsageError(format!(
+            "{} connections cannot be reached; {b} binds first. {}. Details: megaconn tune --connections {connections} --role {role_name}",
+            format::count(connections),
+            causes.join("; ")
+        )));
+    }
+    Ok(a.rows.iter().filter(|r| r.status == Status::Warning).map(|r| format!("warning: {}: {} (needs {}){}", r.limit, r.current, r.needed, r.fix.as_ref().map(|f| format!("; fix: {f}")).unwrap_or_default())).collect())
+}
+
+pub fn run(args: TuneArgs) -> Result<i32> {
+    let a = assess_here(&args.root, args.connections, args.role, args.ports.0.len() as u64, args.rate);
+    if args.apply || args.dry_run {
+        print_table(&a);
+        return apply::apply(&a, &args.root, args.dry_run);
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&a)?);
+    } else {
+        print_table(&a);
+    }
+    Ok(if a.binding.is_some() { 1 } else { 0 })
+}
+
+fn print_table(a: &Assessment) {
+    let w0 = a.rows.iter().map(|r| r.limit.len()).max().unwrap_or(5).max(5);
+    let w1 = a.rows.iter().map(|r| r.current.len()).max().unwrap_or(7).max(7);
+    println!("{:<w0$}  {:<w1$}  {:<7}  needed / fix", "limit", "current", "status");
+    for r in &a.rows {
+        let status = match r.status {
+            Status::Ok => "ok",
+            Status::Warning => "warning",
+            Status::Binds => "BINDS",
+        };
+        println!("{:<w0$}  {:<w1$}  {:<7}  {}", r.limit, r.current, status, r.needed);
+        if let Some(f) = &r.fix {
+            println!("{:<w0$}  {:<w1$}           fix: {f}", "", "");
+        }
+    }
+    println!("\n{}", a.verdict);
+}
