@@ -2,7 +2,10 @@
 //! only: validation of single values lives in `parse`, cross-checks
 //! against the machine's limits in the subcommands themselves.
 
-use crate::parse::{self, IpList, OptDuration, PortList, Shard, Workers};
+use crate::parse::{self, IpList, OptDuration, PerSecond, PortList, Shard, Workers};
+use crate::proto::Protocol;
+use crate::server::business::BusinessMode;
+use crate::server::service_time::ServiceTime;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::Ipv4Addr;
 use std::time::Duration;
@@ -52,6 +55,18 @@ pub struct ServerArgs {
     /// Stop by itself after this long (default: run until Ctrl-C).
     #[arg(long, default_value = "off")]
     pub duration: OptDuration,
+    /// Wire protocol: framed (default) or echo8 (raw 8-byte timestamps).
+    #[arg(long, value_enum, default_value = "framed")]
+    pub protocol: Protocol,
+    /// Where requests run: inline (blocks the event loop), pool:N (N threads per worker), async.
+    #[arg(long, default_value = "async")]
+    pub business: BusinessMode,
+    /// Queue depth in front of the pool; a full queue rejects requests.
+    #[arg(long, value_parser = parse::positive_count, default_value = "10000")]
+    pub queue: u64,
+    /// Simulated business time: classic, 0, 5ms, or 1ms:90%,10ms:5%,100ms:4%,1000ms:1%.
+    #[arg(long, default_value = "0")]
+    pub service_time: ServiceTime,
     /// Print stats and the summary as JSON lines on stdout.
     #[arg(long)]
     pub json: bool,
@@ -82,9 +97,18 @@ pub struct LoadArgs {
     /// Heartbeat interval per connection ("off" to disable).
     #[arg(long, default_value = "30s")]
     pub heartbeat: OptDuration,
-    /// Heartbeat payload in bytes (cap 4096).
+    /// Heartbeat and request payload in bytes (cap 4096; requests carry at least 8).
     #[arg(long, value_parser = parse::payload, default_value = "64")]
     pub payload: usize,
+    /// Requests per connection, open loop (e.g. 1/s); off by default.
+    #[arg(long, default_value = "off")]
+    pub request_rate: PerSecond,
+    /// A reply later than this (or never) counts as a timeout.
+    #[arg(long, value_parser = parse::duration, default_value = "10s")]
+    pub request_timeout: Duration,
+    /// Wire protocol: framed (default) or echo8 (raw 8-byte ms timestamps; no heartbeats).
+    #[arg(long, value_enum, default_value = "framed")]
+    pub protocol: Protocol,
     /// How long to hold all connections after the ramp.
     #[arg(long, value_parser = parse::duration, default_value = "30s")]
     pub hold: Duration,
@@ -119,6 +143,11 @@ pub struct ClientArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
+    /// What to run: connections (ramp, hold, memory) or business (the
+    /// thread-pool experiment: 1000 conns x 1 req/s against inline,
+    /// pool:1000, pool:20 and async, classic service time).
+    #[arg(long, value_enum, default_value = "connections")]
+    pub scenario: Scenario,
     /// Connections to reach and hold.
     #[arg(long, value_parser = parse::positive_count, default_value = "200000")]
     pub connections: u64,
@@ -128,9 +157,9 @@ pub struct BenchArgs {
     /// New connections per second.
     #[arg(long, value_parser = parse::positive_count, default_value = "50000")]
     pub rate: u64,
-    /// Hold time after the ramp.
-    #[arg(long, value_parser = parse::duration, default_value = "20s")]
-    pub hold: Duration,
+    /// Hold time after the ramp (default 20s; 30s per mode for --scenario business).
+    #[arg(long, value_parser = parse::duration)]
+    pub hold: Option<Duration>,
     /// Heartbeat interval per connection ("off" to disable).
     #[arg(long, default_value = "30s")]
     pub heartbeat: OptDuration,
@@ -180,4 +209,10 @@ pub struct TuneArgs {
     /// Read /proc and /sys below this directory (testing).
     #[arg(long, default_value = "/", hide = true)]
     pub root: std::path::PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Scenario {
+    Connections,
+    Business,
 }

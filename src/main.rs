@@ -10,6 +10,7 @@ mod server;
 mod signals;
 mod stats;
 mod sys;
+mod timer;
 mod tune;
 mod workers;
 

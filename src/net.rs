@@ -39,6 +39,37 @@ pub fn read_frames<S: Read>(
     read_closed: bool,
     mut on_frame: impl FnMut(Frame<'_>) -> Result<(), &'static str>,
 ) -> ReadEnd {
+    read_chunks(stream, partial, scratch, read_closed, |buf| decode_all(buf, &mut on_frame))
+}
+
+/// Read everything the socket has and cut it into fixed-size units (the
+/// echo8 protocol: 8-byte timestamps with no framing).
+pub fn read_fixed<S: Read>(
+    stream: &mut S,
+    partial: &mut Spill,
+    scratch: &mut [u8],
+    read_closed: bool,
+    unit: usize,
+    mut on_unit: impl FnMut(&[u8]) -> Result<(), &'static str>,
+) -> ReadEnd {
+    read_chunks(stream, partial, scratch, read_closed, |buf| {
+        let whole = buf.len() / unit * unit;
+        for u in buf[..whole].chunks_exact(unit) {
+            on_unit(u)?;
+        }
+        Ok(whole)
+    })
+}
+
+/// The read loop both protocols share: `consume` takes the bytes so far
+/// and returns how many it used; the rest waits in `partial`.
+fn read_chunks<S: Read>(
+    stream: &mut S,
+    partial: &mut Spill,
+    scratch: &mut [u8],
+    read_closed: bool,
+    mut consume: impl FnMut(&[u8]) -> Result<usize, &'static str>,
+) -> ReadEnd {
     loop {
         let n = match stream.read(scratch) {
             Ok(0) => return ReadEnd::Eof,
@@ -50,7 +81,7 @@ pub fn read_frames<S: Read>(
         let result = match partial {
             Some(buf) => {
                 buf.extend_from_slice(&scratch[..n]);
-                let r = decode_all(buf, &mut on_frame);
+                let r = consume(buf);
                 if let Ok(used) = r {
                     buf.drain(..used);
                 }
@@ -60,7 +91,7 @@ pub fn read_frames<S: Read>(
                 r
             }
             None => {
-                let r = decode_all(&scratch[..n], &mut on_frame);
+                let r = consume(&scratch[..n]);
                 if let Ok(used) = r {
                     if used < n {
                         *partial = Some(Box::new(scratch[used..n].to_vec()));
@@ -189,6 +220,21 @@ mod tests {
             Ok(())
         });
         assert_eq!(stamps, vec![0, 1, 2, 3, 4]);
+        assert!(partial.is_none());
+    }
+
+    #[test]
+    fn fixed_units_reassemble_across_reads() {
+        let bytes: Vec<u8> = (0u64..5).flat_map(|i| i.to_be_bytes()).collect();
+        let mut s = Chunks(bytes, 3);
+        let mut partial = None;
+        let mut got = Vec::new();
+        let end = read_fixed(&mut s, &mut partial, &mut [0u8; 3], false, 8, |u| {
+            got.push(u64::from_be_bytes(u.try_into().unwrap()));
+            Ok(())
+        });
+        assert_eq!(end, ReadEnd::Open);
+        assert_eq!(got, vec![0, 1, 2, 3, 4]);
         assert!(partial.is_none());
     }
 

@@ -150,6 +150,33 @@ pub fn positive_count(s: &str) -> Result<u64, String> {
     v.checked_mul(mult).ok_or_else(|| format!("'{s}' is too large"))
 }
 
+/// A per-connection rate: "1/s", "0.5/s", "300/m", "5" (per second), or
+/// "off". Returns requests per second.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PerSecond(pub Option<f64>);
+
+impl FromStr for PerSecond {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        const EX: &str = "expected a rate like 1/s, 0.5/s, 300/m or off";
+        let t = s.trim();
+        if t == "off" || t == "0" {
+            return Ok(PerSecond(None));
+        }
+        let (num, per) = match t.split_once('/') {
+            Some((n, "s")) => (n, 1.0),
+            Some((n, "m")) => (n, 60.0),
+            Some((_, u)) => return Err(format!("unknown unit '/{u}'; {EX}")),
+            None => (t, 1.0),
+        };
+        let v: f64 = num.trim().parse().map_err(|_| format!("'{s}' is not a rate; {EX}"))?;
+        if !(v.is_finite() && v > 0.0) || v / per > 100_000.0 {
+            return Err(format!("'{s}' must be above 0 and at most 100000/s per connection; {EX}"));
+        }
+        Ok(PerSecond(Some(v / per)))
+    }
+}
+
 /// Heartbeat/request payload size in bytes, capped at [`MAX_PAYLOAD`].
 pub fn payload(s: &str) -> Result<usize, String> {
     let v: usize = s.trim().parse().map_err(|_| format!("'{s}' is not a byte count; expected e.g. 64"))?;
@@ -243,6 +270,11 @@ mod tests {
         assert_eq!(duration("2").unwrap(), Duration::from_secs(2));
         assert_eq!("off".parse::<OptDuration>().unwrap().0, None);
         assert!(payload("5000").is_err());
+        assert_eq!("5/s".parse::<PerSecond>().unwrap().0, Some(5.0));
+        assert_eq!("120/m".parse::<PerSecond>().unwrap().0, Some(2.0));
+        assert_eq!("off".parse::<PerSecond>().unwrap().0, None);
+        assert!("-1/s".parse::<PerSecond>().is_err());
+        assert!("1/h".parse::<PerSecond>().is_err());
         let s: Shard = "1/4".parse().unwrap();
         assert_eq!(s.range(100), (25, 50));
         assert!("4/4".parse::<Shard>().is_err());

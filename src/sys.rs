@@ -47,6 +47,12 @@ pub fn self_rss_bytes() -> u64 {
     pages * page_size()
 }
 
+/// Threads in this process (from /proc/self/status).
+pub fn self_threads() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status.lines().find_map(|l| l.strip_prefix("Threads:")).and_then(|v| v.trim().parse().ok()).unwrap_or(1)
+}
+
 pub fn page_size() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };

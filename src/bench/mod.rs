@@ -4,6 +4,7 @@
 //! everything and reports. The bench process is the supervisor of both
 //! pools (one event channel, one progress line); every worker is its child
 //! and dies with it.
+pub mod business;
 pub mod sockets;
 
 use crate::cli::{BenchArgs, ClientArgs, CloseMode, LoadArgs, ServerArgs};
@@ -67,6 +68,10 @@ struct HoldSample {
 
 pub fn run(args: BenchArgs) -> Result<i32> {
     crate::signals::install();
+    if args.scenario == crate::cli::Scenario::Business {
+        return business::run(args);
+    }
+    let hold = args.hold.unwrap_or(Duration::from_secs(20));
     let (_, fds) = crate::sys::raise_fd_limit();
     let server_args = ServerArgs {
         listen: Ipv4Addr::LOCALHOST,
@@ -76,6 +81,10 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         idle_timeout: crate::parse::OptDuration(None),
         stats_interval: Duration::from_secs(1),
         duration: crate::parse::OptDuration(None),
+        protocol: crate::proto::Protocol::Framed,
+        business: crate::server::business::BusinessMode::Async,
+        queue: 10_000,
+        service_time: crate::server::service_time::ServiceTime::Fixed(Duration::ZERO),
         json: false,
     };
     let client_args = ClientArgs {
@@ -87,7 +96,10 @@ pub fn run(args: BenchArgs) -> Result<i32> {
             source_ips: args.source_ips.clone(),
             heartbeat: args.heartbeat,
             payload: args.payload,
-            hold: args.hold,
+            request_rate: crate::parse::PerSecond(None),
+            request_timeout: Duration::from_secs(10),
+            protocol: crate::proto::Protocol::Framed,
+            hold,
             connect_timeout: args.connect_timeout,
             close: CloseMode::Reset,
             stats_interval: Duration::from_secs(2),

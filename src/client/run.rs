@@ -56,6 +56,7 @@ pub struct ClientSummary {
     pub heartbeats_sent: u64,
     pub heartbeats_answered: u64,
     pub heartbeat_rtt_ms: LatencySummary,
+    pub requests: Option<RequestSummary>,
     pub hold_seconds: f64,
     pub workers: usize,
     pub source_addresses: u64,
@@ -63,6 +64,23 @@ pub struct ClientSummary {
     pub cpu_seconds: f64,
     pub rss_bytes: u64,
     pub interrupted: bool,
+}
+
+/// Request results, present when `--request-rate` was set.
+#[derive(Debug, Clone, Serialize)]
+pub struct RequestSummary {
+    /// Replies per second during the hold.
+    pub qps: f64,
+    /// What the schedule offered: connections x rate.
+    pub offered_qps: f64,
+    pub sent: u64,
+    pub replies: u64,
+    pub rejected: u64,
+    /// Replies later than --request-timeout plus requests never answered.
+    pub timeouts: u64,
+    pub bad_echo: u64,
+    /// Latency from the intended send time (open loop).
+    pub latency_ms: LatencySummary,
 }
 
 pub struct ClientRun {
@@ -81,6 +99,11 @@ pub struct ClientRun {
     prev_est: u64,
     prev_at_us: u64,
     last_rate: f64,
+    prev_replies: u64,
+    /// (µs, replies) when the hold started and ended.
+    replies_at_hold: Option<(u64, u64)>,
+    replies_at_close: Option<(u64, u64)>,
+    request_rate: Option<f64>,
 }
 
 impl ClientRun {
@@ -107,6 +130,9 @@ impl ClientRun {
                     connect_timeout_ms: load.connect_timeout.as_millis() as u64,
                     heartbeat_us: load.heartbeat.0.map(|d| d.as_micros() as u64),
                     payload: load.payload,
+                    request_us: load.request_rate.0.map(|r| (1e6 / r) as u64),
+                    request_timeout_us: load.request_timeout.as_micros() as u64,
+                    protocol: load.protocol,
                     stats_interval_ms: load.stats_interval.as_millis().clamp(100, 1000) as u64,
                     close: load.close,
                     deadline_us,
@@ -131,6 +157,10 @@ impl ClientRun {
             prev_est: 0,
             prev_at_us: start_at_us,
             last_rate: 0.0,
+            prev_replies: 0,
+            replies_at_hold: None,
+            replies_at_close: None,
+            request_rate: load.request_rate.0,
         })
     }
 
@@ -158,7 +188,9 @@ impl ClientRun {
             if self.hold_started_us.is_some() && self.hold_ended_us.is_none() {
                 self.hold_ended_us = Some(now);
             }
-            self.held = self.view.totals().established;
+            let t = self.view.totals();
+            self.held = t.established;
+            self.replies_at_close = Some((now, t.replies));
             self.pool.broadcast(CMD_CLOSE);
             self.phase = Phase::Closing { since_us: now };
         }
@@ -177,6 +209,7 @@ impl ClientRun {
                 if t.ramp_done_at_us.is_some() || now >= self.ramp_deadline_us {
                     self.phase = Phase::Hold { until_us: now + self.hold.as_micros() as u64 };
                     self.hold_started_us = Some(now);
+                    self.replies_at_hold = Some((now, t.replies));
                     return Tick::RampDone;
                 }
             }
@@ -219,6 +252,22 @@ impl ClientRun {
         let rate = self.last_rate;
         let rtt = self.view.take_interval_rtt();
         let failed: u64 = t.failed.values().sum();
+        let requests = if self.request_rate.is_some() {
+            let lat = self.view.take_interval_requests();
+            let qps = if dt >= 0.5 { t.replies.saturating_sub(self.prev_replies) as f64 / dt } else { 0.0 };
+            self.prev_replies = t.replies;
+            format!(
+                " | qps {} avg {:.1}ms p50 {:.1}ms p99 {:.1}ms max {:.1}ms{}",
+                format::count(qps as u64),
+                lat.mean_ms,
+                lat.p50_ms,
+                lat.p99_ms,
+                lat.max_ms,
+                if t.rejected > 0 { format!(" rejected {}", format::count(t.rejected)) } else { String::new() }
+            )
+        } else {
+            String::new()
+        };
         format!(
             "{:<7} established {}/{} ({}/s) | connecting {} | failed {} | heartbeats {}/{} rtt p99 {:.1}ms",
             self.phase_name(),
@@ -230,7 +279,7 @@ impl ClientRun {
             format::count(t.heartbeats_answered),
             format::count(t.heartbeats_sent),
             rtt.p99_ms
-        )
+        ) + &requests
     }
 
     pub fn summary(&self) -> ClientSummary {
@@ -249,6 +298,23 @@ impl ClientRun {
             heartbeats_sent: t.heartbeats_sent,
             heartbeats_answered: t.heartbeats_answered,
             heartbeat_rtt_ms: histogram::summarize(&self.view.rtt_hist),
+            requests: self.request_rate.map(|rate| {
+                let qps = match (self.replies_at_hold, self.replies_at_close) {
+                    (Some((t0, r0)), Some((t1, r1))) if t1 > t0 => (r1 - r0) as f64 / ((t1 - t0) as f64 / 1e6),
+                    _ => 0.0,
+                };
+                let outstanding = t.requests_sent.saturating_sub(t.replies + t.rejected);
+                RequestSummary {
+                    qps,
+                    offered_qps: rate * t.planned as f64,
+                    sent: t.requests_sent,
+                    replies: t.replies,
+                    rejected: t.rejected,
+                    timeouts: t.late + outstanding,
+                    bad_echo: t.bad_echo,
+                    latency_ms: histogram::summarize(&self.view.request_hist),
+                }
+            }),
             hold_seconds: match (self.hold_started_us, self.hold_ended_us) {
                 (Some(a), Some(b)) => (b - a) as f64 / 1e6,
                 _ => 0.0,
@@ -280,6 +346,23 @@ pub fn print_summary(s: &ClientSummary, progress: &mut Progress) {
     }
     println!("handshake     {}", ms(&s.connect_ms));
     println!("heartbeats    sent {} | answered {} | round trip {}", format::count(s.heartbeats_sent), format::count(s.heartbeats_answered), ms(&s.heartbeat_rtt_ms));
+    if let Some(r) = &s.requests {
+        let l = &r.latency_ms;
+        println!(
+            "requests      qps {:.1} (offered {:.1}) | sent {} | replies {} | rejected {} | timeouts {} | bad echoes {}",
+            r.qps,
+            r.offered_qps,
+            format::count(r.sent),
+            format::count(r.replies),
+            format::count(r.rejected),
+            format::count(r.timeouts),
+            format::count(r.bad_echo)
+        );
+        println!(
+            "latency       avg {:.2} ms | p50 {:.2} | p90 {:.2} | p99 {:.2} | p99.9 {:.2} | max {:.2} ms (from intended send time)",
+            l.mean_ms, l.p50_ms, l.p90_ms, l.p99_ms, l.p999_ms, l.max_ms
+        );
+    }
     println!("hold          {:.1} s | {} workers, {} source addresses x {} ports | client cpu {:.1} s", s.hold_seconds, s.workers, s.source_addresses, s.ports, s.cpu_seconds);
     if s.interrupted {
         println!("interrupted   (Ctrl-C): connections closed early");

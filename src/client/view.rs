@@ -18,6 +18,11 @@ pub struct ClientTotals {
     pub lost: BTreeMap<String, u64>,
     pub heartbeats_sent: u64,
     pub heartbeats_answered: u64,
+    pub requests_sent: u64,
+    pub replies: u64,
+    pub rejected: u64,
+    pub late: u64,
+    pub bad_echo: u64,
     pub rss_bytes: u64,
     pub cpu_seconds: f64,
     /// Latest ramp completion over all workers, once all are done.
@@ -30,17 +35,22 @@ pub struct ClientView {
     pub rtt_hist: Histogram<u64>,
     /// Round trips since the last progress line.
     pub rtt_interval: Histogram<u64>,
+    pub request_hist: Histogram<u64>,
+    /// Request latencies since the last progress line.
+    pub request_interval: Histogram<u64>,
 }
 
 impl ClientView {
     pub fn new(workers: usize) -> ClientView {
-        ClientView { latest: vec![None; workers], connect_hist: histogram::new(), rtt_hist: histogram::new(), rtt_interval: histogram::new() }
+        ClientView { latest: vec![None; workers], connect_hist: histogram::new(), rtt_hist: histogram::new(), rtt_interval: histogram::new(), request_hist: histogram::new(), request_interval: histogram::new() }
     }
 
     pub fn update(&mut self, s: ClientSnapshot) {
         histogram::merge_encoded(&mut self.connect_hist, &s.connect_hist);
         histogram::merge_encoded(&mut self.rtt_hist, &s.rtt_hist);
         histogram::merge_encoded(&mut self.rtt_interval, &s.rtt_hist);
+        histogram::merge_encoded(&mut self.request_hist, &s.request_hist);
+        histogram::merge_encoded(&mut self.request_interval, &s.request_hist);
         let i = s.worker;
         if i < self.latest.len() {
             self.latest[i] = Some(s);
@@ -68,10 +78,21 @@ impl ClientView {
             lost: merge_counts(s.iter().map(|x| &x.lost)),
             heartbeats_sent: s.iter().map(|x| x.heartbeats_sent).sum(),
             heartbeats_answered: s.iter().map(|x| x.heartbeats_answered).sum(),
+            requests_sent: s.iter().map(|x| x.requests_sent).sum(),
+            replies: s.iter().map(|x| x.replies).sum(),
+            rejected: s.iter().map(|x| x.rejected).sum(),
+            late: s.iter().map(|x| x.late).sum(),
+            bad_echo: s.iter().map(|x| x.bad_echo).sum(),
             rss_bytes: s.iter().map(|x| x.rss_bytes).sum(),
             cpu_seconds: s.iter().map(|x| x.cpu_us).sum::<u64>() as f64 / 1e6,
             ramp_done_at_us: if all_done { s.iter().filter_map(|x| x.ramp_done_at_us).max() } else { None },
         }
+    }
+
+    pub fn take_interval_requests(&mut self) -> LatencySummary {
+        let s = histogram::summarize(&self.request_interval);
+        self.request_interval.reset();
+        s
     }
 
     pub fn take_interval_rtt(&mut self) -> LatencySummary {

@@ -16,6 +16,7 @@ use super::plan::{address_of, expand};
 use crate::cli::CloseMode;
 use crate::net::{self, ReadEnd, Spill};
 use crate::proto::frame::{self, Kind};
+use crate::proto::{Protocol, ECHO8_LEN};
 use crate::stats::histogram;
 use crate::sys::mono_us;
 use crate::workers::control::{self, ClientSnapshot, Command, CommandReader, WorkerMsg};
@@ -45,6 +46,10 @@ pub struct ClientWorkerConfig {
     pub connect_timeout_ms: u64,
     pub heartbeat_us: Option<u64>,
     pub payload: usize,
+    /// Interval between requests on one connection (µs), if any.
+    pub request_us: Option<u64>,
+    pub request_timeout_us: u64,
+    pub protocol: Protocol,
     pub stats_interval_ms: u64,
     pub close: CloseMode,
     /// CLOCK_MONOTONIC µs at which the worker closes by itself, whatever
@@ -55,9 +60,9 @@ pub struct ClientWorkerConfig {
 const STDIN: Token = Token(usize::MAX - 1);
 const SCRATCH: usize = 64 * 1024;
 /// Fewest µs between ramp wake-ups: batching a few connects per wake-up
-/// keeps 100 processes from spending the CPU on epoll_wait.
+/// keeps 100 processes from spending the CPU on epoll_wait. Heartbeats and
+/// requests have no such floor: they leave at their intended time.
 const RAMP_TICK_US: u64 = 1_000;
-const BEAT_TICK_US: u64 = 1_000;
 /// Fewest handshakes a worker may have in flight (see `ramp`).
 const MIN_INFLIGHT: f64 = 128.0;
 /// Longest wait for outstanding heartbeats before closing.
@@ -95,9 +100,13 @@ struct Worker {
     pending: VecDeque<u32>,
     created: u64,
     beat_cursor: u64,
+    request_cursor: u64,
+    /// Wall-clock minus monotonic µs, for echo8's epoch-ms stamps.
+    wall_offset_us: i64,
     stats: ClientSnapshot,
     connect_hist: Histogram<u64>,
     rtt_hist: Histogram<u64>,
+    request_hist: Histogram<u64>,
     last_resolved_us: u64,
     phase: Phase,
     scratch: Vec<u8>,
@@ -118,8 +127,11 @@ pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
         pending: VecDeque::new(),
         created: 0,
         beat_cursor: 0,
+        request_cursor: 0,
+        wall_offset_us: wall_us() as i64 - mono_us() as i64,
         connect_hist: histogram::new(),
         rtt_hist: histogram::new(),
+        request_hist: histogram::new(),
         last_resolved_us: 0,
         phase: Phase::Running,
         scratch: vec![0; SCRATCH],
@@ -142,10 +154,13 @@ impl Worker {
             if self.phase == Phase::Running {
                 self.ramp(now);
                 self.beat(now);
+                self.request(now);
             }
             self.expire_connects(now);
             if let Phase::Draining { until_us } = self.phase {
-                if now >= until_us || self.stats.heartbeats_answered >= self.stats.heartbeats_sent {
+                let s = &self.stats;
+                let settled = s.heartbeats_answered >= s.heartbeats_sent && s.replies + s.rejected >= s.requests_sent;
+                if now >= until_us || settled {
                     self.close_all();
                     self.report(true);
                     return Ok(());
@@ -156,8 +171,8 @@ impl Worker {
                 next_stats = now + interval_us;
             }
             let wake = self.next_wake(now).min(next_stats);
-            let timeout = Duration::from_micros(wake.saturating_sub(mono_us()));
-            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+            crate::timer::wait(&self.poll, Duration::from_micros(wake.saturating_sub(mono_us())));
+            if let Err(e) = self.poll.poll(&mut events, Some(Duration::ZERO)) {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }
@@ -191,9 +206,10 @@ impl Worker {
             let due = self.cfg.start_at_us + (self.created as f64 * 1e6 / self.cfg.rate) as u64;
             wake = wake.min(due.max(now + RAMP_TICK_US));
         }
-        if let Some(hb) = self.cfg.heartbeat_us {
-            let due = self.cfg.start_at_us + (self.beat_cursor as u128 * hb as u128 / self.cfg.count as u128) as u64;
-            wake = wake.min(due.max(now + BEAT_TICK_US));
+        for (period, cursor) in [(self.heartbeat_period(), self.beat_cursor), (self.cfg.request_us, self.request_cursor)] {
+            if let Some(p) = period {
+                wake = wake.min(self.due_at(cursor, p));
+            }
         }
         if let Some(&first) = self.pending.front() {
             let started = self.slots[first as usize].started_us;
@@ -299,14 +315,30 @@ impl Worker {
         }
     }
 
+    /// Heartbeats are a framed-protocol feature; echo8 has none.
+    fn heartbeat_period(&self) -> Option<u64> {
+        self.cfg.heartbeat_us.filter(|_| self.cfg.protocol == Protocol::Framed)
+    }
+
+    /// Intended time of send number `j` of a schedule with this period:
+    /// send j goes to connection `j % count`.
+    fn due_at(&self, j: u64, period_us: u64) -> u64 {
+        self.cfg.start_at_us + (j as u128 * period_us as u128 / self.cfg.count as u128) as u64
+    }
+
+    /// How many sends of a schedule are due by `now` (send j is due at
+    /// `due_at(j)`, so sends 0..=floor(elapsed * count / period) are).
+    fn due_count(&self, now: u64, period_us: u64) -> u64 {
+        ((now - self.cfg.start_at_us) as u128 * self.cfg.count as u128 / period_us as u128) as u64 + 1
+    }
+
     /// Send every heartbeat whose time has come.
     fn beat(&mut self, now: u64) {
-        let Some(hb) = self.cfg.heartbeat_us else { return };
+        let Some(hb) = self.heartbeat_period() else { return };
         if now < self.cfg.start_at_us {
             return;
         }
-        let n = self.cfg.count as u128;
-        let due = ((now - self.cfg.start_at_us) as u128 * n / hb as u128) as u64;
+        let due = self.due_count(now, hb);
         while self.beat_cursor < due {
             let j = self.beat_cursor;
             self.beat_cursor += 1;
@@ -314,14 +346,55 @@ impl Worker {
             if self.slots[k].state != State::Established {
                 continue;
             }
-            let intended = self.cfg.start_at_us + (j as u128 * hb as u128 / n) as u64;
+            let intended = self.due_at(j, hb);
             self.out.clear();
             frame::encode_stamped(&mut self.out, Kind::Heartbeat, intended, self.cfg.payload);
-            let slot = &mut self.slots[k];
-            let stream = slot.stream.as_mut().expect("established slot has a stream");
-            match net::send(stream, &mut slot.backlog, &self.out) {
-                Ok(()) => self.stats.heartbeats_sent += 1,
-                Err(reason) => self.lose(k, reason),
+            if self.write_slot(k) {
+                self.stats.heartbeats_sent += 1;
+            }
+        }
+    }
+
+    /// Send every request whose time has come (open loop: never waits for
+    /// replies; the intended time travels in the request).
+    fn request(&mut self, now: u64) {
+        let Some(period) = self.cfg.request_us else { return };
+        if now < self.cfg.start_at_us {
+            return;
+        }
+        let due = self.due_count(now, period);
+        while self.request_cursor < due {
+            let j = self.request_cursor;
+            self.request_cursor += 1;
+            let k = (j % self.cfg.count) as usize;
+            if self.slots[k].state != State::Established {
+                continue;
+            }
+            let intended = self.due_at(j, period);
+            self.out.clear();
+            match self.cfg.protocol {
+                Protocol::Framed => frame::encode_stamped(&mut self.out, Kind::Request, intended, self.cfg.payload.max(8)),
+                Protocol::Echo8 => {
+                    let ms = (intended as i64 + self.wall_offset_us) / 1000;
+                    self.out.extend_from_slice(&(ms as u64).to_be_bytes());
+                }
+            }
+            if self.write_slot(k) {
+                self.stats.requests_sent += 1;
+            }
+        }
+    }
+
+    /// Write `self.out` to connection k; false (and the connection lost)
+    /// on error.
+    fn write_slot(&mut self, k: usize) -> bool {
+        let slot = &mut self.slots[k];
+        let stream = slot.stream.as_mut().expect("established slot has a stream");
+        match net::send(stream, &mut slot.backlog, &self.out) {
+            Ok(()) => true,
+            Err(reason) => {
+                self.lose(k, reason);
+                false
             }
         }
     }
@@ -365,20 +438,38 @@ impl Worker {
         if !readable {
             return;
         }
-        let stats = &mut self.stats;
-        let rtt = &mut self.rtt_hist;
-        let r = net::read_frames(stream, &mut slot.partial, &mut self.scratch, read_closed, |f| {
-            match f.kind {
-                Kind::HeartbeatAck => {
-                    stats.heartbeats_answered += 1;
-                    if let Some(sent) = frame::stamp_of(f.payload) {
-                        histogram::record(rtt, now.saturating_sub(sent));
+        let mut replies = Replies {
+            stats: &mut self.stats,
+            rtt: &mut self.rtt_hist,
+            latency: &mut self.request_hist,
+            now,
+            timeout_us: self.cfg.request_timeout_us,
+        };
+        let r = match self.cfg.protocol {
+            Protocol::Framed => net::read_frames(stream, &mut slot.partial, &mut self.scratch, read_closed, |f| {
+                match f.kind {
+                    Kind::HeartbeatAck => {
+                        replies.stats.heartbeats_answered += 1;
+                        if let Some(sent) = frame::stamp_of(f.payload) {
+                            histogram::record(replies.rtt, now.saturating_sub(sent));
+                        }
                     }
-                    Ok(())
+                    Kind::Reply => replies.reply(frame::stamp_of(f.payload)),
+                    Kind::Rejected => replies.stats.rejected += 1,
+                    _ => return Err("bad_frame_unexpected_kind"),
                 }
-                _ => Err("bad_frame_unexpected_kind"),
+                Ok(())
+            }),
+            Protocol::Echo8 => {
+                let offset = self.wall_offset_us;
+                net::read_fixed(stream, &mut slot.partial, &mut self.scratch, read_closed, ECHO8_LEN, |u| {
+                    // Back from epoch milliseconds to our monotonic µs.
+                    let ms = u64::from_be_bytes(u.try_into().expect("8 bytes"));
+                    replies.reply(Some((ms as i64 * 1000 - offset).max(0) as u64));
+                    Ok(())
+                })
             }
-        });
+        };
         match r {
             ReadEnd::Open => {}
             ReadEnd::Eof => self.lose(k, "peer_closed".into()),
@@ -401,7 +492,8 @@ impl Worker {
 
     fn begin_drain(&mut self, now: u64) {
         if self.phase == Phase::Running {
-            self.phase = Phase::Draining { until_us: now + DRAIN_US };
+            let wait = if self.cfg.request_us.is_some() { DRAIN_US.max(self.cfg.request_timeout_us) } else { DRAIN_US };
+            self.phase = Phase::Draining { until_us: now + wait };
         }
     }
 
@@ -425,6 +517,8 @@ impl Worker {
     fn report(&mut self, last: bool) {
         self.stats.connect_hist = histogram::encode(&self.connect_hist);
         self.stats.rtt_hist = histogram::encode(&self.rtt_hist);
+        self.stats.request_hist = histogram::encode(&self.request_hist);
+        self.request_hist.reset();
         self.connect_hist.reset();
         self.rtt_hist.reset();
         self.stats.rss_bytes = crate::sys::self_rss_bytes();
@@ -432,6 +526,37 @@ impl Worker {
         self.stats.last = last;
         control::emit(&WorkerMsg::Client(self.stats.clone()));
     }
+}
+
+/// What the read path needs to account for replies.
+struct Replies<'a> {
+    stats: &'a mut ClientSnapshot,
+    rtt: &'a mut Histogram<u64>,
+    latency: &'a mut Histogram<u64>,
+    now: u64,
+    timeout_us: u64,
+}
+
+impl Replies<'_> {
+    /// A reply to a request sent at intended time `sent` (µs, monotonic).
+    fn reply(&mut self, sent: Option<u64>) {
+        self.stats.replies += 1;
+        let Some(sent) = sent else { return };
+        if sent > self.now + 1_000_000 {
+            // Not a time we could have sent: the echo was corrupted.
+            self.stats.bad_echo += 1;
+            return;
+        }
+        let latency = self.now.saturating_sub(sent);
+        if latency > self.timeout_us {
+            self.stats.late += 1;
+        }
+        histogram::record(self.latency, latency);
+    }
+}
+
+fn wall_us() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
 }
 
 fn s_fd(s: &Socket) -> libc::c_int {

@@ -1,2 +1,15 @@
 //! Wire protocols spoken between megaconn clients and servers.
 pub mod frame;
+
+/// Which wire protocol a server or client speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+pub enum Protocol {
+    /// Length-prefixed frames (heartbeats, requests, replies): the default.
+    Framed,
+    /// Raw 8-byte big-endian millisecond timestamps echoed back, no framing
+    /// (a Netty FixedLengthFrameDecoder(8) echo server and its client).
+    Echo8,
+}
+
+/// Bytes in one echo8 message.
+pub const ECHO8_LEN: usize = 8;

@@ -4,8 +4,8 @@
 use crate::net::Spill;
 
 /// Per-connection record kept in the worker's slab. An idle connection
-/// costs the socket handle, a timestamp and two empty `Option<Box>`es:
-/// 24 bytes plus the slab's tag.
+/// costs the socket handle, a timestamp, a generation and two empty
+/// `Option<Box>`es: 28 bytes, 32 with the slab's tag.
 pub struct Conn {
     pub stream: mio::net::TcpStream,
     /// Worker-relative second of the last byte received (idle timeout).
@@ -14,10 +14,13 @@ pub struct Conn {
     pub partial: Spill,
     /// Output the socket did not take yet.
     pub backlog: Spill,
+    /// Distinguishes this connection from a later one reusing its slab
+    /// key, so a late business-stage reply never reaches the wrong peer.
+    pub gen: u32,
 }
 
 impl Conn {
-    pub fn new(stream: mio::net::TcpStream, now_s: u32) -> Conn {
-        Conn { stream, last_seen_s: now_s, partial: None, backlog: None }
+    pub fn new(stream: mio::net::TcpStream, now_s: u32, gen: u32) -> Conn {
+        Conn { stream, last_seen_s: now_s, partial: None, backlog: None, gen }
     }
 }

@@ -1,6 +1,8 @@
 //! `megaconn server`: the supervisor that plans, starts and watches the
 //! server worker processes and is the only one that prints.
+pub mod business;
 pub mod conn;
+pub mod service_time;
 pub mod listener;
 pub mod view;
 pub mod worker;
@@ -46,6 +48,10 @@ pub fn start(args: &ServerArgs, plan: &WorkerPlan, fd_limit: Option<u64>, tx: &s
                 ports: args.ports.0.clone(),
                 idle_timeout_ms: args.idle_timeout.0.map(|d| d.as_millis() as u64),
                 stats_interval_ms: 1000.min(args.stats_interval.as_millis() as u64).max(100),
+                protocol: args.protocol,
+                business: args.business,
+                queue: args.queue as usize,
+                service_time: args.service_time.clone(),
             })
             .expect("config serializes")
         })
@@ -145,16 +151,28 @@ pub fn run(args: ServerArgs) -> Result<i32> {
                 &mut progress,
                 args.json,
                 format!(
-                    "connections {} | accepted/s {} | closed/s {} | rss {} | accept errors {}",
+                    "connections {} | accepted/s {} | closed/s {} | rss {} | accept errors {}{}",
                     format::count(t.active),
                     format::count(acc_rate as u64),
                     format::count(close_rate as u64),
                     format::bytes(t.rss_bytes),
-                    format::kinds(&t.accept_errors)
+                    format::kinds(&t.accept_errors),
+                    if t.requests > 0 {
+                        format!(
+                            " | requests/s {} replies {} rejected {} service {:.2} ms",
+                            format::count(((t.requests - prev.requests) as f64 / dt) as u64),
+                            format::count(t.replies),
+                            format::count(t.rejected),
+                            t.applied_service_ms
+                        )
+                    } else {
+                        String::new()
+                    }
                 ),
                 serde_json::json!({"event": "stats", "active": t.active, "accepted": t.accepted, "closed": t.closed,
                     "accepted_per_s": acc_rate, "closed_per_s": close_rate, "rss_bytes": t.rss_bytes,
-                    "accept_errors": t.accept_errors, "close_reasons": t.close_reasons, "frames_in": t.frames_in}),
+                    "accept_errors": t.accept_errors, "close_reasons": t.close_reasons, "frames_in": t.frames_in,
+                    "requests": t.requests, "replies": t.replies, "rejected": t.rejected, "applied_service_ms": t.applied_service_ms, "threads": t.threads}),
             );
             prev = t;
             prev_at = Instant::now();

@@ -15,6 +15,12 @@ pub struct ServerTotals {
     pub accept_errors: BTreeMap<String, u64>,
     pub frames_in: u64,
     pub frames_out: u64,
+    pub requests: u64,
+    pub replies: u64,
+    pub rejected: u64,
+    /// Mean business service time actually applied per reply, ms.
+    pub applied_service_ms: f64,
+    pub threads: u64,
     pub rss_bytes: u64,
     pub cpu_seconds: f64,
 }
@@ -46,6 +52,15 @@ impl ServerView {
             accept_errors: merge_counts(s.iter().map(|x| &x.accept_errors)),
             frames_in: s.iter().map(|x| x.frames_in).sum(),
             frames_out: s.iter().map(|x| x.frames_out).sum(),
+            requests: s.iter().map(|x| x.requests).sum(),
+            replies: s.iter().map(|x| x.replies).sum(),
+            rejected: s.iter().map(|x| x.rejected).sum(),
+            applied_service_ms: {
+                let replies: u64 = s.iter().map(|x| x.replies).sum();
+                let us: u64 = s.iter().map(|x| x.applied_service_us).sum();
+                if replies > 0 { us as f64 / replies as f64 / 1000.0 } else { 0.0 }
+            },
+            threads: s.iter().map(|x| x.threads).sum(),
             rss_bytes: s.iter().map(|x| x.rss_bytes).sum(),
             cpu_seconds: s.iter().map(|x| x.cpu_us).sum::<u64>() as f64 / 1e6,
         }

@@ -8,10 +8,16 @@
 
 use super::conn::Conn;
 use crate::net::{self, ReadEnd};
+use super::business::{BusinessMode, Job, Outcome, Stage};
+use super::service_time::ServiceTime;
 use crate::proto::frame::{self, Kind};
+use crate::proto::{Protocol, ECHO8_LEN};
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use std::sync::Arc;
 use crate::workers::control::{self, Command, CommandReader, ServerSnapshot, WorkerMsg};
 use anyhow::Result;
-use mio::{Events, Interest, Poll, Token};
+use mio::{Events, Interest, Poll, Token, Waker};
 use serde::{Deserialize, Serialize};
 use slab::Slab;
 use std::io;
@@ -25,9 +31,16 @@ pub struct ServerWorkerConfig {
     pub ports: Vec<u16>,
     pub idle_timeout_ms: Option<u64>,
     pub stats_interval_ms: u64,
+    pub protocol: Protocol,
+    pub business: BusinessMode,
+    /// Depth of the pool's queue (pool mode).
+    pub queue: usize,
+    pub service_time: ServiceTime,
 }
 
 const STDIN: Token = Token(usize::MAX - 1);
+/// Pool threads wake the event loop through this token.
+const WAKER: Token = Token(usize::MAX - 2);
 /// Listener tokens count down from here; connection tokens are slab keys.
 const LISTENER_BASE: usize = usize::MAX / 2;
 /// How long accept() pauses after EMFILE/ENFILE instead of spinning.
@@ -45,6 +58,9 @@ struct Worker {
     accept_paused_until: Option<Instant>,
     scratch: Vec<u8>,
     out: Vec<u8>,
+    stage: Stage,
+    rng: SmallRng,
+    next_gen: u32,
 }
 
 pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
@@ -58,7 +74,12 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
         }
     };
     let poll = Poll::new()?;
+    let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+    let stage = Stage::new(cfg.business, cfg.queue, waker)?;
     let mut w = Worker {
+        stage,
+        rng: SmallRng::from_entropy(),
+        next_gen: 0,
         stats: ServerSnapshot { worker, ..Default::default() },
         cfg,
         poll,
@@ -105,15 +126,19 @@ impl Worker {
                     }
                 }
             }
+            self.deliver_done();
             let mut wake = next_stats;
+            if let Some(t) = self.stage.next_due() {
+                wake = wake.min(t);
+            }
             if self.cfg.idle_timeout_ms.is_some() {
                 wake = wake.min(next_sweep);
             }
             if let Some(t) = self.accept_paused_until {
                 wake = wake.min(t);
             }
-            let timeout = wake.saturating_duration_since(Instant::now());
-            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+            crate::timer::wait(&self.poll, wake.saturating_duration_since(Instant::now()));
+            if let Err(e) = self.poll.poll(&mut events, Some(Duration::ZERO)) {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }
@@ -121,6 +146,7 @@ impl Worker {
             }
             for ev in events.iter() {
                 match ev.token() {
+                    WAKER => {}
                     STDIN => {
                         for cmd in commands.poll() {
                             if matches!(cmd, Command::Stop | Command::Close) {
@@ -157,7 +183,8 @@ impl Worker {
                         *self.stats.accept_errors.entry("register_failed".into()).or_insert(0) += 1;
                         continue;
                     }
-                    entry.insert(Conn::new(stream, self.started.elapsed().as_secs() as u32));
+                    self.next_gen = self.next_gen.wrapping_add(1);
+                    entry.insert(Conn::new(stream, self.started.elapsed().as_secs() as u32, self.next_gen));
                     self.stats.accepted += 1;
                     self.stats.active += 1;
                 }
@@ -193,18 +220,30 @@ impl Worker {
         if readable && end.is_none() {
             conn.last_seen_s = now_s;
             self.out.clear();
-            let out = &mut self.out;
-            let stats = &mut self.stats;
-            let r = net::read_frames(&mut conn.stream, &mut conn.partial, &mut self.scratch, read_closed, |f| {
-                stats.frames_in += 1;
-                match f.kind {
-                    Kind::Heartbeat => frame::encode(out, Kind::HeartbeatAck, f.payload),
-                    Kind::Request => frame::encode(out, Kind::Reply, f.payload),
-                    _ => return Err("bad_frame_unexpected_kind"),
-                }
-                stats.frames_out += 1;
-                Ok(())
-            });
+            let gen = conn.gen;
+            let mut req = Requests { out: &mut self.out, stats: &mut self.stats, stage: &mut self.stage, rng: &mut self.rng, service: &self.cfg.service_time, key, gen };
+            let r = match self.cfg.protocol {
+                Protocol::Framed => net::read_frames(&mut conn.stream, &mut conn.partial, &mut self.scratch, read_closed, |f| {
+                    req.stats.frames_in += 1;
+                    match f.kind {
+                        Kind::Heartbeat => {
+                            frame::encode(req.out, Kind::HeartbeatAck, f.payload);
+                            req.stats.frames_out += 1;
+                        }
+                        Kind::Request => {
+                            let mut reply = Vec::with_capacity(frame::HEADER_LEN + f.payload.len());
+                            frame::encode(&mut reply, Kind::Reply, f.payload);
+                            req.handle(reply, true);
+                        }
+                        _ => return Err("bad_frame_unexpected_kind"),
+                    }
+                    Ok(())
+                }),
+                Protocol::Echo8 => net::read_fixed(&mut conn.stream, &mut conn.partial, &mut self.scratch, read_closed, ECHO8_LEN, |u| {
+                    req.handle(u.to_vec(), false);
+                    Ok(())
+                }),
+            };
             // Answer what was decoded even when the stream then ended.
             if let Err(reason) = net::send(&mut conn.stream, &mut conn.backlog, &self.out) {
                 end.get_or_insert(reason);
@@ -217,6 +256,22 @@ impl Worker {
         }
         if let Some(reason) = end {
             self.close(key, reason);
+        }
+    }
+
+    /// Send the replies of jobs the business stage finished since last time.
+    fn deliver_done(&mut self) {
+        for done in self.stage.take_done(Instant::now()) {
+            self.stats.replies += 1;
+            self.stats.frames_out += 1;
+            self.stats.applied_service_us += done.applied.as_micros() as u64;
+            let Some(conn) = self.conns.get_mut(done.job.key) else { continue };
+            if conn.gen != done.job.gen {
+                continue;
+            }
+            if let Err(reason) = net::send(&mut conn.stream, &mut conn.backlog, &done.job.reply) {
+                self.close(done.job.key, reason);
+            }
         }
     }
 
@@ -241,7 +296,46 @@ impl Worker {
     fn report(&mut self, last: bool) {
         self.stats.rss_bytes = crate::sys::self_rss_bytes();
         self.stats.cpu_us = crate::sys::self_cpu_us();
+        self.stats.threads = crate::sys::self_threads();
         self.stats.last = last;
         control::emit(&WorkerMsg::Server(self.stats.clone()));
+    }
+}
+
+/// What the read path needs to run requests through the business stage.
+struct Requests<'a> {
+    out: &'a mut Vec<u8>,
+    stats: &'a mut ServerSnapshot,
+    stage: &'a mut Stage,
+    rng: &'a mut SmallRng,
+    service: &'a ServiceTime,
+    key: usize,
+    gen: u32,
+}
+
+impl Requests<'_> {
+    /// One request: draw its service time and hand it to the stage. `reply`
+    /// is what to send back when done; `framed` allows an error reply.
+    fn handle(&mut self, reply: Vec<u8>, framed: bool) {
+        self.stats.requests += 1;
+        let service = if self.service.is_zero() { Duration::ZERO } else { self.service.sample(self.rng) };
+        match self.stage.submit(Job::new(self.key, self.gen, service, reply)) {
+            Outcome::Now(done) => {
+                self.stats.replies += 1;
+                self.stats.frames_out += 1;
+                self.stats.applied_service_us += done.applied.as_micros() as u64;
+                self.out.extend_from_slice(&done.job.reply);
+            }
+            Outcome::Later => {}
+            Outcome::Rejected(job) => {
+                self.stats.rejected += 1;
+                // echo8 has no error message: the request is dropped
+                // (and counted); framed clients get an explicit refusal.
+                if framed {
+                    frame::encode(self.out, Kind::Rejected, &job.reply[frame::HEADER_LEN..]);
+                    self.stats.frames_out += 1;
+                }
+            }
+        }
     }
 }

@@ -40,6 +40,14 @@ pub struct ServerSnapshot {
     pub accept_errors: BTreeMap<String, u64>,
     pub frames_in: u64,
     pub frames_out: u64,
+    /// Requests received, answered, and refused by a full pool queue.
+    pub requests: u64,
+    pub replies: u64,
+    pub rejected: u64,
+    /// Sum of the business service time actually applied to answered
+    /// requests (µs): mean = applied_service_us / replies.
+    pub applied_service_us: u64,
+    pub threads: u64,
     pub rss_bytes: u64,
     pub cpu_us: u64,
     /// Last snapshot before the worker exits.
@@ -65,6 +73,18 @@ pub struct ClientSnapshot {
     pub lost: BTreeMap<String, u64>,
     pub heartbeats_sent: u64,
     pub heartbeats_answered: u64,
+    pub requests_sent: u64,
+    /// Replies received (any latency).
+    pub replies: u64,
+    /// Requests the server refused (its pool queue was full).
+    pub rejected: u64,
+    /// Replies that came later than --request-timeout.
+    pub late: u64,
+    /// Replies whose echoed timestamp was not one we sent.
+    pub bad_echo: u64,
+    /// Interval histogram of request latency from the intended send time
+    /// (µs), base64 HdrHistogram V2.
+    pub request_hist: String,
     /// CLOCK_MONOTONIC µs when the last planned connection resolved.
     pub ramp_done_at_us: Option<u64>,
     /// Interval histogram of handshake times (µs), base64 HdrHistogram V2.

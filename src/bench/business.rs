@@ -1,0 +1,204 @@
+//! `megaconn bench --scenario business`: the thread-pool experiment in one
+//! command. 1000 connections each send one request per second (8-byte
+//! payload, open loop) for the hold time against each business mode in
+//! turn — inline, pool:1000, pool:20, async — with the classic service
+//! time (mean 14400/999 ≈ 14.41 ms). One server worker process, so
+//! `pool:1000` is exactly one pool of 1000 threads and `inline` one
+//! blocked event loop, as in the published experiment. Overhead = mean
+//! latency − mean service time the server actually applied.
+
+use crate::cli::{BenchArgs, ClientArgs, CloseMode, LoadArgs, ServerArgs};
+use crate::client::run::{ClientRun, Tick};
+use crate::parse::{OptDuration, PerSecond, Workers};
+use crate::proto::Protocol;
+use crate::server::business::BusinessMode;
+use crate::server::service_time::ServiceTime;
+use crate::stats::histogram::LatencySummary;
+use crate::stats::{format, memory, progress::Progress};
+use crate::workers::control::WorkerMsg;
+use crate::workers::supervisor::{self, PoolEvent, Role};
+use anyhow::Result;
+use serde::Serialize;
+use std::net::Ipv4Addr;
+use std::sync::mpsc::RecvTimeoutError;
+use std::time::{Duration, Instant};
+
+const CONNECTIONS: u64 = 1000;
+const MODES: [BusinessMode; 4] = [BusinessMode::Inline, BusinessMode::Pool(1000), BusinessMode::Pool(20), BusinessMode::Async];
+
+#[derive(Debug, Serialize)]
+pub struct ModeResult {
+    pub mode: String,
+    pub qps: f64,
+    pub offered_qps: f64,
+    pub latency_ms: LatencySummary,
+    pub replies: u64,
+    pub rejected: u64,
+    pub timeouts: u64,
+    /// Mean service time the server applied per reply, ms.
+    pub applied_service_ms: f64,
+    /// latency mean − applied service mean: what the system adds.
+    pub overhead_ms: f64,
+    pub server_threads: u64,
+    pub server_rss_bytes: u64,
+    pub server_cpu_seconds: f64,
+    pub client_cpu_seconds: f64,
+}
+
+pub fn run(args: BenchArgs) -> Result<i32> {
+    let hold = args.hold.unwrap_or(Duration::from_secs(30));
+    let (_, fds) = crate::sys::raise_fd_limit();
+    let mut progress = Progress::new(false);
+    let service = ServiceTime::Classic;
+    progress.note(&format!(
+        "business scenario: {CONNECTIONS} connections x 1 request/s for {:.0} s per mode, classic service time (mean {:.2} ms)",
+        hold.as_secs_f64(),
+        service.mean_ms()
+    ));
+    let mut results = Vec::new();
+    for mode in MODES {
+        if crate::signals::interrupted() {
+            break;
+        }
+        progress.note(&format!("mode {mode}"));
+        results.push(run_mode(&args, mode, &service, hold, fds.hard, &mut progress)?);
+    }
+    progress.finish();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({"service_time_mean_ms": service.mean_ms(), "modes": results}))?);
+    } else {
+        print_table(&results, service.mean_ms());
+    }
+    Ok(0)
+}
+
+fn run_mode(args: &BenchArgs, mode: BusinessMode, service: &ServiceTime, hold: Duration, fd_hard: u64, progress: &mut Progress) -> Result<ModeResult> {
+    let server_args = ServerArgs {
+        listen: Ipv4Addr::LOCALHOST,
+        ports: args.ports.clone(),
+        workers: match args.server_workers {
+            Workers::Auto => Workers::Fixed(1),
+            w => w,
+        },
+        connections: Some(CONNECTIONS),
+        idle_timeout: OptDuration(None),
+        stats_interval: Duration::from_secs(1),
+        duration: OptDuration(None),
+        protocol: Protocol::Framed,
+        business: mode,
+        queue: 10_000,
+        service_time: service.clone(),
+        json: false,
+    };
+    let client_args = ClientArgs {
+        target: Ipv4Addr::LOCALHOST,
+        load: LoadArgs {
+            ports: args.ports.clone(),
+            connections: CONNECTIONS,
+            rate: args.rate.min(10_000),
+            source_ips: args.source_ips.clone(),
+            heartbeat: OptDuration(None),
+            payload: 8,
+            request_rate: PerSecond(Some(1.0)),
+            request_timeout: Duration::from_secs(10),
+            protocol: Protocol::Framed,
+            hold,
+            connect_timeout: args.connect_timeout,
+            close: CloseMode::Reset,
+            stats_interval: Duration::from_secs(2),
+            json: false,
+        },
+        workers: args.client_workers,
+        shard: None,
+    };
+    let splan = crate::server::plan(&server_args, fd_hard).map_err(crate::UsageError)?;
+    let (cplan, cwplan) = crate::client::plan(&client_args, fd_hard).map_err(crate::UsageError)?;
+    let (tx, rx) = supervisor::channel();
+    let mut server = crate::server::start(&server_args, &splan, None, &tx, &rx)?;
+    let server_pids = server.pool.pids();
+    let mut client = ClientRun::start(&cplan, &client_args.load, &cwplan, None, &tx)?;
+    let mut at_hold = None;
+    let mut next_print = Instant::now() + Duration::from_secs(2);
+    loop {
+        if crate::signals::interrupted() {
+            client.interrupt();
+        }
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok((Role::Client, i, ev)) => client.on_event(i, ev)?,
+            Ok((Role::Server, _, PoolEvent::Msg(WorkerMsg::Server(s)))) => server.view.update(s),
+            Ok((Role::Server, i, PoolEvent::Exited)) => anyhow::bail!("server worker {i} exited unexpectedly"),
+            Ok(_) | Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        match client.tick() {
+            Tick::HoldOver => {
+                at_hold = Some((server.view.totals(), memory::rss_of(&server_pids)));
+                client.close();
+            }
+            Tick::Finished => break,
+            _ => {}
+        }
+        if Instant::now() >= next_print {
+            progress.update(&format!("{mode:<9} {}", client.progress_line()));
+            next_print = Instant::now() + Duration::from_secs(2);
+        }
+    }
+    // Final server counters (applied service time of every reply).
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok((Role::Server, _, PoolEvent::Msg(WorkerMsg::Server(s)))) => server.view.update(s),
+            Err(RecvTimeoutError::Timeout) if server.view.totals().active == 0 => break,
+            _ => {}
+        }
+    }
+    server.pool.stop(Duration::from_secs(3));
+    let summary = client.summary();
+    let totals = server.view.totals();
+    let (held, rss) = at_hold.unwrap_or((totals.clone(), 0));
+    let req = summary.requests.clone().expect("requests were scheduled");
+    progress.note(&format!("{mode}: qps {:.1}, avg {:.2} ms, timeouts {}", req.qps, req.latency_ms.mean_ms, req.timeouts));
+    Ok(ModeResult {
+        mode: mode.to_string(),
+        qps: req.qps,
+        offered_qps: req.offered_qps,
+        overhead_ms: req.latency_ms.mean_ms - totals.applied_service_ms,
+        latency_ms: req.latency_ms,
+        replies: req.replies,
+        rejected: req.rejected,
+        timeouts: req.timeouts,
+        applied_service_ms: totals.applied_service_ms,
+        server_threads: held.threads,
+        server_rss_bytes: rss,
+        server_cpu_seconds: totals.cpu_seconds,
+        client_cpu_seconds: summary.cpu_seconds,
+    })
+}
+
+fn print_table(results: &[ModeResult], floor_ms: f64) {
+    println!(
+        "{:<10} {:>8} {:>9} {:>8} {:>9} {:>9} {:>9} {:>10} {:>9} {:>8} {:>9}",
+        "mode", "QPS", "avg ms", "p50", "p99", "p99.9", "max", "service", "overhead", "threads", "RSS"
+    );
+    for r in results {
+        let l = &r.latency_ms;
+        println!(
+            "{:<10} {:>8.1} {:>9.2} {:>8.2} {:>9.2} {:>9.2} {:>9.1} {:>10.2} {:>9.2} {:>8} {:>9}",
+            r.mode,
+            r.qps,
+            l.mean_ms,
+            l.p50_ms,
+            l.p99_ms,
+            l.p999_ms,
+            l.max_ms,
+            r.applied_service_ms,
+            r.overhead_ms,
+            r.server_threads,
+            format::bytes(r.server_rss_bytes)
+        );
+    }
+    println!("service time floor (classic mean) {floor_ms:.2} ms; overhead = avg latency - mean applied service time");
+    for r in results.iter().filter(|r| r.timeouts > 0 || r.rejected > 0) {
+        println!("{}: {} timeouts (> 10 s or never answered), {} rejected", r.mode, format::count(r.timeouts), format::count(r.rejected));
+    }
+}

@@ -1,0 +1,223 @@
+//! The business stage every request passes through on the server.
+//!
+//! - `inline`: the handler blocks the event loop for the service time —
+//!   the classic mistake, reproduced on purpose: every connection of the
+//!   worker waits behind every request.
+//! - `pool:N`: N OS threads for blocking work behind a bounded queue
+//!   (`--queue`); a full queue rejects the request at once with an explicit
+//!   error reply instead of growing without bound. Finished jobs come back
+//!   to the event loop through a mio `Waker`.
+//! - `async`: a timer heap on the event loop itself, no threads.
+//!
+//! Each job records the service time it actually got (a 1 ms sleep takes
+//! longer than 1 ms), so reports can separate the floor (the service time)
+//! from what the system adds.
+
+use serde::{Deserialize, Serialize};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::str::FromStr;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BusinessMode {
+    Inline,
+    Pool(usize),
+    Async,
+}
+
+impl FromStr for BusinessMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        const EX: &str = "expected inline, async or pool:N (e.g. pool:1000)";
+        match s.trim() {
+            "inline" => Ok(BusinessMode::Inline),
+            "async" => Ok(BusinessMode::Async),
+            other => {
+                let n = other.strip_prefix("pool:").ok_or_else(|| format!("'{other}' is not a business mode; {EX}"))?;
+                match n.parse::<usize>() {
+                    Ok(n) if (1..=10_000).contains(&n) => Ok(BusinessMode::Pool(n)),
+                    _ => Err(format!("'{n}' is not a pool size from 1 to 10000; {EX}")),
+                }
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for BusinessMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BusinessMode::Inline => write!(f, "inline"),
+            BusinessMode::Pool(n) => write!(f, "pool:{n}"),
+            BusinessMode::Async => write!(f, "async"),
+        }
+    }
+}
+
+/// A request waiting for its business call.
+pub struct Job {
+    /// Connection slab key and generation (keys are reused; generations
+    /// tell a reply for a closed connection from one for its successor).
+    pub key: usize,
+    pub gen: u32,
+    pub service: Duration,
+    /// The bytes to send when the job is done.
+    pub reply: Vec<u8>,
+    /// When the timer was armed (async only).
+    armed: Option<Instant>,
+}
+
+impl Job {
+    pub fn new(key: usize, gen: u32, service: Duration, reply: Vec<u8>) -> Job {
+        Job { key, gen, service, reply, armed: None }
+    }
+}
+
+/// A finished job and the service time it actually got.
+pub struct Done {
+    pub job: Job,
+    pub applied: Duration,
+}
+
+pub enum Outcome {
+    /// Done already (inline, or no wait): reply now.
+    Now(Done),
+    /// Queued; it comes back from `take_done`.
+    Later,
+    /// The pool's queue is full: answer with an error now.
+    Rejected(Job),
+}
+
+struct Timed {
+    due: Instant,
+    seq: u64,
+    job: Job,
+}
+
+impl PartialEq for Timed {
+    fn eq(&self, o: &Self) -> bool {
+        (self.due, self.seq) == (o.due, o.seq)
+    }
+}
+impl Eq for Timed {}
+impl PartialOrd for Timed {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Timed {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.due, self.seq).cmp(&(o.due, o.seq))
+    }
+}
+
+struct Pool {
+    tx: SyncSender<Job>,
+    done: Arc<Mutex<Vec<Done>>>,
+}
+
+pub struct Stage {
+    mode: BusinessMode,
+    timers: BinaryHeap<Reverse<Timed>>,
+    seq: u64,
+    pool: Option<Pool>,
+}
+
+impl Stage {
+    /// `waker` is signalled whenever a pool thread finishes a job.
+    pub fn new(mode: BusinessMode, queue: usize, waker: Arc<mio::Waker>) -> std::io::Result<Stage> {
+        let pool = match mode {
+            BusinessMode::Pool(n) => {
+                let (tx, rx) = sync_channel::<Job>(queue);
+                let rx = Arc::new(Mutex::new(rx));
+                let done = Arc::new(Mutex::new(Vec::new()));
+                for i in 0..n {
+                    let (rx, done, waker) = (rx.clone(), done.clone(), waker.clone());
+                    std::thread::Builder::new().name(format!("business-{i}")).stack_size(64 * 1024).spawn(move || work(rx, done, waker))?;
+                }
+                Some(Pool { tx, done })
+            }
+            _ => None,
+        };
+        Ok(Stage { mode, timers: BinaryHeap::new(), seq: 0, pool })
+    }
+
+    pub fn submit(&mut self, mut job: Job) -> Outcome {
+        match self.mode {
+            BusinessMode::Inline => {
+                let t0 = Instant::now();
+                if !job.service.is_zero() {
+                    std::thread::sleep(job.service);
+                }
+                Outcome::Now(Done { applied: t0.elapsed(), job })
+            }
+            BusinessMode::Async => {
+                if job.service.is_zero() {
+                    return Outcome::Now(Done { applied: Duration::ZERO, job });
+                }
+                let now = Instant::now();
+                job.armed = Some(now);
+                self.seq += 1;
+                self.timers.push(Reverse(Timed { due: now + job.service, seq: self.seq, job }));
+                Outcome::Later
+            }
+            BusinessMode::Pool(_) => match self.pool.as_ref().expect("pool mode has a pool").tx.try_send(job) {
+                Ok(()) => Outcome::Later,
+                Err(TrySendError::Full(job)) | Err(TrySendError::Disconnected(job)) => Outcome::Rejected(job),
+            },
+        }
+    }
+
+    /// When the event loop must wake for the next timer.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.timers.peek().map(|t| t.0.due)
+    }
+
+    /// Jobs finished by now: expired timers and pool completions.
+    pub fn take_done(&mut self, now: Instant) -> Vec<Done> {
+        let mut out = Vec::new();
+        while self.timers.peek().is_some_and(|t| t.0.due <= now) {
+            let Reverse(t) = self.timers.pop().expect("peeked");
+            let applied = t.job.armed.map(|a| now - a).unwrap_or_default();
+            out.push(Done { job: t.job, applied });
+        }
+        if let Some(p) = &self.pool {
+            out.append(&mut p.done.lock().expect("pool lock"));
+        }
+        out
+    }
+}
+
+fn work(rx: Arc<Mutex<Receiver<Job>>>, done: Arc<Mutex<Vec<Done>>>, waker: Arc<mio::Waker>) {
+    loop {
+        let job = match rx.lock() {
+            Ok(rx) => match rx.recv() {
+                Ok(j) => j,
+                Err(_) => return,
+            },
+            Err(_) => return,
+        };
+        let t0 = Instant::now();
+        if !job.service.is_zero() {
+            std::thread::sleep(job.service);
+        }
+        let applied = t0.elapsed();
+        done.lock().expect("pool lock").push(Done { job, applied });
+        let _ = waker.wake();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_parse() {
+        assert_eq!("pool:20".parse::<BusinessMode>().unwrap(), BusinessMode::Pool(20));
+        assert_eq!("async".parse::<BusinessMode>().unwrap(), BusinessMode::Async);
+        assert!("pool:0".parse::<BusinessMode>().is_err());
+        assert!("threads".parse::<BusinessMode>().unwrap_err().contains("pool:N"));
+    }
+}

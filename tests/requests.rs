@@ -1,0 +1,144 @@
+//! Requests, open-loop latency, business stages and echo8, end to end.
+mod common;
+use common::*;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+#[test]
+fn every_request_is_answered_with_its_own_timestamp() {
+    let (mut srv, _) = server(&["--ports", "21500-21501", "--workers", "1", "--business", "async", "--service-time", "0"], None);
+    let mut cmd = megaconn();
+    cmd.args(["client", "--ports", "21500-21501", "--connections", "200", "--rate", "2000", "--request-rate", "5/s"]);
+    cmd.args(["--heartbeat", "off", "--hold", "3s", "--payload", "16", "--workers", "2", "--json"]);
+    let (code, out, err) = run(cmd, Duration::from_secs(60));
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let r = &v["summary"]["requests"];
+    let sent = r["sent"].as_u64().unwrap();
+    assert!(sent >= 200 * 5 * 3, "3 s hold at 5/s x 200 connections: {r}");
+    assert_eq!(r["replies"].as_u64().unwrap(), sent, "{r}");
+    assert_eq!(r["timeouts"], 0, "{r}");
+    assert_eq!(r["bad_echo"], 0, "every echoed timestamp is one we sent: {r}");
+    assert_eq!(r["latency_ms"]["count"].as_u64().unwrap(), sent, "histogram count equals replies: {r}");
+    let stats = srv.wait_for(Duration::from_secs(10), "server request count", |v| v["event"] == "stats" && v["replies"].as_u64() == Some(sent));
+    assert_eq!(stats["rejected"], 0);
+    assert!(srv.terminate().success());
+}
+
+/// Send one framed request per connection at the same instant and return
+/// the times (since the first write) at which each reply arrived.
+fn simultaneous_requests(port: u16, n: usize) -> Vec<Duration> {
+    let mut conns: Vec<TcpStream> = (0..n).map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let t0 = Instant::now();
+    for c in conns.iter_mut() {
+        c.write_all(&[0, 9, 3, 0, 0, 0, 0, 0, 0, 0, 1]).unwrap();
+    }
+    conns
+        .iter_mut()
+        .map(|c| {
+            c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut reply = [0u8; 11];
+            c.read_exact(&mut reply).unwrap();
+            assert_eq!(reply[2], 4, "a reply frame");
+            t0.elapsed()
+        })
+        .collect()
+}
+
+#[test]
+fn inline_serialises_while_pool_and_async_do_not() {
+    for (i, mode) in ["inline", "pool:20", "async"].iter().enumerate() {
+        let port = 21510 + i as u16;
+        let (mut srv, _) = server(&["--ports", &port.to_string(), "--workers", "1", "--business", mode, "--service-time", "20ms"], None);
+        let times = simultaneous_requests(port, 20);
+        let last = *times.iter().max().unwrap();
+        if *mode == "inline" {
+            assert!(last >= Duration::from_millis(380), "inline must serialise 20 x 20 ms: last reply at {last:?}");
+        } else {
+            assert!(last <= Duration::from_millis(200), "{mode} must run them concurrently: last reply at {last:?}");
+        }
+        assert!(srv.terminate().success());
+    }
+}
+
+#[test]
+fn full_pool_queue_rejects_explicitly_and_counts() {
+    let (mut srv, _) = server(&["--ports", "21520", "--workers", "1", "--business", "pool:2", "--queue", "2", "--service-time", "300ms"], None);
+    let mut c = TcpStream::connect("127.0.0.1:21520").unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut burst = Vec::new();
+    for i in 0..10u8 {
+        burst.extend_from_slice(&[0, 9, 3, 0, 0, 0, 0, 0, 0, 0, i]);
+    }
+    c.write_all(&burst).unwrap();
+    let (mut replies, mut rejected) = (0, 0);
+    for _ in 0..10 {
+        let mut f = [0u8; 11];
+        c.read_exact(&mut f).unwrap();
+        match f[2] {
+            4 => replies += 1,
+            5 => rejected += 1,
+            k => panic!("unexpected kind {k}"),
+        }
+    }
+    // 2 threads busy + 2 queued are accepted; the other 6 are refused.
+    assert_eq!((replies, rejected), (4, 6));
+    srv.wait_for(Duration::from_secs(10), "rejections counted", |v| v["event"] == "stats" && v["rejected"] == 6);
+    assert!(srv.terminate().success());
+}
+
+#[test]
+fn echo8_server_echoes_timestamps_split_across_writes() {
+    let (mut srv, _) = server(&["--ports", "21530", "--workers", "1", "--protocol", "echo8", "--business", "async", "--service-time", "1ms"], None);
+    let mut c = TcpStream::connect("127.0.0.1:21530").unwrap();
+    c.set_nodelay(true).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let stamps: Vec<u64> = (0..5).map(|i| 1_700_000_000_000 + i * 1234).collect();
+    let bytes: Vec<u8> = stamps.iter().flat_map(|s| s.to_be_bytes()).collect();
+    for piece in bytes.chunks(3) {
+        c.write_all(piece).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut back = vec![0u8; 40];
+    c.read_exact(&mut back).unwrap();
+    let echoed: Vec<u64> = back.chunks(8).map(|b| u64::from_be_bytes(b.try_into().unwrap())).collect();
+    assert_eq!(echoed, stamps);
+    assert!(srv.terminate().success());
+}
+
+#[test]
+fn echo8_client_measures_an_echo8_server() {
+    let (mut srv, _) = server(&["--ports", "21540", "--workers", "1", "--protocol", "echo8", "--service-time", "0"], None);
+    let mut cmd = megaconn();
+    cmd.args(["client", "--ports", "21540", "--protocol", "echo8", "--connections", "50", "--rate", "1000", "--request-rate", "10/s", "--hold", "2s", "--json"]);
+    let (code, out, err) = run(cmd, Duration::from_secs(60));
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let r = &v["summary"]["requests"];
+    assert!(r["sent"].as_u64().unwrap() >= 50 * 10 * 2, "{r}");
+    assert_eq!(r["replies"], r["sent"], "{r}");
+    assert_eq!(r["latency_ms"]["count"], r["sent"], "{r}");
+    assert!(srv.terminate().success());
+}
+
+#[test]
+fn bad_business_flags_exit_2() {
+    for (flag, value, needle) in [
+        ("--service-time", "1ms:90%,10ms:5%", "95%"),
+        ("--service-time", "sometimes", "classic"),
+        ("--business", "threads", "pool:N"),
+        ("--business", "pool:0", "pool size"),
+    ] {
+        let mut cmd = megaconn();
+        cmd.args(["server", "--ports", "21550", flag, value]);
+        let (code, _, err) = run(cmd, Duration::from_secs(20));
+        assert_eq!(code, 2, "{flag} {value}: {err}");
+        assert!(err.contains(needle) && err.contains(flag), "{flag} {value}: {err}");
+    }
+    let mut cmd = megaconn();
+    cmd.args(["client", "--connections", "10", "--request-rate", "-3/s"]);
+    let (code, _, err) = run(cmd, Duration::from_secs(20));
+    assert_eq!(code, 2, "{err}");
+}
