@@ -100,9 +100,10 @@ pub struct ClientRun {
     prev_at_us: u64,
     last_rate: f64,
     prev_replies: u64,
-    /// (µs, replies) when the hold started and ended.
-    replies_at_hold: Option<(u64, u64)>,
-    replies_at_close: Option<(u64, u64)>,
+    /// Per worker (snapshot µs, replies) when the hold started and ended:
+    /// QPS from exact snapshot times, not from when we happened to look.
+    replies_at_hold: Vec<Option<(u64, u64)>>,
+    replies_at_close: Vec<Option<(u64, u64)>>,
     request_rate: Option<f64>,
 }
 
@@ -158,8 +159,8 @@ impl ClientRun {
             prev_at_us: start_at_us,
             last_rate: 0.0,
             prev_replies: 0,
-            replies_at_hold: None,
-            replies_at_close: None,
+            replies_at_hold: Vec::new(),
+            replies_at_close: Vec::new(),
             request_rate: load.request_rate.0,
         })
     }
@@ -190,7 +191,7 @@ impl ClientRun {
             }
             let t = self.view.totals();
             self.held = t.established;
-            self.replies_at_close = Some((now, t.replies));
+            self.replies_at_close = self.view.reply_marks();
             self.pool.broadcast(CMD_CLOSE);
             self.phase = Phase::Closing { since_us: now };
         }
@@ -209,7 +210,7 @@ impl ClientRun {
                 if t.ramp_done_at_us.is_some() || now >= self.ramp_deadline_us {
                     self.phase = Phase::Hold { until_us: now + self.hold.as_micros() as u64 };
                     self.hold_started_us = Some(now);
-                    self.replies_at_hold = Some((now, t.replies));
+                    self.replies_at_hold = self.view.reply_marks();
                     return Tick::RampDone;
                 }
             }
@@ -299,10 +300,15 @@ impl ClientRun {
             heartbeats_answered: t.heartbeats_answered,
             heartbeat_rtt_ms: histogram::summarize(&self.view.rtt_hist),
             requests: self.request_rate.map(|rate| {
-                let qps = match (self.replies_at_hold, self.replies_at_close) {
-                    (Some((t0, r0)), Some((t1, r1))) if t1 > t0 => (r1 - r0) as f64 / ((t1 - t0) as f64 / 1e6),
-                    _ => 0.0,
-                };
+                let qps: f64 = self
+                    .replies_at_hold
+                    .iter()
+                    .zip(&self.replies_at_close)
+                    .filter_map(|(a, b)| match (a, b) {
+                        (Some((t0, r0)), Some((t1, r1))) if t1 > t0 => Some((r1 - r0) as f64 / ((t1 - t0) as f64 / 1e6)),
+                        _ => None,
+                    })
+                    .sum();
                 let outstanding = t.requests_sent.saturating_sub(t.replies + t.rejected);
                 RequestSummary {
                     qps,

@@ -89,6 +89,11 @@ impl ClientView {
         }
     }
 
+    /// (snapshot time µs, replies so far) of every worker's latest snapshot.
+    pub fn reply_marks(&self) -> Vec<Option<(u64, u64)>> {
+        self.latest.iter().map(|s| s.as_ref().map(|s| (s.at_us, s.replies))).collect()
+    }
+
     pub fn take_interval_requests(&mut self) -> LatencySummary {
         let s = histogram::summarize(&self.request_interval);
         self.request_interval.reset();

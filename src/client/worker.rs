@@ -523,6 +523,7 @@ impl Worker {
         self.rtt_hist.reset();
         self.stats.rss_bytes = crate::sys::self_rss_bytes();
         self.stats.cpu_us = crate::sys::self_cpu_us();
+        self.stats.at_us = mono_us();
         self.stats.last = last;
         control::emit(&WorkerMsg::Client(self.stats.clone()));
     }

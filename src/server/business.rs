@@ -17,7 +17,8 @@ use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::str::FromStr;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -114,8 +115,13 @@ impl Ord for Timed {
 }
 
 struct Pool {
-    tx: SyncSender<Job>,
+    tx: Sender<Job>,
     done: Arc<Mutex<Vec<Done>>>,
+    /// Jobs accepted and not finished (running + queued). Admission checks
+    /// it against threads + queue depth, so the bound is exact even when a
+    /// burst arrives before idle threads have woken up.
+    in_system: Arc<AtomicUsize>,
+    capacity: usize,
 }
 
 pub struct Stage {
@@ -130,14 +136,18 @@ impl Stage {
     pub fn new(mode: BusinessMode, queue: usize, waker: Arc<mio::Waker>) -> std::io::Result<Stage> {
         let pool = match mode {
             BusinessMode::Pool(n) => {
-                let (tx, rx) = sync_channel::<Job>(queue);
+                let (tx, rx) = channel::<Job>();
                 let rx = Arc::new(Mutex::new(rx));
                 let done = Arc::new(Mutex::new(Vec::new()));
+                let in_system = Arc::new(AtomicUsize::new(0));
                 for i in 0..n {
-                    let (rx, done, waker) = (rx.clone(), done.clone(), waker.clone());
-                    std::thread::Builder::new().name(format!("business-{i}")).stack_size(64 * 1024).spawn(move || work(rx, done, waker))?;
+                    let (rx, done, waker, in_system) = (rx.clone(), done.clone(), waker.clone(), in_system.clone());
+                    std::thread::Builder::new()
+                        .name(format!("business-{i}"))
+                        .stack_size(64 * 1024)
+                        .spawn(move || work(rx, done, waker, in_system))?;
                 }
-                Some(Pool { tx, done })
+                Some(Pool { tx, done, in_system, capacity: n + queue })
             }
             _ => None,
         };
@@ -163,10 +173,20 @@ impl Stage {
                 self.timers.push(Reverse(Timed { due: now + job.service, seq: self.seq, job }));
                 Outcome::Later
             }
-            BusinessMode::Pool(_) => match self.pool.as_ref().expect("pool mode has a pool").tx.try_send(job) {
-                Ok(()) => Outcome::Later,
-                Err(TrySendError::Full(job)) | Err(TrySendError::Disconnected(job)) => Outcome::Rejected(job),
-            },
+            BusinessMode::Pool(_) => {
+                let pool = self.pool.as_ref().expect("pool mode has a pool");
+                if pool.in_system.load(Ordering::Acquire) >= pool.capacity {
+                    return Outcome::Rejected(job);
+                }
+                pool.in_system.fetch_add(1, Ordering::AcqRel);
+                match pool.tx.send(job) {
+                    Ok(()) => Outcome::Later,
+                    Err(e) => {
+                        pool.in_system.fetch_sub(1, Ordering::AcqRel);
+                        Outcome::Rejected(e.0)
+                    }
+                }
+            }
         }
     }
 
@@ -190,7 +210,7 @@ impl Stage {
     }
 }
 
-fn work(rx: Arc<Mutex<Receiver<Job>>>, done: Arc<Mutex<Vec<Done>>>, waker: Arc<mio::Waker>) {
+fn work(rx: Arc<Mutex<Receiver<Job>>>, done: Arc<Mutex<Vec<Done>>>, waker: Arc<mio::Waker>, in_system: Arc<AtomicUsize>) {
     loop {
         let job = match rx.lock() {
             Ok(rx) => match rx.recv() {
@@ -205,6 +225,7 @@ fn work(rx: Arc<Mutex<Receiver<Job>>>, done: Arc<Mutex<Vec<Done>>>, waker: Arc<m
         }
         let applied = t0.elapsed();
         done.lock().expect("pool lock").push(Done { job, applied });
+        in_system.fetch_sub(1, Ordering::AcqRel);
         let _ = waker.wake();
     }
 }

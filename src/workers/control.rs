@@ -94,6 +94,8 @@ pub struct ClientSnapshot {
     pub rtt_hist: String,
     pub rss_bytes: u64,
     pub cpu_us: u64,
+    /// CLOCK_MONOTONIC µs when this snapshot was taken (exact rates).
+    pub at_us: u64,
     pub last: bool,
 }
 
