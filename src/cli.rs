@@ -6,6 +6,7 @@ use crate::parse::{self, IpList, OptDuration, PerSecond, PortList, Shard, Worker
 use crate::proto::Protocol;
 use crate::server::business::BusinessMode;
 use crate::server::service_time::ServiceTime;
+use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::Ipv4Addr;
 use std::time::Duration;
@@ -67,6 +68,15 @@ pub struct ServerArgs {
     /// Simulated business time: classic, 0, 5ms, or 1ms:90%,10ms:5%,100ms:4%,1000ms:1%.
     #[arg(long, default_value = "0")]
     pub service_time: ServiceTime,
+    /// HTTP: response body size in bytes (12 = "Hello world!").
+    #[arg(long, default_value = "12", value_parser = clap::value_parser!(u32).range(0..=1_048_576).map(|v| v as usize))]
+    pub body_size: usize,
+    /// HTTP: largest request head accepted; larger gets 431 and a close.
+    #[arg(long, default_value = "8192", value_parser = clap::value_parser!(u32).range(256..=1_048_576).map(|v| v as usize))]
+    pub max_header_bytes: usize,
+    /// HTTP: close a connection stuck in one incomplete request this long (slowloris).
+    #[arg(long, value_parser = parse::duration, default_value = "10s")]
+    pub header_timeout: Duration,
     /// Print stats and the summary as JSON lines on stdout.
     #[arg(long)]
     pub json: bool,

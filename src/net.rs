@@ -63,7 +63,7 @@ pub fn read_fixed<S: Read>(
 
 /// The read loop both protocols share: `consume` takes the bytes so far
 /// and returns how many it used; the rest waits in `partial`.
-fn read_chunks<S: Read>(
+pub fn read_chunks<S: Read>(
     stream: &mut S,
     partial: &mut Spill,
     scratch: &mut [u8],

@@ -88,6 +88,9 @@ fn run_mode(args: &BenchArgs, mode: BusinessMode, service: &ServiceTime, hold: D
         business: mode,
         queue: 10_000,
         service_time: service.clone(),
+        body_size: 12,
+        max_header_bytes: 8192,
+        header_timeout: Duration::from_secs(10),
         json: false,
     };
     let client_args = ClientArgs {

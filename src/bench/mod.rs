@@ -85,6 +85,9 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         business: crate::server::business::BusinessMode::Async,
         queue: 10_000,
         service_time: crate::server::service_time::ServiceTime::Fixed(Duration::ZERO),
+        body_size: 12,
+        max_header_bytes: 8192,
+        header_timeout: Duration::from_secs(10),
         json: false,
     };
     let client_args = ClientArgs {

@@ -79,6 +79,8 @@ pub struct RequestSummary {
     /// Replies later than --request-timeout plus requests never answered.
     pub timeouts: u64,
     pub bad_echo: u64,
+    /// HTTP responses by status class.
+    pub http_status: BTreeMap<String, u64>,
     /// Latency from the intended send time (open loop).
     pub latency_ms: LatencySummary,
 }
@@ -318,6 +320,7 @@ impl ClientRun {
                     rejected: t.rejected,
                     timeouts: t.late + outstanding,
                     bad_echo: t.bad_echo,
+                    http_status: t.http_status.clone(),
                     latency_ms: histogram::summarize(&self.view.request_hist),
                 }
             }),
@@ -364,6 +367,9 @@ pub fn print_summary(s: &ClientSummary, progress: &mut Progress) {
             format::count(r.timeouts),
             format::count(r.bad_echo)
         );
+        if !r.http_status.is_empty() {
+            println!("http status   {}", format::kinds(&r.http_status));
+        }
         println!(
             "latency       avg {:.2} ms | p50 {:.2} | p90 {:.2} | p99 {:.2} | p99.9 {:.2} | max {:.2} ms (from intended send time)",
             l.mean_ms, l.p50_ms, l.p90_ms, l.p99_ms, l.p999_ms, l.max_ms

@@ -23,6 +23,7 @@ pub struct ClientTotals {
     pub rejected: u64,
     pub late: u64,
     pub bad_echo: u64,
+    pub http_status: BTreeMap<String, u64>,
     pub rss_bytes: u64,
     pub cpu_seconds: f64,
     /// Latest ramp completion over all workers, once all are done.
@@ -83,6 +84,7 @@ impl ClientView {
             rejected: s.iter().map(|x| x.rejected).sum(),
             late: s.iter().map(|x| x.late).sum(),
             bad_echo: s.iter().map(|x| x.bad_echo).sum(),
+            http_status: merge_counts(s.iter().map(|x| &x.http_status)),
             rss_bytes: s.iter().map(|x| x.rss_bytes).sum(),
             cpu_seconds: s.iter().map(|x| x.cpu_us).sum::<u64>() as f64 / 1e6,
             ramp_done_at_us: if all_done { s.iter().filter_map(|x| x.ramp_done_at_us).max() } else { None },

@@ -58,6 +58,8 @@ pub struct ClientWorkerConfig {
 }
 
 const STDIN: Token = Token(usize::MAX - 1);
+/// What `--protocol http` sends: a keep-alive GET.
+const HTTP_REQUEST: &[u8] = b"GET / HTTP/1.1\r\nHost: megaconn\r\n\r\n";
 const SCRATCH: usize = 64 * 1024;
 /// Fewest µs between ramp wake-ups: batching a few connects per wake-up
 /// keeps 100 processes from spending the CPU on epoll_wait. Heartbeats and
@@ -83,6 +85,9 @@ struct Slot {
     started_us: u32,
     partial: Spill,
     backlog: Spill,
+    /// HTTP: intended send times of requests awaiting responses, in order
+    /// (HTTP responses carry no timestamp).
+    inflight: Option<Box<VecDeque<u64>>>,
 }
 
 #[derive(PartialEq, Eq)]
@@ -123,7 +128,7 @@ pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
         stats: ClientSnapshot { worker: cfg.worker, planned: cfg.count, ..Default::default() },
         cfg,
         poll,
-        slots: (0..n).map(|_| Slot { stream: None, state: State::Idle, started_us: 0, partial: None, backlog: None }).collect(),
+        slots: (0..n).map(|_| Slot { stream: None, state: State::Idle, started_us: 0, partial: None, backlog: None, inflight: None }).collect(),
         pending: VecDeque::new(),
         created: 0,
         beat_cursor: 0,
@@ -378,6 +383,10 @@ impl Worker {
                     let ms = (intended as i64 + self.wall_offset_us) / 1000;
                     self.out.extend_from_slice(&(ms as u64).to_be_bytes());
                 }
+                Protocol::Http => {
+                    self.out.extend_from_slice(HTTP_REQUEST);
+                    self.slots[k].inflight.get_or_insert_with(Default::default).push_back(intended);
+                }
             }
             if self.write_slot(k) {
                 self.stats.requests_sent += 1;
@@ -460,6 +469,45 @@ impl Worker {
                 }
                 Ok(())
             }),
+            Protocol::Http => {
+                let inflight = &mut slot.inflight;
+                net::read_chunks(stream, &mut slot.partial, &mut self.scratch, read_closed, |buf| {
+                    let mut pos = 0;
+                    loop {
+                        let mut headers = [httparse::EMPTY_HEADER; 32];
+                        let mut resp = httparse::Response::new(&mut headers);
+                        let head = match resp.parse(&buf[pos..]) {
+                            Ok(httparse::Status::Complete(n)) => n,
+                            Ok(httparse::Status::Partial) if buf.len() - pos > 64 * 1024 => return Err("http_response_too_large"),
+                            Ok(httparse::Status::Partial) => return Ok(pos),
+                            Err(_) => return Err("http_bad_response"),
+                        };
+                        let length = resp
+                            .headers
+                            .iter()
+                            .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                            .and_then(|h| std::str::from_utf8(h.value).ok()?.trim().parse::<usize>().ok());
+                        let Some(length) = length else { return Err("http_no_content_length") };
+                        if buf.len() - pos < head + length {
+                            return Ok(pos);
+                        }
+                        pos += head + length;
+                        let class = match resp.code.unwrap_or(0) {
+                            200..=299 => "2xx",
+                            300..=399 => "3xx",
+                            400..=499 => "4xx",
+                            500..=599 => "5xx",
+                            _ => "other",
+                        };
+                        *replies.stats.http_status.entry(class.into()).or_insert(0) += 1;
+                        let sent = inflight.as_mut().and_then(|q| q.pop_front());
+                        if sent.is_none() {
+                            return Err("http_unsolicited_response");
+                        }
+                        replies.reply(sent);
+                    }
+                })
+            }
             Protocol::Echo8 => {
                 let offset = self.wall_offset_us;
                 net::read_fixed(stream, &mut slot.partial, &mut self.scratch, read_closed, ECHO8_LEN, |u| {
@@ -486,6 +534,7 @@ impl Worker {
         slot.stream = None;
         slot.partial = None;
         slot.backlog = None;
+        slot.inflight = None;
         slot.state = State::Done;
         *self.stats.lost.entry(reason).or_insert(0) += 1;
     }

@@ -1,5 +1,6 @@
 //! Wire protocols spoken between megaconn clients and servers.
 pub mod frame;
+pub mod http;
 
 /// Which wire protocol a server or client speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
@@ -9,6 +10,8 @@ pub enum Protocol {
     /// Raw 8-byte big-endian millisecond timestamps echoed back, no framing
     /// (a Netty FixedLengthFrameDecoder(8) echo server and its client).
     Echo8,
+    /// HTTP/1.1 keep-alive (server answers "Hello world!"; client sends GET /).
+    Http,
 }
 
 /// Bytes in one echo8 message.

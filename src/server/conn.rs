@@ -4,8 +4,8 @@
 use crate::net::Spill;
 
 /// Per-connection record kept in the worker's slab. An idle connection
-/// costs the socket handle, a timestamp, a generation and two empty
-/// `Option<Box>`es: 28 bytes, 32 with the slab's tag.
+/// costs the socket handle, a timestamp, a generation and three empty
+/// `Option<Box>`es: 36 bytes, 40 with the slab's tag.
 pub struct Conn {
     pub stream: mio::net::TcpStream,
     /// Worker-relative second of the last byte received (idle timeout).
@@ -17,10 +17,13 @@ pub struct Conn {
     /// Distinguishes this connection from a later one reusing its slab
     /// key, so a late business-stage reply never reaches the wrong peer.
     pub gen: u32,
+    /// HTTP request state, only while a request is half-read or a reply
+    /// is pending (`--protocol http`).
+    pub http: Option<Box<super::http::HttpConn>>,
 }
 
 impl Conn {
     pub fn new(stream: mio::net::TcpStream, now_s: u32, gen: u32) -> Conn {
-        Conn { stream, last_seen_s: now_s, partial: None, backlog: None, gen }
+        Conn { stream, last_seen_s: now_s, partial: None, backlog: None, gen, http: None }
     }
 }

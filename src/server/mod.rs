@@ -2,6 +2,7 @@
 //! server worker processes and is the only one that prints.
 pub mod business;
 pub mod conn;
+pub mod http;
 pub mod service_time;
 pub mod listener;
 pub mod view;
@@ -52,6 +53,11 @@ pub fn start(args: &ServerArgs, plan: &WorkerPlan, fd_limit: Option<u64>, tx: &s
                 business: args.business,
                 queue: args.queue as usize,
                 service_time: args.service_time.clone(),
+                http: http::HttpConfig {
+                    body: if args.body_size == 12 { b"Hello world!".to_vec() } else { vec![b'x'; args.body_size] },
+                    max_header_bytes: args.max_header_bytes,
+                    header_timeout_ms: args.header_timeout.as_millis() as u64,
+                },
             })
             .expect("config serializes")
         })

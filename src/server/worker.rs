@@ -9,6 +9,7 @@
 use super::conn::Conn;
 use crate::net::{self, ReadEnd};
 use super::business::{BusinessMode, Job, Outcome, Stage};
+use super::http::{self, HttpConfig};
 use super::service_time::ServiceTime;
 use crate::proto::frame::{self, Kind};
 use crate::proto::{Protocol, ECHO8_LEN};
@@ -36,6 +37,7 @@ pub struct ServerWorkerConfig {
     /// Depth of the pool's queue (pool mode).
     pub queue: usize,
     pub service_time: ServiceTime,
+    pub http: HttpConfig,
 }
 
 const STDIN: Token = Token(usize::MAX - 1);
@@ -61,6 +63,9 @@ struct Worker {
     stage: Stage,
     rng: SmallRng,
     next_gen: u32,
+    /// The HTTP Date header, formatted once per second.
+    date: String,
+    date_sec: u64,
 }
 
 pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
@@ -80,6 +85,8 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
         stage,
         rng: SmallRng::from_entropy(),
         next_gen: 0,
+        date: String::new(),
+        date_sec: 0,
         stats: ServerSnapshot { worker, ..Default::default() },
         cfg,
         poll,
@@ -103,6 +110,20 @@ impl Worker {
         self.started.elapsed().as_secs() as u32
     }
 
+    /// Worker-relative time in 100 ms units.
+    fn now_ds(&self) -> u32 {
+        (self.started.elapsed().as_millis() / 100) as u32
+    }
+
+    fn refresh_date(&mut self) {
+        let now = std::time::SystemTime::now();
+        let sec = now.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        if sec != self.date_sec {
+            self.date_sec = sec;
+            self.date = httpdate::fmt_http_date(now);
+        }
+    }
+
     fn event_loop(&mut self, commands: &mut CommandReader) -> Result<()> {
         let mut events = Events::with_capacity(1024);
         let interval = Duration::from_millis(self.cfg.stats_interval_ms.max(50));
@@ -114,9 +135,13 @@ impl Worker {
                 self.report(false);
                 next_stats = now + interval;
             }
-            if self.cfg.idle_timeout_ms.is_some() && now >= next_sweep {
+            let sweeping = self.cfg.idle_timeout_ms.is_some() || self.cfg.protocol == Protocol::Http;
+            if sweeping && now >= next_sweep {
                 self.sweep_idle();
-                next_sweep = now + Duration::from_secs(1);
+                next_sweep = now + if self.cfg.protocol == Protocol::Http { Duration::from_millis(100) } else { Duration::from_secs(1) };
+            }
+            if self.cfg.protocol == Protocol::Http {
+                self.refresh_date();
             }
             if let Some(t) = self.accept_paused_until {
                 if now >= t {
@@ -131,7 +156,7 @@ impl Worker {
             if let Some(t) = self.stage.next_due() {
                 wake = wake.min(t);
             }
-            if self.cfg.idle_timeout_ms.is_some() {
+            if sweeping {
                 wake = wake.min(next_sweep);
             }
             if let Some(t) = self.accept_paused_until {
@@ -177,6 +202,10 @@ impl Worker {
         loop {
             match self.listeners[i].accept() {
                 Ok((mut stream, _)) => {
+                    // Replies are small writes; Nagle would hold one back
+                    // behind an unacknowledged one (up to a delayed-ACK
+                    // timeout, ~40 ms).
+                    let _ = stream.set_nodelay(true);
                     let entry = self.conns.vacant_entry();
                     let key = entry.key();
                     if self.poll.registry().register(&mut stream, Token(key), Interest::READABLE | Interest::WRITABLE).is_err() {
@@ -210,6 +239,7 @@ impl Worker {
 
     fn on_conn_event(&mut self, key: usize, readable: bool, read_closed: bool, writable: bool) {
         let now_s = self.now_s();
+        let now_ds = self.now_ds();
         let Some(conn) = self.conns.get_mut(key) else { return };
         let mut end: Option<String> = None;
         if writable && conn.backlog.is_some() {
@@ -239,6 +269,23 @@ impl Worker {
                     }
                     Ok(())
                 }),
+                Protocol::Http => {
+                    let http = &mut conn.http;
+                    let mut ctx = http::Ctx {
+                        out: req.out,
+                        stats: req.stats,
+                        stage: req.stage,
+                        rng: req.rng,
+                        service: req.service,
+                        cfg: &self.cfg.http,
+                        date: &self.date,
+                        key,
+                        gen,
+                    };
+                    let r = net::read_chunks(&mut conn.stream, &mut conn.partial, &mut self.scratch, read_closed, |buf| http::consume(&mut ctx, http, buf));
+                    http::track_partial(&mut conn.http, conn.partial.is_some(), now_ds);
+                    r
+                }
                 Protocol::Echo8 => net::read_fixed(&mut conn.stream, &mut conn.partial, &mut self.scratch, read_closed, ECHO8_LEN, |u| {
                     req.handle(u.to_vec(), false);
                     Ok(())
@@ -271,7 +318,53 @@ impl Worker {
             }
             if let Err(reason) = net::send(&mut conn.stream, &mut conn.backlog, &done.job.reply) {
                 self.close(done.job.key, reason);
+                continue;
             }
+            if self.cfg.protocol == Protocol::Http {
+                self.resume_http(done.job.key);
+            }
+        }
+    }
+
+    /// After an HTTP reply left the business stage: close if the request
+    /// asked to, else parse what was pipelined behind it.
+    fn resume_http(&mut self, key: usize) {
+        let now_ds = self.now_ds();
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        let Some(h) = conn.http.as_mut() else { return };
+        h.awaiting = false;
+        if h.close_after {
+            return self.close(key, "http_connection_close".into());
+        }
+        let Some(buf) = conn.partial.take() else {
+            http::track_partial(&mut conn.http, false, now_ds);
+            return;
+        };
+        self.out.clear();
+        let mut ctx = http::Ctx {
+            out: &mut self.out,
+            stats: &mut self.stats,
+            stage: &mut self.stage,
+            rng: &mut self.rng,
+            service: &self.cfg.service_time,
+            cfg: &self.cfg.http,
+            date: &self.date,
+            key,
+            gen: conn.gen,
+        };
+        let r = http::consume(&mut ctx, &mut conn.http, &buf);
+        let mut end = r.as_ref().err().map(|e| e.to_string());
+        if let Ok(used) = r {
+            if used < buf.len() {
+                conn.partial = Some(Box::new(buf[used..].to_vec()));
+            }
+        }
+        http::track_partial(&mut conn.http, conn.partial.is_some(), now_ds);
+        if let Err(reason) = net::send(&mut conn.stream, &mut conn.backlog, &self.out) {
+            end.get_or_insert(reason);
+        }
+        if let Some(reason) = end {
+            self.close(key, reason);
         }
     }
 
@@ -284,6 +377,14 @@ impl Worker {
     }
 
     fn sweep_idle(&mut self) {
+        if self.cfg.protocol == Protocol::Http {
+            let now = self.now_ds();
+            let limit = (self.cfg.http.header_timeout_ms / 100).max(1) as u32;
+            let stuck: Vec<usize> = self.conns.iter().filter(|(_, c)| http::stalled(&c.http, now, limit)).map(|(k, _)| k).collect();
+            for key in stuck {
+                self.close(key, "header_timeout".into());
+            }
+        }
         let Some(ms) = self.cfg.idle_timeout_ms else { return };
         let limit = (ms / 1000).max(1) as u32;
         let now = self.now_s();

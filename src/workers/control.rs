@@ -82,6 +82,8 @@ pub struct ClientSnapshot {
     pub late: u64,
     /// Replies whose echoed timestamp was not one we sent.
     pub bad_echo: u64,
+    /// HTTP responses by status class ("2xx", "4xx", ...).
+    pub http_status: BTreeMap<String, u64>,
     /// Interval histogram of request latency from the intended send time
     /// (µs), base64 HdrHistogram V2.
     pub request_hist: String,

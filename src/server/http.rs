@@ -1,0 +1,135 @@
+//! The server side of `--protocol http`: turning parsed requests
+//! (`proto::http`) into responses through the business stage, keeping
+//! pipelined responses in order, and remembering per-connection state only
+//! while a request is half-read or a reply is pending.
+
+use super::business::{Job, Outcome, Stage};
+use super::service_time::ServiceTime;
+use crate::proto::http::{self, HttpState, Step};
+use crate::workers::control::ServerSnapshot;
+use rand::rngs::SmallRng;
+use std::time::Duration;
+
+/// Per-connection HTTP state, boxed and present only when not idle.
+#[derive(Debug, Default)]
+pub struct HttpConn {
+    pub state: HttpState,
+    /// A response is with the business stage: parse nothing further until
+    /// it is sent, so pipelined responses stay in order.
+    pub awaiting: bool,
+    /// Close once the pending response is sent.
+    pub close_after: bool,
+    /// Worker-relative time (100 ms units) when the current incomplete
+    /// request began; 0 when none. Slowloris guard.
+    pub partial_since_ds: u32,
+}
+
+/// Server-wide HTTP settings.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct HttpConfig {
+    pub body: Vec<u8>,
+    pub max_header_bytes: usize,
+    pub header_timeout_ms: u64,
+}
+
+/// What request handling needs from the worker.
+pub struct Ctx<'a> {
+    pub out: &'a mut Vec<u8>,
+    pub stats: &'a mut ServerSnapshot,
+    pub stage: &'a mut Stage,
+    pub rng: &'a mut SmallRng,
+    pub service: &'a ServiceTime,
+    pub cfg: &'a HttpConfig,
+    pub date: &'a str,
+    pub key: usize,
+    pub gen: u32,
+}
+
+/// Handle as many requests in `buf` as possible; return the bytes used.
+/// Err names why the connection must close (after `ctx.out` is sent).
+pub fn consume(ctx: &mut Ctx<'_>, conn: &mut Option<Box<HttpConn>>, buf: &[u8]) -> Result<usize, &'static str> {
+    if conn.as_ref().is_some_and(|c| c.awaiting) {
+        return Ok(0);
+    }
+    let mut st = conn.as_ref().map(|c| c.state.clone()).unwrap_or_default();
+    let mut pos = 0;
+    let result = loop {
+        let (used, step) = http::next(&buf[pos..], &mut st, ctx.cfg.max_header_bytes);
+        pos += used;
+        match step {
+            Step::NeedMore => break Ok(pos),
+            Step::Fail(code) => {
+                http::respond(ctx.out, code, None, b"", ctx.date);
+                break Err(match code {
+                    400 => "http_400_bad_request",
+                    405 => "http_405_method",
+                    431 => "http_431_headers_too_large",
+                    _ => "http_501_not_implemented",
+                });
+            }
+            Step::Request(req) => {
+                ctx.stats.requests += 1;
+                ctx.stats.frames_in += 1;
+                let service = if ctx.service.is_zero() { Duration::ZERO } else { ctx.service.sample(ctx.rng) };
+                let mut reply = Vec::with_capacity(160 + ctx.cfg.body.len());
+                http::respond(&mut reply, 200, Some(&req), &ctx.cfg.body, ctx.date);
+                match ctx.stage.submit(Job::new(ctx.key, ctx.gen, service, reply)) {
+                    Outcome::Now(done) => {
+                        ctx.stats.replies += 1;
+                        ctx.stats.frames_out += 1;
+                        ctx.stats.applied_service_us += done.applied.as_micros() as u64;
+                        ctx.out.extend_from_slice(&done.job.reply);
+                        if !req.keep_alive {
+                            break Err("http_connection_close");
+                        }
+                    }
+                    Outcome::Later => {
+                        let c = conn.get_or_insert_with(Default::default);
+                        c.awaiting = true;
+                        c.close_after = !req.keep_alive;
+                        break Ok(pos);
+                    }
+                    Outcome::Rejected(_) => {
+                        ctx.stats.rejected += 1;
+                        http::respond(ctx.out, 503, None, b"", ctx.date);
+                        break Err("http_503_rejected");
+                    }
+                }
+            }
+        }
+    };
+    // Keep state only while it says something.
+    let idle = st == HttpState::default() && !conn.as_ref().is_some_and(|c| c.awaiting);
+    if idle {
+        if conn.as_ref().is_some_and(|c| c.partial_since_ds != 0) {
+            conn.as_mut().unwrap().state = st;
+        } else {
+            *conn = None;
+        }
+    } else {
+        conn.get_or_insert_with(Default::default).state = st;
+    }
+    result
+}
+
+/// Update the slowloris clock after a read: `partial` says whether an
+/// incomplete request (head or body) is still buffered or owed.
+pub fn track_partial(conn: &mut Option<Box<HttpConn>>, partial: bool, now_ds: u32) {
+    let owed = conn.as_ref().is_some_and(|c| c.state != HttpState::default());
+    if partial || owed {
+        let c = conn.get_or_insert_with(Default::default);
+        if c.partial_since_ds == 0 {
+            c.partial_since_ds = now_ds.max(1);
+        }
+    } else if let Some(c) = conn.as_mut() {
+        c.partial_since_ds = 0;
+        if !c.awaiting && c.state == HttpState::default() {
+            *conn = None;
+        }
+    }
+}
+
+/// Whether the connection has been stuck in one request too long.
+pub fn stalled(conn: &Option<Box<HttpConn>>, now_ds: u32, timeout_ds: u32) -> bool {
+    conn.as_ref().is_some_and(|c| !c.awaiting && c.partial_since_ds != 0 && now_ds.saturating_sub(c.partial_since_ds) >= timeout_ds)
+}
