@@ -73,26 +73,11 @@ pub fn run(args: BenchArgs) -> Result<i32> {
 }
 
 fn run_mode(args: &BenchArgs, mode: BusinessMode, service: &ServiceTime, hold: Duration, fd_hard: u64, progress: &mut Progress) -> Result<ModeResult> {
-    let server_args = ServerArgs {
-        listen: Ipv4Addr::LOCALHOST,
-        ports: args.ports.clone(),
-        workers: match args.server_workers {
-            Workers::Auto => Workers::Fixed(1),
-            w => w,
-        },
-        connections: Some(CONNECTIONS),
-        idle_timeout: OptDuration(None),
-        stats_interval: Duration::from_secs(1),
-        duration: OptDuration(None),
-        protocol: Protocol::Framed,
-        business: mode,
-        queue: 10_000,
-        service_time: service.clone(),
-        body_size: 12,
-        max_header_bytes: 8192,
-        header_timeout: Duration::from_secs(10),
-        json: false,
+    let workers = match args.server_workers {
+        Workers::Auto => Workers::Fixed(1),
+        w => w,
     };
+    let server_args = ServerArgs { business: mode, service_time: service.clone(), ..ServerArgs::loopback(args.ports.clone(), workers, CONNECTIONS) };
     let client_args = ClientArgs {
         target: Ipv4Addr::LOCALHOST,
         load: LoadArgs {

@@ -73,23 +73,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
     }
     let hold = args.hold.unwrap_or(Duration::from_secs(20));
     let (_, fds) = crate::sys::raise_fd_limit();
-    let server_args = ServerArgs {
-        listen: Ipv4Addr::LOCALHOST,
-        ports: args.ports.clone(),
-        workers: args.server_workers,
-        connections: Some(args.connections),
-        idle_timeout: crate::parse::OptDuration(None),
-        stats_interval: Duration::from_secs(1),
-        duration: crate::parse::OptDuration(None),
-        protocol: crate::proto::Protocol::Framed,
-        business: crate::server::business::BusinessMode::Async,
-        queue: 10_000,
-        service_time: crate::server::service_time::ServiceTime::Fixed(Duration::ZERO),
-        body_size: 12,
-        max_header_bytes: 8192,
-        header_timeout: Duration::from_secs(10),
-        json: false,
-    };
+    let server_args = ServerArgs::loopback(args.ports.clone(), args.server_workers, args.connections);
     let client_args = ClientArgs {
         target: Ipv4Addr::LOCALHOST,
         load: LoadArgs {

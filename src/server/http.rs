@@ -75,9 +75,7 @@ pub fn consume(ctx: &mut Ctx<'_>, conn: &mut Option<Box<HttpConn>>, buf: &[u8]) 
                 http::respond(&mut reply, 200, Some(&req), &ctx.cfg.body, ctx.date);
                 match ctx.stage.submit(Job::new(ctx.key, ctx.gen, service, reply)) {
                     Outcome::Now(done) => {
-                        ctx.stats.replies += 1;
-                        ctx.stats.frames_out += 1;
-                        ctx.stats.applied_service_us += done.applied.as_micros() as u64;
+                        ctx.stats.count_reply(done.applied);
                         ctx.out.extend_from_slice(&done.job.reply);
                         if !req.keep_alive {
                             break Err("http_connection_close");

@@ -33,6 +33,29 @@ pub fn plan(args: &ServerArgs, fd_hard: u64) -> Result<WorkerPlan, String> {
     plan_workers(n, args.workers, fd_hard, args.ports.0.len() as u64, crate::sys::online_cpus())
 }
 
+impl ServerArgs {
+    /// A loopback server as the benches run it: framed, async, no service time.
+    pub fn loopback(ports: crate::parse::PortList, workers: Workers, connections: u64) -> ServerArgs {
+        ServerArgs {
+            listen: std::net::Ipv4Addr::LOCALHOST,
+            ports,
+            workers,
+            connections: Some(connections),
+            idle_timeout: crate::parse::OptDuration(None),
+            stats_interval: Duration::from_secs(1),
+            duration: crate::parse::OptDuration(None),
+            protocol: crate::proto::Protocol::Framed,
+            business: business::BusinessMode::Async,
+            queue: 10_000,
+            service_time: service_time::ServiceTime::Fixed(Duration::ZERO),
+            body_size: 12,
+            max_header_bytes: 8192,
+            header_timeout: Duration::from_secs(10),
+            json: false,
+        }
+    }
+}
+
 /// A running set of server workers.
 pub struct ServerPool {
     pub pool: WorkerPool,

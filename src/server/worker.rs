@@ -309,9 +309,7 @@ impl Worker {
     /// Send the replies of jobs the business stage finished since last time.
     fn deliver_done(&mut self) {
         for done in self.stage.take_done(Instant::now()) {
-            self.stats.replies += 1;
-            self.stats.frames_out += 1;
-            self.stats.applied_service_us += done.applied.as_micros() as u64;
+            self.stats.count_reply(done.applied);
             let Some(conn) = self.conns.get_mut(done.job.key) else { continue };
             if conn.gen != done.job.gen {
                 continue;
@@ -422,9 +420,7 @@ impl Requests<'_> {
         let service = if self.service.is_zero() { Duration::ZERO } else { self.service.sample(self.rng) };
         match self.stage.submit(Job::new(self.key, self.gen, service, reply)) {
             Outcome::Now(done) => {
-                self.stats.replies += 1;
-                self.stats.frames_out += 1;
-                self.stats.applied_service_us += done.applied.as_micros() as u64;
+                self.stats.count_reply(done.applied);
                 self.out.extend_from_slice(&done.job.reply);
             }
             Outcome::Later => {}

@@ -101,6 +101,15 @@ pub struct ClientSnapshot {
     pub last: bool,
 }
 
+impl ServerSnapshot {
+    /// Count one answered request and the service time it actually got.
+    pub fn count_reply(&mut self, applied: std::time::Duration) {
+        self.replies += 1;
+        self.frames_out += 1;
+        self.applied_service_us += applied.as_micros() as u64;
+    }
+}
+
 /// Send one message to the supervisor. A broken pipe means the supervisor
 /// is gone; the worker then has no reason to live.
 pub fn emit(msg: &WorkerMsg) {

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Side-by-side HTTP keep-alive benchmark: megaconn vs nginx on this machine.
+# Installs wrk, ab (apache2-utils) and nginx from Debian packages if
+# missing, runs the same loads against both on loopback and prints a table
+# of req/s and p99 latency with the megaconn/nginx ratio.
+# Usage: bench/http.sh [duration-per-wrk-run, default 15s] [ab requests, default 1000000]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DUR="${1:-15s}"
+AB_N="${2:-1000000}"
+NGINX_PORT=18080
+MEGA_PORT=18081
+WORKERS=2
+
+need() { command -v "$1" >/dev/null 2>&1; }
+if ! need wrk || ! need ab || ! need nginx; then
+  echo "installing wrk, apache2-utils, nginx-light (Debian packages)" >&2
+  apt-get update -qq && apt-get install -y -qq wrk apache2-utils nginx-light >/dev/null
+fi
+cargo build --release --locked -q
+BIN=target/release/megaconn
+
+work="$(mktemp -d)"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT INT TERM
+
+cat > "$work/nginx.conf" <<CONF
+worker_processes $WORKERS;
+daemon off;
+pid $work/nginx.pid;
+error_log $work/error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 100000000;
+  keepalive_timeout 65;
+  server {
+    listen 127.0.0.1:$NGINX_PORT reuseport backlog=65535;
+    location / { default_type text/plain; return 200 "Hello world!"; }
+  }
+}
+CONF
+nginx -c "$work/nginx.conf" -p "$work" &
+pids+=($!)
+"$BIN" server --protocol http --listen 127.0.0.1 --ports "$MEGA_PORT" --workers "$WORKERS" --duration 30m > "$work/megaconn.log" 2>&1 &
+pids+=($!)
+sleep 1
+curl -fsS "http://127.0.0.1:$NGINX_PORT/" >/dev/null
+curl -fsS "http://127.0.0.1:$MEGA_PORT/" >/dev/null
+
+# wrk: "Requests/sec" and the 99% line of --latency (in us/ms/s).
+to_ms() { awk '{v=$1; if (v ~ /us$/) {sub(/us$/,"",v); print v/1000} else if (v ~ /ms$/) {sub(/ms$/,"",v); print v} else if (v ~ /s$/) {sub(/s$/,"",v); print v*1000} else print v}'; }
+run_wrk() { # port conns
+  local out; out="$(wrk -t2 -c"$2" -d"$DUR" --latency "http://127.0.0.1:$1/")"
+  local rps p99
+  rps="$(echo "$out" | awk '/Requests\/sec/ {print $2}')"
+  p99="$(echo "$out" | awk '$1=="99%" {print $2}' | to_ms)"
+  echo "$rps $p99"
+}
+run_ab() { # port
+  local out; out="$(ab -k -c10 -n "$AB_N" "http://127.0.0.1:$1/" 2>/dev/null)"
+  local rps p99
+  rps="$(echo "$out" | awk '/Requests per second/ {print $4}')"
+  p99="$(echo "$out" | awk '$1=="99%" {print $2}')"
+  echo "$rps $p99"
+}
+
+printf "%-22s %14s %10s %14s %10s %8s %10s\n" "load" "megaconn req/s" "p99 ms" "nginx req/s" "p99 ms" "ratio" "p99 ratio"
+row() { # label "m_rps m_p99" "n_rps n_p99"
+  read -r mr mp <<<"$2"; read -r nr np <<<"$3"
+  awk -v l="$1" -v mr="$mr" -v mp="$mp" -v nr="$nr" -v np="$np" 'BEGIN { printf "%-22s %14.0f %10.2f %14.0f %10.2f %8.2f %10.2f\n", l, mr, mp, nr, np, mr/nr, (np>0? mp/np : 0) }'
+}
+for c in 10 100 1000; do
+  m="$(run_wrk $MEGA_PORT $c)"; n="$(run_wrk $NGINX_PORT $c)"
+  row "wrk -t2 -c$c -d$DUR" "$m" "$n"
+done
+m="$(run_ab $MEGA_PORT)"; n="$(run_ab $NGINX_PORT)"
+row "ab -k -c10 -n $AB_N" "$m" "$n"
