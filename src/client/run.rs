@@ -210,7 +210,10 @@ impl ClientRun {
         match self.phase {
             Phase::Ramp => {
                 if t.ramp_done_at_us.is_some() || now >= self.ramp_deadline_us {
-                    self.phase = Phase::Hold { until_us: now + self.hold.as_micros() as u64 };
+                    // Nothing to hold (every attempt failed): do not wait
+                    // out the hold for nothing.
+                    let hold = if t.established == 0 { 0 } else { self.hold.as_micros() as u64 };
+                    self.phase = Phase::Hold { until_us: now + hold };
                     self.hold_started_us = Some(now);
                     self.replies_at_hold = self.view.reply_marks();
                     return Tick::RampDone;
