@@ -237,6 +237,11 @@ pub fn run(args: BenchArgs) -> Result<i32> {
 }
 
 fn print_report(r: &BenchReport) {
+    if r.server_pss_at_hold_bytes == 0 {
+        println!("memory        not measured: the run ended before the hold did");
+        println!("cleanup       server connections after close {} | sockets left on bench ports {}", r.server_active_after_close, r.sockets_left);
+        return;
+    }
     println!(
         "server        {} connections at end of hold over {} workers | cpu {:.1} s",
         format::count(r.server_active_at_hold),
