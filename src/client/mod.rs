@@ -1,6 +1,7 @@
 //! `megaconn client`: the load generator's supervisor. Plans addresses and
 //! processes, starts the workers, shows progress, prints the summary.
 pub mod plan;
+pub mod replies;
 pub mod run;
 pub mod view;
 pub mod worker;

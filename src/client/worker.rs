@@ -15,8 +15,8 @@
 use super::plan::{address_of, expand};
 use crate::cli::CloseMode;
 use crate::net::{self, ReadEnd, Spill};
-use crate::proto::frame::{self, Kind};
-use crate::proto::{Protocol, ECHO8_LEN};
+use crate::proto::Protocol;
+use super::replies;
 use crate::stats::histogram;
 use crate::sys::mono_us;
 use crate::workers::control::{self, ClientSnapshot, Command, CommandReader, WorkerMsg};
@@ -56,6 +56,8 @@ pub struct ClientWorkerConfig {
     /// its supervisor says: every load loop is bounded in time.
     pub deadline_us: u64,
 }
+
+mod schedule;
 
 const STDIN: Token = Token(usize::MAX - 1);
 /// What `--protocol http` sends: a keep-alive GET.
@@ -320,94 +322,6 @@ impl Worker {
         }
     }
 
-    /// Heartbeats are a framed-protocol feature; echo8 has none.
-    fn heartbeat_period(&self) -> Option<u64> {
-        self.cfg.heartbeat_us.filter(|_| self.cfg.protocol == Protocol::Framed)
-    }
-
-    /// Intended time of send number `j` of a schedule with this period:
-    /// send j goes to connection `j % count`.
-    fn due_at(&self, j: u64, period_us: u64) -> u64 {
-        self.cfg.start_at_us + (j as u128 * period_us as u128 / self.cfg.count as u128) as u64
-    }
-
-    /// How many sends of a schedule are due by `now` (send j is due at
-    /// `due_at(j)`, so sends 0..=floor(elapsed * count / period) are).
-    fn due_count(&self, now: u64, period_us: u64) -> u64 {
-        ((now - self.cfg.start_at_us) as u128 * self.cfg.count as u128 / period_us as u128) as u64 + 1
-    }
-
-    /// Send every heartbeat whose time has come.
-    fn beat(&mut self, now: u64) {
-        let Some(hb) = self.heartbeat_period() else { return };
-        if now < self.cfg.start_at_us {
-            return;
-        }
-        let due = self.due_count(now, hb);
-        while self.beat_cursor < due {
-            let j = self.beat_cursor;
-            self.beat_cursor += 1;
-            let k = (j % self.cfg.count) as usize;
-            if self.slots[k].state != State::Established {
-                continue;
-            }
-            let intended = self.due_at(j, hb);
-            self.out.clear();
-            frame::encode_stamped(&mut self.out, Kind::Heartbeat, intended, self.cfg.payload);
-            if self.write_slot(k) {
-                self.stats.heartbeats_sent += 1;
-            }
-        }
-    }
-
-    /// Send every request whose time has come (open loop: never waits for
-    /// replies; the intended time travels in the request).
-    fn request(&mut self, now: u64) {
-        let Some(period) = self.cfg.request_us else { return };
-        if now < self.cfg.start_at_us {
-            return;
-        }
-        let due = self.due_count(now, period);
-        while self.request_cursor < due {
-            let j = self.request_cursor;
-            self.request_cursor += 1;
-            let k = (j % self.cfg.count) as usize;
-            if self.slots[k].state != State::Established {
-                continue;
-            }
-            let intended = self.due_at(j, period);
-            self.out.clear();
-            match self.cfg.protocol {
-                Protocol::Framed => frame::encode_stamped(&mut self.out, Kind::Request, intended, self.cfg.payload.max(8)),
-                Protocol::Echo8 => {
-                    let ms = (intended as i64 + self.wall_offset_us) / 1000;
-                    self.out.extend_from_slice(&(ms as u64).to_be_bytes());
-                }
-                Protocol::Http => {
-                    self.out.extend_from_slice(HTTP_REQUEST);
-                    self.slots[k].inflight.get_or_insert_with(Default::default).push_back(intended);
-                }
-            }
-            if self.write_slot(k) {
-                self.stats.requests_sent += 1;
-            }
-        }
-    }
-
-    /// Write `self.out` to connection k; false (and the connection lost)
-    /// on error.
-    fn write_slot(&mut self, k: usize) -> bool {
-        let slot = &mut self.slots[k];
-        let stream = slot.stream.as_mut().expect("established slot has a stream");
-        match net::send(stream, &mut slot.backlog, &self.out) {
-            Ok(()) => true,
-            Err(reason) => {
-                self.lose(k, reason);
-                false
-            }
-        }
-    }
-
     fn on_event(&mut self, k: usize, readable: bool, read_closed: bool, writable: bool) {
         let now = mono_us();
         let Some(slot) = self.slots.get_mut(k) else { return };
@@ -447,77 +361,14 @@ impl Worker {
         if !readable {
             return;
         }
-        let mut replies = Replies {
+        let mut replies = replies::Replies {
             stats: &mut self.stats,
             rtt: &mut self.rtt_hist,
             latency: &mut self.request_hist,
             now,
             timeout_us: self.cfg.request_timeout_us,
         };
-        let r = match self.cfg.protocol {
-            Protocol::Framed => net::read_frames(stream, &mut slot.partial, &mut self.scratch, read_closed, |f| {
-                match f.kind {
-                    Kind::HeartbeatAck => {
-                        replies.stats.heartbeats_answered += 1;
-                        if let Some(sent) = frame::stamp_of(f.payload) {
-                            histogram::record(replies.rtt, now.saturating_sub(sent));
-                        }
-                    }
-                    Kind::Reply => replies.reply(frame::stamp_of(f.payload)),
-                    Kind::Rejected => replies.stats.rejected += 1,
-                    _ => return Err("bad_frame_unexpected_kind"),
-                }
-                Ok(())
-            }),
-            Protocol::Http => {
-                let inflight = &mut slot.inflight;
-                net::read_chunks(stream, &mut slot.partial, &mut self.scratch, read_closed, |buf| {
-                    let mut pos = 0;
-                    loop {
-                        let mut headers = [httparse::EMPTY_HEADER; 32];
-                        let mut resp = httparse::Response::new(&mut headers);
-                        let head = match resp.parse(&buf[pos..]) {
-                            Ok(httparse::Status::Complete(n)) => n,
-                            Ok(httparse::Status::Partial) if buf.len() - pos > 64 * 1024 => return Err("http_response_too_large"),
-                            Ok(httparse::Status::Partial) => return Ok(pos),
-                            Err(_) => return Err("http_bad_response"),
-                        };
-                        let length = resp
-                            .headers
-                            .iter()
-                            .find(|h| h.name.eq_ignore_ascii_case("content-length"))
-                            .and_then(|h| std::str::from_utf8(h.value).ok()?.trim().parse::<usize>().ok());
-                        let Some(length) = length else { return Err("http_no_content_length") };
-                        if buf.len() - pos < head + length {
-                            return Ok(pos);
-                        }
-                        pos += head + length;
-                        let class = match resp.code.unwrap_or(0) {
-                            200..=299 => "2xx",
-                            300..=399 => "3xx",
-                            400..=499 => "4xx",
-                            500..=599 => "5xx",
-                            _ => "other",
-                        };
-                        *replies.stats.http_status.entry(class.into()).or_insert(0) += 1;
-                        let sent = inflight.as_mut().and_then(|q| q.pop_front());
-                        if sent.is_none() {
-                            return Err("http_unsolicited_response");
-                        }
-                        replies.reply(sent);
-                    }
-                })
-            }
-            Protocol::Echo8 => {
-                let offset = self.wall_offset_us;
-                net::read_fixed(stream, &mut slot.partial, &mut self.scratch, read_closed, ECHO8_LEN, |u| {
-                    // Back from epoch milliseconds to our monotonic µs.
-                    let ms = u64::from_be_bytes(u.try_into().expect("8 bytes"));
-                    replies.reply(Some((ms as i64 * 1000 - offset).max(0) as u64));
-                    Ok(())
-                })
-            }
-        };
+        let r = replies::read(self.cfg.protocol, stream, &mut slot.partial, &mut slot.inflight, &mut self.scratch, read_closed, self.wall_offset_us, &mut replies);
         match r {
             ReadEnd::Open => {}
             ReadEnd::Eof => self.lose(k, "peer_closed".into()),
@@ -575,33 +426,6 @@ impl Worker {
         self.stats.at_us = mono_us();
         self.stats.last = last;
         control::emit(&WorkerMsg::Client(self.stats.clone()));
-    }
-}
-
-/// What the read path needs to account for replies.
-struct Replies<'a> {
-    stats: &'a mut ClientSnapshot,
-    rtt: &'a mut Histogram<u64>,
-    latency: &'a mut Histogram<u64>,
-    now: u64,
-    timeout_us: u64,
-}
-
-impl Replies<'_> {
-    /// A reply to a request sent at intended time `sent` (µs, monotonic).
-    fn reply(&mut self, sent: Option<u64>) {
-        self.stats.replies += 1;
-        let Some(sent) = sent else { return };
-        if sent > self.now + 1_000_000 {
-            // Not a time we could have sent: the echo was corrupted.
-            self.stats.bad_echo += 1;
-            return;
-        }
-        let latency = self.now.saturating_sub(sent);
-        if latency > self.timeout_us {
-            self.stats.late += 1;
-        }
-        histogram::record(self.latency, latency);
     }
 }
 

@@ -1,0 +1,117 @@
+//! Reading what the server sends back, per protocol, and accounting for
+//! it: heartbeat acks, replies (latency from the intended send time),
+//! rejections, and HTTP responses by status class.
+
+use crate::net::{self, ReadEnd, Spill};
+use crate::proto::frame::{self, Kind};
+use crate::proto::{Protocol, ECHO8_LEN};
+use crate::stats::histogram;
+use crate::workers::control::ClientSnapshot;
+use hdrhistogram::Histogram;
+use std::collections::VecDeque;
+
+/// What the read path needs to account for replies.
+pub struct Replies<'a> {
+    pub stats: &'a mut ClientSnapshot,
+    pub rtt: &'a mut Histogram<u64>,
+    pub latency: &'a mut Histogram<u64>,
+    pub now: u64,
+    pub timeout_us: u64,
+}
+
+impl Replies<'_> {
+    /// A reply to a request sent at intended time `sent` (µs, monotonic).
+    fn reply(&mut self, sent: Option<u64>) {
+        self.stats.replies += 1;
+        let Some(sent) = sent else { return };
+        if sent > self.now + 1_000_000 {
+            // Not a time we could have sent: the echo was corrupted.
+            self.stats.bad_echo += 1;
+            return;
+        }
+        let latency = self.now.saturating_sub(sent);
+        if latency > self.timeout_us {
+            self.stats.late += 1;
+        }
+        histogram::record(self.latency, latency);
+    }
+}
+
+
+/// Read everything the connection has and account for it.
+#[allow(clippy::too_many_arguments)]
+pub fn read(
+    protocol: Protocol,
+    stream: &mut mio::net::TcpStream,
+    partial: &mut Spill,
+    inflight: &mut Option<Box<VecDeque<u64>>>,
+    scratch: &mut [u8],
+    read_closed: bool,
+    wall_offset_us: i64,
+    replies: &mut Replies<'_>,
+) -> ReadEnd {
+    let now = replies.now;
+match protocol {
+        Protocol::Framed => net::read_frames(stream, partial, scratch, read_closed, |f| {
+            match f.kind {
+                Kind::HeartbeatAck => {
+                    replies.stats.heartbeats_answered += 1;
+                    if let Some(sent) = frame::stamp_of(f.payload) {
+                        histogram::record(replies.rtt, now.saturating_sub(sent));
+                    }
+                }
+                Kind::Reply => replies.reply(frame::stamp_of(f.payload)),
+                Kind::Rejected => replies.stats.rejected += 1,
+                _ => return Err("bad_frame_unexpected_kind"),
+            }
+            Ok(())
+        }),
+        Protocol::Http => {
+            net::read_chunks(stream, partial, scratch, read_closed, |buf| {
+                let mut pos = 0;
+                loop {
+                    let mut headers = [httparse::EMPTY_HEADER; 32];
+                    let mut resp = httparse::Response::new(&mut headers);
+                    let head = match resp.parse(&buf[pos..]) {
+                        Ok(httparse::Status::Complete(n)) => n,
+                        Ok(httparse::Status::Partial) if buf.len() - pos > 64 * 1024 => return Err("http_response_too_large"),
+                        Ok(httparse::Status::Partial) => return Ok(pos),
+                        Err(_) => return Err("http_bad_response"),
+                    };
+                    let length = resp
+                        .headers
+                        .iter()
+                        .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                        .and_then(|h| std::str::from_utf8(h.value).ok()?.trim().parse::<usize>().ok());
+                    let Some(length) = length else { return Err("http_no_content_length") };
+                    if buf.len() - pos < head + length {
+                        return Ok(pos);
+                    }
+                    pos += head + length;
+                    let class = match resp.code.unwrap_or(0) {
+                        200..=299 => "2xx",
+                        300..=399 => "3xx",
+                        400..=499 => "4xx",
+                        500..=599 => "5xx",
+                        _ => "other",
+                    };
+                    *replies.stats.http_status.entry(class.into()).or_insert(0) += 1;
+                    let sent = inflight.as_mut().and_then(|q| q.pop_front());
+                    if sent.is_none() {
+                        return Err("http_unsolicited_response");
+                    }
+                    replies.reply(sent);
+                }
+            })
+        }
+        Protocol::Echo8 => {
+            let offset = wall_offset_us;
+            net::read_fixed(stream, partial, scratch, read_closed, ECHO8_LEN, |u| {
+                // Back from epoch milliseconds to our monotonic µs.
+                let ms = u64::from_be_bytes(u.try_into().expect("8 bytes"));
+                replies.reply(Some((ms as i64 * 1000 - offset).max(0) as u64));
+                Ok(())
+            })
+        }
+    }
+}

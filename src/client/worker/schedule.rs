@@ -1,0 +1,100 @@
+//! The open-loop send schedules of a client worker: heartbeats and
+//! requests. Send number j of a schedule goes to connection `j % count`
+//! and is due at `start + j * period / count`, so every connection sends
+//! once per period, phases spread evenly, and no per-connection timer is
+//! needed. Sends never wait for replies (no coordinated omission).
+
+use super::{State, Worker, HTTP_REQUEST};
+use crate::net;
+use crate::proto::frame::{self, Kind};
+use crate::proto::Protocol;
+
+impl Worker {
+    /// Heartbeats are a framed-protocol feature; echo8 has none.
+    pub(super) fn heartbeat_period(&self) -> Option<u64> {
+        self.cfg.heartbeat_us.filter(|_| self.cfg.protocol == Protocol::Framed)
+    }
+
+    /// Intended time of send number `j` of a schedule with this period:
+    /// send j goes to connection `j % count`.
+    pub(super) fn due_at(&self, j: u64, period_us: u64) -> u64 {
+        self.cfg.start_at_us + (j as u128 * period_us as u128 / self.cfg.count as u128) as u64
+    }
+
+    /// How many sends of a schedule are due by `now` (send j is due at
+    /// `due_at(j)`, so sends 0..=floor(elapsed * count / period) are).
+    pub(super) fn due_count(&self, now: u64, period_us: u64) -> u64 {
+        ((now - self.cfg.start_at_us) as u128 * self.cfg.count as u128 / period_us as u128) as u64 + 1
+    }
+
+    /// Send every heartbeat whose time has come.
+    pub(super) fn beat(&mut self, now: u64) {
+        let Some(hb) = self.heartbeat_period() else { return };
+        if now < self.cfg.start_at_us {
+            return;
+        }
+        let due = self.due_count(now, hb);
+        while self.beat_cursor < due {
+            let j = self.beat_cursor;
+            self.beat_cursor += 1;
+            let k = (j % self.cfg.count) as usize;
+            if self.slots[k].state != State::Established {
+                continue;
+            }
+            let intended = self.due_at(j, hb);
+            self.out.clear();
+            frame::encode_stamped(&mut self.out, Kind::Heartbeat, intended, self.cfg.payload);
+            if self.write_slot(k) {
+                self.stats.heartbeats_sent += 1;
+            }
+        }
+    }
+
+    /// Send every request whose time has come (open loop: never waits for
+    /// replies; the intended time travels in the request).
+    pub(super) fn request(&mut self, now: u64) {
+        let Some(period) = self.cfg.request_us else { return };
+        if now < self.cfg.start_at_us {
+            return;
+        }
+        let due = self.due_count(now, period);
+        while self.request_cursor < due {
+            let j = self.request_cursor;
+            self.request_cursor += 1;
+            let k = (j % self.cfg.count) as usize;
+            if self.slots[k].state != State::Established {
+                continue;
+            }
+            let intended = self.due_at(j, period);
+            self.out.clear();
+            match self.cfg.protocol {
+                Protocol::Framed => frame::encode_stamped(&mut self.out, Kind::Request, intended, self.cfg.payload.max(8)),
+                Protocol::Echo8 => {
+                    let ms = (intended as i64 + self.wall_offset_us) / 1000;
+                    self.out.extend_from_slice(&(ms as u64).to_be_bytes());
+                }
+                Protocol::Http => {
+                    self.out.extend_from_slice(HTTP_REQUEST);
+                    self.slots[k].inflight.get_or_insert_with(Default::default).push_back(intended);
+                }
+            }
+            if self.write_slot(k) {
+                self.stats.requests_sent += 1;
+            }
+        }
+    }
+
+    /// Write `self.out` to connection k; false (and the connection lost)
+    /// on error.
+    pub(super) fn write_slot(&mut self, k: usize) -> bool {
+        let slot = &mut self.slots[k];
+        let stream = slot.stream.as_mut().expect("established slot has a stream");
+        match net::send(stream, &mut slot.backlog, &self.out) {
+            Ok(()) => true,
+            Err(reason) => {
+                self.lose(k, reason);
+                false
+            }
+        }
+    }
+}
