@@ -5,6 +5,7 @@ pub mod conn;
 pub mod http;
 pub mod service_time;
 pub mod listener;
+pub mod requests;
 pub mod view;
 pub mod worker;
 

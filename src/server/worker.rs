@@ -8,7 +8,7 @@
 
 use super::conn::Conn;
 use crate::net::{self, ReadEnd};
-use super::business::{BusinessMode, Job, Outcome, Stage};
+use super::business::{BusinessMode, Stage};
 use super::http::{self, HttpConfig};
 use super::service_time::ServiceTime;
 use crate::proto::frame::{self, Kind};
@@ -251,7 +251,7 @@ impl Worker {
             conn.last_seen_s = now_s;
             self.out.clear();
             let gen = conn.gen;
-            let mut req = Requests { out: &mut self.out, stats: &mut self.stats, stage: &mut self.stage, rng: &mut self.rng, service: &self.cfg.service_time, key, gen };
+            let mut req = super::requests::Requests { out: &mut self.out, stats: &mut self.stats, stage: &mut self.stage, rng: &mut self.rng, service: &self.cfg.service_time, key, gen };
             let r = match self.cfg.protocol {
                 Protocol::Framed => net::read_frames(&mut conn.stream, &mut conn.partial, &mut self.scratch, read_closed, |f| {
                     req.stats.frames_in += 1;
@@ -398,41 +398,5 @@ impl Worker {
         self.stats.threads = crate::sys::self_threads();
         self.stats.last = last;
         control::emit(&WorkerMsg::Server(self.stats.clone()));
-    }
-}
-
-/// What the read path needs to run requests through the business stage.
-struct Requests<'a> {
-    out: &'a mut Vec<u8>,
-    stats: &'a mut ServerSnapshot,
-    stage: &'a mut Stage,
-    rng: &'a mut SmallRng,
-    service: &'a ServiceTime,
-    key: usize,
-    gen: u32,
-}
-
-impl Requests<'_> {
-    /// One request: draw its service time and hand it to the stage. `reply`
-    /// is what to send back when done; `framed` allows an error reply.
-    fn handle(&mut self, reply: Vec<u8>, framed: bool) {
-        self.stats.requests += 1;
-        let service = if self.service.is_zero() { Duration::ZERO } else { self.service.sample(self.rng) };
-        match self.stage.submit(Job::new(self.key, self.gen, service, reply)) {
-            Outcome::Now(done) => {
-                self.stats.count_reply(done.applied);
-                self.out.extend_from_slice(&done.job.reply);
-            }
-            Outcome::Later => {}
-            Outcome::Rejected(job) => {
-                self.stats.rejected += 1;
-                // echo8 has no error message: the request is dropped
-                // (and counted); framed clients get an explicit refusal.
-                if framed {
-                    frame::encode(self.out, Kind::Rejected, &job.reply[frame::HEADER_LEN..]);
-                    self.stats.frames_out += 1;
-                }
-            }
-        }
     }
 }
