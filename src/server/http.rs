@@ -3,12 +3,8 @@
 //! pipelined responses in order, and remembering per-connection state only
 //! while a request is half-read or a reply is pending.
 
-use super::business::{Job, Outcome, Stage};
-use super::service_time::ServiceTime;
+use super::requests::{Answer, Requests};
 use crate::proto::http::{self, HttpState, Step};
-use crate::workers::control::ServerSnapshot;
-use rand::rngs::SmallRng;
-use std::time::Duration;
 
 /// Per-connection HTTP state, boxed and present only when not idle.
 #[derive(Debug, Default)]
@@ -34,15 +30,10 @@ pub struct HttpConfig {
 
 /// What request handling needs from the worker.
 pub struct Ctx<'a> {
-    pub out: &'a mut Vec<u8>,
-    pub stats: &'a mut ServerSnapshot,
-    pub stage: &'a mut Stage,
-    pub rng: &'a mut SmallRng,
-    pub service: &'a ServiceTime,
+    /// The path into the business stage every protocol shares.
+    pub req: Requests<'a>,
     pub cfg: &'a HttpConfig,
     pub date: &'a str,
-    pub key: usize,
-    pub gen: u32,
 }
 
 /// Handle as many requests in `buf` as possible; return the bytes used.
@@ -59,7 +50,7 @@ pub fn consume(ctx: &mut Ctx<'_>, conn: &mut Option<Box<HttpConn>>, buf: &[u8]) 
         match step {
             Step::NeedMore => break Ok(pos),
             Step::Fail(code) => {
-                http::respond(ctx.out, code, None, b"", ctx.date);
+                http::respond(ctx.req.out, code, None, b"", ctx.date);
                 break Err(match code {
                     400 => "http_400_bad_request",
                     405 => "http_405_method",
@@ -68,28 +59,20 @@ pub fn consume(ctx: &mut Ctx<'_>, conn: &mut Option<Box<HttpConn>>, buf: &[u8]) 
                 });
             }
             Step::Request(req) => {
-                ctx.stats.requests += 1;
-                ctx.stats.frames_in += 1;
-                let service = if ctx.service.is_zero() { Duration::ZERO } else { ctx.service.sample(ctx.rng) };
+                ctx.req.stats.frames_in += 1;
                 let mut reply = Vec::with_capacity(160 + ctx.cfg.body.len());
                 http::respond(&mut reply, 200, Some(&req), &ctx.cfg.body, ctx.date);
-                match ctx.stage.submit(Job::new(ctx.key, ctx.gen, service, reply)) {
-                    Outcome::Now(done) => {
-                        ctx.stats.count_reply(done.applied);
-                        ctx.out.extend_from_slice(&done.job.reply);
-                        if !req.keep_alive {
-                            break Err("http_connection_close");
-                        }
-                    }
-                    Outcome::Later => {
+                match ctx.req.submit(reply) {
+                    Answer::Sent if !req.keep_alive => break Err("http_connection_close"),
+                    Answer::Sent => {}
+                    Answer::Deferred => {
                         let c = conn.get_or_insert_with(Default::default);
                         c.awaiting = true;
                         c.close_after = !req.keep_alive;
                         break Ok(pos);
                     }
-                    Outcome::Rejected(_) => {
-                        ctx.stats.rejected += 1;
-                        http::respond(ctx.out, 503, None, b"", ctx.date);
+                    Answer::Rejected(_) => {
+                        http::respond(ctx.req.out, 503, None, b"", ctx.date);
                         break Err("http_503_rejected");
                     }
                 }

@@ -19,26 +19,43 @@ pub struct Requests<'a> {
     pub gen: u32,
 }
 
+/// What became of a submitted request.
+pub enum Answer {
+    /// Answered already: the reply is in `out`.
+    Sent,
+    /// With the business stage; the reply comes back through `take_done`.
+    Deferred,
+    /// The pool's queue was full (counted); the caller says so if it can.
+    Rejected(Job),
+}
+
 impl Requests<'_> {
-    /// One request: draw its service time and hand it to the stage. `reply`
-    /// is what to send back when done; `framed` allows an error reply.
-    pub fn handle(&mut self, reply: Vec<u8>, framed: bool) {
+    /// One request: draw its service time and hand it to the stage.
+    /// `reply` is what to send back when done.
+    pub fn submit(&mut self, reply: Vec<u8>) -> Answer {
         self.stats.requests += 1;
         let service = if self.service.is_zero() { Duration::ZERO } else { self.service.sample(self.rng) };
         match self.stage.submit(Job::new(self.key, self.gen, service, reply)) {
             Outcome::Now(done) => {
                 self.stats.count_reply(done.applied);
                 self.out.extend_from_slice(&done.job.reply);
+                Answer::Sent
             }
-            Outcome::Later => {}
+            Outcome::Later => Answer::Deferred,
             Outcome::Rejected(job) => {
                 self.stats.rejected += 1;
-                // echo8 has no error message: the request is dropped
-                // (and counted); framed clients get an explicit refusal.
-                if framed {
-                    frame::encode(self.out, Kind::Rejected, &job.reply[frame::HEADER_LEN..]);
-                    self.stats.frames_out += 1;
-                }
+                Answer::Rejected(job)
+            }
+        }
+    }
+
+    /// A framed or echo8 request. echo8 has no error message: a rejected
+    /// request is dropped (and counted); framed clients get a refusal.
+    pub fn handle(&mut self, reply: Vec<u8>, framed: bool) {
+        if let Answer::Rejected(job) = self.submit(reply) {
+            if framed {
+                frame::encode(self.out, Kind::Rejected, &job.reply[frame::HEADER_LEN..]);
+                self.stats.frames_out += 1;
             }
         }
     }

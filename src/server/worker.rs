@@ -10,6 +10,7 @@ use super::conn::Conn;
 use crate::net::{self, ReadEnd};
 use super::business::{BusinessMode, Stage};
 use super::http::{self, HttpConfig};
+use super::requests::Requests;
 use super::service_time::ServiceTime;
 use crate::proto::frame::{self, Kind};
 use crate::proto::{Protocol, ECHO8_LEN};
@@ -251,7 +252,7 @@ impl Worker {
             conn.last_seen_s = now_s;
             self.out.clear();
             let gen = conn.gen;
-            let mut req = super::requests::Requests { out: &mut self.out, stats: &mut self.stats, stage: &mut self.stage, rng: &mut self.rng, service: &self.cfg.service_time, key, gen };
+            let mut req = Requests { out: &mut self.out, stats: &mut self.stats, stage: &mut self.stage, rng: &mut self.rng, service: &self.cfg.service_time, key, gen };
             let r = match self.cfg.protocol {
                 Protocol::Framed => net::read_frames(&mut conn.stream, &mut conn.partial, &mut self.scratch, read_closed, |f| {
                     req.stats.frames_in += 1;
@@ -271,17 +272,7 @@ impl Worker {
                 }),
                 Protocol::Http => {
                     let http = &mut conn.http;
-                    let mut ctx = http::Ctx {
-                        out: req.out,
-                        stats: req.stats,
-                        stage: req.stage,
-                        rng: req.rng,
-                        service: req.service,
-                        cfg: &self.cfg.http,
-                        date: &self.date,
-                        key,
-                        gen,
-                    };
+                    let mut ctx = http::Ctx { req, cfg: &self.cfg.http, date: &self.date };
                     let r = net::read_chunks(&mut conn.stream, &mut conn.partial, &mut self.scratch, read_closed, |buf| http::consume(&mut ctx, http, buf));
                     http::track_partial(&mut conn.http, conn.partial.is_some(), now_ds);
                     r
@@ -339,17 +330,16 @@ impl Worker {
             return;
         };
         self.out.clear();
-        let mut ctx = http::Ctx {
+        let req = Requests {
             out: &mut self.out,
             stats: &mut self.stats,
             stage: &mut self.stage,
             rng: &mut self.rng,
             service: &self.cfg.service_time,
-            cfg: &self.cfg.http,
-            date: &self.date,
             key,
             gen: conn.gen,
         };
+        let mut ctx = http::Ctx { req, cfg: &self.cfg.http, date: &self.date };
         let r = http::consume(&mut ctx, &mut conn.http, &buf);
         let mut end = r.as_ref().err().map(|e| e.to_string());
         if let Ok(used) = r {
