@@ -9,6 +9,13 @@ use crate::net;
 use crate::proto::frame::{self, Kind};
 use crate::proto::Protocol;
 
+/// Which of a worker's two send schedules.
+#[derive(Clone, Copy)]
+enum Schedule {
+    Heartbeats,
+    Requests,
+}
+
 impl Worker {
     /// Heartbeats are a framed-protocol feature; echo8 has none.
     pub(super) fn heartbeat_period(&self) -> Option<u64> {
@@ -27,21 +34,37 @@ impl Worker {
         ((now - self.cfg.start_at_us) as u128 * self.cfg.count as u128 / period_us as u128) as u64 + 1
     }
 
+    /// How many sends of a schedule are due by `now` (0 before the start).
+    fn due_by(&self, now: u64, period_us: u64) -> u64 {
+        if now < self.cfg.start_at_us { 0 } else { self.due_count(now, period_us) }
+    }
+
+    /// The next of the first `due` sends of a schedule that goes to an
+    /// established connection: (connection, intended time). Advances the
+    /// schedule's cursor past sends for connections not (or no longer) up.
+    fn next_due(&mut self, due: u64, schedule: Schedule, period_us: u64) -> Option<(usize, u64)> {
+        loop {
+            let cursor = match schedule {
+                Schedule::Heartbeats => &mut self.beat_cursor,
+                Schedule::Requests => &mut self.request_cursor,
+            };
+            if *cursor >= due {
+                return None;
+            }
+            let j = *cursor;
+            *cursor += 1;
+            let k = (j % self.cfg.count) as usize;
+            if self.slots[k].state == State::Established {
+                return Some((k, self.due_at(j, period_us)));
+            }
+        }
+    }
+
     /// Send every heartbeat whose time has come.
     pub(super) fn beat(&mut self, now: u64) {
         let Some(hb) = self.heartbeat_period() else { return };
-        if now < self.cfg.start_at_us {
-            return;
-        }
-        let due = self.due_count(now, hb);
-        while self.beat_cursor < due {
-            let j = self.beat_cursor;
-            self.beat_cursor += 1;
-            let k = (j % self.cfg.count) as usize;
-            if self.slots[k].state != State::Established {
-                continue;
-            }
-            let intended = self.due_at(j, hb);
+        let due = self.due_by(now, hb);
+        while let Some((k, intended)) = self.next_due(due, Schedule::Heartbeats, hb) {
             self.out.clear();
             frame::encode_stamped(&mut self.out, Kind::Heartbeat, intended, self.cfg.payload);
             if self.write_slot(k) {
@@ -54,18 +77,8 @@ impl Worker {
     /// replies; the intended time travels in the request).
     pub(super) fn request(&mut self, now: u64) {
         let Some(period) = self.cfg.request_us else { return };
-        if now < self.cfg.start_at_us {
-            return;
-        }
-        let due = self.due_count(now, period);
-        while self.request_cursor < due {
-            let j = self.request_cursor;
-            self.request_cursor += 1;
-            let k = (j % self.cfg.count) as usize;
-            if self.slots[k].state != State::Established {
-                continue;
-            }
-            let intended = self.due_at(j, period);
+        let due = self.due_by(now, period);
+        while let Some((k, intended)) = self.next_due(due, Schedule::Requests, period) {
             self.out.clear();
             match self.cfg.protocol {
                 Protocol::Framed => frame::encode_stamped(&mut self.out, Kind::Request, intended, self.cfg.payload.max(8)),
