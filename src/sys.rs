@@ -122,3 +122,21 @@ pub fn errno_name(code: i32) -> String {
     };
     name.to_string()
 }
+
+/// Name a signal the way `kill -l` does ("SIGKILL", "SIGSEGV", ...).
+pub fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGINT => "SIGINT",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGILL => "SIGILL",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGHUP => "SIGHUP",
+        _ => return format!("signal {sig}"),
+    };
+    name.to_string()
+}

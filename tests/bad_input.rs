@@ -27,6 +27,8 @@ fn bad_flags_exit_2_naming_the_flag() {
     expect_usage_error(&["client", "--connections", "0"], "--connections");
     expect_usage_error(&["bench", "--connections", "lots"], "--connections");
     expect_usage_error(&["client", "--connections", "10", "--workers", "zero"], "--workers");
+    expect_usage_error(&["client", "--connections", "10", "--hold", "1e20"], "--hold");
+    expect_usage_error(&["client", "--connections", "10", "--connect-timeout", "0"], "--connect-timeout");
 }
 
 #[test]

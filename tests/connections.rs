@@ -37,23 +37,6 @@ fn five_thousand_connections_two_workers_each_side() {
 }
 
 #[test]
-fn auto_workers_spread_connections_over_a_small_fd_limit() {
-    // The 20000-fd wall in miniature: every process may open 1,000 files.
-    let (mut srv, plan) = server(&["--ports", "21100-21102", "--connections", "3000"], Some(1000));
-    assert!(plan["workers"].as_u64().unwrap() >= 4, "server plan {plan}");
-    let mut cmd = megaconn();
-    cmd.args(["client", "--ports", "21100-21102", "--connections", "3000", "--rate", "10000", "--heartbeat", "off", "--hold", "1s", "--json"]);
-    with_fd_limit(&mut cmd, 1000);
-    let (code, out, err) = run(cmd, Duration::from_secs(60));
-    assert_eq!(code, 0, "client failed: {err}");
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert!(v["workers"]["workers"].as_u64().unwrap() >= 4, "client plan {}", v["workers"]);
-    assert_eq!(v["workers"]["fd_limit"], 1000);
-    assert_eq!(v["summary"]["established"], 3000, "{}", v["summary"]);
-    assert!(srv.terminate().success());
-}
-
-#[test]
 fn bench_runs_both_sides_and_cleans_up() {
     let mut cmd = megaconn();
     cmd.args(["bench", "--connections", "3000", "--ports", "21200-21203", "--hold", "2s", "--heartbeat", "1s", "--rate", "10000", "--json"]);

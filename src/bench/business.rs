@@ -7,21 +7,19 @@
 //! blocked event loop, as in the published experiment. Overhead = mean
 //! latency − mean service time the server actually applied.
 
-use crate::cli::{BenchArgs, ClientArgs, CloseMode, LoadArgs, ServerArgs};
-use crate::client::run::{ClientRun, Tick};
-use crate::parse::{OptDuration, PerSecond, Workers};
-use crate::proto::Protocol;
+use super::pair::PairRun;
+use super::BenchConfig;
+use crate::client::run::ClientRun;
+use crate::client::{ClientConfig, LoadConfig};
 use crate::server::business::BusinessMode;
+use crate::server::fleet::ServerFleet;
 use crate::server::service_time::ServiceTime;
 use crate::stats::histogram::LatencySummary;
 use crate::stats::{format, memory, progress::Progress};
-use crate::workers::control::WorkerMsg;
-use crate::workers::supervisor::{self, PoolEvent, Role};
+use crate::supervise::{self, plan::Workers};
 use anyhow::Result;
 use serde::Serialize;
-use std::net::Ipv4Addr;
-use std::sync::mpsc::RecvTimeoutError;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const CONNECTIONS: u64 = 1000;
 const MODES: [BusinessMode; 4] = [BusinessMode::Inline, BusinessMode::Pool(1000), BusinessMode::Pool(20), BusinessMode::Async];
@@ -45,7 +43,7 @@ pub struct ModeResult {
     pub client_cpu_seconds: f64,
 }
 
-pub fn run(args: BenchArgs) -> Result<i32> {
+pub fn run(args: BenchConfig) -> Result<i32> {
     let hold = args.hold.unwrap_or(Duration::from_secs(30));
     let (_, fds) = crate::sys::raise_fd_limit();
     let mut progress = Progress::new(false);
@@ -72,78 +70,49 @@ pub fn run(args: BenchArgs) -> Result<i32> {
     Ok(0)
 }
 
-fn run_mode(args: &BenchArgs, mode: BusinessMode, service: &ServiceTime, hold: Duration, fd_hard: u64, progress: &mut Progress) -> Result<ModeResult> {
+fn run_mode(args: &BenchConfig, mode: BusinessMode, service: &ServiceTime, hold: Duration, fd_hard: u64, progress: &mut Progress) -> Result<ModeResult> {
+    // One server worker, so `pool:1000` is exactly one pool of 1000
+    // threads and `inline` one blocked event loop, as published.
     let workers = match args.server_workers {
         Workers::Auto => Workers::Fixed(1),
         w => w,
     };
-    let server_args = ServerArgs { business: mode, service_time: service.clone(), ..ServerArgs::loopback(args.ports.clone(), workers, CONNECTIONS) };
-    let client_args = ClientArgs {
-        target: Ipv4Addr::LOCALHOST,
-        load: LoadArgs {
+    let server_cfg = crate::server::ServerConfig { business: mode, service_time: service.clone(), workers, ..super::server_config(args, CONNECTIONS) };
+    let client_cfg = ClientConfig {
+        load: LoadConfig {
             ports: args.ports.clone(),
             connections: CONNECTIONS,
             rate: args.rate.min(10_000),
             source_ips: args.source_ips.clone(),
-            heartbeat: OptDuration(None),
+            heartbeat: None,
             payload: 8,
-            request_rate: PerSecond(Some(1.0)),
-            request_timeout: Duration::from_secs(10),
-            protocol: Protocol::Framed,
+            request_rate: Some(1.0),
             hold,
             connect_timeout: args.connect_timeout,
-            close: CloseMode::Reset,
-            stats_interval: Duration::from_secs(2),
-            json: false,
+            ..Default::default()
         },
         workers: args.client_workers,
-        shard: None,
+        ..Default::default()
     };
-    let splan = crate::server::plan(&server_args, fd_hard).map_err(crate::UsageError)?;
-    let (cplan, cwplan) = crate::client::plan(&client_args, fd_hard).map_err(crate::UsageError)?;
-    let (tx, rx) = supervisor::channel();
-    let mut server = crate::server::start(&server_args, &splan, None, &tx, &rx)?;
-    let server_pids = server.pool.pids();
-    let mut client = ClientRun::start(&cplan, &client_args.load, &cwplan, None, &tx)?;
-    let mut at_hold = None;
-    let mut next_print = Instant::now() + Duration::from_secs(2);
-    loop {
-        if crate::signals::interrupted() {
-            client.interrupt();
-        }
-        match rx.recv_timeout(Duration::from_millis(50)) {
-            Ok((Role::Client, i, ev)) => client.on_event(i, ev)?,
-            Ok((Role::Server, _, PoolEvent::Msg(WorkerMsg::Server(s)))) => server.view.update(s),
-            Ok((Role::Server, i, PoolEvent::Exited)) => anyhow::bail!("server worker {i} exited unexpectedly"),
-            Ok(_) | Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => break,
-        }
-        match client.tick() {
-            Tick::HoldOver => {
-                at_hold = Some((server.view.totals(), memory::rss_of(&server_pids)));
-                client.close();
-            }
-            Tick::Finished => break,
-            _ => {}
-        }
-        if Instant::now() >= next_print {
-            progress.update(&format!("{mode:<9} {}", client.progress_line()));
-            next_print = Instant::now() + Duration::from_secs(2);
-        }
+    let splan = crate::server::plan(&server_cfg, fd_hard).map_err(crate::UsageError)?;
+    let (cplan, cwplan) = crate::client::plan(&client_cfg, fd_hard).map_err(crate::UsageError)?;
+    let (tx, rx) = supervise::channel();
+    let server = crate::server::start(&server_cfg, &splan, None, &tx, &rx)?;
+    let client = ClientRun::start(&cplan, &client_cfg.load, &cwplan, None, &tx)?;
+    let sample = |server: &ServerFleet, _: &ClientRun| (server.view.totals(), memory::rss_of(&server.pids()));
+    let mut pair = PairRun::new(server, client, progress, sample);
+    pair.label = format!("{mode:<9} ");
+    pair.verbose = false;
+    pair.run(&rx)?;
+    if let Some(f) = &pair.failure {
+        anyhow::bail!("business mode {mode}: {f}");
     }
-    // Final server counters (applied service time of every reply).
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while Instant::now() < deadline {
-        match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok((Role::Server, _, PoolEvent::Msg(WorkerMsg::Server(s)))) => server.view.update(s),
-            Err(RecvTimeoutError::Timeout) if server.view.totals().active == 0 => break,
-            _ => {}
-        }
-    }
-    server.pool.stop(Duration::from_secs(3));
+    let at_hold = pair.at_hold.take();
+    let (server, client) = (pair.server, pair.client);
     let summary = client.summary();
     let totals = server.view.totals();
     let (held, rss) = at_hold.unwrap_or((totals.clone(), 0));
+    drop(server);
     let req = summary.requests.clone().expect("requests were scheduled");
     progress.note(&format!("{mode}: qps {:.1}, avg {:.2} ms, timeouts {}", req.qps, req.latency_ms.mean_ms, req.timeouts));
     Ok(ModeResult {

@@ -1,24 +1,28 @@
 //! `megaconn bench`: the main job. Starts server and client worker
 //! processes on this machine, ramps to N, holds while heartbeating,
-//! measures user and kernel memory per connection and CPU, closes
-//! everything and reports. The bench process is the supervisor of both
+//! measures user and kernel memory per connection and CPU,
+//! closes everything and reports. The bench process is the supervisor of both
 //! pools (one event channel, one progress line); every worker is its child
 //! and dies with it.
 pub mod business;
+pub mod config;
+pub mod pair;
 pub mod sockets;
 
-use crate::cli::{BenchArgs, ClientArgs, CloseMode, LoadArgs, ServerArgs};
-use crate::client::run::{ClientRun, ClientSummary, Tick};
+pub use config::{BenchConfig, Scenario};
+
+use crate::client::run::{ClientRun, ClientSummary};
+use crate::client::{ClientConfig, LoadConfig};
+use crate::server::fleet::ServerFleet;
 use crate::server::view::ServerTotals;
+use crate::server::ServerConfig;
 use crate::stats::memory::{self, KernelMemory};
 use crate::stats::{format, progress::Progress};
-use crate::workers::control::WorkerMsg;
-use crate::workers::supervisor::{self, PoolEvent, Role};
+use crate::supervise;
 use anyhow::Result;
+use pair::PairRun;
 use serde::Serialize;
-use std::net::Ipv4Addr;
-use std::sync::mpsc::RecvTimeoutError;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[derive(Debug, Serialize)]
 pub struct BenchReport {
@@ -26,6 +30,7 @@ pub struct BenchReport {
     pub established: u64,
     pub held: u64,
     pub failed_total: u64,
+    /// Server worker processes alive when the hold ended.
     pub server_workers: usize,
     pub client_workers: usize,
     /// Server connections counted at the end of the hold.
@@ -35,7 +40,8 @@ pub struct BenchReport {
     pub server_pss_at_hold_bytes: u64,
     pub server_anon_baseline_bytes: u64,
     pub server_anon_at_hold_bytes: u64,
-    /// (anonymous PSS at hold - before connections) / connections held.
+    /// (anonymous PSS at hold - one idle worker's anonymous PSS x workers
+    /// at hold) / connections held.
     pub server_user_bytes_per_conn: f64,
     /// PSS at hold / connections held: every process's baseline included.
     pub server_user_bytes_per_conn_with_processes: f64,
@@ -64,150 +70,101 @@ struct HoldSample {
     client_pss: u64,
     kernel: KernelMemory,
     active: u64,
+    server_workers: usize,
 }
 
-pub fn run(args: BenchArgs) -> Result<i32> {
+/// The server a bench runs: loopback, framed, async, elastic unless told.
+pub fn server_config(cfg: &BenchConfig, connections: u64) -> ServerConfig {
+    ServerConfig { ports: cfg.ports.clone(), workers: cfg.server_workers, connections: Some(connections), stats_interval: Duration::from_secs(1), ..Default::default() }
+}
+
+pub fn run(args: BenchConfig) -> Result<i32> {
     crate::signals::install();
-    if args.scenario == crate::cli::Scenario::Business {
+    if args.scenario == Scenario::Business {
         return business::run(args);
     }
     let hold = args.hold.unwrap_or(Duration::from_secs(20));
     let (_, fds) = crate::sys::raise_fd_limit();
-    let server_args = ServerArgs::loopback(args.ports.clone(), args.server_workers, args.connections);
-    let client_args = ClientArgs {
-        target: Ipv4Addr::LOCALHOST,
-        load: LoadArgs {
+    let server_cfg = server_config(&args, args.connections);
+    let client_cfg = ClientConfig {
+        load: LoadConfig {
             ports: args.ports.clone(),
             connections: args.connections,
             rate: args.rate,
             source_ips: args.source_ips.clone(),
             heartbeat: args.heartbeat,
             payload: args.payload,
-            request_rate: crate::parse::PerSecond(None),
-            request_timeout: Duration::from_secs(10),
-            protocol: crate::proto::Protocol::Framed,
             hold,
             connect_timeout: args.connect_timeout,
-            close: CloseMode::Reset,
-            stats_interval: Duration::from_secs(2),
             json: args.json,
+            ..Default::default()
         },
         workers: args.client_workers,
-        shard: None,
+        ..Default::default()
     };
-    let splan = crate::server::plan(&server_args, fds.hard).map_err(crate::UsageError)?;
-    let (cplan, cwplan) = crate::client::plan(&client_args, fds.hard).map_err(crate::UsageError)?;
-    let warnings = crate::tune::precheck(args.connections, crate::tune::plan::TuneRole::Both, args.ports.0.len() as u64, args.rate)?;
+    let splan = crate::server::plan(&server_cfg, fds.hard).map_err(crate::UsageError)?;
+    let (cplan, cwplan) = crate::client::plan(&client_cfg, fds.hard).map_err(crate::UsageError)?;
+    let warnings = crate::tune::precheck(args.connections, crate::tune::plan::TuneRole::Both, args.ports.len() as u64, args.rate)?;
     let mut progress = Progress::new(false);
     for w in &warnings {
         progress.note(w);
     }
     progress.note(&format!(
-        "bench: {} connections on 127.0.0.1 ports {}-{} | server {} workers | client: {}",
+        "bench: {} connections on 127.0.0.1 ports {}-{} | server: {} workers at start, up to {} | client: {}",
         format::count(args.connections),
-        args.ports.0[0],
-        args.ports.0[args.ports.0.len() - 1],
-        splan.workers,
+        args.ports[0],
+        args.ports[args.ports.len() - 1],
+        splan.initial(),
+        splan.max(),
         crate::client::describe(&cplan, &cwplan)
     ));
     for w in &cplan.warnings {
         progress.note(&format!("warning: {w}"));
     }
     let kernel_before = memory::kernel_memory();
-    let (tx, rx) = supervisor::channel();
-    let mut server = crate::server::start(&server_args, &splan, None, &tx, &rx)?;
-    let server_pids = server.pool.pids();
+    let (tx, rx) = supervise::channel();
+    let server = crate::server::start(&server_cfg, &splan, None, &tx, &rx)?;
+    let server_pids = server.pids();
     let server_rss_baseline = memory::rss_of(&server_pids);
     let server_pss_baseline = memory::pss_of(&server_pids);
-    progress.note(&format!("server ready: {} workers, {} PSS ({} RSS)", splan.workers, format::bytes(server_pss_baseline.total), format::bytes(server_rss_baseline)));
-    let mut client = ClientRun::start(&cplan, &client_args.load, &cwplan, None, &tx)?;
-    let mut sample: Option<HoldSample> = None;
-    let mut failure = None;
-    let mut next_print = Instant::now() + Duration::from_secs(2);
-    loop {
-        if crate::signals::interrupted() {
-            client.interrupt();
+    progress.note(&format!("server ready: {} workers, {} PSS ({} RSS)", splan.initial(), format::bytes(server_pss_baseline.total), format::bytes(server_rss_baseline)));
+    let client = ClientRun::start(&cplan, &client_cfg.load, &cwplan, None, &tx)?;
+    let sample = |server: &ServerFleet, client: &ClientRun| {
+        let pids = server.pids();
+        HoldSample {
+            server_rss: memory::rss_of(&pids),
+            server_pss: memory::pss_of(&pids),
+            client_pss: memory::pss_of(&client.pool.pids()).total,
+            kernel: memory::kernel_memory(),
+            active: server.view.totals().active,
+            server_workers: pids.len(),
         }
-        match rx.recv_timeout(Duration::from_millis(50)) {
-            Ok((Role::Client, i, ev)) => {
-                if let Err(e) = client.on_event(i, ev) {
-                    failure = Some(e.to_string());
-                    client.interrupt();
-                }
-            }
-            Ok((Role::Server, i, ev)) => match ev {
-                PoolEvent::Msg(WorkerMsg::Server(s)) => server.view.update(s),
-                PoolEvent::Msg(WorkerMsg::Fatal { message, .. }) | PoolEvent::Garbled(message) => {
-                    failure = Some(format!("server worker {i}: {message}"));
-                    client.interrupt();
-                }
-                PoolEvent::Exited => {
-                    failure = Some(format!("server worker {i} exited unexpectedly (killed? see dmesg for the OOM killer)"));
-                    client.interrupt();
-                }
-                _ => {}
-            },
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => break,
-        }
-        match client.tick() {
-            Tick::RampDone => progress.note(&format!("ramp done: {}", client.progress_line())),
-            Tick::HoldOver => {
-                let s = server.view.totals();
-                sample = Some(HoldSample {
-                    server_rss: memory::rss_of(&server_pids),
-                    server_pss: memory::pss_of(&server_pids),
-                    client_pss: memory::pss_of(&client.pool.pids()).total,
-                    kernel: memory::kernel_memory(),
-                    active: s.active,
-                });
-                progress.note(&format!("hold over: {} | server connections {}", client.progress_line(), format::count(s.active)));
-                client.close();
-            }
-            Tick::Finished => break,
-            Tick::Continue => {}
-        }
-        if Instant::now() >= next_print {
-            let s = server.view.totals();
-            let line = format!("{} | server {} conns, rss {}", client.progress_line(), format::count(s.active), format::bytes(s.rss_bytes));
-            progress.update(&line);
-            next_print = Instant::now() + Duration::from_secs(2);
-        }
-    }
-    // Let the server see every close before stopping it.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if let Ok((Role::Server, _, PoolEvent::Msg(WorkerMsg::Server(s)))) = rx.recv_timeout(Duration::from_millis(100)) {
-            server.view.update(s);
-        }
-        if server.view.totals().active == 0 {
-            break;
-        }
-    }
-    let active_after = server.view.totals().active;
-    server.pool.stop(Duration::from_secs(3));
-    while let Ok((role, _, ev)) = rx.recv_timeout(Duration::from_millis(50)) {
-        if let (Role::Server, PoolEvent::Msg(WorkerMsg::Server(s))) = (role, ev) {
-            server.view.update(s);
-        }
-    }
+    };
+    let mut pair = PairRun::new(server, client, &mut progress, sample);
+    pair.run(&rx)?;
+    let active_after = pair.server.view.totals().active;
+    let failure = pair.failure.clone();
+    let hs = pair.at_hold.take().unwrap_or_default();
+    let (server, client) = (pair.server, pair.client);
     let summary = client.summary();
     let stotals = server.view.totals();
-    let hs = sample.unwrap_or_default();
     let held = hs.active.max(1) as f64;
     let report = BenchReport {
         target: args.connections,
         established: summary.established,
         held: summary.held,
         failed_total: summary.failed_total,
-        server_workers: splan.workers,
+        server_workers: hs.server_workers,
         client_workers: cwplan.workers,
         server_active_at_hold: hs.active,
         server_pss_baseline_bytes: server_pss_baseline.total,
         server_pss_at_hold_bytes: hs.server_pss.total,
         server_anon_baseline_bytes: server_pss_baseline.anon,
         server_anon_at_hold_bytes: hs.server_pss.anon,
-        server_user_bytes_per_conn: hs.server_pss.anon.saturating_sub(server_pss_baseline.anon) as f64 / held,
+        // Elastic servers start more workers as they fill: subtract each
+        // live worker's own baseline (measured on the initial ones), not
+        // just the initial workers'.
+        server_user_bytes_per_conn: hs.server_pss.anon.saturating_sub(server_pss_baseline.anon / splan.initial().max(1) as u64 * hs.server_workers as u64) as f64 / held,
         server_user_bytes_per_conn_with_processes: hs.server_pss.total as f64 / held,
         server_rss_baseline_bytes: server_rss_baseline,
         server_rss_at_hold_bytes: hs.server_rss,
@@ -218,7 +175,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         server_cpu_seconds: stotals.cpu_seconds,
         client_cpu_seconds: summary.cpu_seconds,
         server_active_after_close: active_after,
-        sockets_left: sockets::sockets_on_ports(&args.ports.0),
+        sockets_left: sockets::sockets_on_ports(&args.ports),
         client: summary,
         server: stotals,
     };
@@ -233,7 +190,11 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         eprintln!("megaconn bench: {f}");
         return Ok(1);
     }
-    Ok(if report.established == report.target && !report.client.interrupted { 0 } else { 1 })
+    let (code, why) = crate::client::verdict(&report.client, false);
+    if let Some(w) = why {
+        eprintln!("megaconn bench: {w}");
+    }
+    Ok(code)
 }
 
 fn print_report(r: &BenchReport) {

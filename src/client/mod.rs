@@ -1,28 +1,28 @@
 //! `megaconn client`: the load generator's supervisor. Plans addresses and
 //! processes, starts the workers, shows progress, prints the summary.
+pub mod config;
 pub mod plan;
 pub mod replies;
 pub mod run;
 pub mod view;
 pub mod worker;
 
-use crate::cli::ClientArgs;
+pub use config::{ClientConfig, CloseMode, LoadConfig};
+
 use crate::stats::{format, progress::Progress};
-use crate::workers::plan::{plan_workers, WorkerPlan};
-use crate::workers::supervisor;
+use crate::supervise::plan::{plan_workers, WorkerPlan};
+use crate::supervise::{self, Delivery, Flow, Role, Supervised};
 use anyhow::Result;
 use plan::ConnectionPlan;
-use run::{ClientRun, Tick};
-use std::sync::mpsc::RecvTimeoutError;
+use run::{ClientRun, ClientSummary, Tick};
 use std::time::{Duration, Instant};
 
 /// Plan addresses and processes for this client; errors are usage errors
 /// (the target cannot be reached with these flags on this machine).
-pub fn plan(args: &ClientArgs, fd_hard: u64) -> Result<(ConnectionPlan, WorkerPlan), String> {
-    let shard = args.shard.map(|s| s.range(args.load.connections)).unwrap_or((0, args.load.connections));
-    let sources = args.load.source_ips.as_ref().map(|l| l.0.as_slice());
-    let cp = ConnectionPlan::build(args.target, &args.load.ports.0, sources, args.load.connections, shard, plan::local_port_range())?;
-    let wp = plan_workers(cp.count, args.workers, fd_hard, 0, crate::sys::online_cpus())?;
+pub fn plan(cfg: &ClientConfig, fd_hard: u64) -> Result<(ConnectionPlan, WorkerPlan), String> {
+    let shard = cfg.shard.map(|s| s.range(cfg.load.connections)).unwrap_or((0, cfg.load.connections));
+    let cp = ConnectionPlan::build(cfg.target, &cfg.load.ports, cfg.load.source_ips.as_deref(), cfg.load.connections, shard, plan::local_port_range())?;
+    let wp = plan_workers(cp.count, cfg.workers, fd_hard, 0, crate::sys::online_cpus())?;
     Ok((cp, wp))
 }
 
@@ -41,11 +41,80 @@ pub fn describe(cp: &ConnectionPlan, wp: &WorkerPlan) -> String {
     )
 }
 
-pub fn run(args: ClientArgs) -> Result<i32> {
+/// Print what a run noted (worker crashes) as lines that stay.
+pub fn print_notes(notes: &mut Vec<String>, progress: &mut Progress) {
+    for n in notes.drain(..) {
+        progress.note(&n);
+    }
+}
+
+/// Exit status of a finished load and, when it failed, why.
+pub fn verdict(s: &ClientSummary, allow_loss: bool) -> (i32, Option<String>) {
+    if s.interrupted {
+        return (1, Some("interrupted before the end of the hold".into()));
+    }
+    if s.established < s.requested {
+        return (1, Some(format!("{} of {} connections were established", format::count(s.established), format::count(s.requested))));
+    }
+    if s.held < s.established && !allow_loss {
+        let why = s.loss.clone().unwrap_or_default();
+        return (
+            1,
+            Some(format!(
+                "{} connections held at the end of the hold of {} established: {why} (--reconnect re-opens lost connections; --allow-loss accepts losses)",
+                format::count(s.held),
+                format::count(s.established)
+            )),
+        );
+    }
+    (0, None)
+}
+
+/// `megaconn client` as the one supervisor loop runs it.
+struct ClientCmd {
+    run: ClientRun,
+    progress: Progress,
+    stats_interval: Duration,
+    next_print: Instant,
+}
+
+impl Supervised for ClientCmd {
+    fn deliver(&mut self, (role, i, ev): Delivery) -> Result<()> {
+        if role == Role::Client {
+            self.run.on_event(i, ev);
+        }
+        Ok(())
+    }
+
+    fn tick(&mut self) -> Result<Flow> {
+        print_notes(&mut self.run.notes, &mut self.progress);
+        match self.run.tick() {
+            Tick::RampDone => self.progress.note(&format!("ramp done: {}", self.run.progress_line())),
+            Tick::HoldOver => {
+                self.progress.note(&format!("hold over: {}", self.run.progress_line()));
+                self.run.close();
+            }
+            Tick::Finished => return Ok(Flow::Done),
+            Tick::Continue => {}
+        }
+        if Instant::now() >= self.next_print {
+            let line = self.run.progress_line();
+            self.progress.update(&line);
+            self.next_print = Instant::now() + self.stats_interval;
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn interrupt(&mut self) {
+        self.run.interrupt();
+    }
+}
+
+pub fn run(cfg: ClientConfig) -> Result<i32> {
     crate::signals::install();
     let (before, after) = crate::sys::raise_fd_limit();
-    let (cp, wp) = plan(&args, after.hard).map_err(crate::UsageError)?;
-    let warnings = crate::tune::precheck(cp.count, crate::tune::plan::TuneRole::Client, cp.ports.len() as u64, args.load.rate)?;
+    let (cp, wp) = plan(&cfg, after.hard).map_err(crate::UsageError)?;
+    let warnings = crate::tune::precheck(cp.count.max(1), crate::tune::plan::TuneRole::Client, cp.ports.len() as u64, cfg.load.rate)?;
     let mut progress = Progress::new(false);
     for w in &warnings {
         progress.note(w);
@@ -55,53 +124,26 @@ pub fn run(args: ClientArgs) -> Result<i32> {
     for w in &cp.warnings {
         progress.note(&format!("warning: {w}"));
     }
-    let (tx, rx) = supervisor::channel();
-    let mut run = ClientRun::start(&cp, &args.load, &wp, None, &tx)?;
-    let mut next_print = Instant::now() + args.load.stats_interval;
-    let mut failure = None;
-    loop {
-        if crate::signals::interrupted() {
-            run.interrupt();
-        }
-        match rx.recv_timeout(Duration::from_millis(50)) {
-            Ok((_, i, ev)) => {
-                if let Err(e) = run.on_event(i, ev) {
-                    failure = Some(e.to_string());
-                    run.interrupt();
-                }
-            }
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => break,
-        }
-        match run.tick() {
-            Tick::RampDone => progress.note(&format!("ramp done: {}", run.progress_line())),
-            Tick::HoldOver => {
-                progress.note(&format!("hold over: {}", run.progress_line()));
-                run.close();
-            }
-            Tick::Finished => break,
-            Tick::Continue => {}
-        }
-        if Instant::now() >= next_print {
-            let line = run.progress_line();
-            progress.update(&line);
-            next_print = Instant::now() + args.load.stats_interval;
-        }
+    if let Some(s) = cfg.shard.filter(|_| cp.count == 0) {
+        progress.note(&format!("shard {}/{} of {} connections is empty: nothing to do", s.index, s.count, cfg.load.connections));
+        return Ok(0);
     }
-    // Drain the last snapshots still in the channel.
-    while let Ok((_, i, ev)) = rx.recv_timeout(Duration::from_millis(20)) {
-        let _ = run.on_event(i, ev);
-    }
-    let summary = run.summary();
-    if args.load.json {
-        progress.finish();
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({"plan": cp, "workers": wp, "summary": summary, "failure": failure}))?);
+    let (tx, rx) = supervise::channel();
+    let run = ClientRun::start(&cp, &cfg.load, &wp, None, &tx)?;
+    let mut cmd = ClientCmd { run, progress, stats_interval: cfg.load.stats_interval, next_print: Instant::now() + cfg.load.stats_interval };
+    supervise::run_loop(&rx, &mut cmd)?;
+    supervise::drain(&rx, &mut cmd, Duration::from_millis(20));
+    print_notes(&mut cmd.run.notes, &mut cmd.progress);
+    let summary = cmd.run.summary();
+    let (code, why) = verdict(&summary, cfg.load.allow_loss);
+    if cfg.load.json {
+        cmd.progress.finish();
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({"plan": cp, "workers": wp, "summary": summary, "failure": why}))?);
     } else {
-        run::print_summary(&summary, &mut progress);
+        run::print_summary(&summary, &mut cmd.progress);
     }
-    if let Some(f) = failure {
-        eprintln!("megaconn client: {f}");
-        return Ok(1);
+    if let Some(w) = why {
+        eprintln!("megaconn client: {w}");
     }
-    Ok(if summary.established == summary.requested && !summary.interrupted { 0 } else { 1 })
+    Ok(code)
 }

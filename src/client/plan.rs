@@ -11,6 +11,37 @@
 
 use serde::Serialize;
 use std::net::Ipv4Addr;
+use std::str::FromStr;
+
+/// A shard of a distributed load: "i/n" with 0 <= i < n.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Shard {
+    pub index: u64,
+    pub count: u64,
+}
+
+impl FromStr for Shard {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("'{s}' is not a shard; expected i/n with 0 <= i < n, e.g. 0/4");
+        let (i, n) = s.split_once('/').ok_or_else(bad)?;
+        let (index, count): (u64, u64) = (i.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
+        if count == 0 || index >= count {
+            return Err(bad());
+        }
+        Ok(Shard { index, count })
+    }
+}
+
+impl Shard {
+    /// The half-open range of global connection indices this shard owns.
+    pub fn range(&self, total: u64) -> (u64, u64) {
+        let lo = (total as u128 * self.index as u128 / self.count as u128) as u64;
+        let hi = (total as u128 * (self.index + 1) as u128 / self.count as u128) as u64;
+        (lo, hi)
+    }
+}
+
 
 /// Above this share of a pair's ports the kernel's port search slows
 /// down sharply; the plan warns.
@@ -62,7 +93,7 @@ impl ConnectionPlan {
             Some(s) => s.to_vec(),
             None if target.is_loopback() => {
                 let want = ((total as f64 / (p as f64 * per_pair_capacity as f64 * AUTO_SHARE)).ceil() as u64).max(AUTO_MIN_SOURCES);
-                let want = want.min(crate::parse::MAX_SOURCE_IPS as u64) as u32;
+                let want = want.min(crate::values::MAX_SOURCE_IPS as u64) as u32;
                 let base = u32::from(Ipv4Addr::new(127, 0, 0, 2));
                 (0..want).map(|i| Ipv4Addr::from(base + i)).collect()
             }
@@ -138,6 +169,14 @@ pub fn address_of(g: u64, sources: &[Ipv4Addr], ports: &[u16]) -> (Ipv4Addr, u16
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shards_split_the_plan() {
+        let s: Shard = "1/4".parse().unwrap();
+        assert_eq!(s.range(100), (25, 50));
+        assert!("4/4".parse::<Shard>().is_err());
+        assert_eq!("0/4".parse::<Shard>().unwrap().range(3), (0, 0));
+    }
     const LO: Ipv4Addr = Ipv4Addr::LOCALHOST;
 
     #[test]

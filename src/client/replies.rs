@@ -6,7 +6,7 @@ use crate::net::{self, ReadEnd, Spill};
 use crate::proto::frame::{self, Kind};
 use crate::proto::{Protocol, ECHO8_LEN};
 use crate::stats::histogram;
-use crate::workers::control::ClientSnapshot;
+use crate::supervise::control::ClientSnapshot;
 use hdrhistogram::Histogram;
 use std::collections::VecDeque;
 

@@ -2,17 +2,17 @@
 //! progress and the final summary. Shared by `megaconn client` and
 //! `megaconn bench` (which also runs a server beside it).
 
+use super::config::LoadConfig;
 use super::plan::ConnectionPlan;
-use super::view::ClientView;
+use super::view::{ClientView, WORKER_CRASHED};
 use super::worker::ClientWorkerConfig;
-use crate::cli::LoadArgs;
 use crate::stats::histogram::{self, LatencySummary};
 use crate::stats::{format, progress::Progress};
+use crate::supervise::control::{ClientSnapshot, WorkerMsg, CMD_CLOSE};
+use crate::supervise::plan::WorkerPlan;
+use crate::supervise::{Delivery, Pool, PoolEvent, Role};
 use crate::sys::mono_us;
-use crate::workers::control::{ClientSnapshot, WorkerMsg, CMD_CLOSE};
-use crate::workers::plan::WorkerPlan;
-use crate::workers::supervisor::{Delivery, PoolEvent, Role, WorkerPool};
-use anyhow::{bail, Result};
+use anyhow::Result;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::mpsc::Sender;
@@ -50,6 +50,14 @@ pub struct ClientSummary {
     pub failed: BTreeMap<String, u64>,
     /// Established connections lost before the end, by reason.
     pub lost: BTreeMap<String, u64>,
+    pub lost_total: u64,
+    /// Lost before the server answered anything on them.
+    pub lost_unanswered: u64,
+    /// Lost connections opened again (`--reconnect`).
+    pub reconnects: u64,
+    pub reconnect_failed: BTreeMap<String, u64>,
+    /// Why connections were lost, in one sentence (None: nothing lost).
+    pub loss: Option<String>,
     pub ramp_seconds: Option<f64>,
     pub ramp_rate_per_s: Option<f64>,
     pub connect_ms: LatencySummary,
@@ -86,7 +94,9 @@ pub struct RequestSummary {
 }
 
 pub struct ClientRun {
-    pub pool: WorkerPool,
+    pub pool: Pool,
+    /// Crashes and other events not yet printed.
+    pub notes: Vec<String>,
     pub view: ClientView,
     start_at_us: u64,
     hold: Duration,
@@ -110,7 +120,7 @@ pub struct ClientRun {
 }
 
 impl ClientRun {
-    pub fn start(plan: &ConnectionPlan, load: &LoadArgs, workers: &WorkerPlan, fd_limit: Option<u64>, tx: &Sender<Delivery>) -> Result<ClientRun> {
+    pub fn start(plan: &ConnectionPlan, load: &LoadConfig, workers: &WorkerPlan, fd_limit: Option<u64>, tx: &Sender<Delivery>) -> Result<ClientRun> {
         let w = workers.workers.min(plan.count.max(1) as usize);
         // Processes take a while to start; everyone ramps from one instant.
         let start_at_us = mono_us() + 300_000 + 5_000 * w as u64;
@@ -128,24 +138,29 @@ impl ClientRun {
                     source_ranges: plan.source_ranges.clone(),
                     first: plan.first + lo,
                     count: hi - lo,
-                    rate: load.rate as f64 * (hi - lo) as f64 / plan.count as f64,
+                    rate: if plan.count > 0 { load.rate as f64 * (hi - lo) as f64 / plan.count as f64 } else { load.rate as f64 },
                     start_at_us,
                     connect_timeout_ms: load.connect_timeout.as_millis() as u64,
-                    heartbeat_us: load.heartbeat.0.map(|d| d.as_micros() as u64),
+                    heartbeat_us: load.heartbeat.map(|d| d.as_micros() as u64),
                     payload: load.payload,
-                    request_us: load.request_rate.0.map(|r| (1e6 / r) as u64),
+                    request_us: load.request_rate.map(|r| (1e6 / r) as u64),
                     request_timeout_us: load.request_timeout.as_micros() as u64,
                     protocol: load.protocol,
                     stats_interval_ms: load.stats_interval.as_millis().clamp(100, 1000) as u64,
                     close: load.close,
                     deadline_us,
+                    reconnect: load.reconnect,
                 })
                 .expect("config serializes")
             })
             .collect();
-        let pool = WorkerPool::spawn(Role::Client, &configs, fd_limit, tx)?;
+        let mut pool = Pool::new(Role::Client, fd_limit, tx)?;
+        for c in &configs {
+            pool.spawn(c)?;
+        }
         Ok(ClientRun {
             pool,
+            notes: Vec::new(),
             view: ClientView::new(w),
             start_at_us,
             hold: load.hold,
@@ -163,21 +178,27 @@ impl ClientRun {
             prev_replies: 0,
             replies_at_hold: Vec::new(),
             replies_at_close: Vec::new(),
-            request_rate: load.request_rate.0,
+            request_rate: load.request_rate,
         })
     }
 
-    /// Take one worker event. Fatal errors end the run with their message.
-    pub fn on_event(&mut self, i: usize, ev: PoolEvent) -> Result<()> {
+    /// Take one worker event. A worker that dies before its final
+    /// snapshot costs its connections (counted lost as `worker_crashed`),
+    /// not the run.
+    pub fn on_event(&mut self, i: usize, ev: PoolEvent) {
         match ev {
             PoolEvent::Msg(WorkerMsg::Client(s)) => self.update(s),
-            PoolEvent::Msg(WorkerMsg::Fatal { message, .. }) => bail!("client worker {i}: {message}"),
-            PoolEvent::Exited if self.view.finished() < self.pool.len() && !matches!(self.phase, Phase::Closing { .. } | Phase::Finished) => {
-                bail!("client worker {i} exited unexpectedly (killed? see dmesg for the OOM killer)")
+            PoolEvent::Msg(WorkerMsg::Fatal { message, .. }) => self.notes.push(format!("client worker {i}: {message}")),
+            PoolEvent::Garbled(line) => self.notes.push(format!("client worker {i} wrote a line that is not a message: {line}")),
+            PoolEvent::Exited(info) => {
+                self.pool.mark_exited(i);
+                if !self.view.is_finished(i) {
+                    let lost = self.view.retire(i);
+                    self.notes.push(format!("client worker {i} ({info}): {lost} connections lost ({WORKER_CRASHED})"));
+                }
             }
-            _ => {}
+            PoolEvent::Msg(_) => {}
         }
-        Ok(())
     }
 
     fn update(&mut self, s: ClientSnapshot) {
@@ -225,7 +246,7 @@ impl ClientRun {
                 return Tick::HoldOver;
             }
             Phase::Closing { since_us } => {
-                if self.view.finished() == self.pool.len() || now >= since_us + 20_000_000 {
+                if self.view.finished() == self.view.worker_count() || now >= since_us + 20_000_000 {
                     self.phase = Phase::Finished;
                     self.pool.stop(Duration::from_secs(2));
                     return Tick::Finished;
@@ -297,7 +318,12 @@ impl ClientRun {
             held: self.held,
             failed_total: t.failed.values().sum(),
             failed: t.failed,
+            lost_total: t.lost.values().sum(),
+            loss: loss_verdict(&t.lost, t.lost_unanswered),
             lost: t.lost,
+            lost_unanswered: t.lost_unanswered,
+            reconnects: t.reconnects,
+            reconnect_failed: t.reconnect_failed.clone(),
             ramp_seconds,
             ramp_rate_per_s: ramp_seconds.filter(|s| *s > 0.0).map(|s| t.established_total as f64 / s),
             connect_ms: histogram::summarize(&self.view.connect_hist),
@@ -350,7 +376,10 @@ pub fn print_summary(s: &ClientSummary, progress: &mut Progress) {
         println!("failures      {}", format::kinds(&s.failed));
     }
     if !s.lost.is_empty() {
-        println!("lost          {}", format::kinds(&s.lost));
+        println!("lost          {} | {}", format::kinds(&s.lost), s.loss.as_deref().unwrap_or(""));
+    }
+    if s.reconnects > 0 || !s.reconnect_failed.is_empty() {
+        println!("reconnects    {} | failed attempts {}", format::count(s.reconnects), format::kinds(&s.reconnect_failed));
     }
     match (s.ramp_seconds, s.ramp_rate_per_s) {
         (Some(t), Some(r)) => println!("ramp          {t:.2} s at {} connections/s", format::count(r as u64)),
@@ -382,4 +411,26 @@ pub fn print_summary(s: &ClientSummary, progress: &mut Progress) {
     if s.interrupted {
         println!("interrupted   (Ctrl-C): connections closed early");
     }
+}
+
+/// One sentence on why connections were lost: the dominant reason, and a
+/// protocol-mismatch hint when most died before any answer.
+pub fn loss_verdict(lost: &BTreeMap<String, u64>, unanswered: u64) -> Option<String> {
+    let total: u64 = lost.values().sum();
+    let (reason, n) = lost.iter().max_by_key(|(_, n)| **n)?;
+    if total == 0 {
+        return None;
+    }
+    let c = format::count;
+    Some(if unanswered * 2 > total {
+        format!(
+            "the server closed {} connections before answering anything on them ({} of them {reason}): does it speak this protocol? (check --protocol)",
+            c(unanswered),
+            c(*n)
+        )
+    } else if reason == WORKER_CRASHED {
+        format!("{} connections died with a crashed client worker", c(*n))
+    } else {
+        format!("{} of {} lost connections ended with {reason}", c(*n), c(total))
+    })
 }

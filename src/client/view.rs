@@ -2,7 +2,7 @@
 //! worker, and histograms merged from every interval they report.
 
 use crate::stats::histogram::{self, LatencySummary};
-use crate::workers::control::{merge_counts, ClientSnapshot};
+use crate::supervise::control::{merge_counts, ClientSnapshot};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -16,6 +16,9 @@ pub struct ClientTotals {
     pub connecting: u64,
     pub failed: BTreeMap<String, u64>,
     pub lost: BTreeMap<String, u64>,
+    pub lost_unanswered: u64,
+    pub reconnects: u64,
+    pub reconnect_failed: BTreeMap<String, u64>,
     pub heartbeats_sent: u64,
     pub heartbeats_answered: u64,
     pub requests_sent: u64,
@@ -30,8 +33,13 @@ pub struct ClientTotals {
     pub ramp_done_at_us: Option<u64>,
 }
 
+/// Loss reason of connections that died with their client worker.
+pub const WORKER_CRASHED: &str = "worker_crashed";
+
 pub struct ClientView {
     latest: Vec<Option<ClientSnapshot>>,
+    /// Workers that died before their final snapshot.
+    dead: Vec<bool>,
     pub connect_hist: Histogram<u64>,
     pub rtt_hist: Histogram<u64>,
     /// Round trips since the last progress line.
@@ -43,7 +51,7 @@ pub struct ClientView {
 
 impl ClientView {
     pub fn new(workers: usize) -> ClientView {
-        ClientView { latest: vec![None; workers], connect_hist: histogram::new(), rtt_hist: histogram::new(), rtt_interval: histogram::new(), request_hist: histogram::new(), request_interval: histogram::new() }
+        ClientView { latest: vec![None; workers], dead: vec![false; workers], connect_hist: histogram::new(), rtt_hist: histogram::new(), rtt_interval: histogram::new(), request_hist: histogram::new(), request_interval: histogram::new() }
     }
 
     pub fn update(&mut self, s: ClientSnapshot) {
@@ -62,8 +70,33 @@ impl ClientView {
         self.latest.len()
     }
 
+    /// Workers done: sent their final snapshot, or died.
     pub fn finished(&self) -> usize {
-        self.latest.iter().flatten().filter(|s| s.last).count()
+        self.latest.iter().zip(&self.dead).filter(|(s, dead)| **dead || s.as_ref().is_some_and(|s| s.last)).count()
+    }
+
+    pub fn is_finished(&self, i: usize) -> bool {
+        self.dead.get(i).copied().unwrap_or(true) || self.latest.get(i).and_then(|s| s.as_ref()).is_some_and(|s| s.last)
+    }
+
+    /// Worker `i` died: its open connections are lost (`worker_crashed`)
+    /// and its handshakes in flight failed. Returns the connections lost.
+    pub fn retire(&mut self, i: usize) -> u64 {
+        let Some(slot) = self.latest.get_mut(i) else { return 0 };
+        self.dead[i] = true;
+        let s = slot.get_or_insert_with(|| ClientSnapshot { worker: i, ..Default::default() });
+        let lost = s.established;
+        if lost > 0 {
+            *s.lost.entry(WORKER_CRASHED.into()).or_insert(0) += lost;
+        }
+        if s.connecting > 0 {
+            *s.failed.entry(WORKER_CRASHED.into()).or_insert(0) += s.connecting;
+        }
+        s.established = 0;
+        s.connecting = 0;
+        s.ramp_done_at_us.get_or_insert(s.at_us);
+        s.rss_bytes = 0;
+        lost
     }
 
     pub fn totals(&self) -> ClientTotals {
@@ -77,6 +110,9 @@ impl ClientView {
             connecting: s.iter().map(|x| x.connecting).sum(),
             failed: merge_counts(s.iter().map(|x| &x.failed)),
             lost: merge_counts(s.iter().map(|x| &x.lost)),
+            lost_unanswered: s.iter().map(|x| x.lost_unanswered).sum(),
+            reconnects: s.iter().map(|x| x.reconnects).sum(),
+            reconnect_failed: merge_counts(s.iter().map(|x| &x.reconnect_failed)),
             heartbeats_sent: s.iter().map(|x| x.heartbeats_sent).sum(),
             heartbeats_answered: s.iter().map(|x| x.heartbeats_answered).sum(),
             requests_sent: s.iter().map(|x| x.requests_sent).sum(),

@@ -11,23 +11,32 @@
 //!   interval and the beats are spread evenly. The due time travels in the
 //!   payload and the round trip is measured from it (open loop: a slow
 //!   server shows up as latency, not as fewer beats).
+//!
+//! Opening, failing, losing and re-opening connections (`--reconnect`)
+//! live in `connect.rs`; the send schedules in `schedule.rs`.
 
-use super::plan::{address_of, expand};
-use crate::cli::CloseMode;
+use super::config::CloseMode;
+use super::plan::expand;
+use super::replies;
 use crate::net::{self, ReadEnd, Spill};
 use crate::proto::Protocol;
-use super::replies;
+use crate::reactor::{self, Handler};
 use crate::stats::histogram;
+use crate::supervise::control::{self, ClientSnapshot, Command, WorkerMsg};
+use crate::supervise::Flow;
 use crate::sys::mono_us;
-use crate::workers::control::{self, ClientSnapshot, Command, CommandReader, WorkerMsg};
 use anyhow::Result;
 use hdrhistogram::Histogram;
-use mio::{Events, Interest, Poll, Token};
+use mio::event::Event;
+use mio::Poll;
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
-use socket2::{Domain, SockRef, Socket, Type};
-use std::collections::VecDeque;
+use socket2::SockRef;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::Ipv4Addr;
 use std::time::Duration;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -55,11 +64,13 @@ pub struct ClientWorkerConfig {
     /// CLOCK_MONOTONIC µs at which the worker closes by itself, whatever
     /// its supervisor says: every load loop is bounded in time.
     pub deadline_us: u64,
+    /// Re-open connections the server or network ended.
+    pub reconnect: bool,
 }
 
+mod connect;
 mod schedule;
 
-const STDIN: Token = Token(usize::MAX - 1);
 /// What `--protocol http` sends: a keep-alive GET.
 const HTTP_REQUEST: &[u8] = b"GET / HTTP/1.1\r\nHost: megaconn\r\n\r\n";
 const SCRATCH: usize = 64 * 1024;
@@ -79,6 +90,8 @@ enum State {
     Idle,
     Connecting,
     Established,
+    /// Lost; waiting in the reconnect queue.
+    Waiting,
     Done,
 }
 
@@ -92,6 +105,17 @@ struct Slot {
     /// HTTP: intended send times of requests awaiting responses, in order
     /// (HTTP responses carry no timestamp).
     inflight: Option<Box<VecDeque<u64>>>,
+    /// Whether anything ever came back on this connection (a connection
+    /// closed before its first answer hints at a protocol mismatch).
+    answered: bool,
+    /// Reconnect attempts since it was last established (back-off).
+    retries: u8,
+}
+
+impl Slot {
+    fn new() -> Slot {
+        Slot { stream: None, state: State::Idle, started_us: 0, partial: None, backlog: None, inflight: None, answered: false, retries: 0 }
+    }
 }
 
 #[derive(PartialEq, Eq)]
@@ -120,19 +144,23 @@ struct Worker {
     phase: Phase,
     scratch: Vec<u8>,
     out: Vec<u8>,
+    /// (due µs, slot) of lost connections to open again.
+    reconnects: BinaryHeap<Reverse<(u64, u32)>>,
+    /// Reconnect pacing: connects allowed so far (tokens at the ramp rate).
+    reconnect_tokens: f64,
+    reconnect_tokens_at: u64,
+    rng: SmallRng,
 }
 
 pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
     crate::sys::raise_fd_limit();
     let poll = Poll::new()?;
-    let mut commands = CommandReader::register(poll.registry(), STDIN)?;
     let n = cfg.count as usize;
     let mut w = Worker {
         sources: expand(&cfg.source_ranges),
         stats: ClientSnapshot { worker: cfg.worker, planned: cfg.count, ..Default::default() },
-        cfg,
         poll,
-        slots: (0..n).map(|_| Slot { stream: None, state: State::Idle, started_us: 0, partial: None, backlog: None, inflight: None }).collect(),
+        slots: (0..n).map(|_| Slot::new()).collect(),
         pending: VecDeque::new(),
         created: 0,
         beat_cursor: 0,
@@ -145,68 +173,90 @@ pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
         phase: Phase::Running,
         scratch: vec![0; SCRATCH],
         out: Vec::with_capacity(1024),
+        reconnects: BinaryHeap::new(),
+        reconnect_tokens: 0.0,
+        reconnect_tokens_at: cfg.start_at_us,
+        rng: SmallRng::from_entropy(),
+        cfg,
     };
     control::emit(&WorkerMsg::Ready { worker: w.cfg.worker, pid: std::process::id(), fd_limit: crate::sys::fd_limit().hard });
-    w.event_loop(&mut commands)
+    let interval = Duration::from_millis(w.cfg.stats_interval_ms.max(50));
+    reactor::run(&mut w, interval)
 }
 
-impl Worker {
-    fn event_loop(&mut self, commands: &mut CommandReader) -> Result<()> {
-        let mut events = Events::with_capacity(1024);
-        let interval_us = self.cfg.stats_interval_ms.max(50) * 1000;
-        let mut next_stats = mono_us();
-        loop {
-            let now = mono_us();
-            if now >= self.cfg.deadline_us && self.phase == Phase::Running {
-                self.begin_drain(now);
+impl Handler for Worker {
+    fn poll_mut(&mut self) -> &mut Poll {
+        &mut self.poll
+    }
+
+    fn on_ready(&mut self, ev: &Event) {
+        self.on_event(ev.token().0, ev.is_readable() || ev.is_read_closed() || ev.is_error(), ev.is_read_closed(), ev.is_writable() || ev.is_error());
+    }
+
+    fn on_command(&mut self, cmd: Command) -> Flow {
+        match cmd {
+            Command::Close => {
+                self.begin_drain(mono_us());
+                Flow::Continue
             }
-            if self.phase == Phase::Running {
-                self.ramp(now);
-                self.beat(now);
-                self.request(now);
+            Command::Stop => {
+                self.close_all();
+                Flow::Done
             }
-            self.expire_connects(now);
-            if let Phase::Draining { until_us } = self.phase {
-                let s = &self.stats;
-                let settled = s.heartbeats_answered >= s.heartbeats_sent && s.replies + s.rejected >= s.requests_sent;
-                if now >= until_us || settled {
-                    self.close_all();
-                    self.report(true);
-                    return Ok(());
-                }
-            }
-            if now >= next_stats {
-                self.report(false);
-                next_stats = now + interval_us;
-            }
-            let wake = self.next_wake(now).min(next_stats);
-            crate::timer::wait(&self.poll, Duration::from_micros(wake.saturating_sub(mono_us())));
-            if let Err(e) = self.poll.poll(&mut events, Some(Duration::ZERO)) {
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e.into());
-            }
-            for ev in events.iter() {
-                if ev.token() == STDIN {
-                    for cmd in commands.poll() {
-                        match cmd {
-                            Command::Close => self.begin_drain(mono_us()),
-                            Command::Stop => {
-                                self.close_all();
-                                self.report(true);
-                                return Ok(());
-                            }
-                        }
-                    }
-                    continue;
-                }
-                self.on_event(ev.token().0, ev.is_readable() || ev.is_read_closed() || ev.is_error(), ev.is_read_closed(), ev.is_writable() || ev.is_error());
-            }
+            Command::Leave => Flow::Continue,
         }
     }
 
-    fn next_wake(&self, now: u64) -> u64 {
+    fn on_tick(&mut self) -> Flow {
+        let now = mono_us();
+        if self.cfg.count == 0 {
+            // An empty share (a shard smaller than the worker count).
+            self.stats.ramp_done_at_us = Some(now);
+            return Flow::Done;
+        }
+        if now >= self.cfg.deadline_us && self.phase == Phase::Running {
+            self.begin_drain(now);
+        }
+        if self.phase == Phase::Running {
+            self.ramp(now);
+            self.reopen(now);
+            self.beat(now);
+            self.request(now);
+        }
+        self.expire_connects(now);
+        if let Phase::Draining { until_us } = self.phase {
+            let s = &self.stats;
+            let settled = s.heartbeats_answered >= s.heartbeats_sent && s.replies + s.rejected >= s.requests_sent;
+            if now >= until_us || settled {
+                self.close_all();
+                return Flow::Done;
+            }
+        }
+        Flow::Continue
+    }
+
+    fn next_wake(&self) -> Duration {
+        let now = mono_us();
+        Duration::from_micros(self.next_wake_at(now).saturating_sub(now))
+    }
+
+    fn report(&mut self, last: bool) {
+        self.stats.connect_hist = histogram::encode(&self.connect_hist);
+        self.stats.rtt_hist = histogram::encode(&self.rtt_hist);
+        self.stats.request_hist = histogram::encode(&self.request_hist);
+        self.request_hist.reset();
+        self.connect_hist.reset();
+        self.rtt_hist.reset();
+        self.stats.rss_bytes = crate::sys::self_rss_bytes();
+        self.stats.cpu_us = crate::sys::self_cpu_us();
+        self.stats.at_us = mono_us();
+        self.stats.last = last;
+        control::emit(&WorkerMsg::Client(self.stats.clone()));
+    }
+}
+
+impl Worker {
+    fn next_wake_at(&self, now: u64) -> u64 {
         let mut wake = now + 100_000;
         if self.phase != Phase::Running {
             return now + 10_000;
@@ -214,6 +264,9 @@ impl Worker {
         if self.created < self.cfg.count {
             let due = self.cfg.start_at_us + (self.created as f64 * 1e6 / self.cfg.rate) as u64;
             wake = wake.min(due.max(now + RAMP_TICK_US));
+        }
+        if let Some(Reverse((due, _))) = self.reconnects.peek() {
+            wake = wake.min((*due).max(now + RAMP_TICK_US));
         }
         // Heartbeats are keep-alives: batching them on a short tick saves
         // most wake-ups (costly on VMs) at the price of up to BEAT_TICK_US
@@ -231,102 +284,6 @@ impl Worker {
             wake = wake.min(now + (self.cfg.connect_timeout_ms * 1000).saturating_sub(age).max(1000));
         }
         wake.min(self.cfg.deadline_us.max(now))
-    }
-
-    /// Open every connection whose ramp time has come.
-    fn ramp(&mut self, now: u64) {
-        if self.created >= self.cfg.count || now < self.cfg.start_at_us {
-            return;
-        }
-        let due = ((((now - self.cfg.start_at_us) as f64) * self.cfg.rate / 1e6) as u64 + 1).min(self.cfg.count);
-        // Never offer handshakes faster than this process completes them:
-        // beyond the cap the CPU would go to connect() while finished
-        // handshakes wait unprocessed (and falsely time out).
-        let cap = (self.cfg.rate / 10.0).max(MIN_INFLIGHT) as u64;
-        while self.created < due && self.stats.connecting < cap {
-            let k = self.created as usize;
-            self.created += 1;
-            self.open(k, now);
-        }
-    }
-
-    fn open(&mut self, k: usize, now: u64) {
-        let (src, port) = address_of(self.cfg.first + k as u64, &self.sources, &self.cfg.ports);
-        let dst = SocketAddr::from((self.cfg.target, port));
-        self.stats.attempted += 1;
-        let opened = (|| -> io::Result<mio::net::TcpStream> {
-            let s = Socket::new(Domain::IPV4, Type::STREAM.nonblocking(), None)?;
-            if !src.is_unspecified() {
-                // Defer the source port choice to connect(), where the
-                // kernel only needs the full 4-tuple to be unique.
-                let one: libc::c_int = 1;
-                // SAFETY: setsockopt on a socket we own with an int option.
-                let rc = unsafe {
-                    libc::setsockopt(s_fd(&s), libc::IPPROTO_IP, libc::IP_BIND_ADDRESS_NO_PORT, (&one as *const libc::c_int).cast(), 4)
-                };
-                if rc != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                s.bind(&SocketAddr::from((src, 0)).into())?;
-            }
-            s.set_nodelay(true)?;
-            match s.connect(&dst.into()) {
-                Ok(()) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
-                Err(e) => return Err(e),
-            }
-            Ok(mio::net::TcpStream::from_std(std::net::TcpStream::from(s)))
-        })();
-        match opened {
-            Ok(mut stream) => {
-                if let Err(e) = self.poll.registry().register(&mut stream, Token(k), Interest::READABLE | Interest::WRITABLE) {
-                    self.fail(k, crate::sys::error_kind_name(&e), now);
-                    return;
-                }
-                let slot = &mut self.slots[k];
-                slot.stream = Some(stream);
-                slot.state = State::Connecting;
-                slot.started_us = now as u32;
-                self.stats.connecting += 1;
-                self.pending.push_back(k as u32);
-            }
-            Err(e) => self.fail(k, crate::sys::error_kind_name(&e), now),
-        }
-    }
-
-    fn fail(&mut self, k: usize, kind: String, now: u64) {
-        let slot = &mut self.slots[k];
-        if slot.state == State::Connecting {
-            self.stats.connecting -= 1;
-        }
-        slot.stream = None;
-        slot.state = State::Done;
-        *self.stats.failed.entry(kind).or_insert(0) += 1;
-        self.resolved(now);
-    }
-
-    fn resolved(&mut self, now: u64) {
-        self.last_resolved_us = now;
-        let s = &self.stats;
-        if self.created == self.cfg.count && s.connecting == 0 && s.ramp_done_at_us.is_none() {
-            self.stats.ramp_done_at_us = Some(now);
-        }
-    }
-
-    fn expire_connects(&mut self, now: u64) {
-        let timeout = self.cfg.connect_timeout_ms * 1000;
-        while let Some(&k) = self.pending.front() {
-            let slot = &self.slots[k as usize];
-            if slot.state != State::Connecting {
-                self.pending.pop_front();
-                continue;
-            }
-            if ((now as u32).wrapping_sub(slot.started_us) as u64) < timeout {
-                break;
-            }
-            self.pending.pop_front();
-            self.fail(k as usize, "timeout".into(), now);
-        }
     }
 
     fn on_event(&mut self, k: usize, readable: bool, read_closed: bool, writable: bool) {
@@ -351,8 +308,13 @@ impl Worker {
                     histogram::record(&mut self.connect_hist, took);
                     self.stats.connecting -= 1;
                     self.stats.established += 1;
-                    self.stats.established_total += 1;
-                    self.resolved(now);
+                    if slot.retries > 0 {
+                        slot.retries = 0;
+                        self.stats.reconnects += 1;
+                    } else {
+                        self.stats.established_total += 1;
+                        self.resolved(now);
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotConnected => return,
                 Err(e) => return self.fail(k, crate::sys::error_kind_name(&e), now),
@@ -375,26 +337,16 @@ impl Worker {
             now,
             timeout_us: self.cfg.request_timeout_us,
         };
+        let before = replies.stats.heartbeats_answered + replies.stats.replies + replies.stats.rejected;
         let r = replies::read(self.cfg.protocol, stream, &mut slot.partial, &mut slot.inflight, &mut self.scratch, read_closed, self.wall_offset_us, &mut replies);
+        if replies.stats.heartbeats_answered + replies.stats.replies + replies.stats.rejected > before {
+            slot.answered = true;
+        }
         match r {
             ReadEnd::Open => {}
             ReadEnd::Eof => self.lose(k, "peer_closed".into()),
             ReadEnd::Error(reason) => self.lose(k, reason),
         }
-    }
-
-    /// An established connection ended before we closed it.
-    fn lose(&mut self, k: usize, reason: String) {
-        let slot = &mut self.slots[k];
-        if slot.state == State::Established {
-            self.stats.established -= 1;
-        }
-        slot.stream = None;
-        slot.partial = None;
-        slot.backlog = None;
-        slot.inflight = None;
-        slot.state = State::Done;
-        *self.stats.lost.entry(reason).or_insert(0) += 1;
     }
 
     fn begin_drain(&mut self, now: u64) {
@@ -418,29 +370,12 @@ impl Worker {
             }
             slot.state = State::Done;
         }
+        self.reconnects.clear();
         self.stats.established = 0;
     }
-
-    fn report(&mut self, last: bool) {
-        self.stats.connect_hist = histogram::encode(&self.connect_hist);
-        self.stats.rtt_hist = histogram::encode(&self.rtt_hist);
-        self.stats.request_hist = histogram::encode(&self.request_hist);
-        self.request_hist.reset();
-        self.connect_hist.reset();
-        self.rtt_hist.reset();
-        self.stats.rss_bytes = crate::sys::self_rss_bytes();
-        self.stats.cpu_us = crate::sys::self_cpu_us();
-        self.stats.at_us = mono_us();
-        self.stats.last = last;
-        control::emit(&WorkerMsg::Client(self.stats.clone()));
-    }
 }
+
 
 fn wall_us() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
-}
-
-fn s_fd(s: &Socket) -> libc::c_int {
-    use std::os::fd::AsRawFd;
-    s.as_raw_fd()
 }

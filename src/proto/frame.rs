@@ -16,7 +16,9 @@
 //! Anything else (length 0, length above the cap, unknown kind) is a
 //! protocol error and the connection is closed and counted.
 
-use crate::parse::MAX_PAYLOAD;
+/// Largest payload a frame may carry (bytes). Frames stay small so no
+/// connection ever needs a large buffer.
+pub const MAX_PAYLOAD: usize = 4096;
 
 /// Bytes before the payload: length (2) and kind (1).
 pub const HEADER_LEN: usize = 3;

@@ -22,6 +22,10 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// Largest `pool:N` accepted as syntax; whether the machine can run that
+/// many threads is checked against its task limits at start.
+pub const MAX_POOL_THREADS: usize = 100_000;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum BusinessMode {
     Inline,
@@ -39,8 +43,8 @@ impl FromStr for BusinessMode {
             other => {
                 let n = other.strip_prefix("pool:").ok_or_else(|| format!("'{other}' is not a business mode; {EX}"))?;
                 match n.parse::<usize>() {
-                    Ok(n) if (1..=10_000).contains(&n) => Ok(BusinessMode::Pool(n)),
-                    _ => Err(format!("'{n}' is not a pool size from 1 to 10000; {EX}")),
+                    Ok(n) if (1..=MAX_POOL_THREADS).contains(&n) => Ok(BusinessMode::Pool(n)),
+                    _ => Err(format!("'{n}' is not a pool size from 1 to {MAX_POOL_THREADS}; {EX}")),
                 }
             }
         }

@@ -1,226 +1,257 @@
-//! `megaconn server`: the supervisor that plans, starts and watches the
-//! server worker processes and is the only one that prints.
+//! `megaconn server`: the supervisor that plans, starts, grows, replaces
+//! and watches the server worker processes, and is the only one that
+//! prints.
 pub mod business;
+pub mod config;
 pub mod conn;
+pub mod fleet;
 pub mod http;
-pub mod service_time;
 pub mod listener;
 pub mod requests;
+pub mod service_time;
 pub mod view;
 pub mod worker;
 
-use crate::cli::ServerArgs;
-use crate::parse::Workers;
-use crate::stats::{format, progress::Progress};
-use crate::workers::control::WorkerMsg;
-use crate::workers::plan::{plan_workers, WorkerPlan};
-use crate::workers::supervisor::{self, Delivery, PoolEvent, Role, WorkerPool};
-use anyhow::{bail, Result};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::time::{Duration, Instant};
-use view::ServerView;
-use worker::ServerWorkerConfig;
+pub use config::ServerConfig;
 
-/// Capacity `--workers auto` plans for when `--connections` is not given.
+use crate::stats::{format, progress::Progress};
+use crate::supervise::plan::{plan_workers, WorkerPlan, Workers};
+use crate::supervise::{self, Delivery, Flow, Role, Supervised};
+use anyhow::Result;
+use business::BusinessMode;
+use fleet::{FleetNote, ServerFleet, Sizing};
+use std::sync::mpsc::{Receiver, Sender};
+use std::time::{Duration, Instant};
+use view::ServerTotals;
+
+/// Capacity an elastic server may grow to when `--connections` is not
+/// given: the published million-connection experiment.
 pub const DEFAULT_CAPACITY: u64 = 1_000_000;
 
-/// Plan the server's worker processes for `connections` (or the default).
-pub fn plan(args: &ServerArgs, fd_hard: u64) -> Result<WorkerPlan, String> {
-    let n = match (args.connections, args.workers) {
-        (Some(n), _) => n,
-        (None, Workers::Auto) => DEFAULT_CAPACITY,
-        (None, Workers::Fixed(_)) => 1,
+/// The processes of a server: how many start, how many may exist, and
+/// what one may hold.
+#[derive(Debug, Clone)]
+pub struct ServerPlan {
+    pub sizing: Sizing,
+    pub workers: WorkerPlan,
+    /// Threads each worker runs (event loop + its pool share).
+    pub threads_per_worker: u64,
+}
+
+impl ServerPlan {
+    pub fn initial(&self) -> usize {
+        match self.sizing {
+            Sizing::Elastic { target, .. } => target,
+            Sizing::Fixed(n) => n,
+        }
+    }
+
+    pub fn max(&self) -> usize {
+        match self.sizing {
+            Sizing::Elastic { max, .. } => max,
+            Sizing::Fixed(n) => n,
+        }
+    }
+}
+
+/// Plan the server's processes and threads for this machine; Err is a
+/// usage error naming the limit and the fix.
+pub fn plan(cfg: &ServerConfig, fd_hard: u64) -> Result<ServerPlan, String> {
+    let cores = crate::sys::online_cpus();
+    let n = cfg.connections.unwrap_or(match cfg.workers {
+        Workers::Auto => DEFAULT_CAPACITY,
+        Workers::Fixed(_) => 1,
+    });
+    let wp = plan_workers(n, cfg.workers, fd_hard, cfg.ports.len() as u64, cores)?;
+    let initial = match cfg.workers {
+        Workers::Auto => cores,
+        Workers::Fixed(w) => w,
     };
-    plan_workers(n, args.workers, fd_hard, args.ports.0.len() as u64, crate::sys::online_cpus())
+    let pool_share = match cfg.business {
+        BusinessMode::Pool(t) => (t / initial).max(1) as u64,
+        _ => 0,
+    };
+    // Event loop + pool share in the worker, one reader thread in the
+    // supervisor.
+    let threads_per_worker = 1 + pool_share;
+    let limits = crate::tune::limits_here();
+    let what = format!("{} with {initial} server workers", cfg.business);
+    crate::tune::tasks::check(&limits, initial as u64 * (threads_per_worker + 1), &what)?;
+    let by_tasks = (crate::tune::tasks::free(&limits) / (threads_per_worker + 1)).max(1) as usize;
+    let sizing = match cfg.workers {
+        Workers::Auto => Sizing::Elastic { target: cores, max: wp.workers.max(cores).min(by_tasks.max(cores)) },
+        Workers::Fixed(w) => Sizing::Fixed(w),
+    };
+    Ok(ServerPlan { sizing, workers: wp, threads_per_worker })
 }
 
-impl ServerArgs {
-    /// A loopback server as the benches run it: framed, async, no service time.
-    pub fn loopback(ports: crate::parse::PortList, workers: Workers, connections: u64) -> ServerArgs {
-        ServerArgs {
-            listen: std::net::Ipv4Addr::LOCALHOST,
-            ports,
-            workers,
-            connections: Some(connections),
-            idle_timeout: crate::parse::OptDuration(None),
-            stats_interval: Duration::from_secs(1),
-            duration: crate::parse::OptDuration(None),
-            protocol: crate::proto::Protocol::Framed,
-            business: business::BusinessMode::Async,
-            queue: 10_000,
-            service_time: service_time::ServiceTime::Fixed(Duration::ZERO),
-            body_size: 12,
-            max_header_bytes: 8192,
-            header_timeout: Duration::from_secs(10),
-            json: false,
+/// Start a server's workers (tests and the bench call this directly).
+pub fn start(cfg: &ServerConfig, plan: &ServerPlan, fd_limit: Option<u64>, tx: &Sender<Delivery>, rx: &Receiver<Delivery>) -> Result<ServerFleet> {
+    ServerFleet::start(cfg, plan.sizing, plan.workers.budget, fd_limit, tx, rx)
+}
+
+/// Print a fleet's notes (crashes, growth) as text or JSON events.
+pub fn print_notes(notes: &mut Vec<FleetNote>, progress: &mut Progress, json: bool) {
+    for n in notes.drain(..) {
+        if json {
+            println!("{}", serde_json::to_value(&n).unwrap_or_default());
+        } else {
+            progress.note(&n.message);
         }
     }
 }
 
-/// A running set of server workers.
-pub struct ServerPool {
-    pub pool: WorkerPool,
-    pub view: ServerView,
+/// A stats line (text) for the server's totals and the rates since `prev`.
+pub fn stats_line(t: &ServerTotals, prev: &ServerTotals, dt: f64) -> String {
+    let acc_rate = (t.accepted.saturating_sub(prev.accepted)) as f64 / dt;
+    let close_rate = (t.closed.saturating_sub(prev.closed)) as f64 / dt;
+    let requests = if t.requests > 0 {
+        format!(
+            " | requests/s {} replies {} rejected {} service {:.2} ms",
+            format::count((t.requests.saturating_sub(prev.requests) as f64 / dt) as u64),
+            format::count(t.replies),
+            format::count(t.rejected),
+            t.applied_service_ms
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "connections {} | accepted/s {} | closed/s {} | workers {} accepting / {} full / {} | rss {} | accept errors {}{requests}",
+        format::count(t.active),
+        format::count(acc_rate as u64),
+        format::count(close_rate as u64),
+        t.accepting,
+        t.full,
+        t.workers,
+        format::bytes(t.rss_bytes),
+        format::kinds(&t.accept_errors),
+    )
 }
 
-/// Start the workers and wait until every one listens on every port.
-pub fn start(args: &ServerArgs, plan: &WorkerPlan, fd_limit: Option<u64>, tx: &std::sync::mpsc::Sender<Delivery>, rx: &Receiver<Delivery>) -> Result<ServerPool> {
-    let configs: Vec<String> = (0..plan.workers)
-        .map(|worker| {
-            serde_json::to_string(&ServerWorkerConfig {
-                worker,
-                listen: args.listen,
-                ports: args.ports.0.clone(),
-                idle_timeout_ms: args.idle_timeout.0.map(|d| d.as_millis() as u64),
-                stats_interval_ms: 1000.min(args.stats_interval.as_millis() as u64).max(100),
-                protocol: args.protocol,
-                business: args.business,
-                queue: args.queue as usize,
-                service_time: args.service_time.clone(),
-                http: http::HttpConfig {
-                    body: if args.body_size == 12 { b"Hello world!".to_vec() } else { vec![b'x'; args.body_size] },
-                    max_header_bytes: args.max_header_bytes,
-                    header_timeout_ms: args.header_timeout.as_millis() as u64,
-                },
-            })
-            .expect("config serializes")
-        })
-        .collect();
-    let pool = WorkerPool::spawn(Role::Server, &configs, fd_limit, tx)?;
-    let mut view = ServerView::new(plan.workers);
-    let mut ready = 0;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while ready < plan.workers {
-        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok((Role::Server, _, PoolEvent::Msg(WorkerMsg::Ready { .. }))) => ready += 1,
-            Ok((Role::Server, _, PoolEvent::Msg(WorkerMsg::Server(s)))) => view.update(s),
-            Ok((Role::Server, _, PoolEvent::Msg(WorkerMsg::Fatal { message, .. }))) => bail!("{message}"),
-            Ok((Role::Server, i, PoolEvent::Exited)) => bail!("server worker {i} exited during start-up"),
-            Ok(_) => {}
-            Err(_) => bail!("server workers did not start within 30 s ({ready} of {} ready)", plan.workers),
+/// `megaconn server` as the one supervisor loop runs it.
+struct ServerRun {
+    fleet: ServerFleet,
+    cfg: ServerConfig,
+    progress: Progress,
+    started: Instant,
+    next_print: Instant,
+    prev: ServerTotals,
+    prev_at: Instant,
+    interrupted: bool,
+}
+
+impl Supervised for ServerRun {
+    fn deliver(&mut self, (role, i, ev): Delivery) -> Result<()> {
+        if role == Role::Server {
+            self.fleet.on_event(i, ev);
         }
+        Ok(())
     }
-    Ok(ServerPool { pool, view })
+
+    fn tick(&mut self) -> Result<Flow> {
+        self.fleet.upkeep();
+        print_notes(&mut self.fleet.notes, &mut self.progress, self.cfg.json);
+        if self.interrupted || self.fleet.failure.is_some() || self.cfg.duration.is_some_and(|d| self.started.elapsed() >= d) {
+            return Ok(Flow::Done);
+        }
+        if Instant::now() >= self.next_print {
+            let t = self.fleet.view.totals();
+            let dt = self.prev_at.elapsed().as_secs_f64().max(1e-3);
+            if self.cfg.json {
+                let mut v = serde_json::to_value(&t)?;
+                v["event"] = "stats".into();
+                v["accepted_per_s"] = ((t.accepted - self.prev.accepted) as f64 / dt).into();
+                v["closed_per_s"] = ((t.closed - self.prev.closed) as f64 / dt).into();
+                println!("{v}");
+            } else {
+                self.progress.update(&stats_line(&t, &self.prev, dt));
+            }
+            self.prev = t;
+            self.prev_at = Instant::now();
+            self.next_print = Instant::now() + self.cfg.stats_interval;
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn interrupt(&mut self) {
+        self.interrupted = true;
+    }
 }
 
-pub fn run(args: ServerArgs) -> Result<i32> {
+pub fn run(cfg: ServerConfig) -> Result<i32> {
     crate::signals::install();
     let (before, after) = crate::sys::raise_fd_limit();
-    let plan = plan(&args, after.hard).map_err(crate::UsageError)?;
-    let warnings = match args.connections {
-        Some(n) => crate::tune::precheck(n, crate::tune::plan::TuneRole::Server, args.ports.0.len() as u64, 50_000)?,
+    let plan = plan(&cfg, after.hard).map_err(crate::UsageError)?;
+    let warnings = match cfg.connections {
+        Some(n) => crate::tune::precheck(n, crate::tune::plan::TuneRole::Server, cfg.ports.len() as u64, 50_000)?,
         None => Vec::new(),
     };
     let mut progress = Progress::new(false);
-    for w in &warnings {
-        progress.note(w);
-    }
-    let say = |p: &mut Progress, json: bool, line: String, value: serde_json::Value| {
-        if json {
+    let say = |p: &mut Progress, line: String, value: serde_json::Value| {
+        if cfg.json {
             println!("{value}");
         } else {
             p.note(&line);
         }
     };
+    for w in &warnings {
+        progress.note(w);
+    }
     say(
         &mut progress,
-        args.json,
         format!("RLIMIT_NOFILE soft {} -> {} (hard {}); every worker raises its own the same way", before.soft, after.soft, after.hard),
         serde_json::json!({"event": "fd_limit", "soft_before": before.soft, "soft": after.soft, "hard": after.hard}),
     );
-    let capacity = plan.workers as u64 * (plan.fd_limit - plan.reserved_fds);
-    say(
-        &mut progress,
-        args.json,
-        format!(
-            "plan: {} worker processes x {} ports on {} (SO_REUSEPORT), up to ~{} connections each, {} in all",
-            plan.workers,
-            args.ports.0.len(),
-            args.listen,
-            format::count(plan.fd_limit - plan.reserved_fds),
-            format::count(capacity)
+    let budget = plan.workers.budget;
+    let how = match plan.sizing {
+        Sizing::Elastic { target, max } => format!(
+            "elastic: {target} accepting workers (one per core), a new one whenever those near their budget, up to {max} ({} connections)",
+            format::count(max as u64 * budget)
         ),
-        serde_json::json!({"event": "plan", "workers": plan.workers, "ports": args.ports.0.len(), "per_worker_max": plan.fd_limit - plan.reserved_fds, "capacity": capacity}),
-    );
-    let (tx, rx) = supervisor::channel();
-    let mut server = start(&args, &plan, None, &tx, &rx)?;
+        Sizing::Fixed(n) => format!("fixed: {n} workers ({} connections at most), replaced if one dies", format::count(n as u64 * budget)),
+    };
     say(
         &mut progress,
-        args.json,
-        format!("listening on {}:{}-{}", args.listen, args.ports.0[0], args.ports.0[args.ports.0.len() - 1]),
-        serde_json::json!({"event": "ready", "workers": plan.workers, "pids": server.pool.pids()}),
+        format!("plan: {how}; {} ports on {} (SO_REUSEPORT), {} connections per worker", cfg.ports.len(), cfg.listen, format::count(budget)),
+        serde_json::json!({"event": "plan", "workers": plan.initial(), "max_workers": plan.max(), "elastic": matches!(plan.sizing, Sizing::Elastic{..}),
+            "ports": cfg.ports.len(), "per_worker_max": budget, "capacity": plan.max() as u64 * budget, "threads_per_worker": plan.threads_per_worker}),
     );
-    let started = Instant::now();
-    let mut next_print = Instant::now() + args.stats_interval;
-    let mut prev = server.view.totals();
-    let mut prev_at = Instant::now();
-    let mut failure = None;
-    loop {
-        if crate::signals::interrupted() || args.duration.0.is_some_and(|d| started.elapsed() >= d) {
-            break;
-        }
-        match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok((_, _, PoolEvent::Msg(WorkerMsg::Server(s)))) => server.view.update(s),
-            Ok((_, i, PoolEvent::Msg(WorkerMsg::Fatal { message, .. }))) => {
-                failure = Some(format!("server worker {i}: {message}"));
-                break;
-            }
-            Ok((_, i, PoolEvent::Exited)) => {
-                failure = Some(format!("server worker {i} exited unexpectedly (killed? see dmesg for the OOM killer)"));
-                break;
-            }
-            Ok(_) | Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => break,
-        }
-        if Instant::now() >= next_print {
-            let t = server.view.totals();
-            let dt = prev_at.elapsed().as_secs_f64().max(1e-3);
-            let acc_rate = (t.accepted - prev.accepted) as f64 / dt;
-            let close_rate = (t.closed - prev.closed) as f64 / dt;
-            say(
-                &mut progress,
-                args.json,
-                format!(
-                    "connections {} | accepted/s {} | closed/s {} | rss {} | accept errors {}{}",
-                    format::count(t.active),
-                    format::count(acc_rate as u64),
-                    format::count(close_rate as u64),
-                    format::bytes(t.rss_bytes),
-                    format::kinds(&t.accept_errors),
-                    if t.requests > 0 {
-                        format!(
-                            " | requests/s {} replies {} rejected {} service {:.2} ms",
-                            format::count(((t.requests - prev.requests) as f64 / dt) as u64),
-                            format::count(t.replies),
-                            format::count(t.rejected),
-                            t.applied_service_ms
-                        )
-                    } else {
-                        String::new()
-                    }
-                ),
-                serde_json::json!({"event": "stats", "active": t.active, "accepted": t.accepted, "closed": t.closed,
-                    "accepted_per_s": acc_rate, "closed_per_s": close_rate, "rss_bytes": t.rss_bytes,
-                    "accept_errors": t.accept_errors, "close_reasons": t.close_reasons, "frames_in": t.frames_in,
-                    "requests": t.requests, "replies": t.replies, "rejected": t.rejected, "applied_service_ms": t.applied_service_ms, "threads": t.threads}),
+    if let Sizing::Elastic { .. } = plan.sizing {
+        if crate::tune::limits_here().tcp_migrate_req == Some(0) {
+            progress.note(
+                "note: net.ipv4.tcp_migrate_req is 0: a worker that fills up accepts its queue and then leaves the accept group; \
+                 handshakes arriving in that instant are reset instead of moved to a sibling. Fix: sysctl -w net.ipv4.tcp_migrate_req=1 (megaconn tune --apply)",
             );
-            prev = t;
-            prev_at = Instant::now();
-            next_print = Instant::now() + args.stats_interval;
         }
     }
-    server.pool.stop(Duration::from_secs(3));
-    // Collect the last snapshots the workers sent while stopping.
-    while let Ok((_, _, ev)) = rx.recv_timeout(Duration::from_millis(50)) {
-        if let PoolEvent::Msg(WorkerMsg::Server(s)) = ev {
-            server.view.update(s);
-        }
-    }
-    let t = server.view.totals();
-    if args.json {
+    let (tx, rx) = supervise::channel();
+    let fleet = start(&cfg, &plan, None, &tx, &rx)?;
+    say(
+        &mut progress,
+        format!("listening on {}:{}-{}", cfg.listen, cfg.ports[0], cfg.ports[cfg.ports.len() - 1]),
+        serde_json::json!({"event": "ready", "workers": plan.initial(), "pids": fleet.pids()}),
+    );
+    let mut run = ServerRun {
+        fleet,
+        next_print: Instant::now() + cfg.stats_interval,
+        cfg,
+        progress,
+        started: Instant::now(),
+        prev: ServerTotals::default(),
+        prev_at: Instant::now(),
+        interrupted: false,
+    };
+    supervise::run_loop(&rx, &mut run)?;
+    run.fleet.stop(Duration::from_secs(3));
+    supervise::drain(&rx, &mut run, Duration::from_millis(50));
+    print_notes(&mut run.fleet.notes, &mut run.progress, run.cfg.json);
+    let t = run.fleet.view.totals();
+    let failure = run.fleet.failure.clone();
+    if run.cfg.json {
         println!("{}", serde_json::json!({"event": "summary", "totals": t, "failure": failure}));
     } else {
-        progress.note(&format!(
+        run.progress.note(&format!(
             "stopped: accepted {} closed {} | close reasons {} | accept errors {} | cpu {:.1}s",
             format::count(t.accepted),
             format::count(t.closed),

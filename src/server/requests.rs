@@ -4,7 +4,7 @@
 use super::business::{Job, Outcome, Stage};
 use super::service_time::ServiceTime;
 use crate::proto::frame::{self, Kind};
-use crate::workers::control::ServerSnapshot;
+use crate::supervise::control::ServerSnapshot;
 use rand::rngs::SmallRng;
 use std::time::Duration;
 

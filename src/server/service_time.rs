@@ -27,13 +27,13 @@ impl FromStr for ServiceTime {
             return Ok(ServiceTime::Classic);
         }
         if !s.contains(':') {
-            return crate::parse::duration(s).map(ServiceTime::Fixed).map_err(|e| format!("{e}; {EX}"));
+            return crate::values::duration(s).map(ServiceTime::Fixed).map_err(|e| format!("{e}; {EX}"));
         }
         let mut total = 0u32;
         let mut out = Vec::new();
         for part in s.split(',') {
             let (d, w) = part.split_once(':').ok_or_else(|| format!("'{part}' is not time:weight%; {EX}"))?;
-            let d = crate::parse::duration(d).map_err(|e| format!("{e}; {EX}"))?;
+            let d = crate::values::duration(d).map_err(|e| format!("{e}; {EX}"))?;
             let w = w.trim().strip_suffix('%').ok_or_else(|| format!("weight '{w}' needs a % sign; {EX}"))?;
             let w: f64 = w.trim().parse().map_err(|_| format!("weight '{w}%' is not a number; {EX}"))?;
             if !(w > 0.0 && w <= 100.0) {

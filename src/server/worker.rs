@@ -2,28 +2,37 @@
 //! every listening port and a slab of small connection records.
 //!
 //! Why mio and not a tokio task per connection: a task costs ~1 KB and a
-//! per-connection read buffer several KB, while a slab entry here is 32
+//! per-connection read buffer several KB, while a slab entry here is 40
 //! bytes; at a million connections that is the difference between ~1 GB
-//! and ~32 MB of user memory. Reads go into one scratch buffer per worker.
+//! and ~40 MB of user memory. Reads go into one scratch buffer per worker.
+//!
+//! In an elastic server (the default) a worker that reaches its budget of
+//! connections leaves the accept group and rejoins below the low-water
+//! mark (see `supervise::elastic` for why).
 
-use super::conn::Conn;
-use crate::net::{self, ReadEnd};
 use super::business::{BusinessMode, Stage};
+use super::conn::Conn;
 use super::http::{self, HttpConfig};
+use super::listener::{AcceptGroup, LISTENER_BASE};
 use super::requests::Requests;
 use super::service_time::ServiceTime;
+use crate::net::{self, ReadEnd};
 use crate::proto::frame::{self, Kind};
 use crate::proto::{Protocol, ECHO8_LEN};
+use crate::reactor::{self, Handler};
+use crate::supervise::control::{self, Command, ServerSnapshot, WorkerMsg};
+use crate::supervise::elastic::{LOW_WATER_SHARE, PRESPAWN_SHARE};
+use crate::supervise::Flow;
+use anyhow::Result;
+use mio::event::Event;
+use mio::{Interest, Poll, Token, Waker};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
-use std::sync::Arc;
-use crate::workers::control::{self, Command, CommandReader, ServerSnapshot, WorkerMsg};
-use anyhow::Result;
-use mio::{Events, Interest, Poll, Token, Waker};
 use serde::{Deserialize, Serialize};
 use slab::Slab;
 use std::io;
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -34,36 +43,48 @@ pub struct ServerWorkerConfig {
     pub idle_timeout_ms: Option<u64>,
     pub stats_interval_ms: u64,
     pub protocol: Protocol,
+    /// `Pool(n)`: n is this worker's share of the server's threads.
     pub business: BusinessMode,
     /// Depth of the pool's queue (pool mode).
     pub queue: usize,
     pub service_time: ServiceTime,
     pub http: HttpConfig,
+    /// Connections this worker holds before it leaves the accept group
+    /// (elastic), or at which it merely reports being full (fixed).
+    pub budget: u64,
+    /// Leave the accept group when full and rejoin when drained.
+    pub elastic: bool,
 }
 
-const STDIN: Token = Token(usize::MAX - 1);
 /// Pool threads wake the event loop through this token.
 const WAKER: Token = Token(usize::MAX - 2);
-/// Listener tokens count down from here; connection tokens are slab keys.
-const LISTENER_BASE: usize = usize::MAX / 2;
 /// How long accept() pauses after EMFILE/ENFILE instead of spinning.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+/// The per-worker read buffer every connection shares.
 const SCRATCH: usize = 64 * 1024;
+/// How often HTTP connections are checked for stalled request heads.
+const HTTP_SWEEP: Duration = Duration::from_millis(100);
+/// How often idle connections are looked for (`--idle-timeout`).
+const IDLE_SWEEP: Duration = Duration::from_secs(1);
 
 struct Worker {
     cfg: ServerWorkerConfig,
     poll: Poll,
-    listeners: Vec<mio::net::TcpListener>,
+    group: AcceptGroup,
     conns: Slab<Conn>,
     stats: ServerSnapshot,
     started: Instant,
     /// Set while accepting is paused by fd exhaustion.
     accept_paused_until: Option<Instant>,
+    next_sweep: Instant,
     scratch: Vec<u8>,
     out: Vec<u8>,
     stage: Stage,
     rng: SmallRng,
     next_gen: u32,
+    /// Connection count at which the supervisor is told at once that a
+    /// successor is needed (elastic).
+    prespawn_at: u64,
     /// The HTTP Date header, formatted once per second.
     date: String,
     date_sec: u64,
@@ -72,38 +93,117 @@ struct Worker {
 pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
     crate::sys::raise_fd_limit();
     let worker = cfg.worker;
-    let listeners = match cfg.ports.iter().map(|p| super::listener::bind(cfg.listen, *p)).collect::<Result<Vec<_>>>() {
-        Ok(l) => l,
-        Err(e) => {
-            control::emit(&WorkerMsg::Fatal { worker, message: format!("{e:#}") });
-            std::process::exit(1);
-        }
-    };
     let poll = Poll::new()?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
     let stage = Stage::new(cfg.business, cfg.queue, waker)?;
+    let mut group = AcceptGroup::new(cfg.listen, cfg.ports.clone());
+    group.join(poll.registry())?;
     let mut w = Worker {
         stage,
         rng: SmallRng::from_entropy(),
         next_gen: 0,
         date: String::new(),
         date_sec: 0,
-        stats: ServerSnapshot { worker, ..Default::default() },
+        prespawn_at: (cfg.budget as f64 * PRESPAWN_SHARE) as u64,
+        stats: ServerSnapshot { worker, budget: cfg.budget, accepting: true, ..Default::default() },
         cfg,
         poll,
-        listeners,
+        group,
         conns: Slab::new(),
         started: Instant::now(),
         accept_paused_until: None,
+        next_sweep: Instant::now() + IDLE_SWEEP,
         scratch: vec![0; SCRATCH],
         out: Vec::with_capacity(SCRATCH),
     };
-    for (i, l) in w.listeners.iter_mut().enumerate() {
-        w.poll.registry().register(l, Token(LISTENER_BASE + i), Interest::READABLE)?;
-    }
-    let mut commands = CommandReader::register(w.poll.registry(), STDIN)?;
     control::emit(&WorkerMsg::Ready { worker, pid: std::process::id(), fd_limit: crate::sys::fd_limit().hard });
-    w.event_loop(&mut commands)
+    let interval = Duration::from_millis(w.cfg.stats_interval_ms.max(50));
+    reactor::run(&mut w, interval)
+}
+
+impl Handler for Worker {
+    fn poll_mut(&mut self) -> &mut Poll {
+        &mut self.poll
+    }
+
+    fn on_ready(&mut self, ev: &Event) {
+        match ev.token() {
+            WAKER => {}
+            Token(t) if t >= LISTENER_BASE => {
+                if self.accept_paused_until.is_none() {
+                    self.accept_all(t - LISTENER_BASE);
+                }
+            }
+            Token(key) => self.on_conn_event(key, ev.is_readable() || ev.is_read_closed() || ev.is_error(), ev.is_read_closed(), ev.is_writable()),
+        }
+    }
+
+    fn on_command(&mut self, cmd: Command) -> Flow {
+        match cmd {
+            Command::Leave => {
+                if self.group.accepting() {
+                    self.leave_group();
+                }
+                Flow::Continue
+            }
+            Command::Stop | Command::Close => {
+                let n = self.conns.len() as u64;
+                self.conns.clear();
+                if n > 0 {
+                    self.stats.closed += n;
+                    *self.stats.close_reasons.entry("server_stopped".into()).or_insert(0) += n;
+                }
+                self.stats.active = 0;
+                Flow::Done
+            }
+        }
+    }
+
+    fn on_tick(&mut self) -> Flow {
+        let now = Instant::now();
+        let sweeping = self.cfg.idle_timeout_ms.is_some() || self.cfg.protocol == Protocol::Http;
+        if sweeping && now >= self.next_sweep {
+            self.sweep_idle();
+            self.next_sweep = now + if self.cfg.protocol == Protocol::Http { HTTP_SWEEP } else { IDLE_SWEEP };
+        }
+        if self.cfg.protocol == Protocol::Http {
+            self.refresh_date();
+        }
+        if let Some(t) = self.accept_paused_until {
+            if now >= t {
+                self.accept_paused_until = None;
+                for i in 0..self.group.listeners.len() {
+                    self.accept_all(i);
+                }
+            }
+        }
+        self.deliver_done();
+        Flow::Continue
+    }
+
+    fn next_wake(&self) -> Duration {
+        let now = Instant::now();
+        let mut wake = now + Duration::from_secs(1);
+        if let Some(t) = self.stage.next_due() {
+            wake = wake.min(t);
+        }
+        if self.cfg.idle_timeout_ms.is_some() || self.cfg.protocol == Protocol::Http {
+            wake = wake.min(self.next_sweep);
+        }
+        if let Some(t) = self.accept_paused_until {
+            wake = wake.min(t);
+        }
+        wake.saturating_duration_since(now)
+    }
+
+    fn report(&mut self, last: bool) {
+        self.stats.rss_bytes = crate::sys::self_rss_bytes();
+        self.stats.cpu_us = crate::sys::self_cpu_us();
+        self.stats.threads = crate::sys::self_threads();
+        self.stats.accepting = self.group.accepting();
+        self.stats.last = last;
+        control::emit(&WorkerMsg::Server(self.stats.clone()));
+    }
 }
 
 impl Worker {
@@ -125,114 +225,78 @@ impl Worker {
         }
     }
 
-    fn event_loop(&mut self, commands: &mut CommandReader) -> Result<()> {
-        let mut events = Events::with_capacity(1024);
-        let interval = Duration::from_millis(self.cfg.stats_interval_ms.max(50));
-        let mut next_stats = Instant::now();
-        let mut next_sweep = Instant::now() + Duration::from_secs(1);
-        loop {
-            let now = Instant::now();
-            if now >= next_stats {
-                self.report(false);
-                next_stats = now + interval;
-            }
-            let sweeping = self.cfg.idle_timeout_ms.is_some() || self.cfg.protocol == Protocol::Http;
-            if sweeping && now >= next_sweep {
-                self.sweep_idle();
-                next_sweep = now + if self.cfg.protocol == Protocol::Http { Duration::from_millis(100) } else { Duration::from_secs(1) };
-            }
-            if self.cfg.protocol == Protocol::Http {
-                self.refresh_date();
-            }
-            if let Some(t) = self.accept_paused_until {
-                if now >= t {
-                    self.accept_paused_until = None;
-                    for i in 0..self.listeners.len() {
-                        self.accept_all(i);
-                    }
-                }
-            }
-            self.deliver_done();
-            let mut wake = next_stats;
-            if let Some(t) = self.stage.next_due() {
-                wake = wake.min(t);
-            }
-            if sweeping {
-                wake = wake.min(next_sweep);
-            }
-            if let Some(t) = self.accept_paused_until {
-                wake = wake.min(t);
-            }
-            crate::timer::wait(&self.poll, wake.saturating_duration_since(Instant::now()));
-            if let Err(e) = self.poll.poll(&mut events, Some(Duration::ZERO)) {
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e.into());
-            }
-            for ev in events.iter() {
-                match ev.token() {
-                    WAKER => {}
-                    STDIN => {
-                        for cmd in commands.poll() {
-                            if matches!(cmd, Command::Stop | Command::Close) {
-                                let n = self.conns.len() as u64;
-                                self.conns.clear();
-                                if n > 0 {
-                                    self.stats.closed += n;
-                                    *self.stats.close_reasons.entry("server_stopped".into()).or_insert(0) += n;
-                                }
-                                self.stats.active = 0;
-                                self.report(true);
-                                return Ok(());
-                            }
-                        }
-                    }
-                    Token(t) if t >= LISTENER_BASE => {
-                        if self.accept_paused_until.is_none() {
-                            self.accept_all(t - LISTENER_BASE);
-                        }
-                    }
-                    Token(key) => self.on_conn_event(key, ev.is_readable() || ev.is_read_closed() || ev.is_error(), ev.is_read_closed(), ev.is_writable()),
-                }
-            }
+    /// Accept everything listener `i` has queued.
+    fn accept_all(&mut self, i: usize) {
+        while self.accept_one(i) {}
+    }
+
+    /// Told by the supervisor (which has seen a sibling with room): take
+    /// what every listener still has queued (the fd headroom above the
+    /// budget covers it), then close them. A worker never leaves on its
+    /// own: if every worker left before a successor listened, new
+    /// connections would be refused.
+    fn leave_group(&mut self) {
+        for i in 0..self.group.listeners.len() {
+            while self.accept_one(i) {}
+        }
+        self.group.leave(self.poll.registry());
+        self.report(false);
+    }
+
+    /// Rejoin the accept group once drained below the low-water mark.
+    fn maybe_rejoin(&mut self) {
+        let low_water = (self.cfg.budget as f64 * LOW_WATER_SHARE) as u64;
+        if !self.cfg.elastic || self.group.accepting() || self.stats.active > low_water {
+            return;
+        }
+        match self.group.join(self.poll.registry()) {
+            Ok(()) => self.report(false),
+            Err(e) => *self.stats.accept_errors.entry(format!("rejoin_failed: {e}")).or_insert(0) += 1,
         }
     }
 
-    fn accept_all(&mut self, i: usize) {
-        loop {
-            match self.listeners[i].accept() {
-                Ok((mut stream, _)) => {
-                    // Replies are small writes; Nagle would hold one back
-                    // behind an unacknowledged one (up to a delayed-ACK
-                    // timeout, ~40 ms).
-                    let _ = stream.set_nodelay(true);
-                    let entry = self.conns.vacant_entry();
-                    let key = entry.key();
-                    if self.poll.registry().register(&mut stream, Token(key), Interest::READABLE | Interest::WRITABLE).is_err() {
-                        *self.stats.accept_errors.entry("register_failed".into()).or_insert(0) += 1;
-                        continue;
-                    }
-                    self.next_gen = self.next_gen.wrapping_add(1);
-                    entry.insert(Conn::new(stream, self.started.elapsed().as_secs() as u32, self.next_gen));
-                    self.stats.accepted += 1;
-                    self.stats.active += 1;
+    /// Accept one connection from listener `i`; false when there is none
+    /// (or accepting must pause).
+    fn accept_one(&mut self, i: usize) -> bool {
+        let Some(listener) = self.group.listeners.get(i) else { return false };
+        match listener.accept() {
+            Ok((mut stream, _)) => {
+                // Replies are small writes; Nagle would hold one back
+                // behind an unacknowledged one (up to a delayed-ACK
+                // timeout, ~40 ms).
+                let _ = stream.set_nodelay(true);
+                let entry = self.conns.vacant_entry();
+                let key = entry.key();
+                if self.poll.registry().register(&mut stream, Token(key), Interest::READABLE | Interest::WRITABLE).is_err() {
+                    *self.stats.accept_errors.entry("register_failed".into()).or_insert(0) += 1;
+                    return true;
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    let name = crate::sys::error_kind_name(&e);
-                    *self.stats.accept_errors.entry(name).or_insert(0) += 1;
-                    match e.raw_os_error() {
-                        // Out of descriptors: retrying now would spin at
-                        // 100% CPU on the same full queue. Back off.
-                        Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOBUFS) | Some(libc::ENOMEM) => {
-                            self.accept_paused_until = Some(Instant::now() + ACCEPT_BACKOFF);
-                            return;
-                        }
-                        // The peer gave up before we accepted: next one.
-                        _ => continue,
+                self.next_gen = self.next_gen.wrapping_add(1);
+                entry.insert(Conn::new(stream, self.started.elapsed().as_secs() as u32, self.next_gen));
+                self.stats.accepted += 1;
+                self.stats.active += 1;
+                if self.cfg.elastic && (self.stats.active == self.prespawn_at || self.stats.active == self.cfg.budget) {
+                    // Tell the supervisor now, not at the next stats tick:
+                    // a successor must be listening before this one is
+                    // full, and a full one waits for its word to leave.
+                    self.report(false);
+                }
+                true
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => true,
+            Err(e) => {
+                let name = crate::sys::error_kind_name(&e);
+                *self.stats.accept_errors.entry(name).or_insert(0) += 1;
+                match e.raw_os_error() {
+                    // Out of descriptors: retrying now would spin at
+                    // 100% CPU on the same full queue. Back off.
+                    Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOBUFS) | Some(libc::ENOMEM) => {
+                        self.accept_paused_until = Some(Instant::now() + ACCEPT_BACKOFF);
+                        false
                     }
+                    // The peer gave up before we accepted: next one.
+                    _ => true,
                 }
             }
         }
@@ -361,6 +425,7 @@ impl Worker {
             self.stats.closed += 1;
             self.stats.active -= 1;
             *self.stats.close_reasons.entry(reason).or_insert(0) += 1;
+            self.maybe_rejoin();
         }
     }
 
@@ -380,13 +445,5 @@ impl Worker {
         for key in stale {
             self.close(key, "idle_timeout".into());
         }
-    }
-
-    fn report(&mut self, last: bool) {
-        self.stats.rss_bytes = crate::sys::self_rss_bytes();
-        self.stats.cpu_us = crate::sys::self_cpu_us();
-        self.stats.threads = crate::sys::self_threads();
-        self.stats.last = last;
-        control::emit(&WorkerMsg::Server(self.stats.clone()));
     }
 }

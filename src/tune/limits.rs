@@ -30,6 +30,13 @@ pub struct Limits {
     pub max_processes: Option<u64>,
     pub cgroup_pids_max: Option<u64>,
     pub pid_max: Option<u64>,
+    /// kernel.threads-max: threads system-wide.
+    pub threads_max: Option<u64>,
+    /// Tasks (processes and threads) that exist now (/proc/loadavg).
+    pub tasks_now: Option<u64>,
+    /// net.ipv4.tcp_migrate_req: 1 moves handshakes queued on a closing
+    /// SO_REUSEPORT listener to a sibling instead of resetting them.
+    pub tcp_migrate_req: Option<u64>,
     /// Object size in bytes of the slab caches a socket endpoint uses.
     pub slab_sizes: BTreeMap<String, u64>,
     pub page_size: u64,
@@ -84,6 +91,9 @@ impl Reader {
             max_processes: rlimit(&limits, "Max processes").map(|(soft, _)| soft),
             cgroup_pids_max: cg_pids,
             pid_max: self.num("proc/sys/kernel/pid_max"),
+            threads_max: self.num("proc/sys/kernel/threads-max"),
+            tasks_now: self.read("proc/loadavg").and_then(|l| l.split_whitespace().nth(3)?.split_once('/')?.1.parse().ok()),
+            tcp_migrate_req: self.num("proc/sys/net/ipv4/tcp_migrate_req"),
             slab_sizes,
             page_size: crate::sys::page_size(),
         }

@@ -4,11 +4,16 @@
 pub mod apply;
 pub mod limits;
 pub mod plan;
+pub mod tasks;
 
-use crate::cli::TuneArgs;
 use crate::stats::format;
 use anyhow::Result;
 use plan::{Assessment, Request, Status, TuneRole};
+
+/// The limits of this machine, as read now.
+pub fn limits_here() -> limits::Limits {
+    limits::Reader::new("/").read_all()
+}
 
 pub fn assess_here(root: &std::path::Path, connections: u64, role: TuneRole, ports: u64, rate: u64) -> Assessment {
     let l = limits::Reader::new(root).read_all();
@@ -36,8 +41,30 @@ pub fn precheck(connections: u64, role: TuneRole, ports: u64, rate: u64) -> Resu
     Ok(a.rows.iter().filter(|r| r.status == Status::Warning).map(|r| format!("warning: {}: {} (needs {}){}", r.limit, r.current, r.needed, r.fix.as_ref().map(|f| format!("; fix: {f}")).unwrap_or_default())).collect())
 }
 
-pub fn run(args: TuneArgs) -> Result<i32> {
-    let a = assess_here(&args.root, args.connections, args.role, args.ports.0.len() as u64, args.rate);
+/// What `megaconn tune` is asked.
+#[derive(Debug, Clone)]
+pub struct TuneConfig {
+    pub connections: u64,
+    pub role: TuneRole,
+    /// Server ports in use (listener fds, port-pair capacity).
+    pub ports: u64,
+    /// Planned new connections per second (accept queues).
+    pub rate: u64,
+    pub apply: bool,
+    pub dry_run: bool,
+    pub json: bool,
+    /// Read /proc and /sys below this directory (tests).
+    pub root: std::path::PathBuf,
+}
+
+impl Default for TuneConfig {
+    fn default() -> TuneConfig {
+        TuneConfig { connections: 1_000_000, role: TuneRole::Both, ports: 100, rate: 50_000, apply: false, dry_run: false, json: false, root: "/".into() }
+    }
+}
+
+pub fn run(args: TuneConfig) -> Result<i32> {
+    let a = assess_here(&args.root, args.connections, args.role, args.ports, args.rate);
     if args.apply || args.dry_run {
         print_table(&a);
         return apply::apply(&a, &args.root, args.dry_run);

@@ -3,8 +3,7 @@
 //! functions over [`Limits`], so every verdict is unit-testable.
 
 use super::limits::Limits;
-use crate::workers::plan::{plan_workers, BASE_FDS, FD_HEADROOM};
-use crate::parse::Workers;
+use crate::supervise::plan::{plan_workers, Workers, BASE_FDS, FD_HEADROOM};
 use serde::Serialize;
 
 /// Kernel bytes per socket endpoint when /proc/slabinfo is unreadable:
@@ -281,6 +280,22 @@ pub fn assess(l: &Limits, req: Request) -> Assessment {
             (procs > usable).then(|| format!("raise {name} (LimitNPROC= / pids.max / kernel.pid_max) or the fd hard limit so fewer processes are needed")),
             Some(conn_cap),
         ));
+    }
+
+    // 10. Handshakes queued on a worker's listener when it leaves the
+    // SO_REUSEPORT group (elastic server workers): migrated or reset.
+    if req.role != TuneRole::Client {
+        if let Some(v) = l.tcp_migrate_req {
+            let r = row(
+                "net.ipv4.tcp_migrate_req",
+                v.to_string(),
+                "1 (elastic workers leave the accept group when full)".into(),
+                if v == 0 { Status::Warning } else { Status::Ok },
+                None,
+                None,
+            );
+            rows.push(sysctl_row(r, "net.ipv4.tcp_migrate_req", "1".into()));
+        }
     }
 
     let binding = rows.iter().filter(|r| r.status == Status::Binds).min_by_key(|r| r.max_connections.unwrap_or(0)).map(|r| r.limit.clone());

@@ -119,6 +119,38 @@ pub fn sockets_on(lo: u16, hi: u16) -> usize {
 
 /// Start a server with JSON output and wait until it listens.
 pub fn server(args: &[&str], fd_limit: Option<u64>) -> (Running, Value) {
+    let (s, plan, _) = server_ready(args, fd_limit);
+    (s, plan)
+}
+
+/// Established TCP sockets whose local port is in [lo, hi] (the server's
+/// side of each connection), as `ss` counts them.
+pub fn established_on(lo: u16, hi: u16) -> usize {
+    let out = Command::new("ss")
+        .args(["-tanH", "state", "established", &format!("( sport >= :{lo} and sport <= :{hi} )")])
+        .output()
+        .expect("ss is installed (iproute2)");
+    String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.trim().is_empty()).count()
+}
+
+/// Threads of a process (entries of /proc/PID/task).
+pub fn threads_of(pid: u64) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.count()).unwrap_or(0)
+}
+
+/// SIGKILL a process we started (a worker, by the PID its supervisor reported).
+pub fn kill9(pid: u64) {
+    // SAFETY: signalling a PID our own server reported for its worker.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+}
+
+/// The worker PIDs a server reported when it became ready.
+pub fn pids(ready: &Value) -> Vec<u64> {
+    ready["pids"].as_array().expect("pids").iter().map(|p| p.as_u64().unwrap()).collect()
+}
+
+/// Start a server with JSON output; returns it with its plan and ready events.
+pub fn server_ready(args: &[&str], fd_limit: Option<u64>) -> (Running, Value, Value) {
     let mut cmd = megaconn();
     cmd.arg("server").args(args).args(["--json", "--stats-interval", "200ms", "--duration", "120s"]);
     if let Some(n) = fd_limit {
@@ -126,6 +158,6 @@ pub fn server(args: &[&str], fd_limit: Option<u64>) -> (Running, Value) {
     }
     let s = Running::spawn(cmd);
     let plan = s.wait_for(Duration::from_secs(20), "server plan", |v| v["event"] == "plan");
-    s.wait_for(Duration::from_secs(20), "server ready", |v| v["event"] == "ready");
-    (s, plan)
+    let ready = s.wait_for(Duration::from_secs(20), "server ready", |v| v["event"] == "ready");
+    (s, plan, ready)
 }

@@ -1,15 +1,33 @@
 //! Command-line definitions for every subcommand (clap derive). Parsing
-//! only: validation of single values lives in `parse`, cross-checks
-//! against the machine's limits in the subcommands themselves.
+//! only: single values are validated by the parsers in `values`, flags
+//! become domain configs in `convert`, and cross-checks against the
+//! machine's limits happen in the subcommands themselves. Nothing outside
+//! this module imports it.
+mod convert;
 
-use crate::parse::{self, IpList, OptDuration, PerSecond, PortList, Shard, Workers};
+use crate::bench::Scenario;
+use crate::client::plan::Shard;
+use crate::client::CloseMode;
 use crate::proto::Protocol;
 use crate::server::business::BusinessMode;
 use crate::server::service_time::ServiceTime;
+use crate::supervise::plan::Workers;
+use crate::values::{self as parse, IpList, OptDuration, PerSecond, PortList};
 use clap::builder::TypedValueParser;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 use std::net::Ipv4Addr;
 use std::time::Duration;
+
+/// Run the parsed command line; Ok is the process exit code.
+pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
+    match cli.command {
+        Cmd::Server(a) => crate::server::run(a.into()),
+        Cmd::Client(a) => crate::client::run(a.into()),
+        Cmd::Bench(a) => crate::bench::run(a.into()),
+        Cmd::Tune(a) => crate::tune::run(a.into()),
+        Cmd::Worker { role } => crate::supervise::run_worker(&role).map(|_| 0),
+    }
+}
 
 #[derive(Parser, Debug)]
 #[command(name = "megaconn", version, about = "Hold millions of concurrent TCP connections on one Linux machine, prove it, and name the limit that stops them.")]
@@ -28,9 +46,9 @@ pub enum Cmd {
     Bench(BenchArgs),
     /// The doctor: every limit on connection count, which one binds, the fix.
     Tune(TuneArgs),
-    /// Internal: one worker process (started by a supervisor).
+    /// Internal: one worker process (started by a supervisor; config on stdin).
     #[command(name = "__worker", hide = true)]
-    Worker { role: String, config: String },
+    Worker { role: String },
 }
 
 #[derive(Args, Debug, Clone)]
@@ -41,7 +59,7 @@ pub struct ServerArgs {
     /// Ports to listen on, e.g. 8000-8099 or 8000,8001.
     #[arg(long, default_value = "8000-8099")]
     pub ports: PortList,
-    /// Worker processes: auto (enough for --connections at this fd limit, >= 1 per core) or N.
+    /// Worker processes: auto (elastic: one accepting worker per core, more as they fill, surplus ones exit) or N (fixed).
     #[arg(long, default_value = "auto")]
     pub workers: Workers,
     /// Connections to plan capacity for (default 1M with --workers auto).
@@ -51,15 +69,18 @@ pub struct ServerArgs {
     #[arg(long, default_value = "off")]
     pub idle_timeout: OptDuration,
     /// How often to print the connection count.
-    #[arg(long, value_parser = parse::duration, default_value = "2s")]
+    #[arg(long, value_parser = parse::positive_duration, default_value = "2s")]
     pub stats_interval: Duration,
+    /// Elastic workers: how long a surplus worker stays empty before it exits.
+    #[arg(long, value_parser = parse::positive_duration, default_value = "10s")]
+    pub retire_after: Duration,
     /// Stop by itself after this long (default: run until Ctrl-C).
     #[arg(long, default_value = "off")]
     pub duration: OptDuration,
     /// Wire protocol: framed (default) or echo8 (raw 8-byte timestamps).
     #[arg(long, value_enum, default_value = "framed")]
     pub protocol: Protocol,
-    /// Where requests run: inline (blocks the event loop), pool:N (N threads per worker), async.
+    /// Where requests run: inline (blocks the event loop), pool:N (N threads for the whole server, divided over the workers), async.
     #[arg(long, default_value = "async")]
     pub business: BusinessMode,
     /// Queue depth in front of the pool; a full queue rejects requests.
@@ -75,19 +96,11 @@ pub struct ServerArgs {
     #[arg(long, default_value = "8192", value_parser = clap::value_parser!(u32).range(256..=1_048_576).map(|v| v as usize))]
     pub max_header_bytes: usize,
     /// HTTP: close a connection stuck in one incomplete request this long (slowloris).
-    #[arg(long, value_parser = parse::duration, default_value = "10s")]
+    #[arg(long, value_parser = parse::positive_duration, default_value = "10s")]
     pub header_timeout: Duration,
     /// Print stats and the summary as JSON lines on stdout.
     #[arg(long)]
     pub json: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
-pub enum CloseMode {
-    /// RST (SO_LINGER 0): no TIME_WAIT left behind, ports free at once.
-    Reset,
-    /// FIN: the client side keeps TIME_WAIT sockets for 60 s.
-    Graceful,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -114,7 +127,7 @@ pub struct LoadArgs {
     #[arg(long, default_value = "off")]
     pub request_rate: PerSecond,
     /// A reply later than this (or never) counts as a timeout.
-    #[arg(long, value_parser = parse::duration, default_value = "10s")]
+    #[arg(long, value_parser = parse::positive_duration, default_value = "10s")]
     pub request_timeout: Duration,
     /// Wire protocol: framed (default) or echo8 (raw 8-byte ms timestamps; no heartbeats).
     #[arg(long, value_enum, default_value = "framed")]
@@ -123,13 +136,19 @@ pub struct LoadArgs {
     #[arg(long, value_parser = parse::duration, default_value = "30s")]
     pub hold: Duration,
     /// Give up on a handshake after this long.
-    #[arg(long, value_parser = parse::duration, default_value = "10s")]
+    #[arg(long, value_parser = parse::positive_duration, default_value = "10s")]
     pub connect_timeout: Duration,
+    /// Re-open connections the server or network ends, paced at --rate with jittered back-off.
+    #[arg(long)]
+    pub reconnect: bool,
+    /// Exit 0 even if connections were lost before the end of the hold.
+    #[arg(long)]
+    pub allow_loss: bool,
     /// How connections are closed at the end.
     #[arg(long, value_enum, default_value = "reset")]
     pub close: CloseMode,
     /// Progress interval.
-    #[arg(long, value_parser = parse::duration, default_value = "2s")]
+    #[arg(long, value_parser = parse::positive_duration, default_value = "2s")]
     pub stats_interval: Duration,
     /// Print the summary as JSON on stdout.
     #[arg(long)]
@@ -186,7 +205,7 @@ pub struct BenchArgs {
     #[arg(long, default_value = "auto")]
     pub client_workers: Workers,
     /// Give up on a handshake after this long.
-    #[arg(long, value_parser = parse::duration, default_value = "10s")]
+    #[arg(long, value_parser = parse::positive_duration, default_value = "10s")]
     pub connect_timeout: Duration,
     /// Print the report as JSON on stdout.
     #[arg(long)]
@@ -221,8 +240,23 @@ pub struct TuneArgs {
     pub root: std::path::PathBuf,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Scenario {
-    Connections,
-    Business,
+/// Every check a command does before it starts anything: flags into
+/// configs, then the plans (processes, threads, addresses, limits). Runs
+/// nothing and opens no socket; the CLI property test drives it.
+pub fn plan_only(cli: Cli) -> Result<(), String> {
+    let fd_hard = crate::sys::fd_limit().hard;
+    match cli.command {
+        Cmd::Server(a) => crate::server::plan(&a.into(), fd_hard).map(|_| ()),
+        Cmd::Client(a) => crate::client::plan(&a.into(), fd_hard).map(|_| ()),
+        Cmd::Bench(a) => {
+            let cfg: crate::bench::BenchConfig = a.into();
+            crate::server::plan(&crate::bench::server_config(&cfg, cfg.connections), fd_hard).map(|_| ())
+        }
+        Cmd::Tune(a) => {
+            let c: crate::tune::TuneConfig = a.into();
+            crate::tune::assess_here(std::path::Path::new("/"), c.connections, c.role, c.ports, c.rate);
+            Ok(())
+        }
+        Cmd::Worker { .. } => Ok(()),
+    }
 }

@@ -1,14 +1,17 @@
-//! Value parsers for command-line flags. Each returns an error sentence
-//! that names what is wrong and shows a valid example; clap prefixes it
-//! with the flag and exits with code 2.
+//! Values that come as text (flags, service-time specs) and their
+//! parsers. Each returns an error sentence that names what is wrong and
+//! shows a valid example; clap prefixes it with the flag and exits with
+//! code 2. No value parses to something that panics later: durations are
+//! capped, counts are positive, rates finite.
 
 use std::net::Ipv4Addr;
 use std::str::FromStr;
 use std::time::Duration;
 
-/// Largest payload a heartbeat or request may carry (bytes). Frames stay
-/// small so no connection ever needs a large buffer.
-pub const MAX_PAYLOAD: usize = 4096;
+pub use crate::proto::frame::MAX_PAYLOAD;
+/// Longest duration any flag accepts: every load loop is bounded in time,
+/// and larger values overflow time arithmetic.
+pub const MAX_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Most source addresses one client accepts (a /16).
 pub const MAX_SOURCE_IPS: usize = 65_536;
 
@@ -110,12 +113,30 @@ fn parse_ip(s: &str, example: &str) -> Result<Ipv4Addr, String> {
 /// A duration: "30s", "500ms", "2m", or a bare number of seconds.
 pub fn duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
+    let too_long = || format!("'{s}' is longer than the cap of 30 days; expected e.g. 30s, 500ms, 2m");
     if let Ok(secs) = s.parse::<f64>() {
-        if secs.is_finite() && secs >= 0.0 {
-            return Ok(Duration::from_secs_f64(secs));
+        if !(secs.is_finite() && secs >= 0.0) {
+            return Err(format!("'{s}' is not a duration; expected e.g. 30s, 500ms, 2m"));
         }
+        if secs > MAX_DURATION.as_secs_f64() {
+            return Err(too_long());
+        }
+        return Ok(Duration::from_secs_f64(secs));
     }
-    humantime::parse_duration(s).map_err(|e| format!("'{s}' is not a duration ({e}); expected e.g. 30s, 500ms, 2m"))
+    let d = humantime::parse_duration(s).map_err(|e| format!("'{s}' is not a duration ({e}); expected e.g. 30s, 500ms, 2m"))?;
+    if d > MAX_DURATION {
+        return Err(too_long());
+    }
+    Ok(d)
+}
+
+/// A duration above zero (timeouts, intervals).
+pub fn positive_duration(s: &str) -> Result<Duration, String> {
+    let d = duration(s)?;
+    if d.is_zero() {
+        return Err(format!("'{}' must be longer than 0; expected e.g. 10s or 500ms", s.trim()));
+    }
+    Ok(d)
 }
 
 /// A duration that may be switched off with "off" or "0".
@@ -186,55 +207,6 @@ pub fn payload(s: &str) -> Result<usize, String> {
     Ok(v)
 }
 
-/// How many worker processes: "auto" or a positive number.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Workers {
-    Auto,
-    Fixed(usize),
-}
-
-impl FromStr for Workers {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        if s.trim() == "auto" {
-            return Ok(Workers::Auto);
-        }
-        match s.trim().parse::<usize>() {
-            Ok(n) if (1..=4096).contains(&n) => Ok(Workers::Fixed(n)),
-            _ => Err(format!("'{s}' is not a worker count; expected auto or a number from 1 to 4096")),
-        }
-    }
-}
-
-/// A shard of a distributed load: "i/n" with 0 <= i < n.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Shard {
-    pub index: u64,
-    pub count: u64,
-}
-
-impl FromStr for Shard {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("'{s}' is not a shard; expected i/n with 0 <= i < n, e.g. 0/4");
-        let (i, n) = s.split_once('/').ok_or_else(bad)?;
-        let (index, count): (u64, u64) = (i.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
-        if count == 0 || index >= count {
-            return Err(bad());
-        }
-        Ok(Shard { index, count })
-    }
-}
-
-impl Shard {
-    /// The half-open range of global connection indices this shard owns.
-    pub fn range(&self, total: u64) -> (u64, u64) {
-        let lo = (total as u128 * self.index as u128 / self.count as u128) as u64;
-        let hi = (total as u128 * (self.index + 1) as u128 / self.count as u128) as u64;
-        (lo, hi)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,6 +240,10 @@ mod tests {
         assert!(positive_count("-5").is_err());
         assert_eq!(duration("500ms").unwrap(), Duration::from_millis(500));
         assert_eq!(duration("2").unwrap(), Duration::from_secs(2));
+        assert!(duration("1e20").unwrap_err().contains("30 days"));
+        assert!(duration("NaN").is_err());
+        assert!(duration("100000000000000h").is_err());
+        assert!(positive_duration("0").is_err());
         assert_eq!("off".parse::<OptDuration>().unwrap().0, None);
         assert!(payload("5000").is_err());
         assert_eq!("5/s".parse::<PerSecond>().unwrap().0, Some(5.0));
@@ -275,8 +251,5 @@ mod tests {
         assert_eq!("off".parse::<PerSecond>().unwrap().0, None);
         assert!("-1/s".parse::<PerSecond>().is_err());
         assert!("1/h".parse::<PerSecond>().is_err());
-        let s: Shard = "1/4".parse().unwrap();
-        assert_eq!(s.range(100), (25, 50));
-        assert!("4/4".parse::<Shard>().is_err());
     }
 }

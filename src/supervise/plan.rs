@@ -6,8 +6,29 @@
 //! limit (headroom for SO_REUSEPORT's uneven hashing of accepts), and at
 //! least one per core so every core runs an event loop.
 
-use crate::parse::Workers;
 use serde::Serialize;
+use std::str::FromStr;
+
+/// How many worker processes: "auto" or a positive number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workers {
+    Auto,
+    Fixed(usize),
+}
+
+impl FromStr for Workers {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.trim() == "auto" {
+            return Ok(Workers::Auto);
+        }
+        match s.trim().parse::<usize>() {
+            Ok(n) if (1..=4096).contains(&n) => Ok(Workers::Fixed(n)),
+            _ => Err(format!("'{s}' is not a worker count; expected auto or a number from 1 to 4096")),
+        }
+    }
+}
+
 
 /// Share of the fd limit `auto` plans to use per process.
 pub const FD_HEADROOM: f64 = 0.90;
@@ -23,6 +44,10 @@ pub struct WorkerPlan {
     pub fd_limit: u64,
     /// Descriptors per worker not available for connections.
     pub reserved_fds: u64,
+    /// Connections one worker should hold at most: 90% of the fd limit
+    /// minus the reserved descriptors (an elastic server worker leaves the
+    /// accept group there).
+    pub budget: u64,
 }
 
 /// Plan `connections` over worker processes whose fd limit is `fd_limit`
@@ -38,7 +63,7 @@ pub fn plan_workers(connections: u64, workers: Workers, fd_limit: u64, reserved_
         ));
     }
     let needed = connections.div_ceil(planned_room).max(1) as usize;
-    let plan = |w: usize| WorkerPlan { workers: w, per_worker: connections.div_ceil(w as u64), fd_limit, reserved_fds: reserved };
+    let plan = |w: usize| WorkerPlan { workers: w, per_worker: connections.div_ceil(w as u64), fd_limit, reserved_fds: reserved, budget: planned_room };
     match workers {
         Workers::Auto => Ok(plan(needed.max(cores))),
         Workers::Fixed(w) => {

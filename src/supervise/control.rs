@@ -25,6 +25,8 @@ pub enum WorkerMsg {
 /// Supervisor -> worker commands, one per line on the worker's stdin.
 pub const CMD_CLOSE: &str = "close";
 pub const CMD_STOP: &str = "stop";
+/// Elastic server worker: leave the accept group (a sibling has room).
+pub const CMD_LEAVE: &str = "leave";
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ServerSnapshot {
@@ -50,6 +52,10 @@ pub struct ServerSnapshot {
     pub threads: u64,
     pub rss_bytes: u64,
     pub cpu_us: u64,
+    /// Whether this worker is in the SO_REUSEPORT group (listening).
+    pub accepting: bool,
+    /// Connections this worker may hold before it leaves the group.
+    pub budget: u64,
     /// Last snapshot before the worker exits.
     pub last: bool,
 }
@@ -71,6 +77,13 @@ pub struct ClientSnapshot {
     pub failed: BTreeMap<String, u64>,
     /// Established connections the server (or network) ended, by reason.
     pub lost: BTreeMap<String, u64>,
+    /// Lost connections that never received a single answer (a protocol
+    /// mismatch looks like this).
+    pub lost_unanswered: u64,
+    /// Lost connections opened again (`--reconnect`).
+    pub reconnects: u64,
+    /// Failed reconnect attempts by kind (retried with back-off).
+    pub reconnect_failed: BTreeMap<String, u64>,
     pub heartbeats_sent: u64,
     pub heartbeats_answered: u64,
     pub requests_sent: u64,
@@ -110,6 +123,30 @@ impl ServerSnapshot {
     }
 }
 
+/// Read the worker's config: the first line of its stdin, written by the
+/// supervisor before anything else. Read byte by byte so nothing after
+/// the line (commands) is consumed here.
+pub fn read_config() -> std::io::Result<String> {
+    let mut line = Vec::with_capacity(4096);
+    let mut b = [0u8; 1];
+    loop {
+        // SAFETY: read into a one-byte stack buffer we own.
+        let n = unsafe { libc::read(0, b.as_mut_ptr().cast(), 1) };
+        match n {
+            1 if b[0] == b'\n' => break,
+            1 => line.push(b[0]),
+            0 => break,
+            _ => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    String::from_utf8(line).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
 /// Send one message to the supervisor. A broken pipe means the supervisor
 /// is gone; the worker then has no reason to live.
 pub fn emit(msg: &WorkerMsg) {
@@ -139,6 +176,8 @@ pub enum Command {
     Close,
     /// Stop now (also sent when stdin reaches EOF: the supervisor is gone).
     Stop,
+    /// Leave the accept group (server workers at their budget).
+    Leave,
 }
 
 /// Non-blocking reader of the worker's stdin, registered with the
@@ -186,6 +225,7 @@ impl CommandReader {
             match std::str::from_utf8(&line).unwrap_or("").trim() {
                 CMD_CLOSE => cmds.push(Command::Close),
                 CMD_STOP => cmds.push(Command::Stop),
+                CMD_LEAVE => cmds.push(Command::Leave),
                 _ => {}
             }
         }

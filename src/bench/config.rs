@@ -1,0 +1,50 @@
+//! What a bench run is asked to do (domain type; the CLI converts into it).
+
+use crate::supervise::plan::Workers;
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scenario {
+    /// Ramp to N, hold with heartbeats, measure memory and CPU per connection.
+    Connections,
+    /// The thread-pool experiment: 1000 connections x 1 req/s against
+    /// inline, pool:1000, pool:20 and async, classic service time.
+    Business,
+}
+
+#[derive(Debug, Clone)]
+pub struct BenchConfig {
+    pub scenario: Scenario,
+    pub connections: u64,
+    pub ports: Vec<u16>,
+    pub rate: u64,
+    /// None: 20 s (connections) or 30 s per mode (business).
+    pub hold: Option<Duration>,
+    pub heartbeat: Option<Duration>,
+    pub payload: usize,
+    pub source_ips: Option<Vec<Ipv4Addr>>,
+    pub server_workers: Workers,
+    pub client_workers: Workers,
+    pub connect_timeout: Duration,
+    pub json: bool,
+}
+
+impl Default for BenchConfig {
+    fn default() -> BenchConfig {
+        BenchConfig {
+            scenario: Scenario::Connections,
+            connections: 200_000,
+            ports: (8000..=8099).collect(),
+            rate: 50_000,
+            hold: None,
+            heartbeat: Some(Duration::from_secs(30)),
+            payload: 64,
+            source_ips: None,
+            server_workers: Workers::Auto,
+            client_workers: Workers::Auto,
+            connect_timeout: Duration::from_secs(10),
+            json: false,
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! A server and a client run side by side under one supervisor loop: the
+//! shape every bench scenario shares. The scenario decides what to sample
+//! when the hold ends (before anything closes).
+
+use crate::client::run::{ClientRun, Tick};
+use crate::server::fleet::ServerFleet;
+use crate::stats::{format, progress::Progress};
+use crate::supervise::{self, Delivery, Flow, Role, Supervised};
+use anyhow::Result;
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+/// Progress line interval of bench runs.
+const PRINT_EVERY: Duration = Duration::from_secs(2);
+/// Longest wait for the server to see every close after the client ends.
+const SETTLE: Duration = Duration::from_secs(30);
+
+pub struct PairRun<'p, S, F: FnMut(&ServerFleet, &ClientRun) -> S> {
+    pub server: ServerFleet,
+    pub client: ClientRun,
+    pub progress: &'p mut Progress,
+    /// Prefix of progress lines (e.g. the business mode).
+    pub label: String,
+    sample: F,
+    /// What `sample` returned when the hold ended.
+    pub at_hold: Option<S>,
+    /// Why the run stopped early (the server's crash-loop guard).
+    pub failure: Option<String>,
+    next_print: Instant,
+    /// Phase lines (ramp done, hold over) are shown; business runs show
+    /// only their own summary lines.
+    pub verbose: bool,
+}
+
+impl<'p, S, F: FnMut(&ServerFleet, &ClientRun) -> S> PairRun<'p, S, F> {
+    pub fn new(server: ServerFleet, client: ClientRun, progress: &'p mut Progress, sample: F) -> Self {
+        PairRun { server, client, progress, label: String::new(), sample, at_hold: None, failure: None, next_print: Instant::now() + PRINT_EVERY, verbose: true }
+    }
+
+    fn line(&mut self) -> String {
+        let s = self.server.view.totals();
+        format!(
+            "{}{} | server {} conns, {} workers ({} accepting, {} full), rss {}",
+            self.label,
+            self.client.progress_line(),
+            format::count(s.active),
+            s.workers,
+            s.accepting,
+            s.full,
+            format::bytes(s.rss_bytes)
+        )
+    }
+
+    fn notes(&mut self) {
+        crate::server::print_notes(&mut self.server.notes, self.progress, false);
+        crate::client::print_notes(&mut self.client.notes, self.progress);
+    }
+
+    /// Run to the end of the client's close, then let the server see every
+    /// close (up to [`SETTLE`]) and stop it.
+    pub fn run(&mut self, rx: &Receiver<Delivery>) -> Result<()> {
+        supervise::run_loop(rx, self)?;
+        let deadline = Instant::now() + SETTLE;
+        while Instant::now() < deadline && self.server.view.totals().active > 0 {
+            if let Ok(d) = rx.recv_timeout(supervise::TICK) {
+                self.deliver(d)?;
+            }
+        }
+        self.server.stop(Duration::from_secs(3));
+        supervise::drain(rx, self, Duration::from_millis(50));
+        self.notes();
+        Ok(())
+    }
+}
+
+impl<S, F: FnMut(&ServerFleet, &ClientRun) -> S> Supervised for PairRun<'_, S, F> {
+    fn deliver(&mut self, (role, i, ev): Delivery) -> Result<()> {
+        match role {
+            Role::Server => self.server.on_event(i, ev),
+            Role::Client => self.client.on_event(i, ev),
+        }
+        Ok(())
+    }
+
+    fn tick(&mut self) -> Result<Flow> {
+        self.server.upkeep();
+        self.notes();
+        if let Some(f) = self.server.failure.take() {
+            self.progress.note(&format!("server: {f}"));
+            self.failure = Some(f);
+            self.client.interrupt();
+        }
+        match self.client.tick() {
+            Tick::RampDone if self.verbose => {
+                let l = self.line();
+                self.progress.note(&format!("ramp done: {l}"));
+            }
+            Tick::HoldOver => {
+                self.at_hold = Some((self.sample)(&self.server, &self.client));
+                if self.verbose {
+                    let l = self.line();
+                    self.progress.note(&format!("hold over: {l}"));
+                }
+                self.client.close();
+            }
+            Tick::Finished => return Ok(Flow::Done),
+            _ => {}
+        }
+        if Instant::now() >= self.next_print {
+            let l = self.line();
+            self.progress.update(&l);
+            self.next_print = Instant::now() + PRINT_EVERY;
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn interrupt(&mut self) {
+        self.client.interrupt();
+    }
+}

@@ -1,0 +1,93 @@
+//! Flags into domain configs: the only place that knows both.
+
+use super::{BenchArgs, ClientArgs, LoadArgs, ServerArgs, TuneArgs};
+use crate::bench::BenchConfig;
+use crate::client::{ClientConfig, LoadConfig};
+use crate::server::ServerConfig;
+use crate::tune::TuneConfig;
+
+impl From<ServerArgs> for ServerConfig {
+    fn from(a: ServerArgs) -> ServerConfig {
+        ServerConfig {
+            listen: a.listen,
+            ports: a.ports.0,
+            workers: a.workers,
+            connections: a.connections,
+            idle_timeout: a.idle_timeout.0,
+            stats_interval: a.stats_interval,
+            duration: a.duration.0,
+            protocol: a.protocol,
+            business: a.business,
+            queue: a.queue,
+            service_time: a.service_time,
+            body_size: a.body_size,
+            max_header_bytes: a.max_header_bytes,
+            header_timeout: a.header_timeout,
+            retire_after: a.retire_after,
+            json: a.json,
+        }
+    }
+}
+
+impl From<LoadArgs> for LoadConfig {
+    fn from(a: LoadArgs) -> LoadConfig {
+        LoadConfig {
+            ports: a.ports.0,
+            connections: a.connections,
+            rate: a.rate,
+            source_ips: a.source_ips.map(|l| l.0),
+            heartbeat: a.heartbeat.0,
+            payload: a.payload,
+            request_rate: a.request_rate.0,
+            request_timeout: a.request_timeout,
+            protocol: a.protocol,
+            hold: a.hold,
+            connect_timeout: a.connect_timeout,
+            close: a.close,
+            stats_interval: a.stats_interval,
+            reconnect: a.reconnect,
+            allow_loss: a.allow_loss,
+            json: a.json,
+        }
+    }
+}
+
+impl From<ClientArgs> for ClientConfig {
+    fn from(a: ClientArgs) -> ClientConfig {
+        ClientConfig { target: a.target, load: a.load.into(), workers: a.workers, shard: a.shard }
+    }
+}
+
+impl From<BenchArgs> for BenchConfig {
+    fn from(a: BenchArgs) -> BenchConfig {
+        BenchConfig {
+            scenario: a.scenario,
+            connections: a.connections,
+            ports: a.ports.0,
+            rate: a.rate,
+            hold: a.hold,
+            heartbeat: a.heartbeat.0,
+            payload: a.payload,
+            source_ips: a.source_ips.map(|l| l.0),
+            server_workers: a.server_workers,
+            client_workers: a.client_workers,
+            connect_timeout: a.connect_timeout,
+            json: a.json,
+        }
+    }
+}
+
+impl From<TuneArgs> for TuneConfig {
+    fn from(a: TuneArgs) -> TuneConfig {
+        TuneConfig {
+            connections: a.connections,
+            role: a.role,
+            ports: a.ports.0.len() as u64,
+            rate: a.rate,
+            apply: a.apply,
+            dry_run: a.dry_run,
+            json: a.json,
+            root: a.root,
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! What a load run is asked to do, as domain types (the CLI converts its
+//! flags into these; the bench and tests build them directly).
+
+use super::plan::Shard;
+use crate::proto::Protocol;
+use crate::supervise::plan::Workers;
+use serde::{Deserialize, Serialize};
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+pub enum CloseMode {
+    /// RST (SO_LINGER 0): no TIME_WAIT left behind, ports free at once.
+    Reset,
+    /// FIN: the client side keeps TIME_WAIT sockets for 60 s.
+    Graceful,
+}
+
+/// The load itself: how many connections, how fast, what they send.
+#[derive(Debug, Clone)]
+pub struct LoadConfig {
+    pub ports: Vec<u16>,
+    pub connections: u64,
+    /// New connections per second over the whole run.
+    pub rate: u64,
+    /// None: enough 127.0.0.x addresses for the target.
+    pub source_ips: Option<Vec<Ipv4Addr>>,
+    pub heartbeat: Option<Duration>,
+    pub payload: usize,
+    /// Requests per second per connection.
+    pub request_rate: Option<f64>,
+    pub request_timeout: Duration,
+    pub protocol: Protocol,
+    pub hold: Duration,
+    pub connect_timeout: Duration,
+    pub close: CloseMode,
+    pub stats_interval: Duration,
+    /// Open lost connections again, paced and with jittered back-off.
+    pub reconnect: bool,
+    /// Exit 0 even when connections were lost during the run.
+    pub allow_loss: bool,
+    pub json: bool,
+}
+
+impl Default for LoadConfig {
+    fn default() -> LoadConfig {
+        LoadConfig {
+            ports: (8000..=8099).collect(),
+            connections: 1000,
+            rate: 50_000,
+            source_ips: None,
+            heartbeat: Some(Duration::from_secs(30)),
+            payload: 64,
+            request_rate: None,
+            request_timeout: Duration::from_secs(10),
+            protocol: Protocol::Framed,
+            hold: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+            close: CloseMode::Reset,
+            stats_interval: Duration::from_secs(2),
+            reconnect: false,
+            allow_loss: false,
+            json: false,
+        }
+    }
+}
+
+/// A whole `megaconn client` run.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    pub target: Ipv4Addr,
+    pub load: LoadConfig,
+    pub workers: Workers,
+    pub shard: Option<Shard>,
+}
+
+impl Default for ClientConfig {
+    fn default() -> ClientConfig {
+        ClientConfig { target: Ipv4Addr::LOCALHOST, load: LoadConfig::default(), workers: Workers::Auto, shard: None }
+    }
+}

@@ -1,0 +1,190 @@
+//! Opening connections: the paced ramp, the handshake deadline, failures,
+//! losses, and (with `--reconnect`) opening lost connections again.
+//!
+//! Reconnects share the ramp's pace (tokens at the worker's connection
+//! rate) and its cap on handshakes in flight, so a server that drops
+//! 10,000 connections at once is not answered with a SYN flood; each
+//! slot backs off exponentially with full jitter between failed attempts.
+
+use super::{State, Worker, MIN_INFLIGHT};
+use rand::Rng;
+use socket2::{Domain, Socket, Type};
+use std::cmp::Reverse;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+
+/// First reconnect back-off; doubled per failed attempt up to the cap.
+const RECONNECT_BASE_US: u64 = 100_000;
+const RECONNECT_CAP_US: u64 = 5_000_000;
+/// Most reconnect tokens saved up (a burst after a quiet period).
+const RECONNECT_BURST: f64 = 1_000.0;
+
+impl Worker {
+    /// Open every connection whose ramp time has come.
+    pub(super) fn ramp(&mut self, now: u64) {
+        if self.created >= self.cfg.count || now < self.cfg.start_at_us {
+            return;
+        }
+        let due = ((((now - self.cfg.start_at_us) as f64) * self.cfg.rate / 1e6) as u64 + 1).min(self.cfg.count);
+        // Never offer handshakes faster than this process completes them:
+        // beyond the cap the CPU would go to connect() while finished
+        // handshakes wait unprocessed (and falsely time out).
+        let cap = self.inflight_cap();
+        while self.created < due && self.stats.connecting < cap {
+            let k = self.created as usize;
+            self.created += 1;
+            self.open(k, now);
+        }
+    }
+
+    fn inflight_cap(&self) -> u64 {
+        (self.cfg.rate / 10.0).max(MIN_INFLIGHT) as u64
+    }
+
+    /// Open lost connections whose back-off has passed, at the ramp's pace.
+    pub(super) fn reopen(&mut self, now: u64) {
+        if self.reconnects.is_empty() {
+            self.reconnect_tokens_at = now;
+            return;
+        }
+        let dt = now.saturating_sub(self.reconnect_tokens_at) as f64 / 1e6;
+        self.reconnect_tokens = (self.reconnect_tokens + dt * self.cfg.rate).min(RECONNECT_BURST.max(self.cfg.rate / 10.0));
+        self.reconnect_tokens_at = now;
+        let cap = self.inflight_cap();
+        while let Some(&Reverse((due, k))) = self.reconnects.peek() {
+            if due > now || self.reconnect_tokens < 1.0 || self.stats.connecting >= cap {
+                break;
+            }
+            self.reconnects.pop();
+            self.reconnect_tokens -= 1.0;
+            if self.slots[k as usize].state == State::Waiting {
+                self.open(k as usize, now);
+            }
+        }
+    }
+
+    /// Queue slot k for another attempt after a jittered back-off.
+    fn schedule_reconnect(&mut self, k: usize, now: u64) {
+        let slot = &mut self.slots[k];
+        slot.state = State::Waiting;
+        slot.retries = slot.retries.saturating_add(1);
+        let ceiling = (RECONNECT_BASE_US << (slot.retries.min(16) - 1)).min(RECONNECT_CAP_US);
+        let wait = self.rng.gen_range(ceiling / 2..=ceiling);
+        self.reconnects.push(Reverse((now + wait, k as u32)));
+    }
+
+    pub(super) fn open(&mut self, k: usize, now: u64) {
+        let (src, port) = super::super::plan::address_of(self.cfg.first + k as u64, &self.sources, &self.cfg.ports);
+        let dst = SocketAddr::from((self.cfg.target, port));
+        self.stats.attempted += 1;
+        match connect(src, dst) {
+            Ok(mut stream) => {
+                let token = mio::Token(k);
+                if let Err(e) = self.poll.registry().register(&mut stream, token, mio::Interest::READABLE | mio::Interest::WRITABLE) {
+                    self.fail(k, crate::sys::error_kind_name(&e), now);
+                    return;
+                }
+                let slot = &mut self.slots[k];
+                slot.stream = Some(stream);
+                slot.state = State::Connecting;
+                slot.started_us = now as u32;
+                self.stats.connecting += 1;
+                self.pending.push_back(k as u32);
+            }
+            Err(e) => self.fail(k, crate::sys::error_kind_name(&e), now),
+        }
+    }
+
+    /// A connection attempt failed: counted as a failure of the plan, or,
+    /// for a reconnect, counted apart and retried.
+    pub(super) fn fail(&mut self, k: usize, kind: String, now: u64) {
+        let slot = &mut self.slots[k];
+        if slot.state == State::Connecting {
+            self.stats.connecting -= 1;
+        }
+        slot.stream = None;
+        if slot.retries > 0 {
+            *self.stats.reconnect_failed.entry(kind).or_insert(0) += 1;
+            if self.phase == super::Phase::Running {
+                self.schedule_reconnect(k, now);
+            } else {
+                self.slots[k].state = State::Done;
+            }
+            return;
+        }
+        slot.state = State::Done;
+        *self.stats.failed.entry(kind).or_insert(0) += 1;
+        self.resolved(now);
+    }
+
+    pub(super) fn resolved(&mut self, now: u64) {
+        self.last_resolved_us = now;
+        let s = &self.stats;
+        if self.created == self.cfg.count && s.connecting == 0 && s.ramp_done_at_us.is_none() {
+            self.stats.ramp_done_at_us = Some(now);
+        }
+    }
+
+    /// Fail handshakes older than the connect timeout.
+    pub(super) fn expire_connects(&mut self, now: u64) {
+        let timeout = self.cfg.connect_timeout_ms * 1000;
+        while let Some(&k) = self.pending.front() {
+            let slot = &self.slots[k as usize];
+            if slot.state != State::Connecting {
+                self.pending.pop_front();
+                continue;
+            }
+            if ((now as u32).wrapping_sub(slot.started_us) as u64) < timeout {
+                break;
+            }
+            self.pending.pop_front();
+            self.fail(k as usize, "timeout".into(), now);
+        }
+    }
+
+    /// An established connection ended before we closed it.
+    pub(super) fn lose(&mut self, k: usize, reason: String) {
+        let slot = &mut self.slots[k];
+        if slot.state == State::Established {
+            self.stats.established -= 1;
+        }
+        if !slot.answered {
+            self.stats.lost_unanswered += 1;
+        }
+        slot.stream = None;
+        slot.partial = None;
+        slot.backlog = None;
+        slot.inflight = None;
+        slot.answered = false;
+        slot.state = State::Done;
+        *self.stats.lost.entry(reason).or_insert(0) += 1;
+        if self.cfg.reconnect && self.phase == super::Phase::Running {
+            self.schedule_reconnect(k, crate::sys::mono_us());
+        }
+    }
+}
+
+/// Start a non-blocking connect from `src` (unspecified: the kernel's
+/// choice) to `dst`.
+fn connect(src: std::net::Ipv4Addr, dst: SocketAddr) -> io::Result<mio::net::TcpStream> {
+    let s = Socket::new(Domain::IPV4, Type::STREAM.nonblocking(), None)?;
+    if !src.is_unspecified() {
+        // Defer the source port choice to connect(), where the kernel
+        // only needs the full 4-tuple to be unique.
+        let one: libc::c_int = 1;
+        // SAFETY: setsockopt on a socket we own with an int option.
+        let rc = unsafe { libc::setsockopt(s.as_raw_fd(), libc::IPPROTO_IP, libc::IP_BIND_ADDRESS_NO_PORT, (&one as *const libc::c_int).cast(), 4) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        s.bind(&SocketAddr::from((src, 0)).into())?;
+    }
+    s.set_nodelay(true)?;
+    match s.connect(&dst.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return Err(e),
+    }
+    Ok(mio::net::TcpStream::from_std(std::net::TcpStream::from(s)))
+}

@@ -1,0 +1,42 @@
+//! megaconn: hold millions of concurrent long-lived TCP connections on one
+//! Linux machine, prove it with its own load generator, and name the limit
+//! that stops them.
+//!
+//! Everything lives in this library; `main.rs` only parses and
+//! dispatches, so tests can run a server or a client in-process.
+pub mod bench;
+pub mod cli;
+pub mod client;
+pub mod net;
+pub mod proto;
+pub mod reactor;
+pub mod server;
+pub mod signals;
+pub mod stats;
+pub mod supervise;
+pub mod sys;
+pub mod timer;
+pub mod tune;
+pub mod values;
+
+/// An error in what the user asked for (exit code 2), as opposed to a
+/// failure while doing it (exit code 1).
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// Exit code for an error returned by [`cli::dispatch`].
+pub fn exit_code(e: &anyhow::Error) -> i32 {
+    if e.downcast_ref::<UsageError>().is_some() {
+        2
+    } else {
+        1
+    }
+}

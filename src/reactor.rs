@@ -1,0 +1,73 @@
+//! The one worker event loop, shared by server and client workers.
+//!
+//! Every worker is a single-threaded mio reactor that waits for readiness
+//! with µs-precise timeouts ([`crate::timer::wait`]), takes commands from
+//! its supervisor on stdin, sends a stats snapshot on a fixed interval and
+//! runs its own timers. Server and client differ only in their
+//! [`Handler`]: what a readiness event, a command and a tick mean.
+
+use crate::supervise::control::{Command, CommandReader};
+use crate::supervise::Flow;
+use anyhow::Result;
+use mio::event::Event;
+use mio::{Events, Poll, Token};
+use std::io;
+use std::time::{Duration, Instant};
+
+/// The token of the worker's stdin (supervisor commands).
+pub const STDIN: Token = Token(usize::MAX - 1);
+/// Readiness events taken per wake-up.
+const EVENTS: usize = 1024;
+
+/// What a worker does on each kind of event.
+pub trait Handler {
+    fn poll_mut(&mut self) -> &mut Poll;
+    /// Readiness of any token but [`STDIN`].
+    fn on_ready(&mut self, ev: &Event);
+    /// A supervisor command; `Done` ends the loop (after any clean-up).
+    fn on_command(&mut self, cmd: Command) -> Flow;
+    /// Run whatever is due now; `Done` ends the loop.
+    fn on_tick(&mut self) -> Flow;
+    /// How long the loop may sleep before `on_tick` is due again.
+    fn next_wake(&self) -> Duration;
+    /// Send a stats snapshot to the supervisor (`last`: the final one).
+    fn report(&mut self, last: bool);
+}
+
+/// Run `h` until it is done; the final snapshot is sent on the way out.
+pub fn run(h: &mut impl Handler, stats_interval: Duration) -> Result<()> {
+    let mut commands = CommandReader::register(h.poll_mut().registry(), STDIN)?;
+    let mut events = Events::with_capacity(EVENTS);
+    let mut next_stats = Instant::now();
+    loop {
+        let now = Instant::now();
+        if now >= next_stats {
+            h.report(false);
+            next_stats = now + stats_interval;
+        }
+        if h.on_tick() == Flow::Done {
+            h.report(true);
+            return Ok(());
+        }
+        let wait = h.next_wake().min(next_stats.saturating_duration_since(Instant::now()));
+        crate::timer::wait(h.poll_mut(), wait);
+        if let Err(e) = h.poll_mut().poll(&mut events, Some(Duration::ZERO)) {
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e.into());
+        }
+        for ev in events.iter() {
+            if ev.token() != STDIN {
+                h.on_ready(ev);
+                continue;
+            }
+            for cmd in commands.poll() {
+                if h.on_command(cmd) == Flow::Done {
+                    h.report(true);
+                    return Ok(());
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! What a server run is asked to do, as a domain type (the CLI converts
+//! its flags into this; tests and the bench build it directly).
+
+use super::business::BusinessMode;
+use super::service_time::ServiceTime;
+use crate::proto::Protocol;
+use crate::supervise::plan::Workers;
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: Ipv4Addr,
+    pub ports: Vec<u16>,
+    /// `Auto`: elastic (one accepting worker per core, grown by the load);
+    /// `Fixed(n)`: exactly n workers, replaced when they die.
+    pub workers: Workers,
+    /// Connections to plan capacity for (checked against the machine).
+    pub connections: Option<u64>,
+    pub idle_timeout: Option<Duration>,
+    pub stats_interval: Duration,
+    /// Stop by itself after this long.
+    pub duration: Option<Duration>,
+    pub protocol: Protocol,
+    /// `Pool(n)`: n threads for the whole server, divided over the workers.
+    pub business: BusinessMode,
+    pub queue: u64,
+    pub service_time: ServiceTime,
+    pub body_size: usize,
+    pub max_header_bytes: usize,
+    pub header_timeout: Duration,
+    /// How long a surplus elastic worker stays empty before it exits.
+    pub retire_after: Duration,
+    pub json: bool,
+}
+
+impl Default for ServerConfig {
+    /// A loopback server as the benches and tests run it: framed, async
+    /// business stage with no service time, elastic workers.
+    fn default() -> ServerConfig {
+        ServerConfig {
+            listen: Ipv4Addr::LOCALHOST,
+            ports: (8000..=8099).collect(),
+            workers: Workers::Auto,
+            connections: None,
+            idle_timeout: None,
+            stats_interval: Duration::from_secs(2),
+            duration: None,
+            protocol: Protocol::Framed,
+            business: BusinessMode::Async,
+            queue: 10_000,
+            service_time: ServiceTime::Fixed(Duration::ZERO),
+            body_size: 12,
+            max_header_bytes: 8192,
+            header_timeout: Duration::from_secs(10),
+            retire_after: crate::supervise::elastic::DEFAULT_GRACE,
+            json: false,
+        }
+    }
+}

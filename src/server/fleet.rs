@@ -1,0 +1,291 @@
+//! The server's worker processes as the supervisor runs them: started,
+//! grown and shrunk by the load (elastic) or kept at a fixed count, and
+//! replaced when one dies. A crashed worker costs only its own
+//! connections; a worker that keeps crashing stops the server with the
+//! reason (crash-loop guard).
+
+use super::config::ServerConfig;
+use super::http;
+use super::view::{ServerView, WORKER_CRASHED};
+use super::worker::ServerWorkerConfig;
+use crate::server::business::BusinessMode;
+use crate::supervise::control::WorkerMsg;
+use crate::supervise::elastic::{self, WorkerState};
+use crate::supervise::plan::Workers;
+use crate::supervise::{Delivery, ExitInfo, Pool, PoolEvent, Role};
+use anyhow::{bail, Result};
+use serde::Serialize;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::mpsc::{Receiver, Sender};
+use std::time::{Duration, Instant};
+
+/// Crashes within [`CRASH_WINDOW`] that stop the server.
+pub const CRASH_LIMIT: usize = 5;
+pub const CRASH_WINDOW: Duration = Duration::from_secs(10);
+/// Longest the initial workers may take to listen.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How the number of workers is decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Sizing {
+    /// `target` accepting workers with room, at most `max` in all.
+    Elastic { target: usize, max: usize },
+    Fixed(usize),
+}
+
+/// Something worth telling the operator, as text and as a JSON event.
+#[derive(Debug, Clone, Serialize)]
+pub struct FleetNote {
+    pub event: &'static str,
+    pub worker: usize,
+    pub message: String,
+    /// Connections lost with the worker (crashes).
+    pub lost: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Life {
+    Starting,
+    Running,
+    Retiring,
+    Dead,
+}
+
+pub struct ServerFleet {
+    pool: Pool,
+    pub view: ServerView,
+    template: ServerWorkerConfig,
+    pub sizing: Sizing,
+    life: BTreeMap<usize, Life>,
+    empty_since: BTreeMap<usize, Instant>,
+    /// Full workers sent `leave` whose snapshot still says accepting.
+    told_leave: std::collections::BTreeSet<usize>,
+    crashes: VecDeque<Instant>,
+    retire_after: Duration,
+    stopping: bool,
+    /// Notes not yet printed.
+    pub notes: Vec<FleetNote>,
+    /// Why the server must stop (crash loop), once known.
+    pub failure: Option<String>,
+}
+
+impl ServerFleet {
+    /// Start the initial workers and wait until every one listens.
+    pub fn start(cfg: &ServerConfig, sizing: Sizing, budget: u64, fd_limit: Option<u64>, tx: &Sender<Delivery>, rx: &Receiver<Delivery>) -> Result<ServerFleet> {
+        let initial = match sizing {
+            Sizing::Elastic { target, .. } => target,
+            Sizing::Fixed(n) => n,
+        };
+        let template = worker_template(cfg, initial, budget, matches!(sizing, Sizing::Elastic { .. }));
+        let mut f = ServerFleet {
+            pool: Pool::new(Role::Server, fd_limit, tx)?,
+            view: ServerView::default(),
+            template,
+            sizing,
+            life: BTreeMap::new(),
+            empty_since: BTreeMap::new(),
+            told_leave: Default::default(),
+            crashes: VecDeque::new(),
+            retire_after: cfg.retire_after,
+            stopping: false,
+            notes: Vec::new(),
+            failure: None,
+        };
+        for _ in 0..initial {
+            f.spawn()?;
+        }
+        let deadline = Instant::now() + START_TIMEOUT;
+        while f.starting() > 0 {
+            let Ok((role, i, ev)) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) else {
+                bail!("server workers did not start within {} s ({} of {initial} ready)", START_TIMEOUT.as_secs(), initial - f.starting());
+            };
+            match (role, ev) {
+                (Role::Server, PoolEvent::Msg(WorkerMsg::Fatal { message, .. })) => bail!("{message}"),
+                (Role::Server, PoolEvent::Exited(info)) => bail!("server worker {i} ({info}) exited during start-up"),
+                (Role::Server, ev) => f.on_event(i, ev),
+                _ => {}
+            }
+        }
+        Ok(f)
+    }
+
+    fn spawn(&mut self) -> Result<usize> {
+        let i = self.pool.next_index();
+        let cfg = ServerWorkerConfig { worker: i, ..self.template.clone() };
+        self.pool.spawn(&serde_json::to_string(&cfg).expect("config serializes"))?;
+        self.view.add(i);
+        self.life.insert(i, Life::Starting);
+        Ok(i)
+    }
+
+    fn starting(&self) -> usize {
+        self.life.values().filter(|l| **l == Life::Starting).count()
+    }
+
+    pub fn pids(&self) -> Vec<u32> {
+        self.pool.pids()
+    }
+
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.pool.pid(i)
+    }
+
+    /// Worker indices alive now.
+    pub fn live(&self) -> Vec<usize> {
+        self.life.iter().filter(|(_, l)| matches!(l, Life::Starting | Life::Running | Life::Retiring)).map(|(i, _)| *i).collect()
+    }
+
+    /// Take one event of worker `i`.
+    pub fn on_event(&mut self, i: usize, ev: PoolEvent) {
+        match ev {
+            PoolEvent::Msg(WorkerMsg::Ready { .. }) => {
+                if self.life.get(&i) == Some(&Life::Starting) {
+                    self.life.insert(i, Life::Running);
+                }
+            }
+            PoolEvent::Msg(WorkerMsg::Server(s)) => {
+                if s.active == 0 {
+                    self.empty_since.entry(i).or_insert_with(Instant::now);
+                } else {
+                    self.empty_since.remove(&i);
+                }
+                self.view.update(s);
+            }
+            PoolEvent::Msg(WorkerMsg::Fatal { message, .. }) => {
+                self.note("worker_fatal", i, format!("server worker {i}: {message}"), 0);
+            }
+            PoolEvent::Msg(WorkerMsg::Client(_)) => {}
+            PoolEvent::Garbled(line) => self.note("worker_garbled", i, format!("server worker {i} wrote a line that is not a message: {line}"), 0),
+            PoolEvent::Exited(info) => self.on_exit(i, info),
+        }
+    }
+
+    fn on_exit(&mut self, i: usize, info: ExitInfo) {
+        self.pool.mark_exited(i);
+        let was = self.life.insert(i, Life::Dead);
+        self.empty_since.remove(&i);
+        if self.stopping || was == Some(Life::Retiring) {
+            self.view.retire(i, "server_stopped");
+            return;
+        }
+        let lost = self.view.retire(i, WORKER_CRASHED);
+        let now = Instant::now();
+        self.crashes.push_back(now);
+        while self.crashes.front().is_some_and(|t| now.duration_since(*t) > CRASH_WINDOW) {
+            self.crashes.pop_front();
+        }
+        self.note("worker_crashed", i, format!("server worker {i} ({info}): {lost} connections lost (close reason {WORKER_CRASHED})"), lost);
+        if self.crashes.len() >= CRASH_LIMIT {
+            self.failure = Some(format!(
+                "crash loop: {} server workers died within {} s (last: worker {i}, {info}); stopping instead of restarting them again",
+                self.crashes.len(),
+                CRASH_WINDOW.as_secs()
+            ));
+            return;
+        }
+        if let Sizing::Fixed(_) = self.sizing {
+            match self.spawn() {
+                Ok(j) => self.note("worker_replaced", j, format!("started server worker {j} to replace worker {i}"), 0),
+                Err(e) => self.failure = Some(format!("cannot replace server worker {i}: {e:#}")),
+            }
+        }
+    }
+
+    fn note(&mut self, event: &'static str, worker: usize, message: String, lost: u64) {
+        self.notes.push(FleetNote { event, worker, message, lost });
+    }
+
+    /// Grow or shrink an elastic fleet; called on every supervisor tick.
+    pub fn upkeep(&mut self) {
+        let Sizing::Elastic { target, max } = self.sizing else { return };
+        if self.stopping || self.failure.is_some() {
+            return;
+        }
+        let states: Vec<WorkerState> = self
+            .life
+            .iter()
+            .filter(|(_, l)| **l != Life::Dead)
+            .map(|(&index, &life)| {
+                let s = self.view.get(index);
+                WorkerState {
+                    index,
+                    starting: life == Life::Starting,
+                    retiring: life == Life::Retiring,
+                    accepting: s.is_none_or(|s| s.accepting),
+                    active: s.map_or(0, |s| s.active),
+                    budget: self.template.budget,
+                    empty_since: self.empty_since.get(&index).copied(),
+                }
+            })
+            .collect();
+        // Full workers leave the accept group once a sibling has room.
+        if states.iter().any(|w| !w.starting && w.accepting && w.active < (w.budget as f64 * elastic::PRESPAWN_SHARE) as u64) {
+            for w in states.iter().filter(|w| w.accepting && !w.retiring && w.active >= w.budget) {
+                if self.told_leave.insert(w.index) {
+                    self.pool.send(w.index, crate::supervise::control::CMD_LEAVE);
+                }
+            }
+        }
+        self.told_leave.retain(|i| self.view.get(*i).is_some_and(|s| s.accepting));
+        let d = elastic::decide(&states, target, max, Instant::now(), self.retire_after);
+        for _ in 0..d.spawn {
+            match self.spawn() {
+                Ok(j) => {
+                    let t = self.view.totals();
+                    self.note("worker_started", j, format!("elastic: started server worker {j} ({} accepting, {} full, {} workers)", t.accepting, t.full, t.workers + 1), 0);
+                }
+                Err(e) => {
+                    self.failure = Some(format!("cannot grow the server: {e:#}"));
+                    return;
+                }
+            }
+        }
+        for i in d.retire {
+            self.life.insert(i, Life::Retiring);
+            self.pool.send(i, crate::supervise::control::CMD_STOP);
+            self.note("worker_retired", i, format!("elastic: server worker {i} empty for {} s, exiting", self.retire_after.as_secs()), 0);
+        }
+    }
+
+    /// Stop every worker (graceful, then SIGKILL after `grace`).
+    pub fn stop(&mut self, grace: Duration) {
+        self.stopping = true;
+        self.pool.stop(grace);
+    }
+}
+
+/// The config every worker of this server gets (its index filled in at
+/// spawn). `pool:N` is N threads for the whole server, divided over the
+/// initial workers (at least one each).
+fn worker_template(cfg: &ServerConfig, initial: usize, budget: u64, elastic: bool) -> ServerWorkerConfig {
+    let business = match cfg.business {
+        BusinessMode::Pool(n) => BusinessMode::Pool((n / initial.max(1)).max(1)),
+        other => other,
+    };
+    ServerWorkerConfig {
+        worker: 0,
+        listen: cfg.listen,
+        ports: cfg.ports.clone(),
+        idle_timeout_ms: cfg.idle_timeout.map(|d| d.as_millis() as u64),
+        stats_interval_ms: (cfg.stats_interval.as_millis() as u64).clamp(100, 1000),
+        protocol: cfg.protocol,
+        business,
+        queue: cfg.queue as usize,
+        service_time: cfg.service_time.clone(),
+        http: http::HttpConfig {
+            body: if cfg.body_size == 12 { b"Hello world!".to_vec() } else { vec![b'x'; cfg.body_size] },
+            max_header_bytes: cfg.max_header_bytes,
+            header_timeout_ms: cfg.header_timeout.as_millis() as u64,
+        },
+        budget,
+        elastic,
+    }
+}
+
+/// How many workers start, how many may exist, and each one's budget.
+pub fn sizing(workers: Workers, cores: usize, max_for_target: usize) -> Sizing {
+    match workers {
+        Workers::Auto => Sizing::Elastic { target: cores.max(1), max: max_for_target.max(cores.max(1)) },
+        Workers::Fixed(n) => Sizing::Fixed(n),
+    }
+}

@@ -1,0 +1,276 @@
+//! Spawning, watching, reaping and stopping worker processes.
+//!
+//! The supervisor re-executes its own binary (`megaconn __worker ROLE`)
+//! once per worker and writes the worker's config as the first line of its
+//! stdin (argv is capped near 128 KiB and visible in `ps`; a pipe is
+//! neither). Each worker:
+//! - gets PR_SET_PDEATHSIG(SIGKILL), so it dies with the supervisor even if
+//!   the supervisor is killed with SIGKILL;
+//! - runs in its own process group, so a terminal Ctrl-C reaches only the
+//!   supervisor, which then closes the workers gracefully and still prints
+//!   its summary;
+//! - reports over its stdout pipe, read by one small thread per worker that
+//!   forwards parsed messages into a single channel and, when the pipe
+//!   closes, reaps the process and delivers its exit status.
+//!
+//! Workers are identified by an index that is never reused: a replacement
+//! gets a new index, so a late message from a dead worker can never be
+//! mistaken for its successor's. Killing is by PID under the same lock the
+//! reaper takes, so a signal can never reach a recycled PID. Dropping a
+//! [`Pool`] kills and reaps every worker still alive.
+
+use super::control::WorkerMsg;
+use anyhow::{Context, Result};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Which side a pool serves; also the hidden worker subcommand's argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    Server,
+    Client,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Server => "server",
+            Role::Client => "client",
+        }
+    }
+}
+
+/// How a worker process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitInfo {
+    pub pid: u32,
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+impl ExitInfo {
+    fn from_status(pid: u32, st: ExitStatus) -> ExitInfo {
+        ExitInfo { pid, code: st.code(), signal: st.signal() }
+    }
+
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+}
+
+impl std::fmt::Display for ExitInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.code, self.signal) {
+            (Some(c), _) => write!(f, "pid {} exited with status {c}", self.pid),
+            (_, Some(s)) => {
+                let hint = if s == libc::SIGKILL { ", e.g. kill -9 or the OOM killer (see dmesg)" } else { "" };
+                write!(f, "pid {} killed by signal {s} ({}{hint})", self.pid, crate::sys::signal_name(s))
+            }
+            _ => write!(f, "pid {} ended", self.pid),
+        }
+    }
+}
+
+/// Something that happened to one worker.
+#[derive(Debug)]
+pub enum PoolEvent {
+    Msg(WorkerMsg),
+    /// The worker's stdout closed and the process was reaped.
+    Exited(ExitInfo),
+    /// The worker wrote a line that is not a message (a bug, reported).
+    Garbled(String),
+}
+
+/// (role, worker index, event), as delivered on the shared channel.
+pub type Delivery = (Role, usize, PoolEvent);
+
+/// A channel on which several pools deliver their events.
+pub fn channel() -> (Sender<Delivery>, Receiver<Delivery>) {
+    std::sync::mpsc::channel()
+}
+
+struct Handle {
+    pid: u32,
+    child: Arc<Mutex<Child>>,
+    stdin: Option<ChildStdin>,
+    /// Set when the Exited event was taken by the supervisor.
+    exited: bool,
+}
+
+/// The worker processes of one role.
+pub struct Pool {
+    role: Role,
+    exe: std::path::PathBuf,
+    /// Caps the workers' RLIMIT_NOFILE (rehearsing the fd wall small).
+    fd_limit: Option<u64>,
+    tx: Sender<Delivery>,
+    workers: Vec<Option<Handle>>,
+}
+
+impl Pool {
+    pub fn new(role: Role, fd_limit: Option<u64>, tx: &Sender<Delivery>) -> Result<Pool> {
+        let exe = std::env::current_exe().context("cannot locate the megaconn binary to start workers")?;
+        Ok(Pool { role, exe, fd_limit, tx: tx.clone(), workers: Vec::new() })
+    }
+
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// Index the next spawned worker will get.
+    pub fn next_index(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// Start one worker with this config (one JSON document); returns its
+    /// index.
+    pub fn spawn(&mut self, config: &str) -> Result<usize> {
+        let i = self.workers.len();
+        let role = self.role.as_str();
+        let mut cmd = Command::new(&self.exe);
+        cmd.arg("__worker").arg(role).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit()).process_group(0);
+        let fd_limit = self.fd_limit;
+        // SAFETY: only async-signal-safe calls (prctl, setrlimit) run
+        // between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                crate::sys::die_with_parent()?;
+                if let Some(n) = fd_limit {
+                    crate::sys::set_fd_limit(n, n)?;
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().with_context(|| {
+            format!("cannot start {role} worker {i} (fork/exec failed: check the process limits with `megaconn tune`: ulimit -u, pids.max, kernel.pid_max)")
+        })?;
+        let pid = child.id();
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut stdin = child.stdin.take().expect("piped stdin");
+        let config_sent = writeln!(stdin, "{config}").and_then(|_| stdin.flush());
+        let child = Arc::new(Mutex::new(child));
+        self.workers.push(Some(Handle { pid, child: child.clone(), stdin: Some(stdin), exited: false }));
+        if let Err(e) = config_sent {
+            // The reader thread below still reaps it and reports the exit.
+            eprintln!("megaconn: {role} worker {i} (pid {pid}) did not take its config: {e}");
+        }
+        let tx = self.tx.clone();
+        let role = self.role;
+        std::thread::Builder::new()
+            .name(format!("{}-reader-{i}", role.as_str()))
+            .stack_size(64 * 1024)
+            .spawn(move || watch(role, i, pid, stdout, child, tx))
+            .context("cannot start a reader thread")?;
+        Ok(i)
+    }
+
+    /// PIDs of the workers still running.
+    pub fn pids(&self) -> Vec<u32> {
+        self.workers.iter().flatten().filter(|h| !h.exited).map(|h| h.pid).collect()
+    }
+
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.workers.get(i).and_then(|h| h.as_ref()).map(|h| h.pid)
+    }
+
+    /// Workers started and not yet reported exited.
+    pub fn alive(&self) -> usize {
+        self.workers.iter().flatten().filter(|h| !h.exited).count()
+    }
+
+    /// Record that worker `i`'s exit was delivered.
+    pub fn mark_exited(&mut self, i: usize) {
+        if let Some(Some(h)) = self.workers.get_mut(i) {
+            h.exited = true;
+            h.stdin = None;
+        }
+    }
+
+    /// Send one command line to worker `i`.
+    pub fn send(&mut self, i: usize, cmd: &str) {
+        if let Some(Some(h)) = self.workers.get_mut(i) {
+            if let Some(s) = h.stdin.as_mut() {
+                if writeln!(s, "{cmd}").and_then(|_| s.flush()).is_err() {
+                    h.stdin = None;
+                }
+            }
+        }
+    }
+
+    /// Send one command line to every worker still listening.
+    pub fn broadcast(&mut self, cmd: &str) {
+        for i in 0..self.workers.len() {
+            self.send(i, cmd);
+        }
+    }
+
+    /// Ask every worker to stop, wait up to `grace`, then SIGKILL the rest
+    /// (by PID) and reap them all.
+    pub fn stop(&mut self, grace: Duration) {
+        self.broadcast(super::control::CMD_STOP);
+        let deadline = Instant::now() + grace;
+        for h in self.workers.iter_mut().flatten() {
+            h.stdin = None;
+            loop {
+                let mut c = h.child.lock().expect("child lock");
+                match c.try_wait() {
+                    Ok(Some(_)) | Err(_) => break,
+                    Ok(None) if Instant::now() >= deadline => {
+                        let _ = c.kill();
+                        let _ = c.wait();
+                        break;
+                    }
+                    Ok(None) => {
+                        drop(c);
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The reader thread of one worker: forward its messages, then reap it.
+fn watch(role: Role, i: usize, pid: u32, stdout: std::process::ChildStdout, child: Arc<Mutex<Child>>, tx: Sender<Delivery>) {
+    for line in BufReader::new(stdout).lines() {
+        let Ok(line) = line else { break };
+        let ev = match serde_json::from_str::<WorkerMsg>(&line) {
+            Ok(m) => PoolEvent::Msg(m),
+            Err(_) => PoolEvent::Garbled(line),
+        };
+        if tx.send((role, i, ev)).is_err() {
+            return;
+        }
+    }
+    // stdout closed: the worker is exiting. Reap it without holding the
+    // lock across a blocking wait, so stop() can still signal it.
+    let status = loop {
+        let mut c = child.lock().expect("child lock");
+        match c.try_wait() {
+            Ok(Some(st)) => break Some(st),
+            Ok(None) => {}
+            Err(_) => break None,
+        }
+        drop(c);
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let info = status.map(|st| ExitInfo::from_status(pid, st)).unwrap_or(ExitInfo { pid, code: None, signal: None });
+    let _ = tx.send((role, i, PoolEvent::Exited(info)));
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        for h in self.workers.iter_mut().flatten() {
+            h.stdin = None;
+            let mut c = h.child.lock().expect("child lock");
+            if let Ok(None) = c.try_wait() {
+                let _ = c.kill();
+            }
+            let _ = c.wait();
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! The process model end to end: elastic server workers, crashed workers
+//! replaced at the cost of their own connections only, client loss
+//! accounting and `--reconnect`, threads planned like processes.
+mod common;
+use common::*;
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+fn client(ports: &str, connections: u64, extra: &[&str]) -> std::process::Command {
+    let mut cmd = megaconn();
+    cmd.args(["client", "--ports", ports, "--connections", &connections.to_string(), "--json"]);
+    cmd.args(extra);
+    cmd
+}
+
+fn summary(out: &str) -> Value {
+    let v: Value = serde_json::from_str(out).unwrap_or_else(|e| panic!("client JSON: {e}: {out}"));
+    v["summary"].clone()
+}
+
+#[test]
+fn elastic_server_grows_with_the_load_and_shrinks_after() {
+    // The 20000-fd wall in miniature: every process may open 1,000 files,
+    // so one worker holds at most ~880 connections.
+    let (mut srv, plan) = server(&["--ports", "21400-21402", "--retire-after", "2s"], Some(1000));
+    assert_eq!(plan["elastic"], true, "{plan}");
+    let initial = plan["workers"].as_u64().unwrap();
+    let budget = plan["per_worker_max"].as_u64().unwrap();
+    assert!(budget < 1000, "{plan}");
+    let mut cmd = client("21400-21402", 6000, &["--rate", "3000", "--heartbeat", "1s", "--hold", "3s"]);
+    with_fd_limit(&mut cmd, 1000);
+    let load = std::thread::spawn(move || run(cmd, Duration::from_secs(90)));
+    let full = srv.wait_for(Duration::from_secs(40), "server holds 6000", |v| v["event"] == "stats" && v["active"] == 6000);
+    assert!(full["workers"].as_u64().unwrap() >= 7, "grew from {initial} to at least 7 workers: {full}");
+    assert_eq!(established_on(21400, 21402), 6000, "ss agrees with the server's count");
+    assert!(full["accept_errors"].as_object().unwrap().is_empty(), "{full}");
+    let (code, out, err) = load.join().unwrap();
+    assert_eq!(code, 0, "client: {err}");
+    let s = summary(&out);
+    assert_eq!(s["established"], 6000, "{s}");
+    assert_eq!(s["held"], 6000, "{s}");
+    assert_eq!(s["failed_total"], 0, "no connection refused or reset: {s}");
+    assert_eq!(s["lost_total"], 0, "{s}");
+    // Drained: full workers rejoin, then every surplus empty one exits.
+    let shrunk = srv.wait_for(Duration::from_secs(30), "surplus workers exit", |v| {
+        v["event"] == "stats" && v["active"] == 0 && v["workers"].as_u64() == Some(initial)
+    });
+    assert_eq!(shrunk["accepting"].as_u64(), Some(initial), "{shrunk}");
+    assert!(srv.terminate().success());
+}
+
+#[test]
+fn a_crashed_worker_costs_only_its_own_connections() {
+    let (mut srv, _, ready) = server_ready(&["--ports", "21410-21412", "--workers", "3"], None);
+    let workers = pids(&ready);
+    assert_eq!(workers.len(), 3);
+    let cmd = client("21410-21412", 6000, &["--rate", "6000", "--heartbeat", "1s", "--hold", "6s", "--source-ips", "127.0.0.2-127.0.0.9"]);
+    let load = std::thread::spawn(move || run(cmd, Duration::from_secs(90)));
+    srv.wait_for(Duration::from_secs(30), "server holds 6000", |v| v["event"] == "stats" && v["active"] == 6000);
+    let killed_at = Instant::now();
+    kill9(workers[1]);
+    let crash = srv.wait_for(Duration::from_secs(5), "crash reported", |v| v["event"] == "worker_crashed");
+    let lost = crash["lost"].as_u64().unwrap();
+    assert!(lost > 0 && lost < 6000, "{crash}");
+    assert!(crash["message"].as_str().unwrap().contains("SIGKILL"), "{crash}");
+    let replaced = srv.wait_for(Duration::from_secs(5), "replacement started", |v| v["event"] == "worker_replaced");
+    eprintln!("replacement after {:?}: {replaced}", killed_at.elapsed());
+    // The other workers keep theirs, and the supervisor's count is exact.
+    let after = srv.wait_for(Duration::from_secs(5), "count without the crashed worker", |v| v["event"] == "stats" && v["active"] == 6000 - lost);
+    assert_eq!(after["workers"], 3, "{after}");
+    assert_eq!(after["close_reasons"]["worker_crashed"], lost, "{after}");
+    assert_eq!(established_on(21410, 21412) as u64, 6000 - lost, "ss agrees");
+    // Without --reconnect the client reports the loss and fails.
+    let (code, out, err) = load.join().unwrap();
+    assert_eq!(code, 1, "losing connections is a failure: {err}");
+    assert!(err.contains("held at the end of the hold") && err.contains("--reconnect"), "{err}");
+    let s = summary(&out);
+    assert_eq!(s["lost_total"], lost, "{s}");
+    assert_eq!(s["held"].as_u64().unwrap(), 6000 - lost, "{s}");
+    assert!(srv.terminate().success());
+}
+
+#[test]
+fn reconnect_restores_every_connection_after_a_crash() {
+    let (mut srv, _, ready) = server_ready(&["--ports", "21420-21422", "--workers", "3"], None);
+    let workers = pids(&ready);
+    let cmd = client("21420-21422", 6000, &["--rate", "6000", "--heartbeat", "1s", "--hold", "8s", "--reconnect", "--source-ips", "127.0.0.2-127.0.0.9"]);
+    let load = std::thread::spawn(move || run(cmd, Duration::from_secs(90)));
+    srv.wait_for(Duration::from_secs(30), "server holds 6000", |v| v["event"] == "stats" && v["active"] == 6000);
+    kill9(workers[0]);
+    let crash = srv.wait_for(Duration::from_secs(5), "crash reported", |v| v["event"] == "worker_crashed");
+    let lost = crash["lost"].as_u64().unwrap();
+    srv.wait_for(Duration::from_secs(10), "back to 6000", |v| v["event"] == "stats" && v["active"] == 6000 && v["workers"] == 3);
+    let (code, out, err) = load.join().unwrap();
+    assert_eq!(code, 0, "client: {err}");
+    let s = summary(&out);
+    assert_eq!(s["held"], 6000, "{s}");
+    assert_eq!(s["lost_total"], lost, "{s}");
+    assert_eq!(s["reconnects"], lost, "{s}");
+    assert!(srv.terminate().success());
+}
+
+#[test]
+fn pool_threads_are_divided_over_the_workers() {
+    let (mut srv, plan, ready) = server_ready(&["--ports", "21430", "--workers", "8", "--business", "pool:1000"], None);
+    assert_eq!(plan["threads_per_worker"], 1 + 1000 / 8, "{plan}");
+    let threads: usize = pids(&ready).iter().map(|p| threads_of(*p)).sum();
+    assert!((1000..=1000 + 8 + 8).contains(&threads), "pool:1000 over 8 workers runs {threads} threads");
+    assert!(srv.terminate().success());
+}
+
+#[test]
+fn more_threads_than_the_pid_limit_allows_are_refused_up_front() {
+    let mut cmd = megaconn();
+    cmd.args(["server", "--ports", "21431", "--workers", "8", "--business", "pool:100000"]);
+    let (code, _, err) = run(cmd, Duration::from_secs(20));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("threads") && (err.contains("pid_max") || err.contains("threads-max") || err.contains("pids.max") || err.contains("NPROC")), "{err}");
+}
+
+#[test]
+fn a_shard_with_nothing_to_do_exits_cleanly() {
+    let mut cmd = megaconn();
+    cmd.args(["client", "--connections", "3", "--shard", "0/4", "--ports", "21432"]);
+    let (code, _, err) = run(cmd, Duration::from_secs(20));
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("empty"), "{err}");
+    // Shard 3/4 of 3 owns one connection: with nobody listening it fails, named.
+    let mut cmd = megaconn();
+    cmd.args(["client", "--connections", "3", "--shard", "3/4", "--ports", "21432", "--hold", "1s", "--connect-timeout", "2s"]);
+    let (code, _, err) = run(cmd, Duration::from_secs(30));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("0 of 1 connections"), "{err}");
+}
