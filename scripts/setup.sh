@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install what building and testing megaconn needs on a fresh Debian-like
-# machine: a Rust toolchain (cargo) and iproute2 (`ss`, used by the tests
+# machine: a Rust toolchain (cargo, rustfmt, clippy) and iproute2 (`ss`, used by the tests
 # to prove no socket is left behind). Idempotent; installs only what is
 # missing and says what it does.
 set -euo pipefail
@@ -15,6 +15,19 @@ if ! command -v cargo >/dev/null 2>&1; then
     else
       exit 1
     fi
+  fi
+fi
+# The test script checks formatting and lints.
+if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+  if command -v rustup >/dev/null 2>&1; then
+    echo "setup: adding rustfmt and clippy (rustup)"
+    rustup component add rustfmt clippy
+  elif command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "setup: installing rustfmt and clippy from Debian packages"
+    apt-get update -qq && apt-get install -y -qq rustfmt rust-clippy
+  else
+    echo "setup: cargo fmt / cargo clippy missing; install rustfmt and clippy" >&2
+    exit 1
   fi
 fi
 if ! command -v ss >/dev/null 2>&1; then

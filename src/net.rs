@@ -111,10 +111,7 @@ pub fn read_chunks<S: Read>(
     }
 }
 
-fn decode_all(
-    buf: &[u8],
-    on_frame: &mut impl FnMut(Frame<'_>) -> Result<(), &'static str>,
-) -> Result<usize, &'static str> {
+fn decode_all(buf: &[u8], on_frame: &mut impl FnMut(Frame<'_>) -> Result<(), &'static str>) -> Result<usize, &'static str> {
     let mut used = 0;
     loop {
         match frame::decode(&buf[used..]) {

@@ -15,7 +15,7 @@ pub fn fd_limit() -> FdLimit {
     let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit writes into the struct we own.
     unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
-    FdLimit { soft: r.rlim_cur as u64, hard: r.rlim_max as u64 }
+    FdLimit { soft: r.rlim_cur, hard: r.rlim_max }
 }
 
 /// Raise the soft RLIMIT_NOFILE to the hard limit (any process may) and
@@ -56,7 +56,11 @@ pub fn self_threads() -> u64 {
 pub fn page_size() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 { p as u64 } else { 4096 }
+    if p > 0 {
+        p as u64
+    } else {
+        4096
+    }
 }
 
 /// User + system CPU time of this process, in microseconds.
@@ -73,7 +77,11 @@ pub fn self_cpu_us() -> u64 {
 pub fn die_with_parent() -> io::Result<()> {
     // SAFETY: prctl with integer arguments.
     let rc = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) };
-    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// Set RLIMIT_NOFILE (soft and hard) for this process; used by tests and
@@ -82,7 +90,11 @@ pub fn set_fd_limit(soft: u64, hard: u64) -> io::Result<()> {
     let r = libc::rlimit { rlim_cur: soft as libc::rlim_t, rlim_max: hard as libc::rlim_t };
     // SAFETY: plain syscall with a valid struct.
     let rc = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) };
-    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 pub fn online_cpus() -> usize {

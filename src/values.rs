@@ -50,9 +50,7 @@ impl FromStr for PortList {
 
 fn parse_port(s: &str) -> Result<u16, String> {
     let s = s.trim();
-    let v: u64 = s
-        .parse()
-        .map_err(|_| format!("'{s}' is not a port number; expected ports like 8000-8099"))?;
+    let v: u64 = s.parse().map_err(|_| format!("'{s}' is not a port number; expected ports like 8000-8099"))?;
     if v == 0 || v > 65535 {
         return Err(format!("port {v} is out of range 1-65535; expected ports like 8000-8099"));
     }
@@ -80,11 +78,7 @@ impl FromStr for IpList {
                 (parse_ip(a, EX)?, parse_ip(b, EX)?)
             } else if let Some((a, bits)) = part.split_once('/') {
                 let base = u32::from(parse_ip(a, EX)?);
-                let bits: u32 = bits
-                    .parse()
-                    .ok()
-                    .filter(|b| *b <= 32)
-                    .ok_or_else(|| format!("'{part}' has a bad prefix length; {EX}"))?;
+                let bits: u32 = bits.parse().ok().filter(|b| *b <= 32).ok_or_else(|| format!("'{part}' has a bad prefix length; {EX}"))?;
                 let mask = if bits == 0 { 0 } else { u32::MAX << (32 - bits) };
                 (Ipv4Addr::from(base & mask), Ipv4Addr::from((base & mask) | !mask))
             } else {
@@ -162,9 +156,7 @@ pub fn positive_count(s: &str) -> Result<u64, String> {
         Some('m') | Some('M') => (&t[..t.len() - 1], 1_000_000),
         _ => (&t[..], 1),
     };
-    let v: u64 = num
-        .parse()
-        .map_err(|_| format!("'{s}' is not a positive whole number; expected e.g. 1000, 200k or 1M"))?;
+    let v: u64 = num.parse().map_err(|_| format!("'{s}' is not a positive whole number; expected e.g. 1000, 200k or 1M"))?;
     if v == 0 {
         return Err(format!("'{s}' must be greater than 0; expected e.g. 1000, 200k or 1M"));
     }

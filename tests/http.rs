@@ -21,7 +21,12 @@ fn read_responses(c: &mut TcpStream, n: usize) -> Vec<(u16, String)> {
         let mut headers = [httparse::EMPTY_HEADER; 32];
         let mut resp = httparse::Response::new(&mut headers);
         if let Ok(httparse::Status::Complete(h)) = resp.parse(&buf) {
-            let len: usize = resp.headers.iter().find(|x| x.name.eq_ignore_ascii_case("content-length")).map(|x| std::str::from_utf8(x.value).unwrap().parse().unwrap()).unwrap();
+            let len: usize = resp
+                .headers
+                .iter()
+                .find(|x| x.name.eq_ignore_ascii_case("content-length"))
+                .map(|x| std::str::from_utf8(x.value).unwrap().parse().unwrap())
+                .unwrap();
             if buf.len() >= h + len {
                 out.push((resp.code.unwrap(), String::from_utf8_lossy(&buf[..h + len]).into_owned()));
                 buf.drain(..h + len);
@@ -86,7 +91,10 @@ fn pipelining_in_one_write_and_split_at_every_byte() {
     assert_eq!(read_responses(&mut c, 2).len(), 2);
     // Bodies: Content-Length and chunked are read and discarded.
     let mut c = connect(21610);
-    c.write_all(b"POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nhelloPOST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\nGET / HTTP/1.1\r\n\r\n").unwrap();
+    c.write_all(
+        b"POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nhelloPOST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\nGET / HTTP/1.1\r\n\r\n",
+    )
+    .unwrap();
     let r = read_responses(&mut c, 3);
     assert_eq!(r.iter().map(|x| x.0).collect::<Vec<_>>(), vec![200, 200, 200]);
     assert!(srv.terminate().success());
@@ -124,7 +132,22 @@ fn hostile_requests_get_status_and_close() {
 fn http_client_counts_status_classes() {
     let (mut srv, _) = server(&["--ports", "21630-21631", "--workers", "1", "--protocol", "http"], None);
     let mut cmd = megaconn();
-    cmd.args(["client", "--ports", "21630-21631", "--protocol", "http", "--connections", "100", "--rate", "1000", "--request-rate", "10/s", "--hold", "2s", "--json"]);
+    cmd.args([
+        "client",
+        "--ports",
+        "21630-21631",
+        "--protocol",
+        "http",
+        "--connections",
+        "100",
+        "--rate",
+        "1000",
+        "--request-rate",
+        "10/s",
+        "--hold",
+        "2s",
+        "--json",
+    ]);
     let (code, out, err) = run(cmd, Duration::from_secs(60));
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();

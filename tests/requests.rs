@@ -112,7 +112,22 @@ fn echo8_server_echoes_timestamps_split_across_writes() {
 fn echo8_client_measures_an_echo8_server() {
     let (mut srv, _) = server(&["--ports", "21540", "--workers", "1", "--protocol", "echo8", "--service-time", "0"], None);
     let mut cmd = megaconn();
-    cmd.args(["client", "--ports", "21540", "--protocol", "echo8", "--connections", "50", "--rate", "1000", "--request-rate", "10/s", "--hold", "2s", "--json"]);
+    cmd.args([
+        "client",
+        "--ports",
+        "21540",
+        "--protocol",
+        "echo8",
+        "--connections",
+        "50",
+        "--rate",
+        "1000",
+        "--request-rate",
+        "10/s",
+        "--hold",
+        "2s",
+        "--json",
+    ]);
     let (code, out, err) = run(cmd, Duration::from_secs(60));
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();

@@ -42,9 +42,8 @@ fn elastic_server_grows_with_the_load_and_shrinks_after() {
     assert_eq!(s["failed_total"], 0, "no connection refused or reset: {s}");
     assert_eq!(s["lost_total"], 0, "{s}");
     // Drained: full workers rejoin, then every surplus empty one exits.
-    let shrunk = srv.wait_for(Duration::from_secs(30), "surplus workers exit", |v| {
-        v["event"] == "stats" && v["active"] == 0 && v["workers"].as_u64() == Some(initial)
-    });
+    let shrunk =
+        srv.wait_for(Duration::from_secs(30), "surplus workers exit", |v| v["event"] == "stats" && v["active"] == 0 && v["workers"].as_u64() == Some(initial));
     assert_eq!(shrunk["accepting"].as_u64(), Some(initial), "{shrunk}");
     assert!(srv.terminate().success());
 }

@@ -73,9 +73,23 @@ struct HoldSample {
     server_workers: usize,
 }
 
+/// Niceness of the bench's client workers. The kernel divides CPU per
+/// process: at 1M connections the client needs 56 processes (fd limit)
+/// while an elastic server starts with one per core, and at equal priority
+/// the load generator took ~85% of the 2 cores and the server fell 400K
+/// accepts behind (measured). On one machine the client stands in for
+/// remote hosts, so it yields; it still gets all idle CPU.
+pub const CLIENT_NICE: i32 = 10;
+
 /// The server a bench runs: loopback, framed, async, elastic unless told.
 pub fn server_config(cfg: &BenchConfig, connections: u64) -> ServerConfig {
-    ServerConfig { ports: cfg.ports.clone(), workers: cfg.server_workers, connections: Some(connections), stats_interval: Duration::from_secs(1), ..Default::default() }
+    ServerConfig {
+        ports: cfg.ports.clone(),
+        workers: cfg.server_workers,
+        connections: Some(connections),
+        stats_interval: Duration::from_secs(1),
+        ..Default::default()
+    }
 }
 
 pub fn run(args: BenchConfig) -> Result<i32> {
@@ -97,6 +111,7 @@ pub fn run(args: BenchConfig) -> Result<i32> {
             hold,
             connect_timeout: args.connect_timeout,
             json: args.json,
+            nice: CLIENT_NICE,
             ..Default::default()
         },
         workers: args.client_workers,
@@ -127,7 +142,12 @@ pub fn run(args: BenchConfig) -> Result<i32> {
     let server_pids = server.pids();
     let server_rss_baseline = memory::rss_of(&server_pids);
     let server_pss_baseline = memory::pss_of(&server_pids);
-    progress.note(&format!("server ready: {} workers, {} PSS ({} RSS)", splan.initial(), format::bytes(server_pss_baseline.total), format::bytes(server_rss_baseline)));
+    progress.note(&format!(
+        "server ready: {} workers, {} PSS ({} RSS)",
+        splan.initial(),
+        format::bytes(server_pss_baseline.total),
+        format::bytes(server_rss_baseline)
+    ));
     let client = ClientRun::start(&cplan, &client_cfg.load, &cwplan, None, &tx)?;
     let sample = |server: &ServerFleet, client: &ClientRun| {
         let pids = server.pids();
@@ -164,7 +184,9 @@ pub fn run(args: BenchConfig) -> Result<i32> {
         // Elastic servers start more workers as they fill: subtract each
         // live worker's own baseline (measured on the initial ones), not
         // just the initial workers'.
-        server_user_bytes_per_conn: hs.server_pss.anon.saturating_sub(server_pss_baseline.anon / splan.initial().max(1) as u64 * hs.server_workers as u64) as f64 / held,
+        server_user_bytes_per_conn: hs.server_pss.anon.saturating_sub(server_pss_baseline.anon / splan.initial().max(1) as u64 * hs.server_workers as u64)
+            as f64
+            / held,
         server_user_bytes_per_conn_with_processes: hs.server_pss.total as f64 / held,
         server_rss_baseline_bytes: server_rss_baseline,
         server_rss_at_hold_bytes: hs.server_rss,
@@ -222,9 +244,7 @@ fn print_report(r: &BenchReport) {
     );
     println!(
         "kernel memory {:.0} B/conn Slab delta, {:.0} B/conn in socket caches (both ends), TCP objects +{}",
-        r.kernel_slab_bytes_per_conn,
-        r.kernel_socket_cache_bytes_per_conn,
-        r.tcp_objects_added
+        r.kernel_slab_bytes_per_conn, r.kernel_socket_cache_bytes_per_conn, r.tcp_objects_added
     );
     println!("cleanup       server connections after close {} | sockets left on bench ports {}", r.server_active_after_close, r.sockets_left);
 }

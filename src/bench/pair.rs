@@ -34,7 +34,17 @@ pub struct PairRun<'p, S, F: FnMut(&ServerFleet, &ClientRun) -> S> {
 
 impl<'p, S, F: FnMut(&ServerFleet, &ClientRun) -> S> PairRun<'p, S, F> {
     pub fn new(server: ServerFleet, client: ClientRun, progress: &'p mut Progress, sample: F) -> Self {
-        PairRun { server, client, progress, label: String::new(), sample, at_hold: None, failure: None, next_print: Instant::now() + PRINT_EVERY, verbose: true }
+        PairRun {
+            server,
+            client,
+            progress,
+            label: String::new(),
+            sample,
+            at_hold: None,
+            failure: None,
+            next_print: Instant::now() + PRINT_EVERY,
+            verbose: true,
+        }
     }
 
     fn line(&mut self) -> String {

@@ -47,6 +47,7 @@ impl From<LoadArgs> for LoadConfig {
             stats_interval: a.stats_interval,
             reconnect: a.reconnect,
             allow_loss: a.allow_loss,
+            nice: 0,
             json: a.json,
         }
     }

@@ -30,7 +30,11 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
 }
 
 #[derive(Parser, Debug)]
-#[command(name = "megaconn", version, about = "Hold millions of concurrent TCP connections on one Linux machine, prove it, and name the limit that stops them.")]
+#[command(
+    name = "megaconn",
+    version,
+    about = "Hold millions of concurrent TCP connections on one Linux machine, prove it, and name the limit that stops them."
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Cmd,

@@ -39,6 +39,9 @@ pub struct LoadConfig {
     pub reconnect: bool,
     /// Exit 0 even when connections were lost during the run.
     pub allow_loss: bool,
+    /// Niceness of the client workers (bench: the load generator yields
+    /// CPU to the server it measures on the same machine).
+    pub nice: i32,
     pub json: bool,
 }
 
@@ -60,6 +63,7 @@ impl Default for LoadConfig {
             stats_interval: Duration::from_secs(2),
             reconnect: false,
             allow_loss: false,
+            nice: 0,
             json: false,
         }
     }

@@ -42,7 +42,6 @@ impl Shard {
     }
 }
 
-
 /// Above this share of a pair's ports the kernel's port search slows
 /// down sharply; the plan warns.
 pub const CROWDED_SHARE: f64 = 0.8;
@@ -86,7 +85,14 @@ impl ConnectionPlan {
     /// Build and check the plan. `sources` None means: on loopback, enough
     /// 127.0.0.x addresses (from 127.0.0.2) for the target; elsewhere the
     /// kernel's choice of one address.
-    pub fn build(target: Ipv4Addr, ports: &[u16], sources: Option<&[Ipv4Addr]>, total: u64, shard: (u64, u64), port_range: (u16, u16)) -> Result<ConnectionPlan, String> {
+    pub fn build(
+        target: Ipv4Addr,
+        ports: &[u16],
+        sources: Option<&[Ipv4Addr]>,
+        total: u64,
+        shard: (u64, u64),
+        port_range: (u16, u16),
+    ) -> Result<ConnectionPlan, String> {
         let p = ports.len() as u64;
         let per_pair_capacity = (port_range.1 as u64).saturating_sub(port_range.0 as u64) + 1;
         let sources: Vec<Ipv4Addr> = match sources {

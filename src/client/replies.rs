@@ -37,7 +37,6 @@ impl Replies<'_> {
     }
 }
 
-
 /// Read everything the connection has and account for it.
 #[allow(clippy::too_many_arguments)]
 pub fn read(
@@ -51,7 +50,7 @@ pub fn read(
     replies: &mut Replies<'_>,
 ) -> ReadEnd {
     let now = replies.now;
-match protocol {
+    match protocol {
         Protocol::Framed => net::read_frames(stream, partial, scratch, read_closed, |f| {
             match f.kind {
                 Kind::HeartbeatAck => {
@@ -66,44 +65,42 @@ match protocol {
             }
             Ok(())
         }),
-        Protocol::Http => {
-            net::read_chunks(stream, partial, scratch, read_closed, |buf| {
-                let mut pos = 0;
-                loop {
-                    let mut headers = [httparse::EMPTY_HEADER; 32];
-                    let mut resp = httparse::Response::new(&mut headers);
-                    let head = match resp.parse(&buf[pos..]) {
-                        Ok(httparse::Status::Complete(n)) => n,
-                        Ok(httparse::Status::Partial) if buf.len() - pos > 64 * 1024 => return Err("http_response_too_large"),
-                        Ok(httparse::Status::Partial) => return Ok(pos),
-                        Err(_) => return Err("http_bad_response"),
-                    };
-                    let length = resp
-                        .headers
-                        .iter()
-                        .find(|h| h.name.eq_ignore_ascii_case("content-length"))
-                        .and_then(|h| std::str::from_utf8(h.value).ok()?.trim().parse::<usize>().ok());
-                    let Some(length) = length else { return Err("http_no_content_length") };
-                    if buf.len() - pos < head + length {
-                        return Ok(pos);
-                    }
-                    pos += head + length;
-                    let class = match resp.code.unwrap_or(0) {
-                        200..=299 => "2xx",
-                        300..=399 => "3xx",
-                        400..=499 => "4xx",
-                        500..=599 => "5xx",
-                        _ => "other",
-                    };
-                    *replies.stats.http_status.entry(class.into()).or_insert(0) += 1;
-                    let sent = inflight.as_mut().and_then(|q| q.pop_front());
-                    if sent.is_none() {
-                        return Err("http_unsolicited_response");
-                    }
-                    replies.reply(sent);
+        Protocol::Http => net::read_chunks(stream, partial, scratch, read_closed, |buf| {
+            let mut pos = 0;
+            loop {
+                let mut headers = [httparse::EMPTY_HEADER; 32];
+                let mut resp = httparse::Response::new(&mut headers);
+                let head = match resp.parse(&buf[pos..]) {
+                    Ok(httparse::Status::Complete(n)) => n,
+                    Ok(httparse::Status::Partial) if buf.len() - pos > 64 * 1024 => return Err("http_response_too_large"),
+                    Ok(httparse::Status::Partial) => return Ok(pos),
+                    Err(_) => return Err("http_bad_response"),
+                };
+                let length = resp
+                    .headers
+                    .iter()
+                    .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                    .and_then(|h| std::str::from_utf8(h.value).ok()?.trim().parse::<usize>().ok());
+                let Some(length) = length else { return Err("http_no_content_length") };
+                if buf.len() - pos < head + length {
+                    return Ok(pos);
                 }
-            })
-        }
+                pos += head + length;
+                let class = match resp.code.unwrap_or(0) {
+                    200..=299 => "2xx",
+                    300..=399 => "3xx",
+                    400..=499 => "4xx",
+                    500..=599 => "5xx",
+                    _ => "other",
+                };
+                *replies.stats.http_status.entry(class.into()).or_insert(0) += 1;
+                let sent = inflight.as_mut().and_then(|q| q.pop_front());
+                if sent.is_none() {
+                    return Err("http_unsolicited_response");
+                }
+                replies.reply(sent);
+            }
+        }),
         Protocol::Echo8 => {
             let offset = wall_offset_us;
             net::read_fixed(stream, partial, scratch, read_closed, ECHO8_LEN, |u| {

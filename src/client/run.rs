@@ -21,10 +21,14 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Ramp,
-    Hold { until_us: u64 },
+    Hold {
+        until_us: u64,
+    },
     /// Hold is over; waiting for the caller to call `close()`.
     HoldOver,
-    Closing { since_us: u64 },
+    Closing {
+        since_us: u64,
+    },
     Finished,
 }
 
@@ -155,6 +159,7 @@ impl ClientRun {
             })
             .collect();
         let mut pool = Pool::new(Role::Client, fd_limit, tx)?;
+        pool.set_nice(load.nice);
         for c in &configs {
             pool.spawn(c)?;
         }
@@ -229,32 +234,32 @@ impl ClientRun {
         let now = mono_us();
         let t = self.view.totals();
         match self.phase {
-            Phase::Ramp => {
-                if t.ramp_done_at_us.is_some() || now >= self.ramp_deadline_us {
-                    // Nothing to hold (every attempt failed): do not wait
-                    // out the hold for nothing.
-                    let hold = if t.established == 0 { 0 } else { self.hold.as_micros() as u64 };
-                    self.phase = Phase::Hold { until_us: now + hold };
-                    self.hold_started_us = Some(now);
-                    self.replies_at_hold = self.view.reply_marks();
-                    return Tick::RampDone;
-                }
+            Phase::Ramp if t.ramp_done_at_us.is_some() || now >= self.ramp_deadline_us => {
+                // Nothing to hold (every attempt failed): do not wait
+                // out the hold for nothing.
+                let hold = if t.established == 0 { 0 } else { self.hold.as_micros() as u64 };
+                self.phase = Phase::Hold { until_us: now + hold };
+                self.hold_started_us = Some(now);
+                self.replies_at_hold = self.view.reply_marks();
+                return Tick::RampDone;
             }
             Phase::Hold { until_us } if now >= until_us => {
                 self.phase = Phase::HoldOver;
                 self.hold_ended_us = Some(now);
                 return Tick::HoldOver;
             }
-            Phase::Closing { since_us } => {
-                if self.view.finished() == self.view.worker_count() || now >= since_us + 20_000_000 {
-                    self.phase = Phase::Finished;
-                    self.pool.stop(Duration::from_secs(2));
-                    return Tick::Finished;
-                }
+            Phase::Closing { since_us } if self.view.finished() == self.view.worker_count() || now >= since_us + 20_000_000 => {
+                self.phase = Phase::Finished;
+                self.pool.stop(Duration::from_secs(2));
+                return Tick::Finished;
             }
             _ => {}
         }
-        if self.phase == Phase::Finished { Tick::Finished } else { Tick::Continue }
+        if self.phase == Phase::Finished {
+            Tick::Finished
+        } else {
+            Tick::Continue
+        }
     }
 
     pub fn phase_name(&self) -> &'static str {
@@ -371,7 +376,13 @@ impl ClientRun {
 pub fn print_summary(s: &ClientSummary, progress: &mut Progress) {
     progress.finish();
     let ms = |l: &LatencySummary| format!("p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms", l.p50_ms, l.p99_ms, l.max_ms);
-    println!("connections   requested {} | established {} | held at end of hold {} | failed {}", format::count(s.requested), format::count(s.established), format::count(s.held), format::count(s.failed_total));
+    println!(
+        "connections   requested {} | established {} | held at end of hold {} | failed {}",
+        format::count(s.requested),
+        format::count(s.established),
+        format::count(s.held),
+        format::count(s.failed_total)
+    );
     if s.failed_total > 0 {
         println!("failures      {}", format::kinds(&s.failed));
     }
@@ -386,7 +397,12 @@ pub fn print_summary(s: &ClientSummary, progress: &mut Progress) {
         _ => println!("ramp          did not complete"),
     }
     println!("handshake     {}", ms(&s.connect_ms));
-    println!("heartbeats    sent {} | answered {} | round trip {}", format::count(s.heartbeats_sent), format::count(s.heartbeats_answered), ms(&s.heartbeat_rtt_ms));
+    println!(
+        "heartbeats    sent {} | answered {} | round trip {}",
+        format::count(s.heartbeats_sent),
+        format::count(s.heartbeats_answered),
+        ms(&s.heartbeat_rtt_ms)
+    );
     if let Some(r) = &s.requests {
         let l = &r.latency_ms;
         println!(
@@ -407,7 +423,10 @@ pub fn print_summary(s: &ClientSummary, progress: &mut Progress) {
             l.mean_ms, l.p50_ms, l.p90_ms, l.p99_ms, l.p999_ms, l.max_ms
         );
     }
-    println!("hold          {:.1} s | {} workers, {} source addresses x {} ports | client cpu {:.1} s", s.hold_seconds, s.workers, s.source_addresses, s.ports, s.cpu_seconds);
+    println!(
+        "hold          {:.1} s | {} workers, {} source addresses x {} ports | client cpu {:.1} s",
+        s.hold_seconds, s.workers, s.source_addresses, s.ports, s.cpu_seconds
+    );
     if s.interrupted {
         println!("interrupted   (Ctrl-C): connections closed early");
     }

@@ -51,7 +51,15 @@ pub struct ClientView {
 
 impl ClientView {
     pub fn new(workers: usize) -> ClientView {
-        ClientView { latest: vec![None; workers], dead: vec![false; workers], connect_hist: histogram::new(), rtt_hist: histogram::new(), rtt_interval: histogram::new(), request_hist: histogram::new(), request_interval: histogram::new() }
+        ClientView {
+            latest: vec![None; workers],
+            dead: vec![false; workers],
+            connect_hist: histogram::new(),
+            rtt_hist: histogram::new(),
+            rtt_interval: histogram::new(),
+            request_hist: histogram::new(),
+            request_interval: histogram::new(),
+        }
     }
 
     pub fn update(&mut self, s: ClientSnapshot) {

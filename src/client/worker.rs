@@ -103,7 +103,9 @@ struct Slot {
     partial: Spill,
     backlog: Spill,
     /// HTTP: intended send times of requests awaiting responses, in order
-    /// (HTTP responses carry no timestamp).
+    /// (HTTP responses carry no timestamp). Boxed: 8 bytes per idle slot
+    /// instead of a 32-byte empty VecDeque.
+    #[allow(clippy::box_collection)]
     inflight: Option<Box<VecDeque<u64>>>,
     /// Whether anything ever came back on this connection (a connection
     /// closed before its first answer hints at a protocol mismatch).
@@ -330,15 +332,11 @@ impl Worker {
         if !readable {
             return;
         }
-        let mut replies = replies::Replies {
-            stats: &mut self.stats,
-            rtt: &mut self.rtt_hist,
-            latency: &mut self.request_hist,
-            now,
-            timeout_us: self.cfg.request_timeout_us,
-        };
+        let mut replies =
+            replies::Replies { stats: &mut self.stats, rtt: &mut self.rtt_hist, latency: &mut self.request_hist, now, timeout_us: self.cfg.request_timeout_us };
         let before = replies.stats.heartbeats_answered + replies.stats.replies + replies.stats.rejected;
-        let r = replies::read(self.cfg.protocol, stream, &mut slot.partial, &mut slot.inflight, &mut self.scratch, read_closed, self.wall_offset_us, &mut replies);
+        let r =
+            replies::read(self.cfg.protocol, stream, &mut slot.partial, &mut slot.inflight, &mut self.scratch, read_closed, self.wall_offset_us, &mut replies);
         if replies.stats.heartbeats_answered + replies.stats.replies + replies.stats.rejected > before {
             slot.answered = true;
         }
@@ -374,7 +372,6 @@ impl Worker {
         self.stats.established = 0;
     }
 }
-
 
 fn wall_us() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)

@@ -205,7 +205,11 @@ pub fn respond(out: &mut Vec<u8>, status: u16, req: Option<&Request>, body: &[u8
     let allow = if status == 405 { "Allow: GET, HEAD, POST\r\n" } else { "" };
     let version = if req.is_some_and(|r| r.http10) { "HTTP/1.0" } else { "HTTP/1.1" };
     use std::io::Write;
-    let _ = write!(out, "{version} {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nDate: {date}\r\n{allow}{conn}\r\n", if req.is_some_and(|r| r.head) { body.len().max(len) } else { body.len() });
+    let _ = write!(
+        out,
+        "{version} {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nDate: {date}\r\n{allow}{conn}\r\n",
+        if req.is_some_and(|r| r.head) { body.len().max(len) } else { body.len() }
+    );
     out.extend_from_slice(body);
 }
 
@@ -290,6 +294,12 @@ mod tests {
         let r = Request { keep_alive: true, http10: true, head: false };
         respond(&mut out, 200, Some(&r), b"Hello world!", "Sun, 22 Nov 2026 07:00:00 GMT");
         let text = String::from_utf8(out).unwrap();
-        assert!(text.starts_with("HTTP/1.0 200 OK\r\n") && text.contains("Content-Length: 12\r\n") && text.contains("Connection: keep-alive\r\n") && text.ends_with("\r\n\r\nHello world!"), "{text}");
+        assert!(
+            text.starts_with("HTTP/1.0 200 OK\r\n")
+                && text.contains("Content-Length: 12\r\n")
+                && text.contains("Connection: keep-alive\r\n")
+                && text.ends_with("\r\n\r\nHello world!"),
+            "{text}"
+        );
     }
 }

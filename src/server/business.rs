@@ -146,10 +146,7 @@ impl Stage {
                 let in_system = Arc::new(AtomicUsize::new(0));
                 for i in 0..n {
                     let (rx, done, waker, in_system) = (rx.clone(), done.clone(), waker.clone(), in_system.clone());
-                    std::thread::Builder::new()
-                        .name(format!("business-{i}"))
-                        .stack_size(64 * 1024)
-                        .spawn(move || work(rx, done, waker, in_system))?;
+                    std::thread::Builder::new().name(format!("business-{i}")).stack_size(64 * 1024).spawn(move || work(rx, done, waker, in_system))?;
                 }
                 Some(Pool { tx, done, in_system, capacity: n + queue })
             }

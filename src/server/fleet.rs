@@ -29,7 +29,10 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Sizing {
     /// `target` accepting workers with room, at most `max` in all.
-    Elastic { target: usize, max: usize },
+    Elastic {
+        target: usize,
+        max: usize,
+    },
     Fixed(usize),
 }
 
@@ -71,7 +74,14 @@ pub struct ServerFleet {
 
 impl ServerFleet {
     /// Start the initial workers and wait until every one listens.
-    pub fn start(cfg: &ServerConfig, sizing: Sizing, budget: u64, fd_limit: Option<u64>, tx: &Sender<Delivery>, rx: &Receiver<Delivery>) -> Result<ServerFleet> {
+    pub fn start(
+        cfg: &ServerConfig,
+        sizing: Sizing,
+        budget: u64,
+        fd_limit: Option<u64>,
+        tx: &Sender<Delivery>,
+        rx: &Receiver<Delivery>,
+    ) -> Result<ServerFleet> {
         let initial = match sizing {
             Sizing::Elastic { target, .. } => target,
             Sizing::Fixed(n) => n,
@@ -232,7 +242,12 @@ impl ServerFleet {
             match self.spawn() {
                 Ok(j) => {
                     let t = self.view.totals();
-                    self.note("worker_started", j, format!("elastic: started server worker {j} ({} accepting, {} full, {} workers)", t.accepting, t.full, t.workers + 1), 0);
+                    self.note(
+                        "worker_started",
+                        j,
+                        format!("elastic: started server worker {j} ({} accepting, {} full, {} workers)", t.accepting, t.full, t.workers + 1),
+                        0,
+                    );
                 }
                 Err(e) => {
                     self.failure = Some(format!("cannot grow the server: {e:#}"));

@@ -316,7 +316,8 @@ impl Worker {
             conn.last_seen_s = now_s;
             self.out.clear();
             let gen = conn.gen;
-            let mut req = Requests { out: &mut self.out, stats: &mut self.stats, stage: &mut self.stage, rng: &mut self.rng, service: &self.cfg.service_time, key, gen };
+            let mut req =
+                Requests { out: &mut self.out, stats: &mut self.stats, stage: &mut self.stage, rng: &mut self.rng, service: &self.cfg.service_time, key, gen };
             let r = match self.cfg.protocol {
                 Protocol::Framed => net::read_frames(&mut conn.stream, &mut conn.partial, &mut self.scratch, read_closed, |f| {
                     req.stats.frames_in += 1;

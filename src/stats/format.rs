@@ -7,7 +7,7 @@ pub fn count(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -24,13 +24,21 @@ pub fn bytes(n: u64) -> String {
         v /= 1024.0;
         u += 1;
     }
-    if u == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[u]) }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
 }
 
 /// "ECONNREFUSED=3, timeout=1", or "none".
 pub fn kinds(map: &BTreeMap<String, u64>) -> String {
     let parts: Vec<String> = map.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{k}={}", count(*v))).collect();
-    if parts.is_empty() { "none".into() } else { parts.join(", ") }
+    if parts.is_empty() {
+        "none".into()
+    } else {
+        parts.join(", ")
+    }
 }
 
 #[cfg(test)]

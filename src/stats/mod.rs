@@ -1,5 +1,5 @@
 //! Counting, merging and printing results.
+pub mod format;
 pub mod histogram;
 pub mod memory;
 pub mod progress;
-pub mod format;

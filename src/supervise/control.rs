@@ -15,11 +15,18 @@ use std::io::Write;
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum WorkerMsg {
     /// The worker is set up (listening, or ready to connect).
-    Ready { worker: usize, pid: u32, fd_limit: u64 },
+    Ready {
+        worker: usize,
+        pid: u32,
+        fd_limit: u64,
+    },
     Server(ServerSnapshot),
     Client(ClientSnapshot),
     /// The worker cannot go on; the message names the cause and the fix.
-    Fatal { worker: usize, message: String },
+    Fatal {
+        worker: usize,
+        message: String,
+    },
 }
 
 /// Supervisor -> worker commands, one per line on the worker's stdin.

@@ -72,10 +72,8 @@ pub fn decide(workers: &[WorkerState], target: usize, max_workers: usize, now: I
     let spawn = target.saturating_sub(with_room + starting).min(max_workers.saturating_sub(live));
     let mut retire = Vec::new();
     if starting == 0 && with_room > target {
-        let mut idle: Vec<&WorkerState> = workers
-            .iter()
-            .filter(|w| w.has_room() && w.active == 0 && w.empty_since.is_some_and(|t| now.duration_since(t) >= grace))
-            .collect();
+        let mut idle: Vec<&WorkerState> =
+            workers.iter().filter(|w| w.has_room() && w.active == 0 && w.empty_since.is_some_and(|t| now.duration_since(t) >= grace)).collect();
         idle.sort_by_key(|w| std::cmp::Reverse(w.index));
         retire = idle.into_iter().take(with_room - target).map(|w| w.index).collect();
     }

@@ -5,8 +5,8 @@
 //! bench differ only in the [`Supervised`] they pass it.
 pub mod control;
 pub mod elastic;
-pub mod pool;
 pub mod plan;
+pub mod pool;
 
 pub use pool::{channel, Delivery, ExitInfo, Pool, PoolEvent, Role};
 

@@ -29,7 +29,6 @@ impl FromStr for Workers {
     }
 }
 
-
 /// Share of the fd limit `auto` plans to use per process.
 pub const FD_HEADROOM: f64 = 0.90;
 /// Descriptors a worker needs besides sockets (stdio, epoll, /proc reads).

@@ -75,8 +75,11 @@ impl std::fmt::Display for ExitInfo {
     }
 }
 
-/// Something that happened to one worker.
+/// Something that happened to one worker. Snapshots are large and pass
+/// through the channel once each; boxing them would add an allocation per
+/// message for nothing.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
 pub enum PoolEvent {
     Msg(WorkerMsg),
     /// The worker's stdout closed and the process was reaped.
@@ -107,6 +110,8 @@ pub struct Pool {
     exe: std::path::PathBuf,
     /// Caps the workers' RLIMIT_NOFILE (rehearsing the fd wall small).
     fd_limit: Option<u64>,
+    /// Scheduling niceness of the workers (0: as the supervisor).
+    nice: i32,
     tx: Sender<Delivery>,
     workers: Vec<Option<Handle>>,
 }
@@ -114,7 +119,13 @@ pub struct Pool {
 impl Pool {
     pub fn new(role: Role, fd_limit: Option<u64>, tx: &Sender<Delivery>) -> Result<Pool> {
         let exe = std::env::current_exe().context("cannot locate the megaconn binary to start workers")?;
-        Ok(Pool { role, exe, fd_limit, tx: tx.clone(), workers: Vec::new() })
+        Ok(Pool { role, exe, fd_limit, nice: 0, tx: tx.clone(), workers: Vec::new() })
+    }
+
+    /// Start later workers at this niceness (a load generator sharing the
+    /// machine with the server it measures yields CPU to it).
+    pub fn set_nice(&mut self, nice: i32) {
+        self.nice = nice;
     }
 
     pub fn role(&self) -> Role {
@@ -133,14 +144,17 @@ impl Pool {
         let role = self.role.as_str();
         let mut cmd = Command::new(&self.exe);
         cmd.arg("__worker").arg(role).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit()).process_group(0);
-        let fd_limit = self.fd_limit;
-        // SAFETY: only async-signal-safe calls (prctl, setrlimit) run
-        // between fork and exec.
+        let (fd_limit, nice) = (self.fd_limit, self.nice);
+        // SAFETY: only async-signal-safe calls (prctl, setrlimit,
+        // setpriority) run between fork and exec.
         unsafe {
             cmd.pre_exec(move || {
                 crate::sys::die_with_parent()?;
                 if let Some(n) = fd_limit {
                     crate::sys::set_fd_limit(n, n)?;
+                }
+                if nice != 0 && libc::setpriority(libc::PRIO_PROCESS, 0, nice) != 0 {
+                    return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
             });

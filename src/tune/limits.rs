@@ -122,7 +122,11 @@ impl Reader {
             cands.iter().find_map(|c| {
                 let s = self.read(c)?;
                 let s = s.trim();
-                if s == "max" { Some(u64::MAX) } else { s.parse().ok() }
+                if s == "max" {
+                    Some(u64::MAX)
+                } else {
+                    s.parse().ok()
+                }
             })
         };
         let limited = |v: Option<u64>| v.filter(|x| *x < CGROUP_UNLIMITED);
@@ -135,8 +139,8 @@ impl Reader {
             v
         };
         // v1 hierarchies first when present, as on this kind of machine.
-        let mem_max = limited(first(at("sys/fs/cgroup/memory", &v1_mem, "memory.limit_in_bytes")))
-            .or_else(|| limited(first(at("sys/fs/cgroup", &v2, "memory.max"))));
+        let mem_max =
+            limited(first(at("sys/fs/cgroup/memory", &v1_mem, "memory.limit_in_bytes"))).or_else(|| limited(first(at("sys/fs/cgroup", &v2, "memory.max"))));
         let mem_usage = first(at("sys/fs/cgroup/memory", &v1_mem, "memory.usage_in_bytes")).or_else(|| first(at("sys/fs/cgroup", &v2, "memory.current")));
         let pids = limited(first(at("sys/fs/cgroup/pids", &v1_pids, "pids.max"))).or_else(|| limited(first(at("sys/fs/cgroup", &v2, "pids.max"))));
         (mem_max, mem_usage.filter(|_| mem_max.is_some()), pids)

@@ -38,7 +38,11 @@ pub fn precheck(connections: u64, role: TuneRole, ports: u64, rate: u64) -> Resu
             causes.join("; ")
         )));
     }
-    Ok(a.rows.iter().filter(|r| r.status == Status::Warning).map(|r| format!("warning: {}: {} (needs {}){}", r.limit, r.current, r.needed, r.fix.as_ref().map(|f| format!("; fix: {f}")).unwrap_or_default())).collect())
+    Ok(a.rows
+        .iter()
+        .filter(|r| r.status == Status::Warning)
+        .map(|r| format!("warning: {}: {} (needs {}){}", r.limit, r.current, r.needed, r.fix.as_ref().map(|f| format!("; fix: {f}")).unwrap_or_default()))
+        .collect())
 }
 
 /// What `megaconn tune` is asked.

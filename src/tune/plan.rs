@@ -104,7 +104,11 @@ pub fn processes(req: &Request, fd_hard: u64) -> (u64, u64) {
 
 pub fn kernel_bytes_per_endpoint(l: &Limits) -> u64 {
     let sum: u64 = l.slab_sizes.values().sum();
-    if l.slab_sizes.contains_key("TCP") && sum > 0 { sum } else { DEFAULT_KERNEL_BYTES_PER_ENDPOINT }
+    if l.slab_sizes.contains_key("TCP") && sum > 0 {
+        sum
+    } else {
+        DEFAULT_KERNEL_BYTES_PER_ENDPOINT
+    }
 }
 
 pub fn assess(l: &Limits, req: Request) -> Assessment {
@@ -151,14 +155,7 @@ pub fn assess(l: &Limits, req: Request) -> Assessment {
         None,
     ));
     // 2. fs.nr_open caps any hard limit anyone can set.
-    rows.push(row(
-        "fs.nr_open",
-        opt(l.nr_open),
-        format!(">= RLIMIT_NOFILE hard ({})", opt(Some(l.nofile_hard))),
-        Status::Ok,
-        None,
-        None,
-    ));
+    rows.push(row("fs.nr_open", opt(l.nr_open), format!(">= RLIMIT_NOFILE hard ({})", opt(Some(l.nofile_hard))), Status::Ok, None, None));
     // 3. fs.file-max: all open files system-wide.
     if let Some(max) = l.file_max {
         let used = l.files_allocated.unwrap_or(0);
@@ -166,14 +163,7 @@ pub fn assess(l: &Limits, req: Request) -> Assessment {
         let room = max.saturating_sub(used + procs * (BASE_FDS + req.ports));
         let cap = room / ends;
         let status = if max < needed { Status::Binds } else { Status::Ok };
-        let r = row(
-            "fs.file-max",
-            format!("{} ({} in use)", opt(Some(max)), opt(Some(used))),
-            opt(Some(needed)),
-            status,
-            None,
-            Some(cap),
-        );
+        let r = row("fs.file-max", format!("{} ({} in use)", opt(Some(max)), opt(Some(used))), opt(Some(needed)), status, None, Some(cap));
         rows.push(sysctl_row(r, "fs.file-max", (needed.next_power_of_two()).to_string()));
     }
     // 4. Ephemeral ports per (source, destination port) pair.
@@ -219,14 +209,25 @@ pub fn assess(l: &Limits, req: Request) -> Assessment {
         row(
             name,
             what,
-            format!("{} ({} B per connection: {} B kernel + {} B user per endpoint x {ends})", crate::stats::format::bytes(mem_needed), per_conn, kernel_bytes_per_endpoint(l), USER_BYTES_PER_ENDPOINT),
+            format!(
+                "{} ({} B per connection: {} B kernel + {} B user per endpoint x {ends})",
+                crate::stats::format::bytes(mem_needed),
+                per_conn,
+                kernel_bytes_per_endpoint(l),
+                USER_BYTES_PER_ENDPOINT
+            ),
             if mem_needed > budget { Status::Binds } else { Status::Ok },
             (mem_needed > budget).then(|| fix.to_string()),
             Some(cap),
         )
     };
     if let Some(avail) = l.mem_available {
-        rows.push(mem_row("memory (MemAvailable)", avail, format!("{} available", crate::stats::format::bytes(avail)), "add memory, or lower N (no setting frees kernel socket memory)"));
+        rows.push(mem_row(
+            "memory (MemAvailable)",
+            avail,
+            format!("{} available", crate::stats::format::bytes(avail)),
+            "add memory, or lower N (no setting frees kernel socket memory)",
+        ));
     }
     if let Some(max) = l.cgroup_memory_max {
         let free = max.saturating_sub(l.cgroup_memory_usage.unwrap_or(0));

@@ -107,14 +107,16 @@ pub fn run(mut cmd: Command, limit: Duration) -> (i32, String, String) {
     }
 }
 
+/// Lines `ss -tanH state STATE FILTER` prints: sockets in that state.
+fn ss_count(state: &str, filter: &str) -> usize {
+    let out = Command::new("ss").args(["-tanH", "state", state, filter]).output().expect("ss is installed (iproute2)");
+    String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.trim().is_empty()).count()
+}
+
 /// TCP sockets (any state) on loopback with a local or remote port in
 /// [lo, hi], as `ss` lists them.
 pub fn sockets_on(lo: u16, hi: u16) -> usize {
-    let out = Command::new("ss")
-        .args(["-tanH", "state", "all", &format!("( sport >= :{lo} and sport <= :{hi} ) or ( dport >= :{lo} and dport <= :{hi} )")])
-        .output()
-        .expect("ss is installed (iproute2)");
-    String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.trim().is_empty()).count()
+    ss_count("all", &format!("( sport >= :{lo} and sport <= :{hi} ) or ( dport >= :{lo} and dport <= :{hi} )"))
 }
 
 /// Start a server with JSON output and wait until it listens.
@@ -126,11 +128,7 @@ pub fn server(args: &[&str], fd_limit: Option<u64>) -> (Running, Value) {
 /// Established TCP sockets whose local port is in [lo, hi] (the server's
 /// side of each connection), as `ss` counts them.
 pub fn established_on(lo: u16, hi: u16) -> usize {
-    let out = Command::new("ss")
-        .args(["-tanH", "state", "established", &format!("( sport >= :{lo} and sport <= :{hi} )")])
-        .output()
-        .expect("ss is installed (iproute2)");
-    String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.trim().is_empty()).count()
+    ss_count("established", &format!("( sport >= :{lo} and sport <= :{hi} )"))
 }
 
 /// Threads of a process (entries of /proc/PID/task).

@@ -36,7 +36,11 @@ impl Worker {
 
     /// How many sends of a schedule are due by `now` (0 before the start).
     fn due_by(&self, now: u64, period_us: u64) -> u64 {
-        if now < self.cfg.start_at_us { 0 } else { self.due_count(now, period_us) }
+        if now < self.cfg.start_at_us {
+            0
+        } else {
+            self.due_count(now, period_us)
+        }
     }
 
     /// The next of the first `due` sends of a schedule that goes to an
