@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what building and testing megaconn needs on a fresh Debian-like
-# machine: a Rust toolchain (cargo, rustfmt, clippy) and iproute2 (`ss`, used by the tests
+# machine: a Rust toolchain (cargo, rustfmt, clippy), Python's
+# prometheus-client (a parser nobody here wrote, for /metrics) and iproute2 (`ss`, used by the tests
 # to prove no socket is left behind). Idempotent; installs only what is
 # missing and says what it does.
 set -euo pipefail
@@ -28,6 +29,18 @@ if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 
   else
     echo "setup: cargo fmt / cargo clippy missing; install rustfmt and clippy" >&2
     exit 1
+  fi
+fi
+# The push tests parse /metrics with Prometheus's own Python parser.
+if ! python3 -c "import prometheus_client" >/dev/null 2>&1; then
+  echo "setup: installing the Python prometheus-client (its OpenMetrics parser checks /metrics)"
+  if ! python3 -m pip install -q prometheus-client; then
+    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+      apt-get update -qq && apt-get install -y -qq python3-prometheus-client
+    else
+      echo "setup: cannot install prometheus-client for python3" >&2
+      exit 1
+    fi
   fi
 fi
 if ! command -v ss >/dev/null 2>&1; then

@@ -4,6 +4,7 @@
 //!
 //! Everything lives in this library; `main.rs` only parses and
 //! dispatches, so tests can run a server or a client in-process.
+pub mod admin;
 pub mod bench;
 pub mod cli;
 pub mod client;

@@ -128,12 +128,18 @@ fn decode_all(buf: &[u8], on_frame: &mut impl FnMut(Frame<'_>) -> Result<(), &'s
 /// Write `data`, keeping what the socket does not take in `backlog`.
 /// Errors name the reason the connection must be closed.
 pub fn send<S: Write>(stream: &mut S, backlog: &mut Spill, data: &[u8]) -> Result<(), String> {
+    send_capped(stream, backlog, data, MAX_BACKLOG, "slow_reader")
+}
+
+/// [`send`] with its own bound on what may wait unsent: beyond `cap`
+/// bytes the connection must be closed, named `reason`.
+pub fn send_capped<S: Write>(stream: &mut S, backlog: &mut Spill, data: &[u8], cap: usize, reason: &str) -> Result<(), String> {
     if data.is_empty() {
         return Ok(());
     }
     if let Some(buf) = backlog {
-        if buf.len() + data.len() > MAX_BACKLOG {
-            return Err("slow_reader".into());
+        if buf.len() + data.len() > cap {
+            return Err(reason.into());
         }
         buf.extend_from_slice(data);
         return flush(stream, backlog);

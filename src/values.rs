@@ -148,6 +148,21 @@ impl FromStr for OptDuration {
     }
 }
 
+/// A socket address or "off" (the admin API).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OptAddr(pub Option<std::net::SocketAddr>);
+
+impl FromStr for OptAddr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let t = s.trim();
+        if t == "off" {
+            return Ok(OptAddr(None));
+        }
+        t.parse().map(|a| OptAddr(Some(a))).map_err(|_| format!("'{t}' is not an address like 127.0.0.1:9100 (or off)"))
+    }
+}
+
 /// A positive count ("1000000", "1_000_000", "1M", "200k").
 pub fn positive_count(s: &str) -> Result<u64, String> {
     let t = s.trim().replace('_', "");

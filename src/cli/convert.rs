@@ -24,6 +24,9 @@ impl From<ServerArgs> for ServerConfig {
             max_header_bytes: a.max_header_bytes,
             header_timeout: a.header_timeout,
             retire_after: a.retire_after,
+            max_pending_bytes: a.max_pending_bytes,
+            admin: a.admin.0,
+            admin_token: a.admin_token,
             json: a.json,
         }
     }
@@ -47,6 +50,8 @@ impl From<LoadArgs> for LoadConfig {
             stats_interval: a.stats_interval,
             reconnect: a.reconnect,
             allow_loss: a.allow_loss,
+            subscribe: a.subscribe.as_ref().map(|s| s.0.clone()).unwrap_or_default(),
+            subscribe_spread: a.subscribe.is_some_and(|s| s.1),
             nice: 0,
             json: a.json,
         }

@@ -99,6 +99,15 @@ pub struct ServerArgs {
     /// HTTP: largest request head accepted; larger gets 431 and a close.
     #[arg(long, default_value = "8192", value_parser = clap::value_parser!(u32).range(256..=1_048_576).map(|v| v as usize))]
     pub max_header_bytes: usize,
+    /// Push: most bytes one connection may leave unread before it is closed as a slow consumer.
+    #[arg(long, default_value = "65536", value_parser = clap::value_parser!(u32).range(4096..=67_108_864).map(|v| v as usize))]
+    pub max_pending_bytes: usize,
+    /// Admin HTTP API (/metrics, /stats, /healthz, /connections, POST /publish /broadcast /push): ADDR:PORT or off.
+    #[arg(long, default_value = crate::server::config::DEFAULT_ADMIN)]
+    pub admin: parse::OptAddr,
+    /// Bearer token the admin API requires; mandatory when --admin is not on loopback.
+    #[arg(long)]
+    pub admin_token: Option<String>,
     /// HTTP: close a connection stuck in one incomplete request this long (slowloris).
     #[arg(long, value_parser = parse::positive_duration, default_value = "10s")]
     pub header_timeout: Duration,
@@ -148,6 +157,9 @@ pub struct LoadArgs {
     /// Exit 0 even if connections were lost before the end of the hold.
     #[arg(long)]
     pub allow_loss: bool,
+    /// Subscribe to topics: a list every connection takes (news,sport), or a pattern spread over connections (room-{0..999}).
+    #[arg(long, value_parser = crate::client::pushes::parse_subscribe)]
+    pub subscribe: Option<(Vec<String>, bool)>,
     /// How connections are closed at the end.
     #[arg(long, value_enum, default_value = "reset")]
     pub close: CloseMode,

@@ -39,6 +39,10 @@ pub struct LoadConfig {
     pub reconnect: bool,
     /// Exit 0 even when connections were lost during the run.
     pub allow_loss: bool,
+    /// Topics every connection subscribes to, or (spread) one per
+    /// connection round-robin.
+    pub subscribe: Vec<String>,
+    pub subscribe_spread: bool,
     /// Niceness of the client workers (bench: the load generator yields
     /// CPU to the server it measures on the same machine).
     pub nice: i32,
@@ -63,6 +67,8 @@ impl Default for LoadConfig {
             stats_interval: Duration::from_secs(2),
             reconnect: false,
             allow_loss: false,
+            subscribe: Vec::new(),
+            subscribe_spread: false,
             nice: 0,
             json: false,
         }

@@ -2,6 +2,7 @@
 //! processes, starts the workers, shows progress, prints the summary.
 pub mod config;
 pub mod plan;
+pub mod pushes;
 pub mod replies;
 pub mod run;
 pub mod view;

@@ -17,6 +17,8 @@ pub struct Replies<'a> {
     pub latency: &'a mut Histogram<u64>,
     pub now: u64,
     pub timeout_us: u64,
+    pub push: &'a mut Histogram<u64>,
+    pub seen: &'a mut super::pushes::PushSeen,
 }
 
 impl Replies<'_> {
@@ -61,6 +63,10 @@ pub fn read(
                 }
                 Kind::Reply => replies.reply(frame::stamp_of(f.payload)),
                 Kind::Rejected => replies.stats.rejected += 1,
+                Kind::Push => {
+                    let p = crate::proto::push::decode(f.payload)?;
+                    super::pushes::account(replies.stats, replies.push, replies.seen, &p, crate::proto::push::wall_us());
+                }
                 _ => return Err("bad_frame_unexpected_kind"),
             }
             Ok(())

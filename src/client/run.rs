@@ -69,6 +69,8 @@ pub struct ClientSummary {
     pub heartbeats_answered: u64,
     pub heartbeat_rtt_ms: LatencySummary,
     pub requests: Option<RequestSummary>,
+    /// Present when any push arrived.
+    pub push: Option<PushSummary>,
     pub hold_seconds: f64,
     pub workers: usize,
     pub source_addresses: u64,
@@ -76,6 +78,19 @@ pub struct ClientSummary {
     pub cpu_seconds: f64,
     pub rss_bytes: u64,
     pub interrupted: bool,
+}
+
+/// Pushes received (`--subscribe`, broadcasts, unicasts).
+#[derive(Debug, Clone, Serialize)]
+pub struct PushSummary {
+    pub received: u64,
+    pub duplicates: u64,
+    /// Sequence numbers skipped within a stream on a connection.
+    pub gaps: u64,
+    /// Per topic ("*": broadcasts).
+    pub topics: BTreeMap<String, u64>,
+    /// From the publish stamp (server's CLOCK_REALTIME) to receipt.
+    pub latency_ms: LatencySummary,
 }
 
 /// Request results, present when `--request-rate` was set.
@@ -154,6 +169,8 @@ impl ClientRun {
                     close: load.close,
                     deadline_us,
                     reconnect: load.reconnect,
+                    subscribe: load.subscribe.clone(),
+                    subscribe_spread: load.subscribe_spread,
                 })
                 .expect("config serializes")
             })
@@ -202,7 +219,7 @@ impl ClientRun {
                     self.notes.push(format!("client worker {i} ({info}): {lost} connections lost ({WORKER_CRASHED})"));
                 }
             }
-            PoolEvent::Msg(_) => {}
+            PoolEvent::Msg(_) | PoolEvent::Admin(_) => {}
         }
     }
 
@@ -358,6 +375,13 @@ impl ClientRun {
                     latency_ms: histogram::summarize(&self.view.request_hist),
                 }
             }),
+            push: (t.push_received > 0).then(|| PushSummary {
+                received: t.push_received,
+                duplicates: t.push_duplicates,
+                gaps: t.push_gaps,
+                topics: t.push_topics.clone(),
+                latency_ms: histogram::summarize(&self.view.push_hist),
+            }),
             hold_seconds: match (self.hold_started_us, self.hold_ended_us) {
                 (Some(a), Some(b)) => (b - a) as f64 / 1e6,
                 _ => 0.0,
@@ -421,6 +445,18 @@ pub fn print_summary(s: &ClientSummary, progress: &mut Progress) {
         println!(
             "latency       avg {:.2} ms | p50 {:.2} | p90 {:.2} | p99 {:.2} | p99.9 {:.2} | max {:.2} ms (from intended send time)",
             l.mean_ms, l.p50_ms, l.p90_ms, l.p99_ms, l.p999_ms, l.max_ms
+        );
+    }
+    if let Some(p) = &s.push {
+        let l = &p.latency_ms;
+        println!(
+            "pushes        received {} | duplicates {} | gaps {} | delivery p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms (from publish time)",
+            format::count(p.received),
+            format::count(p.duplicates),
+            format::count(p.gaps),
+            l.p50_ms,
+            l.p99_ms,
+            l.max_ms
         );
     }
     println!(

@@ -29,6 +29,12 @@ pub struct ClientTotals {
     pub http_status: BTreeMap<String, u64>,
     pub rss_bytes: u64,
     pub cpu_seconds: f64,
+    pub push_received: u64,
+    pub push_duplicates: u64,
+    pub push_gaps: u64,
+    pub push_topics: BTreeMap<String, u64>,
+    /// Per push sequence number: (arrivals, latest arrival µs, realtime).
+    pub push_by_seq: BTreeMap<u64, (u64, u64)>,
     /// Latest ramp completion over all workers, once all are done.
     pub ramp_done_at_us: Option<u64>,
 }
@@ -47,6 +53,8 @@ pub struct ClientView {
     pub request_hist: Histogram<u64>,
     /// Request latencies since the last progress line.
     pub request_interval: Histogram<u64>,
+    /// Push delivery latency (publish stamp to receipt).
+    pub push_hist: Histogram<u64>,
 }
 
 impl ClientView {
@@ -59,6 +67,7 @@ impl ClientView {
             rtt_interval: histogram::new(),
             request_hist: histogram::new(),
             request_interval: histogram::new(),
+            push_hist: histogram::new(),
         }
     }
 
@@ -68,6 +77,7 @@ impl ClientView {
         histogram::merge_encoded(&mut self.rtt_interval, &s.rtt_hist);
         histogram::merge_encoded(&mut self.request_hist, &s.request_hist);
         histogram::merge_encoded(&mut self.request_interval, &s.request_hist);
+        histogram::merge_encoded(&mut self.push_hist, &s.push_hist);
         let i = s.worker;
         if i < self.latest.len() {
             self.latest[i] = Some(s);
@@ -131,6 +141,16 @@ impl ClientView {
             http_status: merge_counts(s.iter().map(|x| &x.http_status)),
             rss_bytes: s.iter().map(|x| x.rss_bytes).sum(),
             cpu_seconds: s.iter().map(|x| x.cpu_us).sum::<u64>() as f64 / 1e6,
+            push_received: s.iter().map(|x| x.push_received).sum(),
+            push_duplicates: s.iter().map(|x| x.push_duplicates).sum(),
+            push_gaps: s.iter().map(|x| x.push_gaps).sum(),
+            push_topics: merge_counts(s.iter().map(|x| &x.push_topics)),
+            push_by_seq: s.iter().flat_map(|x| x.push_by_seq.iter()).fold(BTreeMap::new(), |mut m, (seq, (n, last))| {
+                let e = m.entry(*seq).or_insert((0, 0));
+                e.0 += n;
+                e.1 = e.1.max(*last);
+                m
+            }),
             ramp_done_at_us: if all_done { s.iter().filter_map(|x| x.ramp_done_at_us).max() } else { None },
         }
     }

@@ -66,6 +66,10 @@ pub struct ClientWorkerConfig {
     pub deadline_us: u64,
     /// Re-open connections the server or network ended.
     pub reconnect: bool,
+    /// Topics to subscribe to once established (framed protocol).
+    pub subscribe: Vec<String>,
+    /// Connection g takes topic g % len (else every topic).
+    pub subscribe_spread: bool,
 }
 
 mod connect;
@@ -110,13 +114,15 @@ struct Slot {
     /// Whether anything ever came back on this connection (a connection
     /// closed before its first answer hints at a protocol mismatch).
     answered: bool,
+    /// Last push sequence number per stream (duplicates and gaps).
+    seen: super::pushes::PushSeen,
     /// Reconnect attempts since it was last established (back-off).
     retries: u8,
 }
 
 impl Slot {
     fn new() -> Slot {
-        Slot { stream: None, state: State::Idle, started_us: 0, partial: None, backlog: None, inflight: None, answered: false, retries: 0 }
+        Slot { stream: None, state: State::Idle, started_us: 0, partial: None, backlog: None, inflight: None, answered: false, seen: None, retries: 0 }
     }
 }
 
@@ -142,6 +148,7 @@ struct Worker {
     connect_hist: Histogram<u64>,
     rtt_hist: Histogram<u64>,
     request_hist: Histogram<u64>,
+    push_hist: Histogram<u64>,
     last_resolved_us: u64,
     phase: Phase,
     scratch: Vec<u8>,
@@ -171,6 +178,7 @@ pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
         connect_hist: histogram::new(),
         rtt_hist: histogram::new(),
         request_hist: histogram::new(),
+        push_hist: histogram::new(),
         last_resolved_us: 0,
         phase: Phase::Running,
         scratch: vec![0; SCRATCH],
@@ -205,7 +213,7 @@ impl Handler for Worker {
                 self.close_all();
                 Flow::Done
             }
-            Command::Leave => Flow::Continue,
+            Command::Leave | Command::Push(_) | Command::List(_) => Flow::Continue,
         }
     }
 
@@ -247,6 +255,8 @@ impl Handler for Worker {
         self.stats.rtt_hist = histogram::encode(&self.rtt_hist);
         self.stats.request_hist = histogram::encode(&self.request_hist);
         self.request_hist.reset();
+        self.stats.push_hist = histogram::encode(&self.push_hist);
+        self.push_hist.reset();
         self.connect_hist.reset();
         self.rtt_hist.reset();
         self.stats.rss_bytes = crate::sys::self_rss_bytes();
@@ -321,6 +331,9 @@ impl Worker {
                 Err(e) if e.kind() == io::ErrorKind::NotConnected => return,
                 Err(e) => return self.fail(k, crate::sys::error_kind_name(&e), now),
             }
+            if !self.cfg.subscribe.is_empty() && !self.subscribe(k) {
+                return;
+            }
         }
         let slot = &mut self.slots[k];
         let stream = slot.stream.as_mut().expect("checked above");
@@ -332,8 +345,15 @@ impl Worker {
         if !readable {
             return;
         }
-        let mut replies =
-            replies::Replies { stats: &mut self.stats, rtt: &mut self.rtt_hist, latency: &mut self.request_hist, now, timeout_us: self.cfg.request_timeout_us };
+        let mut replies = replies::Replies {
+            stats: &mut self.stats,
+            rtt: &mut self.rtt_hist,
+            latency: &mut self.request_hist,
+            now,
+            timeout_us: self.cfg.request_timeout_us,
+            push: &mut self.push_hist,
+            seen: &mut slot.seen,
+        };
         let before = replies.stats.heartbeats_answered + replies.stats.replies + replies.stats.rejected;
         let r =
             replies::read(self.cfg.protocol, stream, &mut slot.partial, &mut slot.inflight, &mut self.scratch, read_closed, self.wall_offset_us, &mut replies);
@@ -345,6 +365,21 @@ impl Worker {
             ReadEnd::Eof => self.lose(k, "peer_closed".into()),
             ReadEnd::Error(reason) => self.lose(k, reason),
         }
+    }
+
+    /// Send the subscriptions of connection k; false if it was lost.
+    fn subscribe(&mut self, k: usize) -> bool {
+        self.out.clear();
+        let n = self.cfg.subscribe.len();
+        if self.cfg.subscribe_spread {
+            let t = &self.cfg.subscribe[((self.cfg.first + k as u64) % n as u64) as usize];
+            crate::proto::push::encode_subscription(&mut self.out, crate::proto::frame::Kind::Subscribe, t);
+        } else {
+            for t in &self.cfg.subscribe {
+                crate::proto::push::encode_subscription(&mut self.out, crate::proto::frame::Kind::Subscribe, t);
+            }
+        }
+        self.write_slot(k)
     }
 
     fn begin_drain(&mut self, now: u64) {

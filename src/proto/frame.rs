@@ -9,7 +9,9 @@
 //!
 //! `len` counts the kind byte and the payload, so it is at least 1 and at
 //! most `1 + MAX_PAYLOAD`. Kinds: 1 heartbeat, 2 heartbeat ack (the
-//! server echoes the heartbeat's payload), 3 request, 4 reply, 5 rejected.
+//! server echoes the heartbeat's payload), 3 request, 4 reply, 5 rejected,
+//! 6 subscribe and 7 unsubscribe (payload: the topic name), 8 push (see
+//! `proto::push` for its payload).
 //! Clients put their intended send time (u64 BE microseconds on
 //! CLOCK_MONOTONIC) in the first 8 payload bytes when the payload is at
 //! least 8 bytes long, so round trips can be timed from the echo alone.
@@ -31,6 +33,9 @@ pub enum Kind {
     Request = 3,
     Reply = 4,
     Rejected = 5,
+    Subscribe = 6,
+    Unsubscribe = 7,
+    Push = 8,
 }
 
 impl Kind {
@@ -41,6 +46,9 @@ impl Kind {
             3 => Kind::Request,
             4 => Kind::Reply,
             5 => Kind::Rejected,
+            6 => Kind::Subscribe,
+            7 => Kind::Unsubscribe,
+            8 => Kind::Push,
             _ => return None,
         })
     }

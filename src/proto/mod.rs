@@ -1,6 +1,7 @@
 //! Wire protocols spoken between megaconn clients and servers.
 pub mod frame;
 pub mod http;
+pub mod push;
 
 /// Which wire protocol a server or client speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]

@@ -8,6 +8,11 @@ use crate::supervise::plan::Workers;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
+/// Default bound on a connection's unread pushes: 16 messages of 4 KiB.
+pub const DEFAULT_MAX_PENDING: usize = 64 * 1024;
+/// Where `megaconn server` serves its admin API unless told otherwise.
+pub const DEFAULT_ADMIN: &str = "127.0.0.1:9100";
+
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub listen: Ipv4Addr,
@@ -31,6 +36,12 @@ pub struct ServerConfig {
     pub header_timeout: Duration,
     /// How long a surplus elastic worker stays empty before it exits.
     pub retire_after: Duration,
+    /// Most push bytes one connection may leave unread (slow consumer).
+    pub max_pending_bytes: usize,
+    /// Admin HTTP API (metrics, stats, publish); None: off.
+    pub admin: Option<std::net::SocketAddr>,
+    /// Bearer token the admin API requires (mandatory off loopback).
+    pub admin_token: Option<String>,
     pub json: bool,
 }
 
@@ -54,6 +65,9 @@ impl Default for ServerConfig {
             max_header_bytes: 8192,
             header_timeout: Duration::from_secs(10),
             retire_after: crate::supervise::elastic::DEFAULT_GRACE,
+            max_pending_bytes: DEFAULT_MAX_PENDING,
+            admin: None,
+            admin_token: None,
             json: false,
         }
     }

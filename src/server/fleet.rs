@@ -70,6 +70,7 @@ pub struct ServerFleet {
     pub notes: Vec<FleetNote>,
     /// Why the server must stop (crash loop), once known.
     pub failure: Option<String>,
+    publisher: super::publish::Publisher,
 }
 
 impl ServerFleet {
@@ -100,6 +101,7 @@ impl ServerFleet {
             stopping: false,
             notes: Vec::new(),
             failure: None,
+            publisher: Default::default(),
         };
         for _ in 0..initial {
             f.spawn()?;
@@ -164,14 +166,43 @@ impl ServerFleet {
             PoolEvent::Msg(WorkerMsg::Fatal { message, .. }) => {
                 self.note("worker_fatal", i, format!("server worker {i}: {message}"), 0);
             }
+            PoolEvent::Msg(WorkerMsg::Pushed { worker, publish_id, queued, dropped }) => self.publisher.pushed(worker, publish_id, queued, dropped),
+            PoolEvent::Msg(WorkerMsg::Connections { worker, request_id, list }) => self.publisher.listed(worker, request_id, list),
+            PoolEvent::Admin(req) => self.on_admin(req),
             PoolEvent::Msg(WorkerMsg::Client(_)) => {}
             PoolEvent::Garbled(line) => self.note("worker_garbled", i, format!("server worker {i} wrote a line that is not a message: {line}"), 0),
             PoolEvent::Exited(info) => self.on_exit(i, info),
         }
     }
 
+    /// An admin API request: answered now (metrics, stats, health) or once
+    /// the workers have carried it out (publish, listing).
+    fn on_admin(&mut self, req: crate::admin::Request) {
+        use crate::admin::{metrics, Response, Route};
+        let t = self.view.totals();
+        let resp = match &req.route {
+            Route::Metrics => Response { status: 200, content_type: metrics::CONTENT_TYPE, body: metrics::render(&t, self.publisher.published) },
+            Route::Stats => {
+                let mut v = serde_json::to_value(&t).unwrap_or_default();
+                v["push_published"] = self.publisher.published.into();
+                Response::json(200, &v)
+            }
+            Route::Healthz => match &self.failure {
+                Some(f) => Response::json(503, &serde_json::json!({"status": "failing", "reason": f})),
+                None => Response::json(200, &serde_json::json!({"status": "ok", "workers": t.workers, "accepting": t.accepting, "connections": t.active})),
+            },
+            Route::Connections { .. } | Route::Publish(_) => {
+                let running: Vec<usize> = self.life.iter().filter(|(_, l)| matches!(l, Life::Running | Life::Retiring)).map(|(i, _)| *i).collect();
+                self.publisher.start(req, &running, &mut self.pool);
+                return;
+            }
+        };
+        let _ = req.reply.send(resp);
+    }
+
     fn on_exit(&mut self, i: usize, info: ExitInfo) {
         self.pool.mark_exited(i);
+        self.publisher.worker_gone(i);
         let was = self.life.insert(i, Life::Dead);
         self.empty_since.remove(&i);
         if self.stopping || was == Some(Life::Retiring) {
@@ -207,6 +238,7 @@ impl ServerFleet {
 
     /// Grow or shrink an elastic fleet; called on every supervisor tick.
     pub fn upkeep(&mut self) {
+        self.publisher.expire();
         let Sizing::Elastic { target, max } = self.sizing else { return };
         if self.stopping || self.failure.is_some() {
             return;
@@ -294,6 +326,7 @@ fn worker_template(cfg: &ServerConfig, initial: usize, budget: u64, elastic: boo
         },
         budget,
         elastic,
+        max_pending_bytes: cfg.max_pending_bytes,
     }
 }
 

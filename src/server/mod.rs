@@ -7,6 +7,8 @@ pub mod conn;
 pub mod fleet;
 pub mod http;
 pub mod listener;
+pub mod publish;
+pub mod push;
 pub mod requests;
 pub mod service_time;
 pub mod view;
@@ -225,12 +227,28 @@ pub fn run(cfg: ServerConfig) -> Result<i32> {
             );
         }
     }
+    if let Some(a) = &cfg.admin {
+        crate::admin::check(a, cfg.admin_token.as_deref()).map_err(crate::UsageError)?;
+    }
     let (tx, rx) = supervise::channel();
     let fleet = start(&cfg, &plan, None, &tx, &rx)?;
+    let mut admin_at = None;
+    if let Some(a) = cfg.admin {
+        let bound = crate::admin::serve(a, cfg.admin_token.clone(), tx.clone())?;
+        admin_at = Some(bound.to_string());
+        say(
+            &mut progress,
+            format!(
+                "admin API on http://{bound} (/metrics /stats /healthz /connections, POST /publish?topic=T /broadcast /push/ID){}",
+                if cfg.admin_token.is_some() { ", bearer token required" } else { "" }
+            ),
+            serde_json::json!({"event": "admin", "address": bound.to_string()}),
+        );
+    }
     say(
         &mut progress,
         format!("listening on {}:{}-{}", cfg.listen, cfg.ports[0], cfg.ports[cfg.ports.len() - 1]),
-        serde_json::json!({"event": "ready", "workers": plan.initial(), "pids": fleet.pids()}),
+        serde_json::json!({"event": "ready", "workers": plan.initial(), "pids": fleet.pids(), "admin": admin_at}),
     );
     let mut run = ServerRun {
         fleet,

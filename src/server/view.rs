@@ -30,6 +30,13 @@ pub struct ServerTotals {
     pub threads: u64,
     pub rss_bytes: u64,
     pub cpu_seconds: f64,
+    pub push_delivered: u64,
+    pub push_dropped: u64,
+    pub topics: u64,
+    pub subscriptions: u64,
+    /// Publish-to-write latency per bucket (`server::push::LATENCY_BUCKETS_MS`, +Inf last).
+    pub push_latency_buckets: Vec<u64>,
+    pub push_latency_sum_us: u64,
 }
 
 #[derive(Default)]
@@ -80,6 +87,8 @@ impl ServerView {
         s.accepting = false;
         s.rss_bytes = 0;
         s.threads = 0;
+        s.topics = 0;
+        s.subscriptions = 0;
         lost
     }
 
@@ -106,6 +115,18 @@ impl ServerView {
             threads: live.iter().map(|x| x.threads).sum(),
             rss_bytes: live.iter().map(|x| x.rss_bytes).sum(),
             cpu_seconds: s.iter().map(|x| x.cpu_us).sum::<u64>() as f64 / 1e6,
+            push_delivered: s.iter().map(|x| x.push_delivered).sum(),
+            push_dropped: s.iter().map(|x| x.push_dropped).sum(),
+            topics: live.iter().map(|x| x.topics).sum(),
+            subscriptions: live.iter().map(|x| x.subscriptions).sum(),
+            push_latency_buckets: s.iter().fold(Vec::new(), |mut acc, x| {
+                acc.resize(acc.len().max(x.push_latency_buckets.len()), 0);
+                for (a, b) in acc.iter_mut().zip(&x.push_latency_buckets) {
+                    *a += b;
+                }
+                acc
+            }),
+            push_latency_sum_us: s.iter().map(|x| x.push_latency_sum_us).sum(),
         }
     }
 }

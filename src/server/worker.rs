@@ -10,15 +10,16 @@
 //! connections leaves the accept group and rejoins below the low-water
 //! mark (see `supervise::elastic` for why).
 
+mod deliver;
+mod serve;
+
 use super::business::{BusinessMode, Stage};
 use super::conn::Conn;
 use super::http::{self, HttpConfig};
 use super::listener::{AcceptGroup, LISTENER_BASE};
-use super::requests::Requests;
 use super::service_time::ServiceTime;
-use crate::net::{self, ReadEnd};
-use crate::proto::frame::{self, Kind};
-use crate::proto::{Protocol, ECHO8_LEN};
+
+use crate::proto::Protocol;
 use crate::reactor::{self, Handler};
 use crate::supervise::control::{self, Command, ServerSnapshot, WorkerMsg};
 use crate::supervise::elastic::{LOW_WATER_SHARE, PRESPAWN_SHARE};
@@ -54,6 +55,9 @@ pub struct ServerWorkerConfig {
     pub budget: u64,
     /// Leave the accept group when full and rejoin when drained.
     pub elastic: bool,
+    /// Most bytes a connection may leave unread before it is closed as a
+    /// slow consumer of pushes.
+    pub max_pending_bytes: usize,
 }
 
 /// Pool threads wake the event loop through this token.
@@ -80,6 +84,7 @@ struct Worker {
     scratch: Vec<u8>,
     out: Vec<u8>,
     stage: Stage,
+    topics: super::push::Topics,
     rng: SmallRng,
     next_gen: u32,
     /// Connection count at which the supervisor is told at once that a
@@ -100,6 +105,7 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
     group.join(poll.registry())?;
     let mut w = Worker {
         stage,
+        topics: Default::default(),
         rng: SmallRng::from_entropy(),
         next_gen: 0,
         date: String::new(),
@@ -144,6 +150,14 @@ impl Handler for Worker {
                 if self.group.accepting() {
                     self.leave_group();
                 }
+                Flow::Continue
+            }
+            Command::Push(p) => {
+                self.push(p);
+                Flow::Continue
+            }
+            Command::List(l) => {
+                self.list(&l);
                 Flow::Continue
             }
             Command::Stop | Command::Close => {
@@ -201,6 +215,7 @@ impl Handler for Worker {
         self.stats.cpu_us = crate::sys::self_cpu_us();
         self.stats.threads = crate::sys::self_threads();
         self.stats.accepting = self.group.accepting();
+        (self.stats.topics, self.stats.subscriptions) = self.topics.counts();
         self.stats.last = last;
         control::emit(&WorkerMsg::Server(self.stats.clone()));
     }
@@ -302,127 +317,9 @@ impl Worker {
         }
     }
 
-    fn on_conn_event(&mut self, key: usize, readable: bool, read_closed: bool, writable: bool) {
-        let now_s = self.now_s();
-        let now_ds = self.now_ds();
-        let Some(conn) = self.conns.get_mut(key) else { return };
-        let mut end: Option<String> = None;
-        if writable && conn.backlog.is_some() {
-            if let Err(reason) = net::flush(&mut conn.stream, &mut conn.backlog) {
-                end = Some(reason);
-            }
-        }
-        if readable && end.is_none() {
-            conn.last_seen_s = now_s;
-            self.out.clear();
-            let gen = conn.gen;
-            let mut req =
-                Requests { out: &mut self.out, stats: &mut self.stats, stage: &mut self.stage, rng: &mut self.rng, service: &self.cfg.service_time, key, gen };
-            let r = match self.cfg.protocol {
-                Protocol::Framed => net::read_frames(&mut conn.stream, &mut conn.partial, &mut self.scratch, read_closed, |f| {
-                    req.stats.frames_in += 1;
-                    match f.kind {
-                        Kind::Heartbeat => {
-                            frame::encode(req.out, Kind::HeartbeatAck, f.payload);
-                            req.stats.frames_out += 1;
-                        }
-                        Kind::Request => {
-                            let mut reply = Vec::with_capacity(frame::HEADER_LEN + f.payload.len());
-                            frame::encode(&mut reply, Kind::Reply, f.payload);
-                            req.handle(reply, true);
-                        }
-                        _ => return Err("bad_frame_unexpected_kind"),
-                    }
-                    Ok(())
-                }),
-                Protocol::Http => {
-                    let http = &mut conn.http;
-                    let mut ctx = http::Ctx { req, cfg: &self.cfg.http, date: &self.date };
-                    let r = net::read_chunks(&mut conn.stream, &mut conn.partial, &mut self.scratch, read_closed, |buf| http::consume(&mut ctx, http, buf));
-                    http::track_partial(&mut conn.http, conn.partial.is_some(), now_ds);
-                    r
-                }
-                Protocol::Echo8 => net::read_fixed(&mut conn.stream, &mut conn.partial, &mut self.scratch, read_closed, ECHO8_LEN, |u| {
-                    req.handle(u.to_vec(), false);
-                    Ok(())
-                }),
-            };
-            // Answer what was decoded even when the stream then ended.
-            if let Err(reason) = net::send(&mut conn.stream, &mut conn.backlog, &self.out) {
-                end.get_or_insert(reason);
-            }
-            match r {
-                ReadEnd::Open => {}
-                ReadEnd::Eof => end = end.or(Some("peer_closed".into())),
-                ReadEnd::Error(reason) => end = end.or(Some(reason)),
-            }
-        }
-        if let Some(reason) = end {
-            self.close(key, reason);
-        }
-    }
-
-    /// Send the replies of jobs the business stage finished since last time.
-    fn deliver_done(&mut self) {
-        for done in self.stage.take_done(Instant::now()) {
-            self.stats.count_reply(done.applied);
-            let Some(conn) = self.conns.get_mut(done.job.key) else { continue };
-            if conn.gen != done.job.gen {
-                continue;
-            }
-            if let Err(reason) = net::send(&mut conn.stream, &mut conn.backlog, &done.job.reply) {
-                self.close(done.job.key, reason);
-                continue;
-            }
-            if self.cfg.protocol == Protocol::Http {
-                self.resume_http(done.job.key);
-            }
-        }
-    }
-
-    /// After an HTTP reply left the business stage: close if the request
-    /// asked to, else parse what was pipelined behind it.
-    fn resume_http(&mut self, key: usize) {
-        let now_ds = self.now_ds();
-        let Some(conn) = self.conns.get_mut(key) else { return };
-        let Some(h) = conn.http.as_mut() else { return };
-        h.awaiting = false;
-        if h.close_after {
-            return self.close(key, "http_connection_close".into());
-        }
-        let Some(buf) = conn.partial.take() else {
-            http::track_partial(&mut conn.http, false, now_ds);
-            return;
-        };
-        self.out.clear();
-        let req = Requests {
-            out: &mut self.out,
-            stats: &mut self.stats,
-            stage: &mut self.stage,
-            rng: &mut self.rng,
-            service: &self.cfg.service_time,
-            key,
-            gen: conn.gen,
-        };
-        let mut ctx = http::Ctx { req, cfg: &self.cfg.http, date: &self.date };
-        let r = http::consume(&mut ctx, &mut conn.http, &buf);
-        let mut end = r.as_ref().err().map(|e| e.to_string());
-        if let Ok(used) = r {
-            if used < buf.len() {
-                conn.partial = Some(Box::new(buf[used..].to_vec()));
-            }
-        }
-        http::track_partial(&mut conn.http, conn.partial.is_some(), now_ds);
-        if let Err(reason) = net::send(&mut conn.stream, &mut conn.backlog, &self.out) {
-            end.get_or_insert(reason);
-        }
-        if let Some(reason) = end {
-            self.close(key, reason);
-        }
-    }
-
     fn close(&mut self, key: usize, reason: String) {
-        if self.conns.try_remove(key).is_some() {
+        if let Some(conn) = self.conns.try_remove(key) {
+            self.topics.forget(&conn.subs, key);
             self.stats.closed += 1;
             self.stats.active -= 1;
             *self.stats.close_reasons.entry(reason).or_insert(0) += 1;

@@ -27,6 +27,38 @@ pub enum WorkerMsg {
         worker: usize,
         message: String,
     },
+    /// A push command was carried out: written or queued to `queued`
+    /// connections, `dropped` closed as slow consumers.
+    Pushed {
+        worker: usize,
+        publish_id: u64,
+        queued: u64,
+        dropped: u64,
+    },
+    /// Answer to a `list` command.
+    Connections {
+        worker: usize,
+        request_id: u64,
+        list: Vec<ConnInfo>,
+    },
+}
+
+/// One connection as `GET /connections` lists it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ConnInfo {
+    pub id: u64,
+    pub worker: usize,
+    pub peer: String,
+    pub age_s: u64,
+    pub topics: Vec<String>,
+}
+
+/// Arguments of a `list` command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListCommand {
+    pub request_id: u64,
+    pub limit: usize,
+    pub topic: Option<String>,
 }
 
 /// Supervisor -> worker commands, one per line on the worker's stdin.
@@ -34,6 +66,10 @@ pub const CMD_CLOSE: &str = "close";
 pub const CMD_STOP: &str = "stop";
 /// Elastic server worker: leave the accept group (a sibling has room).
 pub const CMD_LEAVE: &str = "leave";
+/// `push {json}`: deliver a message (server workers).
+pub const CMD_PUSH: &str = "push";
+/// `list {json}`: report some connections (server workers).
+pub const CMD_LIST: &str = "list";
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ServerSnapshot {
@@ -63,6 +99,19 @@ pub struct ServerSnapshot {
     pub accepting: bool,
     /// Connections this worker may hold before it leaves the group.
     pub budget: u64,
+    /// Last snapshot before the worker exits.
+    /// Push commands received, connections written or queued to, and
+    /// connections closed as slow consumers.
+    pub push_commands: u64,
+    pub push_delivered: u64,
+    pub push_dropped: u64,
+    /// Topics with subscribers, and subscriptions, right now.
+    pub topics: u64,
+    pub subscriptions: u64,
+    /// Publish-to-write latency counts per bucket of
+    /// `server::push::LATENCY_BUCKETS_MS` (+Inf last), and their sum (µs).
+    pub push_latency_buckets: Vec<u64>,
+    pub push_latency_sum_us: u64,
     /// Last snapshot before the worker exits.
     pub last: bool,
 }
@@ -116,6 +165,19 @@ pub struct ClientSnapshot {
     pub rtt_hist: String,
     pub rss_bytes: u64,
     pub cpu_us: u64,
+    /// Pushes received, duplicates, and sequence numbers skipped.
+    pub push_received: u64,
+    pub push_duplicates: u64,
+    pub push_gaps: u64,
+    /// Pushes per topic ("*" for broadcasts), capped in number.
+    pub push_topics: BTreeMap<String, u64>,
+    /// Per sequence number: (arrivals, latest arrival CLOCK_REALTIME µs).
+    /// Sent as a list: integer map keys do not survive serde's internally
+    /// tagged enums.
+    #[serde(with = "seq_map")]
+    pub push_by_seq: BTreeMap<u64, (u64, u64)>,
+    /// Interval histogram of push delivery latency (µs), base64 HdrHistogram V2.
+    pub push_hist: String,
     /// CLOCK_MONOTONIC µs when this snapshot was taken (exact rates).
     pub at_us: u64,
     pub last: bool,
@@ -185,6 +247,8 @@ pub enum Command {
     Stop,
     /// Leave the accept group (server workers at their budget).
     Leave,
+    Push(crate::server::push::PushCommand),
+    List(ListCommand),
 }
 
 /// Non-blocking reader of the worker's stdin, registered with the
@@ -229,13 +293,46 @@ impl CommandReader {
         }
         while let Some(pos) = self.buf.iter().position(|b| *b == b'\n') {
             let line: Vec<u8> = self.buf.drain(..=pos).collect();
-            match std::str::from_utf8(&line).unwrap_or("").trim() {
+            let line = std::str::from_utf8(&line).unwrap_or("").trim();
+            let (word, arg) = line.split_once(' ').unwrap_or((line, ""));
+            match word {
                 CMD_CLOSE => cmds.push(Command::Close),
                 CMD_STOP => cmds.push(Command::Stop),
                 CMD_LEAVE => cmds.push(Command::Leave),
+                CMD_PUSH => cmds.extend(serde_json::from_str(arg).ok().map(Command::Push)),
+                CMD_LIST => cmds.extend(serde_json::from_str(arg).ok().map(Command::List)),
                 _ => {}
             }
         }
         cmds
+    }
+}
+
+/// A `BTreeMap<u64, (u64, u64)>` as a list of `[key, a, b]`.
+mod seq_map {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use std::collections::BTreeMap;
+
+    pub fn serialize<S: Serializer>(m: &BTreeMap<u64, (u64, u64)>, s: S) -> Result<S::Ok, S::Error> {
+        m.iter().map(|(k, (a, b))| (*k, *a, *b)).collect::<Vec<_>>().serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<u64, (u64, u64)>, D::Error> {
+        Ok(Vec::<(u64, u64, u64)>::deserialize(d)?.into_iter().map(|(k, a, b)| (k, (a, b))).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshots_survive_the_pipe() {
+        let mut s = ClientSnapshot { worker: 3, push_received: 2, ..Default::default() };
+        s.push_by_seq.insert(7, (2, 99));
+        s.push_topics.insert("*".into(), 2);
+        let line = serde_json::to_string(&WorkerMsg::Client(s)).unwrap();
+        let WorkerMsg::Client(back) = serde_json::from_str::<WorkerMsg>(&line).unwrap() else { panic!("{line}") };
+        assert_eq!((back.worker, back.push_by_seq[&7], back.push_topics["*"]), (3, (2, 99), 2));
     }
 }

@@ -86,6 +86,8 @@ pub enum PoolEvent {
     Exited(ExitInfo),
     /// The worker wrote a line that is not a message (a bug, reported).
     Garbled(String),
+    /// Not from a worker: an admin API request for the supervisor loop.
+    Admin(crate::admin::Request),
 }
 
 /// (role, worker index, event), as delivered on the shared channel.

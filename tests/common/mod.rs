@@ -151,6 +151,10 @@ pub fn pids(ready: &Value) -> Vec<u64> {
 pub fn server_ready(args: &[&str], fd_limit: Option<u64>) -> (Running, Value, Value) {
     let mut cmd = megaconn();
     cmd.arg("server").args(args).args(["--json", "--stats-interval", "200ms", "--duration", "120s"]);
+    if !args.contains(&"--admin") {
+        // Tests run in parallel: an ephemeral admin port each.
+        cmd.args(["--admin", "127.0.0.1:0"]);
+    }
     if let Some(n) = fd_limit {
         with_fd_limit(&mut cmd, n);
     }
@@ -158,4 +162,31 @@ pub fn server_ready(args: &[&str], fd_limit: Option<u64>) -> (Running, Value, Va
     let plan = s.wait_for(Duration::from_secs(20), "server plan", |v| v["event"] == "plan");
     let ready = s.wait_for(Duration::from_secs(20), "server ready", |v| v["event"] == "ready");
     (s, plan, ready)
+}
+
+/// One HTTP/1.1 request over a fresh connection; (status, body).
+pub fn http(addr: &str, method: &str, path: &str, body: &[u8], token: Option<&str>) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("admin API reachable");
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    write!(s, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n", body.len()).unwrap();
+    s.write_all(body).unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    let text = String::from_utf8_lossy(&out).to_string();
+    let status = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (status, body)
+}
+
+/// Raise this test process's soft fd limit to its hard limit.
+pub fn raise_fd_limit() {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit on structs we own.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
+        r.rlim_cur = r.rlim_max;
+        libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+    }
 }

@@ -1,0 +1,111 @@
+//! `/metrics`: the server's totals in the OpenMetrics text format (which
+//! Prometheus scrapes), encoded by the `prometheus-client` crate. Names
+//! follow Prometheus conventions: `megaconn_` prefix, `_total` counters
+//! (appended by the encoder), `_seconds` and `_bytes` units.
+
+use crate::server::push::LATENCY_BUCKETS_MS;
+use crate::server::view::ServerTotals;
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+
+/// The content type of the exposition.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// A histogram whose buckets were counted elsewhere (in the workers).
+#[derive(Debug)]
+struct BucketedHistogram {
+    sum: f64,
+    count: u64,
+    /// (upper bound, count in this bucket), +Inf last.
+    buckets: Vec<(f64, u64)>,
+}
+
+impl EncodeMetric for BucketedHistogram {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        encoder.encode_histogram::<NoLabelSet>(self.sum, self.count, &self.buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+type Labeled = Family<Vec<(String, String)>, Counter>;
+
+fn labeled(label: &str, values: &std::collections::BTreeMap<String, u64>) -> Labeled {
+    let f = Labeled::default();
+    for (k, v) in values {
+        f.get_or_create(&vec![(label.to_string(), k.clone())]).inc_by(*v);
+    }
+    f
+}
+
+/// Render the totals (with the supervisor's own counters).
+pub fn render(t: &ServerTotals, published: u64) -> String {
+    let mut r = Registry::with_prefix("megaconn");
+    let g = |v: u64| ConstGauge::new(v as i64);
+    let c = ConstCounter::new;
+    r.register("connections", "Connections open now", g(t.active));
+    r.register("accepted", "Connections accepted", c(t.accepted));
+    r.register("closed", "Connections closed, by reason", labeled("reason", &t.close_reasons));
+    r.register("accept_errors", "accept() failures, by errno", labeled("errno", &t.accept_errors));
+    r.register("frames_in", "Frames received", c(t.frames_in));
+    r.register("frames_out", "Frames sent", c(t.frames_out));
+    r.register("requests", "Requests received", c(t.requests));
+    r.register("replies", "Requests answered", c(t.replies));
+    r.register("rejections", "Requests refused by a full business queue", c(t.rejected));
+    let service = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+    service.set(t.applied_service_ms / 1000.0);
+    r.register_with_unit("business_service_mean", "Mean business service time applied per reply", Unit::Seconds, service);
+    r.register("push_published", "Messages published through the admin API", c(published));
+    r.register("push_delivered", "Pushes written or queued to a connection", c(t.push_delivered));
+    r.register("push_dropped", "Connections closed as slow consumers of pushes", c(t.push_dropped));
+    r.register("topics", "Topics with at least one subscriber", g(t.topics));
+    r.register("subscriptions", "Topic subscriptions", g(t.subscriptions));
+    let mut buckets: Vec<(f64, u64)> =
+        LATENCY_BUCKETS_MS.iter().map(|ms| ms / 1000.0).chain([f64::MAX]).zip(t.push_latency_buckets.iter().copied().chain(std::iter::repeat(0))).collect();
+    if let Some(last) = buckets.last_mut() {
+        last.0 = f64::INFINITY;
+    }
+    let count = t.push_latency_buckets.iter().sum();
+    r.register_with_unit(
+        "push_delivery_latency",
+        "Time from publish to the write to the socket",
+        Unit::Seconds,
+        BucketedHistogram { sum: t.push_latency_sum_us as f64 / 1e6, count, buckets },
+    );
+    let workers = Family::<Vec<(String, String)>, Gauge>::default();
+    workers.get_or_create(&vec![("state".into(), "accepting".into())]).set(t.accepting as i64);
+    workers.get_or_create(&vec![("state".into(), "full".into())]).set(t.full as i64);
+    workers.get_or_create(&vec![("state".into(), "total".into())]).set(t.workers as i64);
+    r.register("workers", "Worker processes", workers);
+    r.register("threads", "Threads in the worker processes", g(t.threads));
+    r.register_with_unit("resident_memory", "Resident memory of the worker processes", Unit::Bytes, g(t.rss_bytes));
+    r.register_with_unit("cpu", "CPU time of the worker processes", Unit::Seconds, ConstCounter::new(t.cpu_seconds));
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &r).expect("encoding into a String cannot fail");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_conventional_names() {
+        let mut t = ServerTotals { active: 7, accepted: 9, ..Default::default() };
+        t.close_reasons.insert("peer_closed".into(), 2);
+        t.push_latency_buckets = vec![1, 2];
+        let text = render(&t, 3);
+        assert!(text.contains("megaconn_connections 7"), "{text}");
+        assert!(text.contains("megaconn_accepted_total 9"), "{text}");
+        assert!(text.contains("megaconn_closed_total{reason=\"peer_closed\"} 2"), "{text}");
+        assert!(text.contains("megaconn_push_delivery_latency_seconds_bucket{le=\"0.001\"} 1"), "{text}");
+        assert!(text.contains("megaconn_push_delivery_latency_seconds_count 3"), "{text}");
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+}

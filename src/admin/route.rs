@@ -1,0 +1,125 @@
+//! Admin requests as values: method, path and body checked, or a 4xx
+//! with a one-line reason. Pure, so every rejection is unit-tested.
+
+use super::Response;
+use crate::proto::push::{check_topic, max_data, Stream};
+
+/// Longest `/connections` listing.
+pub const MAX_LIST: usize = 100_000;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    Metrics,
+    Stats,
+    Healthz,
+    Connections {
+        limit: usize,
+        topic: Option<String>,
+    },
+    /// Broadcast, topic or unicast messages: (stream, topic, target, data).
+    Publish(Vec<Message>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    pub stream: Stream,
+    pub topic: String,
+    pub target: Option<u64>,
+    pub data: Vec<u8>,
+}
+
+fn query<'a>(url: &'a str, key: &str) -> Option<&'a str> {
+    let q = url.split_once('?')?.1;
+    q.split('&').find_map(|kv| kv.split_once('=').filter(|(k, _)| *k == key).map(|(_, v)| v))
+}
+
+fn data_fits(topic: &str, data: &[u8]) -> Result<(), Response> {
+    let max = max_data(topic.len());
+    if data.len() > max {
+        return Err(Response::error(413, format!("message of {} bytes; at most {max} fit in one push frame", data.len())));
+    }
+    Ok(())
+}
+
+fn parse_id(s: &str) -> Result<u64, Response> {
+    s.trim().parse().map_err(|_| Response::error(400, format!("'{}' is not a connection id (see GET /connections)", s.trim())))
+}
+
+/// Check one request.
+pub fn parse(method: &str, url: &str, body: Vec<u8>) -> Result<Request, Response> {
+    let path = url.split('?').next().unwrap_or("");
+    match (method, path) {
+        ("GET", "/metrics") => Ok(Request::Metrics),
+        ("GET", "/stats") => Ok(Request::Stats),
+        ("GET", "/healthz") => Ok(Request::Healthz),
+        ("GET", "/connections") => {
+            let limit = match query(url, "limit") {
+                None => 100,
+                Some(v) => v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=MAX_LIST).contains(n))
+                    .ok_or_else(|| Response::error(400, format!("limit must be 1 to {MAX_LIST}, not '{v}'")))?,
+            };
+            let topic = query(url, "topic").map(str::to_string);
+            if let Some(t) = &topic {
+                check_topic(t.as_bytes()).map_err(|e| Response::error(400, e))?;
+            }
+            Ok(Request::Connections { limit, topic })
+        }
+        ("POST", "/broadcast") => {
+            data_fits("", &body)?;
+            Ok(Request::Publish(vec![Message { stream: Stream::Broadcast, topic: String::new(), target: None, data: body }]))
+        }
+        ("POST", "/publish") => {
+            let topic = query(url, "topic").ok_or_else(|| Response::error(400, "POST /publish needs ?topic=NAME"))?;
+            check_topic(topic.as_bytes()).map_err(|e| Response::error(400, e))?;
+            data_fits(topic, &body)?;
+            Ok(Request::Publish(vec![Message { stream: Stream::Topic, topic: topic.into(), target: None, data: body }]))
+        }
+        ("POST", "/push") => {
+            let text = String::from_utf8(body).map_err(|_| Response::error(400, "a /push batch is text: one 'ID PAYLOAD' per line"))?;
+            let mut out = Vec::new();
+            for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+                let (id, data) = line.split_once(' ').unwrap_or((line, ""));
+                let target = parse_id(id).map_err(|_| Response::error(400, format!("line {}: '{id}' is not a connection id", n + 1)))?;
+                data_fits("", data.as_bytes())?;
+                out.push(Message { stream: Stream::Unicast, topic: String::new(), target: Some(target), data: data.as_bytes().to_vec() });
+            }
+            if out.is_empty() {
+                return Err(Response::error(400, "empty /push batch; send one 'ID PAYLOAD' per line"));
+            }
+            Ok(Request::Publish(out))
+        }
+        ("POST", p) if p.starts_with("/push/") => {
+            let target = parse_id(&p["/push/".len()..])?;
+            data_fits("", &body)?;
+            Ok(Request::Publish(vec![Message { stream: Stream::Unicast, topic: String::new(), target: Some(target), data: body }]))
+        }
+        (_, "/metrics" | "/stats" | "/healthz" | "/connections" | "/broadcast" | "/publish" | "/push") => {
+            Err(Response::error(405, format!("{method} is not allowed on {path}")))
+        }
+        _ => Err(Response::error(404, format!("no {path}; try /metrics, /stats, /healthz, /connections, POST /publish?topic=T, /broadcast, /push/ID"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_and_rejections() {
+        assert_eq!(parse("GET", "/metrics", vec![]), Ok(Request::Metrics));
+        assert_eq!(parse("GET", "/connections?limit=5&topic=a", vec![]), Ok(Request::Connections { limit: 5, topic: Some("a".into()) }));
+        assert_eq!(parse("GET", "/connections?limit=0", vec![]).unwrap_err().status, 400);
+        assert_eq!(parse("POST", "/publish?topic=bad%20topic", vec![]).unwrap_err().status, 400);
+        assert_eq!(parse("POST", "/publish", vec![]).unwrap_err().status, 400);
+        assert_eq!(parse("POST", "/push/abc", vec![]).unwrap_err().status, 400);
+        assert_eq!(parse("POST", "/broadcast", vec![0; 5000]).unwrap_err().status, 413);
+        assert_eq!(parse("DELETE", "/broadcast", vec![]).unwrap_err().status, 405);
+        assert_eq!(parse("GET", "/nope", vec![]).unwrap_err().status, 404);
+        let Ok(Request::Publish(m)) = parse("POST", "/push", b"1 hello\n2 world\n".to_vec()) else { panic!() };
+        assert_eq!((m.len(), m[1].target, m[1].data.as_slice()), (2, Some(2), &b"world"[..]));
+        assert!(parse("POST", "/push", b"x hello".to_vec()).unwrap_err().body.contains("line 1"));
+    }
+}

@@ -1,0 +1,121 @@
+//! Pushes as a client receives them: counted per topic, delivery latency
+//! measured from the publish stamp (CLOCK_REALTIME, so it also holds across
+//! hosts with synchronised clocks), duplicates and gaps found from the
+//! per-stream sequence numbers, and per-sequence arrival counts so the
+//! supervisor can tell when a message reached every connection.
+
+use crate::proto::push::{Push, Stream};
+use crate::stats::histogram;
+use crate::supervise::control::ClientSnapshot;
+use hdrhistogram::Histogram;
+
+/// Last sequence number seen per stream on one connection (boxed: nothing
+/// for connections that never got a push).
+pub type PushSeen = Option<Box<Vec<(u64, u64)>>>;
+
+/// Topics counted one by one; pushes on more topics are counted in total only.
+pub const MAX_TOPICS_COUNTED: usize = 1000;
+/// Sequence numbers tracked for time-to-all (oldest dropped first).
+pub const MAX_SEQS_TRACKED: usize = 10_000;
+
+fn stream_key(p: &Push<'_>) -> u64 {
+    match p.stream {
+        Stream::Broadcast => 0,
+        Stream::Unicast => 1,
+        // FNV-1a over the topic; the low bit set keeps it off 0 and 1.
+        Stream::Topic => p.topic.iter().fold(0xcbf29ce484222325u64, |h, b| (h ^ *b as u64).wrapping_mul(0x100000001b3)) | 2,
+    }
+}
+
+/// Account for one push received at `now_wall_us`.
+pub fn account(stats: &mut ClientSnapshot, hist: &mut Histogram<u64>, seen: &mut PushSeen, p: &Push<'_>, now_wall_us: u64) {
+    stats.push_received += 1;
+    histogram::record(hist, now_wall_us.saturating_sub(p.publish_us));
+    if p.stream != Stream::Unicast {
+        let key = stream_key(p);
+        let list = seen.get_or_insert_with(Default::default);
+        match list.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, last)) if p.seq <= *last => stats.push_duplicates += 1,
+            Some((_, last)) => {
+                stats.push_gaps += p.seq - *last - 1;
+                *last = p.seq;
+            }
+            // The first message of a stream on this connection sets the
+            // baseline (it may have connected after earlier ones).
+            None => list.push((key, p.seq)),
+        }
+        let e = stats.push_by_seq.entry(p.seq).or_insert((0, 0));
+        e.0 += 1;
+        e.1 = e.1.max(now_wall_us);
+        while stats.push_by_seq.len() > MAX_SEQS_TRACKED {
+            stats.push_by_seq.pop_first();
+        }
+    }
+    let topic = if p.stream == Stream::Broadcast { "*" } else { std::str::from_utf8(p.topic).unwrap_or("?") };
+    if let Some(n) = stats.push_topics.get_mut(topic) {
+        *n += 1;
+    } else if stats.push_topics.len() < MAX_TOPICS_COUNTED {
+        stats.push_topics.insert(topic.to_string(), 1);
+    }
+}
+
+/// Expand `--subscribe`: "a,b" (every connection takes all) or a pattern
+/// "room-{0..999}" (connection g takes topic g % 1000). Returns (topics,
+/// spread).
+pub fn parse_subscribe(s: &str) -> Result<(Vec<String>, bool), String> {
+    const EX: &str = "expected topics like news,sport or a pattern like room-{0..999}";
+    let s = s.trim();
+    if let Some((pre, rest)) = s.split_once('{') {
+        let (range, post) = rest.split_once('}').ok_or_else(|| format!("'{s}': unclosed '{{'; {EX}"))?;
+        let (a, b) = range.split_once("..").ok_or_else(|| format!("'{s}': write the range as {{FIRST..LAST}}; {EX}"))?;
+        let (a, b): (u64, u64) =
+            (a.trim().parse().map_err(|_| format!("'{a}' is not a number; {EX}"))?, b.trim().parse().map_err(|_| format!("'{b}' is not a number; {EX}"))?);
+        if a > b || b - a >= 1_000_000 {
+            return Err(format!("'{s}': the range must go up and hold at most 1,000,000 topics; {EX}"));
+        }
+        let topics: Vec<String> = (a..=b).map(|i| format!("{pre}{i}{post}")).collect();
+        for t in topics.iter().take(1).chain(topics.last()) {
+            crate::proto::push::check_topic(t.as_bytes()).map_err(|e| format!("'{t}': {e}"))?;
+        }
+        return Ok((topics, true));
+    }
+    let topics: Vec<String> = s.split(',').map(|t| t.trim().to_string()).collect();
+    if topics.len() > crate::server::push::MAX_SUBSCRIPTIONS {
+        return Err(format!("{} topics per connection; the server allows {}", topics.len(), crate::server::push::MAX_SUBSCRIPTIONS));
+    }
+    for t in &topics {
+        crate::proto::push::check_topic(t.as_bytes()).map_err(|e| format!("'{t}': {e}; {EX}"))?;
+    }
+    Ok((topics, false))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn duplicates_and_gaps_per_stream() {
+        let mut stats = ClientSnapshot::default();
+        let mut h = histogram::new();
+        let mut seen: PushSeen = None;
+        let p = |stream, topic: &'static [u8], seq| Push { stream, topic, seq, publish_us: 1_000, data: b"" };
+        for (s, t, q) in
+            [(Stream::Broadcast, &b""[..], 3), (Stream::Broadcast, b"", 4), (Stream::Topic, b"a", 1), (Stream::Broadcast, b"", 7), (Stream::Broadcast, b"", 7)]
+        {
+            account(&mut stats, &mut h, &mut seen, &p(s, t, q), 3_000);
+        }
+        assert_eq!((stats.push_received, stats.push_duplicates, stats.push_gaps), (5, 1, 2));
+        assert_eq!(stats.push_topics["*"], 4);
+        assert_eq!(stats.push_by_seq[&7], (2, 3_000));
+        assert_eq!(h.len(), 5);
+    }
+
+    #[test]
+    fn subscribe_patterns() {
+        let (t, spread) = parse_subscribe("room-{0..999}").unwrap();
+        assert_eq!((t.len(), t[999].as_str(), spread), (1000, "room-999", true));
+        assert_eq!(parse_subscribe("a,b").unwrap(), (vec!["a".to_string(), "b".to_string()], false));
+        assert!(parse_subscribe("room-{5..1}").is_err());
+        assert!(parse_subscribe("bad topic").is_err());
+    }
+}

@@ -1,0 +1,217 @@
+//! The supervisor's side of the admin API: publishes fanned out to the
+//! workers (each worker once, whatever its connection count), answers
+//! gathered from their acknowledgements, and connection listings.
+
+use super::push::{split_id, PushCommand};
+use crate::admin::route::{Message, Request as Route};
+use crate::admin::{Request, Response};
+use crate::proto::push::{wall_us, Stream};
+use crate::supervise::control::{ConnInfo, ListCommand, CMD_LIST, CMD_PUSH};
+use crate::supervise::Pool;
+use base64::Engine;
+use serde_json::json;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::mpsc::SyncSender;
+use std::time::{Duration, Instant};
+
+/// Longest a publish or listing waits for its workers.
+const PENDING_TIMEOUT: Duration = Duration::from_secs(60);
+
+enum Gather {
+    /// Per worker (queued, dropped); messages whose target does not exist.
+    Publish {
+        per_worker: BTreeMap<usize, (u64, u64)>,
+        not_found: u64,
+        seqs: Vec<u64>,
+        publish_us: u64,
+    },
+    List {
+        limit: usize,
+        list: Vec<ConnInfo>,
+    },
+}
+
+struct Pending {
+    reply: SyncSender<Response>,
+    /// Acknowledgements still expected, per worker.
+    waiting: BTreeMap<usize, u64>,
+    gather: Gather,
+    started: Instant,
+}
+
+#[derive(Default)]
+pub struct Publisher {
+    next_id: u64,
+    /// Sequence number of the last message per stream ("" = broadcast).
+    seqs: HashMap<String, u64>,
+    /// Request id of each outstanding publish or listing.
+    pending: HashMap<u64, Pending>,
+    /// Which request a publish id belongs to.
+    owner: HashMap<u64, u64>,
+    /// Messages published so far.
+    pub published: u64,
+}
+
+impl Publisher {
+    /// Start a publish or listing; `live` are the workers that may answer.
+    pub fn start(&mut self, req: Request, live: &[usize], pool: &mut Pool) {
+        self.next_id += 1;
+        let rid = self.next_id;
+        let mut waiting: BTreeMap<usize, u64> = BTreeMap::new();
+        let gather = match req.route {
+            Route::Connections { limit, topic } => {
+                let cmd = serde_json::to_string(&ListCommand { request_id: rid, limit, topic }).expect("serializes");
+                for &w in live {
+                    pool.send(w, &format!("{CMD_LIST} {cmd}"));
+                    waiting.insert(w, 1);
+                }
+                Gather::List { limit, list: Vec::new() }
+            }
+            Route::Publish(messages) => {
+                let publish_us = wall_us();
+                let (mut not_found, mut seqs) = (0, Vec::new());
+                for m in messages {
+                    let seq = self.next_seq(&m);
+                    seqs.push(seq);
+                    self.published += 1;
+                    let targets: Vec<usize> = match m.target {
+                        Some(id) => live.iter().copied().filter(|w| *w == split_id(id).0).collect(),
+                        None => live.to_vec(),
+                    };
+                    if targets.is_empty() {
+                        not_found += 1;
+                        continue;
+                    }
+                    self.next_id += 1;
+                    let pid = self.next_id;
+                    self.owner.insert(pid, rid);
+                    let cmd = PushCommand {
+                        publish_id: pid,
+                        stream: m.stream,
+                        topic: m.topic,
+                        seq,
+                        publish_us,
+                        target: m.target,
+                        data: base64::engine::general_purpose::STANDARD.encode(&m.data),
+                    };
+                    let line = format!("{CMD_PUSH} {}", serde_json::to_string(&cmd).expect("serializes"));
+                    for w in targets {
+                        pool.send(w, &line);
+                        *waiting.entry(w).or_insert(0) += 1;
+                    }
+                }
+                Gather::Publish { per_worker: BTreeMap::new(), not_found, seqs, publish_us }
+            }
+            other => {
+                let _ = req.reply.send(Response::error(500, format!("{other:?} is not a publish")));
+                return;
+            }
+        };
+        let p = Pending { reply: req.reply, waiting, gather, started: Instant::now() };
+        if p.waiting.is_empty() {
+            finish(p, &[]);
+        } else {
+            self.pending.insert(rid, p);
+        }
+    }
+
+    fn next_seq(&mut self, m: &Message) -> u64 {
+        if m.stream == Stream::Unicast {
+            return 0;
+        }
+        let s = self.seqs.entry(m.topic.clone()).or_insert(0);
+        *s += 1;
+        *s
+    }
+
+    /// A worker carried out push `publish_id`.
+    pub fn pushed(&mut self, worker: usize, publish_id: u64, queued: u64, dropped: u64) {
+        let Some(&rid) = self.owner.get(&publish_id) else { return };
+        if let Some(p) = self.pending.get_mut(&rid) {
+            if let Gather::Publish { per_worker, .. } = &mut p.gather {
+                let e = per_worker.entry(worker).or_insert((0, 0));
+                e.0 += queued;
+                e.1 += dropped;
+            }
+            self.ack(rid, worker);
+        }
+    }
+
+    /// A worker answered listing `request_id`.
+    pub fn listed(&mut self, worker: usize, request_id: u64, list: Vec<ConnInfo>) {
+        if let Some(p) = self.pending.get_mut(&request_id) {
+            if let Gather::List { limit, list: all } = &mut p.gather {
+                let room = limit.saturating_sub(all.len());
+                all.extend(list.into_iter().take(room));
+            }
+            self.ack(request_id, worker);
+        }
+    }
+
+    fn ack(&mut self, rid: u64, worker: usize) {
+        let Some(p) = self.pending.get_mut(&rid) else { return };
+        if let Some(n) = p.waiting.get_mut(&worker) {
+            *n -= 1;
+            if *n == 0 {
+                p.waiting.remove(&worker);
+            }
+        }
+        if p.waiting.is_empty() {
+            let p = self.take(rid);
+            finish(p, &[]);
+        }
+    }
+
+    /// Remove a finished request and the publish ids that pointed to it.
+    fn take(&mut self, rid: u64) -> Pending {
+        self.owner.retain(|_, r| *r != rid);
+        self.pending.remove(&rid).expect("present")
+    }
+
+    /// A worker died: stop waiting for it.
+    pub fn worker_gone(&mut self, worker: usize) {
+        let done: Vec<u64> = self
+            .pending
+            .iter_mut()
+            .filter_map(|(rid, p)| {
+                p.waiting.remove(&worker);
+                p.waiting.is_empty().then_some(*rid)
+            })
+            .collect();
+        for rid in done {
+            let p = self.take(rid);
+            finish(p, &[worker]);
+        }
+    }
+
+    /// Answer what waited too long with what arrived.
+    pub fn expire(&mut self) {
+        let late: Vec<u64> = self.pending.iter().filter(|(_, p)| p.started.elapsed() > PENDING_TIMEOUT).map(|(r, _)| *r).collect();
+        for rid in late {
+            let p = self.take(rid);
+            let missing: Vec<usize> = p.waiting.keys().copied().collect();
+            finish(p, &missing);
+        }
+    }
+}
+
+/// Send the answer of a finished request; `missing` workers never answered.
+fn finish(p: Pending, missing: &[usize]) {
+    let elapsed_ms = p.started.elapsed().as_secs_f64() * 1000.0;
+    let body = match p.gather {
+        Gather::List { list, .. } => json!({ "connections": list, "missing_workers": missing }),
+        Gather::Publish { per_worker, not_found, seqs, publish_us } => {
+            let queued: u64 = per_worker.values().map(|v| v.0).sum();
+            let dropped: u64 = per_worker.values().map(|v| v.1).sum();
+            let workers: BTreeMap<String, serde_json::Value> =
+                per_worker.iter().map(|(w, (q, d))| (w.to_string(), json!({"queued": q, "dropped": d}))).collect();
+            json!({ "messages": seqs.len(), "seq": seqs, "publish_us": publish_us, "queued": queued, "dropped_slow_consumers": dropped,
+                    "not_found": not_found, "workers": workers, "missing_workers": missing, "elapsed_ms": elapsed_ms })
+        }
+    };
+    let status = match &body["not_found"] {
+        serde_json::Value::Number(n) if n.as_u64() == body["messages"].as_u64() && n.as_u64() > Some(0) => 404,
+        _ => 200,
+    };
+    let _ = p.reply.send(Response::json(status, &body));
+}

@@ -1,0 +1,90 @@
+//! Pushes and connection listings, as the supervisor commands them.
+
+use super::Worker;
+use crate::net;
+use crate::proto::push::{self, Push, Stream};
+use crate::proto::Protocol;
+use crate::server::push::{bucket, conn_id, split_id, PushCommand, LATENCY_BUCKETS_MS};
+use crate::supervise::control::{self, ConnInfo, ListCommand, WorkerMsg};
+use base64::Engine;
+
+/// Re-read the wall clock after this many writes (latency buckets).
+const CLOCK_EVERY: usize = 64;
+
+impl Worker {
+    /// Deliver one publish to its targets in this worker, from one buffer.
+    pub(super) fn push(&mut self, cmd: PushCommand) {
+        self.stats.push_commands += 1;
+        let (mut queued, mut dropped) = (0, 0);
+        let data = base64::engine::general_purpose::STANDARD.decode(cmd.data.as_bytes()).unwrap_or_default();
+        let targets: Vec<usize> = if self.cfg.protocol != Protocol::Framed {
+            Vec::new()
+        } else {
+            match cmd.stream {
+                Stream::Broadcast => self.conns.iter().map(|(k, _)| k).collect(),
+                Stream::Topic => self.topics.subscribers(&cmd.topic),
+                Stream::Unicast => cmd
+                    .target
+                    .map(split_id)
+                    .filter(|(w, k, g)| *w == self.cfg.worker && self.conns.get(*k).is_some_and(|c| c.gen & 0xFF_FFFF == *g))
+                    .map(|(_, k, _)| vec![k])
+                    .unwrap_or_default(),
+            }
+        };
+        let mut frame = Vec::with_capacity(64 + data.len());
+        push::encode(&mut frame, &Push { stream: cmd.stream, topic: cmd.topic.as_bytes(), seq: cmd.seq, publish_us: cmd.publish_us, data: &data });
+        let mut slow = Vec::new();
+        let mut now_us = push::wall_us();
+        for (i, key) in targets.iter().enumerate() {
+            let Some(conn) = self.conns.get_mut(*key) else { continue };
+            match net::send_capped(&mut conn.stream, &mut conn.backlog, &frame, self.cfg.max_pending_bytes, "slow_consumer") {
+                Ok(()) => {
+                    queued += 1;
+                    if i % CLOCK_EVERY == 0 {
+                        now_us = push::wall_us();
+                    }
+                    let lat_us = now_us.saturating_sub(cmd.publish_us);
+                    self.record_push_latency(lat_us);
+                }
+                Err(reason) => slow.push((*key, reason)),
+            }
+        }
+        for (key, reason) in slow {
+            dropped += 1;
+            self.close(key, reason);
+        }
+        self.stats.push_delivered += queued;
+        self.stats.push_dropped += dropped;
+        self.stats.frames_out += queued;
+        control::emit(&WorkerMsg::Pushed { worker: self.cfg.worker, publish_id: cmd.publish_id, queued, dropped });
+    }
+
+    fn record_push_latency(&mut self, us: u64) {
+        let b = &mut self.stats.push_latency_buckets;
+        if b.len() != LATENCY_BUCKETS_MS.len() + 1 {
+            b.resize(LATENCY_BUCKETS_MS.len() + 1, 0);
+        }
+        b[bucket(us as f64 / 1000.0)] += 1;
+        self.stats.push_latency_sum_us += us;
+    }
+
+    /// Report up to `limit` connections (optionally only a topic's).
+    pub(super) fn list(&mut self, cmd: &ListCommand) {
+        let now = self.now_s();
+        let worker = self.cfg.worker;
+        let list = self
+            .conns
+            .iter()
+            .filter(|(_, c)| cmd.topic.as_deref().is_none_or(|t| self.topics.has(&c.subs, t)))
+            .take(cmd.limit)
+            .map(|(k, c)| ConnInfo {
+                id: conn_id(worker, k, c.gen),
+                worker,
+                peer: c.stream.peer_addr().map(|a| a.to_string()).unwrap_or_default(),
+                age_s: now.saturating_sub(c.since_s) as u64,
+                topics: self.topics.names_of(&c.subs),
+            })
+            .collect();
+        control::emit(&WorkerMsg::Connections { worker, request_id: cmd.request_id, list });
+    }
+}

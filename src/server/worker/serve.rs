@@ -1,0 +1,137 @@
+//! The read path of a server worker: frames, echo8 units and HTTP
+//! requests in, heartbeat acks, replies and subscriptions out, and the
+//! business stage's finished jobs delivered in order.
+
+use super::Worker;
+use crate::net::{self, ReadEnd};
+use crate::proto::frame::{self, Kind};
+use crate::proto::{Protocol, ECHO8_LEN};
+use crate::server::http;
+use crate::server::requests::Requests;
+use std::time::Instant;
+
+impl Worker {
+    pub(super) fn on_conn_event(&mut self, key: usize, readable: bool, read_closed: bool, writable: bool) {
+        let now_s = self.now_s();
+        let now_ds = self.now_ds();
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        let mut end: Option<String> = None;
+        if writable && conn.backlog.is_some() {
+            if let Err(reason) = net::flush(&mut conn.stream, &mut conn.backlog) {
+                end = Some(reason);
+            }
+        }
+        if readable && end.is_none() {
+            conn.last_seen_s = now_s;
+            self.out.clear();
+            let gen = conn.gen;
+            let mut req =
+                Requests { out: &mut self.out, stats: &mut self.stats, stage: &mut self.stage, rng: &mut self.rng, service: &self.cfg.service_time, key, gen };
+            let r = match self.cfg.protocol {
+                Protocol::Framed => {
+                    let (topics, subs) = (&mut self.topics, &mut conn.subs);
+                    net::read_frames(&mut conn.stream, &mut conn.partial, &mut self.scratch, read_closed, |f| {
+                        req.stats.frames_in += 1;
+                        match f.kind {
+                            Kind::Heartbeat => {
+                                frame::encode(req.out, Kind::HeartbeatAck, f.payload);
+                                req.stats.frames_out += 1;
+                            }
+                            Kind::Request => {
+                                let mut reply = Vec::with_capacity(frame::HEADER_LEN + f.payload.len());
+                                frame::encode(&mut reply, Kind::Reply, f.payload);
+                                req.handle(reply, true);
+                            }
+                            Kind::Subscribe => topics.subscribe(subs, key, f.payload)?,
+                            Kind::Unsubscribe => topics.unsubscribe(subs, key, f.payload),
+                            _ => return Err("bad_frame_unexpected_kind"),
+                        }
+                        Ok(())
+                    })
+                }
+                Protocol::Http => {
+                    let http = &mut conn.http;
+                    let mut ctx = http::Ctx { req, cfg: &self.cfg.http, date: &self.date };
+                    let r = net::read_chunks(&mut conn.stream, &mut conn.partial, &mut self.scratch, read_closed, |buf| http::consume(&mut ctx, http, buf));
+                    http::track_partial(&mut conn.http, conn.partial.is_some(), now_ds);
+                    r
+                }
+                Protocol::Echo8 => net::read_fixed(&mut conn.stream, &mut conn.partial, &mut self.scratch, read_closed, ECHO8_LEN, |u| {
+                    req.handle(u.to_vec(), false);
+                    Ok(())
+                }),
+            };
+            // Answer what was decoded even when the stream then ended.
+            if let Err(reason) = net::send(&mut conn.stream, &mut conn.backlog, &self.out) {
+                end.get_or_insert(reason);
+            }
+            match r {
+                ReadEnd::Open => {}
+                ReadEnd::Eof => end = end.or(Some("peer_closed".into())),
+                ReadEnd::Error(reason) => end = end.or(Some(reason)),
+            }
+        }
+        if let Some(reason) = end {
+            self.close(key, reason);
+        }
+    }
+
+    /// Send the replies of jobs the business stage finished since last time.
+    pub(super) fn deliver_done(&mut self) {
+        for done in self.stage.take_done(Instant::now()) {
+            self.stats.count_reply(done.applied);
+            let Some(conn) = self.conns.get_mut(done.job.key) else { continue };
+            if conn.gen != done.job.gen {
+                continue;
+            }
+            if let Err(reason) = net::send(&mut conn.stream, &mut conn.backlog, &done.job.reply) {
+                self.close(done.job.key, reason);
+                continue;
+            }
+            if self.cfg.protocol == Protocol::Http {
+                self.resume_http(done.job.key);
+            }
+        }
+    }
+
+    /// After an HTTP reply left the business stage: close if the request
+    /// asked to, else parse what was pipelined behind it.
+    pub(super) fn resume_http(&mut self, key: usize) {
+        let now_ds = self.now_ds();
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        let Some(h) = conn.http.as_mut() else { return };
+        h.awaiting = false;
+        if h.close_after {
+            return self.close(key, "http_connection_close".into());
+        }
+        let Some(buf) = conn.partial.take() else {
+            http::track_partial(&mut conn.http, false, now_ds);
+            return;
+        };
+        self.out.clear();
+        let req = Requests {
+            out: &mut self.out,
+            stats: &mut self.stats,
+            stage: &mut self.stage,
+            rng: &mut self.rng,
+            service: &self.cfg.service_time,
+            key,
+            gen: conn.gen,
+        };
+        let mut ctx = http::Ctx { req, cfg: &self.cfg.http, date: &self.date };
+        let r = http::consume(&mut ctx, &mut conn.http, &buf);
+        let mut end = r.as_ref().err().map(|e| e.to_string());
+        if let Ok(used) = r {
+            if used < buf.len() {
+                conn.partial = Some(Box::new(buf[used..].to_vec()));
+            }
+        }
+        http::track_partial(&mut conn.http, conn.partial.is_some(), now_ds);
+        if let Err(reason) = net::send(&mut conn.stream, &mut conn.backlog, &self.out) {
+            end.get_or_insert(reason);
+        }
+        if let Some(reason) = end {
+            self.close(key, reason);
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! Push through the admin API on real sockets: /metrics read by
+//! Prometheus's own parser, unicast/broadcast/topic reaching exactly their
+//! targets, slow consumers closed without hurting the others, and the
+//! admin API's guard rails.
+mod common;
+use common::*;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+fn admin_addr(ready: &Value) -> String {
+    ready["admin"].as_str().expect("the server reports its admin address").to_string()
+}
+
+fn frame(kind: u8, payload: &[u8]) -> Vec<u8> {
+    let mut f = ((payload.len() + 1) as u16).to_be_bytes().to_vec();
+    f.push(kind);
+    f.extend_from_slice(payload);
+    f
+}
+
+/// Data of every push frame in `buf` (kind 8: stream, topic, seq, stamp, data).
+fn pushes(buf: &[u8]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while buf.len() >= pos + 3 {
+        let len = u16::from_be_bytes([buf[pos], buf[pos + 1]]) as usize;
+        if buf.len() < pos + 2 + len {
+            break;
+        }
+        let (kind, payload) = (buf[pos + 2], &buf[pos + 3..pos + 2 + len]);
+        if kind == 8 {
+            let tlen = payload[1] as usize;
+            out.push(payload[2 + tlen + 16..].to_vec());
+        }
+        pos += 2 + len;
+    }
+    out
+}
+
+/// Read what each socket has within `wait` (non-blocking sweeps).
+fn drain(socks: &mut [TcpStream], bufs: &mut [Vec<u8>], wait: Duration) {
+    let end = Instant::now() + wait;
+    let mut chunk = [0u8; 65536];
+    while Instant::now() < end {
+        for (s, b) in socks.iter_mut().zip(bufs.iter_mut()) {
+            while let Ok(n) = s.read(&mut chunk) {
+                if n == 0 {
+                    break;
+                }
+                b.extend_from_slice(&chunk[..n]);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn metrics_parse_with_prometheus_and_agree_with_the_client() {
+    let (mut srv, _, ready) = server_ready(&["--ports", "21600-21601"], None);
+    let admin = admin_addr(&ready);
+    let mut cmd = megaconn();
+    cmd.args(["client", "--ports", "21600-21601", "--connections", "2000", "--rate", "5000", "--heartbeat", "1s", "--hold", "5s", "--json"]);
+    let load = std::thread::spawn(move || run(cmd, Duration::from_secs(60)));
+    srv.wait_for(Duration::from_secs(30), "2000 held", |v| v["event"] == "stats" && v["active"] == 2000);
+    let (status, text) = http(&admin, "GET", "/metrics", b"", None);
+    assert_eq!(status, 200);
+    let script = "import sys\nfrom prometheus_client.openmetrics.parser import text_string_to_metric_families as p\n\
+                  fams = {f.name: f for f in p(sys.stdin.read())}\n\
+                  print(int(fams['megaconn_connections'].samples[0].value), len(fams))";
+    let mut py = std::process::Command::new("python3");
+    py.args(["-c", script]).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let mut child = py.spawn().expect("python3");
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "the OpenMetrics parser rejected /metrics: {}\n{text}", String::from_utf8_lossy(&out.stderr));
+    let parsed = String::from_utf8_lossy(&out.stdout).to_string();
+    let mut it = parsed.split_whitespace();
+    assert_eq!(it.next(), Some("2000"), "{parsed}");
+    assert!(it.next().unwrap().parse::<usize>().unwrap() >= 15, "{parsed}");
+    let (status, stats) = http(&admin, "GET", "/stats", b"", None);
+    assert_eq!(status, 200);
+    let stats: Value = serde_json::from_str(&stats).unwrap();
+    assert_eq!(stats["active"], 2000, "{stats}");
+    let (code, out, err) = load.join().unwrap();
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["summary"]["held"], 2000);
+    assert_eq!(http(&admin, "GET", "/healthz", b"", None).0, 200);
+    assert!(srv.terminate().success());
+}
+
+#[test]
+fn unicast_broadcast_and_topic_reach_exactly_their_targets() {
+    raise_fd_limit();
+    let (mut srv, _, ready) = server_ready(&["--ports", "21610", "--workers", "2"], None);
+    let admin = admin_addr(&ready);
+    let mut socks: Vec<TcpStream> = (0..1000).map(|_| TcpStream::connect("127.0.0.1:21610").unwrap()).collect();
+    for (i, s) in socks.iter_mut().enumerate() {
+        s.write_all(&frame(6, if i % 2 == 0 { b"even" } else { b"odd" })).unwrap();
+        s.set_nonblocking(true).unwrap();
+    }
+    srv.wait_for(Duration::from_secs(20), "1000 subscribed", |v| v["event"] == "stats" && v["active"] == 1000 && v["subscriptions"] == 1000);
+    let (status, list) = http(&admin, "GET", "/connections?limit=1000", b"", None);
+    assert_eq!(status, 200, "{list}");
+    let list: Value = serde_json::from_str(&list).unwrap();
+    let by_peer: HashMap<String, u64> =
+        list["connections"].as_array().unwrap().iter().map(|c| (c["peer"].as_str().unwrap().to_string(), c["id"].as_u64().unwrap())).collect();
+    assert_eq!(by_peer.len(), 1000);
+    let mut bufs = vec![Vec::new(); 1000];
+    // Unicast to connection 17 by its id.
+    let id = by_peer[&socks[17].local_addr().unwrap().to_string()];
+    let (status, r) = http(&admin, "POST", &format!("/push/{id}"), b"solo", None);
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(serde_json::from_str::<Value>(&r).unwrap()["queued"], 1, "{r}");
+    drain(&mut socks, &mut bufs, Duration::from_millis(500));
+    for (i, b) in bufs.iter_mut().enumerate() {
+        assert_eq!(pushes(b), if i == 17 { vec![b"solo".to_vec()] } else { vec![] }, "connection {i}");
+        b.clear();
+    }
+    // Broadcast: every connection exactly once.
+    let (status, r) = http(&admin, "POST", "/broadcast", b"all", None);
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(serde_json::from_str::<Value>(&r).unwrap()["queued"], 1000, "{r}");
+    drain(&mut socks, &mut bufs, Duration::from_millis(800));
+    for (i, b) in bufs.iter_mut().enumerate() {
+        assert_eq!(pushes(b), vec![b"all".to_vec()], "connection {i}");
+        b.clear();
+    }
+    // A topic: exactly its subscribers.
+    let (status, r) = http(&admin, "POST", "/publish?topic=even", b"e", None);
+    assert_eq!((status, serde_json::from_str::<Value>(&r).unwrap()["queued"].as_u64()), (200, Some(500)), "{r}");
+    drain(&mut socks, &mut bufs, Duration::from_millis(800));
+    for (i, b) in bufs.iter().enumerate() {
+        assert_eq!(pushes(b), if i % 2 == 0 { vec![b"e".to_vec()] } else { vec![] }, "connection {i}");
+    }
+    // A connection id nobody has.
+    assert_eq!(http(&admin, "POST", &format!("/push/{}", 999u64 << 48), b"x", None).0, 404);
+    assert!(srv.terminate().success());
+}
+
+#[test]
+fn a_reader_too_slow_for_its_pushes_is_closed_and_the_others_get_everything() {
+    let (mut srv, _, ready) = server_ready(&["--ports", "21620", "--workers", "1", "--max-pending-bytes", "65536"], None);
+    let admin = admin_addr(&ready);
+    // One connection that never reads, with a small receive buffer.
+    let slow = TcpStream::connect("127.0.0.1:21620").unwrap();
+    let small: libc::c_int = 4096;
+    // SAFETY: setsockopt with an int on a socket we own.
+    unsafe { libc::setsockopt(std::os::fd::AsRawFd::as_raw_fd(&slow), libc::SOL_SOCKET, libc::SO_RCVBUF, (&small as *const libc::c_int).cast(), 4) };
+    let mut cmd = megaconn();
+    cmd.args(["client", "--ports", "21620", "--connections", "99", "--heartbeat", "off", "--hold", "12s", "--json"]);
+    let load = std::thread::spawn(move || run(cmd, Duration::from_secs(90)));
+    srv.wait_for(Duration::from_secs(20), "100 connections", |v| v["event"] == "stats" && v["active"] == 100);
+    // 10 MB of pushes: 2,500 broadcasts of 4,000 bytes.
+    let msg = vec![b'p'; 4000];
+    for _ in 0..2500 {
+        let (status, r) = http(&admin, "POST", "/broadcast", &msg, None);
+        assert_eq!(status, 200, "{r}");
+    }
+    let closed = srv.wait_for(Duration::from_secs(20), "slow consumer closed", |v| v["event"] == "stats" && v["close_reasons"]["slow_consumer"] == 1);
+    assert!(closed["rss_bytes"].as_u64().unwrap() < 64 << 20, "server memory stays bounded: {closed}");
+    let (code, out, err) = load.join().unwrap();
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let p = &v["summary"]["push"];
+    assert_eq!(p["received"], 99 * 2500, "{p}");
+    assert_eq!(p["duplicates"], 0, "{p}");
+    assert_eq!(p["gaps"], 0, "{p}");
+    drop(slow);
+    assert!(srv.terminate().success());
+}
+
+#[test]
+fn the_admin_api_guards_itself() {
+    // Off loopback without a token: refused before anything starts.
+    let mut cmd = megaconn();
+    cmd.args(["server", "--ports", "21630", "--admin", "0.0.0.0:0"]);
+    let (code, _, err) = run(cmd, Duration::from_secs(20));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--admin-token"), "{err}");
+    // With a token, a request without it gets 401 (we talk to it over loopback).
+    let (mut srv, _, ready) = server_ready(&["--ports", "21631", "--admin", "0.0.0.0:0", "--admin-token", "s3cret"], None);
+    let port = admin_addr(&ready).rsplit(':').next().unwrap().to_string();
+    let admin = format!("127.0.0.1:{port}");
+    assert_eq!(http(&admin, "GET", "/stats", b"", None).0, 401);
+    assert_eq!(http(&admin, "GET", "/stats", b"", Some("wrong")).0, 401);
+    assert_eq!(http(&admin, "GET", "/stats", b"", Some("s3cret")).0, 200);
+    // Malformed requests: a 4xx with a one-line reason.
+    for (method, path, body, want) in [
+        ("POST", "/push/not-an-id", &b"x"[..], 400),
+        ("POST", "/publish?topic=bad%20topic", b"x", 400),
+        ("POST", "/broadcast", &[0u8; 5000][..], 413),
+        ("GET", "/nothing", b"", 404),
+        ("GET", "/broadcast", b"", 405),
+    ] {
+        let (status, body) = http(&admin, method, path, body, Some("s3cret"));
+        assert_eq!(status, want, "{method} {path}: {body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert!(v["error"].as_str().is_some_and(|e| !e.is_empty() && !e.contains('\n')), "{body}");
+    }
+    assert!(srv.terminate().success());
+}
