@@ -203,3 +203,42 @@ fn the_admin_api_guards_itself() {
     }
     assert!(srv.terminate().success());
 }
+
+#[test]
+fn the_push_bench_times_every_broadcast_to_every_connection() {
+    let mut cmd = megaconn();
+    cmd.args(["bench", "--scenario", "push", "--connections", "3000", "--broadcasts", "3", "--broadcast-interval", "300ms"]);
+    cmd.args(["--ports", "21640-21643", "--hold", "6s", "--heartbeat", "1s", "--json"]);
+    let (code, out, err) = run(cmd, Duration::from_secs(90));
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let p = &v["push"];
+    assert_eq!(p["broadcasts"], 3, "{p}");
+    assert_eq!(p["expected_deliveries"], 9000, "{p}");
+    assert_eq!(p["deliveries"], 9000, "{p}");
+    assert_eq!(p["dropped"], 0, "{p}");
+    assert_eq!(p["duplicates"], 0, "{p}");
+    for r in p["rounds"].as_array().unwrap() {
+        assert_eq!(r["deliveries"], 3000, "{r}");
+        assert!(r["time_to_all_ms"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    assert_eq!(p["delivery_ms"]["count"], 9000, "{p}");
+    assert_eq!(v["client"]["heartbeats_answered"], v["client"]["heartbeats_sent"], "heartbeats answered during pushes");
+    assert_eq!(sockets_on(21640, 21643), 0);
+}
+
+#[test]
+fn topics_spread_over_connections_reach_only_their_subscribers() {
+    let mut cmd = megaconn();
+    cmd.args(["bench", "--scenario", "push", "--connections", "1000", "--topics", "10", "--broadcasts", "2", "--broadcast-interval", "300ms"]);
+    cmd.args(["--ports", "21650", "--hold", "5s", "--json"]);
+    let (code, out, err) = run(cmd, Duration::from_secs(90));
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let p = &v["push"];
+    // Each connection took one of 10 topics; each round published once to every topic.
+    assert_eq!((p["deliveries"].as_u64(), p["expected_deliveries"].as_u64()), (Some(2000), Some(2000)), "{p}");
+    let topics = v["client"]["push"]["topics"].as_object().unwrap();
+    assert_eq!(topics.len(), 10, "{topics:?}");
+    assert!(topics.values().all(|n| n.as_u64() == Some(200)), "100 subscribers x 2 rounds per topic: {topics:?}");
+}

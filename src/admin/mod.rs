@@ -8,6 +8,7 @@
 //! loop as an [`Request`] on the same channel the workers report on, so
 //! one thread owns every worker pipe. The handler waits for the loop's
 //! [`Response`] (a publish answers once every worker has written it).
+pub mod client;
 pub mod metrics;
 pub mod route;
 

@@ -11,6 +11,9 @@ pub enum Scenario {
     /// The thread-pool experiment: 1000 connections x 1 req/s against
     /// inline, pool:1000, pool:20 and async, classic service time.
     Business,
+    /// Ramp to N, then publish broadcasts (or one message per topic)
+    /// through the admin API and time their delivery to every connection.
+    Push,
 }
 
 #[derive(Debug, Clone)]
@@ -27,6 +30,11 @@ pub struct BenchConfig {
     pub server_workers: Workers,
     pub client_workers: Workers,
     pub connect_timeout: Duration,
+    /// Push scenario: how many broadcasts (rounds), how far apart, and
+    /// over how many topics (0: broadcasts to everyone).
+    pub broadcasts: u64,
+    pub broadcast_interval: Duration,
+    pub topics: u64,
     pub json: bool,
 }
 
@@ -44,6 +52,9 @@ impl Default for BenchConfig {
             server_workers: Workers::Auto,
             client_workers: Workers::Auto,
             connect_timeout: Duration::from_secs(10),
+            broadcasts: 10,
+            broadcast_interval: Duration::from_secs(5),
+            topics: 0,
             json: false,
         }
     }

@@ -7,6 +7,7 @@
 pub mod business;
 pub mod config;
 pub mod pair;
+pub mod push;
 pub mod sockets;
 
 pub use config::{BenchConfig, Scenario};
@@ -94,8 +95,10 @@ pub fn server_config(cfg: &BenchConfig, connections: u64) -> ServerConfig {
 
 pub fn run(args: BenchConfig) -> Result<i32> {
     crate::signals::install();
-    if args.scenario == Scenario::Business {
-        return business::run(args);
+    match args.scenario {
+        Scenario::Business => return business::run(args),
+        Scenario::Push => return push::run(args),
+        Scenario::Connections => {}
     }
     let hold = args.hold.unwrap_or(Duration::from_secs(20));
     let (_, fds) = crate::sys::raise_fd_limit();

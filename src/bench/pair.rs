@@ -30,6 +30,8 @@ pub struct PairRun<'p, S, F: FnMut(&ServerFleet, &ClientRun) -> S> {
     /// Phase lines (ramp done, hold over) are shown; business runs show
     /// only their own summary lines.
     pub verbose: bool,
+    /// Set when the ramp is done (the push scenario starts publishing).
+    pub ramp_done: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl<'p, S, F: FnMut(&ServerFleet, &ClientRun) -> S> PairRun<'p, S, F> {
@@ -44,6 +46,7 @@ impl<'p, S, F: FnMut(&ServerFleet, &ClientRun) -> S> PairRun<'p, S, F> {
             failure: None,
             next_print: Instant::now() + PRINT_EVERY,
             verbose: true,
+            ramp_done: None,
         }
     }
 
@@ -101,9 +104,14 @@ impl<S, F: FnMut(&ServerFleet, &ClientRun) -> S> Supervised for PairRun<'_, S, F
             self.client.interrupt();
         }
         match self.client.tick() {
-            Tick::RampDone if self.verbose => {
-                let l = self.line();
-                self.progress.note(&format!("ramp done: {l}"));
+            Tick::RampDone => {
+                if let Some(f) = &self.ramp_done {
+                    f.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+                if self.verbose {
+                    let l = self.line();
+                    self.progress.note(&format!("ramp done: {l}"));
+                }
             }
             Tick::HoldOver => {
                 self.at_hold = Some((self.sample)(&self.server, &self.client));

@@ -78,6 +78,9 @@ impl From<BenchArgs> for BenchConfig {
             server_workers: a.server_workers,
             client_workers: a.client_workers,
             connect_timeout: a.connect_timeout,
+            broadcasts: a.broadcasts,
+            broadcast_interval: a.broadcast_interval,
+            topics: a.topics,
             json: a.json,
         }
     }

@@ -223,6 +223,15 @@ pub struct BenchArgs {
     /// Give up on a handshake after this long.
     #[arg(long, value_parser = parse::positive_duration, default_value = "10s")]
     pub connect_timeout: Duration,
+    /// Push scenario: broadcasts to publish (rounds, with --topics).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000), default_value = "10")]
+    pub broadcasts: u64,
+    /// Push scenario: time between broadcasts.
+    #[arg(long, value_parser = parse::positive_duration, default_value = "5s")]
+    pub broadcast_interval: Duration,
+    /// Push scenario: spread connections over this many topics and publish one message to each per round (0: broadcasts).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=100_000), default_value = "0")]
+    pub topics: u64,
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,

@@ -1,0 +1,28 @@
+//! The smallest HTTP/1.1 client that talks to an admin API: one request
+//! per connection, Content-Length bodies (what our server sends). The
+//! bench publishes through it so pushes go the way an operator's would.
+
+use anyhow::{anyhow, bail, Context, Result};
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Send one request; (status, body).
+pub fn request(addr: SocketAddr, method: &str, path: &str, body: &[u8], token: Option<&str>) -> Result<(u16, String)> {
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).with_context(|| format!("cannot reach the admin API at {addr}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(120)))?;
+    let _ = s.set_nodelay(true);
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+    s.write_all(head.as_bytes())?;
+    s.write_all(body)?;
+    let mut out = Vec::new();
+    s.read_to_end(&mut out)?;
+    let mut headers = [httparse::EMPTY_HEADER; 32];
+    let mut resp = httparse::Response::new(&mut headers);
+    let n = match resp.parse(&out).map_err(|e| anyhow!("bad admin response: {e}"))? {
+        httparse::Status::Complete(n) => n,
+        httparse::Status::Partial => bail!("truncated admin response"),
+    };
+    Ok((resp.code.unwrap_or(0), String::from_utf8_lossy(&out[n..]).to_string()))
+}

@@ -1,0 +1,247 @@
+//! `megaconn bench --scenario push`: ramp to N connections, then publish
+//! K broadcasts (or, with `--topics T`, one message to each of T topics
+//! per round; connection g subscribes to topic g % T) through the admin
+//! API over real HTTP, and time them: per round, from the publish stamp to
+//! the last connection's receipt (time to all), and the delivery latency
+//! distribution over every receipt.
+
+use super::pair::PairRun;
+use super::BenchConfig;
+use crate::client::run::ClientRun;
+use crate::client::{ClientConfig, LoadConfig};
+use crate::server::fleet::ServerFleet;
+use crate::stats::histogram::{self, LatencySummary};
+use crate::stats::{format, progress::Progress};
+use crate::supervise;
+use anyhow::Result;
+use serde::Serialize;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Pause between the end of the ramp and the first publish.
+const SETTLE: Duration = Duration::from_secs(2);
+/// Hold kept after the last publish, for the last deliveries.
+const TAIL: Duration = Duration::from_secs(15);
+
+/// One round as the admin API answered it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Round {
+    pub seq: u64,
+    pub publish_us: u64,
+    /// Connections the server wrote it to.
+    pub queued: u64,
+    /// The admin request's own round trip (the server answers once every
+    /// worker has written the message).
+    pub request_ms: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RoundResult {
+    pub seq: u64,
+    pub deliveries: u64,
+    pub queued: u64,
+    /// Last receipt minus the publish stamp.
+    pub time_to_all_ms: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PushReport {
+    pub connections: u64,
+    pub topics: u64,
+    pub broadcasts: u64,
+    pub payload: usize,
+    pub expected_deliveries: u64,
+    pub deliveries: u64,
+    pub dropped: u64,
+    pub duplicates: u64,
+    pub gaps: u64,
+    pub time_to_all_ms: Spread,
+    pub delivery_ms: LatencySummary,
+    pub rounds: Vec<RoundResult>,
+    pub heartbeats_sent: u64,
+    pub heartbeats_answered: u64,
+    pub server_workers: usize,
+    pub server_cpu_seconds: f64,
+    pub client_cpu_seconds: f64,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Spread {
+    pub min: f64,
+    pub median: f64,
+    pub max: f64,
+}
+
+fn spread(mut v: Vec<f64>) -> Spread {
+    if v.is_empty() {
+        return Spread::default();
+    }
+    v.sort_by(f64::total_cmp);
+    Spread { min: v[0], median: v[v.len() / 2], max: v[v.len() - 1] }
+}
+
+pub fn run(args: BenchConfig) -> Result<i32> {
+    let (_, fds) = crate::sys::raise_fd_limit();
+    let publishing = args.broadcast_interval * args.broadcasts as u32;
+    let hold = args.hold.unwrap_or(SETTLE + publishing + TAIL);
+    let mut server_cfg = super::server_config(&args, args.connections);
+    server_cfg.admin = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    let topics: Vec<String> = (0..args.topics).map(|t| format!("room-{t}")).collect();
+    let client_cfg = ClientConfig {
+        load: LoadConfig {
+            ports: args.ports.clone(),
+            connections: args.connections,
+            rate: args.rate,
+            source_ips: args.source_ips.clone(),
+            heartbeat: args.heartbeat,
+            payload: args.payload,
+            hold,
+            connect_timeout: args.connect_timeout,
+            subscribe: topics.clone(),
+            subscribe_spread: true,
+            nice: super::CLIENT_NICE,
+            ..Default::default()
+        },
+        workers: args.client_workers,
+        ..Default::default()
+    };
+    let splan = crate::server::plan(&server_cfg, fds.hard).map_err(crate::UsageError)?;
+    let (cplan, cwplan) = crate::client::plan(&client_cfg, fds.hard).map_err(crate::UsageError)?;
+    crate::tune::precheck(args.connections, crate::tune::plan::TuneRole::Both, args.ports.len() as u64, args.rate)?;
+    let mut progress = Progress::new(false);
+    let what = if topics.is_empty() { "broadcasts".to_string() } else { format!("rounds over {} topics", topics.len()) };
+    progress.note(&format!(
+        "push bench: {} connections, then {} {what} of {} bytes every {:.1} s | {}",
+        format::count(args.connections),
+        args.broadcasts,
+        args.payload,
+        args.broadcast_interval.as_secs_f64(),
+        crate::client::describe(&cplan, &cwplan)
+    ));
+    let (tx, rx) = supervise::channel();
+    let server = crate::server::start(&server_cfg, &splan, None, &tx, &rx)?;
+    let admin = crate::admin::serve(server_cfg.admin.expect("set above"), None, tx.clone())?;
+    let client = ClientRun::start(&cplan, &client_cfg.load, &cwplan, None, &tx)?;
+    let ramp_done = Arc::new(AtomicBool::new(false));
+    let rounds = Arc::new(Mutex::new(Vec::<Round>::new()));
+    let publisher = {
+        let (ramp_done, rounds, args) = (ramp_done.clone(), rounds.clone(), args.clone());
+        std::thread::spawn(move || publish(admin, &args, &topics, &ramp_done, &rounds))
+    };
+    let sample = |server: &ServerFleet, _: &ClientRun| server.pids().len();
+    let mut pair = PairRun::new(server, client, &mut progress, sample);
+    pair.ramp_done = Some(ramp_done.clone());
+    pair.run(&rx)?;
+    ramp_done.store(true, Ordering::SeqCst);
+    let publish_error = publisher.join().map_err(|_| anyhow::anyhow!("the publisher thread panicked"))?.err();
+    let workers = pair.at_hold.take().unwrap_or(0);
+    let (server, client) = (pair.server, pair.client);
+    let summary = client.summary();
+    let t = client.view.totals();
+    let rounds = rounds.lock().expect("rounds").clone();
+    // One result per round: with topics, round k is sequence k of every
+    // topic, timed from its first publish.
+    let mut by_seq: std::collections::BTreeMap<u64, (u64, u64)> = Default::default();
+    for r in &rounds {
+        let e = by_seq.entry(r.seq).or_insert((u64::MAX, 0));
+        e.0 = e.0.min(r.publish_us);
+        e.1 += r.queued;
+    }
+    let results: Vec<RoundResult> = by_seq
+        .iter()
+        .map(|(seq, (publish_us, queued))| {
+            let (n, last) = t.push_by_seq.get(seq).copied().unwrap_or((0, *publish_us));
+            RoundResult { seq: *seq, deliveries: n, queued: *queued, time_to_all_ms: last.saturating_sub(*publish_us) as f64 / 1000.0 }
+        })
+        .collect();
+    let expected = summary.held * results.len() as u64;
+    let deliveries: u64 = results.iter().map(|r| r.deliveries).sum();
+    let report = PushReport {
+        connections: summary.held,
+        topics: args.topics,
+        broadcasts: results.len() as u64,
+        payload: args.payload,
+        expected_deliveries: expected,
+        deliveries,
+        dropped: expected.saturating_sub(deliveries),
+        duplicates: t.push_duplicates,
+        gaps: t.push_gaps,
+        time_to_all_ms: spread(results.iter().map(|r| r.time_to_all_ms).collect()),
+        delivery_ms: histogram::summarize(&client.view.push_hist),
+        rounds: results,
+        heartbeats_sent: summary.heartbeats_sent,
+        heartbeats_answered: summary.heartbeats_answered,
+        server_workers: workers,
+        server_cpu_seconds: server.view.totals().cpu_seconds,
+        client_cpu_seconds: summary.cpu_seconds,
+    };
+    if args.json {
+        progress.finish();
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "push": report, "client": summary }))?);
+    } else {
+        crate::client::run::print_summary(&summary, &mut progress);
+        print_report(&report);
+    }
+    if let Some(e) = publish_error {
+        eprintln!("megaconn bench: publishing failed: {e:#}");
+        return Ok(1);
+    }
+    let (code, why) = crate::client::verdict(&summary, false);
+    if let Some(w) = why {
+        eprintln!("megaconn bench: {w}");
+    }
+    Ok(if report.dropped > 0 || report.duplicates > 0 { 1 } else { code })
+}
+
+/// The publisher thread: wait for the ramp, then publish on schedule.
+fn publish(admin: SocketAddr, args: &BenchConfig, topics: &[String], ramp_done: &AtomicBool, rounds: &Mutex<Vec<Round>>) -> Result<()> {
+    while !ramp_done.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(SETTLE);
+    let payload = vec![b'm'; args.payload.min(crate::proto::push::max_data(16))];
+    let start = Instant::now();
+    for k in 0..args.broadcasts {
+        let due = start + args.broadcast_interval * k as u32;
+        std::thread::sleep(due.saturating_duration_since(Instant::now()));
+        let paths: Vec<String> = if topics.is_empty() { vec!["/broadcast".into()] } else { topics.iter().map(|t| format!("/publish?topic={t}")).collect() };
+        for path in paths {
+            let t0 = Instant::now();
+            let (status, body) = crate::admin::client::request(admin, "POST", &path, &payload, None)?;
+            if status != 200 {
+                anyhow::bail!("POST {path} answered {status}: {body}");
+            }
+            let v: serde_json::Value = serde_json::from_str(&body)?;
+            rounds.lock().expect("rounds").push(Round {
+                seq: v["seq"][0].as_u64().unwrap_or(0),
+                publish_us: v["publish_us"].as_u64().unwrap_or(0),
+                queued: v["queued"].as_u64().unwrap_or(0),
+                request_ms: t0.elapsed().as_secs_f64() * 1000.0,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn print_report(r: &PushReport) {
+    println!(
+        "push          {} broadcasts x {} connections{} | deliveries {} of {} expected | dropped {} | duplicates {} | gaps {}",
+        r.broadcasts,
+        format::count(r.connections),
+        if r.topics > 0 { format!(" over {} topics", r.topics) } else { String::new() },
+        format::count(r.deliveries),
+        format::count(r.expected_deliveries),
+        format::count(r.dropped),
+        format::count(r.duplicates),
+        format::count(r.gaps)
+    );
+    println!(
+        "time to all   min {:.1} ms | median {:.1} ms | max {:.1} ms (publish stamp to the last connection's receipt)",
+        r.time_to_all_ms.min, r.time_to_all_ms.median, r.time_to_all_ms.max
+    );
+    let l = &r.delivery_ms;
+    println!("delivery      p50 {:.1} ms | p99 {:.1} ms | max {:.1} ms over {} receipts", l.p50_ms, l.p99_ms, l.max_ms, format::count(l.count));
+    println!("cpu           server {:.1} s | client {:.1} s | {} server workers", r.server_cpu_seconds, r.client_cpu_seconds, r.server_workers);
+}
