@@ -93,17 +93,10 @@ pub fn server_config(cfg: &BenchConfig, connections: u64) -> ServerConfig {
     }
 }
 
-pub fn run(args: BenchConfig) -> Result<i32> {
-    crate::signals::install();
-    match args.scenario {
-        Scenario::Business => return business::run(args),
-        Scenario::Push => return push::run(args),
-        Scenario::Connections => {}
-    }
-    let hold = args.hold.unwrap_or(Duration::from_secs(20));
-    let (_, fds) = crate::sys::raise_fd_limit();
-    let server_cfg = server_config(&args, args.connections);
-    let client_cfg = ClientConfig {
+/// The client a bench runs: the bench's load, held for `hold`, yielding
+/// CPU to the server (see [`CLIENT_NICE`]).
+pub fn client_config(args: &BenchConfig, hold: Duration) -> ClientConfig {
+    ClientConfig {
         load: LoadConfig {
             ports: args.ports.clone(),
             connections: args.connections,
@@ -119,7 +112,20 @@ pub fn run(args: BenchConfig) -> Result<i32> {
         },
         workers: args.client_workers,
         ..Default::default()
-    };
+    }
+}
+
+pub fn run(args: BenchConfig) -> Result<i32> {
+    crate::signals::install();
+    match args.scenario {
+        Scenario::Business => return business::run(args),
+        Scenario::Push => return push::run(args),
+        Scenario::Connections => {}
+    }
+    let hold = args.hold.unwrap_or(Duration::from_secs(20));
+    let (_, fds) = crate::sys::raise_fd_limit();
+    let server_cfg = server_config(&args, args.connections);
+    let client_cfg = client_config(&args, hold);
     let splan = crate::server::plan(&server_cfg, fds.hard).map_err(crate::UsageError)?;
     let (cplan, cwplan) = crate::client::plan(&client_cfg, fds.hard).map_err(crate::UsageError)?;
     let warnings = crate::tune::precheck(args.connections, crate::tune::plan::TuneRole::Both, args.ports.len() as u64, args.rate)?;
@@ -208,7 +214,7 @@ pub fn run(args: BenchConfig) -> Result<i32> {
         progress.finish();
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        crate::client::run::print_summary(&report.client, &mut progress);
+        crate::client::summary::print_summary(&report.client, &mut progress);
         print_report(&report);
     }
     if let Some(f) = failure {

@@ -8,7 +8,6 @@
 use super::pair::PairRun;
 use super::BenchConfig;
 use crate::client::run::ClientRun;
-use crate::client::{ClientConfig, LoadConfig};
 use crate::server::fleet::ServerFleet;
 use crate::stats::histogram::{self, LatencySummary};
 use crate::stats::{format, progress::Progress};
@@ -89,24 +88,9 @@ pub fn run(args: BenchConfig) -> Result<i32> {
     let mut server_cfg = super::server_config(&args, args.connections);
     server_cfg.admin = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
     let topics: Vec<String> = (0..args.topics).map(|t| format!("room-{t}")).collect();
-    let client_cfg = ClientConfig {
-        load: LoadConfig {
-            ports: args.ports.clone(),
-            connections: args.connections,
-            rate: args.rate,
-            source_ips: args.source_ips.clone(),
-            heartbeat: args.heartbeat,
-            payload: args.payload,
-            hold,
-            connect_timeout: args.connect_timeout,
-            subscribe: topics.clone(),
-            subscribe_spread: true,
-            nice: super::CLIENT_NICE,
-            ..Default::default()
-        },
-        workers: args.client_workers,
-        ..Default::default()
-    };
+    let mut client_cfg = super::client_config(&args, hold);
+    client_cfg.load.subscribe = topics.clone();
+    client_cfg.load.subscribe_spread = true;
     let splan = crate::server::plan(&server_cfg, fds.hard).map_err(crate::UsageError)?;
     let (cplan, cwplan) = crate::client::plan(&client_cfg, fds.hard).map_err(crate::UsageError)?;
     crate::tune::precheck(args.connections, crate::tune::plan::TuneRole::Both, args.ports.len() as u64, args.rate)?;
@@ -181,7 +165,7 @@ pub fn run(args: BenchConfig) -> Result<i32> {
         progress.finish();
         println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "push": report, "client": summary }))?);
     } else {
-        crate::client::run::print_summary(&summary, &mut progress);
+        crate::client::summary::print_summary(&summary, &mut progress);
         print_report(&report);
     }
     if let Some(e) = publish_error {

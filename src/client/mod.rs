@@ -5,6 +5,7 @@ pub mod plan;
 pub mod pushes;
 pub mod replies;
 pub mod run;
+pub mod summary;
 pub mod view;
 pub mod worker;
 
@@ -141,7 +142,7 @@ pub fn run(cfg: ClientConfig) -> Result<i32> {
         cmd.progress.finish();
         println!("{}", serde_json::to_string_pretty(&serde_json::json!({"plan": cp, "workers": wp, "summary": summary, "failure": why}))?);
     } else {
-        run::print_summary(&summary, &mut cmd.progress);
+        summary::print_summary(&summary, &mut cmd.progress);
     }
     if let Some(w) = why {
         eprintln!("megaconn client: {w}");

@@ -1,0 +1,103 @@
+//! The client summary for people, and the one sentence on why
+//! connections were lost.
+
+use super::run::ClientSummary;
+use super::view::WORKER_CRASHED;
+use crate::stats::format;
+use crate::stats::histogram::LatencySummary;
+use crate::stats::progress::Progress;
+use std::collections::BTreeMap;
+
+/// Print the client summary for people.
+pub fn print_summary(s: &ClientSummary, progress: &mut Progress) {
+    progress.finish();
+    let ms = |l: &LatencySummary| format!("p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms", l.p50_ms, l.p99_ms, l.max_ms);
+    println!(
+        "connections   requested {} | established {} | held at end of hold {} | failed {}",
+        format::count(s.requested),
+        format::count(s.established),
+        format::count(s.held),
+        format::count(s.failed_total)
+    );
+    if s.failed_total > 0 {
+        println!("failures      {}", format::kinds(&s.failed));
+    }
+    if !s.lost.is_empty() {
+        println!("lost          {} | {}", format::kinds(&s.lost), s.loss.as_deref().unwrap_or(""));
+    }
+    if s.reconnects > 0 || !s.reconnect_failed.is_empty() {
+        println!("reconnects    {} | failed attempts {}", format::count(s.reconnects), format::kinds(&s.reconnect_failed));
+    }
+    match (s.ramp_seconds, s.ramp_rate_per_s) {
+        (Some(t), Some(r)) => println!("ramp          {t:.2} s at {} connections/s", format::count(r as u64)),
+        _ => println!("ramp          did not complete"),
+    }
+    println!("handshake     {}", ms(&s.connect_ms));
+    println!(
+        "heartbeats    sent {} | answered {} | round trip {}",
+        format::count(s.heartbeats_sent),
+        format::count(s.heartbeats_answered),
+        ms(&s.heartbeat_rtt_ms)
+    );
+    if let Some(r) = &s.requests {
+        let l = &r.latency_ms;
+        println!(
+            "requests      qps {:.1} (offered {:.1}) | sent {} | replies {} | rejected {} | timeouts {} | bad echoes {}",
+            r.qps,
+            r.offered_qps,
+            format::count(r.sent),
+            format::count(r.replies),
+            format::count(r.rejected),
+            format::count(r.timeouts),
+            format::count(r.bad_echo)
+        );
+        if !r.http_status.is_empty() {
+            println!("http status   {}", format::kinds(&r.http_status));
+        }
+        println!(
+            "latency       avg {:.2} ms | p50 {:.2} | p90 {:.2} | p99 {:.2} | p99.9 {:.2} | max {:.2} ms (from intended send time)",
+            l.mean_ms, l.p50_ms, l.p90_ms, l.p99_ms, l.p999_ms, l.max_ms
+        );
+    }
+    if let Some(p) = &s.push {
+        let l = &p.latency_ms;
+        println!(
+            "pushes        received {} | duplicates {} | gaps {} | delivery p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms (from publish time)",
+            format::count(p.received),
+            format::count(p.duplicates),
+            format::count(p.gaps),
+            l.p50_ms,
+            l.p99_ms,
+            l.max_ms
+        );
+    }
+    println!(
+        "hold          {:.1} s | {} workers, {} source addresses x {} ports | client cpu {:.1} s",
+        s.hold_seconds, s.workers, s.source_addresses, s.ports, s.cpu_seconds
+    );
+    if s.interrupted {
+        println!("interrupted   (Ctrl-C): connections closed early");
+    }
+}
+
+/// One sentence on why connections were lost: the dominant reason, and a
+/// protocol-mismatch hint when most died before any answer.
+pub fn loss_verdict(lost: &BTreeMap<String, u64>, unanswered: u64) -> Option<String> {
+    let total: u64 = lost.values().sum();
+    let (reason, n) = lost.iter().max_by_key(|(_, n)| **n)?;
+    if total == 0 {
+        return None;
+    }
+    let c = format::count;
+    Some(if unanswered * 2 > total {
+        format!(
+            "the server closed {} connections before answering anything on them ({} of them {reason}): does it speak this protocol? (check --protocol)",
+            c(unanswered),
+            c(*n)
+        )
+    } else if reason == WORKER_CRASHED {
+        format!("{} connections died with a crashed client worker", c(*n))
+    } else {
+        format!("{} of {} lost connections ended with {reason}", c(*n), c(total))
+    })
+}
