@@ -57,29 +57,42 @@ fn drain(socks: &mut [TcpStream], bufs: &mut [Vec<u8>], wait: Duration) {
     }
 }
 
-#[test]
-fn metrics_parse_with_prometheus_and_agree_with_the_client() {
-    let (mut srv, _, ready) = server_ready(&["--ports", "21600-21601"], None);
-    let admin = admin_addr(&ready);
-    let mut cmd = megaconn();
-    cmd.args(["client", "--ports", "21600-21601", "--connections", "2000", "--rate", "5000", "--heartbeat", "1s", "--hold", "5s", "--json"]);
-    let load = std::thread::spawn(move || run(cmd, Duration::from_secs(60)));
-    srv.wait_for(Duration::from_secs(30), "2000 held", |v| v["event"] == "stats" && v["active"] == 2000);
-    let (status, text) = http(&admin, "GET", "/metrics", b"", None);
-    assert_eq!(status, 200);
-    let script = "import sys\nfrom prometheus_client.openmetrics.parser import text_string_to_metric_families as p\n\
-                  fams = {f.name: f for f in p(sys.stdin.read())}\n\
-                  print(int(fams['megaconn_connections'].samples[0].value), len(fams))";
+/// GET /metrics and parse it with Prometheus's own OpenMetrics parser
+/// (Python prometheus_client); (families, value of `gauge`).
+fn scrape(addr: &str, gauge: &str) -> (usize, f64) {
+    let (status, text) = http(addr, "GET", "/metrics", b"", None);
+    assert_eq!(status, 200, "{text}");
+    let script = format!(
+        "import sys\nfrom prometheus_client.openmetrics.parser import text_string_to_metric_families as p\n\
+         fams = {{f.name: f for f in p(sys.stdin.read())}}\nprint(len(fams), fams['{gauge}'].samples[0].value)"
+    );
     let mut py = std::process::Command::new("python3");
-    py.args(["-c", script]).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    py.args(["-c", &script]).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
     let mut child = py.spawn().expect("python3");
     child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "the OpenMetrics parser rejected /metrics: {}\n{text}", String::from_utf8_lossy(&out.stderr));
     let parsed = String::from_utf8_lossy(&out.stdout).to_string();
     let mut it = parsed.split_whitespace();
-    assert_eq!(it.next(), Some("2000"), "{parsed}");
-    assert!(it.next().unwrap().parse::<usize>().unwrap() >= 15, "{parsed}");
+    (it.next().unwrap().parse().unwrap(), it.next().unwrap().parse().unwrap())
+}
+
+#[test]
+fn metrics_parse_with_prometheus_and_agree_with_the_client() {
+    let (mut srv, _, ready) = server_ready(&["--ports", "21600-21601"], None);
+    let admin = admin_addr(&ready);
+    let mut cmd = megaconn();
+    cmd.args(["client", "--ports", "21600-21601", "--connections", "2000", "--rate", "5000", "--heartbeat", "1s", "--hold", "5s", "--json"]);
+    cmd.args(["--admin", "127.0.0.1:21609"]);
+    let load = std::thread::spawn(move || run(cmd, Duration::from_secs(60)));
+    srv.wait_for(Duration::from_secs(30), "2000 held", |v| v["event"] == "stats" && v["active"] == 2000);
+    let (families, value) = scrape(&admin, "megaconn_connections");
+    assert_eq!(value, 2000.0);
+    assert!(families >= 15, "{families} metric families");
+    // The load generator's own /metrics, read the same way.
+    let (families, value) = scrape("127.0.0.1:21609", "megaconn_client_connections");
+    assert_eq!(value, 2000.0);
+    assert!(families >= 10, "{families} metric families");
     let (status, stats) = http(&admin, "GET", "/stats", b"", None);
     assert_eq!(status, 200);
     let stats: Value = serde_json::from_str(&stats).unwrap();

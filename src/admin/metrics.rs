@@ -3,8 +3,10 @@
 //! follow Prometheus conventions: `megaconn_` prefix, `_total` counters
 //! (appended by the encoder), `_seconds` and `_bytes` units.
 
+use crate::client::view::ClientTotals;
 use crate::server::push::LATENCY_BUCKETS_MS;
 use crate::server::view::ServerTotals;
+use hdrhistogram::Histogram;
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
@@ -34,6 +36,24 @@ impl EncodeMetric for BucketedHistogram {
     }
 }
 
+impl BucketedHistogram {
+    /// Prometheus buckets (seconds) from an HdrHistogram of µs.
+    fn from_hdr(h: &Histogram<u64>) -> BucketedHistogram {
+        let mut below = 0;
+        let mut buckets: Vec<(f64, u64)> = LATENCY_BUCKETS_MS
+            .iter()
+            .map(|ms| {
+                let upto = if h.is_empty() { 0 } else { h.count_between(0, (ms * 1000.0) as u64) };
+                let n = upto.saturating_sub(below);
+                below = upto;
+                (ms / 1000.0, n)
+            })
+            .collect();
+        buckets.push((f64::INFINITY, h.len().saturating_sub(below)));
+        BucketedHistogram { sum: h.mean() * h.len() as f64 / 1e6, count: h.len(), buckets }
+    }
+}
+
 type Labeled = Family<Vec<(String, String)>, Counter>;
 
 fn labeled(label: &str, values: &std::collections::BTreeMap<String, u64>) -> Labeled {
@@ -42,6 +62,38 @@ fn labeled(label: &str, values: &std::collections::BTreeMap<String, u64>) -> Lab
         f.get_or_create(&vec![(label.to_string(), k.clone())]).inc_by(*v);
     }
     f
+}
+
+/// Render a load generator's totals and latency histograms.
+pub fn render_client(t: &ClientTotals, connect: &Histogram<u64>, heartbeat: &Histogram<u64>, request: &Histogram<u64>, push: &Histogram<u64>) -> String {
+    let mut r = Registry::with_prefix("megaconn_client");
+    let g = |v: u64| ConstGauge::new(v as i64);
+    let c = ConstCounter::new;
+    r.register("connections", "Connections open now", g(t.established));
+    r.register("connecting", "Handshakes in flight", g(t.connecting));
+    r.register("planned", "Connections this client is to open", g(t.planned));
+    r.register("established", "Connections that completed the handshake", c(t.established_total));
+    r.register("failed", "Connection attempts that failed, by kind", labeled("kind", &t.failed));
+    r.register("lost", "Established connections lost, by reason", labeled("reason", &t.lost));
+    r.register("reconnects", "Lost connections opened again", c(t.reconnects));
+    r.register("heartbeats_sent", "Heartbeats sent", c(t.heartbeats_sent));
+    r.register("heartbeats_answered", "Heartbeats answered", c(t.heartbeats_answered));
+    r.register("requests_sent", "Requests sent", c(t.requests_sent));
+    r.register("replies", "Replies received", c(t.replies));
+    r.register("pushes", "Pushes received", c(t.push_received));
+    for (name, help, h) in [
+        ("handshake", "Handshake time", connect),
+        ("heartbeat_rtt", "Heartbeat round trip from the intended send time", heartbeat),
+        ("request_latency", "Request latency from the intended send time", request),
+        ("push_delivery_latency", "Push delivery latency from the publish stamp", push),
+    ] {
+        r.register_with_unit(name, help, Unit::Seconds, BucketedHistogram::from_hdr(h));
+    }
+    r.register_with_unit("resident_memory", "Resident memory of the worker processes", Unit::Bytes, g(t.rss_bytes));
+    r.register_with_unit("cpu", "CPU time of the worker processes", Unit::Seconds, ConstCounter::new(t.cpu_seconds));
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &r).expect("encoding into a String cannot fail");
+    out
 }
 
 /// Render the totals (with the supervisor's own counters).

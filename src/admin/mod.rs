@@ -72,8 +72,10 @@ pub fn check(addr: &SocketAddr, token: Option<&str>) -> Result<(), String> {
     Ok(())
 }
 
-/// Start serving; returns the address actually bound (port 0 resolved).
-pub fn serve(addr: SocketAddr, token: Option<String>, tx: Sender<Delivery>) -> Result<SocketAddr> {
+/// Start serving for the supervisor of `role` (the server's full API, or
+/// the client's /metrics, /stats and /healthz); returns the address
+/// actually bound (port 0 resolved).
+pub fn serve(role: Role, addr: SocketAddr, token: Option<String>, tx: Sender<Delivery>) -> Result<SocketAddr> {
     let server =
         tiny_http::Server::http(addr).map_err(|e| anyhow!("cannot serve the admin API on {addr}: {e} (choose another --admin port, or --admin off)"))?;
     let bound = server.server_addr().to_ip().ok_or_else(|| anyhow!("admin API bound to a non-IP address"))?;
@@ -88,7 +90,7 @@ pub fn serve(addr: SocketAddr, token: Option<String>, tx: Sender<Delivery>) -> R
             }
             let (tx, token, in_flight) = (tx.clone(), token.clone(), in_flight.clone());
             let spawned = std::thread::Builder::new().name("admin-req".into()).stack_size(256 * 1024).spawn(move || {
-                handle(req, token.as_deref(), &tx);
+                handle(role, req, token.as_deref(), &tx);
                 in_flight.fetch_sub(1, Ordering::SeqCst);
             });
             if spawned.is_err() {
@@ -99,7 +101,7 @@ pub fn serve(addr: SocketAddr, token: Option<String>, tx: Sender<Delivery>) -> R
     Ok(bound)
 }
 
-fn handle(mut req: tiny_http::Request, token: Option<&str>, tx: &Sender<Delivery>) {
+fn handle(role: Role, mut req: tiny_http::Request, token: Option<&str>, tx: &Sender<Delivery>) {
     if let Some(t) = token {
         let ok = req.headers().iter().any(|h| h.field.equiv("Authorization") && h.value.as_str() == format!("Bearer {t}"));
         if !ok {
@@ -118,8 +120,11 @@ fn handle(mut req: tiny_http::Request, token: Option<&str>, tx: &Sender<Delivery
         Ok(r) => r,
         Err(resp) => return respond(req, resp),
     };
+    if role == Role::Client && !matches!(route, Route::Metrics | Route::Stats | Route::Healthz) {
+        return respond(req, Response::error(404, "a client serves /metrics, /stats and /healthz only"));
+    }
     let (reply, answer) = std::sync::mpsc::sync_channel(1);
-    if tx.send((Role::Server, usize::MAX, PoolEvent::Admin(Request { route, reply }))).is_err() {
+    if tx.send((role, usize::MAX, PoolEvent::Admin(Request { route, reply }))).is_err() {
         return respond(req, Response::error(503, "the server is stopping"));
     }
     let resp = answer.recv_timeout(REPLY_TIMEOUT).unwrap_or_else(|_| Response::error(504, "the server did not answer in time"));

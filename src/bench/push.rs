@@ -106,7 +106,7 @@ pub fn run(args: BenchConfig) -> Result<i32> {
     ));
     let (tx, rx) = supervise::channel();
     let server = crate::server::start(&server_cfg, &splan, None, &tx, &rx)?;
-    let admin = crate::admin::serve(server_cfg.admin.expect("set above"), None, tx.clone())?;
+    let admin = crate::admin::serve(crate::supervise::Role::Server, server_cfg.admin.expect("set above"), None, tx.clone())?;
     let client = ClientRun::start(&cplan, &client_cfg.load, &cwplan, None, &tx)?;
     let ramp_done = Arc::new(AtomicBool::new(false));
     let rounds = Arc::new(Mutex::new(Vec::<Round>::new()));

@@ -60,7 +60,7 @@ impl From<LoadArgs> for LoadConfig {
 
 impl From<ClientArgs> for ClientConfig {
     fn from(a: ClientArgs) -> ClientConfig {
-        ClientConfig { target: a.target, load: a.load.into(), workers: a.workers, shard: a.shard }
+        ClientConfig { target: a.target, load: a.load.into(), workers: a.workers, shard: a.shard, admin: a.admin.0 }
     }
 }
 

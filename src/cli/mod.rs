@@ -184,6 +184,9 @@ pub struct ClientArgs {
     /// Run only shard i of n of the connection plan (for multi-host runs).
     #[arg(long)]
     pub shard: Option<Shard>,
+    /// Serve this run's /metrics (Prometheus), /stats and /healthz on ADDR:PORT (loopback), or off.
+    #[arg(long, default_value = "off")]
+    pub admin: parse::OptAddr,
 }
 
 #[derive(Args, Debug, Clone)]

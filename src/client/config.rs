@@ -82,10 +82,12 @@ pub struct ClientConfig {
     pub load: LoadConfig,
     pub workers: Workers,
     pub shard: Option<Shard>,
+    /// Serve /metrics, /stats and /healthz for this run here.
+    pub admin: Option<std::net::SocketAddr>,
 }
 
 impl Default for ClientConfig {
     fn default() -> ClientConfig {
-        ClientConfig { target: Ipv4Addr::LOCALHOST, load: LoadConfig::default(), workers: Workers::Auto, shard: None }
+        ClientConfig { target: Ipv4Addr::LOCALHOST, load: LoadConfig::default(), workers: Workers::Auto, shard: None, admin: None }
     }
 }

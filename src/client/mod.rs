@@ -72,6 +72,26 @@ pub fn verdict(s: &ClientSummary, allow_loss: bool) -> (i32, Option<String>) {
     (0, None)
 }
 
+impl ClientCmd {
+    /// The client's admin API: metrics, stats and health of this run.
+    fn on_admin(&mut self, req: crate::admin::Request) {
+        use crate::admin::{metrics, Response, Route};
+        let t = self.run.view.totals();
+        let v = &self.run.view;
+        let resp = match req.route {
+            Route::Metrics => Response {
+                status: 200,
+                content_type: metrics::CONTENT_TYPE,
+                body: metrics::render_client(&t, &v.connect_hist, &v.rtt_hist, &v.request_hist, &v.push_hist),
+            },
+            Route::Stats => Response::json(200, &serde_json::to_value(&t).unwrap_or_default()),
+            Route::Healthz => Response::json(200, &serde_json::json!({"status": "ok", "phase": self.run.phase_name(), "connections": t.established})),
+            _ => Response::error(404, "a client serves /metrics, /stats and /healthz only"),
+        };
+        let _ = req.reply.send(resp);
+    }
+}
+
 /// `megaconn client` as the one supervisor loop runs it.
 struct ClientCmd {
     run: ClientRun,
@@ -82,8 +102,10 @@ struct ClientCmd {
 
 impl Supervised for ClientCmd {
     fn deliver(&mut self, (role, i, ev): Delivery) -> Result<()> {
-        if role == Role::Client {
-            self.run.on_event(i, ev);
+        match ev {
+            crate::supervise::PoolEvent::Admin(req) => self.on_admin(req),
+            ev if role == Role::Client => self.run.on_event(i, ev),
+            _ => {}
         }
         Ok(())
     }
@@ -130,8 +152,15 @@ pub fn run(cfg: ClientConfig) -> Result<i32> {
         progress.note(&format!("shard {}/{} of {} connections is empty: nothing to do", s.index, s.count, cfg.load.connections));
         return Ok(0);
     }
+    if let Some(a) = &cfg.admin {
+        crate::admin::check(a, None).map_err(crate::UsageError)?;
+    }
     let (tx, rx) = supervise::channel();
     let run = ClientRun::start(&cp, &cfg.load, &wp, None, &tx)?;
+    if let Some(a) = cfg.admin {
+        let bound = crate::admin::serve(Role::Client, a, None, tx.clone())?;
+        progress.note(&format!("admin API on http://{bound} (/metrics /stats /healthz)"));
+    }
     let mut cmd = ClientCmd { run, progress, stats_interval: cfg.load.stats_interval, next_print: Instant::now() + cfg.load.stats_interval };
     supervise::run_loop(&rx, &mut cmd)?;
     supervise::drain(&rx, &mut cmd, Duration::from_millis(20));

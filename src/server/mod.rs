@@ -234,7 +234,7 @@ pub fn run(cfg: ServerConfig) -> Result<i32> {
     let fleet = start(&cfg, &plan, None, &tx, &rx)?;
     let mut admin_at = None;
     if let Some(a) = cfg.admin {
-        let bound = crate::admin::serve(a, cfg.admin_token.clone(), tx.clone())?;
+        let bound = crate::admin::serve(Role::Server, a, cfg.admin_token.clone(), tx.clone())?;
         admin_at = Some(bound.to_string());
         say(
             &mut progress,
