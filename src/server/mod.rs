@@ -220,11 +220,8 @@ pub fn run(cfg: ServerConfig) -> Result<i32> {
             "ports": cfg.ports.len(), "per_worker_max": budget, "capacity": plan.max() as u64 * budget, "threads_per_worker": plan.threads_per_worker}),
     );
     if let Sizing::Elastic { .. } = plan.sizing {
-        if crate::tune::limits_here().tcp_migrate_req == Some(0) {
-            progress.note(
-                "note: net.ipv4.tcp_migrate_req is 0: a worker that fills up accepts its queue and then leaves the accept group; \
-                 handshakes arriving in that instant are reset instead of moved to a sibling. Fix: sysctl -w net.ipv4.tcp_migrate_req=1 (megaconn tune --apply)",
-            );
+        if let Some(line) = crate::tune::apply::ensure_migrate_req() {
+            progress.note(&line);
         }
     }
     if let Some(a) = &cfg.admin {
