@@ -214,7 +214,12 @@ impl ClientRun {
             PoolEvent::Garbled(line) => self.notes.push(format!("client worker {i} wrote a line that is not a message: {line}")),
             PoolEvent::Exited(info) => {
                 self.pool.mark_exited(i);
-                if !self.view.is_finished(i) {
+                if self.phase == Phase::Finished && !self.view.is_finished(i) {
+                    // Stopped by us after the close timeout: its connections
+                    // were held to the end; they are not losses.
+                    self.view.stopped(i);
+                    self.notes.push(format!("client worker {i} did not finish closing within 20 s and was stopped ({info})"));
+                } else if !self.view.is_finished(i) {
                     let lost = self.view.retire(i);
                     self.notes.push(format!("client worker {i} ({info}): {lost} connections lost ({WORKER_CRASHED})"));
                 }

@@ -97,6 +97,17 @@ impl ClientView {
         self.dead.get(i).copied().unwrap_or(true) || self.latest.get(i).and_then(|s| s.as_ref()).is_some_and(|s| s.last)
     }
 
+    /// Worker `i` was stopped by the supervisor after the hold: nothing lost.
+    pub fn stopped(&mut self, i: usize) {
+        if let Some(d) = self.dead.get_mut(i) {
+            *d = true;
+        }
+        if let Some(Some(s)) = self.latest.get_mut(i) {
+            s.established = 0;
+            s.connecting = 0;
+        }
+    }
+
     /// Worker `i` died: its open connections are lost (`worker_crashed`)
     /// and its handshakes in flight failed. Returns the connections lost.
     pub fn retire(&mut self, i: usize) -> u64 {
