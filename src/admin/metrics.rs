@@ -64,6 +64,15 @@ fn labeled(label: &str, values: &std::collections::BTreeMap<String, u64>) -> Lab
     f
 }
 
+/// Add the worker processes' memory and CPU, and encode.
+fn finish(mut r: Registry, rss_bytes: u64, cpu_seconds: f64) -> String {
+    r.register_with_unit("resident_memory", "Resident memory of the worker processes", Unit::Bytes, ConstGauge::new(rss_bytes as i64));
+    r.register_with_unit("cpu", "CPU time of the worker processes", Unit::Seconds, ConstCounter::new(cpu_seconds));
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &r).expect("encoding into a String cannot fail");
+    out
+}
+
 /// Render a load generator's totals and latency histograms.
 pub fn render_client(t: &ClientTotals, connect: &Histogram<u64>, heartbeat: &Histogram<u64>, request: &Histogram<u64>, push: &Histogram<u64>) -> String {
     let mut r = Registry::with_prefix("megaconn_client");
@@ -89,11 +98,7 @@ pub fn render_client(t: &ClientTotals, connect: &Histogram<u64>, heartbeat: &His
     ] {
         r.register_with_unit(name, help, Unit::Seconds, BucketedHistogram::from_hdr(h));
     }
-    r.register_with_unit("resident_memory", "Resident memory of the worker processes", Unit::Bytes, g(t.rss_bytes));
-    r.register_with_unit("cpu", "CPU time of the worker processes", Unit::Seconds, ConstCounter::new(t.cpu_seconds));
-    let mut out = String::new();
-    prometheus_client::encoding::text::encode(&mut out, &r).expect("encoding into a String cannot fail");
-    out
+    finish(r, t.rss_bytes, t.cpu_seconds)
 }
 
 /// Render the totals (with the supervisor's own counters).
@@ -136,11 +141,7 @@ pub fn render(t: &ServerTotals, published: u64) -> String {
     workers.get_or_create(&vec![("state".into(), "total".into())]).set(t.workers as i64);
     r.register("workers", "Worker processes", workers);
     r.register("threads", "Threads in the worker processes", g(t.threads));
-    r.register_with_unit("resident_memory", "Resident memory of the worker processes", Unit::Bytes, g(t.rss_bytes));
-    r.register_with_unit("cpu", "CPU time of the worker processes", Unit::Seconds, ConstCounter::new(t.cpu_seconds));
-    let mut out = String::new();
-    prometheus_client::encoding::text::encode(&mut out, &r).expect("encoding into a String cannot fail");
-    out
+    finish(r, t.rss_bytes, t.cpu_seconds)
 }
 
 #[cfg(test)]
