@@ -22,6 +22,11 @@ use std::time::{Duration, Instant};
 /// Plan addresses and processes for this client; errors are usage errors
 /// (the target cannot be reached with these flags on this machine).
 pub fn plan(cfg: &ClientConfig, fd_hard: u64) -> Result<(ConnectionPlan, WorkerPlan), String> {
+    if matches!(cfg.load.protocol, crate::proto::Protocol::Echo | crate::proto::Protocol::Discard) {
+        return Err(
+            format!("--protocol {:?} is a server protocol; the client speaks framed, echo8 or http (e.g. --protocol framed)", cfg.load.protocol).to_lowercase()
+        );
+    }
     let shard = cfg.shard.map(|s| s.range(cfg.load.connections)).unwrap_or((0, cfg.load.connections));
     let cp = ConnectionPlan::build(cfg.target, &cfg.load.ports, cfg.load.source_ips.as_deref(), cfg.load.connections, shard, plan::local_port_range())?;
     let wp = plan_workers(cp.count, cfg.workers, fd_hard, 0, crate::sys::online_cpus())?;

@@ -107,6 +107,8 @@ pub fn read(
                 replies.reply(sent);
             }
         }),
+        // Server-only protocols (refused by the client's plan): drop.
+        Protocol::Echo | Protocol::Discard => net::read_chunks(stream, partial, scratch, read_closed, |buf| Ok(buf.len())),
         Protocol::Echo8 => {
             let offset = wall_offset_us;
             net::read_fixed(stream, partial, scratch, read_closed, ECHO8_LEN, |u| {

@@ -13,6 +13,11 @@ pub enum Protocol {
     Echo8,
     /// HTTP/1.1 keep-alive (server answers "Hello world!"; client sends GET /).
     Http,
+    /// Server only: every byte back, no framing (any TCP load generator
+    /// can hold connections and measure round trips against it).
+    Echo,
+    /// Server only: read and drop everything.
+    Discard,
 }
 
 /// Bytes in one echo8 message.

@@ -94,6 +94,8 @@ impl Worker {
                     self.out.extend_from_slice(HTTP_REQUEST);
                     self.slots[k].inflight.get_or_insert_with(Default::default).push_back(intended);
                 }
+                // Server-only protocols (refused by the client's plan).
+                Protocol::Echo | Protocol::Discard => return,
             }
             if self.write_slot(k) {
                 self.stats.requests_sent += 1;

@@ -56,6 +56,17 @@ impl Worker {
                     http::track_partial(&mut conn.http, conn.partial.is_some(), now_ds);
                     r
                 }
+                Protocol::Echo | Protocol::Discard => {
+                    let echo = self.cfg.protocol == Protocol::Echo;
+                    net::read_chunks(&mut conn.stream, &mut conn.partial, &mut self.scratch, read_closed, |buf| {
+                        req.stats.frames_in += 1;
+                        if echo {
+                            req.out.extend_from_slice(buf);
+                            req.stats.frames_out += 1;
+                        }
+                        Ok(buf.len())
+                    })
+                }
                 Protocol::Echo8 => net::read_fixed(&mut conn.stream, &mut conn.partial, &mut self.scratch, read_closed, ECHO8_LEN, |u| {
                     req.handle(u.to_vec(), false);
                     Ok(())
