@@ -56,3 +56,42 @@ fn the_client_refuses_server_only_protocols() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("server protocol"), "{err}");
 }
+
+#[test]
+fn the_raw_client_times_round_trips_against_a_python_echo_server() {
+    // An asyncio echo server nobody here wrote the client for.
+    let mut py = std::process::Command::new("python3");
+    py.args([
+        "-c",
+        "import asyncio\n\
+         async def echo(r, w):\n\
+         \x20   while data := await r.read(65536):\n\
+         \x20       w.write(data)\n\
+         \x20       await w.drain()\n\
+         \x20   w.close()\n\
+         async def main():\n\
+         \x20   s = await asyncio.start_server(echo, '127.0.0.1', 21710, backlog=1024)\n\
+         \x20   print('ready', flush=True)\n\
+         \x20   await asyncio.sleep(60)\n\
+         asyncio.run(main())\n",
+    ]);
+    py.stdout(std::process::Stdio::piped());
+    let mut server = py.spawn().expect("python3");
+    let mut ready = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(server.stdout.as_mut().unwrap()), &mut ready).unwrap();
+    assert_eq!(ready.trim(), "ready");
+    let mut cmd = megaconn();
+    cmd.args(["client", "--ports", "21710", "--connections", "200", "--protocol", "raw", "--message", "PING \\{ts}\\r\\n"]);
+    cmd.args(["--heartbeat", "200ms", "--hold", "2s", "--json"]);
+    let (code, out, err) = run(cmd, Duration::from_secs(60));
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let s = &v["summary"];
+    let sent = s["heartbeats_sent"].as_u64().unwrap();
+    assert!(sent >= 200 * 5, "{s}");
+    assert_eq!(s["heartbeats_answered"].as_u64(), Some(sent), "every echo matched: {s}");
+    assert_eq!(s["heartbeat_rtt_ms"]["count"].as_u64(), Some(sent), "{s}");
+    assert_eq!(s["raw_bytes_in"].as_u64(), Some(sent * 27), "27-byte messages: {s}");
+}

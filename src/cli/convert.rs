@@ -50,6 +50,8 @@ impl From<LoadArgs> for LoadConfig {
             stats_interval: a.stats_interval,
             reconnect: a.reconnect,
             allow_loss: a.allow_loss,
+            raw_message: a.message,
+            raw_first: a.first_message.map(|m| m.bytes),
             subscribe: a.subscribe.as_ref().map(|s| s.0.clone()).unwrap_or_default(),
             subscribe_spread: a.subscribe.is_some_and(|s| s.1),
             nice: 0,

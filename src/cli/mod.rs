@@ -157,6 +157,12 @@ pub struct LoadArgs {
     /// Exit 0 even if connections were lost before the end of the hold.
     #[arg(long)]
     pub allow_loss: bool,
+    /// --protocol raw: bytes sent on the heartbeat schedule (escapes \r \n \t \0 \\ \xHH; @file; \{ts} becomes a timestamp the echo carries back).
+    #[arg(long, value_parser = crate::client::raw::parse_message)]
+    pub message: Option<crate::client::raw::RawMessage>,
+    /// --protocol raw: bytes sent once when a connection opens (e.g. a login line).
+    #[arg(long, value_parser = crate::client::raw::parse_message)]
+    pub first_message: Option<crate::client::raw::RawMessage>,
     /// Subscribe to topics: a list every connection takes (news,sport), or a pattern spread over connections (room-{0..999}).
     #[arg(long, value_parser = crate::client::pushes::parse_subscribe)]
     pub subscribe: Option<(Vec<String>, bool)>,

@@ -39,6 +39,10 @@ pub struct LoadConfig {
     pub reconnect: bool,
     /// Exit 0 even when connections were lost during the run.
     pub allow_loss: bool,
+    /// `--protocol raw`: the message sent on the heartbeat schedule, and
+    /// one sent once when a connection is established.
+    pub raw_message: Option<super::raw::RawMessage>,
+    pub raw_first: Option<Vec<u8>>,
     /// Topics every connection subscribes to, or (spread) one per
     /// connection round-robin.
     pub subscribe: Vec<String>,
@@ -67,6 +71,8 @@ impl Default for LoadConfig {
             stats_interval: Duration::from_secs(2),
             reconnect: false,
             allow_loss: false,
+            raw_message: None,
+            raw_first: None,
             subscribe: Vec::new(),
             subscribe_spread: false,
             nice: 0,

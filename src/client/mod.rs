@@ -3,6 +3,7 @@
 pub mod config;
 pub mod plan;
 pub mod pushes;
+pub mod raw;
 pub mod replies;
 pub mod run;
 pub mod summary;
@@ -22,6 +23,9 @@ use std::time::{Duration, Instant};
 /// Plan addresses and processes for this client; errors are usage errors
 /// (the target cannot be reached with these flags on this machine).
 pub fn plan(cfg: &ClientConfig, fd_hard: u64) -> Result<(ConnectionPlan, WorkerPlan), String> {
+    if cfg.load.protocol == crate::proto::Protocol::Raw && cfg.load.raw_message.is_none() {
+        return Err("--protocol raw needs --message, e.g. --message 'PING \\{ts}\\r\\n'".into());
+    }
     if matches!(cfg.load.protocol, crate::proto::Protocol::Echo | crate::proto::Protocol::Discard) {
         return Err(
             format!("--protocol {:?} is a server protocol; the client speaks framed, echo8 or http (e.g. --protocol framed)", cfg.load.protocol).to_lowercase()

@@ -68,6 +68,8 @@ pub struct ClientSummary {
     pub heartbeats_sent: u64,
     pub heartbeats_answered: u64,
     pub heartbeat_rtt_ms: LatencySummary,
+    /// `--protocol raw`: bytes the server sent back.
+    pub raw_bytes_in: u64,
     pub requests: Option<RequestSummary>,
     /// Present when any push arrived.
     pub push: Option<PushSummary>,
@@ -171,6 +173,8 @@ impl ClientRun {
                     reconnect: load.reconnect,
                     subscribe: load.subscribe.clone(),
                     subscribe_spread: load.subscribe_spread,
+                    raw_message: load.raw_message.clone(),
+                    raw_first: load.raw_first.clone(),
                 })
                 .expect("config serializes")
             })
@@ -357,6 +361,7 @@ impl ClientRun {
             heartbeats_sent: t.heartbeats_sent,
             heartbeats_answered: t.heartbeats_answered,
             heartbeat_rtt_ms: histogram::summarize(&self.view.rtt_hist),
+            raw_bytes_in: t.raw_bytes_in,
             requests: self.request_rate.map(|rate| {
                 let qps: f64 = self
                     .replies_at_hold

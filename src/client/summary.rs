@@ -59,6 +59,9 @@ pub fn print_summary(s: &ClientSummary, progress: &mut Progress) {
             l.mean_ms, l.p50_ms, l.p90_ms, l.p99_ms, l.p999_ms, l.max_ms
         );
     }
+    if s.raw_bytes_in > 0 {
+        println!("raw           {} bytes received (round trips above when --message has a \\{{ts}} marker)", format::count(s.raw_bytes_in));
+    }
     if let Some(p) = &s.push {
         let l = &p.latency_ms;
         println!(

@@ -70,6 +70,9 @@ pub struct ClientWorkerConfig {
     pub subscribe: Vec<String>,
     /// Connection g takes topic g % len (else every topic).
     pub subscribe_spread: bool,
+    /// `--protocol raw`: the heartbeat message and the first message.
+    pub raw_message: Option<super::raw::RawMessage>,
+    pub raw_first: Option<Vec<u8>>,
 }
 
 mod connect;
@@ -334,6 +337,13 @@ impl Worker {
             if !self.cfg.subscribe.is_empty() && !self.subscribe(k) {
                 return;
             }
+            if let Some(first) = self.cfg.raw_first.clone() {
+                self.out.clear();
+                self.out.extend_from_slice(&first);
+                if !self.write_slot(k) {
+                    return;
+                }
+            }
         }
         let slot = &mut self.slots[k];
         let stream = slot.stream.as_mut().expect("checked above");
@@ -353,11 +363,12 @@ impl Worker {
             timeout_us: self.cfg.request_timeout_us,
             push: &mut self.push_hist,
             seen: &mut slot.seen,
+            raw_units: self.cfg.raw_message.as_ref().filter(|_| self.cfg.raw_first.is_none()).and_then(|m| m.stamp_at.map(|at| (m.bytes.len(), at))),
         };
-        let before = replies.stats.heartbeats_answered + replies.stats.replies + replies.stats.rejected;
+        let before = replies.stats.heartbeats_answered + replies.stats.replies + replies.stats.rejected + replies.stats.raw_bytes_in;
         let r =
             replies::read(self.cfg.protocol, stream, &mut slot.partial, &mut slot.inflight, &mut self.scratch, read_closed, self.wall_offset_us, &mut replies);
-        if replies.stats.heartbeats_answered + replies.stats.replies + replies.stats.rejected > before {
+        if replies.stats.heartbeats_answered + replies.stats.replies + replies.stats.rejected + replies.stats.raw_bytes_in > before {
             slot.answered = true;
         }
         match r {

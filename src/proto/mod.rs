@@ -18,6 +18,9 @@ pub enum Protocol {
     Echo,
     /// Server only: read and drop everything.
     Discard,
+    /// Client only: `--message` bytes on the heartbeat schedule, to any
+    /// TCP server (round trips with a `\{ts}` marker against an echo).
+    Raw,
 }
 
 /// Bytes in one echo8 message.

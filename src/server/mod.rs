@@ -59,6 +59,9 @@ impl ServerPlan {
 /// Plan the server's processes and threads for this machine; Err is a
 /// usage error naming the limit and the fix.
 pub fn plan(cfg: &ServerConfig, fd_hard: u64) -> Result<ServerPlan, String> {
+    if cfg.protocol == crate::proto::Protocol::Raw {
+        return Err("--protocol raw is a client protocol; a server speaks framed, echo8, http, echo or discard (e.g. --protocol echo)".into());
+    }
     let cores = crate::sys::online_cpus();
     let n = cfg.connections.unwrap_or(match cfg.workers {
         Workers::Auto => DEFAULT_CAPACITY,

@@ -142,6 +142,8 @@ pub struct ClientSnapshot {
     pub reconnect_failed: BTreeMap<String, u64>,
     pub heartbeats_sent: u64,
     pub heartbeats_answered: u64,
+    /// `--protocol raw`: bytes received.
+    pub raw_bytes_in: u64,
     pub requests_sent: u64,
     /// Replies received (any latency).
     pub replies: u64,

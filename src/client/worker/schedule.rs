@@ -19,7 +19,7 @@ enum Schedule {
 impl Worker {
     /// Heartbeats are a framed-protocol feature; echo8 has none.
     pub(super) fn heartbeat_period(&self) -> Option<u64> {
-        self.cfg.heartbeat_us.filter(|_| self.cfg.protocol == Protocol::Framed)
+        self.cfg.heartbeat_us.filter(|_| matches!(self.cfg.protocol, Protocol::Framed | Protocol::Raw))
     }
 
     /// Intended time of send number `j` of a schedule with this period:
@@ -70,7 +70,10 @@ impl Worker {
         let due = self.due_by(now, hb);
         while let Some((k, intended)) = self.next_due(due, Schedule::Heartbeats, hb) {
             self.out.clear();
-            frame::encode_stamped(&mut self.out, Kind::Heartbeat, intended, self.cfg.payload);
+            match &self.cfg.raw_message {
+                Some(m) => super::super::raw::render(m, &mut self.out, intended),
+                None => frame::encode_stamped(&mut self.out, Kind::Heartbeat, intended, self.cfg.payload),
+            }
             if self.write_slot(k) {
                 self.stats.heartbeats_sent += 1;
             }
@@ -95,7 +98,7 @@ impl Worker {
                     self.slots[k].inflight.get_or_insert_with(Default::default).push_back(intended);
                 }
                 // Server-only protocols (refused by the client's plan).
-                Protocol::Echo | Protocol::Discard => return,
+                Protocol::Echo | Protocol::Discard | Protocol::Raw => return,
             }
             if self.write_slot(k) {
                 self.stats.requests_sent += 1;

@@ -56,7 +56,8 @@ impl Worker {
                     http::track_partial(&mut conn.http, conn.partial.is_some(), now_ds);
                     r
                 }
-                Protocol::Echo | Protocol::Discard => {
+                // Raw is a client protocol (refused by the server's plan).
+                Protocol::Echo | Protocol::Discard | Protocol::Raw => {
                     let echo = self.cfg.protocol == Protocol::Echo;
                     net::read_chunks(&mut conn.stream, &mut conn.partial, &mut self.scratch, read_closed, |buf| {
                         req.stats.frames_in += 1;

@@ -1,0 +1,110 @@
+//! `--protocol raw`: the client talks to any TCP server. Each heartbeat
+//! sends `--message` (escapes `\r \n \t \\ \xHH`, or `@file`); a
+//! `\{ts}` marker in it is replaced by the intended send time as 20
+//! decimal digits (µs, monotonic), so against an echoing server every
+//! reply carries its own round trip. Without a marker the client counts
+//! the bytes that come back.
+
+/// Digits of a rendered timestamp marker.
+pub const STAMP_LEN: usize = 20;
+/// The marker in `--message` that becomes a timestamp.
+pub const MARKER: &str = "\\{ts}";
+/// Largest message (one write per heartbeat; the echo is read in units).
+pub const MAX_MESSAGE: usize = 65536;
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RawMessage {
+    /// The bytes, with STAMP_LEN placeholder bytes where the marker was.
+    pub bytes: Vec<u8>,
+    /// Where the timestamp goes, if the message has a marker.
+    pub stamp_at: Option<usize>,
+}
+
+fn unescape(s: &str) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'\\' {
+            out.push(b[i]);
+            i += 1;
+            continue;
+        }
+        let e = *b.get(i + 1).ok_or("a lone '\\' at the end; write '\\\\' for a backslash")?;
+        i += 2;
+        out.push(match e {
+            b'r' => b'\r',
+            b'n' => b'\n',
+            b't' => b'\t',
+            b'0' => 0,
+            b'\\' => b'\\',
+            b'x' => {
+                let h = s.get(i..i + 2).ok_or("'\\x' needs two hex digits, e.g. \\x00")?;
+                i += 2;
+                u8::from_str_radix(h, 16).map_err(|_| format!("'\\x{h}' is not a hex byte, e.g. \\x0a"))?
+            }
+            other => return Err(format!("unknown escape '\\{}'; use \\r \\n \\t \\0 \\\\ \\xHH or \\{{ts}}", other as char)),
+        });
+    }
+    Ok(out)
+}
+
+/// Parse `--message` / `--first-message`.
+pub fn parse_message(s: &str) -> Result<RawMessage, String> {
+    let text = match s.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?,
+        None => s.to_string(),
+    };
+    let (bytes, stamp_at) = match text.split_once(MARKER) {
+        Some((a, b)) => {
+            if b.contains(MARKER) {
+                return Err("only one \\{ts} marker per message".into());
+            }
+            let mut bytes = unescape(a)?;
+            let at = bytes.len();
+            bytes.extend(std::iter::repeat_n(b'0', STAMP_LEN));
+            bytes.extend(unescape(b)?);
+            (bytes, Some(at))
+        }
+        None => (unescape(&text)?, None),
+    };
+    if bytes.is_empty() || bytes.len() > MAX_MESSAGE {
+        return Err(format!("a message is 1 to {MAX_MESSAGE} bytes, not {}", bytes.len()));
+    }
+    Ok(RawMessage { bytes, stamp_at })
+}
+
+/// The message with `stamp` in place of the marker.
+pub fn render(m: &RawMessage, out: &mut Vec<u8>, stamp: u64) {
+    let start = out.len();
+    out.extend_from_slice(&m.bytes);
+    if let Some(at) = m.stamp_at {
+        let digits = format!("{stamp:0width$}", width = STAMP_LEN);
+        out[start + at..start + at + STAMP_LEN].copy_from_slice(digits.as_bytes());
+    }
+}
+
+/// The timestamp in one echoed message, if it is intact.
+pub fn stamp_in(unit: &[u8], at: usize) -> Option<u64> {
+    std::str::from_utf8(unit.get(at..at + STAMP_LEN)?).ok()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_escape_and_stamp() {
+        let m = parse_message("PING \\{ts}\\r\\n").unwrap();
+        assert_eq!(m.stamp_at, Some(5));
+        let mut out = Vec::new();
+        render(&m, &mut out, 1234);
+        assert_eq!(out, b"PING 00000000000000001234\r\n");
+        assert_eq!(stamp_in(&out, 5), Some(1234));
+        assert_eq!(parse_message("\\x00\\x01a").unwrap().bytes, vec![0, 1, b'a']);
+        assert!(parse_message("bad \\q").unwrap_err().contains("unknown escape"));
+        assert!(parse_message("\\xZZ").is_err());
+        assert!(parse_message("").is_err());
+        assert!(parse_message("@/nonexistent/file").unwrap_err().contains("cannot read"));
+    }
+}
