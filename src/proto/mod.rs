@@ -2,6 +2,7 @@
 pub mod frame;
 pub mod http;
 pub mod push;
+pub mod ws;
 
 /// Which wire protocol a server or client speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]

@@ -1,0 +1,397 @@
+//! WebSocket frames (RFC 6455 §5) decoded straight out of a read buffer.
+//!
+//! No per-connection buffer: a frame is handled as soon as it is whole in
+//! the reactor's scratch buffer (unmasked into a per-worker vector); only a
+//! frame cut by the network waits in the connection's spill, and only a
+//! message split into fragments keeps its data so far in a [`Fragments`]
+//! box. Both are bounded by the message cap.
+//!
+//! Errors are counter names; [`close_code`] maps each to the status code
+//! the close frame carries (1002 protocol error, 1007 bad UTF-8, 1009 too
+//! big).
+
+/// Largest payload of a control frame (ping, pong, close).
+pub const MAX_CONTROL: usize = 125;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Opcode {
+    Continuation = 0,
+    Text = 1,
+    Binary = 2,
+    Close = 8,
+    Ping = 9,
+    Pong = 10,
+}
+
+impl Opcode {
+    fn from_u8(v: u8) -> Option<Opcode> {
+        Some(match v {
+            0 => Opcode::Continuation,
+            1 => Opcode::Text,
+            2 => Opcode::Binary,
+            8 => Opcode::Close,
+            9 => Opcode::Ping,
+            10 => Opcode::Pong,
+            _ => return None,
+        })
+    }
+
+    pub fn is_control(self) -> bool {
+        self as u8 >= 8
+    }
+}
+
+/// Which end is reading: a server requires masked frames, a client
+/// refuses them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Server,
+    Client,
+}
+
+/// One decoded frame header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    pub fin: bool,
+    pub opcode: Opcode,
+    pub mask: Option<[u8; 4]>,
+    pub len: usize,
+    /// Bytes of the header itself (2 to 14).
+    pub size: usize,
+}
+
+/// Decode the header at the start of `buf`. `Ok(None)`: not all of it is
+/// here yet. A payload longer than `max` is refused at once, before any
+/// of it is buffered.
+pub fn header(buf: &[u8], role: Role, max: usize) -> Result<Option<Header>, &'static str> {
+    if buf.len() < 2 {
+        return Ok(None);
+    }
+    let (b0, b1) = (buf[0], buf[1]);
+    if b0 & 0x70 != 0 {
+        // No extension was negotiated, so no reserved bit may be set.
+        return Err("ws_reserved_bits");
+    }
+    let opcode = Opcode::from_u8(b0 & 0x0F).ok_or("ws_unknown_opcode")?;
+    let fin = b0 & 0x80 != 0;
+    let masked = b1 & 0x80 != 0;
+    match (role, masked) {
+        (Role::Server, false) => return Err("ws_unmasked_frame"),
+        (Role::Client, true) => return Err("ws_masked_frame"),
+        _ => {}
+    }
+    let (len, mut size) = match b1 & 0x7F {
+        126 => {
+            let Some(b) = buf.get(2..4) else { return Ok(None) };
+            (u16::from_be_bytes([b[0], b[1]]) as u64, 4)
+        }
+        127 => {
+            let Some(b) = buf.get(2..10) else { return Ok(None) };
+            let len = u64::from_be_bytes(b.try_into().expect("8 bytes"));
+            if len >> 63 != 0 {
+                return Err("ws_bad_length");
+            }
+            (len, 10)
+        }
+        n => (n as u64, 2),
+    };
+    if opcode.is_control() {
+        if !fin {
+            return Err("ws_fragmented_control");
+        }
+        if len > MAX_CONTROL as u64 {
+            return Err("ws_control_too_long");
+        }
+    } else if len > max as u64 {
+        return Err("ws_message_too_big");
+    }
+    let mask = if masked {
+        let Some(m) = buf.get(size..size + 4) else { return Ok(None) };
+        size += 4;
+        Some([m[0], m[1], m[2], m[3]])
+    } else {
+        None
+    };
+    Ok(Some(Header { fin, opcode, mask, len: len as usize, size }))
+}
+
+/// The close status code for a reason from this module (or 1000).
+pub fn close_code(reason: &str) -> u16 {
+    match reason {
+        "ws_message_too_big" => 1009,
+        "ws_bad_utf8" => 1007,
+        r if r.starts_with("ws_") => 1002,
+        _ => 1000,
+    }
+}
+
+/// Append one frame. `mask`: a client's masking key (servers send none).
+pub fn encode(out: &mut Vec<u8>, fin: bool, opcode: Opcode, payload: &[u8], mask: Option<[u8; 4]>) {
+    out.reserve(14 + payload.len());
+    out.push(if fin { 0x80 } else { 0 } | opcode as u8);
+    let m = if mask.is_some() { 0x80 } else { 0 };
+    match payload.len() {
+        n if n < 126 => out.push(m | n as u8),
+        n if n <= u16::MAX as usize => {
+            out.push(m | 126);
+            out.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            out.push(m | 127);
+            out.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    match mask {
+        Some(key) => {
+            out.extend_from_slice(&key);
+            let start = out.len();
+            out.extend_from_slice(payload);
+            apply_mask(&mut out[start..], key, 0);
+        }
+        None => out.extend_from_slice(payload),
+    }
+}
+
+/// A close frame with a status code (and no reason text).
+pub fn encode_close(out: &mut Vec<u8>, code: u16, mask: Option<[u8; 4]>) {
+    encode(out, true, Opcode::Close, &code.to_be_bytes(), mask);
+}
+
+/// XOR `data` with the masking key, `offset` bytes into the payload.
+pub fn apply_mask(data: &mut [u8], key: [u8; 4], offset: usize) {
+    let mut key = key;
+    key.rotate_left(offset % 4);
+    let word = u32::from_ne_bytes(key);
+    let mut chunks = data.chunks_exact_mut(4);
+    for c in &mut chunks {
+        let v = u32::from_ne_bytes([c[0], c[1], c[2], c[3]]) ^ word;
+        c.copy_from_slice(&v.to_ne_bytes());
+    }
+    for (i, b) in chunks.into_remainder().iter_mut().enumerate() {
+        *b ^= key[i];
+    }
+}
+
+/// Whether a close frame's status code may be sent on the wire (§7.4).
+fn valid_close_code(code: u16) -> bool {
+    matches!(code, 1000..=1003 | 1007..=1014 | 3000..=4999)
+}
+
+/// A message or control frame, unmasked and (for text) UTF-8 checked.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Event<'a> {
+    Message { text: bool, data: &'a [u8] },
+    Ping(&'a [u8]),
+    Pong(&'a [u8]),
+    /// The peer's close: its status code, if it sent one.
+    Close(Option<u16>),
+}
+
+/// A message whose first fragments arrived and whose last has not.
+#[derive(Debug, Default)]
+pub struct Fragments {
+    text: bool,
+    data: Vec<u8>,
+}
+
+/// Where a reader keeps what it needs between calls.
+pub struct Reader<'a> {
+    pub role: Role,
+    /// Largest message (all fragments together).
+    pub max: usize,
+    /// A per-worker vector the payloads are unmasked into.
+    pub tmp: &'a mut Vec<u8>,
+    pub frag: &'a mut Option<Box<Fragments>>,
+}
+
+impl Reader<'_> {
+    /// Decode every whole frame in `buf` and hand each message or control
+    /// frame to `on`; return the bytes used (the rest is an incomplete
+    /// frame). Stops after a close frame. Err: why the connection must end
+    /// (a violation, or the callback's own reason).
+    pub fn consume(&mut self, buf: &[u8], mut on: impl FnMut(Event<'_>) -> Result<(), &'static str>) -> Result<usize, &'static str> {
+        let mut pos = 0;
+        loop {
+            let Some(h) = header(&buf[pos..], self.role, self.max)? else { return Ok(pos) };
+            if buf.len() - pos < h.size + h.len {
+                return Ok(pos);
+            }
+            let payload = &buf[pos + h.size..pos + h.size + h.len];
+            pos += h.size + h.len;
+            self.tmp.clear();
+            self.tmp.extend_from_slice(payload);
+            if let Some(key) = h.mask {
+                apply_mask(self.tmp, key, 0);
+            }
+            match h.opcode {
+                Opcode::Ping => on(Event::Ping(self.tmp))?,
+                Opcode::Pong => on(Event::Pong(self.tmp))?,
+                Opcode::Close => {
+                    let code = match self.tmp.len() {
+                        0 => None,
+                        1 => return Err("ws_bad_close"),
+                        _ => {
+                            let code = u16::from_be_bytes([self.tmp[0], self.tmp[1]]);
+                            if !valid_close_code(code) {
+                                return Err("ws_bad_close");
+                            }
+                            std::str::from_utf8(&self.tmp[2..]).map_err(|_| "ws_bad_utf8")?;
+                            Some(code)
+                        }
+                    };
+                    on(Event::Close(code))?;
+                    return Ok(pos);
+                }
+                Opcode::Text | Opcode::Binary => {
+                    if self.frag.is_some() {
+                        return Err("ws_expected_continuation");
+                    }
+                    let text = h.opcode == Opcode::Text;
+                    if h.fin {
+                        deliver(text, self.tmp, &mut on)?;
+                    } else {
+                        *self.frag = Some(Box::new(Fragments { text, data: std::mem::take(self.tmp) }));
+                    }
+                }
+                Opcode::Continuation => {
+                    let Some(f) = self.frag.as_mut() else { return Err("ws_unexpected_continuation") };
+                    if f.data.len() + self.tmp.len() > self.max {
+                        return Err("ws_message_too_big");
+                    }
+                    f.data.extend_from_slice(self.tmp);
+                    if h.fin {
+                        let f = self.frag.take().expect("checked above");
+                        deliver(f.text, &f.data, &mut on)?;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn deliver(text: bool, data: &[u8], on: &mut impl FnMut(Event<'_>) -> Result<(), &'static str>) -> Result<(), &'static str> {
+    if text {
+        std::str::from_utf8(data).map_err(|_| "ws_bad_utf8")?;
+    }
+    on(Event::Message { text, data })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn events(buf: &[u8], role: Role, max: usize) -> (Result<usize, &'static str>, Vec<String>) {
+        let (mut tmp, mut frag) = (Vec::new(), None);
+        let mut got = Vec::new();
+        let r = Reader { role, max, tmp: &mut tmp, frag: &mut frag }.consume(buf, |e| {
+            got.push(format!("{e:?}"));
+            Ok(())
+        });
+        (r, got)
+    }
+
+    #[test]
+    fn masked_frames_unmask_and_lengths_use_all_three_forms() {
+        for n in [0usize, 5, 125, 126, 65535, 65536] {
+            let data: Vec<u8> = (0..n).map(|i| i as u8).collect();
+            let mut buf = Vec::new();
+            encode(&mut buf, true, Opcode::Binary, &data, Some([1, 2, 3, 4]));
+            let (mut tmp, mut frag) = (Vec::new(), None);
+            let mut seen = None;
+            let used = Reader { role: Role::Server, max: 1 << 20, tmp: &mut tmp, frag: &mut frag }
+                .consume(&buf, |e| {
+                    if let Event::Message { data, .. } = e {
+                        seen = Some(data.to_vec());
+                    }
+                    Ok(())
+                })
+                .unwrap();
+            assert_eq!(used, buf.len());
+            assert_eq!(seen.unwrap(), data);
+        }
+    }
+
+    #[test]
+    fn violations_are_named_with_their_close_codes() {
+        let mut unmasked = Vec::new();
+        encode(&mut unmasked, true, Opcode::Text, b"hi", None);
+        assert_eq!(events(&unmasked, Role::Server, 100).0, Err("ws_unmasked_frame"));
+        assert_eq!(close_code("ws_unmasked_frame"), 1002);
+        let mut big = Vec::new();
+        encode(&mut big, true, Opcode::Binary, &[0; 200], Some([9; 4]));
+        // Refused from the header alone, before the payload arrives.
+        assert_eq!(events(&big[..8], Role::Server, 100).0, Err("ws_message_too_big"));
+        assert_eq!(close_code("ws_message_too_big"), 1009);
+        let mut bad = Vec::new();
+        encode(&mut bad, true, Opcode::Text, &[0xC3, 0x28], Some([7; 4]));
+        assert_eq!(events(&bad, Role::Server, 100).0, Err("ws_bad_utf8"));
+        assert_eq!(close_code("ws_bad_utf8"), 1007);
+        assert_eq!(events(&[0x83, 0x80, 0, 0, 0, 0], Role::Server, 100).0, Err("ws_unknown_opcode"));
+        assert_eq!(events(&[0xC2, 0x80, 0, 0, 0, 0], Role::Server, 100).0, Err("ws_reserved_bits"));
+        assert_eq!(events(&[0x09, 0x80, 0, 0, 0, 0], Role::Server, 100).0, Err("ws_fragmented_control"));
+        assert_eq!(events(&[0x80, 0x80, 0, 0, 0, 0], Role::Server, 100).0, Err("ws_unexpected_continuation"));
+        let mut close1 = Vec::new();
+        encode(&mut close1, true, Opcode::Close, &[3], Some([0; 4]));
+        assert_eq!(events(&close1, Role::Server, 100).0, Err("ws_bad_close"));
+        let mut masked = Vec::new();
+        encode(&mut masked, true, Opcode::Ping, b"x", Some([1; 4]));
+        assert_eq!(events(&masked, Role::Client, 100).0, Err("ws_masked_frame"));
+    }
+
+    #[test]
+    fn fragments_reassemble_around_control_frames() {
+        let key = Some([5, 6, 7, 8]);
+        let mut buf = Vec::new();
+        encode(&mut buf, false, Opcode::Text, "h\u{e9}".as_bytes(), key);
+        encode(&mut buf, true, Opcode::Ping, b"p", key);
+        encode(&mut buf, false, Opcode::Continuation, "ll".as_bytes(), key);
+        encode(&mut buf, true, Opcode::Continuation, "o \u{1F600}".as_bytes(), key);
+        encode_close(&mut buf, 1000, key);
+        let (r, got) = events(&buf, Role::Server, 100);
+        assert_eq!(r, Ok(buf.len()));
+        let want = format!("{:?}", Event::Message { text: true, data: "h\u{e9}llo \u{1F600}".as_bytes() });
+        assert_eq!(got, vec![format!("{:?}", Event::Ping(b"p")), want, "Close(Some(1000))".to_string()]);
+        // A UTF-8 sequence cut between fragments is valid once whole.
+        let mut split = Vec::new();
+        encode(&mut split, false, Opcode::Text, &[0xF0, 0x9F], key);
+        encode(&mut split, true, Opcode::Continuation, &[0x98, 0x80], key);
+        assert_eq!(events(&split, Role::Server, 100).0, Ok(split.len()));
+        // The cap counts every fragment.
+        let mut many = Vec::new();
+        encode(&mut many, false, Opcode::Binary, &[0; 60], key);
+        encode(&mut many, true, Opcode::Continuation, &[0; 60], key);
+        assert_eq!(events(&many, Role::Server, 100).0, Err("ws_message_too_big"));
+    }
+
+    proptest! {
+        #[test]
+        fn any_split_point_gives_the_same_messages(data in proptest::collection::vec(any::<u8>(), 0..300), cut in 0usize..400) {
+            let mut buf = Vec::new();
+            encode(&mut buf, true, Opcode::Binary, &data, Some([0xA, 0xB, 0xC, 0xD]));
+            encode(&mut buf, true, Opcode::Pong, b"t", Some([1, 2, 3, 4]));
+            let cut = cut.min(buf.len());
+            let (mut tmp, mut frag) = (Vec::new(), None);
+            let mut got = Vec::new();
+            let mut r = Reader { role: Role::Server, max: 1000, tmp: &mut tmp, frag: &mut frag };
+            let used = r.consume(&buf[..cut], |e| { got.push(format!("{e:?}")); Ok(()) }).unwrap();
+            let rest = buf[used..].to_vec();
+            r.consume(&rest, |e| { got.push(format!("{e:?}")); Ok(()) }).unwrap();
+            prop_assert_eq!(got, vec![format!("{:?}", Event::Message { text: false, data: &data }), format!("{:?}", Event::Pong(b"t"))]);
+        }
+
+        #[test]
+        fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = events(&bytes, Role::Server, 50);
+            let _ = events(&bytes, Role::Client, 50);
+        }
+
+        #[test]
+        fn masking_twice_is_identity(data in proptest::collection::vec(any::<u8>(), 0..40), key: [u8; 4], off in 0usize..8) {
+            let mut d = data.clone();
+            apply_mask(&mut d, key, off);
+            apply_mask(&mut d, key, off);
+            prop_assert_eq!(d, data);
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! The WebSocket opening handshake (RFC 6455 §4) on `httparse`: the
+//! server's check of an Upgrade request and its 101 (or the status that
+//! says what was wrong), and the client's request and check of the 101.
+//! No extension or subprotocol is negotiated (per-message-deflate is
+//! refused by leaving it out of the answer).
+
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine;
+use sha1::{Digest, Sha1};
+
+const GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+/// Most header lines in an Upgrade request or its answer.
+const MAX_HEADERS: usize = 64;
+
+/// `Sec-WebSocket-Accept` for a `Sec-WebSocket-Key`.
+pub fn accept_key(key: &[u8]) -> String {
+    let mut h = Sha1::new();
+    h.update(key);
+    h.update(GUID);
+    B64.encode(h.finalize())
+}
+
+/// A valid Upgrade request.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Upgrade {
+    /// Request target, e.g. `/chat?subscribe=a,b`.
+    pub target: String,
+    pub accept: String,
+}
+
+/// An Upgrade request that must be refused: the status, the counter name
+/// and the text of the answer.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub status: u16,
+    pub reason: &'static str,
+    pub text: &'static str,
+}
+
+fn refuse(status: u16, reason: &'static str, text: &'static str) -> Refusal {
+    Refusal { status, reason, text }
+}
+
+fn has_token(value: &[u8], token: &str) -> bool {
+    std::str::from_utf8(value).is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+}
+
+/// Parse an Upgrade request at the start of `buf`: `Ok(None)` until the
+/// head is complete; then the upgrade and the bytes it used.
+pub fn parse_request(buf: &[u8], max_head: usize) -> Result<Option<(Upgrade, usize)>, Refusal> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    let used = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) if n <= max_head => n,
+        Ok(httparse::Status::Partial) if buf.len() <= max_head => return Ok(None),
+        Ok(_) => return Err(refuse(431, "ws_handshake_too_large", "request head too large")),
+        Err(httparse::Error::TooManyHeaders) => return Err(refuse(431, "ws_handshake_too_large", "too many headers")),
+        Err(_) => return Err(refuse(400, "ws_handshake_malformed", "malformed HTTP request")),
+    };
+    if req.method != Some("GET") {
+        return Err(refuse(405, "ws_handshake_method", "a WebSocket upgrade is a GET"));
+    }
+    if req.version != Some(1) {
+        return Err(refuse(400, "ws_handshake_version", "a WebSocket upgrade needs HTTP/1.1"));
+    }
+    let get = |name: &str| req.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value);
+    if !get("upgrade").is_some_and(|v| has_token(v, "websocket")) {
+        return Err(refuse(426, "ws_handshake_not_upgrade", "this server speaks WebSocket only: send Upgrade: websocket"));
+    }
+    if !get("connection").is_some_and(|v| has_token(v, "upgrade")) {
+        return Err(refuse(400, "ws_handshake_connection", "Connection: Upgrade is missing"));
+    }
+    if get("sec-websocket-version").map(|v| v.trim_ascii()) != Some(b"13") {
+        return Err(refuse(426, "ws_handshake_version", "Sec-WebSocket-Version must be 13"));
+    }
+    let Some(key) = get("sec-websocket-key").map(|v| v.trim_ascii()) else {
+        return Err(refuse(400, "ws_handshake_key", "Sec-WebSocket-Key is missing"));
+    };
+    if B64.decode(key).map(|k| k.len()) != Ok(16) {
+        return Err(refuse(400, "ws_handshake_key", "Sec-WebSocket-Key must be 16 bytes in base64"));
+    }
+    Ok(Some((Upgrade { target: req.path.unwrap_or("/").to_string(), accept: accept_key(key) }, used)))
+}
+
+/// The 101 answer.
+pub fn write_accept(out: &mut Vec<u8>, accept: &str) {
+    out.extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ");
+    out.extend_from_slice(accept.as_bytes());
+    out.extend_from_slice(b"\r\n\r\n");
+}
+
+/// The answer to a refused upgrade (the connection closes after it).
+pub fn write_refusal(out: &mut Vec<u8>, r: &Refusal) {
+    let name = match r.status {
+        405 => "Method Not Allowed",
+        426 => "Upgrade Required",
+        431 => "Request Header Fields Too Large",
+        _ => "Bad Request",
+    };
+    let extra = if r.status == 426 { "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n" } else { "" };
+    let body = format!("{}\n", r.text);
+    let head = format!(
+        "HTTP/1.1 {} {name}\r\n{extra}Content-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        r.status,
+        body.len()
+    );
+    out.extend_from_slice(head.as_bytes());
+    out.extend_from_slice(body.as_bytes());
+}
+
+/// The topics a `?subscribe=a,b` query asks for.
+pub fn subscriptions(target: &str) -> impl Iterator<Item = &str> {
+    target
+        .split_once('?')
+        .map(|(_, q)| q)
+        .unwrap_or("")
+        .split('&')
+        .filter_map(|kv| kv.strip_prefix("subscribe="))
+        .flat_map(|v| v.split(',').filter(|t| !t.is_empty()))
+}
+
+/// A client's Upgrade request with this key (base64 of 16 bytes).
+pub fn write_request(out: &mut Vec<u8>, host: &str, target: &str, key: &str) {
+    let req = format!(
+        "GET {target} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    out.extend_from_slice(req.as_bytes());
+}
+
+/// A client's key, derived from a per-worker seed and the connection
+/// index so it need not be stored: the answer is checked by recomputing.
+pub fn client_key(seed: u64, index: u64) -> String {
+    let mut k = [0u8; 16];
+    k[..8].copy_from_slice(&seed.to_le_bytes());
+    k[8..].copy_from_slice(&index.to_le_bytes());
+    B64.encode(k)
+}
+
+/// Check the server's answer at the start of `buf`: `Ok(None)` until
+/// complete; then the bytes used. Err: the counter name (by status).
+pub fn parse_response(buf: &[u8], key: &str) -> Result<Option<usize>, &'static str> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut resp = httparse::Response::new(&mut headers);
+    let used = match resp.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if buf.len() <= 16 * 1024 => return Ok(None),
+        Ok(httparse::Status::Partial) => return Err("ws_handshake_response_too_large"),
+        Err(_) => return Err("ws_handshake_bad_response"),
+    };
+    if resp.code != Some(101) {
+        return Err(status_name(resp.code.unwrap_or(0)));
+    }
+    let accept = resp.headers.iter().find(|h| h.name.eq_ignore_ascii_case("sec-websocket-accept")).map(|h| h.value.trim_ascii());
+    if accept != Some(accept_key(key.as_bytes()).as_bytes()) {
+        return Err("ws_handshake_bad_accept");
+    }
+    if resp.headers.iter().any(|h| h.name.eq_ignore_ascii_case("sec-websocket-extensions")) {
+        // We offered none; an extension we cannot decode would garble
+        // every frame.
+        return Err("ws_handshake_unrequested_extension");
+    }
+    Ok(Some(used))
+}
+
+/// Counter name of a refused handshake, by HTTP status.
+fn status_name(code: u16) -> &'static str {
+    match code {
+        200 => "http_200_not_upgraded",
+        301 | 302 | 307 | 308 => "http_3xx_redirect",
+        400 => "http_400",
+        401 => "http_401",
+        403 => "http_403",
+        404 => "http_404",
+        405 => "http_405",
+        426 => "http_426",
+        429 => "http_429",
+        431 => "http_431",
+        500 => "http_500",
+        502 => "http_502",
+        503 => "http_503",
+        400..=499 => "http_4xx_other",
+        500..=599 => "http_5xx_other",
+        _ => "http_other_status",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc_example_key() {
+        // RFC 6455 §1.3.
+        assert_eq!(accept_key(b"dGhlIHNhbXBsZSBub25jZQ=="), "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+    }
+
+    #[test]
+    fn client_request_is_accepted_and_answer_checks() {
+        let key = client_key(7, 42);
+        let mut req = Vec::new();
+        write_request(&mut req, "127.0.0.1:8000", "/chat?subscribe=a,b&x=1", &key);
+        let (up, used) = parse_request(&req, 8192).unwrap().unwrap();
+        assert_eq!(used, req.len());
+        assert_eq!(subscriptions(&up.target).collect::<Vec<_>>(), vec!["a", "b"]);
+        assert_eq!(parse_request(&req[..req.len() - 1], 8192), Ok(None));
+        let mut resp = Vec::new();
+        write_accept(&mut resp, &up.accept);
+        resp.extend_from_slice(&[0x81, 0]);
+        assert_eq!(parse_response(&resp, &key), Ok(Some(resp.len() - 2)));
+        assert_eq!(parse_response(&resp, &client_key(7, 43)), Err("ws_handshake_bad_accept"));
+        assert_eq!(parse_response(b"HTTP/1.1 404 Not Found\r\n\r\n", &key), Err("http_404"));
+    }
+
+    #[test]
+    fn bad_upgrades_get_their_status() {
+        let ok = "GET / HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: keep-alive, Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
+        assert!(parse_request(ok.as_bytes(), 8192).unwrap().is_some());
+        let status = |s: &str| parse_request(s.as_bytes(), 8192).unwrap_err().status;
+        assert_eq!(status(&ok.replace("GET", "POST")), 405);
+        assert_eq!(status("GET / HTTP/1.1\r\nHost: h\r\n\r\n"), 426);
+        assert_eq!(status(&ok.replace("Version: 13", "Version: 8")), 426);
+        assert_eq!(status(&ok.replace("dGhlIHNhbXBsZSBub25jZQ==", "c2hvcnQ=")), 400);
+        assert_eq!(status(&ok.replace("keep-alive, Upgrade", "keep-alive")), 400);
+        assert_eq!(status("\x00\x01garbage\r\n\r\n"), 400);
+        assert_eq!(parse_request(&vec![b'a'; 9000], 8192).unwrap_err().status, 431);
+        let mut out = Vec::new();
+        write_refusal(&mut out, &parse_request(b"GET / HTTP/1.1\r\n\r\n", 8192).unwrap_err());
+        assert!(String::from_utf8(out).unwrap().starts_with("HTTP/1.1 426 Upgrade Required\r\n"));
+    }
+}
