@@ -43,6 +43,12 @@ if ! python3 -c "import prometheus_client" >/dev/null 2>&1; then
     fi
   fi
 fi
+# WebSocket tests run against Python's `websockets` (pinned: its API is
+# what the peer scripts in tests/peers use).
+if ! python3 -c "import websockets, sys; sys.exit(int(websockets.__version__.split('.')[0]) < 14)" >/dev/null 2>&1; then
+  echo "setup: installing the Python websockets package (an independent WebSocket peer for the tests)"
+  python3 -m pip install -q "websockets==17.4"
+fi
 if ! command -v ss >/dev/null 2>&1; then
   echo "setup: installing iproute2 (for ss)"
   apt-get update -qq && apt-get install -y -qq iproute2

@@ -25,6 +25,8 @@ impl From<ServerArgs> for ServerConfig {
             header_timeout: a.header_timeout,
             retire_after: a.retire_after,
             max_pending_bytes: a.max_pending_bytes,
+            max_message_bytes: a.max_message_bytes,
+            push_format: a.push_format,
             admin: a.admin.0,
             admin_token: a.admin_token,
             json: a.json,

@@ -81,9 +81,15 @@ pub struct ServerArgs {
     /// Stop by itself after this long (default: run until Ctrl-C).
     #[arg(long, default_value = "off")]
     pub duration: OptDuration,
-    /// Wire protocol: framed (default) or echo8 (raw 8-byte timestamps).
+    /// Wire protocol: framed (default), ws (WebSocket), http, echo8 (8-byte timestamps), echo or discard (any TCP peer).
     #[arg(long, value_enum, default_value = "framed")]
     pub protocol: Protocol,
+    /// WebSocket: largest message, all fragments together; larger is closed with status 1009.
+    #[arg(long, default_value = "65536", value_parser = clap::value_parser!(u32).range(126..=67_108_864).map(|v| v as usize))]
+    pub max_message_bytes: usize,
+    /// WebSocket: pushes as text (a JSON envelope with seq, ts and data) or binary (the framed push layout).
+    #[arg(long, value_enum, default_value = "text")]
+    pub push_format: crate::server::ws::PushFormat,
     /// Where requests run: inline (blocks the event loop), pool:N (N threads for the whole server, divided over the workers), async.
     #[arg(long, default_value = "async")]
     pub business: BusinessMode,

@@ -126,7 +126,7 @@ pub fn read(
             }),
         },
         // Server-only protocols (refused by the client's plan): drop.
-        Protocol::Echo | Protocol::Discard => net::read_chunks(stream, partial, scratch, read_closed, |buf| Ok(buf.len())),
+        Protocol::Echo | Protocol::Discard | Protocol::Ws => net::read_chunks(stream, partial, scratch, read_closed, |buf| Ok(buf.len())),
         Protocol::Echo8 => {
             let offset = wall_offset_us;
             net::read_fixed(stream, partial, scratch, read_closed, ECHO8_LEN, |u| {

@@ -19,6 +19,10 @@ pub enum Protocol {
     Echo,
     /// Server only: read and drop everything.
     Discard,
+    /// WebSocket (RFC 6455): the server upgrades and echoes messages
+    /// through the business stage; the client pings and sends binary
+    /// requests.
+    Ws,
     /// Client only: `--message` bytes on the heartbeat schedule, to any
     /// TCP server (round trips with a `\{ts}` marker against an echo).
     Raw,

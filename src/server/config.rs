@@ -38,6 +38,10 @@ pub struct ServerConfig {
     pub retire_after: Duration,
     /// Most push bytes one connection may leave unread (slow consumer).
     pub max_pending_bytes: usize,
+    /// WebSocket: largest message (close 1009 above it).
+    pub max_message_bytes: usize,
+    /// WebSocket: how pushes are framed.
+    pub push_format: crate::server::ws::PushFormat,
     /// Admin HTTP API (metrics, stats, publish); None: off.
     pub admin: Option<std::net::SocketAddr>,
     /// Bearer token the admin API requires (mandatory off loopback).
@@ -66,6 +70,8 @@ impl Default for ServerConfig {
             header_timeout: Duration::from_secs(10),
             retire_after: crate::supervise::elastic::DEFAULT_GRACE,
             max_pending_bytes: DEFAULT_MAX_PENDING,
+            max_message_bytes: crate::server::ws::DEFAULT_MAX_MESSAGE,
+            push_format: crate::server::ws::PushFormat::Text,
             admin: None,
             admin_token: None,
             json: false,

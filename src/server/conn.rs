@@ -1,7 +1,9 @@
 //! One accepted connection: the socket and the little state it needs
 //! between readiness events.
 
+use super::http::HttpConn;
 use crate::net::Spill;
+use crate::proto::ws::frame::Fragments;
 
 /// Per-connection record kept in the worker's slab. An idle connection
 /// costs the socket handle, two timestamps, a generation and four empty
@@ -17,9 +19,10 @@ pub struct Conn {
     /// Distinguishes this connection from a later one reusing its slab
     /// key, so a late business-stage reply never reaches the wrong peer.
     pub gen: u32,
-    /// HTTP request state, only while a request is half-read or a reply
-    /// is pending (`--protocol http`).
-    pub http: Option<Box<super::http::HttpConn>>,
+    /// Protocol state, only while there is some: an HTTP request
+    /// half-read or a reply pending, a WebSocket handshake not yet done or
+    /// a message still in fragments.
+    pub ext: Ext,
     /// Topics this connection subscribed to (None for most).
     pub subs: super::push::Subs,
     /// Worker-relative second it was accepted (its age in /connections).
@@ -28,6 +31,66 @@ pub struct Conn {
 
 impl Conn {
     pub fn new(stream: mio::net::TcpStream, now_s: u32, gen: u32) -> Conn {
-        Conn { stream, last_seen_s: now_s, partial: None, backlog: None, gen, http: None, subs: None, since_s: now_s }
+        Conn { stream, last_seen_s: now_s, partial: None, backlog: None, gen, ext: None, subs: None, since_s: now_s }
     }
+}
+
+/// Boxed protocol state: one pointer, null for every idle connection.
+pub type Ext = Option<Box<ConnExt>>;
+
+pub enum ConnExt {
+    Http(HttpConn),
+    Ws(WsConn),
+}
+
+/// A WebSocket connection's state while it has some.
+#[derive(Debug, Default)]
+pub struct WsConn {
+    /// Worker-relative time (100 ms units) the connection began waiting
+    /// for its Upgrade request; 0 once upgraded.
+    pub handshake_since_ds: u32,
+    pub frag: Option<Box<Fragments>>,
+}
+
+/// The HTTP state inside an [`Ext`].
+pub trait HttpExt {
+    fn http(&self) -> Option<&HttpConn>;
+    fn http_mut(&mut self) -> Option<&mut HttpConn>;
+    fn http_or_default(&mut self) -> &mut HttpConn;
+}
+
+impl HttpExt for Ext {
+    fn http(&self) -> Option<&HttpConn> {
+        match self.as_deref() {
+            Some(ConnExt::Http(h)) => Some(h),
+            _ => None,
+        }
+    }
+
+    fn http_mut(&mut self) -> Option<&mut HttpConn> {
+        match self.as_deref_mut() {
+            Some(ConnExt::Http(h)) => Some(h),
+            _ => None,
+        }
+    }
+
+    fn http_or_default(&mut self) -> &mut HttpConn {
+        if self.http().is_none() {
+            *self = Some(Box::new(ConnExt::Http(HttpConn::default())));
+        }
+        self.http_mut().expect("just set")
+    }
+}
+
+/// The WebSocket state inside an [`Ext`], if any.
+pub fn ws_mut(ext: &mut Ext) -> Option<&mut WsConn> {
+    match ext.as_deref_mut() {
+        Some(ConnExt::Ws(w)) => Some(w),
+        _ => None,
+    }
+}
+
+/// Whether a WebSocket connection still waits for its Upgrade request.
+pub fn ws_handshaking(ext: &Ext) -> bool {
+    matches!(ext.as_deref(), Some(ConnExt::Ws(w)) if w.handshake_since_ds != 0)
 }

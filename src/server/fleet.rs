@@ -329,6 +329,7 @@ fn worker_template(cfg: &ServerConfig, initial: usize, budget: u64, elastic: boo
         budget,
         elastic,
         max_pending_bytes: cfg.max_pending_bytes,
+        ws: super::ws::WsConfig { max_message: cfg.max_message_bytes, max_head: cfg.max_header_bytes, push_format: cfg.push_format },
     }
 }
 

@@ -3,6 +3,7 @@
 //! pipelined responses in order, and remembering per-connection state only
 //! while a request is half-read or a reply is pending.
 
+use super::conn::{Ext, HttpExt};
 use super::requests::{Answer, Requests};
 use crate::proto::http::{self, HttpState, Step};
 
@@ -38,11 +39,11 @@ pub struct Ctx<'a> {
 
 /// Handle as many requests in `buf` as possible; return the bytes used.
 /// Err names why the connection must close (after `ctx.out` is sent).
-pub fn consume(ctx: &mut Ctx<'_>, conn: &mut Option<Box<HttpConn>>, buf: &[u8]) -> Result<usize, &'static str> {
-    if conn.as_ref().is_some_and(|c| c.awaiting) {
+pub fn consume(ctx: &mut Ctx<'_>, conn: &mut Ext, buf: &[u8]) -> Result<usize, &'static str> {
+    if conn.http().is_some_and(|c| c.awaiting) {
         return Ok(0);
     }
-    let mut st = conn.as_ref().map(|c| c.state.clone()).unwrap_or_default();
+    let mut st = conn.http().map(|c| c.state.clone()).unwrap_or_default();
     let mut pos = 0;
     let result = loop {
         let (used, step) = http::next(&buf[pos..], &mut st, ctx.cfg.max_header_bytes);
@@ -66,7 +67,7 @@ pub fn consume(ctx: &mut Ctx<'_>, conn: &mut Option<Box<HttpConn>>, buf: &[u8]) 
                     Answer::Sent if !req.keep_alive => break Err("http_connection_close"),
                     Answer::Sent => {}
                     Answer::Deferred => {
-                        let c = conn.get_or_insert_with(Default::default);
+                        let c = conn.http_or_default();
                         c.awaiting = true;
                         c.close_after = !req.keep_alive;
                         break Ok(pos);
@@ -80,29 +81,29 @@ pub fn consume(ctx: &mut Ctx<'_>, conn: &mut Option<Box<HttpConn>>, buf: &[u8]) 
         }
     };
     // Keep state only while it says something.
-    let idle = st == HttpState::default() && !conn.as_ref().is_some_and(|c| c.awaiting);
+    let idle = st == HttpState::default() && !conn.http().is_some_and(|c| c.awaiting);
     if idle {
-        if conn.as_ref().is_some_and(|c| c.partial_since_ds != 0) {
-            conn.as_mut().unwrap().state = st;
+        if conn.http().is_some_and(|c| c.partial_since_ds != 0) {
+            conn.http_mut().unwrap().state = st;
         } else {
             *conn = None;
         }
     } else {
-        conn.get_or_insert_with(Default::default).state = st;
+        conn.http_or_default().state = st;
     }
     result
 }
 
 /// Update the slowloris clock after a read: `partial` says whether an
 /// incomplete request (head or body) is still buffered or owed.
-pub fn track_partial(conn: &mut Option<Box<HttpConn>>, partial: bool, now_ds: u32) {
-    let owed = conn.as_ref().is_some_and(|c| c.state != HttpState::default());
+pub fn track_partial(conn: &mut Ext, partial: bool, now_ds: u32) {
+    let owed = conn.http().is_some_and(|c| c.state != HttpState::default());
     if partial || owed {
-        let c = conn.get_or_insert_with(Default::default);
+        let c = conn.http_or_default();
         if c.partial_since_ds == 0 {
             c.partial_since_ds = now_ds.max(1);
         }
-    } else if let Some(c) = conn.as_mut() {
+    } else if let Some(c) = conn.http_mut() {
         c.partial_since_ds = 0;
         if !c.awaiting && c.state == HttpState::default() {
             *conn = None;
@@ -111,6 +112,6 @@ pub fn track_partial(conn: &mut Option<Box<HttpConn>>, partial: bool, now_ds: u3
 }
 
 /// Whether the connection has been stuck in one request too long.
-pub fn stalled(conn: &Option<Box<HttpConn>>, now_ds: u32, timeout_ds: u32) -> bool {
-    conn.as_ref().is_some_and(|c| !c.awaiting && c.partial_since_ds != 0 && now_ds.saturating_sub(c.partial_since_ds) >= timeout_ds)
+pub fn stalled(conn: &Ext, now_ds: u32, timeout_ds: u32) -> bool {
+    conn.http().is_some_and(|c| !c.awaiting && c.partial_since_ds != 0 && now_ds.saturating_sub(c.partial_since_ds) >= timeout_ds)
 }

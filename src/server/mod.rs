@@ -13,6 +13,7 @@ pub mod requests;
 pub mod service_time;
 pub mod view;
 pub mod worker;
+pub mod ws;
 
 pub use config::ServerConfig;
 

@@ -58,6 +58,7 @@ pub struct ServerWorkerConfig {
     /// Most bytes a connection may leave unread before it is closed as a
     /// slow consumer of pushes.
     pub max_pending_bytes: usize,
+    pub ws: super::ws::WsConfig,
 }
 
 /// Pool threads wake the event loop through this token.
@@ -83,6 +84,8 @@ struct Worker {
     next_sweep: Instant,
     scratch: Vec<u8>,
     out: Vec<u8>,
+    /// WebSocket payloads are unmasked into this.
+    unmasked: Vec<u8>,
     stage: Stage,
     topics: super::push::Topics,
     rng: SmallRng,
@@ -121,6 +124,7 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
         next_sweep: Instant::now() + IDLE_SWEEP,
         scratch: vec![0; SCRATCH],
         out: Vec::with_capacity(SCRATCH),
+        unmasked: Vec::new(),
     };
     control::emit(&WorkerMsg::Ready { worker, pid: std::process::id(), fd_limit: crate::sys::fd_limit().hard });
     let interval = Duration::from_millis(w.cfg.stats_interval_ms.max(50));
@@ -175,10 +179,9 @@ impl Handler for Worker {
 
     fn on_tick(&mut self) -> Flow {
         let now = Instant::now();
-        let sweeping = self.cfg.idle_timeout_ms.is_some() || self.cfg.protocol == Protocol::Http;
-        if sweeping && now >= self.next_sweep {
+        if (self.cfg.idle_timeout_ms.is_some() || self.heads_timed()) && now >= self.next_sweep {
             self.sweep_idle();
-            self.next_sweep = now + if self.cfg.protocol == Protocol::Http { HTTP_SWEEP } else { IDLE_SWEEP };
+            self.next_sweep = now + if self.heads_timed() { HTTP_SWEEP } else { IDLE_SWEEP };
         }
         if self.cfg.protocol == Protocol::Http {
             self.refresh_date();
@@ -201,7 +204,7 @@ impl Handler for Worker {
         if let Some(t) = self.stage.next_due() {
             wake = wake.min(t);
         }
-        if self.cfg.idle_timeout_ms.is_some() || self.cfg.protocol == Protocol::Http {
+        if self.cfg.idle_timeout_ms.is_some() || self.heads_timed() {
             wake = wake.min(self.next_sweep);
         }
         if let Some(t) = self.accept_paused_until {
@@ -229,6 +232,12 @@ impl Worker {
     /// Worker-relative time in 100 ms units.
     fn now_ds(&self) -> u32 {
         (self.started.elapsed().as_millis() / 100) as u32
+    }
+
+    /// Whether request heads (HTTP requests, WebSocket upgrades) are
+    /// timed against --header-timeout.
+    fn heads_timed(&self) -> bool {
+        matches!(self.cfg.protocol, Protocol::Http | Protocol::Ws)
     }
 
     fn refresh_date(&mut self) {
@@ -280,6 +289,7 @@ impl Worker {
                 // behind an unacknowledged one (up to a delayed-ACK
                 // timeout, ~40 ms).
                 let _ = stream.set_nodelay(true);
+                let now_ds = self.now_ds();
                 let entry = self.conns.vacant_entry();
                 let key = entry.key();
                 if self.poll.registry().register(&mut stream, Token(key), Interest::READABLE | Interest::WRITABLE).is_err() {
@@ -287,7 +297,11 @@ impl Worker {
                     return true;
                 }
                 self.next_gen = self.next_gen.wrapping_add(1);
-                entry.insert(Conn::new(stream, self.started.elapsed().as_secs() as u32, self.next_gen));
+                let mut conn = Conn::new(stream, self.started.elapsed().as_secs() as u32, self.next_gen);
+                if self.cfg.protocol == Protocol::Ws {
+                    conn.ext = super::ws::fresh(now_ds);
+                }
+                entry.insert(conn);
                 self.stats.accepted += 1;
                 self.stats.active += 1;
                 if self.cfg.elastic && (self.stats.active == self.prespawn_at || self.stats.active == self.cfg.budget) {
@@ -328,10 +342,11 @@ impl Worker {
     }
 
     fn sweep_idle(&mut self) {
-        if self.cfg.protocol == Protocol::Http {
+        if self.heads_timed() {
             let now = self.now_ds();
             let limit = (self.cfg.http.header_timeout_ms / 100).max(1) as u32;
-            let stuck: Vec<usize> = self.conns.iter().filter(|(_, c)| http::stalled(&c.http, now, limit)).map(|(k, _)| k).collect();
+            let stuck: Vec<usize> =
+                self.conns.iter().filter(|(_, c)| http::stalled(&c.ext, now, limit) || super::ws::stalled(&c.ext, now, limit)).map(|(k, _)| k).collect();
             for key in stuck {
                 self.close(key, "header_timeout".into());
             }

@@ -103,6 +103,8 @@ pub struct ServerSnapshot {
     /// Push commands received, connections written or queued to, and
     /// connections closed as slow consumers.
     pub push_commands: u64,
+    /// WebSocket handshakes completed.
+    pub ws_upgrades: u64,
     pub push_delivered: u64,
     pub push_dropped: u64,
     /// Topics with subscribers, and subscriptions, right now.

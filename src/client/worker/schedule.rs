@@ -98,7 +98,7 @@ impl Worker {
                     self.slots[k].inflight.get_or_insert_with(Default::default).push_back(intended);
                 }
                 // Server-only protocols (refused by the client's plan).
-                Protocol::Echo | Protocol::Discard | Protocol::Raw => return,
+                Protocol::Echo | Protocol::Discard | Protocol::Raw | Protocol::Ws => return,
             }
             if self.write_slot(k) {
                 self.stats.requests_sent += 1;

@@ -180,7 +180,10 @@ fn valid_close_code(code: u16) -> bool {
 /// A message or control frame, unmasked and (for text) UTF-8 checked.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Event<'a> {
-    Message { text: bool, data: &'a [u8] },
+    Message {
+        text: bool,
+        data: &'a [u8],
+    },
     Ping(&'a [u8]),
     Pong(&'a [u8]),
     /// The peer's close: its status code, if it sent one.

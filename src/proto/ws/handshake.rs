@@ -99,11 +99,7 @@ pub fn write_refusal(out: &mut Vec<u8>, r: &Refusal) {
     };
     let extra = if r.status == 426 { "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n" } else { "" };
     let body = format!("{}\n", r.text);
-    let head = format!(
-        "HTTP/1.1 {} {name}\r\n{extra}Content-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        r.status,
-        body.len()
-    );
+    let head = format!("HTTP/1.1 {} {name}\r\n{extra}Content-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", r.status, body.len());
     out.extend_from_slice(head.as_bytes());
     out.extend_from_slice(body.as_bytes());
 }

@@ -4,7 +4,9 @@ use super::Worker;
 use crate::net;
 use crate::proto::push::{self, Push, Stream};
 use crate::proto::Protocol;
+use crate::server::conn::ws_handshaking;
 use crate::server::push::{bucket, conn_id, split_id, PushCommand, LATENCY_BUCKETS_MS};
+use crate::server::ws;
 use crate::supervise::control::{self, ConnInfo, ListCommand, WorkerMsg};
 use base64::Engine;
 
@@ -17,22 +19,27 @@ impl Worker {
         self.stats.push_commands += 1;
         let (mut queued, mut dropped) = (0, 0);
         let data = base64::engine::general_purpose::STANDARD.decode(cmd.data.as_bytes()).unwrap_or_default();
-        let targets: Vec<usize> = if self.cfg.protocol != Protocol::Framed {
+        let targets: Vec<usize> = if !matches!(self.cfg.protocol, Protocol::Framed | Protocol::Ws) {
             Vec::new()
         } else {
             match cmd.stream {
-                Stream::Broadcast => self.conns.iter().map(|(k, _)| k).collect(),
+                // Not to WebSocket connections still in their handshake.
+                Stream::Broadcast => self.conns.iter().filter(|(_, c)| !ws_handshaking(&c.ext)).map(|(k, _)| k).collect(),
                 Stream::Topic => self.topics.subscribers(&cmd.topic),
                 Stream::Unicast => cmd
                     .target
                     .map(split_id)
-                    .filter(|(w, k, g)| *w == self.cfg.worker && self.conns.get(*k).is_some_and(|c| c.gen & 0xFF_FFFF == *g))
+                    .filter(|(w, k, g)| *w == self.cfg.worker && self.conns.get(*k).is_some_and(|c| c.gen & 0xFF_FFFF == *g && !ws_handshaking(&c.ext)))
                     .map(|(_, k, _)| vec![k])
                     .unwrap_or_default(),
             }
         };
         let mut frame = Vec::with_capacity(64 + data.len());
-        push::encode(&mut frame, &Push { stream: cmd.stream, topic: cmd.topic.as_bytes(), seq: cmd.seq, publish_us: cmd.publish_us, data: &data });
+        let p = Push { stream: cmd.stream, topic: cmd.topic.as_bytes(), seq: cmd.seq, publish_us: cmd.publish_us, data: &data };
+        match self.cfg.protocol {
+            Protocol::Ws => ws::encode_push(&mut frame, self.cfg.ws.push_format, &p),
+            _ => push::encode(&mut frame, &p),
+        }
         let mut slow = Vec::new();
         let mut now_us = push::wall_us();
         for (i, key) in targets.iter().enumerate() {

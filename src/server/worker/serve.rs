@@ -6,8 +6,9 @@ use super::Worker;
 use crate::net::{self, ReadEnd};
 use crate::proto::frame::{self, Kind};
 use crate::proto::{Protocol, ECHO8_LEN};
-use crate::server::http;
+use crate::server::conn::HttpExt;
 use crate::server::requests::Requests;
+use crate::server::{http, ws};
 use std::time::Instant;
 
 impl Worker {
@@ -50,11 +51,16 @@ impl Worker {
                     })
                 }
                 Protocol::Http => {
-                    let http = &mut conn.http;
+                    let http = &mut conn.ext;
                     let mut ctx = http::Ctx { req, cfg: &self.cfg.http, date: &self.date };
                     let r = net::read_chunks(&mut conn.stream, &mut conn.partial, &mut self.scratch, read_closed, |buf| http::consume(&mut ctx, http, buf));
-                    http::track_partial(&mut conn.http, conn.partial.is_some(), now_ds);
+                    http::track_partial(&mut conn.ext, conn.partial.is_some(), now_ds);
                     r
+                }
+                Protocol::Ws => {
+                    let mut ctx = ws::Ctx { req, cfg: &self.cfg.ws, topics: &mut self.topics, subs: &mut conn.subs, tmp: &mut self.unmasked };
+                    let ext = &mut conn.ext;
+                    net::read_chunks(&mut conn.stream, &mut conn.partial, &mut self.scratch, read_closed, |buf| ws::consume(&mut ctx, ext, buf))
                 }
                 // Raw is a client protocol (refused by the server's plan).
                 Protocol::Echo | Protocol::Discard | Protocol::Raw => {
@@ -111,13 +117,13 @@ impl Worker {
     pub(super) fn resume_http(&mut self, key: usize) {
         let now_ds = self.now_ds();
         let Some(conn) = self.conns.get_mut(key) else { return };
-        let Some(h) = conn.http.as_mut() else { return };
+        let Some(h) = conn.ext.http_mut() else { return };
         h.awaiting = false;
         if h.close_after {
             return self.close(key, "http_connection_close".into());
         }
         let Some(buf) = conn.partial.take() else {
-            http::track_partial(&mut conn.http, false, now_ds);
+            http::track_partial(&mut conn.ext, false, now_ds);
             return;
         };
         self.out.clear();
@@ -131,14 +137,14 @@ impl Worker {
             gen: conn.gen,
         };
         let mut ctx = http::Ctx { req, cfg: &self.cfg.http, date: &self.date };
-        let r = http::consume(&mut ctx, &mut conn.http, &buf);
+        let r = http::consume(&mut ctx, &mut conn.ext, &buf);
         let mut end = r.as_ref().err().map(|e| e.to_string());
         if let Ok(used) = r {
             if used < buf.len() {
                 conn.partial = Some(Box::new(buf[used..].to_vec()));
             }
         }
-        http::track_partial(&mut conn.http, conn.partial.is_some(), now_ds);
+        http::track_partial(&mut conn.ext, conn.partial.is_some(), now_ds);
         if let Err(reason) = net::send(&mut conn.stream, &mut conn.backlog, &self.out) {
             end.get_or_insert(reason);
         }

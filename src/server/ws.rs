@@ -1,0 +1,158 @@
+//! The server side of `--protocol ws`: the Upgrade handshake, then
+//! messages through the business stage (echoed in kind), pings answered
+//! with pongs, the close handshake, and every protocol violation answered
+//! with a close frame carrying its status code before the socket closes.
+//!
+//! Topics are subscribed in the Upgrade request: `GET /path?subscribe=a,b`.
+//! Pushes go out as text (a JSON envelope) or binary (`--push-format`).
+
+use super::conn::{ws_mut, ConnExt, Ext, WsConn};
+use super::push::{Subs, Topics};
+use super::requests::{Answer, Requests};
+use crate::proto::push::{self, Push, Stream};
+use crate::proto::ws::frame::{self, close_code, Event, Opcode, Reader, Role};
+use crate::proto::ws::handshake;
+use serde::{Deserialize, Serialize};
+
+/// Default cap on one message, all fragments together (close 1009 above).
+pub const DEFAULT_MAX_MESSAGE: usize = 64 * 1024;
+/// The counter a peer's own close is reported under.
+pub const PEER_CLOSE: &str = "ws_peer_close";
+/// The business stage's queue was full: close 1013 (try again later).
+const OVERLOAD: &str = "ws_try_again_later";
+
+/// How pushes are framed for WebSocket subscribers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+pub enum PushFormat {
+    /// A text message: `{"stream":..,"topic":..,"seq":..,"ts":µs,"data":..}`
+    /// (data as a string when it is UTF-8, else `data_b64`).
+    Text,
+    /// A binary message: the framed protocol's push frame without its
+    /// length prefix (kind byte 8, stream, topic, seq, publish µs, data).
+    Binary,
+}
+
+/// WebSocket settings of a server worker.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WsConfig {
+    pub max_message: usize,
+    pub max_head: usize,
+    pub push_format: PushFormat,
+}
+
+/// What the read path needs besides the business stage.
+pub struct Ctx<'a> {
+    pub req: Requests<'a>,
+    pub cfg: &'a WsConfig,
+    pub topics: &'a mut Topics,
+    pub subs: &'a mut Subs,
+    /// Per-worker vector payloads are unmasked into.
+    pub tmp: &'a mut Vec<u8>,
+}
+
+/// State of a connection just accepted: waiting for its Upgrade request.
+pub fn fresh(now_ds: u32) -> Ext {
+    Some(Box::new(ConnExt::Ws(WsConn { handshake_since_ds: now_ds.max(1), frag: None })))
+}
+
+/// Handle the handshake (if still due) and every whole frame in `buf`;
+/// return the bytes used. Err names why the connection must close; what
+/// the peer must hear first (a refusal, a close frame) is in `out`.
+pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, &'static str> {
+    let mut pos = 0;
+    if super::conn::ws_handshaking(ext) {
+        match handshake::parse_request(buf, ctx.cfg.max_head) {
+            Ok(None) => return Ok(0),
+            Err(refusal) => {
+                handshake::write_refusal(ctx.req.out, &refusal);
+                return Err(refusal.reason);
+            }
+            Ok(Some((up, used))) => {
+                for topic in handshake::subscriptions(&up.target) {
+                    if let Err(reason) = ctx.topics.subscribe(ctx.subs, ctx.req.key, topic.as_bytes()) {
+                        let r = handshake::Refusal { status: 400, reason, text: "bad ?subscribe= topic (1-255 of [A-Za-z0-9._:-], at most 64)" };
+                        handshake::write_refusal(ctx.req.out, &r);
+                        return Err(reason);
+                    }
+                }
+                handshake::write_accept(ctx.req.out, &up.accept);
+                ctx.req.stats.ws_upgrades += 1;
+                *ext = None;
+                pos = used;
+            }
+        }
+    }
+    let mut frag = ws_mut(ext).and_then(|w| w.frag.take());
+    let Ctx { req, cfg, tmp, .. } = ctx;
+    let r = Reader { role: Role::Server, max: cfg.max_message, tmp, frag: &mut frag }.consume(&buf[pos..], |ev| on_event(req, ev));
+    *ext = frag.map(|f| Box::new(ConnExt::Ws(WsConn { handshake_since_ds: 0, frag: Some(f) })));
+    match r {
+        Ok(used) => Ok(pos + used),
+        Err(PEER_CLOSE) => Err(PEER_CLOSE),
+        Err(reason) => {
+            let code = if reason == OVERLOAD { 1013 } else { close_code(reason) };
+            frame::encode_close(req.out, code, None);
+            Err(reason)
+        }
+    }
+}
+
+fn on_event(req: &mut Requests<'_>, ev: Event<'_>) -> Result<(), &'static str> {
+    req.stats.frames_in += 1;
+    match ev {
+        Event::Message { text, data } => {
+            let mut reply = Vec::with_capacity(data.len() + 10);
+            frame::encode(&mut reply, true, if text { Opcode::Text } else { Opcode::Binary }, data, None);
+            if let Answer::Rejected(_) = req.submit(reply) {
+                return Err(OVERLOAD);
+            }
+        }
+        Event::Ping(p) => {
+            frame::encode(req.out, true, Opcode::Pong, p, None);
+            req.stats.frames_out += 1;
+        }
+        Event::Pong(_) => {}
+        Event::Close(code) => {
+            // Echo the status code (RFC 6455 §5.5.1), then close.
+            match code {
+                Some(c) => frame::encode_close(req.out, c, None),
+                None => frame::encode(req.out, true, Opcode::Close, &[], None),
+            }
+            return Err(PEER_CLOSE);
+        }
+    }
+    Ok(())
+}
+
+/// One push as the message every WebSocket target receives.
+pub fn encode_push(out: &mut Vec<u8>, format: PushFormat, p: &Push<'_>) {
+    match format {
+        PushFormat::Binary => {
+            let mut body = Vec::with_capacity(64 + p.data.len());
+            push::encode(&mut body, p);
+            frame::encode(out, true, Opcode::Binary, &body[2..], None);
+        }
+        PushFormat::Text => {
+            let stream = match p.stream {
+                Stream::Broadcast => "broadcast",
+                Stream::Topic => "topic",
+                Stream::Unicast => "unicast",
+            };
+            let topic = String::from_utf8_lossy(p.topic);
+            let mut v = serde_json::json!({ "stream": stream, "topic": topic, "seq": p.seq, "ts": p.publish_us });
+            match std::str::from_utf8(p.data) {
+                Ok(s) => v["data"] = s.into(),
+                Err(_) => {
+                    use base64::Engine;
+                    v["data_b64"] = base64::engine::general_purpose::STANDARD.encode(p.data).into();
+                }
+            }
+            frame::encode(out, true, Opcode::Text, v.to_string().as_bytes(), None);
+        }
+    }
+}
+
+/// Whether a connection has waited too long for its Upgrade request.
+pub fn stalled(ext: &Ext, now_ds: u32, timeout_ds: u32) -> bool {
+    matches!(ext.as_deref(), Some(ConnExt::Ws(w)) if w.handshake_since_ds != 0 && now_ds.saturating_sub(w.handshake_since_ds) >= timeout_ds)
+}

@@ -1,0 +1,70 @@
+//! `--protocol ws` against WebSocket implementations nobody here wrote:
+//! Python `websockets` (conformance, pushes), and bad upgrades answered
+//! with the right HTTP status.
+mod common;
+use common::*;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn peer(script: &str) -> String {
+    format!("{}/tests/peers/{script}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn python_websockets_client_conformance() {
+    let (mut s, _) = server(&["--ports", "21800", "--workers", "1", "--protocol", "ws"], None);
+    let out = Command::new("timeout").args(["60", "python3", &peer("ws_conformance.py"), "21800"]).output().expect("python3");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && text.contains("ALL OK"), "{text}");
+    let v = s.wait_for(Duration::from_secs(10), "closes counted", |v| {
+        v["event"] == "stats" && v["close_reasons"]["ws_bad_utf8"] == 1 && v["close_reasons"]["ws_message_too_big"] == 2
+    });
+    assert_eq!(v["close_reasons"]["ws_unmasked_frame"], 1, "{v}");
+    assert_eq!(v["close_reasons"]["ws_peer_close"], 1, "{v}");
+    assert_eq!(v["ws_upgrades"], 5, "{v}");
+    assert!(s.terminate().success());
+}
+
+#[test]
+fn bad_upgrades_get_an_http_status_and_a_close() {
+    let (mut s, _) = server(&["--ports", "21801", "--workers", "1", "--protocol", "ws"], None);
+    let (status, body) = http("127.0.0.1:21801", "GET", "/", b"", None);
+    assert_eq!(status, 426, "{body}");
+    assert!(body.contains("Upgrade: websocket"), "{body}");
+    let (status, _) = http("127.0.0.1:21801", "POST", "/", b"x", None);
+    assert_eq!(status, 405);
+    let v = s.wait_for(Duration::from_secs(10), "refusals counted", |v| v["event"] == "stats" && v["close_reasons"]["ws_handshake_method"] == 1);
+    assert_eq!(v["close_reasons"]["ws_handshake_not_upgrade"], 1, "{v}");
+    assert_eq!(v["ws_upgrades"], 0);
+    assert!(s.terminate().success());
+}
+
+fn pushes_reach_python_subscribers(port: u16, format: &str) {
+    let p = port.to_string();
+    let (mut s, _, ready) = server_ready(&["--ports", &p, "--workers", "2", "--protocol", "ws", "--push-format", format], None);
+    let admin = ready["admin"].as_str().unwrap().to_string();
+    let mut py = Command::new("timeout");
+    py.args(["60", "python3", &peer("ws_subscribers.py"), &p, "200", format]).stdout(Stdio::piped());
+    let mut child = py.spawn().expect("python3");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    let (status, r) = http(&admin, "POST", "/broadcast", b"all", None);
+    assert_eq!(status, 200, "{r}");
+    let (status, r) = http(&admin, "POST", "/publish?topic=room", "héllo".as_bytes(), None);
+    assert_eq!(status, 200, "{r}");
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(child.wait().unwrap().success(), "{rest:?}");
+    assert_eq!(rest, vec!["received 300", "OK"]);
+    assert!(s.terminate().success());
+}
+
+#[test]
+fn pushes_reach_python_subscribers_as_json_text() {
+    pushes_reach_python_subscribers(21802, "text");
+}
+
+#[test]
+fn pushes_reach_python_subscribers_as_binary() {
+    pushes_reach_python_subscribers(21803, "binary");
+}
