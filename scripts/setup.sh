@@ -49,6 +49,15 @@ if ! python3 -c "import websockets, sys; sys.exit(int(websockets.__version__.spl
   echo "setup: installing the Python websockets package (an independent WebSocket peer for the tests)"
   python3 -m pip install -q "websockets==17.4"
 fi
+# ... and Node's `ws` (versions pinned in tests/peers/package-lock.json).
+if [ ! -d tests/peers/node_modules/ws ]; then
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "setup: npm not found; install Node.js (apt-get install nodejs npm)" >&2
+    exit 1
+  fi
+  echo "setup: installing Node's ws package into tests/peers (npm ci)"
+  (cd tests/peers && npm ci --no-audit --no-fund --silent)
+fi
 if ! command -v ss >/dev/null 2>&1; then
   echo "setup: installing iproute2 (for ss)"
   apt-get update -qq && apt-get install -y -qq iproute2

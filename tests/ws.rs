@@ -68,3 +68,46 @@ fn pushes_reach_python_subscribers_as_json_text() {
 fn pushes_reach_python_subscribers_as_binary() {
     pushes_reach_python_subscribers(21803, "binary");
 }
+
+/// megaconn's ws client against an echo server nobody here wrote: 2,000
+/// connections held, every ping answered, every request echoed.
+fn client_against(server: &[&str], port: u16) {
+    let mut peer = Command::new(server[0]);
+    peer.args(&server[1..]).stdout(Stdio::piped());
+    let mut child = peer.spawn().expect("peer server");
+    let mut first = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut first).unwrap();
+    assert_eq!(first.trim(), "ready");
+    let mut cmd = megaconn();
+    let url = format!("ws://127.0.0.1:{port}/echo");
+    cmd.args(["client", "--url", &url, "--connections", "2000", "--rate", "2000", "--heartbeat", "1s", "--request-rate", "1/s", "--hold", "4s", "--json"]);
+    let (code, out, err) = run(cmd, Duration::from_secs(90));
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let s = &v["summary"];
+    assert_eq!(s["established"], 2000, "{s}");
+    assert_eq!(s["held"], 2000, "{s}");
+    let beats = s["heartbeats_sent"].as_u64().unwrap();
+    assert!(beats >= 2000 * 3, "{s}");
+    assert_eq!(s["heartbeats_answered"].as_u64(), Some(beats), "every ping got its pong: {s}");
+    assert_eq!(s["heartbeat_rtt_ms"]["count"].as_u64(), Some(beats), "{s}");
+    let r = &s["requests"];
+    assert!(r["sent"].as_u64().unwrap() >= 2000 * 3, "{r}");
+    assert_eq!(r["replies"], r["sent"], "{r}");
+    assert_eq!(r["bad_echo"], 0, "{r}");
+    assert_eq!(r["latency_ms"]["count"], r["sent"], "{r}");
+}
+
+#[test]
+fn the_ws_client_holds_2000_against_node_ws() {
+    raise_fd_limit();
+    client_against(&["node", &peer("ws_echo_server.js"), "21810", "60"], 21810);
+}
+
+#[test]
+fn the_ws_client_holds_2000_against_python_websockets_and_answers_its_pings() {
+    raise_fd_limit();
+    client_against(&["python3", &peer("ws_echo_server.py"), "21811", "60"], 21811);
+}

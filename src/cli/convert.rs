@@ -56,6 +56,7 @@ impl From<LoadArgs> for LoadConfig {
             raw_first: a.first_message.map(|m| m.bytes),
             subscribe: a.subscribe.as_ref().map(|s| s.0.clone()).unwrap_or_default(),
             subscribe_spread: a.subscribe.is_some_and(|s| s.1),
+            ws_target: "/".into(),
             nice: 0,
             json: a.json,
         }
@@ -64,7 +65,19 @@ impl From<LoadArgs> for LoadConfig {
 
 impl From<ClientArgs> for ClientConfig {
     fn from(a: ClientArgs) -> ClientConfig {
-        ClientConfig { target: a.target, load: a.load.into(), workers: a.workers, shard: a.shard, admin: a.admin.0 }
+        let mut c = ClientConfig { target: a.target, load: a.load.into(), workers: a.workers, shard: a.shard, admin: a.admin.0, url: a.url };
+        if let Some(u) = &c.url {
+            // A ws:// URL names the protocol; its host, port and path win.
+            if c.load.protocol == crate::proto::Protocol::Framed {
+                c.load.protocol = crate::proto::Protocol::Ws;
+            }
+            c.target = u.host;
+            if let Some(p) = u.port {
+                c.load.ports = vec![p];
+            }
+            c.load.ws_target = u.target.clone();
+        }
+        c
     }
 }
 

@@ -188,6 +188,9 @@ pub struct ClientArgs {
     /// Server address (IPv4).
     #[arg(long, default_value = "127.0.0.1")]
     pub target: Ipv4Addr,
+    /// WebSocket server to load: ws://HOST[:PORT][/PATH] (implies --protocol ws; without a port, --ports applies).
+    #[arg(long, value_parser = crate::client::ws::parse_url)]
+    pub url: Option<crate::client::ws::WsUrl>,
     #[command(flatten)]
     pub load: LoadArgs,
     /// Worker processes: auto or N.

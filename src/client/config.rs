@@ -47,6 +47,8 @@ pub struct LoadConfig {
     /// connection round-robin.
     pub subscribe: Vec<String>,
     pub subscribe_spread: bool,
+    /// `--protocol ws`: the request target (path and query) of the Upgrade.
+    pub ws_target: String,
     /// Niceness of the client workers (bench: the load generator yields
     /// CPU to the server it measures on the same machine).
     pub nice: i32,
@@ -75,6 +77,7 @@ impl Default for LoadConfig {
             raw_first: None,
             subscribe: Vec::new(),
             subscribe_spread: false,
+            ws_target: "/".into(),
             nice: 0,
             json: false,
         }
@@ -90,10 +93,12 @@ pub struct ClientConfig {
     pub shard: Option<Shard>,
     /// Serve /metrics, /stats and /healthz for this run here.
     pub admin: Option<std::net::SocketAddr>,
+    /// `--url`: the WebSocket server (its host, port and path are applied).
+    pub url: Option<super::ws::WsUrl>,
 }
 
 impl Default for ClientConfig {
     fn default() -> ClientConfig {
-        ClientConfig { target: Ipv4Addr::LOCALHOST, load: LoadConfig::default(), workers: Workers::Auto, shard: None, admin: None }
+        ClientConfig { target: Ipv4Addr::LOCALHOST, load: LoadConfig::default(), workers: Workers::Auto, shard: None, admin: None, url: None }
     }
 }

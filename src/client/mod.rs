@@ -9,6 +9,7 @@ pub mod run;
 pub mod summary;
 pub mod view;
 pub mod worker;
+pub mod ws;
 
 pub use config::{ClientConfig, CloseMode, LoadConfig};
 
@@ -26,10 +27,18 @@ pub fn plan(cfg: &ClientConfig, fd_hard: u64) -> Result<(ConnectionPlan, WorkerP
     if cfg.load.protocol == crate::proto::Protocol::Raw && cfg.load.raw_message.is_none() {
         return Err("--protocol raw needs --message, e.g. --message 'PING \\{ts}\\r\\n'".into());
     }
+    if cfg.url.is_some() && cfg.load.protocol != crate::proto::Protocol::Ws {
+        return Err(format!("--url is a WebSocket URL; it loads with --protocol ws, not {:?}", cfg.load.protocol).to_lowercase());
+    }
+    if cfg.load.protocol != crate::proto::Protocol::Raw && (cfg.load.raw_message.is_some() || cfg.load.raw_first.is_some()) {
+        return Err("--message and --first-message are for --protocol raw".into());
+    }
     if matches!(cfg.load.protocol, crate::proto::Protocol::Echo | crate::proto::Protocol::Discard) {
-        return Err(
-            format!("--protocol {:?} is a server protocol; the client speaks framed, echo8 or http (e.g. --protocol framed)", cfg.load.protocol).to_lowercase()
-        );
+        return Err(format!(
+            "--protocol {:?} is a server protocol; the client speaks framed, ws, http, echo8 or raw (e.g. --protocol framed)",
+            cfg.load.protocol
+        )
+        .to_lowercase());
     }
     let shard = cfg.shard.map(|s| s.range(cfg.load.connections)).unwrap_or((0, cfg.load.connections));
     let cp = ConnectionPlan::build(cfg.target, &cfg.load.ports, cfg.load.source_ips.as_deref(), cfg.load.connections, shard, plan::local_port_range())?;

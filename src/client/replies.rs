@@ -26,7 +26,7 @@ pub struct Replies<'a> {
 
 impl Replies<'_> {
     /// A reply to a request sent at intended time `sent` (µs, monotonic).
-    fn reply(&mut self, sent: Option<u64>) {
+    pub(super) fn reply(&mut self, sent: Option<u64>) {
         self.stats.replies += 1;
         let Some(sent) = sent else { return };
         if sent > self.now + 1_000_000 {

@@ -175,6 +175,7 @@ impl ClientRun {
                     subscribe_spread: load.subscribe_spread,
                     raw_message: load.raw_message.clone(),
                     raw_first: load.raw_first.clone(),
+                    ws_target: load.ws_target.clone(),
                 })
                 .expect("config serializes")
             })

@@ -73,10 +73,13 @@ pub struct ClientWorkerConfig {
     /// `--protocol raw`: the heartbeat message and the first message.
     pub raw_message: Option<super::raw::RawMessage>,
     pub raw_first: Option<Vec<u8>>,
+    /// `--protocol ws`: path and query of the Upgrade request.
+    pub ws_target: String,
 }
 
 mod connect;
 mod schedule;
+mod ws;
 
 /// What `--protocol http` sends: a keep-alive GET.
 const HTTP_REQUEST: &[u8] = b"GET / HTTP/1.1\r\nHost: megaconn\r\n\r\n";
@@ -96,6 +99,9 @@ const DRAIN_US: u64 = 3_000_000;
 enum State {
     Idle,
     Connecting,
+    /// `--protocol ws`: TCP is up, the Upgrade request is out, the 101
+    /// has not come (still counted as connecting).
+    Upgrading,
     Established,
     /// Lost; waiting in the reconnect queue.
     Waiting,
@@ -121,11 +127,24 @@ struct Slot {
     seen: super::pushes::PushSeen,
     /// Reconnect attempts since it was last established (back-off).
     retries: u8,
+    /// `--protocol ws`: a message still arriving in fragments.
+    ws_frag: Option<Box<crate::proto::ws::frame::Fragments>>,
 }
 
 impl Slot {
     fn new() -> Slot {
-        Slot { stream: None, state: State::Idle, started_us: 0, partial: None, backlog: None, inflight: None, answered: false, seen: None, retries: 0 }
+        Slot {
+            stream: None,
+            state: State::Idle,
+            started_us: 0,
+            partial: None,
+            backlog: None,
+            inflight: None,
+            answered: false,
+            seen: None,
+            retries: 0,
+            ws_frag: None,
+        }
     }
 }
 
@@ -162,6 +181,12 @@ struct Worker {
     reconnect_tokens: f64,
     reconnect_tokens_at: u64,
     rng: SmallRng,
+    /// `--protocol ws`: keys are derived from this and the slot (see
+    /// `handshake::client_key`), payloads unmasked into `unmasked`, and
+    /// pongs and close answers gathered in `ws_out`.
+    ws_seed: u64,
+    unmasked: Vec<u8>,
+    ws_out: Vec<u8>,
 }
 
 pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
@@ -190,6 +215,9 @@ pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
         reconnect_tokens: 0.0,
         reconnect_tokens_at: cfg.start_at_us,
         rng: SmallRng::from_entropy(),
+        ws_seed: rand::random(),
+        unmasked: Vec::new(),
+        ws_out: Vec::new(),
         cfg,
     };
     control::emit(&WorkerMsg::Ready { worker: w.cfg.worker, pid: std::process::id(), fd_limit: crate::sys::fd_limit().hard });
@@ -317,20 +345,8 @@ impl Worker {
             // complete (a hang-up without an error is "not connected").
             let done = if read_closed { stream.peer_addr().map(|_| ()) } else { Ok(()) };
             match done {
-                Ok(()) => {
-                    let took = (now as u32).wrapping_sub(slot.started_us) as u64;
-                    slot.state = State::Established;
-                    histogram::record(&mut self.connect_hist, took);
-                    self.stats.connecting -= 1;
-                    self.stats.established += 1;
-                    if slot.retries > 0 {
-                        slot.retries = 0;
-                        self.stats.reconnects += 1;
-                    } else {
-                        self.stats.established_total += 1;
-                        self.resolved(now);
-                    }
-                }
+                Ok(()) if self.cfg.protocol == Protocol::Ws => return self.upgrade(k),
+                Ok(()) => self.established(k, now),
                 Err(e) if e.kind() == io::ErrorKind::NotConnected => return,
                 Err(e) => return self.fail(k, crate::sys::error_kind_name(&e), now),
             }
@@ -355,6 +371,9 @@ impl Worker {
         if !readable {
             return;
         }
+        if self.cfg.protocol == Protocol::Ws {
+            return self.read_ws(k, now, read_closed);
+        }
         let mut replies = replies::Replies {
             stats: &mut self.stats,
             rtt: &mut self.rtt_hist,
@@ -375,6 +394,23 @@ impl Worker {
             ReadEnd::Open => {}
             ReadEnd::Eof => self.lose(k, "peer_closed".into()),
             ReadEnd::Error(reason) => self.lose(k, reason),
+        }
+    }
+
+    /// The handshake (TCP, and for WebSocket the Upgrade) is complete.
+    fn established(&mut self, k: usize, now: u64) {
+        let slot = &mut self.slots[k];
+        let took = (now as u32).wrapping_sub(slot.started_us) as u64;
+        slot.state = State::Established;
+        histogram::record(&mut self.connect_hist, took);
+        self.stats.connecting -= 1;
+        self.stats.established += 1;
+        if slot.retries > 0 {
+            slot.retries = 0;
+            self.stats.reconnects += 1;
+        } else {
+            self.stats.established_total += 1;
+            self.resolved(now);
         }
     }
 
@@ -406,7 +442,7 @@ impl Worker {
                 if self.cfg.close == CloseMode::Reset {
                     let _ = SockRef::from(&stream).set_linger(Some(Duration::ZERO));
                 }
-                if slot.state == State::Connecting {
+                if matches!(slot.state, State::Connecting | State::Upgrading) {
                     *self.stats.failed.entry("cancelled".into()).or_insert(0) += 1;
                     self.stats.connecting -= 1;
                 }

@@ -100,7 +100,7 @@ impl Worker {
     /// for a reconnect, counted apart and retried.
     pub(super) fn fail(&mut self, k: usize, kind: String, now: u64) {
         let slot = &mut self.slots[k];
-        if slot.state == State::Connecting {
+        if matches!(slot.state, State::Connecting | State::Upgrading) {
             self.stats.connecting -= 1;
         }
         slot.stream = None;
@@ -131,7 +131,7 @@ impl Worker {
         let timeout = self.cfg.connect_timeout_ms * 1000;
         while let Some(&k) = self.pending.front() {
             let slot = &self.slots[k as usize];
-            if slot.state != State::Connecting {
+            if !matches!(slot.state, State::Connecting | State::Upgrading) {
                 self.pending.pop_front();
                 continue;
             }
@@ -145,6 +145,10 @@ impl Worker {
 
     /// An established connection ended before we closed it.
     pub(super) fn lose(&mut self, k: usize, reason: String) {
+        if self.slots[k].state == State::Upgrading {
+            // Never established: a failed handshake (e.g. "http_404").
+            return self.fail(k, reason, crate::sys::mono_us());
+        }
         let slot = &mut self.slots[k];
         if slot.state == State::Established {
             self.stats.established -= 1;
@@ -157,6 +161,7 @@ impl Worker {
         slot.backlog = None;
         slot.inflight = None;
         slot.answered = false;
+        slot.ws_frag = None;
         slot.state = State::Done;
         *self.stats.lost.entry(reason).or_insert(0) += 1;
         if self.cfg.reconnect && self.phase == super::Phase::Running {

@@ -5,9 +5,11 @@
 //! needed. Sends never wait for replies (no coordinated omission).
 
 use super::{State, Worker, HTTP_REQUEST};
+use crate::client::ws;
 use crate::net;
 use crate::proto::frame::{self, Kind};
 use crate::proto::Protocol;
+use rand::Rng;
 
 /// Which of a worker's two send schedules.
 #[derive(Clone, Copy)]
@@ -19,7 +21,7 @@ enum Schedule {
 impl Worker {
     /// Heartbeats are a framed-protocol feature; echo8 has none.
     pub(super) fn heartbeat_period(&self) -> Option<u64> {
-        self.cfg.heartbeat_us.filter(|_| matches!(self.cfg.protocol, Protocol::Framed | Protocol::Raw))
+        self.cfg.heartbeat_us.filter(|_| matches!(self.cfg.protocol, Protocol::Framed | Protocol::Raw | Protocol::Ws))
     }
 
     /// Intended time of send number `j` of a schedule with this period:
@@ -72,6 +74,7 @@ impl Worker {
             self.out.clear();
             match &self.cfg.raw_message {
                 Some(m) => super::super::raw::render(m, &mut self.out, intended),
+                None if self.cfg.protocol == Protocol::Ws => ws::encode_ping(&mut self.out, intended, self.cfg.payload, self.rng.gen()),
                 None => frame::encode_stamped(&mut self.out, Kind::Heartbeat, intended, self.cfg.payload),
             }
             if self.write_slot(k) {
@@ -98,7 +101,8 @@ impl Worker {
                     self.slots[k].inflight.get_or_insert_with(Default::default).push_back(intended);
                 }
                 // Server-only protocols (refused by the client's plan).
-                Protocol::Echo | Protocol::Discard | Protocol::Raw | Protocol::Ws => return,
+                Protocol::Ws => ws::encode_request(&mut self.out, intended, self.cfg.payload, self.rng.gen()),
+                Protocol::Echo | Protocol::Discard | Protocol::Raw => return,
             }
             if self.write_slot(k) {
                 self.stats.requests_sent += 1;

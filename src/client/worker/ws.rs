@@ -1,0 +1,68 @@
+//! A client worker's WebSocket connections: the Upgrade request once TCP
+//! is up, and every read after it (the 101, then frames).
+
+use super::{replies, State, Worker};
+use crate::client::ws::{target_with_topics, WsRead};
+use crate::net::{self, ReadEnd};
+use crate::proto::ws::handshake;
+use rand::Rng;
+
+impl Worker {
+    /// TCP is up: send the Upgrade request and wait for the 101 (the
+    /// connection stays "connecting", under the connect timeout).
+    pub(super) fn upgrade(&mut self, k: usize) {
+        self.slots[k].state = State::Upgrading;
+        let g = self.cfg.first + k as u64;
+        let topics: Vec<String> = match (self.cfg.subscribe.len(), self.cfg.subscribe_spread) {
+            (0, _) => Vec::new(),
+            (n, true) => vec![self.cfg.subscribe[(g % n as u64) as usize].clone()],
+            (_, false) => self.cfg.subscribe.clone(),
+        };
+        let (_, port) = crate::client::plan::address_of(g, &self.sources, &self.cfg.ports);
+        self.out.clear();
+        let host = format!("{}:{port}", self.cfg.target);
+        handshake::write_request(&mut self.out, &host, &target_with_topics(&self.cfg.ws_target, &topics), &handshake::client_key(self.ws_seed, k as u64));
+        self.write_slot(k);
+    }
+
+    /// Read what a WebSocket connection has: the 101 (while upgrading),
+    /// then pongs, echoed requests, pushes, pings and the server's close.
+    pub(super) fn read_ws(&mut self, k: usize, now: u64, read_closed: bool) {
+        let mask = self.rng.gen();
+        let slot = &mut self.slots[k];
+        let Some(stream) = slot.stream.as_mut() else { return };
+        let key = (slot.state == State::Upgrading).then(|| handshake::client_key(self.ws_seed, k as u64));
+        let mut replies = replies::Replies {
+            stats: &mut self.stats,
+            rtt: &mut self.rtt_hist,
+            latency: &mut self.request_hist,
+            now,
+            timeout_us: self.cfg.request_timeout_us,
+            push: &mut self.push_hist,
+            seen: &mut slot.seen,
+            raw_units: None,
+        };
+        let before = replies.stats.heartbeats_answered + replies.stats.replies + replies.stats.push_received;
+        self.ws_out.clear();
+        let mut rd = WsRead { key: key.as_deref(), frag: &mut slot.ws_frag, tmp: &mut self.unmasked, out: &mut self.ws_out, mask, outcome: Default::default() };
+        let r = net::read_chunks(stream, &mut slot.partial, &mut self.scratch, read_closed, |buf| rd.consume(buf, &mut replies));
+        let outcome = rd.outcome;
+        if replies.stats.heartbeats_answered + replies.stats.replies + replies.stats.push_received > before {
+            slot.answered = true;
+        }
+        let sent = net::send(stream, &mut slot.backlog, &self.ws_out);
+        if outcome.upgraded {
+            self.established(k, now);
+        }
+        let end = match (r, sent) {
+            (ReadEnd::Error(_), _) if outcome.closed_with.is_some() => Some(format!("ws_close_{}", outcome.closed_with.unwrap_or(0))),
+            (ReadEnd::Error(reason), _) => Some(reason),
+            (ReadEnd::Eof, _) => Some("peer_closed".to_string()),
+            (ReadEnd::Open, Err(reason)) => Some(reason),
+            (ReadEnd::Open, Ok(())) => None,
+        };
+        if let Some(reason) = end {
+            self.lose(k, reason);
+        }
+    }
+}

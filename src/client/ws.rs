@@ -1,0 +1,188 @@
+//! The client side of `--protocol ws`: the `--url`, the Upgrade request
+//! and its check, masked pings (heartbeats) and binary requests carrying
+//! their intended send time, and what comes back: pongs (round trips),
+//! echoed requests (latency), pushes (JSON text or binary), the server's
+//! pings (answered) and its close (answered, then counted by status code).
+
+use super::replies::Replies;
+use crate::proto::frame::stamp_of;
+use crate::proto::push::{self, Push, Stream};
+use crate::proto::ws::frame::{self, Event, Fragments, Opcode, Reader, Role};
+use crate::proto::ws::handshake;
+
+/// Largest message the client accepts from a server (all fragments).
+pub const MAX_MESSAGE: usize = 1 << 20;
+
+/// `--url ws://HOST[:PORT][/PATH]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WsUrl {
+    pub host: std::net::Ipv4Addr,
+    pub port: Option<u16>,
+    /// Path and query, e.g. `/chat?room=1`.
+    pub target: String,
+}
+
+/// Parse `--url`.
+pub fn parse_url(s: &str) -> Result<WsUrl, String> {
+    if s.starts_with("wss://") {
+        return Err("wss:// (TLS) is not supported: terminate TLS in front of the server and load it with ws://".into());
+    }
+    let rest = s.strip_prefix("ws://").ok_or_else(|| format!("{s:?} is not a ws:// URL (e.g. ws://127.0.0.1:8000/chat)"))?;
+    let (authority, target) = match rest.find(['/', '?']) {
+        Some(i) if rest.as_bytes()[i] == b'?' => (&rest[..i], format!("/{}", &rest[i..])),
+        Some(i) => (&rest[..i], rest[i..].to_string()),
+        None => (rest, "/".to_string()),
+    };
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) => (h, Some(p.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| format!("bad port {p:?} in {s:?}"))?)),
+        None => (authority, None),
+    };
+    let host = match host {
+        "localhost" => std::net::Ipv4Addr::LOCALHOST,
+        h => h.parse().map_err(|_| format!("host {h:?} in {s:?}: use an IPv4 address (names are not resolved)"))?,
+    };
+    if target.bytes().any(|b| b <= b' ' || b == 0x7F) {
+        return Err(format!("the path in {s:?} has spaces or control characters; percent-encode them"));
+    }
+    Ok(WsUrl { host, port, target })
+}
+
+/// The request target of connection `g`, with its subscriptions.
+pub fn target_with_topics(target: &str, topics: &[String]) -> String {
+    if topics.is_empty() {
+        return target.to_string();
+    }
+    let sep = if target.contains('?') { '&' } else { '?' };
+    format!("{target}{sep}subscribe={}", topics.join(","))
+}
+
+/// A heartbeat: a masked ping carrying its intended send time (padded to
+/// `size`, at most 125 bytes, the control-frame limit).
+pub fn encode_ping(out: &mut Vec<u8>, stamp_us: u64, size: usize, mask: [u8; 4]) {
+    frame::encode(out, true, Opcode::Ping, &stamped(stamp_us, size.clamp(8, frame::MAX_CONTROL)), Some(mask));
+}
+
+/// A request: a masked binary message carrying its intended send time.
+pub fn encode_request(out: &mut Vec<u8>, stamp_us: u64, size: usize, mask: [u8; 4]) {
+    frame::encode(out, true, Opcode::Binary, &stamped(stamp_us, size.max(8)), Some(mask));
+}
+
+fn stamped(stamp_us: u64, size: usize) -> Vec<u8> {
+    let mut p = stamp_us.to_be_bytes().to_vec();
+    p.resize(size, 0);
+    p
+}
+
+/// A text push: the server's JSON envelope (stream, topic, seq, ts).
+fn json_push(data: &[u8]) -> Option<(Stream, String, u64, u64)> {
+    let v: serde_json::Value = serde_json::from_slice(data).ok()?;
+    let stream = match v["stream"].as_str()? {
+        "topic" => Stream::Topic,
+        "unicast" => Stream::Unicast,
+        _ => Stream::Broadcast,
+    };
+    Some((stream, v["topic"].as_str().unwrap_or("").to_string(), v["seq"].as_u64()?, v["ts"].as_u64()?))
+}
+
+/// What one read of a WebSocket connection found besides the accounting.
+#[derive(Default)]
+pub struct ReadOutcome {
+    /// The 101 arrived and checked out in this read.
+    pub upgraded: bool,
+    /// The server closed with this status code (0: none given).
+    pub closed_with: Option<u16>,
+}
+
+/// Everything the read path of one WebSocket connection needs.
+pub struct WsRead<'a> {
+    /// Still waiting for the 101: the key the answer must match.
+    pub key: Option<&'a str>,
+    pub frag: &'a mut Option<Box<Fragments>>,
+    pub tmp: &'a mut Vec<u8>,
+    /// Frames to send back (pongs, the close answer).
+    pub out: &'a mut Vec<u8>,
+    pub mask: [u8; 4],
+    pub outcome: ReadOutcome,
+}
+
+impl WsRead<'_> {
+    /// Consume the handshake answer (if due) and whole frames from `buf`.
+    pub fn consume(&mut self, buf: &[u8], replies: &mut Replies<'_>) -> Result<usize, &'static str> {
+        let mut pos = 0;
+        if let Some(key) = self.key {
+            match handshake::parse_response(buf, key)? {
+                None => return Ok(0),
+                Some(used) => {
+                    self.key = None;
+                    self.outcome.upgraded = true;
+                    pos = used;
+                }
+            }
+        }
+        let (out, mask, outcome) = (&mut *self.out, self.mask, &mut self.outcome);
+        let mut reader = Reader { role: Role::Client, max: MAX_MESSAGE, tmp: self.tmp, frag: self.frag };
+        let used = reader.consume(&buf[pos..], |ev| {
+            match ev {
+                Event::Pong(p) => {
+                    replies.stats.heartbeats_answered += 1;
+                    if let Some(sent) = stamp_of(p) {
+                        crate::stats::histogram::record(replies.rtt, replies.now.saturating_sub(sent));
+                    }
+                }
+                Event::Ping(p) => frame::encode(out, true, Opcode::Pong, p, Some(mask)),
+                // Binary pushes start with the push kind byte (8); an
+                // echoed request starts with its stamp's top byte (0).
+                Event::Message { text: false, data } if data.first() == Some(&8) => {
+                    let p = push::decode(&data[1..])?;
+                    super::pushes::account(replies.stats, replies.push, replies.seen, &p, push::wall_us());
+                }
+                Event::Message { text: false, data } => replies.reply(stamp_of(data)),
+                Event::Message { text: true, data } => match json_push(data) {
+                    Some((stream, topic, seq, publish_us)) => {
+                        let p = Push { stream, topic: topic.as_bytes(), seq, publish_us, data: b"" };
+                        super::pushes::account(replies.stats, replies.push, replies.seen, &p, push::wall_us());
+                    }
+                    None => replies.stats.raw_bytes_in += data.len() as u64,
+                },
+                Event::Close(code) => {
+                    match code {
+                        Some(c) => frame::encode_close(out, c, Some(mask)),
+                        None => frame::encode(out, true, Opcode::Close, &[], Some(mask)),
+                    }
+                    outcome.closed_with = Some(code.unwrap_or(0));
+                    return Err("ws_server_close");
+                }
+            }
+            Ok(())
+        });
+        match used {
+            Ok(n) => Ok(pos + n),
+            Err(reason) => {
+                if outcome.closed_with.is_none() {
+                    // Our own verdict on a bad frame: tell the server why.
+                    frame::encode_close(out, frame::close_code(reason), Some(mask));
+                }
+                Err(reason)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse_or_say_why_not() {
+        let u = parse_url("ws://127.0.0.1:8000/chat?x=1").unwrap();
+        assert_eq!((u.host, u.port, u.target.as_str()), (std::net::Ipv4Addr::LOCALHOST, Some(8000), "/chat?x=1"));
+        assert_eq!(parse_url("ws://localhost").unwrap().target, "/");
+        assert_eq!(parse_url("ws://127.0.0.2?a=b").unwrap().target, "/?a=b");
+        assert!(parse_url("wss://h/").unwrap_err().contains("TLS"));
+        assert!(parse_url("http://h/").unwrap_err().contains("not a ws:// URL"));
+        assert!(parse_url("ws://example.com/").unwrap_err().contains("IPv4"));
+        assert!(parse_url("ws://127.0.0.1:0/").unwrap_err().contains("bad port"));
+        assert!(parse_url("ws://127.0.0.1/a b").unwrap_err().contains("percent-encode"));
+        assert_eq!(target_with_topics("/c?x=1", &["a".into(), "b".into()]), "/c?x=1&subscribe=a,b");
+    }
+}
