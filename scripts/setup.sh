@@ -50,13 +50,24 @@ if ! python3 -c "import websockets, sys; sys.exit(int(websockets.__version__.spl
   python3 -m pip install -q "websockets==17.4"
 fi
 # ... and Node's `ws` (versions pinned in tests/peers/package-lock.json).
-if [ ! -d tests/peers/node_modules/ws ]; then
+if [ ! -d tests/peers/node_modules/ws ] || [ ! -d tests/peers/node_modules/playwright-core ]; then
   if ! command -v npm >/dev/null 2>&1; then
     echo "setup: npm not found; install Node.js (apt-get install nodejs npm)" >&2
     exit 1
   fi
-  echo "setup: installing Node's ws package into tests/peers (npm ci)"
+  echo "setup: installing Node's ws and playwright-core into tests/peers (npm ci)"
   (cd tests/peers && npm ci --no-audit --no-fund --silent)
+fi
+# ... and a real browser: Debian's Chromium, driven by playwright-core
+# (which is told where it is; it downloads nothing).
+if ! command -v chromium >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "setup: installing Debian's chromium (a browser peer for the WebSocket tests)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "setup: chromium missing; install Debian's chromium package (apt-get install chromium)" >&2
+    exit 1
+  fi
 fi
 if ! command -v ss >/dev/null 2>&1; then
   echo "setup: installing iproute2 (for ss)"

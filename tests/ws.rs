@@ -111,3 +111,25 @@ fn the_ws_client_holds_2000_against_python_websockets_and_answers_its_pings() {
     raise_fd_limit();
     client_against(&["python3", &peer("ws_echo_server.py"), "21811", "60"], 21811);
 }
+
+/// A headless Chromium page (Debian's chromium) opens 200 WebSockets,
+/// subscribed through the URL, and receives one publish on each.
+#[test]
+fn chromium_receives_a_publish_on_200_websockets() {
+    let (mut s, _, ready) = server_ready(&["--ports", "21820", "--workers", "2", "--protocol", "ws"], None);
+    let admin = ready["admin"].as_str().unwrap().to_string();
+    let mut node = Command::new("timeout");
+    node.args(["90", "node", &peer("chromium_ws.js"), "21820", "200"]).stdout(Stdio::piped());
+    let mut child = node.spawn().expect("node");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    let (status, r) = http(&admin, "POST", "/publish?topic=page", "to every tab — ✓".as_bytes(), None);
+    assert_eq!(status, 200, "{r}");
+    let result: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(result["open"], 200, "{result}");
+    assert_eq!(result["errors"], 0, "{result}");
+    assert_eq!(result["received"], 200, "{result}");
+    assert_eq!(result["texts"], serde_json::json!(["to every tab — ✓"]), "{result}");
+    assert!(s.terminate().success());
+}
