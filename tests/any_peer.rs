@@ -95,3 +95,80 @@ fn the_raw_client_times_round_trips_against_a_python_echo_server() {
     assert_eq!(s["heartbeat_rtt_ms"]["count"].as_u64(), Some(sent), "{s}");
     assert_eq!(s["raw_bytes_in"].as_u64(), Some(sent * 27), "27-byte messages: {s}");
 }
+
+/// A home-grown length-prefixed protocol (magic 0xCAFE, u16 length) as a
+/// Python asyncio server speaks it: it checks every frame and echoes it.
+fn python_codec_server(port: u16) -> std::process::Child {
+    let script = format!(
+        "import asyncio, struct\n\
+         async def serve(r, w):\n\
+         \x20   try:\n\
+         \x20       while True:\n\
+         \x20           head = await r.readexactly(4)\n\
+         \x20           assert head[:2] == b'\\xca\\xfe', head\n\
+         \x20           (n,) = struct.unpack('>H', head[2:])\n\
+         \x20           w.write(head + await r.readexactly(n))\n\
+         \x20           await w.drain()\n\
+         \x20   except asyncio.IncompleteReadError:\n\
+         \x20       w.close()\n\
+         async def main():\n\
+         \x20   s = await asyncio.start_server(serve, '127.0.0.1', {port}, backlog=1024)\n\
+         \x20   print('ready', flush=True)\n\
+         \x20   await asyncio.sleep(60)\n\
+         asyncio.run(main())\n"
+    );
+    let mut py = std::process::Command::new("python3");
+    py.args(["-c", &script]).stdout(std::process::Stdio::piped());
+    let mut child = py.spawn().expect("python3");
+    let mut ready = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut ready).unwrap();
+    assert_eq!(ready.trim(), "ready");
+    child
+}
+
+#[test]
+fn the_raw_client_frames_messages_with_a_length_codec() {
+    let mut server = python_codec_server(21711);
+    let mut cmd = megaconn();
+    cmd.args(["client", "--ports", "21711", "--connections", "200", "--protocol", "raw", "--codec", "len:2,magic=cafe"]);
+    cmd.args(["--first-message", "LOGIN user-1", "--message", "PING \\{ts}", "--heartbeat", "200ms", "--hold", "2s", "--json"]);
+    let (code, out, err) = run(cmd, Duration::from_secs(60));
+    assert_eq!(code, 0, "{err}");
+    let s = serde_json::from_str::<serde_json::Value>(&out).unwrap()["summary"].clone();
+    let sent = s["heartbeats_sent"].as_u64().unwrap();
+    assert!(sent >= 200 * 5, "{s}");
+    assert_eq!(s["heartbeats_answered"].as_u64(), Some(sent), "every framed echo timed: {s}");
+    assert_eq!(s["raw_messages_in"].as_u64(), Some(sent + 200), "pings and the 200 logins: {s}");
+    assert_eq!(s["raw_bytes_in"].as_u64(), Some(sent * (4 + 25) + 200 * (4 + 12)), "{s}");
+    assert!(s["mode"].as_str().unwrap().contains("framed len:2,magic=cafe"), "{s}");
+
+    // The same message on the request schedule: echoes are replies.
+    let mut cmd = megaconn();
+    cmd.args(["client", "--ports", "21711", "--connections", "100", "--protocol", "raw", "--codec", "len:2,magic=cafe"]);
+    cmd.args(["--message", "REQ \\{ts}", "--request-rate", "5/s", "--hold", "2s", "--json"]);
+    let (code, out, err) = run(cmd, Duration::from_secs(60));
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(code, 0, "{err}");
+    let s = serde_json::from_str::<serde_json::Value>(&out).unwrap()["summary"].clone();
+    let r = &s["requests"];
+    assert!(r["sent"].as_u64().unwrap() >= 100 * 5 * 2, "{s}");
+    assert_eq!(r["replies"], r["sent"], "{s}");
+    assert_eq!(r["latency_ms"]["count"], r["sent"], "{s}");
+    assert_eq!(s["heartbeats_sent"], 0, "{s}");
+}
+
+#[test]
+fn a_codec_mismatch_is_named() {
+    // The server speaks magic 0xCAFE; a client with another magic sees
+    // its echo as a bad frame, and the summary says so.
+    let mut server = python_codec_server(21712);
+    let mut cmd = megaconn();
+    cmd.args(["client", "--ports", "21712", "--connections", "20", "--protocol", "raw", "--codec", "len:4", "--message", "x"]);
+    cmd.args(["--heartbeat", "200ms", "--hold", "2s"]);
+    let (code, out, err) = run(cmd, Duration::from_secs(60));
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("does it speak this protocol?") || err.contains("does it speak this protocol?"), "{out}{err}");
+}

@@ -54,6 +54,7 @@ impl From<LoadArgs> for LoadConfig {
             allow_loss: a.allow_loss,
             raw_message: a.message,
             raw_first: a.first_message.map(|m| m.bytes),
+            raw_codec: a.codec,
             subscribe: a.subscribe.as_ref().map(|s| s.0.clone()).unwrap_or_default(),
             subscribe_spread: a.subscribe.is_some_and(|s| s.1),
             ws_target: "/".into(),

@@ -169,6 +169,9 @@ pub struct LoadArgs {
     /// --protocol raw: bytes sent once when a connection opens (e.g. a login line).
     #[arg(long, value_parser = crate::client::raw::parse_message)]
     pub first_message: Option<crate::client::raw::RawMessage>,
+    /// --protocol raw: frame each message with a length prefix: len:2 or len:4 (big-endian, message length), optionally ,magic=HEX before it.
+    #[arg(long, value_parser = crate::client::codec::parse)]
+    pub codec: Option<crate::client::codec::Codec>,
     /// Subscribe to topics: a list every connection takes (news,sport), or a pattern spread over connections (room-{0..999}).
     #[arg(long, value_parser = crate::client::pushes::parse_subscribe)]
     pub subscribe: Option<(Vec<String>, bool)>,

@@ -43,6 +43,8 @@ pub struct LoadConfig {
     /// one sent once when a connection is established.
     pub raw_message: Option<super::raw::RawMessage>,
     pub raw_first: Option<Vec<u8>>,
+    /// `--codec`: frame raw messages with a length prefix.
+    pub raw_codec: Option<super::codec::Codec>,
     /// Topics every connection subscribes to, or (spread) one per
     /// connection round-robin.
     pub subscribe: Vec<String>,
@@ -75,6 +77,7 @@ impl Default for LoadConfig {
             allow_loss: false,
             raw_message: None,
             raw_first: None,
+            raw_codec: None,
             subscribe: Vec::new(),
             subscribe_spread: false,
             ws_target: "/".into(),

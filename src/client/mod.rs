@@ -1,5 +1,6 @@
 //! `megaconn client`: the load generator's supervisor. Plans addresses and
 //! processes, starts the workers, shows progress, prints the summary.
+pub mod codec;
 pub mod config;
 pub mod plan;
 pub mod pushes;
@@ -30,8 +31,14 @@ pub fn plan(cfg: &ClientConfig, fd_hard: u64) -> Result<(ConnectionPlan, WorkerP
     if cfg.url.is_some() && cfg.load.protocol != crate::proto::Protocol::Ws {
         return Err(format!("--url is a WebSocket URL; it loads with --protocol ws, not {:?}", cfg.load.protocol).to_lowercase());
     }
-    if cfg.load.protocol != crate::proto::Protocol::Raw && (cfg.load.raw_message.is_some() || cfg.load.raw_first.is_some()) {
-        return Err("--message and --first-message are for --protocol raw".into());
+    if cfg.load.protocol != crate::proto::Protocol::Raw && (cfg.load.raw_message.is_some() || cfg.load.raw_first.is_some() || cfg.load.raw_codec.is_some()) {
+        return Err("--message, --first-message and --codec are for --protocol raw".into());
+    }
+    if let (Some(c), Some(m)) = (&cfg.load.raw_codec, &cfg.load.raw_message) {
+        let longest = m.bytes.len().max(cfg.load.raw_first.as_ref().map_or(0, |f| f.len()));
+        if longest > c.max_message() {
+            return Err(format!("a {longest}-byte message does not fit the {c} codec's length field (at most {}); use len:4", c.max_message()));
+        }
     }
     if matches!(cfg.load.protocol, crate::proto::Protocol::Echo | crate::proto::Protocol::Discard) {
         return Err(format!(

@@ -5,6 +5,11 @@
 //! reply carries its own round trip. Without a marker the client counts
 //! the bytes that come back.
 
+use super::codec::Codec;
+use super::replies::Replies;
+use crate::net::{self, ReadEnd, Spill};
+use crate::stats::histogram;
+
 /// Digits of a rendered timestamp marker.
 pub const STAMP_LEN: usize = 20;
 /// The marker in `--message` that becomes a timestamp.
@@ -87,6 +92,70 @@ pub fn render(m: &RawMessage, out: &mut Vec<u8>, stamp: u64) {
 /// The timestamp in one echoed message, if it is intact.
 pub fn stamp_in(unit: &[u8], at: usize) -> Option<u64> {
     std::str::from_utf8(unit.get(at..at + STAMP_LEN)?).ok()?.parse().ok()
+}
+
+/// How a raw client reads what comes back.
+#[derive(Debug, Clone)]
+pub struct RawEcho {
+    pub codec: Option<Codec>,
+    /// The message as sent (its length) and where its stamp is.
+    pub unit: usize,
+    pub stamp_at: Option<usize>,
+    /// A first message was sent: unframed echoes cannot be cut into
+    /// units, so only bytes are counted.
+    pub first_sent: bool,
+    /// The message goes out on the request schedule (its echoes are
+    /// replies) rather than the heartbeat schedule.
+    pub as_requests: bool,
+}
+
+impl RawEcho {
+    /// A message came back: count it, and time it if it carries a stamp.
+    fn echo(&self, m: &[u8], replies: &mut Replies<'_>) {
+        replies.stats.raw_messages_in += 1;
+        let Some(sent) = self.stamp_at.filter(|_| m.len() == self.unit).and_then(|at| stamp_in(m, at)) else { return };
+        if self.as_requests {
+            replies.reply(Some(sent));
+        } else {
+            replies.stats.heartbeats_answered += 1;
+            histogram::record(replies.rtt, replies.now.saturating_sub(sent));
+        }
+    }
+
+    /// Read what the server sent: whole codec frames, whole echoed
+    /// messages (a stamp and no first message), or just bytes.
+    pub fn read(&self, stream: &mut mio::net::TcpStream, partial: &mut Spill, scratch: &mut [u8], read_closed: bool, replies: &mut Replies<'_>) -> ReadEnd {
+        net::read_chunks(stream, partial, scratch, read_closed, |buf| {
+            replies.stats.raw_bytes_in += buf.len() as u64;
+            let mut used = 0;
+            match &self.codec {
+                Some(c) => {
+                    while let Some((m, n)) = c.next(&buf[used..])? {
+                        self.echo(m, replies);
+                        used += n;
+                    }
+                }
+                None if self.stamp_at.is_some() && !self.first_sent => {
+                    while buf.len() - used >= self.unit {
+                        self.echo(&buf[used..used + self.unit], replies);
+                        used += self.unit;
+                    }
+                }
+                None => used = buf.len(),
+            }
+            // Bytes left for the next read are counted again then.
+            replies.stats.raw_bytes_in -= (buf.len() - used) as u64;
+            Ok(used)
+        })
+    }
+}
+
+/// The message as it goes on the wire: framed by the codec, if any.
+pub fn render_framed(m: &RawMessage, codec: Option<&Codec>, out: &mut Vec<u8>, stamp: u64) {
+    if let Some(c) = codec {
+        c.header(out, m.bytes.len());
+    }
+    render(m, out, stamp);
 }
 
 #[cfg(test)]

@@ -19,9 +19,8 @@ pub struct Replies<'a> {
     pub timeout_us: u64,
     pub push: &'a mut Histogram<u64>,
     pub seen: &'a mut super::pushes::PushSeen,
-    /// `--protocol raw` with a timestamp marker and no first message:
-    /// (message length, marker offset): echoes are read in whole messages.
-    pub raw_units: Option<(usize, usize)>,
+    /// `--protocol raw`: how echoes are cut and timed.
+    pub raw: Option<&'a super::raw::RawEcho>,
 }
 
 impl Replies<'_> {
@@ -111,19 +110,9 @@ pub fn read(
             }
         }),
         // Server-only protocols (refused by the client's plan): drop.
-        Protocol::Raw => match replies.raw_units {
-            Some((unit, at)) => net::read_fixed(stream, partial, scratch, read_closed, unit, |u| {
-                replies.stats.raw_bytes_in += u.len() as u64;
-                replies.stats.heartbeats_answered += 1;
-                if let Some(sent) = super::raw::stamp_in(u, at) {
-                    histogram::record(replies.rtt, now.saturating_sub(sent));
-                }
-                Ok(())
-            }),
-            None => net::read_chunks(stream, partial, scratch, read_closed, |buf| {
-                replies.stats.raw_bytes_in += buf.len() as u64;
-                Ok(buf.len())
-            }),
+        Protocol::Raw => match replies.raw {
+            Some(raw) => raw.read(stream, partial, scratch, read_closed, replies),
+            None => net::read_chunks(stream, partial, scratch, read_closed, |buf| Ok(buf.len())),
         },
         // Server-only protocols (refused by the client's plan): drop.
         Protocol::Echo | Protocol::Discard | Protocol::Ws => net::read_chunks(stream, partial, scratch, read_closed, |buf| Ok(buf.len())),

@@ -45,6 +45,8 @@ pub enum Tick {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ClientSummary {
+    /// What the connections spoke and sent.
+    pub mode: String,
     pub requested: u64,
     /// Connections that completed the handshake.
     pub established: u64,
@@ -70,6 +72,7 @@ pub struct ClientSummary {
     pub heartbeat_rtt_ms: LatencySummary,
     /// `--protocol raw`: bytes the server sent back.
     pub raw_bytes_in: u64,
+    pub raw_messages_in: u64,
     pub requests: Option<RequestSummary>,
     /// Present when any push arrived.
     pub push: Option<PushSummary>,
@@ -138,6 +141,8 @@ pub struct ClientRun {
     replies_at_hold: Vec<Option<(u64, u64)>>,
     replies_at_close: Vec<Option<(u64, u64)>>,
     request_rate: Option<f64>,
+    /// What the connections speak and send, in one line.
+    mode: String,
 }
 
 impl ClientRun {
@@ -175,6 +180,7 @@ impl ClientRun {
                     subscribe_spread: load.subscribe_spread,
                     raw_message: load.raw_message.clone(),
                     raw_first: load.raw_first.clone(),
+                    raw_codec: load.raw_codec.clone(),
                     ws_target: load.ws_target.clone(),
                 })
                 .expect("config serializes")
@@ -206,6 +212,7 @@ impl ClientRun {
             replies_at_hold: Vec::new(),
             replies_at_close: Vec::new(),
             request_rate: load.request_rate,
+            mode: super::summary::describe_mode(plan.target, load),
         })
     }
 
@@ -345,6 +352,7 @@ impl ClientRun {
         let t = self.view.totals();
         let ramp_seconds = t.ramp_done_at_us.map(|d| d.saturating_sub(self.start_at_us) as f64 / 1e6);
         ClientSummary {
+            mode: self.mode.clone(),
             requested: t.planned,
             established: t.established_total,
             held: self.held,
@@ -363,6 +371,7 @@ impl ClientRun {
             heartbeats_answered: t.heartbeats_answered,
             heartbeat_rtt_ms: histogram::summarize(&self.view.rtt_hist),
             raw_bytes_in: t.raw_bytes_in,
+            raw_messages_in: t.raw_messages_in,
             requests: self.request_rate.map(|rate| {
                 let qps: f64 = self
                     .replies_at_hold

@@ -1,8 +1,10 @@
 //! The client summary for people, and the one sentence on why
 //! connections were lost.
 
+use super::config::LoadConfig;
 use super::run::ClientSummary;
 use super::view::WORKER_CRASHED;
+use crate::proto::Protocol;
 use crate::stats::format;
 use crate::stats::histogram::LatencySummary;
 use crate::stats::progress::Progress;
@@ -12,6 +14,7 @@ use std::collections::BTreeMap;
 pub fn print_summary(s: &ClientSummary, progress: &mut Progress) {
     progress.finish();
     let ms = |l: &LatencySummary| format!("p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms", l.p50_ms, l.p99_ms, l.max_ms);
+    println!("protocol      {}", s.mode);
     println!(
         "connections   requested {} | established {} | held at end of hold {} | failed {}",
         format::count(s.requested),
@@ -60,7 +63,7 @@ pub fn print_summary(s: &ClientSummary, progress: &mut Progress) {
         );
     }
     if s.raw_bytes_in > 0 {
-        println!("raw           {} bytes received (round trips above when --message has a \\{{ts}} marker)", format::count(s.raw_bytes_in));
+        println!("raw           {} bytes, {} whole messages received", format::count(s.raw_bytes_in), format::count(s.raw_messages_in));
     }
     if let Some(p) = &s.push {
         let l = &p.latency_ms;
@@ -80,6 +83,34 @@ pub fn print_summary(s: &ClientSummary, progress: &mut Progress) {
     );
     if s.interrupted {
         println!("interrupted   (Ctrl-C): connections closed early");
+    }
+}
+
+/// What the connections speak and send, for the summary's first line.
+pub fn describe_mode(target: std::net::Ipv4Addr, load: &LoadConfig) -> String {
+    let requests = load.request_rate.is_some();
+    match load.protocol {
+        Protocol::Raw => {
+            let Some(m) = &load.raw_message else { return "raw".into() };
+            let codec = load.raw_codec.as_ref().map(|c| format!(", framed {c}")).unwrap_or_default();
+            let first = load.raw_first.as_ref().map(|f| format!(", after a {}-byte first message", f.len())).unwrap_or_default();
+            let timing = match (m.stamp_at, load.raw_codec.is_some() || load.raw_first.is_none()) {
+                (Some(_), true) => "round trips timed by the \\{ts} marker each echo carries back",
+                (Some(_), false) => "a first message without --codec: echoes cannot be cut, bytes are counted",
+                (None, _) => "no \\{ts} marker: bytes and messages back are counted",
+            };
+            let schedule = if requests { "request" } else { "heartbeat" };
+            format!("raw: a {}-byte --message on the {schedule} schedule{codec}{first}; {timing}", m.bytes.len())
+        }
+        Protocol::Ws => {
+            let port = if load.ports.len() == 1 { load.ports[0].to_string() } else { format!("{{{} ports}}", load.ports.len()) };
+            let sends = if requests { "pings as heartbeats, stamped binary requests echoed" } else { "pings as heartbeats" };
+            format!("ws: ws://{target}:{port}{}; {sends}", load.ws_target)
+        }
+        Protocol::Framed => "framed: heartbeats and requests in megaconn frames".into(),
+        Protocol::Http => "http: keep-alive GET / requests".into(),
+        Protocol::Echo8 => "echo8: 8-byte millisecond timestamps echoed".into(),
+        Protocol::Echo | Protocol::Discard => "server protocol".into(),
     }
 }
 

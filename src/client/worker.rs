@@ -73,6 +73,8 @@ pub struct ClientWorkerConfig {
     /// `--protocol raw`: the heartbeat message and the first message.
     pub raw_message: Option<super::raw::RawMessage>,
     pub raw_first: Option<Vec<u8>>,
+    /// `--codec`: length-prefixed framing of raw messages.
+    pub raw_codec: Option<super::codec::Codec>,
     /// `--protocol ws`: path and query of the Upgrade request.
     pub ws_target: String,
 }
@@ -187,6 +189,8 @@ struct Worker {
     ws_seed: u64,
     unmasked: Vec<u8>,
     ws_out: Vec<u8>,
+    /// `--protocol raw`: how echoes are read.
+    raw_echo: Option<super::raw::RawEcho>,
 }
 
 pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
@@ -218,6 +222,13 @@ pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
         ws_seed: rand::random(),
         unmasked: Vec::new(),
         ws_out: Vec::new(),
+        raw_echo: cfg.raw_message.as_ref().map(|m| super::raw::RawEcho {
+            codec: cfg.raw_codec.clone(),
+            unit: m.bytes.len(),
+            stamp_at: m.stamp_at,
+            first_sent: cfg.raw_first.is_some(),
+            as_requests: cfg.request_us.is_some(),
+        }),
         cfg,
     };
     control::emit(&WorkerMsg::Ready { worker: w.cfg.worker, pid: std::process::id(), fd_limit: crate::sys::fd_limit().hard });
@@ -355,6 +366,9 @@ impl Worker {
             }
             if let Some(first) = self.cfg.raw_first.clone() {
                 self.out.clear();
+                if let Some(c) = &self.cfg.raw_codec {
+                    c.header(&mut self.out, first.len());
+                }
                 self.out.extend_from_slice(&first);
                 if !self.write_slot(k) {
                     return;
@@ -382,7 +396,7 @@ impl Worker {
             timeout_us: self.cfg.request_timeout_us,
             push: &mut self.push_hist,
             seen: &mut slot.seen,
-            raw_units: self.cfg.raw_message.as_ref().filter(|_| self.cfg.raw_first.is_none()).and_then(|m| m.stamp_at.map(|at| (m.bytes.len(), at))),
+            raw: self.raw_echo.as_ref(),
         };
         let before = replies.stats.heartbeats_answered + replies.stats.replies + replies.stats.rejected + replies.stats.raw_bytes_in;
         let r =

@@ -146,6 +146,8 @@ pub struct ClientSnapshot {
     pub heartbeats_answered: u64,
     /// `--protocol raw`: bytes received.
     pub raw_bytes_in: u64,
+    /// `--protocol raw`: whole messages received (echoed units or codec frames).
+    pub raw_messages_in: u64,
     pub requests_sent: u64,
     /// Replies received (any latency).
     pub replies: u64,

@@ -19,9 +19,11 @@ enum Schedule {
 }
 
 impl Worker {
-    /// Heartbeats are a framed-protocol feature; echo8 has none.
+    /// Heartbeats: framed, ws (pings) and raw (`--message`, unless it
+    /// goes on the request schedule); echo8 and http have none.
     pub(super) fn heartbeat_period(&self) -> Option<u64> {
-        self.cfg.heartbeat_us.filter(|_| matches!(self.cfg.protocol, Protocol::Framed | Protocol::Raw | Protocol::Ws))
+        let raw_requests = self.cfg.protocol == Protocol::Raw && self.cfg.request_us.is_some();
+        self.cfg.heartbeat_us.filter(|_| matches!(self.cfg.protocol, Protocol::Framed | Protocol::Raw | Protocol::Ws) && !raw_requests)
     }
 
     /// Intended time of send number `j` of a schedule with this period:
@@ -73,7 +75,7 @@ impl Worker {
         while let Some((k, intended)) = self.next_due(due, Schedule::Heartbeats, hb) {
             self.out.clear();
             match &self.cfg.raw_message {
-                Some(m) => super::super::raw::render(m, &mut self.out, intended),
+                Some(m) => super::super::raw::render_framed(m, self.cfg.raw_codec.as_ref(), &mut self.out, intended),
                 None if self.cfg.protocol == Protocol::Ws => ws::encode_ping(&mut self.out, intended, self.cfg.payload, self.rng.gen()),
                 None => frame::encode_stamped(&mut self.out, Kind::Heartbeat, intended, self.cfg.payload),
             }
@@ -102,7 +104,11 @@ impl Worker {
                 }
                 // Server-only protocols (refused by the client's plan).
                 Protocol::Ws => ws::encode_request(&mut self.out, intended, self.cfg.payload, self.rng.gen()),
-                Protocol::Echo | Protocol::Discard | Protocol::Raw => return,
+                Protocol::Raw => match &self.cfg.raw_message {
+                    Some(m) => super::super::raw::render_framed(m, self.cfg.raw_codec.as_ref(), &mut self.out, intended),
+                    None => return,
+                },
+                Protocol::Echo | Protocol::Discard => return,
             }
             if self.write_slot(k) {
                 self.stats.requests_sent += 1;

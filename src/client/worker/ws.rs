@@ -40,7 +40,7 @@ impl Worker {
             timeout_us: self.cfg.request_timeout_us,
             push: &mut self.push_hist,
             seen: &mut slot.seen,
-            raw_units: None,
+            raw: None,
         };
         let before = replies.stats.heartbeats_answered + replies.stats.replies + replies.stats.push_received;
         self.ws_out.clear();

@@ -160,20 +160,25 @@ pub fn parse_response(buf: &[u8], key: &str) -> Result<Option<usize>, &'static s
 
 /// Counter name of a refused handshake, by HTTP status.
 fn status_name(code: u16) -> &'static str {
+    const KNOWN: [(u16, &str); 12] = [
+        (200, "http_200_not_upgraded"),
+        (400, "http_400"),
+        (401, "http_401"),
+        (403, "http_403"),
+        (404, "http_404"),
+        (405, "http_405"),
+        (426, "http_426"),
+        (429, "http_429"),
+        (431, "http_431"),
+        (500, "http_500"),
+        (502, "http_502"),
+        (503, "http_503"),
+    ];
+    if let Some((_, name)) = KNOWN.iter().find(|(c, _)| *c == code) {
+        return name;
+    }
     match code {
-        200 => "http_200_not_upgraded",
-        301 | 302 | 307 | 308 => "http_3xx_redirect",
-        400 => "http_400",
-        401 => "http_401",
-        403 => "http_403",
-        404 => "http_404",
-        405 => "http_405",
-        426 => "http_426",
-        429 => "http_429",
-        431 => "http_431",
-        500 => "http_500",
-        502 => "http_502",
-        503 => "http_503",
+        300..=399 => "http_3xx_redirect",
         400..=499 => "http_4xx_other",
         500..=599 => "http_5xx_other",
         _ => "http_other_status",
