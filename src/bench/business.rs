@@ -89,6 +89,7 @@ fn run_mode(args: &BenchConfig, mode: BusinessMode, service: &ServiceTime, hold:
             request_rate: Some(1.0),
             hold,
             connect_timeout: args.connect_timeout,
+            protocol: args.protocol,
             ..Default::default()
         },
         workers: args.client_workers,

@@ -89,6 +89,7 @@ pub fn server_config(cfg: &BenchConfig, connections: u64) -> ServerConfig {
         workers: cfg.server_workers,
         connections: Some(connections),
         stats_interval: Duration::from_secs(1),
+        protocol: cfg.protocol,
         ..Default::default()
     }
 }
@@ -108,6 +109,7 @@ pub fn client_config(args: &BenchConfig, hold: Duration) -> ClientConfig {
             connect_timeout: args.connect_timeout,
             json: args.json,
             nice: CLIENT_NICE,
+            protocol: args.protocol,
             ..Default::default()
         },
         workers: args.client_workers,
@@ -117,6 +119,14 @@ pub fn client_config(args: &BenchConfig, hold: Duration) -> ClientConfig {
 
 pub fn run(args: BenchConfig) -> Result<i32> {
     crate::signals::install();
+    if !matches!(args.protocol, crate::proto::Protocol::Framed | crate::proto::Protocol::Ws) {
+        return Err(crate::UsageError(format!(
+            "bench runs --protocol framed or ws, not {:?}; load other protocols with megaconn server and megaconn client",
+            args.protocol
+        )
+        .to_lowercase())
+        .into());
+    }
     match args.scenario {
         Scenario::Business => return business::run(args),
         Scenario::Push => return push::run(args),

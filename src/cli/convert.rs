@@ -99,6 +99,7 @@ impl From<BenchArgs> for BenchConfig {
             broadcasts: a.broadcasts,
             broadcast_interval: a.broadcast_interval,
             topics: a.topics,
+            protocol: a.protocol,
             json: a.json,
         }
     }

@@ -209,6 +209,9 @@ pub struct ClientArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
+    /// What both ends speak: framed (megaconn frames) or ws (WebSocket: pings, binary requests, pushes as messages).
+    #[arg(long, value_enum, default_value = "framed")]
+    pub protocol: Protocol,
     /// What to run: connections (ramp, hold, memory) or business (the
     /// thread-pool experiment: 1000 conns x 1 req/s against inline,
     /// pool:1000, pool:20 and async, classic service time).
