@@ -133,3 +133,41 @@ fn chromium_receives_a_publish_on_200_websockets() {
     assert_eq!(result["texts"], serde_json::json!(["to every tab — ✓"]), "{result}");
     assert!(s.terminate().success());
 }
+
+/// Binary messages go through the business stage like framed requests:
+/// a 5 ms pool service time shows in every reply's latency.
+#[test]
+fn ws_requests_run_through_the_business_stage() {
+    let (mut s, _) = server(&["--ports", "21830", "--workers", "1", "--protocol", "ws", "--business", "pool:4", "--service-time", "5ms"], None);
+    let mut cmd = megaconn();
+    cmd.args(["client", "--url", "ws://127.0.0.1:21830/rpc", "--connections", "200", "--request-rate", "5/s", "--payload", "100"]);
+    cmd.args(["--heartbeat", "off", "--hold", "2s", "--json"]);
+    let (code, out, err) = run(cmd, Duration::from_secs(60));
+    assert_eq!(code, 0, "{err}");
+    let r = serde_json::from_str::<serde_json::Value>(&out).unwrap()["summary"]["requests"].clone();
+    assert!(r["sent"].as_u64().unwrap() >= 200 * 5 * 2, "{r}");
+    assert_eq!(r["replies"], r["sent"], "{r}");
+    assert!(r["latency_ms"]["p50_ms"].as_f64().unwrap() >= 5.0, "service time applied: {r}");
+    let v = s.wait_for(Duration::from_secs(10), "server counted", |v| v["event"] == "stats" && v["replies"] == r["replies"]);
+    assert_eq!(v["ws_upgrades"], 200, "{v}");
+    assert!(s.terminate().success());
+}
+
+/// The push bench over WebSocket: every broadcast reaches every
+/// connection once, as a JSON text message.
+#[test]
+fn the_push_bench_runs_over_websocket() {
+    let mut cmd = megaconn();
+    cmd.args(["bench", "--protocol", "ws", "--scenario", "push", "--connections", "2000", "--broadcasts", "2", "--broadcast-interval", "300ms"]);
+    cmd.args(["--ports", "21840-21843", "--hold", "5s", "--heartbeat", "1s", "--json"]);
+    let (code, out, err) = run(cmd, Duration::from_secs(90));
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let p = &v["push"];
+    assert_eq!(p["deliveries"], 4000, "{p}");
+    assert_eq!(p["duplicates"], 0, "{p}");
+    assert_eq!(p["delivery_ms"]["count"], 4000, "{p}");
+    assert_eq!(v["client"]["heartbeats_answered"], v["client"]["heartbeats_sent"], "pings answered during pushes");
+    assert!(v["client"]["mode"].as_str().unwrap().starts_with("ws:"), "{v}");
+    assert_eq!(sockets_on(21840, 21843), 0);
+}

@@ -120,11 +120,10 @@ pub fn client_config(args: &BenchConfig, hold: Duration) -> ClientConfig {
 pub fn run(args: BenchConfig) -> Result<i32> {
     crate::signals::install();
     if !matches!(args.protocol, crate::proto::Protocol::Framed | crate::proto::Protocol::Ws) {
-        return Err(crate::UsageError(format!(
-            "bench runs --protocol framed or ws, not {:?}; load other protocols with megaconn server and megaconn client",
-            args.protocol
+        return Err(crate::UsageError(
+            format!("bench runs --protocol framed or ws, not {:?}; load other protocols with megaconn server and megaconn client", args.protocol)
+                .to_lowercase(),
         )
-        .to_lowercase())
         .into());
     }
     match args.scenario {
