@@ -110,6 +110,7 @@ pub fn render(t: &ServerTotals, published: u64) -> String {
     r.register("accepted", "Connections accepted", c(t.accepted));
     r.register("closed", "Connections closed, by reason", labeled("reason", &t.close_reasons));
     r.register("accept_errors", "accept() failures, by errno", labeled("errno", &t.accept_errors));
+    r.register("refused_over_cap", "Connections closed at accept: the server was at --max-connections", c(t.refused_over_cap));
     r.register("ws_upgrades", "WebSocket handshakes completed", c(t.ws_upgrades));
     r.register("frames_in", "Frames received", c(t.frames_in));
     r.register("frames_out", "Frames sent", c(t.frames_out));

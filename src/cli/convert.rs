@@ -13,6 +13,7 @@ impl From<ServerArgs> for ServerConfig {
             ports: a.ports.0,
             workers: a.workers,
             connections: a.connections,
+            max_connections: a.max_connections,
             idle_timeout: a.idle_timeout.0,
             stats_interval: a.stats_interval,
             duration: a.duration.0,

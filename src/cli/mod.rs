@@ -69,6 +69,9 @@ pub struct ServerArgs {
     /// Connections to plan capacity for (default 1M with --workers auto).
     #[arg(long, value_parser = parse::positive_count)]
     pub connections: Option<u64>,
+    /// Hold at most N connections server-wide; beyond that new ones are closed at once (RST) and counted as refused_over_cap.
+    #[arg(long, value_parser = parse::positive_count)]
+    pub max_connections: Option<u64>,
     /// Close connections silent for longer than this (e.g. 90s); off by default.
     #[arg(long, default_value = "off")]
     pub idle_timeout: OptDuration,

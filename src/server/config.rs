@@ -22,6 +22,9 @@ pub struct ServerConfig {
     pub workers: Workers,
     /// Connections to plan capacity for (checked against the machine).
     pub connections: Option<u64>,
+    /// Hard cap on connections held server-wide: beyond it new ones are
+    /// closed at once and counted as `refused_over_cap`.
+    pub max_connections: Option<u64>,
     pub idle_timeout: Option<Duration>,
     pub stats_interval: Duration,
     /// Stop by itself after this long.
@@ -58,6 +61,7 @@ impl Default for ServerConfig {
             ports: (8000..=8099).collect(),
             workers: Workers::Auto,
             connections: None,
+            max_connections: None,
             idle_timeout: None,
             stats_interval: Duration::from_secs(2),
             duration: None,

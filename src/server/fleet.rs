@@ -13,7 +13,7 @@ use crate::supervise::control::WorkerMsg;
 use crate::supervise::elastic::{self, WorkerState};
 use crate::supervise::plan::Workers;
 use crate::supervise::{Delivery, ExitInfo, Pool, PoolEvent, Role};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::mpsc::{Receiver, Sender};
@@ -71,6 +71,8 @@ pub struct ServerFleet {
     /// Why the server must stop (crash loop), once known.
     pub failure: Option<String>,
     publisher: super::publish::Publisher,
+    /// `--max-connections`: the count every worker shares.
+    cap: Option<super::cap::SharedCap>,
 }
 
 impl ServerFleet {
@@ -87,7 +89,12 @@ impl ServerFleet {
             Sizing::Elastic { target, .. } => target,
             Sizing::Fixed(n) => n,
         };
-        let template = worker_template(cfg, initial, budget, matches!(sizing, Sizing::Elastic { .. }));
+        let cap = match cfg.max_connections {
+            Some(n) => Some(super::cap::SharedCap::create(n).context("cannot create the shared --max-connections count")?),
+            None => None,
+        };
+        let mut template = worker_template(cfg, initial, budget, matches!(sizing, Sizing::Elastic { .. }));
+        template.cap_fd = cap.as_ref().map(|c| c.fd());
         let mut f = ServerFleet {
             pool: Pool::new(Role::Server, fd_limit, tx)?,
             view: ServerView::default(),
@@ -102,6 +109,7 @@ impl ServerFleet {
             notes: Vec::new(),
             failure: None,
             publisher: Default::default(),
+            cap,
         };
         for _ in 0..initial {
             f.spawn()?;
@@ -204,6 +212,10 @@ impl ServerFleet {
         self.pool.mark_exited(i);
         self.publisher.worker_gone(i);
         let was = self.life.insert(i, Life::Dead);
+        if let Some(c) = &self.cap {
+            // The kernel closed its sockets: their places are free.
+            c.forget(i);
+        }
         self.empty_since.remove(&i);
         if self.stopping || was == Some(Life::Retiring) {
             self.view.retire(i, "server_stopped");
@@ -329,6 +341,7 @@ fn worker_template(cfg: &ServerConfig, initial: usize, budget: u64, elastic: boo
         budget,
         elastic,
         max_pending_bytes: cfg.max_pending_bytes,
+        cap_fd: None,
         ws: super::ws::WsConfig { max_message: cfg.max_message_bytes, max_head: cfg.max_header_bytes, push_format: cfg.push_format },
     }
 }

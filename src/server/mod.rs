@@ -2,6 +2,7 @@
 //! and watches the server worker processes, and is the only one that
 //! prints.
 pub mod business;
+pub mod cap;
 pub mod config;
 pub mod conn;
 pub mod fleet;

@@ -24,7 +24,7 @@ use crate::reactor::{self, Handler};
 use crate::supervise::control::{self, Command, ServerSnapshot, WorkerMsg};
 use crate::supervise::elastic::{LOW_WATER_SHARE, PRESPAWN_SHARE};
 use crate::supervise::Flow;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use mio::event::Event;
 use mio::{Interest, Poll, Token, Waker};
 use rand::rngs::SmallRng;
@@ -59,6 +59,8 @@ pub struct ServerWorkerConfig {
     /// slow consumer of pushes.
     pub max_pending_bytes: usize,
     pub ws: super::ws::WsConfig,
+    /// `--max-connections`: the shared count's memfd (inherited).
+    pub cap_fd: Option<i32>,
 }
 
 /// Pool threads wake the event loop through this token.
@@ -86,6 +88,8 @@ struct Worker {
     out: Vec<u8>,
     /// WebSocket payloads are unmasked into this.
     unmasked: Vec<u8>,
+    /// `--max-connections`, shared with every worker.
+    cap: Option<super::cap::SharedCap>,
     stage: Stage,
     topics: super::push::Topics,
     rng: SmallRng,
@@ -104,6 +108,7 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
     let poll = Poll::new()?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
     let stage = Stage::new(cfg.business, cfg.queue, waker)?;
+    let cfg_cap_fd = cfg.cap_fd;
     let mut group = AcceptGroup::new(cfg.listen, cfg.ports.clone());
     group.join(poll.registry())?;
     let mut w = Worker {
@@ -125,6 +130,10 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
         scratch: vec![0; SCRATCH],
         out: Vec::with_capacity(SCRATCH),
         unmasked: Vec::new(),
+        cap: match cfg_cap_fd {
+            Some(fd) => Some(super::cap::SharedCap::open(fd).context("cannot map the --max-connections count")?),
+            None => None,
+        },
     };
     control::emit(&WorkerMsg::Ready { worker, pid: std::process::id(), fd_limit: crate::sys::fd_limit().hard });
     let interval = Duration::from_millis(w.cfg.stats_interval_ms.max(50));
@@ -167,6 +176,9 @@ impl Handler for Worker {
             Command::Stop | Command::Close => {
                 let n = self.conns.len() as u64;
                 self.conns.clear();
+                if let Some(c) = &self.cap {
+                    c.release(self.cfg.worker, n);
+                }
                 if n > 0 {
                     self.stats.closed += n;
                     *self.stats.close_reasons.entry("server_stopped".into()).or_insert(0) += n;
@@ -285,6 +297,13 @@ impl Worker {
         let Some(listener) = self.group.listeners.get(i) else { return false };
         match listener.accept() {
             Ok((mut stream, _)) => {
+                if self.cap.as_ref().is_some_and(|c| !c.try_acquire(self.cfg.worker)) {
+                    // At the cap: close at once, with a reset (no
+                    // TIME_WAIT left here by a flood of refusals).
+                    let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+                    self.stats.refused_over_cap += 1;
+                    return true;
+                }
                 // Replies are small writes; Nagle would hold one back
                 // behind an unacknowledged one (up to a delayed-ACK
                 // timeout, ~40 ms).
@@ -294,6 +313,9 @@ impl Worker {
                 let key = entry.key();
                 if self.poll.registry().register(&mut stream, Token(key), Interest::READABLE | Interest::WRITABLE).is_err() {
                     *self.stats.accept_errors.entry("register_failed".into()).or_insert(0) += 1;
+                    if let Some(c) = &self.cap {
+                        c.release(self.cfg.worker, 1);
+                    }
                     return true;
                 }
                 self.next_gen = self.next_gen.wrapping_add(1);
@@ -333,6 +355,9 @@ impl Worker {
 
     fn close(&mut self, key: usize, reason: String) {
         if let Some(conn) = self.conns.try_remove(key) {
+            if let Some(c) = &self.cap {
+                c.release(self.cfg.worker, 1);
+            }
             self.topics.forget(&conn.subs, key);
             self.stats.closed += 1;
             self.stats.active -= 1;

@@ -103,6 +103,9 @@ pub struct ServerSnapshot {
     /// Push commands received, connections written or queued to, and
     /// connections closed as slow consumers.
     pub push_commands: u64,
+    /// Connections closed at accept because the server was at
+    /// --max-connections.
+    pub refused_over_cap: u64,
     /// WebSocket handshakes completed.
     pub ws_upgrades: u64,
     pub push_delivered: u64,
