@@ -27,3 +27,73 @@ fn max_connections_holds_exactly_the_cap_and_counts_the_rest() {
     assert_eq!(code, 0, "all 500 places free again: {err}");
     assert!(s.terminate().success());
 }
+
+/// SIGTERM while 50 HTTP requests with a 200 ms service time are in
+/// flight: every one is answered, then the connections close, and no
+/// worker is left behind.
+#[test]
+fn sigterm_drains_in_flight_requests() {
+    let (mut s, _, ready) = server_ready(&["--ports", "21910", "--workers", "2", "--protocol", "http", "--service-time", "200ms"], None);
+    let workers = pids(&ready);
+    let mut py = std::process::Command::new("python3");
+    py.args([
+        "-c",
+        "import socket, sys\n\
+         conns = [socket.create_connection(('127.0.0.1', 21910)) for _ in range(50)]\n\
+         for c in conns:\n\
+         \x20   c.sendall(b'GET / HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n')\n\
+         print('sent', flush=True)\n\
+         ok = closed = 0\n\
+         for c in conns:\n\
+         \x20   c.settimeout(10)\n\
+         \x20   data = b''\n\
+         \x20   while b'Hello world!' not in data:\n\
+         \x20       chunk = c.recv(4096)\n\
+         \x20       if not chunk: break\n\
+         \x20       data += chunk\n\
+         \x20   ok += data.startswith(b'HTTP/1.1 200')\n\
+         \x20   closed += c.recv(4096) == b''\n\
+         print('answered', ok, 'closed', closed, flush=True)\n",
+    ]);
+    py.stdout(std::process::Stdio::piped());
+    let mut child = py.spawn().expect("python3");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    assert_eq!(lines.next().unwrap().unwrap(), "sent");
+    std::thread::sleep(Duration::from_millis(50));
+    let status = s.terminate();
+    let result = lines.next().unwrap().unwrap();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(result, "answered 50 closed 50");
+    assert!(status.success(), "{status:?}");
+    let summary = s.wait_for(Duration::from_secs(5), "summary", |v| v["event"] == "summary");
+    assert_eq!(summary["totals"]["replies"], 50, "{summary}");
+    assert_eq!(summary["totals"]["close_reasons"]["server_drained"], 50, "{summary}");
+    for pid in workers {
+        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists() || threads_of(pid) == 0, "worker {pid} left running");
+    }
+}
+
+/// Ctrl-C on the client: outstanding requests are waited for, the
+/// summary still comes out, and it says the run was interrupted.
+#[test]
+fn client_ctrl_c_drains_and_still_reports() {
+    let (mut s, _) = server(&["--ports", "21911", "--workers", "1", "--service-time", "200ms"], None);
+    let mut cmd = megaconn();
+    cmd.args(["client", "--ports", "21911", "--connections", "100", "--request-rate", "10/s", "--hold", "60s", "--json"]);
+    cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null());
+    let mut child = cmd.spawn().unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    // SAFETY: signalling our own child by PID.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "an interrupted run is not a pass");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let s2 = &v["summary"];
+    assert_eq!(s2["interrupted"], true, "{s2}");
+    let r = &s2["requests"];
+    assert!(r["sent"].as_u64().unwrap() > 500, "{r}");
+    assert_eq!(r["replies"], r["sent"], "every request in flight at Ctrl-C was answered: {r}");
+    assert_eq!(r["timeouts"], 0, "{r}");
+    assert!(s.terminate().success());
+}

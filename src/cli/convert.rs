@@ -25,6 +25,7 @@ impl From<ServerArgs> for ServerConfig {
             max_header_bytes: a.max_header_bytes,
             header_timeout: a.header_timeout,
             retire_after: a.retire_after,
+            drain_timeout: a.drain_timeout,
             max_pending_bytes: a.max_pending_bytes,
             max_message_bytes: a.max_message_bytes,
             push_format: a.push_format,

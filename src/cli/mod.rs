@@ -78,6 +78,9 @@ pub struct ServerArgs {
     /// How often to print the connection count.
     #[arg(long, value_parser = parse::positive_duration, default_value = "2s")]
     pub stats_interval: Duration,
+    /// On SIGTERM or Ctrl-C: stop accepting and reading, answer in-flight requests for up to this long, then close the rest (a second signal forces).
+    #[arg(long, value_parser = parse::duration, default_value = "10s")]
+    pub drain_timeout: Duration,
     /// Elastic workers: how long a surplus worker stays empty before it exits.
     #[arg(long, value_parser = parse::positive_duration, default_value = "10s")]
     pub retire_after: Duration,

@@ -191,6 +191,12 @@ impl Stage {
         }
     }
 
+    /// Jobs submitted and not yet taken back (timers, queued, running,
+    /// finished but not delivered).
+    pub fn in_flight(&self) -> usize {
+        self.timers.len() + self.pool.as_ref().map_or(0, |p| p.in_system.load(Ordering::Acquire) + p.done.lock().map(|d| d.len()).unwrap_or(0))
+    }
+
     /// When the event loop must wake for the next timer.
     pub fn next_due(&self) -> Option<Instant> {
         self.timers.peek().map(|t| t.0.due)

@@ -37,6 +37,9 @@ pub struct ServerConfig {
     pub body_size: usize,
     pub max_header_bytes: usize,
     pub header_timeout: Duration,
+    /// SIGTERM / Ctrl-C: how long in-flight requests may take to be
+    /// answered before the remaining connections are closed.
+    pub drain_timeout: Duration,
     /// How long a surplus elastic worker stays empty before it exits.
     pub retire_after: Duration,
     /// Most push bytes one connection may leave unread (slow consumer).
@@ -73,6 +76,7 @@ impl Default for ServerConfig {
             max_header_bytes: 8192,
             header_timeout: Duration::from_secs(10),
             retire_after: crate::supervise::elastic::DEFAULT_GRACE,
+            drain_timeout: Duration::from_secs(10),
             max_pending_bytes: DEFAULT_MAX_PENDING,
             max_message_bytes: crate::server::ws::DEFAULT_MAX_MESSAGE,
             push_format: crate::server::ws::PushFormat::Text,

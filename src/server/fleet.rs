@@ -308,6 +308,18 @@ impl ServerFleet {
         }
     }
 
+    /// SIGTERM: every worker stops accepting and reading, answers what is
+    /// in flight and exits; none is replaced or grown meanwhile.
+    pub fn drain(&mut self) {
+        self.stopping = true;
+        self.pool.broadcast(crate::supervise::control::CMD_CLOSE);
+    }
+
+    /// Workers still running.
+    pub fn alive(&self) -> usize {
+        self.pool.alive()
+    }
+
     /// Stop every worker (graceful, then SIGKILL after `grace`).
     pub fn stop(&mut self, grace: Duration) {
         self.stopping = true;

@@ -145,7 +145,8 @@ struct ServerRun {
     next_print: Instant,
     prev: ServerTotals,
     prev_at: Instant,
-    interrupted: bool,
+    /// SIGTERM or Ctrl-C arrived: workers are draining until this.
+    drain_until: Option<Instant>,
 }
 
 impl Supervised for ServerRun {
@@ -159,7 +160,21 @@ impl Supervised for ServerRun {
     fn tick(&mut self) -> Result<Flow> {
         self.fleet.upkeep();
         print_notes(&mut self.fleet.notes, &mut self.progress, self.cfg.json);
-        if self.interrupted || self.fleet.failure.is_some() || self.cfg.duration.is_some_and(|d| self.started.elapsed() >= d) {
+        if let Some(until) = self.drain_until {
+            if self.fleet.alive() == 0 {
+                return Ok(Flow::Done);
+            }
+            if Instant::now() >= until {
+                let t = self.fleet.view.totals();
+                self.progress.note(&format!(
+                    "drain: --drain-timeout {} passed with {} connections and {} requests in flight; closing them",
+                    humantime::format_duration(self.cfg.drain_timeout),
+                    format::count(t.active),
+                    format::count(t.requests.saturating_sub(t.replies + t.rejected))
+                ));
+                return Ok(Flow::Done);
+            }
+        } else if self.fleet.failure.is_some() || self.cfg.duration.is_some_and(|d| self.started.elapsed() >= d) {
             return Ok(Flow::Done);
         }
         if Instant::now() >= self.next_print {
@@ -182,7 +197,14 @@ impl Supervised for ServerRun {
     }
 
     fn interrupt(&mut self) {
-        self.interrupted = true;
+        let t = self.fleet.view.totals();
+        self.progress.note(&format!(
+            "signal: draining — no new connections or requests; answering {} in flight for up to {} (a second signal forces)",
+            format::count(t.requests.saturating_sub(t.replies + t.rejected)),
+            humantime::format_duration(self.cfg.drain_timeout)
+        ));
+        self.fleet.drain();
+        self.drain_until = Some(Instant::now() + self.cfg.drain_timeout);
     }
 }
 
@@ -260,7 +282,7 @@ pub fn run(cfg: ServerConfig) -> Result<i32> {
         started: Instant::now(),
         prev: ServerTotals::default(),
         prev_at: Instant::now(),
-        interrupted: false,
+        drain_until: None,
     };
     supervise::run_loop(&rx, &mut run)?;
     run.fleet.stop(Duration::from_secs(3));

@@ -90,6 +90,9 @@ struct Worker {
     unmasked: Vec<u8>,
     /// `--max-connections`, shared with every worker.
     cap: Option<super::cap::SharedCap>,
+    /// Told to close (SIGTERM at the supervisor): no accepting, no reading;
+    /// in-flight requests are answered, then every connection closes.
+    draining: bool,
     stage: Stage,
     topics: super::push::Topics,
     rng: SmallRng,
@@ -134,6 +137,7 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
             Some(fd) => Some(super::cap::SharedCap::open(fd).context("cannot map the --max-connections count")?),
             None => None,
         },
+        draining: false,
     };
     control::emit(&WorkerMsg::Ready { worker, pid: std::process::id(), fd_limit: crate::sys::fd_limit().hard });
     let interval = Duration::from_millis(w.cfg.stats_interval_ms.max(50));
@@ -173,7 +177,14 @@ impl Handler for Worker {
                 self.list(&l);
                 Flow::Continue
             }
-            Command::Stop | Command::Close => {
+            Command::Close => {
+                self.draining = true;
+                if self.group.accepting() {
+                    self.group.leave(self.poll.registry());
+                }
+                Flow::Continue
+            }
+            Command::Stop => {
                 let n = self.conns.len() as u64;
                 self.conns.clear();
                 if let Some(c) = &self.cap {
@@ -207,6 +218,13 @@ impl Handler for Worker {
             }
         }
         self.deliver_done();
+        if self.draining && self.drained() {
+            let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
+            for key in keys {
+                self.close(key, "server_drained".into());
+            }
+            return Flow::Done;
+        }
         Flow::Continue
     }
 
@@ -244,6 +262,12 @@ impl Worker {
     /// Worker-relative time in 100 ms units.
     fn now_ds(&self) -> u32 {
         (self.started.elapsed().as_millis() / 100) as u32
+    }
+
+    /// Draining is over when no request is still with the business stage
+    /// and no answer is still waiting for its socket.
+    fn drained(&self) -> bool {
+        self.stage.in_flight() == 0 && self.conns.iter().all(|(_, c)| c.backlog.is_none())
     }
 
     /// Whether request heads (HTTP requests, WebSocket upgrades) are

@@ -22,7 +22,8 @@ impl Worker {
                 end = Some(reason);
             }
         }
-        if readable && end.is_none() {
+        // Draining: in-flight answers go out, nothing new is read.
+        if readable && end.is_none() && !self.draining {
             conn.last_seen_s = now_s;
             self.out.clear();
             let gen = conn.gen;
