@@ -81,7 +81,7 @@ fn client_ctrl_c_drains_and_still_reports() {
     let mut cmd = megaconn();
     cmd.args(["client", "--ports", "21911", "--connections", "100", "--request-rate", "10/s", "--hold", "60s", "--json"]);
     cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null());
-    let mut child = cmd.spawn().unwrap();
+    let child = cmd.spawn().unwrap();
     std::thread::sleep(Duration::from_secs(3));
     // SAFETY: signalling our own child by PID.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
