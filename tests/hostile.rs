@@ -97,3 +97,62 @@ fn client_ctrl_c_drains_and_still_reports() {
     assert_eq!(r["timeouts"], 0, "{r}");
     assert!(s.terminate().success());
 }
+
+/// 1,000 connections sending garbage next to 1,000 good ones: the bad
+/// ones are closed by reason, every good request is answered.
+#[test]
+fn garbage_peers_do_not_disturb_good_ones() {
+    raise_fd_limit();
+    let (mut s, _) = server(&["--ports", "21920-21921", "--workers", "2"], None);
+    let mut good = megaconn();
+    good.args(["client", "--ports", "21920-21921", "--connections", "1000", "--rate", "2000", "--request-rate", "5/s", "--hold", "4s", "--json"]);
+    good.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null());
+    let good = good.spawn().unwrap();
+    let mut py = std::process::Command::new("python3");
+    py.args([
+        "-c",
+        "import socket, os, random, time\n\
+         random.seed(7)\n\
+         conns = []\n\
+         for i in range(1000):\n\
+         \x20   s = socket.create_connection(('127.0.0.1', 21920 + i % 2))\n\
+         \x20   conns.append(s)\n\
+         time.sleep(1)\n\
+         for i, s in enumerate(conns):\n\
+         \x20   kind = i % 4\n\
+         \x20   try:\n\
+         \x20       if kind == 0: s.sendall(os.urandom(random.randint(1, 5000)))\n\
+         \x20       elif kind == 1: s.sendall(b'\\xff\\xff\\x03' + b'x' * 100)\n\
+         \x20       elif kind == 2: s.sendall(b'\\x00\\x00')\n\
+         \x20       else: s.sendall(b'\\x00\\x05\\x63abcd')\n\
+         \x20   except OSError:\n\
+         \x20       pass\n\
+         closed = 0\n\
+         for s in conns:\n\
+         \x20   s.settimeout(5)\n\
+         \x20   try:\n\
+         \x20       while s.recv(65536): pass\n\
+         \x20       closed += 1\n\
+         \x20   except ConnectionResetError:\n\
+         \x20       closed += 1\n\
+         \x20   except socket.timeout:\n\
+         \x20       pass\n\
+         print('closed', closed, flush=True)\n",
+    ]);
+    let bad = py.output().expect("python3");
+    let out = good.wait_with_output().unwrap();
+    assert!(bad.status.success(), "{}", String::from_utf8_lossy(&bad.stderr));
+    assert_eq!(String::from_utf8_lossy(&bad.stdout).trim(), "closed 1000", "every garbage connection was closed by the server");
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let c = &v["summary"];
+    assert_eq!(c["held"], 1000, "{c}");
+    let r = &c["requests"];
+    assert_eq!(r["replies"], r["sent"], "{r}");
+    assert_eq!(r["timeouts"], 0, "{r}");
+    let st = s.wait_for(Duration::from_secs(10), "bad frames counted", |v| {
+        v["event"] == "stats" && v["close_reasons"].as_object().is_some_and(|m| m.iter().filter(|(k, _)| k.starts_with("bad_frame")).map(|(_, n)| n.as_u64().unwrap()).sum::<u64>() >= 750)
+    });
+    assert!(st["close_reasons"]["bad_frame_too_long"].as_u64().unwrap() >= 250, "{st}");
+    assert!(s.terminate().success());
+}
