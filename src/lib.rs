@@ -7,6 +7,7 @@
 pub mod admin;
 pub mod bench;
 pub mod cli;
+pub mod fuzz_targets;
 pub mod client;
 pub mod net;
 pub mod proto;

@@ -38,6 +38,9 @@ pub fn parse(s: &str) -> Result<Codec, String> {
     let mut magic = Vec::new();
     for p in parts {
         let hex = p.strip_prefix("magic=").ok_or_else(|| format!("unknown codec option {p:?}: the only option is magic=HEX"))?;
+        if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(format!("magic={hex} is not hex (e.g. magic=cafe)"));
+        }
         if hex.is_empty() || hex.len() % 2 != 0 || hex.len() > 16 {
             return Err(format!("magic={hex}: give 1 to 8 bytes as an even number of hex digits"));
         }
@@ -104,6 +107,9 @@ mod tests {
         assert!(parse("len:2,magic=abc").unwrap_err().contains("even"));
         assert!(parse("len:2,magic=zz").unwrap_err().contains("not hex"));
         assert!(parse("len:2,crc").unwrap_err().contains("magic=HEX"));
+        // Found by fuzz/run.sh (cli_values): a multi-byte character
+        // used to be sliced through and panic.
+        assert!(parse("len:4,magic=caI\u{FFFD}GP").unwrap_err().contains("not hex"));
     }
 
     #[test]

@@ -1,0 +1,184 @@
+//! The entry points the fuzzers drive (`fuzz/fuzz_targets/*.rs` call
+//! these) and `tests/fuzz_regressions.rs` replays every saved input
+//! through: one function per parser that reads bytes from a peer or a
+//! user. Each feeds the input the way the product does (whole, and cut
+//! into reads) and checks what must hold whatever the input: no panic,
+//! no progress beyond the buffer, bounded state.
+
+use crate::proto::ws::frame::{Reader, Role};
+use crate::proto::{frame, http, push, ws};
+
+/// Every target, by name (the fuzz target and corpus directory names).
+pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+    ("framed", framed),
+    ("echo8", echo8),
+    ("http_request", http_request),
+    ("ws_frames", ws_frames),
+    ("ws_handshake", ws_handshake),
+    ("admin_request", admin_request),
+    ("cli_values", cli_values),
+    ("codec", codec),
+];
+
+/// Cut `data` at a point chosen by its first byte: the same bytes must
+/// decode the same way whether they arrive whole or in two reads.
+fn split(data: &[u8]) -> (&[u8], &[u8]) {
+    let at = data.first().map_or(0, |b| *b as usize % (data.len() + 1));
+    data.split_at(at)
+}
+
+/// A socket stand-in: hands out `data` in reads of `step` bytes, then
+/// reports WouldBlock like a drained non-blocking socket.
+struct Chunks<'a> {
+    data: &'a [u8],
+    step: usize,
+}
+
+impl std::io::Read for Chunks<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.data.is_empty() {
+            return Err(std::io::ErrorKind::WouldBlock.into());
+        }
+        let n = self.step.min(buf.len()).min(self.data.len());
+        buf[..n].copy_from_slice(&self.data[..n]);
+        self.data = &self.data[n..];
+        Ok(n)
+    }
+}
+
+/// The framed decoder through the real read loop (reads of a size the
+/// first byte picks), and push payloads inside it.
+pub fn framed(data: &[u8]) {
+    let step = data.first().map_or(1, |b| *b as usize % 64 + 1);
+    let (mut partial, mut scratch) = (None, vec![0u8; 256]);
+    let mut frames = 0usize;
+    let mut sock = Chunks { data, step };
+    // One call per readiness event, until the peer's bytes are used up.
+    while !sock.data.is_empty() {
+        let end = crate::net::read_frames(&mut sock, &mut partial, &mut scratch, false, |f| {
+            frames += 1;
+            if f.kind == frame::Kind::Push {
+                let _ = push::decode(f.payload);
+            }
+            Ok(())
+        });
+        if end != crate::net::ReadEnd::Open {
+            break;
+        }
+    }
+    // What is kept between reads is at most one frame and one read.
+    assert!(partial.as_ref().map_or(0, |p| p.len()) <= frame::HEADER_LEN + frame::MAX_PAYLOAD + 256);
+    let mut pos = 0;
+    while let Ok(Some((_, used))) = frame::decode(&data[pos..]) {
+        pos += used;
+    }
+    let _ = frames;
+}
+
+/// The echo8 reader: fixed 8-byte units across arbitrary reads.
+pub fn echo8(data: &[u8]) {
+    let step = data.first().map_or(1, |b| *b as usize % 13 + 1);
+    let (mut partial, mut scratch) = (None, vec![0u8; 64]);
+    let mut units = 0usize;
+    let mut sock = Chunks { data, step };
+    while !sock.data.is_empty() {
+        let end = crate::net::read_fixed(&mut sock, &mut partial, &mut scratch, false, crate::proto::ECHO8_LEN, |_| {
+            units += 1;
+            Ok(())
+        });
+        assert_eq!(end, crate::net::ReadEnd::Open);
+    }
+    assert_eq!(units, data.len() / 8);
+    assert_eq!(partial.map_or(0, |p| p.len()), data.len() % 8);
+}
+
+/// HTTP request heads, bodies and chunked streams (on httparse).
+pub fn http_request(data: &[u8]) {
+    let mut st = http::HttpState::default();
+    let mut pos = 0;
+    for _ in 0..1000 {
+        let (used, step) = http::next(&data[pos..], &mut st, 8192);
+        assert!(pos + used <= data.len());
+        pos += used;
+        match step {
+            http::Step::Request(_) if used > 0 => continue,
+            _ => break,
+        }
+    }
+}
+
+/// WebSocket frames as a server and as a client reads them, whole and
+/// cut in two, with fragments bounded by the message cap.
+pub fn ws_frames(data: &[u8]) {
+    for role in [Role::Server, Role::Client] {
+        let (mut tmp, mut frag) = (Vec::new(), None);
+        let mut r = Reader { role, max: 1024, tmp: &mut tmp, frag: &mut frag };
+        // As both ends do: a close ends the reading.
+        let on = |e: ws::frame::Event<'_>| if matches!(e, ws::frame::Event::Close(_)) { Err("closed") } else { Ok(()) };
+        let whole = r.consume(data, on);
+        let (a, b) = split(data);
+        let (mut tmp2, mut frag2) = (Vec::new(), None);
+        let mut r2 = Reader { role, max: 1024, tmp: &mut tmp2, frag: &mut frag2 };
+        let first = r2.consume(a, on);
+        if let (Ok(whole), Ok(used)) = (&whole, &first) {
+            let mut rest = a[*used..].to_vec();
+            rest.extend_from_slice(b);
+            let second = r2.consume(&rest, on);
+            assert_eq!(second.map(|n| n + used), Ok(*whole), "cut reads decode like one read");
+        }
+        if let Ok(n) = whole {
+            assert!(n <= data.len());
+        }
+    }
+}
+
+/// The Upgrade request (server) and the 101 (client).
+pub fn ws_handshake(data: &[u8]) {
+    if let Ok(Some((up, used))) = ws::handshake::parse_request(data, 8192) {
+        assert!(used <= data.len());
+        let _ = ws::handshake::subscriptions(&up.target).count();
+    }
+    let _ = ws::handshake::parse_response(data, "dGhlIHNhbXBsZSBub25jZQ==");
+}
+
+/// The admin API's request routing: method, URL and body from bytes.
+pub fn admin_request(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let mut parts = text.splitn(3, '\n');
+    let method = parts.next().unwrap_or("");
+    let url = parts.next().unwrap_or("");
+    let body = parts.next().unwrap_or("").as_bytes().to_vec();
+    let _ = crate::admin::route::parse(method, url, body);
+}
+
+/// Every flag value parser a user's command line reaches.
+pub fn cli_values(data: &[u8]) {
+    let s = String::from_utf8_lossy(data);
+    let _ = s.parse::<crate::values::PortList>();
+    let _ = s.parse::<crate::values::IpList>();
+    let _ = s.parse::<crate::values::OptDuration>();
+    let _ = s.parse::<crate::values::OptAddr>();
+    let _ = s.parse::<crate::values::PerSecond>();
+    let _ = crate::values::duration(&s);
+    let _ = crate::values::positive_count(&s);
+    let _ = crate::values::payload(&s);
+    let _ = s.parse::<crate::server::service_time::ServiceTime>();
+    let _ = s.parse::<crate::server::business::BusinessMode>();
+    let _ = crate::client::pushes::parse_subscribe(&s);
+    let _ = crate::client::codec::parse(&s);
+    let _ = crate::client::ws::parse_url(&s);
+    if !s.starts_with('@') {
+        let _ = crate::client::raw::parse_message(&s);
+    }
+}
+
+/// `--codec` frames coming back from any server.
+pub fn codec(data: &[u8]) {
+    let Some((&sel, rest)) = data.split_first() else { return };
+    let c = crate::client::codec::Codec { len_bytes: if sel & 1 == 0 { 2 } else { 4 }, magic: vec![0xCA; (sel as usize >> 1) % 4] };
+    let mut pos = 0;
+    while let Ok(Some((m, used))) = c.next(&rest[pos..]) {
+        assert!(used > m.len() || m.is_empty() && used >= c.len_bytes);
+        pos += used;
+    }
+}
