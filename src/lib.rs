@@ -7,8 +7,8 @@
 pub mod admin;
 pub mod bench;
 pub mod cli;
-pub mod fuzz_targets;
 pub mod client;
+pub mod fuzz_targets;
 pub mod net;
 pub mod proto;
 pub mod reactor;

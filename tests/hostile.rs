@@ -151,7 +151,10 @@ fn garbage_peers_do_not_disturb_good_ones() {
     assert_eq!(r["replies"], r["sent"], "{r}");
     assert_eq!(r["timeouts"], 0, "{r}");
     let st = s.wait_for(Duration::from_secs(10), "bad frames counted", |v| {
-        v["event"] == "stats" && v["close_reasons"].as_object().is_some_and(|m| m.iter().filter(|(k, _)| k.starts_with("bad_frame")).map(|(_, n)| n.as_u64().unwrap()).sum::<u64>() >= 750)
+        v["event"] == "stats"
+            && v["close_reasons"]
+                .as_object()
+                .is_some_and(|m| m.iter().filter(|(k, _)| k.starts_with("bad_frame")).map(|(_, n)| n.as_u64().unwrap()).sum::<u64>() >= 750)
     });
     assert!(st["close_reasons"]["bad_frame_too_long"].as_u64().unwrap() >= 250, "{st}");
     assert!(s.terminate().success());

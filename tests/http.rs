@@ -158,3 +158,29 @@ fn http_client_counts_status_classes() {
     assert_eq!(r["latency_ms"]["count"], r["sent"], "{r}");
     assert!(srv.terminate().success());
 }
+
+/// RFC 9110: HEAD answers with the Content-Length a GET would have and no
+/// body; Python's http.client (which trusts that) reads both on one
+/// keep-alive connection.
+#[test]
+fn head_has_the_get_length_and_no_body() {
+    let (mut srv, _) = server(&["--ports", "21625", "--workers", "1", "--protocol", "http"], None);
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import http.client\n\
+             c = http.client.HTTPConnection('127.0.0.1', 21625, timeout=5)\n\
+             c.request('HEAD', '/')\n\
+             r = c.getresponse()\n\
+             print(r.status, r.getheader('Content-Length'), len(r.read()))\n\
+             c.request('GET', '/')\n\
+             r = c.getresponse()\n\
+             print(r.status, r.getheader('Content-Length'), r.read().decode())\n",
+        ])
+        .output()
+        .expect("python3");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(text, "200 12 0\n200 12 Hello world!\n");
+    assert!(srv.terminate().success());
+}

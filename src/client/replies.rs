@@ -10,6 +10,9 @@ use crate::supervise::control::ClientSnapshot;
 use hdrhistogram::Histogram;
 use std::collections::VecDeque;
 
+/// Largest HTTP response body the client accepts (it reads whole responses).
+const MAX_HTTP_BODY: usize = 64 * 1024 * 1024;
+
 /// What the read path needs to account for replies.
 pub struct Replies<'a> {
     pub stats: &'a mut ClientSnapshot,
@@ -90,6 +93,11 @@ pub fn read(
                     .find(|h| h.name.eq_ignore_ascii_case("content-length"))
                     .and_then(|h| std::str::from_utf8(h.value).ok()?.trim().parse::<usize>().ok());
                 let Some(length) = length else { return Err("http_no_content_length") };
+                // A hostile or broken Content-Length must not overflow
+                // the arithmetic below or make us buffer without bound.
+                if length > MAX_HTTP_BODY {
+                    return Err("http_response_too_large");
+                }
                 if buf.len() - pos < head + length {
                     return Ok(pos);
                 }

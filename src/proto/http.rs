@@ -188,7 +188,7 @@ pub fn respond(out: &mut Vec<u8>, status: u16, req: Option<&Request>, body: &[u8
         503 => "Service Unavailable",
         _ => "Error",
     };
-    let (conn, body) = match req {
+    let (conn, payload, length) = match req {
         Some(r) if status == 200 => {
             let c = if !r.keep_alive {
                 "Connection: close\r\n"
@@ -197,25 +197,31 @@ pub fn respond(out: &mut Vec<u8>, status: u16, req: Option<&Request>, body: &[u8
             } else {
                 ""
             };
-            (c, if r.head { &[][..] } else { body })
+            // HEAD: the GET's Content-Length, no body (RFC 9110 §9.3.2).
+            (c, if r.head { &[][..] } else { body }, body.len())
         }
-        _ => ("Connection: close\r\n", reason.as_bytes()),
+        _ => ("Connection: close\r\n", reason.as_bytes(), reason.len()),
     };
-    let len = if req.is_some_and(|r| r.head) && status == 200 { 0 } else { body.len() };
     let allow = if status == 405 { "Allow: GET, HEAD, POST\r\n" } else { "" };
     let version = if req.is_some_and(|r| r.http10) { "HTTP/1.0" } else { "HTTP/1.1" };
     use std::io::Write;
-    let _ = write!(
-        out,
-        "{version} {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nDate: {date}\r\n{allow}{conn}\r\n",
-        if req.is_some_and(|r| r.head) { body.len().max(len) } else { body.len() }
-    );
-    out.extend_from_slice(body);
+    let _ = write!(out, "{version} {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {length}\r\nDate: {date}\r\n{allow}{conn}\r\n",);
+    out.extend_from_slice(payload);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn head_carries_the_get_length_and_no_body() {
+        let head = Request { keep_alive: true, http10: false, head: true };
+        let mut out = Vec::new();
+        respond(&mut out, 200, Some(&head), b"Hello world!", "d");
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("Content-Length: 12\r\n"), "{text}");
+        assert!(text.ends_with("\r\n\r\n"), "no body: {text}");
+    }
 
     fn run(input: &[u8]) -> Vec<Step> {
         let mut st = HttpState::default();
