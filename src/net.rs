@@ -17,11 +17,20 @@ pub type Spill = Option<Box<Vec<u8>>>;
 /// reader; bounds memory per connection whatever the peer does.
 pub const MAX_BACKLOG: usize = 256 * 1024;
 
+/// Full reads of one socket per readiness event: a peer that floods is
+/// served a bounded slice at a time (fairness), and what its requests
+/// produce is sent before more is read (bounded output per event).
+pub const READ_BUDGET: usize = 16;
+
 /// Why reading stopped.
 #[derive(Debug, PartialEq, Eq)]
 pub enum ReadEnd {
     /// Drained for now; wait for the next readiness event.
     Open,
+    /// Stopped after [`READ_BUDGET`] full reads with more possibly
+    /// waiting: the caller re-arms the socket (edge-triggered epoll sends
+    /// no new event for data already there) and serves others first.
+    Budget,
     /// The peer closed its side (read returned 0).
     Eof,
     /// An error, named like "ECONNRESET" or "bad_frame_too_long".
@@ -70,6 +79,7 @@ pub fn read_chunks<S: Read>(
     read_closed: bool,
     mut consume: impl FnMut(&[u8]) -> Result<usize, &'static str>,
 ) -> ReadEnd {
+    let mut reads = 0;
     loop {
         let n = match stream.read(scratch) {
             Ok(0) => return ReadEnd::Eof,
@@ -107,6 +117,10 @@ pub fn read_chunks<S: Read>(
         // raises a new edge-triggered event.
         if n < scratch.len() && !read_closed {
             return ReadEnd::Open;
+        }
+        reads += 1;
+        if reads >= READ_BUDGET {
+            return ReadEnd::Budget;
         }
     }
 }

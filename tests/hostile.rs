@@ -159,3 +159,41 @@ fn garbage_peers_do_not_disturb_good_ones() {
     assert!(st["close_reasons"]["bad_frame_too_long"].as_u64().unwrap() >= 250, "{st}");
     assert!(s.terminate().success());
 }
+
+/// A peer pushing up to 100 MB: the server closes it at the documented
+/// bound, by reason, and its memory stays flat.
+fn flood(args: &[&str], port: u16, mode: &str, reason: &str) {
+    let p = port.to_string();
+    let mut all = vec!["--ports", &p, "--workers", "1"];
+    all.extend_from_slice(args);
+    let (mut s, _) = server(&all, None);
+    let before = s.wait_for(Duration::from_secs(10), "baseline", |v| v["event"] == "stats")["rss_bytes"].as_u64().unwrap();
+    let out = std::process::Command::new("timeout")
+        .args(["120", "python3", &format!("{}/tests/peers/flood.py", env!("CARGO_MANIFEST_DIR")), &p, mode])
+        .output()
+        .expect("python3");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(text.ends_with("closed\n"), "{mode}: the server must close the flooding peer: {text}");
+    let v = s.wait_for(Duration::from_secs(10), reason, |v| v["event"] == "stats" && v["close_reasons"][reason] == 1);
+    let after = v["rss_bytes"].as_u64().unwrap();
+    assert!(after < before + 32 * 1024 * 1024, "{mode}: RSS {before} -> {after} bytes while {text}");
+    assert!(s.terminate().success());
+}
+
+#[test]
+fn a_peer_that_never_reads_is_closed_at_the_output_bound() {
+    flood(&[], 21930, "framed-noread", "slow_reader");
+}
+
+#[test]
+fn pipelining_behind_a_deferred_reply_is_bounded() {
+    flood(&["--protocol", "http", "--service-time", "5s"], 21931, "http-pipeline", "http_pipeline_overflow");
+}
+
+#[test]
+fn requests_piling_up_in_the_async_stage_are_refused_not_buffered() {
+    // 100 MB of 1 KB requests with a 30 s service time: beyond --queue
+    // (1,000 here) they are rejected; the peer that never reads the
+    // rejections is then closed as a slow reader.
+    flood(&["--service-time", "30s", "--queue", "1000"], 21932, "framed-requests", "slow_reader");
+}

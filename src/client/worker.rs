@@ -406,8 +406,17 @@ impl Worker {
         }
         match r {
             ReadEnd::Open => {}
+            ReadEnd::Budget => self.rearm(k),
             ReadEnd::Eof => self.lose(k, "peer_closed".into()),
             ReadEnd::Error(reason) => self.lose(k, reason),
+        }
+    }
+
+    /// Connection k stopped at its read budget: ask epoll for a new edge.
+    pub(super) fn rearm(&mut self, k: usize) {
+        let Some(stream) = self.slots[k].stream.as_mut() else { return };
+        if let Err(e) = self.poll.registry().reregister(stream, mio::Token(k), mio::Interest::READABLE | mio::Interest::WRITABLE) {
+            self.lose(k, crate::sys::error_kind_name(&e));
         }
     }
 

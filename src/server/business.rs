@@ -130,6 +130,10 @@ struct Pool {
 
 pub struct Stage {
     mode: BusinessMode,
+    /// Async mode: most requests waiting on their timers (`--queue`), so
+    /// a peer flooding requests with a long service time is refused
+    /// instead of growing the timer heap without bound.
+    async_cap: usize,
     timers: BinaryHeap<Reverse<Timed>>,
     seq: u64,
     pool: Option<Pool>,
@@ -152,7 +156,7 @@ impl Stage {
             }
             _ => None,
         };
-        Ok(Stage { mode, timers: BinaryHeap::new(), seq: 0, pool })
+        Ok(Stage { mode, async_cap: queue, timers: BinaryHeap::new(), seq: 0, pool })
     }
 
     pub fn submit(&mut self, mut job: Job) -> Outcome {
@@ -167,6 +171,9 @@ impl Stage {
             BusinessMode::Async => {
                 if job.service.is_zero() {
                     return Outcome::Now(Done { applied: Duration::ZERO, job });
+                }
+                if self.timers.len() >= self.async_cap {
+                    return Outcome::Rejected(job);
                 }
                 let now = Instant::now();
                 job.armed = Some(now);

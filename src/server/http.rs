@@ -7,6 +7,10 @@ use super::conn::{Ext, HttpExt};
 use super::requests::{Answer, Requests};
 use crate::proto::http::{self, HttpState, Step};
 
+/// Most bytes of pipelined requests kept behind a reply that is still
+/// with the business stage (the connection is closed beyond it).
+pub const MAX_PIPELINED: usize = 64 * 1024;
+
 /// Per-connection HTTP state, boxed and present only when not idle.
 #[derive(Debug, Default)]
 pub struct HttpConn {
@@ -41,6 +45,11 @@ pub struct Ctx<'a> {
 /// Err names why the connection must close (after `ctx.out` is sent).
 pub fn consume(ctx: &mut Ctx<'_>, conn: &mut Ext, buf: &[u8]) -> Result<usize, &'static str> {
     if conn.http().is_some_and(|c| c.awaiting) {
+        // Pipelined requests wait unparsed behind a deferred reply; a
+        // peer may not pile up more than this behind one.
+        if buf.len() > MAX_PIPELINED {
+            return Err("http_pipeline_overflow");
+        }
         return Ok(0);
     }
     let mut st = conn.http().map(|c| c.state.clone()).unwrap_or_default();

@@ -58,8 +58,9 @@ impl Worker {
             (ReadEnd::Error(_), _) if outcome.closed_with.is_some() => Some(format!("ws_close_{}", outcome.closed_with.unwrap_or(0))),
             (ReadEnd::Error(reason), _) => Some(reason),
             (ReadEnd::Eof, _) => Some("peer_closed".to_string()),
-            (ReadEnd::Open, Err(reason)) => Some(reason),
+            (ReadEnd::Open | ReadEnd::Budget, Err(reason)) => Some(reason),
             (ReadEnd::Open, Ok(())) => None,
+            (ReadEnd::Budget, Ok(())) => return self.rearm(k),
         };
         if let Some(reason) = end {
             self.lose(k, reason);

@@ -17,6 +17,7 @@ impl Worker {
         let now_ds = self.now_ds();
         let Some(conn) = self.conns.get_mut(key) else { return };
         let mut end: Option<String> = None;
+        let mut rearm = false;
         if writable && conn.backlog.is_some() {
             if let Err(reason) = net::flush(&mut conn.stream, &mut conn.backlog) {
                 end = Some(reason);
@@ -86,12 +87,24 @@ impl Worker {
             }
             match r {
                 ReadEnd::Open => {}
+                ReadEnd::Budget => rearm = true,
                 ReadEnd::Eof => end = end.or(Some("peer_closed".into())),
                 ReadEnd::Error(reason) => end = end.or(Some(reason)),
             }
         }
         if let Some(reason) = end {
             self.close(key, reason);
+        } else if rearm {
+            self.rearm(key);
+        }
+    }
+
+    /// A connection stopped at its read budget: ask epoll for a new edge
+    /// (EPOLL_CTL_MOD reports data already waiting).
+    fn rearm(&mut self, key: usize) {
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        if self.poll.registry().reregister(&mut conn.stream, mio::Token(key), mio::Interest::READABLE | mio::Interest::WRITABLE).is_err() {
+            self.close(key, "rearm_failed".into());
         }
     }
 
