@@ -8,8 +8,11 @@
 use crate::proto::ws::frame::{Reader, Role};
 use crate::proto::{frame, http, push, ws};
 
+/// One fuzz entry point.
+pub type Target = fn(&[u8]);
+
 /// Every target, by name (the fuzz target and corpus directory names).
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("framed", framed),
     ("echo8", echo8),
     ("http_request", http_request),
