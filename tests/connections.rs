@@ -49,6 +49,7 @@ fn bench_runs_both_sides_and_cleans_up() {
     assert_eq!(r["sockets_left"], 0, "{r}");
     assert!(r["tcp_objects_added"].as_i64().unwrap() >= 5000, "two TCP socks per loopback connection: {r}");
     assert!(r["server_pss_at_hold_bytes"].as_u64().unwrap() > 0);
+    assert!(r["kernel_drops"].is_object(), "the kernel's drop counters are reported: {r}");
     assert_eq!(r["client"]["heartbeats_answered"], r["client"]["heartbeats_sent"]);
     assert_eq!(sockets_on(21200, 21203), 0);
 }

@@ -59,6 +59,9 @@ pub struct BenchReport {
     pub client_cpu_seconds: f64,
     pub server_active_after_close: u64,
     pub sockets_left: usize,
+    /// Kernel drop counters (TcpExt, as `nstat` shows them) that rose
+    /// during the run, with the fix for each.
+    pub kernel_drops: std::collections::BTreeMap<String, u64>,
     pub client: ClientSummary,
     pub server: ServerTotals,
 }
@@ -158,6 +161,7 @@ pub fn run(args: BenchConfig) -> Result<i32> {
         progress.note(&line);
     }
     let kernel_before = memory::kernel_memory();
+    let netstat_before = crate::stats::netstat::read();
     let (tx, rx) = supervise::channel();
     let server = crate::server::start(&server_cfg, &splan, None, &tx, &rx)?;
     let server_pids = server.pids();
@@ -219,6 +223,7 @@ pub fn run(args: BenchConfig) -> Result<i32> {
         client_cpu_seconds: summary.cpu_seconds,
         server_active_after_close: active_after,
         sockets_left: sockets::sockets_on_ports(&args.ports),
+        kernel_drops: crate::stats::netstat::delta(&netstat_before, &crate::stats::netstat::read()),
         client: summary,
         server: stotals,
     };
@@ -268,4 +273,15 @@ fn print_report(r: &BenchReport) {
         r.kernel_slab_bytes_per_conn, r.kernel_socket_cache_bytes_per_conn, r.tcp_objects_added
     );
     println!("cleanup       server connections after close {} | sockets left on bench ports {}", r.server_active_after_close, r.sockets_left);
+    print_kernel_drops(&r.kernel_drops);
+}
+
+/// The kernel's drops during the run (whole machine), each with its fix.
+fn print_kernel_drops(drops: &std::collections::BTreeMap<String, u64>) {
+    if drops.is_empty() {
+        println!("kernel drops  none (ListenOverflows, ListenDrops, TCPReqQFullDrop, TCPMigrateReqFailure, TCPSynRetrans all unchanged)");
+    }
+    for (name, n) in drops {
+        println!("kernel drops  {name} +{} — {}", format::count(*n), crate::stats::netstat::fix(name));
+    }
 }

@@ -2,4 +2,5 @@
 pub mod format;
 pub mod histogram;
 pub mod memory;
+pub mod netstat;
 pub mod progress;

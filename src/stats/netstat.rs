@@ -1,0 +1,66 @@
+//! The kernel's own count of what it dropped while a run ramped
+//! (`/proc/net/netstat`, what `nstat` reads): a full accept queue, a full
+//! SYN queue, a listener that went away. megaconn sees none of these as
+//! errors; the peer sees a retransmitted SYN (a 1 s stall) or a reset.
+
+use std::collections::BTreeMap;
+
+/// The TcpExt counters a ramp can trip, and the fix for each.
+pub const WATCHED: &[(&str, &str)] = &[
+    ("ListenOverflows", "accept queue full: raise net.core.somaxconn (megaconn tune --apply) or accept faster (more workers)"),
+    ("ListenDrops", "SYN or final ACK dropped by a listener (queue full, or the listener was closing): see ListenOverflows; keep net.ipv4.tcp_migrate_req=1"),
+    ("TCPReqQFullDrop", "SYN queue full: raise net.ipv4.tcp_max_syn_backlog (megaconn tune --apply)"),
+    ("TCPReqQFullDoCookies", "SYN queue full, SYN cookies sent: raise net.ipv4.tcp_max_syn_backlog"),
+    ("TCPMigrateReqFailure", "a handshake on a closing listener could not move to a sibling: net.ipv4.tcp_migrate_req=1, and leave one worker at a time"),
+    ("TCPSynRetrans", "SYNs or SYN-ACKs retransmitted (each is a 1 s stall for that connection)"),
+];
+
+/// The TcpExt counters now (empty if /proc/net/netstat cannot be read).
+pub fn read() -> BTreeMap<String, u64> {
+    parse(&std::fs::read_to_string("/proc/net/netstat").unwrap_or_default())
+}
+
+/// TcpExt name/value lines of /proc/net/netstat into a map.
+pub fn parse(text: &str) -> BTreeMap<String, u64> {
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("TcpExt:")).collect();
+    let mut out = BTreeMap::new();
+    if let [names, values] = lines[..] {
+        for (n, v) in names.split_whitespace().zip(values.split_whitespace()).skip(1) {
+            if let Ok(v) = v.parse() {
+                out.insert(n.to_string(), v);
+            }
+        }
+    }
+    out
+}
+
+/// What the watched counters rose by between two readings (only those
+/// that rose).
+pub fn delta(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    WATCHED
+        .iter()
+        .filter_map(|(name, _)| {
+            let d = after.get(*name)?.saturating_sub(*before.get(*name).unwrap_or(&0));
+            (d > 0).then(|| (name.to_string(), d))
+        })
+        .collect()
+}
+
+/// The fix for a watched counter.
+pub fn fix(name: &str) -> &'static str {
+    WATCHED.iter().find(|(n, _)| *n == name).map_or("", |(_, f)| f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_parse_and_only_rises_are_reported() {
+        let a = parse("TcpExt: SyncookiesSent ListenOverflows ListenDrops\nTcpExt: 0 3 5\nIpExt: InNoRoutes\nIpExt: 1\n");
+        assert_eq!(a["ListenOverflows"], 3);
+        let b = parse("TcpExt: SyncookiesSent ListenOverflows ListenDrops\nTcpExt: 0 3 9\n");
+        assert_eq!(delta(&a, &b), BTreeMap::from([("ListenDrops".to_string(), 4)]));
+        assert!(fix("ListenDrops").contains("tcp_migrate_req"));
+    }
+}
