@@ -197,3 +197,40 @@ fn requests_piling_up_in_the_async_stage_are_refused_not_buffered() {
     // rejections is then closed as a slow reader.
     flood(&["--service-time", "30s", "--queue", "1000"], 21932, "framed-requests", "slow_reader");
 }
+
+/// `--churn`: connections closed and reopened on purpose while the rest
+/// are held; the server sees every reopen as a new accept and ends with
+/// exactly the planned count.
+#[test]
+fn churn_closes_and_reopens_while_holding() {
+    let (mut s, _) = server(&["--ports", "21960-21963", "--workers", "2"], None);
+    let mut cmd = megaconn();
+    cmd.args([
+        "client",
+        "--ports",
+        "21960-21963",
+        "--connections",
+        "2000",
+        "--rate",
+        "4000",
+        "--churn",
+        "500/s",
+        "--heartbeat",
+        "500ms",
+        "--hold",
+        "3s",
+        "--json",
+    ]);
+    let (code, out, err) = run(cmd, Duration::from_secs(60));
+    assert_eq!(code, 0, "{err}");
+    let c = serde_json::from_str::<serde_json::Value>(&out).unwrap()["summary"].clone();
+    let closed = c["churn_closed"].as_u64().unwrap();
+    assert!(closed >= 1000, "~500/s over a 3 s hold: {c}");
+    assert_eq!(c["churn_reopened"].as_u64(), Some(closed), "{c}");
+    assert_eq!(c["churn_failed"], serde_json::json!({}), "{c}");
+    assert_eq!(c["held"], 2000, "{c}");
+    assert_eq!(c["failed_total"], 0, "{c}");
+    let v = s.wait_for(Duration::from_secs(10), "all closed", |v| v["event"] == "stats" && v["active"] == 0 && v["accepted"].as_u64() >= Some(2000 + closed));
+    assert_eq!(v["accepted"].as_u64(), Some(2000 + closed), "{v}");
+    assert!(s.terminate().success());
+}

@@ -54,6 +54,7 @@ impl From<LoadArgs> for LoadConfig {
             stats_interval: a.stats_interval,
             reconnect: a.reconnect,
             allow_loss: a.allow_loss,
+            churn: a.churn.0,
             raw_message: a.message,
             raw_first: a.first_message.map(|m| m.bytes),
             raw_codec: a.codec,

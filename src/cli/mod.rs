@@ -166,6 +166,9 @@ pub struct LoadArgs {
     /// Re-open connections the server or network ends, paced at --rate with jittered back-off.
     #[arg(long)]
     pub reconnect: bool,
+    /// Once the ramp is done, close and reopen R connections per second while holding the rest (e.g. 20000/s; spread evenly, open loop).
+    #[arg(long, default_value = "off")]
+    pub churn: PerSecond,
     /// Exit 0 even if connections were lost before the end of the hold.
     #[arg(long)]
     pub allow_loss: bool,

@@ -37,6 +37,9 @@ pub struct LoadConfig {
     pub stats_interval: Duration,
     /// Open lost connections again, paced and with jittered back-off.
     pub reconnect: bool,
+    /// Close and reopen this many connections per second (whole run)
+    /// once the ramp is done, spread evenly (open loop).
+    pub churn: Option<f64>,
     /// Exit 0 even when connections were lost during the run.
     pub allow_loss: bool,
     /// `--protocol raw`: the message sent on the heartbeat schedule, and
@@ -74,6 +77,7 @@ impl Default for LoadConfig {
             close: CloseMode::Reset,
             stats_interval: Duration::from_secs(2),
             reconnect: false,
+            churn: None,
             allow_loss: false,
             raw_message: None,
             raw_first: None,

@@ -8,7 +8,6 @@
 use super::codec::Codec;
 use super::replies::Replies;
 use crate::net::{self, ReadEnd, Spill};
-use crate::stats::histogram;
 
 /// Digits of a rendered timestamp marker.
 pub const STAMP_LEN: usize = 20;
@@ -117,8 +116,7 @@ impl RawEcho {
         if self.as_requests {
             replies.reply(Some(sent));
         } else {
-            replies.stats.heartbeats_answered += 1;
-            histogram::record(replies.rtt, replies.now.saturating_sub(sent));
+            replies.beat_answered(Some(sent));
         }
     }
 

@@ -24,9 +24,21 @@ pub struct Replies<'a> {
     pub seen: &'a mut super::pushes::PushSeen,
     /// `--protocol raw`: how echoes are cut and timed.
     pub raw: Option<&'a super::raw::RawEcho>,
+    /// Heartbeats sent on this connection and not answered yet.
+    pub beats_out: &'a mut u8,
 }
 
 impl Replies<'_> {
+    /// A heartbeat came back; `sent`: its intended send time, if it
+    /// carried one.
+    pub(super) fn beat_answered(&mut self, sent: Option<u64>) {
+        self.stats.heartbeats_answered += 1;
+        *self.beats_out = self.beats_out.saturating_sub(1);
+        if let Some(sent) = sent {
+            histogram::record(self.rtt, self.now.saturating_sub(sent));
+        }
+    }
+
     /// A reply to a request sent at intended time `sent` (µs, monotonic).
     pub(super) fn reply(&mut self, sent: Option<u64>) {
         self.stats.replies += 1;
@@ -56,16 +68,10 @@ pub fn read(
     wall_offset_us: i64,
     replies: &mut Replies<'_>,
 ) -> ReadEnd {
-    let now = replies.now;
     match protocol {
         Protocol::Framed => net::read_frames(stream, partial, scratch, read_closed, |f| {
             match f.kind {
-                Kind::HeartbeatAck => {
-                    replies.stats.heartbeats_answered += 1;
-                    if let Some(sent) = frame::stamp_of(f.payload) {
-                        histogram::record(replies.rtt, now.saturating_sub(sent));
-                    }
-                }
+                Kind::HeartbeatAck => replies.beat_answered(frame::stamp_of(f.payload)),
                 Kind::Reply => replies.reply(frame::stamp_of(f.payload)),
                 Kind::Rejected => replies.stats.rejected += 1,
                 Kind::Push => {

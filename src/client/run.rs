@@ -61,6 +61,10 @@ pub struct ClientSummary {
     pub lost_unanswered: u64,
     /// Lost connections opened again (`--reconnect`).
     pub reconnects: u64,
+    /// `--churn`: closed on purpose / reopened / reopen failures by kind.
+    pub churn_closed: u64,
+    pub churn_reopened: u64,
+    pub churn_failed: BTreeMap<String, u64>,
     pub reconnect_failed: BTreeMap<String, u64>,
     /// Why connections were lost, in one sentence (None: nothing lost).
     pub loss: Option<String>,
@@ -69,6 +73,8 @@ pub struct ClientSummary {
     pub connect_ms: LatencySummary,
     pub heartbeats_sent: u64,
     pub heartbeats_answered: u64,
+    /// Sent on a connection that closed (churn, loss) before the answer.
+    pub heartbeats_abandoned: u64,
     pub heartbeat_rtt_ms: LatencySummary,
     /// `--protocol raw`: bytes the server sent back.
     pub raw_bytes_in: u64,
@@ -176,6 +182,7 @@ impl ClientRun {
                     close: load.close,
                     deadline_us,
                     reconnect: load.reconnect,
+                    churn_us: load.churn.map(|r| (1e6 * plan.count.max(1) as f64 / r / (hi - lo).max(1) as f64) as u64),
                     subscribe: load.subscribe.clone(),
                     subscribe_spread: load.subscribe_spread,
                     raw_message: load.raw_message.clone(),
@@ -252,7 +259,10 @@ impl ClientRun {
                 self.hold_ended_us = Some(now);
             }
             let t = self.view.totals();
-            self.held = t.established;
+            // A connection --churn is reopening right now is held by
+            // intent: it was closed on purpose, not lost.
+            let churning = t.churn_closed.saturating_sub(t.churn_reopened + t.churn_failed.values().sum::<u64>());
+            self.held = t.established + churning;
             self.replies_at_close = self.view.reply_marks();
             self.pool.broadcast(CMD_CLOSE);
             self.phase = Phase::Closing { since_us: now };
@@ -363,12 +373,16 @@ impl ClientRun {
             lost: t.lost,
             lost_unanswered: t.lost_unanswered,
             reconnects: t.reconnects,
+            churn_closed: t.churn_closed,
+            churn_reopened: t.churn_reopened,
+            churn_failed: t.churn_failed.clone(),
             reconnect_failed: t.reconnect_failed.clone(),
             ramp_seconds,
             ramp_rate_per_s: ramp_seconds.filter(|s| *s > 0.0).map(|s| t.established_total as f64 / s),
             connect_ms: histogram::summarize(&self.view.connect_hist),
             heartbeats_sent: t.heartbeats_sent,
             heartbeats_answered: t.heartbeats_answered,
+            heartbeats_abandoned: t.heartbeats_abandoned,
             heartbeat_rtt_ms: histogram::summarize(&self.view.rtt_hist),
             raw_bytes_in: t.raw_bytes_in,
             raw_messages_in: t.raw_messages_in,

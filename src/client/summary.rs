@@ -28,6 +28,14 @@ pub fn print_summary(s: &ClientSummary, progress: &mut Progress) {
     if !s.lost.is_empty() {
         println!("lost          {} | {}", format::kinds(&s.lost), s.loss.as_deref().unwrap_or(""));
     }
+    if s.churn_closed > 0 {
+        println!(
+            "churn         closed {} | reopened {} | failed reopens {}",
+            format::count(s.churn_closed),
+            format::count(s.churn_reopened),
+            if s.churn_failed.is_empty() { "0".into() } else { format::kinds(&s.churn_failed) }
+        );
+    }
     if s.reconnects > 0 || !s.reconnect_failed.is_empty() {
         println!("reconnects    {} | failed attempts {}", format::count(s.reconnects), format::kinds(&s.reconnect_failed));
     }
@@ -36,8 +44,10 @@ pub fn print_summary(s: &ClientSummary, progress: &mut Progress) {
         _ => println!("ramp          did not complete"),
     }
     println!("handshake     {}", ms(&s.connect_ms));
+    let abandoned =
+        if s.heartbeats_abandoned > 0 { format!(" | abandoned {} (connection closed first)", format::count(s.heartbeats_abandoned)) } else { String::new() };
     println!(
-        "heartbeats    sent {} | answered {} | round trip {}",
+        "heartbeats    sent {} | answered {}{abandoned} | round trip {}",
         format::count(s.heartbeats_sent),
         format::count(s.heartbeats_answered),
         ms(&s.heartbeat_rtt_ms)

@@ -66,6 +66,9 @@ pub struct ClientWorkerConfig {
     pub deadline_us: u64,
     /// Re-open connections the server or network ended.
     pub reconnect: bool,
+    /// `--churn`: this worker closes and reopens one connection every
+    /// this many µs once its ramp is done.
+    pub churn_us: Option<u64>,
     /// Topics to subscribe to once established (framed protocol).
     pub subscribe: Vec<String>,
     /// Connection g takes topic g % len (else every topic).
@@ -129,6 +132,11 @@ struct Slot {
     seen: super::pushes::PushSeen,
     /// Reconnect attempts since it was last established (back-off).
     retries: u8,
+    /// Reopened by `--churn` and not yet established again.
+    churned: bool,
+    /// Heartbeats sent and not answered yet (abandoned if the connection
+    /// goes, so the final drain does not wait for them).
+    beats_out: u8,
     /// `--protocol ws`: a message still arriving in fragments.
     ws_frag: Option<Box<crate::proto::ws::frame::Fragments>>,
 }
@@ -146,6 +154,8 @@ impl Slot {
             seen: None,
             retries: 0,
             ws_frag: None,
+            churned: false,
+            beats_out: 0,
         }
     }
 }
@@ -165,6 +175,9 @@ struct Worker {
     pending: VecDeque<u32>,
     created: u64,
     beat_cursor: u64,
+    /// `--churn`: cycles done, and when the first was due.
+    churn_cursor: u64,
+    churn_start_us: Option<u64>,
     request_cursor: u64,
     /// Wall-clock minus monotonic µs, for echo8's epoch-ms stamps.
     wall_offset_us: i64,
@@ -205,6 +218,8 @@ pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
         pending: VecDeque::new(),
         created: 0,
         beat_cursor: 0,
+        churn_cursor: 0,
+        churn_start_us: None,
         request_cursor: 0,
         wall_offset_us: wall_us() as i64 - mono_us() as i64,
         connect_hist: histogram::new(),
@@ -274,11 +289,12 @@ impl Handler for Worker {
             self.reopen(now);
             self.beat(now);
             self.request(now);
+            self.churn(now);
         }
         self.expire_connects(now);
         if let Phase::Draining { until_us } = self.phase {
             let s = &self.stats;
-            let settled = s.heartbeats_answered >= s.heartbeats_sent && s.replies + s.rejected >= s.requests_sent;
+            let settled = s.heartbeats_answered + s.heartbeats_abandoned >= s.heartbeats_sent && s.replies + s.rejected >= s.requests_sent;
             if now >= until_us || settled {
                 self.close_all();
                 return Flow::Done;
@@ -397,6 +413,7 @@ impl Worker {
             push: &mut self.push_hist,
             seen: &mut slot.seen,
             raw: self.raw_echo.as_ref(),
+            beats_out: &mut slot.beats_out,
         };
         let before = replies.stats.heartbeats_answered + replies.stats.replies + replies.stats.rejected + replies.stats.raw_bytes_in;
         let r =
@@ -428,7 +445,10 @@ impl Worker {
         histogram::record(&mut self.connect_hist, took);
         self.stats.connecting -= 1;
         self.stats.established += 1;
-        if slot.retries > 0 {
+        if slot.churned {
+            slot.churned = false;
+            self.stats.churn_reopened += 1;
+        } else if slot.retries > 0 {
             slot.retries = 0;
             self.stats.reconnects += 1;
         } else {
@@ -465,7 +485,11 @@ impl Worker {
                 if self.cfg.close == CloseMode::Reset {
                     let _ = SockRef::from(&stream).set_linger(Some(Duration::ZERO));
                 }
-                if matches!(slot.state, State::Connecting | State::Upgrading) {
+                if matches!(slot.state, State::Connecting | State::Upgrading) && slot.churned {
+                    // A churn reopen cut short by the end of the run.
+                    self.stats.churn_closed -= 1;
+                    self.stats.connecting -= 1;
+                } else if matches!(slot.state, State::Connecting | State::Upgrading) {
                     *self.stats.failed.entry("cancelled".into()).or_insert(0) += 1;
                     self.stats.connecting -= 1;
                 }

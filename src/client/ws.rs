@@ -123,12 +123,7 @@ impl WsRead<'_> {
         let mut reader = Reader { role: Role::Client, max: MAX_MESSAGE, tmp: self.tmp, frag: self.frag };
         let used = reader.consume(&buf[pos..], |ev| {
             match ev {
-                Event::Pong(p) => {
-                    replies.stats.heartbeats_answered += 1;
-                    if let Some(sent) = stamp_of(p) {
-                        crate::stats::histogram::record(replies.rtt, replies.now.saturating_sub(sent));
-                    }
-                }
+                Event::Pong(p) => replies.beat_answered(stamp_of(p)),
                 Event::Ping(p) => frame::encode(out, true, Opcode::Pong, p, Some(mask)),
                 // Binary pushes start with the push kind byte (8); an
                 // echoed request starts with its stamp's top byte (0).

@@ -143,6 +143,13 @@ pub struct ClientSnapshot {
     pub lost_unanswered: u64,
     /// Lost connections opened again (`--reconnect`).
     pub reconnects: u64,
+    /// Heartbeats whose connection closed before they were answered.
+    pub heartbeats_abandoned: u64,
+    /// `--churn`: connections closed on purpose, reopened, and reopen
+    /// attempts that failed (by kind).
+    pub churn_closed: u64,
+    pub churn_reopened: u64,
+    pub churn_failed: BTreeMap<String, u64>,
     /// Failed reconnect attempts by kind (retried with back-off).
     pub reconnect_failed: BTreeMap<String, u64>,
     pub heartbeats_sent: u64,

@@ -64,6 +64,39 @@ impl Worker {
         }
     }
 
+    /// `--churn`: once the ramp is done, close one established connection
+    /// and open it again every `churn_us` (open loop: cycles that fall
+    /// due while the process was busy all run; connections not up are
+    /// skipped).
+    pub(super) fn churn(&mut self, now: u64) {
+        let Some(period) = self.cfg.churn_us.filter(|p| *p > 0) else { return };
+        let Some(done) = self.stats.ramp_done_at_us else { return };
+        let start = *self.churn_start_us.get_or_insert(done.max(now));
+        let due = (now.saturating_sub(start) / period + 1).min(self.churn_cursor + self.cfg.count.max(1));
+        while self.churn_cursor < due {
+            let k = (self.churn_cursor % self.cfg.count) as usize;
+            self.churn_cursor += 1;
+            if self.slots[k].state != State::Established {
+                continue;
+            }
+            let slot = &mut self.slots[k];
+            if let Some(stream) = slot.stream.take() {
+                if self.cfg.close == super::super::config::CloseMode::Reset {
+                    let _ = socket2::SockRef::from(&stream).set_linger(Some(std::time::Duration::ZERO));
+                }
+            }
+            slot.partial = None;
+            slot.backlog = None;
+            slot.inflight = None;
+            slot.ws_frag = None;
+            slot.churned = true;
+            self.stats.heartbeats_abandoned += std::mem::take(&mut slot.beats_out) as u64;
+            self.stats.established -= 1;
+            self.stats.churn_closed += 1;
+            self.open(k, now);
+        }
+    }
+
     /// Queue slot k for another attempt after a jittered back-off.
     fn schedule_reconnect(&mut self, k: usize, now: u64) {
         let slot = &mut self.slots[k];
@@ -104,6 +137,12 @@ impl Worker {
             self.stats.connecting -= 1;
         }
         slot.stream = None;
+        if slot.churned {
+            slot.churned = false;
+            slot.state = State::Done;
+            *self.stats.churn_failed.entry(kind).or_insert(0) += 1;
+            return;
+        }
         if slot.retries > 0 {
             *self.stats.reconnect_failed.entry(kind).or_insert(0) += 1;
             if self.phase == super::Phase::Running {
@@ -160,6 +199,7 @@ impl Worker {
         slot.partial = None;
         slot.backlog = None;
         slot.inflight = None;
+        self.stats.heartbeats_abandoned += std::mem::take(&mut slot.beats_out) as u64;
         slot.answered = false;
         slot.ws_frag = None;
         slot.state = State::Done;

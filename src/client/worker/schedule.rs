@@ -81,6 +81,8 @@ impl Worker {
             }
             if self.write_slot(k) {
                 self.stats.heartbeats_sent += 1;
+                let b = &mut self.slots[k].beats_out;
+                *b = b.saturating_add(1);
             }
         }
     }

@@ -41,6 +41,7 @@ impl Worker {
             push: &mut self.push_hist,
             seen: &mut slot.seen,
             raw: None,
+            beats_out: &mut slot.beats_out,
         };
         let before = replies.stats.heartbeats_answered + replies.stats.replies + replies.stats.push_received;
         self.ws_out.clear();
