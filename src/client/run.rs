@@ -228,7 +228,7 @@ impl ClientRun {
     /// not the run.
     pub fn on_event(&mut self, i: usize, ev: PoolEvent) {
         match ev {
-            PoolEvent::Msg(WorkerMsg::Client(s)) => self.update(s),
+            PoolEvent::Msg(WorkerMsg::Client(s)) => self.update(*s),
             PoolEvent::Msg(WorkerMsg::Fatal { message, .. }) => self.notes.push(format!("client worker {i}: {message}")),
             PoolEvent::Garbled(line) => self.notes.push(format!("client worker {i} wrote a line that is not a message: {line}")),
             PoolEvent::Exited(info) => {

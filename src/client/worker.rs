@@ -321,7 +321,7 @@ impl Handler for Worker {
         self.stats.cpu_us = crate::sys::self_cpu_us();
         self.stats.at_us = mono_us();
         self.stats.last = last;
-        control::emit(&WorkerMsg::Client(self.stats.clone()));
+        control::emit(&WorkerMsg::Client(Box::new(self.stats.clone())));
     }
 }
 

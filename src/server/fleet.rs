@@ -169,7 +169,7 @@ impl ServerFleet {
                 } else {
                     self.empty_since.remove(&i);
                 }
-                self.view.update(s);
+                self.view.update(*s);
             }
             PoolEvent::Msg(WorkerMsg::Fatal { message, .. }) => {
                 self.note("worker_fatal", i, format!("server worker {i}: {message}"), 0);

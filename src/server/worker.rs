@@ -250,7 +250,7 @@ impl Handler for Worker {
         self.stats.accepting = self.group.accepting();
         (self.stats.topics, self.stats.subscriptions) = self.topics.counts();
         self.stats.last = last;
-        control::emit(&WorkerMsg::Server(self.stats.clone()));
+        control::emit(&WorkerMsg::Server(Box::new(self.stats.clone())));
     }
 }
 

@@ -20,8 +20,8 @@ pub enum WorkerMsg {
         pid: u32,
         fd_limit: u64,
     },
-    Server(ServerSnapshot),
-    Client(ClientSnapshot),
+    Server(Box<ServerSnapshot>),
+    Client(Box<ClientSnapshot>),
     /// The worker cannot go on; the message names the cause and the fix.
     Fatal {
         worker: usize,
@@ -347,7 +347,7 @@ mod tests {
         let mut s = ClientSnapshot { worker: 3, push_received: 2, ..Default::default() };
         s.push_by_seq.insert(7, (2, 99));
         s.push_topics.insert("*".into(), 2);
-        let line = serde_json::to_string(&WorkerMsg::Client(s)).unwrap();
+        let line = serde_json::to_string(&WorkerMsg::Client(Box::new(s))).unwrap();
         let WorkerMsg::Client(back) = serde_json::from_str::<WorkerMsg>(&line).unwrap() else { panic!("{line}") };
         assert_eq!((back.worker, back.push_by_seq[&7], back.push_topics["*"]), (3, (2, 99), 2));
     }
