@@ -35,6 +35,8 @@ pub struct BenchConfig {
     pub broadcasts: u64,
     pub broadcast_interval: Duration,
     pub topics: u64,
+    /// `--churn`: connections closed and reopened per second in the hold.
+    pub churn: Option<f64>,
     /// What both ends speak: framed or ws.
     pub protocol: crate::proto::Protocol,
     pub json: bool,
@@ -57,6 +59,7 @@ impl Default for BenchConfig {
             broadcasts: 10,
             broadcast_interval: Duration::from_secs(5),
             topics: 0,
+            churn: None,
             protocol: crate::proto::Protocol::Framed,
             json: false,
         }

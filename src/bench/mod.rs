@@ -58,6 +58,16 @@ pub struct BenchReport {
     pub server_cpu_seconds: f64,
     pub client_cpu_seconds: f64,
     pub server_active_after_close: u64,
+    /// After the run, once surplus workers retired: what came back.
+    pub server_fds_baseline: u64,
+    pub server_fds_after_close: u64,
+    pub server_rss_after_close_bytes: u64,
+    /// Anonymous PSS (heap, stacks: what a leak grows) after the run.
+    pub server_anon_after_close_bytes: u64,
+    /// TCP socket objects alive after the run minus before it.
+    pub tcp_objects_after_close_delta: i64,
+    /// Slab (/proc/meminfo) after the run minus before it, bytes.
+    pub kernel_slab_after_close_delta_bytes: i64,
     pub sockets_left: usize,
     /// Kernel drop counters (TcpExt, as `nstat` shows them) that rose
     /// during the run, with the fix for each.
@@ -69,6 +79,7 @@ pub struct BenchReport {
 /// Readings taken when the hold ends, before anything closes.
 #[derive(Default)]
 struct HoldSample {
+    server_fds: u64,
     server_rss: u64,
     server_pss: memory::Pss,
     client_pss: u64,
@@ -113,6 +124,7 @@ pub fn client_config(args: &BenchConfig, hold: Duration) -> ClientConfig {
             json: args.json,
             nice: CLIENT_NICE,
             protocol: args.protocol,
+            churn: args.churn,
             ..Default::default()
         },
         workers: args.client_workers,
@@ -166,6 +178,7 @@ pub fn run(args: BenchConfig) -> Result<i32> {
     let server = crate::server::start(&server_cfg, &splan, None, &tx, &rx)?;
     let server_pids = server.pids();
     let server_rss_baseline = memory::rss_of(&server_pids);
+    let server_fds_baseline = memory::fds_of(&server_pids);
     let server_pss_baseline = memory::pss_of(&server_pids);
     progress.note(&format!(
         "server ready: {} workers, {} PSS ({} RSS)",
@@ -177,6 +190,7 @@ pub fn run(args: BenchConfig) -> Result<i32> {
     let sample = |server: &ServerFleet, client: &ClientRun| {
         let pids = server.pids();
         HoldSample {
+            server_fds: memory::fds_of(&pids),
             server_rss: memory::rss_of(&pids),
             server_pss: memory::pss_of(&pids),
             client_pss: memory::pss_of(&client.pool.pids()).total,
@@ -186,10 +200,12 @@ pub fn run(args: BenchConfig) -> Result<i32> {
         }
     };
     let mut pair = PairRun::new(server, client, &mut progress, sample);
+    pair.settle_workers = args.churn.is_some();
     pair.run(&rx)?;
     let active_after = pair.server.view.totals().active;
     let failure = pair.failure.clone();
     let hs = pair.at_hold.take().unwrap_or_default();
+    let after = pair.after_close.take().unwrap_or_default();
     let (server, client) = (pair.server, pair.client);
     let summary = client.summary();
     let stotals = server.view.totals();
@@ -222,6 +238,12 @@ pub fn run(args: BenchConfig) -> Result<i32> {
         server_cpu_seconds: stotals.cpu_seconds,
         client_cpu_seconds: summary.cpu_seconds,
         server_active_after_close: active_after,
+        server_fds_baseline,
+        server_fds_after_close: after.server_fds,
+        server_rss_after_close_bytes: after.server_rss,
+        server_anon_after_close_bytes: after.server_pss.anon,
+        tcp_objects_after_close_delta: after.kernel.tcp_objects as i64 - kernel_before.tcp_objects as i64,
+        kernel_slab_after_close_delta_bytes: after.kernel.slab_bytes as i64 - kernel_before.slab_bytes as i64,
         sockets_left: sockets::sockets_on_ports(&args.ports),
         kernel_drops: crate::stats::netstat::delta(&netstat_before, &crate::stats::netstat::read()),
         client: summary,
@@ -273,6 +295,19 @@ fn print_report(r: &BenchReport) {
         r.kernel_slab_bytes_per_conn, r.kernel_socket_cache_bytes_per_conn, r.tcp_objects_added
     );
     println!("cleanup       server connections after close {} | sockets left on bench ports {}", r.server_active_after_close, r.sockets_left);
+    if r.server_fds_after_close > 0 {
+        println!(
+            "after close   server fds {} -> {} | server heap (anon PSS) {} -> {} | RSS {} -> {} | TCP sockets {:+} | kernel Slab {:+.1} MiB (freed objects the slab caches keep)",
+            r.server_fds_baseline,
+            r.server_fds_after_close,
+            format::bytes(r.server_anon_baseline_bytes),
+            format::bytes(r.server_anon_after_close_bytes),
+            format::bytes(r.server_rss_baseline_bytes),
+            format::bytes(r.server_rss_after_close_bytes),
+            r.tcp_objects_after_close_delta,
+            r.kernel_slab_after_close_delta_bytes as f64 / 1048576.0
+        );
+    }
     print_kernel_drops(&r.kernel_drops);
 }
 

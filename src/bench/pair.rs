@@ -24,6 +24,12 @@ pub struct PairRun<'p, S, F: FnMut(&ServerFleet, &ClientRun) -> S> {
     sample: F,
     /// What `sample` returned when the hold ended.
     pub at_hold: Option<S>,
+    /// And after the run: every connection closed and surplus workers
+    /// retired (what must come back to its baseline).
+    pub after_close: Option<S>,
+    /// Wait for surplus workers to retire before sampling `after_close`
+    /// (a soak compares it with the start; costs `--retire-after`).
+    pub settle_workers: bool,
     /// Why the run stopped early (the server's crash-loop guard).
     pub failure: Option<String>,
     next_print: Instant,
@@ -43,6 +49,8 @@ impl<'p, S, F: FnMut(&ServerFleet, &ClientRun) -> S> PairRun<'p, S, F> {
             label: String::new(),
             sample,
             at_hold: None,
+            after_close: None,
+            settle_workers: false,
             failure: None,
             next_print: Instant::now() + PRINT_EVERY,
             verbose: true,
@@ -79,6 +87,20 @@ impl<'p, S, F: FnMut(&ServerFleet, &ClientRun) -> S> PairRun<'p, S, F> {
                 self.deliver(d)?;
             }
         }
+        // An elastic server retires its surplus workers once they stay
+        // empty; wait for that so "after" is comparable with "before".
+        let retire_by = Instant::now() + self.server.retire_after() + Duration::from_secs(5);
+        while self.settle_workers && Instant::now() < retire_by && self.server.live().len() > self.server.initial_workers() {
+            if let Ok(d) = rx.recv_timeout(supervise::TICK) {
+                self.deliver(d)?;
+            }
+            self.server.upkeep();
+        }
+        if self.settle_workers {
+            // Sockets closed with a reset are freed after an RCU grace period.
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        self.after_close = Some((self.sample)(&self.server, &self.client));
         self.server.stop(Duration::from_secs(3));
         supervise::drain(rx, self, Duration::from_millis(50));
         self.notes();

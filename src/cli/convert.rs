@@ -103,6 +103,7 @@ impl From<BenchArgs> for BenchConfig {
             broadcast_interval: a.broadcast_interval,
             topics: a.topics,
             protocol: a.protocol,
+            churn: a.churn.0,
             json: a.json,
         }
     }

@@ -218,6 +218,9 @@ pub struct ClientArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
+    /// During the hold, close and reopen R connections per second (e.g. 20000/s): a churn soak; the report compares the server's fds, RSS and kernel Slab after the run with before it.
+    #[arg(long, default_value = "off")]
+    pub churn: PerSecond,
     /// What both ends speak: framed (megaconn frames) or ws (WebSocket: pings, binary requests, pushes as messages).
     #[arg(long, value_enum, default_value = "framed")]
     pub protocol: Protocol,

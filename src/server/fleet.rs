@@ -315,6 +315,18 @@ impl ServerFleet {
         self.pool.broadcast(crate::supervise::control::CMD_CLOSE);
     }
 
+    pub fn retire_after(&self) -> Duration {
+        self.retire_after
+    }
+
+    /// Workers an elastic server keeps when idle (a fixed pool: all).
+    pub fn initial_workers(&self) -> usize {
+        match self.sizing {
+            Sizing::Elastic { target, .. } => target,
+            Sizing::Fixed(n) => n,
+        }
+    }
+
     /// Workers still running.
     pub fn alive(&self) -> usize {
         self.pool.alive()

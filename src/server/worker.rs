@@ -71,6 +71,8 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 const SCRATCH: usize = 64 * 1024;
 /// How often HTTP connections are checked for stalled request heads.
 const HTTP_SWEEP: Duration = Duration::from_millis(100);
+/// Slab capacity above which an emptied worker gives its memory back.
+const SHRINK_ABOVE: usize = 4096;
 /// How often idle connections are looked for (`--idle-timeout`).
 const IDLE_SWEEP: Duration = Duration::from_secs(1);
 
@@ -93,6 +95,9 @@ struct Worker {
     /// Told to close (SIGTERM at the supervisor): no accepting, no reading;
     /// in-flight requests are answered, then every connection closes.
     draining: bool,
+    /// Since when the worker holds no connection (memory is returned to
+    /// the system after a second of that).
+    empty_since: Option<Instant>,
     stage: Stage,
     topics: super::push::Topics,
     rng: SmallRng,
@@ -138,6 +143,7 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
             None => None,
         },
         draining: false,
+        empty_since: None,
     };
     control::emit(&WorkerMsg::Ready { worker, pid: std::process::id(), fd_limit: crate::sys::fd_limit().hard });
     let interval = Duration::from_millis(w.cfg.stats_interval_ms.max(50));
@@ -218,6 +224,7 @@ impl Handler for Worker {
             }
         }
         self.deliver_done();
+        self.give_back_memory(now);
         if self.draining && self.drained() {
             let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
             for key in keys {
@@ -262,6 +269,24 @@ impl Worker {
     /// Worker-relative time in 100 ms units.
     fn now_ds(&self) -> u32 {
         (self.started.elapsed().as_millis() / 100) as u32
+    }
+
+    /// A worker that held many connections and now holds none returns
+    /// their memory: the slab's array and what malloc keeps in its free
+    /// lists (a churn soak must end where it started).
+    fn give_back_memory(&mut self, now: Instant) {
+        if !self.conns.is_empty() || self.conns.capacity() < SHRINK_ABOVE {
+            self.empty_since = None;
+            return;
+        }
+        let since = *self.empty_since.get_or_insert(now);
+        if now.duration_since(since) >= Duration::from_secs(1) {
+            self.conns = Slab::new();
+            self.out = Vec::with_capacity(SCRATCH);
+            // SAFETY: glibc's malloc_trim only releases free memory.
+            unsafe { libc::malloc_trim(0) };
+            self.empty_since = None;
+        }
     }
 
     /// Draining is over when no request is still with the business stage

@@ -59,6 +59,11 @@ pub fn slab_caches(slabinfo: &str) -> impl Iterator<Item = (&str, u64, u64)> {
 }
 
 /// Sum of VmRSS over processes, bytes (vanished processes count 0).
+/// Open file descriptors of these processes (entries of /proc/PID/fd).
+pub fn fds_of(pids: &[u32]) -> u64 {
+    pids.iter().filter_map(|pid| std::fs::read_dir(format!("/proc/{pid}/fd")).ok()).map(|d| d.count() as u64).sum()
+}
+
 pub fn rss_of(pids: &[u32]) -> u64 {
     let page = crate::sys::page_size();
     pids.iter()
