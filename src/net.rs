@@ -232,10 +232,16 @@ mod tests {
         assert_eq!(end, ReadEnd::Open);
         assert!(partial.is_some());
         let mut s = Chunks(rest.to_vec(), 7);
-        read_frames(&mut s, &mut partial, &mut scratch[..7], false, |f| {
+        // Full 7-byte reads stop at the read budget; the caller comes back.
+        let mut calls = 0;
+        while read_frames(&mut s, &mut partial, &mut scratch[..7], false, |f| {
             stamps.push(frame::stamp_of(f.payload).unwrap());
             Ok(())
-        });
+        }) == ReadEnd::Budget
+        {
+            calls += 1;
+        }
+        assert!(calls > 0, "{} bytes in 7-byte reads pass the budget of {READ_BUDGET}", rest.len());
         assert_eq!(stamps, vec![0, 1, 2, 3, 4]);
         assert!(partial.is_none());
     }
