@@ -234,3 +234,20 @@ fn churn_closes_and_reopens_while_holding() {
     assert_eq!(v["accepted"].as_u64(), Some(2000 + closed), "{v}");
     assert!(s.terminate().success());
 }
+
+/// Half-open or silent peers: `--idle-timeout` closes connections that
+/// stopped sending, and only those.
+#[test]
+fn idle_timeout_closes_only_silent_peers() {
+    let (mut s, _) = server(&["--ports", "21970", "--workers", "1", "--idle-timeout", "1s"], None);
+    let silent: Vec<std::net::TcpStream> = (0..10).map(|_| std::net::TcpStream::connect("127.0.0.1:21970").unwrap()).collect();
+    let mut cmd = megaconn();
+    cmd.args(["client", "--ports", "21970", "--connections", "10", "--heartbeat", "300ms", "--hold", "4s", "--json"]);
+    let (code, out, err) = run(cmd, Duration::from_secs(60));
+    assert_eq!(code, 0, "heartbeating connections are kept: {err}");
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&out).unwrap()["summary"]["held"], 10);
+    let v = s.wait_for(Duration::from_secs(10), "silent ones closed", |v| v["event"] == "stats" && v["close_reasons"]["idle_timeout"] == 10);
+    assert_eq!(v["close_reasons"]["idle_timeout"], 10, "{v}");
+    drop(silent);
+    assert!(s.terminate().success());
+}

@@ -428,7 +428,9 @@ impl Worker {
         let Some(ms) = self.cfg.idle_timeout_ms else { return };
         let limit = (ms / 1000).max(1) as u32;
         let now = self.now_s();
-        let stale: Vec<usize> = self.conns.iter().filter(|(_, c)| now.saturating_sub(c.last_seen_s) >= limit).map(|(k, _)| k).collect();
+        // Seconds are whole: strictly more than the limit, so a peer seen
+        // 0.9 s ago in the previous second is not "1 s silent".
+        let stale: Vec<usize> = self.conns.iter().filter(|(_, c)| now.saturating_sub(c.last_seen_s) > limit).map(|(k, _)| k).collect();
         for key in stale {
             self.close(key, "idle_timeout".into());
         }
