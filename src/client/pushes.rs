@@ -59,6 +59,10 @@ pub fn account(stats: &mut ClientSnapshot, hist: &mut Histogram<u64>, seen: &mut
     }
 }
 
+/// Most bytes a `--subscribe` pattern may expand to (every client
+/// worker gets the list in its config).
+const MAX_PATTERN_BYTES: u64 = 16 * 1024 * 1024;
+
 /// Expand `--subscribe`: "a,b" (every connection takes all) or a pattern
 /// "room-{0..999}" (connection g takes topic g % 1000). Returns (topics,
 /// spread).
@@ -73,10 +77,18 @@ pub fn parse_subscribe(s: &str) -> Result<(Vec<String>, bool), String> {
         if a > b || b - a >= 1_000_000 {
             return Err(format!("'{s}': the range must go up and hold at most 1,000,000 topics; {EX}"));
         }
-        let topics: Vec<String> = (a..=b).map(|i| format!("{pre}{i}{post}")).collect();
-        for t in topics.iter().take(1).chain(topics.last()) {
+        // Check the names before making a million of them (the longest
+        // is the last); found by fuzz/run.sh: a bad prefix used to be
+        // expanded first and refused after.
+        for i in [a, b] {
+            let t = format!("{pre}{i}{post}");
             crate::proto::push::check_topic(t.as_bytes()).map_err(|e| format!("'{t}': {e}"))?;
         }
+        let bytes = (b - a + 1) * (pre.len() + post.len() + b.to_string().len()) as u64;
+        if bytes > MAX_PATTERN_BYTES {
+            return Err(format!("'{s}' expands to {bytes} bytes of topic names (at most {MAX_PATTERN_BYTES}); use a shorter name or fewer topics"));
+        }
+        let topics: Vec<String> = (a..=b).map(|i| format!("{pre}{i}{post}")).collect();
         return Ok((topics, true));
     }
     let topics: Vec<String> = s.split(',').map(|t| t.trim().to_string()).collect();
@@ -92,6 +104,14 @@ pub fn parse_subscribe(s: &str) -> Result<(Vec<String>, bool), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn patterns_are_checked_before_they_are_expanded() {
+        // Found by fuzz/run.sh (cli_values, out of memory).
+        assert!(parse_subscribe("roo\u{0}\u{c9}{0..991039}").unwrap_err().contains("use letters"));
+        assert!(parse_subscribe(&format!("{}{{0..999999}}", "a".repeat(100))).unwrap_err().contains("expands to"));
+        assert_eq!(parse_subscribe("room-{0..999}").unwrap().0.len(), 1000);
+    }
 
     #[test]
     fn duplicates_and_gaps_per_stream() {
