@@ -7,7 +7,8 @@
 //! per-connection timers:
 //! - ramp: connection k is due at `start + k / rate`;
 //! - heartbeats: send number j goes to connection `j % count` and is due at
-//!   `start + j * interval / count`, so every connection beats once per
+//!   `ramp_done + j * interval / count` (they start when this worker's
+//!   ramp is done, see `schedule_start`), so every connection beats once per
 //!   interval and the beats are spread evenly. The due time travels in the
 //!   payload and the round trip is measured from it (open loop: a slow
 //!   server shows up as latency, not as fewer beats).
@@ -342,11 +343,11 @@ impl Worker {
         // most wake-ups (costly on VMs) at the price of up to BEAT_TICK_US
         // of send delay, which their round trip honestly includes.
         // Requests leave at their exact intended time.
-        if let Some(p) = self.heartbeat_period() {
-            wake = wake.min(self.due_at(self.beat_cursor, p).max(now + BEAT_TICK_US));
+        if let (Some(p), Some(start)) = (self.heartbeat_period(), self.schedule_start(schedule::Schedule::Heartbeats)) {
+            wake = wake.min(self.due_at(self.beat_cursor, p, start).max(now + BEAT_TICK_US));
         }
         if let Some(p) = self.cfg.request_us {
-            wake = wake.min(self.due_at(self.request_cursor, p));
+            wake = wake.min(self.due_at(self.request_cursor, p, self.cfg.start_at_us));
         }
         if let Some(&first) = self.pending.front() {
             let started = self.slots[first as usize].started_us;

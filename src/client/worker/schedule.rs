@@ -13,7 +13,7 @@ use rand::Rng;
 
 /// Which of a worker's two send schedules.
 #[derive(Clone, Copy)]
-enum Schedule {
+pub(super) enum Schedule {
     Heartbeats,
     Requests,
 }
@@ -26,31 +26,38 @@ impl Worker {
         self.cfg.heartbeat_us.filter(|_| matches!(self.cfg.protocol, Protocol::Framed | Protocol::Raw | Protocol::Ws) && !raw_requests)
     }
 
-    /// Intended time of send number `j` of a schedule with this period:
-    /// send j goes to connection `j % count`.
-    pub(super) fn due_at(&self, j: u64, period_us: u64) -> u64 {
-        self.cfg.start_at_us + (j as u128 * period_us as u128 / self.cfg.count as u128) as u64
+    /// When a schedule starts. Requests start with the ramp (what a slow
+    /// ramp does to them is part of the measurement). Heartbeats start
+    /// when this worker's ramp is done: keep-alives sent while it still
+    /// runs took a 1M ramp from ~25K/s to ~8K/s (BENCHMARKS.md), and a
+    /// connection established seconds ago needs no keep-alive yet.
+    pub(super) fn schedule_start(&self, schedule: Schedule) -> Option<u64> {
+        match schedule {
+            Schedule::Heartbeats => self.stats.ramp_done_at_us,
+            Schedule::Requests => Some(self.cfg.start_at_us),
+        }
+    }
+
+    /// Intended time of send number `j` of a schedule with this period
+    /// that started at `start`: send j goes to connection `j % count`.
+    pub(super) fn due_at(&self, j: u64, period_us: u64, start: u64) -> u64 {
+        start + (j as u128 * period_us as u128 / self.cfg.count as u128) as u64
     }
 
     /// How many sends of a schedule are due by `now` (send j is due at
-    /// `due_at(j)`, so sends 0..=floor(elapsed * count / period) are).
-    pub(super) fn due_count(&self, now: u64, period_us: u64) -> u64 {
-        ((now - self.cfg.start_at_us) as u128 * self.cfg.count as u128 / period_us as u128) as u64 + 1
-    }
-
-    /// How many sends of a schedule are due by `now` (0 before the start).
-    fn due_by(&self, now: u64, period_us: u64) -> u64 {
-        if now < self.cfg.start_at_us {
-            0
-        } else {
-            self.due_count(now, period_us)
+    /// `due_at(j)`, so sends 0..=floor(elapsed * count / period) are; 0
+    /// before the start).
+    fn due_by(&self, now: u64, period_us: u64, start: u64) -> u64 {
+        if now < start {
+            return 0;
         }
+        ((now - start) as u128 * self.cfg.count as u128 / period_us as u128) as u64 + 1
     }
 
     /// The next of the first `due` sends of a schedule that goes to an
     /// established connection: (connection, intended time). Advances the
     /// schedule's cursor past sends for connections not (or no longer) up.
-    fn next_due(&mut self, due: u64, schedule: Schedule, period_us: u64) -> Option<(usize, u64)> {
+    fn next_due(&mut self, due: u64, schedule: Schedule, period_us: u64, start: u64) -> Option<(usize, u64)> {
         loop {
             let cursor = match schedule {
                 Schedule::Heartbeats => &mut self.beat_cursor,
@@ -63,7 +70,7 @@ impl Worker {
             *cursor += 1;
             let k = (j % self.cfg.count) as usize;
             if self.slots[k].state == State::Established {
-                return Some((k, self.due_at(j, period_us)));
+                return Some((k, self.due_at(j, period_us, start)));
             }
         }
     }
@@ -71,8 +78,9 @@ impl Worker {
     /// Send every heartbeat whose time has come.
     pub(super) fn beat(&mut self, now: u64) {
         let Some(hb) = self.heartbeat_period() else { return };
-        let due = self.due_by(now, hb);
-        while let Some((k, intended)) = self.next_due(due, Schedule::Heartbeats, hb) {
+        let Some(start) = self.schedule_start(Schedule::Heartbeats) else { return };
+        let due = self.due_by(now, hb, start);
+        while let Some((k, intended)) = self.next_due(due, Schedule::Heartbeats, hb, start) {
             self.out.clear();
             match &self.cfg.raw_message {
                 Some(m) => super::super::raw::render_framed(m, self.cfg.raw_codec.as_ref(), &mut self.out, intended),
@@ -91,8 +99,9 @@ impl Worker {
     /// replies; the intended time travels in the request).
     pub(super) fn request(&mut self, now: u64) {
         let Some(period) = self.cfg.request_us else { return };
-        let due = self.due_by(now, period);
-        while let Some((k, intended)) = self.next_due(due, Schedule::Requests, period) {
+        let start = self.cfg.start_at_us;
+        let due = self.due_by(now, period, start);
+        while let Some((k, intended)) = self.next_due(due, Schedule::Requests, period, start) {
             self.out.clear();
             match self.cfg.protocol {
                 Protocol::Framed => frame::encode_stamped(&mut self.out, Kind::Request, intended, self.cfg.payload.max(8)),
