@@ -141,6 +141,9 @@ pub struct ClientRun {
     prev_est: u64,
     prev_at_us: u64,
     last_rate: f64,
+    /// `--churn`: reopens at the last progress line, and their rate.
+    prev_churn: u64,
+    last_churn_rate: f64,
     prev_replies: u64,
     /// Per worker (snapshot µs, replies) when the hold started and ended:
     /// QPS from exact snapshot times, not from when we happened to look.
@@ -215,6 +218,8 @@ impl ClientRun {
             prev_est: 0,
             prev_at_us: start_at_us,
             last_rate: 0.0,
+            prev_churn: 0,
+            last_churn_rate: 0.0,
             prev_replies: 0,
             replies_at_hold: Vec::new(),
             replies_at_close: Vec::new(),
@@ -322,9 +327,21 @@ impl ClientRun {
         let dt = (now.saturating_sub(self.prev_at_us)) as f64 / 1e6;
         if dt >= 0.5 {
             self.last_rate = t.established_total.saturating_sub(self.prev_est) as f64 / dt;
+            self.last_churn_rate = t.churn_reopened.saturating_sub(self.prev_churn) as f64 / dt;
             self.prev_est = t.established_total;
+            self.prev_churn = t.churn_reopened;
             self.prev_at_us = now;
         }
+        let churn = if t.churn_closed > 0 {
+            let failed: u64 = t.churn_failed.values().sum();
+            format!(
+                " | churn {}/s{}",
+                format::count(self.last_churn_rate as u64),
+                if failed > 0 { format!(" ({} failed)", format::count(failed)) } else { String::new() }
+            )
+        } else {
+            String::new()
+        };
         let rate = self.last_rate;
         let rtt = self.view.take_interval_rtt();
         let failed: u64 = t.failed.values().sum();
@@ -355,7 +372,8 @@ impl ClientRun {
             format::count(t.heartbeats_answered),
             format::count(t.heartbeats_sent),
             rtt.p99_ms
-        ) + &requests
+        ) + &churn
+            + &requests
     }
 
     pub fn summary(&self) -> ClientSummary {
