@@ -32,7 +32,9 @@ fn bad_upgrades_get_an_http_status_and_a_close() {
     let (status, body) = http("127.0.0.1:21801", "GET", "/", b"", None);
     assert_eq!(status, 426, "{body}");
     assert!(body.contains("Upgrade: websocket"), "{body}");
-    let (status, _) = http("127.0.0.1:21801", "POST", "/", b"x", None);
+    // No body: the server answers and closes at once, and unread bytes
+    // would turn its FIN into a reset (no lingering close yet).
+    let (status, _) = http("127.0.0.1:21801", "POST", "/", b"", None);
     assert_eq!(status, 405);
     let v = s.wait_for(Duration::from_secs(10), "refusals counted", |v| v["event"] == "stats" && v["close_reasons"]["ws_handshake_method"] == 1);
     assert_eq!(v["close_reasons"]["ws_handshake_not_upgrade"], 1, "{v}");
