@@ -32,6 +32,21 @@ fn bad_flags_exit_2_naming_the_flag() {
 }
 
 #[test]
+fn bad_websocket_codec_and_churn_flags_exit_2() {
+    expect_usage_error(&["client", "--connections", "10", "--url", "wss://127.0.0.1/"], "TLS");
+    expect_usage_error(&["client", "--connections", "10", "--url", "ws://example.com/"], "IPv4");
+    expect_usage_error(&["client", "--connections", "10", "--url", "ws://127.0.0.1:8000/", "--protocol", "http"], "--protocol ws");
+    expect_usage_error(&["client", "--connections", "10", "--protocol", "raw", "--message", "x", "--codec", "len:3"], "len:2 or len:4");
+    expect_usage_error(&["client", "--connections", "10", "--protocol", "raw", "--message", "x", "--codec", "len:2,magic=zz"], "not hex");
+    expect_usage_error(&["client", "--connections", "10", "--codec", "len:2"], "--protocol raw");
+    expect_usage_error(&["client", "--connections", "10", "--churn", "fast"], "--churn");
+    expect_usage_error(&["client", "--connections", "10", "--subscribe", "x{0..2000000}"], "1,000,000");
+    expect_usage_error(&["server", "--protocol", "ws", "--max-message-bytes", "10"], "--max-message-bytes");
+    expect_usage_error(&["server", "--max-connections", "0"], "--max-connections");
+    expect_usage_error(&["bench", "--protocol", "http"], "framed or ws");
+}
+
+#[test]
 fn impossible_target_is_refused_before_connecting() {
     let mut cmd = megaconn();
     cmd.args(["client", "--ports", "21300", "--source-ips", "127.0.0.2", "--connections", "70000", "--json"]);
