@@ -12,6 +12,7 @@ pub mod fuzz_targets;
 pub mod net;
 pub mod proto;
 pub mod reactor;
+pub mod report;
 pub mod server;
 pub mod signals;
 pub mod stats;

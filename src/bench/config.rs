@@ -39,6 +39,8 @@ pub struct BenchConfig {
     pub churn: Option<f64>,
     /// What both ends speak: framed or ws.
     pub protocol: crate::proto::Protocol,
+    /// `--report DIR`.
+    pub report: Option<std::path::PathBuf>,
     pub json: bool,
 }
 
@@ -56,6 +58,7 @@ impl Default for BenchConfig {
             server_workers: Workers::Auto,
             client_workers: Workers::Auto,
             connect_timeout: Duration::from_secs(10),
+            report: None,
             broadcasts: 10,
             broadcast_interval: Duration::from_secs(5),
             topics: 0,

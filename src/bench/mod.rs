@@ -8,6 +8,7 @@ pub mod business;
 pub mod config;
 pub mod pair;
 pub mod push;
+pub mod sampler;
 pub mod sockets;
 
 pub use config::{BenchConfig, Scenario};
@@ -147,6 +148,9 @@ pub fn run(args: BenchConfig) -> Result<i32> {
         Scenario::Connections => {}
     }
     let hold = args.hold.unwrap_or(Duration::from_secs(20));
+    if let Some(dir) = &args.report {
+        crate::report::prepare(dir)?;
+    }
     let (_, fds) = crate::sys::raise_fd_limit();
     let server_cfg = server_config(&args, args.connections);
     let client_cfg = client_config(&args, hold);
@@ -201,6 +205,7 @@ pub fn run(args: BenchConfig) -> Result<i32> {
     };
     let mut pair = PairRun::new(server, client, &mut progress, sample);
     pair.settle_workers = args.churn.is_some();
+    pair.server_sampler = Some(sampler::ServerSampler::new(server_pss_baseline.anon, splan.initial()));
     pair.run(&rx)?;
     let active_after = pair.server.view.totals().active;
     let failure = pair.failure.clone();
@@ -249,6 +254,15 @@ pub fn run(args: BenchConfig) -> Result<i32> {
         client: summary,
         server: stotals,
     };
+    if let Some(dir) = &args.report {
+        let plan = serde_json::json!({
+            "server": {"workers_at_start": splan.initial(), "workers_max": splan.max(), "ports": args.ports.len()},
+            "client": cplan, "client_workers": cwplan, "rate": args.rate, "hold_s": hold.as_secs_f64(),
+            "heartbeat_s": args.heartbeat.map(|d| d.as_secs_f64()), "protocol": format!("{:?}", args.protocol).to_lowercase(),
+        });
+        let r = crate::report::Report::new("bench", &client, report.client.phases.clone(), &report.client.mode, args.connections, plan, serde_json::to_value(&report)?, crate::report::machine(serde_json::json!({"kind": "host"})));
+        r.save(dir, &mut progress)?;
+    }
     if args.json {
         progress.finish();
         println!("{}", serde_json::to_string_pretty(&report)?);

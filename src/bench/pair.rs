@@ -38,6 +38,8 @@ pub struct PairRun<'p, S, F: FnMut(&ServerFleet, &ClientRun) -> S> {
     pub verbose: bool,
     /// Set when the ramp is done (the push scenario starts publishing).
     pub ramp_done: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// Adds the server's side to the client's time-series samples.
+    pub server_sampler: Option<super::sampler::ServerSampler>,
 }
 
 impl<'p, S, F: FnMut(&ServerFleet, &ClientRun) -> S> PairRun<'p, S, F> {
@@ -55,6 +57,7 @@ impl<'p, S, F: FnMut(&ServerFleet, &ClientRun) -> S> PairRun<'p, S, F> {
             next_print: Instant::now() + PRINT_EVERY,
             verbose: true,
             ramp_done: None,
+            server_sampler: None,
         }
     }
 
@@ -125,7 +128,11 @@ impl<S, F: FnMut(&ServerFleet, &ClientRun) -> S> Supervised for PairRun<'_, S, F
             self.failure = Some(f);
             self.client.interrupt();
         }
-        match self.client.tick() {
+        let tick = self.client.tick();
+        if let (Some(sampler), Some(sample)) = (self.server_sampler.as_mut(), self.client.series.fresh()) {
+            sample.server = Some(sampler.sample(&self.server));
+        }
+        match tick {
             Tick::RampDone => {
                 if let Some(f) = &self.ramp_done {
                     f.store(true, std::sync::atomic::Ordering::SeqCst);

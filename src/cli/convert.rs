@@ -69,7 +69,7 @@ impl From<LoadArgs> for LoadConfig {
 
 impl From<ClientArgs> for ClientConfig {
     fn from(a: ClientArgs) -> ClientConfig {
-        let mut c = ClientConfig { target: a.target, load: a.load.into(), workers: a.workers, shard: a.shard, admin: a.admin.0, url: a.url };
+        let mut c = ClientConfig { target: a.target, load: a.load.into(), workers: a.workers, shard: a.shard, admin: a.admin.0, url: a.url, report: a.report };
         if let Some(u) = &c.url {
             // A ws:// URL names the protocol; its host, port and path win.
             if c.load.protocol == crate::proto::Protocol::Framed {
@@ -104,6 +104,7 @@ impl From<BenchArgs> for BenchConfig {
             topics: a.topics,
             protocol: a.protocol,
             churn: a.churn.0,
+            report: a.report,
             json: a.json,
         }
     }

@@ -25,6 +25,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Client(a) => crate::client::run(a.into()),
         Cmd::Bench(a) => crate::bench::run(a.into()),
         Cmd::Tune(a) => crate::tune::run(a.into()),
+        Cmd::Report { action: ReportCmd::Compare { a, b, html, json } } => crate::report::compare::run(&a, &b, html, json),
         Cmd::Worker { role } => crate::supervise::run_worker(&role).map(|_| 0),
     }
 }
@@ -50,9 +51,31 @@ pub enum Cmd {
     Bench(BenchArgs),
     /// The doctor: every limit on connection count, which one binds, the fix.
     Tune(TuneArgs),
+    /// Work with the report directories `--report DIR` writes.
+    Report {
+        #[command(subcommand)]
+        action: ReportCmd,
+    },
     /// Internal: one worker process (started by a supervisor; config on stdin).
     #[command(name = "__worker", hide = true)]
     Worker { role: String },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ReportCmd {
+    /// Two runs side by side with ratios, e.g. `megaconn report compare before/report.json after/report.json`.
+    Compare {
+        /// The baseline run's report.json (A).
+        a: std::path::PathBuf,
+        /// The run compared with it (B).
+        b: std::path::PathBuf,
+        /// Also write a comparison page with both runs' charts to this file.
+        #[arg(long)]
+        html: Option<std::path::PathBuf>,
+        /// Print the rows as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Args, Debug, Clone)]
@@ -214,10 +237,16 @@ pub struct ClientArgs {
     /// Serve this run's /metrics (Prometheus), /stats and /healthz on ADDR:PORT (loopback), or off.
     #[arg(long, default_value = "off")]
     pub admin: parse::OptAddr,
+    /// Write report.json, index.html and charts (SVG, PNG) of this run to DIR.
+    #[arg(long, value_name = "DIR")]
+    pub report: Option<std::path::PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
+    /// Write report.json (every number, phases, time series, machine), index.html and charts (SVG, PNG) to DIR.
+    #[arg(long, value_name = "DIR")]
+    pub report: Option<std::path::PathBuf>,
     /// During the hold, close and reopen R connections per second (e.g. 20000/s): a churn soak; the report compares the server's fds, RSS and kernel Slab after the run with before it.
     #[arg(long, default_value = "off")]
     pub churn: PerSecond,
@@ -318,6 +347,6 @@ pub fn plan_only(cli: Cli) -> Result<(), String> {
             crate::tune::assess_here(std::path::Path::new("/"), c.connections, c.role, c.ports, c.rate);
             Ok(())
         }
-        Cmd::Worker { .. } => Ok(()),
+        Cmd::Worker { .. } | Cmd::Report { .. } => Ok(()),
     }
 }

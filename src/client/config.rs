@@ -102,10 +102,12 @@ pub struct ClientConfig {
     pub admin: Option<std::net::SocketAddr>,
     /// `--url`: the WebSocket server (its host, port and path are applied).
     pub url: Option<super::ws::WsUrl>,
+    /// `--report DIR`.
+    pub report: Option<std::path::PathBuf>,
 }
 
 impl Default for ClientConfig {
     fn default() -> ClientConfig {
-        ClientConfig { target: Ipv4Addr::LOCALHOST, load: LoadConfig::default(), workers: Workers::Auto, shard: None, admin: None, url: None }
+        ClientConfig { target: Ipv4Addr::LOCALHOST, load: LoadConfig::default(), workers: Workers::Auto, shard: None, admin: None, url: None, report: None }
     }
 }

@@ -2,6 +2,7 @@
 //! processes, starts the workers, shows progress, prints the summary.
 pub mod codec;
 pub mod config;
+pub mod phases;
 pub mod plan;
 pub mod pushes;
 pub mod raw;
@@ -180,6 +181,9 @@ pub fn run(cfg: ClientConfig) -> Result<i32> {
     if let Some(a) = &cfg.admin {
         crate::admin::check(a, None).map_err(crate::UsageError)?;
     }
+    if let Some(dir) = &cfg.report {
+        crate::report::prepare(dir)?;
+    }
     let (tx, rx) = supervise::channel();
     let run = ClientRun::start(&cp, &cfg.load, &wp, None, &tx)?;
     if let Some(a) = cfg.admin {
@@ -192,6 +196,12 @@ pub fn run(cfg: ClientConfig) -> Result<i32> {
     print_notes(&mut cmd.run.notes, &mut cmd.progress);
     let summary = cmd.run.summary();
     let (code, why) = verdict(&summary, cfg.load.allow_loss);
+    if let Some(dir) = &cfg.report {
+        let plan = serde_json::json!({"client": cp, "workers": wp});
+        let result = serde_json::to_value(&summary)?;
+        let r = crate::report::Report::new("client", &cmd.run, summary.phases.clone(), &summary.mode, cp.count, plan, result, crate::report::machine(serde_json::json!({"kind": "host"})));
+        r.save(dir, &mut cmd.progress)?;
+    }
     if cfg.load.json {
         cmd.progress.finish();
         println!("{}", serde_json::to_string_pretty(&serde_json::json!({"plan": cp, "workers": wp, "summary": summary, "failure": why}))?);

@@ -3,9 +3,11 @@
 //! `megaconn bench` (which also runs a server beside it).
 
 use super::config::LoadConfig;
+use super::phases::{PhaseResult, Phases};
 use super::plan::ConnectionPlan;
 use super::view::{ClientView, WORKER_CRASHED};
 use super::worker::ClientWorkerConfig;
+use crate::report::series::{Counters, Series};
 use crate::stats::format;
 use crate::stats::histogram::{self, LatencySummary};
 use crate::supervise::control::{ClientSnapshot, WorkerMsg, CMD_CLOSE};
@@ -82,6 +84,8 @@ pub struct ClientSummary {
     pub requests: Option<RequestSummary>,
     /// Present when any push arrived.
     pub push: Option<PushSummary>,
+    /// The same run split into ramp, hold and close.
+    pub phases: Vec<PhaseResult>,
     pub hold_seconds: f64,
     pub workers: usize,
     pub source_addresses: u64,
@@ -152,6 +156,10 @@ pub struct ClientRun {
     request_rate: Option<f64>,
     /// What the connections speak and send, in one line.
     mode: String,
+    phases: Phases,
+    /// Sampled every 500 ms for `--report`.
+    pub series: Series,
+    finished_us: Option<u64>,
 }
 
 impl ClientRun {
@@ -181,7 +189,8 @@ impl ClientRun {
                     request_us: load.request_rate.map(|r| (1e6 / r) as u64),
                     request_timeout_us: load.request_timeout.as_micros() as u64,
                     protocol: load.protocol,
-                    stats_interval_ms: load.stats_interval.as_millis().clamp(100, 1000) as u64,
+                    // Every 500 ms at most: the report's time series samples that often.
+                    stats_interval_ms: load.stats_interval.as_millis().clamp(100, 500) as u64,
                     close: load.close,
                     deadline_us,
                     reconnect: load.reconnect,
@@ -225,6 +234,9 @@ impl ClientRun {
             replies_at_close: Vec::new(),
             request_rate: load.request_rate,
             mode: super::summary::describe_mode(plan.target, load),
+            phases: Phases::new(start_at_us),
+            series: Series::new(start_at_us),
+            finished_us: None,
         })
     }
 
@@ -253,6 +265,8 @@ impl ClientRun {
     }
 
     fn update(&mut self, s: ClientSnapshot) {
+        self.phases.record(&s);
+        self.series.record(&s);
         self.view.update(s);
     }
 
@@ -269,6 +283,7 @@ impl ClientRun {
             let churning = t.churn_closed.saturating_sub(t.churn_reopened + t.churn_failed.values().sum::<u64>());
             self.held = t.established + churning;
             self.replies_at_close = self.view.reply_marks();
+            self.phases.enter("close", &t, now);
             self.pool.broadcast(CMD_CLOSE);
             self.phase = Phase::Closing { since_us: now };
         }
@@ -282,6 +297,19 @@ impl ClientRun {
     pub fn tick(&mut self) -> Tick {
         let now = mono_us();
         let t = self.view.totals();
+        if self.series.due(now) && self.phase != Phase::Finished && now >= self.start_at_us {
+            let c = Counters {
+                open: t.established,
+                connecting: t.connecting,
+                established_total: t.established_total,
+                failed: t.failed.values().sum(),
+                lost: t.lost.values().sum(),
+                replies: t.replies,
+                cpu_seconds: t.cpu_seconds,
+                rss_bytes: t.rss_bytes,
+            };
+            self.series.sample(now, self.phase_name(), c);
+        }
         match self.phase {
             Phase::Ramp if t.ramp_done_at_us.is_some() || now >= self.ramp_deadline_us => {
                 // Nothing to hold (every attempt failed): do not wait
@@ -290,6 +318,9 @@ impl ClientRun {
                 self.phase = Phase::Hold { until_us: now + hold };
                 self.hold_started_us = Some(now);
                 self.replies_at_hold = self.view.reply_marks();
+                // The ramp ended when its last connection resolved, not
+                // when the workers' reports of it arrived.
+                self.phases.enter("hold", &t, t.ramp_done_at_us.unwrap_or(now).min(now));
                 return Tick::RampDone;
             }
             Phase::Hold { until_us } if now >= until_us => {
@@ -299,6 +330,7 @@ impl ClientRun {
             }
             Phase::Closing { since_us } if self.view.finished() == self.view.worker_count() || now >= since_us + 20_000_000 => {
                 self.phase = Phase::Finished;
+                self.finished_us = Some(now);
                 self.pool.stop(Duration::from_secs(2));
                 return Tick::Finished;
             }
@@ -362,7 +394,7 @@ impl ClientRun {
             String::new()
         };
         format!(
-            "{:<7} established {}/{} ({}/s) | connecting {} | failed {} | heartbeats {}/{} rtt p99 {:.1}ms",
+            "{:<7} open {}/{} ({}/s) | connecting {} | failed {} | heartbeats {}/{} rtt p99 {:.1}ms",
             self.phase_name(),
             format::count(t.established),
             format::count(t.planned),
@@ -379,6 +411,7 @@ impl ClientRun {
     pub fn summary(&self) -> ClientSummary {
         let t = self.view.totals();
         let ramp_seconds = t.ramp_done_at_us.map(|d| d.saturating_sub(self.start_at_us) as f64 / 1e6);
+        let phases = self.phases.results(&t, self.finished_us.unwrap_or_else(mono_us));
         ClientSummary {
             mode: self.mode.clone(),
             requested: t.planned,
@@ -434,6 +467,7 @@ impl ClientRun {
                 topics: t.push_topics.clone(),
                 latency_ms: histogram::summarize(&self.view.push_hist),
             }),
+            phases,
             hold_seconds: match (self.hold_started_us, self.hold_ended_us) {
                 (Some(a), Some(b)) => (b - a) as f64 / 1e6,
                 _ => 0.0,

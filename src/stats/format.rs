@@ -15,6 +15,18 @@ pub fn count(n: u64) -> String {
     out
 }
 
+/// An axis label: 1500 -> "1.5K", 2000000 -> "2M", 0.25 -> "0.25".
+pub fn short(v: f64) -> String {
+    let (d, unit) = match v.abs() {
+        a if a >= 1e9 => (1e9, "G"),
+        a if a >= 1e6 => (1e6, "M"),
+        a if a >= 1e3 => (1e3, "K"),
+        _ => (1.0, ""),
+    };
+    let s = format!("{:.2}", v / d);
+    format!("{}{unit}", s.trim_end_matches('0').trim_end_matches('.'))
+}
+
 /// Bytes with a binary unit: "512 B", "3.4 MiB".
 pub fn bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];

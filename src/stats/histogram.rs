@@ -4,7 +4,7 @@
 use base64::Engine;
 use hdrhistogram::serialization::{Deserializer, Serializer, V2Serializer};
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Highest value tracked: one hour in µs (anything slower is clamped).
 const MAX_US: u64 = 3_600_000_000;
@@ -39,7 +39,7 @@ pub fn merge_encoded(into: &mut Histogram<u64>, text: &str) -> bool {
 }
 
 /// The percentile summary every report prints, in milliseconds.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct LatencySummary {
     pub count: u64,
     pub mean_ms: f64,

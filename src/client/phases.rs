@@ -1,0 +1,238 @@
+//! Results per phase — ramp, hold, close — so the ramp's queueing does not
+//! hide in a whole-run average. Workers ship interval histograms stamped
+//! with their CLOCK_MONOTONIC time; each interval counts in the phase its
+//! stamp falls in (intervals are at most 1 s, so a boundary blurs by at
+//! most that). Counters are the totals' differences at the boundaries.
+
+use super::view::ClientTotals;
+use crate::stats::histogram::{self, LatencySummary};
+use crate::supervise::control::ClientSnapshot;
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub const NAMES: [&str; 3] = ["ramp", "hold", "close"];
+
+/// Latency histograms of one phase.
+struct Hists {
+    connect: Histogram<u64>,
+    heartbeat: Histogram<u64>,
+    request: Histogram<u64>,
+    push: Histogram<u64>,
+}
+
+impl Hists {
+    fn new() -> Hists {
+        Hists { connect: histogram::new(), heartbeat: histogram::new(), request: histogram::new(), push: histogram::new() }
+    }
+}
+
+/// The counters a phase is the difference of.
+#[derive(Debug, Clone, Default)]
+struct Marks {
+    at_us: u64,
+    open: u64,
+    established_total: u64,
+    failed: BTreeMap<String, u64>,
+    lost: BTreeMap<String, u64>,
+    heartbeats_sent: u64,
+    heartbeats_answered: u64,
+    requests_sent: u64,
+    replies: u64,
+    rejected: u64,
+    pushes: u64,
+    churn_reopened: u64,
+}
+
+impl Marks {
+    fn of(t: &ClientTotals, at_us: u64) -> Marks {
+        Marks {
+            at_us,
+            open: t.established,
+            established_total: t.established_total,
+            failed: t.failed.clone(),
+            lost: t.lost.clone(),
+            heartbeats_sent: t.heartbeats_sent,
+            heartbeats_answered: t.heartbeats_answered,
+            requests_sent: t.requests_sent,
+            replies: t.replies,
+            rejected: t.rejected,
+            pushes: t.push_received,
+            churn_reopened: t.churn_reopened,
+        }
+    }
+}
+
+/// One phase's results, as the summary and the JSON report them.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PhaseResult {
+    pub name: String,
+    /// Seconds from the planned start of the ramp.
+    pub start_s: f64,
+    pub seconds: f64,
+    pub open_at_start: u64,
+    pub open_at_end: u64,
+    /// Handshakes completed in this phase (reopens included).
+    pub established: u64,
+    pub connect_rate_per_s: f64,
+    pub failed_total: u64,
+    pub failed: BTreeMap<String, u64>,
+    pub lost_total: u64,
+    pub lost: BTreeMap<String, u64>,
+    pub churn_reopened: u64,
+    pub handshake_ms: LatencySummary,
+    pub heartbeats_sent: u64,
+    pub heartbeats_answered: u64,
+    pub heartbeat_rtt_ms: LatencySummary,
+    pub requests_sent: u64,
+    pub replies: u64,
+    pub rejected: u64,
+    pub qps: f64,
+    pub request_ms: LatencySummary,
+    pub pushes_received: u64,
+    pub push_ms: LatencySummary,
+}
+
+/// Column heads of the phase table (terminal and report page).
+pub const COLUMNS: [&str; 9] = ["phase", "seconds", "open at end", "established", "conn/s", "failed", "handshake p99", "heartbeat p50/p99", "requests qps p50/p99"];
+
+impl PhaseResult {
+    /// The phase's row under [`COLUMNS`]; latencies in ms, "-" when none.
+    pub fn cells(&self) -> Vec<String> {
+        use crate::stats::format::count;
+        let lat = |l: &LatencySummary| if l.count == 0 { "-".to_string() } else { format!("{:.1}/{:.1} ms", l.p50_ms, l.p99_ms) };
+        let mut failed = count(self.failed_total + self.lost_total);
+        if self.lost_total > 0 {
+            failed += &format!(" ({} lost)", count(self.lost_total));
+        }
+        vec![
+            self.name.clone(),
+            format!("{:.1}", self.seconds),
+            count(self.open_at_end),
+            count(self.established),
+            count(self.connect_rate_per_s as u64),
+            failed,
+            if self.handshake_ms.count == 0 { "-".into() } else { format!("{:.1} ms", self.handshake_ms.p99_ms) },
+            lat(&self.heartbeat_rtt_ms),
+            if self.request_ms.count == 0 { "-".into() } else { format!("{} {}", count(self.qps as u64), lat(&self.request_ms)) },
+        ]
+    }
+}
+
+pub struct Phases {
+    /// Each phase entered so far: its name and start (µs).
+    names: Vec<&'static str>,
+    starts: Vec<u64>,
+    marks: Vec<Marks>,
+    hists: Vec<Hists>,
+    origin_us: u64,
+}
+
+fn delta(a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    b.iter().filter_map(|(k, v)| Some((k.clone(), v.checked_sub(a.get(k).copied().unwrap_or(0)).filter(|d| *d > 0)?))).collect()
+}
+
+impl Phases {
+    /// The ramp starts at `origin_us`, the instant every worker starts.
+    pub fn new(origin_us: u64) -> Phases {
+        Phases { names: vec![NAMES[0]], starts: vec![origin_us], marks: vec![Marks { at_us: origin_us, ..Default::default() }], hists: vec![Hists::new()], origin_us }
+    }
+
+    /// Phase `name` (one of [`NAMES`]) starts now; `t` are the totals at
+    /// this instant. A run interrupted during the ramp goes to "close".
+    pub fn enter(&mut self, name: &'static str, t: &ClientTotals, now_us: u64) {
+        if !self.names.contains(&name) {
+            self.names.push(name);
+            self.starts.push(now_us);
+            self.marks.push(Marks::of(t, now_us));
+            self.hists.push(Hists::new());
+        }
+    }
+
+    /// Record a worker's interval histograms in the phase of its stamp.
+    pub fn record(&mut self, s: &ClientSnapshot) {
+        let i = self.starts.iter().rposition(|start| s.at_us >= *start).unwrap_or(0);
+        let h = &mut self.hists[i];
+        histogram::merge_encoded(&mut h.connect, &s.connect_hist);
+        histogram::merge_encoded(&mut h.heartbeat, &s.rtt_hist);
+        histogram::merge_encoded(&mut h.request, &s.request_hist);
+        histogram::merge_encoded(&mut h.push, &s.push_hist);
+    }
+
+    /// Every phase entered, the last one ending with `t` at `now_us`.
+    pub fn results(&self, t: &ClientTotals, now_us: u64) -> Vec<PhaseResult> {
+        let end = Marks::of(t, now_us);
+        (0..self.starts.len())
+            .map(|i| {
+                let a = &self.marks[i];
+                let b = self.marks.get(i + 1).unwrap_or(&end);
+                let seconds = b.at_us.saturating_sub(a.at_us) as f64 / 1e6;
+                let per_s = |n: u64| if seconds > 0.0 { n as f64 / seconds } else { 0.0 };
+                let failed = delta(&a.failed, &b.failed);
+                let lost = delta(&a.lost, &b.lost);
+                let established = b.established_total.saturating_sub(a.established_total);
+                let replies = b.replies.saturating_sub(a.replies);
+                let h = &self.hists[i];
+                PhaseResult {
+                    name: self.names[i].into(),
+                    start_s: a.at_us.saturating_sub(self.origin_us) as f64 / 1e6,
+                    seconds,
+                    open_at_start: a.open,
+                    open_at_end: b.open,
+                    established,
+                    connect_rate_per_s: per_s(established),
+                    failed_total: failed.values().sum(),
+                    failed,
+                    lost_total: lost.values().sum(),
+                    lost,
+                    churn_reopened: b.churn_reopened.saturating_sub(a.churn_reopened),
+                    handshake_ms: histogram::summarize(&h.connect),
+                    heartbeats_sent: b.heartbeats_sent.saturating_sub(a.heartbeats_sent),
+                    heartbeats_answered: b.heartbeats_answered.saturating_sub(a.heartbeats_answered),
+                    heartbeat_rtt_ms: histogram::summarize(&h.heartbeat),
+                    requests_sent: b.requests_sent.saturating_sub(a.requests_sent),
+                    replies,
+                    rejected: b.rejected.saturating_sub(a.rejected),
+                    qps: per_s(replies),
+                    request_ms: histogram::summarize(&h.request),
+                    pushes_received: b.pushes.saturating_sub(a.pushes),
+                    push_ms: histogram::summarize(&h.push),
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snap(at_us: u64, rtt_us: u64) -> ClientSnapshot {
+        let mut h = histogram::new();
+        histogram::record(&mut h, rtt_us);
+        ClientSnapshot { at_us, rtt_hist: histogram::encode(&h), ..Default::default() }
+    }
+
+    #[test]
+    fn intervals_count_in_the_phase_of_their_stamp() {
+        let mut p = Phases::new(1_000_000);
+        p.record(&snap(1_500_000, 100_000));
+        let mut t = ClientTotals { established: 10, established_total: 10, heartbeats_sent: 4, ..Default::default() };
+        t.failed.insert("timeout".into(), 2);
+        p.enter("hold", &t, 3_000_000);
+        // Arrives after the boundary but was measured before it: ramp.
+        p.record(&snap(2_900_000, 200_000));
+        p.record(&snap(3_500_000, 1_000));
+        t.heartbeats_sent = 24;
+        t.failed.insert("timeout".into(), 3);
+        let r = p.results(&t, 5_000_000);
+        assert_eq!(r.len(), 2);
+        assert_eq!((r[0].name.as_str(), r[0].seconds, r[0].established, r[0].failed_total), ("ramp", 2.0, 10, 2));
+        assert_eq!(r[0].connect_rate_per_s, 5.0);
+        assert_eq!(r[0].heartbeat_rtt_ms.count, 2);
+        assert!(r[0].heartbeat_rtt_ms.max_ms >= 199.0);
+        assert_eq!((r[1].name.as_str(), r[1].start_s, r[1].heartbeats_sent, r[1].failed_total), ("hold", 2.0, 20, 1));
+        assert_eq!(r[1].heartbeat_rtt_ms.count, 1);
+        assert!(r[1].heartbeat_rtt_ms.max_ms < 2.0);
+    }
+}

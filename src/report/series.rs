@@ -1,0 +1,161 @@
+//! The run as a time series: one sample every [`EVERY_US`], with latency
+//! percentiles of that interval alone (workers' interval histograms
+//! merged as they arrive) and, in a bench, the server beside the client.
+
+use crate::stats::histogram::{self, LatencySummary};
+use crate::supervise::control::ClientSnapshot;
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+pub const EVERY_US: u64 = 500_000;
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Sample {
+    /// Seconds from the planned start of the ramp.
+    pub t_s: f64,
+    pub phase: String,
+    /// Client connections open now.
+    pub open: u64,
+    pub connecting: u64,
+    pub established_total: u64,
+    pub failed: u64,
+    pub lost: u64,
+    /// Handshakes completed per second over this interval.
+    pub connect_rate_per_s: f64,
+    pub qps: f64,
+    pub heartbeat_ms: LatencySummary,
+    pub request_ms: LatencySummary,
+    pub push_ms: LatencySummary,
+    /// CPU of all client workers, in cores (1.0 = one core busy).
+    pub client_cpu_cores: f64,
+    pub client_rss_bytes: u64,
+    pub server: Option<ServerSample>,
+}
+
+/// The server side of a bench sample.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ServerSample {
+    pub active: u64,
+    pub workers: usize,
+    pub cpu_cores: f64,
+    /// Anonymous PSS above the workers' idle baseline, per connection.
+    pub user_bytes_per_conn: f64,
+    /// Growth of the kernel's Slab since the start, per connection (both
+    /// ends on this machine).
+    pub kernel_bytes_per_conn: f64,
+}
+
+/// The counters a sample needs from the client's totals.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Counters {
+    pub open: u64,
+    pub connecting: u64,
+    pub established_total: u64,
+    pub failed: u64,
+    pub lost: u64,
+    pub replies: u64,
+    pub cpu_seconds: f64,
+    pub rss_bytes: u64,
+}
+
+pub struct Series {
+    pub samples: Vec<Sample>,
+    origin_us: u64,
+    next_us: u64,
+    prev: Counters,
+    prev_us: u64,
+    heartbeat: Histogram<u64>,
+    request: Histogram<u64>,
+    push: Histogram<u64>,
+    /// A sample was taken and the caller has not looked at it yet.
+    fresh: bool,
+}
+
+impl Series {
+    pub fn new(origin_us: u64) -> Series {
+        Series {
+            samples: Vec::new(),
+            origin_us,
+            next_us: origin_us,
+            prev: Counters::default(),
+            prev_us: origin_us,
+            heartbeat: histogram::new(),
+            request: histogram::new(),
+            push: histogram::new(),
+            fresh: false,
+        }
+    }
+
+    pub fn record(&mut self, s: &ClientSnapshot) {
+        histogram::merge_encoded(&mut self.heartbeat, &s.rtt_hist);
+        histogram::merge_encoded(&mut self.request, &s.request_hist);
+        histogram::merge_encoded(&mut self.push, &s.push_hist);
+    }
+
+    pub fn due(&self, now_us: u64) -> bool {
+        now_us >= self.next_us
+    }
+
+    /// Take a sample now (call when [`Series::due`]).
+    pub fn sample(&mut self, now_us: u64, phase: &str, c: Counters) {
+        let dt = now_us.saturating_sub(self.prev_us) as f64 / 1e6;
+        let per_s = |a: u64, b: u64| if dt > 0.0 { b.saturating_sub(a) as f64 / dt } else { 0.0 };
+        let take = |h: &mut Histogram<u64>| {
+            let s = histogram::summarize(h);
+            h.reset();
+            s
+        };
+        self.samples.push(Sample {
+            t_s: now_us.saturating_sub(self.origin_us) as f64 / 1e6,
+            phase: phase.into(),
+            open: c.open,
+            connecting: c.connecting,
+            established_total: c.established_total,
+            failed: c.failed,
+            lost: c.lost,
+            connect_rate_per_s: per_s(self.prev.established_total, c.established_total),
+            qps: per_s(self.prev.replies, c.replies),
+            heartbeat_ms: take(&mut self.heartbeat),
+            request_ms: take(&mut self.request),
+            push_ms: take(&mut self.push),
+            client_cpu_cores: if dt > 0.0 { (c.cpu_seconds - self.prev.cpu_seconds).max(0.0) / dt } else { 0.0 },
+            client_rss_bytes: c.rss_bytes,
+            server: None,
+        });
+        self.prev = c;
+        self.prev_us = now_us;
+        self.next_us = now_us.max(self.next_us) + EVERY_US;
+        self.fresh = true;
+    }
+
+    /// The sample taken since the last call, to add the server's side.
+    pub fn fresh(&mut self) -> Option<&mut Sample> {
+        if std::mem::take(&mut self.fresh) {
+            self.samples.last_mut()
+        } else {
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_rates_and_interval_latency() {
+        let mut s = Series::new(0);
+        assert!(s.due(0));
+        let mut h = histogram::new();
+        histogram::record(&mut h, 3_000);
+        s.record(&ClientSnapshot { rtt_hist: histogram::encode(&h), ..Default::default() });
+        s.sample(500_000, "ramp", Counters { established_total: 100, open: 100, cpu_seconds: 0.25, ..Default::default() });
+        assert!(!s.due(600_000));
+        assert!(s.fresh().is_some() && s.fresh().is_none());
+        s.sample(1_000_000, "ramp", Counters { established_total: 300, open: 290, cpu_seconds: 0.75, ..Default::default() });
+        let a = &s.samples[0];
+        assert_eq!((a.connect_rate_per_s, a.client_cpu_cores, a.heartbeat_ms.count), (200.0, 0.5, 1));
+        let b = &s.samples[1];
+        assert_eq!((b.t_s, b.connect_rate_per_s, b.client_cpu_cores, b.heartbeat_ms.count), (1.0, 400.0, 1.0, 0));
+    }
+}
