@@ -168,10 +168,7 @@ fn flood(args: &[&str], port: u16, mode: &str, reason: &str) {
     all.extend_from_slice(args);
     let (mut s, _) = server(&all, None);
     let before = s.wait_for(Duration::from_secs(10), "baseline", |v| v["event"] == "stats")["rss_bytes"].as_u64().unwrap();
-    let out = std::process::Command::new("timeout")
-        .args(["120", "python3", &format!("{}/tests/peers/flood.py", env!("CARGO_MANIFEST_DIR")), &p, mode])
-        .output()
-        .expect("python3");
+    let out = std::process::Command::new("timeout").args(["120", "python3", &peer("flood.py"), &p, mode]).output().expect("python3");
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(text.ends_with("closed\n"), "{mode}: the server must close the flooding peer: {text}");
     let v = s.wait_for(Duration::from_secs(10), reason, |v| v["event"] == "stats" && v["close_reasons"][reason] == 1);

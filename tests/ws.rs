@@ -7,10 +7,6 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-fn peer(script: &str) -> String {
-    format!("{}/tests/peers/{script}", env!("CARGO_MANIFEST_DIR"))
-}
-
 #[test]
 fn python_websockets_client_conformance() {
     let (mut s, _) = server(&["--ports", "21800", "--workers", "1", "--protocol", "ws"], None);

@@ -260,7 +260,14 @@ pub fn run(args: BenchConfig) -> Result<i32> {
             "client": cplan, "client_workers": cwplan, "rate": args.rate, "hold_s": hold.as_secs_f64(),
             "heartbeat_s": args.heartbeat.map(|d| d.as_secs_f64()), "protocol": format!("{:?}", args.protocol).to_lowercase(),
         });
-        let r = crate::report::Report::new("bench", &client, report.client.phases.clone(), &report.client.mode, args.connections, plan, serde_json::to_value(&report)?, crate::report::machine(serde_json::json!({"kind": "host"})));
+        let r = crate::report::Report::new(
+            "bench",
+            &client,
+            &report.client,
+            plan,
+            serde_json::to_value(&report)?,
+            crate::report::machine(serde_json::json!({"kind": "host"})),
+        );
         r.save(dir, &mut progress)?;
     }
     if args.json {

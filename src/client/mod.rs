@@ -199,7 +199,7 @@ pub fn run(cfg: ClientConfig) -> Result<i32> {
     if let Some(dir) = &cfg.report {
         let plan = serde_json::json!({"client": cp, "workers": wp});
         let result = serde_json::to_value(&summary)?;
-        let r = crate::report::Report::new("client", &cmd.run, summary.phases.clone(), &summary.mode, cp.count, plan, result, crate::report::machine(serde_json::json!({"kind": "host"})));
+        let r = crate::report::Report::new("client", &cmd.run, &summary, plan, result, crate::report::machine(serde_json::json!({"kind": "host"})));
         r.save(dir, &mut cmd.progress)?;
     }
     if cfg.load.json {

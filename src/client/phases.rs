@@ -94,7 +94,8 @@ pub struct PhaseResult {
 }
 
 /// Column heads of the phase table (terminal and report page).
-pub const COLUMNS: [&str; 9] = ["phase", "seconds", "open at end", "established", "conn/s", "failed", "handshake p99", "heartbeat p50/p99", "requests qps p50/p99"];
+pub const COLUMNS: [&str; 9] =
+    ["phase", "seconds", "open at end", "established", "conn/s", "failed", "handshake p99", "heartbeat p50/p99", "requests qps p50/p99"];
 
 impl PhaseResult {
     /// The phase's row under [`COLUMNS`]; latencies in ms, "-" when none.
@@ -135,7 +136,13 @@ fn delta(a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>) -> BTreeMap<Strin
 impl Phases {
     /// The ramp starts at `origin_us`, the instant every worker starts.
     pub fn new(origin_us: u64) -> Phases {
-        Phases { names: vec![NAMES[0]], starts: vec![origin_us], marks: vec![Marks { at_us: origin_us, ..Default::default() }], hists: vec![Hists::new()], origin_us }
+        Phases {
+            names: vec![NAMES[0]],
+            starts: vec![origin_us],
+            marks: vec![Marks { at_us: origin_us, ..Default::default() }],
+            hists: vec![Hists::new()],
+            origin_us,
+        }
     }
 
     /// Phase `name` (one of [`NAMES`]) starts now; `t` are the totals at

@@ -99,7 +99,8 @@ pub fn print_summary(s: &ClientSummary, progress: &mut Progress) {
 
 /// The phase table: what the ramp, the hold and the close each saw.
 fn print_phases(phases: &[super::phases::PhaseResult]) {
-    let rows: Vec<Vec<String>> = std::iter::once(super::phases::COLUMNS.iter().map(|c| c.to_string()).collect()).chain(phases.iter().map(|p| p.cells())).collect();
+    let rows: Vec<Vec<String>> =
+        std::iter::once(super::phases::COLUMNS.iter().map(|c| c.to_string()).collect()).chain(phases.iter().map(|p| p.cells())).collect();
     let widths: Vec<usize> = (0..super::phases::COLUMNS.len()).map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0)).collect();
     for r in &rows {
         let line: Vec<String> = r.iter().zip(&widths).map(|(c, w)| format!("{c:>w$}")).collect();

@@ -45,7 +45,8 @@ pub struct Chart {
     pub bands: Vec<Band>,
 }
 
-const COLORS: [RGBColor; 6] = [RGBColor(31, 119, 180), RGBColor(214, 39, 40), RGBColor(44, 160, 44), RGBColor(255, 127, 14), RGBColor(148, 103, 189), RGBColor(23, 190, 207)];
+const COLORS: [RGBColor; 6] =
+    [RGBColor(31, 119, 180), RGBColor(214, 39, 40), RGBColor(44, 160, 44), RGBColor(255, 127, 14), RGBColor(148, 103, 189), RGBColor(23, 190, 207)];
 const BAND_COLORS: [RGBColor; 3] = [RGBColor(255, 221, 153), RGBColor(187, 238, 187), RGBColor(204, 204, 238)];
 
 fn fonts() {

@@ -47,26 +47,53 @@ fn label(p: &Path) -> String {
 }
 
 fn table_rows(rows: &[Row]) -> Vec<Vec<String>> {
-    rows.iter().map(|r| vec![r.metric.clone(), metrics::show(r.a, &r.unit), metrics::show(r.b, &r.unit), r.ratio.map(|x| format!("{x:.2}x")).unwrap_or_else(|| "-".into()), r.verdict.clone()]).collect()
+    rows.iter()
+        .map(|r| {
+            vec![
+                r.metric.clone(),
+                metrics::show(r.a, &r.unit),
+                metrics::show(r.b, &r.unit),
+                r.ratio.map(|x| format!("{x:.2}x")).unwrap_or_else(|| "-".into()),
+                r.verdict.clone(),
+            ]
+        })
+        .collect()
 }
 
 /// Two runs' lines on one chart.
 fn overlay(name: &str, title: &str, y_label: &str, y_axis: Axis, runs: &[(&str, &Report)], f: fn(&super::series::Sample) -> Option<f64>) -> Chart {
     let lines = runs.iter().map(|(l, r)| Line { name: l.to_string(), points: r.series.iter().filter_map(|s| Some((s.t_s, f(s)?))).collect() }).collect();
-    Chart { name: name.into(), title: title.into(), x_label: "seconds from the start of the ramp".into(), y_label: y_label.into(), x_axis: Axis::Linear, y_axis, lines, bands: Vec::new() }
+    Chart {
+        name: name.into(),
+        title: title.into(),
+        x_label: "seconds from the start of the ramp".into(),
+        y_label: y_label.into(),
+        x_axis: Axis::Linear,
+        y_axis,
+        lines,
+        bands: Vec::new(),
+    }
 }
 
 pub fn page(runs: &[(&str, &Report)], rows: &[Row]) -> Result<String> {
     let title = format!("megaconn: {} vs {}", runs[0].0, runs[1].0);
     let mut body = format!("<h1>{}</h1>", html::escape(&title));
     for (l, r) in runs {
-        body += &format!("<p><b>{}</b>: {} — {}<br><code>{}</code></p>", html::escape(l), html::escape(&r.written), html::escape(&r.mode), html::escape(&r.command.join(" ")));
+        body += &format!(
+            "<p><b>{}</b>: {} — {}<br><code>{}</code></p>",
+            html::escape(l),
+            html::escape(&r.written),
+            html::escape(&r.mode),
+            html::escape(&r.command.join(" "))
+        );
     }
     body += &html::table(&["", runs[0].0, runs[1].0, "ratio", "B vs A"], &table_rows(rows));
     let charts = [
         overlay("connections", "Open connections", "connections", Axis::Linear, runs, |s| Some(s.open as f64)),
         overlay("connect-rate", "Connection rate", "handshakes / s", Axis::Linear, runs, |s| Some(s.connect_rate_per_s)),
-        overlay("heartbeat-p99", "Heartbeat p99 over time", "ms (log scale)", Axis::Log, runs, |s| Some(s.heartbeat_ms.p99_ms).filter(|_| s.heartbeat_ms.count > 0)),
+        overlay("heartbeat-p99", "Heartbeat p99 over time", "ms (log scale)", Axis::Log, runs, |s| {
+            Some(s.heartbeat_ms.p99_ms).filter(|_| s.heartbeat_ms.count > 0)
+        }),
         overlay("request-p99", "Request p99 over time", "ms (log scale)", Axis::Log, runs, |s| Some(s.request_ms.p99_ms).filter(|_| s.request_ms.count > 0)),
         super::distribution_chart("distribution", "Latency distributions", runs),
     ];
@@ -90,7 +117,8 @@ pub fn run(a: &Path, b: &Path, html_out: Option<PathBuf>, json: bool) -> Result<
         let head = ["metric".to_string(), format!("A: {la}"), format!("B: {lb}"), "B/A".into(), "B vs A".into()];
         let widths: Vec<usize> = (0..head.len()).map(|i| t.iter().map(|r| r[i].len()).chain([head[i].len()]).max().unwrap_or(0)).collect();
         for r in std::iter::once(head.to_vec()).chain(t) {
-            let cells: Vec<String> = r.iter().zip(&widths).enumerate().map(|(i, (c, w))| if i == 0 { format!("{c:<w$}") } else { format!("{c:>w$}") }).collect();
+            let cells: Vec<String> =
+                r.iter().zip(&widths).enumerate().map(|(i, (c, w))| if i == 0 { format!("{c:<w$}") } else { format!("{c:>w$}") }).collect();
             println!("{}", cells.join("  "));
         }
         if rows.is_empty() {

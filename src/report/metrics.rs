@@ -41,9 +41,9 @@ pub fn of(r: &Report) -> Vec<Metric> {
     push("lost", at(client, "/lost_total"), "", Lower);
     push("ramp rate", at(client, "/ramp_rate_per_s"), "conn/s", Higher);
     push("ramp seconds", at(client, "/ramp_seconds"), "s", Lower);
-    let lat = |p: Option<&crate::client::phases::PhaseResult>, f: fn(&crate::client::phases::PhaseResult) -> &crate::stats::histogram::LatencySummary, q: fn(&crate::stats::histogram::LatencySummary) -> f64| {
-        p.map(f).filter(|l| l.count > 0).map(q)
-    };
+    let lat = |p: Option<&crate::client::phases::PhaseResult>,
+               f: fn(&crate::client::phases::PhaseResult) -> &crate::stats::histogram::LatencySummary,
+               q: fn(&crate::stats::histogram::LatencySummary) -> f64| { p.map(f).filter(|l| l.count > 0).map(q) };
     push("handshake p99 (ramp)", lat(phase("ramp"), |p| &p.handshake_ms, |l| l.p99_ms), "ms", Lower);
     push("heartbeat p50 (hold)", lat(phase("hold"), |p| &p.heartbeat_rtt_ms, |l| l.p50_ms), "ms", Lower);
     push("heartbeat p99 (hold)", lat(phase("hold"), |p| &p.heartbeat_rtt_ms, |l| l.p99_ms), "ms", Lower);
@@ -60,11 +60,7 @@ pub fn of(r: &Report) -> Vec<Metric> {
 
 /// A value for people: counts with separators, small numbers with decimals.
 pub fn show(value: f64, unit: &str) -> String {
-    let v = if value.abs() >= 1000.0 || value.fract() == 0.0 {
-        crate::stats::format::count(value.round().max(0.0) as u64)
-    } else {
-        format!("{value:.2}")
-    };
+    let v = if value.abs() >= 1000.0 || value.fract() == 0.0 { crate::stats::format::count(value.round().max(0.0) as u64) } else { format!("{value:.2}") };
     if unit.is_empty() {
         v
     } else {

@@ -10,7 +10,7 @@ pub mod metrics;
 pub mod series;
 
 use crate::client::phases::PhaseResult;
-use crate::client::run::ClientRun;
+use crate::client::run::{ClientRun, ClientSummary};
 use anyhow::{Context, Result};
 use charts::{Axis, Band, Chart, Line};
 use hdrhistogram::Histogram;
@@ -39,6 +39,9 @@ pub struct Report {
     /// Everything the run's `--json` prints.
     pub result: serde_json::Value,
 }
+
+/// Picks one value of a sample for a chart line (None: no point).
+type Pick = Box<dyn Fn(&Sample) -> Option<f64>>;
 
 /// Check before a run that DIR can take the report (created if missing).
 pub fn prepare(dir: &Path) -> Result<(), crate::UsageError> {
@@ -72,7 +75,7 @@ pub fn machine(topology: serde_json::Value) -> serde_json::Value {
 }
 
 impl Report {
-    pub fn new(kind: &str, run: &ClientRun, phases: Vec<PhaseResult>, mode: &str, target: u64, plan: serde_json::Value, result: serde_json::Value, machine: serde_json::Value) -> Report {
+    pub fn new(kind: &str, run: &ClientRun, summary: &ClientSummary, plan: serde_json::Value, result: serde_json::Value, machine: serde_json::Value) -> Report {
         let v = &run.view;
         let distributions = [("handshake", &v.connect_hist), ("heartbeat", &v.rtt_hist), ("request", &v.request_hist), ("push", &v.push_hist)]
             .into_iter()
@@ -84,9 +87,9 @@ impl Report {
             kind: kind.into(),
             command: std::env::args().collect(),
             written: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
-            mode: mode.into(),
-            target_connections: target,
-            phases,
+            mode: summary.mode.clone(),
+            target_connections: summary.requested,
+            phases: summary.phases.clone(),
             series: run.series.samples.clone(),
             distributions,
             machine,
@@ -104,7 +107,7 @@ impl Report {
         self.phases.iter().map(|p| Band { label: p.name.clone(), from: p.start_s, to: p.start_s + p.seconds }).collect()
     }
 
-    fn over_time(&self, name: &str, title: &str, y_label: &str, y_axis: Axis, lines: Vec<(&str, Box<dyn Fn(&Sample) -> Option<f64>>)>) -> Chart {
+    fn over_time(&self, name: &str, title: &str, y_label: &str, y_axis: Axis, lines: Vec<(&str, Pick)>) -> Chart {
         Chart {
             name: name.into(),
             title: title.into(),
@@ -124,13 +127,12 @@ impl Report {
     /// Every chart this run has data for.
     pub fn charts(&self) -> Vec<Chart> {
         let n = |v: u64| Some(v as f64);
-        let server = |f: fn(&series::ServerSample) -> f64| -> Box<dyn Fn(&Sample) -> Option<f64>> { Box::new(move |s: &Sample| s.server.as_ref().map(f)) };
+        let server = |f: fn(&series::ServerSample) -> f64| -> Pick { Box::new(move |s: &Sample| s.server.as_ref().map(f)) };
         // Per-connection memory is noise over the first few connections.
         let floor = (self.target_connections / 100).max(100);
-        let per_conn = move |f: fn(&series::ServerSample) -> f64| -> Box<dyn Fn(&Sample) -> Option<f64>> {
-            Box::new(move |s: &Sample| s.server.as_ref().filter(|v| v.active >= floor).map(f))
-        };
-        let lat = |f: fn(&Sample) -> &crate::stats::histogram::LatencySummary, q: fn(&crate::stats::histogram::LatencySummary) -> f64| -> Box<dyn Fn(&Sample) -> Option<f64>> {
+        let per_conn =
+            move |f: fn(&series::ServerSample) -> f64| -> Pick { Box::new(move |s: &Sample| s.server.as_ref().filter(|v| v.active >= floor).map(f)) };
+        let lat = |f: fn(&Sample) -> &crate::stats::histogram::LatencySummary, q: fn(&crate::stats::histogram::LatencySummary) -> f64| -> Pick {
             Box::new(move |s: &Sample| Some(f(s)).filter(|l| l.count > 0).map(q))
         };
         let mut out = vec![
@@ -146,7 +148,13 @@ impl Report {
                     ("lost", Box::new(move |s: &Sample| n(s.lost))),
                 ],
             ),
-            self.over_time("connect-rate", "Connection rate", "handshakes completed / s", Axis::Linear, vec![("connect rate", Box::new(|s: &Sample| Some(s.connect_rate_per_s)))]),
+            self.over_time(
+                "connect-rate",
+                "Connection rate",
+                "handshakes completed / s",
+                Axis::Linear,
+                vec![("connect rate", Box::new(|s: &Sample| Some(s.connect_rate_per_s)))],
+            ),
             self.over_time(
                 "memory",
                 "Memory per connection",
@@ -154,7 +162,13 @@ impl Report {
                 Axis::Log,
                 vec![("server user (heap)", per_conn(|v| v.user_bytes_per_conn)), ("kernel (Slab, both ends)", per_conn(|v| v.kernel_bytes_per_conn))],
             ),
-            self.over_time("cpu", "CPU", "cores busy", Axis::Linear, vec![("server", server(|v| v.cpu_cores)), ("client", Box::new(|s: &Sample| Some(s.client_cpu_cores)))]),
+            self.over_time(
+                "cpu",
+                "CPU",
+                "cores busy",
+                Axis::Linear,
+                vec![("server", server(|v| v.cpu_cores)), ("client", Box::new(|s: &Sample| Some(s.client_cpu_cores)))],
+            ),
         ];
         for (kind, f) in [
             ("heartbeat", (|s: &Sample| &s.heartbeat_ms) as fn(&Sample) -> &crate::stats::histogram::LatencySummary),
@@ -217,7 +231,16 @@ pub fn distribution_chart(name: &str, title: &str, reports: &[(&str, &Report)]) 
             lines.push(Line { name, points: pts });
         }
     }
-    Chart { name: name.into(), title: title.into(), x_label: "percentile".into(), y_label: "ms (log scale)".into(), x_axis: Axis::Percentile, y_axis: Axis::Log, lines, bands: Vec::new() }
+    Chart {
+        name: name.into(),
+        title: title.into(),
+        x_label: "percentile".into(),
+        y_label: "ms (log scale)".into(),
+        x_axis: Axis::Percentile,
+        y_axis: Axis::Log,
+        lines,
+        bands: Vec::new(),
+    }
 }
 
 fn capitalized(s: &str) -> String {

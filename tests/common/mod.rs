@@ -9,6 +9,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+/// Path of a peer script in tests/peers.
+pub fn peer(script: &str) -> String {
+    format!("{}/tests/peers/{script}", env!("CARGO_MANIFEST_DIR"))
+}
+
 pub fn megaconn() -> Command {
     Command::new(env!("CARGO_BIN_EXE_megaconn"))
 }
