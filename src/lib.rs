@@ -19,6 +19,7 @@ pub mod stats;
 pub mod supervise;
 pub mod sys;
 pub mod timer;
+pub mod topology;
 pub mod tune;
 pub mod values;
 

@@ -41,6 +41,11 @@ pub struct BenchConfig {
     pub protocol: crate::proto::Protocol,
     /// `--report DIR`.
     pub report: Option<std::path::PathBuf>,
+    pub topology: crate::topology::Topology,
+    /// The server's address (set by the topology: 127.0.0.1 or veth's).
+    pub target: Ipv4Addr,
+    /// Namespace (fd) the client workers enter (veth).
+    pub client_netns: Option<i32>,
     pub json: bool,
 }
 
@@ -59,6 +64,9 @@ impl Default for BenchConfig {
             client_workers: Workers::Auto,
             connect_timeout: Duration::from_secs(10),
             report: None,
+            topology: crate::topology::Topology::Host,
+            target: Ipv4Addr::LOCALHOST,
+            client_netns: None,
             broadcasts: 10,
             broadcast_interval: Duration::from_secs(5),
             topics: 0,

@@ -73,6 +73,8 @@ pub struct BenchReport {
     /// Kernel drop counters (TcpExt, as `nstat` shows them) that rose
     /// during the run, with the fix for each.
     pub kernel_drops: std::collections::BTreeMap<String, u64>,
+    /// Where the run was: host, netns or veth, with the hash table size.
+    pub topology: crate::topology::Placement,
     pub client: ClientSummary,
     pub server: ServerTotals,
 }
@@ -100,6 +102,7 @@ pub const CLIENT_NICE: i32 = 10;
 /// The server a bench runs: loopback, framed, async, elastic unless told.
 pub fn server_config(cfg: &BenchConfig, connections: u64) -> ServerConfig {
     ServerConfig {
+        listen: cfg.target,
         ports: cfg.ports.clone(),
         workers: cfg.server_workers,
         connections: Some(connections),
@@ -126,14 +129,16 @@ pub fn client_config(args: &BenchConfig, hold: Duration) -> ClientConfig {
             nice: CLIENT_NICE,
             protocol: args.protocol,
             churn: args.churn,
+            netns_fd: args.client_netns,
             ..Default::default()
         },
+        target: args.target,
         workers: args.client_workers,
         ..Default::default()
     }
 }
 
-pub fn run(args: BenchConfig) -> Result<i32> {
+pub fn run(mut args: BenchConfig) -> Result<i32> {
     crate::signals::install();
     if !matches!(args.protocol, crate::proto::Protocol::Framed | crate::proto::Protocol::Ws) {
         return Err(crate::UsageError(
@@ -142,28 +147,68 @@ pub fn run(args: BenchConfig) -> Result<i32> {
         )
         .into());
     }
+    if let Some(dir) = &args.report {
+        crate::report::prepare(dir)?;
+    }
+    // Placed before anything starts: workers inherit the namespace. The
+    // namespaces live as long as `net` (removed when the run ends).
+    let per_source = args.ports.len() as u64 * 60_000;
+    let net = crate::topology::place(args.topology, args.connections, &ports_list(&args.ports), args.connections.div_ceil(per_source))?;
+    let mut progress = Progress::new(false);
+    for n in &net.notes {
+        progress.note(n);
+    }
+    args.target = net.placement.server_address;
+    if !net.placement.client_sources.is_empty() {
+        args.source_ips = Some(net.placement.client_sources.clone());
+    }
+    args.client_netns = net.client_ns.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
     match args.scenario {
         Scenario::Business => return business::run(args),
         Scenario::Push => return push::run(args),
         Scenario::Connections => {}
     }
-    let hold = args.hold.unwrap_or(Duration::from_secs(20));
-    if let Some(dir) = &args.report {
-        crate::report::prepare(dir)?;
+    connections(args, &net.placement, progress)
+}
+
+/// "8000-8099,9000" for ip_local_reserved_ports.
+fn ports_list(ports: &[u16]) -> String {
+    let mut sorted = ports.to_vec();
+    sorted.sort_unstable();
+    let mut runs: Vec<(u16, u16)> = Vec::new();
+    for p in sorted {
+        match runs.last_mut() {
+            Some((_, hi)) if p <= hi.saturating_add(1) => *hi = (*hi).max(p),
+            _ => runs.push((p, p)),
+        }
     }
+    runs.iter().map(|(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") }).collect::<Vec<_>>().join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reserved_ports_as_ranges() {
+        assert_eq!(super::ports_list(&[8001, 8000, 8002, 9000, 8002]), "8000-8002,9000");
+    }
+}
+
+/// The connections scenario: ramp, hold, memory and CPU per connection.
+fn connections(args: BenchConfig, placement: &crate::topology::Placement, mut progress: Progress) -> Result<i32> {
+    let hold = args.hold.unwrap_or(Duration::from_secs(20));
     let (_, fds) = crate::sys::raise_fd_limit();
     let server_cfg = server_config(&args, args.connections);
     let client_cfg = client_config(&args, hold);
     let splan = crate::server::plan(&server_cfg, fds.hard).map_err(crate::UsageError)?;
     let (cplan, cwplan) = crate::client::plan(&client_cfg, fds.hard).map_err(crate::UsageError)?;
     let warnings = crate::tune::precheck(args.connections, crate::tune::plan::TuneRole::Both, args.ports.len() as u64, args.rate)?;
-    let mut progress = Progress::new(false);
     for w in &warnings {
         progress.note(w);
     }
     progress.note(&format!(
-        "bench: {} connections on 127.0.0.1 ports {}-{} | server: {} workers at start, up to {} | client: {}",
+        "bench: {} connections on {} ports {}-{} | server: {} workers at start, up to {} | client: {}",
         format::count(args.connections),
+        args.target,
         args.ports[0],
         args.ports[args.ports.len() - 1],
         splan.initial(),
@@ -251,6 +296,7 @@ pub fn run(args: BenchConfig) -> Result<i32> {
         kernel_slab_after_close_delta_bytes: after.kernel.slab_bytes as i64 - kernel_before.slab_bytes as i64,
         sockets_left: sockets::sockets_on_ports(&args.ports),
         kernel_drops: crate::stats::netstat::delta(&netstat_before, &crate::stats::netstat::read()),
+        topology: placement.clone(),
         client: summary,
         server: stotals,
     };
@@ -266,7 +312,7 @@ pub fn run(args: BenchConfig) -> Result<i32> {
             &report.client,
             plan,
             serde_json::to_value(&report)?,
-            crate::report::machine(serde_json::json!({"kind": "host"})),
+            crate::report::machine(serde_json::to_value(placement)?),
         );
         r.save(dir, &mut progress)?;
     }
@@ -289,6 +335,14 @@ pub fn run(args: BenchConfig) -> Result<i32> {
 }
 
 fn print_report(r: &BenchReport) {
+    let t = &r.topology;
+    println!(
+        "topology      {}{} | established hash {} buckets{}",
+        format!("{:?}", t.kind).to_lowercase(),
+        if t.namespaces.is_empty() { format!(" ({})", t.why) } else { format!(" {}", t.namespaces.join(", ")) },
+        t.ehash_entries.map(|e| format::count(e.unsigned_abs())).unwrap_or_else(|| "?".into()),
+        if t.ehash_entries.is_some_and(|e| e < 0) { " (the host's, shared)" } else { "" }
+    );
     if r.server_pss_at_hold_bytes == 0 {
         println!("memory        not measured: the run ended before the hold did");
         println!("cleanup       server connections after close {} | sockets left on bench ports {}", r.server_active_after_close, r.sockets_left);

@@ -62,6 +62,7 @@ impl From<LoadArgs> for LoadConfig {
             subscribe_spread: a.subscribe.is_some_and(|s| s.1),
             ws_target: "/".into(),
             nice: 0,
+            netns_fd: None,
             json: a.json,
         }
     }
@@ -105,6 +106,9 @@ impl From<BenchArgs> for BenchConfig {
             protocol: a.protocol,
             churn: a.churn.0,
             report: a.report,
+            topology: a.topology,
+            target: std::net::Ipv4Addr::LOCALHOST,
+            client_netns: None,
             json: a.json,
         }
     }

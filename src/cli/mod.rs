@@ -244,6 +244,9 @@ pub struct ClientArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
+    /// Where both ends run: auto (netns when root), host (this machine's loopback and kernel tables), netns (one private namespace with a TCP hash table sized to the run), veth (a server and a client namespace joined by a veth pair).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub topology: crate::topology::Topology,
     /// Write report.json (every number, phases, time series, machine), index.html and charts (SVG, PNG) to DIR.
     #[arg(long, value_name = "DIR")]
     pub report: Option<std::path::PathBuf>,

@@ -57,6 +57,8 @@ pub struct LoadConfig {
     /// Niceness of the client workers (bench: the load generator yields
     /// CPU to the server it measures on the same machine).
     pub nice: i32,
+    /// Network namespace (fd) the client workers run in (bench --topology veth).
+    pub netns_fd: Option<i32>,
     pub json: bool,
 }
 
@@ -86,6 +88,7 @@ impl Default for LoadConfig {
             subscribe_spread: false,
             ws_target: "/".into(),
             nice: 0,
+            netns_fd: None,
             json: false,
         }
     }

@@ -207,6 +207,7 @@ impl ClientRun {
             .collect();
         let mut pool = Pool::new(Role::Client, fd_limit, tx)?;
         pool.set_nice(load.nice);
+        pool.set_netns(load.netns_fd);
         for c in &configs {
             pool.spawn(c)?;
         }

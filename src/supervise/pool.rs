@@ -114,6 +114,8 @@ pub struct Pool {
     fd_limit: Option<u64>,
     /// Scheduling niceness of the workers (0: as the supervisor).
     nice: i32,
+    /// Network namespace the workers enter (an fd this process keeps).
+    netns: Option<i32>,
     tx: Sender<Delivery>,
     workers: Vec<Option<Handle>>,
 }
@@ -121,13 +123,19 @@ pub struct Pool {
 impl Pool {
     pub fn new(role: Role, fd_limit: Option<u64>, tx: &Sender<Delivery>) -> Result<Pool> {
         let exe = std::env::current_exe().context("cannot locate the megaconn binary to start workers")?;
-        Ok(Pool { role, exe, fd_limit, nice: 0, tx: tx.clone(), workers: Vec::new() })
+        Ok(Pool { role, exe, fd_limit, nice: 0, netns: None, tx: tx.clone(), workers: Vec::new() })
     }
 
     /// Start later workers at this niceness (a load generator sharing the
     /// machine with the server it measures yields CPU to it).
     pub fn set_nice(&mut self, nice: i32) {
         self.nice = nice;
+    }
+
+    /// Start later workers in this network namespace (`bench --topology
+    /// veth` puts the client on its own host).
+    pub fn set_netns(&mut self, fd: Option<i32>) {
+        self.netns = fd;
     }
 
     pub fn role(&self) -> Role {
@@ -146,9 +154,9 @@ impl Pool {
         let role = self.role.as_str();
         let mut cmd = Command::new(&self.exe);
         cmd.arg("__worker").arg(role).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit()).process_group(0);
-        let (fd_limit, nice) = (self.fd_limit, self.nice);
+        let (fd_limit, nice, netns) = (self.fd_limit, self.nice, self.netns);
         // SAFETY: only async-signal-safe calls (prctl, setrlimit,
-        // setpriority) run between fork and exec.
+        // setpriority, setns) run between fork and exec.
         unsafe {
             cmd.pre_exec(move || {
                 crate::sys::die_with_parent()?;
@@ -157,6 +165,9 @@ impl Pool {
                 }
                 if nice != 0 && libc::setpriority(libc::PRIO_PROCESS, 0, nice) != 0 {
                     return Err(std::io::Error::last_os_error());
+                }
+                if let Some(fd) = netns {
+                    crate::topology::setns_in_child(fd)?;
                 }
                 Ok(())
             });

@@ -37,6 +37,12 @@ pub struct Limits {
     /// net.ipv4.tcp_migrate_req: 1 moves handshakes queued on a closing
     /// SO_REUSEPORT listener to a sibling instead of resetting them.
     pub tcp_migrate_req: Option<u64>,
+    /// net.ipv4.tcp_ehash_entries: buckets of the TCP established hash of
+    /// this namespace (negative: a namespace sharing the host's).
+    pub tcp_ehash_entries: Option<i64>,
+    /// net.ipv4.tcp_child_ehash_entries: the size namespaces created from
+    /// here get (0: they share this one).
+    pub tcp_child_ehash_entries: Option<u64>,
     /// Object size in bytes of the slab caches a socket endpoint uses.
     pub slab_sizes: BTreeMap<String, u64>,
     pub page_size: u64,
@@ -94,6 +100,8 @@ impl Reader {
             threads_max: self.num("proc/sys/kernel/threads-max"),
             tasks_now: self.read("proc/loadavg").and_then(|l| l.split_whitespace().nth(3)?.split_once('/')?.1.parse().ok()),
             tcp_migrate_req: self.num("proc/sys/net/ipv4/tcp_migrate_req"),
+            tcp_ehash_entries: self.read("proc/sys/net/ipv4/tcp_ehash_entries").and_then(|s| s.trim().parse().ok()),
+            tcp_child_ehash_entries: self.num("proc/sys/net/ipv4/tcp_child_ehash_entries"),
             slab_sizes,
             page_size: crate::sys::page_size(),
         }

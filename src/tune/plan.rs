@@ -284,6 +284,26 @@ pub fn assess(l: &Limits, req: Request) -> Assessment {
     }
 
     // 10. Handshakes queued on a worker's listener when it leaves the
+    // The TCP established hash: sized at boot for the host; every packet
+    // walks a chain of sockets / buckets entries.
+    if let Some(e) = l.tcp_ehash_entries {
+        let buckets = e.unsigned_abs();
+        let sockets = endpoints + req.ports;
+        let want = crate::topology::ehash_for(sockets);
+        let chain = sockets as f64 / buckets.max(1) as f64;
+        rows.push(row(
+            "net.ipv4.tcp_ehash_entries",
+            format!("{} buckets{}", crate::stats::format::count(buckets), if e < 0 { " (the host's, shared)" } else { "" }),
+            format!("{} for {} sockets (chains of {chain:.1}; past ~2 every packet pays)", crate::stats::format::count(want), crate::stats::format::count(sockets)),
+            if chain > 2.0 { Status::Warning } else { Status::Ok },
+            (chain > 2.0).then(|| {
+                format!(
+                    "host: boot parameter thash_entries={want} (kernel command line, reboot); a network namespace: sysctl -w net.ipv4.tcp_child_ehash_entries={want} before creating it (megaconn bench --topology netns does this for its own)"
+                )
+            }),
+            None,
+        ));
+    }
     // SO_REUSEPORT group (elastic server workers): migrated or reset.
     if req.role != TuneRole::Client {
         if let Some(v) = l.tcp_migrate_req {
