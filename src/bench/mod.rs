@@ -185,14 +185,6 @@ fn ports_list(ports: &[u16]) -> String {
     runs.iter().map(|(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") }).collect::<Vec<_>>().join(",")
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn reserved_ports_as_ranges() {
-        assert_eq!(super::ports_list(&[8001, 8000, 8002, 9000, 8002]), "8000-8002,9000");
-    }
-}
-
 /// The connections scenario: ramp, hold, memory and CPU per connection.
 fn connections(args: BenchConfig, placement: &crate::topology::Placement, mut progress: Progress) -> Result<i32> {
     let hold = args.hold.unwrap_or(Duration::from_secs(20));
@@ -393,5 +385,13 @@ fn print_kernel_drops(drops: &std::collections::BTreeMap<String, u64>) {
     }
     for (name, n) in drops {
         println!("kernel drops  {name} +{} — {}", format::count(*n), crate::stats::netstat::fix(name));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reserved_ports_as_ranges() {
+        assert_eq!(super::ports_list(&[8001, 8000, 8002, 9000, 8002]), "8000-8002,9000");
     }
 }
