@@ -193,6 +193,11 @@ fn connections(args: BenchConfig, placement: &crate::topology::Placement, mut pr
     let client_cfg = client_config(&args, hold);
     let splan = crate::server::plan(&server_cfg, fds.hard).map_err(crate::UsageError)?;
     let (cplan, cwplan) = crate::client::plan(&client_cfg, fds.hard).map_err(crate::UsageError)?;
+    if placement.kind != crate::topology::Topology::Host {
+        for line in crate::tune::apply::lift_global_binds(args.connections, crate::tune::plan::TuneRole::Both, args.ports.len() as u64, args.rate) {
+            progress.note(&line);
+        }
+    }
     let warnings = crate::tune::precheck(args.connections, crate::tune::plan::TuneRole::Both, args.ports.len() as u64, args.rate)?;
     for w in &warnings {
         progress.note(w);

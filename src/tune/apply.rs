@@ -96,3 +96,30 @@ pub fn ensure_migrate_req() -> Option<String> {
             .into(),
     )
 }
+
+/// A bench in its own namespace sets that namespace's sysctls; what stays
+/// global (fs.file-max) it raises when that limit alone makes the target
+/// impossible, as root, saying so. Returns the lines to show.
+pub fn lift_global_binds(connections: u64, role: super::plan::TuneRole, ports: u64, rate: u64) -> Vec<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Vec::new();
+    }
+    let a = super::assess_here(Path::new("/"), connections, role, ports, rate);
+    a.rows
+        .iter()
+        .filter(|r| r.status == super::plan::Status::Binds)
+        .filter_map(|r| r.sysctl.as_ref())
+        .filter(|(k, _)| k.starts_with("fs."))
+        .filter_map(|(k, v)| {
+            let path = format!("/proc/sys/{}", k.replace('.', "/"));
+            let before = std::fs::read_to_string(&path).ok()?;
+            std::fs::write(&path, v).ok()?;
+            Some(format!(
+                "sysctl {k}: {} -> {v} (system-wide; {} connections need it; megaconn tune --apply makes it permanent)",
+                before.trim(),
+                crate::stats::format::count(connections)
+            ))
+        })
+        .collect()
+}
