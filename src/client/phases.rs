@@ -4,9 +4,8 @@
 //! stamp falls in (intervals are at most 1 s, so a boundary blurs by at
 //! most that). Counters are the totals' differences at the boundaries.
 
-use super::view::ClientTotals;
+use super::view::{ClientTotals, Intervals};
 use crate::stats::histogram::{self, LatencySummary};
-use crate::supervise::control::ClientSnapshot;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -157,13 +156,13 @@ impl Phases {
     }
 
     /// Record a worker's interval histograms in the phase of its stamp.
-    pub fn record(&mut self, s: &ClientSnapshot) {
-        let i = self.starts.iter().rposition(|start| s.at_us >= *start).unwrap_or(0);
+    pub fn record(&mut self, at_us: u64, d: &Intervals) {
+        let i = self.starts.iter().rposition(|start| at_us >= *start).unwrap_or(0);
         let h = &mut self.hists[i];
-        histogram::merge_encoded(&mut h.connect, &s.connect_hist);
-        histogram::merge_encoded(&mut h.heartbeat, &s.rtt_hist);
-        histogram::merge_encoded(&mut h.request, &s.request_hist);
-        histogram::merge_encoded(&mut h.push, &s.push_hist);
+        histogram::add(&mut h.connect, d.connect.as_ref());
+        histogram::add(&mut h.heartbeat, d.rtt.as_ref());
+        histogram::add(&mut h.request, d.request.as_ref());
+        histogram::add(&mut h.push, d.push.as_ref());
     }
 
     /// Every phase entered, the last one ending with `t` at `now_us`.
@@ -213,6 +212,13 @@ impl Phases {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::supervise::control::ClientSnapshot;
+
+    impl Phases {
+        fn rec(&mut self, s: &ClientSnapshot) {
+            self.record(s.at_us, &Intervals::of(s));
+        }
+    }
 
     fn snap(at_us: u64, rtt_us: u64) -> ClientSnapshot {
         let mut h = histogram::new();
@@ -223,13 +229,13 @@ mod tests {
     #[test]
     fn intervals_count_in_the_phase_of_their_stamp() {
         let mut p = Phases::new(1_000_000);
-        p.record(&snap(1_500_000, 100_000));
+        p.rec(&snap(1_500_000, 100_000));
         let mut t = ClientTotals { established: 10, established_total: 10, heartbeats_sent: 4, ..Default::default() };
         t.failed.insert("timeout".into(), 2);
         p.enter("hold", &t, 3_000_000);
         // Arrives after the boundary but was measured before it: ramp.
-        p.record(&snap(2_900_000, 200_000));
-        p.record(&snap(3_500_000, 1_000));
+        p.rec(&snap(2_900_000, 200_000));
+        p.rec(&snap(3_500_000, 1_000));
         t.heartbeats_sent = 24;
         t.failed.insert("timeout".into(), 3);
         let r = p.results(&t, 5_000_000);

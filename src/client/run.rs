@@ -266,9 +266,10 @@ impl ClientRun {
     }
 
     fn update(&mut self, s: ClientSnapshot) {
-        self.phases.record(&s);
-        self.series.record(&s);
-        self.view.update(s);
+        let h = super::view::Intervals::of(&s);
+        self.phases.record(s.at_us, &h);
+        self.series.record(&h);
+        self.view.update(s, &h);
     }
 
     /// Ask the workers to drain and close (also on Ctrl-C).

@@ -45,6 +45,27 @@ pub struct ClientTotals {
     pub ramp_done_at_us: Option<u64>,
 }
 
+/// A snapshot's interval histograms, decoded once for every place that
+/// adds them up (the run, its phases, its time series).
+#[derive(Default)]
+pub struct Intervals {
+    pub connect: Option<Histogram<u64>>,
+    pub rtt: Option<Histogram<u64>>,
+    pub request: Option<Histogram<u64>>,
+    pub push: Option<Histogram<u64>>,
+}
+
+impl Intervals {
+    pub fn of(s: &ClientSnapshot) -> Intervals {
+        Intervals {
+            connect: histogram::decode(&s.connect_hist),
+            rtt: histogram::decode(&s.rtt_hist),
+            request: histogram::decode(&s.request_hist),
+            push: histogram::decode(&s.push_hist),
+        }
+    }
+}
+
 /// Loss reason of connections that died with their client worker.
 pub const WORKER_CRASHED: &str = "worker_crashed";
 
@@ -77,13 +98,13 @@ impl ClientView {
         }
     }
 
-    pub fn update(&mut self, s: ClientSnapshot) {
-        histogram::merge_encoded(&mut self.connect_hist, &s.connect_hist);
-        histogram::merge_encoded(&mut self.rtt_hist, &s.rtt_hist);
-        histogram::merge_encoded(&mut self.rtt_interval, &s.rtt_hist);
-        histogram::merge_encoded(&mut self.request_hist, &s.request_hist);
-        histogram::merge_encoded(&mut self.request_interval, &s.request_hist);
-        histogram::merge_encoded(&mut self.push_hist, &s.push_hist);
+    pub fn update(&mut self, s: ClientSnapshot, h: &Intervals) {
+        histogram::add(&mut self.connect_hist, h.connect.as_ref());
+        histogram::add(&mut self.rtt_hist, h.rtt.as_ref());
+        histogram::add(&mut self.rtt_interval, h.rtt.as_ref());
+        histogram::add(&mut self.request_hist, h.request.as_ref());
+        histogram::add(&mut self.request_interval, h.request.as_ref());
+        histogram::add(&mut self.push_hist, h.push.as_ref());
         let i = s.worker;
         if i < self.latest.len() {
             self.latest[i] = Some(s);

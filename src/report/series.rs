@@ -2,8 +2,8 @@
 //! percentiles of that interval alone (workers' interval histograms
 //! merged as they arrive) and, in a bench, the server beside the client.
 
+use crate::client::view::Intervals;
 use crate::stats::histogram::{self, LatencySummary};
-use crate::supervise::control::ClientSnapshot;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
@@ -86,10 +86,10 @@ impl Series {
         }
     }
 
-    pub fn record(&mut self, s: &ClientSnapshot) {
-        histogram::merge_encoded(&mut self.heartbeat, &s.rtt_hist);
-        histogram::merge_encoded(&mut self.request, &s.request_hist);
-        histogram::merge_encoded(&mut self.push, &s.push_hist);
+    pub fn record(&mut self, d: &Intervals) {
+        histogram::add(&mut self.heartbeat, d.rtt.as_ref());
+        histogram::add(&mut self.request, d.request.as_ref());
+        histogram::add(&mut self.push, d.push.as_ref());
     }
 
     pub fn due(&self, now_us: u64) -> bool {
@@ -118,7 +118,8 @@ impl Series {
             heartbeat_ms: take(&mut self.heartbeat),
             request_ms: take(&mut self.request),
             push_ms: take(&mut self.push),
-            client_cpu_cores: if dt > 0.0 { (c.cpu_seconds - self.prev.cpu_seconds).max(0.0) / dt } else { 0.0 },
+            // The first sample has no interval of its own to price.
+            client_cpu_cores: if dt > 0.0 && !self.samples.is_empty() { (c.cpu_seconds - self.prev.cpu_seconds).max(0.0) / dt } else { 0.0 },
             client_rss_bytes: c.rss_bytes,
             server: None,
         });
@@ -148,13 +149,13 @@ mod tests {
         assert!(s.due(0));
         let mut h = histogram::new();
         histogram::record(&mut h, 3_000);
-        s.record(&ClientSnapshot { rtt_hist: histogram::encode(&h), ..Default::default() });
+        s.record(&Intervals { rtt: Some(h), ..Default::default() });
         s.sample(500_000, "ramp", Counters { established_total: 100, open: 100, cpu_seconds: 0.25, ..Default::default() });
         assert!(!s.due(600_000));
         assert!(s.fresh().is_some() && s.fresh().is_none());
         s.sample(1_000_000, "ramp", Counters { established_total: 300, open: 290, cpu_seconds: 0.75, ..Default::default() });
         let a = &s.samples[0];
-        assert_eq!((a.connect_rate_per_s, a.client_cpu_cores, a.heartbeat_ms.count), (200.0, 0.5, 1));
+        assert_eq!((a.connect_rate_per_s, a.client_cpu_cores, a.heartbeat_ms.count), (200.0, 0.0, 1), "no interval before the first sample to price");
         let b = &s.samples[1];
         assert_eq!((b.t_s, b.connect_rate_per_s, b.client_cpu_cores, b.heartbeat_ms.count), (1.0, 400.0, 1.0, 0));
     }

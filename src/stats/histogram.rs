@@ -27,15 +27,26 @@ pub fn encode(h: &Histogram<u64>) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
+/// Decode an encoded histogram; None when empty or garbled.
+pub fn decode(text: &str) -> Option<Histogram<u64>> {
+    if text.is_empty() {
+        return None;
+    }
+    let bytes = base64::engine::general_purpose::STANDARD.decode(text).ok()?;
+    Deserializer::new().deserialize(&mut bytes.as_slice()).ok()
+}
+
 /// Merge an encoded histogram into `into`; garbage is ignored (and
 /// reported by the caller's counters staying short, never a panic).
 pub fn merge_encoded(into: &mut Histogram<u64>, text: &str) -> bool {
-    if text.is_empty() {
-        return true;
+    text.is_empty() || decode(text).is_some_and(|h| into.add(&h).is_ok())
+}
+
+/// Add a decoded histogram, if any.
+pub fn add(into: &mut Histogram<u64>, h: Option<&Histogram<u64>>) {
+    if let Some(h) = h {
+        let _ = into.add(h);
     }
-    let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(text) else { return false };
-    let Ok(h): Result<Histogram<u64>, _> = Deserializer::new().deserialize(&mut bytes.as_slice()) else { return false };
-    into.add(&h).is_ok()
 }
 
 /// The percentile summary every report prints, in milliseconds.
