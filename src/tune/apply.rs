@@ -106,11 +106,13 @@ pub fn lift_global_binds(connections: u64, role: super::plan::TuneRole, ports: u
         return Vec::new();
     }
     let a = super::assess_here(Path::new("/"), connections, role, ports, rate);
-    a.rows
-        .iter()
-        .filter(|r| r.status == super::plan::Status::Binds)
+    let binds = || a.rows.iter().filter(|r| r.status == super::plan::Status::Binds);
+    // Only when lifting them makes the run possible (not when memory binds too).
+    if binds().any(|r| !r.sysctl.as_ref().is_some_and(|(k, _)| k.starts_with("fs."))) {
+        return Vec::new();
+    }
+    binds()
         .filter_map(|r| r.sysctl.as_ref())
-        .filter(|(k, _)| k.starts_with("fs."))
         .filter_map(|(k, v)| {
             let path = format!("/proc/sys/{}", k.replace('.', "/"));
             let before = std::fs::read_to_string(&path).ok()?;
