@@ -31,4 +31,3 @@ set_sysctl fs.file-max 4194304
 set_sysctl fs.nr_open 1048576
 # Handshakes queued on a listener that closes (an elastic server worker
 # leaving the accept group when full) move to a sibling instead of a reset.
-set_sysctl net.ipv4.tcp_migrate_req 1

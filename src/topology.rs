@@ -200,7 +200,6 @@ pub fn place(want: Topology, connections: u64, ports: &str, sources: u64) -> Res
     let private = vec![
         ("net.core.somaxconn", "65535".to_string()),
         ("net.ipv4.tcp_max_syn_backlog", "65535".into()),
-        ("net.ipv4.tcp_migrate_req", "1".into()),
         ("net.ipv4.ip_local_port_range", "1024 65535".into()),
         ("net.ipv4.ip_local_reserved_ports", ports.to_string()),
     ];

@@ -33,6 +33,11 @@ fn elastic_server_grows_with_the_load_and_shrinks_after() {
     let full = srv.wait_for(Duration::from_secs(40), "server holds 6000", |v| v["event"] == "stats" && v["active"] == 6000);
     assert!(full["workers"].as_u64().unwrap() >= 7, "grew from {initial} to at least 7 workers: {full}");
     assert_eq!(established_on(21400, 21402), 6000, "ss agrees with the server's count");
+    // Workers came and went from accepting; the listeners never closed:
+    // one per port, shared by every worker.
+    for port in 21400..=21402 {
+        assert_eq!(listeners_on(port), 1, "port {port}");
+    }
     assert!(full["accept_errors"].as_object().unwrap().is_empty(), "{full}");
     let (code, out, err) = load.join().unwrap();
     assert_eq!(code, 0, "client: {err}");

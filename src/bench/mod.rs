@@ -215,9 +215,6 @@ fn connections(args: BenchConfig, placement: &crate::topology::Placement, mut pr
     for w in &cplan.warnings {
         progress.note(&format!("warning: {w}"));
     }
-    if let Some(line) = crate::tune::apply::ensure_migrate_req() {
-        progress.note(&line);
-    }
     let kernel_before = memory::kernel_memory();
     let netstat_before = crate::stats::netstat::read();
     let (tx, rx) = supervise::channel();

@@ -104,9 +104,6 @@ pub fn run(args: BenchConfig) -> Result<i32> {
         args.broadcast_interval.as_secs_f64(),
         crate::client::describe(&cplan, &cwplan)
     ));
-    if let Some(line) = crate::tune::apply::ensure_migrate_req() {
-        progress.note(&line);
-    }
     let (tx, rx) = supervise::channel();
     let server = crate::server::start(&server_cfg, &splan, None, &tx, &rx)?;
     let admin = crate::admin::serve(crate::supervise::Role::Server, server_cfg.admin.expect("set above"), None, tx.clone())?;

@@ -42,7 +42,6 @@ fn machine_rows(m: &serde_json::Value) -> Vec<Vec<String>> {
         ("net.ipv4.tcp_max_syn_backlog", "/limits/tcp_max_syn_backlog"),
         ("net.ipv4.ip_local_port_range", "/limits/port_range"),
         ("net.ipv4.tcp_ehash_entries", "/limits/tcp_ehash_entries"),
-        ("net.ipv4.tcp_migrate_req", "/limits/tcp_migrate_req"),
     ]
     .iter()
     .map(|(k, p)| vec![k.to_string(), s(p)])

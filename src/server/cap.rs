@@ -1,5 +1,5 @@
 //! `--max-connections N`: one count shared by every worker process, so
-//! the cap is exact however SO_REUSEPORT spreads the accepts.
+//! the cap is exact however the kernel spreads the accepts.
 //!
 //! The supervisor creates a memfd of a few pages and every worker maps it
 //! (the fd is inherited across exec; its number travels in the worker's

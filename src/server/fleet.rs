@@ -73,6 +73,8 @@ pub struct ServerFleet {
     publisher: super::publish::Publisher,
     /// `--max-connections`: the count every worker shares.
     cap: Option<super::cap::SharedCap>,
+    /// The listening sockets every worker inherits (closed on drain).
+    listeners: Vec<std::net::TcpListener>,
 }
 
 impl ServerFleet {
@@ -93,10 +95,14 @@ impl ServerFleet {
             Some(n) => Some(super::cap::SharedCap::create(n).context("cannot create the shared --max-connections count")?),
             None => None,
         };
+        let listeners = super::listener::bind_all(cfg.listen, &cfg.ports)?;
         let mut template = worker_template(cfg, initial, budget, matches!(sizing, Sizing::Elastic { .. }));
         template.cap_fd = cap.as_ref().map(|c| c.fd());
+        template.listen_fds = listeners.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
+        let mut pool = Pool::new(Role::Server, fd_limit, tx)?;
+        pool.set_inherit(template.listen_fds.clone());
         let mut f = ServerFleet {
-            pool: Pool::new(Role::Server, fd_limit, tx)?,
+            pool,
             view: ServerView::default(),
             template,
             sizing,
@@ -110,6 +116,7 @@ impl ServerFleet {
             failure: None,
             publisher: Default::default(),
             cap,
+            listeners,
         };
         for _ in 0..initial {
             f.spawn()?;
@@ -272,10 +279,8 @@ impl ServerFleet {
                 }
             })
             .collect();
-        // Full workers leave the accept group once a sibling has room, one
-        // at a time: handshakes migrated off a closing listener can land on
-        // another one that is closing too, and are then reset (measured:
-        // simultaneous leaves reset ~1 in 200,000 connections).
+        // Full workers stop accepting once a sibling has room, one at a
+        // time, so some worker always watches the shared listeners.
         self.told_leave.retain(|i| self.view.get(*i).is_some_and(|s| s.accepting));
         if self.told_leave.is_empty() && states.iter().any(|w| !w.starting && w.accepting && w.active < (w.budget as f64 * elastic::PRESPAWN_SHARE) as u64) {
             if let Some(w) = states.iter().find(|w| w.accepting && !w.retiring && w.active >= w.budget) {
@@ -312,6 +317,7 @@ impl ServerFleet {
     /// in flight and exits; none is replaced or grown meanwhile.
     pub fn drain(&mut self) {
         self.stopping = true;
+        self.listeners.clear();
         self.pool.broadcast(crate::supervise::control::CMD_CLOSE);
     }
 
@@ -335,6 +341,7 @@ impl ServerFleet {
     /// Stop every worker (graceful, then SIGKILL after `grace`).
     pub fn stop(&mut self, grace: Duration) {
         self.stopping = true;
+        self.listeners.clear();
         self.pool.stop(grace);
     }
 }
@@ -366,6 +373,7 @@ fn worker_template(cfg: &ServerConfig, initial: usize, budget: u64, elastic: boo
         elastic,
         max_pending_bytes: cfg.max_pending_bytes,
         cap_fd: None,
+        listen_fds: Vec::new(),
         ws: super::ws::WsConfig { max_message: cfg.max_message_bytes, max_head: cfg.max_header_bytes, push_format: cfg.push_format },
     }
 }

@@ -242,15 +242,11 @@ pub fn run(cfg: ServerConfig) -> Result<i32> {
     };
     say(
         &mut progress,
-        format!("plan: {how}; {} ports on {} (SO_REUSEPORT), {} connections per worker", cfg.ports.len(), cfg.listen, format::count(budget)),
+        format!("plan: {how}; {} ports on {} (shared listeners), {} connections per worker", cfg.ports.len(), cfg.listen, format::count(budget)),
         serde_json::json!({"event": "plan", "workers": plan.initial(), "max_workers": plan.max(), "elastic": matches!(plan.sizing, Sizing::Elastic{..}),
             "ports": cfg.ports.len(), "per_worker_max": budget, "capacity": plan.max() as u64 * budget, "threads_per_worker": plan.threads_per_worker}),
     );
-    if let Sizing::Elastic { .. } = plan.sizing {
-        if let Some(line) = crate::tune::apply::ensure_migrate_req() {
-            progress.note(&line);
-        }
-    }
+    if let Sizing::Elastic { .. } = plan.sizing {}
     if let Some(a) = &cfg.admin {
         crate::admin::check(a, cfg.admin_token.as_deref()).map_err(crate::UsageError)?;
     }

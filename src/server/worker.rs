@@ -18,6 +18,7 @@ use super::conn::Conn;
 use super::http::{self, HttpConfig};
 use super::listener::{AcceptGroup, LISTENER_BASE};
 use super::service_time::ServiceTime;
+use std::os::fd::AsRawFd;
 
 use crate::proto::Protocol;
 use crate::reactor::{self, Handler};
@@ -41,6 +42,8 @@ pub struct ServerWorkerConfig {
     pub worker: usize,
     pub listen: Ipv4Addr,
     pub ports: Vec<u16>,
+    /// The listening sockets, one per port, inherited from the supervisor.
+    pub listen_fds: Vec<i32>,
     pub idle_timeout_ms: Option<u64>,
     pub stats_interval_ms: u64,
     pub protocol: Protocol,
@@ -117,8 +120,8 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
     let stage = Stage::new(cfg.business, cfg.queue, waker)?;
     let cfg_cap_fd = cfg.cap_fd;
-    let mut group = AcceptGroup::new(cfg.listen, cfg.ports.clone());
-    group.join(poll.registry())?;
+    let mut group = AcceptGroup::inherit(&cfg.listen_fds);
+    group.join(poll.as_raw_fd())?;
     let mut w = Worker {
         stage,
         topics: Default::default(),
@@ -185,9 +188,7 @@ impl Handler for Worker {
             }
             Command::Close => {
                 self.draining = true;
-                if self.group.accepting() {
-                    self.group.leave(self.poll.registry());
-                }
+                self.group.close(self.poll.as_raw_fd());
                 Flow::Continue
             }
             Command::Stop => {
@@ -315,16 +316,13 @@ impl Worker {
         while self.accept_one(i) {}
     }
 
-    /// Told by the supervisor (which has seen a sibling with room): take
-    /// what every listener still has queued (the fd headroom above the
-    /// budget covers it), then close them. A worker never leaves on its
-    /// own: if every worker left before a successor listened, new
-    /// connections would be refused.
+    /// Told by the supervisor (which has seen a sibling with room): stop
+    /// accepting. The listeners stay open and shared, so whatever is
+    /// queued on them goes to the workers still accepting. A worker never
+    /// leaves on its own: if every worker left before a successor
+    /// accepted, new connections would wait in the queue.
     fn leave_group(&mut self) {
-        for i in 0..self.group.listeners.len() {
-            while self.accept_one(i) {}
-        }
-        self.group.leave(self.poll.registry());
+        self.group.leave(self.poll.as_raw_fd());
         self.report(false);
     }
 
@@ -334,7 +332,10 @@ impl Worker {
         if !self.cfg.elastic || self.group.accepting() || self.stats.active > low_water {
             return;
         }
-        match self.group.join(self.poll.registry()) {
+        if self.draining {
+            return;
+        }
+        match self.group.join(self.poll.as_raw_fd()) {
             Ok(()) => self.report(false),
             Err(e) => *self.stats.accept_errors.entry(format!("rejoin_failed: {e}")).or_insert(0) += 1,
         }

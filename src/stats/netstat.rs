@@ -8,7 +8,10 @@ use std::collections::BTreeMap;
 /// The TcpExt counters a ramp can trip, and the fix for each.
 pub const WATCHED: &[(&str, &str)] = &[
     ("ListenOverflows", "accept queue full: raise net.core.somaxconn (megaconn tune --apply) or accept faster (more workers)"),
-    ("ListenDrops", "SYN or final ACK dropped by a listener (queue full, or the listener was closing): see ListenOverflows; keep net.ipv4.tcp_migrate_req=1"),
+    (
+        "ListenDrops",
+        "SYN or final ACK dropped by a listener (its queue was full: see ListenOverflows, raise net.core.somaxconn and net.ipv4.tcp_max_syn_backlog)",
+    ),
     ("TCPReqQFullDrop", "SYN queue full: raise net.ipv4.tcp_max_syn_backlog (megaconn tune --apply)"),
     ("TCPReqQFullDoCookies", "SYN queue full, SYN cookies sent: raise net.ipv4.tcp_max_syn_backlog"),
     ("TCPMigrateReqFailure", "a handshake on a closing listener could not move to a sibling: net.ipv4.tcp_migrate_req=1, and leave one worker at a time"),
@@ -61,6 +64,6 @@ mod tests {
         assert_eq!(a["ListenOverflows"], 3);
         let b = parse("TcpExt: SyncookiesSent ListenOverflows ListenDrops\nTcpExt: 0 3 9\n");
         assert_eq!(delta(&a, &b), BTreeMap::from([("ListenDrops".to_string(), 4)]));
-        assert!(fix("ListenDrops").contains("tcp_migrate_req"));
+        assert!(fix("ListenDrops").contains("somaxconn"));
     }
 }

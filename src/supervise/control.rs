@@ -95,7 +95,7 @@ pub struct ServerSnapshot {
     pub threads: u64,
     pub rss_bytes: u64,
     pub cpu_us: u64,
-    /// Whether this worker is in the SO_REUSEPORT group (listening).
+    /// Whether this worker accepts from the shared listeners.
     pub accepting: bool,
     /// Connections this worker may hold before it leaves the group.
     pub budget: u64,

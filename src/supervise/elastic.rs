@@ -10,8 +10,8 @@
 //!
 //! - one accepting worker per core to start with;
 //! - a worker that reaches its fd budget (90% of RLIMIT_NOFILE minus its
-//!   listeners) accepts what is queued and leaves the SO_REUSEPORT group
-//!   (closes its listeners); it rejoins when it drains below the low-water
+//!   listeners) stops watching the shared listeners (closes nothing);
+//!   it rejoins when it drains below the low-water
 //!   mark;
 //! - the supervisor keeps `target` workers accepting *with room*: when an
 //!   accepting worker passes [`PRESPAWN_SHARE`] of its budget a new one is

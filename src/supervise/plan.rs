@@ -3,7 +3,7 @@
 //! The per-process open-file limit (RLIMIT_NOFILE, after raising the soft
 //! limit to the hard one) caps the sockets one process can hold. `auto`
 //! picks enough processes that none is asked to hold more than 90% of that
-//! limit (headroom for SO_REUSEPORT's uneven hashing of accepts), and at
+//! limit (headroom for the accepts a full worker takes before it stops watching), and at
 //! least one per core so every core runs an event loop.
 
 use serde::Serialize;

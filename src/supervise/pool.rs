@@ -116,6 +116,8 @@ pub struct Pool {
     nice: i32,
     /// Network namespace the workers enter (an fd this process keeps).
     netns: Option<i32>,
+    /// Descriptors the workers inherit (the server's listeners).
+    inherit: Vec<i32>,
     tx: Sender<Delivery>,
     workers: Vec<Option<Handle>>,
 }
@@ -123,7 +125,7 @@ pub struct Pool {
 impl Pool {
     pub fn new(role: Role, fd_limit: Option<u64>, tx: &Sender<Delivery>) -> Result<Pool> {
         let exe = std::env::current_exe().context("cannot locate the megaconn binary to start workers")?;
-        Ok(Pool { role, exe, fd_limit, nice: 0, netns: None, tx: tx.clone(), workers: Vec::new() })
+        Ok(Pool { role, exe, fd_limit, nice: 0, netns: None, inherit: Vec::new(), tx: tx.clone(), workers: Vec::new() })
     }
 
     /// Start later workers at this niceness (a load generator sharing the
@@ -136,6 +138,12 @@ impl Pool {
     /// veth` puts the client on its own host).
     pub fn set_netns(&mut self, fd: Option<i32>) {
         self.netns = fd;
+    }
+
+    /// Let later workers inherit these descriptors (close-on-exec is
+    /// cleared in the child only: other pools never see them).
+    pub fn set_inherit(&mut self, fds: Vec<i32>) {
+        self.inherit = fds;
     }
 
     pub fn role(&self) -> Role {
@@ -154,7 +162,7 @@ impl Pool {
         let role = self.role.as_str();
         let mut cmd = Command::new(&self.exe);
         cmd.arg("__worker").arg(role).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit()).process_group(0);
-        let (fd_limit, nice, netns) = (self.fd_limit, self.nice, self.netns);
+        let (fd_limit, nice, netns, inherit) = (self.fd_limit, self.nice, self.netns, self.inherit.clone());
         // SAFETY: only async-signal-safe calls (prctl, setrlimit,
         // setpriority, setns) run between fork and exec.
         unsafe {
@@ -168,6 +176,11 @@ impl Pool {
                 }
                 if let Some(fd) = netns {
                     crate::topology::setns_in_child(fd)?;
+                }
+                for fd in &inherit {
+                    if libc::fcntl(*fd, libc::F_SETFD, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 }
                 Ok(())
             });

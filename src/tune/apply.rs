@@ -70,33 +70,6 @@ pub fn apply(a: &Assessment, root: &Path, dry_run: bool) -> Result<i32> {
     Ok(0)
 }
 
-/// What an elastic server needs of `net.ipv4.tcp_migrate_req`: a full
-/// worker leaves the SO_REUSEPORT group by closing its listeners, and
-/// handshakes still in SYN-RECV on them are reset unless this is 1
-/// (measured: 75 of 200,000 connections reset at 0, none at 1). As root it
-/// is set, and the returned line says so; otherwise the line says what is
-/// lost and the fix. None when it is already 1 (or absent).
-pub fn ensure_migrate_req() -> Option<String> {
-    const PATH: &str = "/proc/sys/net/ipv4/tcp_migrate_req";
-    let now = std::fs::read_to_string(PATH).ok()?;
-    if now.trim() != "0" {
-        return None;
-    }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 && std::fs::write(PATH, "1").is_ok() {
-        return Some(
-            "sysctl net.ipv4.tcp_migrate_req: 0 -> 1 (full workers leave the accept group; their queued handshakes now move to a sibling \
-             instead of being reset; megaconn tune --apply makes it permanent)"
-                .into(),
-        );
-    }
-    Some(
-        "warning: net.ipv4.tcp_migrate_req is 0 and cannot be set here (not root): when a worker fills up and leaves the accept group, \
-         handshakes still in progress on its listeners are reset (tens per 100,000 connections under load). Fix: sysctl -w net.ipv4.tcp_migrate_req=1"
-            .into(),
-    )
-}
-
 /// A bench in its own namespace sets that namespace's sysctls; what stays
 /// global (fs.file-max) it raises when that limit alone makes the target
 /// impossible, as root, saying so. Returns the lines to show.

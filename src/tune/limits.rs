@@ -34,7 +34,8 @@ pub struct Limits {
     pub threads_max: Option<u64>,
     /// Tasks (processes and threads) that exist now (/proc/loadavg).
     pub tasks_now: Option<u64>,
-    /// net.ipv4.tcp_migrate_req: 1 moves handshakes queued on a closing
+    /// net.ipv4.tcp_migrate_req (reported; megaconn closes no listener
+    /// while running, so it does not depend on it): 1 moves handshakes queued on a closing
     /// SO_REUSEPORT listener to a sibling instead of resetting them.
     pub tcp_migrate_req: Option<u64>,
     /// net.ipv4.tcp_ehash_entries: buckets of the TCP established hash of

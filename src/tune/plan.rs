@@ -309,20 +309,6 @@ pub fn assess(l: &Limits, req: Request) -> Assessment {
             None,
         ));
     }
-    // SO_REUSEPORT group (elastic server workers): migrated or reset.
-    if req.role != TuneRole::Client {
-        if let Some(v) = l.tcp_migrate_req {
-            let r = row(
-                "net.ipv4.tcp_migrate_req",
-                v.to_string(),
-                "1 (elastic workers leave the accept group when full)".into(),
-                if v == 0 { Status::Warning } else { Status::Ok },
-                None,
-                None,
-            );
-            rows.push(sysctl_row(r, "net.ipv4.tcp_migrate_req", "1".into()));
-        }
-    }
 
     let binding = rows.iter().filter(|r| r.status == Status::Binds).min_by_key(|r| r.max_connections.unwrap_or(0)).map(|r| r.limit.clone());
     let max_now = rows.iter().filter_map(|r| r.max_connections).min().unwrap_or(u64::MAX);

@@ -124,6 +124,11 @@ pub fn sockets_on(lo: u16, hi: u16) -> usize {
     ss_count("all", &format!("( sport >= :{lo} and sport <= :{hi} ) or ( dport >= :{lo} and dport <= :{hi} )"))
 }
 
+/// Listening sockets on this port, as `ss` lists them.
+pub fn listeners_on(port: u16) -> usize {
+    ss_count("listening", &format!("sport = :{port}"))
+}
+
 /// Start a server with JSON output and wait until it listens.
 pub fn server(args: &[&str], fd_limit: Option<u64>) -> (Running, Value) {
     let (s, plan, _) = server_ready(args, fd_limit);
