@@ -162,8 +162,10 @@ impl Handler for Worker {
         match ev.token() {
             WAKER => {}
             Token(t) if t >= LISTENER_BASE => {
+                // One per wake-up: the listener is level-triggered, so
+                // every accepting worker gets its turn at a burst.
                 if self.accept_paused_until.is_none() {
-                    self.accept_all(t - LISTENER_BASE);
+                    self.accept_one(t - LISTENER_BASE);
                 }
             }
             Token(key) => self.on_conn_event(key, ev.is_readable() || ev.is_read_closed() || ev.is_error(), ev.is_read_closed(), ev.is_writable()),
@@ -219,9 +221,7 @@ impl Handler for Worker {
         if let Some(t) = self.accept_paused_until {
             if now >= t {
                 self.accept_paused_until = None;
-                for i in 0..self.group.listeners.len() {
-                    self.accept_all(i);
-                }
+                self.group.resume(self.poll.as_raw_fd());
             }
         }
         self.deliver_done();
@@ -311,11 +311,6 @@ impl Worker {
         }
     }
 
-    /// Accept everything listener `i` has queued.
-    fn accept_all(&mut self, i: usize) {
-        while self.accept_one(i) {}
-    }
-
     /// Told by the supervisor (which has seen a sibling with room): stop
     /// accepting. The listeners stay open and shared, so whatever is
     /// queued on them goes to the workers still accepting. A worker never
@@ -394,6 +389,7 @@ impl Worker {
                     // 100% CPU on the same full queue. Back off.
                     Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOBUFS) | Some(libc::ENOMEM) => {
                         self.accept_paused_until = Some(Instant::now() + ACCEPT_BACKOFF);
+                        self.group.suspend(self.poll.as_raw_fd());
                         false
                     }
                     // The peer gave up before we accepted: next one.
