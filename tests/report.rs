@@ -136,3 +136,44 @@ fn an_unwritable_report_directory_is_refused_before_the_run() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--report /proc/megaconn-report") && err.contains("writ"), "{err}");
 }
+
+/// The push scenario writes its report too, with the push latency chart
+/// and the rounds in report.json; the business table refuses one.
+#[test]
+fn a_push_bench_report_and_business_refusal() {
+    raise_fd_limit();
+    let d = scratch("report-push");
+    let mut cmd = megaconn();
+    cmd.args([
+        "bench",
+        "--scenario",
+        "push",
+        "--connections",
+        "1000",
+        "--broadcasts",
+        "2",
+        "--broadcast-interval",
+        "300ms",
+        "--hold",
+        "3s",
+        "--ports",
+        "21930-21931",
+    ]);
+    cmd.arg("--report").arg(&d);
+    let (code, _, err) = run(cmd, Duration::from_secs(90));
+    assert_eq!(code, 0, "{err}");
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(d.join("report.json")).unwrap()).unwrap();
+    assert_eq!(r["result"]["push"]["deliveries"], 2000, "{}", r["result"]["push"]);
+    assert!(r["phases"][1]["pushes_received"].as_u64().unwrap() >= 2000, "pushes counted in the hold phase: {}", r["phases"][1]);
+    let (w, h, inked) = png_stats(&d.join("latency-push.png"));
+    assert_eq!((w, h), (900, 420));
+    assert!(inked > 0.02);
+    assert!(std::fs::read_to_string(d.join("index.html")).unwrap().contains("push delivery p99"));
+    let _ = std::fs::remove_dir_all(&d);
+
+    let mut cmd = megaconn();
+    cmd.args(["bench", "--scenario", "business", "--report"]).arg(scratch("report-business"));
+    let (code, _, err) = run(cmd, Duration::from_secs(30));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--scenario business") && err.contains("client --report"), "{err}");
+}

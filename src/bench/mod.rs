@@ -148,6 +148,9 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
         .into());
     }
     if let Some(dir) = &args.report {
+        if args.scenario == Scenario::Business {
+            return Err(crate::UsageError("--report writes one run; --scenario business is four (its table is the report): drop --report, or report one mode with megaconn server --business MODE and megaconn client --report DIR".into()).into());
+        }
         crate::report::prepare(dir)?;
     }
     // Placed before anything starts: workers inherit the namespace. The
@@ -164,11 +167,10 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
     }
     args.client_netns = net.client_ns.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
     match args.scenario {
-        Scenario::Business => return business::run(args),
-        Scenario::Push => return push::run(args),
-        Scenario::Connections => {}
+        Scenario::Business => business::run(args),
+        Scenario::Push => push::run(args, &net.placement),
+        Scenario::Connections => connections(args, &net.placement, progress),
     }
-    connections(args, &net.placement, progress)
 }
 
 /// "8000-8099,9000" for ip_local_reserved_ports.

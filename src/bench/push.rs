@@ -81,7 +81,7 @@ fn spread(mut v: Vec<f64>) -> Spread {
     Spread { min: v[0], median: v[v.len() / 2], max: v[v.len() - 1] }
 }
 
-pub fn run(args: BenchConfig) -> Result<i32> {
+pub fn run(args: BenchConfig, placement: &crate::topology::Placement) -> Result<i32> {
     let (_, fds) = crate::sys::raise_fd_limit();
     let publishing = args.broadcast_interval * args.broadcasts as u32;
     let hold = args.hold.unwrap_or(SETTLE + publishing + TAIL);
@@ -106,6 +106,7 @@ pub fn run(args: BenchConfig) -> Result<i32> {
     ));
     let (tx, rx) = supervise::channel();
     let server = crate::server::start(&server_cfg, &splan, None, &tx, &rx)?;
+    let anon_baseline = crate::stats::memory::pss_of(&server.pids()).anon;
     let admin = crate::admin::serve(crate::supervise::Role::Server, server_cfg.admin.expect("set above"), None, tx.clone())?;
     let client = ClientRun::start(&cplan, &client_cfg.load, &cwplan, None, &tx)?;
     let ramp_done = Arc::new(AtomicBool::new(false));
@@ -117,6 +118,7 @@ pub fn run(args: BenchConfig) -> Result<i32> {
     let sample = |server: &ServerFleet, _: &ClientRun| server.pids().len();
     let mut pair = PairRun::new(server, client, &mut progress, sample);
     pair.ramp_done = Some(ramp_done.clone());
+    pair.server_sampler = Some(super::sampler::ServerSampler::new(anon_baseline, splan.initial()));
     pair.run(&rx)?;
     ramp_done.store(true, Ordering::SeqCst);
     let publish_error = publisher.join().map_err(|_| anyhow::anyhow!("the publisher thread panicked"))?.err();
@@ -161,9 +163,16 @@ pub fn run(args: BenchConfig) -> Result<i32> {
         server_cpu_seconds: server.view.totals().cpu_seconds,
         client_cpu_seconds: summary.cpu_seconds,
     };
+    let result = serde_json::json!({ "push": report, "client": summary, "topology": placement });
+    if let Some(dir) = &args.report {
+        let plan =
+            serde_json::json!({"client": cplan, "client_workers": cwplan, "broadcasts": args.broadcasts, "topics": args.topics, "payload": args.payload});
+        let r = crate::report::Report::new("bench push", &client, &summary, plan, result.clone(), crate::report::machine(serde_json::to_value(placement)?));
+        r.save(dir, &mut progress)?;
+    }
     if args.json {
         progress.finish();
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "push": report, "client": summary }))?);
+        println!("{}", serde_json::to_string_pretty(&result)?);
     } else {
         crate::client::summary::print_summary(&summary, &mut progress);
         print_report(&report);

@@ -51,6 +51,9 @@ pub fn of(r: &Report) -> Vec<Metric> {
     push("request p50 (hold)", lat(phase("hold"), |p| &p.request_ms, |l| l.p50_ms), "ms", Lower);
     push("request p99 (hold)", lat(phase("hold"), |p| &p.request_ms, |l| l.p99_ms), "ms", Lower);
     push("push p99 (hold)", lat(phase("hold"), |p| &p.push_ms, |l| l.p99_ms), "ms", Lower);
+    push("push time to all (median round)", at(res, "/push/time_to_all_ms/median"), "ms", Lower);
+    push("push delivery p99", at(res, "/push/delivery_ms/p99_ms"), "ms", Lower);
+    push("push dropped", at(res, "/push/dropped"), "", Lower);
     push("server user memory", at(res, "/server_user_bytes_per_conn"), "B/conn", Lower);
     push("kernel memory (Slab)", at(res, "/kernel_slab_bytes_per_conn"), "B/conn", Lower);
     push("server cpu", at(res, "/server_cpu_seconds"), "s", Lower);
