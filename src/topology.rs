@@ -249,7 +249,9 @@ fn build(net: &mut Net, pid: u32, connections: u64, private: &[(&str, String)], 
             net.placement.namespaces.push(srv.clone());
             create(&srv, ehash, private, &mut net.notes)?;
             net.placement.namespaces.push(cli.clone());
-            create(&cli, ehash, &private[3..], &mut net.notes)?;
+            // The client host needs the ports (range and reservations), not
+            // the listen queues.
+            create(&cli, ehash, &private[2..], &mut net.notes)?;
             net.placement.ehash_planned = Some(ehash);
             let (vs, vc) = (format!("mc{pid}s"), format!("mc{pid}c"));
             net.veth = Some(vs.clone());
@@ -266,7 +268,7 @@ fn build(net: &mut Net, pid: u32, connections: u64, private: &[(&str, String)], 
             net.notes.push(format!("veth {vs} ({srv}, {VETH_SERVER}) <-> {vc} ({cli}, {} source addresses from {})", sources.len(), sources[0]));
             net.placement.server_address = VETH_SERVER;
             net.placement.client_sources = sources;
-            net.client_ns = Some(File::open(format!("/run/netns/{cli}"))?);
+            net.client_ns = Some(File::open(format!("/run/netns/{cli}")).with_context(|| format!("opening namespace {cli}"))?);
             enter(&srv)?;
         }
         Topology::Auto | Topology::Host => unreachable!("resolved above"),

@@ -106,7 +106,8 @@ pub fn server_config(cfg: &BenchConfig, connections: u64) -> ServerConfig {
         ports: cfg.ports.clone(),
         workers: cfg.server_workers,
         connections: Some(connections),
-        stats_interval: Duration::from_secs(1),
+        // The report's series samples every 500 ms.
+        stats_interval: Duration::from_millis(500),
         protocol: cfg.protocol,
         ..Default::default()
     }
@@ -246,7 +247,7 @@ fn connections(args: BenchConfig, placement: &crate::topology::Placement, mut pr
     };
     let mut pair = PairRun::new(server, client, &mut progress, sample);
     pair.settle_workers = args.churn.is_some();
-    pair.server_sampler = Some(sampler::ServerSampler::new(server_pss_baseline.anon, splan.initial()));
+    pair.server_sampler = Some(sampler::ServerSampler::new(&pair.server, server_pss_baseline.anon, splan.initial()));
     pair.run(&rx)?;
     let active_after = pair.server.view.totals().active;
     let failure = pair.failure.clone();
@@ -310,7 +311,9 @@ fn connections(args: BenchConfig, placement: &crate::topology::Placement, mut pr
             serde_json::to_value(&report)?,
             crate::report::machine(serde_json::to_value(placement)?),
         );
-        r.save(dir, &mut progress)?;
+        if let Err(e) = r.save(dir, &mut progress) {
+            progress.note(&format!("warning: the report was not written ({e:#}); the results follow"));
+        }
     }
     if args.json {
         progress.finish();
@@ -379,13 +382,18 @@ fn print_report(r: &BenchReport) {
             r.kernel_slab_after_close_delta_bytes as f64 / 1048576.0
         );
     }
-    print_kernel_drops(&r.kernel_drops);
+    let scope = match r.topology.kind {
+        crate::topology::Topology::Veth => "server's namespace; the client's is not counted",
+        crate::topology::Topology::Netns => "the run's namespace",
+        _ => "this host",
+    };
+    print_kernel_drops(&r.kernel_drops, scope);
 }
 
-/// The kernel's drops during the run (whole machine), each with its fix.
-fn print_kernel_drops(drops: &std::collections::BTreeMap<String, u64>) {
+/// The kernel's drops during the run (in `scope`), each with its fix.
+fn print_kernel_drops(drops: &std::collections::BTreeMap<String, u64>, scope: &str) {
     if drops.is_empty() {
-        println!("kernel drops  none (ListenOverflows, ListenDrops, TCPReqQFullDrop, TCPMigrateReqFailure, TCPSynRetrans all unchanged)");
+        println!("kernel drops  none in {scope} (ListenOverflows, ListenDrops, TCPReqQFullDrop, TCPMigrateReqFailure, TCPSynRetrans all unchanged)");
     }
     for (name, n) in drops {
         println!("kernel drops  {name} +{} — {}", format::count(*n), crate::stats::netstat::fix(name));

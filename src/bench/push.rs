@@ -118,7 +118,7 @@ pub fn run(args: BenchConfig, placement: &crate::topology::Placement) -> Result<
     let sample = |server: &ServerFleet, _: &ClientRun| server.pids().len();
     let mut pair = PairRun::new(server, client, &mut progress, sample);
     pair.ramp_done = Some(ramp_done.clone());
-    pair.server_sampler = Some(super::sampler::ServerSampler::new(anon_baseline, splan.initial()));
+    pair.server_sampler = Some(super::sampler::ServerSampler::new(&pair.server, anon_baseline, splan.initial()));
     pair.run(&rx)?;
     ramp_done.store(true, Ordering::SeqCst);
     let publish_error = publisher.join().map_err(|_| anyhow::anyhow!("the publisher thread panicked"))?.err();
@@ -168,7 +168,9 @@ pub fn run(args: BenchConfig, placement: &crate::topology::Placement) -> Result<
         let plan =
             serde_json::json!({"client": cplan, "client_workers": cwplan, "broadcasts": args.broadcasts, "topics": args.topics, "payload": args.payload});
         let r = crate::report::Report::new("bench push", &client, &summary, plan, result.clone(), crate::report::machine(serde_json::to_value(placement)?));
-        r.save(dir, &mut progress)?;
+        if let Err(e) = r.save(dir, &mut progress) {
+            progress.note(&format!("warning: the report was not written ({e:#}); the results follow"));
+        }
     }
     if args.json {
         progress.finish();

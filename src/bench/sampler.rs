@@ -10,8 +10,9 @@ pub struct ServerSampler {
     /// Anonymous PSS of one idle worker (elastic servers add workers).
     anon_per_worker: u64,
     slab_before: u64,
-    prev_cpu: f64,
-    prev_us: u64,
+    /// (µs, CPU seconds) of the last two samples: CPU is priced over ~1 s
+    /// so a worker report landing in one half-second does not zig-zag.
+    window: std::collections::VecDeque<(u64, f64)>,
 }
 
 fn slab_bytes() -> u64 {
@@ -22,17 +23,25 @@ fn slab_bytes() -> u64 {
 impl ServerSampler {
     /// `anon_baseline`: anonymous PSS of the `workers` started before any
     /// connection.
-    pub fn new(anon_baseline: u64, workers: usize) -> ServerSampler {
-        ServerSampler { anon_per_worker: anon_baseline / workers.max(1) as u64, slab_before: slab_bytes(), prev_cpu: 0.0, prev_us: mono_us() }
+    pub fn new(fleet: &ServerFleet, anon_baseline: u64, workers: usize) -> ServerSampler {
+        ServerSampler {
+            anon_per_worker: anon_baseline / workers.max(1) as u64,
+            slab_before: slab_bytes(),
+            window: [(mono_us(), fleet.view.totals().cpu_seconds)].into(),
+        }
     }
 
     pub fn sample(&mut self, fleet: &ServerFleet) -> ServerSample {
         let t = fleet.view.totals();
         let pids = fleet.pids();
         let now = mono_us();
-        let dt = now.saturating_sub(self.prev_us) as f64 / 1e6;
-        let cpu_cores = if dt > 0.0 { (t.cpu_seconds - self.prev_cpu).max(0.0) / dt } else { 0.0 };
-        (self.prev_cpu, self.prev_us) = (t.cpu_seconds, now);
+        let (base_us, base_cpu) = self.window.front().copied().unwrap_or((now, t.cpu_seconds));
+        let dt = now.saturating_sub(base_us) as f64 / 1e6;
+        let cpu_cores = if dt > 0.0 { (t.cpu_seconds - base_cpu).max(0.0) / dt } else { 0.0 };
+        self.window.push_back((now, t.cpu_seconds));
+        if self.window.len() > 2 {
+            self.window.pop_front();
+        }
         let active = t.active.max(1) as f64;
         let anon = memory::pss_of(&pids).anon;
         ServerSample {

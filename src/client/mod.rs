@@ -200,7 +200,9 @@ pub fn run(cfg: ClientConfig) -> Result<i32> {
         let plan = serde_json::json!({"client": cp, "workers": wp});
         let result = serde_json::to_value(&summary)?;
         let r = crate::report::Report::new("client", &cmd.run, &summary, plan, result, crate::report::machine(serde_json::json!({"kind": "host"})));
-        r.save(dir, &mut cmd.progress)?;
+        if let Err(e) = r.save(dir, &mut cmd.progress) {
+            cmd.progress.note(&format!("warning: the report was not written ({e:#}); the results follow"));
+        }
     }
     if cfg.load.json {
         cmd.progress.finish();

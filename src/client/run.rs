@@ -431,7 +431,8 @@ impl ClientRun {
             churn_failed: t.churn_failed.clone(),
             reconnect_failed: t.reconnect_failed.clone(),
             ramp_seconds,
-            ramp_rate_per_s: ramp_seconds.filter(|s| *s > 0.0).map(|s| t.established_total as f64 / s),
+            // Handshakes of the ramp only (not churn reopens or reconnects later).
+            ramp_rate_per_s: ramp_seconds.filter(|s| *s > 0.0).map(|s| phases.first().map_or(t.established_total, |p| p.established) as f64 / s),
             connect_ms: histogram::summarize(&self.view.connect_hist),
             heartbeats_sent: t.heartbeats_sent,
             heartbeats_answered: t.heartbeats_answered,

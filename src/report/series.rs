@@ -62,8 +62,10 @@ pub struct Series {
     pub samples: Vec<Sample>,
     origin_us: u64,
     next_us: u64,
-    prev: Counters,
-    prev_us: u64,
+    /// (µs, counters) of the last two samples: rates are taken over ~1 s
+    /// (workers report every 500 ms, not in step with the sampler, so a
+    /// half-second holds 0, 1 or 2 of a worker's reports).
+    window: std::collections::VecDeque<(u64, Counters)>,
     heartbeat: Histogram<u64>,
     request: Histogram<u64>,
     push: Histogram<u64>,
@@ -77,8 +79,7 @@ impl Series {
             samples: Vec::new(),
             origin_us,
             next_us: origin_us,
-            prev: Counters::default(),
-            prev_us: origin_us,
+            window: std::collections::VecDeque::new(),
             heartbeat: histogram::new(),
             request: histogram::new(),
             push: histogram::new(),
@@ -98,7 +99,8 @@ impl Series {
 
     /// Take a sample now (call when [`Series::due`]).
     pub fn sample(&mut self, now_us: u64, phase: &str, c: Counters) {
-        let dt = now_us.saturating_sub(self.prev_us) as f64 / 1e6;
+        let (base_us, base) = self.window.front().copied().unwrap_or((self.origin_us, Counters::default()));
+        let dt = now_us.saturating_sub(base_us) as f64 / 1e6;
         let per_s = |a: u64, b: u64| if dt > 0.0 { b.saturating_sub(a) as f64 / dt } else { 0.0 };
         let take = |h: &mut Histogram<u64>| {
             let s = histogram::summarize(h);
@@ -113,18 +115,20 @@ impl Series {
             established_total: c.established_total,
             failed: c.failed,
             lost: c.lost,
-            connect_rate_per_s: per_s(self.prev.established_total, c.established_total),
-            qps: per_s(self.prev.replies, c.replies),
+            connect_rate_per_s: per_s(base.established_total, c.established_total),
+            qps: per_s(base.replies, c.replies),
             heartbeat_ms: take(&mut self.heartbeat),
             request_ms: take(&mut self.request),
             push_ms: take(&mut self.push),
             // The first sample has no interval of its own to price.
-            client_cpu_cores: if dt > 0.0 && !self.samples.is_empty() { (c.cpu_seconds - self.prev.cpu_seconds).max(0.0) / dt } else { 0.0 },
+            client_cpu_cores: if dt > 0.0 && !self.samples.is_empty() { (c.cpu_seconds - base.cpu_seconds).max(0.0) / dt } else { 0.0 },
             client_rss_bytes: c.rss_bytes,
             server: None,
         });
-        self.prev = c;
-        self.prev_us = now_us;
+        self.window.push_back((now_us, c));
+        if self.window.len() > 2 {
+            self.window.pop_front();
+        }
         self.next_us = now_us.max(self.next_us) + EVERY_US;
         self.fresh = true;
     }
@@ -158,5 +162,9 @@ mod tests {
         assert_eq!((a.connect_rate_per_s, a.client_cpu_cores, a.heartbeat_ms.count), (200.0, 0.0, 1), "no interval before the first sample to price");
         let b = &s.samples[1];
         assert_eq!((b.t_s, b.connect_rate_per_s, b.client_cpu_cores, b.heartbeat_ms.count), (1.0, 400.0, 1.0, 0));
+        // From the third on, rates span the last second (two samples).
+        s.sample(1_500_000, "hold", Counters { established_total: 500, open: 490, cpu_seconds: 1.25, ..Default::default() });
+        let c = &s.samples[2];
+        assert_eq!((c.connect_rate_per_s, c.client_cpu_cores), (400.0, 1.0));
     }
 }

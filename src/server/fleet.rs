@@ -317,7 +317,7 @@ impl ServerFleet {
     /// in flight and exits; none is replaced or grown meanwhile.
     pub fn drain(&mut self) {
         self.stopping = true;
-        self.listeners.clear();
+        self.close_listeners();
         self.pool.broadcast(crate::supervise::control::CMD_CLOSE);
     }
 
@@ -341,8 +341,16 @@ impl ServerFleet {
     /// Stop every worker (graceful, then SIGKILL after `grace`).
     pub fn stop(&mut self, grace: Duration) {
         self.stopping = true;
-        self.listeners.clear();
+        self.close_listeners();
         self.pool.stop(grace);
+    }
+
+    /// Close the supervisor's copies; no later worker may inherit the
+    /// (now reusable) descriptor numbers.
+    fn close_listeners(&mut self) {
+        self.listeners.clear();
+        self.pool.set_inherit(Vec::new());
+        self.template.listen_fds.clear();
     }
 }
 

@@ -8,8 +8,10 @@
 //! accepting worker sees the queue while it is not empty, so a burst is
 //! spread over them (edge-triggered, the first worker awake took a burst of
 //! 10 keep-alive connections whole, 83 of 100: HTTP throughput -12%
-//! against nginx). The wake-ups are few: only workers with room accept
-//! (one per core plus growing ones); full ones are not woken at all.
+//! against nginx). Every accepting worker is woken per connection (no
+//! EPOLLEXCLUSIVE); they are few: workers with room (one per core plus
+//! growing ones) and a full one only until the supervisor tells it to
+//! leave.
 //!
 //! Why not SO_REUSEPORT with a listener per worker: a full worker then had
 //! to close its listeners to leave the group, and a handshake in flight on
@@ -52,7 +54,7 @@ pub fn bind_all(addr: Ipv4Addr, ports: &[u16]) -> Result<Vec<std::net::TcpListen
     ports.iter().map(|p| bind(addr, *p)).collect()
 }
 
-/// Listener tokens count down from here; connection tokens are slab keys.
+/// Listener i has token LISTENER_BASE + i; connection tokens are slab keys.
 pub const LISTENER_BASE: usize = usize::MAX / 2;
 
 /// A worker's inherited listeners and whether it accepts from them.
@@ -82,13 +84,31 @@ impl AcceptGroup {
         AcceptGroup { listeners, accepting: false, suspended: false }
     }
 
+    /// Accepting now (not left, not suspended for lack of fds).
     pub fn accepting(&self) -> bool {
+        self.accepting && !self.suspended
+    }
+
+    /// Told to accept (even while suspended).
+    pub fn joined(&self) -> bool {
         self.accepting
     }
 
+    /// All listeners in the epoll set, or none (a failed add is rolled
+    /// back, so a retry starts clean).
     fn watch(&self, epfd: RawFd) -> Result<()> {
         for (i, l) in self.listeners.iter().enumerate() {
-            epoll(epfd, libc::EPOLL_CTL_ADD, l.as_raw_fd(), LISTENER_BASE + i).map_err(|e| anyhow!("cannot watch a listener: {e}"))?;
+            match epoll(epfd, libc::EPOLL_CTL_ADD, l.as_raw_fd(), LISTENER_BASE + i) {
+                Ok(()) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
+                Err(e) => {
+                    for l in &self.listeners[..i] {
+                        let _ = epoll(epfd, libc::EPOLL_CTL_DEL, l.as_raw_fd(), 0);
+                    }
+                    let port = l.local_addr().map(|a| a.port()).unwrap_or(0);
+                    return Err(anyhow!("cannot watch the listener on port {port}: {e} (ENOSPC: raise fs.epoll.max_user_watches; ENOMEM: memory is short)"));
+                }
+            }
         }
         Ok(())
     }
@@ -128,10 +148,14 @@ impl AcceptGroup {
         }
     }
 
-    pub fn resume(&mut self, epfd: RawFd) {
-        if self.suspended && self.watch(epfd).is_ok() {
+    /// Back in the epoll set after a suspension; Err: still out (the
+    /// caller backs off again).
+    pub fn resume(&mut self, epfd: RawFd) -> Result<()> {
+        if self.suspended {
+            self.watch(epfd)?;
             self.suspended = false;
         }
+        Ok(())
     }
 
     /// Shutting down: stop accepting and close this worker's copies (the

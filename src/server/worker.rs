@@ -175,7 +175,7 @@ impl Handler for Worker {
     fn on_command(&mut self, cmd: Command) -> Flow {
         match cmd {
             Command::Leave => {
-                if self.group.accepting() {
+                if self.group.joined() {
                     self.leave_group();
                 }
                 Flow::Continue
@@ -221,7 +221,10 @@ impl Handler for Worker {
         if let Some(t) = self.accept_paused_until {
             if now >= t {
                 self.accept_paused_until = None;
-                self.group.resume(self.poll.as_raw_fd());
+                if let Err(e) = self.group.resume(self.poll.as_raw_fd()) {
+                    *self.stats.accept_errors.entry(format!("resume_failed: {e}")).or_insert(0) += 1;
+                    self.accept_paused_until = Some(now + ACCEPT_BACKOFF);
+                }
             }
         }
         self.deliver_done();
@@ -324,10 +327,10 @@ impl Worker {
     /// Rejoin the accept group once drained below the low-water mark.
     fn maybe_rejoin(&mut self) {
         let low_water = (self.cfg.budget as f64 * LOW_WATER_SHARE) as u64;
-        if !self.cfg.elastic || self.group.accepting() || self.stats.active > low_water {
+        if !self.cfg.elastic || self.group.joined() || self.stats.active > low_water {
             return;
         }
-        if self.draining {
+        if self.draining || self.accept_paused_until.is_some() {
             return;
         }
         match self.group.join(self.poll.as_raw_fd()) {
