@@ -90,8 +90,10 @@ pub fn stale() -> Vec<String> {
     dir.filter_map(|e| e.ok()?.file_name().into_string().ok())
         .filter(|n| {
             let Some(pid) = n.strip_prefix(PREFIX).and_then(|r| r.split('-').next()).and_then(|p| p.parse::<u32>().ok()) else { return false };
+            // Our own pid: a namespace of a dead megaconn whose pid we
+            // reuse (we have made none yet when this runs).
             let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            comm.trim() != "megaconn"
+            pid == std::process::id() || comm.trim() != "megaconn"
         })
         .collect()
 }

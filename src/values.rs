@@ -164,6 +164,20 @@ impl FromStr for OptAddr {
 }
 
 /// A positive count ("1000000", "1_000_000", "1M", "200k").
+/// A wall-clock instant: RFC 3339 ("2026-11-22T20:30:00Z") or "@UNIX"
+/// seconds. Checked against now where it is used.
+pub fn wall_time(s: &str) -> Result<std::time::SystemTime, String> {
+    let bad = || format!("'{s}' is not a time; use RFC 3339 like 2026-11-22T20:30:00Z, or @UNIX-SECONDS like @1795000000");
+    if let Some(secs) = s.strip_prefix('@') {
+        let v: f64 = secs.parse().map_err(|_| bad())?;
+        if !(0.0..1e11).contains(&v) {
+            return Err(bad());
+        }
+        return Ok(std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(v));
+    }
+    humantime::parse_rfc3339_weak(s).map_err(|_| bad())
+}
+
 pub fn positive_count(s: &str) -> Result<u64, String> {
     let t = s.trim().replace('_', "");
     let (num, mult) = match t.chars().last() {

@@ -63,6 +63,7 @@ impl From<LoadArgs> for LoadConfig {
             ws_target: "/".into(),
             nice: 0,
             netns_fd: None,
+            start_at: None,
             json: a.json,
         }
     }
@@ -70,7 +71,17 @@ impl From<LoadArgs> for LoadConfig {
 
 impl From<ClientArgs> for ClientConfig {
     fn from(a: ClientArgs) -> ClientConfig {
-        let mut c = ClientConfig { target: a.target, load: a.load.into(), workers: a.workers, shard: a.shard, admin: a.admin.0, url: a.url, report: a.report };
+        let mut c = ClientConfig {
+            target: a.target,
+            load: a.load.into(),
+            workers: a.workers,
+            shard: a.shard,
+            admin: a.admin.0,
+            url: a.url,
+            report: a.report,
+            summary_json: a.summary_json,
+        };
+        c.load.start_at = a.start_at;
         if let Some(u) = &c.url {
             // A ws:// URL names the protocol; its host, port and path win.
             if c.load.protocol == crate::proto::Protocol::Framed {

@@ -231,9 +231,15 @@ pub struct ClientArgs {
     /// Worker processes: auto or N.
     #[arg(long, default_value = "auto")]
     pub workers: Workers,
-    /// Run only shard i of n of the connection plan (for multi-host runs).
+    /// Run only shard i of n of the connection plan (for multi-host runs; default: JOB_COMPLETION_INDEX of JOB_COMPLETIONS from a Kubernetes Indexed Job, when set).
     #[arg(long)]
     pub shard: Option<Shard>,
+    /// Start the ramp at this wall-clock time (RFC 3339 or @UNIX-SECONDS), so shards on different hosts ramp together.
+    #[arg(long, value_parser = parse::wall_time)]
+    pub start_at: Option<std::time::SystemTime>,
+    /// Also write the full summary (plan, workers, summary, failure) as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub summary_json: Option<std::path::PathBuf>,
     /// Serve this run's /metrics (Prometheus), /stats and /healthz on ADDR:PORT (loopback), or off.
     #[arg(long, default_value = "off")]
     pub admin: parse::OptAddr,

@@ -59,6 +59,8 @@ pub struct LoadConfig {
     pub nice: i32,
     /// Network namespace (fd) the client workers run in (bench --topology veth).
     pub netns_fd: Option<i32>,
+    /// `--start-at`: the wall-clock instant the ramp starts.
+    pub start_at: Option<std::time::SystemTime>,
     pub json: bool,
 }
 
@@ -89,6 +91,7 @@ impl Default for LoadConfig {
             ws_target: "/".into(),
             nice: 0,
             netns_fd: None,
+            start_at: None,
             json: false,
         }
     }
@@ -107,10 +110,21 @@ pub struct ClientConfig {
     pub url: Option<super::ws::WsUrl>,
     /// `--report DIR`.
     pub report: Option<std::path::PathBuf>,
+    /// `--summary-json FILE`.
+    pub summary_json: Option<std::path::PathBuf>,
 }
 
 impl Default for ClientConfig {
     fn default() -> ClientConfig {
-        ClientConfig { target: Ipv4Addr::LOCALHOST, load: LoadConfig::default(), workers: Workers::Auto, shard: None, admin: None, url: None, report: None }
+        ClientConfig {
+            target: Ipv4Addr::LOCALHOST,
+            load: LoadConfig::default(),
+            workers: Workers::Auto,
+            shard: None,
+            admin: None,
+            url: None,
+            report: None,
+            summary_json: None,
+        }
     }
 }

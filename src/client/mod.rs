@@ -48,10 +48,37 @@ pub fn plan(cfg: &ClientConfig, fd_hard: u64) -> Result<(ConnectionPlan, WorkerP
         )
         .to_lowercase());
     }
-    let shard = cfg.shard.map(|s| s.range(cfg.load.connections)).unwrap_or((0, cfg.load.connections));
+    if let Some(t) = cfg.load.start_at {
+        let now = std::time::SystemTime::now();
+        match t.duration_since(now) {
+            Ok(ahead) if ahead >= std::time::Duration::from_millis(500) && ahead <= std::time::Duration::from_secs(86_400) => {}
+            Ok(ahead) if ahead > std::time::Duration::from_secs(86_400) => {
+                return Err(format!("--start-at is {} h ahead; give a time within 24 h", ahead.as_secs() / 3600));
+            }
+            _ => {
+                return Err("--start-at is not at least 0.5 s in the future (workers need that long to start); give a later time, e.g. $(date -u -d '+30 seconds' +%FT%TZ)".into());
+            }
+        }
+    }
+    let shard = match cfg.shard {
+        Some(s) => Some(s),
+        None => shard_from_env()?,
+    };
+    let shard = shard.map(|s| s.range(cfg.load.connections)).unwrap_or((0, cfg.load.connections));
     let cp = ConnectionPlan::build(cfg.target, &cfg.load.ports, cfg.load.source_ips.as_deref(), cfg.load.connections, shard, plan::local_port_range())?;
     let wp = plan_workers(cp.count, cfg.workers, fd_hard, 0, crate::sys::online_cpus())?;
     Ok((cp, wp))
+}
+
+/// The shard of a Kubernetes Indexed Job: JOB_COMPLETION_INDEX of
+/// JOB_COMPLETIONS (both set, or neither).
+fn shard_from_env() -> Result<Option<plan::Shard>, String> {
+    let (i, n) = (std::env::var("JOB_COMPLETION_INDEX").ok(), std::env::var("JOB_COMPLETIONS").ok());
+    match (i, n) {
+        (None, _) => Ok(None),
+        (Some(i), Some(n)) => format!("{i}/{n}").parse().map(Some).map_err(|e| format!("JOB_COMPLETION_INDEX/JOB_COMPLETIONS: {e}")),
+        (Some(_), None) => Err("JOB_COMPLETION_INDEX is set but JOB_COMPLETIONS is not: set both (an Indexed Job's completions), or pass --shard i/n".into()),
+    }
 }
 
 pub fn describe(cp: &ConnectionPlan, wp: &WorkerPlan) -> String {
@@ -184,6 +211,9 @@ pub fn run(cfg: ClientConfig) -> Result<i32> {
     if let Some(dir) = &cfg.report {
         crate::report::prepare(dir)?;
     }
+    if let Some(p) = &cfg.summary_json {
+        std::fs::write(p, b"").map_err(|e| crate::UsageError(format!("--summary-json {}: {e}; give a file this user can write", p.display())))?;
+    }
     let (tx, rx) = supervise::channel();
     let run = ClientRun::start(&cp, &cfg.load, &wp, None, &tx)?;
     if let Some(a) = cfg.admin {
@@ -204,9 +234,15 @@ pub fn run(cfg: ClientConfig) -> Result<i32> {
             cmd.progress.note(&format!("warning: the report was not written ({e:#}); the results follow"));
         }
     }
+    let doc = serde_json::json!({"plan": cp, "workers": wp, "summary": summary, "failure": why});
+    if let Some(path) = &cfg.summary_json {
+        if let Err(e) = std::fs::write(path, serde_json::to_string_pretty(&doc)?) {
+            cmd.progress.note(&format!("warning: --summary-json {}: {e}; the summary follows", path.display()));
+        }
+    }
     if cfg.load.json {
         cmd.progress.finish();
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({"plan": cp, "workers": wp, "summary": summary, "failure": why}))?);
+        println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
         summary::print_summary(&summary, &mut cmd.progress);
     }

@@ -166,7 +166,11 @@ impl ClientRun {
     pub fn start(plan: &ConnectionPlan, load: &LoadConfig, workers: &WorkerPlan, fd_limit: Option<u64>, tx: &Sender<Delivery>) -> Result<ClientRun> {
         let w = workers.workers.min(plan.count.max(1) as usize);
         // Processes take a while to start; everyone ramps from one instant.
-        let start_at_us = mono_us() + 300_000 + 5_000 * w as u64;
+        let start_at_us = match load.start_at {
+            // The plan checked it is ahead; the monotonic clock does not jump.
+            Some(t) => mono_us() + t.duration_since(std::time::SystemTime::now()).unwrap_or_default().as_micros() as u64,
+            None => mono_us() + 300_000 + 5_000 * w as u64,
+        };
         let ramp_us = (plan.count as f64 / load.rate as f64 * 1e6) as u64;
         let ramp_deadline_us = start_at_us + ramp_us * 2 + load.connect_timeout.as_micros() as u64 + 30_000_000;
         let deadline_us = ramp_deadline_us + load.hold.as_micros() as u64 + 60_000_000;

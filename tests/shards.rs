@@ -1,0 +1,73 @@
+//! Sharded load generation: four shards (as a Kubernetes Indexed Job
+//! names them, JOB_COMPLETION_INDEX of JOB_COMPLETIONS) starting their
+//! ramps at one wall-clock instant add up to one unsharded run.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+#[test]
+fn four_shards_from_job_env_start_together_and_add_up() {
+    raise_fd_limit();
+    let (mut srv, _) = server(&["--ports", "21950-21951", "--workers", "2"], None);
+    let start = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64() + 3.0;
+    let dir = std::env::temp_dir().join(format!("megaconn-shards-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let began = Instant::now();
+    let shards: Vec<_> = (0..4)
+        .map(|i| {
+            let mut cmd = megaconn();
+            cmd.args([
+                "client",
+                "--ports",
+                "21950-21951",
+                "--connections",
+                "1000",
+                "--hold",
+                "2s",
+                "--heartbeat",
+                "500ms",
+                "--start-at",
+                &format!("@{start:.3}"),
+            ]);
+            cmd.arg("--summary-json").arg(dir.join(format!("shard-{i}.json")));
+            cmd.env("JOB_COMPLETION_INDEX", i.to_string()).env("JOB_COMPLETIONS", "4");
+            std::thread::spawn(move || run(cmd, Duration::from_secs(60)))
+        })
+        .collect();
+    let all = srv.wait_for(Duration::from_secs(30), "the server holds every shard's connections", |v| v["event"] == "stats" && v["active"] == 1000);
+    assert!(began.elapsed() >= Duration::from_millis(2500), "nobody ramped before --start-at: {all}");
+    let mut owned = Vec::new();
+    for (i, h) in shards.into_iter().enumerate() {
+        let (code, _, err) = h.join().unwrap();
+        assert_eq!(code, 0, "shard {i}: {err}");
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(dir.join(format!("shard-{i}.json"))).unwrap()).unwrap();
+        assert_eq!(v["summary"]["established"], 250, "shard {i}: {}", v["summary"]);
+        assert_eq!(v["summary"]["heartbeats_answered"], v["summary"]["heartbeats_sent"]);
+        owned.push((v["plan"]["first"].as_u64().unwrap(), v["plan"]["count"].as_u64().unwrap()));
+    }
+    owned.sort();
+    assert_eq!(owned, vec![(0, 250), (250, 250), (500, 250), (750, 250)], "the shards partition the plan");
+    assert!(srv.terminate().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_start_times_and_job_env_are_refused() {
+    let mut cmd = megaconn();
+    cmd.args(["client", "--connections", "10", "--start-at", "2020-01-01T00:00:00Z"]);
+    let (code, _, err) = run(cmd, Duration::from_secs(20));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--start-at is not at least 0.5 s in the future"), "{err}");
+    let mut cmd = megaconn();
+    cmd.args(["client", "--connections", "10", "--start-at", "tomorrow-ish"]);
+    let (code, _, err) = run(cmd, Duration::from_secs(20));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("RFC 3339"), "{err}");
+    let mut cmd = megaconn();
+    cmd.args(["client", "--connections", "10"]).env("JOB_COMPLETION_INDEX", "1").env_remove("JOB_COMPLETIONS");
+    let (code, _, err) = run(cmd, Duration::from_secs(20));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("JOB_COMPLETIONS is not"), "{err}");
+}
