@@ -32,6 +32,7 @@ fn four_shards_from_job_env_start_together_and_add_up() {
                 &format!("@{start:.3}"),
             ]);
             cmd.arg("--summary-json").arg(dir.join(format!("shard-{i}.json")));
+            cmd.arg("--hdr-log").arg(dir.join(format!("shard-{i}.hlog")));
             cmd.env("JOB_COMPLETION_INDEX", i.to_string()).env("JOB_COMPLETIONS", "4");
             std::thread::spawn(move || run(cmd, Duration::from_secs(60)))
         })
@@ -49,6 +50,36 @@ fn four_shards_from_job_env_start_together_and_add_up() {
     }
     owned.sort();
     assert_eq!(owned, vec![(0, 250), (250, 250), (500, 250), (750, 250)], "the shards partition the plan");
+
+    // Merged exactly: counts add, percentiles from the merged histograms
+    // of the interval logs (standard HdrHistogram log format).
+    let mut cmd = megaconn();
+    cmd.args(["merge", "--json"]);
+    for i in 0..4 {
+        cmd.arg(dir.join(format!("shard-{i}.json"))).arg(dir.join(format!("shard-{i}.hlog")));
+    }
+    let (code, out, err) = run(cmd, Duration::from_secs(30));
+    assert_eq!(code, 0, "{err}");
+    let m: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(m["total"]["established"], 1000, "{m}");
+    assert_eq!(m["total"]["established"], all["active"], "merged count = the server's");
+    let answered = m["total"]["heartbeats_answered"].as_u64().unwrap();
+    assert!(answered >= 4000, "{m}");
+    assert_eq!(m["latency_ms"]["heartbeat"]["count"].as_u64().unwrap(), answered, "every answered heartbeat is in the logs once: {m}");
+    assert_eq!(m["latency_ms"]["handshake"]["count"], 1000);
+    let shard_p99: Vec<f64> = m["shards"].as_array().unwrap().iter().map(|s| s["summary"]["heartbeat_rtt_ms"]["p99_ms"].as_f64().unwrap()).collect();
+    let p99 = m["latency_ms"]["heartbeat"]["p99_ms"].as_f64().unwrap();
+    let (lo, hi) = shard_p99.iter().fold((f64::MAX, 0f64), |(a, b), v| (a.min(*v), b.max(*v)));
+    assert!(p99 >= lo && p99 <= hi, "the merged p99 {p99} lies within the shards' {shard_p99:?}");
+    let text = std::fs::read_to_string(dir.join("shard-0.hlog")).unwrap();
+    assert!(text.contains("#[StartTime: ") && text.contains("Tag=heartbeat,"), "HdrHistogram log format: {}", &text[..text.len().min(300)]);
+
+    let mut cmd = megaconn();
+    cmd.arg("merge").arg(dir.join("shard-0.json").with_extension("txt"));
+    std::fs::write(dir.join("shard-0.txt"), "not a log\n").unwrap();
+    let (code, _, err) = run(cmd, Duration::from_secs(30));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("shard-0.txt is not an HdrHistogram interval log"), "{err}");
     assert!(srv.terminate().success());
     let _ = std::fs::remove_dir_all(&dir);
 }

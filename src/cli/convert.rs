@@ -80,6 +80,7 @@ impl From<ClientArgs> for ClientConfig {
             url: a.url,
             report: a.report,
             summary_json: a.summary_json,
+            hdr_log: a.hdr_log,
         };
         c.load.start_at = a.start_at;
         if let Some(u) = &c.url {

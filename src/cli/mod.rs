@@ -22,10 +22,11 @@ use std::time::Duration;
 pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Cmd::Server(a) => crate::server::run(a.into()),
-        Cmd::Client(a) => crate::client::run(a.into()),
+        Cmd::Client(a) => crate::client::run((*a).into()),
         Cmd::Bench(a) => crate::bench::run(a.into()),
         Cmd::Tune(a) => crate::tune::run(a.into()),
         Cmd::Report { action: ReportCmd::Compare { a, b, html, json } } => crate::report::compare::run(&a, &b, html, json),
+        Cmd::Merge { files, json } => crate::report::hdrlog::merge(&files, json),
         Cmd::Worker { role } => crate::supervise::run_worker(&role).map(|_| 0),
     }
 }
@@ -46,7 +47,7 @@ pub enum Cmd {
     /// The long-connection server: holds connections and answers heartbeats.
     Server(ServerArgs),
     /// The load generator: opens N paced connections, keeps them alive, reports.
-    Client(ClientArgs),
+    Client(Box<ClientArgs>),
     /// Server and client on this machine: ramp to N, hold, measure, report.
     Bench(BenchArgs),
     /// The doctor: every limit on connection count, which one binds, the fix.
@@ -55,6 +56,14 @@ pub enum Cmd {
     Report {
         #[command(subcommand)]
         action: ReportCmd,
+    },
+    /// Add up shards: `--summary-json` files (*.json) and `--hdr-log` interval logs; counts add, percentiles come from the merged histograms.
+    Merge {
+        #[arg(required = true)]
+        files: Vec<std::path::PathBuf>,
+        /// Print the merged result as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Internal: one worker process (started by a supervisor; config on stdin).
     #[command(name = "__worker", hide = true)]
@@ -240,6 +249,9 @@ pub struct ClientArgs {
     /// Also write the full summary (plan, workers, summary, failure) as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub summary_json: Option<std::path::PathBuf>,
+    /// Write latency as an HdrHistogram interval log (500 ms intervals, tagged handshake/heartbeat/request/push) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub hdr_log: Option<std::path::PathBuf>,
     /// Serve this run's /metrics (Prometheus), /stats and /healthz on ADDR:PORT (loopback), or off.
     #[arg(long, default_value = "off")]
     pub admin: parse::OptAddr,
@@ -346,7 +358,7 @@ pub fn plan_only(cli: Cli) -> Result<(), String> {
     let fd_hard = crate::sys::fd_limit().hard;
     match cli.command {
         Cmd::Server(a) => crate::server::plan(&a.into(), fd_hard).map(|_| ()),
-        Cmd::Client(a) => crate::client::plan(&a.into(), fd_hard).map(|_| ()),
+        Cmd::Client(a) => crate::client::plan(&(*a).into(), fd_hard).map(|_| ()),
         Cmd::Bench(a) => {
             let cfg: crate::bench::BenchConfig = a.into();
             crate::server::plan(&crate::bench::server_config(&cfg, cfg.connections), fd_hard).map(|_| ())
@@ -356,6 +368,6 @@ pub fn plan_only(cli: Cli) -> Result<(), String> {
             crate::tune::assess_here(std::path::Path::new("/"), c.connections, c.role, c.ports, c.rate);
             Ok(())
         }
-        Cmd::Worker { .. } | Cmd::Report { .. } => Ok(()),
+        Cmd::Worker { .. } | Cmd::Report { .. } | Cmd::Merge { .. } => Ok(()),
     }
 }

@@ -112,6 +112,8 @@ pub struct ClientConfig {
     pub report: Option<std::path::PathBuf>,
     /// `--summary-json FILE`.
     pub summary_json: Option<std::path::PathBuf>,
+    /// `--hdr-log FILE`.
+    pub hdr_log: Option<std::path::PathBuf>,
 }
 
 impl Default for ClientConfig {
@@ -125,6 +127,7 @@ impl Default for ClientConfig {
             url: None,
             report: None,
             summary_json: None,
+            hdr_log: None,
         }
     }
 }

@@ -211,8 +211,10 @@ pub fn run(cfg: ClientConfig) -> Result<i32> {
     if let Some(dir) = &cfg.report {
         crate::report::prepare(dir)?;
     }
-    if let Some(p) = &cfg.summary_json {
-        std::fs::write(p, b"").map_err(|e| crate::UsageError(format!("--summary-json {}: {e}; give a file this user can write", p.display())))?;
+    for (flag, p) in [("--summary-json", &cfg.summary_json), ("--hdr-log", &cfg.hdr_log)] {
+        if let Some(p) = p {
+            std::fs::write(p, b"").map_err(|e| crate::UsageError(format!("{flag} {}: {e}; give a file this user can write", p.display())))?;
+        }
     }
     let (tx, rx) = supervise::channel();
     let run = ClientRun::start(&cp, &cfg.load, &wp, None, &tx)?;
@@ -220,6 +222,8 @@ pub fn run(cfg: ClientConfig) -> Result<i32> {
         let bound = crate::admin::serve(Role::Client, a, None, tx.clone())?;
         progress.note(&format!("admin API on http://{bound} (/metrics /stats /healthz)"));
     }
+    let mut run = run;
+    run.series.keep_intervals = cfg.hdr_log.is_some();
     let mut cmd = ClientCmd { run, progress, stats_interval: cfg.load.stats_interval, next_print: Instant::now() + cfg.load.stats_interval };
     supervise::run_loop(&rx, &mut cmd)?;
     supervise::drain(&rx, &mut cmd, Duration::from_millis(20));
@@ -232,6 +236,12 @@ pub fn run(cfg: ClientConfig) -> Result<i32> {
         let r = crate::report::Report::new("client", &cmd.run, &summary, plan, result, crate::report::machine(serde_json::json!({"kind": "host"})));
         if let Err(e) = r.save(dir, &mut cmd.progress) {
             cmd.progress.note(&format!("warning: the report was not written ({e:#}); the results follow"));
+        }
+    }
+    if let Some(path) = &cfg.hdr_log {
+        cmd.run.series.flush(crate::sys::mono_us());
+        if let Err(e) = crate::report::hdrlog::write(path, cmd.run.origin_wall, cmd.run.origin_us(), &cmd.run.series.intervals) {
+            cmd.progress.note(&format!("warning: {e:#}; the summary follows"));
         }
     }
     let doc = serde_json::json!({"plan": cp, "workers": wp, "summary": summary, "failure": why});

@@ -160,6 +160,8 @@ pub struct ClientRun {
     /// Sampled every 500 ms for `--report`.
     pub series: Series,
     finished_us: Option<u64>,
+    /// Wall-clock time of the planned start (`start_at_us`).
+    pub origin_wall: std::time::SystemTime,
 }
 
 impl ClientRun {
@@ -242,6 +244,7 @@ impl ClientRun {
             phases: Phases::new(start_at_us),
             series: Series::new(start_at_us),
             finished_us: None,
+            origin_wall: std::time::SystemTime::now() + Duration::from_micros(start_at_us.saturating_sub(mono_us())),
         })
     }
 
@@ -293,6 +296,11 @@ impl ClientRun {
             self.pool.broadcast(CMD_CLOSE);
             self.phase = Phase::Closing { since_us: now };
         }
+    }
+
+    /// The monotonic µs the ramp started from (the series' origin).
+    pub fn origin_us(&self) -> u64 {
+        self.start_at_us
     }
 
     pub fn interrupt(&mut self) {

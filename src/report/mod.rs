@@ -5,6 +5,7 @@
 
 pub mod charts;
 pub mod compare;
+pub mod hdrlog;
 pub mod html;
 pub mod metrics;
 pub mod series;

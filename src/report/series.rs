@@ -58,8 +58,20 @@ pub struct Counters {
     pub rss_bytes: u64,
 }
 
+/// One interval's histograms, kept for `--hdr-log`.
+pub struct Interval {
+    pub start_us: u64,
+    pub end_us: u64,
+    /// (tag, histogram) of every kind recorded in the interval.
+    pub hists: Vec<(&'static str, Histogram<u64>)>,
+}
+
 pub struct Series {
     pub samples: Vec<Sample>,
+    /// Interval histograms, when kept (`keep_intervals`).
+    pub intervals: Vec<Interval>,
+    pub keep_intervals: bool,
+    connect: Histogram<u64>,
     origin_us: u64,
     next_us: u64,
     /// (µs, counters) of the last two samples: rates are taken over ~1 s
@@ -77,6 +89,9 @@ impl Series {
     pub fn new(origin_us: u64) -> Series {
         Series {
             samples: Vec::new(),
+            intervals: Vec::new(),
+            keep_intervals: false,
+            connect: histogram::new(),
             origin_us,
             next_us: origin_us,
             window: std::collections::VecDeque::new(),
@@ -88,6 +103,7 @@ impl Series {
     }
 
     pub fn record(&mut self, d: &Intervals) {
+        histogram::add(&mut self.connect, d.connect.as_ref());
         histogram::add(&mut self.heartbeat, d.rtt.as_ref());
         histogram::add(&mut self.request, d.request.as_ref());
         histogram::add(&mut self.push, d.push.as_ref());
@@ -102,6 +118,8 @@ impl Series {
         let (base_us, base) = self.window.front().copied().unwrap_or((self.origin_us, Counters::default()));
         let dt = now_us.saturating_sub(base_us) as f64 / 1e6;
         let per_s = |a: u64, b: u64| if dt > 0.0 { b.saturating_sub(a) as f64 / dt } else { 0.0 };
+        self.keep_interval(now_us);
+        self.connect.reset();
         let take = |h: &mut Histogram<u64>| {
             let s = histogram::summarize(h);
             h.reset();
@@ -131,6 +149,32 @@ impl Series {
         }
         self.next_us = now_us.max(self.next_us) + EVERY_US;
         self.fresh = true;
+    }
+
+    /// Keep what was recorded since the last sample as an interval.
+    fn keep_interval(&mut self, now_us: u64) {
+        if !self.keep_intervals {
+            return;
+        }
+        let start_us = self.samples.last().map_or(self.origin_us, |s| self.origin_us + (s.t_s * 1e6) as u64);
+        let hists: Vec<(&'static str, Histogram<u64>)> =
+            [("handshake", &self.connect), ("heartbeat", &self.heartbeat), ("request", &self.request), ("push", &self.push)]
+                .into_iter()
+                .filter(|(_, h)| !h.is_empty())
+                .map(|(t, h)| (t, h.clone()))
+                .collect();
+        if !hists.is_empty() {
+            self.intervals.push(Interval { start_us, end_us: now_us.max(start_us + 1), hists });
+        }
+    }
+
+    /// The run is over: what arrived after the last sample (workers' final
+    /// reports) becomes the last interval.
+    pub fn flush(&mut self, now_us: u64) {
+        self.keep_interval(now_us);
+        for h in [&mut self.connect, &mut self.heartbeat, &mut self.request, &mut self.push] {
+            h.reset();
+        }
     }
 
     /// The sample taken since the last call, to add the server's side.

@@ -1,0 +1,130 @@
+//! `--hdr-log FILE`: the run's latency as HdrHistogram interval logs (the
+//! standard format HdrHistogram's tools read: one compressed histogram per
+//! 500 ms interval and kind, tagged handshake/heartbeat/request/push,
+//! timestamps in Unix seconds so shards from many hosts line up), and
+//! `megaconn merge`, which adds shards' summaries and logs exactly.
+
+use super::series::Interval;
+use anyhow::{bail, Context, Result};
+use hdrhistogram::serialization::interval_log::{IntervalLogIterator, IntervalLogWriterBuilder, LogEntry, Tag};
+use hdrhistogram::serialization::{Deserializer, V2DeflateSerializer};
+use hdrhistogram::Histogram;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Write the intervals; `origin` is the wall-clock time of `origin_us`.
+pub fn write(path: &Path, origin: SystemTime, origin_us: u64, intervals: &[Interval]) -> Result<()> {
+    let mut out = Vec::new();
+    let mut ser = V2DeflateSerializer::new();
+    {
+        let mut log = IntervalLogWriterBuilder::new()
+            .add_comment("megaconn latency interval log: values in microseconds")
+            .with_start_time(origin)
+            .with_max_value_divisor(1000.0)
+            .begin_log_with(&mut out, &mut ser)
+            .context("starting the interval log")?;
+        let at = |us: u64| (origin + Duration::from_micros(us.saturating_sub(origin_us))).duration_since(UNIX_EPOCH).unwrap_or_default();
+        for i in intervals {
+            for (tag, h) in &i.hists {
+                let d = Duration::from_micros(i.end_us.saturating_sub(i.start_us));
+                log.write_histogram(h, at(i.start_us), d, Tag::new(tag)).map_err(|e| anyhow::anyhow!("writing the interval log: {e:?}"))?;
+            }
+        }
+    }
+    std::fs::write(path, out).with_context(|| format!("writing --hdr-log {}", path.display()))
+}
+
+/// Histograms of a log, added up per tag.
+pub fn read(path: &Path) -> Result<BTreeMap<String, Histogram<u64>>> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut out: BTreeMap<String, Histogram<u64>> = BTreeMap::new();
+    for entry in IntervalLogIterator::new(&bytes) {
+        let entry = entry.map_err(|e| anyhow::anyhow!("{} is not an HdrHistogram interval log: {e:?}", path.display()))?;
+        if let LogEntry::Interval(h) = entry {
+            let tag = h.tag().map_or("untagged".to_string(), |t| t.as_str().to_string());
+            let raw = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, h.encoded_histogram())
+                .with_context(|| format!("{}: an interval is not base64", path.display()))?;
+            let hist: Histogram<u64> =
+                Deserializer::new().deserialize(&mut raw.as_slice()).map_err(|e| anyhow::anyhow!("{}: an interval does not decode: {e:?}", path.display()))?;
+            let into = out.entry(tag).or_insert_with(crate::stats::histogram::new);
+            into.add(&hist).map_err(|e| anyhow::anyhow!("{}: {e:?}", path.display()))?;
+        }
+    }
+    Ok(out)
+}
+
+/// Counters of a client summary that add across shards.
+const COUNTS: [&str; 9] =
+    ["requested", "established", "held", "failed_total", "lost_total", "heartbeats_sent", "heartbeats_answered", "reconnects", "heartbeats_abandoned"];
+
+/// `megaconn merge FILES...`: summaries (`--summary-json`, *.json) and
+/// interval logs (`--hdr-log`, anything else), in any order.
+pub fn merge(files: &[PathBuf], json: bool) -> Result<i32> {
+    let mut shards = Vec::new();
+    let mut hists: BTreeMap<String, Histogram<u64>> = BTreeMap::new();
+    let mut logs = 0;
+    for f in files {
+        if f.extension().is_some_and(|e| e == "json") {
+            let v: Value = serde_json::from_str(&std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?)
+                .with_context(|| format!("{} is not JSON (a --summary-json file)", f.display()))?;
+            if v.get("summary").is_none() {
+                bail!("{} has no \"summary\": pass files written by megaconn client --summary-json", f.display());
+            }
+            shards.push((f.display().to_string(), v));
+        } else {
+            for (tag, h) in read(f)? {
+                hists.entry(tag).or_insert_with(crate::stats::histogram::new).add(&h).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            }
+            logs += 1;
+        }
+    }
+    if shards.is_empty() && logs == 0 {
+        bail!("nothing to merge: pass --summary-json files and/or --hdr-log files");
+    }
+    let total: BTreeMap<&str, u64> = COUNTS.iter().map(|k| (*k, shards.iter().map(|(_, v)| v["summary"][*k].as_u64().unwrap_or(0)).sum())).collect();
+    let latency: BTreeMap<&String, crate::stats::histogram::LatencySummary> = hists.iter().map(|(k, h)| (k, crate::stats::histogram::summarize(h))).collect();
+    if json {
+        let rows: Vec<Value> = shards.iter().map(|(f, v)| serde_json::json!({"file": f, "summary": v["summary"]})).collect();
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({"shards": rows, "total": total, "latency_ms": latency, "logs": logs}))?);
+        return Ok(0);
+    }
+    let c = |v: &Value, k: &str| crate::stats::format::count(v[k].as_u64().unwrap_or(0));
+    for (f, v) in &shards {
+        let s = &v["summary"];
+        println!(
+            "shard  {f}: established {} of {} | failed {} | lost {} | heartbeats {}/{}",
+            c(s, "established"),
+            c(s, "requested"),
+            c(s, "failed_total"),
+            c(s, "lost_total"),
+            c(s, "heartbeats_answered"),
+            c(s, "heartbeats_sent")
+        );
+    }
+    let t = |k: &str| crate::stats::format::count(total[k]);
+    println!(
+        "total  {} shards: established {} of {} | held {} | failed {} | lost {} | heartbeats {}/{}",
+        shards.len(),
+        t("established"),
+        t("requested"),
+        t("held"),
+        t("failed_total"),
+        t("lost_total"),
+        t("heartbeats_answered"),
+        t("heartbeats_sent")
+    );
+    for (tag, l) in &latency {
+        println!(
+            "{tag:<10} {} samples from {logs} logs | p50 {:.2} | p90 {:.2} | p99 {:.2} | p99.9 {:.2} | max {:.2} ms (merged histograms, not averaged)",
+            crate::stats::format::count(l.count),
+            l.p50_ms,
+            l.p90_ms,
+            l.p99_ms,
+            l.p999_ms,
+            l.max_ms
+        );
+    }
+    Ok(0)
+}
