@@ -49,6 +49,12 @@ if ! python3 -c "import websockets, sys; sys.exit(int(websockets.__version__.spl
   echo "setup: installing the Python websockets package (an independent WebSocket peer for the tests)"
   python3 -m pip install -q "websockets==17.4"
 fi
+# Kubernetes manifests in deploy/k8s are checked against the API schemas
+# kubernetes-validate ships (offline; pinned).
+if ! command -v kubernetes-validate >/dev/null 2>&1; then
+  echo "setup: installing kubernetes-validate (strict checks of deploy/k8s)"
+  python3 -m pip install -q "kubernetes-validate==1.31.0"
+fi
 # ... and Node's `ws` (versions pinned in tests/peers/package-lock.json).
 if [ ! -d tests/peers/node_modules/ws ] || [ ! -d tests/peers/node_modules/playwright-core ]; then
   if ! command -v npm >/dev/null 2>&1; then

@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+kubernetes-validate --strict --quiet deploy/k8s/*.yaml
 cargo fmt --check
 cargo clippy --release --locked --all-targets -- -D warnings
 cargo test --release --locked "$@"
