@@ -174,19 +174,11 @@ pub fn place(want: Topology, connections: u64, ports: &str, sources: u64) -> Res
             notes.push(format!("removed namespace {name} left by a megaconn that is gone"));
         }
     }
-    let host = |why: String, notes: Vec<String>| Net {
-        placement: Placement {
-            kind: Topology::Host,
-            why,
-            namespaces: Vec::new(),
-            ehash_planned: None,
-            ehash_entries: ehash_here(),
-            server_address: Ipv4Addr::LOCALHOST,
-            client_sources: Vec::new(),
-        },
-        client_ns: None,
-        notes,
-        veth: None,
+    let host = |why: String, notes: Vec<String>| {
+        let mut net = Net::new(Topology::Host, why);
+        net.placement.ehash_entries = ehash_here();
+        net.notes = notes;
+        net
     };
     let kind = match (want, may_create()) {
         (Topology::Host, _) => return Ok(host("--topology host".into(), notes)),
@@ -199,27 +191,15 @@ pub fn place(want: Topology, connections: u64, ports: &str, sources: u64) -> Res
         (k, Ok(())) => k,
     };
     let pid = std::process::id();
-    let private = vec![
-        ("net.core.somaxconn", "65535".to_string()),
-        ("net.ipv4.tcp_max_syn_backlog", "65535".into()),
-        ("net.ipv4.ip_local_port_range", "1024 65535".into()),
-        ("net.ipv4.ip_local_reserved_ports", ports.to_string()),
-    ];
-    let mut net = Net {
-        placement: Placement {
-            kind,
-            why: if want == Topology::Auto { "auto: root may create namespaces".into() } else { format!("--topology {}", format!("{kind:?}").to_lowercase()) },
-            namespaces: Vec::new(),
-            ehash_planned: None,
-            ehash_entries: None,
-            server_address: Ipv4Addr::LOCALHOST,
-            client_sources: Vec::new(),
-        },
-        client_ns: None,
-        notes: Vec::new(),
-        veth: None,
+    let sysctls = Sysctls {
+        // The listen queues (the server's host).
+        queues: vec![("net.core.somaxconn", "65535".to_string()), ("net.ipv4.tcp_max_syn_backlog", "65535".into())],
+        // The ports (the client's host; both in netns).
+        ports: vec![("net.ipv4.ip_local_port_range", "1024 65535".to_string()), ("net.ipv4.ip_local_reserved_ports", ports.to_string())],
     };
-    match build(&mut net, pid, connections, &private, sources) {
+    let why = if want == Topology::Auto { "auto: root may create namespaces".into() } else { format!("--topology {}", format!("{kind:?}").to_lowercase()) };
+    let mut net = Net::new(kind, why);
+    match build(&mut net, pid, connections, &sysctls, sources) {
         Ok(()) => {
             net.notes.splice(0..0, notes);
             Ok(net)
@@ -233,7 +213,33 @@ pub fn place(want: Topology, connections: u64, ports: &str, sources: u64) -> Res
     }
 }
 
-fn build(net: &mut Net, pid: u32, connections: u64, private: &[(&str, String)], sources: u64) -> Result<()> {
+/// What a namespace gets set inside.
+struct Sysctls {
+    queues: Vec<(&'static str, String)>,
+    ports: Vec<(&'static str, String)>,
+}
+
+impl Net {
+    fn new(kind: Topology, why: String) -> Net {
+        Net {
+            placement: Placement {
+                kind,
+                why,
+                namespaces: Vec::new(),
+                ehash_planned: None,
+                ehash_entries: None,
+                server_address: Ipv4Addr::LOCALHOST,
+                client_sources: Vec::new(),
+            },
+            client_ns: None,
+            notes: Vec::new(),
+            veth: None,
+        }
+    }
+}
+
+fn build(net: &mut Net, pid: u32, connections: u64, sysctls: &Sysctls, sources: u64) -> Result<()> {
+    let both: Vec<(&str, String)> = sysctls.queues.iter().chain(&sysctls.ports).cloned().collect();
     let kind = net.placement.kind;
     match kind {
         Topology::Netns => {
@@ -241,7 +247,7 @@ fn build(net: &mut Net, pid: u32, connections: u64, private: &[(&str, String)], 
             // Both ends and the listeners in one table.
             let ehash = ehash_for(2 * connections + 1024);
             net.placement.namespaces.push(name.clone());
-            create(&name, ehash, private, &mut net.notes)?;
+            create(&name, ehash, &both, &mut net.notes)?;
             net.placement.ehash_planned = Some(ehash);
             enter(&name)?;
         }
@@ -249,11 +255,9 @@ fn build(net: &mut Net, pid: u32, connections: u64, private: &[(&str, String)], 
             let (srv, cli) = (format!("{PREFIX}{pid}-srv"), format!("{PREFIX}{pid}-cli"));
             let ehash = ehash_for(connections + 1024);
             net.placement.namespaces.push(srv.clone());
-            create(&srv, ehash, private, &mut net.notes)?;
+            create(&srv, ehash, &both, &mut net.notes)?;
             net.placement.namespaces.push(cli.clone());
-            // The client host needs the ports (range and reservations), not
-            // the listen queues.
-            create(&cli, ehash, &private[2..], &mut net.notes)?;
+            create(&cli, ehash, &sysctls.ports, &mut net.notes)?;
             net.placement.ehash_planned = Some(ehash);
             let (vs, vc) = (format!("mc{pid}s"), format!("mc{pid}c"));
             net.veth = Some(vs.clone());
