@@ -43,6 +43,16 @@ if ! python3 -c "import prometheus_client" >/dev/null 2>&1; then
     fi
   fi
 fi
+# The cluster test and bench run a real NATS server: Debian's package.
+if ! command -v nats-server >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "setup: installing nats-server from Debian packages (the cluster's broker in tests and bench)"
+    apt-get update -qq && apt-get install -y -qq nats-server
+  else
+    echo "setup: nats-server missing; install it (apt-get install nats-server)" >&2
+    exit 1
+  fi
+fi
 # WebSocket tests run against Python's `websockets` (pinned: its API is
 # what the peer scripts in tests/peers use).
 if ! python3 -c "import websockets, sys; sys.exit(int(websockets.__version__.split('.')[0]) < 14)" >/dev/null 2>&1; then

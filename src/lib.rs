@@ -8,6 +8,7 @@ pub mod admin;
 pub mod bench;
 pub mod cli;
 pub mod client;
+pub mod cluster;
 pub mod fuzz_targets;
 pub mod net;
 pub mod proto;

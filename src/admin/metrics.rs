@@ -101,8 +101,9 @@ pub fn render_client(t: &ClientTotals, connect: &Histogram<u64>, heartbeat: &His
     finish(r, t.rss_bytes, t.cpu_seconds)
 }
 
-/// Render the totals (with the supervisor's own counters).
-pub fn render(t: &ServerTotals, published: u64) -> String {
+/// Render the totals (with the supervisor's own counters and, in a
+/// cluster, its NATS link).
+pub fn render(t: &ServerTotals, published: u64, link: Option<&crate::cluster::LinkStatus>) -> String {
     let mut r = Registry::with_prefix("megaconn");
     let g = |v: u64| ConstGauge::new(v as i64);
     let c = ConstCounter::new;
@@ -143,6 +144,15 @@ pub fn render(t: &ServerTotals, published: u64) -> String {
     workers.get_or_create(&vec![("state".into(), "total".into())]).set(t.workers as i64);
     r.register("workers", "Worker processes", workers);
     r.register("threads", "Threads in the worker processes", g(t.threads));
+    if let Some(l) = link {
+        let c = r.sub_registry_with_prefix("cluster");
+        c.register("link_up", "1 while the NATS link is connected, 0 while it is down", g(l.up as u64));
+        c.register("reconnects", "Times the NATS link came back after being lost", ConstCounter::new(l.reconnects));
+        c.register("messages_in", "Messages received from other nodes", ConstCounter::new(l.messages_in));
+        c.register("messages_out", "Messages sent to other nodes", ConstCounter::new(l.messages_out));
+        c.register("publish_failures", "Publishes refused (503): the link was down or NATS did not confirm", ConstCounter::new(l.publish_failures));
+        c.register("topics", "Topic subjects this node subscribes to", g(l.topics));
+    }
     finish(r, t.rss_bytes, t.cpu_seconds)
 }
 
@@ -155,12 +165,16 @@ mod tests {
         let mut t = ServerTotals { active: 7, accepted: 9, ..Default::default() };
         t.close_reasons.insert("peer_closed".into(), 2);
         t.push_latency_buckets = vec![1, 2];
-        let text = render(&t, 3);
+        let text = render(&t, 3, None);
         assert!(text.contains("megaconn_connections 7"), "{text}");
         assert!(text.contains("megaconn_accepted_total 9"), "{text}");
         assert!(text.contains("megaconn_closed_total{reason=\"peer_closed\"} 2"), "{text}");
         assert!(text.contains("megaconn_push_delivery_latency_seconds_bucket{le=\"0.001\"} 1"), "{text}");
         assert!(text.contains("megaconn_push_delivery_latency_seconds_count 3"), "{text}");
         assert!(text.ends_with("# EOF\n"), "{text}");
+        let link = crate::cluster::LinkStatus { up: true, reconnects: 2, ..Default::default() };
+        let text = render(&t, 3, Some(&link));
+        assert!(text.contains("megaconn_cluster_link_up 1"), "{text}");
+        assert!(text.contains("megaconn_cluster_reconnects_total 2"), "{text}");
     }
 }

@@ -24,8 +24,18 @@ pub enum Request {
 pub struct Message {
     pub stream: Stream,
     pub topic: String,
+    /// Unicast: the connection's id on its node.
     pub target: Option<u64>,
+    /// Unicast in a cluster: the node that owns the connection (`NODE.ID`);
+    /// None for a bare id (this node).
+    pub node: Option<String>,
     pub data: Vec<u8>,
+}
+
+impl Message {
+    fn unicast(node: Option<String>, id: u64, data: Vec<u8>) -> Message {
+        Message { stream: Stream::Unicast, topic: String::new(), target: Some(id), node, data }
+    }
 }
 
 fn query<'a>(url: &'a str, key: &str) -> Option<&'a str> {
@@ -41,8 +51,9 @@ fn data_fits(topic: &str, data: &[u8]) -> Result<(), Response> {
     Ok(())
 }
 
-fn parse_id(s: &str) -> Result<u64, Response> {
-    s.trim().parse().map_err(|_| Response::error(400, format!("'{}' is not a connection id (see GET /connections)", s.trim())))
+/// A connection id: `ID`, or `NODE.ID` in a cluster.
+fn parse_id(s: &str) -> Result<(Option<String>, u64), Response> {
+    crate::cluster::parse_id(s.trim()).ok_or_else(|| Response::error(400, format!("'{}' is not a connection id (see GET /connections)", s.trim())))
 }
 
 /// Check one request.
@@ -69,22 +80,22 @@ pub fn parse(method: &str, url: &str, body: Vec<u8>) -> Result<Request, Response
         }
         ("POST", "/broadcast") => {
             data_fits("", &body)?;
-            Ok(Request::Publish(vec![Message { stream: Stream::Broadcast, topic: String::new(), target: None, data: body }]))
+            Ok(Request::Publish(vec![Message { stream: Stream::Broadcast, topic: String::new(), target: None, node: None, data: body }]))
         }
         ("POST", "/publish") => {
             let topic = query(url, "topic").ok_or_else(|| Response::error(400, "POST /publish needs ?topic=NAME"))?;
             check_topic(topic.as_bytes()).map_err(|e| Response::error(400, e))?;
             data_fits(topic, &body)?;
-            Ok(Request::Publish(vec![Message { stream: Stream::Topic, topic: topic.into(), target: None, data: body }]))
+            Ok(Request::Publish(vec![Message { stream: Stream::Topic, topic: topic.into(), target: None, node: None, data: body }]))
         }
         ("POST", "/push") => {
             let text = String::from_utf8(body).map_err(|_| Response::error(400, "a /push batch is text: one 'ID PAYLOAD' per line"))?;
             let mut out = Vec::new();
             for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
                 let (id, data) = line.split_once(' ').unwrap_or((line, ""));
-                let target = parse_id(id).map_err(|_| Response::error(400, format!("line {}: '{id}' is not a connection id", n + 1)))?;
+                let (node, target) = parse_id(id).map_err(|_| Response::error(400, format!("line {}: '{id}' is not a connection id", n + 1)))?;
                 data_fits("", data.as_bytes())?;
-                out.push(Message { stream: Stream::Unicast, topic: String::new(), target: Some(target), data: data.as_bytes().to_vec() });
+                out.push(Message::unicast(node, target, data.as_bytes().to_vec()));
             }
             if out.is_empty() {
                 return Err(Response::error(400, "empty /push batch; send one 'ID PAYLOAD' per line"));
@@ -92,9 +103,9 @@ pub fn parse(method: &str, url: &str, body: Vec<u8>) -> Result<Request, Response
             Ok(Request::Publish(out))
         }
         ("POST", p) if p.starts_with("/push/") => {
-            let target = parse_id(&p["/push/".len()..])?;
+            let (node, target) = parse_id(&p["/push/".len()..])?;
             data_fits("", &body)?;
-            Ok(Request::Publish(vec![Message { stream: Stream::Unicast, topic: String::new(), target: Some(target), data: body }]))
+            Ok(Request::Publish(vec![Message::unicast(node, target, body)]))
         }
         (_, "/metrics" | "/stats" | "/healthz" | "/connections" | "/broadcast" | "/publish" | "/push") => {
             Err(Response::error(405, format!("{method} is not allowed on {path}")))
@@ -121,5 +132,7 @@ mod tests {
         let Ok(Request::Publish(m)) = parse("POST", "/push", b"1 hello\n2 world\n".to_vec()) else { panic!() };
         assert_eq!((m.len(), m[1].target, m[1].data.as_slice()), (2, Some(2), &b"world"[..]));
         assert!(parse("POST", "/push", b"x hello".to_vec()).unwrap_err().body.contains("line 1"));
+        let Ok(Request::Publish(m)) = parse("POST", "/push/B.7", vec![]) else { panic!() };
+        assert_eq!((m[0].node.as_deref(), m[0].target), (Some("B"), Some(7)));
     }
 }

@@ -152,6 +152,15 @@ pub struct ServerArgs {
     /// Bearer token the admin API requires; mandatory when --admin is not on loopback.
     #[arg(long)]
     pub admin_token: Option<String>,
+    /// Join a cluster through this NATS server (nats://HOST:PORT): publishes
+    /// on any node reach subscribers on every node, unicasts reach their
+    /// connection's node.
+    #[arg(long, value_name = "URL", value_parser = |s: &str| crate::cluster::check_url(s).map(|_| s.to_string()))]
+    pub cluster: Option<String>,
+    /// This node's id in the cluster (letters, digits, _ and -); it prefixes
+    /// connection ids (NODE.ID). Default: the host name (a pod's name).
+    #[arg(long, requires = "cluster", value_parser = |s: &str| crate::cluster::check_node_id(s).map(|_| s.to_string()))]
+    pub node_id: Option<String>,
     /// HTTP: close a connection stuck in one incomplete request this long (slowloris).
     #[arg(long, value_parser = parse::positive_duration, default_value = "10s")]
     pub header_timeout: Duration,

@@ -268,7 +268,7 @@ impl ClientRun {
                     self.notes.push(format!("client worker {i} ({info}): {lost} connections lost ({WORKER_CRASHED})"));
                 }
             }
-            PoolEvent::Msg(_) | PoolEvent::Admin(_) => {}
+            PoolEvent::Msg(_) | PoolEvent::Admin(_) | PoolEvent::Cluster(_) => {}
         }
     }
 

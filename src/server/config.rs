@@ -52,6 +52,8 @@ pub struct ServerConfig {
     pub admin: Option<std::net::SocketAddr>,
     /// Bearer token the admin API requires (mandatory off loopback).
     pub admin_token: Option<String>,
+    /// `--cluster URL --node-id ID`: publishes travel between nodes over NATS.
+    pub cluster: Option<crate::cluster::ClusterConfig>,
     pub json: bool,
 }
 
@@ -82,6 +84,7 @@ impl Default for ServerConfig {
             push_format: crate::server::ws::PushFormat::Text,
             admin: None,
             admin_token: None,
+            cluster: None,
             json: false,
         }
     }

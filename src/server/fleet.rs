@@ -75,6 +75,8 @@ pub struct ServerFleet {
     cap: Option<super::cap::SharedCap>,
     /// The listening sockets every worker inherits (closed on drain).
     listeners: Vec<std::net::TcpListener>,
+    /// `--cluster`: the NATS link and what waits on it.
+    relay: Option<super::relay::Relay>,
 }
 
 impl ServerFleet {
@@ -117,7 +119,13 @@ impl ServerFleet {
             publisher: Default::default(),
             cap,
             listeners,
+            relay: None,
         };
+        if let Some(c) = &cfg.cluster {
+            let relay = super::relay::Relay::start(c.clone(), tx.clone())?;
+            f.publisher.node = Some(relay.node().to_string());
+            f.relay = Some(relay);
+        }
         for _ in 0..initial {
             f.spawn()?;
         }
@@ -183,7 +191,18 @@ impl ServerFleet {
             }
             PoolEvent::Msg(WorkerMsg::Pushed { worker, publish_id, queued, dropped }) => self.publisher.pushed(worker, publish_id, queued, dropped),
             PoolEvent::Msg(WorkerMsg::Connections { worker, request_id, list }) => self.publisher.listed(worker, request_id, list),
+            PoolEvent::Msg(WorkerMsg::Topics { worker, changes }) => {
+                if let Some(r) = &mut self.relay {
+                    r.link.topics_changed(worker, &changes);
+                }
+            }
             PoolEvent::Admin(req) => self.on_admin(req),
+            PoolEvent::Cluster(ev) => {
+                let running = self.running();
+                if let Some(r) = &mut self.relay {
+                    r.on_event(ev, &mut self.publisher, &running, &mut self.pool);
+                }
+            }
             PoolEvent::Msg(WorkerMsg::Client(_)) => {}
             PoolEvent::Garbled(line) => self.note("worker_garbled", i, format!("server worker {i} wrote a line that is not a message: {line}"), 0),
             PoolEvent::Exited(info) => self.on_exit(i, info),
@@ -195,29 +214,55 @@ impl ServerFleet {
     fn on_admin(&mut self, req: crate::admin::Request) {
         use crate::admin::{metrics, Response, Route};
         let t = self.view.totals();
+        let link = self.relay.as_ref().map(|r| r.status());
         let resp = match &req.route {
-            Route::Metrics => Response { status: 200, content_type: metrics::CONTENT_TYPE, body: metrics::render(&t, self.publisher.published) },
+            Route::Metrics => Response { status: 200, content_type: metrics::CONTENT_TYPE, body: metrics::render(&t, self.publisher.published, link.as_ref()) },
             Route::Stats => {
                 let mut v = serde_json::to_value(&t).unwrap_or_default();
                 v["push_published"] = self.publisher.published.into();
+                if let Some(l) = &link {
+                    v["cluster"] = serde_json::to_value(l).unwrap_or_default();
+                }
                 Response::json(200, &v)
             }
-            Route::Healthz => match &self.failure {
-                Some(f) => Response::json(503, &serde_json::json!({"status": "failing", "reason": f})),
-                None => Response::json(200, &serde_json::json!({"status": "ok", "workers": t.workers, "accepting": t.accepting, "connections": t.active})),
+            Route::Healthz => match (&self.failure, &link) {
+                (Some(f), _) => Response::json(503, &serde_json::json!({"status": "failing", "reason": f})),
+                (None, Some(l)) if !l.up => Response::json(
+                    503,
+                    &serde_json::json!({"status": "degraded", "reason": self.relay.as_ref().map(|r| r.link.down_reason()), "connections": t.active, "cluster": l}),
+                ),
+                (None, _) => Response::json(
+                    200,
+                    &serde_json::json!({"status": "ok", "workers": t.workers, "accepting": t.accepting, "connections": t.active, "cluster": link}),
+                ),
             },
+            Route::Publish(ms) if self.relay.is_none() && ms.iter().any(|m| m.node.is_some()) => Response::error(
+                400,
+                "a NODE.ID connection id names a cluster node, but this server is not in a cluster (--cluster); use the bare ID from GET /connections",
+            ),
             Route::Connections { .. } | Route::Publish(_) => {
-                let running: Vec<usize> = self.life.iter().filter(|(_, l)| matches!(l, Life::Running | Life::Retiring)).map(|(i, _)| *i).collect();
-                self.publisher.start(req, &running, &mut self.pool);
+                let running = self.running();
+                match (&mut self.relay, &req.route) {
+                    (Some(r), Route::Publish(_)) => r.publish(req, &mut self.publisher, &running, &mut self.pool),
+                    _ => self.publisher.start(req, &running, &mut self.pool),
+                }
                 return;
             }
         };
         let _ = req.reply.send(resp);
     }
 
+    /// Workers that answer publishes and listings.
+    fn running(&self) -> Vec<usize> {
+        self.life.iter().filter(|(_, l)| matches!(l, Life::Running | Life::Retiring)).map(|(i, _)| *i).collect()
+    }
+
     fn on_exit(&mut self, i: usize, info: ExitInfo) {
         self.pool.mark_exited(i);
         self.publisher.worker_gone(i);
+        if let Some(r) = &mut self.relay {
+            r.link.worker_gone(i);
+        }
         let was = self.life.insert(i, Life::Dead);
         if let Some(c) = &self.cap {
             // The kernel closed its sockets: their places are free.
@@ -258,6 +303,9 @@ impl ServerFleet {
     /// Grow or shrink an elastic fleet; called on every supervisor tick.
     pub fn upkeep(&mut self) {
         self.publisher.expire();
+        if let Some(r) = &mut self.relay {
+            r.flush_replies(&mut self.publisher);
+        }
         let Sizing::Elastic { target, max } = self.sizing else { return };
         if self.stopping || self.failure.is_some() {
             return;
@@ -382,6 +430,7 @@ fn worker_template(cfg: &ServerConfig, initial: usize, budget: u64, elastic: boo
         max_pending_bytes: cfg.max_pending_bytes,
         cap_fd: None,
         listen_fds: Vec::new(),
+        track_topics: cfg.cluster.is_some(),
         ws: super::ws::WsConfig { max_message: cfg.max_message_bytes, max_head: cfg.max_header_bytes, push_format: cfg.push_format },
     }
 }

@@ -10,6 +10,7 @@ pub mod http;
 pub mod listener;
 pub mod publish;
 pub mod push;
+pub mod relay;
 pub mod requests;
 pub mod service_time;
 pub mod view;

@@ -1,10 +1,13 @@
 //! The supervisor's side of the admin API: publishes fanned out to the
 //! workers (each worker once, whatever its connection count), answers
-//! gathered from their acknowledgements, and connection listings.
+//! gathered from their acknowledgements, and connection listings. In a
+//! cluster the same path delivers what other nodes published (answered
+//! to the origin over NATS for a unicast, not at all for the rest).
 
 use super::push::{split_id, PushCommand};
 use crate::admin::route::{Message, Request as Route};
 use crate::admin::{Request, Response};
+use crate::cluster::RemoteAnswer;
 use crate::proto::push::{wall_us, Stream};
 use crate::supervise::control::{ConnInfo, ListCommand, CMD_LIST, CMD_PUSH};
 use crate::supervise::Pool;
@@ -24,6 +27,8 @@ enum Gather {
         not_found: u64,
         seqs: Vec<u64>,
         publish_us: u64,
+        /// Unicasts other nodes carried out (cluster).
+        remote: Vec<RemoteAnswer>,
     },
     List {
         limit: usize,
@@ -31,8 +36,18 @@ enum Gather {
     },
 }
 
+/// Who gets the answer of a publish or listing.
+pub enum Answer {
+    /// An admin API request waits for it.
+    Admin(SyncSender<Response>),
+    /// Another node's unicast: its NATS reply subject.
+    Nats(String),
+    /// A broadcast or topic message from another node: nobody.
+    Quiet,
+}
+
 struct Pending {
-    reply: SyncSender<Response>,
+    reply: Answer,
     /// Acknowledgements still expected, per worker.
     waiting: BTreeMap<usize, u64>,
     gather: Gather,
@@ -50,15 +65,25 @@ pub struct Publisher {
     owner: HashMap<u64, u64>,
     /// Messages published so far.
     pub published: u64,
+    /// This node's id in a cluster (listed ids become `NODE.ID`).
+    pub node: Option<String>,
+    /// Answers due to other nodes: (reply subject, body).
+    pub nats_replies: Vec<(String, Vec<u8>)>,
 }
 
 impl Publisher {
-    /// Start a publish or listing; `live` are the workers that may answer.
+    /// Start an admin API publish or listing; `live` are the workers that may answer.
     pub fn start(&mut self, req: Request, live: &[usize], pool: &mut Pool) {
+        self.begin(req.route, Answer::Admin(req.reply), None, Vec::new(), live, pool);
+    }
+
+    /// Start a publish or listing: `publish_us` is the origin's stamp
+    /// (now when None), `remote` what other nodes already answered.
+    pub fn begin(&mut self, route: Route, reply: Answer, publish_us: Option<u64>, remote: Vec<RemoteAnswer>, live: &[usize], pool: &mut Pool) {
         self.next_id += 1;
         let rid = self.next_id;
         let mut waiting: BTreeMap<usize, u64> = BTreeMap::new();
-        let gather = match req.route {
+        let gather = match route {
             Route::Connections { limit, topic } => {
                 let cmd = serde_json::to_string(&ListCommand { request_id: rid, limit, topic }).expect("serializes");
                 for &w in live {
@@ -68,7 +93,7 @@ impl Publisher {
                 Gather::List { limit, list: Vec::new() }
             }
             Route::Publish(messages) => {
-                let publish_us = wall_us();
+                let publish_us = publish_us.unwrap_or_else(wall_us);
                 let (mut not_found, mut seqs) = (0, Vec::new());
                 for m in messages {
                     let seq = self.next_seq(&m);
@@ -100,16 +125,17 @@ impl Publisher {
                         *waiting.entry(w).or_insert(0) += 1;
                     }
                 }
-                Gather::Publish { per_worker: BTreeMap::new(), not_found, seqs, publish_us }
+                Gather::Publish { per_worker: BTreeMap::new(), not_found, seqs, publish_us, remote }
             }
             other => {
-                let _ = req.reply.send(Response::error(500, format!("{other:?} is not a publish")));
+                let p = Pending { reply, waiting, gather: Gather::List { limit: 0, list: Vec::new() }, started: Instant::now() };
+                self.answer(p, Response::error(500, format!("{other:?} is not a publish")));
                 return;
             }
         };
-        let p = Pending { reply: req.reply, waiting, gather, started: Instant::now() };
+        let p = Pending { reply, waiting, gather, started: Instant::now() };
         if p.waiting.is_empty() {
-            finish(p, &[]);
+            self.finish(p, &[]);
         } else {
             self.pending.insert(rid, p);
         }
@@ -158,7 +184,7 @@ impl Publisher {
         }
         if p.waiting.is_empty() {
             let p = self.take(rid);
-            finish(p, &[]);
+            self.finish(p, &[]);
         }
     }
 
@@ -180,7 +206,7 @@ impl Publisher {
             .collect();
         for rid in done {
             let p = self.take(rid);
-            finish(p, &[worker]);
+            self.finish(p, &[worker]);
         }
     }
 
@@ -190,28 +216,56 @@ impl Publisher {
         for rid in late {
             let p = self.take(rid);
             let missing: Vec<usize> = p.waiting.keys().copied().collect();
-            finish(p, &missing);
+            self.finish(p, &missing);
         }
     }
-}
-
-/// Send the answer of a finished request; `missing` workers never answered.
-fn finish(p: Pending, missing: &[usize]) {
-    let elapsed_ms = p.started.elapsed().as_secs_f64() * 1000.0;
-    let body = match p.gather {
-        Gather::List { list, .. } => json!({ "connections": list, "missing_workers": missing }),
-        Gather::Publish { per_worker, not_found, seqs, publish_us } => {
-            let queued: u64 = per_worker.values().map(|v| v.0).sum();
-            let dropped: u64 = per_worker.values().map(|v| v.1).sum();
-            let workers: BTreeMap<String, serde_json::Value> =
-                per_worker.iter().map(|(w, (q, d))| (w.to_string(), json!({"queued": q, "dropped": d}))).collect();
-            json!({ "messages": seqs.len(), "seq": seqs, "publish_us": publish_us, "queued": queued, "dropped_slow_consumers": dropped,
-                    "not_found": not_found, "workers": workers, "missing_workers": missing, "elapsed_ms": elapsed_ms })
+    fn answer(&mut self, p: Pending, r: Response) {
+        match p.reply {
+            Answer::Admin(tx) => {
+                let _ = tx.send(r);
+            }
+            Answer::Nats(subject) => self.nats_replies.push((subject, r.body.into_bytes())),
+            Answer::Quiet => {}
         }
-    };
-    let status = match &body["not_found"] {
-        serde_json::Value::Number(n) if n.as_u64() == body["messages"].as_u64() && n.as_u64() > Some(0) => 404,
-        _ => 200,
-    };
-    let _ = p.reply.send(Response::json(status, &body));
+    }
+
+    /// Answer a finished request; `missing` workers never answered.
+    fn finish(&mut self, mut p: Pending, missing: &[usize]) {
+        let elapsed_ms = p.started.elapsed().as_secs_f64() * 1000.0;
+        let gather = std::mem::replace(&mut p.gather, Gather::List { limit: 0, list: Vec::new() });
+        let body = match gather {
+            Gather::List { list, .. } => {
+                let mut v = json!({ "connections": list, "missing_workers": missing });
+                if let Some(node) = &self.node {
+                    for c in v["connections"].as_array_mut().into_iter().flatten() {
+                        let id = c["id"].as_u64().unwrap_or_default();
+                        c["id"] = crate::cluster::global_id(node, id).into();
+                        c["node"] = node.clone().into();
+                    }
+                }
+                v
+            }
+            Gather::Publish { per_worker, not_found, seqs, publish_us, remote } => {
+                let queued: u64 = per_worker.values().map(|v| v.0).sum();
+                let dropped: u64 = per_worker.values().map(|v| v.1).sum();
+                let workers: BTreeMap<String, serde_json::Value> =
+                    per_worker.iter().map(|(w, (q, d))| (w.to_string(), json!({"queued": q, "dropped": d}))).collect();
+                let remote_missing = remote.iter().filter(|r| r.status != 200).count() as u64;
+                let mut v = json!({ "messages": seqs.len() + remote.len(), "seq": seqs, "publish_us": publish_us, "queued": queued, "dropped_slow_consumers": dropped,
+                        "not_found": not_found + remote_missing, "workers": workers, "missing_workers": missing, "elapsed_ms": elapsed_ms });
+                if let Some(node) = &self.node {
+                    v["node"] = node.clone().into();
+                }
+                if !remote.is_empty() {
+                    v["remote"] = serde_json::to_value(&remote).unwrap_or_default();
+                }
+                v
+            }
+        };
+        let status = match &body["not_found"] {
+            serde_json::Value::Number(n) if n.as_u64() == body["messages"].as_u64() && n.as_u64() > Some(0) => 404,
+            _ => 200,
+        };
+        self.answer(p, Response::json(status, &body));
+    }
 }

@@ -28,9 +28,17 @@ pub struct Topics {
     ids: HashMap<Box<str>, u32>,
     names: Vec<Box<str>>,
     subscribers: Vec<HashSet<usize>>,
+    /// Record topics gaining their first / losing their last subscriber
+    /// (a cluster node's supervisor subscribes to exactly those).
+    pub track: bool,
+    changes: Vec<(String, bool)>,
 }
 
 impl Topics {
+    pub fn new(track: bool) -> Topics {
+        Topics { track, ..Default::default() }
+    }
+
     /// Subscribe connection `key` to `topic`.
     pub fn subscribe(&mut self, subs: &mut Subs, key: usize, topic: &[u8]) -> Result<(), &'static str> {
         push::check_topic(topic).map_err(|_| "bad_topic")?;
@@ -53,7 +61,11 @@ impl Topics {
             return Err("too_many_subscriptions");
         }
         list.push(id);
-        self.subscribers[id as usize].insert(key);
+        let set = &mut self.subscribers[id as usize];
+        set.insert(key);
+        if self.track && set.len() == 1 {
+            self.changes.push((name.to_string(), true));
+        }
         Ok(())
     }
 
@@ -65,14 +77,26 @@ impl Topics {
                 *subs = None;
             }
         }
-        self.subscribers[id as usize].remove(&key);
+        self.remove(id, key);
+    }
+
+    fn remove(&mut self, id: u32, key: usize) {
+        let set = &mut self.subscribers[id as usize];
+        if set.remove(&key) && set.is_empty() && self.track {
+            self.changes.push((self.names[id as usize].to_string(), false));
+        }
     }
 
     /// A connection closed: drop it from every topic it had.
     pub fn forget(&mut self, subs: &Subs, key: usize) {
         for id in subs.iter().flat_map(|l| l.iter()) {
-            self.subscribers[*id as usize].remove(&key);
+            self.remove(*id, key);
         }
+    }
+
+    /// First/last-subscriber changes since the last call (when tracked).
+    pub fn take_changes(&mut self) -> Vec<(String, bool)> {
+        std::mem::take(&mut self.changes)
     }
 
     pub fn subscribers(&self, topic: &str) -> Vec<usize> {
@@ -146,6 +170,13 @@ mod tests {
         assert_eq!(t.subscribers("news"), vec![1]);
         t.forget(&a, 1);
         assert!(t.subscribers("news").is_empty());
+        assert!(t.take_changes().is_empty(), "untracked");
+        t.track = true;
+        t.subscribe(&mut a, 1, b"news").unwrap();
+        t.subscribe(&mut b, 2, b"news").unwrap();
+        t.forget(&a, 1);
+        t.unsubscribe(&mut b, 2, b"news");
+        assert_eq!(t.take_changes(), vec![("news".to_string(), true), ("news".to_string(), false)]);
         assert_eq!(t.names_of(&b), vec!["sport".to_string()]);
         assert_eq!(t.subscribe(&mut a, 1, b"bad topic"), Err("bad_topic"));
     }

@@ -64,6 +64,9 @@ pub struct ServerWorkerConfig {
     pub ws: super::ws::WsConfig,
     /// `--max-connections`: the shared count's memfd (inherited).
     pub cap_fd: Option<i32>,
+    /// A cluster node: report topics gaining/losing their subscribers.
+    #[serde(default)]
+    pub track_topics: bool,
 }
 
 /// Pool threads wake the event loop through this token.
@@ -124,7 +127,7 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
     group.join(poll.as_raw_fd())?;
     let mut w = Worker {
         stage,
-        topics: Default::default(),
+        topics: super::push::Topics::new(cfg.track_topics),
         rng: SmallRng::from_entropy(),
         next_gen: 0,
         date: String::new(),
@@ -228,6 +231,12 @@ impl Handler for Worker {
             }
         }
         self.deliver_done();
+        if self.topics.track {
+            let changes = self.topics.take_changes();
+            if !changes.is_empty() {
+                control::emit(&WorkerMsg::Topics { worker: self.cfg.worker, changes });
+            }
+        }
         self.give_back_memory(now);
         if self.draining && self.drained() {
             let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();

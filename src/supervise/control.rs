@@ -35,6 +35,13 @@ pub enum WorkerMsg {
         queued: u64,
         dropped: u64,
     },
+    /// Topics that gained their first (true) or lost their last (false)
+    /// subscriber in this worker, in order (cluster nodes only: the
+    /// supervisor subscribes to exactly the topics it has subscribers for).
+    Topics {
+        worker: usize,
+        changes: Vec<(String, bool)>,
+    },
     /// Answer to a `list` command.
     Connections {
         worker: usize,

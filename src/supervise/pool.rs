@@ -88,6 +88,8 @@ pub enum PoolEvent {
     Garbled(String),
     /// Not from a worker: an admin API request for the supervisor loop.
     Admin(crate::admin::Request),
+    /// Not from a worker: news from the server's cluster link.
+    Cluster(crate::cluster::ClusterEvent),
 }
 
 /// (role, worker index, event), as delivered on the shared channel.

@@ -1,0 +1,174 @@
+//! A server node in a cluster: its link to NATS, which carries publishes
+//! between nodes (`server --cluster nats://HOST:PORT --node-id ID`).
+//!
+//! Subjects: `megaconn.broadcast` (every node), `megaconn.topic.<name>`
+//! (subscribed only while this node has a subscriber of the topic) and
+//! `megaconn.node.<id>` (unicast to a connection this node owns; a
+//! request, so the owner answers whether it found the connection and NATS
+//! answers "no responders" when no such node exists).
+//!
+//! A publish through a node's admin API goes to NATS first, and is
+//! delivered to the node's own connections only once NATS has taken it
+//! (the link does not echo a node's own messages back, so each node
+//! delivers a message exactly once). While the link is down, publishes
+//! that need it fail with 503 and nothing is delivered anywhere; the
+//! client library reconnects by itself and restores the subscriptions.
+//!
+//! The link runs on its own thread (a single-threaded tokio runtime for
+//! the `async-nats` client) and talks to the supervisor loop over the same
+//! channel the workers report on.
+pub mod link;
+
+pub use link::Link;
+
+use crate::proto::push::Stream;
+use serde::Serialize;
+
+pub const BROADCAST: &str = "megaconn.broadcast";
+const TOPIC_PREFIX: &str = "megaconn.topic.";
+const NODE_PREFIX: &str = "megaconn.node.";
+/// Headers of a message between nodes.
+pub const H_PUBLISH_US: &str = "Megaconn-Publish-Us";
+pub const H_ORIGIN: &str = "Megaconn-Origin";
+pub const H_TARGET: &str = "Megaconn-Target";
+/// Longest node id (it is a subject token and part of connection ids).
+pub const MAX_NODE_ID: usize = 64;
+
+/// `--cluster` and `--node-id`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterConfig {
+    pub url: String,
+    pub node: String,
+}
+
+pub fn topic_subject(topic: &str) -> String {
+    format!("{TOPIC_PREFIX}{topic}")
+}
+
+pub fn node_subject(node: &str) -> String {
+    format!("{NODE_PREFIX}{node}")
+}
+
+/// Check a node id: letters, digits, `_` and `-` (a NATS subject token,
+/// and a prefix of connection ids, split at the first `.`).
+pub fn check_node_id(id: &str) -> Result<(), String> {
+    if id.is_empty() || id.len() > MAX_NODE_ID {
+        return Err(format!("a node id is 1 to {MAX_NODE_ID} characters, not {}", id.len()));
+    }
+    if let Some(c) = id.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-')) {
+        return Err(format!("node id '{id}' contains {c:?}; use letters, digits, _ and -"));
+    }
+    Ok(())
+}
+
+/// Check a `--cluster` URL: `nats://HOST:PORT` (or `tls://`).
+pub fn check_url(url: &str) -> Result<(), String> {
+    let rest = url.strip_prefix("nats://").or_else(|| url.strip_prefix("tls://"));
+    match rest {
+        Some(r) if !r.is_empty() && !r.contains('/') => Ok(()),
+        _ => Err(format!("--cluster '{url}' is not a NATS URL; give nats://HOST:PORT (e.g. nats://127.0.0.1:4222)")),
+    }
+}
+
+/// Whether a topic name can travel as a subject (no empty token).
+pub fn topic_fits_subject(topic: &str) -> bool {
+    !topic.split('.').any(str::is_empty)
+}
+
+/// The default node id: the host name (a pod's name in Kubernetes),
+/// with characters a node id may not hold replaced by `-`.
+pub fn default_node_id() -> String {
+    let host = std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()).or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok());
+    let id: String = host.unwrap_or_else(|| "node".into()).trim().chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '-' }).collect();
+    id.chars().take(MAX_NODE_ID).collect()
+}
+
+/// A connection id as the admin API shows it in a cluster: `NODE.ID`.
+pub fn global_id(node: &str, id: u64) -> String {
+    format!("{node}.{id}")
+}
+
+/// `NODE.ID` or a bare `ID` (this node): (node, local id).
+pub fn parse_id(s: &str) -> Option<(Option<String>, u64)> {
+    match s.split_once('.') {
+        Some((node, id)) => {
+            check_node_id(node).ok()?;
+            Some((Some(node.to_string()), id.parse().ok()?))
+        }
+        None => Some((None, s.parse().ok()?)),
+    }
+}
+
+/// A message another node published, as this node received it.
+#[derive(Debug, Clone)]
+pub struct Inbound {
+    pub stream: Stream,
+    pub topic: String,
+    pub target: Option<u64>,
+    pub publish_us: u64,
+    pub origin: String,
+    pub data: Vec<u8>,
+    /// Unicast: where the owner's answer goes.
+    pub reply: Option<String>,
+}
+
+/// What a remote node answered for a unicast.
+#[derive(Debug, Clone, Serialize)]
+pub struct RemoteAnswer {
+    pub node: String,
+    pub id: String,
+    /// 200 delivered (queued), 404 no such connection or node.
+    pub status: u16,
+    pub detail: serde_json::Value,
+}
+
+/// The link's news for the supervisor loop.
+#[derive(Debug)]
+pub enum ClusterEvent {
+    Message(Inbound),
+    /// Publish `request` went out (with remote answers), or failed.
+    Published {
+        request: u64,
+        result: Result<Vec<RemoteAnswer>, String>,
+    },
+}
+
+/// Link counters and state for /healthz, /stats and /metrics.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LinkStatus {
+    pub url: String,
+    pub node: String,
+    pub up: bool,
+    /// Seconds in the current state.
+    pub for_s: f64,
+    pub last_error: Option<String>,
+    /// Times the link came up after being down.
+    pub reconnects: u64,
+    pub messages_in: u64,
+    pub messages_out: u64,
+    /// Publishes refused (503) because the link was down or NATS did not
+    /// confirm them.
+    pub publish_failures: u64,
+    /// Topic subjects this node subscribes to now.
+    pub topics: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_and_names() {
+        assert_eq!(parse_id("A.42"), Some((Some("A".into()), 42)));
+        assert_eq!(parse_id("42"), Some((None, 42)));
+        assert_eq!(parse_id("A.x"), None);
+        assert_eq!(parse_id("a b.1"), None);
+        assert!(check_node_id("node-1_a").is_ok());
+        assert!(check_node_id("a.b").unwrap_err().contains("'.'"));
+        assert!(check_node_id("").is_err());
+        assert!(check_url("nats://127.0.0.1:4222").is_ok());
+        assert!(check_url("http://x").unwrap_err().contains("nats://HOST:PORT"));
+        assert!(topic_fits_subject("a.b") && !topic_fits_subject("a..b") && !topic_fits_subject(".a"));
+        assert!(check_node_id(&default_node_id()).is_ok());
+    }
+}

@@ -1,0 +1,113 @@
+//! How a cluster node's publishes travel (`server --cluster`): what needs
+//! other nodes goes to NATS first and is delivered here only once NATS
+//! took it; what other nodes published arrives from the link and is
+//! delivered like a local publish; a unicast for a connection of another
+//! node is routed to its owner, who answers.
+
+use super::publish::{Answer, Publisher};
+use crate::admin::route::{Message, Request as Route};
+use crate::admin::{Request, Response};
+use crate::cluster::link::Out;
+use crate::cluster::{ClusterConfig, ClusterEvent, Link, LinkStatus};
+use crate::proto::push::{wall_us, Stream};
+use crate::supervise::{Delivery, Pool};
+use anyhow::Result;
+use std::collections::HashMap;
+use std::sync::mpsc::{Sender, SyncSender};
+
+/// A publish waiting for NATS to take it: who asked, what this node
+/// delivers once it has, and the origin's stamp.
+struct Held {
+    reply: SyncSender<Response>,
+    local: Vec<Message>,
+    publish_us: u64,
+}
+
+pub struct Relay {
+    pub link: Link,
+    held: HashMap<u64, Held>,
+    next: u64,
+}
+
+impl Relay {
+    pub fn start(cfg: ClusterConfig, tx: Sender<Delivery>) -> Result<Relay> {
+        Ok(Relay { link: Link::start(cfg, tx)?, held: HashMap::new(), next: 0 })
+    }
+
+    pub fn node(&self) -> &str {
+        &self.link.cfg.node
+    }
+
+    pub fn status(&self) -> LinkStatus {
+        self.link.status()
+    }
+
+    /// An admin publish on this node.
+    pub fn publish(&mut self, req: Request, publisher: &mut Publisher, live: &[usize], pool: &mut Pool) {
+        let Route::Publish(messages) = req.route else { return publisher.start(req, live, pool) };
+        let me = self.node().to_string();
+        let is_local = |m: &Message| m.stream == Stream::Unicast && m.node.as_deref().is_none_or(|n| n == me);
+        if messages.iter().all(is_local) {
+            return publisher.start(Request { route: Route::Publish(messages), reply: req.reply }, live, pool);
+        }
+        if let Some(m) = messages.iter().find(|m| m.stream == Stream::Topic && !crate::cluster::topic_fits_subject(&m.topic)) {
+            let _ = req.reply.send(Response::error(
+                400,
+                format!("topic '{}' cannot travel between nodes: in a cluster a topic is a NATS subject, with no empty part between dots", m.topic),
+            ));
+            return;
+        }
+        if !self.link.up() {
+            self.link.failed();
+            let _ = req.reply.send(Response::error(503, self.link.down_reason()));
+            return;
+        }
+        let publish_us = wall_us();
+        let (mut out, mut local) = (Vec::new(), Vec::new());
+        for m in messages {
+            let local_too = m.stream != Stream::Unicast;
+            if !is_local(&m) {
+                let target = m.node.clone().zip(m.target);
+                out.push(Out { stream: m.stream, topic: m.topic.clone(), target, publish_us, data: m.data.clone() });
+            }
+            if local_too || is_local(&m) {
+                local.push(Message { node: None, ..m });
+            }
+        }
+        self.next += 1;
+        self.held.insert(self.next, Held { reply: req.reply, local, publish_us });
+        self.link.publish(self.next, out);
+    }
+
+    /// News from the link.
+    pub fn on_event(&mut self, ev: ClusterEvent, publisher: &mut Publisher, live: &[usize], pool: &mut Pool) {
+        match ev {
+            ClusterEvent::Published { request, result } => {
+                let Some(h) = self.held.remove(&request) else { return };
+                match result {
+                    Ok(remote) => publisher.begin(Route::Publish(h.local), Answer::Admin(h.reply), Some(h.publish_us), remote, live, pool),
+                    Err(e) => {
+                        self.link.failed();
+                        let _ = h.reply.send(Response::error(503, format!("{e}: the publish was not delivered here either; retry")));
+                    }
+                }
+            }
+            ClusterEvent::Message(m) => {
+                let reply = match m.reply {
+                    Some(subject) => Answer::Nats(subject),
+                    None => Answer::Quiet,
+                };
+                let msg = Message { stream: m.stream, topic: m.topic, target: m.target, node: None, data: m.data };
+                publisher.begin(Route::Publish(vec![msg]), reply, Some(m.publish_us), Vec::new(), live, pool);
+            }
+        }
+        self.flush_replies(publisher);
+    }
+
+    /// Send the answers owed to other nodes' unicasts.
+    pub fn flush_replies(&mut self, publisher: &mut Publisher) {
+        for (subject, body) in publisher.nats_replies.drain(..) {
+            self.link.reply(subject, body);
+        }
+    }
+}
