@@ -16,6 +16,13 @@ pub enum Scenario {
     Push,
 }
 
+/// What joins the nodes of a cluster bench.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Broker {
+    /// nats-server (Debian's package), one core NATS server.
+    Nats,
+}
+
 #[derive(Debug, Clone)]
 pub struct BenchConfig {
     pub scenario: Scenario,
@@ -46,6 +53,10 @@ pub struct BenchConfig {
     pub target: Ipv4Addr,
     /// Namespace (fd) the client workers enter (veth).
     pub client_netns: Option<i32>,
+    /// Push scenario: server nodes (each its own namespace) and the broker
+    /// between them.
+    pub nodes: u64,
+    pub cluster: Option<Broker>,
     pub json: bool,
 }
 
@@ -67,6 +78,8 @@ impl Default for BenchConfig {
             topology: crate::topology::Topology::Host,
             target: Ipv4Addr::LOCALHOST,
             client_netns: None,
+            nodes: 1,
+            cluster: None,
             broadcasts: 10,
             broadcast_interval: Duration::from_secs(5),
             topics: 0,

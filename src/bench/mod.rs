@@ -5,6 +5,7 @@
 //! pools (one event channel, one progress line); every worker is its child
 //! and dies with it.
 pub mod business;
+pub mod cluster;
 pub mod config;
 pub mod pair;
 pub mod push;
@@ -153,6 +154,9 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
             return Err(crate::UsageError("--report writes one run; --scenario business is four (its table is the report): drop --report, or report one mode with megaconn server --business MODE and megaconn client --report DIR".into()).into());
         }
         crate::report::prepare(dir)?;
+    }
+    if args.nodes > 1 || args.cluster.is_some() {
+        return cluster::run(args);
     }
     // Placed before anything starts: workers inherit the namespace. The
     // namespaces live as long as `net` (removed when the run ends).

@@ -7,7 +7,7 @@
 
 use super::pair::PairRun;
 use super::BenchConfig;
-use crate::client::run::ClientRun;
+use crate::client::run::{ClientRun, ClientSummary};
 use crate::server::fleet::ServerFleet;
 use crate::stats::histogram::{self, LatencySummary};
 use crate::stats::{format, progress::Progress};
@@ -20,9 +20,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Pause between the end of the ramp and the first publish.
-const SETTLE: Duration = Duration::from_secs(2);
+pub(super) const SETTLE: Duration = Duration::from_secs(2);
 /// Hold kept after the last publish, for the last deliveries.
-const TAIL: Duration = Duration::from_secs(15);
+pub(super) const TAIL: Duration = Duration::from_secs(15);
 
 /// One round as the admin API answered it.
 #[derive(Debug, Clone, Serialize)]
@@ -113,7 +113,7 @@ pub fn run(args: BenchConfig, placement: &crate::topology::Placement) -> Result<
     let rounds = Arc::new(Mutex::new(Vec::<Round>::new()));
     let publisher = {
         let (ramp_done, rounds, args) = (ramp_done.clone(), rounds.clone(), args.clone());
-        std::thread::spawn(move || publish(admin, &args, &topics, &ramp_done, &rounds))
+        std::thread::spawn(move || publish(admin, None, &args, &topics, &ramp_done, &rounds))
     };
     let sample = |server: &ServerFleet, _: &ClientRun| server.pids().len();
     let mut pair = PairRun::new(server, client, &mut progress, sample);
@@ -125,44 +125,8 @@ pub fn run(args: BenchConfig, placement: &crate::topology::Placement) -> Result<
     let workers = pair.at_hold.take().unwrap_or(0);
     let (server, client) = (pair.server, pair.client);
     let summary = client.summary();
-    let t = client.view.totals();
     let rounds = rounds.lock().expect("rounds").clone();
-    // One result per round: with topics, round k is sequence k of every
-    // topic, timed from its first publish.
-    let mut by_seq: std::collections::BTreeMap<u64, (u64, u64)> = Default::default();
-    for r in &rounds {
-        let e = by_seq.entry(r.seq).or_insert((u64::MAX, 0));
-        e.0 = e.0.min(r.publish_us);
-        e.1 += r.queued;
-    }
-    let results: Vec<RoundResult> = by_seq
-        .iter()
-        .map(|(seq, (publish_us, queued))| {
-            let (n, last) = t.push_by_seq.get(seq).copied().unwrap_or((0, *publish_us));
-            RoundResult { seq: *seq, deliveries: n, queued: *queued, time_to_all_ms: last.saturating_sub(*publish_us) as f64 / 1000.0 }
-        })
-        .collect();
-    let expected = summary.held * results.len() as u64;
-    let deliveries: u64 = results.iter().map(|r| r.deliveries).sum();
-    let report = PushReport {
-        connections: summary.held,
-        topics: args.topics,
-        broadcasts: results.len() as u64,
-        payload: args.payload,
-        expected_deliveries: expected,
-        deliveries,
-        dropped: expected.saturating_sub(deliveries),
-        duplicates: t.push_duplicates,
-        gaps: t.push_gaps,
-        time_to_all_ms: spread(results.iter().map(|r| r.time_to_all_ms).collect()),
-        delivery_ms: histogram::summarize(&client.view.push_hist),
-        rounds: results,
-        heartbeats_sent: summary.heartbeats_sent,
-        heartbeats_answered: summary.heartbeats_answered,
-        server_workers: workers,
-        server_cpu_seconds: server.view.totals().cpu_seconds,
-        client_cpu_seconds: summary.cpu_seconds,
-    };
+    let report = push_report(&args, &rounds, &client, &summary, workers, server.view.totals().cpu_seconds);
     let result = serde_json::json!({ "push": report, "client": summary, "topology": placement });
     if let Some(dir) = &args.report {
         let plan =
@@ -190,8 +154,64 @@ pub fn run(args: BenchConfig, placement: &crate::topology::Placement) -> Result<
     Ok(if report.dropped > 0 || report.duplicates > 0 { 1 } else { code })
 }
 
-/// The publisher thread: wait for the ramp, then publish on schedule.
-fn publish(admin: SocketAddr, args: &BenchConfig, topics: &[String], ramp_done: &AtomicBool, rounds: &Mutex<Vec<Round>>) -> Result<()> {
+/// The rounds as the clients received them. One result per round: with
+/// topics, round k is sequence k of every topic, timed from its first
+/// publish.
+pub(super) fn push_report(
+    args: &BenchConfig,
+    rounds: &[Round],
+    client: &ClientRun,
+    summary: &ClientSummary,
+    server_workers: usize,
+    server_cpu_seconds: f64,
+) -> PushReport {
+    let t = client.view.totals();
+    let mut by_seq: std::collections::BTreeMap<u64, (u64, u64)> = Default::default();
+    for r in rounds {
+        let e = by_seq.entry(r.seq).or_insert((u64::MAX, 0));
+        e.0 = e.0.min(r.publish_us);
+        e.1 += r.queued;
+    }
+    let results: Vec<RoundResult> = by_seq
+        .iter()
+        .map(|(seq, (publish_us, queued))| {
+            let (n, last) = t.push_by_seq.get(seq).copied().unwrap_or((0, *publish_us));
+            RoundResult { seq: *seq, deliveries: n, queued: *queued, time_to_all_ms: last.saturating_sub(*publish_us) as f64 / 1000.0 }
+        })
+        .collect();
+    let expected = summary.held * results.len() as u64;
+    let deliveries: u64 = results.iter().map(|r| r.deliveries).sum();
+    PushReport {
+        connections: summary.held,
+        topics: args.topics,
+        broadcasts: results.len() as u64,
+        payload: args.payload,
+        expected_deliveries: expected,
+        deliveries,
+        dropped: expected.saturating_sub(deliveries),
+        duplicates: t.push_duplicates,
+        gaps: t.push_gaps,
+        time_to_all_ms: spread(results.iter().map(|r| r.time_to_all_ms).collect()),
+        delivery_ms: histogram::summarize(&client.view.push_hist),
+        rounds: results,
+        heartbeats_sent: summary.heartbeats_sent,
+        heartbeats_answered: summary.heartbeats_answered,
+        server_workers,
+        server_cpu_seconds,
+        client_cpu_seconds: summary.cpu_seconds,
+    }
+}
+
+/// The publisher thread: wait for the ramp, then publish on schedule
+/// (through the admin API at `admin`, with its bearer `token` if any).
+pub(super) fn publish(
+    admin: SocketAddr,
+    token: Option<&str>,
+    args: &BenchConfig,
+    topics: &[String],
+    ramp_done: &AtomicBool,
+    rounds: &Mutex<Vec<Round>>,
+) -> Result<()> {
     while !ramp_done.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -204,7 +224,7 @@ fn publish(admin: SocketAddr, args: &BenchConfig, topics: &[String], ramp_done: 
         let paths: Vec<String> = if topics.is_empty() { vec!["/broadcast".into()] } else { topics.iter().map(|t| format!("/publish?topic={t}")).collect() };
         for path in paths {
             let t0 = Instant::now();
-            let (status, body) = crate::admin::client::request(admin, "POST", &path, &payload, None)?;
+            let (status, body) = crate::admin::client::request(admin, "POST", &path, &payload, token)?;
             if status != 200 {
                 anyhow::bail!("POST {path} answered {status}: {body}");
             }
@@ -220,7 +240,7 @@ fn publish(admin: SocketAddr, args: &BenchConfig, topics: &[String], ramp_done: 
     Ok(())
 }
 
-fn print_report(r: &PushReport) {
+pub(super) fn print_report(r: &PushReport) {
     println!(
         "push          {} broadcasts x {} connections{} | deliveries {} of {} expected | dropped {} | duplicates {} | gaps {}",
         r.broadcasts,

@@ -65,6 +65,7 @@ impl From<LoadArgs> for LoadConfig {
             nice: 0,
             netns_fd: None,
             start_at: None,
+            targets: Vec::new(),
             json: a.json,
         }
     }
@@ -122,6 +123,8 @@ impl From<BenchArgs> for BenchConfig {
             topology: a.topology,
             target: std::net::Ipv4Addr::LOCALHOST,
             client_netns: None,
+            nodes: a.nodes,
+            cluster: a.cluster,
             json: a.json,
         }
     }

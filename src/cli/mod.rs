@@ -327,6 +327,14 @@ pub struct BenchArgs {
     /// Push scenario: spread connections over this many topics and publish one message to each per round (0: broadcasts).
     #[arg(long, value_parser = clap::value_parser!(u64).range(0..=100_000), default_value = "0")]
     pub topics: u64,
+    /// Push scenario: server nodes, each in its own network namespace, the
+    /// clients spread over them (needs --cluster).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=16), default_value = "1")]
+    pub nodes: u64,
+    /// Push scenario: join the nodes through this broker (a nats-server in
+    /// its own namespace); broadcasts are published on node 0.
+    #[arg(long, value_enum)]
+    pub cluster: Option<crate::bench::config::Broker>,
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,

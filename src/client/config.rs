@@ -61,6 +61,9 @@ pub struct LoadConfig {
     pub netns_fd: Option<i32>,
     /// `--start-at`: the wall-clock instant the ramp starts.
     pub start_at: Option<std::time::SystemTime>,
+    /// Several servers (bench --nodes): connection g goes to targets[g % n]
+    /// on the plan's ports; empty: the plan's one target.
+    pub targets: Vec<Ipv4Addr>,
     pub json: bool,
 }
 
@@ -92,6 +95,7 @@ impl Default for LoadConfig {
             nice: 0,
             netns_fd: None,
             start_at: None,
+            targets: Vec::new(),
             json: false,
         }
     }

@@ -207,6 +207,7 @@ impl ClientRun {
                     raw_first: load.raw_first.clone(),
                     raw_codec: load.raw_codec.clone(),
                     ws_target: load.ws_target.clone(),
+                    targets: load.targets.clone(),
                 })
                 .expect("config serializes")
             })

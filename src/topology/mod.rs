@@ -10,6 +10,8 @@
 //! Ctrl-C and errors), and ones left by a killed bench are removed by the
 //! next one.
 
+pub mod cluster;
+
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::fs::File;
@@ -52,6 +54,12 @@ pub struct Placement {
     pub server_address: Ipv4Addr,
     /// veth: the client host's source addresses.
     pub client_sources: Vec<Ipv4Addr>,
+    /// bench --nodes: each server node's address (its own namespace).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<Ipv4Addr>,
+    /// bench --cluster: the broker's URL (its own namespace).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub broker: Option<String>,
 }
 
 /// A placed run. Dropping it removes the namespaces it created.
@@ -61,13 +69,13 @@ pub struct Net {
     pub client_ns: Option<File>,
     /// Lines that say what was done (shown before the run).
     pub notes: Vec<String>,
-    /// veth end made on the host (gone once moved; deleted if not).
-    veth: Option<String>,
+    /// veth ends made on the host (gone once moved; deleted if not).
+    veths: Vec<String>,
 }
 
 impl Drop for Net {
     fn drop(&mut self) {
-        if let Some(v) = &self.veth {
+        for v in &self.veths {
             let _ = Command::new("ip").args(["link", "del", v]).stderr(std::process::Stdio::null()).status();
         }
         for name in &self.placement.namespaces {
@@ -76,7 +84,7 @@ impl Drop for Net {
     }
 }
 
-fn ip(args: &[&str]) -> Result<()> {
+pub(crate) fn ip(args: &[&str]) -> Result<()> {
     let out = Command::new("ip").args(args).output().context("running ip (iproute2)")?;
     if !out.status.success() {
         bail!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
@@ -98,12 +106,23 @@ pub fn stale() -> Vec<String> {
         .collect()
 }
 
+/// Remove what killed benches left; says what it removed.
+pub(crate) fn remove_stale() -> Vec<String> {
+    let mut notes = Vec::new();
+    for name in stale() {
+        if ip(&["netns", "del", &name]).is_ok() {
+            notes.push(format!("removed namespace {name} left by a megaconn that is gone"));
+        }
+    }
+    notes
+}
+
 /// Buckets for `sockets` established sockets: the next power of two.
 pub fn ehash_for(sockets: u64) -> u64 {
     sockets.max(1024).next_power_of_two().min(EHASH_MAX)
 }
 
-fn may_create() -> Result<(), String> {
+pub(crate) fn may_create() -> Result<(), String> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return Err("not root: creating network namespaces needs CAP_SYS_ADMIN".into());
@@ -117,7 +136,7 @@ fn may_create() -> Result<(), String> {
 /// Create namespace `name` with its own established hash of `ehash`
 /// buckets (the host's child-ehash sysctl is set for the creation and put
 /// back at once), loopback up and `sysctls` set inside.
-fn create(name: &str, ehash: u64, sysctls: &[(&str, String)], notes: &mut Vec<String>) -> Result<()> {
+pub(crate) fn create(name: &str, ehash: u64, sysctls: &[(&str, String)], notes: &mut Vec<String>) -> Result<()> {
     // Benches starting together must not restore each other's size.
     let lock = File::create("/run/megaconn-netns.lock").context("creating /run/megaconn-netns.lock")?;
     // SAFETY: flock on an open file; released when `lock` closes.
@@ -133,6 +152,10 @@ fn create(name: &str, ehash: u64, sysctls: &[(&str, String)], notes: &mut Vec<St
     drop(lock);
     made?;
     ip(&["-n", name, "link", "set", "lo", "up"])?;
+    if sysctls.is_empty() {
+        notes.push(format!("namespace {name}: established hash {} buckets", crate::stats::format::count(ehash)));
+        return Ok(());
+    }
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", name, "sysctl", "-q", "-w"]);
     cmd.args(sysctls.iter().map(|(k, v)| format!("{k}={v}")));
@@ -150,7 +173,7 @@ fn create(name: &str, ehash: u64, sysctls: &[(&str, String)], notes: &mut Vec<St
     Ok(())
 }
 
-fn enter(name: &str) -> Result<File> {
+pub(crate) fn enter(name: &str) -> Result<File> {
     let f = File::open(format!("/run/netns/{name}")).with_context(|| format!("opening namespace {name}"))?;
     // SAFETY: setns on a valid namespace fd; affects the calling thread
     // (the main thread, before it starts any worker).
@@ -160,7 +183,7 @@ fn enter(name: &str) -> Result<File> {
     Ok(f)
 }
 
-fn ehash_here() -> Option<i64> {
+pub(crate) fn ehash_here() -> Option<i64> {
     std::fs::read_to_string("/proc/sys/net/ipv4/tcp_ehash_entries").ok()?.trim().parse().ok()
 }
 
@@ -168,12 +191,7 @@ fn ehash_here() -> Option<i64> {
 /// before any worker starts). `sources` is how many client addresses a
 /// veth plan needs. `auto` falls back to the host, saying why.
 pub fn place(want: Topology, connections: u64, ports: &str, sources: u64) -> Result<Net> {
-    let mut notes = Vec::new();
-    for name in stale() {
-        if ip(&["netns", "del", &name]).is_ok() {
-            notes.push(format!("removed namespace {name} left by a megaconn that is gone"));
-        }
-    }
+    let mut notes = remove_stale();
     let host = |why: String, notes: Vec<String>| {
         let mut net = Net::new(Topology::Host, why);
         net.placement.ehash_entries = ehash_here();
@@ -191,12 +209,7 @@ pub fn place(want: Topology, connections: u64, ports: &str, sources: u64) -> Res
         (k, Ok(())) => k,
     };
     let pid = std::process::id();
-    let sysctls = Sysctls {
-        // The listen queues (the server's host).
-        queues: vec![("net.core.somaxconn", "65535".to_string()), ("net.ipv4.tcp_max_syn_backlog", "65535".into())],
-        // The ports (the client's host; both in netns).
-        ports: vec![("net.ipv4.ip_local_port_range", "1024 65535".to_string()), ("net.ipv4.ip_local_reserved_ports", ports.to_string())],
-    };
+    let sysctls = Sysctls::for_ports(ports);
     let why = if want == Topology::Auto { "auto: root may create namespaces".into() } else { format!("--topology {}", format!("{kind:?}").to_lowercase()) };
     let mut net = Net::new(kind, why);
     match build(&mut net, pid, connections, &sysctls, sources) {
@@ -214,13 +227,24 @@ pub fn place(want: Topology, connections: u64, ports: &str, sources: u64) -> Res
 }
 
 /// What a namespace gets set inside.
-struct Sysctls {
-    queues: Vec<(&'static str, String)>,
-    ports: Vec<(&'static str, String)>,
+pub(crate) struct Sysctls {
+    pub queues: Vec<(&'static str, String)>,
+    pub ports: Vec<(&'static str, String)>,
+}
+
+impl Sysctls {
+    pub fn for_ports(ports: &str) -> Sysctls {
+        Sysctls {
+            // The listen queues (the server's host).
+            queues: vec![("net.core.somaxconn", "65535".to_string()), ("net.ipv4.tcp_max_syn_backlog", "65535".into())],
+            // The ports (the client's host; both in netns).
+            ports: vec![("net.ipv4.ip_local_port_range", "1024 65535".to_string()), ("net.ipv4.ip_local_reserved_ports", ports.to_string())],
+        }
+    }
 }
 
 impl Net {
-    fn new(kind: Topology, why: String) -> Net {
+    pub(crate) fn new(kind: Topology, why: String) -> Net {
         Net {
             placement: Placement {
                 kind,
@@ -230,10 +254,12 @@ impl Net {
                 ehash_entries: None,
                 server_address: Ipv4Addr::LOCALHOST,
                 client_sources: Vec::new(),
+                nodes: Vec::new(),
+                broker: None,
             },
             client_ns: None,
             notes: Vec::new(),
-            veth: None,
+            veths: Vec::new(),
         }
     }
 }
@@ -260,12 +286,12 @@ fn build(net: &mut Net, pid: u32, connections: u64, sysctls: &Sysctls, sources: 
             create(&cli, ehash, &sysctls.ports, &mut net.notes)?;
             net.placement.ehash_planned = Some(ehash);
             let (vs, vc) = (format!("mc{pid}s"), format!("mc{pid}c"));
-            net.veth = Some(vs.clone());
+            net.veths.push(vs.clone());
             ip(&["link", "add", &vs, "type", "veth", "peer", "name", &vc])?;
             ip(&["link", "set", &vs, "netns", &srv])?;
             ip(&["link", "set", &vc, "netns", &cli])?;
             ip(&["-n", &srv, "addr", "add", &format!("{VETH_SERVER}/16"), "dev", &vs])?;
-            let sources: Vec<Ipv4Addr> = (0..sources.clamp(1, 250 * 254)).map(|i| Ipv4Addr::new(10, 201, 1 + (i / 254) as u8, 1 + (i % 254) as u8)).collect();
+            let sources = client_sources(sources);
             for a in &sources {
                 ip(&["-n", &cli, "addr", "add", &format!("{a}/16"), "dev", &vc])?;
             }
@@ -281,6 +307,11 @@ fn build(net: &mut Net, pid: u32, connections: u64, sysctls: &Sysctls, sources: 
     }
     net.placement.ehash_entries = ehash_here();
     Ok(())
+}
+
+/// `n` client source addresses (10.201.1.1 on) of a namespaced client host.
+pub(crate) fn client_sources(n: u64) -> Vec<Ipv4Addr> {
+    (0..n.clamp(1, 250 * 254)).map(|i| Ipv4Addr::new(10, 201, 1 + (i / 254) as u8, 1 + (i % 254) as u8)).collect()
 }
 
 /// Enter a namespace in a child between fork and exec (async-signal-safe).

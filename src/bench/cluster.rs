@@ -1,0 +1,344 @@
+//! `megaconn bench --scenario push --nodes N --cluster nats`: N server
+//! nodes (each a `megaconn server --cluster` in its own namespace), a
+//! nats-server in another, and the clients spread over the nodes
+//! (connection g to node g % N). Broadcasts are published on node 0 and
+//! timed to the last receipt on any node, exactly as the single-node push
+//! bench times them, so the two compare side by side.
+
+use super::push::{self, Round};
+use super::BenchConfig;
+use crate::client::run::{ClientRun, Tick};
+use crate::stats::{format, progress::Progress};
+use crate::supervise::{self, Delivery, Flow, Role, Supervised};
+use crate::topology::cluster::{self as place, BROKER_ADDR};
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const BROKER_PORT: u16 = 4222;
+const ADMIN_PORT: u16 = 9100;
+/// Longest wait for the broker to listen and every node to be healthy.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+const PRINT_EVERY: Duration = Duration::from_secs(2);
+
+/// A child process in a namespace: SIGTERM then SIGKILL when dropped (by
+/// PID; it also dies with the bench through PR_SET_PDEATHSIG).
+struct Proc {
+    child: Child,
+    what: String,
+    log: std::path::PathBuf,
+}
+
+impl Proc {
+    fn spawn(mut cmd: Command, ns: &str, what: String, log: std::path::PathBuf) -> Result<Proc> {
+        let _ns = place::inside(&mut cmd, ns)?;
+        let err = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let child = cmd.stderr(err).spawn().with_context(|| format!("starting {what}"))?;
+        Ok(Proc { child, what, log })
+    }
+
+    /// Why it is gone, if it is.
+    fn gone(&mut self) -> Option<String> {
+        let st = self.child.try_wait().ok()??;
+        Some(format!("{} exited ({st}); its log: {}", self.what, self.log.display()))
+    }
+
+    fn stop(&mut self) {
+        // SAFETY: signalling our own child by PID.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let end = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < end {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.stop();
+        }
+    }
+}
+
+/// A server node: its process, admin address and latest stats line.
+struct Node {
+    proc: Proc,
+    admin: SocketAddr,
+    stats: Arc<Mutex<Value>>,
+}
+
+impl Node {
+    fn start(k: usize, args: &BenchConfig, per_node: u64, token: &str, logs: &str) -> Result<Node> {
+        let addr = place::node_addr(k);
+        let exe = std::env::current_exe().context("finding the megaconn binary")?;
+        let mut cmd = Command::new(exe);
+        cmd.arg("server")
+            .args(["--listen", &addr.to_string(), "--ports", &super::ports_list(&args.ports)])
+            .args(["--connections", &per_node.to_string(), "--protocol", &format!("{:?}", args.protocol).to_lowercase()])
+            .args(["--admin", &format!("{addr}:{ADMIN_PORT}"), "--admin-token", token])
+            .args(["--cluster", &format!("nats://{BROKER_ADDR}:{BROKER_PORT}"), "--node-id", &format!("n{k}")])
+            .args(["--json", "--stats-interval", "500ms"]);
+        if let crate::supervise::plan::Workers::Fixed(n) = args.server_workers {
+            cmd.args(["--workers", &n.to_string()]);
+        }
+        cmd.stdout(Stdio::piped());
+        let mut proc = Proc::spawn(cmd, &place::ns_name(std::process::id(), Some(k)), format!("node n{k} ({addr})"), format!("{logs}-n{k}.log").into())?;
+        let out = proc.child.stdout.take().ok_or_else(|| anyhow!("node n{k} has no stdout"))?;
+        let stats = Arc::new(Mutex::new(Value::Null));
+        let s = stats.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    if v["event"] == "stats" {
+                        *s.lock().expect("node stats") = v;
+                    }
+                }
+            }
+        });
+        Ok(Node { proc, admin: SocketAddr::from((addr, ADMIN_PORT)), stats })
+    }
+
+    fn active(&self) -> u64 {
+        self.stats.lock().expect("node stats")["active"].as_u64().unwrap_or(0)
+    }
+}
+
+/// The clients under the supervisor loop, with the nodes watched.
+struct ClusterRun<'p> {
+    client: ClientRun,
+    nodes: Vec<Node>,
+    broker: Proc,
+    progress: &'p mut Progress,
+    ramp_done: Arc<AtomicBool>,
+    next_print: Instant,
+    failure: Option<String>,
+}
+
+impl ClusterRun<'_> {
+    fn line(&mut self) -> String {
+        let nodes: Vec<String> = self.nodes.iter().map(|n| format::count(n.active())).collect();
+        format!("{} | nodes {}", self.client.progress_line(), nodes.join(" + "))
+    }
+}
+
+impl Supervised for ClusterRun<'_> {
+    fn deliver(&mut self, (role, i, ev): Delivery) -> Result<()> {
+        if role == Role::Client {
+            self.client.on_event(i, ev);
+        }
+        Ok(())
+    }
+
+    fn tick(&mut self) -> Result<Flow> {
+        crate::client::print_notes(&mut self.client.notes, self.progress);
+        if self.failure.is_none() {
+            let gone = self.nodes.iter_mut().map(|n| &mut n.proc).chain([&mut self.broker]).find_map(Proc::gone);
+            if let Some(why) = gone {
+                self.progress.note(&format!("cluster: {why}"));
+                self.failure = Some(why);
+                self.client.interrupt();
+            }
+        }
+        match self.client.tick() {
+            Tick::RampDone => {
+                self.ramp_done.store(true, Ordering::SeqCst);
+                let l = self.line();
+                self.progress.note(&format!("ramp done: {l}"));
+            }
+            Tick::HoldOver => {
+                let l = self.line();
+                self.progress.note(&format!("hold over: {l}"));
+                self.client.close();
+            }
+            Tick::Finished => return Ok(Flow::Done),
+            _ => {}
+        }
+        if Instant::now() >= self.next_print {
+            let l = self.line();
+            self.progress.update(&l);
+            self.next_print = Instant::now() + PRINT_EVERY;
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn interrupt(&mut self) {
+        self.client.interrupt();
+    }
+}
+
+fn wait_until(what: &str, mut ok: impl FnMut() -> Result<bool, String>) -> Result<()> {
+    let end = Instant::now() + START_TIMEOUT;
+    loop {
+        let last = match ok() {
+            Ok(true) => return Ok(()),
+            Ok(false) => String::new(),
+            Err(e) => e,
+        };
+        if Instant::now() >= end {
+            bail!("{what} within {} s{}", START_TIMEOUT.as_secs(), if last.is_empty() { String::new() } else { format!(": {last}") });
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Check the flags of a cluster bench (usage errors).
+pub fn check(args: &BenchConfig) -> Result<(), String> {
+    if args.scenario != super::Scenario::Push {
+        return Err("--nodes and --cluster run the push scenario: add --scenario push".into());
+    }
+    if args.cluster.is_none() {
+        return Err(format!("--nodes {}: nodes need a broker between them; add --cluster nats", args.nodes));
+    }
+    if args.topology == crate::topology::Topology::Host || args.topology == crate::topology::Topology::Veth {
+        return Err("a cluster bench puts each node in its own namespace: use --topology netns (or auto)".into());
+    }
+    if args.report.is_some() {
+        return Err("--report is not written for a cluster bench yet; use --json".into());
+    }
+    if args.source_ips.is_some() {
+        return Err("--source-ips: a cluster bench gives its client namespace its own addresses; drop --source-ips".into());
+    }
+    if Command::new("nats-server").arg("--version").output().is_err() {
+        return Err("--cluster nats needs nats-server, which is not installed: apt-get install nats-server (scripts/setup.sh does it)".into());
+    }
+    Ok(())
+}
+
+pub fn run(mut args: BenchConfig) -> Result<i32> {
+    check(&args).map_err(crate::UsageError)?;
+    let nodes = args.nodes as usize;
+    let per_node = args.connections.div_ceil(args.nodes);
+    let per_source = args.ports.len() as u64 * 60_000;
+    let net = place::place(nodes, args.connections, &super::ports_list(&args.ports), args.connections.div_ceil(per_source))?;
+    let mut progress = Progress::new(false);
+    for n in &net.notes {
+        progress.note(n);
+    }
+    args.source_ips = Some(net.placement.client_sources.clone());
+    args.target = place::node_addr(0);
+    let (_, fds) = crate::sys::raise_fd_limit();
+    let hold = args.hold.unwrap_or(push::SETTLE + args.broadcast_interval * args.broadcasts as u32 + push::TAIL);
+    let topics: Vec<String> = (0..args.topics).map(|t| format!("room-{t}")).collect();
+    let mut client_cfg = super::client_config(&args, hold);
+    client_cfg.load.subscribe = topics.clone();
+    client_cfg.load.subscribe_spread = true;
+    client_cfg.load.targets = net.placement.nodes.clone();
+    let (cplan, cwplan) = crate::client::plan(&client_cfg, fds.hard).map_err(crate::UsageError)?;
+    let logs = std::env::temp_dir().join(format!("megaconn-{}", std::process::id())).display().to_string();
+    let mut broker_cmd = Command::new("nats-server");
+    broker_cmd.args(["-a", &BROKER_ADDR.to_string(), "-p", &BROKER_PORT.to_string()]).stdout(Stdio::null());
+    let mut broker = Proc::spawn(broker_cmd, &place::ns_name(std::process::id(), None), "nats-server".into(), format!("{logs}-nats.log").into())?;
+    let broker_at = SocketAddr::from((BROKER_ADDR, BROKER_PORT));
+    wait_until("nats-server did not listen", || match broker.gone() {
+        Some(why) => Err(why),
+        None => Ok(TcpStream::connect_timeout(&broker_at, Duration::from_millis(200)).is_ok()),
+    })?;
+    let token = format!("{:032x}", rand::random::<u128>());
+    let mut fleet = Vec::new();
+    for k in 0..nodes {
+        fleet.push(Node::start(k, &args, per_node, &token, &logs)?);
+    }
+    for n in &mut fleet {
+        let admin = n.admin;
+        wait_until(&format!("{} was not healthy with its link to nats up", n.proc.what), || {
+            if let Some(why) = n.proc.gone() {
+                return Err(why);
+            }
+            match crate::admin::client::request(admin, "GET", "/healthz", b"", Some(&token)) {
+                Ok((200, _)) => Ok(true),
+                Ok((_, body)) => Err(body.trim().to_string()),
+                Err(_) => Ok(false),
+            }
+        })?;
+    }
+    progress.note(&format!(
+        "cluster bench: {} connections over {nodes} nodes ({} each) joined by nats-server at {broker_at}; {} {} of {} bytes published on node n0 every {:.1} s | {}",
+        format::count(args.connections),
+        format::count(per_node),
+        args.broadcasts,
+        if topics.is_empty() { "broadcasts".to_string() } else { format!("rounds over {} topics", topics.len()) },
+        args.payload,
+        args.broadcast_interval.as_secs_f64(),
+        crate::client::describe(&cplan, &cwplan)
+    ));
+    let (tx, rx) = supervise::channel();
+    let client = ClientRun::start(&cplan, &client_cfg.load, &cwplan, None, &tx)?;
+    let ramp_done = Arc::new(AtomicBool::new(false));
+    let rounds = Arc::new(Mutex::new(Vec::<Round>::new()));
+    let publisher = {
+        let (ramp_done, rounds, args, admin, token) = (ramp_done.clone(), rounds.clone(), args.clone(), fleet[0].admin, token.clone());
+        std::thread::spawn(move || push::publish(admin, Some(&token), &args, &topics, &ramp_done, &rounds))
+    };
+    let mut run = ClusterRun { client, nodes: fleet, broker, progress: &mut progress, ramp_done, next_print: Instant::now() + PRINT_EVERY, failure: None };
+    supervise::run_loop(&rx, &mut run)?;
+    run.ramp_done.store(true, Ordering::SeqCst);
+    let publish_error = publisher.join().map_err(|_| anyhow!("the publisher thread panicked"))?.err();
+    let node_stats: Vec<Value> = run
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(k, n)| {
+            let mut v = crate::admin::client::request(n.admin, "GET", "/stats", b"", Some(&token))
+                .ok()
+                .and_then(|(_, b)| serde_json::from_str::<Value>(&b).ok())
+                .unwrap_or_default();
+            v["node"] = format!("n{k}").into();
+            v
+        })
+        .collect();
+    for n in &mut run.nodes {
+        n.proc.stop();
+    }
+    run.broker.stop();
+    let failure = run.failure.take();
+    let client = run.client;
+    let summary = client.summary();
+    let rounds = rounds.lock().expect("rounds").clone();
+    let cpu: f64 = node_stats.iter().filter_map(|v| v["cpu_seconds"].as_f64()).sum();
+    let workers: usize = node_stats.iter().filter_map(|v| v["workers"].as_u64()).sum::<u64>() as usize;
+    let report = push::push_report(&args, &rounds, &client, &summary, workers, cpu);
+    let cluster = serde_json::json!({"nodes": args.nodes, "broker": format!("nats://{broker_at}"), "published_on": "n0", "node_stats": node_stats});
+    let result = serde_json::json!({ "push": report, "client": summary, "cluster": cluster, "topology": net.placement });
+    if args.json {
+        progress.finish();
+        println!("{}", serde_json::to_string_pretty(&result)?);
+    } else {
+        crate::client::summary::print_summary(&summary, &mut progress);
+        push::print_report(&report);
+        for v in result["cluster"]["node_stats"].as_array().into_iter().flatten() {
+            println!(
+                "node {:<8} connections at end {} | pushes delivered {} | from other nodes {} | to other nodes {} | cpu {:.1} s",
+                v["node"].as_str().unwrap_or("?"),
+                format::count(v["active"].as_u64().unwrap_or(0)),
+                format::count(v["push_delivered"].as_u64().unwrap_or(0)),
+                format::count(v["cluster"]["messages_in"].as_u64().unwrap_or(0)),
+                format::count(v["cluster"]["messages_out"].as_u64().unwrap_or(0)),
+                v["cpu_seconds"].as_f64().unwrap_or(0.0)
+            );
+        }
+    }
+    if let Some(f) = failure {
+        eprintln!("megaconn bench: {f}");
+        return Ok(1);
+    }
+    if let Some(e) = publish_error {
+        eprintln!("megaconn bench: publishing failed: {e:#}");
+        return Ok(1);
+    }
+    let (code, why) = crate::client::verdict(&summary, false);
+    if let Some(w) = why {
+        eprintln!("megaconn bench: {w}");
+    }
+    Ok(if report.dropped > 0 || report.duplicates > 0 { 1 } else { code })
+}

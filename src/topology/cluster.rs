@@ -1,0 +1,110 @@
+//! The namespaces of a cluster bench (`bench --nodes N --cluster nats`):
+//! one per server node, one for the broker and one for the client hosts,
+//! all on one Linux bridge (in the client namespace), an L2 segment
+//! 10.201.0.0/16 like a rack's switch. Each node's namespace has its own
+//! established hash sized to its share; the bench's main thread enters
+//! the client namespace, and nodes and broker are started inside theirs.
+
+use super::{client_sources, create, ehash_for, enter, ip, may_create, remove_stale, Net, Sysctls, Topology, PREFIX};
+use anyhow::{bail, Context, Result};
+use std::fs::File;
+use std::net::Ipv4Addr;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+/// Most server nodes a bench runs (addresses 10.201.0.1 on).
+pub const MAX_NODES: usize = 16;
+pub const BROKER_ADDR: Ipv4Addr = Ipv4Addr::new(10, 201, 0, 250);
+const BRIDGE: &str = "br0";
+
+pub fn node_addr(k: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 201, 0, 1 + k as u8)
+}
+
+/// Namespace of node `k` (or the broker's, `k` = None) of bench `pid`.
+pub fn ns_name(pid: u32, k: Option<usize>) -> String {
+    match k {
+        Some(k) => format!("{PREFIX}{pid}-n{k}"),
+        None => format!("{PREFIX}{pid}-broker"),
+    }
+}
+
+/// Make the namespaces and the bridge for `nodes` nodes holding
+/// `connections` in all; `sources` client addresses.
+pub fn place(nodes: usize, connections: u64, ports: &str, sources: u64) -> Result<Net> {
+    if let Err(why) = may_create() {
+        bail!("--nodes {nodes}: each node runs in its own network namespace, and {why}");
+    }
+    if !(1..=MAX_NODES).contains(&nodes) {
+        bail!("--nodes {nodes}: 1 to {MAX_NODES} nodes");
+    }
+    let mut net = Net::new(Topology::Netns, format!("--nodes {nodes}: a namespace per node, one for the broker, one for the clients, on a bridge"));
+    net.notes = remove_stale();
+    build(&mut net, nodes, connections, ports, sources).context("--nodes: the namespaces could not be set up")?;
+    Ok(net)
+}
+
+fn build(net: &mut Net, nodes: usize, connections: u64, ports: &str, sources: u64) -> Result<()> {
+    let pid = std::process::id();
+    let sysctls = Sysctls::for_ports(ports);
+    let cli = format!("{PREFIX}{pid}-cli");
+    net.placement.namespaces.push(cli.clone());
+    create(&cli, ehash_for(connections + 1024), &sysctls.ports, &mut net.notes)?;
+    ip(&["-n", &cli, "link", "add", BRIDGE, "type", "bridge"])?;
+    ip(&["-n", &cli, "link", "set", BRIDGE, "up"])?;
+    let per_node = ehash_for(connections.div_ceil(nodes as u64) + 1024);
+    let members: Vec<(String, Ipv4Addr, u64, Vec<(&str, String)>)> = (0..nodes)
+        .map(|k| (ns_name(pid, Some(k)), node_addr(k), per_node, sysctls.queues.clone()))
+        .chain([(ns_name(pid, None), BROKER_ADDR, 1024, Vec::new())])
+        .collect();
+    for (k, (name, addr, ehash, set)) in members.iter().enumerate() {
+        net.placement.namespaces.push(name.clone());
+        create(name, *ehash, set, &mut net.notes)?;
+        let (inside, port) = (format!("mc{pid}m{k}"), format!("mc{pid}b{k}"));
+        net.veths.push(inside.clone());
+        ip(&["link", "add", &inside, "type", "veth", "peer", "name", &port])?;
+        ip(&["link", "set", &inside, "netns", name])?;
+        ip(&["link", "set", &port, "netns", &cli])?;
+        ip(&["-n", &cli, "link", "set", &port, "master", BRIDGE])?;
+        ip(&["-n", &cli, "link", "set", &port, "up"])?;
+        ip(&["-n", name, "addr", "add", &format!("{addr}/16"), "dev", &inside])?;
+        ip(&["-n", name, "link", "set", &inside, "up"])?;
+    }
+    let sources = client_sources(sources);
+    for a in &sources {
+        ip(&["-n", &cli, "addr", "add", &format!("{a}/16"), "dev", BRIDGE])?;
+    }
+    net.notes.push(format!(
+        "bridge {BRIDGE} in {cli}: nodes {} ({} each), broker {BROKER_ADDR}, {} client source addresses from {}",
+        (0..nodes).map(|k| node_addr(k).to_string()).collect::<Vec<_>>().join(", "),
+        crate::stats::format::count(per_node),
+        sources.len(),
+        sources[0]
+    ));
+    net.placement.ehash_planned = Some(per_node);
+    net.placement.server_address = node_addr(0);
+    net.placement.nodes = (0..nodes).map(node_addr).collect();
+    net.placement.client_sources = sources;
+    net.client_ns = Some(File::open(format!("/run/netns/{cli}")).with_context(|| format!("opening namespace {cli}"))?);
+    enter(&cli)?;
+    net.placement.ehash_entries = super::ehash_here();
+    Ok(())
+}
+
+/// Make `cmd` start inside namespace `name` and die with this process.
+pub fn inside(cmd: &mut Command, name: &str) -> Result<File> {
+    let ns = File::open(format!("/run/netns/{name}")).with_context(|| format!("opening namespace {name}"))?;
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&ns);
+    // SAFETY: setns and prctl are plain syscalls, async-signal-safe; the
+    // namespace fd stays open in the parent until the child has exec'd.
+    unsafe {
+        cmd.pre_exec(move || {
+            super::setns_in_child(fd)?;
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    Ok(ns)
+}
