@@ -53,7 +53,9 @@ fn build(net: &mut Net, nodes: usize, connections: u64, ports: &str, sources: u6
     ip(&["-n", &cli, "link", "add", BRIDGE, "type", "bridge"])?;
     ip(&["-n", &cli, "link", "set", BRIDGE, "up"])?;
     let per_node = ehash_for(connections.div_ceil(nodes as u64) + 1024);
-    let members: Vec<(String, Ipv4Addr, u64, Vec<(&str, String)>)> = (0..nodes)
+    // (namespace, address, hash buckets, sysctls) of every bridge member.
+    type Member<'a> = (String, Ipv4Addr, u64, Vec<(&'a str, String)>);
+    let members: Vec<Member> = (0..nodes)
         .map(|k| (ns_name(pid, Some(k)), node_addr(k), per_node, sysctls.queues.clone()))
         .chain([(ns_name(pid, None), BROKER_ADDR, 1024, Vec::new())])
         .collect();
