@@ -4,99 +4,42 @@
 //! connection on B, stopping nats-server makes publishes fail with 503 and
 //! /healthz say why, and restarting it restores delivery.
 mod common;
+use common::lab::Lab;
 use common::*;
 use serde_json::Value;
 use std::collections::HashMap;
-use std::fs::File;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const NATS: &str = "10.203.0.1";
 const NATS_PORT: &str = "4222";
 
-/// Namespaces `mctest-<pid>-a`/`-b` joined by a veth pair (10.203.0.1 and
-/// .2); removed when dropped, also when the test fails.
-struct Pair {
-    a: String,
-    b: String,
-}
-
-impl Pair {
-    fn make() -> Result<Pair, String> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            return Err("not root".into());
-        }
-        let pid = std::process::id();
-        let p = Pair { a: format!("mctest-{pid}-a"), b: format!("mctest-{pid}-b") };
-        let (va, vb) = (format!("mct{pid}a"), format!("mct{pid}b"));
-        for args in [
-            vec!["netns", "add", &p.a],
-            vec!["netns", "add", &p.b],
-            vec!["-n", &p.a, "link", "set", "lo", "up"],
-            vec!["-n", &p.b, "link", "set", "lo", "up"],
-            vec!["link", "add", &va, "type", "veth", "peer", "name", &vb],
-            vec!["link", "set", &va, "netns", &p.a],
-            vec!["link", "set", &vb, "netns", &p.b],
-            vec!["-n", &p.a, "addr", "add", "10.203.0.1/24", "dev", &va],
-            vec!["-n", &p.b, "addr", "add", "10.203.0.2/24", "dev", &vb],
-            vec!["-n", &p.a, "link", "set", &va, "up"],
-            vec!["-n", &p.b, "link", "set", &vb, "up"],
-        ] {
-            let out = Command::new("ip").args(&args).output().map_err(|e| format!("no ip command: {e}"))?;
-            if !out.status.success() {
-                return Err(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()));
-            }
-        }
-        Ok(p)
-    }
-}
-
-impl Drop for Pair {
-    fn drop(&mut self) {
-        for n in [&self.a, &self.b] {
-            let _ = Command::new("ip").args(["netns", "del", n]).status();
-        }
-    }
-}
-
-/// Run `f` on a thread inside namespace `ns`: sockets it makes live there.
-fn in_ns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let path = format!("/run/netns/{ns}");
-    std::thread::spawn(move || {
-        let fd = File::open(&path).expect("namespace exists");
-        // SAFETY: setns on a namespace fd, for this thread only.
-        assert_eq!(unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) }, 0, "setns {path}");
-        f()
-    })
-    .join()
-    .expect("namespace thread")
-}
+/// Node A's namespace (which also runs nats-server) and node B's.
+const A: usize = 0;
+const B: usize = 1;
 
 /// An admin request to a node (its API on the namespace's loopback).
-fn admin(ns: &str, method: &str, path: &str, body: &[u8]) -> (u16, Value) {
+fn admin(lab: &Lab, node: usize, method: &str, path: &str, body: &[u8]) -> (u16, Value) {
     let (m, p, b) = (method.to_string(), path.to_string(), body.to_vec());
     // Not listening yet (start-up) reads as status 0.
-    let (status, text) = in_ns(ns, move || match TcpStream::connect("127.0.0.1:9100") {
+    let (status, text) = lab.within(node, move || match TcpStream::connect("127.0.0.1:9100") {
         Ok(_) => http("127.0.0.1:9100", &m, &p, &b, None),
         Err(e) => (0, e.to_string()),
     });
     (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
 }
 
-fn nats_server(ns: &str) -> Running {
-    let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", ns, "nats-server", "-a", NATS, "-p", NATS_PORT]);
+fn nats_server(lab: &Lab) -> Running {
+    let mut cmd = lab.command(A, "nats-server");
+    cmd.args(["-a", &lab.addr(A).to_string(), "-p", NATS_PORT]);
     Running::spawn(cmd)
 }
 
-fn node(ns: &str, id: &str) -> Running {
-    let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", ns, env!("CARGO_BIN_EXE_megaconn"), "server", "--ports", "8000-8001", "--workers", "2", "--admin", "127.0.0.1:9100"]);
-    cmd.args(["--cluster", &format!("nats://{NATS}:{NATS_PORT}"), "--node-id", id, "--json", "--stats-interval", "200ms", "--duration", "120s"]);
+fn node(lab: &Lab, k: usize, id: &str) -> Running {
+    let mut cmd = lab.command(k, env!("CARGO_BIN_EXE_megaconn"));
+    cmd.args(["server", "--ports", "8000-8001", "--workers", "2", "--admin", "127.0.0.1:9100"]);
+    cmd.args(["--cluster", &format!("nats://{}:{NATS_PORT}", lab.addr(A)), "--node-id", id, "--json", "--stats-interval", "200ms", "--duration", "120s"]);
     Running::spawn(cmd)
 }
 
@@ -117,8 +60,8 @@ fn frame(kind: u8, payload: &[u8]) -> Vec<u8> {
 
 /// Open `n` connections to the node in `ns`; the first `subscribed`
 /// subscribe to topic "news".
-fn connect(ns: &str, n: usize, subscribed: usize) -> Vec<TcpStream> {
-    in_ns(ns, move || {
+fn connect(lab: &Lab, node: usize, n: usize, subscribed: usize) -> Vec<TcpStream> {
+    lab.within(node, move || {
         (0..n)
             .map(|i| {
                 let mut s = TcpStream::connect(("127.0.0.1", 8000 + (i % 2) as u16)).expect("connect to the node");
@@ -165,48 +108,48 @@ fn received(socks: &mut [TcpStream], wait: Duration) -> Vec<Vec<String>> {
         .collect()
 }
 
-fn healthy(ns: &str) -> bool {
-    admin(ns, "GET", "/healthz", b"").0 == 200
+fn healthy(lab: &Lab, node: usize) -> bool {
+    admin(lab, node, "GET", "/healthz", b"").0 == 200
 }
 
 #[test]
 fn two_nodes_through_nats_deliver_once_route_unicasts_and_survive_an_outage() {
-    let Ok(pair) = Pair::make().map_err(|why| eprintln!("SKIPPED: namespaces cannot be made here ({why})")) else { return };
+    let Ok(lab) = Lab::make("cl", 203, 2).map_err(|why| eprintln!("SKIPPED: namespaces cannot be made here ({why})")) else { return };
     assert!(Command::new("nats-server").arg("--version").output().is_ok_and(|o| o.status.success()), "nats-server is not installed: run scripts/setup.sh");
-    let mut nats = nats_server(&pair.a);
-    let (_na, _nb) = (node(&pair.a, "A"), node(&pair.b, "B"));
-    wait_until("both nodes healthy with the link up", Duration::from_secs(20), || healthy(&pair.a) && healthy(&pair.b));
-    let (mut on_a, mut on_b) = (connect(&pair.a, 4, 2), connect(&pair.b, 4, 2));
+    let mut nats = nats_server(&lab);
+    let (_na, _nb) = (node(&lab, A, "A"), node(&lab, B, "B"));
+    wait_until("both nodes healthy with the link up", Duration::from_secs(20), || healthy(&lab, A) && healthy(&lab, B));
+    let (mut on_a, mut on_b) = (connect(&lab, A, 4, 2), connect(&lab, B, 4, 2));
     // B subscribes to the topic's subject once it has a subscriber.
-    wait_until("B subscribed to megaconn.topic.news", Duration::from_secs(10), || admin(&pair.b, "GET", "/stats", b"").1["cluster"]["topics"] == 1);
+    wait_until("B subscribed to megaconn.topic.news", Duration::from_secs(10), || admin(&lab, B, "GET", "/stats", b"").1["cluster"]["topics"] == 1);
     let want = |n: usize, what: &str| -> Vec<Vec<String>> { (0..4).map(|i| if i < n { vec![what.to_string()] } else { vec![] }).collect() };
 
     // A topic published on A: its subscribers on A and B, once each.
-    let (status, r) = admin(&pair.a, "POST", "/publish?topic=news", b"hello");
+    let (status, r) = admin(&lab, A, "POST", "/publish?topic=news", b"hello");
     assert_eq!(status, 200, "{r}");
     assert_eq!(r["queued"], 2, "A's own subscribers: {r}");
     assert_eq!(received(&mut on_a, Duration::from_millis(600)), want(2, "hello"));
     assert_eq!(received(&mut on_b, Duration::from_millis(100)), want(2, "hello"));
 
     // A broadcast on A: every connection on both nodes, once.
-    let (status, r) = admin(&pair.a, "POST", "/broadcast", b"all");
+    let (status, r) = admin(&lab, A, "POST", "/broadcast", b"all");
     assert_eq!(status, 200, "{r}");
     assert_eq!(received(&mut on_a, Duration::from_millis(600)), want(4, "all"));
     assert_eq!(received(&mut on_b, Duration::from_millis(100)), want(4, "all"));
 
     // Unicast through A to a connection on B, by its NODE.ID id.
-    let (status, list) = admin(&pair.b, "GET", "/connections?limit=10", b"");
+    let (status, list) = admin(&lab, B, "GET", "/connections?limit=10", b"");
     assert_eq!(status, 200, "{list}");
     let ids: HashMap<String, String> =
         list["connections"].as_array().unwrap().iter().map(|c| (c["peer"].as_str().unwrap().to_string(), c["id"].as_str().unwrap().to_string())).collect();
     let id = &ids[&on_b[3].local_addr().unwrap().to_string()];
     assert!(id.starts_with("B."), "{id}");
-    let (status, r) = admin(&pair.a, "POST", &format!("/push/{id}"), b"direct");
+    let (status, r) = admin(&lab, A, "POST", &format!("/push/{id}"), b"direct");
     assert_eq!(status, 200, "{r}");
     assert_eq!(r["remote"][0]["status"], 200, "{r}");
     assert_eq!(received(&mut on_b, Duration::from_millis(600)), vec![vec![], vec![], vec![], vec!["direct".to_string()]]);
     assert_eq!(received(&mut on_a, Duration::from_millis(100)), want(0, ""));
-    let (status, r) = admin(&pair.a, "POST", "/push/C.1", b"nobody");
+    let (status, r) = admin(&lab, A, "POST", "/push/C.1", b"nobody");
     assert_eq!(status, 404, "{r}");
     assert!(r["remote"][0]["detail"]["error"].as_str().unwrap().contains("no node 'C'"), "{r}");
 
@@ -214,29 +157,72 @@ fn two_nodes_through_nats_deliver_once_route_unicasts_and_survive_an_outage() {
     // is delivered anywhere.
     nats.child.kill().unwrap();
     nats.child.wait().unwrap();
-    wait_until("A unhealthy", Duration::from_secs(10), || !healthy(&pair.a));
-    let (status, h) = admin(&pair.a, "GET", "/healthz", b"");
+    wait_until("A unhealthy", Duration::from_secs(10), || !healthy(&lab, A));
+    let (status, h) = admin(&lab, A, "GET", "/healthz", b"");
     assert_eq!((status, h["status"].as_str()), (503, Some("degraded")), "{h}");
     assert!(h["reason"].as_str().unwrap().contains("nats://10.203.0.1:4222"), "{h}");
-    let (status, r) = admin(&pair.a, "POST", "/broadcast", b"lost?");
+    let (status, r) = admin(&lab, A, "POST", "/broadcast", b"lost?");
     assert_eq!(status, 503, "{r}");
     assert!(r["error"].as_str().unwrap().contains("down"), "{r}");
-    let (_, metrics) = in_ns(&pair.a, || http("127.0.0.1:9100", "GET", "/metrics", b"", None));
+    let (_, metrics) = lab.within(A, || http("127.0.0.1:9100", "GET", "/metrics", b"", None));
     assert!(metrics.contains("megaconn_cluster_link_up 0"), "{metrics}");
     assert!(metrics.contains("megaconn_cluster_publish_failures_total 1"), "{metrics}");
     assert_eq!(received(&mut on_a, Duration::from_millis(300)), want(0, ""));
     assert_eq!(received(&mut on_b, Duration::from_millis(100)), want(0, ""));
 
     // NATS back: both links reconnect by themselves and delivery resumes.
-    let _nats = nats_server(&pair.a);
-    wait_until("both nodes reconnected", Duration::from_secs(20), || healthy(&pair.a) && healthy(&pair.b));
-    let (_, s) = admin(&pair.b, "GET", "/stats", b"");
+    let _nats = nats_server(&lab);
+    wait_until("both nodes reconnected", Duration::from_secs(20), || healthy(&lab, A) && healthy(&lab, B));
+    let (_, s) = admin(&lab, B, "GET", "/stats", b"");
     assert!(s["cluster"]["reconnects"].as_u64() >= Some(1), "{s}");
     // The subscriptions are restored on reconnect; give them a moment.
     std::thread::sleep(Duration::from_millis(300));
-    let (status, r) = admin(&pair.a, "POST", "/publish?topic=news", b"back");
+    let (status, r) = admin(&lab, A, "POST", "/publish?topic=news", b"back");
     assert_eq!(status, 200, "{r}");
     assert_eq!(received(&mut on_a, Duration::from_millis(600)), want(2, "back"));
     assert_eq!(received(&mut on_b, Duration::from_millis(100)), want(2, "back"));
-    drop(pair);
+    drop(lab);
+}
+
+#[test]
+fn a_two_node_push_bench_delivers_every_broadcast_once_and_leaves_nothing() {
+    let Ok(probe) = Lab::make("pb", 204, 1).map_err(|why| eprintln!("SKIPPED: namespaces cannot be made here ({why})")) else { return };
+    drop(probe);
+    let mut cmd = megaconn();
+    cmd.args(["bench", "--scenario", "push", "--nodes", "2", "--cluster", "nats", "--connections", "2000", "--rate", "5000"]);
+    cmd.args(["--broadcasts", "3", "--broadcast-interval", "500ms", "--hold", "6s", "--ports", "8000-8003", "--json"]);
+    let child = cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let p = &v["push"];
+    assert_eq!((p["connections"].as_u64(), p["broadcasts"].as_u64()), (Some(2000), Some(3)), "{p}");
+    assert_eq!(p["deliveries"], 6000, "every connection on both nodes got every broadcast: {p}");
+    assert_eq!((p["duplicates"].as_u64(), p["gaps"].as_u64()), (Some(0), Some(0)), "{p}");
+    let nodes = v["cluster"]["node_stats"].as_array().unwrap();
+    assert_eq!(nodes.len(), 2);
+    for n in nodes {
+        assert_eq!(n["push_delivered"], 3000, "half the connections on each node: {n}");
+    }
+    assert_eq!(nodes[1]["cluster"]["messages_in"], 3, "n1 got the 3 broadcasts from n0 over NATS: {}", nodes[1]);
+    assert_eq!(v["topology"]["nodes"].as_array().unwrap().len(), 2);
+    let left = String::from_utf8_lossy(&Command::new("ip").args(["netns", "list"]).output().unwrap().stdout).to_string();
+    assert!(!left.contains(&format!("megaconn-{pid}-")), "namespaces left: {left}");
+}
+
+#[test]
+fn cluster_bench_flags_that_cannot_work_are_refused() {
+    for (args, says) in [
+        (&["--scenario", "push", "--nodes", "2"][..], "add --cluster nats"),
+        (&["--nodes", "2", "--cluster", "nats"][..], "add --scenario push"),
+        (&["--scenario", "push", "--nodes", "2", "--cluster", "nats", "--topology", "host"][..], "--topology netns"),
+    ] {
+        let mut cmd = megaconn();
+        cmd.arg("bench").args(args);
+        let (code, _, err) = run(cmd, Duration::from_secs(20));
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
 }

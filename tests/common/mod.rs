@@ -1,6 +1,7 @@
 //! Helpers for end-to-end tests: run the real binary, read its JSON
 //! lines, and make sure every process we start dies with the test.
 #![allow(dead_code)]
+pub mod lab;
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
