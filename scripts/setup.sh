@@ -43,6 +43,12 @@ if ! python3 -c "import prometheus_client" >/dev/null 2>&1; then
     fi
   fi
 fi
+# The shard test checks megaconn merge against HdrHistogram's own Python
+# implementation (module hdrh, PyPI package hdrhistogram).
+if ! python3 -c "import hdrh.log" >/dev/null 2>&1; then
+  echo "setup: installing the Python hdrhistogram package (an independent reader of HdrHistogram logs)"
+  python3 -m pip install -q "hdrhistogram==0.10.8"
+fi
 # The cluster test and bench run a real NATS server: Debian's package.
 if ! command -v nats-server >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then

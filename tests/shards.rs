@@ -1,36 +1,47 @@
 //! Sharded load generation: four shards (as a Kubernetes Indexed Job
-//! names them, JOB_COMPLETION_INDEX of JOB_COMPLETIONS) starting their
-//! ramps at one wall-clock instant add up to one unsharded run.
+//! names them, JOB_COMPLETION_INDEX of JOB_COMPLETIONS), each in its own
+//! network namespace ("host") against a server in another, starting their
+//! ramps at one wall-clock instant, add up to one unsharded run; their
+//! HdrHistogram logs merge exactly (checked with HdrHistogram's own Python
+//! implementation). Without namespaces (not root) they run on loopback.
 
 mod common;
+use common::lab::Lab;
 use common::*;
 use serde_json::Value;
+use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+const BIN: &str = env!("CARGO_BIN_EXE_megaconn");
+
 #[test]
-fn four_shards_from_job_env_start_together_and_add_up() {
+fn four_shards_in_four_namespaces_start_together_and_merge_exactly() {
     raise_fd_limit();
-    let (mut srv, _) = server(&["--ports", "21950-21951", "--workers", "2"], None);
+    let lab = Lab::make("sh", 205, 5).map_err(|why| eprintln!("namespaces cannot be made here ({why}): the shards run on loopback")).ok();
+    // Member 0 is the server's host, members 1-4 the shards' hosts.
+    let cmd_in = |k: usize| match &lab {
+        Some(l) => l.command(k, BIN),
+        None => megaconn(),
+    };
+    let target = lab.as_ref().map_or("127.0.0.1".to_string(), |l| l.addr(0).to_string());
+    let mut cmd = cmd_in(0);
+    cmd.args(["server", "--listen", &target, "--ports", "21950-21951", "--workers", "2", "--json", "--stats-interval", "200ms", "--duration", "120s"]);
+    cmd.args(["--admin", "off"]);
+    let mut srv = Running::spawn(cmd);
+    srv.wait_for(Duration::from_secs(20), "server ready", |v| v["event"] == "ready");
     let start = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64() + 3.0;
     let dir = std::env::temp_dir().join(format!("megaconn-shards-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let began = Instant::now();
     let shards: Vec<_> = (0..4)
         .map(|i| {
-            let mut cmd = megaconn();
-            cmd.args([
-                "client",
-                "--ports",
-                "21950-21951",
-                "--connections",
-                "1000",
-                "--hold",
-                "2s",
-                "--heartbeat",
-                "500ms",
-                "--start-at",
-                &format!("@{start:.3}"),
-            ]);
+            let mut cmd = cmd_in(i + 1);
+            if let Some(l) = &lab {
+                cmd.args(["client", "--target", &target, "--source-ips", &l.addr(i + 1).to_string()]);
+            } else {
+                cmd.arg("client");
+            }
+            cmd.args(["--ports", "21950-21951", "--connections", "1000", "--hold", "2s", "--heartbeat", "500ms", "--start-at", &format!("@{start:.3}")]);
             cmd.arg("--summary-json").arg(dir.join(format!("shard-{i}.json")));
             cmd.arg("--hdr-log").arg(dir.join(format!("shard-{i}.hlog")));
             cmd.env("JOB_COMPLETION_INDEX", i.to_string()).env("JOB_COMPLETIONS", "4");
@@ -71,6 +82,18 @@ fn four_shards_from_job_env_start_together_and_add_up() {
     let p99 = m["latency_ms"]["heartbeat"]["p99_ms"].as_f64().unwrap();
     let (lo, hi) = shard_p99.iter().fold((f64::MAX, 0f64), |(a, b), v| (a.min(*v), b.max(*v)));
     assert!(p99 >= lo && p99 <= hi, "the merged p99 {p99} lies within the shards' {shard_p99:?}");
+    // The same union computed by HdrHistogram's own implementation.
+    let mut py = Command::new("python3");
+    py.arg(peer("hdr_union.py")).arg("heartbeat");
+    for i in 0..4 {
+        py.arg(dir.join(format!("shard-{i}.hlog")));
+    }
+    let (code, out, err) = run(py, Duration::from_secs(60));
+    assert_eq!(code, 0, "hdr_union.py (pip install hdrhistogram; scripts/setup.sh does it): {err}");
+    let union: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(union["count"].as_u64(), Some(answered), "hdrh counts the same samples: {union}");
+    let (ours, theirs) = (p99 * 1000.0, union["p99_us"].as_f64().unwrap());
+    assert!((ours - theirs).abs() <= 1.0 + theirs / 1000.0, "merged p99 {ours} us = p99 of the union {theirs} us (within one HDR bucket)");
     let text = std::fs::read_to_string(dir.join("shard-0.hlog")).unwrap();
     assert!(text.contains("#[StartTime: ") && text.contains("Tag=heartbeat,"), "HdrHistogram log format: {}", &text[..text.len().min(300)]);
 
@@ -81,6 +104,7 @@ fn four_shards_from_job_env_start_together_and_add_up() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("shard-0.txt is not an HdrHistogram interval log"), "{err}");
     assert!(srv.terminate().success());
+    drop(lab);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
