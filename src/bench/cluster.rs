@@ -123,9 +123,27 @@ struct ClusterRun<'p> {
     ramp_done: Arc<AtomicBool>,
     next_print: Instant,
     failure: Option<String>,
+    token: String,
+    /// Each node's /stats when the hold ended (before anything closed).
+    at_hold: Vec<Value>,
 }
 
 impl ClusterRun<'_> {
+    fn node_stats(&self) -> Vec<Value> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(k, n)| {
+                let mut v = crate::admin::client::request(n.admin, "GET", "/stats", b"", Some(&self.token))
+                    .ok()
+                    .and_then(|(_, b)| serde_json::from_str::<Value>(&b).ok())
+                    .unwrap_or_default();
+                v["node"] = format!("n{k}").into();
+                v
+            })
+            .collect()
+    }
+
     fn line(&mut self) -> String {
         let nodes: Vec<String> = self.nodes.iter().map(|n| format::count(n.active())).collect();
         format!("{} | nodes {}", self.client.progress_line(), nodes.join(" + "))
@@ -157,6 +175,7 @@ impl Supervised for ClusterRun<'_> {
                 self.progress.note(&format!("ramp done: {l}"));
             }
             Tick::HoldOver => {
+                self.at_hold = self.node_stats();
                 let l = self.line();
                 self.progress.note(&format!("hold over: {l}"));
                 self.client.close();
@@ -280,23 +299,21 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
         let (ramp_done, rounds, args, admin, token) = (ramp_done.clone(), rounds.clone(), args.clone(), fleet[0].admin, token.clone());
         std::thread::spawn(move || push::publish(admin, Some(&token), &args, &topics, &ramp_done, &rounds))
     };
-    let mut run = ClusterRun { client, nodes: fleet, broker, progress: &mut progress, ramp_done, next_print: Instant::now() + PRINT_EVERY, failure: None };
+    let mut run = ClusterRun {
+        client,
+        nodes: fleet,
+        broker,
+        progress: &mut progress,
+        ramp_done,
+        next_print: Instant::now() + PRINT_EVERY,
+        failure: None,
+        token,
+        at_hold: Vec::new(),
+    };
     supervise::run_loop(&rx, &mut run)?;
     run.ramp_done.store(true, Ordering::SeqCst);
     let publish_error = publisher.join().map_err(|_| anyhow!("the publisher thread panicked"))?.err();
-    let node_stats: Vec<Value> = run
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(k, n)| {
-            let mut v = crate::admin::client::request(n.admin, "GET", "/stats", b"", Some(&token))
-                .ok()
-                .and_then(|(_, b)| serde_json::from_str::<Value>(&b).ok())
-                .unwrap_or_default();
-            v["node"] = format!("n{k}").into();
-            v
-        })
-        .collect();
+    let node_stats = if run.at_hold.is_empty() { run.node_stats() } else { std::mem::take(&mut run.at_hold) };
     for n in &mut run.nodes {
         n.proc.stop();
     }
@@ -318,7 +335,7 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
         push::print_report(&report);
         for v in result["cluster"]["node_stats"].as_array().into_iter().flatten() {
             println!(
-                "node {:<8} connections at end {} | pushes delivered {} | from other nodes {} | to other nodes {} | cpu {:.1} s",
+                "node {:<8} connections at hold {} | pushes delivered {} | from other nodes {} | to other nodes {} | cpu {:.1} s",
                 v["node"].as_str().unwrap_or("?"),
                 format::count(v["active"].as_u64().unwrap_or(0)),
                 format::count(v["push_delivered"].as_u64().unwrap_or(0)),
