@@ -117,7 +117,7 @@ fn two_nodes_through_nats_deliver_once_route_unicasts_and_survive_an_outage() {
     let Ok(lab) = Lab::make("cl", 203, 2).map_err(|why| eprintln!("SKIPPED: namespaces cannot be made here ({why})")) else { return };
     assert!(Command::new("nats-server").arg("--version").output().is_ok_and(|o| o.status.success()), "nats-server is not installed: run scripts/setup.sh");
     let mut nats = nats_server(&lab);
-    let (_na, _nb) = (node(&lab, A, "A"), node(&lab, B, "B"));
+    let (na, _nb) = (node(&lab, A, "A"), node(&lab, B, "B"));
     wait_until("both nodes healthy with the link up", Duration::from_secs(20), || healthy(&lab, A) && healthy(&lab, B));
     let (mut on_a, mut on_b) = (connect(&lab, A, 4, 2), connect(&lab, B, 4, 2));
     // B subscribes to the topic's subject once it has a subscriber.
@@ -158,6 +158,8 @@ fn two_nodes_through_nats_deliver_once_route_unicasts_and_survive_an_outage() {
     nats.child.kill().unwrap();
     nats.child.wait().unwrap();
     wait_until("A unhealthy", Duration::from_secs(10), || !healthy(&lab, A));
+    let said = na.wait_for(Duration::from_secs(5), "A tells the operator", |v| v["event"] == "cluster_link_down");
+    assert!(said["message"].as_str().unwrap().contains("publishes answer 503"), "{said}");
     let (status, h) = admin(&lab, A, "GET", "/healthz", b"");
     assert_eq!((status, h["status"].as_str()), (503, Some("degraded")), "{h}");
     assert!(h["reason"].as_str().unwrap().contains("nats://10.203.0.1:4222"), "{h}");
@@ -213,7 +215,18 @@ fn a_two_node_push_bench_delivers_every_broadcast_once_and_leaves_nothing() {
 }
 
 #[test]
-fn cluster_bench_flags_that_cannot_work_are_refused() {
+fn cluster_flags_that_cannot_work_are_refused() {
+    for (args, says) in [
+        (&["--cluster", "http://127.0.0.1:4222"][..], "give nats://HOST:PORT"),
+        (&["--cluster", "nats://127.0.0.1:4222", "--node-id", "a.b"][..], "use letters, digits, _ and -"),
+        (&["--node-id", "A"][..], "--cluster"),
+    ] {
+        let mut cmd = megaconn();
+        cmd.args(["server", "--ports", "21990"]).args(args);
+        let (code, _, err) = run(cmd, Duration::from_secs(20));
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
     for (args, says) in [
         (&["--scenario", "push", "--nodes", "2"][..], "add --cluster nats"),
         (&["--nodes", "2", "--cluster", "nats"][..], "add --scenario push"),

@@ -201,6 +201,8 @@ fn the_admin_api_guards_itself() {
     assert_eq!(http(&admin, "GET", "/stats", b"", None).0, 401);
     assert_eq!(http(&admin, "GET", "/stats", b"", Some("wrong")).0, 401);
     assert_eq!(http(&admin, "GET", "/stats", b"", Some("s3cret")).0, 200);
+    // Probes (Kubernetes httpGet) carry no secret: /healthz answers them.
+    assert_eq!(http(&admin, "GET", "/healthz", b"", None).0, 200);
     // Malformed requests: a 4xx with a one-line reason.
     for (method, path, body, want) in [
         ("POST", "/push/not-an-id", &b"x"[..], 400),

@@ -1,6 +1,6 @@
 //! The admin HTTP API, served by the server's supervisor (loopback by
 //! default): `/metrics` (Prometheus/OpenMetrics), `/stats` (JSON),
-//! `/healthz`, `/connections`, and `POST /publish?topic=T`, `/broadcast`,
+//! `/healthz` (no token needed: probes), `/connections`, and `POST /publish?topic=T`, `/broadcast`,
 //! `/push/{id}`, `/push` (batch: one `id payload` per line).
 //!
 //! HTTP parsing is tiny_http's; each request is validated here (route,
@@ -102,7 +102,11 @@ pub fn serve(role: Role, addr: SocketAddr, token: Option<String>, tx: Sender<Del
 }
 
 fn handle(role: Role, mut req: tiny_http::Request, token: Option<&str>, tx: &Sender<Delivery>) {
-    if let Some(t) = token {
+    // GET /healthz answers without the token: orchestrators' probes
+    // (Kubernetes httpGet) cannot carry a secret, and it tells only
+    // whether the node serves and why not.
+    let probe = req.method() == &tiny_http::Method::Get && req.url() == "/healthz";
+    if let Some(t) = token.filter(|_| !probe) {
         let ok = req.headers().iter().any(|h| h.field.equiv("Authorization") && h.value.as_str() == format!("Bearer {t}"));
         if !ok {
             return respond(req, Response::error(401, "missing or wrong 'Authorization: Bearer <token>' (see --admin-token)"));

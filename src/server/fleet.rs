@@ -305,6 +305,9 @@ impl ServerFleet {
         self.publisher.expire();
         if let Some(r) = &mut self.relay {
             r.flush_replies(&mut self.publisher);
+            if let Some((event, message)) = r.link_change() {
+                self.note(event, usize::MAX, message, 0);
+            }
         }
         let Sizing::Elastic { target, max } = self.sizing else { return };
         if self.stopping || self.failure.is_some() {

@@ -266,6 +266,13 @@ pub fn run(cfg: ServerConfig) -> Result<i32> {
             serde_json::json!({"event": "admin", "address": bound.to_string()}),
         );
     }
+    if let Some(c) = &cfg.cluster {
+        say(
+            &mut progress,
+            format!("cluster: node {} joins through {} (publishes that need other nodes answer 503 until the link is up)", c.node, c.url),
+            serde_json::json!({"event": "cluster", "node": c.node, "url": c.url}),
+        );
+    }
     say(
         &mut progress,
         format!("listening on {}:{}-{}", cfg.listen, cfg.ports[0], cfg.ports[cfg.ports.len() - 1]),

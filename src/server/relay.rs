@@ -27,11 +27,36 @@ pub struct Relay {
     pub link: Link,
     held: HashMap<u64, Held>,
     next: u64,
+    /// The link state last reported to the operator.
+    reported_up: bool,
 }
 
 impl Relay {
     pub fn start(cfg: ClusterConfig, tx: Sender<Delivery>) -> Result<Relay> {
-        Ok(Relay { link: Link::start(cfg, tx)?, held: HashMap::new(), next: 0 })
+        Ok(Relay { link: Link::start(cfg, tx)?, held: HashMap::new(), next: 0, reported_up: false })
+    }
+
+    /// A line for the operator when the link came up or went down.
+    pub fn link_change(&mut self) -> Option<(&'static str, String)> {
+        let up = self.link.up();
+        if up == self.reported_up {
+            return None;
+        }
+        self.reported_up = up;
+        let s = self.link.status();
+        Some(if up {
+            ("cluster_link_up", format!("cluster: node {} linked to {} (reconnects so far {})", s.node, s.url, s.reconnects))
+        } else {
+            (
+                "cluster_link_down",
+                format!(
+                    "cluster: node {} lost its link to {}{}; publishes answer 503 and /healthz is degraded until it reconnects (automatic)",
+                    s.node,
+                    s.url,
+                    s.last_error.map(|e| format!(" ({e})")).unwrap_or_default()
+                ),
+            )
+        })
     }
 
     pub fn node(&self) -> &str {
