@@ -1,9 +1,10 @@
 //! `megaconn bench --scenario push --nodes N --cluster nats`: N server
 //! nodes (each a `megaconn server --cluster` in its own namespace), a
-//! nats-server in another, and the clients spread over the nodes
-//! (connection g to node g % N). Broadcasts are published on node 0 and
-//! timed to the last receipt on any node, exactly as the single-node push
-//! bench times them, so the two compare side by side.
+//! nats-server in another, and the client workers spread over the nodes
+//! (worker i runs in node i % N's namespace and connects over its
+//! loopback, as in the single-node bench). Broadcasts are published on
+//! node 0 and timed to the last receipt on any node, exactly as the
+//! single-node push bench times them, so the two compare side by side.
 
 use super::push::{self, Round};
 use super::BenchConfig;
@@ -84,7 +85,8 @@ impl Node {
         let exe = std::env::current_exe().context("finding the megaconn binary")?;
         let mut cmd = Command::new(exe);
         cmd.arg("server")
-            .args(["--listen", &addr.to_string(), "--ports", &super::ports_list(&args.ports)])
+            // Its clients on its loopback, the bench on the bridge.
+            .args(["--listen", "0.0.0.0", "--ports", &super::ports_list(&args.ports)])
             .args(["--connections", &per_node.to_string(), "--protocol", &format!("{:?}", args.protocol).to_lowercase()])
             .args(["--admin", &format!("{addr}:{ADMIN_PORT}"), "--admin-token", token])
             .args(["--cluster", &format!("nats://{BROKER_ADDR}:{BROKER_PORT}"), "--node-id", &format!("n{k}")])
@@ -238,22 +240,35 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
     check(&args).map_err(crate::UsageError)?;
     let nodes = args.nodes as usize;
     let per_node = args.connections.div_ceil(args.nodes);
-    let per_source = args.ports.len() as u64 * 60_000;
-    let net = place::place(nodes, args.connections, &super::ports_list(&args.ports), args.connections.div_ceil(per_source))?;
+    let net = place::place(nodes, args.connections, &super::ports_list(&args.ports))?;
     let mut progress = Progress::new(false);
     for n in &net.notes {
         progress.note(n);
     }
-    args.source_ips = Some(net.placement.client_sources.clone());
-    args.target = place::node_addr(0);
+    // Each node's clients reach it on its own loopback.
+    args.target = std::net::Ipv4Addr::LOCALHOST;
+    let node_ns = (0..nodes)
+        .map(|k| {
+            let name = place::ns_name(std::process::id(), Some(k));
+            std::fs::File::open(format!("/run/netns/{name}")).with_context(|| format!("opening namespace {name}"))
+        })
+        .collect::<Result<Vec<_>>>()?;
     let (_, fds) = crate::sys::raise_fd_limit();
     let hold = args.hold.unwrap_or(push::SETTLE + args.broadcast_interval * args.broadcasts as u32 + push::TAIL);
     let topics: Vec<String> = (0..args.topics).map(|t| format!("room-{t}")).collect();
     let mut client_cfg = super::client_config(&args, hold);
     client_cfg.load.subscribe = topics.clone();
     client_cfg.load.subscribe_spread = true;
-    client_cfg.load.targets = net.placement.nodes.clone();
-    let (cplan, cwplan) = crate::client::plan(&client_cfg, fds.hard).map_err(crate::UsageError)?;
+    client_cfg.load.nodes = node_ns
+        .iter()
+        .map(|f| crate::client::NodeTarget { target: std::net::Ipv4Addr::LOCALHOST, netns_fd: Some(std::os::fd::AsRawFd::as_raw_fd(f)) })
+        .collect();
+    let (mut cplan, mut cwplan) = crate::client::plan(&client_cfg, fds.hard).map_err(crate::UsageError)?;
+    if cwplan.workers % nodes != 0 {
+        // Whole workers per node: the same share of connections on each.
+        client_cfg.workers = crate::supervise::plan::Workers::Fixed(cwplan.workers.div_ceil(nodes) * nodes);
+        (cplan, cwplan) = crate::client::plan(&client_cfg, fds.hard).map_err(crate::UsageError)?;
+    }
     let logs = std::env::temp_dir().join(format!("megaconn-{}", std::process::id())).display().to_string();
     let mut broker_cmd = Command::new("nats-server");
     broker_cmd.args(["-a", &BROKER_ADDR.to_string(), "-p", &BROKER_PORT.to_string()]).stdout(Stdio::null());

@@ -65,7 +65,7 @@ impl From<LoadArgs> for LoadConfig {
             nice: 0,
             netns_fd: None,
             start_at: None,
-            targets: Vec::new(),
+            nodes: Vec::new(),
             json: a.json,
         }
     }

@@ -16,6 +16,14 @@ pub enum CloseMode {
     Graceful,
 }
 
+/// One server of several (bench --nodes): where its share of the client
+/// workers connect, and the network namespace (fd) they run in.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeTarget {
+    pub target: Ipv4Addr,
+    pub netns_fd: Option<i32>,
+}
+
 /// The load itself: how many connections, how fast, what they send.
 #[derive(Debug, Clone)]
 pub struct LoadConfig {
@@ -61,9 +69,9 @@ pub struct LoadConfig {
     pub netns_fd: Option<i32>,
     /// `--start-at`: the wall-clock instant the ramp starts.
     pub start_at: Option<std::time::SystemTime>,
-    /// Several servers (bench --nodes): connection g goes to targets[g % n]
-    /// on the plan's ports; empty: the plan's one target.
-    pub targets: Vec<Ipv4Addr>,
+    /// Several servers (bench --nodes): worker i connects to nodes[i % n]
+    /// from that node's namespace; empty: the plan's one target.
+    pub nodes: Vec<NodeTarget>,
     pub json: bool,
 }
 
@@ -95,7 +103,7 @@ impl Default for LoadConfig {
             nice: 0,
             netns_fd: None,
             start_at: None,
-            targets: Vec::new(),
+            nodes: Vec::new(),
             json: false,
         }
     }

@@ -13,7 +13,7 @@ pub mod view;
 pub mod worker;
 pub mod ws;
 
-pub use config::{ClientConfig, CloseMode, LoadConfig};
+pub use config::{ClientConfig, CloseMode, LoadConfig, NodeTarget};
 
 use crate::stats::{format, progress::Progress};
 use crate::supervise::plan::{plan_workers, WorkerPlan};

@@ -182,7 +182,7 @@ impl ClientRun {
                 let hi = plan.count * (i as u64 + 1) / w as u64;
                 serde_json::to_string(&ClientWorkerConfig {
                     worker: i,
-                    target: plan.target,
+                    target: load.nodes.get(i % load.nodes.len().max(1)).map_or(plan.target, |n| n.target),
                     ports: plan.ports.clone(),
                     source_ranges: plan.source_ranges.clone(),
                     first: plan.first + lo,
@@ -207,15 +207,14 @@ impl ClientRun {
                     raw_first: load.raw_first.clone(),
                     raw_codec: load.raw_codec.clone(),
                     ws_target: load.ws_target.clone(),
-                    targets: load.targets.clone(),
                 })
                 .expect("config serializes")
             })
             .collect();
         let mut pool = Pool::new(Role::Client, fd_limit, tx)?;
         pool.set_nice(load.nice);
-        pool.set_netns(load.netns_fd);
-        for c in &configs {
+        for (i, c) in configs.iter().enumerate() {
+            pool.set_netns(load.nodes.get(i % load.nodes.len().max(1)).and_then(|n| n.netns_fd).or(load.netns_fd));
             pool.spawn(c)?;
         }
         Ok(ClientRun {

@@ -81,10 +81,6 @@ pub struct ClientWorkerConfig {
     pub raw_codec: Option<super::codec::Codec>,
     /// `--protocol ws`: path and query of the Upgrade request.
     pub ws_target: String,
-    /// Several servers (bench --nodes): connection g goes to targets[g % n];
-    /// empty: `target`.
-    #[serde(default)]
-    pub targets: Vec<Ipv4Addr>,
 }
 
 mod connect;

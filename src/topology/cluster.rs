@@ -1,11 +1,14 @@
 //! The namespaces of a cluster bench (`bench --nodes N --cluster nats`):
-//! one per server node, one for the broker and one for the client hosts,
-//! all on one Linux bridge (in the client namespace), an L2 segment
-//! 10.201.0.0/16 like a rack's switch. Each node's namespace has its own
-//! established hash sized to its share; the bench's main thread enters
-//! the client namespace, and nodes and broker are started inside theirs.
+//! one per server node, one for the broker, and a hub holding the Linux
+//! bridge that joins them (an L2 segment 10.201.0.0/16, a rack's switch).
+//! Each node's clients run in the node's namespace and reach it over its
+//! loopback, as the single-node bench does (`--topology netns`), so the
+//! two compare on the same path and only the broker hop differs; each
+//! node's established hash is sized to its share (both ends). The bench's
+//! main thread enters the hub (address 10.201.0.200) to publish through
+//! node 0's admin API.
 
-use super::{client_sources, create, ehash_for, enter, ip, may_create, remove_stale, Net, Sysctls, Topology, PREFIX};
+use super::{create, ehash_for, enter, ip, may_create, remove_stale, Net, Sysctls, Topology, PREFIX};
 use anyhow::{bail, Context, Result};
 use std::fs::File;
 use std::net::Ipv4Addr;
@@ -15,6 +18,8 @@ use std::process::Command;
 /// Most server nodes a bench runs (addresses 10.201.0.1 on).
 pub const MAX_NODES: usize = 16;
 pub const BROKER_ADDR: Ipv4Addr = Ipv4Addr::new(10, 201, 0, 250);
+/// The bench process's own address on the bridge.
+const HUB_ADDR: Ipv4Addr = Ipv4Addr::new(10, 201, 0, 200);
 const BRIDGE: &str = "br0";
 
 pub fn node_addr(k: usize) -> Ipv4Addr {
@@ -30,33 +35,36 @@ pub fn ns_name(pid: u32, k: Option<usize>) -> String {
 }
 
 /// Make the namespaces and the bridge for `nodes` nodes holding
-/// `connections` in all; `sources` client addresses.
-pub fn place(nodes: usize, connections: u64, ports: &str, sources: u64) -> Result<Net> {
+/// `connections` in all.
+pub fn place(nodes: usize, connections: u64, ports: &str) -> Result<Net> {
     if let Err(why) = may_create() {
         bail!("--nodes {nodes}: each node runs in its own network namespace, and {why}");
     }
     if !(1..=MAX_NODES).contains(&nodes) {
         bail!("--nodes {nodes}: 1 to {MAX_NODES} nodes");
     }
-    let mut net = Net::new(Topology::Netns, format!("--nodes {nodes}: a namespace per node, one for the broker, one for the clients, on a bridge"));
+    let mut net = Net::new(Topology::Netns, format!("--nodes {nodes}: a namespace per node (with its clients) and one for the broker, on a bridge"));
     net.notes = remove_stale();
-    build(&mut net, nodes, connections, ports, sources).context("--nodes: the namespaces could not be set up")?;
+    build(&mut net, nodes, connections, ports).context("--nodes: the namespaces could not be set up")?;
     Ok(net)
 }
 
-fn build(net: &mut Net, nodes: usize, connections: u64, ports: &str, sources: u64) -> Result<()> {
+fn build(net: &mut Net, nodes: usize, connections: u64, ports: &str) -> Result<()> {
     let pid = std::process::id();
     let sysctls = Sysctls::for_ports(ports);
-    let cli = format!("{PREFIX}{pid}-cli");
-    net.placement.namespaces.push(cli.clone());
-    create(&cli, ehash_for(connections + 1024), &sysctls.ports, &mut net.notes)?;
-    ip(&["-n", &cli, "link", "add", BRIDGE, "type", "bridge"])?;
-    ip(&["-n", &cli, "link", "set", BRIDGE, "up"])?;
-    let per_node = ehash_for(connections.div_ceil(nodes as u64) + 1024);
+    let hub = format!("{PREFIX}{pid}-hub");
+    net.placement.namespaces.push(hub.clone());
+    create(&hub, 1024, &[], &mut net.notes)?;
+    ip(&["-n", &hub, "link", "add", BRIDGE, "type", "bridge"])?;
+    ip(&["-n", &hub, "link", "set", BRIDGE, "up"])?;
+    ip(&["-n", &hub, "addr", "add", &format!("{HUB_ADDR}/16"), "dev", BRIDGE])?;
+    // Both ends of a node's connections are in its table.
+    let per_node = ehash_for(2 * connections.div_ceil(nodes as u64) + 1024);
+    let both: Vec<(&str, String)> = sysctls.queues.iter().chain(&sysctls.ports).cloned().collect();
     // (namespace, address, hash buckets, sysctls) of every bridge member.
     type Member<'a> = (String, Ipv4Addr, u64, Vec<(&'a str, String)>);
     let members: Vec<Member> = (0..nodes)
-        .map(|k| (ns_name(pid, Some(k)), node_addr(k), per_node, sysctls.queues.clone()))
+        .map(|k| (ns_name(pid, Some(k)), node_addr(k), per_node, both.clone()))
         .chain([(ns_name(pid, None), BROKER_ADDR, 1024, Vec::new())])
         .collect();
     for (k, (name, addr, ehash, set)) in members.iter().enumerate() {
@@ -66,29 +74,21 @@ fn build(net: &mut Net, nodes: usize, connections: u64, ports: &str, sources: u6
         net.veths.push(inside.clone());
         ip(&["link", "add", &inside, "type", "veth", "peer", "name", &port])?;
         ip(&["link", "set", &inside, "netns", name])?;
-        ip(&["link", "set", &port, "netns", &cli])?;
-        ip(&["-n", &cli, "link", "set", &port, "master", BRIDGE])?;
-        ip(&["-n", &cli, "link", "set", &port, "up"])?;
+        ip(&["link", "set", &port, "netns", &hub])?;
+        ip(&["-n", &hub, "link", "set", &port, "master", BRIDGE])?;
+        ip(&["-n", &hub, "link", "set", &port, "up"])?;
         ip(&["-n", name, "addr", "add", &format!("{addr}/16"), "dev", &inside])?;
         ip(&["-n", name, "link", "set", &inside, "up"])?;
     }
-    let sources = client_sources(sources);
-    for a in &sources {
-        ip(&["-n", &cli, "addr", "add", &format!("{a}/16"), "dev", BRIDGE])?;
-    }
     net.notes.push(format!(
-        "bridge {BRIDGE} in {cli}: nodes {} ({} each), broker {BROKER_ADDR}, {} client source addresses from {}",
+        "bridge {BRIDGE} in {hub}: nodes {} (each with its clients on its loopback, hash {} buckets), broker {BROKER_ADDR}",
         (0..nodes).map(|k| node_addr(k).to_string()).collect::<Vec<_>>().join(", "),
         crate::stats::format::count(per_node),
-        sources.len(),
-        sources[0]
     ));
     net.placement.ehash_planned = Some(per_node);
     net.placement.server_address = node_addr(0);
     net.placement.nodes = (0..nodes).map(node_addr).collect();
-    net.placement.client_sources = sources;
-    net.client_ns = Some(File::open(format!("/run/netns/{cli}")).with_context(|| format!("opening namespace {cli}"))?);
-    enter(&cli)?;
+    enter(&hub)?;
     net.placement.ehash_entries = super::ehash_here();
     Ok(())
 }

@@ -107,18 +107,9 @@ impl Worker {
         self.reconnects.push(Reverse((now + wait, k as u32)));
     }
 
-    /// The server connection `g` goes to.
-    pub(super) fn target_of(&self, g: u64) -> std::net::Ipv4Addr {
-        match self.cfg.targets.len() {
-            0 => self.cfg.target,
-            n => self.cfg.targets[(g % n as u64) as usize],
-        }
-    }
-
     pub(super) fn open(&mut self, k: usize, now: u64) {
-        let g = self.cfg.first + k as u64;
-        let (src, port) = super::super::plan::address_of(g, &self.sources, &self.cfg.ports);
-        let dst = SocketAddr::from((self.target_of(g), port));
+        let (src, port) = super::super::plan::address_of(self.cfg.first + k as u64, &self.sources, &self.cfg.ports);
+        let dst = SocketAddr::from((self.cfg.target, port));
         self.stats.attempted += 1;
         match connect(src, dst) {
             Ok(mut stream) => {

@@ -20,7 +20,7 @@ impl Worker {
         };
         let (_, port) = crate::client::plan::address_of(g, &self.sources, &self.cfg.ports);
         self.out.clear();
-        let host = format!("{}:{port}", self.target_of(g));
+        let host = format!("{}:{port}", self.cfg.target);
         handshake::write_request(&mut self.out, &host, &target_with_topics(&self.cfg.ws_target, &topics), &handshake::client_key(self.ws_seed, k as u64));
         self.write_slot(k);
     }
