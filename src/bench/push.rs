@@ -43,6 +43,8 @@ pub struct RoundResult {
     pub queued: u64,
     /// Last receipt minus the publish stamp.
     pub time_to_all_ms: f64,
+    /// The admin request's round trip (longest of the round's publishes).
+    pub request_ms: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -166,17 +168,18 @@ pub(super) fn push_report(
     server_cpu_seconds: f64,
 ) -> PushReport {
     let t = client.view.totals();
-    let mut by_seq: std::collections::BTreeMap<u64, (u64, u64)> = Default::default();
+    let mut by_seq: std::collections::BTreeMap<u64, (u64, u64, f64)> = Default::default();
     for r in rounds {
-        let e = by_seq.entry(r.seq).or_insert((u64::MAX, 0));
+        let e = by_seq.entry(r.seq).or_insert((u64::MAX, 0, 0.0));
         e.0 = e.0.min(r.publish_us);
         e.1 += r.queued;
+        e.2 = e.2.max(r.request_ms);
     }
     let results: Vec<RoundResult> = by_seq
         .iter()
-        .map(|(seq, (publish_us, queued))| {
+        .map(|(seq, (publish_us, queued, request_ms))| {
             let (n, last) = t.push_by_seq.get(seq).copied().unwrap_or((0, *publish_us));
-            RoundResult { seq: *seq, deliveries: n, queued: *queued, time_to_all_ms: last.saturating_sub(*publish_us) as f64 / 1000.0 }
+            RoundResult { seq: *seq, deliveries: n, queued: *queued, time_to_all_ms: last.saturating_sub(*publish_us) as f64 / 1000.0, request_ms: *request_ms }
         })
         .collect();
     let expected = summary.held * results.len() as u64;

@@ -40,10 +40,16 @@ pub enum Sizing {
 #[derive(Debug, Clone, Serialize)]
 pub struct FleetNote {
     pub event: &'static str,
+    /// usize::MAX: about the server as a whole (not shown).
+    #[serde(skip_serializing_if = "no_worker")]
     pub worker: usize,
     pub message: String,
     /// Connections lost with the worker (crashes).
     pub lost: u64,
+}
+
+fn no_worker(w: &usize) -> bool {
+    *w == usize::MAX
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
