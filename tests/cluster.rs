@@ -183,6 +183,9 @@ fn two_nodes_through_nats_deliver_once_route_unicasts_and_survive_an_outage() {
     assert_eq!(status, 200, "{r}");
     assert_eq!(received(&mut on_a, Duration::from_millis(600)), want(2, "back"));
     assert_eq!(received(&mut on_b, Duration::from_millis(100)), want(2, "back"));
+    // B's last subscribers leave: B drops the topic's subject.
+    drop(on_b);
+    wait_until("B unsubscribed from megaconn.topic.news", Duration::from_secs(10), || admin(&lab, B, "GET", "/stats", b"").1["cluster"]["topics"] == 0);
     drop(lab);
 }
 
@@ -192,7 +195,8 @@ fn a_two_node_push_bench_delivers_every_broadcast_once_and_leaves_nothing() {
     drop(probe);
     let mut cmd = megaconn();
     cmd.args(["bench", "--scenario", "push", "--nodes", "2", "--cluster", "nats", "--connections", "2000", "--rate", "5000"]);
-    cmd.args(["--broadcasts", "3", "--broadcast-interval", "500ms", "--hold", "6s", "--ports", "8000-8003", "--json"]);
+    let dir = std::env::temp_dir().join(format!("megaconn-cluster-report-{}", std::process::id()));
+    cmd.args(["--broadcasts", "3", "--broadcast-interval", "500ms", "--hold", "6s", "--ports", "8000-8003", "--json", "--report"]).arg(&dir);
     let child = cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
     let pid = child.id();
     let out = child.wait_with_output().unwrap();
@@ -212,6 +216,10 @@ fn a_two_node_push_bench_delivers_every_broadcast_once_and_leaves_nothing() {
     assert_eq!(v["topology"]["nodes"].as_array().unwrap().len(), 2);
     let left = String::from_utf8_lossy(&Command::new("ip").args(["netns", "list"]).output().unwrap().stdout).to_string();
     assert!(!left.contains(&format!("megaconn-{pid}-")), "namespaces left: {left}");
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["result"]["push"]["deliveries"], 6000, "the report holds the run");
+    assert!(std::fs::metadata(dir.join("index.html")).unwrap().len() > 1000);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -224,9 +224,6 @@ pub fn check(args: &BenchConfig) -> Result<(), String> {
     if args.topology == crate::topology::Topology::Host || args.topology == crate::topology::Topology::Veth {
         return Err("a cluster bench puts each node in its own namespace: use --topology netns (or auto)".into());
     }
-    if args.report.is_some() {
-        return Err("--report is not written for a cluster bench yet; use --json".into());
-    }
     if args.source_ips.is_some() {
         return Err("--source-ips: a cluster bench gives its client namespace its own addresses; drop --source-ips".into());
     }
@@ -342,6 +339,14 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
     let report = push::push_report(&args, &rounds, &client, &summary, workers, cpu);
     let cluster = serde_json::json!({"nodes": args.nodes, "broker": format!("nats://{broker_at}"), "published_on": "n0", "node_stats": node_stats});
     let result = serde_json::json!({ "push": report, "client": summary, "cluster": cluster, "topology": net.placement });
+    if let Some(dir) = &args.report {
+        let plan = serde_json::json!({"client": cplan, "client_workers": cwplan, "nodes": args.nodes, "broadcasts": args.broadcasts, "topics": args.topics, "payload": args.payload});
+        let machine = crate::report::machine(serde_json::to_value(&net.placement)?);
+        let r = crate::report::Report::new("bench push --nodes", &client, &summary, plan, result.clone(), machine);
+        if let Err(e) = r.save(dir, &mut progress) {
+            progress.note(&format!("warning: the report was not written ({e:#}); the results follow"));
+        }
+    }
     if args.json {
         progress.finish();
         println!("{}", serde_json::to_string_pretty(&result)?);
