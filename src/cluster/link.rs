@@ -14,6 +14,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
+/// A subject nobody subscribes to: a request to it is answered by the
+/// NATS server itself, after everything sent before it.
+const CONFIRM: &str = "megaconn.confirm";
 /// How long a publish waits for NATS to take it (and a unicast for its
 /// owner's answer) before it is answered 503/504.
 const CONFIRM_TIMEOUT: Duration = Duration::from_secs(5);
@@ -337,8 +340,13 @@ async fn publish(client: &async_nats::Client, node: &str, out: Vec<Out>, shared:
         }
         shared.messages_out.fetch_add(1, Ordering::Relaxed);
     }
-    match tokio::time::timeout(CONFIRM_TIMEOUT, client.flush()).await {
-        Ok(Ok(())) => Ok(answers),
+    // flush() only means "written to our socket". NATS handles a
+    // connection's commands in order, so its answer to a request nobody
+    // listens to ("no responders") proves it has routed every message
+    // above to its subscribers.
+    match tokio::time::timeout(CONFIRM_TIMEOUT, client.request(CONFIRM, Default::default())).await {
+        Ok(Ok(_)) => Ok(answers),
+        Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::NoResponders => Ok(answers),
         Ok(Err(e)) => Err(format!("NATS did not confirm the publish: {e}")),
         Err(_) => Err(format!("NATS did not confirm the publish within {} s", CONFIRM_TIMEOUT.as_secs())),
     }
