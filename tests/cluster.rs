@@ -108,6 +108,26 @@ fn received(socks: &mut [TcpStream], wait: Duration) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// Talk to nats-server as a bare NATS client (its text protocol, not
+/// our link): send `ops` after CONNECT and SUB _r, return what came back
+/// on `_r` within `wait`.
+fn nats_raw(lab: &Lab, ops: Vec<u8>, wait: Duration) -> String {
+    let addr = format!("{}:{NATS_PORT}", lab.addr(A));
+    lab.within(A, move || {
+        let mut s = TcpStream::connect(&addr).expect("connect to nats-server");
+        s.write_all(b"CONNECT {\"verbose\":false,\"headers\":true,\"no_responders\":true}\r\nSUB _r 1\r\n").unwrap();
+        s.write_all(&ops).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+        let (mut got, mut chunk, end) = (Vec::new(), [0u8; 4096], Instant::now() + wait);
+        while Instant::now() < end {
+            if let Ok(n) = s.read(&mut chunk) {
+                got.extend_from_slice(&chunk[..n]);
+            }
+        }
+        String::from_utf8_lossy(&got).to_string()
+    })
+}
+
 fn healthy(lab: &Lab, node: usize) -> bool {
     admin(lab, node, "GET", "/healthz", b"").0 == 200
 }
@@ -119,6 +139,15 @@ fn two_nodes_through_nats_deliver_once_route_unicasts_and_survive_an_outage() {
     let mut nats = nats_server(&lab);
     let (na, _nb) = (node(&lab, A, "A"), node(&lab, B, "B"));
     wait_until("both nodes healthy with the link up", Duration::from_secs(20), || healthy(&lab, A) && healthy(&lab, B));
+    // A second node with A's id is refused at start: it would take A's unicasts.
+    let mut twin = lab.command(B, env!("CARGO_BIN_EXE_megaconn"));
+    twin.args(["server", "--ports", "8002", "--workers", "1", "--admin", "127.0.0.1:9101", "--node-id", "A"]);
+    twin.args(["--cluster", &format!("nats://{}:{NATS_PORT}", lab.addr(A))]);
+    let (code, _, err) = run(twin, Duration::from_secs(30));
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("already has node id 'A'") && err.contains("unique --node-id"), "{err}");
+    assert!(healthy(&lab, A), "A is untouched by the refused twin");
+
     let (mut on_a, mut on_b) = (connect(&lab, A, 4, 2), connect(&lab, B, 4, 2));
     // B subscribes to the topic's subject once it has a subscriber.
     wait_until("B subscribed to megaconn.topic.news", Duration::from_secs(10), || admin(&lab, B, "GET", "/stats", b"").1["cluster"]["topics"] == 1);
@@ -152,6 +181,26 @@ fn two_nodes_through_nats_deliver_once_route_unicasts_and_survive_an_outage() {
     let (status, r) = admin(&lab, A, "POST", "/push/C.1", b"nobody");
     assert_eq!(status, 404, "{r}");
     assert!(r["remote"][0]["detail"]["error"].as_str().unwrap().contains("no node 'C'"), "{r}");
+
+    // Messages from something that is not a megaconn node are refused:
+    // a unicast request without a target is answered with the reason, a
+    // topic message too large for a push or without headers is dropped.
+    let ops = b"PUB megaconn.node.B _r 2\r\nhi\r\nPUB megaconn.topic.news 4\r\nbare\r\n".to_vec();
+    let got = nats_raw(&lab, ops, Duration::from_millis(800));
+    assert!(got.contains("MSG _r 1") && got.contains("no Megaconn-Target header"), "{got}");
+    assert_eq!(received(&mut on_b, Duration::from_millis(300)), want(0, ""), "nothing malformed reaches a connection");
+    let (_, s) = admin(&lab, B, "GET", "/stats", b"");
+    assert!(s["cluster"]["last_error"].as_str().unwrap().contains("refused a message on megaconn.topic.news"), "{s}");
+    let big = vec![b'x'; 70_000];
+    let mut ops = format!("HPUB megaconn.topic.news 56 {}\r\nNATS/1.0\r\nMegaconn-Publish-Us: 1\r\nMegaconn-Origin: X\r\n\r\n", 56 + big.len()).into_bytes();
+    ops.extend_from_slice(&big);
+    ops.extend_from_slice(b"\r\n");
+    nats_raw(&lab, ops, Duration::from_millis(300));
+    wait_until("B refuses the oversized push", Duration::from_secs(5), || {
+        admin(&lab, B, "GET", "/stats", b"").1["cluster"]["last_error"].as_str().is_some_and(|e| e.contains("more than a push carries"))
+    });
+    assert_eq!(received(&mut on_b, Duration::from_millis(100)), want(0, ""));
+    assert!(healthy(&lab, B), "B is still up");
 
     // NATS goes away: publishes fail with 503, /healthz says why, nothing
     // is delivered anywhere.

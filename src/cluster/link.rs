@@ -2,7 +2,9 @@
 //! driven by commands from the supervisor loop and reporting back on the
 //! supervisor's channel.
 
-use super::{ClusterConfig, ClusterEvent, Inbound, LinkStatus, RemoteAnswer, BROADCAST, H_ORIGIN, H_PUBLISH_US, H_TARGET, NODE_PREFIX, TOPIC_PREFIX};
+use super::{
+    ClusterConfig, ClusterEvent, Inbound, LinkStatus, PublishFailure, RemoteAnswer, BROADCAST, H_ORIGIN, H_PUBLISH_US, H_TARGET, NODE_PREFIX, TOPIC_PREFIX,
+};
 use crate::proto::push::Stream;
 use crate::supervise::{Delivery, PoolEvent, Role};
 use anyhow::{anyhow, Context, Result};
@@ -15,8 +17,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 /// A subject nobody subscribes to: a request to it is answered by the
-/// NATS server itself, after everything sent before it.
+/// NATS server itself ("no responders"), after everything sent before it.
+/// (A subscriber of `>` that never replies makes confirms time out: 504.)
 const CONFIRM: &str = "megaconn.confirm";
+/// How long a starting node waits for another node with its id to answer.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a publish waits for NATS to take it (and a unicast for its
 /// owner's answer) before it is answered 503/504.
 const CONFIRM_TIMEOUT: Duration = Duration::from_secs(5);
@@ -218,6 +223,11 @@ async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<
             return;
         }
     };
+    if let Some(e) = id_taken(&client, &cfg).await {
+        shared.error(e.clone());
+        send(&tx, ClusterEvent::Fatal(e));
+        return;
+    }
     let mut subs: HashMap<String, tokio::task::AbortHandle> = HashMap::new();
     for subject in [BROADCAST.to_string(), super::node_subject(&cfg.node)] {
         subs.insert(subject.clone(), forward(&client, subject, &shared, &tx).await);
@@ -249,6 +259,20 @@ async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<
 }
 
 /// Subscribe to `subject` and hand every message to the supervisor.
+/// Another live node already answers on this node's subject: two nodes
+/// with one id would each take the other's unicasts.
+async fn id_taken(client: &async_nats::Client, cfg: &ClusterConfig) -> Option<String> {
+    let subject = super::node_subject(&cfg.node);
+    match tokio::time::timeout(PROBE_TIMEOUT, client.request(subject.clone(), Default::default())).await {
+        Ok(Ok(_)) => Some(format!(
+            "another server in the cluster at {} already has node id '{}' (it answered on {subject}); give every node a unique --node-id",
+            cfg.url, cfg.node
+        )),
+        // No responders, or NATS not reachable yet: the id is free as far as we can tell.
+        _ => None,
+    }
+}
+
 async fn forward(client: &async_nats::Client, subject: String, shared: &Arc<Shared>, tx: &Sender<Delivery>) -> tokio::task::AbortHandle {
     let (client, shared, tx) = (client.clone(), shared.clone(), tx.clone());
     tokio::spawn(async move {
@@ -259,83 +283,110 @@ async fn forward(client: &async_nats::Client, subject: String, shared: &Arc<Shar
         while let Some(m) = sub.next().await {
             shared.messages_in.fetch_add(1, Ordering::Relaxed);
             match decode(&m) {
-                Some(inbound) => send(&tx, ClusterEvent::Message(inbound)),
-                None => shared.error(format!("ignored a message on {} without megaconn headers", m.subject)),
+                Ok(inbound) => send(&tx, ClusterEvent::Message(inbound)),
+                Err(e) => {
+                    let e = format!("refused a message on {}: {e}", m.subject);
+                    if let Some(reply) = &m.reply {
+                        let body = serde_json::json!({ "error": e, "node": super::node_of(&m.subject) });
+                        let _ = client.publish(reply.clone(), body.to_string().into()).await;
+                    }
+                    shared.error(e);
+                }
             }
         }
     })
     .abort_handle()
 }
 
-fn header<'a>(m: &'a async_nats::Message, name: &str) -> Option<&'a str> {
-    m.headers.as_ref()?.get(name).map(|v| v.as_str())
+fn header<'a>(m: &'a async_nats::Message, name: &str) -> Result<&'a str, String> {
+    m.headers.as_ref().and_then(|h| h.get(name)).map(|v| v.as_str()).ok_or_else(|| format!("no {name} header (not from a megaconn node)"))
 }
 
-fn decode(m: &async_nats::Message) -> Option<Inbound> {
+/// A message from another node, checked like an admin publish: a
+/// malformed one must not reach the workers' framing.
+fn decode(m: &async_nats::Message) -> Result<Inbound, String> {
     let subject = m.subject.as_str();
     let (stream, topic) = if subject == BROADCAST {
         (Stream::Broadcast, String::new())
     } else if let Some(t) = subject.strip_prefix(TOPIC_PREFIX) {
+        crate::proto::push::check_topic(t.as_bytes())?;
         (Stream::Topic, t.to_string())
     } else if subject.starts_with(NODE_PREFIX) {
         (Stream::Unicast, String::new())
     } else {
-        return None;
+        return Err("not a megaconn subject".into());
     };
+    let limit = crate::proto::push::max_data(topic.len());
+    if m.payload.len() > limit {
+        return Err(format!("{} bytes of data, more than a push carries ({limit})", m.payload.len()));
+    }
     let target = match stream {
-        Stream::Unicast => Some(header(m, H_TARGET)?.parse().ok()?),
+        Stream::Unicast => {
+            let t = header(m, H_TARGET)?;
+            Some(t.parse().map_err(|_| format!("{H_TARGET} '{t}' is not a connection id"))?)
+        }
         _ => None,
     };
-    Some(Inbound {
+    let stamp = header(m, H_PUBLISH_US)?;
+    Ok(Inbound {
         stream,
         topic,
         target,
-        publish_us: header(m, H_PUBLISH_US)?.parse().ok()?,
+        publish_us: stamp.parse().map_err(|_| format!("{H_PUBLISH_US} '{stamp}' is not a number"))?,
         origin: header(m, H_ORIGIN).unwrap_or("").to_string(),
         data: m.payload.to_vec(),
         reply: m.reply.as_ref().map(|r| r.to_string()),
     })
 }
 
-/// Send every message; Err when NATS did not take them.
-async fn publish(client: &async_nats::Client, node: &str, out: Vec<Out>, shared: &Shared) -> Result<Vec<RemoteAnswer>, String> {
+/// Send every message and have NATS confirm it routed them.
+async fn publish(client: &async_nats::Client, node: &str, out: Vec<Out>, shared: &Shared) -> Result<Vec<RemoteAnswer>, PublishFailure> {
     if client.connection_state() != async_nats::connection::State::Connected {
-        return Err("the cluster link is down".into());
+        return Err(PublishFailure { maybe_sent: false, reason: "the cluster link is down".into() });
     }
+    // A reconnect discards what was still in the write buffer: if one
+    // happens before the confirm, the outcome is unknown.
+    let connects = client.statistics().connects.load(Ordering::SeqCst);
+    let mut maybe_sent = false;
+    let fail = |maybe_sent: bool, reason: String| PublishFailure { maybe_sent, reason };
     let mut answers = Vec::new();
     for o in out {
         let mut h = async_nats::HeaderMap::new();
         h.insert(H_PUBLISH_US, o.publish_us.to_string().as_str());
         h.insert(H_ORIGIN, node);
+        let sent_before = std::mem::replace(&mut maybe_sent, true);
         match &o.target {
             Some((owner, id)) => {
                 h.insert(H_TARGET, id.to_string().as_str());
                 let gid = super::global_id(owner, *id);
+                let answer = |status: u16, detail: serde_json::Value| RemoteAnswer { node: owner.clone(), id: gid.clone(), status, detail };
                 let answer = match client.request_with_headers(super::node_subject(owner), h, o.data.into()).await {
                     Ok(reply) => {
                         let detail: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap_or_default();
-                        let found = detail["not_found"].as_u64() == Some(0);
-                        RemoteAnswer { node: owner.clone(), id: gid, status: if found { 200 } else { 404 }, detail }
+                        let status = if detail.get("error").is_some() {
+                            400
+                        } else if detail["not_found"].as_u64() == Some(0) {
+                            200
+                        } else {
+                            404
+                        };
+                        answer(status, detail)
                     }
-                    Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => RemoteAnswer {
-                        node: owner.clone(),
-                        id: gid,
-                        status: 404,
-                        detail: serde_json::json!({"error": format!("no node '{owner}' in the cluster (nobody subscribes to {})", super::node_subject(owner))}),
-                    },
-                    Err(e) if e.kind() == async_nats::RequestErrorKind::TimedOut => RemoteAnswer {
-                        node: owner.clone(),
-                        id: gid,
-                        status: 504,
-                        detail: serde_json::json!({"error": format!("node '{owner}' did not answer within {} s; the message may or may not have been delivered", CONFIRM_TIMEOUT.as_secs())}),
-                    },
-                    Err(e) => return Err(format!("unicast to {gid}: {e}")),
+                    Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => answer(
+                        404,
+                        serde_json::json!({"error": format!("no node '{owner}' in the cluster (nobody subscribes to {})", super::node_subject(owner))}),
+                    ),
+                    Err(e) if e.kind() == async_nats::RequestErrorKind::TimedOut => answer(
+                        504,
+                        serde_json::json!({"error": format!("node '{owner}' did not answer within {} s; the message may or may not have been delivered", CONFIRM_TIMEOUT.as_secs())}),
+                    ),
+                    Err(e) => return Err(fail(true, format!("unicast to {gid}: {e}"))),
                 };
                 answers.push(answer);
             }
             None => {
                 let subject = if o.stream == Stream::Topic { super::topic_subject(&o.topic) } else { BROADCAST.to_string() };
-                client.publish_with_headers(subject, h, o.data.into()).await.map_err(|e| format!("NATS did not take the publish: {e}"))?;
+                client.publish_with_headers(subject, h, o.data.into()).await.map_err(|e| fail(sent_before, format!("NATS did not take the publish: {e}")))?;
             }
         }
         shared.messages_out.fetch_add(1, Ordering::Relaxed);
@@ -344,10 +395,16 @@ async fn publish(client: &async_nats::Client, node: &str, out: Vec<Out>, shared:
     // connection's commands in order, so its answer to a request nobody
     // listens to ("no responders") proves it has routed every message
     // above to its subscribers.
-    match tokio::time::timeout(CONFIRM_TIMEOUT, client.request(CONFIRM, Default::default())).await {
-        Ok(Ok(_)) => Ok(answers),
-        Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::NoResponders => Ok(answers),
+    let confirmed = match tokio::time::timeout(CONFIRM_TIMEOUT, client.request(CONFIRM, Default::default())).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::NoResponders => Ok(()),
         Ok(Err(e)) => Err(format!("NATS did not confirm the publish: {e}")),
         Err(_) => Err(format!("NATS did not confirm the publish within {} s", CONFIRM_TIMEOUT.as_secs())),
+    };
+    let reconnected = client.statistics().connects.load(Ordering::SeqCst) != connects;
+    match confirmed {
+        Ok(()) if !reconnected => Ok(answers),
+        Ok(()) => Err(fail(maybe_sent, "the cluster link reconnected while the publish was in flight, so part of it may be lost".into())),
+        Err(e) => Err(fail(maybe_sent, e)),
     }
 }

@@ -49,6 +49,11 @@ pub fn node_subject(node: &str) -> String {
     format!("{NODE_PREFIX}{node}")
 }
 
+/// The node a `megaconn.node.<id>` subject addresses.
+pub fn node_of(subject: &str) -> Option<&str> {
+    subject.strip_prefix(NODE_PREFIX)
+}
+
 /// Check a node id: letters, digits, `_` and `-` (a NATS subject token,
 /// and a prefix of connection ids, split at the first `.`).
 pub fn check_node_id(id: &str) -> Result<(), String> {
@@ -117,9 +122,19 @@ pub struct Inbound {
 pub struct RemoteAnswer {
     pub node: String,
     pub id: String,
-    /// 200 delivered (queued), 404 no such connection or node.
+    /// 200 delivered (queued), 404 no such connection or node, 400 the
+    /// owner refused the request, 504 no answer in time (outcome unknown).
     pub status: u16,
     pub detail: serde_json::Value,
+}
+
+/// Why a publish through NATS failed.
+#[derive(Debug, Clone)]
+pub struct PublishFailure {
+    /// Some of it may have reached NATS (and other nodes) before the
+    /// failure: the outcome is unknown (504), not "nothing sent" (503).
+    pub maybe_sent: bool,
+    pub reason: String,
 }
 
 /// The link's news for the supervisor loop.
@@ -129,8 +144,11 @@ pub enum ClusterEvent {
     /// Publish `request` went out (with remote answers), or failed.
     Published {
         request: u64,
-        result: Result<Vec<RemoteAnswer>, String>,
+        result: Result<Vec<RemoteAnswer>, PublishFailure>,
     },
+    /// The node cannot be part of the cluster (e.g. its id is taken): the
+    /// server stops with this reason.
+    Fatal(String),
 }
 
 /// Link counters and state for /healthz, /stats and /metrics.

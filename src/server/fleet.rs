@@ -203,6 +203,7 @@ impl ServerFleet {
                 }
             }
             PoolEvent::Admin(req) => self.on_admin(req),
+            PoolEvent::Cluster(crate::cluster::ClusterEvent::Fatal(e)) => self.failure = Some(e),
             PoolEvent::Cluster(ev) => {
                 let running = self.running();
                 if let Some(r) = &mut self.relay {

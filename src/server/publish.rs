@@ -250,9 +250,13 @@ impl Publisher {
                 let dropped: u64 = per_worker.values().map(|v| v.1).sum();
                 let workers: BTreeMap<String, serde_json::Value> =
                     per_worker.iter().map(|(w, (q, d))| (w.to_string(), json!({"queued": q, "dropped": d}))).collect();
-                let remote_missing = remote.iter().filter(|r| r.status != 200).count() as u64;
+                let remote_count = |status: u16| remote.iter().filter(|r| r.status == status).count() as u64;
+                let unanswered = remote.iter().filter(|r| r.status != 200 && r.status != 404).count() as u64;
                 let mut v = json!({ "messages": seqs.len() + remote.len(), "seq": seqs, "publish_us": publish_us, "queued": queued, "dropped_slow_consumers": dropped,
-                        "not_found": not_found + remote_missing, "workers": workers, "missing_workers": missing, "elapsed_ms": elapsed_ms });
+                        "not_found": not_found + remote_count(404), "workers": workers, "missing_workers": missing, "elapsed_ms": elapsed_ms });
+                if unanswered > 0 {
+                    v["remote_failed"] = unanswered.into();
+                }
                 if let Some(node) = &self.node {
                     v["node"] = node.clone().into();
                 }
@@ -262,9 +266,14 @@ impl Publisher {
                 v
             }
         };
-        let status = match &body["not_found"] {
-            serde_json::Value::Number(n) if n.as_u64() == body["messages"].as_u64() && n.as_u64() > Some(0) => 404,
-            _ => 200,
+        let all = |field: &str| body[field].as_u64().is_some_and(|n| n > 0 && Some(n) == body["messages"].as_u64());
+        // Every message's fate is the same: say so in the status.
+        let status = if all("not_found") {
+            404
+        } else if all("remote_failed") {
+            body["remote"][0]["status"].as_u64().map_or(504, |s| s as u16)
+        } else {
+            200
         };
         self.answer(p, Response::json(status, &body));
     }

@@ -111,12 +111,23 @@ impl Relay {
                 let Some(h) = self.held.remove(&request) else { return };
                 match result {
                     Ok(remote) => publisher.begin(Route::Publish(h.local), Answer::Admin(h.reply), Some(h.publish_us), remote, live, pool),
+                    Err(e) if !e.maybe_sent => {
+                        self.link.failed();
+                        let _ = h.reply.send(Response::error(503, format!("{}: the publish was not sent to any node; retry", e.reason)));
+                    }
                     Err(e) => {
                         self.link.failed();
-                        let _ = h.reply.send(Response::error(503, format!("{e}: the publish was not delivered here either; retry")));
+                        let _ = h.reply.send(Response::error(
+                            504,
+                            format!(
+                                "{}: other nodes may or may not have delivered it (at most once); this node did not deliver it; a retry may deliver it twice elsewhere",
+                                e.reason
+                            ),
+                        ));
                     }
                 }
             }
+            ClusterEvent::Fatal(_) => {}
             ClusterEvent::Message(m) => {
                 let reply = match m.reply {
                     Some(subject) => Answer::Nats(subject),
