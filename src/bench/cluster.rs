@@ -50,7 +50,11 @@ impl Proc {
     }
 
     fn stop(&mut self) {
-        // SAFETY: signalling our own child by PID.
+        // A reaped child's PID may belong to someone else by now.
+        if !matches!(self.child.try_wait(), Ok(None)) {
+            return;
+        }
+        // SAFETY: signalling our own child by PID; it has not been reaped.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let end = Instant::now() + Duration::from_secs(10);
         while Instant::now() < end {
@@ -66,9 +70,7 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            self.stop();
-        }
+        self.stop();
     }
 }
 
