@@ -36,10 +36,14 @@ fn nats_server(lab: &Lab) -> Running {
     Running::spawn(cmd)
 }
 
+/// Node B is given a list of NATS servers whose first does not exist: it
+/// finds the one that does.
 fn node(lab: &Lab, k: usize, id: &str) -> Running {
     let mut cmd = lab.command(k, env!("CARGO_BIN_EXE_megaconn"));
     cmd.args(["server", "--ports", "8000-8001", "--workers", "2", "--admin", "127.0.0.1:9100"]);
-    cmd.args(["--cluster", &format!("nats://{}:{NATS_PORT}", lab.addr(A)), "--node-id", id, "--json", "--stats-interval", "200ms", "--duration", "120s"]);
+    let url = format!("nats://{}:{NATS_PORT}", lab.addr(A));
+    let urls = if k == B { format!("nats://{}:{NATS_PORT},{url}", lab.addr(7)) } else { url };
+    cmd.args(["--cluster", &urls, "--node-id", id, "--json", "--stats-interval", "200ms", "--duration", "120s"]);
     Running::spawn(cmd)
 }
 

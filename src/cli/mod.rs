@@ -152,8 +152,9 @@ pub struct ServerArgs {
     /// Bearer token the admin API requires; mandatory when --admin is not on loopback.
     #[arg(long)]
     pub admin_token: Option<String>,
-    /// Join a cluster through this NATS server (nats://HOST:PORT): publishes
-    /// on any node reach subscribers on every node, unicasts reach their
+    /// Join a cluster through this NATS server (nats://HOST:PORT, or a
+    /// comma-separated list of a NATS cluster's servers): publishes on any
+    /// node reach subscribers on every node, unicasts reach their
     /// connection's node.
     #[arg(long, value_name = "URL", value_parser = |s: &str| crate::cluster::check_url(s).map(|_| s.to_string()))]
     pub cluster: Option<String>,

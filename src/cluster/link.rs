@@ -102,7 +102,6 @@ impl Link {
     /// Start the link thread; it connects (and reconnects) by itself, so
     /// a NATS server that is not up yet is not an error.
     pub fn start(cfg: ClusterConfig, tx: Sender<Delivery>) -> Result<Link> {
-        super::check_url(&cfg.url).map_err(|e| anyhow!(e))?;
         super::check_node_id(&cfg.node).map_err(|e| anyhow!(e))?;
         let (cmds, rx) = unbounded_channel();
         let shared = Arc::new(Shared::default());
@@ -216,7 +215,11 @@ async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<
             let s = s.clone();
             async move { s.on_event(ev) }
         });
-    let client = match opts.connect(cfg.url.as_str()).await {
+    let servers = match super::check_url(&cfg.url) {
+        Ok(s) => s,
+        Err(e) => return send(&tx, ClusterEvent::Fatal(e)),
+    };
+    let client = match opts.connect(servers).await {
         Ok(c) => c,
         Err(e) => {
             shared.error(format!("cannot connect to {}: {e}", cfg.url));

@@ -66,13 +66,24 @@ pub fn check_node_id(id: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Check a `--cluster` URL: `nats://HOST:PORT` (or `tls://`).
-pub fn check_url(url: &str) -> Result<(), String> {
-    let rest = url.strip_prefix("nats://").or_else(|| url.strip_prefix("tls://"));
-    match rest {
-        Some(r) if !r.is_empty() && !r.contains('/') => Ok(()),
-        _ => Err(format!("--cluster '{url}' is not a NATS URL; give nats://HOST:PORT (e.g. nats://127.0.0.1:4222)")),
-    }
+/// Check a `--cluster` value: `nats://HOST:PORT` (or `tls://`), or a
+/// comma-separated list of them (the seeds of a NATS cluster; the client
+/// learns the other servers from them).
+pub fn check_url(url: &str) -> Result<Vec<async_nats::ServerAddr>, String> {
+    url.split(',')
+        .map(|one| {
+            let one = one.trim();
+            let bad = |why: String| format!("--cluster '{one}' is not a NATS URL ({why}); give nats://HOST:PORT (e.g. nats://127.0.0.1:4222), or several separated by commas");
+            if !(one.starts_with("nats://") || one.starts_with("tls://")) {
+                return Err(bad("it must start with nats:// or tls://".into()));
+            }
+            let addr: async_nats::ServerAddr = one.parse().map_err(|e: std::io::Error| bad(e.to_string()))?;
+            if addr.host().is_empty() {
+                return Err(bad("no host".into()));
+            }
+            Ok(addr)
+        })
+        .collect()
 }
 
 /// Whether a topic name can travel as a subject (no empty token).
@@ -186,6 +197,9 @@ mod tests {
         assert!(check_node_id("").is_err());
         assert!(check_url("nats://127.0.0.1:4222").is_ok());
         assert!(check_url("http://x").unwrap_err().contains("nats://HOST:PORT"));
+        assert_eq!(check_url("nats://a:4222, nats://b:4223").unwrap().len(), 2);
+        assert!(check_url("nats://a:4222,x").unwrap_err().contains("'x'"));
+        assert!(check_url("nats://").is_err());
         assert!(topic_fits_subject("a.b") && !topic_fits_subject("a..b") && !topic_fits_subject(".a"));
         assert!(check_node_id(&default_node_id()).is_ok());
     }
