@@ -73,7 +73,9 @@ pub fn check_url(url: &str) -> Result<Vec<async_nats::ServerAddr>, String> {
     url.split(',')
         .map(|one| {
             let one = one.trim();
-            let bad = |why: String| format!("--cluster '{one}' is not a NATS URL ({why}); give nats://HOST:PORT (e.g. nats://127.0.0.1:4222), or several separated by commas");
+            let bad = |why: String| {
+                format!("--cluster '{one}' is not a NATS URL ({why}); give nats://HOST:PORT (e.g. nats://127.0.0.1:4222), or several separated by commas")
+            };
             if !(one.starts_with("nats://") || one.starts_with("tls://")) {
                 return Err(bad("it must start with nats:// or tls://".into()));
             }
