@@ -240,7 +240,10 @@ async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<
             Cmd::Subscribe(topic) => {
                 let subject = super::topic_subject(&topic);
                 let h = forward(&client, subject.clone(), &shared, &tx).await;
-                subs.insert(subject, h);
+                // Never two subscriptions of one subject: each would deliver.
+                if let Some(old) = subs.insert(subject, h) {
+                    old.abort();
+                }
             }
             Cmd::Unsubscribe(topic) => {
                 if let Some(h) = subs.remove(&super::topic_subject(&topic)) {
