@@ -133,30 +133,39 @@ fn host_topology_shares_the_hosts_hash() {
     assert_eq!(v["client"]["established"], 300);
 }
 
-/// Ctrl-C ends the run early; the namespace still goes.
+/// Ctrl-C ends the run early; the namespace still goes. A second Ctrl-C
+/// (the user means it) exits at once, and the namespace still goes.
 #[test]
 fn ctrl_c_removes_the_namespace() {
     need_netns!();
-    let mut cmd = megaconn();
-    cmd.args(["bench", "--topology", "netns", "--connections", "200", "--hold", "60s", "--ports", "22020-22021"]);
-    let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-    let pid = child.id();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while namespaces_of(pid).is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
+    for (presses, ports) in [(1, "22020-22021"), (2, "22022-22023")] {
+        let mut cmd = megaconn();
+        cmd.args(["bench", "--topology", "netns", "--connections", "200", "--hold", "60s", "--ports", ports]);
+        let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        let pid = child.id();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while namespaces_of(pid).is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert_eq!(namespaces_of(pid).len(), 1, "the bench made its namespace");
+        std::thread::sleep(Duration::from_millis(1500));
+        for _ in 0..presses {
+            // SAFETY: signalling our own child by PID (not yet reaped).
+            unsafe { libc::kill(pid as i32, libc::SIGINT) };
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let status = child.try_wait().unwrap();
+        if status.is_none() {
+            let _ = child.kill();
+        }
+        let status = status.expect("the bench ended after Ctrl-C");
+        if presses == 2 {
+            assert_eq!(status.code(), Some(130), "a second Ctrl-C exits at once");
+        }
+        assert!(namespaces_of(pid).is_empty(), "namespace removed after {presses} Ctrl-C");
     }
-    assert_eq!(namespaces_of(pid).len(), 1, "the bench made its namespace");
-    std::thread::sleep(Duration::from_millis(1500));
-    // SAFETY: signalling our own child by PID.
-    unsafe { libc::kill(pid as i32, libc::SIGINT) };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let status = child.try_wait().unwrap();
-    if status.is_none() {
-        let _ = child.kill();
-    }
-    assert!(status.is_some(), "the bench ended after Ctrl-C");
-    assert!(namespaces_of(pid).is_empty(), "namespace removed after Ctrl-C");
 }

@@ -106,8 +106,20 @@ pub fn stale() -> Vec<String> {
         .collect()
 }
 
-/// Remove what killed benches left; says what it removed.
+/// Remove this process's namespaces (a second Ctrl-C, which exits
+/// without running `Net`'s drop).
+pub fn remove_own() {
+    let mine = format!("{PREFIX}{}-", std::process::id());
+    let Ok(dir) = std::fs::read_dir("/run/netns") else { return };
+    for name in dir.filter_map(|e| e.ok()?.file_name().into_string().ok()).filter(|n| n.starts_with(&mine)) {
+        let _ = ip(&["netns", "del", &name]);
+    }
+}
+
+/// Remove what killed benches left; says what it removed. Called before
+/// making namespaces, so it also arranges their removal on a second Ctrl-C.
 pub(crate) fn remove_stale() -> Vec<String> {
+    crate::signals::on_hard_exit(remove_own);
     let mut notes = Vec::new();
     for name in stale() {
         if ip(&["netns", "del", &name]).is_ok() {
