@@ -59,6 +59,16 @@ if ! command -v nats-server >/dev/null 2>&1; then
     exit 1
   fi
 fi
+# curl is a peer of the lingering-close test (a body sent to a refusal).
+if ! command -v curl >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "setup: installing curl (an HTTP client peer for the tests)"
+    apt-get update -qq && apt-get install -y -qq curl
+  else
+    echo "setup: curl missing; install it (apt-get install curl)" >&2
+    exit 1
+  fi
+fi
 # WebSocket tests run against Python's `websockets` (pinned: its API is
 # what the peer scripts in tests/peers use).
 if ! python3 -c "import websockets, sys; sys.exit(int(websockets.__version__.split('.')[0]) < 14)" >/dev/null 2>&1; then

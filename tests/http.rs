@@ -116,6 +116,18 @@ fn hostile_requests_get_status_and_close() {
         assert_eq!(r.first().map(|x| x.0), Some(status), "{:?}", String::from_utf8_lossy(&req[..20]));
         assert!(closed(&mut c));
     }
+    // curl PUTs a 2 MB body the server refuses: the server lingers (reads
+    // and drops the body) so curl gets the 405, not a connection reset.
+    let body = std::env::temp_dir().join(format!("megaconn-put-body-{}", std::process::id()));
+    std::fs::write(&body, vec![b'x'; 2_000_000]).unwrap();
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "20", "-X", "PUT", "--data-binary"])
+        .arg(format!("@{}", body.display()))
+        .arg("http://127.0.0.1:21620/")
+        .output()
+        .expect("curl is installed (scripts/setup.sh)");
+    let _ = std::fs::remove_file(&body);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "405", "curl: {}", String::from_utf8_lossy(&out.stderr));
     // Slowloris: a partial request that stalls is closed after the timeout.
     let mut c = connect(21620);
     c.write_all(b"GET / HTTP/1.1\r\nHost: slow").unwrap();

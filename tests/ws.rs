@@ -3,7 +3,7 @@
 //! with the right HTTP status.
 mod common;
 use common::*;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -28,11 +28,36 @@ fn bad_upgrades_get_an_http_status_and_a_close() {
     let (status, body) = http("127.0.0.1:21801", "GET", "/", b"", None);
     assert_eq!(status, 426, "{body}");
     assert!(body.contains("Upgrade: websocket"), "{body}");
-    // No body: the server answers and closes at once, and unread bytes
-    // would turn its FIN into a reset (no lingering close yet).
-    let (status, _) = http("127.0.0.1:21801", "POST", "/", b"", None);
-    assert_eq!(status, 405);
-    let v = s.wait_for(Duration::from_secs(10), "refusals counted", |v| v["event"] == "stats" && v["close_reasons"]["ws_handshake_method"] == 1);
+    // A refused POST whose body is still coming: the server answers, then
+    // lingers (reads and drops the body until the peer closes) instead of
+    // closing into a reset that would fail the client's writes before it
+    // reads the answer.
+    for _ in 0..5 {
+        let mut c = std::net::TcpStream::connect("127.0.0.1:21801").unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c.write_all(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 400000\r\n\r\n").unwrap();
+        std::thread::sleep(Duration::from_millis(150));
+        for _ in 0..4 {
+            c.write_all(&[b'x'; 100_000]).expect("the server still takes the body it refused");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let mut answer = Vec::new();
+        c.read_to_end(&mut answer).expect("the answer arrives whole, then a FIN");
+        let text = String::from_utf8_lossy(&answer);
+        assert!(text.starts_with("HTTP/1.1 405"), "{text}");
+    }
+    // curl, sending a 2 MB body, reads the answer (not "connection reset").
+    let body = std::env::temp_dir().join(format!("megaconn-refused-body-{}", std::process::id()));
+    std::fs::write(&body, vec![b'x'; 2_000_000]).unwrap();
+    let out = Command::new("curl")
+        .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "20", "--data-binary"])
+        .arg(format!("@{}", body.display()))
+        .arg("http://127.0.0.1:21801/")
+        .output()
+        .expect("curl is installed (scripts/setup.sh)");
+    let _ = std::fs::remove_file(&body);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "405", "curl: {}", String::from_utf8_lossy(&out.stderr));
+    let v = s.wait_for(Duration::from_secs(10), "refusals counted", |v| v["event"] == "stats" && v["close_reasons"]["ws_handshake_method"] == 6);
     assert_eq!(v["close_reasons"]["ws_handshake_not_upgrade"], 1, "{v}");
     assert_eq!(v["ws_upgrades"], 0);
     assert!(s.terminate().success());

@@ -11,6 +11,7 @@
 //! mark (see `supervise::elastic` for why).
 
 mod deliver;
+mod linger;
 mod serve;
 
 use super::business::{BusinessMode, Stage};
@@ -114,6 +115,8 @@ struct Worker {
     /// The HTTP Date header, formatted once per second.
     date: String,
     date_sec: u64,
+    /// Refused peers read from until they stop sending (lingering close).
+    lingering: linger::Lingering,
 }
 
 pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
@@ -150,6 +153,7 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
         },
         draining: false,
         empty_since: None,
+        lingering: linger::Lingering::default(),
     };
     control::emit(&WorkerMsg::Ready { worker, pid: std::process::id(), fd_limit: crate::sys::fd_limit().hard });
     let interval = Duration::from_millis(w.cfg.stats_interval_ms.max(50));
@@ -231,6 +235,9 @@ impl Handler for Worker {
             }
         }
         self.deliver_done();
+        if !self.lingering.is_empty() {
+            self.lingering.sweep();
+        }
         if self.topics.track {
             let changes = self.topics.take_changes();
             if !changes.is_empty() {
@@ -259,6 +266,9 @@ impl Handler for Worker {
         }
         if let Some(t) = self.accept_paused_until {
             wake = wake.min(t);
+        }
+        if !self.lingering.is_empty() {
+            wake = wake.min(now + linger::LINGER_TICK);
         }
         wake.saturating_duration_since(now)
     }
@@ -412,7 +422,10 @@ impl Worker {
     }
 
     fn close(&mut self, key: usize, reason: String) {
-        if let Some(conn) = self.conns.try_remove(key) {
+        if let Some(mut conn) = self.conns.try_remove(key) {
+            if answered_refusal(&reason) && conn.backlog.is_none() && self.poll.registry().deregister(&mut conn.stream).is_ok() {
+                self.lingering.start(conn.stream);
+            }
             if let Some(c) = &self.cap {
                 c.release(self.cfg.worker, 1);
             }
@@ -444,4 +457,11 @@ impl Worker {
             self.close(key, "idle_timeout".into());
         }
     }
+}
+
+/// Closes after an error answer (an HTTP status for a refused request or
+/// upgrade): the peer may still be sending the request's body, so the
+/// socket lingers.
+fn answered_refusal(reason: &str) -> bool {
+    reason.starts_with("ws_handshake") || (reason.starts_with("http_") && reason != "http_connection_close")
 }
