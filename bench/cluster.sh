@@ -6,11 +6,20 @@
 #   3. two nodes x N/2, each in its own namespace, broadcasts published on
 #      node n0 and carried to n1 by nats-server (--nodes 2 --cluster nats)
 # Usage: bash bench/cluster.sh [CONNECTIONS] (default 500000). Writes the
-# JSON of each run to bench/results-cluster-<N>-{single,one,two}.json and
-# prints the ratios of the median and max time to all.
+# JSON of each run to <run>/results-cluster-<N>-{single,one,two}.json and
+# the table to <run>/results-cluster-<N>.txt, and prints the ratios of the
+# median and max time to all. Needs root (namespaces) and nats-server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n="${1:-500000}"
+# Results go to a fresh run directory (bench/runs/ is not committed), never
+# over the bench/results-* files BENCHMARKS.md cites. RUN_DIR overrides it.
+run="${RUN_DIR:-bench/runs/$(date -u +%F-%H%M%S)-cluster}"
+if [ -n "$(ls -A "$run" 2>/dev/null)" ]; then
+  echo "cluster.sh: $run is not empty; give a new RUN_DIR" >&2; exit 2
+fi
+mkdir -p "$run"
+echo "cluster.sh: results in $run" >&2
 cargo build --release --locked -q
 bin=target/release/megaconn
 common=(bench --scenario push --connections "$n" --broadcasts 10 --json)
@@ -24,13 +33,13 @@ settle() {
   done
   echo "cluster.sh: the kernel still holds many TCP sockets; measuring anyway" >&2
 }
-settle; "$bin" "${common[@]}" --topology netns > "bench/results-cluster-$n-single.json"
-settle; "$bin" "${common[@]}" --nodes 1 --cluster nats > "bench/results-cluster-$n-one.json"
-settle; "$bin" "${common[@]}" --nodes 2 --cluster nats > "bench/results-cluster-$n-two.json"
-python3 - "$n" <<'PY'
+settle; "$bin" "${common[@]}" --topology netns > "$run/results-cluster-$n-single.json"
+settle; "$bin" "${common[@]}" --nodes 1 --cluster nats > "$run/results-cluster-$n-one.json"
+settle; "$bin" "${common[@]}" --nodes 2 --cluster nats > "$run/results-cluster-$n-two.json"
+python3 - "$n" "$run" <<'PY' | tee "$run/results-cluster-$n.txt"
 import json, sys
-n = sys.argv[1]
-runs = {k: json.load(open(f"bench/results-cluster-{n}-{k}.json")) for k in ("single", "one", "two")}
+n, run = sys.argv[1], sys.argv[2]
+runs = {k: json.load(open(f"{run}/results-cluster-{n}-{k}.json")) for k in ("single", "one", "two")}
 for k, v in runs.items():
     p = v["push"]
     print(f"{k:<7} held {p['connections']:>9,} | deliveries {p['deliveries']:,}/{p['expected_deliveries']:,} dup {p['duplicates']} gaps {p['gaps']}"

@@ -8,21 +8,29 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 hold="${1:-30s}"
+# Results go to a fresh run directory (bench/runs/ is not committed), never
+# over the bench/results-* files BENCHMARKS.md cites. RUN_DIR overrides it.
+run="${RUN_DIR:-bench/runs/$(date -u +%F-%H%M%S)-elastic}"
+if [ -n "$(ls -A "$run" 2>/dev/null)" ]; then
+  echo "elastic.sh: $run is not empty; give a new RUN_DIR" >&2; exit 2
+fi
+mkdir -p "$run"
+echo "elastic.sh: results in $run" >&2
 cargo build --release --locked -q
 bin=target/release/megaconn
 ports=19000-19009
 run_one() {
   local label="$1"; shift
-  "$bin" server --ports "$ports" --business async --service-time classic --stats-interval 5s --duration 600s "$@" > /tmp/megaconn-elastic-server.log 2>&1 &
+  "$bin" server --ports "$ports" --business async --service-time classic --stats-interval 5s --duration 600s "$@" > "$run/server-$label.log" 2>&1 &
   local spid=$!
   trap 'kill -TERM '"$spid"' 2>/dev/null || true' EXIT
   sleep 1
   "$bin" client --ports "$ports" --connections 50000 --rate 20000 --request-rate 1/s --payload 8 --heartbeat off --hold "$hold" --json \
-    > "/tmp/megaconn-elastic-$label.json" 2> "/tmp/megaconn-elastic-$label.err" || true
+    > "$run/client-$label.json" 2> "$run/client-$label.err" || true
   kill -TERM "$spid"; wait "$spid" || true
   trap - EXIT
-  local workers; workers="$(grep -o 'workers [0-9]* accepting / [0-9]* full / [0-9]*' /tmp/megaconn-elastic-server.log | tail -1)"
-  python3 - "$label" "/tmp/megaconn-elastic-$label.json" "$workers" <<'PY'
+  local workers; workers="$(grep -o 'workers [0-9]* accepting / [0-9]* full / [0-9]*' "$run/server-$label.log" | tail -1)"
+  python3 - "$label" "$run/client-$label.json" "$workers" <<'PY' | tee -a "$run/results-elastic.txt"
 import json, sys
 label, path, workers = sys.argv[1], sys.argv[2], sys.argv[3]
 s = json.load(open(path))["summary"]
@@ -30,7 +38,7 @@ r = s["requests"]; l = r["latency_ms"]
 print(f"{label:<10} qps {r['qps']:9.1f} (offered {r['offered_qps']:.0f}) | mean {l['mean_ms']:7.2f} ms | p50 {l['p50_ms']:6.2f} | p99 {l['p99_ms']:7.2f} | max {l['max_ms']:8.1f} | timeouts {r['timeouts']} | held {s['held']} | server {workers}")
 PY
 }
-echo "# $(date -u +%F) bench/elastic.sh hold=$hold, $(nproc) cores"
+echo "# $(date -u +%F) bench/elastic.sh hold=$hold, $(nproc) cores" | tee "$run/results-elastic.txt"
 run_one elastic
 run_one 4-fixed --workers 4
 run_one 56-fixed --workers 56

@@ -8,6 +8,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DUR="${1:-15s}"
 AB_N="${2:-1000000}"
+# Results go to a fresh run directory (bench/runs/ is not committed), never
+# over the bench/results-* files BENCHMARKS.md cites. RUN_DIR overrides it.
+run="${RUN_DIR:-bench/runs/$(date -u +%F-%H%M%S)-http}"
+if [ -n "$(ls -A "$run" 2>/dev/null)" ]; then
+  echo "http.sh: $run is not empty; give a new RUN_DIR" >&2; exit 2
+fi
+mkdir -p "$run"
+echo "http.sh: results in $run" >&2
 NGINX_PORT=18080
 MEGA_PORT=18081
 WORKERS=2
@@ -70,14 +78,18 @@ run_ab() { # port
   echo "$rps $p99"
 }
 
-printf "%-22s %14s %10s %14s %10s %8s %10s\n" "load" "megaconn req/s" "p99 ms" "nginx req/s" "p99 ms" "ratio" "p99 ratio"
 row() { # label "m_rps m_p99" "n_rps n_p99"
   read -r mr mp <<<"$2"; read -r nr np <<<"$3"
   awk -v l="$1" -v mr="$mr" -v mp="$mp" -v nr="$nr" -v np="$np" 'BEGIN { printf "%-22s %14.0f %10.2f %14.0f %10.2f %8.2f %10.2f\n", l, mr, mp, nr, np, mr/nr, (np>0? mp/np : 0) }'
 }
-for c in 10 100 1000; do
-  m="$(run_wrk $MEGA_PORT $c)"; n="$(run_wrk $NGINX_PORT $c)"
-  row "wrk -t2 -c$c -d$DUR" "$m" "$n"
-done
-m="$(run_ab $MEGA_PORT)"; n="$(run_ab $NGINX_PORT)"
-row "ab -k -c10 -n $AB_N" "$m" "$n"
+table() {
+  echo "# $(date -u +%FT%TZ) bench/http.sh duration=$DUR ab_n=$AB_N workers=$WORKERS, $(nproc) cores"
+  printf "%-22s %14s %10s %14s %10s %8s %10s\n" "load" "megaconn req/s" "p99 ms" "nginx req/s" "p99 ms" "ratio" "p99 ratio"
+  for c in 10 100 1000; do
+    m="$(run_wrk $MEGA_PORT $c)"; n="$(run_wrk $NGINX_PORT $c)"
+    row "wrk -t2 -c$c -d$DUR" "$m" "$n"
+  done
+  m="$(run_ab $MEGA_PORT)"; n="$(run_ab $NGINX_PORT)"
+  row "ab -k -c10 -n $AB_N" "$m" "$n"
+}
+table | tee "$run/results-http.txt"

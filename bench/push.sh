@@ -4,19 +4,27 @@
 # else) on the same machine, one after the other in one script.
 # Usage: bash bench/push.sh [N=200000] [ROUNDS=10] [INTERVAL_S=3]
 # Above ~100K connections run `sudo bash bench/sysctl.sh` first.
-# Heartbeats are off in both: the floor has none.
+# Heartbeats are off in both: the floor has none. The floor listens on
+# 127.0.0.1:24000 and up (23000-23999 are the docs' journeys' ports).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n="${1:-200000}"; rounds="${2:-10}"; interval="${3:-3}"
+# Results go to a fresh run directory (bench/runs/ is not committed), never
+# over the bench/results-* files BENCHMARKS.md cites. RUN_DIR overrides it.
+run="${RUN_DIR:-bench/runs/$(date -u +%F-%H%M%S)-push}"
+if [ -n "$(ls -A "$run" 2>/dev/null)" ]; then
+  echo "push.sh: $run is not empty; give a new RUN_DIR" >&2; exit 2
+fi
+mkdir -p "$run"
+echo "push.sh: results in $run" >&2
 command -v gcc >/dev/null || { apt-get update -qq && apt-get install -y -qq gcc; }
 mkdir -p target
 gcc -Wall -Wextra -O2 -o target/broadcast_floor bench/broadcast_floor.c
 cargo build --release --locked -q
-out="bench/results-push-$(date -u +%F)-$n.txt"
-floor_json="$(mktemp)"; mega_json="$(mktemp)"
-trap 'rm -f "$floor_json" "$mega_json"' EXIT
+out="$run/results-push-$n.txt"
+floor_json="$run/floor-$n.json"; mega_json="$run/megaconn-$n.json"
 echo "# $(date -u +%FT%TZ) bench/push.sh n=$n rounds=$rounds interval=${interval}s, $(nproc) cores" | tee "$out"
-target/broadcast_floor "$n" "$rounds" "$((interval * 1000))" 23000 64 > "$floor_json"
+target/broadcast_floor "$n" "$rounds" "$((interval * 1000))" 24000 64 > "$floor_json"
 target/release/megaconn bench --scenario push --connections "$n" --broadcasts "$rounds" --broadcast-interval "${interval}s" \
   --payload 64 --heartbeat off --json --ports 8000-8099 > "$mega_json" || echo "megaconn bench exited $? (see its JSON)" | tee -a "$out"
 python3 - "$floor_json" "$mega_json" <<'PY' | tee -a "$out"

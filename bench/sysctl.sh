@@ -29,5 +29,5 @@ set_sysctl net.ipv4.tcp_max_syn_backlog 65535
 # Room for 2M+ sockets system-wide (both ends of every loopback pair).
 set_sysctl fs.file-max 4194304
 set_sysctl fs.nr_open 1048576
-# Handshakes queued on a listener that closes (an elastic server worker
-# leaving the accept group when full) move to a sibling instead of a reset.
+# (net.ipv4.tcp_migrate_req is no longer set: the server closes no
+# listener while it runs; see BENCHMARKS.md, "The 1-in-a-million reset".)
