@@ -9,15 +9,14 @@
 //! one thread owns every worker pipe. The handler waits for the loop's
 //! [`Response`] (a publish answers once every worker has written it).
 pub mod client;
-pub mod metrics;
 pub mod route;
 
-use crate::supervise::{Delivery, PoolEvent, Role};
+use crate::supervise::Sink;
 use anyhow::{anyhow, Result};
 use std::io::Read;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{Sender, SyncSender};
+use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -72,10 +71,18 @@ pub fn check(addr: &SocketAddr, token: Option<&str>) -> Result<(), String> {
     Ok(())
 }
 
-/// Start serving for the supervisor of `role` (the server's full API, or
-/// the client's /metrics, /stats and /healthz); returns the address
-/// actually bound (port 0 resolved).
-pub fn serve(role: Role, addr: SocketAddr, token: Option<String>, tx: Sender<Delivery>) -> Result<SocketAddr> {
+/// What an admin API lets a caller do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// The server's whole API: read, publish, push.
+    Full,
+    /// /metrics, /stats and /healthz only (a load generator's).
+    ReadOnly,
+}
+
+/// Start serving; every parsed request goes to `sink` with a reply
+/// channel. Returns the address actually bound (port 0 resolved).
+pub fn serve(scope: Scope, addr: SocketAddr, token: Option<String>, sink: Sink<Request>) -> Result<SocketAddr> {
     let server =
         tiny_http::Server::http(addr).map_err(|e| anyhow!("cannot serve the admin API on {addr}: {e} (choose another --admin port, or --admin off)"))?;
     let bound = server.server_addr().to_ip().ok_or_else(|| anyhow!("admin API bound to a non-IP address"))?;
@@ -88,9 +95,9 @@ pub fn serve(role: Role, addr: SocketAddr, token: Option<String>, tx: Sender<Del
                 respond(req, Response::error(503, "too many admin requests at once; retry"));
                 continue;
             }
-            let (tx, token, in_flight) = (tx.clone(), token.clone(), in_flight.clone());
+            let (sink, token, in_flight) = (sink.clone(), token.clone(), in_flight.clone());
             let spawned = std::thread::Builder::new().name("admin-req".into()).stack_size(256 * 1024).spawn(move || {
-                handle(role, req, token.as_deref(), &tx);
+                handle(scope, req, token.as_deref(), &sink);
                 in_flight.fetch_sub(1, Ordering::SeqCst);
             });
             if spawned.is_err() {
@@ -101,7 +108,7 @@ pub fn serve(role: Role, addr: SocketAddr, token: Option<String>, tx: Sender<Del
     Ok(bound)
 }
 
-fn handle(role: Role, mut req: tiny_http::Request, token: Option<&str>, tx: &Sender<Delivery>) {
+fn handle(scope: Scope, mut req: tiny_http::Request, token: Option<&str>, sink: &Sink<Request>) {
     // GET /healthz answers without the token: orchestrators' probes
     // (Kubernetes httpGet) cannot carry a secret, and it tells only
     // whether the node serves and why not.
@@ -124,11 +131,11 @@ fn handle(role: Role, mut req: tiny_http::Request, token: Option<&str>, tx: &Sen
         Ok(r) => r,
         Err(resp) => return respond(req, resp),
     };
-    if role == Role::Client && !matches!(route, Route::Metrics | Route::Stats | Route::Healthz) {
+    if scope == Scope::ReadOnly && !matches!(route, Route::Metrics | Route::Stats | Route::Healthz) {
         return respond(req, Response::error(404, "a client serves /metrics, /stats and /healthz only"));
     }
     let (reply, answer) = std::sync::mpsc::sync_channel(1);
-    if tx.send((role, usize::MAX, PoolEvent::Admin(Request { route, reply }))).is_err() {
+    if !sink(Request { route, reply }) {
         return respond(req, Response::error(503, "the server is stopping"));
     }
     let resp = answer.recv_timeout(REPLY_TIMEOUT).unwrap_or_else(|_| Response::error(504, "the server did not answer in time"));

@@ -16,7 +16,7 @@ use crate::server::fleet::ServerFleet;
 use crate::server::service_time::ServiceTime;
 use crate::stats::histogram::LatencySummary;
 use crate::stats::{format, memory, progress::Progress};
-use crate::supervise::{self, plan::Workers};
+use crate::supervise::plan::Workers;
 use anyhow::Result;
 use serde::Serialize;
 use std::time::Duration;
@@ -97,14 +97,14 @@ fn run_mode(args: &BenchConfig, mode: BusinessMode, service: &ServiceTime, hold:
     };
     let splan = crate::server::plan(&server_cfg, fd_hard).map_err(crate::UsageError)?;
     let (cplan, cwplan) = crate::client::plan(&client_cfg, fd_hard).map_err(crate::UsageError)?;
-    let (tx, rx) = supervise::channel();
-    let server = crate::server::start(&server_cfg, &splan, None, &tx, &rx)?;
-    let client = ClientRun::start(&cplan, &client_cfg.load, &cwplan, None, &tx)?;
+    let ch = super::pair::PairChannel::default();
+    let server = ch.start_server(&server_cfg, &splan)?;
+    let client = ClientRun::start(&cplan, &client_cfg.load, &cwplan, None, &ch.client)?;
     let sample = |server: &ServerFleet, _: &ClientRun| (server.view.totals(), memory::rss_of(&server.pids()));
     let mut pair = PairRun::new(server, client, progress, sample);
     pair.label = format!("{mode:<9} ");
     pair.verbose = false;
-    pair.run(&rx)?;
+    pair.run(&ch.rx)?;
     if let Some(f) = &pair.failure {
         anyhow::bail!("business mode {mode}: {f}");
     }

@@ -9,8 +9,9 @@
 use super::push::{self, Round};
 use super::BenchConfig;
 use crate::client::run::{ClientRun, Tick};
+use crate::client::snapshot::ClientEvent;
 use crate::stats::{format, progress::Progress};
-use crate::supervise::{self, Delivery, Flow, Role, Supervised};
+use crate::supervise::{self, Flow, Supervised};
 use crate::topology::cluster::{self as place, BROKER_ADDR};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
@@ -155,8 +156,10 @@ impl ClusterRun<'_> {
 }
 
 impl Supervised for ClusterRun<'_> {
-    fn deliver(&mut self, (role, i, ev): Delivery) -> Result<()> {
-        if role == Role::Client {
+    type Event = ClientEvent;
+
+    fn deliver(&mut self, ev: ClientEvent) -> Result<()> {
+        if let ClientEvent::Worker(i, ev) = ev {
             self.client.on_event(i, ev);
         }
         Ok(())
@@ -305,8 +308,8 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
         args.broadcast_interval.as_secs_f64(),
         crate::client::describe(&cplan, &cwplan)
     ));
-    let (tx, rx) = supervise::channel();
-    let client = ClientRun::start(&cplan, &client_cfg.load, &cwplan, None, &tx)?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let client = ClientRun::start(&cplan, &client_cfg.load, &cwplan, None, &supervise::sink(&tx, |e| e))?;
     let ramp_done = Arc::new(AtomicBool::new(false));
     let rounds = Arc::new(Mutex::new(Vec::<Round>::new()));
     let publisher = {

@@ -5,6 +5,7 @@
 //! pools (one event channel, one progress line); every worker is its child
 //! and dies with it.
 pub mod business;
+pub mod client_only;
 pub mod cluster;
 pub mod config;
 pub mod pair;
@@ -21,7 +22,6 @@ use crate::server::view::ServerTotals;
 use crate::server::ServerConfig;
 use crate::stats::memory::{self, KernelMemory};
 use crate::stats::{format, progress::Progress};
-use crate::supervise;
 use anyhow::Result;
 use pair::PairRun;
 use serde::Serialize;
@@ -224,8 +224,8 @@ fn connections(args: BenchConfig, placement: &crate::topology::Placement, mut pr
     }
     let kernel_before = memory::kernel_memory();
     let netstat_before = crate::stats::netstat::read();
-    let (tx, rx) = supervise::channel();
-    let server = crate::server::start(&server_cfg, &splan, None, &tx, &rx)?;
+    let ch = pair::PairChannel::default();
+    let server = ch.start_server(&server_cfg, &splan)?;
     let server_pids = server.pids();
     let server_rss_baseline = memory::rss_of(&server_pids);
     let server_fds_baseline = memory::fds_of(&server_pids);
@@ -236,7 +236,7 @@ fn connections(args: BenchConfig, placement: &crate::topology::Placement, mut pr
         format::bytes(server_pss_baseline.total),
         format::bytes(server_rss_baseline)
     ));
-    let client = ClientRun::start(&cplan, &client_cfg.load, &cwplan, None, &tx)?;
+    let client = ClientRun::start(&cplan, &client_cfg.load, &cwplan, None, &ch.client)?;
     let sample = |server: &ServerFleet, client: &ClientRun| {
         let pids = server.pids();
         HoldSample {
@@ -252,7 +252,7 @@ fn connections(args: BenchConfig, placement: &crate::topology::Placement, mut pr
     let mut pair = PairRun::new(server, client, &mut progress, sample);
     pair.settle_workers = args.churn.is_some();
     pair.server_sampler = Some(sampler::ServerSampler::new(&pair.server, server_pss_baseline.anon, splan.initial()));
-    pair.run(&rx)?;
+    pair.run(&ch.rx)?;
     let active_after = pair.server.view.totals().active;
     let failure = pair.failure.clone();
     let hs = pair.at_hold.take().unwrap_or_default();

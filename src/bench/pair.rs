@@ -3,12 +3,52 @@
 //! when the hold ends (before anything closes).
 
 use crate::client::run::{ClientRun, Tick};
+use crate::client::snapshot::ClientEvent;
 use crate::server::fleet::ServerFleet;
+use crate::server::snapshot::ServerEvent;
 use crate::stats::{format, progress::Progress};
-use crate::supervise::{self, Delivery, Flow, Role, Supervised};
+use crate::supervise::{self, Flow, Sink, Supervised};
 use anyhow::Result;
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
+
+/// What arrives on a bench's channel: the server's events and the client's.
+#[derive(Debug)]
+pub enum PairEvent {
+    Server(ServerEvent),
+    Client(ClientEvent),
+}
+
+/// The one channel of a server and a client run side by side.
+pub struct PairChannel {
+    pub rx: Receiver<PairEvent>,
+    pub server: Sink<ServerEvent>,
+    pub client: Sink<ClientEvent>,
+}
+
+impl Default for PairChannel {
+    fn default() -> Self {
+        let (tx, rx) = std::sync::mpsc::channel();
+        PairChannel { server: supervise::sink(&tx, PairEvent::Server), client: supervise::sink(&tx, PairEvent::Client), rx }
+    }
+}
+
+impl PairChannel {
+    /// Start the server's workers on this channel and wait until they listen.
+    pub fn start_server(&self, cfg: &crate::server::ServerConfig, plan: &crate::server::ServerPlan) -> Result<ServerFleet> {
+        let rx = &self.rx;
+        crate::server::start(cfg, plan, None, &self.server, &mut |wait| {
+            let deadline = Instant::now() + wait;
+            loop {
+                match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                    Ok(PairEvent::Server(ev)) => return Some(ev),
+                    Ok(PairEvent::Client(_)) => {}
+                    Err(_) => return None,
+                }
+            }
+        })
+    }
+}
 
 /// Progress line interval of bench runs.
 const PRINT_EVERY: Duration = Duration::from_secs(2);
@@ -82,7 +122,7 @@ impl<'p, S, F: FnMut(&ServerFleet, &ClientRun) -> S> PairRun<'p, S, F> {
 
     /// Run to the end of the client's close, then let the server see every
     /// close (up to [`SETTLE`]) and stop it.
-    pub fn run(&mut self, rx: &Receiver<Delivery>) -> Result<()> {
+    pub fn run(&mut self, rx: &Receiver<PairEvent>) -> Result<()> {
         supervise::run_loop(rx, self)?;
         let deadline = Instant::now() + SETTLE;
         while Instant::now() < deadline && self.server.view.totals().active > 0 {
@@ -112,10 +152,14 @@ impl<'p, S, F: FnMut(&ServerFleet, &ClientRun) -> S> PairRun<'p, S, F> {
 }
 
 impl<S, F: FnMut(&ServerFleet, &ClientRun) -> S> Supervised for PairRun<'_, S, F> {
-    fn deliver(&mut self, (role, i, ev): Delivery) -> Result<()> {
-        match role {
-            Role::Server => self.server.on_event(i, ev),
-            Role::Client => self.client.on_event(i, ev),
+    type Event = PairEvent;
+
+    fn deliver(&mut self, ev: PairEvent) -> Result<()> {
+        match ev {
+            PairEvent::Server(ev) => self.server.on_event(ev),
+            PairEvent::Client(ClientEvent::Worker(i, ev)) => self.client.on_event(i, ev),
+            // A bench's client serves no admin API.
+            PairEvent::Client(ClientEvent::Admin(_)) => {}
         }
         Ok(())
     }

@@ -11,7 +11,6 @@ use crate::client::run::{ClientRun, ClientSummary};
 use crate::server::fleet::ServerFleet;
 use crate::stats::histogram::{self, LatencySummary};
 use crate::stats::{format, progress::Progress};
-use crate::supervise;
 use anyhow::Result;
 use serde::Serialize;
 use std::net::SocketAddr;
@@ -106,11 +105,17 @@ pub fn run(args: BenchConfig, placement: &crate::topology::Placement) -> Result<
         args.broadcast_interval.as_secs_f64(),
         crate::client::describe(&cplan, &cwplan)
     ));
-    let (tx, rx) = supervise::channel();
-    let server = crate::server::start(&server_cfg, &splan, None, &tx, &rx)?;
+    let ch = super::pair::PairChannel::default();
+    let server = ch.start_server(&server_cfg, &splan)?;
     let anon_baseline = crate::stats::memory::pss_of(&server.pids()).anon;
-    let admin = crate::admin::serve(crate::supervise::Role::Server, server_cfg.admin.expect("set above"), None, tx.clone())?;
-    let client = ClientRun::start(&cplan, &client_cfg.load, &cwplan, None, &tx)?;
+    let to = ch.server.clone();
+    let admin = crate::admin::serve(
+        crate::admin::Scope::Full,
+        server_cfg.admin.expect("set above"),
+        None,
+        std::sync::Arc::new(move |r| to(crate::server::snapshot::ServerEvent::Admin(r))),
+    )?;
+    let client = ClientRun::start(&cplan, &client_cfg.load, &cwplan, None, &ch.client)?;
     let ramp_done = Arc::new(AtomicBool::new(false));
     let rounds = Arc::new(Mutex::new(Vec::<Round>::new()));
     let publisher = {
@@ -121,7 +126,7 @@ pub fn run(args: BenchConfig, placement: &crate::topology::Placement) -> Result<
     let mut pair = PairRun::new(server, client, &mut progress, sample);
     pair.ramp_done = Some(ramp_done.clone());
     pair.server_sampler = Some(super::sampler::ServerSampler::new(&pair.server, anon_baseline, splan.initial()));
-    pair.run(&rx)?;
+    pair.run(&ch.rx)?;
     ramp_done.store(true, Ordering::SeqCst);
     let publish_error = publisher.join().map_err(|_| anyhow::anyhow!("the publisher thread panicked"))?.err();
     let workers = pair.at_hold.take().unwrap_or(0);

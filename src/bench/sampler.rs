@@ -1,7 +1,7 @@
 //! The server's side of each time-series sample of a bench: connections,
 //! CPU in cores, and memory per connection against the start.
 
-use crate::report::series::ServerSample;
+use crate::client::series::ServerSample;
 use crate::server::fleet::ServerFleet;
 use crate::stats::memory;
 use crate::sys::mono_us;

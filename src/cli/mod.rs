@@ -22,12 +22,12 @@ use std::time::Duration;
 pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Cmd::Server(a) => crate::server::run(a.into()),
-        Cmd::Client(a) => crate::client::run((*a).into()),
+        Cmd::Client(a) => crate::bench::client_only::run((*a).into()),
         Cmd::Bench(a) => crate::bench::run(a.into()),
         Cmd::Tune(a) => crate::tune::run(a.into()),
         Cmd::Report { action: ReportCmd::Compare { a, b, html, json } } => crate::report::compare::run(&a, &b, html, json),
         Cmd::Merge { files, json } => crate::report::hdrlog::merge(&files, json),
-        Cmd::Worker { role } => crate::supervise::run_worker(&role).map(|_| 0),
+        Cmd::Worker { role } => run_worker(&role).map(|_| 0),
     }
 }
 
@@ -388,4 +388,24 @@ pub fn plan_only(cli: Cli) -> Result<(), String> {
         }
         Cmd::Worker { .. } | Cmd::Report { .. } | Cmd::Merge { .. } => Ok(()),
     }
+}
+
+/// Entry point of a worker process (`megaconn __worker ROLE`, config on
+/// the first line of stdin): the one place that knows both roles' workers.
+fn run_worker(role: &str) -> anyhow::Result<()> {
+    use crate::supervise::control;
+    use anyhow::Context;
+    let result = (|| {
+        let config = control::read_config().context("cannot read the worker config from stdin")?;
+        match role {
+            crate::server::WORKER_KIND => crate::server::worker::run(serde_json::from_str(&config).context("bad server worker config")?),
+            crate::client::WORKER_KIND => crate::client::worker::run(serde_json::from_str(&config).context("bad client worker config")?),
+            other => anyhow::bail!("unknown worker role {other}"),
+        }
+    })();
+    if let Err(e) = &result {
+        // The supervisor reads this and names the worker; stderr stays quiet.
+        control::emit_fatal(&format!("{e:#}"));
+    }
+    result
 }

@@ -2,12 +2,15 @@
 //! processes, starts the workers, shows progress, prints the summary.
 pub mod codec;
 pub mod config;
+pub mod metrics;
 pub mod phases;
 pub mod plan;
 pub mod pushes;
 pub mod raw;
 pub mod replies;
 pub mod run;
+pub mod series;
+pub mod snapshot;
 pub mod summary;
 pub mod view;
 pub mod worker;
@@ -17,11 +20,12 @@ pub use config::{ClientConfig, CloseMode, LoadConfig, NodeTarget};
 
 use crate::stats::{format, progress::Progress};
 use crate::supervise::plan::{plan_workers, WorkerPlan};
-use crate::supervise::{self, Delivery, Flow, Role, Supervised};
 use anyhow::Result;
 use plan::ConnectionPlan;
-use run::{ClientRun, ClientSummary, Tick};
-use std::time::{Duration, Instant};
+use run::ClientSummary;
+
+/// The worker subcommand's argument (`megaconn __worker client`).
+pub const WORKER_KIND: &str = "client";
 
 /// Plan addresses and processes for this client; errors are usage errors
 /// (the target cannot be reached with these flags on this machine).
@@ -123,141 +127,4 @@ pub fn verdict(s: &ClientSummary, allow_loss: bool) -> (i32, Option<String>) {
         );
     }
     (0, None)
-}
-
-impl ClientCmd {
-    /// The client's admin API: metrics, stats and health of this run.
-    fn on_admin(&mut self, req: crate::admin::Request) {
-        use crate::admin::{metrics, Response, Route};
-        let t = self.run.view.totals();
-        let v = &self.run.view;
-        let resp = match req.route {
-            Route::Metrics => Response {
-                status: 200,
-                content_type: metrics::CONTENT_TYPE,
-                body: metrics::render_client(&t, &v.connect_hist, &v.rtt_hist, &v.request_hist, &v.push_hist),
-            },
-            Route::Stats => Response::json(200, &serde_json::to_value(&t).unwrap_or_default()),
-            Route::Healthz => Response::json(200, &serde_json::json!({"status": "ok", "phase": self.run.phase_name(), "connections": t.established})),
-            _ => Response::error(404, "a client serves /metrics, /stats and /healthz only"),
-        };
-        let _ = req.reply.send(resp);
-    }
-}
-
-/// `megaconn client` as the one supervisor loop runs it.
-struct ClientCmd {
-    run: ClientRun,
-    progress: Progress,
-    stats_interval: Duration,
-    next_print: Instant,
-}
-
-impl Supervised for ClientCmd {
-    fn deliver(&mut self, (role, i, ev): Delivery) -> Result<()> {
-        match ev {
-            crate::supervise::PoolEvent::Admin(req) => self.on_admin(req),
-            ev if role == Role::Client => self.run.on_event(i, ev),
-            _ => {}
-        }
-        Ok(())
-    }
-
-    fn tick(&mut self) -> Result<Flow> {
-        print_notes(&mut self.run.notes, &mut self.progress);
-        match self.run.tick() {
-            Tick::RampDone => self.progress.note(&format!("ramp done: {}", self.run.progress_line())),
-            Tick::HoldOver => {
-                self.progress.note(&format!("hold over: {}", self.run.progress_line()));
-                self.run.close();
-            }
-            Tick::Finished => return Ok(Flow::Done),
-            Tick::Continue => {}
-        }
-        if Instant::now() >= self.next_print {
-            let line = self.run.progress_line();
-            self.progress.update(&line);
-            self.next_print = Instant::now() + self.stats_interval;
-        }
-        Ok(Flow::Continue)
-    }
-
-    fn interrupt(&mut self) {
-        self.run.interrupt();
-    }
-}
-
-pub fn run(cfg: ClientConfig) -> Result<i32> {
-    crate::signals::install();
-    let (before, after) = crate::sys::raise_fd_limit();
-    let (cp, wp) = plan(&cfg, after.hard).map_err(crate::UsageError)?;
-    let warnings = crate::tune::precheck(cp.count.max(1), crate::tune::plan::TuneRole::Client, cp.ports.len() as u64, cfg.load.rate)?;
-    let mut progress = Progress::new(false);
-    for w in &warnings {
-        progress.note(w);
-    }
-    progress.note(&format!("RLIMIT_NOFILE soft {} -> {} (hard {})", before.soft, after.soft, after.hard));
-    progress.note(&describe(&cp, &wp));
-    for w in &cp.warnings {
-        progress.note(&format!("warning: {w}"));
-    }
-    if let Some(s) = cfg.shard.filter(|_| cp.count == 0) {
-        progress.note(&format!("shard {}/{} of {} connections is empty: nothing to do", s.index, s.count, cfg.load.connections));
-        return Ok(0);
-    }
-    if let Some(a) = &cfg.admin {
-        crate::admin::check(a, None).map_err(crate::UsageError)?;
-    }
-    if let Some(dir) = &cfg.report {
-        crate::report::prepare(dir)?;
-    }
-    for (flag, p) in [("--summary-json", &cfg.summary_json), ("--hdr-log", &cfg.hdr_log)] {
-        if let Some(p) = p {
-            std::fs::write(p, b"").map_err(|e| crate::UsageError(format!("{flag} {}: {e}; give a file this user can write", p.display())))?;
-        }
-    }
-    let (tx, rx) = supervise::channel();
-    let run = ClientRun::start(&cp, &cfg.load, &wp, None, &tx)?;
-    if let Some(a) = cfg.admin {
-        let bound = crate::admin::serve(Role::Client, a, None, tx.clone())?;
-        progress.note(&format!("admin API on http://{bound} (/metrics /stats /healthz)"));
-    }
-    let mut run = run;
-    run.series.keep_intervals = cfg.hdr_log.is_some();
-    let mut cmd = ClientCmd { run, progress, stats_interval: cfg.load.stats_interval, next_print: Instant::now() + cfg.load.stats_interval };
-    supervise::run_loop(&rx, &mut cmd)?;
-    supervise::drain(&rx, &mut cmd, Duration::from_millis(20));
-    print_notes(&mut cmd.run.notes, &mut cmd.progress);
-    let summary = cmd.run.summary();
-    let (code, why) = verdict(&summary, cfg.load.allow_loss);
-    if let Some(dir) = &cfg.report {
-        let plan = serde_json::json!({"client": cp, "workers": wp});
-        let result = serde_json::to_value(&summary)?;
-        let r = crate::report::Report::new("client", &cmd.run, &summary, plan, result, crate::report::machine(serde_json::json!({"kind": "host"})));
-        if let Err(e) = r.save(dir, &mut cmd.progress) {
-            cmd.progress.note(&format!("warning: the report was not written ({e:#}); the results follow"));
-        }
-    }
-    if let Some(path) = &cfg.hdr_log {
-        cmd.run.series.flush(crate::sys::mono_us());
-        if let Err(e) = crate::report::hdrlog::write(path, cmd.run.origin_wall, cmd.run.origin_us(), &cmd.run.series.intervals) {
-            cmd.progress.note(&format!("warning: {e:#}; the summary follows"));
-        }
-    }
-    let doc = serde_json::json!({"plan": cp, "workers": wp, "summary": summary, "failure": why});
-    if let Some(path) = &cfg.summary_json {
-        if let Err(e) = std::fs::write(path, serde_json::to_string_pretty(&doc)?) {
-            cmd.progress.note(&format!("warning: --summary-json {}: {e}; the summary follows", path.display()));
-        }
-    }
-    if cfg.load.json {
-        cmd.progress.finish();
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-    } else {
-        summary::print_summary(&summary, &mut cmd.progress);
-    }
-    if let Some(w) = why {
-        eprintln!("megaconn client: {w}");
-    }
-    Ok(code)
 }

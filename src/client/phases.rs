@@ -47,7 +47,7 @@ impl Marks {
     fn of(t: &ClientTotals, at_us: u64) -> Marks {
         Marks {
             at_us,
-            open: t.established,
+            open: t.open,
             established_total: t.established_total,
             failed: t.failed.clone(),
             lost: t.lost.clone(),
@@ -212,7 +212,7 @@ impl Phases {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::supervise::control::ClientSnapshot;
+    use crate::client::snapshot::{ClientCounters, ClientSnapshot};
 
     impl Phases {
         fn rec(&mut self, s: &ClientSnapshot) {
@@ -230,14 +230,15 @@ mod tests {
     fn intervals_count_in_the_phase_of_their_stamp() {
         let mut p = Phases::new(1_000_000);
         p.rec(&snap(1_500_000, 100_000));
-        let mut t = ClientTotals { established: 10, established_total: 10, heartbeats_sent: 4, ..Default::default() };
-        t.failed.insert("timeout".into(), 2);
+        let mut t =
+            ClientTotals { counters: ClientCounters { open: 10, established_total: 10, heartbeats_sent: 4, ..Default::default() }, ..Default::default() };
+        t.counters.failed.insert("timeout".into(), 2);
         p.enter("hold", &t, 3_000_000);
         // Arrives after the boundary but was measured before it: ramp.
         p.rec(&snap(2_900_000, 200_000));
         p.rec(&snap(3_500_000, 1_000));
-        t.heartbeats_sent = 24;
-        t.failed.insert("timeout".into(), 3);
+        t.counters.heartbeats_sent = 24;
+        t.counters.failed.insert("timeout".into(), 3);
         let r = p.results(&t, 5_000_000);
         assert_eq!(r.len(), 2);
         assert_eq!((r[0].name.as_str(), r[0].seconds, r[0].established, r[0].failed_total), ("ramp", 2.0, 10, 2));

@@ -4,9 +4,9 @@
 //! per-stream sequence numbers, and per-sequence arrival counts so the
 //! supervisor can tell when a message reached every connection.
 
+use super::snapshot::ClientSnapshot;
 use crate::proto::push::{Push, Stream};
 use crate::stats::histogram;
-use crate::supervise::control::ClientSnapshot;
 use hdrhistogram::Histogram;
 
 /// Last sequence number seen per stream on one connection (boxed: nothing

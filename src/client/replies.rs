@@ -2,11 +2,11 @@
 //! it: heartbeat acks, replies (latency from the intended send time),
 //! rejections, and HTTP responses by status class.
 
+use super::snapshot::ClientSnapshot;
 use crate::net::{self, ReadEnd, Spill};
 use crate::proto::frame::{self, Kind};
 use crate::proto::{Protocol, ECHO8_LEN};
 use crate::stats::histogram;
-use crate::supervise::control::ClientSnapshot;
 use hdrhistogram::Histogram;
 use std::collections::VecDeque;
 

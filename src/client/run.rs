@@ -5,19 +5,19 @@
 use super::config::LoadConfig;
 use super::phases::{PhaseResult, Phases};
 use super::plan::ConnectionPlan;
+use super::series::{Counters, Series};
+use super::snapshot::{ClientCounters, ClientEvent, ClientMsg, ClientSnapshot};
 use super::view::{ClientView, WORKER_CRASHED};
 use super::worker::ClientWorkerConfig;
-use crate::report::series::{Counters, Series};
 use crate::stats::format;
 use crate::stats::histogram::{self, LatencySummary};
-use crate::supervise::control::{ClientSnapshot, WorkerMsg, CMD_CLOSE};
+use crate::supervise::control::CMD_CLOSE;
 use crate::supervise::plan::WorkerPlan;
-use crate::supervise::{Delivery, Pool, PoolEvent, Role};
+use crate::supervise::{Pool, PoolEvent, Sink};
 use crate::sys::mono_us;
 use anyhow::Result;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::sync::mpsc::Sender;
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,40 +47,26 @@ pub enum Tick {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ClientSummary {
+    /// Every counter, summed over the workers (the names `/metrics` uses
+    /// without the prefix).
+    #[serde(flatten)]
+    pub counters: ClientCounters,
     /// What the connections spoke and sent.
     pub mode: String,
+    /// Connections asked for (the plan's share of this client).
     pub requested: u64,
-    /// Connections that completed the handshake.
+    /// Connections that completed the handshake (`established_total`).
     pub established: u64,
     /// Connections still open when the hold ended.
     pub held: u64,
     pub failed_total: u64,
-    pub failed: BTreeMap<String, u64>,
-    /// Established connections lost before the end, by reason.
-    pub lost: BTreeMap<String, u64>,
     pub lost_total: u64,
-    /// Lost before the server answered anything on them.
-    pub lost_unanswered: u64,
-    /// Lost connections opened again (`--reconnect`).
-    pub reconnects: u64,
-    /// `--churn`: closed on purpose / reopened / reopen failures by kind.
-    pub churn_closed: u64,
-    pub churn_reopened: u64,
-    pub churn_failed: BTreeMap<String, u64>,
-    pub reconnect_failed: BTreeMap<String, u64>,
     /// Why connections were lost, in one sentence (None: nothing lost).
     pub loss: Option<String>,
     pub ramp_seconds: Option<f64>,
     pub ramp_rate_per_s: Option<f64>,
     pub connect_ms: LatencySummary,
-    pub heartbeats_sent: u64,
-    pub heartbeats_answered: u64,
-    /// Sent on a connection that closed (churn, loss) before the answer.
-    pub heartbeats_abandoned: u64,
     pub heartbeat_rtt_ms: LatencySummary,
-    /// `--protocol raw`: bytes the server sent back.
-    pub raw_bytes_in: u64,
-    pub raw_messages_in: u64,
     pub requests: Option<RequestSummary>,
     /// Present when any push arrived.
     pub push: Option<PushSummary>,
@@ -91,8 +77,14 @@ pub struct ClientSummary {
     pub source_addresses: u64,
     pub ports: usize,
     pub cpu_seconds: f64,
-    pub rss_bytes: u64,
     pub interrupted: bool,
+}
+
+impl std::ops::Deref for ClientSummary {
+    type Target = ClientCounters;
+    fn deref(&self) -> &ClientCounters {
+        &self.counters
+    }
 }
 
 /// Pushes received (`--subscribe`, broadcasts, unicasts).
@@ -165,7 +157,7 @@ pub struct ClientRun {
 }
 
 impl ClientRun {
-    pub fn start(plan: &ConnectionPlan, load: &LoadConfig, workers: &WorkerPlan, fd_limit: Option<u64>, tx: &Sender<Delivery>) -> Result<ClientRun> {
+    pub fn start(plan: &ConnectionPlan, load: &LoadConfig, workers: &WorkerPlan, fd_limit: Option<u64>, sink: &Sink<ClientEvent>) -> Result<ClientRun> {
         let w = workers.workers.min(plan.count.max(1) as usize);
         // Processes take a while to start; everyone ramps from one instant.
         let start_at_us = match load.start_at {
@@ -211,7 +203,8 @@ impl ClientRun {
                 .expect("config serializes")
             })
             .collect();
-        let mut pool = Pool::new(Role::Client, fd_limit, tx)?;
+        let to = sink.clone();
+        let mut pool = Pool::new(super::WORKER_KIND, fd_limit, std::sync::Arc::new(move |(i, ev)| to(ClientEvent::Worker(i, ev))))?;
         pool.set_nice(load.nice);
         for (i, c) in configs.iter().enumerate() {
             pool.set_netns(load.nodes.get(i % load.nodes.len().max(1)).and_then(|n| n.netns_fd).or(load.netns_fd));
@@ -251,10 +244,10 @@ impl ClientRun {
     /// Take one worker event. A worker that dies before its final
     /// snapshot costs its connections (counted lost as `worker_crashed`),
     /// not the run.
-    pub fn on_event(&mut self, i: usize, ev: PoolEvent) {
+    pub fn on_event(&mut self, i: usize, ev: PoolEvent<ClientMsg>) {
         match ev {
-            PoolEvent::Msg(WorkerMsg::Client(s)) => self.update(*s),
-            PoolEvent::Msg(WorkerMsg::Fatal { message, .. }) => self.notes.push(format!("client worker {i}: {message}")),
+            PoolEvent::Msg(ClientMsg::Client(s)) => self.update(*s),
+            PoolEvent::Msg(ClientMsg::Fatal { message, .. }) => self.notes.push(format!("client worker {i}: {message}")),
             PoolEvent::Garbled(line) => self.notes.push(format!("client worker {i} wrote a line that is not a message: {line}")),
             PoolEvent::Exited(info) => {
                 self.pool.mark_exited(i);
@@ -268,7 +261,7 @@ impl ClientRun {
                     self.notes.push(format!("client worker {i} ({info}): {lost} connections lost ({WORKER_CRASHED})"));
                 }
             }
-            PoolEvent::Msg(_) | PoolEvent::Admin(_) | PoolEvent::Cluster(_) => {}
+            PoolEvent::Msg(ClientMsg::Ready { .. }) => {}
         }
     }
 
@@ -290,7 +283,7 @@ impl ClientRun {
             // A connection --churn is reopening right now is held by
             // intent: it was closed on purpose, not lost.
             let churning = t.churn_closed.saturating_sub(t.churn_reopened + t.churn_failed.values().sum::<u64>());
-            self.held = t.established + churning;
+            self.held = t.open + churning;
             self.replies_at_close = self.view.reply_marks();
             self.phases.enter("close", &t, now);
             self.pool.broadcast(CMD_CLOSE);
@@ -313,7 +306,7 @@ impl ClientRun {
         let t = self.view.totals();
         if self.series.due(now) && self.phase != Phase::Finished && now >= self.start_at_us {
             let c = Counters {
-                open: t.established,
+                open: t.open,
                 connecting: t.connecting,
                 established_total: t.established_total,
                 failed: t.failed.values().sum(),
@@ -328,7 +321,7 @@ impl ClientRun {
             Phase::Ramp if t.ramp_done_at_us.is_some() || now >= self.ramp_deadline_us => {
                 // Nothing to hold (every attempt failed): do not wait
                 // out the hold for nothing.
-                let hold = if t.established == 0 { 0 } else { self.hold.as_micros() as u64 };
+                let hold = if t.open == 0 { 0 } else { self.hold.as_micros() as u64 };
                 self.phase = Phase::Hold { until_us: now + hold };
                 self.hold_started_us = Some(now);
                 self.replies_at_hold = self.view.reply_marks();
@@ -410,7 +403,7 @@ impl ClientRun {
         format!(
             "{:<7} open {}/{} ({}/s) | connecting {} | failed {} | heartbeats {}/{} rtt p99 {:.1}ms",
             self.phase_name(),
-            format::count(t.established),
+            format::count(t.open),
             format::count(t.planned),
             format::count(rate as u64),
             format::count(t.connecting),
@@ -432,26 +425,13 @@ impl ClientRun {
             established: t.established_total,
             held: self.held,
             failed_total: t.failed.values().sum(),
-            failed: t.failed,
             lost_total: t.lost.values().sum(),
             loss: super::summary::loss_verdict(&t.lost, t.lost_unanswered),
-            lost: t.lost,
-            lost_unanswered: t.lost_unanswered,
-            reconnects: t.reconnects,
-            churn_closed: t.churn_closed,
-            churn_reopened: t.churn_reopened,
-            churn_failed: t.churn_failed.clone(),
-            reconnect_failed: t.reconnect_failed.clone(),
             ramp_seconds,
             // Handshakes of the ramp only (not churn reopens or reconnects later).
             ramp_rate_per_s: ramp_seconds.filter(|s| *s > 0.0).map(|s| phases.first().map_or(t.established_total, |p| p.established) as f64 / s),
             connect_ms: histogram::summarize(&self.view.connect_hist),
-            heartbeats_sent: t.heartbeats_sent,
-            heartbeats_answered: t.heartbeats_answered,
-            heartbeats_abandoned: t.heartbeats_abandoned,
             heartbeat_rtt_ms: histogram::summarize(&self.view.rtt_hist),
-            raw_bytes_in: t.raw_bytes_in,
-            raw_messages_in: t.raw_messages_in,
             requests: self.request_rate.map(|rate| {
                 let qps: f64 = self
                     .replies_at_hold
@@ -491,8 +471,8 @@ impl ClientRun {
             source_addresses: self.source_addresses,
             ports: self.ports,
             cpu_seconds: t.cpu_seconds,
-            rss_bytes: t.rss_bytes,
             interrupted: self.interrupted,
+            counters: t.counters,
         }
     }
 }

@@ -1,48 +1,30 @@
 //! The supervisor's picture of all client workers: latest counters per
 //! worker, and histograms merged from every interval they report.
 
+use super::snapshot::{ClientCounters, ClientSnapshot};
 use crate::stats::histogram::{self, LatencySummary};
-use crate::supervise::control::{merge_counts, ClientSnapshot};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
+/// The client as a whole: every counter summed over its workers, and what
+/// only the whole can say.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ClientTotals {
-    pub planned: u64,
-    pub attempted: u64,
-    pub established: u64,
-    pub established_total: u64,
-    pub connecting: u64,
-    pub failed: BTreeMap<String, u64>,
-    pub lost: BTreeMap<String, u64>,
-    pub lost_unanswered: u64,
-    pub reconnects: u64,
-    pub heartbeats_abandoned: u64,
-    pub churn_closed: u64,
-    pub churn_reopened: u64,
-    pub churn_failed: BTreeMap<String, u64>,
-    pub reconnect_failed: BTreeMap<String, u64>,
-    pub heartbeats_sent: u64,
-    pub heartbeats_answered: u64,
-    pub raw_bytes_in: u64,
-    pub raw_messages_in: u64,
-    pub requests_sent: u64,
-    pub replies: u64,
-    pub rejected: u64,
-    pub late: u64,
-    pub bad_echo: u64,
-    pub http_status: BTreeMap<String, u64>,
-    pub rss_bytes: u64,
+    #[serde(flatten)]
+    pub counters: ClientCounters,
     pub cpu_seconds: f64,
-    pub push_received: u64,
-    pub push_duplicates: u64,
-    pub push_gaps: u64,
-    pub push_topics: BTreeMap<String, u64>,
     /// Per push sequence number: (arrivals, latest arrival µs, realtime).
     pub push_by_seq: BTreeMap<u64, (u64, u64)>,
     /// Latest ramp completion over all workers, once all are done.
     pub ramp_done_at_us: Option<u64>,
+}
+
+impl std::ops::Deref for ClientTotals {
+    type Target = ClientCounters;
+    fn deref(&self) -> &ClientCounters {
+        &self.counters
+    }
 }
 
 /// A snapshot's interval histograms, decoded once for every place that
@@ -130,8 +112,7 @@ impl ClientView {
             *d = true;
         }
         if let Some(Some(s)) = self.latest.get_mut(i) {
-            s.established = 0;
-            s.connecting = 0;
+            s.counters.zero_levels();
         }
     }
 
@@ -141,62 +122,33 @@ impl ClientView {
         let Some(slot) = self.latest.get_mut(i) else { return 0 };
         self.dead[i] = true;
         let s = slot.get_or_insert_with(|| ClientSnapshot { worker: i, ..Default::default() });
-        let lost = s.established;
+        let lost = s.open;
         if lost > 0 {
             *s.lost.entry(WORKER_CRASHED.into()).or_insert(0) += lost;
         }
         if s.connecting > 0 {
             *s.failed.entry(WORKER_CRASHED.into()).or_insert(0) += s.connecting;
         }
-        s.established = 0;
-        s.connecting = 0;
+        s.counters.zero_levels();
         s.ramp_done_at_us.get_or_insert(s.at_us);
-        s.rss_bytes = 0;
         lost
     }
 
     pub fn totals(&self) -> ClientTotals {
         let s: Vec<&ClientSnapshot> = self.latest.iter().flatten().collect();
         let all_done = s.len() == self.latest.len() && s.iter().all(|x| x.ramp_done_at_us.is_some());
-        ClientTotals {
-            planned: s.iter().map(|x| x.planned).sum(),
-            attempted: s.iter().map(|x| x.attempted).sum(),
-            established: s.iter().map(|x| x.established).sum(),
-            established_total: s.iter().map(|x| x.established_total).sum(),
-            connecting: s.iter().map(|x| x.connecting).sum(),
-            failed: merge_counts(s.iter().map(|x| &x.failed)),
-            lost: merge_counts(s.iter().map(|x| &x.lost)),
-            lost_unanswered: s.iter().map(|x| x.lost_unanswered).sum(),
-            reconnects: s.iter().map(|x| x.reconnects).sum(),
-            heartbeats_abandoned: s.iter().map(|x| x.heartbeats_abandoned).sum(),
-            churn_closed: s.iter().map(|x| x.churn_closed).sum(),
-            churn_reopened: s.iter().map(|x| x.churn_reopened).sum(),
-            churn_failed: merge_counts(s.iter().map(|x| &x.churn_failed)),
-            reconnect_failed: merge_counts(s.iter().map(|x| &x.reconnect_failed)),
-            heartbeats_sent: s.iter().map(|x| x.heartbeats_sent).sum(),
-            heartbeats_answered: s.iter().map(|x| x.heartbeats_answered).sum(),
-            raw_bytes_in: s.iter().map(|x| x.raw_bytes_in).sum(),
-            raw_messages_in: s.iter().map(|x| x.raw_messages_in).sum(),
-            requests_sent: s.iter().map(|x| x.requests_sent).sum(),
-            replies: s.iter().map(|x| x.replies).sum(),
-            rejected: s.iter().map(|x| x.rejected).sum(),
-            late: s.iter().map(|x| x.late).sum(),
-            bad_echo: s.iter().map(|x| x.bad_echo).sum(),
-            http_status: merge_counts(s.iter().map(|x| &x.http_status)),
-            rss_bytes: s.iter().map(|x| x.rss_bytes).sum(),
-            cpu_seconds: s.iter().map(|x| x.cpu_us).sum::<u64>() as f64 / 1e6,
-            push_received: s.iter().map(|x| x.push_received).sum(),
-            push_duplicates: s.iter().map(|x| x.push_duplicates).sum(),
-            push_gaps: s.iter().map(|x| x.push_gaps).sum(),
-            push_topics: merge_counts(s.iter().map(|x| &x.push_topics)),
-            push_by_seq: s.iter().flat_map(|x| x.push_by_seq.iter()).fold(BTreeMap::new(), |mut m, (seq, (n, last))| {
-                let e = m.entry(*seq).or_insert((0, 0));
+        let mut t = ClientTotals::default();
+        for x in &s {
+            t.counters.add(&x.counters);
+            for (seq, (n, last)) in &x.push_by_seq {
+                let e = t.push_by_seq.entry(*seq).or_insert((0, 0));
                 e.0 += n;
                 e.1 = e.1.max(*last);
-                m
-            }),
-            ramp_done_at_us: if all_done { s.iter().filter_map(|x| x.ramp_done_at_us).max() } else { None },
+            }
         }
+        t.cpu_seconds = t.cpu_us as f64 / 1e6;
+        t.ramp_done_at_us = if all_done { s.iter().filter_map(|x| x.ramp_done_at_us).max() } else { None };
+        t
     }
 
     /// (snapshot time µs, replies so far) of every worker's latest snapshot.

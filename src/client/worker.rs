@@ -19,11 +19,12 @@
 use super::config::CloseMode;
 use super::plan::expand;
 use super::replies;
+use super::snapshot::{ClientMsg, ClientSnapshot};
 use crate::net::{self, ReadEnd, Spill};
 use crate::proto::Protocol;
 use crate::reactor::{self, Handler};
 use crate::stats::histogram;
-use crate::supervise::control::{self, ClientSnapshot, Command, WorkerMsg};
+use crate::supervise::control::{self, Command};
 use crate::supervise::Flow;
 use crate::sys::mono_us;
 use anyhow::Result;
@@ -213,7 +214,11 @@ pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
     let n = cfg.count as usize;
     let mut w = Worker {
         sources: expand(&cfg.source_ranges),
-        stats: ClientSnapshot { worker: cfg.worker, planned: cfg.count, ..Default::default() },
+        stats: {
+            let mut s = ClientSnapshot { worker: cfg.worker, ..Default::default() };
+            s.planned = cfg.count;
+            s
+        },
         poll,
         slots: (0..n).map(|_| Slot::new()).collect(),
         pending: VecDeque::new(),
@@ -247,7 +252,7 @@ pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
         }),
         cfg,
     };
-    control::emit(&WorkerMsg::Ready { worker: w.cfg.worker, pid: std::process::id(), fd_limit: crate::sys::fd_limit().hard });
+    control::emit(&ClientMsg::Ready { worker: w.cfg.worker, pid: std::process::id(), fd_limit: crate::sys::fd_limit().hard });
     let interval = Duration::from_millis(w.cfg.stats_interval_ms.max(50));
     reactor::run(&mut w, interval)
 }
@@ -271,7 +276,7 @@ impl Handler for Worker {
                 self.close_all();
                 Flow::Done
             }
-            Command::Leave | Command::Push(_) | Command::List(_) => Flow::Continue,
+            Command::Leave | Command::Role(..) => Flow::Continue,
         }
     }
 
@@ -322,7 +327,7 @@ impl Handler for Worker {
         self.stats.cpu_us = crate::sys::self_cpu_us();
         self.stats.at_us = mono_us();
         self.stats.last = last;
-        control::emit(&WorkerMsg::Client(Box::new(self.stats.clone())));
+        control::emit(&ClientMsg::Client(Box::new(self.stats.clone())));
     }
 }
 
@@ -445,7 +450,7 @@ impl Worker {
         slot.state = State::Established;
         histogram::record(&mut self.connect_hist, took);
         self.stats.connecting -= 1;
-        self.stats.established += 1;
+        self.stats.open += 1;
         if slot.churned {
             slot.churned = false;
             self.stats.churn_reopened += 1;
@@ -499,7 +504,7 @@ impl Worker {
             slot.state = State::Done;
         }
         self.reconnects.clear();
-        self.stats.established = 0;
+        self.stats.open = 0;
     }
 }
 

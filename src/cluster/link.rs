@@ -6,12 +6,11 @@ use super::{
     ClusterConfig, ClusterEvent, Inbound, LinkStatus, PublishFailure, RemoteAnswer, BROADCAST, H_ORIGIN, H_PUBLISH_US, H_TARGET, NODE_PREFIX, TOPIC_PREFIX,
 };
 use crate::proto::push::Stream;
-use crate::supervise::{Delivery, PoolEvent, Role};
+use crate::supervise::Sink;
 use anyhow::{anyhow, Context, Result};
 use futures_util::StreamExt;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
@@ -101,7 +100,7 @@ pub struct Link {
 impl Link {
     /// Start the link thread; it connects (and reconnects) by itself, so
     /// a NATS server that is not up yet is not an error.
-    pub fn start(cfg: ClusterConfig, tx: Sender<Delivery>) -> Result<Link> {
+    pub fn start(cfg: ClusterConfig, tx: Sink<ClusterEvent>) -> Result<Link> {
         super::check_node_id(&cfg.node).map_err(|e| anyhow!(e))?;
         let (cmds, rx) = unbounded_channel();
         let shared = Arc::new(Shared::default());
@@ -196,11 +195,11 @@ impl Link {
     }
 }
 
-fn send(tx: &Sender<Delivery>, ev: ClusterEvent) {
-    let _ = tx.send((Role::Server, usize::MAX, PoolEvent::Cluster(ev)));
+fn send(tx: &Sink<ClusterEvent>, ev: ClusterEvent) {
+    tx(ev);
 }
 
-async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<Cmd>, tx: Sender<Delivery>) {
+async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<Cmd>, tx: Sink<ClusterEvent>) {
     let s = shared.clone();
     let opts = async_nats::ConnectOptions::new()
         .name(format!("megaconn-{}", cfg.node))
@@ -279,7 +278,7 @@ async fn id_taken(client: &async_nats::Client, cfg: &ClusterConfig) -> Option<St
     }
 }
 
-async fn forward(client: &async_nats::Client, subject: String, shared: &Arc<Shared>, tx: &Sender<Delivery>) -> tokio::task::AbortHandle {
+async fn forward(client: &async_nats::Client, subject: String, shared: &Arc<Shared>, tx: &Sink<ClusterEvent>) -> tokio::task::AbortHandle {
     let (client, shared, tx) = (client.clone(), shared.clone(), tx.clone());
     tokio::spawn(async move {
         let mut sub = match client.subscribe(subject.clone()).await {

@@ -61,7 +61,7 @@ fn table_rows(rows: &[Row]) -> Vec<Vec<String>> {
 }
 
 /// Two runs' lines on one chart.
-fn overlay(name: &str, title: &str, y_label: &str, y_axis: Axis, runs: &[(&str, &Report)], f: fn(&super::series::Sample) -> Option<f64>) -> Chart {
+fn overlay(name: &str, title: &str, y_label: &str, y_axis: Axis, runs: &[(&str, &Report)], f: fn(&crate::client::series::Sample) -> Option<f64>) -> Chart {
     let lines = runs.iter().map(|(l, r)| Line { name: l.to_string(), points: r.series.iter().filter_map(|s| Some((s.t_s, f(s)?))).collect() }).collect();
     Chart {
         name: name.into(),

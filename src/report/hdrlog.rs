@@ -4,7 +4,7 @@
 //! timestamps in Unix seconds so shards from many hosts line up), and
 //! `megaconn merge`, which adds shards' summaries and logs exactly.
 
-use super::series::Interval;
+use crate::client::series::Interval;
 use anyhow::{bail, Context, Result};
 use hdrhistogram::serialization::interval_log::{IntervalLogIterator, IntervalLogWriterBuilder, LogEntry, Tag};
 use hdrhistogram::serialization::{Deserializer, V2DeflateSerializer};

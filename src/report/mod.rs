@@ -8,15 +8,14 @@ pub mod compare;
 pub mod hdrlog;
 pub mod html;
 pub mod metrics;
-pub mod series;
 
 use crate::client::phases::PhaseResult;
 use crate::client::run::{ClientRun, ClientSummary};
+use crate::client::series::{self, Sample};
 use anyhow::{Context, Result};
 use charts::{Axis, Band, Chart, Line};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
-use series::Sample;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

@@ -6,17 +6,17 @@
 
 use super::config::ServerConfig;
 use super::http;
+use super::snapshot::{ServerEvent, ServerMsg};
 use super::view::{ServerView, WORKER_CRASHED};
 use super::worker::ServerWorkerConfig;
 use crate::server::business::BusinessMode;
-use crate::supervise::control::WorkerMsg;
 use crate::supervise::elastic::{self, WorkerState};
 use crate::supervise::plan::Workers;
-use crate::supervise::{Delivery, ExitInfo, Pool, PoolEvent, Role};
+use crate::supervise::{ExitInfo, Pool, PoolEvent, Sink};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Crashes within [`CRASH_WINDOW`] that stop the server.
@@ -92,8 +92,8 @@ impl ServerFleet {
         sizing: Sizing,
         budget: u64,
         fd_limit: Option<u64>,
-        tx: &Sender<Delivery>,
-        rx: &Receiver<Delivery>,
+        sink: &Sink<ServerEvent>,
+        next: &mut dyn FnMut(Duration) -> Option<ServerEvent>,
     ) -> Result<ServerFleet> {
         let initial = match sizing {
             Sizing::Elastic { target, .. } => target,
@@ -107,7 +107,8 @@ impl ServerFleet {
         let mut template = worker_template(cfg, initial, budget, matches!(sizing, Sizing::Elastic { .. }));
         template.cap_fd = cap.as_ref().map(|c| c.fd());
         template.listen_fds = listeners.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
-        let mut pool = Pool::new(Role::Server, fd_limit, tx)?;
+        let to = sink.clone();
+        let mut pool = Pool::new(super::WORKER_KIND, fd_limit, Arc::new(move |(i, ev)| to(ServerEvent::Worker(i, ev))))?;
         pool.set_inherit(template.listen_fds.clone());
         let mut f = ServerFleet {
             pool,
@@ -128,7 +129,8 @@ impl ServerFleet {
             relay: None,
         };
         if let Some(c) = &cfg.cluster {
-            let relay = super::relay::Relay::start(c.clone(), tx.clone())?;
+            let to = sink.clone();
+            let relay = super::relay::Relay::start(c.clone(), Arc::new(move |ev| to(ServerEvent::Cluster(ev))))?;
             f.publisher.node = Some(relay.node().to_string());
             f.relay = Some(relay);
         }
@@ -137,14 +139,13 @@ impl ServerFleet {
         }
         let deadline = Instant::now() + START_TIMEOUT;
         while f.starting() > 0 {
-            let Ok((role, i, ev)) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) else {
+            let Some(ev) = next(deadline.saturating_duration_since(Instant::now())) else {
                 bail!("server workers did not start within {} s ({} of {initial} ready)", START_TIMEOUT.as_secs(), initial - f.starting());
             };
-            match (role, ev) {
-                (Role::Server, PoolEvent::Msg(WorkerMsg::Fatal { message, .. })) => bail!("{message}"),
-                (Role::Server, PoolEvent::Exited(info)) => bail!("server worker {i} ({info}) exited during start-up"),
-                (Role::Server, ev) => f.on_event(i, ev),
-                _ => {}
+            match ev {
+                ServerEvent::Worker(_, PoolEvent::Msg(ServerMsg::Fatal { message, .. })) => bail!("{message}"),
+                ServerEvent::Worker(i, PoolEvent::Exited(info)) => bail!("server worker {i} ({info}) exited during start-up"),
+                ev => f.on_event(ev),
             }
         }
         Ok(f)
@@ -176,15 +177,27 @@ impl ServerFleet {
         self.life.iter().filter(|(_, l)| matches!(l, Life::Starting | Life::Running | Life::Retiring)).map(|(i, _)| *i).collect()
     }
 
-    /// Take one event of worker `i`.
-    pub fn on_event(&mut self, i: usize, ev: PoolEvent) {
+    /// Take one event: of a worker, the admin API or the cluster link.
+    pub fn on_event(&mut self, ev: ServerEvent) {
+        let (i, ev) = match ev {
+            ServerEvent::Worker(i, ev) => (i, ev),
+            ServerEvent::Admin(req) => return self.on_admin(req),
+            ServerEvent::Cluster(crate::cluster::ClusterEvent::Fatal(e)) => return self.failure = Some(e),
+            ServerEvent::Cluster(ev) => {
+                let running = self.running();
+                if let Some(r) = &mut self.relay {
+                    r.on_event(ev, &mut self.publisher, &running, &mut self.pool);
+                }
+                return;
+            }
+        };
         match ev {
-            PoolEvent::Msg(WorkerMsg::Ready { .. }) => {
+            PoolEvent::Msg(ServerMsg::Ready { .. }) => {
                 if self.life.get(&i) == Some(&Life::Starting) {
                     self.life.insert(i, Life::Running);
                 }
             }
-            PoolEvent::Msg(WorkerMsg::Server(s)) => {
+            PoolEvent::Msg(ServerMsg::Server(s)) => {
                 if s.active == 0 {
                     self.empty_since.entry(i).or_insert_with(Instant::now);
                 } else {
@@ -192,25 +205,16 @@ impl ServerFleet {
                 }
                 self.view.update(*s);
             }
-            PoolEvent::Msg(WorkerMsg::Fatal { message, .. }) => {
+            PoolEvent::Msg(ServerMsg::Fatal { message, .. }) => {
                 self.note("worker_fatal", i, format!("server worker {i}: {message}"), 0);
             }
-            PoolEvent::Msg(WorkerMsg::Pushed { worker, publish_id, queued, dropped }) => self.publisher.pushed(worker, publish_id, queued, dropped),
-            PoolEvent::Msg(WorkerMsg::Connections { worker, request_id, list }) => self.publisher.listed(worker, request_id, list),
-            PoolEvent::Msg(WorkerMsg::Topics { worker, changes }) => {
+            PoolEvent::Msg(ServerMsg::Pushed { worker, publish_id, queued, dropped }) => self.publisher.pushed(worker, publish_id, queued, dropped),
+            PoolEvent::Msg(ServerMsg::Connections { worker, request_id, list }) => self.publisher.listed(worker, request_id, list),
+            PoolEvent::Msg(ServerMsg::Topics { worker, changes }) => {
                 if let Some(r) = &mut self.relay {
                     r.link.topics_changed(worker, &changes);
                 }
             }
-            PoolEvent::Admin(req) => self.on_admin(req),
-            PoolEvent::Cluster(crate::cluster::ClusterEvent::Fatal(e)) => self.failure = Some(e),
-            PoolEvent::Cluster(ev) => {
-                let running = self.running();
-                if let Some(r) = &mut self.relay {
-                    r.on_event(ev, &mut self.publisher, &running, &mut self.pool);
-                }
-            }
-            PoolEvent::Msg(WorkerMsg::Client(_)) => {}
             PoolEvent::Garbled(line) => self.note("worker_garbled", i, format!("server worker {i} wrote a line that is not a message: {line}"), 0),
             PoolEvent::Exited(info) => self.on_exit(i, info),
         }
@@ -219,11 +223,12 @@ impl ServerFleet {
     /// An admin API request: answered now (metrics, stats, health) or once
     /// the workers have carried it out (publish, listing).
     fn on_admin(&mut self, req: crate::admin::Request) {
-        use crate::admin::{metrics, Response, Route};
+        use crate::admin::{Response, Route};
+        use crate::stats::exposition::CONTENT_TYPE;
         let t = self.view.totals();
         let link = self.relay.as_ref().map(|r| r.status());
         let resp = match &req.route {
-            Route::Metrics => Response { status: 200, content_type: metrics::CONTENT_TYPE, body: metrics::render(&t, self.publisher.published, link.as_ref()) },
+            Route::Metrics => Response { status: 200, content_type: CONTENT_TYPE, body: super::metrics::render(&t, self.publisher.published, link.as_ref()) },
             Route::Stats => {
                 let mut v = serde_json::to_value(&t).unwrap_or_default();
                 v["push_published"] = self.publisher.published.into();

@@ -8,11 +8,13 @@ pub mod conn;
 pub mod fleet;
 pub mod http;
 pub mod listener;
+pub mod metrics;
 pub mod publish;
 pub mod push;
 pub mod relay;
 pub mod requests;
 pub mod service_time;
+pub mod snapshot;
 pub mod view;
 pub mod worker;
 pub mod ws;
@@ -21,13 +23,17 @@ pub use config::ServerConfig;
 
 use crate::stats::{format, progress::Progress};
 use crate::supervise::plan::{plan_workers, WorkerPlan, Workers};
-use crate::supervise::{self, Delivery, Flow, Role, Supervised};
+use crate::supervise::{self, Flow, Sink, Supervised};
 use anyhow::Result;
 use business::BusinessMode;
 use fleet::{FleetNote, ServerFleet, Sizing};
-use std::sync::mpsc::{Receiver, Sender};
+use snapshot::ServerEvent;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use view::ServerTotals;
+
+/// The worker subcommand's argument (`megaconn __worker server`).
+pub const WORKER_KIND: &str = "server";
 
 /// Capacity an elastic server may grow to when `--connections` is not
 /// given: the published million-connection experiment.
@@ -94,8 +100,16 @@ pub fn plan(cfg: &ServerConfig, fd_hard: u64) -> Result<ServerPlan, String> {
 }
 
 /// Start a server's workers (tests and the bench call this directly).
-pub fn start(cfg: &ServerConfig, plan: &ServerPlan, fd_limit: Option<u64>, tx: &Sender<Delivery>, rx: &Receiver<Delivery>) -> Result<ServerFleet> {
-    ServerFleet::start(cfg, plan.sizing, plan.workers.budget, fd_limit, tx, rx)
+/// Its events go to `sink`; `next` takes the next one (up to a wait)
+/// while the first workers start.
+pub fn start(
+    cfg: &ServerConfig,
+    plan: &ServerPlan,
+    fd_limit: Option<u64>,
+    sink: &Sink<ServerEvent>,
+    next: &mut dyn FnMut(Duration) -> Option<ServerEvent>,
+) -> Result<ServerFleet> {
+    ServerFleet::start(cfg, plan.sizing, plan.workers.budget, fd_limit, sink, next)
 }
 
 /// Print a fleet's notes (crashes, growth) as text or JSON events.
@@ -151,10 +165,10 @@ struct ServerRun {
 }
 
 impl Supervised for ServerRun {
-    fn deliver(&mut self, (role, i, ev): Delivery) -> Result<()> {
-        if role == Role::Server {
-            self.fleet.on_event(i, ev);
-        }
+    type Event = ServerEvent;
+
+    fn deliver(&mut self, ev: ServerEvent) -> Result<()> {
+        self.fleet.on_event(ev);
         Ok(())
     }
 
@@ -251,11 +265,13 @@ pub fn run(cfg: ServerConfig) -> Result<i32> {
     if let Some(a) = &cfg.admin {
         crate::admin::check(a, cfg.admin_token.as_deref()).map_err(crate::UsageError)?;
     }
-    let (tx, rx) = supervise::channel();
-    let fleet = start(&cfg, &plan, None, &tx, &rx)?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let sink: Sink<ServerEvent> = supervise::sink(&tx, |e| e);
+    let fleet = start(&cfg, &plan, None, &sink, &mut |wait| rx.recv_timeout(wait).ok())?;
     let mut admin_at = None;
     if let Some(a) = cfg.admin {
-        let bound = crate::admin::serve(Role::Server, a, cfg.admin_token.clone(), tx.clone())?;
+        let to = sink.clone();
+        let bound = crate::admin::serve(crate::admin::Scope::Full, a, cfg.admin_token.clone(), Arc::new(move |r| to(ServerEvent::Admin(r))))?;
         admin_at = Some(bound.to_string());
         say(
             &mut progress,

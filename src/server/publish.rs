@@ -5,11 +5,11 @@
 //! to the origin over NATS for a unicast, not at all for the rest).
 
 use super::push::{split_id, PushCommand};
+use super::snapshot::{ConnInfo, ListCommand, CMD_LIST, CMD_PUSH};
 use crate::admin::route::{Message, Request as Route};
 use crate::admin::{Request, Response};
 use crate::cluster::RemoteAnswer;
 use crate::proto::push::{wall_us, Stream};
-use crate::supervise::control::{ConnInfo, ListCommand, CMD_LIST, CMD_PUSH};
 use crate::supervise::Pool;
 use base64::Engine;
 use serde_json::json;

@@ -16,9 +16,7 @@ use std::collections::{HashMap, HashSet};
 /// Most topics one connection may subscribe to; more is a protocol error
 /// (the subscription list is per-connection memory).
 pub const MAX_SUBSCRIPTIONS: usize = 64;
-/// Upper bounds (ms) of the publish-to-write latency buckets reported to
-/// the supervisor (Prometheus histogram `le` values); the last is +Inf.
-pub const LATENCY_BUCKETS_MS: [f64; 12] = [1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 10000.0];
+pub use crate::stats::exposition::LATENCY_BUCKETS_MS;
 
 /// Subscriptions of one connection (topic ids).
 pub type Subs = Option<Box<Vec<u32>>>;

@@ -10,10 +10,10 @@ use crate::admin::{Request, Response};
 use crate::cluster::link::Out;
 use crate::cluster::{ClusterConfig, ClusterEvent, Link, LinkStatus};
 use crate::proto::push::{wall_us, Stream};
-use crate::supervise::{Delivery, Pool};
+use crate::supervise::{Pool, Sink};
 use anyhow::Result;
 use std::collections::HashMap;
-use std::sync::mpsc::{Sender, SyncSender};
+use std::sync::mpsc::SyncSender;
 
 /// A publish waiting for NATS to take it: who asked, what this node
 /// delivers once it has, and the origin's stamp.
@@ -32,7 +32,7 @@ pub struct Relay {
 }
 
 impl Relay {
-    pub fn start(cfg: ClusterConfig, tx: Sender<Delivery>) -> Result<Relay> {
+    pub fn start(cfg: ClusterConfig, tx: Sink<ClusterEvent>) -> Result<Relay> {
         Ok(Relay { link: Link::start(cfg, tx)?, held: HashMap::new(), next: 0, reported_up: false })
     }
 

@@ -3,8 +3,8 @@
 
 use super::business::{Job, Outcome, Stage};
 use super::service_time::ServiceTime;
+use super::snapshot::ServerSnapshot;
 use crate::proto::frame::{self, Kind};
-use crate::supervise::control::ServerSnapshot;
 use rand::rngs::SmallRng;
 use std::time::Duration;
 

@@ -3,10 +3,11 @@
 //! counters, with its open connections moved to closed as
 //! `worker_crashed`, so totals stay exact across crashes.
 
-use crate::supervise::control::{merge_counts, ServerSnapshot};
+use super::snapshot::{ServerCounters, ServerSnapshot};
 use serde::Serialize;
-use std::collections::BTreeMap;
 
+/// The server as a whole: every counter summed over its workers, and what
+/// only the whole can say (worker states, means).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ServerTotals {
     /// Worker processes alive.
@@ -15,30 +16,21 @@ pub struct ServerTotals {
     pub accepting: usize,
     /// Of those, at their connection budget (left the accept group).
     pub full: usize,
-    pub active: u64,
-    pub accepted: u64,
-    pub closed: u64,
-    pub close_reasons: BTreeMap<String, u64>,
-    pub accept_errors: BTreeMap<String, u64>,
-    pub frames_in: u64,
-    pub frames_out: u64,
-    pub requests: u64,
-    pub replies: u64,
-    pub rejected: u64,
+    #[serde(flatten)]
+    pub counters: ServerCounters,
     /// Mean business service time actually applied per reply, ms.
     pub applied_service_ms: f64,
-    pub threads: u64,
-    pub rss_bytes: u64,
     pub cpu_seconds: f64,
-    pub ws_upgrades: u64,
-    pub refused_over_cap: u64,
-    pub push_delivered: u64,
-    pub push_dropped: u64,
-    pub topics: u64,
-    pub subscriptions: u64,
     /// Publish-to-write latency per bucket (`server::push::LATENCY_BUCKETS_MS`, +Inf last).
     pub push_latency_buckets: Vec<u64>,
     pub push_latency_sum_us: u64,
+}
+
+impl std::ops::Deref for ServerTotals {
+    type Target = ServerCounters;
+    fn deref(&self) -> &ServerCounters {
+        &self.counters
+    }
 }
 
 #[derive(Default)]
@@ -85,52 +77,26 @@ impl ServerView {
             s.closed += lost;
             *s.close_reasons.entry(reason.into()).or_insert(0) += lost;
         }
-        s.active = 0;
+        s.counters.zero_levels();
         s.accepting = false;
-        s.rss_bytes = 0;
-        s.threads = 0;
-        s.topics = 0;
-        s.subscriptions = 0;
         lost
     }
 
     pub fn totals(&self) -> ServerTotals {
-        let s: Vec<&ServerSnapshot> = self.workers.iter().filter_map(|e| e.latest.as_ref()).collect();
-        let live: Vec<&ServerSnapshot> = self.workers.iter().filter(|e| e.alive).filter_map(|e| e.latest.as_ref()).collect();
-        let replies: u64 = s.iter().map(|x| x.replies).sum();
-        let service_us: u64 = s.iter().map(|x| x.applied_service_us).sum();
-        ServerTotals {
-            workers: self.workers.iter().filter(|e| e.alive).count(),
-            accepting: live.iter().filter(|x| x.accepting).count(),
-            full: live.iter().filter(|x| !x.accepting && x.active >= x.budget).count(),
-            active: s.iter().map(|x| x.active).sum(),
-            accepted: s.iter().map(|x| x.accepted).sum(),
-            closed: s.iter().map(|x| x.closed).sum(),
-            close_reasons: merge_counts(s.iter().map(|x| &x.close_reasons)),
-            accept_errors: merge_counts(s.iter().map(|x| &x.accept_errors)),
-            frames_in: s.iter().map(|x| x.frames_in).sum(),
-            frames_out: s.iter().map(|x| x.frames_out).sum(),
-            requests: s.iter().map(|x| x.requests).sum(),
-            replies,
-            rejected: s.iter().map(|x| x.rejected).sum(),
-            applied_service_ms: if replies > 0 { service_us as f64 / replies as f64 / 1000.0 } else { 0.0 },
-            threads: live.iter().map(|x| x.threads).sum(),
-            rss_bytes: live.iter().map(|x| x.rss_bytes).sum(),
-            cpu_seconds: s.iter().map(|x| x.cpu_us).sum::<u64>() as f64 / 1e6,
-            ws_upgrades: s.iter().map(|x| x.ws_upgrades).sum(),
-            refused_over_cap: s.iter().map(|x| x.refused_over_cap).sum(),
-            push_delivered: s.iter().map(|x| x.push_delivered).sum(),
-            push_dropped: s.iter().map(|x| x.push_dropped).sum(),
-            topics: live.iter().map(|x| x.topics).sum(),
-            subscriptions: live.iter().map(|x| x.subscriptions).sum(),
-            push_latency_buckets: s.iter().fold(Vec::new(), |mut acc, x| {
-                acc.resize(acc.len().max(x.push_latency_buckets.len()), 0);
-                for (a, b) in acc.iter_mut().zip(&x.push_latency_buckets) {
-                    *a += b;
-                }
-                acc
-            }),
-            push_latency_sum_us: s.iter().map(|x| x.push_latency_sum_us).sum(),
+        let live = || self.workers.iter().filter(|e| e.alive).filter_map(|e| e.latest.as_ref());
+        let mut t = ServerTotals { workers: self.workers.iter().filter(|e| e.alive).count(), ..Default::default() };
+        t.accepting = live().filter(|x| x.accepting).count();
+        t.full = live().filter(|x| !x.accepting && x.active >= x.budget).count();
+        for x in self.workers.iter().filter_map(|e| e.latest.as_ref()) {
+            t.counters.add(&x.counters);
+            t.push_latency_buckets.resize(t.push_latency_buckets.len().max(x.push_latency_buckets.len()), 0);
+            for (a, b) in t.push_latency_buckets.iter_mut().zip(&x.push_latency_buckets) {
+                *a += b;
+            }
+            t.push_latency_sum_us += x.push_latency_sum_us;
         }
+        t.applied_service_ms = if t.replies > 0 { t.applied_service_us as f64 / t.replies as f64 / 1000.0 } else { 0.0 };
+        t.cpu_seconds = t.cpu_us as f64 / 1e6;
+        t
     }
 }

@@ -21,9 +21,10 @@ use super::listener::{AcceptGroup, LISTENER_BASE};
 use super::service_time::ServiceTime;
 use std::os::fd::AsRawFd;
 
+use super::snapshot::{ServerCommand, ServerMsg, ServerSnapshot};
 use crate::proto::Protocol;
 use crate::reactor::{self, Handler};
-use crate::supervise::control::{self, Command, ServerSnapshot, WorkerMsg};
+use crate::supervise::control::{self, Command};
 use crate::supervise::elastic::{LOW_WATER_SHARE, PRESPAWN_SHARE};
 use crate::supervise::Flow;
 use anyhow::{Context, Result};
@@ -155,7 +156,7 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
         empty_since: None,
         lingering: linger::Lingering::default(),
     };
-    control::emit(&WorkerMsg::Ready { worker, pid: std::process::id(), fd_limit: crate::sys::fd_limit().hard });
+    control::emit(&ServerMsg::Ready { worker, pid: std::process::id(), fd_limit: crate::sys::fd_limit().hard });
     let interval = Duration::from_millis(w.cfg.stats_interval_ms.max(50));
     reactor::run(&mut w, interval)
 }
@@ -187,12 +188,12 @@ impl Handler for Worker {
                 }
                 Flow::Continue
             }
-            Command::Push(p) => {
-                self.push(p);
-                Flow::Continue
-            }
-            Command::List(l) => {
-                self.list(&l);
+            Command::Role(word, arg) => {
+                match ServerCommand::parse(&word, &arg) {
+                    Some(ServerCommand::Push(p)) => self.push(p),
+                    Some(ServerCommand::List(l)) => self.list(&l),
+                    None => {}
+                }
                 Flow::Continue
             }
             Command::Close => {
@@ -241,7 +242,7 @@ impl Handler for Worker {
         if self.topics.track {
             let changes = self.topics.take_changes();
             if !changes.is_empty() {
-                control::emit(&WorkerMsg::Topics { worker: self.cfg.worker, changes });
+                control::emit(&ServerMsg::Topics { worker: self.cfg.worker, changes });
             }
         }
         self.give_back_memory(now);
@@ -280,7 +281,7 @@ impl Handler for Worker {
         self.stats.accepting = self.group.accepting();
         (self.stats.topics, self.stats.subscriptions) = self.topics.counts();
         self.stats.last = last;
-        control::emit(&WorkerMsg::Server(Box::new(self.stats.clone())));
+        control::emit(&ServerMsg::Server(Box::new(self.stats.clone())));
     }
 }
 

@@ -1,4 +1,6 @@
 //! Counting, merging and printing results.
+pub mod counters;
+pub mod exposition;
 pub mod format;
 pub mod histogram;
 pub mod memory;

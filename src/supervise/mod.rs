@@ -2,37 +2,34 @@
 //! processes, hands each its config over stdin, watches them over pipes,
 //! reaps them with their exit status and replaces the ones that die.
 //! One loop ([`run_loop`]) drives every supervisor: server, client and
-//! bench differ only in the [`Supervised`] they pass it.
+//! bench differ only in the [`Supervised`] they pass it. Nothing here
+//! names a role: a role brings its worker entry point (dispatched by the
+//! CLI), its message type and its event type.
 pub mod control;
 pub mod elastic;
 pub mod plan;
 pub mod pool;
 
-pub use pool::{channel, Delivery, ExitInfo, Pool, PoolEvent, Role};
+pub use pool::{ExitInfo, Pool, PoolEvent};
 
-use anyhow::{Context, Result};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use anyhow::Result;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Longest the loop waits for an event before ticking.
 pub const TICK: Duration = Duration::from_millis(50);
 
-/// Entry point of a worker process (`megaconn __worker ROLE`, config on
-/// the first line of stdin).
-pub fn run_worker(role: &str) -> Result<()> {
-    let result = (|| {
-        let config = control::read_config().context("cannot read the worker config from stdin")?;
-        match role {
-            "server" => crate::server::worker::run(serde_json::from_str(&config).context("bad server worker config")?),
-            "client" => crate::client::worker::run(serde_json::from_str(&config).context("bad client worker config")?),
-            other => anyhow::bail!("unknown worker role {other}"),
-        }
-    })();
-    if let Err(e) = &result {
-        // The supervisor reads this and names the worker; stderr stays quiet.
-        control::emit(&control::WorkerMsg::Fatal { worker: usize::MAX, message: format!("{e:#}") });
-    }
-    result
+/// Where a producer (a pool's reader threads, the admin API, the cluster
+/// link) hands its events, without knowing the supervisor's event type;
+/// false when the supervisor is gone.
+pub type Sink<T> = Arc<dyn Fn(T) -> bool + Send + Sync>;
+
+/// A [`Sink`] that wraps each event into the supervisor's event type and
+/// sends it on `tx`.
+pub fn sink<T: 'static, E: Send + 'static>(tx: &Sender<E>, wrap: fn(T) -> E) -> Sink<T> {
+    let tx = tx.clone();
+    Arc::new(move |t| tx.send(wrap(t)).is_ok())
 }
 
 /// Whether the loop goes on.
@@ -44,8 +41,11 @@ pub enum Flow {
 
 /// What one supervisor does with its workers' events.
 pub trait Supervised {
-    /// One message, exit or garbled line from one worker.
-    fn deliver(&mut self, delivery: Delivery) -> Result<()>;
+    /// What arrives on the supervisor's channel.
+    type Event;
+    /// One message, exit or garbled line from one worker, or any other
+    /// event of the supervisor.
+    fn deliver(&mut self, event: Self::Event) -> Result<()>;
     /// Upkeep, phase changes and progress; called at least every [`TICK`].
     fn tick(&mut self) -> Result<Flow>;
     /// Ctrl-C or SIGTERM arrived (called once).
@@ -53,7 +53,7 @@ pub trait Supervised {
 }
 
 /// The one supervisor loop: deliver every event, tick, stop on `Done`.
-pub fn run_loop(rx: &Receiver<Delivery>, s: &mut impl Supervised) -> Result<()> {
+pub fn run_loop<S: Supervised>(rx: &Receiver<S::Event>, s: &mut S) -> Result<()> {
     let mut interrupted = false;
     loop {
         if !interrupted && crate::signals::interrupted() {
@@ -77,7 +77,7 @@ pub fn run_loop(rx: &Receiver<Delivery>, s: &mut impl Supervised) -> Result<()> 
 }
 
 /// Deliver whatever arrives within `wait` (final snapshots after a stop).
-pub fn drain(rx: &Receiver<Delivery>, s: &mut impl Supervised, wait: Duration) {
+pub fn drain<S: Supervised>(rx: &Receiver<S::Event>, s: &mut S, wait: Duration) {
     while let Ok(d) = rx.recv_timeout(wait) {
         let _ = s.deliver(d);
     }

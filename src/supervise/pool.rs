@@ -19,30 +19,14 @@
 //! reaper takes, so a signal can never reach a recycled PID. Dropping a
 //! [`Pool`] kills and reaps every worker still alive.
 
-use super::control::WorkerMsg;
+use super::Sink;
 use anyhow::{Context, Result};
+use serde::de::DeserializeOwned;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// Which side a pool serves; also the hidden worker subcommand's argument.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Role {
-    Server,
-    Client,
-}
-
-impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Server => "server",
-            Role::Client => "client",
-        }
-    }
-}
 
 /// How a worker process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,30 +59,26 @@ impl std::fmt::Display for ExitInfo {
     }
 }
 
-/// Something that happened to one worker. Snapshots are large and pass
-/// through the channel once each; boxing them would add an allocation per
-/// message for nothing.
+/// Something that happened to one worker of a pool whose workers speak
+/// messages of type `M` (the role's own enum).
 #[derive(Debug)]
-#[allow(clippy::large_enum_variant)]
-pub enum PoolEvent {
-    Msg(WorkerMsg),
+pub enum PoolEvent<M> {
+    Msg(M),
     /// The worker's stdout closed and the process was reaped.
     Exited(ExitInfo),
     /// The worker wrote a line that is not a message (a bug, reported).
     Garbled(String),
-    /// Not from a worker: an admin API request for the supervisor loop.
-    Admin(crate::admin::Request),
-    /// Not from a worker: news from the server's cluster link.
-    Cluster(crate::cluster::ClusterEvent),
 }
 
-/// (role, worker index, event), as delivered on the shared channel.
-pub type Delivery = (Role, usize, PoolEvent);
-
-/// A channel on which several pools deliver their events.
-pub fn channel() -> (Sender<Delivery>, Receiver<Delivery>) {
-    std::sync::mpsc::channel()
+/// What a reader thread hands on: a line or the exit, tagged with the
+/// worker's index. The role's parser (typed when the pool was made) runs
+/// on the reader thread, so the supervisor loop only gets parsed messages.
+enum Raw {
+    Line(String),
+    Exited(ExitInfo),
 }
+
+type Forward = Arc<dyn Fn(usize, Raw) -> bool + Send + Sync>;
 
 struct Handle {
     pid: u32,
@@ -110,7 +90,8 @@ struct Handle {
 
 /// The worker processes of one role.
 pub struct Pool {
-    role: Role,
+    /// The worker subcommand's argument (`megaconn __worker KIND`).
+    kind: &'static str,
     exe: std::path::PathBuf,
     /// Caps the workers' RLIMIT_NOFILE (rehearsing the fd wall small).
     fd_limit: Option<u64>,
@@ -120,14 +101,26 @@ pub struct Pool {
     netns: Option<i32>,
     /// Descriptors the workers inherit (the server's listeners).
     inherit: Vec<i32>,
-    tx: Sender<Delivery>,
+    forward: Forward,
     workers: Vec<Option<Handle>>,
 }
 
 impl Pool {
-    pub fn new(role: Role, fd_limit: Option<u64>, tx: &Sender<Delivery>) -> Result<Pool> {
+    /// A pool of `megaconn __worker KIND` processes whose stdout lines
+    /// are messages `M`, handed to `sink` with the worker's index.
+    pub fn new<M: DeserializeOwned + Send + 'static>(kind: &'static str, fd_limit: Option<u64>, sink: Sink<(usize, PoolEvent<M>)>) -> Result<Pool> {
         let exe = std::env::current_exe().context("cannot locate the megaconn binary to start workers")?;
-        Ok(Pool { role, exe, fd_limit, nice: 0, netns: None, inherit: Vec::new(), tx: tx.clone(), workers: Vec::new() })
+        let forward: Forward = Arc::new(move |i, raw| {
+            let ev = match raw {
+                Raw::Line(line) => match serde_json::from_str::<M>(&line) {
+                    Ok(m) => PoolEvent::Msg(m),
+                    Err(_) => PoolEvent::Garbled(line),
+                },
+                Raw::Exited(info) => PoolEvent::Exited(info),
+            };
+            sink((i, ev))
+        });
+        Ok(Pool { kind, exe, fd_limit, nice: 0, netns: None, inherit: Vec::new(), forward, workers: Vec::new() })
     }
 
     /// Start later workers at this niceness (a load generator sharing the
@@ -148,8 +141,8 @@ impl Pool {
         self.inherit = fds;
     }
 
-    pub fn role(&self) -> Role {
-        self.role
+    pub fn kind(&self) -> &'static str {
+        self.kind
     }
 
     /// Index the next spawned worker will get.
@@ -161,7 +154,7 @@ impl Pool {
     /// index.
     pub fn spawn(&mut self, config: &str) -> Result<usize> {
         let i = self.workers.len();
-        let role = self.role.as_str();
+        let role = self.kind;
         let mut cmd = Command::new(&self.exe);
         cmd.arg("__worker").arg(role).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit()).process_group(0);
         let (fd_limit, nice, netns, inherit) = (self.fd_limit, self.nice, self.netns, self.inherit.clone());
@@ -200,12 +193,11 @@ impl Pool {
             // The reader thread below still reaps it and reports the exit.
             eprintln!("megaconn: {role} worker {i} (pid {pid}) did not take its config: {e}");
         }
-        let tx = self.tx.clone();
-        let role = self.role;
+        let forward = self.forward.clone();
         std::thread::Builder::new()
-            .name(format!("{}-reader-{i}", role.as_str()))
+            .name(format!("{role}-reader-{i}"))
             .stack_size(64 * 1024)
-            .spawn(move || watch(role, i, pid, stdout, child, tx))
+            .spawn(move || watch(i, pid, stdout, child, forward))
             .context("cannot start a reader thread")?;
         Ok(i)
     }
@@ -277,14 +269,10 @@ impl Pool {
 }
 
 /// The reader thread of one worker: forward its messages, then reap it.
-fn watch(role: Role, i: usize, pid: u32, stdout: std::process::ChildStdout, child: Arc<Mutex<Child>>, tx: Sender<Delivery>) {
+fn watch(i: usize, pid: u32, stdout: std::process::ChildStdout, child: Arc<Mutex<Child>>, forward: Forward) {
     for line in BufReader::new(stdout).lines() {
         let Ok(line) = line else { break };
-        let ev = match serde_json::from_str::<WorkerMsg>(&line) {
-            Ok(m) => PoolEvent::Msg(m),
-            Err(_) => PoolEvent::Garbled(line),
-        };
-        if tx.send((role, i, ev)).is_err() {
+        if !forward(i, Raw::Line(line)) {
             return;
         }
     }
@@ -301,7 +289,7 @@ fn watch(role: Role, i: usize, pid: u32, stdout: std::process::ChildStdout, chil
         std::thread::sleep(Duration::from_millis(5));
     };
     let info = status.map(|st| ExitInfo::from_status(pid, st)).unwrap_or(ExitInfo { pid, code: None, signal: None });
-    let _ = tx.send((role, i, PoolEvent::Exited(info)));
+    forward(i, Raw::Exited(info));
 }
 
 impl Drop for Pool {

@@ -91,7 +91,7 @@ impl Worker {
             slot.ws_frag = None;
             slot.churned = true;
             self.stats.heartbeats_abandoned += std::mem::take(&mut slot.beats_out) as u64;
-            self.stats.established -= 1;
+            self.stats.open -= 1;
             self.stats.churn_closed += 1;
             self.open(k, now);
         }
@@ -190,7 +190,7 @@ impl Worker {
         }
         let slot = &mut self.slots[k];
         if slot.state == State::Established {
-            self.stats.established -= 1;
+            self.stats.open -= 1;
         }
         if !slot.answered {
             self.stats.lost_unanswered += 1;

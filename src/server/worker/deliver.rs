@@ -6,8 +6,9 @@ use crate::proto::push::{self, Push, Stream};
 use crate::proto::Protocol;
 use crate::server::conn::ws_handshaking;
 use crate::server::push::{bucket, conn_id, split_id, PushCommand, LATENCY_BUCKETS_MS};
+use crate::server::snapshot::{ConnInfo, ListCommand, ServerMsg};
 use crate::server::ws;
-use crate::supervise::control::{self, ConnInfo, ListCommand, WorkerMsg};
+use crate::supervise::control;
 use base64::Engine;
 
 /// Re-read the wall clock after this many writes (latency buckets).
@@ -63,7 +64,7 @@ impl Worker {
         self.stats.push_delivered += queued;
         self.stats.push_dropped += dropped;
         self.stats.frames_out += queued;
-        control::emit(&WorkerMsg::Pushed { worker: self.cfg.worker, publish_id: cmd.publish_id, queued, dropped });
+        control::emit(&ServerMsg::Pushed { worker: self.cfg.worker, publish_id: cmd.publish_id, queued, dropped });
     }
 
     fn record_push_latency(&mut self, us: u64) {
@@ -92,6 +93,6 @@ impl Worker {
                 topics: self.topics.names_of(&c.subs),
             })
             .collect();
-        control::emit(&WorkerMsg::Connections { worker, request_id: cmd.request_id, list });
+        control::emit(&ServerMsg::Connections { worker, request_id: cmd.request_id, list });
     }
 }

@@ -1,0 +1,152 @@
+//! `megaconn client` on its own: the client half of a bench, run against
+//! any server, under the one supervisor loop, with its read-only admin
+//! API, its summary, and the report and HdrHistogram log it writes.
+
+use crate::client::run::{ClientRun, Tick};
+use crate::client::snapshot::ClientEvent;
+use crate::client::{describe, plan, print_notes, summary, verdict, ClientConfig};
+use crate::stats::progress::Progress;
+use crate::supervise::{self, Flow, Sink, Supervised};
+use anyhow::Result;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+impl ClientCmd {
+    /// The client's admin API: metrics, stats and health of this run.
+    fn on_admin(&mut self, req: crate::admin::Request) {
+        use crate::admin::{Response, Route};
+        use crate::client::metrics::{render, Latencies};
+        let t = self.run.view.totals();
+        let v = &self.run.view;
+        let resp = match req.route {
+            Route::Metrics => Response {
+                status: 200,
+                content_type: crate::stats::exposition::CONTENT_TYPE,
+                body: render(&t, &Latencies { connect: &v.connect_hist, heartbeat: &v.rtt_hist, request: &v.request_hist, push: &v.push_hist }),
+            },
+            Route::Stats => Response::json(200, &serde_json::to_value(&t).unwrap_or_default()),
+            Route::Healthz => Response::json(200, &serde_json::json!({"status": "ok", "phase": self.run.phase_name(), "connections": t.open})),
+            _ => Response::error(404, "a client serves /metrics, /stats and /healthz only"),
+        };
+        let _ = req.reply.send(resp);
+    }
+}
+
+/// `megaconn client` as the one supervisor loop runs it.
+struct ClientCmd {
+    run: ClientRun,
+    progress: Progress,
+    stats_interval: Duration,
+    next_print: Instant,
+}
+
+impl Supervised for ClientCmd {
+    type Event = ClientEvent;
+
+    fn deliver(&mut self, ev: ClientEvent) -> Result<()> {
+        match ev {
+            ClientEvent::Admin(req) => self.on_admin(req),
+            ClientEvent::Worker(i, ev) => self.run.on_event(i, ev),
+        }
+        Ok(())
+    }
+
+    fn tick(&mut self) -> Result<Flow> {
+        print_notes(&mut self.run.notes, &mut self.progress);
+        match self.run.tick() {
+            Tick::RampDone => self.progress.note(&format!("ramp done: {}", self.run.progress_line())),
+            Tick::HoldOver => {
+                self.progress.note(&format!("hold over: {}", self.run.progress_line()));
+                self.run.close();
+            }
+            Tick::Finished => return Ok(Flow::Done),
+            Tick::Continue => {}
+        }
+        if Instant::now() >= self.next_print {
+            let line = self.run.progress_line();
+            self.progress.update(&line);
+            self.next_print = Instant::now() + self.stats_interval;
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn interrupt(&mut self) {
+        self.run.interrupt();
+    }
+}
+
+pub fn run(cfg: ClientConfig) -> Result<i32> {
+    crate::signals::install();
+    let (before, after) = crate::sys::raise_fd_limit();
+    let (cp, wp) = plan(&cfg, after.hard).map_err(crate::UsageError)?;
+    let warnings = crate::tune::precheck(cp.count.max(1), crate::tune::plan::TuneRole::Client, cp.ports.len() as u64, cfg.load.rate)?;
+    let mut progress = Progress::new(false);
+    for w in &warnings {
+        progress.note(w);
+    }
+    progress.note(&format!("RLIMIT_NOFILE soft {} -> {} (hard {})", before.soft, after.soft, after.hard));
+    progress.note(&describe(&cp, &wp));
+    for w in &cp.warnings {
+        progress.note(&format!("warning: {w}"));
+    }
+    if let Some(s) = cfg.shard.filter(|_| cp.count == 0) {
+        progress.note(&format!("shard {}/{} of {} connections is empty: nothing to do", s.index, s.count, cfg.load.connections));
+        return Ok(0);
+    }
+    if let Some(a) = &cfg.admin {
+        crate::admin::check(a, None).map_err(crate::UsageError)?;
+    }
+    if let Some(dir) = &cfg.report {
+        crate::report::prepare(dir)?;
+    }
+    for (flag, p) in [("--summary-json", &cfg.summary_json), ("--hdr-log", &cfg.hdr_log)] {
+        if let Some(p) = p {
+            std::fs::write(p, b"").map_err(|e| crate::UsageError(format!("{flag} {}: {e}; give a file this user can write", p.display())))?;
+        }
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let sink: Sink<ClientEvent> = supervise::sink(&tx, |e| e);
+    let run = ClientRun::start(&cp, &cfg.load, &wp, None, &sink)?;
+    if let Some(a) = cfg.admin {
+        let bound = crate::admin::serve(crate::admin::Scope::ReadOnly, a, None, Arc::new(move |r| sink(ClientEvent::Admin(r))))?;
+        progress.note(&format!("admin API on http://{bound} (/metrics /stats /healthz)"));
+    }
+    let mut run = run;
+    run.series.keep_intervals = cfg.hdr_log.is_some();
+    let mut cmd = ClientCmd { run, progress, stats_interval: cfg.load.stats_interval, next_print: Instant::now() + cfg.load.stats_interval };
+    supervise::run_loop(&rx, &mut cmd)?;
+    supervise::drain(&rx, &mut cmd, Duration::from_millis(20));
+    print_notes(&mut cmd.run.notes, &mut cmd.progress);
+    let summary = cmd.run.summary();
+    let (code, why) = verdict(&summary, cfg.load.allow_loss);
+    if let Some(dir) = &cfg.report {
+        let plan = serde_json::json!({"client": cp, "workers": wp});
+        let result = serde_json::to_value(&summary)?;
+        let r = crate::report::Report::new("client", &cmd.run, &summary, plan, result, crate::report::machine(serde_json::json!({"kind": "host"})));
+        if let Err(e) = r.save(dir, &mut cmd.progress) {
+            cmd.progress.note(&format!("warning: the report was not written ({e:#}); the results follow"));
+        }
+    }
+    if let Some(path) = &cfg.hdr_log {
+        cmd.run.series.flush(crate::sys::mono_us());
+        if let Err(e) = crate::report::hdrlog::write(path, cmd.run.origin_wall, cmd.run.origin_us(), &cmd.run.series.intervals) {
+            cmd.progress.note(&format!("warning: {e:#}; the summary follows"));
+        }
+    }
+    let doc = serde_json::json!({"plan": cp, "workers": wp, "summary": summary, "failure": why});
+    if let Some(path) = &cfg.summary_json {
+        if let Err(e) = std::fs::write(path, serde_json::to_string_pretty(&doc)?) {
+            cmd.progress.note(&format!("warning: --summary-json {}: {e}; the summary follows", path.display()));
+        }
+    }
+    if cfg.load.json {
+        cmd.progress.finish();
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        summary::print_summary(&summary, &mut cmd.progress);
+    }
+    if let Some(w) = why {
+        eprintln!("megaconn client: {w}");
+    }
+    Ok(code)
+}

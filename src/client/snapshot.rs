@@ -1,0 +1,141 @@
+//! What a client worker tells its supervisor: the counters (declared
+//! once, below), the interval histograms and push bookkeeping that travel
+//! beside them, and the worker's messages.
+
+use crate::supervise::PoolEvent;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+crate::counters! {
+    /// Everything a client worker counts. One line per counter: the
+    /// snapshot, the totals, `/metrics` and `--json` all come from here.
+    pub struct ClientCounters {
+        planned: counter "planned" "Connections this client is to open",
+        attempted: counter "attempted" "connect() calls made",
+        open: gauge "connections" "Connections open now",
+        established_total: counter "established" "Connections that completed the handshake",
+        connecting: gauge "connecting" "Handshakes in flight",
+        failed: by("kind") "failed" "Connection attempts that failed, by kind (ECONNREFUSED, timeout, ...)",
+        lost: by("reason") "lost" "Established connections the server or network ended, by reason",
+        lost_unanswered: counter "lost_unanswered" "Lost connections that never received an answer (a protocol mismatch looks like this)",
+        reconnects: counter "reconnects" "Lost connections opened again (--reconnect)",
+        reconnect_failed: by("kind") "reconnect_failed" "Failed reconnect attempts, by kind (retried with back-off)",
+        churn_closed: counter "churn_closed" "Connections closed on purpose (--churn)",
+        churn_reopened: counter "churn_reopened" "Connections reopened after a churn close",
+        churn_failed: by("kind") "churn_failed" "Churn reopen attempts that failed, by kind",
+        heartbeats_sent: counter "heartbeats_sent" "Heartbeats sent",
+        heartbeats_answered: counter "heartbeats_answered" "Heartbeats answered",
+        heartbeats_abandoned: counter "heartbeats_abandoned" "Heartbeats whose connection closed before they were answered",
+        requests_sent: counter "requests_sent" "Requests sent",
+        replies: counter "replies" "Replies received (any latency)",
+        rejected: counter "rejections" "Requests the server refused (its queue was full)",
+        late: counter "late_replies" "Replies that came later than --request-timeout",
+        bad_echo: counter "bad_echoes" "Replies whose echoed timestamp was not one we sent",
+        http_status: by("class") "http_responses" "HTTP responses, by status class (2xx, 4xx, ...)",
+        raw_bytes_in: counter "raw_received_bytes" "--protocol raw: bytes received",
+        raw_messages_in: counter "raw_messages" "--protocol raw: whole messages received (echoed units or codec frames)",
+        push_received: counter "pushes" "Pushes received",
+        push_duplicates: counter "push_duplicates" "Pushes received more than once",
+        push_gaps: counter "push_gaps" "Push sequence numbers skipped",
+        push_topics: by("topic") "pushes_by_topic" "Pushes received per topic (* for broadcasts; capped in number)",
+        rss_bytes: bytes "resident_memory" "Resident memory of the worker processes",
+        cpu_us: micros "cpu" "CPU time of the worker processes",
+    }
+}
+
+/// One worker's state, sent every stats interval.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ClientSnapshot {
+    pub worker: usize,
+    #[serde(flatten)]
+    pub counters: ClientCounters,
+    /// Interval histogram of request latency from the intended send time
+    /// (µs), base64 HdrHistogram V2.
+    pub request_hist: String,
+    /// CLOCK_MONOTONIC µs when the last planned connection resolved.
+    pub ramp_done_at_us: Option<u64>,
+    /// Interval histogram of handshake times (µs), base64 HdrHistogram V2.
+    pub connect_hist: String,
+    /// Interval histogram of heartbeat round trips from the intended send
+    /// time (µs), base64 HdrHistogram V2.
+    pub rtt_hist: String,
+    /// Per sequence number: (arrivals, latest arrival CLOCK_REALTIME µs).
+    /// Sent as a list: integer map keys do not survive serde's internally
+    /// tagged enums.
+    #[serde(with = "seq_map")]
+    pub push_by_seq: BTreeMap<u64, (u64, u64)>,
+    /// Interval histogram of push delivery latency (µs), base64 HdrHistogram V2.
+    pub push_hist: String,
+    /// CLOCK_MONOTONIC µs when this snapshot was taken (exact rates).
+    pub at_us: u64,
+    pub last: bool,
+}
+
+impl std::ops::Deref for ClientSnapshot {
+    type Target = ClientCounters;
+    fn deref(&self) -> &ClientCounters {
+        &self.counters
+    }
+}
+
+impl std::ops::DerefMut for ClientSnapshot {
+    fn deref_mut(&mut self) -> &mut ClientCounters {
+        &mut self.counters
+    }
+}
+
+/// Client worker -> supervisor, one JSON object per line.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum ClientMsg {
+    /// The worker is ready to connect.
+    Ready {
+        worker: usize,
+        pid: u32,
+        fd_limit: u64,
+    },
+    Client(Box<ClientSnapshot>),
+    /// The worker cannot go on; the message names the cause and the fix.
+    Fatal {
+        worker: usize,
+        message: String,
+    },
+}
+
+/// What arrives on a client supervisor's channel.
+#[derive(Debug)]
+pub enum ClientEvent {
+    Worker(usize, PoolEvent<ClientMsg>),
+    /// A request to the client's read-only admin API.
+    Admin(crate::admin::Request),
+}
+
+/// A `BTreeMap<u64, (u64, u64)>` as a list of `[key, a, b]`.
+mod seq_map {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use std::collections::BTreeMap;
+
+    pub fn serialize<S: Serializer>(m: &BTreeMap<u64, (u64, u64)>, s: S) -> Result<S::Ok, S::Error> {
+        m.iter().map(|(k, (a, b))| (*k, *a, *b)).collect::<Vec<_>>().serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<u64, (u64, u64)>, D::Error> {
+        Ok(Vec::<(u64, u64, u64)>::deserialize(d)?.into_iter().map(|(k, a, b)| (k, (a, b))).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshots_survive_the_pipe() {
+        let mut s = ClientSnapshot { worker: 3, ..Default::default() };
+        s.push_received = 2;
+        s.push_by_seq.insert(7, (2, 99));
+        s.push_topics.insert("*".into(), 2);
+        let line = serde_json::to_string(&ClientMsg::Client(Box::new(s))).unwrap();
+        let ClientMsg::Client(back) = serde_json::from_str::<ClientMsg>(&line).unwrap() else { panic!("{line}") };
+        assert_eq!((back.worker, back.push_by_seq[&7], back.push_topics["*"], back.push_received), (3, (2, 99), 2, 2));
+    }
+}

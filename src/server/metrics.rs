@@ -1,0 +1,76 @@
+//! The server's `/metrics`: every declared counter ([`ServerCounters`]),
+//! plus what only the supervisor knows (worker states, publishes, the push
+//! latency histogram, the cluster link).
+//!
+//! [`ServerCounters`]: super::snapshot::ServerCounters
+
+use super::view::ServerTotals;
+use crate::stats::exposition::{encode, BucketedHistogram};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::registry::{Registry, Unit};
+
+/// The prefix of every server metric.
+pub const PREFIX: &str = "megaconn";
+
+/// Render the totals (with the supervisor's own counters and, in a
+/// cluster, its NATS link).
+pub fn render(t: &ServerTotals, published: u64, link: Option<&crate::cluster::LinkStatus>) -> String {
+    let mut r = Registry::with_prefix(PREFIX);
+    t.counters.register(&mut r);
+    let service = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+    service.set(t.applied_service_ms / 1000.0);
+    r.register_with_unit("business_service_mean", "Mean business service time applied per reply", Unit::Seconds, service);
+    r.register("push_published", "Messages published through the admin API", ConstCounter::new(published));
+    r.register_with_unit(
+        "push_delivery_latency",
+        "Time from publish to the write to the socket",
+        Unit::Seconds,
+        BucketedHistogram::from_buckets(&t.push_latency_buckets, t.push_latency_sum_us),
+    );
+    let workers = Family::<Vec<(String, String)>, Gauge>::default();
+    workers.get_or_create(&vec![("state".into(), "accepting".into())]).set(t.accepting as i64);
+    workers.get_or_create(&vec![("state".into(), "full".into())]).set(t.full as i64);
+    workers.get_or_create(&vec![("state".into(), "total".into())]).set(t.workers as i64);
+    r.register("workers", "Worker processes", workers);
+    if let Some(l) = link {
+        let c = r.sub_registry_with_prefix("cluster");
+        c.register("link_up", "1 while the NATS link is connected, 0 while it is down", ConstGauge::new(l.up as i64));
+        c.register("reconnects", "Times the NATS link came back after being lost", ConstCounter::new(l.reconnects));
+        c.register("messages_in", "Messages received from other nodes", ConstCounter::new(l.messages_in));
+        c.register("messages_out", "Messages sent to other nodes", ConstCounter::new(l.messages_out));
+        c.register("publish_failures", "Publishes refused (503): the link was down or NATS did not confirm", ConstCounter::new(l.publish_failures));
+        c.register("topics", "Topic subjects this node subscribes to", ConstGauge::new(l.topics as i64));
+    }
+    encode(&r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::snapshot::ServerCounters;
+    use super::*;
+
+    #[test]
+    fn renders_every_declared_counter_with_conventional_names() {
+        let mut t = ServerTotals { counters: ServerCounters::example(), ..Default::default() };
+        t.counters.active = 7;
+        t.counters.accepted = 9;
+        t.counters.close_reasons.insert("peer_closed".into(), 2);
+        t.push_latency_buckets = vec![1, 2];
+        let text = render(&t, 3, None);
+        for d in ServerCounters::DECLARED {
+            assert!(text.contains(&format!("# HELP {} ", d.kind.family_name(PREFIX, d.metric))), "{} missing from {text}", d.field);
+        }
+        assert!(text.contains("megaconn_connections 7"), "{text}");
+        assert!(text.contains("megaconn_accepted_total 9"), "{text}");
+        assert!(text.contains("megaconn_closed_total{reason=\"peer_closed\"} 2"), "{text}");
+        assert!(text.contains("megaconn_push_delivery_latency_seconds_bucket{le=\"0.001\"} 1"), "{text}");
+        assert!(text.contains("megaconn_push_delivery_latency_seconds_count 3"), "{text}");
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        let link = crate::cluster::LinkStatus { up: true, reconnects: 2, ..Default::default() };
+        let text = render(&t, 3, Some(&link));
+        assert!(text.contains("megaconn_cluster_link_up 1"), "{text}");
+        assert!(text.contains("megaconn_cluster_reconnects_total 2"), "{text}");
+    }
+}

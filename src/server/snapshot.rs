@@ -1,0 +1,185 @@
+//! What a server worker tells its supervisor, and what the supervisor
+//! tells it back: the counters (declared once, below), the snapshot that
+//! carries them, the worker's messages and the server's own commands.
+//! Counters in a snapshot are cumulative, so the supervisor keeps only the
+//! latest per worker.
+
+use crate::supervise::PoolEvent;
+use serde::{Deserialize, Serialize};
+
+crate::counters! {
+    /// Everything a server worker counts. One line per counter: the
+    /// snapshot, the totals, `/metrics` and `--json` all come from here.
+    pub struct ServerCounters {
+        active: gauge "connections" "Connections open now",
+        accepted: counter "accepted" "Connections accepted",
+        closed: counter "connections_closed" "Connections closed, any reason",
+        close_reasons: by("reason") "closed" "Connections closed, by reason (peer_closed, ECONNRESET, idle_timeout, bad_frame_too_long, ...)",
+        accept_errors: by("errno") "accept_errors" "accept() failures, by errno (EMFILE, ENFILE, ...)",
+        refused_over_cap: counter "refused_over_cap" "Connections closed at accept: the server was at --max-connections",
+        ws_upgrades: counter "ws_upgrades" "WebSocket handshakes completed",
+        frames_in: counter "frames_in" "Frames received",
+        frames_out: counter "frames_out" "Frames sent",
+        requests: counter "requests" "Requests received",
+        replies: counter "replies" "Requests answered",
+        rejected: counter "rejections" "Requests refused by a full business queue",
+        applied_service_us: micros "business_service_applied" "Business service time applied to answered requests (mean: divide by replies)",
+        push_commands: counter "push_commands" "Push commands carried out by the workers (one per worker per publish)",
+        push_delivered: counter "push_delivered" "Pushes written or queued to a connection",
+        push_dropped: counter "push_dropped" "Connections closed as slow consumers of pushes",
+        topics: gauge "topics" "Topics with at least one subscriber (summed over workers)",
+        subscriptions: gauge "subscriptions" "Topic subscriptions",
+        threads: gauge "threads" "Threads in the worker processes",
+        rss_bytes: bytes "resident_memory" "Resident memory of the worker processes",
+        cpu_us: micros "cpu" "CPU time of the worker processes",
+    }
+}
+
+/// One worker's state, sent every stats interval.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ServerSnapshot {
+    pub worker: usize,
+    #[serde(flatten)]
+    pub counters: ServerCounters,
+    /// Whether this worker accepts from the shared listeners.
+    pub accepting: bool,
+    /// Connections this worker may hold before it leaves the group.
+    pub budget: u64,
+    /// Publish-to-write latency counts per bucket of
+    /// `server::push::LATENCY_BUCKETS_MS` (+Inf last), and their sum (µs).
+    pub push_latency_buckets: Vec<u64>,
+    pub push_latency_sum_us: u64,
+    /// Last snapshot before the worker exits.
+    pub last: bool,
+}
+
+impl std::ops::Deref for ServerSnapshot {
+    type Target = ServerCounters;
+    fn deref(&self) -> &ServerCounters {
+        &self.counters
+    }
+}
+
+impl std::ops::DerefMut for ServerSnapshot {
+    fn deref_mut(&mut self) -> &mut ServerCounters {
+        &mut self.counters
+    }
+}
+
+impl ServerSnapshot {
+    /// Count one answered request and the service time it actually got.
+    pub fn count_reply(&mut self, applied: std::time::Duration) {
+        self.replies += 1;
+        self.frames_out += 1;
+        self.applied_service_us += applied.as_micros() as u64;
+    }
+}
+
+/// Server worker -> supervisor, one JSON object per line.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum ServerMsg {
+    /// The worker listens.
+    Ready {
+        worker: usize,
+        pid: u32,
+        fd_limit: u64,
+    },
+    Server(Box<ServerSnapshot>),
+    /// The worker cannot go on; the message names the cause and the fix.
+    Fatal {
+        worker: usize,
+        message: String,
+    },
+    /// A push command was carried out: written or queued to `queued`
+    /// connections, `dropped` closed as slow consumers.
+    Pushed {
+        worker: usize,
+        publish_id: u64,
+        queued: u64,
+        dropped: u64,
+    },
+    /// Topics that gained their first (true) or lost their last (false)
+    /// subscriber in this worker, in order (cluster nodes only: the
+    /// supervisor subscribes to exactly the topics it has subscribers for).
+    Topics {
+        worker: usize,
+        changes: Vec<(String, bool)>,
+    },
+    /// Answer to a `list` command.
+    Connections {
+        worker: usize,
+        request_id: u64,
+        list: Vec<ConnInfo>,
+    },
+}
+
+/// One connection as `GET /connections` lists it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ConnInfo {
+    pub id: u64,
+    pub worker: usize,
+    pub peer: String,
+    pub age_s: u64,
+    pub topics: Vec<String>,
+}
+
+/// Arguments of a `list` command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListCommand {
+    pub request_id: u64,
+    pub limit: usize,
+    pub topic: Option<String>,
+}
+
+/// `push {json}`: deliver a message.
+pub const CMD_PUSH: &str = "push";
+/// `list {json}`: report some connections.
+pub const CMD_LIST: &str = "list";
+
+/// What a server worker hears from its supervisor beyond the common
+/// commands.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ServerCommand {
+    Push(super::push::PushCommand),
+    List(ListCommand),
+}
+
+impl ServerCommand {
+    /// A role command's word and argument; None when it is not ours or
+    /// its argument does not parse.
+    pub fn parse(word: &str, arg: &str) -> Option<ServerCommand> {
+        match word {
+            CMD_PUSH => serde_json::from_str(arg).ok().map(ServerCommand::Push),
+            CMD_LIST => serde_json::from_str(arg).ok().map(ServerCommand::List),
+            _ => None,
+        }
+    }
+}
+
+/// What arrives on a server supervisor's channel.
+#[derive(Debug)]
+pub enum ServerEvent {
+    Worker(usize, PoolEvent<ServerMsg>),
+    /// An admin API request.
+    Admin(crate::admin::Request),
+    /// News from the cluster link.
+    Cluster(crate::cluster::ClusterEvent),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshots_survive_the_pipe() {
+        let mut s = ServerSnapshot { worker: 3, budget: 7, ..Default::default() };
+        s.accepted = 9;
+        s.close_reasons.insert("peer_closed".into(), 2);
+        let line = serde_json::to_string(&ServerMsg::Server(Box::new(s))).unwrap();
+        let ServerMsg::Server(back) = serde_json::from_str::<ServerMsg>(&line).unwrap() else { panic!("{line}") };
+        assert_eq!((back.worker, back.budget, back.accepted, back.close_reasons["peer_closed"]), (3, 7, 9, 2));
+        let fatal: ServerMsg = serde_json::from_str(r#"{"event":"fatal","worker":18446744073709551615,"message":"m"}"#).unwrap();
+        assert!(matches!(fatal, ServerMsg::Fatal { message, .. } if message == "m"));
+    }
+}

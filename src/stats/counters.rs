@@ -1,0 +1,246 @@
+//! Counters declared once. A role (server, client) lists its counters in
+//! one [`counters!`](crate::counters) block; the macro generates the
+//! struct a worker fills and ships in its snapshot, the sum over workers,
+//! the zeroing of a dead worker's gauges, the Prometheus registration
+//! (name, help, label, unit) and the list the tests check `/metrics` and
+//! `--json` against. Adding a counter is one line there plus its increment.
+//!
+//! Kinds:
+//! - `counter`: cumulative `u64`, summed over every worker that ever ran
+//!   (a dead worker's counts stay); exported as a Prometheus counter.
+//! - `gauge`: a level right now, summed over live workers (zeroed when a
+//!   worker dies); exported as a gauge.
+//! - `bytes`: a gauge in bytes (exported with the `_bytes` unit).
+//! - `micros`: a cumulative time in µs, exported as a `_seconds` counter.
+//! - `by("label")`: counts per kind (`BTreeMap<String, u64>`), merged by
+//!   key; exported as a counter family with that label.
+
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::{Registry, Unit};
+use std::collections::BTreeMap;
+
+/// Counts per kind ("ECONNRESET", "2xx", ...).
+pub type Kinds = BTreeMap<String, u64>;
+
+/// What one declared counter is, for registration and for tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Declared {
+    /// The field (and JSON key).
+    pub field: &'static str,
+    /// The Prometheus metric name, without the role's prefix and suffixes.
+    pub metric: &'static str,
+    pub help: &'static str,
+    pub kind: Kind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Bytes,
+    Micros,
+    By(&'static str),
+}
+
+impl Kind {
+    /// Whether the value is a level of live workers (zeroed when one dies).
+    pub fn is_level(self) -> bool {
+        matches!(self, Kind::Gauge | Kind::Bytes)
+    }
+
+    /// The metric family's name in the exposition (its `# HELP` line)
+    /// for `metric` under `prefix`; counters' samples add `_total`.
+    pub fn family_name(self, prefix: &str, metric: &str) -> String {
+        match self {
+            Kind::Counter | Kind::By(_) | Kind::Gauge => format!("{prefix}_{metric}"),
+            Kind::Bytes => format!("{prefix}_{metric}_bytes"),
+            Kind::Micros => format!("{prefix}_{metric}_seconds"),
+        }
+    }
+}
+
+/// A scalar counter's part in the generated code.
+pub trait Value: Default {
+    /// A value that shows in every output (1, or one kind counted once).
+    fn example() -> Self;
+    fn add(&mut self, other: &Self);
+    fn zero(&mut self);
+    fn register(&self, r: &mut Registry, d: &Declared);
+}
+
+impl Value for u64 {
+    fn example() -> Self {
+        1
+    }
+
+    fn add(&mut self, other: &Self) {
+        *self += other;
+    }
+
+    fn zero(&mut self) {
+        *self = 0;
+    }
+
+    fn register(&self, r: &mut Registry, d: &Declared) {
+        let v = *self;
+        match d.kind {
+            Kind::Counter => r.register(d.metric, d.help, ConstCounter::new(v)),
+            Kind::Gauge => r.register(d.metric, d.help, ConstGauge::new(v as i64)),
+            Kind::Bytes => r.register_with_unit(d.metric, d.help, Unit::Bytes, ConstGauge::new(v as i64)),
+            Kind::Micros => r.register_with_unit(d.metric, d.help, Unit::Seconds, ConstCounter::new(v as f64 / 1e6)),
+            Kind::By(_) => unreachable!("a by(..) counter is a map"),
+        }
+    }
+}
+
+impl Value for Kinds {
+    fn example() -> Self {
+        Kinds::from([("example".to_string(), 1)])
+    }
+
+    fn add(&mut self, other: &Self) {
+        for (k, v) in other {
+            *self.entry(k.clone()).or_insert(0) += v;
+        }
+    }
+
+    fn zero(&mut self) {
+        self.clear();
+    }
+
+    fn register(&self, r: &mut Registry, d: &Declared) {
+        let Kind::By(label) = d.kind else { unreachable!("a map is a by(..) counter") };
+        r.register(d.metric, d.help, labeled(label, self));
+    }
+}
+
+/// A counter family with one label, from counts per kind.
+pub fn labeled(label: &str, values: &Kinds) -> Family<Vec<(String, String)>, Counter> {
+    let f = Family::<Vec<(String, String)>, Counter>::default();
+    for (k, v) in values {
+        f.get_or_create(&vec![(label.to_string(), k.clone())]).inc_by(*v);
+    }
+    f
+}
+
+/// Declare a role's counters once. See the module doc for the kinds.
+///
+/// ```ignore
+/// megaconn::counters! {
+///     /// What a server worker counts.
+///     pub struct ServerCounters {
+///         accepted: counter "accepted" "Connections accepted",
+///         close_reasons: by("reason") "closed" "Connections closed, by reason",
+///     }
+/// }
+/// ```
+#[macro_export]
+macro_rules! counters {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $( $field:ident : $kind:ident $(($label:literal))? $metric:literal $help:literal, )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Default, PartialEq, ::serde::Serialize, ::serde::Deserialize)]
+        #[serde(default)]
+        pub struct $name {
+            $( #[doc = $help] pub $field: $crate::counters!(@ty $kind), )*
+        }
+
+        impl $name {
+            /// Every counter of this role, in declaration order.
+            pub const DECLARED: &'static [$crate::stats::counters::Declared] = &[
+                $( $crate::stats::counters::Declared {
+                    field: stringify!($field),
+                    metric: $metric,
+                    help: $help,
+                    kind: $crate::counters!(@kind $kind $(($label))?),
+                }, )*
+            ];
+
+            /// Every counter set to a value that shows (tests of the outputs).
+            pub fn example() -> Self {
+                use $crate::stats::counters::Value;
+                Self { $( $field: Value::example(), )* }
+            }
+
+            /// Add another worker's counters to these.
+            pub fn add(&mut self, other: &Self) {
+                use $crate::stats::counters::Value;
+                $( self.$field.add(&other.$field); )*
+            }
+
+            /// A worker died: its levels (open connections, memory) are gone;
+            /// its cumulative counts stay.
+            pub fn zero_levels(&mut self) {
+                use $crate::stats::counters::Value;
+                let mut i = 0;
+                $(
+                    if Self::DECLARED[i].kind.is_level() {
+                        self.$field.zero();
+                    }
+                    i += 1;
+                )*
+                let _ = i;
+            }
+
+            /// Register every counter for `/metrics`.
+            pub fn register(&self, r: &mut ::prometheus_client::registry::Registry) {
+                use $crate::stats::counters::Value;
+                let mut i = 0;
+                $(
+                    self.$field.register(r, &Self::DECLARED[i]);
+                    i += 1;
+                )*
+                let _ = i;
+            }
+        }
+    };
+    (@ty by) => { $crate::stats::counters::Kinds };
+    (@ty $other:ident) => { u64 };
+    (@kind counter) => { $crate::stats::counters::Kind::Counter };
+    (@kind gauge) => { $crate::stats::counters::Kind::Gauge };
+    (@kind bytes) => { $crate::stats::counters::Kind::Bytes };
+    (@kind micros) => { $crate::stats::counters::Kind::Micros };
+    (@kind by($label:literal)) => { $crate::stats::counters::Kind::By($label) };
+}
+
+#[cfg(test)]
+mod tests {
+    crate::counters! {
+        /// A test role.
+        pub struct Demo {
+            open: gauge "connections" "Open now",
+            accepted: counter "accepted" "Accepted",
+            rss: bytes "resident_memory" "Memory",
+            busy_us: micros "busy" "Busy time",
+            closed: by("reason") "closed" "Closed, by reason",
+        }
+    }
+
+    #[test]
+    fn sums_zeroes_and_registers_every_declared_counter() {
+        let mut a = Demo { open: 2, accepted: 5, rss: 100, busy_us: 1_500_000, ..Default::default() };
+        a.closed.insert("peer_closed".into(), 1);
+        let mut b = a.clone();
+        b.add(&a);
+        assert_eq!((b.open, b.accepted, b.rss, b.closed["peer_closed"]), (4, 10, 200, 2));
+        b.zero_levels();
+        assert_eq!((b.open, b.accepted, b.rss, b.busy_us), (0, 10, 0, 3_000_000));
+        let mut r = prometheus_client::registry::Registry::with_prefix("demo");
+        b.register(&mut r);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &r).unwrap();
+        for d in Demo::DECLARED {
+            assert!(text.contains(&format!("# HELP {} ", d.kind.family_name("demo", d.metric))), "{} missing in {text}", d.field);
+        }
+        assert!(text.contains("demo_busy_seconds_total 3.0"), "{text}");
+        assert!(text.contains("demo_closed_total{reason=\"peer_closed\"} 2"), "{text}");
+        let json = serde_json::to_value(&b).unwrap();
+        assert_eq!(Demo::DECLARED.iter().filter(|d| json.get(d.field).is_none()).count(), 0, "{json}");
+    }
+}
