@@ -5,17 +5,25 @@
 # to prove no socket is left behind). Idempotent; installs only what is
 # missing and says what it does.
 set -euo pipefail
+# Rust: Cargo.toml's rust-version is the oldest toolchain the locked
+# dependencies build with. Debian's cargo package is far older, so it is no
+# fallback; rustup (preinstalled on these machines) is the way.
+need=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
+if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+  export PATH="$HOME/.cargo/bin:$PATH"
+fi
 if ! command -v cargo >/dev/null 2>&1; then
-  if [ -x "$HOME/.cargo/bin/cargo" ]; then
-    export PATH="$HOME/.cargo/bin:$PATH"
+  echo "setup: cargo not found; megaconn needs Rust >= $need: install it with rustup (https://rustup.rs), then rerun" >&2
+  exit 1
+fi
+have=$(rustc --version | cut -d' ' -f2)
+if [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -1)" != "$need" ]; then
+  if command -v rustup >/dev/null 2>&1; then
+    echo "setup: rustc $have is older than the $need Cargo.toml needs; updating with rustup"
+    rustup toolchain install stable --profile minimal -c rustfmt,clippy && rustup default stable
   else
-    echo "setup: cargo not found; install Rust with your package manager (apt-get install cargo) or rustup" >&2
-    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-      echo "setup: installing cargo from Debian packages"
-      apt-get update -qq && apt-get install -y -qq cargo
-    else
-      exit 1
-    fi
+    echo "setup: rustc $have is older than the $need Cargo.toml needs; install Rust >= $need with rustup" >&2
+    exit 1
   fi
 fi
 # The test script checks formatting and lints.

@@ -192,6 +192,27 @@ pub fn positive_count(s: &str) -> Result<u64, String> {
     v.checked_mul(mult).ok_or_else(|| format!("'{s}' is too large"))
 }
 
+/// A count per second: "50000/s", "50k/s" or a bare "50000" (per second).
+pub fn per_second_count(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let n = t.strip_suffix("/s").unwrap_or(t);
+    if n.contains('/') {
+        return Err(format!("'{s}': give a rate per second, e.g. 50000/s"));
+    }
+    positive_count(n).map_err(|e| format!("{e} (a rate per second, e.g. 50000/s)"))
+}
+
+/// Bytes of data in a published push: at most what one framed push frame
+/// carries for a short topic.
+pub fn push_bytes(s: &str) -> Result<usize, String> {
+    let v: usize = s.trim().parse().map_err(|_| format!("'{s}' is not a byte count; expected e.g. 64"))?;
+    let cap = crate::proto::push::max_data(16);
+    if v > cap {
+        return Err(format!("--push-bytes {v} exceeds the {cap} bytes a framed push carries; use e.g. 64"));
+    }
+    Ok(v)
+}
+
 /// A per-connection rate: "1/s", "0.5/s", "300/m", "5" (per second), or
 /// "off". Returns requests per second.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -231,6 +252,15 @@ pub fn payload(s: &str) -> Result<usize, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rates_take_per_second_or_bare_numbers() {
+        assert_eq!(per_second_count("50000/s"), Ok(50_000));
+        assert_eq!(per_second_count("50k/s"), Ok(50_000));
+        assert_eq!(per_second_count("2000"), Ok(2_000));
+        assert!(per_second_count("10/m").unwrap_err().contains("per second"));
+        assert!(per_second_count("0/s").unwrap_err().contains("greater than 0"));
+    }
 
     #[test]
     fn ports_parse_ranges_and_lists() {

@@ -21,7 +21,8 @@ use anyhow::Result;
 use serde::Serialize;
 use std::time::Duration;
 
-const CONNECTIONS: u64 = 1000;
+/// Connections of the published experiment (each sends 1 request/s).
+pub const DEFAULT_CONNECTIONS: u64 = 1000;
 const MODES: [BusinessMode; 4] = [BusinessMode::Inline, BusinessMode::Pool(1000), BusinessMode::Pool(20), BusinessMode::Async];
 
 #[derive(Debug, Serialize)]
@@ -49,7 +50,8 @@ pub fn run(args: BenchConfig) -> Result<i32> {
     let mut progress = Progress::new(false);
     let service = ServiceTime::Classic;
     progress.note(&format!(
-        "business scenario: {CONNECTIONS} connections x 1 request/s for {:.0} s per mode, classic service time (mean {:.2} ms)",
+        "business scenario: {} connections x 1 request/s for {:.0} s per mode, classic service time (mean {:.2} ms)",
+        args.connections,
         hold.as_secs_f64(),
         service.mean_ms()
     ));
@@ -77,11 +79,11 @@ fn run_mode(args: &BenchConfig, mode: BusinessMode, service: &ServiceTime, hold:
         Workers::Auto => Workers::Fixed(1),
         w => w,
     };
-    let server_cfg = crate::server::ServerConfig { business: mode, service_time: service.clone(), workers, ..super::server_config(args, CONNECTIONS) };
+    let server_cfg = crate::server::ServerConfig { business: mode, service_time: service.clone(), workers, ..super::server_config(args, args.connections) };
     let client_cfg = ClientConfig {
         load: LoadConfig {
             ports: args.ports.clone(),
-            connections: CONNECTIONS,
+            connections: args.connections,
             rate: args.rate.min(10_000),
             source_ips: args.source_ips.clone(),
             heartbeat: None,

@@ -89,6 +89,17 @@ pub fn run(cfg: ClientConfig) -> Result<i32> {
     for w in &cp.warnings {
         progress.note(&format!("warning: {w}"));
     }
+    if cfg.dry_run {
+        let plan = serde_json::json!({"event": "plan", "connections": cp.count, "first": cp.first, "target": cp.target, "ports": cp.ports.len(),
+            "source_addresses": cp.source_count, "rate_per_s": cfg.load.rate, "workers": wp.workers, "per_worker": wp.per_worker,
+            "fd_limit": wp.fd_limit, "start_at_checked": cfg.load.start_at.is_some()});
+        if cfg.load.json {
+            println!("{plan}");
+        } else {
+            progress.note(&format!("dry run: {} connections/s from this process; nothing opened", crate::stats::format::count(cfg.load.rate)));
+        }
+        return Ok(0);
+    }
     if let Some(s) = cfg.shard.filter(|_| cp.count == 0) {
         progress.note(&format!("shard {}/{} of {} connections is empty: nothing to do", s.index, s.count, cfg.load.connections));
         return Ok(0);

@@ -304,7 +304,7 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
         format::count(per_node),
         args.broadcasts,
         if topics.is_empty() { "broadcasts".to_string() } else { format!("rounds over {} topics", topics.len()) },
-        args.payload,
+        args.push_bytes,
         args.broadcast_interval.as_secs_f64(),
         crate::client::describe(&cplan, &cwplan)
     ));
@@ -345,7 +345,7 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
     let cluster = serde_json::json!({"nodes": args.nodes, "broker": format!("nats://{broker_at}"), "published_on": "n0", "node_stats": node_stats});
     let result = serde_json::json!({ "push": report, "client": summary, "cluster": cluster, "topology": net.placement });
     if let Some(dir) = &args.report {
-        let plan = serde_json::json!({"client": cplan, "client_workers": cwplan, "nodes": args.nodes, "broadcasts": args.broadcasts, "topics": args.topics, "payload": args.payload});
+        let plan = serde_json::json!({"client": cplan, "client_workers": cwplan, "nodes": args.nodes, "broadcasts": args.broadcasts, "topics": args.topics, "push_bytes": args.push_bytes});
         let machine = crate::report::machine(serde_json::to_value(&net.placement)?);
         let r = crate::report::Report::new("bench push --nodes", &client, &summary, plan, result.clone(), machine);
         if let Err(e) = r.save(dir, &mut progress) {

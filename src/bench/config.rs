@@ -33,6 +33,8 @@ pub struct BenchConfig {
     pub hold: Option<Duration>,
     pub heartbeat: Option<Duration>,
     pub payload: usize,
+    /// Push scenario: bytes of data in each published message.
+    pub push_bytes: usize,
     pub source_ips: Option<Vec<Ipv4Addr>>,
     pub server_workers: Workers,
     pub client_workers: Workers,
@@ -70,6 +72,7 @@ impl Default for BenchConfig {
             hold: None,
             heartbeat: Some(Duration::from_secs(30)),
             payload: 64,
+            push_bytes: 64,
             source_ips: None,
             server_workers: Workers::Auto,
             client_workers: Workers::Auto,

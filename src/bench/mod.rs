@@ -194,7 +194,7 @@ fn ports_list(ports: &[u16]) -> String {
 
 /// The connections scenario: ramp, hold, memory and CPU per connection.
 fn connections(args: BenchConfig, placement: &crate::topology::Placement, mut progress: Progress) -> Result<i32> {
-    let hold = args.hold.unwrap_or(Duration::from_secs(20));
+    let hold = args.hold.unwrap_or(crate::client::config::DEFAULT_HOLD);
     let (_, fds) = crate::sys::raise_fd_limit();
     let server_cfg = server_config(&args, args.connections);
     let client_cfg = client_config(&args, hold);

@@ -51,7 +51,8 @@ pub struct PushReport {
     pub connections: u64,
     pub topics: u64,
     pub broadcasts: u64,
-    pub payload: usize,
+    /// Bytes of data in each published message.
+    pub push_bytes: usize,
     pub expected_deliveries: u64,
     pub deliveries: u64,
     pub dropped: u64,
@@ -101,7 +102,7 @@ pub fn run(args: BenchConfig, placement: &crate::topology::Placement) -> Result<
         "push bench: {} connections, then {} {what} of {} bytes every {:.1} s | {}",
         format::count(args.connections),
         args.broadcasts,
-        args.payload,
+        args.push_bytes,
         args.broadcast_interval.as_secs_f64(),
         crate::client::describe(&cplan, &cwplan)
     ));
@@ -137,7 +138,7 @@ pub fn run(args: BenchConfig, placement: &crate::topology::Placement) -> Result<
     let result = serde_json::json!({ "push": report, "client": summary, "topology": placement });
     if let Some(dir) = &args.report {
         let plan =
-            serde_json::json!({"client": cplan, "client_workers": cwplan, "broadcasts": args.broadcasts, "topics": args.topics, "payload": args.payload});
+            serde_json::json!({"client": cplan, "client_workers": cwplan, "broadcasts": args.broadcasts, "topics": args.topics, "push_bytes": args.push_bytes});
         let r = crate::report::Report::new("bench push", &client, &summary, plan, result.clone(), crate::report::machine(serde_json::to_value(placement)?));
         if let Err(e) = r.save(dir, &mut progress) {
             progress.note(&format!("warning: the report was not written ({e:#}); the results follow"));
@@ -193,7 +194,7 @@ pub(super) fn push_report(
         connections: summary.held,
         topics: args.topics,
         broadcasts: results.len() as u64,
-        payload: args.payload,
+        push_bytes: args.push_bytes,
         expected_deliveries: expected,
         deliveries,
         dropped: expected.saturating_sub(deliveries),
@@ -224,7 +225,7 @@ pub(super) fn publish(
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(SETTLE);
-    let payload = vec![b'm'; args.payload.min(crate::proto::push::max_data(16))];
+    let payload = vec![b'm'; args.push_bytes];
     let start = Instant::now();
     for k in 0..args.broadcasts {
         let due = start + args.broadcast_interval * k as u32;

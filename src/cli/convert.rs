@@ -81,6 +81,7 @@ impl From<ClientArgs> for ClientConfig {
             admin: a.admin.0,
             url: a.url,
             report: a.report,
+            dry_run: a.dry_run,
             summary_json: a.summary_json,
             hdr_log: a.hdr_log,
         };
@@ -104,12 +105,16 @@ impl From<BenchArgs> for BenchConfig {
     fn from(a: BenchArgs) -> BenchConfig {
         BenchConfig {
             scenario: a.scenario,
-            connections: a.connections,
+            connections: a.connections.unwrap_or(match a.scenario {
+                crate::bench::Scenario::Business => crate::bench::business::DEFAULT_CONNECTIONS,
+                _ => BenchConfig::default().connections,
+            }),
             ports: a.ports.0,
             rate: a.rate,
             hold: a.hold,
             heartbeat: a.heartbeat.0,
             payload: a.payload,
+            push_bytes: a.push_bytes,
             source_ips: a.source_ips.map(|l| l.0),
             server_workers: a.server_workers,
             client_workers: a.client_workers,

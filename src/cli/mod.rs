@@ -18,6 +18,17 @@ use clap::{Args, Parser, Subcommand};
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
+/// What each subcommand's `--protocol` accepts (its help lists only these).
+const SERVER_PROTOCOLS: &[&str] = &["framed", "ws", "http", "echo8", "echo", "discard"];
+const CLIENT_PROTOCOLS: &[&str] = &["framed", "ws", "http", "echo8", "raw"];
+const BENCH_PROTOCOLS: &[&str] = &["framed", "ws"];
+
+/// A `--protocol` parser that accepts only `names`.
+fn protocols(names: &'static [&'static str]) -> impl TypedValueParser<Value = Protocol> {
+    clap::builder::PossibleValuesParser::new(names)
+        .map(|s| <Protocol as clap::ValueEnum>::from_str(&s, false).expect("every listed protocol name is a Protocol"))
+}
+
 /// Run the parsed command line; Ok is the process exit code.
 pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
@@ -119,8 +130,8 @@ pub struct ServerArgs {
     /// Stop by itself after this long (default: run until Ctrl-C).
     #[arg(long, default_value = "off")]
     pub duration: OptDuration,
-    /// Wire protocol: framed (default), ws (WebSocket), http, echo8 (8-byte timestamps), echo or discard (any TCP peer).
-    #[arg(long, value_enum, default_value = "framed")]
+    /// Wire protocol: framed (megaconn frames), ws (WebSocket), http, echo8 (8-byte timestamps), echo or discard (any TCP peer).
+    #[arg(long, value_parser = protocols(SERVER_PROTOCOLS), default_value = "framed")]
     pub protocol: Protocol,
     /// WebSocket: largest message, all fragments together; larger is closed with status 1009.
     #[arg(long, default_value = "65536", value_parser = clap::value_parser!(u32).range(126..=67_108_864).map(|v| v as usize))]
@@ -178,8 +189,8 @@ pub struct LoadArgs {
     /// Connections to open.
     #[arg(long, value_parser = parse::positive_count)]
     pub connections: u64,
-    /// New connections per second, spread evenly over time.
-    #[arg(long, value_parser = parse::positive_count, default_value = "50000")]
+    /// New connections per second, spread evenly over time (e.g. 50000/s; a bare number is per second). Per process: every shard or pod runs its own.
+    #[arg(long, value_parser = parse::per_second_count, default_value = "50000/s")]
     pub rate: u64,
     /// Source addresses (range, CIDR or list); default: enough 127.0.0.x for the target.
     #[arg(long)]
@@ -196,11 +207,11 @@ pub struct LoadArgs {
     /// A reply later than this (or never) counts as a timeout.
     #[arg(long, value_parser = parse::positive_duration, default_value = "10s")]
     pub request_timeout: Duration,
-    /// Wire protocol: framed (default) or echo8 (raw 8-byte ms timestamps; no heartbeats).
-    #[arg(long, value_enum, default_value = "framed")]
+    /// Wire protocol: framed (megaconn frames), ws (WebSocket), http (keep-alive GET /), echo8 (8-byte ms timestamps; no heartbeats) or raw (--message bytes to any TCP server).
+    #[arg(long, value_parser = protocols(CLIENT_PROTOCOLS), default_value = "framed")]
     pub protocol: Protocol,
     /// How long to hold all connections after the ramp.
-    #[arg(long, value_parser = parse::duration, default_value = "30s")]
+    #[arg(long, value_parser = parse::duration, default_value = crate::client::config::DEFAULT_HOLD_TEXT)]
     pub hold: Duration,
     /// Give up on a handshake after this long.
     #[arg(long, value_parser = parse::positive_duration, default_value = "10s")]
@@ -268,6 +279,9 @@ pub struct ClientArgs {
     /// Write report.json, index.html and charts (SVG, PNG) of this run to DIR.
     #[arg(long, value_name = "DIR")]
     pub report: Option<std::path::PathBuf>,
+    /// Print the plan (connections, workers, source addresses, rate, fds) and exit: opens nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -282,23 +296,23 @@ pub struct BenchArgs {
     #[arg(long, default_value = "off")]
     pub churn: PerSecond,
     /// What both ends speak: framed (megaconn frames) or ws (WebSocket: pings, binary requests, pushes as messages).
-    #[arg(long, value_enum, default_value = "framed")]
+    #[arg(long, value_parser = protocols(BENCH_PROTOCOLS), default_value = "framed")]
     pub protocol: Protocol,
     /// What to run: connections (ramp, hold, memory) or business (the
     /// thread-pool experiment: 1000 conns x 1 req/s against inline,
     /// pool:1000, pool:20 and async, classic service time).
     #[arg(long, value_enum, default_value = "connections")]
     pub scenario: Scenario,
-    /// Connections to reach and hold.
-    #[arg(long, value_parser = parse::positive_count, default_value = "200000")]
-    pub connections: u64,
+    /// Connections to reach and hold (default 200000; --scenario business: 1000, each sending 1 request/s).
+    #[arg(long, value_parser = parse::positive_count)]
+    pub connections: Option<u64>,
     /// Server ports.
     #[arg(long, default_value = "8000-8099")]
     pub ports: PortList,
-    /// New connections per second.
-    #[arg(long, value_parser = parse::positive_count, default_value = "50000")]
+    /// New connections per second (e.g. 50000/s; a bare number is per second).
+    #[arg(long, value_parser = parse::per_second_count, default_value = "50000/s")]
     pub rate: u64,
-    /// Hold time after the ramp (default 20s; 30s per mode for --scenario business).
+    /// Hold time after the ramp (default 20s, as the client's; 30s per mode for --scenario business; the publishing time for --scenario push).
     #[arg(long, value_parser = parse::duration)]
     pub hold: Option<Duration>,
     /// Heartbeat interval per connection ("off" to disable).
@@ -307,6 +321,9 @@ pub struct BenchArgs {
     /// Heartbeat payload in bytes (cap 4096).
     #[arg(long, value_parser = parse::payload, default_value = "64")]
     pub payload: usize,
+    /// Push scenario: bytes of data in each published message (cap: what a framed push carries).
+    #[arg(long, value_parser = parse::push_bytes, default_value = "64")]
+    pub push_bytes: usize,
     /// Source addresses; default: enough 127.0.0.x for the target.
     #[arg(long)]
     pub source_ips: Option<IpList>,
@@ -352,8 +369,8 @@ pub struct TuneArgs {
     /// Server ports (their count sets listener fds and port-pair capacity).
     #[arg(long, default_value = "8000-8099")]
     pub ports: PortList,
-    /// Planned new connections per second (sizes the accept queues).
-    #[arg(long, value_parser = parse::positive_count, default_value = "50000")]
+    /// Planned new connections per second, e.g. 50000/s (sizes the accept queues).
+    #[arg(long, value_parser = parse::per_second_count, default_value = "50000/s")]
     pub rate: u64,
     /// Write /etc/sysctl.d/90-megaconn.conf and load it (root only).
     #[arg(long)]

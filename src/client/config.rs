@@ -16,6 +16,12 @@ pub enum CloseMode {
     Graceful,
 }
 
+/// How long a load holds its connections after the ramp, unless told:
+/// the client's and the bench's default alike.
+pub const DEFAULT_HOLD: Duration = Duration::from_secs(20);
+/// [`DEFAULT_HOLD`] as the CLI writes it.
+pub const DEFAULT_HOLD_TEXT: &str = "20s";
+
 /// One server of several (bench --nodes): where its share of the client
 /// workers connect, and the network namespace (fd) they run in.
 #[derive(Debug, Clone, Copy)]
@@ -87,7 +93,7 @@ impl Default for LoadConfig {
             request_rate: None,
             request_timeout: Duration::from_secs(10),
             protocol: Protocol::Framed,
-            hold: Duration::from_secs(30),
+            hold: DEFAULT_HOLD,
             connect_timeout: Duration::from_secs(10),
             close: CloseMode::Reset,
             stats_interval: Duration::from_secs(2),
@@ -126,6 +132,8 @@ pub struct ClientConfig {
     pub summary_json: Option<std::path::PathBuf>,
     /// `--hdr-log FILE`.
     pub hdr_log: Option<std::path::PathBuf>,
+    /// `--dry-run`: print the plan and open nothing.
+    pub dry_run: bool,
 }
 
 impl Default for ClientConfig {
@@ -140,6 +148,15 @@ impl Default for ClientConfig {
             report: None,
             summary_json: None,
             hdr_log: None,
+            dry_run: false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_hold_default_is_written_once() {
+        assert_eq!(humantime::parse_duration(super::DEFAULT_HOLD_TEXT).unwrap(), super::DEFAULT_HOLD);
     }
 }

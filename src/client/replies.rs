@@ -28,6 +28,14 @@ pub struct Replies<'a> {
     pub beats_out: &'a mut u8,
 }
 
+/// Everything a connection can receive that shows the server speaks its
+/// protocol: heartbeat answers, replies, rejections, pushes, raw bytes.
+/// One definition for every protocol, so "lost before any answer" (the
+/// protocol-mismatch verdict) means the same thing for each.
+pub fn answers(s: &ClientSnapshot) -> u64 {
+    s.heartbeats_answered + s.replies + s.rejected + s.push_received + s.raw_bytes_in
+}
+
 impl Replies<'_> {
     /// A heartbeat came back; `sent`: its intended send time, if it
     /// carried one.

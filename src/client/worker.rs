@@ -421,10 +421,10 @@ impl Worker {
             raw: self.raw_echo.as_ref(),
             beats_out: &mut slot.beats_out,
         };
-        let before = replies.stats.heartbeats_answered + replies.stats.replies + replies.stats.rejected + replies.stats.raw_bytes_in;
+        let before = replies::answers(replies.stats);
         let r =
             replies::read(self.cfg.protocol, stream, &mut slot.partial, &mut slot.inflight, &mut self.scratch, read_closed, self.wall_offset_us, &mut replies);
-        if replies.stats.heartbeats_answered + replies.stats.replies + replies.stats.rejected + replies.stats.raw_bytes_in > before {
+        if replies::answers(replies.stats) > before {
             slot.answered = true;
         }
         match r {

@@ -127,7 +127,7 @@ pub fn labeled(label: &str, values: &Kinds) -> Family<Vec<(String, String)>, Cou
 
 /// Declare a role's counters once. See the module doc for the kinds.
 ///
-/// ```ignore
+/// ```text
 /// megaconn::counters! {
 ///     /// What a server worker counts.
 ///     pub struct ServerCounters {
@@ -240,6 +240,7 @@ mod tests {
         }
         assert!(text.contains("demo_busy_seconds_total 3.0"), "{text}");
         assert!(text.contains("demo_closed_total{reason=\"peer_closed\"} 2"), "{text}");
+        assert_eq!(Demo::example().closed["example"], 1);
         let json = serde_json::to_value(&b).unwrap();
         assert_eq!(Demo::DECLARED.iter().filter(|d| json.get(d.field).is_none()).count(), 0, "{json}");
     }

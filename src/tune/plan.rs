@@ -116,16 +116,65 @@ pub fn kernel_bytes_per_endpoint(l: &Limits) -> u64 {
     }
 }
 
+/// What every check reads: the limits, the request, and what follows
+/// from them (endpoints, worker processes, descriptors per process).
+#[derive(Clone, Copy)]
+struct Ctx<'a> {
+    l: &'a Limits,
+    req: &'a Request,
+    n: u64,
+    /// Socket endpoints per connection here: 2 with both ends on this machine.
+    ends: u64,
+    endpoints: u64,
+    srv: u64,
+    cli: u64,
+    procs: u64,
+    per_proc: u64,
+}
+
+/// One limit (or a family of them): its rows for the table.
+type Check = fn(&Ctx<'_>) -> Vec<Row>;
+
+/// Every limit on connection count, in the order the table prints them.
+const CHECKS: &[Check] = &[descriptors, nr_open, file_max, ephemeral_ports, queues, memory, tcp_mem, conntrack, processes_for_workers, tcp_ehash];
+
 pub fn assess(l: &Limits, req: Request) -> Assessment {
     let n = req.connections;
     let ends: u64 = if req.role == TuneRole::Both { 2 } else { 1 };
     let endpoints = n.saturating_mul(ends);
-    let mut rows = Vec::new();
     let (srv, cli) = processes(&req, l.nofile_hard);
     let procs = srv.saturating_add(cli);
     let per_proc = ((l.nofile_hard as f64 * FD_HEADROOM) as u64).saturating_sub(BASE_FDS + req.ports);
+    let c = Ctx { l, req: &req, n, ends, endpoints, srv, cli, procs, per_proc };
+    let rows: Vec<Row> = CHECKS.iter().flat_map(|check| check(&c)).collect();
+    let binding = rows.iter().filter(|r| r.status == Status::Binds).min_by_key(|r| r.max_connections.unwrap_or(0)).map(|r| r.limit.clone());
+    let max_now = rows.iter().filter_map(|r| r.max_connections).min().unwrap_or(u64::MAX);
+    let max_after = rows.iter().filter(|r| !r.fixable).filter_map(|r| r.max_connections).min().unwrap_or(u64::MAX);
+    let after_bound = rows.iter().filter(|r| !r.fixable && r.max_connections == Some(max_after)).map(|r| r.limit.clone()).next().unwrap_or_default();
+    let c = crate::stats::format::count;
+    let ends_text = if ends == 2 { " with both ends on this machine" } else { "" };
+    let verdict = match &binding {
+        Some(b) => format!(
+            "For {} connections{ends_text}, {b} binds first: this machine supports about {} connections as it is and about {} after the fixes (then {after_bound} binds).",
+            c(n),
+            c(max_now),
+            c(max_after)
+        ),
+        None => format!(
+            "For {} connections{ends_text}, no limit binds ({procs} worker processes at RLIMIT_NOFILE hard {}); this machine supports about {} connections as it is and about {} after the fixes (bound by {after_bound}).",
+            c(n),
+            c(l.nofile_hard),
+            c(max_now),
+            c(max_after)
+        ),
+    };
+    Assessment { request: req, rows, binding, worker_processes: procs, max_connections_now: max_now, max_connections_after_fixes: max_after, verdict }
+}
 
-    // 1. Per-process descriptors: the ~870 wall and the 20000 wall.
+/// Per-process descriptors: the ~870 wall and the 20000 wall.
+fn descriptors(c: &Ctx<'_>) -> Vec<Row> {
+    let Ctx { l, req, endpoints, srv, cli, procs, per_proc, .. } = *c;
+    let mut rows = Vec::new();
     let soft_wall = l.nofile_soft.saturating_sub(150);
     rows.push(row(
         "RLIMIT_NOFILE soft (ulimit -n)",
@@ -159,9 +208,19 @@ pub fn assess(l: &Limits, req: Request) -> Assessment {
         }),
         None,
     ));
-    // 2. fs.nr_open caps any hard limit anyone can set.
-    rows.push(row("fs.nr_open", opt(l.nr_open), format!(">= RLIMIT_NOFILE hard ({})", opt(Some(l.nofile_hard))), Status::Ok, None, None));
-    // 3. fs.file-max: all open files system-wide.
+    rows
+}
+
+/// fs.nr_open caps any hard limit anyone can set.
+fn nr_open(c: &Ctx<'_>) -> Vec<Row> {
+    let l = c.l;
+    vec![row("fs.nr_open", opt(l.nr_open), format!(">= RLIMIT_NOFILE hard ({})", opt(Some(l.nofile_hard))), Status::Ok, None, None)]
+}
+
+/// fs.file-max: all open files system-wide.
+fn file_max(c: &Ctx<'_>) -> Vec<Row> {
+    let Ctx { l, req, ends, endpoints, procs, .. } = *c;
+    let mut rows = Vec::new();
     if let Some(max) = l.file_max {
         let used = l.files_allocated.unwrap_or(0);
         let needed = endpoints + used + procs * (BASE_FDS + req.ports) + 10_000;
@@ -171,7 +230,13 @@ pub fn assess(l: &Limits, req: Request) -> Assessment {
         let r = row("fs.file-max", format!("{} ({} in use)", opt(Some(max)), opt(Some(used))), opt(Some(needed)), status, None, Some(cap));
         rows.push(sysctl_row(r, "fs.file-max", (needed.next_power_of_two()).to_string()));
     }
-    // 4. Ephemeral ports per (source, destination port) pair.
+    rows
+}
+
+/// Ephemeral ports per (source, destination port) pair.
+fn ephemeral_ports(c: &Ctx<'_>) -> Vec<Row> {
+    let Ctx { l, req, n, .. } = *c;
+    let mut rows = Vec::new();
     if req.role != TuneRole::Server {
         if let Some((lo, hi)) = l.port_range {
             let size = hi.saturating_sub(lo) + 1;
@@ -188,7 +253,13 @@ pub fn assess(l: &Limits, req: Request) -> Assessment {
             rows.push(sysctl_row(r, "net.ipv4.ip_local_port_range", "1024 65535".into()));
         }
     }
-    // 5. Listen and SYN queues against the accept rate.
+    rows
+}
+
+/// Listen and SYN queues against the accept rate.
+fn queues(c: &Ctx<'_>) -> Vec<Row> {
+    let Ctx { l, req, .. } = *c;
+    let mut rows = Vec::new();
     if req.role != TuneRole::Client {
         let needed = (req.rate / 4).clamp(4096, 65535);
         for (key, cur) in [("net.core.somaxconn", l.somaxconn), ("net.ipv4.tcp_max_syn_backlog", l.tcp_max_syn_backlog)] {
@@ -205,7 +276,13 @@ pub fn assess(l: &Limits, req: Request) -> Assessment {
             }
         }
     }
-    // 6. Memory: kernel socket memory plus ours.
+    rows
+}
+
+/// Memory: kernel socket memory plus ours.
+fn memory(c: &Ctx<'_>) -> Vec<Row> {
+    let Ctx { l, n, ends, .. } = *c;
+    let mut rows = Vec::new();
     let per_conn = ends * (kernel_bytes_per_endpoint(l) + USER_BYTES_PER_ENDPOINT);
     let mem_needed = n.saturating_mul(per_conn);
     let mem_row = |name: &str, avail: u64, what: String, fix: &str| {
@@ -243,8 +320,14 @@ pub fn assess(l: &Limits, req: Request) -> Assessment {
             "raise the cgroup limit (memory.max / memory.limit_in_bytes; MemoryMax= in systemd, resources.limits.memory in Kubernetes)",
         ));
     }
-    // 7. TCP buffer memory: idle sockets hold none, but bursts of
-    // heartbeats queue one small skb (~1 KiB truesize) on up to 1 in 10.
+    rows
+}
+
+/// TCP buffer memory: idle sockets hold none, but bursts of
+/// heartbeats queue one small skb (~1 KiB truesize) on up to 1 in 10.
+fn tcp_mem(c: &Ctx<'_>) -> Vec<Row> {
+    let Ctx { l, endpoints, .. } = *c;
+    let mut rows = Vec::new();
     if let Some([_, _, high]) = l.tcp_mem {
         let needed_pages = endpoints * 1024 / 10 / l.page_size.max(1);
         let r = row(
@@ -257,7 +340,13 @@ pub fn assess(l: &Limits, req: Request) -> Assessment {
         );
         rows.push(sysctl_row(r, "net.ipv4.tcp_mem", format!("{} {} {}", needed_pages, needed_pages * 3 / 2, needed_pages * 2)));
     }
-    // 8. Connection tracking, only when it is tracking something.
+    rows
+}
+
+/// Connection tracking, only when it is tracking something.
+fn conntrack(c: &Ctx<'_>) -> Vec<Row> {
+    let Ctx { l, n, .. } = *c;
+    let mut rows = Vec::new();
     if let (Some(max), Some(count)) = (l.conntrack_max, l.conntrack_count) {
         if count > 0 {
             let needed = n + n / 10 + count;
@@ -272,7 +361,13 @@ pub fn assess(l: &Limits, req: Request) -> Assessment {
             rows.push(sysctl_row(r, "net.netfilter.nf_conntrack_max", needed.to_string()));
         }
     }
-    // 9. Processes: the workers the fd limit forces.
+    rows
+}
+
+/// Processes: the workers the fd limit forces.
+fn processes_for_workers(c: &Ctx<'_>) -> Vec<Row> {
+    let Ctx { l, req, procs, per_proc, .. } = *c;
+    let mut rows = Vec::new();
     let pid_caps = [("ulimit -u", l.max_processes), ("cgroup pids.max", l.cgroup_pids_max), ("kernel.pid_max", l.pid_max)];
     if let Some((name, cap)) = pid_caps.iter().filter_map(|(name, c)| c.map(|c| (*name, c))).min_by_key(|(_, c)| *c) {
         // Leave room for everything else running.
@@ -287,10 +382,14 @@ pub fn assess(l: &Limits, req: Request) -> Assessment {
             Some(conn_cap),
         ));
     }
+    rows
+}
 
-    // 10. Handshakes queued on a worker's listener when it leaves the
-    // The TCP established hash: sized at boot for the host; every packet
-    // walks a chain of sockets / buckets entries.
+/// The TCP established hash: sized at boot for the host; every packet
+/// walks a chain of sockets / buckets entries.
+fn tcp_ehash(c: &Ctx<'_>) -> Vec<Row> {
+    let Ctx { l, req, endpoints, .. } = *c;
+    let mut rows = Vec::new();
     if let Some(e) = l.tcp_ehash_entries {
         let buckets = e.unsigned_abs();
         let sockets = endpoints + req.ports;
@@ -309,29 +408,7 @@ pub fn assess(l: &Limits, req: Request) -> Assessment {
             None,
         ));
     }
-
-    let binding = rows.iter().filter(|r| r.status == Status::Binds).min_by_key(|r| r.max_connections.unwrap_or(0)).map(|r| r.limit.clone());
-    let max_now = rows.iter().filter_map(|r| r.max_connections).min().unwrap_or(u64::MAX);
-    let max_after = rows.iter().filter(|r| !r.fixable).filter_map(|r| r.max_connections).min().unwrap_or(u64::MAX);
-    let after_bound = rows.iter().filter(|r| !r.fixable && r.max_connections == Some(max_after)).map(|r| r.limit.clone()).next().unwrap_or_default();
-    let c = crate::stats::format::count;
-    let ends_text = if ends == 2 { " with both ends on this machine" } else { "" };
-    let verdict = match &binding {
-        Some(b) => format!(
-            "For {} connections{ends_text}, {b} binds first: this machine supports about {} connections as it is and about {} after the fixes (then {after_bound} binds).",
-            c(n),
-            c(max_now),
-            c(max_after)
-        ),
-        None => format!(
-            "For {} connections{ends_text}, no limit binds ({procs} worker processes at RLIMIT_NOFILE hard {}); this machine supports about {} connections as it is and about {} after the fixes (bound by {after_bound}).",
-            c(n),
-            c(l.nofile_hard),
-            c(max_now),
-            c(max_after)
-        ),
-    };
-    Assessment { request: req, rows, binding, worker_processes: procs, max_connections_now: max_now, max_connections_after_fixes: max_after, verdict }
+    rows
 }
 
 #[cfg(test)]

@@ -43,12 +43,12 @@ impl Worker {
             raw: None,
             beats_out: &mut slot.beats_out,
         };
-        let before = replies.stats.heartbeats_answered + replies.stats.replies + replies.stats.push_received;
+        let before = replies::answers(replies.stats);
         self.ws_out.clear();
         let mut rd = WsRead { key: key.as_deref(), frag: &mut slot.ws_frag, tmp: &mut self.unmasked, out: &mut self.ws_out, mask, outcome: Default::default() };
         let r = net::read_chunks(stream, &mut slot.partial, &mut self.scratch, read_closed, |buf| rd.consume(buf, &mut replies));
         let outcome = rd.outcome;
-        if replies.stats.heartbeats_answered + replies.stats.replies + replies.stats.push_received > before {
+        if replies::answers(replies.stats) > before {
             slot.answered = true;
         }
         let sent = net::send(stream, &mut slot.backlog, &self.ws_out);
