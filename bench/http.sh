@@ -26,7 +26,7 @@ if ! need wrk || ! need ab || ! need nginx; then
   apt-get update -qq && apt-get install -y -qq wrk apache2-utils nginx-light >/dev/null
 fi
 cargo build --release --locked -q
-BIN=target/release/megaconn
+BIN=${MEGACONN:-target/release/megaconn}   # MEGACONN=path compares another build
 
 work="$(mktemp -d)"
 pids=()

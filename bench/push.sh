@@ -25,8 +25,10 @@ out="$run/results-push-$n.txt"
 floor_json="$run/floor-$n.json"; mega_json="$run/megaconn-$n.json"
 echo "# $(date -u +%FT%TZ) bench/push.sh n=$n rounds=$rounds interval=${interval}s, $(nproc) cores" | tee "$out"
 target/broadcast_floor "$n" "$rounds" "$((interval * 1000))" 24000 64 > "$floor_json"
-target/release/megaconn bench --scenario push --connections "$n" --broadcasts "$rounds" --broadcast-interval "${interval}s" \
-  --payload 64 --heartbeat off --json --ports 8000-8099 > "$mega_json" || echo "megaconn bench exited $? (see its JSON)" | tee -a "$out"
+bin=${MEGACONN:-target/release/megaconn}   # MEGACONN=path compares another build
+size=--push-bytes; "$bin" bench --help | grep -q -- --push-bytes || size=--payload   # builds before issue 20
+"$bin" bench --scenario push --connections "$n" --broadcasts "$rounds" --broadcast-interval "${interval}s" \
+  "$size" 64 --heartbeat off --json --ports 8000-8099 > "$mega_json" || echo "megaconn bench exited $? (see its JSON)" | tee -a "$out"
 python3 - "$floor_json" "$mega_json" <<'PY' | tee -a "$out"
 import json, sys
 f = json.load(open(sys.argv[1])); m = json.load(open(sys.argv[2]))["push"]
