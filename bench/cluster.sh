@@ -12,14 +12,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n="${1:-500000}"
-# Results go to a fresh run directory (bench/runs/ is not committed), never
-# over the bench/results-* files BENCHMARKS.md cites. RUN_DIR overrides it.
-run="${RUN_DIR:-bench/runs/$(date -u +%F-%H%M%S)-cluster}"
-if [ -n "$(ls -A "$run" 2>/dev/null)" ]; then
-  echo "cluster.sh: $run is not empty; give a new RUN_DIR" >&2; exit 2
-fi
-mkdir -p "$run"
-echo "cluster.sh: results in $run" >&2
+. bench/run_dir.sh
+run=$(run_dir cluster)   # fresh each run; RUN_DIR overrides
 cargo build --release --locked -q
 bin=target/release/megaconn
 common=(bench --scenario push --connections "$n" --broadcasts 10 --json)

@@ -8,14 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 hold="${1:-30s}"
-# Results go to a fresh run directory (bench/runs/ is not committed), never
-# over the bench/results-* files BENCHMARKS.md cites. RUN_DIR overrides it.
-run="${RUN_DIR:-bench/runs/$(date -u +%F-%H%M%S)-elastic}"
-if [ -n "$(ls -A "$run" 2>/dev/null)" ]; then
-  echo "elastic.sh: $run is not empty; give a new RUN_DIR" >&2; exit 2
-fi
-mkdir -p "$run"
-echo "elastic.sh: results in $run" >&2
+. bench/run_dir.sh
+run=$(run_dir elastic)   # fresh each run; RUN_DIR overrides
 cargo build --release --locked -q
 bin=target/release/megaconn
 ports=19000-19009

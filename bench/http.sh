@@ -8,14 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DUR="${1:-15s}"
 AB_N="${2:-1000000}"
-# Results go to a fresh run directory (bench/runs/ is not committed), never
-# over the bench/results-* files BENCHMARKS.md cites. RUN_DIR overrides it.
-run="${RUN_DIR:-bench/runs/$(date -u +%F-%H%M%S)-http}"
-if [ -n "$(ls -A "$run" 2>/dev/null)" ]; then
-  echo "http.sh: $run is not empty; give a new RUN_DIR" >&2; exit 2
-fi
-mkdir -p "$run"
-echo "http.sh: results in $run" >&2
+. bench/run_dir.sh
+run=$(run_dir http)   # fresh each run; RUN_DIR overrides
 NGINX_PORT=18080
 MEGA_PORT=18081
 WORKERS=2

@@ -9,14 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n="${1:-200000}"; rounds="${2:-10}"; interval="${3:-3}"
-# Results go to a fresh run directory (bench/runs/ is not committed), never
-# over the bench/results-* files BENCHMARKS.md cites. RUN_DIR overrides it.
-run="${RUN_DIR:-bench/runs/$(date -u +%F-%H%M%S)-push}"
-if [ -n "$(ls -A "$run" 2>/dev/null)" ]; then
-  echo "push.sh: $run is not empty; give a new RUN_DIR" >&2; exit 2
-fi
-mkdir -p "$run"
-echo "push.sh: results in $run" >&2
+. bench/run_dir.sh
+run=$(run_dir push)   # fresh each run; RUN_DIR overrides
 command -v gcc >/dev/null || { apt-get update -qq && apt-get install -y -qq gcc; }
 mkdir -p target
 gcc -Wall -Wextra -O2 -o target/broadcast_floor bench/broadcast_floor.c

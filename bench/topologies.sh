@@ -11,14 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 n="${1:-1000000}"
 RUN_DIR="${2:-${RUN_DIR:-}}"
-# Results go to a fresh run directory (bench/runs/ is not committed), never
-# over the bench/results-* files BENCHMARKS.md cites. RUN_DIR overrides it.
-run="${RUN_DIR:-bench/runs/$(date -u +%F-%H%M%S)-topologies}"
-if [ -n "$(ls -A "$run" 2>/dev/null)" ]; then
-  echo "topologies.sh: $run is not empty; give a new RUN_DIR" >&2; exit 2
-fi
-mkdir -p "$run"
-echo "topologies.sh: results in $run" >&2
+. bench/run_dir.sh
+run=$(run_dir topologies)   # fresh each run; RUN_DIR overrides
 out="$run"
 cargo build --release --locked -q
 bin=target/release/megaconn

@@ -80,12 +80,7 @@ pub struct ClientSummary {
     pub interrupted: bool,
 }
 
-impl std::ops::Deref for ClientSummary {
-    type Target = ClientCounters;
-    fn deref(&self) -> &ClientCounters {
-        &self.counters
-    }
-}
+crate::counters_deref!(ClientSummary => ClientCounters);
 
 /// Pushes received (`--subscribe`, broadcasts, unicasts).
 #[derive(Debug, Clone, Serialize)]

@@ -71,18 +71,7 @@ pub struct ClientSnapshot {
     pub last: bool,
 }
 
-impl std::ops::Deref for ClientSnapshot {
-    type Target = ClientCounters;
-    fn deref(&self) -> &ClientCounters {
-        &self.counters
-    }
-}
-
-impl std::ops::DerefMut for ClientSnapshot {
-    fn deref_mut(&mut self) -> &mut ClientCounters {
-        &mut self.counters
-    }
-}
+crate::counters_deref!(ClientSnapshot => ClientCounters);
 
 /// Client worker -> supervisor, one JSON object per line.
 #[derive(Debug, Clone, Serialize, Deserialize)]

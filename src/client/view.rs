@@ -20,12 +20,7 @@ pub struct ClientTotals {
     pub ramp_done_at_us: Option<u64>,
 }
 
-impl std::ops::Deref for ClientTotals {
-    type Target = ClientCounters;
-    fn deref(&self) -> &ClientCounters {
-        &self.counters
-    }
-}
+crate::counters_deref!(ClientTotals => ClientCounters);
 
 /// A snapshot's interval histograms, decoded once for every place that
 /// adds them up (the run, its phases, its time series).

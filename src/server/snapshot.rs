@@ -53,18 +53,7 @@ pub struct ServerSnapshot {
     pub last: bool,
 }
 
-impl std::ops::Deref for ServerSnapshot {
-    type Target = ServerCounters;
-    fn deref(&self) -> &ServerCounters {
-        &self.counters
-    }
-}
-
-impl std::ops::DerefMut for ServerSnapshot {
-    fn deref_mut(&mut self) -> &mut ServerCounters {
-        &mut self.counters
-    }
-}
+crate::counters_deref!(ServerSnapshot => ServerCounters);
 
 impl ServerSnapshot {
     /// Count one answered request and the service time it actually got.

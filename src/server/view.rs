@@ -26,12 +26,7 @@ pub struct ServerTotals {
     pub push_latency_sum_us: u64,
 }
 
-impl std::ops::Deref for ServerTotals {
-    type Target = ServerCounters;
-    fn deref(&self) -> &ServerCounters {
-        &self.counters
-    }
-}
+crate::counters_deref!(ServerTotals => ServerCounters);
 
 #[derive(Default)]
 struct Entry {

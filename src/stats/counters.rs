@@ -209,6 +209,27 @@ macro_rules! counters {
     (@kind by($label:literal)) => { $crate::stats::counters::Kind::By($label) };
 }
 
+/// A struct that carries a role's counters in field `counters` reads them
+/// as its own fields (`snapshot.accepted`), so code that counts does not
+/// spell out where the counters live.
+#[macro_export]
+macro_rules! counters_deref {
+    ($outer:ty => $counters:ty) => {
+        impl std::ops::Deref for $outer {
+            type Target = $counters;
+            fn deref(&self) -> &$counters {
+                &self.counters
+            }
+        }
+
+        impl std::ops::DerefMut for $outer {
+            fn deref_mut(&mut self) -> &mut $counters {
+                &mut self.counters
+            }
+        }
+    };
+}
+
 #[cfg(test)]
 mod tests {
     crate::counters! {
