@@ -2,19 +2,72 @@
 //! megaconn. The peer here is a plain Python socket client.
 mod common;
 use common::*;
+use std::io::{Read, Write};
 use std::time::Duration;
 
+/// Run a Python snippet (a client) to completion; (exited 0, stdout + stderr).
 fn python(script: &str) -> (bool, String) {
-    let out = std::process::Command::new("python3").args(["-c", script]).output().expect("python3");
-    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    let mut cmd = std::process::Command::new("python3");
+    cmd.args(["-c", script]);
+    let (code, out, err) = run(cmd, Duration::from_secs(60));
+    (code == 0, format!("{out}{err}"))
+}
+
+/// A Python asyncio server on `port` (`handler` is the body of
+/// `async def serve(r, w)`, which may count into the globals `bad` and
+/// `served`). A reset from the client is how megaconn closes at the end: it
+/// is counted, not printed. The server prints "ready", and when its stdin
+/// closes, `report <served> <bad> <resets> <errors>`, where errors are
+/// exceptions nobody expected (their tracebacks go to the test's log).
+fn python_server(port: u16, handler: &str) -> Peer {
+    let body: String = handler.lines().map(|l| format!("            {l}\n")).collect();
+    let script = format!(
+        "import asyncio, struct, sys, traceback\n\
+         served = bad = resets = errors = 0\n\
+         async def serve(r, w):\n\
+         \x20   global served, bad, resets, errors\n\
+         \x20   try:\n\
+         \x20       try:\n\
+         {body}\
+         \x20       except asyncio.IncompleteReadError:\n\
+         \x20           pass\n\
+         \x20       except ConnectionResetError:\n\
+         \x20           resets += 1\n\
+         \x20       except Exception:\n\
+         \x20           errors += 1\n\
+         \x20           traceback.print_exc()\n\
+         \x20   finally:\n\
+         \x20       w.close()\n\
+         async def main():\n\
+         \x20   s = await asyncio.start_server(serve, '127.0.0.1', {port}, backlog=1024)\n\
+         \x20   print('ready', flush=True)\n\
+         \x20   await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)\n\
+         \x20   print('report', served, bad, resets, errors, flush=True)\n\
+         asyncio.run(main())\n"
+    );
+    let mut cmd = std::process::Command::new("python3");
+    cmd.args(["-c", &script]).stdin(std::process::Stdio::piped());
+    let mut server = Peer::spawn("python asyncio server", cmd);
+    assert_eq!(server.line(Duration::from_secs(20), "ready"), "ready");
+    server
+}
+
+/// Close the server's stdin and read its report: (served, bad, resets, errors).
+fn report(server: &mut Peer) -> (u64, u64, u64, u64) {
+    drop(server.stdin());
+    let line = server.line(Duration::from_secs(20), "the report");
+    let n: Vec<u64> = line.strip_prefix("report ").unwrap_or_else(|| panic!("{line}")).split(' ').map(|x| x.parse().unwrap()).collect();
+    server.finish_ok(Duration::from_secs(20));
+    (n[0], n[1], n[2], n[3])
 }
 
 #[test]
 fn echo_returns_every_byte_and_discard_keeps_the_connection() {
-    let (mut echo, _) = server(&["--ports", "21700", "--workers", "1", "--protocol", "echo"], None);
-    let (ok, out) = python(
+    let port = free_port();
+    let (mut echo, _) = server(&["--ports", &port.to_string(), "--workers", "1", "--protocol", "echo"], None);
+    let (ok, out) = python(&format!(
         "import socket, os\n\
-         conns = [socket.create_connection(('127.0.0.1', 21700)) for _ in range(50)]\n\
+         conns = [socket.create_connection(('127.0.0.1', {port})) for _ in range(50)]\n\
          for i, s in enumerate(conns):\n\
          \x20   data = os.urandom(1000 + i * 997)\n\
          \x20   s.sendall(data)\n\
@@ -26,32 +79,39 @@ fn echo_returns_every_byte_and_discard_keeps_the_connection() {
          \x20       got += chunk\n\
          \x20   assert got == data, (i, len(got), len(data))\n\
          print('echoed', len(conns))\n",
-    );
+    ));
     assert!(ok && out.contains("echoed 50"), "{out}");
     assert!(echo.terminate().success());
 
-    let (mut discard, _) = server(&["--ports", "21701", "--workers", "1", "--protocol", "discard"], None);
-    let (ok, out) = python(
-        "import socket\n\
-         s = socket.create_connection(('127.0.0.1', 21701))\n\
-         s.sendall(b'x' * 1000000)\n\
-         s.settimeout(0.5)\n\
-         try:\n\
-         \x20   got = s.recv(10)\n\
-         \x20   print('unexpected', got)\n\
-         except socket.timeout:\n\
-         \x20   print('silent and open')\n",
-    );
-    assert!(ok && out.contains("silent and open"), "{out}");
-    let v = discard.wait_for(Duration::from_secs(10), "discard counted reads", |v| v["event"] == "stats" && v["frames_in"].as_u64() > Some(0));
+    let port = free_port();
+    let (mut discard, _) = server(&["--ports", &port.to_string(), "--workers", "1", "--protocol", "discard"], None);
+    // Silence is checked once the server has read all 1,000,000 bytes
+    // (ss: nothing left in its receive queue) and reported twice since:
+    // anything it would have answered is counted by then.
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.write_all(&vec![b'x'; 1_000_000]).unwrap();
+    let me = c.local_addr().unwrap().port();
+    wait_until("the discard server read every byte", Duration::from_secs(10), || {
+        tcp_socket(port, me).is_some_and(|s| s.bytes_received == 1_000_000 && s.recv_q == 0)
+    });
+    discard.wait_for(Duration::from_secs(10), "a stats line", |v| v["event"] == "stats");
+    let v = discard.wait_for(Duration::from_secs(10), "the next stats line", |v| v["event"] == "stats");
     assert_eq!(v["frames_out"], 0, "{v}");
+    assert!(v["frames_in"].as_u64() > Some(0), "the reads are counted: {v}");
+    assert_eq!(v["active"], 1, "the connection is kept: {v}");
+    c.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 16];
+    match c.read(&mut buf) {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("discard must keep the connection open and silent: {other:?}"),
+    }
     assert!(discard.terminate().success());
 }
 
 #[test]
 fn the_client_refuses_server_only_protocols() {
     let mut cmd = megaconn();
-    cmd.args(["client", "--connections", "10", "--ports", "21702", "--protocol", "echo"]);
+    cmd.args(["client", "--connections", "10", "--ports", &free_port().to_string(), "--protocol", "echo"]);
     let (code, _, err) = run(cmd, Duration::from_secs(20));
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("server protocol"), "{err}");
@@ -60,33 +120,15 @@ fn the_client_refuses_server_only_protocols() {
 #[test]
 fn the_raw_client_times_round_trips_against_a_python_echo_server() {
     // An asyncio echo server nobody here wrote the client for.
-    let mut py = std::process::Command::new("python3");
-    py.args([
-        "-c",
-        "import asyncio\n\
-         async def echo(r, w):\n\
-         \x20   while data := await r.read(65536):\n\
-         \x20       w.write(data)\n\
-         \x20       await w.drain()\n\
-         \x20   w.close()\n\
-         async def main():\n\
-         \x20   s = await asyncio.start_server(echo, '127.0.0.1', 21710, backlog=1024)\n\
-         \x20   print('ready', flush=True)\n\
-         \x20   await asyncio.sleep(60)\n\
-         asyncio.run(main())\n",
-    ]);
-    py.stdout(std::process::Stdio::piped());
-    let mut server = py.spawn().expect("python3");
-    let mut ready = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(server.stdout.as_mut().unwrap()), &mut ready).unwrap();
-    assert_eq!(ready.trim(), "ready");
+    let port = free_port();
+    let mut server = python_server(port, "served += 1\nwhile data := await r.read(65536):\n    w.write(data)\n    await w.drain()");
     let mut cmd = megaconn();
-    cmd.args(["client", "--ports", "21710", "--connections", "200", "--protocol", "raw", "--message", "PING \\{ts}\\r\\n"]);
+    cmd.args(["client", "--ports", &port.to_string(), "--connections", "200", "--protocol", "raw", "--message", "PING \\{ts}\\r\\n"]);
     cmd.args(["--heartbeat", "200ms", "--hold", "2s", "--json"]);
     let (code, out, err) = run(cmd, Duration::from_secs(60));
-    let _ = server.kill();
-    let _ = server.wait();
     assert_eq!(code, 0, "{err}");
+    let (served, _, _, errors) = report(&mut server);
+    assert_eq!((served, errors), (200, 0), "the echo server served every connection without an error");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let s = &v["summary"];
     let sent = s["heartbeats_sent"].as_u64().unwrap();
@@ -97,40 +139,29 @@ fn the_raw_client_times_round_trips_against_a_python_echo_server() {
 }
 
 /// A home-grown length-prefixed protocol (magic 0xCAFE, u16 length) as a
-/// Python asyncio server speaks it: it checks every frame and echoes it.
-fn python_codec_server(port: u16) -> std::process::Child {
-    let script = format!(
-        "import asyncio, struct\n\
-         async def serve(r, w):\n\
-         \x20   try:\n\
-         \x20       while True:\n\
-         \x20           head = await r.readexactly(4)\n\
-         \x20           assert head[:2] == b'\\xca\\xfe', head\n\
-         \x20           (n,) = struct.unpack('>H', head[2:])\n\
-         \x20           w.write(head + await r.readexactly(n))\n\
-         \x20           await w.drain()\n\
-         \x20   except asyncio.IncompleteReadError:\n\
-         \x20       w.close()\n\
-         async def main():\n\
-         \x20   s = await asyncio.start_server(serve, '127.0.0.1', {port}, backlog=1024)\n\
-         \x20   print('ready', flush=True)\n\
-         \x20   await asyncio.sleep(60)\n\
-         asyncio.run(main())\n"
-    );
-    let mut py = std::process::Command::new("python3");
-    py.args(["-c", &script]).stdout(std::process::Stdio::piped());
-    let mut child = py.spawn().expect("python3");
-    let mut ready = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut ready).unwrap();
-    assert_eq!(ready.trim(), "ready");
-    child
+/// Python asyncio server speaks it: it checks every frame and echoes it;
+/// a frame without the magic is counted as bad and its connection closed.
+fn python_codec_server(port: u16) -> Peer {
+    python_server(
+        port,
+        "served += 1\n\
+         while True:\n\
+         \x20   head = await r.readexactly(4)\n\
+         \x20   if head[:2] != b'\\xca\\xfe':\n\
+         \x20       bad += 1\n\
+         \x20       break\n\
+         \x20   (n,) = struct.unpack('>H', head[2:])\n\
+         \x20   w.write(head + await r.readexactly(n))\n\
+         \x20   await w.drain()",
+    )
 }
 
 #[test]
 fn the_raw_client_frames_messages_with_a_length_codec() {
-    let mut server = python_codec_server(21711);
+    let port = free_port();
+    let mut server = python_codec_server(port);
     let mut cmd = megaconn();
-    cmd.args(["client", "--ports", "21711", "--connections", "200", "--protocol", "raw", "--codec", "len:2,magic=cafe"]);
+    cmd.args(["client", "--ports", &port.to_string(), "--connections", "200", "--protocol", "raw", "--codec", "len:2,magic=cafe"]);
     cmd.args(["--first-message", "LOGIN user-1", "--message", "PING \\{ts}", "--heartbeat", "200ms", "--hold", "2s", "--json"]);
     let (code, out, err) = run(cmd, Duration::from_secs(60));
     assert_eq!(code, 0, "{err}");
@@ -144,12 +175,12 @@ fn the_raw_client_frames_messages_with_a_length_codec() {
 
     // The same message on the request schedule: echoes are replies.
     let mut cmd = megaconn();
-    cmd.args(["client", "--ports", "21711", "--connections", "100", "--protocol", "raw", "--codec", "len:2,magic=cafe"]);
+    cmd.args(["client", "--ports", &port.to_string(), "--connections", "100", "--protocol", "raw", "--codec", "len:2,magic=cafe"]);
     cmd.args(["--message", "REQ \\{ts}", "--request-rate", "5/s", "--hold", "2s", "--json"]);
     let (code, out, err) = run(cmd, Duration::from_secs(60));
-    let _ = server.kill();
-    let _ = server.wait();
     assert_eq!(code, 0, "{err}");
+    let (served, bad, _, errors) = report(&mut server);
+    assert_eq!((served, bad, errors), (300, 0, 0), "the server saw 300 connections and no frame without its magic");
     let s = serde_json::from_str::<serde_json::Value>(&out).unwrap()["summary"].clone();
     let r = &s["requests"];
     assert!(r["sent"].as_u64().unwrap() >= 100 * 5 * 2, "{s}");
@@ -161,14 +192,19 @@ fn the_raw_client_frames_messages_with_a_length_codec() {
 #[test]
 fn a_codec_mismatch_is_named() {
     // The server speaks magic 0xCAFE; a client with another magic sees
-    // its echo as a bad frame, and the summary says so.
-    let mut server = python_codec_server(21712);
+    // the server close every connection, and both its summary (stdout)
+    // and its one-line error (stderr) name the likely cause.
+    let port = free_port();
+    let mut server = python_codec_server(port);
     let mut cmd = megaconn();
-    cmd.args(["client", "--ports", "21712", "--connections", "20", "--protocol", "raw", "--codec", "len:4", "--message", "x"]);
+    cmd.args(["client", "--ports", &port.to_string(), "--connections", "20", "--protocol", "raw", "--codec", "len:4", "--message", "x"]);
     cmd.args(["--heartbeat", "200ms", "--hold", "2s"]);
     let (code, out, err) = run(cmd, Duration::from_secs(60));
-    let _ = server.kill();
-    let _ = server.wait();
     assert_eq!(code, 1, "{out}{err}");
-    assert!(out.contains("does it speak this protocol?") || err.contains("does it speak this protocol?"), "{out}{err}");
+    let (served, bad, _, errors) = report(&mut server);
+    assert_eq!((served, bad, errors), (20, 20, 0), "the server refused each connection's first frame");
+    let lost = out.lines().find(|l| l.starts_with("lost")).unwrap_or_else(|| panic!("a 'lost' line in the summary: {out}"));
+    assert!(lost.contains("peer_closed=20") && lost.contains("does it speak this protocol?"), "{out}");
+    let last = err.lines().last().unwrap_or_default();
+    assert!(last.starts_with("megaconn client: ") && last.contains("does it speak this protocol?"), "the error names the cause: {err}");
 }

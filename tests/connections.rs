@@ -1,14 +1,15 @@
 //! End-to-end: real server and client processes on loopback.
 mod common;
 use common::*;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[test]
 fn five_thousand_connections_two_workers_each_side() {
-    let (mut srv, plan) = server(&["--ports", "21000-21002", "--workers", "2"], None);
+    let ports = free_ports(3);
+    let (mut srv, plan) = server(&["--ports", &ports.arg(), "--workers", "2"], None);
     assert_eq!(plan["workers"], 2);
     let mut cmd = megaconn();
-    cmd.args(["client", "--ports", "21000-21002", "--connections", "5000", "--rate", "10000", "--workers", "2"]);
+    cmd.args(["client", "--ports", &ports.arg(), "--connections", "5000", "--rate", "10000", "--workers", "2"]);
     cmd.args(["--source-ips", "127.0.0.2-127.0.0.5", "--heartbeat", "1s", "--hold", "4s", "--json"]);
     let client = std::thread::spawn(move || run(cmd, Duration::from_secs(60)));
     // The server must see all 5,000 while the client holds them.
@@ -29,17 +30,14 @@ fn five_thousand_connections_two_workers_each_side() {
     srv.wait_for(Duration::from_secs(20), "server count back to 0", |v| v["event"] == "stats" && v["active"] == 0);
     assert!(srv.terminate().success());
     // ...and no socket of the test is left in any state.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while sockets_on(21000, 21002) > 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert_eq!(sockets_on(21000, 21002), 0, "sockets left behind");
+    wait_until("no socket left on the test's ports", Duration::from_secs(10), || sockets_on(ports.first, ports.last) == 0);
 }
 
 #[test]
 fn bench_runs_both_sides_and_cleans_up() {
+    let ports = free_ports(4);
     let mut cmd = megaconn();
-    cmd.args(["bench", "--connections", "3000", "--ports", "21200-21203", "--hold", "2s", "--heartbeat", "1s", "--rate", "10000", "--json"]);
+    cmd.args(["bench", "--connections", "3000", "--ports", &ports.arg(), "--hold", "2s", "--heartbeat", "1s", "--rate", "10000", "--json"]);
     let (code, out, err) = run(cmd, Duration::from_secs(90));
     assert_eq!(code, 0, "bench failed: {err}");
     let r: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -51,5 +49,5 @@ fn bench_runs_both_sides_and_cleans_up() {
     assert!(r["server_pss_at_hold_bytes"].as_u64().unwrap() > 0);
     assert!(r["kernel_drops"].is_object(), "the kernel's drop counters are reported: {r}");
     assert_eq!(r["client"]["heartbeats_answered"], r["client"]["heartbeats_sent"]);
-    assert_eq!(sockets_on(21200, 21203), 0);
+    assert_eq!(sockets_on(ports.first, ports.last), 0);
 }

@@ -48,9 +48,10 @@ fn closed(c: &mut TcpStream) -> bool {
 
 #[test]
 fn keep_alive_versions_and_close() {
-    let (mut srv, _) = server(&["--ports", "21600", "--workers", "1", "--protocol", "http"], None);
+    let port = free_port();
+    let (mut srv, _) = server(&["--ports", &port.to_string(), "--workers", "1", "--protocol", "http"], None);
     // 100 requests on one HTTP/1.1 connection.
-    let mut c = connect(21600);
+    let mut c = connect(port);
     for _ in 0..100 {
         c.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
         let r = read_responses(&mut c, 1);
@@ -58,7 +59,7 @@ fn keep_alive_versions_and_close() {
         assert!(r[0].1.ends_with("Hello world!") && r[0].1.contains("Content-Length: 12") && r[0].1.contains("Date: "), "{}", r[0].1);
     }
     // HTTP/1.0 with keep-alive (ab -k): echoed, connection stays.
-    let mut c = connect(21600);
+    let mut c = connect(port);
     c.write_all(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n").unwrap();
     let r = read_responses(&mut c, 1);
     assert!(r[0].1.contains("Connection: keep-alive"), "{}", r[0].1);
@@ -66,7 +67,7 @@ fn keep_alive_versions_and_close() {
     assert_eq!(read_responses(&mut c, 1)[0].0, 200);
     // HTTP/1.0 without keep-alive, and HTTP/1.1 Connection: close: answered, then closed.
     for req in [&b"GET / HTTP/1.0\r\n\r\n"[..], &b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n"[..]] {
-        let mut c = connect(21600);
+        let mut c = connect(port);
         c.write_all(req).unwrap();
         assert_eq!(read_responses(&mut c, 1)[0].0, 200);
         assert!(closed(&mut c));
@@ -76,21 +77,22 @@ fn keep_alive_versions_and_close() {
 
 #[test]
 fn pipelining_in_one_write_and_split_at_every_byte() {
-    let (mut srv, _) = server(&["--ports", "21610", "--workers", "1", "--protocol", "http"], None);
+    let port = free_port();
+    let (mut srv, _) = server(&["--ports", &port.to_string(), "--workers", "1", "--protocol", "http"], None);
     let one = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n";
     let sixteen: Vec<u8> = one.iter().copied().cycle().take(one.len() * 16).collect();
-    let mut c = connect(21610);
+    let mut c = connect(port);
     c.write_all(&sixteen).unwrap();
     assert_eq!(read_responses(&mut c, 16).len(), 16);
     // Every byte in its own write.
-    let mut c = connect(21610);
+    let mut c = connect(port);
     c.set_nodelay(true).unwrap();
     for b in &sixteen[..one.len() * 2] {
         c.write_all(&[*b]).unwrap();
     }
     assert_eq!(read_responses(&mut c, 2).len(), 2);
     // Bodies: Content-Length and chunked are read and discarded.
-    let mut c = connect(21610);
+    let mut c = connect(port);
     c.write_all(
         b"POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nhelloPOST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\nGET / HTTP/1.1\r\n\r\n",
     )
@@ -102,7 +104,8 @@ fn pipelining_in_one_write_and_split_at_every_byte() {
 
 #[test]
 fn hostile_requests_get_status_and_close() {
-    let (mut srv, _) = server(&["--ports", "21620", "--workers", "1", "--protocol", "http", "--header-timeout", "1s"], None);
+    let port = free_port();
+    let (mut srv, _) = server(&["--ports", &port.to_string(), "--workers", "1", "--protocol", "http", "--header-timeout", "1s"], None);
     let big = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(10_000));
     for (req, status) in [
         (b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\nabc".to_vec(), 400),
@@ -110,7 +113,7 @@ fn hostile_requests_get_status_and_close() {
         (b"\x16\x03\x01garbage\r\n\r\n".to_vec(), 400),
         (b"DELETE / HTTP/1.1\r\n\r\n".to_vec(), 405),
     ] {
-        let mut c = connect(21620);
+        let mut c = connect(port);
         c.write_all(&req).unwrap();
         let r = read_responses(&mut c, 1);
         assert_eq!(r.first().map(|x| x.0), Some(status), "{:?}", String::from_utf8_lossy(&req[..20]));
@@ -123,13 +126,13 @@ fn hostile_requests_get_status_and_close() {
     let out = std::process::Command::new("curl")
         .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "20", "-X", "PUT", "--data-binary"])
         .arg(format!("@{}", body.display()))
-        .arg("http://127.0.0.1:21620/")
+        .arg(format!("http://127.0.0.1:{port}/"))
         .output()
         .expect("curl is installed (scripts/setup.sh)");
     let _ = std::fs::remove_file(&body);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "405", "curl: {}", String::from_utf8_lossy(&out.stderr));
     // Slowloris: a partial request that stalls is closed after the timeout.
-    let mut c = connect(21620);
+    let mut c = connect(port);
     c.write_all(b"GET / HTTP/1.1\r\nHost: slow").unwrap();
     let t0 = Instant::now();
     assert!(closed(&mut c));
@@ -142,12 +145,13 @@ fn hostile_requests_get_status_and_close() {
 
 #[test]
 fn http_client_counts_status_classes() {
-    let (mut srv, _) = server(&["--ports", "21630-21631", "--workers", "1", "--protocol", "http"], None);
+    let ports = free_ports(2);
+    let (mut srv, _) = server(&["--ports", &ports.arg(), "--workers", "1", "--protocol", "http"], None);
     let mut cmd = megaconn();
     cmd.args([
         "client",
         "--ports",
-        "21630-21631",
+        &ports.arg(),
         "--protocol",
         "http",
         "--connections",
@@ -176,23 +180,24 @@ fn http_client_counts_status_classes() {
 /// keep-alive connection.
 #[test]
 fn head_has_the_get_length_and_no_body() {
-    let (mut srv, _) = server(&["--ports", "21625", "--workers", "1", "--protocol", "http"], None);
-    let out = std::process::Command::new("python3")
-        .args([
-            "-c",
+    let port = free_port();
+    let (mut srv, _) = server(&["--ports", &port.to_string(), "--workers", "1", "--protocol", "http"], None);
+    let mut py = std::process::Command::new("python3");
+    py.args([
+        "-c",
+        &format!(
             "import http.client\n\
-             c = http.client.HTTPConnection('127.0.0.1', 21625, timeout=5)\n\
+             c = http.client.HTTPConnection('127.0.0.1', {port}, timeout=5)\n\
              c.request('HEAD', '/')\n\
              r = c.getresponse()\n\
              print(r.status, r.getheader('Content-Length'), len(r.read()))\n\
              c.request('GET', '/')\n\
              r = c.getresponse()\n\
-             print(r.status, r.getheader('Content-Length'), r.read().decode())\n",
-        ])
-        .output()
-        .expect("python3");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+             print(r.status, r.getheader('Content-Length'), r.read().decode())\n"
+        ),
+    ]);
+    let (code, text, err) = run(py, Duration::from_secs(30));
+    assert_eq!(code, 0, "{err}");
     assert_eq!(text, "200 12 0\n200 12 Hello world!\n");
     assert!(srv.terminate().success());
 }

@@ -40,11 +40,15 @@ fn pushes(buf: &[u8]) -> Vec<Vec<u8>> {
     out
 }
 
-/// Read what each socket has within `wait` (non-blocking sweeps).
-fn drain(socks: &mut [TcpStream], bufs: &mut [Vec<u8>], wait: Duration) {
-    let end = Instant::now() + wait;
+/// Read (non-blocking sweeps) until the pushes received on every socket
+/// satisfy `done`; panic after 20 s naming `what`. Absence is proven by
+/// order: a push that should not have reached a socket would arrive
+/// before a later one that did (one worker queues a connection's pushes
+/// in order), so tests wait for a marker sent after what they check.
+fn collect(socks: &mut [TcpStream], bufs: &mut [Vec<u8>], what: &str, done: impl Fn(&[Vec<Vec<u8>>]) -> bool) -> Vec<Vec<Vec<u8>>> {
+    let end = Instant::now() + Duration::from_secs(20);
     let mut chunk = [0u8; 65536];
-    while Instant::now() < end {
+    loop {
         for (s, b) in socks.iter_mut().zip(bufs.iter_mut()) {
             while let Ok(n) = s.read(&mut chunk) {
                 if n == 0 {
@@ -53,7 +57,12 @@ fn drain(socks: &mut [TcpStream], bufs: &mut [Vec<u8>], wait: Duration) {
                 b.extend_from_slice(&chunk[..n]);
             }
         }
-        std::thread::sleep(Duration::from_millis(20));
+        let got: Vec<Vec<Vec<u8>>> = bufs.iter().map(|b| pushes(b)).collect();
+        if done(&got) {
+            return got;
+        }
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -79,18 +88,20 @@ fn scrape(addr: &str, gauge: &str) -> (usize, f64) {
 
 #[test]
 fn metrics_parse_with_prometheus_and_agree_with_the_client() {
-    let (mut srv, _, ready) = server_ready(&["--ports", "21600-21601"], None);
+    let ports = free_ports(2);
+    let (mut srv, _, ready) = server_ready(&["--ports", &ports.arg()], None);
     let admin = admin_addr(&ready);
+    let client_admin = format!("127.0.0.1:{}", free_port());
     let mut cmd = megaconn();
-    cmd.args(["client", "--ports", "21600-21601", "--connections", "2000", "--rate", "5000", "--heartbeat", "1s", "--hold", "5s", "--json"]);
-    cmd.args(["--admin", "127.0.0.1:21609"]);
+    cmd.args(["client", "--ports", &ports.arg(), "--connections", "2000", "--rate", "5000", "--heartbeat", "1s", "--hold", "5s", "--json"]);
+    cmd.args(["--admin", &client_admin]);
     let load = std::thread::spawn(move || run(cmd, Duration::from_secs(60)));
     srv.wait_for(Duration::from_secs(30), "2000 held", |v| v["event"] == "stats" && v["active"] == 2000);
     let (families, value) = scrape(&admin, "megaconn_connections");
     assert_eq!(value, 2000.0);
     assert!(families >= 15, "{families} metric families");
     // The load generator's own /metrics, read the same way.
-    let (families, value) = scrape("127.0.0.1:21609", "megaconn_client_connections");
+    let (families, value) = scrape(&client_admin, "megaconn_client_connections");
     assert_eq!(value, 2000.0);
     assert!(families >= 10, "{families} metric families");
     let (status, stats) = http(&admin, "GET", "/stats", b"", None);
@@ -108,9 +119,10 @@ fn metrics_parse_with_prometheus_and_agree_with_the_client() {
 #[test]
 fn unicast_broadcast_and_topic_reach_exactly_their_targets() {
     raise_fd_limit();
-    let (mut srv, _, ready) = server_ready(&["--ports", "21610", "--workers", "2"], None);
+    let port = free_port();
+    let (mut srv, _, ready) = server_ready(&["--ports", &port.to_string(), "--workers", "2"], None);
     let admin = admin_addr(&ready);
-    let mut socks: Vec<TcpStream> = (0..1000).map(|_| TcpStream::connect("127.0.0.1:21610").unwrap()).collect();
+    let mut socks: Vec<TcpStream> = (0..1000).map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap()).collect();
     for (i, s) in socks.iter_mut().enumerate() {
         s.write_all(&frame(6, if i % 2 == 0 { b"even" } else { b"odd" })).unwrap();
         s.set_nonblocking(true).unwrap();
@@ -123,31 +135,32 @@ fn unicast_broadcast_and_topic_reach_exactly_their_targets() {
         list["connections"].as_array().unwrap().iter().map(|c| (c["peer"].as_str().unwrap().to_string(), c["id"].as_u64().unwrap())).collect();
     assert_eq!(by_peer.len(), 1000);
     let mut bufs = vec![Vec::new(); 1000];
-    // Unicast to connection 17 by its id.
+    // Unicast to connection 17 by its id, then a broadcast: once every
+    // connection has the broadcast, only 17 may have anything before it.
     let id = by_peer[&socks[17].local_addr().unwrap().to_string()];
     let (status, r) = http(&admin, "POST", &format!("/push/{id}"), b"solo", None);
     assert_eq!(status, 200, "{r}");
     assert_eq!(serde_json::from_str::<Value>(&r).unwrap()["queued"], 1, "{r}");
-    drain(&mut socks, &mut bufs, Duration::from_millis(500));
-    for (i, b) in bufs.iter_mut().enumerate() {
-        assert_eq!(pushes(b), if i == 17 { vec![b"solo".to_vec()] } else { vec![] }, "connection {i}");
-        b.clear();
-    }
-    // Broadcast: every connection exactly once.
     let (status, r) = http(&admin, "POST", "/broadcast", b"all", None);
     assert_eq!(status, 200, "{r}");
     assert_eq!(serde_json::from_str::<Value>(&r).unwrap()["queued"], 1000, "{r}");
-    drain(&mut socks, &mut bufs, Duration::from_millis(800));
-    for (i, b) in bufs.iter_mut().enumerate() {
-        assert_eq!(pushes(b), vec![b"all".to_vec()], "connection {i}");
-        b.clear();
+    let all = b"all".to_vec();
+    let got = collect(&mut socks, &mut bufs, "the broadcast on every connection", |g| g.iter().all(|p| p.contains(&all)));
+    for (i, p) in got.iter().enumerate() {
+        let want: Vec<&[u8]> = if i == 17 { vec![b"solo", b"all"] } else { vec![b"all"] };
+        assert_eq!(p, &want, "connection {i}: the unicast reaches only 17, the broadcast everyone once");
     }
-    // A topic: exactly its subscribers.
+    bufs.iter_mut().for_each(Vec::clear);
+    // A topic: exactly its subscribers; a broadcast after it marks the end.
     let (status, r) = http(&admin, "POST", "/publish?topic=even", b"e", None);
     assert_eq!((status, serde_json::from_str::<Value>(&r).unwrap()["queued"].as_u64()), (200, Some(500)), "{r}");
-    drain(&mut socks, &mut bufs, Duration::from_millis(800));
-    for (i, b) in bufs.iter().enumerate() {
-        assert_eq!(pushes(b), if i % 2 == 0 { vec![b"e".to_vec()] } else { vec![] }, "connection {i}");
+    let (status, _) = http(&admin, "POST", "/broadcast", b"end", None);
+    assert_eq!(status, 200);
+    let end = b"end".to_vec();
+    let got = collect(&mut socks, &mut bufs, "the end marker on every connection", |g| g.iter().all(|p| p.contains(&end)));
+    for (i, p) in got.iter().enumerate() {
+        let want: Vec<&[u8]> = if i % 2 == 0 { vec![b"e", b"end"] } else { vec![b"end"] };
+        assert_eq!(p, &want, "connection {i}");
     }
     // A connection id nobody has.
     assert_eq!(http(&admin, "POST", &format!("/push/{}", 999u64 << 48), b"x", None).0, 404);
@@ -156,15 +169,16 @@ fn unicast_broadcast_and_topic_reach_exactly_their_targets() {
 
 #[test]
 fn a_reader_too_slow_for_its_pushes_is_closed_and_the_others_get_everything() {
-    let (mut srv, _, ready) = server_ready(&["--ports", "21620", "--workers", "1", "--max-pending-bytes", "65536"], None);
+    let port = free_port().to_string();
+    let (mut srv, _, ready) = server_ready(&["--ports", &port, "--workers", "1", "--max-pending-bytes", "65536"], None);
     let admin = admin_addr(&ready);
     // One connection that never reads, with a small receive buffer.
-    let slow = TcpStream::connect("127.0.0.1:21620").unwrap();
+    let slow = TcpStream::connect(format!("127.0.0.1:{port}")).unwrap();
     let small: libc::c_int = 4096;
     // SAFETY: setsockopt with an int on a socket we own.
     unsafe { libc::setsockopt(std::os::fd::AsRawFd::as_raw_fd(&slow), libc::SOL_SOCKET, libc::SO_RCVBUF, (&small as *const libc::c_int).cast(), 4) };
     let mut cmd = megaconn();
-    cmd.args(["client", "--ports", "21620", "--connections", "99", "--heartbeat", "off", "--hold", "12s", "--json"]);
+    cmd.args(["client", "--ports", &port, "--connections", "99", "--heartbeat", "off", "--hold", "12s", "--json"]);
     let load = std::thread::spawn(move || run(cmd, Duration::from_secs(90)));
     srv.wait_for(Duration::from_secs(20), "100 connections", |v| v["event"] == "stats" && v["active"] == 100);
     // 10 MB of pushes: 2,500 broadcasts of 4,000 bytes.
@@ -190,12 +204,12 @@ fn a_reader_too_slow_for_its_pushes_is_closed_and_the_others_get_everything() {
 fn the_admin_api_guards_itself() {
     // Off loopback without a token: refused before anything starts.
     let mut cmd = megaconn();
-    cmd.args(["server", "--ports", "21630", "--admin", "0.0.0.0:0"]);
+    cmd.args(["server", "--ports", &free_port().to_string(), "--admin", "0.0.0.0:0"]);
     let (code, _, err) = run(cmd, Duration::from_secs(20));
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--admin-token"), "{err}");
     // With a token, a request without it gets 401 (we talk to it over loopback).
-    let (mut srv, _, ready) = server_ready(&["--ports", "21631", "--admin", "0.0.0.0:0", "--admin-token", "s3cret"], None);
+    let (mut srv, _, ready) = server_ready(&["--ports", &free_port().to_string(), "--admin", "0.0.0.0:0", "--admin-token", "s3cret"], None);
     let port = admin_addr(&ready).rsplit(':').next().unwrap().to_string();
     let admin = format!("127.0.0.1:{port}");
     assert_eq!(http(&admin, "GET", "/stats", b"", None).0, 401);
@@ -221,9 +235,10 @@ fn the_admin_api_guards_itself() {
 
 #[test]
 fn the_push_bench_times_every_broadcast_to_every_connection() {
+    let ports = free_ports(4);
     let mut cmd = megaconn();
     cmd.args(["bench", "--scenario", "push", "--connections", "3000", "--broadcasts", "3", "--broadcast-interval", "300ms"]);
-    cmd.args(["--ports", "21640-21643", "--hold", "6s", "--heartbeat", "1s", "--json"]);
+    cmd.args(["--ports", &ports.arg(), "--hold", "6s", "--heartbeat", "1s", "--json"]);
     let (code, out, err) = run(cmd, Duration::from_secs(90));
     assert_eq!(code, 0, "{err}");
     let v: Value = serde_json::from_str(&out).unwrap();
@@ -239,14 +254,14 @@ fn the_push_bench_times_every_broadcast_to_every_connection() {
     }
     assert_eq!(p["delivery_ms"]["count"], 9000, "{p}");
     assert_eq!(v["client"]["heartbeats_answered"], v["client"]["heartbeats_sent"], "heartbeats answered during pushes");
-    assert_eq!(sockets_on(21640, 21643), 0);
+    assert_eq!(sockets_on(ports.first, ports.last), 0);
 }
 
 #[test]
 fn topics_spread_over_connections_reach_only_their_subscribers() {
     let mut cmd = megaconn();
     cmd.args(["bench", "--scenario", "push", "--connections", "1000", "--topics", "10", "--broadcasts", "2", "--broadcast-interval", "300ms"]);
-    cmd.args(["--ports", "21650", "--hold", "5s", "--json"]);
+    cmd.args(["--ports", &free_port().to_string(), "--hold", "5s", "--json"]);
     let (code, out, err) = run(cmd, Duration::from_secs(90));
     assert_eq!(code, 0, "{err}");
     let v: Value = serde_json::from_str(&out).unwrap();

@@ -27,9 +27,9 @@ fn png_stats(path: &Path) -> (u32, u32, f64) {
     (info.width, info.height, inked as f64 / (pixels.len() / px) as f64)
 }
 
-fn bench_with_report(dir: &Path, connections: &str, ports: &str) -> Value {
+fn bench_with_report(dir: &Path, connections: &str, ports: Ports) -> Value {
     let mut cmd = megaconn();
-    cmd.args(["bench", "--connections", connections, "--ports", ports, "--hold", "3s", "--heartbeat", "500ms", "--rate", "5000", "--json"]);
+    cmd.args(["bench", "--connections", connections, "--ports", &ports.arg(), "--hold", "3s", "--heartbeat", "500ms", "--rate", "5000", "--json"]);
     cmd.arg("--report").arg(dir);
     let (code, out, err) = run(cmd, Duration::from_secs(120));
     assert_eq!(code, 0, "{err}");
@@ -40,7 +40,7 @@ fn bench_with_report(dir: &Path, connections: &str, ports: &str) -> Value {
 fn a_bench_report_has_phases_series_page_and_charts_and_compares() {
     raise_fd_limit();
     let a = scratch("report-a");
-    let v = bench_with_report(&a, "5000", "21900-21909");
+    let v = bench_with_report(&a, "5000", free_ports(10));
     // Phases in the run's own --json too.
     let names: Vec<&str> = v["client"]["phases"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["ramp", "hold", "close"]);
@@ -76,9 +76,10 @@ fn a_bench_report_has_phases_series_page_and_charts_and_compares() {
 
     // Rendered by a browser with the network cut off.
     let shot = a.join("screenshot.png");
-    let out = Command::new("timeout").args(["60", "node"]).arg(peer("screenshot.js")).arg(a.join("index.html")).arg(&shot).output().expect("node");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut node = Command::new("node");
+    node.arg(peer("screenshot.js")).arg(a.join("index.html")).arg(&shot);
+    let mut browser = Peer::spawn("node screenshot.js (chromium)", node);
+    let seen: Value = serde_json::from_str(&browser.finish_ok(Duration::from_secs(60)).join("\n")).unwrap();
     assert_eq!(seen["external_requests"], serde_json::json!([]), "{seen}");
     assert!(seen["svgs"].as_u64().unwrap() >= 6, "{seen}");
     let (w, _, inked) = png_stats(&shot);
@@ -87,7 +88,7 @@ fn a_bench_report_has_phases_series_page_and_charts_and_compares() {
 
     // A second run, smaller, then the two side by side.
     let b = scratch("report-b");
-    bench_with_report(&b, "2000", "21910-21919");
+    bench_with_report(&b, "2000", free_ports(10));
     let mut cmd = megaconn();
     let page = b.join("compare.html");
     cmd.arg("report").arg("compare").arg(a.join("report.json")).arg(b.join("report.json")).arg("--html").arg(&page);
@@ -111,10 +112,11 @@ fn a_bench_report_has_phases_series_page_and_charts_and_compares() {
 #[test]
 fn a_client_report_against_a_server() {
     raise_fd_limit();
-    let (mut s, _) = server(&["--ports", "21920", "--workers", "1"], None);
+    let port = free_port().to_string();
+    let (mut s, _) = server(&["--ports", &port, "--workers", "1"], None);
     let d = scratch("report-client");
     let mut cmd = megaconn();
-    cmd.args(["client", "--ports", "21920", "--connections", "300", "--hold", "2s", "--request-rate", "10/s", "--heartbeat", "off", "--report"]).arg(&d);
+    cmd.args(["client", "--ports", &port, "--connections", "300", "--hold", "2s", "--request-rate", "10/s", "--heartbeat", "off", "--report"]).arg(&d);
     let (code, _, err) = run(cmd, Duration::from_secs(60));
     assert_eq!(code, 0, "{err}");
     let r: Value = serde_json::from_str(&std::fs::read_to_string(d.join("report.json")).unwrap()).unwrap();
@@ -157,7 +159,7 @@ fn a_push_bench_report_and_business_refusal() {
         "--hold",
         "3s",
         "--ports",
-        "21930-21931",
+        &free_ports(2).arg(),
     ]);
     cmd.arg("--report").arg(&d);
     let (code, _, err) = run(cmd, Duration::from_secs(90));

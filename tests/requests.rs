@@ -7,9 +7,10 @@ use std::time::{Duration, Instant};
 
 #[test]
 fn every_request_is_answered_with_its_own_timestamp() {
-    let (mut srv, _) = server(&["--ports", "21500-21501", "--workers", "1", "--business", "async", "--service-time", "0"], None);
+    let ports = free_ports(2);
+    let (mut srv, _) = server(&["--ports", &ports.arg(), "--workers", "1", "--business", "async", "--service-time", "0"], None);
     let mut cmd = megaconn();
-    cmd.args(["client", "--ports", "21500-21501", "--connections", "200", "--rate", "2000", "--request-rate", "5/s"]);
+    cmd.args(["client", "--ports", &ports.arg(), "--connections", "200", "--rate", "2000", "--request-rate", "5/s"]);
     cmd.args(["--heartbeat", "off", "--hold", "3s", "--payload", "16", "--workers", "2", "--json"]);
     let (code, out, err) = run(cmd, Duration::from_secs(60));
     assert_eq!(code, 0, "{err}");
@@ -26,11 +27,17 @@ fn every_request_is_answered_with_its_own_timestamp() {
     assert!(srv.terminate().success());
 }
 
-/// Send one framed request per connection at the same instant and return
-/// the times (since the first write) at which each reply arrived.
-fn simultaneous_requests(port: u16, n: usize) -> Vec<Duration> {
+/// Requests sent at once in the concurrency test, and each one's service
+/// time: served one after another they take 2 s, concurrently ~0.1 s.
+const AT_ONCE: usize = 20;
+const SERVICE_MS: u64 = 100;
+
+/// Once the server holds `n` connections, send one framed request on each
+/// at the same instant and return the times (since the first write) at
+/// which each reply arrived.
+fn simultaneous_requests(srv: &Running, port: u16, n: usize) -> Vec<Duration> {
     let mut conns: Vec<TcpStream> = (0..n).map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap()).collect();
-    std::thread::sleep(Duration::from_millis(200));
+    srv.wait_for(Duration::from_secs(10), "every connection accepted", |v| v["event"] == "stats" && v["active"] == n);
     let t0 = Instant::now();
     for c in conns.iter_mut() {
         c.write_all(&[0, 9, 3, 0, 0, 0, 0, 0, 0, 0, 1]).unwrap();
@@ -49,15 +56,21 @@ fn simultaneous_requests(port: u16, n: usize) -> Vec<Duration> {
 
 #[test]
 fn inline_serialises_while_pool_and_async_do_not() {
-    for (i, mode) in ["inline", "pool:20", "async"].iter().enumerate() {
-        let port = 21510 + i as u16;
-        let (mut srv, _) = server(&["--ports", &port.to_string(), "--workers", "1", "--business", mode, "--service-time", "20ms"], None);
-        let times = simultaneous_requests(port, 20);
+    // The bounds are the two models, not a guess at this machine's speed:
+    // serialised, the last reply cannot come before AT_ONCE x SERVICE_MS;
+    // concurrent, it comes after about one service time, so anything
+    // under half the serial time proves the requests overlapped.
+    let serial = Duration::from_millis(SERVICE_MS * AT_ONCE as u64);
+    for mode in ["inline", "pool:20", "async"] {
+        let port = free_port();
+        let service = format!("{SERVICE_MS}ms");
+        let (mut srv, _) = server(&["--ports", &port.to_string(), "--workers", "1", "--business", mode, "--service-time", &service], None);
+        let times = simultaneous_requests(&srv, port, AT_ONCE);
         let last = *times.iter().max().unwrap();
-        if *mode == "inline" {
-            assert!(last >= Duration::from_millis(380), "inline must serialise 20 x 20 ms: last reply at {last:?}");
+        if mode == "inline" {
+            assert!(last >= serial, "inline must serialise {AT_ONCE} x {SERVICE_MS} ms: last reply at {last:?}");
         } else {
-            assert!(last <= Duration::from_millis(200), "{mode} must run them concurrently: last reply at {last:?}");
+            assert!(last < serial / 2, "{mode} must run them concurrently: last reply at {last:?}, serial would be {serial:?}");
         }
         assert!(srv.terminate().success());
     }
@@ -65,8 +78,9 @@ fn inline_serialises_while_pool_and_async_do_not() {
 
 #[test]
 fn full_pool_queue_rejects_explicitly_and_counts() {
-    let (mut srv, _) = server(&["--ports", "21520", "--workers", "1", "--business", "pool:2", "--queue", "2", "--service-time", "300ms"], None);
-    let mut c = TcpStream::connect("127.0.0.1:21520").unwrap();
+    let port = free_port();
+    let (mut srv, _) = server(&["--ports", &port.to_string(), "--workers", "1", "--business", "pool:2", "--queue", "2", "--service-time", "300ms"], None);
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut burst = Vec::new();
     for i in 0..10u8 {
@@ -91,15 +105,23 @@ fn full_pool_queue_rejects_explicitly_and_counts() {
 
 #[test]
 fn echo8_server_echoes_timestamps_split_across_writes() {
-    let (mut srv, _) = server(&["--ports", "21530", "--workers", "1", "--protocol", "echo8", "--business", "async", "--service-time", "1ms"], None);
-    let mut c = TcpStream::connect("127.0.0.1:21530").unwrap();
+    let port = free_port();
+    let (mut srv, _) = server(&["--ports", &port.to_string(), "--workers", "1", "--protocol", "echo8", "--business", "async", "--service-time", "1ms"], None);
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
     c.set_nodelay(true).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let me = c.local_addr().unwrap().port();
     let stamps: Vec<u64> = (0..5).map(|i| 1_700_000_000_000 + i * 1234).collect();
     let bytes: Vec<u8> = stamps.iter().flat_map(|s| s.to_be_bytes()).collect();
+    // Each 3-byte piece is read by the server (ss: its receive queue is
+    // empty) before the next is written: stamps arrive split for real.
+    let mut sent = 0;
     for piece in bytes.chunks(3) {
         c.write_all(piece).unwrap();
-        std::thread::sleep(Duration::from_millis(5));
+        sent += piece.len() as u64;
+        wait_until(&format!("the server read byte {sent}"), Duration::from_secs(5), || {
+            tcp_socket(port, me).is_some_and(|s| s.bytes_received == sent && s.recv_q == 0)
+        });
     }
     let mut back = vec![0u8; 40];
     c.read_exact(&mut back).unwrap();
@@ -110,24 +132,10 @@ fn echo8_server_echoes_timestamps_split_across_writes() {
 
 #[test]
 fn echo8_client_measures_an_echo8_server() {
-    let (mut srv, _) = server(&["--ports", "21540", "--workers", "1", "--protocol", "echo8", "--service-time", "0"], None);
+    let port = free_port().to_string();
+    let (mut srv, _) = server(&["--ports", &port, "--workers", "1", "--protocol", "echo8", "--service-time", "0"], None);
     let mut cmd = megaconn();
-    cmd.args([
-        "client",
-        "--ports",
-        "21540",
-        "--protocol",
-        "echo8",
-        "--connections",
-        "50",
-        "--rate",
-        "1000",
-        "--request-rate",
-        "10/s",
-        "--hold",
-        "2s",
-        "--json",
-    ]);
+    cmd.args(["client", "--ports", &port, "--protocol", "echo8", "--connections", "50", "--rate", "1000", "--request-rate", "10/s", "--hold", "2s", "--json"]);
     let (code, out, err) = run(cmd, Duration::from_secs(60));
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -147,7 +155,7 @@ fn bad_business_flags_exit_2() {
         ("--business", "pool:0", "pool size"),
     ] {
         let mut cmd = megaconn();
-        cmd.args(["server", "--ports", "21550", flag, value]);
+        cmd.args(["server", "--ports", &free_port().to_string(), flag, value]);
         let (code, _, err) = run(cmd, Duration::from_secs(20));
         assert_eq!(code, 2, "{flag} {value}: {err}");
         assert!(err.contains(needle) && err.contains(flag), "{flag} {value}: {err}");

@@ -1,38 +1,17 @@
 //! `bench --topology netns|veth`: private namespaces with a hash table
 //! sized to the run, gone afterwards — also when the bench is killed.
-//! Skipped, saying why, where this process may not create namespaces.
+//! These tests need network namespaces: where they cannot be made they
+//! fail, saying why (or are skipped with MEGACONN_SKIP_NETNS=1).
 
 mod common;
 use common::*;
 use serde_json::Value;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-/// Why namespaces cannot be tested here, if they cannot.
-fn no_netns() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root".into());
-    }
-    let name = format!("megaconn-probe-{}", std::process::id());
-    match Command::new("ip").args(["netns", "add", &name]).output() {
-        Ok(o) if o.status.success() => {
-            let _ = Command::new("ip").args(["netns", "del", &name]).status();
-            None
-        }
-        Ok(o) => Some(format!("ip netns add failed: {}", String::from_utf8_lossy(&o.stderr).trim())),
-        Err(e) => Some(format!("no ip command: {e}")),
-    }
-}
-
-macro_rules! need_netns {
-    () => {
-        if let Some(why) = no_netns() {
-            eprintln!("SKIPPED: network namespaces cannot be created here ({why})");
-            return;
-        }
-    };
-}
+/// Ports of the benches that run in their own namespace (nothing else
+/// listens there, so they cannot collide with anything).
+const NS_PORTS: [&str; 4] = ["8000-8001", "8002", "8004-8005", "8006-8007"];
 
 fn namespaces_of(pid: u32) -> Vec<String> {
     let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
@@ -53,17 +32,40 @@ fn links_of(pid: u32) -> usize {
 fn bench(topology: &str) -> (u32, Value) {
     let mut cmd = megaconn();
     cmd.args(["bench", "--topology", topology, "--connections", "2000", "--hold", "1s", "--heartbeat", "300ms", "--rate", "5000", "--json"]);
-    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let pid = child.id();
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    (pid, serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {err}")))
+    let mut bench = Peer::spawn(&format!("megaconn bench --topology {topology}"), cmd);
+    let pid = bench.child.id();
+    let out = bench.finish_ok(Duration::from_secs(120)).join("\n");
+    (pid, serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}")))
+}
+
+/// Start a bench that holds 200 connections for a minute in its own
+/// namespace, and wait until they are established in there.
+fn holding_bench(ports: &str) -> (Peer, u32) {
+    let mut cmd = megaconn();
+    cmd.args(["bench", "--topology", "netns", "--connections", "200", "--hold", "60s", "--ports", ports]);
+    let bench = Peer::spawn("megaconn bench --topology netns (held)", cmd);
+    let pid = bench.child.id();
+    wait_until("the bench made its namespace", Duration::from_secs(20), || !namespaces_of(pid).is_empty());
+    assert_eq!(namespaces_of(pid).len(), 1, "one namespace: {:?}", namespaces_of(pid));
+    let ns = namespaces_of(pid).remove(0);
+    // Both ends of every connection live in the namespace.
+    wait_until("200 connections established in the namespace", Duration::from_secs(30), || established_in_netns(&ns) >= 400);
+    (bench, pid)
+}
+
+/// Whether `sig` is still pending for process `pid` (not yet delivered
+/// to its handler), from ShdPnd in /proc/PID/status.
+fn signal_pending(pid: u32, sig: i32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let mask = status.lines().find_map(|l| l.strip_prefix("ShdPnd:")).map(|m| u64::from_str_radix(m.trim(), 16).unwrap()).unwrap_or(0);
+    mask & (1 << (sig - 1)) != 0
 }
 
 #[test]
 fn a_netns_bench_holds_2000_in_a_sized_hash_and_leaves_nothing() {
-    need_netns!();
+    if !needs_netns() {
+        return;
+    }
     let (pid, v) = bench("netns");
     assert_eq!(v["client"]["established"], 2000, "{}", v["client"]);
     assert_eq!(v["client"]["failed_total"], 0);
@@ -79,7 +81,9 @@ fn a_netns_bench_holds_2000_in_a_sized_hash_and_leaves_nothing() {
 
 #[test]
 fn a_veth_bench_runs_between_two_namespaces_and_leaves_nothing() {
-    need_netns!();
+    if !needs_netns() {
+        return;
+    }
     let (pid, v) = bench("veth");
     assert_eq!(v["client"]["established"], 2000, "{}", v["client"]);
     assert_eq!(v["client"]["heartbeats_answered"], v["client"]["heartbeats_sent"]);
@@ -100,21 +104,16 @@ fn a_veth_bench_runs_between_two_namespaces_and_leaves_nothing() {
 /// process); the next bench removes it by its name.
 #[test]
 fn namespaces_of_a_killed_bench_are_removed_by_the_next() {
-    need_netns!();
-    let mut cmd = megaconn();
-    cmd.args(["bench", "--topology", "netns", "--connections", "200", "--hold", "60s", "--ports", "22000-22001"]);
-    let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-    let pid = child.id();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while namespaces_of(pid).is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
+    if !needs_netns() {
+        return;
     }
-    assert_eq!(namespaces_of(pid).len(), 1, "the bench made its namespace");
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let (mut killed, pid) = holding_bench(NS_PORTS[0]);
+    // SAFETY: SIGKILL to our own child, by PID (not reaped yet).
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    killed.finish(Duration::from_secs(10));
     assert_eq!(namespaces_of(pid).len(), 1, "a killed bench cannot clean up");
     let mut next = megaconn();
-    next.args(["bench", "--topology", "netns", "--connections", "100", "--hold", "1s", "--ports", "22002"]);
+    next.args(["bench", "--topology", "netns", "--connections", "100", "--hold", "1s", "--ports", NS_PORTS[1]]);
     let (code, _, err) = run(next, Duration::from_secs(60));
     assert_eq!(code, 0, "{err}");
     assert!(err.contains(&format!("removed namespace megaconn-{pid}-net")), "{err}");
@@ -124,7 +123,7 @@ fn namespaces_of_a_killed_bench_are_removed_by_the_next() {
 #[test]
 fn host_topology_shares_the_hosts_hash() {
     let mut cmd = megaconn();
-    cmd.args(["bench", "--topology", "host", "--connections", "300", "--hold", "1s", "--ports", "22010-22011", "--json"]);
+    cmd.args(["bench", "--topology", "host", "--connections", "300", "--hold", "1s", "--ports", &free_ports(2).arg(), "--json"]);
     let (code, out, err) = run(cmd, Duration::from_secs(60));
     assert_eq!(code, 0, "{err}");
     let v: Value = serde_json::from_str(&out).unwrap();
@@ -137,32 +136,22 @@ fn host_topology_shares_the_hosts_hash() {
 /// (the user means it) exits at once, and the namespace still goes.
 #[test]
 fn ctrl_c_removes_the_namespace() {
-    need_netns!();
-    for (presses, ports) in [(1, "22020-22021"), (2, "22022-22023")] {
-        let mut cmd = megaconn();
-        cmd.args(["bench", "--topology", "netns", "--connections", "200", "--hold", "60s", "--ports", ports]);
-        let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-        let pid = child.id();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while namespaces_of(pid).is_empty() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        assert_eq!(namespaces_of(pid).len(), 1, "the bench made its namespace");
-        std::thread::sleep(Duration::from_millis(1500));
-        for _ in 0..presses {
-            // SAFETY: signalling our own child by PID (not yet reaped).
+    if !needs_netns() {
+        return;
+    }
+    for (presses, ports) in [(1, NS_PORTS[2]), (2, NS_PORTS[3])] {
+        // Ctrl-C in the hold, once every connection is up.
+        let (mut bench, pid) = holding_bench(ports);
+        for press in 1..=presses {
+            if press > 1 {
+                // Each press is its own delivery: the next waits until the
+                // last reached the handler (two pending SIGINTs merge).
+                wait_until(&format!("Ctrl-C {} delivered", press - 1), Duration::from_secs(5), || !signal_pending(pid, libc::SIGINT));
+            }
+            // SAFETY: signalling our own child by PID (not reaped yet).
             unsafe { libc::kill(pid as i32, libc::SIGINT) };
-            std::thread::sleep(Duration::from_millis(20));
         }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let status = child.try_wait().unwrap();
-        if status.is_none() {
-            let _ = child.kill();
-        }
-        let status = status.expect("the bench ended after Ctrl-C");
+        let (status, _) = bench.finish(Duration::from_secs(30));
         if presses == 2 {
             assert_eq!(status.code(), Some(130), "a second Ctrl-C exits at once");
         }

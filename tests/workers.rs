@@ -6,9 +6,9 @@ use common::*;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
-fn client(ports: &str, connections: u64, extra: &[&str]) -> std::process::Command {
+fn client(ports: Ports, connections: u64, extra: &[&str]) -> std::process::Command {
     let mut cmd = megaconn();
-    cmd.args(["client", "--ports", ports, "--connections", &connections.to_string(), "--json"]);
+    cmd.args(["client", "--ports", &ports.arg(), "--connections", &connections.to_string(), "--json"]);
     cmd.args(extra);
     cmd
 }
@@ -22,20 +22,21 @@ fn summary(out: &str) -> Value {
 fn elastic_server_grows_with_the_load_and_shrinks_after() {
     // The 20000-fd wall in miniature: every process may open 1,000 files,
     // so one worker holds at most ~880 connections.
-    let (mut srv, plan) = server(&["--ports", "21400-21402", "--retire-after", "2s"], Some(1000));
+    let ports = free_ports(3);
+    let (mut srv, plan) = server(&["--ports", &ports.arg(), "--retire-after", "2s"], Some(1000));
     assert_eq!(plan["elastic"], true, "{plan}");
     let initial = plan["workers"].as_u64().unwrap();
     let budget = plan["per_worker_max"].as_u64().unwrap();
     assert!(budget < 1000, "{plan}");
-    let mut cmd = client("21400-21402", 6000, &["--rate", "3000", "--heartbeat", "1s", "--hold", "3s"]);
+    let mut cmd = client(ports, 6000, &["--rate", "3000", "--heartbeat", "1s", "--hold", "3s"]);
     with_fd_limit(&mut cmd, 1000);
     let load = std::thread::spawn(move || run(cmd, Duration::from_secs(90)));
     let full = srv.wait_for(Duration::from_secs(40), "server holds 6000", |v| v["event"] == "stats" && v["active"] == 6000);
     assert!(full["workers"].as_u64().unwrap() >= 7, "grew from {initial} to at least 7 workers: {full}");
-    assert_eq!(established_on(21400, 21402), 6000, "ss agrees with the server's count");
+    assert_eq!(established_on(ports.first, ports.last), 6000, "ss agrees with the server's count");
     // Workers came and went from accepting; the listeners never closed:
     // one per port, shared by every worker.
-    for port in 21400..=21402 {
+    for port in ports.first..=ports.last {
         assert_eq!(listeners_on(port), 1, "port {port}");
     }
     assert!(full["accept_errors"].as_object().unwrap().is_empty(), "{full}");
@@ -55,10 +56,11 @@ fn elastic_server_grows_with_the_load_and_shrinks_after() {
 
 #[test]
 fn a_crashed_worker_costs_only_its_own_connections() {
-    let (mut srv, _, ready) = server_ready(&["--ports", "21410-21412", "--workers", "3"], None);
+    let ports = free_ports(3);
+    let (mut srv, _, ready) = server_ready(&["--ports", &ports.arg(), "--workers", "3"], None);
     let workers = pids(&ready);
     assert_eq!(workers.len(), 3);
-    let cmd = client("21410-21412", 6000, &["--rate", "6000", "--heartbeat", "1s", "--hold", "6s", "--source-ips", "127.0.0.2-127.0.0.9"]);
+    let cmd = client(ports, 6000, &["--rate", "6000", "--heartbeat", "1s", "--hold", "6s", "--source-ips", "127.0.0.2-127.0.0.9"]);
     let load = std::thread::spawn(move || run(cmd, Duration::from_secs(90)));
     srv.wait_for(Duration::from_secs(30), "server holds 6000", |v| v["event"] == "stats" && v["active"] == 6000);
     let killed_at = Instant::now();
@@ -73,7 +75,7 @@ fn a_crashed_worker_costs_only_its_own_connections() {
     let after = srv.wait_for(Duration::from_secs(5), "count without the crashed worker", |v| v["event"] == "stats" && v["active"] == 6000 - lost);
     assert_eq!(after["workers"], 3, "{after}");
     assert_eq!(after["close_reasons"]["worker_crashed"], lost, "{after}");
-    assert_eq!(established_on(21410, 21412) as u64, 6000 - lost, "ss agrees");
+    assert_eq!(established_on(ports.first, ports.last) as u64, 6000 - lost, "ss agrees");
     // Without --reconnect the client reports the loss and fails.
     let (code, out, err) = load.join().unwrap();
     assert_eq!(code, 1, "losing connections is a failure: {err}");
@@ -86,9 +88,10 @@ fn a_crashed_worker_costs_only_its_own_connections() {
 
 #[test]
 fn reconnect_restores_every_connection_after_a_crash() {
-    let (mut srv, _, ready) = server_ready(&["--ports", "21420-21422", "--workers", "3"], None);
+    let ports = free_ports(3);
+    let (mut srv, _, ready) = server_ready(&["--ports", &ports.arg(), "--workers", "3"], None);
     let workers = pids(&ready);
-    let cmd = client("21420-21422", 6000, &["--rate", "6000", "--heartbeat", "1s", "--hold", "8s", "--reconnect", "--source-ips", "127.0.0.2-127.0.0.9"]);
+    let cmd = client(ports, 6000, &["--rate", "6000", "--heartbeat", "1s", "--hold", "8s", "--reconnect", "--source-ips", "127.0.0.2-127.0.0.9"]);
     let load = std::thread::spawn(move || run(cmd, Duration::from_secs(90)));
     srv.wait_for(Duration::from_secs(30), "server holds 6000", |v| v["event"] == "stats" && v["active"] == 6000);
     kill9(workers[0]);
@@ -106,32 +109,63 @@ fn reconnect_restores_every_connection_after_a_crash() {
 
 #[test]
 fn pool_threads_are_divided_over_the_workers() {
-    let (mut srv, plan, ready) = server_ready(&["--ports", "21430", "--workers", "8", "--business", "pool:1000"], None);
+    let (mut srv, plan, ready) = server_ready(&["--ports", &free_port().to_string(), "--workers", "8", "--business", "pool:1000"], None);
     assert_eq!(plan["threads_per_worker"], 1 + 1000 / 8, "{plan}");
     let threads: usize = pids(&ready).iter().map(|p| threads_of(*p)).sum();
     assert!((1000..=1000 + 8 + 8).contains(&threads), "pool:1000 over 8 workers runs {threads} threads");
     assert!(srv.terminate().success());
 }
 
+/// A number from /proc or /sys, as the kernel writes it.
+fn read_num(path: &str) -> Option<u64> {
+    std::fs::read_to_string(path).ok()?.split_whitespace().next()?.parse().ok()
+}
+
+/// The soft RLIMIT_NPROC of this process ("Max processes").
+fn nproc_soft() -> Option<u64> {
+    let l = std::fs::read_to_string("/proc/self/limits").ok()?;
+    l.lines().find(|l| l.starts_with("Max processes"))?.split_whitespace().nth(2)?.parse().ok()
+}
+
 #[test]
 fn more_threads_than_the_pid_limit_allows_are_refused_up_front() {
     let mut cmd = megaconn();
-    cmd.args(["server", "--ports", "21431", "--workers", "8", "--business", "pool:100000"]);
+    cmd.args(["server", "--ports", &free_port().to_string(), "--workers", "8", "--business", "pool:100000"]);
     let (code, _, err) = run(cmd, Duration::from_secs(20));
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("threads") && (err.contains("pid_max") || err.contains("threads-max") || err.contains("pids.max") || err.contains("NPROC")), "{err}");
+    // The refusal names the first limit (in the order pid_max,
+    // threads-max, pids.max, NPROC) that the tasks do not fit under, with
+    // the value this machine really has.
+    let needed: u64 = err.split("needs ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{err}"));
+    assert!(needed >= 100_000 && err.contains(&format!("needs {needed} threads and processes")), "pool:100000 is at least 100000 threads: {err}");
+    let order: [(&str, Option<u64>); 4] = [
+        ("kernel.pid_max", read_num("/proc/sys/kernel/pid_max")),
+        ("kernel.threads-max", read_num("/proc/sys/kernel/threads-max")),
+        ("the cgroup's pids.max", None),
+        ("RLIMIT_NPROC (ulimit -u)", nproc_soft()),
+    ];
+    let (named, value) = order.iter().find(|(name, _)| err.contains(&format!("but {name} is "))).unwrap_or_else(|| panic!("no limit named: {err}"));
+    let cap: u64 = err.split(&format!("but {named} is ")).nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok()).unwrap();
+    if let Some(v) = value {
+        assert_eq!(cap, *v, "{named} as this machine has it: {err}");
+    }
+    assert!(cap < needed + 200, "{named} = {cap} really is too small for {needed} tasks: {err}");
+    for (earlier, v) in order.iter().take_while(|(n, _)| n != named) {
+        assert!(v.is_none_or(|v| v >= needed), "{earlier} ({v:?}) binds before {named}: {err}");
+    }
 }
 
 #[test]
 fn a_shard_with_nothing_to_do_exits_cleanly() {
     let mut cmd = megaconn();
-    cmd.args(["client", "--connections", "3", "--shard", "0/4", "--ports", "21432"]);
+    let port = free_port().to_string();
+    cmd.args(["client", "--connections", "3", "--shard", "0/4", "--ports", &port]);
     let (code, _, err) = run(cmd, Duration::from_secs(20));
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("empty"), "{err}");
     // Shard 3/4 of 3 owns one connection: with nobody listening it fails, named.
     let mut cmd = megaconn();
-    cmd.args(["client", "--connections", "3", "--shard", "3/4", "--ports", "21432", "--hold", "1s", "--connect-timeout", "2s"]);
+    cmd.args(["client", "--connections", "3", "--shard", "3/4", "--ports", &port, "--hold", "1s", "--connect-timeout", "2s"]);
     let (code, _, err) = run(cmd, Duration::from_secs(30));
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("0 of 1 connections"), "{err}");

@@ -3,16 +3,18 @@
 //! with the right HTTP status.
 mod common;
 use common::*;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Command, Stdio};
+use std::io::{Read, Write};
+use std::process::Command;
 use std::time::Duration;
 
 #[test]
 fn python_websockets_client_conformance() {
-    let (mut s, _) = server(&["--ports", "21800", "--workers", "1", "--protocol", "ws"], None);
-    let out = Command::new("timeout").args(["60", "python3", &peer("ws_conformance.py"), "21800"]).output().expect("python3");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success() && text.contains("ALL OK"), "{text}");
+    let port = free_port().to_string();
+    let (mut s, _) = server(&["--ports", &port, "--workers", "1", "--protocol", "ws"], None);
+    let mut py = Command::new("python3");
+    py.args([&peer("ws_conformance.py"), &port]);
+    let (code, out, err) = run(py, Duration::from_secs(60));
+    assert!(code == 0 && out.ends_with("ALL OK\n"), "ws_conformance.py exited {code}: {out}{err}");
     let v = s.wait_for(Duration::from_secs(10), "closes counted", |v| {
         v["event"] == "stats" && v["close_reasons"]["ws_bad_utf8"] == 1 && v["close_reasons"]["ws_message_too_big"] == 2
     });
@@ -24,22 +26,31 @@ fn python_websockets_client_conformance() {
 
 #[test]
 fn bad_upgrades_get_an_http_status_and_a_close() {
-    let (mut s, _) = server(&["--ports", "21801", "--workers", "1", "--protocol", "ws"], None);
-    let (status, body) = http("127.0.0.1:21801", "GET", "/", b"", None);
+    let port = free_port();
+    let (mut s, _) = server(&["--ports", &port.to_string(), "--workers", "1", "--protocol", "ws"], None);
+    let (status, body) = http(&format!("127.0.0.1:{port}"), "GET", "/", b"", None);
     assert_eq!(status, 426, "{body}");
     assert!(body.contains("Upgrade: websocket"), "{body}");
     // A refused POST whose body is still coming: the server answers, then
     // lingers (reads and drops the body until the peer closes) instead of
     // closing into a reset that would fail the client's writes before it
-    // reads the answer.
+    // reads the answer. The body goes out only after the answer is here,
+    // and each 100 KB is read by the server (ss: received, nothing left
+    // queued) before the next.
     for _ in 0..5 {
-        let mut c = std::net::TcpStream::connect("127.0.0.1:21801").unwrap();
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
         c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        c.write_all(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 400000\r\n\r\n").unwrap();
-        std::thread::sleep(Duration::from_millis(150));
+        let me = c.local_addr().unwrap().port();
+        let head = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 400000\r\n\r\n";
+        c.write_all(head).unwrap();
+        c.peek(&mut [0u8; 1]).expect("the server answers the refused upgrade before its body arrives");
+        let mut sent = head.len() as u64;
         for _ in 0..4 {
             c.write_all(&[b'x'; 100_000]).expect("the server still takes the body it refused");
-            std::thread::sleep(Duration::from_millis(50));
+            sent += 100_000;
+            wait_until(&format!("the lingering server read {sent} bytes"), Duration::from_secs(10), || {
+                tcp_socket(port, me).is_some_and(|s| s.bytes_received == sent && s.recv_q == 0)
+            });
         }
         let mut answer = Vec::new();
         c.read_to_end(&mut answer).expect("the answer arrives whole, then a FIN");
@@ -52,7 +63,7 @@ fn bad_upgrades_get_an_http_status_and_a_close() {
     let out = Command::new("curl")
         .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "20", "--data-binary"])
         .arg(format!("@{}", body.display()))
-        .arg("http://127.0.0.1:21801/")
+        .arg(format!("http://127.0.0.1:{port}/"))
         .output()
         .expect("curl is installed (scripts/setup.sh)");
     let _ = std::fs::remove_file(&body);
@@ -63,50 +74,45 @@ fn bad_upgrades_get_an_http_status_and_a_close() {
     assert!(s.terminate().success());
 }
 
-fn pushes_reach_python_subscribers(port: u16, format: &str) {
-    let p = port.to_string();
+fn pushes_reach_python_subscribers(format: &str) {
+    let p = free_port().to_string();
     let (mut s, _, ready) = server_ready(&["--ports", &p, "--workers", "2", "--protocol", "ws", "--push-format", format], None);
     let admin = ready["admin"].as_str().unwrap().to_string();
-    let mut py = Command::new("timeout");
-    py.args(["60", "python3", &peer("ws_subscribers.py"), &p, "200", format]).stdout(Stdio::piped());
-    let mut child = py.spawn().expect("python3");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    let mut py = Command::new("python3");
+    py.args([&peer("ws_subscribers.py"), &p, "200", format]);
+    let mut subscribers = Peer::spawn("ws_subscribers.py", py);
+    assert_eq!(subscribers.line(Duration::from_secs(60), "200 subscribers open"), "ready");
     let (status, r) = http(&admin, "POST", "/broadcast", b"all", None);
     assert_eq!(status, 200, "{r}");
     let (status, r) = http(&admin, "POST", "/publish?topic=room", "héllo".as_bytes(), None);
     assert_eq!(status, 200, "{r}");
-    let rest: Vec<String> = lines.map_while(Result::ok).collect();
-    assert!(child.wait().unwrap().success(), "{rest:?}");
-    assert_eq!(rest, vec!["received 300", "OK"]);
+    // The script asserts what each connection got: exit 0 and "OK" or fail.
+    assert_eq!(subscribers.finish_ok(Duration::from_secs(60)), ["received 300", "OK"]);
     assert!(s.terminate().success());
 }
 
 #[test]
 fn pushes_reach_python_subscribers_as_json_text() {
-    pushes_reach_python_subscribers(21802, "text");
+    pushes_reach_python_subscribers("text");
 }
 
 #[test]
 fn pushes_reach_python_subscribers_as_binary() {
-    pushes_reach_python_subscribers(21803, "binary");
+    pushes_reach_python_subscribers("binary");
 }
 
 /// megaconn's ws client against an echo server nobody here wrote: 2,000
 /// connections held, every ping answered, every request echoed.
 fn client_against(server: &[&str], port: u16) {
     let mut peer = Command::new(server[0]);
-    peer.args(&server[1..]).stdout(Stdio::piped());
-    let mut child = peer.spawn().expect("peer server");
-    let mut first = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut first).unwrap();
-    assert_eq!(first.trim(), "ready");
+    peer.args(&server[1..]);
+    let mut echo = Peer::spawn(&format!("{} echo server", server[0]), peer);
+    assert_eq!(echo.line(Duration::from_secs(30), "the echo server listening"), "ready");
     let mut cmd = megaconn();
     let url = format!("ws://127.0.0.1:{port}/echo");
     cmd.args(["client", "--url", &url, "--connections", "2000", "--rate", "2000", "--heartbeat", "1s", "--request-rate", "1/s", "--hold", "4s", "--json"]);
     let (code, out, err) = run(cmd, Duration::from_secs(90));
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(echo);
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let s = &v["summary"];
@@ -126,30 +132,32 @@ fn client_against(server: &[&str], port: u16) {
 #[test]
 fn the_ws_client_holds_2000_against_node_ws() {
     raise_fd_limit();
-    client_against(&["node", &peer("ws_echo_server.js"), "21810", "60"], 21810);
+    let port = free_port();
+    client_against(&["node", &peer("ws_echo_server.js"), &port.to_string(), "60"], port);
 }
 
 #[test]
 fn the_ws_client_holds_2000_against_python_websockets_and_answers_its_pings() {
     raise_fd_limit();
-    client_against(&["python3", &peer("ws_echo_server.py"), "21811", "60"], 21811);
+    let port = free_port();
+    client_against(&["python3", &peer("ws_echo_server.py"), &port.to_string(), "60"], port);
 }
 
 /// A headless Chromium page (Debian's chromium) opens 200 WebSockets,
 /// subscribed through the URL, and receives one publish on each.
 #[test]
 fn chromium_receives_a_publish_on_200_websockets() {
-    let (mut s, _, ready) = server_ready(&["--ports", "21820", "--workers", "2", "--protocol", "ws"], None);
+    let port = free_port().to_string();
+    let (mut s, _, ready) = server_ready(&["--ports", &port, "--workers", "2", "--protocol", "ws"], None);
     let admin = ready["admin"].as_str().unwrap().to_string();
-    let mut node = Command::new("timeout");
-    node.args(["90", "node", &peer("chromium_ws.js"), "21820", "200"]).stdout(Stdio::piped());
-    let mut child = node.spawn().expect("node");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    let mut node = Command::new("node");
+    node.args([&peer("chromium_ws.js"), &port, "200"]);
+    let mut browser = Peer::spawn("node chromium_ws.js (chromium)", node);
+    assert_eq!(browser.line(Duration::from_secs(60), "200 WebSockets open in the page"), "ready");
     let (status, r) = http(&admin, "POST", "/publish?topic=page", "to every tab — ✓".as_bytes(), None);
     assert_eq!(status, 200, "{r}");
-    let result: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
-    assert!(child.wait().unwrap().success());
+    let rest = browser.finish_ok(Duration::from_secs(60));
+    let result: serde_json::Value = serde_json::from_str(rest.last().unwrap_or_else(|| panic!("the page's result: {rest:?}"))).unwrap();
     assert_eq!(result["open"], 200, "{result}");
     assert_eq!(result["errors"], 0, "{result}");
     assert_eq!(result["received"], 200, "{result}");
@@ -161,9 +169,11 @@ fn chromium_receives_a_publish_on_200_websockets() {
 /// a 5 ms pool service time shows in every reply's latency.
 #[test]
 fn ws_requests_run_through_the_business_stage() {
-    let (mut s, _) = server(&["--ports", "21830", "--workers", "1", "--protocol", "ws", "--business", "pool:4", "--service-time", "5ms"], None);
+    let port = free_port();
+    let (mut s, _) = server(&["--ports", &port.to_string(), "--workers", "1", "--protocol", "ws", "--business", "pool:4", "--service-time", "5ms"], None);
+    let url = format!("ws://127.0.0.1:{port}/rpc");
     let mut cmd = megaconn();
-    cmd.args(["client", "--url", "ws://127.0.0.1:21830/rpc", "--connections", "200", "--request-rate", "5/s", "--payload", "100"]);
+    cmd.args(["client", "--url", &url, "--connections", "200", "--request-rate", "5/s", "--payload", "100"]);
     cmd.args(["--heartbeat", "off", "--hold", "2s", "--json"]);
     let (code, out, err) = run(cmd, Duration::from_secs(60));
     assert_eq!(code, 0, "{err}");
@@ -182,7 +192,8 @@ fn ws_requests_run_through_the_business_stage() {
 fn the_push_bench_runs_over_websocket() {
     let mut cmd = megaconn();
     cmd.args(["bench", "--protocol", "ws", "--scenario", "push", "--connections", "2000", "--broadcasts", "2", "--broadcast-interval", "300ms"]);
-    cmd.args(["--ports", "21840-21843", "--hold", "5s", "--heartbeat", "1s", "--json"]);
+    let ports = free_ports(4);
+    cmd.args(["--ports", &ports.arg(), "--hold", "5s", "--heartbeat", "1s", "--json"]);
     let (code, out, err) = run(cmd, Duration::from_secs(90));
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -192,5 +203,5 @@ fn the_push_bench_runs_over_websocket() {
     assert_eq!(p["delivery_ms"]["count"], 4000, "{p}");
     assert_eq!(v["client"]["heartbeats_answered"], v["client"]["heartbeats_sent"], "pings answered during pushes");
     assert!(v["client"]["mode"].as_str().unwrap().starts_with("ws:"), "{v}");
-    assert_eq!(sockets_on(21840, 21843), 0);
+    assert_eq!(sockets_on(ports.first, ports.last), 0);
 }

@@ -1,10 +1,26 @@
 //! Helpers for end-to-end tests: run the real binary, read its JSON
 //! lines, and make sure every process we start dies with the test.
+//!
+//! What keeps the tests honest lives here too: ports come from one
+//! allocator ([`free_ports`]) so test files never collide; waits are on
+//! conditions ([`wait_until`], [`Running::wait_for`]), each with a deadline
+//! that names what it waited for; what peers and servers print goes to a
+//! per-test log ([`TestLog`]) shown only when the test fails; a test that
+//! needs network namespaces says so ([`needs_netns`]) and fails with the
+//! reason where they cannot be made.
 #![allow(dead_code)]
 pub mod lab;
+pub mod ports;
+pub mod proc;
+
+// Not every test file uses every helper.
+#[allow(unused_imports)]
+pub use ports::{free_port, free_ports, Ports};
+#[allow(unused_imports)]
+pub use proc::{needs_netns, test_name, Peer, TestLog};
 
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -34,37 +50,49 @@ pub fn with_fd_limit(cmd: &mut Command, n: u64) {
 }
 
 /// A child process killed (by PID) when the guard drops, even when the
-/// test panics. Its workers die with it (PR_SET_PDEATHSIG).
+/// test panics. Its workers die with it (PR_SET_PDEATHSIG). Its stderr and
+/// stdout go to a [`TestLog`] shown if the test fails; its JSON lines are
+/// read by [`Running::wait_for`].
 pub struct Running {
     pub child: Child,
     pub lines: Receiver<Value>,
+    pub log: TestLog,
 }
 
 impl Running {
     pub fn spawn(mut cmd: Command) -> Running {
-        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("start megaconn");
+        let what: Vec<String> = std::iter::once(cmd.get_program()).chain(cmd.get_args()).take(6).map(|a| a.to_string_lossy().into_owned()).collect();
+        let what = what.iter().map(|a| a.rsplit('/').next().unwrap_or(a)).collect::<Vec<_>>().join(" ");
+        let log = TestLog::new(&what);
+        let mut child = cmd.stdout(Stdio::piped()).stderr(log.stdio()).spawn().unwrap_or_else(|e| panic!("start {what}: {e}"));
         let out = child.stdout.take().unwrap();
+        let mut copy = log.file();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
+            // Read to the end even when nobody listens any more: a closed
+            // pipe would make the process fail on its next print.
+            let mut listening = true;
             for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                    if tx.send(v).is_err() {
-                        break;
-                    }
+                let _ = writeln!(copy, "[stdout] {line}");
+                if let (true, Ok(v)) = (listening, serde_json::from_str::<Value>(&line)) {
+                    listening = tx.send(v).is_ok();
                 }
             }
         });
-        Running { child, lines: rx }
+        Running { child, lines: rx, log }
     }
 
-    /// Wait for a JSON line satisfying `pred`; panic after `timeout`.
+    /// Wait for a JSON line satisfying `pred`; panic after `timeout`,
+    /// naming `what` and the last line seen.
     pub fn wait_for(&self, timeout: Duration, what: &str, mut pred: impl FnMut(&Value) -> bool) -> Value {
         let deadline = Instant::now() + timeout;
+        let mut last = None;
         loop {
             match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
                 Ok(v) if pred(&v) => return v,
-                Ok(_) => {}
-                Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => panic!("timed out waiting for {what}"),
+                Ok(v) => last = Some(v),
+                Err(RecvTimeoutError::Timeout) => panic!("timed out after {timeout:?} waiting for {what}; last line: {last:?}"),
+                Err(RecvTimeoutError::Disconnected) => panic!("the process ended while waiting for {what}; last line: {last:?}"),
             }
         }
     }
@@ -91,24 +119,37 @@ impl Drop for Running {
     }
 }
 
+/// Poll `ok` (every 20 ms) until it holds; panic after `timeout`, naming
+/// `what`. For conditions no process announces (a socket state, a file, a
+/// count read over HTTP).
+pub fn wait_until(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
+    let end = Instant::now() + timeout;
+    while !ok() {
+        assert!(Instant::now() < end, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Run a command to completion with a time limit; returns (exit code,
-/// stdout, stderr).
+/// stdout, stderr). Past the limit it is killed (by PID) and the test
+/// fails with what it printed.
 pub fn run(mut cmd: Command, limit: Duration) -> (i32, String, String) {
-    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start megaconn");
+    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap_or_else(|e| panic!("start {:?}: {e}", cmd.get_program()));
     let pid = child.id();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let _ = tx.send(child.wait_with_output());
     });
+    let text = |out: std::process::Output| {
+        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
     match rx.recv_timeout(limit) {
-        Ok(out) => {
-            let out = out.unwrap();
-            (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
-        }
+        Ok(out) => text(out.unwrap()),
         Err(_) => {
-            // SAFETY: killing our own child by PID.
+            // SAFETY: killing our own child by PID (not reaped: its waiter is still waiting).
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            panic!("command did not finish within {limit:?}");
+            let said = rx.recv_timeout(Duration::from_secs(10)).ok().and_then(Result::ok).map(text);
+            panic!("{:?} did not finish within {limit:?}; it printed: {said:?}", cmd.get_args().collect::<Vec<_>>());
         }
     }
 }
@@ -140,6 +181,39 @@ pub fn server(args: &[&str], fd_limit: Option<u64>) -> (Running, Value) {
 /// side of each connection), as `ss` counts them.
 pub fn established_on(lo: u16, hi: u16) -> usize {
     ss_count("established", &format!("( sport >= :{lo} and sport <= :{hi} )"))
+}
+
+/// One TCP socket as `ss -tni` shows it.
+#[derive(Debug, Clone)]
+pub struct TcpSocket {
+    pub state: String,
+    /// Bytes received that the owner has not read yet.
+    pub recv_q: u64,
+    /// Bytes sent that the peer has not acknowledged yet.
+    pub send_q: u64,
+    /// Bytes the kernel received on it in all.
+    pub bytes_received: u64,
+}
+
+/// The loopback TCP socket with local port `local` and remote port
+/// `remote`, if it exists.
+pub fn tcp_socket(local: u16, remote: u16) -> Option<TcpSocket> {
+    let filter = format!("( sport = :{local} and dport = :{remote} )");
+    let out = Command::new("ss").args(["-tniH", "state", "all", &filter]).output().expect("ss is installed (iproute2)");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let mut words = text.split_whitespace();
+    let state = words.next()?.to_string();
+    let recv_q = words.next()?.parse().ok()?;
+    let send_q = words.next()?.parse().ok()?;
+    let bytes_received = text.split_whitespace().find_map(|w| w.strip_prefix("bytes_received:")).and_then(|n| n.parse().ok()).unwrap_or(0);
+    Some(TcpSocket { state, recv_q, send_q, bytes_received })
+}
+
+/// Established TCP sockets inside network namespace `ns` (both ends of a
+/// connection inside it count).
+pub fn established_in_netns(ns: &str) -> usize {
+    let out = Command::new("ip").args(["netns", "exec", ns, "ss", "-tanH", "state", "established"]).output().expect("ip netns exec ss");
+    String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.trim().is_empty()).count()
 }
 
 /// Threads of a process (entries of /proc/PID/task).
