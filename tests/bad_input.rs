@@ -43,7 +43,7 @@ fn bad_websocket_codec_and_churn_flags_exit_2() {
     expect_usage_error(&["client", "--connections", "10", "--subscribe", "x{0..2000000}"], "1,000,000");
     expect_usage_error(&["server", "--protocol", "ws", "--max-message-bytes", "10"], "--max-message-bytes");
     expect_usage_error(&["server", "--max-connections", "0"], "--max-connections");
-    expect_usage_error(&["bench", "--protocol", "http"], "framed or ws");
+    expect_usage_error(&["bench", "--protocol", "http"], "[possible values: framed, ws]");
 }
 
 #[test]

@@ -10,11 +10,6 @@ use megaconn::stats::counters::Kind;
 use serde_json::Value;
 use std::time::Duration;
 
-/// A loopback port nobody listens on now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 #[test]
 fn every_declared_counter_reaches_json_and_metrics() {
     let port = free_port().to_string();
