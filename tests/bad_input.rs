@@ -44,6 +44,9 @@ fn bad_websocket_codec_and_churn_flags_exit_2() {
     expect_usage_error(&["server", "--protocol", "ws", "--max-message-bytes", "10"], "--max-message-bytes");
     expect_usage_error(&["server", "--max-connections", "0"], "--max-connections");
     expect_usage_error(&["bench", "--protocol", "http"], "[possible values: framed, ws]");
+    expect_usage_error(&["bench", "--workers", "2", "--server-workers", "3"], "'--workers <WORKERS>' cannot be used with '--server-workers <SERVER_WORKERS>'");
+    expect_usage_error(&["bench", "--scenario", "push", "--push-bytes", "5000"], "--push-bytes 5000 exceeds");
+    expect_usage_error(&["client", "--connections", "10", "--rate", "10/m"], "per second");
 }
 
 #[test]

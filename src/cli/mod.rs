@@ -327,6 +327,9 @@ pub struct BenchArgs {
     /// Source addresses; default: enough 127.0.0.x for the target.
     #[arg(long)]
     pub source_ips: Option<IpList>,
+    /// Worker processes on both sides: auto or N (as `server --workers` and `client --workers`); --server-workers and --client-workers set one side.
+    #[arg(long, conflicts_with_all = ["server_workers", "client_workers"])]
+    pub workers: Option<Workers>,
     /// Server worker processes: auto or N.
     #[arg(long, default_value = "auto")]
     pub server_workers: Workers,
