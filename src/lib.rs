@@ -4,6 +4,20 @@
 //!
 //! Everything lives in this library; `main.rs` only parses and
 //! dispatches, so tests can run a server or a client in-process.
+//!
+//! Layers, top to bottom; a module imports only from its own layer or
+//! below (`shared/tools/layers.py` checks it):
+//!
+//! ```text
+//! cli                  flags -> domain configs, dispatch (workers too), exit codes
+//! bench, report        scenarios (and `megaconn client` alone), reports, charts, merge
+//! server, client       the two roles: configs, counters, snapshots, events, workers, /metrics
+//! admin, cluster       the admin HTTP plane and the NATS link: handed a Sink, never reaching up
+//! supervise, reactor   a process pool and one event loop that name no role
+//! proto, net, topology wire formats, buffer-less I/O, namespaces
+//! tune                 limits and the arithmetic on them
+//! stats, sys, values   counters!, histograms, OpenMetrics pieces, /proc, flag value parsers
+//! ```
 pub mod admin;
 pub mod bench;
 pub mod cli;
