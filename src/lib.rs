@@ -12,10 +12,10 @@
 //! cli                  flags -> domain configs, dispatch (workers too), exit codes
 //! bench, report        scenarios (and `megaconn client` alone), reports, charts, merge
 //! server, client       the two roles: configs, counters, snapshots, events, workers, /metrics
-//! admin, cluster       the admin HTTP plane and the NATS link: handed a Sink, never reaching up
+//! admin, cluster, tune the admin HTTP plane and the NATS link (handed a Sink, never reaching
+//!                      up); the limits and the arithmetic on them
 //! supervise, reactor   a process pool and one event loop that name no role
 //! proto, net, topology wire formats, buffer-less I/O, namespaces
-//! tune                 limits and the arithmetic on them
 //! stats, sys, values   counters!, histograms, OpenMetrics pieces, /proc, flag value parsers
 //! ```
 pub mod admin;
