@@ -149,3 +149,29 @@ impl From<TuneArgs> for TuneConfig {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Cli, Cmd};
+    use clap::Parser;
+
+    /// The flags' defaults and the domain configs' `Default` must agree:
+    /// a bare command line gives the same config as `Default` (the
+    /// CLI-only fields aside), so neither can drift from the other.
+    #[test]
+    fn flag_defaults_are_the_domain_defaults() {
+        let Cmd::Client(a) = Cli::parse_from(["megaconn", "client", "--connections", "1000"]).command else { unreachable!() };
+        let from_flags: crate::client::ClientConfig = (*a).into();
+        assert_eq!(format!("{:?}", from_flags), format!("{:?}", crate::client::ClientConfig::default()));
+        let Cmd::Bench(a) = Cli::parse_from(["megaconn", "bench"]).command else { unreachable!() };
+        let from_flags: crate::bench::BenchConfig = a.into();
+        let domain = crate::bench::BenchConfig { topology: crate::topology::Topology::Auto, ..Default::default() };
+        assert_eq!(format!("{:?}", from_flags), format!("{:?}", domain));
+        let Cmd::Server(a) = Cli::parse_from(["megaconn", "server"]).command else { unreachable!() };
+        let from_flags: crate::server::ServerConfig = a.into();
+        // In-process servers (tests, benches) have no admin API unless asked;
+        // the command serves it on loopback.
+        let domain = crate::server::ServerConfig { admin: crate::server::config::DEFAULT_ADMIN.parse().ok(), ..Default::default() };
+        assert_eq!(format!("{:?}", from_flags), format!("{:?}", domain));
+    }
+}
