@@ -72,6 +72,15 @@ pub fn self_cpu_us() -> u64 {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
+/// Let a closed stdout end this process as it ends `cat` (SIGPIPE), not
+/// as a panic in `println!` (`megaconn tune ... | head`). Only for
+/// commands with no worker pipes: a supervisor must survive writing to a
+/// dead worker's stdin.
+pub fn end_on_broken_stdout() {
+    // SAFETY: restoring the default disposition of one signal; no handler.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
 /// Ask the kernel to SIGKILL this process when its parent dies, so no
 /// worker outlives its supervisor. Called between fork and exec.
 pub fn die_with_parent() -> io::Result<()> {

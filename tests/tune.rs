@@ -92,3 +92,20 @@ fn impossible_bench_is_refused_with_the_binding_limit() {
     assert!(err.contains("cannot be reached") && err.contains("binds first") && err.contains("fix"), "{err}");
     assert_eq!(sockets_on(ports.first, ports.last), 0);
 }
+
+#[test]
+fn a_closed_stdout_ends_tune_quietly() {
+    // A pipe whose reading end is already closed: every write to it fails
+    // (EPIPE), as when the output is piped into `head` that has exited.
+    let mut fds = [0; 2];
+    // SAFETY: pipe() fills two descriptors we then own.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: closing the reading end we own; the writing end is handed to the child.
+    unsafe { libc::close(fds[0]) };
+    // SAFETY: fds[1] is a descriptor we own and give away exactly once.
+    let write_end = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fds[1]) };
+    let out = megaconn().args(["tune", "--connections", "1000000"]).stdout(write_end).stderr(std::process::Stdio::piped()).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&out.status), Some(libc::SIGPIPE), "{:?} {err}", out.status);
+}

@@ -35,9 +35,18 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Server(a) => crate::server::run(a.into()),
         Cmd::Client(a) => crate::bench::client_only::run((*a).into()),
         Cmd::Bench(a) => crate::bench::run(a.into()),
-        Cmd::Tune(a) => crate::tune::run(a.into()),
-        Cmd::Report { action: ReportCmd::Compare { a, b, html, json } } => crate::report::compare::run(&a, &b, html, json),
-        Cmd::Merge { files, json } => crate::report::hdrlog::merge(&files, json),
+        Cmd::Tune(a) => {
+            crate::sys::end_on_broken_stdout();
+            crate::tune::run(a.into())
+        }
+        Cmd::Report { action: ReportCmd::Compare { a, b, html, json } } => {
+            crate::sys::end_on_broken_stdout();
+            crate::report::compare::run(&a, &b, html, json)
+        }
+        Cmd::Merge { files, json } => {
+            crate::sys::end_on_broken_stdout();
+            crate::report::hdrlog::merge(&files, json)
+        }
         Cmd::Worker { role } => run_worker(&role).map(|_| 0),
     }
 }

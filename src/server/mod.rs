@@ -69,7 +69,7 @@ impl ServerPlan {
 /// usage error naming the limit and the fix.
 pub fn plan(cfg: &ServerConfig, fd_hard: u64) -> Result<ServerPlan, String> {
     if cfg.protocol == crate::proto::Protocol::Raw {
-        return Err("--protocol raw is a client protocol; a server speaks framed, echo8, http, echo or discard (e.g. --protocol echo)".into());
+        return Err("--protocol raw is a client protocol; a server speaks framed, ws, http, echo8, echo or discard (e.g. --protocol echo)".into());
     }
     let cores = crate::sys::online_cpus();
     let n = cfg.connections.unwrap_or(match cfg.workers {
