@@ -13,7 +13,10 @@ pub fn request(addr: SocketAddr, method: &str, path: &str, body: &[u8], token: O
     s.set_read_timeout(Some(Duration::from_secs(120)))?;
     let _ = s.set_nodelay(true);
     let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-    let head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+    // A POST says what it carries: a loopback admin without a token
+    // refuses the content types a web page could send cross-site.
+    let kind = if method == "POST" { "Content-Type: application/octet-stream\r\n" } else { "" };
+    let head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}{kind}Content-Length: {}\r\nConnection: close\r\n\r\n", body.len());
     s.write_all(head.as_bytes())?;
     s.write_all(body)?;
     let mut out = Vec::new();

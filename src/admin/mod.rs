@@ -3,31 +3,44 @@
 //! `/healthz` (no token needed: probes), `/connections`, and `POST /publish?topic=T`, `/broadcast`,
 //! `/push/{id}`, `/push` (batch: one `id payload` per line).
 //!
-//! HTTP parsing is tiny_http's; each request is validated here (route,
-//! token, body size, topic syntax, ids) and then handed to the supervisor
-//! loop as an [`Request`] on the same channel the workers report on, so
-//! one thread owns every worker pipe. The handler waits for the loop's
-//! [`Response`] (a publish answers once every worker has written it).
+//! HTTP is hyper's (src/admin/http.rs), with every bound a public port
+//! needs: a header deadline, head and body size limits, a cap on admin
+//! connections (the oldest idle one is closed to make room), no thread
+//! per connection. Each request is checked here (token, cross-site and
+//! rebinding guards in [`guard`], route, body size, topic syntax, ids) and
+//! then handed to the supervisor loop as a [`Request`] on the same channel
+//! the workers report on, so one thread owns every worker pipe. The
+//! handler waits for the loop's [`Response`] (a publish answers once every
+//! worker has taken it).
 pub mod client;
+pub mod guard;
+mod http;
 pub mod route;
 
-use crate::supervise::Sink;
-use anyhow::{anyhow, Result};
-use std::io::Read;
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::SyncSender;
-use std::sync::Arc;
-use std::time::Duration;
-
+pub use guard::Token;
+pub use http::serve;
 pub use route::Request as Route;
+
+use std::net::SocketAddr;
+use std::time::Duration;
 
 /// Largest request body accepted (a `/push` batch); larger gets 413.
 pub const MAX_BODY: usize = 1 << 20;
-/// Admin requests handled at once; more get 503.
-const MAX_IN_FLIGHT: usize = 64;
+/// Admin requests waiting for the supervisor at once; more get 503
+/// (`GET /healthz` is not counted: probes always get through).
+pub const MAX_IN_FLIGHT: usize = 64;
+/// Admin connections held at once; a new one beyond closes the one idle
+/// the longest (or is closed itself when all are busy).
+pub const MAX_CONNECTIONS: usize = 512;
+/// Largest request head (request line and headers); larger gets 431.
+pub const MAX_HEAD: usize = 16 * 1024;
+/// Longest a connection may take to send a request head, idle
+/// keep-alive included.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest a request body may take to arrive.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest a request waits for the supervisor (a 1M broadcast takes ~10 s).
-const REPLY_TIMEOUT: Duration = Duration::from_secs(120);
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// What the supervisor answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,8 +65,11 @@ impl Response {
 #[derive(Debug)]
 pub struct Request {
     pub route: Route,
-    pub reply: SyncSender<Response>,
+    pub reply: Reply,
 }
+
+/// Where the supervisor sends a request's answer (never blocks it).
+pub type Reply = tokio::sync::oneshot::Sender<Response>;
 
 /// Whether `addr` may serve without a token.
 pub fn is_loopback(addr: &SocketAddr) -> bool {
@@ -61,11 +77,11 @@ pub fn is_loopback(addr: &SocketAddr) -> bool {
 }
 
 /// Check the admin settings before anything starts (usage errors).
-pub fn check(addr: &SocketAddr, token: Option<&str>) -> Result<(), String> {
-    if !is_loopback(addr) && token.is_none_or(str::is_empty) {
+pub fn check(addr: &SocketAddr, token: Option<&Token>) -> Result<(), String> {
+    if !is_loopback(addr) && token.is_none() {
         return Err(format!(
             "--admin {addr} is not a loopback address: anyone who reaches it could publish to every connection. \
-             Give --admin-token TOKEN (requests then need 'Authorization: Bearer TOKEN'), or use --admin 127.0.0.1:9100"
+             Give a token with --admin-token-file FILE or MEGACONN_ADMIN_TOKEN (requests then need 'Authorization: Bearer TOKEN'), or use --admin 127.0.0.1:9100"
         ));
     }
     Ok(())
@@ -78,73 +94,4 @@ pub enum Scope {
     Full,
     /// /metrics, /stats and /healthz only (a load generator's).
     ReadOnly,
-}
-
-/// Start serving; every parsed request goes to `sink` with a reply
-/// channel. Returns the address actually bound (port 0 resolved).
-pub fn serve(scope: Scope, addr: SocketAddr, token: Option<String>, sink: Sink<Request>) -> Result<SocketAddr> {
-    let server =
-        tiny_http::Server::http(addr).map_err(|e| anyhow!("cannot serve the admin API on {addr}: {e} (choose another --admin port, or --admin off)"))?;
-    let bound = server.server_addr().to_ip().ok_or_else(|| anyhow!("admin API bound to a non-IP address"))?;
-    let server = Arc::new(server);
-    let in_flight = Arc::new(AtomicUsize::new(0));
-    std::thread::Builder::new().name("admin".into()).spawn(move || {
-        for req in server.incoming_requests() {
-            if in_flight.fetch_add(1, Ordering::SeqCst) >= MAX_IN_FLIGHT {
-                in_flight.fetch_sub(1, Ordering::SeqCst);
-                respond(req, Response::error(503, "too many admin requests at once; retry"));
-                continue;
-            }
-            let (sink, token, in_flight) = (sink.clone(), token.clone(), in_flight.clone());
-            let spawned = std::thread::Builder::new().name("admin-req".into()).stack_size(256 * 1024).spawn(move || {
-                handle(scope, req, token.as_deref(), &sink);
-                in_flight.fetch_sub(1, Ordering::SeqCst);
-            });
-            if spawned.is_err() {
-                eprintln!("megaconn: admin: cannot start a request thread");
-            }
-        }
-    })?;
-    Ok(bound)
-}
-
-fn handle(scope: Scope, mut req: tiny_http::Request, token: Option<&str>, sink: &Sink<Request>) {
-    // GET /healthz answers without the token: orchestrators' probes
-    // (Kubernetes httpGet) cannot carry a secret, and it tells only
-    // whether the node serves and why not.
-    let probe = req.method() == &tiny_http::Method::Get && req.url() == "/healthz";
-    if let Some(t) = token.filter(|_| !probe) {
-        let ok = req.headers().iter().any(|h| h.field.equiv("Authorization") && h.value.as_str() == format!("Bearer {t}"));
-        if !ok {
-            return respond(req, Response::error(401, "missing or wrong 'Authorization: Bearer <token>' (see --admin-token)"));
-        }
-    }
-    let mut body = Vec::new();
-    if let Err(e) = req.as_reader().take(MAX_BODY as u64 + 1).read_to_end(&mut body) {
-        return respond(req, Response::error(400, format!("cannot read the request body: {e}")));
-    }
-    if body.len() > MAX_BODY {
-        return respond(req, Response::error(413, format!("body over {MAX_BODY} bytes")));
-    }
-    let method = req.method().as_str().to_string();
-    let route = match route::parse(&method, req.url(), body) {
-        Ok(r) => r,
-        Err(resp) => return respond(req, resp),
-    };
-    if scope == Scope::ReadOnly && !matches!(route, Route::Metrics | Route::Stats | Route::Healthz) {
-        return respond(req, Response::error(404, "a client serves /metrics, /stats and /healthz only"));
-    }
-    let (reply, answer) = std::sync::mpsc::sync_channel(1);
-    if !sink(Request { route, reply }) {
-        return respond(req, Response::error(503, "the server is stopping"));
-    }
-    let resp = answer.recv_timeout(REPLY_TIMEOUT).unwrap_or_else(|_| Response::error(504, "the server did not answer in time"));
-    respond(req, resp);
-}
-
-fn respond(req: tiny_http::Request, r: Response) {
-    let header = tiny_http::Header::from_bytes(&b"Content-Type"[..], r.content_type.as_bytes()).expect("valid header");
-    // A plain Content-Length body (no chunking): simple clients read it.
-    let resp = tiny_http::Response::from_string(r.body).with_status_code(r.status).with_header(header).with_chunked_threshold(usize::MAX);
-    let _ = req.respond(resp);
 }

@@ -30,7 +30,7 @@ impl From<ServerArgs> for ServerConfig {
             max_message_bytes: a.max_message_bytes,
             push_format: a.push_format,
             admin: a.admin.0,
-            admin_token: a.admin_token,
+            admin_token: a.admin_token_file.or(a.admin_token),
             cluster: a.cluster.map(|url| crate::cluster::ClusterConfig { url, node: a.node_id.unwrap_or_else(crate::cluster::default_node_id) }),
             json: a.json,
         }

@@ -169,9 +169,14 @@ pub struct ServerArgs {
     /// Admin HTTP API (/metrics, /stats, /healthz, /connections, POST /publish /broadcast /push): ADDR:PORT or off.
     #[arg(long, default_value = crate::server::config::DEFAULT_ADMIN)]
     pub admin: parse::OptAddr,
-    /// Bearer token the admin API requires; mandatory when --admin is not on loopback.
-    #[arg(long)]
-    pub admin_token: Option<String>,
+    /// Bearer token the admin API requires; mandatory when --admin is not
+    /// on loopback. Prefer --admin-token-file or the environment: a
+    /// command line is visible to every user in `ps`.
+    #[arg(long, env = "MEGACONN_ADMIN_TOKEN", hide_env_values = true, value_name = "TOKEN", value_parser = |s: &str| crate::admin::Token::new(s))]
+    pub admin_token: Option<crate::admin::Token>,
+    /// Read the admin API's bearer token from FILE (its first line), e.g. a mounted Kubernetes Secret.
+    #[arg(long, value_name = "FILE", conflicts_with = "admin_token", value_parser = |s: &str| crate::admin::Token::from_file(std::path::Path::new(s)))]
+    pub admin_token_file: Option<crate::admin::Token>,
     /// Join a cluster through this NATS server (nats://HOST:PORT, or a
     /// comma-separated list of a NATS cluster's servers): publishes on any
     /// node reach subscribers on every node, unicasts reach their

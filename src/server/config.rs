@@ -51,7 +51,7 @@ pub struct ServerConfig {
     /// Admin HTTP API (metrics, stats, publish); None: off.
     pub admin: Option<std::net::SocketAddr>,
     /// Bearer token the admin API requires (mandatory off loopback).
-    pub admin_token: Option<String>,
+    pub admin_token: Option<crate::admin::Token>,
     /// `--cluster URL --node-id ID`: publishes travel between nodes over NATS.
     pub cluster: Option<crate::cluster::ClusterConfig>,
     pub json: bool,

@@ -263,7 +263,7 @@ pub fn run(cfg: ServerConfig) -> Result<i32> {
     );
     if let Sizing::Elastic { .. } = plan.sizing {}
     if let Some(a) = &cfg.admin {
-        crate::admin::check(a, cfg.admin_token.as_deref()).map_err(crate::UsageError)?;
+        crate::admin::check(a, cfg.admin_token.as_ref()).map_err(crate::UsageError)?;
     }
     let (tx, rx) = std::sync::mpsc::channel();
     let sink: Sink<ServerEvent> = supervise::sink(&tx, |e| e);

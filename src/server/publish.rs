@@ -14,7 +14,6 @@ use crate::supervise::Pool;
 use base64::Engine;
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::mpsc::SyncSender;
 use std::time::{Duration, Instant};
 
 /// Longest a publish or listing waits for its workers.
@@ -39,7 +38,7 @@ enum Gather {
 /// Who gets the answer of a publish or listing.
 pub enum Answer {
     /// An admin API request waits for it.
-    Admin(SyncSender<Response>),
+    Admin(crate::admin::Reply),
     /// Another node's unicast: its NATS reply subject.
     Nats(String),
     /// A broadcast or topic message from another node: nobody.

@@ -13,12 +13,11 @@ use crate::proto::push::{wall_us, Stream};
 use crate::supervise::{Pool, Sink};
 use anyhow::Result;
 use std::collections::HashMap;
-use std::sync::mpsc::SyncSender;
 
 /// A publish waiting for NATS to take it: who asked, what this node
 /// delivers once it has, and the origin's stamp.
 struct Held {
-    reply: SyncSender<Response>,
+    reply: crate::admin::Reply,
     local: Vec<Message>,
     publish_us: u64,
 }

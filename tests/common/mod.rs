@@ -255,7 +255,10 @@ pub fn http(addr: &str, method: &str, path: &str, body: &[u8], token: Option<&st
     let mut s = std::net::TcpStream::connect(addr).expect("admin API reachable");
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-    write!(s, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n", body.len()).unwrap();
+    // As an operator's curl would: a POST names a content type a web
+    // page cannot send cross-site (the admin API refuses text/plain).
+    let kind = if method == "POST" { "Content-Type: application/octet-stream\r\n" } else { "" };
+    write!(s, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}{kind}Content-Length: {}\r\nConnection: close\r\n\r\n", body.len()).unwrap();
     s.write_all(body).unwrap();
     let mut out = Vec::new();
     s.read_to_end(&mut out).unwrap();
