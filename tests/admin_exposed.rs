@@ -185,3 +185,49 @@ fn admin_token_from_a_file_or_the_environment() {
     assert!(err.contains("--admin-token-file") && err.contains("empty"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A worker stopped with SIGSTOP (or stuck in a long inline stage) stops
+/// reading its commands: the supervisor never blocks on it, probes and
+/// publishes are answered without waiting for it (it is listed as
+/// stalled), and once it runs again it delivers what it was sent.
+#[test]
+fn a_stopped_worker_blocks_neither_probes_nor_publishes() {
+    let port = free_port().to_string();
+    let (mut s, _, ready) = server_ready(&["--ports", &port, "--workers", "2"], None);
+    let admin = ready["admin"].as_str().unwrap().to_string();
+    let workers = pids(&ready);
+    let mut c = megaconn();
+    c.args(["client", "--ports", &port, "--connections", "40", "--heartbeat", "off", "--hold", "90s", "--json"]);
+    let _client = Running::spawn(c);
+    s.wait_for(Duration::from_secs(20), "40 connections", |v| v["event"] == "stats" && v["active"] == 40);
+    // SAFETY: stopping and resuming a worker of the server this test started.
+    unsafe { libc::kill(workers[1] as i32, libc::SIGSTOP) };
+    let publish = |data: &[u8]| {
+        let head = format!(
+            "POST /broadcast HTTP/1.1\r\nHost: {admin}\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            data.len()
+        );
+        let (status, body) = raw(&admin, &[head.as_bytes(), data].concat());
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str::<serde_json::Value>(&body).unwrap()
+    };
+    let data = vec![b'p'; 4000];
+    let mut stalled_seen = 0;
+    for _ in 0..41 {
+        let r = publish(&data);
+        assert!(r["workers"]["0"]["queued"].as_u64().unwrap() > 0, "the running worker delivered: {r}");
+        if r["stalled_workers"] == serde_json::json!([1]) {
+            stalled_seen += 1;
+        }
+    }
+    assert!(stalled_seen >= 40, "answers name the stopped worker as stalled ({stalled_seen} of 41)");
+    let (status, body) = http(&admin, "GET", "/healthz", b"", None);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"stalled_workers\":[1]"), "{body}");
+    s.wait_for(Duration::from_secs(10), "the stall reported", |v| v["event"] == "worker_stalled" && v["worker"] == 1);
+    unsafe { libc::kill(workers[1] as i32, libc::SIGCONT) };
+    s.wait_for(Duration::from_secs(20), "the recovery reported", |v| v["event"] == "worker_recovered" && v["worker"] == 1);
+    // Nothing it was sent while stopped was lost.
+    s.wait_for(Duration::from_secs(20), "every push delivered", |v| v["event"] == "stats" && v["push_delivered"] == 41 * 40);
+    assert!(s.terminate().success());
+}

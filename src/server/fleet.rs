@@ -22,6 +22,11 @@ use std::time::{Duration, Instant};
 /// Crashes within [`CRASH_WINDOW`] that stop the server.
 pub const CRASH_LIMIT: usize = 5;
 pub const CRASH_WINDOW: Duration = Duration::from_secs(10);
+/// A worker whose command pipe stayed full this long is stalled.
+const STALL_AFTER: Duration = Duration::from_millis(500);
+/// A worker that sent nothing (snapshots come every second at most) this
+/// long is stalled.
+const SILENCE_LIMIT: Duration = Duration::from_secs(5);
 /// Longest the initial workers may take to listen.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -83,6 +88,9 @@ pub struct ServerFleet {
     listeners: Vec<std::net::TcpListener>,
     /// `--cluster`: the NATS link and what waits on it.
     relay: Option<super::relay::Relay>,
+    /// Workers that stopped reading their commands or reporting: sent to,
+    /// not waited for (admin answers list them).
+    stalled: std::collections::BTreeSet<usize>,
 }
 
 impl ServerFleet {
@@ -127,6 +135,7 @@ impl ServerFleet {
             cap,
             listeners,
             relay: None,
+            stalled: Default::default(),
         };
         if let Some(c) = &cfg.cluster {
             let to = sink.clone();
@@ -232,6 +241,7 @@ impl ServerFleet {
             Route::Stats => {
                 let mut v = serde_json::to_value(&t).unwrap_or_default();
                 v["push_published"] = self.publisher.published.into();
+                v["stalled_workers"] = self.stalled().into();
                 if let Some(l) = &link {
                     v["cluster"] = serde_json::to_value(l).unwrap_or_default();
                 }
@@ -245,7 +255,7 @@ impl ServerFleet {
                 ),
                 (None, _) => Response::json(
                     200,
-                    &serde_json::json!({"status": "ok", "workers": t.workers, "accepting": t.accepting, "connections": t.active, "cluster": link}),
+                    &serde_json::json!({"status": "ok", "workers": t.workers, "accepting": t.accepting, "connections": t.active, "cluster": link, "stalled_workers": self.stalled()}),
                 ),
             },
             Route::Publish(ms) if self.relay.is_none() && ms.iter().any(|m| m.node.is_some()) => Response::error(
@@ -308,12 +318,49 @@ impl ServerFleet {
         }
     }
 
+    /// Find workers that stopped taking commands (SIGSTOP, a long inline
+    /// stage): never wait on them, say so once, and once they recover.
+    fn watch_stalls(&mut self) {
+        let now: std::collections::BTreeSet<usize> = self
+            .running()
+            .into_iter()
+            .filter(|&i| {
+                let (blocked, silent) = (self.pool.blocked_for(i), self.pool.silent_for(i));
+                // A stalled worker recovers when it reports again.
+                let was = self.stalled.contains(&i);
+                blocked >= STALL_AFTER
+                    || silent >= SILENCE_LIMIT
+                    || (silent >= STALL_AFTER && (was || ((blocked > Duration::ZERO || self.publisher.waits_on(i)) && self.pool.is_stopped(i))))
+            })
+            .collect();
+        if now == self.stalled {
+            return;
+        }
+        let old = std::mem::take(&mut self.stalled);
+        for &i in now.difference(&old) {
+            let why = if self.pool.is_stopped(i) { "stopped by a signal" } else { "not reading its commands or reporting" };
+            self.note("worker_stalled", i, format!("server worker {i} stalled ({why}): admin answers no longer wait for it"), 0);
+        }
+        for &i in old.difference(&now) {
+            self.note("worker_recovered", i, format!("server worker {i} takes its commands again"), 0);
+        }
+        self.publisher.set_stalled(&now);
+        self.stalled = now;
+    }
+
+    /// Workers that stopped taking commands.
+    pub fn stalled(&self) -> Vec<usize> {
+        self.stalled.iter().copied().collect()
+    }
+
     fn note(&mut self, event: &'static str, worker: usize, message: String, lost: u64) {
         self.notes.push(FleetNote { event, worker, message, lost });
     }
 
     /// Grow or shrink an elastic fleet; called on every supervisor tick.
     pub fn upkeep(&mut self) {
+        self.pool.flush();
+        self.watch_stalls();
         self.publisher.expire();
         if let Some(r) = &mut self.relay {
             r.flush_replies(&mut self.publisher);

@@ -28,7 +28,6 @@ use anyhow::Result;
 use business::BusinessMode;
 use fleet::{FleetNote, ServerFleet, Sizing};
 use snapshot::ServerEvent;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use view::ServerTotals;
 
@@ -265,13 +264,13 @@ pub fn run(cfg: ServerConfig) -> Result<i32> {
     if let Some(a) = &cfg.admin {
         crate::admin::check(a, cfg.admin_token.as_ref()).map_err(crate::UsageError)?;
     }
-    let (tx, rx) = std::sync::mpsc::channel();
-    let sink: Sink<ServerEvent> = supervise::sink(&tx, |e| e);
+    let (tx, rx) = std::sync::mpsc::sync_channel(supervise::EVENT_QUEUE);
+    let sink: Sink<ServerEvent> = supervise::bounded_sink(&tx, |e| e, supervise::WhenFull::Wait);
     let fleet = start(&cfg, &plan, None, &sink, &mut |wait| rx.recv_timeout(wait).ok())?;
     let mut admin_at = None;
     if let Some(a) = cfg.admin {
-        let to = sink.clone();
-        let bound = crate::admin::serve(crate::admin::Scope::Full, a, cfg.admin_token.clone(), Arc::new(move |r| to(ServerEvent::Admin(r))))?;
+        let to = supervise::bounded_sink(&tx, ServerEvent::Admin, supervise::WhenFull::Refuse);
+        let bound = crate::admin::serve(crate::admin::Scope::Full, a, cfg.admin_token.clone(), to)?;
         admin_at = Some(bound.to_string());
         say(
             &mut progress,

@@ -10,10 +10,11 @@ use crate::admin::route::{Message, Request as Route};
 use crate::admin::{Request, Response};
 use crate::cluster::RemoteAnswer;
 use crate::proto::push::{wall_us, Stream};
+use crate::supervise::pool::Sent;
 use crate::supervise::Pool;
 use base64::Engine;
 use serde_json::json;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 /// Longest a publish or listing waits for its workers.
@@ -49,6 +50,8 @@ struct Pending {
     reply: Answer,
     /// Acknowledgements still expected, per worker.
     waiting: BTreeMap<usize, u64>,
+    /// Workers not waited for: stalled, or their command queue was full.
+    stalled: BTreeSet<usize>,
     gather: Gather,
     started: Instant,
 }
@@ -68,6 +71,8 @@ pub struct Publisher {
     pub node: Option<String>,
     /// Answers due to other nodes: (reply subject, body).
     pub nats_replies: Vec<(String, Vec<u8>)>,
+    /// Workers that stopped reading or reporting: sent to, never waited for.
+    stalled: BTreeSet<usize>,
 }
 
 impl Publisher {
@@ -82,12 +87,21 @@ impl Publisher {
         self.next_id += 1;
         let rid = self.next_id;
         let mut waiting: BTreeMap<usize, u64> = BTreeMap::new();
+        let mut stalled = BTreeSet::new();
+        let known_stalled = self.stalled.clone();
+        // Send without waiting on a worker that stalled or could not take it.
+        let mut send = |w: usize, line: &str, waiting: &mut BTreeMap<usize, u64>| match pool.send(w, line) {
+            Sent::Queued if !known_stalled.contains(&w) => *waiting.entry(w).or_insert(0) += 1,
+            Sent::Gone => {}
+            _ => {
+                stalled.insert(w);
+            }
+        };
         let gather = match route {
             Route::Connections { limit, topic } => {
                 let cmd = serde_json::to_string(&ListCommand { request_id: rid, limit, topic }).expect("serializes");
                 for &w in live {
-                    pool.send(w, &format!("{CMD_LIST} {cmd}"));
-                    waiting.insert(w, 1);
+                    send(w, &format!("{CMD_LIST} {cmd}"), &mut waiting);
                 }
                 Gather::List { limit, list: Vec::new() }
             }
@@ -120,19 +134,18 @@ impl Publisher {
                     };
                     let line = format!("{CMD_PUSH} {}", serde_json::to_string(&cmd).expect("serializes"));
                     for w in targets {
-                        pool.send(w, &line);
-                        *waiting.entry(w).or_insert(0) += 1;
+                        send(w, &line, &mut waiting);
                     }
                 }
                 Gather::Publish { per_worker: BTreeMap::new(), not_found, seqs, publish_us, remote }
             }
             other => {
-                let p = Pending { reply, waiting, gather: Gather::List { limit: 0, list: Vec::new() }, started: Instant::now() };
+                let p = Pending { reply, waiting, stalled, gather: Gather::List { limit: 0, list: Vec::new() }, started: Instant::now() };
                 self.answer(p, Response::error(500, format!("{other:?} is not a publish")));
                 return;
             }
         };
-        let p = Pending { reply, waiting, gather, started: Instant::now() };
+        let p = Pending { reply, waiting, stalled, gather, started: Instant::now() };
         if p.waiting.is_empty() {
             self.finish(p, &[]);
         } else {
@@ -209,6 +222,33 @@ impl Publisher {
         }
     }
 
+    /// Whether a publish or listing waits on worker `w`.
+    pub fn waits_on(&self, w: usize) -> bool {
+        self.pending.values().any(|p| p.waiting.contains_key(&w))
+    }
+
+    /// These workers stalled (the fleet decides): answer what waits only
+    /// on them, and stop waiting on them until they recover.
+    pub fn set_stalled(&mut self, stalled: &BTreeSet<usize>) {
+        self.stalled.clone_from(stalled);
+        let done: Vec<u64> = self
+            .pending
+            .iter_mut()
+            .filter_map(|(rid, p)| {
+                let late: Vec<usize> = p.waiting.keys().filter(|w| stalled.contains(w)).copied().collect();
+                for w in late {
+                    p.waiting.remove(&w);
+                    p.stalled.insert(w);
+                }
+                p.waiting.is_empty().then_some(*rid)
+            })
+            .collect();
+        for rid in done {
+            let p = self.take(rid);
+            self.finish(p, &[]);
+        }
+    }
+
     /// Answer what waited too long with what arrived.
     pub fn expire(&mut self) {
         let late: Vec<u64> = self.pending.iter().filter(|(_, p)| p.started.elapsed() > PENDING_TIMEOUT).map(|(r, _)| *r).collect();
@@ -234,7 +274,7 @@ impl Publisher {
         let gather = std::mem::replace(&mut p.gather, Gather::List { limit: 0, list: Vec::new() });
         let body = match gather {
             Gather::List { list, .. } => {
-                let mut v = json!({ "connections": list, "missing_workers": missing });
+                let mut v = json!({ "connections": list, "missing_workers": missing, "stalled_workers": p.stalled });
                 if let Some(node) = &self.node {
                     for c in v["connections"].as_array_mut().into_iter().flatten() {
                         let id = c["id"].as_u64().unwrap_or_default();
@@ -252,7 +292,7 @@ impl Publisher {
                 let remote_count = |status: u16| remote.iter().filter(|r| r.status == status).count() as u64;
                 let unanswered = remote.iter().filter(|r| r.status != 200 && r.status != 404).count() as u64;
                 let mut v = json!({ "messages": seqs.len() + remote.len(), "seq": seqs, "publish_us": publish_us, "queued": queued, "dropped_slow_consumers": dropped,
-                        "not_found": not_found + remote_count(404), "workers": workers, "missing_workers": missing, "elapsed_ms": elapsed_ms });
+                        "not_found": not_found + remote_count(404), "workers": workers, "missing_workers": missing, "stalled_workers": p.stalled, "elapsed_ms": elapsed_ms });
                 if unanswered > 0 {
                     v["remote_failed"] = unanswered.into();
                 }

@@ -13,7 +13,7 @@ pub mod pool;
 pub use pool::{ExitInfo, Pool, PoolEvent};
 
 use anyhow::Result;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +30,29 @@ pub type Sink<T> = Arc<dyn Fn(T) -> bool + Send + Sync>;
 pub fn sink<T: 'static, E: Send + 'static>(tx: &Sender<E>, wrap: fn(T) -> E) -> Sink<T> {
     let tx = tx.clone();
     Arc::new(move |t| tx.send(wrap(t)).is_ok())
+}
+
+/// Events a long-running supervisor's channel holds (`megaconn server`):
+/// past that, producers that can wait (worker readers, the cluster
+/// link) wait, and the admin API is refused (503).
+pub const EVENT_QUEUE: usize = 65_536;
+
+/// What a producer does when a bounded channel is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WhenFull {
+    /// Wait for room (back-pressure onto a pipe or socket).
+    Wait,
+    /// Give up at once: the sink answers false.
+    Refuse,
+}
+
+/// A [`Sink`] onto a bounded channel.
+pub fn bounded_sink<T: 'static, E: Send + 'static>(tx: &SyncSender<E>, wrap: fn(T) -> E, full: WhenFull) -> Sink<T> {
+    let tx = tx.clone();
+    Arc::new(move |t| match full {
+        WhenFull::Wait => tx.send(wrap(t)).is_ok(),
+        WhenFull::Refuse => !matches!(tx.try_send(wrap(t)), Err(TrySendError::Full(_) | TrySendError::Disconnected(_))),
+    })
 }
 
 /// Whether the loop goes on.

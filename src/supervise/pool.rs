@@ -13,6 +13,15 @@
 //!   forwards parsed messages into a single channel and, when the pipe
 //!   closes, reaps the process and delivers its exit status.
 //!
+//! Commands go down each worker's stdin without ever blocking the
+//! supervisor: the pipe is non-blocking (and enlarged to 1 MiB), what it
+//! cannot take waits in a per-worker queue of at most [`MAX_QUEUED`]
+//! bytes, written out on the next [`Pool::flush`]; beyond that a command
+//! is refused ([`Sent::Full`]). A worker that stopped reading (SIGSTOP, a
+//! long inline stage) shows as [`Pool::blocked_for`], one that stopped
+//! reporting as [`Pool::silent_for`], one stopped by a signal as
+//! [`Pool::is_stopped`]: its role decides what that means.
+//!
 //! Workers are identified by an index that is never reused: a replacement
 //! gets a new index, so a late message from a dead worker can never be
 //! mistaken for its successor's. Killing is by PID under the same lock the
@@ -23,10 +32,36 @@ use super::Sink;
 use anyhow::{Context, Result};
 use serde::de::DeserializeOwned;
 use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+/// Most command bytes waiting for one worker's pipe; more are refused.
+pub const MAX_QUEUED: usize = 8 << 20;
+/// What a worker's stdin pipe is enlarged to (Linux's default cap for
+/// an unprivileged pipe is 1 MiB; 64 KiB without asking).
+const PIPE_BYTES: i32 = 1 << 20;
+
+/// What became of a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sent {
+    /// In the pipe, or queued behind what the pipe could not take yet.
+    Queued,
+    /// The worker's queue is full: refused.
+    Full,
+    /// The worker is gone (its pipe closed).
+    Gone,
+}
+
+/// Milliseconds since the first call: a clock reader threads can store
+/// in an atomic.
+fn now_ms() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
 
 /// How a worker process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,8 +119,44 @@ struct Handle {
     pid: u32,
     child: Arc<Mutex<Child>>,
     stdin: Option<ChildStdin>,
+    /// Command bytes the pipe has not taken yet.
+    queue: Vec<u8>,
+    /// Since when the pipe has been full with bytes still queued.
+    blocked_since: Option<Instant>,
+    /// When the worker last wrote a line ([`now_ms`]).
+    heard: Arc<AtomicU64>,
     /// Set when the Exited event was taken by the supervisor.
     exited: bool,
+}
+
+impl Handle {
+    /// Write what the pipe takes; false when the pipe is gone.
+    fn flush(&mut self) -> bool {
+        let Some(s) = self.stdin.as_mut() else { return false };
+        while !self.queue.is_empty() {
+            match s.write(&self.queue) {
+                Ok(n) => {
+                    self.queue.drain(..n);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    self.blocked_since.get_or_insert_with(Instant::now);
+                    return true;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.stdin = None;
+                    self.queue = Vec::new();
+                    self.blocked_since = None;
+                    return false;
+                }
+            }
+        }
+        self.blocked_since = None;
+        if self.queue.capacity() > 64 * 1024 {
+            self.queue = Vec::new();
+        }
+        true
+    }
 }
 
 /// The worker processes of one role.
@@ -187,8 +258,24 @@ impl Pool {
         let stdout = child.stdout.take().expect("piped stdout");
         let mut stdin = child.stdin.take().expect("piped stdin");
         let config_sent = writeln!(stdin, "{config}").and_then(|_| stdin.flush());
+        // Commands from now on never block the supervisor.
+        // SAFETY: fcntl on the pipe descriptor we own.
+        unsafe {
+            let fd = stdin.as_raw_fd();
+            libc::fcntl(fd, libc::F_SETPIPE_SZ, PIPE_BYTES);
+            libc::fcntl(fd, libc::F_SETFL, libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK);
+        }
         let child = Arc::new(Mutex::new(child));
-        self.workers.push(Some(Handle { pid, child: child.clone(), stdin: Some(stdin), exited: false }));
+        let heard = Arc::new(AtomicU64::new(now_ms()));
+        self.workers.push(Some(Handle {
+            pid,
+            child: child.clone(),
+            stdin: Some(stdin),
+            queue: Vec::new(),
+            blocked_since: None,
+            heard: heard.clone(),
+            exited: false,
+        }));
         if let Err(e) = config_sent {
             // The reader thread below still reaps it and reports the exit.
             eprintln!("megaconn: {role} worker {i} (pid {pid}) did not take its config: {e}");
@@ -197,7 +284,7 @@ impl Pool {
         std::thread::Builder::new()
             .name(format!("{role}-reader-{i}"))
             .stack_size(64 * 1024)
-            .spawn(move || watch(i, pid, stdout, child, forward))
+            .spawn(move || watch(i, pid, stdout, child, heard, forward))
             .context("cannot start a reader thread")?;
         Ok(i)
     }
@@ -221,24 +308,61 @@ impl Pool {
         if let Some(Some(h)) = self.workers.get_mut(i) {
             h.exited = true;
             h.stdin = None;
+            h.queue = Vec::new();
         }
     }
 
-    /// Send one command line to worker `i`.
-    pub fn send(&mut self, i: usize, cmd: &str) {
-        if let Some(Some(h)) = self.workers.get_mut(i) {
-            if let Some(s) = h.stdin.as_mut() {
-                if writeln!(s, "{cmd}").and_then(|_| s.flush()).is_err() {
-                    h.stdin = None;
-                }
-            }
+    /// Send one command line to worker `i`, without blocking.
+    pub fn send(&mut self, i: usize, cmd: &str) -> Sent {
+        let Some(Some(h)) = self.workers.get_mut(i) else { return Sent::Gone };
+        if h.stdin.is_none() {
+            return Sent::Gone;
         }
+        if h.queue.len() + cmd.len() + 1 > MAX_QUEUED {
+            return Sent::Full;
+        }
+        h.queue.extend_from_slice(cmd.as_bytes());
+        h.queue.push(b'\n');
+        match h.flush() {
+            true => Sent::Queued,
+            false => Sent::Gone,
+        }
+    }
+
+    /// Write out what waits for the workers' pipes (every supervisor tick).
+    pub fn flush(&mut self) {
+        for h in self.workers.iter_mut().flatten().filter(|h| !h.queue.is_empty()) {
+            h.flush();
+        }
+    }
+
+    /// How long worker `i` has left commands unread with its pipe full.
+    pub fn blocked_for(&self, i: usize) -> Duration {
+        self.handle(i).and_then(|h| h.blocked_since).map_or(Duration::ZERO, |t| t.elapsed())
+    }
+
+    /// How long since worker `i` last wrote a message.
+    pub fn silent_for(&self, i: usize) -> Duration {
+        self.handle(i).map_or(Duration::ZERO, |h| Duration::from_millis(now_ms().saturating_sub(h.heard.load(Ordering::Relaxed))))
+    }
+
+    /// Whether worker `i` is stopped by a signal (SIGSTOP, SIGTSTP) or a
+    /// tracer: state T or t in /proc/PID/stat.
+    pub fn is_stopped(&self, i: usize) -> bool {
+        let Some(h) = self.handle(i) else { return false };
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", h.pid)).unwrap_or_default();
+        // The state follows the command name, which is in parentheses.
+        stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next()).is_some_and(|c| c == 'T' || c == 't')
+    }
+
+    fn handle(&self, i: usize) -> Option<&Handle> {
+        self.workers.get(i).and_then(|h| h.as_ref()).filter(|h| !h.exited)
     }
 
     /// Send one command line to every worker still listening.
     pub fn broadcast(&mut self, cmd: &str) {
         for i in 0..self.workers.len() {
-            self.send(i, cmd);
+            let _ = self.send(i, cmd);
         }
     }
 
@@ -269,9 +393,10 @@ impl Pool {
 }
 
 /// The reader thread of one worker: forward its messages, then reap it.
-fn watch(i: usize, pid: u32, stdout: std::process::ChildStdout, child: Arc<Mutex<Child>>, forward: Forward) {
+fn watch(i: usize, pid: u32, stdout: std::process::ChildStdout, child: Arc<Mutex<Child>>, heard: Arc<AtomicU64>, forward: Forward) {
     for line in BufReader::new(stdout).lines() {
         let Ok(line) = line else { break };
+        heard.store(now_ms(), Ordering::Relaxed);
         if !forward(i, Raw::Line(line)) {
             return;
         }
