@@ -231,3 +231,29 @@ fn a_stopped_worker_blocks_neither_probes_nor_publishes() {
     s.wait_for(Duration::from_secs(20), "every push delivered", |v| v["event"] == "stats" && v["push_delivered"] == 41 * 40);
     assert!(s.terminate().success());
 }
+
+/// A listing costs what its limit says, not what clients chose: topics
+/// are shown up to 16 per connection (with their count), and the limit
+/// is at most 10,000.
+#[test]
+fn connection_listings_are_bounded_whatever_clients_subscribe() {
+    let port = free_port().to_string();
+    let (mut s, _, ready) = server_ready(&["--ports", &port, "--workers", "2", "--protocol", "ws", "--max-header-bytes", "65536"], None);
+    let admin = ready["admin"].as_str().unwrap().to_string();
+    let topics: Vec<String> = (0..40).map(|i| format!("{i:02}{}", "t".repeat(200))).collect();
+    let url = format!("ws://127.0.0.1:{port}/x?subscribe={}", topics.join(","));
+    let mut c = megaconn();
+    c.args(["client", "--url", &url, "--connections", "50", "--heartbeat", "off", "--hold", "90s", "--json"]);
+    let _client = Running::spawn(c);
+    s.wait_for(Duration::from_secs(20), "50 subscribers", |v| v["event"] == "stats" && v["active"] == 50 && v["subscriptions"] == 50 * 40);
+    let (status, body) = http(&admin, "GET", "/connections?limit=10000", b"", None);
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let list = v["connections"].as_array().unwrap();
+    assert_eq!(list.len(), 50, "{v}");
+    assert!(list.iter().all(|c| c["topics"].as_array().unwrap().len() == 16 && c["topics_total"] == 40), "{}", list[0]);
+    assert_eq!(v["truncated"], false);
+    let (status, body) = http(&admin, "GET", "/connections?limit=100000", b"", None);
+    assert_eq!(status, 400, "{body}");
+    assert!(s.terminate().success());
+}

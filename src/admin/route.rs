@@ -4,8 +4,8 @@
 use super::Response;
 use crate::proto::push::{check_topic, max_data, Stream};
 
-/// Longest `/connections` listing.
-pub const MAX_LIST: usize = 100_000;
+/// Longest `/connections` listing (each worker also stops at 2 MiB).
+pub const MAX_LIST: usize = 10_000;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {

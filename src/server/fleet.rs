@@ -218,7 +218,7 @@ impl ServerFleet {
                 self.note("worker_fatal", i, format!("server worker {i}: {message}"), 0);
             }
             PoolEvent::Msg(ServerMsg::Pushed { worker, publish_id, queued, dropped }) => self.publisher.pushed(worker, publish_id, queued, dropped),
-            PoolEvent::Msg(ServerMsg::Connections { worker, request_id, list }) => self.publisher.listed(worker, request_id, list),
+            PoolEvent::Msg(ServerMsg::Connections { worker, request_id, list, truncated }) => self.publisher.listed(worker, request_id, list, truncated),
             PoolEvent::Msg(ServerMsg::Topics { worker, changes }) => {
                 if let Some(r) = &mut self.relay {
                     r.link.topics_changed(worker, &changes);

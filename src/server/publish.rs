@@ -33,6 +33,8 @@ enum Gather {
     List {
         limit: usize,
         list: Vec<ConnInfo>,
+        /// A worker's answer reached its byte budget.
+        truncated: bool,
     },
 }
 
@@ -103,7 +105,7 @@ impl Publisher {
                 for &w in live {
                     send(w, &format!("{CMD_LIST} {cmd}"), &mut waiting);
                 }
-                Gather::List { limit, list: Vec::new() }
+                Gather::List { limit, list: Vec::new(), truncated: false }
             }
             Route::Publish(messages) => {
                 let publish_us = publish_us.unwrap_or_else(wall_us);
@@ -140,7 +142,7 @@ impl Publisher {
                 Gather::Publish { per_worker: BTreeMap::new(), not_found, seqs, publish_us, remote }
             }
             other => {
-                let p = Pending { reply, waiting, stalled, gather: Gather::List { limit: 0, list: Vec::new() }, started: Instant::now() };
+                let p = Pending { reply, waiting, stalled, gather: Gather::List { limit: 0, list: Vec::new(), truncated: false }, started: Instant::now() };
                 self.answer(p, Response::error(500, format!("{other:?} is not a publish")));
                 return;
             }
@@ -176,10 +178,11 @@ impl Publisher {
     }
 
     /// A worker answered listing `request_id`.
-    pub fn listed(&mut self, worker: usize, request_id: u64, list: Vec<ConnInfo>) {
+    pub fn listed(&mut self, worker: usize, request_id: u64, list: Vec<ConnInfo>, cut: bool) {
         if let Some(p) = self.pending.get_mut(&request_id) {
-            if let Gather::List { limit, list: all } = &mut p.gather {
+            if let Gather::List { limit, list: all, truncated } = &mut p.gather {
                 let room = limit.saturating_sub(all.len());
+                *truncated |= cut;
                 all.extend(list.into_iter().take(room));
             }
             self.ack(request_id, worker);
@@ -271,10 +274,10 @@ impl Publisher {
     /// Answer a finished request; `missing` workers never answered.
     fn finish(&mut self, mut p: Pending, missing: &[usize]) {
         let elapsed_ms = p.started.elapsed().as_secs_f64() * 1000.0;
-        let gather = std::mem::replace(&mut p.gather, Gather::List { limit: 0, list: Vec::new() });
+        let gather = std::mem::replace(&mut p.gather, Gather::List { limit: 0, list: Vec::new(), truncated: false });
         let body = match gather {
-            Gather::List { list, .. } => {
-                let mut v = json!({ "connections": list, "missing_workers": missing, "stalled_workers": p.stalled });
+            Gather::List { list, truncated, .. } => {
+                let mut v = json!({ "connections": list, "missing_workers": missing, "stalled_workers": p.stalled, "truncated": truncated });
                 if let Some(node) = &self.node {
                     for c in v["connections"].as_array_mut().into_iter().flatten() {
                         let id = c["id"].as_u64().unwrap_or_default();

@@ -100,6 +100,9 @@ pub enum ServerMsg {
         worker: usize,
         request_id: u64,
         list: Vec<ConnInfo>,
+        /// The answer reached [`LIST_BYTES`] before the limit.
+        #[serde(default)]
+        truncated: bool,
     },
 }
 
@@ -110,7 +113,25 @@ pub struct ConnInfo {
     pub worker: usize,
     pub peer: String,
     pub age_s: u64,
+    /// The first [`LIST_TOPICS`] of its topics.
     pub topics: Vec<String>,
+    /// How many topics it has in all.
+    #[serde(default)]
+    pub topics_total: usize,
+}
+
+/// Topics shown per connection in a listing.
+pub const LIST_TOPICS: usize = 16;
+/// Most bytes of connections one worker answers a listing with (clients
+/// choose their topic names: without it a listing could cost a worker
+/// and the supervisor gigabytes).
+pub const LIST_BYTES: usize = 2 << 20;
+
+impl ConnInfo {
+    /// About what it costs as JSON.
+    pub fn json_bytes(&self) -> usize {
+        96 + self.peer.len() + self.topics.iter().map(|t| t.len() + 3).sum::<usize>()
+    }
 }
 
 /// Arguments of a `list` command.

@@ -6,7 +6,7 @@ use crate::proto::push::{self, Push, Stream};
 use crate::proto::Protocol;
 use crate::server::conn::ws_handshaking;
 use crate::server::push::{bucket, conn_id, split_id, PushCommand, LATENCY_BUCKETS_MS};
-use crate::server::snapshot::{ConnInfo, ListCommand, ServerMsg};
+use crate::server::snapshot::{ConnInfo, ListCommand, ServerMsg, LIST_BYTES, LIST_TOPICS};
 use crate::server::ws;
 use crate::supervise::control;
 use base64::Engine;
@@ -80,19 +80,27 @@ impl Worker {
     pub(super) fn list(&mut self, cmd: &ListCommand) {
         let now = self.now_s();
         let worker = self.cfg.worker;
-        let list = self
-            .conns
-            .iter()
-            .filter(|(_, c)| cmd.topic.as_deref().is_none_or(|t| self.topics.has(&c.subs, t)))
-            .take(cmd.limit)
-            .map(|(k, c)| ConnInfo {
+        let (mut list, mut bytes, mut truncated) = (Vec::new(), 0, false);
+        let matching = self.conns.iter().filter(|(_, c)| cmd.topic.as_deref().is_none_or(|t| self.topics.has(&c.subs, t)));
+        for (k, c) in matching.take(cmd.limit) {
+            let mut topics = self.topics.names_of(&c.subs);
+            let topics_total = topics.len();
+            topics.truncate(LIST_TOPICS);
+            let info = ConnInfo {
                 id: conn_id(worker, k, c.gen),
                 worker,
                 peer: c.stream.peer_addr().map(|a| a.to_string()).unwrap_or_default(),
                 age_s: now.saturating_sub(c.since_s) as u64,
-                topics: self.topics.names_of(&c.subs),
-            })
-            .collect();
-        control::emit(&ServerMsg::Connections { worker, request_id: cmd.request_id, list });
+                topics,
+                topics_total,
+            };
+            bytes += info.json_bytes();
+            if bytes > LIST_BYTES {
+                truncated = true;
+                break;
+            }
+            list.push(info);
+        }
+        control::emit(&ServerMsg::Connections { worker, request_id: cmd.request_id, list, truncated });
     }
 }
