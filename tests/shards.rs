@@ -95,7 +95,10 @@ fn four_shards_in_four_namespaces_start_together_and_merge_exactly() {
     let union: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(union["count"].as_u64(), Some(answered), "hdrh counts the same samples: {union}");
     let (ours, theirs) = (p99 * 1000.0, union["p99_us"].as_f64().unwrap());
-    assert!((ours - theirs).abs() <= 1.0 + theirs / 1000.0, "merged p99 {ours} us = p99 of the union {theirs} us (within one HDR bucket)");
+    // A bucket is at most 1/1024 of its value wide (3 significant
+    // digits); the two implementations round the p99's rank to a sample
+    // differently, which can land one bucket either side: two buckets.
+    assert!((ours - theirs).abs() <= 1.0 + theirs / 500.0, "merged p99 {ours} us = p99 of the union {theirs} us (within two HDR buckets)");
     let text = std::fs::read_to_string(dir.join("shard-0.hlog")).unwrap();
     assert!(text.contains("#[StartTime: ") && text.contains("Tag=heartbeat,"), "HdrHistogram log format: {}", &text[..text.len().min(300)]);
 
