@@ -2,7 +2,7 @@
 Python implementation (hdrh), not by megaconn: every interval with the
 given tag from every file added into one histogram.
 
-usage: hdr_union.py TAG FILE...   -> JSON {"count", "p50_us", "p99_us", "max_us"}
+usage: hdr_union.py TAG FILE...   -> JSON {"count", "p50_us", "p99_us", "p98_9_us", "p99_1_us", "max_us"}
 """
 import json
 import sys
@@ -32,6 +32,10 @@ def main():
         "count": total.get_total_count(),
         "p50_us": total.get_value_at_percentile(50),
         "p99_us": total.get_value_at_percentile(99),
+        # Implementations round a percentile's rank to a sample differently;
+        # where the tail is sparse one sample apart is many buckets apart.
+        "p98_9_us": total.get_value_at_percentile(98.9),
+        "p99_1_us": total.get_value_at_percentile(99.1),
         "max_us": total.get_max_value(),
     }))
 
