@@ -183,7 +183,7 @@ pub struct ServerArgs {
     #[arg(long, requires = "cluster", value_parser = |s: &str| crate::cluster::check_node_id(s).map(|_| s.to_string()))]
     pub node_id: Option<String>,
     #[command(flatten)]
-    pub cluster_auth: ClusterAuthArgs,
+    pub cluster_auth: Box<ClusterAuthArgs>,
     /// HTTP: close a connection stuck in one incomplete request this long (slowloris).
     #[arg(long, value_parser = parse::positive_duration, default_value = "10s")]
     pub header_timeout: Duration,
