@@ -655,3 +655,47 @@ fn cluster_secrets_that_cannot_work_are_refused_with_the_fix() {
     }
     let _ = std::fs::remove_file(&short);
 }
+
+/// Run openssl (the CLI) in `dir`; panic with its error.
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let out = Command::new("openssl").args(args).current_dir(dir).output().expect("openssl is installed");
+    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A CA, a certificate for 127.0.0.1 and a client certificate, signed by it.
+fn pki(dir: &std::path::Path) {
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    openssl(dir, &[&["req", "-x509", "-days", "2", "-subj", "/CN=test ca", "-keyout", "ca.key", "-out", "ca.pem"][..], &ec].concat());
+    std::fs::write(dir.join("server.ext"), "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n").unwrap();
+    std::fs::write(dir.join("client.ext"), "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n").unwrap();
+    for who in ["server", "client"] {
+        let (key, csr, pem, ext) = (format!("{who}.key"), format!("{who}.csr"), format!("{who}.pem"), format!("{who}.ext"));
+        openssl(dir, &[&["req", "-subj", &format!("/CN={who}"), "-keyout", &key, "-out", &csr][..], &ec].concat());
+        openssl(dir, &["x509", "-req", "-days", "2", "-in", &csr, "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-extfile", &ext, "-out", &pem]);
+    }
+}
+
+#[test]
+fn a_node_links_over_tls_with_a_custom_ca_and_a_client_certificate() {
+    let dir = std::env::temp_dir().join(format!("megaconn-test-{}-tls", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    pki(&dir);
+    let file = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    let nats = loopback_nats(&["--tlsverify", "--tlscert", &file("server.pem"), "--tlskey", &file("server.key"), "--tlscacert", &file("ca.pem")]);
+    let key = KeyFile::new("tls");
+    let url = format!("nats://{}", nats.addr);
+    // No client certificate: NATS refuses the link, and /healthz says so.
+    let (_no_cert, admin, _) = loopback_node(&url, "T0", &key, &["--cluster-tls-ca", &file("ca.pem")]);
+    wait_until("the node without a client certificate reports an error", Duration::from_secs(20), || {
+        let (status, h) = get(&admin, "/healthz");
+        status == 503 && h["cluster"]["last_error"].is_string()
+    });
+    let (_tls, admin, _) = loopback_node(
+        &url,
+        "T1",
+        &key,
+        &["--cluster-tls-ca", &file("ca.pem"), "--cluster-tls-cert", &file("client.pem"), "--cluster-tls-key", &file("client.key")],
+    );
+    wait_until("the node with the CA and its certificate linked", Duration::from_secs(20), || get(&admin, "/healthz").0 == 200);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -205,17 +205,17 @@ pub struct ClusterAuthArgs {
     #[arg(long, value_name = "NAME", requires = "cluster_password_file")]
     pub cluster_user: Option<String>,
     /// File holding the NATS password of --cluster-user.
-    #[arg(long, value_name = "FILE", requires = "cluster_user", value_parser = |p: &str| crate::cluster::auth::read_secret("--cluster-password-file", p))]
-    pub cluster_password_file: Option<String>,
+    #[arg(long, value_name = "FILE", requires = "cluster_user", value_parser = crate::cluster::auth::secret_file("--cluster-password-file"))]
+    pub cluster_password_file: Option<crate::cluster::auth::Secret>,
     /// File holding a NATS authentication token.
-    #[arg(long, value_name = "FILE", requires = "cluster", value_parser = |p: &str| crate::cluster::auth::read_secret("--cluster-token-file", p))]
-    pub cluster_token_file: Option<String>,
+    #[arg(long, value_name = "FILE", requires = "cluster", value_parser = crate::cluster::auth::secret_file("--cluster-token-file"))]
+    pub cluster_token_file: Option<crate::cluster::auth::Secret>,
     /// File holding a NATS user nkey seed (SU...).
-    #[arg(long, value_name = "FILE", requires = "cluster", value_parser = |p: &str| crate::cluster::auth::read_nkey("--cluster-nkey-file", p))]
-    pub cluster_nkey_file: Option<String>,
+    #[arg(long, value_name = "FILE", requires = "cluster", value_parser = |p: &str| crate::cluster::auth::read_nkey("--cluster-nkey-file", p).map(crate::cluster::auth::Secret))]
+    pub cluster_nkey_file: Option<crate::cluster::auth::Secret>,
     /// NATS creds file (user JWT and nkey seed, as `nsc` writes it).
-    #[arg(long, value_name = "FILE", requires = "cluster", value_parser = |p: &str| crate::cluster::auth::read_creds("--cluster-creds", p))]
-    pub cluster_creds: Option<String>,
+    #[arg(long, value_name = "FILE", requires = "cluster", value_parser = |p: &str| crate::cluster::auth::read_creds("--cluster-creds", p).map(crate::cluster::auth::Secret))]
+    pub cluster_creds: Option<crate::cluster::auth::Secret>,
     /// CA certificate (PEM) that signs the NATS server's certificate; the link then requires TLS.
     #[arg(long, value_name = "FILE", requires = "cluster", value_parser = |p: &str| crate::cluster::auth::readable("--cluster-tls-ca", p))]
     pub cluster_tls_ca: Option<std::path::PathBuf>,
@@ -232,10 +232,10 @@ impl ClusterAuthArgs {
     pub fn into_cluster(self, url: String, node: String) -> crate::cluster::ClusterConfig {
         let auth = crate::cluster::NatsAuth {
             user: self.cluster_user,
-            password: self.cluster_password_file,
-            token: self.cluster_token_file,
-            nkey_seed: self.cluster_nkey_file,
-            creds: self.cluster_creds,
+            password: self.cluster_password_file.map(|s| s.0),
+            token: self.cluster_token_file.map(|s| s.0),
+            nkey_seed: self.cluster_nkey_file.map(|s| s.0),
+            creds: self.cluster_creds.map(|s| s.0),
             tls_ca: self.cluster_tls_ca,
             tls_cert: self.cluster_tls_cert.zip(self.cluster_tls_key),
         };

@@ -38,6 +38,22 @@ impl fmt::Debug for NatsAuth {
     }
 }
 
+/// A secret read from a file, as the command line holds it: its Debug
+/// never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// [`read_secret`], kept as a [`Secret`].
+pub fn secret_file(flag: &'static str) -> impl Fn(&str) -> Result<Secret, String> + Clone + Send + Sync + 'static {
+    move |path| read_secret(flag, path).map(Secret)
+}
+
 /// Read a secret file for `flag`: its contents, trimmed (a trailing newline
 /// from `echo` or a Secret is not part of the secret).
 pub fn read_secret(flag: &str, path: &str) -> Result<String, String> {
