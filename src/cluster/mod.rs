@@ -122,7 +122,10 @@ pub fn check_url(url: &str) -> Result<Vec<async_nats::ServerAddr>, String> {
         .map(|one| {
             let one = one.trim();
             let bad = |why: String| {
-                format!("--cluster '{one}' is not a NATS URL ({why}); give nats://HOST:PORT (e.g. nats://127.0.0.1:4222), or several separated by commas")
+                format!(
+                    "--cluster '{}' is not a NATS URL ({why}); give nats://HOST:PORT (e.g. nats://127.0.0.1:4222), or several separated by commas",
+                    auth::redact(one)
+                )
             };
             if !(one.starts_with("nats://") || one.starts_with("tls://")) {
                 return Err(bad("it must start with nats:// or tls://".into()));
@@ -253,6 +256,7 @@ mod tests {
         assert_eq!(check_url("nats://a:4222, nats://b:4223").unwrap().len(), 2);
         assert!(check_url("nats://a:4222,x").unwrap_err().contains("'x'"));
         assert!(check_url("nats://").is_err());
+        assert!(!check_url("nats://u:secret@").unwrap_err().contains("secret"));
         assert!(topic_fits_subject("a.b") && !topic_fits_subject("a..b") && !topic_fits_subject(".a"));
         assert!(check_node_id(&default_node_id()).is_ok());
     }
