@@ -699,3 +699,23 @@ fn a_node_links_over_tls_with_a_custom_ca_and_a_client_certificate() {
     wait_until("the node with the CA and its certificate linked", Duration::from_secs(20), || get(&admin, "/healthz").0 == 200);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_node_authenticates_with_an_nkey_seed_file() {
+    let user = nkeys::KeyPair::new_user();
+    let dir = std::env::temp_dir().join(format!("megaconn-test-{}-nkey", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (seed, conf) = (dir.join("node.nk"), dir.join("nats.conf"));
+    std::fs::write(&seed, format!("{}\n", user.seed().unwrap())).unwrap();
+    std::fs::write(&conf, format!("authorization {{ users: [ {{ nkey: {} }} ] }}\n", user.public_key())).unwrap();
+    let nats = loopback_nats(&["-c", conf.to_str().unwrap()]);
+    let (key, url) = (KeyFile::new("nkey"), format!("nats://{}", nats.addr));
+    let (_without, admin, _) = loopback_node(&url, "K0", &key, &[]);
+    wait_until("the node without the seed is refused", Duration::from_secs(20), || {
+        let (status, h) = get(&admin, "/healthz");
+        status == 503 && h["reason"].as_str().is_some_and(|r| r.contains("authorization violation"))
+    });
+    let (_with, admin, _) = loopback_node(&url, "K1", &key, &["--cluster-nkey-file", seed.to_str().unwrap()]);
+    wait_until("the node with the seed linked", Duration::from_secs(20), || get(&admin, "/healthz").0 == 200);
+    let _ = std::fs::remove_dir_all(&dir);
+}
