@@ -3,6 +3,11 @@
 //! subscribers on A and B exactly once, a unicast through A reaches a
 //! connection on B, stopping nats-server makes publishes fail with 503 and
 //! /healthz say why, and restarting it restores delivery.
+//!
+//! On one loopback, with nats-server on a free port: what is not signed
+//! with the cluster key reaches no connection, a squatter on a node's
+//! subject cannot keep it from starting, and a node authenticates to a
+//! NATS server that requires it (and never shows the password).
 mod common;
 use common::lab::Lab;
 use common::*;
@@ -39,6 +44,31 @@ fn admin(lab: &Lab, node: usize, method: &str, path: &str, body: &[u8]) -> (u16,
     (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
 }
 
+/// A cluster key file for one test, removed when it drops.
+struct KeyFile(std::path::PathBuf);
+
+impl KeyFile {
+    fn new(tag: &str) -> KeyFile {
+        let p = std::env::temp_dir().join(format!("megaconn-test-{}-{tag}.key", std::process::id()));
+        std::fs::write(&p, (0..32u8).map(|i| i.wrapping_mul(37).wrapping_add(tag.len() as u8)).collect::<Vec<_>>()).unwrap();
+        KeyFile(p)
+    }
+
+    fn arg(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+
+    fn key(&self) -> megaconn::cluster::ClusterKey {
+        megaconn::cluster::ClusterKey::read(self.arg()).unwrap()
+    }
+}
+
+impl Drop for KeyFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 fn nats_server(lab: &Lab) -> Running {
     let mut cmd = lab.command(A, "nats-server");
     cmd.args(["-a", &lab.addr(A).to_string(), "-p", NATS_PORT, "-m", NATS_MONITOR]);
@@ -67,13 +97,13 @@ fn broker_has(lab: &Lab, node: usize, subject: &str) -> bool {
 
 /// Node B is given a list of NATS servers whose first does not exist: it
 /// finds the one that does.
-fn node(lab: &Lab, k: usize, id: &str) -> Running {
+fn node(lab: &Lab, k: usize, id: &str, key: &KeyFile) -> Running {
     let mut cmd = lab.command(k, env!("CARGO_BIN_EXE_megaconn"));
     let ports = format!("{}-{}", NODE_PORTS[0], NODE_PORTS[1]);
     cmd.args(["server", "--ports", &ports, "--workers", "2", "--admin", NODE_ADMIN]);
     let url = format!("nats://{}:{NATS_PORT}", lab.addr(A));
     let urls = if k == B { format!("nats://{}:{NATS_PORT},{url}", lab.addr(7)) } else { url };
-    cmd.args(["--cluster", &urls, "--node-id", id, "--json", "--stats-interval", "200ms", "--duration", "120s"]);
+    cmd.args(["--cluster", &urls, "--node-id", id, "--cluster-key-file", key.arg(), "--json", "--stats-interval", "200ms", "--duration", "120s"]);
     Running::spawn(cmd)
 }
 
@@ -161,8 +191,12 @@ impl Conns {
 /// back once it holds the PONG (every op processed) and `until`.
 fn nats_raw(lab: &Lab, ops: Vec<u8>, until: &'static str) -> String {
     let addr = format!("{}:{NATS_PORT}", lab.addr(A));
-    lab.within(A, move || {
-        let mut s = TcpStream::connect(&addr).expect("connect to nats-server");
+    lab.within(A, move || nats_raw_at(&addr, ops, until))
+}
+
+fn nats_raw_at(addr: &str, ops: Vec<u8>, until: &str) -> String {
+    {
+        let mut s = TcpStream::connect(addr).expect("connect to nats-server");
         s.write_all(b"CONNECT {\"verbose\":false,\"headers\":true,\"no_responders\":true}\r\nSUB _r 1\r\n").unwrap();
         s.write_all(&ops).unwrap();
         s.write_all(b"PING\r\n").unwrap();
@@ -178,7 +212,21 @@ fn nats_raw(lab: &Lab, ops: Vec<u8>, until: &'static str) -> String {
                 got.extend_from_slice(&chunk[..n]);
             }
         }
-    })
+    }
+}
+
+/// `HPUB`: a message with headers, as any NATS client can send it.
+fn hpub(subject: &str, reply: Option<&str>, headers: &[(&str, &str)], data: &[u8]) -> Vec<u8> {
+    let mut h = String::from("NATS/1.0\r\n");
+    for (k, v) in headers {
+        h.push_str(&format!("{k}: {v}\r\n"));
+    }
+    h.push_str("\r\n");
+    let reply = reply.map(|r| format!(" {r}")).unwrap_or_default();
+    let mut op = format!("HPUB {subject}{reply} {} {}\r\n{h}", h.len(), h.len() + data.len()).into_bytes();
+    op.extend_from_slice(data);
+    op.extend_from_slice(b"\r\n");
+    op
 }
 
 fn healthy(lab: &Lab, node: usize) -> bool {
@@ -197,12 +245,13 @@ fn two_nodes_through_nats_deliver_once_route_unicasts_and_survive_an_outage() {
     let lab = Lab::make("cl", 203, 2).unwrap_or_else(|why| panic!("the nodes' namespaces: {why}"));
     assert!(Command::new("nats-server").arg("--version").output().is_ok_and(|o| o.status.success()), "nats-server is not installed: run scripts/setup.sh");
     let mut nats = nats_server(&lab);
-    let (na, _nb) = (node(&lab, A, "A"), node(&lab, B, "B"));
+    let key = KeyFile::new("two-nodes");
+    let (na, _nb) = (node(&lab, A, "A", &key), node(&lab, B, "B", &key));
     wait_until("both nodes healthy with the link up", Duration::from_secs(20), || healthy(&lab, A) && healthy(&lab, B));
     // A second node with A's id is refused at start: it would take A's unicasts.
     let mut twin = lab.command(B, env!("CARGO_BIN_EXE_megaconn"));
     twin.args(["server", "--ports", "8002", "--workers", "1", "--admin", "127.0.0.1:9101", "--node-id", "A"]);
-    twin.args(["--cluster", &format!("nats://{}:{NATS_PORT}", lab.addr(A))]);
+    twin.args(["--cluster", &format!("nats://{}:{NATS_PORT}", lab.addr(A)), "--cluster-key-file", key.arg()]);
     let (code, _, err) = run(twin, Duration::from_secs(30));
     assert_ne!(code, 0, "{err}");
     assert!(err.contains("already has node id 'A'") && err.contains("unique --node-id"), "{err}");
@@ -246,18 +295,22 @@ fn two_nodes_through_nats_deliver_once_route_unicasts_and_survive_an_outage() {
     assert_eq!(status, 404, "{r}");
     assert!(r["remote"][0]["detail"]["error"].as_str().unwrap().contains("no node 'C'"), "{r}");
 
-    // Messages from something that is not a megaconn node are refused:
-    // a unicast request without a target is answered with the reason, a
-    // topic message too large for a push or without headers is dropped
-    // (the last check below shows that nothing reached a connection).
+    // Messages from something that is not a megaconn node are refused
+    // unanswered; a signed unicast without a target is answered with the
+    // reason (on its origin's inbox), a signed topic message too large for
+    // a push is dropped (the last check below shows that nothing reached a
+    // connection).
     let ops = b"PUB megaconn.node.B _r 2\r\nhi\r\nPUB megaconn.topic.news 4\r\nbare\r\n".to_vec();
-    let got = nats_raw(&lab, ops, "no Megaconn-Target header");
-    assert!(got.contains("MSG _r 1"), "{got}");
-    wait_until("B refuses the bare topic message", Duration::from_secs(5), || last_error(&lab, B).contains("refused a message on megaconn.topic.news"));
+    let got = nats_raw(&lab, ops, "PONG");
+    assert!(!got.contains("MSG _r"), "an unsigned request is not answered: {got}");
+    wait_until("B refuses the bare topic message", Duration::from_secs(5), || {
+        last_error(&lab, B).contains("refused an unsigned message on megaconn.topic.news")
+    });
     let big = vec![b'x'; 70_000];
-    let mut ops = format!("HPUB megaconn.topic.news 56 {}\r\nNATS/1.0\r\nMegaconn-Publish-Us: 1\r\nMegaconn-Origin: X\r\n\r\n", 56 + big.len()).into_bytes();
-    ops.extend_from_slice(&big);
-    ops.extend_from_slice(b"\r\n");
+    let time = megaconn::cluster::sign::now_ms().to_string();
+    let signed = megaconn::cluster::sign::Signed { subject: NEWS, origin: "X", target: "", publish_us: "1", time_ms: &time };
+    let sig = megaconn::cluster::sign::sign(&key.key(), &signed, &big);
+    let ops = hpub(NEWS, None, &[("Megaconn-Publish-Us", "1"), ("Megaconn-Origin", "X"), ("Megaconn-Time", &time), ("Megaconn-Signature", &sig)], &big);
     nats_raw(&lab, ops, "PONG");
     wait_until("B refuses the oversized push", Duration::from_secs(5), || last_error(&lab, B).contains("more than a push carries"));
     assert!(healthy(&lab, B), "B is still up");
@@ -363,4 +416,306 @@ fn cluster_flags_that_cannot_work_are_refused() {
         assert_eq!(code, 2, "{args:?}: {err}");
         assert!(err.contains(says), "{args:?}: {err}");
     }
+}
+
+/// nats-server on a free loopback port: its process, client address and
+/// monitoring address.
+struct Nats {
+    _proc: Running,
+    addr: String,
+    monitor: String,
+}
+
+/// nats-server on a free loopback port, with `auth` flags (e.g. `--auth T`).
+fn loopback_nats(auth: &[&str]) -> Nats {
+    let (port, monitor) = (free_port().to_string(), free_port().to_string());
+    let mut cmd = Command::new("nats-server");
+    cmd.args(["-a", "127.0.0.1", "-p", &port, "-m", &monitor]).args(auth);
+    let nats = Running::spawn(cmd);
+    let addr = format!("127.0.0.1:{port}");
+    let monitor = format!("127.0.0.1:{monitor}");
+    wait_until("nats-server listening", Duration::from_secs(10), || TcpStream::connect(&addr).is_ok() && TcpStream::connect(&monitor).is_ok());
+    Nats { _proc: nats, addr, monitor }
+}
+
+/// Whether some client of nats-server subscribes to `subject` (its
+/// monitoring API says).
+fn routed(monitor: &str, subject: &str) -> bool {
+    let (status, text) = http(monitor, "GET", "/connz?subs=1", b"", None);
+    status == 200
+        && serde_json::from_str::<Value>(&text).is_ok_and(|v| {
+            v["connections"].as_array().is_some_and(|cs| cs.iter().any(|c| c["subscriptions_list"].as_array().is_some_and(|l| l.iter().any(|s| s == subject))))
+        })
+}
+
+/// A node on loopback: (process, its admin address, its first port).
+fn loopback_node(url: &str, id: &str, key: &KeyFile, extra: &[&str]) -> (Running, String, u16) {
+    let (ports, admin) = (free_ports(1), format!("127.0.0.1:{}", free_port()));
+    let mut cmd = megaconn();
+    cmd.args(["server", "--ports", &ports.arg(), "--workers", "1", "--admin", &admin, "--json", "--stats-interval", "200ms", "--duration", "120s"]);
+    cmd.args(["--cluster", url, "--node-id", id, "--cluster-key-file", key.arg()]).args(extra);
+    (Running::spawn(cmd), admin, ports.nth(0))
+}
+
+fn get(admin: &str, path: &str) -> (u16, Value) {
+    let (status, text) = match TcpStream::connect(admin) {
+        Ok(_) => http(admin, "GET", path, b"", None),
+        Err(e) => (0, e.to_string()),
+    };
+    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+fn refused(admin: &str, reason: &str) -> u64 {
+    get(admin, "/stats").1["cluster"]["refused"][reason].as_u64().unwrap_or(0)
+}
+
+#[test]
+fn a_bare_nats_client_with_unsigned_forged_or_stale_headers_reaches_no_connection() {
+    assert!(Command::new("nats-server").arg("--version").output().is_ok_and(|o| o.status.success()), "nats-server is not installed: run scripts/setup.sh");
+    let nats = loopback_nats(&[]);
+    let nats_addr = nats.addr.clone();
+    let key = KeyFile::new("forged");
+    let (_node, admin, port) = loopback_node(&format!("nats://{nats_addr}"), "N", &key, &[]);
+    wait_until("the node healthy with its link up", Duration::from_secs(20), || get(&admin, "/healthz").0 == 200);
+    let mut conn = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    conn.write_all(&frame(6, b"news")).unwrap();
+    conn.set_nonblocking(true).unwrap();
+    let mut conns = Conns { socks: vec![conn], bufs: vec![Vec::new()] };
+    wait_until("the node subscribed to the broadcast and the topic", Duration::from_secs(10), || {
+        routed(&nats.monitor, "megaconn.broadcast") && routed(&nats.monitor, NEWS) && routed(&nats.monitor, "megaconn.node.N")
+    });
+
+    // What finding 4 showed reaching every connection: the header alone.
+    let now = megaconn::cluster::sign::now_ms();
+    let mut ops = hpub("megaconn.broadcast", None, &[("Megaconn-Publish-Us", "0"), ("Megaconn-Origin", "N2")], b"unsigned");
+    // A made-up signature, and a real one over other data.
+    let (t, zeros) = (now.to_string(), "0".repeat(64));
+    ops.extend(hpub(NEWS, None, &[("Megaconn-Publish-Us", "0"), ("Megaconn-Origin", "N2"), ("Megaconn-Time", &t), ("Megaconn-Signature", &zeros)], b"forged"));
+    let sign = |subject: &str, origin: &str, target: &str, time: &str, data: &[u8]| {
+        let s = megaconn::cluster::sign::Signed { subject, origin, target, publish_us: "0", time_ms: time };
+        megaconn::cluster::sign::sign(&key.key(), &s, data)
+    };
+    let other = sign("megaconn.broadcast", "N2", "", &t, b"other");
+    ops.extend(hpub(
+        "megaconn.broadcast",
+        None,
+        &[("Megaconn-Publish-Us", "0"), ("Megaconn-Origin", "N2"), ("Megaconn-Time", &t), ("Megaconn-Signature", &other)],
+        b"tampered",
+    ));
+    // Correctly signed two minutes ago: a replay.
+    let old = (now - 120_000).to_string();
+    let stale = sign("megaconn.broadcast", "N2", "", &old, b"stale");
+    ops.extend(hpub(
+        "megaconn.broadcast",
+        None,
+        &[("Megaconn-Publish-Us", "0"), ("Megaconn-Origin", "N2"), ("Megaconn-Time", &old), ("Megaconn-Signature", &stale)],
+        b"stale",
+    ));
+    // Correctly signed, but it wants the answer on a subject of the
+    // sender's choosing instead of its origin's inbox.
+    let unicast = sign("megaconn.node.N", "N2", "1", &t, b"elsewhere");
+    let h = [("Megaconn-Publish-Us", "0"), ("Megaconn-Origin", "N2"), ("Megaconn-Target", "1"), ("Megaconn-Time", &t), ("Megaconn-Signature", &unicast)];
+    ops.extend(hpub("megaconn.node.N", Some("_r"), &h, b"elsewhere"));
+    let got = nats_raw_at(&nats_addr, ops, "PONG");
+    assert!(!got.contains("MSG _r"), "the node answered on a subject the sender chose: {got}");
+    wait_until("the node counts every refusal by reason", Duration::from_secs(10), || {
+        refused(&admin, "unsigned") == 1 && refused(&admin, "forged") == 2 && refused(&admin, "stale") == 1 && refused(&admin, "reply") == 1
+    });
+    let (_, metrics) = http(&admin, "GET", "/metrics", b"", None);
+    assert!(metrics.contains("megaconn_cluster_refused_total{reason=\"forged\"} 2"), "{metrics}");
+    // A genuine publish through the admin API afterwards arrives, and it is
+    // all the connection ever received.
+    let (status, r) = get_post(&admin, "/broadcast", b"genuine");
+    assert_eq!(status, 200, "{r}");
+    conns.expect("only the genuine broadcast", &[&["genuine"]]);
+}
+
+fn get_post(admin: &str, path: &str, body: &[u8]) -> (u16, String) {
+    http(admin, "POST", path, body, None)
+}
+
+#[test]
+fn a_squatter_on_a_node_subject_cannot_keep_the_node_from_starting() {
+    let nats = loopback_nats(&[]);
+    let nats_addr = nats.addr.clone();
+    // A bare client that answers every request on megaconn.node.S.
+    let addr = nats_addr.clone();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let squatter = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(&addr).unwrap();
+        s.write_all(b"CONNECT {\"verbose\":false,\"headers\":true}\r\nSUB megaconn.node.S 1\r\nPING\r\n").unwrap();
+        let (mut got, mut chunk, mut answered) = (Vec::new(), [0u8; 4096], 0);
+        let mut ready = Some(ready_tx);
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        while let Ok(n) = s.read(&mut chunk) {
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&chunk[..n]);
+            let text = String::from_utf8_lossy(&got).to_string();
+            if text.contains("PONG") {
+                if let Some(r) = ready.take() {
+                    r.send(()).unwrap();
+                }
+            }
+            // HMSG megaconn.node.S 1 <reply> <hlen> <len>
+            let asks: Vec<String> = text
+                .lines()
+                .filter(|l| l.starts_with("HMSG megaconn.node.S ") || l.starts_with("MSG megaconn.node.S "))
+                .map(|l| l.split(' ').nth(3).unwrap().to_string())
+                .collect();
+            for reply in asks.iter().skip(answered) {
+                s.write_all(format!("PUB {reply} 5\r\ntaken\r\n").as_bytes()).unwrap();
+            }
+            answered = asks.len().max(answered);
+            if answered > 0 && text.contains("stop") {
+                break;
+            }
+        }
+        answered
+    });
+    ready_rx.recv_timeout(Duration::from_secs(10)).expect("the squatter subscribed");
+    let key = KeyFile::new("squat");
+    let (node, admin, _) = loopback_node(&format!("nats://{nats_addr}"), "S", &key, &[]);
+    // It subscribes to the broadcast only once its id probe is over.
+    wait_until("the node started in spite of the squatter", Duration::from_secs(20), || {
+        get(&admin, "/healthz").0 == 200 && routed(&nats.monitor, "megaconn.broadcast")
+    });
+    let (status, h) = get(&admin, "/healthz");
+    assert_eq!(status, 200, "{h}");
+    assert!(refused(&admin, "unsigned") >= 1, "the squatter's answer was counted and ignored");
+    drop(node);
+    nats_raw_at(&nats_addr, b"PUB megaconn.node.S 4\r\nstop\r\n".to_vec(), "PONG");
+    assert!(squatter.join().unwrap() >= 1, "the squatter saw the probe and answered it");
+}
+
+#[test]
+fn a_node_authenticates_to_nats_and_never_shows_the_password() {
+    let key = KeyFile::new("auth");
+    let dir = std::env::temp_dir().join(format!("megaconn-test-{}-auth", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, "tok-9f3e\n").unwrap();
+    let (pw_file, secret) = (dir.join("password"), "pw-77c1d0e5");
+    std::fs::write(&pw_file, secret).unwrap();
+
+    // A token: refused with a clear reason without it, linked with it.
+    let nats = loopback_nats(&["--auth", "tok-9f3e"]);
+    let url = format!("nats://{}", nats.addr);
+    let (_without, admin, _) = loopback_node(&url, "T1", &key, &[]);
+    wait_until("the node without the token says why it is not linked", Duration::from_secs(20), || {
+        let (status, h) = get(&admin, "/healthz");
+        status == 503 && h["reason"].as_str().is_some_and(|r| r.contains("authorization violation") && r.contains("--cluster-token-file"))
+    });
+    let (_with, admin, _) = loopback_node(&url, "T2", &key, &["--cluster-token-file", token_file.to_str().unwrap()]);
+    wait_until("the node with the token linked", Duration::from_secs(20), || get(&admin, "/healthz").0 == 200);
+
+    // User and password: in the URL (which async-nats alone ignores), or
+    // from a file; neither shows the password anywhere.
+    let nats = loopback_nats(&["--user", "node", "--pass", secret]);
+    let addr = nats.addr.clone();
+    let (node, admin, _) = loopback_node(&format!("nats://node:{secret}@{addr}"), "U1", &key, &[]);
+    wait_until("the node with the password in the URL linked", Duration::from_secs(20), || get(&admin, "/healthz").0 == 200);
+    let (_, health) = http(&admin, "GET", "/healthz", b"", None);
+    assert!(health.contains(&addr) && !health.contains(secret), "{health}");
+    let (_, stats) = http(&admin, "GET", "/stats", b"", None);
+    assert!(!stats.contains(secret), "{stats}");
+    let said = node.wait_for(Duration::from_secs(5), "the cluster event", |v| v["event"] == "cluster");
+    assert!(!said.to_string().contains(secret) && said["url"].as_str().unwrap().contains("***@"), "{said}");
+    let (_user, admin, _) =
+        loopback_node(&format!("nats://{addr}"), "U2", &key, &["--cluster-user", "node", "--cluster-password-file", pw_file.to_str().unwrap()]);
+    wait_until("the node with the password file linked", Duration::from_secs(20), || get(&admin, "/healthz").0 == 200);
+    let (_wrong, admin, _) = loopback_node(&format!("nats://node:wrong@{addr}"), "U3", &key, &[]);
+    wait_until("the node with a wrong password is refused", Duration::from_secs(20), || {
+        let (status, h) = get(&admin, "/healthz");
+        status == 503 && h["reason"].as_str().is_some_and(|r| r.contains("authorization violation"))
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn cluster_secrets_that_cannot_work_are_refused_with_the_fix() {
+    let key = KeyFile::new("flags");
+    let short = std::env::temp_dir().join(format!("megaconn-test-{}-short.key", std::process::id()));
+    std::fs::write(&short, b"short").unwrap();
+    let text = short.to_str().unwrap();
+    for (args, says) in [
+        (vec!["--cluster", "nats://127.0.0.1:4222"], "head -c 32 /dev/urandom > cluster.key"),
+        (vec!["--cluster", "nats://127.0.0.1:4222", "--cluster-key-file", "/nonexistent/cluster.key"], "--cluster-key-file"),
+        (vec!["--cluster", "nats://127.0.0.1:4222", "--cluster-key-file", short.to_str().unwrap()], "fewer than 16"),
+        (vec!["--cluster", "nats://127.0.0.1:4222", "--cluster-key-file", key.arg(), "--cluster-token-file", "/nonexistent/t"], "--cluster-token-file"),
+        (vec!["--cluster", "nats://127.0.0.1:4222", "--cluster-key-file", key.arg(), "--cluster-nkey-file", text], "nkey seed"),
+        (vec!["--cluster", "nats://127.0.0.1:4222", "--cluster-key-file", key.arg(), "--cluster-tls-ca", "/nonexistent/ca.pem"], "--cluster-tls-ca"),
+    ] {
+        let mut cmd = megaconn();
+        cmd.args(["server", "--ports", &free_port().to_string(), "--admin", "off"]).args(&args);
+        let (code, _, err) = run(cmd, Duration::from_secs(20));
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    let _ = std::fs::remove_file(&short);
+}
+
+/// Run openssl (the CLI) in `dir`; panic with its error.
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let out = Command::new("openssl").args(args).current_dir(dir).output().expect("openssl is installed");
+    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A CA, a certificate for 127.0.0.1 and a client certificate, signed by it.
+fn pki(dir: &std::path::Path) {
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    openssl(dir, &[&["req", "-x509", "-days", "2", "-subj", "/CN=test ca", "-keyout", "ca.key", "-out", "ca.pem"][..], &ec].concat());
+    std::fs::write(dir.join("server.ext"), "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n").unwrap();
+    std::fs::write(dir.join("client.ext"), "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n").unwrap();
+    for who in ["server", "client"] {
+        let (key, csr, pem, ext) = (format!("{who}.key"), format!("{who}.csr"), format!("{who}.pem"), format!("{who}.ext"));
+        openssl(dir, &[&["req", "-subj", &format!("/CN={who}"), "-keyout", &key, "-out", &csr][..], &ec].concat());
+        openssl(dir, &["x509", "-req", "-days", "2", "-in", &csr, "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-extfile", &ext, "-out", &pem]);
+    }
+}
+
+#[test]
+fn a_node_links_over_tls_with_a_custom_ca_and_a_client_certificate() {
+    let dir = std::env::temp_dir().join(format!("megaconn-test-{}-tls", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    pki(&dir);
+    let file = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    let nats = loopback_nats(&["--tlsverify", "--tlscert", &file("server.pem"), "--tlskey", &file("server.key"), "--tlscacert", &file("ca.pem")]);
+    let key = KeyFile::new("tls");
+    let url = format!("nats://{}", nats.addr);
+    // No client certificate: NATS refuses the link, and /healthz says so.
+    let (_no_cert, admin, _) = loopback_node(&url, "T0", &key, &["--cluster-tls-ca", &file("ca.pem")]);
+    wait_until("the node without a client certificate reports an error", Duration::from_secs(20), || {
+        let (status, h) = get(&admin, "/healthz");
+        status == 503 && h["cluster"]["last_error"].is_string()
+    });
+    let (_tls, admin, _) = loopback_node(
+        &url,
+        "T1",
+        &key,
+        &["--cluster-tls-ca", &file("ca.pem"), "--cluster-tls-cert", &file("client.pem"), "--cluster-tls-key", &file("client.key")],
+    );
+    wait_until("the node with the CA and its certificate linked", Duration::from_secs(20), || get(&admin, "/healthz").0 == 200);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_node_authenticates_with_an_nkey_seed_file() {
+    let user = nkeys::KeyPair::new_user();
+    let dir = std::env::temp_dir().join(format!("megaconn-test-{}-nkey", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (seed, conf) = (dir.join("node.nk"), dir.join("nats.conf"));
+    std::fs::write(&seed, format!("{}\n", user.seed().unwrap())).unwrap();
+    std::fs::write(&conf, format!("authorization {{ users: [ {{ nkey: {} }} ] }}\n", user.public_key())).unwrap();
+    let nats = loopback_nats(&["-c", conf.to_str().unwrap()]);
+    let (key, url) = (KeyFile::new("nkey"), format!("nats://{}", nats.addr));
+    let (_without, admin, _) = loopback_node(&url, "K0", &key, &[]);
+    wait_until("the node without the seed is refused", Duration::from_secs(20), || {
+        let (status, h) = get(&admin, "/healthz");
+        status == 503 && h["reason"].as_str().is_some_and(|r| r.contains("authorization violation"))
+    });
+    let (_with, admin, _) = loopback_node(&url, "K1", &key, &["--cluster-nkey-file", seed.to_str().unwrap()]);
+    wait_until("the node with the seed linked", Duration::from_secs(20), || get(&admin, "/healthz").0 == 200);
+    let _ = std::fs::remove_dir_all(&dir);
 }

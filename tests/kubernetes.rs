@@ -1,6 +1,9 @@
 //! The Kubernetes client Job starts as written: its own command line, taken
 //! from deploy/k8s/client-job.yaml, planned for shard 0 of 10 with
 //! `--dry-run` (the plan is printed; nothing is opened).
+//! The server and NATS manifests keep the cluster closed: NATS requires a
+//! token from a Secret, the pods read it and the cluster key from mounted
+//! Secrets, and the admin port has its own ClusterIP Service.
 mod common;
 
 use serde_json::Value;
@@ -50,4 +53,62 @@ fn the_client_job_command_plans_shard_0_of_10() {
     assert_eq!(plan["rate_per_s"], 50_000, "--rate is per pod: {plan}");
     assert!(plan["workers"].as_u64().unwrap() >= 1_000_000 / 20_000, "one process cannot hold 1M sockets here: {plan}");
     assert!(!dir.join("shard-0.json").exists());
+}
+
+/// Every document of a manifest, as JSON (read with PyYAML).
+fn manifest(name: &str) -> Vec<Value> {
+    let path = format!("{}/deploy/k8s/{name}", env!("CARGO_MANIFEST_DIR"));
+    let script = "import json, sys, yaml\nprint(json.dumps([d for d in yaml.safe_load_all(open(sys.argv[1])) if d]))";
+    let out = Command::new("python3").args(["-c", script, &path]).output().expect("python3 runs");
+    assert!(out.status.success(), "cannot read {name}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice::<Vec<Value>>(&out.stdout).unwrap()
+}
+
+fn ports(service: &Value) -> Vec<u64> {
+    service["spec"]["ports"].as_array().unwrap().iter().map(|p| p["port"].as_u64().unwrap()).collect()
+}
+
+#[test]
+fn the_cluster_is_authenticated_and_the_admin_port_has_its_own_service() {
+    let server = manifest("server.yaml");
+    let services: Vec<&Value> = server.iter().filter(|d| d["kind"] == "Service").collect();
+    let conns = services.iter().find(|s| ports(s).contains(&8000)).expect("the connections' Service");
+    assert!(!ports(conns).contains(&9100), "the admin port is not on the connections' Service: {conns}");
+    let admin = services.iter().find(|s| ports(s).contains(&9100)).expect("a Service for the admin port");
+    assert!(admin["spec"]["type"].is_null() || admin["spec"]["type"] == "ClusterIP", "{admin}");
+    assert_eq!(ports(admin), [9100], "only the admin port: {admin}");
+
+    // The pods read the NATS token and the cluster key from mounted Secrets.
+    let deploy = server.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let pod = &deploy["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    let args: Vec<&str> = c["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    let after = |flag: &str| args.iter().position(|a| *a == flag).map(|i| args[i + 1]).unwrap_or_else(|| panic!("{flag} missing: {args:?}"));
+    for (flag, secret) in [("--cluster-key-file", "megaconn-cluster"), ("--cluster-token-file", "megaconn-nats")] {
+        let file = after(flag);
+        let mount = c["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| file.starts_with(m["mountPath"].as_str().unwrap()))
+            .unwrap_or_else(|| panic!("{file} is not mounted"));
+        let volume = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == mount["name"]).unwrap();
+        assert_eq!(volume["secret"]["secretName"], secret, "{flag} {file} comes from Secret {secret}: {volume}");
+    }
+
+    // The admin token comes from its Secret through the environment,
+    // never on the command line (`ps` shows it).
+    assert!(!args.iter().any(|a| a.starts_with("--admin-token")), "{args:?}");
+    let env = c["env"].as_array().unwrap().iter().find(|e| e["name"] == "MEGACONN_ADMIN_TOKEN").expect("MEGACONN_ADMIN_TOKEN in the environment");
+    assert_eq!(env["valueFrom"]["secretKeyRef"]["name"], "megaconn-admin", "{env}");
+
+    // NATS requires the same token, from the Secret, not from its command line.
+    let nats = manifest("nats.yaml");
+    let config = nats.iter().find(|d| d["kind"] == "ConfigMap").unwrap()["data"]["nats.conf"].as_str().unwrap().to_string();
+    assert!(config.contains("authorization") && config.contains("token: $NATS_TOKEN"), "{config}");
+    let set = nats.iter().find(|d| d["kind"] == "StatefulSet").unwrap();
+    let nc = &set["spec"]["template"]["spec"]["containers"][0];
+    let env = nc["env"].as_array().unwrap().iter().find(|e| e["name"] == "NATS_TOKEN").expect("NATS_TOKEN from a Secret");
+    assert_eq!(env["valueFrom"]["secretKeyRef"]["name"], "megaconn-nats", "{env}");
+    assert!(nc["args"].as_array().unwrap().iter().all(|a| !a.as_str().unwrap().contains("NATS_TOKEN")), "{nc}");
 }

@@ -75,6 +75,47 @@ impl Drop for Proc {
     }
 }
 
+/// The secrets of one bench run, in files only this user can read (so
+/// none is on a command line), removed when the run ends: the cluster key
+/// every node signs with, and the token nats-server requires.
+struct Secrets {
+    key: std::path::PathBuf,
+    nats_token: std::path::PathBuf,
+    nats_conf: std::path::PathBuf,
+}
+
+impl Secrets {
+    fn make(logs: &str) -> Result<Secrets> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let write = |path: &std::path::Path, bytes: &[u8]| -> Result<()> {
+            let _ = std::fs::remove_file(path);
+            let mut f =
+                std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path).with_context(|| format!("writing {}", path.display()))?;
+            f.write_all(bytes).with_context(|| format!("writing {}", path.display()))
+        };
+        let s = Secrets {
+            key: format!("{logs}-cluster.key").into(),
+            nats_token: format!("{logs}-nats.token").into(),
+            nats_conf: format!("{logs}-nats.conf").into(),
+        };
+        let key: [u8; 32] = rand::random();
+        write(&s.key, &key)?;
+        let token = format!("{:032x}", rand::random::<u128>());
+        write(&s.nats_token, token.as_bytes())?;
+        write(&s.nats_conf, format!("authorization {{ token: \"{token}\" }}\n").as_bytes())?;
+        Ok(s)
+    }
+}
+
+impl Drop for Secrets {
+    fn drop(&mut self) {
+        for p in [&self.key, &self.nats_token, &self.nats_conf] {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
 /// A server node: its process, admin address and latest stats line.
 struct Node {
     proc: Proc,
@@ -83,7 +124,7 @@ struct Node {
 }
 
 impl Node {
-    fn start(k: usize, args: &BenchConfig, per_node: u64, token: &str, logs: &str) -> Result<Node> {
+    fn start(k: usize, args: &BenchConfig, per_node: u64, token: &str, secrets: &Secrets, logs: &str) -> Result<Node> {
         let addr = place::node_addr(k);
         let exe = std::env::current_exe().context("finding the megaconn binary")?;
         let mut cmd = Command::new(exe);
@@ -93,6 +134,10 @@ impl Node {
             .args(["--connections", &per_node.to_string(), "--protocol", &format!("{:?}", args.protocol).to_lowercase()])
             .args(["--admin", &format!("{addr}:{ADMIN_PORT}"), "--admin-token", token])
             .args(["--cluster", &format!("nats://{BROKER_ADDR}:{BROKER_PORT}"), "--node-id", &format!("n{k}")])
+            .arg("--cluster-key-file")
+            .arg(&secrets.key)
+            .arg("--cluster-token-file")
+            .arg(&secrets.nats_token)
             .args(["--json", "--stats-interval", "500ms"]);
         if let crate::supervise::plan::Workers::Fixed(n) = args.server_workers {
             cmd.args(["--workers", &n.to_string()]);
@@ -272,8 +317,9 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
         (cplan, cwplan) = crate::client::plan(&client_cfg, fds.hard).map_err(crate::UsageError)?;
     }
     let logs = std::env::temp_dir().join(format!("megaconn-{}", std::process::id())).display().to_string();
+    let secrets = Secrets::make(&logs)?;
     let mut broker_cmd = Command::new("nats-server");
-    broker_cmd.args(["-a", &BROKER_ADDR.to_string(), "-p", &BROKER_PORT.to_string()]).stdout(Stdio::null());
+    broker_cmd.args(["-a", &BROKER_ADDR.to_string(), "-p", &BROKER_PORT.to_string()]).arg("-c").arg(&secrets.nats_conf).stdout(Stdio::null());
     let mut broker = Proc::spawn(broker_cmd, &place::ns_name(std::process::id(), None), "nats-server".into(), format!("{logs}-nats.log").into())?;
     let broker_at = SocketAddr::from((BROKER_ADDR, BROKER_PORT));
     wait_until("nats-server did not listen", || match broker.gone() {
@@ -283,7 +329,7 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
     let token = format!("{:032x}", rand::random::<u128>());
     let mut fleet = Vec::new();
     for k in 0..nodes {
-        fleet.push(Node::start(k, &args, per_node, &token, &logs)?);
+        fleet.push(Node::start(k, &args, per_node, &token, &secrets, &logs)?);
     }
     for n in &mut fleet {
         let admin = n.admin;

@@ -31,7 +31,7 @@ impl From<ServerArgs> for ServerConfig {
             push_format: a.push_format,
             admin: a.admin.0,
             admin_token: a.admin_token_file.or(a.admin_token),
-            cluster: a.cluster.map(|url| crate::cluster::ClusterConfig { url, node: a.node_id.unwrap_or_else(crate::cluster::default_node_id) }),
+            cluster: a.cluster.map(|url| a.cluster_auth.into_cluster(url, a.node_id.unwrap_or_else(crate::cluster::default_node_id))),
             json: a.json,
         }
     }

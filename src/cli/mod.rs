@@ -187,12 +187,65 @@ pub struct ServerArgs {
     /// connection ids (NODE.ID). Default: the host name (a pod's name).
     #[arg(long, requires = "cluster", value_parser = |s: &str| crate::cluster::check_node_id(s).map(|_| s.to_string()))]
     pub node_id: Option<String>,
+    #[command(flatten)]
+    pub cluster_auth: Box<ClusterAuthArgs>,
     /// HTTP: close a connection stuck in one incomplete request this long (slowloris).
     #[arg(long, value_parser = parse::positive_duration, default_value = "10s")]
     pub header_timeout: Duration,
     /// Print stats and the summary as JSON lines on stdout.
     #[arg(long)]
     pub json: bool,
+}
+
+/// How a cluster node signs its messages and authenticates to NATS.
+/// Secrets are read from files, never taken from the command line.
+#[derive(Args, Debug, Clone)]
+pub struct ClusterAuthArgs {
+    /// The cluster key (required with --cluster): every message between
+    /// nodes is signed with it and unsigned or forged ones are dropped.
+    /// Every node needs the same file: `head -c 32 /dev/urandom > cluster.key`.
+    #[arg(long, value_name = "FILE", requires = "cluster", value_parser = |p: &str| crate::cluster::ClusterKey::read(p))]
+    pub cluster_key_file: Option<crate::cluster::ClusterKey>,
+    /// NATS user name (with --cluster-password-file).
+    #[arg(long, value_name = "NAME", requires = "cluster_password_file")]
+    pub cluster_user: Option<String>,
+    /// File holding the NATS password of --cluster-user.
+    #[arg(long, value_name = "FILE", requires = "cluster_user", value_parser = crate::cluster::auth::secret_file("--cluster-password-file"))]
+    pub cluster_password_file: Option<crate::cluster::auth::Secret>,
+    /// File holding a NATS authentication token.
+    #[arg(long, value_name = "FILE", requires = "cluster", value_parser = crate::cluster::auth::secret_file("--cluster-token-file"))]
+    pub cluster_token_file: Option<crate::cluster::auth::Secret>,
+    /// File holding a NATS user nkey seed (SU...).
+    #[arg(long, value_name = "FILE", requires = "cluster", value_parser = |p: &str| crate::cluster::auth::read_nkey("--cluster-nkey-file", p).map(crate::cluster::auth::Secret))]
+    pub cluster_nkey_file: Option<crate::cluster::auth::Secret>,
+    /// NATS creds file (user JWT and nkey seed, as `nsc` writes it).
+    #[arg(long, value_name = "FILE", requires = "cluster", value_parser = |p: &str| crate::cluster::auth::read_creds("--cluster-creds", p).map(crate::cluster::auth::Secret))]
+    pub cluster_creds: Option<crate::cluster::auth::Secret>,
+    /// CA certificate (PEM) that signs the NATS server's certificate; the link then requires TLS.
+    #[arg(long, value_name = "FILE", requires = "cluster", value_parser = |p: &str| crate::cluster::auth::readable("--cluster-tls-ca", p))]
+    pub cluster_tls_ca: Option<std::path::PathBuf>,
+    /// Client certificate (PEM) the link presents to NATS (with --cluster-tls-key).
+    #[arg(long, value_name = "FILE", requires_all = ["cluster", "cluster_tls_key"], value_parser = |p: &str| crate::cluster::auth::readable("--cluster-tls-cert", p))]
+    pub cluster_tls_cert: Option<std::path::PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "cluster_tls_cert", value_parser = |p: &str| crate::cluster::auth::readable("--cluster-tls-key", p))]
+    pub cluster_tls_key: Option<std::path::PathBuf>,
+}
+
+impl ClusterAuthArgs {
+    /// The credentials, for a node that joins through `url`.
+    pub fn into_cluster(self, url: String, node: String) -> crate::cluster::ClusterConfig {
+        let auth = crate::cluster::NatsAuth {
+            user: self.cluster_user,
+            password: self.cluster_password_file.map(|s| s.0),
+            token: self.cluster_token_file.map(|s| s.0),
+            nkey_seed: self.cluster_nkey_file.map(|s| s.0),
+            creds: self.cluster_creds.map(|s| s.0),
+            tls_ca: self.cluster_tls_ca,
+            tls_cert: self.cluster_tls_cert.zip(self.cluster_tls_key),
+        };
+        crate::cluster::ClusterConfig { url, node, key: self.cluster_key_file, auth }
+    }
 }
 
 #[derive(Args, Debug, Clone)]

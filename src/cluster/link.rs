@@ -2,6 +2,7 @@
 //! driven by commands from the supervisor loop and reporting back on the
 //! supervisor's channel.
 
+use super::sign::{self, ClusterKey, Refusal, Signed, H_SIGNATURE, H_TIME};
 use super::{
     ClusterConfig, ClusterEvent, Inbound, LinkStatus, PublishFailure, RemoteAnswer, BROADCAST, H_ORIGIN, H_PUBLISH_US, H_TARGET, NODE_PREFIX, TOPIC_PREFIX,
 };
@@ -57,6 +58,8 @@ struct Shared {
     messages_in: AtomicU64,
     messages_out: AtomicU64,
     publish_failures: AtomicU64,
+    /// Messages dropped, by [`Refusal::label`].
+    refused: Mutex<std::collections::BTreeMap<&'static str, u64>>,
 }
 
 impl Shared {
@@ -74,7 +77,11 @@ impl Shared {
                 *self.changed.lock().expect("link state") = Some(Instant::now());
                 self.error("disconnected from the NATS server".into());
             }
+            async_nats::Event::ClientError(e) if e.to_string().contains("authorization violation") => self.error(format!("{e}: {AUTH_HINT}")),
             async_nats::Event::ClientError(e) => self.error(format!("{e}")),
+            async_nats::Event::ServerError(async_nats::ServerError::AuthorizationViolation) => {
+                self.error(format!("NATS server error: authorization violation: {AUTH_HINT}"))
+            }
             async_nats::Event::ServerError(e) => self.error(format!("NATS server error: {e}")),
             async_nats::Event::SlowConsumer(sid) => self.error(format!("slow consumer on subscription {sid}: NATS dropped messages")),
             async_nats::Event::LameDuckMode => self.error("the NATS server is entering lame duck mode".into()),
@@ -85,7 +92,16 @@ impl Shared {
     fn error(&self, e: String) {
         *self.last_error.lock().expect("link state") = Some(e);
     }
+
+    /// Drop a message: count it by reason and say why.
+    fn refuse(&self, r: Refusal, why: String) {
+        *self.refused.lock().expect("link state").entry(r.label()).or_default() += 1;
+        self.error(why);
+    }
 }
+
+/// What to do when NATS refuses this node's credentials.
+const AUTH_HINT: &str = "NATS refused this node's credentials; give what the NATS server requires: --cluster-user with --cluster-password-file, --cluster-token-file, --cluster-nkey-file or --cluster-creds (or nats://USER:PASS@HOST:PORT)";
 
 /// A node's link, owned by the server supervisor.
 pub struct Link {
@@ -102,6 +118,7 @@ impl Link {
     /// a NATS server that is not up yet is not an error.
     pub fn start(cfg: ClusterConfig, tx: Sink<ClusterEvent>) -> Result<Link> {
         super::check_node_id(&cfg.node).map_err(|e| anyhow!(e))?;
+        cfg.check().map_err(|e| anyhow!(e))?;
         let (cmds, rx) = unbounded_channel();
         let shared = Arc::new(Shared::default());
         let (c, s) = (cfg.clone(), shared.clone());
@@ -117,7 +134,7 @@ impl Link {
     pub fn status(&self) -> LinkStatus {
         let since = self.shared.changed.lock().expect("link state").unwrap_or(self.started);
         LinkStatus {
-            url: self.cfg.url.clone(),
+            url: self.cfg.shown_url(),
             node: self.cfg.node.clone(),
             up: self.up(),
             for_s: since.elapsed().as_secs_f64(),
@@ -127,6 +144,7 @@ impl Link {
             messages_out: self.shared.messages_out.load(Ordering::SeqCst),
             publish_failures: self.shared.publish_failures.load(Ordering::SeqCst),
             topics: self.topics.len() as u64,
+            refused: self.shared.refused.lock().expect("link state").iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         }
     }
 
@@ -199,10 +217,73 @@ fn send(tx: &Sink<ClusterEvent>, ev: ClusterEvent) {
     tx(ev);
 }
 
+/// This node's identity on the link: its id and the key it signs with.
+#[derive(Clone)]
+struct Me {
+    node: String,
+    key: ClusterKey,
+}
+
+impl Me {
+    /// Headers that carry and sign a message to `subject`.
+    fn headers(&self, subject: &str, target: &str, publish_us: &str, data: &[u8]) -> async_nats::HeaderMap {
+        let time_ms = sign::now_ms().to_string();
+        let s = Signed { subject, origin: &self.node, target, publish_us, time_ms: &time_ms };
+        let mut h = async_nats::HeaderMap::new();
+        h.insert(H_ORIGIN, self.node.as_str());
+        if !target.is_empty() {
+            h.insert(H_TARGET, target);
+        }
+        if !publish_us.is_empty() {
+            h.insert(H_PUBLISH_US, publish_us);
+        }
+        h.insert(H_TIME, time_ms.as_str());
+        h.insert(H_SIGNATURE, sign::sign(&self.key, &s, data).as_str());
+        h
+    }
+
+    /// Publish a signed answer to `reply`.
+    async fn answer(&self, client: &async_nats::Client, reply: String, body: Vec<u8>) {
+        let h = self.headers(&reply, "", "", &body);
+        let _ = client.publish_with_headers(reply, h, body.into()).await;
+    }
+
+    /// Check a message's signature, age and reply subject: Ok(origin).
+    fn check(&self, m: &async_nats::Message) -> Result<String, (Refusal, String)> {
+        let get = |name: &str| m.headers.as_ref().and_then(|h| h.get(name)).map(|v| v.as_str()).unwrap_or("");
+        let signed = Signed { subject: m.subject.as_str(), origin: get(H_ORIGIN), target: get(H_TARGET), publish_us: get(H_PUBLISH_US), time_ms: get(H_TIME) };
+        let signature = m.headers.as_ref().and_then(|h| h.get(H_SIGNATURE)).map(|v| v.as_str());
+        let on = &m.subject;
+        sign::verify(&self.key, &signed, &m.payload, signature, sign::now_ms()).map_err(|r| {
+            let why = match r {
+                Refusal::Unsigned => format!("refused an unsigned message on {on}: not from a node of this cluster"),
+                Refusal::Stale => format!(
+                    "refused a stale message on {on} (signed at {} ms, more than {} s from this node's clock: a replay, or clocks out of step)",
+                    signed.time_ms,
+                    sign::WINDOW.as_secs()
+                ),
+                _ => format!("refused a forged message on {on}: its signature does not match (a sender without this cluster's key, or a node with another --cluster-key-file)"),
+            };
+            (r, why)
+        })?;
+        let origin = signed.origin.to_string();
+        if let Some(reply) = &m.reply {
+            let mine = format!("{}.", super::inbox_prefix(&origin));
+            if origin.is_empty() || !reply.starts_with(&mine) {
+                return Err((Refusal::Reply, format!("refused a message on {on}: it asks for an answer on {reply}, outside its origin's inbox {mine}>")));
+            }
+        }
+        Ok(origin)
+    }
+}
+
 async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<Cmd>, tx: Sink<ClusterEvent>) {
     let s = shared.clone();
+    let me = Me { node: cfg.node.clone(), key: cfg.key.clone().expect("checked by Link::start") };
     let opts = async_nats::ConnectOptions::new()
         .name(format!("megaconn-{}", cfg.node))
+        // Answers to this node's requests come only under its own inbox.
+        .custom_inbox_prefix(super::inbox_prefix(&cfg.node))
         // A node delivers its own publishes itself: exactly once.
         .no_echo()
         .retry_on_initial_connect()
@@ -214,31 +295,35 @@ async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<
             let s = s.clone();
             async move { s.on_event(ev) }
         });
+    let opts = match cfg.auth.clone().with_url_credentials(&cfg.url).apply(opts) {
+        Ok(o) => o,
+        Err(e) => return send(&tx, ClusterEvent::Fatal(e)),
+    };
     let servers = match super::check_url(&cfg.url) {
         Ok(s) => s,
-        Err(e) => return send(&tx, ClusterEvent::Fatal(e)),
+        Err(e) => return send(&tx, ClusterEvent::Fatal(super::auth::redact(&e))),
     };
     let client = match opts.connect(servers).await {
         Ok(c) => c,
         Err(e) => {
-            shared.error(format!("cannot connect to {}: {e}", cfg.url));
+            shared.error(format!("cannot connect to {}: {e}", cfg.shown_url()));
             return;
         }
     };
-    if let Some(e) = id_taken(&client, &cfg).await {
+    if let Some(e) = id_taken(&client, &cfg, &me, &shared).await {
         shared.error(e.clone());
         send(&tx, ClusterEvent::Fatal(e));
         return;
     }
     let mut subs: HashMap<String, tokio::task::AbortHandle> = HashMap::new();
     for subject in [BROADCAST.to_string(), super::node_subject(&cfg.node)] {
-        subs.insert(subject.clone(), forward(&client, subject, &shared, &tx).await);
+        subs.insert(subject.clone(), forward(&client, subject, &me, &shared, &tx).await);
     }
     while let Some(cmd) = rx.recv().await {
         match cmd {
             Cmd::Subscribe(topic) => {
                 let subject = super::topic_subject(&topic);
-                let h = forward(&client, subject.clone(), &shared, &tx).await;
+                let h = forward(&client, subject.clone(), &me, &shared, &tx).await;
                 // Never two subscriptions of one subject: each would deliver.
                 if let Some(old) = subs.insert(subject, h) {
                     old.abort();
@@ -249,13 +334,11 @@ async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<
                     h.abort();
                 }
             }
-            Cmd::Reply { subject, body } => {
-                let _ = client.publish(subject, body.into()).await;
-            }
+            Cmd::Reply { subject, body } => me.answer(&client, subject, body).await,
             Cmd::Publish { request, out } => {
-                let (client, tx, shared, node) = (client.clone(), tx.clone(), shared.clone(), cfg.node.clone());
+                let (client, tx, shared, me) = (client.clone(), tx.clone(), shared.clone(), me.clone());
                 tokio::spawn(async move {
-                    let result = publish(&client, &node, out, &shared).await;
+                    let result = publish(&client, &me, out, &shared).await;
                     send(&tx, ClusterEvent::Published { request, result });
                 });
             }
@@ -266,36 +349,65 @@ async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<
 /// Subscribe to `subject` and hand every message to the supervisor.
 /// Another live node already answers on this node's subject: two nodes
 /// with one id would each take the other's unicasts.
-async fn id_taken(client: &async_nats::Client, cfg: &ClusterConfig) -> Option<String> {
+/// Only an answer signed by a node with this id counts: anybody else
+/// subscribed to the subject (a squatter) cannot keep this node out.
+async fn id_taken(client: &async_nats::Client, cfg: &ClusterConfig, me: &Me, shared: &Shared) -> Option<String> {
     let subject = super::node_subject(&cfg.node);
-    match tokio::time::timeout(PROBE_TIMEOUT, client.request(subject.clone(), Default::default())).await {
-        Ok(Ok(_)) => Some(format!(
-            "another server in the cluster at {} already has node id '{}' (it answered on {subject}); give every node a unique --node-id",
-            cfg.url, cfg.node
-        )),
-        // No responders, or NATS not reachable yet: the id is free as far as we can tell.
-        _ => None,
+    let inbox = client.new_inbox();
+    let mut answers = client.subscribe(inbox.clone()).await.ok()?;
+    let h = me.headers(&subject, "", "", b"");
+    client.publish_with_reply_and_headers(subject.clone(), inbox, h, Default::default()).await.ok()?;
+    let end = tokio::time::Instant::now() + PROBE_TIMEOUT;
+    // No responders, or NATS not reachable yet: the id is free as far as we can tell.
+    while let Ok(Some(m)) = tokio::time::timeout_at(end, answers.next()).await {
+        if m.status == Some(async_nats::StatusCode::NO_RESPONDERS) {
+            return None;
+        }
+        match me.check(&m) {
+            Ok(origin) if origin == cfg.node => {
+                return Some(format!(
+                    "another server in the cluster at {} already has node id '{}' (it answered on {subject}); give every node a unique --node-id",
+                    cfg.shown_url(),
+                    cfg.node
+                ))
+            }
+            Ok(origin) => shared.refuse(Refusal::Forged, format!("ignored an answer to the node id probe signed by node '{origin}', not '{}'", cfg.node)),
+            Err((r, why)) => shared.refuse(r, format!("ignored an answer to the node id probe: {why}")),
+        }
     }
+    None
 }
 
-async fn forward(client: &async_nats::Client, subject: String, shared: &Arc<Shared>, tx: &Sink<ClusterEvent>) -> tokio::task::AbortHandle {
-    let (client, shared, tx) = (client.clone(), shared.clone(), tx.clone());
+async fn forward(client: &async_nats::Client, subject: String, me: &Me, shared: &Arc<Shared>, tx: &Sink<ClusterEvent>) -> tokio::task::AbortHandle {
+    let (client, shared, tx, me) = (client.clone(), shared.clone(), tx.clone(), me.clone());
     tokio::spawn(async move {
         let mut sub = match client.subscribe(subject.clone()).await {
             Ok(s) => s,
             Err(e) => return shared.error(format!("cannot subscribe to {subject}: {e}")),
         };
         while let Some(m) = sub.next().await {
+            // Unsigned, forged, stale or answer-elsewhere: dropped unanswered.
+            if let Err((r, why)) = me.check(&m) {
+                shared.refuse(r, why);
+                continue;
+            }
             shared.messages_in.fetch_add(1, Ordering::Relaxed);
+            let probe = super::node_of(&m.subject) == Some(me.node.as_str()) && header(&m, H_TARGET).is_err() && m.payload.is_empty();
             match decode(&m) {
                 Ok(inbound) => send(&tx, ClusterEvent::Message(inbound)),
+                Err(_) if probe => {
+                    // A node starting with this node's id asks whether it is taken.
+                    if let Some(reply) = &m.reply {
+                        me.answer(&client, reply.to_string(), serde_json::json!({ "node": me.node }).to_string().into_bytes()).await;
+                    }
+                }
                 Err(e) => {
                     let e = format!("refused a message on {}: {e}", m.subject);
                     if let Some(reply) = &m.reply {
                         let body = serde_json::json!({ "error": e, "node": super::node_of(&m.subject) });
-                        let _ = client.publish(reply.clone(), body.to_string().into()).await;
+                        me.answer(&client, reply.to_string(), body.to_string().into_bytes()).await;
                     }
-                    shared.error(e);
+                    shared.refuse(Refusal::Malformed, e);
                 }
             }
         }
@@ -345,7 +457,7 @@ fn decode(m: &async_nats::Message) -> Result<Inbound, String> {
 }
 
 /// Send every message and have NATS confirm it routed them.
-async fn publish(client: &async_nats::Client, node: &str, out: Vec<Out>, shared: &Shared) -> Result<Vec<RemoteAnswer>, PublishFailure> {
+async fn publish(client: &async_nats::Client, me: &Me, out: Vec<Out>, shared: &Shared) -> Result<Vec<RemoteAnswer>, PublishFailure> {
     if client.connection_state() != async_nats::connection::State::Connected {
         return Err(PublishFailure { maybe_sent: false, reason: "the cluster link is down".into() });
     }
@@ -356,16 +468,23 @@ async fn publish(client: &async_nats::Client, node: &str, out: Vec<Out>, shared:
     let fail = |maybe_sent: bool, reason: String| PublishFailure { maybe_sent, reason };
     let mut answers = Vec::new();
     for o in out {
-        let mut h = async_nats::HeaderMap::new();
-        h.insert(H_PUBLISH_US, o.publish_us.to_string().as_str());
-        h.insert(H_ORIGIN, node);
+        let publish_us = o.publish_us.to_string();
         let sent_before = std::mem::replace(&mut maybe_sent, true);
         match &o.target {
             Some((owner, id)) => {
-                h.insert(H_TARGET, id.to_string().as_str());
+                let subject = super::node_subject(owner);
+                let h = me.headers(&subject, &id.to_string(), &publish_us, &o.data);
                 let gid = super::global_id(owner, *id);
                 let answer = |status: u16, detail: serde_json::Value| RemoteAnswer { node: owner.clone(), id: gid.clone(), status, detail };
-                let answer = match client.request_with_headers(super::node_subject(owner), h, o.data.into()).await {
+                let answer = match client.request_with_headers(subject, h, o.data.into()).await {
+                    Ok(reply) if !me.check(&reply).is_ok_and(|origin| origin == *owner) => {
+                        let (r, why) = me.check(&reply).err().unwrap_or((Refusal::Forged, "signed by another node".to_string()));
+                        shared.refuse(r, format!("dropped an answer from {owner} not signed by it: {why}"));
+                        answer(
+                            504,
+                            serde_json::json!({"error": format!("the answer for node '{owner}' was not signed by it ({why}); the message may or may not have been delivered")}),
+                        )
+                    }
                     Ok(reply) => {
                         let detail: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap_or_default();
                         let status = if detail.get("error").is_some() {
@@ -391,6 +510,7 @@ async fn publish(client: &async_nats::Client, node: &str, out: Vec<Out>, shared:
             }
             None => {
                 let subject = if o.stream == Stream::Topic { super::topic_subject(&o.topic) } else { BROADCAST.to_string() };
+                let h = me.headers(&subject, "", &publish_us, &o.data);
                 client.publish_with_headers(subject, h, o.data.into()).await.map_err(|e| fail(sent_before, format!("NATS did not take the publish: {e}")))?;
             }
         }

@@ -17,9 +17,19 @@
 //! The link runs on its own thread (a single-threaded tokio runtime for
 //! the `async-nats` client) and talks to the supervisor loop over the same
 //! channel the workers report on.
+//!
+//! Trust: the link authenticates to NATS ([`auth`]), and every message
+//! between nodes is signed with the cluster key ([`sign`]); a node answers
+//! a request only on a subject under its signed origin's own inbox
+//! (`megaconn.inbox.<node>.`), so nobody can make nodes publish where
+//! they choose.
+pub mod auth;
 pub mod link;
+pub mod sign;
 
+pub use auth::NatsAuth;
 pub use link::Link;
+pub use sign::ClusterKey;
 
 use crate::proto::push::Stream;
 use serde::Serialize;
@@ -27,6 +37,8 @@ use serde::Serialize;
 pub const BROADCAST: &str = "megaconn.broadcast";
 const TOPIC_PREFIX: &str = "megaconn.topic.";
 const NODE_PREFIX: &str = "megaconn.node.";
+/// Each node's replies arrive under `megaconn.inbox.<node>.`.
+const INBOX_PREFIX: &str = "megaconn.inbox.";
 /// Headers of a message between nodes.
 pub const H_PUBLISH_US: &str = "Megaconn-Publish-Us";
 pub const H_ORIGIN: &str = "Megaconn-Origin";
@@ -34,11 +46,47 @@ pub const H_TARGET: &str = "Megaconn-Target";
 /// Longest node id (it is a subject token and part of connection ids).
 pub const MAX_NODE_ID: usize = 64;
 
-/// `--cluster` and `--node-id`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `--cluster`, `--node-id`, `--cluster-key-file` and the NATS
+/// credentials. Debug shows no secret.
+#[derive(Clone, PartialEq, Eq)]
 pub struct ClusterConfig {
+    /// As given: it may hold credentials; show [`ClusterConfig::shown_url`].
     pub url: String,
     pub node: String,
+    /// Signs and checks every message between nodes; required to start.
+    pub key: Option<ClusterKey>,
+    pub auth: NatsAuth,
+}
+
+impl std::fmt::Debug for ClusterConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterConfig").field("url", &self.shown_url()).field("node", &self.node).field("key", &self.key).field("auth", &self.auth).finish()
+    }
+}
+
+impl ClusterConfig {
+    /// A config with no credentials (tests, in-process nodes).
+    pub fn new(url: &str, node: &str, key: ClusterKey) -> ClusterConfig {
+        ClusterConfig { url: url.into(), node: node.into(), key: Some(key), auth: NatsAuth::default() }
+    }
+
+    /// The URL without credentials: the only form ever shown.
+    pub fn shown_url(&self) -> String {
+        auth::redact(&self.url)
+    }
+
+    /// What a node cannot start without, as a usage error.
+    pub fn check(&self) -> Result<(), String> {
+        if self.key.is_none() {
+            return Err(format!("--cluster needs --cluster-key-file FILE: every message between nodes is signed with it; {}", sign::HOW_TO_MAKE_KEY));
+        }
+        self.auth.clone().with_url_credentials(&self.url).check()
+    }
+}
+
+/// The subject prefix under which `node` receives answers.
+pub fn inbox_prefix(node: &str) -> String {
+    format!("{INBOX_PREFIX}{node}")
 }
 
 pub fn topic_subject(topic: &str) -> String {
@@ -74,7 +122,10 @@ pub fn check_url(url: &str) -> Result<Vec<async_nats::ServerAddr>, String> {
         .map(|one| {
             let one = one.trim();
             let bad = |why: String| {
-                format!("--cluster '{one}' is not a NATS URL ({why}); give nats://HOST:PORT (e.g. nats://127.0.0.1:4222), or several separated by commas")
+                format!(
+                    "--cluster '{}' is not a NATS URL ({why}); give nats://HOST:PORT (e.g. nats://127.0.0.1:4222), or several separated by commas",
+                    auth::redact(one)
+                )
             };
             if !(one.starts_with("nats://") || one.starts_with("tls://")) {
                 return Err(bad("it must start with nats:// or tls://".into()));
@@ -182,6 +233,9 @@ pub struct LinkStatus {
     pub publish_failures: u64,
     /// Topic subjects this node subscribes to now.
     pub topics: u64,
+    /// Messages dropped, by reason (`unsigned`, `forged`, `stale`,
+    /// `reply`, `malformed`): `cluster_refused{reason}`.
+    pub refused: std::collections::BTreeMap<String, u64>,
 }
 
 #[cfg(test)]
@@ -202,6 +256,7 @@ mod tests {
         assert_eq!(check_url("nats://a:4222, nats://b:4223").unwrap().len(), 2);
         assert!(check_url("nats://a:4222,x").unwrap_err().contains("'x'"));
         assert!(check_url("nats://").is_err());
+        assert!(!check_url("nats://u:secret@").unwrap_err().contains("secret"));
         assert!(topic_fits_subject("a.b") && !topic_fits_subject("a..b") && !topic_fits_subject(".a"));
         assert!(check_node_id(&default_node_id()).is_ok());
     }

@@ -274,6 +274,11 @@ impl ServerFleet {
         let _ = req.reply.send(resp);
     }
 
+    /// The cluster link's state and counters (in a cluster).
+    pub fn link_status(&self) -> Option<crate::cluster::LinkStatus> {
+        self.relay.as_ref().map(|r| r.status())
+    }
+
     /// Workers that answer publishes and listings.
     fn running(&self) -> Vec<usize> {
         self.life.iter().filter(|(_, l)| matches!(l, Life::Running | Life::Retiring)).map(|(i, _)| *i).collect()

@@ -42,6 +42,11 @@ pub fn render(t: &ServerTotals, published: u64, link: Option<&crate::cluster::Li
         c.register("messages_out", "Messages sent to other nodes", ConstCounter::new(l.messages_out));
         c.register("publish_failures", "Publishes refused (503): the link was down or NATS did not confirm", ConstCounter::new(l.publish_failures));
         c.register("topics", "Topic subjects this node subscribes to", ConstGauge::new(l.topics as i64));
+        let refused = Family::<Vec<(String, String)>, prometheus_client::metrics::counter::Counter>::default();
+        for reason in ["unsigned", "forged", "stale", "reply", "malformed"] {
+            refused.get_or_create(&vec![("reason".into(), reason.into())]).inc_by(l.refused.get(reason).copied().unwrap_or(0));
+        }
+        c.register("refused", "Messages from NATS dropped unread: unsigned, forged (wrong key), stale (outside the signing window), reply (answer asked outside the origin's inbox), malformed", refused);
     }
     encode(&r)
 }
@@ -72,5 +77,9 @@ mod tests {
         let text = render(&t, 3, Some(&link));
         assert!(text.contains("megaconn_cluster_link_up 1"), "{text}");
         assert!(text.contains("megaconn_cluster_reconnects_total 2"), "{text}");
+        let link = crate::cluster::LinkStatus { refused: [("forged".to_string(), 3)].into(), ..Default::default() };
+        let text = render(&t, 3, Some(&link));
+        assert!(text.contains("megaconn_cluster_refused_total{reason=\"forged\"} 3"), "{text}");
+        assert!(text.contains("megaconn_cluster_refused_total{reason=\"unsigned\"} 0"), "{text}");
     }
 }

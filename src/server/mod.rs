@@ -199,9 +199,13 @@ impl Supervised for ServerRun {
                 v["event"] = "stats".into();
                 v["accepted_per_s"] = ((t.accepted - self.prev.accepted) as f64 / dt).into();
                 v["closed_per_s"] = ((t.closed - self.prev.closed) as f64 / dt).into();
+                if let Some(l) = self.fleet.link_status() {
+                    v["cluster_refused"] = serde_json::to_value(&l.refused)?;
+                }
                 println!("{v}");
             } else {
-                self.progress.update(&stats_line(&t, &self.prev, dt));
+                let refused = self.fleet.link_status().filter(|l| !l.refused.is_empty()).map(|l| format!(" | cluster refused {}", format::kinds(&l.refused)));
+                self.progress.update(&format!("{}{}", stats_line(&t, &self.prev, dt), refused.unwrap_or_default()));
             }
             self.prev = t;
             self.prev_at = Instant::now();
@@ -226,6 +230,9 @@ pub fn run(cfg: ServerConfig) -> Result<i32> {
     crate::signals::install();
     let (before, after) = crate::sys::raise_fd_limit();
     let plan = plan(&cfg, after.hard).map_err(crate::UsageError)?;
+    if let Some(c) = &cfg.cluster {
+        c.check().map_err(crate::UsageError)?;
+    }
     let warnings = match cfg.connections {
         Some(n) => crate::tune::precheck(n, crate::tune::plan::TuneRole::Server, cfg.ports.len() as u64, 50_000)?,
         None => Vec::new(),
@@ -284,8 +291,8 @@ pub fn run(cfg: ServerConfig) -> Result<i32> {
     if let Some(c) = &cfg.cluster {
         say(
             &mut progress,
-            format!("cluster: node {} joins through {} (publishes that need other nodes answer 503 until the link is up)", c.node, c.url),
-            serde_json::json!({"event": "cluster", "node": c.node, "url": c.url}),
+            format!("cluster: node {} joins through {} (publishes that need other nodes answer 503 until the link is up)", c.node, c.shown_url()),
+            serde_json::json!({"event": "cluster", "node": c.node, "url": c.shown_url()}),
         );
     }
     say(
