@@ -13,6 +13,7 @@
 mod deliver;
 mod linger;
 mod serve;
+mod stall;
 
 use super::business::{BusinessMode, Stage};
 use super::conn::Conn;
@@ -118,6 +119,15 @@ struct Worker {
     date_sec: u64,
     /// Refused peers read from until they stop sending (lingering close).
     lingering: linger::Lingering,
+    /// Topic cap, stall timeout, socket timers, per-address cap.
+    limits: super::limits::ConnLimits,
+    /// `--max-connections-per-ip`: the table every worker shares, and the
+    /// source address of each connection it counted (the peer address of
+    /// a reset socket can no longer be read when it closes).
+    per_ip: Option<(super::per_ip::PerIp, std::collections::HashMap<usize, Ipv4Addr>)>,
+    /// Connections with input or output waiting, as the last stall sweep
+    /// saw them.
+    stalls: stall::Stalls,
 }
 
 pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
@@ -127,11 +137,16 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
     let stage = Stage::new(cfg.business, cfg.queue, waker)?;
     let cfg_cap_fd = cfg.cap_fd;
+    let limits = super::limits::ConnLimits::inherited();
+    let per_ip = match limits.per_ip {
+        Some((cap, fd)) => Some((super::per_ip::PerIp::open(fd, cap).context("cannot map the --max-connections-per-ip table")?, Default::default())),
+        None => None,
+    };
     let mut group = AcceptGroup::inherit(&cfg.listen_fds);
     group.join(poll.as_raw_fd())?;
     let mut w = Worker {
         stage,
-        topics: super::push::Topics::new(cfg.track_topics),
+        topics: super::push::Topics::new(cfg.track_topics, limits.max_topics),
         rng: SmallRng::from_entropy(),
         next_gen: 0,
         date: String::new(),
@@ -155,6 +170,9 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
         draining: false,
         empty_since: None,
         lingering: linger::Lingering::default(),
+        stalls: stall::Stalls::new(limits.stall_timeout_ms),
+        limits,
+        per_ip,
     };
     control::emit(&ServerMsg::Ready { worker, pid: std::process::id(), fd_limit: crate::sys::fd_limit().hard });
     let interval = Duration::from_millis(w.cfg.stats_interval_ms.max(50));
@@ -204,6 +222,11 @@ impl Handler for Worker {
             Command::Stop => {
                 let n = self.conns.len() as u64;
                 self.conns.clear();
+                if let Some((table, ips)) = &mut self.per_ip {
+                    for (_, ip) in ips.drain() {
+                        table.release(ip);
+                    }
+                }
                 if let Some(c) = &self.cap {
                     c.release(self.cfg.worker, n);
                 }
@@ -236,6 +259,9 @@ impl Handler for Worker {
             }
         }
         self.deliver_done();
+        if self.stalls.due(now) {
+            self.sweep_stalls(now);
+        }
         if !self.lingering.is_empty() {
             self.lingering.sweep();
         }
@@ -268,6 +294,9 @@ impl Handler for Worker {
         if let Some(t) = self.accept_paused_until {
             wake = wake.min(t);
         }
+        if let Some(t) = self.stalls.next_sweep() {
+            wake = wake.min(t);
+        }
         if !self.lingering.is_empty() {
             wake = wake.min(now + linger::LINGER_TICK);
         }
@@ -280,6 +309,7 @@ impl Handler for Worker {
         self.stats.threads = crate::sys::self_threads();
         self.stats.accepting = self.group.accepting();
         (self.stats.topics, self.stats.subscriptions) = self.topics.counts();
+        self.stats.backlog_bytes = self.conns.iter().filter_map(|(_, c)| c.backlog.as_ref()).map(|b| b.len() as u64).sum();
         self.stats.last = last;
         control::emit(&ServerMsg::Server(Box::new(self.stats.clone())));
     }
@@ -364,8 +394,22 @@ impl Worker {
     fn accept_one(&mut self, i: usize) -> bool {
         let Some(listener) = self.group.listeners.get(i) else { return false };
         match listener.accept() {
-            Ok((mut stream, _)) => {
+            Ok((mut stream, peer)) => {
+                let ip = match peer {
+                    std::net::SocketAddr::V4(a) => *a.ip(),
+                    std::net::SocketAddr::V6(a) => a.ip().to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED),
+                };
+                if let Some((table, _)) = &self.per_ip {
+                    if let Err(refusal) = table.acquire(ip) {
+                        let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+                        *self.stats.refused_per_ip.entry(refusal.reason().into()).or_insert(0) += 1;
+                        return true;
+                    }
+                }
                 if self.cap.as_ref().is_some_and(|c| !c.try_acquire(self.cfg.worker)) {
+                    if let Some((table, _)) = &self.per_ip {
+                        table.release(ip);
+                    }
                     // At the cap: close at once, with a reset (no
                     // TIME_WAIT left here by a flood of refusals).
                     let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
@@ -376,6 +420,7 @@ impl Worker {
                 // behind an unacknowledged one (up to a delayed-ACK
                 // timeout, ~40 ms).
                 let _ = stream.set_nodelay(true);
+                self.limits.apply(&stream);
                 let now_ds = self.now_ds();
                 let entry = self.conns.vacant_entry();
                 let key = entry.key();
@@ -384,7 +429,13 @@ impl Worker {
                     if let Some(c) = &self.cap {
                         c.release(self.cfg.worker, 1);
                     }
+                    if let Some((table, _)) = &self.per_ip {
+                        table.release(ip);
+                    }
                     return true;
+                }
+                if let Some((_, ips)) = &mut self.per_ip {
+                    ips.insert(key, ip);
                 }
                 self.next_gen = self.next_gen.wrapping_add(1);
                 let mut conn = Conn::new(stream, self.started.elapsed().as_secs() as u32, self.next_gen);
@@ -429,6 +480,11 @@ impl Worker {
             }
             if let Some(c) = &self.cap {
                 c.release(self.cfg.worker, 1);
+            }
+            if let Some((table, ips)) = &mut self.per_ip {
+                if let Some(ip) = ips.remove(&key) {
+                    table.release(ip);
+                }
             }
             self.topics.forget(&conn.subs, key);
             self.stats.closed += 1;
