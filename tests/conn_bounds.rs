@@ -100,3 +100,154 @@ fn topic_churn_leaves_the_worker_rss_flat() {
     // Nothing stayed: no topic, no subscription.
     srv.wait_for(Duration::from_secs(20), "no topics left", |v| v["event"] == "stats" && v["topics"] == 0 && v["subscriptions"] == 0);
 }
+
+/// Whether the server has closed `s` (a reset or an end of stream), read
+/// without blocking.
+fn closed_by_server(mut s: &TcpStream) -> bool {
+    s.set_nonblocking(true).unwrap();
+    let mut b = [0u8; 64];
+    let closed = match s.read(&mut b) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+    };
+    s.set_nonblocking(false).unwrap();
+    closed
+}
+
+fn count(v: &serde_json::Value, map: &str, key: &str) -> u64 {
+    v[map][key].as_u64().unwrap_or(0)
+}
+
+#[test]
+fn one_address_holds_exactly_its_cap_across_workers() {
+    raise_fd_limit();
+    let ports = free_ports(1);
+    let (srv, _, _) = server_ready(&["--ports", &ports.arg(), "--workers", "2", "--max-connections-per-ip", "100"], None);
+    // A refusal may reset a connection before connect() returns.
+    let connect = || match TcpStream::connect(ports.addr()) {
+        Ok(s) => Some(s),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => None,
+        Err(e) => panic!("connect: {e}"),
+    };
+    let conns: Vec<TcpStream> = (0..10_000).filter_map(|_| connect()).collect();
+    // Every connection was accepted or refused by one of the workers.
+    let settled = srv.wait_for(Duration::from_secs(60), "10,000 connections accepted or refused", |v| {
+        v["event"] == "stats" && v["accepted"].as_u64().unwrap_or(0) + count(v, "refused_per_ip", "max_connections_per_ip") == 10_000
+    });
+    assert_eq!(settled["accepted"], 100, "{settled}");
+    assert_eq!(count(&settled, "refused_per_ip", "max_connections_per_ip"), 9_900, "{settled}");
+    assert_eq!(settled["active"], 100, "{settled}");
+    let mut open = 0;
+    wait_until("the client sees 100 open connections", Duration::from_secs(30), || {
+        open = conns.iter().filter(|s| !closed_by_server(s)).count();
+        open == 100
+    });
+    // The places come back when connections close: close 10, open 20.
+    let mut open_ones: Vec<TcpStream> = conns.into_iter().filter(|s| !closed_by_server(s)).collect();
+    open_ones.truncate(90);
+    srv.wait_for(Duration::from_secs(20), "10 closed", |v| v["event"] == "stats" && v["active"] == 90);
+    let more: Vec<TcpStream> = (0..20).filter_map(|_| connect()).collect();
+    let v = srv.wait_for(Duration::from_secs(20), "20 more accepted or refused", |v| {
+        v["event"] == "stats" && v["accepted"].as_u64().unwrap_or(0) + count(v, "refused_per_ip", "max_connections_per_ip") == 10_020
+    });
+    assert_eq!((v["active"].as_u64(), v["accepted"].as_u64()), (Some(100), Some(110)), "{v}");
+    wait_until("10 of the 20 refused", Duration::from_secs(20), || more.iter().filter(|s| !closed_by_server(s)).count() == 10);
+}
+
+fn ws_handshake(addr: &str) -> TcpStream {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut b).unwrap(), 1, "handshake answered");
+        head.push(b[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&head));
+    s
+}
+
+/// A masked client frame: `fin`, `opcode`, payload (all zero mask).
+fn ws_frame(fin: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
+    assert!(payload.len() < 126);
+    let mut f = vec![if fin { 0x80 } else { 0 } | opcode, 0x80 | payload.len() as u8, 0, 0, 0, 0];
+    f.extend_from_slice(payload);
+    f
+}
+
+/// Read until the server ends the connection (any close frame before).
+fn read_to_end(s: &mut TcpStream) {
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut b = [0u8; 256];
+    loop {
+        match s.read(&mut b) {
+            Ok(0) => return,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => panic!("still open after 30 s"),
+            Err(_) => return,
+        }
+    }
+}
+
+#[test]
+fn half_a_frame_that_never_ends_is_closed_after_the_stall_timeout() {
+    let ports = free_ports(2);
+    let (framed, _, _) = server_ready(&["--ports", &ports.nth(0).to_string(), "--workers", "1", "--stall-timeout", "1s"], None);
+    // Half a framed frame: a length of 100, then 10 bytes.
+    let mut s = TcpStream::connect(format!("127.0.0.1:{}", ports.nth(0))).unwrap();
+    let mut half = 101u16.to_be_bytes().to_vec();
+    half.extend_from_slice(&[HEARTBEAT; 11]);
+    s.write_all(&half).unwrap();
+    read_to_end(&mut s);
+    let v = framed.wait_for(Duration::from_secs(20), "a stall counted", |v| v["event"] == "stats" && v["closed"] == 1);
+    assert_eq!((count(&v, "stalled", "partial_input"), count(&v, "close_reasons", "stall_timeout")), (1, 1), "{v}");
+
+    let (ws, _, _) = server_ready(&["--ports", &ports.nth(1).to_string(), "--workers", "1", "--protocol", "ws", "--stall-timeout", "1s"], None);
+    let addr = format!("127.0.0.1:{}", ports.nth(1));
+    // Half a WebSocket frame: a header announcing 100 bytes, then 10.
+    let mut a = ws_handshake(&addr);
+    a.write_all(&[0x82, 0x80 | 100, 0, 0, 0, 0]).unwrap();
+    a.write_all(&[0; 10]).unwrap();
+    // A message's first fragment, and no more.
+    let mut b = ws_handshake(&addr);
+    b.write_all(&ws_frame(false, 1, b"the first half")).unwrap();
+    // A connection that stays quiet with nothing half-sent is left alone.
+    let quiet = ws_handshake(&addr);
+    read_to_end(&mut a);
+    read_to_end(&mut b);
+    let v = ws.wait_for(Duration::from_secs(20), "two stalls counted", |v| v["event"] == "stats" && v["closed"] == 2);
+    assert_eq!((count(&v, "stalled", "partial_input"), count(&v, "stalled", "ws_fragment")), (1, 1), "{v}");
+    assert_eq!((v["active"].as_u64(), closed_by_server(&quiet)), (Some(1), false), "{v}");
+}
+
+#[test]
+fn a_peer_that_stops_reading_keeps_at_most_its_backlog_bound() {
+    /// README's bound on replies waiting for one connection.
+    const REPLY_BACKLOG: u64 = 256 * 1024;
+    let port = free_port().to_string();
+    let (srv, _, _) = server_ready(&["--ports", &port, "--workers", "1"], None);
+    // One connection that never reads, with a small receive buffer,
+    // sending heartbeats (each answered with an ack of the same size).
+    let mut slow = TcpStream::connect(format!("127.0.0.1:{port}")).unwrap();
+    let small: libc::c_int = 4096;
+    // SAFETY: setsockopt with an int on a socket we own.
+    unsafe { libc::setsockopt(std::os::fd::AsRawFd::as_raw_fd(&slow), libc::SOL_SOCKET, libc::SO_RCVBUF, (&small as *const libc::c_int).cast(), 4) };
+    slow.set_write_timeout(Some(Duration::from_secs(30))).unwrap();
+    let burst: Vec<u8> = (0..64).flat_map(|_| frame(HEARTBEAT, &[7; 1000])).collect();
+    let mut sent = 0usize;
+    while slow.write_all(&burst).is_ok() {
+        sent += burst.len();
+        assert!(sent < 1 << 30, "1 GB of heartbeats and the server never closed a peer that does not read its acks");
+    }
+    // Every stats line on the way reports at most the bound.
+    let v = srv.wait_for(Duration::from_secs(20), "the slow reader closed", |v| {
+        if v["event"] == "stats" {
+            let held = v["backlog_bytes"].as_u64().expect("the server reports backlog_bytes");
+            assert!(held <= REPLY_BACKLOG, "{held} bytes of replies kept for a peer that does not read: {v}");
+        }
+        v["event"] == "stats" && count(v, "close_reasons", "slow_reader") == 1
+    });
+    assert_eq!(v["backlog_bytes"], 0, "{v}");
+}
