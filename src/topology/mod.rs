@@ -9,6 +9,15 @@
 //! `megaconn-<pid>-<role>`; they go away when the bench ends (also on
 //! Ctrl-C and errors), and ones left by a killed bench are removed by the
 //! next one.
+//!
+//! Which namespaces are stale is decided by a lock file per namespace
+//! (`/run/megaconn-netns/<name>.lock`), flocked by its owner for as long
+//! as it lives: the kernel drops the lock when the owner dies however it
+//! dies, and a live owner keeps its namespaces whatever its binary is
+//! called. The host-wide `tcp_child_ehash_entries` is changed only for
+//! the moment a namespace is made; the value to restore is written in the
+//! creation lock file first, so a second Ctrl-C restores it at once and a
+//! SIGKILLed bench's change is undone by the next bench.
 
 pub mod cluster;
 
@@ -33,6 +42,11 @@ pub enum Topology {
 }
 
 pub const PREFIX: &str = "megaconn-";
+/// Where each namespace's owner holds its lock file.
+const LOCK_DIR: &str = "/run/megaconn-netns";
+/// Serialises namespace creation across benches; holds the host's
+/// child-ehash value while it is changed.
+const CREATE_LOCK: &str = "/run/megaconn-netns.lock";
 const CHILD_EHASH: &str = "/proc/sys/net/ipv4/tcp_child_ehash_entries";
 /// The kernel's largest per-namespace hash table.
 const EHASH_MAX: u64 = 1 << 24;
@@ -80,6 +94,71 @@ impl Drop for Net {
         }
         for name in &self.placement.namespaces {
             let _ = Command::new("ip").args(["netns", "del", name]).status();
+            release_lock(name);
+        }
+    }
+}
+
+/// Lock files of the namespaces this process made, held until removed.
+static OWNED: std::sync::Mutex<Vec<(String, File)>> = std::sync::Mutex::new(Vec::new());
+
+/// The lock file of namespace `name` in `dir`.
+fn lock_path(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    dir.join(format!("{name}.lock"))
+}
+
+/// Take the lock of namespace `name` (held while the returned file is
+/// open; the file is not inherited by children).
+fn hold_lock(dir: &std::path::Path, name: &str) -> std::io::Result<File> {
+    std::fs::create_dir_all(dir)?;
+    let f = File::create(lock_path(dir, name))?;
+    // SAFETY: flock on a file we just opened.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(f)
+}
+
+/// Whether namespace `name` (pid `pid` in its name) has no live owner:
+/// its lock file is not held. Without a lock file (made by a megaconn
+/// older than the lock files, or the file removed), it is stale when the
+/// pid in its name is not alive, or is ours (we have made none yet).
+fn is_stale(dir: &std::path::Path, name: &str, pid: u32) -> bool {
+    match File::open(lock_path(dir, name)) {
+        Ok(f) => {
+            // SAFETY: flock on a file we just opened; closing it drops
+            // the lock we may have taken.
+            let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            r == 0
+        }
+        Err(_) => {
+            // SAFETY: signal 0 only checks that the process exists.
+            let alive = unsafe { libc::kill(pid as libc::pid_t, 0) } == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH);
+            pid == std::process::id() || !alive
+        }
+    }
+}
+
+/// Namespaces in `netns_dir` named by a megaconn with no live owner.
+fn stale_in(netns_dir: &std::path::Path, lock_dir: &std::path::Path) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(netns_dir) else { return Vec::new() };
+    let mut names: Vec<String> = dir
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| {
+            let Some(pid) = n.strip_prefix(PREFIX).and_then(|r| r.split('-').next()).and_then(|p| p.parse::<u32>().ok()) else { return false };
+            is_stale(lock_dir, n, pid)
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// Drop this process's lock of namespace `name` (it is gone).
+fn release_lock(name: &str) {
+    if let Ok(mut owned) = OWNED.lock() {
+        if let Some(i) = owned.iter().position(|(n, _)| n == name) {
+            let _ = std::fs::remove_file(lock_path(std::path::Path::new(LOCK_DIR), name));
+            owned.swap_remove(i);
         }
     }
 }
@@ -92,18 +171,10 @@ pub(crate) fn ip(args: &[&str]) -> Result<()> {
     Ok(())
 }
 
-/// Namespaces named by a megaconn whose process is gone.
+/// Namespaces named by a megaconn whose owner is gone (its lock file is
+/// not held).
 pub fn stale() -> Vec<String> {
-    let Ok(dir) = std::fs::read_dir("/run/netns") else { return Vec::new() };
-    dir.filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| {
-            let Some(pid) = n.strip_prefix(PREFIX).and_then(|r| r.split('-').next()).and_then(|p| p.parse::<u32>().ok()) else { return false };
-            // Our own pid: a namespace of a dead megaconn whose pid we
-            // reuse (we have made none yet when this runs).
-            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            pid == std::process::id() || comm.trim() != "megaconn"
-        })
-        .collect()
+    stale_in(std::path::Path::new("/run/netns"), std::path::Path::new(LOCK_DIR))
 }
 
 /// Remove this process's namespaces (a second Ctrl-C, which exits
@@ -113,16 +184,53 @@ pub fn remove_own() {
     let Ok(dir) = std::fs::read_dir("/run/netns") else { return };
     for name in dir.filter_map(|e| e.ok()?.file_name().into_string().ok()).filter(|n| n.starts_with(&mine)) {
         let _ = ip(&["netns", "del", &name]);
+        let _ = std::fs::remove_file(lock_path(std::path::Path::new(LOCK_DIR), &name));
     }
+}
+
+/// The host's child-ehash value to put back while it is changed (for the
+/// second-Ctrl-C hook, which cannot wait for the creation lock).
+static EHASH_RESTORE: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Put the host's `tcp_child_ehash_entries` back if a namespace creation
+/// was cut short (a second Ctrl-C exits without unwinding).
+fn restore_ehash() {
+    if let Some(v) = EHASH_RESTORE.lock().ok().and_then(|mut r| r.take()) {
+        let _ = std::fs::write(CHILD_EHASH, v.trim());
+    }
+}
+
+/// The value a creation lock file says to restore ("tcp_child_ehash_entries=N").
+fn recorded_ehash(lock: &mut File) -> Option<String> {
+    use std::io::{Read, Seek};
+    let mut text = String::new();
+    lock.seek(std::io::SeekFrom::Start(0)).ok()?;
+    lock.read_to_string(&mut text).ok()?;
+    let v = text.trim().strip_prefix("tcp_child_ehash_entries=")?;
+    v.parse::<u64>().ok().map(|_| v.to_string())
+}
+
+/// Write (Some) or clear (None) the value to restore in the creation lock.
+fn record_ehash(lock: &mut File, v: Option<&str>) -> std::io::Result<()> {
+    use std::io::{Seek, Write};
+    lock.set_len(0)?;
+    lock.seek(std::io::SeekFrom::Start(0))?;
+    if let Some(v) = v {
+        write!(lock, "tcp_child_ehash_entries={}", v.trim())?;
+        lock.sync_data()?;
+    }
+    Ok(())
 }
 
 /// Remove what killed benches left; says what it removed. Called before
 /// making namespaces, so it also arranges their removal on a second Ctrl-C.
 pub(crate) fn remove_stale() -> Vec<String> {
     crate::signals::on_hard_exit(remove_own);
+    crate::signals::on_hard_exit(restore_ehash);
     let mut notes = Vec::new();
     for name in stale() {
         if ip(&["netns", "del", &name]).is_ok() {
+            let _ = std::fs::remove_file(lock_path(std::path::Path::new(LOCK_DIR), &name));
             notes.push(format!("removed namespace {name} left by a megaconn that is gone"));
         }
     }
@@ -150,16 +258,31 @@ pub(crate) fn may_create() -> Result<(), String> {
 /// back at once), loopback up and `sysctls` set inside.
 pub(crate) fn create(name: &str, ehash: u64, sysctls: &[(&str, String)], notes: &mut Vec<String>) -> Result<()> {
     // Benches starting together must not restore each other's size.
-    let lock = File::create("/run/megaconn-netns.lock").context("creating /run/megaconn-netns.lock")?;
+    let mut lock =
+        std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(CREATE_LOCK).context("creating /run/megaconn-netns.lock")?;
     // SAFETY: flock on an open file; released when `lock` closes.
     unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
-    let before = std::fs::read_to_string(CHILD_EHASH).ok();
-    if before.is_some() {
+    // A value recorded and never cleared: a bench died while its
+    // namespace was being made; that value is the host's own.
+    let before = recorded_ehash(&mut lock).or_else(|| std::fs::read_to_string(CHILD_EHASH).ok());
+    // Own the namespace's lock before it exists: a concurrent cleanup
+    // never sees it without a live owner.
+    let ns_lock = hold_lock(std::path::Path::new(LOCK_DIR), name).with_context(|| format!("taking the lock file of namespace {name} in {LOCK_DIR}"))?;
+    if let Ok(mut owned) = OWNED.lock() {
+        owned.push((name.to_string(), ns_lock));
+    }
+    if let Some(b) = &before {
+        record_ehash(&mut lock, Some(b)).context("recording tcp_child_ehash_entries in /run/megaconn-netns.lock")?;
+        if let Ok(mut r) = EHASH_RESTORE.lock() {
+            *r = Some(b.clone());
+        }
+        crate::signals::on_hard_exit(restore_ehash);
         std::fs::write(CHILD_EHASH, ehash.to_string()).with_context(|| format!("setting {CHILD_EHASH} to {ehash}"))?;
     }
     let made = ip(&["netns", "add", name]);
-    if let Some(b) = &before {
-        let _ = std::fs::write(CHILD_EHASH, b.trim());
+    if before.is_some() {
+        restore_ehash();
+        let _ = record_ehash(&mut lock, None);
     }
     drop(lock);
     made?;
@@ -338,6 +461,46 @@ pub fn setns_in_child(fd: i32) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_namespace_is_stale_exactly_when_its_lock_is_not_held() {
+        let root = std::env::temp_dir().join(format!("megaconn-locks-{}", std::process::id()));
+        let (netns, locks) = (root.join("netns"), root.join("locks"));
+        std::fs::create_dir_all(&netns).unwrap();
+        // Our own process is alive and not called "megaconn": a renamed
+        // binary's live bench.
+        let me = std::process::id();
+        let (live, dead, old) = (format!("{PREFIX}{me}-srv"), format!("{PREFIX}{me}-cli"), format!("{PREFIX}{}-net", 0x7FFF_FFF0u32));
+        for n in [&live, &dead, &old, &"other-ns".to_string()] {
+            File::create(netns.join(n)).unwrap();
+        }
+        let held = hold_lock(&locks, &live).unwrap();
+        let gone = hold_lock(&locks, &dead).unwrap();
+        assert!(hold_lock(&locks, &live).is_err(), "a held lock cannot be taken twice");
+        drop(gone);
+        // The dead owner's lock is free; a name without a lock file and
+        // with a pid that cannot exist is stale; the live one is not.
+        let mut want = vec![dead.clone(), old.clone()];
+        want.sort();
+        assert_eq!(stale_in(&netns, &locks), want);
+        drop(held);
+        assert!(stale_in(&netns, &locks).contains(&live), "its owner let go");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn the_ehash_value_to_restore_survives_in_the_lock_file() {
+        let path = std::env::temp_dir().join(format!("megaconn-create-lock-{}", std::process::id()));
+        let mut f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
+        assert_eq!(recorded_ehash(&mut f), None);
+        record_ehash(&mut f, Some("0\n")).unwrap();
+        // A later bench opens the file its dead predecessor left.
+        let mut again = File::options().read(true).write(true).open(&path).unwrap();
+        assert_eq!(recorded_ehash(&mut again).as_deref(), Some("0"));
+        record_ehash(&mut again, None).unwrap();
+        assert_eq!(recorded_ehash(&mut f), None);
+        std::fs::remove_file(&path).unwrap();
+    }
 
     #[test]
     fn ehash_is_the_next_power_of_two() {
