@@ -10,6 +10,7 @@
 //! connections leaves the accept group and rejoins below the low-water
 //! mark (see `supervise::elastic` for why).
 
+mod accept;
 mod deliver;
 mod linger;
 mod serve;
@@ -30,12 +31,11 @@ use crate::supervise::elastic::{LOW_WATER_SHARE, PRESPAWN_SHARE};
 use crate::supervise::Flow;
 use anyhow::{Context, Result};
 use mio::event::Event;
-use mio::{Interest, Poll, Token, Waker};
+use mio::{Poll, Token, Waker};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 use slab::Slab;
-use std::io;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -121,10 +121,8 @@ struct Worker {
     lingering: linger::Lingering,
     /// Topic cap, stall timeout, socket timers, per-address cap.
     limits: super::limits::ConnLimits,
-    /// `--max-connections-per-ip`: the table every worker shares, and the
-    /// source address of each connection it counted (the peer address of
-    /// a reset socket can no longer be read when it closes).
-    per_ip: Option<(super::per_ip::PerIp, std::collections::HashMap<usize, Ipv4Addr>)>,
+    /// `--max-connections-per-ip`: the table every worker shares.
+    per_ip: Option<accept::PerIpCount>,
     /// Connections with input or output waiting, as the last stall sweep
     /// saw them.
     stalls: stall::Stalls,
@@ -139,7 +137,7 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
     let cfg_cap_fd = cfg.cap_fd;
     let limits = super::limits::ConnLimits::inherited();
     let per_ip = match limits.per_ip {
-        Some((cap, fd)) => Some((super::per_ip::PerIp::open(fd, cap).context("cannot map the --max-connections-per-ip table")?, Default::default())),
+        Some((cap, fd)) => Some(accept::PerIpCount::open(fd, cap).context("cannot map the --max-connections-per-ip table")?),
         None => None,
     };
     let mut group = AcceptGroup::inherit(&cfg.listen_fds);
@@ -222,10 +220,8 @@ impl Handler for Worker {
             Command::Stop => {
                 let n = self.conns.len() as u64;
                 self.conns.clear();
-                if let Some((table, ips)) = &mut self.per_ip {
-                    for (_, ip) in ips.drain() {
-                        table.release(ip);
-                    }
+                if let Some(p) = &mut self.per_ip {
+                    p.release_all();
                 }
                 if let Some(c) = &self.cap {
                     c.release(self.cfg.worker, n);
@@ -337,6 +333,9 @@ impl Worker {
         if now.duration_since(since) >= Duration::from_secs(1) {
             self.conns = Slab::new();
             self.out = Vec::with_capacity(SCRATCH);
+            if let Some(p) = &mut self.per_ip {
+                p.shrink();
+            }
             // SAFETY: glibc's malloc_trim only releases free memory.
             unsafe { libc::malloc_trim(0) };
             self.empty_since = None;
@@ -389,90 +388,6 @@ impl Worker {
         }
     }
 
-    /// Accept one connection from listener `i`; false when there is none
-    /// (or accepting must pause).
-    fn accept_one(&mut self, i: usize) -> bool {
-        let Some(listener) = self.group.listeners.get(i) else { return false };
-        match listener.accept() {
-            Ok((mut stream, peer)) => {
-                let ip = match peer {
-                    std::net::SocketAddr::V4(a) => *a.ip(),
-                    std::net::SocketAddr::V6(a) => a.ip().to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED),
-                };
-                if let Some((table, _)) = &self.per_ip {
-                    if let Err(refusal) = table.acquire(ip) {
-                        let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
-                        *self.stats.refused_per_ip.entry(refusal.reason().into()).or_insert(0) += 1;
-                        return true;
-                    }
-                }
-                if self.cap.as_ref().is_some_and(|c| !c.try_acquire(self.cfg.worker)) {
-                    if let Some((table, _)) = &self.per_ip {
-                        table.release(ip);
-                    }
-                    // At the cap: close at once, with a reset (no
-                    // TIME_WAIT left here by a flood of refusals).
-                    let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
-                    self.stats.refused_over_cap += 1;
-                    return true;
-                }
-                // Replies are small writes; Nagle would hold one back
-                // behind an unacknowledged one (up to a delayed-ACK
-                // timeout, ~40 ms).
-                let _ = stream.set_nodelay(true);
-                self.limits.apply(&stream);
-                let now_ds = self.now_ds();
-                let entry = self.conns.vacant_entry();
-                let key = entry.key();
-                if self.poll.registry().register(&mut stream, Token(key), Interest::READABLE | Interest::WRITABLE).is_err() {
-                    *self.stats.accept_errors.entry("register_failed".into()).or_insert(0) += 1;
-                    if let Some(c) = &self.cap {
-                        c.release(self.cfg.worker, 1);
-                    }
-                    if let Some((table, _)) = &self.per_ip {
-                        table.release(ip);
-                    }
-                    return true;
-                }
-                if let Some((_, ips)) = &mut self.per_ip {
-                    ips.insert(key, ip);
-                }
-                self.next_gen = self.next_gen.wrapping_add(1);
-                let mut conn = Conn::new(stream, self.started.elapsed().as_secs() as u32, self.next_gen);
-                if self.cfg.protocol == Protocol::Ws {
-                    conn.ext = super::ws::fresh(now_ds);
-                }
-                entry.insert(conn);
-                self.stats.accepted += 1;
-                self.stats.active += 1;
-                if self.cfg.elastic && (self.stats.active == self.prespawn_at || self.stats.active == self.cfg.budget) {
-                    // Tell the supervisor now, not at the next stats tick:
-                    // a successor must be listening before this one is
-                    // full, and a full one waits for its word to leave.
-                    self.report(false);
-                }
-                true
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => true,
-            Err(e) => {
-                let name = crate::sys::error_kind_name(&e);
-                *self.stats.accept_errors.entry(name).or_insert(0) += 1;
-                match e.raw_os_error() {
-                    // Out of descriptors: retrying now would spin at
-                    // 100% CPU on the same full queue. Back off.
-                    Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOBUFS) | Some(libc::ENOMEM) => {
-                        self.accept_paused_until = Some(Instant::now() + ACCEPT_BACKOFF);
-                        self.group.suspend(self.poll.as_raw_fd());
-                        false
-                    }
-                    // The peer gave up before we accepted: next one.
-                    _ => true,
-                }
-            }
-        }
-    }
-
     fn close(&mut self, key: usize, reason: String) {
         if let Some(mut conn) = self.conns.try_remove(key) {
             if answered_refusal(&reason) && conn.backlog.is_none() && self.poll.registry().deregister(&mut conn.stream).is_ok() {
@@ -481,10 +396,8 @@ impl Worker {
             if let Some(c) = &self.cap {
                 c.release(self.cfg.worker, 1);
             }
-            if let Some((table, ips)) = &mut self.per_ip {
-                if let Some(ip) = ips.remove(&key) {
-                    table.release(ip);
-                }
+            if let Some(p) = &mut self.per_ip {
+                p.closed(key);
             }
             self.topics.forget(&conn.subs, key);
             self.stats.closed += 1;
