@@ -251,3 +251,25 @@ fn a_peer_that_stops_reading_keeps_at_most_its_backlog_bound() {
     });
     assert_eq!(v["backlog_bytes"], 0, "{v}");
 }
+
+/// The timer `ss` shows on the server's side of connections to `port`.
+fn server_side_timers(port: u16) -> String {
+    let filter = format!("( sport = :{port} )");
+    let out = std::process::Command::new("ss").args(["-tnoH", "state", "established", &filter]).output().expect("ss is installed (iproute2)");
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+#[test]
+fn keepalive_is_on_by_default_off_loopback_and_can_be_turned_off() {
+    let ports = free_ports(2);
+    let (on, off) = (ports.nth(0), ports.nth(1));
+    let a = server_ready(&["--listen", "0.0.0.0", "--ports", &on.to_string(), "--workers", "1"], None);
+    let b = server_ready(&["--listen", "0.0.0.0", "--ports", &off.to_string(), "--workers", "1", "--tcp-keepalive", "off"], None);
+    let _c1 = TcpStream::connect(("127.0.0.1", on)).unwrap();
+    let _c2 = TcpStream::connect(("127.0.0.1", off)).unwrap();
+    wait_until("a keepalive timer on the server's socket", Duration::from_secs(20), || server_side_timers(on).contains("timer:(keepalive"));
+    a.0.wait_for(Duration::from_secs(20), "accepted", |v| v["event"] == "stats" && v["active"] == 1);
+    b.0.wait_for(Duration::from_secs(20), "accepted", |v| v["event"] == "stats" && v["active"] == 1);
+    let timers = server_side_timers(off);
+    assert!(!timers.is_empty() && !timers.contains("keepalive"), "--tcp-keepalive off: {timers}");
+}

@@ -131,7 +131,7 @@ pub struct ServerArgs {
     #[arg(long, default_value = "100000", value_parser = clap::value_parser!(u32).range(1..=10_000_000).map(|v| v as usize))]
     pub max_topics: usize,
     /// Close a connection whose partial frame, WebSocket fragment or unsent output has not moved for this long (stall_timeout); off to disable.
-    #[arg(long, default_value = "30s")]
+    #[arg(long, default_value = "30s", value_parser = |s: &str| crate::server::limits::stall_timeout(s).map(OptDuration))]
     pub stall_timeout: OptDuration,
     /// TCP keepalive on accepted connections: auto (60s idle, then 4 probes 15s apart, unless --listen is loopback), off, or the idle time (1s..24h).
     #[arg(long, default_value = "auto")]

@@ -66,6 +66,19 @@ impl FromStr for SocketTimer {
     }
 }
 
+/// `--stall-timeout`: off, or 100ms..24h.
+pub fn stall_timeout(s: &str) -> Result<Option<Duration>, String> {
+    let t = s.trim();
+    if t == "off" {
+        return Ok(None);
+    }
+    match crate::values::duration(t) {
+        Ok(d) if d >= Duration::from_millis(100) && d <= Duration::from_secs(24 * 3600) => Ok(Some(d)),
+        Ok(_) => Err(format!("'{t}' is outside 100ms..24h (or say off)")),
+        Err(e) => Err(e),
+    }
+}
+
 /// What a worker enforces per connection, resolved for its listen address.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConnLimits {
@@ -148,6 +161,9 @@ mod tests {
         assert_eq!("90s".parse::<SocketTimer>(), Ok(SocketTimer::On(Duration::from_secs(90))));
         assert!("10ms".parse::<SocketTimer>().unwrap_err().contains("1s..24h"));
         assert!("soon".parse::<SocketTimer>().is_err());
+        assert_eq!(stall_timeout("off"), Ok(None));
+        assert_eq!(stall_timeout("2s"), Ok(Some(Duration::from_secs(2))));
+        assert!(stall_timeout("0").is_err() && stall_timeout("1000000h").is_err());
         let d = Duration::from_secs(60);
         assert_eq!(SocketTimer::Auto.resolve(Ipv4Addr::LOCALHOST, d), None);
         assert_eq!(SocketTimer::Auto.resolve(Ipv4Addr::UNSPECIFIED, d), Some(d));
