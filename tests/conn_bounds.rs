@@ -273,3 +273,43 @@ fn keepalive_is_on_by_default_off_loopback_and_can_be_turned_off() {
     let timers = server_side_timers(off);
     assert!(!timers.is_empty() && !timers.contains("keepalive"), "--tcp-keepalive off: {timers}");
 }
+
+/// A WebSocket Upgrade subscribing to `topics`; (status line, the stream).
+fn ws_subscribe(addr: &str, topics: &str) -> (String, TcpStream) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(s, "GET /?subscribe={topics} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && s.read(&mut b).unwrap() == 1 {
+        head.push(b[0]);
+    }
+    let text = String::from_utf8_lossy(&head).to_string();
+    (text.lines().next().unwrap_or_default().to_string(), s)
+}
+
+#[test]
+fn a_worker_holds_at_most_max_topics_and_frees_them_with_their_last_subscriber() {
+    let port = free_port();
+    let (srv, _, _) = server_ready(&["--ports", &port.to_string(), "--workers", "1", "--protocol", "ws", "--max-topics", "2"], None);
+    let addr = format!("127.0.0.1:{port}");
+    let (status, first) = ws_subscribe(&addr, "a,b");
+    assert!(status.contains("101"), "{status}");
+    // A third topic is refused with the reason; an existing one is not.
+    let (status, mut refused) = ws_subscribe(&addr, "c");
+    assert!(status.contains("503"), "{status}");
+    let mut body = String::new();
+    let _ = refused.read_to_string(&mut body);
+    assert!(body.contains("--max-topics"), "{body}");
+    let (status, _second) = ws_subscribe(&addr, "b");
+    assert!(status.contains("101"), "{status}");
+    let v = srv.wait_for(Duration::from_secs(20), "the refusal counted", |v| {
+        v["event"] == "stats" && v["topics"] == 2 && count(v, "subscribe_refused", "too_many_topics") == 1
+    });
+    assert_eq!(v["subscriptions"], 3, "{v}");
+    // "a" loses its last subscriber and is freed: room for "c".
+    drop(first);
+    srv.wait_for(Duration::from_secs(20), "a freed", |v| v["event"] == "stats" && v["topics"] == 1);
+    let (status, _third) = ws_subscribe(&addr, "c");
+    assert!(status.contains("101"), "{status}");
+}
