@@ -313,3 +313,30 @@ fn a_worker_holds_at_most_max_topics_and_frees_them_with_their_last_subscriber()
     let (status, _third) = ws_subscribe(&addr, "c");
     assert!(status.contains("101"), "{status}");
 }
+
+#[test]
+fn the_places_of_killed_workers_come_back_to_their_address() {
+    let port = free_port();
+    let (srv, _, ready) = server_ready(&["--ports", &port.to_string(), "--workers", "2", "--max-connections-per-ip", "10"], None);
+    let addr = format!("127.0.0.1:{port}");
+    let old: Vec<TcpStream> = (0..10).map(|_| TcpStream::connect(&addr).unwrap()).collect();
+    srv.wait_for(Duration::from_secs(20), "10 held", |v| v["event"] == "stats" && v["active"] == 10);
+    // Both workers die with their places still in the shared table.
+    for pid in pids(&ready) {
+        kill9(pid);
+    }
+    wait_until("the killed workers' connections gone", Duration::from_secs(20), || old.iter().all(closed_by_server));
+    let mut replaced = 0;
+    srv.wait_for(Duration::from_secs(30), "both workers replaced", |v| {
+        replaced += (v["event"] == "worker_replaced") as u32;
+        replaced == 2
+    });
+    // The address gets its 10 places back, and no more.
+    let fresh: Vec<TcpStream> = (0..10).map(|_| TcpStream::connect(&addr).unwrap()).collect();
+    srv.wait_for(Duration::from_secs(20), "10 held again", |v| v["event"] == "stats" && v["active"] == 10);
+    let eleventh = TcpStream::connect(&addr).ok();
+    if let Some(s) = &eleventh {
+        wait_until("the 11th refused", Duration::from_secs(20), || closed_by_server(s));
+    }
+    assert!(!fresh.iter().any(closed_by_server), "the 10 new connections stay");
+}

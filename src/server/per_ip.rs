@@ -148,9 +148,10 @@ impl PerIp {
         let _g = self.lock();
         let ip = u32::from(ip);
         loop {
-            let (held, mine, free, dead) = self.scan(ip);
+            let (held, mine, free) = self.scan(ip);
             if held >= self.cap as u64 {
-                match dead {
+                // Only at the cap: are all those places really held?
+                match self.dead_entry(ip) {
                     Some(i) => {
                         self.delete(i);
                         continue;
@@ -172,7 +173,7 @@ impl PerIp {
     /// Give back the place of a closed connection from `ip`.
     pub fn release(&self, ip: Ipv4Addr) {
         let _g = self.lock();
-        if let (_, Some(i), _, _) = self.scan(u32::from(ip)) {
+        if let (_, Some(i), _) = self.scan(u32::from(ip)) {
             if self.count(i).fetch_sub(1, Ordering::Relaxed) <= 1 {
                 self.delete(i);
             }
@@ -186,28 +187,41 @@ impl PerIp {
     }
 
     /// The probe run of `ip`: (connections it holds, this worker's slot,
-    /// the empty slot ending the run, a slot of a dead worker). Called
-    /// with the lock held.
-    fn scan(&self, ip: u32) -> (u64, Option<usize>, Option<usize>, Option<usize>) {
-        let (mut held, mut mine, mut dead) = (0, None, None);
+    /// the empty slot ending the run). Called with the lock held.
+    fn scan(&self, ip: u32) -> (u64, Option<usize>, Option<usize>) {
+        let (mut held, mut mine) = (0, None);
         let mut i = Self::home(ip);
         for _ in 0..SLOTS {
             let key = self.key(i);
             if key == 0 {
-                return (held, mine, Some(i), dead);
+                return (held, mine, Some(i));
             }
             if (key >> 32) as u32 == ip {
                 held += self.count(i).load(Ordering::Relaxed);
-                let pid = key as u32;
-                if pid == self.pid {
+                if key as u32 == self.pid {
                     mine = Some(i);
-                } else if dead.is_none() && !alive(pid) {
-                    dead = Some(i);
                 }
             }
             i = (i + 1) & (SLOTS - 1);
         }
-        (held, mine, None, dead)
+        (held, mine, None)
+    }
+
+    /// A slot of `ip`'s run counted by a worker that no longer exists
+    /// (one kill(pid, 0) per other worker's slot). Lock held.
+    fn dead_entry(&self, ip: u32) -> Option<usize> {
+        let mut i = Self::home(ip);
+        for _ in 0..SLOTS {
+            let key = self.key(i);
+            if key == 0 {
+                return None;
+            }
+            if (key >> 32) as u32 == ip && key as u32 != self.pid && !alive(key as u32) {
+                return Some(i);
+            }
+            i = (i + 1) & (SLOTS - 1);
+        }
+        None
     }
 
     /// Empty slot `hole`, shifting later entries of its run back so that
