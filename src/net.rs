@@ -169,6 +169,10 @@ pub fn send_capped<S: Write>(stream: &mut S, backlog: &mut Spill, data: &[u8], c
         }
     }
     if written < data.len() {
+        // The first spill is bounded like every later one.
+        if data.len() - written > cap {
+            return Err(reason.into());
+        }
         *backlog = Some(Box::new(data[written..].to_vec()));
     }
     Ok(())
@@ -259,6 +263,33 @@ mod tests {
         assert_eq!(end, ReadEnd::Open);
         assert_eq!(got, vec![0, 1, 2, 3, 4]);
         assert!(partial.is_none());
+    }
+
+    /// A socket that takes `n` more bytes, then would block.
+    struct Takes(usize);
+    impl Write for Takes {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            if self.0 == 0 {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            let n = self.0.min(buf.len());
+            self.0 -= n;
+            Ok(n)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_first_spill_is_capped_like_the_rest() {
+        let mut backlog = None;
+        let big = vec![7u8; MAX_BACKLOG + 2];
+        assert_eq!(send(&mut Takes(1), &mut backlog, &big), Err("slow_reader".to_string()));
+        assert!(backlog.is_none());
+        assert_eq!(send(&mut Takes(2), &mut backlog, &big), Ok(()));
+        assert_eq!(backlog.as_ref().map(|b| b.len()), Some(MAX_BACKLOG));
+        assert_eq!(send_capped(&mut Takes(0), &mut None, &[1; 100], 99, "slow_consumer"), Err("slow_consumer".to_string()));
     }
 
     #[test]

@@ -43,6 +43,11 @@ fn bad_websocket_codec_and_churn_flags_exit_2() {
     expect_usage_error(&["client", "--connections", "10", "--subscribe", "x{0..2000000}"], "1,000,000");
     expect_usage_error(&["server", "--protocol", "ws", "--max-message-bytes", "10"], "--max-message-bytes");
     expect_usage_error(&["server", "--max-connections", "0"], "--max-connections");
+    expect_usage_error(&["server", "--max-connections-per-ip", "0"], "--max-connections-per-ip");
+    expect_usage_error(&["server", "--max-topics", "0"], "--max-topics");
+    expect_usage_error(&["server", "--stall-timeout", "10ms"], "100ms..24h");
+    expect_usage_error(&["server", "--tcp-keepalive", "soon"], "auto, off or a duration");
+    expect_usage_error(&["server", "--tcp-user-timeout", "25h"], "1s..24h");
     expect_usage_error(&["bench", "--protocol", "http"], "[possible values: framed, ws]");
     expect_usage_error(&["bench", "--workers", "2", "--server-workers", "3"], "'--workers <WORKERS>' cannot be used with '--server-workers <SERVER_WORKERS>'");
     expect_usage_error(&["bench", "--scenario", "push", "--push-bytes", "5000"], "--push-bytes 5000 exceeds");

@@ -36,6 +36,11 @@ const FLAGS: &[&str] = &[
     "--target",
     "--listen",
     "--role",
+    "--max-topics",
+    "--max-connections-per-ip",
+    "--stall-timeout",
+    "--tcp-keepalive",
+    "--tcp-user-timeout",
 ];
 
 fn value() -> impl Strategy<Value = String> {

@@ -124,6 +124,21 @@ pub struct ServerArgs {
     /// Hold at most N connections server-wide; beyond that new ones are closed at once (RST) and counted as refused_over_cap.
     #[arg(long, value_parser = parse::positive_count)]
     pub max_connections: Option<u64>,
+    /// Hold at most N connections from one source address, across all workers; beyond that new ones are closed at accept (RST) and counted as refused_per_ip.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections_per_ip: Option<u32>,
+    /// Most topics with subscribers in one worker; a subscription that would create another is refused (too_many_topics) and counted.
+    #[arg(long, default_value = "100000", value_parser = clap::value_parser!(u32).range(1..=10_000_000).map(|v| v as usize))]
+    pub max_topics: usize,
+    /// Close a connection whose partial frame, WebSocket fragment or unsent output has not moved for this long (stall_timeout); off to disable.
+    #[arg(long, default_value = "30s", value_parser = |s: &str| crate::server::limits::stall_timeout(s).map(OptDuration))]
+    pub stall_timeout: OptDuration,
+    /// TCP keepalive on accepted connections: auto (60s idle, then 4 probes 15s apart, unless --listen is loopback), off, or the idle time (1s..24h).
+    #[arg(long, default_value = "auto")]
+    pub tcp_keepalive: crate::server::limits::SocketTimer,
+    /// TCP_USER_TIMEOUT on accepted connections (drop a peer that stops acknowledging): auto (60s unless --listen is loopback), off, or a duration (1s..24h).
+    #[arg(long, default_value = "auto")]
+    pub tcp_user_timeout: crate::server::limits::SocketTimer,
     /// Close connections silent for longer than this (e.g. 90s); off by default.
     #[arg(long, default_value = "off")]
     pub idle_timeout: OptDuration,

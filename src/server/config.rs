@@ -25,6 +25,19 @@ pub struct ServerConfig {
     /// Hard cap on connections held server-wide: beyond it new ones are
     /// closed at once and counted as `refused_over_cap`.
     pub max_connections: Option<u64>,
+    /// Hard cap on connections from one source address, server-wide:
+    /// beyond it new ones are closed at accept (`refused_per_ip`).
+    pub max_connections_per_ip: Option<u32>,
+    /// Most topics with subscribers one worker holds; a subscription that
+    /// would create another is refused (`subscribe_refused`).
+    pub max_topics: usize,
+    /// Close a connection whose partial input or unsent output has not
+    /// moved for this long (`stall_timeout`); None: off.
+    pub stall_timeout: Option<Duration>,
+    /// TCP keepalive on accepted sockets (auto: on unless on loopback).
+    pub tcp_keepalive: crate::server::limits::SocketTimer,
+    /// `TCP_USER_TIMEOUT` on accepted sockets (auto: on unless on loopback).
+    pub tcp_user_timeout: crate::server::limits::SocketTimer,
     pub idle_timeout: Option<Duration>,
     pub stats_interval: Duration,
     /// Stop by itself after this long.
@@ -67,6 +80,11 @@ impl Default for ServerConfig {
             workers: Workers::Auto,
             connections: None,
             max_connections: None,
+            max_connections_per_ip: None,
+            max_topics: crate::server::push::DEFAULT_MAX_TOPICS,
+            stall_timeout: Some(crate::server::limits::DEFAULT_STALL),
+            tcp_keepalive: crate::server::limits::SocketTimer::Auto,
+            tcp_user_timeout: crate::server::limits::SocketTimer::Auto,
             idle_timeout: None,
             stats_interval: Duration::from_secs(2),
             duration: None,

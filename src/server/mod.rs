@@ -7,8 +7,10 @@ pub mod config;
 pub mod conn;
 pub mod fleet;
 pub mod http;
+pub mod limits;
 pub mod listener;
 pub mod metrics;
+pub mod per_ip;
 pub mod publish;
 pub mod push;
 pub mod relay;
@@ -24,7 +26,7 @@ pub use config::ServerConfig;
 use crate::stats::{format, progress::Progress};
 use crate::supervise::plan::{plan_workers, WorkerPlan, Workers};
 use crate::supervise::{self, Flow, Sink, Supervised};
-use anyhow::Result;
+use anyhow::{Context, Result};
 use business::BusinessMode;
 use fleet::{FleetNote, ServerFleet, Sizing};
 use snapshot::ServerEvent;
@@ -108,6 +110,7 @@ pub fn start(
     sink: &Sink<ServerEvent>,
     next: &mut dyn FnMut(Duration) -> Option<ServerEvent>,
 ) -> Result<ServerFleet> {
+    limits::ConnLimits::of(cfg).context("cannot create the shared --max-connections-per-ip table")?.export();
     ServerFleet::start(cfg, plan.sizing, plan.workers.budget, fd_limit, sink, next)
 }
 

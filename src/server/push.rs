@@ -1,8 +1,13 @@
 //! Topics and pushes inside one server worker.
 //!
-//! Topic names are interned per worker; each topic keeps the set of its
-//! subscribers' slab keys, and each connection keeps the ids of its topics
-//! (boxed, so a connection without subscriptions pays one null pointer).
+//! Topic names are interned per worker and reference-counted by their
+//! subscribers: a topic whose last subscriber leaves is forgotten (its
+//! name and subscriber set freed, its id reused), so subscribing to
+//! random names in a loop costs nothing that stays. At most
+//! `--max-topics` topics exist per worker; a subscription that would
+//! create one more is refused (`too_many_topics`). Each connection keeps
+//! the ids of its topics (boxed, so a connection without subscriptions
+//! pays one null pointer).
 //! A push arrives once per worker as a command; its frame is encoded once
 //! and written to every target from that one buffer. Only a socket that
 //! does not take it all gets the rest spilled, bounded by
@@ -16,72 +21,143 @@ use std::collections::{HashMap, HashSet};
 /// Most topics one connection may subscribe to; more is a protocol error
 /// (the subscription list is per-connection memory).
 pub const MAX_SUBSCRIPTIONS: usize = 64;
+/// Default `--max-topics`: distinct topics with subscribers in one
+/// worker (each costs its name, ~100 bytes of map entries and a
+/// subscriber set).
+pub const DEFAULT_MAX_TOPICS: usize = 100_000;
+/// A subscription refused because the worker holds `--max-topics` topics.
+pub const TOO_MANY_TOPICS: &str = "too_many_topics";
 pub use crate::stats::exposition::LATENCY_BUCKETS_MS;
 
 /// Subscriptions of one connection (topic ids).
 pub type Subs = Option<Box<Vec<u32>>>;
 
-#[derive(Default)]
+/// One live topic: its name and who subscribed.
+struct Topic {
+    name: Box<str>,
+    subscribers: HashSet<usize>,
+}
+
 pub struct Topics {
     ids: HashMap<Box<str>, u32>,
-    names: Vec<Box<str>>,
-    subscribers: Vec<HashSet<usize>>,
+    /// Indexed by id; `None` for a free id (listed in `free`).
+    slots: Vec<Option<Topic>>,
+    free: Vec<u32>,
+    /// `--max-topics`.
+    max: usize,
     /// Record topics gaining their first / losing their last subscriber
     /// (a cluster node's supervisor subscribes to exactly those).
     pub track: bool,
-    changes: Vec<(String, bool)>,
+    /// Net first/last-subscriber changes since the last `take_changes`:
+    /// a topic that came and went within one tick is not in it.
+    changes: HashMap<Box<str>, bool>,
+}
+
+impl Default for Topics {
+    fn default() -> Topics {
+        Topics::new(false, DEFAULT_MAX_TOPICS)
+    }
 }
 
 impl Topics {
-    pub fn new(track: bool) -> Topics {
-        Topics { track, ..Default::default() }
+    pub fn new(track: bool, max: usize) -> Topics {
+        Topics { ids: HashMap::new(), slots: Vec::new(), free: Vec::new(), max, track, changes: HashMap::new() }
     }
 
     /// Subscribe connection `key` to `topic`.
     pub fn subscribe(&mut self, subs: &mut Subs, key: usize, topic: &[u8]) -> Result<(), &'static str> {
         push::check_topic(topic).map_err(|_| "bad_topic")?;
         let name = std::str::from_utf8(topic).map_err(|_| "bad_topic")?;
-        let id = match self.ids.get(name) {
-            Some(id) => *id,
-            None => {
-                let id = self.names.len() as u32;
-                self.ids.insert(name.into(), id);
-                self.names.push(name.into());
-                self.subscribers.push(HashSet::new());
-                id
+        let known = self.ids.get(name).copied();
+        if let (Some(id), Some(list)) = (known, subs.as_ref()) {
+            if list.contains(&id) {
+                return Ok(());
             }
-        };
-        let list = subs.get_or_insert_with(Default::default);
-        if list.contains(&id) {
-            return Ok(());
         }
-        if list.len() >= MAX_SUBSCRIPTIONS {
+        if subs.as_ref().is_some_and(|l| l.len() >= MAX_SUBSCRIPTIONS) {
             return Err("too_many_subscriptions");
         }
-        list.push(id);
-        let set = &mut self.subscribers[id as usize];
-        set.insert(key);
-        if self.track && set.len() == 1 {
-            self.changes.push((name.to_string(), true));
+        let id = match known {
+            Some(id) => id,
+            None => self.create(name)?,
+        };
+        subs.get_or_insert_with(Default::default).push(id);
+        let t = self.slots[id as usize].as_mut().expect("a known id is live");
+        t.subscribers.insert(key);
+        if t.subscribers.len() == 1 {
+            self.note(name, true);
         }
         Ok(())
     }
 
+    /// A new topic with no subscriber yet (the caller adds one at once).
+    fn create(&mut self, name: &str) -> Result<u32, &'static str> {
+        if self.ids.len() >= self.max {
+            return Err(TOO_MANY_TOPICS);
+        }
+        let topic = Topic { name: name.into(), subscribers: HashSet::new() };
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.slots[id as usize] = Some(topic);
+                id
+            }
+            None => {
+                self.slots.push(Some(topic));
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.ids.insert(name.into(), id);
+        Ok(id)
+    }
+
     pub fn unsubscribe(&mut self, subs: &mut Subs, key: usize, topic: &[u8]) {
         let Some(id) = std::str::from_utf8(topic).ok().and_then(|t| self.ids.get(t)).copied() else { return };
-        if let Some(list) = subs.as_mut() {
-            list.retain(|t| *t != id);
-            if list.is_empty() {
-                *subs = None;
-            }
+        let Some(list) = subs.as_mut() else { return };
+        let before = list.len();
+        list.retain(|t| *t != id);
+        let had = list.len() != before;
+        if list.is_empty() {
+            *subs = None;
         }
-        self.remove(id, key);
+        if had {
+            self.remove(id, key);
+        }
     }
 
     fn remove(&mut self, id: u32, key: usize) {
-        let set = &mut self.subscribers[id as usize];
-        if set.remove(&key) && set.is_empty() && self.track {
-            self.changes.push((self.names[id as usize].to_string(), false));
+        let Some(t) = self.slots.get_mut(id as usize).and_then(Option::as_mut) else { return };
+        if !t.subscribers.remove(&key) || !t.subscribers.is_empty() {
+            return;
+        }
+        // The last subscriber left: forget the topic, reuse its id.
+        let t = self.slots[id as usize].take().expect("checked above");
+        self.ids.remove(&t.name);
+        self.free.push(id);
+        self.note(&t.name, false);
+        if self.ids.is_empty() {
+            // Nothing live: give the tables' memory back too.
+            *self = Topics::new(self.track, self.max).with_changes(std::mem::take(&mut self.changes));
+        }
+    }
+
+    fn with_changes(mut self, changes: HashMap<Box<str>, bool>) -> Topics {
+        self.changes = changes;
+        self
+    }
+
+    /// Record a first (true) or last (false) subscriber; the opposite of
+    /// a change not yet reported cancels it.
+    fn note(&mut self, name: &str, first: bool) {
+        if !self.track {
+            return;
+        }
+        match self.changes.get(name) {
+            Some(pending) if *pending != first => {
+                self.changes.remove(name);
+            }
+            _ => {
+                self.changes.insert(name.into(), first);
+            }
         }
     }
 
@@ -92,13 +168,23 @@ impl Topics {
         }
     }
 
-    /// First/last-subscriber changes since the last call (when tracked).
+    /// Net first/last-subscriber changes since the last call (when
+    /// tracked), sorted by topic.
     pub fn take_changes(&mut self) -> Vec<(String, bool)> {
-        std::mem::take(&mut self.changes)
+        let mut v: Vec<(String, bool)> = self.changes.drain().map(|(k, v)| (k.into(), v)).collect();
+        v.sort();
+        if self.changes.capacity() > 64 {
+            self.changes = HashMap::new();
+        }
+        v
+    }
+
+    fn topic(&self, name: &str) -> Option<&Topic> {
+        self.ids.get(name).and_then(|id| self.slots[*id as usize].as_ref())
     }
 
     pub fn subscribers(&self, topic: &str) -> Vec<usize> {
-        self.ids.get(topic).map(|id| self.subscribers[*id as usize].iter().copied().collect()).unwrap_or_default()
+        self.topic(topic).map(|t| t.subscribers.iter().copied().collect()).unwrap_or_default()
     }
 
     pub fn has(&self, subs: &Subs, topic: &str) -> bool {
@@ -106,13 +192,13 @@ impl Topics {
     }
 
     pub fn names_of(&self, subs: &Subs) -> Vec<String> {
-        subs.iter().flat_map(|l| l.iter()).map(|id| self.names[*id as usize].to_string()).collect()
+        subs.iter().flat_map(|l| l.iter()).filter_map(|id| self.slots[*id as usize].as_ref()).map(|t| t.name.to_string()).collect()
     }
 
     /// (topics with at least one subscriber, subscriptions in all).
     pub fn counts(&self) -> (u64, u64) {
-        let live = self.subscribers.iter().filter(|s| !s.is_empty()).count() as u64;
-        (live, self.subscribers.iter().map(|s| s.len() as u64).sum())
+        let live = self.slots.iter().flatten();
+        (self.ids.len() as u64, live.map(|t| t.subscribers.len() as u64).sum())
     }
 }
 
@@ -174,9 +260,37 @@ mod tests {
         t.subscribe(&mut b, 2, b"news").unwrap();
         t.forget(&a, 1);
         t.unsubscribe(&mut b, 2, b"news");
-        assert_eq!(t.take_changes(), vec![("news".to_string(), true), ("news".to_string(), false)]);
+        assert!(t.take_changes().is_empty(), "came and went within one tick: nothing to tell");
+        t.subscribe(&mut a, 1, b"news").unwrap();
+        assert_eq!(t.take_changes(), vec![("news".to_string(), true)]);
+        t.forget(&a, 1);
+        assert_eq!(t.take_changes(), vec![("news".to_string(), false)]);
         assert_eq!(t.names_of(&b), vec!["sport".to_string()]);
         assert_eq!(t.subscribe(&mut a, 1, b"bad topic"), Err("bad_topic"));
+    }
+
+    #[test]
+    fn a_topic_without_subscribers_is_forgotten_and_its_id_reused() {
+        let mut t = Topics::new(false, 2);
+        let (mut a, mut b): (Subs, Subs) = (None, None);
+        t.subscribe(&mut a, 1, b"keep").unwrap();
+        for i in 0..1000 {
+            let name = format!("t{i}");
+            t.subscribe(&mut b, 2, name.as_bytes()).unwrap();
+            t.unsubscribe(&mut b, 2, name.as_bytes());
+        }
+        assert_eq!((t.ids.len(), t.slots.len(), t.free.len()), (1, 2, 1), "one live topic, one free id");
+        t.subscribe(&mut b, 2, b"x").unwrap();
+        assert_eq!(t.subscribe(&mut b, 2, b"y"), Err(TOO_MANY_TOPICS));
+        assert_eq!(t.subscribe(&mut a, 1, b"x"), Ok(()), "an existing topic is not a new one");
+        assert_eq!(t.counts(), (2, 3));
+        // Unsubscribing from a topic one never had leaves its subscribers.
+        t.unsubscribe(&mut b, 2, b"keep");
+        assert_eq!(t.subscribers("keep"), vec![1]);
+        t.forget(&a, 1);
+        t.forget(&b, 2);
+        assert_eq!(t.counts(), (0, 0));
+        assert!(t.slots.is_empty() && t.free.is_empty(), "an empty worker keeps no table");
     }
 
     #[test]

@@ -10,9 +10,11 @@
 //! connections leaves the accept group and rejoins below the low-water
 //! mark (see `supervise::elastic` for why).
 
+mod accept;
 mod deliver;
 mod linger;
 mod serve;
+mod stall;
 
 use super::business::{BusinessMode, Stage};
 use super::conn::Conn;
@@ -29,12 +31,11 @@ use crate::supervise::elastic::{LOW_WATER_SHARE, PRESPAWN_SHARE};
 use crate::supervise::Flow;
 use anyhow::{Context, Result};
 use mio::event::Event;
-use mio::{Interest, Poll, Token, Waker};
+use mio::{Poll, Token, Waker};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 use slab::Slab;
-use std::io;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -118,6 +119,13 @@ struct Worker {
     date_sec: u64,
     /// Refused peers read from until they stop sending (lingering close).
     lingering: linger::Lingering,
+    /// Topic cap, stall timeout, socket timers, per-address cap.
+    limits: super::limits::ConnLimits,
+    /// `--max-connections-per-ip`: the table every worker shares.
+    per_ip: Option<accept::PerIpCount>,
+    /// Connections with input or output waiting, as the last stall sweep
+    /// saw them.
+    stalls: stall::Stalls,
 }
 
 pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
@@ -127,11 +135,16 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
     let stage = Stage::new(cfg.business, cfg.queue, waker)?;
     let cfg_cap_fd = cfg.cap_fd;
+    let limits = super::limits::ConnLimits::inherited();
+    let per_ip = match limits.per_ip {
+        Some((cap, fd)) => Some(accept::PerIpCount::open(fd, cap).context("cannot map the --max-connections-per-ip table")?),
+        None => None,
+    };
     let mut group = AcceptGroup::inherit(&cfg.listen_fds);
     group.join(poll.as_raw_fd())?;
     let mut w = Worker {
         stage,
-        topics: super::push::Topics::new(cfg.track_topics),
+        topics: super::push::Topics::new(cfg.track_topics, limits.max_topics),
         rng: SmallRng::from_entropy(),
         next_gen: 0,
         date: String::new(),
@@ -155,6 +168,9 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
         draining: false,
         empty_since: None,
         lingering: linger::Lingering::default(),
+        stalls: stall::Stalls::new(limits.stall_timeout_ms),
+        limits,
+        per_ip,
     };
     control::emit(&ServerMsg::Ready { worker, pid: std::process::id(), fd_limit: crate::sys::fd_limit().hard });
     let interval = Duration::from_millis(w.cfg.stats_interval_ms.max(50));
@@ -204,6 +220,9 @@ impl Handler for Worker {
             Command::Stop => {
                 let n = self.conns.len() as u64;
                 self.conns.clear();
+                if let Some(p) = &mut self.per_ip {
+                    p.release_all();
+                }
                 if let Some(c) = &self.cap {
                     c.release(self.cfg.worker, n);
                 }
@@ -236,6 +255,9 @@ impl Handler for Worker {
             }
         }
         self.deliver_done();
+        if self.stalls.due(now) {
+            self.sweep_stalls(now);
+        }
         if !self.lingering.is_empty() {
             self.lingering.sweep();
         }
@@ -268,6 +290,9 @@ impl Handler for Worker {
         if let Some(t) = self.accept_paused_until {
             wake = wake.min(t);
         }
+        if let Some(t) = self.stalls.next_sweep() {
+            wake = wake.min(t);
+        }
         if !self.lingering.is_empty() {
             wake = wake.min(now + linger::LINGER_TICK);
         }
@@ -280,6 +305,7 @@ impl Handler for Worker {
         self.stats.threads = crate::sys::self_threads();
         self.stats.accepting = self.group.accepting();
         (self.stats.topics, self.stats.subscriptions) = self.topics.counts();
+        self.stats.backlog_bytes = self.conns.iter().filter_map(|(_, c)| c.backlog.as_ref()).map(|b| b.len() as u64).sum();
         self.stats.last = last;
         control::emit(&ServerMsg::Server(Box::new(self.stats.clone())));
     }
@@ -307,6 +333,9 @@ impl Worker {
         if now.duration_since(since) >= Duration::from_secs(1) {
             self.conns = Slab::new();
             self.out = Vec::with_capacity(SCRATCH);
+            if let Some(p) = &mut self.per_ip {
+                p.shrink();
+            }
             // SAFETY: glibc's malloc_trim only releases free memory.
             unsafe { libc::malloc_trim(0) };
             self.empty_since = None;
@@ -359,69 +388,6 @@ impl Worker {
         }
     }
 
-    /// Accept one connection from listener `i`; false when there is none
-    /// (or accepting must pause).
-    fn accept_one(&mut self, i: usize) -> bool {
-        let Some(listener) = self.group.listeners.get(i) else { return false };
-        match listener.accept() {
-            Ok((mut stream, _)) => {
-                if self.cap.as_ref().is_some_and(|c| !c.try_acquire(self.cfg.worker)) {
-                    // At the cap: close at once, with a reset (no
-                    // TIME_WAIT left here by a flood of refusals).
-                    let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
-                    self.stats.refused_over_cap += 1;
-                    return true;
-                }
-                // Replies are small writes; Nagle would hold one back
-                // behind an unacknowledged one (up to a delayed-ACK
-                // timeout, ~40 ms).
-                let _ = stream.set_nodelay(true);
-                let now_ds = self.now_ds();
-                let entry = self.conns.vacant_entry();
-                let key = entry.key();
-                if self.poll.registry().register(&mut stream, Token(key), Interest::READABLE | Interest::WRITABLE).is_err() {
-                    *self.stats.accept_errors.entry("register_failed".into()).or_insert(0) += 1;
-                    if let Some(c) = &self.cap {
-                        c.release(self.cfg.worker, 1);
-                    }
-                    return true;
-                }
-                self.next_gen = self.next_gen.wrapping_add(1);
-                let mut conn = Conn::new(stream, self.started.elapsed().as_secs() as u32, self.next_gen);
-                if self.cfg.protocol == Protocol::Ws {
-                    conn.ext = super::ws::fresh(now_ds);
-                }
-                entry.insert(conn);
-                self.stats.accepted += 1;
-                self.stats.active += 1;
-                if self.cfg.elastic && (self.stats.active == self.prespawn_at || self.stats.active == self.cfg.budget) {
-                    // Tell the supervisor now, not at the next stats tick:
-                    // a successor must be listening before this one is
-                    // full, and a full one waits for its word to leave.
-                    self.report(false);
-                }
-                true
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => true,
-            Err(e) => {
-                let name = crate::sys::error_kind_name(&e);
-                *self.stats.accept_errors.entry(name).or_insert(0) += 1;
-                match e.raw_os_error() {
-                    // Out of descriptors: retrying now would spin at
-                    // 100% CPU on the same full queue. Back off.
-                    Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOBUFS) | Some(libc::ENOMEM) => {
-                        self.accept_paused_until = Some(Instant::now() + ACCEPT_BACKOFF);
-                        self.group.suspend(self.poll.as_raw_fd());
-                        false
-                    }
-                    // The peer gave up before we accepted: next one.
-                    _ => true,
-                }
-            }
-        }
-    }
-
     fn close(&mut self, key: usize, reason: String) {
         if let Some(mut conn) = self.conns.try_remove(key) {
             if answered_refusal(&reason) && conn.backlog.is_none() && self.poll.registry().deregister(&mut conn.stream).is_ok() {
@@ -429,6 +395,9 @@ impl Worker {
             }
             if let Some(c) = &self.cap {
                 c.release(self.cfg.worker, 1);
+            }
+            if let Some(p) = &mut self.per_ip {
+                p.closed(key);
             }
             self.topics.forget(&conn.subs, key);
             self.stats.closed += 1;

@@ -70,7 +70,15 @@ pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, &'
             Ok(Some((up, used))) => {
                 for topic in handshake::subscriptions(&up.target) {
                     if let Err(reason) = ctx.topics.subscribe(ctx.subs, ctx.req.key, topic.as_bytes()) {
-                        let r = handshake::Refusal { status: 400, reason, text: "bad ?subscribe= topic (1-255 of [A-Za-z0-9._:-], at most 64)" };
+                        *ctx.req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
+                        let r = match reason {
+                            super::push::TOO_MANY_TOPICS => handshake::Refusal {
+                                status: 503,
+                                reason,
+                                text: "this server holds its --max-topics topics; subscribe to an existing topic or try later",
+                            },
+                            _ => handshake::Refusal { status: 400, reason, text: "bad ?subscribe= topic (1-255 of [A-Za-z0-9._:-], at most 64)" },
+                        };
                         handshake::write_refusal(ctx.req.out, &r);
                         return Err(reason);
                     }

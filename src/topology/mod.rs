@@ -9,10 +9,21 @@
 //! `megaconn-<pid>-<role>`; they go away when the bench ends (also on
 //! Ctrl-C and errors), and ones left by a killed bench are removed by the
 //! next one.
+//!
+//! Which namespaces are stale is decided by a lock file per namespace
+//! (`/run/megaconn-netns/<name>.lock`), flocked by its owner for as long
+//! as it lives: the kernel drops the lock when the owner dies however it
+//! dies, and a live owner keeps its namespaces whatever its binary is
+//! called. The host-wide `tcp_child_ehash_entries` is changed only for
+//! the moment a namespace is made; the value to restore is written in the
+//! creation lock file first, so a second Ctrl-C restores it at once and a
+//! SIGKILLed bench's change is undone by the next bench.
 
 pub mod cluster;
+mod locks;
 
 use anyhow::{bail, Context, Result};
+use locks::{hold_lock, lock_path, record_ehash, recorded_ehash, release_lock, restore_ehash, stale_in, EHASH_RESTORE, OWNED};
 use serde::Serialize;
 use std::fs::File;
 use std::net::Ipv4Addr;
@@ -33,6 +44,11 @@ pub enum Topology {
 }
 
 pub const PREFIX: &str = "megaconn-";
+/// Where each namespace's owner holds its lock file.
+const LOCK_DIR: &str = "/run/megaconn-netns";
+/// Serialises namespace creation across benches; holds the host's
+/// child-ehash value while it is changed.
+const CREATE_LOCK: &str = "/run/megaconn-netns.lock";
 const CHILD_EHASH: &str = "/proc/sys/net/ipv4/tcp_child_ehash_entries";
 /// The kernel's largest per-namespace hash table.
 const EHASH_MAX: u64 = 1 << 24;
@@ -80,6 +96,7 @@ impl Drop for Net {
         }
         for name in &self.placement.namespaces {
             let _ = Command::new("ip").args(["netns", "del", name]).status();
+            release_lock(name);
         }
     }
 }
@@ -92,18 +109,10 @@ pub(crate) fn ip(args: &[&str]) -> Result<()> {
     Ok(())
 }
 
-/// Namespaces named by a megaconn whose process is gone.
+/// Namespaces named by a megaconn whose owner is gone (its lock file is
+/// not held).
 pub fn stale() -> Vec<String> {
-    let Ok(dir) = std::fs::read_dir("/run/netns") else { return Vec::new() };
-    dir.filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| {
-            let Some(pid) = n.strip_prefix(PREFIX).and_then(|r| r.split('-').next()).and_then(|p| p.parse::<u32>().ok()) else { return false };
-            // Our own pid: a namespace of a dead megaconn whose pid we
-            // reuse (we have made none yet when this runs).
-            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            pid == std::process::id() || comm.trim() != "megaconn"
-        })
-        .collect()
+    stale_in(std::path::Path::new("/run/netns"), std::path::Path::new(LOCK_DIR))
 }
 
 /// Remove this process's namespaces (a second Ctrl-C, which exits
@@ -113,6 +122,7 @@ pub fn remove_own() {
     let Ok(dir) = std::fs::read_dir("/run/netns") else { return };
     for name in dir.filter_map(|e| e.ok()?.file_name().into_string().ok()).filter(|n| n.starts_with(&mine)) {
         let _ = ip(&["netns", "del", &name]);
+        let _ = std::fs::remove_file(lock_path(std::path::Path::new(LOCK_DIR), &name));
     }
 }
 
@@ -120,9 +130,11 @@ pub fn remove_own() {
 /// making namespaces, so it also arranges their removal on a second Ctrl-C.
 pub(crate) fn remove_stale() -> Vec<String> {
     crate::signals::on_hard_exit(remove_own);
+    crate::signals::on_hard_exit(restore_ehash);
     let mut notes = Vec::new();
     for name in stale() {
         if ip(&["netns", "del", &name]).is_ok() {
+            let _ = std::fs::remove_file(lock_path(std::path::Path::new(LOCK_DIR), &name));
             notes.push(format!("removed namespace {name} left by a megaconn that is gone"));
         }
     }
@@ -150,16 +162,31 @@ pub(crate) fn may_create() -> Result<(), String> {
 /// back at once), loopback up and `sysctls` set inside.
 pub(crate) fn create(name: &str, ehash: u64, sysctls: &[(&str, String)], notes: &mut Vec<String>) -> Result<()> {
     // Benches starting together must not restore each other's size.
-    let lock = File::create("/run/megaconn-netns.lock").context("creating /run/megaconn-netns.lock")?;
+    let mut lock =
+        std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(CREATE_LOCK).context("creating /run/megaconn-netns.lock")?;
     // SAFETY: flock on an open file; released when `lock` closes.
     unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
-    let before = std::fs::read_to_string(CHILD_EHASH).ok();
-    if before.is_some() {
+    // A value recorded and never cleared: a bench died while its
+    // namespace was being made; that value is the host's own.
+    let before = recorded_ehash(&mut lock).or_else(|| std::fs::read_to_string(CHILD_EHASH).ok());
+    // Own the namespace's lock before it exists: a concurrent cleanup
+    // never sees it without a live owner.
+    let ns_lock = hold_lock(std::path::Path::new(LOCK_DIR), name).with_context(|| format!("taking the lock file of namespace {name} in {LOCK_DIR}"))?;
+    if let Ok(mut owned) = OWNED.lock() {
+        owned.push((name.to_string(), ns_lock));
+    }
+    if let Some(b) = &before {
+        record_ehash(&mut lock, Some(b)).context("recording tcp_child_ehash_entries in /run/megaconn-netns.lock")?;
+        if let Ok(mut r) = EHASH_RESTORE.lock() {
+            *r = Some(b.clone());
+        }
+        crate::signals::on_hard_exit(restore_ehash);
         std::fs::write(CHILD_EHASH, ehash.to_string()).with_context(|| format!("setting {CHILD_EHASH} to {ehash}"))?;
     }
     let made = ip(&["netns", "add", name]);
-    if let Some(b) = &before {
-        let _ = std::fs::write(CHILD_EHASH, b.trim());
+    if before.is_some() {
+        restore_ehash();
+        let _ = record_ehash(&mut lock, None);
     }
     drop(lock);
     made?;

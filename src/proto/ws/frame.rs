@@ -197,6 +197,17 @@ pub struct Fragments {
     data: Vec<u8>,
 }
 
+impl Fragments {
+    /// Bytes of the message gathered so far.
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+}
+
 /// Where a reader keeps what it needs between calls.
 pub struct Reader<'a> {
     pub role: Role,

@@ -95,6 +95,7 @@ pub fn write_refusal(out: &mut Vec<u8>, r: &Refusal) {
         405 => "Method Not Allowed",
         426 => "Upgrade Required",
         431 => "Request Header Fields Too Large",
+        503 => "Service Unavailable",
         _ => "Bad Request",
     };
     let extra = if r.status == 426 { "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n" } else { "" };

@@ -45,7 +45,12 @@ impl Worker {
                                 frame::encode(&mut reply, Kind::Reply, f.payload);
                                 req.handle(reply, true);
                             }
-                            Kind::Subscribe => topics.subscribe(subs, key, f.payload)?,
+                            Kind::Subscribe => {
+                                if let Err(reason) = topics.subscribe(subs, key, f.payload) {
+                                    *req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
+                                    return Err(reason);
+                                }
+                            }
                             Kind::Unsubscribe => topics.unsubscribe(subs, key, f.payload),
                             _ => return Err("bad_frame_unexpected_kind"),
                         }
