@@ -98,7 +98,11 @@ fn four_shards_in_four_namespaces_start_together_and_merge_exactly() {
     // sparse tail puts neighbouring samples many buckets apart): between
     // their p98.9 and p99.1, give or take a bucket (1/1024 of the value).
     let (ours, lo, hi) = (p99 * 1000.0, union["p98_9_us"].as_f64().unwrap(), union["p99_1_us"].as_f64().unwrap());
-    assert!(ours >= lo * (1.0 - 1.0 / 1024.0) - 1.0 && ours <= hi * (1.0 + 1.0 / 1024.0) + 1.0, "merged p99 {ours} us is the union's p99 (HdrHistogram's p98.9..p99.1: {lo}..{hi} us; p99 {})", union["p99_us"]);
+    assert!(
+        ours >= lo * (1.0 - 1.0 / 1024.0) - 1.0 && ours <= hi * (1.0 + 1.0 / 1024.0) + 1.0,
+        "merged p99 {ours} us is the union's p99 (HdrHistogram's p98.9..p99.1: {lo}..{hi} us; p99 {})",
+        union["p99_us"]
+    );
     let text = std::fs::read_to_string(dir.join("shard-0.hlog")).unwrap();
     assert!(text.contains("#[StartTime: ") && text.contains("Tag=heartbeat,"), "HdrHistogram log format: {}", &text[..text.len().min(300)]);
 

@@ -113,6 +113,7 @@ impl ServerFleet {
         };
         let listeners = super::listener::bind_all(cfg.listen, &cfg.ports)?;
         let mut template = worker_template(cfg, initial, budget, matches!(sizing, Sizing::Elastic { .. }));
+        template.limits = super::limits::ConnLimits::of(cfg).context("cannot create the shared --max-connections-per-ip table")?;
         template.cap_fd = cap.as_ref().map(|c| c.fd());
         template.listen_fds = listeners.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
         let to = sink.clone();
@@ -498,6 +499,7 @@ fn worker_template(cfg: &ServerConfig, initial: usize, budget: u64, elastic: boo
         cap_fd: None,
         listen_fds: Vec::new(),
         track_topics: cfg.cluster.is_some(),
+        limits: Default::default(),
         ws: super::ws::WsConfig { max_message: cfg.max_message_bytes, max_head: cfg.max_header_bytes, push_format: cfg.push_format },
     }
 }

@@ -1,21 +1,14 @@
 //! Per-connection and per-worker bounds a server worker enforces beyond
 //! its basic config: the topic cap, the stall timeout, TCP keepalive and
 //! `TCP_USER_TIMEOUT`, and the per-source-address connection cap.
-//!
-//! Why an environment variable carries them: the worker's config is built
-//! by the fleet (`server::fleet::worker_template`), which this part of the
-//! code does not own; [`ConnLimits::export`] puts these bounds in the
-//! environment the workers inherit, before the fleet starts them, and
-//! [`ConnLimits::inherited`] reads them back in the worker. A worker
-//! started without it gets the defaults (the same as the flags').
+//! The fleet resolves them once ([`ConnLimits::of`]) into every worker's
+//! config.
 
 use serde::{Deserialize, Serialize};
 use std::net::Ipv4Addr;
 use std::str::FromStr;
 use std::time::Duration;
 
-/// The variable the supervisor hands the bounds down in (JSON).
-pub const ENV: &str = "MEGACONN_CONN_LIMITS";
 /// Default `--stall-timeout`: a partial frame, WebSocket fragment or
 /// unsent backlog that has not moved for this long is dropped with its
 /// connection.
@@ -121,18 +114,6 @@ impl ConnLimits {
             user_timeout_ms: cfg.tcp_user_timeout.resolve(cfg.listen, DEFAULT_USER_TIMEOUT).map(|d| d.as_millis() as u64),
             per_ip,
         })
-    }
-
-    /// Supervisor: hand these bounds to every worker started from now on.
-    pub fn export(&self) {
-        // The supervisor sets this once, before it starts any worker and
-        // before its own threads read the environment.
-        std::env::set_var(ENV, serde_json::to_string(self).unwrap_or_default());
-    }
-
-    /// Worker: the bounds its supervisor exported (defaults when none).
-    pub fn inherited() -> ConnLimits {
-        std::env::var(ENV).ok().and_then(|s| serde_json::from_str(&s).ok()).unwrap_or_default()
     }
 
     /// Set keepalive and `TCP_USER_TIMEOUT` on an accepted socket.

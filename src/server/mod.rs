@@ -26,7 +26,7 @@ pub use config::ServerConfig;
 use crate::stats::{format, progress::Progress};
 use crate::supervise::plan::{plan_workers, WorkerPlan, Workers};
 use crate::supervise::{self, Flow, Sink, Supervised};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use business::BusinessMode;
 use fleet::{FleetNote, ServerFleet, Sizing};
 use snapshot::ServerEvent;
@@ -110,7 +110,6 @@ pub fn start(
     sink: &Sink<ServerEvent>,
     next: &mut dyn FnMut(Duration) -> Option<ServerEvent>,
 ) -> Result<ServerFleet> {
-    limits::ConnLimits::of(cfg).context("cannot create the shared --max-connections-per-ip table")?.export();
     ServerFleet::start(cfg, plan.sizing, plan.workers.budget, fd_limit, sink, next)
 }
 

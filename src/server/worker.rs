@@ -70,6 +70,8 @@ pub struct ServerWorkerConfig {
     /// A cluster node: report topics gaining/losing their subscribers.
     #[serde(default)]
     pub track_topics: bool,
+    /// Topic cap, stall timeout, socket timers, per-address cap.
+    pub limits: super::limits::ConnLimits,
 }
 
 /// Pool threads wake the event loop through this token.
@@ -135,7 +137,7 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
     let stage = Stage::new(cfg.business, cfg.queue, waker)?;
     let cfg_cap_fd = cfg.cap_fd;
-    let limits = super::limits::ConnLimits::inherited();
+    let limits = cfg.limits.clone();
     let per_ip = match limits.per_ip {
         Some((cap, fd)) => Some(accept::PerIpCount::open(fd, cap).context("cannot map the --max-connections-per-ip table")?),
         None => None,
