@@ -222,6 +222,8 @@ fn send(tx: &Sink<ClusterEvent>, ev: ClusterEvent) {
 struct Me {
     node: String,
     key: ClusterKey,
+    /// Signatures already taken (replays are refused).
+    replays: Arc<Mutex<sign::Replays>>,
 }
 
 impl Me {
@@ -254,7 +256,8 @@ impl Me {
         let signed = Signed { subject: m.subject.as_str(), origin: get(H_ORIGIN), target: get(H_TARGET), publish_us: get(H_PUBLISH_US), time_ms: get(H_TIME) };
         let signature = m.headers.as_ref().and_then(|h| h.get(H_SIGNATURE)).map(|v| v.as_str());
         let on = &m.subject;
-        sign::verify(&self.key, &signed, &m.payload, signature, sign::now_ms()).map_err(|r| {
+        let now = sign::now_ms();
+        sign::verify(&self.key, &signed, &m.payload, signature, now).map_err(|r| {
             let why = match r {
                 Refusal::Unsigned => format!("refused an unsigned message on {on}: not from a node of this cluster"),
                 Refusal::Stale => format!(
@@ -266,6 +269,9 @@ impl Me {
             };
             (r, why)
         })?;
+        if !self.replays.lock().expect("replays").first(signature.unwrap_or_default(), now) {
+            return Err((Refusal::Replay, format!("refused a replayed message on {on}: this node already took that signed message")));
+        }
         let origin = signed.origin.to_string();
         if let Some(reply) = &m.reply {
             let mine = format!("{}.", super::inbox_prefix(&origin));
@@ -279,7 +285,7 @@ impl Me {
 
 async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<Cmd>, tx: Sink<ClusterEvent>) {
     let s = shared.clone();
-    let me = Me { node: cfg.node.clone(), key: cfg.key.clone().expect("checked by Link::start") };
+    let me = Me { node: cfg.node.clone(), key: cfg.key.clone().expect("checked by Link::start"), replays: Default::default() };
     let opts = async_nats::ConnectOptions::new()
         .name(format!("megaconn-{}", cfg.node))
         // Answers to this node's requests come only under its own inbox.

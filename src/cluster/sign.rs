@@ -73,6 +73,8 @@ pub enum Refusal {
     Reply,
     /// Signed but not a message a node can act on.
     Malformed,
+    /// A copy of a message already taken within the window.
+    Replay,
 }
 
 impl Refusal {
@@ -83,6 +85,7 @@ impl Refusal {
             Refusal::Stale => "stale",
             Refusal::Reply => "reply",
             Refusal::Malformed => "malformed",
+            Refusal::Replay => "replay",
         }
     }
 }
@@ -121,6 +124,39 @@ pub fn verify(key: &ClusterKey, s: &Signed, data: &[u8], signature: Option<&str>
     Ok(())
 }
 
+/// Most signatures remembered against replays; past it the oldest are
+/// forgotten early (~100 B each: 200,000 is ~20 MiB at most).
+pub const MAX_REMEMBERED: usize = 200_000;
+
+/// The signatures taken lately: a message signed once is taken once.
+/// Kept for twice the window after arrival, which covers every time a
+/// copy could still pass the age check.
+#[derive(Debug, Default)]
+pub struct Replays {
+    seen: std::collections::HashSet<String>,
+    order: std::collections::VecDeque<(u64, String)>,
+}
+
+impl Replays {
+    /// Whether `signature` is new at `now_ms` (it is remembered).
+    pub fn first(&mut self, signature: &str, now_ms: u64) -> bool {
+        let keep = 2 * WINDOW.as_millis() as u64;
+        while let Some((at, _)) = self.order.front() {
+            if now_ms.saturating_sub(*at) <= keep && self.order.len() < MAX_REMEMBERED {
+                break;
+            }
+            if let Some((_, s)) = self.order.pop_front() {
+                self.seen.remove(&s);
+            }
+        }
+        if !self.seen.insert(signature.to_string()) {
+            return false;
+        }
+        self.order.push_back((now_ms, signature.to_string()));
+        true
+    }
+}
+
 /// Now, in Unix milliseconds.
 pub fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
@@ -150,6 +186,10 @@ mod tests {
         let b = Signed { origin: "A", target: "B", ..s.clone() };
         assert_ne!(sign(&key, &a, b""), sign(&key, &b, b""));
         assert!(ClusterKey::new(vec![1; 8]).unwrap_err().contains("head -c 32 /dev/urandom"));
+        // A copy of a taken message is a replay, until the window has passed twice.
+        let mut r = Replays::default();
+        assert!(r.first(&sig, 1000) && !r.first(&sig, 2000) && r.first("other", 2000));
+        assert!(r.first(&sig, 1000 + 121_000), "forgotten after twice the window");
         assert_eq!(format!("{key:?}"), "ClusterKey(32 bytes)");
     }
 }
