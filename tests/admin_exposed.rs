@@ -71,6 +71,14 @@ fn idle_sockets_and_a_huge_header_neither_exhaust_nor_grow_the_admin() {
     assert!(grew < 20 << 20, "the supervisor grew {} MiB", grew >> 20);
     assert!(threads < 64, "a thread per admin connection: {threads}");
     assert!(sent < 10 << 20, "the 10 MB header line was read whole ({sent} bytes)");
+    // The flood shows: at most 512 held, the idlest closed to make room.
+    let (_, metrics) = http(&admin, "GET", "/metrics", b"", None);
+    let evicted: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("megaconn_admin_connections_evicted_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no eviction count: {metrics}"));
+    assert!(evicted >= 2000 - 512, "{evicted} idle admin connections evicted");
     drop(idle);
     assert!(s.terminate().success());
 }
@@ -141,6 +149,10 @@ fn a_web_page_cannot_publish_through_a_loopback_admin() {
     assert!(body.contains("Content-Type"), "{body}");
     let (status, body) = post(&format!("Host: {admin}\r\nContent-Type: application/octet-stream\r\n"));
     assert_eq!(status, 200, "{body}");
+    // Every refusal is counted: three from the page, three spelled out.
+    let (_, stats) = http(&admin, "GET", "/stats", b"", None);
+    let stats: serde_json::Value = serde_json::from_str(&stats).unwrap();
+    assert_eq!(stats["admin"]["requests"]["403"], 6, "{}", stats["admin"]);
     // A signed length is not a length.
     let (status, body) =
         raw(&admin, format!("POST /broadcast HTTP/1.1\r\nHost: {admin}\r\nContent-Type: application/json\r\nContent-Length: +1\r\n\r\nx").as_bytes());

@@ -8,7 +8,7 @@
 //! flood of idle sockets cannot lock a probe out); [`MAX_IN_FLIGHT`]
 //! requests waiting for the supervisor, `/healthz` not counted.
 
-use super::{guard, route, Request, Response, Route, Scope, Token};
+use super::{guard, route, AdminStats, Request, Response, Route, Scope, Token};
 use super::{BODY_TIMEOUT, HEAD_TIMEOUT, MAX_BODY, MAX_CONNECTIONS, MAX_HEAD, MAX_IN_FLIGHT, REPLY_TIMEOUT};
 use crate::supervise::Sink;
 use anyhow::{anyhow, Result};
@@ -27,15 +27,15 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 /// Start serving on a thread of its own; every checked request goes to
-/// `sink` with a reply channel. Returns the address actually bound (port
-/// 0 resolved).
-pub fn serve(scope: Scope, addr: SocketAddr, token: Option<Token>, sink: Sink<Request>) -> Result<SocketAddr> {
+/// `sink` with a reply channel, and what it answers is counted in
+/// `stats`. Returns the address actually bound (port 0 resolved).
+pub fn serve(scope: Scope, addr: SocketAddr, token: Option<Token>, sink: Sink<Request>, stats: AdminStats) -> Result<SocketAddr> {
     let listener =
         std::net::TcpListener::bind(addr).map_err(|e| anyhow!("cannot serve the admin API on {addr}: {e} (choose another --admin port, or --admin off)"))?;
     let bound = listener.local_addr()?;
     listener.set_nonblocking(true)?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let ctx = Arc::new(Ctx { scope, token, sink, in_flight: AtomicUsize::new(0), conns: Mutex::new(Conns::default()) });
+    let ctx = Arc::new(Ctx { scope, token, sink, in_flight: AtomicUsize::new(0), conns: Mutex::new(Conns::default()), stats });
     std::thread::Builder::new().name("admin".into()).spawn(move || rt.block_on(accept(listener, ctx)))?;
     Ok(bound)
 }
@@ -46,6 +46,7 @@ struct Ctx {
     sink: Sink<Request>,
     in_flight: AtomicUsize,
     conns: Mutex<Conns>,
+    stats: AdminStats,
 }
 
 /// The admin connections open now.
@@ -54,6 +55,9 @@ struct Conns {
     slots: slab::Slab<Slot>,
     /// Slots not yet told to close.
     live: usize,
+    /// Idle connections closed to make room; new ones closed at once.
+    evicted: u64,
+    refused: u64,
 }
 
 struct Slot {
@@ -70,7 +74,11 @@ impl Conns {
     /// the cap; None when every connection is inside a request.
     fn admit(&mut self, close: oneshot::Sender<()>) -> Option<usize> {
         if self.live >= MAX_CONNECTIONS {
-            let (oldest, _) = self.slots.iter().filter(|(_, s)| !s.busy && s.close.is_some()).min_by_key(|(_, s)| s.since)?;
+            let Some((oldest, _)) = self.slots.iter().filter(|(_, s)| !s.busy && s.close.is_some()).min_by_key(|(_, s)| s.since) else {
+                self.refused += 1;
+                return None;
+            };
+            self.evicted += 1;
             if let Some(tx) = self.slots[oldest].close.take() {
                 let _ = tx.send(());
             }
@@ -113,7 +121,14 @@ async fn accept(listener: std::net::TcpListener, ctx: Arc<Ctx>) {
             }
         };
         let (close, closed) = oneshot::channel();
-        let Some(key) = ctx.conns.lock().expect("admin connections").admit(close) else { continue };
+        let admitted = {
+            let mut conns = ctx.conns.lock().expect("admin connections");
+            let key = conns.admit(close);
+            let mut stats = ctx.stats.lock().expect("admin stats");
+            (stats.connections_evicted, stats.connections_refused) = (conns.evicted, conns.refused);
+            key
+        };
+        let Some(key) = admitted else { continue };
         let ctx = ctx.clone();
         tokio::spawn(async move {
             let _ = stream.set_nodelay(true);
@@ -158,6 +173,7 @@ impl Ctx {
         self.conns.lock().expect("admin connections").set_busy(key, true);
         let r = self.respond(req).await;
         self.conns.lock().expect("admin connections").set_busy(key, false);
+        *self.stats.lock().expect("admin stats").requests.entry(r.status.to_string()).or_default() += 1;
         let mut resp = hyper::Response::new(Full::new(Bytes::from(r.body)));
         *resp.status_mut() = StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(r.content_type));

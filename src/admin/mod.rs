@@ -24,6 +24,19 @@ pub use route::Request as Route;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+crate::counters! {
+    /// What the admin API answered and whom it turned away: a flood or a
+    /// probing web page shows here (`/stats` "admin", `/metrics`).
+    pub struct AdminCounters {
+        requests: by("status") "admin_requests" "Admin API answers, by HTTP status (401 no token, 403 cross-site or rebinding, 408/413 body, 503 busy, ...)",
+        connections_evicted: counter "admin_connections_evicted" "Idle admin connections closed to make room at the cap",
+        connections_refused: counter "admin_connections_refused" "Admin connections closed at once: every one at the cap was inside a request",
+    }
+}
+
+/// The admin API's counters, shared with whoever reports them.
+pub type AdminStats = std::sync::Arc<std::sync::Mutex<AdminCounters>>;
+
 /// Largest request body accepted (a `/push` batch); larger gets 413.
 pub const MAX_BODY: usize = 1 << 20;
 /// Admin requests waiting for the supervisor at once; more get 503

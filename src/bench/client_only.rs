@@ -119,7 +119,7 @@ pub fn run(cfg: ClientConfig) -> Result<i32> {
     let sink: Sink<ClientEvent> = supervise::sink(&tx, |e| e);
     let run = ClientRun::start(&cp, &cfg.load, &wp, None, &sink)?;
     if let Some(a) = cfg.admin {
-        let bound = crate::admin::serve(crate::admin::Scope::ReadOnly, a, None, Arc::new(move |r| sink(ClientEvent::Admin(r))))?;
+        let bound = crate::admin::serve(crate::admin::Scope::ReadOnly, a, None, Arc::new(move |r| sink(ClientEvent::Admin(r))), Default::default())?;
         progress.note(&format!("admin API on http://{bound} (/metrics /stats /healthz)"));
     }
     let mut run = run;

@@ -115,6 +115,7 @@ pub fn run(args: BenchConfig, placement: &crate::topology::Placement) -> Result<
         server_cfg.admin.expect("set above"),
         None,
         std::sync::Arc::new(move |r| to(crate::server::snapshot::ServerEvent::Admin(r))),
+        Default::default(),
     )?;
     let client = ClientRun::start(&cplan, &client_cfg.load, &cwplan, None, &ch.client)?;
     let ramp_done = Arc::new(AtomicBool::new(false));

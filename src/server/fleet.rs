@@ -91,6 +91,8 @@ pub struct ServerFleet {
     /// Workers that stopped reading their commands or reporting: sent to,
     /// not waited for (admin answers list them).
     stalled: std::collections::BTreeSet<usize>,
+    /// The admin API's own counters, once it serves.
+    pub admin_stats: Option<crate::admin::AdminStats>,
 }
 
 impl ServerFleet {
@@ -137,6 +139,7 @@ impl ServerFleet {
             listeners,
             relay: None,
             stalled: Default::default(),
+            admin_stats: None,
         };
         if let Some(c) = &cfg.cluster {
             let to = sink.clone();
@@ -238,11 +241,17 @@ impl ServerFleet {
         let t = self.view.totals();
         let link = self.relay.as_ref().map(|r| r.status());
         let resp = match &req.route {
-            Route::Metrics => Response { status: 200, content_type: CONTENT_TYPE, body: super::metrics::render(&t, self.publisher.published, link.as_ref()) },
+            Route::Metrics => {
+                let admin = self.admin_stats.as_ref().map(|s| s.lock().expect("admin stats").clone());
+                Response { status: 200, content_type: CONTENT_TYPE, body: super::metrics::render(&t, self.publisher.published, link.as_ref(), admin.as_ref()) }
+            }
             Route::Stats => {
                 let mut v = serde_json::to_value(&t).unwrap_or_default();
                 v["push_published"] = self.publisher.published.into();
                 v["stalled_workers"] = self.stalled().into();
+                if let Some(s) = &self.admin_stats {
+                    v["admin"] = serde_json::to_value(&*s.lock().expect("admin stats")).unwrap_or_default();
+                }
                 if let Some(l) = &link {
                     v["cluster"] = serde_json::to_value(l).unwrap_or_default();
                 }

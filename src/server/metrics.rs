@@ -16,9 +16,12 @@ pub const PREFIX: &str = "megaconn";
 
 /// Render the totals (with the supervisor's own counters and, in a
 /// cluster, its NATS link).
-pub fn render(t: &ServerTotals, published: u64, link: Option<&crate::cluster::LinkStatus>) -> String {
+pub fn render(t: &ServerTotals, published: u64, link: Option<&crate::cluster::LinkStatus>, admin: Option<&crate::admin::AdminCounters>) -> String {
     let mut r = Registry::with_prefix(PREFIX);
     t.counters.register(&mut r);
+    if let Some(a) = admin {
+        a.register(&mut r);
+    }
     let service = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
     service.set(t.applied_service_ms / 1000.0);
     r.register_with_unit("business_service_mean", "Mean business service time applied per reply", Unit::Seconds, service);
@@ -43,10 +46,10 @@ pub fn render(t: &ServerTotals, published: u64, link: Option<&crate::cluster::Li
         c.register("publish_failures", "Publishes refused (503): the link was down or NATS did not confirm", ConstCounter::new(l.publish_failures));
         c.register("topics", "Topic subjects this node subscribes to", ConstGauge::new(l.topics as i64));
         let refused = Family::<Vec<(String, String)>, prometheus_client::metrics::counter::Counter>::default();
-        for reason in ["unsigned", "forged", "stale", "reply", "malformed"] {
+        for reason in ["unsigned", "forged", "stale", "reply", "malformed", "replay"] {
             refused.get_or_create(&vec![("reason".into(), reason.into())]).inc_by(l.refused.get(reason).copied().unwrap_or(0));
         }
-        c.register("refused", "Messages from NATS dropped unread: unsigned, forged (wrong key), stale (outside the signing window), reply (answer asked outside the origin's inbox), malformed", refused);
+        c.register("refused", "Messages from NATS dropped unread: unsigned, forged (wrong key), stale (outside the signing window), reply (answer asked outside the origin's inbox), malformed, replay (a copy of a message already taken)", refused);
     }
     encode(&r)
 }
@@ -63,7 +66,7 @@ mod tests {
         t.counters.accepted = 9;
         t.counters.close_reasons.insert("peer_closed".into(), 2);
         t.push_latency_buckets = vec![1, 2];
-        let text = render(&t, 3, None);
+        let text = render(&t, 3, None, None);
         for d in ServerCounters::DECLARED {
             assert!(text.contains(&format!("# HELP {} ", d.kind.family_name(PREFIX, d.metric))), "{} missing from {text}", d.field);
         }
@@ -74,11 +77,11 @@ mod tests {
         assert!(text.contains("megaconn_push_delivery_latency_seconds_count 3"), "{text}");
         assert!(text.ends_with("# EOF\n"), "{text}");
         let link = crate::cluster::LinkStatus { up: true, reconnects: 2, ..Default::default() };
-        let text = render(&t, 3, Some(&link));
+        let text = render(&t, 3, Some(&link), None);
         assert!(text.contains("megaconn_cluster_link_up 1"), "{text}");
         assert!(text.contains("megaconn_cluster_reconnects_total 2"), "{text}");
         let link = crate::cluster::LinkStatus { refused: [("forged".to_string(), 3)].into(), ..Default::default() };
-        let text = render(&t, 3, Some(&link));
+        let text = render(&t, 3, Some(&link), None);
         assert!(text.contains("megaconn_cluster_refused_total{reason=\"forged\"} 3"), "{text}");
         assert!(text.contains("megaconn_cluster_refused_total{reason=\"unsigned\"} 0"), "{text}");
     }

@@ -275,11 +275,13 @@ pub fn run(cfg: ServerConfig) -> Result<i32> {
     }
     let (tx, rx) = std::sync::mpsc::sync_channel(supervise::EVENT_QUEUE);
     let sink: Sink<ServerEvent> = supervise::bounded_sink(&tx, |e| e, supervise::WhenFull::Wait);
-    let fleet = start(&cfg, &plan, None, &sink, &mut |wait| rx.recv_timeout(wait).ok())?;
+    let mut fleet = start(&cfg, &plan, None, &sink, &mut |wait| rx.recv_timeout(wait).ok())?;
     let mut admin_at = None;
     if let Some(a) = cfg.admin {
         let to = supervise::bounded_sink(&tx, ServerEvent::Admin, supervise::WhenFull::Refuse);
-        let bound = crate::admin::serve(crate::admin::Scope::Full, a, cfg.admin_token.clone(), to)?;
+        let stats = crate::admin::AdminStats::default();
+        let bound = crate::admin::serve(crate::admin::Scope::Full, a, cfg.admin_token.clone(), to, stats.clone())?;
+        fleet.admin_stats = Some(stats);
         admin_at = Some(bound.to_string());
         say(
             &mut progress,
