@@ -161,3 +161,32 @@ pub fn signal_name(sig: i32) -> String {
     };
     name.to_string()
 }
+
+/// A zero-filled memfd of `bytes` that exec'd children inherit (no
+/// MFD_CLOEXEC): how the supervisor shares a table with its workers.
+pub fn inheritable_memfd(name: &std::ffi::CStr, bytes: usize) -> io::Result<std::os::fd::RawFd> {
+    // SAFETY: memfd_create with a NUL-terminated name.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is ours.
+    if unsafe { libc::ftruncate(fd, bytes as libc::off_t) } != 0 {
+        let e = io::Error::last_os_error();
+        // SAFETY: closing our own fd.
+        unsafe { libc::close(fd) };
+        return Err(e);
+    }
+    Ok(fd)
+}
+
+/// Map `bytes` of a memfd made by [`inheritable_memfd`], shared and
+/// writable, as 8-byte words (the mapping is page-aligned).
+pub fn map_shared_words(fd: std::os::fd::RawFd, bytes: usize) -> io::Result<*const std::sync::atomic::AtomicU64> {
+    // SAFETY: mapping `bytes` of a memfd sized to at least `bytes`, shared.
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0) };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(p as *const std::sync::atomic::AtomicU64)
+}

@@ -30,19 +30,7 @@ unsafe impl Send for SharedCap {}
 impl SharedCap {
     /// Supervisor: a new count with this cap, inherited by workers.
     pub fn create(cap: u64) -> io::Result<SharedCap> {
-        // SAFETY: memfd_create with a static NUL-terminated name; no
-        // MFD_CLOEXEC, so workers (exec'd children) inherit it.
-        let fd = unsafe { libc::memfd_create(c"megaconn-max-connections".as_ptr(), 0) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fd is ours.
-        if unsafe { libc::ftruncate(fd, BYTES as libc::off_t) } != 0 {
-            let e = io::Error::last_os_error();
-            // SAFETY: closing our own fd.
-            unsafe { libc::close(fd) };
-            return Err(e);
-        }
+        let fd = crate::sys::inheritable_memfd(c"megaconn-max-connections", BYTES)?;
         let c = SharedCap::open(fd)?;
         c.word(1).store(cap, Ordering::SeqCst);
         Ok(c)
@@ -50,12 +38,7 @@ impl SharedCap {
 
     /// Worker: map the count the supervisor created.
     pub fn open(fd: RawFd) -> io::Result<SharedCap> {
-        // SAFETY: mapping BYTES of a memfd sized to BYTES, shared.
-        let p = unsafe { libc::mmap(std::ptr::null_mut(), BYTES, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0) };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(SharedCap { words: p as *const AtomicU64, fd })
+        Ok(SharedCap { words: crate::sys::map_shared_words(fd, BYTES)?, fd })
     }
 
     pub fn fd(&self) -> RawFd {

@@ -65,30 +65,12 @@ impl PerIp {
     /// Supervisor: a new, empty table; returns its fd (inherited by the
     /// workers, never closed: it lives as long as the server).
     pub fn create() -> io::Result<RawFd> {
-        // SAFETY: memfd_create with a static NUL-terminated name; no
-        // MFD_CLOEXEC, so workers (exec'd children) inherit it.
-        let fd = unsafe { libc::memfd_create(c"megaconn-per-ip".as_ptr(), 0) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fd is ours.
-        if unsafe { libc::ftruncate(fd, BYTES as libc::off_t) } != 0 {
-            let e = io::Error::last_os_error();
-            // SAFETY: closing our own fd.
-            unsafe { libc::close(fd) };
-            return Err(e);
-        }
-        Ok(fd)
+        crate::sys::inheritable_memfd(c"megaconn-per-ip", BYTES)
     }
 
     /// Worker: map the table, to admit at most `cap` per address.
     pub fn open(fd: RawFd, cap: u32) -> io::Result<PerIp> {
-        // SAFETY: mapping BYTES of a memfd sized to BYTES, shared.
-        let p = unsafe { libc::mmap(std::ptr::null_mut(), BYTES, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0) };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(PerIp { words: p as *const AtomicU64, pid: std::process::id(), cap })
+        Ok(PerIp { words: crate::sys::map_shared_words(fd, BYTES)?, pid: std::process::id(), cap })
     }
 
     fn word(&self, i: usize) -> &AtomicU64 {

@@ -5,27 +5,14 @@
 // usage: node chromium_csrf.js ADMIN_ADDR
 // Prints one JSON line: each fetch's outcome, "opaque" when a response
 // came back (the request reached the server), or the error.
-const { chromium } = require('playwright-core');
-const http = require('http');
+const { loopbackPage } = require('./chromium_page');
 const admin = process.argv[2];
 
 (async () => {
-  const browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync'],
-  });
+  // Another origin (loopback, another port): the same address space, so
+  // Chromium itself does not block it.
+  const { browser, page } = await loopbackPage('not the admin');
   try {
-    // The page comes from loopback on another port: another origin, in
-    // the same address space (so Chromium itself does not block it).
-    const site = http.createServer((req, res) => {
-      res.writeHead(200, { 'Content-Type': 'text/html' });
-      res.end('<!doctype html><title>not the admin</title><p>some page</p>');
-    });
-    await new Promise((ok) => site.listen(0, '127.0.0.1', ok));
-    const page = await browser.newPage();
-    await page.goto(`http://127.0.0.1:${site.address().port}/`);
-    site.close();
     const outcomes = await page.evaluate(async (admin) => {
       const tries = [
         [`http://${admin}/broadcast`, 'pwned (text/plain)'],

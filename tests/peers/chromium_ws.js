@@ -4,27 +4,12 @@
 // usage: node chromium_ws.js PORT N
 // Prints "ready" once all N are open, then (after the test publishes) a
 // JSON line {"open":N,"received":R,"texts":[...distinct messages...]}.
-const { chromium } = require('playwright-core');
-const http = require('http');
+const { loopbackPage } = require('./chromium_page');
 const [port, n] = [Number(process.argv[2]), Number(process.argv[3])];
 
 (async () => {
-  const browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync'],
-  });
+  const { browser, page } = await loopbackPage('megaconn WebSocket test page');
   try {
-    // The page comes from loopback too: Chromium's local-network-access
-    // rules stop a page from elsewhere (even about:blank) reaching 127.0.0.1.
-    const site = http.createServer((req, res) => {
-      res.writeHead(200, { 'Content-Type': 'text/html' });
-      res.end('<!doctype html><title>megaconn</title><p>WebSocket test page</p>');
-    });
-    await new Promise((ok) => site.listen(0, '127.0.0.1', ok));
-    const page = await browser.newPage();
-    await page.goto(`http://127.0.0.1:${site.address().port}/`);
-    site.close();
     await page.evaluate(([port, n]) => {
       window.result = { open: 0, received: 0, texts: [], errors: 0 };
       window.sockets = [];
