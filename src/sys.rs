@@ -11,6 +11,11 @@ pub struct FdLimit {
     pub hard: u64,
 }
 
+/// Descriptors this process has open now (0 when /proc cannot be read).
+pub fn open_fds() -> u64 {
+    std::fs::read_dir("/proc/self/fd").map(|d| d.count() as u64).unwrap_or(0)
+}
+
 pub fn fd_limit() -> FdLimit {
     let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit writes into the struct we own.

@@ -55,6 +55,29 @@ fn elastic_server_grows_with_the_load_and_shrinks_after() {
 }
 
 #[test]
+fn a_worker_at_its_descriptor_ceiling_pauses_instead_of_failing_accept() {
+    // One fixed worker may open 1,000 files; 1,100 clients arrive. It holds
+    // what its descriptors allow, leaves the rest queued in the kernel
+    // (no EMFILE), and takes them once the first ones close.
+    let ports = free_ports(3);
+    let (mut srv, plan) = server(&["--ports", &ports.arg(), "--workers", "1"], Some(1000));
+    assert_eq!(plan["workers"], 1, "{plan}");
+    let cmd = client(ports, 1100, &["--rate", "5000", "--hold", "2s"]);
+    let load = std::thread::spawn(move || run(cmd, Duration::from_secs(60)));
+    let paused =
+        srv.wait_for(Duration::from_secs(30), "worker pauses at its ceiling", |v| v["event"] == "stats" && v["accept_paused"]["fd_ceiling"].as_u64() > Some(0));
+    let held = paused["active"].as_u64().unwrap();
+    assert!((900..1000).contains(&held), "held up to the fd limit less its own descriptors: {paused}");
+    assert!(paused["accept_errors"].as_object().unwrap().is_empty(), "{paused}");
+    let (code, _, err) = load.join().unwrap();
+    assert_eq!(code, 0, "client: {err}");
+    let drained =
+        srv.wait_for(Duration::from_secs(30), "queued connections taken and closed", |v| v["event"] == "stats" && v["accepted"] == 1100 && v["active"] == 0);
+    assert!(drained["accept_errors"].as_object().unwrap().is_empty(), "{drained}");
+    assert!(srv.terminate().success());
+}
+
+#[test]
 fn a_crashed_worker_costs_only_its_own_connections() {
     let ports = free_ports(3);
     let (mut srv, _, ready) = server_ready(&["--ports", &ports.arg(), "--workers", "3"], None);

@@ -139,8 +139,11 @@ pub fn stats_line(t: &ServerTotals, prev: &ServerTotals, dt: f64) -> String {
     } else {
         String::new()
     };
+    // A worker at its descriptor ceiling leaves connections queued until a
+    // successor takes them: the operator should see that it happened.
+    let paused = if t.accept_paused.is_empty() { String::new() } else { format!(" | accept paused {}", format::kinds(&t.accept_paused)) };
     format!(
-        "connections {} | accepted/s {} | closed/s {} | workers {} accepting / {} full / {} | rss {} | accept errors {}{requests}",
+        "connections {} | accepted/s {} | closed/s {} | workers {} accepting / {} full / {} | rss {} | accept errors {}{paused}{requests}",
         format::count(t.active),
         format::count(acc_rate as u64),
         format::count(close_rate as u64),

@@ -16,6 +16,7 @@ crate::counters! {
         closed: counter "connections_closed" "Connections closed, any reason",
         close_reasons: by("reason") "closed" "Connections closed, by reason (peer_closed, ECONNRESET, idle_timeout, bad_frame_too_long, ...)",
         accept_errors: by("errno") "accept_errors" "accept() failures, by errno (EMFILE, ENFILE, ...)",
+        accept_paused: by("reason") "accept_paused" "Times a worker stopped accepting for 100 ms without an error (fd_ceiling: it holds as many connections as its descriptors allow while its successor starts)",
         refused_over_cap: counter "refused_over_cap" "Connections closed at accept: the server was at --max-connections",
         refused_per_ip: by("reason") "refused_per_ip" "Connections closed at accept by --max-connections-per-ip, by reason (max_connections_per_ip, per_ip_table_full)",
         stalled: by("what") "stalled" "Connections closed by --stall-timeout, by what had not moved (partial_input, ws_fragment, backlog)",

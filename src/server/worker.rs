@@ -96,6 +96,9 @@ struct Worker {
     started: Instant,
     /// Set while accepting is paused by fd exhaustion.
     accept_paused_until: Option<Instant>,
+    /// Connections at which the next accept would fail with EMFILE (the
+    /// fd limit less what the worker had open at start, less a spare few).
+    fd_ceiling: u64,
     next_sweep: Instant,
     scratch: Vec<u8>,
     out: Vec<u8>,
@@ -159,6 +162,7 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
         conns: Slab::new(),
         started: Instant::now(),
         accept_paused_until: None,
+        fd_ceiling: fd_ceiling(),
         next_sweep: Instant::now() + IDLE_SWEEP,
         scratch: vec![0; SCRATCH],
         out: Vec::with_capacity(SCRATCH),
@@ -177,6 +181,15 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
     control::emit(&ServerMsg::Ready { worker, pid: std::process::id(), fd_limit: crate::sys::fd_limit().hard });
     let interval = Duration::from_millis(w.cfg.stats_interval_ms.max(50));
     reactor::run(&mut w, interval)
+}
+
+/// Descriptors kept free besides the connections: /proc reads, a
+/// pool thread's file, the lingering close of a refusal.
+const SPARE_FDS: u64 = 8;
+
+/// How many connections this process can hold before accept() fails.
+fn fd_ceiling() -> u64 {
+    crate::sys::fd_limit().hard.saturating_sub(crate::sys::open_fds() + SPARE_FDS)
 }
 
 impl Handler for Worker {

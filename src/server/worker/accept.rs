@@ -68,9 +68,24 @@ impl PerIpCount {
 }
 
 impl Worker {
+    /// Stop being woken by the listeners for [`ACCEPT_BACKOFF`].
+    fn pause_accepting(&mut self) {
+        self.accept_paused_until = Some(Instant::now() + ACCEPT_BACKOFF);
+        self.group.suspend(self.poll.as_raw_fd());
+    }
+
     /// Accept one connection from listener `i`; false when there is none
     /// (or accepting must pause).
     pub(super) fn accept_one(&mut self, i: usize) -> bool {
+        if self.stats.active >= self.fd_ceiling {
+            // A full worker keeps accepting until the supervisor sees a
+            // sibling with room; past its descriptors it cannot. Pause as
+            // EMFILE would, without making the kernel fail an accept: the
+            // queue waits for the successor.
+            *self.stats.accept_paused.entry("fd_ceiling".into()).or_insert(0) += 1;
+            self.pause_accepting();
+            return false;
+        }
         let Some(listener) = self.group.listeners.get(i) else { return false };
         match listener.accept() {
             Ok((mut stream, peer)) => {
@@ -138,8 +153,7 @@ impl Worker {
                     // Out of descriptors: retrying now would spin at
                     // 100% CPU on the same full queue. Back off.
                     Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOBUFS) | Some(libc::ENOMEM) => {
-                        self.accept_paused_until = Some(Instant::now() + ACCEPT_BACKOFF);
-                        self.group.suspend(self.poll.as_raw_fd());
+                        self.pause_accepting();
                         false
                     }
                     // The peer gave up before we accepted: next one.
