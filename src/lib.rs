@@ -34,6 +34,7 @@ pub mod stats;
 pub mod supervise;
 pub mod sys;
 pub mod timer;
+pub mod tls;
 pub mod topology;
 pub mod tune;
 pub mod values;

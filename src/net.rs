@@ -22,6 +22,21 @@ pub const MAX_BACKLOG: usize = 256 * 1024;
 /// produce is sent before more is read (bounded output per event).
 pub const READ_BUDGET: usize = 16;
 
+/// Where a connection's bytes come from: a socket, or a TLS connection
+/// decrypting one. `read_some` returns the bytes read and whether more may
+/// be waiting (for a socket: the read filled the buffer); `Ok((0, _))` is
+/// the end of the stream, `WouldBlock` nothing for now.
+pub trait Source {
+    fn read_some(&mut self, buf: &mut [u8]) -> io::Result<(usize, bool)>;
+}
+
+impl<T: Read> Source for T {
+    fn read_some(&mut self, buf: &mut [u8]) -> io::Result<(usize, bool)> {
+        let n = self.read(buf)?;
+        Ok((n, n == buf.len()))
+    }
+}
+
 /// Why reading stopped.
 #[derive(Debug, PartialEq, Eq)]
 pub enum ReadEnd {
@@ -41,7 +56,7 @@ pub enum ReadEnd {
 /// `on_frame`. A partial frame is kept in `partial`. `read_closed` is the
 /// readiness hint that the peer's FIN is already queued, in which case we
 /// read on to see it even after a short read.
-pub fn read_frames<S: Read>(
+pub fn read_frames<S: Source>(
     stream: &mut S,
     partial: &mut Spill,
     scratch: &mut [u8],
@@ -53,7 +68,7 @@ pub fn read_frames<S: Read>(
 
 /// Read everything the socket has and cut it into fixed-size units (the
 /// echo8 protocol: 8-byte timestamps with no framing).
-pub fn read_fixed<S: Read>(
+pub fn read_fixed<S: Source>(
     stream: &mut S,
     partial: &mut Spill,
     scratch: &mut [u8],
@@ -72,7 +87,7 @@ pub fn read_fixed<S: Read>(
 
 /// The read loop both protocols share: `consume` takes the bytes so far
 /// and returns how many it used; the rest waits in `partial`.
-pub fn read_chunks<S: Read>(
+pub fn read_chunks<S: Source>(
     stream: &mut S,
     partial: &mut Spill,
     scratch: &mut [u8],
@@ -81,9 +96,9 @@ pub fn read_chunks<S: Read>(
 ) -> ReadEnd {
     let mut reads = 0;
     loop {
-        let n = match stream.read(scratch) {
-            Ok(0) => return ReadEnd::Eof,
-            Ok(n) => n,
+        let (n, more) = match stream.read_some(scratch) {
+            Ok((0, _)) => return ReadEnd::Eof,
+            Ok(r) => r,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return ReadEnd::Open,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return ReadEnd::Error(crate::sys::error_kind_name(&e)),
@@ -115,7 +130,7 @@ pub fn read_chunks<S: Read>(
         }
         // A short read means the socket is empty right now; any later data
         // raises a new edge-triggered event.
-        if n < scratch.len() && !read_closed {
+        if !more && !read_closed {
             return ReadEnd::Open;
         }
         reads += 1;

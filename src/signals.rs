@@ -36,3 +36,23 @@ pub fn on_hard_exit(f: fn()) {
 pub fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::SeqCst)
 }
+
+static HANGUP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_hangup(_: libc::c_int) {
+    HANGUP.store(true, Ordering::SeqCst);
+}
+
+/// SIGHUP sets a flag (a server reloads its TLS certificate) instead of
+/// killing the process.
+pub fn watch_hangup() {
+    // SAFETY: the handler only stores to an atomic (async-signal-safe).
+    unsafe {
+        libc::signal(libc::SIGHUP, on_hangup as *const () as libc::sighandler_t);
+    }
+}
+
+/// Whether SIGHUP arrived since the last call.
+pub fn take_hangup() -> bool {
+    HANGUP.swap(false, Ordering::SeqCst)
+}

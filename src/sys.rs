@@ -121,6 +121,8 @@ pub fn error_kind_name(e: &io::Error) -> String {
     match e.raw_os_error() {
         Some(code) => errno_name(code),
         None if e.kind() == io::ErrorKind::TimedOut => "timeout".into(),
+        // Errors we make ourselves carry their name (TLS: "tls_alert_...").
+        None if e.kind() == io::ErrorKind::Other && e.get_ref().is_some() => e.to_string(),
         None => format!("{:?}", e.kind()),
     }
 }

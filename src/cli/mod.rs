@@ -207,6 +207,15 @@ pub struct ServerArgs {
     /// HTTP: close a connection stuck in one incomplete request this long (slowloris).
     #[arg(long, value_parser = parse::positive_duration, default_value = "10s")]
     pub header_timeout: Duration,
+    /// Serve TLS on every port: the certificate (PEM, the server's first, then its chain; RSA or ECDSA). Reloaded on SIGHUP and when the file changes.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The private key of --tls-cert (PEM: PKCS#8, RSA or EC).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// TLS: close a connection that has not finished its handshake in this long (tls_timeout).
+    #[arg(long, value_parser = parse::positive_duration, default_value = "10s")]
+    pub handshake_timeout: Duration,
     /// Print stats and the summary as JSON lines on stdout.
     #[arg(long)]
     pub json: bool,

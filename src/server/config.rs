@@ -67,6 +67,9 @@ pub struct ServerConfig {
     pub admin_token: Option<crate::admin::Token>,
     /// `--cluster URL --node-id ID`: publishes travel between nodes over NATS.
     pub cluster: Option<crate::cluster::ClusterConfig>,
+    /// `--tls-cert`/`--tls-key`: every port speaks TLS (the ticket key and
+    /// ALPN are filled in when the server starts).
+    pub tls: Option<crate::tls::files::ServerTls>,
     pub json: bool,
 }
 
@@ -103,6 +106,7 @@ impl Default for ServerConfig {
             admin: None,
             admin_token: None,
             cluster: None,
+            tls: None,
             json: false,
         }
     }

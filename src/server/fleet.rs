@@ -28,6 +28,8 @@ const STALL_AFTER: Duration = Duration::from_millis(500);
 /// long is stalled.
 const SILENCE_LIMIT: Duration = Duration::from_secs(5);
 /// Longest the initial workers may take to listen.
+/// How often the TLS certificate and key files are looked at for changes.
+const TLS_FILE_CHECK: Duration = Duration::from_secs(1);
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How the number of workers is decided.
@@ -75,6 +77,9 @@ pub struct ServerFleet {
     /// Full workers sent `leave` whose snapshot still says accepting.
     told_leave: std::collections::BTreeSet<usize>,
     crashes: VecDeque<Instant>,
+    /// When the TLS files last changed, and when that was last looked at.
+    tls_stamp: Option<(std::time::SystemTime, std::time::SystemTime)>,
+    tls_checked: Instant,
     retire_after: Duration,
     stopping: bool,
     /// Notes not yet printed.
@@ -118,6 +123,13 @@ impl ServerFleet {
         template.limits = super::limits::ConnLimits::of(cfg).context("cannot create the shared --max-connections-per-ip table")?;
         template.cap_fd = cap.as_ref().map(|c| c.fd());
         template.listen_fds = listeners.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
+        if let Some(t) = &mut template.tls {
+            t.ticket_key = crate::tls::tickets::new_key()?;
+            t.alpn_http = matches!(cfg.protocol, crate::proto::Protocol::Http | crate::proto::Protocol::Ws);
+            crate::tls::files::server_config(t).context("cannot serve TLS (--tls-cert, --tls-key)")?;
+            crate::signals::watch_hangup();
+        }
+        let tls_stamp = template.tls.as_ref().and_then(crate::tls::files::stamp);
         let to = sink.clone();
         let mut pool = Pool::new(super::WORKER_KIND, fd_limit, Arc::new(move |(i, ev)| to(ServerEvent::Worker(i, ev))))?;
         pool.set_inherit(template.listen_fds.clone());
@@ -130,6 +142,8 @@ impl ServerFleet {
             empty_since: BTreeMap::new(),
             told_leave: Default::default(),
             crashes: VecDeque::new(),
+            tls_stamp,
+            tls_checked: Instant::now(),
             retire_after: cfg.retire_after,
             stopping: false,
             notes: Vec::new(),
@@ -372,9 +386,39 @@ impl ServerFleet {
         self.notes.push(FleetNote { event, worker, message, lost });
     }
 
+    /// SIGHUP, or the certificate or key file changed (looked at once a
+    /// second): read them, and if they make a certificate, every worker
+    /// uses it for new handshakes. Established connections are untouched.
+    fn maybe_reload_tls(&mut self) {
+        let Some(t) = &self.template.tls else { return };
+        let hup = crate::signals::take_hangup();
+        if !hup && self.tls_checked.elapsed() < TLS_FILE_CHECK {
+            return;
+        }
+        self.tls_checked = Instant::now();
+        let stamp = crate::tls::files::stamp(t);
+        if !hup && stamp == self.tls_stamp {
+            return;
+        }
+        self.tls_stamp = stamp;
+        let why = if hup { "SIGHUP" } else { "the files changed" };
+        match crate::tls::files::server_config(t) {
+            Ok(_) => {
+                self.pool.broadcast(super::snapshot::CMD_TLS_RELOAD);
+                let message = format!("TLS certificate reloaded ({why}): new handshakes use {}", t.cert.display());
+                self.note("tls_reloaded", usize::MAX, message, 0);
+            }
+            Err(e) => {
+                let message = format!("TLS certificate not reloaded ({why}): {e:#}; the previous one stays in use");
+                self.note("tls_reload_failed", usize::MAX, message, 0);
+            }
+        }
+    }
+
     /// Grow or shrink an elastic fleet; called on every supervisor tick.
     pub fn upkeep(&mut self) {
         self.pool.flush();
+        self.maybe_reload_tls();
         self.watch_stalls();
         self.publisher.expire();
         if let Some(r) = &mut self.relay {
@@ -510,6 +554,7 @@ fn worker_template(cfg: &ServerConfig, initial: usize, budget: u64, elastic: boo
         track_topics: cfg.cluster.is_some(),
         limits: Default::default(),
         ws: super::ws::WsConfig { max_message: cfg.max_message_bytes, max_head: cfg.max_header_bytes, push_format: cfg.push_format },
+        tls: cfg.tls.clone(),
     }
 }
 

@@ -22,6 +22,9 @@ crate::counters! {
         stalled: by("what") "stalled" "Connections closed by --stall-timeout, by what had not moved (partial_input, ws_fragment, backlog)",
         subscribe_refused: by("reason") "subscribe_refused" "Subscriptions refused, by reason (too_many_topics: the worker holds --max-topics; too_many_subscriptions; bad_topic)",
         ws_upgrades: counter "ws_upgrades" "WebSocket handshakes completed",
+        tls_handshakes: counter "tls_handshakes" "TLS handshakes completed (full and resumed)",
+        tls_resumed: counter "tls_resumed" "TLS handshakes that resumed a session (ticket)",
+        tls_handshake_failures: by("reason") "tls_handshake_failures" "TLS connections closed before their handshake finished, by reason (tls_timeout, tls_plaintext, tls_eof, tls_alert_<name>, tls_bad_message, ...)",
         frames_in: counter "frames_in" "Frames received",
         frames_out: counter "frames_out" "Frames sent",
         requests: counter "requests" "Requests received",
@@ -151,6 +154,8 @@ pub struct ListCommand {
 pub const CMD_PUSH: &str = "push";
 /// `list {json}`: report some connections.
 pub const CMD_LIST: &str = "list";
+/// Read the TLS certificate and key again (SIGHUP, or the files changed).
+pub const CMD_TLS_RELOAD: &str = "tls_reload";
 
 /// What a server worker hears from its supervisor beyond the common
 /// commands.
@@ -158,6 +163,7 @@ pub const CMD_LIST: &str = "list";
 pub enum ServerCommand {
     Push(super::push::PushCommand),
     List(ListCommand),
+    TlsReload,
 }
 
 impl ServerCommand {
@@ -167,6 +173,7 @@ impl ServerCommand {
         match word {
             CMD_PUSH => serde_json::from_str(arg).ok().map(ServerCommand::Push),
             CMD_LIST => serde_json::from_str(arg).ok().map(ServerCommand::List),
+            CMD_TLS_RELOAD => Some(ServerCommand::TlsReload),
             _ => None,
         }
     }

@@ -15,6 +15,7 @@ mod deliver;
 mod linger;
 mod serve;
 mod stall;
+mod tls;
 
 use super::business::{BusinessMode, Stage};
 use super::conn::Conn;
@@ -72,6 +73,9 @@ pub struct ServerWorkerConfig {
     pub track_topics: bool,
     /// Topic cap, stall timeout, socket timers, per-address cap.
     pub limits: super::limits::ConnLimits,
+    /// `--tls-cert`/`--tls-key`: every connection speaks TLS.
+    #[serde(default)]
+    pub tls: Option<crate::tls::files::ServerTls>,
 }
 
 /// Pool threads wake the event loop through this token.
@@ -84,6 +88,8 @@ const SCRATCH: usize = 64 * 1024;
 const HTTP_SWEEP: Duration = Duration::from_millis(100);
 /// Slab capacity above which an emptied worker gives its memory back.
 const SHRINK_ABOVE: usize = 4096;
+/// How often TLS handshakes are checked against `--handshake-timeout`.
+const HANDSHAKE_SWEEP: Duration = Duration::from_millis(100);
 /// How often idle connections are looked for (`--idle-timeout`).
 const IDLE_SWEEP: Duration = Duration::from_secs(1);
 
@@ -131,6 +137,8 @@ struct Worker {
     /// Connections with input or output waiting, as the last stall sweep
     /// saw them.
     stalls: stall::Stalls,
+    /// TLS state of every connection (a TLS server only).
+    tls: Option<tls::TlsSide>,
 }
 
 pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
@@ -143,6 +151,10 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
     let limits = cfg.limits.clone();
     let per_ip = match limits.per_ip {
         Some((cap, fd)) => Some(accept::PerIpCount::open(fd, cap).context("cannot map the --max-connections-per-ip table")?),
+        None => None,
+    };
+    let tls = match &cfg.tls {
+        Some(t) => Some(tls::TlsSide::new(t.clone()).context("cannot load the TLS certificate")?),
         None => None,
     };
     let mut group = AcceptGroup::inherit(&cfg.listen_fds);
@@ -177,6 +189,7 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
         stalls: stall::Stalls::new(limits.stall_timeout_ms),
         limits,
         per_ip,
+        tls,
     };
     control::emit(&ServerMsg::Ready { worker, pid: std::process::id(), fd_limit: crate::sys::fd_limit().hard });
     let interval = Duration::from_millis(w.cfg.stats_interval_ms.max(50));
@@ -223,6 +236,13 @@ impl Handler for Worker {
                 match ServerCommand::parse(&word, &arg) {
                     Some(ServerCommand::Push(p)) => self.push(p),
                     Some(ServerCommand::List(l)) => self.list(&l),
+                    Some(ServerCommand::TlsReload) => {
+                        // The supervisor read the files before asking; if
+                        // they changed again since, the old ones stay.
+                        if let Some(Err(e)) = self.tls.as_mut().map(|t| t.reload()) {
+                            *self.stats.accept_errors.entry(format!("tls_reload_failed: {e:#}")).or_insert(0) += 1;
+                        }
+                    }
                     None => {}
                 }
                 Flow::Continue
@@ -235,6 +255,9 @@ impl Handler for Worker {
             Command::Stop => {
                 let n = self.conns.len() as u64;
                 self.conns.clear();
+                if let Some(t) = &mut self.tls {
+                    t.clear();
+                }
                 if let Some(p) = &mut self.per_ip {
                     p.release_all();
                 }
@@ -270,6 +293,7 @@ impl Handler for Worker {
             }
         }
         self.deliver_done();
+        self.expire_handshakes();
         if self.stalls.due(now) {
             self.sweep_stalls(now);
         }
@@ -310,6 +334,9 @@ impl Handler for Worker {
         }
         if !self.lingering.is_empty() {
             wake = wake.min(now + linger::LINGER_TICK);
+        }
+        if self.tls.as_ref().is_some_and(|t| t.has_pending()) {
+            wake = wake.min(now + HANDSHAKE_SWEEP);
         }
         wake.saturating_duration_since(now)
     }
@@ -415,10 +442,27 @@ impl Worker {
                 p.closed(key);
             }
             self.topics.forget(&conn.subs, key);
+            if let Some(t) = self.tls.as_mut().and_then(|t| t.remove(key)) {
+                if t.handshaking() {
+                    let why = if reason == "peer_closed" { crate::tls::failure::EOF.to_string() } else { reason.clone() };
+                    *self.stats.tls_handshake_failures.entry(why).or_insert(0) += 1;
+                }
+            }
             self.stats.closed += 1;
             self.stats.active -= 1;
             *self.stats.close_reasons.entry(reason).or_insert(0) += 1;
             self.maybe_rejoin();
+        }
+    }
+
+    /// Close every TLS connection whose handshake outlived
+    /// `--handshake-timeout` (counted as `tls_timeout`).
+    fn expire_handshakes(&mut self) {
+        let now = self.now_ds();
+        let conns = &self.conns;
+        let Some(t) = &mut self.tls else { return };
+        for key in t.expired(now, |k, gen| conns.get(k).is_some_and(|c| c.gen == gen)) {
+            self.close(key, crate::tls::failure::TIMEOUT.into());
         }
     }
 
@@ -448,5 +492,5 @@ impl Worker {
 /// upgrade): the peer may still be sending the request's body, so the
 /// socket lingers.
 fn answered_refusal(reason: &str) -> bool {
-    reason.starts_with("ws_handshake") || (reason.starts_with("http_") && reason != "http_connection_close")
+    reason == crate::tls::failure::PLAINTEXT || reason.starts_with("ws_handshake") || (reason.starts_with("http_") && reason != "http_connection_close")
 }

@@ -136,6 +136,12 @@ impl Worker {
                 entry.insert(conn);
                 self.stats.accepted += 1;
                 self.stats.active += 1;
+                if let Some(t) = &mut self.tls {
+                    if let Err(reason) = t.open(key, self.next_gen, now_ds) {
+                        self.close(key, reason);
+                        return true;
+                    }
+                }
                 if self.cfg.elastic && (self.stats.active == self.prespawn_at || self.stats.active == self.cfg.budget) {
                     // Tell the supervisor now, not at the next stats tick:
                     // a successor must be listening before this one is

@@ -1,7 +1,6 @@
 //! Pushes and connection listings, as the supervisor commands them.
 
 use super::Worker;
-use crate::net;
 use crate::proto::push::{self, Push, Stream};
 use crate::proto::Protocol;
 use crate::server::conn::ws_handshaking;
@@ -25,12 +24,19 @@ impl Worker {
         } else {
             match cmd.stream {
                 // Not to WebSocket connections still in their handshake.
-                Stream::Broadcast => self.conns.iter().filter(|(_, c)| !ws_handshaking(&c.ext)).map(|(k, _)| k).collect(),
+                Stream::Broadcast => {
+                    let tls = self.tls.as_ref();
+                    self.conns.iter().filter(|(k, c)| !ws_handshaking(&c.ext) && !tls.is_some_and(|t| t.handshaking(*k))).map(|(k, _)| k).collect()
+                }
                 Stream::Topic => self.topics.subscribers(&cmd.topic),
                 Stream::Unicast => cmd
                     .target
                     .map(split_id)
-                    .filter(|(w, k, g)| *w == self.cfg.worker && self.conns.get(*k).is_some_and(|c| c.gen & 0xFF_FFFF == *g && !ws_handshaking(&c.ext)))
+                    .filter(|(w, k, g)| {
+                        *w == self.cfg.worker
+                            && self.conns.get(*k).is_some_and(|c| c.gen & 0xFF_FFFF == *g && !ws_handshaking(&c.ext))
+                            && !self.tls.as_ref().is_some_and(|t| t.handshaking(*k))
+                    })
                     .map(|(_, k, _)| vec![k])
                     .unwrap_or_default(),
             }
@@ -45,7 +51,7 @@ impl Worker {
         let mut now_us = push::wall_us();
         for (i, key) in targets.iter().enumerate() {
             let Some(conn) = self.conns.get_mut(*key) else { continue };
-            match net::send_capped(&mut conn.stream, &mut conn.backlog, &frame, self.cfg.max_pending_bytes, "slow_consumer") {
+            match super::tls::send(self.tls.as_mut(), *key, &mut conn.stream, &mut conn.backlog, &frame, self.cfg.max_pending_bytes, "slow_consumer") {
                 Ok(()) => {
                     queued += 1;
                     if i % CLOCK_EVERY == 0 {

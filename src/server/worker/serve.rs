@@ -2,7 +2,7 @@
 //! requests in, heartbeat acks, replies and subscriptions out, and the
 //! business stage's finished jobs delivered in order.
 
-use super::Worker;
+use super::{tls, Worker};
 use crate::net::{self, ReadEnd};
 use crate::proto::frame::{self, Kind};
 use crate::proto::{Protocol, ECHO8_LEN};
@@ -10,6 +10,21 @@ use crate::server::conn::HttpExt;
 use crate::server::requests::Requests;
 use crate::server::{http, ws};
 use std::time::Instant;
+
+/// A connection's bytes: straight from the socket, or through TLS.
+enum Wire<'a> {
+    Plain(&'a mut mio::net::TcpStream),
+    Tls(crate::tls::server::TlsRead<'a>),
+}
+
+impl net::Source for Wire<'_> {
+    fn read_some(&mut self, buf: &mut [u8]) -> std::io::Result<(usize, bool)> {
+        match self {
+            Wire::Plain(s) => s.read_some(buf),
+            Wire::Tls(t) => t.read_some(buf),
+        }
+    }
+}
 
 impl Worker {
     pub(super) fn on_conn_event(&mut self, key: usize, readable: bool, read_closed: bool, writable: bool) {
@@ -30,10 +45,17 @@ impl Worker {
             let gen = conn.gen;
             let mut req =
                 Requests { out: &mut self.out, stats: &mut self.stats, stage: &mut self.stage, rng: &mut self.rng, service: &self.cfg.service_time, key, gen };
+            let mut src = match self.tls.as_mut() {
+                Some(t) => match t.reader(key, &mut conn.stream) {
+                    Some(r) => Wire::Tls(r),
+                    None => return,
+                },
+                None => Wire::Plain(&mut conn.stream),
+            };
             let r = match self.cfg.protocol {
                 Protocol::Framed => {
                     let (topics, subs) = (&mut self.topics, &mut conn.subs);
-                    net::read_frames(&mut conn.stream, &mut conn.partial, &mut self.scratch, read_closed, |f| {
+                    net::read_frames(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |f| {
                         req.stats.frames_in += 1;
                         match f.kind {
                             Kind::Heartbeat => {
@@ -60,19 +82,19 @@ impl Worker {
                 Protocol::Http => {
                     let http = &mut conn.ext;
                     let mut ctx = http::Ctx { req, cfg: &self.cfg.http, date: &self.date };
-                    let r = net::read_chunks(&mut conn.stream, &mut conn.partial, &mut self.scratch, read_closed, |buf| http::consume(&mut ctx, http, buf));
+                    let r = net::read_chunks(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| http::consume(&mut ctx, http, buf));
                     http::track_partial(&mut conn.ext, conn.partial.is_some(), now_ds);
                     r
                 }
                 Protocol::Ws => {
                     let mut ctx = ws::Ctx { req, cfg: &self.cfg.ws, topics: &mut self.topics, subs: &mut conn.subs, tmp: &mut self.unmasked };
                     let ext = &mut conn.ext;
-                    net::read_chunks(&mut conn.stream, &mut conn.partial, &mut self.scratch, read_closed, |buf| ws::consume(&mut ctx, ext, buf))
+                    net::read_chunks(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| ws::consume(&mut ctx, ext, buf))
                 }
                 // Raw is a client protocol (refused by the server's plan).
                 Protocol::Echo | Protocol::Discard | Protocol::Raw => {
                     let echo = self.cfg.protocol == Protocol::Echo;
-                    net::read_chunks(&mut conn.stream, &mut conn.partial, &mut self.scratch, read_closed, |buf| {
+                    net::read_chunks(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| {
                         req.stats.frames_in += 1;
                         if echo {
                             req.out.extend_from_slice(buf);
@@ -81,13 +103,19 @@ impl Worker {
                         Ok(buf.len())
                     })
                 }
-                Protocol::Echo8 => net::read_fixed(&mut conn.stream, &mut conn.partial, &mut self.scratch, read_closed, ECHO8_LEN, |u| {
+                Protocol::Echo8 => net::read_fixed(&mut src, &mut conn.partial, &mut self.scratch, read_closed, ECHO8_LEN, |u| {
                     req.handle(u.to_vec(), false);
                     Ok(())
                 }),
             };
-            // Answer what was decoded even when the stream then ended.
-            if let Err(reason) = net::send(&mut conn.stream, &mut conn.backlog, &self.out) {
+            drop(src);
+            if let Some(resumed) = self.tls.as_mut().and_then(|t| t.get(key)).and_then(|t| t.take_finished()) {
+                self.stats.tls_handshakes += 1;
+                self.stats.tls_resumed += resumed as u64;
+            }
+            // Answer what was decoded even when the stream then ended
+            // (and what the TLS handshake has to say first).
+            if let Err(reason) = tls::send(self.tls.as_mut(), key, &mut conn.stream, &mut conn.backlog, &self.out, net::MAX_BACKLOG, "slow_reader") {
                 end.get_or_insert(reason);
             }
             match r {
@@ -121,7 +149,7 @@ impl Worker {
             if conn.gen != done.job.gen {
                 continue;
             }
-            if let Err(reason) = net::send(&mut conn.stream, &mut conn.backlog, &done.job.reply) {
+            if let Err(reason) = tls::send(self.tls.as_mut(), done.job.key, &mut conn.stream, &mut conn.backlog, &done.job.reply, net::MAX_BACKLOG, "slow_reader") {
                 self.close(done.job.key, reason);
                 continue;
             }
@@ -164,7 +192,7 @@ impl Worker {
             }
         }
         http::track_partial(&mut conn.ext, conn.partial.is_some(), now_ds);
-        if let Err(reason) = net::send(&mut conn.stream, &mut conn.backlog, &self.out) {
+        if let Err(reason) = tls::send(self.tls.as_mut(), key, &mut conn.stream, &mut conn.backlog, &self.out, net::MAX_BACKLOG, "slow_reader") {
             end.get_or_insert(reason);
         }
         if let Some(reason) = end {

@@ -1,0 +1,114 @@
+//! A TLS server worker's side of every connection: the TLS state per
+//! slab key, the buffers all of them borrow, handshake deadlines, and the
+//! encrypting send every reply and push goes through.
+
+use crate::net::{self, Spill};
+use crate::tls::files::{self, ServerTls};
+use crate::tls::server::{TlsBufs, TlsConn, TlsRead, PLAINTEXT_REPLY};
+use anyhow::Result;
+use mio::net::TcpStream;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+pub(super) struct TlsSide {
+    files: ServerTls,
+    config: Arc<rustls::ServerConfig>,
+    /// By slab key; None for a key not in use.
+    conns: Vec<Option<Box<TlsConn>>>,
+    pub bufs: TlsBufs,
+    /// (deadline in worker deciseconds, key, generation), in accept order
+    /// so deadlines only grow.
+    pending: VecDeque<(u32, usize, u32)>,
+    timeout_ds: u32,
+    /// Cleartext HTTP on this port is answered (http and ws only).
+    plaintext_reply: Option<&'static [u8]>,
+}
+
+impl TlsSide {
+    pub fn new(files: ServerTls) -> Result<TlsSide> {
+        let config = files::server_config(&files)?;
+        let timeout_ds = (files.handshake_timeout_ms / 100).max(1) as u32;
+        let plaintext_reply = files.alpn_http.then_some(PLAINTEXT_REPLY);
+        Ok(TlsSide { files, config, conns: Vec::new(), bufs: TlsBufs::default(), pending: VecDeque::new(), timeout_ds, plaintext_reply })
+    }
+
+    /// Read the certificate and key again: new handshakes use them,
+    /// established connections keep theirs.
+    pub fn reload(&mut self) -> Result<()> {
+        self.config = files::server_config(&self.files)?;
+        Ok(())
+    }
+
+    /// A connection was accepted at slab `key`.
+    pub fn open(&mut self, key: usize, gen: u32, now_ds: u32) -> Result<(), String> {
+        let conn = TlsConn::new(self.config.clone(), now_ds).map_err(|e| crate::tls::reason_of(&e))?;
+        if self.conns.len() <= key {
+            self.conns.resize_with(key + 1, || None);
+        }
+        self.conns[key] = Some(conn);
+        self.pending.push_back((now_ds + self.timeout_ds, key, gen));
+        Ok(())
+    }
+
+    pub fn get(&mut self, key: usize) -> Option<&mut TlsConn> {
+        self.conns.get_mut(key).and_then(|c| c.as_deref_mut())
+    }
+
+    /// The connection at `key` closed; its TLS state, if it had one.
+    pub fn remove(&mut self, key: usize) -> Option<Box<TlsConn>> {
+        self.conns.get_mut(key).and_then(|c| c.take())
+    }
+
+    /// Whether `key` may not be sent to yet.
+    pub fn handshaking(&self, key: usize) -> bool {
+        self.conns.get(key).and_then(|c| c.as_deref()).is_some_and(|c| c.handshaking())
+    }
+
+    /// Keys whose handshake passed its deadline; `alive(key, gen)` says
+    /// whether that connection still exists.
+    pub fn expired(&mut self, now_ds: u32, alive: impl Fn(usize, u32) -> bool) -> Vec<usize> {
+        let mut out = Vec::new();
+        while let Some(&(deadline, key, gen)) = self.pending.front() {
+            if deadline > now_ds {
+                break;
+            }
+            self.pending.pop_front();
+            if alive(key, gen) && self.handshaking(key) {
+                out.push(key);
+            }
+        }
+        out
+    }
+
+    /// Whether a handshake deadline is waiting.
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// The plaintext reader of `key`'s socket.
+    pub fn reader<'a>(&'a mut self, key: usize, sock: &'a mut TcpStream) -> Option<TlsRead<'a>> {
+        let tls = self.conns.get_mut(key).and_then(|c| c.as_deref_mut())?;
+        Some(TlsRead { sock, tls, bufs: &mut self.bufs, plaintext_reply: self.plaintext_reply })
+    }
+
+    /// Every connection went at once (the worker stops).
+    pub fn clear(&mut self) {
+        self.conns = Vec::new();
+        self.pending = VecDeque::new();
+    }
+}
+
+/// Send `data` on the connection at `key`: encrypted after whatever the
+/// handshake left on the wire when it speaks TLS, as is otherwise. What
+/// the socket does not take waits in `backlog` (as sent: ciphertext).
+pub(super) fn send(tls: Option<&mut TlsSide>, key: usize, stream: &mut TcpStream, backlog: &mut Spill, data: &[u8], cap: usize, reason: &str) -> Result<(), String> {
+    let Some(side) = tls else { return net::send_capped(stream, backlog, data, cap, reason) };
+    let wire = &mut side.bufs.wire;
+    let encrypted = match side.conns.get_mut(key).and_then(|c| c.as_deref_mut()) {
+        Some(conn) if !data.is_empty() => conn.encrypt(data, wire),
+        _ => Ok(()),
+    };
+    let sent = net::send_capped(stream, backlog, wire, cap, reason);
+    wire.clear();
+    encrypted.and(sent)
+}

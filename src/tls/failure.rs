@@ -1,0 +1,67 @@
+//! Why a TLS handshake failed, named for a counter label
+//! (`tls_handshake_failures{reason}`) and a close reason.
+
+use rustls::{AlertDescription, CertificateError, Error};
+
+/// Cleartext (an HTTP request, a telnet) sent to a TLS port.
+pub const PLAINTEXT: &str = "tls_plaintext";
+/// The handshake did not finish within `--handshake-timeout`.
+pub const TIMEOUT: &str = "tls_timeout";
+/// The peer closed before the handshake finished.
+pub const EOF: &str = "tls_eof";
+
+/// `tls_alert_<name>` for an alert the peer sent, else what we found wrong.
+pub fn reason_of(e: &Error) -> String {
+    match e {
+        Error::AlertReceived(a) => format!("tls_alert_{}", alert_name(*a)),
+        Error::NoApplicationProtocol => "tls_no_application_protocol".into(),
+        Error::PeerIncompatible(_) => "tls_peer_incompatible".into(),
+        Error::PeerMisbehaved(_) => "tls_peer_misbehaved".into(),
+        Error::InvalidMessage(_) | Error::InappropriateMessage { .. } | Error::InappropriateHandshakeMessage { .. } => "tls_bad_message".into(),
+        Error::DecryptError => "tls_decrypt_error".into(),
+        Error::InvalidCertificate(c) => format!("tls_certificate_{}", certificate_name(c)),
+        _ => "tls_error".into(),
+    }
+}
+
+/// A certificate problem in the words a user searches for.
+pub fn certificate_name(c: &CertificateError) -> &'static str {
+    match c {
+        CertificateError::UnknownIssuer => "unknown_ca",
+        CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => "name_mismatch",
+        CertificateError::Expired | CertificateError::ExpiredContext { .. } => "expired",
+        CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. } => "not_yet_valid",
+        CertificateError::Revoked => "revoked",
+        CertificateError::BadSignature => "bad_signature",
+        CertificateError::BadEncoding => "bad_encoding",
+        _ => "invalid",
+    }
+}
+
+/// `bad_certificate` from `BadCertificate`.
+fn alert_name(a: AlertDescription) -> String {
+    let debug = format!("{a:?}");
+    let mut out = String::with_capacity(debug.len() + 4);
+    let mut prev_lower = false;
+    for ch in debug.chars() {
+        if ch.is_ascii_uppercase() && prev_lower {
+            out.push('_');
+        }
+        prev_lower = ch.is_ascii_lowercase() || ch.is_ascii_digit();
+        out.push(ch.to_ascii_lowercase());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alerts_and_certificates_are_named() {
+        assert_eq!(reason_of(&Error::AlertReceived(AlertDescription::BadCertificate)), "tls_alert_bad_certificate");
+        assert_eq!(reason_of(&Error::AlertReceived(AlertDescription::UnknownCA)), "tls_alert_unknown_ca");
+        assert_eq!(reason_of(&Error::InvalidCertificate(CertificateError::Expired)), "tls_certificate_expired");
+        assert_eq!(reason_of(&Error::InvalidCertificate(CertificateError::UnknownIssuer)), "tls_certificate_unknown_ca");
+    }
+}

@@ -1,0 +1,274 @@
+//! One server connection's TLS: the rustls state it keeps between
+//! readiness events (and nothing else: records are read into the worker's
+//! buffer, decrypted and handed on; what is sent is encrypted into the
+//! worker's buffer and written), the read adapter the protocol code reads
+//! plaintext through, and the encrypting send.
+
+use super::failure;
+use crate::net::{Source, Spill};
+use rustls::server::UnbufferedServerConnection;
+use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, UnbufferedStatus};
+use std::io::{self, Read};
+use std::sync::Arc;
+
+/// The answer to cleartext HTTP on a TLS http/ws port.
+pub const PLAINTEXT_REPLY: &[u8] = b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: 52\r\n\r\nThis port speaks TLS: use https:// or wss:// here.\r\n";
+
+/// What one TLS connection keeps between readiness events.
+pub struct TlsConn {
+    conn: UnbufferedServerConnection,
+    /// Received bytes rustls has not consumed: a record cut by the network.
+    spill: Spill,
+    /// The handshake finished (and was counted).
+    done: bool,
+    /// The peer sent close_notify: the next read is the end.
+    peer_closed: bool,
+    /// Worker-relative time (100 ms) the connection was accepted.
+    pub since_ds: u32,
+}
+
+/// Buffers a worker lends every TLS connection in turn.
+#[derive(Default)]
+pub struct TlsBufs {
+    /// Received ciphertext being processed.
+    incoming: Vec<u8>,
+    /// Bytes for the socket, in order: handshake flights, alerts, records.
+    pub wire: Vec<u8>,
+}
+
+impl TlsConn {
+    pub fn new(config: Arc<rustls::ServerConfig>, since_ds: u32) -> Result<Box<TlsConn>, rustls::Error> {
+        Ok(Box::new(TlsConn { conn: UnbufferedServerConnection::new(config)?, spill: None, done: false, peer_closed: false, since_ds }))
+    }
+
+    /// Still in the handshake: nothing may be sent to it yet.
+    pub fn handshaking(&self) -> bool {
+        !self.done
+    }
+
+    /// Some(resumed) once, right after the handshake finished.
+    pub fn take_finished(&mut self) -> Option<bool> {
+        if self.done || self.conn.is_handshaking() {
+            return None;
+        }
+        self.done = true;
+        Some(matches!(self.conn.handshake_kind(), Some(rustls::HandshakeKind::Resumed)))
+    }
+
+    /// Encrypt `plain` onto `wire`. Err names why it cannot be sent.
+    pub fn encrypt(&mut self, plain: &[u8], wire: &mut Vec<u8>) -> Result<(), String> {
+        if plain.is_empty() {
+            return Ok(());
+        }
+        let mut empty: [u8; 0] = [];
+        // Bounded: each turn either encrypts, or moves a pending handshake
+        // message (a session ticket) onto the wire.
+        for _ in 0..16 {
+            let incoming: &mut [u8] = match self.spill.as_deref_mut() {
+                Some(s) => &mut s[..],
+                None => &mut empty,
+            };
+            let UnbufferedStatus { discard, state } = self.conn.process_tls_records(incoming);
+            let result = match state {
+                Ok(ConnectionState::WriteTraffic(mut w)) => Some(encrypt_into(plain, wire, |p, out| w.encrypt(p, out))),
+                Ok(ConnectionState::EncodeTlsData(mut e)) => {
+                    encode_into(wire, |out| e.encode(out)).map_err(|_| "tls_encode_failed".to_string())?;
+                    None
+                }
+                Ok(ConnectionState::TransmitTlsData(t)) => {
+                    t.done();
+                    None
+                }
+                Ok(ConnectionState::BlockedHandshake) => Some(Err("tls_handshaking".to_string())),
+                Ok(_) => Some(Err("tls_closed".to_string())),
+                Err(e) => Some(Err(failure::reason_of(&e))),
+            };
+            self.discard(discard);
+            if let Some(r) = result {
+                return r;
+            }
+        }
+        Err("tls_encode_loop".into())
+    }
+
+    fn discard(&mut self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        if let Some(s) = &mut self.spill {
+            s.drain(..n.min(s.len()));
+            if s.is_empty() {
+                self.spill = None;
+            }
+        }
+    }
+}
+
+fn encrypt_into(plain: &[u8], wire: &mut Vec<u8>, mut f: impl FnMut(&[u8], &mut [u8]) -> Result<usize, EncryptError>) -> Result<(), String> {
+    let start = wire.len();
+    let mut room = plain.len() + (plain.len() / 16384 + 1) * 64;
+    loop {
+        wire.resize(start + room, 0);
+        match f(plain, &mut wire[start..]) {
+            Ok(n) => {
+                wire.truncate(start + n);
+                return Ok(());
+            }
+            Err(EncryptError::InsufficientSize(s)) if s.required_size > room => room = s.required_size,
+            Err(_) => {
+                wire.truncate(start);
+                return Err("tls_encrypt_failed".into());
+            }
+        }
+    }
+}
+
+fn encode_into(wire: &mut Vec<u8>, mut f: impl FnMut(&mut [u8]) -> Result<usize, EncodeError>) -> Result<(), ()> {
+    let start = wire.len();
+    let mut room = 4096;
+    loop {
+        wire.resize(start + room, 0);
+        match f(&mut wire[start..]) {
+            Ok(n) => {
+                wire.truncate(start + n);
+                return Ok(());
+            }
+            Err(EncodeError::InsufficientSize(s)) if s.required_size > room => room = s.required_size,
+            Err(_) => {
+                wire.truncate(start);
+                return Err(());
+            }
+        }
+    }
+}
+
+/// Reads plaintext from a TLS connection's socket for the protocol code.
+///
+/// Each call reads at most `buf.len()` bytes of records (less what was
+/// spilled), so the plaintext always fits; "more" is true when the socket
+/// read was full, exactly as for a plaintext socket.
+pub struct TlsRead<'a> {
+    pub sock: &'a mut mio::net::TcpStream,
+    pub tls: &'a mut TlsConn,
+    pub bufs: &'a mut TlsBufs,
+    /// Cleartext on this port gets this answer (http, ws) before closing.
+    pub plaintext_reply: Option<&'static [u8]>,
+}
+
+impl Source for TlsRead<'_> {
+    fn read_some(&mut self, buf: &mut [u8]) -> io::Result<(usize, bool)> {
+        if self.tls.peer_closed {
+            return Ok((0, false));
+        }
+        loop {
+            let incoming = &mut self.bufs.incoming;
+            incoming.clear();
+            if let Some(s) = self.tls.spill.take() {
+                incoming.extend_from_slice(&s);
+            }
+            let have = incoming.len();
+            let want = buf.len().saturating_sub(have).max(1);
+            incoming.resize(have + want, 0);
+            let (n, more, eof) = loop {
+                match self.sock.read(&mut incoming[have..]) {
+                    Ok(0) => break (0, false, true),
+                    Ok(n) => break (n, n == want, false),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break (0, false, false),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                }
+            };
+            incoming.truncate(have + n);
+            if !self.tls.done && have == 0 && n > 0 && looks_like_cleartext(incoming[0]) {
+                if let Some(reply) = self.plaintext_reply {
+                    self.bufs.wire.extend_from_slice(reply);
+                }
+                return Err(io::Error::other(failure::PLAINTEXT));
+            }
+            let filled = self.process(buf)?;
+            if filled > 0 {
+                return Ok((filled, more || self.tls.peer_closed));
+            }
+            if eof || self.tls.peer_closed {
+                self.tls.peer_closed = true;
+                return Ok((0, false));
+            }
+            if !more {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+        }
+    }
+}
+
+impl TlsRead<'_> {
+    /// Run rustls over the received bytes: decrypted data into `buf`,
+    /// handshake messages onto the wire, the unconsumed rest spilled.
+    fn process(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let TlsBufs { incoming, wire } = &mut *self.bufs;
+        let mut filled = 0;
+        let mut off = 0;
+        let mut failed = None;
+        // Bounded: every turn consumes input or moves output.
+        for _ in 0..4096 {
+            let UnbufferedStatus { discard, state } = self.tls.conn.process_tls_records(&mut incoming[off..]);
+            let mut stop = false;
+            match state {
+                Ok(ConnectionState::ReadTraffic(mut r)) => {
+                    while let Some(rec) = r.next_record() {
+                        let rec = rec.map_err(|e| io::Error::other(failure::reason_of(&e)))?;
+                        let end = filled + rec.payload.len();
+                        if end > buf.len() {
+                            return Err(io::Error::other("tls_record_overflow"));
+                        }
+                        buf[filled..end].copy_from_slice(rec.payload);
+                        filled = end;
+                    }
+                }
+                Ok(ConnectionState::ReadEarlyData(mut r)) => while r.next_record().is_some() {},
+                Ok(ConnectionState::EncodeTlsData(mut e)) => {
+                    encode_into(wire, |out| e.encode(out)).map_err(|_| io::Error::other("tls_encode_failed"))?;
+                }
+                Ok(ConnectionState::TransmitTlsData(t)) => t.done(),
+                Ok(ConnectionState::PeerClosed) | Ok(ConnectionState::Closed) => {
+                    self.tls.peer_closed = true;
+                    stop = true;
+                }
+                Ok(_) => stop = true,
+                Err(e) => {
+                    failed = Some(failure::reason_of(&e));
+                    stop = true;
+                }
+            }
+            off += discard;
+            if let Some(reason) = failed {
+                // The alert rustls queued goes out before the close.
+                let _ = self.tls.encrypt_alert(wire);
+                return Err(io::Error::other(reason));
+            }
+            if stop {
+                break;
+            }
+        }
+        if off < incoming.len() {
+            self.tls.spill = Some(Box::new(incoming[off..].to_vec()));
+        }
+        Ok(filled)
+    }
+}
+
+impl TlsConn {
+    /// After an error: the alert rustls queued, onto the wire.
+    fn encrypt_alert(&mut self, wire: &mut Vec<u8>) -> Result<(), ()> {
+        let mut empty: [u8; 0] = [];
+        if let Ok(ConnectionState::EncodeTlsData(mut e)) = self.conn.process_tls_records(&mut empty).state {
+            encode_into(wire, |out| e.encode(out))?;
+        }
+        Ok(())
+    }
+}
+
+/// A TLS connection starts with a handshake record (22); printable ASCII
+/// first is someone speaking cleartext (an HTTP request, a telnet).
+fn looks_like_cleartext(first: u8) -> bool {
+    first != 0x16 && (first.is_ascii_graphic() || first == b' ' || first == b'\r' || first == b'\n')
+}
