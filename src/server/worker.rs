@@ -432,6 +432,14 @@ impl Worker {
 
     fn close(&mut self, key: usize, reason: String) {
         if let Some(mut conn) = self.conns.try_remove(key) {
+            let tls = self.tls.as_mut().and_then(|t| t.remove(key));
+            if tls.as_ref().is_some_and(|t| t.handshaking()) {
+                let why = if reason == "peer_closed" { crate::tls::failure::EOF.to_string() } else { reason.clone() };
+                *self.stats.tls_handshake_failures.entry(why).or_insert(0) += 1;
+            } else if let (Some(mut t), Some(side)) = (tls, self.tls.as_mut()) {
+                // A TLS peer tells a clean end from a cut one by this.
+                t.close_notify(&mut conn.stream, &mut side.bufs.wire);
+            }
             if answered_refusal(&reason) && conn.backlog.is_none() && self.poll.registry().deregister(&mut conn.stream).is_ok() {
                 self.lingering.start(conn.stream);
             }
@@ -442,12 +450,6 @@ impl Worker {
                 p.closed(key);
             }
             self.topics.forget(&conn.subs, key);
-            if let Some(t) = self.tls.as_mut().and_then(|t| t.remove(key)) {
-                if t.handshaking() {
-                    let why = if reason == "peer_closed" { crate::tls::failure::EOF.to_string() } else { reason.clone() };
-                    *self.stats.tls_handshake_failures.entry(why).or_insert(0) += 1;
-                }
-            }
             self.stats.closed += 1;
             self.stats.active -= 1;
             *self.stats.close_reasons.entry(reason).or_insert(0) += 1;

@@ -91,6 +91,20 @@ impl TlsConn {
         Err("tls_encode_loop".into())
     }
 
+    /// Best effort: a close_notify alert written to `sock` now (the
+    /// connection is closing; nothing waits for it).
+    pub fn close_notify(&mut self, sock: &mut mio::net::TcpStream, wire: &mut Vec<u8>) {
+        wire.clear();
+        let mut empty: [u8; 0] = [];
+        if let Ok(ConnectionState::WriteTraffic(mut w)) = self.conn.process_tls_records(&mut empty).state {
+            let _ = encrypt_into(&[], wire, |_, out| w.queue_close_notify(out));
+        }
+        if !wire.is_empty() {
+            let _ = std::io::Write::write(sock, wire);
+        }
+        wire.clear();
+    }
+
     fn discard(&mut self, n: usize) {
         if n == 0 {
             return;

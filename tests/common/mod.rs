@@ -10,6 +10,7 @@
 //! reason where they cannot be made.
 #![allow(dead_code)]
 pub mod lab;
+pub mod pki;
 pub mod ports;
 pub mod proc;
 

@@ -2,17 +2,24 @@
 megaconn --protocol ws server: echo, UTF-8, fragments, ping/pong, the
 close handshake, and the close codes of three violations.
 
-usage: ws_conformance.py PORT   (prints one line per check, 'ALL OK' last)
+usage: ws_conformance.py PORT [CAFILE]   (prints one line per check, 'ALL OK'
+last; with CAFILE: over wss://localhost, trusting that CA)
 """
 import asyncio
 import os
+import ssl
 import struct
 import sys
 
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-URL = f"ws://127.0.0.1:{sys.argv[1]}/conformance"
+if len(sys.argv) > 2:
+    URL = f"wss://localhost:{sys.argv[1]}/conformance"
+    SSL = {"ssl": ssl.create_default_context(cafile=sys.argv[2])}
+else:
+    URL = f"ws://127.0.0.1:{sys.argv[1]}/conformance"
+    SSL = {}
 
 
 def frame(opcode, payload, mask=True, fin=True):
@@ -34,7 +41,7 @@ def frame(opcode, payload, mask=True, fin=True):
 
 async def close_code_after(raw):
     """Write raw bytes after the handshake; return the server's close code."""
-    async with connect(URL, compression=None) as ws:
+    async with connect(URL, compression=None, **SSL) as ws:
         ws.transport.write(raw)
         try:
             await asyncio.wait_for(ws.recv(), 5)
@@ -44,7 +51,7 @@ async def close_code_after(raw):
 
 
 async def main():
-    async with connect(URL, compression=None, max_size=None) as ws:
+    async with connect(URL, compression=None, max_size=None, **SSL) as ws:
         assert ws.response.status_code == 101
         assert "Sec-WebSocket-Extensions" not in ws.response.headers, "deflate must not be negotiated"
         for i in range(1000):
@@ -74,7 +81,7 @@ async def main():
     print("unmasked -> 1002")
     assert await close_code_after(frame(2, b"x" * 70000)) == 1009
     print("oversized -> 1009")
-    async with connect(URL, compression=None, max_size=None) as ws:
+    async with connect(URL, compression=None, max_size=None, **SSL) as ws:
         try:
             await ws.send(b"y" * 70000)
             await asyncio.wait_for(ws.recv(), 5)

@@ -1,0 +1,164 @@
+//! `--tls-cert`/`--tls-key` on the server, against TLS stacks nobody here
+//! wrote: curl, `openssl s_client` (both versions, ALPN, resumption on
+//! another worker), Python `ssl` and `websockets` over wss; and against
+//! peers that misbehave: cleartext to a TLS port, handshakes that never
+//! finish, noise after a handshake. Certificates are reloaded on SIGHUP and
+//! when their files change, without dropping a connection.
+mod common;
+use common::pki::Pki;
+use common::*;
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn tls_server(pki: &Pki, protocol: &str, extra: &[&str]) -> (Running, Value, u16) {
+    let port = free_port();
+    let p = port.to_string();
+    let mut args = vec!["--ports", &p, "--protocol", protocol, "--tls-cert", &pki.cert, "--tls-key", &pki.key];
+    args.extend_from_slice(extra);
+    let (s, _, ready) = server_ready(&args, None);
+    (s, ready, port)
+}
+
+use serde_json::Value;
+
+/// `openssl s_client` sending one HTTP request; its full output.
+fn s_client(port: u16, ca: &str, extra: &[&str]) -> String {
+    let mut cmd = Command::new("openssl");
+    cmd.args(["s_client", "-connect", &format!("127.0.0.1:{port}"), "-servername", "localhost", "-CAfile", ca, "-verify_return_error", "-alpn", "http/1.1", "-ign_eof"]);
+    cmd.args(extra).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("openssl is installed");
+    child.stdin.take().unwrap().write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = rx.recv_timeout(Duration::from_secs(30)).expect("s_client finished within 30 s").unwrap();
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+fn admin(ready: &Value) -> String {
+    ready["admin"].as_str().unwrap().to_string()
+}
+
+fn stats(ready: &Value) -> Value {
+    let (status, body) = http(&admin(ready), "GET", "/stats", b"", None);
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+#[test]
+fn https_answers_curl_and_openssl_on_both_versions_with_alpn_and_resumption() {
+    let pki = Pki::new("rsa");
+    let (mut s, ready, port) = tls_server(&pki, "http", &["--workers", "2"]);
+    let curl = Command::new("curl").args(["-sS", "--cacert", &pki.ca, &format!("https://localhost:{port}/")]).output().expect("curl is installed");
+    assert_eq!(String::from_utf8_lossy(&curl.stdout), "Hello world!", "{}", String::from_utf8_lossy(&curl.stderr));
+    for (flag, version) in [("-tls1_2", "TLSv1.2"), ("-tls1_3", "TLSv1.3")] {
+        let out = s_client(port, &pki.ca, &[flag]);
+        assert!(out.contains(&format!("Protocol  : {version}")), "{flag}: {out}");
+        assert!(out.contains("ALPN protocol: http/1.1"), "{flag}: {out}");
+        assert!(out.contains("Verify return code: 0 (ok)"), "{flag}: the chain verifies: {out}");
+        assert!(out.contains("Hello world!"), "{flag}: {out}");
+    }
+    // A session from one connection resumes on later ones, whichever of
+    // the two workers the kernel hands them to.
+    let sess = pki.dir.join("session.pem").display().to_string();
+    let first = s_client(port, &pki.ca, &["-tls1_3", "-sess_out", &sess]);
+    assert!(first.contains("New, TLSv1.3"), "{first}");
+    let mut reused = 0;
+    for _ in 0..6 {
+        let out = s_client(port, &pki.ca, &["-tls1_3", "-sess_in", &sess]);
+        assert!(out.contains("Hello world!"), "{out}");
+        reused += out.contains("Reused, TLSv1.3") as u32;
+    }
+    assert_eq!(reused, 6, "every later connection resumed");
+    let t = s.wait_for(Duration::from_secs(10), "handshakes counted", |v| v["event"] == "stats" && v["tls_handshakes"].as_u64() >= Some(10));
+    assert_eq!(t["tls_handshakes"], 10, "{t}");
+    assert_eq!(t["tls_resumed"], 6, "{t}");
+    assert!(t["tls_handshake_failures"].as_object().unwrap().is_empty(), "{t}");
+    let (status, metrics) = http(&admin(&ready), "GET", "/metrics", b"", None);
+    assert_eq!(status, 200);
+    assert!(metrics.contains("megaconn_tls_handshakes_total 10"), "{metrics}");
+    assert!(metrics.contains("megaconn_tls_resumed_total 6"), "{metrics}");
+    assert!(s.terminate().success());
+}
+
+#[test]
+fn cleartext_stalled_handshakes_and_noise_are_refused_and_counted() {
+    let pki = Pki::new("ec");
+    let (mut s, _, port) = tls_server(&pki, "http", &["--workers", "1", "--handshake-timeout", "1s"]);
+    // Cleartext HTTP to the TLS port: a 400 that says why, then the close.
+    let (status, body) = http(&format!("127.0.0.1:{port}"), "GET", "/", b"", None);
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("speaks TLS"), "{body}");
+    // 1,000 connections that never start, 100 that stop half-way through
+    // their ClientHello: every one is closed at the timeout.
+    for (n, mode) in [(1000, "silent"), (100, "truncated")] {
+        let mut py = Command::new("python3");
+        py.args([&peer("tls_probe.py"), "stall", &port.to_string(), &n.to_string(), mode]);
+        let mut p = Peer::spawn(&format!("tls_probe stall {mode}"), py);
+        assert_eq!(p.line(Duration::from_secs(60), "connections open"), format!("holding {n}"));
+        assert_eq!(p.line(Duration::from_secs(60), "connections closed by the server"), format!("closed {n}"));
+    }
+    // Noise after a finished handshake: closed, not a hang or a crash.
+    let mut py = Command::new("python3");
+    py.args([&peer("tls_probe.py"), "garbage", &port.to_string()]);
+    let (code, out, err) = run(py, Duration::from_secs(30));
+    assert_eq!((code, out.as_str()), (0, "closed\n"), "{err}");
+    let t = s.wait_for(Duration::from_secs(10), "failures counted", |v| {
+        v["event"] == "stats" && v["tls_handshake_failures"]["tls_timeout"] == 1100 && v["tls_handshakes"] == 1 && v["active"] == 0
+    });
+    assert_eq!(t["tls_handshake_failures"]["tls_plaintext"], 1, "{t}");
+    assert_eq!(t["tls_handshakes"], 1, "only the noisy peer finished one: {t}");
+    assert_eq!(t["active"], 0, "{t}");
+    let noise: u64 = t["close_reasons"].as_object().unwrap().iter().filter(|(k, _)| k.starts_with("tls_") && *k != "tls_timeout" && *k != "tls_plaintext").map(|(_, v)| v.as_u64().unwrap()).sum();
+    assert_eq!(noise, 1, "the noise closed its connection with a TLS reason: {t}");
+    // Still serving.
+    let curl = Command::new("curl").args(["-sS", "--cacert", &pki.ca, &format!("https://localhost:{port}/")]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&curl.stdout), "Hello world!");
+    s.wait_for(Duration::from_secs(10), "the next handshake counted", |v| v["event"] == "stats" && v["tls_handshakes"] == 2);
+    assert!(s.terminate().success());
+}
+
+#[test]
+fn wss_passes_python_websockets_conformance() {
+    let pki = Pki::new("ec");
+    let (mut s, _, port) = tls_server(&pki, "ws", &["--workers", "1"]);
+    let mut py = Command::new("python3");
+    py.args([&peer("ws_conformance.py"), &port.to_string(), &pki.ca]);
+    let (code, out, err) = run(py, Duration::from_secs(60));
+    assert!(code == 0 && out.ends_with("ALL OK\n"), "ws_conformance.py over wss exited {code}: {out}{err}");
+    let v = s.wait_for(Duration::from_secs(10), "closes counted", |v| v["event"] == "stats" && v["ws_upgrades"] == 5 && v["close_reasons"]["ws_message_too_big"] == 2);
+    assert_eq!(v["close_reasons"]["ws_bad_utf8"], 1, "{v}");
+    assert_eq!(v["tls_handshakes"], 5, "{v}");
+    assert!(s.terminate().success());
+}
+
+#[test]
+fn a_new_certificate_is_used_after_sighup_or_a_file_change_without_dropping_connections() {
+    let pki = Pki::new("ec");
+    let (mut s, ready, port) = tls_server(&pki, "http", &["--workers", "1"]);
+    let mut py = Command::new("python3");
+    py.args([&peer("tls_probe.py"), "keepalive", &port.to_string(), &pki.ca]).stdin(Stdio::piped());
+    let mut held = Peer::spawn("tls_probe keepalive", py);
+    let mut held_in = held.stdin();
+    assert_eq!(held.line(Duration::from_secs(20), "first request"), "ok1 localhost");
+    // The files change (a renewal): new handshakes get the new certificate.
+    pki.issue("ec", "renewed.localhost", "cert.pem", "key.pem");
+    s.wait_for(Duration::from_secs(10), "reloaded on the change", |v| v["event"] == "tls_reloaded");
+    let out = s_client(port, &pki.ca, &[]);
+    assert!(out.contains("CN = renewed.localhost"), "{out}");
+    // The connection made before the change still works.
+    writeln!(held_in, "go").unwrap();
+    assert_eq!(held.line(Duration::from_secs(20), "second request on the old connection"), "ok2");
+    // A broken key on SIGHUP: refused, said, and the last good one stays.
+    std::fs::write(&pki.key, "not a key").unwrap();
+    // SAFETY: signalling the server process this test started.
+    unsafe { libc::kill(s.child.id() as i32, libc::SIGHUP) };
+    let failed = s.wait_for(Duration::from_secs(10), "bad reload refused", |v| v["event"] == "tls_reload_failed");
+    assert!(failed["message"].as_str().unwrap().contains("no private key"), "{failed}");
+    let out = s_client(port, &pki.ca, &[]);
+    assert!(out.contains("CN = renewed.localhost") && out.contains("Hello world!"), "{out}");
+    assert_eq!(stats(&ready)["active"].as_u64(), Some(1), "the held connection is still open");
+    assert!(s.terminate().success());
+}
