@@ -286,3 +286,15 @@ impl TlsConn {
 fn looks_like_cleartext(first: u8) -> bool {
     first != 0x16 && (first.is_ascii_graphic() || first == b' ' || first == b'\r' || first == b'\n')
 }
+
+#[cfg(test)]
+mod tests {
+    /// What an idle TLS connection costs inline (its box); the heap it
+    /// points to (cipher keys, key schedule) is measured by
+    /// bench/tls_idle_memory.py.
+    #[test]
+    fn the_inline_tls_state_is_what_rustls_needs_and_a_few_bytes() {
+        let inner = std::mem::size_of::<rustls::server::UnbufferedServerConnection>();
+        assert!(std::mem::size_of::<super::TlsConn>() <= inner + 24, "{}", std::mem::size_of::<super::TlsConn>());
+    }
+}
