@@ -6,6 +6,7 @@
 # Usage: bench/http.sh [duration-per-wrk-run, default 15s] [ab requests, default 1000000]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/nginx.sh
 DUR="${1:-15s}"
 AB_N="${2:-1000000}"
 . bench/run_dir.sh
@@ -22,31 +23,9 @@ fi
 cargo build --release --locked -q
 BIN=${MEGACONN:-target/release/megaconn}   # MEGACONN=path compares another build
 
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT INT TERM
+start_workdir
 
-cat > "$work/nginx.conf" <<CONF
-worker_processes $WORKERS;
-daemon off;
-pid $work/nginx.pid;
-error_log $work/error.log;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 100000000;
-  keepalive_timeout 65;
-  server {
-    listen 127.0.0.1:$NGINX_PORT reuseport backlog=65535;
-    location / { default_type text/plain; return 200 "Hello world!"; }
-  }
-}
-CONF
+nginx_conf "$work" "$NGINX_PORT" "$WORKERS"
 nginx -c "$work/nginx.conf" -p "$work" &
 pids+=($!)
 "$BIN" server --protocol http --listen 127.0.0.1 --ports "$MEGA_PORT" --workers "$WORKERS" --duration 30m > "$work/megaconn.log" 2>&1 &
@@ -56,7 +35,6 @@ curl -fsS "http://127.0.0.1:$NGINX_PORT/" >/dev/null
 curl -fsS "http://127.0.0.1:$MEGA_PORT/" >/dev/null
 
 # wrk: "Requests/sec" and the 99% line of --latency (in us/ms/s).
-to_ms() { awk '{v=$1; if (v ~ /us$/) {sub(/us$/,"",v); print v/1000} else if (v ~ /ms$/) {sub(/ms$/,"",v); print v} else if (v ~ /s$/) {sub(/s$/,"",v); print v*1000} else print v}'; }
 run_wrk() { # port conns
   local out; out="$(wrk -t2 -c"$2" -d"$DUR" --latency "http://127.0.0.1:$1/")"
   local rps p99

@@ -25,7 +25,19 @@ use serde_json::Value;
 /// `openssl s_client` sending one HTTP request; its full output.
 fn s_client(port: u16, ca: &str, extra: &[&str]) -> String {
     let mut cmd = Command::new("openssl");
-    cmd.args(["s_client", "-connect", &format!("127.0.0.1:{port}"), "-servername", "localhost", "-CAfile", ca, "-verify_return_error", "-alpn", "http/1.1", "-ign_eof"]);
+    cmd.args([
+        "s_client",
+        "-connect",
+        &format!("127.0.0.1:{port}"),
+        "-servername",
+        "localhost",
+        "-CAfile",
+        ca,
+        "-verify_return_error",
+        "-alpn",
+        "http/1.1",
+        "-ign_eof",
+    ]);
     cmd.args(extra).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("openssl is installed");
     child.stdin.take().unwrap().write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
@@ -111,7 +123,13 @@ fn cleartext_stalled_handshakes_and_noise_are_refused_and_counted() {
     assert_eq!(t["tls_handshake_failures"]["tls_plaintext"], 1, "{t}");
     assert_eq!(t["tls_handshakes"], 1, "only the noisy peer finished one: {t}");
     assert_eq!(t["active"], 0, "{t}");
-    let noise: u64 = t["close_reasons"].as_object().unwrap().iter().filter(|(k, _)| k.starts_with("tls_") && *k != "tls_timeout" && *k != "tls_plaintext").map(|(_, v)| v.as_u64().unwrap()).sum();
+    let noise: u64 = t["close_reasons"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| k.starts_with("tls_") && *k != "tls_timeout" && *k != "tls_plaintext")
+        .map(|(_, v)| v.as_u64().unwrap())
+        .sum();
     assert_eq!(noise, 1, "the noise closed its connection with a TLS reason: {t}");
     // Still serving.
     let curl = Command::new("curl").args(["-sS", "--cacert", &pki.ca, &format!("https://localhost:{port}/")]).output().unwrap();
@@ -128,7 +146,9 @@ fn wss_passes_python_websockets_conformance() {
     py.args([&peer("ws_conformance.py"), &port.to_string(), &pki.ca]);
     let (code, out, err) = run(py, Duration::from_secs(60));
     assert!(code == 0 && out.ends_with("ALL OK\n"), "ws_conformance.py over wss exited {code}: {out}{err}");
-    let v = s.wait_for(Duration::from_secs(10), "closes counted", |v| v["event"] == "stats" && v["ws_upgrades"] == 5 && v["close_reasons"]["ws_message_too_big"] == 2);
+    let v = s.wait_for(Duration::from_secs(10), "closes counted", |v| {
+        v["event"] == "stats" && v["ws_upgrades"] == 5 && v["close_reasons"]["ws_message_too_big"] == 2
+    });
     assert_eq!(v["close_reasons"]["ws_bad_utf8"], 1, "{v}");
     assert_eq!(v["tls_handshakes"], 5, "{v}");
     assert!(s.terminate().success());

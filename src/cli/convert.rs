@@ -37,10 +37,10 @@ impl From<ServerArgs> for ServerConfig {
             admin: a.admin.0,
             admin_token: a.admin_token_file.or(a.admin_token),
             cluster: a.cluster.map(|url| a.cluster_auth.into_cluster(url, a.node_id.unwrap_or_else(crate::cluster::default_node_id))),
-            tls: a.tls_cert.zip(a.tls_key).map(|(cert, key)| crate::tls::files::ServerTls {
+            tls: a.tls.tls_cert.zip(a.tls.tls_key).map(|(cert, key)| crate::tls::files::ServerTls {
                 cert,
                 key,
-                handshake_timeout_ms: a.handshake_timeout.as_millis() as u64,
+                handshake_timeout_ms: a.tls.handshake_timeout.as_millis() as u64,
                 ticket_key: String::new(),
                 alpn_http: false,
             }),

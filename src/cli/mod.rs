@@ -207,15 +207,8 @@ pub struct ServerArgs {
     /// HTTP: close a connection stuck in one incomplete request this long (slowloris).
     #[arg(long, value_parser = parse::positive_duration, default_value = "10s")]
     pub header_timeout: Duration,
-    /// Serve TLS on every port: the certificate (PEM, the server's first, then its chain; RSA or ECDSA). Reloaded on SIGHUP and when the file changes.
-    #[arg(long, value_name = "FILE", requires = "tls_key")]
-    pub tls_cert: Option<std::path::PathBuf>,
-    /// The private key of --tls-cert (PEM: PKCS#8, RSA or EC).
-    #[arg(long, value_name = "FILE", requires = "tls_cert")]
-    pub tls_key: Option<std::path::PathBuf>,
-    /// TLS: close a connection that has not finished its handshake in this long (tls_timeout).
-    #[arg(long, value_parser = parse::positive_duration, default_value = "10s")]
-    pub handshake_timeout: Duration,
+    #[command(flatten)]
+    pub tls: Box<ServerTlsArgs>,
     /// Print stats and the summary as JSON lines on stdout.
     #[arg(long)]
     pub json: bool,
@@ -519,4 +512,18 @@ fn run_worker(role: &str) -> anyhow::Result<()> {
         control::emit_fatal(&format!("{e:#}"));
     }
     result
+}
+
+/// `megaconn server`'s TLS flags.
+#[derive(Args, Debug, Clone)]
+pub struct ServerTlsArgs {
+    /// Serve TLS on every port: the certificate (PEM, the server's first, then its chain; RSA or ECDSA). Reloaded on SIGHUP and when the file changes.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The private key of --tls-cert (PEM: PKCS#8, RSA or EC).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// TLS: close a connection that has not finished its handshake in this long (tls_timeout).
+    #[arg(long, value_parser = parse::positive_duration, default_value = "10s")]
+    pub handshake_timeout: Duration,
 }

@@ -45,10 +45,7 @@ pub fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
 pub fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read the key file {}", path.display()))?;
     PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| {
-        anyhow::anyhow!(
-            "no private key in {} ({e:?}): expected PEM -----BEGIN PRIVATE KEY----- (PKCS#8), RSA PRIVATE KEY or EC PRIVATE KEY",
-            path.display()
-        )
+        anyhow::anyhow!("no private key in {} ({e:?}): expected PEM -----BEGIN PRIVATE KEY----- (PKCS#8), RSA PRIVATE KEY or EC PRIVATE KEY", path.display())
     })
 }
 
@@ -62,7 +59,9 @@ pub fn server_config(tls: &ServerTls) -> Result<Arc<rustls::ServerConfig>> {
         .context("TLS versions")?
         .with_no_client_auth()
         .with_single_cert(chain, key)
-        .with_context(|| format!("{} and {} do not make a usable certificate (does the key belong to the certificate?)", tls.cert.display(), tls.key.display()))?;
+        .with_context(|| {
+            format!("{} and {} do not make a usable certificate (does the key belong to the certificate?)", tls.cert.display(), tls.key.display())
+        })?;
     if tls.alpn_http {
         cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     }

@@ -36,8 +36,7 @@ impl fmt::Debug for SharedTickets {
 impl SharedTickets {
     /// From the hex key [`new_key`] made.
     pub fn from_hex(hex: &str) -> anyhow::Result<SharedTickets> {
-        let bytes: Vec<u8> =
-            (0..hex.len()).step_by(2).filter_map(|i| hex.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok())).collect();
+        let bytes: Vec<u8> = (0..hex.len()).step_by(2).filter_map(|i| hex.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok())).collect();
         if bytes.len() != 32 || hex.len() != 64 {
             anyhow::bail!("the session ticket key must be 64 hex digits");
         }

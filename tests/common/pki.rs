@@ -24,12 +24,18 @@ impl Pki {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let newkey = if kind == "rsa" { "rsa:2048" } else { "ec" };
-        let mut ca_args = vec!["req", "-x509", "-newkey", newkey, "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "3", "-subj", "/CN=megaconn test CA"];
+        let mut ca_args =
+            vec!["req", "-x509", "-newkey", newkey, "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "3", "-subj", "/CN=megaconn test CA"];
         if kind != "rsa" {
             ca_args.extend(["-pkeyopt", "ec_paramgen_curve:P-256"]);
         }
         openssl(&dir, &ca_args);
-        let pki = Pki { ca: dir.join("ca.pem").display().to_string(), cert: dir.join("cert.pem").display().to_string(), key: dir.join("key.pem").display().to_string(), dir };
+        let pki = Pki {
+            ca: dir.join("ca.pem").display().to_string(),
+            cert: dir.join("cert.pem").display().to_string(),
+            key: dir.join("key.pem").display().to_string(),
+            dir,
+        };
         pki.issue(kind, "localhost", "cert.pem", "key.pem");
         pki
     }
@@ -46,7 +52,26 @@ impl Pki {
         }
         openssl(&self.dir, &args);
         std::fs::write(self.dir.join("san.ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n").unwrap();
-        openssl(&self.dir, &["x509", "-req", "-in", "leaf.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2", "-extfile", "san.ext", "-out", "leaf.pem"]);
+        openssl(
+            &self.dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                "leaf.csr",
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-extfile",
+                "san.ext",
+                "-out",
+                "leaf.pem",
+            ],
+        );
         let chain = [std::fs::read(self.dir.join("leaf.pem")).unwrap(), std::fs::read(self.dir.join("ca.pem")).unwrap()].concat();
         // Replace atomically, as a certificate manager would.
         let tmp = self.dir.join(format!("{cert}.tmp"));

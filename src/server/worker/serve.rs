@@ -108,7 +108,6 @@ impl Worker {
                     Ok(())
                 }),
             };
-            drop(src);
             if let Some(resumed) = self.tls.as_mut().and_then(|t| t.get(key)).and_then(|t| t.take_finished()) {
                 self.stats.tls_handshakes += 1;
                 self.stats.tls_resumed += resumed as u64;
@@ -149,7 +148,9 @@ impl Worker {
             if conn.gen != done.job.gen {
                 continue;
             }
-            if let Err(reason) = tls::send(self.tls.as_mut(), done.job.key, &mut conn.stream, &mut conn.backlog, &done.job.reply, net::MAX_BACKLOG, "slow_reader") {
+            if let Err(reason) =
+                tls::send(self.tls.as_mut(), done.job.key, &mut conn.stream, &mut conn.backlog, &done.job.reply, net::MAX_BACKLOG, "slow_reader")
+            {
                 self.close(done.job.key, reason);
                 continue;
             }

@@ -101,7 +101,15 @@ impl TlsSide {
 /// Send `data` on the connection at `key`: encrypted after whatever the
 /// handshake left on the wire when it speaks TLS, as is otherwise. What
 /// the socket does not take waits in `backlog` (as sent: ciphertext).
-pub(super) fn send(tls: Option<&mut TlsSide>, key: usize, stream: &mut TcpStream, backlog: &mut Spill, data: &[u8], cap: usize, reason: &str) -> Result<(), String> {
+pub(super) fn send(
+    tls: Option<&mut TlsSide>,
+    key: usize,
+    stream: &mut TcpStream,
+    backlog: &mut Spill,
+    data: &[u8],
+    cap: usize,
+    reason: &str,
+) -> Result<(), String> {
     let Some(side) = tls else { return net::send_capped(stream, backlog, data, cap, reason) };
     let wire = &mut side.bufs.wire;
     let encrypted = match side.conns.get_mut(key).and_then(|c| c.as_deref_mut()) {
