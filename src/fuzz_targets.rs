@@ -141,7 +141,7 @@ pub fn ws_handshake(data: &[u8]) {
         assert!(used <= data.len());
         let _ = ws::handshake::subscriptions(&up.target).count();
     }
-    let _ = ws::handshake::parse_response(data, "dGhlIHNhbXBsZSBub25jZQ==");
+    let _ = ws::handshake::parse_response(data, "dGhlIHNhbXBsZSBub25jZQ==", &[]);
 }
 
 /// The admin API's request routing: method, URL and body from bytes.
@@ -169,7 +169,7 @@ pub fn cli_values(data: &[u8]) {
     let _ = s.parse::<crate::server::business::BusinessMode>();
     let _ = crate::client::pushes::parse_subscribe(&s);
     let _ = crate::client::codec::parse(&s);
-    let _ = crate::client::ws::parse_url(&s);
+    let _ = crate::client::url::parse_url(&s);
     if !s.starts_with('@') {
         let _ = crate::client::raw::parse_message(&s);
     }

@@ -249,6 +249,26 @@ pub fn payload(s: &str) -> Result<usize, String> {
     Ok(v)
 }
 
+/// `-H 'Name: value'`: an HTTP header line (no CR or LF).
+pub fn header(s: &str) -> Result<(String, String), String> {
+    let (name, value) = s.split_once(':').ok_or_else(|| format!("{s:?} is not a header: write 'Name: value'"))?;
+    let name = token(name.trim())?;
+    let value = value.trim();
+    if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+        return Err(format!("the value of header {name:?} has a line break or NUL; a header is one line"));
+    }
+    Ok((name, value.to_string()))
+}
+
+/// An HTTP token (a header name, a subprotocol): letters, digits and
+/// ``!#$%&'*+-.^_`|~``.
+pub fn token(s: &str) -> Result<String, String> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)) {
+        return Err(format!("{s:?} is not an HTTP token (letters, digits and !#$%&'*+-.^_`|~ only)"));
+    }
+    Ok(s.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -302,5 +322,15 @@ mod tests {
         assert_eq!("off".parse::<PerSecond>().unwrap().0, None);
         assert!("-1/s".parse::<PerSecond>().is_err());
         assert!("1/h".parse::<PerSecond>().is_err());
+    }
+
+    #[test]
+    fn headers_and_tokens_parse_or_say_why_not() {
+        assert_eq!(header("X-Api-Key:  abc ").unwrap(), ("X-Api-Key".to_string(), "abc".to_string()));
+        assert!(header("no colon").unwrap_err().contains("Name: value"));
+        assert!(header("Bad Name: x").unwrap_err().contains("token"));
+        assert!(header("X: a\r\nInjected: 1").unwrap_err().contains("line break"));
+        assert_eq!(token("chat.v2").unwrap(), "chat.v2");
+        assert!(token("a,b").is_err());
     }
 }

@@ -33,8 +33,15 @@ fn bad_flags_exit_2_naming_the_flag() {
 
 #[test]
 fn bad_websocket_codec_and_churn_flags_exit_2() {
-    expect_usage_error(&["client", "--connections", "10", "--url", "wss://127.0.0.1/"], "TLS");
-    expect_usage_error(&["client", "--connections", "10", "--url", "ws://example.com/"], "IPv4");
+    expect_usage_error(&["client", "--connections", "10", "--url", "ftp://127.0.0.1/"], "not a ws://, wss://, http:// or https:// URL");
+    expect_usage_error(&["client", "--connections", "10", "--url", "wss://no-such-host.invalid/"], "cannot resolve");
+    expect_usage_error(&["client", "--connections", "10", "--tls", "--tls-versions", "1.1"], "use 1.2, 1.3 or 1.2,1.3");
+    expect_usage_error(&["client", "--connections", "10", "--tls", "--tls-server-name", "bad name!"], "--tls-server-name");
+    expect_usage_error(&["client", "--connections", "10", "--insecure", "--tls-ca", "ca.pem"], "cannot be used with");
+    expect_usage_error(&["client", "--connections", "10", "--ws-subprotocol", "chat"], "--ws-subprotocol is for --protocol ws");
+    expect_usage_error(&["client", "--connections", "10", "-H", "X-Key: 1"], "with --protocol ws or http");
+    expect_usage_error(&["client", "--connections", "10", "--protocol", "ws", "-H", "X-Key: a\r\nEvil: 1"], "line break");
+    expect_usage_error(&["client", "--connections", "10", "--url", "https://127.0.0.1/", "--protocol", "ws"], "--protocol http");
     expect_usage_error(&["client", "--connections", "10", "--url", "ws://127.0.0.1:8000/", "--protocol", "http"], "--protocol ws");
     expect_usage_error(&["client", "--connections", "10", "--protocol", "raw", "--message", "x", "--codec", "len:3"], "len:2 or len:4");
     expect_usage_error(&["client", "--connections", "10", "--protocol", "raw", "--message", "x", "--codec", "len:2,magic=zz"], "not hex");

@@ -55,6 +55,10 @@ pub struct BenchConfig {
     pub target: Ipv4Addr,
     /// Namespace (fd) the client workers enter (veth).
     pub client_netns: Option<i32>,
+    /// `--tls`: both ends speak TLS, with a throwaway CA and certificate
+    /// (`pki`, made when the run starts and removed when it ends).
+    pub tls: bool,
+    pub pki: Option<std::sync::Arc<crate::tls::throwaway::Throwaway>>,
     /// Push scenario: server nodes (each its own namespace) and the broker
     /// between them.
     pub nodes: u64,
@@ -88,6 +92,8 @@ impl Default for BenchConfig {
             topics: 0,
             churn: None,
             protocol: crate::proto::Protocol::Framed,
+            tls: false,
+            pki: None,
             json: false,
         }
     }

@@ -110,6 +110,13 @@ pub fn server_config(cfg: &BenchConfig, connections: u64) -> ServerConfig {
         // The report's series samples every 500 ms.
         stats_interval: Duration::from_millis(500),
         protocol: cfg.protocol,
+        tls: cfg.pki.as_ref().map(|p| crate::tls::files::ServerTls {
+            cert: p.cert.clone(),
+            key: p.key.clone(),
+            handshake_timeout_ms: crate::tls::files::DEFAULT_HANDSHAKE_TIMEOUT.as_millis() as u64,
+            ticket_key: String::new(),
+            alpn_http: false,
+        }),
         ..Default::default()
     }
 }
@@ -132,6 +139,12 @@ pub fn client_config(args: &BenchConfig, hold: Duration) -> ClientConfig {
             protocol: args.protocol,
             churn: args.churn,
             netns_fd: args.client_netns,
+            tls: args.pki.as_ref().map(|p| crate::tls::client::ClientTls {
+                ca: Some(p.ca.clone()),
+                server_name: crate::tls::throwaway::SERVER_NAME.into(),
+                alpn: crate::tls::client::alpn_for(args.protocol),
+                ..Default::default()
+            }),
             ..Default::default()
         },
         target: args.target,
@@ -156,6 +169,12 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
         crate::report::prepare(dir)?;
     }
     if args.nodes > 1 || args.cluster.is_some() {
+        if args.tls {
+            return Err(crate::UsageError(
+                "--tls runs one server (drop --nodes/--cluster); a TLS cluster is loaded with megaconn server --tls-cert and megaconn client --tls".into(),
+            )
+            .into());
+        }
         return cluster::run(args);
     }
     // Placed before anything starts: workers inherit the namespace. The
@@ -171,6 +190,16 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
         args.source_ips = Some(net.placement.client_sources.clone());
     }
     args.client_netns = net.client_ns.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
+    if args.tls {
+        let pki = crate::tls::throwaway::Throwaway::new(args.target)?;
+        progress.note(&format!(
+            "tls: a throwaway CA and a certificate for {} and {} in {}",
+            crate::tls::throwaway::SERVER_NAME,
+            args.target,
+            pki.ca.parent().map_or(String::new(), |d| d.display().to_string())
+        ));
+        args.pki = Some(std::sync::Arc::new(pki));
+    }
     match args.scenario {
         Scenario::Business => business::run(args),
         Scenario::Push => push::run(args, &net.placement),

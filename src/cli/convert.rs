@@ -73,12 +73,8 @@ impl From<LoadArgs> for LoadConfig {
             raw_codec: a.codec,
             subscribe: a.subscribe.as_ref().map(|s| s.0.clone()).unwrap_or_default(),
             subscribe_spread: a.subscribe.is_some_and(|s| s.1),
-            ws_target: "/".into(),
-            nice: 0,
-            netns_fd: None,
-            start_at: None,
-            nodes: Vec::new(),
             json: a.json,
+            ..LoadConfig::default()
         }
     }
 }
@@ -99,15 +95,44 @@ impl From<ClientArgs> for ClientConfig {
         };
         c.load.start_at = a.start_at;
         if let Some(u) = &c.url {
-            // A ws:// URL names the protocol; its host, port and path win.
+            // The URL names the protocol; its host, port and path win.
             if c.load.protocol == crate::proto::Protocol::Framed {
-                c.load.protocol = crate::proto::Protocol::Ws;
+                c.load.protocol = if u.websocket { crate::proto::Protocol::Ws } else { crate::proto::Protocol::Http };
             }
-            c.target = u.host;
-            if let Some(p) = u.port {
-                c.load.ports = vec![p];
+            c.target = u.addrs.first().copied().unwrap_or(c.target);
+            if u.addrs.len() > 1 {
+                c.load.nodes = u.addrs.iter().map(|&target| crate::client::config::NodeTarget { target, netns_fd: None }).collect();
             }
+            c.load.ports = vec![u.port];
             c.load.ws_target = u.target.clone();
+            c.load.host = Some(u.authority());
+        }
+        for (name, value) in a.headers {
+            if name.eq_ignore_ascii_case("host") {
+                c.load.host = Some(value);
+            } else {
+                c.load.headers.push(format!("{name}: {value}"));
+            }
+        }
+        if let Some(o) = a.origin {
+            c.load.headers.push(format!("Origin: {o}"));
+        }
+        if !a.ws_subprotocol.is_empty() {
+            c.load.headers.push(format!("Sec-WebSocket-Protocol: {}", a.ws_subprotocol.join(", ")));
+            c.load.subprotocols = a.ws_subprotocol;
+        }
+        let t = a.tls;
+        let wanted = t.tls || t.tls_ca.is_some() || t.insecure || t.tls_server_name.is_some() || t.tls_versions.is_some() || t.tls_resume.is_some();
+        if wanted || c.url.as_ref().is_some_and(|u| u.tls) {
+            let defaults = crate::tls::client::ClientTls::default();
+            c.load.tls = Some(crate::tls::client::ClientTls {
+                ca: t.tls_ca,
+                insecure: t.insecure,
+                server_name: t.tls_server_name.or_else(|| c.url.as_ref().map(|u| u.host.clone())).unwrap_or_else(|| c.target.to_string()),
+                versions: t.tls_versions.unwrap_or(defaults.versions),
+                alpn: crate::tls::client::alpn_for(c.load.protocol),
+                resume: t.tls_resume.unwrap_or(defaults.resume),
+            });
         }
         c
     }
@@ -135,6 +160,8 @@ impl From<BenchArgs> for BenchConfig {
             broadcast_interval: a.broadcast_interval,
             topics: a.topics,
             protocol: a.protocol,
+            tls: a.tls,
+            pki: None,
             churn: a.churn.0,
             report: a.report,
             topology: a.topology,

@@ -337,9 +337,20 @@ pub struct ClientArgs {
     /// Server address (IPv4).
     #[arg(long, default_value = "127.0.0.1")]
     pub target: Ipv4Addr,
-    /// WebSocket server to load: ws://HOST[:PORT][/PATH] (implies --protocol ws; without a port, --ports applies).
-    #[arg(long, value_parser = crate::client::ws::parse_url)]
-    pub url: Option<crate::client::ws::WsUrl>,
+    /// Server to load: ws://, wss://, http:// or https://HOST[:PORT][/PATH] (implies --protocol ws or http, and TLS for wss/https; port default 80/443; a host name spreads the connections over its IPv4 addresses).
+    #[arg(long, value_parser = crate::client::url::url_arg)]
+    pub url: Option<crate::client::url::Url>,
+    /// Add a header to WebSocket upgrades and HTTP requests: 'Name: value' (repeatable; a Host header replaces the default).
+    #[arg(short = 'H', long = "header", value_name = "NAME: VALUE", value_parser = parse::header)]
+    pub headers: Vec<(String, String)>,
+    /// Origin header of WebSocket upgrades (what a browser sends).
+    #[arg(long)]
+    pub origin: Option<String>,
+    /// Offer these WebSocket subprotocols (comma-separated or repeated); the server must choose one of them.
+    #[arg(long, value_delimiter = ',', value_parser = parse::token)]
+    pub ws_subprotocol: Vec<String>,
+    #[command(flatten)]
+    pub tls: ClientTlsArgs,
     #[command(flatten)]
     pub load: LoadArgs,
     /// Worker processes: auto or N.
@@ -382,6 +393,9 @@ pub struct BenchArgs {
     /// What both ends speak: framed (megaconn frames) or ws (WebSocket: pings, binary requests, pushes as messages).
     #[arg(long, value_parser = protocols(BENCH_PROTOCOLS), default_value = "framed")]
     pub protocol: Protocol,
+    /// Both ends speak TLS, with a throwaway CA and certificate made for the run (removed after).
+    #[arg(long)]
+    pub tls: bool,
     /// What to run: connections (ramp, hold, memory) or business (the
     /// thread-pool experiment: 1000 conns x 1 req/s against inline,
     /// pool:1000, pool:20 and async, classic service time).
@@ -512,6 +526,29 @@ fn run_worker(role: &str) -> anyhow::Result<()> {
         control::emit_fatal(&format!("{e:#}"));
     }
     result
+}
+
+/// `megaconn client`'s TLS flags (any of them turns TLS on).
+#[derive(Args, Debug, Clone)]
+pub struct ClientTlsArgs {
+    /// Speak TLS (any protocol; wss:// and https:// URLs imply it, as does any --tls-* flag).
+    #[arg(long)]
+    pub tls: bool,
+    /// PEM file of the CA(s) to trust for the server's certificate (default: the system's trust store).
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// Accept any server certificate (a test server's self-signed one); the handshake still checks the server holds its key.
+    #[arg(long, conflicts_with = "tls_ca")]
+    pub insecure: bool,
+    /// Name sent in SNI and checked against the certificate (default: the URL's host, else --target).
+    #[arg(long, value_name = "NAME")]
+    pub tls_server_name: Option<String>,
+    /// TLS versions to offer: 1.2, 1.3 or 1.2,1.3.
+    #[arg(long, value_parser = crate::tls::client::parse_versions)]
+    pub tls_versions: Option<std::vec::Vec<crate::tls::client::Version>>,
+    /// Which handshakes resume a session with a ticket: reconnect (reconnects and churn reopens, as returning devices), always, never (full handshakes only).
+    #[arg(long, value_enum)]
+    pub tls_resume: Option<crate::tls::client::Resume>,
 }
 
 /// `megaconn server`'s TLS flags.

@@ -66,8 +66,18 @@ pub struct LoadConfig {
     /// connection round-robin.
     pub subscribe: Vec<String>,
     pub subscribe_spread: bool,
-    /// `--protocol ws`: the request target (path and query) of the Upgrade.
+    /// `--protocol ws` and `http`: the request target (path and query)
+    /// of the Upgrade and of every HTTP request.
     pub ws_target: String,
+    /// Host header of those requests (default: the target address and port).
+    pub host: Option<String>,
+    /// Extra header lines of those requests (`-H`, `--origin`,
+    /// `--ws-subprotocol`), as `Name: value`.
+    pub headers: Vec<String>,
+    /// `--ws-subprotocol`: offered; the server must pick one.
+    pub subprotocols: Vec<String>,
+    /// TLS (`--tls`, `wss://`, `https://`, bench --tls).
+    pub tls: Option<crate::tls::client::ClientTls>,
     /// Niceness of the client workers (bench: the load generator yields
     /// CPU to the server it measures on the same machine).
     pub nice: i32,
@@ -106,6 +116,10 @@ impl Default for LoadConfig {
             subscribe: Vec::new(),
             subscribe_spread: false,
             ws_target: "/".into(),
+            host: None,
+            headers: Vec::new(),
+            subprotocols: Vec::new(),
+            tls: None,
             nice: 0,
             netns_fd: None,
             start_at: None,
@@ -124,8 +138,8 @@ pub struct ClientConfig {
     pub shard: Option<Shard>,
     /// Serve /metrics, /stats and /healthz for this run here.
     pub admin: Option<std::net::SocketAddr>,
-    /// `--url`: the WebSocket server (its host, port and path are applied).
-    pub url: Option<super::ws::WsUrl>,
+    /// `--url`: the server (its scheme, host, port and path are applied).
+    pub url: Option<super::url::Url>,
     /// `--report DIR`.
     pub report: Option<std::path::PathBuf>,
     /// `--summary-json FILE`.

@@ -12,6 +12,7 @@ pub mod run;
 pub mod series;
 pub mod snapshot;
 pub mod summary;
+pub mod url;
 pub mod view;
 pub mod worker;
 pub mod ws;
@@ -33,8 +34,26 @@ pub fn plan(cfg: &ClientConfig, fd_hard: u64) -> Result<(ConnectionPlan, WorkerP
     if cfg.load.protocol == crate::proto::Protocol::Raw && cfg.load.raw_message.is_none() {
         return Err("--protocol raw needs --message, e.g. --message 'PING \\{ts}\\r\\n'".into());
     }
-    if cfg.url.is_some() && cfg.load.protocol != crate::proto::Protocol::Ws {
-        return Err(format!("--url is a WebSocket URL; it loads with --protocol ws, not {:?}", cfg.load.protocol).to_lowercase());
+    if let Some(u) = &cfg.url {
+        let wants = if u.websocket { crate::proto::Protocol::Ws } else { crate::proto::Protocol::Http };
+        if cfg.load.protocol != wants {
+            return Err(format!(
+                "--url {} loads with --protocol {wants:?}, not {:?}",
+                if u.websocket { "ws:// or wss://" } else { "http:// or https://" },
+                cfg.load.protocol
+            )
+            .to_lowercase());
+        }
+    }
+    if !cfg.load.subprotocols.is_empty() && cfg.load.protocol != crate::proto::Protocol::Ws {
+        return Err("--ws-subprotocol is for --protocol ws (a ws:// or wss:// --url)".into());
+    }
+    if !cfg.load.headers.is_empty() && !matches!(cfg.load.protocol, crate::proto::Protocol::Ws | crate::proto::Protocol::Http) {
+        return Err("-H/--header and --origin go on WebSocket upgrades and HTTP requests: use them with --protocol ws or http".into());
+    }
+    if let Some(t) = &cfg.load.tls {
+        // Read the CA now: a bad file is a usage error, not 1,000 failures.
+        crate::tls::client::Configs::new(t).map_err(|e| format!("{e:#}"))?;
     }
     if cfg.load.protocol != crate::proto::Protocol::Raw && (cfg.load.raw_message.is_some() || cfg.load.raw_first.is_some() || cfg.load.raw_codec.is_some()) {
         return Err("--message, --first-message and --codec are for --protocol raw".into());

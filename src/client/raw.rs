@@ -122,7 +122,7 @@ impl RawEcho {
 
     /// Read what the server sent: whole codec frames, whole echoed
     /// messages (a stamp and no first message), or just bytes.
-    pub fn read(&self, stream: &mut mio::net::TcpStream, partial: &mut Spill, scratch: &mut [u8], read_closed: bool, replies: &mut Replies<'_>) -> ReadEnd {
+    pub fn read<S: net::Source>(&self, stream: &mut S, partial: &mut Spill, scratch: &mut [u8], read_closed: bool, replies: &mut Replies<'_>) -> ReadEnd {
         net::read_chunks(stream, partial, scratch, read_closed, |buf| {
             replies.stats.raw_bytes_in += buf.len() as u64;
             let mut used = 0;

@@ -66,9 +66,9 @@ impl Replies<'_> {
 
 /// Read everything the connection has and account for it.
 #[allow(clippy::too_many_arguments)]
-pub fn read(
+pub fn read<S: net::Source>(
     protocol: Protocol,
-    stream: &mut mio::net::TcpStream,
+    stream: &mut S,
     partial: &mut Spill,
     inflight: &mut Option<Box<VecDeque<u64>>>,
     scratch: &mut [u8],

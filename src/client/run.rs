@@ -66,6 +66,11 @@ pub struct ClientSummary {
     pub ramp_seconds: Option<f64>,
     pub ramp_rate_per_s: Option<f64>,
     pub connect_ms: LatencySummary,
+    /// The handshake by stage ("tcp", "tls", "upgrade"), for the stages
+    /// the connections went through.
+    pub stages_ms: BTreeMap<String, LatencySummary>,
+    /// Present when the connections spoke TLS.
+    pub tls: Option<TlsSummary>,
     pub heartbeat_rtt_ms: LatencySummary,
     pub requests: Option<RequestSummary>,
     /// Present when any push arrived.
@@ -81,6 +86,14 @@ pub struct ClientSummary {
 }
 
 crate::counters_deref!(ClientSummary => ClientCounters);
+
+/// TLS handshakes: how many, how many resumed, how long they took.
+#[derive(Debug, Clone, Serialize)]
+pub struct TlsSummary {
+    pub handshakes: u64,
+    pub resumed: u64,
+    pub handshake_ms: LatencySummary,
+}
 
 /// Pushes received (`--subscribe`, broadcasts, unicasts).
 #[derive(Debug, Clone, Serialize)]
@@ -194,6 +207,13 @@ impl ClientRun {
                     raw_first: load.raw_first.clone(),
                     raw_codec: load.raw_codec.clone(),
                     ws_target: load.ws_target.clone(),
+                    host_header: load.host.clone().unwrap_or_else(|| match plan.ports.as_slice() {
+                        [one] => format!("{}:{one}", plan.target),
+                        _ => plan.target.to_string(),
+                    }),
+                    extra_headers: load.headers.iter().map(|h| format!("{h}\r\n")).collect(),
+                    subprotocols: load.subprotocols.clone(),
+                    tls: load.tls.clone(),
                 })
                 .expect("config serializes")
             })
@@ -426,6 +446,12 @@ impl ClientRun {
             // Handshakes of the ramp only (not churn reopens or reconnects later).
             ramp_rate_per_s: ramp_seconds.filter(|s| *s > 0.0).map(|s| phases.first().map_or(t.established_total, |p| p.established) as f64 / s),
             connect_ms: histogram::summarize(&self.view.connect_hist),
+            stages_ms: self.view.stage_hists.iter().map(|(k, h)| (k.clone(), histogram::summarize(h))).collect(),
+            tls: self.view.stage_hists.get("tls").map(|h| TlsSummary {
+                handshakes: t.tls_handshakes,
+                resumed: t.tls_resumed,
+                handshake_ms: histogram::summarize(h),
+            }),
             heartbeat_rtt_ms: histogram::summarize(&self.view.rtt_hist),
             requests: self.request_rate.map(|rate| {
                 let qps: f64 = self

@@ -15,6 +15,8 @@ crate::counters! {
         open: gauge "connections" "Connections open now",
         established_total: counter "established" "Connections that completed the handshake",
         connecting: gauge "connecting" "Handshakes in flight",
+        tls_handshakes: counter "tls_handshakes" "TLS handshakes completed",
+        tls_resumed: counter "tls_resumed" "TLS handshakes that resumed a session with a ticket from an earlier one",
         failed: by("kind") "failed" "Connection attempts that failed, by kind (ECONNREFUSED, timeout, ...)",
         lost: by("reason") "lost" "Established connections the server or network ended, by reason",
         lost_unanswered: counter "lost_unanswered" "Lost connections that never received an answer (a protocol mismatch looks like this)",
@@ -56,6 +58,10 @@ pub struct ClientSnapshot {
     pub ramp_done_at_us: Option<u64>,
     /// Interval histogram of handshake times (µs), base64 HdrHistogram V2.
     pub connect_hist: String,
+    /// The same per handshake stage ("tcp", "tls", "upgrade"), for the
+    /// stages this worker went through.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub stage_hists: BTreeMap<String, String>,
     /// Interval histogram of heartbeat round trips from the intended send
     /// time (µs), base64 HdrHistogram V2.
     pub rtt_hist: String,

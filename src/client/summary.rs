@@ -44,6 +44,15 @@ pub fn print_summary(s: &ClientSummary, progress: &mut Progress) {
         _ => println!("ramp          did not complete"),
     }
     println!("handshake     {}", ms(&s.connect_ms));
+    if s.stages_ms.len() > 1 {
+        for (stage, l) in &s.stages_ms {
+            let tls = match &s.tls {
+                Some(t) if stage == "tls" => format!(" | {} handshakes, {} resumed", format::count(t.handshakes), format::count(t.resumed)),
+                _ => String::new(),
+            };
+            println!("  {stage:<11} {}{tls}", ms(l));
+        }
+    }
     let abandoned =
         if s.heartbeats_abandoned > 0 { format!(" | abandoned {} (connection closed first)", format::count(s.heartbeats_abandoned)) } else { String::new() };
     println!(
@@ -111,6 +120,27 @@ fn print_phases(phases: &[super::phases::PhaseResult]) {
 /// What the connections speak and send, for the summary's first line.
 pub fn describe_mode(target: std::net::Ipv4Addr, load: &LoadConfig) -> String {
     let requests = load.request_rate.is_some();
+    let base = describe_protocol(target, load, requests);
+    match &load.tls {
+        Some(t) => {
+            format!("{base} | over TLS {} to {:?}{}", versions(t), t.server_name, if t.insecure { " (certificate not verified: --insecure)" } else { "" })
+        }
+        None => base,
+    }
+}
+
+fn versions(t: &crate::tls::client::ClientTls) -> String {
+    t.versions
+        .iter()
+        .map(|v| match v {
+            crate::tls::client::Version::Tls12 => "1.2",
+            crate::tls::client::Version::Tls13 => "1.3",
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+fn describe_protocol(target: std::net::Ipv4Addr, load: &LoadConfig, requests: bool) -> String {
     match load.protocol {
         Protocol::Raw => {
             let Some(m) = &load.raw_message else { return "raw".into() };
@@ -127,10 +157,12 @@ pub fn describe_mode(target: std::net::Ipv4Addr, load: &LoadConfig) -> String {
         Protocol::Ws => {
             let port = if load.ports.len() == 1 { load.ports[0].to_string() } else { format!("{{{} ports}}", load.ports.len()) };
             let sends = if requests { "pings as heartbeats, stamped binary requests echoed" } else { "pings as heartbeats" };
-            format!("ws: ws://{target}:{port}{}; {sends}", load.ws_target)
+            let scheme = if load.tls.is_some() { "wss" } else { "ws" };
+            let host = load.host.clone().unwrap_or_else(|| format!("{target}:{port}"));
+            format!("ws: {scheme}://{host}{}; {sends}", load.ws_target)
         }
         Protocol::Framed => "framed: heartbeats and requests in megaconn frames".into(),
-        Protocol::Http => "http: keep-alive GET / requests".into(),
+        Protocol::Http => format!("http: keep-alive GET {} requests", load.ws_target),
         Protocol::Echo8 => "echo8: 8-byte millisecond timestamps echoed".into(),
         Protocol::Echo | Protocol::Discard => "server protocol".into(),
     }

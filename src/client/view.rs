@@ -30,6 +30,8 @@ pub struct Intervals {
     pub rtt: Option<Histogram<u64>>,
     pub request: Option<Histogram<u64>>,
     pub push: Option<Histogram<u64>>,
+    /// Per handshake stage ("tcp", "tls", "upgrade").
+    pub stages: Vec<(String, Histogram<u64>)>,
 }
 
 impl Intervals {
@@ -39,6 +41,7 @@ impl Intervals {
             rtt: histogram::decode(&s.rtt_hist),
             request: histogram::decode(&s.request_hist),
             push: histogram::decode(&s.push_hist),
+            stages: s.stage_hists.iter().filter_map(|(k, v)| Some((k.clone(), histogram::decode(v)?))).collect(),
         }
     }
 }
@@ -59,6 +62,8 @@ pub struct ClientView {
     pub request_interval: Histogram<u64>,
     /// Push delivery latency (publish stamp to receipt).
     pub push_hist: Histogram<u64>,
+    /// Handshake time per stage (TCP, TLS, WebSocket upgrade).
+    pub stage_hists: BTreeMap<String, Histogram<u64>>,
 }
 
 impl ClientView {
@@ -72,6 +77,7 @@ impl ClientView {
             request_hist: histogram::new(),
             request_interval: histogram::new(),
             push_hist: histogram::new(),
+            stage_hists: BTreeMap::new(),
         }
     }
 
@@ -82,6 +88,9 @@ impl ClientView {
         histogram::add(&mut self.request_hist, h.request.as_ref());
         histogram::add(&mut self.request_interval, h.request.as_ref());
         histogram::add(&mut self.push_hist, h.push.as_ref());
+        for (stage, hist) in &h.stages {
+            histogram::add(self.stage_hists.entry(stage.clone()).or_insert_with(histogram::new), Some(hist));
+        }
         let i = s.worker;
         if i < self.latest.len() {
             self.latest[i] = Some(s);

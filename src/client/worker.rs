@@ -82,14 +82,43 @@ pub struct ClientWorkerConfig {
     pub raw_codec: Option<super::codec::Codec>,
     /// `--protocol ws`: path and query of the Upgrade request.
     pub ws_target: String,
+    /// Host header of Upgrade and HTTP requests, and extra header lines
+    /// (`-H`, `--origin`, `--ws-subprotocol`), each ending in CRLF.
+    pub host_header: String,
+    pub extra_headers: String,
+    /// `--ws-subprotocol`: the 101 must name one of these.
+    pub subprotocols: Vec<String>,
+    /// TLS (`--tls`, `wss://`, `https://`).
+    pub tls: Option<crate::tls::client::ClientTls>,
 }
 
 mod connect;
 mod schedule;
+mod tls;
 mod ws;
 
-/// What `--protocol http` sends: a keep-alive GET.
-const HTTP_REQUEST: &[u8] = b"GET / HTTP/1.1\r\nHost: megaconn\r\n\r\n";
+use tls::wire;
+
+/// The stages of opening a connection, timed apart.
+#[derive(Clone, Copy)]
+pub(super) enum Stage {
+    Tcp = 0,
+    Tls = 1,
+    Upgrade = 2,
+}
+
+impl Stage {
+    const ALL: [Stage; 3] = [Stage::Tcp, Stage::Tls, Stage::Upgrade];
+
+    fn name(self) -> &'static str {
+        match self {
+            Stage::Tcp => "tcp",
+            Stage::Tls => "tls",
+            Stage::Upgrade => "upgrade",
+        }
+    }
+}
+
 const SCRATCH: usize = 64 * 1024;
 /// Fewest µs between ramp wake-ups: batching a few connects per wake-up
 /// keeps 100 processes from spending the CPU on epoll_wait. Heartbeats and
@@ -106,8 +135,10 @@ const DRAIN_US: u64 = 3_000_000;
 enum State {
     Idle,
     Connecting,
-    /// `--protocol ws`: TCP is up, the Upgrade request is out, the 101
-    /// has not come (still counted as connecting).
+    /// TCP is up, the TLS handshake is under way (still connecting).
+    TlsHandshaking,
+    /// `--protocol ws`: TCP (and TLS) is up, the Upgrade request is out,
+    /// the 101 has not come (still counted as connecting).
     Upgrading,
     Established,
     /// Lost; waiting in the reconnect queue.
@@ -118,8 +149,12 @@ enum State {
 struct Slot {
     stream: Option<mio::net::TcpStream>,
     state: State,
-    /// Low 32 bits of mono µs when connect() was called.
+    /// Low 32 bits of mono µs when connect() was called, and when the
+    /// current handshake stage (TCP, TLS, upgrade) began.
     started_us: u32,
+    stage_us: u32,
+    /// TLS state, when the connection speaks TLS.
+    tls: Option<Box<crate::tls::client::ClientConn>>,
     partial: Spill,
     backlog: Spill,
     /// HTTP: intended send times of requests awaiting responses, in order
@@ -149,6 +184,8 @@ impl Slot {
             stream: None,
             state: State::Idle,
             started_us: 0,
+            stage_us: 0,
+            tls: None,
             partial: None,
             backlog: None,
             inflight: None,
@@ -159,6 +196,13 @@ impl Slot {
             churned: false,
             beats_out: 0,
         }
+    }
+}
+
+impl State {
+    /// Still opening: TCP, TLS or the WebSocket upgrade under way.
+    fn connecting(self) -> bool {
+        matches!(self, State::Connecting | State::TlsHandshaking | State::Upgrading)
     }
 }
 
@@ -185,6 +229,8 @@ struct Worker {
     wall_offset_us: i64,
     stats: ClientSnapshot,
     connect_hist: Histogram<u64>,
+    /// Time of each handshake stage (TCP, TLS, upgrade), by `Stage`.
+    stage_hists: [Histogram<u64>; 3],
     rtt_hist: Histogram<u64>,
     request_hist: Histogram<u64>,
     push_hist: Histogram<u64>,
@@ -206,6 +252,11 @@ struct Worker {
     ws_out: Vec<u8>,
     /// `--protocol raw`: how echoes are read.
     raw_echo: Option<super::raw::RawEcho>,
+    /// `--protocol http`: the request every send writes.
+    http_request: Vec<u8>,
+    /// TLS configs, and the buffers every TLS connection borrows.
+    tls: Option<crate::tls::client::Configs>,
+    tls_bufs: crate::tls::conn::TlsBufs,
 }
 
 pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
@@ -229,6 +280,7 @@ pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
         request_cursor: 0,
         wall_offset_us: wall_us() as i64 - mono_us() as i64,
         connect_hist: histogram::new(),
+        stage_hists: [histogram::new(), histogram::new(), histogram::new()],
         rtt_hist: histogram::new(),
         request_hist: histogram::new(),
         push_hist: histogram::new(),
@@ -250,6 +302,12 @@ pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
             first_sent: cfg.raw_first.is_some(),
             as_requests: cfg.request_us.is_some(),
         }),
+        http_request: format!("GET {} HTTP/1.1\r\nHost: {}\r\n{}\r\n", cfg.ws_target, cfg.host_header, cfg.extra_headers).into_bytes(),
+        tls: match &cfg.tls {
+            Some(t) => Some(crate::tls::client::Configs::new(t)?),
+            None => None,
+        },
+        tls_bufs: Default::default(),
         cfg,
     };
     control::emit(&ClientMsg::Ready { worker: w.cfg.worker, pid: std::process::id(), fd_limit: crate::sys::fd_limit().hard });
@@ -316,6 +374,16 @@ impl Handler for Worker {
 
     fn report(&mut self, last: bool) {
         self.stats.connect_hist = histogram::encode(&self.connect_hist);
+        self.stats.stage_hists = Stage::ALL
+            .iter()
+            .zip(self.stage_hists.iter_mut())
+            .filter(|(_, h)| !h.is_empty())
+            .map(|(s, h)| {
+                let e = histogram::encode(h);
+                h.reset();
+                (s.name().to_string(), e)
+            })
+            .collect();
         self.stats.rtt_hist = histogram::encode(&self.rtt_hist);
         self.stats.request_hist = histogram::encode(&self.request_hist);
         self.request_hist.reset();
@@ -378,27 +446,18 @@ impl Worker {
             // complete (a hang-up without an error is "not connected").
             let done = if read_closed { stream.peer_addr().map(|_| ()) } else { Ok(()) };
             match done {
-                Ok(()) if self.cfg.protocol == Protocol::Ws => return self.upgrade(k),
-                Ok(()) => self.established(k, now),
+                Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotConnected => return,
                 Err(e) => return self.fail(k, crate::sys::error_kind_name(&e), now),
             }
-            if !self.cfg.subscribe.is_empty() && !self.subscribe(k) {
+            self.stage_done(k, Stage::Tcp, now);
+            let alive = if self.tls.is_some() { self.start_tls(k) } else { self.connected(k, now) };
+            if !alive {
                 return;
-            }
-            if let Some(first) = self.cfg.raw_first.clone() {
-                self.out.clear();
-                if let Some(c) = &self.cfg.raw_codec {
-                    c.header(&mut self.out, first.len());
-                }
-                self.out.extend_from_slice(&first);
-                if !self.write_slot(k) {
-                    return;
-                }
             }
         }
         let slot = &mut self.slots[k];
-        let stream = slot.stream.as_mut().expect("checked above");
+        let Some(stream) = slot.stream.as_mut() else { return };
         if writable && slot.backlog.is_some() {
             if let Err(reason) = net::flush(stream, &mut slot.backlog) {
                 return self.lose(k, reason);
@@ -422,10 +481,22 @@ impl Worker {
             beats_out: &mut slot.beats_out,
         };
         let before = replies::answers(replies.stats);
-        let r =
-            replies::read(self.cfg.protocol, stream, &mut slot.partial, &mut slot.inflight, &mut self.scratch, read_closed, self.wall_offset_us, &mut replies);
+        let mut src = wire(stream, slot.tls.as_deref_mut(), &mut self.tls_bufs);
+        let r = replies::read(
+            self.cfg.protocol,
+            &mut src,
+            &mut slot.partial,
+            &mut slot.inflight,
+            &mut self.scratch,
+            read_closed,
+            self.wall_offset_us,
+            &mut replies,
+        );
         if replies::answers(replies.stats) > before {
             slot.answered = true;
+        }
+        if !self.after_tls_read(k, now) {
+            return;
         }
         match r {
             ReadEnd::Open => {}
@@ -433,6 +504,36 @@ impl Worker {
             ReadEnd::Eof => self.lose(k, "peer_closed".into()),
             ReadEnd::Error(reason) => self.lose(k, reason),
         }
+    }
+
+    /// TCP (and TLS) is up: send the Upgrade (ws), or the connection is
+    /// established and sends its subscriptions and first message. False
+    /// if it was lost meanwhile.
+    fn connected(&mut self, k: usize, now: u64) -> bool {
+        if self.cfg.protocol == Protocol::Ws {
+            return self.upgrade(k, now);
+        }
+        self.established(k, now);
+        if !self.cfg.subscribe.is_empty() && !self.subscribe(k) {
+            return false;
+        }
+        if let Some(first) = self.cfg.raw_first.clone() {
+            self.out.clear();
+            if let Some(c) = &self.cfg.raw_codec {
+                c.header(&mut self.out, first.len());
+            }
+            self.out.extend_from_slice(&first);
+            return self.write_slot(k);
+        }
+        true
+    }
+
+    /// A handshake stage of connection k ended: its time is recorded and
+    /// the next stage starts now.
+    fn stage_done(&mut self, k: usize, stage: Stage, now: u64) {
+        let slot = &mut self.slots[k];
+        histogram::record(&mut self.stage_hists[stage as usize], (now as u32).wrapping_sub(slot.stage_us) as u64);
+        slot.stage_us = now as u32;
     }
 
     /// Connection k stopped at its read budget: ask epoll for a new edge.
@@ -487,15 +588,21 @@ impl Worker {
 
     fn close_all(&mut self) {
         for slot in self.slots.iter_mut() {
-            if let Some(stream) = slot.stream.take() {
+            if let Some(mut stream) = slot.stream.take() {
                 if self.cfg.close == CloseMode::Reset {
                     let _ = SockRef::from(&stream).set_linger(Some(Duration::ZERO));
                 }
-                if matches!(slot.state, State::Connecting | State::Upgrading) && slot.churned {
+                if let Some(tls) = slot.tls.as_deref_mut() {
+                    if self.cfg.close == CloseMode::Graceful {
+                        tls.close_notify(&mut stream, &mut self.tls_bufs.wire);
+                    }
+                }
+                slot.tls = None;
+                if slot.state.connecting() && slot.churned {
                     // A churn reopen cut short by the end of the run.
                     self.stats.churn_closed -= 1;
                     self.stats.connecting -= 1;
-                } else if matches!(slot.state, State::Connecting | State::Upgrading) {
+                } else if slot.state.connecting() {
                     *self.stats.failed.entry("cancelled".into()).or_insert(0) += 1;
                     self.stats.connecting -= 1;
                 }

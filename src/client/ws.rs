@@ -1,4 +1,4 @@
-//! The client side of `--protocol ws`: the `--url`, the Upgrade request
+//! The client side of `--protocol ws`: the Upgrade request
 //! and its check, masked pings (heartbeats) and binary requests carrying
 //! their intended send time, and what comes back: pongs (round trips),
 //! echoed requests (latency), pushes (JSON text or binary), the server's
@@ -12,40 +12,6 @@ use crate::proto::ws::handshake;
 
 /// Largest message the client accepts from a server (all fragments).
 pub const MAX_MESSAGE: usize = 1 << 20;
-
-/// `--url ws://HOST[:PORT][/PATH]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WsUrl {
-    pub host: std::net::Ipv4Addr,
-    pub port: Option<u16>,
-    /// Path and query, e.g. `/chat?room=1`.
-    pub target: String,
-}
-
-/// Parse `--url`.
-pub fn parse_url(s: &str) -> Result<WsUrl, String> {
-    if s.starts_with("wss://") {
-        return Err("wss:// (TLS) is not supported: terminate TLS in front of the server and load it with ws://".into());
-    }
-    let rest = s.strip_prefix("ws://").ok_or_else(|| format!("{s:?} is not a ws:// URL (e.g. ws://127.0.0.1:8000/chat)"))?;
-    let (authority, target) = match rest.find(['/', '?']) {
-        Some(i) if rest.as_bytes()[i] == b'?' => (&rest[..i], format!("/{}", &rest[i..])),
-        Some(i) => (&rest[..i], rest[i..].to_string()),
-        None => (rest, "/".to_string()),
-    };
-    let (host, port) = match authority.rsplit_once(':') {
-        Some((h, p)) => (h, Some(p.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| format!("bad port {p:?} in {s:?}"))?)),
-        None => (authority, None),
-    };
-    let host = match host {
-        "localhost" => std::net::Ipv4Addr::LOCALHOST,
-        h => h.parse().map_err(|_| format!("host {h:?} in {s:?}: use an IPv4 address (names are not resolved)"))?,
-    };
-    if target.bytes().any(|b| b <= b' ' || b == 0x7F) {
-        return Err(format!("the path in {s:?} has spaces or control characters; percent-encode them"));
-    }
-    Ok(WsUrl { host, port, target })
-}
 
 /// The request target of connection `g`, with its subscriptions.
 pub fn target_with_topics(target: &str, topics: &[String]) -> String {
@@ -97,6 +63,8 @@ pub struct ReadOutcome {
 pub struct WsRead<'a> {
     /// Still waiting for the 101: the key the answer must match.
     pub key: Option<&'a str>,
+    /// `--ws-subprotocol`: the 101 must pick one of these.
+    pub subprotocols: &'a [String],
     pub frag: &'a mut Option<Box<Fragments>>,
     pub tmp: &'a mut Vec<u8>,
     /// Frames to send back (pongs, the close answer).
@@ -110,7 +78,7 @@ impl WsRead<'_> {
     pub fn consume(&mut self, buf: &[u8], replies: &mut Replies<'_>) -> Result<usize, &'static str> {
         let mut pos = 0;
         if let Some(key) = self.key {
-            match handshake::parse_response(buf, key)? {
+            match handshake::parse_response(buf, key, self.subprotocols)? {
                 None => return Ok(0),
                 Some(used) => {
                     self.key = None;
@@ -168,16 +136,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn urls_parse_or_say_why_not() {
-        let u = parse_url("ws://127.0.0.1:8000/chat?x=1").unwrap();
-        assert_eq!((u.host, u.port, u.target.as_str()), (std::net::Ipv4Addr::LOCALHOST, Some(8000), "/chat?x=1"));
-        assert_eq!(parse_url("ws://localhost").unwrap().target, "/");
-        assert_eq!(parse_url("ws://127.0.0.2?a=b").unwrap().target, "/?a=b");
-        assert!(parse_url("wss://h/").unwrap_err().contains("TLS"));
-        assert!(parse_url("http://h/").unwrap_err().contains("not a ws:// URL"));
-        assert!(parse_url("ws://example.com/").unwrap_err().contains("IPv4"));
-        assert!(parse_url("ws://127.0.0.1:0/").unwrap_err().contains("bad port"));
-        assert!(parse_url("ws://127.0.0.1/a b").unwrap_err().contains("percent-encode"));
+    fn subscriptions_join_the_target() {
         assert_eq!(target_with_topics("/c?x=1", &["a".into(), "b".into()]), "/c?x=1&subscribe=a,b");
     }
 }

@@ -12,9 +12,12 @@
 //! - [`server`]: one server connection's TLS state and its read/write path;
 //! - [`failure`]: why a handshake failed, as a counter label.
 
+pub mod client;
+pub mod conn;
 pub mod failure;
 pub mod files;
 pub mod server;
+pub mod throwaway;
 pub mod tickets;
 
 pub use failure::reason_of;

@@ -43,6 +43,11 @@ impl Pki {
     /// A leaf named `cn` (SAN localhost, 127.0.0.1) signed by the CA,
     /// written as `cert` (leaf then CA) and `key` in the directory.
     pub fn issue(&self, kind: &str, cn: &str, cert: &str, key: &str) {
+        self.issue_for_days(kind, cn, cert, key, "2");
+    }
+
+    /// [`Pki::issue`] valid for `days` ("-1": expired since it was made).
+    pub fn issue_for_days(&self, kind: &str, cn: &str, cert: &str, key: &str, days: &str) {
         let newkey = if kind == "rsa" { "rsa:2048" } else { "ec" };
         let mut args = vec!["req", "-newkey", newkey, "-nodes", "-keyout", key, "-out", "leaf.csr", "-subj"];
         let subj = format!("/CN={cn}");
@@ -65,7 +70,7 @@ impl Pki {
                 "ca.key",
                 "-CAcreateserial",
                 "-days",
-                "2",
+                days,
                 "-extfile",
                 "san.ext",
                 "-out",

@@ -85,6 +85,7 @@ impl Worker {
                     let _ = socket2::SockRef::from(&stream).set_linger(Some(std::time::Duration::ZERO));
                 }
             }
+            slot.tls = None;
             slot.partial = None;
             slot.backlog = None;
             slot.inflight = None;
@@ -122,6 +123,7 @@ impl Worker {
                 slot.stream = Some(stream);
                 slot.state = State::Connecting;
                 slot.started_us = now as u32;
+                slot.stage_us = now as u32;
                 self.stats.connecting += 1;
                 self.pending.push_back(k as u32);
             }
@@ -133,10 +135,13 @@ impl Worker {
     /// for a reconnect, counted apart and retried.
     pub(super) fn fail(&mut self, k: usize, kind: String, now: u64) {
         let slot = &mut self.slots[k];
-        if matches!(slot.state, State::Connecting | State::Upgrading) {
+        if slot.state.connecting() {
             self.stats.connecting -= 1;
         }
         slot.stream = None;
+        slot.tls = None;
+        slot.partial = None;
+        slot.backlog = None;
         if slot.churned {
             slot.churned = false;
             slot.state = State::Done;
@@ -170,7 +175,7 @@ impl Worker {
         let timeout = self.cfg.connect_timeout_ms * 1000;
         while let Some(&k) = self.pending.front() {
             let slot = &self.slots[k as usize];
-            if !matches!(slot.state, State::Connecting | State::Upgrading) {
+            if !slot.state.connecting() {
                 self.pending.pop_front();
                 continue;
             }
@@ -184,9 +189,12 @@ impl Worker {
 
     /// An established connection ended before we closed it.
     pub(super) fn lose(&mut self, k: usize, reason: String) {
-        if self.slots[k].state == State::Upgrading {
+        match self.slots[k].state {
             // Never established: a failed handshake (e.g. "http_404").
-            return self.fail(k, reason, crate::sys::mono_us());
+            State::Upgrading => return self.fail(k, reason, crate::sys::mono_us()),
+            State::TlsHandshaking if reason == "peer_closed" => return self.fail(k, crate::tls::failure::EOF.into(), crate::sys::mono_us()),
+            State::TlsHandshaking => return self.fail(k, reason, crate::sys::mono_us()),
+            _ => {}
         }
         let slot = &mut self.slots[k];
         if slot.state == State::Established {
@@ -196,6 +204,7 @@ impl Worker {
             self.stats.lost_unanswered += 1;
         }
         slot.stream = None;
+        slot.tls = None;
         slot.partial = None;
         slot.backlog = None;
         slot.inflight = None;

@@ -4,7 +4,7 @@
 //! once per period, phases spread evenly, and no per-connection timer is
 //! needed. Sends never wait for replies (no coordinated omission).
 
-use super::{State, Worker, HTTP_REQUEST};
+use super::{State, Worker};
 use crate::client::ws;
 use crate::net;
 use crate::proto::frame::{self, Kind};
@@ -110,7 +110,7 @@ impl Worker {
                     self.out.extend_from_slice(&(ms as u64).to_be_bytes());
                 }
                 Protocol::Http => {
-                    self.out.extend_from_slice(HTTP_REQUEST);
+                    self.out.extend_from_slice(&self.http_request);
                     self.slots[k].inflight.get_or_insert_with(Default::default).push_back(intended);
                 }
                 // Server-only protocols (refused by the client's plan).
@@ -132,7 +132,7 @@ impl Worker {
     pub(super) fn write_slot(&mut self, k: usize) -> bool {
         let slot = &mut self.slots[k];
         let stream = slot.stream.as_mut().expect("established slot has a stream");
-        match net::send(stream, &mut slot.backlog, &self.out) {
+        match crate::tls::conn::send(slot.tls.as_deref_mut(), &mut self.tls_bufs.wire, stream, &mut slot.backlog, &self.out, net::MAX_BACKLOG, "slow_reader") {
             Ok(()) => true,
             Err(reason) => {
                 self.lose(k, reason);

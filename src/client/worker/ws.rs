@@ -1,7 +1,7 @@
 //! A client worker's WebSocket connections: the Upgrade request once TCP
 //! is up, and every read after it (the 101, then frames).
 
-use super::{replies, State, Worker};
+use super::{replies, wire, Stage, State, Worker};
 use crate::client::ws::{target_with_topics, WsRead};
 use crate::net::{self, ReadEnd};
 use crate::proto::ws::handshake;
@@ -10,7 +10,8 @@ use rand::Rng;
 impl Worker {
     /// TCP is up: send the Upgrade request and wait for the 101 (the
     /// connection stays "connecting", under the connect timeout).
-    pub(super) fn upgrade(&mut self, k: usize) {
+    pub(super) fn upgrade(&mut self, k: usize, now: u64) -> bool {
+        self.slots[k].stage_us = now as u32;
         self.slots[k].state = State::Upgrading;
         let g = self.cfg.first + k as u64;
         let topics: Vec<String> = match (self.cfg.subscribe.len(), self.cfg.subscribe_spread) {
@@ -18,11 +19,10 @@ impl Worker {
             (n, true) => vec![self.cfg.subscribe[(g % n as u64) as usize].clone()],
             (_, false) => self.cfg.subscribe.clone(),
         };
-        let (_, port) = crate::client::plan::address_of(g, &self.sources, &self.cfg.ports);
         self.out.clear();
-        let host = format!("{}:{port}", self.cfg.target);
-        handshake::write_request(&mut self.out, &host, &target_with_topics(&self.cfg.ws_target, &topics), &handshake::client_key(self.ws_seed, k as u64));
-        self.write_slot(k);
+        let target = target_with_topics(&self.cfg.ws_target, &topics);
+        handshake::write_request(&mut self.out, &self.cfg.host_header, &target, &handshake::client_key(self.ws_seed, k as u64), &self.cfg.extra_headers);
+        self.write_slot(k)
     }
 
     /// Read what a WebSocket connection has: the 101 (while upgrading),
@@ -45,14 +45,28 @@ impl Worker {
         };
         let before = replies::answers(replies.stats);
         self.ws_out.clear();
-        let mut rd = WsRead { key: key.as_deref(), frag: &mut slot.ws_frag, tmp: &mut self.unmasked, out: &mut self.ws_out, mask, outcome: Default::default() };
-        let r = net::read_chunks(stream, &mut slot.partial, &mut self.scratch, read_closed, |buf| rd.consume(buf, &mut replies));
+        let mut rd = WsRead {
+            key: key.as_deref(),
+            subprotocols: &self.cfg.subprotocols,
+            frag: &mut slot.ws_frag,
+            tmp: &mut self.unmasked,
+            out: &mut self.ws_out,
+            mask,
+            outcome: Default::default(),
+        };
+        let mut src = wire(stream, slot.tls.as_deref_mut(), &mut self.tls_bufs);
+        let r = net::read_chunks(&mut src, &mut slot.partial, &mut self.scratch, read_closed, |buf| rd.consume(buf, &mut replies));
         let outcome = rd.outcome;
         if replies::answers(replies.stats) > before {
             slot.answered = true;
         }
-        let sent = net::send(stream, &mut slot.backlog, &self.ws_out);
+        let sent =
+            crate::tls::conn::send(slot.tls.as_deref_mut(), &mut self.tls_bufs.wire, stream, &mut slot.backlog, &self.ws_out, net::MAX_BACKLOG, "slow_reader");
+        if !self.after_tls_read(k, now) {
+            return;
+        }
         if outcome.upgraded {
+            self.stage_done(k, Stage::Upgrade, now);
             self.established(k, now);
         }
         let end = match (r, sent) {

@@ -117,9 +117,9 @@ pub fn subscriptions(target: &str) -> impl Iterator<Item = &str> {
 }
 
 /// A client's Upgrade request with this key (base64 of 16 bytes).
-pub fn write_request(out: &mut Vec<u8>, host: &str, target: &str, key: &str) {
+pub fn write_request(out: &mut Vec<u8>, host: &str, target: &str, key: &str, extra_headers: &str) {
     let req = format!(
-        "GET {target} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        "GET {target} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n{extra_headers}\r\n"
     );
     out.extend_from_slice(req.as_bytes());
 }
@@ -135,7 +135,7 @@ pub fn client_key(seed: u64, index: u64) -> String {
 
 /// Check the server's answer at the start of `buf`: `Ok(None)` until
 /// complete; then the bytes used. Err: the counter name (by status).
-pub fn parse_response(buf: &[u8], key: &str) -> Result<Option<usize>, &'static str> {
+pub fn parse_response(buf: &[u8], key: &str, subprotocols: &[String]) -> Result<Option<usize>, &'static str> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut resp = httparse::Response::new(&mut headers);
     let used = match resp.parse(buf) {
@@ -155,6 +155,13 @@ pub fn parse_response(buf: &[u8], key: &str) -> Result<Option<usize>, &'static s
         // We offered none; an extension we cannot decode would garble
         // every frame.
         return Err("ws_handshake_unrequested_extension");
+    }
+    let chosen = resp.headers.iter().find(|h| h.name.eq_ignore_ascii_case("sec-websocket-protocol")).map(|h| h.value.trim_ascii());
+    match chosen {
+        None if subprotocols.is_empty() => {}
+        None => return Err("ws_handshake_no_subprotocol"),
+        Some(p) if subprotocols.iter().any(|s| s.as_bytes() == p) => {}
+        Some(_) => return Err("ws_handshake_unrequested_subprotocol"),
     }
     Ok(Some(used))
 }
@@ -200,7 +207,7 @@ mod tests {
     fn client_request_is_accepted_and_answer_checks() {
         let key = client_key(7, 42);
         let mut req = Vec::new();
-        write_request(&mut req, "127.0.0.1:8000", "/chat?subscribe=a,b&x=1", &key);
+        write_request(&mut req, "127.0.0.1:8000", "/chat?subscribe=a,b&x=1", &key, "Origin: https://a.example\r\n");
         let (up, used) = parse_request(&req, 8192).unwrap().unwrap();
         assert_eq!(used, req.len());
         assert_eq!(subscriptions(&up.target).collect::<Vec<_>>(), vec!["a", "b"]);
@@ -208,9 +215,15 @@ mod tests {
         let mut resp = Vec::new();
         write_accept(&mut resp, &up.accept);
         resp.extend_from_slice(&[0x81, 0]);
-        assert_eq!(parse_response(&resp, &key), Ok(Some(resp.len() - 2)));
-        assert_eq!(parse_response(&resp, &client_key(7, 43)), Err("ws_handshake_bad_accept"));
-        assert_eq!(parse_response(b"HTTP/1.1 404 Not Found\r\n\r\n", &key), Err("http_404"));
+        assert_eq!(parse_response(&resp, &key, &[]), Ok(Some(resp.len() - 2)));
+        assert_eq!(parse_response(&resp, &client_key(7, 43), &[]), Err("ws_handshake_bad_accept"));
+        assert_eq!(parse_response(b"HTTP/1.1 404 Not Found\r\n\r\n", &key, &[]), Err("http_404"));
+        // A subprotocol offered must be answered with one of those offered.
+        let chat = ["chat.v2".to_string()];
+        assert_eq!(parse_response(&resp, &key, &chat), Err("ws_handshake_no_subprotocol"));
+        let picked = String::from_utf8_lossy(&resp[..resp.len() - 2]).into_owned().replacen("\r\n\r\n", "\r\nSec-WebSocket-Protocol: chat.v2\r\n\r\n", 1);
+        assert_eq!(parse_response(picked.as_bytes(), &key, &chat), Ok(Some(picked.len())));
+        assert_eq!(parse_response(picked.as_bytes(), &key, &[]), Err("ws_handshake_unrequested_subprotocol"));
     }
 
     #[test]

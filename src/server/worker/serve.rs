@@ -11,20 +11,7 @@ use crate::server::requests::Requests;
 use crate::server::{http, ws};
 use std::time::Instant;
 
-/// A connection's bytes: straight from the socket, or through TLS.
-enum Wire<'a> {
-    Plain(&'a mut mio::net::TcpStream),
-    Tls(crate::tls::server::TlsRead<'a>),
-}
-
-impl net::Source for Wire<'_> {
-    fn read_some(&mut self, buf: &mut [u8]) -> std::io::Result<(usize, bool)> {
-        match self {
-            Wire::Plain(s) => s.read_some(buf),
-            Wire::Tls(t) => t.read_some(buf),
-        }
-    }
-}
+type Wire<'a> = crate::tls::conn::Wire<'a, rustls::server::UnbufferedServerConnection>;
 
 impl Worker {
     pub(super) fn on_conn_event(&mut self, key: usize, readable: bool, read_closed: bool, writable: bool) {

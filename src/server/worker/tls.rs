@@ -41,7 +41,7 @@ impl TlsSide {
 
     /// A connection was accepted at slab `key`.
     pub fn open(&mut self, key: usize, gen: u32, now_ds: u32) -> Result<(), String> {
-        let conn = TlsConn::new(self.config.clone(), now_ds).map_err(|e| crate::tls::reason_of(&e))?;
+        let conn = crate::tls::server::accept(self.config.clone(), now_ds).map_err(|e| crate::tls::reason_of(&e))?;
         if self.conns.len() <= key {
             self.conns.resize_with(key + 1, || None);
         }
@@ -98,9 +98,7 @@ impl TlsSide {
     }
 }
 
-/// Send `data` on the connection at `key`: encrypted after whatever the
-/// handshake left on the wire when it speaks TLS, as is otherwise. What
-/// the socket does not take waits in `backlog` (as sent: ciphertext).
+/// Send `data` on the connection at `key` (see [`crate::tls::conn::send`]).
 pub(super) fn send(
     tls: Option<&mut TlsSide>,
     key: usize,
@@ -111,12 +109,6 @@ pub(super) fn send(
     reason: &str,
 ) -> Result<(), String> {
     let Some(side) = tls else { return net::send_capped(stream, backlog, data, cap, reason) };
-    let wire = &mut side.bufs.wire;
-    let encrypted = match side.conns.get_mut(key).and_then(|c| c.as_deref_mut()) {
-        Some(conn) if !data.is_empty() => conn.encrypt(data, wire),
-        _ => Ok(()),
-    };
-    let sent = net::send_capped(stream, backlog, wire, cap, reason);
-    wire.clear();
-    encrypted.and(sent)
+    let conn = side.conns.get_mut(key).and_then(|c| c.as_deref_mut());
+    crate::tls::conn::send(conn, &mut side.bufs.wire, stream, backlog, data, cap, reason)
 }

@@ -1,0 +1,367 @@
+//! One TLS connection's state between readiness events, for either side
+//! (rustls's unbuffered client and server connections): records are read
+//! into the worker's buffer, decrypted and handed on; what is sent is
+//! encrypted into the worker's buffer and written. Nothing else is kept
+//! but a record cut by the network (a spill).
+
+use super::failure;
+use crate::net::{Source, Spill};
+use rustls::client::{ClientConnectionData, UnbufferedClientConnection};
+use rustls::server::{ServerConnectionData, UnbufferedServerConnection};
+use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, UnbufferedStatus};
+use std::io::{self, Read};
+
+/// A rustls unbuffered connection of either side.
+pub trait Side {
+    type Data;
+    fn process<'c, 'i>(&'c mut self, incoming: &'i mut [u8]) -> UnbufferedStatus<'c, 'i, Self::Data>;
+    fn common(&self) -> &rustls::CommonState;
+}
+
+impl Side for UnbufferedServerConnection {
+    type Data = ServerConnectionData;
+    fn process<'c, 'i>(&'c mut self, incoming: &'i mut [u8]) -> UnbufferedStatus<'c, 'i, ServerConnectionData> {
+        self.process_tls_records(incoming)
+    }
+    fn common(&self) -> &rustls::CommonState {
+        self
+    }
+}
+
+impl Side for UnbufferedClientConnection {
+    type Data = ClientConnectionData;
+    fn process<'c, 'i>(&'c mut self, incoming: &'i mut [u8]) -> UnbufferedStatus<'c, 'i, ClientConnectionData> {
+        self.process_tls_records(incoming)
+    }
+    fn common(&self) -> &rustls::CommonState {
+        self
+    }
+}
+
+/// What one TLS connection keeps between readiness events.
+pub struct TlsConn<C> {
+    conn: C,
+    /// Received bytes rustls has not consumed: a record cut by the network.
+    spill: Spill,
+    /// The handshake finished (and was counted).
+    done: bool,
+    /// The peer sent close_notify: the next read is the end.
+    peer_closed: bool,
+    /// Worker-relative time (100 ms) the connection was accepted.
+    pub since_ds: u32,
+}
+
+/// Buffers a worker lends every TLS connection in turn.
+#[derive(Default)]
+pub struct TlsBufs {
+    /// Received ciphertext being processed.
+    incoming: Vec<u8>,
+    /// Bytes for the socket, in order: handshake flights, alerts, records.
+    pub wire: Vec<u8>,
+}
+
+impl<C: Side> TlsConn<C> {
+    pub fn new(conn: C, since_ds: u32) -> Box<TlsConn<C>> {
+        Box::new(TlsConn { conn, spill: None, done: false, peer_closed: false, since_ds })
+    }
+
+    /// Still in the handshake: nothing may be sent to it yet.
+    pub fn handshaking(&self) -> bool {
+        !self.done
+    }
+
+    /// Some(resumed) once, right after the handshake finished.
+    pub fn take_finished(&mut self) -> Option<bool> {
+        if self.done || self.conn.common().is_handshaking() {
+            return None;
+        }
+        self.done = true;
+        Some(matches!(self.conn.common().handshake_kind(), Some(rustls::HandshakeKind::Resumed)))
+    }
+
+    /// Encrypt `plain` onto `wire`. Err names why it cannot be sent.
+    pub fn encrypt(&mut self, plain: &[u8], wire: &mut Vec<u8>) -> Result<(), String> {
+        if plain.is_empty() {
+            return Ok(());
+        }
+        let mut empty: [u8; 0] = [];
+        // Bounded: each turn either encrypts, or moves a pending handshake
+        // message (a session ticket) onto the wire.
+        for _ in 0..16 {
+            let incoming: &mut [u8] = match self.spill.as_deref_mut() {
+                Some(s) => &mut s[..],
+                None => &mut empty,
+            };
+            let UnbufferedStatus { discard, state } = self.conn.process(incoming);
+            let result = match state {
+                Ok(ConnectionState::WriteTraffic(mut w)) => Some(encrypt_into(plain, wire, |p, out| w.encrypt(p, out))),
+                Ok(ConnectionState::EncodeTlsData(mut e)) => {
+                    encode_into(wire, |out| e.encode(out)).map_err(|_| "tls_encode_failed".to_string())?;
+                    None
+                }
+                Ok(ConnectionState::TransmitTlsData(t)) => {
+                    t.done();
+                    None
+                }
+                Ok(ConnectionState::BlockedHandshake) => Some(Err("tls_handshaking".to_string())),
+                Ok(_) => Some(Err("tls_closed".to_string())),
+                Err(e) => Some(Err(failure::reason_of(&e))),
+            };
+            self.discard(discard);
+            if let Some(r) = result {
+                return r;
+            }
+        }
+        Err("tls_encode_loop".into())
+    }
+
+    /// Run rustls with nothing received: what it has to say first (a
+    /// client's ClientHello) goes onto `wire`.
+    pub fn kick(&mut self, wire: &mut Vec<u8>) -> Result<(), String> {
+        let mut empty: [u8; 0] = [];
+        for _ in 0..16 {
+            match self.conn.process(&mut empty).state {
+                Ok(ConnectionState::EncodeTlsData(mut e)) => encode_into(wire, |out| e.encode(out)).map_err(|_| "tls_encode_failed".to_string())?,
+                Ok(ConnectionState::TransmitTlsData(t)) => t.done(),
+                Ok(_) => return Ok(()),
+                Err(e) => return Err(failure::reason_of(&e)),
+            }
+        }
+        Err("tls_encode_loop".into())
+    }
+
+    /// Best effort: a close_notify alert written to `sock` now (the
+    /// connection is closing; nothing waits for it).
+    pub fn close_notify(&mut self, sock: &mut mio::net::TcpStream, wire: &mut Vec<u8>) {
+        wire.clear();
+        let mut empty: [u8; 0] = [];
+        if let Ok(ConnectionState::WriteTraffic(mut w)) = self.conn.process(&mut empty).state {
+            let _ = encrypt_into(&[], wire, |_, out| w.queue_close_notify(out));
+        }
+        if !wire.is_empty() {
+            let _ = std::io::Write::write(sock, wire);
+        }
+        wire.clear();
+    }
+
+    fn discard(&mut self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        if let Some(s) = &mut self.spill {
+            s.drain(..n.min(s.len()));
+            if s.is_empty() {
+                self.spill = None;
+            }
+        }
+    }
+}
+
+fn encrypt_into(plain: &[u8], wire: &mut Vec<u8>, mut f: impl FnMut(&[u8], &mut [u8]) -> Result<usize, EncryptError>) -> Result<(), String> {
+    let start = wire.len();
+    let mut room = plain.len() + (plain.len() / 16384 + 1) * 64;
+    loop {
+        wire.resize(start + room, 0);
+        match f(plain, &mut wire[start..]) {
+            Ok(n) => {
+                wire.truncate(start + n);
+                return Ok(());
+            }
+            Err(EncryptError::InsufficientSize(s)) if s.required_size > room => room = s.required_size,
+            Err(_) => {
+                wire.truncate(start);
+                return Err("tls_encrypt_failed".into());
+            }
+        }
+    }
+}
+
+fn encode_into(wire: &mut Vec<u8>, mut f: impl FnMut(&mut [u8]) -> Result<usize, EncodeError>) -> Result<(), ()> {
+    let start = wire.len();
+    let mut room = 4096;
+    loop {
+        wire.resize(start + room, 0);
+        match f(&mut wire[start..]) {
+            Ok(n) => {
+                wire.truncate(start + n);
+                return Ok(());
+            }
+            Err(EncodeError::InsufficientSize(s)) if s.required_size > room => room = s.required_size,
+            Err(_) => {
+                wire.truncate(start);
+                return Err(());
+            }
+        }
+    }
+}
+
+/// Reads plaintext from a TLS connection's socket for the protocol code.
+///
+/// Each call reads at most `buf.len()` bytes of records (less what was
+/// spilled), so the plaintext always fits; "more" is true when the socket
+/// read was full, exactly as for a plaintext socket.
+pub struct TlsRead<'a, C> {
+    pub sock: &'a mut mio::net::TcpStream,
+    pub tls: &'a mut TlsConn<C>,
+    pub bufs: &'a mut TlsBufs,
+    /// Cleartext on this port gets this answer (http, ws) before closing.
+    pub plaintext_reply: Option<&'static [u8]>,
+}
+
+impl<C: Side> Source for TlsRead<'_, C> {
+    fn read_some(&mut self, buf: &mut [u8]) -> io::Result<(usize, bool)> {
+        if self.tls.peer_closed {
+            return Ok((0, false));
+        }
+        loop {
+            let incoming = &mut self.bufs.incoming;
+            incoming.clear();
+            if let Some(s) = self.tls.spill.take() {
+                incoming.extend_from_slice(&s);
+            }
+            let have = incoming.len();
+            let want = buf.len().saturating_sub(have).max(1);
+            incoming.resize(have + want, 0);
+            let (n, more, eof) = loop {
+                match self.sock.read(&mut incoming[have..]) {
+                    Ok(0) => break (0, false, true),
+                    Ok(n) => break (n, n == want, false),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break (0, false, false),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                }
+            };
+            incoming.truncate(have + n);
+            if !self.tls.done && have == 0 && n > 0 && looks_like_cleartext(incoming[0]) {
+                if let Some(reply) = self.plaintext_reply {
+                    self.bufs.wire.extend_from_slice(reply);
+                }
+                return Err(io::Error::other(failure::PLAINTEXT));
+            }
+            let filled = self.process(buf)?;
+            if filled > 0 {
+                return Ok((filled, more || self.tls.peer_closed));
+            }
+            if eof || self.tls.peer_closed {
+                self.tls.peer_closed = true;
+                return Ok((0, false));
+            }
+            if !more {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+        }
+    }
+}
+
+impl<C: Side> TlsRead<'_, C> {
+    /// Run rustls over the received bytes: decrypted data into `buf`,
+    /// handshake messages onto the wire, the unconsumed rest spilled.
+    fn process(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let TlsBufs { incoming, wire } = &mut *self.bufs;
+        let mut filled = 0;
+        let mut off = 0;
+        let mut failed = None;
+        // Bounded: every turn consumes input or moves output.
+        for _ in 0..4096 {
+            let UnbufferedStatus { discard, state } = self.tls.conn.process(&mut incoming[off..]);
+            let mut stop = false;
+            match state {
+                Ok(ConnectionState::ReadTraffic(mut r)) => {
+                    while let Some(rec) = r.next_record() {
+                        let rec = rec.map_err(|e| io::Error::other(failure::reason_of(&e)))?;
+                        let end = filled + rec.payload.len();
+                        if end > buf.len() {
+                            return Err(io::Error::other("tls_record_overflow"));
+                        }
+                        buf[filled..end].copy_from_slice(rec.payload);
+                        filled = end;
+                    }
+                }
+                // Early data is never enabled (no 0-RTT replays).
+                Ok(ConnectionState::ReadEarlyData(_)) => {
+                    failed = Some("tls_early_data".to_string());
+                    stop = true;
+                }
+                Ok(ConnectionState::EncodeTlsData(mut e)) => {
+                    encode_into(wire, |out| e.encode(out)).map_err(|_| io::Error::other("tls_encode_failed"))?;
+                }
+                Ok(ConnectionState::TransmitTlsData(t)) => t.done(),
+                Ok(ConnectionState::PeerClosed) | Ok(ConnectionState::Closed) => {
+                    self.tls.peer_closed = true;
+                    stop = true;
+                }
+                Ok(_) => stop = true,
+                Err(e) => {
+                    failed = Some(failure::reason_of(&e));
+                    stop = true;
+                }
+            }
+            off += discard;
+            if let Some(reason) = failed {
+                // The alert rustls queued goes out before the close.
+                let _ = self.tls.encrypt_alert(wire);
+                return Err(io::Error::other(reason));
+            }
+            if stop {
+                break;
+            }
+        }
+        if off < incoming.len() {
+            self.tls.spill = Some(Box::new(incoming[off..].to_vec()));
+        }
+        Ok(filled)
+    }
+}
+
+impl<C: Side> TlsConn<C> {
+    /// After an error: the alert rustls queued, onto the wire.
+    fn encrypt_alert(&mut self, wire: &mut Vec<u8>) -> Result<(), ()> {
+        let mut empty: [u8; 0] = [];
+        if let Ok(ConnectionState::EncodeTlsData(mut e)) = self.conn.process(&mut empty).state {
+            encode_into(wire, |out| e.encode(out))?;
+        }
+        Ok(())
+    }
+}
+
+/// A TLS connection starts with a handshake record (22); printable ASCII
+/// first is someone speaking cleartext (an HTTP request, a telnet).
+fn looks_like_cleartext(first: u8) -> bool {
+    first != 0x16 && (first.is_ascii_graphic() || first == b' ' || first == b'\r' || first == b'\n')
+}
+
+/// A connection's bytes: straight from the socket, or through TLS.
+pub enum Wire<'a, C> {
+    Plain(&'a mut mio::net::TcpStream),
+    Tls(TlsRead<'a, C>),
+}
+
+impl<C: Side> Source for Wire<'_, C> {
+    fn read_some(&mut self, buf: &mut [u8]) -> io::Result<(usize, bool)> {
+        match self {
+            Wire::Plain(s) => s.read_some(buf),
+            Wire::Tls(t) => t.read_some(buf),
+        }
+    }
+}
+
+/// Send `data` on a connection: when it speaks TLS, encrypted after
+/// whatever the handshake left on `wire` (which is emptied); as is
+/// otherwise. What the socket does not take waits in `backlog` (as sent:
+/// ciphertext), up to `cap` bytes, beyond which the connection must close
+/// as `reason`.
+pub fn send<C: Side>(
+    tls: Option<&mut TlsConn<C>>,
+    wire: &mut Vec<u8>,
+    stream: &mut mio::net::TcpStream,
+    backlog: &mut Spill,
+    data: &[u8],
+    cap: usize,
+    reason: &str,
+) -> Result<(), String> {
+    let Some(conn) = tls else { return crate::net::send_capped(stream, backlog, data, cap, reason) };
+    let encrypted = if data.is_empty() { Ok(()) } else { conn.encrypt(data, wire) };
+    let sent = crate::net::send_capped(stream, backlog, wire, cap, reason);
+    wire.clear();
+    encrypted.and(sent)
+}
