@@ -5,6 +5,7 @@
 //! but a record cut by the network (a spill).
 
 use super::failure;
+use super::records::Records;
 use crate::net::{Source, Spill};
 use rustls::client::{ClientConnectionData, UnbufferedClientConnection};
 use rustls::server::{ServerConnectionData, UnbufferedServerConnection};
@@ -12,10 +13,22 @@ use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, UnbufferedS
 use std::io::{self, Read};
 
 /// A rustls unbuffered connection of either side.
-pub trait Side {
+pub trait Side: Sized {
     type Data;
     fn process<'c, 'i>(&'c mut self, incoming: &'i mut [u8]) -> UnbufferedStatus<'c, 'i, Self::Data>;
     fn common(&self) -> &rustls::CommonState;
+    /// After the handshake: hand the traffic keys to our own record layer
+    /// (the server; a client keeps rustls, which also takes its tickets).
+    fn into_records(self: Box<Self>) -> Converted<Self> {
+        Converted::Kept(self)
+    }
+}
+
+/// What became of a connection after its handshake.
+pub enum Converted<C> {
+    Kept(Box<C>),
+    Records(Box<Records>),
+    Failed(String),
 }
 
 impl Side for UnbufferedServerConnection {
@@ -25,6 +38,15 @@ impl Side for UnbufferedServerConnection {
     }
     fn common(&self) -> &rustls::CommonState {
         self
+    }
+    fn into_records(self: Box<Self>) -> Converted<Self> {
+        match (*self).dangerous_into_kernel_connection() {
+            Ok((secrets, kernel)) => match Records::new(secrets, kernel) {
+                Ok(r) => Converted::Records(Box::new(r)),
+                Err(reason) => Converted::Failed(reason),
+            },
+            Err(e) => Converted::Failed(format!("tls_key_handover: {e}")),
+        }
     }
 }
 
@@ -38,9 +60,18 @@ impl Side for UnbufferedClientConnection {
     }
 }
 
+/// Who runs a connection's TLS: rustls (the handshake, and a client's
+/// whole connection), or our record layer (a server's, after it).
+enum Stage<C> {
+    Handshake(Box<C>),
+    Traffic(Box<Records>),
+    /// The key handover failed: the connection closes with this reason.
+    Failed(String),
+}
+
 /// What one TLS connection keeps between readiness events.
 pub struct TlsConn<C> {
-    conn: C,
+    stage: Stage<C>,
     /// Received bytes rustls has not consumed: a record cut by the network.
     spill: Spill,
     /// The handshake finished (and was counted).
@@ -62,7 +93,25 @@ pub struct TlsBufs {
 
 impl<C: Side> TlsConn<C> {
     pub fn new(conn: C, since_ds: u32) -> Box<TlsConn<C>> {
-        Box::new(TlsConn { conn, spill: None, done: false, peer_closed: false, since_ds })
+        Box::new(TlsConn { stage: Stage::Handshake(Box::new(conn)), spill: None, done: false, peer_closed: false, since_ds })
+    }
+
+    /// Who runs the connection's TLS now: "rustls", "records" or "failed".
+    pub fn stage_name(&self) -> &'static str {
+        match self.stage {
+            Stage::Handshake(_) => "rustls",
+            Stage::Traffic(_) => "records",
+            Stage::Failed(_) => "failed",
+        }
+    }
+
+    /// The rustls connection, while rustls runs this one.
+    fn rustls(&mut self) -> Result<&mut C, String> {
+        match &mut self.stage {
+            Stage::Handshake(c) => Ok(c),
+            Stage::Traffic(_) => Err("tls_handed_over".into()),
+            Stage::Failed(reason) => Err(reason.clone()),
+        }
     }
 
     /// Still in the handshake: nothing may be sent to it yet.
@@ -70,19 +119,35 @@ impl<C: Side> TlsConn<C> {
         !self.done
     }
 
-    /// Some(resumed) once, right after the handshake finished.
-    pub fn take_finished(&mut self) -> Option<bool> {
-        if self.done || self.conn.common().is_handshaking() {
+    /// Once, right after the handshake finished: whether it resumed a
+    /// session. The keys then move to our record layer (server side); Err
+    /// if that failed (the connection must close).
+    pub fn take_finished(&mut self) -> Option<Result<bool, String>> {
+        let Stage::Handshake(c) = &self.stage else { return None };
+        if self.done || c.common().is_handshaking() {
             return None;
         }
         self.done = true;
-        Some(matches!(self.conn.common().handshake_kind(), Some(rustls::HandshakeKind::Resumed)))
+        let resumed = matches!(c.common().handshake_kind(), Some(rustls::HandshakeKind::Resumed));
+        let Stage::Handshake(c) = std::mem::replace(&mut self.stage, Stage::Failed(String::new())) else { unreachable!("matched above") };
+        self.stage = match c.into_records() {
+            Converted::Kept(c) => Stage::Handshake(c),
+            Converted::Records(r) => Stage::Traffic(r),
+            Converted::Failed(reason) => {
+                self.stage = Stage::Failed(reason.clone());
+                return Some(Err(reason));
+            }
+        };
+        Some(Ok(resumed))
     }
 
     /// Encrypt `plain` onto `wire`. Err names why it cannot be sent.
     pub fn encrypt(&mut self, plain: &[u8], wire: &mut Vec<u8>) -> Result<(), String> {
         if plain.is_empty() {
             return Ok(());
+        }
+        if let Stage::Traffic(r) = &mut self.stage {
+            return r.seal(plain, wire);
         }
         let mut empty: [u8; 0] = [];
         // Bounded: each turn either encrypts, or moves a pending handshake
@@ -92,7 +157,12 @@ impl<C: Side> TlsConn<C> {
                 Some(s) => &mut s[..],
                 None => &mut empty,
             };
-            let UnbufferedStatus { discard, state } = self.conn.process(incoming);
+            let conn = match &mut self.stage {
+                Stage::Handshake(c) => c,
+                Stage::Traffic(_) => unreachable!("returned above"),
+                Stage::Failed(reason) => return Err(reason.clone()),
+            };
+            let UnbufferedStatus { discard, state } = conn.process(incoming);
             let result = match state {
                 Ok(ConnectionState::WriteTraffic(mut w)) => Some(encrypt_into(plain, wire, |p, out| w.encrypt(p, out))),
                 Ok(ConnectionState::EncodeTlsData(mut e)) => {
@@ -119,8 +189,9 @@ impl<C: Side> TlsConn<C> {
     /// client's ClientHello) goes onto `wire`.
     pub fn kick(&mut self, wire: &mut Vec<u8>) -> Result<(), String> {
         let mut empty: [u8; 0] = [];
+        let conn = self.rustls()?;
         for _ in 0..16 {
-            match self.conn.process(&mut empty).state {
+            match conn.process(&mut empty).state {
                 Ok(ConnectionState::EncodeTlsData(mut e)) => encode_into(wire, |out| e.encode(out)).map_err(|_| "tls_encode_failed".to_string())?,
                 Ok(ConnectionState::TransmitTlsData(t)) => t.done(),
                 Ok(_) => return Ok(()),
@@ -135,8 +206,16 @@ impl<C: Side> TlsConn<C> {
     pub fn close_notify(&mut self, sock: &mut mio::net::TcpStream, wire: &mut Vec<u8>) {
         wire.clear();
         let mut empty: [u8; 0] = [];
-        if let Ok(ConnectionState::WriteTraffic(mut w)) = self.conn.process(&mut empty).state {
-            let _ = encrypt_into(&[], wire, |_, out| w.queue_close_notify(out));
+        match &mut self.stage {
+            Stage::Traffic(r) => {
+                let _ = r.close_notify(wire);
+            }
+            Stage::Handshake(c) => {
+                if let Ok(ConnectionState::WriteTraffic(mut w)) = c.process(&mut empty).state {
+                    let _ = encrypt_into(&[], wire, |_, out| w.queue_close_notify(out));
+                }
+            }
+            Stage::Failed(_) => {}
         }
         if !wire.is_empty() {
             let _ = std::io::Write::write(sock, wire);
@@ -258,12 +337,25 @@ impl<C: Side> TlsRead<'_, C> {
     /// handshake messages onto the wire, the unconsumed rest spilled.
     fn process(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let TlsBufs { incoming, wire } = &mut *self.bufs;
+        let conn = match &mut self.tls.stage {
+            Stage::Handshake(c) => c,
+            Stage::Traffic(r) => {
+                let opened = r.open(incoming, buf, wire).map_err(io::Error::other)?;
+                if opened.closed {
+                    self.tls.peer_closed = true;
+                } else if opened.used < incoming.len() {
+                    self.tls.spill = Some(Box::new(incoming[opened.used..].to_vec()));
+                }
+                return Ok(opened.filled);
+            }
+            Stage::Failed(reason) => return Err(io::Error::other(reason.clone())),
+        };
         let mut filled = 0;
         let mut off = 0;
         let mut failed = None;
         // Bounded: every turn consumes input or moves output.
         for _ in 0..4096 {
-            let UnbufferedStatus { discard, state } = self.tls.conn.process(&mut incoming[off..]);
+            let UnbufferedStatus { discard, state } = conn.process(&mut incoming[off..]);
             let mut stop = false;
             match state {
                 Ok(ConnectionState::ReadTraffic(mut r)) => {
@@ -317,7 +409,8 @@ impl<C: Side> TlsConn<C> {
     /// After an error: the alert rustls queued, onto the wire.
     fn encrypt_alert(&mut self, wire: &mut Vec<u8>) -> Result<(), ()> {
         let mut empty: [u8; 0] = [];
-        if let Ok(ConnectionState::EncodeTlsData(mut e)) = self.conn.process(&mut empty).state {
+        let Stage::Handshake(c) = &mut self.stage else { return Ok(()) };
+        if let Ok(ConnectionState::EncodeTlsData(mut e)) = c.process(&mut empty).state {
             encode_into(wire, |out| e.encode(out))?;
         }
         Ok(())

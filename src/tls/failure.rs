@@ -39,7 +39,7 @@ pub fn certificate_name(c: &CertificateError) -> &'static str {
 }
 
 /// `bad_certificate` from `BadCertificate`.
-fn alert_name(a: AlertDescription) -> String {
+pub(crate) fn alert_name(a: AlertDescription) -> String {
     let debug = format!("{a:?}");
     let mut out = String::with_capacity(debug.len() + 4);
     let mut prev_lower = false;

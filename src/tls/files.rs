@@ -69,6 +69,8 @@ pub fn server_config(tls: &ServerTls) -> Result<Arc<rustls::ServerConfig>> {
     // Tickets are the only resumption state: nothing kept per session here.
     cfg.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
     cfg.send_tls13_tickets = 1;
+    // After the handshake the keys move to our record layer (records.rs).
+    cfg.enable_secret_extraction = true;
     Ok(Arc::new(cfg))
 }
 

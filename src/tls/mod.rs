@@ -16,6 +16,7 @@ pub mod client;
 pub mod conn;
 pub mod failure;
 pub mod files;
+pub mod records;
 pub mod server;
 pub mod throwaway;
 pub mod tickets;

@@ -53,7 +53,14 @@ impl Worker {
             self.lose(k, reason);
             return false;
         }
-        let Some(resumed) = finished else { return true };
+        let resumed = match finished {
+            None => return true,
+            Some(Ok(resumed)) => resumed,
+            Some(Err(reason)) => {
+                self.fail(k, reason, now);
+                return false;
+            }
+        };
         self.stats.tls_handshakes += 1;
         if resumed {
             self.stats.tls_resumed += 1;

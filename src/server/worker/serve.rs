@@ -95,9 +95,13 @@ impl Worker {
                     Ok(())
                 }),
             };
-            if let Some(resumed) = self.tls.as_mut().and_then(|t| t.get(key)).and_then(|t| t.take_finished()) {
-                self.stats.tls_handshakes += 1;
-                self.stats.tls_resumed += resumed as u64;
+            match self.tls.as_mut().and_then(|t| t.get(key)).and_then(|t| t.take_finished()) {
+                Some(Ok(resumed)) => {
+                    self.stats.tls_handshakes += 1;
+                    self.stats.tls_resumed += resumed as u64;
+                }
+                Some(Err(reason)) => end = Some(reason),
+                None => {}
             }
             // Answer what was decoded even when the stream then ended
             // (and what the TLS handshake has to say first).
