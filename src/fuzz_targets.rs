@@ -21,6 +21,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("admin_request", admin_request),
     ("cli_values", cli_values),
     ("codec", codec),
+    ("tls_records", tls_records),
 ];
 
 /// Cut `data` at a point chosen by its first byte: the same bytes must
@@ -183,5 +184,61 @@ pub fn codec(data: &[u8]) {
     while let Ok(Some((m, used))) = c.next(&rest[pos..]) {
         assert!(used > m.len() || m.is_empty() && used >= c.len_bytes);
         pos += used;
+    }
+}
+
+/// The TLS record layer a server connection reads through after its
+/// handshake: records sealed from the input (data, alerts, handshake
+/// messages, of lengths it picks), one byte possibly flipped, fed back in
+/// reads of a size it picks, with what a read leaves over carried to the
+/// next (a spill). Whatever the input: no panic, never more plaintext than
+/// was sealed, and with nothing flipped every data byte comes back in
+/// order until the first record that must end the connection.
+pub fn tls_records(data: &[u8]) {
+    let [mode, step, flip, rest @ ..] = data else { return };
+    let mut sealer = crate::tls::records::Records::for_fuzzing(mode & 1 == 1, mode >> 1);
+    let mut opener = crate::tls::records::Records::for_fuzzing(mode & 1 == 1, mode >> 1);
+    let (mut wire, mut sent, mut expect_all) = (Vec::new(), Vec::new(), true);
+    let mut items = rest;
+    while let [kind, len, tail @ ..] = items {
+        let n = (*len as usize * 97).min(tail.len());
+        let (chunk, after) = tail.split_at(n);
+        let kind = [0x17, 0x17, 0x17, 0x15, 0x16, 0x14][*kind as usize % 6];
+        if sealer.seal_kind(kind, chunk, &mut wire).is_err() {
+            return;
+        }
+        if kind == 0x17 && expect_all {
+            sent.extend_from_slice(chunk);
+        } else {
+            expect_all = false;
+        }
+        items = after;
+    }
+    if *flip > 0 && !wire.is_empty() {
+        let at = *flip as usize * 31 % wire.len();
+        wire[at] ^= 0x55;
+    }
+    let step = *step as usize % 200 + 1;
+    let mut buf = vec![0u8; 17_000];
+    let (mut got, mut spill, mut other) = (Vec::new(), Vec::new(), Vec::new());
+    for piece in wire.chunks(step) {
+        let mut incoming = std::mem::take(&mut spill);
+        incoming.extend_from_slice(piece);
+        match opener.open(&mut incoming, &mut buf, &mut other) {
+            Ok(o) => {
+                assert!(o.used <= incoming.len() && o.filled <= o.used, "{o:?}");
+                got.extend_from_slice(&buf[..o.filled]);
+                if o.closed {
+                    break;
+                }
+                spill = incoming[o.used..].to_vec();
+                assert!(spill.len() < 5 + 16_384 + 256, "a spill never holds more than one record");
+            }
+            Err(_) => break,
+        }
+    }
+    assert!(got.len() <= rest.len(), "more plaintext than was sealed");
+    if *flip == 0 && expect_all {
+        assert_eq!(got, sent, "every data byte back, in order");
     }
 }

@@ -130,7 +130,10 @@ pub fn client_config(args: &BenchConfig, hold: Duration) -> ClientConfig {
             connections: args.connections,
             rate: args.rate,
             source_ips: args.source_ips.clone(),
-            heartbeat: args.heartbeat,
+            // HTTP has no heartbeat: each connection sends a keep-alive
+            // GET once per heartbeat interval instead.
+            heartbeat: args.heartbeat.filter(|_| args.protocol != crate::proto::Protocol::Http),
+            request_rate: args.heartbeat.filter(|_| args.protocol == crate::proto::Protocol::Http).map(|d| 1.0 / d.as_secs_f64()),
             payload: args.payload,
             hold,
             connect_timeout: args.connect_timeout,
@@ -155,10 +158,14 @@ pub fn client_config(args: &BenchConfig, hold: Duration) -> ClientConfig {
 
 pub fn run(mut args: BenchConfig) -> Result<i32> {
     crate::signals::install();
-    if !matches!(args.protocol, crate::proto::Protocol::Framed | crate::proto::Protocol::Ws) {
+    let http_ok = args.protocol == crate::proto::Protocol::Http && args.scenario == Scenario::Connections;
+    if !matches!(args.protocol, crate::proto::Protocol::Framed | crate::proto::Protocol::Ws) && !http_ok {
         return Err(crate::UsageError(
-            format!("bench runs --protocol framed or ws, not {:?}; load other protocols with megaconn server and megaconn client", args.protocol)
-                .to_lowercase(),
+            format!(
+                "bench runs --protocol framed or ws (and http with --scenario connections), not {:?} with --scenario {:?}; load other protocols with megaconn server and megaconn client",
+                args.protocol, args.scenario
+            )
+            .to_lowercase(),
         )
         .into());
     }

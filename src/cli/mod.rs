@@ -21,7 +21,7 @@ use std::time::Duration;
 /// What each subcommand's `--protocol` accepts (its help lists only these).
 const SERVER_PROTOCOLS: &[&str] = &["framed", "ws", "http", "echo8", "echo", "discard"];
 const CLIENT_PROTOCOLS: &[&str] = &["framed", "ws", "http", "echo8", "raw"];
-const BENCH_PROTOCOLS: &[&str] = &["framed", "ws"];
+const BENCH_PROTOCOLS: &[&str] = &["framed", "ws", "http"];
 
 /// A `--protocol` parser that accepts only `names`.
 fn protocols(names: &'static [&'static str]) -> impl TypedValueParser<Value = Protocol> {
@@ -390,7 +390,7 @@ pub struct BenchArgs {
     /// During the hold, close and reopen R connections per second (e.g. 20000/s): a churn soak; the report compares the server's fds, RSS and kernel Slab after the run with before it.
     #[arg(long, default_value = "off")]
     pub churn: PerSecond,
-    /// What both ends speak: framed (megaconn frames) or ws (WebSocket: pings, binary requests, pushes as messages).
+    /// What both ends speak: framed (megaconn frames), ws (WebSocket: pings, binary requests, pushes as messages) or http (keep-alive GETs, one per connection every --heartbeat; the connections scenario only).
     #[arg(long, value_parser = protocols(BENCH_PROTOCOLS), default_value = "framed")]
     pub protocol: Protocol,
     /// Both ends speak TLS, with a throwaway CA and certificate made for the run (removed after).

@@ -25,6 +25,7 @@ crate::counters! {
         tls_handshakes: counter "tls_handshakes" "TLS handshakes completed (full and resumed)",
         tls_resumed: counter "tls_resumed" "TLS handshakes that resumed a session (ticket)",
         tls_handshake_failures: by("reason") "tls_handshake_failures" "TLS connections closed before their handshake finished, by reason (tls_timeout, tls_plaintext, tls_eof, tls_alert_<name>, tls_bad_message, ...)",
+        tls_reload_failures: counter "tls_reload_failures" "Certificate reloads a worker could not apply (its files changed again after the supervisor checked them); the previous certificate stays in use",
         frames_in: counter "frames_in" "Frames received",
         frames_out: counter "frames_out" "Frames sent",
         requests: counter "requests" "Requests received",
