@@ -182,3 +182,12 @@ fn a_new_certificate_is_used_after_sighup_or_a_file_change_without_dropping_conn
     assert_eq!(stats(&ready)["active"].as_u64(), Some(1), "the held connection is still open");
     assert!(s.terminate().success());
 }
+
+/// A headless Chromium page opens 100 wss:// sockets (the certificate
+/// trusted by its key, as a pinned one) and receives one publish on each.
+#[test]
+fn chromium_receives_a_publish_over_wss() {
+    let pki = Pki::new("ec");
+    let spki = common::browser::spki_sha256(&pki.cert);
+    common::browser::chromium_receives_a_publish(&["--tls-cert", &pki.cert, "--tls-key", &pki.key], 100, Some(&spki));
+}

@@ -147,22 +147,7 @@ fn the_ws_client_holds_2000_against_python_websockets_and_answers_its_pings() {
 /// subscribed through the URL, and receives one publish on each.
 #[test]
 fn chromium_receives_a_publish_on_200_websockets() {
-    let port = free_port().to_string();
-    let (mut s, _, ready) = server_ready(&["--ports", &port, "--workers", "2", "--protocol", "ws"], None);
-    let admin = ready["admin"].as_str().unwrap().to_string();
-    let mut node = Command::new("node");
-    node.args([&peer("chromium_ws.js"), &port, "200"]);
-    let mut browser = Peer::spawn("node chromium_ws.js (chromium)", node);
-    assert_eq!(browser.line(Duration::from_secs(60), "200 WebSockets open in the page"), "ready");
-    let (status, r) = http(&admin, "POST", "/publish?topic=page", "to every tab — ✓".as_bytes(), None);
-    assert_eq!(status, 200, "{r}");
-    let rest = browser.finish_ok(Duration::from_secs(60));
-    let result: serde_json::Value = serde_json::from_str(rest.last().unwrap_or_else(|| panic!("the page's result: {rest:?}"))).unwrap();
-    assert_eq!(result["open"], 200, "{result}");
-    assert_eq!(result["errors"], 0, "{result}");
-    assert_eq!(result["received"], 200, "{result}");
-    assert_eq!(result["texts"], serde_json::json!(["to every tab — ✓"]), "{result}");
-    assert!(s.terminate().success());
+    common::browser::chromium_receives_a_publish(&[], 200, None);
 }
 
 /// Binary messages go through the business stage like framed requests:

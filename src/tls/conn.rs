@@ -85,7 +85,8 @@ pub struct TlsConn<C> {
 /// Buffers a worker lends every TLS connection in turn.
 #[derive(Default)]
 pub struct TlsBufs {
-    /// Received ciphertext being processed.
+    /// Received ciphertext being processed (its length is its capacity;
+    /// each read says how much of it holds bytes).
     incoming: Vec<u8>,
     /// Bytes for the socket, in order: handshake flights, alerts, records.
     pub wire: Vec<u8>,
@@ -293,16 +294,20 @@ impl<C: Side> Source for TlsRead<'_, C> {
             return Ok((0, false));
         }
         loop {
+            // The buffer keeps its length between reads: zeroing 64 KB
+            // per read showed as 6.5% of an HTTPS server's CPU.
             let incoming = &mut self.bufs.incoming;
-            incoming.clear();
-            if let Some(s) = self.tls.spill.take() {
-                incoming.extend_from_slice(&s);
-            }
-            let have = incoming.len();
+            let spill = self.tls.spill.take();
+            let have = spill.as_ref().map_or(0, |s| s.len());
             let want = buf.len().saturating_sub(have).max(1);
-            incoming.resize(have + want, 0);
+            if incoming.len() < have + want {
+                incoming.resize(have + want, 0);
+            }
+            if let Some(s) = spill {
+                incoming[..have].copy_from_slice(&s);
+            }
             let (n, more, eof) = loop {
-                match self.sock.read(&mut incoming[have..]) {
+                match self.sock.read(&mut incoming[have..have + want]) {
                     Ok(0) => break (0, false, true),
                     Ok(n) => break (n, n == want, false),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break (0, false, false),
@@ -310,14 +315,13 @@ impl<C: Side> Source for TlsRead<'_, C> {
                     Err(e) => return Err(e),
                 }
             };
-            incoming.truncate(have + n);
             if !self.tls.done && have == 0 && n > 0 && looks_like_cleartext(incoming[0]) {
                 if let Some(reply) = self.plaintext_reply {
                     self.bufs.wire.extend_from_slice(reply);
                 }
                 return Err(io::Error::other(failure::PLAINTEXT));
             }
-            let filled = self.process(buf)?;
+            let filled = self.process(buf, have + n)?;
             if filled > 0 {
                 return Ok((filled, more || self.tls.peer_closed));
             }
@@ -335,8 +339,9 @@ impl<C: Side> Source for TlsRead<'_, C> {
 impl<C: Side> TlsRead<'_, C> {
     /// Run rustls over the received bytes: decrypted data into `buf`,
     /// handshake messages onto the wire, the unconsumed rest spilled.
-    fn process(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+    fn process(&mut self, buf: &mut [u8], received: usize) -> io::Result<usize> {
         let TlsBufs { incoming, wire } = &mut *self.bufs;
+        let incoming = &mut incoming[..received];
         let conn = match &mut self.tls.stage {
             Stage::Handshake(c) => c,
             Stage::Traffic(r) => {

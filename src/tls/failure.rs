@@ -34,6 +34,11 @@ pub fn certificate_name(c: &CertificateError) -> &'static str {
         CertificateError::Revoked => "revoked",
         CertificateError::BadSignature => "bad_signature",
         CertificateError::BadEncoding => "bad_encoding",
+        CertificateError::InvalidPurpose | CertificateError::InvalidPurposeContext { .. } => "invalid_purpose",
+        CertificateError::UnsupportedSignatureAlgorithmContext { .. } => "unsupported_signature_algorithm",
+        // A CA certificate served as the server's own (e.g. `openssl req
+        // -x509` output used directly): serve a leaf signed by the CA.
+        CertificateError::Other(e) if format!("{e:?}").contains("CaUsedAsEndEntity") => "ca_used_as_end_entity",
         _ => "invalid",
     }
 }

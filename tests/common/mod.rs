@@ -9,6 +9,7 @@
 //! needs network namespaces says so ([`needs_netns`]) and fails with the
 //! reason where they cannot be made.
 #![allow(dead_code)]
+pub mod browser;
 pub mod lab;
 pub mod pki;
 pub mod ports;

@@ -6,11 +6,13 @@
 const { chromium } = require('playwright-core');
 const http = require('http');
 
-async function loopbackPage(title) {
+// extraArgs: more Chromium flags (e.g. --ignore-certificate-errors-spki-list
+// to trust a test certificate by its key, as a pinned one).
+async function loopbackPage(title, extraArgs = []) {
   const browser = await chromium.launch({
     executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
     args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync'],
+      '--disable-component-update', '--disable-sync', ...extraArgs],
   });
   const site = http.createServer((req, res) => {
     res.writeHead(200, { 'Content-Type': 'text/html' });
