@@ -230,7 +230,8 @@ struct Worker {
     stats: ClientSnapshot,
     connect_hist: Histogram<u64>,
     /// Time of each handshake stage (TCP, TLS, upgrade), by `Stage`.
-    stage_hists: [Histogram<u64>; 3],
+    /// (Made on first use, and only when there is more than one stage.)
+    stage_hists: [Option<Histogram<u64>>; 3],
     rtt_hist: Histogram<u64>,
     request_hist: Histogram<u64>,
     push_hist: Histogram<u64>,
@@ -280,7 +281,7 @@ pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
         request_cursor: 0,
         wall_offset_us: wall_us() as i64 - mono_us() as i64,
         connect_hist: histogram::new(),
-        stage_hists: [histogram::new(), histogram::new(), histogram::new()],
+        stage_hists: [None, None, None],
         rtt_hist: histogram::new(),
         request_hist: histogram::new(),
         push_hist: histogram::new(),
@@ -377,7 +378,7 @@ impl Handler for Worker {
         self.stats.stage_hists = Stage::ALL
             .iter()
             .zip(self.stage_hists.iter_mut())
-            .filter(|(_, h)| !h.is_empty())
+            .filter_map(|(s, h)| Some((s, h.as_mut().filter(|h| !h.is_empty())?)))
             .map(|(s, h)| {
                 let e = histogram::encode(h);
                 h.reset();
@@ -532,8 +533,12 @@ impl Worker {
     /// the next stage starts now.
     fn stage_done(&mut self, k: usize, stage: Stage, now: u64) {
         let slot = &mut self.slots[k];
-        histogram::record(&mut self.stage_hists[stage as usize], (now as u32).wrapping_sub(slot.stage_us) as u64);
+        let took = (now as u32).wrapping_sub(slot.stage_us) as u64;
         slot.stage_us = now as u32;
+        // One stage (plain TCP) is the whole handshake: nothing apart.
+        if self.tls.is_some() || self.cfg.protocol == Protocol::Ws {
+            histogram::record(self.stage_hists[stage as usize].get_or_insert_with(histogram::new), took);
+        }
     }
 
     /// Connection k stopped at its read budget: ask epoll for a new edge.
