@@ -143,6 +143,43 @@ fn the_ws_client_holds_2000_against_python_websockets_and_answers_its_pings() {
     client_against(&["python3", &peer("ws_echo_server.py"), &port.to_string(), "60"], port);
 }
 
+/// `--message` on WebSockets against Python `websockets` (an echo server
+/// nobody here wrote): an application's JSON text with per-connection
+/// substitutions as heartbeats, then binary frames as requests (pings
+/// stay the heartbeats); every echo recognised and timed by its {ts}.
+#[test]
+fn the_ws_client_sends_its_own_messages_with_substitutions() {
+    raise_fd_limit();
+    let port = free_port();
+    let mut peer_cmd = Command::new("python3");
+    peer_cmd.args([&peer("ws_echo_server.py"), &port.to_string(), "60"]);
+    let mut echo = Peer::spawn("python websockets echo server", peer_cmd);
+    assert_eq!(echo.line(Duration::from_secs(30), "the echo server listening"), "ready");
+    let url = format!("ws://127.0.0.1:{port}/app");
+    let run_client = |extra: &[&str]| {
+        let mut cmd = megaconn();
+        cmd.args(["client", "--url", &url, "--connections", "200", "--rate", "2000", "--hold", "2s", "--workers", "1", "--json"]);
+        cmd.args(extra);
+        let (code, out, err) = run(cmd, Duration::from_secs(60));
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()["summary"].clone()
+    };
+    let s = run_client(&["--message", r#"{"op":"hi","conn":{conn},"n":{seq},"ts":{ts}}"#, "--heartbeat", "400ms"]);
+    let sent = s["heartbeats_sent"].as_u64().unwrap();
+    assert!(sent >= 200 * 4, "{s}");
+    assert_eq!(s["heartbeats_answered"].as_u64(), Some(sent), "every message echoed and recognised: {s}");
+    assert_eq!(s["heartbeat_rtt_ms"]["count"].as_u64(), Some(sent), "and timed: {s}");
+    assert_eq!(s["raw_messages_in"].as_u64(), Some(sent), "{s}");
+    let s = run_client(&["--message", "bin {conn} {ts}", "--ws-binary", "--request-rate", "5/s", "--heartbeat", "500ms"]);
+    let r = &s["requests"];
+    assert!(r["sent"].as_u64() >= Some(200 * 5), "{s}");
+    assert_eq!(r["replies"], r["sent"], "{s}");
+    assert_eq!(r["latency_ms"]["count"], r["sent"], "{s}");
+    assert!(s["heartbeats_sent"].as_u64() >= Some(200 * 3), "pings go on as heartbeats: {s}");
+    assert_eq!(s["heartbeats_answered"], s["heartbeats_sent"], "{s}");
+    drop(echo);
+}
+
 /// A headless Chromium page (Debian's chromium) opens 200 WebSockets,
 /// subscribed through the URL, and receives one publish on each.
 #[test]

@@ -117,6 +117,7 @@ impl From<ClientArgs> for ClientConfig {
         if let Some(o) = a.origin {
             c.load.headers.push(format!("Origin: {o}"));
         }
+        c.load.ws_binary = a.ws_binary;
         if !a.ws_subprotocol.is_empty() {
             c.load.headers.push(format!("Sec-WebSocket-Protocol: {}", a.ws_subprotocol.join(", ")));
             c.load.subprotocols = a.ws_subprotocol;

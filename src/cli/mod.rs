@@ -309,7 +309,7 @@ pub struct LoadArgs {
     /// Exit 0 even if connections were lost before the end of the hold.
     #[arg(long)]
     pub allow_loss: bool,
-    /// --protocol raw: bytes sent on the heartbeat schedule (escapes \r \n \t \0 \\ \xHH; @file; \{ts} becomes a timestamp the echo carries back).
+    /// --protocol raw or ws: the message sent on the heartbeat schedule, or the request schedule with --request-rate (escapes \r \n \t \0 \\ \xHH; @file; raw: \{ts} becomes a timestamp the echo carries back; ws: {conn} {shard} {seq} {ts} are substituted per connection).
     #[arg(long, value_parser = crate::client::raw::parse_message)]
     pub message: Option<crate::client::raw::RawMessage>,
     /// --protocol raw: bytes sent once when a connection opens (e.g. a login line).
@@ -346,6 +346,9 @@ pub struct ClientArgs {
     /// Origin header of WebSocket upgrades (what a browser sends).
     #[arg(long)]
     pub origin: Option<String>,
+    /// --protocol ws --message: send it in binary frames (default: text).
+    #[arg(long)]
+    pub ws_binary: bool,
     /// Offer these WebSocket subprotocols (comma-separated or repeated); the server must choose one of them.
     #[arg(long, value_delimiter = ',', value_parser = parse::token)]
     pub ws_subprotocol: Vec<String>,

@@ -56,8 +56,9 @@ pub struct LoadConfig {
     pub churn: Option<f64>,
     /// Exit 0 even when connections were lost during the run.
     pub allow_loss: bool,
-    /// `--protocol raw`: the message sent on the heartbeat schedule, and
-    /// one sent once when a connection is established.
+    /// `--protocol raw` (and ws): the message sent on the heartbeat
+    /// schedule (or the request schedule with a request rate), and, raw
+    /// only, one sent once when a connection is established.
     pub raw_message: Option<super::raw::RawMessage>,
     pub raw_first: Option<Vec<u8>>,
     /// `--codec`: frame raw messages with a length prefix.
@@ -78,6 +79,8 @@ pub struct LoadConfig {
     pub subprotocols: Vec<String>,
     /// TLS (`--tls`, `wss://`, `https://`, bench --tls).
     pub tls: Option<crate::tls::client::ClientTls>,
+    /// `--ws-binary`: `--message` goes in binary frames, not text.
+    pub ws_binary: bool,
     /// Niceness of the client workers (bench: the load generator yields
     /// CPU to the server it measures on the same machine).
     pub nice: i32,
@@ -120,6 +123,7 @@ impl Default for LoadConfig {
             headers: Vec::new(),
             subprotocols: Vec::new(),
             tls: None,
+            ws_binary: false,
             nice: 0,
             netns_fd: None,
             start_at: None,

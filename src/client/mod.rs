@@ -16,6 +16,7 @@ pub mod url;
 pub mod view;
 pub mod worker;
 pub mod ws;
+pub mod ws_message;
 
 pub use config::{ClientConfig, CloseMode, LoadConfig, NodeTarget};
 
@@ -55,8 +56,14 @@ pub fn plan(cfg: &ClientConfig, fd_hard: u64) -> Result<(ConnectionPlan, WorkerP
         // Read the CA now: a bad file is a usage error, not 1,000 failures.
         crate::tls::client::Configs::new(t).map_err(|e| format!("{e:#}"))?;
     }
-    if cfg.load.protocol != crate::proto::Protocol::Raw && (cfg.load.raw_message.is_some() || cfg.load.raw_first.is_some() || cfg.load.raw_codec.is_some()) {
-        return Err("--message, --first-message and --codec are for --protocol raw".into());
+    let ws = cfg.load.protocol == crate::proto::Protocol::Ws;
+    if cfg.load.protocol != crate::proto::Protocol::Raw
+        && (cfg.load.raw_first.is_some() || cfg.load.raw_codec.is_some() || (cfg.load.raw_message.is_some() && !ws))
+    {
+        return Err("--message is for --protocol raw or ws; --first-message and --codec for raw".into());
+    }
+    if cfg.load.ws_binary && !(ws && cfg.load.raw_message.is_some()) {
+        return Err("--ws-binary sends --message in binary frames: use it with --protocol ws and --message".into());
     }
     if let (Some(c), Some(m)) = (&cfg.load.raw_codec, &cfg.load.raw_message) {
         let longest = m.bytes.len().max(cfg.load.raw_first.as_ref().map_or(0, |f| f.len()));
@@ -87,8 +94,10 @@ pub fn plan(cfg: &ClientConfig, fd_hard: u64) -> Result<(ConnectionPlan, WorkerP
         Some(s) => Some(s),
         None => shard_from_env()?,
     };
+    let index = shard.map_or(0, |s| s.index);
     let shard = shard.map(|s| s.range(cfg.load.connections)).unwrap_or((0, cfg.load.connections));
-    let cp = ConnectionPlan::build(cfg.target, &cfg.load.ports, cfg.load.source_ips.as_deref(), cfg.load.connections, shard, plan::local_port_range())?;
+    let mut cp = ConnectionPlan::build(cfg.target, &cfg.load.ports, cfg.load.source_ips.as_deref(), cfg.load.connections, shard, plan::local_port_range())?;
+    cp.shard_index = index;
     let wp = plan_workers(cp.count, cfg.workers, fd_hard, 0, crate::sys::online_cpus())?;
     Ok((cp, wp))
 }

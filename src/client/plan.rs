@@ -61,6 +61,8 @@ pub struct ConnectionPlan {
     pub total: u64,
     /// The global indices this process opens: [first, first + count).
     pub first: u64,
+    /// Which shard of the plan this is (`--shard i/n`: i; else 0).
+    pub shard_index: u64,
     pub count: u64,
     /// net.ipv4.ip_local_port_range, inclusive.
     pub port_range: (u16, u16),
@@ -138,6 +140,7 @@ impl ConnectionPlan {
             source_count: s,
             total,
             first: shard.0,
+            shard_index: 0,
             count: shard.1 - shard.0,
             port_range,
             per_pair,

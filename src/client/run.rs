@@ -224,6 +224,8 @@ impl ClientRun {
                     extra_headers: load.headers.iter().map(|h| format!("{h}\r\n")).collect(),
                     subprotocols: load.subprotocols.clone(),
                     tls: load.tls.clone(),
+                    ws_binary: load.ws_binary,
+                    shard: plan.shard_index,
                 })
                 .expect("config serializes")
             })

@@ -156,7 +156,16 @@ fn describe_protocol(target: std::net::Ipv4Addr, load: &LoadConfig, requests: bo
         }
         Protocol::Ws => {
             let port = if load.ports.len() == 1 { load.ports[0].to_string() } else { format!("{{{} ports}}", load.ports.len()) };
-            let sends = if requests { "pings as heartbeats, stamped binary requests echoed" } else { "pings as heartbeats" };
+            let sends = match (&load.raw_message, requests) {
+                (Some(m), r) => format!(
+                    "a {}-byte {} --message{}, {{conn}} {{shard}} {{seq}} {{ts}} substituted, echoes of its shape timed by their {{ts}}",
+                    m.bytes.len(),
+                    if load.ws_binary { "binary" } else { "text" },
+                    if r { " as requests (pings as heartbeats)" } else { " as heartbeats" },
+                ),
+                (None, true) => "pings as heartbeats, stamped binary requests echoed".into(),
+                (None, false) => "pings as heartbeats".into(),
+            };
             let scheme = if load.tls.is_some() { "wss" } else { "ws" };
             let host = load.host.clone().unwrap_or_else(|| format!("{target}:{port}"));
             format!("ws: {scheme}://{host}{}; {sends}", load.ws_target)

@@ -90,6 +90,9 @@ pub struct ClientWorkerConfig {
     pub subprotocols: Vec<String>,
     /// TLS (`--tls`, `wss://`, `https://`).
     pub tls: Option<crate::tls::client::ClientTls>,
+    /// `--ws-binary`, and this client's shard (`{shard}` in a ws message).
+    pub ws_binary: bool,
+    pub shard: u64,
 }
 
 mod connect;
@@ -253,6 +256,9 @@ struct Worker {
     ws_out: Vec<u8>,
     /// `--protocol raw`: how echoes are read.
     raw_echo: Option<super::raw::RawEcho>,
+    /// `--protocol ws --message`: what is sent instead of pings (or
+    /// stamped requests), and how its echoes are recognised.
+    ws_message: Option<super::ws_message::WsMessage>,
     /// `--protocol http`: the request every send writes.
     http_request: Vec<u8>,
     /// TLS configs, and the buffers every TLS connection borrows.
@@ -296,7 +302,8 @@ pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
         ws_seed: rand::random(),
         unmasked: Vec::new(),
         ws_out: Vec::new(),
-        raw_echo: cfg.raw_message.as_ref().map(|m| super::raw::RawEcho {
+        ws_message: cfg.raw_message.as_ref().filter(|_| cfg.protocol == Protocol::Ws).map(|m| super::ws_message::WsMessage::new(m, cfg.ws_binary)),
+        raw_echo: cfg.raw_message.as_ref().filter(|_| cfg.protocol == Protocol::Raw).map(|m| super::raw::RawEcho {
             codec: cfg.raw_codec.clone(),
             unit: m.bytes.len(),
             stamp_at: m.stamp_at,

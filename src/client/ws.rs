@@ -65,6 +65,9 @@ pub struct WsRead<'a> {
     pub key: Option<&'a str>,
     /// `--ws-subprotocol`: the 101 must pick one of these.
     pub subprotocols: &'a [String],
+    /// `--message`: its echoes are recognised (and timed by their
+    /// `{ts}`) as replies (with a request rate) or heartbeat answers.
+    pub message: Option<(&'a super::ws_message::WsMessage, bool)>,
     pub frag: &'a mut Option<Box<Fragments>>,
     pub tmp: &'a mut Vec<u8>,
     /// Frames to send back (pongs, the close answer).
@@ -87,12 +90,22 @@ impl WsRead<'_> {
                 }
             }
         }
-        let (out, mask, outcome) = (&mut *self.out, self.mask, &mut self.outcome);
+        let (out, mask, outcome, message) = (&mut *self.out, self.mask, &mut self.outcome, self.message);
         let mut reader = Reader { role: Role::Client, max: MAX_MESSAGE, tmp: self.tmp, frag: self.frag };
         let used = reader.consume(&buf[pos..], |ev| {
             match ev {
                 Event::Pong(p) => replies.beat_answered(stamp_of(p)),
                 Event::Ping(p) => frame::encode(out, true, Opcode::Pong, p, Some(mask)),
+                Event::Message { text, data } if message.is_some_and(|(m, _)| m.binary != text) && message.and_then(|(m, _)| m.echo_of(data)).is_some() => {
+                    let (m, as_requests) = message.expect("checked");
+                    replies.stats.raw_messages_in += 1;
+                    let sent = m.echo_of(data).flatten();
+                    if as_requests {
+                        replies.reply(sent);
+                    } else {
+                        replies.beat_answered(sent);
+                    }
+                }
                 // Binary pushes start with the push kind byte (8); an
                 // echoed request starts with its stamp's top byte (0).
                 Event::Message { text: false, data } if data.first() == Some(&8) => {

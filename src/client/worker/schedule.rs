@@ -83,9 +83,12 @@ impl Worker {
         while let Some((k, intended)) = self.next_due(due, Schedule::Heartbeats, hb, start) {
             self.out.clear();
             match &self.cfg.raw_message {
-                Some(m) => super::super::raw::render_framed(m, self.cfg.raw_codec.as_ref(), &mut self.out, intended),
-                None if self.cfg.protocol == Protocol::Ws => ws::encode_ping(&mut self.out, intended, self.cfg.payload, self.rng.gen()),
-                None => frame::encode_stamped(&mut self.out, Kind::Heartbeat, intended, self.cfg.payload),
+                // With a request rate the message goes as requests and
+                // heartbeats stay pings.
+                _ if self.ws_message.is_some() && self.cfg.request_us.is_none() => self.encode_ws_message(k, hb, start, intended),
+                Some(m) if self.cfg.protocol == Protocol::Raw => super::super::raw::render_framed(m, self.cfg.raw_codec.as_ref(), &mut self.out, intended),
+                _ if self.cfg.protocol == Protocol::Ws => ws::encode_ping(&mut self.out, intended, self.cfg.payload, self.rng.gen()),
+                _ => frame::encode_stamped(&mut self.out, Kind::Heartbeat, intended, self.cfg.payload),
             }
             if self.write_slot(k) {
                 self.stats.heartbeats_sent += 1;
@@ -114,6 +117,7 @@ impl Worker {
                     self.slots[k].inflight.get_or_insert_with(Default::default).push_back(intended);
                 }
                 // Server-only protocols (refused by the client's plan).
+                Protocol::Ws if self.ws_message.is_some() => self.encode_ws_message(k, period, start, intended),
                 Protocol::Ws => ws::encode_request(&mut self.out, intended, self.cfg.payload, self.rng.gen()),
                 Protocol::Raw => match &self.cfg.raw_message {
                     Some(m) => super::super::raw::render_framed(m, self.cfg.raw_codec.as_ref(), &mut self.out, intended),
@@ -125,6 +129,17 @@ impl Worker {
                 self.stats.requests_sent += 1;
             }
         }
+    }
+
+    /// `--message` on a WebSocket: rendered for connection k (its n-th
+    /// message of a schedule with this period) into a masked frame.
+    fn encode_ws_message(&mut self, k: usize, period_us: u64, start: u64, intended: u64) {
+        let Some(m) = &self.ws_message else { return };
+        let seq = intended.saturating_sub(start) / period_us.max(1);
+        let mut body = Vec::new();
+        m.render(&mut body, self.cfg.first + k as u64, self.cfg.shard, seq, intended);
+        let op = if m.binary { crate::proto::ws::frame::Opcode::Binary } else { crate::proto::ws::frame::Opcode::Text };
+        crate::proto::ws::frame::encode(&mut self.out, true, op, &body, Some(self.rng.gen()));
     }
 
     /// Write `self.out` to connection k; false (and the connection lost)

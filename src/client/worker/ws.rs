@@ -48,6 +48,7 @@ impl Worker {
         let mut rd = WsRead {
             key: key.as_deref(),
             subprotocols: &self.cfg.subprotocols,
+            message: self.ws_message.as_ref().map(|m| (m, self.cfg.request_us.is_some())),
             frag: &mut slot.ws_frag,
             tmp: &mut self.unmasked,
             out: &mut self.ws_out,
