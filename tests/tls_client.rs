@@ -77,11 +77,20 @@ fn the_client_speaks_tls_on_every_protocol_and_times_each_stage() {
     }
     let reopened = sum["churn_reopened"].as_u64().unwrap();
     assert!(reopened >= 20, "{sum}");
-    assert_eq!(sum["tls_handshakes"].as_u64(), Some(100 + reopened), "{sum}");
+    // A reopen the end of the run cut short may have finished its TLS
+    // handshake but not its upgrade: counted as a handshake, not a reopen.
+    let handshakes = sum["tls_handshakes"].as_u64().unwrap();
+    assert!(handshakes >= 100 + reopened && handshakes <= sum["attempted"].as_u64().unwrap(), "{sum}");
     let resumed = sum["tls_resumed"].as_u64().unwrap();
-    assert!(resumed >= reopened / 2 && resumed <= reopened, "first connections never resume, reopens do: {resumed} of {reopened}: {sum}");
-    let t = s.wait_for(Duration::from_secs(10), "the server counted the resumptions", |v| v["event"] == "stats" && v["tls_resumed"].as_u64() == Some(resumed));
-    assert_eq!(t["tls_handshakes"].as_u64(), Some(100 + reopened), "{t}");
+    assert!(resumed >= reopened / 2 && resumed <= handshakes - 100, "first connections never resume, reopens do: {resumed} of {reopened}: {sum}");
+    // Every connection established (and reopen) finished its handshake on
+    // the server too; one the end cut short may not have.
+    let t = s.wait_for(Duration::from_secs(10), "the server counted the handshakes", |v| {
+        v["event"] == "stats" && v["tls_handshakes"].as_u64() >= Some(100 + reopened)
+    });
+    assert!(t["tls_handshakes"].as_u64() <= Some(handshakes), "{t}");
+    let server_resumed = t["tls_resumed"].as_u64().unwrap();
+    assert!(server_resumed >= reopened / 2 && server_resumed <= resumed, "the server saw the resumptions: {t}");
     assert!(s.terminate().success());
 
     // https:// with requests, and --tls-resume never.
