@@ -15,11 +15,7 @@ NGINX_PORT=18080
 MEGA_PORT=18081
 WORKERS=2
 
-need() { command -v "$1" >/dev/null 2>&1; }
-if ! need wrk || ! need ab || ! need nginx; then
-  echo "installing wrk, apache2-utils, nginx-light (Debian packages)" >&2
-  apt-get update -qq && apt-get install -y -qq wrk apache2-utils nginx-light >/dev/null
-fi
+need_tools wrk:wrk ab:apache2-utils nginx:nginx-light
 cargo build --release --locked -q
 BIN=${MEGACONN:-target/release/megaconn}   # MEGACONN=path compares another build
 

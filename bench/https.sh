@@ -15,11 +15,7 @@ NGINX_PORT=18443
 MEGA_PORT=18444
 WORKERS=2
 
-need() { command -v "$1" >/dev/null 2>&1; }
-if ! need wrk || ! need nginx || ! need openssl; then
-  echo "installing wrk, nginx-light, openssl (Debian packages)" >&2
-  apt-get update -qq && apt-get install -y -qq wrk nginx-light openssl >/dev/null
-fi
+need_tools wrk:wrk nginx:nginx-light openssl:openssl
 cargo build --release --locked -q
 BIN=${MEGACONN:-target/release/megaconn}
 

@@ -43,3 +43,13 @@ cleanup() {
   wait 2>/dev/null || true
   rm -rf "$work"
 }
+
+# need_tools CMD:PACKAGE...: install (Debian) the packages of missing commands.
+need_tools() {
+  local missing=() t
+  for t in "$@"; do command -v "${t%%:*}" >/dev/null 2>&1 || missing+=("${t#*:}"); done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "installing ${missing[*]} (Debian packages)" >&2
+    apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+}
