@@ -39,6 +39,9 @@ pub mod topology;
 pub mod tune;
 pub mod values;
 
+#[cfg(test)]
+pub(crate) mod test_alloc;
+
 /// An error in what the user asked for (exit code 2), as opposed to a
 /// failure while doing it (exit code 1).
 #[derive(Debug)]
