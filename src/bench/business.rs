@@ -10,7 +10,7 @@
 use super::pair::PairRun;
 use super::BenchConfig;
 use crate::client::run::ClientRun;
-use crate::client::{ClientConfig, LoadConfig};
+use crate::client::{ClientConfig, LoadConfig, Traffic};
 use crate::server::business::BusinessMode;
 use crate::server::fleet::ServerFleet;
 use crate::server::service_time::ServiceTime;
@@ -86,12 +86,15 @@ fn run_mode(args: &BenchConfig, mode: BusinessMode, service: &ServiceTime, hold:
             connections: args.connections,
             rate: args.rate.min(10_000),
             source_ips: args.source_ips.clone(),
-            heartbeat: None,
-            payload: 8,
-            request_rate: Some(1.0),
+            traffic: Traffic {
+                heartbeat: None,
+                payload: 8,
+                request_rate: Some(1.0),
+                connect_timeout: args.connect_timeout,
+                protocol: args.protocol,
+                ..Default::default()
+            },
             hold,
-            connect_timeout: args.connect_timeout,
-            protocol: args.protocol,
             ..Default::default()
         },
         workers: args.client_workers,

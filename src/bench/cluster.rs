@@ -304,8 +304,8 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
     let hold = args.hold.unwrap_or(push::SETTLE + args.broadcast_interval * args.broadcasts as u32 + push::TAIL);
     let topics: Vec<String> = (0..args.topics).map(|t| format!("room-{t}")).collect();
     let mut client_cfg = super::client_config(&args, hold);
-    client_cfg.load.subscribe = topics.clone();
-    client_cfg.load.subscribe_spread = true;
+    client_cfg.load.traffic.subscribe = topics.clone();
+    client_cfg.load.traffic.subscribe_spread = true;
     client_cfg.load.nodes = node_ns
         .iter()
         .map(|f| crate::client::NodeTarget { target: std::net::Ipv4Addr::LOCALHOST, netns_fd: Some(std::os::fd::AsRawFd::as_raw_fd(f)) })

@@ -16,7 +16,7 @@ pub mod sockets;
 pub use config::{BenchConfig, Scenario};
 
 use crate::client::run::{ClientRun, ClientSummary};
-use crate::client::{ClientConfig, LoadConfig};
+use crate::client::{ClientConfig, LoadConfig, Traffic};
 use crate::server::fleet::ServerFleet;
 use crate::server::view::ServerTotals;
 use crate::server::ServerConfig;
@@ -130,24 +130,27 @@ pub fn client_config(args: &BenchConfig, hold: Duration) -> ClientConfig {
             connections: args.connections,
             rate: args.rate,
             source_ips: args.source_ips.clone(),
-            // HTTP has no heartbeat: each connection sends a keep-alive
-            // GET once per heartbeat interval instead.
-            heartbeat: args.heartbeat.filter(|_| args.protocol != crate::proto::Protocol::Http),
-            request_rate: args.heartbeat.filter(|_| args.protocol == crate::proto::Protocol::Http).map(|d| 1.0 / d.as_secs_f64()),
-            payload: args.payload,
+            traffic: Traffic {
+                // HTTP has no heartbeat: each connection sends a keep-alive
+                // GET once per heartbeat interval instead.
+                heartbeat: args.heartbeat.filter(|_| args.protocol != crate::proto::Protocol::Http),
+                request_rate: args.heartbeat.filter(|_| args.protocol == crate::proto::Protocol::Http).map(|d| 1.0 / d.as_secs_f64()),
+                payload: args.payload,
+                connect_timeout: args.connect_timeout,
+                protocol: args.protocol,
+                tls: args.pki.as_ref().map(|p| crate::tls::client::ClientTls {
+                    ca: Some(p.ca.clone()),
+                    server_name: crate::tls::throwaway::SERVER_NAME.into(),
+                    alpn: crate::tls::client::alpn_for(args.protocol),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
             hold,
-            connect_timeout: args.connect_timeout,
             json: args.json,
             nice: CLIENT_NICE,
-            protocol: args.protocol,
             churn: args.churn,
             netns_fd: args.client_netns,
-            tls: args.pki.as_ref().map(|p| crate::tls::client::ClientTls {
-                ca: Some(p.ca.clone()),
-                server_name: crate::tls::throwaway::SERVER_NAME.into(),
-                alpn: crate::tls::client::alpn_for(args.protocol),
-                ..Default::default()
-            }),
             ..Default::default()
         },
         target: args.target,

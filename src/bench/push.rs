@@ -91,8 +91,8 @@ pub fn run(args: BenchConfig, placement: &crate::topology::Placement) -> Result<
     server_cfg.admin = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
     let topics: Vec<String> = (0..args.topics).map(|t| format!("room-{t}")).collect();
     let mut client_cfg = super::client_config(&args, hold);
-    client_cfg.load.subscribe = topics.clone();
-    client_cfg.load.subscribe_spread = true;
+    client_cfg.load.traffic.subscribe = topics.clone();
+    client_cfg.load.traffic.subscribe_spread = true;
     let splan = crate::server::plan(&server_cfg, fds.hard).map_err(crate::UsageError)?;
     let (cplan, cwplan) = crate::client::plan(&client_cfg, fds.hard).map_err(crate::UsageError)?;
     crate::tune::precheck(args.connections, crate::tune::plan::TuneRole::Both, args.ports.len() as u64, args.rate)?;

@@ -2,7 +2,7 @@
 
 use super::{BenchArgs, ClientArgs, LoadArgs, ServerArgs, TuneArgs};
 use crate::bench::BenchConfig;
-use crate::client::{ClientConfig, LoadConfig};
+use crate::client::{ClientConfig, LoadConfig, Traffic};
 use crate::server::ServerConfig;
 use crate::tune::TuneConfig;
 
@@ -52,27 +52,30 @@ impl From<ServerArgs> for ServerConfig {
 impl From<LoadArgs> for LoadConfig {
     fn from(a: LoadArgs) -> LoadConfig {
         LoadConfig {
+            traffic: Traffic {
+                protocol: a.protocol,
+                heartbeat: a.heartbeat.0,
+                payload: a.payload,
+                request_rate: a.request_rate.0,
+                request_timeout: a.request_timeout,
+                connect_timeout: a.connect_timeout,
+                close: a.close,
+                reconnect: a.reconnect,
+                raw_message: a.message,
+                raw_first: a.first_message.map(|m| m.bytes),
+                raw_codec: a.codec,
+                subscribe: a.subscribe.as_ref().map(|s| s.0.clone()).unwrap_or_default(),
+                subscribe_spread: a.subscribe.is_some_and(|s| s.1),
+                ..Traffic::default()
+            },
             ports: a.ports.0,
             connections: a.connections,
             rate: a.rate,
             source_ips: a.source_ips.map(|l| l.0),
-            heartbeat: a.heartbeat.0,
-            payload: a.payload,
-            request_rate: a.request_rate.0,
-            request_timeout: a.request_timeout,
-            protocol: a.protocol,
             hold: a.hold,
-            connect_timeout: a.connect_timeout,
-            close: a.close,
             stats_interval: a.stats_interval,
-            reconnect: a.reconnect,
             allow_loss: a.allow_loss,
             churn: a.churn.0,
-            raw_message: a.message,
-            raw_first: a.first_message.map(|m| m.bytes),
-            raw_codec: a.codec,
-            subscribe: a.subscribe.as_ref().map(|s| s.0.clone()).unwrap_or_default(),
-            subscribe_spread: a.subscribe.is_some_and(|s| s.1),
             json: a.json,
             ..LoadConfig::default()
         }
@@ -96,42 +99,42 @@ impl From<ClientArgs> for ClientConfig {
         c.load.start_at = a.start_at;
         if let Some(u) = &c.url {
             // The URL names the protocol; its host, port and path win.
-            if c.load.protocol == crate::proto::Protocol::Framed {
-                c.load.protocol = if u.websocket { crate::proto::Protocol::Ws } else { crate::proto::Protocol::Http };
+            if c.load.traffic.protocol == crate::proto::Protocol::Framed {
+                c.load.traffic.protocol = if u.websocket { crate::proto::Protocol::Ws } else { crate::proto::Protocol::Http };
             }
             c.target = u.addrs.first().copied().unwrap_or(c.target);
             if u.addrs.len() > 1 {
                 c.load.nodes = u.addrs.iter().map(|&target| crate::client::config::NodeTarget { target, netns_fd: None }).collect();
             }
             c.load.ports = vec![u.port];
-            c.load.ws_target = u.target.clone();
-            c.load.host = Some(u.authority());
+            c.load.traffic.ws_target = u.target.clone();
+            c.load.traffic.host = Some(u.authority());
         }
         for (name, value) in a.headers {
             if name.eq_ignore_ascii_case("host") {
-                c.load.host = Some(value);
+                c.load.traffic.host = Some(value);
             } else {
-                c.load.headers.push(format!("{name}: {value}"));
+                c.load.traffic.headers.push(format!("{name}: {value}"));
             }
         }
         if let Some(o) = a.origin {
-            c.load.headers.push(format!("Origin: {o}"));
+            c.load.traffic.headers.push(format!("Origin: {o}"));
         }
-        c.load.ws_binary = a.ws_binary;
+        c.load.traffic.ws_binary = a.ws_binary;
         if !a.ws_subprotocol.is_empty() {
-            c.load.headers.push(format!("Sec-WebSocket-Protocol: {}", a.ws_subprotocol.join(", ")));
-            c.load.subprotocols = a.ws_subprotocol;
+            c.load.traffic.headers.push(format!("Sec-WebSocket-Protocol: {}", a.ws_subprotocol.join(", ")));
+            c.load.traffic.subprotocols = a.ws_subprotocol;
         }
         let t = a.tls;
         let wanted = t.tls || t.tls_ca.is_some() || t.insecure || t.tls_server_name.is_some() || t.tls_versions.is_some() || t.tls_resume.is_some();
         if wanted || c.url.as_ref().is_some_and(|u| u.tls) {
             let defaults = crate::tls::client::ClientTls::default();
-            c.load.tls = Some(crate::tls::client::ClientTls {
+            c.load.traffic.tls = Some(crate::tls::client::ClientTls {
                 ca: t.tls_ca,
                 insecure: t.insecure,
                 server_name: t.tls_server_name.or_else(|| c.url.as_ref().map(|u| u.host.clone())).unwrap_or_else(|| c.target.to_string()),
                 versions: t.tls_versions.unwrap_or(defaults.versions),
-                alpn: crate::tls::client::alpn_for(c.load.protocol),
+                alpn: crate::tls::client::alpn_for(c.load.traffic.protocol),
                 resume: t.tls_resume.unwrap_or(defaults.resume),
             });
         }

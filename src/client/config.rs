@@ -30,32 +30,21 @@ pub struct NodeTarget {
     pub netns_fd: Option<i32>,
 }
 
-/// The load itself: how many connections, how fast, what they send.
-#[derive(Debug, Clone)]
-pub struct LoadConfig {
-    pub ports: Vec<u16>,
-    pub connections: u64,
-    /// New connections per second over the whole run.
-    pub rate: u64,
-    /// None: enough 127.0.0.x addresses for the target.
-    pub source_ips: Option<Vec<Ipv4Addr>>,
+/// What every connection of a load does: the protocol it speaks, what it
+/// sends and when, how it opens and how it ends. Client workers get it as
+/// it is (inside their config); nothing copies its fields.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Traffic {
+    pub protocol: Protocol,
     pub heartbeat: Option<Duration>,
     pub payload: usize,
     /// Requests per second per connection.
     pub request_rate: Option<f64>,
     pub request_timeout: Duration,
-    pub protocol: Protocol,
-    pub hold: Duration,
     pub connect_timeout: Duration,
     pub close: CloseMode,
-    pub stats_interval: Duration,
     /// Open lost connections again, paced and with jittered back-off.
     pub reconnect: bool,
-    /// Close and reopen this many connections per second (whole run)
-    /// once the ramp is done, spread evenly (open loop).
-    pub churn: Option<f64>,
-    /// Exit 0 even when connections were lost during the run.
-    pub allow_loss: bool,
     /// `--protocol raw` (and ws): the message sent on the heartbeat
     /// schedule (or the request schedule with a request rate), and, raw
     /// only, one sent once when a connection is established.
@@ -81,6 +70,84 @@ pub struct LoadConfig {
     pub tls: Option<crate::tls::client::ClientTls>,
     /// `--ws-binary`: `--message` goes in binary frames, not text.
     pub ws_binary: bool,
+}
+
+impl Default for Traffic {
+    fn default() -> Traffic {
+        Traffic {
+            protocol: Protocol::Framed,
+            heartbeat: Some(Duration::from_secs(30)),
+            payload: 64,
+            request_rate: None,
+            request_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(10),
+            close: CloseMode::Reset,
+            reconnect: false,
+            raw_message: None,
+            raw_first: None,
+            raw_codec: None,
+            subscribe: Vec::new(),
+            subscribe_spread: false,
+            ws_target: "/".into(),
+            host: None,
+            headers: Vec::new(),
+            subprotocols: Vec::new(),
+            tls: None,
+            ws_binary: false,
+        }
+    }
+}
+
+impl Traffic {
+    pub fn heartbeat_us(&self) -> Option<u64> {
+        self.heartbeat.map(|d| d.as_micros() as u64)
+    }
+
+    /// Interval between requests on one connection (µs), if any.
+    pub fn request_us(&self) -> Option<u64> {
+        self.request_rate.map(|r| (1e6 / r) as u64)
+    }
+
+    pub fn request_timeout_us(&self) -> u64 {
+        self.request_timeout.as_micros() as u64
+    }
+
+    pub fn connect_timeout_ms(&self) -> u64 {
+        self.connect_timeout.as_millis() as u64
+    }
+
+    /// The Host header of Upgrade and HTTP requests to `target`.
+    pub fn host_header(&self, target: Ipv4Addr, ports: &[u16]) -> String {
+        self.host.clone().unwrap_or_else(|| match ports {
+            [one] => format!("{target}:{one}"),
+            _ => target.to_string(),
+        })
+    }
+
+    /// The extra header lines, each ending in CRLF.
+    pub fn header_lines(&self) -> String {
+        self.headers.iter().map(|h| format!("{h}\r\n")).collect()
+    }
+}
+
+/// The load itself: how many connections, how fast, for how long, from
+/// where, and what each does ([`Traffic`]).
+#[derive(Debug, Clone)]
+pub struct LoadConfig {
+    pub traffic: Traffic,
+    pub ports: Vec<u16>,
+    pub connections: u64,
+    /// New connections per second over the whole run.
+    pub rate: u64,
+    /// None: enough 127.0.0.x addresses for the target.
+    pub source_ips: Option<Vec<Ipv4Addr>>,
+    pub hold: Duration,
+    pub stats_interval: Duration,
+    /// Close and reopen this many connections per second (whole run)
+    /// once the ramp is done, spread evenly (open loop).
+    pub churn: Option<f64>,
+    /// Exit 0 even when connections were lost during the run.
+    pub allow_loss: bool,
     /// Niceness of the client workers (bench: the load generator yields
     /// CPU to the server it measures on the same machine).
     pub nice: i32,
@@ -97,33 +164,15 @@ pub struct LoadConfig {
 impl Default for LoadConfig {
     fn default() -> LoadConfig {
         LoadConfig {
+            traffic: Traffic::default(),
             ports: (8000..=8099).collect(),
             connections: 1000,
             rate: 50_000,
             source_ips: None,
-            heartbeat: Some(Duration::from_secs(30)),
-            payload: 64,
-            request_rate: None,
-            request_timeout: Duration::from_secs(10),
-            protocol: Protocol::Framed,
             hold: DEFAULT_HOLD,
-            connect_timeout: Duration::from_secs(10),
-            close: CloseMode::Reset,
             stats_interval: Duration::from_secs(2),
-            reconnect: false,
             churn: None,
             allow_loss: false,
-            raw_message: None,
-            raw_first: None,
-            raw_codec: None,
-            subscribe: Vec::new(),
-            subscribe_spread: false,
-            ws_target: "/".into(),
-            host: None,
-            headers: Vec::new(),
-            subprotocols: Vec::new(),
-            tls: None,
-            ws_binary: false,
             nice: 0,
             netns_fd: None,
             start_at: None,

@@ -18,7 +18,7 @@ pub mod worker;
 pub mod ws;
 pub mod ws_message;
 
-pub use config::{ClientConfig, CloseMode, LoadConfig, NodeTarget};
+pub use config::{ClientConfig, CloseMode, LoadConfig, NodeTarget, Traffic};
 
 use crate::stats::{format, progress::Progress};
 use crate::supervise::plan::{plan_workers, WorkerPlan};
@@ -32,49 +32,49 @@ pub const WORKER_KIND: &str = "client";
 /// Plan addresses and processes for this client; errors are usage errors
 /// (the target cannot be reached with these flags on this machine).
 pub fn plan(cfg: &ClientConfig, fd_hard: u64) -> Result<(ConnectionPlan, WorkerPlan), String> {
-    if cfg.load.protocol == crate::proto::Protocol::Raw && cfg.load.raw_message.is_none() {
+    if cfg.load.traffic.protocol == crate::proto::Protocol::Raw && cfg.load.traffic.raw_message.is_none() {
         return Err("--protocol raw needs --message, e.g. --message 'PING \\{ts}\\r\\n'".into());
     }
     if let Some(u) = &cfg.url {
         let wants = if u.websocket { crate::proto::Protocol::Ws } else { crate::proto::Protocol::Http };
-        if cfg.load.protocol != wants {
+        if cfg.load.traffic.protocol != wants {
             return Err(format!(
                 "--url {} loads with --protocol {wants:?}, not {:?}",
                 if u.websocket { "ws:// or wss://" } else { "http:// or https://" },
-                cfg.load.protocol
+                cfg.load.traffic.protocol
             )
             .to_lowercase());
         }
     }
-    if !cfg.load.subprotocols.is_empty() && cfg.load.protocol != crate::proto::Protocol::Ws {
+    if !cfg.load.traffic.subprotocols.is_empty() && cfg.load.traffic.protocol != crate::proto::Protocol::Ws {
         return Err("--ws-subprotocol is for --protocol ws (a ws:// or wss:// --url)".into());
     }
-    if !cfg.load.headers.is_empty() && !matches!(cfg.load.protocol, crate::proto::Protocol::Ws | crate::proto::Protocol::Http) {
+    if !cfg.load.traffic.headers.is_empty() && !matches!(cfg.load.traffic.protocol, crate::proto::Protocol::Ws | crate::proto::Protocol::Http) {
         return Err("-H/--header and --origin go on WebSocket upgrades and HTTP requests: use them with --protocol ws or http".into());
     }
-    if let Some(t) = &cfg.load.tls {
+    if let Some(t) = &cfg.load.traffic.tls {
         // Read the CA now: a bad file is a usage error, not 1,000 failures.
         crate::tls::client::Configs::new(t).map_err(|e| format!("{e:#}"))?;
     }
-    let ws = cfg.load.protocol == crate::proto::Protocol::Ws;
-    if cfg.load.protocol != crate::proto::Protocol::Raw
-        && (cfg.load.raw_first.is_some() || cfg.load.raw_codec.is_some() || (cfg.load.raw_message.is_some() && !ws))
+    let ws = cfg.load.traffic.protocol == crate::proto::Protocol::Ws;
+    if cfg.load.traffic.protocol != crate::proto::Protocol::Raw
+        && (cfg.load.traffic.raw_first.is_some() || cfg.load.traffic.raw_codec.is_some() || (cfg.load.traffic.raw_message.is_some() && !ws))
     {
         return Err("--message is for --protocol raw or ws; --first-message and --codec for raw".into());
     }
-    if cfg.load.ws_binary && !(ws && cfg.load.raw_message.is_some()) {
+    if cfg.load.traffic.ws_binary && !(ws && cfg.load.traffic.raw_message.is_some()) {
         return Err("--ws-binary sends --message in binary frames: use it with --protocol ws and --message".into());
     }
-    if let (Some(c), Some(m)) = (&cfg.load.raw_codec, &cfg.load.raw_message) {
-        let longest = m.bytes.len().max(cfg.load.raw_first.as_ref().map_or(0, |f| f.len()));
+    if let (Some(c), Some(m)) = (&cfg.load.traffic.raw_codec, &cfg.load.traffic.raw_message) {
+        let longest = m.bytes.len().max(cfg.load.traffic.raw_first.as_ref().map_or(0, |f| f.len()));
         if longest > c.max_message() {
             return Err(format!("a {longest}-byte message does not fit the {c} codec's length field (at most {}); use len:4", c.max_message()));
         }
     }
-    if matches!(cfg.load.protocol, crate::proto::Protocol::Echo | crate::proto::Protocol::Discard) {
+    if matches!(cfg.load.traffic.protocol, crate::proto::Protocol::Echo | crate::proto::Protocol::Discard) {
         return Err(format!(
             "--protocol {:?} is a server protocol; the client speaks framed, ws, http, echo8 or raw (e.g. --protocol framed)",
-            cfg.load.protocol
+            cfg.load.traffic.protocol
         )
         .to_lowercase());
     }

@@ -182,9 +182,9 @@ impl ClientRun {
         // cores here), twice what TLS_FLOOR_PER_CORE handshakes/s per core
         // need: a bound on the run, never a wait (it ends when done).
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-        let pace = if load.tls.is_some() { load.rate.min(TLS_FLOOR_PER_CORE * cores) } else { load.rate };
+        let pace = if load.traffic.tls.is_some() { load.rate.min(TLS_FLOOR_PER_CORE * cores) } else { load.rate };
         let ramp_us = (plan.count as f64 / pace.max(1) as f64 * 1e6) as u64;
-        let ramp_deadline_us = start_at_us + ramp_us * 2 + load.connect_timeout.as_micros() as u64 + 30_000_000;
+        let ramp_deadline_us = start_at_us + ramp_us * 2 + load.traffic.connect_timeout.as_micros() as u64 + 30_000_000;
         let deadline_us = ramp_deadline_us + load.hold.as_micros() as u64 + 60_000_000;
         let configs: Vec<String> = (0..w)
             .map(|i| {
@@ -199,32 +199,11 @@ impl ClientRun {
                     count: hi - lo,
                     rate: if plan.count > 0 { load.rate as f64 * (hi - lo) as f64 / plan.count as f64 } else { load.rate as f64 },
                     start_at_us,
-                    connect_timeout_ms: load.connect_timeout.as_millis() as u64,
-                    heartbeat_us: load.heartbeat.map(|d| d.as_micros() as u64),
-                    payload: load.payload,
-                    request_us: load.request_rate.map(|r| (1e6 / r) as u64),
-                    request_timeout_us: load.request_timeout.as_micros() as u64,
-                    protocol: load.protocol,
                     // Every 500 ms at most: the report's time series samples that often.
                     stats_interval_ms: load.stats_interval.as_millis().clamp(100, 500) as u64,
-                    close: load.close,
                     deadline_us,
-                    reconnect: load.reconnect,
                     churn_us: load.churn.map(|r| (1e6 * plan.count.max(1) as f64 / r / (hi - lo).max(1) as f64) as u64),
-                    subscribe: load.subscribe.clone(),
-                    subscribe_spread: load.subscribe_spread,
-                    raw_message: load.raw_message.clone(),
-                    raw_first: load.raw_first.clone(),
-                    raw_codec: load.raw_codec.clone(),
-                    ws_target: load.ws_target.clone(),
-                    host_header: load.host.clone().unwrap_or_else(|| match plan.ports.as_slice() {
-                        [one] => format!("{}:{one}", plan.target),
-                        _ => plan.target.to_string(),
-                    }),
-                    extra_headers: load.headers.iter().map(|h| format!("{h}\r\n")).collect(),
-                    subprotocols: load.subprotocols.clone(),
-                    tls: load.tls.clone(),
-                    ws_binary: load.ws_binary,
+                    traffic: load.traffic.clone(),
                     shard: plan.shard_index,
                 })
                 .expect("config serializes")
@@ -259,7 +238,7 @@ impl ClientRun {
             prev_replies: 0,
             replies_at_hold: Vec::new(),
             replies_at_close: Vec::new(),
-            request_rate: load.request_rate,
+            request_rate: load.traffic.request_rate,
             mode: super::summary::describe_mode(plan.target, load),
             phases: Phases::new(start_at_us),
             series: Series::new(start_at_us),

@@ -119,9 +119,9 @@ fn print_phases(phases: &[super::phases::PhaseResult]) {
 
 /// What the connections speak and send, for the summary's first line.
 pub fn describe_mode(target: std::net::Ipv4Addr, load: &LoadConfig) -> String {
-    let requests = load.request_rate.is_some();
+    let requests = load.traffic.request_rate.is_some();
     let base = describe_protocol(target, load, requests);
-    match &load.tls {
+    match &load.traffic.tls {
         Some(t) => {
             format!("{base} | over TLS {} to {:?}{}", versions(t), t.server_name, if t.insecure { " (certificate not verified: --insecure)" } else { "" })
         }
@@ -141,12 +141,12 @@ fn versions(t: &crate::tls::client::ClientTls) -> String {
 }
 
 fn describe_protocol(target: std::net::Ipv4Addr, load: &LoadConfig, requests: bool) -> String {
-    match load.protocol {
+    match load.traffic.protocol {
         Protocol::Raw => {
-            let Some(m) = &load.raw_message else { return "raw".into() };
-            let codec = load.raw_codec.as_ref().map(|c| format!(", framed {c}")).unwrap_or_default();
-            let first = load.raw_first.as_ref().map(|f| format!(", after a {}-byte first message", f.len())).unwrap_or_default();
-            let timing = match (m.stamp_at, load.raw_codec.is_some() || load.raw_first.is_none()) {
+            let Some(m) = &load.traffic.raw_message else { return "raw".into() };
+            let codec = load.traffic.raw_codec.as_ref().map(|c| format!(", framed {c}")).unwrap_or_default();
+            let first = load.traffic.raw_first.as_ref().map(|f| format!(", after a {}-byte first message", f.len())).unwrap_or_default();
+            let timing = match (m.stamp_at, load.traffic.raw_codec.is_some() || load.traffic.raw_first.is_none()) {
                 (Some(_), true) => "round trips timed by the \\{ts} marker each echo carries back",
                 (Some(_), false) => "a first message without --codec: echoes cannot be cut, bytes are counted",
                 (None, _) => "no \\{ts} marker: bytes and messages back are counted",
@@ -156,22 +156,22 @@ fn describe_protocol(target: std::net::Ipv4Addr, load: &LoadConfig, requests: bo
         }
         Protocol::Ws => {
             let port = if load.ports.len() == 1 { load.ports[0].to_string() } else { format!("{{{} ports}}", load.ports.len()) };
-            let sends = match (&load.raw_message, requests) {
+            let sends = match (&load.traffic.raw_message, requests) {
                 (Some(m), r) => format!(
                     "a {}-byte {} --message{}, {{conn}} {{shard}} {{seq}} {{ts}} substituted, echoes of its shape timed by their {{ts}}",
                     m.bytes.len(),
-                    if load.ws_binary { "binary" } else { "text" },
+                    if load.traffic.ws_binary { "binary" } else { "text" },
                     if r { " as requests (pings as heartbeats)" } else { " as heartbeats" },
                 ),
                 (None, true) => "pings as heartbeats, stamped binary requests echoed".into(),
                 (None, false) => "pings as heartbeats".into(),
             };
-            let scheme = if load.tls.is_some() { "wss" } else { "ws" };
-            let host = load.host.clone().unwrap_or_else(|| format!("{target}:{port}"));
-            format!("ws: {scheme}://{host}{}; {sends}", load.ws_target)
+            let scheme = if load.traffic.tls.is_some() { "wss" } else { "ws" };
+            let host = load.traffic.host.clone().unwrap_or_else(|| format!("{target}:{port}"));
+            format!("ws: {scheme}://{host}{}; {sends}", load.traffic.ws_target)
         }
         Protocol::Framed => "framed: heartbeats and requests in megaconn frames".into(),
-        Protocol::Http => format!("http: keep-alive GET {} requests", load.ws_target),
+        Protocol::Http => format!("http: keep-alive GET {} requests", load.traffic.ws_target),
         Protocol::Echo8 => "echo8: 8-byte millisecond timestamps echoed".into(),
         Protocol::Echo | Protocol::Discard => "server protocol".into(),
     }

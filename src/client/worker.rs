@@ -54,45 +54,17 @@ pub struct ClientWorkerConfig {
     pub rate: f64,
     /// CLOCK_MONOTONIC µs at which every worker starts its ramp.
     pub start_at_us: u64,
-    pub connect_timeout_ms: u64,
-    pub heartbeat_us: Option<u64>,
-    pub payload: usize,
-    /// Interval between requests on one connection (µs), if any.
-    pub request_us: Option<u64>,
-    pub request_timeout_us: u64,
-    pub protocol: Protocol,
     pub stats_interval_ms: u64,
-    pub close: CloseMode,
     /// CLOCK_MONOTONIC µs at which the worker closes by itself, whatever
     /// its supervisor says: every load loop is bounded in time.
     pub deadline_us: u64,
-    /// Re-open connections the server or network ended.
-    pub reconnect: bool,
     /// `--churn`: this worker closes and reopens one connection every
     /// this many µs once its ramp is done.
     pub churn_us: Option<u64>,
-    /// Topics to subscribe to once established (framed protocol).
-    pub subscribe: Vec<String>,
-    /// Connection g takes topic g % len (else every topic).
-    pub subscribe_spread: bool,
-    /// `--protocol raw`: the heartbeat message and the first message.
-    pub raw_message: Option<super::raw::RawMessage>,
-    pub raw_first: Option<Vec<u8>>,
-    /// `--codec`: length-prefixed framing of raw messages.
-    pub raw_codec: Option<super::codec::Codec>,
-    /// `--protocol ws`: path and query of the Upgrade request.
-    pub ws_target: String,
-    /// Host header of Upgrade and HTTP requests, and extra header lines
-    /// (`-H`, `--origin`, `--ws-subprotocol`), each ending in CRLF.
-    pub host_header: String,
-    pub extra_headers: String,
-    /// `--ws-subprotocol`: the 101 must name one of these.
-    pub subprotocols: Vec<String>,
-    /// TLS (`--tls`, `wss://`, `https://`).
-    pub tls: Option<crate::tls::client::ClientTls>,
-    /// `--ws-binary`, and this client's shard (`{shard}` in a ws message).
-    pub ws_binary: bool,
+    /// This client's shard (`{shard}` in a ws message).
     pub shard: u64,
+    /// What every connection does, as the load asked.
+    pub traffic: super::config::Traffic,
 }
 
 mod connect;
@@ -261,6 +233,9 @@ struct Worker {
     ws_message: Option<super::ws_message::WsMessage>,
     /// `--protocol http`: the request every send writes.
     http_request: Vec<u8>,
+    /// Host header and extra header lines (CRLF-ended) of the ws Upgrade.
+    host_header: String,
+    extra_headers: String,
     /// TLS configs, and the buffers every TLS connection borrows.
     tls: Option<crate::tls::client::Configs>,
     tls_bufs: crate::tls::conn::TlsBufs,
@@ -270,6 +245,8 @@ pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
     crate::sys::raise_fd_limit();
     let poll = Poll::new()?;
     let n = cfg.count as usize;
+    let host_header = cfg.traffic.host_header(cfg.target, &cfg.ports);
+    let extra_headers = cfg.traffic.header_lines();
     let mut w = Worker {
         sources: expand(&cfg.source_ranges),
         stats: {
@@ -302,16 +279,23 @@ pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
         ws_seed: rand::random(),
         unmasked: Vec::new(),
         ws_out: Vec::new(),
-        ws_message: cfg.raw_message.as_ref().filter(|_| cfg.protocol == Protocol::Ws).map(|m| super::ws_message::WsMessage::new(m, cfg.ws_binary)),
-        raw_echo: cfg.raw_message.as_ref().filter(|_| cfg.protocol == Protocol::Raw).map(|m| super::raw::RawEcho {
-            codec: cfg.raw_codec.clone(),
+        ws_message: cfg
+            .traffic
+            .raw_message
+            .as_ref()
+            .filter(|_| cfg.traffic.protocol == Protocol::Ws)
+            .map(|m| super::ws_message::WsMessage::new(m, cfg.traffic.ws_binary)),
+        raw_echo: cfg.traffic.raw_message.as_ref().filter(|_| cfg.traffic.protocol == Protocol::Raw).map(|m| super::raw::RawEcho {
+            codec: cfg.traffic.raw_codec.clone(),
             unit: m.bytes.len(),
             stamp_at: m.stamp_at,
-            first_sent: cfg.raw_first.is_some(),
-            as_requests: cfg.request_us.is_some(),
+            first_sent: cfg.traffic.raw_first.is_some(),
+            as_requests: cfg.traffic.request_us().is_some(),
         }),
-        http_request: format!("GET {} HTTP/1.1\r\nHost: {}\r\n{}\r\n", cfg.ws_target, cfg.host_header, cfg.extra_headers).into_bytes(),
-        tls: match &cfg.tls {
+        http_request: format!("GET {} HTTP/1.1\r\nHost: {host_header}\r\n{extra_headers}\r\n", cfg.traffic.ws_target).into_bytes(),
+        host_header,
+        extra_headers,
+        tls: match &cfg.traffic.tls {
             Some(t) => Some(crate::tls::client::Configs::new(t)?),
             None => None,
         },
@@ -427,13 +411,13 @@ impl Worker {
         if let (Some(p), Some(start)) = (self.heartbeat_period(), self.schedule_start(schedule::Schedule::Heartbeats)) {
             wake = wake.min(self.due_at(self.beat_cursor, p, start).max(now + BEAT_TICK_US));
         }
-        if let Some(p) = self.cfg.request_us {
+        if let Some(p) = self.cfg.traffic.request_us() {
             wake = wake.min(self.due_at(self.request_cursor, p, self.cfg.start_at_us));
         }
         if let Some(&first) = self.pending.front() {
             let started = self.slots[first as usize].started_us;
             let age = (now as u32).wrapping_sub(started) as u64;
-            wake = wake.min(now + (self.cfg.connect_timeout_ms * 1000).saturating_sub(age).max(1000));
+            wake = wake.min(now + (self.cfg.traffic.connect_timeout_ms() * 1000).saturating_sub(age).max(1000));
         }
         wake.min(self.cfg.deadline_us.max(now))
     }
@@ -474,7 +458,7 @@ impl Worker {
         if !readable {
             return;
         }
-        if self.cfg.protocol == Protocol::Ws {
+        if self.cfg.traffic.protocol == Protocol::Ws {
             return self.read_ws(k, now, read_closed);
         }
         let mut replies = replies::Replies {
@@ -482,7 +466,7 @@ impl Worker {
             rtt: &mut self.rtt_hist,
             latency: &mut self.request_hist,
             now,
-            timeout_us: self.cfg.request_timeout_us,
+            timeout_us: self.cfg.traffic.request_timeout_us(),
             push: &mut self.push_hist,
             seen: &mut slot.seen,
             raw: self.raw_echo.as_ref(),
@@ -491,7 +475,7 @@ impl Worker {
         let before = replies::answers(replies.stats);
         let mut src = wire(stream, slot.tls.as_deref_mut(), &mut self.tls_bufs);
         let r = replies::read(
-            self.cfg.protocol,
+            self.cfg.traffic.protocol,
             &mut src,
             &mut slot.partial,
             &mut slot.inflight,
@@ -518,16 +502,16 @@ impl Worker {
     /// established and sends its subscriptions and first message. False
     /// if it was lost meanwhile.
     fn connected(&mut self, k: usize, now: u64) -> bool {
-        if self.cfg.protocol == Protocol::Ws {
+        if self.cfg.traffic.protocol == Protocol::Ws {
             return self.upgrade(k, now);
         }
         self.established(k, now);
-        if !self.cfg.subscribe.is_empty() && !self.subscribe(k) {
+        if !self.cfg.traffic.subscribe.is_empty() && !self.subscribe(k) {
             return false;
         }
-        if let Some(first) = self.cfg.raw_first.clone() {
+        if let Some(first) = self.cfg.traffic.raw_first.clone() {
             self.out.clear();
-            if let Some(c) = &self.cfg.raw_codec {
+            if let Some(c) = &self.cfg.traffic.raw_codec {
                 c.header(&mut self.out, first.len());
             }
             self.out.extend_from_slice(&first);
@@ -543,7 +527,7 @@ impl Worker {
         let took = (now as u32).wrapping_sub(slot.stage_us) as u64;
         slot.stage_us = now as u32;
         // One stage (plain TCP) is the whole handshake: nothing apart.
-        if self.tls.is_some() || self.cfg.protocol == Protocol::Ws {
+        if self.tls.is_some() || self.cfg.traffic.protocol == Protocol::Ws {
             histogram::record(self.stage_hists[stage as usize].get_or_insert_with(histogram::new), took);
         }
     }
@@ -579,12 +563,12 @@ impl Worker {
     /// Send the subscriptions of connection k; false if it was lost.
     fn subscribe(&mut self, k: usize) -> bool {
         self.out.clear();
-        let n = self.cfg.subscribe.len();
-        if self.cfg.subscribe_spread {
-            let t = &self.cfg.subscribe[((self.cfg.first + k as u64) % n as u64) as usize];
+        let n = self.cfg.traffic.subscribe.len();
+        if self.cfg.traffic.subscribe_spread {
+            let t = &self.cfg.traffic.subscribe[((self.cfg.first + k as u64) % n as u64) as usize];
             crate::proto::push::encode_subscription(&mut self.out, crate::proto::frame::Kind::Subscribe, t);
         } else {
-            for t in &self.cfg.subscribe {
+            for t in &self.cfg.traffic.subscribe {
                 crate::proto::push::encode_subscription(&mut self.out, crate::proto::frame::Kind::Subscribe, t);
             }
         }
@@ -593,7 +577,7 @@ impl Worker {
 
     fn begin_drain(&mut self, now: u64) {
         if self.phase == Phase::Running {
-            let wait = if self.cfg.request_us.is_some() { DRAIN_US.max(self.cfg.request_timeout_us) } else { DRAIN_US };
+            let wait = if self.cfg.traffic.request_us().is_some() { DRAIN_US.max(self.cfg.traffic.request_timeout_us()) } else { DRAIN_US };
             self.phase = Phase::Draining { until_us: now + wait };
         }
     }
@@ -601,11 +585,11 @@ impl Worker {
     fn close_all(&mut self) {
         for slot in self.slots.iter_mut() {
             if let Some(mut stream) = slot.stream.take() {
-                if self.cfg.close == CloseMode::Reset {
+                if self.cfg.traffic.close == CloseMode::Reset {
                     let _ = SockRef::from(&stream).set_linger(Some(Duration::ZERO));
                 }
                 if let Some(tls) = slot.tls.as_deref_mut() {
-                    if self.cfg.close == CloseMode::Graceful {
+                    if self.cfg.traffic.close == CloseMode::Graceful {
                         tls.close_notify(&mut stream, &mut self.tls_bufs.wire);
                     }
                 }

@@ -81,7 +81,7 @@ impl Worker {
             }
             let slot = &mut self.slots[k];
             if let Some(stream) = slot.stream.take() {
-                if self.cfg.close == super::super::config::CloseMode::Reset {
+                if self.cfg.traffic.close == super::super::config::CloseMode::Reset {
                     let _ = socket2::SockRef::from(&stream).set_linger(Some(std::time::Duration::ZERO));
                 }
             }
@@ -172,7 +172,7 @@ impl Worker {
 
     /// Fail handshakes older than the connect timeout.
     pub(super) fn expire_connects(&mut self, now: u64) {
-        let timeout = self.cfg.connect_timeout_ms * 1000;
+        let timeout = self.cfg.traffic.connect_timeout_ms() * 1000;
         while let Some(&k) = self.pending.front() {
             let slot = &self.slots[k as usize];
             if !slot.state.connecting() {
@@ -213,7 +213,7 @@ impl Worker {
         slot.ws_frag = None;
         slot.state = State::Done;
         *self.stats.lost.entry(reason).or_insert(0) += 1;
-        if self.cfg.reconnect && self.phase == super::Phase::Running {
+        if self.cfg.traffic.reconnect && self.phase == super::Phase::Running {
             self.schedule_reconnect(k, crate::sys::mono_us());
         }
     }

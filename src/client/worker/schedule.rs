@@ -22,8 +22,8 @@ impl Worker {
     /// Heartbeats: framed, ws (pings) and raw (`--message`, unless it
     /// goes on the request schedule); echo8 and http have none.
     pub(super) fn heartbeat_period(&self) -> Option<u64> {
-        let raw_requests = self.cfg.protocol == Protocol::Raw && self.cfg.request_us.is_some();
-        self.cfg.heartbeat_us.filter(|_| matches!(self.cfg.protocol, Protocol::Framed | Protocol::Raw | Protocol::Ws) && !raw_requests)
+        let raw_requests = self.cfg.traffic.protocol == Protocol::Raw && self.cfg.traffic.request_us().is_some();
+        self.cfg.traffic.heartbeat_us().filter(|_| matches!(self.cfg.traffic.protocol, Protocol::Framed | Protocol::Raw | Protocol::Ws) && !raw_requests)
     }
 
     /// When a schedule starts. Requests start with the ramp (what a slow
@@ -82,13 +82,15 @@ impl Worker {
         let due = self.due_by(now, hb, start);
         while let Some((k, intended)) = self.next_due(due, Schedule::Heartbeats, hb, start) {
             self.out.clear();
-            match &self.cfg.raw_message {
+            match &self.cfg.traffic.raw_message {
                 // With a request rate the message goes as requests and
                 // heartbeats stay pings.
-                _ if self.ws_message.is_some() && self.cfg.request_us.is_none() => self.encode_ws_message(k, hb, start, intended),
-                Some(m) if self.cfg.protocol == Protocol::Raw => super::super::raw::render_framed(m, self.cfg.raw_codec.as_ref(), &mut self.out, intended),
-                _ if self.cfg.protocol == Protocol::Ws => ws::encode_ping(&mut self.out, intended, self.cfg.payload, self.rng.gen()),
-                _ => frame::encode_stamped(&mut self.out, Kind::Heartbeat, intended, self.cfg.payload),
+                _ if self.ws_message.is_some() && self.cfg.traffic.request_us().is_none() => self.encode_ws_message(k, hb, start, intended),
+                Some(m) if self.cfg.traffic.protocol == Protocol::Raw => {
+                    super::super::raw::render_framed(m, self.cfg.traffic.raw_codec.as_ref(), &mut self.out, intended)
+                }
+                _ if self.cfg.traffic.protocol == Protocol::Ws => ws::encode_ping(&mut self.out, intended, self.cfg.traffic.payload, self.rng.gen()),
+                _ => frame::encode_stamped(&mut self.out, Kind::Heartbeat, intended, self.cfg.traffic.payload),
             }
             if self.write_slot(k) {
                 self.stats.heartbeats_sent += 1;
@@ -101,13 +103,13 @@ impl Worker {
     /// Send every request whose time has come (open loop: never waits for
     /// replies; the intended time travels in the request).
     pub(super) fn request(&mut self, now: u64) {
-        let Some(period) = self.cfg.request_us else { return };
+        let Some(period) = self.cfg.traffic.request_us() else { return };
         let start = self.cfg.start_at_us;
         let due = self.due_by(now, period, start);
         while let Some((k, intended)) = self.next_due(due, Schedule::Requests, period, start) {
             self.out.clear();
-            match self.cfg.protocol {
-                Protocol::Framed => frame::encode_stamped(&mut self.out, Kind::Request, intended, self.cfg.payload.max(8)),
+            match self.cfg.traffic.protocol {
+                Protocol::Framed => frame::encode_stamped(&mut self.out, Kind::Request, intended, self.cfg.traffic.payload.max(8)),
                 Protocol::Echo8 => {
                     let ms = (intended as i64 + self.wall_offset_us) / 1000;
                     self.out.extend_from_slice(&(ms as u64).to_be_bytes());
@@ -118,9 +120,9 @@ impl Worker {
                 }
                 // Server-only protocols (refused by the client's plan).
                 Protocol::Ws if self.ws_message.is_some() => self.encode_ws_message(k, period, start, intended),
-                Protocol::Ws => ws::encode_request(&mut self.out, intended, self.cfg.payload, self.rng.gen()),
-                Protocol::Raw => match &self.cfg.raw_message {
-                    Some(m) => super::super::raw::render_framed(m, self.cfg.raw_codec.as_ref(), &mut self.out, intended),
+                Protocol::Ws => ws::encode_request(&mut self.out, intended, self.cfg.traffic.payload, self.rng.gen()),
+                Protocol::Raw => match &self.cfg.traffic.raw_message {
+                    Some(m) => super::super::raw::render_framed(m, self.cfg.traffic.raw_codec.as_ref(), &mut self.out, intended),
                     None => return,
                 },
                 Protocol::Echo | Protocol::Discard => return,

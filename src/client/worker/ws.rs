@@ -14,14 +14,14 @@ impl Worker {
         self.slots[k].stage_us = now as u32;
         self.slots[k].state = State::Upgrading;
         let g = self.cfg.first + k as u64;
-        let topics: Vec<String> = match (self.cfg.subscribe.len(), self.cfg.subscribe_spread) {
+        let topics: Vec<String> = match (self.cfg.traffic.subscribe.len(), self.cfg.traffic.subscribe_spread) {
             (0, _) => Vec::new(),
-            (n, true) => vec![self.cfg.subscribe[(g % n as u64) as usize].clone()],
-            (_, false) => self.cfg.subscribe.clone(),
+            (n, true) => vec![self.cfg.traffic.subscribe[(g % n as u64) as usize].clone()],
+            (_, false) => self.cfg.traffic.subscribe.clone(),
         };
         self.out.clear();
-        let target = target_with_topics(&self.cfg.ws_target, &topics);
-        handshake::write_request(&mut self.out, &self.cfg.host_header, &target, &handshake::client_key(self.ws_seed, k as u64), &self.cfg.extra_headers);
+        let target = target_with_topics(&self.cfg.traffic.ws_target, &topics);
+        handshake::write_request(&mut self.out, &self.host_header, &target, &handshake::client_key(self.ws_seed, k as u64), &self.extra_headers);
         self.write_slot(k)
     }
 
@@ -37,7 +37,7 @@ impl Worker {
             rtt: &mut self.rtt_hist,
             latency: &mut self.request_hist,
             now,
-            timeout_us: self.cfg.request_timeout_us,
+            timeout_us: self.cfg.traffic.request_timeout_us(),
             push: &mut self.push_hist,
             seen: &mut slot.seen,
             raw: None,
@@ -47,8 +47,8 @@ impl Worker {
         self.ws_out.clear();
         let mut rd = WsRead {
             key: key.as_deref(),
-            subprotocols: &self.cfg.subprotocols,
-            message: self.ws_message.as_ref().map(|m| (m, self.cfg.request_us.is_some())),
+            subprotocols: &self.cfg.traffic.subprotocols,
+            message: self.ws_message.as_ref().map(|m| (m, self.cfg.traffic.request_us().is_some())),
             frag: &mut slot.ws_frag,
             tmp: &mut self.unmasked,
             out: &mut self.ws_out,
