@@ -124,6 +124,18 @@ impl Traffic {
         })
     }
 
+    /// The topics connection `conn` (its index in the plan) subscribes to.
+    pub fn topics_of(&self, conn: u64) -> &[String] {
+        match (self.subscribe.len(), self.subscribe_spread) {
+            (0, _) => &[],
+            (n, true) => {
+                let i = (conn % n as u64) as usize;
+                &self.subscribe[i..=i]
+            }
+            (_, false) => &self.subscribe,
+        }
+    }
+
     /// The extra header lines, each ending in CRLF.
     pub fn header_lines(&self) -> String {
         self.headers.iter().map(|h| format!("{h}\r\n")).collect()

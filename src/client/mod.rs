@@ -2,6 +2,7 @@
 //! processes, starts the workers, shows progress, prints the summary.
 pub mod codec;
 pub mod config;
+pub mod http;
 pub mod metrics;
 pub mod phases;
 pub mod plan;
@@ -11,6 +12,7 @@ pub mod replies;
 pub mod run;
 pub mod series;
 pub mod snapshot;
+pub mod speak;
 pub mod summary;
 pub mod url;
 pub mod view;

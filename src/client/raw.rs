@@ -6,7 +6,9 @@
 //! the bytes that come back.
 
 use super::codec::Codec;
+use super::config::Traffic;
 use super::replies::Replies;
+use super::speak::{Due, Ear, Heard, Inflight, Speaker};
 use crate::net::{self, ReadEnd, Spill};
 
 /// Digits of a rendered timestamp marker.
@@ -154,6 +156,71 @@ pub fn render_framed(m: &RawMessage, codec: Option<&Codec>, out: &mut Vec<u8>, s
         c.header(out, m.bytes.len());
     }
     render(m, out, stamp);
+}
+
+/// `--protocol raw` as a worker speaks it: the first message once, then
+/// `--message` on the heartbeat schedule (or, with a request rate, the
+/// request schedule).
+pub struct RawSpeaker {
+    message: Option<RawMessage>,
+    first: Option<Vec<u8>>,
+    codec: Option<Codec>,
+    as_requests: bool,
+    echo: Option<RawEcho>,
+}
+
+impl RawSpeaker {
+    pub fn new(t: &Traffic) -> RawSpeaker {
+        RawSpeaker {
+            message: t.raw_message.clone(),
+            first: t.raw_first.clone(),
+            codec: t.raw_codec.clone(),
+            as_requests: t.request_rate.is_some(),
+            echo: t.raw_message.as_ref().map(|m| RawEcho {
+                codec: t.raw_codec.clone(),
+                unit: m.bytes.len(),
+                stamp_at: m.stamp_at,
+                first_sent: t.raw_first.is_some(),
+                as_requests: t.request_rate.is_some(),
+            }),
+        }
+    }
+}
+
+impl Speaker for RawSpeaker {
+    fn open(&mut self, out: &mut Vec<u8>, _slot: usize, _conn: u64) {
+        if let Some(first) = &self.first {
+            if let Some(c) = &self.codec {
+                c.header(out, first.len());
+            }
+            out.extend_from_slice(first);
+        }
+    }
+
+    fn beats(&self) -> bool {
+        !self.as_requests
+    }
+
+    fn beat(&mut self, out: &mut Vec<u8>, due: &Due) {
+        if let Some(m) = &self.message {
+            render_framed(m, self.codec.as_ref(), out, due.intended);
+        }
+    }
+
+    fn request(&mut self, out: &mut Vec<u8>, due: &Due, _: &mut Inflight) -> bool {
+        let Some(m) = &self.message else { return false };
+        render_framed(m, self.codec.as_ref(), out, due.intended);
+        true
+    }
+
+    fn read(&mut self, ear: Ear<'_>, replies: &mut Replies<'_>) -> Heard {
+        let mut wire = ear.wire;
+        match &self.echo {
+            Some(echo) => echo.read(&mut wire, ear.partial, ear.scratch, ear.read_closed, replies),
+            None => net::read_chunks(&mut wire, ear.partial, ear.scratch, ear.read_closed, |buf| Ok(buf.len())),
+        }
+        .into()
+    }
 }
 
 #[cfg(test)]

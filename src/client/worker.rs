@@ -20,8 +20,8 @@ use super::config::CloseMode;
 use super::plan::expand;
 use super::replies;
 use super::snapshot::{ClientMsg, ClientSnapshot};
+use super::speak::{speaker, Ear, Inflight, Speaker};
 use crate::net::{self, ReadEnd, Spill};
-use crate::proto::Protocol;
 use crate::reactor::{self, Handler};
 use crate::stats::histogram;
 use crate::supervise::control::{self, Command};
@@ -70,7 +70,6 @@ pub struct ClientWorkerConfig {
 mod connect;
 mod schedule;
 mod tls;
-mod ws;
 
 use tls::wire;
 
@@ -135,8 +134,7 @@ struct Slot {
     /// HTTP: intended send times of requests awaiting responses, in order
     /// (HTTP responses carry no timestamp). Boxed: 8 bytes per idle slot
     /// instead of a 32-byte empty VecDeque.
-    #[allow(clippy::box_collection)]
-    inflight: Option<Box<VecDeque<u64>>>,
+    inflight: Inflight,
     /// Whether anything ever came back on this connection (a connection
     /// closed before its first answer hints at a protocol mismatch).
     answered: bool,
@@ -200,8 +198,6 @@ struct Worker {
     churn_cursor: u64,
     churn_start_us: Option<u64>,
     request_cursor: u64,
-    /// Wall-clock minus monotonic µs, for echo8's epoch-ms stamps.
-    wall_offset_us: i64,
     stats: ClientSnapshot,
     connect_hist: Histogram<u64>,
     /// Time of each handshake stage (TCP, TLS, upgrade), by `Stage`.
@@ -220,22 +216,10 @@ struct Worker {
     reconnect_tokens: f64,
     reconnect_tokens_at: u64,
     rng: SmallRng,
-    /// `--protocol ws`: keys are derived from this and the slot (see
-    /// `handshake::client_key`), payloads unmasked into `unmasked`, and
-    /// pongs and close answers gathered in `ws_out`.
-    ws_seed: u64,
-    unmasked: Vec<u8>,
-    ws_out: Vec<u8>,
-    /// `--protocol raw`: how echoes are read.
-    raw_echo: Option<super::raw::RawEcho>,
-    /// `--protocol ws --message`: what is sent instead of pings (or
-    /// stamped requests), and how its echoes are recognised.
-    ws_message: Option<super::ws_message::WsMessage>,
-    /// `--protocol http`: the request every send writes.
-    http_request: Vec<u8>,
-    /// Host header and extra header lines (CRLF-ended) of the ws Upgrade.
-    host_header: String,
-    extra_headers: String,
+    /// The protocol: what connections say and how their answers are read.
+    speaker: Box<dyn Speaker>,
+    /// What a read gives to send back (WebSocket pongs, close answers).
+    answer: Vec<u8>,
     /// TLS configs, and the buffers every TLS connection borrows.
     tls: Option<crate::tls::client::Configs>,
     tls_bufs: crate::tls::conn::TlsBufs,
@@ -245,8 +229,6 @@ pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
     crate::sys::raise_fd_limit();
     let poll = Poll::new()?;
     let n = cfg.count as usize;
-    let host_header = cfg.traffic.host_header(cfg.target, &cfg.ports);
-    let extra_headers = cfg.traffic.header_lines();
     let mut w = Worker {
         sources: expand(&cfg.source_ranges),
         stats: {
@@ -262,7 +244,6 @@ pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
         churn_cursor: 0,
         churn_start_us: None,
         request_cursor: 0,
-        wall_offset_us: wall_us() as i64 - mono_us() as i64,
         connect_hist: histogram::new(),
         stage_hists: [None, None, None],
         rtt_hist: histogram::new(),
@@ -276,25 +257,8 @@ pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
         reconnect_tokens: 0.0,
         reconnect_tokens_at: cfg.start_at_us,
         rng: SmallRng::from_entropy(),
-        ws_seed: rand::random(),
-        unmasked: Vec::new(),
-        ws_out: Vec::new(),
-        ws_message: cfg
-            .traffic
-            .raw_message
-            .as_ref()
-            .filter(|_| cfg.traffic.protocol == Protocol::Ws)
-            .map(|m| super::ws_message::WsMessage::new(m, cfg.traffic.ws_binary)),
-        raw_echo: cfg.traffic.raw_message.as_ref().filter(|_| cfg.traffic.protocol == Protocol::Raw).map(|m| super::raw::RawEcho {
-            codec: cfg.traffic.raw_codec.clone(),
-            unit: m.bytes.len(),
-            stamp_at: m.stamp_at,
-            first_sent: cfg.traffic.raw_first.is_some(),
-            as_requests: cfg.traffic.request_us().is_some(),
-        }),
-        http_request: format!("GET {} HTTP/1.1\r\nHost: {host_header}\r\n{extra_headers}\r\n", cfg.traffic.ws_target).into_bytes(),
-        host_header,
-        extra_headers,
+        speaker: speaker(&cfg.traffic, &cfg.traffic.host_header(cfg.target, &cfg.ports), cfg.shard),
+        answer: Vec::new(),
         tls: match &cfg.traffic.tls {
             Some(t) => Some(crate::tls::client::Configs::new(t)?),
             None => None,
@@ -458,9 +422,7 @@ impl Worker {
         if !readable {
             return;
         }
-        if self.cfg.traffic.protocol == Protocol::Ws {
-            return self.read_ws(k, now, read_closed);
-        }
+        let upgrading = slot.state == State::Upgrading;
         let mut replies = replies::Replies {
             stats: &mut self.stats,
             rtt: &mut self.rtt_hist,
@@ -469,55 +431,66 @@ impl Worker {
             timeout_us: self.cfg.traffic.request_timeout_us(),
             push: &mut self.push_hist,
             seen: &mut slot.seen,
-            raw: self.raw_echo.as_ref(),
             beats_out: &mut slot.beats_out,
         };
         let before = replies::answers(replies.stats);
-        let mut src = wire(stream, slot.tls.as_deref_mut(), &mut self.tls_bufs);
-        let r = replies::read(
-            self.cfg.traffic.protocol,
-            &mut src,
-            &mut slot.partial,
-            &mut slot.inflight,
-            &mut self.scratch,
+        self.answer.clear();
+        let ear = Ear {
+            wire: wire(stream, slot.tls.as_deref_mut(), &mut self.tls_bufs),
+            partial: &mut slot.partial,
+            scratch: &mut self.scratch,
             read_closed,
-            self.wall_offset_us,
-            &mut replies,
-        );
+            slot: k,
+            upgrading,
+            inflight: &mut slot.inflight,
+            ws_frag: &mut slot.ws_frag,
+            answer: &mut self.answer,
+        };
+        let heard = self.speaker.read(ear, &mut replies);
         if replies::answers(replies.stats) > before {
             slot.answered = true;
         }
+        let sent = match self.answer.is_empty() {
+            true => Ok(()),
+            false => crate::tls::conn::send(
+                slot.tls.as_deref_mut(),
+                &mut self.tls_bufs.wire,
+                stream,
+                &mut slot.backlog,
+                &self.answer,
+                net::MAX_BACKLOG,
+                "slow_reader",
+            ),
+        };
         if !self.after_tls_read(k, now) {
             return;
         }
-        match r {
-            ReadEnd::Open => {}
-            ReadEnd::Budget => self.rearm(k),
-            ReadEnd::Eof => self.lose(k, "peer_closed".into()),
-            ReadEnd::Error(reason) => self.lose(k, reason),
+        if heard.upgraded {
+            self.stage_done(k, Stage::Upgrade, now);
+            self.established(k, now);
+        }
+        match (heard.end, sent) {
+            (ReadEnd::Error(reason), _) => self.lose(k, reason),
+            (ReadEnd::Eof, _) => self.lose(k, "peer_closed".into()),
+            (ReadEnd::Open | ReadEnd::Budget, Err(reason)) => self.lose(k, reason),
+            (ReadEnd::Open, Ok(())) => {}
+            (ReadEnd::Budget, Ok(())) => self.rearm(k),
         }
     }
 
-    /// TCP (and TLS) is up: send the Upgrade (ws), or the connection is
-    /// established and sends its subscriptions and first message. False
-    /// if it was lost meanwhile.
+    /// TCP (and TLS) is up: the protocol's opening goes out (an Upgrade,
+    /// subscriptions, a first message) and the connection is established,
+    /// or (an Upgrade) waits for its answer. False if it was lost meanwhile.
     fn connected(&mut self, k: usize, now: u64) -> bool {
-        if self.cfg.traffic.protocol == Protocol::Ws {
-            return self.upgrade(k, now);
+        self.out.clear();
+        self.speaker.open(&mut self.out, k, self.cfg.first + k as u64);
+        if self.speaker.upgrades() {
+            self.slots[k].stage_us = now as u32;
+            self.slots[k].state = State::Upgrading;
+        } else {
+            self.established(k, now);
         }
-        self.established(k, now);
-        if !self.cfg.traffic.subscribe.is_empty() && !self.subscribe(k) {
-            return false;
-        }
-        if let Some(first) = self.cfg.traffic.raw_first.clone() {
-            self.out.clear();
-            if let Some(c) = &self.cfg.traffic.raw_codec {
-                c.header(&mut self.out, first.len());
-            }
-            self.out.extend_from_slice(&first);
-            return self.write_slot(k);
-        }
-        true
+        self.out.is_empty() || self.write_slot(k)
     }
 
     /// A handshake stage of connection k ended: its time is recorded and
@@ -527,7 +500,7 @@ impl Worker {
         let took = (now as u32).wrapping_sub(slot.stage_us) as u64;
         slot.stage_us = now as u32;
         // One stage (plain TCP) is the whole handshake: nothing apart.
-        if self.tls.is_some() || self.cfg.traffic.protocol == Protocol::Ws {
+        if self.tls.is_some() || self.speaker.upgrades() {
             histogram::record(self.stage_hists[stage as usize].get_or_insert_with(histogram::new), took);
         }
     }
@@ -558,21 +531,6 @@ impl Worker {
             self.stats.established_total += 1;
             self.resolved(now);
         }
-    }
-
-    /// Send the subscriptions of connection k; false if it was lost.
-    fn subscribe(&mut self, k: usize) -> bool {
-        self.out.clear();
-        let n = self.cfg.traffic.subscribe.len();
-        if self.cfg.traffic.subscribe_spread {
-            let t = &self.cfg.traffic.subscribe[((self.cfg.first + k as u64) % n as u64) as usize];
-            crate::proto::push::encode_subscription(&mut self.out, crate::proto::frame::Kind::Subscribe, t);
-        } else {
-            for t in &self.cfg.traffic.subscribe {
-                crate::proto::push::encode_subscription(&mut self.out, crate::proto::frame::Kind::Subscribe, t);
-            }
-        }
-        self.write_slot(k)
     }
 
     fn begin_drain(&mut self, now: u64) {
@@ -609,8 +567,4 @@ impl Worker {
         self.reconnects.clear();
         self.stats.open = 0;
     }
-}
-
-fn wall_us() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
 }

@@ -4,7 +4,11 @@
 //! echoed requests (latency), pushes (JSON text or binary), the server's
 //! pings (answered) and its close (answered, then counted by status code).
 
+use super::config::Traffic;
 use super::replies::Replies;
+use super::speak::{Due, Ear, Heard, Inflight, Speaker};
+use super::ws_message::WsMessage;
+use crate::net::{self, ReadEnd};
 use crate::proto::frame::stamp_of;
 use crate::proto::push::{self, Push, Stream};
 use crate::proto::ws::frame::{self, Event, Fragments, Opcode, Reader, Role};
@@ -141,6 +145,104 @@ impl WsRead<'_> {
                 Err(reason)
             }
         }
+    }
+}
+
+/// `--protocol ws` as a worker speaks it.
+pub struct WsSpeaker {
+    traffic: Traffic,
+    host_header: String,
+    header_lines: String,
+    /// Handshake keys derive from this and the slot (`handshake::client_key`).
+    seed: u64,
+    rng: rand::rngs::SmallRng,
+    /// `--message`: sent instead of pings (or of stamped requests), and
+    /// how its echoes are recognised.
+    message: Option<WsMessage>,
+    shard: u64,
+    /// Where payloads are unmasked.
+    unmasked: Vec<u8>,
+}
+
+impl WsSpeaker {
+    pub fn new(traffic: &Traffic, host_header: &str, shard: u64) -> WsSpeaker {
+        use rand::SeedableRng;
+        WsSpeaker {
+            traffic: traffic.clone(),
+            host_header: host_header.to_string(),
+            header_lines: traffic.header_lines(),
+            seed: rand::random(),
+            rng: rand::rngs::SmallRng::from_entropy(),
+            message: traffic.raw_message.as_ref().map(|m| WsMessage::new(m, traffic.ws_binary)),
+            shard,
+            unmasked: Vec::new(),
+        }
+    }
+
+    /// `--message` for this send: its n-th of the schedule, into a masked
+    /// frame.
+    fn message(&mut self, out: &mut Vec<u8>, due: &Due) {
+        let Some(m) = &self.message else { return };
+        let seq = due.intended.saturating_sub(due.start) / due.period_us.max(1);
+        let mut body = Vec::new();
+        m.render(&mut body, due.conn, self.shard, seq, due.intended);
+        let op = if m.binary { Opcode::Binary } else { Opcode::Text };
+        frame::encode(out, true, op, &body, Some(rand::Rng::gen(&mut self.rng)));
+    }
+}
+
+impl Speaker for WsSpeaker {
+    fn upgrades(&self) -> bool {
+        true
+    }
+
+    fn open(&mut self, out: &mut Vec<u8>, slot: usize, conn: u64) {
+        let target = target_with_topics(&self.traffic.ws_target, self.traffic.topics_of(conn));
+        handshake::write_request(out, &self.host_header, &target, &handshake::client_key(self.seed, slot as u64), &self.header_lines);
+    }
+
+    fn beats(&self) -> bool {
+        true
+    }
+
+    fn beat(&mut self, out: &mut Vec<u8>, due: &Due) {
+        // With a request rate the message goes as requests and
+        // heartbeats stay pings.
+        if self.message.is_some() && self.traffic.request_rate.is_none() {
+            return self.message(out, due);
+        }
+        encode_ping(out, due.intended, self.traffic.payload, rand::Rng::gen(&mut self.rng));
+    }
+
+    fn request(&mut self, out: &mut Vec<u8>, due: &Due, _: &mut Inflight) -> bool {
+        match self.message {
+            Some(_) => self.message(out, due),
+            None => encode_request(out, due.intended, self.traffic.payload, rand::Rng::gen(&mut self.rng)),
+        }
+        true
+    }
+
+    /// The 101 (while upgrading), then pongs, echoed requests, pushes,
+    /// pings and the server's close.
+    fn read(&mut self, ear: Ear<'_>, replies: &mut Replies<'_>) -> Heard {
+        let key = ear.upgrading.then(|| handshake::client_key(self.seed, ear.slot as u64));
+        let mut rd = WsRead {
+            key: key.as_deref(),
+            subprotocols: &self.traffic.subprotocols,
+            message: self.message.as_ref().map(|m| (m, self.traffic.request_rate.is_some())),
+            frag: ear.ws_frag,
+            tmp: &mut self.unmasked,
+            out: ear.answer,
+            mask: rand::Rng::gen(&mut self.rng),
+            outcome: Default::default(),
+        };
+        let mut wire = ear.wire;
+        let end = net::read_chunks(&mut wire, ear.partial, ear.scratch, ear.read_closed, |buf| rd.consume(buf, replies));
+        let end = match (end, rd.outcome.closed_with) {
+            (ReadEnd::Error(_), Some(code)) => ReadEnd::Error(format!("ws_close_{code}")),
+            (end, _) => end,
+        };
+        Heard { end, upgraded: rd.outcome.upgraded }
     }
 }
 

@@ -5,11 +5,8 @@
 //! needed. Sends never wait for replies (no coordinated omission).
 
 use super::{State, Worker};
-use crate::client::ws;
+use crate::client::speak::Due;
 use crate::net;
-use crate::proto::frame::{self, Kind};
-use crate::proto::Protocol;
-use rand::Rng;
 
 /// Which of a worker's two send schedules.
 #[derive(Clone, Copy)]
@@ -19,11 +16,10 @@ pub(super) enum Schedule {
 }
 
 impl Worker {
-    /// Heartbeats: framed, ws (pings) and raw (`--message`, unless it
-    /// goes on the request schedule); echo8 and http have none.
+    /// Heartbeats, if the protocol sends them (framed, ws pings, raw
+    /// `--message` unless it goes on the request schedule).
     pub(super) fn heartbeat_period(&self) -> Option<u64> {
-        let raw_requests = self.cfg.traffic.protocol == Protocol::Raw && self.cfg.traffic.request_us().is_some();
-        self.cfg.traffic.heartbeat_us().filter(|_| matches!(self.cfg.traffic.protocol, Protocol::Framed | Protocol::Raw | Protocol::Ws) && !raw_requests)
+        self.cfg.traffic.heartbeat_us().filter(|_| self.speaker.beats())
     }
 
     /// When a schedule starts. Requests start with the ramp (what a slow
@@ -82,16 +78,8 @@ impl Worker {
         let due = self.due_by(now, hb, start);
         while let Some((k, intended)) = self.next_due(due, Schedule::Heartbeats, hb, start) {
             self.out.clear();
-            match &self.cfg.traffic.raw_message {
-                // With a request rate the message goes as requests and
-                // heartbeats stay pings.
-                _ if self.ws_message.is_some() && self.cfg.traffic.request_us().is_none() => self.encode_ws_message(k, hb, start, intended),
-                Some(m) if self.cfg.traffic.protocol == Protocol::Raw => {
-                    super::super::raw::render_framed(m, self.cfg.traffic.raw_codec.as_ref(), &mut self.out, intended)
-                }
-                _ if self.cfg.traffic.protocol == Protocol::Ws => ws::encode_ping(&mut self.out, intended, self.cfg.traffic.payload, self.rng.gen()),
-                _ => frame::encode_stamped(&mut self.out, Kind::Heartbeat, intended, self.cfg.traffic.payload),
-            }
+            let d = Due { slot: k, conn: self.cfg.first + k as u64, intended, period_us: hb, start };
+            self.speaker.beat(&mut self.out, &d);
             if self.write_slot(k) {
                 self.stats.heartbeats_sent += 1;
                 let b = &mut self.slots[k].beats_out;
@@ -108,40 +96,14 @@ impl Worker {
         let due = self.due_by(now, period, start);
         while let Some((k, intended)) = self.next_due(due, Schedule::Requests, period, start) {
             self.out.clear();
-            match self.cfg.traffic.protocol {
-                Protocol::Framed => frame::encode_stamped(&mut self.out, Kind::Request, intended, self.cfg.traffic.payload.max(8)),
-                Protocol::Echo8 => {
-                    let ms = (intended as i64 + self.wall_offset_us) / 1000;
-                    self.out.extend_from_slice(&(ms as u64).to_be_bytes());
-                }
-                Protocol::Http => {
-                    self.out.extend_from_slice(&self.http_request);
-                    self.slots[k].inflight.get_or_insert_with(Default::default).push_back(intended);
-                }
-                // Server-only protocols (refused by the client's plan).
-                Protocol::Ws if self.ws_message.is_some() => self.encode_ws_message(k, period, start, intended),
-                Protocol::Ws => ws::encode_request(&mut self.out, intended, self.cfg.traffic.payload, self.rng.gen()),
-                Protocol::Raw => match &self.cfg.traffic.raw_message {
-                    Some(m) => super::super::raw::render_framed(m, self.cfg.traffic.raw_codec.as_ref(), &mut self.out, intended),
-                    None => return,
-                },
-                Protocol::Echo | Protocol::Discard => return,
+            let d = Due { slot: k, conn: self.cfg.first + k as u64, intended, period_us: period, start };
+            if !self.speaker.request(&mut self.out, &d, &mut self.slots[k].inflight) {
+                return;
             }
             if self.write_slot(k) {
                 self.stats.requests_sent += 1;
             }
         }
-    }
-
-    /// `--message` on a WebSocket: rendered for connection k (its n-th
-    /// message of a schedule with this period) into a masked frame.
-    fn encode_ws_message(&mut self, k: usize, period_us: u64, start: u64, intended: u64) {
-        let Some(m) = &self.ws_message else { return };
-        let seq = intended.saturating_sub(start) / period_us.max(1);
-        let mut body = Vec::new();
-        m.render(&mut body, self.cfg.first + k as u64, self.cfg.shard, seq, intended);
-        let op = if m.binary { crate::proto::ws::frame::Opcode::Binary } else { crate::proto::ws::frame::Opcode::Text };
-        crate::proto::ws::frame::encode(&mut self.out, true, op, &body, Some(self.rng.gen()));
     }
 
     /// Write `self.out` to connection k; false (and the connection lost)

@@ -1,0 +1,195 @@
+//! What a client connection says and how it hears the answers: one type
+//! per protocol behind one trait, so the worker (schedules, connects,
+//! reads) names no protocol. Framed, echo8 and the server-only protocols
+//! live here; http, ws and raw in their own modules.
+
+use super::config::Traffic;
+use super::replies::Replies;
+use crate::net::{self, ReadEnd, Spill};
+use crate::proto::frame::{self, Kind};
+use crate::proto::{Protocol, ECHO8_LEN};
+use std::collections::VecDeque;
+
+/// A connection's bytes, through TLS when it has TLS.
+pub type ClientWire<'a> = crate::tls::conn::Wire<'a, rustls::client::UnbufferedClientConnection>;
+
+/// Intended send times of requests awaiting responses (HTTP), in order.
+/// Boxed: 8 bytes per idle connection instead of a 32-byte VecDeque.
+#[allow(clippy::box_collection)]
+pub type Inflight = Option<Box<VecDeque<u64>>>;
+
+/// One send of a schedule: to which connection, when it was due, and
+/// where in its schedule it falls.
+pub struct Due {
+    /// The connection's slot in its worker, and its index in the plan.
+    pub slot: usize,
+    pub conn: u64,
+    /// Intended send time (µs, monotonic).
+    pub intended: u64,
+    /// The schedule's period per connection and start (µs).
+    pub period_us: u64,
+    pub start: u64,
+}
+
+/// What one read of a connection needs of it.
+pub struct Ear<'a> {
+    pub wire: ClientWire<'a>,
+    pub partial: &'a mut Spill,
+    pub scratch: &'a mut [u8],
+    pub read_closed: bool,
+    /// The connection's slot, and whether it still waits for the answer
+    /// to its opening (a WebSocket Upgrade).
+    pub slot: usize,
+    pub upgrading: bool,
+    pub inflight: &'a mut Inflight,
+    /// A WebSocket message still arriving in fragments.
+    pub ws_frag: &'a mut Option<Box<crate::proto::ws::frame::Fragments>>,
+    /// Bytes to send back (WebSocket pongs, the close answer).
+    pub answer: &'a mut Vec<u8>,
+}
+
+/// What a read found besides the accounting in [`Replies`].
+pub struct Heard {
+    pub end: ReadEnd,
+    /// The opening (Upgrade) was answered and checked in this read.
+    pub upgraded: bool,
+}
+
+impl From<ReadEnd> for Heard {
+    fn from(end: ReadEnd) -> Heard {
+        Heard { end, upgraded: false }
+    }
+}
+
+/// A protocol as the client speaks it.
+pub trait Speaker {
+    /// Whether what `open` writes must be answered before the connection
+    /// is established (a WebSocket Upgrade): till then it stays
+    /// "connecting", under the connect timeout, until `Heard::upgraded`.
+    fn upgrades(&self) -> bool {
+        false
+    }
+
+    /// TCP (and TLS) is up: write into `out` what goes first
+    /// (subscriptions, an Upgrade, a first message).
+    fn open(&mut self, _out: &mut Vec<u8>, _slot: usize, _conn: u64) {}
+
+    /// Whether the protocol sends on the heartbeat schedule.
+    fn beats(&self) -> bool;
+
+    /// A heartbeat into `out`.
+    fn beat(&mut self, _out: &mut Vec<u8>, _due: &Due) {}
+
+    /// A request into `out` (its intended time travels in it, or in
+    /// `inflight`); false: this protocol sends no requests.
+    fn request(&mut self, out: &mut Vec<u8>, due: &Due, inflight: &mut Inflight) -> bool;
+
+    /// Read everything the connection has and account for it.
+    fn read(&mut self, ear: Ear<'_>, replies: &mut Replies<'_>) -> Heard;
+}
+
+/// The speaker of a worker's protocol.
+pub fn speaker(traffic: &Traffic, host_header: &str, shard: u64) -> Box<dyn Speaker> {
+    match traffic.protocol {
+        Protocol::Framed => Box::new(Framed { traffic: traffic.clone() }),
+        Protocol::Echo8 => Box::new(Echo8 { wall_offset_us: crate::proto::push::wall_us() as i64 - crate::sys::mono_us() as i64 }),
+        Protocol::Http => Box::new(super::http::Http::new(traffic, host_header)),
+        Protocol::Ws => Box::new(super::ws::WsSpeaker::new(traffic, host_header, shard)),
+        Protocol::Raw => Box::new(super::raw::RawSpeaker::new(traffic)),
+        // Server-only protocols (refused by the client's plan): drop.
+        Protocol::Echo | Protocol::Discard => Box::new(Drain),
+    }
+}
+
+/// megaconn frames: stamped heartbeats and requests, subscriptions, pushes.
+struct Framed {
+    traffic: Traffic,
+}
+
+impl Speaker for Framed {
+    fn open(&mut self, out: &mut Vec<u8>, _slot: usize, conn: u64) {
+        for t in self.traffic.topics_of(conn) {
+            crate::proto::push::encode_subscription(out, Kind::Subscribe, t);
+        }
+    }
+
+    fn beats(&self) -> bool {
+        true
+    }
+
+    fn beat(&mut self, out: &mut Vec<u8>, due: &Due) {
+        frame::encode_stamped(out, Kind::Heartbeat, due.intended, self.traffic.payload);
+    }
+
+    fn request(&mut self, out: &mut Vec<u8>, due: &Due, _: &mut Inflight) -> bool {
+        frame::encode_stamped(out, Kind::Request, due.intended, self.traffic.payload.max(8));
+        true
+    }
+
+    fn read(&mut self, ear: Ear<'_>, replies: &mut Replies<'_>) -> Heard {
+        let mut wire = ear.wire;
+        net::read_frames(&mut wire, ear.partial, ear.scratch, ear.read_closed, |f| {
+            match f.kind {
+                Kind::HeartbeatAck => replies.beat_answered(frame::stamp_of(f.payload)),
+                Kind::Reply => replies.reply(frame::stamp_of(f.payload)),
+                Kind::Rejected => replies.stats.rejected += 1,
+                Kind::Push => {
+                    let p = crate::proto::push::decode(f.payload)?;
+                    super::pushes::account(replies.stats, replies.push, replies.seen, &p, crate::proto::push::wall_us());
+                }
+                _ => return Err("bad_frame_unexpected_kind"),
+            }
+            Ok(())
+        })
+        .into()
+    }
+}
+
+/// echo8: 8-byte epoch-millisecond stamps, echoed.
+struct Echo8 {
+    /// Wall-clock minus monotonic µs, for the epoch-ms stamps.
+    wall_offset_us: i64,
+}
+
+impl Speaker for Echo8 {
+    fn beats(&self) -> bool {
+        false
+    }
+
+    fn request(&mut self, out: &mut Vec<u8>, due: &Due, _: &mut Inflight) -> bool {
+        let ms = (due.intended as i64 + self.wall_offset_us) / 1000;
+        out.extend_from_slice(&(ms as u64).to_be_bytes());
+        true
+    }
+
+    fn read(&mut self, ear: Ear<'_>, replies: &mut Replies<'_>) -> Heard {
+        let offset = self.wall_offset_us;
+        let mut wire = ear.wire;
+        net::read_fixed(&mut wire, ear.partial, ear.scratch, ear.read_closed, ECHO8_LEN, |u| {
+            // Back from epoch milliseconds to our monotonic µs.
+            let ms = u64::from_be_bytes(u.try_into().expect("8 bytes"));
+            replies.reply(Some((ms as i64 * 1000 - offset).max(0) as u64));
+            Ok(())
+        })
+        .into()
+    }
+}
+
+/// Server-only protocols (echo, discard; refused by the client's plan):
+/// say nothing, drop what comes.
+struct Drain;
+
+impl Speaker for Drain {
+    fn beats(&self) -> bool {
+        false
+    }
+
+    fn request(&mut self, _: &mut Vec<u8>, _: &Due, _: &mut Inflight) -> bool {
+        false
+    }
+
+    fn read(&mut self, ear: Ear<'_>, _: &mut Replies<'_>) -> Heard {
+        let mut wire = ear.wire;
+        net::read_chunks(&mut wire, ear.partial, ear.scratch, ear.read_closed, |buf| Ok(buf.len())).into()
+    }
+}
