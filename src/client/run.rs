@@ -16,7 +16,7 @@ use crate::supervise::plan::WorkerPlan;
 use crate::supervise::{Pool, PoolEvent, Sink};
 use crate::sys::mono_us;
 use anyhow::Result;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -45,7 +45,10 @@ pub enum Tick {
     Finished,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// Read back too (reports, `merge`): a field an older file lacks is
+/// zero/empty.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ClientSummary {
     /// Every counter, summed over the workers (the names `/metrics` uses
     /// without the prefix).
@@ -92,7 +95,8 @@ crate::counters_deref!(ClientSummary => ClientCounters);
 const TLS_FLOOR_PER_CORE: u64 = 500;
 
 /// TLS handshakes: how many, how many resumed, how long they took.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct TlsSummary {
     pub handshakes: u64,
     pub resumed: u64,
@@ -100,7 +104,8 @@ pub struct TlsSummary {
 }
 
 /// Pushes received (`--subscribe`, broadcasts, unicasts).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct PushSummary {
     pub received: u64,
     pub duplicates: u64,
@@ -113,7 +118,8 @@ pub struct PushSummary {
 }
 
 /// Request results, present when `--request-rate` was set.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct RequestSummary {
     /// Replies per second during the hold.
     pub qps: f64,

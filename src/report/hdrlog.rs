@@ -5,10 +5,12 @@
 //! `megaconn merge`, which adds shards' summaries and logs exactly.
 
 use crate::client::series::Interval;
+use crate::client::snapshot::ClientCounters;
 use anyhow::{bail, Context, Result};
 use hdrhistogram::serialization::interval_log::{IntervalLogIterator, IntervalLogWriterBuilder, LogEntry, Tag};
 use hdrhistogram::serialization::{Deserializer, V2DeflateSerializer};
 use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -55,9 +57,46 @@ pub fn read(path: &Path) -> Result<BTreeMap<String, Histogram<u64>>> {
     Ok(out)
 }
 
-/// Counters of a client summary that add across shards.
-const COUNTS: [&str; 9] =
-    ["requested", "established", "held", "failed_total", "lost_total", "heartbeats_sent", "heartbeats_answered", "reconnects", "heartbeats_abandoned"];
+/// What adds up across shards: every client counter, and the summary's
+/// counts of connections (read from `--summary-json` files by name; the
+/// round trip through a summary is tested below).
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct ShardCounts {
+    #[serde(flatten)]
+    pub counters: ClientCounters,
+    pub requested: u64,
+    pub established: u64,
+    pub held: u64,
+    pub failed_total: u64,
+    pub lost_total: u64,
+}
+
+crate::counters_deref!(ShardCounts => ClientCounters);
+
+impl ShardCounts {
+    fn add(&mut self, o: &ShardCounts) {
+        self.counters.add(&o.counters);
+        self.requested += o.requested;
+        self.established += o.established;
+        self.held += o.held;
+        self.failed_total += o.failed_total;
+        self.lost_total += o.lost_total;
+    }
+
+    fn line(&self) -> String {
+        let c = crate::stats::format::count;
+        format!(
+            "established {} of {} | held {} | failed {} | lost {} | heartbeats {}/{}",
+            c(self.established),
+            c(self.requested),
+            c(self.held),
+            c(self.failed_total),
+            c(self.lost_total),
+            c(self.heartbeats_answered),
+            c(self.heartbeats_sent)
+        )
+    }
+}
 
 /// `megaconn merge FILES...`: summaries (`--summary-json`, *.json) and
 /// interval logs (`--hdr-log`, anything else), in any order.
@@ -69,10 +108,11 @@ pub fn merge(files: &[PathBuf], json: bool) -> Result<i32> {
         if f.extension().is_some_and(|e| e == "json") {
             let v: Value = serde_json::from_str(&std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?)
                 .with_context(|| format!("{} is not JSON (a --summary-json file)", f.display()))?;
-            if v.get("summary").is_none() {
+            let Some(summary) = v.get("summary") else {
                 bail!("{} has no \"summary\": pass files written by megaconn client --summary-json", f.display());
-            }
-            shards.push((f.display().to_string(), v));
+            };
+            let counts = ShardCounts::deserialize(summary).with_context(|| format!("{}: its summary is not a megaconn client summary", f.display()))?;
+            shards.push((f.display().to_string(), v, counts));
         } else {
             for (tag, h) in read(f)? {
                 hists.entry(tag).or_insert_with(crate::stats::histogram::new).add(&h).map_err(|e| anyhow::anyhow!("{e:?}"))?;
@@ -83,38 +123,20 @@ pub fn merge(files: &[PathBuf], json: bool) -> Result<i32> {
     if shards.is_empty() && logs == 0 {
         bail!("nothing to merge: pass --summary-json files and/or --hdr-log files");
     }
-    let total: BTreeMap<&str, u64> = COUNTS.iter().map(|k| (*k, shards.iter().map(|(_, v)| v["summary"][*k].as_u64().unwrap_or(0)).sum())).collect();
+    let mut total = ShardCounts::default();
+    for (_, _, c) in &shards {
+        total.add(c);
+    }
     let latency: BTreeMap<&String, crate::stats::histogram::LatencySummary> = hists.iter().map(|(k, h)| (k, crate::stats::histogram::summarize(h))).collect();
     if json {
-        let rows: Vec<Value> = shards.iter().map(|(f, v)| serde_json::json!({"file": f, "summary": v["summary"]})).collect();
+        let rows: Vec<Value> = shards.iter().map(|(f, v, _)| serde_json::json!({"file": f, "summary": v["summary"]})).collect();
         println!("{}", serde_json::to_string_pretty(&serde_json::json!({"shards": rows, "total": total, "latency_ms": latency, "logs": logs}))?);
         return Ok(0);
     }
-    let c = |v: &Value, k: &str| crate::stats::format::count(v[k].as_u64().unwrap_or(0));
-    for (f, v) in &shards {
-        let s = &v["summary"];
-        println!(
-            "shard  {f}: established {} of {} | failed {} | lost {} | heartbeats {}/{}",
-            c(s, "established"),
-            c(s, "requested"),
-            c(s, "failed_total"),
-            c(s, "lost_total"),
-            c(s, "heartbeats_answered"),
-            c(s, "heartbeats_sent")
-        );
+    for (f, _, c) in &shards {
+        println!("shard  {f}: {}", c.line());
     }
-    let t = |k: &str| crate::stats::format::count(total[k]);
-    println!(
-        "total  {} shards: established {} of {} | held {} | failed {} | lost {} | heartbeats {}/{}",
-        shards.len(),
-        t("established"),
-        t("requested"),
-        t("held"),
-        t("failed_total"),
-        t("lost_total"),
-        t("heartbeats_answered"),
-        t("heartbeats_sent")
-    );
+    println!("total  {} shards: {}", shards.len(), total.line());
     for (tag, l) in &latency {
         println!(
             "{tag:<10} {} samples from {logs} logs | p50 {:.2} | p90 {:.2} | p99 {:.2} | p99.9 {:.2} | max {:.2} ms (merged histograms, not averaged)",
@@ -127,4 +149,21 @@ pub fn merge(files: &[PathBuf], json: bool) -> Result<i32> {
         );
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ShardCounts;
+    use crate::client::run::ClientSummary;
+    use crate::client::snapshot::ClientCounters;
+
+    /// What merge reads by name is what a summary writes.
+    #[test]
+    fn a_summary_reads_back_as_shard_counts() {
+        let s =
+            ClientSummary { counters: ClientCounters::example(), requested: 5, established: 4, held: 3, failed_total: 2, lost_total: 1, ..Default::default() };
+        let c: ShardCounts = serde_json::from_value(serde_json::to_value(&s).unwrap()).unwrap();
+        assert_eq!(c.counters, s.counters);
+        assert_eq!((c.requested, c.established, c.held, c.failed_total, c.lost_total), (5, 4, 3, 2, 1));
+    }
 }

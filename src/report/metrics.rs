@@ -2,6 +2,7 @@
 //! and what `report compare` puts side by side.
 
 use super::Report;
+use crate::client::run::ClientSummary;
 use serde_json::Value;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,7 +28,8 @@ pub fn of(r: &Report) -> Vec<Metric> {
     use Better::*;
     let res = &r.result;
     // A bench nests the client's summary under "client".
-    let client = if res.get("client").is_some() { &res["client"] } else { res };
+    let client: ClientSummary = serde_json::from_value(res.get("client").unwrap_or(res).clone()).unwrap_or_default();
+    let some = |v: f64| Some(v).filter(|_| client.requested > 0);
     let phase = |name: &str| r.phases.iter().find(|p| p.name == name);
     let mut out = Vec::new();
     let mut push = |name, value: Option<f64>, unit, better| {
@@ -35,12 +37,12 @@ pub fn of(r: &Report) -> Vec<Metric> {
             out.push(Metric { name, value, unit, better });
         }
     };
-    push("connections established", at(client, "/established"), "", Higher);
-    push("connections held", at(client, "/held"), "", Higher);
-    push("failed", at(client, "/failed_total"), "", Lower);
-    push("lost", at(client, "/lost_total"), "", Lower);
-    push("ramp rate", at(client, "/ramp_rate_per_s"), "conn/s", Higher);
-    push("ramp seconds", at(client, "/ramp_seconds"), "s", Lower);
+    push("connections established", some(client.established as f64), "", Higher);
+    push("connections held", some(client.held as f64), "", Higher);
+    push("failed", some(client.failed_total as f64), "", Lower);
+    push("lost", some(client.lost_total as f64), "", Lower);
+    push("ramp rate", client.ramp_rate_per_s, "conn/s", Higher);
+    push("ramp seconds", client.ramp_seconds, "s", Lower);
     let lat = |p: Option<&crate::client::phases::PhaseResult>,
                f: fn(&crate::client::phases::PhaseResult) -> &crate::stats::histogram::LatencySummary,
                q: fn(&crate::stats::histogram::LatencySummary) -> f64| { p.map(f).filter(|l| l.count > 0).map(q) };
@@ -57,7 +59,7 @@ pub fn of(r: &Report) -> Vec<Metric> {
     push("server user memory", at(res, "/server_user_bytes_per_conn"), "B/conn", Lower);
     push("kernel memory (Slab)", at(res, "/kernel_slab_bytes_per_conn"), "B/conn", Lower);
     push("server cpu", at(res, "/server_cpu_seconds"), "s", Lower);
-    push("client cpu", at(client, "/cpu_seconds"), "s", Lower);
+    push("client cpu", some(client.cpu_seconds), "s", Lower);
     out
 }
 
