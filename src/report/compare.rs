@@ -151,7 +151,7 @@ mod tests {
             distributions: Default::default(),
             machine: serde_json::json!({}),
             plan: serde_json::json!({}),
-            result: serde_json::json!({"ramp_rate_per_s": rate, "failed_total": failed, "requested": 10, "established": 10}),
+            result: serde_json::json!({"ramp_rate_per_s": rate, "failed_total": failed as u64, "requested": 10, "established": 10}),
         };
         let r = rows(&mk(1000.0, 0.0), &mk(2000.0, 5.0));
         let get = |n: &str| r.iter().find(|x| x.metric == n).unwrap();
