@@ -46,7 +46,6 @@ pub struct ModeResult {
 
 pub fn run(args: BenchConfig) -> Result<i32> {
     let hold = args.hold.unwrap_or(Duration::from_secs(30));
-    let (_, fds) = crate::sys::raise_fd_limit();
     let mut progress = Progress::new(false);
     let service = ServiceTime::Classic;
     progress.note(&format!(
@@ -61,7 +60,7 @@ pub fn run(args: BenchConfig) -> Result<i32> {
             break;
         }
         progress.note(&format!("mode {mode}"));
-        results.push(run_mode(&args, mode, &service, hold, fds.hard, &mut progress)?);
+        results.push(run_mode(&args, mode, &service, hold, &mut progress)?);
     }
     progress.finish();
     if args.json {
@@ -72,7 +71,7 @@ pub fn run(args: BenchConfig) -> Result<i32> {
     Ok(0)
 }
 
-fn run_mode(args: &BenchConfig, mode: BusinessMode, service: &ServiceTime, hold: Duration, fd_hard: u64, progress: &mut Progress) -> Result<ModeResult> {
+fn run_mode(args: &BenchConfig, mode: BusinessMode, service: &ServiceTime, hold: Duration, progress: &mut Progress) -> Result<ModeResult> {
     // One server worker, so `pool:1000` is exactly one pool of 1000
     // threads and `inline` one blocked event loop, as published.
     let workers = match args.server_workers {
@@ -100,8 +99,7 @@ fn run_mode(args: &BenchConfig, mode: BusinessMode, service: &ServiceTime, hold:
         workers: args.client_workers,
         ..Default::default()
     };
-    let splan = crate::server::plan(&server_cfg, fd_hard).map_err(crate::UsageError)?;
-    let (cplan, cwplan) = crate::client::plan(&client_cfg, fd_hard).map_err(crate::UsageError)?;
+    let super::outcome::PairPlan { server: splan, client: cplan, client_workers: cwplan } = super::outcome::plan_pair(&server_cfg, &client_cfg)?;
     let ch = super::pair::PairChannel::default();
     let server = ch.start_server(&server_cfg, &splan)?;
     let client = ClientRun::start(&cplan, &client_cfg.load, &cwplan, None, &ch.client)?;

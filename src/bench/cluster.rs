@@ -14,6 +14,7 @@ use crate::stats::{format, progress::Progress};
 use crate::supervise::{self, Flow, Supervised};
 use crate::topology::cluster::{self as place, BROKER_ADDR};
 use anyhow::{anyhow, bail, Context, Result};
+use serde::Serialize;
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpStream};
@@ -387,24 +388,47 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
     let rounds = rounds.lock().expect("rounds").clone();
     let cpu: f64 = node_stats.iter().filter_map(|v| v["cpu_seconds"].as_f64()).sum();
     let workers: usize = node_stats.iter().filter_map(|v| v["workers"].as_u64()).sum::<u64>() as usize;
-    let report = push::push_report(&args, &rounds, &client, &summary, workers, cpu);
-    let cluster = serde_json::json!({"nodes": args.nodes, "broker": format!("nats://{broker_at}"), "published_on": "n0", "node_stats": node_stats});
-    let result = serde_json::json!({ "push": report, "client": summary, "cluster": cluster, "topology": net.placement });
-    if let Some(dir) = &args.report {
-        let plan = serde_json::json!({"client": cplan, "client_workers": cwplan, "nodes": args.nodes, "broadcasts": args.broadcasts, "topics": args.topics, "push_bytes": args.push_bytes});
-        let machine = crate::report::machine(serde_json::to_value(&net.placement)?);
-        let r = crate::report::Report::new("bench push --nodes", &client, &summary, plan, result.clone(), machine);
-        if let Err(e) = r.save(dir, &mut progress) {
-            progress.note(&format!("warning: the report was not written ({e:#}); the results follow"));
-        }
+    let push = push::push_report(&args, &rounds, &client, &summary, workers, cpu);
+    let outcome = ClusterOutcome {
+        base: push::PushOutcome { push, client: summary, topology: net.placement.clone(), publish_error: publish_error.map(|e| format!("{e:#}")) },
+        cluster: ClusterFacts { nodes: args.nodes, broker: format!("nats://{broker_at}"), published_on: "n0", node_stats },
+        failure,
+    };
+    let plan = serde_json::json!({"client": cplan, "client_workers": cwplan, "nodes": args.nodes, "broadcasts": args.broadcasts, "topics": args.topics, "push_bytes": args.push_bytes});
+    super::outcome::finish(args.report.as_deref(), args.json, &client, plan, &net.placement, &outcome, &mut progress)
+}
+
+/// The cluster around a push bench: its nodes and what each saw.
+#[derive(Serialize)]
+struct ClusterFacts {
+    nodes: u64,
+    broker: String,
+    published_on: &'static str,
+    node_stats: Vec<Value>,
+}
+
+/// What a cluster push bench found.
+#[derive(Serialize)]
+struct ClusterOutcome {
+    #[serde(flatten)]
+    base: push::PushOutcome,
+    cluster: ClusterFacts,
+    #[serde(skip)]
+    failure: Option<String>,
+}
+
+impl super::outcome::Outcome for ClusterOutcome {
+    fn kind(&self) -> &'static str {
+        "bench push --nodes"
     }
-    if args.json {
-        progress.finish();
-        println!("{}", serde_json::to_string_pretty(&result)?);
-    } else {
-        crate::client::summary::print_summary(&summary, &mut progress);
-        push::print_report(&report);
-        for v in result["cluster"]["node_stats"].as_array().into_iter().flatten() {
+
+    fn summary(&self) -> &crate::client::run::ClientSummary {
+        &self.base.client
+    }
+
+    fn print(&self) {
+        self.base.print();
+        for v in &self.cluster.node_stats {
             println!(
                 "node {:<8} connections at hold {} | pushes delivered {} | from other nodes {} | to other nodes {} | cpu {:.1} s",
                 v["node"].as_str().unwrap_or("?"),
@@ -416,17 +440,10 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
             );
         }
     }
-    if let Some(f) = failure {
-        eprintln!("megaconn bench: {f}");
-        return Ok(1);
+
+    fn failures(&self) -> Vec<String> {
+        let mut out: Vec<String> = self.failure.iter().cloned().collect();
+        out.extend(self.base.failures());
+        out
     }
-    if let Some(e) = publish_error {
-        eprintln!("megaconn bench: publishing failed: {e:#}");
-        return Ok(1);
-    }
-    let (code, why) = crate::client::verdict(&summary, false);
-    if let Some(w) = why {
-        eprintln!("megaconn bench: {w}");
-    }
-    Ok(if report.dropped > 0 || report.duplicates > 0 { 1 } else { code })
 }

@@ -8,6 +8,7 @@ pub mod business;
 pub mod client_only;
 pub mod cluster;
 pub mod config;
+pub mod outcome;
 pub mod pair;
 pub mod push;
 pub mod sampler;
@@ -78,6 +79,27 @@ pub struct BenchReport {
     pub topology: crate::topology::Placement,
     pub client: ClientSummary,
     pub server: ServerTotals,
+    /// Why the pair failed (a server or client crash loop, a deadline).
+    #[serde(skip)]
+    pub failure: Option<String>,
+}
+
+impl outcome::Outcome for BenchReport {
+    fn kind(&self) -> &'static str {
+        "bench"
+    }
+
+    fn summary(&self) -> &ClientSummary {
+        &self.client
+    }
+
+    fn print(&self) {
+        print_report(self);
+    }
+
+    fn failures(&self) -> Vec<String> {
+        self.failure.iter().cloned().collect()
+    }
 }
 
 /// Readings taken when the hold ends, before anything closes.
@@ -234,11 +256,9 @@ fn ports_list(ports: &[u16]) -> String {
 /// The connections scenario: ramp, hold, memory and CPU per connection.
 fn connections(args: BenchConfig, placement: &crate::topology::Placement, mut progress: Progress) -> Result<i32> {
     let hold = args.hold.unwrap_or(crate::client::config::DEFAULT_HOLD);
-    let (_, fds) = crate::sys::raise_fd_limit();
     let server_cfg = server_config(&args, args.connections);
     let client_cfg = client_config(&args, hold);
-    let splan = crate::server::plan(&server_cfg, fds.hard).map_err(crate::UsageError)?;
-    let (cplan, cwplan) = crate::client::plan(&client_cfg, fds.hard).map_err(crate::UsageError)?;
+    let outcome::PairPlan { server: splan, client: cplan, client_workers: cwplan } = outcome::plan_pair(&server_cfg, &client_cfg)?;
     if placement.kind != crate::topology::Topology::Host {
         for line in crate::tune::apply::lift_global_binds(args.connections, crate::tune::plan::TuneRole::Both, args.ports.len() as u64, args.rate) {
             progress.note(&line);
@@ -339,41 +359,14 @@ fn connections(args: BenchConfig, placement: &crate::topology::Placement, mut pr
         topology: placement.clone(),
         client: summary,
         server: stotals,
+        failure,
     };
-    if let Some(dir) = &args.report {
-        let plan = serde_json::json!({
-            "server": {"workers_at_start": splan.initial(), "workers_max": splan.max(), "ports": args.ports.len()},
-            "client": cplan, "client_workers": cwplan, "rate": args.rate, "hold_s": hold.as_secs_f64(),
-            "heartbeat_s": args.heartbeat.map(|d| d.as_secs_f64()), "protocol": format!("{:?}", args.protocol).to_lowercase(),
-        });
-        let r = crate::report::Report::new(
-            "bench",
-            &client,
-            &report.client,
-            plan,
-            serde_json::to_value(&report)?,
-            crate::report::machine(serde_json::to_value(placement)?),
-        );
-        if let Err(e) = r.save(dir, &mut progress) {
-            progress.note(&format!("warning: the report was not written ({e:#}); the results follow"));
-        }
-    }
-    if args.json {
-        progress.finish();
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        crate::client::summary::print_summary(&report.client, &mut progress);
-        print_report(&report);
-    }
-    if let Some(f) = failure {
-        eprintln!("megaconn bench: {f}");
-        return Ok(1);
-    }
-    let (code, why) = crate::client::verdict(&report.client, false);
-    if let Some(w) = why {
-        eprintln!("megaconn bench: {w}");
-    }
-    Ok(code)
+    let plan = serde_json::json!({
+        "server": {"workers_at_start": splan.initial(), "workers_max": splan.max(), "ports": args.ports.len()},
+        "client": cplan, "client_workers": cwplan, "rate": args.rate, "hold_s": hold.as_secs_f64(),
+        "heartbeat_s": args.heartbeat.map(|d| d.as_secs_f64()), "protocol": format!("{:?}", args.protocol).to_lowercase(),
+    });
+    outcome::finish(args.report.as_deref(), args.json, &client, plan, placement, &report, &mut progress)
 }
 
 fn print_report(r: &BenchReport) {

@@ -84,7 +84,6 @@ fn spread(mut v: Vec<f64>) -> Spread {
 }
 
 pub fn run(args: BenchConfig, placement: &crate::topology::Placement) -> Result<i32> {
-    let (_, fds) = crate::sys::raise_fd_limit();
     let publishing = args.broadcast_interval * args.broadcasts as u32;
     let hold = args.hold.unwrap_or(SETTLE + publishing + TAIL);
     let mut server_cfg = super::server_config(&args, args.connections);
@@ -93,8 +92,7 @@ pub fn run(args: BenchConfig, placement: &crate::topology::Placement) -> Result<
     let mut client_cfg = super::client_config(&args, hold);
     client_cfg.load.traffic.subscribe = topics.clone();
     client_cfg.load.traffic.subscribe_spread = true;
-    let splan = crate::server::plan(&server_cfg, fds.hard).map_err(crate::UsageError)?;
-    let (cplan, cwplan) = crate::client::plan(&client_cfg, fds.hard).map_err(crate::UsageError)?;
+    let super::outcome::PairPlan { server: splan, client: cplan, client_workers: cwplan } = super::outcome::plan_pair(&server_cfg, &client_cfg)?;
     crate::tune::precheck(args.connections, crate::tune::plan::TuneRole::Both, args.ports.len() as u64, args.rate)?;
     let mut progress = Progress::new(false);
     let what = if topics.is_empty() { "broadcasts".to_string() } else { format!("rounds over {} topics", topics.len()) };
@@ -135,32 +133,43 @@ pub fn run(args: BenchConfig, placement: &crate::topology::Placement) -> Result<
     let (server, client) = (pair.server, pair.client);
     let summary = client.summary();
     let rounds = rounds.lock().expect("rounds").clone();
-    let report = push_report(&args, &rounds, &client, &summary, workers, server.view.totals().cpu_seconds);
-    let result = serde_json::json!({ "push": report, "client": summary, "topology": placement });
-    if let Some(dir) = &args.report {
-        let plan =
-            serde_json::json!({"client": cplan, "client_workers": cwplan, "broadcasts": args.broadcasts, "topics": args.topics, "push_bytes": args.push_bytes});
-        let r = crate::report::Report::new("bench push", &client, &summary, plan, result.clone(), crate::report::machine(serde_json::to_value(placement)?));
-        if let Err(e) = r.save(dir, &mut progress) {
-            progress.note(&format!("warning: the report was not written ({e:#}); the results follow"));
+    let push = push_report(&args, &rounds, &client, &summary, workers, server.view.totals().cpu_seconds);
+    let outcome = PushOutcome { push, client: summary, topology: placement.clone(), publish_error: publish_error.map(|e| format!("{e:#}")) };
+    let plan =
+        serde_json::json!({"client": cplan, "client_workers": cwplan, "broadcasts": args.broadcasts, "topics": args.topics, "push_bytes": args.push_bytes});
+    super::outcome::finish(args.report.as_deref(), args.json, &client, plan, placement, &outcome, &mut progress)
+}
+
+/// What a push bench found (one server, or a cluster's nodes).
+#[derive(Serialize)]
+pub struct PushOutcome {
+    pub push: PushReport,
+    pub client: ClientSummary,
+    pub topology: crate::topology::Placement,
+    #[serde(skip)]
+    pub publish_error: Option<String>,
+}
+
+impl super::outcome::Outcome for PushOutcome {
+    fn kind(&self) -> &'static str {
+        "bench push"
+    }
+
+    fn summary(&self) -> &ClientSummary {
+        &self.client
+    }
+
+    fn print(&self) {
+        print_report(&self.push);
+    }
+
+    fn failures(&self) -> Vec<String> {
+        let mut out: Vec<String> = self.publish_error.iter().map(|e| format!("publishing failed: {e}")).collect();
+        if self.push.dropped > 0 || self.push.duplicates > 0 {
+            out.push(format!("{} pushes were never delivered and {} delivered twice", format::count(self.push.dropped), format::count(self.push.duplicates)));
         }
+        out
     }
-    if args.json {
-        progress.finish();
-        println!("{}", serde_json::to_string_pretty(&result)?);
-    } else {
-        crate::client::summary::print_summary(&summary, &mut progress);
-        print_report(&report);
-    }
-    if let Some(e) = publish_error {
-        eprintln!("megaconn bench: publishing failed: {e:#}");
-        return Ok(1);
-    }
-    let (code, why) = crate::client::verdict(&summary, false);
-    if let Some(w) = why {
-        eprintln!("megaconn bench: {w}");
-    }
-    Ok(if report.dropped > 0 || report.duplicates > 0 { 1 } else { code })
 }
 
 /// The rounds as the clients received them. One result per round: with
