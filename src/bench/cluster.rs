@@ -6,12 +6,11 @@
 //! node 0 and timed to the last receipt on any node, exactly as the
 //! single-node push bench times them, so the two compare side by side.
 
+use super::pair::{PairRun, ServerSide};
 use super::push::{self, Round};
 use super::BenchConfig;
-use crate::client::run::{ClientRun, Tick};
-use crate::client::snapshot::ClientEvent;
+use crate::client::run::ClientRun;
 use crate::stats::{format, progress::Progress};
-use crate::supervise::{self, Flow, Supervised};
 use crate::topology::cluster::{self as place, BROKER_ADDR};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
@@ -27,7 +26,6 @@ const BROKER_PORT: u16 = 4222;
 const ADMIN_PORT: u16 = 9100;
 /// Longest wait for the broker to listen and every node to be healthy.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
-const PRINT_EVERY: Duration = Duration::from_secs(2);
 
 /// A child process in a namespace: SIGTERM then SIGKILL when dropped (by
 /// PID; it also dies with the bench through PR_SET_PDEATHSIG).
@@ -165,21 +163,15 @@ impl Node {
     }
 }
 
-/// The clients under the supervisor loop, with the nodes watched.
-struct ClusterRun<'p> {
-    client: ClientRun,
+/// A cluster's node processes and their broker: the server side of a
+/// cluster bench's pair, watched through the nodes' admin API.
+struct ClusterSide {
     nodes: Vec<Node>,
     broker: Proc,
-    progress: &'p mut Progress,
-    ramp_done: Arc<AtomicBool>,
-    next_print: Instant,
-    failure: Option<String>,
     token: String,
-    /// Each node's /stats when the hold ended (before anything closed).
-    at_hold: Vec<Value>,
 }
 
-impl ClusterRun<'_> {
+impl ClusterSide {
     fn node_stats(&self) -> Vec<Value> {
         self.nodes
             .iter()
@@ -194,58 +186,28 @@ impl ClusterRun<'_> {
             })
             .collect()
     }
-
-    fn line(&mut self) -> String {
-        let nodes: Vec<String> = self.nodes.iter().map(|n| format::count(n.active())).collect();
-        format!("{} | nodes {}", self.client.progress_line(), nodes.join(" + "))
-    }
 }
 
-impl Supervised for ClusterRun<'_> {
-    type Event = ClientEvent;
-
-    fn deliver(&mut self, ev: ClientEvent) -> Result<()> {
-        if let ClientEvent::Worker(i, ev) = ev {
-            self.client.on_event(i, ev);
-        }
-        Ok(())
+impl ServerSide for ClusterSide {
+    fn failure(&mut self) -> Option<String> {
+        self.nodes.iter_mut().map(|n| &mut n.proc).chain([&mut self.broker]).find_map(Proc::gone)
     }
 
-    fn tick(&mut self) -> Result<Flow> {
-        crate::client::print_notes(&mut self.client.notes, self.progress);
-        if self.failure.is_none() {
-            let gone = self.nodes.iter_mut().map(|n| &mut n.proc).chain([&mut self.broker]).find_map(Proc::gone);
-            if let Some(why) = gone {
-                self.progress.note(&format!("cluster: {why}"));
-                self.failure = Some(why);
-                self.client.interrupt();
-            }
-        }
-        match self.client.tick() {
-            Tick::RampDone => {
-                self.ramp_done.store(true, Ordering::SeqCst);
-                let l = self.line();
-                self.progress.note(&format!("ramp done: {l}"));
-            }
-            Tick::HoldOver => {
-                self.at_hold = self.node_stats();
-                let l = self.line();
-                self.progress.note(&format!("hold over: {l}"));
-                self.client.close();
-            }
-            Tick::Finished => return Ok(Flow::Done),
-            _ => {}
-        }
-        if Instant::now() >= self.next_print {
-            let l = self.line();
-            self.progress.update(&l);
-            self.next_print = Instant::now() + PRINT_EVERY;
-        }
-        Ok(Flow::Continue)
+    fn line(&self) -> String {
+        let nodes: Vec<String> = self.nodes.iter().map(|n| format::count(n.active())).collect();
+        format!("nodes {}", nodes.join(" + "))
     }
 
-    fn interrupt(&mut self) {
-        self.client.interrupt();
+    /// The nodes see their closes on their own; the bench does not wait.
+    fn active(&self) -> u64 {
+        0
+    }
+
+    fn shut(&mut self) {
+        for n in &mut self.nodes {
+            n.proc.stop();
+        }
+        self.broker.stop();
     }
 }
 
@@ -355,44 +317,33 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
         args.broadcast_interval.as_secs_f64(),
         crate::client::describe(&cplan, &cwplan)
     ));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let client = ClientRun::start(&cplan, &client_cfg.load, &cwplan, None, &supervise::sink(&tx, |e| e))?;
+    let ch = super::pair::PairChannel::default();
+    let client = ClientRun::start(&cplan, &client_cfg.load, &cwplan, None, &ch.client)?;
     let ramp_done = Arc::new(AtomicBool::new(false));
     let rounds = Arc::new(Mutex::new(Vec::<Round>::new()));
     let publisher = {
         let (ramp_done, rounds, args, admin, token) = (ramp_done.clone(), rounds.clone(), args.clone(), fleet[0].admin, token.clone());
         std::thread::spawn(move || push::publish(admin, Some(&token), &args, &topics, &ramp_done, &rounds))
     };
-    let mut run = ClusterRun {
-        client,
-        nodes: fleet,
-        broker,
-        progress: &mut progress,
-        ramp_done,
-        next_print: Instant::now() + PRINT_EVERY,
-        failure: None,
-        token,
-        at_hold: Vec::new(),
-    };
-    supervise::run_loop(&rx, &mut run)?;
-    run.ramp_done.store(true, Ordering::SeqCst);
+    let side = ClusterSide { nodes: fleet, broker, token };
+    let mut pair = PairRun::new(side, client, &mut progress, |side: &ClusterSide, _: &ClientRun| side.node_stats());
+    pair.ramp_done = Some(ramp_done.clone());
+    pair.run(&ch.rx)?;
+    ramp_done.store(true, Ordering::SeqCst);
     let publish_error = publisher.join().map_err(|_| anyhow!("the publisher thread panicked"))?.err();
-    let node_stats = if run.at_hold.is_empty() { run.node_stats() } else { std::mem::take(&mut run.at_hold) };
-    for n in &mut run.nodes {
-        n.proc.stop();
-    }
-    run.broker.stop();
-    let failure = run.failure.take();
-    let client = run.client;
+    // Each node's /stats when the hold ended (before anything closed),
+    // else when the run ended.
+    let node_stats = pair.at_hold.take().or(pair.after_close.take()).unwrap_or_default();
+    let failure = pair.failure.take();
+    let client = pair.client;
     let summary = client.summary();
     let rounds = rounds.lock().expect("rounds").clone();
     let cpu: f64 = node_stats.iter().filter_map(|v| v["cpu_seconds"].as_f64()).sum();
     let workers: usize = node_stats.iter().filter_map(|v| v["workers"].as_u64()).sum::<u64>() as usize;
     let push = push::push_report(&args, &rounds, &client, &summary, workers, cpu);
     let outcome = ClusterOutcome {
-        base: push::PushOutcome { push, client: summary, topology: net.placement.clone(), publish_error: publish_error.map(|e| format!("{e:#}")) },
+        base: push::PushOutcome { push, client: summary, topology: net.placement.clone(), failure, publish_error: publish_error.map(|e| format!("{e:#}")) },
         cluster: ClusterFacts { nodes: args.nodes, broker: format!("nats://{broker_at}"), published_on: "n0", node_stats },
-        failure,
     };
     let plan = serde_json::json!({"client": cplan, "client_workers": cwplan, "nodes": args.nodes, "broadcasts": args.broadcasts, "topics": args.topics, "push_bytes": args.push_bytes});
     super::outcome::finish(args.report.as_deref(), args.json, &client, plan, &net.placement, &outcome, &mut progress)
@@ -413,8 +364,6 @@ struct ClusterOutcome {
     #[serde(flatten)]
     base: push::PushOutcome,
     cluster: ClusterFacts,
-    #[serde(skip)]
-    failure: Option<String>,
 }
 
 impl super::outcome::Outcome for ClusterOutcome {
@@ -442,8 +391,6 @@ impl super::outcome::Outcome for ClusterOutcome {
     }
 
     fn failures(&self) -> Vec<String> {
-        let mut out: Vec<String> = self.failure.iter().cloned().collect();
-        out.extend(self.base.failures());
-        out
+        self.base.failures()
     }
 }

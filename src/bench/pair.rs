@@ -1,6 +1,8 @@
 //! A server and a client run side by side under one supervisor loop: the
-//! shape every bench scenario shares. The scenario decides what to sample
-//! when the hold ends (before anything closes).
+//! shape every bench scenario shares, whether the server is one
+//! in-process fleet or a cluster's node processes ([`ServerSide`]). The
+//! scenario decides what to sample when the hold ends (before anything
+//! closes).
 
 use crate::client::run::{ClientRun, Tick};
 use crate::client::snapshot::ClientEvent;
@@ -50,13 +52,94 @@ impl PairChannel {
     }
 }
 
+/// The server half of a pair.
+pub trait ServerSide {
+    /// An event from the server's workers (a fleet's; a cluster's nodes
+    /// report through their admin API instead).
+    fn on_event(&mut self, _ev: ServerEvent) {}
+    /// Housekeeping, every tick.
+    fn upkeep(&mut self) {}
+    /// Print what the operator should know (worker crashes, retirements).
+    fn notes(&mut self, _progress: &mut Progress) {}
+    /// Why the server side failed, once (a crash loop, a node that exited).
+    fn failure(&mut self) -> Option<String>;
+    /// The server's part of the progress line.
+    fn line(&self) -> String;
+    /// Connections it still holds: the pair waits (up to [`SETTLE`]) for
+    /// none after the client's close.
+    fn active(&self) -> u64;
+    /// Surplus (elastic) workers are gone, and how long that may take.
+    fn settled(&self) -> bool {
+        true
+    }
+    fn retire_wait(&self) -> Duration {
+        Duration::ZERO
+    }
+    /// Stop it.
+    fn shut(&mut self);
+    /// The in-process fleet, for the time series' server columns.
+    fn fleet(&self) -> Option<&ServerFleet> {
+        None
+    }
+}
+
+impl ServerSide for ServerFleet {
+    fn on_event(&mut self, ev: ServerEvent) {
+        ServerFleet::on_event(self, ev)
+    }
+
+    fn upkeep(&mut self) {
+        ServerFleet::upkeep(self)
+    }
+
+    fn notes(&mut self, progress: &mut Progress) {
+        crate::server::print_notes(&mut self.notes, progress, false);
+    }
+
+    fn failure(&mut self) -> Option<String> {
+        self.failure.take()
+    }
+
+    fn line(&self) -> String {
+        let s = self.view.totals();
+        format!(
+            "server {} conns, {} workers ({} accepting, {} full), rss {}",
+            format::count(s.active),
+            s.workers,
+            s.accepting,
+            s.full,
+            format::bytes(s.rss_bytes)
+        )
+    }
+
+    fn active(&self) -> u64 {
+        self.view.totals().active
+    }
+
+    fn settled(&self) -> bool {
+        self.live().len() <= self.initial_workers()
+    }
+
+    fn retire_wait(&self) -> Duration {
+        self.retire_after() + Duration::from_secs(5)
+    }
+
+    fn shut(&mut self) {
+        self.stop(Duration::from_secs(3))
+    }
+
+    fn fleet(&self) -> Option<&ServerFleet> {
+        Some(self)
+    }
+}
+
 /// Progress line interval of bench runs.
 const PRINT_EVERY: Duration = Duration::from_secs(2);
 /// Longest wait for the server to see every close after the client ends.
 const SETTLE: Duration = Duration::from_secs(30);
 
-pub struct PairRun<'p, S, F: FnMut(&ServerFleet, &ClientRun) -> S> {
-    pub server: ServerFleet,
+pub struct PairRun<'p, V: ServerSide, S, F: FnMut(&V, &ClientRun) -> S> {
+    pub server: V,
     pub client: ClientRun,
     pub progress: &'p mut Progress,
     /// Prefix of progress lines (e.g. the business mode).
@@ -82,8 +165,8 @@ pub struct PairRun<'p, S, F: FnMut(&ServerFleet, &ClientRun) -> S> {
     pub server_sampler: Option<super::sampler::ServerSampler>,
 }
 
-impl<'p, S, F: FnMut(&ServerFleet, &ClientRun) -> S> PairRun<'p, S, F> {
-    pub fn new(server: ServerFleet, client: ClientRun, progress: &'p mut Progress, sample: F) -> Self {
+impl<'p, V: ServerSide, S, F: FnMut(&V, &ClientRun) -> S> PairRun<'p, V, S, F> {
+    pub fn new(server: V, client: ClientRun, progress: &'p mut Progress, sample: F) -> Self {
         PairRun {
             server,
             client,
@@ -102,21 +185,11 @@ impl<'p, S, F: FnMut(&ServerFleet, &ClientRun) -> S> PairRun<'p, S, F> {
     }
 
     fn line(&mut self) -> String {
-        let s = self.server.view.totals();
-        format!(
-            "{}{} | server {} conns, {} workers ({} accepting, {} full), rss {}",
-            self.label,
-            self.client.progress_line(),
-            format::count(s.active),
-            s.workers,
-            s.accepting,
-            s.full,
-            format::bytes(s.rss_bytes)
-        )
+        format!("{}{} | {}", self.label, self.client.progress_line(), self.server.line())
     }
 
     fn notes(&mut self) {
-        crate::server::print_notes(&mut self.server.notes, self.progress, false);
+        self.server.notes(self.progress);
         crate::client::print_notes(&mut self.client.notes, self.progress);
     }
 
@@ -125,15 +198,15 @@ impl<'p, S, F: FnMut(&ServerFleet, &ClientRun) -> S> PairRun<'p, S, F> {
     pub fn run(&mut self, rx: &Receiver<PairEvent>) -> Result<()> {
         supervise::run_loop(rx, self)?;
         let deadline = Instant::now() + SETTLE;
-        while Instant::now() < deadline && self.server.view.totals().active > 0 {
+        while Instant::now() < deadline && self.server.active() > 0 {
             if let Ok(d) = rx.recv_timeout(supervise::TICK) {
                 self.deliver(d)?;
             }
         }
         // An elastic server retires its surplus workers once they stay
         // empty; wait for that so "after" is comparable with "before".
-        let retire_by = Instant::now() + self.server.retire_after() + Duration::from_secs(5);
-        while self.settle_workers && Instant::now() < retire_by && self.server.live().len() > self.server.initial_workers() {
+        let retire_by = Instant::now() + self.server.retire_wait();
+        while self.settle_workers && Instant::now() < retire_by && !self.server.settled() {
             if let Ok(d) = rx.recv_timeout(supervise::TICK) {
                 self.deliver(d)?;
             }
@@ -144,14 +217,14 @@ impl<'p, S, F: FnMut(&ServerFleet, &ClientRun) -> S> PairRun<'p, S, F> {
             std::thread::sleep(Duration::from_secs(1));
         }
         self.after_close = Some((self.sample)(&self.server, &self.client));
-        self.server.stop(Duration::from_secs(3));
+        self.server.shut();
         supervise::drain(rx, self, Duration::from_millis(50));
         self.notes();
         Ok(())
     }
 }
 
-impl<S, F: FnMut(&ServerFleet, &ClientRun) -> S> Supervised for PairRun<'_, S, F> {
+impl<V: ServerSide, S, F: FnMut(&V, &ClientRun) -> S> Supervised for PairRun<'_, V, S, F> {
     type Event = PairEvent;
 
     fn deliver(&mut self, ev: PairEvent) -> Result<()> {
@@ -167,14 +240,16 @@ impl<S, F: FnMut(&ServerFleet, &ClientRun) -> S> Supervised for PairRun<'_, S, F
     fn tick(&mut self) -> Result<Flow> {
         self.server.upkeep();
         self.notes();
-        if let Some(f) = self.server.failure.take() {
-            self.progress.note(&format!("server: {f}"));
-            self.failure = Some(f);
-            self.client.interrupt();
+        if let Some(f) = self.server.failure() {
+            if self.failure.is_none() {
+                self.progress.note(&format!("server: {f}"));
+                self.failure = Some(f);
+                self.client.interrupt();
+            }
         }
         let tick = self.client.tick();
-        if let (Some(sampler), Some(sample)) = (self.server_sampler.as_mut(), self.client.series.fresh()) {
-            sample.server = Some(sampler.sample(&self.server));
+        if let (Some(sampler), Some(sample), Some(fleet)) = (self.server_sampler.as_mut(), self.client.series.fresh(), self.server.fleet()) {
+            sample.server = Some(sampler.sample(fleet));
         }
         match tick {
             Tick::RampDone => {

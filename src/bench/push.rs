@@ -130,11 +130,12 @@ pub fn run(args: BenchConfig, placement: &crate::topology::Placement) -> Result<
     ramp_done.store(true, Ordering::SeqCst);
     let publish_error = publisher.join().map_err(|_| anyhow::anyhow!("the publisher thread panicked"))?.err();
     let workers = pair.at_hold.take().unwrap_or(0);
+    let failure = pair.failure.take();
     let (server, client) = (pair.server, pair.client);
     let summary = client.summary();
     let rounds = rounds.lock().expect("rounds").clone();
     let push = push_report(&args, &rounds, &client, &summary, workers, server.view.totals().cpu_seconds);
-    let outcome = PushOutcome { push, client: summary, topology: placement.clone(), publish_error: publish_error.map(|e| format!("{e:#}")) };
+    let outcome = PushOutcome { push, client: summary, topology: placement.clone(), failure, publish_error: publish_error.map(|e| format!("{e:#}")) };
     let plan =
         serde_json::json!({"client": cplan, "client_workers": cwplan, "broadcasts": args.broadcasts, "topics": args.topics, "push_bytes": args.push_bytes});
     super::outcome::finish(args.report.as_deref(), args.json, &client, plan, placement, &outcome, &mut progress)
@@ -146,6 +147,10 @@ pub struct PushOutcome {
     pub push: PushReport,
     pub client: ClientSummary,
     pub topology: crate::topology::Placement,
+    /// Why the pair failed (the server's crash-loop guard, a node that
+    /// exited), and why publishing failed.
+    #[serde(skip)]
+    pub failure: Option<String>,
     #[serde(skip)]
     pub publish_error: Option<String>,
 }
@@ -164,7 +169,8 @@ impl super::outcome::Outcome for PushOutcome {
     }
 
     fn failures(&self) -> Vec<String> {
-        let mut out: Vec<String> = self.publish_error.iter().map(|e| format!("publishing failed: {e}")).collect();
+        let mut out: Vec<String> = self.failure.iter().cloned().collect();
+        out.extend(self.publish_error.iter().map(|e| format!("publishing failed: {e}")));
         if self.push.dropped > 0 || self.push.duplicates > 0 {
             out.push(format!("{} pushes were never delivered and {} delivered twice", format::count(self.push.dropped), format::count(self.push.duplicates)));
         }
