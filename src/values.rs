@@ -4,7 +4,7 @@
 //! code 2. No value parses to something that panics later: durations are
 //! capped, counts are positive, rates finite.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -57,16 +57,35 @@ fn parse_port(s: &str) -> Result<u16, String> {
     Ok(v as u16)
 }
 
-/// A set of IPv4 addresses: "127.0.0.2-127.0.0.65", "127.0.1.0/24",
-/// "127.0.0.2,127.0.0.3". Every address in a CIDR block is used (on
-/// loopback every 127.x.y.z is a valid source).
+/// An address as a number of its family, so ranges and blocks of IPv4
+/// and IPv6 addresses are one arithmetic.
+pub fn ip_number(ip: IpAddr) -> (bool, u128) {
+    match ip {
+        IpAddr::V4(a) => (false, u32::from(a) as u128),
+        IpAddr::V6(a) => (true, u128::from(a)),
+    }
+}
+
+/// The address `n` of a family (`v6`), the inverse of [`ip_number`].
+pub fn ip_of(v6: bool, n: u128) -> IpAddr {
+    if v6 {
+        IpAddr::V6(Ipv6Addr::from(n))
+    } else {
+        IpAddr::V4(Ipv4Addr::from(n as u32))
+    }
+}
+
+/// A set of IPv4 or IPv6 addresses: "127.0.0.2-127.0.0.65",
+/// "127.0.1.0/24", "127.0.0.2,127.0.0.3", "fd00::1-fd00::40",
+/// "fd00::/120". Every address in a CIDR block is used (on loopback every
+/// 127.x.y.z is a valid source).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct IpList(pub Vec<Ipv4Addr>);
+pub struct IpList(pub Vec<IpAddr>);
 
 impl FromStr for IpList {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        const EX: &str = "expected addresses like 127.0.0.2-127.0.0.65, 127.0.1.0/24 or 127.0.0.2,127.0.0.3";
+        const EX: &str = "expected addresses like 127.0.0.2-127.0.0.65, 127.0.1.0/24, 127.0.0.2,127.0.0.3 or fd00::1-fd00::40";
         let s = s.trim();
         if s.is_empty() {
             return Err(format!("empty address list; {EX}"));
@@ -77,22 +96,29 @@ impl FromStr for IpList {
             let (lo, hi) = if let Some((a, b)) = part.split_once('-') {
                 (parse_ip(a, EX)?, parse_ip(b, EX)?)
             } else if let Some((a, bits)) = part.split_once('/') {
-                let base = u32::from(parse_ip(a, EX)?);
-                let bits: u32 = bits.parse().ok().filter(|b| *b <= 32).ok_or_else(|| format!("'{part}' has a bad prefix length; {EX}"))?;
-                let mask = if bits == 0 { 0 } else { u32::MAX << (32 - bits) };
-                (Ipv4Addr::from(base & mask), Ipv4Addr::from((base & mask) | !mask))
+                let (v6, base) = ip_number(parse_ip(a, EX)?);
+                let width = if v6 { 128 } else { 32 };
+                let bits: u32 = bits.parse().ok().filter(|b| *b <= width).ok_or_else(|| format!("'{part}' has a bad prefix length; {EX}"))?;
+                let host = if bits == width { 0 } else { (u128::MAX >> (128 - width)) >> bits };
+                (ip_of(v6, base & !host), ip_of(v6, (base & !host) | host))
             } else {
                 let ip = parse_ip(part, EX)?;
                 (ip, ip)
             };
-            let (lo, hi) = (u32::from(lo), u32::from(hi));
+            if lo.is_ipv6() != hi.is_ipv6() {
+                return Err(format!("address range {part} mixes IPv4 and IPv6; {EX}"));
+            }
+            let ((v6, lo), (_, hi)) = (ip_number(lo), ip_number(hi));
             if lo > hi {
                 return Err(format!("address range {part} is reversed; {EX}"));
             }
-            if (hi - lo) as usize + ips.len() >= MAX_SOURCE_IPS {
+            if hi - lo >= (MAX_SOURCE_IPS - ips.len()) as u128 {
                 return Err(format!("more than {MAX_SOURCE_IPS} addresses in '{s}'; use a smaller range"));
             }
-            ips.extend((lo..=hi).map(Ipv4Addr::from));
+            ips.extend((lo..=hi).map(|n| ip_of(v6, n)));
+        }
+        if ips.iter().any(IpAddr::is_ipv6) && ips.iter().any(IpAddr::is_ipv4) {
+            return Err(format!("'{s}' mixes IPv4 and IPv6 addresses; a connection's source is of its target's family"));
         }
         ips.sort_unstable();
         ips.dedup();
@@ -100,8 +126,8 @@ impl FromStr for IpList {
     }
 }
 
-fn parse_ip(s: &str, example: &str) -> Result<Ipv4Addr, String> {
-    s.trim().parse().map_err(|_| format!("'{}' is not an IPv4 address; {example}", s.trim()))
+fn parse_ip(s: &str, example: &str) -> Result<IpAddr, String> {
+    s.trim().parse().map_err(|_| format!("'{}' is not an IP address; {example}", s.trim()))
 }
 
 /// A duration: "30s", "500ms", "2m", or a bare number of seconds.
@@ -301,6 +327,12 @@ mod tests {
         assert!("127.0.0/33".parse::<IpList>().is_err());
         assert!("10.0.0.0/8".parse::<IpList>().unwrap_err().contains("more than"));
         assert!("banana".parse::<IpList>().is_err());
+        assert_eq!("fd00::1-fd00::40".parse::<IpList>().unwrap().0.len(), 64);
+        assert_eq!("fd00::/120".parse::<IpList>().unwrap().0.len(), 256);
+        assert_eq!("::1".parse::<IpList>().unwrap().0, vec!["::1".parse::<std::net::IpAddr>().unwrap()]);
+        assert!("fd00::/64".parse::<IpList>().unwrap_err().contains("more than"));
+        assert!("127.0.0.2-fd00::1".parse::<IpList>().unwrap_err().contains("mixes"));
+        assert!("127.0.0.2,fd00::1".parse::<IpList>().unwrap_err().contains("mixes"));
     }
 
     #[test]

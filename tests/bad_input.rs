@@ -23,6 +23,8 @@ fn bad_flags_exit_2_naming_the_flag() {
     expect_usage_error(&["client", "--connections", "10", "--rate", "0"], "--rate");
     expect_usage_error(&["client", "--connections", "10", "--source-ips", "127.0.0.0/40"], "--source-ips");
     expect_usage_error(&["client", "--connections", "10", "--source-ips", "127.0.0.9-127.0.0.2"], "reversed");
+    expect_usage_error(&["client", "--connections", "10", "--source-ips", "127.0.0.2,fd00::2"], "mixes IPv4 and IPv6");
+    expect_usage_error(&["client", "--connections", "10", "--source-ips", "fd00::2-fd00::3"], "different families");
     expect_usage_error(&["client", "--connections", "10", "--payload", "100000"], "cap of 4096");
     expect_usage_error(&["client", "--connections", "0"], "--connections");
     expect_usage_error(&["bench", "--connections", "lots"], "--connections");

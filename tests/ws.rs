@@ -180,6 +180,40 @@ fn the_ws_client_sends_its_own_messages_with_substitutions() {
     drop(echo);
 }
 
+/// IPv6 end to end, in a namespace of the test's own: Python
+/// `websockets` listening on fd00::1, megaconn's client given the URL with
+/// the address in brackets and four IPv6 source addresses. Every
+/// connection is held, every ping answered, and the server saw all four
+/// sources.
+#[test]
+fn the_ws_client_connects_over_ipv6_from_ipv6_sources() {
+    let lab = common::lab::Lab::make("v6", 207, 1).unwrap_or_else(|why| panic!("the IPv6 test's namespace: {why}"));
+    for a in ["fd00::1", "fd00::2", "fd00::3", "fd00::4", "fd00::5"] {
+        let out = Command::new("ip").args(["-n", lab.ns(0), "-6", "addr", "add", &format!("{a}/64"), "dev", "lo", "nodad"]).output().unwrap();
+        assert!(out.status.success(), "ip addr add {a}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let port = free_port().to_string();
+    let mut peer_cmd = lab.command(0, "python3");
+    peer_cmd.args([&peer("ws_echo_server.py"), &port, "60", "fd00::1"]);
+    let mut echo = Peer::spawn("python websockets echo server on fd00::1", peer_cmd);
+    assert_eq!(echo.line(Duration::from_secs(30), "the echo server listening"), "ready");
+    let mut cmd = lab.command(0, env!("CARGO_BIN_EXE_megaconn"));
+    let url = format!("ws://[fd00::1]:{port}/v6");
+    cmd.args(["client", "--url", &url, "--source-ips", "fd00::2-fd00::5", "--connections", "400", "--rate", "2000"]);
+    cmd.args(["--heartbeat", "500ms", "--hold", "2s", "--json"]);
+    let (code, out, err) = run(cmd, Duration::from_secs(60));
+    assert_eq!(code, 0, "{err}");
+    let s = serde_json::from_str::<serde_json::Value>(&out).unwrap()["summary"].clone();
+    assert_eq!((s["established"].as_u64(), s["held"].as_u64()), (Some(400), Some(400)), "{s}");
+    assert!(s["heartbeats_sent"].as_u64() >= Some(400 * 3), "{s}");
+    assert_eq!(s["heartbeats_answered"], s["heartbeats_sent"], "{s}");
+    assert_eq!(s["mode"].as_str().map(|m| m.contains("ws://[fd00::1]")), Some(true), "{s}");
+    let mut sources: Vec<String> = (0..4).map(|_| echo.line(Duration::from_secs(10), "the sources the server saw")).collect();
+    sources.sort();
+    assert_eq!(sources, ["peer fd00::2", "peer fd00::3", "peer fd00::4", "peer fd00::5"]);
+    drop(echo);
+}
+
 /// A headless Chromium page (Debian's chromium) opens 200 WebSockets,
 /// subscribed through the URL, and receives one publish on each.
 #[test]

@@ -271,7 +271,7 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
     client_cfg.load.traffic.subscribe_spread = true;
     client_cfg.load.nodes = node_ns
         .iter()
-        .map(|f| crate::client::NodeTarget { target: std::net::Ipv4Addr::LOCALHOST, netns_fd: Some(std::os::fd::AsRawFd::as_raw_fd(f)) })
+        .map(|f| crate::client::NodeTarget { target: std::net::Ipv4Addr::LOCALHOST.into(), netns_fd: Some(std::os::fd::AsRawFd::as_raw_fd(f)) })
         .collect();
     let (mut cplan, mut cwplan) = crate::client::plan(&client_cfg, fds.hard).map_err(crate::UsageError)?;
     if cwplan.workers % nodes != 0 {

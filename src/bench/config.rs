@@ -35,7 +35,7 @@ pub struct BenchConfig {
     pub payload: usize,
     /// Push scenario: bytes of data in each published message.
     pub push_bytes: usize,
-    pub source_ips: Option<Vec<Ipv4Addr>>,
+    pub source_ips: Option<Vec<std::net::IpAddr>>,
     pub server_workers: Workers,
     pub client_workers: Workers,
     pub connect_timeout: Duration,

@@ -175,7 +175,7 @@ pub fn client_config(args: &BenchConfig, hold: Duration) -> ClientConfig {
             netns_fd: args.client_netns,
             ..Default::default()
         },
-        target: args.target,
+        target: args.target.into(),
         workers: args.client_workers,
         ..Default::default()
     }
@@ -219,7 +219,7 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
     }
     args.target = net.placement.server_address;
     if !net.placement.client_sources.is_empty() {
-        args.source_ips = Some(net.placement.client_sources.clone());
+        args.source_ips = Some(net.placement.client_sources.iter().map(|&a| a.into()).collect());
     }
     args.client_netns = net.client_ns.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
     if args.tls {

@@ -97,6 +97,9 @@ impl From<ClientArgs> for ClientConfig {
             hdr_log: a.hdr_log,
         };
         c.load.start_at = a.start_at;
+        if let Some(u) = &mut c.url {
+            crate::client::url::one_family(&mut u.addrs, c.load.source_ips.as_ref().and_then(|s| s.first()).map(std::net::IpAddr::is_ipv6));
+        }
         if let Some(u) = &c.url {
             // The URL names the protocol; its host, port and path win.
             if c.load.traffic.protocol == crate::proto::Protocol::Framed {

@@ -276,7 +276,7 @@ pub struct LoadArgs {
     /// New connections per second, spread evenly over time (e.g. 50000/s; a bare number is per second). Per process: every shard or pod runs its own.
     #[arg(long, value_parser = parse::per_second_count, default_value = "50000/s")]
     pub rate: u64,
-    /// Source addresses (range, CIDR or list); default: enough 127.0.0.x for the target.
+    /// Source addresses (range, CIDR or list; IPv4 or IPv6, the target's family, e.g. fd00::1-fd00::40); default: enough 127.0.0.x for an IPv4 loopback target, else the kernel's choice.
     #[arg(long)]
     pub source_ips: Option<IpList>,
     /// Heartbeat interval per connection ("off" to disable).
@@ -334,10 +334,10 @@ pub struct LoadArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct ClientArgs {
-    /// Server address (IPv4).
+    /// Server address (IPv4 or IPv6).
     #[arg(long, default_value = "127.0.0.1")]
-    pub target: Ipv4Addr,
-    /// Server to load: ws://, wss://, http:// or https://HOST[:PORT][/PATH] (implies --protocol ws or http, and TLS for wss/https; port default 80/443; a host name spreads the connections over its IPv4 addresses).
+    pub target: std::net::IpAddr,
+    /// Server to load: ws://, wss://, http:// or https://HOST[:PORT][/PATH] (implies --protocol ws or http, and TLS for wss/https; port default 80/443; a host name spreads the connections over its addresses of one family: that of --source-ips, else the resolver's first; IPv6 as [::1]).
     #[arg(long, value_parser = crate::client::url::url_arg)]
     pub url: Option<crate::client::url::Url>,
     /// Add a header to WebSocket upgrades and HTTP requests: 'Name: value' (repeatable; a Host header replaces the default).

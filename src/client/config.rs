@@ -5,7 +5,7 @@ use super::plan::Shard;
 use crate::proto::Protocol;
 use crate::supervise::plan::Workers;
 use serde::{Deserialize, Serialize};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -26,7 +26,7 @@ pub const DEFAULT_HOLD_TEXT: &str = "20s";
 /// workers connect, and the network namespace (fd) they run in.
 #[derive(Debug, Clone, Copy)]
 pub struct NodeTarget {
-    pub target: Ipv4Addr,
+    pub target: IpAddr,
     pub netns_fd: Option<i32>,
 }
 
@@ -117,10 +117,14 @@ impl Traffic {
     }
 
     /// The Host header of Upgrade and HTTP requests to `target`.
-    pub fn host_header(&self, target: Ipv4Addr, ports: &[u16]) -> String {
+    pub fn host_header(&self, target: IpAddr, ports: &[u16]) -> String {
+        let host = match target {
+            IpAddr::V6(a) => format!("[{a}]"),
+            IpAddr::V4(a) => a.to_string(),
+        };
         self.host.clone().unwrap_or_else(|| match ports {
-            [one] => format!("{target}:{one}"),
-            _ => target.to_string(),
+            [one] => format!("{host}:{one}"),
+            _ => host,
         })
     }
 
@@ -151,8 +155,9 @@ pub struct LoadConfig {
     pub connections: u64,
     /// New connections per second over the whole run.
     pub rate: u64,
-    /// None: enough 127.0.0.x addresses for the target.
-    pub source_ips: Option<Vec<Ipv4Addr>>,
+    /// None: enough 127.0.0.x addresses for an IPv4 loopback target,
+    /// else the kernel's choice.
+    pub source_ips: Option<Vec<IpAddr>>,
     pub hold: Duration,
     pub stats_interval: Duration,
     /// Close and reopen this many connections per second (whole run)
@@ -197,7 +202,7 @@ impl Default for LoadConfig {
 /// A whole `megaconn client` run.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
-    pub target: Ipv4Addr,
+    pub target: IpAddr,
     pub load: LoadConfig,
     pub workers: Workers,
     pub shard: Option<Shard>,
@@ -218,7 +223,7 @@ pub struct ClientConfig {
 impl Default for ClientConfig {
     fn default() -> ClientConfig {
         ClientConfig {
-            target: Ipv4Addr::LOCALHOST,
+            target: IpAddr::V4(Ipv4Addr::LOCALHOST),
             load: LoadConfig::default(),
             workers: Workers::Auto,
             shard: None,

@@ -9,8 +9,9 @@
 //! `ports[g % P]` and source `sources[(g / P) % S]`, spreading connections
 //! evenly over all S x P pairs.
 
+use crate::values::{ip_number, ip_of};
 use serde::Serialize;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
 /// A shard of a distributed load: "i/n" with 0 <= i < n.
@@ -52,10 +53,11 @@ const AUTO_MIN_SOURCES: u64 = 16;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ConnectionPlan {
-    pub target: Ipv4Addr,
+    pub target: IpAddr,
     pub ports: Vec<u16>,
-    /// Source addresses as inclusive ranges (kept compact: a /16 is one pair).
-    pub source_ranges: Vec<(Ipv4Addr, Ipv4Addr)>,
+    /// Source addresses as inclusive ranges (kept compact: a /16 is one
+    /// pair), of the target's family.
+    pub source_ranges: Vec<(IpAddr, IpAddr)>,
     pub source_count: u64,
     /// Connections in the whole plan (all shards).
     pub total: u64,
@@ -84,34 +86,44 @@ pub fn local_port_range() -> (u16, u16) {
 }
 
 impl ConnectionPlan {
-    /// Build and check the plan. `sources` None means: on loopback, enough
-    /// 127.0.0.x addresses (from 127.0.0.2) for the target; elsewhere the
-    /// kernel's choice of one address.
+    /// Build and check the plan. `sources` None means: on IPv4 loopback,
+    /// enough 127.0.0.x addresses (from 127.0.0.2) for the target;
+    /// elsewhere (IPv6's loopback is one address) the kernel's choice of
+    /// one address.
     pub fn build(
-        target: Ipv4Addr,
+        target: IpAddr,
         ports: &[u16],
-        sources: Option<&[Ipv4Addr]>,
+        sources: Option<&[IpAddr]>,
         total: u64,
         shard: (u64, u64),
         port_range: (u16, u16),
     ) -> Result<ConnectionPlan, String> {
         let p = ports.len() as u64;
         let per_pair_capacity = (port_range.1 as u64).saturating_sub(port_range.0 as u64) + 1;
-        let sources: Vec<Ipv4Addr> = match sources {
-            Some(s) => s.to_vec(),
-            None if target.is_loopback() => {
+        let loopback4 = target.is_ipv4() && target.is_loopback();
+        let sources: Vec<IpAddr> = match sources {
+            Some(s) => {
+                if let Some(other) = s.iter().find(|a| a.is_ipv6() != target.is_ipv6()) {
+                    return Err(format!(
+                        "source address {other} and target {target} are of different families: give --source-ips of the target's family (IPv4 or IPv6)"
+                    ));
+                }
+                s.to_vec()
+            }
+            None if loopback4 => {
                 let want = ((total as f64 / (p as f64 * per_pair_capacity as f64 * AUTO_SHARE)).ceil() as u64).max(AUTO_MIN_SOURCES);
                 let want = want.min(crate::values::MAX_SOURCE_IPS as u64) as u32;
                 let base = u32::from(Ipv4Addr::new(127, 0, 0, 2));
-                (0..want).map(|i| Ipv4Addr::from(base + i)).collect()
+                (0..want).map(|i| IpAddr::V4(Ipv4Addr::from(base + i))).collect()
             }
-            None => vec![Ipv4Addr::UNSPECIFIED],
+            None if target.is_ipv6() => vec![IpAddr::V6(Ipv6Addr::UNSPECIFIED)],
+            None => vec![IpAddr::V4(Ipv4Addr::UNSPECIFIED)],
         };
         let s = sources.len() as u64;
         let per_pair = total.div_ceil(s * p);
         if per_pair > per_pair_capacity {
             let need_sources = total.div_ceil(p * per_pair_capacity);
-            let suggestion = if target.is_loopback() {
+            let suggestion = if loopback4 {
                 let last = Ipv4Addr::from(u32::from(Ipv4Addr::new(127, 0, 0, 2)) + need_sources as u32 - 1);
                 format!("--source-ips 127.0.0.2-{last}")
             } else {
@@ -150,27 +162,33 @@ impl ConnectionPlan {
     }
 }
 
-/// Sorted addresses to inclusive ranges.
-pub fn compress(ips: &[Ipv4Addr]) -> Vec<(Ipv4Addr, Ipv4Addr)> {
-    let mut v: Vec<u32> = ips.iter().map(|i| u32::from(*i)).collect();
+/// Sorted addresses to inclusive ranges (one family per range).
+pub fn compress(ips: &[IpAddr]) -> Vec<(IpAddr, IpAddr)> {
+    let mut v: Vec<(bool, u128)> = ips.iter().map(|i| ip_number(*i)).collect();
     v.sort_unstable();
     v.dedup();
-    let mut out: Vec<(u32, u32)> = Vec::new();
-    for x in v {
+    let mut out: Vec<(bool, u128, u128)> = Vec::new();
+    for (v6, x) in v {
         match out.last_mut() {
-            Some((_, hi)) if *hi + 1 == x => *hi = x,
-            _ => out.push((x, x)),
+            Some((f, _, hi)) if *f == v6 && hi.checked_add(1) == Some(x) => *hi = x,
+            _ => out.push((v6, x, x)),
         }
     }
-    out.into_iter().map(|(a, b)| (Ipv4Addr::from(a), Ipv4Addr::from(b))).collect()
+    out.into_iter().map(|(v6, a, b)| (ip_of(v6, a), ip_of(v6, b))).collect()
 }
 
-pub fn expand(ranges: &[(Ipv4Addr, Ipv4Addr)]) -> Vec<Ipv4Addr> {
-    ranges.iter().flat_map(|(a, b)| (u32::from(*a)..=u32::from(*b)).map(Ipv4Addr::from)).collect()
+pub fn expand(ranges: &[(IpAddr, IpAddr)]) -> Vec<IpAddr> {
+    ranges
+        .iter()
+        .flat_map(|(a, b)| {
+            let ((v6, a), (_, b)) = (ip_number(*a), ip_number(*b));
+            (a..=b).map(move |n| ip_of(v6, n))
+        })
+        .collect()
 }
 
 /// The (source, destination port) of global connection `g`.
-pub fn address_of(g: u64, sources: &[Ipv4Addr], ports: &[u16]) -> (Ipv4Addr, u16) {
+pub fn address_of(g: u64, sources: &[IpAddr], ports: &[u16]) -> (IpAddr, u16) {
     let p = ports.len() as u64;
     (sources[((g / p) % sources.len() as u64) as usize], ports[(g % p) as usize])
 }
@@ -186,11 +204,11 @@ mod tests {
         assert!("4/4".parse::<Shard>().is_err());
         assert_eq!("0/4".parse::<Shard>().unwrap().range(3), (0, 0));
     }
-    const LO: Ipv4Addr = Ipv4Addr::LOCALHOST;
+    const LO: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
     #[test]
     fn impossible_target_names_the_fix() {
-        let one = [Ipv4Addr::new(127, 0, 0, 2)];
+        let one = [IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))];
         let e = ConnectionPlan::build(LO, &[8000], Some(&one), 70_000, (0, 70_000), (1024, 65535)).unwrap_err();
         assert!(e.contains("cannot fit") && e.contains("--source-ips 127.0.0.2-127.0.0.3"), "{e}");
     }
@@ -207,7 +225,7 @@ mod tests {
 
     #[test]
     fn addresses_spread_and_ranges_roundtrip() {
-        let src = expand(&[(Ipv4Addr::new(127, 0, 0, 2), Ipv4Addr::new(127, 0, 0, 5))]);
+        let src = expand(&[(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)), IpAddr::V4(Ipv4Addr::new(127, 0, 0, 5)))]);
         assert_eq!(src.len(), 4);
         assert_eq!(compress(&src).len(), 1);
         let ports = [1, 2, 3];
@@ -218,5 +236,18 @@ mod tests {
             seen.insert(address_of(g, &src, &ports));
         }
         assert_eq!(seen.len(), 12);
+    }
+
+    #[test]
+    fn ipv6_targets_plan_with_their_own_family() {
+        let v6: IpAddr = "::1".parse().unwrap();
+        let p = ConnectionPlan::build(v6, &[8000], None, 1000, (0, 1000), (1024, 65535)).unwrap();
+        assert_eq!(expand(&p.source_ranges), vec![IpAddr::V6(Ipv6Addr::UNSPECIFIED)]);
+        let src: Vec<IpAddr> = "fd00::1-fd00::4".parse::<crate::values::IpList>().unwrap().0;
+        let p = ConnectionPlan::build("fd00::ff".parse().unwrap(), &[8000], Some(&src), 1000, (0, 1000), (1024, 65535)).unwrap();
+        assert_eq!(p.source_ranges.len(), 1);
+        assert_eq!(expand(&p.source_ranges), src);
+        let e = ConnectionPlan::build(LO, &[8000], Some(&src), 10, (0, 10), (1024, 65535)).unwrap_err();
+        assert!(e.contains("different families"), "{e}");
     }
 }

@@ -118,7 +118,7 @@ fn print_phases(phases: &[super::phases::PhaseResult]) {
 }
 
 /// What the connections speak and send, for the summary's first line.
-pub fn describe_mode(target: std::net::Ipv4Addr, load: &LoadConfig) -> String {
+pub fn describe_mode(target: std::net::IpAddr, load: &LoadConfig) -> String {
     let requests = load.traffic.request_rate.is_some();
     let base = describe_protocol(target, load, requests);
     match &load.traffic.tls {
@@ -140,7 +140,7 @@ fn versions(t: &crate::tls::client::ClientTls) -> String {
         .join("/")
 }
 
-fn describe_protocol(target: std::net::Ipv4Addr, load: &LoadConfig, requests: bool) -> String {
+fn describe_protocol(target: std::net::IpAddr, load: &LoadConfig, requests: bool) -> String {
     match load.traffic.protocol {
         Protocol::Raw => {
             let Some(m) = &load.traffic.raw_message else { return "raw".into() };
@@ -167,7 +167,10 @@ fn describe_protocol(target: std::net::Ipv4Addr, load: &LoadConfig, requests: bo
                 (None, false) => "pings as heartbeats".into(),
             };
             let scheme = if load.traffic.tls.is_some() { "wss" } else { "ws" };
-            let host = load.traffic.host.clone().unwrap_or_else(|| format!("{target}:{port}"));
+            let host = load.traffic.host.clone().unwrap_or_else(|| match target {
+                std::net::IpAddr::V6(a) => format!("[{a}]:{port}"),
+                v4 => format!("{v4}:{port}"),
+            });
             format!("ws: {scheme}://{host}{}; {sends}", load.traffic.ws_target)
         }
         Protocol::Framed => "framed: heartbeats and requests in megaconn frames".into(),

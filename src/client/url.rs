@@ -2,7 +2,7 @@
 //! `ws://`, `wss://`, `http://` or `https://`, a host name or address, a
 //! port (default 80 or 443), a path and query.
 
-use std::net::{Ipv4Addr, ToSocketAddrs};
+use std::net::{IpAddr, ToSocketAddrs};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Url {
@@ -15,9 +15,9 @@ pub struct Url {
     pub port: u16,
     /// Path and query, e.g. `/chat?room=1`.
     pub target: String,
-    /// The host's IPv4 addresses (the connections spread over them);
-    /// empty until resolved (see [`url_arg`]).
-    pub addrs: Vec<Ipv4Addr>,
+    /// The host's addresses (the connections spread over them), of one
+    /// family; empty until resolved (see [`url_arg`]).
+    pub addrs: Vec<IpAddr>,
 }
 
 impl Url {
@@ -74,11 +74,12 @@ pub fn parse_url(s: &str) -> Result<Url, String> {
     if target.bytes().any(|b| b <= b' ' || b == 0x7F) {
         return Err(format!("the path in {s:?} has spaces or control characters; percent-encode them"));
     }
-    let addrs = host.parse::<Ipv4Addr>().map(|a| vec![a]).unwrap_or_default();
+    let addrs = host.parse::<IpAddr>().map(|a| vec![a]).unwrap_or_default();
     Ok(Url { websocket, tls, host: host.to_string(), port, target, addrs })
 }
 
-/// Parse `--url` and resolve its host: every IPv4 address it has.
+/// Parse `--url` and resolve its host: every address it has (see
+/// [`one_family`]).
 pub fn url_arg(s: &str) -> Result<Url, String> {
     let mut u = parse_url(s)?;
     if u.addrs.is_empty() {
@@ -87,23 +88,26 @@ pub fn url_arg(s: &str) -> Result<Url, String> {
     Ok(u)
 }
 
-fn resolve(host: &str, port: u16) -> Result<Vec<Ipv4Addr>, String> {
-    let found: Vec<std::net::SocketAddr> = (host, port).to_socket_addrs().map_err(|e| format!("cannot resolve {host:?}: {e}"))?.collect();
-    let mut v4: Vec<Ipv4Addr> = found
-        .iter()
-        .filter_map(|a| match a.ip() {
-            std::net::IpAddr::V4(ip) => Some(ip),
-            std::net::IpAddr::V6(_) => None,
-        })
-        .collect();
-    v4.dedup();
-    if v4.is_empty() {
-        return Err(format!(
-            "{host:?} has only IPv6 addresses ({}); the client connects over IPv4: give an IPv4 address or a name with an A record",
-            found.iter().map(|a| a.ip().to_string()).collect::<Vec<_>>().join(", ")
-        ));
+/// Keep the addresses of one family: that of `--source-ips` when given
+/// (and the host has such addresses; if not, the plan refuses the mix),
+/// else of the resolver's first choice.
+pub fn one_family(addrs: &mut Vec<IpAddr>, sources_v6: Option<bool>) {
+    let Some(v6) = sources_v6.filter(|v6| addrs.iter().any(|a| a.is_ipv6() == *v6)).or_else(|| addrs.first().map(IpAddr::is_ipv6)) else { return };
+    addrs.retain(|a| a.is_ipv6() == v6);
+}
+
+fn resolve(host: &str, port: u16) -> Result<Vec<IpAddr>, String> {
+    let found = (host, port).to_socket_addrs().map_err(|e| format!("cannot resolve {host:?}: {e}"))?;
+    let mut addrs: Vec<IpAddr> = Vec::new();
+    for a in found {
+        if !addrs.contains(&a.ip()) {
+            addrs.push(a.ip());
+        }
     }
-    Ok(v4)
+    if addrs.is_empty() {
+        return Err(format!("{host:?} resolved to no address"));
+    }
+    Ok(addrs)
 }
 
 #[cfg(test)]
@@ -113,7 +117,7 @@ mod tests {
     #[test]
     fn urls_parse_or_say_why_not() {
         let u = parse_url("ws://127.0.0.1:8000/chat?x=1").unwrap();
-        assert_eq!((u.addrs[0], u.port, u.target.as_str(), u.tls, u.websocket), (Ipv4Addr::LOCALHOST, 8000, "/chat?x=1", false, true));
+        assert_eq!((u.addrs[0], u.port, u.target.as_str(), u.tls, u.websocket), (IpAddr::from([127, 0, 0, 1]), 8000, "/chat?x=1", false, true));
         assert_eq!(u.authority(), "127.0.0.1:8000");
         let u = parse_url("wss://example.com").unwrap();
         assert_eq!((u.port, u.tls, u.target.as_str(), u.addrs.len(), u.authority()), (443, true, "/", 0, "example.com".to_string()));
@@ -121,7 +125,8 @@ mod tests {
         assert_eq!((u.port, u.websocket, u.authority()), (8443, false, "h:8443".to_string()));
         assert_eq!(parse_url("http://127.0.0.2?a=b").unwrap().target, "/?a=b");
         assert_eq!(parse_url("ws://127.0.0.2").unwrap().port, 80);
-        assert_eq!(parse_url("ws://[::1]:9/").unwrap().host, "::1");
+        let u = parse_url("ws://[::1]:9/").unwrap();
+        assert_eq!((u.host.as_str(), u.addrs.clone(), u.authority()), ("::1", vec!["::1".parse::<IpAddr>().unwrap()], "[::1]:9".to_string()));
         assert!(parse_url("ftp://h/").unwrap_err().contains("not a ws://"));
         assert!(parse_url("ws://127.0.0.1:0/").unwrap_err().contains("bad port"));
         assert!(parse_url("ws://127.0.0.1/a b").unwrap_err().contains("percent-encode"));
@@ -130,8 +135,18 @@ mod tests {
     }
 
     #[test]
-    fn names_resolve_to_their_ipv4_addresses() {
-        assert_eq!(url_arg("ws://localhost:9/").unwrap().addrs, vec![Ipv4Addr::LOCALHOST]);
+    fn names_resolve_to_their_addresses_of_one_family() {
+        assert!(url_arg("ws://localhost:9/").unwrap().addrs.contains(&IpAddr::from([127, 0, 0, 1])));
         assert!(url_arg("ws://no-such-host.invalid/").unwrap_err().contains("cannot resolve"));
+        let both: Vec<IpAddr> = vec!["::1".parse().unwrap(), "127.0.0.1".parse().unwrap(), "fd00::2".parse().unwrap()];
+        let mut a = both.clone();
+        one_family(&mut a, None);
+        assert_eq!(a, vec![both[0], both[2]]);
+        let mut a = both.clone();
+        one_family(&mut a, Some(false));
+        assert_eq!(a, vec![both[1]]);
+        let mut a = vec![both[1]];
+        one_family(&mut a, Some(true));
+        assert_eq!(a, vec![both[1]], "nothing of the sources' family: kept for the plan to refuse, naming both");
     }
 }

@@ -38,15 +38,15 @@ use socket2::SockRef;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::io;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::time::Duration;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ClientWorkerConfig {
     pub worker: usize,
-    pub target: Ipv4Addr,
+    pub target: IpAddr,
     pub ports: Vec<u16>,
-    pub source_ranges: Vec<(Ipv4Addr, Ipv4Addr)>,
+    pub source_ranges: Vec<(IpAddr, IpAddr)>,
     /// Global index of this worker's first connection, and how many.
     pub first: u64,
     pub count: u64,
@@ -187,7 +187,7 @@ enum Phase {
 
 struct Worker {
     cfg: ClientWorkerConfig,
-    sources: Vec<Ipv4Addr>,
+    sources: Vec<IpAddr>,
     poll: Poll,
     slots: Vec<Slot>,
     /// Connecting slots in the order they were started (deadline order).

@@ -221,8 +221,8 @@ impl Worker {
 
 /// Start a non-blocking connect from `src` (unspecified: the kernel's
 /// choice) to `dst`.
-fn connect(src: std::net::Ipv4Addr, dst: SocketAddr) -> io::Result<mio::net::TcpStream> {
-    let s = Socket::new(Domain::IPV4, Type::STREAM.nonblocking(), None)?;
+fn connect(src: std::net::IpAddr, dst: SocketAddr) -> io::Result<mio::net::TcpStream> {
+    let s = Socket::new(Domain::for_address(dst), Type::STREAM.nonblocking(), None)?;
     if !src.is_unspecified() {
         // Defer the source port choice to connect(), where the kernel
         // only needs the full 4-tuple to be unique.
