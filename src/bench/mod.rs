@@ -64,6 +64,11 @@ pub struct BenchReport {
     /// After the run, once surplus workers retired: what came back.
     pub server_fds_baseline: u64,
     pub server_fds_after_close: u64,
+    /// Server workers alive then, and at the start: surplus elastic
+    /// workers stay until `--retire-after` (the bench waits for them only
+    /// with --churn), each with its own listening sockets and pipes.
+    pub server_workers_after_close: usize,
+    pub server_workers_at_start: usize,
     pub server_rss_after_close_bytes: u64,
     /// Anonymous PSS (heap, stacks: what a leak grows) after the run.
     pub server_anon_after_close_bytes: u64,
@@ -350,6 +355,8 @@ fn connections(args: BenchConfig, placement: &crate::topology::Placement, mut pr
         server_active_after_close: active_after,
         server_fds_baseline,
         server_fds_after_close: after.server_fds,
+        server_workers_after_close: after.server_workers,
+        server_workers_at_start: splan.initial(),
         server_rss_after_close_bytes: after.server_rss,
         server_anon_after_close_bytes: after.server_pss.anon,
         tcp_objects_after_close_delta: after.kernel.tcp_objects as i64 - kernel_before.tcp_objects as i64,
@@ -406,8 +413,14 @@ fn print_report(r: &BenchReport) {
     );
     println!("cleanup       server connections after close {} | sockets left on bench ports {}", r.server_active_after_close, r.sockets_left);
     if r.server_fds_after_close > 0 {
+        let workers = match r.server_workers_after_close > r.server_workers_at_start {
+            true => {
+                format!(" ({} workers still up, {} at start: the surplus retire after --retire-after)", r.server_workers_after_close, r.server_workers_at_start)
+            }
+            false => String::new(),
+        };
         println!(
-            "after close   server fds {} -> {} | server heap (anon PSS) {} -> {} | RSS {} -> {} | TCP sockets {:+} | kernel Slab {:+.1} MiB (freed objects the slab caches keep)",
+            "after close   server fds {} -> {}{workers} | server heap (anon PSS) {} -> {} | RSS {} -> {} | TCP sockets {:+} | kernel Slab {:+.1} MiB (freed objects the slab caches keep)",
             r.server_fds_baseline,
             r.server_fds_after_close,
             format::bytes(r.server_anon_baseline_bytes),
