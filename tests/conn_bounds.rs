@@ -340,3 +340,68 @@ fn the_places_of_killed_workers_come_back_to_their_address() {
     }
     assert!(!fresh.iter().any(closed_by_server), "the 10 new connections stay");
 }
+
+/// IPv6 on the server, in a namespace of the test's own: `--listen ::`
+/// takes megaconn's client over IPv6 from four sources (every heartbeat
+/// answered) and IPv4 peers too (dual stack). `--max-connections-per-ip`
+/// counts an IPv6 peer by its /64: 60 connections from four addresses of
+/// one /64 get 50 places, another /64 and IPv4 have their own.
+#[test]
+fn an_ipv6_server_takes_both_families_and_caps_a_64_as_one() {
+    let lab = common::lab::Lab::make("s6", 209, 1).unwrap_or_else(|why| panic!("the IPv6 test's namespace: {why}"));
+    for a in ["fd00::1", "fd00::2", "fd00::3", "fd00::4", "fd00::5", "fd01::9"] {
+        let out = std::process::Command::new("ip").args(["-n", lab.ns(0), "-6", "addr", "add", &format!("{a}/64"), "dev", "lo", "nodad"]).output().unwrap();
+        assert!(out.status.success(), "ip addr add {a}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let port = free_port().to_string();
+    let mut cmd = lab.command(0, env!("CARGO_BIN_EXE_megaconn"));
+    cmd.args(["server", "--listen", "::", "--ports", &port, "--workers", "2", "--max-connections-per-ip", "50"]);
+    cmd.args(["--json", "--stats-interval", "200ms", "--duration", "120s", "--admin", "127.0.0.1:0"]);
+    let srv = Running::spawn(cmd);
+    srv.wait_for(Duration::from_secs(20), "server ready", |v| v["event"] == "ready");
+    let mut client = lab.command(0, env!("CARGO_BIN_EXE_megaconn"));
+    client.args(["client", "--target", "fd00::1", "--ports", &port, "--source-ips", "fd00::2-fd00::5", "--connections", "40"]);
+    client.args(["--heartbeat", "300ms", "--hold", "1s", "--json"]);
+    let (code, out, err) = run(client, Duration::from_secs(60));
+    assert_eq!(code, 0, "{err}");
+    let s = serde_json::from_str::<serde_json::Value>(&out).unwrap()["summary"].clone();
+    assert_eq!((s["established"].as_u64(), s["held"].as_u64()), (Some(40), Some(40)), "{s}");
+    assert!(s["heartbeats_sent"].as_u64() >= Some(40 * 2), "{s}");
+    assert_eq!(s["heartbeats_answered"], s["heartbeats_sent"], "{s}");
+    srv.wait_for(Duration::from_secs(20), "the client's 40 closed", |v| v["event"] == "stats" && v["accepted"] == 40 && v["active"] == 0);
+    let settled = |total: u64| {
+        srv.wait_for(Duration::from_secs(30), &format!("{total} accepted or refused"), |v| {
+            v["event"] == "stats" && v["accepted"].as_u64().unwrap_or(0) + count(v, "refused_per_ip", "max_connections_per_ip") == total
+        })
+    };
+    let open = |sources: Vec<&'static str>, n: usize, dst: &'static str| {
+        let port: u16 = port.parse().unwrap();
+        lab.within(0, move || {
+            (0..n)
+                .filter_map(|k| {
+                    let src: std::net::IpAddr = sources[k % sources.len()].parse().unwrap();
+                    let dst = std::net::SocketAddr::new(dst.parse().unwrap(), port);
+                    let s = socket2::Socket::new(socket2::Domain::for_address(dst), socket2::Type::STREAM, None).unwrap();
+                    s.bind(&std::net::SocketAddr::new(src, 0).into()).unwrap();
+                    // A refusal may reset a connection before connect() returns.
+                    match s.connect(&dst.into()) {
+                        Ok(()) => Some(TcpStream::from(s)),
+                        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => None,
+                        Err(e) => panic!("connect {src} -> {dst}: {e}"),
+                    }
+                })
+                .collect::<Vec<TcpStream>>()
+        })
+    };
+    let one_64 = open(vec!["fd00::2", "fd00::3", "fd00::4", "fd00::5"], 60, "fd00::1");
+    let v = settled(100);
+    assert_eq!((v["accepted"].as_u64(), count(&v, "refused_per_ip", "max_connections_per_ip")), (Some(90), 10), "one /64, 50 places: {v}");
+    let other_64 = open(vec!["fd01::9"], 20, "fd00::1");
+    let v = settled(120);
+    assert_eq!((v["accepted"].as_u64(), count(&v, "refused_per_ip", "max_connections_per_ip")), (Some(110), 10), "another /64: {v}");
+    let ipv4 = open(vec!["127.0.0.1"], 20, "127.0.0.1");
+    let v = settled(140);
+    assert_eq!((v["accepted"].as_u64(), count(&v, "refused_per_ip", "max_connections_per_ip")), (Some(130), 10), "IPv4 on the same listener: {v}");
+    assert_eq!(v["active"], 90, "{v}");
+    drop((one_64, other_64, ipv4));
+}

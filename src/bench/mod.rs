@@ -130,7 +130,7 @@ pub const CLIENT_NICE: i32 = 10;
 /// The server a bench runs: loopback, framed, async, elastic unless told.
 pub fn server_config(cfg: &BenchConfig, connections: u64) -> ServerConfig {
     ServerConfig {
-        listen: cfg.target,
+        listen: cfg.target.into(),
         ports: cfg.ports.clone(),
         workers: cfg.server_workers,
         connections: Some(connections),

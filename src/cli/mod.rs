@@ -15,7 +15,6 @@ use crate::supervise::plan::Workers;
 use crate::values::{self as parse, IpList, OptDuration, PerSecond, PortList};
 use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand};
-use std::net::Ipv4Addr;
 use std::time::Duration;
 
 /// What each subcommand's `--protocol` accepts (its help lists only these).
@@ -62,6 +61,8 @@ pub struct Cli {
     pub command: Cmd,
 }
 
+// Parsed once per process: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Cmd {
     /// The long-connection server: holds connections and answers heartbeats.
@@ -109,9 +110,9 @@ pub enum ReportCmd {
 
 #[derive(Args, Debug, Clone)]
 pub struct ServerArgs {
-    /// Address to listen on (IPv4).
+    /// Address to listen on, IPv4 or IPv6 (:: takes IPv4 too; IPv6 peers are counted per /64 by --max-connections-per-ip).
     #[arg(long, default_value = "127.0.0.1")]
-    pub listen: Ipv4Addr,
+    pub listen: std::net::IpAddr,
     /// Ports to listen on, e.g. 8000-8099 or 8000,8001.
     #[arg(long, default_value = "8000-8099")]
     pub ports: PortList,

@@ -15,7 +15,7 @@ pub const DEFAULT_ADMIN: &str = "127.0.0.1:9100";
 
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    pub listen: Ipv4Addr,
+    pub listen: std::net::IpAddr,
     pub ports: Vec<u16>,
     /// `Auto`: elastic (one accepting worker per core, grown by the load);
     /// `Fixed(n)`: exactly n workers, replaced when they die.
@@ -78,7 +78,7 @@ impl Default for ServerConfig {
     /// business stage with no service time, elastic workers.
     fn default() -> ServerConfig {
         ServerConfig {
-            listen: Ipv4Addr::LOCALHOST,
+            listen: Ipv4Addr::LOCALHOST.into(),
             ports: (8000..=8099).collect(),
             workers: Workers::Auto,
             connections: None,

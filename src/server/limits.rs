@@ -5,6 +5,7 @@
 //! config.
 
 use serde::{Deserialize, Serialize};
+#[cfg(test)]
 use std::net::Ipv4Addr;
 use std::str::FromStr;
 use std::time::Duration;
@@ -34,7 +35,7 @@ pub enum SocketTimer {
 
 impl SocketTimer {
     /// What to set on an accepted socket of a server listening on `listen`.
-    pub fn resolve(self, listen: Ipv4Addr, default: Duration) -> Option<Duration> {
+    pub fn resolve(self, listen: std::net::IpAddr, default: Duration) -> Option<Duration> {
         match self {
             SocketTimer::Auto if listen.is_loopback() => None,
             SocketTimer::Auto => Some(default),
@@ -146,8 +147,9 @@ mod tests {
         assert_eq!(stall_timeout("2s"), Ok(Some(Duration::from_secs(2))));
         assert!(stall_timeout("0").is_err() && stall_timeout("1000000h").is_err());
         let d = Duration::from_secs(60);
-        assert_eq!(SocketTimer::Auto.resolve(Ipv4Addr::LOCALHOST, d), None);
-        assert_eq!(SocketTimer::Auto.resolve(Ipv4Addr::UNSPECIFIED, d), Some(d));
-        assert_eq!(SocketTimer::Off.resolve(Ipv4Addr::UNSPECIFIED, d), None);
+        assert_eq!(SocketTimer::Auto.resolve(Ipv4Addr::LOCALHOST.into(), d), None);
+        assert_eq!(SocketTimer::Auto.resolve(std::net::Ipv6Addr::LOCALHOST.into(), d), None);
+        assert_eq!(SocketTimer::Auto.resolve(Ipv4Addr::UNSPECIFIED.into(), d), Some(d));
+        assert_eq!(SocketTimer::Off.resolve(Ipv4Addr::UNSPECIFIED.into(), d), None);
     }
 }

@@ -24,16 +24,21 @@
 
 use anyhow::{anyhow, Result};
 use socket2::{Domain, Socket, Type};
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 
 /// Backlog requested from listen(); the kernel caps it at
 /// net.core.somaxconn, which `megaconn tune` checks.
 pub const BACKLOG: i32 = 65_535;
 
-pub fn bind(addr: Ipv4Addr, port: u16) -> Result<std::net::TcpListener> {
+pub fn bind(addr: IpAddr, port: u16) -> Result<std::net::TcpListener> {
     let sa = SocketAddr::from((addr, port));
-    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).map_err(|e| anyhow!("cannot create a socket: {e}"))?;
+    let socket = Socket::new(Domain::for_address(sa), Type::STREAM, None).map_err(|e| anyhow!("cannot create a socket: {e}"))?;
+    if addr.is_ipv6() && addr.is_unspecified() {
+        // `--listen ::` takes IPv4 peers too (as IPv4-mapped addresses),
+        // whatever net.ipv6.bindv6only says.
+        socket.set_only_v6(false)?;
+    }
     socket.set_reuse_address(true)?;
     socket.set_nonblocking(true)?;
     socket.bind(&sa.into()).map_err(|e| {
@@ -50,7 +55,7 @@ pub fn bind(addr: Ipv4Addr, port: u16) -> Result<std::net::TcpListener> {
 }
 
 /// Bind every port (the supervisor does this once).
-pub fn bind_all(addr: Ipv4Addr, ports: &[u16]) -> Result<Vec<std::net::TcpListener>> {
+pub fn bind_all(addr: IpAddr, ports: &[u16]) -> Result<Vec<std::net::TcpListener>> {
     ports.iter().map(|p| bind(addr, *p)).collect()
 }
 

@@ -304,7 +304,7 @@ pub fn run(cfg: ServerConfig) -> Result<i32> {
     }
     say(
         &mut progress,
-        format!("listening on {}:{}-{}", cfg.listen, cfg.ports[0], cfg.ports[cfg.ports.len() - 1]),
+        format!("listening on {}-{}", std::net::SocketAddr::new(cfg.listen, cfg.ports[0]), cfg.ports[cfg.ports.len() - 1]),
         serde_json::json!({"event": "ready", "workers": plan.initial(), "pids": fleet.pids(), "admin": admin_at}),
     );
     let mut run = ServerRun {

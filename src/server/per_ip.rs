@@ -17,7 +17,34 @@
 //! ever backed by memory.
 
 use std::io;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddr};
+
+/// What a peer is counted under: its IPv4 address (IPv4-mapped IPv6
+/// too), or for an IPv6 peer its /64 (one host's or one site's prefix, as
+/// IPv6 limits usually count) folded into 32 bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Source(u32);
+
+impl Source {
+    pub fn of(peer: SocketAddr) -> Source {
+        match peer {
+            SocketAddr::V4(a) => Source::from(*a.ip()),
+            SocketAddr::V6(a) => match a.ip().to_ipv4_mapped() {
+                Some(v4) => Source::from(v4),
+                None => {
+                    let prefix = (u128::from(*a.ip()) >> 64) as u64;
+                    Source((prefix.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as u32)
+                }
+            },
+        }
+    }
+}
+
+impl From<Ipv4Addr> for Source {
+    fn from(a: Ipv4Addr) -> Source {
+        Source(u32::from(a))
+    }
+}
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -126,9 +153,9 @@ impl PerIp {
     }
 
     /// Take a place for a connection from `ip`, if it is below the cap.
-    pub fn acquire(&self, ip: Ipv4Addr) -> Result<(), Refusal> {
+    pub fn acquire(&self, ip: Source) -> Result<(), Refusal> {
         let _g = self.lock();
-        let ip = u32::from(ip);
+        let ip = ip.0;
         loop {
             let (held, mine, free) = self.scan(ip);
             if held >= self.cap as u64 {
@@ -153,9 +180,9 @@ impl PerIp {
     }
 
     /// Give back the place of a closed connection from `ip`.
-    pub fn release(&self, ip: Ipv4Addr) {
+    pub fn release(&self, ip: Source) {
         let _g = self.lock();
-        if let (_, Some(i), _) = self.scan(u32::from(ip)) {
+        if let (_, Some(i), _) = self.scan(ip.0) {
             if self.count(i).fetch_sub(1, Ordering::Relaxed) <= 1 {
                 self.delete(i);
             }
@@ -163,9 +190,9 @@ impl PerIp {
     }
 
     /// Connections from `ip` held server-wide (every worker's share).
-    pub fn held(&self, ip: Ipv4Addr) -> u64 {
+    pub fn held(&self, ip: Source) -> u64 {
         let _g = self.lock();
-        self.scan(u32::from(ip)).0
+        self.scan(ip.0).0
     }
 
     /// The probe run of `ip`: (connections it holds, this worker's slot,
@@ -266,7 +293,7 @@ mod tests {
         let fd = PerIp::create().unwrap();
         let a = PerIp::open(fd, 3).unwrap();
         let b = PerIp::open(fd, 3).unwrap();
-        let (x, y) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+        let (x, y) = (Source::from(Ipv4Addr::new(10, 0, 0, 1)), Source::from(Ipv4Addr::new(10, 0, 0, 2)));
         assert_eq!((a.acquire(x), a.acquire(x), b.acquire(x)), (Ok(()), Ok(()), Ok(())));
         assert_eq!(b.acquire(x), Err(Refusal::OverCap));
         assert_eq!(a.acquire(y), Ok(()), "another address has its own places");
@@ -280,12 +307,20 @@ mod tests {
     }
 
     #[test]
+    fn ipv6_peers_count_per_64_and_mapped_ones_as_ipv4() {
+        let v6 = |s: &str| Source::of(SocketAddr::new(s.parse().unwrap(), 1));
+        assert_eq!(v6("2001:db8:1:2::1"), v6("2001:db8:1:2:ffff::9"), "one /64, one count");
+        assert_ne!(v6("2001:db8:1:2::1"), v6("2001:db8:1:3::1"));
+        assert_eq!(v6("::ffff:10.0.0.1"), Source::from(Ipv4Addr::new(10, 0, 0, 1)));
+    }
+
+    #[test]
     fn a_dead_workers_places_are_taken_back_at_the_cap() {
         let fd = PerIp::create().unwrap();
         let mut ghost = PerIp::open(fd, 2).unwrap();
         // A pid that cannot exist (above pid_max's largest value).
         ghost.pid = 0x7FFF_FFF0;
-        let x = Ipv4Addr::new(192, 0, 2, 7);
+        let x = Source::from(Ipv4Addr::new(192, 0, 2, 7));
         assert_eq!((ghost.acquire(x), ghost.acquire(x)), (Ok(()), Ok(())));
         let live = PerIp::open(fd, 2).unwrap();
         assert_eq!(live.acquire(x), Ok(()), "the dead worker's places came back");
@@ -298,7 +333,7 @@ mod tests {
         let t = PerIp::open(fd, 1).unwrap();
         // Addresses whose homes all fall in 32 slots: one long run that
         // wraps past the end of the table.
-        let ips: Vec<Ipv4Addr> = (0..u32::MAX).filter(|ip| (PerIp::home(*ip) + 16) % SLOTS < 32).take(200).map(Ipv4Addr::from).collect();
+        let ips: Vec<Source> = (0..u32::MAX).filter(|ip| (PerIp::home(*ip) + 16) % SLOTS < 32).take(200).map(Source).collect();
         for ip in &ips {
             assert_eq!(t.acquire(*ip), Ok(()));
         }
@@ -306,7 +341,7 @@ mod tests {
             t.release(*ip);
         }
         for (k, ip) in ips.iter().enumerate() {
-            assert_eq!(t.held(*ip), (k % 2) as u64, "{ip}");
+            assert_eq!(t.held(*ip), (k % 2) as u64, "{ip:?}");
         }
     }
 }

@@ -37,14 +37,13 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 use slab::Slab;
-use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ServerWorkerConfig {
     pub worker: usize,
-    pub listen: Ipv4Addr,
+    pub listen: std::net::IpAddr,
     pub ports: Vec<u16>,
     /// The listening sockets, one per port, inherited from the supervisor.
     pub listen_fds: Vec<i32>,

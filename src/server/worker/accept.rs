@@ -11,18 +11,18 @@ use super::{Worker, ACCEPT_BACKOFF};
 use crate::proto::Protocol;
 use crate::reactor::Handler;
 use crate::server::conn::Conn;
+use crate::server::per_ip::Source;
 use crate::server::per_ip::{PerIp, Refusal};
 use mio::{Interest, Token};
 use std::collections::HashMap;
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 pub(super) struct PerIpCount {
     table: PerIp,
     /// Slab key -> source address, for every connection counted.
-    ips: HashMap<usize, Ipv4Addr>,
+    ips: HashMap<usize, Source>,
 }
 
 impl PerIpCount {
@@ -32,17 +32,17 @@ impl PerIpCount {
     }
 
     /// Take a place for a connection from `ip`.
-    pub(super) fn admit(&self, ip: Ipv4Addr) -> Result<(), Refusal> {
+    pub(super) fn admit(&self, ip: Source) -> Result<(), Refusal> {
         self.table.acquire(ip)
     }
 
     /// A place taken by `admit` whose connection did not come to be.
-    pub(super) fn undo(&self, ip: Ipv4Addr) {
+    pub(super) fn undo(&self, ip: Source) {
         self.table.release(ip);
     }
 
     /// The admitted connection from `ip` now lives at slab key `key`.
-    pub(super) fn hold(&mut self, key: usize, ip: Ipv4Addr) {
+    pub(super) fn hold(&mut self, key: usize, ip: Source) {
         self.ips.insert(key, ip);
     }
 
@@ -89,7 +89,7 @@ impl Worker {
         let Some(listener) = self.group.listeners.get(i) else { return false };
         match listener.accept() {
             Ok((mut stream, peer)) => {
-                let ip = source_of(peer);
+                let ip = Source::of(peer);
                 if let Some(p) = &self.per_ip {
                     if let Err(refusal) = p.admit(ip) {
                         let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
@@ -167,13 +167,5 @@ impl Worker {
                 }
             }
         }
-    }
-}
-
-/// The IPv4 address a peer is counted under (IPv4-mapped IPv6 too).
-pub(super) fn source_of(peer: SocketAddr) -> Ipv4Addr {
-    match peer {
-        SocketAddr::V4(a) => *a.ip(),
-        SocketAddr::V6(a) => a.ip().to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED),
     }
 }
