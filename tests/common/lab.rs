@@ -55,6 +55,14 @@ impl Lab {
         Ok(lab)
     }
 
+    /// Put IPv6 addresses (each in a /64) on member `k`'s loopback,
+    /// usable at once (no duplicate address detection).
+    pub fn add_ipv6(&self, k: usize, addrs: &[&str]) {
+        for a in addrs {
+            ip(&["-n", self.ns(k), "-6", "addr", "add", &format!("{a}/64"), "dev", "lo", "nodad"]).unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+
     pub fn ns(&self, k: usize) -> &str {
         &self.members[k]
     }

@@ -173,6 +173,17 @@ pub fn listeners_on(port: u16) -> usize {
     ss_count("listening", &format!("sport = :{port}"))
 }
 
+/// Run a `megaconn client ... --json` that must hold all `n` connections
+/// with every heartbeat answered; returns its summary.
+pub fn client_held_all(cmd: Command, n: u64) -> Value {
+    let (code, out, err) = run(cmd, Duration::from_secs(60));
+    assert_eq!(code, 0, "{err}");
+    let s = serde_json::from_str::<Value>(&out).unwrap()["summary"].clone();
+    assert_eq!((s["established"].as_u64(), s["held"].as_u64()), (Some(n), Some(n)), "{s}");
+    assert_eq!(s["heartbeats_answered"], s["heartbeats_sent"], "{s}");
+    s
+}
+
 /// Start a server with JSON output and wait until it listens.
 pub fn server(args: &[&str], fd_limit: Option<u64>) -> (Running, Value) {
     let (s, plan, _) = server_ready(args, fd_limit);
