@@ -218,6 +218,24 @@ pub fn positive_count(s: &str) -> Result<u64, String> {
     v.checked_mul(mult).ok_or_else(|| format!("'{s}' is too large"))
 }
 
+/// A size in bytes: "65536", "64KiB", "256MiB", "1GiB" (also KB/MB/GB,
+/// read as powers of 1024 like the rest of megaconn's sizes).
+pub fn byte_size(s: &str) -> Result<u64, String> {
+    const EX: &str = "expected a size like 65536, 64KiB, 256MiB or 1GiB";
+    let t = s.trim().replace('_', "");
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        u => return Err(format!("'{s}': unknown unit '{u}'; {EX}")),
+    };
+    let v: u64 = num.parse().map_err(|_| format!("'{s}' is not a size; {EX}"))?;
+    v.checked_mul(mult).ok_or_else(|| format!("'{s}' is too large; {EX}"))
+}
+
 /// A count per second: "50000/s", "50k/s" or a bare "50000" (per second).
 pub fn per_second_count(s: &str) -> Result<u64, String> {
     let t = s.trim();

@@ -159,7 +159,7 @@ impl Conns {
                     let (kind, payload) = (buf[pos + 2], &buf[pos + 3..pos + 2 + len]);
                     if kind == 8 {
                         let tlen = payload[1] as usize;
-                        out.push(String::from_utf8_lossy(&payload[2 + tlen + 16..]).to_string());
+                        out.push(String::from_utf8_lossy(&payload[2 + tlen + 20..]).to_string());
                     }
                     pos += 2 + len;
                 }

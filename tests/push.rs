@@ -21,7 +21,7 @@ fn frame(kind: u8, payload: &[u8]) -> Vec<u8> {
     f
 }
 
-/// Data of every push frame in `buf` (kind 8: stream, topic, seq, stamp, data).
+/// Data of every push frame in `buf` (kind 8: stream, topic, seq, stamp, epoch, data).
 fn pushes(buf: &[u8]) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let mut pos = 0;
@@ -33,7 +33,7 @@ fn pushes(buf: &[u8]) -> Vec<Vec<u8>> {
         let (kind, payload) = (buf[pos + 2], &buf[pos + 3..pos + 2 + len]);
         if kind == 8 {
             let tlen = payload[1] as usize;
-            out.push(payload[2 + tlen + 16..].to_vec());
+            out.push(payload[2 + tlen + 20..].to_vec());
         }
         pos += 2 + len;
     }

@@ -16,6 +16,13 @@ pub enum Request {
         limit: usize,
         topic: Option<String>,
     },
+    /// A topic's history after an offset (`*`: the broadcasts).
+    History {
+        topic: String,
+        after: u64,
+        epoch: Option<u32>,
+        limit: usize,
+    },
     /// Broadcast, topic or unicast messages: (stream, topic, target, data).
     Publish(Vec<Message>),
 }
@@ -78,6 +85,19 @@ pub fn parse(method: &str, url: &str, body: Vec<u8>) -> Result<Request, Response
             }
             Ok(Request::Connections { limit, topic })
         }
+        ("GET", "/history") => {
+            let topic = query(url, "topic").ok_or_else(|| Response::error(400, "GET /history needs ?topic=NAME (* for broadcasts), and optionally &since=OFFSET&epoch=EPOCH&limit=N"))?;
+            crate::proto::push::check_resumable(topic.as_bytes()).map_err(|e| Response::error(400, e))?;
+            let number = |key: &str, max: u64| -> Result<Option<u64>, Response> {
+                query(url, key)
+                    .map(|v| v.parse::<u64>().ok().filter(|n| *n <= max).ok_or_else(|| Response::error(400, format!("{key} must be a whole number up to {max}, not '{v}'"))))
+                    .transpose()
+            };
+            let after = number("since", u64::MAX)?.unwrap_or(0);
+            let epoch = number("epoch", u32::MAX as u64)?.map(|e| e as u32);
+            let limit = number("limit", MAX_LIST as u64)?.unwrap_or(100).max(1) as usize;
+            Ok(Request::History { topic: topic.into(), after, epoch, limit })
+        }
         ("POST", "/broadcast") => {
             data_fits("", &body)?;
             Ok(Request::Publish(vec![Message { stream: Stream::Broadcast, topic: String::new(), target: None, node: None, data: body }]))
@@ -107,10 +127,10 @@ pub fn parse(method: &str, url: &str, body: Vec<u8>) -> Result<Request, Response
             data_fits("", &body)?;
             Ok(Request::Publish(vec![Message::unicast(node, target, body)]))
         }
-        (_, "/metrics" | "/stats" | "/healthz" | "/connections" | "/broadcast" | "/publish" | "/push") => {
+        (_, "/metrics" | "/stats" | "/healthz" | "/connections" | "/history" | "/broadcast" | "/publish" | "/push") => {
             Err(Response::error(405, format!("{method} is not allowed on {path}")))
         }
-        _ => Err(Response::error(404, format!("no {path}; try /metrics, /stats, /healthz, /connections, POST /publish?topic=T, /broadcast, /push/ID"))),
+        _ => Err(Response::error(404, format!("no {path}; try /metrics, /stats, /healthz, /connections, /history?topic=T, POST /publish?topic=T, /broadcast, /push/ID"))),
     }
 }
 
@@ -132,6 +152,9 @@ mod tests {
         let Ok(Request::Publish(m)) = parse("POST", "/push", b"1 hello\n2 world\n".to_vec()) else { panic!() };
         assert_eq!((m.len(), m[1].target, m[1].data.as_slice()), (2, Some(2), &b"world"[..]));
         assert!(parse("POST", "/push", b"x hello".to_vec()).unwrap_err().body.contains("line 1"));
+        assert_eq!(parse("GET", "/history?topic=*&since=5&epoch=9", vec![]), Ok(Request::History { topic: "*".into(), after: 5, epoch: Some(9), limit: 100 }));
+        assert!(parse("GET", "/history?topic=a&epoch=99999999999", vec![]).unwrap_err().body.contains("epoch must be"));
+        assert!(parse("GET", "/history", vec![]).unwrap_err().body.contains("needs ?topic="));
         let Ok(Request::Publish(m)) = parse("POST", "/push/B.7", vec![]) else { panic!() };
         assert_eq!((m[0].node.as_deref(), m[0].target), (Some("B"), Some(7)));
     }

@@ -182,6 +182,15 @@ pub struct ServerArgs {
     /// Push: most bytes one connection may leave unread before it is closed as a slow consumer.
     #[arg(long, default_value = "65536", value_parser = clap::value_parser!(u32).range(4096..=67_108_864).map(|v| v as usize))]
     pub max_pending_bytes: usize,
+    /// History: messages kept per topic (and for broadcasts) so a subscriber that comes back gets what it missed; 0 keeps none (offsets and epochs still count).
+    #[arg(long, default_value = "100", value_parser = clap::value_parser!(u32).range(0..=crate::server::history::MAX_SIZE as i64).map(|v| v as usize))]
+    pub history: usize,
+    /// History: how long a message stays recoverable.
+    #[arg(long, value_parser = parse::positive_duration, default_value = "5m")]
+    pub history_ttl: Duration,
+    /// History: most bytes the whole node keeps (payloads and records); over it, topics give up their oldest messages in turn.
+    #[arg(long, default_value = "256MiB", value_parser = |s: &str| parse::byte_size(s).and_then(|v| if v >= 1 << 20 { Ok(v) } else { Err(format!("--history-max-bytes {v} is below 1MiB; give e.g. 256MiB")) }))]
+    pub history_max_bytes: u64,
     /// Admin HTTP API (/metrics, /stats, /healthz, /connections, POST /publish /broadcast /push): ADDR:PORT or off.
     #[arg(long, default_value = crate::server::config::DEFAULT_ADMIN)]
     pub admin: parse::OptAddr,

@@ -5,25 +5,72 @@
 //! supervisor can tell when a message reached every connection.
 
 use super::snapshot::ClientSnapshot;
-use crate::proto::push::{Push, Stream};
+use crate::proto::push::{Position, Push, Stream, BROADCAST_TOPIC};
 use crate::stats::histogram;
 use hdrhistogram::Histogram;
 
-/// Last sequence number seen per stream on one connection (boxed: nothing
-/// for connections that never got a push).
-pub type PushSeen = Option<Box<Vec<(u64, u64)>>>;
+/// Where one connection is in one stream's history.
+#[derive(Debug, Clone, Copy)]
+pub struct Seen {
+    key: u64,
+    last: u64,
+    /// 0: the server had no history of it when we subscribed.
+    epoch: u32,
+}
+
+/// Last offset and epoch seen per stream on one connection (boxed:
+/// nothing for connections that never got a push or a position). Kept
+/// across reconnects, so a resumed connection's gaps and duplicates count.
+pub type PushSeen = Option<Box<Vec<Seen>>>;
 
 /// Topics counted one by one; pushes on more topics are counted in total only.
 pub const MAX_TOPICS_COUNTED: usize = 1000;
 /// Sequence numbers tracked for time-to-all (oldest dropped first).
 pub const MAX_SEQS_TRACKED: usize = 10_000;
 
-fn stream_key(p: &Push<'_>) -> u64 {
-    match p.stream {
+fn stream_key(stream: Stream, topic: &[u8]) -> u64 {
+    match stream {
         Stream::Broadcast => 0,
         Stream::Unicast => 1,
         // FNV-1a over the topic; the low bit set keeps it off 0 and 1.
-        Stream::Topic => p.topic.iter().fold(0xcbf29ce484222325u64, |h, b| (h ^ *b as u64).wrapping_mul(0x100000001b3)) | 2,
+        Stream::Topic => topic.iter().fold(0xcbf29ce484222325u64, |h, b| (h ^ *b as u64).wrapping_mul(0x100000001b3)) | 2,
+    }
+}
+
+/// A resumable name (`*`: the broadcasts) as its stream and topic.
+fn stream_of(name: &[u8]) -> (Stream, &[u8]) {
+    if name == BROADCAST_TOPIC.as_bytes() {
+        (Stream::Broadcast, b"")
+    } else {
+        (Stream::Topic, name)
+    }
+}
+
+/// Where this connection stopped in `name`'s history (`*`: broadcasts);
+/// None when it never heard of it.
+pub fn position(seen: &PushSeen, name: &str) -> Option<Position> {
+    let (stream, topic) = stream_of(name.as_bytes());
+    let key = stream_key(stream, topic);
+    seen.iter().flat_map(|l| l.iter()).find(|s| s.key == key).map(|s| Position { epoch: s.epoch, offset: s.last })
+}
+
+/// The answer to a resume: the connection is now at `at`. A connection
+/// that knew a position before has resumed (counted by result), and the
+/// messages it recovered came before this answer.
+pub fn subscribed(stats: &mut ClientSnapshot, seen: &mut PushSeen, name: &[u8], recovered: bool, at: Position) {
+    let (stream, topic) = stream_of(name);
+    let key = stream_key(stream, topic);
+    let list = seen.get_or_insert_with(Default::default);
+    match list.iter_mut().find(|s| s.key == key) {
+        Some(s) => {
+            *stats.resumes.entry(if recovered { "recovered" } else { "lost" }.into()).or_insert(0) += 1;
+            if !recovered {
+                // What the history no longer has is missing for good.
+                stats.push_gaps += at.offset.saturating_sub(s.last);
+            }
+            (s.last, s.epoch) = (at.offset, at.epoch);
+        }
+        None => list.push(Seen { key, last: at.offset, epoch: at.epoch }),
     }
 }
 
@@ -32,17 +79,27 @@ pub fn account(stats: &mut ClientSnapshot, hist: &mut Histogram<u64>, seen: &mut
     stats.push_received += 1;
     histogram::record(hist, now_wall_us.saturating_sub(p.publish_us));
     if p.stream != Stream::Unicast {
-        let key = stream_key(p);
+        let key = stream_key(p.stream, p.topic);
         let list = seen.get_or_insert_with(Default::default);
-        match list.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, last)) if p.seq <= *last => stats.push_duplicates += 1,
-            Some((_, last)) => {
-                stats.push_gaps += p.seq - *last - 1;
-                *last = p.seq;
+        match list.iter_mut().find(|s| s.key == key) {
+            // The server began this history after we subscribed.
+            Some(s) if s.epoch == 0 && p.epoch != 0 => {
+                stats.push_gaps += p.seq.saturating_sub(1);
+                (s.last, s.epoch) = (p.seq, p.epoch);
+            }
+            // The server lost the history: a new baseline.
+            Some(s) if s.epoch != p.epoch => {
+                stats.push_epoch_changes += 1;
+                (s.last, s.epoch) = (p.seq, p.epoch);
+            }
+            Some(s) if p.seq <= s.last => stats.push_duplicates += 1,
+            Some(s) => {
+                stats.push_gaps += p.seq - s.last - 1;
+                s.last = p.seq;
             }
             // The first message of a stream on this connection sets the
             // baseline (it may have connected after earlier ones).
-            None => list.push((key, p.seq)),
+            None => list.push(Seen { key, last: p.seq, epoch: p.epoch }),
         }
         let e = stats.push_by_seq.entry(p.seq).or_insert((0, 0));
         e.0 += 1;
@@ -118,7 +175,7 @@ mod tests {
         let mut stats = ClientSnapshot::default();
         let mut h = histogram::new();
         let mut seen: PushSeen = None;
-        let p = |stream, topic: &'static [u8], seq| Push { stream, topic, seq, publish_us: 1_000, data: b"" };
+        let p = |stream, topic: &'static [u8], seq| Push { stream, topic, seq, publish_us: 1_000, epoch: 5, data: b"" };
         for (s, t, q) in
             [(Stream::Broadcast, &b""[..], 3), (Stream::Broadcast, b"", 4), (Stream::Topic, b"a", 1), (Stream::Broadcast, b"", 7), (Stream::Broadcast, b"", 7)]
         {
@@ -128,6 +185,34 @@ mod tests {
         assert_eq!(stats.push_topics["*"], 4);
         assert_eq!(stats.push_by_seq[&7], (2, 3_000));
         assert_eq!(h.len(), 5);
+        assert_eq!(position(&seen, "*"), Some(Position { epoch: 5, offset: 7 }));
+        assert_eq!(position(&seen, "a"), Some(Position { epoch: 5, offset: 1 }));
+        assert_eq!(position(&seen, "b"), None);
+    }
+
+    #[test]
+    fn resumes_continue_the_count() {
+        let mut stats = ClientSnapshot::default();
+        let mut h = histogram::new();
+        let mut seen: PushSeen = None;
+        let p = |seq, epoch| Push { stream: Stream::Topic, topic: b"t", seq, publish_us: 1, epoch, data: b"" };
+        // Subscribed before the topic had any history: offsets from 1 count.
+        subscribed(&mut stats, &mut seen, b"t", true, Position::default());
+        assert!(stats.resumes.is_empty(), "a first subscription is not a resume");
+        account(&mut stats, &mut h, &mut seen, &p(2, 9), 1);
+        assert_eq!(stats.push_gaps, 1, "offset 1 never came");
+        // Lost the connection at 2; the server recovers 3..5, then answers.
+        for o in 3..=5 {
+            account(&mut stats, &mut h, &mut seen, &p(o, 9), 1);
+        }
+        subscribed(&mut stats, &mut seen, b"t", true, Position { epoch: 9, offset: 5 });
+        assert_eq!((stats.resumes["recovered"], stats.push_gaps, stats.push_duplicates), (1, 1, 0));
+        // A resume the history could not serve: what it lacked is a gap.
+        subscribed(&mut stats, &mut seen, b"t", false, Position { epoch: 9, offset: 9 });
+        assert_eq!((stats.resumes["lost"], stats.push_gaps), (1, 5));
+        account(&mut stats, &mut h, &mut seen, &p(1, 10), 1);
+        assert_eq!(stats.push_epoch_changes, 1);
+        assert_eq!(position(&seen, "t"), Some(Position { epoch: 10, offset: 1 }));
     }
 
     #[test]

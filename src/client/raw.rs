@@ -188,7 +188,7 @@ impl RawSpeaker {
 }
 
 impl Speaker for RawSpeaker {
-    fn open(&mut self, out: &mut Vec<u8>, _slot: usize, _conn: u64) {
+    fn open(&mut self, out: &mut Vec<u8>, _slot: usize, _conn: u64, _seen: &super::pushes::PushSeen) {
         if let Some(first) = &self.first {
             if let Some(c) = &self.codec {
                 c.header(out, first.len());

@@ -4,9 +4,11 @@
 //! live here; http, ws and raw in their own modules.
 
 use super::config::Traffic;
+use super::pushes::PushSeen;
 use super::replies::Replies;
 use crate::net::{self, ReadEnd, Spill};
 use crate::proto::frame::{self, Kind};
+use crate::proto::push;
 use crate::proto::{Protocol, ECHO8_LEN};
 use std::collections::VecDeque;
 
@@ -71,8 +73,9 @@ pub trait Speaker {
     }
 
     /// TCP (and TLS) is up: write into `out` what goes first
-    /// (subscriptions, an Upgrade, a first message).
-    fn open(&mut self, _out: &mut Vec<u8>, _slot: usize, _conn: u64) {}
+    /// (subscriptions, an Upgrade, a first message). `seen`: where the
+    /// connection stopped in each stream before it was lost (a resume).
+    fn open(&mut self, _out: &mut Vec<u8>, _slot: usize, _conn: u64, _seen: &PushSeen) {}
 
     /// Whether the protocol sends on the heartbeat schedule.
     fn beats(&self) -> bool;
@@ -107,9 +110,18 @@ struct Framed {
 }
 
 impl Speaker for Framed {
-    fn open(&mut self, out: &mut Vec<u8>, _slot: usize, conn: u64) {
-        for t in self.traffic.topics_of(conn) {
-            crate::proto::push::encode_subscription(out, Kind::Subscribe, t);
+    /// Subscriptions; a `--reconnect` client resumes instead: every topic
+    /// and the broadcasts, from where it stopped (at first, for their
+    /// positions).
+    fn open(&mut self, out: &mut Vec<u8>, _slot: usize, conn: u64, seen: &PushSeen) {
+        if !self.traffic.reconnect {
+            for t in self.traffic.topics_of(conn) {
+                push::encode_subscription(out, Kind::Subscribe, t);
+            }
+            return;
+        }
+        for t in self.traffic.topics_of(conn).iter().map(String::as_str).chain([push::BROADCAST_TOPIC]) {
+            push::encode_resume(out, t, super::pushes::position(seen, t));
         }
     }
 
@@ -134,8 +146,12 @@ impl Speaker for Framed {
                 Kind::Reply => replies.reply(frame::stamp_of(f.payload)),
                 Kind::Rejected => replies.stats.rejected += 1,
                 Kind::Push => {
-                    let p = crate::proto::push::decode(f.payload)?;
-                    super::pushes::account(replies.stats, replies.push, replies.seen, &p, crate::proto::push::wall_us());
+                    let p = push::decode(f.payload)?;
+                    super::pushes::account(replies.stats, replies.push, replies.seen, &p, push::wall_us());
+                }
+                Kind::Subscribed => {
+                    let (topic, recovered, at) = push::decode_subscribed(f.payload)?;
+                    super::pushes::subscribed(replies.stats, replies.seen, topic, recovered, at);
                 }
                 _ => return Err("bad_frame_unexpected_kind"),
             }

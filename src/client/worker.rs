@@ -483,7 +483,7 @@ impl Worker {
     /// or (an Upgrade) waits for its answer. False if it was lost meanwhile.
     fn connected(&mut self, k: usize, now: u64) -> bool {
         self.out.clear();
-        self.speaker.open(&mut self.out, k, self.cfg.first + k as u64);
+        self.speaker.open(&mut self.out, k, self.cfg.first + k as u64, &self.slots[k].seen);
         if self.speaker.upgrades() {
             self.slots[k].stage_us = now as u32;
             self.slots[k].state = State::Upgrading;

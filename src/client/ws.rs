@@ -44,14 +44,26 @@ fn stamped(stamp_us: u64, size: usize) -> Vec<u8> {
 }
 
 /// A text push: the server's JSON envelope (stream, topic, seq, ts).
-fn json_push(data: &[u8]) -> Option<(Stream, String, u64, u64)> {
+fn json_push(data: &[u8]) -> Option<JsonMessage> {
     let v: serde_json::Value = serde_json::from_slice(data).ok()?;
+    let topic = v["topic"].as_str().unwrap_or("").to_string();
+    let epoch = v["epoch"].as_u64().unwrap_or(0) as u32;
+    if v["type"] == "subscribed" {
+        let at = push::Position { epoch, offset: v["offset"].as_u64()? };
+        return Some(JsonMessage::Subscribed { topic, recovered: v["recovered"].as_bool()?, at });
+    }
     let stream = match v["stream"].as_str()? {
         "topic" => Stream::Topic,
         "unicast" => Stream::Unicast,
         _ => Stream::Broadcast,
     };
-    Some((stream, v["topic"].as_str().unwrap_or("").to_string(), v["seq"].as_u64()?, v["ts"].as_u64()?))
+    Some(JsonMessage::Push { stream, topic, seq: v["seq"].as_u64()?, publish_us: v["ts"].as_u64()?, epoch })
+}
+
+/// A text message from a megaconn server.
+enum JsonMessage {
+    Push { stream: Stream, topic: String, seq: u64, publish_us: u64, epoch: u32 },
+    Subscribed { topic: String, recovered: bool, at: push::Position },
 }
 
 /// What one read of a WebSocket connection found besides the accounting.
@@ -118,10 +130,11 @@ impl WsRead<'_> {
                 }
                 Event::Message { text: false, data } => replies.reply(stamp_of(data)),
                 Event::Message { text: true, data } => match json_push(data) {
-                    Some((stream, topic, seq, publish_us)) => {
-                        let p = Push { stream, topic: topic.as_bytes(), seq, publish_us, data: b"" };
+                    Some(JsonMessage::Push { stream, topic, seq, publish_us, epoch }) => {
+                        let p = Push { stream, topic: topic.as_bytes(), seq, publish_us, epoch, data: b"" };
                         super::pushes::account(replies.stats, replies.push, replies.seen, &p, push::wall_us());
                     }
+                    Some(JsonMessage::Subscribed { topic, recovered, at }) => super::pushes::subscribed(replies.stats, replies.seen, topic.as_bytes(), recovered, at),
                     None => replies.stats.raw_bytes_in += data.len() as u64,
                 },
                 Event::Close(code) => {
@@ -196,8 +209,22 @@ impl Speaker for WsSpeaker {
         true
     }
 
-    fn open(&mut self, out: &mut Vec<u8>, slot: usize, conn: u64) {
-        let target = target_with_topics(&self.traffic.ws_target, self.traffic.topics_of(conn));
+    /// The Upgrade; a `--reconnect` client adds `since=` resume tokens
+    /// for every topic and the broadcasts (at first, bare names: their
+    /// positions).
+    fn open(&mut self, out: &mut Vec<u8>, slot: usize, conn: u64, seen: &super::pushes::PushSeen) {
+        let topics = self.traffic.topics_of(conn);
+        let mut target = target_with_topics(&self.traffic.ws_target, topics);
+        if self.traffic.reconnect {
+            let tokens: Vec<String> = topics
+                .iter()
+                .map(String::as_str)
+                .chain([push::BROADCAST_TOPIC])
+                .map(|t| super::pushes::position(seen, t).map_or_else(|| t.to_string(), |at| push::resume_token(t, at)))
+                .collect();
+            let sep = if target.contains('?') { '&' } else { '?' };
+            target = format!("{target}{sep}since={}", tokens.join(","));
+        }
         handshake::write_request(out, &self.host_header, &target, &handshake::client_key(self.seed, slot as u64), &self.header_lines);
     }
 

@@ -10,8 +10,9 @@
 //! `len` counts the kind byte and the payload, so it is at least 1 and at
 //! most `1 + MAX_PAYLOAD`. Kinds: 1 heartbeat, 2 heartbeat ack (the
 //! server echoes the heartbeat's payload), 3 request, 4 reply, 5 rejected,
-//! 6 subscribe and 7 unsubscribe (payload: the topic name), 8 push (see
-//! `proto::push` for its payload).
+//! 6 subscribe and 7 unsubscribe (payload: the topic name), 8 push, 9
+//! resume (subscribe and recover what was missed), 10 subscribed (its
+//! answer); see `proto::push` for the payloads of 8, 9 and 10.
 //! Clients put their intended send time (u64 BE microseconds on
 //! CLOCK_MONOTONIC) in the first 8 payload bytes when the payload is at
 //! least 8 bytes long, so round trips can be timed from the echo alone.
@@ -36,6 +37,8 @@ pub enum Kind {
     Subscribe = 6,
     Unsubscribe = 7,
     Push = 8,
+    Resume = 9,
+    Subscribed = 10,
 }
 
 impl Kind {
@@ -49,6 +52,8 @@ impl Kind {
             6 => Kind::Subscribe,
             7 => Kind::Unsubscribe,
             8 => Kind::Push,
+            9 => Kind::Resume,
+            10 => Kind::Subscribed,
             _ => return None,
         })
     }

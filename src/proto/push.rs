@@ -2,21 +2,40 @@
 //!
 //! A push frame (kind 8) carries, after the frame header:
 //! ```text
-//! stream:u8 | topic_len:u8 | topic | seq:u64 BE | publish_us:u64 BE | data
+//! stream:u8 | topic_len:u8 | topic | seq:u64 BE | publish_us:u64 BE | epoch:u32 BE | data
 //! ```
-//! `stream` is 0 broadcast, 1 topic, 2 unicast. `seq` counts the messages
-//! of that stream (per topic for topics; 0 for unicast), so a receiver can
-//! tell duplicates and gaps. `publish_us` is CLOCK_REALTIME µs when the
-//! server accepted the publish, so delivery latency can be measured by a
-//! receiver on another host. Subscribe (6) and unsubscribe (7) carry the
+//! `stream` is 0 broadcast, 1 topic, 2 unicast. `seq` is the message's
+//! offset in its stream's history (per topic for topics, `*` for
+//! broadcasts; 0 for unicast): it goes up by one per message, so a
+//! receiver can tell duplicates and gaps. `epoch` names the history the
+//! offset counts in (it changes when the server lost that history, e.g.
+//! after a restart); 0 for unicast. `publish_us` is CLOCK_REALTIME µs when
+//! the server accepted the publish, so delivery latency can be measured by
+//! a receiver on another host. Subscribe (6) and unsubscribe (7) carry the
 //! topic name alone.
+//!
+//! Resume (9) subscribes and asks for what was missed:
+//! ```text
+//! replay:u8 | epoch:u32 BE | offset:u64 BE | topic
+//! ```
+//! (topic `*`: the broadcasts, which need no subscription). With replay 1
+//! the server answers with every message after (epoch, offset) it still
+//! has, as push frames; with replay 0 (a first subscription) only with
+//! the position. Then comes a subscribed frame (10):
+//! ```text
+//! recovered:u8 | epoch:u32 BE | offset:u64 BE | topic
+//! ```
+//! where `offset` is the last message of the topic now delivered, and
+//! recovered 0 means the history no longer reaches back to the offset
+//! asked (or its epoch is gone): the application reloads from its own
+//! store. Epoch 0 offset 0 means "I have seen nothing of this topic".
 
 use super::frame::{self, Kind, HEADER_LEN, MAX_PAYLOAD};
 
 /// Longest topic name (it travels in one length byte).
 pub const MAX_TOPIC: usize = 255;
 /// Bytes of a push payload before the data, besides the topic.
-pub const PUSH_OVERHEAD: usize = 1 + 1 + 8 + 8;
+pub const PUSH_OVERHEAD: usize = 1 + 1 + 8 + 8 + 4;
 
 /// Which subscribers a message goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -34,8 +53,20 @@ pub struct Push<'a> {
     pub topic: &'a [u8],
     pub seq: u64,
     pub publish_us: u64,
+    pub epoch: u32,
     pub data: &'a [u8],
 }
+
+/// Where a subscriber stopped in a topic's history: the epoch and offset
+/// of the last message it has (0, 0: none yet).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Position {
+    pub epoch: u32,
+    pub offset: u64,
+}
+
+/// The broadcasts' name in history and resume requests.
+pub const BROADCAST_TOPIC: &str = "*";
 
 /// Check a topic name: 1..=255 bytes of `[A-Za-z0-9._:-]`.
 pub fn check_topic(t: &[u8]) -> Result<(), String> {
@@ -65,6 +96,7 @@ pub fn encode(out: &mut Vec<u8>, p: &Push<'_>) {
     out.extend_from_slice(p.topic);
     out.extend_from_slice(&p.seq.to_be_bytes());
     out.extend_from_slice(&p.publish_us.to_be_bytes());
+    out.extend_from_slice(&p.epoch.to_be_bytes());
     out.extend_from_slice(p.data);
 }
 
@@ -80,13 +112,85 @@ pub fn decode(payload: &[u8]) -> Result<Push<'_>, &'static str> {
     };
     let (&tlen, rest) = rest.split_first().ok_or(bad)?;
     let tlen = tlen as usize;
-    if rest.len() < tlen + 16 {
+    if rest.len() < tlen + 20 {
         return Err(bad);
     }
     let (topic, rest) = rest.split_at(tlen);
     let seq = u64::from_be_bytes(rest[..8].try_into().expect("8 bytes"));
     let publish_us = u64::from_be_bytes(rest[8..16].try_into().expect("8 bytes"));
-    Ok(Push { stream, topic, seq, publish_us, data: &rest[16..] })
+    let epoch = u32::from_be_bytes(rest[16..20].try_into().expect("4 bytes"));
+    Ok(Push { stream, topic, seq, publish_us, epoch, data: &rest[20..] })
+}
+
+/// A topic name that may be resumed: a topic, or `*` (the broadcasts).
+pub fn check_resumable(t: &[u8]) -> Result<(), String> {
+    if t == BROADCAST_TOPIC.as_bytes() {
+        return Ok(());
+    }
+    check_topic(t)
+}
+
+/// Append a resume frame: subscribe to `topic` (`*`: broadcasts) and get
+/// what came after `at` (None: only the topic's position).
+pub fn encode_resume(out: &mut Vec<u8>, topic: &str, at: Option<Position>) {
+    let mut payload = Vec::with_capacity(13 + topic.len());
+    payload.push(at.is_some() as u8);
+    let at = at.unwrap_or_default();
+    payload.extend_from_slice(&at.epoch.to_be_bytes());
+    payload.extend_from_slice(&at.offset.to_be_bytes());
+    payload.extend_from_slice(topic.as_bytes());
+    frame::encode(out, Kind::Resume, &payload);
+}
+
+/// Decode a resume frame's payload: (topic, position to replay after).
+pub fn decode_resume(payload: &[u8]) -> Result<(&[u8], Option<Position>), &'static str> {
+    if payload.len() < 13 || payload[0] > 1 {
+        return Err("bad_frame_resume");
+    }
+    let epoch = u32::from_be_bytes(payload[1..5].try_into().expect("4 bytes"));
+    let offset = u64::from_be_bytes(payload[5..13].try_into().expect("8 bytes"));
+    Ok((&payload[13..], (payload[0] == 1).then_some(Position { epoch, offset })))
+}
+
+/// A resume token, `TOPIC:EPOCH:OFFSET` (`*` for broadcasts): what a
+/// WebSocket `?since=` and an SSE event id carry.
+pub fn resume_token(topic: &str, at: Position) -> String {
+    format!("{topic}:{}:{}", at.epoch, at.offset)
+}
+
+/// Parse a resume token; a bare `TOPIC` asks for the position only.
+pub fn parse_resume_token(t: &str) -> Result<(&str, Option<Position>), String> {
+    let bad = || format!("'{t}' is not a resume token; expected TOPIC:EPOCH:OFFSET as the server sent it (or a bare TOPIC for its position)");
+    let mut parts = t.rsplitn(3, ':');
+    let (a, b, c) = (parts.next(), parts.next(), parts.next());
+    let (topic, at) = match (a, b, c) {
+        (Some(offset), Some(epoch), Some(topic)) if offset.bytes().all(|b| b.is_ascii_digit()) && epoch.bytes().all(|b| b.is_ascii_digit()) => {
+            (topic, Some(Position { epoch: epoch.parse().map_err(|_| bad())?, offset: offset.parse().map_err(|_| bad())? }))
+        }
+        _ => (t, None),
+    };
+    check_resumable(topic.as_bytes()).map_err(|e| format!("{}: {e}", bad()))?;
+    Ok((topic, at))
+}
+
+/// Append a subscribed frame: the answer to a resume.
+pub fn encode_subscribed(out: &mut Vec<u8>, topic: &str, recovered: bool, at: Position) {
+    let mut payload = Vec::with_capacity(13 + topic.len());
+    payload.push(recovered as u8);
+    payload.extend_from_slice(&at.epoch.to_be_bytes());
+    payload.extend_from_slice(&at.offset.to_be_bytes());
+    payload.extend_from_slice(topic.as_bytes());
+    frame::encode(out, Kind::Subscribed, &payload);
+}
+
+/// Decode a subscribed frame's payload: (topic, recovered, position).
+pub fn decode_subscribed(payload: &[u8]) -> Result<(&[u8], bool, Position), &'static str> {
+    if payload.len() < 13 || payload[0] > 1 {
+        return Err("bad_frame_subscribed");
+    }
+    let epoch = u32::from_be_bytes(payload[1..5].try_into().expect("4 bytes"));
+    let offset = u64::from_be_bytes(payload[5..13].try_into().expect("8 bytes"));
+    Ok((&payload[13..], payload[0] == 1, Position { epoch, offset }))
 }
 
 /// Append a subscribe or unsubscribe frame.
@@ -105,6 +209,16 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
+    fn resume_tokens() {
+        assert_eq!(parse_resume_token("*:7:9").unwrap(), ("*", Some(Position { epoch: 7, offset: 9 })));
+        assert_eq!(parse_resume_token("a:b:7:9").unwrap(), ("a:b", Some(Position { epoch: 7, offset: 9 })));
+        assert_eq!(parse_resume_token("news").unwrap(), ("news", None));
+        assert!(parse_resume_token("news:99999999999:1").unwrap_err().contains("not a resume token"));
+        assert!(parse_resume_token("bad topic:1:2").is_err());
+        assert!(parse_resume_token("").is_err());
+    }
+
+    #[test]
     fn topics_are_checked() {
         assert!(check_topic(b"room-7").is_ok());
         assert!(check_topic(b"").is_err());
@@ -114,8 +228,8 @@ mod tests {
 
     proptest! {
         #[test]
-        fn push_roundtrips(topic in "[a-z0-9]{0,40}", seq: u64, at: u64, data in proptest::collection::vec(any::<u8>(), 0..200)) {
-            let p = Push { stream: Stream::Topic, topic: topic.as_bytes(), seq, publish_us: at, data: &data };
+        fn push_roundtrips(topic in "[a-z0-9]{0,40}", seq: u64, at: u64, epoch: u32, data in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let p = Push { stream: Stream::Topic, topic: topic.as_bytes(), seq, publish_us: at, epoch, data: &data };
             let mut out = Vec::new();
             encode(&mut out, &p);
             let (f, used) = frame::decode(&out).unwrap().unwrap();
@@ -125,8 +239,24 @@ mod tests {
         }
 
         #[test]
+        fn resume_and_subscribed_roundtrip(topic in "[a-z0-9:]{1,40}", epoch: u32, offset: u64, recovered: bool, replay: bool) {
+            let at = Position { epoch, offset };
+            let mut out = Vec::new();
+            encode_resume(&mut out, &topic, replay.then_some(at));
+            encode_subscribed(&mut out, &topic, recovered, at);
+            let (f, used) = frame::decode(&out).unwrap().unwrap();
+            prop_assert_eq!((f.kind, decode_resume(f.payload).unwrap()), (Kind::Resume, (topic.as_bytes(), replay.then_some(at))));
+            let token = resume_token(&topic, at);
+            prop_assert_eq!(parse_resume_token(&token).unwrap(), (topic.as_str(), Some(at)));
+            let (g, _) = frame::decode(&out[used..]).unwrap().unwrap();
+            prop_assert_eq!((g.kind, decode_subscribed(g.payload).unwrap()), (Kind::Subscribed, (topic.as_bytes(), recovered, at)));
+        }
+
+        #[test]
         fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
             let _ = decode(&bytes);
+            let _ = decode_resume(&bytes);
+            let _ = decode_subscribed(&bytes);
         }
     }
 }

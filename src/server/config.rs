@@ -57,6 +57,8 @@ pub struct ServerConfig {
     pub retire_after: Duration,
     /// Most push bytes one connection may leave unread (slow consumer).
     pub max_pending_bytes: usize,
+    /// `--history`, `--history-ttl`, `--history-max-bytes`.
+    pub history: crate::server::history::HistoryConfig,
     /// WebSocket: largest message (close 1009 above it).
     pub max_message_bytes: usize,
     /// WebSocket: how pushes are framed.
@@ -101,6 +103,7 @@ impl Default for ServerConfig {
             retire_after: crate::supervise::elastic::DEFAULT_GRACE,
             drain_timeout: Duration::from_secs(10),
             max_pending_bytes: DEFAULT_MAX_PENDING,
+            history: Default::default(),
             max_message_bytes: crate::server::ws::DEFAULT_MAX_MESSAGE,
             push_format: crate::server::ws::PushFormat::Text,
             admin: None,

@@ -148,7 +148,7 @@ impl ServerFleet {
             stopping: false,
             notes: Vec::new(),
             failure: None,
-            publisher: Default::default(),
+            publisher: super::publish::Publisher::new(cfg.history),
             cap,
             listeners,
             relay: None,
@@ -237,6 +237,7 @@ impl ServerFleet {
             }
             PoolEvent::Msg(ServerMsg::Pushed { worker, publish_id, queued, dropped }) => self.publisher.pushed(worker, publish_id, queued, dropped),
             PoolEvent::Msg(ServerMsg::Connections { worker, request_id, list, truncated }) => self.publisher.listed(worker, request_id, list, truncated),
+            PoolEvent::Msg(ServerMsg::HistoryWanted { worker, topic, after }) => self.publisher.history_wanted(worker, &topic, after, &mut self.pool),
             PoolEvent::Msg(ServerMsg::Topics { worker, changes }) => {
                 if let Some(r) = &mut self.relay {
                     r.link.topics_changed(worker, &changes);
@@ -257,11 +258,12 @@ impl ServerFleet {
         let resp = match &req.route {
             Route::Metrics => {
                 let admin = self.admin_stats.as_ref().map(|s| s.lock().expect("admin stats").clone());
-                Response { status: 200, content_type: CONTENT_TYPE, body: super::metrics::render(&t, self.publisher.published, link.as_ref(), admin.as_ref()) }
+                Response { status: 200, content_type: CONTENT_TYPE, body: super::metrics::render(&t, self.publisher.published, &self.publisher.history.counters, link.as_ref(), admin.as_ref()) }
             }
             Route::Stats => {
                 let mut v = serde_json::to_value(&t).unwrap_or_default();
                 v["push_published"] = self.publisher.published.into();
+                v["history"] = serde_json::to_value(&self.publisher.history.counters).unwrap_or_default();
                 v["stalled_workers"] = self.stalled().into();
                 if let Some(s) = &self.admin_stats {
                     v["admin"] = serde_json::to_value(&*s.lock().expect("admin stats")).unwrap_or_default();
@@ -282,6 +284,7 @@ impl ServerFleet {
                     &serde_json::json!({"status": "ok", "workers": t.workers, "accepting": t.accepting, "connections": t.active, "cluster": link, "stalled_workers": self.stalled()}),
                 ),
             },
+            Route::History { topic, after, epoch, limit } => self.publisher.history_json(topic, *after, *epoch, *limit),
             Route::Publish(ms) if self.relay.is_none() && ms.iter().any(|m| m.node.is_some()) => Response::error(
                 400,
                 "a NODE.ID connection id names a cluster node, but this server is not in a cluster (--cluster); use the bare ID from GET /connections",
@@ -421,6 +424,7 @@ impl ServerFleet {
         self.maybe_reload_tls();
         self.watch_stalls();
         self.publisher.expire();
+        self.publisher.history.expire(crate::proto::push::wall_us());
         if let Some(r) = &mut self.relay {
             r.flush_replies(&mut self.publisher);
             if let Some((event, message)) = r.link_change() {

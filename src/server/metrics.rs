@@ -16,9 +16,16 @@ pub const PREFIX: &str = "megaconn";
 
 /// Render the totals (with the supervisor's own counters and, in a
 /// cluster, its NATS link).
-pub fn render(t: &ServerTotals, published: u64, link: Option<&crate::cluster::LinkStatus>, admin: Option<&crate::admin::AdminCounters>) -> String {
+pub fn render(
+    t: &ServerTotals,
+    published: u64,
+    history: &super::history::HistoryCounters,
+    link: Option<&crate::cluster::LinkStatus>,
+    admin: Option<&crate::admin::AdminCounters>,
+) -> String {
     let mut r = Registry::with_prefix(PREFIX);
     t.counters.register(&mut r);
+    history.register(&mut r);
     if let Some(a) = admin {
         a.register(&mut r);
     }
@@ -66,8 +73,8 @@ mod tests {
         t.counters.accepted = 9;
         t.counters.close_reasons.insert("peer_closed".into(), 2);
         t.push_latency_buckets = vec![1, 2];
-        let text = render(&t, 3, None, None);
-        for d in ServerCounters::DECLARED {
+        let text = render(&t, 3, &crate::server::history::HistoryCounters::example(), None, None);
+        for d in ServerCounters::DECLARED.iter().chain(crate::server::history::HistoryCounters::DECLARED) {
             assert!(text.contains(&format!("# HELP {} ", d.kind.family_name(PREFIX, d.metric))), "{} missing from {text}", d.field);
         }
         assert!(text.contains("megaconn_connections 7"), "{text}");
@@ -77,11 +84,11 @@ mod tests {
         assert!(text.contains("megaconn_push_delivery_latency_seconds_count 3"), "{text}");
         assert!(text.ends_with("# EOF\n"), "{text}");
         let link = crate::cluster::LinkStatus { up: true, reconnects: 2, ..Default::default() };
-        let text = render(&t, 3, Some(&link), None);
+        let text = render(&t, 3, &Default::default(), Some(&link), None);
         assert!(text.contains("megaconn_cluster_link_up 1"), "{text}");
         assert!(text.contains("megaconn_cluster_reconnects_total 2"), "{text}");
         let link = crate::cluster::LinkStatus { refused: [("forged".to_string(), 3)].into(), ..Default::default() };
-        let text = render(&t, 3, Some(&link), None);
+        let text = render(&t, 3, &Default::default(), Some(&link), None);
         assert!(text.contains("megaconn_cluster_refused_total{reason=\"forged\"} 3"), "{text}");
         assert!(text.contains("megaconn_cluster_refused_total{reason=\"unsigned\"} 0"), "{text}");
     }

@@ -5,11 +5,12 @@
 //! to the origin over NATS for a unicast, not at all for the rest).
 
 use super::push::{split_id, PushCommand};
-use super::snapshot::{ConnInfo, ListCommand, CMD_LIST, CMD_PUSH};
-use crate::admin::route::{Message, Request as Route};
+use super::history::{History, MAX_REPLY_BYTES};
+use super::snapshot::{ConnInfo, ListCommand, CMD_HISTORY, CMD_LIST, CMD_PUSH};
+use crate::admin::route::Request as Route;
 use crate::admin::{Request, Response};
 use crate::cluster::RemoteAnswer;
-use crate::proto::push::{wall_us, Stream};
+use crate::proto::push::{wall_us, Position, Stream, BROADCAST_TOPIC};
 use crate::supervise::pool::Sent;
 use crate::supervise::Pool;
 use base64::Engine;
@@ -61,8 +62,8 @@ struct Pending {
 #[derive(Default)]
 pub struct Publisher {
     next_id: u64,
-    /// Sequence number of the last message per stream ("" = broadcast).
-    seqs: HashMap<String, u64>,
+    /// Every topic's offsets, epoch and latest messages (`*`: broadcasts).
+    pub history: History,
     /// Request id of each outstanding publish or listing.
     pending: HashMap<u64, Pending>,
     /// Which request a publish id belongs to.
@@ -78,6 +79,10 @@ pub struct Publisher {
 }
 
 impl Publisher {
+    pub fn new(history: super::history::HistoryConfig) -> Publisher {
+        Publisher { history: History::new(history), ..Default::default() }
+    }
+
     /// Start an admin API publish or listing; `live` are the workers that may answer.
     pub fn start(&mut self, req: Request, live: &[usize], pool: &mut Pool) {
         self.begin(req.route, Answer::Admin(req.reply), None, Vec::new(), live, pool);
@@ -111,8 +116,12 @@ impl Publisher {
                 let publish_us = publish_us.unwrap_or_else(wall_us);
                 let (mut not_found, mut seqs) = (0, Vec::new());
                 for m in messages {
-                    let seq = self.next_seq(&m);
-                    seqs.push(seq);
+                    let at = match m.stream {
+                        Stream::Unicast => Position::default(),
+                        Stream::Broadcast => self.history.append(BROADCAST_TOPIC, publish_us, &m.data),
+                        Stream::Topic => self.history.append(&m.topic, publish_us, &m.data),
+                    };
+                    seqs.push(at.offset);
                     self.published += 1;
                     let targets: Vec<usize> = match m.target {
                         Some(id) => live.iter().copied().filter(|w| *w == split_id(id).0).collect(),
@@ -129,7 +138,8 @@ impl Publisher {
                         publish_id: pid,
                         stream: m.stream,
                         topic: m.topic,
-                        seq,
+                        seq: at.offset,
+                        epoch: at.epoch,
                         publish_us,
                         target: m.target,
                         data: base64::engine::general_purpose::STANDARD.encode(&m.data),
@@ -155,13 +165,35 @@ impl Publisher {
         }
     }
 
-    fn next_seq(&mut self, m: &Message) -> u64 {
-        if m.stream == Stream::Unicast {
-            return 0;
-        }
-        let s = self.seqs.entry(m.topic.clone()).or_insert(0);
-        *s += 1;
-        *s
+    /// Subscribers in worker `w` recover `topic` after offset `after`:
+    /// send it the history. Sent after every push of the topic so far, so
+    /// the worker sees each message once, live or in this answer.
+    pub fn history_wanted(&mut self, w: usize, topic: &str, after: u64, pool: &mut Pool) {
+        let slice = self.history.since(topic, after, usize::MAX, MAX_REPLY_BYTES);
+        self.history.counters.served += 1;
+        pool.send(w, &format!("{CMD_HISTORY} {}", serde_json::to_string(&slice).expect("serializes")));
+    }
+
+    /// `GET /history`: a topic's messages after an offset, and whether a
+    /// subscriber at (`epoch`, `after`) has every one it missed.
+    pub fn history_json(&self, topic: &str, after: u64, epoch: Option<u32>, limit: usize) -> Response {
+        let slice = self.history.since(topic, after, limit, MAX_REPLY_BYTES);
+        let at = Position { epoch: epoch.unwrap_or(slice.epoch), offset: after };
+        let recovered = slice.covers(at) == Some(true) && slice.messages.last().is_none_or(|m| m.offset == slice.head);
+        let messages: Vec<serde_json::Value> = slice
+            .messages
+            .iter()
+            .map(|m| {
+                let mut v = json!({ "offset": m.offset, "publish_us": m.publish_us });
+                match std::str::from_utf8(&m.data) {
+                    Ok(s) => v["data"] = s.into(),
+                    Err(_) => v["data_b64"] = base64::engine::general_purpose::STANDARD.encode(&m.data).into(),
+                }
+                v
+            })
+            .collect();
+        let body = json!({ "topic": topic, "epoch": slice.epoch, "head": slice.head, "oldest": slice.oldest, "recovered": recovered, "messages": messages });
+        Response::json(200, &body)
     }
 
     /// A worker carried out push `publish_id`.

@@ -210,7 +210,11 @@ pub struct PushCommand {
     pub stream: Stream,
     #[serde(default)]
     pub topic: String,
+    /// The message's offset in its topic's history (0: unicast).
     pub seq: u64,
+    /// The epoch of that history (0: unicast).
+    #[serde(default)]
+    pub epoch: u32,
     pub publish_us: u64,
     /// Unicast: the connection id.
     #[serde(default)]

@@ -35,6 +35,8 @@ crate::counters! {
         push_commands: counter "push_commands" "Push commands carried out by the workers (one per worker per publish)",
         push_delivered: counter "push_delivered" "Pushes written or queued to a connection",
         push_dropped: counter "push_dropped" "Connections closed as slow consumers of pushes",
+        recoveries: by("result") "recoveries" "Resumed subscriptions answered, by result (recovered: every missed message sent; lost: the history did not reach back or its epoch changed)",
+        recovered_messages: counter "recovered_messages" "Missed messages sent to resuming subscribers",
         backlog_bytes: gauge "backlog_bytes" "Bytes accepted for sending that the sockets have not taken yet (each connection holds at most 256 KiB of replies, --max-pending-bytes of pushes)",
         topics: gauge "topics" "Topics with at least one subscriber (summed over workers)",
         subscriptions: gauge "subscriptions" "Topic subscriptions",
@@ -104,6 +106,13 @@ pub enum ServerMsg {
         worker: usize,
         changes: Vec<(String, bool)>,
     },
+    /// Subscribers of `topic` want to recover the messages after `after`
+    /// (answered with a `history` command).
+    HistoryWanted {
+        worker: usize,
+        topic: String,
+        after: u64,
+    },
     /// Answer to a `list` command.
     Connections {
         worker: usize,
@@ -155,6 +164,8 @@ pub struct ListCommand {
 pub const CMD_PUSH: &str = "push";
 /// `list {json}`: report some connections.
 pub const CMD_LIST: &str = "list";
+/// `history {json}`: a topic's history, for the subscribers recovering it.
+pub const CMD_HISTORY: &str = "history";
 /// Read the TLS certificate and key again (SIGHUP, or the files changed).
 pub const CMD_TLS_RELOAD: &str = "tls_reload";
 
@@ -164,6 +175,7 @@ pub const CMD_TLS_RELOAD: &str = "tls_reload";
 pub enum ServerCommand {
     Push(super::push::PushCommand),
     List(ListCommand),
+    History(super::history::Slice),
     TlsReload,
 }
 
@@ -174,6 +186,7 @@ impl ServerCommand {
         match word {
             CMD_PUSH => serde_json::from_str(arg).ok().map(ServerCommand::Push),
             CMD_LIST => serde_json::from_str(arg).ok().map(ServerCommand::List),
+            CMD_HISTORY => serde_json::from_str(arg).ok().map(ServerCommand::History),
             CMD_TLS_RELOAD => Some(ServerCommand::TlsReload),
             _ => None,
         }

@@ -119,6 +119,8 @@ struct Worker {
     empty_since: Option<Instant>,
     stage: Stage,
     topics: super::push::Topics,
+    /// Subscribers waiting for the history they missed.
+    recoveries: super::recovery::Recoveries,
     rng: SmallRng,
     next_gen: u32,
     /// Connection count at which the supervisor is told at once that a
@@ -161,6 +163,7 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
     let mut w = Worker {
         stage,
         topics: super::push::Topics::new(cfg.track_topics, limits.max_topics),
+        recoveries: Default::default(),
         rng: SmallRng::from_entropy(),
         next_gen: 0,
         date: String::new(),
@@ -235,6 +238,7 @@ impl Handler for Worker {
                 match ServerCommand::parse(&word, &arg) {
                     Some(ServerCommand::Push(p)) => self.push(p),
                     Some(ServerCommand::List(l)) => self.list(&l),
+                    Some(ServerCommand::History(slice)) => self.recovered(&slice),
                     Some(ServerCommand::TlsReload) => {
                         // The supervisor read the files before asking; if
                         // they changed again since, the old ones stay.
@@ -298,6 +302,11 @@ impl Handler for Worker {
         }
         if !self.lingering.is_empty() {
             self.lingering.sweep();
+        }
+        if !self.recoveries.is_empty() {
+            for (topic, after) in self.recoveries.take_wanted() {
+                control::emit(&ServerMsg::HistoryWanted { worker: self.cfg.worker, topic, after });
+            }
         }
         if self.topics.track {
             let changes = self.topics.take_changes();
@@ -447,6 +456,11 @@ impl Worker {
             }
             if let Some(p) = &mut self.per_ip {
                 p.closed(key);
+            }
+            if !self.recoveries.is_empty() {
+                for t in self.topics.names_of(&conn.subs).iter().map(String::as_str).chain([crate::proto::push::BROADCAST_TOPIC]) {
+                    self.recoveries.forget(t, key);
+                }
             }
             self.topics.forget(&conn.subs, key);
             self.stats.closed += 1;

@@ -8,6 +8,7 @@
 
 use super::conn::{ws_mut, ConnExt, Ext, WsConn};
 use super::push::{Subs, Topics};
+use super::recovery::{self, Recoveries};
 use super::requests::{Answer, Requests};
 use crate::proto::push::{self, Push, Stream};
 use crate::proto::ws::frame::{self, close_code, Event, Opcode, Reader, Role};
@@ -46,6 +47,7 @@ pub struct Ctx<'a> {
     pub cfg: &'a WsConfig,
     pub topics: &'a mut Topics,
     pub subs: &'a mut Subs,
+    pub recoveries: &'a mut Recoveries,
     /// Per-worker vector payloads are unmasked into.
     pub tmp: &'a mut Vec<u8>,
 }
@@ -83,6 +85,17 @@ pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, &'
                         return Err(reason);
                     }
                 }
+                for token in handshake::query_list(&up.target, "since") {
+                    let resumed = push::parse_resume_token(token)
+                        .map_err(|_| "bad_topic")
+                        .and_then(|(topic, at)| recovery::resume(ctx.topics, ctx.subs, ctx.recoveries, ctx.req.key, ctx.req.gen, topic.as_bytes(), at));
+                    if let Err(reason) = resumed {
+                        *ctx.req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
+                        let r = handshake::Refusal { status: 400, reason, text: "bad ?since= token: give TOPIC:EPOCH:OFFSET as the server sent it, or a bare TOPIC for its position" };
+                        handshake::write_refusal(ctx.req.out, &r);
+                        return Err(reason);
+                    }
+                }
                 handshake::write_accept(ctx.req.out, &up.accept);
                 ctx.req.stats.ws_upgrades += 1;
                 *ext = None;
@@ -91,8 +104,9 @@ pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, &'
         }
     }
     let mut frag = ws_mut(ext).and_then(|w| w.frag.take());
-    let Ctx { req, cfg, tmp, .. } = ctx;
-    let r = Reader { role: Role::Server, max: cfg.max_message, tmp, frag: &mut frag }.consume(&buf[pos..], |ev| on_event(req, ev));
+    let Ctx { req, cfg, tmp, topics, subs, recoveries } = ctx;
+    let mut subscriber = Subscriber { topics: &mut **topics, subs: &mut **subs, recoveries: &mut **recoveries };
+    let r = Reader { role: Role::Server, max: cfg.max_message, tmp, frag: &mut frag }.consume(&buf[pos..], |ev| on_event(req, &mut subscriber, ev));
     *ext = frag.map(|f| Box::new(ConnExt::Ws(WsConn { handshake_since_ds: 0, frag: Some(f) })));
     match r {
         Ok(used) => Ok(pos + used),
@@ -105,9 +119,69 @@ pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, &'
     }
 }
 
-fn on_event(req: &mut Requests<'_>, ev: Event<'_>) -> Result<(), &'static str> {
+/// A connection's subscriptions, as its commands change them.
+struct Subscriber<'a> {
+    topics: &'a mut Topics,
+    subs: &'a mut Subs,
+    recoveries: &'a mut Recoveries,
+}
+
+/// A command a WebSocket client sends as a text message.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+enum Command {
+    /// Subscribe; with `since`, also get what was missed after it. The
+    /// answer is a `subscribed` message with the topic's position.
+    Subscribe { topic: String, since: Option<push::Position> },
+    Unsubscribe { topic: String },
+}
+
+/// Whether a text message is meant as a command (a JSON object with a
+/// "type"); anything else is echoed as before.
+fn is_command(data: &[u8]) -> bool {
+    data.first() == Some(&b'{') && data.windows(7).take(64).any(|w| w == b"\"type\"")
+}
+
+/// Carry out a command; what the client must hear goes into `out`.
+fn command(req: &mut Requests<'_>, s: &mut Subscriber<'_>, data: &[u8]) {
+    let answer = |out: &mut Vec<u8>, v: serde_json::Value| frame::encode(out, true, Opcode::Text, v.to_string().as_bytes(), None);
+    let cmd = match serde_json::from_slice::<Command>(data) {
+        Ok(c) => c,
+        Err(e) => {
+            req.stats.frames_out += 1;
+            *req.stats.subscribe_refused.entry("bad_command".into()).or_insert(0) += 1;
+            let hint = r#"expected {"type":"subscribe","topic":"T"} (optionally "since":{"epoch":E,"offset":N}) or {"type":"unsubscribe","topic":"T"}"#;
+            return answer(req.out, serde_json::json!({"type": "error", "reason": "bad_command", "message": format!("{e}; {hint}")}));
+        }
+    };
+    req.stats.frames_out += 1;
+    match cmd {
+        Command::Subscribe { topic, since } => {
+            if let Err(reason) = recovery::resume(s.topics, s.subs, s.recoveries, req.key, req.gen, topic.as_bytes(), since) {
+                *req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
+                let message = match reason {
+                    super::push::TOO_MANY_TOPICS => "this server holds its --max-topics topics; subscribe to an existing topic or try later",
+                    "too_many_subscriptions" => "a connection may hold at most 64 subscriptions",
+                    _ => "a topic is 1-255 of [A-Za-z0-9._:-] (or * for the broadcasts)",
+                };
+                answer(req.out, serde_json::json!({"type": "error", "topic": topic, "reason": reason, "message": message}));
+            } else {
+                // The `subscribed` answer comes with the history.
+                req.stats.frames_out -= 1;
+            }
+        }
+        Command::Unsubscribe { topic } => {
+            s.topics.unsubscribe(s.subs, req.key, topic.as_bytes());
+            s.recoveries.forget(&topic, req.key);
+            answer(req.out, serde_json::json!({"type": "unsubscribed", "topic": topic}));
+        }
+    }
+}
+
+fn on_event(req: &mut Requests<'_>, s: &mut Subscriber<'_>, ev: Event<'_>) -> Result<(), &'static str> {
     req.stats.frames_in += 1;
     match ev {
+        Event::Message { text: true, data } if is_command(data) => command(req, s, data),
         Event::Message { text, data } => {
             let mut reply = Vec::with_capacity(data.len() + 10);
             frame::encode(&mut reply, true, if text { Opcode::Text } else { Opcode::Binary }, data, None);
@@ -147,7 +221,7 @@ pub fn encode_push(out: &mut Vec<u8>, format: PushFormat, p: &Push<'_>) {
                 Stream::Unicast => "unicast",
             };
             let topic = String::from_utf8_lossy(p.topic);
-            let mut v = serde_json::json!({ "stream": stream, "topic": topic, "seq": p.seq, "ts": p.publish_us });
+            let mut v = serde_json::json!({ "stream": stream, "topic": topic, "offset": p.seq, "epoch": p.epoch, "seq": p.seq, "ts": p.publish_us });
             match std::str::from_utf8(p.data) {
                 Ok(s) => v["data"] = s.into(),
                 Err(_) => {
@@ -158,6 +232,13 @@ pub fn encode_push(out: &mut Vec<u8>, format: PushFormat, p: &Push<'_>) {
             frame::encode(out, true, Opcode::Text, v.to_string().as_bytes(), None);
         }
     }
+}
+
+/// The answer to a subscribe command or a resume: a text message
+/// `{"type":"subscribed","topic":..,"epoch":..,"offset":..,"recovered":..}`.
+pub fn encode_subscribed(out: &mut Vec<u8>, topic: &str, recovered: bool, at: push::Position) {
+    let v = serde_json::json!({ "type": "subscribed", "topic": topic, "epoch": at.epoch, "offset": at.offset, "recovered": recovered });
+    frame::encode(out, true, Opcode::Text, v.to_string().as_bytes(), None);
 }
 
 /// Whether a connection has waited too long for its Upgrade request.

@@ -26,8 +26,8 @@ def decode(msg):
     stream = ["broadcast", "topic", "unicast"][msg[1]]
     tlen = msg[2]
     topic = msg[3:3 + tlen].decode()
-    seq, ts = struct.unpack(">QQ", msg[3 + tlen:19 + tlen])
-    return stream, topic, msg[19 + tlen:].decode(), seq, ts
+    seq, ts, _epoch = struct.unpack(">QQI", msg[3 + tlen:23 + tlen])
+    return stream, topic, msg[23 + tlen:].decode(), seq, ts
 
 
 async def one(i, opened):

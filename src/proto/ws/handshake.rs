@@ -107,12 +107,17 @@ pub fn write_refusal(out: &mut Vec<u8>, r: &Refusal) {
 
 /// The topics a `?subscribe=a,b` query asks for.
 pub fn subscriptions(target: &str) -> impl Iterator<Item = &str> {
+    query_list(target, "subscribe")
+}
+
+/// The comma-separated values of `key` in the target's query.
+pub fn query_list<'a>(target: &'a str, key: &'a str) -> impl Iterator<Item = &'a str> {
     target
         .split_once('?')
         .map(|(_, q)| q)
         .unwrap_or("")
         .split('&')
-        .filter_map(|kv| kv.strip_prefix("subscribe="))
+        .filter_map(move |kv| kv.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
         .flat_map(|v| v.split(',').filter(|t| !t.is_empty()))
 }
 

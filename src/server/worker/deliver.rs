@@ -1,7 +1,9 @@
 //! Pushes and connection listings, as the supervisor commands them.
 
 use super::Worker;
-use crate::proto::push::{self, Push, Stream};
+use crate::proto::push::{self, Position, Push, Stream, BROADCAST_TOPIC};
+use crate::server::history::Slice;
+use crate::server::recovery::Fate;
 use crate::proto::Protocol;
 use crate::server::conn::ws_handshaking;
 use crate::server::push::{bucket, conn_id, split_id, PushCommand, LATENCY_BUCKETS_MS};
@@ -42,15 +44,18 @@ impl Worker {
             }
         };
         let mut frame = Vec::with_capacity(64 + data.len());
-        let p = Push { stream: cmd.stream, topic: cmd.topic.as_bytes(), seq: cmd.seq, publish_us: cmd.publish_us, data: &data };
-        match self.cfg.protocol {
-            Protocol::Ws => ws::encode_push(&mut frame, self.cfg.ws.push_format, &p),
-            _ => push::encode(&mut frame, &p),
-        }
+        let p = Push { stream: cmd.stream, topic: cmd.topic.as_bytes(), seq: cmd.seq, publish_us: cmd.publish_us, epoch: cmd.epoch, data: &data };
+        self.encode_push(&mut frame, &p);
+        // Subscribers recovering this stream get it in the history answer.
+        let history_name = if cmd.stream == Stream::Broadcast { BROADCAST_TOPIC } else { cmd.topic.as_str() };
+        let waiting = cmd.stream != Stream::Unicast && !self.recoveries.is_empty();
         let mut slow = Vec::new();
         let mut now_us = push::wall_us();
         for (i, key) in targets.iter().enumerate() {
             let Some(conn) = self.conns.get_mut(*key) else { continue };
+            if waiting && self.recoveries.holds(history_name, *key, conn.gen) {
+                continue;
+            }
             match super::tls::send(self.tls.as_mut(), *key, &mut conn.stream, &mut conn.backlog, &frame, self.cfg.max_pending_bytes, "slow_consumer") {
                 Ok(()) => {
                     queued += 1;
@@ -71,6 +76,59 @@ impl Worker {
         self.stats.push_dropped += dropped;
         self.stats.frames_out += queued;
         control::emit(&ServerMsg::Pushed { worker: self.cfg.worker, publish_id: cmd.publish_id, queued, dropped });
+    }
+
+    /// One push as this worker's protocol frames it.
+    fn encode_push(&self, out: &mut Vec<u8>, p: &Push<'_>) {
+        match self.cfg.protocol {
+            Protocol::Ws => ws::encode_push(out, self.cfg.ws.push_format, p),
+            _ => push::encode(out, p),
+        }
+    }
+
+    /// The history of a topic came: each connection that waited for it
+    /// gets the messages after its offset, then the answer to its resume.
+    pub(super) fn recovered(&mut self, slice: &Slice) {
+        let stream = if slice.topic == BROADCAST_TOPIC { Stream::Broadcast } else { Stream::Topic };
+        let topic = if stream == Stream::Broadcast { "" } else { slice.topic.as_str() };
+        let head = Position { epoch: slice.epoch, offset: slice.head };
+        let mut slow = Vec::new();
+        let mut out = Vec::new();
+        for (key, gen, fate) in self.recoveries.answered(slice) {
+            if !self.conns.get(key).is_some_and(|c| c.gen == gen) {
+                continue;
+            }
+            out.clear();
+            let recovered = match &fate {
+                Fate::Recovered { after } => {
+                    for m in slice.messages.iter().filter(|m| m.offset > *after) {
+                        let p = Push { stream, topic: topic.as_bytes(), seq: m.offset, publish_us: m.publish_us, epoch: slice.epoch, data: &m.data };
+                        self.encode_push(&mut out, &p);
+                        self.stats.recovered_messages += 1;
+                        self.stats.frames_out += 1;
+                    }
+                    true
+                }
+                Fate::Lost => false,
+                Fate::Position => true,
+            };
+            if fate != Fate::Position {
+                *self.stats.recoveries.entry(if recovered { "recovered" } else { "lost" }.into()).or_insert(0) += 1;
+            }
+            match self.cfg.protocol {
+                Protocol::Ws => ws::encode_subscribed(&mut out, &slice.topic, recovered, head),
+                _ => push::encode_subscribed(&mut out, &slice.topic, recovered, head),
+            }
+            self.stats.frames_out += 1;
+            let conn = self.conns.get_mut(key).expect("checked above");
+            if let Err(reason) = super::tls::send(self.tls.as_mut(), key, &mut conn.stream, &mut conn.backlog, &out, self.cfg.max_pending_bytes, "slow_consumer") {
+                slow.push((key, reason));
+            }
+        }
+        for (key, reason) in slow {
+            self.stats.push_dropped += 1;
+            self.close(key, reason);
+        }
     }
 
     fn record_push_latency(&mut self, us: u64) {

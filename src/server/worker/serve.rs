@@ -41,7 +41,7 @@ impl Worker {
             };
             let r = match self.cfg.protocol {
                 Protocol::Framed => {
-                    let (topics, subs) = (&mut self.topics, &mut conn.subs);
+                    let (topics, subs, recoveries) = (&mut self.topics, &mut conn.subs, &mut self.recoveries);
                     net::read_frames(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |f| {
                         req.stats.frames_in += 1;
                         match f.kind {
@@ -61,6 +61,13 @@ impl Worker {
                                 }
                             }
                             Kind::Unsubscribe => topics.unsubscribe(subs, key, f.payload),
+                            Kind::Resume => {
+                                let (topic, at) = crate::proto::push::decode_resume(f.payload)?;
+                                if let Err(reason) = crate::server::recovery::resume(topics, subs, recoveries, key, req.gen, topic, at) {
+                                    *req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
+                                    return Err(reason);
+                                }
+                            }
                             _ => return Err("bad_frame_unexpected_kind"),
                         }
                         Ok(())
@@ -74,7 +81,8 @@ impl Worker {
                     r
                 }
                 Protocol::Ws => {
-                    let mut ctx = ws::Ctx { req, cfg: &self.cfg.ws, topics: &mut self.topics, subs: &mut conn.subs, tmp: &mut self.unmasked };
+                    let mut ctx =
+                        ws::Ctx { req, cfg: &self.cfg.ws, topics: &mut self.topics, subs: &mut conn.subs, recoveries: &mut self.recoveries, tmp: &mut self.unmasked };
                     let ext = &mut conn.ext;
                     net::read_chunks(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| ws::consume(&mut ctx, ext, buf))
                 }

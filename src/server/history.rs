@@ -1,0 +1,374 @@
+//! What was published, kept by the server's supervisor so a subscriber
+//! that comes back can get what it missed.
+//!
+//! Every topic (and `*`, the broadcasts) has a log: an epoch, the offset
+//! of its last message (the head), and its latest messages. Offsets go up
+//! by one per message, so a subscriber that says "I have epoch E up to
+//! offset N" gets exactly N+1..head, or is told it cannot (the epoch is
+//! not this log's, or the oldest kept message is later than N+1).
+//!
+//! Bounds: `--history` messages per topic, `--history-ttl` of age, and
+//! `--history-max-bytes` for the whole node (payloads, per-message
+//! records and per-topic records together). Over the byte cap, topics
+//! give up their oldest message in turn; a log left with nothing kept and
+//! no publish within the TTL is forgotten, and a later publish starts a
+//! new epoch. Epochs are random and never 0 (0 means "nothing seen").
+//!
+//! The epoch is per log and lives in this process: a restarted server has
+//! new epochs, so a client resuming across the restart is told
+//! `recovered: false` rather than given a wrong continuation.
+
+use crate::proto::push::Position;
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+/// Default `--history`: messages kept per topic.
+pub const DEFAULT_SIZE: usize = 100;
+/// Largest `--history`.
+pub const MAX_SIZE: usize = 100_000;
+/// Default `--history-ttl`.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(300);
+/// Default `--history-max-bytes`: the whole node's history.
+pub const DEFAULT_MAX_BYTES: u64 = 256 << 20;
+/// Most message bytes one recovery answer carries to a worker; a
+/// subscriber further behind than that is told it cannot recover.
+pub const MAX_REPLY_BYTES: usize = 4 << 20;
+/// Bytes counted per kept message besides its payload (its record).
+pub const PER_MESSAGE: u64 = std::mem::size_of::<Kept>() as u64;
+/// Bytes counted per topic log besides its name.
+pub const PER_LOG: u64 = 96;
+
+/// `--history`, `--history-ttl`, `--history-max-bytes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryConfig {
+    /// Messages kept per topic (0: none; offsets and epochs still count).
+    pub size: usize,
+    pub ttl: Duration,
+    pub max_bytes: u64,
+}
+
+impl Default for HistoryConfig {
+    fn default() -> HistoryConfig {
+        HistoryConfig { size: DEFAULT_SIZE, ttl: DEFAULT_TTL, max_bytes: DEFAULT_MAX_BYTES }
+    }
+}
+
+crate::counters! {
+    /// The supervisor's history (`/stats` "history", `/metrics`).
+    pub struct HistoryCounters {
+        topics: gauge "history_topics" "Topics (and * for broadcasts) with a history log",
+        messages: gauge "history_messages" "Messages kept for recovery",
+        bytes: bytes "history_memory" "Bytes the history holds: payloads, per-message and per-topic records",
+        evicted: by("reason") "history_evicted" "Messages dropped from history, by reason (size: --history, ttl: --history-ttl, bytes: --history-max-bytes)",
+        served: counter "history_served" "Recovery answers sent to workers",
+    }
+}
+
+/// One kept message (its offset follows from its place in the log).
+struct Kept {
+    publish_us: u64,
+    data: Box<[u8]>,
+}
+
+struct Log {
+    epoch: u32,
+    head: u64,
+    /// The latest messages, oldest first: offsets head-len+1 ..= head.
+    kept: VecDeque<Kept>,
+    /// Wall-clock µs of the last publish.
+    last_us: u64,
+}
+
+impl Log {
+    fn first(&self) -> u64 {
+        self.head + 1 - self.kept.len() as u64
+    }
+}
+
+/// A topic's history from some offset on, as a recovery needs it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Slice {
+    pub topic: String,
+    /// Epoch 0: the topic has no log (nothing published, or forgotten).
+    pub epoch: u32,
+    pub head: u64,
+    /// Messages after the offset asked for, oldest first. They may start
+    /// later than asked when the history no longer reaches back, or the
+    /// answer reached its byte cap.
+    pub messages: Vec<Message>,
+    /// The oldest offset the history still has (head + 1: none).
+    pub oldest: u64,
+}
+
+/// One message of a [`Slice`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    pub offset: u64,
+    pub publish_us: u64,
+    /// The payload (base64 in JSON).
+    #[serde(with = "b64")]
+    pub data: Vec<u8>,
+}
+
+/// Payloads as base64 strings in the supervisor's command lines.
+mod b64 {
+    use base64::Engine;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(v))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let s = <&str>::deserialize(d)?;
+        base64::engine::general_purpose::STANDARD.decode(s).map_err(serde::de::Error::custom)
+    }
+}
+
+impl Slice {
+    /// Whether a subscriber at `at` can continue from this slice with
+    /// nothing missing: None when the slice starts too late for it but
+    /// the history itself might not (ask again from `at`).
+    pub fn covers(&self, at: Position) -> Option<bool> {
+        let oldest_kept = self.oldest;
+        // Nothing seen: everything since the log began must be here.
+        let after = if at == Position::default() {
+            if self.epoch == 0 {
+                return Some(true);
+            }
+            0
+        } else if at.epoch != self.epoch || at.offset > self.head {
+            return Some(false);
+        } else {
+            at.offset
+        };
+        if self.starts_at() <= after + 1 {
+            Some(true)
+        } else if oldest_kept <= after + 1 {
+            // The history has it; this answer was cut for someone else.
+            None
+        } else {
+            Some(false)
+        }
+    }
+
+    /// The first offset this slice has (head + 1 when it has none).
+    pub fn starts_at(&self) -> u64 {
+        self.messages.first().map_or(self.head + 1, |m| m.offset)
+    }
+}
+
+pub struct History {
+    cfg: HistoryConfig,
+    logs: HashMap<Box<str>, Log>,
+    /// Where the next over-the-cap eviction starts (topics in turn).
+    evict_from: usize,
+    /// When `expire` last walked the logs (wall µs).
+    expired_at: u64,
+    pub counters: HistoryCounters,
+}
+
+impl Default for History {
+    fn default() -> History {
+        History::new(HistoryConfig::default())
+    }
+}
+
+impl History {
+    pub fn new(cfg: HistoryConfig) -> History {
+        History { cfg, logs: HashMap::new(), evict_from: 0, expired_at: 0, counters: HistoryCounters::default() }
+    }
+
+    /// Record one message; returns the topic's epoch and the message's offset.
+    pub fn append(&mut self, topic: &str, publish_us: u64, data: &[u8]) -> Position {
+        if !self.logs.contains_key(topic) {
+            let epoch = rand::thread_rng().gen_range(1..=u32::MAX);
+            self.logs.insert(topic.into(), Log { epoch, head: 0, kept: VecDeque::new(), last_us: publish_us });
+            self.counters.bytes += PER_LOG + topic.len() as u64;
+            self.counters.topics = self.logs.len() as u64;
+        }
+        let log = self.logs.get_mut(topic).expect("inserted above");
+        log.head += 1;
+        log.last_us = publish_us;
+        let at = Position { epoch: log.epoch, offset: log.head };
+        if self.cfg.size > 0 {
+            log.kept.push_back(Kept { publish_us, data: data.into() });
+            self.counters.messages += 1;
+            self.counters.bytes += PER_MESSAGE + data.len() as u64;
+            if log.kept.len() > self.cfg.size {
+                let k = log.kept.pop_front().expect("over the size");
+                Self::dropped(&mut self.counters, &k, "size");
+            }
+        }
+        self.fit_bytes();
+        at
+    }
+
+    fn dropped(c: &mut HistoryCounters, k: &Kept, reason: &str) {
+        c.messages -= 1;
+        c.bytes -= PER_MESSAGE + k.data.len() as u64;
+        *c.evicted.entry(reason.into()).or_insert(0) += 1;
+    }
+
+    /// Over `--history-max-bytes`: topics give up their oldest message in
+    /// turn; a topic with nothing kept gives up its log.
+    fn fit_bytes(&mut self) {
+        if self.counters.bytes <= self.cfg.max_bytes {
+            return;
+        }
+        let mut names: Vec<Box<str>> = self.logs.keys().cloned().collect();
+        names.sort();
+        let mut i = self.evict_from;
+        while self.counters.bytes > self.cfg.max_bytes && !names.is_empty() {
+            i %= names.len();
+            let log = self.logs.get_mut(&names[i]).expect("listed");
+            match log.kept.pop_front() {
+                Some(k) => {
+                    Self::dropped(&mut self.counters, &k, "bytes");
+                    i += 1;
+                }
+                None => {
+                    let name = names.remove(i);
+                    self.logs.remove(&name);
+                    self.counters.bytes -= PER_LOG + name.len() as u64;
+                }
+            }
+        }
+        self.evict_from = i;
+        self.counters.topics = self.logs.len() as u64;
+    }
+
+    /// Drop messages older than the TTL, and logs with nothing kept and
+    /// no publish within it (at most once a second, however often asked).
+    pub fn expire(&mut self, now_us: u64) {
+        if now_us.saturating_sub(self.expired_at) < 1_000_000 {
+            return;
+        }
+        self.expired_at = now_us;
+        let ttl = self.cfg.ttl.as_micros() as u64;
+        let c = &mut self.counters;
+        self.logs.retain(|name, log| {
+            while log.kept.front().is_some_and(|k| now_us.saturating_sub(k.publish_us) > ttl) {
+                let k = log.kept.pop_front().expect("checked");
+                Self::dropped(c, &k, "ttl");
+            }
+            if log.kept.capacity() > 2 * log.kept.len() + 8 {
+                log.kept.shrink_to_fit();
+            }
+            let keep = !log.kept.is_empty() || now_us.saturating_sub(log.last_us) <= ttl;
+            if !keep {
+                c.bytes -= PER_LOG + name.len() as u64;
+            }
+            keep
+        });
+        self.counters.topics = self.logs.len() as u64;
+    }
+
+    /// The topic's messages after `after`, at most `max_bytes` of
+    /// payload (the latest ones when it must cut).
+    pub fn since(&self, topic: &str, after: u64, limit: usize, max_bytes: usize) -> Slice {
+        let Some(log) = self.logs.get(topic) else { return Slice { topic: topic.into(), oldest: 1, ..Default::default() } };
+        let first = log.first();
+        let skip = after.saturating_add(1).saturating_sub(first).min(log.kept.len() as u64) as usize;
+        let mut messages: Vec<Message> = Vec::new();
+        let mut bytes = 0;
+        for (i, k) in log.kept.iter().enumerate().skip(skip).rev() {
+            if messages.len() >= limit || bytes + k.data.len() > max_bytes {
+                break;
+            }
+            bytes += k.data.len();
+            messages.push(Message { offset: first + i as u64, publish_us: k.publish_us, data: k.data.to_vec() });
+        }
+        messages.reverse();
+        Slice { topic: topic.into(), epoch: log.epoch, head: log.head, messages, oldest: first }
+    }
+
+    /// The topic's epoch and head (0, 0 without a log).
+    pub fn position(&self, topic: &str) -> Position {
+        self.logs.get(topic).map_or_else(Position::default, |l| Position { epoch: l.epoch, offset: l.head })
+    }
+
+    pub fn config(&self) -> HistoryConfig {
+        self.cfg
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(size: usize, max_bytes: u64) -> HistoryConfig {
+        HistoryConfig { size, ttl: Duration::from_secs(10), max_bytes }
+    }
+
+    #[test]
+    fn offsets_count_per_topic_and_a_slice_continues_where_asked() {
+        let mut h = History::new(cfg(3, 1 << 20));
+        let a1 = h.append("a", 1, b"a1");
+        h.append("b", 1, b"b1");
+        for i in 2..=5u8 {
+            h.append("a", i as u64, &[b'a', b'0' + i]);
+        }
+        let a = h.position("a");
+        assert_eq!((a.epoch, a.offset, a1.offset), (a1.epoch, 5, 1));
+        assert_ne!(a.epoch, 0);
+        assert_eq!(h.position("b").offset, 1);
+        assert_eq!(h.counters.messages, 4, "a keeps 3, b 1");
+        assert_eq!(h.counters.evicted["size"], 2);
+        let s = h.since("a", 3, usize::MAX, MAX_REPLY_BYTES);
+        assert_eq!(s.messages.iter().map(|m| m.offset).collect::<Vec<_>>(), vec![4, 5]);
+        assert_eq!(s.covers(Position { epoch: a.epoch, offset: 3 }), Some(true));
+        assert_eq!(s.covers(Position { epoch: a.epoch, offset: 2 }), None, "the history has 3, the slice does not");
+        let all = h.since("a", 0, usize::MAX, MAX_REPLY_BYTES);
+        assert_eq!(all.covers(Position { epoch: a.epoch, offset: 1 }), Some(false), "2 was dropped");
+        assert_eq!(all.covers(Position { epoch: a.epoch, offset: 2 }), Some(true));
+        assert_eq!(all.covers(Position { epoch: a.epoch ^ 1, offset: 4 }), Some(false), "another epoch");
+        assert_eq!(all.covers(Position { epoch: a.epoch, offset: 9 }), Some(false), "ahead of the head");
+        assert_eq!(all.covers(Position::default()), Some(false), "from the start: 1 is gone");
+        let b = h.since("b", 0, usize::MAX, MAX_REPLY_BYTES);
+        assert_eq!(b.covers(Position::default()), Some(true));
+        let none = h.since("zzz", 0, usize::MAX, MAX_REPLY_BYTES);
+        assert_eq!((none.epoch, none.covers(Position::default())), (0, Some(true)));
+        let cut = h.since("a", 0, usize::MAX, 2);
+        assert_eq!(cut.messages.len(), 1, "the latest that fit");
+    }
+
+    #[test]
+    fn the_byte_cap_and_the_ttl_bound_it() {
+        let mut h = History::new(cfg(100, 4 * (PER_MESSAGE + 100) + 2 * (PER_LOG + 1)));
+        for i in 0..10 {
+            h.append(if i % 2 == 0 { "x" } else { "y" }, 1_000_000 + i, &[0; 100]);
+        }
+        assert!(h.counters.bytes <= h.config().max_bytes, "{}", h.counters.bytes);
+        assert_eq!(h.counters.messages, 4);
+        assert_eq!(h.counters.evicted["bytes"], 6);
+        assert_eq!(h.position("x").offset, 5, "offsets go on");
+        h.expire(1_000_008 + 10_000_000);
+        assert_eq!(h.counters.messages, 2, "those older than 10 s went");
+        h.expire(100_000_000);
+        assert_eq!((h.counters.messages, h.counters.topics, h.counters.bytes), (0, 0, 0));
+        let e = h.append("x", 100_000_000, b"again");
+        assert_eq!(e.offset, 1, "a forgotten log starts over, in a new epoch");
+    }
+
+    #[test]
+    fn a_kept_message_costs_its_payload_and_a_small_record() {
+        let payload = [7u8; 64];
+        let (h, held) = crate::test_alloc::held(|| {
+            let mut h = History::new(cfg(100, u64::MAX));
+            for _ in 0..100 {
+                for t in 0..100 {
+                    h.append(&format!("topic-{t}"), 1, &payload);
+                }
+            }
+            h
+        });
+        let per = (held as f64 - 100.0 * (PER_LOG as f64 + 8.0)) / 10_000.0;
+        // Goal: at most 1.2 x payload + 64 B per message, malloc's own
+        // overhead included.
+        assert!(per <= 1.2 * 64.0 + 64.0, "{per:.1} B per 64-byte message");
+        assert_eq!(h.counters.messages, 10_000);
+    }
+}
