@@ -139,7 +139,7 @@ enum Command {
 /// Whether a text message is meant as a command (a JSON object with a
 /// "type"); anything else is echoed as before.
 fn is_command(data: &[u8]) -> bool {
-    data.first() == Some(&b'{') && data.windows(7).take(64).any(|w| w == b"\"type\"")
+    data.first() == Some(&b'{') && data.windows(6).take(64).any(|w| w == b"\"type\"")
 }
 
 /// Carry out a command; what the client must hear goes into `out`.
