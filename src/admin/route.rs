@@ -86,11 +86,17 @@ pub fn parse(method: &str, url: &str, body: Vec<u8>) -> Result<Request, Response
             Ok(Request::Connections { limit, topic })
         }
         ("GET", "/history") => {
-            let topic = query(url, "topic").ok_or_else(|| Response::error(400, "GET /history needs ?topic=NAME (* for broadcasts), and optionally &since=OFFSET&epoch=EPOCH&limit=N"))?;
+            let topic = query(url, "topic")
+                .ok_or_else(|| Response::error(400, "GET /history needs ?topic=NAME (* for broadcasts), and optionally &since=OFFSET&epoch=EPOCH&limit=N"))?;
             crate::proto::push::check_resumable(topic.as_bytes()).map_err(|e| Response::error(400, e))?;
             let number = |key: &str, max: u64| -> Result<Option<u64>, Response> {
                 query(url, key)
-                    .map(|v| v.parse::<u64>().ok().filter(|n| *n <= max).ok_or_else(|| Response::error(400, format!("{key} must be a whole number up to {max}, not '{v}'"))))
+                    .map(|v| {
+                        v.parse::<u64>()
+                            .ok()
+                            .filter(|n| *n <= max)
+                            .ok_or_else(|| Response::error(400, format!("{key} must be a whole number up to {max}, not '{v}'")))
+                    })
                     .transpose()
             };
             let after = number("since", u64::MAX)?.unwrap_or(0);
@@ -130,7 +136,10 @@ pub fn parse(method: &str, url: &str, body: Vec<u8>) -> Result<Request, Response
         (_, "/metrics" | "/stats" | "/healthz" | "/connections" | "/history" | "/broadcast" | "/publish" | "/push") => {
             Err(Response::error(405, format!("{method} is not allowed on {path}")))
         }
-        _ => Err(Response::error(404, format!("no {path}; try /metrics, /stats, /healthz, /connections, /history?topic=T, POST /publish?topic=T, /broadcast, /push/ID"))),
+        _ => Err(Response::error(
+            404,
+            format!("no {path}; try /metrics, /stats, /healthz, /connections, /history?topic=T, POST /publish?topic=T, /broadcast, /push/ID"),
+        )),
     }
 }
 

@@ -109,8 +109,13 @@ pub struct TlsSummary {
 pub struct PushSummary {
     pub received: u64,
     pub duplicates: u64,
-    /// Sequence numbers skipped within a stream on a connection.
+    /// Offsets skipped within a stream on a connection, and messages a
+    /// resume could not recover.
     pub gaps: u64,
+    /// Pushes that came in a new epoch (the server lost the history).
+    pub epoch_changes: u64,
+    /// Resumes after a reconnect, by result (recovered, lost).
+    pub resumes: BTreeMap<String, u64>,
     /// Per topic ("*": broadcasts).
     pub topics: BTreeMap<String, u64>,
     /// From the publish stamp (server's CLOCK_REALTIME) to receipt.
@@ -473,10 +478,12 @@ impl ClientRun {
                     latency_ms: histogram::summarize(&self.view.request_hist),
                 }
             }),
-            push: (t.push_received > 0).then(|| PushSummary {
+            push: (t.push_received > 0 || !t.resumes.is_empty()).then(|| PushSummary {
                 received: t.push_received,
                 duplicates: t.push_duplicates,
                 gaps: t.push_gaps,
+                epoch_changes: t.push_epoch_changes,
+                resumes: t.resumes.clone(),
                 topics: t.push_topics.clone(),
                 latency_ms: histogram::summarize(&self.view.push_hist),
             }),

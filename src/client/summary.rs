@@ -95,6 +95,10 @@ pub fn print_summary(s: &ClientSummary, progress: &mut Progress) {
             l.p99_ms,
             l.max_ms
         );
+        if !p.resumes.is_empty() || p.epoch_changes > 0 {
+            let resumes = |r: &str| format::count(p.resumes.get(r).copied().unwrap_or(0));
+            println!("resumes       recovered {} | lost {} | new epochs {}", resumes("recovered"), resumes("lost"), format::count(p.epoch_changes));
+        }
     }
     print_phases(&s.phases);
     println!(

@@ -134,7 +134,9 @@ impl WsRead<'_> {
                         let p = Push { stream, topic: topic.as_bytes(), seq, publish_us, epoch, data: b"" };
                         super::pushes::account(replies.stats, replies.push, replies.seen, &p, push::wall_us());
                     }
-                    Some(JsonMessage::Subscribed { topic, recovered, at }) => super::pushes::subscribed(replies.stats, replies.seen, topic.as_bytes(), recovered, at),
+                    Some(JsonMessage::Subscribed { topic, recovered, at }) => {
+                        super::pushes::subscribed(replies.stats, replies.seen, topic.as_bytes(), recovered, at)
+                    }
                     None => replies.stats.raw_bytes_in += data.len() as u64,
                 },
                 Event::Close(code) => {

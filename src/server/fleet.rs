@@ -258,7 +258,11 @@ impl ServerFleet {
         let resp = match &req.route {
             Route::Metrics => {
                 let admin = self.admin_stats.as_ref().map(|s| s.lock().expect("admin stats").clone());
-                Response { status: 200, content_type: CONTENT_TYPE, body: super::metrics::render(&t, self.publisher.published, &self.publisher.history.counters, link.as_ref(), admin.as_ref()) }
+                Response {
+                    status: 200,
+                    content_type: CONTENT_TYPE,
+                    body: super::metrics::render(&t, self.publisher.published, &self.publisher.history.counters, link.as_ref(), admin.as_ref()),
+                }
             }
             Route::Stats => {
                 let mut v = serde_json::to_value(&t).unwrap_or_default();

@@ -4,8 +4,8 @@
 //! cluster the same path delivers what other nodes published (answered
 //! to the origin over NATS for a unicast, not at all for the rest).
 
-use super::push::{split_id, PushCommand};
 use super::history::{History, MAX_REPLY_BYTES};
+use super::push::{split_id, PushCommand};
 use super::snapshot::{ConnInfo, ListCommand, CMD_HISTORY, CMD_LIST, CMD_PUSH};
 use crate::admin::route::Request as Route;
 use crate::admin::{Request, Response};

@@ -75,7 +75,7 @@ impl Recoveries {
     pub fn add(&mut self, topic: &str, key: usize, gen: u32, at: Option<Position>) {
         self.waiting.entry(topic.into()).or_default().insert(key, Waiting { gen, at });
         let after = at.map_or(u64::MAX, after_of);
-        if !self.asked.get(topic).is_some_and(|(asked, _)| *asked <= after) {
+        if self.asked.get(topic).is_none_or(|(asked, _)| *asked > after) {
             self.ask(topic, after);
         }
     }
@@ -94,8 +94,12 @@ impl Recoveries {
     /// Questions to send to the supervisor now (asked again when unanswered).
     pub fn take_wanted(&mut self) -> Vec<(String, u64)> {
         let now = Instant::now();
-        let late: Vec<(String, u64)> =
-            self.asked.iter().filter(|(t, (_, at))| now.duration_since(*at) >= ASK_AGAIN && !self.wanted.iter().any(|w| *w.0 == ***t)).map(|(t, (a, _))| (t.to_string(), *a)).collect();
+        let late: Vec<(String, u64)> = self
+            .asked
+            .iter()
+            .filter(|(t, (_, at))| now.duration_since(*at) >= ASK_AGAIN && !self.wanted.iter().any(|w| *w.0 == ***t))
+            .map(|(t, (a, _))| (t.to_string(), *a))
+            .collect();
         for (t, a) in late {
             self.asked.insert(t.as_str().into(), (a, now));
             self.wanted.push((t, a));

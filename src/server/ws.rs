@@ -91,7 +91,11 @@ pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, &'
                         .and_then(|(topic, at)| recovery::resume(ctx.topics, ctx.subs, ctx.recoveries, ctx.req.key, ctx.req.gen, topic.as_bytes(), at));
                     if let Err(reason) = resumed {
                         *ctx.req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
-                        let r = handshake::Refusal { status: 400, reason, text: "bad ?since= token: give TOPIC:EPOCH:OFFSET as the server sent it, or a bare TOPIC for its position" };
+                        let r = handshake::Refusal {
+                            status: 400,
+                            reason,
+                            text: "bad ?since= token: give TOPIC:EPOCH:OFFSET as the server sent it, or a bare TOPIC for its position",
+                        };
                         handshake::write_refusal(ctx.req.out, &r);
                         return Err(reason);
                     }
@@ -105,7 +109,7 @@ pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, &'
     }
     let mut frag = ws_mut(ext).and_then(|w| w.frag.take());
     let Ctx { req, cfg, tmp, topics, subs, recoveries } = ctx;
-    let mut subscriber = Subscriber { topics: &mut **topics, subs: &mut **subs, recoveries: &mut **recoveries };
+    let mut subscriber = Subscriber { topics, subs, recoveries };
     let r = Reader { role: Role::Server, max: cfg.max_message, tmp, frag: &mut frag }.consume(&buf[pos..], |ev| on_event(req, &mut subscriber, ev));
     *ext = frag.map(|f| Box::new(ConnExt::Ws(WsConn { handshake_since_ds: 0, frag: Some(f) })));
     match r {
@@ -132,8 +136,13 @@ struct Subscriber<'a> {
 enum Command {
     /// Subscribe; with `since`, also get what was missed after it. The
     /// answer is a `subscribed` message with the topic's position.
-    Subscribe { topic: String, since: Option<push::Position> },
-    Unsubscribe { topic: String },
+    Subscribe {
+        topic: String,
+        since: Option<push::Position>,
+    },
+    Unsubscribe {
+        topic: String,
+    },
 }
 
 /// Whether a text message is meant as a command (a JSON object with a

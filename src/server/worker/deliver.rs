@@ -2,11 +2,11 @@
 
 use super::Worker;
 use crate::proto::push::{self, Position, Push, Stream, BROADCAST_TOPIC};
-use crate::server::history::Slice;
-use crate::server::recovery::Fate;
 use crate::proto::Protocol;
 use crate::server::conn::ws_handshaking;
+use crate::server::history::Slice;
 use crate::server::push::{bucket, conn_id, split_id, PushCommand, LATENCY_BUCKETS_MS};
+use crate::server::recovery::Fate;
 use crate::server::snapshot::{ConnInfo, ListCommand, ServerMsg, LIST_BYTES, LIST_TOPICS};
 use crate::server::ws;
 use crate::supervise::control;
@@ -95,7 +95,7 @@ impl Worker {
         let mut slow = Vec::new();
         let mut out = Vec::new();
         for (key, gen, fate) in self.recoveries.answered(slice) {
-            if !self.conns.get(key).is_some_and(|c| c.gen == gen) {
+            if self.conns.get(key).is_none_or(|c| c.gen != gen) {
                 continue;
             }
             out.clear();
@@ -121,7 +121,9 @@ impl Worker {
             }
             self.stats.frames_out += 1;
             let conn = self.conns.get_mut(key).expect("checked above");
-            if let Err(reason) = super::tls::send(self.tls.as_mut(), key, &mut conn.stream, &mut conn.backlog, &out, self.cfg.max_pending_bytes, "slow_consumer") {
+            if let Err(reason) =
+                super::tls::send(self.tls.as_mut(), key, &mut conn.stream, &mut conn.backlog, &out, self.cfg.max_pending_bytes, "slow_consumer")
+            {
                 slow.push((key, reason));
             }
         }

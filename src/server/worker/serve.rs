@@ -81,8 +81,14 @@ impl Worker {
                     r
                 }
                 Protocol::Ws => {
-                    let mut ctx =
-                        ws::Ctx { req, cfg: &self.cfg.ws, topics: &mut self.topics, subs: &mut conn.subs, recoveries: &mut self.recoveries, tmp: &mut self.unmasked };
+                    let mut ctx = ws::Ctx {
+                        req,
+                        cfg: &self.cfg.ws,
+                        topics: &mut self.topics,
+                        subs: &mut conn.subs,
+                        recoveries: &mut self.recoveries,
+                        tmp: &mut self.unmasked,
+                    };
                     let ext = &mut conn.ext;
                     net::read_chunks(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| ws::consume(&mut ctx, ext, buf))
                 }
