@@ -238,3 +238,54 @@ fn the_client_resumes_through_churn_with_nothing_lost() {
         assert!(s.terminate().success());
     }
 }
+
+#[test]
+fn a_raw_socket_event_stream_resumes_with_last_event_id() {
+    let port = free_port().to_string();
+    let (mut s, _, ready) = server_ready(&["--ports", &port, "--workers", "2", "--protocol", "ws", "--history", "100"], None);
+    let admin = ready["admin"].as_str().unwrap().to_string();
+    let mut py = Command::new("python3");
+    py.args([&peer("sse_resume.py"), &port, &admin]);
+    let mut reader = Peer::spawn("sse_resume.py", py);
+    assert_eq!(reader.finish_ok(Duration::from_secs(60)), ["OK"]);
+    let stats = wait_stats(&admin, |v| v["sse_streams"] == 2);
+    assert_eq!(stats["recovered_messages"], 5, "{stats}");
+    assert!(s.terminate().success());
+}
+
+/// Chromium's own EventSource: its worker killed, the browser reconnects
+/// by itself with Last-Event-ID and gets what was published meanwhile.
+#[test]
+fn chromium_eventsource_recovers_across_a_crashed_worker() {
+    let port = free_port().to_string();
+    let (mut s, _, ready) = server_ready(&["--ports", &port, "--workers", "1", "--protocol", "ws", "--history", "100"], None);
+    let admin = ready["admin"].as_str().unwrap().to_string();
+    let mut node = Command::new("node");
+    node.args([&peer("chromium_sse.js"), &port]);
+    let mut page = Peer::spawn("node chromium_sse.js (chromium)", node);
+    assert_eq!(page.line(Duration::from_secs(60), "the page's stream open"), "ready");
+    for i in 1..=3 {
+        publish(&admin, "feed", &format!("m{i}"));
+        assert_eq!(page.line(Duration::from_secs(20), "a message on the page"), format!("got {i}"));
+    }
+    // The worker dies: the stream breaks; the browser waits its retry
+    // (2 s) while three more are published and the worker is replaced.
+    for pid in pids(&ready) {
+        kill9(pid);
+    }
+    for i in 4..=6 {
+        publish(&admin, "feed", &format!("m{i}"));
+    }
+    let mut lines = Vec::new();
+    while lines.last().map(String::as_str) != Some("resumed") {
+        lines.push(page.line(Duration::from_secs(30), "the page resuming"));
+    }
+    publish(&admin, "feed", "m7");
+    let rest = page.finish_ok(Duration::from_secs(60));
+    let result: Value = serde_json::from_str(rest.last().unwrap_or_else(|| panic!("the page's result: {rest:?}"))).unwrap();
+    assert_eq!(result["data"], serde_json::json!(["m1", "m2", "m3", "m4", "m5", "m6", "m7"]), "{result} {lines:?}");
+    assert_eq!(result["offsets"], serde_json::json!([1, 2, 3, 4, 5, 6, 7]), "{result}");
+    assert_eq!(result["resumes"][0]["recovered"], true, "{result}");
+    assert_eq!(result["resumes"][0]["offset"], 6, "{result}");
+    assert!(s.terminate().success());
+}

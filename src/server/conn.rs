@@ -42,6 +42,16 @@ pub type Ext = Option<Box<ConnExt>>;
 pub enum ConnExt {
     Http(HttpConn),
     Ws(WsConn),
+    /// A Server-Sent Events stream on a WebSocket port.
+    Sse(super::sse::SseConn),
+}
+
+/// The event-stream state inside an [`Ext`], if any.
+pub fn sse_mut(ext: &mut Ext) -> Option<&mut super::sse::SseConn> {
+    match ext.as_deref_mut() {
+        Some(ConnExt::Sse(s)) => Some(s),
+        _ => None,
+    }
 }
 
 /// A WebSocket connection's state while it has some.

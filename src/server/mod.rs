@@ -19,6 +19,7 @@ pub mod relay;
 pub mod requests;
 pub mod service_time;
 pub mod snapshot;
+pub mod sse;
 pub mod view;
 pub mod worker;
 pub mod ws;

@@ -128,7 +128,9 @@ impl Publisher {
                         None => live.to_vec(),
                     };
                     if targets.is_empty() {
-                        not_found += 1;
+                        // A topic or broadcast message is in the history
+                        // even with no worker up to carry it now.
+                        not_found += (m.stream == Stream::Unicast) as u64;
                         continue;
                     }
                     self.next_id += 1;

@@ -183,6 +183,16 @@ impl Topics {
         self.ids.get(name).and_then(|id| self.slots[*id as usize].as_ref())
     }
 
+    /// A live topic's id.
+    pub fn id(&self, name: &str) -> Option<u32> {
+        self.ids.get(name).copied()
+    }
+
+    /// A live topic's name.
+    pub fn name(&self, id: u32) -> Option<&str> {
+        self.slots.get(id as usize).and_then(Option::as_ref).map(|t| &*t.name)
+    }
+
     pub fn subscribers(&self, topic: &str) -> Vec<usize> {
         self.topic(topic).map(|t| t.subscribers.iter().copied().collect()).unwrap_or_default()
     }

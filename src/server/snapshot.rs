@@ -22,6 +22,7 @@ crate::counters! {
         stalled: by("what") "stalled" "Connections closed by --stall-timeout, by what had not moved (partial_input, ws_fragment, backlog)",
         subscribe_refused: by("reason") "subscribe_refused" "Subscriptions refused, by reason (too_many_topics: the worker holds --max-topics; too_many_subscriptions; bad_topic)",
         ws_upgrades: counter "ws_upgrades" "WebSocket handshakes completed",
+        sse_streams: counter "sse_streams" "Server-Sent Event streams opened (GET with Accept: text/event-stream on a WebSocket port)",
         tls_handshakes: counter "tls_handshakes" "TLS handshakes completed (full and resumed)",
         tls_resumed: counter "tls_resumed" "TLS handshakes that resumed a session (ticket)",
         tls_handshake_failures: by("reason") "tls_handshake_failures" "TLS connections closed before their handshake finished, by reason (tls_timeout, tls_plaintext, tls_eof, tls_alert_<name>, tls_bad_message, ...)",

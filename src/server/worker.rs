@@ -121,6 +121,8 @@ struct Worker {
     topics: super::push::Topics,
     /// Subscribers waiting for the history they missed.
     recoveries: super::recovery::Recoveries,
+    /// When event streams are next looked at for heartbeats.
+    sse_beat_at: Instant,
     rng: SmallRng,
     next_gen: u32,
     /// Connection count at which the supervisor is told at once that a
@@ -164,6 +166,7 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
         stage,
         topics: super::push::Topics::new(cfg.track_topics, limits.max_topics),
         recoveries: Default::default(),
+        sse_beat_at: Instant::now(),
         rng: SmallRng::from_entropy(),
         next_gen: 0,
         date: String::new(),
@@ -302,6 +305,10 @@ impl Handler for Worker {
         }
         if !self.lingering.is_empty() {
             self.lingering.sweep();
+        }
+        if now >= self.sse_beat_at {
+            self.sse_heartbeats();
+            self.sse_beat_at = now + Duration::from_secs(1);
         }
         if !self.recoveries.is_empty() {
             for (topic, after) in self.recoveries.take_wanted() {
@@ -496,7 +503,13 @@ impl Worker {
         let now = self.now_s();
         // Seconds are whole: strictly more than the limit, so a peer seen
         // 0.9 s ago in the previous second is not "1 s silent".
-        let stale: Vec<usize> = self.conns.iter().filter(|(_, c)| now.saturating_sub(c.last_seen_s) > limit).map(|(k, _)| k).collect();
+        // An event stream's client never sends: its writes tell a dead peer.
+        let stale: Vec<usize> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| now.saturating_sub(c.last_seen_s) > limit && !matches!(c.ext.as_deref(), Some(super::conn::ConnExt::Sse(_))))
+            .map(|(k, _)| k)
+            .collect();
         for key in stale {
             self.close(key, "idle_timeout".into());
         }

@@ -6,7 +6,7 @@
 //! Topics are subscribed in the Upgrade request: `GET /path?subscribe=a,b`.
 //! Pushes go out as text (a JSON envelope) or binary (`--push-format`).
 
-use super::conn::{ws_mut, ConnExt, Ext, WsConn};
+use super::conn::{sse_mut, ws_mut, ConnExt, Ext, WsConn};
 use super::push::{Subs, Topics};
 use super::recovery::{self, Recoveries};
 use super::requests::{Answer, Requests};
@@ -48,6 +48,8 @@ pub struct Ctx<'a> {
     pub topics: &'a mut Topics,
     pub subs: &'a mut Subs,
     pub recoveries: &'a mut Recoveries,
+    /// Worker-relative second (an event stream's heartbeats count from it).
+    pub now_s: u32,
     /// Per-worker vector payloads are unmasked into.
     pub tmp: &'a mut Vec<u8>,
 }
@@ -62,6 +64,10 @@ pub fn fresh(now_ds: u32) -> Ext {
 /// the peer must hear first (a refusal, a close frame) is in `out`.
 pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, &'static str> {
     let mut pos = 0;
+    if sse_mut(ext).is_some() {
+        // An event stream only sends; what its client sends is dropped.
+        return Ok(buf.len());
+    }
     if super::conn::ws_handshaking(ext) {
         match handshake::parse_request(buf, ctx.cfg.max_head) {
             Ok(None) => return Ok(0),
@@ -85,7 +91,17 @@ pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, &'
                         return Err(reason);
                     }
                 }
-                for token in handshake::query_list(&up.target, "since") {
+                // Resume tokens: `?since=`, and an event stream's Last-Event-ID.
+                let mut tokens: Vec<&str> = handshake::query_list(&up.target, "since").collect();
+                tokens.extend(up.events.as_deref().unwrap_or("").split(',').map(str::trim).filter(|t| !t.is_empty()));
+                if up.events.is_some() {
+                    // An event stream learns every position, so its ids resume all.
+                    let named: Vec<&str> = tokens.iter().filter_map(|t| push::parse_resume_token(t).ok().map(|(n, _)| n)).collect();
+                    let mut all: Vec<&str> = handshake::subscriptions(&up.target).chain([push::BROADCAST_TOPIC]).filter(|t| !named.contains(t)).collect();
+                    all.extend(tokens);
+                    tokens = all;
+                }
+                for token in tokens {
                     let resumed = push::parse_resume_token(token)
                         .map_err(|_| "bad_topic")
                         .and_then(|(topic, at)| recovery::resume(ctx.topics, ctx.subs, ctx.recoveries, ctx.req.key, ctx.req.gen, topic.as_bytes(), at));
@@ -100,6 +116,12 @@ pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, &'
                         return Err(reason);
                     }
                 }
+                if up.events.is_some() {
+                    super::sse::write_head(ctx.req.out);
+                    ctx.req.stats.sse_streams += 1;
+                    *ext = Some(Box::new(ConnExt::Sse(super::sse::SseConn { positions: Box::default(), last_write_s: ctx.now_s })));
+                    return Ok(buf.len());
+                }
                 handshake::write_accept(ctx.req.out, &up.accept);
                 ctx.req.stats.ws_upgrades += 1;
                 *ext = None;
@@ -108,7 +130,7 @@ pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, &'
         }
     }
     let mut frag = ws_mut(ext).and_then(|w| w.frag.take());
-    let Ctx { req, cfg, tmp, topics, subs, recoveries } = ctx;
+    let Ctx { req, cfg, tmp, topics, subs, recoveries, .. } = ctx;
     let mut subscriber = Subscriber { topics, subs, recoveries };
     let r = Reader { role: Role::Server, max: cfg.max_message, tmp, frag: &mut frag }.consume(&buf[pos..], |ev| on_event(req, &mut subscriber, ev));
     *ext = frag.map(|f| Box::new(ConnExt::Ws(WsConn { handshake_since_ds: 0, frag: Some(f) })));
@@ -223,24 +245,29 @@ pub fn encode_push(out: &mut Vec<u8>, format: PushFormat, p: &Push<'_>) {
             push::encode(&mut body, p);
             frame::encode(out, true, Opcode::Binary, &body[2..], None);
         }
-        PushFormat::Text => {
-            let stream = match p.stream {
-                Stream::Broadcast => "broadcast",
-                Stream::Topic => "topic",
-                Stream::Unicast => "unicast",
-            };
-            let topic = String::from_utf8_lossy(p.topic);
-            let mut v = serde_json::json!({ "stream": stream, "topic": topic, "offset": p.seq, "epoch": p.epoch, "seq": p.seq, "ts": p.publish_us });
-            match std::str::from_utf8(p.data) {
-                Ok(s) => v["data"] = s.into(),
-                Err(_) => {
-                    use base64::Engine;
-                    v["data_b64"] = base64::engine::general_purpose::STANDARD.encode(p.data).into();
-                }
-            }
-            frame::encode(out, true, Opcode::Text, v.to_string().as_bytes(), None);
+        PushFormat::Text => frame::encode(out, true, Opcode::Text, push_json(p).to_string().as_bytes(), None),
+    }
+}
+
+/// A push as JSON: `{"stream","topic","offset","epoch","seq","ts","data"}`
+/// (`data_b64` when the data is not UTF-8); WebSocket text pushes and
+/// Server-Sent Events carry it.
+pub fn push_json(p: &Push<'_>) -> serde_json::Value {
+    let stream = match p.stream {
+        Stream::Broadcast => "broadcast",
+        Stream::Topic => "topic",
+        Stream::Unicast => "unicast",
+    };
+    let topic = String::from_utf8_lossy(p.topic);
+    let mut v = serde_json::json!({ "stream": stream, "topic": topic, "offset": p.seq, "epoch": p.epoch, "seq": p.seq, "ts": p.publish_us });
+    match std::str::from_utf8(p.data) {
+        Ok(s) => v["data"] = s.into(),
+        Err(_) => {
+            use base64::Engine;
+            v["data_b64"] = base64::engine::general_purpose::STANDARD.encode(p.data).into();
         }
     }
+    v
 }
 
 /// The answer to a subscribe command or a resume: a text message

@@ -20,12 +20,15 @@ pub fn accept_key(key: &[u8]) -> String {
     B64.encode(h.finalize())
 }
 
-/// A valid Upgrade request.
+/// A valid Upgrade request, or a request for an event stream.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Upgrade {
     /// Request target, e.g. `/chat?subscribe=a,b`.
     pub target: String,
     pub accept: String,
+    /// Not an upgrade but `Accept: text/event-stream` (Server-Sent
+    /// Events): its `Last-Event-ID` ("" when none).
+    pub events: Option<String>,
 }
 
 /// An Upgrade request that must be refused: the status, the counter name
@@ -65,7 +68,15 @@ pub fn parse_request(buf: &[u8], max_head: usize) -> Result<Option<(Upgrade, usi
     }
     let get = |name: &str| req.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value);
     if !get("upgrade").is_some_and(|v| has_token(v, "websocket")) {
-        return Err(refuse(426, "ws_handshake_not_upgrade", "this server speaks WebSocket only: send Upgrade: websocket"));
+        if crate::server::sse::wants_events(get("accept")) {
+            let last = get("last-event-id").map(|v| String::from_utf8_lossy(v).trim().to_string()).unwrap_or_default();
+            return Ok(Some((Upgrade { target: req.path.unwrap_or("/").to_string(), accept: String::new(), events: Some(last) }, used)));
+        }
+        return Err(refuse(
+            426,
+            "ws_handshake_not_upgrade",
+            "this server speaks WebSocket (send Upgrade: websocket) and Server-Sent Events (send Accept: text/event-stream)",
+        ));
     }
     if !get("connection").is_some_and(|v| has_token(v, "upgrade")) {
         return Err(refuse(400, "ws_handshake_connection", "Connection: Upgrade is missing"));
@@ -79,7 +90,7 @@ pub fn parse_request(buf: &[u8], max_head: usize) -> Result<Option<(Upgrade, usi
     if B64.decode(key).map(|k| k.len()) != Ok(16) {
         return Err(refuse(400, "ws_handshake_key", "Sec-WebSocket-Key must be 16 bytes in base64"));
     }
-    Ok(Some((Upgrade { target: req.path.unwrap_or("/").to_string(), accept: accept_key(key) }, used)))
+    Ok(Some((Upgrade { target: req.path.unwrap_or("/").to_string(), accept: accept_key(key), events: None }, used)))
 }
 
 /// The 101 answer.

@@ -3,8 +3,8 @@
 use super::Worker;
 use crate::proto::push::{self, Position, Push, Stream, BROADCAST_TOPIC};
 use crate::proto::Protocol;
-use crate::server::conn::ws_handshaking;
-use crate::server::history::Slice;
+use crate::server::conn::{sse_mut, ws_handshaking};
+use crate::server::history::{Message, Slice};
 use crate::server::push::{bucket, conn_id, split_id, PushCommand, LATENCY_BUCKETS_MS};
 use crate::server::recovery::Fate;
 use crate::server::snapshot::{ConnInfo, ListCommand, ServerMsg, LIST_BYTES, LIST_TOPICS};
@@ -51,12 +51,23 @@ impl Worker {
         let waiting = cmd.stream != Stream::Unicast && !self.recoveries.is_empty();
         let mut slow = Vec::new();
         let mut now_us = push::wall_us();
+        let now_s = self.now_s();
+        let mut event = Vec::new();
         for (i, key) in targets.iter().enumerate() {
             let Some(conn) = self.conns.get_mut(*key) else { continue };
             if waiting && self.recoveries.holds(history_name, *key, conn.gen) {
                 continue;
             }
-            match super::tls::send(self.tls.as_mut(), *key, &mut conn.stream, &mut conn.backlog, &frame, self.cfg.max_pending_bytes, "slow_consumer") {
+            // An event stream's id is its own (its positions in every stream).
+            let bytes = match sse_mut(&mut conn.ext) {
+                Some(sse) => {
+                    event.clear();
+                    crate::server::sse::write_push(&mut event, sse, &self.topics, &p, now_s);
+                    &event
+                }
+                None => &frame,
+            };
+            match super::tls::send(self.tls.as_mut(), *key, &mut conn.stream, &mut conn.backlog, bytes, self.cfg.max_pending_bytes, "slow_consumer") {
                 Ok(()) => {
                     queued += 1;
                     if i % CLOCK_EVERY == 0 {
@@ -86,6 +97,32 @@ impl Worker {
         }
     }
 
+    /// A comment on every event stream quiet for 15 s (proxies close
+    /// idle ones). Called once a second; costs nothing without streams.
+    pub(super) fn sse_heartbeats(&mut self) {
+        if self.stats.sse_streams == 0 {
+            return;
+        }
+        let now_s = self.now_s();
+        let mut slow = Vec::new();
+        for (key, conn) in self.conns.iter_mut() {
+            let Some(sse) = sse_mut(&mut conn.ext) else { continue };
+            if !crate::server::sse::heartbeat_due(sse, now_s) {
+                continue;
+            }
+            sse.last_write_s = now_s;
+            let beat = crate::server::sse::HEARTBEAT;
+            if let Err(reason) =
+                super::tls::send(self.tls.as_mut(), key, &mut conn.stream, &mut conn.backlog, beat, self.cfg.max_pending_bytes, "slow_consumer")
+            {
+                slow.push((key, reason));
+            }
+        }
+        for (key, reason) in slow {
+            self.close(key, reason);
+        }
+    }
+
     /// The history of a topic came: each connection that waited for it
     /// gets the messages after its offset, then the answer to its resume.
     pub(super) fn recovered(&mut self, slice: &Slice) {
@@ -94,33 +131,45 @@ impl Worker {
         let head = Position { epoch: slice.epoch, offset: slice.head };
         let mut slow = Vec::new();
         let mut out = Vec::new();
+        let now_s = self.now_s();
         for (key, gen, fate) in self.recoveries.answered(slice) {
             if self.conns.get(key).is_none_or(|c| c.gen != gen) {
                 continue;
             }
             out.clear();
-            let recovered = match &fate {
-                Fate::Recovered { after } => {
-                    for m in slice.messages.iter().filter(|m| m.offset > *after) {
-                        let p = Push { stream, topic: topic.as_bytes(), seq: m.offset, publish_us: m.publish_us, epoch: slice.epoch, data: &m.data };
-                        self.encode_push(&mut out, &p);
-                        self.stats.recovered_messages += 1;
-                        self.stats.frames_out += 1;
-                    }
-                    true
-                }
-                Fate::Lost => false,
-                Fate::Position => true,
+            let replay: &[Message] = match &fate {
+                Fate::Recovered { after } => &slice.messages[slice.messages.partition_point(|m| m.offset <= *after)..],
+                _ => &[],
             };
+            let recovered = fate != Fate::Lost;
             if fate != Fate::Position {
                 *self.stats.recoveries.entry(if recovered { "recovered" } else { "lost" }.into()).or_insert(0) += 1;
             }
-            match self.cfg.protocol {
-                Protocol::Ws => ws::encode_subscribed(&mut out, &slice.topic, recovered, head),
-                _ => push::encode_subscribed(&mut out, &slice.topic, recovered, head),
-            }
-            self.stats.frames_out += 1;
+            self.stats.recovered_messages += replay.len() as u64;
+            self.stats.frames_out += replay.len() as u64 + 1;
+            let pushes =
+                replay.iter().map(|m| Push { stream, topic: topic.as_bytes(), seq: m.offset, publish_us: m.publish_us, epoch: slice.epoch, data: &m.data });
             let conn = self.conns.get_mut(key).expect("checked above");
+            match (sse_mut(&mut conn.ext), self.cfg.protocol) {
+                (Some(sse), _) => {
+                    for p in pushes {
+                        crate::server::sse::write_push(&mut out, sse, &self.topics, &p, now_s);
+                    }
+                    crate::server::sse::write_subscribed(&mut out, sse, &self.topics, &slice.topic, recovered, head, now_s);
+                }
+                (None, Protocol::Ws) => {
+                    for p in pushes {
+                        ws::encode_push(&mut out, self.cfg.ws.push_format, &p);
+                    }
+                    ws::encode_subscribed(&mut out, &slice.topic, recovered, head);
+                }
+                (None, _) => {
+                    for p in pushes {
+                        push::encode(&mut out, &p);
+                    }
+                    push::encode_subscribed(&mut out, &slice.topic, recovered, head);
+                }
+            }
             if let Err(reason) =
                 super::tls::send(self.tls.as_mut(), key, &mut conn.stream, &mut conn.backlog, &out, self.cfg.max_pending_bytes, "slow_consumer")
             {

@@ -87,6 +87,7 @@ impl Worker {
                         topics: &mut self.topics,
                         subs: &mut conn.subs,
                         recoveries: &mut self.recoveries,
+                        now_s,
                         tmp: &mut self.unmasked,
                     };
                     let ext = &mut conn.ext;
