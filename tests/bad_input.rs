@@ -43,7 +43,7 @@ fn bad_websocket_codec_and_churn_flags_exit_2() {
     expect_usage_error(&["client", "--connections", "10", "--ws-subprotocol", "chat"], "--ws-subprotocol is for --protocol ws");
     expect_usage_error(&["client", "--connections", "10", "--message", "x"], "--message is for --protocol raw or ws");
     expect_usage_error(&["client", "--connections", "10", "--protocol", "ws", "--ws-binary"], "--ws-binary sends --message in binary frames");
-    expect_usage_error(&["client", "--connections", "10", "-H", "X-Key: 1"], "with --protocol ws or http");
+    expect_usage_error(&["client", "--connections", "10", "-H", "X-Key: 1"], "with --protocol ws, http or sse");
     expect_usage_error(&["client", "--connections", "10", "--protocol", "ws", "-H", "X-Key: a\r\nEvil: 1"], "line break");
     expect_usage_error(&["client", "--connections", "10", "--url", "https://127.0.0.1/", "--protocol", "ws"], "--protocol http");
     expect_usage_error(&["client", "--connections", "10", "--url", "ws://127.0.0.1:8000/", "--protocol", "http"], "--protocol ws");
@@ -51,6 +51,12 @@ fn bad_websocket_codec_and_churn_flags_exit_2() {
     expect_usage_error(&["client", "--connections", "10", "--protocol", "raw", "--message", "x", "--codec", "len:2,magic=zz"], "not hex");
     expect_usage_error(&["client", "--connections", "10", "--codec", "len:2"], "--protocol raw");
     expect_usage_error(&["client", "--connections", "10", "--churn", "fast"], "--churn");
+    expect_usage_error(&["client", "--connections", "10", "--protocol", "sse"], "give --url http://HOST:PORT/events?subscribe=TOPICS");
+    expect_usage_error(&["client", "--connections", "10", "--url", "ws://127.0.0.1:8000/", "--protocol", "sse"], "--protocol ws");
+    expect_usage_error(&["server", "--protocol", "sse"], "possible values: framed, ws");
+    expect_usage_error(&["server", "--history-max-bytes", "10"], "below 1MiB");
+    expect_usage_error(&["server", "--history-max-bytes", "3 parsecs"], "unknown unit");
+    expect_usage_error(&["server", "--history", "100001"], "--history");
     expect_usage_error(&["client", "--connections", "10", "--subscribe", "x{0..2000000}"], "1,000,000");
     expect_usage_error(&["server", "--protocol", "ws", "--max-message-bytes", "10"], "--max-message-bytes");
     expect_usage_error(&["server", "--max-connections", "0"], "--max-connections");

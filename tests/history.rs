@@ -207,17 +207,23 @@ fn python_websockets_resumes_by_url_and_by_command() {
     assert!(s.terminate().success());
 }
 
-/// megaconn's client with --reconnect resumes what churn closes: while
-/// messages keep coming, every connection ends with no gap and no
+/// megaconn's client with --reconnect resumes what churn closes (framed
+/// resume frames, WebSocket ?since=, an event stream's Last-Event-ID):
+/// while messages keep coming, every connection ends with no gap and no
 /// duplicate, and the resumes say they recovered.
 #[test]
 fn the_client_resumes_through_churn_with_nothing_lost() {
-    for protocol in ["framed", "ws"] {
+    for protocol in ["framed", "ws", "sse"] {
         let port = free_port();
-        let (mut s, _, ready) = server_ready(&["--ports", &port.to_string(), "--workers", "2", "--protocol", protocol, "--history", "1000"], None);
+        let server_protocol = if protocol == "sse" { "ws" } else { protocol };
+        let (mut s, _, ready) = server_ready(&["--ports", &port.to_string(), "--workers", "2", "--protocol", server_protocol, "--history", "1000"], None);
         let admin = ready["admin"].as_str().unwrap().to_string();
         let mut cmd = megaconn();
-        cmd.args(["client", "--protocol", protocol, "--ports", &port.to_string(), "--connections", "40", "--subscribe", "feed", "--reconnect"]);
+        cmd.args(["client", "--protocol", protocol, "--connections", "40", "--reconnect"]);
+        match protocol {
+            "sse" => cmd.args(["--url", &format!("http://127.0.0.1:{port}/events?subscribe=feed")]),
+            _ => cmd.args(["--ports", &port.to_string(), "--subscribe", "feed"]),
+        };
         cmd.args(["--churn", "20/s", "--hold", "6s", "--heartbeat", "off", "--json"]);
         let client = std::thread::spawn(move || run(cmd, Duration::from_secs(60)));
         wait_stats(&admin, |v| v["subscriptions"] == 40);

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 /// What each subcommand's `--protocol` accepts (its help lists only these).
 const SERVER_PROTOCOLS: &[&str] = &["framed", "ws", "http", "echo8", "echo", "discard"];
-const CLIENT_PROTOCOLS: &[&str] = &["framed", "ws", "http", "echo8", "raw"];
+const CLIENT_PROTOCOLS: &[&str] = &["framed", "ws", "http", "echo8", "raw", "sse"];
 const BENCH_PROTOCOLS: &[&str] = &["framed", "ws", "http"];
 
 /// A `--protocol` parser that accepts only `names`.

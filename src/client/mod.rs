@@ -13,6 +13,7 @@ pub mod run;
 pub mod series;
 pub mod snapshot;
 pub mod speak;
+pub mod sse;
 pub mod summary;
 pub mod url;
 pub mod view;
@@ -39,10 +40,12 @@ pub fn plan(cfg: &ClientConfig, fd_hard: u64) -> Result<(ConnectionPlan, WorkerP
     }
     if let Some(u) = &cfg.url {
         let wants = if u.websocket { crate::proto::Protocol::Ws } else { crate::proto::Protocol::Http };
-        if cfg.load.traffic.protocol != wants {
+        let sse = !u.websocket && cfg.load.traffic.protocol == crate::proto::Protocol::Sse;
+        if cfg.load.traffic.protocol != wants && !sse {
             return Err(format!(
-                "--url {} loads with --protocol {wants:?}, not {:?}",
+                "--url {} loads with --protocol {wants:?}{}, not {:?}",
                 if u.websocket { "ws:// or wss://" } else { "http:// or https://" },
+                if u.websocket { "" } else { " (or sse for an event stream)" },
                 cfg.load.traffic.protocol
             )
             .to_lowercase());
@@ -51,8 +54,13 @@ pub fn plan(cfg: &ClientConfig, fd_hard: u64) -> Result<(ConnectionPlan, WorkerP
     if !cfg.load.traffic.subprotocols.is_empty() && cfg.load.traffic.protocol != crate::proto::Protocol::Ws {
         return Err("--ws-subprotocol is for --protocol ws (a ws:// or wss:// --url)".into());
     }
-    if !cfg.load.traffic.headers.is_empty() && !matches!(cfg.load.traffic.protocol, crate::proto::Protocol::Ws | crate::proto::Protocol::Http) {
-        return Err("-H/--header and --origin go on WebSocket upgrades and HTTP requests: use them with --protocol ws or http".into());
+    if !cfg.load.traffic.headers.is_empty()
+        && !matches!(cfg.load.traffic.protocol, crate::proto::Protocol::Ws | crate::proto::Protocol::Http | crate::proto::Protocol::Sse)
+    {
+        return Err("-H/--header and --origin go on WebSocket upgrades and HTTP requests: use them with --protocol ws, http or sse".into());
+    }
+    if cfg.load.traffic.protocol == crate::proto::Protocol::Sse && cfg.url.is_none() {
+        return Err("--protocol sse follows an event stream at a URL: give --url http://HOST:PORT/events?subscribe=TOPICS".into());
     }
     if let Some(t) = &cfg.load.traffic.tls {
         // Read the CA now: a bad file is a usage error, not 1,000 failures.

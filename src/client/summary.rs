@@ -179,6 +179,9 @@ fn describe_protocol(target: std::net::IpAddr, load: &LoadConfig, requests: bool
         }
         Protocol::Framed => "framed: heartbeats and requests in megaconn frames".into(),
         Protocol::Http => format!("http: keep-alive GET {} requests", load.traffic.ws_target),
+        Protocol::Sse => {
+            format!("sse: an event stream from GET {}{}", load.traffic.ws_target, if load.traffic.reconnect { ", resumed with Last-Event-ID" } else { "" })
+        }
         Protocol::Echo8 => "echo8: 8-byte millisecond timestamps echoed".into(),
         Protocol::Echo | Protocol::Discard => "server protocol".into(),
     }

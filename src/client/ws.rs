@@ -44,7 +44,7 @@ fn stamped(stamp_us: u64, size: usize) -> Vec<u8> {
 }
 
 /// A text push: the server's JSON envelope (stream, topic, seq, ts).
-fn json_push(data: &[u8]) -> Option<JsonMessage> {
+pub(super) fn json_push(data: &[u8]) -> Option<JsonMessage> {
     let v: serde_json::Value = serde_json::from_slice(data).ok()?;
     let topic = v["topic"].as_str().unwrap_or("").to_string();
     let epoch = v["epoch"].as_u64().unwrap_or(0) as u32;
@@ -61,7 +61,7 @@ fn json_push(data: &[u8]) -> Option<JsonMessage> {
 }
 
 /// A text message from a megaconn server.
-enum JsonMessage {
+pub(super) enum JsonMessage {
     Push { stream: Stream, topic: String, seq: u64, publish_us: u64, epoch: u32 },
     Subscribed { topic: String, recovered: bool, at: push::Position },
 }

@@ -26,6 +26,9 @@ pub enum Protocol {
     /// Client only: `--message` bytes on the heartbeat schedule, to any
     /// TCP server (round trips with a `\{ts}` marker against an echo).
     Raw,
+    /// Client only: Server-Sent Events (a GET with Accept:
+    /// text/event-stream); pushes counted, resumed with Last-Event-ID.
+    Sse,
 }
 
 /// Bytes in one echo8 message.

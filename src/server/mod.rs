@@ -72,8 +72,11 @@ impl ServerPlan {
 /// Plan the server's processes and threads for this machine; Err is a
 /// usage error naming the limit and the fix.
 pub fn plan(cfg: &ServerConfig, fd_hard: u64) -> Result<ServerPlan, String> {
-    if cfg.protocol == crate::proto::Protocol::Raw {
-        return Err("--protocol raw is a client protocol; a server speaks framed, ws, http, echo8, echo or discard (e.g. --protocol echo)".into());
+    if matches!(cfg.protocol, crate::proto::Protocol::Raw | crate::proto::Protocol::Sse) {
+        let p = if cfg.protocol == crate::proto::Protocol::Raw { "raw" } else { "sse" };
+        return Err(format!(
+            "--protocol {p} is a client protocol; a server speaks framed, ws, http, echo8, echo or discard (e.g. --protocol echo; Server-Sent Events are served on --protocol ws ports)"
+        ));
     }
     let cores = crate::sys::online_cpus();
     let n = cfg.connections.unwrap_or(match cfg.workers {

@@ -93,8 +93,8 @@ impl Worker {
                     let ext = &mut conn.ext;
                     net::read_chunks(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| ws::consume(&mut ctx, ext, buf))
                 }
-                // Raw is a client protocol (refused by the server's plan).
-                Protocol::Echo | Protocol::Discard | Protocol::Raw => {
+                // Raw and sse are client protocols (refused by the server's plan).
+                Protocol::Echo | Protocol::Discard | Protocol::Raw | Protocol::Sse => {
                     let echo = self.cfg.protocol == Protocol::Echo;
                     net::read_chunks(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| {
                         req.stats.frames_in += 1;
