@@ -57,6 +57,8 @@ fn bad_websocket_codec_and_churn_flags_exit_2() {
     expect_usage_error(&["server", "--history-max-bytes", "10"], "below 1MiB");
     expect_usage_error(&["server", "--history-max-bytes", "3 parsecs"], "unknown unit");
     expect_usage_error(&["server", "--history", "100001"], "--history");
+    expect_usage_error(&["server", "--max-push-bytes", "2MiB"], "must be 1 to 1MiB");
+    expect_usage_error(&["server", "--max-push-bytes", "1MiB"], "raise --max-pending-bytes to at least 1048576");
     expect_usage_error(&["client", "--connections", "10", "--subscribe", "x{0..2000000}"], "1,000,000");
     expect_usage_error(&["server", "--protocol", "ws", "--max-message-bytes", "10"], "--max-message-bytes");
     expect_usage_error(&["server", "--max-connections", "0"], "--max-connections");

@@ -34,6 +34,8 @@ enum In {
     Push(u64, u32, String),
     /// recovered, epoch, offset
     Subscribed(bool, u32, u64),
+    /// last, data
+    Part(bool, Vec<u8>),
 }
 
 /// Frames as they arrive on one socket.
@@ -57,6 +59,25 @@ impl Reader {
                     let f: Vec<u8> = self.buf.drain(..2 + len).collect();
                     let (kind, p) = (f[2], &f[3..]);
                     return match kind {
+                        8 if p[0] & 0x80 != 0 => {
+                            // Continued: read the parts to the last one.
+                            let t = 2 + p[1] as usize;
+                            let offset = u64::from_be_bytes(p[t..t + 8].try_into().unwrap());
+                            let epoch = u32::from_be_bytes(p[t + 16..t + 20].try_into().unwrap());
+                            let mut data = p[t + 20..].to_vec();
+                            loop {
+                                match self.next() {
+                                    In::Part(last, more) => {
+                                        data.extend_from_slice(&more);
+                                        if last {
+                                            break;
+                                        }
+                                    }
+                                    other => panic!("a part expected, got {other:?}"),
+                                }
+                            }
+                            In::Push(offset, epoch, String::from_utf8(data).expect("the test sends text"))
+                        }
                         8 => {
                             let t = 2 + p[1] as usize;
                             let offset = u64::from_be_bytes(p[t..t + 8].try_into().unwrap());
@@ -64,6 +85,8 @@ impl Reader {
                             In::Push(offset, epoch, String::from_utf8_lossy(&p[t + 20..]).into())
                         }
                         10 => In::Subscribed(p[0] == 1, u32::from_be_bytes(p[1..5].try_into().unwrap()), u64::from_be_bytes(p[5..13].try_into().unwrap())),
+                        // The rest of a push over one frame: `last | data`.
+                        11 => In::Part(p[0] == 1, p[1..].to_vec()),
                         k => panic!("unexpected frame kind {k}"),
                     };
                 }
@@ -187,6 +210,7 @@ fn a_resume_while_publishing_has_no_gap_and_no_duplicate() {
                 assert!(recovered && !answered);
                 answered = true;
             }
+            In::Part(..) => panic!("a part without its push"),
         }
     }
     publisher.join().unwrap();
@@ -293,5 +317,36 @@ fn chromium_eventsource_recovers_across_a_crashed_worker() {
     assert_eq!(result["offsets"], serde_json::json!([1, 2, 3, 4, 5, 6, 7]), "{result}");
     assert_eq!(result["resumes"][0]["recovered"], true, "{result}");
     assert_eq!(result["resumes"][0]["offset"], 6, "{result}");
+    assert!(s.terminate().success());
+}
+
+/// A push over one frame reaches a framed subscriber in parts (read here
+/// by hand) and a Python websockets subscriber in one 1 MiB message; over
+/// --max-push-bytes is refused with 413 naming the flag.
+#[test]
+fn a_large_push_arrives_whole_on_every_protocol() {
+    let port = free_port();
+    let (mut s, _, ready) = server_ready(&["--ports", &port.to_string(), "--workers", "1", "--max-push-bytes", "300KiB", "--max-pending-bytes", "1MiB"], None);
+    let admin = ready["admin"].as_str().unwrap().to_string();
+    let mut r = Reader::connect(port);
+    r.s.write_all(&resume("big", None)).unwrap();
+    r.until_subscribed();
+    let text: String = (0..300 * 1024).map(|i| (b'a' + (i % 26) as u8) as char).collect();
+    publish(&admin, "big", &text);
+    let In::Push(1, _, got) = r.next() else { panic!("a push") };
+    assert!(got == text, "{} bytes came back, {} sent", got.len(), text.len());
+    let (status, body) = http(&admin, "POST", "/publish?topic=big", &vec![b'x'; 300 * 1024 + 1], None);
+    assert_eq!(status, 413, "{body}");
+    assert!(body.contains("--max-push-bytes is 307200"), "{body}");
+    assert!(s.terminate().success());
+
+    let port = free_port().to_string();
+    let flags = ["--ports", &port, "--workers", "1", "--protocol", "ws", "--push-format", "binary", "--max-push-bytes", "1MiB", "--max-pending-bytes", "4MiB"];
+    let (mut s, _, ready) = server_ready(&flags, None);
+    let admin = ready["admin"].as_str().unwrap().to_string();
+    let mut py = Command::new("python3");
+    py.args([&peer("ws_large_push.py"), &port, &admin]);
+    let mut client = Peer::spawn("ws_large_push.py", py);
+    assert_eq!(client.finish_ok(Duration::from_secs(60)), ["OK"]);
     assert!(s.terminate().success());
 }

@@ -2,7 +2,7 @@
 //! with a one-line reason. Pure, so every rejection is unit-tested.
 
 use super::Response;
-use crate::proto::push::{check_topic, max_data, Stream};
+use crate::proto::push::{check_topic, Stream, MAX_PUSH};
 
 /// Longest `/connections` listing (each worker also stops at 2 MiB).
 pub const MAX_LIST: usize = 10_000;
@@ -50,10 +50,10 @@ fn query<'a>(url: &'a str, key: &str) -> Option<&'a str> {
     q.split('&').find_map(|kv| kv.split_once('=').filter(|(k, _)| *k == key).map(|(_, v)| v))
 }
 
-fn data_fits(topic: &str, data: &[u8]) -> Result<(), Response> {
-    let max = max_data(topic.len());
-    if data.len() > max {
-        return Err(Response::error(413, format!("message of {} bytes; at most {max} fit in one push frame", data.len())));
+/// The hard cap; the server's `--max-push-bytes` is checked by the supervisor.
+fn data_fits(_topic: &str, data: &[u8]) -> Result<(), Response> {
+    if data.len() > MAX_PUSH {
+        return Err(Response::error(413, format!("a message of {} bytes; a push carries at most 1MiB (--max-push-bytes)", data.len())));
     }
     Ok(())
 }
@@ -155,7 +155,8 @@ mod tests {
         assert_eq!(parse("POST", "/publish?topic=bad%20topic", vec![]).unwrap_err().status, 400);
         assert_eq!(parse("POST", "/publish", vec![]).unwrap_err().status, 400);
         assert_eq!(parse("POST", "/push/abc", vec![]).unwrap_err().status, 400);
-        assert_eq!(parse("POST", "/broadcast", vec![0; 5000]).unwrap_err().status, 413);
+        assert_eq!(parse("POST", "/broadcast", vec![0; MAX_PUSH + 1]).unwrap_err().status, 413);
+        assert!(parse("POST", "/broadcast", vec![0; MAX_PUSH]).is_ok());
         assert_eq!(parse("DELETE", "/broadcast", vec![]).unwrap_err().status, 405);
         assert_eq!(parse("GET", "/nope", vec![]).unwrap_err().status, 404);
         let Ok(Request::Publish(m)) = parse("POST", "/push", b"1 hello\n2 world\n".to_vec()) else { panic!() };

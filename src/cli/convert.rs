@@ -32,6 +32,7 @@ impl From<ServerArgs> for ServerConfig {
             retire_after: a.retire_after,
             drain_timeout: a.drain_timeout,
             max_pending_bytes: a.max_pending_bytes,
+            max_push_bytes: a.max_push_bytes,
             history: crate::server::history::HistoryConfig { size: a.history, ttl: a.history_ttl, max_bytes: a.history_max_bytes },
             max_message_bytes: a.max_message_bytes,
             push_format: a.push_format,

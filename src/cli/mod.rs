@@ -180,8 +180,11 @@ pub struct ServerArgs {
     #[arg(long, default_value = "8192", value_parser = clap::value_parser!(u32).range(256..=1_048_576).map(|v| v as usize))]
     pub max_header_bytes: usize,
     /// Push: most bytes one connection may leave unread before it is closed as a slow consumer.
-    #[arg(long, default_value = "65536", value_parser = clap::value_parser!(u32).range(4096..=67_108_864).map(|v| v as usize))]
+    #[arg(long, default_value = "64KiB", value_parser = |s: &str| parse::byte_size(s).and_then(|v| if (4096..=64 << 20).contains(&v) { Ok(v as usize) } else { Err(format!("--max-pending-bytes {v} must be 4KiB to 64MiB")) }))]
     pub max_pending_bytes: usize,
+    /// Push: largest message a publish may carry (up to 1MiB); larger is refused with 413. Framed connections get it in parts, WebSocket and event streams in one message.
+    #[arg(long, default_value = "64KiB", value_parser = |s: &str| parse::byte_size(s).and_then(|v| if (1..=crate::proto::push::MAX_PUSH as u64).contains(&v) { Ok(v as usize) } else { Err(format!("--max-push-bytes {v} must be 1 to 1MiB")) }))]
+    pub max_push_bytes: usize,
     /// History: messages kept per topic (and for broadcasts) so a subscriber that comes back gets what it missed; 0 keeps none (offsets and epochs still count).
     #[arg(long, default_value = "100", value_parser = clap::value_parser!(u32).range(0..=crate::server::history::MAX_SIZE as i64).map(|v| v as usize))]
     pub history: usize,

@@ -94,7 +94,7 @@ pub trait Speaker {
 /// The speaker of a worker's protocol.
 pub fn speaker(traffic: &Traffic, host_header: &str, shard: u64) -> Box<dyn Speaker> {
     match traffic.protocol {
-        Protocol::Framed => Box::new(Framed { traffic: traffic.clone() }),
+        Protocol::Framed => Box::new(Framed { traffic: traffic.clone(), assembling: Default::default() }),
         Protocol::Echo8 => Box::new(Echo8 { wall_offset_us: crate::proto::push::wall_us() as i64 - crate::sys::mono_us() as i64 }),
         Protocol::Http => Box::new(super::http::Http::new(traffic, host_header)),
         Protocol::Ws => Box::new(super::ws::WsSpeaker::new(traffic, host_header, shard)),
@@ -108,6 +108,8 @@ pub fn speaker(traffic: &Traffic, host_header: &str, shard: u64) -> Box<dyn Spea
 /// megaconn frames: stamped heartbeats and requests, subscriptions, pushes.
 struct Framed {
     traffic: Traffic,
+    /// Pushes over one frame, by connection slot, until their last part.
+    assembling: std::collections::HashMap<usize, push::Assembly>,
 }
 
 impl Speaker for Framed {
@@ -140,15 +142,26 @@ impl Speaker for Framed {
     }
 
     fn read(&mut self, ear: Ear<'_>, replies: &mut Replies<'_>) -> Heard {
+        let (slot, assembling) = (ear.slot, &mut self.assembling);
         let mut wire = ear.wire;
         net::read_frames(&mut wire, ear.partial, ear.scratch, ear.read_closed, |f| {
             match f.kind {
                 Kind::HeartbeatAck => replies.beat_answered(frame::stamp_of(f.payload)),
                 Kind::Reply => replies.reply(frame::stamp_of(f.payload)),
                 Kind::Rejected => replies.stats.rejected += 1,
+                Kind::Push if push::is_continued(f.payload) => {
+                    assembling.insert(slot, push::Assembly::start(f.payload));
+                }
                 Kind::Push => {
                     let p = push::decode(f.payload)?;
                     super::pushes::account(replies.stats, replies.push, replies.seen, &p, push::wall_us());
+                }
+                Kind::PushPart => {
+                    let a = assembling.get_mut(&slot).ok_or("bad_frame_push_part")?;
+                    if a.add(f.payload)? {
+                        let a = assembling.remove(&slot).expect("present");
+                        super::pushes::account(replies.stats, replies.push, replies.seen, &a.push()?, push::wall_us());
+                    }
                 }
                 Kind::Subscribed => {
                     let (topic, recovered, at) = push::decode_subscribed(f.payload)?;

@@ -38,38 +38,42 @@ struct Event {
     data: Option<String>,
 }
 
-/// Parse the events whole in `buf`; returns them and the bytes used.
+/// Parse the events whole in `buf` (lines end in LF or CRLF; an empty
+/// line ends an event); returns them and the bytes used.
 fn events(buf: &[u8]) -> Result<(Vec<Event>, usize), &'static str> {
     let mut out = Vec::new();
-    let mut pos = 0;
-    while let Some(end) = buf[pos..].windows(2).position(|w| w == b"\n\n") {
-        let block = std::str::from_utf8(&buf[pos..pos + end]).map_err(|_| "sse_bad_utf8")?;
-        pos += end + 2;
-        let mut e = Event::default();
-        for line in block.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l)) {
-            if line.starts_with(':') || line.is_empty() {
-                continue;
-            }
-            let (field, value) = line.split_once(':').map_or((line, ""), |(f, v)| (f, v.strip_prefix(' ').unwrap_or(v)));
-            match field {
-                "event" => e.kind = Some(value.to_string()),
-                "id" => e.id = Some(value.to_string()),
-                "data" => match &mut e.data {
-                    Some(d) => {
-                        d.push('\n');
-                        d.push_str(value);
-                    }
-                    None => e.data = Some(value.to_string()),
-                },
-                _ => {}
-            }
+    let (mut used, mut pos) = (0, 0);
+    let mut e = Event::default();
+    while let Some(nl) = buf[pos..].iter().position(|b| *b == b'\n') {
+        let raw = &buf[pos..pos + nl];
+        pos += nl + 1;
+        let line = std::str::from_utf8(raw.strip_suffix(b"\r").unwrap_or(raw)).map_err(|_| "sse_bad_utf8")?;
+        if line.is_empty() {
+            out.push(std::mem::take(&mut e));
+            used = pos;
+            continue;
         }
-        out.push(e);
+        if line.starts_with(':') {
+            continue;
+        }
+        let (field, value) = line.split_once(':').map_or((line, ""), |(f, v)| (f, v.strip_prefix(' ').unwrap_or(v)));
+        match field {
+            "event" => e.kind = Some(value.to_string()),
+            "id" => e.id = Some(value.to_string()),
+            "data" => match &mut e.data {
+                Some(d) => {
+                    d.push('\n');
+                    d.push_str(value);
+                }
+                None => e.data = Some(value.to_string()),
+            },
+            _ => {}
+        }
     }
-    if buf.len() - pos > MAX_EVENT {
+    if buf.len() - used > MAX_EVENT {
         return Err("sse_event_too_large");
     }
-    Ok((out, pos))
+    Ok((out, used))
 }
 
 impl Speaker for SseSpeaker {

@@ -439,7 +439,7 @@ fn decode(m: &async_nats::Message) -> Result<Inbound, String> {
     } else {
         return Err("not a megaconn subject".into());
     };
-    let limit = crate::proto::push::max_data(topic.len());
+    let limit = crate::proto::push::MAX_PUSH;
     if m.payload.len() > limit {
         return Err(format!("{} bytes of data, more than a push carries ({limit})", m.payload.len()));
     }

@@ -12,7 +12,8 @@
 //! server echoes the heartbeat's payload), 3 request, 4 reply, 5 rejected,
 //! 6 subscribe and 7 unsubscribe (payload: the topic name), 8 push, 9
 //! resume (subscribe and recover what was missed), 10 subscribed (its
-//! answer); see `proto::push` for the payloads of 8, 9 and 10.
+//! answer), 11 push part (the rest of a push over one frame); see
+//! `proto::push` for the payloads of 8 to 11.
 //! Clients put their intended send time (u64 BE microseconds on
 //! CLOCK_MONOTONIC) in the first 8 payload bytes when the payload is at
 //! least 8 bytes long, so round trips can be timed from the echo alone.
@@ -39,6 +40,7 @@ pub enum Kind {
     Push = 8,
     Resume = 9,
     Subscribed = 10,
+    PushPart = 11,
 }
 
 impl Kind {
@@ -54,6 +56,7 @@ impl Kind {
             8 => Kind::Push,
             9 => Kind::Resume,
             10 => Kind::Subscribed,
+            11 => Kind::PushPart,
             _ => return None,
         })
     }

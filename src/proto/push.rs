@@ -79,32 +79,99 @@ pub fn check_topic(t: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
-/// Largest data a push may carry with this topic.
+/// Largest data a push may carry at all (`--max-push-bytes` at most).
+pub const MAX_PUSH: usize = 1 << 20;
+/// Default `--max-push-bytes`.
+pub const DEFAULT_MAX_PUSH: usize = 64 << 10;
+/// Set in a push frame's stream byte: the data goes on in push-part
+/// frames (kind 11), the last of which says so.
+pub const CONTINUED: u8 = 0x80;
+
+/// Largest data a push carries in one frame with this topic (more goes
+/// on in push-part frames).
 pub fn max_data(topic_len: usize) -> usize {
     MAX_PAYLOAD - PUSH_OVERHEAD - topic_len
 }
 
-/// Append one push frame to `out` (the caller checked the sizes).
+/// Append one push to `out`: one push frame, or (data over one frame) a
+/// push frame marked [`CONTINUED`] with the first of the data, then
+/// push-part frames `last:u8 | data` (the caller checked the total
+/// against [`MAX_PUSH`]).
 pub fn encode(out: &mut Vec<u8>, p: &Push<'_>) {
-    let len = PUSH_OVERHEAD + p.topic.len() + p.data.len();
-    debug_assert!(len <= MAX_PAYLOAD);
-    out.reserve(HEADER_LEN + len);
+    let room = max_data(p.topic.len());
+    let (first, mut rest) = p.data.split_at(p.data.len().min(room));
+    let len = PUSH_OVERHEAD + p.topic.len() + first.len();
+    out.reserve(HEADER_LEN + len + rest.len() + (rest.len() / (MAX_PAYLOAD - 1) + 1) * (HEADER_LEN + 1));
     out.extend_from_slice(&((len + 1) as u16).to_be_bytes());
     out.push(Kind::Push as u8);
-    out.push(p.stream as u8);
+    encode_fields(out, p, first, !rest.is_empty());
+    while !rest.is_empty() {
+        let (chunk, more) = rest.split_at(rest.len().min(MAX_PAYLOAD - 1));
+        out.extend_from_slice(&((chunk.len() + 2) as u16).to_be_bytes());
+        out.push(Kind::PushPart as u8);
+        out.push(more.is_empty() as u8);
+        out.extend_from_slice(chunk);
+        rest = more;
+    }
+}
+
+/// A push frame's payload with `data` (all of it: a WebSocket binary
+/// push carries any size in one message).
+pub fn encode_fields(out: &mut Vec<u8>, p: &Push<'_>, data: &[u8], continued: bool) {
+    out.push(p.stream as u8 | if continued { CONTINUED } else { 0 });
     out.push(p.topic.len() as u8);
     out.extend_from_slice(p.topic);
     out.extend_from_slice(&p.seq.to_be_bytes());
     out.extend_from_slice(&p.publish_us.to_be_bytes());
     out.extend_from_slice(&p.epoch.to_be_bytes());
-    out.extend_from_slice(p.data);
+    out.extend_from_slice(data);
+}
+
+/// Whether a push frame's data goes on in push-part frames.
+pub fn is_continued(payload: &[u8]) -> bool {
+    payload.first().is_some_and(|s| s & CONTINUED != 0)
+}
+
+/// A push arriving in parts, put back together.
+#[derive(Debug, Default)]
+pub struct Assembly {
+    /// The push frame's payload (continued flag cleared), then each
+    /// part's data.
+    payload: Vec<u8>,
+}
+
+impl Assembly {
+    /// A push frame marked continued: start over with it.
+    pub fn start(payload: &[u8]) -> Assembly {
+        let mut v = payload.to_vec();
+        v[0] &= !CONTINUED;
+        Assembly { payload: v }
+    }
+
+    /// A push-part frame: Ok(true) when it was the last (the push is
+    /// then [`Assembly::push`]).
+    pub fn add(&mut self, part: &[u8]) -> Result<bool, &'static str> {
+        let (&last, data) = part.split_first().ok_or("bad_frame_push_part")?;
+        if last > 1 {
+            return Err("bad_frame_push_part");
+        }
+        if self.payload.len() + data.len() > MAX_PUSH + MAX_PAYLOAD {
+            return Err("push_too_large");
+        }
+        self.payload.extend_from_slice(data);
+        Ok(last == 1)
+    }
+
+    pub fn push(&self) -> Result<Push<'_>, &'static str> {
+        decode(&self.payload)
+    }
 }
 
 /// Decode the payload of a push frame.
 pub fn decode(payload: &[u8]) -> Result<Push<'_>, &'static str> {
     let bad = "bad_frame_push";
     let (&stream, rest) = payload.split_first().ok_or(bad)?;
-    let stream = match stream {
+    let stream = match stream & !CONTINUED {
         0 => Stream::Broadcast,
         1 => Stream::Topic,
         2 => Stream::Unicast,
@@ -236,6 +303,32 @@ mod tests {
             prop_assert_eq!(used, out.len());
             prop_assert_eq!(f.kind, Kind::Push);
             prop_assert_eq!(decode(f.payload).unwrap(), p);
+        }
+
+        #[test]
+        fn a_large_push_goes_in_parts_and_comes_back_whole(size in 0usize..20_000, topic in "[a-z]{1,30}") {
+            let data: Vec<u8> = (0..size).map(|i| i as u8).collect();
+            let p = Push { stream: Stream::Topic, topic: topic.as_bytes(), seq: 9, publish_us: 1, epoch: 3, data: &data };
+            let mut out = Vec::new();
+            encode(&mut out, &p);
+            let (f, mut pos) = frame::decode(&out).unwrap().unwrap();
+            prop_assert_eq!(f.kind, Kind::Push);
+            if !is_continued(f.payload) {
+                prop_assert_eq!(pos, out.len());
+                prop_assert_eq!(decode(f.payload).unwrap(), p);
+            } else {
+                let mut a = Assembly::start(f.payload);
+                loop {
+                    let (g, used) = frame::decode(&out[pos..]).unwrap().unwrap();
+                    prop_assert_eq!(g.kind, Kind::PushPart);
+                    pos += used;
+                    if a.add(g.payload).unwrap() {
+                        break;
+                    }
+                }
+                prop_assert_eq!(pos, out.len());
+                prop_assert_eq!(a.push().unwrap(), p);
+            }
         }
 
         #[test]

@@ -57,6 +57,8 @@ pub struct ServerConfig {
     pub retire_after: Duration,
     /// Most push bytes one connection may leave unread (slow consumer).
     pub max_pending_bytes: usize,
+    /// `--max-push-bytes`: the largest message a publish may carry.
+    pub max_push_bytes: usize,
     /// `--history`, `--history-ttl`, `--history-max-bytes`.
     pub history: crate::server::history::HistoryConfig,
     /// WebSocket: largest message (close 1009 above it).
@@ -103,6 +105,7 @@ impl Default for ServerConfig {
             retire_after: crate::supervise::elastic::DEFAULT_GRACE,
             drain_timeout: Duration::from_secs(10),
             max_pending_bytes: DEFAULT_MAX_PENDING,
+            max_push_bytes: crate::proto::push::DEFAULT_MAX_PUSH,
             history: Default::default(),
             max_message_bytes: crate::server::ws::DEFAULT_MAX_MESSAGE,
             push_format: crate::server::ws::PushFormat::Text,

@@ -148,7 +148,7 @@ impl ServerFleet {
             stopping: false,
             notes: Vec::new(),
             failure: None,
-            publisher: super::publish::Publisher::new(cfg.history),
+            publisher: super::publish::Publisher::new(cfg.history, cfg.max_push_bytes),
             cap,
             listeners,
             relay: None,
@@ -289,6 +289,7 @@ impl ServerFleet {
                 ),
             },
             Route::History { topic, after, epoch, limit } => self.publisher.history_json(topic, *after, *epoch, *limit),
+            Route::Publish(ms) if self.publisher.too_large(ms).is_some() => self.publisher.too_large(ms).expect("checked"),
             Route::Publish(ms) if self.relay.is_none() && ms.iter().any(|m| m.node.is_some()) => Response::error(
                 400,
                 "a NODE.ID connection id names a cluster node, but this server is not in a cluster (--cluster); use the bare ID from GET /connections",

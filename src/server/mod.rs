@@ -78,6 +78,12 @@ pub fn plan(cfg: &ServerConfig, fd_hard: u64) -> Result<ServerPlan, String> {
             "--protocol {p} is a client protocol; a server speaks framed, ws, http, echo8, echo or discard (e.g. --protocol echo; Server-Sent Events are served on --protocol ws ports)"
         ));
     }
+    if cfg.max_pending_bytes < cfg.max_push_bytes {
+        return Err(format!(
+            "--max-pending-bytes {} is below --max-push-bytes {}: every connection would be closed as a slow consumer by one large push; raise --max-pending-bytes to at least {}",
+            cfg.max_pending_bytes, cfg.max_push_bytes, cfg.max_push_bytes
+        ));
+    }
     let cores = crate::sys::online_cpus();
     let n = cfg.connections.unwrap_or(match cfg.workers {
         Workers::Auto => DEFAULT_CAPACITY,

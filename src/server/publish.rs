@@ -64,6 +64,8 @@ pub struct Publisher {
     next_id: u64,
     /// Every topic's offsets, epoch and latest messages (`*`: broadcasts).
     pub history: History,
+    /// `--max-push-bytes`.
+    pub max_push: usize,
     /// Request id of each outstanding publish or listing.
     pending: HashMap<u64, Pending>,
     /// Which request a publish id belongs to.
@@ -79,8 +81,14 @@ pub struct Publisher {
 }
 
 impl Publisher {
-    pub fn new(history: super::history::HistoryConfig) -> Publisher {
-        Publisher { history: History::new(history), ..Default::default() }
+    pub fn new(history: super::history::HistoryConfig, max_push: usize) -> Publisher {
+        Publisher { history: History::new(history), max_push, ..Default::default() }
+    }
+
+    /// A message over `--max-push-bytes`: the answer that names the limit.
+    pub fn too_large(&self, messages: &[crate::admin::route::Message]) -> Option<Response> {
+        let big = messages.iter().map(|m| m.data.len()).max().filter(|n| *n > self.max_push)?;
+        Some(Response::error(413, format!("a message of {big} bytes; this server's --max-push-bytes is {} (at most 1MiB)", self.max_push)))
     }
 
     /// Start an admin API publish or listing; `live` are the workers that may answer.

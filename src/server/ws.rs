@@ -242,8 +242,9 @@ pub fn encode_push(out: &mut Vec<u8>, format: PushFormat, p: &Push<'_>) {
     match format {
         PushFormat::Binary => {
             let mut body = Vec::with_capacity(64 + p.data.len());
-            push::encode(&mut body, p);
-            frame::encode(out, true, Opcode::Binary, &body[2..], None);
+            body.push(crate::proto::frame::Kind::Push as u8);
+            push::encode_fields(&mut body, p, p.data, false);
+            frame::encode(out, true, Opcode::Binary, &body, None);
         }
         PushFormat::Text => frame::encode(out, true, Opcode::Text, push_json(p).to_string().as_bytes(), None),
     }

@@ -91,7 +91,7 @@ impl CommandReader {
     /// Read what is there; return the commands received.
     pub fn poll(&mut self) -> Vec<Command> {
         let mut cmds = Vec::new();
-        let mut chunk = [0u8; 256];
+        let mut chunk = [0u8; 64 * 1024];
         loop {
             // SAFETY: read into a stack buffer we own.
             let n = unsafe { libc::read(0, chunk.as_mut_ptr().cast(), chunk.len()) };
