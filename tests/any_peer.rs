@@ -114,7 +114,7 @@ fn the_client_refuses_server_only_protocols() {
     cmd.args(["client", "--connections", "10", "--ports", &free_port().to_string(), "--protocol", "echo"]);
     let (code, _, err) = run(cmd, Duration::from_secs(20));
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("invalid value 'echo'") && err.contains("[possible values: framed, ws, http, echo8, raw]"), "{err}");
+    assert!(err.contains("invalid value 'echo'") && err.contains("[possible values: framed, ws, http, echo8, raw, sse]"), "{err}");
 }
 
 #[test]
