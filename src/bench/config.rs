@@ -35,6 +35,8 @@ pub struct BenchConfig {
     pub payload: usize,
     /// Push scenario: bytes of data in each published message.
     pub push_bytes: usize,
+    /// The server's `--history`.
+    pub history: usize,
     pub source_ips: Option<Vec<std::net::IpAddr>>,
     pub server_workers: Workers,
     pub client_workers: Workers,
@@ -77,6 +79,7 @@ impl Default for BenchConfig {
             heartbeat: Some(Duration::from_secs(30)),
             payload: 64,
             push_bytes: 64,
+            history: crate::server::history::DEFAULT_SIZE,
             source_ips: None,
             server_workers: Workers::Auto,
             client_workers: Workers::Auto,

@@ -137,6 +137,7 @@ pub fn server_config(cfg: &BenchConfig, connections: u64) -> ServerConfig {
         // The report's series samples every 500 ms.
         stats_interval: Duration::from_millis(500),
         protocol: cfg.protocol,
+        history: crate::server::history::HistoryConfig { size: cfg.history, ..Default::default() },
         tls: cfg.pki.as_ref().map(|p| crate::tls::files::ServerTls {
             cert: p.cert.clone(),
             key: p.key.clone(),

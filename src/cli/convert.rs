@@ -38,7 +38,10 @@ impl From<ServerArgs> for ServerConfig {
             push_format: a.push_format,
             admin: a.admin.0,
             admin_token: a.admin_token_file.or(a.admin_token),
-            cluster: a.cluster.map(|url| a.cluster_auth.into_cluster(url, a.node_id.unwrap_or_else(crate::cluster::default_node_id))),
+            cluster: a.cluster.map(|url| crate::cluster::ClusterConfig {
+                max_push: a.max_push_bytes,
+                ..a.cluster_auth.into_cluster(url, a.node_id.unwrap_or_else(crate::cluster::default_node_id))
+            }),
             tls: a.tls.tls_cert.zip(a.tls.tls_key).map(|(cert, key)| crate::tls::files::ServerTls {
                 cert,
                 key,
@@ -161,6 +164,7 @@ impl From<BenchArgs> for BenchConfig {
             heartbeat: a.heartbeat.0,
             payload: a.payload,
             push_bytes: a.push_bytes,
+            history: a.history,
             source_ips: a.source_ips.map(|l| l.0),
             server_workers: a.workers.unwrap_or(a.server_workers),
             client_workers: a.workers.unwrap_or(a.client_workers),

@@ -274,7 +274,7 @@ impl ClusterAuthArgs {
             tls_ca: self.cluster_tls_ca,
             tls_cert: self.cluster_tls_cert.zip(self.cluster_tls_key),
         };
-        crate::cluster::ClusterConfig { url, node, key: self.cluster_key_file, auth }
+        crate::cluster::ClusterConfig { url, node, key: self.cluster_key_file, auth, max_push: crate::proto::push::DEFAULT_MAX_PUSH }
     }
 }
 
@@ -438,6 +438,9 @@ pub struct BenchArgs {
     /// Push scenario: bytes of data in each published message (cap: what a framed push carries).
     #[arg(long, value_parser = parse::push_bytes, default_value = "64")]
     pub push_bytes: usize,
+    /// The server's --history: messages kept per topic for resuming subscribers (0: none), e.g. to compare the push bench with and without it.
+    #[arg(long, default_value = "100", value_parser = clap::value_parser!(u32).range(0..=crate::server::history::MAX_SIZE as i64).map(|v| v as usize))]
+    pub history: usize,
     /// Source addresses; default: enough 127.0.0.x for the target.
     #[arg(long)]
     pub source_ips: Option<IpList>,

@@ -222,6 +222,8 @@ fn send(tx: &Sink<ClusterEvent>, ev: ClusterEvent) {
 struct Me {
     node: String,
     key: ClusterKey,
+    /// `--max-push-bytes`.
+    max_push: usize,
     /// Signatures already taken (replays are refused).
     replays: Arc<Mutex<sign::Replays>>,
 }
@@ -285,7 +287,7 @@ impl Me {
 
 async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<Cmd>, tx: Sink<ClusterEvent>) {
     let s = shared.clone();
-    let me = Me { node: cfg.node.clone(), key: cfg.key.clone().expect("checked by Link::start"), replays: Default::default() };
+    let me = Me { node: cfg.node.clone(), key: cfg.key.clone().expect("checked by Link::start"), max_push: cfg.max_push, replays: Default::default() };
     let opts = async_nats::ConnectOptions::new()
         .name(format!("megaconn-{}", cfg.node))
         // Answers to this node's requests come only under its own inbox.
@@ -399,7 +401,7 @@ async fn forward(client: &async_nats::Client, subject: String, me: &Me, shared: 
             }
             shared.messages_in.fetch_add(1, Ordering::Relaxed);
             let probe = super::node_of(&m.subject) == Some(me.node.as_str()) && header(&m, H_TARGET).is_err() && m.payload.is_empty();
-            match decode(&m) {
+            match decode(&m, me.max_push) {
                 Ok(inbound) => send(&tx, ClusterEvent::Message(inbound)),
                 Err(_) if probe => {
                     // A node starting with this node's id asks whether it is taken.
@@ -427,7 +429,7 @@ fn header<'a>(m: &'a async_nats::Message, name: &str) -> Result<&'a str, String>
 
 /// A message from another node, checked like an admin publish: a
 /// malformed one must not reach the workers' framing.
-fn decode(m: &async_nats::Message) -> Result<Inbound, String> {
+fn decode(m: &async_nats::Message, max_push: usize) -> Result<Inbound, String> {
     let subject = m.subject.as_str();
     let (stream, topic) = if subject == BROADCAST {
         (Stream::Broadcast, String::new())
@@ -439,9 +441,8 @@ fn decode(m: &async_nats::Message) -> Result<Inbound, String> {
     } else {
         return Err("not a megaconn subject".into());
     };
-    let limit = crate::proto::push::MAX_PUSH;
-    if m.payload.len() > limit {
-        return Err(format!("{} bytes of data, more than a push carries ({limit})", m.payload.len()));
+    if m.payload.len() > max_push {
+        return Err(format!("{} bytes of data, more than a push carries here (--max-push-bytes {max_push})", m.payload.len()));
     }
     let target = match stream {
         Stream::Unicast => {

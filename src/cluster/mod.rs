@@ -56,6 +56,8 @@ pub struct ClusterConfig {
     /// Signs and checks every message between nodes; required to start.
     pub key: Option<ClusterKey>,
     pub auth: NatsAuth,
+    /// This node's `--max-push-bytes`: larger messages from others are refused.
+    pub max_push: usize,
 }
 
 impl std::fmt::Debug for ClusterConfig {
@@ -67,7 +69,7 @@ impl std::fmt::Debug for ClusterConfig {
 impl ClusterConfig {
     /// A config with no credentials (tests, in-process nodes).
     pub fn new(url: &str, node: &str, key: ClusterKey) -> ClusterConfig {
-        ClusterConfig { url: url.into(), node: node.into(), key: Some(key), auth: NatsAuth::default() }
+        ClusterConfig { url: url.into(), node: node.into(), key: Some(key), auth: NatsAuth::default(), max_push: crate::proto::push::DEFAULT_MAX_PUSH }
     }
 
     /// The URL without credentials: the only form ever shown.
