@@ -221,7 +221,7 @@ fn the_admin_api_guards_itself() {
     for (method, path, body, want) in [
         ("POST", "/push/not-an-id", &b"x"[..], 400),
         ("POST", "/publish?topic=bad%20topic", b"x", 400),
-        ("POST", "/broadcast", &[0u8; 5000][..], 413),
+        ("POST", "/broadcast", &[0u8; 65_537][..], 413),
         ("GET", "/nothing", b"", 404),
         ("GET", "/broadcast", b"", 405),
     ] {
