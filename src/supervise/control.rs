@@ -91,7 +91,8 @@ impl CommandReader {
     /// Read what is there; return the commands received.
     pub fn poll(&mut self) -> Vec<Command> {
         let mut cmds = Vec::new();
-        let mut chunk = [0u8; 64 * 1024];
+        // Small: every worker touches it, and a large push line is rare.
+        let mut chunk = [0u8; 4096];
         loop {
             // SAFETY: read into a stack buffer we own.
             let n = unsafe { libc::read(0, chunk.as_mut_ptr().cast(), chunk.len()) };
