@@ -57,11 +57,6 @@ impl SseConn {
     }
 }
 
-/// Whether a request head asks for an event stream.
-pub fn wants_events(accept: Option<&[u8]>) -> bool {
-    accept.and_then(|v| std::str::from_utf8(v).ok()).is_some_and(|v| v.split(',').any(|t| t.trim().starts_with("text/event-stream")))
-}
-
 /// The answer that opens the stream.
 pub fn write_head(out: &mut Vec<u8>) {
     out.extend_from_slice(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: keep-alive\r\nX-Accel-Buffering: no\r\nAccess-Control-Allow-Origin: *\r\n\r\n");
@@ -137,7 +132,6 @@ mod tests {
             vec![("a", Some(Position { epoch: 7, offset: 3 })), ("*", Some(Position { epoch: 9, offset: 0 })), ("b:c", Some(Position { epoch: 8, offset: 5 }))]
         );
         assert!(parse_last_event_id("a:1:2,bad topic").is_err());
-        assert!(wants_events(Some(b"text/html, text/event-stream;q=0.9")) && !wants_events(Some(b"*/*")) && !wants_events(None));
     }
 }
 

@@ -48,6 +48,12 @@ fn has_token(value: &[u8], token: &str) -> bool {
     std::str::from_utf8(value).is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
 }
 
+/// Whether a request head's Accept asks for an event stream (Server-Sent
+/// Events, served on the WebSocket ports).
+pub fn wants_events(accept: Option<&[u8]>) -> bool {
+    accept.and_then(|v| std::str::from_utf8(v).ok()).is_some_and(|v| v.split(',').any(|t| t.trim().starts_with("text/event-stream")))
+}
+
 /// Parse an Upgrade request at the start of `buf`: `Ok(None)` until the
 /// head is complete; then the upgrade and the bytes it used.
 pub fn parse_request(buf: &[u8], max_head: usize) -> Result<Option<(Upgrade, usize)>, Refusal> {
@@ -68,7 +74,7 @@ pub fn parse_request(buf: &[u8], max_head: usize) -> Result<Option<(Upgrade, usi
     }
     let get = |name: &str| req.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value);
     if !get("upgrade").is_some_and(|v| has_token(v, "websocket")) {
-        if crate::server::sse::wants_events(get("accept")) {
+        if wants_events(get("accept")) {
             let last = get("last-event-id").map(|v| String::from_utf8_lossy(v).trim().to_string()).unwrap_or_default();
             return Ok(Some((Upgrade { target: req.path.unwrap_or("/").to_string(), accept: String::new(), events: Some(last) }, used)));
         }
@@ -257,5 +263,13 @@ mod tests {
         let mut out = Vec::new();
         write_refusal(&mut out, &parse_request(b"GET / HTTP/1.1\r\n\r\n", 8192).unwrap_err());
         assert!(String::from_utf8(out).unwrap().starts_with("HTTP/1.1 426 Upgrade Required\r\n"));
+    }
+
+    #[test]
+    fn an_event_stream_request_is_told_apart() {
+        assert!(wants_events(Some(b"text/html, text/event-stream;q=0.9")) && !wants_events(Some(b"*/*")) && !wants_events(None));
+        let req = b"GET /events?subscribe=a HTTP/1.1\r\nHost: h\r\nAccept: text/event-stream\r\nLast-Event-ID: a:1:2\r\n\r\n";
+        let (up, used) = parse_request(req, 8192).unwrap().unwrap();
+        assert_eq!((up.target.as_str(), up.events.as_deref(), used), ("/events?subscribe=a", Some("a:1:2"), req.len()));
     }
 }
