@@ -8,9 +8,7 @@
 use super::config::Traffic;
 use super::replies::Replies;
 use super::speak::{Due, Ear, Heard, Inflight, Speaker};
-use super::ws::{json_push, JsonMessage};
 use crate::net;
-use crate::proto::push::{self, Push};
 use std::collections::HashMap;
 
 /// Longest event (all its lines) the client accepts.
@@ -133,16 +131,7 @@ impl Speaker for SseSpeaker {
                     last_ids.insert(slot, id);
                 }
                 let Some(data) = e.data else { continue };
-                match json_push(data.as_bytes()) {
-                    Some(JsonMessage::Push { stream, topic, seq, publish_us, epoch }) => {
-                        let p = Push { stream, topic: topic.as_bytes(), seq, publish_us, epoch, data: b"" };
-                        super::pushes::account(replies.stats, replies.push, replies.seen, &p, push::wall_us());
-                    }
-                    Some(JsonMessage::Subscribed { topic, recovered, at }) => {
-                        super::pushes::subscribed(replies.stats, replies.seen, topic.as_bytes(), recovered, at)
-                    }
-                    None => replies.stats.raw_bytes_in += data.len() as u64,
-                }
+                super::ws::account_text(replies, data.as_bytes());
             }
             Ok(pos + used)
         });

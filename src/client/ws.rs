@@ -44,7 +44,7 @@ fn stamped(stamp_us: u64, size: usize) -> Vec<u8> {
 }
 
 /// A text push: the server's JSON envelope (stream, topic, seq, ts).
-pub(super) fn json_push(data: &[u8]) -> Option<JsonMessage> {
+fn json_push(data: &[u8]) -> Option<JsonMessage> {
     let v: serde_json::Value = serde_json::from_slice(data).ok()?;
     let topic = v["topic"].as_str().unwrap_or("").to_string();
     let epoch = v["epoch"].as_u64().unwrap_or(0) as u32;
@@ -60,8 +60,22 @@ pub(super) fn json_push(data: &[u8]) -> Option<JsonMessage> {
     Some(JsonMessage::Push { stream, topic, seq: v["seq"].as_u64()?, publish_us: v["ts"].as_u64()?, epoch })
 }
 
+/// A text message from a megaconn server (a WebSocket text message or an
+/// event's data): a push or a `subscribed` answer is accounted, anything
+/// else counted as raw bytes.
+pub(super) fn account_text(replies: &mut Replies<'_>, data: &[u8]) {
+    match json_push(data) {
+        Some(JsonMessage::Push { stream, topic, seq, publish_us, epoch }) => {
+            let p = Push { stream, topic: topic.as_bytes(), seq, publish_us, epoch, data: b"" };
+            super::pushes::account(replies.stats, replies.push, replies.seen, &p, push::wall_us());
+        }
+        Some(JsonMessage::Subscribed { topic, recovered, at }) => super::pushes::subscribed(replies.stats, replies.seen, topic.as_bytes(), recovered, at),
+        None => replies.stats.raw_bytes_in += data.len() as u64,
+    }
+}
+
 /// A text message from a megaconn server.
-pub(super) enum JsonMessage {
+enum JsonMessage {
     Push { stream: Stream, topic: String, seq: u64, publish_us: u64, epoch: u32 },
     Subscribed { topic: String, recovered: bool, at: push::Position },
 }
@@ -129,16 +143,7 @@ impl WsRead<'_> {
                     super::pushes::account(replies.stats, replies.push, replies.seen, &p, push::wall_us());
                 }
                 Event::Message { text: false, data } => replies.reply(stamp_of(data)),
-                Event::Message { text: true, data } => match json_push(data) {
-                    Some(JsonMessage::Push { stream, topic, seq, publish_us, epoch }) => {
-                        let p = Push { stream, topic: topic.as_bytes(), seq, publish_us, epoch, data: b"" };
-                        super::pushes::account(replies.stats, replies.push, replies.seen, &p, push::wall_us());
-                    }
-                    Some(JsonMessage::Subscribed { topic, recovered, at }) => {
-                        super::pushes::subscribed(replies.stats, replies.seen, topic.as_bytes(), recovered, at)
-                    }
-                    None => replies.stats.raw_bytes_in += data.len() as u64,
-                },
+                Event::Message { text: true, data } => account_text(replies, data),
                 Event::Close(code) => {
                     match code {
                         Some(c) => frame::encode_close(out, c, Some(mask)),
