@@ -218,10 +218,13 @@ impl History {
         if self.counters.bytes <= self.cfg.max_bytes {
             return;
         }
+        // Down to 95% of the cap, so the walk over the topics is paid once
+        // per many publishes, not on each.
+        let target = self.cfg.max_bytes - self.cfg.max_bytes / 20;
         let mut names: Vec<Box<str>> = self.logs.keys().cloned().collect();
         names.sort();
         let mut i = self.evict_from;
-        while self.counters.bytes > self.cfg.max_bytes && !names.is_empty() {
+        while self.counters.bytes > target && !names.is_empty() {
             i %= names.len();
             let log = self.logs.get_mut(&names[i]).expect("listed");
             match log.kept.pop_front() {
