@@ -157,6 +157,15 @@ fn a_framed_subscriber_resumes_with_exactly_what_it_missed() {
     assert!(s.terminate().success());
 }
 
+/// Run a Python peer against PORT and the admin API; it asserts what it
+/// received itself and ends saying OK.
+fn python_peer_says_ok(script: &str, port: &str, admin: &str) {
+    let mut py = Command::new("python3");
+    py.args([&peer(script), port, admin]);
+    let mut p = Peer::spawn(script, py);
+    assert_eq!(p.finish_ok(Duration::from_secs(60)), ["OK"]);
+}
+
 /// Poll /stats until `ok` (the workers report every 200 ms).
 fn wait_stats(admin: &str, ok: impl Fn(&Value) -> bool) -> Value {
     let end = Instant::now() + Duration::from_secs(20);
@@ -224,10 +233,7 @@ fn python_websockets_resumes_by_url_and_by_command() {
     let port = free_port().to_string();
     let (mut s, _, ready) = server_ready(&["--ports", &port, "--workers", "2", "--protocol", "ws", "--history", "5"], None);
     let admin = ready["admin"].as_str().unwrap().to_string();
-    let mut py = Command::new("python3");
-    py.args([&peer("ws_resume.py"), &port, &admin]);
-    let mut client = Peer::spawn("ws_resume.py", py);
-    assert_eq!(client.finish_ok(Duration::from_secs(60)), ["OK"]);
+    python_peer_says_ok("ws_resume.py", &port, &admin);
     assert!(s.terminate().success());
 }
 
@@ -274,10 +280,7 @@ fn a_raw_socket_event_stream_resumes_with_last_event_id() {
     let port = free_port().to_string();
     let (mut s, _, ready) = server_ready(&["--ports", &port, "--workers", "2", "--protocol", "ws", "--history", "100"], None);
     let admin = ready["admin"].as_str().unwrap().to_string();
-    let mut py = Command::new("python3");
-    py.args([&peer("sse_resume.py"), &port, &admin]);
-    let mut reader = Peer::spawn("sse_resume.py", py);
-    assert_eq!(reader.finish_ok(Duration::from_secs(60)), ["OK"]);
+    python_peer_says_ok("sse_resume.py", &port, &admin);
     let stats = wait_stats(&admin, |v| v["sse_streams"] == 2);
     assert_eq!(stats["recovered_messages"], 5, "{stats}");
     assert!(s.terminate().success());
@@ -344,9 +347,6 @@ fn a_large_push_arrives_whole_on_every_protocol() {
     let flags = ["--ports", &port, "--workers", "1", "--protocol", "ws", "--push-format", "binary", "--max-push-bytes", "1MiB", "--max-pending-bytes", "4MiB"];
     let (mut s, _, ready) = server_ready(&flags, None);
     let admin = ready["admin"].as_str().unwrap().to_string();
-    let mut py = Command::new("python3");
-    py.args([&peer("ws_large_push.py"), &port, &admin]);
-    let mut client = Peer::spawn("ws_large_push.py", py);
-    assert_eq!(client.finish_ok(Duration::from_secs(60)), ["OK"]);
+    python_peer_says_ok("ws_large_push.py", &port, &admin);
     assert!(s.terminate().success());
 }
