@@ -4,7 +4,8 @@ nothing here shares code with megaconn's own client.
 usage:
   tls_probe.py keepalive PORT CAFILE   one TLS connection, a keep-alive
       request, 'ok1 <subject CN>'; then waits for a line on stdin and
-      sends a second request on the same connection: 'ok2'
+      sends a second request on the same connection: 'ok2'; holds it
+      open until stdin ends
   tls_probe.py garbage PORT            a full handshake (no verification),
       then random bytes instead of records: prints 'closed' when the server
       closes, 'open' if it still holds the connection after 10 s
@@ -42,6 +43,8 @@ def keepalive(port, cafile):
             sys.stdin.readline()
             request(s)
             print("ok2", flush=True)
+            # Hold the connection until the test is done with it (stdin closes).
+            sys.stdin.readline()
 
 
 def garbage(port):
