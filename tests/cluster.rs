@@ -9,6 +9,7 @@
 //! subject cannot keep it from starting, and a node authenticates to a
 //! NATS server that requires it (and never shows the password).
 mod common;
+use common::framed::{resume, In, Reader};
 use common::lab::Lab;
 use common::*;
 use serde_json::Value;
@@ -103,7 +104,9 @@ fn node(lab: &Lab, k: usize, id: &str, key: &KeyFile) -> Running {
     cmd.args(["server", "--ports", &ports, "--workers", "2", "--admin", NODE_ADMIN]);
     let url = format!("nats://{}:{NATS_PORT}", lab.addr(A));
     let urls = if k == B { format!("nats://{}:{NATS_PORT},{url}", lab.addr(7)) } else { url };
-    cmd.args(["--cluster", &urls, "--node-id", id, "--cluster-key-file", key.arg(), "--json", "--stats-interval", "200ms", "--duration", "120s"]);
+    // The core NATS path: what this test checks travels on plain subjects.
+    cmd.args(["--cluster", &urls, "--node-id", id, "--cluster-key-file", key.arg(), "--cluster-history", "off"]);
+    cmd.args(["--json", "--stats-interval", "200ms", "--duration", "120s"]);
     Running::spawn(cmd)
 }
 
@@ -308,7 +311,7 @@ fn two_nodes_through_nats_deliver_once_route_unicasts_and_survive_an_outage() {
     });
     let big = vec![b'x'; 70_000];
     let time = megaconn::cluster::sign::now_ms().to_string();
-    let signed = megaconn::cluster::sign::Signed { subject: NEWS, origin: "X", target: "", publish_us: "1", time_ms: &time };
+    let signed = megaconn::cluster::sign::Signed { subject: NEWS, origin: "X", target: "", publish_us: "1", time_ms: &time, position: "" };
     let sig = megaconn::cluster::sign::sign(&key.key(), &signed, &big);
     let ops = hpub(NEWS, None, &[("Megaconn-Publish-Us", "1"), ("Megaconn-Origin", "X"), ("Megaconn-Time", &time), ("Megaconn-Signature", &sig)], &big);
     nats_raw(&lab, ops, "PONG");
@@ -418,24 +421,56 @@ fn cluster_flags_that_cannot_work_are_refused() {
     }
 }
 
-/// nats-server on a free loopback port: its process, client address and
-/// monitoring address.
+/// nats-server on a free loopback port, with JetStream: its process,
+/// client address, monitoring address and store directory.
 struct Nats {
-    _proc: Running,
+    proc: Running,
     addr: String,
     monitor: String,
+    store: std::path::PathBuf,
 }
 
 /// nats-server on a free loopback port, with `auth` flags (e.g. `--auth T`).
 fn loopback_nats(auth: &[&str]) -> Nats {
-    let (port, monitor) = (free_port().to_string(), free_port().to_string());
-    let mut cmd = Command::new("nats-server");
-    cmd.args(["-a", "127.0.0.1", "-p", &port, "-m", &monitor]).args(auth);
-    let nats = Running::spawn(cmd);
-    let addr = format!("127.0.0.1:{port}");
-    let monitor = format!("127.0.0.1:{monitor}");
-    wait_until("nats-server listening", Duration::from_secs(10), || TcpStream::connect(&addr).is_ok() && TcpStream::connect(&monitor).is_ok());
-    Nats { _proc: nats, addr, monitor }
+    let (port, monitor) = (free_port(), free_port());
+    let store = std::env::temp_dir().join(format!("megaconn-test-js-{}-{port}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&store);
+    Nats::start(port, monitor, store, auth)
+}
+
+impl Nats {
+    fn start(port: u16, monitor: u16, store: std::path::PathBuf, auth: &[&str]) -> Nats {
+        let mut cmd = Command::new("nats-server");
+        cmd.args(["-a", "127.0.0.1", "-p", &port.to_string(), "-m", &monitor.to_string(), "-js", "-sd"]).arg(&store).args(auth);
+        let nats = Running::spawn(cmd);
+        let addr = format!("127.0.0.1:{port}");
+        let monitor = format!("127.0.0.1:{monitor}");
+        wait_until("nats-server listening", Duration::from_secs(10), || TcpStream::connect(&addr).is_ok() && TcpStream::connect(&monitor).is_ok());
+        Nats { proc: nats, addr, monitor, store }
+    }
+
+    fn port(&self, addr: &str) -> u16 {
+        addr.rsplit(':').next().unwrap().parse().unwrap()
+    }
+
+    /// Stop it (as a crash would) and start it again on the same ports
+    /// and store, after `down`.
+    fn restart(mut self, down: Duration) -> Nats {
+        let (port, monitor) = (self.port(&self.addr), self.port(&self.monitor));
+        self.proc.child.kill().unwrap();
+        self.proc.child.wait().unwrap();
+        std::thread::sleep(down); // the outage itself, not a wait for a condition
+        let store = std::mem::take(&mut self.store);
+        Nats::start(port, monitor, store, &[])
+    }
+}
+
+impl Drop for Nats {
+    fn drop(&mut self) {
+        if !self.store.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&self.store);
+        }
+    }
 }
 
 /// Whether some client of nats-server subscribes to `subject` (its
@@ -475,7 +510,7 @@ fn a_bare_nats_client_with_unsigned_forged_or_stale_headers_reaches_no_connectio
     let nats = loopback_nats(&[]);
     let nats_addr = nats.addr.clone();
     let key = KeyFile::new("forged");
-    let (_node, admin, port) = loopback_node(&format!("nats://{nats_addr}"), "N", &key, &[]);
+    let (_node, admin, port) = loopback_node(&format!("nats://{nats_addr}"), "N", &key, &["--cluster-history", "off"]);
     wait_until("the node healthy with its link up", Duration::from_secs(20), || get(&admin, "/healthz").0 == 200);
     let mut conn = TcpStream::connect(("127.0.0.1", port)).unwrap();
     conn.write_all(&frame(6, b"news")).unwrap();
@@ -492,7 +527,7 @@ fn a_bare_nats_client_with_unsigned_forged_or_stale_headers_reaches_no_connectio
     let (t, zeros) = (now.to_string(), "0".repeat(64));
     ops.extend(hpub(NEWS, None, &[("Megaconn-Publish-Us", "0"), ("Megaconn-Origin", "N2"), ("Megaconn-Time", &t), ("Megaconn-Signature", &zeros)], b"forged"));
     let sign = |subject: &str, origin: &str, target: &str, time: &str, data: &[u8]| {
-        let s = megaconn::cluster::sign::Signed { subject, origin, target, publish_us: "0", time_ms: time };
+        let s = megaconn::cluster::sign::Signed { subject, origin, target, publish_us: "0", time_ms: time, position: "" };
         megaconn::cluster::sign::sign(&key.key(), &s, data)
     };
     let other = sign("megaconn.broadcast", "N2", "", &t, b"other");
@@ -588,7 +623,7 @@ fn a_squatter_on_a_node_subject_cannot_keep_the_node_from_starting() {
     let (node, admin, _) = loopback_node(&format!("nats://{nats_addr}"), "S", &key, &[]);
     // It subscribes to the broadcast only once its id probe is over.
     wait_until("the node started in spite of the squatter", Duration::from_secs(20), || {
-        get(&admin, "/healthz").0 == 200 && routed(&nats.monitor, "megaconn.broadcast")
+        get(&admin, "/healthz").0 == 200 && routed(&nats.monitor, "megaconn.live.broadcast")
     });
     let (status, h) = get(&admin, "/healthz");
     assert_eq!(status, 200, "{h}");
@@ -727,4 +762,144 @@ fn a_node_authenticates_with_an_nkey_seed_file() {
     let (_with, admin, _) = loopback_node(&url, "K1", &key, &["--cluster-nkey-file", seed.to_str().unwrap()]);
     wait_until("the node with the seed linked", Duration::from_secs(20), || get(&admin, "/healthz").0 == 200);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The offsets a node's admin API answered for a publish.
+fn publish_on(admin: &str, topic: &str, data: &str) -> (u16, Value) {
+    let (status, text) = http(admin, "POST", &format!("/publish?topic={topic}"), data.as_bytes(), None);
+    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+/// Pushes on `r` up to and including the one carrying `last`.
+fn pushes_until(r: &mut Reader, last: &str) -> Vec<(u64, u32, String)> {
+    let mut got = Vec::new();
+    loop {
+        match r.next() {
+            In::Push(offset, epoch, data) => {
+                let done = data == last;
+                got.push((offset, epoch, data));
+                if done {
+                    return got;
+                }
+            }
+            other => panic!("a push expected, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn with_jetstream_a_client_resumes_on_another_node_and_a_nats_restart_loses_nothing() {
+    assert!(Command::new("nats-server").arg("--version").output().is_ok_and(|o| o.status.success()), "nats-server is not installed: run scripts/setup.sh");
+    let nats = loopback_nats(&[]);
+    let url = format!("nats://{}", nats.addr);
+    let key = KeyFile::new("jetstream");
+    let (_a, admin_a, port_a) = loopback_node(&url, "A", &key, &[]);
+    let (_b, admin_b, port_b) = loopback_node(&url, "B", &key, &[]);
+    wait_until("both nodes healthy with the stream ready", Duration::from_secs(20), || {
+        get(&admin_a, "/healthz").0 == 200 && get(&admin_b, "/healthz").0 == 200
+    });
+
+    // A subscriber on A; B has none of the topic, so it follows nothing of it.
+    let mut on_a = Reader::connect(port_a);
+    on_a.s.write_all(&resume("news", None)).unwrap();
+    assert_eq!(on_a.until_subscribed(), vec![In::Subscribed(true, 0, 0)]);
+    wait_until("A follows what the stream republishes of the topic", Duration::from_secs(10), || routed(&nats.monitor, "megaconn.live.topic.news"));
+    // Offsets are the cluster's: a publish on B continues A's.
+    let mut offsets = Vec::new();
+    for (admin, data) in [(&admin_a, "m1"), (&admin_a, "m2"), (&admin_a, "m3"), (&admin_b, "m4")] {
+        let (status, r) = publish_on(admin, "news", data);
+        assert_eq!(status, 200, "{r}");
+        offsets.push(r["seq"][0].as_u64().unwrap());
+    }
+    assert_eq!(offsets, [1, 2, 3, 4]);
+    let got = pushes_until(&mut on_a, "m4");
+    let epoch = got[0].1;
+    assert_eq!(got, (1..=4).map(|i| (i, epoch, format!("m{i}"))).collect::<Vec<_>>(), "A's subscriber, in the stream's order");
+    drop(on_a);
+    for (admin, data) in [(&admin_b, "m5"), (&admin_b, "m6"), (&admin_a, "m7")] {
+        assert_eq!(publish_on(admin, "news", data).0, 200);
+    }
+    // It comes back on B with A's position: exactly what it missed, read
+    // from the stream (B's own history never had the topic).
+    let mut on_b = Reader::connect(port_b);
+    on_b.s.write_all(&resume("news", Some((epoch, 4)))).unwrap();
+    let mut want: Vec<In> = (5..=7).map(|i| In::Push(i, epoch, format!("m{i}"))).collect();
+    want.push(In::Subscribed(true, epoch, 7));
+    assert_eq!(on_b.until_subscribed(), want, "exactly the missed ones, then the answer");
+    assert!(get(&admin_b, "/stats").1["cluster"]["history"]["fetches"].as_u64() >= Some(1));
+    // And one on A again, from the same position.
+    let mut on_a = Reader::connect(port_a);
+    on_a.s.write_all(&resume("news", Some((epoch, 7)))).unwrap();
+    assert_eq!(on_a.until_subscribed(), vec![In::Subscribed(true, epoch, 7)]);
+    wait_until("B follows the topic", Duration::from_secs(10), || get(&admin_b, "/stats").1["cluster"]["topics"] == 1);
+
+    // Publishes on both nodes while NATS is killed and, 3 s later,
+    // started again on the same store: every publish answered 200 reaches
+    // both subscribers exactly once, in one order, with no offset skipped.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // One publisher per node, at once: the two contend for the next offset.
+    let publishers: Vec<_> = [admin_a.clone(), admin_b.clone()]
+        .into_iter()
+        .enumerate()
+        .map(|(n, admin)| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut answers = Vec::new();
+                for i in 0..1000 {
+                    if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                        break;
+                    }
+                    let data = format!("p{n}-{i}");
+                    answers.push((data.clone(), publish_on(&admin, "news", &data).0));
+                    std::thread::sleep(Duration::from_millis(10)); // pacing of the load, not a wait
+                }
+                answers
+            })
+        })
+        .collect();
+    wait_until("some publishes before the outage", Duration::from_secs(10), || get(&admin_b, "/stats").1["cluster"]["messages_in"].as_u64() >= Some(20));
+    let nats = nats.restart(Duration::from_secs(3));
+    wait_until("both nodes reconnected", Duration::from_secs(20), || get(&admin_a, "/healthz").0 == 200 && get(&admin_b, "/healthz").0 == 200);
+    wait_until("some publishes after the outage", Duration::from_secs(20), || get(&admin_b, "/stats").1["cluster"]["reconnects"].as_u64() >= Some(1));
+    std::thread::sleep(Duration::from_secs(1)); // a second more of load after the reconnect
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let answers: Vec<(String, u16)> = publishers.into_iter().flat_map(|p| p.join().unwrap()).collect();
+    assert_eq!(publish_on(&admin_a, "news", "end").0, 200);
+    let (on_a_got, on_b_got) = (pushes_until(&mut on_a, "end"), pushes_until(&mut on_b, "end"));
+    let status_of = |d: &str| answers.iter().find(|a| a.0 == d).map(|a| a.1);
+    let only = |x: &[(u64, u32, String)], y: &[(u64, u32, String)]| -> Vec<(u64, String, Option<u16>)> {
+        x.iter().filter(|m| !y.contains(m)).map(|m| (m.0, m.2.clone(), status_of(&m.2))).collect()
+    };
+    let (only_a, only_b) = (only(&on_a_got, &on_b_got), only(&on_b_got, &on_a_got));
+    assert!(only_a.is_empty() && only_b.is_empty(), "both subscribers get the same messages at the same offsets; only A's: {only_a:?}, only B's: {only_b:?}");
+    let offsets: Vec<u64> = on_a_got.iter().map(|m| m.0).collect();
+    assert_eq!(offsets, (8..8 + offsets.len() as u64).collect::<Vec<_>>(), "no offset skipped, none twice");
+    assert!(on_a_got.iter().all(|m| m.1 == epoch), "the file store kept the epoch through the restart");
+    let delivered: std::collections::HashSet<&str> = on_a_got.iter().map(|m| m.2.as_str()).collect();
+    let ok: Vec<&str> = answers.iter().filter(|a| a.1 == 200).map(|a| a.0.as_str()).collect();
+    let failed = answers.iter().filter(|a| a.1 != 200).count();
+    assert!(failed > 0, "publishes during the outage fail (503/504): {answers:?}");
+    let missing: Vec<&&str> = ok.iter().filter(|d| !delivered.contains(**d)).collect();
+    assert!(missing.is_empty(), "answered 200 but never delivered: {missing:?}");
+    let (_, stats) = get(&admin_b, "/stats");
+    let h = &stats["cluster"]["history"];
+    assert!(h["stored"].as_u64() >= Some(ok.len() as u64 / 4), "B stored its share in the stream: {h}");
+    drop(nats);
+}
+
+#[test]
+fn a_nats_server_without_jetstream_is_named_with_the_fix() {
+    let (port, monitor) = (free_port(), free_port());
+    let mut cmd = Command::new("nats-server");
+    cmd.args(["-a", "127.0.0.1", "-p", &port.to_string(), "-m", &monitor.to_string()]);
+    let _nats = Running::spawn(cmd);
+    wait_until("nats-server listening", Duration::from_secs(10), || TcpStream::connect(("127.0.0.1", port)).is_ok());
+    let key = KeyFile::new("nojs");
+    let (ports, admin) = (free_ports(1), format!("127.0.0.1:{}", free_port()));
+    let mut cmd = megaconn();
+    cmd.args(["server", "--ports", &ports.arg(), "--workers", "1", "--admin", &admin, "--duration", "60s"]);
+    cmd.args(["--cluster", &format!("nats://127.0.0.1:{port}"), "--node-id", "A", "--cluster-key-file", key.arg()]);
+    let (code, _, err) = run(cmd, Duration::from_secs(30));
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("no JetStream") && err.contains("nats-server -js") && err.contains("--cluster-history off"), "{err}");
 }

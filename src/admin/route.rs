@@ -37,11 +37,13 @@ pub struct Message {
     /// None for a bare id (this node).
     pub node: Option<String>,
     pub data: Vec<u8>,
+    /// Its place in the cluster's history (JetStream), once stored there.
+    pub at: Option<crate::proto::push::Position>,
 }
 
 impl Message {
     fn unicast(node: Option<String>, id: u64, data: Vec<u8>) -> Message {
-        Message { stream: Stream::Unicast, topic: String::new(), target: Some(id), node, data }
+        Message { stream: Stream::Unicast, topic: String::new(), target: Some(id), node, data, at: None }
     }
 }
 
@@ -106,13 +108,13 @@ pub fn parse(method: &str, url: &str, body: Vec<u8>) -> Result<Request, Response
         }
         ("POST", "/broadcast") => {
             data_fits("", &body)?;
-            Ok(Request::Publish(vec![Message { stream: Stream::Broadcast, topic: String::new(), target: None, node: None, data: body }]))
+            Ok(Request::Publish(vec![Message { stream: Stream::Broadcast, topic: String::new(), target: None, node: None, data: body, at: None }]))
         }
         ("POST", "/publish") => {
             let topic = query(url, "topic").ok_or_else(|| Response::error(400, "POST /publish needs ?topic=NAME"))?;
             check_topic(topic.as_bytes()).map_err(|e| Response::error(400, e))?;
             data_fits(topic, &body)?;
-            Ok(Request::Publish(vec![Message { stream: Stream::Topic, topic: topic.into(), target: None, node: None, data: body }]))
+            Ok(Request::Publish(vec![Message { stream: Stream::Topic, topic: topic.into(), target: None, node: None, data: body, at: None }]))
         }
         ("POST", "/push") => {
             let text = String::from_utf8(body).map_err(|_| Response::error(400, "a /push batch is text: one 'ID PAYLOAD' per line"))?;

@@ -81,6 +81,8 @@ struct Secrets {
     key: std::path::PathBuf,
     nats_token: std::path::PathBuf,
     nats_conf: std::path::PathBuf,
+    /// nats-server's JetStream store (the cluster's history).
+    nats_store: std::path::PathBuf,
 }
 
 impl Secrets {
@@ -97,7 +99,9 @@ impl Secrets {
             key: format!("{logs}-cluster.key").into(),
             nats_token: format!("{logs}-nats.token").into(),
             nats_conf: format!("{logs}-nats.conf").into(),
+            nats_store: format!("{logs}-nats-store").into(),
         };
+        let _ = std::fs::remove_dir_all(&s.nats_store);
         let key: [u8; 32] = rand::random();
         write(&s.key, &key)?;
         let token = format!("{:032x}", rand::random::<u128>());
@@ -112,6 +116,7 @@ impl Drop for Secrets {
         for p in [&self.key, &self.nats_token, &self.nats_conf] {
             let _ = std::fs::remove_file(p);
         }
+        let _ = std::fs::remove_dir_all(&self.nats_store);
     }
 }
 
@@ -282,7 +287,8 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
     let logs = std::env::temp_dir().join(format!("megaconn-{}", std::process::id())).display().to_string();
     let secrets = Secrets::make(&logs)?;
     let mut broker_cmd = Command::new("nats-server");
-    broker_cmd.args(["-a", &BROKER_ADDR.to_string(), "-p", &BROKER_PORT.to_string()]).arg("-c").arg(&secrets.nats_conf).stdout(Stdio::null());
+    broker_cmd.args(["-a", &BROKER_ADDR.to_string(), "-p", &BROKER_PORT.to_string()]).arg("-c").arg(&secrets.nats_conf);
+    broker_cmd.arg("-js").arg("-sd").arg(&secrets.nats_store).stdout(Stdio::null());
     let mut broker = Proc::spawn(broker_cmd, &place::ns_name(std::process::id(), None), "nats-server".into(), format!("{logs}-nats.log").into())?;
     let broker_at = SocketAddr::from((BROKER_ADDR, BROKER_PORT));
     wait_until("nats-server did not listen", || match broker.gone() {

@@ -40,6 +40,12 @@ impl From<ServerArgs> for ServerConfig {
             admin_token: a.admin_token_file.or(a.admin_token),
             cluster: a.cluster.map(|url| crate::cluster::ClusterConfig {
                 max_push: a.max_push_bytes,
+                log: (a.cluster_history == crate::cluster::log::HistoryMode::Jetstream).then_some(crate::cluster::log::LogConfig {
+                    storage: a.cluster_storage,
+                    per_topic: a.history,
+                    max_age: a.history_ttl,
+                    max_bytes: a.history_max_bytes,
+                }),
                 ..a.cluster_auth.into_cluster(url, a.node_id.unwrap_or_else(crate::cluster::default_node_id))
             }),
             tls: a.tls.tls_cert.zip(a.tls.tls_key).map(|(cert, key)| crate::tls::files::ServerTls {

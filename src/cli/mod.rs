@@ -215,6 +215,14 @@ pub struct ServerArgs {
     /// connection ids (NODE.ID). Default: the host name (a pod's name).
     #[arg(long, requires = "cluster", value_parser = |s: &str| crate::cluster::check_node_id(s).map(|_| s.to_string()))]
     pub node_id: Option<String>,
+    /// Where the history that gives every node the same offsets lives:
+    /// `jetstream` (NATS JetStream, stream MEGACONN; nats-server needs -js)
+    /// or `off` (each node's own: a client resumes only on the node it left).
+    #[arg(long, value_enum, requires = "cluster", default_value = "jetstream")]
+    pub cluster_history: crate::cluster::log::HistoryMode,
+    /// Where JetStream keeps that history: `file` (survives a NATS restart) or `memory`.
+    #[arg(long, value_enum, requires = "cluster", default_value = "file")]
+    pub cluster_storage: crate::cluster::log::Storage,
     #[command(flatten)]
     pub cluster_auth: Box<ClusterAuthArgs>,
     /// HTTP: close a connection stuck in one incomplete request this long (slowloris).
@@ -274,7 +282,7 @@ impl ClusterAuthArgs {
             tls_ca: self.cluster_tls_ca,
             tls_cert: self.cluster_tls_cert.zip(self.cluster_tls_key),
         };
-        crate::cluster::ClusterConfig { url, node, key: self.cluster_key_file, auth, max_push: crate::proto::push::DEFAULT_MAX_PUSH }
+        crate::cluster::ClusterConfig { url, node, key: self.cluster_key_file, auth, max_push: crate::proto::push::DEFAULT_MAX_PUSH, log: None }
     }
 }
 

@@ -2,11 +2,13 @@
 //! driven by commands from the supervisor loop and reporting back on the
 //! supervisor's channel.
 
+use super::log::{self as jslog, Head, Log, Stored, H_POSITION};
 use super::sign::{self, ClusterKey, Refusal, Signed, H_SIGNATURE, H_TIME};
 use super::{
-    ClusterConfig, ClusterEvent, Inbound, LinkStatus, PublishFailure, RemoteAnswer, BROADCAST, H_ORIGIN, H_PUBLISH_US, H_TARGET, NODE_PREFIX, TOPIC_PREFIX,
+    ClusterConfig, ClusterEvent, Inbound, LinkStatus, LogStatus, PublishFailure, RemoteAnswer, Sent, BROADCAST, H_ORIGIN, H_PUBLISH_US, H_TARGET, NODE_PREFIX,
+    TOPIC_PREFIX,
 };
-use crate::proto::push::Stream;
+use crate::proto::push::{Position, Stream};
 use crate::supervise::Sink;
 use anyhow::{anyhow, Context, Result};
 use futures_util::StreamExt;
@@ -24,7 +26,7 @@ const CONFIRM: &str = "megaconn.confirm";
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a publish waits for NATS to take it (and a unicast for its
 /// owner's answer) before it is answered 503/504.
-const CONFIRM_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const CONFIRM_TIMEOUT: Duration = Duration::from_secs(5);
 /// Reconnect back-off: 100 ms doubling to at most 2 s, for ever.
 fn reconnect_delay(attempt: usize) -> Duration {
     Duration::from_millis((100u64 << attempt.min(5)).min(2000))
@@ -42,10 +44,29 @@ pub struct Out {
 }
 
 enum Cmd {
-    Publish { request: u64, out: Vec<Out> },
-    Reply { subject: String, body: Vec<u8> },
+    Publish {
+        request: u64,
+        out: Vec<Out>,
+    },
+    Reply {
+        subject: String,
+        body: Vec<u8>,
+    },
     Subscribe(String),
     Unsubscribe(String),
+    /// Read a topic's messages after a position from JetStream.
+    Fetch {
+        topic: String,
+        after: Position,
+    },
+}
+
+/// This node's publish waiting for the stream's copy of one message.
+struct Own {
+    request: u64,
+    /// Its place in the publish.
+    index: usize,
+    seen: tokio::sync::oneshot::Sender<Position>,
 }
 
 #[derive(Default)]
@@ -60,6 +81,17 @@ struct Shared {
     publish_failures: AtomicU64,
     /// Messages dropped, by [`Refusal::label`].
     refused: Mutex<std::collections::BTreeMap<&'static str, u64>>,
+    /// Bumped on every (re)connect and every message NATS dropped: each
+    /// topic then asks JetStream what it missed.
+    catch_up: tokio::sync::watch::Sender<u64>,
+    /// The JetStream history, once connected.
+    log: std::sync::OnceLock<Arc<Log>>,
+    /// Stream subjects this node follows (a forward task runs for each).
+    followed: Mutex<std::collections::HashSet<String>>,
+    /// This node's publishes to followed subjects, by `Nats-Msg-Id`: the
+    /// forward task tells the publish when the stream's copy went by, so
+    /// the supervisor hears of every message before it first.
+    own: Mutex<HashMap<String, Own>>,
 }
 
 impl Shared {
@@ -71,6 +103,7 @@ impl Shared {
                 }
                 self.up.store(true, Ordering::SeqCst);
                 *self.changed.lock().expect("link state") = Some(Instant::now());
+                self.catch_up.send_modify(|n| *n += 1);
             }
             async_nats::Event::Disconnected => {
                 self.up.store(false, Ordering::SeqCst);
@@ -83,7 +116,10 @@ impl Shared {
                 self.error(format!("NATS server error: authorization violation: {AUTH_HINT}"))
             }
             async_nats::Event::ServerError(e) => self.error(format!("NATS server error: {e}")),
-            async_nats::Event::SlowConsumer(sid) => self.error(format!("slow consumer on subscription {sid}: NATS dropped messages")),
+            async_nats::Event::SlowConsumer(sid) => {
+                self.error(format!("slow consumer on subscription {sid}: NATS dropped messages"));
+                self.catch_up.send_modify(|n| *n += 1);
+            }
             async_nats::Event::LameDuckMode => self.error("the NATS server is entering lame duck mode".into()),
             _ => {}
         }
@@ -145,7 +181,29 @@ impl Link {
             publish_failures: self.shared.publish_failures.load(Ordering::SeqCst),
             topics: self.topics.len() as u64,
             refused: self.shared.refused.lock().expect("link state").iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            history: self.cfg.log.map(|cfg| LogStatus {
+                stream: jslog::STREAM.into(),
+                storage: cfg.storage,
+                counters: self.shared.log.get().map(|l| l.counters.lock().expect("log counters").clone()).unwrap_or_default(),
+            }),
         }
+    }
+
+    /// Whether the history lives in JetStream (offsets the same on every node).
+    pub fn logged(&self) -> bool {
+        self.cfg.log.is_some()
+    }
+
+    /// Whether this node follows `topic` (`*`: the broadcasts, always):
+    /// its history of a topic it does not follow may be behind.
+    pub fn follows(&self, topic: &str) -> bool {
+        topic == crate::proto::push::BROADCAST_TOPIC || self.topics.contains_key(topic)
+    }
+
+    /// Read what JetStream has of `topic` (`*`: broadcasts) after `after`;
+    /// the answer comes back as `ClusterEvent::Fetched`.
+    pub fn fetch(&self, topic: &str, after: Position) {
+        let _ = self.cmds.send(Cmd::Fetch { topic: topic.to_string(), after });
     }
 
     /// Why a publish cannot go out now (the 503's reason).
@@ -159,6 +217,11 @@ impl Link {
             s.for_s,
             s.last_error.map(|e| format!("; last error: {e}")).unwrap_or_default()
         )
+    }
+
+    /// Say what went wrong (the status's `last_error`).
+    pub fn note_error(&self, e: String) {
+        self.shared.error(e);
     }
 
     pub fn failed(&self) {
@@ -177,7 +240,9 @@ impl Link {
     }
 
     /// A worker's topics gained their first or lost their last subscriber.
-    pub fn topics_changed(&mut self, worker: usize, changes: &[(String, bool)]) {
+    /// Returns the topics this node starts following.
+    pub fn topics_changed(&mut self, worker: usize, changes: &[(String, bool)]) -> Vec<String> {
+        let mut started = Vec::new();
         for (topic, on) in changes {
             if !super::topic_fits_subject(topic) {
                 continue;
@@ -186,12 +251,14 @@ impl Link {
                 let set = self.topics.entry(topic.clone()).or_default();
                 if set.is_empty() {
                     let _ = self.cmds.send(Cmd::Subscribe(topic.clone()));
+                    started.push(topic.clone());
                 }
                 set.insert(worker);
             } else {
                 self.drop_worker_topic(topic, worker);
             }
         }
+        started
     }
 
     fn drop_worker_topic(&mut self, topic: &str, worker: usize) {
@@ -226,13 +293,52 @@ struct Me {
     max_push: usize,
     /// Signatures already taken (replays are refused).
     replays: Arc<Mutex<sign::Replays>>,
+    /// Random per start, with `sent`: the `Nats-Msg-Id` of each publish
+    /// to the stream (a retried one is stored once).
+    boot: u64,
+    sent: Arc<AtomicU64>,
+}
+
+/// A message as the link checks it, live or read back from the stream.
+struct Parts<'a> {
+    /// The plain subject it was signed for.
+    subject: &'a str,
+    headers: Option<&'a async_nats::HeaderMap>,
+    payload: &'a [u8],
+    reply: Option<&'a str>,
+    /// Live: its signing time must be recent and its signature new. Read
+    /// back from the stream: it is as old as it is.
+    fresh: bool,
+}
+
+impl<'a> Parts<'a> {
+    fn live(m: &'a async_nats::Message, subject: &'a str) -> Parts<'a> {
+        Parts { subject, headers: m.headers.as_ref(), payload: &m.payload, reply: m.reply.as_deref(), fresh: true }
+    }
+
+    fn stored(s: &'a Stored, subject: &'a str) -> Parts<'a> {
+        Parts { subject, headers: Some(&s.headers), payload: &s.data, reply: None, fresh: false }
+    }
+
+    fn get(&self, name: &str) -> &'a str {
+        self.headers.and_then(|h| h.get(name)).map(|v| v.as_str()).unwrap_or("")
+    }
+
+    fn header(&self, name: &str) -> Result<&'a str, String> {
+        self.headers.and_then(|h| h.get(name)).map(|v| v.as_str()).ok_or_else(|| format!("no {name} header (not from a megaconn node)"))
+    }
 }
 
 impl Me {
-    /// Headers that carry and sign a message to `subject`.
-    fn headers(&self, subject: &str, target: &str, publish_us: &str, data: &[u8]) -> async_nats::HeaderMap {
+    fn msg_id(&self) -> String {
+        format!("{}-{:x}-{}", self.node, self.boot, self.sent.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Headers that carry and sign a message to `subject` (at `position`
+    /// in the cluster's history: empty for none).
+    fn headers(&self, subject: &str, target: &str, publish_us: &str, position: &str, data: &[u8]) -> async_nats::HeaderMap {
         let time_ms = sign::now_ms().to_string();
-        let s = Signed { subject, origin: &self.node, target, publish_us, time_ms: &time_ms };
+        let s = Signed { subject, origin: &self.node, target, publish_us, time_ms: &time_ms, position };
         let mut h = async_nats::HeaderMap::new();
         h.insert(H_ORIGIN, self.node.as_str());
         if !target.is_empty() {
@@ -241,6 +347,9 @@ impl Me {
         if !publish_us.is_empty() {
             h.insert(H_PUBLISH_US, publish_us);
         }
+        if !position.is_empty() {
+            h.insert(H_POSITION, position);
+        }
         h.insert(H_TIME, time_ms.as_str());
         h.insert(H_SIGNATURE, sign::sign(&self.key, &s, data).as_str());
         h
@@ -248,18 +357,30 @@ impl Me {
 
     /// Publish a signed answer to `reply`.
     async fn answer(&self, client: &async_nats::Client, reply: String, body: Vec<u8>) {
-        let h = self.headers(&reply, "", "", &body);
+        let h = self.headers(&reply, "", "", "", &body);
         let _ = client.publish_with_headers(reply, h, body.into()).await;
     }
 
-    /// Check a message's signature, age and reply subject: Ok(origin).
+    /// Check a live message's signature, age and reply subject: Ok(origin).
     fn check(&self, m: &async_nats::Message) -> Result<String, (Refusal, String)> {
-        let get = |name: &str| m.headers.as_ref().and_then(|h| h.get(name)).map(|v| v.as_str()).unwrap_or("");
-        let signed = Signed { subject: m.subject.as_str(), origin: get(H_ORIGIN), target: get(H_TARGET), publish_us: get(H_PUBLISH_US), time_ms: get(H_TIME) };
-        let signature = m.headers.as_ref().and_then(|h| h.get(H_SIGNATURE)).map(|v| v.as_str());
-        let on = &m.subject;
-        let now = sign::now_ms();
-        sign::verify(&self.key, &signed, &m.payload, signature, now).map_err(|r| {
+        self.check_parts(&Parts::live(m, m.subject.as_str()))
+    }
+
+    fn check_parts(&self, m: &Parts) -> Result<String, (Refusal, String)> {
+        let signed = Signed {
+            subject: m.subject,
+            origin: m.get(H_ORIGIN),
+            target: m.get(H_TARGET),
+            publish_us: m.get(H_PUBLISH_US),
+            time_ms: m.get(H_TIME),
+            position: m.get(H_POSITION),
+        };
+        let signature = m.headers.and_then(|h| h.get(H_SIGNATURE)).map(|v| v.as_str());
+        let on = m.subject;
+        // A stored message is checked at its own signing time: it is as
+        // old as the history keeps, and the stream stored it once.
+        let now = if m.fresh { sign::now_ms() } else { signed.time_ms.parse().unwrap_or(0) };
+        sign::verify(&self.key, &signed, m.payload, signature, now).map_err(|r| {
             let why = match r {
                 Refusal::Unsigned => format!("refused an unsigned message on {on}: not from a node of this cluster"),
                 Refusal::Stale => format!(
@@ -271,11 +392,11 @@ impl Me {
             };
             (r, why)
         })?;
-        if !self.replays.lock().expect("replays").first(signature.unwrap_or_default(), now) {
+        if m.fresh && !self.replays.lock().expect("replays").first(signature.unwrap_or_default(), now) {
             return Err((Refusal::Replay, format!("refused a replayed message on {on}: this node already took that signed message")));
         }
         let origin = signed.origin.to_string();
-        if let Some(reply) = &m.reply {
+        if let Some(reply) = m.reply {
             let mine = format!("{}.", super::inbox_prefix(&origin));
             if origin.is_empty() || !reply.starts_with(&mine) {
                 return Err((Refusal::Reply, format!("refused a message on {on}: it asks for an answer on {reply}, outside its origin's inbox {mine}>")));
@@ -283,16 +404,46 @@ impl Me {
         }
         Ok(origin)
     }
+
+    /// A message of the stream, checked and read (refusals counted).
+    fn read_stored(&self, s: &Stored, shared: &Shared) -> Option<Inbound> {
+        let plain = jslog::plain_subject(&s.subject)?;
+        let parts = Parts::stored(s, &plain);
+        if let Err((r, why)) = self.check_parts(&parts) {
+            shared.refuse(r, why);
+            return None;
+        }
+        match decode(&parts, self.max_push) {
+            Ok(m) if m.at.is_some() => Some(m),
+            Ok(_) => {
+                shared.refuse(Refusal::Malformed, format!("refused a message of {}: no {H_POSITION} header", s.subject));
+                None
+            }
+            Err(e) => {
+                shared.refuse(Refusal::Malformed, format!("refused a message of {}: {e}", s.subject));
+                None
+            }
+        }
+    }
 }
 
 async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<Cmd>, tx: Sink<ClusterEvent>) {
     let s = shared.clone();
-    let me = Me { node: cfg.node.clone(), key: cfg.key.clone().expect("checked by Link::start"), max_push: cfg.max_push, replays: Default::default() };
+    let me = Me {
+        node: cfg.node.clone(),
+        key: cfg.key.clone().expect("checked by Link::start"),
+        max_push: cfg.max_push,
+        replays: Default::default(),
+        boot: rand::random(),
+        sent: Default::default(),
+    };
     let opts = async_nats::ConnectOptions::new()
         .name(format!("megaconn-{}", cfg.node))
         // Answers to this node's requests come only under its own inbox.
         .custom_inbox_prefix(super::inbox_prefix(&cfg.node))
-        // A node delivers its own publishes itself: exactly once.
+        // A node delivers its own core publishes itself: exactly once.
+        // (What the stream republishes comes from the NATS server, so
+        // with JetStream a node gets its own topic messages back.)
         .no_echo()
         .retry_on_initial_connect()
         .max_reconnects(None)
@@ -323,47 +474,90 @@ async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<
         send(&tx, ClusterEvent::Fatal(e));
         return;
     }
+    let log = match cfg.log {
+        Some(lc) => {
+            let log = Arc::new(Log::new(client.clone(), lc));
+            // The stream first: what nodes subscribe to is what it republishes.
+            loop {
+                match log.ensure().await {
+                    Ok(()) => break,
+                    Err((true, why)) => {
+                        shared.error(why.clone());
+                        return send(&tx, ClusterEvent::Fatal(why));
+                    }
+                    Err((false, why)) => {
+                        shared.error(why);
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }
+            let _ = shared.log.set(log.clone());
+            Some(log)
+        }
+        None => None,
+    };
+    let f = Forwarder { client: client.clone(), me: me.clone(), shared: shared.clone(), tx: tx.clone(), log: log.clone() };
+    // What a node subscribes to for a topic subject: with JetStream, what
+    // the stream republishes of it (only what it stored, in its order).
+    let sub_of = |subject: &str| if log.is_some() { jslog::live_subject(subject) } else { subject.to_string() };
     let mut subs: HashMap<String, tokio::task::AbortHandle> = HashMap::new();
-    for subject in [BROADCAST.to_string(), super::node_subject(&cfg.node)] {
-        subs.insert(subject.clone(), forward(&client, subject, &me, &shared, &tx).await);
+    let follow = |subject: &str, on: bool| {
+        let mut set = shared.followed.lock().expect("followed");
+        if on {
+            set.insert(subject.to_string());
+        } else {
+            set.remove(subject);
+        }
+    };
+    for subject in [sub_of(BROADCAST), super::node_subject(&cfg.node)] {
+        follow(&subject, true);
+        subs.insert(subject.clone(), f.forward(subject).await);
     }
     while let Some(cmd) = rx.recv().await {
         match cmd {
             Cmd::Subscribe(topic) => {
-                let subject = super::topic_subject(&topic);
-                let h = forward(&client, subject.clone(), &me, &shared, &tx).await;
+                let subject = sub_of(&super::topic_subject(&topic));
+                follow(&subject, true);
+                let h = f.forward(subject.clone()).await;
                 // Never two subscriptions of one subject: each would deliver.
                 if let Some(old) = subs.insert(subject, h) {
                     old.abort();
                 }
             }
             Cmd::Unsubscribe(topic) => {
-                if let Some(h) = subs.remove(&super::topic_subject(&topic)) {
+                let subject = sub_of(&super::topic_subject(&topic));
+                follow(&subject, false);
+                if let Some(h) = subs.remove(&subject) {
                     h.abort();
                 }
             }
             Cmd::Reply { subject, body } => me.answer(&client, subject, body).await,
             Cmd::Publish { request, out } => {
-                let (client, tx, shared, me) = (client.clone(), tx.clone(), shared.clone(), me.clone());
+                let (client, tx, shared, me, log) = (client.clone(), tx.clone(), shared.clone(), me.clone(), log.clone());
                 tokio::spawn(async move {
-                    let result = publish(&client, &me, out, &shared).await;
+                    let result = publish(&client, &me, request, out, &shared, log.as_deref()).await;
                     send(&tx, ClusterEvent::Published { request, result });
+                });
+            }
+            Cmd::Fetch { topic, after } => {
+                let (f, log) = (f.clone(), log.clone());
+                tokio::spawn(async move {
+                    let result = match log {
+                        Some(log) => f.recover(&log, &topic, after).await,
+                        None => Err("the cluster's history is not in JetStream (--cluster-history off)".into()),
+                    };
+                    send(&f.tx, ClusterEvent::Fetched { topic, result });
                 });
             }
         }
     }
 }
 
-/// Subscribe to `subject` and hand every message to the supervisor.
-/// Another live node already answers on this node's subject: two nodes
-/// with one id would each take the other's unicasts.
-/// Only an answer signed by a node with this id counts: anybody else
-/// subscribed to the subject (a squatter) cannot keep this node out.
 async fn id_taken(client: &async_nats::Client, cfg: &ClusterConfig, me: &Me, shared: &Shared) -> Option<String> {
     let subject = super::node_subject(&cfg.node);
     let inbox = client.new_inbox();
     let mut answers = client.subscribe(inbox.clone()).await.ok()?;
-    let h = me.headers(&subject, "", "", b"");
+    let h = me.headers(&subject, "", "", "", b"");
     client.publish_with_reply_and_headers(subject.clone(), inbox, h, Default::default()).await.ok()?;
     let end = tokio::time::Instant::now() + PROBE_TIMEOUT;
     // No responders, or NATS not reachable yet: the id is free as far as we can tell.
@@ -386,51 +580,169 @@ async fn id_taken(client: &async_nats::Client, cfg: &ClusterConfig, me: &Me, sha
     None
 }
 
-async fn forward(client: &async_nats::Client, subject: String, me: &Me, shared: &Arc<Shared>, tx: &Sink<ClusterEvent>) -> tokio::task::AbortHandle {
-    let (client, shared, tx, me) = (client.clone(), shared.clone(), tx.clone(), me.clone());
-    tokio::spawn(async move {
-        let mut sub = match client.subscribe(subject.clone()).await {
-            Ok(s) => s,
-            Err(e) => return shared.error(format!("cannot subscribe to {subject}: {e}")),
-        };
-        while let Some(m) = sub.next().await {
-            // Unsigned, forged, stale or answer-elsewhere: dropped unanswered.
-            if let Err((r, why)) = me.check(&m) {
-                shared.refuse(r, why);
-                continue;
-            }
-            shared.messages_in.fetch_add(1, Ordering::Relaxed);
-            let probe = super::node_of(&m.subject) == Some(me.node.as_str()) && header(&m, H_TARGET).is_err() && m.payload.is_empty();
-            match decode(&m, me.max_push) {
-                Ok(inbound) => send(&tx, ClusterEvent::Message(inbound)),
-                Err(_) if probe => {
-                    // A node starting with this node's id asks whether it is taken.
-                    if let Some(reply) = &m.reply {
-                        me.answer(&client, reply.to_string(), serde_json::json!({ "node": me.node }).to_string().into_bytes()).await;
+/// What hands messages from NATS to the supervisor.
+#[derive(Clone)]
+struct Forwarder {
+    client: async_nats::Client,
+    me: Me,
+    shared: Arc<Shared>,
+    tx: Sink<ClusterEvent>,
+    log: Option<Arc<Log>>,
+}
+
+impl Forwarder {
+    /// Subscribe to `subject` and hand every message to the supervisor.
+    /// A stream's subject (JetStream) is followed without a gap: a jump
+    /// in offsets, a reconnect or a message NATS dropped is filled from
+    /// the stream.
+    async fn forward(&self, subject: String) -> tokio::task::AbortHandle {
+        let f = self.clone();
+        tokio::spawn(async move {
+            let mut sub = match f.client.subscribe(subject.clone()).await {
+                Ok(s) => s,
+                Err(e) => return f.shared.error(format!("cannot subscribe to {subject}: {e}")),
+            };
+            let plain = jslog::plain_subject(&subject);
+            let mut catch_up = f.shared.catch_up.subscribe();
+            catch_up.mark_unchanged();
+            let mut last: Option<Head> = None;
+            loop {
+                tokio::select! {
+                    m = sub.next() => match (m, &plain) {
+                        (None, _) => break,
+                        (Some(m), Some(plain)) => f.live(&m, plain, &mut last).await,
+                        (Some(m), None) => f.core(&m).await,
+                    },
+                    Ok(()) = catch_up.changed() => {
+                        if let (Some(plain), Some(from)) = (&plain, last) {
+                            f.fill(plain, from, None, &mut last).await;
+                        }
                     }
                 }
-                Err(e) => {
-                    let e = format!("refused a message on {}: {e}", m.subject);
-                    if let Some(reply) = &m.reply {
-                        let body = serde_json::json!({ "error": e, "node": super::node_of(&m.subject) });
-                        me.answer(&client, reply.to_string(), body.to_string().into_bytes()).await;
-                    }
-                    shared.refuse(Refusal::Malformed, e);
+            }
+        })
+        .abort_handle()
+    }
+
+    /// A message on a core subject (unicasts, and everything with
+    /// `--cluster-history off`).
+    async fn core(&self, m: &async_nats::Message) {
+        let me = &self.me;
+        // Unsigned, forged, stale or answer-elsewhere: dropped unanswered.
+        if let Err((r, why)) = me.check(m) {
+            self.shared.refuse(r, why);
+            return;
+        }
+        self.shared.messages_in.fetch_add(1, Ordering::Relaxed);
+        let parts = Parts::live(m, m.subject.as_str());
+        let probe = super::node_of(&m.subject) == Some(me.node.as_str()) && parts.header(H_TARGET).is_err() && m.payload.is_empty();
+        match decode(&parts, me.max_push) {
+            Ok(inbound) => send(&self.tx, ClusterEvent::Message(inbound)),
+            Err(_) if probe => {
+                // A node starting with this node's id asks whether it is taken.
+                if let Some(reply) = &m.reply {
+                    me.answer(&self.client, reply.to_string(), serde_json::json!({ "node": me.node }).to_string().into_bytes()).await;
+                }
+            }
+            Err(e) => {
+                let e = format!("refused a message on {}: {e}", m.subject);
+                if let Some(reply) = &m.reply {
+                    let body = serde_json::json!({ "error": e, "node": super::node_of(&m.subject) });
+                    me.answer(&self.client, reply.to_string(), body.to_string().into_bytes()).await;
+                }
+                self.shared.refuse(Refusal::Malformed, e);
+            }
+        }
+    }
+
+    /// A message the stream republished: in order after `last`, or the
+    /// gap before it is filled from the stream first.
+    async fn live(&self, m: &async_nats::Message, plain: &str, last: &mut Option<Head>) {
+        let parts = Parts::live(m, plain);
+        if let Err((r, why)) = self.me.check_parts(&parts) {
+            return self.shared.refuse(r, why);
+        }
+        let seq = parts.get("Nats-Sequence").parse::<u64>().unwrap_or(0);
+        let inbound = match decode(&parts, self.me.max_push) {
+            Ok(i) if i.at.is_some() && seq > 0 => i,
+            Ok(_) => return self.shared.refuse(Refusal::Malformed, format!("refused a message on {}: no {H_POSITION} or Nats-Sequence header", m.subject)),
+            Err(e) => return self.shared.refuse(Refusal::Malformed, format!("refused a message on {}: {e}", m.subject)),
+        };
+        let at = inbound.at.expect("checked");
+        if let Some(l) = *last {
+            if l.at.epoch == at.epoch && at.offset <= l.at.offset {
+                return;
+            }
+            if l.at.epoch == at.epoch && at.offset > l.at.offset + 1 {
+                self.fill(plain, l, Some(at.offset), last).await;
+                if last.is_some_and(|l| l.at.epoch == at.epoch && l.at.offset >= at.offset) {
+                    return;
                 }
             }
         }
-    })
-    .abort_handle()
-}
+        self.pass(inbound, parts.get("Nats-Msg-Id"), Head { at, seq }, plain, last);
+    }
 
-fn header<'a>(m: &'a async_nats::Message, name: &str) -> Result<&'a str, String> {
-    m.headers.as_ref().and_then(|h| h.get(name)).map(|v| v.as_str()).ok_or_else(|| format!("no {name} header (not from a megaconn node)"))
+    /// Hand a message on in order. This node's own publish delivers its
+    /// message itself: the supervisor is told where it goes in the order
+    /// (`Mine`), and the publish that it may answer now.
+    fn pass(&self, inbound: Inbound, msg_id: &str, head: Head, plain: &str, last: &mut Option<Head>) {
+        if let Some(log) = &self.log {
+            log.saw(&jslog::log_subject(plain), head);
+        }
+        *last = Some(head);
+        let own = self.shared.own.lock().expect("own").remove(msg_id);
+        if let Some(own) = own {
+            send(&self.tx, ClusterEvent::Mine { request: own.request, index: own.index, topic: inbound.history_topic(), at: head.at });
+            let _ = own.seen.send(head.at);
+            return;
+        }
+        self.shared.messages_in.fetch_add(1, Ordering::Relaxed);
+        send(&self.tx, ClusterEvent::Message(inbound));
+    }
+
+    /// Hand on what the stream has of `plain` after `from` (a gap before
+    /// offset `upto`, or a catch-up after a reconnect).
+    async fn fill(&self, plain: &str, from: Head, upto: Option<u64>, last: &mut Option<Head>) {
+        let Some(log) = &self.log else { return };
+        let check = |s: &Stored| self.me.read_stored(s, &self.shared).and_then(|i| i.at);
+        let keep = |at: Position| at.epoch != from.at.epoch || at.offset > from.at.offset;
+        let got = match log.fetch(plain, from.seq + 1, &keep, &check, usize::MAX).await {
+            Ok(got) => got,
+            Err(e) => return self.shared.error(format!("cannot fill a gap in {plain}: {e}")),
+        };
+        if let Some(upto) = upto {
+            let found = got.iter().filter(|(at, _)| at.epoch == from.at.epoch && at.offset < upto).count() as u64;
+            log.count(|c| {
+                c.gaps += 1;
+                c.gap_lost += (upto - from.at.offset - 1).saturating_sub(found);
+            });
+        }
+        for (at, s) in got {
+            if let Some(inbound) = self.me.read_stored(&s, &self.shared) {
+                log.count(|c| c.gap_messages += 1);
+                let msg_id = s.headers.get("Nats-Msg-Id").map(|v| v.as_str().to_string()).unwrap_or_default();
+                self.pass(inbound, &msg_id, Head { at, seq: s.seq }, plain, last);
+            }
+        }
+    }
+
+    /// What the stream has of `topic` (`*`: broadcasts) after `after`,
+    /// for a subscriber this node's history cannot answer.
+    async fn recover(&self, log: &Log, topic: &str, after: Position) -> Result<Vec<Inbound>, String> {
+        log.count(|c| c.fetches += 1);
+        let plain = if topic == crate::proto::push::BROADCAST_TOPIC { BROADCAST.to_string() } else { super::topic_subject(topic) };
+        let check = |s: &Stored| self.me.read_stored(s, &self.shared).and_then(|i| i.at);
+        let keep = |at: Position| after.epoch == 0 || at.epoch != after.epoch || at.offset > after.offset;
+        let got = log.fetch(&plain, 1, &keep, &check, jslog::MAX_RECOVER_BYTES).await?;
+        Ok(got.iter().filter_map(|(_, s)| self.me.read_stored(s, &self.shared)).collect())
+    }
 }
 
 /// A message from another node, checked like an admin publish: a
 /// malformed one must not reach the workers' framing.
-fn decode(m: &async_nats::Message, max_push: usize) -> Result<Inbound, String> {
-    let subject = m.subject.as_str();
+fn decode(m: &Parts, max_push: usize) -> Result<Inbound, String> {
+    let subject = m.subject;
     let (stream, topic) = if subject == BROADCAST {
         (Stream::Broadcast, String::new())
     } else if let Some(t) = subject.strip_prefix(TOPIC_PREFIX) {
@@ -446,25 +758,31 @@ fn decode(m: &async_nats::Message, max_push: usize) -> Result<Inbound, String> {
     }
     let target = match stream {
         Stream::Unicast => {
-            let t = header(m, H_TARGET)?;
+            let t = m.header(H_TARGET)?;
             Some(t.parse().map_err(|_| format!("{H_TARGET} '{t}' is not a connection id"))?)
         }
         _ => None,
     };
-    let stamp = header(m, H_PUBLISH_US)?;
+    let stamp = m.header(H_PUBLISH_US)?;
+    let at = match m.get(H_POSITION) {
+        "" => None,
+        v => Some(jslog::parse_position(v).ok_or_else(|| format!("{H_POSITION} '{v}' is not EPOCH:OFFSET"))?),
+    };
     Ok(Inbound {
         stream,
         topic,
         target,
         publish_us: stamp.parse().map_err(|_| format!("{H_PUBLISH_US} '{stamp}' is not a number"))?,
-        origin: header(m, H_ORIGIN).unwrap_or("").to_string(),
+        origin: m.get(H_ORIGIN).to_string(),
         data: m.payload.to_vec(),
-        reply: m.reply.as_ref().map(|r| r.to_string()),
+        reply: m.reply.map(|r| r.to_string()),
+        at,
     })
 }
 
-/// Send every message and have NATS confirm it routed them.
-async fn publish(client: &async_nats::Client, me: &Me, out: Vec<Out>, shared: &Shared) -> Result<Vec<RemoteAnswer>, PublishFailure> {
+/// Send every message; have NATS confirm it routed them (core) or the
+/// stream that it stored them (topics and broadcasts with JetStream).
+async fn publish(client: &async_nats::Client, me: &Me, request: u64, out: Vec<Out>, shared: &Shared, log: Option<&Log>) -> Result<Sent, PublishFailure> {
     if client.connection_state() != async_nats::connection::State::Connected {
         return Err(PublishFailure { maybe_sent: false, reason: "the cluster link is down".into() });
     }
@@ -472,15 +790,17 @@ async fn publish(client: &async_nats::Client, me: &Me, out: Vec<Out>, shared: &S
     // happens before the confirm, the outcome is unknown.
     let connects = client.statistics().connects.load(Ordering::SeqCst);
     let mut maybe_sent = false;
+    let mut core_sent = false;
     let fail = |maybe_sent: bool, reason: String| PublishFailure { maybe_sent, reason };
-    let mut answers = Vec::new();
-    for o in out {
+    let mut sent = Sent::default();
+    for (index, o) in out.into_iter().enumerate() {
         let publish_us = o.publish_us.to_string();
         let sent_before = std::mem::replace(&mut maybe_sent, true);
+        let mut at = None;
         match &o.target {
             Some((owner, id)) => {
                 let subject = super::node_subject(owner);
-                let h = me.headers(&subject, &id.to_string(), &publish_us, &o.data);
+                let h = me.headers(&subject, &id.to_string(), &publish_us, "", &o.data);
                 let gid = super::global_id(owner, *id);
                 let answer = |status: u16, detail: serde_json::Value| RemoteAnswer { node: owner.clone(), id: gid.clone(), status, detail };
                 let answer = match client.request_with_headers(subject, h, o.data.into()).await {
@@ -513,15 +833,62 @@ async fn publish(client: &async_nats::Client, me: &Me, out: Vec<Out>, shared: &S
                     ),
                     Err(e) => return Err(fail(true, format!("unicast to {gid}: {e}"))),
                 };
-                answers.push(answer);
+                sent.remote.push(answer);
             }
             None => {
                 let subject = if o.stream == Stream::Topic { super::topic_subject(&o.topic) } else { BROADCAST.to_string() };
-                let h = me.headers(&subject, "", &publish_us, &o.data);
-                client.publish_with_headers(subject, h, o.data.into()).await.map_err(|e| fail(sent_before, format!("NATS did not take the publish: {e}")))?;
+                match log {
+                    Some(log) => {
+                        let check = |s: &Stored| me.read_stored(s, shared).and_then(|i| i.at);
+                        let sign = |pos: Position| me.headers(&subject, "", &publish_us, &jslog::position_value(pos), &o.data);
+                        let msg_id = me.msg_id();
+                        // Followed here: wait for the stream's copy to go
+                        // by, so every message before it reached the
+                        // supervisor first and this one is next there.
+                        let seen = shared.followed.lock().expect("followed").contains(&jslog::live_subject(&subject)).then(|| {
+                            let (tx, rx) = tokio::sync::oneshot::channel();
+                            shared.own.lock().expect("own").insert(msg_id.clone(), Own { request, index, seen: tx });
+                            rx
+                        });
+                        let stored = log.publish(&subject, &msg_id, o.data.clone().into(), sign, &check).await;
+                        let stored = match (stored, seen) {
+                            (r, None) => r,
+                            (Ok(at), Some(seen)) => {
+                                let _ = tokio::time::timeout(CONFIRM_TIMEOUT, seen).await;
+                                // Not seen in time: the supervisor delivers it
+                                // now and drops the stream's copy as seen.
+                                shared.own.lock().expect("own").remove(&msg_id);
+                                Ok(at)
+                            }
+                            (Err(failed), Some(seen)) => {
+                                // The stream's copy went by: it was stored
+                                // (and is this node's to deliver).
+                                let taken = shared.own.lock().expect("own").remove(&msg_id).is_none();
+                                match (taken, seen.await) {
+                                    (true, Ok(at)) => Ok(at),
+                                    _ => Err(failed),
+                                }
+                            }
+                        };
+                        at = Some(stored.map_err(|f| fail(sent_before || f.maybe, f.reason))?);
+                    }
+                    None => {
+                        let h = me.headers(&subject, "", &publish_us, "", &o.data);
+                        client
+                            .publish_with_headers(subject, h, o.data.into())
+                            .await
+                            .map_err(|e| fail(sent_before, format!("NATS did not take the publish: {e}")))?;
+                        core_sent = true;
+                    }
+                }
             }
         }
+        sent.positions.push(at);
         shared.messages_out.fetch_add(1, Ordering::Relaxed);
+    }
+    if !core_sent {
+        // Unicasts were answered and the stream acknowledged what it stored.
+        return Ok(sent);
     }
     // flush() only means "written to our socket". NATS handles a
     // connection's commands in order, so its answer to a request nobody
@@ -535,7 +902,7 @@ async fn publish(client: &async_nats::Client, me: &Me, out: Vec<Out>, shared: &S
     };
     let reconnected = client.statistics().connects.load(Ordering::SeqCst) != connects;
     match confirmed {
-        Ok(()) if !reconnected => Ok(answers),
+        Ok(()) if !reconnected => Ok(sent),
         Ok(()) => Err(fail(maybe_sent, "the cluster link reconnected while the publish was in flight, so part of it may be lost".into())),
         Err(e) => Err(fail(maybe_sent, e)),
     }

@@ -25,13 +25,14 @@
 //! they choose.
 pub mod auth;
 pub mod link;
+pub mod log;
 pub mod sign;
 
 pub use auth::NatsAuth;
 pub use link::Link;
 pub use sign::ClusterKey;
 
-use crate::proto::push::Stream;
+use crate::proto::push::{Position, Stream};
 use serde::Serialize;
 
 pub const BROADCAST: &str = "megaconn.broadcast";
@@ -58,18 +59,34 @@ pub struct ClusterConfig {
     pub auth: NatsAuth,
     /// This node's `--max-push-bytes`: larger messages from others are refused.
     pub max_push: usize,
+    /// `--cluster-history jetstream` (the default): the history and its
+    /// offsets live in NATS JetStream; None (`off`): each node's own.
+    pub log: Option<log::LogConfig>,
 }
 
 impl std::fmt::Debug for ClusterConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClusterConfig").field("url", &self.shown_url()).field("node", &self.node).field("key", &self.key).field("auth", &self.auth).finish()
+        f.debug_struct("ClusterConfig")
+            .field("url", &self.shown_url())
+            .field("node", &self.node)
+            .field("key", &self.key)
+            .field("auth", &self.auth)
+            .field("log", &self.log)
+            .finish()
     }
 }
 
 impl ClusterConfig {
     /// A config with no credentials (tests, in-process nodes).
     pub fn new(url: &str, node: &str, key: ClusterKey) -> ClusterConfig {
-        ClusterConfig { url: url.into(), node: node.into(), key: Some(key), auth: NatsAuth::default(), max_push: crate::proto::push::DEFAULT_MAX_PUSH }
+        ClusterConfig {
+            url: url.into(),
+            node: node.into(),
+            key: Some(key),
+            auth: NatsAuth::default(),
+            max_push: crate::proto::push::DEFAULT_MAX_PUSH,
+            log: None,
+        }
     }
 
     /// The URL without credentials: the only form ever shown.
@@ -181,6 +198,28 @@ pub struct Inbound {
     pub data: Vec<u8>,
     /// Unicast: where the owner's answer goes.
     pub reply: Option<String>,
+    /// Its place in the cluster's history (JetStream; topic and broadcast).
+    pub at: Option<Position>,
+}
+
+impl Inbound {
+    /// The history's name of its topic (`*`: broadcasts).
+    pub fn history_topic(&self) -> String {
+        match self.stream {
+            Stream::Broadcast => crate::proto::push::BROADCAST_TOPIC.to_string(),
+            _ => self.topic.clone(),
+        }
+    }
+}
+
+/// What a publish through NATS did.
+#[derive(Debug, Clone, Default)]
+pub struct Sent {
+    /// What other nodes answered for unicasts.
+    pub remote: Vec<RemoteAnswer>,
+    /// Per message sent, its place in the cluster's history (topic and
+    /// broadcast messages, with JetStream).
+    pub positions: Vec<Option<Position>>,
 }
 
 /// What a remote node answered for a unicast.
@@ -210,7 +249,24 @@ pub enum ClusterEvent {
     /// Publish `request` went out (with remote answers), or failed.
     Published {
         request: u64,
-        result: Result<Vec<RemoteAnswer>, PublishFailure>,
+        result: Result<Sent, PublishFailure>,
+    },
+    /// The stream's copy of message `index` of this node's publish
+    /// `request` went by at `at`: the publish delivers it here, and what
+    /// follows it in `topic` waits for that.
+    Mine {
+        request: u64,
+        index: usize,
+        /// The history's name of the topic (`*`: broadcasts).
+        topic: String,
+        at: Position,
+    },
+    /// What the stream has of a topic after a position (`Link::fetch`):
+    /// the messages in order, or why it could not be read.
+    Fetched {
+        /// The history's name of the topic (`*`: broadcasts).
+        topic: String,
+        result: Result<Vec<Inbound>, String>,
     },
     /// The node cannot be part of the cluster (e.g. its id is taken): the
     /// server stops with this reason.
@@ -238,6 +294,17 @@ pub struct LinkStatus {
     /// Messages dropped, by reason (`unsigned`, `forged`, `stale`,
     /// `reply`, `malformed`): `cluster_refused{reason}`.
     pub refused: std::collections::BTreeMap<String, u64>,
+    /// The cluster's history in JetStream (None: `--cluster-history off`).
+    pub history: Option<LogStatus>,
+}
+
+/// The link's work with the JetStream history.
+#[derive(Debug, Clone, Serialize)]
+pub struct LogStatus {
+    pub stream: String,
+    pub storage: log::Storage,
+    #[serde(flatten)]
+    pub counters: log::LogCounters,
 }
 
 #[cfg(test)]

@@ -58,6 +58,8 @@ pub struct Signed<'a> {
     pub target: &'a str,
     pub publish_us: &'a str,
     pub time_ms: &'a str,
+    /// `EPOCH:OFFSET` in the cluster's history (JetStream), or empty.
+    pub position: &'a str,
 }
 
 /// Why a message was refused: the `reason` label of `cluster_refused`.
@@ -93,7 +95,7 @@ impl Refusal {
 fn mac(key: &ClusterKey, s: &Signed, data: &[u8]) -> Hmac<Sha256> {
     let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&key.0).expect("HMAC takes a key of any length");
     // Each field with its length: no two different messages sign alike.
-    for part in [s.subject.as_bytes(), s.origin.as_bytes(), s.target.as_bytes(), s.publish_us.as_bytes(), s.time_ms.as_bytes(), data] {
+    for part in [s.subject.as_bytes(), s.origin.as_bytes(), s.target.as_bytes(), s.publish_us.as_bytes(), s.time_ms.as_bytes(), s.position.as_bytes(), data] {
         m.update(&(part.len() as u64).to_be_bytes());
         m.update(part);
     }
@@ -169,13 +171,14 @@ mod tests {
     #[test]
     fn only_the_key_holder_signs_and_every_field_counts() {
         let key = ClusterKey::new(vec![7; 32]).unwrap();
-        let s = Signed { subject: "megaconn.broadcast", origin: "A", target: "", publish_us: "1", time_ms: "1000" };
+        let s = Signed { subject: "megaconn.broadcast", origin: "A", target: "", publish_us: "1", time_ms: "1000", position: "" };
         let sig = sign(&key, &s, b"hi");
         assert_eq!(verify(&key, &s, b"hi", Some(&sig), 1000), Ok(()));
         assert_eq!(verify(&key, &s, b"hi", None, 1000), Err(Refusal::Unsigned));
         assert_eq!(verify(&key, &s, b"ho", Some(&sig), 1000), Err(Refusal::Forged));
         assert_eq!(verify(&key, &Signed { origin: "B", ..s.clone() }, b"hi", Some(&sig), 1000), Err(Refusal::Forged));
         assert_eq!(verify(&key, &Signed { subject: "megaconn.node.B", ..s.clone() }, b"hi", Some(&sig), 1000), Err(Refusal::Forged));
+        assert_eq!(verify(&key, &Signed { position: "1:2", ..s.clone() }, b"hi", Some(&sig), 1000), Err(Refusal::Forged));
         assert_eq!(verify(&key, &s, b"hi", Some("zz"), 1000), Err(Refusal::Forged));
         let other = ClusterKey::new(vec![8; 32]).unwrap();
         assert_eq!(verify(&other, &s, b"hi", Some(&sig), 1000), Err(Refusal::Forged));

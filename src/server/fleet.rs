@@ -237,10 +237,13 @@ impl ServerFleet {
             }
             PoolEvent::Msg(ServerMsg::Pushed { worker, publish_id, queued, dropped }) => self.publisher.pushed(worker, publish_id, queued, dropped),
             PoolEvent::Msg(ServerMsg::Connections { worker, request_id, list, truncated }) => self.publisher.listed(worker, request_id, list, truncated),
-            PoolEvent::Msg(ServerMsg::HistoryWanted { worker, topic, after }) => self.publisher.history_wanted(worker, &topic, after, &mut self.pool),
+            PoolEvent::Msg(ServerMsg::HistoryWanted { worker, topic, after }) => match &mut self.relay {
+                Some(r) => r.history_wanted(worker, &topic, after, &mut self.publisher, &mut self.pool),
+                None => self.publisher.history_wanted(worker, &topic, after, &mut self.pool),
+            },
             PoolEvent::Msg(ServerMsg::Topics { worker, changes }) => {
                 if let Some(r) = &mut self.relay {
-                    r.link.topics_changed(worker, &changes);
+                    r.topics_changed(worker, &changes, &mut self.publisher);
                 }
             }
             PoolEvent::Garbled(line) => self.note("worker_garbled", i, format!("server worker {i} wrote a line that is not a message: {line}"), 0),

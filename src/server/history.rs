@@ -61,7 +61,7 @@ crate::counters! {
         topics: gauge "history_topics" "Topics (and * for broadcasts) with a history log",
         messages: gauge "history_messages" "Messages kept for recovery",
         bytes: bytes "history_memory" "Bytes the history holds: payloads, per-message and per-topic records",
-        evicted: by("reason") "history_evicted" "Messages dropped from history, by reason (size: --history, ttl: --history-ttl, bytes: --history-max-bytes)",
+        evicted: by("reason") "history_evicted" "Messages dropped from history, by reason (size: --history, ttl: --history-ttl, bytes: --history-max-bytes, gap: a cluster node's log restarted at the cluster's offsets)",
         served: counter "history_served" "Recovery answers sent to workers",
     }
 }
@@ -183,16 +183,34 @@ impl History {
 
     /// Record one message; returns the topic's epoch and the message's offset.
     pub fn append(&mut self, topic: &str, publish_us: u64, data: &[u8]) -> Position {
-        if !self.logs.contains_key(topic) {
-            let epoch = rand::thread_rng().gen_range(1..=u32::MAX);
-            self.logs.insert(topic.into(), Log { epoch, head: 0, kept: VecDeque::new(), last_us: publish_us });
-            self.counters.bytes += PER_LOG + topic.len() as u64;
-            self.counters.topics = self.logs.len() as u64;
+        let epoch = match self.logs.get(topic) {
+            Some(log) => log.epoch,
+            None => rand::thread_rng().gen_range(1..=u32::MAX),
+        };
+        let head = self.logs.get(topic).map_or(0, |l| l.head);
+        let at = Position { epoch, offset: head + 1 };
+        self.put(topic, at, publish_us, data);
+        at
+    }
+
+    /// Record a message whose place another keeps (the cluster's history
+    /// in JetStream): false when this log already has it. A new epoch
+    /// starts the log over; a jump forward leaves the messages before it
+    /// out (a recovery from before the jump then asks the stream).
+    pub fn put(&mut self, topic: &str, at: Position, publish_us: u64, data: &[u8]) -> bool {
+        match self.logs.get(topic) {
+            Some(log) if log.epoch == at.epoch && at.offset <= log.head => return false,
+            Some(log) if log.epoch == at.epoch && at.offset == log.head + 1 => {}
+            Some(_) => self.restart(topic, at),
+            None => {
+                self.logs.insert(topic.into(), Log { epoch: at.epoch, head: at.offset - 1, kept: VecDeque::new(), last_us: publish_us });
+                self.counters.bytes += PER_LOG + topic.len() as u64;
+                self.counters.topics = self.logs.len() as u64;
+            }
         }
         let log = self.logs.get_mut(topic).expect("inserted above");
-        log.head += 1;
+        log.head = at.offset;
         log.last_us = publish_us;
-        let at = Position { epoch: log.epoch, offset: log.head };
         if self.cfg.size > 0 {
             log.kept.push_back(Kept { publish_us, data: data.into() });
             self.counters.messages += 1;
@@ -203,7 +221,76 @@ impl History {
             }
         }
         self.fit_bytes();
-        at
+        true
+    }
+
+    /// Empty `topic`'s log so that its next message is at `at`.
+    fn restart(&mut self, topic: &str, at: Position) {
+        let log = self.logs.get_mut(topic).expect("restarted logs exist");
+        for k in std::mem::take(&mut log.kept) {
+            Self::dropped(&mut self.counters, &k, "gap");
+        }
+        log.epoch = at.epoch;
+        log.head = at.offset - 1;
+    }
+
+    /// Forget `topic`'s log: nothing followed it, so it may be behind the
+    /// cluster's (its first subscriber on this node just came).
+    pub fn forget(&mut self, topic: &str) {
+        if let Some(log) = self.logs.remove(topic) {
+            for k in &log.kept {
+                Self::dropped(&mut self.counters, k, "gap");
+            }
+            self.counters.bytes -= PER_LOG + topic.len() as u64;
+            self.counters.topics = self.logs.len() as u64;
+        }
+    }
+
+    /// What the cluster's history has of `topic` (oldest first, one
+    /// epoch: the stream's), read for a recovery this log could not
+    /// answer. Older messages join this log below its oldest; a log of
+    /// another epoch, or none, becomes the stream's. Returns those after
+    /// this log's head, for the caller to deliver (and so record).
+    pub fn merge(&mut self, topic: &str, mut got: Vec<(Position, Message)>) -> Vec<(Position, Message)> {
+        let Some(epoch) = got.last().map(|(at, _)| at.epoch) else { return Vec::new() };
+        got.retain(|(at, _)| at.epoch == epoch);
+        let same = self.logs.get(topic).is_some_and(|l| l.epoch == epoch);
+        if !same {
+            // Only the run that ends at the stream's head: nothing missing.
+            let mut start = got.len() - 1;
+            while start > 0 && got[start - 1].0.offset + 1 == got[start].0.offset {
+                start -= 1;
+            }
+            let run = got.split_off(start);
+            self.forget(topic);
+            for (at, m) in run {
+                self.put(topic, at, m.publish_us, &m.data);
+            }
+            return Vec::new();
+        }
+        let log = self.logs.get(topic).expect("same epoch");
+        let (first, head) = (log.first(), log.head);
+        let above: Vec<(Position, Message)> = got.iter().filter(|(at, _)| at.offset > head).cloned().collect();
+        // Below the oldest kept: the run that ends right under it.
+        let mut below: Vec<&(Position, Message)> = Vec::new();
+        let mut want = first.saturating_sub(1);
+        for g in got.iter().rev() {
+            if want == 0 || self.logs[topic].kept.len() + below.len() >= self.cfg.size {
+                break;
+            }
+            if g.0.offset == want {
+                below.push(g);
+                want -= 1;
+            }
+        }
+        let log = self.logs.get_mut(topic).expect("same epoch");
+        for (_, m) in below {
+            log.kept.push_front(Kept { publish_us: m.publish_us, data: m.data.as_slice().into() });
+            self.counters.messages += 1;
+            self.counters.bytes += PER_MESSAGE + m.data.len() as u64;
+        }
+        self.fit_bytes();
+        above
     }
 
     fn dropped(c: &mut HistoryCounters, k: &Kept, reason: &str) {
@@ -336,6 +423,31 @@ mod tests {
         assert_eq!((none.epoch, none.covers(Position::default())), (0, Some(true)));
         let cut = h.since("a", 0, usize::MAX, 2);
         assert_eq!(cut.messages.len(), 1, "the latest that fit");
+    }
+
+    #[test]
+    fn the_cluster_s_offsets_are_placed_as_given_and_merged_from_the_stream() {
+        let mut h = History::new(cfg(10, 1 << 20));
+        let at = |offset| Position { epoch: 9, offset };
+        let msg = |offset: u64| Message { offset, publish_us: 1, data: vec![offset as u8] };
+        assert!(h.put("t", at(5), 1, b"5"), "a log may start anywhere");
+        assert!(!h.put("t", at(5), 1, b"5"), "seen already");
+        assert!(h.put("t", at(6), 1, b"6"));
+        assert!(h.put("t", at(9), 1, b"9"), "a jump forward starts the kept messages over");
+        assert_eq!(h.since("t", 0, usize::MAX, MAX_REPLY_BYTES).oldest, 9);
+        assert_eq!(h.counters.evicted["gap"], 2);
+        // The stream's 6..=10: 7 and 8 join below, 10 is the caller's to deliver.
+        let above = h.merge("t", (6..=10).map(|o| (at(o), msg(o))).collect());
+        assert_eq!(above.iter().map(|(a, _)| a.offset).collect::<Vec<_>>(), vec![10]);
+        let s = h.since("t", 0, usize::MAX, MAX_REPLY_BYTES);
+        assert_eq!((s.oldest, s.head, s.messages.len()), (6, 9, 4));
+        // Another epoch: the stream's becomes the log, without delivery.
+        let other = |offset| (Position { epoch: 3, offset }, msg(offset));
+        assert!(h.merge("t", vec![other(1), other(3), other(4)]).is_empty());
+        let s = h.since("t", 0, usize::MAX, MAX_REPLY_BYTES);
+        assert_eq!((s.epoch, s.oldest, s.head), (3, 3, 4), "only the run that ends at the head");
+        h.forget("t");
+        assert_eq!((h.counters.topics, h.counters.messages, h.counters.bytes), (0, 0, 0));
     }
 
     #[test]

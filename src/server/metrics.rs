@@ -56,6 +56,9 @@ pub fn render(
         for reason in ["unsigned", "forged", "stale", "reply", "malformed", "replay"] {
             refused.get_or_create(&vec![("reason".into(), reason.into())]).inc_by(l.refused.get(reason).copied().unwrap_or(0));
         }
+        if let Some(h) = &l.history {
+            h.counters.register(c.sub_registry_with_prefix("history"));
+        }
         c.register("refused", "Messages from NATS dropped unread: unsigned, forged (wrong key), stale (outside the signing window), reply (answer asked outside the origin's inbox), malformed, replay (a copy of a message already taken)", refused);
     }
     encode(&r)
@@ -91,5 +94,15 @@ mod tests {
         let text = render(&t, 3, &Default::default(), Some(&link), None);
         assert!(text.contains("megaconn_cluster_refused_total{reason=\"forged\"} 3"), "{text}");
         assert!(text.contains("megaconn_cluster_refused_total{reason=\"unsigned\"} 0"), "{text}");
+        let history = crate::cluster::LogStatus {
+            stream: "MEGACONN".into(),
+            storage: crate::cluster::log::Storage::File,
+            counters: crate::cluster::log::LogCounters::example(),
+        };
+        let link = crate::cluster::LinkStatus { history: Some(history), ..Default::default() };
+        let text = render(&t, 3, &Default::default(), Some(&link), None);
+        for d in crate::cluster::log::LogCounters::DECLARED {
+            assert!(text.contains(&format!("megaconn_cluster_history_{}_total ", d.metric)), "{}: {text}", d.metric);
+        }
     }
 }

@@ -124,10 +124,18 @@ impl Publisher {
                 let publish_us = publish_us.unwrap_or_else(wall_us);
                 let (mut not_found, mut seqs) = (0, Vec::new());
                 for m in messages {
-                    let at = match m.stream {
-                        Stream::Unicast => Position::default(),
-                        Stream::Broadcast => self.history.append(BROADCAST_TOPIC, publish_us, &m.data),
-                        Stream::Topic => self.history.append(&m.topic, publish_us, &m.data),
+                    let log = if m.stream == Stream::Broadcast { BROADCAST_TOPIC } else { m.topic.as_str() };
+                    let at = match (m.stream, m.at) {
+                        (Stream::Unicast, _) => Position::default(),
+                        (_, None) => self.history.append(log, publish_us, &m.data),
+                        // The cluster's offset: a message seen already
+                        // (the stream republished this node's own) is not
+                        // delivered again.
+                        (_, Some(at)) if self.history.put(log, at, publish_us, &m.data) => at,
+                        (_, Some(at)) => {
+                            seqs.push(at.offset);
+                            continue;
+                        }
                     };
                     seqs.push(at.offset);
                     self.published += 1;

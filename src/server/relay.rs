@@ -4,21 +4,25 @@
 //! delivered like a local publish; a unicast for a connection of another
 //! node is routed to its owner, who answers.
 
+use super::history::Message as HistoryMessage;
 use super::publish::{Answer, Publisher};
 use crate::admin::route::{Message, Request as Route};
 use crate::admin::{Request, Response};
 use crate::cluster::link::Out;
-use crate::cluster::{ClusterConfig, ClusterEvent, Link, LinkStatus};
-use crate::proto::push::{wall_us, Stream};
+use crate::cluster::{ClusterConfig, ClusterEvent, Inbound, Link, LinkStatus, PublishFailure, Sent};
+use crate::proto::push::{wall_us, Position, Stream, BROADCAST_TOPIC};
 use crate::supervise::{Pool, Sink};
 use anyhow::Result;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 /// A publish waiting for NATS to take it: who asked, what this node
 /// delivers once it has, and the origin's stamp.
 struct Held {
     reply: crate::admin::Reply,
     local: Vec<Message>,
+    /// Per local message: its place in what went to NATS (topic and
+    /// broadcast messages), whose answer says its offset.
+    sent_as: Vec<Option<usize>>,
     publish_us: u64,
 }
 
@@ -28,11 +32,28 @@ pub struct Relay {
     next: u64,
     /// The link state last reported to the operator.
     reported_up: bool,
+    /// Recoveries this node's history could not answer, waiting for the
+    /// stream's: topic -> (worker, offset asked after).
+    fetching: HashMap<String, Vec<(usize, u64)>>,
+    /// Per topic: offsets the stream gave this node's publishes that have
+    /// not answered yet -> (request, its place in what went out). They
+    /// are delivered by their publish, in the stream's order.
+    mine: HashMap<String, BTreeMap<u64, (u64, usize, Position)>>,
+    /// Per topic: other nodes' messages after one of those, waiting for it.
+    blocked: HashMap<String, VecDeque<Inbound>>,
 }
 
 impl Relay {
     pub fn start(cfg: ClusterConfig, tx: Sink<ClusterEvent>) -> Result<Relay> {
-        Ok(Relay { link: Link::start(cfg, tx)?, held: HashMap::new(), next: 0, reported_up: false })
+        Ok(Relay {
+            link: Link::start(cfg, tx)?,
+            held: HashMap::new(),
+            next: 0,
+            reported_up: false,
+            fetching: HashMap::new(),
+            mine: HashMap::new(),
+            blocked: HashMap::new(),
+        })
     }
 
     /// A line for the operator when the link came up or went down.
@@ -87,56 +108,178 @@ impl Relay {
             return;
         }
         let publish_us = wall_us();
-        let (mut out, mut local) = (Vec::new(), Vec::new());
+        let (mut out, mut local, mut sent_as) = (Vec::new(), Vec::new(), Vec::new());
         for m in messages {
             let local_too = m.stream != Stream::Unicast;
+            let mut sent = None;
             if !is_local(&m) {
                 let target = m.node.clone().zip(m.target);
                 out.push(Out { stream: m.stream, topic: m.topic.clone(), target, publish_us, data: m.data.clone() });
+                sent = Some(out.len() - 1);
             }
             if local_too || is_local(&m) {
                 local.push(Message { node: None, ..m });
+                sent_as.push(sent);
             }
         }
         self.next += 1;
-        self.held.insert(self.next, Held { reply: req.reply, local, publish_us });
+        self.held.insert(self.next, Held { reply: req.reply, local, sent_as, publish_us });
         self.link.publish(self.next, out);
     }
 
     /// News from the link.
     pub fn on_event(&mut self, ev: ClusterEvent, publisher: &mut Publisher, live: &[usize], pool: &mut Pool) {
         match ev {
-            ClusterEvent::Published { request, result } => {
-                let Some(h) = self.held.remove(&request) else { return };
-                match result {
-                    Ok(remote) => publisher.begin(Route::Publish(h.local), Answer::Admin(h.reply), Some(h.publish_us), remote, live, pool),
-                    Err(e) if !e.maybe_sent => {
-                        self.link.failed();
-                        let _ = h.reply.send(Response::error(503, format!("{}: the publish was not sent to any node; retry", e.reason)));
-                    }
-                    Err(e) => {
-                        self.link.failed();
-                        let _ = h.reply.send(Response::error(
+            ClusterEvent::Published { request, result } => self.published(request, result, publisher, live, pool),
+            ClusterEvent::Fatal(_) => {}
+            ClusterEvent::Mine { request, index, topic, at } => {
+                self.mine.entry(topic).or_default().insert(at.offset, (request, index, at));
+            }
+            ClusterEvent::Message(m) => {
+                let topic = m.history_topic();
+                let waits = m.at.is_some_and(|at| self.mine.get(&topic).and_then(|o| o.keys().next()).is_some_and(|first| *first < at.offset));
+                if waits {
+                    self.blocked.entry(topic).or_default().push_back(m);
+                } else {
+                    Self::deliver(m, publisher, live, pool);
+                }
+            }
+            ClusterEvent::Fetched { topic, result } => self.fetched(topic, result, publisher, live, pool),
+        }
+        self.flush_replies(publisher);
+    }
+
+    /// A message from another node, delivered like a local publish.
+    fn deliver(m: Inbound, publisher: &mut Publisher, live: &[usize], pool: &mut Pool) {
+        let reply = match m.reply {
+            Some(subject) => Answer::Nats(subject),
+            None => Answer::Quiet,
+        };
+        let msg = Message { stream: m.stream, topic: m.topic, target: m.target, node: None, data: m.data, at: m.at };
+        publisher.begin(Route::Publish(vec![msg]), reply, Some(m.publish_us), Vec::new(), live, pool);
+    }
+
+    /// Publish `request` went out, or failed: answer it, deliver here
+    /// what of it the stream stored, then what waited for that.
+    fn published(&mut self, request: u64, result: Result<Sent, PublishFailure>, publisher: &mut Publisher, live: &[usize], pool: &mut Pool) {
+        // What the stream stored of it, seen go by: out index -> offset.
+        let mut seen: HashMap<usize, Position> = HashMap::new();
+        let mut touched = Vec::new();
+        for (topic, offsets) in self.mine.iter_mut() {
+            let before = offsets.len();
+            offsets.retain(|_, (r, index, at)| {
+                if *r == request {
+                    seen.insert(*index, *at);
+                }
+                *r != request
+            });
+            if offsets.len() != before {
+                touched.push(topic.clone());
+            }
+        }
+        if let Some(h) = self.held.remove(&request) {
+            match result {
+                Ok(sent) => {
+                    // With JetStream each topic message has the cluster's
+                    // offset, the same on every node.
+                    let local = h
+                        .local
+                        .into_iter()
+                        .zip(h.sent_as)
+                        .map(|(m, i)| Message { at: i.and_then(|i| sent.positions.get(i).copied().flatten()), ..m })
+                        .collect();
+                    publisher.begin(Route::Publish(local), Answer::Admin(h.reply), Some(h.publish_us), sent.remote, live, pool)
+                }
+                Err(e) => {
+                    self.link.failed();
+                    // Stored and seen, the rest of it failed: this node
+                    // delivers what is in the stream, as the others do.
+                    let stored: Vec<Message> =
+                        h.local.into_iter().zip(h.sent_as).filter_map(|(m, i)| i.and_then(|i| seen.get(&i)).map(|at| Message { at: Some(*at), ..m })).collect();
+                    let answer = if !e.maybe_sent {
+                        Response::error(503, format!("{}: the publish was not sent to any node; retry", e.reason))
+                    } else {
+                        Response::error(
                             504,
                             format!(
-                                "{}: other nodes may or may not have delivered it (at most once); this node did not deliver it; a retry may deliver it twice elsewhere",
-                                e.reason
+                                "{}: other nodes may or may not have delivered it (at most once); this node delivered {} of its messages; a retry may deliver it twice elsewhere",
+                                e.reason,
+                                stored.len()
                             ),
-                        ));
+                        )
+                    };
+                    let _ = h.reply.send(answer);
+                    for m in stored {
+                        publisher.begin(Route::Publish(vec![m]), Answer::Quiet, Some(h.publish_us), Vec::new(), live, pool);
                     }
                 }
             }
-            ClusterEvent::Fatal(_) => {}
-            ClusterEvent::Message(m) => {
-                let reply = match m.reply {
-                    Some(subject) => Answer::Nats(subject),
-                    None => Answer::Quiet,
-                };
-                let msg = Message { stream: m.stream, topic: m.topic, target: m.target, node: None, data: m.data };
-                publisher.begin(Route::Publish(vec![msg]), reply, Some(m.publish_us), Vec::new(), live, pool);
+        }
+        // What waited for those goes now, up to the next one still pending.
+        for topic in touched {
+            let first = self.mine.get(&topic).and_then(|o| o.keys().next().copied());
+            if first.is_none() {
+                self.mine.remove(&topic);
+            }
+            let Some(queue) = self.blocked.get_mut(&topic) else { continue };
+            while queue.front().is_some_and(|m| first.is_none_or(|f| m.at.is_none_or(|at| at.offset < f))) {
+                let m = queue.pop_front().expect("checked");
+                Self::deliver(m, publisher, live, pool);
+            }
+            if queue.is_empty() {
+                self.blocked.remove(&topic);
             }
         }
-        self.flush_replies(publisher);
+    }
+
+    /// Workers' subscribers of `topic` recover after offset `after`
+    /// (u64::MAX: they want only its position). With JetStream a
+    /// recovery this node's history cannot answer reads the stream's.
+    pub fn history_wanted(&mut self, worker: usize, topic: &str, after: u64, publisher: &mut Publisher, pool: &mut Pool) {
+        // Only a topic followed here has a history that is up to date.
+        let covered = || {
+            let s = publisher.history.since(topic, after, 0, 0);
+            self.link.follows(topic) && s.epoch != 0 && s.oldest <= after.saturating_add(1) && after <= s.head
+        };
+        if !self.link.logged() || after == u64::MAX || covered() {
+            return publisher.history_wanted(worker, topic, after, pool);
+        }
+        let waiting = self.fetching.entry(topic.to_string()).or_default();
+        if waiting.is_empty() {
+            self.link.fetch(topic, Position { epoch: 0, offset: after });
+        }
+        waiting.push((worker, after));
+    }
+
+    /// The stream's messages of a topic came: into this node's history
+    /// (those after its head delivered, in order), then the waiting
+    /// recoveries are answered from it.
+    fn fetched(&mut self, topic: String, result: Result<Vec<crate::cluster::Inbound>, String>, publisher: &mut Publisher, live: &[usize], pool: &mut Pool) {
+        match result {
+            Ok(got) => {
+                let got =
+                    got.into_iter().filter_map(|m| Some((m.at?, HistoryMessage { offset: m.at?.offset, publish_us: m.publish_us, data: m.data }))).collect();
+                for (at, m) in publisher.history.merge(&topic, got) {
+                    let (stream, name) = if topic == BROADCAST_TOPIC { (Stream::Broadcast, String::new()) } else { (Stream::Topic, topic.clone()) };
+                    let msg = Message { stream, topic: name, target: None, node: None, data: m.data, at: Some(at) };
+                    publisher.begin(Route::Publish(vec![msg]), Answer::Quiet, Some(m.publish_us), Vec::new(), live, pool);
+                }
+            }
+            Err(e) => self.link.note_error(format!("recovering {topic} from JetStream: {e}")),
+        }
+        for (worker, after) in self.fetching.remove(&topic).unwrap_or_default() {
+            publisher.history_wanted(worker, &topic, after, pool);
+        }
+    }
+
+    /// A worker's topics changed: followed from now on, a topic's history
+    /// here may be behind the cluster's, so it starts over from the stream.
+    pub fn topics_changed(&mut self, worker: usize, changes: &[(String, bool)], publisher: &mut Publisher) {
+        for topic in self.link.topics_changed(worker, changes) {
+            if self.link.logged() {
+                publisher.history.forget(&topic);
+            }
+        }
     }
 
     /// Send the answers owed to other nodes' unicasts.

@@ -10,6 +10,7 @@
 //! reason where they cannot be made.
 #![allow(dead_code)]
 pub mod browser;
+pub mod framed;
 pub mod lab;
 pub mod pki;
 pub mod ports;
