@@ -111,4 +111,9 @@ fn the_cluster_is_authenticated_and_the_admin_port_has_its_own_service() {
     let env = nc["env"].as_array().unwrap().iter().find(|e| e["name"] == "NATS_TOKEN").expect("NATS_TOKEN from a Secret");
     assert_eq!(env["valueFrom"]["secretKeyRef"]["name"], "megaconn-nats", "{env}");
     assert!(nc["args"].as_array().unwrap().iter().all(|a| !a.as_str().unwrap().contains("NATS_TOKEN")), "{nc}");
+    // The cluster's history (JetStream) on a volume that outlives the pod.
+    assert!(config.contains("jetstream") && config.contains("store_dir: /data"), "{config}");
+    let mounts = nc["volumeMounts"].as_array().unwrap();
+    assert!(mounts.iter().any(|m| m["name"] == "data" && m["mountPath"] == "/data"), "{nc}");
+    assert_eq!(set["spec"]["volumeClaimTemplates"][0]["metadata"]["name"], "data", "{set}");
 }
