@@ -903,3 +903,28 @@ fn a_nats_server_without_jetstream_is_named_with_the_fix() {
     assert_ne!(code, 0, "{err}");
     assert!(err.contains("no JetStream") && err.contains("nats-server -js") && err.contains("--cluster-history off"), "{err}");
 }
+
+#[test]
+fn with_memory_storage_a_nats_restart_starts_a_new_epoch_and_old_positions_are_not_recovered() {
+    let nats = loopback_nats(&[]);
+    let url = format!("nats://{}", nats.addr);
+    let key = KeyFile::new("memory");
+    let (_a, admin, port) = loopback_node(&url, "A", &key, &["--cluster-storage", "memory"]);
+    wait_until("the node healthy with the stream ready", Duration::from_secs(20), || get(&admin, "/healthz").0 == 200);
+    let (status, r) = publish_on(&admin, "news", "before");
+    assert_eq!((status, r["seq"][0].as_u64()), (200, Some(1)), "{r}");
+    let (_, h) = get(&admin, "/history?topic=news&since=0");
+    let old_epoch = h["epoch"].as_u64().unwrap() as u32;
+    let nats = nats.restart(Duration::ZERO);
+    wait_until("the node reconnected", Duration::from_secs(20), || get(&admin, "/healthz").0 == 200);
+    // The stream is gone with NATS's memory: the node makes it again and
+    // the topic starts over, in a new epoch.
+    let (status, r) = publish_on(&admin, "news", "after");
+    assert_eq!((status, r["seq"][0].as_u64()), (200, Some(1)), "{r}");
+    let mut c = Reader::connect(port);
+    c.s.write_all(&resume("news", Some((old_epoch, 1)))).unwrap();
+    let got = c.until_subscribed();
+    let In::Subscribed(false, epoch, 1) = got[got.len() - 1] else { panic!("not recovered, in the new epoch: {got:?}") };
+    assert_ne!(epoch, old_epoch);
+    drop(nats);
+}

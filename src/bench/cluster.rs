@@ -142,6 +142,7 @@ impl Node {
             .arg(&secrets.key)
             .arg("--cluster-token-file")
             .arg(&secrets.nats_token)
+            .args(["--cluster-history", if args.cluster_history == crate::cluster::log::HistoryMode::Off { "off" } else { "jetstream" }])
             .args(["--json", "--stats-interval", "500ms"]);
         if let crate::supervise::plan::Workers::Fixed(n) = args.server_workers {
             cmd.args(["--workers", &n.to_string()]);

@@ -19,7 +19,7 @@ pub enum Scenario {
 /// What joins the nodes of a cluster bench.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Broker {
-    /// nats-server (Debian's package), one core NATS server.
+    /// nats-server (Debian's package), one NATS server with JetStream.
     Nats,
 }
 
@@ -65,6 +65,8 @@ pub struct BenchConfig {
     /// between them.
     pub nodes: u64,
     pub cluster: Option<Broker>,
+    /// The nodes' `--cluster-history`.
+    pub cluster_history: crate::cluster::log::HistoryMode,
     pub json: bool,
 }
 
@@ -90,6 +92,7 @@ impl Default for BenchConfig {
             client_netns: None,
             nodes: 1,
             cluster: None,
+            cluster_history: crate::cluster::log::HistoryMode::Jetstream,
             broadcasts: 10,
             broadcast_interval: Duration::from_secs(5),
             topics: 0,

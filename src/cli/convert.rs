@@ -188,6 +188,7 @@ impl From<BenchArgs> for BenchConfig {
             client_netns: None,
             nodes: a.nodes,
             cluster: a.cluster,
+            cluster_history: a.cluster_history,
             json: a.json,
         }
     }

@@ -481,6 +481,10 @@ pub struct BenchArgs {
     /// its own namespace); broadcasts are published on node 0.
     #[arg(long, value_enum)]
     pub cluster: Option<crate::bench::config::Broker>,
+    /// Push scenario with --cluster: the nodes' --cluster-history
+    /// (`jetstream`: the cluster's history in NATS JetStream; `off`: core NATS).
+    #[arg(long, value_enum, requires = "cluster", default_value = "jetstream")]
+    pub cluster_history: crate::cluster::log::HistoryMode,
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
