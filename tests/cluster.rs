@@ -928,3 +928,23 @@ fn with_memory_storage_a_nats_restart_starts_a_new_epoch_and_old_positions_are_n
     assert_ne!(epoch, old_epoch);
     drop(nats);
 }
+
+#[test]
+fn a_message_written_into_the_stream_by_a_stranger_is_refused_and_blocks_no_publish() {
+    let nats = loopback_nats(&[]);
+    let key = KeyFile::new("stranger");
+    let (_a, admin, port) = loopback_node(&format!("nats://{}", nats.addr), "A", &key, &[]);
+    wait_until("the node healthy with the stream ready", Duration::from_secs(20), || get(&admin, "/healthz").0 == 200);
+    let mut c = Reader::connect(port);
+    c.s.write_all(&resume("news", None)).unwrap();
+    assert_eq!(c.until_subscribed(), vec![In::Subscribed(true, 0, 0)]);
+    wait_until("the node follows the topic", Duration::from_secs(10), || routed(&nats.monitor, "megaconn.live.topic.news"));
+    // Anyone allowed to publish on the stream's subjects can store a message there.
+    let got = nats_raw_at(&nats.addr, b"PUB megaconn.log.topic.news 6\r\nforged\r\n".to_vec(), "PONG");
+    assert!(!got.contains("-ERR"), "{got}");
+    wait_until("the node refuses the stranger's message", Duration::from_secs(10), || refused(&admin, "unsigned") == 1);
+    let (status, r) = publish_on(&admin, "news", "genuine");
+    assert_eq!(status, 200, "the topic goes on after it: {r}");
+    let In::Push(1, epoch, data) = c.next() else { panic!("the genuine message, at offset 1 of a new epoch") };
+    assert_eq!((data.as_str(), epoch != 0), ("genuine", true));
+}

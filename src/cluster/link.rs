@@ -707,9 +707,17 @@ impl Forwarder {
         let Some(log) = &self.log else { return };
         let check = |s: &Stored| self.me.read_stored(s, &self.shared).and_then(|i| i.at);
         let keep = |at: Position| at.epoch != from.at.epoch || at.offset > from.at.offset;
-        let got = match log.fetch(plain, from.seq + 1, &keep, &check, usize::MAX).await {
+        let got = match log.fetch(plain, from.seq + 1, &keep, &check, jslog::MAX_FILL_BYTES).await {
             Ok(got) => got,
-            Err(e) => return self.shared.error(format!("cannot fill a gap in {plain}: {e}")),
+            Err(e) => {
+                if let Some(upto) = upto {
+                    log.count(|c| {
+                        c.gaps += 1;
+                        c.gap_lost += upto - from.at.offset - 1;
+                    });
+                }
+                return self.shared.error(format!("cannot fill a gap in {plain}: {e}"));
+            }
         };
         if let Some(upto) = upto {
             let found = got.iter().filter(|(at, _)| at.epoch == from.at.epoch && at.offset < upto).count() as u64;

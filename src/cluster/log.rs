@@ -40,6 +40,9 @@ const MAX_FETCH: usize = 100_001;
 /// Most payload bytes one recovery reads from the stream (the latest
 /// ones): a subscriber further behind is told it cannot recover.
 pub const MAX_RECOVER_BYTES: usize = 4 << 20;
+/// Most payload bytes one gap fill reads (the latest ones; older
+/// missing messages count as lost).
+pub const MAX_FILL_BYTES: usize = 64 << 20;
 /// Longest one fetch (a gap fill or a recovery) may take.
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Topics whose last position a node remembers for its publishes.
@@ -102,6 +105,11 @@ pub fn parse_position(v: &str) -> Option<Position> {
     let (e, o) = v.split_once(':')?;
     let at = Position { epoch: e.parse().ok()?, offset: o.parse().ok()? };
     (at.epoch != 0 && at.offset != 0).then_some(at)
+}
+
+/// A topic's epoch when it starts over: random, never 0.
+fn new_epoch() -> u32 {
+    rand::Rng::gen_range(&mut rand::thread_rng(), 1..=u32::MAX)
 }
 
 /// The last message of a topic as a node knows it.
@@ -227,7 +235,10 @@ impl Log {
         match self.stream().await?.direct_get_last_for_subject(subject).await {
             Ok(m) => {
                 let s = Stored { seq: m.sequence, subject: m.subject.to_string(), headers: m.headers, data: m.payload };
-                Ok(check(&s).map(|at| Head { at, seq: s.seq }))
+                // Not from a node (someone with write access to the
+                // stream's subjects): the topic goes on after it, in a new
+                // epoch, rather than being blocked by it.
+                Ok(Some(check(&s).map_or(Head { at: Position { epoch: new_epoch(), offset: 0 }, seq: s.seq }, |at| Head { at, seq: s.seq })))
             }
             Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => Ok(None),
             Err(e) => Err(format!("cannot read the last message of {subject} from JetStream: {e}")),
@@ -255,7 +266,7 @@ impl Log {
             }
             let (at, expect) = match *head {
                 Some(h) => (Position { epoch: h.at.epoch, offset: h.at.offset + 1 }, h.seq),
-                None => (Position { epoch: rand::Rng::gen_range(&mut rand::thread_rng(), 1..=u32::MAX), offset: 1 }, 0),
+                None => (Position { epoch: new_epoch(), offset: 1 }, 0),
             };
             let mut h = headers(at);
             h.insert("Nats-Expected-Last-Subject-Sequence", expect.to_string().as_str());
