@@ -200,8 +200,9 @@ impl Link {
         topic == crate::proto::push::BROADCAST_TOPIC || self.topics.contains_key(topic)
     }
 
-    /// Read what JetStream has of `topic` (`*`: broadcasts) after `after`;
-    /// the answer comes back as `ClusterEvent::Fetched`.
+    /// Read what JetStream has of `topic` (`*`: broadcasts) after `after`
+    /// (offset u64::MAX: only its last message); the answer comes back as
+    /// `ClusterEvent::Fetched`.
     pub fn fetch(&self, topic: &str, after: Position) {
         let _ = self.cmds.send(Cmd::Fetch { topic: topic.to_string(), after });
     }
@@ -737,9 +738,13 @@ impl Forwarder {
 
     /// What the stream has of `topic` (`*`: broadcasts) after `after`,
     /// for a subscriber this node's history cannot answer.
+    /// `after` u64::MAX: only the last message (where the topic is).
     async fn recover(&self, log: &Log, topic: &str, after: Position) -> Result<Vec<Inbound>, String> {
         log.count(|c| c.fetches += 1);
         let plain = if topic == crate::proto::push::BROADCAST_TOPIC { BROADCAST.to_string() } else { super::topic_subject(topic) };
+        if after.offset == u64::MAX {
+            return Ok(log.last_stored(&plain).await?.and_then(|s| self.me.read_stored(&s, &self.shared)).into_iter().collect());
+        }
         let check = |s: &Stored| self.me.read_stored(s, &self.shared).and_then(|i| i.at);
         let keep = |at: Position| after.epoch == 0 || at.epoch != after.epoch || at.offset > after.offset;
         let got = log.fetch(&plain, 1, &keep, &check, jslog::MAX_RECOVER_BYTES).await?;
@@ -862,11 +867,25 @@ async fn publish(client: &async_nats::Client, me: &Me, request: u64, out: Vec<Ou
                         let stored = match (stored, seen) {
                             (r, None) => r,
                             (Ok(at), Some(seen)) => {
-                                let _ = tokio::time::timeout(CONFIRM_TIMEOUT, seen).await;
-                                // Not seen in time: the supervisor delivers it
-                                // now and drops the stream's copy as seen.
-                                shared.own.lock().expect("own").remove(&msg_id);
-                                Ok(at)
+                                // The follower may be filling a gap from the
+                                // stream first (at most FETCH_TIMEOUT).
+                                let waited = tokio::time::timeout(CONFIRM_TIMEOUT + jslog::FETCH_TIMEOUT, seen).await;
+                                let taken = shared.own.lock().expect("own").remove(&msg_id).is_none();
+                                match waited {
+                                    Ok(Ok(at)) => Ok(at),
+                                    _ if taken => Ok(at),
+                                    // Not seen: delivering it now could put it
+                                    // before messages still on their way here;
+                                    // it is delivered when its copy arrives.
+                                    _ => Err(jslog::Failed {
+                                        maybe: true,
+                                        reason: format!(
+                                            "stored in the cluster's history at {}, but this node's link did not see it come back within {} s (it delivers it here when it does)",
+                                            jslog::position_value(at),
+                                            (CONFIRM_TIMEOUT + jslog::FETCH_TIMEOUT).as_secs()
+                                        ),
+                                    }),
+                                }
                             }
                             (Err(failed), Some(seen)) => {
                                 // The stream's copy went by: it was stored

@@ -230,19 +230,24 @@ impl Log {
         self.js.get_stream_no_info(STREAM).await.map_err(|e| format!("cannot open the JetStream stream {STREAM}: {e}"))
     }
 
-    /// The last message the stream has of `subject` (a stream subject).
-    async fn last(&self, subject: &str, check: Check<'_>) -> Result<Option<Head>, String> {
-        match self.stream().await?.direct_get_last_for_subject(subject).await {
-            Ok(m) => {
-                let s = Stored { seq: m.sequence, subject: m.subject.to_string(), headers: m.headers, data: m.payload };
-                // Not from a node (someone with write access to the
-                // stream's subjects): the topic goes on after it, in a new
-                // epoch, rather than being blocked by it.
-                Ok(Some(check(&s).map_or(Head { at: Position { epoch: new_epoch(), offset: 0 }, seq: s.seq }, |at| Head { at, seq: s.seq })))
-            }
+    /// The last message the stream has of `subject` (plain).
+    pub async fn last_stored(&self, subject: &str) -> Result<Option<Stored>, String> {
+        let subject = log_subject(subject);
+        match self.stream().await?.direct_get_last_for_subject(subject.as_str()).await {
+            Ok(m) => Ok(Some(Stored { seq: m.sequence, subject: m.subject.to_string(), headers: m.headers, data: m.payload })),
             Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => Ok(None),
             Err(e) => Err(format!("cannot read the last message of {subject} from JetStream: {e}")),
         }
+    }
+
+    /// Where the stream's `subject` (plain) is: its last message's
+    /// position and stream sequence.
+    async fn last(&self, subject: &str, check: Check<'_>) -> Result<Option<Head>, String> {
+        let Some(s) = self.last_stored(subject).await? else { return Ok(None) };
+        // Not from a node (someone with write access to the stream's
+        // subjects): the topic goes on after it, in a new epoch, rather
+        // than being blocked by it.
+        Ok(Some(check(&s).map_or(Head { at: Position { epoch: new_epoch(), offset: 0 }, seq: s.seq }, |at| Head { at, seq: s.seq })))
     }
 
     /// Store one message of `subject` (plain) at the next offset of its
@@ -255,6 +260,7 @@ impl Log {
         headers: impl Fn(Position) -> async_nats::HeaderMap,
         check: Check<'_>,
     ) -> Result<Position, Failed> {
+        let plain = subject;
         let subject = log_subject(subject);
         let slot = self.slot(&subject);
         let mut head = slot.lock().await;
@@ -262,7 +268,7 @@ impl Log {
         let mut last_error = String::new();
         for _ in 0..MAX_TRIES {
             if head.is_none() {
-                *head = self.last(&subject, check).await.map_err(|reason| Failed { maybe, reason })?;
+                *head = self.last(plain, check).await.map_err(|reason| Failed { maybe, reason })?;
             }
             let (at, expect) = match *head {
                 Some(h) => (Position { epoch: h.at.epoch, offset: h.at.offset + 1 }, h.seq),

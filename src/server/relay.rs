@@ -241,7 +241,10 @@ impl Relay {
             let s = publisher.history.since(topic, after, 0, 0);
             self.link.follows(topic) && s.epoch != 0 && s.oldest <= after.saturating_add(1) && after <= s.head
         };
-        if !self.link.logged() || after == u64::MAX || covered() {
+        // A position only: this node's, unless it has none of the topic
+        // (then the stream's last message says where the topic is).
+        let position_here = || after == u64::MAX && publisher.history.position(topic).epoch != 0;
+        if !self.link.logged() || position_here() || covered() {
             return publisher.history_wanted(worker, topic, after, pool);
         }
         let waiting = self.fetching.entry(topic.to_string()).or_default();
