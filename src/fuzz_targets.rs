@@ -118,7 +118,7 @@ pub fn ws_frames(data: &[u8]) {
         let (mut tmp, mut frag) = (Vec::new(), None);
         let mut r = Reader { role, max: 1024, tmp: &mut tmp, frag: &mut frag };
         // As both ends do: a close ends the reading.
-        let on = |e: ws::frame::Event<'_>| if matches!(e, ws::frame::Event::Close(_)) { Err("closed") } else { Ok(()) };
+        let on = |e: ws::frame::Event<'_>| if matches!(e, ws::frame::Event::Close(..)) { Err("closed") } else { Ok(()) };
         let whole = r.consume(data, on);
         let (a, b) = split(data);
         let (mut tmp2, mut frag2) = (Vec::new(), None);

@@ -395,6 +395,31 @@ fn a_two_node_push_bench_delivers_every_broadcast_once_and_leaves_nothing() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A rolling restart at small scale: node n0 drains over 3 s while a
+/// broadcast goes out every second; its clients move to n1 and resume.
+#[test]
+fn a_rollout_bench_moves_every_client_of_the_drained_node_and_loses_nothing() {
+    let mut cmd = megaconn();
+    cmd.args(["bench", "--scenario", "rollout", "--nodes", "2", "--connections", "1000", "--rate", "5000", "--drain-period", "3s"]);
+    cmd.args(["--protocol", "ws", "--ports", "8000-8003", "--json"]);
+    let mut bench = Peer::spawn("megaconn bench --scenario rollout", cmd);
+    let out = bench.finish_ok(Duration::from_secs(180)).join("\n");
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let r = &v["rollout"];
+    let moved = r["connections_on_node"].as_u64().unwrap();
+    assert!(moved > 0 && moved <= 1000, "n0 held a share when it was stopped: {r}");
+    assert_eq!((r["lost"].as_u64(), r["duplicates"].as_u64()), (Some(0), Some(0)), "{r}");
+    assert_eq!(r["goaways"].as_u64(), Some(moved), "every client of n0 was told to move: {r}");
+    assert_eq!(r["reconnected"].as_u64(), Some(moved), "{r}");
+    assert_eq!(r["recovered"].as_u64(), Some(moved), "each resumed the broadcasts with nothing missing: {r}");
+    assert_eq!((r["not_recovered"].as_u64(), r["killed"].as_bool()), (Some(0), Some(false)), "{r}");
+    assert_eq!(r["rehome_ms"]["count"].as_u64(), Some(moved), "{r}");
+    assert!(r["restart_s"].as_f64().unwrap() > 0.0 && r["error"].is_null(), "n0 came back: {r}");
+    let p = &v["push"];
+    assert_eq!(p["connections"], 1000, "{p}");
+    assert_eq!(p["deliveries"], p["expected_deliveries"], "every connection got every broadcast: {p}");
+}
+
 #[test]
 fn cluster_flags_that_cannot_work_are_refused() {
     for (args, says) in [
@@ -412,6 +437,8 @@ fn cluster_flags_that_cannot_work_are_refused() {
         (&["--scenario", "push", "--nodes", "2"][..], "add --cluster nats"),
         (&["--nodes", "2", "--cluster", "nats"][..], "add --scenario push"),
         (&["--scenario", "push", "--nodes", "2", "--cluster", "nats", "--topology", "host"][..], "--topology netns"),
+        (&["--scenario", "rollout"][..], "add --nodes 2"),
+        (&["--scenario", "rollout", "--nodes", "2", "--cluster-history", "off"][..], "drop --cluster-history off"),
     ] {
         let mut cmd = megaconn();
         cmd.arg("bench").args(args);

@@ -117,3 +117,21 @@ fn the_cluster_is_authenticated_and_the_admin_port_has_its_own_service() {
     assert!(mounts.iter().any(|m| m["name"] == "data" && m["mountPath"] == "/data"), "{nc}");
     assert_eq!(set["spec"]["volumeClaimTemplates"][0]["metadata"]["name"], "data", "{set}");
 }
+
+#[test]
+fn a_rolling_update_gives_each_pod_its_whole_drain() {
+    let server = manifest("server.yaml");
+    let deploy = server.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let pod = &deploy["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    let args: Vec<&str> = c["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    let period = args.iter().position(|a| *a == "--drain-period").map(|i| humantime::parse_duration(args[i + 1]).unwrap()).expect("--drain-period");
+    // Killed before its drain ends, a pod would drop what is left at once.
+    let grace = pod["terminationGracePeriodSeconds"].as_u64().expect("terminationGracePeriodSeconds");
+    assert!(grace >= period.as_secs() + 10, "grace {grace} s covers --drain-period {period:?} + --drain-timeout 10 s");
+    // The connection ports close when the drain starts: a liveness probe
+    // on one would restart the container mid-drain.
+    assert_eq!(c["livenessProbe"]["tcpSocket"]["port"], "admin", "{c}");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/healthz", "{c}");
+    assert_eq!(deploy["spec"]["strategy"]["rollingUpdate"]["maxSurge"], 0, "{deploy}");
+}

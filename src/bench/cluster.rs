@@ -29,9 +29,9 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A child process in a namespace: SIGTERM then SIGKILL when dropped (by
 /// PID; it also dies with the bench through PR_SET_PDEATHSIG).
-struct Proc {
+pub(super) struct Proc {
     child: Child,
-    what: String,
+    pub(super) what: String,
     log: std::path::PathBuf,
 }
 
@@ -50,21 +50,41 @@ impl Proc {
     }
 
     fn stop(&mut self) {
+        self.terminate(Duration::from_secs(10));
+    }
+
+    /// SIGTERM, unless it is gone already.
+    pub(super) fn signal_term(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            // SAFETY: signalling our own child by PID; it has not been reaped.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        }
+    }
+
+    /// Whether it has exited (reaped).
+    pub(super) fn exited(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// SIGTERM, then SIGKILL if it is still running after `grace`; true
+    /// when it exited by itself.
+    pub(super) fn terminate(&mut self, grace: Duration) -> bool {
         // A reaped child's PID may belong to someone else by now.
         if !matches!(self.child.try_wait(), Ok(None)) {
-            return;
+            return true;
         }
         // SAFETY: signalling our own child by PID; it has not been reaped.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let end = Instant::now() + Duration::from_secs(10);
+        let end = Instant::now() + grace;
         while Instant::now() < end {
             if let Ok(Some(_)) = self.child.try_wait() {
-                return;
+                return true;
             }
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(20));
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+        false
     }
 }
 
@@ -77,7 +97,7 @@ impl Drop for Proc {
 /// The secrets of one bench run, in files only this user can read (so
 /// none is on a command line), removed when the run ends: the cluster key
 /// every node signs with, and the token nats-server requires.
-struct Secrets {
+pub(super) struct Secrets {
     key: std::path::PathBuf,
     nats_token: std::path::PathBuf,
     nats_conf: std::path::PathBuf,
@@ -121,14 +141,14 @@ impl Drop for Secrets {
 }
 
 /// A server node: its process, admin address and latest stats line.
-struct Node {
-    proc: Proc,
-    admin: SocketAddr,
+pub(super) struct Node {
+    pub(super) proc: Proc,
+    pub(super) admin: SocketAddr,
     stats: Arc<Mutex<Value>>,
 }
 
 impl Node {
-    fn start(k: usize, args: &BenchConfig, per_node: u64, token: &str, secrets: &Secrets, logs: &str) -> Result<Node> {
+    pub(super) fn start(k: usize, args: &BenchConfig, per_node: u64, token: &str, secrets: &Secrets, logs: &str) -> Result<Node> {
         let addr = place::node_addr(k);
         let exe = std::env::current_exe().context("finding the megaconn binary")?;
         let mut cmd = Command::new(exe);
@@ -143,6 +163,7 @@ impl Node {
             .arg("--cluster-token-file")
             .arg(&secrets.nats_token)
             .args(["--cluster-history", if args.cluster_history == crate::cluster::log::HistoryMode::Off { "off" } else { "jetstream" }])
+            .args(["--drain-period", &format!("{}ms", args.drain_period.as_millis())])
             .args(["--json", "--stats-interval", "500ms"]);
         if let crate::supervise::plan::Workers::Fixed(n) = args.server_workers {
             cmd.args(["--workers", &n.to_string()]);
@@ -164,22 +185,38 @@ impl Node {
         Ok(Node { proc, admin: SocketAddr::from((addr, ADMIN_PORT)), stats })
     }
 
-    fn active(&self) -> u64 {
+    pub(super) fn active(&self) -> u64 {
         self.stats.lock().expect("node stats")["active"].as_u64().unwrap_or(0)
+    }
+
+    /// Wait until its admin API says it is healthy with its link up.
+    pub(super) fn wait_healthy(&mut self, token: &str) -> Result<()> {
+        let admin = self.admin;
+        wait_until(&format!("{} was not healthy with its link to nats up", self.proc.what), || {
+            if let Some(why) = self.proc.gone() {
+                return Err(why);
+            }
+            match crate::admin::client::request(admin, "GET", "/healthz", b"", Some(token)) {
+                Ok((200, _)) => Ok(true),
+                Ok((_, body)) => Err(body.trim().to_string()),
+                Err(_) => Ok(false),
+            }
+        })
     }
 }
 
 /// A cluster's node processes and their broker: the server side of a
 /// cluster bench's pair, watched through the nodes' admin API.
 struct ClusterSide {
-    nodes: Vec<Node>,
+    nodes: super::rollout::Nodes,
     broker: Proc,
     token: String,
 }
 
 impl ClusterSide {
     fn node_stats(&self) -> Vec<Value> {
-        self.nodes
+        let nodes = self.nodes.list.lock().expect("nodes");
+        nodes
             .iter()
             .enumerate()
             .map(|(k, n)| {
@@ -196,12 +233,17 @@ impl ClusterSide {
 
 impl ServerSide for ClusterSide {
     fn failure(&mut self) -> Option<String> {
-        self.nodes.iter_mut().map(|n| &mut n.proc).chain([&mut self.broker]).find_map(Proc::gone)
+        // The node a rollout is restarting is meant to be gone.
+        let rolling = self.nodes.rolling.load(Ordering::SeqCst);
+        let mut nodes = self.nodes.list.lock().expect("nodes");
+        let gone = nodes.iter_mut().enumerate().filter(|(k, _)| !(rolling && *k == super::rollout::ROLLED)).find_map(|(_, n)| n.proc.gone());
+        gone.or_else(|| self.broker.gone())
     }
 
     fn line(&self) -> String {
-        let nodes: Vec<String> = self.nodes.iter().map(|n| format::count(n.active())).collect();
-        format!("nodes {}", nodes.join(" + "))
+        let nodes: Vec<String> = self.nodes.list.lock().expect("nodes").iter().map(|n| format::count(n.active())).collect();
+        let rolling = if self.nodes.rolling.load(Ordering::SeqCst) { " (n0 rolling)" } else { "" };
+        format!("nodes {}{rolling}", nodes.join(" + "))
     }
 
     /// The nodes see their closes on their own; the bench does not wait.
@@ -210,14 +252,14 @@ impl ServerSide for ClusterSide {
     }
 
     fn shut(&mut self) {
-        for n in &mut self.nodes {
+        for n in self.nodes.list.lock().expect("nodes").iter_mut() {
             n.proc.stop();
         }
         self.broker.stop();
     }
 }
 
-fn wait_until(what: &str, mut ok: impl FnMut() -> Result<bool, String>) -> Result<()> {
+pub(super) fn wait_until(what: &str, mut ok: impl FnMut() -> Result<bool, String>) -> Result<()> {
     let end = Instant::now() + START_TIMEOUT;
     loop {
         let last = match ok() {
@@ -234,8 +276,11 @@ fn wait_until(what: &str, mut ok: impl FnMut() -> Result<bool, String>) -> Resul
 
 /// Check the flags of a cluster bench (usage errors).
 pub fn check(args: &BenchConfig) -> Result<(), String> {
-    if args.scenario != super::Scenario::Push {
-        return Err("--nodes and --cluster run the push scenario: add --scenario push".into());
+    if !matches!(args.scenario, super::Scenario::Push | super::Scenario::Rollout) {
+        return Err("--nodes and --cluster run the push scenario: add --scenario push (or rollout)".into());
+    }
+    if args.scenario == super::Scenario::Rollout && args.cluster_history != crate::cluster::log::HistoryMode::Jetstream {
+        return Err("--scenario rollout resumes clients on another node from the cluster's history: drop --cluster-history off".into());
     }
     if args.cluster.is_none() {
         return Err(format!("--nodes {}: nodes need a broker between them; add --cluster nats", args.nodes));
@@ -254,6 +299,10 @@ pub fn check(args: &BenchConfig) -> Result<(), String> {
 
 pub fn run(mut args: BenchConfig) -> Result<i32> {
     check(&args).map_err(crate::UsageError)?;
+    let rollout = args.scenario == super::Scenario::Rollout;
+    if rollout {
+        args.broadcasts = super::rollout::broadcasts(&args);
+    }
     let nodes = args.nodes as usize;
     let per_node = args.connections.div_ceil(args.nodes);
     let net = place::place(nodes, args.connections, &super::ports_list(&args.ports))?;
@@ -275,9 +324,16 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
     let mut client_cfg = super::client_config(&args, hold);
     client_cfg.load.traffic.subscribe = topics.clone();
     client_cfg.load.traffic.subscribe_spread = true;
+    client_cfg.load.traffic.reconnect = rollout;
     client_cfg.load.nodes = node_ns
         .iter()
-        .map(|f| crate::client::NodeTarget { target: std::net::Ipv4Addr::LOCALHOST.into(), netns_fd: Some(std::os::fd::AsRawFd::as_raw_fd(f)) })
+        .enumerate()
+        .map(|(k, f)| crate::client::NodeTarget {
+            target: std::net::Ipv4Addr::LOCALHOST.into(),
+            netns_fd: Some(std::os::fd::AsRawFd::as_raw_fd(f)),
+            // A rollout's clients move to the other nodes over the bridge.
+            elsewhere: if rollout { (1..nodes).map(|j| place::node_addr((k + j) % nodes).into()).collect() } else { Vec::new() },
+        })
         .collect();
     let (mut cplan, mut cwplan) = crate::client::plan(&client_cfg, fds.hard).map_err(crate::UsageError)?;
     if cwplan.workers % nodes != 0 {
@@ -286,7 +342,7 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
         (cplan, cwplan) = crate::client::plan(&client_cfg, fds.hard).map_err(crate::UsageError)?;
     }
     let logs = std::env::temp_dir().join(format!("megaconn-{}", std::process::id())).display().to_string();
-    let secrets = Secrets::make(&logs)?;
+    let secrets = Arc::new(Secrets::make(&logs)?);
     let mut broker_cmd = Command::new("nats-server");
     broker_cmd.args(["-a", &BROKER_ADDR.to_string(), "-p", &BROKER_PORT.to_string()]).arg("-c").arg(&secrets.nats_conf);
     broker_cmd.arg("-js").arg("-sd").arg(&secrets.nats_store).stdout(Stdio::null());
@@ -302,26 +358,19 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
         fleet.push(Node::start(k, &args, per_node, &token, &secrets, &logs)?);
     }
     for n in &mut fleet {
-        let admin = n.admin;
-        wait_until(&format!("{} was not healthy with its link to nats up", n.proc.what), || {
-            if let Some(why) = n.proc.gone() {
-                return Err(why);
-            }
-            match crate::admin::client::request(admin, "GET", "/healthz", b"", Some(&token)) {
-                Ok((200, _)) => Ok(true),
-                Ok((_, body)) => Err(body.trim().to_string()),
-                Err(_) => Ok(false),
-            }
-        })?;
+        n.wait_healthy(&token)?;
     }
+    // A rollout publishes on the node that stays.
+    let publish_on = if rollout { nodes - 1 } else { 0 };
     progress.note(&format!(
-        "cluster bench: {} connections over {nodes} nodes ({} each) joined by nats-server at {broker_at}; {} {} of {} bytes published on node n0 every {:.1} s | {}",
+        "cluster bench: {} connections over {nodes} nodes ({} each) joined by nats-server at {broker_at}; {} {} of {} bytes published on node n{publish_on} every {:.1} s{} | {}",
         format::count(args.connections),
         format::count(per_node),
         args.broadcasts,
         if topics.is_empty() { "broadcasts".to_string() } else { format!("rounds over {} topics", topics.len()) },
         args.push_bytes,
         args.broadcast_interval.as_secs_f64(),
+        if rollout { format!("; node n0 drains over {} and restarts mid-run", humantime::format_duration(args.drain_period)) } else { String::new() },
         crate::client::describe(&cplan, &cwplan)
     ));
     let ch = super::pair::PairChannel::default();
@@ -329,18 +378,32 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
     let ramp_done = Arc::new(AtomicBool::new(false));
     let rounds = Arc::new(Mutex::new(Vec::<Round>::new()));
     let publisher = {
-        let (ramp_done, rounds, args, admin, token) = (ramp_done.clone(), rounds.clone(), args.clone(), fleet[0].admin, token.clone());
+        let (ramp_done, rounds, args, admin, token) = (ramp_done.clone(), rounds.clone(), args.clone(), fleet[publish_on].admin, token.clone());
         std::thread::spawn(move || push::publish(admin, Some(&token), &args, &topics, &ramp_done, &rounds))
     };
+    let fleet = super::rollout::Nodes::new(fleet);
+    let over = Arc::new(AtomicBool::new(false));
+    let roller = rollout.then(|| {
+        let r =
+            super::rollout::Roller { nodes: fleet.clone(), args: args.clone(), per_node, token: token.clone(), secrets: secrets.clone(), logs: logs.clone() };
+        let (ramp_done, over) = (ramp_done.clone(), over.clone());
+        std::thread::spawn(move || r.run(&ramp_done, &over))
+    });
     let side = ClusterSide { nodes: fleet, broker, token };
     let mut pair = PairRun::new(side, client, &mut progress, |side: &ClusterSide, _: &ClientRun| side.node_stats());
     pair.ramp_done = Some(ramp_done.clone());
-    pair.run(&ch.rx)?;
+    let ran = pair.run(&ch.rx);
     ramp_done.store(true, Ordering::SeqCst);
-    let publish_error = publisher.join().map_err(|_| anyhow!("the publisher thread panicked"))?.err();
-    // Each node's /stats when the hold ended (before anything closed),
-    // else when the run ended.
+    // The nodes stop (the roller's restarted one with them) once it has the report.
     let node_stats = pair.at_hold.take().or(pair.after_close.take()).unwrap_or_default();
+    pair.server.shut();
+    over.store(true, Ordering::SeqCst);
+    ran?;
+    let publish_error = publisher.join().map_err(|_| anyhow!("the publisher thread panicked"))?.err();
+    let roll = match roller {
+        Some(r) => Some(r.join().map_err(|_| anyhow!("the rollout thread panicked"))?),
+        None => None,
+    };
     let failure = pair.failure.take();
     let client = pair.client;
     let summary = client.summary();
@@ -348,9 +411,11 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
     let cpu: f64 = node_stats.iter().filter_map(|v| v["cpu_seconds"].as_f64()).sum();
     let workers: usize = node_stats.iter().filter_map(|v| v["workers"].as_u64()).sum::<u64>() as usize;
     let push = push::push_report(&args, &rounds, &client, &summary, workers, cpu);
+    let rollout = roll.map(|r| super::rollout::RolloutReport::new(&args, r, &push, &client, &summary));
     let outcome = ClusterOutcome {
+        rollout,
         base: push::PushOutcome { push, client: summary, topology: net.placement.clone(), failure, publish_error: publish_error.map(|e| format!("{e:#}")) },
-        cluster: ClusterFacts { nodes: args.nodes, broker: format!("nats://{broker_at}"), published_on: "n0", node_stats },
+        cluster: ClusterFacts { nodes: args.nodes, broker: format!("nats://{broker_at}"), published_on: format!("n{publish_on}"), node_stats },
     };
     let plan = serde_json::json!({"client": cplan, "client_workers": cwplan, "nodes": args.nodes, "broadcasts": args.broadcasts, "topics": args.topics, "push_bytes": args.push_bytes});
     super::outcome::finish(args.report.as_deref(), args.json, &client, plan, &net.placement, &outcome, &mut progress)
@@ -361,7 +426,7 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
 struct ClusterFacts {
     nodes: u64,
     broker: String,
-    published_on: &'static str,
+    published_on: String,
     node_stats: Vec<Value>,
 }
 
@@ -371,11 +436,17 @@ struct ClusterOutcome {
     #[serde(flatten)]
     base: push::PushOutcome,
     cluster: ClusterFacts,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rollout: Option<super::rollout::RolloutReport>,
 }
 
 impl super::outcome::Outcome for ClusterOutcome {
     fn kind(&self) -> &'static str {
-        "bench push --nodes"
+        if self.rollout.is_some() {
+            "bench rollout"
+        } else {
+            "bench push --nodes"
+        }
     }
 
     fn summary(&self) -> &crate::client::run::ClientSummary {
@@ -395,9 +466,14 @@ impl super::outcome::Outcome for ClusterOutcome {
                 v["cpu_seconds"].as_f64().unwrap_or(0.0)
             );
         }
+        if let Some(r) = &self.rollout {
+            r.print();
+        }
     }
 
     fn failures(&self) -> Vec<String> {
-        self.base.failures()
+        let mut out = self.base.failures();
+        out.extend(self.rollout.iter().flat_map(super::rollout::RolloutReport::failures));
+        out
     }
 }

@@ -14,6 +14,10 @@ pub enum Scenario {
     /// Ramp to N, then publish broadcasts (or one message per topic)
     /// through the admin API and time their delivery to every connection.
     Push,
+    /// A rolling restart: --nodes (2 or more) joined by NATS JetStream,
+    /// a broadcast every second; node n0 drains (SIGTERM, --drain-period)
+    /// and restarts mid-run while its clients move and resume elsewhere.
+    Rollout,
 }
 
 /// What joins the nodes of a cluster bench.
@@ -67,6 +71,8 @@ pub struct BenchConfig {
     pub cluster: Option<Broker>,
     /// The nodes' `--cluster-history`.
     pub cluster_history: crate::cluster::log::HistoryMode,
+    /// The nodes' `--drain-period` (a rollout's drain).
+    pub drain_period: Duration,
     pub json: bool,
 }
 
@@ -93,6 +99,7 @@ impl Default for BenchConfig {
             nodes: 1,
             cluster: None,
             cluster_history: crate::cluster::log::HistoryMode::Jetstream,
+            drain_period: Duration::from_secs(30),
             broadcasts: 10,
             broadcast_interval: Duration::from_secs(5),
             topics: 0,

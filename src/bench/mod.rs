@@ -11,6 +11,7 @@ pub mod config;
 pub mod outcome;
 pub mod pair;
 pub mod push;
+pub mod rollout;
 pub mod sampler;
 pub mod sockets;
 
@@ -206,6 +207,16 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
         }
         crate::report::prepare(dir)?;
     }
+    if args.scenario == Scenario::Rollout {
+        if args.nodes < 2 {
+            return Err(crate::UsageError(format!(
+                "--scenario rollout drains node n0 while its clients move to another node: add --nodes 2 (got --nodes {})",
+                args.nodes
+            ))
+            .into());
+        }
+        args.cluster = Some(config::Broker::Nats);
+    }
     if args.nodes > 1 || args.cluster.is_some() {
         if args.tls {
             return Err(crate::UsageError(
@@ -241,6 +252,7 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
     match args.scenario {
         Scenario::Business => business::run(args),
         Scenario::Push => push::run(args, &net.placement),
+        Scenario::Rollout => unreachable!("a rollout runs a cluster (above)"),
         Scenario::Connections => connections(args, &net.placement, progress),
     }
 }

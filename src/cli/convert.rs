@@ -31,6 +31,7 @@ impl From<ServerArgs> for ServerConfig {
             header_timeout: a.header_timeout,
             retire_after: a.retire_after,
             drain_timeout: a.drain_timeout,
+            drain_period: a.drain_period,
             max_pending_bytes: a.max_pending_bytes,
             max_push_bytes: a.max_push_bytes,
             history: crate::server::history::HistoryConfig { size: a.history, ttl: a.history_ttl, max_bytes: a.history_max_bytes },
@@ -72,6 +73,7 @@ impl From<LoadArgs> for LoadConfig {
                 connect_timeout: a.connect_timeout,
                 close: a.close,
                 reconnect: a.reconnect,
+                reconnect_to: a.reconnect_to,
                 raw_message: a.message,
                 raw_first: a.first_message.map(|m| m.bytes),
                 raw_codec: a.codec,
@@ -118,7 +120,14 @@ impl From<ClientArgs> for ClientConfig {
             }
             c.target = u.addrs.first().copied().unwrap_or(c.target);
             if u.addrs.len() > 1 {
-                c.load.nodes = u.addrs.iter().map(|&target| crate::client::config::NodeTarget { target, netns_fd: None }).collect();
+                let addrs = &u.addrs;
+                c.load.nodes = (0..addrs.len())
+                    .map(|i| crate::client::config::NodeTarget {
+                        target: addrs[i],
+                        netns_fd: None,
+                        elsewhere: (1..addrs.len()).map(|j| addrs[(i + j) % addrs.len()]).collect(),
+                    })
+                    .collect();
             }
             c.load.ports = vec![u.port];
             c.load.traffic.ws_target = u.target.clone();
@@ -176,7 +185,11 @@ impl From<BenchArgs> for BenchConfig {
             client_workers: a.workers.unwrap_or(a.client_workers),
             connect_timeout: a.connect_timeout,
             broadcasts: a.broadcasts,
-            broadcast_interval: a.broadcast_interval,
+            broadcast_interval: a.broadcast_interval.unwrap_or(std::time::Duration::from_secs(if a.scenario == crate::bench::Scenario::Rollout {
+                1
+            } else {
+                5
+            })),
             topics: a.topics,
             protocol: a.protocol,
             tls: a.tls,
@@ -189,6 +202,7 @@ impl From<BenchArgs> for BenchConfig {
             nodes: a.nodes,
             cluster: a.cluster,
             cluster_history: a.cluster_history,
+            drain_period: a.drain_period,
             json: a.json,
         }
     }

@@ -149,6 +149,9 @@ pub struct ServerArgs {
     /// On SIGTERM or Ctrl-C: stop accepting and reading, answer in-flight requests for up to this long, then close the rest (a second signal forces).
     #[arg(long, value_parser = parse::duration, default_value = "10s")]
     pub drain_timeout: Duration,
+    /// On SIGTERM or Ctrl-C (a rolling restart): close framed and WebSocket connections and event streams spread evenly over this long, each after a reconnect hint (goaway frame, WebSocket close 1012, SSE retry), so clients move to other nodes without a reconnect storm; 0 closes them all at once. Give Kubernetes' terminationGracePeriodSeconds this plus --drain-timeout.
+    #[arg(long, value_parser = parse::duration, default_value = "30s")]
+    pub drain_period: Duration,
     /// Elastic workers: how long a surplus worker stays empty before it exits.
     #[arg(long, value_parser = parse::positive_duration, default_value = "10s")]
     pub retire_after: Duration,
@@ -324,6 +327,9 @@ pub struct LoadArgs {
     /// Re-open connections the server or network ends, paced at --rate with jittered back-off.
     #[arg(long)]
     pub reconnect: bool,
+    /// With --reconnect: addresses (same ports) a connection moves to, in turn, when a draining server closes it with a reconnect hint or a reconnect attempt fails (a rolling restart's other nodes; a --url host with several addresses moves among them already).
+    #[arg(long, value_delimiter = ',')]
+    pub reconnect_to: Vec<std::net::IpAddr>,
     /// Once the ramp is done, close and reopen R connections per second while holding the rest (e.g. 20000/s; spread evenly, open loop).
     #[arg(long, default_value = "off")]
     pub churn: PerSecond,
@@ -420,9 +426,12 @@ pub struct BenchArgs {
     /// Both ends speak TLS, with a throwaway CA and certificate made for the run (removed after).
     #[arg(long)]
     pub tls: bool,
-    /// What to run: connections (ramp, hold, memory) or business (the
+    /// What to run: connections (ramp, hold, memory), business (the
     /// thread-pool experiment: 1000 conns x 1 req/s against inline,
-    /// pool:1000, pool:20 and async, classic service time).
+    /// pool:1000, pool:20 and async, classic service time), push
+    /// (broadcast timing) or rollout (node n0 of a cluster drains and
+    /// restarts while its clients move and resume: lost, duplicated,
+    /// re-homing time, reconnect peak).
     #[arg(long, value_enum, default_value = "connections")]
     pub scenario: Scenario,
     /// Connections to reach and hold (default 200000; --scenario business: 1000, each sending 1 request/s).
@@ -467,9 +476,9 @@ pub struct BenchArgs {
     /// Push scenario: broadcasts to publish (rounds, with --topics).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000), default_value = "10")]
     pub broadcasts: u64,
-    /// Push scenario: time between broadcasts.
-    #[arg(long, value_parser = parse::positive_duration, default_value = "5s")]
-    pub broadcast_interval: Duration,
+    /// Push scenario: time between broadcasts (default 5s; rollout: 1s).
+    #[arg(long, value_parser = parse::positive_duration)]
+    pub broadcast_interval: Option<Duration>,
     /// Push scenario: spread connections over this many topics and publish one message to each per round (0: broadcasts).
     #[arg(long, value_parser = clap::value_parser!(u64).range(0..=100_000), default_value = "0")]
     pub topics: u64,
@@ -483,8 +492,11 @@ pub struct BenchArgs {
     pub cluster: Option<crate::bench::config::Broker>,
     /// Push scenario with --cluster: the nodes' --cluster-history
     /// (`jetstream`: the cluster's history in NATS JetStream; `off`: core NATS).
-    #[arg(long, value_enum, requires = "cluster", default_value = "jetstream")]
+    #[arg(long, value_enum, default_value = "jetstream")]
     pub cluster_history: crate::cluster::log::HistoryMode,
+    /// Rollout scenario: the nodes' --drain-period (node n0 closes its connections evenly over it).
+    #[arg(long, value_parser = parse::duration, default_value = "30s")]
+    pub drain_period: Duration,
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,

@@ -24,10 +24,13 @@ pub const DEFAULT_HOLD_TEXT: &str = "20s";
 
 /// One server of several (bench --nodes): where its share of the client
 /// workers connect, and the network namespace (fd) they run in.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct NodeTarget {
     pub target: IpAddr,
     pub netns_fd: Option<i32>,
+    /// Where this node's connections move when it drains (the other
+    /// nodes, as reached from this node's namespace).
+    pub elsewhere: Vec<IpAddr>,
 }
 
 /// What every connection of a load does: the protocol it speaks, what it
@@ -45,6 +48,9 @@ pub struct Traffic {
     pub close: CloseMode,
     /// Open lost connections again, paced and with jittered back-off.
     pub reconnect: bool,
+    /// `--reconnect-to`: where a connection told to go away moves, in turn.
+    #[serde(default)]
+    pub reconnect_to: Vec<IpAddr>,
     /// `--protocol raw` (and ws): the message sent on the heartbeat
     /// schedule (or the request schedule with a request rate), and, raw
     /// only, one sent once when a connection is established.
@@ -83,6 +89,7 @@ impl Default for Traffic {
             connect_timeout: Duration::from_secs(10),
             close: CloseMode::Reset,
             reconnect: false,
+            reconnect_to: Vec::new(),
             raw_message: None,
             raw_first: None,
             raw_codec: None,

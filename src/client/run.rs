@@ -78,6 +78,9 @@ pub struct ClientSummary {
     pub requests: Option<RequestSummary>,
     /// Present when any push arrived.
     pub push: Option<PushSummary>,
+    /// From a draining server's reconnect hint to established again
+    /// (present when a server drained with --reconnect on).
+    pub rehome_ms: Option<LatencySummary>,
     /// The same run split into ramp, hold and close.
     pub phases: Vec<PhaseResult>,
     pub hold_seconds: f64,
@@ -204,6 +207,14 @@ impl ClientRun {
                 serde_json::to_string(&ClientWorkerConfig {
                     worker: i,
                     target: load.nodes.get(i % load.nodes.len().max(1)).map_or(plan.target, |n| n.target),
+                    elsewhere: load
+                        .nodes
+                        .get(i % load.nodes.len().max(1))
+                        .map_or(&[][..], |n| &n.elsewhere)
+                        .iter()
+                        .chain(&load.traffic.reconnect_to)
+                        .copied()
+                        .collect(),
                     ports: plan.ports.clone(),
                     source_ranges: plan.source_ranges.clone(),
                     first: plan.first + lo,
@@ -328,6 +339,7 @@ impl ClientRun {
                 established_total: t.established_total,
                 failed: t.failed.values().sum(),
                 lost: t.lost.values().sum(),
+                reconnects: t.reconnects,
                 replies: t.replies,
                 cpu_seconds: t.cpu_seconds,
                 rss_bytes: t.rss_bytes,
@@ -455,6 +467,7 @@ impl ClientRun {
                 handshake_ms: histogram::summarize(h),
             }),
             heartbeat_rtt_ms: histogram::summarize(&self.view.rtt_hist),
+            rehome_ms: (!self.view.rehome_hist.is_empty()).then(|| histogram::summarize(&self.view.rehome_hist)),
             requests: self.request_rate.map(|rate| {
                 let qps: f64 = self
                     .replies_at_hold

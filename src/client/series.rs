@@ -22,6 +22,9 @@ pub struct Sample {
     pub lost: u64,
     /// Handshakes completed per second over this interval.
     pub connect_rate_per_s: f64,
+    /// Lost or moved connections opened again per second (--reconnect).
+    #[serde(default)]
+    pub reconnect_rate_per_s: f64,
     pub qps: f64,
     pub heartbeat_ms: LatencySummary,
     pub request_ms: LatencySummary,
@@ -53,6 +56,7 @@ pub struct Counters {
     pub established_total: u64,
     pub failed: u64,
     pub lost: u64,
+    pub reconnects: u64,
     pub replies: u64,
     pub cpu_seconds: f64,
     pub rss_bytes: u64,
@@ -134,6 +138,7 @@ impl Series {
             failed: c.failed,
             lost: c.lost,
             connect_rate_per_s: per_s(base.established_total, c.established_total),
+            reconnect_rate_per_s: per_s(base.reconnects, c.reconnects),
             qps: per_s(base.replies, c.replies),
             heartbeat_ms: take(&mut self.heartbeat),
             request_ms: take(&mut self.request),

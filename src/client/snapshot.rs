@@ -21,6 +21,7 @@ crate::counters! {
         lost: by("reason") "lost" "Established connections the server or network ended, by reason",
         lost_unanswered: counter "lost_unanswered" "Lost connections that never received an answer (a protocol mismatch looks like this)",
         reconnects: counter "reconnects" "Lost connections opened again (--reconnect)",
+        goaways: counter "goaways" "Connections a draining server closed with a reconnect hint (with --reconnect: moved, not lost)",
         reconnect_failed: by("kind") "reconnect_failed" "Failed reconnect attempts, by kind (retried with back-off)",
         churn_closed: counter "churn_closed" "Connections closed on purpose (--churn)",
         churn_reopened: counter "churn_reopened" "Connections reopened after a churn close",
@@ -72,8 +73,16 @@ pub struct ClientSnapshot {
     /// tagged enums.
     #[serde(with = "seq_map")]
     pub push_by_seq: BTreeMap<u64, (u64, u64)>,
+    /// Reconnects by second from the start of the ramp (so far; a list
+    /// of pairs on the wire, as `push_by_seq`): a reconnect storm's shape.
+    #[serde(default, with = "count_map")]
+    pub reconnects_by_s: BTreeMap<u64, u64>,
     /// Interval histogram of push delivery latency (µs), base64 HdrHistogram V2.
     pub push_hist: String,
+    /// Interval histogram of re-homing (µs): from a draining server's
+    /// reconnect hint to established again (elsewhere).
+    #[serde(default)]
+    pub rehome_hist: String,
     /// CLOCK_MONOTONIC µs when this snapshot was taken (exact rates).
     pub at_us: u64,
     pub last: bool,
@@ -121,6 +130,19 @@ mod seq_map {
     }
 }
 
+mod count_map {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use std::collections::BTreeMap;
+
+    pub fn serialize<S: Serializer>(m: &BTreeMap<u64, u64>, s: S) -> Result<S::Ok, S::Error> {
+        m.iter().map(|(k, n)| (*k, *n)).collect::<Vec<_>>().serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<u64, u64>, D::Error> {
+        Ok(Vec::<(u64, u64)>::deserialize(d)?.into_iter().collect())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,9 +152,11 @@ mod tests {
         let mut s = ClientSnapshot { worker: 3, ..Default::default() };
         s.push_received = 2;
         s.push_by_seq.insert(7, (2, 99));
+        s.reconnects_by_s.insert(12, 5);
         s.push_topics.insert("*".into(), 2);
         let line = serde_json::to_string(&ClientMsg::Client(Box::new(s))).unwrap();
         let ClientMsg::Client(back) = serde_json::from_str::<ClientMsg>(&line).unwrap() else { panic!("{line}") };
         assert_eq!((back.worker, back.push_by_seq[&7], back.push_topics["*"], back.push_received), (3, (2, 99), 2, 2));
+        assert_eq!(back.reconnects_by_s[&12], 5);
     }
 }

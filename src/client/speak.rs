@@ -51,15 +51,20 @@ pub struct Ear<'a> {
 }
 
 /// What a read found besides the accounting in [`Replies`].
+/// Loss reason of a connection a draining server closed with a hint.
+pub const GOAWAY: &str = "server_goaway";
+
 pub struct Heard {
     pub end: ReadEnd,
     /// The opening (Upgrade) was answered and checked in this read.
     pub upgraded: bool,
+    /// The server is draining: reconnect elsewhere after this many ms.
+    pub goaway: Option<u32>,
 }
 
 impl From<ReadEnd> for Heard {
     fn from(end: ReadEnd) -> Heard {
-        Heard { end, upgraded: false }
+        Heard { end, upgraded: false, goaway: None }
     }
 }
 
@@ -144,7 +149,8 @@ impl Speaker for Framed {
     fn read(&mut self, ear: Ear<'_>, replies: &mut Replies<'_>) -> Heard {
         let (slot, assembling) = (ear.slot, &mut self.assembling);
         let mut wire = ear.wire;
-        net::read_frames(&mut wire, ear.partial, ear.scratch, ear.read_closed, |f| {
+        let mut goaway = None;
+        let end = net::read_frames(&mut wire, ear.partial, ear.scratch, ear.read_closed, |f| {
             match f.kind {
                 Kind::HeartbeatAck => replies.beat_answered(frame::stamp_of(f.payload)),
                 Kind::Reply => replies.reply(frame::stamp_of(f.payload)),
@@ -167,11 +173,15 @@ impl Speaker for Framed {
                     let (topic, recovered, at) = push::decode_subscribed(f.payload)?;
                     super::pushes::subscribed(replies.stats, replies.seen, topic, recovered, at);
                 }
+                Kind::Goaway => {
+                    goaway = Some(crate::proto::goaway::decode_framed(f.payload)?);
+                    return Err(GOAWAY);
+                }
                 _ => return Err("bad_frame_unexpected_kind"),
             }
             Ok(())
-        })
-        .into()
+        });
+        Heard { end, upgraded: false, goaway }
     }
 }
 

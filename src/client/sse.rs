@@ -103,6 +103,7 @@ impl Speaker for SseSpeaker {
     fn read(&mut self, ear: Ear<'_>, replies: &mut Replies<'_>) -> Heard {
         let (slot, mut upgrading) = (ear.slot, ear.upgrading);
         let mut upgraded = false;
+        let mut goaway = None;
         let last_ids = &mut self.last_ids;
         let mut wire = ear.wire;
         let end = net::read_chunks(&mut wire, ear.partial, ear.scratch, ear.read_closed, |buf| {
@@ -131,11 +132,15 @@ impl Speaker for SseSpeaker {
                     last_ids.insert(slot, id);
                 }
                 let Some(data) = e.data else { continue };
+                if e.kind.as_deref() == Some("goaway") {
+                    goaway = Some(crate::proto::goaway::decode_json(data.as_bytes()).unwrap_or(0));
+                    return Err(super::speak::GOAWAY);
+                }
                 super::ws::account_text(replies, data.as_bytes());
             }
             Ok(pos + used)
         });
-        Heard { end, upgraded }
+        Heard { end, upgraded, goaway }
     }
 }
 

@@ -39,6 +39,10 @@ pub fn print_summary(s: &ClientSummary, progress: &mut Progress) {
     if s.reconnects > 0 || !s.reconnect_failed.is_empty() {
         println!("reconnects    {} | failed attempts {}", format::count(s.reconnects), format::kinds(&s.reconnect_failed));
     }
+    if s.goaways > 0 {
+        let rehome = s.rehome_ms.as_ref().map(|r| format!(" | re-homed in p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms", r.p50_ms, r.p99_ms, r.max_ms));
+        println!("goaways       {} (a draining server's reconnect hints){}", format::count(s.goaways), rehome.unwrap_or_default());
+    }
     match (s.ramp_seconds, s.ramp_rate_per_s) {
         (Some(t), Some(r)) => println!("ramp          {t:.2} s at {} connections/s", format::count(r as u64)),
         _ => println!("ramp          did not complete"),

@@ -16,6 +16,8 @@ pub struct ClientTotals {
     pub cpu_seconds: f64,
     /// Per push sequence number: (arrivals, latest arrival µs, realtime).
     pub push_by_seq: BTreeMap<u64, (u64, u64)>,
+    /// Reconnects by second from the start of the ramp, every worker's.
+    pub reconnects_by_s: BTreeMap<u64, u64>,
     /// Latest ramp completion over all workers, once all are done.
     pub ramp_done_at_us: Option<u64>,
 }
@@ -30,6 +32,7 @@ pub struct Intervals {
     pub rtt: Option<Histogram<u64>>,
     pub request: Option<Histogram<u64>>,
     pub push: Option<Histogram<u64>>,
+    pub rehome: Option<Histogram<u64>>,
     /// Per handshake stage ("tcp", "tls", "upgrade").
     pub stages: Vec<(String, Histogram<u64>)>,
 }
@@ -41,6 +44,7 @@ impl Intervals {
             rtt: histogram::decode(&s.rtt_hist),
             request: histogram::decode(&s.request_hist),
             push: histogram::decode(&s.push_hist),
+            rehome: histogram::decode(&s.rehome_hist),
             stages: s.stage_hists.iter().filter_map(|(k, v)| Some((k.clone(), histogram::decode(v)?))).collect(),
         }
     }
@@ -62,6 +66,8 @@ pub struct ClientView {
     pub request_interval: Histogram<u64>,
     /// Push delivery latency (publish stamp to receipt).
     pub push_hist: Histogram<u64>,
+    /// From a reconnect hint to established elsewhere.
+    pub rehome_hist: Histogram<u64>,
     /// Handshake time per stage (TCP, TLS, WebSocket upgrade).
     pub stage_hists: BTreeMap<String, Histogram<u64>>,
 }
@@ -77,6 +83,7 @@ impl ClientView {
             request_hist: histogram::new(),
             request_interval: histogram::new(),
             push_hist: histogram::new(),
+            rehome_hist: histogram::new(),
             stage_hists: BTreeMap::new(),
         }
     }
@@ -88,6 +95,7 @@ impl ClientView {
         histogram::add(&mut self.request_hist, h.request.as_ref());
         histogram::add(&mut self.request_interval, h.request.as_ref());
         histogram::add(&mut self.push_hist, h.push.as_ref());
+        histogram::add(&mut self.rehome_hist, h.rehome.as_ref());
         for (stage, hist) in &h.stages {
             histogram::add(self.stage_hists.entry(stage.clone()).or_insert_with(histogram::new), Some(hist));
         }
@@ -144,6 +152,9 @@ impl ClientView {
         let mut t = ClientTotals::default();
         for x in &s {
             t.counters.add(&x.counters);
+            for (s, n) in &x.reconnects_by_s {
+                *t.reconnects_by_s.entry(*s).or_insert(0) += n;
+            }
             for (seq, (n, last)) in &x.push_by_seq {
                 let e = t.push_by_seq.entry(*seq).or_insert((0, 0));
                 e.0 += n;

@@ -45,6 +45,9 @@ use std::time::Duration;
 pub struct ClientWorkerConfig {
     pub worker: usize,
     pub target: IpAddr,
+    /// Where a connection told to go away moves, in turn (then `target` again).
+    #[serde(default)]
+    pub elsewhere: Vec<IpAddr>,
     pub ports: Vec<u16>,
     pub source_ranges: Vec<(IpAddr, IpAddr)>,
     /// Global index of this worker's first connection, and how many.
@@ -149,6 +152,9 @@ struct Slot {
     beats_out: u8,
     /// `--protocol ws`: a message still arriving in fragments.
     ws_frag: Option<Box<crate::proto::ws::frame::Fragments>>,
+    /// Where it connects: 0 the worker's target, i the i-th of `elsewhere`
+    /// (it moves on after a reconnect hint or a failed reconnect).
+    home: u8,
 }
 
 impl Slot {
@@ -168,6 +174,7 @@ impl Slot {
             ws_frag: None,
             churned: false,
             beats_out: 0,
+            home: 0,
         }
     }
 }
@@ -206,6 +213,9 @@ struct Worker {
     rtt_hist: Histogram<u64>,
     request_hist: Histogram<u64>,
     push_hist: Histogram<u64>,
+    rehome_hist: Histogram<u64>,
+    /// Slots a draining server told to go away, and when (µs).
+    moved_at: std::collections::HashMap<u32, u64>,
     last_resolved_us: u64,
     phase: Phase,
     scratch: Vec<u8>,
@@ -249,6 +259,8 @@ pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
         rtt_hist: histogram::new(),
         request_hist: histogram::new(),
         push_hist: histogram::new(),
+        rehome_hist: histogram::new(),
+        moved_at: Default::default(),
         last_resolved_us: 0,
         phase: Phase::Running,
         scratch: vec![0; SCRATCH],
@@ -345,6 +357,8 @@ impl Handler for Worker {
         self.request_hist.reset();
         self.stats.push_hist = histogram::encode(&self.push_hist);
         self.push_hist.reset();
+        self.stats.rehome_hist = if self.rehome_hist.is_empty() { String::new() } else { histogram::encode(&self.rehome_hist) };
+        self.rehome_hist.reset();
         self.connect_hist.reset();
         self.rtt_hist.reset();
         self.stats.rss_bytes = crate::sys::self_rss_bytes();
@@ -469,6 +483,9 @@ impl Worker {
             self.stage_done(k, Stage::Upgrade, now);
             self.established(k, now);
         }
+        if let Some(ms) = heard.goaway {
+            return self.moved(k, ms, now);
+        }
         match (heard.end, sent) {
             (ReadEnd::Error(reason), _) => self.lose(k, reason),
             (ReadEnd::Eof, _) => self.lose(k, "peer_closed".into()),
@@ -527,6 +544,10 @@ impl Worker {
         } else if slot.retries > 0 {
             slot.retries = 0;
             self.stats.reconnects += 1;
+            *self.stats.reconnects_by_s.entry(now.saturating_sub(self.cfg.start_at_us) / 1_000_000).or_insert(0) += 1;
+            if let Some(at) = self.moved_at.remove(&(k as u32)) {
+                histogram::record(&mut self.rehome_hist, now.saturating_sub(at));
+            }
         } else {
             self.stats.established_total += 1;
             self.resolved(now);

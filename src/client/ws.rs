@@ -87,6 +87,8 @@ pub struct ReadOutcome {
     pub upgraded: bool,
     /// The server closed with this status code (0: none given).
     pub closed_with: Option<u16>,
+    /// It closed with 1012 (Service Restart): come back after this many ms.
+    pub goaway: Option<u32>,
 }
 
 /// Everything the read path of one WebSocket connection needs.
@@ -144,7 +146,10 @@ impl WsRead<'_> {
                 }
                 Event::Message { text: false, data } => replies.reply(stamp_of(data)),
                 Event::Message { text: true, data } => account_text(replies, data),
-                Event::Close(code) => {
+                Event::Close(code, reason) => {
+                    if code == Some(crate::proto::goaway::WS_RESTART) {
+                        outcome.goaway = Some(crate::proto::goaway::decode_json(reason).unwrap_or(0));
+                    }
                     match code {
                         Some(c) => frame::encode_close(out, c, Some(mask)),
                         None => frame::encode(out, true, Opcode::Close, &[], Some(mask)),
@@ -276,7 +281,7 @@ impl Speaker for WsSpeaker {
             (ReadEnd::Error(_), Some(code)) => ReadEnd::Error(format!("ws_close_{code}")),
             (end, _) => end,
         };
-        Heard { end, upgraded: rd.outcome.upgraded }
+        Heard { end, upgraded: rd.outcome.upgraded, goaway: rd.outcome.goaway }
     }
 }
 

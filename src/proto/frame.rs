@@ -12,8 +12,9 @@
 //! server echoes the heartbeat's payload), 3 request, 4 reply, 5 rejected,
 //! 6 subscribe and 7 unsubscribe (payload: the topic name), 8 push, 9
 //! resume (subscribe and recover what was missed), 10 subscribed (its
-//! answer), 11 push part (the rest of a push over one frame); see
-//! `proto::push` for the payloads of 8 to 11.
+//! answer), 11 push part (the rest of a push over one frame), 12 goaway
+//! (a draining server's reconnect hint: u32 BE retry delay in ms, see
+//! `server::goaway`); see `proto::push` for the payloads of 8 to 11.
 //! Clients put their intended send time (u64 BE microseconds on
 //! CLOCK_MONOTONIC) in the first 8 payload bytes when the payload is at
 //! least 8 bytes long, so round trips can be timed from the echo alone.
@@ -41,6 +42,7 @@ pub enum Kind {
     Resume = 9,
     Subscribed = 10,
     PushPart = 11,
+    Goaway = 12,
 }
 
 impl Kind {
@@ -57,6 +59,7 @@ impl Kind {
             9 => Kind::Resume,
             10 => Kind::Subscribed,
             11 => Kind::PushPart,
+            12 => Kind::Goaway,
             _ => return None,
         })
     }

@@ -1,5 +1,6 @@
 //! Wire protocols spoken between megaconn clients and servers.
 pub mod frame;
+pub mod goaway;
 pub mod http;
 pub mod push;
 pub mod ws;

@@ -53,6 +53,9 @@ pub struct ServerConfig {
     /// SIGTERM / Ctrl-C: how long in-flight requests may take to be
     /// answered before the remaining connections are closed.
     pub drain_timeout: Duration,
+    /// SIGTERM / Ctrl-C: long-lived connections (framed, ws, sse) close
+    /// spread evenly over this long, each after a reconnect hint.
+    pub drain_period: Duration,
     /// How long a surplus elastic worker stays empty before it exits.
     pub retire_after: Duration,
     /// Most push bytes one connection may leave unread (slow consumer).
@@ -104,6 +107,7 @@ impl Default for ServerConfig {
             header_timeout: Duration::from_secs(10),
             retire_after: crate::supervise::elastic::DEFAULT_GRACE,
             drain_timeout: Duration::from_secs(10),
+            drain_period: Duration::from_secs(30),
             max_pending_bytes: DEFAULT_MAX_PENDING,
             max_push_bytes: crate::proto::push::DEFAULT_MAX_PUSH,
             history: Default::default(),

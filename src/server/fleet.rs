@@ -281,6 +281,7 @@ impl ServerFleet {
                 Response::json(200, &v)
             }
             Route::Healthz => match (&self.failure, &link) {
+                _ if self.stopping => Response::json(503, &serde_json::json!({"status": "draining", "connections": t.active})),
                 (Some(f), _) => Response::json(503, &serde_json::json!({"status": "failing", "reason": f})),
                 (None, Some(l)) if !l.up => Response::json(
                     503,
@@ -567,6 +568,7 @@ fn worker_template(cfg: &ServerConfig, initial: usize, budget: u64, elastic: boo
         limits: Default::default(),
         ws: super::ws::WsConfig { max_message: cfg.max_message_bytes, max_head: cfg.max_header_bytes, push_format: cfg.push_format },
         tls: cfg.tls.clone(),
+        drain_period_ms: cfg.drain_period.as_millis() as u64,
     }
 }
 

@@ -233,13 +233,22 @@ impl Supervised for ServerRun {
 
     fn interrupt(&mut self) {
         let t = self.fleet.view.totals();
-        self.progress.note(&format!(
-            "signal: draining — no new connections or requests; answering {} in flight for up to {} (a second signal forces)",
-            format::count(t.requests.saturating_sub(t.replies + t.rejected)),
-            humantime::format_duration(self.cfg.drain_timeout)
-        ));
+        let spread = if crate::server::worker::spreads(self.cfg.protocol) { self.cfg.drain_period } else { Duration::ZERO };
+        if spread.is_zero() {
+            self.progress.note(&format!(
+                "signal: draining — /healthz says draining, no new connections or requests; answering {} in flight for up to {} (a second signal forces)",
+                format::count(t.requests.saturating_sub(t.replies + t.rejected)),
+                humantime::format_duration(self.cfg.drain_timeout)
+            ));
+        } else {
+            self.progress.note(&format!(
+                "signal: draining — /healthz says draining, no new connections; closing {} connections evenly over {} (--drain-period), each told to reconnect elsewhere (a second signal forces)",
+                format::count(t.active),
+                humantime::format_duration(spread)
+            ));
+        }
         self.fleet.drain();
-        self.drain_until = Some(Instant::now() + self.cfg.drain_timeout);
+        self.drain_until = Some(Instant::now() + spread + self.cfg.drain_timeout);
     }
 }
 

@@ -23,6 +23,7 @@ crate::counters! {
         subscribe_refused: by("reason") "subscribe_refused" "Subscriptions refused, by reason (too_many_topics: the worker holds --max-topics; too_many_subscriptions; bad_topic)",
         ws_upgrades: counter "ws_upgrades" "WebSocket handshakes completed",
         sse_streams: counter "sse_streams" "Server-Sent Event streams opened (GET with Accept: text/event-stream on a WebSocket port)",
+        goaways: counter "goaways" "Connections closed by a drain (SIGTERM, --drain-period) after a reconnect hint",
         tls_handshakes: counter "tls_handshakes" "TLS handshakes completed (full and resumed)",
         tls_resumed: counter "tls_resumed" "TLS handshakes that resumed a session (ticket)",
         tls_handshake_failures: by("reason") "tls_handshake_failures" "TLS connections closed before their handshake finished, by reason (tls_timeout, tls_plaintext, tls_eof, tls_alert_<name>, tls_bad_message, ...)",

@@ -12,6 +12,8 @@
 
 mod accept;
 mod deliver;
+mod drain;
+pub use drain::spreads;
 mod linger;
 mod serve;
 mod stall;
@@ -75,6 +77,10 @@ pub struct ServerWorkerConfig {
     /// `--tls-cert`/`--tls-key`: every connection speaks TLS.
     #[serde(default)]
     pub tls: Option<crate::tls::files::ServerTls>,
+    /// `--drain-period`: long-lived connections close spread over this
+    /// long after SIGTERM, each with a reconnect hint.
+    #[serde(default)]
+    pub drain_period_ms: u64,
 }
 
 /// Pool threads wake the event loop through this token.
@@ -113,7 +119,9 @@ struct Worker {
     cap: Option<super::cap::SharedCap>,
     /// Told to close (SIGTERM at the supervisor): no accepting, no reading;
     /// in-flight requests are answered, then every connection closes.
+    /// Long-lived connections are read until their turn in `drain`.
     draining: bool,
+    drain: Option<drain::Drain>,
     /// Since when the worker holds no connection (memory is returned to
     /// the system after a second of that).
     empty_since: Option<Instant>,
@@ -189,6 +197,7 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
             None => None,
         },
         draining: false,
+        drain: None,
         empty_since: None,
         lingering: linger::Lingering::default(),
         stalls: stall::Stalls::new(limits.stall_timeout_ms),
@@ -256,6 +265,9 @@ impl Handler for Worker {
             Command::Close => {
                 self.draining = true;
                 self.group.close(self.poll.as_raw_fd());
+                if drain::spreads(self.cfg.protocol) {
+                    self.begin_drain();
+                }
                 Flow::Continue
             }
             Command::Stop => {
@@ -322,6 +334,7 @@ impl Handler for Worker {
             }
         }
         self.give_back_memory(now);
+        self.drain_step();
         if self.draining && self.drained() {
             let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
             for key in keys {
@@ -349,6 +362,9 @@ impl Handler for Worker {
         }
         if !self.lingering.is_empty() {
             wake = wake.min(now + linger::LINGER_TICK);
+        }
+        if self.drain.as_ref().is_some_and(|d| !d.finished()) {
+            wake = wake.min(now + drain::DRAIN_TICK);
         }
         if self.tls.as_ref().is_some_and(|t| t.has_pending()) {
             wake = wake.min(now + HANDSHAKE_SWEEP);
@@ -402,7 +418,7 @@ impl Worker {
     /// Draining is over when no request is still with the business stage
     /// and no answer is still waiting for its socket.
     fn drained(&self) -> bool {
-        self.stage.in_flight() == 0 && self.conns.iter().all(|(_, c)| c.backlog.is_none())
+        self.drain.as_ref().is_none_or(drain::Drain::finished) && self.stage.in_flight() == 0 && self.conns.iter().all(|(_, c)| c.backlog.is_none())
     }
 
     /// Whether request heads (HTTP requests, WebSocket upgrades) are
@@ -520,5 +536,8 @@ impl Worker {
 /// upgrade): the peer may still be sending the request's body, so the
 /// socket lingers.
 fn answered_refusal(reason: &str) -> bool {
-    reason == crate::tls::failure::PLAINTEXT || reason.starts_with("ws_handshake") || (reason.starts_with("http_") && reason != "http_connection_close")
+    reason == crate::tls::failure::PLAINTEXT
+        || reason == drain::REASON
+        || reason.starts_with("ws_handshake")
+        || (reason.starts_with("http_") && reason != "http_connection_close")
 }

@@ -225,7 +225,7 @@ fn on_event(req: &mut Requests<'_>, s: &mut Subscriber<'_>, ev: Event<'_>) -> Re
             req.stats.frames_out += 1;
         }
         Event::Pong(_) => {}
-        Event::Close(code) => {
+        Event::Close(code, _) => {
             // Echo the status code (RFC 6455 §5.5.1), then close.
             match code {
                 Some(c) => frame::encode_close(req.out, c, None),

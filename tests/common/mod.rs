@@ -254,6 +254,11 @@ pub fn server_ready(args: &[&str], fd_limit: Option<u64>) -> (Running, Value, Va
         // Tests run in parallel: an ephemeral admin port each.
         cmd.args(["--admin", "127.0.0.1:0"]);
     }
+    if !args.contains(&"--drain-period") {
+        // A test's SIGTERM closes what is left at once (tests/drain.rs
+        // spreads the closes over a period).
+        cmd.args(["--drain-period", "0s"]);
+    }
     if let Some(n) = fd_limit {
         with_fd_limit(&mut cmd, n);
     }

@@ -98,8 +98,10 @@ impl Worker {
         }
     }
 
-    /// Queue slot k for another attempt after a jittered back-off.
+    /// Queue slot k for another attempt after a jittered back-off (at the
+    /// next address, when there are several).
     fn schedule_reconnect(&mut self, k: usize, now: u64) {
+        self.next_home(k);
         let slot = &mut self.slots[k];
         slot.state = State::Waiting;
         slot.retries = slot.retries.saturating_add(1);
@@ -108,9 +110,40 @@ impl Worker {
         self.reconnects.push(Reverse((now + wait, k as u32)));
     }
 
+    fn next_home(&mut self, k: usize) {
+        if !self.cfg.elsewhere.is_empty() {
+            let slot = &mut self.slots[k];
+            slot.home = ((slot.home as usize + 1) % (1 + self.cfg.elsewhere.len()).min(256)) as u8;
+        }
+    }
+
+    /// A draining server closed connection k with a reconnect hint: with
+    /// `--reconnect` it moves to the next address after the hinted delay
+    /// (a goaway, not a loss; its subscriptions resume there); without,
+    /// it is lost.
+    pub(super) fn moved(&mut self, k: usize, retry_ms: u32, now: u64) {
+        if !self.cfg.traffic.reconnect || self.phase != super::Phase::Running || self.slots[k].state != State::Established {
+            return self.lose(k, super::super::speak::GOAWAY.into());
+        }
+        self.stats.goaways += 1;
+        self.release(k);
+        self.next_home(k);
+        let slot = &mut self.slots[k];
+        slot.state = State::Waiting;
+        slot.retries = 1;
+        self.moved_at.insert(k as u32, now);
+        self.reconnects.push(Reverse((now + retry_ms as u64 * 1000, k as u32)));
+    }
+
     pub(super) fn open(&mut self, k: usize, now: u64) {
-        let (src, port) = super::super::plan::address_of(self.cfg.first + k as u64, &self.sources, &self.cfg.ports);
-        let dst = SocketAddr::from((self.cfg.target, port));
+        let (mut src, port) = super::super::plan::address_of(self.cfg.first + k as u64, &self.sources, &self.cfg.ports);
+        let home = self.slots[k].home as usize;
+        let ip = if home == 0 { self.cfg.target } else { self.cfg.elsewhere[home - 1] };
+        if home != 0 && ip.is_loopback() != self.cfg.target.is_loopback() {
+            // The worker's source addresses are for its own target.
+            src = std::net::Ipv4Addr::UNSPECIFIED.into();
+        }
+        let dst = SocketAddr::from((ip, port));
         self.stats.attempted += 1;
         match connect(src, dst) {
             Ok(mut stream) => {
@@ -196,12 +229,24 @@ impl Worker {
             State::TlsHandshaking => return self.fail(k, reason, crate::sys::mono_us()),
             _ => {}
         }
+        if !self.slots[k].answered {
+            self.stats.lost_unanswered += 1;
+        }
+        self.release(k);
+        self.slots[k].state = State::Done;
+        *self.stats.lost.entry(reason).or_insert(0) += 1;
+        if self.cfg.traffic.reconnect && self.phase == super::Phase::Running {
+            self.schedule_reconnect(k, crate::sys::mono_us());
+        }
+    }
+}
+
+impl Worker {
+    /// Drop an established connection's socket and state.
+    fn release(&mut self, k: usize) {
         let slot = &mut self.slots[k];
         if slot.state == State::Established {
             self.stats.open -= 1;
-        }
-        if !slot.answered {
-            self.stats.lost_unanswered += 1;
         }
         slot.stream = None;
         slot.tls = None;
@@ -211,11 +256,6 @@ impl Worker {
         self.stats.heartbeats_abandoned += std::mem::take(&mut slot.beats_out) as u64;
         slot.answered = false;
         slot.ws_frag = None;
-        slot.state = State::Done;
-        *self.stats.lost.entry(reason).or_insert(0) += 1;
-        if self.cfg.traffic.reconnect && self.phase == super::Phase::Running {
-            self.schedule_reconnect(k, crate::sys::mono_us());
-        }
     }
 }
 

@@ -154,7 +154,18 @@ pub fn encode(out: &mut Vec<u8>, fin: bool, opcode: Opcode, payload: &[u8], mask
 
 /// A close frame with a status code (and no reason text).
 pub fn encode_close(out: &mut Vec<u8>, code: u16, mask: Option<[u8; 4]>) {
-    encode(out, true, Opcode::Close, &code.to_be_bytes(), mask);
+    encode_close_reason(out, code, &[], mask);
+}
+
+/// A close frame with a status code and a reason (at most 123 bytes of
+/// UTF-8: a control frame carries 125).
+pub fn encode_close_reason(out: &mut Vec<u8>, code: u16, reason: &[u8], mask: Option<[u8; 4]>) {
+    debug_assert!(reason.len() <= 123);
+    let mut payload = [0u8; 125];
+    payload[..2].copy_from_slice(&code.to_be_bytes());
+    let n = reason.len().min(123);
+    payload[2..2 + n].copy_from_slice(&reason[..n]);
+    encode(out, true, Opcode::Close, &payload[..2 + n], mask);
 }
 
 /// XOR `data` with the masking key, `offset` bytes into the payload.
@@ -186,8 +197,9 @@ pub enum Event<'a> {
     },
     Ping(&'a [u8]),
     Pong(&'a [u8]),
-    /// The peer's close: its status code, if it sent one.
-    Close(Option<u16>),
+    /// The peer's close: its status code, if it sent one, and its reason
+    /// (valid UTF-8, possibly empty).
+    Close(Option<u16>, &'a [u8]),
 }
 
 /// A message whose first fragments arrived and whose last has not.
@@ -241,8 +253,8 @@ impl Reader<'_> {
                 Opcode::Ping => on(Event::Ping(self.tmp))?,
                 Opcode::Pong => on(Event::Pong(self.tmp))?,
                 Opcode::Close => {
-                    let code = match self.tmp.len() {
-                        0 => None,
+                    let (code, reason) = match self.tmp.len() {
+                        0 => (None, &[][..]),
                         1 => return Err("ws_bad_close"),
                         _ => {
                             let code = u16::from_be_bytes([self.tmp[0], self.tmp[1]]);
@@ -250,10 +262,10 @@ impl Reader<'_> {
                                 return Err("ws_bad_close");
                             }
                             std::str::from_utf8(&self.tmp[2..]).map_err(|_| "ws_bad_utf8")?;
-                            Some(code)
+                            (Some(code), &self.tmp[2..])
                         }
                     };
-                    on(Event::Close(code))?;
+                    on(Event::Close(code, reason))?;
                     return Ok(pos);
                 }
                 Opcode::Text | Opcode::Binary => {
@@ -365,7 +377,7 @@ mod tests {
         let (r, got) = events(&buf, Role::Server, 100);
         assert_eq!(r, Ok(buf.len()));
         let want = format!("{:?}", Event::Message { text: true, data: "h\u{e9}llo \u{1F600}".as_bytes() });
-        assert_eq!(got, vec![format!("{:?}", Event::Ping(b"p")), want, "Close(Some(1000))".to_string()]);
+        assert_eq!(got, vec![format!("{:?}", Event::Ping(b"p")), want, "Close(Some(1000), [])".to_string()]);
         // A UTF-8 sequence cut between fragments is valid once whole.
         let mut split = Vec::new();
         encode(&mut split, false, Opcode::Text, &[0xF0, 0x9F], key);

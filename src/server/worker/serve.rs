@@ -25,8 +25,9 @@ impl Worker {
                 end = Some(reason);
             }
         }
-        // Draining: in-flight answers go out, nothing new is read.
-        if readable && end.is_none() && !self.draining {
+        // Draining: in-flight answers go out, nothing new is read, except
+        // on long-lived connections waiting for their turn to close.
+        if readable && end.is_none() && (!self.draining || self.drain.is_some()) {
             conn.last_seen_s = now_s;
             self.out.clear();
             let gen = conn.gen;

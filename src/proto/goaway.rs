@@ -1,0 +1,79 @@
+//! The reconnect hint a draining server sends before it closes a
+//! long-lived connection (a rolling restart): where the protocol has a
+//! way to say "come back, elsewhere, in this long", it is used, so a
+//! client moves without a reconnect storm and resumes what it missed.
+//!
+//! - framed: a goaway frame (kind 12), payload the retry delay in ms (u32 BE);
+//! - WebSocket: close 1012 (Service Restart) with the JSON reason
+//!   `{"type":"goaway","retry_ms":N}`;
+//! - Server-Sent Events: `retry: N` and a `goaway` event with the same JSON.
+
+use crate::proto::frame::{self, Kind};
+use crate::proto::ws::frame as ws;
+
+/// WebSocket close code of a drain: 1012 Service Restart (IANA registry).
+pub const WS_RESTART: u16 = 1012;
+/// Longest retry delay a hint asks for; each connection gets a random one
+/// up to it, so the ones closed in one tick do not come back together.
+pub const MAX_RETRY_MS: u32 = 1000;
+
+/// The JSON both WebSocket and SSE hints carry.
+pub fn reason_json(retry_ms: u32) -> String {
+    format!(r#"{{"type":"goaway","retry_ms":{retry_ms}}}"#)
+}
+
+pub fn write_framed(out: &mut Vec<u8>, retry_ms: u32) {
+    frame::encode(out, Kind::Goaway, &retry_ms.to_be_bytes());
+}
+
+pub fn write_ws(out: &mut Vec<u8>, retry_ms: u32) {
+    ws::encode_close_reason(out, WS_RESTART, reason_json(retry_ms).as_bytes(), None);
+}
+
+pub fn write_sse(out: &mut Vec<u8>, retry_ms: u32) {
+    out.extend_from_slice(format!("retry: {retry_ms}\nevent: goaway\ndata: {}\n\n", reason_json(retry_ms)).as_bytes());
+}
+
+/// The retry delay in a goaway frame's payload.
+pub fn decode_framed(payload: &[u8]) -> Result<u32, &'static str> {
+    let b: [u8; 4] = payload.try_into().map_err(|_| "bad_frame_goaway_length")?;
+    Ok(u32::from_be_bytes(b))
+}
+
+/// The retry delay in a close reason or SSE data line, if it is a hint.
+pub fn decode_json(text: &[u8]) -> Option<u32> {
+    #[derive(serde::Deserialize)]
+    struct Hint {
+        #[serde(rename = "type")]
+        kind: String,
+        retry_ms: u32,
+    }
+    let h: Hint = serde_json::from_slice(text).ok()?;
+    (h.kind == "goaway").then_some(h.retry_ms.min(60_000))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_hint_carries_its_delay_and_fits_a_close_frame() {
+        let mut out = Vec::new();
+        write_framed(&mut out, 750);
+        assert_eq!(out, [0, 5, Kind::Goaway as u8, 0, 0, 2, 238]);
+        assert_eq!(decode_framed(&out[3..]), Ok(750));
+        assert!(decode_framed(&[1, 2]).is_err());
+        // A close reason is at most 123 bytes.
+        assert!(reason_json(u32::MAX).len() <= 123);
+        assert_eq!(decode_json(reason_json(999).as_bytes()), Some(999));
+        assert_eq!(decode_json(br#"{"type":"other","retry_ms":1}"#), None);
+        let mut ws_out = Vec::new();
+        write_ws(&mut ws_out, 10);
+        assert_eq!(ws_out[0], 0x88, "a final close frame");
+        assert_eq!(u16::from_be_bytes([ws_out[2], ws_out[3]]), WS_RESTART);
+        assert_eq!(decode_json(&ws_out[4..]), Some(10));
+        let mut sse = Vec::new();
+        write_sse(&mut sse, 20);
+        assert_eq!(String::from_utf8(sse).unwrap(), "retry: 20\nevent: goaway\ndata: {\"type\":\"goaway\",\"retry_ms\":20}\n\n");
+    }
+}

@@ -1,0 +1,97 @@
+//! A rolling restart's drain (SIGTERM with `--drain-period`): the worker
+//! stops accepting and closes its long-lived connections (framed,
+//! WebSocket, event streams) evenly over the period, each after a
+//! reconnect hint ([`crate::proto::goaway`]) carrying a random delay,
+//! so clients move to another node at connections ÷ period per second
+//! instead of all at once. Until its turn a connection is served as
+//! before: it reads, answers heartbeats and gets pushes, so nothing
+//! published meanwhile is missed by a client that resumes.
+
+use super::Worker;
+use crate::net;
+use crate::proto::goaway;
+use crate::proto::Protocol;
+use crate::server::conn::{sse_mut, ws_handshaking};
+use rand::Rng;
+use std::time::{Duration, Instant};
+
+/// How often a drain closes its next share.
+pub const DRAIN_TICK: Duration = Duration::from_millis(10);
+/// Close reason of a connection told to reconnect elsewhere.
+pub const REASON: &str = "server_drain";
+
+pub struct Drain {
+    started: Instant,
+    period: Duration,
+    /// The connections held when the drain began (none is accepted after),
+    /// with their generations, in the order they close.
+    keys: Vec<(usize, u32)>,
+    done: usize,
+}
+
+impl Drain {
+    /// Whether every connection has had its turn.
+    pub fn finished(&self) -> bool {
+        self.done >= self.keys.len()
+    }
+
+    /// How many should have closed by `now`.
+    fn due(&self, now: Instant) -> usize {
+        let n = self.keys.len();
+        if self.period.is_zero() {
+            return n;
+        }
+        let share = now.saturating_duration_since(self.started).as_secs_f64() / self.period.as_secs_f64();
+        ((share * n as f64).ceil() as usize).min(n)
+    }
+}
+
+/// Whether connections of this protocol live long enough to be spread
+/// (request/response protocols finish what is in flight and close).
+pub fn spreads(protocol: Protocol) -> bool {
+    matches!(protocol, Protocol::Framed | Protocol::Ws)
+}
+
+impl Worker {
+    /// Start the drain of every connection held now.
+    pub(super) fn begin_drain(&mut self) {
+        let keys = self.conns.iter().map(|(k, c)| (k, c.gen)).collect();
+        let period = Duration::from_millis(self.cfg.drain_period_ms);
+        self.drain = Some(Drain { started: Instant::now(), period, keys, done: 0 });
+    }
+
+    /// Close the connections whose turn has come, each with its hint.
+    pub(super) fn drain_step(&mut self) {
+        let Some(d) = &mut self.drain else { return };
+        let due = d.due(Instant::now());
+        let turn: Vec<(usize, u32)> = d.keys[d.done..due].to_vec();
+        d.done = due;
+        for (key, gen) in turn {
+            if self.conns.get(key).is_some_and(|c| c.gen == gen) {
+                self.say_goaway(key);
+            }
+        }
+    }
+
+    /// Write the hint and close (the peer's reply, if any, is read and
+    /// dropped while the socket lingers, so the hint is not cut by a reset).
+    fn say_goaway(&mut self, key: usize) {
+        let retry_ms = self.rng.gen_range(0..=goaway::MAX_RETRY_MS);
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        self.out.clear();
+        if sse_mut(&mut conn.ext).is_some() {
+            goaway::write_sse(&mut self.out, retry_ms);
+        } else if self.cfg.protocol == Protocol::Ws && !ws_handshaking(&conn.ext) {
+            goaway::write_ws(&mut self.out, retry_ms);
+        } else if self.cfg.protocol == Protocol::Framed {
+            goaway::write_framed(&mut self.out, retry_ms);
+        }
+        if !self.out.is_empty() {
+            match super::tls::send(self.tls.as_mut(), key, &mut conn.stream, &mut conn.backlog, &self.out, net::MAX_BACKLOG, "slow_reader") {
+                Ok(()) => self.stats.goaways += 1,
+                Err(reason) => return self.close(key, reason),
+            }
+        }
+        self.close(key, REASON.into());
+    }
+}

@@ -1,0 +1,125 @@
+//! Rolling restarts on real sockets: SIGTERM turns `/healthz` to
+//! draining, stops accepting, and closes every long-lived connection
+//! spread over `--drain-period`, each after a reconnect hint that peers
+//! nobody here wrote read (Python `websockets`: close 1012 with a JSON
+//! reason; a raw-socket SSE reader: `retry:` and a `goaway` event);
+//! megaconn's client honours the framed hint and moves to the other
+//! server with `--reconnect-to`, losing nothing.
+mod common;
+use common::*;
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+fn sigterm(s: &Running) {
+    // SAFETY: signalling our own child by PID.
+    unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) };
+}
+
+/// Wait (bounded) for a process told to stop.
+fn exited(s: &mut Running, within: Duration) -> ExitStatus {
+    let end = Instant::now() + within;
+    loop {
+        if let Some(st) = s.child.try_wait().unwrap() {
+            return st;
+        }
+        assert!(Instant::now() < end, "still running {within:?} after SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn stats(admin: &str) -> Value {
+    serde_json::from_str(&http(admin, "GET", "/stats", b"", None).1).unwrap()
+}
+
+fn ws_open(port: u16) -> TcpStream {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut b).unwrap(), 1, "handshake answered");
+        head.push(b[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&head));
+    s
+}
+
+#[test]
+fn a_draining_server_says_so_hints_every_peer_and_spreads_its_closes_over_the_period() {
+    let port = free_port();
+    let (mut s, _, ready) = server_ready(&["--protocol", "ws", "--ports", &port.to_string(), "--workers", "2", "--drain-period", "2s"], None);
+    let admin = ready["admin"].as_str().unwrap().to_string();
+    let mut py = Command::new("python3");
+    py.args([&peer("drain_hints.py"), &port.to_string()]);
+    let mut peer = Peer::spawn("drain_hints.py", py);
+    assert_eq!(peer.line(Duration::from_secs(30), "READY"), "READY");
+    let conns: Vec<TcpStream> = (0..20).map(|_| ws_open(port)).collect();
+    wait_until("22 connections held", Duration::from_secs(20), || stats(&admin)["active"] == 22);
+    assert_eq!(http(&admin, "GET", "/healthz", b"", None).0, 200);
+    sigterm(&s);
+    let t0 = Instant::now();
+    wait_until("/healthz says draining", Duration::from_secs(10), || {
+        let (code, body) = http(&admin, "GET", "/healthz", b"", None);
+        code == 503 && body.contains("\"draining\"")
+    });
+    assert!(TcpStream::connect(("127.0.0.1", port)).is_err(), "no new connections while draining");
+    let readers: Vec<_> = conns
+        .into_iter()
+        .map(|mut c| {
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 256];
+                loop {
+                    match c.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                (t0.elapsed(), got)
+            })
+        })
+        .collect();
+    let mut times = Vec::new();
+    for r in readers {
+        let (at, got) = r.join().unwrap();
+        assert!(got.len() >= 4 && got[0] == 0x88, "a close frame: {got:?}");
+        let len = (got[1] & 0x7f) as usize;
+        assert_eq!(u16::from_be_bytes([got[2], got[3]]), 1012, "Service Restart");
+        let hint: Value = serde_json::from_slice(&got[4..2 + len]).unwrap();
+        assert!(hint["type"] == "goaway" && hint["retry_ms"].as_u64().unwrap() <= 1000, "{hint}");
+        times.push(at);
+    }
+    times.sort();
+    let span = times[times.len() - 1] - times[0];
+    assert!(span >= Duration::from_secs(1), "closes spread over the 2 s period, not all at once: {times:?}");
+    assert_eq!(peer.finish_ok(Duration::from_secs(30)), ["OK"]);
+    assert!(exited(&mut s, Duration::from_secs(20)).success());
+}
+
+#[test]
+fn megaconn_client_moves_to_the_other_server_on_a_framed_goaway_and_loses_nothing() {
+    let port = free_port();
+    let p = port.to_string();
+    let (mut a, _, ready_a) = server_ready(&["--listen", "127.0.0.1", "--ports", &p, "--workers", "1", "--drain-period", "2s"], None);
+    let (mut b, _, ready_b) = server_ready(&["--listen", "127.0.0.2", "--ports", &p, "--workers", "1"], None);
+    let (admin_a, admin_b) = (ready_a["admin"].as_str().unwrap().to_string(), ready_b["admin"].as_str().unwrap().to_string());
+    let mut cmd = megaconn();
+    cmd.args(["client", "--target", "127.0.0.1", "--ports", &p, "--connections", "200", "--reconnect", "--reconnect-to", "127.0.0.2"]);
+    cmd.args(["--hold", "8s", "--heartbeat", "500ms", "--json"]);
+    let client = std::thread::spawn(move || run(cmd, Duration::from_secs(60)));
+    wait_until("200 connections on A", Duration::from_secs(20), || stats(&admin_a)["active"] == 200);
+    sigterm(&a);
+    assert!(exited(&mut a, Duration::from_secs(20)).success());
+    wait_until("all 200 on B", Duration::from_secs(20), || stats(&admin_b)["active"] == 200);
+    let (code, out, err) = client.join().unwrap();
+    assert_eq!(code, 0, "{err}");
+    let c = serde_json::from_str::<Value>(&out).unwrap()["summary"].clone();
+    assert_eq!((c["goaways"].as_u64(), c["reconnects"].as_u64(), c["held"].as_u64()), (Some(200), Some(200), Some(200)), "{c}");
+    assert_eq!(c["lost_total"], 0, "moved, not lost: {c}");
+    assert_eq!(c["rehome_ms"]["count"], 200, "{c}");
+    assert!(b.terminate().success());
+}
