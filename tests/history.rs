@@ -253,3 +253,30 @@ fn a_large_push_arrives_whole_on_every_protocol() {
     python_peer_says_ok("ws_large_push.py", &port, &admin);
     assert!(s.terminate().success());
 }
+
+/// A framed connection gets broadcasts from its accept on; its resume,
+/// read a moment later, must not bring those again (exactly once per
+/// offset on a connection).
+#[test]
+fn a_broadcast_that_reached_a_new_connection_before_its_resume_is_not_sent_twice() {
+    let port = free_port();
+    let (mut s, _, ready) = server_ready(&["--ports", &port.to_string(), "--workers", "1", "--history", "10"], None);
+    let admin = ready["admin"].as_str().unwrap().to_string();
+    let broadcast = |data: &str| assert_eq!(http(&admin, "POST", "/broadcast", data.as_bytes(), None).0, 200);
+    let mut x = Reader::connect(port);
+    x.s.write_all(&resume("*", None)).unwrap();
+    x.until_subscribed();
+    broadcast("b1");
+    let In::Push(1, epoch, _) = x.next() else { panic!("b1 first") };
+    // Y is accepted, sends nothing yet, and gets b2 live.
+    let mut y = Reader::connect(port);
+    wait_stats(&admin, |v| v["active"] == 2);
+    broadcast("b2");
+    assert_eq!(y.next(), In::Push(2, epoch, "b2".into()));
+    // Its resume from b1 (where its client was) recovers nothing more.
+    y.s.write_all(&resume("*", Some((epoch, 1)))).unwrap();
+    assert_eq!(y.until_subscribed(), vec![In::Subscribed(true, epoch, 2)], "b2 once, live; nothing replayed");
+    broadcast("b3");
+    assert_eq!(y.next(), In::Push(3, epoch, "b3".into()));
+    assert!(s.terminate().success());
+}

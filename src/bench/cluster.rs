@@ -148,14 +148,15 @@ pub(super) struct Node {
 }
 
 impl Node {
-    pub(super) fn start(k: usize, args: &BenchConfig, per_node: u64, token: &str, secrets: &Secrets, logs: &str) -> Result<Node> {
+    /// Node `k`, planned for `capacity` connections.
+    pub(super) fn start(k: usize, args: &BenchConfig, capacity: u64, token: &str, secrets: &Secrets, logs: &str) -> Result<Node> {
         let addr = place::node_addr(k);
         let exe = std::env::current_exe().context("finding the megaconn binary")?;
         let mut cmd = Command::new(exe);
         cmd.arg("server")
             // Its clients on its loopback, the bench on the bridge.
             .args(["--listen", "0.0.0.0", "--ports", &super::ports_list(&args.ports)])
-            .args(["--connections", &per_node.to_string(), "--protocol", &format!("{:?}", args.protocol).to_lowercase()])
+            .args(["--connections", &capacity.to_string(), "--protocol", &format!("{:?}", args.protocol).to_lowercase()])
             .args(["--admin", &format!("{addr}:{ADMIN_PORT}"), "--admin-token", token])
             .args(["--cluster", &format!("nats://{BROKER_ADDR}:{BROKER_PORT}"), "--node-id", &format!("n{k}")])
             .arg("--cluster-key-file")
@@ -354,8 +355,11 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
     })?;
     let token = format!("{:032x}", rand::random::<u128>());
     let mut fleet = Vec::new();
+    // A rollout's nodes must each hold everyone: the others' clients
+    // come to them while one drains.
+    let capacity = if rollout { args.connections } else { per_node };
     for k in 0..nodes {
-        fleet.push(Node::start(k, &args, per_node, &token, &secrets, &logs)?);
+        fleet.push(Node::start(k, &args, capacity, &token, &secrets, &logs)?);
     }
     for n in &mut fleet {
         n.wait_healthy(&token)?;
@@ -385,7 +389,7 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
     let over = Arc::new(AtomicBool::new(false));
     let roller = rollout.then(|| {
         let r =
-            super::rollout::Roller { nodes: fleet.clone(), args: args.clone(), per_node, token: token.clone(), secrets: secrets.clone(), logs: logs.clone() };
+            super::rollout::Roller { nodes: fleet.clone(), args: args.clone(), capacity, token: token.clone(), secrets: secrets.clone(), logs: logs.clone() };
         let (ramp_done, over) = (ramp_done.clone(), over.clone());
         std::thread::spawn(move || r.run(&ramp_done, &over))
     });

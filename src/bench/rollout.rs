@@ -48,6 +48,18 @@ impl Nodes {
     }
 }
 
+/// Deliveries per second a rollout's broadcasts may ask of this machine by
+/// default: a broadcast costs ~7 µs of CPU per connection here, both
+/// ends on 2 cores (bench --scenario push: 1,000,000 in ~7.4 s), and the
+/// drain's reconnects and resumes need the rest.
+const DELIVERIES_PER_S: u64 = 50_000;
+
+/// A broadcast every second, or as often as the machine keeps up with
+/// at this many connections (one per connections ÷ 50,000 s).
+pub fn default_interval(connections: u64) -> Duration {
+    Duration::from_secs(connections.div_ceil(DELIVERIES_PER_S).max(1))
+}
+
 /// Broadcasts a rollout needs: before, through the drain, and after.
 pub fn broadcasts(args: &BenchConfig) -> u64 {
     let span = BEFORE + args.drain_period + AFTER;
@@ -75,7 +87,7 @@ pub struct Roll {
 pub(super) struct Roller {
     pub nodes: Nodes,
     pub args: BenchConfig,
-    pub per_node: u64,
+    pub capacity: u64,
     pub token: String,
     pub secrets: Arc<Secrets>,
     pub logs: String,
@@ -124,7 +136,7 @@ impl Roller {
         }
         roll.drain_s = t0.elapsed().as_secs_f64();
         let t1 = Instant::now();
-        let started = Node::start(ROLLED, &self.args, self.per_node, &self.token, &self.secrets, &self.logs).and_then(|mut n| {
+        let started = Node::start(ROLLED, &self.args, self.capacity, &self.token, &self.secrets, &self.logs).and_then(|mut n| {
             n.wait_healthy(&self.token)?;
             Ok(n)
         });
@@ -159,6 +171,8 @@ pub struct RolloutReport {
     pub rehome_ms: LatencySummary,
     /// Most reconnects completed in one second (whole seconds of the run).
     pub reconnect_peak_per_s: f64,
+    /// Reconnects completed in each second, from the first to the last.
+    pub reconnects_per_s: Vec<u64>,
     /// Goals: every connection re-homed within the drain period + 10 s;
     /// reconnect peak within 1.2 x connections / drain period.
     pub rehome_goal_ms: f64,
@@ -173,7 +187,12 @@ impl RolloutReport {
         client: &ClientRun,
         summary: &crate::client::run::ClientSummary,
     ) -> RolloutReport {
-        let peak = client.view.totals().reconnects_by_s.values().copied().max().unwrap_or(0) as f64;
+        let by_s = client.view.totals().reconnects_by_s;
+        let peak = by_s.values().copied().max().unwrap_or(0) as f64;
+        let reconnects_per_s = match (by_s.keys().next(), by_s.keys().last()) {
+            (Some(&a), Some(&b)) => (a..=b).map(|s| by_s.get(&s).copied().unwrap_or(0)).collect(),
+            _ => Vec::new(),
+        };
         let period = args.drain_period.as_secs_f64();
         RolloutReport {
             drain_period_s: period,
@@ -185,6 +204,7 @@ impl RolloutReport {
             not_recovered: summary.resumes.iter().filter(|(k, _)| k.as_str() != "recovered").map(|(_, v)| v).sum(),
             rehome_ms: summary.rehome_ms.clone().unwrap_or_default(),
             reconnect_peak_per_s: peak,
+            reconnects_per_s,
             rehome_goal_ms: (args.drain_period + REHOME_SLACK).as_secs_f64() * 1000.0,
             reconnect_peak_goal_per_s: if period > 0.0 { PEAK_FACTOR * roll.connections_on_node as f64 / period } else { f64::INFINITY },
             roll,

@@ -167,12 +167,13 @@ impl From<ClientArgs> for ClientConfig {
 
 impl From<BenchArgs> for BenchConfig {
     fn from(a: BenchArgs) -> BenchConfig {
+        let connections = a.connections.unwrap_or(match a.scenario {
+            crate::bench::Scenario::Business => crate::bench::business::DEFAULT_CONNECTIONS,
+            _ => BenchConfig::default().connections,
+        });
         BenchConfig {
             scenario: a.scenario,
-            connections: a.connections.unwrap_or(match a.scenario {
-                crate::bench::Scenario::Business => crate::bench::business::DEFAULT_CONNECTIONS,
-                _ => BenchConfig::default().connections,
-            }),
+            connections,
             ports: a.ports.0,
             rate: a.rate,
             hold: a.hold,
@@ -185,11 +186,10 @@ impl From<BenchArgs> for BenchConfig {
             client_workers: a.workers.unwrap_or(a.client_workers),
             connect_timeout: a.connect_timeout,
             broadcasts: a.broadcasts,
-            broadcast_interval: a.broadcast_interval.unwrap_or(std::time::Duration::from_secs(if a.scenario == crate::bench::Scenario::Rollout {
-                1
-            } else {
-                5
-            })),
+            broadcast_interval: a.broadcast_interval.unwrap_or(match a.scenario {
+                crate::bench::Scenario::Rollout => crate::bench::rollout::default_interval(connections),
+                _ => std::time::Duration::from_secs(5),
+            }),
             topics: a.topics,
             protocol: a.protocol,
             tls: a.tls,

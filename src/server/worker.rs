@@ -15,6 +15,7 @@ mod deliver;
 mod drain;
 pub use drain::spreads;
 mod linger;
+mod seam;
 mod serve;
 mod stall;
 mod tls;
@@ -129,6 +130,8 @@ struct Worker {
     topics: super::push::Topics,
     /// Subscribers waiting for the history they missed.
     recoveries: super::recovery::Recoveries,
+    /// Broadcasts new framed connections got before their resume.
+    seam: seam::Seam,
     /// When event streams are next looked at for heartbeats.
     sse_beat_at: Instant,
     rng: SmallRng,
@@ -174,6 +177,7 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
         stage,
         topics: super::push::Topics::new(cfg.track_topics, limits.max_topics),
         recoveries: Default::default(),
+        seam: Default::default(),
         sse_beat_at: Instant::now(),
         rng: SmallRng::from_entropy(),
         next_gen: 0,

@@ -134,6 +134,9 @@ impl Worker {
                     conn.ext = crate::server::ws::fresh(now_ds);
                 }
                 entry.insert(conn);
+                if self.cfg.protocol == Protocol::Framed {
+                    self.seam.accepted(key, self.next_gen);
+                }
                 self.stats.accepted += 1;
                 self.stats.active += 1;
                 if let Some(t) = &mut self.tls {

@@ -79,6 +79,17 @@ impl Worker {
                 Err(reason) => slow.push((*key, reason)),
             }
         }
+        if cmd.stream == Stream::Broadcast && self.cfg.protocol == Protocol::Framed {
+            // Exactly the connections the loop above wrote it to.
+            let (conns, recoveries, tls) = (&self.conns, &self.recoveries, self.tls.as_ref());
+            let slow = &slow;
+            self.seam.broadcast(cmd.seq, |key, gen| {
+                conns.get(key).is_some_and(|c| c.gen == gen)
+                    && !tls.is_some_and(|t| t.handshaking(key))
+                    && !recoveries.holds(BROADCAST_TOPIC, key, gen)
+                    && !slow.iter().any(|(k, _)| *k == key)
+            });
+        }
         for (key, reason) in slow {
             dropped += 1;
             self.close(key, reason);
@@ -137,10 +148,12 @@ impl Worker {
                 continue;
             }
             out.clear();
-            let replay: &[Message] = match &fate {
-                Fate::Recovered { after } => &slice.messages[slice.messages.partition_point(|m| m.offset <= *after)..],
-                _ => &[],
+            let (replay, had): (&[Message], _) = match &fate {
+                Fate::Recovered { after, had } => (&slice.messages[slice.messages.partition_point(|m| m.offset <= *after)..], *had),
+                _ => (&[], None),
             };
+            // What it got live before its resume is not sent again.
+            let replay: Vec<&Message> = replay.iter().filter(|m| !had.is_some_and(|(a, b)| (a..=b).contains(&m.offset))).collect();
             let recovered = fate != Fate::Lost;
             if fate != Fate::Position {
                 *self.stats.recoveries.entry(if recovered { "recovered" } else { "lost" }.into()).or_insert(0) += 1;

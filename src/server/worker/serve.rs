@@ -42,6 +42,7 @@ impl Worker {
             };
             let r = match self.cfg.protocol {
                 Protocol::Framed => {
+                    let had = self.seam.had(key, gen);
                     let (topics, subs, recoveries) = (&mut self.topics, &mut conn.subs, &mut self.recoveries);
                     net::read_frames(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |f| {
                         req.stats.frames_in += 1;
@@ -64,7 +65,7 @@ impl Worker {
                             Kind::Unsubscribe => topics.unsubscribe(subs, key, f.payload),
                             Kind::Resume => {
                                 let (topic, at) = crate::proto::push::decode_resume(f.payload)?;
-                                if let Err(reason) = crate::server::recovery::resume(topics, subs, recoveries, key, req.gen, topic, at) {
+                                if let Err(reason) = crate::server::recovery::resume(topics, subs, recoveries, key, req.gen, topic, at, had) {
                                     *req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
                                     return Err(reason);
                                 }
