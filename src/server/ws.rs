@@ -104,7 +104,7 @@ pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, &'
                 for token in tokens {
                     let resumed = push::parse_resume_token(token)
                         .map_err(|_| "bad_topic")
-                        .and_then(|(topic, at)| recovery::resume(ctx.topics, ctx.subs, ctx.recoveries, ctx.req.key, ctx.req.gen, topic.as_bytes(), at, None));
+                        .and_then(|(topic, at)| recovery::resume(ctx.topics, ctx.subs, ctx.recoveries, (ctx.req.key, ctx.req.gen), topic.as_bytes(), at, None));
                     if let Err(reason) = resumed {
                         *ctx.req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
                         let r = handshake::Refusal {
@@ -188,7 +188,7 @@ fn command(req: &mut Requests<'_>, s: &mut Subscriber<'_>, data: &[u8]) {
     req.stats.frames_out += 1;
     match cmd {
         Command::Subscribe { topic, since } => {
-            if let Err(reason) = recovery::resume(s.topics, s.subs, s.recoveries, req.key, req.gen, topic.as_bytes(), since, None) {
+            if let Err(reason) = recovery::resume(s.topics, s.subs, s.recoveries, (req.key, req.gen), topic.as_bytes(), since, None) {
                 *req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
                 let message = match reason {
                     super::push::TOO_MANY_TOPICS => "this server holds its --max-topics topics; subscribe to an existing topic or try later",

@@ -65,7 +65,7 @@ impl Worker {
                             Kind::Unsubscribe => topics.unsubscribe(subs, key, f.payload),
                             Kind::Resume => {
                                 let (topic, at) = crate::proto::push::decode_resume(f.payload)?;
-                                if let Err(reason) = crate::server::recovery::resume(topics, subs, recoveries, key, req.gen, topic, at, had) {
+                                if let Err(reason) = crate::server::recovery::resume(topics, subs, recoveries, (key, req.gen), topic, at, had) {
                                     *req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
                                     return Err(reason);
                                 }
