@@ -60,11 +60,16 @@ pub fn default_interval(connections: u64) -> Duration {
     Duration::from_secs(connections.div_ceil(DELIVERIES_PER_S).max(1))
 }
 
-/// Broadcasts a rollout needs: before, through the drain, and after.
+/// Broadcasts a rollout needs: before, through the drain, and after
+/// (unless --broadcasts said how many).
 pub fn broadcasts(args: &BenchConfig) -> u64 {
     let span = BEFORE + args.drain_period + AFTER;
     let needed = (span.as_secs_f64() / args.broadcast_interval.as_secs_f64()).ceil() as u64;
-    needed.max(args.broadcasts)
+    if args.broadcasts > 0 {
+        args.broadcasts
+    } else {
+        needed
+    }
 }
 
 /// What the rolling thread saw.

@@ -185,7 +185,8 @@ impl From<BenchArgs> for BenchConfig {
             server_workers: a.workers.unwrap_or(a.server_workers),
             client_workers: a.workers.unwrap_or(a.client_workers),
             connect_timeout: a.connect_timeout,
-            broadcasts: a.broadcasts,
+            // 0: a rollout's own count (bench::rollout::broadcasts).
+            broadcasts: a.broadcasts.unwrap_or(if a.scenario == crate::bench::Scenario::Rollout { 0 } else { 10 }),
             broadcast_interval: a.broadcast_interval.unwrap_or(match a.scenario {
                 crate::bench::Scenario::Rollout => crate::bench::rollout::default_interval(connections),
                 _ => std::time::Duration::from_secs(5),

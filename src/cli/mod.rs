@@ -473,9 +473,9 @@ pub struct BenchArgs {
     /// Give up on a handshake after this long.
     #[arg(long, value_parser = parse::positive_duration, default_value = "10s")]
     pub connect_timeout: Duration,
-    /// Push scenario: broadcasts to publish (rounds, with --topics).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000), default_value = "10")]
-    pub broadcasts: u64,
+    /// Push scenario: broadcasts to publish (rounds, with --topics); default 10 (rollout: enough for 3 s, the drain period and 15 s).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub broadcasts: Option<u64>,
     /// Push scenario: time between broadcasts (default 5s; rollout: 1s).
     #[arg(long, value_parser = parse::positive_duration)]
     pub broadcast_interval: Option<Duration>,

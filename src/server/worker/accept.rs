@@ -134,7 +134,7 @@ impl Worker {
                     conn.ext = crate::server::ws::fresh(now_ds);
                 }
                 entry.insert(conn);
-                if self.cfg.protocol == Protocol::Framed {
+                if self.cfg.protocol == Protocol::Framed && self.tls.is_none() {
                     self.seam.accepted(key, self.next_gen);
                 }
                 self.stats.accepted += 1;

@@ -80,15 +80,7 @@ impl Worker {
             }
         }
         if cmd.stream == Stream::Broadcast && self.cfg.protocol == Protocol::Framed {
-            // Exactly the connections the loop above wrote it to.
-            let (conns, recoveries, tls) = (&self.conns, &self.recoveries, self.tls.as_ref());
-            let slow = &slow;
-            self.seam.broadcast(cmd.seq, |key, gen| {
-                conns.get(key).is_some_and(|c| c.gen == gen)
-                    && !tls.is_some_and(|t| t.handshaking(key))
-                    && !recoveries.holds(BROADCAST_TOPIC, key, gen)
-                    && !slow.iter().any(|(k, _)| *k == key)
-            });
+            self.seam.broadcast(cmd.seq);
         }
         for (key, reason) in slow {
             dropped += 1;

@@ -42,9 +42,10 @@ impl Worker {
             };
             let r = match self.cfg.protocol {
                 Protocol::Framed => {
-                    let had = self.seam.had(key, gen);
+                    let had = self.seam.read(key, gen);
+                    let mut resumed = false;
                     let (topics, subs, recoveries) = (&mut self.topics, &mut conn.subs, &mut self.recoveries);
-                    net::read_frames(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |f| {
+                    let r = net::read_frames(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |f| {
                         req.stats.frames_in += 1;
                         match f.kind {
                             Kind::Heartbeat => {
@@ -64,6 +65,7 @@ impl Worker {
                             }
                             Kind::Unsubscribe => topics.unsubscribe(subs, key, f.payload),
                             Kind::Resume => {
+                                resumed = true;
                                 let (topic, at) = crate::proto::push::decode_resume(f.payload)?;
                                 if let Err(reason) = crate::server::recovery::resume(topics, subs, recoveries, (key, req.gen), topic, at, had) {
                                     *req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
@@ -73,7 +75,11 @@ impl Worker {
                             _ => return Err("bad_frame_unexpected_kind"),
                         }
                         Ok(())
-                    })
+                    });
+                    if resumed {
+                        self.seam.resumed();
+                    }
+                    r
                 }
                 Protocol::Http => {
                     let http = &mut conn.ext;
