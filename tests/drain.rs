@@ -123,3 +123,33 @@ fn megaconn_client_moves_to_the_other_server_on_a_framed_goaway_and_loses_nothin
     assert_eq!(c["rehome_ms"]["count"], 200, "{c}");
     assert!(b.terminate().success());
 }
+
+#[test]
+fn an_event_stream_on_an_http_port_is_told_to_go_away() {
+    let port = free_port();
+    let (mut s, _, ready) = server_ready(&["--protocol", "http", "--ports", &port.to_string(), "--workers", "1", "--drain-period", "2s"], None);
+    let admin = ready["admin"].as_str().unwrap().to_string();
+    let mut sse = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    sse.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    sse.write_all(b"GET /events?subscribe=news HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n").unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("event: subscribed") {
+        let n = sse.read(&mut buf).unwrap();
+        assert!(n > 0, "the stream opened: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(got.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&got));
+    wait_until("the stream is counted", Duration::from_secs(10), || stats(&admin)["sse_streams"] == 1);
+    sigterm(&s);
+    loop {
+        match sse.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    let text = String::from_utf8_lossy(&got).to_string();
+    let hint = text.split("\n\n").find(|e| e.contains("event: goaway")).unwrap_or_else(|| panic!("no goaway event: {text}"));
+    assert!(hint.contains("retry: ") && hint.contains("\"type\":\"goaway\""), "{hint}");
+    assert!(exited(&mut s, Duration::from_secs(20)).success());
+}

@@ -146,9 +146,15 @@ fn python_websockets_resumes_by_url_and_by_command() {
 /// duplicate, and the resumes say they recovered.
 #[test]
 fn the_client_resumes_through_churn_with_nothing_lost() {
-    for protocol in ["framed", "ws", "sse"] {
+    // sse-http: event streams on an HTTP port.
+    for protocol in ["framed", "ws", "sse", "sse-http"] {
         let port = free_port();
-        let server_protocol = if protocol == "sse" { "ws" } else { protocol };
+        let server_protocol = match protocol {
+            "sse" => "ws",
+            "sse-http" => "http",
+            p => p,
+        };
+        let protocol = if protocol == "sse-http" { "sse" } else { protocol };
         let (mut s, _, ready) = server_ready(&["--ports", &port.to_string(), "--workers", "2", "--protocol", server_protocol, "--history", "1000"], None);
         let admin = ready["admin"].as_str().unwrap().to_string();
         let mut cmd = megaconn();
@@ -184,6 +190,22 @@ fn a_raw_socket_event_stream_resumes_with_last_event_id() {
     let (mut s, _, ready) = server_ready(&["--ports", &port, "--workers", "2", "--protocol", "ws", "--history", "100"], None);
     let admin = ready["admin"].as_str().unwrap().to_string();
     python_peer_says_ok("sse_resume.py", &port, &admin);
+    let stats = wait_stats(&admin, |v| v["sse_streams"] == 2);
+    assert_eq!(stats["recovered_messages"], 5, "{stats}");
+    assert!(s.terminate().success());
+}
+
+/// The same reader against an HTTP port: event streams there too, and a
+/// plain request on the same port still answered as before.
+#[test]
+fn a_raw_socket_event_stream_on_an_http_port_resumes_with_last_event_id() {
+    let port = free_port().to_string();
+    let (mut s, _, ready) = server_ready(&["--ports", &port, "--workers", "2", "--protocol", "http", "--history", "100"], None);
+    let admin = ready["admin"].as_str().unwrap().to_string();
+    let mut py = Command::new("python3");
+    py.args([&peer("sse_resume.py"), &port, &admin, "http"]);
+    let mut p = Peer::spawn("sse_resume.py http", py);
+    assert_eq!(p.finish_ok(Duration::from_secs(60)), ["OK"]);
     let stats = wait_stats(&admin, |v| v["sse_streams"] == 2);
     assert_eq!(stats["recovered_messages"], 5, "{stats}");
     assert!(s.terminate().success());

@@ -48,6 +48,16 @@ pub struct Request {
     /// HTTP/1.0 with `Connection: keep-alive` (echo it back, as ab -k expects).
     pub http10: bool,
     pub head: bool,
+    /// A GET with `Accept: text/event-stream`: an event stream, not a request.
+    pub events: Option<Box<Events>>,
+}
+
+/// What an event stream's request says: its target (`?subscribe=`,
+/// `?since=`) and the `Last-Event-ID` of a reconnect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Events {
+    pub target: String,
+    pub last_event_id: Option<String>,
 }
 
 /// Consume from `buf` up to the next complete request head (skipping any
@@ -141,6 +151,7 @@ fn head(buf: &[u8], st: &mut HttpState, max_header_bytes: usize) -> (usize, Step
     }
     let http10 = req.version == Some(0);
     let (mut close, mut ka, mut length, mut chunked, mut te) = (false, false, None::<u64>, false, false);
+    let (mut accept, mut last_event_id) = (None, None);
     for h in req.headers.iter() {
         let name = h.name;
         let value = std::str::from_utf8(h.value).unwrap_or("").trim();
@@ -159,8 +170,14 @@ fn head(buf: &[u8], st: &mut HttpState, max_header_bytes: usize) -> (usize, Step
                 close |= t.eq_ignore_ascii_case("close");
                 ka |= t.eq_ignore_ascii_case("keep-alive");
             }
+        } else if name.eq_ignore_ascii_case("accept") {
+            accept = Some(h.value);
+        } else if name.eq_ignore_ascii_case("last-event-id") {
+            last_event_id = Some(value.to_string());
         }
     }
+    let events = (method == "GET" && super::ws::handshake::wants_events(accept))
+        .then(|| Box::new(Events { target: req.path.unwrap_or("/").to_string(), last_event_id }));
     // Both framings at once is how requests are smuggled: refuse.
     if te && length.is_some() {
         return (n, Step::Fail(400));
@@ -174,7 +191,7 @@ fn head(buf: &[u8], st: &mut HttpState, max_header_bytes: usize) -> (usize, Step
         st.body_left = l;
     }
     let keep_alive = if http10 { ka && !close } else { !close };
-    (n, Step::Request(Request { keep_alive, http10: http10 && keep_alive, head: method == "HEAD" }))
+    (n, Step::Request(Request { keep_alive, http10: http10 && keep_alive, head: method == "HEAD", events }))
 }
 
 /// Append one response. `date` is the cached IMF-fixdate.
@@ -215,7 +232,7 @@ mod tests {
 
     #[test]
     fn head_carries_the_get_length_and_no_body() {
-        let head = Request { keep_alive: true, http10: false, head: true };
+        let head = Request { keep_alive: true, http10: false, head: true, events: None };
         let mut out = Vec::new();
         respond(&mut out, 200, Some(&head), b"Hello world!", "d");
         let text = String::from_utf8(out).unwrap();
@@ -239,7 +256,7 @@ mod tests {
     }
 
     fn ok(keep_alive: bool, http10: bool) -> Step {
-        Step::Request(Request { keep_alive, http10, head: false })
+        Step::Request(Request { keep_alive, http10, head: false, events: None })
     }
 
     #[test]
@@ -297,7 +314,7 @@ mod tests {
     #[test]
     fn responses_are_well_formed() {
         let mut out = Vec::new();
-        let r = Request { keep_alive: true, http10: true, head: false };
+        let r = Request { keep_alive: true, http10: true, head: false, events: None };
         respond(&mut out, 200, Some(&r), b"Hello world!", "Sun, 22 Nov 2026 07:00:00 GMT");
         let text = String::from_utf8(out).unwrap();
         assert!(

@@ -39,11 +39,21 @@ pub struct Ctx<'a> {
     pub req: Requests<'a>,
     pub cfg: &'a HttpConfig,
     pub date: &'a str,
+    /// What a GET with `Accept: text/event-stream` (an event stream on
+    /// this port, as on the WebSocket ports) subscribes with.
+    pub topics: &'a mut super::push::Topics,
+    pub subs: &'a mut super::push::Subs,
+    pub recoveries: &'a mut super::recovery::Recoveries,
+    pub now_s: u32,
 }
 
 /// Handle as many requests in `buf` as possible; return the bytes used.
 /// Err names why the connection must close (after `ctx.out` is sent).
 pub fn consume(ctx: &mut Ctx<'_>, conn: &mut Ext, buf: &[u8]) -> Result<usize, &'static str> {
+    if super::conn::sse_mut(conn).is_some() {
+        // An event stream only sends; what its client sends is dropped.
+        return Ok(buf.len());
+    }
     if conn.http().is_some_and(|c| c.awaiting) {
         // Pipelined requests wait unparsed behind a deferred reply; a
         // peer may not pile up more than this behind one.
@@ -67,6 +77,14 @@ pub fn consume(ctx: &mut Ctx<'_>, conn: &mut Ext, buf: &[u8]) -> Result<usize, &
                     431 => "http_431_headers_too_large",
                     _ => "http_501_not_implemented",
                 });
+            }
+            Step::Request(req) if req.events.is_some() => {
+                // Whatever came before it is answered first, in order.
+                let events = req.events.expect("checked");
+                let mut follow = super::sse::Follow { req: &mut ctx.req, topics: ctx.topics, subs: ctx.subs, recoveries: ctx.recoveries };
+                follow.start(&events.target, Some(events.last_event_id.as_deref().unwrap_or("")))?;
+                *conn = super::sse::open(ctx.req.out, ctx.req.stats, ctx.now_s);
+                return Ok(buf.len());
             }
             Step::Request(req) => {
                 ctx.req.stats.frames_in += 1;

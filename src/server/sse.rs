@@ -10,8 +10,79 @@
 //! them at once. The server keeps those positions per connection (12 bytes
 //! a stream); the connection owns no buffer. Heartbeats are comments.
 
-use super::push::Topics;
+use super::conn::{ConnExt, Ext};
+use super::push::{Subs, Topics};
+use super::recovery::{self, Recoveries};
+use super::requests::Requests;
+use super::snapshot::ServerSnapshot;
 use crate::proto::push::{self, Position, Push, Stream, BROADCAST_TOPIC};
+use crate::proto::ws::handshake;
+
+/// A new WebSocket or event stream taking up what its request asks for.
+pub struct Follow<'r, 'a> {
+    pub req: &'r mut Requests<'a>,
+    pub topics: &'r mut Topics,
+    pub subs: &'r mut Subs,
+    pub recoveries: &'r mut Recoveries,
+}
+
+impl Follow<'_, '_> {
+    /// Subscribe to the target's `?subscribe=` topics and resume its
+    /// `?since=` tokens, and an event stream's (`events`: its
+    /// Last-Event-ID, maybe empty) every stream. Err: the refusal is in
+    /// the output.
+    pub fn start(&mut self, target: &str, events: Option<&str>) -> Result<(), &'static str> {
+        let (key, gen) = (self.req.key, self.req.gen);
+        for topic in handshake::subscriptions(target) {
+            if let Err(reason) = self.topics.subscribe(self.subs, key, topic.as_bytes()) {
+                *self.req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
+                let r = match reason {
+                    super::push::TOO_MANY_TOPICS => handshake::Refusal {
+                        status: 503,
+                        reason,
+                        text: "this server holds its --max-topics topics; subscribe to an existing topic or try later",
+                    },
+                    _ => handshake::Refusal { status: 400, reason, text: "bad ?subscribe= topic (1-255 of [A-Za-z0-9._:-], at most 64)" },
+                };
+                handshake::write_refusal(self.req.out, &r);
+                return Err(reason);
+            }
+        }
+        // Resume tokens: `?since=`, and an event stream's Last-Event-ID.
+        let mut tokens: Vec<&str> = handshake::query_list(target, "since").collect();
+        tokens.extend(events.unwrap_or("").split(',').map(str::trim).filter(|t| !t.is_empty()));
+        if events.is_some() {
+            // An event stream learns every position, so its ids resume all.
+            let named: Vec<&str> = tokens.iter().filter_map(|t| push::parse_resume_token(t).ok().map(|(n, _)| n)).collect();
+            let mut all: Vec<&str> = handshake::subscriptions(target).chain([BROADCAST_TOPIC]).filter(|t| !named.contains(t)).collect();
+            all.extend(tokens);
+            tokens = all;
+        }
+        for token in tokens {
+            let resumed = push::parse_resume_token(token)
+                .map_err(|_| "bad_topic")
+                .and_then(|(topic, at)| recovery::resume(self.topics, self.subs, self.recoveries, (key, gen), topic.as_bytes(), at, None));
+            if let Err(reason) = resumed {
+                *self.req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
+                let r = handshake::Refusal {
+                    status: 400,
+                    reason,
+                    text: "bad ?since= token: give TOPIC:EPOCH:OFFSET as the server sent it, or a bare TOPIC for its position",
+                };
+                handshake::write_refusal(self.req.out, &r);
+                return Err(reason);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Answer an event stream's request and make the connection one.
+pub fn open(out: &mut Vec<u8>, stats: &mut ServerSnapshot, now_s: u32) -> Ext {
+    write_head(out);
+    stats.sse_streams += 1;
+    Some(Box::new(ConnExt::Sse(SseConn { positions: Box::default(), last_write_s: now_s })))
+}
 
 /// The position list's key for the broadcasts.
 pub const BROADCASTS: u32 = u32::MAX;

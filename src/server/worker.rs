@@ -269,9 +269,7 @@ impl Handler for Worker {
             Command::Close => {
                 self.draining = true;
                 self.group.close(self.poll.as_raw_fd());
-                if drain::spreads(self.cfg.protocol) {
-                    self.begin_drain();
-                }
+                self.begin_drain();
                 Flow::Continue
             }
             Command::Stop => {

@@ -76,50 +76,10 @@ pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, &'
                 return Err(refusal.reason);
             }
             Ok(Some((up, used))) => {
-                for topic in handshake::subscriptions(&up.target) {
-                    if let Err(reason) = ctx.topics.subscribe(ctx.subs, ctx.req.key, topic.as_bytes()) {
-                        *ctx.req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
-                        let r = match reason {
-                            super::push::TOO_MANY_TOPICS => handshake::Refusal {
-                                status: 503,
-                                reason,
-                                text: "this server holds its --max-topics topics; subscribe to an existing topic or try later",
-                            },
-                            _ => handshake::Refusal { status: 400, reason, text: "bad ?subscribe= topic (1-255 of [A-Za-z0-9._:-], at most 64)" },
-                        };
-                        handshake::write_refusal(ctx.req.out, &r);
-                        return Err(reason);
-                    }
-                }
-                // Resume tokens: `?since=`, and an event stream's Last-Event-ID.
-                let mut tokens: Vec<&str> = handshake::query_list(&up.target, "since").collect();
-                tokens.extend(up.events.as_deref().unwrap_or("").split(',').map(str::trim).filter(|t| !t.is_empty()));
+                let mut follow = super::sse::Follow { req: &mut ctx.req, topics: ctx.topics, subs: ctx.subs, recoveries: ctx.recoveries };
+                follow.start(&up.target, up.events.as_deref())?;
                 if up.events.is_some() {
-                    // An event stream learns every position, so its ids resume all.
-                    let named: Vec<&str> = tokens.iter().filter_map(|t| push::parse_resume_token(t).ok().map(|(n, _)| n)).collect();
-                    let mut all: Vec<&str> = handshake::subscriptions(&up.target).chain([push::BROADCAST_TOPIC]).filter(|t| !named.contains(t)).collect();
-                    all.extend(tokens);
-                    tokens = all;
-                }
-                for token in tokens {
-                    let resumed = push::parse_resume_token(token)
-                        .map_err(|_| "bad_topic")
-                        .and_then(|(topic, at)| recovery::resume(ctx.topics, ctx.subs, ctx.recoveries, (ctx.req.key, ctx.req.gen), topic.as_bytes(), at, None));
-                    if let Err(reason) = resumed {
-                        *ctx.req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
-                        let r = handshake::Refusal {
-                            status: 400,
-                            reason,
-                            text: "bad ?since= token: give TOPIC:EPOCH:OFFSET as the server sent it, or a bare TOPIC for its position",
-                        };
-                        handshake::write_refusal(ctx.req.out, &r);
-                        return Err(reason);
-                    }
-                }
-                if up.events.is_some() {
-                    super::sse::write_head(ctx.req.out);
-                    ctx.req.stats.sse_streams += 1;
-                    *ext = Some(Box::new(ConnExt::Sse(super::sse::SseConn { positions: Box::default(), last_write_s: ctx.now_s })));
+                    *ext = super::sse::open(ctx.req.out, ctx.req.stats, ctx.now_s);
                     return Ok(buf.len());
                 }
                 handshake::write_accept(ctx.req.out, &up.accept);

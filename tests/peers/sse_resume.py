@@ -2,12 +2,13 @@
 read by hand, as RFC/WHATWG describe it) that loses its stream and resumes
 with Last-Event-ID.
 
-usage: sse_resume.py PORT ADMIN_ADDR
+usage: sse_resume.py PORT ADMIN_ADDR [ws|http]   (the server's --protocol)
   1. GET /events?subscribe=news with Accept: text/event-stream: 200,
      text/event-stream, `subscribed` events for news and *, then m1..m3;
   2. close; m4..m7 and a broadcast published; reconnect with the last id:
      exactly m4..m7 and the broadcast, then `subscribed` recovered true;
-  3. a request without Accept: text/event-stream or Upgrade gets 426.
+  3. a request without Accept: text/event-stream or Upgrade gets 426 on
+     a WebSocket port, the usual 200 on an HTTP port.
 Prints 'OK' when every check held.
 """
 import json
@@ -16,6 +17,7 @@ import sys
 import urllib.request
 
 port, admin = int(sys.argv[1]), sys.argv[2]
+mode = sys.argv[3] if len(sys.argv) > 3 else "ws"
 
 
 def publish(path, data):
@@ -91,11 +93,15 @@ def main():
     news = [(e[2]["offset"], e[2]["data"]) for e in got if e[2]["stream"] == "topic"]
     assert news == [(4, "m4"), (5, "m5"), (6, "m6"), (7, "m7")], got
     assert [e[2]["data"] for e in got if e[2]["stream"] == "broadcast"] == ["all"], got
-    # Neither an upgrade nor an event stream: 426 naming both.
     s = socket.create_connection(("127.0.0.1", port), timeout=10)
     s.sendall(b"GET /events HTTP/1.1\r\nHost: localhost\r\n\r\n")
     answer = s.recv(4096).decode()
-    assert answer.startswith("HTTP/1.1 426") and "text/event-stream" in answer, answer
+    if mode == "http":
+        # An HTTP port answers a plain request as ever.
+        assert answer.startswith("HTTP/1.1 200") and answer.endswith("Hello world!"), answer
+    else:
+        # Neither an upgrade nor an event stream: 426 naming both.
+        assert answer.startswith("HTTP/1.1 426") and "text/event-stream" in answer, answer
     print("OK", flush=True)
 
 

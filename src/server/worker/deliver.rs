@@ -3,7 +3,7 @@
 use super::Worker;
 use crate::proto::push::{self, Position, Push, Stream, BROADCAST_TOPIC};
 use crate::proto::Protocol;
-use crate::server::conn::{sse_mut, ws_handshaking};
+use crate::server::conn::{sse_mut, ws_handshaking, ConnExt};
 use crate::server::history::{Message, Slice};
 use crate::server::push::{bucket, conn_id, split_id, PushCommand, LATENCY_BUCKETS_MS};
 use crate::server::recovery::Fate;
@@ -21,14 +21,17 @@ impl Worker {
         self.stats.push_commands += 1;
         let (mut queued, mut dropped) = (0, 0);
         let data = base64::engine::general_purpose::STANDARD.decode(cmd.data.as_bytes()).unwrap_or_default();
-        let targets: Vec<usize> = if !matches!(self.cfg.protocol, Protocol::Framed | Protocol::Ws) {
+        // On an HTTP port only event streams take pushes.
+        let http = self.cfg.protocol == Protocol::Http;
+        let takes = |c: &crate::server::conn::Conn| !ws_handshaking(&c.ext) && (!http || matches!(c.ext.as_deref(), Some(ConnExt::Sse(_))));
+        let targets: Vec<usize> = if !matches!(self.cfg.protocol, Protocol::Framed | Protocol::Ws | Protocol::Http) {
             Vec::new()
         } else {
             match cmd.stream {
                 // Not to WebSocket connections still in their handshake.
                 Stream::Broadcast => {
                     let tls = self.tls.as_ref();
-                    self.conns.iter().filter(|(k, c)| !ws_handshaking(&c.ext) && !tls.is_some_and(|t| t.handshaking(*k))).map(|(k, _)| k).collect()
+                    self.conns.iter().filter(|(k, c)| takes(c) && !tls.is_some_and(|t| t.handshaking(*k))).map(|(k, _)| k).collect()
                 }
                 Stream::Topic => self.topics.subscribers(&cmd.topic),
                 Stream::Unicast => cmd
@@ -36,7 +39,7 @@ impl Worker {
                     .map(split_id)
                     .filter(|(w, k, g)| {
                         *w == self.cfg.worker
-                            && self.conns.get(*k).is_some_and(|c| c.gen & 0xFF_FFFF == *g && !ws_handshaking(&c.ext))
+                            && self.conns.get(*k).is_some_and(|c| c.gen & 0xFF_FFFF == *g && takes(c))
                             && !self.tls.as_ref().is_some_and(|t| t.handshaking(*k))
                     })
                     .map(|(_, k, _)| vec![k])

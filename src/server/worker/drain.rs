@@ -11,7 +11,7 @@ use super::Worker;
 use crate::net;
 use crate::proto::goaway;
 use crate::proto::Protocol;
-use crate::server::conn::{sse_mut, ws_handshaking};
+use crate::server::conn::{sse_mut, ws_handshaking, ConnExt};
 use rand::Rng;
 use std::time::{Duration, Instant};
 
@@ -53,10 +53,20 @@ pub fn spreads(protocol: Protocol) -> bool {
 }
 
 impl Worker {
-    /// Start the drain of every connection held now.
+    /// Start the drain of every long-lived connection held now. On an
+    /// HTTP port those are its event streams, hinted at once (its
+    /// requests drain as before, within --drain-timeout).
     pub(super) fn begin_drain(&mut self) {
-        let keys = self.conns.iter().map(|(k, c)| (k, c.gen)).collect();
-        let period = Duration::from_millis(self.cfg.drain_period_ms);
+        let http = self.cfg.protocol == Protocol::Http;
+        if !http && !spreads(self.cfg.protocol) {
+            return;
+        }
+        let keys: Vec<(usize, u32)> =
+            self.conns.iter().filter(|(_, c)| !http || matches!(c.ext.as_deref(), Some(ConnExt::Sse(_)))).map(|(k, c)| (k, c.gen)).collect();
+        if http && keys.is_empty() {
+            return;
+        }
+        let period = if http { Duration::ZERO } else { Duration::from_millis(self.cfg.drain_period_ms) };
         self.drain = Some(Drain { started: Instant::now(), period, keys, done: 0 });
     }
 

@@ -83,7 +83,15 @@ impl Worker {
                 }
                 Protocol::Http => {
                     let http = &mut conn.ext;
-                    let mut ctx = http::Ctx { req, cfg: &self.cfg.http, date: &self.date };
+                    let mut ctx = http::Ctx {
+                        req,
+                        cfg: &self.cfg.http,
+                        date: &self.date,
+                        topics: &mut self.topics,
+                        subs: &mut conn.subs,
+                        recoveries: &mut self.recoveries,
+                        now_s,
+                    };
                     let r = net::read_chunks(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| http::consume(&mut ctx, http, buf));
                     http::track_partial(&mut conn.ext, conn.partial.is_some(), now_ds);
                     r
@@ -177,7 +185,7 @@ impl Worker {
     /// After an HTTP reply left the business stage: close if the request
     /// asked to, else parse what was pipelined behind it.
     pub(super) fn resume_http(&mut self, key: usize) {
-        let now_ds = self.now_ds();
+        let (now_ds, now_s) = (self.now_ds(), self.now_s());
         let Some(conn) = self.conns.get_mut(key) else { return };
         let Some(h) = conn.ext.http_mut() else { return };
         h.awaiting = false;
@@ -198,7 +206,8 @@ impl Worker {
             key,
             gen: conn.gen,
         };
-        let mut ctx = http::Ctx { req, cfg: &self.cfg.http, date: &self.date };
+        let mut ctx =
+            http::Ctx { req, cfg: &self.cfg.http, date: &self.date, topics: &mut self.topics, subs: &mut conn.subs, recoveries: &mut self.recoveries, now_s };
         let r = http::consume(&mut ctx, &mut conn.ext, &buf);
         let mut end = r.as_ref().err().map(|e| e.to_string());
         if let Ok(used) = r {
