@@ -22,7 +22,7 @@ crate::counters! {
         stalled: by("what") "stalled" "Connections closed by --stall-timeout, by what had not moved (partial_input, ws_fragment, backlog)",
         subscribe_refused: by("reason") "subscribe_refused" "Subscriptions refused, by reason (too_many_topics: the worker holds --max-topics; too_many_subscriptions; bad_topic)",
         ws_upgrades: counter "ws_upgrades" "WebSocket handshakes completed",
-        sse_streams: counter "sse_streams" "Server-Sent Event streams opened (GET with Accept: text/event-stream on a WebSocket port)",
+        sse_streams: counter "sse_streams" "Server-Sent Event streams opened (GET with Accept: text/event-stream on a WebSocket or HTTP port)",
         goaways: counter "goaways" "Connections closed by a drain (SIGTERM, --drain-period) after a reconnect hint",
         tls_handshakes: counter "tls_handshakes" "TLS handshakes completed (full and resumed)",
         tls_resumed: counter "tls_resumed" "TLS handshakes that resumed a session (ticket)",

@@ -1,4 +1,4 @@
-//! Server-Sent Events on the WebSocket ports, for browsers and proxies
+//! Server-Sent Events on the WebSocket and HTTP ports, for browsers and proxies
 //! that cannot use WebSocket: `GET /events?subscribe=a,b` with
 //! `Accept: text/event-stream` is answered `200 text/event-stream`, and
 //! every push is an event whose `data` is the same JSON envelope a
