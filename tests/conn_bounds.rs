@@ -155,20 +155,6 @@ fn one_address_holds_exactly_its_cap_across_workers() {
     wait_until("10 of the 20 refused", Duration::from_secs(20), || more.iter().filter(|s| !closed_by_server(s)).count() == 10);
 }
 
-fn ws_handshake(addr: &str) -> TcpStream {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").unwrap();
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(s.read(&mut b).unwrap(), 1, "handshake answered");
-        head.push(b[0]);
-    }
-    assert!(head.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&head));
-    s
-}
-
 /// A masked client frame: `fin`, `opcode`, payload (all zero mask).
 fn ws_frame(fin: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
     assert!(payload.len() < 126);

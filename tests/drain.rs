@@ -34,20 +34,6 @@ fn stats(admin: &str) -> Value {
     serde_json::from_str(&http(admin, "GET", "/stats", b"", None).1).unwrap()
 }
 
-fn ws_open(port: u16) -> TcpStream {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").unwrap();
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(s.read(&mut b).unwrap(), 1, "handshake answered");
-        head.push(b[0]);
-    }
-    assert!(head.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&head));
-    s
-}
-
 #[test]
 fn a_draining_server_says_so_hints_every_peer_and_spreads_its_closes_over_the_period() {
     let port = free_port();
@@ -57,7 +43,7 @@ fn a_draining_server_says_so_hints_every_peer_and_spreads_its_closes_over_the_pe
     py.args([&peer("drain_hints.py"), &port.to_string()]);
     let mut peer = Peer::spawn("drain_hints.py", py);
     assert_eq!(peer.line(Duration::from_secs(30), "READY"), "READY");
-    let conns: Vec<TcpStream> = (0..20).map(|_| ws_open(port)).collect();
+    let conns: Vec<TcpStream> = (0..20).map(|_| ws_handshake(&format!("127.0.0.1:{port}"))).collect();
     wait_until("22 connections held", Duration::from_secs(20), || stats(&admin)["active"] == 22);
     assert_eq!(http(&admin, "GET", "/healthz", b"", None).0, 200);
     sigterm(&s);

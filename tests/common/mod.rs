@@ -297,3 +297,21 @@ pub fn raise_fd_limit() {
         libc::setrlimit(libc::RLIMIT_NOFILE, &r);
     }
 }
+
+/// A WebSocket connection to `addr` with its Upgrade answered 101 (30 s
+/// read timeout), by hand: nothing of megaconn's own client in between.
+#[allow(dead_code)]
+pub fn ws_handshake(addr: &str) -> std::net::TcpStream {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut b).unwrap(), 1, "handshake answered");
+        head.push(b[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&head));
+    s
+}
