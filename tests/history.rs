@@ -60,11 +60,11 @@ fn a_framed_subscriber_resumes_with_exactly_what_it_missed() {
     assert!(s.terminate().success());
 }
 
-/// Run a Python peer against PORT and the admin API; it asserts what it
+/// Run a Python peer with `args` (its port, the admin API, ...); it asserts what it
 /// received itself and ends saying OK.
-fn python_peer_says_ok(script: &str, port: &str, admin: &str) {
+fn python_peer_says_ok(script: &str, args: &[&str]) {
     let mut py = Command::new("python3");
-    py.args([&peer(script), port, admin]);
+    py.arg(peer(script)).args(args);
     let mut p = Peer::spawn(script, py);
     assert_eq!(p.finish_ok(Duration::from_secs(60)), ["OK"]);
 }
@@ -136,7 +136,7 @@ fn python_websockets_resumes_by_url_and_by_command() {
     let port = free_port().to_string();
     let (mut s, _, ready) = server_ready(&["--ports", &port, "--workers", "2", "--protocol", "ws", "--history", "5"], None);
     let admin = ready["admin"].as_str().unwrap().to_string();
-    python_peer_says_ok("ws_resume.py", &port, &admin);
+    python_peer_says_ok("ws_resume.py", &[&port, &admin]);
     assert!(s.terminate().success());
 }
 
@@ -184,31 +184,20 @@ fn the_client_resumes_through_churn_with_nothing_lost() {
     }
 }
 
+/// A raw-socket event stream reader resumes with Last-Event-ID on a
+/// WebSocket port and on an HTTP port (where a plain request on the same
+/// port is still answered as before).
 #[test]
 fn a_raw_socket_event_stream_resumes_with_last_event_id() {
-    let port = free_port().to_string();
-    let (mut s, _, ready) = server_ready(&["--ports", &port, "--workers", "2", "--protocol", "ws", "--history", "100"], None);
-    let admin = ready["admin"].as_str().unwrap().to_string();
-    python_peer_says_ok("sse_resume.py", &port, &admin);
-    let stats = wait_stats(&admin, |v| v["sse_streams"] == 2);
-    assert_eq!(stats["recovered_messages"], 5, "{stats}");
-    assert!(s.terminate().success());
-}
-
-/// The same reader against an HTTP port: event streams there too, and a
-/// plain request on the same port still answered as before.
-#[test]
-fn a_raw_socket_event_stream_on_an_http_port_resumes_with_last_event_id() {
-    let port = free_port().to_string();
-    let (mut s, _, ready) = server_ready(&["--ports", &port, "--workers", "2", "--protocol", "http", "--history", "100"], None);
-    let admin = ready["admin"].as_str().unwrap().to_string();
-    let mut py = Command::new("python3");
-    py.args([&peer("sse_resume.py"), &port, &admin, "http"]);
-    let mut p = Peer::spawn("sse_resume.py http", py);
-    assert_eq!(p.finish_ok(Duration::from_secs(60)), ["OK"]);
-    let stats = wait_stats(&admin, |v| v["sse_streams"] == 2);
-    assert_eq!(stats["recovered_messages"], 5, "{stats}");
-    assert!(s.terminate().success());
+    for protocol in ["ws", "http"] {
+        let port = free_port().to_string();
+        let (mut s, _, ready) = server_ready(&["--ports", &port, "--workers", "2", "--protocol", protocol, "--history", "100"], None);
+        let admin = ready["admin"].as_str().unwrap().to_string();
+        python_peer_says_ok("sse_resume.py", &[&port, &admin, protocol]);
+        let stats = wait_stats(&admin, |v| v["sse_streams"] == 2);
+        assert_eq!(stats["recovered_messages"], 5, "{protocol}: {stats}");
+        assert!(s.terminate().success());
+    }
 }
 
 /// Chromium's own EventSource: its worker killed, the browser reconnects
@@ -272,7 +261,7 @@ fn a_large_push_arrives_whole_on_every_protocol() {
     let flags = ["--ports", &port, "--workers", "1", "--protocol", "ws", "--push-format", "binary", "--max-push-bytes", "1MiB", "--max-pending-bytes", "4MiB"];
     let (mut s, _, ready) = server_ready(&flags, None);
     let admin = ready["admin"].as_str().unwrap().to_string();
-    python_peer_says_ok("ws_large_push.py", &port, &admin);
+    python_peer_says_ok("ws_large_push.py", &[&port, &admin]);
     assert!(s.terminate().success());
 }
 
