@@ -291,3 +291,39 @@ fn a_broadcast_that_reached_a_new_connection_before_its_resume_is_not_sent_twice
     assert_eq!(y.next(), In::Push(3, epoch, "b3".into()));
     assert!(s.terminate().success());
 }
+
+#[test]
+fn the_recovery_bench_drops_everyone_and_each_recovers_every_message_once() {
+    let ports = free_ports(2);
+    let mut cmd = megaconn();
+    cmd.args(["bench", "--scenario", "recovery", "--connections", "2000", "--topics", "20", "--broadcasts", "10", "--history", "10"]);
+    cmd.args(["--ports", &ports.arg(), "--json"]);
+    let (code, out, err) = run(cmd, Duration::from_secs(120));
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let r = &v["recovery"];
+    assert_eq!(r["connections"], 2000, "{r}");
+    for batch in ["live", "recovery"] {
+        assert_eq!(r[batch]["expected"], 20_000, "{r}");
+        assert_eq!(r[batch]["deliveries"], 20_000, "{batch}: {r}");
+        assert!(r[batch]["time_to_all_ms"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    assert_eq!(r["outage_closed"], 2000, "{r}");
+    // Each connection resumed its topic and the broadcasts.
+    assert_eq!(r["resumed_recovered"], 4000, "{r}");
+    assert_eq!((r["resumed_lost"].as_u64(), r["duplicates"].as_u64(), r["gaps"].as_u64()), (Some(0), Some(0), Some(0)), "{r}");
+    assert_eq!(r["reconnect_ms"]["count"], 2000, "{r}");
+    // 20 topics x 10 kept, plus the broadcasts' empty log.
+    assert_eq!(r["history_messages"], 200, "{r}");
+    assert!(r["history_bytes_per_message"].as_f64().unwrap() > 64.0, "{r}");
+    assert_eq!(sockets_on(ports.first, ports.last), 0);
+}
+
+#[test]
+fn a_recovery_bench_that_cannot_recover_what_it_publishes_is_refused() {
+    let mut cmd = megaconn();
+    cmd.args(["bench", "--scenario", "recovery", "--connections", "10", "--broadcasts", "50", "--history", "20"]);
+    let (code, _, err) = run(cmd, Duration::from_secs(20));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--history") && err.contains("--broadcasts 50"), "{err}");
+}

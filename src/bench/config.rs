@@ -18,6 +18,10 @@ pub enum Scenario {
     /// a broadcast every second; node n0 drains (SIGTERM, --drain-period)
     /// and restarts mid-run while its clients move and resume elsewhere.
     Rollout,
+    /// A reconnect storm with history: --broadcasts K messages per stream
+    /// live, then every connection drops, K more are published, and all
+    /// reconnect at once and resume; recovery time against live time.
+    Recovery,
 }
 
 /// What joins the nodes of a cluster bench.

@@ -11,6 +11,7 @@ pub mod config;
 pub mod outcome;
 pub mod pair;
 pub mod push;
+pub mod recovery;
 pub mod rollout;
 pub mod sampler;
 pub mod sockets;
@@ -217,6 +218,9 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
         }
         args.cluster = Some(config::Broker::Nats);
     }
+    if args.scenario == Scenario::Recovery {
+        recovery::check(&args)?;
+    }
     if args.nodes > 1 || args.cluster.is_some() {
         if args.tls {
             return Err(crate::UsageError(
@@ -252,6 +256,7 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
     match args.scenario {
         Scenario::Business => business::run(args),
         Scenario::Push => push::run(args, &net.placement),
+        Scenario::Recovery => recovery::run(args, &net.placement),
         Scenario::Rollout => unreachable!("a rollout runs a cluster (above)"),
         Scenario::Connections => connections(args, &net.placement, progress),
     }

@@ -163,6 +163,9 @@ pub struct PairRun<'p, V: ServerSide, S, F: FnMut(&V, &ClientRun) -> S> {
     pub ramp_done: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
     /// Adds the server's side to the client's time-series samples.
     pub server_sampler: Option<super::sampler::ServerSampler>,
+    /// A scenario's own script, every tick: the client, and the
+    /// connections the server still holds (bench --scenario recovery).
+    pub director: Option<Box<dyn FnMut(&mut ClientRun, u64)>>,
 }
 
 impl<'p, V: ServerSide, S, F: FnMut(&V, &ClientRun) -> S> PairRun<'p, V, S, F> {
@@ -181,6 +184,7 @@ impl<'p, V: ServerSide, S, F: FnMut(&V, &ClientRun) -> S> PairRun<'p, V, S, F> {
             verbose: true,
             ramp_done: None,
             server_sampler: None,
+            director: None,
         }
     }
 
@@ -248,6 +252,9 @@ impl<V: ServerSide, S, F: FnMut(&V, &ClientRun) -> S> Supervised for PairRun<'_,
             }
         }
         let tick = self.client.tick();
+        if let Some(d) = self.director.as_mut() {
+            d(&mut self.client, self.server.active());
+        }
         if let (Some(sampler), Some(sample), Some(fleet)) = (self.server_sampler.as_mut(), self.client.series.fresh(), self.server.fleet()) {
             sample.server = Some(sampler.sample(fleet));
         }

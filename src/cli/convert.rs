@@ -186,7 +186,11 @@ impl From<BenchArgs> for BenchConfig {
             client_workers: a.workers.unwrap_or(a.client_workers),
             connect_timeout: a.connect_timeout,
             // 0: a rollout's own count (bench::rollout::broadcasts).
-            broadcasts: a.broadcasts.unwrap_or(if a.scenario == crate::bench::Scenario::Rollout { 0 } else { 10 }),
+            broadcasts: a.broadcasts.unwrap_or(match a.scenario {
+                crate::bench::Scenario::Rollout => 0,
+                crate::bench::Scenario::Recovery => 100,
+                _ => 10,
+            }),
             broadcast_interval: a.broadcast_interval.unwrap_or(match a.scenario {
                 crate::bench::Scenario::Rollout => crate::bench::rollout::default_interval(connections),
                 _ => std::time::Duration::from_secs(5),

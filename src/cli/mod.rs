@@ -473,7 +473,7 @@ pub struct BenchArgs {
     /// Give up on a handshake after this long.
     #[arg(long, value_parser = parse::positive_duration, default_value = "10s")]
     pub connect_timeout: Duration,
-    /// Push scenario: broadcasts to publish (rounds, with --topics); default 10 (rollout: enough for 3 s, the drain period and 15 s).
+    /// Push scenario: broadcasts to publish (rounds, with --topics); default 10 (rollout: enough for 3 s, the drain period and 15 s; recovery: messages per stream live and again during the outage, default 100).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub broadcasts: Option<u64>,
     /// Push scenario: time between broadcasts (default 5s; rollout: 1s).

@@ -300,6 +300,17 @@ impl ClientRun {
         self.view.update(s, &h);
     }
 
+    /// An outage: every worker closes all its connections at once and
+    /// opens nothing until [`ClientRun::rejoin`] (bench --scenario recovery).
+    pub fn outage(&mut self) {
+        self.pool.broadcast(super::worker::outage::CMD_OUTAGE);
+    }
+
+    /// The end of the outage: every closed connection reconnects now and resumes.
+    pub fn rejoin(&mut self) {
+        self.pool.broadcast(super::worker::outage::CMD_REJOIN);
+    }
+
     /// Ask the workers to drain and close (also on Ctrl-C).
     pub fn close(&mut self) {
         if !matches!(self.phase, Phase::Closing { .. } | Phase::Finished) {

@@ -22,6 +22,7 @@ crate::counters! {
         lost_unanswered: counter "lost_unanswered" "Lost connections that never received an answer (a protocol mismatch looks like this)",
         reconnects: counter "reconnects" "Lost connections opened again (--reconnect)",
         goaways: counter "goaways" "Connections a draining server closed with a reconnect hint (with --reconnect: moved, not lost)",
+        outage_closed: counter "outage_closed" "Connections closed at once on purpose by a bench's outage (reopened and resumed on its rejoin; not lost)",
         reconnect_failed: by("kind") "reconnect_failed" "Failed reconnect attempts, by kind (retried with back-off)",
         churn_closed: counter "churn_closed" "Connections closed on purpose (--churn)",
         churn_reopened: counter "churn_reopened" "Connections reopened after a churn close",

@@ -71,6 +71,7 @@ pub struct ClientWorkerConfig {
 }
 
 mod connect;
+pub mod outage;
 mod schedule;
 mod tls;
 
@@ -120,6 +121,8 @@ enum State {
     Established,
     /// Lost; waiting in the reconnect queue.
     Waiting,
+    /// Closed by an outage; waits for the rejoin.
+    Paused,
     Done,
 }
 
@@ -216,6 +219,8 @@ struct Worker {
     rehome_hist: Histogram<u64>,
     /// Slots a draining server told to go away, and when (µs).
     moved_at: std::collections::HashMap<u32, u64>,
+    /// In an outage: nothing opens until the rejoin.
+    paused: bool,
     last_resolved_us: u64,
     phase: Phase,
     scratch: Vec<u8>,
@@ -261,6 +266,7 @@ pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
         push_hist: histogram::new(),
         rehome_hist: histogram::new(),
         moved_at: Default::default(),
+        paused: false,
         last_resolved_us: 0,
         phase: Phase::Running,
         scratch: vec![0; SCRATCH],
@@ -302,6 +308,14 @@ impl Handler for Worker {
                 self.close_all();
                 Flow::Done
             }
+            Command::Role(word, _) if word == outage::CMD_OUTAGE => {
+                self.outage();
+                Flow::Continue
+            }
+            Command::Role(word, _) if word == outage::CMD_REJOIN => {
+                self.rejoin(mono_us());
+                Flow::Continue
+            }
             Command::Leave | Command::Role(..) => Flow::Continue,
         }
     }
@@ -317,11 +331,13 @@ impl Handler for Worker {
             self.begin_drain(now);
         }
         if self.phase == Phase::Running {
-            self.ramp(now);
-            self.reopen(now);
+            if !self.paused {
+                self.ramp(now);
+                self.reopen(now);
+                self.churn(now);
+            }
             self.beat(now);
             self.request(now);
-            self.churn(now);
         }
         self.expire_connects(now);
         if let Phase::Draining { until_us } = self.phase {
@@ -375,11 +391,11 @@ impl Worker {
         if self.phase != Phase::Running {
             return now + 10_000;
         }
-        if self.created < self.cfg.count {
+        if self.created < self.cfg.count && !self.paused {
             let due = self.cfg.start_at_us + (self.created as f64 * 1e6 / self.cfg.rate) as u64;
             wake = wake.min(due.max(now + RAMP_TICK_US));
         }
-        if let Some(Reverse((due, _))) = self.reconnects.peek() {
+        if let Some(Reverse((due, _))) = self.reconnects.peek().filter(|_| !self.paused) {
             wake = wake.min((*due).max(now + RAMP_TICK_US));
         }
         // Heartbeats are keep-alives: batching them on a short tick saves

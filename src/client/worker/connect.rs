@@ -243,7 +243,7 @@ impl Worker {
 
 impl Worker {
     /// Drop an established connection's socket and state.
-    fn release(&mut self, k: usize) {
+    pub(super) fn release(&mut self, k: usize) {
         let slot = &mut self.slots[k];
         if slot.state == State::Established {
             self.stats.open -= 1;
