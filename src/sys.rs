@@ -172,17 +172,23 @@ pub fn signal_name(sig: i32) -> String {
 /// A zero-filled memfd of `bytes` that exec'd children inherit (no
 /// MFD_CLOEXEC): how the supervisor shares a table with its workers.
 pub fn inheritable_memfd(name: &std::ffi::CStr, bytes: usize) -> io::Result<std::os::fd::RawFd> {
+    memfd(name, bytes, true).map(std::os::fd::IntoRawFd::into_raw_fd)
+}
+
+/// A zero-filled memfd of `bytes`; `inherited`: every exec'd child gets
+/// it, else only a child that clears close-on-exec (`Pool::set_inherit`).
+pub fn memfd(name: &std::ffi::CStr, bytes: usize, inherited: bool) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
     // SAFETY: memfd_create with a NUL-terminated name.
-    let fd = unsafe { libc::memfd_create(name.as_ptr(), 0) };
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), if inherited { 0 } else { libc::MFD_CLOEXEC }) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
+    // SAFETY: fd is ours (closed on drop).
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
     // SAFETY: fd is ours.
-    if unsafe { libc::ftruncate(fd, bytes as libc::off_t) } != 0 {
-        let e = io::Error::last_os_error();
-        // SAFETY: closing our own fd.
-        unsafe { libc::close(fd) };
-        return Err(e);
+    if unsafe { libc::ftruncate(std::os::fd::AsRawFd::as_raw_fd(&fd), bytes as libc::off_t) } != 0 {
+        return Err(io::Error::last_os_error());
     }
     Ok(fd)
 }

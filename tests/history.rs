@@ -327,3 +327,53 @@ fn a_recovery_bench_that_cannot_recover_what_it_publishes_is_refused() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--history") && err.contains("--broadcasts 50"), "{err}");
 }
+
+/// `megaconn client --reconnect`: a client worker killed mid-run is
+/// replaced, and its share reconnects and resumes from the dead worker's
+/// last report: every message reaches every connection exactly once.
+#[test]
+fn a_killed_client_worker_is_replaced_and_its_connections_miss_nothing() {
+    let port = free_port().to_string();
+    let (mut srv, _, ready) = server_ready(&["--ports", &port, "--workers", "2", "--history", "100"], None);
+    let admin = ready["admin"].as_str().unwrap().to_string();
+    let client_admin = format!("127.0.0.1:{}", free_port());
+    let mut cmd = megaconn();
+    cmd.args(["client", "--ports", &port, "--connections", "400", "--workers", "4", "--subscribe", "news", "--reconnect"]);
+    cmd.args(["--hold", "120s", "--heartbeat", "1s", "--admin", &client_admin, "--json"]);
+    let mut client = common::proc::Peer::spawn("megaconn client", cmd);
+    let pushes = || {
+        let (status, m) = http(&client_admin, "GET", "/metrics", b"", None);
+        assert_eq!(status, 200, "{m}");
+        m.lines().find_map(|l| l.strip_prefix("megaconn_client_pushes_total ")).map_or(0, |v| v.trim().parse::<u64>().unwrap())
+    };
+    wait_until("the client's admin API", Duration::from_secs(30), || std::net::TcpStream::connect(&client_admin).is_ok());
+    wait_until("400 connections", Duration::from_secs(30), || {
+        let (_, m) = http(&client_admin, "GET", "/metrics", b"", None);
+        m.lines().any(|l| l == "megaconn_client_connections 400")
+    });
+    for i in 1..=20 {
+        publish(&admin, "news", &format!("m{i}"));
+    }
+    // Reported by every worker (so each has a checkpoint past them).
+    wait_until("20 messages x 400 reported", Duration::from_secs(30), || pushes() == 8000);
+    let workers = children_of(client.child.id());
+    assert_eq!(workers.len(), 4, "{workers:?}");
+    // SAFETY: SIGKILL to a worker of the client this test started, by PID.
+    unsafe { libc::kill(workers[1] as i32, libc::SIGKILL) };
+    for i in 21..=40 {
+        publish(&admin, "news", &format!("m{i}"));
+    }
+    wait_until("40 messages x 400 reported", Duration::from_secs(60), || pushes() >= 16_000);
+    // SAFETY: Ctrl-C to our own child, by PID.
+    unsafe { libc::kill(client.child.id() as i32, libc::SIGINT) };
+    let (_, out) = client.finish(Duration::from_secs(30));
+    let v: Value = serde_json::from_str(&out.join("\n")).unwrap();
+    let s = &v["summary"];
+    assert_eq!(s["push"]["received"], 16_000, "each of 40 messages once on each of 400 connections: {s}");
+    assert_eq!((s["push"]["gaps"].as_u64(), s["push"]["duplicates"].as_u64()), (Some(0), Some(0)), "{s}");
+    assert_eq!(s["lost_total"], 0, "the dead worker's connections were taken over, not lost: {s}");
+    assert_eq!(s["reconnects"], 100, "its 100 connections reopened: {s}");
+    assert_eq!(s["push"]["resumes"]["recovered"], 200, "each resumed the topic and the broadcasts: {s}");
+    assert_eq!(s["workers"], 5, "four, and the replacement: {s}");
+    assert!(srv.terminate().success());
+}

@@ -133,6 +133,10 @@ impl ServerSide for ServerFleet {
     }
 }
 
+/// A scenario's script, called every tick with the client and the
+/// connections the server holds.
+pub type Director = Box<dyn FnMut(&mut ClientRun, u64)>;
+
 /// Progress line interval of bench runs.
 const PRINT_EVERY: Duration = Duration::from_secs(2);
 /// Longest wait for the server to see every close after the client ends.
@@ -165,7 +169,7 @@ pub struct PairRun<'p, V: ServerSide, S, F: FnMut(&V, &ClientRun) -> S> {
     pub server_sampler: Option<super::sampler::ServerSampler>,
     /// A scenario's own script, every tick: the client, and the
     /// connections the server still holds (bench --scenario recovery).
-    pub director: Option<Box<dyn FnMut(&mut ClientRun, u64)>>,
+    pub director: Option<Director>,
 }
 
 impl<'p, V: ServerSide, S, F: FnMut(&V, &ClientRun) -> S> PairRun<'p, V, S, F> {

@@ -147,6 +147,12 @@ impl Traffic {
         }
     }
 
+    /// What connection `conn` follows and resumes: its topics, then the
+    /// broadcasts (`*`).
+    pub fn streams_of(&self, conn: u64) -> impl Iterator<Item = &str> {
+        self.topics_of(conn).iter().map(String::as_str).chain([crate::proto::push::BROADCAST_TOPIC])
+    }
+
     /// The extra header lines, each ending in CRLF.
     pub fn header_lines(&self) -> String {
         self.headers.iter().map(|h| format!("{h}\r\n")).collect()

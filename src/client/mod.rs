@@ -1,5 +1,6 @@
 //! `megaconn client`: the load generator's supervisor. Plans addresses and
 //! processes, starts the workers, shows progress, prints the summary.
+pub mod checkpoint;
 pub mod codec;
 pub mod config;
 pub mod http;
@@ -8,6 +9,7 @@ pub mod phases;
 pub mod plan;
 pub mod pushes;
 pub mod raw;
+pub mod replace;
 pub mod replies;
 pub mod run;
 pub mod series;

@@ -54,6 +54,16 @@ pub fn position(seen: &PushSeen, name: &str) -> Option<Position> {
     seen.iter().flat_map(|l| l.iter()).find(|s| s.key == key).map(|s| Position { epoch: s.epoch, offset: s.last })
 }
 
+/// A connection known to stand at `at` in `name` (a replacement worker
+/// taking over its predecessor's connections).
+pub fn restore(seen: &mut PushSeen, name: &str, at: Position) {
+    let (stream, topic) = stream_of(name.as_bytes());
+    let key = stream_key(stream, topic);
+    let list = seen.get_or_insert_with(Default::default);
+    list.retain(|s| s.key != key);
+    list.push(Seen { key, last: at.offset, epoch: at.epoch });
+}
+
 /// The answer to a resume: the connection is now at `at`. A connection
 /// that knew a position before has resumed (counted by result), and the
 /// messages it recovered came before this answer.

@@ -147,6 +147,8 @@ pub struct RequestSummary {
 
 pub struct ClientRun {
     pub pool: Pool,
+    /// The workers' shares (replaced when a worker dies, with --reconnect).
+    shares: super::replace::Shares,
     /// Crashes and other events not yet printed.
     pub notes: Vec<String>,
     pub view: ClientView,
@@ -200,11 +202,11 @@ impl ClientRun {
         let ramp_us = (plan.count as f64 / pace.max(1) as f64 * 1e6) as u64;
         let ramp_deadline_us = start_at_us + ramp_us * 2 + load.traffic.connect_timeout.as_micros() as u64 + 30_000_000;
         let deadline_us = ramp_deadline_us + load.hold.as_micros() as u64 + 60_000_000;
-        let configs: Vec<String> = (0..w)
+        let configs: Vec<(ClientWorkerConfig, Option<i32>)> = (0..w)
             .map(|i| {
                 let lo = plan.count * i as u64 / w as u64;
                 let hi = plan.count * (i as u64 + 1) / w as u64;
-                serde_json::to_string(&ClientWorkerConfig {
+                let config = ClientWorkerConfig {
                     worker: i,
                     target: load.nodes.get(i % load.nodes.len().max(1)).map_or(plan.target, |n| n.target),
                     elsewhere: load
@@ -227,19 +229,19 @@ impl ClientRun {
                     churn_us: load.churn.map(|r| (1e6 * plan.count.max(1) as f64 / r / (hi - lo).max(1) as f64) as u64),
                     traffic: load.traffic.clone(),
                     shard: plan.shard_index,
-                })
-                .expect("config serializes")
+                    checkpoint: None,
+                };
+                (config, load.nodes.get(i % load.nodes.len().max(1)).and_then(|n| n.netns_fd).or(load.netns_fd))
             })
             .collect();
         let to = sink.clone();
         let mut pool = Pool::new(super::WORKER_KIND, fd_limit, std::sync::Arc::new(move |(i, ev)| to(ClientEvent::Worker(i, ev))))?;
         pool.set_nice(load.nice);
-        for (i, c) in configs.iter().enumerate() {
-            pool.set_netns(load.nodes.get(i % load.nodes.len().max(1)).and_then(|n| n.netns_fd).or(load.netns_fd));
-            pool.spawn(c)?;
-        }
+        let mut shares = super::replace::Shares::new(configs)?;
+        shares.spawn_all(&mut pool)?;
         Ok(ClientRun {
             pool,
+            shares,
             notes: Vec::new(),
             view: ClientView::new(w),
             start_at_us,
@@ -285,11 +287,41 @@ impl ClientRun {
                     self.view.stopped(i);
                     self.notes.push(format!("client worker {i} did not finish closing within 20 s and was stopped ({info})"));
                 } else if !self.view.is_finished(i) {
-                    let lost = self.view.retire(i);
-                    self.notes.push(format!("client worker {i} ({info}): {lost} connections lost ({WORKER_CRASHED})"));
+                    self.replace(i, info);
                 }
             }
             PoolEvent::Msg(ClientMsg::Ready { .. }) => {}
+        }
+    }
+
+    /// Worker `i` died mid-run: with `--reconnect` another takes its
+    /// share from its last snapshot; otherwise (or after too many
+    /// replacements) its connections are lost.
+    fn replace(&mut self, i: usize, info: impl std::fmt::Display) {
+        let from = self.view.checkpoint_of(i);
+        let replaced = if matches!(self.phase, Phase::Closing { .. } | Phase::Finished) { None } else { self.shares.replace(&mut self.pool, i, from) };
+        match replaced {
+            Some(Ok(j)) => {
+                self.view.replaced(i);
+                self.view.add_worker();
+                self.notes.push(format!(
+                    "client worker {i} ({info}): replaced by worker {j}, which reopens its {} connections and resumes them from its last report",
+                    format::count(self.shares.count_of(j))
+                ));
+            }
+            Some(Err(e)) => {
+                let lost = self.view.retire(i);
+                self.notes.push(format!("client worker {i} ({info}): {lost} connections lost ({WORKER_CRASHED}); its replacement did not start: {e:#}"));
+            }
+            None => {
+                let lost = self.view.retire(i);
+                let why = if self.shares.exhausted(i) {
+                    format!("; its share was replaced {} times already", super::replace::MAX_REPLACEMENTS)
+                } else {
+                    String::new()
+                };
+                self.notes.push(format!("client worker {i} ({info}): {lost} connections lost ({WORKER_CRASHED}){why}"));
+            }
         }
     }
 

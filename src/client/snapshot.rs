@@ -58,6 +58,9 @@ pub struct ClientSnapshot {
     /// Interval histogram of request latency from the intended send time
     /// (µs), base64 HdrHistogram V2.
     pub request_hist: String,
+    /// The checkpoint written with this snapshot (`--reconnect`; 0: none).
+    #[serde(default)]
+    pub checkpoint: u64,
     /// CLOCK_MONOTONIC µs when the last planned connection resolved.
     pub ramp_done_at_us: Option<u64>,
     /// Interval histogram of handshake times (µs), base64 HdrHistogram V2.

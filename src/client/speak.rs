@@ -128,7 +128,7 @@ impl Speaker for Framed {
             }
             return;
         }
-        for t in self.traffic.topics_of(conn).iter().map(String::as_str).chain([push::BROADCAST_TOPIC]) {
+        for t in self.traffic.streams_of(conn) {
             push::encode_resume(out, t, super::pushes::position(seen, t));
         }
     }

@@ -57,6 +57,8 @@ pub struct ClientView {
     latest: Vec<Option<ClientSnapshot>>,
     /// Workers that died before their final snapshot.
     dead: Vec<bool>,
+    /// Replacements (their reopening is not the ramp).
+    late: Vec<bool>,
     pub connect_hist: Histogram<u64>,
     pub rtt_hist: Histogram<u64>,
     /// Round trips since the last progress line.
@@ -77,6 +79,7 @@ impl ClientView {
         ClientView {
             latest: vec![None; workers],
             dead: vec![false; workers],
+            late: vec![false; workers],
             connect_hist: histogram::new(),
             rtt_hist: histogram::new(),
             rtt_interval: histogram::new(),
@@ -128,6 +131,32 @@ impl ClientView {
         }
     }
 
+    /// The checkpoint of worker `i`'s last snapshot (0: none came).
+    pub fn checkpoint_of(&self, i: usize) -> u64 {
+        self.latest.get(i).and_then(|s| s.as_ref()).map_or(0, |s| s.checkpoint)
+    }
+
+    /// Another worker takes worker `i`'s share: what `i` reported stays
+    /// counted (its last snapshot agrees with the checkpoint the
+    /// replacement goes on from), its connections are not lost, and its
+    /// heartbeats in flight are abandoned.
+    pub fn replaced(&mut self, i: usize) {
+        let Some(slot) = self.latest.get_mut(i) else { return };
+        self.dead[i] = true;
+        if let Some(s) = slot.as_mut() {
+            s.heartbeats_abandoned = s.heartbeats_sent.saturating_sub(s.heartbeats_answered);
+            s.counters.zero_levels();
+            s.ramp_done_at_us.get_or_insert(s.at_us);
+        }
+    }
+
+    /// A worker started after the others (a replacement).
+    pub fn add_worker(&mut self) {
+        self.latest.push(None);
+        self.dead.push(false);
+        self.late.push(true);
+    }
+
     /// Worker `i` died: its open connections are lost (`worker_crashed`)
     /// and its handshakes in flight failed. Returns the connections lost.
     pub fn retire(&mut self, i: usize) -> u64 {
@@ -148,7 +177,9 @@ impl ClientView {
 
     pub fn totals(&self) -> ClientTotals {
         let s: Vec<&ClientSnapshot> = self.latest.iter().flatten().collect();
-        let all_done = s.len() == self.latest.len() && s.iter().all(|x| x.ramp_done_at_us.is_some());
+        // The ramp is the first workers' (a replacement's reopening is not).
+        let first: Vec<&ClientSnapshot> = self.latest.iter().zip(&self.late).filter(|(_, late)| !**late).filter_map(|(x, _)| x.as_ref()).collect();
+        let all_done = first.len() == self.late.iter().filter(|l| !**l).count() && first.iter().all(|x| x.ramp_done_at_us.is_some());
         let mut t = ClientTotals::default();
         for x in &s {
             t.counters.add(&x.counters);
@@ -162,7 +193,7 @@ impl ClientView {
             }
         }
         t.cpu_seconds = t.cpu_us as f64 / 1e6;
-        t.ramp_done_at_us = if all_done { s.iter().filter_map(|x| x.ramp_done_at_us).max() } else { None };
+        t.ramp_done_at_us = if all_done { first.iter().filter_map(|x| x.ramp_done_at_us).max() } else { None };
         t
     }
 

@@ -68,13 +68,19 @@ pub struct ClientWorkerConfig {
     pub shard: u64,
     /// What every connection does, as the load asked.
     pub traffic: super::config::Traffic,
+    /// `--reconnect`: where this share's connections stand, kept for a
+    /// replacement (and, in a replacement, where to go on from).
+    #[serde(default)]
+    pub checkpoint: Option<super::checkpoint::CheckpointRef>,
 }
 
 mod connect;
+mod keep;
 pub mod outage;
 mod schedule;
 mod tls;
 
+use keep::keep;
 use tls::wire;
 
 /// The stages of opening a connection, timed apart.
@@ -221,6 +227,7 @@ struct Worker {
     moved_at: std::collections::HashMap<u32, u64>,
     /// In an outage: nothing opens until the rejoin.
     paused: bool,
+    checkpoint: Option<super::checkpoint::Checkpoint>,
     last_resolved_us: u64,
     phase: Phase,
     scratch: Vec<u8>,
@@ -267,6 +274,7 @@ pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
         rehome_hist: histogram::new(),
         moved_at: Default::default(),
         paused: false,
+        checkpoint: None,
         last_resolved_us: 0,
         phase: Phase::Running,
         scratch: vec![0; SCRATCH],
@@ -284,6 +292,13 @@ pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
         tls_bufs: Default::default(),
         cfg,
     };
+    if let Some(c) = w.cfg.checkpoint {
+        let cp = super::checkpoint::Checkpoint::open(c.fd, w.cfg.count, c.streams, c.replacing.unwrap_or(0))?;
+        if let Some(n) = c.replacing {
+            w.go_on_from(&cp, n);
+        }
+        w.checkpoint = Some(cp);
+    }
     control::emit(&ClientMsg::Ready { worker: w.cfg.worker, pid: std::process::id(), fd_limit: crate::sys::fd_limit().hard });
     let interval = Duration::from_millis(w.cfg.stats_interval_ms.max(50));
     reactor::run(&mut w, interval)
@@ -377,6 +392,9 @@ impl Handler for Worker {
         self.rehome_hist.reset();
         self.connect_hist.reset();
         self.rtt_hist.reset();
+        if let Some(cp) = self.checkpoint.as_mut() {
+            self.stats.checkpoint = keep(cp, &self.slots, &self.cfg);
+        }
         self.stats.rss_bytes = crate::sys::self_rss_bytes();
         self.stats.cpu_us = crate::sys::self_cpu_us();
         self.stats.at_us = mono_us();
@@ -564,6 +582,8 @@ impl Worker {
             if let Some(at) = self.moved_at.remove(&(k as u32)) {
                 histogram::record(&mut self.rehome_hist, now.saturating_sub(at));
             }
+            // A replacement's ramp is mostly reconnects.
+            self.resolved(now);
         } else {
             self.stats.established_total += 1;
             self.resolved(now);

@@ -228,12 +228,8 @@ impl Speaker for WsSpeaker {
         let topics = self.traffic.topics_of(conn);
         let mut target = target_with_topics(&self.traffic.ws_target, topics);
         if self.traffic.reconnect {
-            let tokens: Vec<String> = topics
-                .iter()
-                .map(String::as_str)
-                .chain([push::BROADCAST_TOPIC])
-                .map(|t| super::pushes::position(seen, t).map_or_else(|| t.to_string(), |at| push::resume_token(t, at)))
-                .collect();
+            let tokens: Vec<String> =
+                self.traffic.streams_of(conn).map(|t| super::pushes::position(seen, t).map_or_else(|| t.to_string(), |at| push::resume_token(t, at))).collect();
             let sep = if target.contains('?') { '&' } else { '?' };
             target = format!("{target}{sep}since={}", tokens.join(","));
         }

@@ -34,7 +34,10 @@ impl Worker {
         while self.created < due && self.stats.connecting < cap {
             let k = self.created as usize;
             self.created += 1;
-            self.open(k, now);
+            // A replacement's share: what its predecessor gave up stays shut.
+            if self.slots[k].state != State::Done {
+                self.open(k, now);
+            }
         }
     }
 
