@@ -217,6 +217,9 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
             .into());
         }
         args.cluster = Some(config::Broker::Nats);
+        // When n0 restarts, the client and the other nodes hold every
+        // connection and n0 plans for all of them again.
+        crate::tune::check_files(3 * args.connections, &format!("a rollout of {} connections", format::count(args.connections)))?;
     }
     if args.scenario == Scenario::Recovery {
         recovery::check(&args)?;

@@ -74,6 +74,8 @@ pub struct ServerFleet {
     pub sizing: Sizing,
     life: BTreeMap<usize, Life>,
     empty_since: BTreeMap<usize, Instant>,
+    /// When the workers were last told that clients are resuming.
+    resuming_told: Option<Instant>,
     /// Full workers sent `leave` whose snapshot still says accepting.
     told_leave: std::collections::BTreeSet<usize>,
     crashes: VecDeque<Instant>,
@@ -140,6 +142,7 @@ impl ServerFleet {
             sizing,
             life: BTreeMap::new(),
             empty_since: BTreeMap::new(),
+            resuming_told: None,
             told_leave: Default::default(),
             crashes: VecDeque::new(),
             tls_stamp,
@@ -184,6 +187,11 @@ impl ServerFleet {
         self.pool.spawn(&serde_json::to_string(&cfg).expect("config serializes"))?;
         self.view.add(i);
         self.life.insert(i, Life::Starting);
+        // A worker started in a reconnect storm (elastic growth) notes its
+        // first accepts too.
+        if self.resuming_told.is_some_and(|t| t.elapsed() < super::worker::seam::FRESH) {
+            self.pool.send(i, super::snapshot::CMD_RESUMING);
+        }
         Ok(i)
     }
 
@@ -237,10 +245,13 @@ impl ServerFleet {
             }
             PoolEvent::Msg(ServerMsg::Pushed { worker, publish_id, queued, dropped }) => self.publisher.pushed(worker, publish_id, queued, dropped),
             PoolEvent::Msg(ServerMsg::Connections { worker, request_id, list, truncated }) => self.publisher.listed(worker, request_id, list, truncated),
-            PoolEvent::Msg(ServerMsg::HistoryWanted { worker, topic, after }) => match &mut self.relay {
-                Some(r) => r.history_wanted(worker, &topic, after, &mut self.publisher, &mut self.pool),
-                None => self.publisher.history_wanted(worker, &topic, after, &mut self.pool),
-            },
+            PoolEvent::Msg(ServerMsg::HistoryWanted { worker, topic, after }) => {
+                self.resuming();
+                match &mut self.relay {
+                    Some(r) => r.history_wanted(worker, &topic, after, &mut self.publisher, &mut self.pool),
+                    None => self.publisher.history_wanted(worker, &topic, after, &mut self.pool),
+                }
+            }
             PoolEvent::Msg(ServerMsg::Topics { worker, changes }) => {
                 if let Some(r) = &mut self.relay {
                     r.topics_changed(worker, &changes, &mut self.publisher);
@@ -248,6 +259,16 @@ impl ServerFleet {
             }
             PoolEvent::Garbled(line) => self.note("worker_garbled", i, format!("server worker {i} wrote a line that is not a message: {line}"), 0),
             PoolEvent::Exited(info) => self.on_exit(i, info),
+        }
+    }
+
+    /// A worker is recovering a client's history: every worker notes its
+    /// accepts for the seam from now on (told again every FRESH / 2).
+    fn resuming(&mut self) {
+        let fresh = super::worker::seam::FRESH;
+        if self.resuming_told.is_none_or(|t| t.elapsed() >= fresh / 2) {
+            self.resuming_told = Some(Instant::now());
+            self.pool.broadcast(super::snapshot::CMD_RESUMING);
         }
     }
 

@@ -170,6 +170,9 @@ pub const CMD_LIST: &str = "list";
 pub const CMD_HISTORY: &str = "history";
 /// Read the TLS certificate and key again (SIGHUP, or the files changed).
 pub const CMD_TLS_RELOAD: &str = "tls_reload";
+/// Clients are resuming somewhere on this server: note accepts for the
+/// seam (see `worker/seam.rs`), also on a worker that has read no resume yet.
+pub const CMD_RESUMING: &str = "resuming";
 
 /// What a server worker hears from its supervisor beyond the common
 /// commands.
@@ -179,6 +182,7 @@ pub enum ServerCommand {
     List(ListCommand),
     History(super::history::Slice),
     TlsReload,
+    Resuming,
 }
 
 impl ServerCommand {
@@ -190,6 +194,7 @@ impl ServerCommand {
             CMD_LIST => serde_json::from_str(arg).ok().map(ServerCommand::List),
             CMD_HISTORY => serde_json::from_str(arg).ok().map(ServerCommand::History),
             CMD_TLS_RELOAD => Some(ServerCommand::TlsReload),
+            CMD_RESUMING => Some(ServerCommand::Resuming),
             _ => None,
         }
     }

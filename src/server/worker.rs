@@ -15,7 +15,7 @@ mod deliver;
 mod drain;
 pub use drain::spreads;
 mod linger;
-mod seam;
+pub mod seam;
 mod serve;
 mod stall;
 mod tls;
@@ -255,6 +255,7 @@ impl Handler for Worker {
                     Some(ServerCommand::Push(p)) => self.push(p),
                     Some(ServerCommand::List(l)) => self.list(&l),
                     Some(ServerCommand::History(slice)) => self.recovered(&slice),
+                    Some(ServerCommand::Resuming) => self.seam.resumed(),
                     Some(ServerCommand::TlsReload) => {
                         // The supervisor read the files before asking; if
                         // they changed again since, the old ones stay.

@@ -45,6 +45,26 @@ pub fn precheck(connections: u64, role: TuneRole, ports: u64, rate: u64) -> Resu
         .collect())
 }
 
+/// fs.file-max against `extra` more open files than are in use now (a
+/// run whose peak the per-process check cannot see: a rollout's
+/// restarted node plans for every connection while the client and the
+/// other nodes hold them all); a usage error with the fix.
+pub fn check_files(extra: u64, what: &str) -> Result<(), crate::UsageError> {
+    let l = limits_here();
+    let (Some(max), used) = (l.file_max, l.files_allocated.unwrap_or(0)) else { return Ok(()) };
+    let needed = used + extra + 10_000;
+    if max >= needed {
+        return Ok(());
+    }
+    Err(crate::UsageError(format!(
+        "{what} needs {} open files system-wide at its peak, and fs.file-max is {} ({} in use) (fix: sysctl -w fs.file-max={})",
+        format::count(needed),
+        format::count(max),
+        format::count(used),
+        needed.next_power_of_two()
+    )))
+}
+
 /// What `megaconn tune` is asked.
 #[derive(Debug, Clone)]
 pub struct TuneConfig {
