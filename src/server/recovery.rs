@@ -25,16 +25,13 @@ pub struct Waiting {
     /// Where it stopped; None: it only wants to know the position (a
     /// first subscription), and live pushes reach it meanwhile.
     pub at: Option<Position>,
-    /// Offsets it already got live (see `worker::seam`), skipped.
-    pub had: Option<(u64, u64)>,
 }
 
 /// A waiting connection's fate once the history came.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Fate {
-    /// Send it the slice's messages after its offset (but those it had),
-    /// then say so.
-    Recovered { after: u64, had: Option<(u64, u64)> },
+    /// Send it the slice's messages after its offset, then say so.
+    Recovered { after: u64 },
     /// Tell it the history does not reach back to its offset.
     Lost,
     /// Tell it the topic's position (it asked for nothing else).
@@ -51,14 +48,13 @@ pub fn resume(
     (key, gen): (usize, u32),
     topic: &[u8],
     at: Option<Position>,
-    had: Option<(u64, u64)>,
 ) -> Result<(), &'static str> {
     crate::proto::push::check_resumable(topic).map_err(|_| "bad_topic")?;
     if topic != BROADCAST_TOPIC.as_bytes() {
         topics.subscribe(subs, key, topic)?;
     }
     let name = std::str::from_utf8(topic).map_err(|_| "bad_topic")?;
-    r.add(name, key, gen, at, if name == BROADCAST_TOPIC { had } else { None });
+    r.add(name, key, gen, at);
     Ok(())
 }
 
@@ -83,8 +79,8 @@ pub struct Recoveries {
 
 impl Recoveries {
     /// Connection `key` waits on `topic` from `at` (None: for the position only).
-    pub fn add(&mut self, topic: &str, key: usize, gen: u32, at: Option<Position>, had: Option<(u64, u64)>) {
-        self.waiting.entry(topic.into()).or_default().insert(key, Waiting { gen, at, had });
+    pub fn add(&mut self, topic: &str, key: usize, gen: u32, at: Option<Position>) {
+        self.waiting.entry(topic.into()).or_default().insert(key, Waiting { gen, at });
         let after = at.map_or(u64::MAX, after_of);
         if self.asked.get(topic).is_none_or(|(asked, _)| *asked > after) {
             self.ask(topic, after);
@@ -131,7 +127,7 @@ impl Recoveries {
                 continue;
             };
             match slice.covers(at) {
-                Some(true) => out.push((key, w.gen, Fate::Recovered { after: after_of(at), had: w.had })),
+                Some(true) => out.push((key, w.gen, Fate::Recovered { after: after_of(at) })),
                 Some(false) => out.push((key, w.gen, Fate::Lost)),
                 None => {
                     again.insert(key, w);
@@ -177,27 +173,27 @@ mod tests {
     #[test]
     fn one_question_per_topic_and_each_waiter_gets_its_fate() {
         let mut r = Recoveries::default();
-        r.add("t", 1, 7, Some(Position { epoch: 5, offset: 10 }), None);
-        r.add("t", 2, 7, Some(Position { epoch: 5, offset: 12 }), Some((15, 16)));
+        r.add("t", 1, 7, Some(Position { epoch: 5, offset: 10 }));
+        r.add("t", 2, 7, Some(Position { epoch: 5, offset: 12 }));
         assert_eq!(r.take_wanted(), vec![("t".to_string(), 10)], "the later one rides along");
         assert!(r.holds("t", 1, 7) && !r.holds("t", 1, 8) && !r.holds("u", 1, 7));
-        r.add("t", 3, 1, Some(Position { epoch: 5, offset: 4 }), None);
+        r.add("t", 3, 1, Some(Position { epoch: 5, offset: 4 }));
         assert_eq!(r.take_wanted(), vec![("t".to_string(), 4)], "an earlier offset asks again");
         // The first answer (after 10) cannot serve 3 though the history can.
         let mut fates = r.answered(&slice(5, 20, 11));
         fates.sort_by_key(|f| f.0);
-        assert_eq!(fates, vec![(1, 7, Fate::Recovered { after: 10, had: None }), (2, 7, Fate::Recovered { after: 12, had: Some((15, 16)) })]);
+        assert_eq!(fates, vec![(1, 7, Fate::Recovered { after: 10 }), (2, 7, Fate::Recovered { after: 12 })]);
         assert_eq!((r.len(), r.take_wanted()), (1, vec![("t".to_string(), 4)]));
-        assert_eq!(r.answered(&slice(5, 20, 5)), vec![(3, 1, Fate::Recovered { after: 4, had: None })]);
+        assert_eq!(r.answered(&slice(5, 20, 5)), vec![(3, 1, Fate::Recovered { after: 4 })]);
         assert!(r.is_empty());
-        r.add("t", 4, 1, Some(Position { epoch: 6, offset: 4 }), None);
+        r.add("t", 4, 1, Some(Position { epoch: 6, offset: 4 }));
         r.take_wanted();
         assert_eq!(r.answered(&slice(5, 20, 5)), vec![(4, 1, Fate::Lost)], "another epoch");
-        r.add("t", 6, 1, None, None);
+        r.add("t", 6, 1, None);
         assert!(!r.holds("t", 6, 1), "a position-only subscriber gets live pushes");
         assert_eq!(r.take_wanted(), vec![("t".to_string(), u64::MAX)]);
         assert_eq!(r.answered(&slice(5, 20, 21)), vec![(6, 1, Fate::Position)]);
-        r.add("t", 5, 1, Some(Position::default()), None);
+        r.add("t", 5, 1, Some(Position::default()));
         r.forget("t", 5);
         assert!(r.is_empty() && r.answered(&slice(5, 20, 5)).is_empty());
     }

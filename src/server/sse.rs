@@ -61,7 +61,7 @@ impl Follow<'_, '_> {
         for token in tokens {
             let resumed = push::parse_resume_token(token)
                 .map_err(|_| "bad_topic")
-                .and_then(|(topic, at)| recovery::resume(self.topics, self.subs, self.recoveries, (key, gen), topic.as_bytes(), at, None));
+                .and_then(|(topic, at)| recovery::resume(self.topics, self.subs, self.recoveries, (key, gen), topic.as_bytes(), at));
             if let Err(reason) = resumed {
                 *self.req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
                 let r = handshake::Refusal {

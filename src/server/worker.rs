@@ -323,6 +323,7 @@ impl Handler for Worker {
         }
         if now >= self.sse_beat_at {
             self.sse_heartbeats();
+            self.release_held();
             self.sse_beat_at = now + Duration::from_secs(1);
         }
         if !self.recoveries.is_empty() {

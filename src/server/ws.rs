@@ -148,7 +148,7 @@ fn command(req: &mut Requests<'_>, s: &mut Subscriber<'_>, data: &[u8]) {
     req.stats.frames_out += 1;
     match cmd {
         Command::Subscribe { topic, since } => {
-            if let Err(reason) = recovery::resume(s.topics, s.subs, s.recoveries, (req.key, req.gen), topic.as_bytes(), since, None) {
+            if let Err(reason) = recovery::resume(s.topics, s.subs, s.recoveries, (req.key, req.gen), topic.as_bytes(), since) {
                 *req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
                 let message = match reason {
                     super::push::TOO_MANY_TOPICS => "this server holds its --max-topics topics; subscribe to an existing topic or try later",

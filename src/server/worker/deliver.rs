@@ -52,13 +52,15 @@ impl Worker {
         // Subscribers recovering this stream get it in the history answer.
         let history_name = if cmd.stream == Stream::Broadcast { BROADCAST_TOPIC } else { cmd.topic.as_str() };
         let waiting = cmd.stream != Stream::Unicast && !self.recoveries.is_empty();
+        // Framed connections not read yet get their broadcasts at their first read (the seam).
+        let held = cmd.stream == Stream::Broadcast && self.seam.noting();
         let mut slow = Vec::new();
         let mut now_us = push::wall_us();
         let now_s = self.now_s();
         let mut event = Vec::new();
         for (i, key) in targets.iter().enumerate() {
             let Some(conn) = self.conns.get_mut(*key) else { continue };
-            if waiting && self.recoveries.holds(history_name, *key, conn.gen) {
+            if waiting && self.recoveries.holds(history_name, *key, conn.gen) || held && self.seam.holds(*key, conn.gen) {
                 continue;
             }
             // An event stream's id is its own (its positions in every stream).
@@ -83,7 +85,7 @@ impl Worker {
             }
         }
         if cmd.stream == Stream::Broadcast && self.cfg.protocol == Protocol::Framed {
-            self.seam.broadcast(cmd.seq);
+            self.seam.broadcast(cmd.seq, &frame);
         }
         for (key, reason) in slow {
             dropped += 1;
@@ -93,6 +95,31 @@ impl Worker {
         self.stats.push_dropped += dropped;
         self.stats.frames_out += queued;
         control::emit(&ServerMsg::Pushed { worker: self.cfg.worker, publish_id: cmd.publish_id, queued, dropped });
+    }
+
+    /// Connections silent since their accept for the seam's FRESH get
+    /// the broadcasts held for them (see `seam.rs`). Called every second.
+    pub(super) fn release_held(&mut self) {
+        if !self.seam.pending() {
+            return;
+        }
+        let mut slow = Vec::new();
+        for (key, gen, held) in self.seam.expire() {
+            let Some(conn) = self.conns.get_mut(key).filter(|c| c.gen == gen) else { continue };
+            for f in &held.frames {
+                if let Err(reason) =
+                    super::tls::send(self.tls.as_mut(), key, &mut conn.stream, &mut conn.backlog, f, self.cfg.max_pending_bytes, "slow_consumer")
+                {
+                    slow.push((key, reason));
+                    break;
+                }
+                self.stats.frames_out += 1;
+            }
+        }
+        for (key, reason) in slow {
+            self.stats.push_dropped += 1;
+            self.close(key, reason);
+        }
     }
 
     /// One push as this worker's protocol frames it.
@@ -143,12 +170,10 @@ impl Worker {
                 continue;
             }
             out.clear();
-            let (replay, had): (&[Message], _) = match &fate {
-                Fate::Recovered { after, had } => (&slice.messages[slice.messages.partition_point(|m| m.offset <= *after)..], *had),
-                _ => (&[], None),
+            let replay: &[Message] = match &fate {
+                Fate::Recovered { after } => &slice.messages[slice.messages.partition_point(|m| m.offset <= *after)..],
+                _ => &[],
             };
-            // What it got live before its resume is not sent again.
-            let replay: Vec<&Message> = replay.iter().filter(|m| !had.is_some_and(|(a, b)| (a..=b).contains(&m.offset))).collect();
             let recovered = fate != Fate::Lost;
             if fate != Fate::Position {
                 *self.stats.recoveries.entry(if recovered { "recovered" } else { "lost" }.into()).or_insert(0) += 1;

@@ -1,35 +1,53 @@
 //! A framed connection's first broadcasts and its resume. Broadcasts
 //! reach every connection from its accept on, while its resume (the
 //! first frame its client sends) is read a moment later, or seconds later
-//! on a loaded worker: a broadcast pushed in between reaches it live and
-//! is also in the history answer. So the worker remembers when each
-//! connection not read yet was accepted, and the broadcasts it pushed in
-//! the last [`FRESH`]; a resume of the broadcasts skips those pushed
-//! after its accept (it has them), so each offset reaches the connection
-//! once. A WebSocket or event stream resumes at its Upgrade, before any
-//! push.
+//! on a loaded worker. A broadcast pushed in between would reach it live
+//! before the recovery of what it missed earlier: out of order (a gap,
+//! then a duplicate, as its client sees it).
 //!
-//! Accepts are noted only while this worker has seen a resume in the last
-//! [`FRESH`] (a rollout, reconnecting clients): a million connections
-//! that never resume cost nothing here. TLS connections are not noted
-//! (broadcasts skip them until their handshake ends, so the time of the
-//! accept would not say what they got).
+//! So while clients are resuming, the worker holds the broadcasts of a
+//! connection it has not read yet: it notes each accept, keeps the
+//! broadcasts it pushed (their frames) for [`FRESH`] and more, and skips
+//! noted connections when it pushes. At the connection's first read, a
+//! resume of the broadcasts recovers them in order with everything else
+//! it missed; any other first read (a client that does not resume) gets
+//! the held ones first. A connection silent for [`FRESH`] gets them then.
+//! A WebSocket or event stream resumes at its Upgrade, before any push.
+//!
+//! Accepts are noted only while a resume was seen in the last [`FRESH`]
+//! (by this worker, or anywhere on the server: the supervisor tells every
+//! worker): a million connections that never resume cost nothing here.
+//! TLS connections are not noted (broadcasts skip them until their
+//! handshake ends).
 
 use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-/// How long an accept and a broadcast are remembered, and how long after
-/// a resume accepts are noted.
+/// How long accepts are noted after a resume, and how long a noted
+/// connection may stay silent before it gets what was held for it.
 pub const FRESH: Duration = Duration::from_secs(30);
+/// How long pushed broadcasts are kept: longer than any note lives
+/// (notes expire on a 1 s tick).
+const KEPT: Duration = Duration::from_secs(2 * FRESH.as_secs());
 
 #[derive(Default)]
 pub struct Seam {
     /// Connections accepted and not read yet: key -> (generation, accepted at).
     fresh: HashMap<usize, (u32, Instant)>,
-    /// Broadcasts pushed: (when, offset), oldest first.
-    pushed: VecDeque<(Instant, u64)>,
+    /// The same, in accept order (for expiry; entries read since are skipped).
+    order: VecDeque<(Instant, usize, u32)>,
+    /// Broadcasts pushed: (when, offset, frame), oldest first.
+    pushed: VecDeque<(Instant, u64, Rc<[u8]>)>,
     /// Accepts are noted until then.
     noting_until: Option<Instant>,
+}
+
+/// What a noted connection missed live: the broadcasts pushed since its
+/// accept, in order.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Held {
+    pub frames: Vec<Rc<[u8]>>,
 }
 
 impl Seam {
@@ -37,6 +55,7 @@ impl Seam {
         let now = Instant::now();
         if self.noting_until.is_some_and(|t| now < t) {
             self.fresh.insert(key, (gen, now));
+            self.order.push_back((now, key, gen));
         }
     }
 
@@ -45,23 +64,37 @@ impl Seam {
         self.noting_until = Some(Instant::now() + FRESH);
     }
 
-    /// A broadcast at `offset` was pushed to every connection not waiting
-    /// for a recovery.
-    pub fn broadcast(&mut self, offset: u64) {
-        let now = Instant::now();
-        while self.pushed.front().is_some_and(|(at, _)| now.duration_since(*at) > FRESH) {
-            self.pushed.pop_front();
-        }
-        if self.fresh.len() > 1024 {
-            self.fresh.retain(|_, (_, at)| now.duration_since(*at) <= FRESH);
-        }
-        self.pushed.push_back((now, offset));
+    /// Connection `key` has not been read yet: a broadcast waits for its
+    /// first read instead of going out now.
+    pub fn holds(&self, key: usize, gen: u32) -> bool {
+        !self.fresh.is_empty() && self.fresh.get(&key).is_some_and(|(g, _)| *g == gen)
     }
 
-    /// Connection `key` is read: the broadcast offsets it already got live
-    /// (None: none), to skip in the recovery of a resume in this read.
-    /// Later broadcasts come after its resume, if it sends one.
-    pub fn read(&mut self, key: usize, gen: u32) -> Option<(u64, u64)> {
+    /// Whether any connection is noted (broadcasts then look each one up).
+    pub fn noting(&self) -> bool {
+        !self.fresh.is_empty()
+    }
+
+    /// Whether any note waits for [`Seam::expire`].
+    pub fn pending(&self) -> bool {
+        !self.order.is_empty()
+    }
+
+    /// A broadcast at `offset` was pushed (as `frame`) to every connection
+    /// not held or recovering.
+    pub fn broadcast(&mut self, offset: u64, frame: &[u8]) {
+        let now = Instant::now();
+        while self.pushed.front().is_some_and(|(at, _, _)| now.duration_since(*at) > KEPT) {
+            self.pushed.pop_front();
+        }
+        if !self.fresh.is_empty() || self.noting_until.is_some_and(|t| now < t) {
+            self.pushed.push_back((now, offset, frame.into()));
+        }
+    }
+
+    /// Connection `key` is read for the first time: what was held for it
+    /// (None: it was not noted, or nothing came since its accept).
+    pub fn read(&mut self, key: usize, gen: u32) -> Option<Held> {
         if self.fresh.is_empty() {
             return None;
         }
@@ -69,9 +102,33 @@ impl Seam {
         if g != gen {
             return None;
         }
-        let mut after = self.pushed.iter().filter(|(at, _)| *at >= accepted).map(|(_, o)| *o);
-        let first = after.next()?;
-        Some((first, after.next_back().unwrap_or(first)))
+        let frames: Vec<Rc<[u8]>> = self.pushed.iter().filter(|(at, _, _)| *at >= accepted).map(|(_, _, f)| f.clone()).collect();
+        (!frames.is_empty()).then_some(Held { frames })
+    }
+
+    /// Connections silent since their accept for [`FRESH`]: stop holding
+    /// theirs; each with what was held for it.
+    pub fn expire(&mut self) -> Vec<(usize, u32, Held)> {
+        let now = Instant::now();
+        let mut out = Vec::new();
+        while let Some(&(at, key, gen)) = self.order.front() {
+            if now.duration_since(at) < FRESH {
+                break;
+            }
+            self.order.pop_front();
+            if self.fresh.get(&key).is_some_and(|(g, a)| *g == gen && *a == at) {
+                if let Some(held) = self.read(key, gen) {
+                    out.push((key, gen, held));
+                }
+                self.fresh.remove(&key);
+            }
+        }
+        if self.fresh.is_empty() && self.order.capacity() > 1024 {
+            // A storm's notes are gone: give their memory back.
+            self.order = VecDeque::new();
+            self.fresh = HashMap::new();
+        }
+        out
     }
 }
 
@@ -79,23 +136,44 @@ impl Seam {
 mod tests {
     use super::*;
 
+    fn frames(h: Option<Held>) -> Vec<Vec<u8>> {
+        h.map(|h| h.frames.iter().map(|f| f.to_vec()).collect()).unwrap_or_default()
+    }
+
     #[test]
-    fn a_resume_skips_what_its_connection_got_between_accept_and_read() {
+    fn a_connection_not_read_yet_gets_its_broadcasts_at_its_first_read_in_order() {
         let mut s = Seam::default();
         s.accepted(1, 7);
-        s.broadcast(40);
-        assert_eq!(s.read(1, 7), None, "no resume seen yet: not noted");
+        assert!(!s.holds(1, 7), "no resume seen yet: not noted");
+        s.broadcast(40, b"b40");
+        assert_eq!(s.read(1, 7), None);
         s.resumed();
         s.accepted(1, 7);
         s.accepted(2, 7);
-        s.broadcast(41);
-        s.broadcast(42);
-        assert_eq!(s.read(1, 8), None, "another connection on the same key");
+        assert!(s.holds(1, 7) && s.holds(2, 7) && !s.holds(1, 8), "another connection on the same key is not held");
+        s.broadcast(41, b"b41");
+        s.broadcast(42, b"b42");
+        assert_eq!(frames(s.read(1, 7)), vec![b"b41".to_vec(), b"b42".to_vec()]);
+        assert!(!s.holds(1, 7), "read: no longer held");
         s.accepted(2, 7);
-        s.broadcast(43);
-        assert_eq!(s.read(2, 7), Some((43, 43)), "only what came after its accept");
+        s.broadcast(43, b"b43");
+        assert_eq!(frames(s.read(2, 7)), vec![b"b43".to_vec()], "only what came after its (latest) accept");
         assert_eq!(s.read(2, 7), None, "read once");
         s.accepted(3, 1);
         assert_eq!(s.read(3, 1), None, "nothing pushed since");
+        s.accepted(4, 1);
+        s.broadcast(44, b"b44");
+        assert_eq!(s.read(4, 2), None, "a later connection on the key of one never read");
+        assert!(!s.holds(4, 1), "that one's note is gone with it");
+    }
+
+    #[test]
+    fn nothing_expires_before_its_time() {
+        let mut s = Seam::default();
+        s.resumed();
+        s.accepted(5, 1);
+        s.broadcast(1, b"x");
+        assert!(s.expire().is_empty());
+        assert!(s.holds(5, 1));
     }
 }

@@ -42,8 +42,8 @@ impl Worker {
             };
             let r = match self.cfg.protocol {
                 Protocol::Framed => {
-                    let had = self.seam.read(key, gen);
-                    let mut resumed = false;
+                    let held = self.seam.read(key, gen);
+                    let (mut resumed, mut resumed_broadcasts) = (false, false);
                     let (topics, subs, recoveries) = (&mut self.topics, &mut conn.subs, &mut self.recoveries);
                     let r = net::read_frames(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |f| {
                         req.stats.frames_in += 1;
@@ -67,7 +67,8 @@ impl Worker {
                             Kind::Resume => {
                                 resumed = true;
                                 let (topic, at) = crate::proto::push::decode_resume(f.payload)?;
-                                if let Err(reason) = crate::server::recovery::resume(topics, subs, recoveries, (key, req.gen), topic, at, had) {
+                                resumed_broadcasts |= topic == crate::proto::push::BROADCAST_TOPIC.as_bytes();
+                                if let Err(reason) = crate::server::recovery::resume(topics, subs, recoveries, (key, req.gen), topic, at) {
                                     *req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
                                     return Err(reason);
                                 }
@@ -78,6 +79,15 @@ impl Worker {
                     });
                     if resumed {
                         self.seam.resumed();
+                    }
+                    // The broadcasts held since its accept: a resume of them
+                    // recovers them in order (or starts after them); anything
+                    // else gets them now.
+                    if let Some(h) = held.filter(|_| !resumed_broadcasts) {
+                        for f in &h.frames {
+                            req.out.extend_from_slice(f);
+                        }
+                        req.stats.frames_out += h.frames.len() as u64;
                     }
                     r
                 }
