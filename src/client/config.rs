@@ -147,10 +147,16 @@ impl Traffic {
         }
     }
 
-    /// What connection `conn` follows and resumes: its topics, then the
-    /// broadcasts (`*`).
+    /// What connection `conn` follows and resumes: its topics (and those
+    /// its `--url` subscribes to), then the broadcasts (`*`).
     pub fn streams_of(&self, conn: u64) -> impl Iterator<Item = &str> {
-        self.topics_of(conn).iter().map(String::as_str).chain([crate::proto::push::BROADCAST_TOPIC])
+        self.topics_of(conn).iter().map(String::as_str).chain(self.url_topics()).chain([crate::proto::push::BROADCAST_TOPIC])
+    }
+
+    /// Topics in the request target's `subscribe=` (a `--url`'s query).
+    fn url_topics(&self) -> impl Iterator<Item = &str> {
+        let query = self.ws_target.split_once('?').map_or("", |(_, q)| q);
+        query.split('&').filter_map(|kv| kv.strip_prefix("subscribe=")).flat_map(|v| v.split(',')).filter(|t| !t.is_empty())
     }
 
     /// The extra header lines, each ending in CRLF.

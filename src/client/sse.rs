@@ -79,9 +79,17 @@ impl Speaker for SseSpeaker {
         true
     }
 
-    fn open(&mut self, out: &mut Vec<u8>, slot: usize, conn: u64, _seen: &super::pushes::PushSeen) {
+    /// The request; a `--reconnect` client resumes with the last event id
+    /// it got (or, in a worker that took over the connection, one made
+    /// of the positions it was handed).
+    fn open(&mut self, out: &mut Vec<u8>, slot: usize, conn: u64, seen: &super::pushes::PushSeen) {
         let target = super::ws::target_with_topics(&self.traffic.ws_target, self.traffic.topics_of(conn));
-        let last = match self.last_ids.get(&slot) {
+        let handed = || {
+            let tokens: Vec<String> =
+                self.traffic.streams_of(conn).filter_map(|t| super::pushes::position(seen, t).map(|at| crate::proto::push::resume_token(t, at))).collect();
+            (!tokens.is_empty()).then(|| tokens.join(","))
+        };
+        let last = match self.last_ids.get(&slot).cloned().or_else(handed) {
             Some(id) if self.traffic.reconnect => format!("Last-Event-ID: {id}\r\n"),
             _ => String::new(),
         };
