@@ -62,13 +62,19 @@ fn a_worker_at_its_descriptor_ceiling_pauses_instead_of_failing_accept() {
     let ports = free_ports(3);
     let (mut srv, plan) = server(&["--ports", &ports.arg(), "--workers", "1"], Some(1000));
     assert_eq!(plan["workers"], 1, "{plan}");
-    let cmd = client(ports, 1100, &["--rate", "5000", "--hold", "2s"]);
+    let cmd = client(ports, 1100, &["--rate", "5000", "--hold", "6s"]);
     let load = std::thread::spawn(move || run(cmd, Duration::from_secs(60)));
     let paused =
         srv.wait_for(Duration::from_secs(30), "worker pauses at its ceiling", |v| v["event"] == "stats" && v["accept_paused"]["fd_ceiling"].as_u64() > Some(0));
     let held = paused["active"].as_u64().unwrap();
     assert!((900..1000).contains(&held), "held up to the fd limit less its own descriptors: {paused}");
     assert!(paused["accept_errors"].as_object().unwrap().is_empty(), "{paused}");
+    // The rest wait in the kernel's accept queue, counted, and the
+    // operator is told once they have waited 3 s.
+    let queued = srv.wait_for(Duration::from_secs(10), "the accept queue counted", |v| v["event"] == "stats" && v["accept_queue"].as_u64() > Some(0));
+    assert_eq!(queued["accept_queue"].as_u64().unwrap() + queued["active"].as_u64().unwrap(), 1100, "{queued}");
+    let told = srv.wait_for(Duration::from_secs(10), "the operator told", |v| v["event"] == "accept_queue_waiting");
+    assert!(told["message"].as_str().unwrap().contains("Raise the server's --connections"), "{told}");
     let (code, _, err) = load.join().unwrap();
     assert_eq!(code, 0, "client: {err}");
     let drained =

@@ -10,6 +10,7 @@ use super::snapshot::{ServerEvent, ServerMsg};
 use super::view::{ServerView, WORKER_CRASHED};
 use super::worker::ServerWorkerConfig;
 use crate::server::business::BusinessMode;
+use crate::stats::format;
 use crate::supervise::elastic::{self, WorkerState};
 use crate::supervise::plan::Workers;
 use crate::supervise::{ExitInfo, Pool, PoolEvent, Sink};
@@ -67,6 +68,18 @@ enum Life {
     Dead,
 }
 
+/// How long connections may wait in the accept queue before the
+/// operator is told.
+const QUEUE_WAIT: Duration = Duration::from_secs(3);
+
+#[derive(Default)]
+struct QueueWatch {
+    read_at: Option<Instant>,
+    /// The queue has not been empty since.
+    since: Option<Instant>,
+    told: bool,
+}
+
 pub struct ServerFleet {
     pool: Pool,
     pub view: ServerView,
@@ -76,6 +89,10 @@ pub struct ServerFleet {
     empty_since: BTreeMap<usize, Instant>,
     /// When the workers were last told that clients are resuming.
     resuming_told: Option<Instant>,
+    /// Connections waiting in the listeners' accept queues (read once a
+    /// second), since when, and whether the operator was told.
+    pub accept_queue: u64,
+    queue: QueueWatch,
     /// Full workers sent `leave` whose snapshot still says accepting.
     told_leave: std::collections::BTreeSet<usize>,
     crashes: VecDeque<Instant>,
@@ -143,6 +160,8 @@ impl ServerFleet {
             life: BTreeMap::new(),
             empty_since: BTreeMap::new(),
             resuming_told: None,
+            accept_queue: 0,
+            queue: QueueWatch::default(),
             told_leave: Default::default(),
             crashes: VecDeque::new(),
             tls_stamp,
@@ -262,6 +281,40 @@ impl ServerFleet {
         }
     }
 
+    /// Read the accept queues once a second; connections left there for
+    /// [`QUEUE_WAIT`] are reported once (their clients count them as
+    /// connected, and nothing serves them).
+    fn watch_accept_queue(&mut self) {
+        if self.queue.read_at.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
+            return;
+        }
+        self.queue.read_at = Some(Instant::now());
+        self.accept_queue = self.listeners.iter().map(super::listener::queued).sum();
+        if self.accept_queue == 0 {
+            self.queue = QueueWatch { read_at: self.queue.read_at, ..Default::default() };
+            return;
+        }
+        let since = *self.queue.since.get_or_insert_with(Instant::now);
+        if self.queue.told || since.elapsed() < QUEUE_WAIT || self.stopping {
+            return;
+        }
+        self.queue.told = true;
+        let t = self.view.totals();
+        let cap = match self.sizing {
+            Sizing::Elastic { max, .. } => format!("{} workers of the {max} that --connections allows", t.workers),
+            _ => format!("{} workers (fixed)", t.workers),
+        };
+        let message = format!(
+            "{} connections have waited over {} s in the kernel's accept queue: their clients count them as connected, but no worker takes them ({cap}, {} full, {} connections held, {} per worker at most). Raise the server's --connections (it caps how many workers start) or its descriptor limit (megaconn tune --connections N --role server)",
+            format::count(self.accept_queue),
+            QUEUE_WAIT.as_secs(),
+            t.full,
+            format::count(t.active),
+            format::count(self.template.budget),
+        );
+        self.note("accept_queue_waiting", usize::MAX, message, 0);
+    }
+
     /// A worker is recovering a client's history: every worker notes its
     /// accepts for the seam from now on (told again every FRESH / 2).
     fn resuming(&mut self) {
@@ -285,7 +338,14 @@ impl ServerFleet {
                 Response {
                     status: 200,
                     content_type: CONTENT_TYPE,
-                    body: super::metrics::render(&t, self.publisher.published, &self.publisher.history.counters, link.as_ref(), admin.as_ref()),
+                    body: super::metrics::render(
+                        &t,
+                        self.publisher.published,
+                        self.accept_queue,
+                        &self.publisher.history.counters,
+                        link.as_ref(),
+                        admin.as_ref(),
+                    ),
                 }
             }
             Route::Stats => {
@@ -293,6 +353,7 @@ impl ServerFleet {
                 v["push_published"] = self.publisher.published.into();
                 v["history"] = serde_json::to_value(&self.publisher.history.counters).unwrap_or_default();
                 v["stalled_workers"] = self.stalled().into();
+                v["accept_queue"] = self.accept_queue.into();
                 if let Some(s) = &self.admin_stats {
                     v["admin"] = serde_json::to_value(&*s.lock().expect("admin stats")).unwrap_or_default();
                 }
@@ -451,6 +512,7 @@ impl ServerFleet {
     /// Grow or shrink an elastic fleet; called on every supervisor tick.
     pub fn upkeep(&mut self) {
         self.pool.flush();
+        self.watch_accept_queue();
         self.maybe_reload_tls();
         self.watch_stalls();
         self.publisher.expire();

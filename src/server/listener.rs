@@ -54,6 +54,22 @@ pub fn bind(addr: IpAddr, port: u16) -> Result<std::net::TcpListener> {
     Ok(socket.into())
 }
 
+/// Connections the kernel completed on this listener that no worker has
+/// accepted yet (TCP_INFO on a listening socket: `tcpi_unacked` is its
+/// accept queue).
+pub fn queued(l: &std::net::TcpListener) -> u64 {
+    // SAFETY: tcp_info is plain data; zeroed is a valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: getsockopt into a buffer of `len` bytes we own.
+    let rc = unsafe { libc::getsockopt(l.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, (&mut info as *mut libc::tcp_info).cast(), &mut len) };
+    if rc == 0 {
+        info.tcpi_unacked as u64
+    } else {
+        0
+    }
+}
+
 /// Bind every port (the supervisor does this once).
 pub fn bind_all(addr: IpAddr, ports: &[u16]) -> Result<Vec<std::net::TcpListener>> {
     ports.iter().map(|p| bind(addr, *p)).collect()

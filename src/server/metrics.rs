@@ -19,6 +19,7 @@ pub const PREFIX: &str = "megaconn";
 pub fn render(
     t: &ServerTotals,
     published: u64,
+    accept_queue: u64,
     history: &super::history::HistoryCounters,
     link: Option<&crate::cluster::LinkStatus>,
     admin: Option<&crate::admin::AdminCounters>,
@@ -33,6 +34,9 @@ pub fn render(
     service.set(t.applied_service_ms / 1000.0);
     r.register_with_unit("business_service_mean", "Mean business service time applied per reply", Unit::Seconds, service);
     r.register("push_published", "Messages published through the admin API", ConstCounter::new(published));
+    let queue = Gauge::<i64>::default();
+    queue.set(accept_queue as i64);
+    r.register("accept_queue", "Connections the kernel completed that no worker has accepted yet (their clients count them as connected)", queue);
     r.register_with_unit(
         "push_delivery_latency",
         "Time from publish to the write to the socket",
@@ -76,7 +80,7 @@ mod tests {
         t.counters.accepted = 9;
         t.counters.close_reasons.insert("peer_closed".into(), 2);
         t.push_latency_buckets = vec![1, 2];
-        let text = render(&t, 3, &crate::server::history::HistoryCounters::example(), None, None);
+        let text = render(&t, 3, 7, &crate::server::history::HistoryCounters::example(), None, None);
         for d in ServerCounters::DECLARED.iter().chain(crate::server::history::HistoryCounters::DECLARED) {
             assert!(text.contains(&format!("# HELP {} ", d.kind.family_name(PREFIX, d.metric))), "{} missing from {text}", d.field);
         }
@@ -86,12 +90,13 @@ mod tests {
         assert!(text.contains("megaconn_push_delivery_latency_seconds_bucket{le=\"0.001\"} 1"), "{text}");
         assert!(text.contains("megaconn_push_delivery_latency_seconds_count 3"), "{text}");
         assert!(text.ends_with("# EOF\n"), "{text}");
+        assert!(text.contains("megaconn_accept_queue 7"), "{text}");
         let link = crate::cluster::LinkStatus { up: true, reconnects: 2, ..Default::default() };
-        let text = render(&t, 3, &Default::default(), Some(&link), None);
+        let text = render(&t, 3, 0, &Default::default(), Some(&link), None);
         assert!(text.contains("megaconn_cluster_link_up 1"), "{text}");
         assert!(text.contains("megaconn_cluster_reconnects_total 2"), "{text}");
         let link = crate::cluster::LinkStatus { refused: [("forged".to_string(), 3)].into(), ..Default::default() };
-        let text = render(&t, 3, &Default::default(), Some(&link), None);
+        let text = render(&t, 3, 0, &Default::default(), Some(&link), None);
         assert!(text.contains("megaconn_cluster_refused_total{reason=\"forged\"} 3"), "{text}");
         assert!(text.contains("megaconn_cluster_refused_total{reason=\"unsigned\"} 0"), "{text}");
         let history = crate::cluster::LogStatus {
@@ -100,7 +105,7 @@ mod tests {
             counters: crate::cluster::log::LogCounters::example(),
         };
         let link = crate::cluster::LinkStatus { history: Some(history), ..Default::default() };
-        let text = render(&t, 3, &Default::default(), Some(&link), None);
+        let text = render(&t, 3, 0, &Default::default(), Some(&link), None);
         for d in crate::cluster::log::LogCounters::DECLARED {
             assert!(text.contains(&format!("megaconn_cluster_history_{}_total ", d.metric)), "{}: {text}", d.metric);
         }

@@ -214,6 +214,7 @@ impl Supervised for ServerRun {
             if self.cfg.json {
                 let mut v = serde_json::to_value(&t)?;
                 v["event"] = "stats".into();
+                v["accept_queue"] = self.fleet.accept_queue.into();
                 v["accepted_per_s"] = ((t.accepted - self.prev.accepted) as f64 / dt).into();
                 v["closed_per_s"] = ((t.closed - self.prev.closed) as f64 / dt).into();
                 if let Some(l) = self.fleet.link_status() {
