@@ -248,21 +248,27 @@ pub(super) fn publish(
         std::thread::sleep(due.saturating_duration_since(Instant::now()));
         let paths: Vec<String> = if topics.is_empty() { vec!["/broadcast".into()] } else { topics.iter().map(|t| format!("/publish?topic={t}")).collect() };
         for path in paths {
-            let t0 = Instant::now();
-            let (status, body) = crate::admin::client::request(admin, "POST", &path, &payload, token)?;
-            if status != 200 {
-                anyhow::bail!("POST {path} answered {status}: {body}");
-            }
-            let v: serde_json::Value = serde_json::from_str(&body)?;
-            rounds.lock().expect("rounds").push(Round {
-                seq: v["seq"][0].as_u64().unwrap_or(0),
-                publish_us: v["publish_us"].as_u64().unwrap_or(0),
-                queued: v["queued"].as_u64().unwrap_or(0),
-                request_ms: t0.elapsed().as_secs_f64() * 1000.0,
-            });
+            let r = publish_one(admin, &path, &payload, token)?;
+            rounds.lock().expect("rounds").push(r);
         }
     }
     Ok(())
+}
+
+/// One POST to the admin API (a publish or broadcast), as a [`Round`].
+pub(super) fn publish_one(admin: SocketAddr, path: &str, payload: &[u8], token: Option<&str>) -> Result<Round> {
+    let t0 = Instant::now();
+    let (status, body) = crate::admin::client::request(admin, "POST", path, payload, token)?;
+    if status != 200 {
+        anyhow::bail!("POST {path} answered {status}: {body}");
+    }
+    let v: serde_json::Value = serde_json::from_str(&body)?;
+    Ok(Round {
+        seq: v["seq"][0].as_u64().unwrap_or(0),
+        publish_us: v["publish_us"].as_u64().unwrap_or(0),
+        queued: v["queued"].as_u64().unwrap_or(0),
+        request_ms: t0.elapsed().as_secs_f64() * 1000.0,
+    })
 }
 
 pub(super) fn print_report(r: &PushReport) {

@@ -11,7 +11,7 @@
 //! `/metrics` at the end (goal: 1.2 x payload + 64 B per message).
 
 use super::pair::PairRun;
-use super::push::Round;
+use super::push::{publish_one, Round};
 use super::BenchConfig;
 use crate::client::run::{ClientRun, ClientSummary};
 use crate::stats::histogram::LatencySummary;
@@ -305,7 +305,7 @@ impl Script<'_> {
         let rounds = Mutex::new(Vec::new());
         if self.topics.is_empty() {
             for _ in seqs {
-                rounds.lock().expect("rounds").push(publish_one(self.admin, "/broadcast", &payload)?);
+                rounds.lock().expect("rounds").push(publish_one(self.admin, "/broadcast", &payload, None)?);
             }
             return Ok(rounds.into_inner().expect("rounds"));
         }
@@ -319,7 +319,7 @@ impl Script<'_> {
                     s.spawn(move || -> Result<()> {
                         for _ in seqs {
                             for t in mine {
-                                let r = publish_one(self.admin, &format!("/publish?topic={t}"), payload)?;
+                                let r = publish_one(self.admin, &format!("/publish?topic={t}"), payload, None)?;
                                 rounds.lock().expect("rounds").push(r);
                             }
                         }
@@ -331,21 +331,6 @@ impl Script<'_> {
         })?;
         Ok(rounds.into_inner().expect("rounds"))
     }
-}
-
-fn publish_one(admin: SocketAddr, path: &str, payload: &[u8]) -> Result<Round> {
-    let t0 = Instant::now();
-    let (status, body) = crate::admin::client::request(admin, "POST", path, payload, None)?;
-    if status != 200 {
-        bail!("POST {path} answered {status}: {body}");
-    }
-    let v: serde_json::Value = serde_json::from_str(&body)?;
-    Ok(Round {
-        seq: v["seq"][0].as_u64().unwrap_or(0),
-        publish_us: v["publish_us"].as_u64().unwrap_or(0),
-        queued: v["queued"].as_u64().unwrap_or(0),
-        request_ms: t0.elapsed().as_secs_f64() * 1000.0,
-    })
 }
 
 /// (messages kept, bytes held) by the server's history, from `/metrics`.
