@@ -83,6 +83,12 @@ if ! python3 -c "import websockets, sys; sys.exit(int(websockets.__version__.spl
   echo "setup: installing the Python websockets package (an independent WebSocket peer for the tests)"
   python3 -m pip install -q "websockets==17.4"
 fi
+# The --auth tests mint their tokens with PyJWT (and its RSA/EC keys with
+# cryptography), not with megaconn's own code.
+if ! python3 -c "import jwt, cryptography" >/dev/null 2>&1; then
+  echo "setup: installing PyJWT and cryptography (an independent token minter for the --auth tests)"
+  python3 -m pip install -q "pyjwt[crypto]==2.10.1"
+fi
 # Kubernetes manifests in deploy/k8s are checked against the API schemas
 # kubernetes-validate ships (offline; pinned).
 if ! command -v kubernetes-validate >/dev/null 2>&1; then

@@ -15,6 +15,8 @@ pub enum Request {
     Connections {
         limit: usize,
         topic: Option<String>,
+        /// Only this user's connections (`--auth jwt`).
+        user: Option<String>,
     },
     /// A topic's history after an offset (`*`: the broadcasts).
     History {
@@ -39,12 +41,46 @@ pub struct Message {
     pub data: Vec<u8>,
     /// Its place in the cluster's history (JetStream), once stored there.
     pub at: Option<crate::proto::push::Position>,
+    /// Unicast to every connection of this user (`--auth jwt`'s `sub`).
+    pub user: Option<String>,
+    /// Close those connections instead (`POST /disconnect/user/SUB`).
+    pub close: bool,
 }
 
 impl Message {
     fn unicast(node: Option<String>, id: u64, data: Vec<u8>) -> Message {
-        Message { stream: Stream::Unicast, topic: String::new(), target: Some(id), node, data, at: None }
+        Message { stream: Stream::Unicast, topic: String::new(), target: Some(id), node, data, at: None, user: None, close: false }
     }
+
+    /// To every connection of `user` (or closing them).
+    fn to_user(user: &str, data: Vec<u8>, close: bool) -> Result<Message, Response> {
+        let user = percent_decode(user);
+        if user.is_empty() || user.len() > 255 {
+            return Err(Response::error(400, "a user is the sub claim of its tokens: 1-255 bytes, percent-encoded in the path"));
+        }
+        Ok(Message { stream: Stream::Unicast, topic: String::new(), target: None, node: None, data, at: None, user: Some(user), close })
+    }
+}
+
+/// `%XX` escapes of a path segment decoded (a user id may hold any byte).
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (b[i], b.get(i + 1).and_then(|c| hex(*c)), b.get(i + 2).and_then(|c| hex(*c))) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn query<'a>(url: &'a str, key: &str) -> Option<&'a str> {
@@ -85,7 +121,8 @@ pub fn parse(method: &str, url: &str, body: Vec<u8>) -> Result<Request, Response
             if let Some(t) = &topic {
                 check_topic(t.as_bytes()).map_err(|e| Response::error(400, e))?;
             }
-            Ok(Request::Connections { limit, topic })
+            let user = query(url, "user").map(percent_decode);
+            Ok(Request::Connections { limit, topic, user })
         }
         ("GET", "/history") => {
             let topic = query(url, "topic")
@@ -108,13 +145,13 @@ pub fn parse(method: &str, url: &str, body: Vec<u8>) -> Result<Request, Response
         }
         ("POST", "/broadcast") => {
             data_fits("", &body)?;
-            Ok(Request::Publish(vec![Message { stream: Stream::Broadcast, topic: String::new(), target: None, node: None, data: body, at: None }]))
+            Ok(Request::Publish(vec![Message { stream: Stream::Broadcast, topic: String::new(), target: None, node: None, data: body, at: None, user: None, close: false }]))
         }
         ("POST", "/publish") => {
             let topic = query(url, "topic").ok_or_else(|| Response::error(400, "POST /publish needs ?topic=NAME"))?;
             check_topic(topic.as_bytes()).map_err(|e| Response::error(400, e))?;
             data_fits(topic, &body)?;
-            Ok(Request::Publish(vec![Message { stream: Stream::Topic, topic: topic.into(), target: None, node: None, data: body, at: None }]))
+            Ok(Request::Publish(vec![Message { stream: Stream::Topic, topic: topic.into(), target: None, node: None, data: body, at: None, user: None, close: false }]))
         }
         ("POST", "/push") => {
             let text = String::from_utf8(body).map_err(|_| Response::error(400, "a /push batch is text: one 'ID PAYLOAD' per line"))?;
@@ -130,6 +167,11 @@ pub fn parse(method: &str, url: &str, body: Vec<u8>) -> Result<Request, Response
             }
             Ok(Request::Publish(out))
         }
+        ("POST", p) if p.starts_with("/push/user/") => {
+            data_fits("", &body)?;
+            Ok(Request::Publish(vec![Message::to_user(&p["/push/user/".len()..], body, false)?]))
+        }
+        ("POST", p) if p.starts_with("/disconnect/user/") => Ok(Request::Publish(vec![Message::to_user(&p["/disconnect/user/".len()..], Vec::new(), true)?])),
         ("POST", p) if p.starts_with("/push/") => {
             let (node, target) = parse_id(&p["/push/".len()..])?;
             data_fits("", &body)?;
@@ -140,7 +182,7 @@ pub fn parse(method: &str, url: &str, body: Vec<u8>) -> Result<Request, Response
         }
         _ => Err(Response::error(
             404,
-            format!("no {path}; try /metrics, /stats, /healthz, /connections, /history?topic=T, POST /publish?topic=T, /broadcast, /push/ID"),
+            format!("no {path}; try /metrics, /stats, /healthz, /connections, /history?topic=T, POST /publish?topic=T, /broadcast, /push/ID, /push/user/SUB, /disconnect/user/SUB"),
         )),
     }
 }
@@ -152,7 +194,12 @@ mod tests {
     #[test]
     fn routes_and_rejections() {
         assert_eq!(parse("GET", "/metrics", vec![]), Ok(Request::Metrics));
-        assert_eq!(parse("GET", "/connections?limit=5&topic=a", vec![]), Ok(Request::Connections { limit: 5, topic: Some("a".into()) }));
+        assert_eq!(parse("GET", "/connections?limit=5&topic=a", vec![]), Ok(Request::Connections { limit: 5, topic: Some("a".into()), user: None }));
+        let Ok(Request::Publish(m)) = parse("POST", "/push/user/al%20ice", b"hi".to_vec()) else { panic!() };
+        assert_eq!((m[0].user.as_deref(), m[0].target, m[0].close), (Some("al ice"), None, false));
+        let Ok(Request::Publish(m)) = parse("POST", "/disconnect/user/bob", vec![]) else { panic!() };
+        assert_eq!((m[0].user.as_deref(), m[0].close), (Some("bob"), true));
+        assert_eq!(parse("POST", "/push/user/", vec![]).unwrap_err().status, 400);
         assert_eq!(parse("GET", "/connections?limit=0", vec![]).unwrap_err().status, 400);
         assert_eq!(parse("POST", "/publish?topic=bad%20topic", vec![]).unwrap_err().status, 400);
         assert_eq!(parse("POST", "/publish", vec![]).unwrap_err().status, 400);

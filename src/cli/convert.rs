@@ -56,6 +56,11 @@ impl From<ServerArgs> for ServerConfig {
                 ticket_key: String::new(),
                 alpn_http: false,
             }),
+            auth: match a.auth.auth {
+                super::AuthMode::Off => crate::server::config::Auth::Off,
+                super::AuthMode::Jwt => crate::server::config::Auth::Jwt(a.auth.jwt_secret_file.or(a.auth.jwt_public_key_file).or(a.auth.jwt_jwks_file)),
+            },
+            admin_topics: a.auth.admin_topics,
             json: a.json,
         }
     }

@@ -233,9 +233,38 @@ pub struct ServerArgs {
     pub header_timeout: Duration,
     #[command(flatten)]
     pub tls: Box<ServerTlsArgs>,
+    #[command(flatten)]
+    pub auth: Box<ServerAuthArgs>,
     /// Print stats and the summary as JSON lines on stdout.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Who may connect and subscribe (`docs/auth.md`).
+#[derive(Args, Debug, Clone)]
+pub struct ServerAuthArgs {
+    /// Who may connect: off (anyone, to any topic) or jwt (every connection shows a JSON Web Token: Authorization: Bearer, the subprotocol bearer.TOKEN, ?token=, or the framed auth frame; its topics claim says what it may subscribe to; it is closed at its exp unless refreshed).
+    #[arg(long, value_enum, default_value = "off")]
+    pub auth: AuthMode,
+    /// --auth jwt: the HMAC secret tokens are signed with (HS256/384/512; at least 32 bytes).
+    #[arg(long, value_name = "FILE", group = "jwt_key", requires = "auth", value_parser = crate::server::jwt::JwtKey::read_secret)]
+    pub jwt_secret_file: Option<crate::server::jwt::JwtKey>,
+    /// --auth jwt: the public key tokens are verified with (PEM: RSA for RS*/PS*, EC for ES256/ES384, Ed25519 for EdDSA).
+    #[arg(long, value_name = "FILE", group = "jwt_key", requires = "auth", value_parser = crate::server::jwt::JwtKey::read_public)]
+    pub jwt_public_key_file: Option<crate::server::jwt::JwtKey>,
+    /// --auth jwt: a JSON Web Key Set (a token's kid picks the key).
+    #[arg(long, value_name = "FILE", group = "jwt_key", requires = "auth", value_parser = crate::server::jwt::JwtKey::read_jwks)]
+    pub jwt_jwks_file: Option<crate::server::jwt::JwtKey>,
+    /// Topic patterns only tokens with "admin": true may subscribe to (NAME, PREFIX*, comma-separated); without --auth, nobody may.
+    #[arg(long, value_name = "PATTERNS", value_delimiter = ',')]
+    pub admin_topics: Vec<String>,
+}
+
+/// `--auth`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AuthMode {
+    Off,
+    Jwt,
 }
 
 /// How a cluster node signs its messages and authenticates to NATS.

@@ -43,6 +43,9 @@ pub enum Kind {
     Subscribed = 10,
     PushPart = 11,
     Goaway = 12,
+    /// Client -> server: a bearer token (`server --auth jwt`), first
+    /// before anything else, and again to refresh it before it expires.
+    Auth = 13,
 }
 
 impl Kind {
@@ -60,6 +63,7 @@ impl Kind {
             10 => Kind::Subscribed,
             11 => Kind::PushPart,
             12 => Kind::Goaway,
+            13 => Kind::Auth,
             _ => return None,
         })
     }

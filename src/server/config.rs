@@ -77,7 +77,32 @@ pub struct ServerConfig {
     /// `--tls-cert`/`--tls-key`: every port speaks TLS (the ticket key and
     /// ALPN are filled in when the server starts).
     pub tls: Option<crate::tls::files::ServerTls>,
+    /// `--auth`: who may connect.
+    pub auth: Auth,
+    /// `--admin-topics`: topic patterns only tokens with `"admin": true`
+    /// may subscribe to (nobody, without `--auth`).
+    pub admin_topics: Vec<String>,
     pub json: bool,
+}
+
+/// `--auth` and its key.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Auth {
+    /// Anyone may connect and subscribe to anything.
+    #[default]
+    Off,
+    /// Every connection shows a JWT verified with this key (None: no key
+    /// flag was given, which `plan` refuses).
+    Jwt(Option<crate::server::jwt::JwtKey>),
+}
+
+impl Auth {
+    pub fn jwt_key(&self) -> Option<crate::server::jwt::JwtKey> {
+        match self {
+            Auth::Jwt(k) => k.clone(),
+            Auth::Off => None,
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -117,6 +142,8 @@ impl Default for ServerConfig {
             admin_token: None,
             cluster: None,
             tls: None,
+            auth: Auth::Off,
+            admin_topics: Vec::new(),
             json: false,
         }
     }

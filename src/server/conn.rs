@@ -44,6 +44,25 @@ pub enum ConnExt {
     Ws(WsConn),
     /// A Server-Sent Events stream on a WebSocket port.
     Sse(super::sse::SseConn),
+    /// A framed connection that has not shown its token yet (`--auth
+    /// jwt`): since when (100 ms units). It gets no push until it has.
+    Unauthenticated(u32),
+}
+
+/// Whether a connection still owes its token.
+pub fn awaiting_auth(ext: &Ext) -> bool {
+    matches!(ext.as_deref(), Some(ConnExt::Unauthenticated(_)))
+}
+
+/// Whether a connection has owed its token too long.
+pub fn auth_stalled(ext: &Ext, now_ds: u32, timeout_ds: u32) -> bool {
+    matches!(ext.as_deref(), Some(ConnExt::Unauthenticated(since)) if now_ds.saturating_sub(*since) >= timeout_ds)
+}
+
+/// Whether a connection may get pushes: it finished its WebSocket
+/// handshake and showed its token, if it owes them.
+pub fn takes_pushes(ext: &Ext) -> bool {
+    !ws_handshaking(ext) && !awaiting_auth(ext)
 }
 
 /// The event-stream state inside an [`Ext`], if any.

@@ -652,6 +652,8 @@ fn worker_template(cfg: &ServerConfig, initial: usize, budget: u64, elastic: boo
         ws: super::ws::WsConfig { max_message: cfg.max_message_bytes, max_head: cfg.max_header_bytes, push_format: cfg.push_format },
         tls: cfg.tls.clone(),
         drain_period_ms: cfg.drain_period.as_millis() as u64,
+        auth: cfg.auth.jwt_key(),
+        admin_topics: cfg.admin_topics.clone(),
     }
 }
 

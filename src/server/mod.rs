@@ -6,8 +6,10 @@ pub mod cap;
 pub mod config;
 pub mod conn;
 pub mod fleet;
+pub mod gate;
 pub mod history;
 pub mod http;
+pub mod jwt;
 pub mod limits;
 pub mod listener;
 pub mod metrics;
@@ -78,6 +80,7 @@ pub fn plan(cfg: &ServerConfig, fd_hard: u64) -> Result<ServerPlan, String> {
             "--protocol {p} is a client protocol; a server speaks framed, ws, http, echo8, echo or discard (e.g. --protocol echo; Server-Sent Events are served on --protocol ws ports)"
         ));
     }
+    check_auth(cfg)?;
     if cfg.max_pending_bytes < cfg.max_push_bytes {
         return Err(format!(
             "--max-pending-bytes {} is below --max-push-bytes {}: every connection would be closed as a slow consumer by one large push; raise --max-pending-bytes to at least {}",
@@ -110,6 +113,40 @@ pub fn plan(cfg: &ServerConfig, fd_hard: u64) -> Result<ServerPlan, String> {
         Workers::Fixed(w) => Sizing::Fixed(w),
     };
     Ok(ServerPlan { sizing, workers: wp, threads_per_worker })
+}
+
+/// `--auth` and `--admin-topics` against the rest of the configuration.
+fn check_auth(cfg: &ServerConfig) -> Result<(), String> {
+    for p in &cfg.admin_topics {
+        let name = p.strip_suffix('*').unwrap_or(p);
+        if !name.is_empty() && crate::proto::push::check_topic(name.as_bytes()).is_err() {
+            return Err(format!("--admin-topics '{p}' is not a topic pattern: a name (1-255 of [A-Za-z0-9._:-]), a prefix ending in * (ops.*), or *"));
+        }
+    }
+    match &cfg.auth {
+        config::Auth::Off => Ok(()),
+        config::Auth::Jwt(None) => {
+            Err("--auth jwt needs the key tokens are verified with: --jwt-secret-file (HS256), --jwt-public-key-file (RS256/ES256, PEM) or --jwt-jwks-file"
+                .into())
+        }
+        config::Auth::Jwt(Some(_)) if !matches!(cfg.protocol, crate::proto::Protocol::Framed | crate::proto::Protocol::Ws) => {
+            Err(format!("--auth jwt needs --protocol ws or framed (connections that subscribe); --protocol {:?} has nothing to authorize", cfg.protocol)
+                .to_lowercase())
+        }
+        config::Auth::Jwt(Some(_)) => Ok(()),
+    }
+}
+
+/// What an operator should hear before the server starts: a listener
+/// others can reach that lets anyone subscribe to anything.
+pub fn exposure_warning(cfg: &ServerConfig) -> Option<String> {
+    let open = cfg.auth == config::Auth::Off && matches!(cfg.protocol, crate::proto::Protocol::Framed | crate::proto::Protocol::Ws);
+    (open && !cfg.listen.is_loopback()).then(|| {
+        format!(
+            "warning: --listen {} is reachable from other hosts and --auth is off: anyone who connects may subscribe to any topic and hear every broadcast; add --auth jwt (docs/auth.md)",
+            cfg.listen
+        )
+    })
 }
 
 /// Start a server's workers (tests and the bench call this directly).
@@ -272,7 +309,7 @@ pub fn run(cfg: ServerConfig) -> Result<i32> {
             p.note(&line);
         }
     };
-    for w in &warnings {
+    for w in warnings.iter().chain(exposure_warning(&cfg).as_ref()) {
         progress.note(w);
     }
     say(
@@ -362,4 +399,25 @@ pub fn run(cfg: ServerConfig) -> Result<i32> {
         return Ok(1);
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod auth_tests {
+    use super::*;
+
+    #[test]
+    fn an_open_server_off_loopback_is_warned_about() {
+        let mut cfg = ServerConfig { protocol: crate::proto::Protocol::Ws, ..Default::default() };
+        assert_eq!(exposure_warning(&cfg), None, "loopback");
+        cfg.listen = "0.0.0.0".parse().unwrap();
+        assert!(exposure_warning(&cfg).is_some_and(|w| w.contains("anyone who connects may subscribe to any topic")));
+        cfg.auth = config::Auth::Jwt(Some(jwt::JwtKey::Secret(vec![1; 32])));
+        assert_eq!(exposure_warning(&cfg), None, "with --auth jwt");
+        cfg.protocol = crate::proto::Protocol::Http;
+        cfg.auth = config::Auth::Off;
+        assert_eq!(exposure_warning(&cfg), None, "nothing to subscribe to over http");
+        cfg.protocol = crate::proto::Protocol::Ws;
+        cfg.auth = config::Auth::Jwt(None);
+        assert!(check_auth(&cfg).unwrap_err().contains("--jwt-secret-file"));
+    }
 }

@@ -30,6 +30,10 @@ enum Gather {
         publish_us: u64,
         /// Unicasts other nodes carried out (cluster).
         remote: Vec<RemoteAnswer>,
+        /// Sent to users' connections: none reached is a 404.
+        users: bool,
+        /// Those connections were closed (`/disconnect/user/SUB`).
+        close: bool,
     },
     List {
         limit: usize,
@@ -113,8 +117,8 @@ impl Publisher {
             }
         };
         let gather = match route {
-            Route::Connections { limit, topic } => {
-                let cmd = serde_json::to_string(&ListCommand { request_id: rid, limit, topic }).expect("serializes");
+            Route::Connections { limit, topic, user } => {
+                let cmd = serde_json::to_string(&ListCommand { request_id: rid, limit, topic, user }).expect("serializes");
                 for &w in live {
                     send(w, &format!("{CMD_LIST} {cmd}"), &mut waiting);
                 }
@@ -123,6 +127,8 @@ impl Publisher {
             Route::Publish(messages) => {
                 let publish_us = publish_us.unwrap_or_else(wall_us);
                 let (mut not_found, mut seqs) = (0, Vec::new());
+                let users = messages.iter().any(|m| m.user.is_some());
+                let close = messages.iter().any(|m| m.close);
                 for m in messages {
                     let log = if m.stream == Stream::Broadcast { BROADCAST_TOPIC } else { m.topic.as_str() };
                     let at = match (m.stream, m.at) {
@@ -160,6 +166,8 @@ impl Publisher {
                         epoch: at.epoch,
                         publish_us,
                         target: m.target,
+                        user: m.user,
+                        close: m.close,
                         data: base64::engine::general_purpose::STANDARD.encode(&m.data),
                     };
                     let line = format!("{CMD_PUSH} {}", serde_json::to_string(&cmd).expect("serializes"));
@@ -167,7 +175,7 @@ impl Publisher {
                         send(w, &line, &mut waiting);
                     }
                 }
-                Gather::Publish { per_worker: BTreeMap::new(), not_found, seqs, publish_us, remote }
+                Gather::Publish { per_worker: BTreeMap::new(), not_found, seqs, publish_us, remote, users, close }
             }
             other => {
                 let p = Pending { reply, waiting, stalled, gather: Gather::List { limit: 0, list: Vec::new(), truncated: false }, started: Instant::now() };
@@ -337,8 +345,11 @@ impl Publisher {
                 }
                 v
             }
-            Gather::Publish { per_worker, not_found, seqs, publish_us, remote } => {
+            Gather::Publish { per_worker, mut not_found, seqs, publish_us, remote, users, close } => {
                 let queued: u64 = per_worker.values().map(|v| v.0).sum();
+                if users && queued == 0 {
+                    not_found = seqs.len() as u64;
+                }
                 let dropped: u64 = per_worker.values().map(|v| v.1).sum();
                 let workers: BTreeMap<String, serde_json::Value> =
                     per_worker.iter().map(|(w, (q, d))| (w.to_string(), json!({"queued": q, "dropped": d}))).collect();
@@ -348,6 +359,9 @@ impl Publisher {
                         "not_found": not_found + remote_count(404), "workers": workers, "missing_workers": missing, "stalled_workers": p.stalled, "elapsed_ms": elapsed_ms });
                 if unanswered > 0 {
                     v["remote_failed"] = unanswered.into();
+                }
+                if close {
+                    v["disconnected"] = queued.into();
                 }
                 if let Some(node) = &self.node {
                     v["node"] = node.clone().into();

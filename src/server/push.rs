@@ -51,6 +51,9 @@ pub struct Topics {
     /// Net first/last-subscriber changes since the last `take_changes`:
     /// a topic that came and went within one tick is not in it.
     changes: HashMap<Box<str>, bool>,
+    /// Who each connection is and what it may subscribe to (`--auth`,
+    /// `--admin-topics`): every subscription passes it.
+    pub gate: super::gate::Gate,
 }
 
 impl Default for Topics {
@@ -61,13 +64,14 @@ impl Default for Topics {
 
 impl Topics {
     pub fn new(track: bool, max: usize) -> Topics {
-        Topics { ids: HashMap::new(), slots: Vec::new(), free: Vec::new(), max, track, changes: HashMap::new() }
+        Topics { ids: HashMap::new(), slots: Vec::new(), free: Vec::new(), max, track, changes: HashMap::new(), gate: Default::default() }
     }
 
     /// Subscribe connection `key` to `topic`.
     pub fn subscribe(&mut self, subs: &mut Subs, key: usize, topic: &[u8]) -> Result<(), &'static str> {
         push::check_topic(topic).map_err(|_| "bad_topic")?;
         let name = std::str::from_utf8(topic).map_err(|_| "bad_topic")?;
+        self.gate.permits(key, name)?;
         let known = self.ids.get(name).copied();
         if let (Some(id), Some(list)) = (known, subs.as_ref()) {
             if list.contains(&id) {
@@ -136,13 +140,8 @@ impl Topics {
         self.note(&t.name, false);
         if self.ids.is_empty() {
             // Nothing live: give the tables' memory back too.
-            *self = Topics::new(self.track, self.max).with_changes(std::mem::take(&mut self.changes));
+            (self.ids, self.slots, self.free) = Default::default();
         }
-    }
-
-    fn with_changes(mut self, changes: HashMap<Box<str>, bool>) -> Topics {
-        self.changes = changes;
-        self
     }
 
     /// Record a first (true) or last (false) subscriber; the opposite of
@@ -229,6 +228,12 @@ pub struct PushCommand {
     /// Unicast: the connection id.
     #[serde(default)]
     pub target: Option<u64>,
+    /// Unicast: every connection of this user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Close the targets instead of writing to them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub close: bool,
     /// The payload, base64.
     pub data: String,
 }

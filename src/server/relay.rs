@@ -155,7 +155,7 @@ impl Relay {
             Some(subject) => Answer::Nats(subject),
             None => Answer::Quiet,
         };
-        let msg = Message { stream: m.stream, topic: m.topic, target: m.target, node: None, data: m.data, at: m.at };
+        let msg = Message { stream: m.stream, topic: m.topic, target: m.target, node: None, data: m.data, at: m.at, user: None, close: false };
         publisher.begin(Route::Publish(vec![msg]), reply, Some(m.publish_us), Vec::new(), live, pool);
     }
 
@@ -264,7 +264,7 @@ impl Relay {
                     got.into_iter().filter_map(|m| Some((m.at?, HistoryMessage { offset: m.at?.offset, publish_us: m.publish_us, data: m.data }))).collect();
                 for (at, m) in publisher.history.merge(&topic, got) {
                     let (stream, name) = if topic == BROADCAST_TOPIC { (Stream::Broadcast, String::new()) } else { (Stream::Topic, topic.clone()) };
-                    let msg = Message { stream, topic: name, target: None, node: None, data: m.data, at: Some(at) };
+                    let msg = Message { stream, topic: name, target: None, node: None, data: m.data, at: Some(at), user: None, close: false };
                     publisher.begin(Route::Publish(vec![msg]), Answer::Quiet, Some(m.publish_us), Vec::new(), live, pool);
                 }
             }

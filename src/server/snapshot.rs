@@ -20,7 +20,10 @@ crate::counters! {
         refused_over_cap: counter "refused_over_cap" "Connections closed at accept: the server was at --max-connections",
         refused_per_ip: by("reason") "refused_per_ip" "Connections closed at accept by --max-connections-per-ip, by reason (max_connections_per_ip, per_ip_table_full)",
         stalled: by("what") "stalled" "Connections closed by --stall-timeout, by what had not moved (partial_input, ws_fragment, backlog)",
-        subscribe_refused: by("reason") "subscribe_refused" "Subscriptions refused, by reason (too_many_topics: the worker holds --max-topics; too_many_subscriptions; bad_topic)",
+        subscribe_refused: by("reason") "subscribe_refused" "Subscriptions refused, by reason (too_many_topics: the worker holds --max-topics; too_many_subscriptions; bad_topic; not_permitted: the token's topics claim or --admin-topics)",
+        auth_refused: by("reason") "auth_refused" "Tokens refused (--auth jwt), by reason (auth_missing, auth_expired, auth_bad_signature, auth_bad_algorithm, auth_bad_claims, auth_malformed, auth_unknown_key, auth_not_yet_valid, auth_other_user); at connect the connection is refused (401), on refresh the old token stays",
+        auth_refreshed: counter "auth_refreshed" "Tokens refreshed on open connections",
+        authenticated: gauge "authenticated_connections" "Connections open now with a verified token",
         ws_upgrades: counter "ws_upgrades" "WebSocket handshakes completed",
         sse_streams: counter "sse_streams" "Server-Sent Event streams opened (GET with Accept: text/event-stream on a WebSocket or HTTP port)",
         goaways: counter "goaways" "Connections closed by a drain (SIGTERM, --drain-period) after a reconnect hint",
@@ -138,6 +141,12 @@ pub struct ConnInfo {
     /// How many topics it has in all.
     #[serde(default)]
     pub topics_total: usize,
+    /// Its token's `sub` (`--auth jwt`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Its token's `info` claim (JSON).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub info: Option<serde_json::Value>,
 }
 
 /// Topics shown per connection in a listing.
@@ -150,7 +159,10 @@ pub const LIST_BYTES: usize = 2 << 20;
 impl ConnInfo {
     /// About what it costs as JSON.
     pub fn json_bytes(&self) -> usize {
-        96 + self.peer.len() + self.topics.iter().map(|t| t.len() + 3).sum::<usize>()
+        96 + self.peer.len()
+            + self.topics.iter().map(|t| t.len() + 3).sum::<usize>()
+            + self.user.as_ref().map_or(0, |u| u.len() + 10)
+            + self.info.as_ref().map_or(0, |i| i.to_string().len() + 10)
     }
 }
 
@@ -160,6 +172,9 @@ pub struct ListCommand {
     pub request_id: u64,
     pub limit: usize,
     pub topic: Option<String>,
+    /// Only this user's connections.
+    #[serde(default)]
+    pub user: Option<String>,
 }
 
 /// `push {json}`: deliver a message.

@@ -37,6 +37,11 @@ impl Follow<'_, '_> {
             if let Err(reason) = self.topics.subscribe(self.subs, key, topic.as_bytes()) {
                 *self.req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
                 let r = match reason {
+                    super::gate::NOT_PERMITTED => handshake::Refusal {
+                        status: 403,
+                        reason,
+                        text: "a ?subscribe= topic this connection's token does not allow (its topics claim), or one of --admin-topics",
+                    },
                     super::push::TOO_MANY_TOPICS => handshake::Refusal {
                         status: 503,
                         reason,

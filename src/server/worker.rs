@@ -11,6 +11,7 @@
 //! mark (see `supervise::elastic` for why).
 
 mod accept;
+mod auth;
 mod deliver;
 mod drain;
 pub use drain::spreads;
@@ -82,6 +83,12 @@ pub struct ServerWorkerConfig {
     /// long after SIGTERM, each with a reconnect hint.
     #[serde(default)]
     pub drain_period_ms: u64,
+    /// `--auth jwt`: the key tokens are verified with.
+    #[serde(default)]
+    pub auth: Option<super::jwt::JwtKey>,
+    /// `--admin-topics`: patterns only admin tokens may subscribe to.
+    #[serde(default)]
+    pub admin_topics: Vec<String>,
 }
 
 /// Pool threads wake the event loop through this token.
@@ -171,6 +178,7 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
         Some(t) => Some(tls::TlsSide::new(t.clone()).context("cannot load the TLS certificate")?),
         None => None,
     };
+    let gate = super::gate::Gate::new(cfg.auth.as_ref(), cfg.admin_topics.clone()).map_err(anyhow::Error::msg).context("cannot load the --auth key")?;
     let mut group = AcceptGroup::inherit(&cfg.listen_fds);
     group.join(poll.as_raw_fd())?;
     let mut w = Worker {
@@ -209,6 +217,7 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
         per_ip,
         tls,
     };
+    w.topics.gate = gate;
     control::emit(&ServerMsg::Ready { worker, pid: std::process::id(), fd_limit: crate::sys::fd_limit().hard });
     let interval = Duration::from_millis(w.cfg.stats_interval_ms.max(50));
     reactor::run(&mut w, interval)
@@ -324,6 +333,7 @@ impl Handler for Worker {
         if now >= self.sse_beat_at {
             self.sse_heartbeats();
             self.release_held();
+            self.expire_tokens();
             self.sse_beat_at = now + Duration::from_secs(1);
         }
         if !self.recoveries.is_empty() {
@@ -382,6 +392,7 @@ impl Handler for Worker {
         self.stats.threads = crate::sys::self_threads();
         self.stats.accepting = self.group.accepting();
         (self.stats.topics, self.stats.subscriptions) = self.topics.counts();
+        self.stats.authenticated = self.topics.gate.len() as u64;
         self.stats.backlog_bytes = self.conns.iter().filter_map(|(_, c)| c.backlog.as_ref()).map(|b| b.len() as u64).sum();
         self.stats.last = last;
         control::emit(&ServerMsg::Server(Box::new(self.stats.clone())));
@@ -425,10 +436,10 @@ impl Worker {
         self.drain.as_ref().is_none_or(drain::Drain::finished) && self.stage.in_flight() == 0 && self.conns.iter().all(|(_, c)| c.backlog.is_none())
     }
 
-    /// Whether request heads (HTTP requests, WebSocket upgrades) are
-    /// timed against --header-timeout.
+    /// Whether request heads (HTTP requests, WebSocket upgrades, framed
+    /// auth frames) are timed against --header-timeout.
     fn heads_timed(&self) -> bool {
-        matches!(self.cfg.protocol, Protocol::Http | Protocol::Ws)
+        matches!(self.cfg.protocol, Protocol::Http | Protocol::Ws) || self.topics.gate.required()
     }
 
     fn refresh_date(&mut self) {
@@ -490,6 +501,9 @@ impl Worker {
                 }
             }
             self.topics.forget(&conn.subs, key);
+            if !self.topics.gate.is_empty() {
+                self.topics.gate.forget(key);
+            }
             self.stats.closed += 1;
             self.stats.active -= 1;
             *self.stats.close_reasons.entry(reason).or_insert(0) += 1;
@@ -512,10 +526,16 @@ impl Worker {
         if self.heads_timed() {
             let now = self.now_ds();
             let limit = (self.cfg.http.header_timeout_ms / 100).max(1) as u32;
-            let stuck: Vec<usize> =
-                self.conns.iter().filter(|(_, c)| http::stalled(&c.ext, now, limit) || super::ws::stalled(&c.ext, now, limit)).map(|(k, _)| k).collect();
-            for key in stuck {
-                self.close(key, "header_timeout".into());
+            let stuck: Vec<(usize, bool)> = self
+                .conns
+                .iter()
+                .filter_map(|(k, c)| {
+                    let auth = super::conn::auth_stalled(&c.ext, now, limit);
+                    (auth || http::stalled(&c.ext, now, limit) || super::ws::stalled(&c.ext, now, limit)).then_some((k, auth))
+                })
+                .collect();
+            for (key, auth) in stuck {
+                self.close(key, if auth { "auth_timeout" } else { "header_timeout" }.into());
             }
         }
         let Some(ms) = self.cfg.idle_timeout_ms else { return };
@@ -543,5 +563,6 @@ fn answered_refusal(reason: &str) -> bool {
     reason == crate::tls::failure::PLAINTEXT
         || reason == drain::REASON
         || reason.starts_with("ws_handshake")
+        || reason.starts_with("auth_")
         || (reason.starts_with("http_") && reason != "http_connection_close")
 }

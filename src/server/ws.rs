@@ -7,6 +7,7 @@
 //! Pushes go out as text (a JSON envelope) or binary (`--push-format`).
 
 use super::conn::{sse_mut, ws_mut, ConnExt, Ext, WsConn};
+use super::jwt;
 use super::push::{Subs, Topics};
 use super::recovery::{self, Recoveries};
 use super::requests::{Answer, Requests};
@@ -76,13 +77,23 @@ pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, &'
                 return Err(refusal.reason);
             }
             Ok(Some((up, used))) => {
+                if ctx.topics.gate.required() {
+                    match ctx.topics.gate.verify(up.token.as_deref()) {
+                        Ok(claims) => ctx.topics.gate.admit(ctx.req.key, ctx.req.gen, claims),
+                        Err(reason) => {
+                            *ctx.req.stats.auth_refused.entry(reason.into()).or_insert(0) += 1;
+                            handshake::write_refusal(ctx.req.out, &handshake::Refusal { status: 401, reason, text: jwt::explain(reason) });
+                            return Err(reason);
+                        }
+                    }
+                }
                 let mut follow = super::sse::Follow { req: &mut ctx.req, topics: ctx.topics, subs: ctx.subs, recoveries: ctx.recoveries };
                 follow.start(&up.target, up.events.as_deref())?;
                 if up.events.is_some() {
                     *ext = super::sse::open(ctx.req.out, ctx.req.stats, ctx.now_s);
                     return Ok(buf.len());
                 }
-                handshake::write_accept(ctx.req.out, &up.accept);
+                handshake::write_accept(ctx.req.out, &up.accept, up.protocol.as_deref());
                 ctx.req.stats.ws_upgrades += 1;
                 *ext = None;
                 pos = used;
@@ -125,6 +136,10 @@ enum Command {
     Unsubscribe {
         topic: String,
     },
+    /// A fresher token (`--auth jwt`) before the connection's expires.
+    Refresh {
+        token: String,
+    },
 }
 
 /// Whether a text message is meant as a command (a JSON object with a
@@ -141,7 +156,7 @@ fn command(req: &mut Requests<'_>, s: &mut Subscriber<'_>, data: &[u8]) {
         Err(e) => {
             req.stats.frames_out += 1;
             *req.stats.subscribe_refused.entry("bad_command".into()).or_insert(0) += 1;
-            let hint = r#"expected {"type":"subscribe","topic":"T"} (optionally "since":{"epoch":E,"offset":N}) or {"type":"unsubscribe","topic":"T"}"#;
+            let hint = r#"expected {"type":"subscribe","topic":"T"} (optionally "since":{"epoch":E,"offset":N}), {"type":"unsubscribe","topic":"T"} or {"type":"refresh","token":"JWT"}"#;
             return answer(req.out, serde_json::json!({"type": "error", "reason": "bad_command", "message": format!("{e}; {hint}")}));
         }
     };
@@ -153,6 +168,7 @@ fn command(req: &mut Requests<'_>, s: &mut Subscriber<'_>, data: &[u8]) {
                 let message = match reason {
                     super::push::TOO_MANY_TOPICS => "this server holds its --max-topics topics; subscribe to an existing topic or try later",
                     "too_many_subscriptions" => "a connection may hold at most 64 subscriptions",
+                    super::gate::NOT_PERMITTED => "this connection's token does not allow this topic (its topics claim), or the topic is one of --admin-topics",
                     _ => "a topic is 1-255 of [A-Za-z0-9._:-] (or * for the broadcasts)",
                 };
                 answer(req.out, serde_json::json!({"type": "error", "topic": topic, "reason": reason, "message": message}));
@@ -166,7 +182,25 @@ fn command(req: &mut Requests<'_>, s: &mut Subscriber<'_>, data: &[u8]) {
             s.recoveries.forget(&topic, req.key);
             answer(req.out, serde_json::json!({"type": "unsubscribed", "topic": topic}));
         }
+        Command::Refresh { token } => match refresh(req, s.topics, &token) {
+            Ok(exp) => answer(req.out, serde_json::json!({"type": "refreshed", "exp": exp})),
+            Err(reason) => answer(req.out, serde_json::json!({"type": "error", "reason": reason, "message": jwt::explain(reason)})),
+        },
     }
+}
+
+/// Take a fresher token for this connection; Err: why not (the old one
+/// stays, and the connection closes at its exp).
+pub fn refresh(req: &mut Requests<'_>, topics: &mut Topics, token: &str) -> Result<u64, &'static str> {
+    let r = match topics.gate.verify(Some(token)) {
+        Ok(claims) => topics.gate.refresh(req.key, claims),
+        Err(e) => Err(e),
+    };
+    match r {
+        Ok(_) => req.stats.auth_refreshed += 1,
+        Err(reason) => *req.stats.auth_refused.entry(reason.into()).or_insert(0) += 1,
+    }
+    r
 }
 
 fn on_event(req: &mut Requests<'_>, s: &mut Subscriber<'_>, ev: Event<'_>) -> Result<(), &'static str> {

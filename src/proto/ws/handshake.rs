@@ -1,8 +1,10 @@
 //! The WebSocket opening handshake (RFC 6455 §4) on `httparse`: the
 //! server's check of an Upgrade request and its 101 (or the status that
 //! says what was wrong), and the client's request and check of the 101.
-//! No extension or subprotocol is negotiated (per-message-deflate is
-//! refused by leaving it out of the answer).
+//! No extension is negotiated (per-message-deflate is refused by leaving
+//! it out of the answer); the one subprotocol is `megaconn`, offered by
+//! browsers beside `bearer.TOKEN` to carry a token (a browser cannot set
+//! an Authorization header on a WebSocket).
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
@@ -29,6 +31,35 @@ pub struct Upgrade {
     /// Not an upgrade but `Accept: text/event-stream` (Server-Sent
     /// Events): its `Last-Event-ID` ("" when none).
     pub events: Option<String>,
+    /// The bearer token: `Authorization: Bearer T`, a `bearer.T`
+    /// subprotocol, or `?token=T`, in that order.
+    pub token: Option<String>,
+    /// The subprotocol to answer with (`megaconn`, or the `bearer.T` the
+    /// client offered alone), if the client offered any of those.
+    pub protocol: Option<String>,
+}
+
+/// The subprotocol a client offers to say it speaks megaconn's commands.
+pub const SUBPROTOCOL: &str = "megaconn";
+/// Prefix of the subprotocol that carries a bearer token.
+pub const BEARER_PROTOCOL: &str = "bearer.";
+
+/// The token and the subprotocol to answer, from a request's headers.
+fn credentials(authorization: Option<&[u8]>, protocols: Option<&[u8]>, target: &str) -> (Option<String>, Option<String>) {
+    let offered: Vec<&str> = protocols.and_then(|v| std::str::from_utf8(v).ok()).map(|v| v.split(',').map(str::trim).collect()).unwrap_or_default();
+    let bearer = offered.iter().find_map(|p| p.strip_prefix(BEARER_PROTOCOL));
+    let header = authorization.and_then(|v| std::str::from_utf8(v).ok()).and_then(|v| {
+        let (scheme, t) = v.trim().split_once(' ')?;
+        scheme.eq_ignore_ascii_case("bearer").then(|| t.trim())
+    });
+    let query = query_list(target, "token").next();
+    let token = header.or(bearer).or(query).map(str::to_string);
+    let protocol = if offered.contains(&SUBPROTOCOL) {
+        Some(SUBPROTOCOL.to_string())
+    } else {
+        offered.iter().find(|p| p.starts_with(BEARER_PROTOCOL)).map(|p| p.to_string())
+    };
+    (token, protocol)
 }
 
 /// An Upgrade request that must be refused: the status, the counter name
@@ -73,10 +104,12 @@ pub fn parse_request(buf: &[u8], max_head: usize) -> Result<Option<(Upgrade, usi
         return Err(refuse(400, "ws_handshake_version", "a WebSocket upgrade needs HTTP/1.1"));
     }
     let get = |name: &str| req.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value);
+    let target = req.path.unwrap_or("/").to_string();
+    let (token, protocol) = credentials(get("authorization"), get("sec-websocket-protocol"), &target);
     if !get("upgrade").is_some_and(|v| has_token(v, "websocket")) {
         if wants_events(get("accept")) {
             let last = get("last-event-id").map(|v| String::from_utf8_lossy(v).trim().to_string()).unwrap_or_default();
-            return Ok(Some((Upgrade { target: req.path.unwrap_or("/").to_string(), accept: String::new(), events: Some(last) }, used)));
+            return Ok(Some((Upgrade { target, accept: String::new(), events: Some(last), token, protocol: None }, used)));
         }
         return Err(refuse(
             426,
@@ -96,26 +129,37 @@ pub fn parse_request(buf: &[u8], max_head: usize) -> Result<Option<(Upgrade, usi
     if B64.decode(key).map(|k| k.len()) != Ok(16) {
         return Err(refuse(400, "ws_handshake_key", "Sec-WebSocket-Key must be 16 bytes in base64"));
     }
-    Ok(Some((Upgrade { target: req.path.unwrap_or("/").to_string(), accept: accept_key(key), events: None }, used)))
+    Ok(Some((Upgrade { target, accept: accept_key(key), events: None, token, protocol }, used)))
 }
 
-/// The 101 answer.
-pub fn write_accept(out: &mut Vec<u8>, accept: &str) {
+/// The 101 answer (with the chosen subprotocol, if any).
+pub fn write_accept(out: &mut Vec<u8>, accept: &str, protocol: Option<&str>) {
     out.extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ");
     out.extend_from_slice(accept.as_bytes());
+    if let Some(p) = protocol {
+        out.extend_from_slice(b"\r\nSec-WebSocket-Protocol: ");
+        out.extend_from_slice(p.as_bytes());
+    }
     out.extend_from_slice(b"\r\n\r\n");
 }
 
 /// The answer to a refused upgrade (the connection closes after it).
 pub fn write_refusal(out: &mut Vec<u8>, r: &Refusal) {
     let name = match r.status {
+        401 => "Unauthorized",
+        403 => "Forbidden",
         405 => "Method Not Allowed",
         426 => "Upgrade Required",
         431 => "Request Header Fields Too Large",
         503 => "Service Unavailable",
         _ => "Bad Request",
     };
-    let extra = if r.status == 426 { "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n" } else { "" };
+    let extra = match r.status {
+        426 => "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n".to_string(),
+        // RFC 6750 §3: the reason in the challenge.
+        401 => format!("WWW-Authenticate: Bearer realm=\"megaconn\", error=\"invalid_token\", error_description=\"{}\"\r\n", r.reason),
+        _ => String::new(),
+    };
     let body = format!("{}\n", r.text);
     let head = format!("HTTP/1.1 {} {name}\r\n{extra}Content-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", r.status, body.len());
     out.extend_from_slice(head.as_bytes());
@@ -235,7 +279,7 @@ mod tests {
         assert_eq!(subscriptions(&up.target).collect::<Vec<_>>(), vec!["a", "b"]);
         assert_eq!(parse_request(&req[..req.len() - 1], 8192), Ok(None));
         let mut resp = Vec::new();
-        write_accept(&mut resp, &up.accept);
+        write_accept(&mut resp, &up.accept, None);
         resp.extend_from_slice(&[0x81, 0]);
         assert_eq!(parse_response(&resp, &key, &[]), Ok(Some(resp.len() - 2)));
         assert_eq!(parse_response(&resp, &client_key(7, 43), &[]), Err("ws_handshake_bad_accept"));
@@ -263,6 +307,29 @@ mod tests {
         let mut out = Vec::new();
         write_refusal(&mut out, &parse_request(b"GET / HTTP/1.1\r\n\r\n", 8192).unwrap_err());
         assert!(String::from_utf8(out).unwrap().starts_with("HTTP/1.1 426 Upgrade Required\r\n"));
+    }
+
+    #[test]
+    fn tokens_come_in_three_ways() {
+        let head = |extra: &str, target: &str| {
+            let mut req = Vec::new();
+            write_request(&mut req, "h", target, &client_key(1, 1), extra);
+            parse_request(&req, 8192).unwrap().unwrap().0
+        };
+        let up = head("Authorization: Bearer h.p.s\r\n", "/?token=q.q.q");
+        assert_eq!((up.token.as_deref(), up.protocol), (Some("h.p.s"), None), "the header wins");
+        let up = head("Sec-WebSocket-Protocol: megaconn, bearer.a.b.c\r\n", "/");
+        assert_eq!((up.token.as_deref(), up.protocol.as_deref()), (Some("a.b.c"), Some(SUBPROTOCOL)));
+        let up = head("Sec-WebSocket-Protocol: bearer.a.b.c\r\n", "/");
+        assert_eq!(up.protocol.as_deref(), Some("bearer.a.b.c"), "a browser needs one of its offers back");
+        let up = head("", "/x?subscribe=a&token=q.q.q");
+        assert_eq!((up.token.as_deref(), up.protocol), (Some("q.q.q"), None));
+        assert_eq!(head("Authorization: Basic eDp5\r\n", "/").token, None);
+        let mut out = Vec::new();
+        write_refusal(&mut out, &Refusal { status: 401, reason: "auth_expired", text: "t" });
+        assert!(String::from_utf8(out)
+            .unwrap()
+            .contains("WWW-Authenticate: Bearer realm=\"megaconn\", error=\"invalid_token\", error_description=\"auth_expired\""));
     }
 
     #[test]

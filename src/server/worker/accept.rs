@@ -132,6 +132,8 @@ impl Worker {
                 let mut conn = Conn::new(stream, self.started.elapsed().as_secs() as u32, self.next_gen);
                 if self.cfg.protocol == Protocol::Ws {
                     conn.ext = crate::server::ws::fresh(now_ds);
+                } else if self.topics.gate.required() {
+                    conn.ext = Some(Box::new(crate::server::conn::ConnExt::Unauthenticated(now_ds.max(1))));
                 }
                 entry.insert(conn);
                 if self.cfg.protocol == Protocol::Framed && self.tls.is_none() {

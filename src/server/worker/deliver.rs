@@ -3,7 +3,7 @@
 use super::Worker;
 use crate::proto::push::{self, Position, Push, Stream, BROADCAST_TOPIC};
 use crate::proto::Protocol;
-use crate::server::conn::{sse_mut, ws_handshaking, ConnExt};
+use crate::server::conn::{sse_mut, takes_pushes, ConnExt};
 use crate::server::history::{Message, Slice};
 use crate::server::push::{bucket, conn_id, split_id, PushCommand, LATENCY_BUCKETS_MS};
 use crate::server::recovery::Fate;
@@ -12,6 +12,8 @@ use crate::server::ws;
 use crate::supervise::control;
 use base64::Engine;
 
+/// WebSocket close code of `POST /disconnect/user/SUB` (private range).
+pub const DISCONNECT_CLOSE: u16 = 4000;
 /// Re-read the wall clock after this many writes (latency buckets).
 const CLOCK_EVERY: usize = 64;
 
@@ -23,7 +25,7 @@ impl Worker {
         let data = base64::engine::general_purpose::STANDARD.decode(cmd.data.as_bytes()).unwrap_or_default();
         // On an HTTP port only event streams take pushes.
         let http = self.cfg.protocol == Protocol::Http;
-        let takes = |c: &crate::server::conn::Conn| !ws_handshaking(&c.ext) && (!http || matches!(c.ext.as_deref(), Some(ConnExt::Sse(_))));
+        let takes = |c: &crate::server::conn::Conn| takes_pushes(&c.ext) && (!http || matches!(c.ext.as_deref(), Some(ConnExt::Sse(_))));
         let targets: Vec<usize> = if !matches!(self.cfg.protocol, Protocol::Framed | Protocol::Ws | Protocol::Http) {
             Vec::new()
         } else {
@@ -34,6 +36,10 @@ impl Worker {
                     self.conns.iter().filter(|(k, c)| takes(c) && !tls.is_some_and(|t| t.handshaking(*k))).map(|(k, _)| k).collect()
                 }
                 Stream::Topic => self.topics.subscribers(&cmd.topic),
+                Stream::Unicast if cmd.user.is_some() => {
+                    let user = cmd.user.as_deref().unwrap_or_default();
+                    self.topics.gate.conns_of(user).iter().copied().filter(|k| self.conns.get(*k).is_some_and(takes)).collect()
+                }
                 Stream::Unicast => cmd
                     .target
                     .map(split_id)
@@ -46,6 +52,9 @@ impl Worker {
                     .unwrap_or_default(),
             }
         };
+        if cmd.close {
+            return self.disconnect(&targets, cmd.publish_id);
+        }
         let mut frame = Vec::with_capacity(64 + data.len());
         let p = Push { stream: cmd.stream, topic: cmd.topic.as_bytes(), seq: cmd.seq, publish_us: cmd.publish_us, epoch: cmd.epoch, data: &data };
         self.encode_push(&mut frame, &p);
@@ -95,6 +104,21 @@ impl Worker {
         self.stats.push_dropped += dropped;
         self.stats.frames_out += queued;
         control::emit(&ServerMsg::Pushed { worker: self.cfg.worker, publish_id: cmd.publish_id, queued, dropped });
+    }
+
+    /// Close these connections as the application asked (WebSocket:
+    /// close code 4000 first) and acknowledge publish `publish_id`.
+    fn disconnect(&mut self, targets: &[usize], publish_id: u64) {
+        for &key in targets {
+            let Some(conn) = self.conns.get_mut(key) else { continue };
+            if self.cfg.protocol == Protocol::Ws {
+                let mut out = Vec::new();
+                crate::proto::ws::frame::encode_close_reason(&mut out, DISCONNECT_CLOSE, b"disconnected", None);
+                let _ = super::tls::send(self.tls.as_mut(), key, &mut conn.stream, &mut conn.backlog, &out, self.cfg.max_pending_bytes, "slow_consumer");
+            }
+            self.close(key, "disconnected".into());
+        }
+        control::emit(&ServerMsg::Pushed { worker: self.cfg.worker, publish_id, queued: targets.len() as u64, dropped: 0 });
     }
 
     /// Connections silent since their accept for the seam's FRESH get
@@ -229,7 +253,10 @@ impl Worker {
         let now = self.now_s();
         let worker = self.cfg.worker;
         let (mut list, mut bytes, mut truncated) = (Vec::new(), 0, false);
-        let matching = self.conns.iter().filter(|(_, c)| cmd.topic.as_deref().is_none_or(|t| self.topics.has(&c.subs, t)));
+        let gate = &self.topics.gate;
+        let matching = self.conns.iter().filter(|(k, c)| {
+            cmd.topic.as_deref().is_none_or(|t| self.topics.has(&c.subs, t)) && cmd.user.as_deref().is_none_or(|u| gate.user_of(*k) == Some(u))
+        });
         for (k, c) in matching.take(cmd.limit) {
             let mut topics = self.topics.names_of(&c.subs);
             let topics_total = topics.len();
@@ -241,6 +268,8 @@ impl Worker {
                 age_s: now.saturating_sub(c.since_s) as u64,
                 topics,
                 topics_total,
+                user: gate.user_of(k).map(str::to_string),
+                info: gate.info_of(k).and_then(|i| serde_json::from_str(i).ok()),
             };
             bytes += info.json_bytes();
             if bytes > LIST_BYTES {

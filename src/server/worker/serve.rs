@@ -44,9 +44,15 @@ impl Worker {
                 Protocol::Framed => {
                     let held = self.seam.read(key, gen);
                     let (mut resumed, mut resumed_broadcasts) = (false, false);
-                    let (topics, subs, recoveries) = (&mut self.topics, &mut conn.subs, &mut self.recoveries);
+                    let (topics, subs, recoveries, ext) = (&mut self.topics, &mut conn.subs, &mut self.recoveries, &mut conn.ext);
                     let r = net::read_frames(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |f| {
                         req.stats.frames_in += 1;
+                        if f.kind == Kind::Auth {
+                            return super::auth::framed_token(&mut req, topics, ext, f.payload);
+                        }
+                        if crate::server::conn::awaiting_auth(ext) {
+                            return super::auth::missing(&mut req);
+                        }
                         match f.kind {
                             Kind::Heartbeat => {
                                 frame::encode(req.out, Kind::HeartbeatAck, f.payload);

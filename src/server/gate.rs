@@ -1,0 +1,203 @@
+//! Who may subscribe to what, inside one server worker: the identity of
+//! each authenticated connection (`--auth jwt`), the connections of each
+//! user (per-user pushes), when each token expires, and the topics
+//! `--admin-topics` keeps for tokens with `"admin": true`.
+//!
+//! Identities live in this side table, not in the connection record, so a
+//! server without `--auth` pays nothing per connection.
+
+use super::jwt::{self, Claims, Verifier};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::rc::Rc;
+
+/// A subscription the token does not allow (or an admin-only topic).
+pub const NOT_PERMITTED: &str = "not_permitted";
+/// A refresh token for another user than the connection's.
+pub const OTHER_USER: &str = "auth_other_user";
+
+/// One authenticated connection.
+struct Identity {
+    gen: u32,
+    user: Rc<str>,
+    exp: u64,
+    topics: Box<[Box<str>]>,
+    info: Option<Box<str>>,
+    admin: bool,
+}
+
+#[derive(Default)]
+pub struct Gate {
+    /// `--auth jwt`: every connection must show a token.
+    verifier: Option<Verifier>,
+    /// `--admin-topics`: patterns only admin tokens may subscribe to.
+    admin_topics: Vec<String>,
+    by_key: HashMap<usize, Identity>,
+    by_user: HashMap<Rc<str>, Vec<usize>>,
+    /// (exp, key, gen), soonest first; stale entries are skipped.
+    expiring: BinaryHeap<Reverse<(u64, usize, u32)>>,
+}
+
+/// Unix seconds now.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+impl Gate {
+    pub fn new(key: Option<&jwt::JwtKey>, admin_topics: Vec<String>) -> Result<Gate, String> {
+        let verifier = key.map(Verifier::new).transpose()?;
+        Ok(Gate { verifier, admin_topics, ..Default::default() })
+    }
+
+    /// Whether connections must authenticate.
+    pub fn required(&self) -> bool {
+        self.verifier.is_some()
+    }
+
+    /// Check a token; Err: the refusal's counter name.
+    pub fn verify(&self, token: Option<&str>) -> Result<Claims, &'static str> {
+        let v = self.verifier.as_ref().ok_or("auth_off")?;
+        v.verify(token.unwrap_or(""))
+    }
+
+    /// Connection `key` (of generation `gen`) is who `claims` say.
+    pub fn admit(&mut self, key: usize, gen: u32, claims: Claims) {
+        self.forget(key);
+        let user: Rc<str> = match self.by_user.get_key_value(claims.sub.as_str()) {
+            Some((u, _)) => u.clone(),
+            None => claims.sub.as_str().into(),
+        };
+        self.by_user.entry(user.clone()).or_default().push(key);
+        self.expiring.push(Reverse((claims.exp, key, gen)));
+        let id = Identity {
+            gen,
+            user,
+            exp: claims.exp,
+            topics: claims.topics.into_iter().map(String::into_boxed_str).collect(),
+            info: claims.info.map(|v| v.to_string().into_boxed_str()),
+            admin: claims.admin,
+        };
+        self.by_key.insert(key, id);
+    }
+
+    /// A fresher token for an authenticated connection: its expiry and
+    /// permissions are the new token's. Err: a token for another user.
+    pub fn refresh(&mut self, key: usize, claims: Claims) -> Result<u64, &'static str> {
+        let id = self.by_key.get_mut(&key).ok_or(jwt::MISSING)?;
+        if *id.user != *claims.sub {
+            return Err(OTHER_USER);
+        }
+        id.exp = claims.exp;
+        id.topics = claims.topics.into_iter().map(String::into_boxed_str).collect();
+        id.info = claims.info.map(|v| v.to_string().into_boxed_str());
+        id.admin = claims.admin;
+        let gen = id.gen;
+        self.expiring.push(Reverse((claims.exp, key, gen)));
+        Ok(claims.exp)
+    }
+
+    /// The connection closed.
+    pub fn forget(&mut self, key: usize) {
+        let Some(id) = self.by_key.remove(&key) else { return };
+        if let Some(keys) = self.by_user.get_mut(&id.user) {
+            keys.retain(|k| *k != key);
+            if keys.is_empty() {
+                self.by_user.remove(&id.user);
+            }
+        }
+    }
+
+    /// Whether connection `key` may subscribe to `topic`.
+    pub fn permits(&self, key: usize, topic: &str) -> Result<(), &'static str> {
+        let id = self.by_key.get(&key);
+        if self.admin_topics.iter().any(|p| jwt::covers(p, topic)) && !id.is_some_and(|i| i.admin) {
+            return Err(NOT_PERMITTED);
+        }
+        if !self.required() {
+            return Ok(());
+        }
+        match id {
+            Some(i) if i.admin || i.topics.iter().any(|p| jwt::covers(p, topic)) => Ok(()),
+            _ => Err(NOT_PERMITTED),
+        }
+    }
+
+    /// Connections whose token expired by `now` (unix seconds), each once.
+    pub fn expired(&mut self, now: u64) -> Vec<(usize, u32)> {
+        let mut out = Vec::new();
+        while let Some(Reverse((exp, key, gen))) = self.expiring.peek().copied() {
+            if exp > now {
+                break;
+            }
+            self.expiring.pop();
+            // A refreshed or replaced identity left this entry behind.
+            if self.by_key.get(&key).is_some_and(|i| i.gen == gen && i.exp == exp) {
+                out.push((key, gen));
+            }
+        }
+        out
+    }
+
+    /// The user of connection `key` (authenticated ones).
+    pub fn user_of(&self, key: usize) -> Option<&str> {
+        self.by_key.get(&key).map(|i| &*i.user)
+    }
+
+    /// The `info` claim of connection `key`'s token (JSON text).
+    pub fn info_of(&self, key: usize) -> Option<&str> {
+        self.by_key.get(&key).and_then(|i| i.info.as_deref())
+    }
+
+    /// The connections of `user` in this worker.
+    pub fn conns_of(&self, user: &str) -> &[usize] {
+        self.by_user.get(user).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// Authenticated connections in this worker.
+    pub fn len(&self) -> usize {
+        self.by_key.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claims(sub: &str, exp: u64, topics: &[&str]) -> Claims {
+        Claims { sub: sub.into(), exp, topics: topics.iter().map(|t| t.to_string()).collect(), info: None, admin: false }
+    }
+
+    #[test]
+    fn identities_permissions_and_expiry() {
+        let key = jwt::JwtKey::Secret(vec![7; 32]);
+        let mut g = Gate::new(Some(&key), vec!["ops.*".into()]).unwrap();
+        assert_eq!(g.permits(1, "chat.a"), Err(NOT_PERMITTED), "no identity yet");
+        g.admit(1, 10, claims("alice", 100, &["chat.*"]));
+        g.admit(2, 11, claims("alice", 200, &["*"]));
+        g.admit(3, 12, claims("bob", 150, &["news"]));
+        assert_eq!(g.permits(1, "chat.a"), Ok(()));
+        assert_eq!(g.permits(1, "news"), Err(NOT_PERMITTED));
+        assert_eq!(g.permits(2, "ops.x"), Err(NOT_PERMITTED), "admin topics need admin, even with *");
+        assert_eq!(g.conns_of("alice"), &[1, 2]);
+        assert_eq!(g.refresh(3, claims("alice", 999, &[])), Err(OTHER_USER));
+        assert_eq!(g.refresh(1, claims("alice", 300, &["chat.*"])), Ok(300));
+        assert_eq!(g.expired(160), vec![(3, 12)], "alice's first token was refreshed");
+        g.forget(2);
+        assert_eq!(g.conns_of("alice"), &[1]);
+        assert_eq!(g.expired(1000), vec![(1, 10)]);
+        g.forget(1);
+        g.forget(3);
+        assert!(g.is_empty() && g.by_user.is_empty());
+    }
+
+    #[test]
+    fn admin_topics_without_auth() {
+        let g = Gate::new(None, vec!["ops".into()]).unwrap();
+        assert_eq!(g.permits(1, "ops"), Err(NOT_PERMITTED));
+        assert_eq!(g.permits(1, "chat"), Ok(()));
+    }
+}

@@ -1,0 +1,283 @@
+//! Who a connection is (`server --auth jwt`): a JSON Web Token checked
+//! with the `jsonwebtoken` crate against the key the operator gave, its
+//! claims (`sub`, `exp`, `topics`, `info`, `admin`) and why a token was
+//! refused, as a counter name.
+//!
+//! The key decides the algorithms: a secret verifies HS256/384/512 only, a
+//! public key (PEM) or a JWKS verifies only its own family (RS*/PS*, ES*,
+//! EdDSA). A token whose header names another algorithm is refused before
+//! its signature is looked at, so `alg: none` and the HS/RS confusion
+//! (an RSA public key used as an HMAC secret) cannot pass. `exp` and `sub`
+//! are required; `exp` and `nbf` are checked with no leeway, because the
+//! connection is closed at `exp` too.
+
+use jsonwebtoken::errors::ErrorKind;
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// Longest token accepted (a WebSocket handshake head is bounded anyway).
+pub const MAX_TOKEN: usize = 8 * 1024;
+/// Shortest HMAC secret accepted: 256 bits, as RFC 7518 §3.2 asks for HS256.
+pub const MIN_SECRET: usize = 32;
+
+/// The key material, as read from the operator's file (it travels to the
+/// workers inside their configuration, on their stdin).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JwtKey {
+    /// `--jwt-secret-file`: the HMAC secret (the file's bytes, without a
+    /// trailing newline).
+    Secret(Vec<u8>),
+    /// `--jwt-public-key-file`: an RSA, EC or Ed25519 public key (PEM).
+    PublicPem(String),
+    /// `--jwt-jwks-file`: a JSON Web Key Set; a token's `kid` picks its key.
+    Jwks(String),
+}
+
+impl JwtKey {
+    /// Read `--jwt-secret-file`.
+    pub fn read_secret(path: &str) -> Result<JwtKey, String> {
+        let mut bytes = read(path, "--jwt-secret-file")?;
+        while bytes.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+            bytes.pop();
+        }
+        if bytes.len() < MIN_SECRET {
+            return Err(format!(
+                "--jwt-secret-file {path}: the secret is {} bytes; HS256 needs at least {MIN_SECRET} (e.g. `head -c 48 /dev/urandom | base64 > {path}`)",
+                bytes.len()
+            ));
+        }
+        Ok(JwtKey::Secret(bytes))
+    }
+
+    /// Read `--jwt-public-key-file` and check it is a key we can use.
+    pub fn read_public(path: &str) -> Result<JwtKey, String> {
+        let pem = String::from_utf8(read(path, "--jwt-public-key-file")?).map_err(|_| format!("--jwt-public-key-file {path} is not PEM text"))?;
+        let key = JwtKey::PublicPem(pem);
+        Verifier::new(&key).map_err(|e| format!("--jwt-public-key-file {path}: {e}"))?;
+        Ok(key)
+    }
+
+    /// Read `--jwt-jwks-file` and check every key in it.
+    pub fn read_jwks(path: &str) -> Result<JwtKey, String> {
+        let text = String::from_utf8(read(path, "--jwt-jwks-file")?).map_err(|_| format!("--jwt-jwks-file {path} is not JSON text"))?;
+        let key = JwtKey::Jwks(text);
+        Verifier::new(&key).map_err(|e| format!("--jwt-jwks-file {path}: {e}"))?;
+        Ok(key)
+    }
+}
+
+fn read(path: &str, flag: &str) -> Result<Vec<u8>, String> {
+    std::fs::read(Path::new(path)).map_err(|e| format!("{flag} {path}: cannot read it ({e})"))
+}
+
+/// What a valid token says about its bearer.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Claims {
+    /// The user.
+    pub sub: String,
+    /// Unix seconds after which the token (and the connection) ends.
+    pub exp: u64,
+    /// Patterns of the topics the bearer may subscribe to: a name, a
+    /// prefix ending in `*` (`chat.*`), or `*` for every topic.
+    #[serde(default)]
+    pub topics: Vec<String>,
+    /// Free-form data kept with the connection (shown with presence).
+    #[serde(default)]
+    pub info: Option<serde_json::Value>,
+    /// May subscribe to `--admin-topics` too.
+    #[serde(default)]
+    pub admin: bool,
+}
+
+/// One verification key and the algorithms it verifies.
+struct Key {
+    kid: Option<String>,
+    key: DecodingKey,
+    validation: Validation,
+}
+
+pub struct Verifier {
+    keys: Vec<Key>,
+}
+
+fn validation(algorithms: &[Algorithm]) -> Validation {
+    let mut v = Validation::new(algorithms[0]);
+    v.algorithms = algorithms.to_vec();
+    v.leeway = 0;
+    v.validate_aud = false;
+    v.set_required_spec_claims(&["exp", "sub"]);
+    v
+}
+
+const HMAC: [Algorithm; 3] = [Algorithm::HS256, Algorithm::HS384, Algorithm::HS512];
+const RSA: [Algorithm; 6] = [Algorithm::RS256, Algorithm::RS384, Algorithm::RS512, Algorithm::PS256, Algorithm::PS384, Algorithm::PS512];
+const EC: [Algorithm; 2] = [Algorithm::ES256, Algorithm::ES384];
+const ED: [Algorithm; 1] = [Algorithm::EdDSA];
+
+/// A public key from PEM, whichever family it is.
+fn from_pem(pem: &str) -> Result<(DecodingKey, &'static [Algorithm]), String> {
+    let b = pem.as_bytes();
+    if let Ok(k) = DecodingKey::from_rsa_pem(b) {
+        return Ok((k, &RSA));
+    }
+    if let Ok(k) = DecodingKey::from_ec_pem(b) {
+        return Ok((k, &EC));
+    }
+    if let Ok(k) = DecodingKey::from_ed_pem(b) {
+        return Ok((k, &ED));
+    }
+    Err("not an RSA, EC or Ed25519 public key in PEM (-----BEGIN PUBLIC KEY-----); for a shared secret use --jwt-secret-file".into())
+}
+
+impl Verifier {
+    pub fn new(key: &JwtKey) -> Result<Verifier, String> {
+        let keys = match key {
+            JwtKey::Secret(s) => vec![Key { kid: None, key: DecodingKey::from_secret(s), validation: validation(&HMAC) }],
+            JwtKey::PublicPem(pem) => {
+                let (key, algs) = from_pem(pem)?;
+                vec![Key { kid: None, key, validation: validation(algs) }]
+            }
+            JwtKey::Jwks(text) => {
+                let set: JwkSet = serde_json::from_str(text).map_err(|e| format!("not a JWKS ({e}); expected {{\"keys\":[{{\"kty\":..}}]}}"))?;
+                if set.keys.is_empty() {
+                    return Err("the JWKS has no keys".into());
+                }
+                let mut keys = Vec::new();
+                for jwk in &set.keys {
+                    use jsonwebtoken::jwk::AlgorithmParameters as P;
+                    let algs: &[Algorithm] = match &jwk.algorithm {
+                        P::RSA(_) => &RSA,
+                        P::EllipticCurve(_) => &EC,
+                        P::OctetKeyPair(_) => &ED,
+                        P::OctetKey(_) => &HMAC,
+                    };
+                    let key = DecodingKey::from_jwk(jwk).map_err(|e| format!("key {:?}: {e}", jwk.common.key_id))?;
+                    keys.push(Key { kid: jwk.common.key_id.clone(), key, validation: validation(algs) });
+                }
+                keys
+            }
+        };
+        Ok(Verifier { keys })
+    }
+
+    /// The claims of a valid token, or why it is refused (a counter name).
+    pub fn verify(&self, token: &str) -> Result<Claims, &'static str> {
+        if token.is_empty() {
+            return Err(MISSING);
+        }
+        if token.len() > MAX_TOKEN {
+            return Err("auth_malformed");
+        }
+        let header = jsonwebtoken::decode_header(token).map_err(|_| header_refusal(token))?;
+        let key = match (&header.kid, self.keys.len()) {
+            (_, 1) => &self.keys[0],
+            (Some(kid), _) => self.keys.iter().find(|k| k.kid.as_deref() == Some(kid.as_str())).ok_or("auth_unknown_key")?,
+            (None, _) => return Err("auth_unknown_key"),
+        };
+        let data = jsonwebtoken::decode::<Claims>(token, &key.key, &key.validation).map_err(|e| refusal(e.kind()))?;
+        if data.claims.sub.is_empty() || data.claims.sub.len() > 255 {
+            return Err("auth_bad_claims");
+        }
+        Ok(data.claims)
+    }
+}
+
+/// No token came.
+pub const MISSING: &str = "auth_missing";
+/// The token's `exp` passed (at connect, or later while connected).
+pub const EXPIRED: &str = "auth_expired";
+
+/// What a refused token's client should do, by reason.
+pub fn explain(reason: &str) -> &'static str {
+    match reason {
+        MISSING => "no token: send Authorization: Bearer TOKEN, the subprotocols megaconn and bearer.TOKEN, or ?token=TOKEN (framed: an auth frame first)",
+        EXPIRED => "the token's exp has passed: get a fresh token",
+        "auth_not_yet_valid" => "the token's nbf is still in the future",
+        "auth_bad_signature" => "the token's signature does not match this server's key",
+        "auth_bad_algorithm" => {
+            "the token's alg is not one this server's key verifies (HS* for --jwt-secret-file, the key's own family for a public key or JWKS; never none)"
+        }
+        "auth_bad_claims" => "the token needs sub (a string, 1-255 bytes) and exp (unix seconds); topics is a list of strings",
+        "auth_unknown_key" => "no key in the server's JWKS has the token's kid",
+        super::gate::OTHER_USER => "a refresh token must be for the connection's own user (sub)",
+        _ => "not a JWT (header.payload.signature, base64url, at most 8 KiB)",
+    }
+}
+
+/// WebSocket close code when a connection's token expires (private range).
+pub const EXPIRED_CLOSE: u16 = 4001;
+
+/// Why a header did not decode: an algorithm we never accept (`none`,
+/// an unknown name) or not a JWT at all.
+fn header_refusal(token: &str) -> &'static str {
+    use base64::Engine;
+    let head = token.split('.').next().unwrap_or("");
+    let json = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(head.trim_end_matches('=')).ok();
+    let alg = json.and_then(|j| serde_json::from_slice::<serde_json::Value>(&j).ok()).is_some_and(|v| v["alg"].is_string());
+    if alg {
+        "auth_bad_algorithm"
+    } else {
+        "auth_malformed"
+    }
+}
+
+fn refusal(kind: &ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::ExpiredSignature => EXPIRED,
+        ErrorKind::ImmatureSignature => "auth_not_yet_valid",
+        ErrorKind::InvalidSignature => "auth_bad_signature",
+        ErrorKind::InvalidAlgorithm | ErrorKind::InvalidAlgorithmName | ErrorKind::MissingAlgorithm | ErrorKind::InvalidKeyFormat => "auth_bad_algorithm",
+        ErrorKind::MissingRequiredClaim(_) | ErrorKind::Json(_) => "auth_bad_claims",
+        _ => "auth_malformed",
+    }
+}
+
+/// Whether a subscription pattern from a token covers `topic`.
+pub fn covers(pattern: &str, topic: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => topic.starts_with(prefix),
+        None => pattern == topic,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jsonwebtoken::{encode, EncodingKey, Header};
+
+    fn now() -> u64 {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
+    }
+
+    #[test]
+    fn a_secret_verifies_hmac_tokens_only() {
+        let secret = b"0123456789abcdef0123456789abcdef".to_vec();
+        let v = Verifier::new(&JwtKey::Secret(secret.clone())).unwrap();
+        let claims = serde_json::json!({"sub": "alice", "exp": now() + 60, "topics": ["chat.*"]});
+        let good = encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(&secret)).unwrap();
+        assert_eq!(v.verify(&good).unwrap().sub, "alice");
+        let other = encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(b"another secret, just as long...!")).unwrap();
+        assert_eq!(v.verify(&other), Err("auth_bad_signature"));
+        let old = serde_json::json!({"sub": "alice", "exp": now() - 1});
+        let expired = encode(&Header::new(Algorithm::HS256), &old, &EncodingKey::from_secret(&secret)).unwrap();
+        assert_eq!(v.verify(&expired), Err(EXPIRED));
+        let no_sub = encode(&Header::new(Algorithm::HS256), &serde_json::json!({"exp": now() + 60}), &EncodingKey::from_secret(&secret)).unwrap();
+        assert_eq!(v.verify(&no_sub), Err("auth_bad_claims"));
+        // alg none: header {"alg":"none"}, no signature.
+        let none = "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.eyJzdWIiOiJhbGljZSIsImV4cCI6OTk5OTk5OTk5OX0.";
+        assert_eq!(v.verify(none), Err("auth_bad_algorithm"));
+        assert_eq!(v.verify(""), Err(MISSING));
+        assert_eq!(v.verify("a.b"), Err("auth_malformed"));
+    }
+
+    #[test]
+    fn patterns() {
+        assert!(covers("*", "x"));
+        assert!(covers("chat.*", "chat.room1"));
+        assert!(!covers("chat.*", "chatroom"));
+        assert!(covers("news", "news"));
+        assert!(!covers("news", "news2"));
+    }
+}

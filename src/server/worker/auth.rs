@@ -1,0 +1,60 @@
+//! A worker's side of `--auth jwt`: the framed protocol's auth frame
+//! (first, then refreshes) and the close of connections whose token
+//! expired.
+
+use super::Worker;
+use crate::proto::Protocol;
+use crate::server::conn::{awaiting_auth, Ext};
+use crate::server::push::Topics;
+use crate::server::requests::Requests;
+use crate::server::{gate, jwt, ws};
+
+/// A framed auth frame: the first admits the connection, a later one
+/// refreshes its token (a refused refresh keeps the old token: the
+/// connection closes at its exp). Err closes the connection.
+pub fn framed_token(req: &mut Requests<'_>, topics: &mut Topics, ext: &mut Ext, payload: &[u8]) -> Result<(), &'static str> {
+    if !topics.gate.required() {
+        return Err("bad_frame_unexpected_kind");
+    }
+    let token = std::str::from_utf8(payload).unwrap_or("\u{0}");
+    if !awaiting_auth(ext) {
+        let _ = ws::refresh(req, topics, token);
+        return Ok(());
+    }
+    match topics.gate.verify(Some(token)) {
+        Ok(claims) => {
+            topics.gate.admit(req.key, req.gen, claims);
+            *ext = None;
+            Ok(())
+        }
+        Err(reason) => {
+            *req.stats.auth_refused.entry(reason.into()).or_insert(0) += 1;
+            Err(reason)
+        }
+    }
+}
+
+/// A framed frame before the auth frame: refused and counted.
+pub fn missing(req: &mut Requests<'_>) -> Result<(), &'static str> {
+    *req.stats.auth_refused.entry(jwt::MISSING.into()).or_insert(0) += 1;
+    Err(jwt::MISSING)
+}
+
+impl Worker {
+    /// Close every connection whose token's exp has passed (WebSocket:
+    /// close code 4001 first). Called once a second.
+    pub(super) fn expire_tokens(&mut self) {
+        if !self.topics.gate.required() {
+            return;
+        }
+        for (key, gen) in self.topics.gate.expired(gate::unix_now()) {
+            let Some(conn) = self.conns.get_mut(key).filter(|c| c.gen == gen) else { continue };
+            if self.cfg.protocol == Protocol::Ws && crate::server::conn::takes_pushes(&conn.ext) {
+                let mut out = Vec::new();
+                crate::proto::ws::frame::encode_close_reason(&mut out, jwt::EXPIRED_CLOSE, b"token expired", None);
+                let _ = super::tls::send(self.tls.as_mut(), key, &mut conn.stream, &mut conn.backlog, &out, self.cfg.max_pending_bytes, "slow_consumer");
+            }
+            self.close(key, jwt::EXPIRED.into());
+        }
+    }
+}

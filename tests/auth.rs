@@ -1,0 +1,183 @@
+//! `server --auth jwt` on real sockets, with tokens minted by PyJWT (not
+//! megaconn's code) and WebSocket clients from Python `websockets`: every
+//! way of carrying a token, every refusal by its reason, HS/RS confusion,
+//! JWKS, permissions, refresh, expiry, per-user push and disconnect; and
+//! the framed protocol's auth frame, written by hand.
+mod common;
+use common::framed::{frame, resume, In, Reader};
+use common::*;
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+/// A fresh directory of keys (secret, RSA, EC, JWKS) made by PyJWT's side.
+fn keys(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("megaconn-auth-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut cmd = Command::new("python3");
+    cmd.arg(peer("jwt_keys.py")).arg("keys").arg(&dir);
+    let mut p = Peer::spawn("jwt_keys.py", cmd);
+    p.finish_ok(Duration::from_secs(60));
+    dir
+}
+
+/// An HS256 token for `sub` by the directory's secret (PyJWT).
+fn mint(dir: &std::path::Path, sub: &str, ttl: i64, topics: &str) -> String {
+    let out = Command::new("python3").arg(peer("jwt_keys.py")).arg("mint").arg(dir).args([sub, &ttl.to_string(), topics]).output().expect("python3");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// A ws server verifying with `key_args`; runs `auth_ws.py MODE` against it.
+fn ws_peer(mode: &str, key_args: &[&str], workers: &str) -> (Running, String) {
+    let dir = keys(mode);
+    let port = free_port();
+    let path = |a: &str| if a.starts_with("--") { a.to_string() } else { dir.join(a).display().to_string() };
+    let mut args: Vec<String> =
+        ["--protocol", "ws", "--ports", &port.to_string(), "--workers", workers, "--auth", "jwt"].iter().map(|s| s.to_string()).collect();
+    args.extend(key_args.iter().map(|a| path(a)));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (s, _, ready) = server_ready(&args, None);
+    let admin = ready["admin"].as_str().unwrap().to_string();
+    let mut py = Command::new("python3");
+    py.arg(peer("auth_ws.py")).args([&port.to_string(), &admin]).arg(&dir).arg(mode);
+    let mut p = Peer::spawn(&format!("auth_ws.py {mode}"), py);
+    assert_eq!(p.finish_ok(Duration::from_secs(90)), ["OK"]);
+    let _ = std::fs::remove_dir_all(&dir);
+    (s, admin)
+}
+
+fn stats_of(admin: &str) -> Value {
+    let (status, body) = http(admin, "GET", "/stats", b"", None);
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+/// /stats once `ok` holds (the workers report every 200 ms); panics
+/// with the last one after 10 s.
+fn stats_when(admin: &str, what: &str, ok: impl Fn(&Value) -> bool) -> Value {
+    let mut last = Value::Null;
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < end {
+        last = stats_of(admin);
+        if ok(&last) {
+            return last;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{what}: not within 10 s; last /stats: {last}");
+}
+
+#[test]
+fn hs256_tokens_are_taken_three_ways_and_refused_by_reason() {
+    let (mut s, admin) = ws_peer("hs", &["--jwt-secret-file", "secret"], "1");
+    // Every refusal the peer saw is counted under its reason.
+    let want = ["auth_missing", "auth_expired", "auth_bad_signature", "auth_bad_algorithm", "auth_bad_claims", "auth_malformed", "auth_other_user"];
+    let stats = stats_when(&admin, "every refusal counted once", |s| want.iter().all(|r| s["auth_refused"][r] == 1));
+    assert_eq!(stats["auth_refreshed"], 1, "{stats}");
+    assert_eq!(stats["subscribe_refused"]["not_permitted"], 2, "a command and a ?subscribe=: {stats}");
+    assert_eq!(stats["close_reasons"]["auth_expired"], 1, "{stats}");
+    let (_, metrics) = http(&admin, "GET", "/metrics", b"", None);
+    assert!(metrics.contains("megaconn_auth_refused_total{reason=\"auth_bad_signature\"} 1"), "{metrics}");
+    assert!(s.terminate().success());
+}
+
+#[test]
+fn rs256_public_key_refuses_the_hs_rs_confusion() {
+    let (mut s, admin) = ws_peer("rs", &["--jwt-public-key-file", "rsa.pub.pem"], "1");
+    let stats = stats_when(&admin, "the refusals counted", |s| s["auth_refused"]["auth_bad_signature"] == 1);
+    assert_eq!(stats["auth_refused"]["auth_bad_algorithm"], 2, "the confusion and an HS256 token: {stats}");
+    assert!(s.terminate().success());
+}
+
+#[test]
+fn a_jwks_picks_the_key_by_kid() {
+    let (mut s, admin) = ws_peer("jwks", &["--jwt-jwks-file", "jwks.json"], "1");
+    stats_when(&admin, "the unknown kid counted", |s| s["auth_refused"]["auth_unknown_key"] == 1);
+    assert!(s.terminate().success());
+}
+
+#[test]
+fn a_push_to_a_user_reaches_each_of_its_connections_once() {
+    // Two workers: alice's three connections spread over both.
+    let (mut s, admin) = ws_peer("users", &["--jwt-secret-file", "secret"], "2");
+    stats_when(&admin, "alice's three connections closed as disconnected", |s| s["close_reasons"]["disconnected"] == 3);
+    assert!(s.terminate().success());
+}
+
+#[test]
+fn a_framed_connection_shows_its_token_first() {
+    let dir = keys("framed");
+    let port = free_port();
+    let secret = dir.join("secret").display().to_string();
+    let (mut s, _, ready) = server_ready(&["--ports", &port.to_string(), "--workers", "1", "--auth", "jwt", "--jwt-secret-file", &secret], None);
+    let admin = ready["admin"].as_str().unwrap().to_string();
+    // Anything before the token: closed.
+    let mut early = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    early.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    early.write_all(&frame(6, b"chat.a")).unwrap();
+    assert_eq!(early.read(&mut [0u8; 16]).unwrap_or(0), 0, "closed, nothing said");
+    // A connection that has not shown its token hears no broadcast.
+    let mut silent = Reader::connect(port);
+    let mut alice = Reader::connect(port);
+    alice.s.write_all(&frame(13, mint(&dir, "alice", 60, "chat.*").as_bytes())).unwrap();
+    alice.s.write_all(&resume("chat.a", None)).unwrap();
+    assert!(matches!(alice.until_subscribed()[..], [In::Subscribed(true, _, _)]));
+    let (status, body) = http(&admin, "POST", "/broadcast", b"b1", None);
+    assert_eq!(status, 200, "{body}");
+    assert!(matches!(alice.next(), In::Push(_, _, ref d) if d == "b1"));
+    let (status, body) = http(&admin, "POST", "/publish?topic=chat.a", b"t1", None);
+    assert_eq!(status, 200, "{body}");
+    assert!(matches!(alice.next(), In::Push(_, _, ref d) if d == "t1"));
+    // Now it shows one: the first thing it hears is its own answer.
+    silent.s.write_all(&frame(13, mint(&dir, "bob", 60, "news").as_bytes())).unwrap();
+    silent.s.write_all(&resume("news", None)).unwrap();
+    assert!(matches!(silent.until_subscribed()[..], [In::Subscribed(true, _, _)]), "no broadcast before its token");
+    // Outside its topics claim: closed and counted.
+    silent.s.write_all(&resume("chat.a", None)).unwrap();
+    let mut rest = Vec::new();
+    let _ = silent.s.read_to_end(&mut rest);
+    // A bad token: closed, counted by reason.
+    let mut forged = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    forged.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut t = mint(&dir, "eve", 60, "*");
+    t.push('x');
+    forged.write_all(&frame(13, t.as_bytes())).unwrap();
+    assert_eq!(forged.read(&mut [0u8; 16]).unwrap_or(0), 0);
+    let stats = stats_when(&admin, "the refusals counted", |s| {
+        s["auth_refused"]["auth_missing"] == 1 && s["auth_refused"]["auth_bad_signature"] == 1 && s["subscribe_refused"]["not_permitted"] == 1
+    });
+    assert_eq!(stats["authenticated"], 1, "alice only: {stats}");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(s.terminate().success());
+}
+
+#[test]
+fn auth_flags_say_what_is_missing() {
+    let dir = std::env::temp_dir().join(format!("megaconn-auth-flags-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let short = dir.join("short");
+    std::fs::write(&short, "too short\n").unwrap();
+    let good = dir.join("good");
+    std::fs::write(&good, "0123456789abcdef0123456789abcdef\n").unwrap();
+    let not_pem = dir.join("not.pem");
+    std::fs::write(&not_pem, "hello").unwrap();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec!["--auth".into(), "jwt".into()], "--auth jwt needs the key tokens are verified with"),
+        (vec!["--auth".into(), "jwt".into(), "--jwt-secret-file".into(), short.display().to_string()], "HS256 needs at least 32"),
+        (vec!["--auth".into(), "jwt".into(), "--jwt-public-key-file".into(), not_pem.display().to_string()], "not an RSA, EC or Ed25519 public key"),
+        (vec!["--auth".into(), "jwt".into(), "--jwt-secret-file".into(), "/nonexistent/secret".into()], "cannot read it"),
+        (vec!["--jwt-secret-file".into(), good.display().to_string()], "--auth <AUTH>"),
+        (vec!["--admin-topics".into(), "bad topic".into()], "--admin-topics 'bad topic' is not a topic pattern"),
+    ];
+    for (args, want) in cases {
+        let mut cmd = megaconn();
+        cmd.args(["server", "--ports", &free_port().to_string(), "--duration", "5s", "--admin", "off"]).args(&args);
+        let (code, _, err) = run(cmd, Duration::from_secs(20));
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
