@@ -61,6 +61,8 @@ impl From<ServerArgs> for ServerConfig {
                 super::AuthMode::Jwt => crate::server::config::Auth::Jwt(a.auth.jwt_secret_file.or(a.auth.jwt_public_key_file).or(a.auth.jwt_jwks_file)),
             },
             admin_topics: a.auth.admin_topics,
+            upstream: a.auth.upstream,
+            upstream_queue: a.auth.upstream_queue,
             json: a.json,
         }
     }

@@ -258,6 +258,12 @@ pub struct ServerAuthArgs {
     /// Topic patterns only tokens with "admin": true may subscribe to (NAME, PREFIX*, comma-separated); without --auth, nobody may.
     #[arg(long, value_name = "PATTERNS", value_delimiter = ',')]
     pub admin_topics: Vec<String>,
+    /// Send what clients say (WebSocket messages, {"type":"publish"} commands, framed publish frames) and presence joins/leaves to this webhook, batched, retried, instead of echoing them: http://HOST:PORT/PATH (docs/upstream.md).
+    #[arg(long, value_name = "URL", value_parser = crate::server::upstream::parse_url)]
+    pub upstream: Option<crate::server::upstream::Target>,
+    /// --upstream: messages each worker may have that the backend has not taken yet; a client whose message would be one more is closed with 1013 (try again later).
+    #[arg(long, default_value = "262144", value_parser = clap::value_parser!(u32).range(1..=16_777_216).map(|v| v as usize))]
+    pub upstream_queue: usize,
 }
 
 /// `--auth`.

@@ -46,6 +46,9 @@ pub enum Kind {
     /// Client -> server: a bearer token (`server --auth jwt`), first
     /// before anything else, and again to refresh it before it expires.
     Auth = 13,
+    /// Client -> server: `topic_len:u8 topic data` for the application
+    /// (`server --upstream`); topic_len 0: no topic.
+    Publish = 14,
 }
 
 impl Kind {
@@ -64,6 +67,7 @@ impl Kind {
             11 => Kind::PushPart,
             12 => Kind::Goaway,
             13 => Kind::Auth,
+            14 => Kind::Publish,
             _ => return None,
         })
     }

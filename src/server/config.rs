@@ -82,6 +82,10 @@ pub struct ServerConfig {
     /// `--admin-topics`: topic patterns only tokens with `"admin": true`
     /// may subscribe to (nobody, without `--auth`).
     pub admin_topics: Vec<String>,
+    /// `--upstream URL`: what clients send goes to this webhook.
+    pub upstream: Option<crate::server::upstream::Target>,
+    /// `--upstream-queue`: messages per worker the backend has not taken.
+    pub upstream_queue: usize,
     pub json: bool,
 }
 
@@ -144,6 +148,8 @@ impl Default for ServerConfig {
             tls: None,
             auth: Auth::Off,
             admin_topics: Vec::new(),
+            upstream: None,
+            upstream_queue: crate::server::upstream::DEFAULT_QUEUE,
             json: false,
         }
     }

@@ -112,6 +112,8 @@ pub struct ServerFleet {
     listeners: Vec<std::net::TcpListener>,
     /// `--cluster`: the NATS link and what waits on it.
     relay: Option<super::relay::Relay>,
+    /// `--upstream`: the webhook sender.
+    upstream: Option<super::upstream::Upstream>,
     /// Workers that stopped reading their commands or reporting: sent to,
     /// not waited for (admin answers list them).
     stalled: std::collections::BTreeSet<usize>,
@@ -174,6 +176,7 @@ impl ServerFleet {
             cap,
             listeners,
             relay: None,
+            upstream: None,
             stalled: Default::default(),
             admin_stats: None,
         };
@@ -182,6 +185,11 @@ impl ServerFleet {
             let relay = super::relay::Relay::start(c.clone(), Arc::new(move |ev| to(ServerEvent::Cluster(ev))))?;
             f.publisher.node = Some(relay.node().to_string());
             f.relay = Some(relay);
+        }
+        if let Some(t) = &cfg.upstream {
+            let to = sink.clone();
+            let node = cfg.cluster.as_ref().map(|c| c.node.clone());
+            f.upstream = Some(super::upstream::Upstream::start(t.clone(), node, Arc::new(move |ev| to(ServerEvent::Upstream(ev))))?);
         }
         for _ in 0..initial {
             f.spawn()?;
@@ -236,6 +244,13 @@ impl ServerFleet {
         let (i, ev) = match ev {
             ServerEvent::Worker(i, ev) => (i, ev),
             ServerEvent::Admin(req) => return self.on_admin(req),
+            ServerEvent::Upstream(super::upstream::UpstreamEvent::Done(per)) => {
+                for (w, n) in per {
+                    self.pool.send(w, &format!("{} {n}", super::snapshot::CMD_UPSTREAM_DONE));
+                }
+                return;
+            }
+            ServerEvent::Upstream(super::upstream::UpstreamEvent::Note(message)) => return self.note("upstream_refused", usize::MAX, message, 0),
             ServerEvent::Cluster(crate::cluster::ClusterEvent::Fatal(e)) => return self.failure = Some(e),
             ServerEvent::Cluster(ev) => {
                 let running = self.running();
@@ -269,6 +284,11 @@ impl ServerFleet {
                 match &mut self.relay {
                     Some(r) => r.history_wanted(worker, &topic, after, &mut self.publisher, &mut self.pool),
                     None => self.publisher.history_wanted(worker, &topic, after, &mut self.pool),
+                }
+            }
+            PoolEvent::Msg(ServerMsg::Upstream { worker, messages }) => {
+                if let Some(u) = &self.upstream {
+                    u.send(worker, messages);
                 }
             }
             PoolEvent::Msg(ServerMsg::Topics { worker, changes }) => {
@@ -345,6 +365,7 @@ impl ServerFleet {
                         &self.publisher.history.counters,
                         link.as_ref(),
                         admin.as_ref(),
+                        self.upstream.as_ref().map(|u| u.counters.lock().expect("upstream counters").clone()).as_ref(),
                     ),
                 }
             }
@@ -352,6 +373,9 @@ impl ServerFleet {
                 let mut v = serde_json::to_value(&t).unwrap_or_default();
                 v["push_published"] = self.publisher.published.into();
                 v["history"] = serde_json::to_value(&self.publisher.history.counters).unwrap_or_default();
+                if let Some(u) = &self.upstream {
+                    v["upstream"] = serde_json::to_value(&*u.counters.lock().expect("upstream counters")).unwrap_or_default();
+                }
                 v["stalled_workers"] = self.stalled().into();
                 v["accept_queue"] = self.accept_queue.into();
                 if let Some(s) = &self.admin_stats {
@@ -654,6 +678,7 @@ fn worker_template(cfg: &ServerConfig, initial: usize, budget: u64, elastic: boo
         drain_period_ms: cfg.drain_period.as_millis() as u64,
         auth: cfg.auth.jwt_key(),
         admin_topics: cfg.admin_topics.clone(),
+        upstream_queue: cfg.upstream.as_ref().map(|_| cfg.upstream_queue),
     }
 }
 

@@ -23,12 +23,16 @@ pub fn render(
     history: &super::history::HistoryCounters,
     link: Option<&crate::cluster::LinkStatus>,
     admin: Option<&crate::admin::AdminCounters>,
+    upstream: Option<&super::upstream::UpstreamCounters>,
 ) -> String {
     let mut r = Registry::with_prefix(PREFIX);
     t.counters.register(&mut r);
     history.register(&mut r);
     if let Some(a) = admin {
         a.register(&mut r);
+    }
+    if let Some(u) = upstream {
+        u.register(&mut r);
     }
     let service = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
     service.set(t.applied_service_ms / 1000.0);
@@ -80,7 +84,7 @@ mod tests {
         t.counters.accepted = 9;
         t.counters.close_reasons.insert("peer_closed".into(), 2);
         t.push_latency_buckets = vec![1, 2];
-        let text = render(&t, 3, 7, &crate::server::history::HistoryCounters::example(), None, None);
+        let text = render(&t, 3, 7, &crate::server::history::HistoryCounters::example(), None, None, None);
         for d in ServerCounters::DECLARED.iter().chain(crate::server::history::HistoryCounters::DECLARED) {
             assert!(text.contains(&format!("# HELP {} ", d.kind.family_name(PREFIX, d.metric))), "{} missing from {text}", d.field);
         }
@@ -92,11 +96,11 @@ mod tests {
         assert!(text.ends_with("# EOF\n"), "{text}");
         assert!(text.contains("megaconn_accept_queue 7"), "{text}");
         let link = crate::cluster::LinkStatus { up: true, reconnects: 2, ..Default::default() };
-        let text = render(&t, 3, 0, &Default::default(), Some(&link), None);
+        let text = render(&t, 3, 0, &Default::default(), Some(&link), None, None);
         assert!(text.contains("megaconn_cluster_link_up 1"), "{text}");
         assert!(text.contains("megaconn_cluster_reconnects_total 2"), "{text}");
         let link = crate::cluster::LinkStatus { refused: [("forged".to_string(), 3)].into(), ..Default::default() };
-        let text = render(&t, 3, 0, &Default::default(), Some(&link), None);
+        let text = render(&t, 3, 0, &Default::default(), Some(&link), None, None);
         assert!(text.contains("megaconn_cluster_refused_total{reason=\"forged\"} 3"), "{text}");
         assert!(text.contains("megaconn_cluster_refused_total{reason=\"unsigned\"} 0"), "{text}");
         let history = crate::cluster::LogStatus {
@@ -105,7 +109,7 @@ mod tests {
             counters: crate::cluster::log::LogCounters::example(),
         };
         let link = crate::cluster::LinkStatus { history: Some(history), ..Default::default() };
-        let text = render(&t, 3, 0, &Default::default(), Some(&link), None);
+        let text = render(&t, 3, 0, &Default::default(), Some(&link), None, None);
         for d in crate::cluster::log::LogCounters::DECLARED {
             assert!(text.contains(&format!("megaconn_cluster_history_{}_total ", d.metric)), "{}: {text}", d.metric);
         }

@@ -24,6 +24,7 @@ crate::counters! {
         auth_refused: by("reason") "auth_refused" "Tokens refused (--auth jwt), by reason (auth_missing, auth_expired, auth_bad_signature, auth_bad_algorithm, auth_bad_claims, auth_malformed, auth_unknown_key, auth_not_yet_valid, auth_other_user); at connect the connection is refused (401), on refresh the old token stays",
         auth_refreshed: counter "auth_refreshed" "Tokens refreshed on open connections",
         authenticated: gauge "authenticated_connections" "Connections open now with a verified token",
+        upstream_sent: counter "upstream_sent" "Messages clients sent that the workers handed on to the --upstream backend",
         ws_upgrades: counter "ws_upgrades" "WebSocket handshakes completed",
         sse_streams: counter "sse_streams" "Server-Sent Event streams opened (GET with Accept: text/event-stream on a WebSocket or HTTP port)",
         goaways: counter "goaways" "Connections closed by a drain (SIGTERM, --drain-period) after a reconnect hint",
@@ -118,6 +119,11 @@ pub enum ServerMsg {
         topic: String,
         after: u64,
     },
+    /// What clients said, for the `--upstream` backend.
+    Upstream {
+        worker: usize,
+        messages: Vec<super::upstream::UpMessage>,
+    },
     /// Answer to a `list` command.
     Connections {
         worker: usize,
@@ -185,6 +191,8 @@ pub const CMD_LIST: &str = "list";
 pub const CMD_HISTORY: &str = "history";
 /// Read the TLS certificate and key again (SIGHUP, or the files changed).
 pub const CMD_TLS_RELOAD: &str = "tls_reload";
+/// `upstream_done N`: the backend took N more of this worker's messages.
+pub const CMD_UPSTREAM_DONE: &str = "upstream_done";
 /// Clients are resuming somewhere on this server: note accepts for the
 /// seam (see `worker/seam.rs`), also on a worker that has read no resume yet.
 pub const CMD_RESUMING: &str = "resuming";
@@ -198,6 +206,7 @@ pub enum ServerCommand {
     History(super::history::Slice),
     TlsReload,
     Resuming,
+    UpstreamDone(u64),
 }
 
 impl ServerCommand {
@@ -210,6 +219,7 @@ impl ServerCommand {
             CMD_HISTORY => serde_json::from_str(arg).ok().map(ServerCommand::History),
             CMD_TLS_RELOAD => Some(ServerCommand::TlsReload),
             CMD_RESUMING => Some(ServerCommand::Resuming),
+            CMD_UPSTREAM_DONE => arg.trim().parse().ok().map(ServerCommand::UpstreamDone),
             _ => None,
         }
     }
@@ -223,6 +233,8 @@ pub enum ServerEvent {
     Admin(crate::admin::Request),
     /// News from the cluster link.
     Cluster(crate::cluster::ClusterEvent),
+    /// News from the `--upstream` sender.
+    Upstream(super::upstream::UpstreamEvent),
 }
 
 #[cfg(test)]

@@ -89,6 +89,10 @@ pub struct ServerWorkerConfig {
     /// `--admin-topics`: patterns only admin tokens may subscribe to.
     #[serde(default)]
     pub admin_topics: Vec<String>,
+    /// `--upstream` with `--upstream-queue`: messages clients send go to
+    /// the application, at most this many not yet taken.
+    #[serde(default)]
+    pub upstream_queue: Option<usize>,
 }
 
 /// Pool threads wake the event loop through this token.
@@ -160,6 +164,8 @@ struct Worker {
     stalls: stall::Stalls,
     /// TLS state of every connection (a TLS server only).
     tls: Option<tls::TlsSide>,
+    /// `--upstream`: what clients said, on its way to the application.
+    upstream: Option<super::outbox::Outbox>,
 }
 
 pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
@@ -179,6 +185,7 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
         None => None,
     };
     let gate = super::gate::Gate::new(cfg.auth.as_ref(), cfg.admin_topics.clone()).map_err(anyhow::Error::msg).context("cannot load the --auth key")?;
+    let upstream_queue = cfg.upstream_queue;
     let mut group = AcceptGroup::inherit(&cfg.listen_fds);
     group.join(poll.as_raw_fd())?;
     let mut w = Worker {
@@ -216,6 +223,7 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
         limits,
         per_ip,
         tls,
+        upstream: upstream_queue.map(|n| super::outbox::Outbox::new(worker, n)),
     };
     w.topics.gate = gate;
     control::emit(&ServerMsg::Ready { worker, pid: std::process::id(), fd_limit: crate::sys::fd_limit().hard });
@@ -265,6 +273,11 @@ impl Handler for Worker {
                     Some(ServerCommand::List(l)) => self.list(&l),
                     Some(ServerCommand::History(slice)) => self.recovered(&slice),
                     Some(ServerCommand::Resuming) => self.seam.resumed(),
+                    Some(ServerCommand::UpstreamDone(n)) => {
+                        if let Some(u) = &mut self.upstream {
+                            u.done(n);
+                        }
+                    }
                     Some(ServerCommand::TlsReload) => {
                         // The supervisor read the files before asking; if
                         // they changed again since, the old ones stay.
@@ -335,6 +348,9 @@ impl Handler for Worker {
             self.release_held();
             self.expire_tokens();
             self.sse_beat_at = now + Duration::from_secs(1);
+        }
+        if let Some(u) = self.upstream.as_mut().filter(|u| !u.out.is_empty()) {
+            control::emit(&ServerMsg::Upstream { worker: self.cfg.worker, messages: std::mem::take(&mut u.out) });
         }
         if !self.recoveries.is_empty() {
             for (topic, after) in self.recoveries.take_wanted() {
@@ -564,5 +580,6 @@ fn answered_refusal(reason: &str) -> bool {
         || reason == drain::REASON
         || reason.starts_with("ws_handshake")
         || reason.starts_with("auth_")
+        || reason == super::upstream::FULL
         || (reason.starts_with("http_") && reason != "http_connection_close")
 }

@@ -53,6 +53,8 @@ pub struct Ctx<'a> {
     pub now_s: u32,
     /// Per-worker vector payloads are unmasked into.
     pub tmp: &'a mut Vec<u8>,
+    /// `--upstream`: what clients send goes to the application, not back.
+    pub upstream: Option<&'a mut super::outbox::Outbox>,
 }
 
 /// State of a connection just accepted: waiting for its Upgrade request.
@@ -101,26 +103,28 @@ pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, &'
         }
     }
     let mut frag = ws_mut(ext).and_then(|w| w.frag.take());
-    let Ctx { req, cfg, tmp, topics, subs, recoveries, .. } = ctx;
-    let mut subscriber = Subscriber { topics, subs, recoveries };
+    let Ctx { req, cfg, tmp, topics, subs, recoveries, upstream, .. } = ctx;
+    let mut subscriber = Subscriber { topics, subs, recoveries, upstream: upstream.as_deref_mut() };
     let r = Reader { role: Role::Server, max: cfg.max_message, tmp, frag: &mut frag }.consume(&buf[pos..], |ev| on_event(req, &mut subscriber, ev));
     *ext = frag.map(|f| Box::new(ConnExt::Ws(WsConn { handshake_since_ds: 0, frag: Some(f) })));
     match r {
         Ok(used) => Ok(pos + used),
         Err(PEER_CLOSE) => Err(PEER_CLOSE),
         Err(reason) => {
-            let code = if reason == OVERLOAD { 1013 } else { close_code(reason) };
+            let code = if reason == OVERLOAD || reason == super::upstream::FULL { 1013 } else { close_code(reason) };
             frame::encode_close(req.out, code, None);
             Err(reason)
         }
     }
 }
 
-/// A connection's subscriptions, as its commands change them.
+/// A connection's subscriptions, as its commands change them, and where
+/// what it says goes (`--upstream`).
 struct Subscriber<'a> {
     topics: &'a mut Topics,
     subs: &'a mut Subs,
     recoveries: &'a mut Recoveries,
+    upstream: Option<&'a mut super::outbox::Outbox>,
 }
 
 /// A command a WebSocket client sends as a text message.
@@ -140,6 +144,11 @@ enum Command {
     Refresh {
         token: String,
     },
+    /// A message for the application about a topic (`--upstream`).
+    Publish {
+        topic: String,
+        data: serde_json::Value,
+    },
 }
 
 /// Whether a text message is meant as a command (a JSON object with a
@@ -148,16 +157,32 @@ fn is_command(data: &[u8]) -> bool {
     data.first() == Some(&b'{') && data.windows(6).take(64).any(|w| w == b"\"type\"")
 }
 
+/// Hand what a client said to the application (`--upstream`). Err:
+/// [`super::upstream::FULL`] (close with 1013), `no_upstream`, or the
+/// topic is not permitted.
+fn up_message(req: &mut Requests<'_>, s: &mut Subscriber<'_>, topic: Option<&str>, text: bool, data: &[u8]) -> Result<(), &'static str> {
+    let Some(up) = s.upstream.as_deref_mut() else { return Err("no_upstream") };
+    if let Some(t) = topic {
+        crate::proto::push::check_topic(t.as_bytes()).map_err(|_| "bad_topic")?;
+        s.topics.gate.permits(req.key, t)?;
+    }
+    let user = s.topics.gate.user_of(req.key);
+    up.offer((req.key, req.gen), |conn| super::upstream::UpMessage::message(conn, user, topic, text, data))?;
+    req.stats.upstream_sent += 1;
+    Ok(())
+}
+
 /// Carry out a command; what the client must hear goes into `out`.
-fn command(req: &mut Requests<'_>, s: &mut Subscriber<'_>, data: &[u8]) {
+fn command(req: &mut Requests<'_>, s: &mut Subscriber<'_>, data: &[u8]) -> Result<(), &'static str> {
     let answer = |out: &mut Vec<u8>, v: serde_json::Value| frame::encode(out, true, Opcode::Text, v.to_string().as_bytes(), None);
     let cmd = match serde_json::from_slice::<Command>(data) {
         Ok(c) => c,
         Err(e) => {
             req.stats.frames_out += 1;
             *req.stats.subscribe_refused.entry("bad_command".into()).or_insert(0) += 1;
-            let hint = r#"expected {"type":"subscribe","topic":"T"} (optionally "since":{"epoch":E,"offset":N}), {"type":"unsubscribe","topic":"T"} or {"type":"refresh","token":"JWT"}"#;
-            return answer(req.out, serde_json::json!({"type": "error", "reason": "bad_command", "message": format!("{e}; {hint}")}));
+            let hint = r#"expected {"type":"subscribe","topic":"T"} (optionally "since":{"epoch":E,"offset":N}), {"type":"unsubscribe","topic":"T"}, {"type":"refresh","token":"JWT"} or {"type":"publish","topic":"T","data":..} (with --upstream)"#;
+            answer(req.out, serde_json::json!({"type": "error", "reason": "bad_command", "message": format!("{e}; {hint}")}));
+            return Ok(());
         }
     };
     req.stats.frames_out += 1;
@@ -182,11 +207,31 @@ fn command(req: &mut Requests<'_>, s: &mut Subscriber<'_>, data: &[u8]) {
             s.recoveries.forget(&topic, req.key);
             answer(req.out, serde_json::json!({"type": "unsubscribed", "topic": topic}));
         }
+        Command::Publish { topic, data } => {
+            req.stats.frames_out -= 1;
+            let text = match &data {
+                serde_json::Value::String(t) => t.clone(),
+                other => other.to_string(),
+            };
+            match up_message(req, s, Some(&topic), true, text.as_bytes()) {
+                Ok(()) => {}
+                Err(reason) if reason == super::upstream::FULL => return Err(reason),
+                Err(reason) => {
+                    req.stats.frames_out += 1;
+                    let message = match reason {
+                        super::gate::NOT_PERMITTED => "this connection's token does not allow this topic",
+                        _ => "this server sends nothing to an application: start it with --upstream URL",
+                    };
+                    answer(req.out, serde_json::json!({"type": "error", "topic": topic, "reason": reason, "message": message}));
+                }
+            }
+        }
         Command::Refresh { token } => match refresh(req, s.topics, &token) {
             Ok(exp) => answer(req.out, serde_json::json!({"type": "refreshed", "exp": exp})),
             Err(reason) => answer(req.out, serde_json::json!({"type": "error", "reason": reason, "message": jwt::explain(reason)})),
         },
     }
+    Ok(())
 }
 
 /// Take a fresher token for this connection; Err: why not (the old one
@@ -206,7 +251,8 @@ pub fn refresh(req: &mut Requests<'_>, topics: &mut Topics, token: &str) -> Resu
 fn on_event(req: &mut Requests<'_>, s: &mut Subscriber<'_>, ev: Event<'_>) -> Result<(), &'static str> {
     req.stats.frames_in += 1;
     match ev {
-        Event::Message { text: true, data } if is_command(data) => command(req, s, data),
+        Event::Message { text: true, data } if is_command(data) => command(req, s, data)?,
+        Event::Message { text, data } if s.upstream.is_some() => up_message(req, s, None, text, data)?,
         Event::Message { text, data } => {
             let mut reply = Vec::with_capacity(data.len() + 10);
             frame::encode(&mut reply, true, if text { Opcode::Text } else { Opcode::Binary }, data, None);

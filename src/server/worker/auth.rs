@@ -1,12 +1,14 @@
 //! A worker's side of `--auth jwt`: the framed protocol's auth frame
 //! (first, then refreshes) and the close of connections whose token
-//! expired.
+//! expired; and the framed publish frame (`--upstream`).
 
 use super::Worker;
 use crate::proto::Protocol;
 use crate::server::conn::{awaiting_auth, Ext};
+use crate::server::outbox::Outbox;
 use crate::server::push::Topics;
 use crate::server::requests::Requests;
+use crate::server::upstream::UpMessage;
 use crate::server::{gate, jwt, ws};
 
 /// A framed auth frame: the first admits the connection, a later one
@@ -32,6 +34,28 @@ pub fn framed_token(req: &mut Requests<'_>, topics: &mut Topics, ext: &mut Ext, 
             Err(reason)
         }
     }
+}
+
+/// A framed publish frame (`topic_len:u8 topic data`): to the application.
+/// Err closes the connection (no `--upstream`, a bad or forbidden topic,
+/// or the worker's upstream queue is full).
+pub fn framed_publish(req: &mut Requests<'_>, topics: &Topics, upstream: Option<&mut Outbox>, payload: &[u8]) -> Result<(), &'static str> {
+    let Some(up) = upstream else { return Err("bad_frame_unexpected_kind") };
+    let n = *payload.first().ok_or("bad_frame_publish")? as usize;
+    let (topic, data) = payload[1..].split_at_checked(n).ok_or("bad_frame_publish")?;
+    let topic = match topic {
+        [] => None,
+        t => {
+            crate::proto::push::check_topic(t).map_err(|_| "bad_topic")?;
+            let t = std::str::from_utf8(t).map_err(|_| "bad_topic")?;
+            topics.gate.permits(req.key, t)?;
+            Some(t)
+        }
+    };
+    let user = topics.gate.user_of(req.key);
+    up.offer((req.key, req.gen), |conn| UpMessage::message(conn, user, topic, false, data))?;
+    req.stats.upstream_sent += 1;
+    Ok(())
 }
 
 /// A framed frame before the auth frame: refused and counted.

@@ -45,6 +45,7 @@ impl Worker {
                     let held = self.seam.read(key, gen);
                     let (mut resumed, mut resumed_broadcasts) = (false, false);
                     let (topics, subs, recoveries, ext) = (&mut self.topics, &mut conn.subs, &mut self.recoveries, &mut conn.ext);
+                    let upstream = &mut self.upstream;
                     let r = net::read_frames(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |f| {
                         req.stats.frames_in += 1;
                         if f.kind == Kind::Auth {
@@ -70,6 +71,7 @@ impl Worker {
                                 }
                             }
                             Kind::Unsubscribe => topics.unsubscribe(subs, key, f.payload),
+                            Kind::Publish => super::auth::framed_publish(&mut req, topics, upstream.as_mut(), f.payload)?,
                             Kind::Resume => {
                                 resumed = true;
                                 let (topic, at) = crate::proto::push::decode_resume(f.payload)?;
@@ -121,6 +123,7 @@ impl Worker {
                         recoveries: &mut self.recoveries,
                         now_s,
                         tmp: &mut self.unmasked,
+                        upstream: self.upstream.as_mut(),
                     };
                     let ext = &mut conn.ext;
                     net::read_chunks(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| ws::consume(&mut ctx, ext, buf))

@@ -1,0 +1,156 @@
+"""A webhook backend (Python's http.server) and Python `websockets`
+clients, around a `megaconn server --protocol ws --upstream
+http://127.0.0.1:HOOK/hook`.
+
+usage: upstream_ws.py PORT ADMIN HOOK MODE [N]
+  Binds the webhook on HOOK first and prints READY; then waits for the
+  server on PORT.
+  MODE all:   N clients each send 5 text messages and one
+              {"type":"publish","topic":"room.K"} command; the webhook must
+              receive exactly those N*6 messages, each once, with its
+              connection id and topic; then the backend answers one client
+              through POST /push/ID and that client receives it.
+  MODE stall: the webhook answers its first two batches 503 and holds the
+              third 5 s; 50 clients x 20 messages are all delivered, once.
+  MODE full:  the webhook holds every batch until told; one client sends
+              200 messages into a queue of 20: it is closed with 1013; once
+              the webhook answers, it prints 'DELIVERED n' for what it got.
+Prints 'OK' when every check held.
+"""
+import asyncio
+import json
+import socket
+import sys
+import threading
+import time
+import urllib.request
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+port, admin, hook, mode = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
+n = int(sys.argv[5]) if len(sys.argv) > 5 else 100
+
+got = []
+lock = threading.Lock()
+posts = [0]
+release = threading.Event()
+
+
+class Hook(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        with lock:
+            posts[0] += 1
+            k = posts[0]
+        if mode == "stall" and k <= 2:
+            self.send_response(503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if mode == "stall" and k == 3:
+            time.sleep(5)
+        if mode == "full":
+            release.wait(30)
+        with lock:
+            got.extend(body["messages"])
+        self.send_response(204)
+        self.end_headers()
+
+
+server = ThreadingHTTPServer(("127.0.0.1", hook), Hook)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+print("READY", flush=True)
+
+deadline = time.time() + 30
+while True:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        break
+    except OSError:
+        assert time.time() < deadline, "the server never listened"
+        time.sleep(0.05)
+
+
+def wait_for(count, limit=30):
+    end = time.time() + limit
+    while time.time() < end:
+        with lock:
+            if len(got) >= count:
+                return
+        time.sleep(0.02)
+    raise AssertionError(f"the webhook got {len(got)} of {count}")
+
+
+def push(conn, data):
+    req = urllib.request.Request(f"http://{admin}/push/{conn}", data=data.encode(), method="POST",
+                                 headers={"Content-Type": "application/octet-stream"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        assert r.status == 200, r.status
+
+
+async def mode_all():
+    clients = [await connect(f"ws://127.0.0.1:{port}/") for _ in range(n)]
+    sent = Counter()
+    for i, ws in enumerate(clients):
+        for j in range(5):
+            await ws.send(f"c{i}-m{j}")
+            sent[(None, f"c{i}-m{j}")] += 1
+        await ws.send(json.dumps({"type": "publish", "topic": f"room.{i % 7}", "data": f"c{i}-p"}))
+        sent[(f"room.{i % 7}", f"c{i}-p")] += 1
+    wait_for(n * 6)
+    time.sleep(0.3)  # anything extra would have arrived by now
+    with lock:
+        received = Counter((m.get("topic"), m["data"]) for m in got)
+        kinds = {m["type"] for m in got}
+        conns = {m["data"].split("-")[0]: m["conn"] for m in got}
+    assert received == sent, (len(got), (received - sent).most_common(3), (sent - received).most_common(3))
+    assert kinds == {"message"}, kinds
+    assert len(set(conns.values())) == n, "one id per client"
+    # The backend answers client 3 through the push API.
+    push(conns["c3"], "answer for c3")
+    m = json.loads(await asyncio.wait_for(clients[3].recv(), 10))
+    assert m["stream"] == "unicast" and m["data"] == "answer for c3", m
+    for ws in clients:
+        await ws.close()
+
+
+async def mode_stall():
+    clients = [await connect(f"ws://127.0.0.1:{port}/") for _ in range(50)]
+    for r in range(20):
+        for i, ws in enumerate(clients):
+            await ws.send(f"c{i}-m{r}")
+    wait_for(1000, limit=60)
+    time.sleep(0.3)
+    with lock:
+        c = Counter(m["data"] for m in got)
+    assert len(c) == 1000 and max(c.values()) == 1, (len(c), c.most_common(2))
+    for ws in clients:
+        await ws.close()
+
+
+async def mode_full():
+    ws = await connect(f"ws://127.0.0.1:{port}/")
+    code = None
+    try:
+        for j in range(200):
+            await ws.send(f"m{j}")
+        await asyncio.wait_for(ws.recv(), 10)
+    except ConnectionClosed as e:
+        code = e.rcvd.code if e.rcvd else None
+    assert code == 1013, code
+    release.set()
+    time.sleep(1.5)
+    with lock:
+        print(f"DELIVERED {len(got)}", flush=True)
+        data = [m["data"] for m in got]
+    assert data == [f"m{j}" for j in range(len(data))], "in order, none skipped"
+
+
+asyncio.run({"all": mode_all, "stall": mode_stall, "full": mode_full}[mode]())
+print("OK", flush=True)

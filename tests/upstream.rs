@@ -1,0 +1,85 @@
+//! `server --upstream`: what Python `websockets` clients send reaches a
+//! webhook backend (Python's http.server) exactly once, in order, through
+//! a failing and a stalled backend; a full queue closes the client with
+//! 1013 and loses nothing it accepted; the backend answers through the
+//! push API.
+mod common;
+use common::*;
+use serde_json::Value;
+use std::process::Command;
+use std::time::Duration;
+
+/// The webhook peer up (it prints READY), then the server pointed at it;
+/// the peer drives the clients and says OK.
+fn run_peer(mode: &str, extra: &[&str]) -> (Running, Peer, String) {
+    let (port, admin_port, hook) = (free_port(), free_port(), free_port());
+    let admin = format!("127.0.0.1:{admin_port}");
+    let mut py = Command::new("python3");
+    py.arg(peer("upstream_ws.py")).args([&port.to_string(), &admin, &hook.to_string(), mode, "1000"]);
+    let mut p = Peer::spawn(&format!("upstream_ws.py {mode}"), py);
+    assert_eq!(p.line(Duration::from_secs(30), "the webhook listening"), "READY");
+    let (url, port) = (format!("http://127.0.0.1:{hook}/hook"), port.to_string());
+    let mut args = vec!["--protocol", "ws", "--ports", &port, "--admin", &admin, "--workers", "2", "--upstream", &url];
+    args.extend_from_slice(extra);
+    let (s, _, _) = server_ready(&args, None);
+    (s, p, admin)
+}
+
+fn stats(admin: &str) -> Value {
+    let (status, body) = http(admin, "GET", "/stats", b"", None);
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+#[test]
+fn the_webhook_gets_exactly_what_a_thousand_clients_sent() {
+    let (mut s, mut p, admin) = run_peer("all", &[]);
+    assert_eq!(p.finish_ok(Duration::from_secs(120)), ["OK"]);
+    let mut v = Value::Null;
+    wait_until("the workers' counts reported", Duration::from_secs(10), || {
+        v = stats(&admin);
+        v["upstream_sent"] == 6000
+    });
+    assert_eq!(v["upstream"]["delivered"], 6000, "{v}");
+    assert_eq!(v["upstream"]["refused"], serde_json::json!({}), "{v}");
+    let (_, metrics) = http(&admin, "GET", "/metrics", b"", None);
+    assert!(metrics.contains("megaconn_upstream_delivered_total 6000"), "{metrics}");
+    assert!(s.terminate().success());
+}
+
+#[test]
+fn a_failing_then_stalled_backend_loses_nothing() {
+    let (mut s, mut p, admin) = run_peer("stall", &[]);
+    assert_eq!(p.finish_ok(Duration::from_secs(120)), ["OK"]);
+    let v = stats(&admin);
+    assert_eq!(v["upstream"]["retries"]["http_5xx"], 2, "two 503s, each sent again: {v}");
+    assert_eq!(v["upstream"]["delivered"], 1000, "{v}");
+    assert!(s.terminate().success());
+}
+
+#[test]
+fn a_full_queue_closes_the_client_with_1013_and_keeps_what_it_took() {
+    let (mut s, mut p, admin) = run_peer("full", &["--upstream-queue", "20"]);
+    let delivered = p.line(Duration::from_secs(60), "what the webhook got");
+    assert_eq!(p.finish_ok(Duration::from_secs(60)), ["OK"]);
+    let mut v = Value::Null;
+    wait_until("the close counted", Duration::from_secs(10), || {
+        v = stats(&admin);
+        v["close_reasons"]["upstream_full"] == 1
+    });
+    // Every message a worker took reached the backend: the queue's 20.
+    assert_eq!(delivered, "DELIVERED 20");
+    assert_eq!((v["upstream_sent"].as_u64(), v["upstream"]["delivered"].as_u64()), (Some(20), Some(20)), "{v}");
+    assert!(s.terminate().success());
+}
+
+#[test]
+fn upstream_urls_are_checked() {
+    for (url, says) in [("https://x/hook", "https is not supported"), ("ftp://x", "give an http:// URL"), ("http://x:99999/", "not a port")] {
+        let mut cmd = megaconn();
+        cmd.args(["server", "--admin", "off", "--duration", "2s", "--upstream", url]);
+        let (code, _, err) = run(cmd, Duration::from_secs(20));
+        assert_eq!(code, 2, "{url}: {err}");
+        assert!(err.contains(says), "{url}: {err}");
+    }
+}
