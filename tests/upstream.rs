@@ -12,10 +12,14 @@ use std::time::Duration;
 /// The webhook peer up (it prints READY), then the server pointed at it;
 /// the peer drives the clients and says OK.
 fn run_peer(mode: &str, extra: &[&str]) -> (Running, Peer, String) {
+    run_peer_with(mode, "1000", extra)
+}
+
+fn run_peer_with(mode: &str, arg: &str, extra: &[&str]) -> (Running, Peer, String) {
     let (port, admin_port, hook) = (free_port(), free_port(), free_port());
     let admin = format!("127.0.0.1:{admin_port}");
     let mut py = Command::new("python3");
-    py.arg(peer("upstream_ws.py")).args([&port.to_string(), &admin, &hook.to_string(), mode, "1000"]);
+    py.arg(peer("upstream_ws.py")).args([&port.to_string(), &admin, &hook.to_string(), mode, arg]);
     let mut p = Peer::spawn(&format!("upstream_ws.py {mode}"), py);
     assert_eq!(p.line(Duration::from_secs(30), "the webhook listening"), "READY");
     let (url, port) = (format!("http://127.0.0.1:{hook}/hook"), port.to_string());
@@ -70,6 +74,24 @@ fn a_full_queue_closes_the_client_with_1013_and_keeps_what_it_took() {
     // Every message a worker took reached the backend: the queue's 20.
     assert_eq!(delivered, "DELIVERED 20");
     assert_eq!((v["upstream_sent"].as_u64(), v["upstream"]["delivered"].as_u64()), (Some(20), Some(20)), "{v}");
+    assert!(s.terminate().success());
+}
+
+#[test]
+fn presence_lists_users_and_the_app_hears_joins_and_leaves() {
+    let dir = std::env::temp_dir().join(format!("megaconn-presence-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let secret = dir.join("secret");
+    std::fs::write(&secret, "presence test secret, at least 32 bytes long\n").unwrap();
+    let secret = secret.display().to_string();
+    let (mut s, mut p, admin) = run_peer_with("presence", &secret, &["--auth", "jwt", "--jwt-secret-file", &secret, "--presence-events"]);
+    assert_eq!(p.finish_ok(Duration::from_secs(60)), ["OK"]);
+    let (status, body) = http(&admin, "GET", "/presence?topic=room.1", b"", None);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"connections\":0"), "everyone left: {body}");
+    let (status, body) = http(&admin, "GET", "/presence", b"", None);
+    assert_eq!(status, 400, "{body}");
+    let _ = std::fs::remove_dir_all(&dir);
     assert!(s.terminate().success());
 }
 

@@ -6,6 +6,8 @@ use crate::proto::push::{check_topic, Stream, MAX_PUSH};
 
 /// Longest `/connections` listing (each worker also stops at 2 MiB).
 pub const MAX_LIST: usize = 10_000;
+/// Most users one `/presence` answer lists (their connections are all counted).
+pub const MAX_PRESENCE: usize = 1_000_000;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
@@ -17,6 +19,12 @@ pub enum Request {
         topic: Option<String>,
         /// Only this user's connections (`--auth jwt`).
         user: Option<String>,
+    },
+    /// Who is subscribed to a topic: users (with connection counts and
+    /// `info`) and connections without a user.
+    Presence {
+        topic: String,
+        limit: usize,
     },
     /// A topic's history after an offset (`*`: the broadcasts).
     History {
@@ -124,6 +132,19 @@ pub fn parse(method: &str, url: &str, body: Vec<u8>) -> Result<Request, Response
             let user = query(url, "user").map(percent_decode);
             Ok(Request::Connections { limit, topic, user })
         }
+        ("GET", "/presence") => {
+            let topic = query(url, "topic").ok_or_else(|| Response::error(400, "GET /presence needs ?topic=NAME (and optionally &limit=USERS)"))?;
+            check_topic(topic.as_bytes()).map_err(|e| Response::error(400, e))?;
+            let limit = match query(url, "limit") {
+                None => MAX_PRESENCE,
+                Some(v) => v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=MAX_PRESENCE).contains(n))
+                    .ok_or_else(|| Response::error(400, format!("limit must be 1 to {MAX_PRESENCE} users, not '{v}'")))?,
+            };
+            Ok(Request::Presence { topic: topic.into(), limit })
+        }
         ("GET", "/history") => {
             let topic = query(url, "topic")
                 .ok_or_else(|| Response::error(400, "GET /history needs ?topic=NAME (* for broadcasts), and optionally &since=OFFSET&epoch=EPOCH&limit=N"))?;
@@ -177,12 +198,12 @@ pub fn parse(method: &str, url: &str, body: Vec<u8>) -> Result<Request, Response
             data_fits("", &body)?;
             Ok(Request::Publish(vec![Message::unicast(node, target, body)]))
         }
-        (_, "/metrics" | "/stats" | "/healthz" | "/connections" | "/history" | "/broadcast" | "/publish" | "/push") => {
+        (_, "/metrics" | "/stats" | "/healthz" | "/connections" | "/presence" | "/history" | "/broadcast" | "/publish" | "/push") => {
             Err(Response::error(405, format!("{method} is not allowed on {path}")))
         }
         _ => Err(Response::error(
             404,
-            format!("no {path}; try /metrics, /stats, /healthz, /connections, /history?topic=T, POST /publish?topic=T, /broadcast, /push/ID, /push/user/SUB, /disconnect/user/SUB"),
+            format!("no {path}; try /metrics, /stats, /healthz, /connections, /presence?topic=T, /history?topic=T, POST /publish?topic=T, /broadcast, /push/ID, /push/user/SUB, /disconnect/user/SUB"),
         )),
     }
 }

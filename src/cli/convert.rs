@@ -63,6 +63,7 @@ impl From<ServerArgs> for ServerConfig {
             admin_topics: a.auth.admin_topics,
             upstream: a.auth.upstream,
             upstream_queue: a.auth.upstream_queue,
+            presence_events: a.auth.presence_events,
             json: a.json,
         }
     }

@@ -264,6 +264,9 @@ pub struct ServerAuthArgs {
     /// --upstream: messages each worker may have that the backend has not taken yet; a client whose message would be one more is closed with 1013 (try again later).
     #[arg(long, default_value = "262144", value_parser = clap::value_parser!(u32).range(1..=16_777_216).map(|v| v as usize))]
     pub upstream_queue: usize,
+    /// --upstream: also send a join or leave event each time a connection with a user (--auth jwt) subscribes to or leaves a topic (presence for the application).
+    #[arg(long, requires = "upstream")]
+    pub presence_events: bool,
 }
 
 /// `--auth`.

@@ -86,6 +86,8 @@ pub struct ServerConfig {
     pub upstream: Option<crate::server::upstream::Target>,
     /// `--upstream-queue`: messages per worker the backend has not taken.
     pub upstream_queue: usize,
+    /// `--presence-events`: joins and leaves go to the upstream too.
+    pub presence_events: bool,
     pub json: bool,
 }
 
@@ -150,6 +152,7 @@ impl Default for ServerConfig {
             admin_topics: Vec::new(),
             upstream: None,
             upstream_queue: crate::server::upstream::DEFAULT_QUEUE,
+            presence_events: false,
             json: false,
         }
     }

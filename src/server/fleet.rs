@@ -279,6 +279,7 @@ impl ServerFleet {
             }
             PoolEvent::Msg(ServerMsg::Pushed { worker, publish_id, queued, dropped }) => self.publisher.pushed(worker, publish_id, queued, dropped),
             PoolEvent::Msg(ServerMsg::Connections { worker, request_id, list, truncated }) => self.publisher.listed(worker, request_id, list, truncated),
+            PoolEvent::Msg(ServerMsg::Presence { worker, request_id, users, anonymous }) => self.publisher.presence(worker, request_id, users, anonymous),
             PoolEvent::Msg(ServerMsg::HistoryWanted { worker, topic, after }) => {
                 self.resuming();
                 match &mut self.relay {
@@ -404,7 +405,7 @@ impl ServerFleet {
                 400,
                 "a NODE.ID connection id names a cluster node, but this server is not in a cluster (--cluster); use the bare ID from GET /connections",
             ),
-            Route::Connections { .. } | Route::Publish(_) => {
+            Route::Connections { .. } | Route::Presence { .. } | Route::Publish(_) => {
                 let running = self.running();
                 match (&mut self.relay, &req.route) {
                     (Some(r), Route::Publish(_)) => r.publish(req, &mut self.publisher, &running, &mut self.pool),
@@ -679,6 +680,7 @@ fn worker_template(cfg: &ServerConfig, initial: usize, budget: u64, elastic: boo
         auth: cfg.auth.jwt_key(),
         admin_topics: cfg.admin_topics.clone(),
         upstream_queue: cfg.upstream.as_ref().map(|_| cfg.upstream_queue),
+        presence_events: cfg.upstream.is_some() && cfg.presence_events,
     }
 }
 

@@ -36,6 +36,19 @@ pub struct Gate {
     by_user: HashMap<Rc<str>, Vec<usize>>,
     /// (exp, key, gen), soonest first; stale entries are skipped.
     expiring: BinaryHeap<Reverse<(u64, usize, u32)>>,
+    /// `--presence-events`: joins and leaves of authenticated connections
+    /// since the worker last took them.
+    pub events: Option<Vec<PresenceEvent>>,
+}
+
+/// An authenticated connection subscribed to (join) or left a topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PresenceEvent {
+    pub key: usize,
+    pub gen: u32,
+    pub user: Rc<str>,
+    pub topic: Box<str>,
+    pub join: bool,
 }
 
 /// Unix seconds now.
@@ -94,6 +107,14 @@ impl Gate {
         let gen = id.gen;
         self.expiring.push(Reverse((claims.exp, key, gen)));
         Ok(claims.exp)
+    }
+
+    /// Connection `key` joined (or left) `topic`: an event, if asked for
+    /// and the connection has a user.
+    pub fn joined(&mut self, key: usize, topic: &str, join: bool) {
+        let Some(events) = &mut self.events else { return };
+        let Some(id) = self.by_key.get(&key) else { return };
+        events.push(PresenceEvent { key, gen: id.gen, user: id.user.clone(), topic: topic.into(), join });
     }
 
     /// The connection closed.

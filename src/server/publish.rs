@@ -6,7 +6,7 @@
 
 use super::history::{History, MAX_REPLY_BYTES};
 use super::push::{split_id, PushCommand};
-use super::snapshot::{ConnInfo, ListCommand, CMD_HISTORY, CMD_LIST, CMD_PUSH};
+use super::snapshot::{ConnInfo, ListCommand, PresenceCommand, CMD_HISTORY, CMD_LIST, CMD_PRESENCE, CMD_PUSH};
 use crate::admin::route::Request as Route;
 use crate::admin::{Request, Response};
 use crate::cluster::RemoteAnswer;
@@ -40,6 +40,13 @@ enum Gather {
         list: Vec<ConnInfo>,
         /// A worker's answer reached its byte budget.
         truncated: bool,
+    },
+    Presence {
+        topic: String,
+        limit: usize,
+        /// user -> (connections, info)
+        users: HashMap<String, (u64, Option<String>)>,
+        anonymous: u64,
     },
 }
 
@@ -123,6 +130,13 @@ impl Publisher {
                     send(w, &format!("{CMD_LIST} {cmd}"), &mut waiting);
                 }
                 Gather::List { limit, list: Vec::new(), truncated: false }
+            }
+            Route::Presence { topic, limit } => {
+                let cmd = serde_json::to_string(&PresenceCommand { request_id: rid, topic: topic.clone() }).expect("serializes");
+                for &w in live {
+                    send(w, &format!("{CMD_PRESENCE} {cmd}"), &mut waiting);
+                }
+                Gather::Presence { topic, limit, users: HashMap::new(), anonymous: 0 }
             }
             Route::Publish(messages) => {
                 let publish_us = publish_us.unwrap_or_else(wall_us);
@@ -235,6 +249,23 @@ impl Publisher {
         }
     }
 
+    /// A worker answered presence question `request_id`.
+    pub fn presence(&mut self, worker: usize, request_id: u64, users: Vec<(String, u64, Option<String>)>, anonymous: u64) {
+        if let Some(p) = self.pending.get_mut(&request_id) {
+            if let Gather::Presence { users: all, anonymous: a, .. } = &mut p.gather {
+                *a += anonymous;
+                for (u, n, info) in users {
+                    let e = all.entry(u).or_insert((0, None));
+                    e.0 += n;
+                    if e.1.is_none() {
+                        e.1 = info;
+                    }
+                }
+            }
+            self.ack(request_id, worker);
+        }
+    }
+
     /// A worker answered listing `request_id`.
     pub fn listed(&mut self, worker: usize, request_id: u64, list: Vec<ConnInfo>, cut: bool) {
         if let Some(p) = self.pending.get_mut(&request_id) {
@@ -344,6 +375,25 @@ impl Publisher {
                     }
                 }
                 v
+            }
+            Gather::Presence { topic, limit, users, anonymous } => {
+                let connections = anonymous + users.values().map(|(n, _)| n).sum::<u64>();
+                let mut list: Vec<(String, (u64, Option<String>))> = users.into_iter().collect();
+                let total = list.len();
+                list.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+                list.truncate(limit);
+                let users: Vec<serde_json::Value> = list
+                    .into_iter()
+                    .map(|(u, (n, info))| {
+                        let mut v = json!({ "user": u, "connections": n });
+                        if let Some(i) = info.and_then(|i| serde_json::from_str::<serde_json::Value>(&i).ok()) {
+                            v["info"] = i;
+                        }
+                        v
+                    })
+                    .collect();
+                json!({ "topic": topic, "connections": connections, "users_total": total, "users": users, "anonymous": anonymous,
+                        "truncated": total > limit, "missing_workers": missing, "stalled_workers": p.stalled, "node": self.node })
             }
             Gather::Publish { per_worker, mut not_found, seqs, publish_us, remote, users, close } => {
                 let queued: u64 = per_worker.values().map(|v| v.0).sum();

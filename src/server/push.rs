@@ -88,6 +88,7 @@ impl Topics {
         subs.get_or_insert_with(Default::default).push(id);
         let t = self.slots[id as usize].as_mut().expect("a known id is live");
         t.subscribers.insert(key);
+        self.gate.joined(key, name, true);
         if t.subscribers.len() == 1 {
             self.note(name, true);
         }
@@ -130,7 +131,11 @@ impl Topics {
 
     fn remove(&mut self, id: u32, key: usize) {
         let Some(t) = self.slots.get_mut(id as usize).and_then(Option::as_mut) else { return };
-        if !t.subscribers.remove(&key) || !t.subscribers.is_empty() {
+        if !t.subscribers.remove(&key) {
+            return;
+        }
+        self.gate.joined(key, &t.name, false);
+        if !t.subscribers.is_empty() {
             return;
         }
         // The last subscriber left: forget the topic, reuse its id.

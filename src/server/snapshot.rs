@@ -25,6 +25,7 @@ crate::counters! {
         auth_refreshed: counter "auth_refreshed" "Tokens refreshed on open connections",
         authenticated: gauge "authenticated_connections" "Connections open now with a verified token",
         upstream_sent: counter "upstream_sent" "Messages clients sent that the workers handed on to the --upstream backend",
+        presence_events_dropped: counter "presence_events_dropped" "Join and leave events not sent upstream because the worker's --upstream-queue was full",
         ws_upgrades: counter "ws_upgrades" "WebSocket handshakes completed",
         sse_streams: counter "sse_streams" "Server-Sent Event streams opened (GET with Accept: text/event-stream on a WebSocket or HTTP port)",
         goaways: counter "goaways" "Connections closed by a drain (SIGTERM, --drain-period) after a reconnect hint",
@@ -124,6 +125,15 @@ pub enum ServerMsg {
         worker: usize,
         messages: Vec<super::upstream::UpMessage>,
     },
+    /// Answer to a `presence` command: the topic's subscribers here.
+    Presence {
+        worker: usize,
+        request_id: u64,
+        /// (user, connections, info as JSON text)
+        users: Vec<(String, u64, Option<String>)>,
+        /// Subscribers without a user (no --auth).
+        anonymous: u64,
+    },
     /// Answer to a `list` command.
     Connections {
         worker: usize,
@@ -183,10 +193,19 @@ pub struct ListCommand {
     pub user: Option<String>,
 }
 
+/// Arguments of a `presence` command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PresenceCommand {
+    pub request_id: u64,
+    pub topic: String,
+}
+
 /// `push {json}`: deliver a message.
 pub const CMD_PUSH: &str = "push";
 /// `list {json}`: report some connections.
 pub const CMD_LIST: &str = "list";
+/// `presence {json}`: report a topic's subscribers by user.
+pub const CMD_PRESENCE: &str = "presence";
 /// `history {json}`: a topic's history, for the subscribers recovering it.
 pub const CMD_HISTORY: &str = "history";
 /// Read the TLS certificate and key again (SIGHUP, or the files changed).
@@ -203,6 +222,7 @@ pub const CMD_RESUMING: &str = "resuming";
 pub enum ServerCommand {
     Push(super::push::PushCommand),
     List(ListCommand),
+    Presence(PresenceCommand),
     History(super::history::Slice),
     TlsReload,
     Resuming,
@@ -216,6 +236,7 @@ impl ServerCommand {
         match word {
             CMD_PUSH => serde_json::from_str(arg).ok().map(ServerCommand::Push),
             CMD_LIST => serde_json::from_str(arg).ok().map(ServerCommand::List),
+            CMD_PRESENCE => serde_json::from_str(arg).ok().map(ServerCommand::Presence),
             CMD_HISTORY => serde_json::from_str(arg).ok().map(ServerCommand::History),
             CMD_TLS_RELOAD => Some(ServerCommand::TlsReload),
             CMD_RESUMING => Some(ServerCommand::Resuming),

@@ -93,6 +93,9 @@ pub struct ServerWorkerConfig {
     /// the application, at most this many not yet taken.
     #[serde(default)]
     pub upstream_queue: Option<usize>,
+    /// `--presence-events`: joins and leaves go upstream too.
+    #[serde(default)]
+    pub presence_events: bool,
 }
 
 /// Pool threads wake the event loop through this token.
@@ -226,6 +229,9 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
         upstream: upstream_queue.map(|n| super::outbox::Outbox::new(worker, n)),
     };
     w.topics.gate = gate;
+    if w.cfg.presence_events {
+        w.topics.gate.events = Some(Vec::new());
+    }
     control::emit(&ServerMsg::Ready { worker, pid: std::process::id(), fd_limit: crate::sys::fd_limit().hard });
     let interval = Duration::from_millis(w.cfg.stats_interval_ms.max(50));
     reactor::run(&mut w, interval)
@@ -271,6 +277,7 @@ impl Handler for Worker {
                 match ServerCommand::parse(&word, &arg) {
                     Some(ServerCommand::Push(p)) => self.push(p),
                     Some(ServerCommand::List(l)) => self.list(&l),
+                    Some(ServerCommand::Presence(p)) => self.presence(&p),
                     Some(ServerCommand::History(slice)) => self.recovered(&slice),
                     Some(ServerCommand::Resuming) => self.seam.resumed(),
                     Some(ServerCommand::UpstreamDone(n)) => {
@@ -349,6 +356,7 @@ impl Handler for Worker {
             self.expire_tokens();
             self.sse_beat_at = now + Duration::from_secs(1);
         }
+        self.presence_upstream();
         if let Some(u) = self.upstream.as_mut().filter(|u| !u.out.is_empty()) {
             control::emit(&ServerMsg::Upstream { worker: self.cfg.worker, messages: std::mem::take(&mut u.out) });
         }

@@ -12,6 +12,11 @@ usage: upstream_ws.py PORT ADMIN HOOK MODE [N]
               through POST /push/ID and that client receives it.
   MODE stall: the webhook answers its first two batches 503 and holds the
               third 5 s; 50 clients x 20 messages are all delivered, once.
+  MODE presence: (--auth jwt, N is the secret file) alice twice and bob
+              once in room.1 (tokens by PyJWT, info {"name":..}), carol in
+              room.2: GET /presence?topic=room.1 lists alice (2) and bob (1)
+              with their info; the webhook gets a join for each, then a
+              leave as each unsubscribes or closes.
   MODE full:  the webhook holds every batch until told; one client sends
               200 messages into a queue of 20: it is closed with 1013; once
               the webhook answers, it prints 'DELIVERED n' for what it got.
@@ -31,7 +36,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 port, admin, hook, mode = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
-n = int(sys.argv[5]) if len(sys.argv) > 5 else 100
+n = int(sys.argv[5]) if len(sys.argv) > 5 and mode != "presence" else 100
 
 got = []
 lock = threading.Lock()
@@ -152,5 +157,40 @@ async def mode_full():
     assert data == [f"m{j}" for j in range(len(data))], "in order, none skipped"
 
 
-asyncio.run({"all": mode_all, "stall": mode_stall, "full": mode_full}[mode]())
+def presence():
+    with urllib.request.urlopen(f"http://{admin}/presence?topic=room.1", timeout=10) as r:
+        return json.loads(r.read())
+
+
+async def mode_presence():
+    import jwt
+    secret = open(sys.argv[5], "rb").read().rstrip(b"\n")
+
+    def url(sub, room):
+        t = jwt.encode({"sub": sub, "exp": int(time.time()) + 60, "topics": ["room.*"], "info": {"name": sub.title()}}, secret, algorithm="HS256")
+        return f"ws://127.0.0.1:{port}/?subscribe={room}&token={t}"
+    alice = [await connect(url("alice", "room.1")) for _ in range(2)]
+    bob = await connect(url("bob", "room.1"))
+    carol = await connect(url("carol", "room.2"))
+    p = presence()
+    assert p["connections"] == 3 and p["anonymous"] == 0 and p["users_total"] == 2, p
+    assert p["users"] == [{"user": "alice", "connections": 2, "info": {"name": "Alice"}},
+                          {"user": "bob", "connections": 1, "info": {"name": "Bob"}}], p
+    await alice[0].send(json.dumps({"type": "unsubscribe", "topic": "room.1"}))
+    assert json.loads(await asyncio.wait_for(alice[0].recv(), 10))["type"] == "unsubscribed"
+    await bob.close()
+    p = presence()
+    assert p["users"] == [{"user": "alice", "connections": 1, "info": {"name": "Alice"}}], p
+    for ws in alice + [carol]:
+        await ws.close()
+    wait_for(8)
+    time.sleep(0.3)
+    with lock:
+        events = Counter((m["type"], m["user"], m["topic"]) for m in got)
+    want = Counter({("join", "alice", "room.1"): 2, ("leave", "alice", "room.1"): 2, ("join", "bob", "room.1"): 1,
+                    ("leave", "bob", "room.1"): 1, ("join", "carol", "room.2"): 1, ("leave", "carol", "room.2"): 1})
+    assert events == want, events
+
+
+asyncio.run({"presence": mode_presence, "all": mode_all, "stall": mode_stall, "full": mode_full}[mode]())
 print("OK", flush=True)

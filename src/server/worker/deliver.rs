@@ -7,7 +7,7 @@ use crate::server::conn::{sse_mut, takes_pushes, ConnExt};
 use crate::server::history::{Message, Slice};
 use crate::server::push::{bucket, conn_id, split_id, PushCommand, LATENCY_BUCKETS_MS};
 use crate::server::recovery::Fate;
-use crate::server::snapshot::{ConnInfo, ListCommand, ServerMsg, LIST_BYTES, LIST_TOPICS};
+use crate::server::snapshot::{ConnInfo, ListCommand, PresenceCommand, ServerMsg, LIST_BYTES, LIST_TOPICS};
 use crate::server::ws;
 use crate::supervise::control;
 use base64::Engine;
@@ -246,6 +246,24 @@ impl Worker {
         }
         b[bucket(us as f64 / 1000.0)] += 1;
         self.stats.push_latency_sum_us += us;
+    }
+
+    /// Report a topic's subscribers, by user.
+    pub(super) fn presence(&mut self, cmd: &PresenceCommand) {
+        let gate = &self.topics.gate;
+        let mut users: std::collections::HashMap<&str, (u64, Option<&str>)> = std::collections::HashMap::new();
+        let mut anonymous = 0;
+        for key in self.topics.subscribers(&cmd.topic) {
+            match gate.user_of(key) {
+                Some(u) => {
+                    let e = users.entry(u).or_insert((0, gate.info_of(key)));
+                    e.0 += 1;
+                }
+                None => anonymous += 1,
+            }
+        }
+        let users = users.into_iter().map(|(u, (n, info))| (u.to_string(), n, info.map(str::to_string))).collect();
+        control::emit(&ServerMsg::Presence { worker: self.cfg.worker, request_id: cmd.request_id, users, anonymous });
     }
 
     /// Report up to `limit` connections (optionally only a topic's).
