@@ -20,6 +20,9 @@ pub const OTHER_USER: &str = "auth_other_user";
 struct Identity {
     gen: u32,
     user: Rc<str>,
+    /// Its place in `by_user[user]` (so a close costs O(1) however many
+    /// connections the user has).
+    pos: usize,
     exp: u64,
     topics: Box<[Box<str>]>,
     info: Option<Box<str>>,
@@ -80,11 +83,14 @@ impl Gate {
             Some((u, _)) => u.clone(),
             None => claims.sub.as_str().into(),
         };
-        self.by_user.entry(user.clone()).or_default().push(key);
+        let keys = self.by_user.entry(user.clone()).or_default();
+        keys.push(key);
+        let pos = keys.len() - 1;
         self.expiring.push(Reverse((claims.exp, key, gen)));
         let id = Identity {
             gen,
             user,
+            pos,
             exp: claims.exp,
             topics: claims.topics.into_iter().map(String::into_boxed_str).collect(),
             info: claims.info.map(|v| v.to_string().into_boxed_str()),
@@ -120,11 +126,18 @@ impl Gate {
     /// The connection closed.
     pub fn forget(&mut self, key: usize) {
         let Some(id) = self.by_key.remove(&key) else { return };
-        if let Some(keys) = self.by_user.get_mut(&id.user) {
-            keys.retain(|k| *k != key);
-            if keys.is_empty() {
+        let Some(keys) = self.by_user.get_mut(&id.user) else { return };
+        keys.swap_remove(id.pos);
+        match keys.get(id.pos) {
+            Some(moved) => {
+                if let Some(m) = self.by_key.get_mut(moved) {
+                    m.pos = id.pos;
+                }
+            }
+            None if keys.is_empty() => {
                 self.by_user.remove(&id.user);
             }
+            None => {}
         }
     }
 
@@ -209,6 +222,20 @@ mod tests {
         assert_eq!(g.expired(160), vec![(3, 12)], "alice's first token was refreshed");
         g.forget(2);
         assert_eq!(g.conns_of("alice"), &[1]);
+        // Many connections of one user: each close is O(1) and keeps the index right.
+        for k in 100..200 {
+            g.admit(k, 1, claims("carol", 999, &[]));
+        }
+        for k in (100..200).step_by(3) {
+            g.forget(k);
+        }
+        let mut left: Vec<usize> = g.conns_of("carol").to_vec();
+        left.sort();
+        assert_eq!(left, (100..200).filter(|k| (k - 100) % 3 != 0).collect::<Vec<_>>());
+        for k in 100..200 {
+            g.forget(k);
+        }
+        assert!(g.conns_of("carol").is_empty());
         assert_eq!(g.expired(1000), vec![(1, 10)]);
         g.forget(1);
         g.forget(3);
