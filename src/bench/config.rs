@@ -68,6 +68,9 @@ pub struct BenchConfig {
     /// `--tls`: both ends speak TLS, with a throwaway CA and certificate
     /// (`pki`, made when the run starts and removed when it ends).
     pub tls: bool,
+    /// `--auth jwt`: the server verifies a token per connection, minted by
+    /// the client with this secret (random, made for the run).
+    pub jwt_secret: Option<Vec<u8>>,
     pub pki: Option<std::sync::Arc<crate::tls::throwaway::Throwaway>>,
     /// Push scenario: server nodes (each its own namespace) and the broker
     /// between them.
@@ -110,6 +113,7 @@ impl Default for BenchConfig {
             churn: None,
             protocol: crate::proto::Protocol::Framed,
             tls: false,
+            jwt_secret: None,
             pki: None,
             json: false,
         }

@@ -147,6 +147,10 @@ pub fn server_config(cfg: &BenchConfig, connections: u64) -> ServerConfig {
             ticket_key: String::new(),
             alpn_http: false,
         }),
+        auth: match &cfg.jwt_secret {
+            Some(s) => crate::server::config::Auth::Jwt(Some(crate::server::jwt::JwtKey::Secret(s.clone()))),
+            None => crate::server::config::Auth::Off,
+        },
         ..Default::default()
     }
 }
@@ -174,6 +178,7 @@ pub fn client_config(args: &BenchConfig, hold: Duration) -> ClientConfig {
                     alpn: crate::tls::client::alpn_for(args.protocol),
                     ..Default::default()
                 }),
+                jwt_secret: args.jwt_secret.clone(),
                 ..Default::default()
             },
             hold,

@@ -87,6 +87,10 @@ impl From<LoadArgs> for LoadConfig {
                 raw_codec: a.codec,
                 subscribe: a.subscribe.as_ref().map(|s| s.0.clone()).unwrap_or_default(),
                 subscribe_spread: a.subscribe.is_some_and(|s| s.1),
+                jwt_secret: match a.jwt_secret_file {
+                    Some(crate::server::jwt::JwtKey::Secret(s)) => Some(s),
+                    _ => None,
+                },
                 ..Traffic::default()
             },
             ports: a.ports.0,
@@ -207,6 +211,12 @@ impl From<BenchArgs> for BenchConfig {
             protocol: a.protocol,
             tls: a.tls,
             pki: None,
+            jwt_secret: (a.auth == super::AuthMode::Jwt).then(|| {
+                use rand::RngCore;
+                let mut s = vec![0u8; 48];
+                rand::thread_rng().fill_bytes(&mut s);
+                s
+            }),
             churn: a.churn.0,
             report: a.report,
             topology: a.topology,

@@ -332,6 +332,9 @@ pub struct LoadArgs {
     /// Destination ports (round-robin), e.g. 8000-8099.
     #[arg(long, default_value = "8000-8099")]
     pub ports: PortList,
+    /// Each connection shows its own JWT to a `server --auth jwt`, minted with this HMAC secret (HS256, sub c<index>, every topic): framed as an auth frame first, WebSocket as an Authorization header.
+    #[arg(long, value_name = "FILE", value_parser = crate::server::jwt::JwtKey::read_secret)]
+    pub jwt_secret_file: Option<crate::server::jwt::JwtKey>,
     /// Connections to open.
     #[arg(long, value_parser = parse::positive_count)]
     pub connections: u64,
@@ -464,6 +467,9 @@ pub struct BenchArgs {
     /// Both ends speak TLS, with a throwaway CA and certificate made for the run (removed after).
     #[arg(long)]
     pub tls: bool,
+    /// jwt: the server runs --auth jwt and every connection shows its own HS256 token (the ramp then includes one verification per connection).
+    #[arg(long, value_enum, default_value = "off")]
+    pub auth: AuthMode,
     /// What to run: connections (ramp, hold, memory), business (the
     /// thread-pool experiment: 1000 conns x 1 req/s against inline,
     /// pool:1000, pool:20 and async, classic service time), push

@@ -76,6 +76,9 @@ pub struct Traffic {
     pub tls: Option<crate::tls::client::ClientTls>,
     /// `--ws-binary`: `--message` goes in binary frames, not text.
     pub ws_binary: bool,
+    /// `--jwt-secret-file`: each connection shows a token minted with it.
+    #[serde(default)]
+    pub jwt_secret: Option<Vec<u8>>,
 }
 
 impl Default for Traffic {
@@ -101,6 +104,7 @@ impl Default for Traffic {
             subprotocols: Vec::new(),
             tls: None,
             ws_binary: false,
+            jwt_secret: None,
         }
     }
 }

@@ -17,6 +17,7 @@ pub mod snapshot;
 pub mod speak;
 pub mod sse;
 pub mod summary;
+pub mod token;
 pub mod url;
 pub mod view;
 pub mod worker;

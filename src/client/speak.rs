@@ -122,6 +122,9 @@ impl Speaker for Framed {
     /// and the broadcasts, from where it stopped (at first, for their
     /// positions).
     fn open(&mut self, out: &mut Vec<u8>, _slot: usize, conn: u64, seen: &PushSeen) {
+        if let Some(secret) = &self.traffic.jwt_secret {
+            crate::proto::frame::encode(out, Kind::Auth, super::token::mint(secret, conn).as_bytes());
+        }
         if !self.traffic.reconnect {
             for t in self.traffic.topics_of(conn) {
                 push::encode_subscription(out, Kind::Subscribe, t);

@@ -233,7 +233,14 @@ impl Speaker for WsSpeaker {
             let sep = if target.contains('?') { '&' } else { '?' };
             target = format!("{target}{sep}since={}", tokens.join(","));
         }
-        handshake::write_request(out, &self.host_header, &target, &handshake::client_key(self.seed, slot as u64), &self.header_lines);
+        let key = handshake::client_key(self.seed, slot as u64);
+        match &self.traffic.jwt_secret {
+            Some(secret) => {
+                let lines = format!("{}Authorization: Bearer {}\r\n", self.header_lines, super::token::mint(secret, conn));
+                handshake::write_request(out, &self.host_header, &target, &key, &lines);
+            }
+            None => handshake::write_request(out, &self.host_header, &target, &key, &self.header_lines),
+        }
     }
 
     fn beats(&self) -> bool {
