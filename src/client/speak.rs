@@ -99,7 +99,9 @@ pub trait Speaker {
 /// The speaker of a worker's protocol.
 pub fn speaker(traffic: &Traffic, host_header: &str, shard: u64) -> Box<dyn Speaker> {
     match traffic.protocol {
-        Protocol::Framed => Box::new(Framed { traffic: traffic.clone(), assembling: Default::default() }),
+        Protocol::Framed => {
+            Box::new(Framed { traffic: traffic.clone(), assembling: Default::default(), tokens: traffic.jwt_secret.as_deref().map(super::token::Minter::new) })
+        }
         Protocol::Echo8 => Box::new(Echo8 { wall_offset_us: crate::proto::push::wall_us() as i64 - crate::sys::mono_us() as i64 }),
         Protocol::Http => Box::new(super::http::Http::new(traffic, host_header)),
         Protocol::Ws => Box::new(super::ws::WsSpeaker::new(traffic, host_header, shard)),
@@ -113,6 +115,8 @@ pub fn speaker(traffic: &Traffic, host_header: &str, shard: u64) -> Box<dyn Spea
 /// megaconn frames: stamped heartbeats and requests, subscriptions, pushes.
 struct Framed {
     traffic: Traffic,
+    /// `--jwt-secret-file`: a token per connection, as an auth frame first.
+    tokens: Option<super::token::Minter>,
     /// Pushes over one frame, by connection slot, until their last part.
     assembling: std::collections::HashMap<usize, push::Assembly>,
 }
@@ -122,8 +126,8 @@ impl Speaker for Framed {
     /// and the broadcasts, from where it stopped (at first, for their
     /// positions).
     fn open(&mut self, out: &mut Vec<u8>, _slot: usize, conn: u64, seen: &PushSeen) {
-        if let Some(secret) = &self.traffic.jwt_secret {
-            crate::proto::frame::encode(out, Kind::Auth, super::token::mint(secret, conn).as_bytes());
+        if let Some(m) = &self.tokens {
+            crate::proto::frame::encode(out, Kind::Auth, m.mint(conn).as_bytes());
         }
         if !self.traffic.reconnect {
             for t in self.traffic.topics_of(conn) {

@@ -187,6 +187,8 @@ pub struct WsSpeaker {
     shard: u64,
     /// Where payloads are unmasked.
     unmasked: Vec<u8>,
+    /// `--jwt-secret-file`: a token per connection, as an Authorization header.
+    tokens: Option<super::token::Minter>,
 }
 
 impl WsSpeaker {
@@ -201,6 +203,7 @@ impl WsSpeaker {
             message: traffic.raw_message.as_ref().map(|m| WsMessage::new(m, traffic.ws_binary)),
             shard,
             unmasked: Vec::new(),
+            tokens: traffic.jwt_secret.as_deref().map(super::token::Minter::new),
         }
     }
 
@@ -234,9 +237,9 @@ impl Speaker for WsSpeaker {
             target = format!("{target}{sep}since={}", tokens.join(","));
         }
         let key = handshake::client_key(self.seed, slot as u64);
-        match &self.traffic.jwt_secret {
-            Some(secret) => {
-                let lines = format!("{}Authorization: Bearer {}\r\n", self.header_lines, super::token::mint(secret, conn));
+        match &self.tokens {
+            Some(m) => {
+                let lines = format!("{}Authorization: Bearer {}\r\n", self.header_lines, m.mint(conn));
                 handshake::write_request(out, &self.host_header, &target, &key, &lines);
             }
             None => handshake::write_request(out, &self.host_header, &target, &key, &self.header_lines),

@@ -8,7 +8,7 @@
 
 use super::jwt::{self, Claims, Verifier};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::rc::Rc;
 
 /// A subscription the token does not allow (or an admin-only topic).
@@ -24,9 +24,44 @@ struct Identity {
     /// connections the user has).
     pos: usize,
     exp: u64,
-    topics: Box<[Box<str>]>,
+    topics: Rc<[Box<str>]>,
     info: Option<Box<str>>,
     admin: bool,
+}
+
+/// Identities by slab key: slab keys are dense, so a vector beats a hash
+/// map (no hashing, no spare buckets).
+#[derive(Default)]
+struct Table {
+    slots: Vec<Option<Identity>>,
+    len: usize,
+}
+
+impl Table {
+    fn get(&self, key: &usize) -> Option<&Identity> {
+        self.slots.get(*key).and_then(Option::as_ref)
+    }
+
+    fn get_mut(&mut self, key: &usize) -> Option<&mut Identity> {
+        self.slots.get_mut(*key).and_then(Option::as_mut)
+    }
+
+    fn insert(&mut self, key: usize, id: Identity) {
+        if self.slots.len() <= key {
+            self.slots.resize_with(key + 1, || None);
+        }
+        self.len += self.slots[key].is_none() as usize;
+        self.slots[key] = Some(id);
+    }
+
+    fn remove(&mut self, key: &usize) -> Option<Identity> {
+        let id = self.slots.get_mut(*key)?.take()?;
+        self.len -= 1;
+        if self.len == 0 {
+            self.slots = Vec::new();
+        }
+        Some(id)
+    }
 }
 
 #[derive(Default)]
@@ -35,7 +70,10 @@ pub struct Gate {
     verifier: Option<Verifier>,
     /// `--admin-topics`: patterns only admin tokens may subscribe to.
     admin_topics: Vec<String>,
-    by_key: HashMap<usize, Identity>,
+    by_key: Table,
+    /// Every distinct `topics` claim, shared by the identities that have it
+    /// (a million tokens usually carry a handful of distinct lists).
+    lists: HashSet<Rc<[Box<str>]>>,
     by_user: HashMap<Rc<str>, Vec<usize>>,
     /// (exp, key, gen), soonest first; stale entries are skipped.
     expiring: BinaryHeap<Reverse<(u64, usize, u32)>>,
@@ -92,7 +130,7 @@ impl Gate {
             user,
             pos,
             exp: claims.exp,
-            topics: claims.topics.into_iter().map(String::into_boxed_str).collect(),
+            topics: self.list(claims.topics),
             info: claims.info.map(|v| v.to_string().into_boxed_str()),
             admin: claims.admin,
         };
@@ -107,7 +145,11 @@ impl Gate {
             return Err(OTHER_USER);
         }
         id.exp = claims.exp;
-        id.topics = claims.topics.into_iter().map(String::into_boxed_str).collect();
+        let old = std::mem::replace(&mut id.topics, Rc::from(Vec::new()));
+        let new = self.list(claims.topics);
+        self.unlist(old);
+        let id = self.by_key.get_mut(&key).expect("looked up above");
+        id.topics = new;
         id.info = claims.info.map(|v| v.to_string().into_boxed_str());
         id.admin = claims.admin;
         let gen = id.gen;
@@ -123,19 +165,39 @@ impl Gate {
         events.push(PresenceEvent { key, gen: id.gen, user: id.user.clone(), topic: topic.into(), join });
     }
 
+    /// The shared copy of a `topics` claim.
+    fn list(&mut self, topics: Vec<String>) -> Rc<[Box<str>]> {
+        let v: Vec<Box<str>> = topics.into_iter().map(String::into_boxed_str).collect();
+        if let Some(l) = self.lists.get(v.as_slice()) {
+            return l.clone();
+        }
+        let l: Rc<[Box<str>]> = v.into();
+        self.lists.insert(l.clone());
+        l
+    }
+
+    /// An identity let go of its list: forget the list when nobody else has it.
+    fn unlist(&mut self, l: Rc<[Box<str>]>) {
+        // Held by the set, `l` and nobody else.
+        if Rc::strong_count(&l) == 2 {
+            self.lists.remove(&*l);
+        }
+    }
+
     /// The connection closed.
     pub fn forget(&mut self, key: usize) {
-        let Some(id) = self.by_key.remove(&key) else { return };
-        let Some(keys) = self.by_user.get_mut(&id.user) else { return };
-        keys.swap_remove(id.pos);
-        match keys.get(id.pos) {
+        let Some(Identity { user, pos, topics, .. }) = self.by_key.remove(&key) else { return };
+        self.unlist(topics);
+        let Some(keys) = self.by_user.get_mut(&user) else { return };
+        keys.swap_remove(pos);
+        match keys.get(pos) {
             Some(moved) => {
                 if let Some(m) = self.by_key.get_mut(moved) {
-                    m.pos = id.pos;
+                    m.pos = pos;
                 }
             }
             None if keys.is_empty() => {
-                self.by_user.remove(&id.user);
+                self.by_user.remove(&user);
             }
             None => {}
         }
@@ -189,11 +251,11 @@ impl Gate {
 
     /// Authenticated connections in this worker.
     pub fn len(&self) -> usize {
-        self.by_key.len()
+        self.by_key.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.by_key.is_empty()
+        self.by_key.len == 0
     }
 }
 
@@ -239,7 +301,7 @@ mod tests {
         assert_eq!(g.expired(1000), vec![(1, 10)]);
         g.forget(1);
         g.forget(3);
-        assert!(g.is_empty() && g.by_user.is_empty());
+        assert!(g.is_empty() && g.by_user.is_empty() && g.lists.is_empty(), "every list forgotten with its last identity");
     }
 
     #[test]

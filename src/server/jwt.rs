@@ -170,13 +170,24 @@ impl Verifier {
         if token.len() > MAX_TOKEN {
             return Err("auth_malformed");
         }
-        let header = jsonwebtoken::decode_header(token).map_err(|_| header_refusal(token))?;
-        let key = match (&header.kid, self.keys.len()) {
-            (_, 1) => &self.keys[0],
-            (Some(kid), _) => self.keys.iter().find(|k| k.kid.as_deref() == Some(kid.as_str())).ok_or("auth_unknown_key")?,
-            (None, _) => return Err("auth_unknown_key"),
+        // One key: no need to read the header twice (decode reads it).
+        let key = match self.keys.as_slice() {
+            [one] => one,
+            keys => {
+                let header = jsonwebtoken::decode_header(token).map_err(|_| header_refusal(token))?;
+                let kid = header.kid.ok_or("auth_unknown_key")?;
+                keys.iter().find(|k| k.kid.as_deref() == Some(kid.as_str())).ok_or("auth_unknown_key")?
+            }
         };
-        let data = jsonwebtoken::decode::<Claims>(token, &key.key, &key.validation).map_err(|e| refusal(e.kind()))?;
+        let data = jsonwebtoken::decode::<Claims>(token, &key.key, &key.validation).map_err(|e| {
+            // A header that does not decode: an algorithm never accepted
+            // (none) or not a JWT at all.
+            if jsonwebtoken::decode_header(token).is_err() {
+                header_refusal(token)
+            } else {
+                refusal(e.kind())
+            }
+        })?;
         if data.claims.sub.is_empty() || data.claims.sub.len() > 255 {
             return Err("auth_bad_claims");
         }
