@@ -181,3 +181,21 @@ fn auth_flags_say_what_is_missing() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_framed_connection_without_a_token_is_closed_after_the_header_timeout() {
+    let dir = keys("timeout");
+    let port = free_port();
+    let secret = dir.join("secret").display().to_string();
+    let (mut s, _, ready) =
+        server_ready(&["--ports", &port.to_string(), "--workers", "1", "--auth", "jwt", "--jwt-secret-file", &secret, "--header-timeout", "1s"], None);
+    let admin = ready["admin"].as_str().unwrap().to_string();
+    let mut silent = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    silent.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let t0 = std::time::Instant::now();
+    assert_eq!(silent.read(&mut [0u8; 16]).unwrap_or(0), 0, "closed");
+    assert!(t0.elapsed() < Duration::from_secs(5), "closed after {:?}", t0.elapsed());
+    stats_when(&admin, "the close counted", |s| s["close_reasons"]["auth_timeout"] == 1);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(s.terminate().success());
+}

@@ -45,18 +45,13 @@ pub enum ConnExt {
     /// A Server-Sent Events stream on a WebSocket port.
     Sse(super::sse::SseConn),
     /// A framed connection that has not shown its token yet (`--auth
-    /// jwt`): since when (100 ms units). It gets no push until it has.
-    Unauthenticated(u32),
+    /// jwt`). It gets no push until it has.
+    Unauthenticated,
 }
 
 /// Whether a connection still owes its token.
 pub fn awaiting_auth(ext: &Ext) -> bool {
-    matches!(ext.as_deref(), Some(ConnExt::Unauthenticated(_)))
-}
-
-/// Whether a connection has owed its token too long.
-pub fn auth_stalled(ext: &Ext, now_ds: u32, timeout_ds: u32) -> bool {
-    matches!(ext.as_deref(), Some(ConnExt::Unauthenticated(since)) if now_ds.saturating_sub(*since) >= timeout_ds)
+    matches!(ext.as_deref(), Some(ConnExt::Unauthenticated))
 }
 
 /// Whether a connection may get pushes: it finished its WebSocket

@@ -169,6 +169,9 @@ struct Worker {
     tls: Option<tls::TlsSide>,
     /// `--upstream`: what clients said, on its way to the application.
     upstream: Option<super::outbox::Outbox>,
+    /// Framed connections that owe their token: (deadline in 100 ms
+    /// units, key, generation), oldest first.
+    auth_due: std::collections::VecDeque<(u32, usize, u32)>,
 }
 
 pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
@@ -227,6 +230,7 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
         per_ip,
         tls,
         upstream: upstream_queue.map(|n| super::outbox::Outbox::new(worker, n)),
+        auth_due: Default::default(),
     };
     w.topics.gate = gate;
     if w.cfg.presence_events {
@@ -354,6 +358,7 @@ impl Handler for Worker {
             self.sse_heartbeats();
             self.release_held();
             self.expire_tokens();
+            self.expire_unauthenticated();
             self.sse_beat_at = now + Duration::from_secs(1);
         }
         self.presence_upstream();
@@ -460,10 +465,10 @@ impl Worker {
         self.drain.as_ref().is_none_or(drain::Drain::finished) && self.stage.in_flight() == 0 && self.conns.iter().all(|(_, c)| c.backlog.is_none())
     }
 
-    /// Whether request heads (HTTP requests, WebSocket upgrades, framed
-    /// auth frames) are timed against --header-timeout.
+    /// Whether request heads (HTTP requests, WebSocket upgrades) are
+    /// timed against --header-timeout.
     fn heads_timed(&self) -> bool {
-        matches!(self.cfg.protocol, Protocol::Http | Protocol::Ws) || self.topics.gate.required()
+        matches!(self.cfg.protocol, Protocol::Http | Protocol::Ws)
     }
 
     fn refresh_date(&mut self) {
@@ -550,16 +555,10 @@ impl Worker {
         if self.heads_timed() {
             let now = self.now_ds();
             let limit = (self.cfg.http.header_timeout_ms / 100).max(1) as u32;
-            let stuck: Vec<(usize, bool)> = self
-                .conns
-                .iter()
-                .filter_map(|(k, c)| {
-                    let auth = super::conn::auth_stalled(&c.ext, now, limit);
-                    (auth || http::stalled(&c.ext, now, limit) || super::ws::stalled(&c.ext, now, limit)).then_some((k, auth))
-                })
-                .collect();
-            for (key, auth) in stuck {
-                self.close(key, if auth { "auth_timeout" } else { "header_timeout" }.into());
+            let stuck: Vec<usize> =
+                self.conns.iter().filter(|(_, c)| http::stalled(&c.ext, now, limit) || super::ws::stalled(&c.ext, now, limit)).map(|(k, _)| k).collect();
+            for key in stuck {
+                self.close(key, "header_timeout".into());
             }
         }
         let Some(ms) = self.cfg.idle_timeout_ms else { return };

@@ -133,7 +133,9 @@ impl Worker {
                 if self.cfg.protocol == Protocol::Ws {
                     conn.ext = crate::server::ws::fresh(now_ds);
                 } else if self.topics.gate.required() {
-                    conn.ext = Some(Box::new(crate::server::conn::ConnExt::Unauthenticated(now_ds.max(1))));
+                    conn.ext = Some(Box::new(crate::server::conn::ConnExt::Unauthenticated));
+                    let due = now_ds + (self.cfg.http.header_timeout_ms / 100).max(1) as u32;
+                    self.auth_due.push_back((due, key, self.next_gen));
                 }
                 entry.insert(conn);
                 if self.cfg.protocol == Protocol::Framed && self.tls.is_none() {
