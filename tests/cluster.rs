@@ -975,3 +975,60 @@ fn a_message_written_into_the_stream_by_a_stranger_is_refused_and_blocks_no_publ
     let In::Push(1, epoch, data) = c.next() else { panic!("the genuine message, at offset 1 of a new epoch") };
     assert_eq!((data.as_str(), epoch != 0), ("genuine", true));
 }
+
+/// An HS256 token for `sub` (PyJWT, by tests/peers/jwt_keys.py).
+fn pyjwt_token(secret_dir: &std::path::Path, sub: &str) -> String {
+    let out = Command::new("python3").arg(peer("jwt_keys.py")).arg("mint").arg(secret_dir).args([sub, "60", "news"]).output().expect("python3");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+#[test]
+fn a_push_to_a_user_reaches_its_connections_on_every_node_once() {
+    let nats = loopback_nats(&[]);
+    let dir = std::env::temp_dir().join(format!("megaconn-test-{}-users", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("secret"), "the cluster's users test secret, 32+ bytes\n").unwrap();
+    let secret = dir.join("secret").display().to_string();
+    let (key, url) = (KeyFile::new("users"), format!("nats://{}", nats.addr));
+    let auth = ["--auth", "jwt", "--jwt-secret-file", &secret];
+    let (_a, admin_a, port_a) = loopback_node(&url, "UA", &key, &auth);
+    let (_b, admin_b, port_b) = loopback_node(&url, "UB", &key, &auth);
+    wait_until("both nodes linked", Duration::from_secs(20), || get(&admin_a, "/healthz").0 == 200 && get(&admin_b, "/healthz").0 == 200);
+    wait_until("both nodes hear per-user pushes", Duration::from_secs(10), || routed(&nats.monitor, "megaconn.users"));
+    // alice: two connections on A, one on B; bob: one on B.
+    let conn = |port: u16, sub: &str| {
+        let mut r = Reader::connect(port);
+        r.s.write_all(&frame(13, pyjwt_token(&dir, sub).as_bytes())).unwrap();
+        r.s.write_all(&resume("news", None)).unwrap();
+        assert!(matches!(r.until_subscribed()[..], [In::Subscribed(..)]), "{sub} authenticated and subscribed");
+        r
+    };
+    let mut alice = vec![conn(port_a, "alice"), conn(port_a, "alice"), conn(port_b, "alice")];
+    let mut bob = conn(port_b, "bob");
+    let (status, body) = get_post(&admin_a, "/push/user/alice", b"for alice");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"queued\":2"), "A's own two: {body}");
+    for r in &mut alice {
+        assert!(matches!(r.next(), In::Push(0, 0, ref d) if d == "for alice"));
+    }
+    // Bob heard nothing: the next thing he gets is a topic message after it.
+    let (status, _) = publish_on(&admin_b, "news", "news for all");
+    assert_eq!(status, 200);
+    assert!(matches!(bob.next(), In::Push(_, _, ref d) if d == "news for all"), "nothing for alice reached bob");
+    for r in &mut alice {
+        assert!(matches!(r.next(), In::Push(_, _, ref d) if d == "news for all"), "alice's pushes each came once");
+    }
+    // Disconnect on B: alice's three go, on both nodes.
+    let (status, body) = get_post(&admin_b, "/disconnect/user/alice", b"");
+    assert_eq!(status, 200, "{body}");
+    for r in &mut alice {
+        let mut rest = Vec::new();
+        let _ = r.s.read_to_end(&mut rest);
+    }
+    wait_until("alice's connections closed on both nodes", Duration::from_secs(10), || {
+        let closed = |admin: &str| get(admin, "/stats").1["close_reasons"]["disconnected"].as_u64().unwrap_or(0);
+        closed(&admin_a) == 2 && closed(&admin_b) == 1
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -18,6 +18,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
+/// The target header of a per-user push (`u:USER`) and disconnect (`x:USER`).
+const USER_PUSH: &str = "u:";
+const USER_CLOSE: &str = "x:";
+
 /// A subject nobody subscribes to: a request to it is answered by the
 /// NATS server itself ("no responders"), after everything sent before it.
 /// (A subscriber of `>` that never replies makes confirms time out: 504.)
@@ -39,6 +43,9 @@ pub struct Out {
     pub topic: String,
     /// Unicast: (owner node, its local id).
     pub target: Option<(String, u64)>,
+    /// To every connection of a user on every node (and whether to close
+    /// them instead).
+    pub user: Option<(String, bool)>,
     pub publish_us: u64,
     pub data: Vec<u8>,
 }
@@ -510,7 +517,7 @@ async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<
             set.remove(subject);
         }
     };
-    for subject in [sub_of(BROADCAST), super::node_subject(&cfg.node)] {
+    for subject in [sub_of(BROADCAST), super::node_subject(&cfg.node), super::USERS.to_string()] {
         follow(&subject, true);
         subs.insert(subject.clone(), f.forward(subject).await);
     }
@@ -761,7 +768,7 @@ fn decode(m: &Parts, max_push: usize) -> Result<Inbound, String> {
     } else if let Some(t) = subject.strip_prefix(TOPIC_PREFIX) {
         crate::proto::push::check_topic(t.as_bytes())?;
         (Stream::Topic, t.to_string())
-    } else if subject.starts_with(NODE_PREFIX) {
+    } else if subject.starts_with(NODE_PREFIX) || subject == super::USERS {
         (Stream::Unicast, String::new())
     } else {
         return Err("not a megaconn subject".into());
@@ -769,7 +776,20 @@ fn decode(m: &Parts, max_push: usize) -> Result<Inbound, String> {
     if m.payload.len() > max_push {
         return Err(format!("{} bytes of data, more than a push carries here (--max-push-bytes {max_push})", m.payload.len()));
     }
+    let mut user = None;
+    let mut close = false;
     let target = match stream {
+        Stream::Unicast if subject == super::USERS => {
+            let t = m.header(H_TARGET)?;
+            let (name, shut) = match (t.strip_prefix(USER_PUSH), t.strip_prefix(USER_CLOSE)) {
+                (Some(n), _) => (n, false),
+                (_, Some(n)) => (n, true),
+                _ => return Err(format!("{H_TARGET} '{t}' names no user")),
+            };
+            user = Some(name.to_string());
+            close = shut;
+            None
+        }
         Stream::Unicast => {
             let t = m.header(H_TARGET)?;
             Some(t.parse().map_err(|_| format!("{H_TARGET} '{t}' is not a connection id"))?)
@@ -790,6 +810,8 @@ fn decode(m: &Parts, max_push: usize) -> Result<Inbound, String> {
         data: m.payload.to_vec(),
         reply: m.reply.map(|r| r.to_string()),
         at,
+        user,
+        close,
     })
 }
 
@@ -810,6 +832,16 @@ async fn publish(client: &async_nats::Client, me: &Me, request: u64, out: Vec<Ou
         let publish_us = o.publish_us.to_string();
         let sent_before = std::mem::replace(&mut maybe_sent, true);
         let mut at = None;
+        if let Some((user, close)) = &o.user {
+            // Every node takes it; not kept (a per-user push has no offset).
+            let target = format!("{}{user}", if *close { USER_CLOSE } else { USER_PUSH });
+            let h = me.headers(super::USERS, &target, &publish_us, "", &o.data);
+            client.publish_with_headers(super::USERS, h, o.data.into()).await.map_err(|e| fail(sent_before, format!("NATS did not take the publish: {e}")))?;
+            core_sent = true;
+            sent.positions.push(None);
+            shared.messages_out.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
         match &o.target {
             Some((owner, id)) => {
                 let subject = super::node_subject(owner);

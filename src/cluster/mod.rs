@@ -36,6 +36,9 @@ use crate::proto::push::{Position, Stream};
 use serde::Serialize;
 
 pub const BROADCAST: &str = "megaconn.broadcast";
+/// Per-user pushes and disconnects (`--auth jwt`): every node delivers to
+/// its own connections of that user. Core NATS, not kept in the history.
+pub const USERS: &str = "megaconn.users";
 const TOPIC_PREFIX: &str = "megaconn.topic.";
 const NODE_PREFIX: &str = "megaconn.node.";
 /// Each node's replies arrive under `megaconn.inbox.<node>.`.
@@ -200,6 +203,10 @@ pub struct Inbound {
     pub reply: Option<String>,
     /// Its place in the cluster's history (JetStream; topic and broadcast).
     pub at: Option<Position>,
+    /// A per-user push (or disconnect): the user.
+    pub user: Option<String>,
+    /// Close that user's connections instead.
+    pub close: bool,
 }
 
 impl Inbound {

@@ -397,7 +397,9 @@ impl Publisher {
             }
             Gather::Publish { per_worker, mut not_found, seqs, publish_us, remote, users, close } => {
                 let queued: u64 = per_worker.values().map(|v| v.0).sum();
-                if users && queued == 0 {
+                // In a cluster other nodes deliver theirs on receipt: none
+                // here is no 404 there.
+                if users && queued == 0 && self.node.is_none() {
                     not_found = seqs.len() as u64;
                 }
                 let dropped: u64 = per_worker.values().map(|v| v.1).sum();

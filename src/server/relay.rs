@@ -91,7 +91,8 @@ impl Relay {
     pub fn publish(&mut self, req: Request, publisher: &mut Publisher, live: &[usize], pool: &mut Pool) {
         let Route::Publish(messages) = req.route else { return publisher.start(req, live, pool) };
         let me = self.node().to_string();
-        let is_local = |m: &Message| m.stream == Stream::Unicast && m.node.as_deref().is_none_or(|n| n == me);
+        // A per-user push goes to every node (this one too).
+        let is_local = |m: &Message| m.stream == Stream::Unicast && m.user.is_none() && m.node.as_deref().is_none_or(|n| n == me);
         if messages.iter().all(is_local) {
             return publisher.start(Request { route: Route::Publish(messages), reply: req.reply }, live, pool);
         }
@@ -110,11 +111,13 @@ impl Relay {
         let publish_us = wall_us();
         let (mut out, mut local, mut sent_as) = (Vec::new(), Vec::new(), Vec::new());
         for m in messages {
-            let local_too = m.stream != Stream::Unicast;
+            // NATS does not echo a node's own publishes: it delivers here itself.
+            let local_too = m.stream != Stream::Unicast || m.user.is_some();
             let mut sent = None;
             if !is_local(&m) {
                 let target = m.node.clone().zip(m.target);
-                out.push(Out { stream: m.stream, topic: m.topic.clone(), target, publish_us, data: m.data.clone() });
+                let user = m.user.clone().map(|u| (u, m.close));
+                out.push(Out { stream: m.stream, topic: m.topic.clone(), target, user, publish_us, data: m.data.clone() });
                 sent = Some(out.len() - 1);
             }
             if local_too || is_local(&m) {
@@ -155,7 +158,7 @@ impl Relay {
             Some(subject) => Answer::Nats(subject),
             None => Answer::Quiet,
         };
-        let msg = Message { stream: m.stream, topic: m.topic, target: m.target, node: None, data: m.data, at: m.at, user: None, close: false };
+        let msg = Message { stream: m.stream, topic: m.topic, target: m.target, node: None, data: m.data, at: m.at, user: m.user, close: m.close };
         publisher.begin(Route::Publish(vec![msg]), reply, Some(m.publish_us), Vec::new(), live, pool);
     }
 
