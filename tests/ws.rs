@@ -254,3 +254,27 @@ fn the_push_bench_runs_over_websocket() {
     assert!(v["client"]["mode"].as_str().unwrap().starts_with("ws:"), "{v}");
     assert_eq!(sockets_on(ports.first, ports.last), 0);
 }
+
+#[test]
+fn an_upgrade_that_never_completes_is_closed_at_the_header_timeout() {
+    let port = free_port();
+    let (mut s, _, ready) = server_ready(&["--protocol", "ws", "--ports", &port.to_string(), "--workers", "1", "--header-timeout", "1s"], None);
+    let admin = ready["admin"].as_str().unwrap().to_string();
+    // Half a request head, then silence (a slowloris); and nothing at all.
+    let mut half = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    half.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n").unwrap();
+    let mut mute = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let t0 = std::time::Instant::now();
+    for c in [&mut half, &mut mute] {
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        assert_eq!(c.read(&mut [0u8; 64]).unwrap_or(0), 0, "closed");
+    }
+    assert!(t0.elapsed() < Duration::from_secs(5), "closed after {:?}", t0.elapsed());
+    // A connection that upgraded in time stays.
+    let _ok = ws_handshake(&format!("127.0.0.1:{port}"));
+    wait_until("both counted as header_timeout", Duration::from_secs(10), || {
+        let (_, body) = http(&admin, "GET", "/stats", b"", None);
+        serde_json::from_str::<serde_json::Value>(&body).is_ok_and(|v| v["close_reasons"]["header_timeout"] == 2 && v["active"] == 1)
+    });
+    assert!(s.terminate().success());
+}

@@ -14,6 +14,7 @@ mod accept;
 mod auth;
 mod deliver;
 mod drain;
+mod heads;
 pub use drain::spreads;
 mod linger;
 pub mod seam;
@@ -169,9 +170,9 @@ struct Worker {
     tls: Option<tls::TlsSide>,
     /// `--upstream`: what clients said, on its way to the application.
     upstream: Option<super::outbox::Outbox>,
-    /// Framed connections that owe their token: (deadline in 100 ms
-    /// units, key, generation), oldest first.
-    auth_due: std::collections::VecDeque<(u32, usize, u32)>,
+    /// Connections that owe their Upgrade request or token: (deadline in
+    /// 100 ms units, key, generation), oldest first (`heads.rs`).
+    heads: std::collections::VecDeque<(u32, usize, u32)>,
 }
 
 pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
@@ -230,7 +231,7 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
         per_ip,
         tls,
         upstream: upstream_queue.map(|n| super::outbox::Outbox::new(worker, n)),
-        auth_due: Default::default(),
+        heads: Default::default(),
     };
     w.topics.gate = gate;
     if w.cfg.presence_events {
@@ -347,6 +348,7 @@ impl Handler for Worker {
             }
         }
         self.deliver_done();
+        self.expire_heads();
         self.expire_handshakes();
         if self.stalls.due(now) {
             self.sweep_stalls(now);
@@ -358,7 +360,6 @@ impl Handler for Worker {
             self.sse_heartbeats();
             self.release_held();
             self.expire_tokens();
-            self.expire_unauthenticated();
             self.sse_beat_at = now + Duration::from_secs(1);
         }
         self.presence_upstream();
@@ -399,6 +400,9 @@ impl Handler for Worker {
         }
         if let Some(t) = self.accept_paused_until {
             wake = wake.min(t);
+        }
+        if let Some(d) = self.next_head_due() {
+            wake = wake.min(now + d);
         }
         if let Some(t) = self.stalls.next_sweep() {
             wake = wake.min(t);
@@ -465,10 +469,11 @@ impl Worker {
         self.drain.as_ref().is_none_or(drain::Drain::finished) && self.stage.in_flight() == 0 && self.conns.iter().all(|(_, c)| c.backlog.is_none())
     }
 
-    /// Whether request heads (HTTP requests, WebSocket upgrades) are
-    /// timed against --header-timeout.
+    /// Whether HTTP request heads are swept for --header-timeout (a
+    /// keep-alive connection may start a request at any time; WebSocket
+    /// upgrades and tokens are timed from a queue, `heads.rs`).
     fn heads_timed(&self) -> bool {
-        matches!(self.cfg.protocol, Protocol::Http | Protocol::Ws)
+        self.cfg.protocol == Protocol::Http
     }
 
     fn refresh_date(&mut self) {
@@ -555,8 +560,7 @@ impl Worker {
         if self.heads_timed() {
             let now = self.now_ds();
             let limit = (self.cfg.http.header_timeout_ms / 100).max(1) as u32;
-            let stuck: Vec<usize> =
-                self.conns.iter().filter(|(_, c)| http::stalled(&c.ext, now, limit) || super::ws::stalled(&c.ext, now, limit)).map(|(k, _)| k).collect();
+            let stuck: Vec<usize> = self.conns.iter().filter(|(_, c)| http::stalled(&c.ext, now, limit)).map(|(k, _)| k).collect();
             for key in stuck {
                 self.close(key, "header_timeout".into());
             }

@@ -317,8 +317,3 @@ pub fn encode_subscribed(out: &mut Vec<u8>, topic: &str, recovered: bool, at: pu
     let v = serde_json::json!({ "type": "subscribed", "topic": topic, "epoch": at.epoch, "offset": at.offset, "recovered": recovered });
     frame::encode(out, true, Opcode::Text, v.to_string().as_bytes(), None);
 }
-
-/// Whether a connection has waited too long for its Upgrade request.
-pub fn stalled(ext: &Ext, now_ds: u32, timeout_ds: u32) -> bool {
-    matches!(ext.as_deref(), Some(ConnExt::Ws(w)) if w.handshake_since_ds != 0 && now_ds.saturating_sub(w.handshake_since_ds) >= timeout_ds)
-}

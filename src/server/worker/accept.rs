@@ -130,14 +130,16 @@ impl Worker {
                 }
                 self.next_gen = self.next_gen.wrapping_add(1);
                 let mut conn = Conn::new(stream, self.started.elapsed().as_secs() as u32, self.next_gen);
+                let owes_head = self.cfg.protocol == Protocol::Ws || self.topics.gate.required();
                 if self.cfg.protocol == Protocol::Ws {
                     conn.ext = crate::server::ws::fresh(now_ds);
                 } else if self.topics.gate.required() {
                     conn.ext = Some(Box::new(crate::server::conn::ConnExt::Unauthenticated));
-                    let due = now_ds + (self.cfg.http.header_timeout_ms / 100).max(1) as u32;
-                    self.auth_due.push_back((due, key, self.next_gen));
                 }
                 entry.insert(conn);
+                if owes_head {
+                    self.head_due(key, self.next_gen);
+                }
                 if self.cfg.protocol == Protocol::Framed && self.tls.is_none() {
                     self.seam.accepted(key, self.next_gen);
                 }

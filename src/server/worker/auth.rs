@@ -65,22 +65,6 @@ pub fn missing(req: &mut Requests<'_>) -> Result<(), &'static str> {
 }
 
 impl Worker {
-    /// Close the framed connections that did not show a token within
-    /// `--header-timeout` (`auth_timeout`): a queue in accept order, so
-    /// this costs nothing per held connection. Called once a second.
-    pub(super) fn expire_unauthenticated(&mut self) {
-        let now = self.now_ds();
-        while let Some(&(due, key, gen)) = self.auth_due.front() {
-            if due > now {
-                break;
-            }
-            self.auth_due.pop_front();
-            if self.conns.get(key).is_some_and(|c| c.gen == gen && awaiting_auth(&c.ext)) {
-                self.close(key, "auth_timeout".into());
-            }
-        }
-    }
-
     /// Joins and leaves since the last loop iteration, to the upstream
     /// (`--presence-events`); over a full queue they are counted, not sent.
     pub(super) fn presence_upstream(&mut self) {
