@@ -172,7 +172,7 @@ struct Worker {
     upstream: Option<super::outbox::Outbox>,
     /// Connections that owe their Upgrade request or token: (deadline in
     /// 100 ms units, key, generation), oldest first (`heads.rs`).
-    heads: std::collections::VecDeque<(u32, usize, u32)>,
+    heads: std::collections::VecDeque<(u32, u32, u32)>,
 }
 
 pub fn run(cfg: ServerWorkerConfig) -> Result<()> {

@@ -7,13 +7,17 @@
 
 use super::Worker;
 use crate::server::conn::{awaiting_auth, ws_handshaking};
+use std::collections::VecDeque;
 use std::time::Duration;
+
+/// Queue capacity above which an emptied queue gives its memory back.
+const SHRINK_ABOVE: usize = 1024;
 
 impl Worker {
     /// Connection `key` must have spoken by `--header-timeout` from now.
     pub(super) fn head_due(&mut self, key: usize, gen: u32) {
         let due = self.now_ds() + (self.cfg.http.header_timeout_ms / 100).max(1) as u32;
-        self.heads.push_back((due, key, gen));
+        self.heads.push_back((due, key as u32, gen));
     }
 
     /// Close what is still silent at its deadline: `header_timeout` (no
@@ -28,12 +32,17 @@ impl Worker {
                 break;
             }
             self.heads.pop_front();
+            let key = key as usize;
             let Some(c) = self.conns.get(key).filter(|c| c.gen == gen) else { continue };
             if ws_handshaking(&c.ext) {
                 self.close(key, "header_timeout".into());
             } else if awaiting_auth(&c.ext) {
                 self.close(key, "auth_timeout".into());
             }
+        }
+        // A ramp's worth of deadlines is gone: so is its memory.
+        if self.heads.is_empty() && self.heads.capacity() > SHRINK_ABOVE {
+            self.heads = VecDeque::new();
         }
     }
 
