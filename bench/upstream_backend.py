@@ -24,6 +24,9 @@ stalled = [False]
 
 
 class Hook(BaseHTTPRequestHandler):
+    # Keep-alive: megaconn sends every batch on one connection.
+    protocol_version = "HTTP/1.1"
+
     def log_message(self, *a):
         pass
 
@@ -47,6 +50,7 @@ class Hook(BaseHTTPRequestHandler):
                 if stamp.isdigit():
                     lat_us.append(now - int(stamp))
         self.send_response(204)
+        self.send_header("Content-Length", "0")
         self.end_headers()
 
 
