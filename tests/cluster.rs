@@ -1032,3 +1032,34 @@ fn a_push_to_a_user_reaches_its_connections_on_every_node_once() {
     });
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn presence_in_a_cluster_counts_every_nodes_subscribers() {
+    let nats = loopback_nats(&[]);
+    let dir = std::env::temp_dir().join(format!("megaconn-test-{}-presence", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("secret"), "the cluster's presence test secret, 32+ bytes\n").unwrap();
+    let secret = dir.join("secret").display().to_string();
+    let (key, url) = (KeyFile::new("presence"), format!("nats://{}", nats.addr));
+    let auth = ["--auth", "jwt", "--jwt-secret-file", &secret];
+    let (_a, admin_a, port_a) = loopback_node(&url, "PA", &key, &auth);
+    let (_b, admin_b, port_b) = loopback_node(&url, "PB", &key, &auth);
+    wait_until("both nodes linked", Duration::from_secs(20), || get(&admin_a, "/healthz").0 == 200 && get(&admin_b, "/healthz").0 == 200);
+    wait_until("both nodes answer presence questions", Duration::from_secs(10), || routed(&nats.monitor, "megaconn.presence"));
+    let conn = |port: u16, sub: &str| {
+        let mut r = Reader::connect(port);
+        r.s.write_all(&frame(13, pyjwt_token(&dir, sub).as_bytes())).unwrap();
+        r.s.write_all(&resume("news", None)).unwrap();
+        assert!(matches!(r.until_subscribed()[..], [In::Subscribed(..)]));
+        r
+    };
+    let _held = [conn(port_a, "alice"), conn(port_a, "alice"), conn(port_b, "alice"), conn(port_b, "bob")];
+    for (admin, other) in [(&admin_a, "PB"), (&admin_b, "PA")] {
+        let (status, p) = get(admin, "/presence?topic=news");
+        assert_eq!(status, 200, "{p}");
+        assert_eq!(p["connections"], 4, "{p}");
+        assert_eq!(p["users"], serde_json::json!([{"user": "alice", "connections": 3}, {"user": "bob", "connections": 1}]), "{p}");
+        assert_eq!(p["other_nodes"], serde_json::json!([other]), "{p}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -66,6 +66,11 @@ enum Cmd {
         topic: String,
         after: Position,
     },
+    /// Ask every other node who is subscribed to `topic`.
+    Presence {
+        request: u64,
+        topic: String,
+    },
 }
 
 /// This node's publish waiting for the stream's copy of one message.
@@ -240,6 +245,12 @@ impl Link {
     /// `ClusterEvent::Published { request, .. }`.
     pub fn publish(&self, request: u64, out: Vec<Out>) {
         let _ = self.cmds.send(Cmd::Publish { request, out });
+    }
+
+    /// Ask the other nodes who is subscribed to `topic`; their answers
+    /// come as `ClusterEvent::Presence` after [`super::PRESENCE_WINDOW`].
+    pub fn ask_presence(&self, request: u64, topic: &str) {
+        let _ = self.cmds.send(Cmd::Presence { request, topic: topic.to_string() });
     }
 
     /// Answer a unicast another node routed here.
@@ -517,7 +528,7 @@ async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<
             set.remove(subject);
         }
     };
-    for subject in [sub_of(BROADCAST), super::node_subject(&cfg.node), super::USERS.to_string()] {
+    for subject in [sub_of(BROADCAST), super::node_subject(&cfg.node), super::USERS.to_string(), super::PRESENCE.to_string()] {
         follow(&subject, true);
         subs.insert(subject.clone(), f.forward(subject).await);
     }
@@ -545,6 +556,13 @@ async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<
                 tokio::spawn(async move {
                     let result = publish(&client, &me, request, out, &shared, log.as_deref()).await;
                     send(&tx, ClusterEvent::Published { request, result });
+                });
+            }
+            Cmd::Presence { request, topic } => {
+                let (client, tx, me, shared) = (client.clone(), tx.clone(), me.clone(), shared.clone());
+                tokio::spawn(async move {
+                    let answers = ask_presence(&client, &me, &shared, &topic).await;
+                    send(&tx, ClusterEvent::Presence { request, answers });
                 });
             }
             Cmd::Fetch { topic, after } => {
@@ -643,6 +661,13 @@ impl Forwarder {
         }
         self.shared.messages_in.fetch_add(1, Ordering::Relaxed);
         let parts = Parts::live(m, m.subject.as_str());
+        if m.subject.as_str() == super::PRESENCE {
+            match (parts.header(H_TARGET), &m.reply) {
+                (Ok(topic), Some(reply)) => send(&self.tx, ClusterEvent::PresenceAsked { topic: topic.to_string(), reply: reply.to_string() }),
+                _ => self.shared.refuse(Refusal::Malformed, "refused a presence question without a topic or a reply subject".into()),
+            }
+            return;
+        }
         let probe = super::node_of(&m.subject) == Some(me.node.as_str()) && parts.header(H_TARGET).is_err() && m.payload.is_empty();
         match decode(&parts, me.max_push) {
             Ok(inbound) => send(&self.tx, ClusterEvent::Message(inbound)),
@@ -813,6 +838,37 @@ fn decode(m: &Parts, max_push: usize) -> Result<Inbound, String> {
         user,
         close,
     })
+}
+
+/// Ask every node who is subscribed to `topic` and collect what they
+/// answer within [`super::PRESENCE_WINDOW`] (signed answers only).
+async fn ask_presence(client: &async_nats::Client, me: &Me, shared: &Shared, topic: &str) -> Vec<super::NodePresence> {
+    let inbox = client.new_inbox();
+    let Ok(mut sub) = client.subscribe(inbox.clone()).await else { return Vec::new() };
+    let h = me.headers(super::PRESENCE, topic, "", "", b"");
+    if client.publish_with_reply_and_headers(super::PRESENCE, inbox, h, Default::default()).await.is_err() {
+        return Vec::new();
+    }
+    let mut answers = Vec::new();
+    let deadline = tokio::time::Instant::now() + super::PRESENCE_WINDOW;
+    while let Ok(Some(reply)) = tokio::time::timeout_at(deadline, sub.next()).await {
+        let node = match me.check(&reply) {
+            Ok(n) => n,
+            Err((r, why)) => {
+                shared.refuse(r, why);
+                continue;
+            }
+        };
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(&reply.payload) else { continue };
+        let users = v["users"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|u| Some((u["user"].as_str()?.to_string(), u["connections"].as_u64()?, u.get("info").map(|i| i.to_string()))))
+            .collect();
+        answers.push(super::NodePresence { node, users, anonymous: v["anonymous"].as_u64().unwrap_or(0) });
+    }
+    answers
 }
 
 /// Send every message; have NATS confirm it routed them (core) or the

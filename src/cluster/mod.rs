@@ -39,6 +39,21 @@ pub const BROADCAST: &str = "megaconn.broadcast";
 /// Per-user pushes and disconnects (`--auth jwt`): every node delivers to
 /// its own connections of that user. Core NATS, not kept in the history.
 pub const USERS: &str = "megaconn.users";
+/// Presence questions: every node answers with its own subscribers of the
+/// topic (`GET /presence` in a cluster).
+pub const PRESENCE: &str = "megaconn.presence";
+/// How long a node collects the other nodes' presence answers: the bound
+/// of `GET /presence`'s eventual consistency in a cluster.
+pub const PRESENCE_WINDOW: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// One node's answer to a presence question: (user, connections, info
+/// JSON) and connections without a user.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodePresence {
+    pub node: String,
+    pub users: Vec<(String, u64, Option<String>)>,
+    pub anonymous: u64,
+}
 const TOPIC_PREFIX: &str = "megaconn.topic.";
 const NODE_PREFIX: &str = "megaconn.node.";
 /// Each node's replies arrive under `megaconn.inbox.<node>.`.
@@ -278,6 +293,17 @@ pub enum ClusterEvent {
     /// The node cannot be part of the cluster (e.g. its id is taken): the
     /// server stops with this reason.
     Fatal(String),
+    /// Another node asks who is subscribed to `topic` here: answer on `reply`.
+    PresenceAsked {
+        topic: String,
+        reply: String,
+    },
+    /// What the other nodes answered to this node's presence question
+    /// `request` within [`PRESENCE_WINDOW`].
+    Presence {
+        request: u64,
+        answers: Vec<NodePresence>,
+    },
 }
 
 /// Link counters and state for /healthz, /stats and /metrics.

@@ -409,6 +409,12 @@ impl ServerFleet {
                 let running = self.running();
                 match (&mut self.relay, &req.route) {
                     (Some(r), Route::Publish(_)) => r.publish(req, &mut self.publisher, &running, &mut self.pool),
+                    (Some(r), Route::Presence { topic, .. }) if r.link.up() => {
+                        let topic = topic.clone();
+                        if let Some(rid) = self.publisher.start_presence(req, &running, &mut self.pool) {
+                            r.link.ask_presence(rid, &topic);
+                        }
+                    }
                     _ => self.publisher.start(req, &running, &mut self.pool),
                 }
                 return;

@@ -47,6 +47,8 @@ enum Gather {
         /// user -> (connections, info)
         users: HashMap<String, (u64, Option<String>)>,
         anonymous: u64,
+        /// Other nodes that answered (a cluster).
+        nodes: Vec<String>,
     },
 }
 
@@ -100,16 +102,21 @@ struct PresenceUser<'a> {
     info: Option<&'a serde_json::value::RawValue>,
 }
 
+/// Where a `/presence` answer comes from.
+struct Where<'a> {
+    node: Option<&'a str>,
+    /// Other nodes that answered in time (a cluster).
+    others: &'a [String],
+    missing: &'a [usize],
+    stalled: &'a BTreeSet<usize>,
+}
+
+/// The pseudo-worker a cluster's presence question waits on: the other
+/// nodes' answers, all at once after `cluster::PRESENCE_WINDOW`.
+pub const CLUSTER: usize = usize::MAX - 1;
+
 /// `GET /presence`: users sorted by name, at most `limit` of them.
-fn presence_body(
-    topic: &str,
-    limit: usize,
-    users: &HashMap<String, (u64, Option<String>)>,
-    anonymous: u64,
-    missing: &[usize],
-    stalled: &BTreeSet<usize>,
-    node: Option<&str>,
-) -> String {
+fn presence_body(topic: &str, limit: usize, users: &HashMap<String, (u64, Option<String>)>, anonymous: u64, w: &Where) -> String {
     #[derive(serde::Serialize)]
     struct Answer<'a> {
         topic: &'a str,
@@ -121,6 +128,8 @@ fn presence_body(
         missing_workers: &'a [usize],
         stalled_workers: &'a BTreeSet<usize>,
         node: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        other_nodes: Option<&'a [String]>,
     }
     let mut list: Vec<PresenceUser> = users
         .iter()
@@ -135,9 +144,10 @@ fn presence_body(
         truncated: users.len() > limit,
         users: list,
         anonymous,
-        missing_workers: missing,
-        stalled_workers: stalled,
-        node,
+        missing_workers: w.missing,
+        stalled_workers: w.stalled,
+        node: w.node,
+        other_nodes: w.node.map(|_| w.others),
     };
     serde_json::to_string(&a).expect("serializes") + "\n"
 }
@@ -187,7 +197,7 @@ impl Publisher {
                 for &w in live {
                     send(w, &format!("{CMD_PRESENCE} {cmd}"), &mut waiting);
                 }
-                Gather::Presence { topic, limit, users: HashMap::new(), anonymous: 0 }
+                Gather::Presence { topic, limit, users: HashMap::new(), anonymous: 0, nodes: Vec::new() }
             }
             Route::Publish(messages) => {
                 let publish_us = publish_us.unwrap_or_else(wall_us);
@@ -298,6 +308,29 @@ impl Publisher {
             }
             self.ack(rid, worker);
         }
+    }
+
+    /// `GET /presence` in a cluster: asked of the workers here and of the
+    /// other nodes; returns the request id to give the cluster's answers.
+    pub fn start_presence(&mut self, req: Request, live: &[usize], pool: &mut Pool) -> Option<u64> {
+        self.begin(req.route, Answer::Admin(req.reply), None, Vec::new(), live, pool);
+        let rid = self.next_id;
+        let p = self.pending.get_mut(&rid)?;
+        p.waiting.insert(CLUSTER, 1);
+        Some(rid)
+    }
+
+    /// What the other nodes answered to presence question `request_id`.
+    pub fn presence_of_nodes(&mut self, request_id: u64, answers: Vec<crate::cluster::NodePresence>) {
+        if let Some(Gather::Presence { nodes, .. }) = self.pending.get_mut(&request_id).map(|p| &mut p.gather) {
+            nodes.extend(answers.iter().map(|a| a.node.clone()));
+        }
+        let (mut users, mut anonymous) = (Vec::new(), 0);
+        for a in answers {
+            users.extend(a.users);
+            anonymous += a.anonymous;
+        }
+        self.presence(CLUSTER, request_id, users, anonymous);
     }
 
     /// A worker answered presence question `request_id`.
@@ -427,10 +460,12 @@ impl Publisher {
                 }
                 v
             }
-            Gather::Presence { topic, limit, users, anonymous } => {
+            Gather::Presence { topic, limit, users, anonymous, nodes } => {
                 // Serialized straight from the merged table: a 100,000-user
                 // answer through serde_json::Value cost more than the rest.
-                let body = presence_body(&topic, limit, &users, anonymous, missing, &p.stalled, self.node.as_deref());
+                let missing: Vec<usize> = missing.iter().copied().filter(|w| *w != CLUSTER).collect();
+                let where_ = Where { node: self.node.as_deref(), others: &nodes, missing: &missing, stalled: &p.stalled };
+                let body = presence_body(&topic, limit, &users, anonymous, &where_);
                 return self.answer(p, Response { status: 200, content_type: "application/json", body });
             }
             Gather::Publish { per_worker, mut not_found, seqs, publish_us, remote, users, close } => {

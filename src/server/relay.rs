@@ -148,6 +148,11 @@ impl Relay {
                 }
             }
             ClusterEvent::Fetched { topic, result } => self.fetched(topic, result, publisher, live, pool),
+            ClusterEvent::PresenceAsked { topic, reply } => {
+                let route = Route::Presence { topic, limit: crate::admin::route::MAX_PRESENCE };
+                publisher.begin(route, Answer::Nats(reply), None, Vec::new(), live, pool);
+            }
+            ClusterEvent::Presence { request, answers } => publisher.presence_of_nodes(request, answers),
         }
         self.flush_replies(publisher);
     }
