@@ -108,6 +108,13 @@ fn a_push_to_a_user_reaches_each_of_its_connections_once() {
 }
 
 #[test]
+fn subscribers_hear_who_joins_and_leaves_with_presence_notices() {
+    let (mut s, admin) = ws_peer("notices", &["--jwt-secret-file", "secret", "--presence-notices"], "2");
+    stats_when(&admin, "the notices counted", |s| s["presence_notices"].as_u64().is_some_and(|n| n >= 2));
+    assert!(s.terminate().success());
+}
+
+#[test]
 fn a_framed_connection_shows_its_token_first() {
     let dir = keys("framed");
     let port = free_port();

@@ -1063,3 +1063,63 @@ fn presence_in_a_cluster_counts_every_nodes_subscribers() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A WebSocket by hand to 127.0.0.1:`port` with a bearer token, subscribed
+/// to "news"; reads its text messages.
+fn ws_with_token(port: u16, token: &str) -> TcpStream {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET /?subscribe=news HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nAuthorization: Bearer {token}\r\n\r\n").unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut b).unwrap(), 1, "the upgrade answered");
+        head.push(b[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&head));
+    s
+}
+
+/// The next text message on a WebSocket (short, unfragmented: the server's).
+fn ws_text(s: &mut TcpStream) -> String {
+    let mut h = [0u8; 2];
+    s.read_exact(&mut h).unwrap();
+    assert_eq!(h[0], 0x81, "a final text frame");
+    let len = match h[1] & 0x7f {
+        126 => {
+            let mut l = [0u8; 2];
+            s.read_exact(&mut l).unwrap();
+            u16::from_be_bytes(l) as usize
+        }
+        n => n as usize,
+    };
+    let mut p = vec![0u8; len];
+    s.read_exact(&mut p).unwrap();
+    String::from_utf8(p).unwrap()
+}
+
+#[test]
+fn presence_notices_reach_subscribers_on_every_node() {
+    let nats = loopback_nats(&[]);
+    let dir = std::env::temp_dir().join(format!("megaconn-test-{}-notices", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("secret"), "the cluster's notices test secret, 32+ bytes\n").unwrap();
+    let secret = dir.join("secret").display().to_string();
+    let (key, url) = (KeyFile::new("notices"), format!("nats://{}", nats.addr));
+    let flags = ["--protocol", "ws", "--auth", "jwt", "--jwt-secret-file", &secret, "--presence-notices"];
+    let (_a, admin_a, port_a) = loopback_node(&url, "NA", &key, &flags);
+    let (_b, admin_b, port_b) = loopback_node(&url, "NB", &key, &flags);
+    wait_until("both nodes linked", Duration::from_secs(20), || get(&admin_a, "/healthz").0 == 200 && get(&admin_b, "/healthz").0 == 200);
+    wait_until("both nodes hear notices", Duration::from_secs(10), || routed(&nats.monitor, "megaconn.notices"));
+    let mut alice = ws_with_token(port_a, &pyjwt_token(&dir, "alice"));
+    // alice hears her own join first (her node's supervisor tells every worker).
+    let first: Value = serde_json::from_str(&ws_text(&mut alice)).unwrap();
+    assert_eq!(first, serde_json::json!({"type": "join", "topic": "news", "user": "alice"}));
+    let bob = ws_with_token(port_b, &pyjwt_token(&dir, "bob"));
+    let m: Value = serde_json::from_str(&ws_text(&mut alice)).unwrap();
+    assert_eq!(m, serde_json::json!({"type": "join", "topic": "news", "user": "bob"}), "bob joined on the other node");
+    drop(bob);
+    let m: Value = serde_json::from_str(&ws_text(&mut alice)).unwrap();
+    assert_eq!(m, serde_json::json!({"type": "leave", "topic": "news", "user": "bob"}));
+    let _ = std::fs::remove_dir_all(&dir);
+}

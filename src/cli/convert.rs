@@ -64,6 +64,7 @@ impl From<ServerArgs> for ServerConfig {
             upstream: a.auth.upstream,
             upstream_queue: a.auth.upstream_queue,
             presence_events: a.auth.presence_events,
+            presence_notices: a.auth.presence_notices,
             json: a.json,
         }
     }

@@ -267,6 +267,9 @@ pub struct ServerAuthArgs {
     /// --upstream: also send a join or leave event each time a connection with a user (--auth jwt) subscribes to or leaves a topic (presence for the application).
     #[arg(long, requires = "upstream")]
     pub presence_events: bool,
+    /// Tell a topic's WebSocket subscribers, on every worker and node, each time a connection with a user (--auth jwt) joins or leaves it: {"type":"join"|"leave","topic":..,"user":..}.
+    #[arg(long)]
+    pub presence_notices: bool,
 }
 
 /// `--auth`.

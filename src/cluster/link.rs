@@ -66,6 +66,8 @@ enum Cmd {
         topic: String,
         after: Position,
     },
+    /// Joins and leaves, for the other nodes' subscribers.
+    Notices(Vec<u8>),
     /// Ask every other node who is subscribed to `topic`.
     Presence {
         request: u64,
@@ -251,6 +253,11 @@ impl Link {
     /// come as `ClusterEvent::Presence` after [`super::PRESENCE_WINDOW`].
     pub fn ask_presence(&self, request: u64, topic: &str) {
         let _ = self.cmds.send(Cmd::Presence { request, topic: topic.to_string() });
+    }
+
+    /// Tell the other nodes' subscribers who joined or left.
+    pub fn notices(&self, notices: Vec<crate::proto::push::Notice>) {
+        let _ = self.cmds.send(Cmd::Notices(serde_json::to_vec(&notices).expect("serializes")));
     }
 
     /// Answer a unicast another node routed here.
@@ -528,7 +535,7 @@ async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<
             set.remove(subject);
         }
     };
-    for subject in [sub_of(BROADCAST), super::node_subject(&cfg.node), super::USERS.to_string(), super::PRESENCE.to_string()] {
+    for subject in [sub_of(BROADCAST), super::node_subject(&cfg.node), super::USERS.to_string(), super::PRESENCE.to_string(), super::NOTICES.to_string()] {
         follow(&subject, true);
         subs.insert(subject.clone(), f.forward(subject).await);
     }
@@ -557,6 +564,12 @@ async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<
                     let result = publish(&client, &me, request, out, &shared, log.as_deref()).await;
                     send(&tx, ClusterEvent::Published { request, result });
                 });
+            }
+            Cmd::Notices(body) => {
+                let h = me.headers(super::NOTICES, "", "", "", &body);
+                if let Err(e) = client.publish_with_headers(super::NOTICES, h, body.into()).await {
+                    shared.error(format!("cannot send presence notices: {e}"));
+                }
             }
             Cmd::Presence { request, topic } => {
                 let (client, tx, me, shared) = (client.clone(), tx.clone(), me.clone(), shared.clone());
@@ -661,6 +674,13 @@ impl Forwarder {
         }
         self.shared.messages_in.fetch_add(1, Ordering::Relaxed);
         let parts = Parts::live(m, m.subject.as_str());
+        if m.subject.as_str() == super::NOTICES {
+            match serde_json::from_slice(&m.payload) {
+                Ok(n) => send(&self.tx, ClusterEvent::Notices(n)),
+                Err(e) => self.shared.refuse(Refusal::Malformed, format!("refused presence notices: {e}")),
+            }
+            return;
+        }
         if m.subject.as_str() == super::PRESENCE {
             match (parts.header(H_TARGET), &m.reply) {
                 (Ok(topic), Some(reply)) => send(&self.tx, ClusterEvent::PresenceAsked { topic: topic.to_string(), reply: reply.to_string() }),

@@ -42,6 +42,8 @@ pub const USERS: &str = "megaconn.users";
 /// Presence questions: every node answers with its own subscribers of the
 /// topic (`GET /presence` in a cluster).
 pub const PRESENCE: &str = "megaconn.presence";
+/// Joins and leaves for every node's subscribers (`--presence-notices`).
+pub const NOTICES: &str = "megaconn.notices";
 /// How long a node collects the other nodes' presence answers: the bound
 /// of `GET /presence`'s eventual consistency in a cluster.
 pub const PRESENCE_WINDOW: std::time::Duration = std::time::Duration::from_millis(250);
@@ -298,6 +300,8 @@ pub enum ClusterEvent {
         topic: String,
         reply: String,
     },
+    /// Another node's joins and leaves, for this node's subscribers.
+    Notices(Vec<crate::proto::push::Notice>),
     /// What the other nodes answered to this node's presence question
     /// `request` within [`PRESENCE_WINDOW`].
     Presence {

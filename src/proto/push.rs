@@ -68,6 +68,15 @@ pub struct Position {
 /// The broadcasts' name in history and resume requests.
 pub const BROADCAST_TOPIC: &str = "*";
 
+/// A connection with a user joined or left a topic (`--presence-notices`):
+/// told to the topic's subscribers on every worker and node.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Notice {
+    pub topic: String,
+    pub user: String,
+    pub join: bool,
+}
+
 /// Check a topic name: 1..=255 bytes of `[A-Za-z0-9._:-]`.
 pub fn check_topic(t: &[u8]) -> Result<(), String> {
     if t.is_empty() || t.len() > MAX_TOPIC {

@@ -88,6 +88,8 @@ pub struct ServerConfig {
     pub upstream_queue: usize,
     /// `--presence-events`: joins and leaves go to the upstream too.
     pub presence_events: bool,
+    /// `--presence-notices`: joins and leaves to the topic's subscribers.
+    pub presence_notices: bool,
     pub json: bool,
 }
 
@@ -153,6 +155,7 @@ impl Default for ServerConfig {
             upstream: None,
             upstream_queue: crate::server::upstream::DEFAULT_QUEUE,
             presence_events: false,
+            presence_notices: false,
             json: false,
         }
     }

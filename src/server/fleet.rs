@@ -287,6 +287,12 @@ impl ServerFleet {
                     None => self.publisher.history_wanted(worker, &topic, after, &mut self.pool),
                 }
             }
+            PoolEvent::Msg(ServerMsg::Notices { notices, .. }) => {
+                self.pool.broadcast(&format!("{} {}", super::snapshot::CMD_NOTICES, serde_json::to_string(&notices).expect("serializes")));
+                if let Some(r) = &self.relay {
+                    r.link.notices(notices);
+                }
+            }
             PoolEvent::Msg(ServerMsg::Upstream { worker, messages }) => {
                 if let Some(u) = &self.upstream {
                     u.send(worker, messages);
@@ -687,6 +693,7 @@ fn worker_template(cfg: &ServerConfig, initial: usize, budget: u64, elastic: boo
         admin_topics: cfg.admin_topics.clone(),
         upstream_queue: cfg.upstream.as_ref().map(|_| cfg.upstream_queue),
         presence_events: cfg.upstream.is_some() && cfg.presence_events,
+        presence_notices: cfg.presence_notices,
     }
 }
 

@@ -153,6 +153,9 @@ impl Relay {
                 publisher.begin(route, Answer::Nats(reply), None, Vec::new(), live, pool);
             }
             ClusterEvent::Presence { request, answers } => publisher.presence_of_nodes(request, answers),
+            ClusterEvent::Notices(notices) => {
+                pool.broadcast(&format!("{} {}", super::snapshot::CMD_NOTICES, serde_json::to_string(&notices).expect("serializes")));
+            }
         }
         self.flush_replies(publisher);
     }

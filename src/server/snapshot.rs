@@ -25,6 +25,7 @@ crate::counters! {
         auth_refreshed: counter "auth_refreshed" "Tokens refreshed on open connections",
         authenticated: gauge "authenticated_connections" "Connections open now with a verified token",
         upstream_sent: counter "upstream_sent" "Messages clients sent that the workers handed on to the --upstream backend",
+        presence_notices: counter "presence_notices" "Join and leave notices written to WebSocket subscribers (--presence-notices)",
         presence_events_dropped: counter "presence_events_dropped" "Join and leave events not sent upstream because the worker's --upstream-queue was full",
         ws_upgrades: counter "ws_upgrades" "WebSocket handshakes completed",
         sse_streams: counter "sse_streams" "Server-Sent Event streams opened (GET with Accept: text/event-stream on a WebSocket or HTTP port)",
@@ -120,6 +121,11 @@ pub enum ServerMsg {
         topic: String,
         after: u64,
     },
+    /// Joins and leaves for every worker's subscribers (`--presence-notices`).
+    Notices {
+        worker: usize,
+        notices: Vec<crate::proto::push::Notice>,
+    },
     /// What clients said, for the `--upstream` backend.
     Upstream {
         worker: usize,
@@ -210,6 +216,8 @@ pub const CMD_PRESENCE: &str = "presence";
 pub const CMD_HISTORY: &str = "history";
 /// Read the TLS certificate and key again (SIGHUP, or the files changed).
 pub const CMD_TLS_RELOAD: &str = "tls_reload";
+/// `notices [json]`: tell the topics' subscribers who joined or left.
+pub const CMD_NOTICES: &str = "notices";
 /// `upstream_done N`: the backend took N more of this worker's messages.
 pub const CMD_UPSTREAM_DONE: &str = "upstream_done";
 /// Clients are resuming somewhere on this server: note accepts for the
@@ -227,6 +235,7 @@ pub enum ServerCommand {
     TlsReload,
     Resuming,
     UpstreamDone(u64),
+    Notices(Vec<crate::proto::push::Notice>),
 }
 
 impl ServerCommand {
@@ -241,6 +250,7 @@ impl ServerCommand {
             CMD_TLS_RELOAD => Some(ServerCommand::TlsReload),
             CMD_RESUMING => Some(ServerCommand::Resuming),
             CMD_UPSTREAM_DONE => arg.trim().parse().ok().map(ServerCommand::UpstreamDone),
+            CMD_NOTICES => serde_json::from_str(arg).ok().map(ServerCommand::Notices),
             _ => None,
         }
     }

@@ -15,6 +15,7 @@ mod auth;
 mod deliver;
 mod drain;
 mod heads;
+mod presence;
 pub use drain::spreads;
 mod linger;
 pub mod seam;
@@ -97,6 +98,9 @@ pub struct ServerWorkerConfig {
     /// `--presence-events`: joins and leaves go upstream too.
     #[serde(default)]
     pub presence_events: bool,
+    /// `--presence-notices`: and to the topic's WebSocket subscribers.
+    #[serde(default)]
+    pub presence_notices: bool,
 }
 
 /// Pool threads wake the event loop through this token.
@@ -234,7 +238,7 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
         heads: Default::default(),
     };
     w.topics.gate = gate;
-    if w.cfg.presence_events {
+    if w.cfg.presence_events || w.cfg.presence_notices {
         w.topics.gate.events = Some(Vec::new());
     }
     control::emit(&ServerMsg::Ready { worker, pid: std::process::id(), fd_limit: crate::sys::fd_limit().hard });
@@ -285,6 +289,7 @@ impl Handler for Worker {
                     Some(ServerCommand::Presence(p)) => self.presence(&p),
                     Some(ServerCommand::History(slice)) => self.recovered(&slice),
                     Some(ServerCommand::Resuming) => self.seam.resumed(),
+                    Some(ServerCommand::Notices(n)) => self.notify(&n),
                     Some(ServerCommand::UpstreamDone(n)) => {
                         if let Some(u) = &mut self.upstream {
                             u.done(n);
@@ -362,7 +367,7 @@ impl Handler for Worker {
             self.expire_tokens();
             self.sse_beat_at = now + Duration::from_secs(1);
         }
-        self.presence_upstream();
+        self.presence_out();
         if let Some(u) = self.upstream.as_mut().filter(|u| !u.out.is_empty()) {
             control::emit(&ServerMsg::Upstream { worker: self.cfg.worker, messages: std::mem::take(&mut u.out) });
         }

@@ -15,6 +15,8 @@ usage: auth_ws.py PORT ADMIN_ADDR KEYDIR MODE
            token by another RSA key are refused.
   MODE jwks: an ES256 token whose kid is in the JWKS is accepted; an
            unknown kid is refused.
+  MODE notices: (--presence-notices) alice in chat.room hears bob join and
+           leave: {"type":"join"|"leave","topic":"chat.room","user":"bob"}.
   MODE users: three connections of alice, one of bob; the admin API's
            per-user push reaches each of alice's once and bob's never; the
            listing names the user; disconnect closes alice's with 4000.
@@ -184,5 +186,25 @@ async def mode_users():
     await bob.close()
 
 
-asyncio.run({"hs": mode_hs, "rs": mode_rs, "jwks": mode_jwks, "users": mode_users}[mode]())
+async def mode_notices():
+    alice = await connect(URL + "?subscribe=chat.room&token=" + hs("alice"))
+    got = []
+
+    async def until(kind, user):
+        while True:
+            m = await recv(alice)
+            got.append(m)
+            if m.get("type") == kind and m.get("user") == user:
+                return m
+    bob = await connect(URL + "?subscribe=chat.room&token=" + hs("bob"))
+    m = await until("join", "bob")
+    assert m == {"type": "join", "topic": "chat.room", "user": "bob"}, m
+    await bob.close()
+    m = await until("leave", "bob")
+    assert m["topic"] == "chat.room", m
+    assert [g["user"] for g in got if g.get("type") in ("join", "leave")] in (["bob", "bob"], ["alice", "bob", "bob"]), got
+    await alice.close()
+
+
+asyncio.run({"notices": mode_notices, "hs": mode_hs, "rs": mode_rs, "jwks": mode_jwks, "users": mode_users}[mode]())
 print("OK")

@@ -65,28 +65,6 @@ pub fn missing(req: &mut Requests<'_>) -> Result<(), &'static str> {
 }
 
 impl Worker {
-    /// Joins and leaves since the last loop iteration, to the upstream
-    /// (`--presence-events`); over a full queue they are counted, not sent.
-    pub(super) fn presence_upstream(&mut self) {
-        let (Some(events), Some(up)) = (self.topics.gate.events.as_mut(), self.upstream.as_mut()) else { return };
-        for e in events.drain(..) {
-            let kind = if e.join { "join" } else { "leave" };
-            let made = up.offer((e.key, e.gen), |conn| UpMessage {
-                kind: kind.into(),
-                conn,
-                user: Some(e.user.to_string()),
-                topic: Some(e.topic.to_string()),
-                data: None,
-                data_b64: None,
-                ts: crate::proto::push::wall_us(),
-            });
-            match made {
-                Ok(()) => self.stats.upstream_sent += 1,
-                Err(_) => self.stats.presence_events_dropped += 1,
-            }
-        }
-    }
-
     /// Close every connection whose token's exp has passed (WebSocket:
     /// close code 4001 first). Called once a second.
     pub(super) fn expire_tokens(&mut self) {
