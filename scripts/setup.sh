@@ -67,6 +67,19 @@ if ! command -v nats-server >/dev/null 2>&1; then
     exit 1
   fi
 fi
+# nginx is the HTTPS server the client's keep-alive test loads (a peer
+# nobody here wrote); openssl makes and reads its test certificates.
+for tool in nginx openssl; do
+  if ! command -v "$tool" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$tool" ]; then
+    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+      echo "setup: installing $tool from Debian packages (a peer of the TLS tests)"
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$tool" >/dev/null
+    else
+      echo "setup: $tool missing; install it (apt-get install $tool)" >&2
+      exit 1
+    fi
+  fi
+done
 # curl is a peer of the lingering-close test (a body sent to a refusal).
 if ! command -v curl >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
