@@ -13,7 +13,21 @@ cargo clippy --release --locked --all-targets -- -D warnings
 # be made; with MEGACONN_SKIP_NETNS=1 they print "SKIPPED: <test>: <why>"
 # instead, and the count is reported here so a skip is never silent.
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+cleanup=('rm -f "$log"')
+# Tests listen on 20000-23999 (tests/common/ports.rs, the journeys). Where
+# ip_local_port_range is 1024-65535 (as bench/sysctl.sh and `megaconn tune`
+# set it), the kernel may hand one of them to another test's outgoing
+# connection; reserving them for this run keeps that from happening.
+pool=20000-23999
+reserved=$(cat /proc/sys/net/ipv4/ip_local_reserved_ports)
+if [ "$(id -u)" != 0 ]; then
+  echo "test.sh: not root, so ports $pool are not reserved: a test may meet another's outgoing connection there" >&2
+elif ! grep -q "$pool" <<<"$reserved"; then
+  sysctl -q -w net.ipv4.ip_local_reserved_ports="${reserved:+$reserved,}$pool"
+  echo "test.sh: sysctl net.ipv4.ip_local_reserved_ports: '$reserved' -> '$(cat /proc/sys/net/ipv4/ip_local_reserved_ports)' for this run"
+  cleanup+=("sysctl -q -w net.ipv4.ip_local_reserved_ports='$reserved'")
+fi
+trap 'for c in "${cleanup[@]}"; do eval "$c"; done' EXIT
 cargo test --release --locked "$@" 2>&1 | tee "$log"
 skipped=$(awk '/SKIPPED: [^ ]+: / { n++ } END { print n + 0 }' "$log")
 if [ "$skipped" -gt 0 ]; then

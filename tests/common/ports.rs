@@ -11,10 +11,12 @@
 //! skips it. Each test binary starts its cursor at its own place in the
 //! pool (a hash of its name), so files rarely even meet.
 //!
-//! The pool is 20000-22999: below the kernel's ephemeral ports
-//! (32768-60999 here), and clear of 23000-23999, which the documentation
+//! The pool is 20000-22999: below the kernel's default ephemeral ports
+//! (32768-60999), and clear of 23000-23999, which the documentation
 //! journeys use (tests/journeys.rs runs them), and of the bench scripts'
-//! 24000+.
+//! 24000+. Where the ephemeral range was widened to 1024-65535 (the bench
+//! recipe), scripts/test.sh reserves 20000-23999 for the run
+//! (ip_local_reserved_ports), so no outgoing connection lands on them.
 
 use std::fs::{File, OpenOptions};
 use std::net::{Ipv4Addr, SocketAddrV4};
