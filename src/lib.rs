@@ -37,6 +37,7 @@ pub mod timer;
 pub mod tls;
 pub mod topology;
 pub mod tune;
+pub mod uring;
 pub mod values;
 
 #[cfg(test)]

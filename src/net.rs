@@ -37,6 +37,22 @@ impl<T: Read> Source for T {
     }
 }
 
+/// Bytes already received (an io_uring completion), read like a socket:
+/// then `WouldBlock`, never the end of the stream.
+pub struct Received<'a>(pub &'a [u8]);
+
+impl Source for Received<'_> {
+    fn read_some(&mut self, buf: &mut [u8]) -> io::Result<(usize, bool)> {
+        if self.0.is_empty() {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let n = self.0.len().min(buf.len());
+        buf[..n].copy_from_slice(&self.0[..n]);
+        self.0 = &self.0[n..];
+        Ok((n, !self.0.is_empty()))
+    }
+}
+
 /// Why reading stopped.
 #[derive(Debug, PartialEq, Eq)]
 pub enum ReadEnd {
@@ -166,11 +182,8 @@ pub fn send_capped<S: Write>(stream: &mut S, backlog: &mut Spill, data: &[u8], c
     if data.is_empty() {
         return Ok(());
     }
-    if let Some(buf) = backlog {
-        if buf.len() + data.len() > cap {
-            return Err(reason.into());
-        }
-        buf.extend_from_slice(data);
+    if backlog.is_some() {
+        queue_capped(backlog, data, cap, reason)?;
         return flush(stream, backlog);
     }
     let mut written = 0;
@@ -190,6 +203,16 @@ pub fn send_capped<S: Write>(stream: &mut S, backlog: &mut Spill, data: &[u8], c
         }
         *backlog = Some(Box::new(data[written..].to_vec()));
     }
+    Ok(())
+}
+
+/// Add `data` behind what waits in `backlog`, within `cap` bytes (else
+/// the connection must be closed, named `reason`).
+pub fn queue_capped(backlog: &mut Spill, data: &[u8], cap: usize, reason: &str) -> Result<(), String> {
+    if backlog.as_ref().map_or(0, |b| b.len()) + data.len() > cap {
+        return Err(reason.into());
+    }
+    backlog.get_or_insert_with(Default::default).extend_from_slice(data);
     Ok(())
 }
 

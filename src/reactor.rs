@@ -10,7 +10,7 @@ use crate::supervise::control::{Command, CommandReader};
 use crate::supervise::Flow;
 use anyhow::Result;
 use mio::event::Event;
-use mio::{Events, Poll, Token};
+use mio::{Poll, Token};
 use std::io;
 use std::time::{Duration, Instant};
 
@@ -36,8 +36,7 @@ pub trait Handler {
 
 /// Run `h` until it is done; the final snapshot is sent on the way out.
 pub fn run(h: &mut impl Handler, stats_interval: Duration) -> Result<()> {
-    let mut commands = CommandReader::register(h.poll_mut().registry(), STDIN)?;
-    let mut events = Events::with_capacity(EVENTS);
+    let mut events = Events::new(h)?;
     let mut next_stats = Instant::now();
     loop {
         let now = Instant::now();
@@ -51,23 +50,55 @@ pub fn run(h: &mut impl Handler, stats_interval: Duration) -> Result<()> {
         }
         let wait = h.next_wake().min(next_stats.saturating_duration_since(Instant::now()));
         crate::timer::wait(h.poll_mut(), wait);
-        if let Err(e) = h.poll_mut().poll(&mut events, Some(Duration::ZERO)) {
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e.into());
+        if events.dispatch(h)? == Polled::Done {
+            return Ok(());
         }
-        for ev in events.iter() {
+    }
+}
+
+/// What one look at the epoll found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Polled {
+    /// This many ready events were handled.
+    Events(usize),
+    /// A command ended the loop (the final snapshot was sent).
+    Done,
+}
+
+/// The worker's epoll events and its supervisor's commands.
+pub struct Events {
+    events: mio::Events,
+    commands: CommandReader,
+}
+
+impl Events {
+    pub fn new(h: &mut impl Handler) -> Result<Events> {
+        Ok(Events { commands: CommandReader::register(h.poll_mut().registry(), STDIN)?, events: mio::Events::with_capacity(EVENTS) })
+    }
+
+    /// Handle whatever is ready now, without waiting.
+    pub fn dispatch(&mut self, h: &mut impl Handler) -> Result<Polled> {
+        loop {
+            match h.poll_mut().poll(&mut self.events, Some(Duration::ZERO)) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e.into()),
+                Ok(()) => break,
+            }
+        }
+        let mut n = 0;
+        for ev in self.events.iter() {
+            n += 1;
             if ev.token() != STDIN {
                 h.on_ready(ev);
                 continue;
             }
-            for cmd in commands.poll() {
+            for cmd in self.commands.poll() {
                 if h.on_command(cmd) == Flow::Done {
                     h.report(true);
-                    return Ok(());
+                    return Ok(Polled::Done);
                 }
             }
         }
+        Ok(Polled::Events(n))
     }
 }

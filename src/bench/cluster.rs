@@ -165,6 +165,7 @@ impl Node {
             .arg(&secrets.nats_token)
             .args(["--cluster-history", if args.cluster_history == crate::cluster::log::HistoryMode::Off { "off" } else { "jetstream" }])
             .args(["--drain-period", &format!("{}ms", args.drain_period.as_millis())])
+            .args(["--io", args.io.arg()])
             .args(["--json", "--stats-interval", "500ms"]);
         if let crate::supervise::plan::Workers::Fixed(n) = args.server_workers {
             cmd.args(["--workers", &n.to_string()]);

@@ -71,6 +71,8 @@ pub struct BenchConfig {
     /// `--auth jwt`: the server verifies a token per connection, minted by
     /// the client with this secret (random, made for the run).
     pub jwt_secret: Option<Vec<u8>>,
+    /// `--io`: the server's reactor.
+    pub io: crate::uring::Io,
     pub pki: Option<std::sync::Arc<crate::tls::throwaway::Throwaway>>,
     /// Push scenario: server nodes (each its own namespace) and the broker
     /// between them.
@@ -114,6 +116,7 @@ impl Default for BenchConfig {
             protocol: crate::proto::Protocol::Framed,
             tls: false,
             jwt_secret: None,
+            io: crate::uring::Io::Auto,
             pki: None,
             json: false,
         }

@@ -151,6 +151,7 @@ pub fn server_config(cfg: &BenchConfig, connections: u64) -> ServerConfig {
             Some(s) => crate::server::config::Auth::Jwt(Some(crate::server::jwt::JwtKey::Secret(s.clone()))),
             None => crate::server::config::Auth::Off,
         },
+        io: cfg.io,
         ..Default::default()
     }
 }
@@ -395,7 +396,7 @@ fn connections(args: BenchConfig, placement: &crate::topology::Placement, mut pr
         failure,
     };
     let plan = serde_json::json!({
-        "server": {"workers_at_start": splan.initial(), "workers_max": splan.max(), "ports": args.ports.len()},
+        "server": {"workers_at_start": splan.initial(), "workers_max": splan.max(), "ports": args.ports.len(), "io": splan.io},
         "client": cplan, "client_workers": cwplan, "rate": args.rate, "hold_s": hold.as_secs_f64(),
         "heartbeat_s": args.heartbeat.map(|d| d.as_secs_f64()), "protocol": format!("{:?}", args.protocol).to_lowercase(),
     });

@@ -32,6 +32,7 @@ impl From<ServerArgs> for ServerConfig {
             retire_after: a.retire_after,
             drain_timeout: a.drain_timeout,
             drain_period: a.drain_period,
+            io: a.io,
             max_pending_bytes: a.max_pending_bytes,
             max_push_bytes: a.max_push_bytes,
             history: crate::server::history::HistoryConfig { size: a.history, ttl: a.history_ttl, max_bytes: a.history_max_bytes },
@@ -212,6 +213,7 @@ impl From<BenchArgs> for BenchConfig {
             protocol: a.protocol,
             tls: a.tls,
             pki: None,
+            io: a.io,
             jwt_secret: (a.auth == super::AuthMode::Jwt).then(|| {
                 use rand::RngCore;
                 let mut s = vec![0u8; 48];

@@ -233,6 +233,9 @@ pub struct ServerArgs {
     pub header_timeout: Duration,
     #[command(flatten)]
     pub tls: Box<ServerTlsArgs>,
+    /// The workers' reactor: io_uring (multishot receives into one shared buffer ring, one submit-and-wait per loop turn) or epoll; auto takes io_uring where the kernel and any seccomp profile allow it and says which it chose.
+    #[arg(long, value_enum, default_value = "auto", env = "MEGACONN_IO")]
+    pub io: crate::uring::Io,
     #[command(flatten)]
     pub auth: Box<ServerAuthArgs>,
     /// Print stats and the summary as JSON lines on stdout.
@@ -473,6 +476,9 @@ pub struct BenchArgs {
     /// jwt: the server runs --auth jwt and every connection shows its own HS256 token (the ramp then includes one verification per connection).
     #[arg(long, value_enum, default_value = "off")]
     pub auth: AuthMode,
+    /// The server's reactor (as `megaconn server --io`): auto, uring or epoll.
+    #[arg(long, value_enum, default_value = "auto", env = "MEGACONN_IO")]
+    pub io: crate::uring::Io,
     /// What to run: connections (ramp, hold, memory), business (the
     /// thread-pool experiment: 1000 conns x 1 req/s against inline,
     /// pool:1000, pool:20 and async, classic service time), push

@@ -77,6 +77,8 @@ pub struct ServerConfig {
     /// `--tls-cert`/`--tls-key`: every port speaks TLS (the ticket key and
     /// ALPN are filled in when the server starts).
     pub tls: Option<crate::tls::files::ServerTls>,
+    /// `--io`: the workers' reactor (resolved by `plan`).
+    pub io: crate::uring::Io,
     /// `--auth`: who may connect.
     pub auth: Auth,
     /// `--admin-topics`: topic patterns only tokens with `"admin": true`
@@ -148,6 +150,7 @@ impl Default for ServerConfig {
             push_format: crate::server::ws::PushFormat::Text,
             admin: None,
             admin_token: None,
+            io: crate::uring::Io::Auto,
             cluster: None,
             tls: None,
             auth: Auth::Off,

@@ -26,13 +26,33 @@ pub struct Conn {
     pub ext: Ext,
     /// Topics this connection subscribed to (None for most).
     pub subs: super::push::Subs,
-    /// Worker-relative second it was accepted (its age in /connections).
-    pub since_s: u32,
+    /// Worker-relative second it was accepted (its age in /connections),
+    /// and in the top bit whether an io_uring send of it is in flight
+    /// (which keeps an idle connection at 48 bytes).
+    since_s: u32,
 }
+
+/// The bit of `since_s` that says a send is in flight.
+const SENDING: u32 = 1 << 31;
 
 impl Conn {
     pub fn new(stream: mio::net::TcpStream, now_s: u32, gen: u32) -> Conn {
-        Conn { stream, last_seen_s: now_s, partial: None, backlog: None, gen, ext: None, subs: None, since_s: now_s }
+        Conn { stream, last_seen_s: now_s, partial: None, backlog: None, gen, ext: None, subs: None, since_s: now_s & !SENDING }
+    }
+
+    /// Worker-relative second it was accepted.
+    pub fn since_s(&self) -> u32 {
+        self.since_s & !SENDING
+    }
+
+    /// Whether an io_uring send of this connection is in flight: what it
+    /// is sent next waits in `backlog` until that one completes.
+    pub fn sending(&self) -> bool {
+        self.since_s & SENDING != 0
+    }
+
+    pub fn set_sending(&mut self, on: bool) {
+        self.since_s = if on { self.since_s | SENDING } else { self.since_s & !SENDING };
     }
 }
 

@@ -694,6 +694,7 @@ fn worker_template(cfg: &ServerConfig, initial: usize, budget: u64, elastic: boo
         upstream_queue: cfg.upstream.as_ref().map(|_| cfg.upstream_queue),
         presence_events: cfg.upstream.is_some() && cfg.presence_events,
         presence_notices: cfg.presence_notices,
+        io: cfg.io,
     }
 }
 

@@ -55,6 +55,9 @@ pub struct ServerPlan {
     pub workers: WorkerPlan,
     /// Threads each worker runs (event loop + its pool share).
     pub threads_per_worker: u64,
+    /// The reactor `--io` resolved to, and why `auto` fell back to epoll.
+    pub io: crate::uring::Io,
+    pub io_fallback: Option<String>,
 }
 
 impl ServerPlan {
@@ -114,7 +117,8 @@ pub fn plan(cfg: &ServerConfig, fd_hard: u64) -> Result<ServerPlan, String> {
         Workers::Auto => Sizing::Elastic { target: cores, max: wp.workers.max(cores).min(by_tasks.max(cores)) },
         Workers::Fixed(w) => Sizing::Fixed(w),
     };
-    Ok(ServerPlan { sizing, workers: wp, threads_per_worker })
+    let (io, io_fallback) = cfg.io.resolve(cfg.tls.is_some())?;
+    Ok(ServerPlan { sizing, workers: wp, threads_per_worker, io, io_fallback })
 }
 
 /// `--auth` and `--admin-topics` against the rest of the configuration.
@@ -161,7 +165,8 @@ pub fn start(
     sink: &Sink<ServerEvent>,
     next: &mut dyn FnMut(Duration) -> Option<ServerEvent>,
 ) -> Result<ServerFleet> {
-    ServerFleet::start(cfg, plan.sizing, plan.workers.budget, fd_limit, sink, next)
+    let cfg = ServerConfig { io: plan.io, ..cfg.clone() };
+    ServerFleet::start(&cfg, plan.sizing, plan.workers.budget, fd_limit, sink, next)
 }
 
 /// Print a fleet's notes (crashes, growth) as text or JSON events.
@@ -329,9 +334,17 @@ pub fn run(cfg: ServerConfig) -> Result<i32> {
     };
     say(
         &mut progress,
-        format!("plan: {how}; {} ports on {} (shared listeners), {} connections per worker", cfg.ports.len(), cfg.listen, format::count(budget)),
+        format!(
+            "plan: {how}; {} ports on {} (shared listeners), {} connections per worker; reactor {}{}",
+            cfg.ports.len(),
+            cfg.listen,
+            format::count(budget),
+            plan.io.name(),
+            plan.io_fallback.as_ref().map(|why| format!(" (--io auto: {why})")).unwrap_or_default()
+        ),
         serde_json::json!({"event": "plan", "workers": plan.initial(), "max_workers": plan.max(), "elastic": matches!(plan.sizing, Sizing::Elastic{..}),
-            "ports": cfg.ports.len(), "per_worker_max": budget, "capacity": plan.max() as u64 * budget, "threads_per_worker": plan.threads_per_worker}),
+            "ports": cfg.ports.len(), "per_worker_max": budget, "capacity": plan.max() as u64 * budget, "threads_per_worker": plan.threads_per_worker,
+            "io": plan.io, "io_fallback": plan.io_fallback}),
     );
     if let Sizing::Elastic { .. } = plan.sizing {}
     if let Some(a) = &cfg.admin {

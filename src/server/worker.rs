@@ -16,6 +16,7 @@ mod deliver;
 mod drain;
 mod heads;
 mod presence;
+mod ring;
 pub use drain::spreads;
 mod linger;
 pub mod seam;
@@ -101,6 +102,9 @@ pub struct ServerWorkerConfig {
     /// `--presence-notices`: and to the topic's WebSocket subscribers.
     #[serde(default)]
     pub presence_notices: bool,
+    /// The reactor (`--io`, resolved by the supervisor: epoll or uring).
+    #[serde(default)]
+    pub io: crate::uring::Io,
 }
 
 /// Pool threads wake the event loop through this token.
@@ -177,6 +181,8 @@ struct Worker {
     /// Connections that owe their Upgrade request or token: (deadline in
     /// 100 ms units, key, generation), oldest first (`heads.rs`).
     heads: std::collections::VecDeque<(u32, u32, u32)>,
+    /// `--io uring`: operations for the next submit, sends in flight.
+    ring: Option<ring::RingSide>,
 }
 
 pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
@@ -236,14 +242,21 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
         tls,
         upstream: upstream_queue.map(|n| super::outbox::Outbox::new(worker, n)),
         heads: Default::default(),
+        ring: None,
     };
+    if w.cfg.io == crate::uring::Io::Uring {
+        w.ring = Some(Default::default());
+    }
     w.topics.gate = gate;
     if w.cfg.presence_events || w.cfg.presence_notices {
         w.topics.gate.events = Some(Vec::new());
     }
     control::emit(&ServerMsg::Ready { worker, pid: std::process::id(), fd_limit: crate::sys::fd_limit().hard });
     let interval = Duration::from_millis(w.cfg.stats_interval_ms.max(50));
-    reactor::run(&mut w, interval)
+    match w.cfg.io {
+        crate::uring::Io::Uring => crate::uring::run(&mut w, interval),
+        _ => reactor::run(&mut w, interval),
+    }
 }
 
 /// Descriptors kept free besides the connections: /proc reads, a
@@ -270,7 +283,7 @@ impl Handler for Worker {
                     self.accept_one(t - LISTENER_BASE);
                 }
             }
-            Token(key) => self.on_conn_event(key, ev.is_readable() || ev.is_read_closed() || ev.is_error(), ev.is_read_closed(), ev.is_writable()),
+            Token(key) => self.on_conn_event(key, ev.is_readable() || ev.is_read_closed() || ev.is_error(), ev.is_read_closed(), ev.is_writable(), None),
         }
     }
 
@@ -517,6 +530,9 @@ impl Worker {
 
     fn close(&mut self, key: usize, reason: String) {
         if let Some(mut conn) = self.conns.try_remove(key) {
+            if let Some(r) = &mut self.ring {
+                r.ops.push(crate::uring::Op::Cancel { tag: ring::tag(key, conn.gen) });
+            }
             let tls = self.tls.as_mut().and_then(|t| t.remove(key));
             if tls.as_ref().is_some_and(|t| t.handshaking()) {
                 let why = if reason == "peer_closed" { crate::tls::failure::EOF.to_string() } else { reason.clone() };
@@ -526,7 +542,15 @@ impl Worker {
                 t.close_notify(&mut conn.stream, &mut side.bufs.wire);
             }
             if answered_refusal(&reason) && conn.backlog.is_none() && self.poll.registry().deregister(&mut conn.stream).is_ok() {
-                self.lingering.start(conn.stream);
+                match &mut self.ring {
+                    // Its answer goes with the next submit; the lingering after.
+                    Some(r) if conn.sending() => r.linger_after_submit.push(conn.stream),
+                    _ => {
+                        self.lingering.start(conn.stream);
+                    }
+                }
+            } else if let Some(r) = &mut self.ring {
+                r.closing.push(conn.stream);
             }
             if let Some(c) = &self.cap {
                 c.release(self.cfg.worker, 1);

@@ -432,6 +432,8 @@ fn looks_like_cleartext(first: u8) -> bool {
 pub enum Wire<'a, C> {
     Plain(&'a mut mio::net::TcpStream),
     Tls(TlsRead<'a, C>),
+    /// Bytes an io_uring receive already brought.
+    Received(crate::net::Received<'a>),
 }
 
 impl<C: Side> Source for Wire<'_, C> {
@@ -439,6 +441,7 @@ impl<C: Side> Source for Wire<'_, C> {
         match self {
             Wire::Plain(s) => s.read_some(buf),
             Wire::Tls(t) => t.read_some(buf),
+            Wire::Received(r) => r.read_some(buf),
         }
     }
 }

@@ -44,6 +44,9 @@ pub struct Limits {
     /// net.ipv4.tcp_child_ehash_entries: the size namespaces created from
     /// here get (0: they share this one).
     pub tcp_child_ehash_entries: Option<u64>,
+    /// Why this process cannot run the io_uring reactor (None: it can;
+    /// only probed on the live system, root `/`).
+    pub io_uring_refused: Option<String>,
     /// Object size in bytes of the slab caches a socket endpoint uses.
     pub slab_sizes: BTreeMap<String, u64>,
     pub page_size: u64,
@@ -103,6 +106,7 @@ impl Reader {
             tcp_migrate_req: self.num("proc/sys/net/ipv4/tcp_migrate_req"),
             tcp_ehash_entries: self.read("proc/sys/net/ipv4/tcp_ehash_entries").and_then(|s| s.trim().parse().ok()),
             tcp_child_ehash_entries: self.num("proc/sys/net/ipv4/tcp_child_ehash_entries"),
+            io_uring_refused: if self.root == std::path::Path::new("/") { crate::uring::probe().err() } else { None },
             slab_sizes,
             page_size: crate::sys::page_size(),
         }

@@ -136,7 +136,7 @@ struct Ctx<'a> {
 type Check = fn(&Ctx<'_>) -> Vec<Row>;
 
 /// Every limit on connection count, in the order the table prints them.
-const CHECKS: &[Check] = &[descriptors, nr_open, file_max, ephemeral_ports, queues, memory, tcp_mem, conntrack, processes_for_workers, tcp_ehash];
+const CHECKS: &[Check] = &[descriptors, nr_open, file_max, ephemeral_ports, queues, memory, tcp_mem, conntrack, processes_for_workers, tcp_ehash, io_uring];
 
 pub fn assess(l: &Limits, req: Request) -> Assessment {
     let n = req.connections;
@@ -409,6 +409,25 @@ fn tcp_ehash(c: &Ctx<'_>) -> Vec<Row> {
         ));
     }
     rows
+}
+
+/// Whether the server's `--io auto` gets io_uring here (it falls back to
+/// epoll otherwise: a cost per event, not a cap on connections).
+fn io_uring(c: &Ctx<'_>) -> Vec<Row> {
+    if c.req.role == TuneRole::Client {
+        return Vec::new();
+    }
+    let refused = c.l.io_uring_refused.as_ref();
+    vec![row(
+        "io_uring (server --io auto)",
+        refused.map_or_else(|| "available (multishot receive, provided buffer ring)".into(), |why| format!("refused: {why}")),
+        "available, for fewer system calls per heartbeat and request".into(),
+        if refused.is_some() { Status::Warning } else { Status::Ok },
+        refused.map(|_| {
+            "sysctl -w kernel.io_uring_disabled=0; in a container, a seccomp profile allowing io_uring_setup, io_uring_enter and io_uring_register; else the server runs on epoll (--io epoll)".into()
+        }),
+        None,
+    )]
 }
 
 #[cfg(test)]

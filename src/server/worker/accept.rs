@@ -115,7 +115,9 @@ impl Worker {
                 let now_ds = self.now_ds();
                 let entry = self.conns.vacant_entry();
                 let key = entry.key();
-                if self.poll.registry().register(&mut stream, Token(key), Interest::READABLE | Interest::WRITABLE).is_err() {
+                // On the ring, epoll only says when a backlog can move.
+                let interest = if self.cfg.io == crate::uring::Io::Uring { Interest::WRITABLE } else { Interest::READABLE | Interest::WRITABLE };
+                if self.poll.registry().register(&mut stream, Token(key), interest).is_err() {
                     *self.stats.accept_errors.entry("register_failed".into()).or_insert(0) += 1;
                     if let Some(c) = &self.cap {
                         c.release(self.cfg.worker, 1);
@@ -135,6 +137,9 @@ impl Worker {
                     conn.ext = crate::server::ws::fresh(now_ds);
                 } else if self.topics.gate.required() {
                     conn.ext = Some(Box::new(crate::server::conn::ConnExt::Unauthenticated));
+                }
+                if let Some(r) = &mut self.ring {
+                    r.ops.push(crate::uring::Op::Recv { fd: conn.stream.as_raw_fd(), tag: super::ring::tag(key, self.next_gen) });
                 }
                 entry.insert(conn);
                 if owes_head {

@@ -81,7 +81,7 @@ impl Worker {
                 }
                 None => &frame,
             };
-            match super::tls::send(self.tls.as_mut(), *key, &mut conn.stream, &mut conn.backlog, bytes, self.cfg.max_pending_bytes, "slow_consumer") {
+            match super::tls::send(self.tls.as_mut(), self.ring.as_mut(), *key, conn, bytes, self.cfg.max_pending_bytes, "slow_consumer") {
                 Ok(()) => {
                     queued += 1;
                     if i % CLOCK_EVERY == 0 {
@@ -114,7 +114,7 @@ impl Worker {
             if self.cfg.protocol == Protocol::Ws {
                 let mut out = Vec::new();
                 crate::proto::ws::frame::encode_close_reason(&mut out, DISCONNECT_CLOSE, b"disconnected", None);
-                let _ = super::tls::send(self.tls.as_mut(), key, &mut conn.stream, &mut conn.backlog, &out, self.cfg.max_pending_bytes, "slow_consumer");
+                let _ = super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &out, self.cfg.max_pending_bytes, "slow_consumer");
             }
             self.close(key, "disconnected".into());
         }
@@ -131,9 +131,7 @@ impl Worker {
         for (key, gen, held) in self.seam.expire() {
             let Some(conn) = self.conns.get_mut(key).filter(|c| c.gen == gen) else { continue };
             for f in &held.frames {
-                if let Err(reason) =
-                    super::tls::send(self.tls.as_mut(), key, &mut conn.stream, &mut conn.backlog, f, self.cfg.max_pending_bytes, "slow_consumer")
-                {
+                if let Err(reason) = super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, f, self.cfg.max_pending_bytes, "slow_consumer") {
                     slow.push((key, reason));
                     break;
                 }
@@ -169,9 +167,7 @@ impl Worker {
             }
             sse.last_write_s = now_s;
             let beat = crate::server::sse::HEARTBEAT;
-            if let Err(reason) =
-                super::tls::send(self.tls.as_mut(), key, &mut conn.stream, &mut conn.backlog, beat, self.cfg.max_pending_bytes, "slow_consumer")
-            {
+            if let Err(reason) = super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, beat, self.cfg.max_pending_bytes, "slow_consumer") {
                 slow.push((key, reason));
             }
         }
@@ -227,9 +223,7 @@ impl Worker {
                     push::encode_subscribed(&mut out, &slice.topic, recovered, head);
                 }
             }
-            if let Err(reason) =
-                super::tls::send(self.tls.as_mut(), key, &mut conn.stream, &mut conn.backlog, &out, self.cfg.max_pending_bytes, "slow_consumer")
-            {
+            if let Err(reason) = super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &out, self.cfg.max_pending_bytes, "slow_consumer") {
                 slow.push((key, reason));
             }
         }
@@ -283,7 +277,7 @@ impl Worker {
                 id: conn_id(worker, k, c.gen),
                 worker,
                 peer: c.stream.peer_addr().map(|a| a.to_string()).unwrap_or_default(),
-                age_s: now.saturating_sub(c.since_s) as u64,
+                age_s: now.saturating_sub(c.since_s()) as u64,
                 topics,
                 topics_total,
                 user: gate.user_of(k).map(str::to_string),

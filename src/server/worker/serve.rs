@@ -14,13 +14,16 @@ use std::time::Instant;
 type Wire<'a> = crate::tls::conn::Wire<'a, rustls::server::UnbufferedServerConnection>;
 
 impl Worker {
-    pub(super) fn on_conn_event(&mut self, key: usize, readable: bool, read_closed: bool, writable: bool) {
+    /// Readiness of a connection (epoll), or bytes its receive brought
+    /// (`received`, io_uring): read what is there, answer, flush.
+    pub(super) fn on_conn_event(&mut self, key: usize, readable: bool, read_closed: bool, writable: bool, received: Option<&[u8]>) {
+        let readable = readable || received.is_some();
         let now_s = self.now_s();
         let now_ds = self.now_ds();
         let Some(conn) = self.conns.get_mut(key) else { return };
         let mut end: Option<String> = None;
         let mut rearm = false;
-        if writable && conn.backlog.is_some() {
+        if writable && conn.backlog.is_some() && !conn.sending() {
             if let Err(reason) = net::flush(&mut conn.stream, &mut conn.backlog) {
                 end = Some(reason);
             }
@@ -33,12 +36,13 @@ impl Worker {
             let gen = conn.gen;
             let mut req =
                 Requests { out: &mut self.out, stats: &mut self.stats, stage: &mut self.stage, rng: &mut self.rng, service: &self.cfg.service_time, key, gen };
-            let mut src = match self.tls.as_mut() {
-                Some(t) => match t.reader(key, &mut conn.stream) {
+            let mut src = match (self.tls.as_mut(), received) {
+                (_, Some(bytes)) => Wire::Received(net::Received(bytes)),
+                (Some(t), None) => match t.reader(key, &mut conn.stream) {
                     Some(r) => Wire::Tls(r),
                     None => return,
                 },
-                None => Wire::Plain(&mut conn.stream),
+                (None, None) => Wire::Plain(&mut conn.stream),
             };
             let r = match self.cfg.protocol {
                 Protocol::Framed => {
@@ -155,7 +159,7 @@ impl Worker {
             }
             // Answer what was decoded even when the stream then ended
             // (and what the TLS handshake has to say first).
-            if let Err(reason) = tls::send(self.tls.as_mut(), key, &mut conn.stream, &mut conn.backlog, &self.out, net::MAX_BACKLOG, "slow_reader") {
+            if let Err(reason) = tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, net::MAX_BACKLOG, "slow_reader") {
                 end.get_or_insert(reason);
             }
             match r {
@@ -189,9 +193,7 @@ impl Worker {
             if conn.gen != done.job.gen {
                 continue;
             }
-            if let Err(reason) =
-                tls::send(self.tls.as_mut(), done.job.key, &mut conn.stream, &mut conn.backlog, &done.job.reply, net::MAX_BACKLOG, "slow_reader")
-            {
+            if let Err(reason) = tls::send(self.tls.as_mut(), self.ring.as_mut(), done.job.key, conn, &done.job.reply, net::MAX_BACKLOG, "slow_reader") {
                 self.close(done.job.key, reason);
                 continue;
             }
@@ -235,7 +237,7 @@ impl Worker {
             }
         }
         http::track_partial(&mut conn.ext, conn.partial.is_some(), now_ds);
-        if let Err(reason) = tls::send(self.tls.as_mut(), key, &mut conn.stream, &mut conn.backlog, &self.out, net::MAX_BACKLOG, "slow_reader") {
+        if let Err(reason) = tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, net::MAX_BACKLOG, "slow_reader") {
             end.get_or_insert(reason);
         }
         if let Some(reason) = end {

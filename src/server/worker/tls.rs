@@ -2,7 +2,8 @@
 //! slab key, the buffers all of them borrow, handshake deadlines, and the
 //! encrypting send every reply and push goes through.
 
-use crate::net::{self, Spill};
+use crate::net;
+use crate::server::conn::Conn;
 use crate::tls::files::{self, ServerTls};
 use crate::tls::server::{TlsBufs, TlsConn, TlsRead, PLAINTEXT_REPLY};
 use anyhow::Result;
@@ -112,17 +113,23 @@ impl TlsSide {
     }
 }
 
-/// Send `data` on the connection at `key` (see [`crate::tls::conn::send`]).
+/// Send `data` on the connection at `key`: through the ring (`--io
+/// uring`), encrypted (see [`crate::tls::conn::send`]) or as is. What the
+/// socket does not take waits in its backlog, up to `cap` bytes, beyond
+/// which the connection must close as `reason`.
 pub(super) fn send(
     tls: Option<&mut TlsSide>,
+    ring: Option<&mut super::ring::RingSide>,
     key: usize,
-    stream: &mut TcpStream,
-    backlog: &mut Spill,
+    conn: &mut Conn,
     data: &[u8],
     cap: usize,
     reason: &str,
 ) -> Result<(), String> {
-    let Some(side) = tls else { return net::send_capped(stream, backlog, data, cap, reason) };
-    let conn = side.conns.get_mut(key).and_then(|c| c.as_deref_mut());
-    crate::tls::conn::send(conn, &mut side.bufs.wire, stream, backlog, data, cap, reason)
+    if let Some(r) = ring {
+        return r.send(key, conn, data, cap, reason);
+    }
+    let Some(side) = tls else { return net::send_capped(&mut conn.stream, &mut conn.backlog, data, cap, reason) };
+    let t = side.conns.get_mut(key).and_then(|c| c.as_deref_mut());
+    crate::tls::conn::send(t, &mut side.bufs.wire, &mut conn.stream, &mut conn.backlog, data, cap, reason)
 }

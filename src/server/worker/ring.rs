@@ -1,0 +1,189 @@
+//! A server worker on the io_uring reactor (`--io uring`): each
+//! connection's receive completions feed the same read path epoll
+//! readiness does (`serve.rs`), from the ring's buffer instead of a read;
+//! what it sends is copied into a shared arena and submitted with the
+//! loop's next wait, many sockets per system call.
+//!
+//! Order on a connection: at most one send of it is in flight (the
+//! connection's `sending` bit); what comes meanwhile waits in its
+//! `backlog` and goes when that one completes. A short send leaves the
+//! rest in the backlog, which epoll's writability then flushes, as on the
+//! epoll reactor.
+
+use super::Worker;
+use crate::net;
+use crate::server::conn::Conn;
+use crate::uring::{Op, Received, RingHandler, RECV_TAGS, SEND_TAG};
+use slab::Slab;
+use std::os::fd::AsRawFd;
+
+/// Bytes per arena chunk; a send larger than this is written directly.
+const CHUNK: usize = 64 * 1024;
+/// Chunks at most (16 MiB); past them sends are written directly.
+const MAX_CHUNKS: usize = 256;
+
+/// A connection's receive tag: its slab key and generation (30 bits of
+/// it), so a late completion for a closed connection never reaches the
+/// next one there.
+pub(super) fn tag(key: usize, gen: u32) -> u64 {
+    ((gen as u64 & 0x3FFF_FFFF) << 32 | key as u64) & (RECV_TAGS - 1)
+}
+
+/// The ring's side of a worker: operations to submit, sends in flight and
+/// the memory they point at.
+#[derive(Default)]
+pub(super) struct RingSide {
+    pub ops: Vec<Op>,
+    arena: Arena,
+    inflight: Slab<Sent>,
+    /// Sockets closed while an operation of theirs waited to be submitted:
+    /// closed once it was (the descriptor number must not be reused first).
+    pub closing: Vec<mio::net::TcpStream>,
+    /// Refused connections whose answer waits to be submitted: their
+    /// lingering close starts once it was.
+    pub linger_after_submit: Vec<mio::net::TcpStream>,
+}
+
+struct Sent {
+    key: usize,
+    gen: u32,
+    chunk: usize,
+    at: usize,
+    len: usize,
+}
+
+impl RingSide {
+    /// Send `data` on `conn` (see the module doc for the order kept).
+    pub fn send(&mut self, key: usize, conn: &mut Conn, data: &[u8], cap: usize, reason: &str) -> Result<(), String> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        if conn.sending() || conn.backlog.is_some() {
+            return net::queue_capped(&mut conn.backlog, data, cap, reason);
+        }
+        let Some((chunk, at, ptr)) = self.arena.put(data) else {
+            return net::send_capped(&mut conn.stream, &mut conn.backlog, data, cap, reason);
+        };
+        let idx = self.inflight.insert(Sent { key, gen: conn.gen, chunk, at, len: data.len() });
+        self.ops.push(Op::Send { fd: conn.stream.as_raw_fd(), ptr, len: data.len() as u32, tag: SEND_TAG | idx as u64 });
+        conn.set_sending(true);
+        Ok(())
+    }
+}
+
+/// Chunks of send memory, each kept while a send points into it.
+#[derive(Default)]
+struct Arena {
+    chunks: Vec<Chunk>,
+    current: usize,
+}
+
+struct Chunk {
+    buf: Box<[u8]>,
+    used: usize,
+    inflight: u32,
+}
+
+impl Arena {
+    /// Copy `data` in: (chunk, offset, address), or None when it does not
+    /// fit (too large, or every chunk busy).
+    fn put(&mut self, data: &[u8]) -> Option<(usize, usize, *const u8)> {
+        if data.len() > CHUNK {
+            return None;
+        }
+        if self.chunks.get(self.current).is_none_or(|c| c.used + data.len() > CHUNK && c.inflight > 0) {
+            self.current = match self.chunks.iter().position(|c| c.inflight == 0) {
+                Some(i) => i,
+                None if self.chunks.len() < MAX_CHUNKS => {
+                    self.chunks.push(Chunk { buf: vec![0; CHUNK].into_boxed_slice(), used: 0, inflight: 0 });
+                    self.chunks.len() - 1
+                }
+                None => return None,
+            };
+        }
+        let c = &mut self.chunks[self.current];
+        if c.inflight == 0 {
+            c.used = 0;
+        }
+        let at = c.used;
+        c.buf[at..at + data.len()].copy_from_slice(data);
+        c.used += data.len();
+        c.inflight += 1;
+        Some((self.current, at, c.buf[at..].as_ptr()))
+    }
+
+    fn get(&self, chunk: usize, at: usize, len: usize) -> &[u8] {
+        &self.chunks[chunk].buf[at..at + len]
+    }
+
+    fn release(&mut self, chunk: usize) {
+        let c = &mut self.chunks[chunk];
+        c.inflight -= 1;
+    }
+}
+
+impl Worker {
+    fn ring(&mut self) -> &mut RingSide {
+        self.ring.get_or_insert_with(Default::default)
+    }
+}
+
+impl RingHandler for Worker {
+    fn on_received(&mut self, tag: u64, r: Received<'_>) {
+        let key = (tag & u32::MAX as u64) as usize;
+        let Some(conn) = self.conns.get(key).filter(|c| self::tag(key, c.gen) == tag) else { return };
+        match r {
+            Received::Data(bytes) => self.on_conn_event(key, true, false, false, Some(bytes)),
+            Received::Stopped => {
+                let fd = conn.stream.as_raw_fd();
+                self.ring().ops.push(Op::Recv { fd, tag });
+            }
+            Received::Eof => self.close(key, "peer_closed".into()),
+            Received::Error(errno) => self.close(key, crate::sys::error_kind_name(&std::io::Error::from_raw_os_error(errno))),
+        }
+    }
+
+    fn on_sent(&mut self, tag: u64, res: i32) {
+        let Some(ring) = self.ring.as_mut() else { return };
+        let Some(s) = ring.inflight.try_remove((tag & !SEND_TAG) as usize) else { return };
+        let sent = res.max(0) as usize;
+        let outcome = match self.conns.get_mut(s.key).filter(|c| c.gen == s.gen) {
+            None => Ok(()),
+            Some(conn) => {
+                conn.set_sending(false);
+                if res < 0 && res != -libc::EAGAIN {
+                    Err(crate::sys::error_kind_name(&std::io::Error::from_raw_os_error(-res)))
+                } else if sent < s.len {
+                    // The rest goes first, then what queued behind it.
+                    let mut rest = ring.arena.get(s.chunk, s.at + sent, s.len - sent).to_vec();
+                    if let Some(b) = conn.backlog.take() {
+                        rest.extend_from_slice(&b);
+                    }
+                    conn.backlog = Some(Box::new(rest));
+                    net::flush(&mut conn.stream, &mut conn.backlog)
+                } else if let Some(b) = conn.backlog.take() {
+                    ring.send(s.key, conn, &b, usize::MAX, "slow_consumer")
+                } else {
+                    Ok(())
+                }
+            }
+        };
+        ring.arena.release(s.chunk);
+        if let Err(reason) = outcome {
+            self.close(s.key, reason);
+        }
+    }
+
+    fn ring_ops(&mut self) -> &mut Vec<Op> {
+        &mut self.ring().ops
+    }
+
+    fn submitted(&mut self) {
+        if let Some(r) = self.ring.as_mut() {
+            r.closing.clear();
+            for s in r.linger_after_submit.drain(..) {
+                self.lingering.start(s);
+            }
+        }
+    }
+}

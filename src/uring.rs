@@ -1,0 +1,383 @@
+//! The io_uring side of a worker (`--io uring`): connections' bytes arrive
+//! as completions of one multishot receive each, into a ring of buffers the
+//! whole worker shares, and one `io_uring_enter` per loop turn both submits
+//! and waits. Everything else (listeners, supervisor commands, writability
+//! of connections with a backlog) stays on the worker's epoll, which the
+//! ring watches as one more file.
+//!
+//! Why this shape: with epoll every heartbeat costs a readiness event, a
+//! `read` and the loop's `epoll_wait`/`ppoll` share; here the receive is
+//! already done when the loop hears of it. No connection owns a buffer:
+//! 512 buffers of 2 KiB per worker (1 MiB) serve every connection, each back in
+//! the ring as soon as its bytes were handled.
+
+use crate::reactor::{self, Handler};
+use crate::supervise::Flow;
+use anyhow::{Context, Result};
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::{Duration, Instant};
+
+/// Buffers in the shared ring (a power of two).
+const BUFS: u16 = 512;
+/// Bytes per buffer.
+const BUF_LEN: usize = 2048;
+/// The buffer group every receive picks from.
+const GROUP: u16 = 0;
+/// Submission queue entries; more waiting submissions are kept in order.
+const SQ_ENTRIES: u32 = 4096;
+/// Completion queue entries (the kernel keeps any overflow, FEAT_NODROP).
+const CQ_ENTRIES: u32 = 16384;
+
+/// The tag of the completions that say the worker's epoll has events.
+const EPOLL_TAG: u64 = u64::MAX;
+/// The tag of cancellations' own completions.
+const CANCEL_TAG: u64 = u64::MAX - 1;
+
+/// `--io`: which reactor a server's workers run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Io {
+    /// io_uring where this kernel and this process allow it, else epoll.
+    #[default]
+    Auto,
+    /// io_uring, or an error naming what refuses it.
+    Uring,
+    /// The epoll reactor (mio).
+    Epoll,
+}
+
+impl Io {
+    /// The reactor `--io` gives on this host with this configuration, and
+    /// why when `auto` fell back to epoll. An explicit `uring` that cannot
+    /// be had is an error naming the cause and the fix.
+    pub fn resolve(self, tls: bool) -> Result<(Io, Option<String>), String> {
+        let why_not = if tls { Err("TLS connections run on the epoll reactor for now".to_string()) } else { probe() };
+        match (self, why_not) {
+            (Io::Epoll, _) => Ok((Io::Epoll, None)),
+            (_, Ok(())) => Ok((Io::Uring, None)),
+            (Io::Auto, Err(why)) => Ok((Io::Epoll, Some(why))),
+            (_, Err(why)) => Err(format!("--io uring: {why}; use --io epoll (or auto, which falls back to it)")),
+        }
+    }
+
+    /// As `--io` takes it.
+    pub fn arg(self) -> &'static str {
+        match self {
+            Io::Auto => "auto",
+            Io::Uring => "uring",
+            Io::Epoll => "epoll",
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Io::Auto => "auto",
+            Io::Uring => "io_uring",
+            Io::Epoll => "epoll",
+        }
+    }
+}
+
+/// Tags with this bit are sends' (the rest of the tag is the worker's).
+pub const SEND_TAG: u64 = 1 << 62;
+/// Receive tags stay below this (the worker's key and generation).
+pub const RECV_TAGS: u64 = 1 << 62;
+
+/// What a worker asks the ring to do, queued during its handlers and
+/// submitted with the next wait.
+#[derive(Debug, Clone, Copy)]
+pub enum Op {
+    /// Receive on `fd` until cancelled; completions carry `tag` (below
+    /// [`RECV_TAGS`]).
+    Recv { fd: RawFd, tag: u64 },
+    /// Stop the receive tagged `tag` (its connection closed).
+    Cancel { tag: u64 },
+    /// Send `len` bytes at `ptr` on `fd`; the memory stays valid and
+    /// unchanged until the completion tagged `tag` (with [`SEND_TAG`]).
+    Send { fd: RawFd, ptr: *const u8, len: u32, tag: u64 },
+}
+
+/// What one receive completion brought.
+#[derive(Debug)]
+pub enum Received<'a> {
+    Data(&'a [u8]),
+    /// The peer closed its side.
+    Eof,
+    /// The receive failed (a negative errno); the connection is done.
+    Error(i32),
+    /// The receive stopped without an end (no buffer was free): arm a new one.
+    Stopped,
+}
+
+/// A worker that can run on the ring.
+pub trait RingHandler: Handler {
+    /// Bytes (or the end) of the connection whose receive carries `tag`.
+    fn on_received(&mut self, tag: u64, r: Received<'_>);
+    /// A send finished: `res` bytes went, or it failed (a negative errno).
+    fn on_sent(&mut self, tag: u64, res: i32);
+    /// Operations queued since last asked.
+    fn ring_ops(&mut self) -> &mut Vec<Op>;
+    /// Everything queued so far reached the kernel: descriptors kept open
+    /// for it may close now.
+    fn submitted(&mut self);
+}
+
+/// Whether this kernel and this process may use io_uring the way the
+/// worker does (a ring, a registered buffer ring, multishot receive);
+/// `Err` names what refused it and the fix.
+pub fn probe() -> Result<(), String> {
+    match std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled").map(|s| s.trim().to_string()).as_deref() {
+        Ok("2") => return Err("kernel.io_uring_disabled = 2: io_uring is off on this host (sysctl -w kernel.io_uring_disabled=0)".into()),
+        // SAFETY: geteuid cannot fail.
+        Ok("1") if unsafe { libc::geteuid() } != 0 => {
+            return Err("kernel.io_uring_disabled = 1: only root and kernel.io_uring_group may use io_uring (sysctl -w kernel.io_uring_disabled=0)".into())
+        }
+        _ => {}
+    }
+    let ring = Ring::new().map_err(|e| format!("{e:#}"))?;
+    let mut p = io_uring::Probe::new();
+    ring.ring.submitter().register_probe(&mut p).map_err(|e| format!("cannot probe io_uring opcodes: {e}"))?;
+    if !p.is_supported(opcode::RecvMulti::CODE) || !p.is_supported(opcode::PollAdd::CODE) {
+        return Err("this kernel's io_uring has no multishot receive (Linux 6.0 or later has)".into());
+    }
+    Ok(())
+}
+
+/// A ring and the buffers its receives fill.
+pub struct Ring {
+    ring: IoUring,
+    bufs: Bufs,
+    /// Submissions that did not fit in the queue yet, in order.
+    waiting: Vec<squeue::Entry>,
+    /// Completions copied out of the queue before they are handled.
+    cqes: Vec<(u64, i32, u32)>,
+}
+
+impl Ring {
+    pub fn new() -> Result<Ring> {
+        let ring = IoUring::builder()
+            .setup_cqsize(CQ_ENTRIES)
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .build(SQ_ENTRIES)
+            .map_err(refused)
+            .context("cannot create an io_uring")?;
+        let bufs = Bufs::new()?;
+        // SAFETY: the ring of entries lives in `bufs`, which lives as long
+        // as the ring (both fields of this struct; the ring drops first).
+        unsafe { ring.submitter().register_buf_ring_with_flags(bufs.entries as u64, BUFS, GROUP, 0) }
+            .context("cannot register io_uring provided buffers (Linux 5.19 or later)")?;
+        Ok(Ring { ring, bufs, waiting: Vec::new(), cqes: Vec::with_capacity(CQ_ENTRIES as usize) })
+    }
+
+    fn push(&mut self, e: squeue::Entry) {
+        if self.waiting.is_empty() {
+            // SAFETY: receives point at the registered buffer group only;
+            // polls and cancellations carry no memory; a send's memory is
+            // kept by the worker until its completion (Op::Send).
+            if unsafe { self.ring.submission().push(&e) }.is_ok() {
+                return;
+            }
+        }
+        self.waiting.push(e);
+    }
+
+    fn queue(&mut self, op: Op) {
+        let e = match op {
+            Op::Recv { fd, tag } => opcode::RecvMulti::new(types::Fd(fd), GROUP).build().user_data(tag),
+            Op::Cancel { tag } => opcode::AsyncCancel::new(tag).build().user_data(CANCEL_TAG),
+            Op::Send { fd, ptr, len, tag } => opcode::Send::new(types::Fd(fd), ptr, len).flags(libc::MSG_NOSIGNAL).build().user_data(tag),
+        };
+        self.push(e);
+    }
+
+    fn watch(&mut self, fd: RawFd) {
+        self.push(opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32).multi(true).build().user_data(EPOLL_TAG));
+    }
+
+    /// Submit what is queued and wait up to `wait` for a completion.
+    fn enter(&mut self, wait: Duration) -> io::Result<()> {
+        loop {
+            let r = if wait.is_zero() || !self.waiting.is_empty() {
+                self.ring.submit()
+            } else {
+                let ts = types::Timespec::from(wait);
+                self.ring.submitter().submit_with_args(1, &types::SubmitArgs::new().timespec(&ts))
+            };
+            match r {
+                Ok(_) => {}
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR | libc::EBUSY)) => {}
+                Err(e) => return Err(e),
+            }
+            if self.waiting.is_empty() {
+                return Ok(());
+            }
+            // Move what waited into the room the submit made.
+            let mut sq = self.ring.submission();
+            let mut moved = 0;
+            for e in &self.waiting {
+                // SAFETY: as in `push`.
+                if unsafe { sq.push(e) }.is_err() {
+                    break;
+                }
+                moved += 1;
+            }
+            drop(sq);
+            self.waiting.drain(..moved);
+        }
+    }
+}
+
+/// An io_uring setup refused by seccomp or the kernel, named with the fix.
+fn refused(e: io::Error) -> anyhow::Error {
+    match e.raw_os_error() {
+        Some(libc::EPERM) => anyhow::anyhow!("{e}: io_uring is refused here (a container's seccomp profile, or kernel.io_uring_disabled); use --io epoll"),
+        Some(libc::ENOSYS) => anyhow::anyhow!("{e}: this kernel has no io_uring; use --io epoll"),
+        _ => e.into(),
+    }
+}
+
+/// The provided-buffer ring: entries the kernel takes buffers from, and
+/// the buffers, in one mapping made resident at once (the kernel takes
+/// buffers in ring order, so over time every one is touched: the worker's
+/// memory is flat from the start instead of creeping up to it).
+struct Bufs {
+    /// Page-aligned ring of BUFS entries, followed by the buffers.
+    entries: *mut types::BufRingEntry,
+    data: *mut u8,
+    tail: u16,
+}
+
+const ENTRIES_LEN: usize = BUFS as usize * std::mem::size_of::<types::BufRingEntry>();
+const MAPPED: usize = ENTRIES_LEN + BUFS as usize * BUF_LEN;
+
+impl Bufs {
+    fn new() -> Result<Bufs> {
+        // SAFETY: an anonymous private mapping, checked below.
+        let p = unsafe {
+            libc::mmap(std::ptr::null_mut(), MAPPED, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE, -1, 0)
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error()).context("cannot map the io_uring buffer ring");
+        }
+        // SAFETY: ENTRIES_LEN is within the mapping (a multiple of the page size).
+        let mut b = Bufs { entries: p.cast(), data: unsafe { p.cast::<u8>().add(ENTRIES_LEN) }, tail: 0 };
+        for bid in 0..BUFS {
+            b.give_back(bid);
+        }
+        Ok(b)
+    }
+
+    /// Bytes `len` of buffer `bid`.
+    fn get(&self, bid: u16, len: usize) -> &[u8] {
+        // SAFETY: buffer `bid` lies in the mapping; the kernel wrote `len`
+        // bytes of it and handed it to us (it is not in the ring until
+        // `give_back`).
+        unsafe { std::slice::from_raw_parts(self.data.add((bid % BUFS) as usize * BUF_LEN), len.min(BUF_LEN)) }
+    }
+
+    /// Put buffer `bid` back at the ring's tail.
+    fn give_back(&mut self, bid: u16) {
+        // SAFETY: `tail & (BUFS - 1)` indexes the mapped ring; only this
+        // thread writes entries; the kernel reads them after the tail moves.
+        unsafe {
+            let e = &mut *self.entries.add((self.tail & (BUFS - 1)) as usize);
+            e.set_addr(self.data.add((bid % BUFS) as usize * BUF_LEN) as u64);
+            e.set_len(BUF_LEN as u32);
+            e.set_bid(bid);
+            self.tail = self.tail.wrapping_add(1);
+            let tail = types::BufRingEntry::tail(self.entries) as *const AtomicU16;
+            (*tail).store(self.tail, Ordering::Release);
+        }
+    }
+}
+
+impl Drop for Bufs {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, no longer registered (the ring dropped first).
+        unsafe { libc::munmap(self.entries.cast(), MAPPED) };
+    }
+}
+
+/// Run `h` on a ring until it is done, like [`reactor::run`]: the same
+/// stats, ticks and commands; connections' reads come from the ring.
+pub fn run(h: &mut impl RingHandler, stats_interval: Duration) -> Result<()> {
+    let mut ring = Ring::new()?;
+    let mut events = reactor::Events::new(h)?;
+    ring.watch(h.poll_mut().as_raw_fd());
+    let mut next_stats = Instant::now();
+    let mut epoll_ready = true;
+    loop {
+        let now = Instant::now();
+        if now >= next_stats {
+            h.report(false);
+            next_stats = now + stats_interval;
+        }
+        if h.on_tick() == Flow::Done {
+            h.report(true);
+            return Ok(());
+        }
+        for op in h.ring_ops().drain(..) {
+            ring.queue(op);
+        }
+        let wait = if epoll_ready { Duration::ZERO } else { h.next_wake().min(next_stats.saturating_duration_since(Instant::now())) };
+        ring.enter(wait)?;
+        h.submitted();
+        ring.cqes.clear();
+        ring.cqes.extend(ring.ring.completion().map(|c| (c.user_data(), c.result(), c.flags())));
+        for i in 0..ring.cqes.len() {
+            let (tag, res, flags) = ring.cqes[i];
+            match tag {
+                EPOLL_TAG => {
+                    epoll_ready = true;
+                    if !cqueue::more(flags) {
+                        ring.watch(h.poll_mut().as_raw_fd());
+                    }
+                }
+                CANCEL_TAG => {}
+                _ if tag & SEND_TAG != 0 => h.on_sent(tag, res),
+                _ => {
+                    let more = cqueue::more(flags);
+                    match (res, cqueue::buffer_select(flags)) {
+                        (n, Some(bid)) if n > 0 => {
+                            h.on_received(tag, Received::Data(ring.bufs.get(bid, n as usize)));
+                            ring.bufs.give_back(bid);
+                            if !more {
+                                h.on_received(tag, Received::Stopped);
+                            }
+                        }
+                        (0, bid) => {
+                            if let Some(b) = bid {
+                                ring.bufs.give_back(b);
+                            }
+                            h.on_received(tag, Received::Eof);
+                        }
+                        (e, _) if e == -libc::ENOBUFS => h.on_received(tag, Received::Stopped),
+                        (e, _) if e == -libc::ECANCELED => {}
+                        (e, bid) => {
+                            if let Some(b) = bid {
+                                ring.bufs.give_back(b);
+                            }
+                            h.on_received(tag, Received::Error(-e));
+                        }
+                    }
+                }
+            }
+            for op in h.ring_ops().drain(..) {
+                ring.queue(op);
+            }
+        }
+        if epoll_ready {
+            // Look again next turn while anything was there: a level-
+            // triggered listener still ready after its one accept raises
+            // no new wake-up of the epoll file the ring watches.
+            epoll_ready = match events.dispatch(h)? {
+                reactor::Polled::Done => return Ok(()),
+                reactor::Polled::Events(n) => n > 0,
+            };
+        }
+    }
+}

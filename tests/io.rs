@@ -1,0 +1,85 @@
+//! `--io uring|epoll|auto`: the server's two reactors, side by side on
+//! the same traffic, and what `auto` chooses and says.
+
+mod common;
+
+use common::*;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+const REACTORS: [&str; 2] = ["epoll", "uring"];
+
+#[test]
+fn the_plan_names_the_reactor_each_io_choice_gives() {
+    for (io, want) in [("epoll", "epoll"), ("uring", "uring"), ("auto", "uring")] {
+        let (srv, plan, _) = server_ready(&["--ports", &free_port().to_string(), "--workers", "1", "--io", io], None);
+        assert_eq!(plan["io"], want, "--io {io}: {plan}");
+        assert!(plan["io_fallback"].is_null(), "{plan}");
+        drop(srv);
+    }
+}
+
+#[test]
+fn uring_with_tls_is_refused_with_the_fix_and_auto_falls_back_saying_why() {
+    let pki = pki::Pki::new("ec");
+    let port = free_port().to_string();
+    let mut cmd = megaconn();
+    cmd.args(["server", "--ports", &port, "--workers", "1", "--io", "uring", "--tls-cert", &pki.cert, "--tls-key", &pki.key, "--duration", "5s"]);
+    let (code, _, err) = run(cmd, Duration::from_secs(30));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--io uring") && err.contains("TLS") && err.contains("--io epoll"), "{err}");
+    let (srv, plan, _) = server_ready(&["--ports", &port, "--workers", "1", "--tls-cert", &pki.cert, "--tls-key", &pki.key], None);
+    assert_eq!(plan["io"], "epoll", "{plan}");
+    assert!(plan["io_fallback"].as_str().is_some_and(|w| w.contains("TLS")), "{plan}");
+    drop(srv);
+}
+
+#[test]
+fn both_reactors_echo_every_byte_in_order_to_a_reader_that_lags() {
+    for io in REACTORS {
+        let port = free_port();
+        let (srv, _) = server(&["--ports", &port.to_string(), "--workers", "1", "--protocol", "echo", "--io", io], None);
+        // 4 MiB sent before a byte is read back: the server's sends meet
+        // a full socket (short sends, a backlog, writability) midway.
+        let data: Vec<u8> = (0..4u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let writer = {
+            let (mut w, data) = (c.try_clone().unwrap(), data.clone());
+            std::thread::spawn(move || w.write_all(&data))
+        };
+        let mut got = vec![0u8; data.len()];
+        c.read_exact(&mut got).unwrap_or_else(|e| panic!("--io {io}: echo stopped: {e}"));
+        writer.join().unwrap().unwrap();
+        assert!(got == data, "--io {io}: the echo differs from what was sent");
+        drop(srv);
+    }
+}
+
+#[test]
+fn both_reactors_hold_answer_heartbeats_and_deliver_broadcasts() {
+    for io in REACTORS {
+        let ports = free_ports(2);
+        let (srv, _, ready) = server_ready(&["--ports", &ports.arg(), "--workers", "2", "--io", io], None);
+        let admin = ready["admin"].as_str().unwrap().to_string();
+        let mut cmd = megaconn();
+        cmd.args(["client", "--ports", &ports.arg(), "--connections", "2000", "--rate", "20000", "--heartbeat", "300ms", "--hold", "3s", "--json"]);
+        let s = client_held_all(cmd, 2000);
+        assert!(s["heartbeats_answered"].as_u64() >= Some(2000 * 5), "--io {io}: {s}");
+        // A broadcast reaches every framed connection.
+        let mut conns: Vec<common::framed::Reader> = (0..50).map(|i| common::framed::Reader::connect(ports.nth(i % 2))).collect();
+        wait_until("50 connections in", Duration::from_secs(10), || {
+            serde_json::from_str::<serde_json::Value>(&http(&admin, "GET", "/stats", b"", None).1).unwrap()["active"] == 50
+        });
+        let (status, body) = http(&admin, "POST", "/broadcast", b"to-all", None);
+        assert_eq!(status, 200, "{body}");
+        for c in &mut conns {
+            match c.next() {
+                common::framed::In::Push(_, _, data) => assert_eq!(data, "to-all", "--io {io}"),
+                other => panic!("--io {io}: a push expected, got {other:?}"),
+            }
+        }
+        drop(srv);
+    }
+}
