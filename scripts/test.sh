@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command: formatting and lints, unit and property tests, and
 # end-to-end tests over loopback (real server and client processes,
-# crashed workers, elastic growth, peers nobody here wrote). About 2.5 min
-# of tests once built; a first build adds about 7 min.
+# crashed workers, elastic growth, peers nobody here wrote), then half of
+# them again on the epoll reactor. About 8 min of tests once built; a
+# first build adds about 7 min.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -29,6 +30,14 @@ elif ! grep -q "$pool" <<<"$reserved"; then
 fi
 trap 'for c in "${cleanup[@]}"; do eval "$c"; done' EXIT
 cargo test --release --locked "$@" 2>&1 | tee "$log"
+# The suite above runs servers on --io auto (io_uring on this kernel,
+# tests/io.rs checks it). The representative half below runs again on the
+# epoll reactor: every protocol's read and write paths, pushes, history,
+# drains, hostile peers and bounds.
+if [ $# -eq 0 ]; then
+  MEGACONN_IO=epoll cargo test --release --locked --test ws --test http --test push --test history --test drain \
+    --test hostile --test requests --test any_peer --test conn_bounds --test auth --test upstream --test connections 2>&1 | tee -a "$log"
+fi
 skipped=$(awk '/SKIPPED: [^ ]+: / { n++ } END { print n + 0 }' "$log")
 if [ "$skipped" -gt 0 ]; then
   echo "test.sh: $skipped test(s) SKIPPED, not run (MEGACONN_SKIP_NETNS=1):"

@@ -51,6 +51,7 @@ pub fn run(h: &mut impl Handler, stats_interval: Duration) -> Result<()> {
         let wait = h.next_wake().min(next_stats.saturating_duration_since(Instant::now()));
         crate::timer::wait(h.poll_mut(), wait);
         if events.dispatch(h)? == Polled::Done {
+            h.report(true);
             return Ok(());
         }
     }
@@ -61,7 +62,7 @@ pub fn run(h: &mut impl Handler, stats_interval: Duration) -> Result<()> {
 pub enum Polled {
     /// This many ready events were handled.
     Events(usize),
-    /// A command ended the loop (the final snapshot was sent).
+    /// A command ended the loop (the caller sends the final snapshot).
     Done,
 }
 
@@ -94,7 +95,6 @@ impl Events {
             }
             for cmd in self.commands.poll() {
                 if h.on_command(cmd) == Flow::Done {
-                    h.report(true);
                     return Ok(Polled::Done);
                 }
             }

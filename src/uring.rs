@@ -123,6 +123,8 @@ pub trait RingHandler: Handler {
     /// Everything queued so far reached the kernel: descriptors kept open
     /// for it may close now.
     fn submitted(&mut self);
+    /// Sends submitted or queued and not completed yet.
+    fn sends_in_flight(&self) -> usize;
 }
 
 /// Whether this kernel and this process may use io_uring the way the
@@ -302,6 +304,10 @@ impl Drop for Bufs {
     }
 }
 
+/// How long a worker that is done waits for its last sends (a drain's
+/// goaways, answers in flight) before it exits anyway.
+const LAST_SENDS: Duration = Duration::from_secs(2);
+
 /// Run `h` on a ring until it is done, like [`reactor::run`]: the same
 /// stats, ticks and commands; connections' reads come from the ring.
 pub fn run(h: &mut impl RingHandler, stats_interval: Duration) -> Result<()> {
@@ -317,67 +323,88 @@ pub fn run(h: &mut impl RingHandler, stats_interval: Duration) -> Result<()> {
             next_stats = now + stats_interval;
         }
         if h.on_tick() == Flow::Done {
-            h.report(true);
-            return Ok(());
-        }
-        for op in h.ring_ops().drain(..) {
-            ring.queue(op);
+            return finish(&mut ring, h);
         }
         let wait = if epoll_ready { Duration::ZERO } else { h.next_wake().min(next_stats.saturating_duration_since(Instant::now())) };
-        ring.enter(wait)?;
-        h.submitted();
-        ring.cqes.clear();
-        ring.cqes.extend(ring.ring.completion().map(|c| (c.user_data(), c.result(), c.flags())));
-        for i in 0..ring.cqes.len() {
-            let (tag, res, flags) = ring.cqes[i];
-            match tag {
-                EPOLL_TAG => {
-                    epoll_ready = true;
-                    if !cqueue::more(flags) {
-                        ring.watch(h.poll_mut().as_raw_fd());
-                    }
-                }
-                CANCEL_TAG => {}
-                _ if tag & SEND_TAG != 0 => h.on_sent(tag, res),
-                _ => {
-                    let more = cqueue::more(flags);
-                    match (res, cqueue::buffer_select(flags)) {
-                        (n, Some(bid)) if n > 0 => {
-                            h.on_received(tag, Received::Data(ring.bufs.get(bid, n as usize)));
-                            ring.bufs.give_back(bid);
-                            if !more {
-                                h.on_received(tag, Received::Stopped);
-                            }
-                        }
-                        (0, bid) => {
-                            if let Some(b) = bid {
-                                ring.bufs.give_back(b);
-                            }
-                            h.on_received(tag, Received::Eof);
-                        }
-                        (e, _) if e == -libc::ENOBUFS => h.on_received(tag, Received::Stopped),
-                        (e, _) if e == -libc::ECANCELED => {}
-                        (e, bid) => {
-                            if let Some(b) = bid {
-                                ring.bufs.give_back(b);
-                            }
-                            h.on_received(tag, Received::Error(-e));
-                        }
-                    }
-                }
-            }
-            for op in h.ring_ops().drain(..) {
-                ring.queue(op);
-            }
-        }
+        epoll_ready |= turn(&mut ring, h, wait)?;
         if epoll_ready {
             // Look again next turn while anything was there: a level-
             // triggered listener still ready after its one accept raises
             // no new wake-up of the epoll file the ring watches.
             epoll_ready = match events.dispatch(h)? {
-                reactor::Polled::Done => return Ok(()),
+                reactor::Polled::Done => return finish(&mut ring, h),
                 reactor::Polled::Events(n) => n > 0,
             };
         }
     }
+}
+
+/// Submit what is queued, wait up to `wait`, handle the completions;
+/// true when the epoll file has events.
+fn turn(ring: &mut Ring, h: &mut impl RingHandler, wait: Duration) -> Result<bool> {
+    for op in h.ring_ops().drain(..) {
+        ring.queue(op);
+    }
+    ring.enter(wait)?;
+    h.submitted();
+    let mut epoll_ready = false;
+    ring.cqes.clear();
+    ring.cqes.extend(ring.ring.completion().map(|c| (c.user_data(), c.result(), c.flags())));
+    for i in 0..ring.cqes.len() {
+        let (tag, res, flags) = ring.cqes[i];
+        match tag {
+            EPOLL_TAG => {
+                epoll_ready = true;
+                if !cqueue::more(flags) {
+                    ring.watch(h.poll_mut().as_raw_fd());
+                }
+            }
+            CANCEL_TAG => {}
+            _ if tag & SEND_TAG != 0 => h.on_sent(tag, res),
+            _ => {
+                let more = cqueue::more(flags);
+                match (res, cqueue::buffer_select(flags)) {
+                    (n, Some(bid)) if n > 0 => {
+                        h.on_received(tag, Received::Data(ring.bufs.get(bid, n as usize)));
+                        ring.bufs.give_back(bid);
+                        if !more {
+                            h.on_received(tag, Received::Stopped);
+                        }
+                    }
+                    (0, bid) => {
+                        if let Some(b) = bid {
+                            ring.bufs.give_back(b);
+                        }
+                        h.on_received(tag, Received::Eof);
+                    }
+                    (e, _) if e == -libc::ENOBUFS => h.on_received(tag, Received::Stopped),
+                    (e, _) if e == -libc::ECANCELED => {}
+                    (e, bid) => {
+                        if let Some(b) = bid {
+                            ring.bufs.give_back(b);
+                        }
+                        h.on_received(tag, Received::Error(-e));
+                    }
+                }
+            }
+        }
+        for op in h.ring_ops().drain(..) {
+            ring.queue(op);
+        }
+    }
+    Ok(epoll_ready)
+}
+
+/// The worker is done: what it queued last is submitted and its sends in
+/// flight finish (up to [`LAST_SENDS`]) before the final snapshot.
+fn finish(ring: &mut Ring, h: &mut impl RingHandler) -> Result<()> {
+    let deadline = Instant::now() + LAST_SENDS;
+    loop {
+        turn(ring, h, Duration::from_millis(10))?;
+        if h.sends_in_flight() == 0 || Instant::now() >= deadline {
+            break;
+        }
+    }
+    h.report(true);
+    Ok(())
 }

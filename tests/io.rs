@@ -83,3 +83,19 @@ fn both_reactors_hold_answer_heartbeats_and_deliver_broadcasts() {
         drop(srv);
     }
 }
+
+#[test]
+fn megaconn_io_in_the_environment_picks_the_reactor_and_a_flag_overrides_it() {
+    // scripts/test.sh runs half the suite again with MEGACONN_IO=epoll.
+    for (env, flag, want) in [("epoll", None, "epoll"), ("uring", None, "uring"), ("epoll", Some("uring"), "uring")] {
+        let port = free_port().to_string();
+        let mut cmd = megaconn();
+        cmd.env("MEGACONN_IO", env).args(["server", "--ports", &port, "--workers", "1", "--admin", "off", "--json", "--duration", "30s"]);
+        if let Some(f) = flag {
+            cmd.args(["--io", f]);
+        }
+        let srv = Running::spawn(cmd);
+        let plan = srv.wait_for(Duration::from_secs(20), "server plan", |v| v["event"] == "plan");
+        assert_eq!(plan["io"], want, "MEGACONN_IO={env} --io {flag:?}: {plan}");
+    }
+}

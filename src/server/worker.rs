@@ -532,6 +532,11 @@ impl Worker {
         if let Some(mut conn) = self.conns.try_remove(key) {
             if let Some(r) = &mut self.ring {
                 r.ops.push(crate::uring::Op::Cancel { tag: ring::tag(key, conn.gen) });
+                // What waited behind its send in flight (a goaway, a
+                // refusal's answer) still goes, right behind it.
+                if let Some(b) = conn.backlog.take().filter(|_| conn.sending()) {
+                    r.send_last(&conn, &b);
+                }
             }
             let tls = self.tls.as_mut().and_then(|t| t.remove(key));
             if tls.as_ref().is_some_and(|t| t.handshaking()) {

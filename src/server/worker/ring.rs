@@ -71,6 +71,18 @@ impl RingSide {
     }
 }
 
+impl RingSide {
+    /// Send `data` on a connection being closed, behind its send in flight
+    /// (the same submit or a later one; nothing follows it). Dropped when
+    /// the arena is full, as a closed connection's backlog is on epoll.
+    pub fn send_last(&mut self, conn: &Conn, data: &[u8]) {
+        if let Some((chunk, at, ptr)) = self.arena.put(data) {
+            let idx = self.inflight.insert(Sent { key: usize::MAX, gen: conn.gen, chunk, at, len: data.len() });
+            self.ops.push(Op::Send { fd: conn.stream.as_raw_fd(), ptr, len: data.len() as u32, tag: SEND_TAG | idx as u64 });
+        }
+    }
+}
+
 /// Chunks of send memory, each kept while a send points into it.
 #[derive(Default)]
 struct Arena {
@@ -176,6 +188,10 @@ impl RingHandler for Worker {
 
     fn ring_ops(&mut self) -> &mut Vec<Op> {
         &mut self.ring().ops
+    }
+
+    fn sends_in_flight(&self) -> usize {
+        self.ring.as_ref().map_or(0, |r| r.inflight.len())
     }
 
     fn submitted(&mut self) {
