@@ -8,8 +8,10 @@
 //! Why this shape: with epoll every heartbeat costs a readiness event, a
 //! `read` and the loop's `epoll_wait`/`ppoll` share; here the receive is
 //! already done when the loop hears of it. No connection owns a buffer:
-//! 512 buffers of 2 KiB per worker (1 MiB) serve every connection, each back in
-//! the ring as soon as its bytes were handled.
+//! 16 buffers of 4 KiB per worker, consumed a receive's bytes at a time
+//! (incremental provided buffers, Linux 6.12+), serve every connection;
+//! each goes back to the ring once the kernel has filled it and its bytes
+//! were handled.
 
 use crate::reactor::{self, Handler};
 use crate::supervise::Flow;
@@ -21,15 +23,19 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 /// Buffers in the shared ring (a power of two).
-const BUFS: u16 = 512;
-/// Bytes per buffer.
-const BUF_LEN: usize = 2048;
+const BUFS: u16 = 16;
+/// Bytes per buffer. The ring is incremental (IOU_PBUF_RING_INC): a
+/// receive takes only the bytes it got, so one buffer holds hundreds of
+/// heartbeats, and 64 KiB serve a worker's every connection.
+const BUF_LEN: usize = 4096;
 /// The buffer group every receive picks from.
 const GROUP: u16 = 0;
 /// Submission queue entries; more waiting submissions are kept in order.
-const SQ_ENTRIES: u32 = 4096;
+const SQ_ENTRIES: u32 = 2048;
 /// Completion queue entries (the kernel keeps any overflow, FEAT_NODROP).
-const CQ_ENTRIES: u32 = 16384;
+const CQ_ENTRIES: u32 = 8192;
+/// Completions copied out and handled at a time.
+const CQE_BATCH: usize = 256;
 
 /// The tag of the completions that say the worker's epoll has events.
 const EPOLL_TAG: u64 = u64::MAX;
@@ -170,9 +176,9 @@ impl Ring {
         let bufs = Bufs::new()?;
         // SAFETY: the ring of entries lives in `bufs`, which lives as long
         // as the ring (both fields of this struct; the ring drops first).
-        unsafe { ring.submitter().register_buf_ring_with_flags(bufs.entries as u64, BUFS, GROUP, 0) }
-            .context("cannot register io_uring provided buffers (Linux 5.19 or later)")?;
-        Ok(Ring { ring, bufs, waiting: Vec::new(), cqes: Vec::with_capacity(CQ_ENTRIES as usize) })
+        unsafe { ring.submitter().register_buf_ring_with_flags(bufs.entries as u64, BUFS, GROUP, types::IOU_PBUF_RING_INC as u16) }
+            .context("cannot register incremental io_uring provided buffers (Linux 6.12 or later)")?;
+        Ok(Ring { ring, bufs, waiting: Vec::new(), cqes: Vec::with_capacity(CQE_BATCH) })
     }
 
     fn push(&mut self, e: squeue::Entry) {
@@ -251,6 +257,9 @@ struct Bufs {
     entries: *mut types::BufRingEntry,
     data: *mut u8,
     tail: u16,
+    /// Where the next bytes of each buffer are (the kernel fills it on
+    /// from there, completion after completion).
+    pos: [usize; BUFS as usize],
 }
 
 const ENTRIES_LEN: usize = BUFS as usize * std::mem::size_of::<types::BufRingEntry>();
@@ -265,20 +274,30 @@ impl Bufs {
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error()).context("cannot map the io_uring buffer ring");
         }
-        // SAFETY: ENTRIES_LEN is within the mapping (a multiple of the page size).
-        let mut b = Bufs { entries: p.cast(), data: unsafe { p.cast::<u8>().add(ENTRIES_LEN) }, tail: 0 };
+        // SAFETY: ENTRIES_LEN is within the mapping.
+        let mut b = Bufs { entries: p.cast(), data: unsafe { p.cast::<u8>().add(ENTRIES_LEN) }, tail: 0, pos: [0; BUFS as usize] };
         for bid in 0..BUFS {
             b.give_back(bid);
         }
         Ok(b)
     }
 
-    /// Bytes `len` of buffer `bid`.
-    fn get(&self, bid: u16, len: usize) -> &[u8] {
-        // SAFETY: buffer `bid` lies in the mapping; the kernel wrote `len`
-        // bytes of it and handed it to us (it is not in the ring until
-        // `give_back`).
-        unsafe { std::slice::from_raw_parts(self.data.add((bid % BUFS) as usize * BUF_LEN), len.min(BUF_LEN)) }
+    /// The next `len` bytes of buffer `bid` (a completion's).
+    fn take(&mut self, bid: u16, len: usize) -> &[u8] {
+        let b = (bid % BUFS) as usize;
+        let at = self.pos[b].min(BUF_LEN);
+        let len = len.min(BUF_LEN - at);
+        self.pos[b] = at + len;
+        // SAFETY: buffer `bid` lies in the mapping; the kernel wrote these
+        // `len` bytes of it, after those of its earlier completions.
+        unsafe { std::slice::from_raw_parts(self.data.add(b * BUF_LEN + at), len) }
+    }
+
+    /// The kernel is done with buffer `bid` (a completion without
+    /// BUF_MORE): back to the ring, to be filled from its start.
+    fn finished(&mut self, bid: u16) {
+        self.pos[(bid % BUFS) as usize] = 0;
+        self.give_back(bid);
     }
 
     /// Put buffer `bid` back at the ring's tail.
@@ -348,8 +367,25 @@ fn turn(ring: &mut Ring, h: &mut impl RingHandler, wait: Duration) -> Result<boo
     ring.enter(wait)?;
     h.submitted();
     let mut epoll_ready = false;
-    ring.cqes.clear();
-    ring.cqes.extend(ring.ring.completion().map(|c| (c.user_data(), c.result(), c.flags())));
+    loop {
+        // A bounded batch at a time: memory that does not grow with a burst.
+        ring.cqes.clear();
+        ring.cqes.extend(ring.ring.completion().take(CQE_BATCH).map(|c| (c.user_data(), c.result(), c.flags())));
+        if ring.cqes.is_empty() {
+            break;
+        }
+        epoll_ready |= handle(ring, h);
+    }
+    if ring.waiting.is_empty() && ring.waiting.capacity() > SQ_ENTRIES as usize {
+        ring.waiting = Vec::new();
+    }
+    Ok(epoll_ready)
+}
+
+/// The completions copied into `ring.cqes`; true when the epoll file has
+/// events.
+fn handle(ring: &mut Ring, h: &mut impl RingHandler) -> bool {
+    let mut epoll_ready = false;
     for i in 0..ring.cqes.len() {
         let (tag, res, flags) = ring.cqes[i];
         match tag {
@@ -365,23 +401,25 @@ fn turn(ring: &mut Ring, h: &mut impl RingHandler, wait: Duration) -> Result<boo
                 let more = cqueue::more(flags);
                 match (res, cqueue::buffer_select(flags)) {
                     (n, Some(bid)) if n > 0 => {
-                        h.on_received(tag, Received::Data(ring.bufs.get(bid, n as usize)));
-                        ring.bufs.give_back(bid);
+                        h.on_received(tag, Received::Data(ring.bufs.take(bid, n as usize)));
+                        if !cqueue::buffer_more(flags) {
+                            ring.bufs.finished(bid);
+                        }
                         if !more {
                             h.on_received(tag, Received::Stopped);
                         }
                     }
                     (0, bid) => {
-                        if let Some(b) = bid {
-                            ring.bufs.give_back(b);
+                        if let Some(b) = bid.filter(|_| !cqueue::buffer_more(flags)) {
+                            ring.bufs.finished(b);
                         }
                         h.on_received(tag, Received::Eof);
                     }
                     (e, _) if e == -libc::ENOBUFS => h.on_received(tag, Received::Stopped),
                     (e, _) if e == -libc::ECANCELED => {}
                     (e, bid) => {
-                        if let Some(b) = bid {
-                            ring.bufs.give_back(b);
+                        if let Some(b) = bid.filter(|_| !cqueue::buffer_more(flags)) {
+                            ring.bufs.finished(b);
                         }
                         h.on_received(tag, Received::Error(-e));
                     }
@@ -392,7 +430,7 @@ fn turn(ring: &mut Ring, h: &mut impl RingHandler, wait: Duration) -> Result<boo
             ring.queue(op);
         }
     }
-    Ok(epoll_ready)
+    epoll_ready
 }
 
 /// The worker is done: what it queued last is submitted and its sends in

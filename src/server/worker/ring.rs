@@ -18,9 +18,12 @@ use slab::Slab;
 use std::os::fd::AsRawFd;
 
 /// Bytes per arena chunk; a send larger than this is written directly.
-const CHUNK: usize = 64 * 1024;
+const CHUNK: usize = 16 * 1024;
 /// Chunks at most (16 MiB); past them sends are written directly.
-const MAX_CHUNKS: usize = 256;
+const MAX_CHUNKS: usize = 1024;
+
+/// Capacity above which an emptied queue gives its memory back.
+const SHRINK_ABOVE: usize = 1024;
 
 /// A connection's receive tag: its slab key and generation (30 bits of
 /// it), so a late completion for a closed connection never reaches the
@@ -107,13 +110,16 @@ impl Arena {
             self.current = match self.chunks.iter().position(|c| c.inflight == 0) {
                 Some(i) => i,
                 None if self.chunks.len() < MAX_CHUNKS => {
-                    self.chunks.push(Chunk { buf: vec![0; CHUNK].into_boxed_slice(), used: 0, inflight: 0 });
+                    self.chunks.push(Chunk { buf: Box::default(), used: 0, inflight: 0 });
                     self.chunks.len() - 1
                 }
                 None => return None,
             };
         }
         let c = &mut self.chunks[self.current];
+        if c.buf.is_empty() {
+            c.buf = vec![0; CHUNK].into_boxed_slice();
+        }
         if c.inflight == 0 {
             c.used = 0;
         }
@@ -131,6 +137,16 @@ impl Arena {
     fn release(&mut self, chunk: usize) {
         let c = &mut self.chunks[chunk];
         c.inflight -= 1;
+    }
+
+    /// Nothing in flight: give back every chunk but the current one (a
+    /// broadcast's burst does not stay).
+    fn trim(&mut self) {
+        for (i, c) in self.chunks.iter_mut().enumerate() {
+            if i != self.current && c.inflight == 0 && !c.buf.is_empty() {
+                c.buf = Box::default();
+            }
+        }
     }
 }
 
@@ -196,6 +212,15 @@ impl RingHandler for Worker {
 
     fn submitted(&mut self) {
         if let Some(r) = self.ring.as_mut() {
+            if r.inflight.is_empty() && r.arena.chunks.len() > 1 {
+                r.arena.trim();
+            }
+            if r.inflight.is_empty() && r.inflight.capacity() > SHRINK_ABOVE {
+                r.inflight = Slab::new();
+            }
+            if r.ops.is_empty() && r.ops.capacity() > SHRINK_ABOVE {
+                r.ops = Vec::new();
+            }
             r.closing.clear();
             for s in r.linger_after_submit.drain(..) {
                 self.lingering.start(s);
