@@ -22,6 +22,9 @@ const CHUNK: usize = 16 * 1024;
 /// Chunks at most (16 MiB); past them sends are written directly.
 const MAX_CHUNKS: usize = 1024;
 
+/// Bytes a connection may queue beyond its cap while a send of it is in
+/// flight (about what a loopback socket takes before it is full).
+const IN_FLIGHT_ALLOWANCE: usize = 256 * 1024;
 /// Capacity above which an emptied queue gives its memory back.
 const SHRINK_ABOVE: usize = 1024;
 
@@ -62,6 +65,10 @@ impl RingSide {
             return Ok(());
         }
         if conn.sending() || conn.backlog.is_some() {
+            // Behind a send in flight, what the socket would have taken at
+            // once on epoll is allowed too: a burst of pushes in one turn
+            // is not a slow consumer.
+            let cap = if conn.sending() { cap.saturating_add(IN_FLIGHT_ALLOWANCE) } else { cap };
             return net::queue_capped(&mut conn.backlog, data, cap, reason);
         }
         let Some((chunk, at, ptr)) = self.arena.put(data) else {
