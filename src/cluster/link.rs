@@ -772,12 +772,22 @@ impl Forwarder {
                 return self.shared.error(format!("cannot fill a gap in {plain}: {e}"));
             }
         };
-        if let Some(upto) = upto {
-            let found = got.iter().filter(|(at, _)| at.epoch == from.at.epoch && at.offset < upto).count() as u64;
+        // A gap seen live ends at `upto`; after a reconnect, at the first
+        // message the stream still has when it no longer has those before
+        // (over --history, or older than --history-ttl): those are lost.
+        let first = got.iter().find(|(at, _)| at.epoch == from.at.epoch).map(|(at, _)| at.offset);
+        if let Some(end) = upto.or(first.filter(|o| *o > from.at.offset + 1)) {
+            let found = got.iter().filter(|(at, _)| at.epoch == from.at.epoch && at.offset < end).count() as u64;
+            let lost = (end - from.at.offset - 1).saturating_sub(found);
             log.count(|c| {
                 c.gaps += 1;
-                c.gap_lost += (upto - from.at.offset - 1).saturating_sub(found);
+                c.gap_lost += lost;
             });
+            if lost > 0 {
+                self.shared.error(format!(
+                    "{lost} messages of {plain} before offset {end} were no longer in the stream when this node read them (it keeps --history per topic, for --history-ttl): this node's subscribers miss them"
+                ));
+            }
         }
         for (at, s) in got {
             if let Some(inbound) = self.me.read_stored(&s, &self.shared) {
