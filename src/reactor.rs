@@ -37,23 +37,46 @@ pub trait Handler {
 /// Run `h` until it is done; the final snapshot is sent on the way out.
 pub fn run(h: &mut impl Handler, stats_interval: Duration) -> Result<()> {
     let mut events = Events::new(h)?;
-    let mut next_stats = Instant::now();
+    let mut turns = Turns::new(stats_interval);
     loop {
-        let now = Instant::now();
-        if now >= next_stats {
-            h.report(false);
-            next_stats = now + stats_interval;
-        }
-        if h.on_tick() == Flow::Done {
+        if turns.start(h) == Flow::Done {
             h.report(true);
             return Ok(());
         }
-        let wait = h.next_wake().min(next_stats.saturating_duration_since(Instant::now()));
+        let wait = turns.wait(h);
         crate::timer::wait(h.poll_mut(), wait);
         if events.dispatch(h)? == Polled::Done {
             h.report(true);
             return Ok(());
         }
+    }
+}
+
+/// The start of every loop turn, for both reactors: a stats snapshot
+/// when one is due, then whatever `on_tick` has due.
+pub struct Turns {
+    next_stats: Instant,
+    stats_interval: Duration,
+}
+
+impl Turns {
+    pub fn new(stats_interval: Duration) -> Self {
+        Self { next_stats: Instant::now(), stats_interval }
+    }
+
+    /// Report if due, then tick; `Done` ends the loop.
+    pub fn start(&mut self, h: &mut impl Handler) -> Flow {
+        let now = Instant::now();
+        if now >= self.next_stats {
+            h.report(false);
+            self.next_stats = now + self.stats_interval;
+        }
+        h.on_tick()
+    }
+
+    /// How long the loop may sleep: until a tick or a snapshot is due.
+    pub fn wait(&self, h: &impl Handler) -> Duration {
+        h.next_wake().min(self.next_stats.saturating_duration_since(Instant::now()))
     }
 }
 

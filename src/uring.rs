@@ -333,18 +333,13 @@ pub fn run(h: &mut impl RingHandler, stats_interval: Duration) -> Result<()> {
     let mut ring = Ring::new()?;
     let mut events = reactor::Events::new(h)?;
     ring.watch(h.poll_mut().as_raw_fd());
-    let mut next_stats = Instant::now();
+    let mut turns = reactor::Turns::new(stats_interval);
     let mut epoll_ready = true;
     loop {
-        let now = Instant::now();
-        if now >= next_stats {
-            h.report(false);
-            next_stats = now + stats_interval;
-        }
-        if h.on_tick() == Flow::Done {
+        if turns.start(h) == Flow::Done {
             return finish(&mut ring, h);
         }
-        let wait = if epoll_ready { Duration::ZERO } else { h.next_wake().min(next_stats.saturating_duration_since(Instant::now())) };
+        let wait = if epoll_ready { Duration::ZERO } else { turns.wait(h) };
         epoll_ready |= turn(&mut ring, h, wait)?;
         if epoll_ready {
             // Look again next turn while anything was there: a level-
