@@ -36,6 +36,10 @@ const SQ_ENTRIES: u32 = 2048;
 const CQ_ENTRIES: u32 = 8192;
 /// Completions copied out and handled at a time.
 const CQE_BATCH: usize = 256;
+/// Most submissions between two looks at the completion queue: their
+/// completions, with the receives', fit in it (past it the kernel keeps
+/// completions on a slower overflow list).
+const SUBMIT_BUDGET: usize = CQ_ENTRIES as usize / 2;
 
 /// The tag of the completions that say the worker's epoll has events.
 const EPOLL_TAG: u64 = u64::MAX;
@@ -206,9 +210,14 @@ impl Ring {
         self.push(opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32).multi(true).build().user_data(EPOLL_TAG));
     }
 
-    /// Submit what is queued and wait up to `wait` for a completion.
-    fn enter(&mut self, wait: Duration) -> io::Result<()> {
+    /// Submit what is queued and wait up to `wait` for a completion
+    /// (only when nothing waits for room). True when everything queued was
+    /// submitted; false when [`SUBMIT_BUDGET`] was reached first: the
+    /// caller takes the completions, then enters again.
+    fn enter(&mut self, wait: Duration) -> io::Result<bool> {
+        let mut budget = SUBMIT_BUDGET;
         loop {
+            let queued = self.ring.submission().len();
             let r = if wait.is_zero() || !self.waiting.is_empty() {
                 self.ring.submit()
             } else {
@@ -221,8 +230,9 @@ impl Ring {
                 Err(e) => return Err(e),
             }
             if self.waiting.is_empty() {
-                return Ok(());
+                return Ok(true);
             }
+            budget = budget.saturating_sub(queued);
             // Move what waited into the room the submit made.
             let mut sq = self.ring.submission();
             let mut moved = 0;
@@ -235,6 +245,9 @@ impl Ring {
             }
             drop(sq);
             self.waiting.drain(..moved);
+            if budget == 0 {
+                return Ok(false);
+            }
         }
     }
 }
@@ -359,17 +372,28 @@ fn turn(ring: &mut Ring, h: &mut impl RingHandler, wait: Duration) -> Result<boo
     for op in h.ring_ops().drain(..) {
         ring.queue(op);
     }
-    ring.enter(wait)?;
-    h.submitted();
     let mut epoll_ready = false;
+    let mut wait = wait;
     loop {
-        // A bounded batch at a time: memory that does not grow with a burst.
-        ring.cqes.clear();
-        ring.cqes.extend(ring.ring.completion().take(CQE_BATCH).map(|c| (c.user_data(), c.result(), c.flags())));
-        if ring.cqes.is_empty() {
+        // A broadcast's tens of thousands of sends go in rounds, their
+        // completions taken between them.
+        let all = ring.enter(wait)?;
+        if all {
+            h.submitted();
+        }
+        loop {
+            // A bounded batch at a time: memory that does not grow with a burst.
+            ring.cqes.clear();
+            ring.cqes.extend(ring.ring.completion().take(CQE_BATCH).map(|c| (c.user_data(), c.result(), c.flags())));
+            if ring.cqes.is_empty() {
+                break;
+            }
+            epoll_ready |= handle(ring, h);
+        }
+        if all {
             break;
         }
-        epoll_ready |= handle(ring, h);
+        wait = Duration::ZERO;
     }
     if ring.waiting.is_empty() && ring.waiting.capacity() > SQ_ENTRIES as usize {
         ring.waiting = Vec::new();

@@ -99,3 +99,22 @@ fn megaconn_io_in_the_environment_picks_the_reactor_and_a_flag_overrides_it() {
         assert_eq!(plan["io"], want, "MEGACONN_IO={env} --io {flag:?}: {plan}");
     }
 }
+
+#[test]
+fn a_broadcast_larger_than_one_submission_round_reaches_every_connection() {
+    // 5,000 connections per worker: a broadcast's sends go to the kernel
+    // in rounds (src/uring.rs SUBMIT_BUDGET, 4,096), their completions
+    // taken in between, while heartbeats keep coming.
+    let ports = free_ports(2);
+    let mut cmd = megaconn();
+    cmd.args(["bench", "--scenario", "push", "--connections", "10000", "--server-workers", "2", "--broadcasts", "3", "--broadcast-interval", "300ms"]);
+    cmd.args(["--io", "uring", "--ports", &ports.arg(), "--hold", "4s", "--heartbeat", "1s", "--json"]);
+    let (code, out, err) = run(cmd, Duration::from_secs(120));
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let p = &v["push"];
+    assert_eq!(p["server_workers"], 2, "{p}");
+    assert_eq!(p["deliveries"], 30000, "{p}");
+    assert_eq!((&p["duplicates"], &p["gaps"], &p["dropped"]), (&0.into(), &0.into(), &0.into()), "{p}");
+    assert_eq!(v["client"]["heartbeats_answered"], v["client"]["heartbeats_sent"], "heartbeats answered during the broadcasts");
+}
