@@ -17,16 +17,7 @@ run=$(run_dir cluster)   # fresh each run; RUN_DIR overrides
 cargo build --release --locked -q
 bin=target/release/megaconn
 common=(bench --scenario push --connections "$n" --broadcasts 10 --json)
-# A deleted namespace's sockets are freed by the kernel in the background
-# (netns cleanup work): wait until the TCP slab is back near empty, or the
-# next run's ramp and first broadcast share the CPU with it.
-settle() {
-  for _ in $(seq 120); do
-    [ "$(awk '$1=="TCP"{print $2}' /proc/slabinfo)" -lt 20000 ] && return
-    sleep 1
-  done
-  echo "cluster.sh: the kernel still holds many TCP sockets; measuring anyway" >&2
-}
+. bench/settle.sh
 settle; "$bin" "${common[@]}" --topology netns > "$run/results-cluster-$n-single.json"
 settle; "$bin" "${common[@]}" --nodes 1 --cluster nats > "$run/results-cluster-$n-one.json"
 settle; "$bin" "${common[@]}" --nodes 2 --cluster nats > "$run/results-cluster-$n-two.json"
