@@ -342,8 +342,7 @@ const LAST_SENDS: Duration = Duration::from_secs(2);
 
 /// Run `h` on a ring until it is done, like [`reactor::run`]: the same
 /// stats, ticks and commands; connections' reads come from the ring.
-pub fn run(h: &mut impl RingHandler, stats_interval: Duration) -> Result<()> {
-    let mut ring = Ring::new()?;
+pub fn run(h: &mut impl RingHandler, mut ring: Ring, stats_interval: Duration) -> Result<()> {
     let mut events = reactor::Events::new(h)?;
     ring.watch(h.poll_mut().as_raw_fd());
     let mut turns = reactor::Turns::new(stats_interval);
