@@ -40,10 +40,15 @@ fn both_reactors_echo_every_byte_in_order_to_a_reader_that_lags() {
     for io in REACTORS {
         let port = free_port();
         let (srv, _) = server(&["--ports", &port.to_string(), "--workers", "1", "--protocol", "echo", "--io", io], None);
-        // 4 MiB sent before a byte is read back: the server's sends meet
-        // a full socket (short sends, a backlog, writability) midway.
+        // 4 MiB sent before a byte is read back, to a socket that takes
+        // 64 KiB (a fixed SO_RCVBUF: no autotuning up to tcp_rmem's 32
+        // MiB): the server's sends meet a full socket (short sends, a
+        // backlog, writability) midway.
         let data: Vec<u8> = (0..4u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
-        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        sock.set_recv_buffer_size(64 << 10).unwrap();
+        sock.connect(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into()).unwrap();
+        let mut c: TcpStream = sock.into();
         c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         let writer = {
             let (mut w, data) = (c.try_clone().unwrap(), data.clone());

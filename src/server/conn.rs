@@ -27,22 +27,25 @@ pub struct Conn {
     /// Topics this connection subscribed to (None for most).
     pub subs: super::push::Subs,
     /// Worker-relative second it was accepted (its age in /connections),
-    /// and in the top bit whether an io_uring send of it is in flight
-    /// (which keeps an idle connection at 48 bytes).
+    /// in the top bit whether an io_uring send of it is in flight and in
+    /// the next whether the worker's epoll watches it (which keeps an idle
+    /// connection at 48 bytes).
     since_s: u32,
 }
 
 /// The bit of `since_s` that says a send is in flight.
 const SENDING: u32 = 1 << 31;
+/// The bit of `since_s` that says the socket is in the worker's epoll.
+const WATCHED: u32 = 1 << 30;
 
 impl Conn {
     pub fn new(stream: mio::net::TcpStream, now_s: u32, gen: u32) -> Conn {
-        Conn { stream, last_seen_s: now_s, partial: None, backlog: None, gen, ext: None, subs: None, since_s: now_s & !SENDING }
+        Conn { stream, last_seen_s: now_s, partial: None, backlog: None, gen, ext: None, subs: None, since_s: now_s & !(SENDING | WATCHED) }
     }
 
     /// Worker-relative second it was accepted.
     pub fn since_s(&self) -> u32 {
-        self.since_s & !SENDING
+        self.since_s & !(SENDING | WATCHED)
     }
 
     /// Whether an io_uring send of this connection is in flight: what it
@@ -53,6 +56,17 @@ impl Conn {
 
     pub fn set_sending(&mut self, on: bool) {
         self.since_s = if on { self.since_s | SENDING } else { self.since_s & !SENDING };
+    }
+
+    /// Whether the socket is registered in the worker's epoll: always on
+    /// the epoll reactor; on io_uring only once it had output the socket
+    /// would not take (writability is then what moves it).
+    pub fn watched(&self) -> bool {
+        self.since_s & WATCHED != 0
+    }
+
+    pub fn set_watched(&mut self) {
+        self.since_s |= WATCHED;
     }
 }
 
@@ -161,5 +175,22 @@ mod tests {
         assert_eq!(slab.capacity(), N);
         let per_entry = bytes as f64 / N as f64;
         assert!((48.0..48.5).contains(&per_entry), "a slab entry costs {per_entry:.1} B, not 48");
+    }
+
+    /// The two flag bits ride in `since_s` without changing the age
+    /// /connections shows, and each is set and read on its own.
+    #[test]
+    fn sending_and_watched_keep_the_age() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let stream = mio::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let mut c = Conn::new(stream, 12_345, 0);
+        assert!(!c.sending() && !c.watched());
+        c.set_watched();
+        assert!(c.watched() && !c.sending());
+        c.set_sending(true);
+        assert!(c.watched() && c.sending());
+        c.set_sending(false);
+        assert!(c.watched() && !c.sending());
+        assert_eq!(c.since_s(), 12_345);
     }
 }

@@ -552,7 +552,7 @@ impl Worker {
                 // A TLS peer tells a clean end from a cut one by this.
                 t.close_notify(&mut conn.stream, &mut side.bufs.wire);
             }
-            if answered_refusal(&reason) && conn.backlog.is_none() && self.poll.registry().deregister(&mut conn.stream).is_ok() {
+            if answered_refusal(&reason) && conn.backlog.is_none() && (!conn.watched() || self.poll.registry().deregister(&mut conn.stream).is_ok()) {
                 match &mut self.ring {
                     // Its answer goes with the next submit; the lingering after.
                     Some(r) if conn.sending() => r.linger_after_submit.push(conn.stream),

@@ -115,9 +115,10 @@ impl Worker {
                 let now_ds = self.now_ds();
                 let entry = self.conns.vacant_entry();
                 let key = entry.key();
-                // On the ring, epoll only says when a backlog can move.
-                let interest = if self.cfg.io == crate::uring::Io::Uring { Interest::WRITABLE } else { Interest::READABLE | Interest::WRITABLE };
-                if self.poll.registry().register(&mut stream, Token(key), interest).is_err() {
+                // On the ring, epoll only says when a backlog can move:
+                // the socket joins it once it has one (ring.rs).
+                let on_ring = self.ring.is_some();
+                if !on_ring && self.poll.registry().register(&mut stream, Token(key), Interest::READABLE | Interest::WRITABLE).is_err() {
                     *self.stats.accept_errors.entry("register_failed".into()).or_insert(0) += 1;
                     if let Some(c) = &self.cap {
                         c.release(self.cfg.worker, 1);
@@ -132,6 +133,9 @@ impl Worker {
                 }
                 self.next_gen = self.next_gen.wrapping_add(1);
                 let mut conn = Conn::new(stream, self.started.elapsed().as_secs() as u32, self.next_gen);
+                if !on_ring {
+                    conn.set_watched();
+                }
                 let owes_head = self.cfg.protocol == Protocol::Ws || self.topics.gate.required();
                 if self.cfg.protocol == Protocol::Ws {
                     conn.ext = crate::server::ws::fresh(now_ds);

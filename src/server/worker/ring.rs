@@ -48,6 +48,9 @@ pub(super) struct RingSide {
     /// Refused connections whose answer waits to be submitted: their
     /// lingering close starts once it was.
     pub linger_after_submit: Vec<mio::net::TcpStream>,
+    /// Connections (key, generation) left with a backlog and no send in
+    /// flight: the worker's epoll is to watch their writability.
+    unwatched: Vec<(usize, u32)>,
 }
 
 struct Sent {
@@ -72,7 +75,9 @@ impl RingSide {
             return net::queue_capped(&mut conn.backlog, data, cap, reason);
         }
         let Some((chunk, at, ptr)) = self.arena.put(data) else {
-            return net::send_capped(&mut conn.stream, &mut conn.backlog, data, cap, reason);
+            let r = net::send_capped(&mut conn.stream, &mut conn.backlog, data, cap, reason);
+            self.watch_if_stuck(key, conn);
+            return r;
         };
         let idx = self.inflight.insert(Sent { key, gen: conn.gen, chunk, at, len: data.len() });
         self.ops.push(Op::Send { fd: conn.stream.as_raw_fd(), ptr, len: data.len() as u32, tag: SEND_TAG | idx as u64 });
@@ -82,6 +87,16 @@ impl RingSide {
 }
 
 impl RingSide {
+    /// A backlog with no send in flight moves only when the socket is
+    /// writable again: have the worker's epoll watch it (an idle
+    /// connection is not in the epoll at all: no epoll item of ~200 B in
+    /// the kernel, no epoll_ctl per accept).
+    fn watch_if_stuck(&mut self, key: usize, conn: &Conn) {
+        if conn.backlog.is_some() && !conn.sending() && !conn.watched() {
+            self.unwatched.push((key, conn.gen));
+        }
+    }
+
     /// Send `data` on a connection being closed, behind its send in flight
     /// (the same submit or a later one; nothing follows it). Dropped when
     /// the arena is full, as a closed connection's backlog is on epoll.
@@ -161,6 +176,25 @@ impl Worker {
     fn ring(&mut self) -> &mut RingSide {
         self.ring.get_or_insert_with(Default::default)
     }
+
+    /// Register the connections left with a backlog in the epoll, for
+    /// writability (edge-triggered: it reports one already writable too).
+    fn watch_backlogs(&mut self) {
+        let keys = std::mem::take(&mut self.ring().unwatched);
+        for &(key, gen) in &keys {
+            let Some(conn) = self.conns.get_mut(key).filter(|c| c.gen == gen && !c.watched()) else { continue };
+            if self.poll.registry().register(&mut conn.stream, mio::Token(key), mio::Interest::WRITABLE).is_ok() {
+                conn.set_watched();
+            } else {
+                self.close(key, "register_failed".into());
+            }
+        }
+        let r = self.ring();
+        if r.unwatched.is_empty() {
+            r.unwatched = keys;
+            r.unwatched.clear();
+        }
+    }
 }
 
 impl RingHandler for Worker {
@@ -195,7 +229,9 @@ impl RingHandler for Worker {
                         rest.extend_from_slice(&b);
                     }
                     conn.backlog = Some(Box::new(rest));
-                    net::flush(&mut conn.stream, &mut conn.backlog)
+                    let r = net::flush(&mut conn.stream, &mut conn.backlog);
+                    ring.watch_if_stuck(s.key, conn);
+                    r
                 } else if let Some(b) = conn.backlog.take() {
                     ring.send(s.key, conn, &b, usize::MAX, "slow_consumer")
                 } else {
@@ -210,6 +246,9 @@ impl RingHandler for Worker {
     }
 
     fn ring_ops(&mut self) -> &mut Vec<Op> {
+        if !self.ring().unwatched.is_empty() {
+            self.watch_backlogs();
+        }
         &mut self.ring().ops
     }
 

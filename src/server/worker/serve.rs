@@ -179,7 +179,8 @@ impl Worker {
     /// A connection stopped at its read budget: ask epoll for a new edge
     /// (EPOLL_CTL_MOD reports data already waiting).
     fn rearm(&mut self, key: usize) {
-        let Some(conn) = self.conns.get_mut(key) else { return };
+        // On the ring a receive brings what came; there is nothing to rearm.
+        let Some(conn) = self.conns.get_mut(key).filter(|c| c.watched() && self.ring.is_none()) else { return };
         if self.poll.registry().reregister(&mut conn.stream, mio::Token(key), mio::Interest::READABLE | mio::Interest::WRITABLE).is_err() {
             self.close(key, "rearm_failed".into());
         }
