@@ -231,7 +231,8 @@ int main(int argc, char **argv) {
         if (now_us() - t0 > 120000000L) { fprintf(stderr, "broadcast_floor: %ld of %ld established in 120 s\n", atomic_load(&sh->established), n_total); fail = 1; break; }
         usleep(10000);
     }
-    fprintf(stderr, "broadcast_floor: %ld connections in %.1f s over %ld+%ld processes\n", n_total, (now_us() - t0) / 1e6, procs, procs);
+    double connect_s = (now_us() - t0) / 1e6;
+    fprintf(stderr, "broadcast_floor: %ld connections in %.1f s over %ld+%ld processes\n", atomic_load(&sh->established), connect_s, procs, procs);
     sleep(1); /* let the servers accept the last ones */
     for (long r = 0; r < rounds && !fail; r++) {
         long at = now_us() + 20000;
@@ -246,7 +247,8 @@ int main(int argc, char **argv) {
     atomic_store(&sh->stop, 1);
     for (int i = 0; i < nk; i++) waitpid(kids[i], NULL, 0);
     long tta[MAX_ROUNDS], total = 0;
-    printf("{\"connections\":%ld,\"rounds\":%ld,\"payload\":%ld,\"per_round\":[", n_total, rounds, payload);
+    printf("{\"connections\":%ld,\"established\":%ld,\"connect_s\":%.3f,\"connects_per_s\":%.0f,\"rounds\":%ld,\"payload\":%ld,\"per_round\":[", n_total,
+           atomic_load(&sh->established), connect_s, atomic_load(&sh->established) / connect_s, rounds, payload);
     for (long r = 0; r < rounds; r++) {
         tta[r] = atomic_load(&sh->last_rx_us[r]) - atomic_load(&sh->publish_us[r]);
         total += atomic_load(&sh->deliveries[r]);

@@ -11,10 +11,7 @@ n="${1:-1000000}"; rounds="${2:-3}"; interval="${3:-15}"
 [ "$(id -u)" = 0 ] || { echo "broadcast_io.sh: needs root (network namespaces, sysctls)" >&2; exit 2; }
 . bench/run_dir.sh
 run=$(run_dir broadcast-io)
-command -v gcc >/dev/null || { apt-get update -qq && apt-get install -y -qq gcc; }
 bash bench/sysctl.sh > "$run/sysctl.txt"
-mkdir -p target
-gcc -Wall -Wextra -O2 -o target/broadcast_floor bench/broadcast_floor.c
 cargo build --release --locked -q
 bin=target/release/megaconn
 out="$run/results-broadcast-io-$n.txt"
@@ -22,23 +19,9 @@ echo "# $(date -u +%FT%TZ) bench/broadcast_io.sh n=$n rounds=$rounds interval=${
 
 . bench/settle.sh
 
-# The floor's namespace, made as `megaconn bench --topology netns` makes
-# its own: established hash = next power of two >= 2N+1024 (set on the
-# host only while the namespace is created), the same queue and port sysctls.
-ns="megaconn-floor-$$"
-ehash_file=/proc/sys/net/ipv4/tcp_child_ehash_entries
-before=$(cat "$ehash_file")
-cleanup() { echo "$before" > "$ehash_file"; ip netns del "$ns" 2>/dev/null || true; }
-trap cleanup EXIT
-ehash=1024; while [ "$ehash" -lt $((2 * n + 1024)) ]; do ehash=$((ehash * 2)); done
-echo "$ehash" > "$ehash_file"
-ip netns add "$ns"
-echo "$before" > "$ehash_file"
-ip -n "$ns" link set lo up
-ip netns exec "$ns" sysctl -q -w net.core.somaxconn=65535 net.ipv4.tcp_max_syn_backlog=65535 net.ipv4.ip_local_port_range="1024 65535"
+. bench/floor.sh
 settle
-ip netns exec "$ns" target/broadcast_floor "$n" "$rounds" "$((interval * 1000))" 24000 64 > "$run/floor.json"
-cleanup
+floor_run "$n" "$rounds" "$((interval * 1000))" "$run/floor.json"
 
 for hb in off 30s; do
   for io in uring epoll; do

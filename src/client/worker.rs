@@ -112,6 +112,10 @@ const RAMP_TICK_US: u64 = 1_000;
 const BEAT_TICK_US: u64 = 10_000;
 /// Fewest handshakes a worker may have in flight (see `ramp`).
 const MIN_INFLIGHT: f64 = 128.0;
+/// Most handshakes a worker may have in flight, whatever `--rate` asks:
+/// past a few thousand per process the server's SYN and accept queues
+/// overflow and connects time out en masse instead of going faster.
+const MAX_INFLIGHT: f64 = 2048.0;
 /// Longest wait for outstanding heartbeats before closing.
 const DRAIN_US: u64 = 3_000_000;
 

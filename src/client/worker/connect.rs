@@ -6,7 +6,7 @@
 //! 10,000 connections at once is not answered with a SYN flood; each
 //! slot backs off exponentially with full jitter between failed attempts.
 
-use super::{State, Worker, MIN_INFLIGHT};
+use super::{State, Worker, MAX_INFLIGHT, MIN_INFLIGHT};
 use rand::Rng;
 use socket2::{Domain, Socket, Type};
 use std::cmp::Reverse;
@@ -42,7 +42,7 @@ impl Worker {
     }
 
     fn inflight_cap(&self) -> u64 {
-        (self.cfg.rate / 10.0).max(MIN_INFLIGHT) as u64
+        (self.cfg.rate / 10.0).clamp(MIN_INFLIGHT, MAX_INFLIGHT) as u64
     }
 
     /// Open lost connections whose back-off has passed, at the ramp's pace.
