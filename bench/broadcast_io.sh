@@ -8,18 +8,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n="${1:-1000000}"; rounds="${2:-3}"; interval="${3:-15}"
-[ "$(id -u)" = 0 ] || { echo "broadcast_io.sh: needs root (network namespaces, sysctls)" >&2; exit 2; }
-. bench/run_dir.sh
-run=$(run_dir broadcast-io)
-bash bench/sysctl.sh > "$run/sysctl.txt"
-cargo build --release --locked -q
-bin=target/release/megaconn
+. bench/floor.sh
+floor_setup broadcast-io
 out="$run/results-broadcast-io-$n.txt"
 echo "# $(date -u +%FT%TZ) bench/broadcast_io.sh n=$n rounds=$rounds interval=${interval}s, $(nproc) cores, $(uname -r)" | tee "$out"
 
-. bench/settle.sh
-
-. bench/floor.sh
 settle
 floor_run "$n" "$rounds" "$((interval * 1000))" "$run/floor.json"
 

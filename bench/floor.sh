@@ -4,7 +4,19 @@
 # netns` makes its own: established hash = next power of two >= 2N+1024
 # (set on the host only while the namespace is created), the same queue
 # and port sysctls. Its JSON (connect rate, time to all per round) goes to
-# OUT. Needs root.
+# OUT. Needs root. `floor_setup NAME` does what both scripts do first:
+# refuse without root, make the run directory ($run), set the host's
+# limits (bench/sysctl.sh), build, and set $bin; settle() comes with it.
+. bench/run_dir.sh
+. bench/settle.sh
+floor_setup() {
+  [ "$(id -u)" = 0 ] || { echo "$1.sh: needs root (network namespaces, sysctls)" >&2; exit 2; }
+  run=$(run_dir "$1")
+  bash bench/sysctl.sh > "$run/sysctl.txt"
+  cargo build --release --locked -q
+  bin=target/release/megaconn
+}
+
 floor_run() {
   local n=$1 rounds=$2 interval_ms=$3 out=$4
   mkdir -p target

@@ -14,16 +14,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n="${1:-1000000}"; runs="${2:-1}"; rate="${3:-100000/s}"
-[ "$(id -u)" = 0 ] || { echo "ramp_io.sh: needs root (network namespaces, sysctls)" >&2; exit 2; }
-. bench/run_dir.sh
-run=$(run_dir ramp-io)
-bash bench/sysctl.sh > "$run/sysctl.txt"
-cargo build --release --locked -q
-bin=target/release/megaconn
+. bench/floor.sh
+floor_setup ramp-io
 out="$run/results-ramp-io-$n.txt"
 echo "# $(date -u +%FT%TZ) bench/ramp_io.sh n=$n runs=$runs rate=$rate, $(nproc) cores, $(uname -r)" | tee "$out"
-. bench/settle.sh
-. bench/floor.sh
 
 for r in $(seq "$runs"); do
   settle
