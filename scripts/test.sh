@@ -33,10 +33,10 @@ cargo test --release --locked "$@" 2>&1 | tee "$log"
 # The suite above runs servers on --io auto (io_uring on this kernel,
 # tests/io.rs checks it). The representative half below runs again on the
 # epoll reactor: every protocol's read and write paths, pushes, history,
-# drains, hostile peers and bounds.
+# drains, hostile peers and bounds, TLS.
 if [ $# -eq 0 ]; then
   MEGACONN_IO=epoll cargo test --release --locked --test ws --test http --test push --test history --test drain \
-    --test hostile --test requests --test any_peer --test conn_bounds --test auth --test upstream --test connections 2>&1 | tee -a "$log"
+    --test hostile --test requests --test any_peer --test conn_bounds --test auth --test upstream --test connections --test tls 2>&1 | tee -a "$log"
 fi
 skipped=$(awk '/SKIPPED: [^ ]+: / { n++ } END { print n + 0 }' "$log")
 if [ "$skipped" -gt 0 ]; then

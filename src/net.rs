@@ -41,15 +41,15 @@ impl<T: Read> Source for T {
 /// then `WouldBlock`, never the end of the stream.
 pub struct Received<'a>(pub &'a [u8]);
 
-impl Source for Received<'_> {
-    fn read_some(&mut self, buf: &mut [u8]) -> io::Result<(usize, bool)> {
+impl Read for Received<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if self.0.is_empty() {
             return Err(io::ErrorKind::WouldBlock.into());
         }
         let n = self.0.len().min(buf.len());
         buf[..n].copy_from_slice(&self.0[..n]);
         self.0 = &self.0[n..];
-        Ok((n, !self.0.is_empty()))
+        Ok(n)
     }
 }
 

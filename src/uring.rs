@@ -63,9 +63,8 @@ impl Io {
     /// The reactor `--io` gives on this host with this configuration, and
     /// why when `auto` fell back to epoll. An explicit `uring` that cannot
     /// be had is an error naming the cause and the fix.
-    pub fn resolve(self, tls: bool) -> Result<(Io, Option<String>), String> {
-        let why_not = if tls { Err("TLS connections run on the epoll reactor for now".to_string()) } else { probe() };
-        match (self, why_not) {
+    pub fn resolve(self) -> Result<(Io, Option<String>), String> {
+        match (self, probe()) {
             (Io::Epoll, _) => Ok((Io::Epoll, None)),
             (_, Ok(())) => Ok((Io::Uring, None)),
             (Io::Auto, Err(why)) => Ok((Io::Epoll, Some(why))),

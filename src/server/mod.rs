@@ -117,7 +117,7 @@ pub fn plan(cfg: &ServerConfig, fd_hard: u64) -> Result<ServerPlan, String> {
         Workers::Auto => Sizing::Elastic { target: cores, max: wp.workers.max(cores).min(by_tasks.max(cores)) },
         Workers::Fixed(w) => Sizing::Fixed(w),
     };
-    let (io, io_fallback) = cfg.io.resolve(cfg.tls.is_some())?;
+    let (io, io_fallback) = cfg.io.resolve()?;
     Ok(ServerPlan { sizing, workers: wp, threads_per_worker, io, io_fallback })
 }
 

@@ -549,8 +549,16 @@ impl Worker {
                 let why = if reason == "peer_closed" { crate::tls::failure::EOF.to_string() } else { reason.clone() };
                 *self.stats.tls_handshake_failures.entry(why).or_insert(0) += 1;
             } else if let (Some(mut t), Some(side)) = (tls, self.tls.as_mut()) {
-                // A TLS peer tells a clean end from a cut one by this.
-                t.close_notify(&mut conn.stream, &mut side.bufs.wire);
+                // A TLS peer tells a clean end from a cut one by this:
+                // behind the send in flight on the ring, else at once.
+                match &mut self.ring {
+                    Some(r) if conn.sending() => {
+                        t.close_notify_onto(&mut side.bufs.wire);
+                        r.send_last(&conn, &side.bufs.wire);
+                        side.bufs.wire.clear();
+                    }
+                    _ => t.close_notify(&mut conn.stream, &mut side.bufs.wire),
+                }
             }
             if answered_refusal(&reason) && conn.backlog.is_none() && (!conn.watched() || self.poll.registry().deregister(&mut conn.stream).is_ok()) {
                 match &mut self.ring {

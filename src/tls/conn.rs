@@ -205,6 +205,16 @@ impl<C: Side> TlsConn<C> {
     /// Best effort: a close_notify alert written to `sock` now (the
     /// connection is closing; nothing waits for it).
     pub fn close_notify(&mut self, sock: &mut mio::net::TcpStream, wire: &mut Vec<u8>) {
+        self.close_notify_onto(wire);
+        if !wire.is_empty() {
+            let _ = std::io::Write::write(sock, wire);
+        }
+        wire.clear();
+    }
+
+    /// A close_notify alert onto an emptied `wire` (nothing when it
+    /// cannot be had), for the caller to send.
+    pub fn close_notify_onto(&mut self, wire: &mut Vec<u8>) {
         wire.clear();
         let mut empty: [u8; 0] = [];
         match &mut self.stage {
@@ -218,10 +228,6 @@ impl<C: Side> TlsConn<C> {
             }
             Stage::Failed(_) => {}
         }
-        if !wire.is_empty() {
-            let _ = std::io::Write::write(sock, wire);
-        }
-        wire.clear();
     }
 
     fn discard(&mut self, n: usize) {
@@ -275,20 +281,22 @@ fn encode_into(wire: &mut Vec<u8>, mut f: impl FnMut(&mut [u8]) -> Result<usize,
     }
 }
 
-/// Reads plaintext from a TLS connection's socket for the protocol code.
+/// Reads plaintext from a TLS connection's socket (or from the bytes an
+/// io_uring receive brought: `S` = [`crate::net::Received`]) for the
+/// protocol code.
 ///
 /// Each call reads at most `buf.len()` bytes of records (less what was
 /// spilled), so the plaintext always fits; "more" is true when the socket
 /// read was full, exactly as for a plaintext socket.
-pub struct TlsRead<'a, C> {
-    pub sock: &'a mut mio::net::TcpStream,
+pub struct TlsRead<'a, C, S = mio::net::TcpStream> {
+    pub sock: &'a mut S,
     pub tls: &'a mut TlsConn<C>,
     pub bufs: &'a mut TlsBufs,
     /// Cleartext on this port gets this answer (http, ws) before closing.
     pub plaintext_reply: Option<&'static [u8]>,
 }
 
-impl<C: Side> Source for TlsRead<'_, C> {
+impl<C: Side, S: Read> Source for TlsRead<'_, C, S> {
     fn read_some(&mut self, buf: &mut [u8]) -> io::Result<(usize, bool)> {
         if self.tls.peer_closed {
             return Ok((0, false));
@@ -336,7 +344,7 @@ impl<C: Side> Source for TlsRead<'_, C> {
     }
 }
 
-impl<C: Side> TlsRead<'_, C> {
+impl<C: Side, S> TlsRead<'_, C, S> {
     /// Run rustls over the received bytes: decrypted data into `buf`,
     /// handshake messages onto the wire, the unconsumed rest spilled.
     fn process(&mut self, buf: &mut [u8], received: usize) -> io::Result<usize> {
@@ -434,6 +442,8 @@ pub enum Wire<'a, C> {
     Tls(TlsRead<'a, C>),
     /// Bytes an io_uring receive already brought.
     Received(crate::net::Received<'a>),
+    /// Records an io_uring receive already brought.
+    TlsReceived(TlsRead<'a, C, crate::net::Received<'a>>),
 }
 
 impl<C: Side> Source for Wire<'_, C> {
@@ -442,6 +452,7 @@ impl<C: Side> Source for Wire<'_, C> {
             Wire::Plain(s) => s.read_some(buf),
             Wire::Tls(t) => t.read_some(buf),
             Wire::Received(r) => r.read_some(buf),
+            Wire::TlsReceived(t) => t.read_some(buf),
         }
     }
 }

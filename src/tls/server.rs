@@ -9,7 +9,7 @@ pub use super::conn::TlsBufs;
 /// One server connection's TLS state.
 pub type TlsConn = super::conn::TlsConn<UnbufferedServerConnection>;
 /// The plaintext reader of a server connection.
-pub type TlsRead<'a> = super::conn::TlsRead<'a, UnbufferedServerConnection>;
+pub type TlsRead<'a, S = mio::net::TcpStream> = super::conn::TlsRead<'a, UnbufferedServerConnection, S>;
 
 /// A new server connection's TLS state, handshake not started.
 pub fn accept(config: Arc<rustls::ServerConfig>, since_ds: u32) -> Result<Box<TlsConn>, rustls::Error> {

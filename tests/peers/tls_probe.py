@@ -13,7 +13,13 @@ usage:
       handshake (MODE silent: send nothing; truncated: half a ClientHello),
       'holding N'; then 'closed K' once every one was closed by the server
       (K = those that were), or after 60 s
+  tls_probe.py echo PORT CAFILE MIB    one TLS connection to an echo
+      server with a 64 KiB receive buffer: MIB MiB written before a byte
+      is read back (the server's sends meet a full socket), then
+      'echoed N <sha256>' of what came back and 'sent <sha256>' of what
+      went (they must match); 'closed after N' if the echo stopped
 """
+import hashlib
 import os
 import selectors
 import socket
@@ -106,12 +112,70 @@ def stall(port, n, mode):
     print("closed", closed, flush=True)
 
 
+def echo(port, cafile, mib):
+    data = bytes((i * 2654435761 >> 24) & 0xFF for i in range(1 << 16)) * (mib * 16)
+    raw = socket.socket()
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+    raw.settimeout(10)
+    raw.connect(("127.0.0.1", port))
+    raw.setblocking(False)
+    ctx = ssl.create_default_context(cafile=cafile)
+    # One thread, OpenSSL on memory buffers: writes and reads interleave
+    # as the socket allows (an SSL object is not for two threads at once).
+    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = ctx.wrap_bio(inc, out, server_hostname="localhost")
+    sel = selectors.DefaultSelector()
+    sel.register(raw, selectors.EVENT_READ | selectors.EVENT_WRITE)
+    handshaken, at, pending, n = False, 0, b"", 0
+    got = hashlib.sha256()
+    deadline = time.time() + 60
+    while n < len(data):
+        if time.time() > deadline:
+            print("stuck after", n, flush=True)
+            return
+        if not handshaken:
+            try:
+                obj.do_handshake()
+                handshaken = True
+            except ssl.SSLWantReadError:
+                pass
+        if handshaken and at < len(data) and len(pending) < (256 << 10):
+            at += obj.write(data[at : at + (16 << 10)])
+        pending += out.read()
+        for _, ev in sel.select(timeout=1):
+            if ev & selectors.EVENT_WRITE and pending:
+                try:
+                    pending = pending[raw.send(pending) :]
+                except BlockingIOError:
+                    pass
+            if ev & selectors.EVENT_READ:
+                try:
+                    chunk = raw.recv(1 << 16)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    print("closed after", n, flush=True)
+                    return
+                inc.write(chunk)
+                while True:
+                    try:
+                        plain = obj.read(1 << 16)
+                    except ssl.SSLWantReadError:
+                        break
+                    got.update(plain)
+                    n += len(plain)
+    print("echoed", n, got.hexdigest(), flush=True)
+    print("sent", hashlib.sha256(data).hexdigest(), flush=True)
+
+
 if __name__ == "__main__":
     cmd, port = sys.argv[1], int(sys.argv[2])
     if cmd == "keepalive":
         keepalive(port, sys.argv[3])
     elif cmd == "garbage":
         garbage(port)
+    elif cmd == "echo":
+        echo(port, sys.argv[3], int(sys.argv[4]))
     elif cmd == "stall":
         stall(port, int(sys.argv[3]), sys.argv[4])
     else:

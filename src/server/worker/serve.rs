@@ -36,8 +36,13 @@ impl Worker {
             let gen = conn.gen;
             let mut req =
                 Requests { out: &mut self.out, stats: &mut self.stats, stage: &mut self.stage, rng: &mut self.rng, service: &self.cfg.service_time, key, gen };
+            let mut rx = net::Received(received.unwrap_or_default());
             let mut src = match (self.tls.as_mut(), received) {
-                (_, Some(bytes)) => Wire::Received(net::Received(bytes)),
+                (Some(t), Some(_)) => match t.reader(key, &mut rx) {
+                    Some(r) => Wire::TlsReceived(r),
+                    None => return,
+                },
+                (None, Some(bytes)) => Wire::Received(net::Received(bytes)),
                 (Some(t), None) => match t.reader(key, &mut conn.stream) {
                     Some(r) => Wire::Tls(r),
                     None => return,

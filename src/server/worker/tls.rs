@@ -7,7 +7,6 @@ use crate::server::conn::Conn;
 use crate::tls::files::{self, ServerTls};
 use crate::tls::server::{TlsBufs, TlsConn, TlsRead, PLAINTEXT_REPLY};
 use anyhow::Result;
-use mio::net::TcpStream;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -99,8 +98,9 @@ impl TlsSide {
         !self.pending.is_empty()
     }
 
-    /// The plaintext reader of `key`'s socket.
-    pub fn reader<'a>(&'a mut self, key: usize, sock: &'a mut TcpStream) -> Option<TlsRead<'a>> {
+    /// The plaintext reader of `key`'s socket, or (io_uring) of the
+    /// records a receive brought.
+    pub fn reader<'a, S>(&'a mut self, key: usize, sock: &'a mut S) -> Option<TlsRead<'a, S>> {
         let tls = self.conns.get_mut(key).and_then(|c| c.as_deref_mut())?;
         Some(TlsRead { sock, tls, bufs: &mut self.bufs, plaintext_reply: self.plaintext_reply })
     }
@@ -113,10 +113,11 @@ impl TlsSide {
     }
 }
 
-/// Send `data` on the connection at `key`: through the ring (`--io
-/// uring`), encrypted (see [`crate::tls::conn::send`]) or as is. What the
-/// socket does not take waits in its backlog, up to `cap` bytes, beyond
-/// which the connection must close as `reason`.
+/// Send `data` on the connection at `key`: encrypted when it speaks TLS
+/// (after what its handshake has to say; see [`crate::tls::conn::send`]),
+/// through the ring (`--io uring`) or written at once. What the socket
+/// does not take waits in its backlog (as sent: ciphertext), up to `cap`
+/// bytes, beyond which the connection must close as `reason`.
 pub(super) fn send(
     tls: Option<&mut TlsSide>,
     ring: Option<&mut super::ring::RingSide>,
@@ -126,10 +127,16 @@ pub(super) fn send(
     cap: usize,
     reason: &str,
 ) -> Result<(), String> {
-    if let Some(r) = ring {
-        return r.send(key, conn, data, cap, reason);
+    let tls = tls.and_then(|side| Some((side.conns.get_mut(key)?.as_deref_mut()?, &mut side.bufs.wire)));
+    match (tls, ring) {
+        (None, Some(r)) => r.send(key, conn, data, cap, reason),
+        (None, None) => net::send_capped(&mut conn.stream, &mut conn.backlog, data, cap, reason),
+        (Some((t, wire)), None) => crate::tls::conn::send(Some(t), wire, &mut conn.stream, &mut conn.backlog, data, cap, reason),
+        (Some((t, wire)), Some(r)) => {
+            let encrypted = if data.is_empty() { Ok(()) } else { t.encrypt(data, wire) };
+            let sent = r.send(key, conn, wire, cap, reason);
+            wire.clear();
+            encrypted.and(sent)
+        }
     }
-    let Some(side) = tls else { return net::send_capped(&mut conn.stream, &mut conn.backlog, data, cap, reason) };
-    let t = side.conns.get_mut(key).and_then(|c| c.as_deref_mut());
-    crate::tls::conn::send(t, &mut side.bufs.wire, &mut conn.stream, &mut conn.backlog, data, cap, reason)
 }
