@@ -58,6 +58,8 @@ impl Worker {
         let mut frame = Vec::with_capacity(64 + data.len());
         let p = Push { stream: cmd.stream, topic: cmd.topic.as_bytes(), seq: cmd.seq, publish_us: cmd.publish_us, epoch: cmd.epoch, data: &data };
         self.encode_push(&mut frame, &p);
+        // One buffer for every connection: on the ring each send points at it.
+        let frame: std::rc::Rc<[u8]> = frame.into();
         // Subscribers recovering this stream get it in the history answer.
         let history_name = if cmd.stream == Stream::Broadcast { BROADCAST_TOPIC } else { cmd.topic.as_str() };
         let waiting = cmd.stream != Stream::Unicast && !self.recoveries.is_empty();
@@ -73,15 +75,15 @@ impl Worker {
                 continue;
             }
             // An event stream's id is its own (its positions in every stream).
-            let bytes = match sse_mut(&mut conn.ext) {
+            let sent = match sse_mut(&mut conn.ext) {
                 Some(sse) => {
                     event.clear();
                     crate::server::sse::write_push(&mut event, sse, &self.topics, &p, now_s);
-                    &event
+                    super::tls::send(self.tls.as_mut(), self.ring.as_mut(), *key, conn, &event, self.cfg.max_pending_bytes, "slow_consumer")
                 }
-                None => &frame,
+                None => super::tls::send_frame(self.tls.as_mut(), self.ring.as_mut(), *key, conn, &frame, self.cfg.max_pending_bytes, "slow_consumer"),
             };
-            match super::tls::send(self.tls.as_mut(), self.ring.as_mut(), *key, conn, bytes, self.cfg.max_pending_bytes, "slow_consumer") {
+            match sent {
                 Ok(()) => {
                     queued += 1;
                     if i % CLOCK_EVERY == 0 {

@@ -2,7 +2,9 @@
 //! connection's receive completions feed the same read path epoll
 //! readiness does (`serve.rs`), from the ring's buffer instead of a read;
 //! what it sends is copied into a shared arena and submitted with the
-//! loop's next wait, many sockets per system call.
+//! loop's next wait, many sockets per system call. A push's frame, the
+//! same bytes for every connection it goes to, is not copied: every send
+//! of it points at one shared buffer, kept until its last send completes.
 //!
 //! Order on a connection: at most one send of it is in flight (the
 //! connection's `sending` bit); what comes meanwhile waits in its
@@ -16,6 +18,7 @@ use crate::server::conn::Conn;
 use crate::uring::{Op, Received, RingHandler, RECV_TAGS, SEND_TAG};
 use slab::Slab;
 use std::os::fd::AsRawFd;
+use std::rc::Rc;
 
 /// Bytes per arena chunk; a send larger than this is written directly.
 const CHUNK: usize = 16 * 1024;
@@ -56,9 +59,16 @@ pub(super) struct RingSide {
 struct Sent {
     key: usize,
     gen: u32,
-    chunk: usize,
-    at: usize,
+    mem: Mem,
     len: usize,
+}
+
+/// Where a send's bytes are while it is in flight.
+enum Mem {
+    /// Copied into the arena: `chunk`, from `at`.
+    Arena { chunk: usize, at: usize },
+    /// A push's frame, shared by every send of it.
+    Shared(Rc<[u8]>),
 }
 
 impl RingSide {
@@ -79,10 +89,34 @@ impl RingSide {
             self.watch_if_stuck(key, conn);
             return r;
         };
-        let idx = self.inflight.insert(Sent { key, gen: conn.gen, chunk, at, len: data.len() });
-        self.ops.push(Op::Send { fd: conn.stream.as_raw_fd(), ptr, len: data.len() as u32, tag: SEND_TAG | idx as u64 });
-        conn.set_sending(true);
+        self.submit(key, conn, Mem::Arena { chunk, at }, ptr, data.len());
         Ok(())
+    }
+
+    /// Send `frame` on `conn` without copying it when nothing of the
+    /// connection waits: the send points at the shared buffer, which
+    /// lives until its last send completes. Behind a send in flight it is
+    /// queued like any bytes.
+    pub fn send_shared(&mut self, key: usize, conn: &mut Conn, frame: &Rc<[u8]>, cap: usize, reason: &str) -> Result<(), String> {
+        if frame.is_empty() || conn.sending() || conn.backlog.is_some() || frame.len() > u32::MAX as usize {
+            return self.send(key, conn, frame, cap, reason);
+        }
+        self.submit(key, conn, Mem::Shared(frame.clone()), frame.as_ptr(), frame.len());
+        Ok(())
+    }
+
+    fn submit(&mut self, key: usize, conn: &mut Conn, mem: Mem, ptr: *const u8, len: usize) {
+        let idx = self.inflight.insert(Sent { key, gen: conn.gen, mem, len });
+        self.ops.push(Op::Send { fd: conn.stream.as_raw_fd(), ptr, len: len as u32, tag: SEND_TAG | idx as u64 });
+        conn.set_sending(true);
+    }
+
+    /// The bytes of a send in flight.
+    fn bytes<'a>(&'a self, s: &'a Sent) -> &'a [u8] {
+        match &s.mem {
+            Mem::Arena { chunk, at } => self.arena.get(*chunk, *at, s.len),
+            Mem::Shared(frame) => &frame[..s.len],
+        }
     }
 }
 
@@ -102,7 +136,7 @@ impl RingSide {
     /// the arena is full, as a closed connection's backlog is on epoll.
     pub fn send_last(&mut self, conn: &Conn, data: &[u8]) {
         if let Some((chunk, at, ptr)) = self.arena.put(data) {
-            let idx = self.inflight.insert(Sent { key: usize::MAX, gen: conn.gen, chunk, at, len: data.len() });
+            let idx = self.inflight.insert(Sent { key: usize::MAX, gen: conn.gen, mem: Mem::Arena { chunk, at }, len: data.len() });
             self.ops.push(Op::Send { fd: conn.stream.as_raw_fd(), ptr, len: data.len() as u32, tag: SEND_TAG | idx as u64 });
         }
     }
@@ -224,7 +258,7 @@ impl RingHandler for Worker {
                     Err(crate::sys::error_kind_name(&std::io::Error::from_raw_os_error(-res)))
                 } else if sent < s.len {
                     // The rest goes first, then what queued behind it.
-                    let mut rest = ring.arena.get(s.chunk, s.at + sent, s.len - sent).to_vec();
+                    let mut rest = ring.bytes(&s)[sent..].to_vec();
                     if let Some(b) = conn.backlog.take() {
                         rest.extend_from_slice(&b);
                     }
@@ -239,7 +273,9 @@ impl RingHandler for Worker {
                 }
             }
         };
-        ring.arena.release(s.chunk);
+        if let Mem::Arena { chunk, .. } = s.mem {
+            ring.arena.release(chunk);
+        }
         if let Err(reason) = outcome {
             self.close(s.key, reason);
         }
@@ -272,5 +308,38 @@ impl RingHandler for Worker {
                 self.lingering.start(s);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Op, RingSide};
+    use crate::server::conn::Conn;
+    use std::rc::Rc;
+
+    fn conn(listener: &std::net::TcpListener, gen: u32) -> Conn {
+        Conn::new(mio::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect"), 0, gen)
+    }
+
+    /// A push to many connections is one buffer: every send points at it
+    /// and nothing is copied into the arena; a connection with a send in
+    /// flight queues a copy behind it instead (order kept).
+    #[test]
+    fn a_push_frame_is_shared_by_its_sends_not_copied() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let mut conns: Vec<Conn> = (0..3).map(|g| conn(&listener, g)).collect();
+        let frame: Rc<[u8]> = vec![7u8; 80].into();
+        let mut r = RingSide::default();
+        for (k, c) in conns.iter_mut().enumerate() {
+            r.send_shared(k, c, &frame, 1 << 20, "slow_consumer").expect("sent");
+            assert!(c.sending() && c.backlog.is_none());
+        }
+        let ptrs: Vec<*const u8> = r.ops.iter().map(|op| if let Op::Send { ptr, len: 80, .. } = op { *ptr } else { panic!("{op:?}") }).collect();
+        assert_eq!(ptrs, vec![frame.as_ptr(); 3]);
+        assert!(r.arena.chunks.is_empty(), "the frame was copied into the arena");
+        assert_eq!(Rc::strong_count(&frame), 4, "each send in flight keeps the frame");
+        r.send_shared(0, &mut conns[0], &frame, 1 << 20, "slow_consumer").expect("queued");
+        assert_eq!(conns[0].backlog.as_deref().map(|b| b.len()), Some(80));
+        assert_eq!(r.ops.len(), 3);
     }
 }

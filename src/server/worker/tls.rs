@@ -140,3 +140,21 @@ pub(super) fn send(
         }
     }
 }
+
+/// Send a push's `frame` on the connection at `key`: on the ring, one
+/// buffer shared by every plaintext connection it goes to (see
+/// [`super::ring::RingSide::send_shared`]); otherwise as [`send`] does.
+pub(super) fn send_frame(
+    tls: Option<&mut TlsSide>,
+    ring: Option<&mut super::ring::RingSide>,
+    key: usize,
+    conn: &mut Conn,
+    frame: &std::rc::Rc<[u8]>,
+    cap: usize,
+    reason: &str,
+) -> Result<(), String> {
+    match ring {
+        Some(r) if tls.as_ref().is_none_or(|t| t.conns.get(key).is_none_or(|c| c.is_none())) => r.send_shared(key, conn, frame, cap, reason),
+        ring => send(tls, ring, key, conn, frame, cap, reason),
+    }
+}
