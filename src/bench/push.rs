@@ -68,6 +68,25 @@ pub struct PushReport {
     pub client_cpu_seconds: f64,
 }
 
+impl PushReport {
+    /// What never arrived or arrived twice, and what 0 gaps says of it.
+    pub fn undelivered(&self) -> Option<String> {
+        if self.dropped == 0 && self.duplicates == 0 {
+            return None;
+        }
+        let mut s = format!("{} pushes were never delivered and {} delivered twice", format::count(self.dropped), format::count(self.duplicates));
+        if self.dropped > 0 && self.gaps == 0 {
+            // A connection that missed one and got a later one counts a gap.
+            s.push_str(&format!(
+                "; with 0 gaps each connection missed only its last ones: still on their way when the hold ended (the slowest round took {:.1} s), \
+                 or those connections stalled. A longer --hold tells which",
+                self.time_to_all_ms.max / 1000.0
+            ));
+        }
+        Some(s)
+    }
+}
+
 #[derive(Debug, Default, Serialize)]
 pub struct Spread {
     pub min: f64,
@@ -171,9 +190,7 @@ impl super::outcome::Outcome for PushOutcome {
     fn failures(&self) -> Vec<String> {
         let mut out: Vec<String> = self.failure.iter().cloned().collect();
         out.extend(self.publish_error.iter().map(|e| format!("publishing failed: {e}")));
-        if self.push.dropped > 0 || self.push.duplicates > 0 {
-            out.push(format!("{} pushes were never delivered and {} delivered twice", format::count(self.push.dropped), format::count(self.push.duplicates)));
-        }
+        out.extend(self.push.undelivered());
         out
     }
 }
@@ -290,4 +307,45 @@ pub(super) fn print_report(r: &PushReport) {
     let l = &r.delivery_ms;
     println!("delivery      p50 {:.1} ms | p99 {:.1} ms | max {:.1} ms over {} receipts", l.p50_ms, l.p99_ms, l.max_ms, format::count(l.count));
     println!("cpu           server {:.1} s | client {:.1} s | {} server workers", r.server_cpu_seconds, r.client_cpu_seconds, r.server_workers);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{PushReport, Spread};
+
+    fn report(dropped: u64, duplicates: u64, gaps: u64) -> PushReport {
+        PushReport {
+            connections: 1000,
+            topics: 0,
+            broadcasts: 3,
+            push_bytes: 64,
+            expected_deliveries: 3000,
+            deliveries: 3000 - dropped,
+            dropped,
+            duplicates,
+            gaps,
+            time_to_all_ms: Spread { min: 1000.0, median: 2000.0, max: 71_054.2 },
+            delivery_ms: Default::default(),
+            rounds: Vec::new(),
+            heartbeats_sent: 0,
+            heartbeats_answered: 0,
+            server_workers: 1,
+            server_cpu_seconds: 0.0,
+            client_cpu_seconds: 0.0,
+        }
+    }
+
+    /// Missing pushes with no gap are the ends of streams: the failure
+    /// says they may still have been on their way and how to tell; with
+    /// gaps it does not.
+    #[test]
+    fn undelivered_pushes_name_what_no_gaps_means() {
+        assert_eq!(report(0, 0, 0).undelivered(), None);
+        let tail = report(38, 0, 0).undelivered().expect("a failure");
+        assert!(tail.starts_with("38 pushes were never delivered and 0 delivered twice;"), "{tail}");
+        assert!(tail.contains("71.1 s") && tail.contains("--hold"), "{tail}");
+        let holes = report(38, 0, 5).undelivered().expect("a failure");
+        assert_eq!(holes, "38 pushes were never delivered and 0 delivered twice");
+        assert_eq!(report(0, 2, 0).undelivered().as_deref(), Some("0 pushes were never delivered and 2 delivered twice"));
+    }
 }
