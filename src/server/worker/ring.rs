@@ -106,9 +106,14 @@ impl RingSide {
     }
 
     fn submit(&mut self, key: usize, conn: &mut Conn, mem: Mem, ptr: *const u8, len: usize) {
+        self.queue_send(key, conn, mem, ptr, len);
+        conn.set_sending(true);
+    }
+
+    /// A send of `len` bytes at `ptr` (held by `mem`) for the next submit.
+    fn queue_send(&mut self, key: usize, conn: &Conn, mem: Mem, ptr: *const u8, len: usize) {
         let idx = self.inflight.insert(Sent { key, gen: conn.gen, mem, len });
         self.ops.push(Op::Send { fd: conn.stream.as_raw_fd(), ptr, len: len as u32, tag: SEND_TAG | idx as u64 });
-        conn.set_sending(true);
     }
 
     /// The bytes of a send in flight.
@@ -136,8 +141,7 @@ impl RingSide {
     /// the arena is full, as a closed connection's backlog is on epoll.
     pub fn send_last(&mut self, conn: &Conn, data: &[u8]) {
         if let Some((chunk, at, ptr)) = self.arena.put(data) {
-            let idx = self.inflight.insert(Sent { key: usize::MAX, gen: conn.gen, mem: Mem::Arena { chunk, at }, len: data.len() });
-            self.ops.push(Op::Send { fd: conn.stream.as_raw_fd(), ptr, len: data.len() as u32, tag: SEND_TAG | idx as u64 });
+            self.queue_send(usize::MAX, conn, Mem::Arena { chunk, at }, ptr, data.len());
         }
     }
 }

@@ -127,17 +127,20 @@ pub(super) fn send(
     cap: usize,
     reason: &str,
 ) -> Result<(), String> {
-    let tls = tls.and_then(|side| Some((side.conns.get_mut(key)?.as_deref_mut()?, &mut side.bufs.wire)));
-    match (tls, ring) {
-        (None, Some(r)) => r.send(key, conn, data, cap, reason),
-        (None, None) => net::send_capped(&mut conn.stream, &mut conn.backlog, data, cap, reason),
-        (Some((t, wire)), None) => crate::tls::conn::send(Some(t), wire, &mut conn.stream, &mut conn.backlog, data, cap, reason),
-        (Some((t, wire)), Some(r)) => {
-            let encrypted = if data.is_empty() { Ok(()) } else { t.encrypt(data, wire) };
-            let sent = r.send(key, conn, wire, cap, reason);
-            wire.clear();
-            encrypted.and(sent)
-        }
+    let Some((t, wire)) = tls.and_then(|side| Some((side.conns.get_mut(key)?.as_deref_mut()?, &mut side.bufs.wire))) else {
+        return send_plain(ring, key, conn, data, cap, reason);
+    };
+    let encrypted = if data.is_empty() { Ok(()) } else { t.encrypt(data, wire) };
+    let sent = send_plain(ring, key, conn, wire, cap, reason);
+    wire.clear();
+    encrypted.and(sent)
+}
+
+/// Bytes as they go on the wire: through the ring, or written at once.
+fn send_plain(ring: Option<&mut super::ring::RingSide>, key: usize, conn: &mut Conn, data: &[u8], cap: usize, reason: &str) -> Result<(), String> {
+    match ring {
+        Some(r) => r.send(key, conn, data, cap, reason),
+        None => net::send_capped(&mut conn.stream, &mut conn.backlog, data, cap, reason),
     }
 }
 
