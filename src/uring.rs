@@ -95,6 +95,18 @@ pub const SEND_TAG: u64 = 1 << 62;
 /// Receive tags stay below this (the worker's key and generation).
 pub const RECV_TAGS: u64 = 1 << 62;
 
+/// A connection's receive tag: its key (slot) and generation (30 bits of
+/// it), so a late completion for a closed connection never reaches the
+/// next one there.
+pub fn recv_tag(key: usize, gen: u32) -> u64 {
+    ((gen as u64 & 0x3FFF_FFFF) << 32 | key as u64) & (RECV_TAGS - 1)
+}
+
+/// The key of a receive tag.
+pub fn recv_key(tag: u64) -> usize {
+    (tag & u32::MAX as u64) as usize
+}
+
 /// What a worker asks the ring to do, queued during its handlers and
 /// submitted with the next wait.
 #[derive(Debug, Clone, Copy)]

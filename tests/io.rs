@@ -132,3 +132,35 @@ fn a_broadcast_larger_than_one_submission_round_reaches_every_connection() {
     assert_eq!((&p["duplicates"], &p["gaps"], &p["dropped"]), (&0.into(), &0.into(), &0.into()), "{p}");
     assert_eq!(v["client"]["heartbeats_answered"], v["client"]["heartbeats_sent"], "heartbeats answered during the broadcasts");
 }
+
+/// The client's reactor (`client --io`, `bench --client-io`), against a
+/// server on epoll so the ring under test is the client's: on epoll,
+/// io_uring and auto (io_uring here) every broadcast reaches every
+/// connection once, in order, and every heartbeat is answered, in
+/// plaintext and over TLS (handshakes read from the ring); the summary
+/// names the reactor each choice gave.
+#[test]
+fn the_client_hears_every_push_and_answer_on_both_reactors_and_auto_chooses_uring() {
+    for (io, tls) in [("epoll", false), ("uring", false), ("auto", false), ("epoll", true), ("uring", true)] {
+        let ports = free_ports(2);
+        let mut cmd = megaconn();
+        cmd.args(["bench", "--scenario", "push", "--connections", "3000", "--broadcasts", "3", "--broadcast-interval", "300ms", "--hold", "4s"]);
+        cmd.args(["--heartbeat", "500ms", "--io", "epoll", "--client-io", io, "--ports", &ports.arg(), "--json"]);
+        if tls {
+            cmd.arg("--tls");
+        }
+        let (code, out, err) = run(cmd, Duration::from_secs(120));
+        assert_eq!(code, 0, "--client-io {io} tls {tls}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["client"]["io"], if io == "epoll" { "epoll" } else { "uring" }, "--client-io {io}: {}", v["client"]);
+        let p = &v["push"];
+        assert_eq!(p["deliveries"], 9000, "--client-io {io} tls {tls}: {p}");
+        assert_eq!((&p["duplicates"], &p["gaps"], &p["dropped"]), (&0.into(), &0.into(), &0.into()), "--client-io {io} tls {tls}: {p}");
+        let c = &v["client"];
+        assert!(c["heartbeats_sent"].as_u64() >= Some(3000 * 4), "--client-io {io} tls {tls}: {c}");
+        assert_eq!(c["heartbeats_answered"], c["heartbeats_sent"], "--client-io {io} tls {tls}: {c}");
+        if tls {
+            assert_eq!(c["tls_handshakes"], 3000, "--client-io {io}: {c}");
+        }
+    }
+}

@@ -73,6 +73,8 @@ pub struct BenchConfig {
     pub jwt_secret: Option<Vec<u8>>,
     /// `--io`: the server's reactor.
     pub io: crate::uring::Io,
+    /// `--client-io`: the client workers' reactor.
+    pub client_io: crate::uring::Io,
     pub pki: Option<std::sync::Arc<crate::tls::throwaway::Throwaway>>,
     /// Push scenario: server nodes (each its own namespace) and the broker
     /// between them.
@@ -117,6 +119,7 @@ impl Default for BenchConfig {
             tls: false,
             jwt_secret: None,
             io: crate::uring::Io::Auto,
+            client_io: crate::uring::Io::Auto,
             pki: None,
             json: false,
         }

@@ -185,6 +185,7 @@ pub fn client_config(args: &BenchConfig, hold: Duration) -> ClientConfig {
             hold,
             json: args.json,
             nice: CLIENT_NICE,
+            io: args.client_io,
             churn: args.churn,
             netns_fd: args.client_netns,
             ..Default::default()

@@ -102,6 +102,7 @@ impl From<LoadArgs> for LoadConfig {
             hold: a.hold,
             stats_interval: a.stats_interval,
             allow_loss: a.allow_loss,
+            io: a.io,
             churn: a.churn.0,
             json: a.json,
             ..LoadConfig::default()
@@ -214,6 +215,7 @@ impl From<BenchArgs> for BenchConfig {
             tls: a.tls,
             pki: None,
             io: a.io,
+            client_io: a.client_io,
             jwt_secret: (a.auth == super::AuthMode::Jwt).then(|| {
                 use rand::RngCore;
                 let mut s = vec![0u8; 48];

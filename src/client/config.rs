@@ -188,6 +188,8 @@ pub struct LoadConfig {
     pub churn: Option<f64>,
     /// Exit 0 even when connections were lost during the run.
     pub allow_loss: bool,
+    /// `--io`: the workers' reactor for what connections receive.
+    pub io: crate::uring::Io,
     /// Niceness of the client workers (bench: the load generator yields
     /// CPU to the server it measures on the same machine).
     pub nice: i32,
@@ -214,6 +216,7 @@ impl Default for LoadConfig {
             churn: None,
             allow_loss: false,
             nice: 0,
+            io: crate::uring::Io::Auto,
             netns_fd: None,
             start_at: None,
             nodes: Vec::new(),

@@ -111,6 +111,7 @@ pub fn plan(cfg: &ClientConfig, fd_hard: u64) -> Result<(ConnectionPlan, WorkerP
     let shard = shard.map(|s| s.range(cfg.load.connections)).unwrap_or((0, cfg.load.connections));
     let mut cp = ConnectionPlan::build(cfg.target, &cfg.load.ports, cfg.load.source_ips.as_deref(), cfg.load.connections, shard, plan::local_port_range())?;
     cp.shard_index = index;
+    (cp.io, cp.io_fallback) = cfg.load.io.resolve()?;
     let wp = plan_workers(cp.count, cfg.workers, fd_hard, 0, crate::sys::online_cpus())?;
     Ok((cp, wp))
 }
@@ -128,7 +129,7 @@ fn shard_from_env() -> Result<Option<plan::Shard>, String> {
 
 pub fn describe(cp: &ConnectionPlan, wp: &WorkerPlan) -> String {
     format!(
-        "plan: {} connections to {} over {} ports from {} source addresses ({} per address/port pair of {} ports), {} worker processes (<= {} each, fd limit {})",
+        "plan: {} connections to {} over {} ports from {} source addresses ({} per address/port pair of {} ports), {} worker processes (<= {} each, fd limit {}) on {}{}",
         format::count(cp.count),
         cp.target,
         cp.ports.len(),
@@ -137,7 +138,9 @@ pub fn describe(cp: &ConnectionPlan, wp: &WorkerPlan) -> String {
         format::count(cp.per_pair_capacity),
         wp.workers,
         format::count(wp.per_worker),
-        format::count(wp.fd_limit)
+        format::count(wp.fd_limit),
+        cp.io.name(),
+        cp.io_fallback.as_ref().map(|why| format!(" (--io auto: {why})")).unwrap_or_default()
     )
 }
 

@@ -73,6 +73,9 @@ pub struct ConnectionPlan {
     /// Ports available per pair.
     pub per_pair_capacity: u64,
     pub warnings: Vec<String>,
+    /// The workers' reactor (`--io` resolved), and why `auto` fell back.
+    pub io: crate::uring::Io,
+    pub io_fallback: Option<String>,
 }
 
 pub fn local_port_range() -> (u16, u16) {
@@ -158,6 +161,8 @@ impl ConnectionPlan {
             per_pair,
             per_pair_capacity,
             warnings,
+            io: crate::uring::Io::Epoll,
+            io_fallback: None,
         })
     }
 }

@@ -56,6 +56,8 @@ pub struct ClientSummary {
     pub counters: ClientCounters,
     /// What the connections spoke and sent.
     pub mode: String,
+    /// The workers' reactor for what connections received (uring or epoll).
+    pub io: crate::uring::Io,
     /// Connections asked for (the plan's share of this client).
     pub requested: u64,
     /// Connections that completed the handshake (`established_total`).
@@ -161,6 +163,7 @@ pub struct ClientRun {
     hold_ended_us: Option<u64>,
     interrupted: bool,
     source_addresses: u64,
+    io: crate::uring::Io,
     ports: usize,
     prev_est: u64,
     prev_at_us: u64,
@@ -230,6 +233,7 @@ impl ClientRun {
                     traffic: load.traffic.clone(),
                     shard: plan.shard_index,
                     checkpoint: None,
+                    io: plan.io,
                 };
                 (config, load.nodes.get(i % load.nodes.len().max(1)).and_then(|n| n.netns_fd).or(load.netns_fd))
             })
@@ -253,6 +257,7 @@ impl ClientRun {
             hold_ended_us: None,
             interrupted: false,
             source_addresses: plan.source_count,
+            io: plan.io,
             ports: plan.ports.len(),
             prev_est: 0,
             prev_at_us: start_at_us,
@@ -493,6 +498,7 @@ impl ClientRun {
         let phases = self.phases.results(&t, self.finished_us.unwrap_or_else(mono_us));
         ClientSummary {
             mode: self.mode.clone(),
+            io: self.io,
             requested: t.planned,
             established: t.established_total,
             held: self.held,

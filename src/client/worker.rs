@@ -72,11 +72,15 @@ pub struct ClientWorkerConfig {
     /// replacement (and, in a replacement, where to go on from).
     #[serde(default)]
     pub checkpoint: Option<super::checkpoint::CheckpointRef>,
+    /// The reactor for what connections receive (resolved: uring or epoll).
+    #[serde(default)]
+    pub io: crate::uring::Io,
 }
 
 mod connect;
 mod keep;
 pub mod outage;
+mod ring;
 mod schedule;
 mod tls;
 
@@ -168,6 +172,8 @@ struct Slot {
     /// Where it connects: 0 the worker's target, i the i-th of `elsewhere`
     /// (it moves on after a reconnect hint or a failed reconnect).
     home: u8,
+    /// `--io uring`: its bytes come from a multishot receive on the ring.
+    armed: bool,
 }
 
 impl Slot {
@@ -188,6 +194,7 @@ impl Slot {
             churned: false,
             beats_out: 0,
             home: 0,
+            armed: false,
         }
     }
 }
@@ -249,6 +256,8 @@ struct Worker {
     /// TLS configs, and the buffers every TLS connection borrows.
     tls: Option<crate::tls::client::Configs>,
     tls_bufs: crate::tls::conn::TlsBufs,
+    /// `--io uring`: operations for the next submit.
+    ring: Option<ring::RingSide>,
 }
 
 pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
@@ -294,6 +303,7 @@ pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
             None => None,
         },
         tls_bufs: Default::default(),
+        ring: None,
         cfg,
     };
     if let Some(c) = w.cfg.checkpoint {
@@ -305,7 +315,14 @@ pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
     }
     control::emit(&ClientMsg::Ready { worker: w.cfg.worker, pid: std::process::id(), fd_limit: crate::sys::fd_limit().hard });
     let interval = Duration::from_millis(w.cfg.stats_interval_ms.max(50));
-    reactor::run(&mut w, interval)
+    match w.cfg.io {
+        crate::uring::Io::Uring => {
+            let ring = crate::uring::Ring::new()?;
+            w.ring = Some(Default::default());
+            crate::uring::run(&mut w, ring, interval)
+        }
+        _ => reactor::run(&mut w, interval),
+    }
 }
 
 impl Handler for Worker {
@@ -459,6 +476,7 @@ impl Worker {
                 Err(e) => return self.fail(k, crate::sys::error_kind_name(&e), now),
             }
             self.stage_done(k, Stage::Tcp, now);
+            self.arm(k);
             let alive = if self.tls.is_some() { self.start_tls(k) } else { self.connected(k, now) };
             if !alive {
                 return;
@@ -471,9 +489,17 @@ impl Worker {
                 return self.lose(k, reason);
             }
         }
-        if !readable {
-            return;
+        // On the ring, what arrives comes as completions, not from here.
+        if readable && !slot.armed {
+            self.hear(k, now, read_closed, None);
         }
+    }
+
+    /// Read what connection k received (from its socket, or the bytes a
+    /// ring receive brought) and act on it.
+    fn hear(&mut self, k: usize, now: u64, read_closed: bool, received: Option<&[u8]>) {
+        let slot = &mut self.slots[k];
+        let Some(stream) = slot.stream.as_mut() else { return };
         let upgrading = slot.state == State::Upgrading;
         let mut replies = replies::Replies {
             stats: &mut self.stats,
@@ -487,8 +513,9 @@ impl Worker {
         };
         let before = replies::answers(replies.stats);
         self.answer.clear();
+        let mut rx = net::Received(received.unwrap_or_default());
         let ear = Ear {
-            wire: wire(stream, slot.tls.as_deref_mut(), &mut self.tls_bufs),
+            wire: wire(stream, received.map(|_| &mut rx), slot.tls.as_deref_mut(), &mut self.tls_bufs),
             partial: &mut slot.partial,
             scratch: &mut self.scratch,
             read_closed,
@@ -562,6 +589,9 @@ impl Worker {
 
     /// Connection k stopped at its read budget: ask epoll for a new edge.
     pub(super) fn rearm(&mut self, k: usize) {
+        if self.slots[k].armed {
+            return;
+        }
         let Some(stream) = self.slots[k].stream.as_mut() else { return };
         if let Err(e) = self.poll.registry().reregister(stream, mio::Token(k), mio::Interest::READABLE | mio::Interest::WRITABLE) {
             self.lose(k, crate::sys::error_kind_name(&e));
@@ -602,14 +632,15 @@ impl Worker {
     }
 
     fn close_all(&mut self) {
-        for slot in self.slots.iter_mut() {
-            if let Some(mut stream) = slot.stream.take() {
+        for k in 0..self.slots.len() {
+            let slot = &mut self.slots[k];
+            if let Some(stream) = slot.stream.as_mut() {
                 if self.cfg.traffic.close == CloseMode::Reset {
-                    let _ = SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+                    let _ = SockRef::from(&*stream).set_linger(Some(Duration::ZERO));
                 }
                 if let Some(tls) = slot.tls.as_deref_mut() {
                     if self.cfg.traffic.close == CloseMode::Graceful {
-                        tls.close_notify(&mut stream, &mut self.tls_bufs.wire);
+                        tls.close_notify(stream, &mut self.tls_bufs.wire);
                     }
                 }
                 slot.tls = None;
@@ -621,9 +652,9 @@ impl Worker {
                     *self.stats.failed.entry("cancelled".into()).or_insert(0) += 1;
                     self.stats.connecting -= 1;
                 }
-                drop(stream);
+                self.put_down(k);
             }
-            slot.state = State::Done;
+            self.slots[k].state = State::Done;
         }
         self.reconnects.clear();
         self.stats.open = 0;

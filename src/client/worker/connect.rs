@@ -82,12 +82,13 @@ impl Worker {
             if self.slots[k].state != State::Established {
                 continue;
             }
-            let slot = &mut self.slots[k];
-            if let Some(stream) = slot.stream.take() {
+            if let Some(stream) = self.slots[k].stream.as_ref() {
                 if self.cfg.traffic.close == super::super::config::CloseMode::Reset {
-                    let _ = socket2::SockRef::from(&stream).set_linger(Some(std::time::Duration::ZERO));
+                    let _ = socket2::SockRef::from(stream).set_linger(Some(std::time::Duration::ZERO));
                 }
             }
+            self.put_down(k);
+            let slot = &mut self.slots[k];
             slot.tls = None;
             slot.partial = None;
             slot.backlog = None;
@@ -151,7 +152,10 @@ impl Worker {
         match connect(src, dst) {
             Ok(mut stream) => {
                 let token = mio::Token(k);
-                if let Err(e) = self.poll.registry().register(&mut stream, token, mio::Interest::READABLE | mio::Interest::WRITABLE) {
+                // On the ring the socket's bytes come from a receive: the
+                // epoll hears of its connect and its writability only.
+                let interest = if self.ring.is_some() { mio::Interest::WRITABLE } else { mio::Interest::READABLE | mio::Interest::WRITABLE };
+                if let Err(e) = self.poll.registry().register(&mut stream, token, interest) {
                     self.fail(k, crate::sys::error_kind_name(&e), now);
                     return;
                 }
@@ -170,11 +174,11 @@ impl Worker {
     /// A connection attempt failed: counted as a failure of the plan, or,
     /// for a reconnect, counted apart and retried.
     pub(super) fn fail(&mut self, k: usize, kind: String, now: u64) {
+        self.put_down(k);
         let slot = &mut self.slots[k];
         if slot.state.connecting() {
             self.stats.connecting -= 1;
         }
-        slot.stream = None;
         slot.tls = None;
         slot.partial = None;
         slot.backlog = None;
@@ -247,11 +251,11 @@ impl Worker {
 impl Worker {
     /// Drop an established connection's socket and state.
     pub(super) fn release(&mut self, k: usize) {
+        self.put_down(k);
         let slot = &mut self.slots[k];
         if slot.state == State::Established {
             self.stats.open -= 1;
         }
-        slot.stream = None;
         slot.tls = None;
         slot.partial = None;
         slot.backlog = None;

@@ -3,18 +3,23 @@
 //! reader every TLS connection's bytes come through.
 
 use super::{Stage, State, Worker};
+use crate::net::Received;
 use crate::tls::client::ClientConn;
 use crate::tls::conn::{TlsBufs, TlsRead, Wire};
 
 /// The bytes of a connection: through TLS when it has TLS state.
+/// From the socket, or (`rx`) from the bytes a ring receive brought.
 pub(super) fn wire<'a>(
     sock: &'a mut mio::net::TcpStream,
+    rx: Option<&'a mut Received<'a>>,
     tls: Option<&'a mut ClientConn>,
     bufs: &'a mut TlsBufs,
 ) -> Wire<'a, rustls::client::UnbufferedClientConnection> {
-    match tls {
-        Some(tls) => Wire::Tls(TlsRead { sock, tls, bufs, plaintext_reply: None }),
-        None => Wire::Plain(sock),
+    match (tls, rx) {
+        (Some(tls), Some(rx)) => Wire::TlsReceived(TlsRead { sock: rx, tls, bufs, plaintext_reply: None }),
+        (Some(tls), None) => Wire::Tls(TlsRead { sock, tls, bufs, plaintext_reply: None }),
+        (None, Some(rx)) => Wire::Received(Received(rx.0)),
+        (None, None) => Wire::Plain(sock),
     }
 }
 

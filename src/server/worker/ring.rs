@@ -15,7 +15,7 @@
 use super::Worker;
 use crate::net;
 use crate::server::conn::Conn;
-use crate::uring::{Op, Received, RingHandler, RECV_TAGS, SEND_TAG};
+use crate::uring::{recv_key, recv_tag, Op, Received, RingHandler, SEND_TAG};
 use slab::Slab;
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
@@ -30,13 +30,6 @@ const MAX_CHUNKS: usize = 1024;
 const IN_FLIGHT_ALLOWANCE: usize = 256 * 1024;
 /// Capacity above which an emptied queue gives its memory back.
 const SHRINK_ABOVE: usize = 1024;
-
-/// A connection's receive tag: its slab key and generation (30 bits of
-/// it), so a late completion for a closed connection never reaches the
-/// next one there.
-pub(super) fn tag(key: usize, gen: u32) -> u64 {
-    ((gen as u64 & 0x3FFF_FFFF) << 32 | key as u64) & (RECV_TAGS - 1)
-}
 
 /// The ring's side of a worker: operations to submit, sends in flight and
 /// the memory they point at.
@@ -237,8 +230,8 @@ impl Worker {
 
 impl RingHandler for Worker {
     fn on_received(&mut self, tag: u64, r: Received<'_>) {
-        let key = (tag & u32::MAX as u64) as usize;
-        let Some(conn) = self.conns.get(key).filter(|c| self::tag(key, c.gen) == tag) else { return };
+        let key = recv_key(tag);
+        let Some(conn) = self.conns.get(key).filter(|c| recv_tag(key, c.gen) == tag) else { return };
         match r {
             Received::Data(bytes) => self.on_conn_event(key, true, false, false, Some(bytes)),
             Received::Stopped => {
