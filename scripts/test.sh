@@ -29,13 +29,14 @@ elif ! grep -q "$pool" <<<"$reserved"; then
   cleanup+=("sysctl -q -w net.ipv4.ip_local_reserved_ports='$reserved'")
 fi
 trap 'for c in "${cleanup[@]}"; do eval "$c"; done' EXIT
-cargo test --release --locked "$@" 2>&1 | tee "$log"
+MEGACONN_CLIENT_IO=uring cargo test --release --locked "$@" 2>&1 | tee "$log"
 # The suite above runs servers on --io auto (io_uring on this kernel,
-# tests/io.rs checks it). The representative half below runs again on the
-# epoll reactor: every protocol's read and write paths, pushes, history,
-# drains, hostile peers and bounds, TLS.
+# tests/io.rs checks it) and clients on io_uring.
+# The representative half below runs both again on the epoll reactor:
+# every protocol's read and write paths, pushes, history, drains, hostile
+# peers and bounds, TLS.
 if [ $# -eq 0 ]; then
-  MEGACONN_IO=epoll cargo test --release --locked --test ws --test http --test push --test history --test drain \
+  MEGACONN_IO=epoll MEGACONN_CLIENT_IO=epoll cargo test --release --locked --test ws --test http --test push --test history --test drain \
     --test hostile --test requests --test any_peer --test conn_bounds --test auth --test upstream --test connections --test tls 2>&1 | tee -a "$log"
 fi
 skipped=$(awk '/SKIPPED: [^ ]+: / { n++ } END { print n + 0 }' "$log")

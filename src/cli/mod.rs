@@ -384,7 +384,7 @@ pub struct LoadArgs {
     #[arg(long)]
     pub allow_loss: bool,
     /// The workers' reactor for what connections receive: io_uring (one multishot receive per connection into a buffer ring the worker shares, no read() per message) or epoll; auto takes io_uring where the kernel and any seccomp profile allow it and says which it chose. Connects and sends use epoll and write() with either.
-    #[arg(long, value_enum, default_value = "auto", env = "MEGACONN_IO")]
+    #[arg(long, value_enum, default_value = "auto", env = "MEGACONN_CLIENT_IO")]
     pub io: crate::uring::Io,
     /// --protocol raw or ws: the message sent on the heartbeat schedule, or the request schedule with --request-rate (escapes \r \n \t \0 \\ \xHH; @file; raw: \{ts} becomes a timestamp the echo carries back; ws: {conn} {shard} {seq} {ts} are substituted per connection).
     #[arg(long, value_parser = crate::client::raw::parse_message)]
@@ -483,7 +483,7 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value = "auto", env = "MEGACONN_IO")]
     pub io: crate::uring::Io,
     /// The client's reactor (as `megaconn client --io`): auto, uring or epoll.
-    #[arg(long, value_enum, default_value = "auto", env = "MEGACONN_IO")]
+    #[arg(long, value_enum, default_value = "auto", env = "MEGACONN_CLIENT_IO")]
     pub client_io: crate::uring::Io,
     /// What to run: connections (ramp, hold, memory), business (the
     /// thread-pool experiment: 1000 conns x 1 req/s against inline,
