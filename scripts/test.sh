@@ -29,9 +29,9 @@ elif ! grep -q "$pool" <<<"$reserved"; then
   cleanup+=("sysctl -q -w net.ipv4.ip_local_reserved_ports='$reserved'")
 fi
 trap 'for c in "${cleanup[@]}"; do eval "$c"; done' EXIT
-MEGACONN_CLIENT_IO=uring cargo test --release --locked "$@" 2>&1 | tee "$log"
-# The suite above runs servers on --io auto (io_uring on this kernel,
-# tests/io.rs checks it) and clients on io_uring.
+cargo test --release --locked "$@" 2>&1 | tee "$log"
+# The suite above runs servers and clients on --io auto (io_uring on this
+# kernel, tests/io.rs checks it).
 # The representative half below runs both again on the epoll reactor:
 # every protocol's read and write paths, pushes, history, drains, hostile
 # peers and bounds, TLS.
