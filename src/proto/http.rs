@@ -221,8 +221,14 @@ pub fn respond(out: &mut Vec<u8>, status: u16, req: Option<&Request>, body: &[u8
     };
     let allow = if status == 405 { "Allow: GET, HEAD, POST\r\n" } else { "" };
     let version = if req.is_some_and(|r| r.http10) { "HTTP/1.0" } else { "HTTP/1.1" };
-    use std::io::Write;
-    let _ = write!(out, "{version} {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {length}\r\nDate: {date}\r\n{allow}{conn}\r\n",);
+    // Pieces, not write!: formatting was 1% of the machine's CPU under wrk.
+    let mut digits = itoa::Buffer::new();
+    for piece in [version, " ", digits.format(status), " ", reason, "\r\nContent-Type: text/plain\r\nContent-Length: "] {
+        out.extend_from_slice(piece.as_bytes());
+    }
+    for piece in [digits.format(length), "\r\nDate: ", date, "\r\n", allow, conn, "\r\n"] {
+        out.extend_from_slice(piece.as_bytes());
+    }
     out.extend_from_slice(payload);
 }
 
