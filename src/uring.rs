@@ -133,17 +133,56 @@ pub enum Received<'a> {
     Stopped,
 }
 
+/// Lists that give their memory back once emptied above this capacity.
+const SHRINK_ABOVE: usize = 1024;
+
+/// What a worker has for the ring's next submit: operations, and sockets
+/// an operation still names by descriptor number. Those close once it was
+/// submitted: closed before, the number could go to a new socket and the
+/// operation (a receive's cancellation) would act on that one.
+#[derive(Default)]
+pub struct Pending {
+    pub ops: Vec<Op>,
+    closing: Vec<mio::net::TcpStream>,
+}
+
+impl Pending {
+    /// Stop the receive tagged `tag` and close `stream`, its socket, once
+    /// the cancellation is submitted.
+    pub fn cancel_and_close(&mut self, tag: u64, stream: mio::net::TcpStream) {
+        self.ops.push(Op::Cancel { tag });
+        self.close_after_submit(stream);
+    }
+
+    /// Close `stream` once what is queued so far is submitted.
+    pub fn close_after_submit(&mut self, stream: mio::net::TcpStream) {
+        self.closing.push(stream);
+    }
+
+    /// Everything queued reached the kernel: close what waited for it; a
+    /// burst's long lists give their memory back.
+    fn submitted(&mut self) {
+        self.closing.clear();
+        if self.closing.capacity() > SHRINK_ABOVE {
+            self.closing = Vec::new();
+        }
+        if self.ops.is_empty() && self.ops.capacity() > SHRINK_ABOVE {
+            self.ops = Vec::new();
+        }
+    }
+}
+
 /// A worker that can run on the ring.
 pub trait RingHandler: Handler {
     /// Bytes (or the end) of the connection whose receive carries `tag`.
     fn on_received(&mut self, tag: u64, r: Received<'_>);
     /// A send finished: `res` bytes went, or it failed (a negative errno).
     fn on_sent(&mut self, tag: u64, res: i32);
-    /// Operations queued since last asked.
-    fn ring_ops(&mut self) -> &mut Vec<Op>;
-    /// Everything queued so far reached the kernel: descriptors kept open
-    /// for it may close now.
-    fn submitted(&mut self);
+    /// What waits for the next submit.
+    fn pending(&mut self) -> &mut Pending;
+    /// Everything queued so far reached the kernel (the sockets waiting
+    /// for it are closed already): the worker's own follow-ups.
+    fn submitted(&mut self) {}
     /// Sends submitted or queued and not completed yet.
     fn sends_in_flight(&self) -> usize;
 }
@@ -379,7 +418,7 @@ pub fn run(h: &mut impl RingHandler, mut ring: Ring, stats_interval: Duration) -
 /// Submit what is queued, wait up to `wait`, handle the completions;
 /// true when the epoll file has events.
 fn turn(ring: &mut Ring, h: &mut impl RingHandler, wait: Duration) -> Result<bool> {
-    for op in h.ring_ops().drain(..) {
+    for op in h.pending().ops.drain(..) {
         ring.queue(op);
     }
     let mut epoll_ready = false;
@@ -389,6 +428,7 @@ fn turn(ring: &mut Ring, h: &mut impl RingHandler, wait: Duration) -> Result<boo
         // completions taken between them.
         let all = ring.enter(wait)?;
         if all {
+            h.pending().submitted();
             h.submitted();
         }
         loop {
@@ -455,7 +495,7 @@ fn handle(ring: &mut Ring, h: &mut impl RingHandler) -> bool {
                 }
             }
         }
-        for op in h.ring_ops().drain(..) {
+        for op in h.pending().ops.drain(..) {
             ring.queue(op);
         }
     }
@@ -474,4 +514,35 @@ fn finish(ring: &mut Ring, h: &mut impl RingHandler) -> Result<()> {
     }
     h.report(true);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Op, Pending};
+    use std::io::{ErrorKind, Read};
+    use std::os::fd::AsRawFd;
+
+    /// A socket whose receive's cancellation waits to be submitted keeps
+    /// its descriptor (a new socket cannot take the number) until the
+    /// submit; then it closes and the peer reads the end.
+    #[test]
+    fn a_socket_a_queued_cancellation_names_closes_only_after_the_submit() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let ours = mio::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (mut peer, _) = listener.accept().expect("accept");
+        peer.set_nonblocking(true).expect("nonblocking");
+        let fd = ours.as_raw_fd();
+        let mut pending = Pending::default();
+        pending.cancel_and_close(7, ours);
+        assert!(matches!(pending.ops[..], [Op::Cancel { tag: 7 }]), "{:?}", pending.ops);
+        // SAFETY: F_GETFD only reads the descriptor's flags.
+        assert!(unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0, "closed before the submit");
+        let mut b = [0u8; 1];
+        assert_eq!(peer.read(&mut b).map_err(|e| e.kind()), Err(ErrorKind::WouldBlock), "the peer saw an end before the submit");
+        pending.ops.clear(); // the loop moved them into the ring and submitted
+        pending.submitted();
+        peer.set_nonblocking(false).expect("blocking");
+        peer.set_read_timeout(Some(std::time::Duration::from_secs(10))).expect("timeout");
+        assert_eq!(peer.read(&mut b).expect("the end"), 0, "the socket did not close after the submit");
+    }
 }

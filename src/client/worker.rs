@@ -257,7 +257,7 @@ struct Worker {
     tls: Option<crate::tls::client::Configs>,
     tls_bufs: crate::tls::conn::TlsBufs,
     /// `--io uring`: operations for the next submit.
-    ring: Option<ring::RingSide>,
+    ring: Option<crate::uring::Pending>,
 }
 
 pub fn run(cfg: ClientWorkerConfig) -> Result<()> {

@@ -537,7 +537,7 @@ impl Worker {
     fn close(&mut self, key: usize, reason: String) {
         if let Some(mut conn) = self.conns.try_remove(key) {
             if let Some(r) = &mut self.ring {
-                r.ops.push(crate::uring::Op::Cancel { tag: crate::uring::recv_tag(key, conn.gen) });
+                r.next.ops.push(crate::uring::Op::Cancel { tag: crate::uring::recv_tag(key, conn.gen) });
                 // What waited behind its send in flight (a goaway, a
                 // refusal's answer) still goes, right behind it.
                 if let Some(b) = conn.backlog.take().filter(|_| conn.sending()) {
@@ -569,7 +569,7 @@ impl Worker {
                     }
                 }
             } else if let Some(r) = &mut self.ring {
-                r.closing.push(conn.stream);
+                r.next.close_after_submit(conn.stream);
             }
             if let Some(c) = &self.cap {
                 c.release(self.cfg.worker, 1);

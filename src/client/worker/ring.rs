@@ -8,21 +8,8 @@
 //! the epoll for writability only (the connect's completion, a backlog).
 
 use super::Worker;
-use crate::uring::{recv_key, recv_tag, Op, Received, RingHandler};
+use crate::uring::{recv_key, recv_tag, Op, Pending, Received, RingHandler};
 use std::os::fd::AsRawFd;
-
-/// Capacity above which an emptied list gives its memory back.
-const SHRINK_ABOVE: usize = 1024;
-
-/// The ring's side of a client worker.
-#[derive(Default)]
-pub(super) struct RingSide {
-    pub ops: Vec<Op>,
-    /// Sockets dropped while their receive was armed: closed once the
-    /// cancellation was submitted (the descriptor number must not be
-    /// reused by a new connection before an operation naming it is).
-    closing: Vec<mio::net::TcpStream>,
-}
 
 impl Worker {
     /// The receive tag of slot k's current connection (its connect time
@@ -49,10 +36,7 @@ impl Worker {
         let armed = std::mem::take(&mut slot.armed);
         let Some(stream) = slot.stream.take() else { return };
         match self.ring.as_mut() {
-            Some(ring) if armed => {
-                ring.ops.push(Op::Cancel { tag });
-                ring.closing.push(stream);
-            }
+            Some(ring) if armed => ring.cancel_and_close(tag, stream),
             _ => drop(stream),
         }
     }
@@ -80,20 +64,8 @@ impl RingHandler for Worker {
     /// The client sends with `write()`: no sends on the ring.
     fn on_sent(&mut self, _tag: u64, _res: i32) {}
 
-    fn ring_ops(&mut self) -> &mut Vec<Op> {
-        &mut self.ring.get_or_insert_with(Default::default).ops
-    }
-
-    fn submitted(&mut self) {
-        if let Some(r) = self.ring.as_mut() {
-            r.closing.clear();
-            if r.closing.capacity() > SHRINK_ABOVE {
-                r.closing = Vec::new();
-            }
-            if r.ops.is_empty() && r.ops.capacity() > SHRINK_ABOVE {
-                r.ops = Vec::new();
-            }
-        }
+    fn pending(&mut self) -> &mut Pending {
+        self.ring.get_or_insert_with(Default::default)
     }
 
     fn sends_in_flight(&self) -> usize {

@@ -143,7 +143,7 @@ impl Worker {
                     conn.ext = Some(Box::new(crate::server::conn::ConnExt::Unauthenticated));
                 }
                 if let Some(r) = &mut self.ring {
-                    r.ops.push(crate::uring::Op::Recv { fd: conn.stream.as_raw_fd(), tag: crate::uring::recv_tag(key, self.next_gen) });
+                    r.next.ops.push(crate::uring::Op::Recv { fd: conn.stream.as_raw_fd(), tag: crate::uring::recv_tag(key, self.next_gen) });
                 }
                 entry.insert(conn);
                 if owes_head {

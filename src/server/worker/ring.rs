@@ -15,7 +15,7 @@
 use super::Worker;
 use crate::net;
 use crate::server::conn::Conn;
-use crate::uring::{recv_key, recv_tag, Op, Received, RingHandler, SEND_TAG};
+use crate::uring::{recv_key, recv_tag, Op, Pending, Received, RingHandler, SEND_TAG};
 use slab::Slab;
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
@@ -35,12 +35,9 @@ const SHRINK_ABOVE: usize = 1024;
 /// the memory they point at.
 #[derive(Default)]
 pub(super) struct RingSide {
-    pub ops: Vec<Op>,
+    pub next: Pending,
     arena: Arena,
     inflight: Slab<Sent>,
-    /// Sockets closed while an operation of theirs waited to be submitted:
-    /// closed once it was (the descriptor number must not be reused first).
-    pub closing: Vec<mio::net::TcpStream>,
     /// Refused connections whose answer waits to be submitted: their
     /// lingering close starts once it was.
     pub linger_after_submit: Vec<mio::net::TcpStream>,
@@ -106,7 +103,7 @@ impl RingSide {
     /// A send of `len` bytes at `ptr` (held by `mem`) for the next submit.
     fn queue_send(&mut self, key: usize, conn: &Conn, mem: Mem, ptr: *const u8, len: usize) {
         let idx = self.inflight.insert(Sent { key, gen: conn.gen, mem, len });
-        self.ops.push(Op::Send { fd: conn.stream.as_raw_fd(), ptr, len: len as u32, tag: SEND_TAG | idx as u64 });
+        self.next.ops.push(Op::Send { fd: conn.stream.as_raw_fd(), ptr, len: len as u32, tag: SEND_TAG | idx as u64 });
     }
 
     /// The bytes of a send in flight.
@@ -236,7 +233,7 @@ impl RingHandler for Worker {
             Received::Data(bytes) => self.on_conn_event(key, true, false, false, Some(bytes)),
             Received::Stopped => {
                 let fd = conn.stream.as_raw_fd();
-                self.ring().ops.push(Op::Recv { fd, tag });
+                self.ring().next.ops.push(Op::Recv { fd, tag });
             }
             Received::Eof => self.close(key, "peer_closed".into()),
             Received::Error(errno) => self.close(key, crate::sys::error_kind_name(&std::io::Error::from_raw_os_error(errno))),
@@ -278,11 +275,11 @@ impl RingHandler for Worker {
         }
     }
 
-    fn ring_ops(&mut self) -> &mut Vec<Op> {
+    fn pending(&mut self) -> &mut Pending {
         if !self.ring().unwatched.is_empty() {
             self.watch_backlogs();
         }
-        &mut self.ring().ops
+        &mut self.ring().next
     }
 
     fn sends_in_flight(&self) -> usize {
@@ -297,10 +294,6 @@ impl RingHandler for Worker {
             if r.inflight.is_empty() && r.inflight.capacity() > SHRINK_ABOVE {
                 r.inflight = Slab::new();
             }
-            if r.ops.is_empty() && r.ops.capacity() > SHRINK_ABOVE {
-                r.ops = Vec::new();
-            }
-            r.closing.clear();
             for s in r.linger_after_submit.drain(..) {
                 self.lingering.start(s);
             }
@@ -331,12 +324,12 @@ mod tests {
             r.send_shared(k, c, &frame, 1 << 20, "slow_consumer").expect("sent");
             assert!(c.sending() && c.backlog.is_none());
         }
-        let ptrs: Vec<*const u8> = r.ops.iter().map(|op| if let Op::Send { ptr, len: 80, .. } = op { *ptr } else { panic!("{op:?}") }).collect();
+        let ptrs: Vec<*const u8> = r.next.ops.iter().map(|op| if let Op::Send { ptr, len: 80, .. } = op { *ptr } else { panic!("{op:?}") }).collect();
         assert_eq!(ptrs, vec![frame.as_ptr(); 3]);
         assert!(r.arena.chunks.is_empty(), "the frame was copied into the arena");
         assert_eq!(Rc::strong_count(&frame), 4, "each send in flight keeps the frame");
         r.send_shared(0, &mut conns[0], &frame, 1 << 20, "slow_consumer").expect("queued");
         assert_eq!(conns[0].backlog.as_deref().map(|b| b.len()), Some(80));
-        assert_eq!(r.ops.len(), 3);
+        assert_eq!(r.next.ops.len(), 3);
     }
 }
