@@ -14,28 +14,19 @@ rounds=${3:-3}
 window=${4:-15}
 client_io=${CLIENT_IO:-auto}
 cd "$(dirname "$0")/.."
+. bench/heartbeats.sh
 M=${MEGACONN:-target/release/megaconn}
 out=bench/runs/heartbeat-cpu-$(date -u +%Y-%m-%dT%H%M%S)
 mkdir -p "$out"
-pids=""
-trap 'kill $pids 2>/dev/null; wait 2>/dev/null' EXIT
-stats() { curl -sf http://127.0.0.1:9310/stats | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["cpu_us"], d["frames_in"], d["active"])'; }
+trap hb_stop EXIT
 for r in $(seq "$rounds"); do
   for io in epoll uring; do
-    $M server --io "$io" --workers 1 --ports 24100 --admin 127.0.0.1:9310 --connections "$n" \
-      --duration $((window + 60))s --stats-interval 5s > "$out/server-$io-$r.log" 2>&1 &
-    spid=$!; pids="$spid"
-    k=0; until curl -sf http://127.0.0.1:9310/healthz >/dev/null; do k=$((k+1)); [ $k -lt 200 ] || { echo "server did not start" >&2; exit 1; }; sleep 0.1; done
-    $M client --io "$client_io" --ports 24100 --connections "$n" --rate 20000 --heartbeat "$interval" --hold $((window + 10))s > "$out/client-$io-$r.log" 2>&1 &
-    cpid=$!; pids="$spid $cpid"
-    k=0; until [ "$(stats | cut -d' ' -f3)" = "$n" ]; do k=$((k+1)); [ $k -lt 600 ] || { echo "the connections did not arrive" >&2; exit 1; }; sleep 0.1; done
-    sleep 3 # heartbeats reach their steady rate
-    read -r c0 f0 _ < <(stats)
+    hb_start "$io" "$n" "$interval" "$window" "$out/$io-$r"
+    read -r c0 f0 _ < <(hb_stats)
     sleep "$window"
-    read -r c1 f1 _ < <(stats)
+    read -r c1 f1 _ < <(hb_stats)
     echo "$io $r $((c1 - c0)) $((f1 - f0))" | tee -a "$out/rounds.txt"
-    kill "$cpid" "$spid" 2>/dev/null; wait "$cpid" "$spid" 2>/dev/null || true
-    pids=""
+    hb_stop
   done
 done
 python3 - "$out" "$n" "$interval" "$client_io" <<'PY'

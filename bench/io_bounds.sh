@@ -31,6 +31,7 @@ bcast=${5:-200000}
 cd "$(dirname "$0")/.."
 . bench/nginx.sh
 . bench/run_dir.sh
+. bench/heartbeats.sh
 [ "$(nproc)" -ge 2 ] || { echo "io_bounds.sh: needs 2 cores (server on core 0, client on core 1)" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "io_bounds.sh: perf needs root: sudo bash bench/io_bounds.sh" >&2; exit 2; }
 run=$(run_dir io-bounds)
@@ -38,25 +39,17 @@ need_tools wrk:wrk nginx:nginx-light perf:linux-perf
 cargo build --release --locked -q
 M=${MEGACONN:-target/release/megaconn}
 start_workdir
-stats() { curl -sf http://127.0.0.1:9310/stats | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["frames_in"], d["active"])'; }
+trap 'hb_stop; cleanup' EXIT INT TERM
 busy() { awk -v c="cpu$1" '$1==c {print $2+$3+$4+$7+$8}' /proc/stat; } # USER_HZ ticks
 
 heartbeats() { # IO ROUND
-  local io=$1 r=$2 spid cpid k f0 f1 c0 c1
-  taskset -c 0 "$M" server --io "$io" --workers 1 --ports 24100 --admin 127.0.0.1:9310 --connections "$n" \
-    --duration $((secs + 90))s > "$run/hb-server-$io-$r.log" 2>&1 &
-  spid=$!; pids+=("$spid")
-  k=0; until curl -sf http://127.0.0.1:9310/healthz >/dev/null; do k=$((k+1)); [ $k -lt 200 ] || { echo "server did not start" >&2; exit 1; }; sleep 0.1; done
-  taskset -c 1 "$M" client --ports 24100 --connections "$n" --rate 20000 --heartbeat "$interval" --hold $((secs + 40))s \
-    > "$run/hb-client-$io-$r.log" 2>&1 &
-  cpid=$!; pids+=("$cpid")
-  k=0; until [ "$(stats | cut -d' ' -f2)" = "$n" ]; do k=$((k+1)); [ $k -lt 600 ] || { echo "the connections did not arrive" >&2; exit 1; }; sleep 0.1; done
-  sleep 3 # the heartbeats spread out to their steady rate
-  read -r f0 _ < <(stats); c0=$(busy 1)
+  local io=$1 r=$2 f0 f1 c0 c1
+  SERVER_CPU=0 CLIENT_CPU=1 hb_start "$io" "$n" "$interval" "$secs" "$run/hb-$io-$r"
+  read -r _ f0 _ < <(hb_stats); c0=$(busy 1)
   perf record -q -g -C 0 -o "$run/hb-$io-$r.perf" -- sleep "$secs" 2>/dev/null
-  read -r f1 _ < <(stats); c1=$(busy 1)
+  read -r _ f1 _ < <(hb_stats); c1=$(busy 1)
   echo "hb $io $r $((f1 - f0)) $(( (c1 - c0) * 1000000 / $(getconf CLK_TCK) ))" >> "$run/rounds.txt"
-  kill "$cpid" "$spid" 2>/dev/null; wait "$cpid" "$spid" 2>/dev/null || true
+  hb_stop
 }
 
 http() { # WHO PORT ROUND
