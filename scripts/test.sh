@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 kubernetes-validate --strict --quiet deploy/k8s/*.yaml
 cargo fmt --check
-cargo clippy --release --locked --all-targets -- -D warnings
+cargo clippy --profile ci --locked --all-targets -- -D warnings
 # Tests that need network namespaces fail, saying why, where they cannot
 # be made; with MEGACONN_SKIP_NETNS=1 they print "SKIPPED: <test>: <why>"
 # instead, and the count is reported here so a skip is never silent.
@@ -29,15 +29,15 @@ elif ! grep -q "$pool" <<<"$reserved"; then
   cleanup+=("sysctl -q -w net.ipv4.ip_local_reserved_ports='$reserved'")
 fi
 trap 'for c in "${cleanup[@]}"; do eval "$c"; done' EXIT
-cargo test --release --locked "$@" 2>&1 | tee "$log"
+cargo test --profile ci --locked "$@" 2>&1 | tee "$log"
 # The suite above runs servers and clients on --io auto (io_uring on this
 # kernel, tests/io.rs checks it).
 # The representative half below runs both again on the epoll reactor:
 # every protocol's read and write paths, pushes, history, drains, hostile
 # peers and bounds, TLS.
 if [ $# -eq 0 ]; then
-  MEGACONN_IO=epoll MEGACONN_CLIENT_IO=epoll cargo test --release --locked --test ws --test http --test push --test history --test drain \
-    --test hostile --test requests --test any_peer --test conn_bounds --test auth --test upstream --test connections --test tls 2>&1 | tee -a "$log"
+  MEGACONN_IO=epoll MEGACONN_CLIENT_IO=epoll cargo test --profile ci --locked --test e2e -- ws:: http:: push:: history:: drain:: \
+    hostile:: requests:: any_peer:: conn_bounds:: auth:: upstream:: connections:: tls:: 2>&1 | tee -a "$log"
 fi
 skipped=$(awk '/SKIPPED: [^ ]+: / { n++ } END { print n + 0 }' "$log")
 if [ "$skipped" -gt 0 ]; then

@@ -1,9 +1,8 @@
 //! `--io uring|epoll|auto`: the server's two reactors, side by side on
 //! the same traffic, and what `auto` chooses and says.
 
-mod common;
 
-use common::*;
+use crate::common::*;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -82,7 +81,7 @@ fn both_reactors_hold_answer_heartbeats_and_deliver_broadcasts() {
         let s = client_held_all(cmd, 2000);
         assert!(s["heartbeats_answered"].as_u64() >= Some(2000 * 5), "--io {io}: {s}");
         // A broadcast reaches every framed connection.
-        let mut conns: Vec<common::framed::Reader> = (0..50).map(|i| common::framed::Reader::connect(ports.nth(i % 2))).collect();
+        let mut conns: Vec<crate::common::framed::Reader> = (0..50).map(|i| crate::common::framed::Reader::connect(ports.nth(i % 2))).collect();
         wait_until("50 connections in", Duration::from_secs(10), || {
             serde_json::from_str::<serde_json::Value>(&http(&admin, "GET", "/stats", b"", None).1).unwrap()["active"] == 50
         });
@@ -90,7 +89,7 @@ fn both_reactors_hold_answer_heartbeats_and_deliver_broadcasts() {
         assert_eq!(status, 200, "{body}");
         for c in &mut conns {
             match c.next() {
-                common::framed::In::Push(_, _, data) => assert_eq!(data, "to-all", "--io {io}"),
+                crate::common::framed::In::Push(_, _, data) => assert_eq!(data, "to-all", "--io {io}"),
                 other => panic!("--io {io}: a push expected, got {other:?}"),
             }
         }

@@ -5,8 +5,7 @@
 //! reason; a raw-socket SSE reader: `retry:` and a `goaway` event);
 //! megaconn's client honours the framed hint and moves to the other
 //! server with `--reconnect-to`, losing nothing.
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -4,9 +4,8 @@
 //! peers that misbehave: cleartext to a TLS port, handshakes that never
 //! finish, noise after a handshake. Certificates are reloaded on SIGHUP and
 //! when their files change, without dropping a connection.
-mod common;
-use common::pki::Pki;
-use common::*;
+use crate::common::pki::Pki;
+use crate::common::*;
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -188,6 +187,6 @@ fn a_new_certificate_is_used_after_sighup_or_a_file_change_without_dropping_conn
 #[test]
 fn chromium_receives_a_publish_over_wss() {
     let pki = Pki::new("ec");
-    let spki = common::browser::spki_sha256(&pki.cert);
-    common::browser::chromium_receives_a_publish(&["--tls-cert", &pki.cert, "--tls-key", &pki.key], 100, Some(&spki));
+    let spki = crate::common::browser::spki_sha256(&pki.cert);
+    crate::common::browser::chromium_receives_a_publish(&["--tls-cert", &pki.cert, "--tls-key", &pki.key], 100, Some(&spki));
 }

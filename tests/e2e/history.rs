@@ -3,9 +3,8 @@
 //! WebSocket by Python `websockets`), is told when it cannot, and
 //! megaconn's own client resumes through churn with no gap and no
 //! duplicate while messages keep coming.
-mod common;
-use common::framed::{resume, In, Reader};
-use common::*;
+use crate::common::framed::{resume, In, Reader};
+use crate::common::*;
 use serde_json::Value;
 use std::io::Write;
 use std::process::Command;
@@ -297,7 +296,7 @@ fn broadcasts_before_a_new_connections_first_read_come_after_what_it_missed_in_o
         vec![In::Push(1, epoch, "b1".into()), In::Push(2, epoch, "b2".into()), In::Push(3, epoch, "b3".into()), In::Subscribed(true, epoch, 3)],
         "what it missed, then what came before its resume was read: in order, once each"
     );
-    z.s.write_all(&common::framed::frame(6, b"news")).unwrap();
+    z.s.write_all(&crate::common::framed::frame(6, b"news")).unwrap();
     assert_eq!((z.next(), z.next()), (In::Push(2, epoch, "b2".into()), In::Push(3, epoch, "b3".into())), "held for it until its first read");
     broadcast("b4");
     for r in [&mut x, &mut y, &mut z] {
@@ -368,7 +367,7 @@ fn killed_client_worker_replaced(protocol: &str) {
         cmd.args(["--subscribe", "news"]);
     }
     cmd.args(["--hold", "120s", "--heartbeat", "1s", "--admin", &client_admin, "--json"]);
-    let mut client = common::proc::Peer::spawn("megaconn client", cmd);
+    let mut client = crate::common::proc::Peer::spawn("megaconn client", cmd);
     let pushes = || {
         let (status, m) = http(&client_admin, "GET", "/metrics", b"", None);
         assert_eq!(status, 200, "{m}");

@@ -3,8 +3,7 @@
 //! These tests need network namespaces: where they cannot be made they
 //! fail, saying why (or are skipped with MEGACONN_SKIP_NETNS=1).
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::process::Command;
 use std::time::Duration;

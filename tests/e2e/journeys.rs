@@ -11,8 +11,7 @@
 //! run one after another: their ports (23000-23999, which no test uses)
 //! may overlap.
 
-mod common;
-use common::proc::{exited, kill_group};
+use crate::common::proc::{exited, kill_group};
 use std::fs::File;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -226,7 +225,7 @@ fn a_journey_fails_on_its_exit_status_and_on_missing_output() {
     let _ = std::fs::remove_file(&pidfile);
     // The sleep was a child of the recipe's bash; once killed it is reaped
     // by init, so its /proc entry goes (a zombie would say "Z").
-    common::wait_until("the recipe's background sleep killed", Duration::from_secs(5), || {
+    crate::common::wait_until("the recipe's background sleep killed", Duration::from_secs(5), || {
         std::fs::read_to_string(format!("/proc/{left}/stat")).map_or(true, |s| s.split_whitespace().nth(2) == Some("Z"))
     });
 }

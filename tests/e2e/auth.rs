@@ -3,9 +3,8 @@
 //! way of carrying a token, every refusal by its reason, HS/RS confusion,
 //! JWKS, permissions, refresh, expiry, per-user push and disconnect; and
 //! the framed protocol's auth frame, written by hand.
-mod common;
-use common::framed::{frame, resume, In, Reader};
-use common::*;
+use crate::common::framed::{frame, resume, In, Reader};
+use crate::common::*;
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::path::PathBuf;

@@ -1,6 +1,5 @@
 //! Requests, open-loop latency, business stages and echo8, end to end.
-mod common;
-use common::*;
+use crate::common::*;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};

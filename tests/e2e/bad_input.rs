@@ -1,7 +1,6 @@
 //! Bad input: a clear one-line error and exit code 2, never a panic or a
 //! hang; protocol garbage closes the connection and is counted.
-mod common;
-use common::*;
+use crate::common::*;
 use std::io::{Read, Write};
 use std::time::Duration;
 

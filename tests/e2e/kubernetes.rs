@@ -4,7 +4,6 @@
 //! The server and NATS manifests keep the cluster closed: NATS requires a
 //! token from a Secret, the pods read it and the cluster key from mounted
 //! Secrets, and the admin port has its own ClusterIP Service.
-mod common;
 
 use serde_json::Value;
 use std::process::Command;
@@ -45,7 +44,7 @@ fn the_client_job_command_plans_shard_0_of_10() {
         let v = if k == "START_AT" { start_at.clone() } else { v };
         c.env(k, v);
     }
-    let (code, out, err) = common::run(c, std::time::Duration::from_secs(30));
+    let (code, out, err) = crate::common::run(c, std::time::Duration::from_secs(30));
     assert_eq!(code, 0, "the Job's command was refused: {err}{out}");
     let plan: Value = out.lines().find_map(|l| serde_json::from_str::<Value>(l).ok().filter(|v| v["event"] == "plan")).expect("a plan line");
     assert_eq!(plan["connections"], 1_000_000, "shard 0 of 10 of 10M: {plan}");

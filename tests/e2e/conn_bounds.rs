@@ -3,8 +3,7 @@
 //! worker's memory flat), connections from one address (capped across
 //! every worker), output it does not read (capped from the first spill)
 //! and half a frame it never finishes (closed after the stall timeout).
-mod common;
-use common::*;
+use crate::common::*;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -334,7 +333,7 @@ fn the_places_of_killed_workers_come_back_to_their_address() {
 /// one /64 get 50 places, another /64 and IPv4 have their own.
 #[test]
 fn an_ipv6_server_takes_both_families_and_caps_a_64_as_one() {
-    let lab = common::lab::Lab::make("s6", 209, 1).unwrap_or_else(|why| panic!("the IPv6 test's namespace: {why}"));
+    let lab = crate::common::lab::Lab::make("s6", 209, 1).unwrap_or_else(|why| panic!("the IPv6 test's namespace: {why}"));
     lab.add_ipv6(0, &["fd00::1", "fd00::2", "fd00::3", "fd00::4", "fd00::5", "fd01::9"]);
     let port = free_port().to_string();
     let mut cmd = lab.command(0, env!("CARGO_BIN_EXE_megaconn"));

@@ -1,8 +1,7 @@
 //! The process model end to end: elastic server workers, crashed workers
 //! replaced at the cost of their own connections only, client loss
 //! accounting and `--reconnect`, threads planned like processes.
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 

@@ -1,9 +1,8 @@
 //! Every counter declared once reaches every output: the server's `--json`
 //! stats and `/metrics`, the client's `--json` summary. A counter added to
 //! a `counters!` block and missing from an output fails here.
-mod common;
 
-use common::*;
+use crate::common::*;
 use megaconn::client::snapshot::ClientCounters;
 use megaconn::server::snapshot::ServerCounters;
 use megaconn::stats::counters::Kind;

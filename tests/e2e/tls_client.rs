@@ -4,9 +4,8 @@
 //! servers nobody here wrote (nginx with `ssl`, a Python `websockets` wss
 //! server that checks a header, the Origin and the subprotocol), and
 //! against certificates that must be refused, each failure named.
-mod common;
-use common::pki::Pki;
-use common::*;
+use crate::common::pki::Pki;
+use crate::common::*;
 use serde_json::Value;
 use std::process::Command;
 use std::time::Duration;

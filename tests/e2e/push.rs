@@ -2,8 +2,7 @@
 //! Prometheus's own parser, unicast/broadcast/topic reaching exactly their
 //! targets, slow consumers closed without hurting the others, and the
 //! admin API's guard rails.
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::io::{Read, Write};

@@ -6,9 +6,8 @@
 //! implementation). It needs network namespaces: where they cannot be
 //! made it fails, saying why (or is skipped with MEGACONN_SKIP_NETNS=1).
 
-mod common;
-use common::lab::Lab;
-use common::*;
+use crate::common::lab::Lab;
+use crate::common::*;
 use serde_json::Value;
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

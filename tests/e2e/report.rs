@@ -2,8 +2,7 @@
 //! over loopback writes the directory; its files are read back by parsers
 //! nobody here wrote (serde_json, the png crate, headless Chromium).
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -2,8 +2,7 @@
 //! Python backend mints the tokens and relays what megaconn's upstream
 //! webhook hears; what alice types, bob reads, and both see the other
 //! online.
-mod common;
-use common::*;
+use crate::common::*;
 use std::process::Command;
 use std::time::Duration;
 

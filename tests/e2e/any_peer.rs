@@ -1,7 +1,6 @@
 //! `--protocol echo|discard`: any TCP client can hold connections against
 //! megaconn. The peer here is a plain Python socket client.
-mod common;
-use common::*;
+use crate::common::*;
 use std::io::{Read, Write};
 use std::time::Duration;
 

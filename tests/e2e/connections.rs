@@ -1,6 +1,5 @@
 //! End-to-end: real server and client processes on loopback.
-mod common;
-use common::*;
+use crate::common::*;
 use std::time::Duration;
 
 #[test]

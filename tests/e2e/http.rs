@@ -1,6 +1,5 @@
 //! HTTP/1.1 server behaviour over raw sockets, and the HTTP load mode.
-mod common;
-use common::*;
+use crate::common::*;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};

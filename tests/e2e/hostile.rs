@@ -1,7 +1,6 @@
 //! Hostile and excessive peers cost only themselves: the connection cap,
 //! garbage next to good traffic, and graceful drain on SIGTERM.
-mod common;
-use common::*;
+use crate::common::*;
 use std::io::{Read, Write};
 use std::time::Duration;
 

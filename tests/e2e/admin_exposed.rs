@@ -1,8 +1,7 @@
 //! The admin API reachable by anyone: idle and oversized requests, stalled
 //! bodies, web pages the operator opens, and where the token comes from.
 //! Each of these knocked over or misused the previous admin server.
-mod common;
-use common::*;
+use crate::common::*;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};

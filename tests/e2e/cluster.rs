@@ -8,10 +8,9 @@
 //! with the cluster key reaches no connection, a squatter on a node's
 //! subject cannot keep it from starting, and a node authenticates to a
 //! NATS server that requires it (and never shows the password).
-mod common;
-use common::framed::{resume, In, Reader};
-use common::lab::Lab;
-use common::*;
+use crate::common::framed::{resume, In, Reader};
+use crate::common::lab::Lab;
+use crate::common::*;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::io::{Read, Write};

@@ -1,8 +1,7 @@
 //! `--protocol ws` against WebSocket implementations nobody here wrote:
 //! Python `websockets` (conformance, pushes), and bad upgrades answered
 //! with the right HTTP status.
-mod common;
-use common::*;
+use crate::common::*;
 use std::io::{Read, Write};
 use std::process::Command;
 use std::time::Duration;
@@ -187,7 +186,7 @@ fn the_ws_client_sends_its_own_messages_with_substitutions() {
 /// sources.
 #[test]
 fn the_ws_client_connects_over_ipv6_from_ipv6_sources() {
-    let lab = common::lab::Lab::make("v6", 207, 1).unwrap_or_else(|why| panic!("the IPv6 test's namespace: {why}"));
+    let lab = crate::common::lab::Lab::make("v6", 207, 1).unwrap_or_else(|why| panic!("the IPv6 test's namespace: {why}"));
     lab.add_ipv6(0, &["fd00::1", "fd00::2", "fd00::3", "fd00::4", "fd00::5"]);
     let port = free_port().to_string();
     let mut peer_cmd = lab.command(0, "python3");
@@ -211,7 +210,7 @@ fn the_ws_client_connects_over_ipv6_from_ipv6_sources() {
 /// subscribed through the URL, and receives one publish on each.
 #[test]
 fn chromium_receives_a_publish_on_200_websockets() {
-    common::browser::chromium_receives_a_publish(&[], 200, None);
+    crate::common::browser::chromium_receives_a_publish(&[], 200, None);
 }
 
 /// Binary messages go through the business stage like framed requests:

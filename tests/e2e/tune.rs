@@ -1,6 +1,5 @@
 //! `megaconn tune` on this machine and on a fake tree.
-mod common;
-use common::*;
+use crate::common::*;
 use std::time::Duration;
 
 #[test]

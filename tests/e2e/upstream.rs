@@ -3,8 +3,7 @@
 //! a failing and a stalled backend; a full queue closes the client with
 //! 1013 and loses nothing it accepted; the backend answers through the
 //! push API.
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::process::Command;
 use std::time::Duration;

@@ -1,0 +1,35 @@
+//! End-to-end tests over loopback and in network namespaces: the real
+//! binary against peers nobody here wrote. One test binary (one link, not
+//! 29); each module is the suite of one concern, and `cargo test --test e2e
+//! -- ws::` runs one of them.
+mod common;
+
+mod admin_exposed;
+mod any_peer;
+mod auth;
+mod bad_input;
+mod chat;
+mod cli_props;
+mod cluster;
+mod conn_bounds;
+mod connections;
+mod counters;
+mod drain;
+mod fuzz_regressions;
+mod history;
+mod hostile;
+mod http;
+mod io;
+mod journeys;
+mod kubernetes;
+mod push;
+mod report;
+mod requests;
+mod shards;
+mod tls;
+mod tls_client;
+mod topology;
+mod tune;
+mod upstream;
+mod workers;
+mod ws;
