@@ -260,6 +260,23 @@ impl Ring {
         self.push(opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32).multi(true).build().user_data(EPOLL_TAG));
     }
 
+    /// Submit what is queued and post the completions the kernel holds,
+    /// without waiting. The ring defers its task work (DEFER_TASKRUN):
+    /// completions (a receive's bytes, the readiness of the epoll file,
+    /// hence commands and connects' outcomes) are posted only by an enter
+    /// that carries GETEVENTS, which `submit()` leaves out when it waits
+    /// for nothing. A loop whose every turn had work due (a wait of 0)
+    /// never heard of anything: a refused connect stayed "connecting"
+    /// until its timeout and the supervisor's close was never read (issue
+    /// 42, finding 14).
+    fn submit_and_reap(&mut self) -> io::Result<usize> {
+        let to_submit = self.ring.submission().len() as u32;
+        // SAFETY: io_uring_enter with no argument (a null pointer; the
+        // size is ignored without EXT_ARG) and min_complete 0 (it returns
+        // at once); the entries submitted were checked when pushed.
+        unsafe { self.ring.submitter().enter::<libc::sigset_t>(to_submit, 0, io_uring::EnterFlags::GETEVENTS.bits(), None) }
+    }
+
     /// Submit what is queued and wait up to `wait` for a completion
     /// (only when nothing waits for room). True when everything queued was
     /// submitted; false when [`SUBMIT_BUDGET`] was reached first: the
@@ -269,7 +286,7 @@ impl Ring {
         loop {
             let queued = self.ring.submission().len();
             let r = if wait.is_zero() || !self.waiting.is_empty() {
-                self.ring.submit()
+                self.submit_and_reap()
             } else {
                 let ts = types::Timespec::from(wait);
                 self.ring.submitter().submit_with_args(1, &types::SubmitArgs::new().timespec(&ts))
@@ -518,9 +535,40 @@ fn finish(ring: &mut Ring, h: &mut impl RingHandler) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Op, Pending};
-    use std::io::{ErrorKind, Read};
+    use super::{Op, Pending, Ring, EPOLL_TAG};
+    use std::io::{ErrorKind, Read, Write};
     use std::os::fd::AsRawFd;
+    use std::time::Duration;
+
+    /// A loop whose every turn has work due enters the ring with a wait of
+    /// 0; it must still hear of completions (under DEFER_TASKRUN they are
+    /// posted only by an enter with GETEVENTS). Here a watched socket
+    /// becomes readable after its poll was submitted, and only waits of 0
+    /// follow.
+    #[test]
+    fn turns_that_never_wait_still_hear_completions() {
+        /// Zero-wait turns tried, a millisecond apart, before giving up.
+        const TURNS: usize = 1_000;
+        if let Err(why) = super::probe() {
+            eprintln!("skipped: no io_uring here ({why})");
+            return;
+        }
+        let mut ring = Ring::new().expect("ring");
+        let (watched, mut peer) = std::os::unix::net::UnixStream::pair().expect("socket pair");
+        ring.watch(watched.as_raw_fd());
+        assert!(ring.enter(Duration::ZERO).expect("submit"));
+        assert!(ring.ring.completion().next().is_none(), "readable before anything was written");
+        peer.write_all(b"x").expect("write");
+        let heard = (0..TURNS).any(|_| {
+            assert!(ring.enter(Duration::ZERO).expect("enter"));
+            let seen = ring.ring.completion().any(|c| c.user_data() == EPOLL_TAG);
+            if !seen {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            seen
+        });
+        assert!(heard, "{TURNS} turns without a wait never heard that the socket became readable");
+    }
 
     /// A socket whose receive's cancellation waits to be submitted keeps
     /// its descriptor (a new socket cannot take the number) until the

@@ -431,7 +431,7 @@ impl Worker {
             return now + 10_000;
         }
         if self.created < self.cfg.count && !self.paused {
-            let due = self.cfg.start_at_us + (self.created as f64 * 1e6 / self.cfg.rate) as u64;
+            let due = connect::ramp_due_at(self.cfg.start_at_us, self.created, self.cfg.rate);
             wake = wake.min(due.max(now + RAMP_TICK_US));
         }
         if let Some(Reverse((due, _))) = self.reconnects.peek().filter(|_| !self.paused) {

@@ -128,3 +128,41 @@ fn malformed_frames_close_the_connection_and_are_counted() {
     drop(ok);
     assert!(srv.terminate().success());
 }
+
+/// Issue 42, finding 14: `--request-rate 1e-30/s` is accepted, so it must
+/// end like any other rate. With nothing listening the one connection is
+/// refused and counted so on both reactors, and the run ends at once with
+/// the verdict, instead of spinning on a full core (a request schedule
+/// wrapped into the past) and, on io_uring, hearing neither the refusal
+/// nor the close (completions the ring never posted).
+#[test]
+fn a_vanishingly_slow_request_rate_against_a_closed_port_ends_at_once_on_both_reactors() {
+    /// A bound on the whole run, start-up included, far above the ~0.1 s
+    /// it takes (the machine is shared) and below the 10 s connect
+    /// timeout the spinning client waited out before it hung.
+    const ENDS_WITHIN: Duration = Duration::from_secs(8);
+    /// Past this the run is killed and the test fails with what it printed.
+    const KILL_AFTER: Duration = Duration::from_secs(30);
+    /// CPU the worker may spend: a spinning worker burns a core for as
+    /// long as the run lasts; an idle one spends a few milliseconds.
+    const MOST_CPU_SECONDS: f64 = 0.5;
+    for io in ["uring", "epoll"] {
+        let port = free_port().to_string();
+        let mut cmd = megaconn();
+        cmd.args(["client", "--io", io, "--ports", &port, "--connections", "1", "--workers", "1", "--request-rate", "1e-30/s", "--json"]);
+        let started = std::time::Instant::now();
+        let (code, out, err) = run(cmd, KILL_AFTER);
+        let took = started.elapsed();
+        assert_eq!(code, 1, "--io {io}: a run with no connection established fails: {err}");
+        assert!(err.contains("0 of 1 connections were established"), "--io {io}: {err}");
+        assert!(!err.contains("panicked"), "--io {io}: {err}");
+        assert!(took < ENDS_WITHIN, "--io {io}: took {took:?}: {err}");
+        let doc: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("--io {io}: {e}: {out}\n{err}"));
+        let sum = &doc["summary"];
+        assert_eq!(sum["io"], io, "--io {io}: {sum}");
+        assert_eq!(sum["failed"]["ECONNREFUSED"], 1, "--io {io}: the refusal is counted with its reason: {sum}");
+        assert_eq!(sum["established"], 0, "--io {io}: {sum}");
+        let cpu = sum["cpu_seconds"].as_f64().unwrap_or_else(|| panic!("--io {io}: no cpu_seconds: {sum}"));
+        assert!(cpu < MOST_CPU_SECONDS, "--io {io}: the worker spent {cpu} s of CPU in {took:?}: {sum}");
+    }
+}

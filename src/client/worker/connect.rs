@@ -20,6 +20,15 @@ const RECONNECT_CAP_US: u64 = 5_000_000;
 /// Most reconnect tokens saved up (a burst after a quiet period).
 const RECONNECT_BURST: f64 = 1_000.0;
 
+/// When the ramp's connection number `created` is due: `start + created /
+/// rate`, saturated (a rate of 1e-30/s puts the second connection past
+/// the clock's end: never, not a sum that wraps into the past and makes
+/// the loop's wait 0).
+pub(super) fn ramp_due_at(start: u64, created: u64, rate: f64) -> u64 {
+    // A float-to-int `as` saturates (infinity: u64::MAX; NaN, 0 / 0: 0).
+    start.saturating_add((created as f64 * 1e6 / rate) as u64)
+}
+
 impl Worker {
     /// Open every connection whose ramp time has come.
     pub(super) fn ramp(&mut self, now: u64) {
@@ -288,4 +297,24 @@ fn connect(src: std::net::IpAddr, dst: SocketAddr) -> io::Result<mio::net::TcpSt
         Err(e) => return Err(e),
     }
     Ok(mio::net::TcpStream::from_std(std::net::TcpStream::from(s)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ramp_due_at;
+
+    /// A monotonic clock reading well into a run (µs).
+    const START: u64 = 5_000_000_000;
+
+    /// The ramp's due times never wrap into the past, whatever the rate:
+    /// a wait computed from one is never 0 for a connection not yet due.
+    #[test]
+    fn ramp_due_times_saturate_at_extreme_rates() {
+        for rate in [1e-30, 1e-300, f64::MIN_POSITIVE, 0.0] {
+            assert_eq!(ramp_due_at(START, 0, rate), START, "rate {rate}: the first connection is due at the start");
+            assert_eq!(ramp_due_at(START, 1, rate), u64::MAX, "rate {rate}: the second is never due");
+        }
+        assert_eq!(ramp_due_at(START, 3, 1_000.0), START + 3_000);
+        assert_eq!(ramp_due_at(START, u64::MAX, 1e300), START, "an extreme fast rate: everything due at once");
+    }
 }

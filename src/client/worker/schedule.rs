@@ -3,10 +3,40 @@
 //! and is due at `start + j * period / count`, so every connection sends
 //! once per period, phases spread evenly, and no per-connection timer is
 //! needed. Sends never wait for replies (no coordinated omission).
+//!
+//! Every accepted rate must give a sane schedule: `--request-rate 1e-30/s`
+//! is a period of ~1e36 µs (saturated to `u64::MAX`), so the arithmetic
+//! saturates instead of wrapping. A wrapped due time lay in the past, the
+//! loop's wait became 0 and the worker spun on a full core (issue 42,
+//! finding 14); a send that is due after the end of time is never due.
 
 use super::{State, Worker};
 use crate::client::speak::Due;
 use crate::net;
+
+/// Shortest period of a schedule: a rate above 1e6/s per connection
+/// (possible in a config built in code; the CLI caps it at 100,000/s)
+/// gives 0 µs, a division by zero and every send due at the start.
+const MIN_PERIOD_US: u64 = 1;
+
+/// Intended time of send number `j` of a schedule with this period over
+/// `count` connections that started at `start` (send j goes to connection
+/// `j % count`); `u64::MAX` (never) when that is past the clock's end.
+pub(super) fn due_at(j: u64, period_us: u64, count: u64, start: u64) -> u64 {
+    let offset = j as u128 * period_us.max(MIN_PERIOD_US) as u128 / count.max(1) as u128;
+    start.saturating_add(u64::try_from(offset).unwrap_or(u64::MAX))
+}
+
+/// How many sends of a schedule are due by `now` (send j is due at
+/// `due_at(j)`, so sends 0..=floor(elapsed * count / period) are; 0
+/// before the start).
+pub(super) fn due_by(now: u64, period_us: u64, count: u64, start: u64) -> u64 {
+    if now < start {
+        return 0;
+    }
+    let due = (now - start) as u128 * count.max(1) as u128 / period_us.max(MIN_PERIOD_US) as u128;
+    u64::try_from(due).unwrap_or(u64::MAX).saturating_add(1)
+}
 
 /// Which of a worker's two send schedules.
 #[derive(Clone, Copy)]
@@ -34,20 +64,14 @@ impl Worker {
         }
     }
 
-    /// Intended time of send number `j` of a schedule with this period
-    /// that started at `start`: send j goes to connection `j % count`.
+    /// This worker's [`due_at`].
     pub(super) fn due_at(&self, j: u64, period_us: u64, start: u64) -> u64 {
-        start + (j as u128 * period_us as u128 / self.cfg.count as u128) as u64
+        due_at(j, period_us, self.cfg.count, start)
     }
 
-    /// How many sends of a schedule are due by `now` (send j is due at
-    /// `due_at(j)`, so sends 0..=floor(elapsed * count / period) are; 0
-    /// before the start).
+    /// This worker's [`due_by`].
     fn due_by(&self, now: u64, period_us: u64, start: u64) -> u64 {
-        if now < start {
-            return 0;
-        }
-        ((now - start) as u128 * self.cfg.count as u128 / period_us as u128) as u64 + 1
+        due_by(now, period_us, self.cfg.count, start)
     }
 
     /// The next of the first `due` sends of a schedule that goes to an
@@ -118,5 +142,63 @@ impl Worker {
                 false
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{due_at, due_by};
+    use crate::client::config::Traffic;
+
+    /// A monotonic clock reading well into a run (µs).
+    const START: u64 = 5_000_000_000;
+
+    fn period_of(rate: f64) -> u64 {
+        Traffic { request_rate: Some(rate), ..Default::default() }.request_us().expect("a period")
+    }
+
+    /// `--request-rate 1e-30/s`: the first request is due at the start,
+    /// the next never (not at a time wrapped into the past, which made
+    /// the loop's wait 0 and the worker spin).
+    #[test]
+    fn an_extreme_slow_rate_is_due_once_then_never() {
+        let period = period_of(1e-30);
+        for count in [1, 2, 1_000_000] {
+            assert_eq!(due_at(0, period, count, START), START);
+            for j in [1, 2, count, u64::MAX] {
+                let due = due_at(j, period, count, START);
+                assert!(due >= START, "send {j} of {count}: due at {due}, before the start {START}");
+            }
+            assert_eq!(due_at(count, period, count, START), u64::MAX, "a second round past the clock's end is never");
+            assert_eq!(due_by(START + 3_600_000_000, period, count, START), 1, "an hour in, only the first send is due");
+        }
+    }
+
+    /// The fastest rates and the longest runs: due times grow with j and
+    /// the count of due sends never overflows or divides by zero.
+    #[test]
+    fn extreme_fast_rates_and_long_runs_stay_bounded() {
+        for period in [0, 1, 10, period_of(100_000.0), period_of(1e12)] {
+            for count in [0, 1, 7, u64::MAX] {
+                let mut last = START;
+                for j in [0, 1, 2, 1_000, u64::MAX / 2, u64::MAX] {
+                    let due = due_at(j, period, count, START);
+                    assert!(due >= last, "period {period} count {count}: send {j} due at {due}, before send j-1 at {last}");
+                    last = due;
+                }
+                assert_eq!(due_by(START - 1, period, count, START), 0, "nothing is due before the start");
+                assert!(due_by(u64::MAX, period, count, START) >= 1);
+            }
+        }
+    }
+
+    /// A send is due by `now` exactly when its due time has come.
+    #[test]
+    fn due_by_counts_the_sends_whose_time_has_come() {
+        let (period, count) = (1_000_000, 4);
+        assert_eq!(due_by(START, period, count, START), 1);
+        assert_eq!(due_at(1, period, count, START), START + 250_000);
+        assert_eq!(due_by(START + 249_999, period, count, START), 1);
+        assert_eq!(due_by(START + 250_000, period, count, START), 2);
     }
 }
