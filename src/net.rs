@@ -14,8 +14,35 @@ use std::io::{self, Read, Write};
 pub type Spill = Option<Box<Vec<u8>>>;
 
 /// Most bytes a connection may leave unsent before it is closed as a slow
-/// reader; bounds memory per connection whatever the peer does.
+/// reader, when its protocol's replies are small; bounds memory per
+/// connection whatever the peer does. A protocol that may answer with more
+/// (a WebSocket echo of `--max-message-bytes`) is bounded by [`reply_cap`].
 pub const MAX_BACKLOG: usize = 256 * 1024;
+
+/// Room kept behind the largest reply a protocol may give, for the small
+/// answers that can queue behind it while it drains: a pong, a close, a
+/// command's answer, what a TLS handshake still has to say, an HTTP head.
+pub const REPLY_SLACK: usize = 64 * 1024;
+
+/// The bound on one connection's unsent replies when a single reply may
+/// be `largest` bytes on the wire: [`MAX_BACKLOG`], or that whole reply
+/// and [`REPLY_SLACK`] behind it when that is more.
+///
+/// Why not [`MAX_BACKLOG`] alone: a server that accepts a 16 MiB message
+/// must be able to answer it, and a reply larger than what the socket
+/// takes at once spills whole into the backlog however fast the peer
+/// reads. The size of what waits says nothing about a peer that reads;
+/// whether it drains is judged by progress: `--stall-timeout` closes a
+/// backlog that does not move. This bound only keeps memory finite, at
+/// the same order as the message the peer was allowed to send.
+pub const fn reply_cap(largest: usize) -> usize {
+    let with_slack = largest.saturating_add(REPLY_SLACK);
+    if with_slack > MAX_BACKLOG {
+        with_slack
+    } else {
+        MAX_BACKLOG
+    }
+}
 
 /// Full reads of one socket per readiness event: a peer that floods is
 /// served a bounded slice at a time (fairness), and what its requests
@@ -24,8 +51,11 @@ pub const READ_BUDGET: usize = 16;
 
 /// Where a connection's bytes come from: a socket, or a TLS connection
 /// decrypting one. `read_some` returns the bytes read and whether more may
-/// be waiting (for a socket: the read filled the buffer); `Ok((0, _))` is
-/// the end of the stream, `WouldBlock` nothing for now.
+/// be waiting (for a socket: the read filled the buffer); `Ok((0, false))`
+/// is the end of the stream, `Ok((0, true))` a full read that brought
+/// nothing to hand on (TLS records with no plaintext, such as key
+/// updates), which counts against [`READ_BUDGET`] like any other read;
+/// `WouldBlock` nothing for now.
 pub trait Source {
     fn read_some(&mut self, buf: &mut [u8]) -> io::Result<(usize, bool)>;
 }
@@ -33,7 +63,7 @@ pub trait Source {
 impl<T: Read> Source for T {
     fn read_some(&mut self, buf: &mut [u8]) -> io::Result<(usize, bool)> {
         let n = self.read(buf)?;
-        Ok((n, n == buf.len()))
+        Ok((n, n > 0 && n == buf.len()))
     }
 }
 
@@ -113,13 +143,16 @@ pub fn read_chunks<S: Source>(
     let mut reads = 0;
     loop {
         let (n, more) = match stream.read_some(scratch) {
-            Ok((0, _)) => return ReadEnd::Eof,
+            Ok((0, false)) => return ReadEnd::Eof,
             Ok(r) => r,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return ReadEnd::Open,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return ReadEnd::Error(crate::sys::error_kind_name(&e)),
         };
         let result = match partial {
+            // Nothing new (records with no plaintext): nothing to consume,
+            // but the read still counts against the budget below.
+            _ if n == 0 => Ok(0),
             Some(buf) => {
                 buf.extend_from_slice(&scratch[..n]);
                 let r = consume(buf);
@@ -328,6 +361,46 @@ mod tests {
         assert_eq!(send(&mut Takes(2), &mut backlog, &big), Ok(()));
         assert_eq!(backlog.as_ref().map(|b| b.len()), Some(MAX_BACKLOG));
         assert_eq!(send_capped(&mut Takes(0), &mut None, &[1; 100], 99, "slow_consumer"), Err("slow_consumer".to_string()));
+    }
+
+    #[test]
+    fn small_replies_keep_the_backlog_bound_and_large_ones_fit_whole() {
+        // framed (3 + 4,096) and a WebSocket echo at the 64 KiB default
+        assert_eq!(reply_cap(0), MAX_BACKLOG);
+        assert_eq!(reply_cap(4099), MAX_BACKLOG);
+        assert_eq!(reply_cap(64 * 1024 + 10), MAX_BACKLOG);
+        assert_eq!(reply_cap(MAX_BACKLOG), MAX_BACKLOG + REPLY_SLACK);
+        assert_eq!(reply_cap(16 << 20), (16 << 20) + REPLY_SLACK);
+        assert_eq!(reply_cap(usize::MAX), usize::MAX);
+    }
+
+    /// Finding 15 of issue 42: a 16 MiB echo to a peer that reads it was
+    /// closed `slow_reader` at its first spill. Under [`reply_cap`] it is
+    /// kept whole while the peer drains it, with pongs queued behind it;
+    /// a second one queued before the peer read the first is a slow
+    /// reader.
+    #[test]
+    fn a_reply_as_large_as_the_protocol_allows_is_kept_while_the_peer_drains_it() {
+        const LARGEST: usize = 16 << 20;
+        /// What the peer reads between two of our turns.
+        const READ: usize = 256 * 1024;
+        /// A pong: 2 bytes of header and a 4-byte payload.
+        const PONG: [u8; 6] = [0x8a, 4, 1, 2, 3, 4];
+        let cap = reply_cap(LARGEST);
+        let reply = vec![7u8; LARGEST];
+        let mut backlog = None;
+        assert_eq!(send(&mut Takes(READ), &mut backlog, &reply), Err("slow_reader".to_string()), "the old bound: closed at the first spill");
+        assert_eq!(send_capped(&mut Takes(READ), &mut backlog, &reply, cap, "slow_reader"), Ok(()));
+        assert_eq!(backlog.as_ref().map(|b| b.len()), Some(LARGEST - READ));
+        let mut turns = 0;
+        while backlog.is_some() {
+            assert_eq!(send_capped(&mut Takes(READ), &mut backlog, &PONG, cap, "slow_reader"), Ok(()), "turn {turns}");
+            turns += 1;
+        }
+        assert_eq!(turns, LARGEST / READ);
+        assert_eq!(send_capped(&mut Takes(0), &mut backlog, &reply, cap, "slow_reader"), Ok(()), "one reply, nothing read yet");
+        assert_eq!(send_capped(&mut Takes(0), &mut backlog, &PONG, cap, "slow_reader"), Ok(()));
+        assert_eq!(send_capped(&mut Takes(0), &mut backlog, &reply, cap, "slow_reader"), Err("slow_reader".to_string()));
     }
 
     #[test]

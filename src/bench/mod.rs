@@ -146,6 +146,7 @@ pub fn server_config(cfg: &BenchConfig, connections: u64) -> ServerConfig {
             handshake_timeout_ms: crate::tls::files::DEFAULT_HANDSHAKE_TIMEOUT.as_millis() as u64,
             ticket_key: String::new(),
             alpn_http: false,
+            pem: None,
         }),
         auth: match &cfg.jwt_secret {
             Some(s) => crate::server::config::Auth::Jwt(Some(crate::server::jwt::JwtKey::Secret(s.clone()))),

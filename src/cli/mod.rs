@@ -131,6 +131,9 @@ pub struct ServerArgs {
     /// Most topics with subscribers in one worker; a subscription that would create another is refused (too_many_topics) and counted.
     #[arg(long, default_value = "100000", value_parser = clap::value_parser!(u32).range(1..=10_000_000).map(|v| v as usize))]
     pub max_topics: usize,
+    /// Most subscribe, unsubscribe, resume and token-refresh commands one connection may send per second; past it the connection is closed (too_many_commands; WebSocket 1008) and counted.
+    #[arg(long, default_value = "200", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_commands_per_second: u32,
     /// Close a connection whose partial frame, WebSocket fragment or unsent output has not moved for this long (stall_timeout); off to disable.
     #[arg(long, default_value = "30s", value_parser = |s: &str| crate::server::limits::stall_timeout(s).map(OptDuration))]
     pub stall_timeout: OptDuration,
@@ -212,7 +215,9 @@ pub struct ServerArgs {
     /// comma-separated list of a NATS cluster's servers): publishes on any
     /// node reach subscribers on every node, unicasts reach their
     /// connection's node.
-    #[arg(long, value_name = "URL", value_parser = |s: &str| crate::cluster::check_url(s).map(|_| s.to_string()))]
+    /// (Checked by the server's plan, not here: clap's own error would
+    /// echo the value, credentials and all.)
+    #[arg(long, value_name = "URL")]
     pub cluster: Option<String>,
     /// This node's id in the cluster (letters, digits, _ and -); it prefixes
     /// connection ids (NODE.ID). Default: the host name (a pod's name).
@@ -258,6 +263,12 @@ pub struct ServerAuthArgs {
     /// --auth jwt: a JSON Web Key Set (a token's kid picks the key).
     #[arg(long, value_name = "FILE", group = "jwt_key", requires = "auth", value_parser = crate::server::jwt::JwtKey::read_jwks)]
     pub jwt_jwks_file: Option<crate::server::jwt::JwtKey>,
+    /// --auth jwt: every token must carry this aud (the identity provider's name for this service); others are refused auth_wrong_audience.
+    #[arg(long, value_name = "AUD", requires = "auth")]
+    pub jwt_audience: Option<String>,
+    /// --auth jwt: every token must carry this iss (who issues them); others are refused auth_wrong_issuer.
+    #[arg(long, value_name = "ISS", requires = "auth")]
+    pub jwt_issuer: Option<String>,
     /// Topic patterns only tokens with "admin": true may subscribe to (NAME, PREFIX*, comma-separated); without --auth, nobody may.
     #[arg(long, value_name = "PATTERNS", value_delimiter = ',')]
     pub admin_topics: Vec<String>,
@@ -267,6 +278,12 @@ pub struct ServerAuthArgs {
     /// --upstream: messages each worker may have that the backend has not taken yet; a client whose message would be one more is closed with 1013 (try again later).
     #[arg(long, default_value = "262144", value_parser = clap::value_parser!(u32).range(1..=16_777_216).map(|v| v as usize))]
     pub upstream_queue: usize,
+    /// --upstream: bytes of messages the whole server may hold that the backend has not taken; each worker gets an equal share for the most workers the server may run (at least 1MiB), one connection at most a quarter of its worker's, presence events an eighth of their own; a client whose message would exceed its share is closed with 1013.
+    #[arg(long, default_value = "256MiB", value_parser = |s: &str| parse::byte_size(s).and_then(|v| if (1 << 20..=1 << 40).contains(&v) { Ok(v) } else { Err(format!("--upstream-queue-bytes {v} must be 1MiB to 1TiB")) }))]
+    pub upstream_queue_bytes: u64,
+    /// --upstream: sign every POST with the secret in FILE (at least 32 bytes): X-Megaconn-Timestamp (Unix ms) and X-Megaconn-Signature: sha256=HEX of HMAC-SHA256 over "TIMESTAMP.BODY" (docs/upstream.md shows how a backend checks it). Without it POSTs are unsigned and a warning says so.
+    #[arg(long, value_name = "FILE", requires = "upstream", value_parser = crate::server::upstream::UpstreamSecret::read)]
+    pub upstream_secret_file: Option<crate::server::upstream::UpstreamSecret>,
     /// --upstream: also send a join or leave event each time a connection with a user (--auth jwt) subscribes to or leaves a topic (presence for the application).
     #[arg(long, requires = "upstream")]
     pub presence_events: bool,

@@ -149,18 +149,18 @@ pub fn redact(url: &str) -> String {
     url.split(',')
         .map(|one| {
             let one = one.trim();
+            // Everything before the last `@` is credentials, whatever it
+            // holds (a password may contain `/`, `?` or `@`; a NATS URL
+            // has no path).
             match one.split_once("://") {
-                Some((scheme, rest)) => {
-                    let (auth, host) = match rest.find(['/', '?']) {
-                        Some(end) => (&rest[..end], &rest[end..]),
-                        None => (rest, ""),
-                    };
-                    match auth.rsplit_once('@') {
-                        Some((_, h)) => format!("{scheme}://***@{h}{host}"),
-                        None => one.to_string(),
-                    }
-                }
-                None => one.to_string(),
+                Some((scheme, rest)) => match rest.rsplit_once('@') {
+                    Some((_, host)) => format!("{scheme}://***@{host}"),
+                    None => one.to_string(),
+                },
+                None => match one.rsplit_once('@') {
+                    Some((_, host)) => format!("***@{host}"),
+                    None => one.to_string(),
+                },
             }
         })
         .collect::<Vec<_>>()
@@ -176,6 +176,8 @@ mod tests {
         assert_eq!(redact("nats://u:secret@h:4222"), "nats://***@h:4222");
         assert_eq!(redact("nats://tok@h:4222, tls://h2:4222"), "nats://***@h:4222,tls://h2:4222");
         assert_eq!(redact("nats://h:4222"), "nats://h:4222");
+        assert_eq!(redact("nats://u:pa/ss?w@rd@h:4222"), "nats://***@h:4222", "a password with / ? @");
+        assert_eq!(redact("u:secret@h:4222"), "***@h:4222", "no scheme");
         let a = NatsAuth::default().with_url_credentials("nats://h:1,nats://u:p@h:4222");
         assert_eq!((a.user.as_deref(), a.password.as_deref()), (Some("u"), Some("p")));
         let a = NatsAuth::default().with_url_credentials("nats://tok@h:4222");

@@ -377,7 +377,11 @@ impl Me {
             h.insert(H_POSITION, position);
         }
         h.insert(H_TIME, time_ms.as_str());
-        h.insert(H_SIGNATURE, sign::sign(&self.key, &s, data).as_str());
+        let signature = sign::sign(&self.key, &s, data);
+        // Its own messages are not echoed back to it, so only a replay
+        // could bring this one: remember it as taken.
+        self.replays.lock().expect("replays").first(&signature, sign::now_ms());
+        h.insert(H_SIGNATURE, signature.as_str());
         h
     }
 

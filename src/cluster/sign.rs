@@ -107,11 +107,21 @@ pub fn sign(key: &ClusterKey, s: &Signed, data: &[u8]) -> String {
     mac(key, s, data).finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The bytes of a hex signature: hex digits only (`u8::from_str_radix`
+/// alone would also take a `+` sign), either case.
 fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
+    if !s.len().is_multiple_of(2) || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+}
+
+/// What identifies a signature against replays: its bytes, not its text,
+/// so the same signature written in another letter case is the same.
+type SignatureBytes = [u8; 32];
+
+fn signature_bytes(signature: &str) -> Option<SignatureBytes> {
+    unhex(signature)?.try_into().ok()
 }
 
 /// Check a signature (constant time) and the signing time against `now_ms`.
@@ -127,7 +137,8 @@ pub fn verify(key: &ClusterKey, s: &Signed, data: &[u8], signature: Option<&str>
 }
 
 /// Most signatures remembered against replays; past it the oldest are
-/// forgotten early (~100 B each: 200,000 is ~20 MiB at most).
+/// forgotten early (~90 B each with the set's and the queue's share:
+/// 200,000 is ~18 MiB at most).
 pub const MAX_REMEMBERED: usize = 200_000;
 
 /// The signatures taken lately: a message signed once is taken once.
@@ -135,13 +146,17 @@ pub const MAX_REMEMBERED: usize = 200_000;
 /// copy could still pass the age check.
 #[derive(Debug, Default)]
 pub struct Replays {
-    seen: std::collections::HashSet<String>,
-    order: std::collections::VecDeque<(u64, String)>,
+    seen: std::collections::HashSet<SignatureBytes>,
+    order: std::collections::VecDeque<(u64, SignatureBytes)>,
 }
 
 impl Replays {
-    /// Whether `signature` is new at `now_ms` (it is remembered).
+    /// Whether `signature` is new at `now_ms` (it is remembered). One that
+    /// is not a signature at all is never new. A node remembers the
+    /// signatures of its own messages too: a copy of one sent back to it
+    /// is a replay like any other.
     pub fn first(&mut self, signature: &str, now_ms: u64) -> bool {
+        let Some(signature) = signature_bytes(signature) else { return false };
         let keep = 2 * WINDOW.as_millis() as u64;
         while let Some((at, _)) = self.order.front() {
             if now_ms.saturating_sub(*at) <= keep && self.order.len() < MAX_REMEMBERED {
@@ -151,10 +166,10 @@ impl Replays {
                 self.seen.remove(&s);
             }
         }
-        if !self.seen.insert(signature.to_string()) {
+        if !self.seen.insert(signature) {
             return false;
         }
-        self.order.push_back((now_ms, signature.to_string()));
+        self.order.push_back((now_ms, signature));
         true
     }
 }
@@ -191,8 +206,29 @@ mod tests {
         assert!(ClusterKey::new(vec![1; 8]).unwrap_err().contains("head -c 32 /dev/urandom"));
         // A copy of a taken message is a replay, until the window has passed twice.
         let mut r = Replays::default();
-        assert!(r.first(&sig, 1000) && !r.first(&sig, 2000) && r.first("other", 2000));
+        let other = sign(&key, &Signed { origin: "B", ..s.clone() }, b"hi");
+        assert!(r.first(&sig, 1000) && !r.first(&sig, 2000) && r.first(&other, 2000));
         assert!(r.first(&sig, 1000 + 121_000), "forgotten after twice the window");
+        assert!(!r.first("other", 2000), "not a signature: never new");
         assert_eq!(format!("{key:?}"), "ClusterKey(32 bytes)");
+    }
+
+    /// The same signature in another letter case, or with a `+` that
+    /// `from_str_radix` takes, is the same signature: verified as before
+    /// and refused as a replay (issue 42, finding 8).
+    #[test]
+    fn a_signature_written_another_way_is_still_a_replay() {
+        let key = ClusterKey::new(vec![7; 32]).unwrap();
+        let s = Signed { subject: "megaconn.users", origin: "A", target: "", publish_us: "1", time_ms: "1000", position: "" };
+        let sig = sign(&key, &s, b"hi");
+        let upper = sig.to_ascii_uppercase();
+        let mixed: String = sig.chars().enumerate().map(|(i, c)| if i % 2 == 0 { c.to_ascii_uppercase() } else { c }).collect();
+        assert_eq!(verify(&key, &s, b"hi", Some(&upper), 1000), Ok(()));
+        let mut r = Replays::default();
+        assert!(r.first(&sig, 1000));
+        for copy in [&upper, &mixed] {
+            assert!(!r.first(copy, 1001), "{copy} taken again");
+        }
+        assert_eq!((unhex("0F"), unhex("0f"), unhex("+f")), (Some(vec![15]), Some(vec![15]), None), "a sign is not a hex digit");
     }
 }

@@ -19,16 +19,20 @@
 //! replay:u8 | epoch:u32 BE | offset:u64 BE | topic
 //! ```
 //! (topic `*`: the broadcasts, which need no subscription). With replay 1
-//! the server answers with every message after (epoch, offset) it still
-//! has, as push frames; with replay 0 (a first subscription) only with
-//! the position. Then comes a subscribed frame (10):
+//! the server answers with every message after (epoch, offset), as push
+//! frames, when it can give all of them; with replay 0 (a first
+//! subscription) only with the position. Then comes a subscribed frame
+//! (10):
 //! ```text
 //! recovered:u8 | epoch:u32 BE | offset:u64 BE | topic
 //! ```
-//! where `offset` is the last message of the topic now delivered, and
-//! recovered 0 means the history no longer reaches back to the offset
-//! asked (or its epoch is gone): the application reloads from its own
-//! store. Epoch 0 offset 0 means "I have seen nothing of this topic".
+//! where `offset` is the last message of the topic now delivered: the
+//! next push of the topic is offset + 1. Recovered 0 means nothing was
+//! replayed: the history no longer reaches back to the offset asked, its
+//! epoch is gone, or the missed messages are more than one recovery
+//! answer carries (4 MiB of payload); the application reloads up to
+//! `offset` from its own store. Epoch 0 offset 0 means "I have seen
+//! nothing of this topic".
 
 use super::frame::{self, Kind, HEADER_LEN, MAX_PAYLOAD};
 

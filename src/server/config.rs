@@ -31,6 +31,9 @@ pub struct ServerConfig {
     /// Most topics with subscribers one worker holds; a subscription that
     /// would create another is refused (`subscribe_refused`).
     pub max_topics: usize,
+    /// Commands (subscribe, unsubscribe, resume, refresh) one connection
+    /// may send per second (`too_many_commands`).
+    pub max_commands_per_second: u32,
     /// Close a connection whose partial input or unsent output has not
     /// moved for this long (`stall_timeout`); None: off.
     pub stall_timeout: Option<Duration>,
@@ -84,10 +87,17 @@ pub struct ServerConfig {
     /// `--admin-topics`: topic patterns only tokens with `"admin": true`
     /// may subscribe to (nobody, without `--auth`).
     pub admin_topics: Vec<String>,
+    /// `--jwt-audience` and `--jwt-issuer`: the `aud` and `iss` every token must carry.
+    pub jwt_expected: crate::server::jwt::Expected,
     /// `--upstream URL`: what clients send goes to this webhook.
     pub upstream: Option<crate::server::upstream::Target>,
     /// `--upstream-queue`: messages per worker the backend has not taken.
     pub upstream_queue: usize,
+    /// `--upstream-queue-bytes`: bytes the whole server may hold for the
+    /// backend; each worker gets its share (`upstream::worker_share`).
+    pub upstream_queue_bytes: u64,
+    /// `--upstream-secret-file`: every POST is signed with it.
+    pub upstream_secret: Option<crate::server::upstream::UpstreamSecret>,
     /// `--presence-events`: joins and leaves go to the upstream too.
     pub presence_events: bool,
     /// `--presence-notices`: joins and leaves to the topic's subscribers.
@@ -127,6 +137,7 @@ impl Default for ServerConfig {
             max_connections: None,
             max_connections_per_ip: None,
             max_topics: crate::server::push::DEFAULT_MAX_TOPICS,
+            max_commands_per_second: crate::server::command_rate::DEFAULT_PER_SECOND,
             stall_timeout: Some(crate::server::limits::DEFAULT_STALL),
             tcp_keepalive: crate::server::limits::SocketTimer::Auto,
             tcp_user_timeout: crate::server::limits::SocketTimer::Auto,
@@ -155,8 +166,11 @@ impl Default for ServerConfig {
             tls: None,
             auth: Auth::Off,
             admin_topics: Vec::new(),
+            jwt_expected: Default::default(),
             upstream: None,
             upstream_queue: crate::server::upstream::DEFAULT_QUEUE,
+            upstream_queue_bytes: crate::server::upstream::DEFAULT_QUEUE_BYTES,
+            upstream_secret: None,
             presence_events: false,
             presence_notices: false,
             json: false,

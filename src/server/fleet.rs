@@ -114,6 +114,10 @@ pub struct ServerFleet {
     relay: Option<super::relay::Relay>,
     /// `--upstream`: the webhook sender.
     upstream: Option<super::upstream::Upstream>,
+    /// `upstream_done` counts not yet taken by their worker's command
+    /// queue (it was full): offered again every tick, so a worker's
+    /// in-flight count always falls.
+    upstream_done: BTreeMap<usize, u64>,
     /// Workers that stopped reading their commands or reporting: sent to,
     /// not waited for (admin answers list them).
     stalled: std::collections::BTreeSet<usize>,
@@ -140,14 +144,18 @@ impl ServerFleet {
             None => None,
         };
         let listeners = super::listener::bind_all(cfg.listen, &cfg.ports)?;
-        let mut template = worker_template(cfg, initial, budget, matches!(sizing, Sizing::Elastic { .. }));
+        let max_workers = match sizing {
+            Sizing::Elastic { max, .. } => max,
+            Sizing::Fixed(n) => n,
+        };
+        let mut template = worker_template(cfg, initial, max_workers, budget, matches!(sizing, Sizing::Elastic { .. }));
         template.limits = super::limits::ConnLimits::of(cfg).context("cannot create the shared --max-connections-per-ip table")?;
         template.cap_fd = cap.as_ref().map(|c| c.fd());
         template.listen_fds = listeners.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
         if let Some(t) = &mut template.tls {
             t.ticket_key = crate::tls::tickets::new_key()?;
             t.alpn_http = matches!(cfg.protocol, crate::proto::Protocol::Http | crate::proto::Protocol::Ws);
-            crate::tls::files::server_config(t).context("cannot serve TLS (--tls-cert, --tls-key)")?;
+            t.pem = Some(crate::tls::files::read_pem(t).context("cannot serve TLS (--tls-cert, --tls-key)")?);
             crate::signals::watch_hangup();
         }
         let tls_stamp = template.tls.as_ref().and_then(crate::tls::files::stamp);
@@ -177,6 +185,7 @@ impl ServerFleet {
             listeners,
             relay: None,
             upstream: None,
+            upstream_done: BTreeMap::new(),
             stalled: Default::default(),
             admin_stats: None,
         };
@@ -188,8 +197,13 @@ impl ServerFleet {
         }
         if let Some(t) = &cfg.upstream {
             let to = sink.clone();
-            let node = cfg.cluster.as_ref().map(|c| c.node.clone());
-            f.upstream = Some(super::upstream::Upstream::start(t.clone(), node, Arc::new(move |ev| to(ServerEvent::Upstream(ev))))?);
+            let sender = super::upstream::SenderConfig {
+                target: t.clone(),
+                node: cfg.cluster.as_ref().map(|c| c.node.clone()),
+                secret: cfg.upstream_secret.clone(),
+                hold_bytes: super::upstream::supervisor_cap(f.template.upstream_bytes, max_workers, cfg.max_message_bytes),
+            };
+            f.upstream = Some(super::upstream::Upstream::start(sender, Arc::new(move |ev| to(ServerEvent::Upstream(ev))))?);
         }
         for _ in 0..initial {
             f.spawn()?;
@@ -246,9 +260,9 @@ impl ServerFleet {
             ServerEvent::Admin(req) => return self.on_admin(req),
             ServerEvent::Upstream(super::upstream::UpstreamEvent::Done(per)) => {
                 for (w, n) in per {
-                    self.pool.send(w, &format!("{} {n}", super::snapshot::CMD_UPSTREAM_DONE));
+                    *self.upstream_done.entry(w).or_insert(0) += n;
                 }
-                return;
+                return self.send_upstream_done();
             }
             ServerEvent::Upstream(super::upstream::UpstreamEvent::Note(message)) => return self.note("upstream_refused", usize::MAX, message, 0),
             ServerEvent::Cluster(crate::cluster::ClusterEvent::Fatal(e)) => return self.failure = Some(e),
@@ -306,6 +320,15 @@ impl ServerFleet {
             PoolEvent::Garbled(line) => self.note("worker_garbled", i, format!("server worker {i} wrote a line that is not a message: {line}"), 0),
             PoolEvent::Exited(info) => self.on_exit(i, info),
         }
+    }
+
+    /// Tell each worker how many more of its messages the backend took.
+    /// A worker whose command queue is full now is told on a later tick
+    /// (the counts add up), so its in-flight count always falls; a
+    /// worker that is gone needs no telling.
+    fn send_upstream_done(&mut self) {
+        let pool = &mut self.pool;
+        self.upstream_done.retain(|&w, n| matches!(pool.send(w, &format!("{} {n}", super::snapshot::CMD_UPSTREAM_DONE)), crate::supervise::pool::Sent::Full));
     }
 
     /// Read the accept queues once a second; connections left there for
@@ -519,9 +542,11 @@ impl ServerFleet {
 
     /// SIGHUP, or the certificate or key file changed (looked at once a
     /// second): read them, and if they make a certificate, every worker
-    /// uses it for new handshakes. Established connections are untouched.
+    /// uses it for new handshakes, and so does every worker started later
+    /// (the template keeps the bytes in force: bad files on disk never
+    /// reach a worker). Established connections are untouched.
     fn maybe_reload_tls(&mut self) {
-        let Some(t) = &self.template.tls else { return };
+        let Some(t) = &mut self.template.tls else { return };
         let hup = crate::signals::take_hangup();
         if !hup && self.tls_checked.elapsed() < TLS_FILE_CHECK {
             return;
@@ -533,9 +558,11 @@ impl ServerFleet {
         }
         self.tls_stamp = stamp;
         let why = if hup { "SIGHUP" } else { "the files changed" };
-        match crate::tls::files::server_config(t) {
-            Ok(_) => {
-                self.pool.broadcast(super::snapshot::CMD_TLS_RELOAD);
+        match crate::tls::files::read_pem(t) {
+            Ok(pem) => {
+                let arg = serde_json::to_string(&pem).expect("a string serializes");
+                t.pem = Some(pem);
+                self.pool.broadcast(&format!("{} {arg}", super::snapshot::CMD_TLS_RELOAD));
                 let message = format!("TLS certificate reloaded ({why}): new handshakes use {}", t.cert.display());
                 self.note("tls_reloaded", usize::MAX, message, 0);
             }
@@ -549,6 +576,9 @@ impl ServerFleet {
     /// Grow or shrink an elastic fleet; called on every supervisor tick.
     pub fn upkeep(&mut self) {
         self.pool.flush();
+        if !self.upstream_done.is_empty() {
+            self.send_upstream_done();
+        }
         self.watch_accept_queue();
         self.maybe_reload_tls();
         self.watch_stalls();
@@ -658,8 +688,9 @@ impl ServerFleet {
 
 /// The config every worker of this server gets (its index filled in at
 /// spawn). `pool:N` is N threads for the whole server, divided over the
-/// initial workers (at least one each).
-fn worker_template(cfg: &ServerConfig, initial: usize, budget: u64, elastic: bool) -> ServerWorkerConfig {
+/// initial workers (at least one each); `--upstream-queue-bytes` over
+/// the most workers that may run at once.
+fn worker_template(cfg: &ServerConfig, initial: usize, max_workers: usize, budget: u64, elastic: bool) -> ServerWorkerConfig {
     let business = match cfg.business {
         BusinessMode::Pool(n) => BusinessMode::Pool((n / initial.max(1)).max(1)),
         other => other,
@@ -690,8 +721,10 @@ fn worker_template(cfg: &ServerConfig, initial: usize, budget: u64, elastic: boo
         tls: cfg.tls.clone(),
         drain_period_ms: cfg.drain_period.as_millis() as u64,
         auth: cfg.auth.jwt_key(),
+        jwt_expected: cfg.jwt_expected.clone(),
         admin_topics: cfg.admin_topics.clone(),
         upstream_queue: cfg.upstream.as_ref().map(|_| cfg.upstream_queue),
+        upstream_bytes: super::upstream::worker_share(cfg.upstream_queue_bytes, max_workers),
         presence_events: cfg.upstream.is_some() && cfg.presence_events,
         presence_notices: cfg.presence_notices,
         io: cfg.io,

@@ -16,6 +16,11 @@ pub const NOT_PERMITTED: &str = "not_permitted";
 /// A refresh token for another user than the connection's.
 pub const OTHER_USER: &str = "auth_other_user";
 
+/// Stale expiry entries tolerated beyond one per identity before the heap
+/// is rebuilt (each rebuild is O(identities), so it happens at most once
+/// per this many refreshes or closes).
+const STALE_SLACK: usize = 1024;
+
 /// One authenticated connection.
 struct Identity {
     gen: u32,
@@ -75,11 +80,63 @@ pub struct Gate {
     /// (a million tokens usually carry a handful of distinct lists).
     lists: HashSet<Rc<[Box<str>]>>,
     by_user: HashMap<Rc<str>, Vec<usize>>,
-    /// (exp, key, gen), soonest first; stale entries are skipped.
+    /// (exp, key, gen), soonest first; stale entries (a refreshed token's
+    /// old exp, a closed connection's) are skipped, and the heap is built
+    /// anew from the identities once they outnumber the live ones
+    /// ([`STALE_SLACK`]): refreshes and closes never grow it for good.
     expiring: BinaryHeap<Reverse<(u64, usize, u32)>>,
-    /// `--presence-events`: joins and leaves of authenticated connections
-    /// since the worker last took them.
-    pub events: Option<Vec<PresenceEvent>>,
+    /// `--presence-events` or `--presence-notices`: joins and leaves of
+    /// authenticated connections since the worker last took them, netted.
+    pub events: Option<PendingPresence>,
+}
+
+/// Joins and leaves not told yet, netted per connection and topic: one
+/// that subscribes and leaves again before they are taken tells nobody,
+/// so a client flipping a subscription 100,000 times a second makes at
+/// most one event per interval instead of 200,000 (each of them a notice
+/// to every subscriber, everywhere). At most one entry per subscription a
+/// connection gained or lost since the last take: bounded by its
+/// subscriptions, whatever the churn.
+/// A connection (slab key, generation) and one of its topics.
+type Subscription = (usize, u32, Box<str>);
+/// Who, joined or left, and the order it was noted in.
+type Change = (Rc<str>, bool, u64);
+
+#[derive(Default)]
+pub struct PendingPresence {
+    /// (key, gen, topic) -> (user, joined, when noted): the change still
+    /// to tell, told in the order the changes were noted.
+    changed: HashMap<Subscription, Change>,
+    /// Changes noted so far (their order).
+    noted: u64,
+}
+
+impl PendingPresence {
+    fn note(&mut self, key: usize, gen: u32, user: &Rc<str>, topic: &str, join: bool) {
+        use std::collections::hash_map::Entry;
+        match self.changed.entry((key, gen, topic.into())) {
+            // Back to where it was when last told: nothing to tell.
+            Entry::Occupied(e) if e.get().1 != join => {
+                e.remove();
+            }
+            Entry::Occupied(_) => {}
+            Entry::Vacant(v) => {
+                self.noted += 1;
+                v.insert((user.clone(), join, self.noted));
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.changed.is_empty()
+    }
+
+    /// The net changes since the last take, in the order they were noted.
+    pub fn take(&mut self) -> Vec<PresenceEvent> {
+        let mut changed: Vec<_> = std::mem::take(&mut self.changed).into_iter().collect();
+        changed.sort_unstable_by_key(|(_, (_, _, noted))| *noted);
+        changed.into_iter().map(|((key, gen, topic), (user, join, _))| PresenceEvent { key, gen, user, topic, join }).collect()
+    }
 }
 
 /// An authenticated connection subscribed to (join) or left a topic.
@@ -98,8 +155,8 @@ pub fn unix_now() -> u64 {
 }
 
 impl Gate {
-    pub fn new(key: Option<&jwt::JwtKey>, admin_topics: Vec<String>) -> Result<Gate, String> {
-        let verifier = key.map(Verifier::new).transpose()?;
+    pub fn new(key: Option<&jwt::JwtKey>, expected: &jwt::Expected, admin_topics: Vec<String>) -> Result<Gate, String> {
+        let verifier = key.map(|k| Verifier::new(k, expected)).transpose()?;
         Ok(Gate { verifier, admin_topics, ..Default::default() })
     }
 
@@ -125,6 +182,7 @@ impl Gate {
         keys.push(key);
         let pos = keys.len() - 1;
         self.expiring.push(Reverse((claims.exp, key, gen)));
+        self.compact_expiring();
         let id = Identity {
             gen,
             user,
@@ -154,7 +212,18 @@ impl Gate {
         id.admin = claims.admin;
         let gen = id.gen;
         self.expiring.push(Reverse((claims.exp, key, gen)));
+        self.compact_expiring();
         Ok(claims.exp)
+    }
+
+    /// Rebuild the expiry heap from the identities once stale entries
+    /// outnumber them (see `expiring`).
+    fn compact_expiring(&mut self) {
+        if self.expiring.len() <= 2 * self.by_key.len + STALE_SLACK {
+            return;
+        }
+        let live = self.by_key.slots.iter().enumerate().filter_map(|(key, id)| id.as_ref().map(|i| Reverse((i.exp, key, i.gen))));
+        self.expiring = live.collect();
     }
 
     /// Connection `key` joined (or left) `topic`: an event, if asked for
@@ -162,7 +231,7 @@ impl Gate {
     pub fn joined(&mut self, key: usize, topic: &str, join: bool) {
         let Some(events) = &mut self.events else { return };
         let Some(id) = self.by_key.get(&key) else { return };
-        events.push(PresenceEvent { key, gen: id.gen, user: id.user.clone(), topic: topic.into(), join });
+        events.note(key, id.gen, &id.user, topic, join);
     }
 
     /// The shared copy of a `topics` claim.
@@ -188,6 +257,11 @@ impl Gate {
     pub fn forget(&mut self, key: usize) {
         let Some(Identity { user, pos, topics, .. }) = self.by_key.remove(&key) else { return };
         self.unlist(topics);
+        if self.by_key.len == 0 {
+            self.expiring = BinaryHeap::new();
+        } else {
+            self.compact_expiring();
+        }
         let Some(keys) = self.by_user.get_mut(&user) else { return };
         keys.swap_remove(pos);
         match keys.get(pos) {
@@ -270,7 +344,7 @@ mod tests {
     #[test]
     fn identities_permissions_and_expiry() {
         let key = jwt::JwtKey::Secret(vec![7; 32]);
-        let mut g = Gate::new(Some(&key), vec!["ops.*".into()]).unwrap();
+        let mut g = Gate::new(Some(&key), &Default::default(), vec!["ops.*".into()]).unwrap();
         assert_eq!(g.permits(1, "chat.a"), Err(NOT_PERMITTED), "no identity yet");
         g.admit(1, 10, claims("alice", 100, &["chat.*"]));
         g.admit(2, 11, claims("alice", 200, &["*"]));
@@ -306,8 +380,57 @@ mod tests {
 
     #[test]
     fn admin_topics_without_auth() {
-        let g = Gate::new(None, vec!["ops".into()]).unwrap();
+        let g = Gate::new(None, &Default::default(), vec!["ops".into()]).unwrap();
         assert_eq!(g.permits(1, "ops"), Err(NOT_PERMITTED));
         assert_eq!(g.permits(1, "chat"), Ok(()));
+    }
+
+    /// 400,000 refreshes of one connection and 100,000 connections that
+    /// came and went leave the expiry heap near the live count, and the
+    /// one live token still expires once (issue 42, finding 10).
+    #[test]
+    fn refreshes_and_closes_do_not_grow_the_expiry_heap() {
+        let key = jwt::JwtKey::Secret(vec![7; 32]);
+        let mut g = Gate::new(Some(&key), &Default::default(), vec![]).unwrap();
+        g.admit(1, 1, claims("alice", 1_000_000, &["*"]));
+        for i in 0..400_000 {
+            g.refresh(1, claims("alice", 1_000_000 + i, &["*"])).unwrap();
+        }
+        assert!(g.expiring.len() <= 2 + STALE_SLACK, "{} entries for one connection", g.expiring.len());
+        for k in 2..100_002 {
+            g.admit(k, 1, claims("bob", 5, &[]));
+            g.forget(k);
+        }
+        assert!(g.expiring.len() <= 2 + STALE_SLACK, "{} entries after closes", g.expiring.len());
+        assert_eq!(g.expired(u64::MAX), vec![(1, 1)]);
+        g.forget(1);
+        assert!(g.expiring.is_empty());
+    }
+
+    /// A connection flipping one subscription many times between two
+    /// takes makes at most one event: its net change (issue 42, finding 2).
+    #[test]
+    fn presence_flips_are_netted_between_takes() {
+        let key = jwt::JwtKey::Secret(vec![7; 32]);
+        let mut g = Gate::new(Some(&key), &Default::default(), vec![]).unwrap();
+        g.events = Some(PendingPresence::default());
+        g.admit(1, 1, claims("alice", 999, &["*"]));
+        g.admit(2, 1, claims("bob", 999, &["*"]));
+        for _ in 0..150_000 {
+            g.joined(1, "news", true);
+            g.joined(1, "news", false);
+        }
+        assert!(g.events.as_mut().unwrap().take().is_empty(), "a flip storm that ends where it began tells nothing");
+        for _ in 0..1000 {
+            g.joined(1, "news", true);
+            g.joined(1, "news", false);
+        }
+        g.joined(1, "news", true);
+        g.joined(2, "sport", true);
+        let got: Vec<(usize, String, bool)> = g.events.as_mut().unwrap().take().into_iter().map(|e| (e.key, e.topic.to_string(), e.join)).collect();
+        assert_eq!(got, vec![(1, "news".into(), true), (2, "sport".into(), true)], "in the order noted");
+        g.joined(1, "news", false);
+        let left: Vec<bool> = g.events.as_mut().unwrap().take().into_iter().map(|e| e.join).collect();
+        assert_eq!(left, vec![false], "a leave after the join was told is told");
     }
 }

@@ -17,6 +17,13 @@
 //! The epoch is per log and lives in this process: a restarted server has
 //! new epochs, so a client resuming across the restart is told
 //! `recovered: false` rather than given a wrong continuation.
+//!
+//! One answer to a worker carries at most [`MAX_REPLY_BYTES`] of payload:
+//! the latest messages that fit, so it always ends at the head. A cut
+//! answer is final for everyone at or after the offset it was asked
+//! from: asking again from there is cut at the same place (or later, once
+//! more is published), so such a subscriber is told it cannot recover
+//! ([`Slice::covers`] says `Some(false)`), never sent to ask again.
 
 use crate::proto::push::Position;
 use rand::Rng;
@@ -32,8 +39,12 @@ pub const MAX_SIZE: usize = 100_000;
 pub const DEFAULT_TTL: Duration = Duration::from_secs(300);
 /// Default `--history-max-bytes`: the whole node's history.
 pub const DEFAULT_MAX_BYTES: u64 = 256 << 20;
-/// Most message bytes one recovery answer carries to a worker; a
-/// subscriber further behind than that is told it cannot recover.
+/// Most payload bytes one recovery answer carries to a worker (the
+/// latest messages that fit); a subscriber that missed more than that
+/// is told it cannot recover. The answer is one line of base64 JSON
+/// through the worker's command pipe (~5.6 MB at this bound) and its
+/// replay is written to each waiting connection at once, so it is kept
+/// to a few of the largest pushes (`--max-push-bytes` is at most 1 MiB).
 pub const MAX_REPLY_BYTES: usize = 4 << 20;
 /// Bytes counted per kept message besides its payload (its record).
 pub const PER_MESSAGE: u64 = std::mem::size_of::<Kept>() as u64;
@@ -91,12 +102,16 @@ impl Log {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Slice {
     pub topic: String,
+    /// The offset it was asked after (u64::MAX: for the position only):
+    /// a subscriber at or after it that the slice does not reach was cut
+    /// off by the byte bound, not by someone else's question.
+    pub after: u64,
     /// Epoch 0: the topic has no log (nothing published, or forgotten).
     pub epoch: u32,
     pub head: u64,
-    /// Messages after the offset asked for, oldest first. They may start
-    /// later than asked when the history no longer reaches back, or the
-    /// answer reached its byte cap.
+    /// Messages after the offset asked for, oldest first, up to the
+    /// head. They start later than asked when the history no longer
+    /// reaches back, or the answer reached [`MAX_REPLY_BYTES`].
     pub messages: Vec<Message>,
     /// The oldest offset the history still has (head + 1: none).
     pub oldest: u64,
@@ -129,8 +144,11 @@ mod b64 {
 
 impl Slice {
     /// Whether a subscriber at `at` can continue from this slice with
-    /// nothing missing: None when the slice starts too late for it but
-    /// the history itself might not (ask again from `at`).
+    /// nothing missing: None when the slice was asked for a later offset
+    /// and the history itself reaches back to `at` (ask again from
+    /// `at`). A slice asked from `at` or earlier that still starts too
+    /// late was cut at the byte bound: Some(false), as asking again from
+    /// `at` would be cut the same way.
     pub fn covers(&self, at: Position) -> Option<bool> {
         let oldest_kept = self.oldest;
         // Nothing seen: everything since the log began must be here.
@@ -146,10 +164,12 @@ impl Slice {
         };
         if self.starts_at() <= after + 1 {
             Some(true)
-        } else if oldest_kept <= after + 1 {
-            // The history has it; this answer was cut for someone else.
+        } else if oldest_kept <= after + 1 && self.after > after {
+            // The history has it; this answer was asked for someone later.
             None
         } else {
+            // The history no longer reaches back, or it does but not
+            // within one answer.
             Some(false)
         }
     }
@@ -356,10 +376,11 @@ impl History {
         self.counters.topics = self.logs.len() as u64;
     }
 
-    /// The topic's messages after `after`, at most `max_bytes` of
-    /// payload (the latest ones when it must cut).
+    /// The topic's messages after `after`, at most `limit` of them and
+    /// `max_bytes` of payload (the latest ones when it must cut, so the
+    /// slice always ends at the head).
     pub fn since(&self, topic: &str, after: u64, limit: usize, max_bytes: usize) -> Slice {
-        let Some(log) = self.logs.get(topic) else { return Slice { topic: topic.into(), oldest: 1, ..Default::default() } };
+        let Some(log) = self.logs.get(topic) else { return Slice { topic: topic.into(), after, oldest: 1, ..Default::default() } };
         let first = log.first();
         let skip = after.saturating_add(1).saturating_sub(first).min(log.kept.len() as u64) as usize;
         let mut messages: Vec<Message> = Vec::new();
@@ -372,7 +393,7 @@ impl History {
             messages.push(Message { offset: first + i as u64, publish_us: k.publish_us, data: k.data.to_vec() });
         }
         messages.reverse();
-        Slice { topic: topic.into(), epoch: log.epoch, head: log.head, messages, oldest: first }
+        Slice { topic: topic.into(), after, epoch: log.epoch, head: log.head, messages, oldest: first }
     }
 
     /// The topic's epoch and head (0, 0 without a log).
@@ -423,6 +444,40 @@ mod tests {
         assert_eq!((none.epoch, none.covers(Position::default())), (0, Some(true)));
         let cut = h.since("a", 0, usize::MAX, 2);
         assert_eq!(cut.messages.len(), 1, "the latest that fit");
+    }
+
+    #[test]
+    fn an_answer_cut_at_the_byte_bound_is_final_for_those_it_was_asked_for() {
+        const PAYLOAD: usize = 100;
+        let mut h = History::new(cfg(100, 1 << 20));
+        for i in 1..=6u64 {
+            h.append("t", i, &[b'x'; PAYLOAD]);
+        }
+        let e = h.position("t").epoch;
+        let at = |offset| Position { epoch: e, offset };
+        let offsets = |s: &Slice| s.messages.iter().map(|m| m.offset).collect::<Vec<_>>();
+        // Exactly four fit: the latest four, ending at the head.
+        let four = h.since("t", 0, usize::MAX, 4 * PAYLOAD);
+        assert_eq!((offsets(&four), four.oldest, four.after), (vec![3, 4, 5, 6], 1, 0));
+        assert_eq!(offsets(&h.since("t", 0, usize::MAX, 4 * PAYLOAD + 1)), vec![3, 4, 5, 6], "one byte more fits no fifth");
+        assert_eq!(offsets(&h.since("t", 0, usize::MAX, 4 * PAYLOAD - 1)), vec![4, 5, 6]);
+        // Asked from 0: the history has 1.., the answer does not, and
+        // asking again from 0 or 1 would be cut the same way.
+        assert_eq!(four.covers(Position::default()), Some(false), "nothing seen, more than the bound behind");
+        assert_eq!(four.covers(at(1)), Some(false), "5 missed, 4 fit");
+        assert_eq!(four.covers(at(2)), Some(true), "exactly the bound behind");
+        assert_eq!(four.covers(at(6)), Some(true), "nothing missed");
+        // Asked from 3 for someone else: one at 1 asks again from 1.
+        let later = h.since("t", 3, usize::MAX, 4 * PAYLOAD);
+        assert_eq!((offsets(&later), later.covers(at(1)), later.covers(at(3))), (vec![4, 5, 6], None, Some(true)));
+        assert_eq!(h.since("t", 1, usize::MAX, 4 * PAYLOAD), Slice { after: 1, ..four.clone() }, "the same cut from 1");
+        // The real bound: four 1 MiB messages fit, a fifth does not.
+        let mut big = History::new(cfg(100, 64 << 20));
+        for i in 1..=6u64 {
+            big.append("t", i, &vec![0; MAX_REPLY_BYTES / 4]);
+        }
+        let s = big.since("t", 0, usize::MAX, MAX_REPLY_BYTES);
+        assert_eq!((s.starts_at(), s.covers(Position::default())), (3, Some(false)));
     }
 
     #[test]

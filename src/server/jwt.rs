@@ -55,7 +55,7 @@ impl JwtKey {
     pub fn read_public(path: &str) -> Result<JwtKey, String> {
         let pem = String::from_utf8(read(path, "--jwt-public-key-file")?).map_err(|_| format!("--jwt-public-key-file {path} is not PEM text"))?;
         let key = JwtKey::PublicPem(pem);
-        Verifier::new(&key).map_err(|e| format!("--jwt-public-key-file {path}: {e}"))?;
+        Verifier::new(&key, &Expected::default()).map_err(|e| format!("--jwt-public-key-file {path}: {e}"))?;
         Ok(key)
     }
 
@@ -63,13 +63,22 @@ impl JwtKey {
     pub fn read_jwks(path: &str) -> Result<JwtKey, String> {
         let text = String::from_utf8(read(path, "--jwt-jwks-file")?).map_err(|_| format!("--jwt-jwks-file {path} is not JSON text"))?;
         let key = JwtKey::Jwks(text);
-        Verifier::new(&key).map_err(|e| format!("--jwt-jwks-file {path}: {e}"))?;
+        Verifier::new(&key, &Expected::default()).map_err(|e| format!("--jwt-jwks-file {path}: {e}"))?;
         Ok(key)
     }
 }
 
 fn read(path: &str, flag: &str) -> Result<Vec<u8>, String> {
     std::fs::read(Path::new(path)).map_err(|e| format!("{flag} {path}: cannot read it ({e})"))
+}
+
+/// `--jwt-audience` and `--jwt-issuer`: the `aud` and `iss` a token must
+/// carry. With a key shared by many services (a JWKS from one identity
+/// provider), they are what tells this server's tokens from the rest.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Expected {
+    pub audience: Option<String>,
+    pub issuer: Option<String>,
 }
 
 /// What a valid token says about its bearer.
@@ -102,12 +111,24 @@ pub struct Verifier {
     keys: Vec<Key>,
 }
 
-fn validation(algorithms: &[Algorithm]) -> Validation {
+fn validation(algorithms: &[Algorithm], expected: &Expected) -> Validation {
     let mut v = Validation::new(algorithms[0]);
     v.algorithms = algorithms.to_vec();
     v.leeway = 0;
-    v.validate_aud = false;
-    v.set_required_spec_claims(&["exp", "sub"]);
+    v.validate_nbf = true;
+    let mut required = vec!["exp", "sub"];
+    match &expected.audience {
+        Some(aud) => {
+            v.set_audience(&[aud]);
+            required.push("aud");
+        }
+        None => v.validate_aud = false,
+    }
+    if let Some(iss) = &expected.issuer {
+        v.set_issuer(&[iss]);
+        required.push("iss");
+    }
+    v.set_required_spec_claims(&required);
     v
 }
 
@@ -132,12 +153,12 @@ fn from_pem(pem: &str) -> Result<(DecodingKey, &'static [Algorithm]), String> {
 }
 
 impl Verifier {
-    pub fn new(key: &JwtKey) -> Result<Verifier, String> {
+    pub fn new(key: &JwtKey, expected: &Expected) -> Result<Verifier, String> {
         let keys = match key {
-            JwtKey::Secret(s) => vec![Key { kid: None, key: DecodingKey::from_secret(s), validation: validation(&HMAC) }],
+            JwtKey::Secret(s) => vec![Key { kid: None, key: DecodingKey::from_secret(s), validation: validation(&HMAC, expected) }],
             JwtKey::PublicPem(pem) => {
                 let (key, algs) = from_pem(pem)?;
-                vec![Key { kid: None, key, validation: validation(algs) }]
+                vec![Key { kid: None, key, validation: validation(algs, expected) }]
             }
             JwtKey::Jwks(text) => {
                 let set: JwkSet = serde_json::from_str(text).map_err(|e| format!("not a JWKS ({e}); expected {{\"keys\":[{{\"kty\":..}}]}}"))?;
@@ -154,7 +175,7 @@ impl Verifier {
                         P::OctetKey(_) => &HMAC,
                     };
                     let key = DecodingKey::from_jwk(jwk).map_err(|e| format!("key {:?}: {e}", jwk.common.key_id))?;
-                    keys.push(Key { kid: jwk.common.key_id.clone(), key, validation: validation(algs) });
+                    keys.push(Key { kid: jwk.common.key_id.clone(), key, validation: validation(algs, expected) });
                 }
                 keys
             }
@@ -205,7 +226,9 @@ pub fn explain(reason: &str) -> &'static str {
     match reason {
         MISSING => "no token: send Authorization: Bearer TOKEN, the subprotocols megaconn and bearer.TOKEN, or ?token=TOKEN (framed: an auth frame first)",
         EXPIRED => "the token's exp has passed: get a fresh token",
-        "auth_not_yet_valid" => "the token's nbf is still in the future",
+        NOT_YET_VALID => "the token's nbf is still in the future",
+        WRONG_AUDIENCE => "the token's aud is not this server's --jwt-audience",
+        WRONG_ISSUER => "the token's iss is not this server's --jwt-issuer",
         "auth_bad_signature" => "the token's signature does not match this server's key",
         "auth_bad_algorithm" => {
             "the token's alg is not one this server's key verifies (HS* for --jwt-secret-file, the key's own family for a public key or JWKS; never none)"
@@ -216,6 +239,13 @@ pub fn explain(reason: &str) -> &'static str {
         _ => "not a JWT (header.payload.signature, base64url, at most 8 KiB)",
     }
 }
+
+/// The token's `nbf` is still to come.
+pub const NOT_YET_VALID: &str = "auth_not_yet_valid";
+/// The token lacks the `aud` of `--jwt-audience`, or names another.
+pub const WRONG_AUDIENCE: &str = "auth_wrong_audience";
+/// The token lacks the `iss` of `--jwt-issuer`, or names another.
+pub const WRONG_ISSUER: &str = "auth_wrong_issuer";
 
 /// WebSocket close code when a connection's token expires (private range).
 pub const EXPIRED_CLOSE: u16 = 4001;
@@ -237,11 +267,23 @@ fn header_refusal(token: &str) -> &'static str {
 fn refusal(kind: &ErrorKind) -> &'static str {
     match kind {
         ErrorKind::ExpiredSignature => EXPIRED,
-        ErrorKind::ImmatureSignature => "auth_not_yet_valid",
+        ErrorKind::ImmatureSignature => NOT_YET_VALID,
+        ErrorKind::InvalidAudience | ErrorKind::MissingRequiredClaim(_) if missing_or(kind, "aud") => WRONG_AUDIENCE,
+        ErrorKind::InvalidIssuer | ErrorKind::MissingRequiredClaim(_) if missing_or(kind, "iss") => WRONG_ISSUER,
         ErrorKind::InvalidSignature => "auth_bad_signature",
         ErrorKind::InvalidAlgorithm | ErrorKind::InvalidAlgorithmName | ErrorKind::MissingAlgorithm | ErrorKind::InvalidKeyFormat => "auth_bad_algorithm",
         ErrorKind::MissingRequiredClaim(_) | ErrorKind::Json(_) => "auth_bad_claims",
         _ => "auth_malformed",
+    }
+}
+
+/// Whether `kind` is about claim `claim`: its check failed, or it is missing.
+fn missing_or(kind: &ErrorKind, claim: &str) -> bool {
+    match kind {
+        ErrorKind::MissingRequiredClaim(c) => c == claim,
+        ErrorKind::InvalidAudience => claim == "aud",
+        ErrorKind::InvalidIssuer => claim == "iss",
+        _ => false,
     }
 }
 
@@ -265,7 +307,7 @@ mod tests {
     #[test]
     fn a_secret_verifies_hmac_tokens_only() {
         let secret = b"0123456789abcdef0123456789abcdef".to_vec();
-        let v = Verifier::new(&JwtKey::Secret(secret.clone())).unwrap();
+        let v = Verifier::new(&JwtKey::Secret(secret.clone()), &Expected::default()).unwrap();
         let claims = serde_json::json!({"sub": "alice", "exp": now() + 60, "topics": ["chat.*"]});
         let good = encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(&secret)).unwrap();
         assert_eq!(v.verify(&good).unwrap().sub, "alice");
@@ -281,6 +323,32 @@ mod tests {
         assert_eq!(v.verify(none), Err("auth_bad_algorithm"));
         assert_eq!(v.verify(""), Err(MISSING));
         assert_eq!(v.verify("a.b"), Err("auth_malformed"));
+    }
+
+    /// `nbf` is checked; `aud` and `iss` when the server names them
+    /// (issue 42, finding 11).
+    #[test]
+    fn nbf_audience_and_issuer_are_checked() {
+        let secret = b"0123456789abcdef0123456789abcdef".to_vec();
+        let mint = |c: serde_json::Value| encode(&Header::new(Algorithm::HS256), &c, &EncodingKey::from_secret(&secret)).unwrap();
+        let any = Verifier::new(&JwtKey::Secret(secret.clone()), &Expected::default()).unwrap();
+        let tomorrow = mint(serde_json::json!({"sub": "a", "exp": now() + 172_800, "nbf": now() + 86_400}));
+        assert_eq!(any.verify(&tomorrow), Err(NOT_YET_VALID));
+        let started = mint(serde_json::json!({"sub": "a", "exp": now() + 60, "nbf": now() - 1}));
+        assert_eq!(any.verify(&started).unwrap().sub, "a");
+        let foreign = mint(serde_json::json!({"sub": "a", "exp": now() + 60, "aud": "billing", "iss": "idp"}));
+        assert_eq!(any.verify(&foreign).unwrap().sub, "a", "no --jwt-audience: aud not checked");
+        let ours = Expected { audience: Some("megaconn".into()), issuer: Some("idp".into()) };
+        let strict = Verifier::new(&JwtKey::Secret(secret.clone()), &ours).unwrap();
+        assert_eq!(strict.verify(&foreign), Err(WRONG_AUDIENCE));
+        let no_aud = mint(serde_json::json!({"sub": "a", "exp": now() + 60, "iss": "idp"}));
+        assert_eq!(strict.verify(&no_aud), Err(WRONG_AUDIENCE));
+        let other_iss = mint(serde_json::json!({"sub": "a", "exp": now() + 60, "aud": "megaconn", "iss": "evil"}));
+        assert_eq!(strict.verify(&other_iss), Err(WRONG_ISSUER));
+        let no_iss = mint(serde_json::json!({"sub": "a", "exp": now() + 60, "aud": "megaconn"}));
+        assert_eq!(strict.verify(&no_iss), Err(WRONG_ISSUER));
+        let good = mint(serde_json::json!({"sub": "a", "exp": now() + 60, "aud": ["x", "megaconn"], "iss": "idp"}));
+        assert_eq!(strict.verify(&good).unwrap().sub, "a");
     }
 
     #[test]

@@ -73,11 +73,18 @@ pub fn stall_timeout(s: &str) -> Result<Option<Duration>, String> {
     }
 }
 
+fn default_commands() -> u32 {
+    super::command_rate::DEFAULT_PER_SECOND
+}
+
 /// What a worker enforces per connection, resolved for its listen address.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConnLimits {
     /// `--max-topics`: topics with subscribers per worker.
     pub max_topics: usize,
+    /// `--max-commands-per-second`.
+    #[serde(default = "default_commands")]
+    pub max_commands_per_second: u32,
     /// `--stall-timeout` in ms; None: off.
     pub stall_timeout_ms: Option<u64>,
     /// TCP keepalive idle time in ms; None: no keepalive.
@@ -92,6 +99,7 @@ impl Default for ConnLimits {
     fn default() -> ConnLimits {
         ConnLimits {
             max_topics: super::push::DEFAULT_MAX_TOPICS,
+            max_commands_per_second: super::command_rate::DEFAULT_PER_SECOND,
             stall_timeout_ms: Some(DEFAULT_STALL.as_millis() as u64),
             keepalive_ms: None,
             user_timeout_ms: None,
@@ -110,6 +118,7 @@ impl ConnLimits {
         };
         Ok(ConnLimits {
             max_topics: cfg.max_topics,
+            max_commands_per_second: cfg.max_commands_per_second,
             stall_timeout_ms: cfg.stall_timeout.map(|d| d.as_millis().max(1) as u64),
             keepalive_ms: cfg.tcp_keepalive.resolve(cfg.listen, DEFAULT_KEEPALIVE).map(|d| d.as_millis() as u64),
             user_timeout_ms: cfg.tcp_user_timeout.resolve(cfg.listen, DEFAULT_USER_TIMEOUT).map(|d| d.as_millis() as u64),

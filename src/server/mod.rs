@@ -3,6 +3,7 @@
 //! prints.
 pub mod business;
 pub mod cap;
+pub mod command_rate;
 pub mod config;
 pub mod conn;
 pub mod fleet;
@@ -86,6 +87,9 @@ pub fn plan(cfg: &ServerConfig, fd_hard: u64) -> Result<ServerPlan, String> {
         ));
     }
     check_auth(cfg)?;
+    if let Some(c) = &cfg.cluster {
+        crate::cluster::check_url(&c.url)?;
+    }
     if cfg.max_pending_bytes < cfg.max_push_bytes {
         return Err(format!(
             "--max-pending-bytes {} is below --max-push-bytes {}: every connection would be closed as a slow consumer by one large push; raise --max-pending-bytes to at least {}",
@@ -153,6 +157,31 @@ pub fn exposure_warning(cfg: &ServerConfig) -> Option<String> {
             cfg.listen
         )
     })
+}
+
+/// What an operator should hear about `--upstream` before the server
+/// starts: POSTs nobody can verify, and a byte bound the workers' least
+/// shares exceed.
+pub fn upstream_warnings(cfg: &ServerConfig, max_workers: usize) -> Vec<String> {
+    let Some(t) = &cfg.upstream else { return Vec::new() };
+    let mut w = Vec::new();
+    if cfg.upstream_secret.is_none() {
+        w.push(format!(
+            "warning: --upstream http://{}:{}{}: POSTs are unsigned, so anyone who can reach the backend can forge what clients said; give --upstream-secret-file and check X-Megaconn-Signature in the backend (docs/upstream.md)",
+            t.host, t.port, t.path
+        ));
+    }
+    let share = upstream::worker_share(cfg.upstream_queue_bytes, max_workers);
+    if share * max_workers as u64 > cfg.upstream_queue_bytes {
+        w.push(format!(
+            "warning: --upstream-queue-bytes {} MiB over up to {max_workers} workers is less than {} MiB each; each gets {} MiB, so the server may hold {} MiB for the backend",
+            cfg.upstream_queue_bytes >> 20,
+            upstream::MIN_WORKER_BYTES >> 20,
+            share >> 20,
+            (share * max_workers as u64) >> 20
+        ));
+    }
+    w
 }
 
 /// Start a server's workers (tests and the bench call this directly).
@@ -316,7 +345,8 @@ pub fn run(cfg: ServerConfig) -> Result<i32> {
             p.note(&line);
         }
     };
-    for w in warnings.iter().chain(exposure_warning(&cfg).as_ref()) {
+    let upstream_warnings = upstream_warnings(&cfg, plan.max());
+    for w in warnings.iter().chain(exposure_warning(&cfg).as_ref()).chain(&upstream_warnings) {
         progress.note(w);
     }
     say(
@@ -434,5 +464,19 @@ mod auth_tests {
         cfg.protocol = crate::proto::Protocol::Ws;
         cfg.auth = config::Auth::Jwt(None);
         assert!(check_auth(&cfg).unwrap_err().contains("--jwt-secret-file"));
+    }
+
+    #[test]
+    fn unsigned_upstream_posts_are_warned_about() {
+        let mut cfg = ServerConfig::default();
+        assert!(upstream_warnings(&cfg, 4).is_empty(), "no --upstream");
+        cfg.upstream = Some(upstream::parse_url("http://127.0.0.1:9/hook").unwrap());
+        let w = upstream_warnings(&cfg, 4);
+        assert!(w.len() == 1 && w[0].contains("POSTs are unsigned"), "{w:?}");
+        cfg.upstream_secret = Some(upstream::UpstreamSecret::new(vec![7; 32]).unwrap());
+        assert!(upstream_warnings(&cfg, 4).is_empty());
+        cfg.upstream_queue_bytes = 4 << 20;
+        let w = upstream_warnings(&cfg, 8);
+        assert!(w.len() == 1 && w[0].contains("may hold 8 MiB"), "{w:?}");
     }
 }

@@ -54,17 +54,29 @@ pub struct Topics {
     /// Who each connection is and what it may subscribe to (`--auth`,
     /// `--admin-topics`): every subscription passes it.
     pub gate: super::gate::Gate,
+    /// Subscribe, unsubscribe, resume and refresh commands per connection
+    /// this second (the framed and WebSocket command paths charge it).
+    pub rate: super::command_rate::CommandRate,
 }
 
 impl Default for Topics {
     fn default() -> Topics {
-        Topics::new(false, DEFAULT_MAX_TOPICS)
+        Topics::new(false, DEFAULT_MAX_TOPICS, super::command_rate::DEFAULT_PER_SECOND)
     }
 }
 
 impl Topics {
-    pub fn new(track: bool, max: usize) -> Topics {
-        Topics { ids: HashMap::new(), slots: Vec::new(), free: Vec::new(), max, track, changes: HashMap::new(), gate: Default::default() }
+    pub fn new(track: bool, max: usize, commands_per_second: u32) -> Topics {
+        Topics {
+            ids: HashMap::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            max,
+            track,
+            changes: HashMap::new(),
+            gate: Default::default(),
+            rate: super::command_rate::CommandRate::new(commands_per_second),
+        }
     }
 
     /// Subscribe connection `key` to `topic`.
@@ -295,7 +307,7 @@ mod tests {
 
     #[test]
     fn a_topic_without_subscribers_is_forgotten_and_its_id_reused() {
-        let mut t = Topics::new(false, 2);
+        let mut t = Topics::new(false, 2, super::super::command_rate::DEFAULT_PER_SECOND);
         let (mut a, mut b): (Subs, Subs) = (None, None);
         t.subscribe(&mut a, 1, b"keep").unwrap();
         for i in 0..1000 {

@@ -7,6 +7,27 @@
 //! worker every push up to the head it reports, so each of them is in the
 //! answer, and every later push comes after it. The seam therefore has no
 //! gap and no duplicate, and nothing is buffered per connection.
+//!
+//! Each waiting connection gets one answer. A connection the answer does
+//! not reach back to is asked for again only when the question was for a
+//! later offset (someone else's, asked before it came) and the history
+//! still has its offset; otherwise it is lost: the history no longer
+//! reaches back, or its offset is more than
+//! [`MAX_REPLY_BYTES`](super::history::MAX_REPLY_BYTES) of payload
+//! behind (an answer holds the latest messages that fit, so asking again
+//! would be cut the same way: before this was told apart, such a
+//! connection was asked for again without end and never answered).
+//!
+//! A lost connection gets no replay: only `recovered: false` with the
+//! topic's position (epoch, head), so the first push it gets next is
+//! head + 1, live. A partial replay (the latest messages that fit) would
+//! still leave it a hole to fill from the application's own store, and
+//! `recovered: false` would then mean "some of it came" on this path and
+//! "none came" on the others (epoch gone, history evicted); with no
+//! replay it means one thing everywhere: reload up to the offset named.
+//!
+//! Unsubscribing (or closing) ends the wait: no replay and no answer come
+//! for a topic the connection left.
 
 use super::history::Slice;
 use super::push::{Subs, Topics};
@@ -56,6 +77,15 @@ pub fn resume(
     let name = std::str::from_utf8(topic).map_err(|_| "bad_topic")?;
     r.add(name, key, gen, at);
     Ok(())
+}
+
+/// Unsubscribe connection `key` from `topic` (`*`: the broadcasts) and
+/// drop its wait for that topic's history, if any.
+pub fn unsubscribe(topics: &mut Topics, subs: &mut Subs, r: &mut Recoveries, key: usize, topic: &[u8]) {
+    topics.unsubscribe(subs, key, topic);
+    if let Ok(name) = std::str::from_utf8(topic) {
+        r.forget(name, key);
+    }
 }
 
 /// The last offset a subscriber at `at` has (0: none).
@@ -115,7 +145,10 @@ impl Recoveries {
     }
 
     /// The supervisor's answer for a topic: every waiting connection with
-    /// its fate (those the slice starts too late for wait on, asked again).
+    /// its fate. Those it starts too late for wait on, asked again, only
+    /// when it was asked for a later offset than theirs (see
+    /// [`Slice::covers`]): the next question is asked from the earliest
+    /// of theirs, and its answer settles each of them.
     pub fn answered(&mut self, slice: &Slice) -> Vec<(usize, u32, Fate)> {
         self.asked.remove(slice.topic.as_str());
         let Some(waiting) = self.waiting.remove(slice.topic.as_str()) else { return Vec::new() };
@@ -165,9 +198,15 @@ impl Recoveries {
 mod tests {
     use super::*;
 
+    /// The answer to a question asked after `from - 1`, holding all of it.
     fn slice(epoch: u32, head: u64, from: u64) -> Slice {
+        cut_slice(epoch, head, from - 1, from)
+    }
+
+    /// The answer to a question asked after `after`, holding `from..=head`.
+    fn cut_slice(epoch: u32, head: u64, after: u64, from: u64) -> Slice {
         let messages = (from..=head).map(|offset| super::super::history::Message { offset, ..Default::default() }).collect();
-        Slice { topic: "t".into(), epoch, head, messages, oldest: 1 }
+        Slice { topic: "t".into(), after, epoch, head, messages, oldest: 1 }
     }
 
     #[test]
@@ -196,5 +235,40 @@ mod tests {
         r.add("t", 5, 1, Some(Position::default()));
         r.forget("t", 5);
         assert!(r.is_empty() && r.answered(&slice(5, 20, 5)).is_empty());
+    }
+
+    #[test]
+    fn an_answer_cut_at_the_byte_bound_is_answered_once_and_never_asked_again() {
+        let mut r = Recoveries::default();
+        let at = |offset| Some(Position { epoch: 5, offset });
+        // From the start: the answer (asked after 0) holds only 15..=20.
+        r.add("t", 1, 7, Some(Position::default()));
+        assert_eq!(r.take_wanted(), vec![("t".to_string(), 0)]);
+        assert!(r.holds("t", 1, 7), "no live push before the answer");
+        assert_eq!(r.answered(&cut_slice(5, 20, 0, 15)), vec![(1, 7, Fate::Lost)]);
+        assert!(r.is_empty() && !r.holds("t", 1, 7), "live from now on");
+        assert!(r.take_wanted().is_empty(), "not asked again");
+        // One at 10 asked first; one at 2 comes before the answer: the
+        // first answer serves 10 and asks again for 2, whose answer is cut.
+        r.add("t", 2, 7, at(10));
+        r.take_wanted();
+        r.add("t", 3, 7, at(2));
+        assert_eq!(r.take_wanted(), vec![("t".to_string(), 2)]);
+        assert_eq!(r.answered(&slice(5, 20, 11)), vec![(2, 7, Fate::Recovered { after: 10 })], "3 waits: asked for 10, not for it");
+        assert_eq!(r.take_wanted(), vec![("t".to_string(), 2)]);
+        assert_eq!(r.answered(&cut_slice(5, 20, 2, 15)), vec![(3, 7, Fate::Lost)]);
+        assert!(r.is_empty() && r.take_wanted().is_empty());
+    }
+
+    #[test]
+    fn unsubscribing_ends_the_wait() {
+        let (mut topics, mut subs, mut r) = (Topics::default(), None, Recoveries::default());
+        resume(&mut topics, &mut subs, &mut r, (1, 7), b"t", Some(Position { epoch: 5, offset: 3 })).unwrap();
+        resume(&mut topics, &mut subs, &mut r, (1, 7), b"*", Some(Position { epoch: 6, offset: 3 })).unwrap();
+        assert!(r.holds("t", 1, 7) && r.holds("*", 1, 7) && topics.subscribers("t") == vec![1]);
+        unsubscribe(&mut topics, &mut subs, &mut r, 1, b"t");
+        assert!(!r.holds("t", 1, 7) && topics.subscribers("t").is_empty());
+        assert!(r.answered(&slice(5, 20, 4)).is_empty(), "no replay for a topic it left");
+        assert_eq!(r.len(), 1, "the broadcasts still wait");
     }
 }

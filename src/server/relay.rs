@@ -245,7 +245,9 @@ impl Relay {
 
     /// Workers' subscribers of `topic` recover after offset `after`
     /// (u64::MAX: they want only its position). With JetStream a
-    /// recovery this node's history cannot answer reads the stream's.
+    /// recovery this node's history cannot answer reads the stream's
+    /// (its latest 4 MiB); what the answer then cannot reach is lost for
+    /// that subscriber, which does not ask again (`recovery.rs`).
     pub fn history_wanted(&mut self, worker: usize, topic: &str, after: u64, publisher: &mut Publisher, pool: &mut Pool) {
         // Only a topic followed here has a history that is up to date.
         let covered = || {

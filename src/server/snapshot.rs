@@ -26,14 +26,14 @@ crate::counters! {
         authenticated: gauge "authenticated_connections" "Connections open now with a verified token",
         upstream_sent: counter "upstream_sent" "Messages clients sent that the workers handed on to the --upstream backend",
         presence_notices: counter "presence_notices" "Join and leave notices written to WebSocket subscribers (--presence-notices)",
-        presence_events_dropped: counter "presence_events_dropped" "Join and leave events not sent upstream because the worker's --upstream-queue was full",
+        presence_events_dropped: counter "presence_events_dropped" "Join and leave events not sent upstream because their part of the worker's upstream budget (an eighth of --upstream-queue and of its share of --upstream-queue-bytes, apart from client messages) was full",
         ws_upgrades: counter "ws_upgrades" "WebSocket handshakes completed",
         sse_streams: counter "sse_streams" "Server-Sent Event streams opened (GET with Accept: text/event-stream on a WebSocket or HTTP port)",
         goaways: counter "goaways" "Connections closed by a drain (SIGTERM, --drain-period) after a reconnect hint",
         tls_handshakes: counter "tls_handshakes" "TLS handshakes completed (full and resumed)",
         tls_resumed: counter "tls_resumed" "TLS handshakes that resumed a session (ticket)",
         tls_handshake_failures: by("reason") "tls_handshake_failures" "TLS connections closed before their handshake finished, by reason (tls_timeout, tls_plaintext, tls_eof, tls_alert_<name>, tls_bad_message, ...)",
-        tls_reload_failures: counter "tls_reload_failures" "Certificate reloads a worker could not apply (its files changed again after the supervisor checked them); the previous certificate stays in use",
+        tls_reload_failures: counter "tls_reload_failures" "Certificate reloads a worker could not apply (the supervisor checked them first, so this stays 0); the previous certificate stays in use",
         frames_in: counter "frames_in" "Frames received",
         frames_out: counter "frames_out" "Frames sent",
         requests: counter "requests" "Requests received",
@@ -214,11 +214,13 @@ pub const CMD_LIST: &str = "list";
 pub const CMD_PRESENCE: &str = "presence";
 /// `history {json}`: a topic's history, for the subscribers recovering it.
 pub const CMD_HISTORY: &str = "history";
-/// Read the TLS certificate and key again (SIGHUP, or the files changed).
+/// `tls_reload "PEM"`: new handshakes use this certificate and key (the
+/// supervisor read and checked them after a SIGHUP or a change of the files).
 pub const CMD_TLS_RELOAD: &str = "tls_reload";
 /// `notices [json]`: tell the topics' subscribers who joined or left.
 pub const CMD_NOTICES: &str = "notices";
-/// `upstream_done N`: the backend took N more of this worker's messages.
+/// `upstream_done N`: the backend took (or refused for good) N more of
+/// this worker's messages, its oldest (the worker knows their bytes).
 pub const CMD_UPSTREAM_DONE: &str = "upstream_done";
 /// Clients are resuming somewhere on this server: note accepts for the
 /// seam (see `worker/seam.rs`), also on a worker that has read no resume yet.
@@ -232,7 +234,7 @@ pub enum ServerCommand {
     List(ListCommand),
     Presence(PresenceCommand),
     History(super::history::Slice),
-    TlsReload,
+    TlsReload(crate::tls::files::Pem),
     Resuming,
     UpstreamDone(u64),
     Notices(Vec<crate::proto::push::Notice>),
@@ -247,7 +249,7 @@ impl ServerCommand {
             CMD_LIST => serde_json::from_str(arg).ok().map(ServerCommand::List),
             CMD_PRESENCE => serde_json::from_str(arg).ok().map(ServerCommand::Presence),
             CMD_HISTORY => serde_json::from_str(arg).ok().map(ServerCommand::History),
-            CMD_TLS_RELOAD => Some(ServerCommand::TlsReload),
+            CMD_TLS_RELOAD => serde_json::from_str(arg).ok().map(ServerCommand::TlsReload),
             CMD_RESUMING => Some(ServerCommand::Resuming),
             CMD_UPSTREAM_DONE => arg.trim().parse().ok().map(ServerCommand::UpstreamDone),
             CMD_NOTICES => serde_json::from_str(arg).ok().map(ServerCommand::Notices),

@@ -6,36 +6,139 @@
 //! thread here (a current-thread tokio runtime, hyper's HTTP/1 client on
 //! one keep-alive connection) sends whatever has queued as one batch as
 //! soon as the previous batch was answered, so a quiet backend gets each
-//! message at once and a busy one gets large batches. A batch that fails
-//! (no connection, a timeout, 5xx, 408, 429) is sent again after a back-off
-//! of 100 ms doubling to 5 s; nothing behind it overtakes it. Each worker
-//! may have `--upstream-queue` messages not yet taken by the backend; a
-//! client whose message would exceed that is closed with 1013 (try again
-//! later) and counted, so nothing is dropped silently. A batch the backend
-//! refuses with another 4xx is not sent again: it is counted by status
-//! and the operator is told.
+//! message at once and a busy one gets large batches, of at most
+//! [`MAX_BATCH`] messages and [`MAX_BATCH_BYTES`] of body (always at least
+//! one message).
+//!
+//! What the backend answers decides the next batch ([`Sizer`]):
+//! - 2xx: taken; batches grow back (doubling) toward their caps;
+//! - 413: the batch is too large for the backend: it is sent again at
+//!   once, halved, and the backend's limit is remembered; a single
+//!   message refused with 413 is dropped, counted
+//!   (`upstream_refused{status="413"}`) and the operator told;
+//! - a timeout ([`REQUEST_TIMEOUT`]): sent again after a back-off, halved,
+//!   so a batch too large to send in time gets smaller instead of being
+//!   sent again whole for ever (a single message that still times out is
+//!   a backend that does not answer: it is retried like a 5xx);
+//! - no connection, 5xx, 408, 429: the same batch again after a back-off
+//!   of 100 ms doubling to 5 s; nothing behind it overtakes it;
+//! - another 4xx: not sent again; counted by status and the operator told.
+//!
+//! Bounds (docs/upstream.md): each worker may have `--upstream-queue`
+//! messages and its share of `--upstream-queue-bytes` ([`worker_share`])
+//! not yet taken (see `outbox.rs`); a client whose message would exceed
+//! that is closed with 1013 (try again later) and counted, so nothing is
+//! dropped silently. The supervisor holds what the workers handed it; as a
+//! last guard against what dead or retired workers left behind, it holds
+//! at most [`supervisor_cap`] bytes and drops (counted, told) beyond.
+//!
+//! With `--upstream-secret-file` every POST is signed: `X-Megaconn-Timestamp`
+//! (Unix ms) and `X-Megaconn-Signature: sha256=HEX`, the HMAC-SHA256 of
+//! `TIMESTAMP.BODY` ([`signature`]); the backend recomputes it and checks
+//! the timestamp is recent, so nobody else who reaches it can forge what
+//! clients said.
 
 use crate::supervise::Sink;
 use anyhow::{Context, Result};
+use hmac::{Hmac, Mac};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use serde::{Deserialize, Serialize};
+use sha2::Sha256;
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 /// Default `--upstream-queue`: messages per worker the backend has not taken.
 pub const DEFAULT_QUEUE: usize = 262_144;
+/// Default `--upstream-queue-bytes`: what the whole server may hold for
+/// the backend. A backend that stalls 5 s under 50,000 messages/s of
+/// ~1 KiB needs ~250 MB.
+pub const DEFAULT_QUEUE_BYTES: u64 = 256 << 20;
+/// The least share of `--upstream-queue-bytes` a worker gets, whatever
+/// the number of workers: less would refuse clients after a handful of
+/// messages.
+pub const MIN_WORKER_BYTES: u64 = 1 << 20;
+/// How much the supervisor may hold, as a multiple of what the live
+/// workers can hand it: the same again is room for the messages of
+/// workers that died or retired with messages still queued here (they
+/// are still sent). Past it, the supervisor's memory (every worker's
+/// lifeline) comes first: arrivals are dropped, counted and told.
+pub const SUPERVISOR_SLACK: u64 = 2;
 /// Most messages in one POST.
 pub const MAX_BATCH: usize = 5_000;
+/// Most bytes in one POST's body (a single larger message still goes, alone):
+/// a 5,000-message batch of 64 KiB messages was ~430 MB, more than
+/// any webhook takes or can receive within [`REQUEST_TIMEOUT`].
+pub const MAX_BATCH_BYTES: usize = 4 << 20;
+/// A 413 never lowers the byte cap below this: a backend that refuses a
+/// body this small refuses it for what it is, and each message goes alone.
+const MIN_BATCH_CEILING: usize = 64 << 10;
 /// Longest a POST may take before it is sent again.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// Drops at the supervisor's bound are told at most this often (each one
+/// is counted).
+const DROP_NOTE_EVERY: Duration = Duration::from_secs(10);
 /// The close reason (and WebSocket 1013) of a client whose worker's
-/// upstream queue is full.
+/// upstream budget is full.
 pub const FULL: &str = "upstream_full";
+/// The close reason (and WebSocket 1013) of a client that holds its
+/// part of its worker's upstream bytes (`outbox::CONN_PART`).
+pub const CONN_FULL: &str = "upstream_connection_full";
+/// The signing time of a POST, Unix milliseconds.
+pub const H_TIMESTAMP: &str = "X-Megaconn-Timestamp";
+/// `sha256=` and the hex HMAC-SHA256 of `TIMESTAMP.BODY`.
+pub const H_SIGNATURE: &str = "X-Megaconn-Signature";
+/// Shortest `--upstream-secret-file` accepted: 256 bits, the HMAC-SHA256
+/// block's worth (as for `--jwt-secret-file`).
+pub const MIN_SECRET: usize = 32;
+/// An upper bound of the JSON around a message's strings (field names, a
+/// 20-digit `conn`, a 16-digit `ts`, quotes and commas: ~105 bytes).
+const MESSAGE_OVERHEAD: usize = 128;
+/// The most a string grows as JSON: a control character becomes `\u00XX`.
+const JSON_ESCAPE_MAX: usize = 6;
+
+/// Whether a close reason is an upstream refusal (WebSocket close 1013).
+pub fn is_full(reason: &str) -> bool {
+    reason == FULL || reason == CONN_FULL
+}
+
+/// A worker's share of `--upstream-queue-bytes` when at most `max_workers`
+/// run at once: the supervisor holds at most `max_workers` shares.
+pub fn worker_share(total: u64, max_workers: usize) -> u64 {
+    (total / max_workers.max(1) as u64).max(MIN_WORKER_BYTES)
+}
+
+/// The most one message may cost ([`UpMessage::bytes`]) when clients'
+/// messages are at most `max_message` bytes (framed publish frames are
+/// smaller still): its data escaped or base64, the longest user (a
+/// token's `sub`) and topic.
+pub fn max_message_cost(max_message: usize) -> u64 {
+    let data = max_message.max(crate::proto::frame::MAX_PAYLOAD);
+    (MESSAGE_OVERHEAD + JSON_ESCAPE_MAX * (data + crate::server::jwt::MAX_TOKEN + crate::proto::push::MAX_TOPIC)) as u64
+}
+
+/// What the supervisor holds at most: every live worker's share plus the
+/// one message a worker with nothing in flight may send whatever its
+/// size, times [`SUPERVISOR_SLACK`].
+pub fn supervisor_cap(share: u64, max_workers: usize, max_message: usize) -> u64 {
+    SUPERVISOR_SLACK * max_workers.max(1) as u64 * (share + max_message_cost(max_message))
+}
+
+/// How many bytes `s` takes as a JSON string's content.
+fn json_len(s: &str) -> usize {
+    s.bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+            0..=0x1f => JSON_ESCAPE_MAX,
+            _ => 1,
+        })
+        .sum()
+}
 
 /// One thing a client said or did, as the backend receives it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,12 +183,16 @@ impl UpMessage {
         }
     }
 
-    /// About what it costs queued.
+    /// What it costs queued: at least its length as JSON, so the bytes a
+    /// worker counts bound what the supervisor holds and sends.
     pub fn bytes(&self) -> usize {
-        96 + self.user.as_ref().map_or(0, String::len)
-            + self.topic.as_ref().map_or(0, String::len)
-            + self.data.as_ref().map_or(0, String::len)
-            + self.data_b64.as_ref().map_or(0, String::len)
+        let s = |f: &Option<String>| f.as_deref().map_or(0, json_len);
+        MESSAGE_OVERHEAD + s(&self.user) + s(&self.topic) + s(&self.data) + s(&self.data_b64)
+    }
+
+    /// A join or leave (`--presence-events`), not something a client said.
+    pub fn is_presence(&self) -> bool {
+        self.kind != "message"
     }
 }
 
@@ -94,20 +201,64 @@ crate::counters! {
     pub struct UpstreamCounters {
         delivered: counter "upstream_delivered" "Messages (and presence events) the --upstream backend took (2xx)",
         batches: counter "upstream_batches" "Batches the --upstream backend took",
-        retries: by("reason") "upstream_retries" "Batches sent again after a failure, by reason (connect, timeout, http_5xx, http_429, ...)",
-        refused: by("status") "upstream_refused" "Messages the --upstream backend refused with a 4xx that is not retried (not sent again; the operator is told)",
+        retries: by("reason") "upstream_retries" "Batches sent again, by reason (connect, io, timeout: sent again halved, http_5xx, http_429, http_413: split in half at once, ...)",
+        refused: by("status") "upstream_refused" "Messages the --upstream backend refused for good: a 4xx that is not retried, or 413 to a message sent alone (not sent again; the operator is told)",
+        dropped: counter "upstream_dropped" "Messages dropped by the supervisor at its bound (SUPERVISOR_SLACK times the workers' shares of --upstream-queue-bytes: only with messages of dead workers still queued; the operator is told)",
         queued: gauge "upstream_queued" "Messages waiting in the supervisor for the --upstream backend",
+        queued_bytes: bytes "upstream_queued" "Bytes of messages waiting in the supervisor for the --upstream backend (as the workers count them)",
     }
 }
 
 /// What the sender tells the supervisor.
 #[derive(Debug)]
 pub enum UpstreamEvent {
-    /// The backend took (or refused for good) this many messages of each
-    /// worker: their queue has that much room again.
+    /// The backend took (or refused for good) this many more of each
+    /// worker's messages, its oldest: their budget has that much room again
+    /// (the worker knows their bytes; see `outbox.rs`).
     Done(BTreeMap<usize, u64>),
     /// Something the operator must hear (a refused batch).
     Note(String),
+}
+
+/// `--upstream-secret-file`: the key POSTs are signed with. Its Debug
+/// never shows the bytes.
+#[derive(Clone, PartialEq, Eq)]
+pub struct UpstreamSecret(Vec<u8>);
+
+impl std::fmt::Debug for UpstreamSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "UpstreamSecret({} bytes)", self.0.len())
+    }
+}
+
+impl UpstreamSecret {
+    pub fn new(bytes: Vec<u8>) -> Result<UpstreamSecret, String> {
+        if bytes.len() < MIN_SECRET {
+            return Err(format!("the secret is {} bytes; at least {MIN_SECRET} are needed", bytes.len()));
+        }
+        Ok(UpstreamSecret(bytes))
+    }
+
+    /// Read `--upstream-secret-file` (its bytes, without a trailing newline).
+    pub fn read(path: &str) -> Result<UpstreamSecret, String> {
+        let mut bytes = std::fs::read(path).map_err(|e| format!("--upstream-secret-file {path}: cannot read it ({e})"))?;
+        while bytes.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+            bytes.pop();
+        }
+        UpstreamSecret::new(bytes)
+            .map_err(|e| format!("--upstream-secret-file {path}: {e} (e.g. `head -c 48 /dev/urandom | base64 > {path}`; give your backend the same file)"))
+    }
+}
+
+/// The `X-Megaconn-Signature` of a POST signed at `timestamp_ms`:
+/// `sha256=` and the hex HMAC-SHA256 of `TIMESTAMP.BODY`.
+pub fn signature(secret: &UpstreamSecret, timestamp_ms: u64, body: &[u8]) -> String {
+    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&secret.0).expect("HMAC takes a key of any length");
+    m.update(timestamp_ms.to_string().as_bytes());
+    m.update(b".");
+    m.update(body);
+    let hex: String = m.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256={hex}")
 }
 
 /// The `--upstream` target.
@@ -137,39 +288,177 @@ pub fn parse_url(url: &str) -> Result<Target, String> {
     Ok(Target { host: host.trim_start_matches('[').trim_end_matches(']').to_string(), port, path: path.to_string() })
 }
 
+/// What the sender thread needs.
+#[derive(Debug, Clone)]
+pub struct SenderConfig {
+    pub target: Target,
+    /// This node's id in a cluster (the batch's `node`).
+    pub node: Option<String>,
+    /// `--upstream-secret-file`: sign every POST.
+    pub secret: Option<UpstreamSecret>,
+    /// The most bytes the supervisor holds ([`supervisor_cap`]).
+    pub hold_bytes: u64,
+}
+
+/// What a worker handed over, or how many of its messages were dropped
+/// at the supervisor's bound (finished in their place in the queue, so
+/// the worker's oldest-first accounting holds).
+struct Arrival {
+    worker: usize,
+    messages: Vec<UpMessage>,
+    dropped: u64,
+}
+
 /// The supervisor's handle on the sender thread.
 pub struct Upstream {
-    tx: UnboundedSender<(usize, Vec<UpMessage>)>,
+    tx: UnboundedSender<Arrival>,
+    /// Bytes handed to the sender and not finished ([`UpMessage::bytes`]).
+    held: Arc<AtomicU64>,
+    hold_bytes: u64,
     pub counters: Arc<Mutex<UpstreamCounters>>,
 }
 
 impl Upstream {
-    pub fn start(target: Target, node: Option<String>, sink: Sink<UpstreamEvent>) -> Result<Upstream> {
+    pub fn start(cfg: SenderConfig, sink: Sink<UpstreamEvent>) -> Result<Upstream> {
         let (tx, rx) = unbounded_channel();
         let counters = Arc::new(Mutex::new(UpstreamCounters::default()));
-        let c = counters.clone();
+        let held = Arc::new(AtomicU64::new(0));
+        let (c, h, hold_bytes) = (counters.clone(), held.clone(), cfg.hold_bytes);
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the upstream sender's runtime")?;
         std::thread::Builder::new()
             .name("upstream".into())
-            .spawn(move || rt.block_on(run(target, node, rx, sink, c)))
+            .spawn(move || rt.block_on(run(cfg, rx, sink, c, h)))
             .context("starting the upstream sender thread")?;
-        Ok(Upstream { tx, counters })
+        Ok(Upstream { tx, held, hold_bytes, counters })
     }
 
-    /// Messages of worker `w` to send.
+    /// Messages of worker `w` to send; past the supervisor's bound they
+    /// are dropped and counted instead.
     pub fn send(&self, w: usize, messages: Vec<UpMessage>) {
-        let _ = self.tx.send((w, messages));
+        let cost: u64 = messages.iter().map(|m| m.bytes() as u64).sum();
+        let arrival = if self.held.load(Ordering::Relaxed) + cost > self.hold_bytes {
+            self.counters.lock().expect("counters").dropped += messages.len() as u64;
+            Arrival { worker: w, dropped: messages.len() as u64, messages: Vec::new() }
+        } else {
+            self.held.fetch_add(cost, Ordering::Relaxed);
+            Arrival { worker: w, messages, dropped: 0 }
+        };
+        let _ = self.tx.send(arrival);
+    }
+}
+
+/// How many of the queue's first messages (`sizes`: each one's JSON
+/// length) the next POST carries: at most `count`, their JSON (with a
+/// comma each) at most `bytes`, and always at least one.
+pub fn batch_len(sizes: impl Iterator<Item = usize>, count: usize, bytes: usize) -> usize {
+    let mut total = 0;
+    let mut n = 0;
+    for size in sizes.take(count.max(1)) {
+        total += size + 1;
+        if n > 0 && total > bytes {
+            break;
+        }
+        n += 1;
+    }
+    n
+}
+
+/// How a POST ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Taken,
+    /// Send again, for this reason (the `upstream_retries` label).
+    Retry(String),
+    /// An answer that is not retried as such.
+    Refused(u16),
+}
+
+/// What to do with the batch that was just sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    /// Taken: finish it.
+    Taken,
+    /// Send a smaller batch at once (413 to more than one message).
+    Split,
+    /// Finish it without sending it again, counted under this status.
+    Refused(u16),
+    /// Send again after the back-off, for this reason.
+    Retry(String),
+}
+
+/// The size of the next batch, learned from the backend's answers.
+///
+/// A 413 bounds the body the backend takes from above (`ceiling`), a 2xx
+/// from below (`ok`); batches then grow to halfway between the two, so
+/// the backend's limit is found in a few 413s and not hit again on every
+/// second batch. A timeout halves the batch without teaching a limit:
+/// it grows back by doubling.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sizer {
+    /// Most messages in the next batch.
+    pub count: usize,
+    /// Most body bytes in the next batch (at least one message goes).
+    pub bytes: usize,
+    /// Just under the smallest body the backend refused with 413, at
+    /// least [`MIN_BATCH_CEILING`], at most [`MAX_BATCH_BYTES`].
+    pub ceiling: usize,
+    /// The largest body taken (at most `ceiling`).
+    pub ok: usize,
+}
+
+impl Default for Sizer {
+    fn default() -> Sizer {
+        Sizer { count: MAX_BATCH, bytes: MAX_BATCH_BYTES, ceiling: MAX_BATCH_BYTES, ok: 0 }
+    }
+}
+
+impl Sizer {
+    /// The backend answered `outcome` to a batch of `n` messages in a
+    /// body of `body` bytes.
+    pub fn after(&mut self, n: usize, body: usize, outcome: Outcome) -> Next {
+        match outcome {
+            Outcome::Taken => {
+                self.ok = self.ok.max(body).min(self.ceiling);
+                self.count = (self.count * 2).min(MAX_BATCH);
+                self.bytes = (self.bytes * 2).min(self.room());
+                Next::Taken
+            }
+            Outcome::Refused(413) => {
+                self.ceiling = self.ceiling.min(body.saturating_sub(1)).max(MIN_BATCH_CEILING);
+                self.ok = self.ok.min(self.ceiling);
+                self.count = (n / 2).max(1);
+                // What was taken before is worth trying again; always less
+                // than what was refused.
+                self.bytes = (body / 2).max(self.ok).min(body.saturating_sub(1)).max(1);
+                if n > 1 {
+                    Next::Split
+                } else {
+                    Next::Refused(413)
+                }
+            }
+            Outcome::Refused(status) => Next::Refused(status),
+            Outcome::Retry(reason) => {
+                if reason == "timeout" {
+                    self.count = (n / 2).max(1);
+                    self.bytes = (body / 2).max(1);
+                }
+                Next::Retry(reason)
+            }
+        }
+    }
+
+    /// How far `bytes` may grow: the cap, or halfway from what was taken
+    /// to what was refused.
+    fn room(&self) -> usize {
+        match self.ceiling < MAX_BATCH_BYTES {
+            true => self.ok + (self.ceiling - self.ok) / 2,
+            false => MAX_BATCH_BYTES,
+        }
+        .max(1)
     }
 }
 
 type Conn = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
-
-/// Why a POST failed, as a retry reason; None: taken.
-enum Outcome {
-    Taken,
-    Retry(String),
-    Refused(u16),
-}
 
 async fn connect(t: &Target) -> Result<Conn> {
     let stream = tokio::net::TcpStream::connect((t.host.as_str(), t.port)).await?;
@@ -179,7 +468,11 @@ async fn connect(t: &Target) -> Result<Conn> {
     Ok(send)
 }
 
-async fn post(conn: &mut Option<Conn>, t: &Target, body: Bytes) -> Outcome {
+fn unix_ms() -> u64 {
+    crate::proto::push::wall_us() / 1000
+}
+
+async fn post(conn: &mut Option<Conn>, t: &Target, secret: Option<&UpstreamSecret>, body: Bytes) -> Outcome {
     if conn.as_ref().is_none_or(|c| c.is_closed()) {
         *conn = match tokio::time::timeout(REQUEST_TIMEOUT, connect(t)).await {
             Ok(Ok(c)) => Some(c),
@@ -187,11 +480,14 @@ async fn post(conn: &mut Option<Conn>, t: &Target, body: Bytes) -> Outcome {
         };
     }
     let Some(c) = conn.as_mut() else { return Outcome::Retry("connect".into()) };
-    let req = hyper::Request::post(&t.path)
-        .header(hyper::header::HOST, format!("{}:{}", t.host, t.port))
-        .header(hyper::header::CONTENT_TYPE, "application/json")
-        .body(Full::new(body))
-        .expect("a valid request");
+    let mut req =
+        hyper::Request::post(&t.path).header(hyper::header::HOST, format!("{}:{}", t.host, t.port)).header(hyper::header::CONTENT_TYPE, "application/json");
+    if let Some(s) = secret {
+        // Signed at each attempt: a retry carries a fresh timestamp.
+        let ts = unix_ms();
+        req = req.header(H_TIMESTAMP, ts.to_string()).header(H_SIGNATURE, signature(s, ts, &body));
+    }
+    let req = req.body(Full::new(body)).expect("a valid request");
     let answer = async {
         c.ready().await?;
         let resp = c.send_request(req).await?;
@@ -217,69 +513,167 @@ async fn post(conn: &mut Option<Conn>, t: &Target, body: Bytes) -> Outcome {
     }
 }
 
-/// Take what arrived without waiting.
-fn drain(rx: &mut UnboundedReceiver<(usize, Vec<UpMessage>)>, queue: &mut VecDeque<(usize, UpMessage)>) {
-    while let Ok((w, ms)) = rx.try_recv() {
-        queue.extend(ms.into_iter().map(|m| (w, m)));
+/// One queued message as it will be sent, or a run of dropped ones.
+enum Entry {
+    /// Its JSON, and what it counts in `held`.
+    Msg { worker: usize, json: Vec<u8>, cost: u64 },
+    /// Dropped at the supervisor's bound: finished when it reaches the front.
+    Dropped { worker: usize, n: u64 },
+}
+
+impl Entry {
+    fn json_len(&self) -> Option<usize> {
+        match self {
+            Entry::Msg { json, .. } => Some(json.len()),
+            Entry::Dropped { .. } => None,
+        }
     }
 }
 
-async fn run(
-    t: Target,
-    node: Option<String>,
-    mut rx: UnboundedReceiver<(usize, Vec<UpMessage>)>,
+/// The sender's state between batches.
+struct Sender {
+    cfg: SenderConfig,
+    queue: VecDeque<Entry>,
     sink: Sink<UpstreamEvent>,
     counters: Arc<Mutex<UpstreamCounters>>,
-) {
-    let mut queue: VecDeque<(usize, UpMessage)> = VecDeque::new();
+    held: Arc<AtomicU64>,
+    drop_noted: Option<Instant>,
+}
+
+impl Sender {
+    fn take(&mut self, a: Arrival) {
+        if a.dropped > 0 {
+            self.queue.push_back(Entry::Dropped { worker: a.worker, n: a.dropped });
+            if self.drop_noted.is_none_or(|t| t.elapsed() >= DROP_NOTE_EVERY) {
+                self.drop_noted = Some(Instant::now());
+                let note = format!(
+                    "upstream: the supervisor holds its bound of {} MiB for {}{} (workers that died with messages queued, and a backend that does not take them): {} messages of worker {} dropped (counted as upstream_dropped)",
+                    self.cfg.hold_bytes >> 20,
+                    self.cfg.target.host,
+                    self.cfg.target.path,
+                    a.dropped,
+                    a.worker
+                );
+                let _ = (self.sink)(UpstreamEvent::Note(note));
+            }
+        }
+        for m in a.messages {
+            let cost = m.bytes() as u64;
+            self.queue.push_back(Entry::Msg { worker: a.worker, json: serde_json::to_vec(&m).expect("a message serializes"), cost });
+        }
+    }
+
+    fn gauges(&self) {
+        let mut c = self.counters.lock().expect("counters");
+        c.queued = self.queue.iter().filter(|e| e.json_len().is_some()).count() as u64;
+        c.queued_bytes = self.held.load(Ordering::Relaxed);
+    }
+
+    /// Finish the first `n` entries (and dropped ones right behind them);
+    /// false when the supervisor is gone.
+    fn finish(&mut self, n: usize) -> bool {
+        let mut per: BTreeMap<usize, u64> = BTreeMap::new();
+        let mut freed = 0;
+        let mut taken = 0;
+        while let Some(e) = self.queue.front() {
+            if taken >= n && e.json_len().is_some() {
+                break;
+            }
+            match self.queue.pop_front().expect("a front") {
+                Entry::Msg { worker, cost, .. } => {
+                    taken += 1;
+                    freed += cost;
+                    *per.entry(worker).or_insert(0) += 1;
+                }
+                Entry::Dropped { worker, n } => *per.entry(worker).or_insert(0) += n,
+            }
+        }
+        self.held.fetch_sub(freed, Ordering::Relaxed);
+        self.gauges();
+        per.is_empty() || (self.sink)(UpstreamEvent::Done(per))
+    }
+
+    /// The body of a POST of the first `n` messages.
+    fn body(&self, n: usize) -> Vec<u8> {
+        let mut body = self.envelope();
+        let close = body.split_off(body.len() - 2);
+        for (i, e) in self.queue.iter().take(n).enumerate() {
+            if let Entry::Msg { json, .. } = e {
+                if i > 0 {
+                    body.push(b',');
+                }
+                body.extend_from_slice(json);
+            }
+        }
+        body.extend_from_slice(&close);
+        body
+    }
+
+    /// `{"node":..,"messages":[]}`.
+    fn envelope(&self) -> Vec<u8> {
+        format!(r#"{{"node":{},"messages":[]}}"#, serde_json::to_string(&self.cfg.node).expect("serializes")).into_bytes()
+    }
+}
+
+async fn run(cfg: SenderConfig, mut rx: UnboundedReceiver<Arrival>, sink: Sink<UpstreamEvent>, counters: Arc<Mutex<UpstreamCounters>>, held: Arc<AtomicU64>) {
+    let mut s = Sender { cfg, queue: VecDeque::new(), sink, counters, held, drop_noted: None };
+    let overhead = s.envelope().len();
     let mut conn = None;
     let mut backoff = FIRST_BACKOFF;
+    let mut sizer = Sizer::default();
     loop {
-        if queue.is_empty() {
+        if s.queue.is_empty() {
             match rx.recv().await {
-                Some((w, ms)) => queue.extend(ms.into_iter().map(|m| (w, m))),
+                Some(a) => s.take(a),
                 None => return,
             }
         }
-        drain(&mut rx, &mut queue);
-        counters.lock().expect("counters").queued = queue.len() as u64;
-        let n = queue.len().min(MAX_BATCH);
-        let batch: Vec<&UpMessage> = queue.iter().take(n).map(|(_, m)| m).collect();
-        let body = serde_json::json!({ "node": node, "messages": batch }).to_string();
-        let outcome = post(&mut conn, &t, Bytes::from(body)).await;
-        let done = |queue: &mut VecDeque<(usize, UpMessage)>| {
-            let mut per: BTreeMap<usize, u64> = BTreeMap::new();
-            for (w, _) in queue.drain(..n) {
-                *per.entry(w).or_insert(0) += 1;
+        while let Ok(a) = rx.try_recv() {
+            s.take(a);
+        }
+        s.gauges();
+        // Dropped ones at the front: finished without a POST.
+        if s.queue.front().is_some_and(|e| e.json_len().is_none()) {
+            if !s.finish(0) {
+                return;
             }
-            per
-        };
-        match outcome {
-            Outcome::Taken => {
+            continue;
+        }
+        let n = batch_len(s.queue.iter().map_while(Entry::json_len), sizer.count, sizer.bytes.saturating_sub(overhead));
+        let body = s.body(n);
+        let size = body.len();
+        let outcome = post(&mut conn, &s.cfg.target, s.cfg.secret.as_ref(), Bytes::from(body)).await;
+        match sizer.after(n, size, outcome) {
+            Next::Taken => {
                 backoff = FIRST_BACKOFF;
                 {
-                    let mut c = counters.lock().expect("counters");
+                    let mut c = s.counters.lock().expect("counters");
                     c.delivered += n as u64;
                     c.batches += 1;
                 }
-                let per = done(&mut queue);
-                counters.lock().expect("counters").queued = queue.len() as u64;
-                if !sink(UpstreamEvent::Done(per)) {
+                if !s.finish(n) {
                     return;
                 }
             }
-            Outcome::Refused(status) => {
-                *counters.lock().expect("counters").refused.entry(status.to_string()).or_insert(0) += n as u64;
+            Next::Split => {
+                *s.counters.lock().expect("counters").retries.entry("http_413".into()).or_insert(0) += 1;
+            }
+            Next::Refused(status) => {
+                *s.counters.lock().expect("counters").refused.entry(status.to_string()).or_insert(0) += n as u64;
+                let why = match status {
+                    413 => "it is too large for the backend even alone".to_string(),
+                    _ => "A webhook should answer 2xx, or 5xx/429 to have them sent again".to_string(),
+                };
                 let note = format!(
-                    "upstream: {}{} answered {status} to a batch of {n} messages; they are not sent again (counted as upstream_refused). A webhook should answer 2xx, or 5xx/429 to have them sent again",
-                    t.host, t.path
+                    "upstream: {}{} answered {status} to a batch of {n} messages ({size} bytes); they are not sent again (counted as upstream_refused): {why}",
+                    s.cfg.target.host, s.cfg.target.path
                 );
-                if !sink(UpstreamEvent::Note(note)) || !sink(UpstreamEvent::Done(done(&mut queue))) {
+                if !(s.sink)(UpstreamEvent::Note(note)) || !s.finish(n) {
                     return;
                 }
             }
-            Outcome::Retry(reason) => {
-                *counters.lock().expect("counters").retries.entry(reason).or_insert(0) += 1;
+            Next::Retry(reason) => {
+                *s.counters.lock().expect("counters").retries.entry(reason).or_insert(0) += 1;
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
@@ -298,6 +692,129 @@ mod tests {
         assert_eq!(parse_url("http://[::1]:9/x").unwrap().host, "::1");
         assert!(parse_url("https://x/").unwrap_err().contains("https is not supported"));
         assert!(parse_url("http://x:port/").unwrap_err().contains("not a port"));
+    }
+
+    #[test]
+    fn batches_are_capped_by_count_and_bytes() {
+        assert_eq!(batch_len([10, 10, 10].into_iter(), 5_000, 1_000), 3);
+        assert_eq!(batch_len([10, 10, 10].into_iter(), 2, 1_000), 2, "count");
+        assert_eq!(batch_len([10, 10, 10].into_iter(), 5_000, 22), 2, "bytes: 11 each with its comma");
+        assert_eq!(batch_len([10_000, 10].into_iter(), 5_000, 100), 1, "one message, however large");
+        assert_eq!(batch_len(std::iter::repeat_n(65_600, 5_000), MAX_BATCH, MAX_BATCH_BYTES), 63, "64 KiB messages: ~4 MiB, not 430 MB");
+        assert_eq!(batch_len(std::iter::empty(), 10, 10), 0);
+    }
+
+    /// Sends a queue of messages of `sizes` to a backend that answers
+    /// 413 to bodies over `limit` (and 2xx otherwise) the way the sender
+    /// does; returns the bodies it took, the messages refused and the
+    /// number of POSTs.
+    fn against_a_413_backend(sizes: &[usize], limit: usize, overhead: usize) -> (Vec<Vec<usize>>, Vec<usize>, usize) {
+        let mut queue: VecDeque<usize> = sizes.iter().copied().collect();
+        let (mut taken, mut refused, mut posts) = (Vec::new(), Vec::new(), 0);
+        let mut sizer = Sizer::default();
+        while !queue.is_empty() {
+            posts += 1;
+            assert!(posts < 10_000, "no progress");
+            let n = batch_len(queue.iter().copied(), sizer.count, sizer.bytes.saturating_sub(overhead));
+            let body = overhead + queue.iter().take(n).map(|s| s + 1).sum::<usize>();
+            let outcome = if body > limit { Outcome::Refused(413) } else { Outcome::Taken };
+            match sizer.after(n, body, outcome) {
+                Next::Taken => taken.push(queue.drain(..n).collect()),
+                Next::Refused(413) => refused.extend(queue.drain(..n)),
+                Next::Split => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        (taken, refused, posts)
+    }
+
+    #[test]
+    fn a_413_splits_the_batch_until_it_fits() {
+        // 5,000 messages of 1 KiB against a backend that takes 100 KB.
+        let (taken, refused, posts) = against_a_413_backend(&[1024; 5_000], 100_000, 30);
+        assert!(refused.is_empty());
+        assert_eq!(taken.iter().map(Vec::len).sum::<usize>(), 5_000, "every message taken");
+        assert!(taken.iter().all(|b| 30 + b.iter().map(|s| s + 1).sum::<usize>() <= 100_000));
+        // The limit is learned: a few 413s, not one per batch.
+        assert!(posts <= taken.len() + 16, "{posts} POSTs for {} batches", taken.len());
+    }
+
+    #[test]
+    fn a_single_message_refused_with_413_is_dropped_and_the_rest_goes() {
+        let (taken, refused, _) = against_a_413_backend(&[100, 100, 500_000, 100], 100_000, 30);
+        assert_eq!(refused, [500_000], "only the one too large alone");
+        assert_eq!(taken.concat(), [100, 100, 100]);
+    }
+
+    #[test]
+    fn a_timeout_halves_the_batch_and_success_grows_it_back() {
+        let mut s = Sizer::default();
+        assert_eq!(s.after(5_000, 4 << 20, Outcome::Retry("timeout".into())), Next::Retry("timeout".into()));
+        assert_eq!((s.count, s.bytes), (2_500, 2 << 20));
+        assert_eq!(s.after(2_500, 2 << 20, Outcome::Retry("connect".into())), Next::Retry("connect".into()));
+        assert_eq!(s.count, 2_500, "only a timeout says the batch was too large to send in time");
+        for _ in 0..2 {
+            s.after(1, 10, Outcome::Retry("timeout".into()));
+        }
+        assert_eq!(s.count, 1);
+        for _ in 0..25 {
+            assert_eq!(s.after(1, 10, Outcome::Taken), Next::Taken);
+        }
+        assert_eq!(s, Sizer { ok: 10, ..Sizer::default() }, "grown back to the caps");
+        assert_eq!(s.after(10, 1000, Outcome::Refused(400)), Next::Refused(400));
+    }
+
+    #[test]
+    fn a_413_limit_is_learned_not_hit_again() {
+        let mut s = Sizer::default();
+        assert_eq!(s.after(100, 1_000_000, Outcome::Refused(413)), Next::Split);
+        assert_eq!((s.ceiling, s.bytes, s.count), (999_999, 500_000, 50));
+        s.after(50, 500_000, Outcome::Taken);
+        assert_eq!((s.ok, s.bytes), (500_000, 749_999), "halfway between taken and refused");
+        s.after(1, 100, Outcome::Refused(413));
+        assert_eq!((s.ceiling, s.ok), (MIN_BATCH_CEILING, MIN_BATCH_CEILING), "never below the floor");
+        assert_eq!(s.bytes, 99, "less than what was refused");
+    }
+
+    #[test]
+    fn posts_are_signed_over_the_timestamp_and_body() {
+        let secret = UpstreamSecret::new(vec![b'k'; 32]).unwrap();
+        let body = br#"{"node":null,"messages":[]}"#;
+        // Python: hmac.new(b"k"*32, b"1700000000000." + body, hashlib.sha256).hexdigest()
+        let want = "sha256=834ca0e9f201b2f1a9fe255133860d3c90ef30c36b67307896de836a81ec5309";
+        assert_eq!(signature(&secret, 1_700_000_000_000, body), want);
+        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&[b'k'; 32]).unwrap();
+        m.update(b"1700000000000.");
+        m.update(body);
+        m.verify_slice(&crate_hex(&want["sha256=".len()..])).expect("the hmac crate agrees");
+        assert_ne!(signature(&secret, 1_700_000_000_001, body), want, "the timestamp is signed");
+        assert!(UpstreamSecret::new(vec![b'k'; 31]).unwrap_err().contains("at least 32"));
+        assert_eq!(format!("{secret:?}"), "UpstreamSecret(32 bytes)");
+    }
+
+    fn crate_hex(s: &str) -> Vec<u8> {
+        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    }
+
+    #[test]
+    fn a_message_costs_at_least_its_json() {
+        for data in ["plain", "quotes \" and \\ and \n", "\u{1}\u{2}\u{1f} control", "ünïcödé"] {
+            let m = UpMessage::message(u64::MAX, Some("a\"user"), Some("chat.room"), true, data.as_bytes());
+            let m = UpMessage { ts: u64::MAX, ..m };
+            assert!(serde_json::to_vec(&m).unwrap().len() <= m.bytes(), "{data:?}: {} > {}", serde_json::to_vec(&m).unwrap().len(), m.bytes());
+            assert!(m.bytes() as u64 <= max_message_cost(data.len()));
+        }
+        let b = UpMessage::message(1, None, None, false, &[0xff; 3000]);
+        assert!(serde_json::to_vec(&b).unwrap().len() <= b.bytes());
+    }
+
+    #[test]
+    fn shares_bound_the_supervisor() {
+        assert_eq!(worker_share(256 << 20, 16), 16 << 20);
+        assert_eq!(worker_share(256 << 20, 1_000), MIN_WORKER_BYTES, "at least 1 MiB each");
+        assert_eq!(worker_share(256 << 20, 0), 256 << 20);
+        let cap = supervisor_cap(16 << 20, 16, 64 << 10);
+        assert_eq!(cap, SUPERVISOR_SLACK * 16 * ((16 << 20) + max_message_cost(64 << 10)));
     }
 
     #[test]

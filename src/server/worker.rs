@@ -89,6 +89,9 @@ pub struct ServerWorkerConfig {
     /// `--auth jwt`: the key tokens are verified with.
     #[serde(default)]
     pub auth: Option<super::jwt::JwtKey>,
+    /// `--jwt-audience` and `--jwt-issuer`.
+    #[serde(default)]
+    pub jwt_expected: super::jwt::Expected,
     /// `--admin-topics`: patterns only admin tokens may subscribe to.
     #[serde(default)]
     pub admin_topics: Vec<String>,
@@ -96,6 +99,10 @@ pub struct ServerWorkerConfig {
     /// the application, at most this many not yet taken.
     #[serde(default)]
     pub upstream_queue: Option<usize>,
+    /// This worker's share of `--upstream-queue-bytes`: at most this many
+    /// bytes of messages not yet taken (`upstream::worker_share`).
+    #[serde(default)]
+    pub upstream_bytes: u64,
     /// `--presence-events`: joins and leaves go upstream too.
     #[serde(default)]
     pub presence_events: bool,
@@ -183,6 +190,11 @@ struct Worker {
     heads: std::collections::VecDeque<(u32, u32, u32)>,
     /// `--io uring`: operations for the next submit, sends in flight.
     ring: Option<ring::RingSide>,
+    /// Most bytes of replies a connection may leave unsent before it is
+    /// closed `slow_reader`: room for the largest reply this server may
+    /// give (`serve::reply_cap`); whether the peer drains it is the stall
+    /// timeout's to judge.
+    reply_cap: usize,
 }
 
 pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
@@ -201,13 +213,15 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
         Some(t) => Some(tls::TlsSide::new(t.clone()).context("cannot load the TLS certificate")?),
         None => None,
     };
-    let gate = super::gate::Gate::new(cfg.auth.as_ref(), cfg.admin_topics.clone()).map_err(anyhow::Error::msg).context("cannot load the --auth key")?;
-    let upstream_queue = cfg.upstream_queue;
+    let gate = super::gate::Gate::new(cfg.auth.as_ref(), &cfg.jwt_expected, cfg.admin_topics.clone())
+        .map_err(anyhow::Error::msg)
+        .context("cannot load the --auth key")?;
+    let upstream = cfg.upstream_queue.map(|n| super::outbox::Limits::new(n as u64, cfg.upstream_bytes.max(super::upstream::MIN_WORKER_BYTES)));
     let mut group = AcceptGroup::inherit(&cfg.listen_fds);
     group.join(poll.as_raw_fd())?;
     let mut w = Worker {
         stage,
-        topics: super::push::Topics::new(cfg.track_topics, limits.max_topics),
+        topics: super::push::Topics::new(cfg.track_topics, limits.max_topics, limits.max_commands_per_second),
         recoveries: Default::default(),
         seam: Default::default(),
         sse_beat_at: Instant::now(),
@@ -240,16 +254,18 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
         limits,
         per_ip,
         tls,
-        upstream: upstream_queue.map(|n| super::outbox::Outbox::new(worker, n)),
+        upstream: upstream.map(|l| super::outbox::Outbox::new(worker, l)),
         heads: Default::default(),
         ring: None,
+        reply_cap: 0,
     };
+    w.reply_cap = serve::reply_cap(w.cfg.protocol, &w.cfg.ws, w.cfg.http.body.len(), w.tls.is_some());
     if w.cfg.io == crate::uring::Io::Uring {
         w.ring = Some(Default::default());
     }
     w.topics.gate = gate;
     if w.cfg.presence_events || w.cfg.presence_notices {
-        w.topics.gate.events = Some(Vec::new());
+        w.topics.gate.events = Some(Default::default());
     }
     // The ring and its buffers are the worker's fixed memory, made before
     // it says it is ready (what a bench measures as the baseline).
@@ -314,10 +330,10 @@ impl Handler for Worker {
                             u.done(n);
                         }
                     }
-                    Some(ServerCommand::TlsReload) => {
-                        // The supervisor read the files before asking; if
-                        // they changed again since, the old ones stay.
-                        if let Some(Err(_)) = self.tls.as_mut().map(|t| t.reload()) {
+                    Some(ServerCommand::TlsReload(pem)) => {
+                        // The supervisor checked these bytes before sending
+                        // them; a failure here keeps the certificate in force.
+                        if let Some(Err(_)) = self.tls.as_mut().map(|t| t.reload(pem)) {
                             self.stats.tls_reload_failures += 1;
                         }
                     }
@@ -384,9 +400,11 @@ impl Handler for Worker {
             self.sse_heartbeats();
             self.release_held();
             self.expire_tokens();
+            // Joins and leaves, netted over the second (see gate::PendingPresence).
+            self.presence_out();
+            self.topics.rate.tick();
             self.sse_beat_at = now + Duration::from_secs(1);
         }
-        self.presence_out();
         if let Some(u) = self.upstream.as_mut().filter(|u| !u.out.is_empty()) {
             control::emit(&ServerMsg::Upstream { worker: self.cfg.worker, messages: std::mem::take(&mut u.out) });
         }
@@ -639,6 +657,6 @@ fn answered_refusal(reason: &str) -> bool {
         || reason == drain::REASON
         || reason.starts_with("ws_handshake")
         || reason.starts_with("auth_")
-        || reason == super::upstream::FULL
+        || super::upstream::is_full(reason)
         || (reason.starts_with("http_") && reason != "http_connection_close")
 }

@@ -42,6 +42,15 @@ pub struct WsConfig {
     pub push_format: PushFormat,
 }
 
+impl WsConfig {
+    /// The largest echo a client can ask for: a message of `max_message`
+    /// bytes, back in one frame. A connection's bound on unsent replies
+    /// must hold it whole (`net::reply_cap`).
+    pub fn largest_echo(&self) -> usize {
+        self.max_message.saturating_add(frame::MAX_SERVER_HEADER)
+    }
+}
+
 /// What the read path needs besides the business stage.
 pub struct Ctx<'a> {
     pub req: Requests<'a>,
@@ -111,7 +120,7 @@ pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, &'
         Ok(used) => Ok(pos + used),
         Err(PEER_CLOSE) => Err(PEER_CLOSE),
         Err(reason) => {
-            let code = if reason == OVERLOAD || reason == super::upstream::FULL { 1013 } else { close_code(reason) };
+            let code = if reason == OVERLOAD || super::upstream::is_full(reason) { 1013 } else { close_code(reason) };
             frame::encode_close(req.out, code, None);
             Err(reason)
         }
@@ -158,7 +167,8 @@ fn is_command(data: &[u8]) -> bool {
 }
 
 /// Hand what a client said to the application (`--upstream`). Err:
-/// [`super::upstream::FULL`] (close with 1013), `no_upstream`, or the
+/// [`super::upstream::FULL`] or [`super::upstream::CONN_FULL`] (close
+/// with 1013), `no_upstream`, or the
 /// topic is not permitted.
 fn up_message(req: &mut Requests<'_>, s: &mut Subscriber<'_>, topic: Option<&str>, text: bool, data: &[u8]) -> Result<(), &'static str> {
     let Some(up) = s.upstream.as_deref_mut() else { return Err("no_upstream") };
@@ -185,6 +195,9 @@ fn command(req: &mut Requests<'_>, s: &mut Subscriber<'_>, data: &[u8]) -> Resul
             return Ok(());
         }
     };
+    if !matches!(cmd, Command::Publish { .. }) {
+        s.topics.rate.charge(req.key)?;
+    }
     req.stats.frames_out += 1;
     match cmd {
         Command::Subscribe { topic, since } => {
@@ -203,8 +216,7 @@ fn command(req: &mut Requests<'_>, s: &mut Subscriber<'_>, data: &[u8]) -> Resul
             }
         }
         Command::Unsubscribe { topic } => {
-            s.topics.unsubscribe(s.subs, req.key, topic.as_bytes());
-            s.recoveries.forget(&topic, req.key);
+            recovery::unsubscribe(s.topics, s.subs, s.recoveries, req.key, topic.as_bytes());
             answer(req.out, serde_json::json!({"type": "unsubscribed", "topic": topic}));
         }
         Command::Publish { topic, data } => {
@@ -215,7 +227,7 @@ fn command(req: &mut Requests<'_>, s: &mut Subscriber<'_>, data: &[u8]) -> Resul
             };
             match up_message(req, s, Some(&topic), true, text.as_bytes()) {
                 Ok(()) => {}
-                Err(reason) if reason == super::upstream::FULL => return Err(reason),
+                Err(reason) if super::upstream::is_full(reason) => return Err(reason),
                 Err(reason) => {
                     req.stats.frames_out += 1;
                     let message = match reason {
@@ -316,4 +328,25 @@ pub fn push_json(p: &Push<'_>) -> serde_json::Value {
 pub fn encode_subscribed(out: &mut Vec<u8>, topic: &str, recovered: bool, at: push::Position) {
     let v = serde_json::json!({ "type": "subscribed", "topic": topic, "epoch": at.epoch, "offset": at.offset, "recovered": recovered });
     frame::encode(out, true, Opcode::Text, v.to_string().as_bytes(), None);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An echo of the largest message a client may send is exactly
+    /// `largest_echo` bytes on the wire, the 64 KiB length form included.
+    #[test]
+    fn the_largest_echo_is_a_full_message_and_its_frame_header() {
+        for max_message in [0, 125, 126, u16::MAX as usize, 1 << 16, 1 << 20] {
+            let cfg = WsConfig { max_message, max_head: 8192, push_format: PushFormat::Text };
+            let mut reply = Vec::new();
+            frame::encode(&mut reply, true, Opcode::Binary, &vec![7; max_message], None);
+            assert!(reply.len() <= cfg.largest_echo(), "{max_message}: {} bytes", reply.len());
+        }
+        let cfg = WsConfig { max_message: 16 << 20, max_head: 8192, push_format: PushFormat::Binary };
+        let mut reply = Vec::new();
+        frame::encode(&mut reply, true, Opcode::Text, &vec![b'a'; cfg.max_message], None);
+        assert_eq!(reply.len(), cfg.largest_echo());
+    }
 }

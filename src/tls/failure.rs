@@ -1,5 +1,6 @@
 //! Why a TLS handshake failed, named for a counter label
-//! (`tls_handshake_failures{reason}`) and a close reason.
+//! (`tls_handshake_failures{reason}`) and a close reason; and why a
+//! connection was closed after it (`closed{reason}`).
 
 use rustls::{AlertDescription, CertificateError, Error};
 
@@ -9,6 +10,12 @@ pub const PLAINTEXT: &str = "tls_plaintext";
 pub const TIMEOUT: &str = "tls_timeout";
 /// The peer closed before the handshake finished.
 pub const EOF: &str = "tls_eof";
+/// More KeyUpdates than [`super::records::MAX_KEY_UPDATES`] with no
+/// application data in between.
+pub const KEY_UPDATE_LIMIT: &str = "tls_key_update_limit";
+/// A malformed KeyUpdate (a request byte other than 0 or 1, a body of
+/// another length), answered with the alert RFC 8446 names for it.
+pub const BAD_KEY_UPDATE: &str = "tls_bad_key_update";
 
 /// `tls_alert_<name>` for an alert the peer sent, else what we found wrong.
 pub fn reason_of(e: &Error) -> String {

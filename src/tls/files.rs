@@ -27,12 +27,45 @@ pub struct ServerTls {
     pub ticket_key: String,
     /// Offer `http/1.1` in ALPN (the http and ws protocols).
     pub alpn_http: bool,
+    /// The certificate chain and key in force, as the supervisor read and
+    /// checked them last (at start, then at each reload that succeeded).
+    /// A worker builds its config from these bytes, never from the files:
+    /// a replacement started while the files on disk are bad serves the
+    /// certificate in force instead of failing. None: read the files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pem: Option<Pem>,
+}
+
+/// A certificate chain and its private key as one PEM text. Its Debug
+/// shows its size only: a key never reaches a log.
+#[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Pem(pub String);
+
+impl std::fmt::Debug for Pem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Pem({} bytes)", self.0.len())
+    }
+}
+
+/// Read `tls`'s certificate and key files into one PEM text and check
+/// they make a usable certificate: what [`ServerTls::pem`] holds.
+pub fn read_pem(tls: &ServerTls) -> Result<Pem> {
+    let cert = std::fs::read_to_string(&tls.cert).with_context(|| format!("cannot read the certificate file {}", tls.cert.display()))?;
+    let key = std::fs::read_to_string(&tls.key).with_context(|| format!("cannot read the key file {} as text", tls.key.display()))?;
+    let pem = Pem(format!("{}\n{}\n", cert.trim_end(), key.trim_end()));
+    server_config(&ServerTls { pem: Some(pem.clone()), ..tls.clone() })?;
+    Ok(pem)
 }
 
 /// The certificate chain in `path`, with an error naming the fix.
 pub fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read the certificate file {}", path.display()))?;
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&bytes)
+    chain_of(&bytes, path)
+}
+
+/// The certificates in `bytes` (read from `path`), in order.
+fn chain_of(bytes: &[u8], path: &Path) -> Result<Vec<CertificateDer<'static>>> {
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(bytes)
         .collect::<Result<_, _>>()
         .with_context(|| format!("{} is not PEM: expected -----BEGIN CERTIFICATE----- blocks", path.display()))?;
     if chain.is_empty() {
@@ -44,15 +77,22 @@ pub fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
 /// The private key in `path`.
 pub fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read the key file {}", path.display()))?;
-    PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| {
+    key_of(&bytes, path)
+}
+
+/// The private key in `bytes` (read from `path`).
+fn key_of(bytes: &[u8], path: &Path) -> Result<PrivateKeyDer<'static>> {
+    PrivateKeyDer::from_pem_slice(bytes).map_err(|e| {
         anyhow::anyhow!("no private key in {} ({e:?}): expected PEM -----BEGIN PRIVATE KEY----- (PKCS#8), RSA PRIVATE KEY or EC PRIVATE KEY", path.display())
     })
 }
 
 /// The rustls server config for `tls` (both versions, the ring provider).
 pub fn server_config(tls: &ServerTls) -> Result<Arc<rustls::ServerConfig>> {
-    let chain = read_chain(&tls.cert)?;
-    let key = read_key(&tls.key)?;
+    let (chain, key) = match &tls.pem {
+        Some(pem) => (chain_of(pem.0.as_bytes(), &tls.cert)?, key_of(pem.0.as_bytes(), &tls.key)?),
+        None => (read_chain(&tls.cert)?, read_key(&tls.key)?),
+    };
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])

@@ -9,12 +9,21 @@
 //! connection" API, made for kernel TLS); this keeps the raw keys (at most
 //! 32 bytes each), builds the cipher for the moment it is used, and asks
 //! rustls only for what follows a key update.
+//!
+//! A peer's KeyUpdate costs a key derivation (two when it asks for one
+//! back, plus the record that answers it) for 27 bytes of input: unlimited,
+//! ~43 Mbit/s of them kept a worker core busy and slowed every other
+//! connection on it five-fold. So they are limited as rustls limits them
+//! ([`MAX_KEY_UPDATES`] without application data in between), a malformed
+//! one is answered with the alert RFC 8446 asks for, and a read of records
+//! with no plaintext counts against the read budget like any other read
+//! (see [`super::conn::TlsRead`]).
 
 use super::failure;
 use ring::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
 use rustls::kernel::KernelConnection;
 use rustls::server::ServerConnectionData;
-use rustls::{ConnectionTrafficSecrets, ExtractedSecrets};
+use rustls::{AlertDescription, ConnectionTrafficSecrets, ExtractedSecrets};
 
 /// Largest plaintext in one record (RFC 8446 5.1).
 const MAX_PLAIN: usize = 16_384;
@@ -22,14 +31,36 @@ const MAX_PLAIN: usize = 16_384;
 const MAX_CIPHER: usize = MAX_PLAIN + 256;
 const HEADER: usize = 5;
 const TAG: usize = 16;
+/// TLS 1.2's explicit nonce (AES-GCM); TLS 1.3 has one byte of content
+/// type there instead, ChaCha20-Poly1305 in TLS 1.2 nothing.
+const EXPLICIT_NONCE: usize = 8;
+/// Most bytes one record adds to its plaintext.
+const MAX_OVERHEAD: usize = HEADER + EXPLICIT_NONCE + TAG;
 /// Records one AES-GCM key may protect before a key update (RFC 8446
 /// 5.5 allows 2^24.5).
 const AES_GCM_RECORDS: u64 = 1 << 24;
+/// KeyUpdates a peer may send with no application data in between; the
+/// next one closes the connection ([`failure::KEY_UPDATE_LIMIT`]). 32 is
+/// rustls's own limit (and BoringSSL's `kMaxKeyUpdates`), so a peer that
+/// works against those works here; a peer has no need for more (keys wear
+/// out after millions of records, not after none).
+pub const MAX_KEY_UPDATES: u8 = 32;
 
 const APPLICATION_DATA: u8 = 0x17;
 const ALERT: u8 = 0x15;
 const HANDSHAKE: u8 = 0x16;
 const KEY_UPDATE: u8 = 24;
+/// An alert's level byte: fatal (RFC 8446 6).
+const FATAL: u8 = 2;
+
+/// Most bytes `plain` bytes of application data take on the wire: a
+/// record per [`MAX_PLAIN`] bytes, each adding at most [`MAX_OVERHEAD`],
+/// and one more for a key update that may fall among them (one per 2^24
+/// records at most). A connection's unsent output is ciphertext, so its
+/// bound is counted in these bytes.
+pub fn sealed_len_bound(plain: usize) -> usize {
+    plain.saturating_add((plain.div_ceil(MAX_PLAIN) + 1).saturating_mul(MAX_OVERHEAD))
+}
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Cipher {
@@ -109,6 +140,9 @@ pub struct Records {
     rx: Direction,
     /// rustls's remainder: what a key update needs (None: fuzzing).
     kernel: Option<KernelConnection<ServerConnectionData>>,
+    /// The peer's KeyUpdates since it last sent application data (at
+    /// most [`MAX_KEY_UPDATES`]).
+    key_updates: u8,
 }
 
 impl Records {
@@ -116,7 +150,7 @@ impl Records {
         let (cipher, tx) = Direction::new(secrets.tx.0, secrets.tx.1)?;
         let (_, rx) = Direction::new(secrets.rx.0, secrets.rx.1)?;
         let tls13 = kernel.protocol_version() == rustls::ProtocolVersion::TLSv1_3;
-        Ok(Records { cipher, tls13, tx, rx, kernel: Some(kernel) })
+        Ok(Records { cipher, tls13, tx, rx, kernel: Some(kernel), key_updates: 0 })
     }
 
     /// Both directions under one made-up key (a fuzz target seals and
@@ -129,7 +163,7 @@ impl Records {
             _ => Cipher::ChaCha20Poly1305,
         };
         let d = || Direction { key: [7; 32], iv: [9; 12], seq: 0 };
-        Records { cipher, tls13, tx: d(), rx: d(), kernel: None }
+        Records { cipher, tls13, tx: d(), rx: d(), kernel: None, key_updates: 0 }
     }
 
     /// Seal one record of any content type (fuzzing: alerts, key updates).
@@ -210,9 +244,37 @@ impl Records {
         Ok(())
     }
 
+    /// TLS 1.3: the peer's KeyUpdate (RFC 8446 4.6.3): its next key for
+    /// what follows, and ours too when it asked for that. The first past
+    /// [`MAX_KEY_UPDATES`] without application data in between is refused.
+    fn update_rx(&mut self, requested: bool, wire: &mut Vec<u8>) -> Result<(), String> {
+        if self.key_updates >= MAX_KEY_UPDATES {
+            return Err(failure::KEY_UPDATE_LIMIT.into());
+        }
+        self.key_updates += 1;
+        let (seq, secrets) = self.kernel()?.update_rx_secret().map_err(|e| failure::reason_of(&e))?;
+        let (cipher, rx) = Direction::new(seq, secrets)?;
+        if cipher != self.cipher {
+            return Err("tls_cipher_changed".into());
+        }
+        self.rx = rx;
+        if requested {
+            self.update_tx(wire)?;
+        }
+        Ok(())
+    }
+
+    /// A fatal `alert` onto `wire` before the connection closes as
+    /// `reason` (best effort: it closes whether or not the alert is had).
+    fn fatal(&mut self, alert: AlertDescription, reason: &str, wire: &mut Vec<u8>) -> String {
+        let _ = self.seal_unchecked(ALERT, &[FATAL, u8::from(alert)], wire);
+        reason.into()
+    }
+
     /// Decrypt the whole records at the start of `incoming` into `buf`
     /// (application data), acting on alerts and key updates; handshake
-    /// messages to send (a requested key update) go onto `wire`.
+    /// messages to send (a requested key update) and the alert that ends
+    /// a connection over a malformed one go onto `wire`.
     pub fn open(&mut self, incoming: &mut [u8], buf: &mut [u8], wire: &mut Vec<u8>) -> Result<Opened, String> {
         let mut out = Opened::default();
         let mut key = self.rx.cipher(self.cipher);
@@ -261,32 +323,52 @@ impl Records {
                     let room = buf.get_mut(out.filled..end).ok_or("tls_record_overflow")?;
                     room.copy_from_slice(plain);
                     out.filled = end;
+                    // Only data resets the count: an empty record between
+                    // two KeyUpdates would otherwise make them unlimited.
+                    if !plain.is_empty() {
+                        self.key_updates = 0;
+                    }
                 }
                 ALERT => match plain {
                     [_, 0] => out.closed = true,
                     [_, desc] => return Err(format!("tls_alert_{}", failure::alert_name(rustls::AlertDescription::from(*desc)))),
                     _ => return Err("tls_bad_message".into()),
                 },
-                HANDSHAKE if self.tls13 && plain.len() == 5 && plain[..4] == [KEY_UPDATE, 0, 0, 1] => {
-                    let (seq, secrets) = self.kernel()?.update_rx_secret().map_err(|e| failure::reason_of(&e))?;
-                    let (cipher, rx) = Direction::new(seq, secrets)?;
-                    if cipher != self.cipher {
-                        return Err("tls_cipher_changed".into());
+                HANDSHAKE if self.tls13 => match key_update_request(plain) {
+                    Some(Ok(requested)) => {
+                        self.update_rx(requested, wire)?;
+                        key = self.rx.cipher(self.cipher);
                     }
-                    self.rx = rx;
-                    key = self.rx.cipher(self.cipher);
-                    if plain[4] == 1 {
-                        self.update_tx(wire)?;
-                    }
-                }
-                // Renegotiation (TLS 1.2) and anything else after the
-                // handshake is refused.
+                    Some(Err(alert)) => return Err(self.fatal(alert, failure::BAD_KEY_UPDATE, wire)),
+                    // Any other handshake message after the handshake.
+                    None => return Err("tls_unexpected_handshake".into()),
+                },
+                // Renegotiation (TLS 1.2) is refused.
                 HANDSHAKE => return Err("tls_unexpected_handshake".into()),
                 _ => return Err("tls_bad_message".into()),
             }
         }
         Ok(out)
     }
+}
+
+/// What one record's handshake message asks if it is a whole KeyUpdate
+/// (type, 3-byte length, body): `Ok(true)` when the peer wants one back;
+/// `Err` the alert RFC 8446 4.6.3 and 6.2 name for a malformed one
+/// (a request byte other than 0 or 1: illegal_parameter; a body of
+/// another length: decode_error). `None` for anything else, fragmented or
+/// coalesced handshake messages included (refused, as before).
+fn key_update_request(msg: &[u8]) -> Option<Result<bool, AlertDescription>> {
+    let [KEY_UPDATE, l0, l1, l2, body @ ..] = msg else { return None };
+    if u32::from_be_bytes([0, *l0, *l1, *l2]) as usize != body.len() {
+        return None;
+    }
+    Some(match body {
+        [0] => Ok(false),
+        [1] => Ok(true),
+        [_] => Err(AlertDescription::IllegalParameter),
+        _ => Err(AlertDescription::DecodeError),
+    })
 }
 
 /// TLS 1.2's additional data: sequence number, type, version, length.
@@ -305,13 +387,21 @@ mod tests {
     //! The record layer against rustls's own client (buffered, another
     //! implementation of the same records): every cipher of both versions,
     //! records cut by the network, messages of many records, key updates
-    //! both ways, close_notify.
-    use crate::net::Source;
+    //! both ways, close_notify; and against peers that abuse key updates.
+    use super::{Records, HANDSHAKE, KEY_UPDATE, MAX_KEY_UPDATES, MAX_PLAIN};
+    use crate::net::{ReadEnd, Received, Source, READ_BUDGET};
     use crate::tls::conn::{TlsBufs, TlsRead};
+    use crate::tls::failure;
+    use crate::tls::server::TlsConn;
     use rustls::crypto::ring as provider;
     use std::io::{Read, Write};
     use std::sync::Arc;
     use std::time::{Duration, Instant};
+
+    /// Room for one whole record, as a worker's buffer has.
+    const RECORD_ROOM: usize = 17_000;
+    /// Flights a TLS 1.3 handshake takes in memory (two), with room to spare.
+    const HANDSHAKE_FLIGHTS: usize = 8;
 
     fn server_config(pki: &crate::tls::throwaway::Throwaway) -> Arc<rustls::ServerConfig> {
         let files = crate::tls::files::ServerTls {
@@ -320,6 +410,7 @@ mod tests {
             handshake_timeout_ms: 10_000,
             ticket_key: crate::tls::tickets::new_key().unwrap(),
             alpn_http: false,
+            pem: None,
         };
         crate::tls::files::server_config(&files).unwrap()
     }
@@ -383,7 +474,7 @@ mod tests {
         let mut bufs = TlsBufs::default();
         // Room for one whole record (as a worker's buffer has); reads of
         // at most this much still cut records, which then spill.
-        let mut buf = vec![0u8; 17_000];
+        let mut buf = vec![0u8; RECORD_ROOM];
         let mut handed_over = false;
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -395,7 +486,7 @@ mod tests {
             let ended = loop {
                 let mut r = TlsRead { sock: &mut sock, tls: &mut tls, bufs: &mut bufs, plaintext_reply: None };
                 match r.read_some(&mut buf) {
-                    Ok((0, _)) => break true,
+                    Ok((0, false)) => break true,
                     Ok((n, _)) => plain.extend_from_slice(&buf[..n]),
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break false,
                     Err(e) => return Err(e.to_string()),
@@ -406,7 +497,12 @@ mod tests {
                 handed_over = tls.stage_name() == "records";
             }
             if !plain.is_empty() {
+                let (sealed_by_us, before) = (tls.stage_name() == "records", bufs.wire.len());
                 tls.encrypt(&plain, &mut bufs.wire)?;
+                let grown = bufs.wire.len() - before;
+                if sealed_by_us && grown > super::sealed_len_bound(plain.len()) {
+                    return Err(format!("{} bytes sealed into {grown}, past sealed_len_bound", plain.len()));
+                }
             }
             let mut at = 0;
             while at < bufs.wire.len() {
@@ -421,6 +517,16 @@ mod tests {
                 return Ok(handed_over);
             }
         }
+    }
+
+    #[test]
+    fn the_sealed_length_bound_counts_every_record_and_a_key_update() {
+        use super::{sealed_len_bound, MAX_OVERHEAD, MAX_PLAIN};
+        assert_eq!(sealed_len_bound(0), MAX_OVERHEAD);
+        assert_eq!(sealed_len_bound(1), 1 + 2 * MAX_OVERHEAD);
+        assert_eq!(sealed_len_bound(MAX_PLAIN + 1), MAX_PLAIN + 1 + 3 * MAX_OVERHEAD);
+        assert_eq!(sealed_len_bound(16 << 20), (16 << 20) + 1025 * MAX_OVERHEAD);
+        assert_eq!(sealed_len_bound(usize::MAX), usize::MAX);
     }
 
     #[test]
@@ -445,5 +551,126 @@ mod tests {
             assert_eq!(client, Ok(()), "{:?}: the client", suite.suite());
             assert_eq!(served, Ok(true), "{:?}: the server, on our record layer", suite.suite());
         }
+    }
+
+    /// What the client sent, through the server's TLS (a receive of those
+    /// bytes, read `room` at a time) until it is all read: the plaintext,
+    /// or why the connection must close.
+    fn feed(server: &mut TlsConn, bufs: &mut TlsBufs, bytes: &[u8], room: usize) -> Result<Vec<u8>, String> {
+        let mut sock = Received(bytes);
+        let mut buf = vec![0u8; room];
+        let mut plain = Vec::new();
+        loop {
+            let mut r = TlsRead { sock: &mut sock, tls: &mut *server, bufs: &mut *bufs, plaintext_reply: None };
+            match r.read_some(&mut buf) {
+                Ok((0, false)) => return Err("eof".into()),
+                Ok((n, _)) => plain.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(plain),
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
+
+    /// Everything the client has to send.
+    fn sent_by(client: &mut rustls::ClientConnection) -> Vec<u8> {
+        let mut out = Vec::new();
+        while client.wants_write() {
+            client.write_tls(&mut out).unwrap();
+        }
+        out
+    }
+
+    /// A TLS 1.3 handshake in memory between rustls's client and our
+    /// server, which is then on its record layer.
+    fn handshake() -> (rustls::ClientConnection, Box<TlsConn>, TlsBufs) {
+        let pki = crate::tls::throwaway::Throwaway::new(std::net::Ipv4Addr::LOCALHOST).unwrap();
+        let cfg = client_config(&pki, provider::cipher_suite::TLS13_AES_128_GCM_SHA256);
+        let mut client = rustls::ClientConnection::new(cfg, "localhost".try_into().unwrap()).unwrap();
+        let mut server = crate::tls::server::accept(server_config(&pki), 0).unwrap();
+        let mut bufs = TlsBufs::default();
+        for _ in 0..HANDSHAKE_FLIGHTS {
+            let flight = sent_by(&mut client);
+            assert_eq!(feed(&mut server, &mut bufs, &flight, RECORD_ROOM), Ok(Vec::new()));
+            if let Some(done) = server.take_finished() {
+                done.unwrap();
+            }
+            let mut back = &bufs.wire[..];
+            while !back.is_empty() {
+                client.read_tls(&mut back).unwrap();
+                client.process_new_packets().unwrap();
+            }
+            bufs.wire.clear();
+            if !client.is_handshaking() && server.stage_name() == "records" {
+                return (client, server, bufs);
+            }
+        }
+        panic!("no handshake in {HANDSHAKE_FLIGHTS} flights");
+    }
+
+    /// rustls's limit: 32 KeyUpdates with no data in between are taken
+    /// (data resets the count, and each asked-for update is answered), the
+    /// 33rd closes the connection.
+    #[test]
+    fn key_updates_without_data_are_limited_as_rustls_limits_them() {
+        let (mut client, mut server, mut bufs) = handshake();
+        for _ in 0..MAX_KEY_UPDATES {
+            client.refresh_traffic_keys().unwrap();
+        }
+        client.writer().write_all(b"x").unwrap();
+        for _ in 0..MAX_KEY_UPDATES {
+            client.refresh_traffic_keys().unwrap();
+        }
+        assert_eq!(feed(&mut server, &mut bufs, &sent_by(&mut client), RECORD_ROOM), Ok(b"x".to_vec()));
+        assert!(!bufs.wire.is_empty(), "the asked-for key updates are answered");
+        client.refresh_traffic_keys().unwrap();
+        assert_eq!(feed(&mut server, &mut bufs, &sent_by(&mut client), RECORD_ROOM), Err(failure::KEY_UPDATE_LIMIT.to_string()));
+    }
+
+    /// RFC 8446 4.6.3: a request byte other than 0 or 1 gets an
+    /// illegal_parameter alert; a KeyUpdate whose body is not one byte, a
+    /// decode_error (6.2). The alert goes out before the close.
+    #[test]
+    fn a_malformed_key_update_is_answered_with_its_alert() {
+        let cases: [(&[u8], &str); 4] = [
+            (&[KEY_UPDATE, 0, 0, 1, 2], "tls_alert_illegal_parameter"),
+            (&[KEY_UPDATE, 0, 0, 1, 255], "tls_alert_illegal_parameter"),
+            (&[KEY_UPDATE, 0, 0, 0], "tls_alert_decode_error"),
+            (&[KEY_UPDATE, 0, 0, 2, 1, 0], "tls_alert_decode_error"),
+        ];
+        for (msg, alert) in cases {
+            // Both ends under one key: what one seals the other opens.
+            let (mut peer, mut us) = (Records::for_fuzzing(true, 0), Records::for_fuzzing(true, 0));
+            let (mut wire, mut reply, mut buf) = (Vec::new(), Vec::new(), vec![0u8; MAX_PLAIN]);
+            peer.seal_kind(HANDSHAKE, msg, &mut wire).unwrap();
+            assert_eq!(us.open(&mut wire, &mut buf, &mut reply), Err(failure::BAD_KEY_UPDATE.to_string()), "{msg:?}");
+            assert_eq!(peer.open(&mut reply, &mut buf, &mut Vec::new()), Err(alert.to_string()), "{msg:?}: the alert sent");
+        }
+    }
+
+    /// A read whose records decrypt to nothing (here: key updates, one per
+    /// read) is a read like any other: the read loop stops at its budget
+    /// and leaves the rest for the next turn, instead of reading on for as
+    /// long as the peer keeps sending.
+    #[test]
+    fn records_without_plaintext_count_against_the_read_budget() {
+        let (mut client, mut server, mut bufs) = handshake();
+        let updates = READ_BUDGET + 4;
+        for _ in 0..updates {
+            client.refresh_traffic_keys().unwrap();
+        }
+        let wire = sent_by(&mut client);
+        assert_eq!(wire.len() % updates, 0, "one record per key update");
+        let record = wire.len() / updates;
+        let mut sock = Received(&wire);
+        let mut r = TlsRead { sock: &mut sock, tls: &mut *server, bufs: &mut bufs, plaintext_reply: None };
+        let mut scratch = vec![0u8; record];
+        let mut consumed = 0;
+        let end = crate::net::read_chunks(&mut r, &mut None, &mut scratch, false, |b| {
+            consumed += b.len();
+            Ok(b.len())
+        });
+        assert_eq!(end, ReadEnd::Budget);
+        assert_eq!(consumed, 0, "no plaintext");
+        assert_eq!(sock.0.len(), (updates - READ_BUDGET) * record, "the rest waits for the next turn");
     }
 }

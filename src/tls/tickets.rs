@@ -15,7 +15,8 @@ use std::fmt;
 /// Lifetime hint sent with each ticket.
 pub const LIFETIME_S: u32 = 6 * 3600;
 
-/// A ticket key: 32 random bytes, as hex on the worker's command line.
+/// A ticket key: 32 random bytes, as hex in each worker's configuration
+/// (sent on its stdin, never on a command line others can read).
 pub fn new_key() -> anyhow::Result<String> {
     let mut k = [0u8; 32];
     SystemRandom::new().fill(&mut k).map_err(|_| anyhow::anyhow!("the system random source failed"))?;

@@ -206,3 +206,128 @@ fn a_framed_connection_without_a_token_is_closed_after_the_header_timeout() {
     let _ = std::fs::remove_dir_all(&dir);
     assert!(s.terminate().success());
 }
+
+/// While another client resumes (which makes every worker hold the first
+/// broadcasts of new framed connections until their first read), a socket
+/// that never shows a token, stays silent through a broadcast and then
+/// sends any frame gets none of it: only its `auth_missing` close.
+#[test]
+fn a_silent_framed_socket_without_a_token_hears_no_held_broadcast() {
+    let dir = keys("held");
+    let port = free_port();
+    let secret = dir.join("secret").display().to_string();
+    let (mut s, _, ready) = server_ready(&["--ports", &port.to_string(), "--workers", "1", "--auth", "jwt", "--jwt-secret-file", &secret], None);
+    let admin = ready["admin"].as_str().unwrap().to_string();
+    let mut alice = Reader::connect(port);
+    alice.s.write_all(&frame(13, mint(&dir, "alice", 60, "chat.*").as_bytes())).unwrap();
+    alice.s.write_all(&resume("chat.a", None)).unwrap();
+    assert!(matches!(alice.until_subscribed()[..], [In::Subscribed(true, _, _)]));
+    let mut silent = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    silent.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stats_when(&admin, "the silent socket accepted", |s| s["accepted"] == 2);
+    let (status, body) = http(&admin, "POST", "/broadcast", b"for-the-authenticated", None);
+    assert_eq!(status, 200, "{body}");
+    assert!(matches!(alice.next(), In::Push(_, _, ref d) if d == "for-the-authenticated"));
+    silent.write_all(&frame(1, b"12345678")).unwrap();
+    let mut heard = Vec::new();
+    let _ = silent.read_to_end(&mut heard);
+    assert!(heard.is_empty(), "an unauthenticated socket heard {} bytes: {:?}", heard.len(), String::from_utf8_lossy(&heard));
+    stats_when(&admin, "its refusal counted", |s| s["auth_refused"]["auth_missing"] == 1);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(s.terminate().success());
+}
+
+/// A WebSocket Upgrade to `port` with `token` as a Bearer header, answered 101.
+fn ws_with_token(port: u16, token: &str) -> std::net::TcpStream {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let head = format!(
+        "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nAuthorization: Bearer {token}\r\n\r\n"
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    let mut got = Vec::new();
+    let mut b = [0u8; 1];
+    while !got.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut b).unwrap(), 1, "handshake answered");
+        got.push(b[0]);
+    }
+    assert!(got.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&got));
+    s
+}
+
+/// The text messages a server sent on `s` until one contains `until`
+/// (unmasked frames, each under 64 KiB).
+fn ws_texts_until(s: &mut std::net::TcpStream, until: &str) -> Vec<String> {
+    let mut buf = Vec::new();
+    let mut texts = Vec::new();
+    loop {
+        while buf.len() >= 2 {
+            let (len, at) = match buf[1] & 0x7f {
+                126 if buf.len() >= 4 => (u16::from_be_bytes([buf[2], buf[3]]) as usize, 4),
+                126 => break,
+                n => (n as usize, 2),
+            };
+            if buf.len() < at + len {
+                break;
+            }
+            let text = String::from_utf8_lossy(&buf[at..at + len]).into_owned();
+            buf.drain(..at + len);
+            let done = text.contains(until);
+            texts.push(text);
+            if done {
+                return texts;
+            }
+        }
+        let mut chunk = [0u8; 65536];
+        let n = s.read(&mut chunk).unwrap_or_else(|e| panic!("reading for {until}: {e}; so far {texts:?}"));
+        assert!(n > 0, "closed before {until}; so far {texts:?}");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// One authenticated client flipping a subscription as fast as it can
+/// (--presence-notices on) is closed at the command bound; the topic's
+/// other subscribers stay connected and hear at most a few notices, not
+/// one per flip (issue 42, finding 2).
+#[test]
+fn a_subscription_flip_storm_closes_the_flipper_not_the_subscribers() {
+    let dir = keys("storm");
+    let port = free_port();
+    let secret = dir.join("secret").display().to_string();
+    let (mut s, _, ready) = server_ready(
+        &["--protocol", "ws", "--ports", &port.to_string(), "--workers", "1", "--auth", "jwt", "--jwt-secret-file", &secret, "--presence-notices"],
+        None,
+    );
+    let admin = ready["admin"].as_str().unwrap().to_string();
+    let token = mint(&dir, "alice", 600, "*");
+    let subscribe = crate::common::ws_frame(true, 1, br#"{"type":"subscribe","topic":"room"}"#);
+    let unsubscribe = crate::common::ws_frame(true, 1, br#"{"type":"unsubscribe","topic":"room"}"#);
+    let mut subscribers: Vec<std::net::TcpStream> = (0..20)
+        .map(|_| {
+            let mut c = ws_with_token(port, &token);
+            c.write_all(&subscribe).unwrap();
+            ws_texts_until(&mut c, "\"subscribed\"");
+            c
+        })
+        .collect();
+    let mut flipper = ws_with_token(port, &mint(&dir, "mallory", 600, "*"));
+    let storm: Vec<u8> = (0..1000).flat_map(|_| subscribe.iter().chain(&unsubscribe).copied()).collect();
+    for _ in 0..150 {
+        if flipper.write_all(&storm).is_err() {
+            break;
+        }
+    }
+    let v = stats_when(&admin, "the flipper closed at the bound", |v| v["close_reasons"]["too_many_commands"] == 1);
+    assert_eq!(v["active"], 20, "every subscriber still connected: {v}");
+    let (status, body) = http(&admin, "POST", "/publish?topic=room", b"marker", None);
+    assert_eq!(status, 200, "{body}");
+    for (i, c) in subscribers.iter_mut().enumerate() {
+        let heard = ws_texts_until(c, "marker");
+        let notices = heard.iter().filter(|t| t.contains("\"mallory\"")).count();
+        assert!(notices <= 4, "subscriber {i} heard {notices} notices of the storm: {:?}", &heard[..heard.len().min(10)]);
+    }
+    let v = stats_of(&admin);
+    assert!(v["close_reasons"]["slow_consumer"].is_null(), "{v}");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(s.terminate().success());
+}

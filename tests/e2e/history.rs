@@ -3,7 +3,7 @@
 //! WebSocket by Python `websockets`), is told when it cannot, and
 //! megaconn's own client resumes through churn with no gap and no
 //! duplicate while messages keep coming.
-use crate::common::framed::{resume, In, Reader};
+use crate::common::framed::{frame, resume, In, Reader};
 use crate::common::*;
 use serde_json::Value;
 use std::io::Write;
@@ -56,6 +56,93 @@ fn a_framed_subscriber_resumes_with_exactly_what_it_missed() {
     let stats = wait_stats(&admin, |v| v["recoveries"]["recovered"] == 1 && v["recoveries"]["lost"] == 2);
     assert_eq!(stats["history"]["messages"], 5, "{stats}");
     assert_eq!(stats["recovered_messages"], 4, "{stats}");
+    assert!(s.terminate().success());
+}
+
+/// A frame as a failed assertion names it (a 1 MiB push by its offset
+/// and size, not its text).
+fn brief(f: &In) -> String {
+    match f {
+        In::Push(offset, epoch, data) => format!("push {epoch}:{offset} of {} bytes", data.len()),
+        other => format!("{other:?}"),
+    }
+}
+
+/// A resume further behind than one history answer carries (4 MiB of
+/// payload) is told at once, with `recovered: false` at the head and no
+/// replay, and is live from there; one exactly 4 MiB behind gets it
+/// all; one that unsubscribes before its answer gets no replay. Each is
+/// asked for once. (The first used to be asked for again and again:
+/// no answer, ~5.6 MB of JSON per question between the processes, and
+/// the topic's live pushes withheld from it.)
+#[test]
+fn a_resume_beyond_the_answer_bound_is_told_at_once_and_goes_live() {
+    const MIB: usize = 1 << 20;
+    /// Within it, a message arrives on loopback (the 4 MiB replay too).
+    const PROMPT: Duration = Duration::from_secs(1);
+    let big = |i: u64| {
+        let mut data = format!("m{i}:");
+        data.push_str(&"x".repeat(MIB - data.len()));
+        data
+    };
+    let port = free_port();
+    // 1 MiB publishes (--max-push-bytes), a 4 MiB replay (--max-pending-bytes).
+    let flags = ["--ports", &port.to_string(), "--workers", "1", "--max-push-bytes", "1MiB", "--max-pending-bytes", "8MiB"];
+    let (mut s, _, ready) = server_ready(&flags, None);
+    let admin = ready["admin"].as_str().unwrap().to_string();
+    for i in 1..=6 {
+        publish(&admin, "big", &big(i));
+    }
+    let connect = || {
+        let r = Reader::connect(port);
+        r.s.set_read_timeout(Some(PROMPT)).unwrap();
+        r
+    };
+    // A has seen nothing: 6 MiB behind.
+    let mut a = connect();
+    let asked = Instant::now();
+    a.s.write_all(&resume("big", Some((0, 0)))).unwrap();
+    let epoch = match a.next() {
+        In::Subscribed(false, epoch, 6) => epoch,
+        other => panic!("recovered false at the head, and no replay, expected: {}", brief(&other)),
+    };
+    assert!(asked.elapsed() < PROMPT, "answered in {:?}", asked.elapsed());
+    assert_ne!(epoch, 0);
+    // B stopped at 2: 3..=6 are exactly 4 MiB.
+    let mut b = connect();
+    b.s.write_all(&resume("big", Some((epoch, 2)))).unwrap();
+    let got = b.until_subscribed();
+    let summary: Vec<String> = got.iter().map(brief).collect();
+    assert_eq!(got.len(), 5, "{summary:?}");
+    for (i, f) in (3..=6).zip(&got) {
+        assert!(*f == In::Push(i, epoch, big(i)), "{i}: {summary:?}");
+    }
+    assert_eq!(got[4], In::Subscribed(true, epoch, 6));
+    // C resumes and unsubscribes in one write, so the unsubscribe cancels
+    // the resume before its question goes out; it follows another topic.
+    let mut c = connect();
+    let mut frames = resume("big", Some((epoch, 5)));
+    frames.extend(frame(7, b"big"));
+    frames.extend(frame(6, b"other"));
+    c.s.write_all(&frames).unwrap();
+    // Every frame read (A 1, B 1, C 3): C follows "other" only.
+    wait_stats(&admin, |v| v["frames_in"] == 5 && v["subscriptions"] == 3);
+    publish(&admin, "other", "o1");
+    let In::Push(1, other_epoch, o1) = c.next() else { panic!("C wants nothing of big") };
+    assert_eq!(o1, "o1");
+    // Live again: A and B get the next one, C does not.
+    publish(&admin, "big", "live");
+    publish(&admin, "other", "o2");
+    for r in [&mut a, &mut b] {
+        let f = r.next();
+        assert!(f == In::Push(7, epoch, "live".into()), "{}", brief(&f));
+    }
+    let f = c.next();
+    assert!(f == In::Push(2, other_epoch, "o2".into()), "{}", brief(&f));
+    // Asked for once each (A and B; C's was cancelled), never again: the
+    // live push above came after every answer.
+    let stats = wait_stats(&admin, |v| v["recoveries"]["lost"] == 1 && v["recoveries"]["recovered"] == 1);
+    assert_eq!((stats["history"]["served"].as_u64(), stats["recovered_messages"].as_u64()), (Some(2), Some(4)), "{stats}");
     assert!(s.terminate().success());
 }
 

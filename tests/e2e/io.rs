@@ -1,7 +1,6 @@
 //! `--io uring|epoll|auto`: the server's two reactors, side by side on
 //! the same traffic, and what `auto` chooses and says.
 
-
 use crate::common::*;
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -182,6 +182,87 @@ fn a_new_certificate_is_used_after_sighup_or_a_file_change_without_dropping_conn
     assert!(s.terminate().success());
 }
 
+/// With a broken key on disk (refused at reload), a worker killed with
+/// SIGKILL is replaced by one serving the certificate in force: the
+/// server stays up, the other worker's connection stays open, and new
+/// handshakes get the certificate that was loaded (issue 42, finding 5).
+#[test]
+fn a_worker_replaced_while_the_key_on_disk_is_broken_serves_the_certificate_in_force() {
+    let pki = Pki::new("ec");
+    let (mut s, ready, port) = tls_server(&pki, "http", &["--workers", "2"]);
+    let mut py = Command::new("python3");
+    py.args([&peer("tls_probe.py"), "keepalive", &port.to_string(), &pki.ca]).stdin(Stdio::piped());
+    let mut held = Peer::spawn("tls_probe keepalive", py);
+    let mut held_in = held.stdin();
+    assert_eq!(held.line(Duration::from_secs(20), "first request"), "ok1 localhost");
+    std::fs::write(&pki.key, "not a key").unwrap();
+    // SAFETY: signalling the server process this test started.
+    unsafe { libc::kill(s.child.id() as i32, libc::SIGHUP) };
+    s.wait_for(Duration::from_secs(10), "bad reload refused", |v| v["event"] == "tls_reload_failed");
+    // Kill the worker that does not hold the probe's connection.
+    let listed = s.wait_for(Duration::from_secs(10), "the held connection's worker in stats", |v| v["event"] == "stats" && v["active"] == 1);
+    let workers = pids(&ready);
+    let holder = connections_worker(&ready);
+    let victim = workers.iter().enumerate().find(|(i, _)| *i != holder).map(|(_, p)| *p).expect("a second worker");
+    kill9(victim);
+    s.wait_for(Duration::from_secs(20), "the worker replaced", |v| v["event"] == "worker_replaced");
+    for _ in 0..4 {
+        let out = s_client(port, &pki.ca, &[]);
+        assert!(out.contains("CN = localhost") && out.contains("Hello world!"), "a handshake after the replacement: {out}");
+    }
+    writeln!(held_in, "go").unwrap();
+    assert_eq!(held.line(Duration::from_secs(20), "second request on the held connection"), "ok2");
+    assert!(!crate::common::proc::exited(&s.child), "the server stopped: {listed}");
+    assert!(s.terminate().success());
+}
+
+/// Which worker (index into the ready event's pids) holds the one open
+/// connection, from the admin API's /connections.
+fn connections_worker(ready: &Value) -> usize {
+    let admin = ready["admin"].as_str().expect("admin address");
+    let (status, body) = http(admin, "GET", "/connections", b"", None);
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    v["connections"][0]["worker"].as_u64().unwrap_or_else(|| panic!("one connection listed: {v}")) as usize
+}
+
+/// KeyUpdates `openssl s_client` sends for a peer that only spins keys:
+/// more than the 32 a peer may send without data in between.
+const KEY_UPDATES_SENT: usize = 40;
+/// s_client acts on the first letter of each read of its input, so each
+/// `k` command must arrive on its own.
+const COMMAND_GAP: Duration = Duration::from_millis(25);
+
+/// A peer that sends KeyUpdates and nothing else (`openssl s_client`'s
+/// `k` command: a KeyUpdate not asking for one back) is closed at rustls's
+/// limit and the close is counted; data first does not save it, since the
+/// count starts again after data.
+#[test]
+fn key_updates_without_data_close_the_connection_and_are_counted() {
+    let pki = Pki::new("ec");
+    let (mut s, _, port) = tls_server(&pki, "echo", &["--workers", "1"]);
+    let mut cmd = Command::new("openssl");
+    let connect = format!("127.0.0.1:{port}");
+    cmd.args(["s_client", "-connect", &connect, "-servername", "localhost", "-CAfile", &pki.ca, "-tls1_3"]).stdin(Stdio::piped());
+    let mut p = Peer::spawn("s_client key updates", cmd);
+    let mut input = p.stdin();
+    // The echo says the handshake is done and s_client reads its input.
+    writeln!(input, "hello").unwrap();
+    while p.line(Duration::from_secs(20), "the echo of hello") != "hello" {}
+    for _ in 0..KEY_UPDATES_SENT {
+        // A failed write: s_client is gone, the server closed.
+        if writeln!(input, "k").is_err() {
+            break;
+        }
+        std::thread::sleep(COMMAND_GAP);
+    }
+    let v = s.wait_for(Duration::from_secs(10), "the close counted", |v| v["event"] == "stats" && v["close_reasons"]["tls_key_update_limit"] == 1);
+    assert_eq!(v["active"], 0, "{v}");
+    drop(input);
+    p.finish(Duration::from_secs(10));
+    assert!(s.terminate().success());
+}
+
 /// A headless Chromium page opens 100 wss:// sockets (the certificate
 /// trusted by its key, as a pinned one) and receives one publish on each.
 #[test]

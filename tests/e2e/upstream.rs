@@ -1,8 +1,9 @@
 //! `server --upstream`: what Python `websockets` clients send reaches a
 //! webhook backend (Python's http.server) exactly once, in order, through
 //! a failing and a stalled backend; a full queue closes the client with
-//! 1013 and loses nothing it accepted; the backend answers through the
-//! push API.
+//! 1013 and loses nothing it accepted; a backend that refuses large
+//! bodies with 413 gets every message in smaller batches, each POST
+//! signed; the backend answers through the push API.
 use crate::common::*;
 use serde_json::Value;
 use std::process::Command;
@@ -15,10 +16,15 @@ fn run_peer(mode: &str, extra: &[&str]) -> (Running, Peer, String) {
 }
 
 fn run_peer_with(mode: &str, arg: &str, extra: &[&str]) -> (Running, Peer, String) {
+    run_peer_args(mode, &[arg], extra)
+}
+
+/// `peer_args`: the peer's N and, to check signatures, the secret file.
+fn run_peer_args(mode: &str, peer_args: &[&str], extra: &[&str]) -> (Running, Peer, String) {
     let (port, admin_port, hook) = (free_port(), free_port(), free_port());
     let admin = format!("127.0.0.1:{admin_port}");
     let mut py = Command::new("python3");
-    py.arg(peer("upstream_ws.py")).args([&port.to_string(), &admin, &hook.to_string(), mode, arg]);
+    py.arg(peer("upstream_ws.py")).args([&port.to_string(), &admin, &hook.to_string(), mode]).args(peer_args);
     let mut p = Peer::spawn(&format!("upstream_ws.py {mode}"), py);
     assert_eq!(p.line(Duration::from_secs(30), "the webhook listening"), "READY");
     let (url, port) = (format!("http://127.0.0.1:{hook}/hook"), port.to_string());
@@ -73,6 +79,33 @@ fn a_full_queue_closes_the_client_with_1013_and_keeps_what_it_took() {
     // Every message a worker took reached the backend: the queue's 20.
     assert_eq!(delivered, "DELIVERED 20");
     assert_eq!((v["upstream_sent"].as_u64(), v["upstream"]["delivered"].as_u64()), (Some(20), Some(20)), "{v}");
+    assert!(s.terminate().success());
+}
+
+/// The backend answers 413 to any body over 100,000 bytes and holds its
+/// first batch, so ~1.1 MB of messages wait: the sender halves the batch
+/// until it fits instead of dropping it, and learns the limit. Every POST
+/// carries an HMAC the peer checks as docs/upstream.md says.
+#[test]
+fn a_backend_that_refuses_large_bodies_gets_every_message_in_smaller_signed_batches() {
+    let dir = std::env::temp_dir().join(format!("megaconn-upstream-413-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let secret = dir.join("upstream.secret");
+    std::fs::write(&secret, "upstream webhook secret, well over 32 bytes\n").unwrap();
+    let secret = secret.display().to_string();
+    let (mut s, mut p, admin) = run_peer_args("limit", &["100000", &secret], &["--upstream-secret-file", &secret]);
+    let refused = p.line(Duration::from_secs(90), "how many 413s the webhook answered");
+    let largest = p.line(Duration::from_secs(10), "the largest body it took");
+    assert_eq!(p.finish_ok(Duration::from_secs(30)), ["OK"]);
+    let refused: u64 = refused.strip_prefix("REFUSED ").and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{refused}"));
+    let largest: u64 = largest.strip_prefix("LARGEST ").and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{largest}"));
+    assert!(refused > 0 && largest <= 100_000, "{refused} 413s, largest body {largest}");
+    let v = stats(&admin);
+    assert_eq!(v["upstream"]["delivered"], 1000, "{v}");
+    assert_eq!(v["upstream"]["refused"], serde_json::json!({}), "nothing dropped: {v}");
+    assert_eq!(v["upstream"]["retries"]["http_413"], refused, "each 413 split its batch: {v}");
+    assert_eq!(v["upstream"]["queued_bytes"], 0, "{v}");
+    let _ = std::fs::remove_dir_all(&dir);
     assert!(s.terminate().success());
 }
 

@@ -277,3 +277,73 @@ fn an_upgrade_that_never_completes_is_closed_at_the_header_timeout() {
     });
     assert!(s.terminate().success());
 }
+
+/// The Autobahn testsuite's large-message cases (9.1.4-9.1.6, 9.2.4-9.2.6)
+/// against `--max-message-bytes 16777216`.
+const MAX_MESSAGE: &str = "16777216";
+
+/// Finding 15 of issue 42: echoes of 4, 8 and 16 MiB text and binary
+/// messages were closed `slow_reader` (the 256 KiB reply bound counted the
+/// echo the peer was reading). Python `websockets`, reading through a
+/// 64 KiB receive buffer, gets each back in kind and byte-exact on both
+/// reactors, in plaintext and over TLS, and closes the connection itself.
+#[test]
+fn echoes_up_to_max_message_bytes_reach_a_peer_that_reads_them_on_both_reactors() {
+    let pki = pki::Pki::new("ec");
+    for io in ["epoll", "uring"] {
+        for tls in [false, true] {
+            let port = free_port().to_string();
+            let mut flags = vec!["--ports", &port, "--workers", "1", "--protocol", "ws", "--max-message-bytes", MAX_MESSAGE, "--io", io];
+            if tls {
+                flags.extend(["--tls-cert", &pki.cert, "--tls-key", &pki.key]);
+            }
+            let (mut s, _, _) = server_ready(&flags, None);
+            let mut py = Command::new("python3");
+            py.arg(peer("ws_large_echo.py")).arg(&port);
+            if tls {
+                py.arg(&pki.ca);
+            }
+            let (code, out, err) = run(py, Duration::from_secs(180));
+            assert!(code == 0 && out.ends_with("OK\n"), "--io {io}, TLS {tls}: ws_large_echo.py exited {code}: {out}{err}");
+            let v = s.wait_for(Duration::from_secs(10), "the peer's close counted", |v| v["event"] == "stats" && v["closed"] == 1);
+            assert_eq!(v["close_reasons"]["ws_peer_close"], 1, "--io {io}, TLS {tls}: {v}");
+            assert!(v["close_reasons"]["slow_reader"].is_null(), "--io {io}, TLS {tls}: {v}");
+            assert!(s.terminate().success());
+        }
+    }
+}
+
+/// What still makes a slow reader: not the size of its reply but a
+/// backlog that stops moving. A peer that sends one 16 MiB message and
+/// never reads its echo is closed by `--stall-timeout`, counted
+/// `stalled{what=backlog}`, on both reactors.
+#[test]
+fn a_peer_that_never_reads_a_large_echo_is_closed_by_the_stall_timeout() {
+    /// One masked binary frame of 16 MiB (mask 0: the payload as sent).
+    fn big_frame() -> Vec<u8> {
+        let n: usize = MAX_MESSAGE.parse().unwrap();
+        let mut f = vec![0x82, 0x80 | 127];
+        f.extend_from_slice(&(n as u64).to_be_bytes());
+        f.extend_from_slice(&[0; 4]);
+        f.resize(f.len() + n, 7);
+        f
+    }
+    let frame = big_frame();
+    for io in ["epoll", "uring"] {
+        let port = free_port();
+        let flags =
+            ["--ports", &port.to_string(), "--workers", "1", "--protocol", "ws", "--max-message-bytes", MAX_MESSAGE, "--stall-timeout", "2s", "--io", io];
+        let (mut s, _, _) = server_ready(&flags, None);
+        let mut c = ws_handshake(&format!("127.0.0.1:{port}"));
+        c.set_write_timeout(Some(Duration::from_secs(30))).unwrap();
+        // The server reads all of it (its reads do not wait for its
+        // writes); the echo fills both socket buffers and the rest waits.
+        c.write_all(&frame).expect("the server reads the whole message");
+        let v = s.wait_for(Duration::from_secs(20), "the stalled reader closed", |v| v["event"] == "stats" && v["closed"] == 1);
+        assert_eq!(v["close_reasons"]["stall_timeout"], 1, "--io {io}: {v}");
+        assert_eq!(v["stalled"]["backlog"], 1, "--io {io}: {v}");
+        assert!(v["close_reasons"]["slow_reader"].is_null(), "--io {io}: {v}");
+        drop(c);
+        assert!(s.terminate().success());
+    }
+}

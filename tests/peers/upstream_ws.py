@@ -2,9 +2,13 @@
 clients, around a `megaconn server --protocol ws --upstream
 http://127.0.0.1:HOOK/hook`.
 
-usage: upstream_ws.py PORT ADMIN HOOK MODE [N]
+usage: upstream_ws.py PORT ADMIN HOOK MODE [N] [SECRET_FILE]
   Binds the webhook on HOOK first and prints READY; then waits for the
-  server on PORT.
+  server on PORT. With SECRET_FILE (the server's --upstream-secret-file),
+  the webhook checks every POST's X-Megaconn-Timestamp (within 5 minutes)
+  and X-Megaconn-Signature (sha256=HEX of HMAC-SHA256 over
+  "TIMESTAMP.BODY", compared in constant time) as docs/upstream.md tells
+  a backend to, answers 401 to any that fails, and the run fails.
   MODE all:   N clients each send 5 text messages and one
               {"type":"publish","topic":"room.K"} command; the webhook must
               receive exactly those N*6 messages, each once, with its
@@ -20,9 +24,16 @@ usage: upstream_ws.py PORT ADMIN HOOK MODE [N]
   MODE full:  the webhook holds every batch until told; one client sends
               200 messages into a queue of 20: it is closed with 1013; once
               the webhook answers, it prints 'DELIVERED n' for what it got.
+  MODE limit: the webhook answers 413 to any body over N bytes (and holds
+              its first batch 1 s, so a backlog builds); 40 clients x 25
+              messages of ~1 KiB all arrive, once each, in bodies of at most
+              N bytes; it prints 'REFUSED k' (the 413s it answered, > 0)
+              and 'LARGEST b' (the largest body it took).
 Prints 'OK' when every check held.
 """
 import asyncio
+import hashlib
+import hmac
 import json
 import socket
 import sys
@@ -37,22 +48,54 @@ from websockets.exceptions import ConnectionClosed
 
 port, admin, hook, mode = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
 n = int(sys.argv[5]) if len(sys.argv) > 5 and mode != "presence" else 100
+secret = open(sys.argv[6], "rb").read().rstrip(b"\r\n") if len(sys.argv) > 6 else None
 
 got = []
 lock = threading.Lock()
 posts = [0]
 release = threading.Event()
+bad_signatures = []
+refused_413 = [0]
+largest = [0]
+
+
+def signed(headers, body):
+    """What docs/upstream.md tells a backend to check."""
+    ts, sig = headers.get("X-Megaconn-Timestamp"), headers.get("X-Megaconn-Signature")
+    if not ts or not sig or abs(time.time() * 1000 - int(ts)) > 300_000:
+        return False
+    want = "sha256=" + hmac.new(secret, ts.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(want, sig)
 
 
 class Hook(BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
 
+    def answer(self, status):
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
     def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        raw = self.rfile.read(int(self.headers["Content-Length"]))
+        if secret is not None and not signed(self.headers, raw):
+            with lock:
+                bad_signatures.append(dict(self.headers))
+            return self.answer(401)
+        body = json.loads(raw)
         with lock:
             posts[0] += 1
             k = posts[0]
+        if mode == "limit":
+            if len(raw) > n:
+                with lock:
+                    refused_413[0] += 1
+                return self.answer(413)
+            if k == 1:
+                time.sleep(1)
+            with lock:
+                largest[0] = max(largest[0], len(raw))
         if mode == "stall" and k <= 2:
             self.send_response(503)
             self.send_header("Content-Length", "0")
@@ -172,6 +215,9 @@ async def mode_presence():
     alice = [await connect(url("alice", "room.1")) for _ in range(2)]
     bob = await connect(url("bob", "room.1"))
     carol = await connect(url("carol", "room.2"))
+    # Joins and leaves are netted over a second per connection and topic:
+    # the four joins are told before anyone leaves.
+    wait_for(4)
     p = presence()
     assert p["connections"] == 3 and p["anonymous"] == 0 and p["users_total"] == 2, p
     assert p["users"] == [{"user": "alice", "connections": 2, "info": {"name": "Alice"}},
@@ -192,5 +238,28 @@ async def mode_presence():
     assert events == want, events
 
 
-asyncio.run({"presence": mode_presence, "all": mode_all, "stall": mode_stall, "full": mode_full}[mode]())
+async def mode_limit():
+    clients = [await connect(f"ws://127.0.0.1:{port}/") for _ in range(40)]
+    pad = "x" * 1000
+    for r in range(25):
+        for i, ws in enumerate(clients):
+            await ws.send(f"c{i}-m{r}-{pad}")
+    wait_for(1000, limit=60)
+    time.sleep(0.3)
+    with lock:
+        c = Counter(m["data"] for m in got)
+        print(f"REFUSED {refused_413[0]}", flush=True)
+        print(f"LARGEST {largest[0]}", flush=True)
+    assert len(c) == 1000 and max(c.values()) == 1, (len(c), c.most_common(2))
+    assert refused_413[0] > 0, "the backlog never made a body over the limit"
+    assert largest[0] <= n, largest[0]
+    for i in range(40):
+        seen = [int(m["data"].split("-")[1][1:]) for m in got if m["data"].startswith(f"c{i}-")]
+        assert seen == list(range(25)), (i, seen)
+    for ws in clients:
+        await ws.close()
+
+
+asyncio.run({"presence": mode_presence, "all": mode_all, "stall": mode_stall, "full": mode_full, "limit": mode_limit}[mode]())
+assert not bad_signatures, f"{len(bad_signatures)} POSTs without a valid signature, e.g. {bad_signatures[0]}"
 print("OK", flush=True)

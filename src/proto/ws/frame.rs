@@ -12,6 +12,9 @@
 
 /// Largest payload of a control frame (ping, pong, close).
 pub const MAX_CONTROL: usize = 125;
+/// Most bytes a server's frame puts before its payload: 2, then 8 of
+/// length from 64 KiB up (RFC 6455 5.2; a server masks nothing).
+pub const MAX_SERVER_HEADER: usize = 10;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Opcode {
@@ -120,6 +123,8 @@ pub fn close_code(reason: &str) -> u16 {
     match reason {
         "ws_message_too_big" => 1009,
         "ws_bad_utf8" => 1007,
+        // Policy violation: past a bound on what a client may ask for.
+        "too_many_commands" => 1008,
         r if r.starts_with("ws_") => 1002,
         _ => 1000,
     }

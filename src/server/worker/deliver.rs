@@ -131,7 +131,8 @@ impl Worker {
         }
         let mut slow = Vec::new();
         for (key, gen, held) in self.seam.expire() {
-            let Some(conn) = self.conns.get_mut(key).filter(|c| c.gen == gen) else { continue };
+            // Never to one that has not shown its token (`--auth jwt`).
+            let Some(conn) = self.conns.get_mut(key).filter(|c| c.gen == gen && takes_pushes(&c.ext)) else { continue };
             for f in &held.frames {
                 if let Err(reason) = super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, f, self.cfg.max_pending_bytes, "slow_consumer") {
                     slow.push((key, reason));

@@ -8,7 +8,6 @@
 //! published meanwhile is missed by a client that resumes.
 
 use super::Worker;
-use crate::net;
 use crate::proto::goaway;
 use crate::proto::Protocol;
 use crate::server::conn::{sse_mut, ws_handshaking, ConnExt};
@@ -97,7 +96,7 @@ impl Worker {
             goaway::write_framed(&mut self.out, retry_ms);
         }
         if !self.out.is_empty() {
-            match super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, net::MAX_BACKLOG, "slow_reader") {
+            match super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, "slow_reader") {
                 Ok(()) => self.stats.goaways += 1,
                 Err(reason) => return self.close(key, reason),
             }

@@ -12,11 +12,13 @@ use crate::server::upstream::UpMessage;
 use crate::supervise::control;
 
 impl Worker {
-    /// The joins and leaves since the last loop iteration, on their way.
-    /// Over a full upstream queue they are counted, not sent upstream.
+    /// The joins and leaves of the last second, netted per connection and
+    /// topic, on their way (called once a second). Over their own part of
+    /// the worker's upstream budget (never shared with client messages:
+    /// `outbox::PRESENCE_PART`) they are counted, not sent upstream.
     pub(super) fn presence_out(&mut self) {
         let Some(events) = self.topics.gate.events.as_mut().filter(|e| !e.is_empty()) else { return };
-        let events = std::mem::take(events);
+        let events = events.take();
         let mut notices = Vec::new();
         for e in events {
             if self.cfg.presence_notices {

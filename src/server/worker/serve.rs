@@ -13,6 +13,22 @@ use std::time::Instant;
 
 type Wire<'a> = crate::tls::conn::Wire<'a, rustls::server::UnbufferedServerConnection>;
 
+/// The bound on a connection's unsent replies (see [`net::reply_cap`]):
+/// room for the largest single reply the server may give, as the wire
+/// carries it. A WebSocket echo is as large as the largest message the
+/// server accepts (`--max-message-bytes`, framing included); an HTTP
+/// answer carries the `--body-size` body (its head fits in
+/// [`net::REPLY_SLACK`]); framed replies (4 KiB at most) and the echo protocol's (what
+/// one read brings) are small.
+pub(super) fn reply_cap(protocol: Protocol, ws: &ws::WsConfig, http_body: usize, tls: bool) -> usize {
+    let largest = match protocol {
+        Protocol::Ws => ws.largest_echo(),
+        Protocol::Http => http_body,
+        Protocol::Framed | Protocol::Echo | Protocol::Echo8 | Protocol::Discard | Protocol::Raw | Protocol::Sse => 0,
+    };
+    net::reply_cap(if tls { crate::tls::records::sealed_len_bound(largest) } else { largest })
+}
+
 impl Worker {
     /// Readiness of a connection (epoll), or bytes its receive brought
     /// (`received`, io_uring): read what is there, answer, flush.
@@ -57,6 +73,11 @@ impl Worker {
                     let upstream = &mut self.upstream;
                     let r = net::read_frames(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |f| {
                         req.stats.frames_in += 1;
+                        if matches!(f.kind, Kind::Subscribe | Kind::Unsubscribe | Kind::Resume)
+                            || f.kind == Kind::Auth && !crate::server::conn::awaiting_auth(ext)
+                        {
+                            topics.rate.charge(key)?;
+                        }
                         if f.kind == Kind::Auth {
                             return super::auth::framed_token(&mut req, topics, ext, f.payload);
                         }
@@ -79,7 +100,7 @@ impl Worker {
                                     return Err(reason);
                                 }
                             }
-                            Kind::Unsubscribe => topics.unsubscribe(subs, key, f.payload),
+                            Kind::Unsubscribe => crate::server::recovery::unsubscribe(topics, subs, recoveries, key, f.payload),
                             Kind::Publish => super::auth::framed_publish(&mut req, topics, upstream.as_mut(), f.payload)?,
                             Kind::Resume => {
                                 resumed = true;
@@ -100,7 +121,9 @@ impl Worker {
                     // The broadcasts held since its accept: a resume of them
                     // recovers them in order (or starts after them); anything
                     // else gets them now.
-                    if let Some(h) = held.filter(|_| !resumed_broadcasts) {
+                    // Never to one that has not shown its token (`--auth jwt`):
+                    // what was held for it is dropped, as a live push skips it.
+                    if let Some(h) = held.filter(|_| !resumed_broadcasts && !crate::server::conn::awaiting_auth(ext)) {
                         for f in &h.frames {
                             req.out.extend_from_slice(f);
                         }
@@ -164,7 +187,7 @@ impl Worker {
             }
             // Answer what was decoded even when the stream then ended
             // (and what the TLS handshake has to say first).
-            if let Err(reason) = tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, net::MAX_BACKLOG, "slow_reader") {
+            if let Err(reason) = tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, "slow_reader") {
                 end.get_or_insert(reason);
             }
             match r {
@@ -199,7 +222,7 @@ impl Worker {
             if conn.gen != done.job.gen {
                 continue;
             }
-            if let Err(reason) = tls::send(self.tls.as_mut(), self.ring.as_mut(), done.job.key, conn, &done.job.reply, net::MAX_BACKLOG, "slow_reader") {
+            if let Err(reason) = tls::send(self.tls.as_mut(), self.ring.as_mut(), done.job.key, conn, &done.job.reply, self.reply_cap, "slow_reader") {
                 self.close(done.job.key, reason);
                 continue;
             }
@@ -243,11 +266,42 @@ impl Worker {
             }
         }
         http::track_partial(&mut conn.ext, conn.partial.is_some(), now_ds);
-        if let Err(reason) = tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, net::MAX_BACKLOG, "slow_reader") {
+        if let Err(reason) = tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, "slow_reader") {
             end.get_or_insert(reason);
         }
         if let Some(reason) = end {
             self.close(key, reason);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ws(max_message: usize) -> ws::WsConfig {
+        ws::WsConfig { max_message, max_head: 8192, push_format: ws::PushFormat::Text }
+    }
+
+    /// Finding 15 of issue 42: a ws server accepting 16 MiB messages
+    /// bounded their echoes at 256 KiB and closed the peers reading them
+    /// `slow_reader`. Its bound now holds the whole echo (ciphertext over
+    /// TLS); every default keeps the 256 KiB of README's bounds table.
+    #[test]
+    fn the_reply_bound_holds_the_largest_reply_and_defaults_keep_256_kib() {
+        let default_ws = ws(ws::DEFAULT_MAX_MESSAGE);
+        for protocol in [Protocol::Framed, Protocol::Echo, Protocol::Echo8, Protocol::Http, Protocol::Ws] {
+            for tls in [false, true] {
+                assert_eq!(reply_cap(protocol, &default_ws, 12, tls), net::MAX_BACKLOG, "{protocol:?} tls {tls}");
+            }
+        }
+        let big = ws(16 << 20);
+        let plain = reply_cap(Protocol::Ws, &big, 12, false);
+        assert_eq!(plain, big.largest_echo() + net::REPLY_SLACK);
+        let sealed = reply_cap(Protocol::Ws, &big, 12, true);
+        assert_eq!(sealed, crate::tls::records::sealed_len_bound(big.largest_echo()) + net::REPLY_SLACK);
+        assert!(sealed > plain);
+        assert_eq!(reply_cap(Protocol::Framed, &big, 12, false), net::MAX_BACKLOG, "only the ws protocol answers with messages");
+        assert_eq!(reply_cap(Protocol::Http, &default_ws, 4 << 20, false), (4 << 20) + net::REPLY_SLACK);
     }
 }

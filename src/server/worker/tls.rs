@@ -34,10 +34,12 @@ impl TlsSide {
         Ok(TlsSide { files, config, conns: Vec::new(), live: 0, bufs: TlsBufs::default(), pending: VecDeque::new(), timeout_ds, plaintext_reply })
     }
 
-    /// Read the certificate and key again: new handshakes use them,
-    /// established connections keep theirs.
-    pub fn reload(&mut self) -> Result<()> {
-        self.config = files::server_config(&self.files)?;
+    /// A new certificate and key: new handshakes use them, established
+    /// connections keep theirs. Err keeps the one in force.
+    pub fn reload(&mut self, pem: files::Pem) -> Result<()> {
+        let next = ServerTls { pem: Some(pem), ..self.files.clone() };
+        self.config = files::server_config(&next)?;
+        self.files = next;
         Ok(())
     }
 

@@ -316,6 +316,14 @@ pub fn ws_handshake(addr: &str) -> std::net::TcpStream {
     s
 }
 
+/// A masked client frame: `fin`, `opcode`, payload (all zero mask).
+pub fn ws_frame(fin: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
+    assert!(payload.len() < 126);
+    let mut f = vec![if fin { 0x80 } else { 0 } | opcode, 0x80 | payload.len() as u8, 0, 0, 0, 0];
+    f.extend_from_slice(payload);
+    f
+}
+
 /// Processes whose parent is `pid` (a megaconn's worker processes).
 pub fn children_of(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
