@@ -313,6 +313,20 @@ pub fn token(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
+/// The bytes of a secret file given to `flag` (`path`), without a
+/// trailing newline (editors and `base64` add one), at least `min` of
+/// them; `make` says how to create one. Used by every shared-secret flag.
+pub fn secret_file(flag: &str, path: &str, min: usize, make: &str) -> Result<Vec<u8>, String> {
+    let mut bytes = std::fs::read(path).map_err(|e| format!("{flag} {path}: cannot read it ({e})"))?;
+    while bytes.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+        bytes.pop();
+    }
+    if bytes.len() < min {
+        return Err(format!("{flag} {path}: the secret is {} bytes; at least {min} are needed (e.g. `{make}`)", bytes.len()));
+    }
+    Ok(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,6 +28,9 @@ const USER_CLOSE: &str = "x:";
 const CONFIRM: &str = "megaconn.confirm";
 /// How long a starting node waits for another node with its id to answer.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a follower waits for NATS to confirm its subscription (a
+/// PING answered after the SUB) before it reads the stream anyway.
+const SUB_CONFIRM_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a publish waits for NATS to take it (and a unicast for its
 /// owner's answer) before it is answered 503/504.
 pub(super) const CONFIRM_TIMEOUT: Duration = Duration::from_secs(5);
@@ -378,9 +381,13 @@ impl Me {
         }
         h.insert(H_TIME, time_ms.as_str());
         let signature = sign::sign(&self.key, &s, data);
-        // Its own messages are not echoed back to it, so only a replay
-        // could bring this one: remember it as taken.
-        self.replays.lock().expect("replays").first(&signature, sign::now_ms());
+        // A core message (no position) is not echoed back to this node, so
+        // only a replay could bring it here: remember it as taken. A
+        // stream's copy of its own publish does come back, once, from the
+        // stream (and is placed by its position).
+        if position.is_empty() {
+            self.replays.lock().expect("replays").first(&signature, sign::now_ms());
+        }
         h.insert(H_SIGNATURE, signature.as_str());
         h
     }
@@ -540,15 +547,14 @@ async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<
         }
     };
     for subject in [sub_of(BROADCAST), super::node_subject(&cfg.node), super::USERS.to_string(), super::PRESENCE.to_string(), super::NOTICES.to_string()] {
-        follow(&subject, true);
-        subs.insert(subject.clone(), f.forward(subject).await);
+        let h = f.forward(subject.clone(), || follow(&subject, true)).await;
+        subs.insert(subject, h);
     }
     while let Some(cmd) = rx.recv().await {
         match cmd {
             Cmd::Subscribe(topic) => {
                 let subject = sub_of(&super::topic_subject(&topic));
-                follow(&subject, true);
-                let h = f.forward(subject.clone()).await;
+                let h = f.forward(subject.clone(), || follow(&subject, true)).await;
                 // Never two subscriptions of one subject: each would deliver.
                 if let Some(old) = subs.insert(subject, h) {
                     old.abort();
@@ -638,17 +644,34 @@ impl Forwarder {
     /// A stream's subject (JetStream) is followed without a gap: a jump
     /// in offsets, a reconnect or a message NATS dropped is filled from
     /// the stream.
-    async fn forward(&self, subject: String) -> tokio::task::AbortHandle {
+    ///
+    /// `followed` marks the subject as followed (this node's publishes to
+    /// it then wait for their copy to come by): it is called once the
+    /// stream's position is read and before the subscription, so every
+    /// copy of such a publish comes after that position, live or filled.
+    async fn forward(&self, subject: String, followed: impl FnOnce()) -> tokio::task::AbortHandle {
+        let plain = jslog::plain_subject(&subject);
+        let start = match &plain {
+            Some(plain) => self.stream_head(plain).await,
+            None => None,
+        };
+        followed();
         let f = self.clone();
         tokio::spawn(async move {
             let mut sub = match f.client.subscribe(subject.clone()).await {
                 Ok(s) => s,
                 Err(e) => return f.shared.error(format!("cannot subscribe to {subject}: {e}")),
             };
-            let plain = jslog::plain_subject(&subject);
             let mut catch_up = f.shared.catch_up.subscribe();
             catch_up.mark_unchanged();
             let mut last: Option<Head> = None;
+            if let (Some(plain), Some(head)) = (&plain, start) {
+                // What was stored between reading the position and the
+                // subscription coming into force comes from the stream.
+                f.confirm_subscription().await;
+                last = Some(head);
+                f.fill(plain, head, None, &mut last).await;
+            }
             loop {
                 tokio::select! {
                     m = sub.next() => match (m, &plain) {
@@ -658,6 +681,11 @@ impl Forwarder {
                     },
                     Ok(()) = catch_up.changed() => {
                         if let (Some(plain), Some(from)) = (&plain, last) {
+                            // After a reconnect the subscription is sent
+                            // again: read the stream once it is in force, or
+                            // what is stored in between would come neither
+                            // live nor from the read.
+                            f.confirm_subscription().await;
                             f.fill(plain, from, None, &mut last).await;
                         }
                     }
@@ -665,6 +693,36 @@ impl Forwarder {
             }
         })
         .abort_handle()
+    }
+
+    /// Where a new follower of `plain` starts: the stream's last message
+    /// of it (or its beginning when it has none). A follower that starts
+    /// where the stream is, instead of at its first live message, fills
+    /// what it missed across a reconnect even if no message came before it
+    /// (issue 42, finding 4). None: not read (the follower then starts at
+    /// its first live message, as it did before).
+    async fn stream_head(&self, plain: &str) -> Option<Head> {
+        let log = self.log.as_ref()?;
+        let check = |s: &Stored| self.me.read_stored(s, &self.shared).and_then(|i| i.at);
+        match tokio::time::timeout(jslog::FETCH_TIMEOUT, log.last(plain, &check)).await {
+            Ok(Ok(head)) => Some(head.unwrap_or(Head { at: Position { epoch: 0, offset: 0 }, seq: 0 })),
+            Ok(Err(e)) => {
+                self.shared.error(format!("cannot read where {plain} is in the stream: {e}"));
+                None
+            }
+            Err(_) => {
+                self.shared.error(format!("reading where {plain} is in the stream took over {} s", jslog::FETCH_TIMEOUT.as_secs()));
+                None
+            }
+        }
+    }
+
+    /// Wait (bounded) until NATS has taken this client's subscriptions: a
+    /// PING is answered after every SUB sent before it.
+    async fn confirm_subscription(&self) {
+        if tokio::time::timeout(SUB_CONFIRM_TIMEOUT, self.client.flush()).await.is_err() {
+            self.shared.error(format!("NATS did not confirm a subscription within {} s", SUB_CONFIRM_TIMEOUT.as_secs()));
+        }
     }
 
     /// A message on a core subject (unicasts, and everything with

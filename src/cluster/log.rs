@@ -242,7 +242,7 @@ impl Log {
 
     /// Where the stream's `subject` (plain) is: its last message's
     /// position and stream sequence.
-    async fn last(&self, subject: &str, check: Check<'_>) -> Result<Option<Head>, String> {
+    pub async fn last(&self, subject: &str, check: Check<'_>) -> Result<Option<Head>, String> {
         let Some(s) = self.last_stored(subject).await? else { return Ok(None) };
         // Not from a node (someone with write access to the stream's
         // subjects): the topic goes on after it, in a new epoch, rather

@@ -38,17 +38,8 @@ pub enum JwtKey {
 impl JwtKey {
     /// Read `--jwt-secret-file`.
     pub fn read_secret(path: &str) -> Result<JwtKey, String> {
-        let mut bytes = read(path, "--jwt-secret-file")?;
-        while bytes.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
-            bytes.pop();
-        }
-        if bytes.len() < MIN_SECRET {
-            return Err(format!(
-                "--jwt-secret-file {path}: the secret is {} bytes; HS256 needs at least {MIN_SECRET} (e.g. `head -c 48 /dev/urandom | base64 > {path}`)",
-                bytes.len()
-            ));
-        }
-        Ok(JwtKey::Secret(bytes))
+        let make = format!("head -c 48 /dev/urandom | base64 > {path}; HS256 needs at least {MIN_SECRET} bytes");
+        crate::values::secret_file("--jwt-secret-file", path, MIN_SECRET, &make).map(JwtKey::Secret)
     }
 
     /// Read `--jwt-public-key-file` and check it is a key we can use.

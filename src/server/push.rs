@@ -127,6 +127,18 @@ impl Topics {
         Ok(id)
     }
 
+    /// After a token refresh: the topics connection `key` follows that its
+    /// new token no longer permits, unsubscribed; their names.
+    pub fn revoke(&mut self, subs: &mut Subs, key: usize) -> Vec<Box<str>> {
+        let Some(list) = subs.as_ref() else { return Vec::new() };
+        let names: Vec<Box<str>> = list.iter().filter_map(|id| self.slots.get(*id as usize).and_then(Option::as_ref)).map(|t| t.name.clone()).collect();
+        let revoked: Vec<Box<str>> = names.into_iter().filter(|n| self.gate.permits(key, n).is_err()).collect();
+        for name in &revoked {
+            self.unsubscribe(subs, key, name.as_bytes());
+        }
+        revoked
+    }
+
     pub fn unsubscribe(&mut self, subs: &mut Subs, key: usize, topic: &[u8]) {
         let Some(id) = std::str::from_utf8(topic).ok().and_then(|t| self.ids.get(t)).copied() else { return };
         let Some(list) = subs.as_mut() else { return };
@@ -255,15 +267,23 @@ pub struct PushCommand {
     pub data: String,
 }
 
+/// Slab keys a connection id can carry: a worker holds at most this many
+/// connections at once (it stops accepting there, as at its fd limit).
+pub const MAX_KEYS: u64 = 1 << 16;
+
 /// A connection id: stable for the connection's life and unique within
-/// the server (worker index, slab key, generation).
+/// the server: the worker's index (a replaced worker gets a new one), the
+/// slab key, and the whole 32-bit generation (one per accept; a worker
+/// stops accepting before it would reuse one), so an id an application
+/// kept can never reach a later connection (issue 42, finding 12: with 24
+/// bits it could after 2^24 accepts).
 pub fn conn_id(worker: usize, key: usize, gen: u32) -> u64 {
-    ((worker as u64 & 0xFFFF) << 48) | ((key as u64 & 0xFF_FFFF) << 24) | (gen as u64 & 0xFF_FFFF)
+    ((worker as u64 & 0xFFFF) << 48) | ((key as u64 & (MAX_KEYS - 1)) << 32) | gen as u64
 }
 
-/// (worker, slab key, generation bits) of a connection id.
+/// (worker, slab key, generation) of a connection id.
 pub fn split_id(id: u64) -> (usize, usize, u32) {
-    ((id >> 48) as usize, ((id >> 24) & 0xFF_FFFF) as usize, (id & 0xFF_FFFF) as u32)
+    ((id >> 48) as usize, ((id >> 32) & (MAX_KEYS - 1)) as usize, id as u32)
 }
 
 /// Index of the latency bucket `ms` falls in (LATENCY_BUCKETS_MS.len() is +Inf).
@@ -332,6 +352,10 @@ mod tests {
     #[test]
     fn ids_round_trip() {
         let id = conn_id(55, 17_000, 0x1234567);
-        assert_eq!(split_id(id), (55, 17_000, 0x234567));
+        assert_eq!(split_id(id), (55, 17_000, 0x1234567));
+        // Every generation bit counts: a connection 2^24 accepts later on
+        // the same key has another id (it had the same with 24 bits).
+        assert_ne!(conn_id(3, 9, 5), conn_id(3, 9, 5 + (1 << 24)));
+        assert_eq!(split_id(conn_id(65_535, 65_535, u32::MAX)), (65_535, 65_535, u32::MAX));
     }
 }

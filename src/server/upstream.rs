@@ -241,12 +241,8 @@ impl UpstreamSecret {
 
     /// Read `--upstream-secret-file` (its bytes, without a trailing newline).
     pub fn read(path: &str) -> Result<UpstreamSecret, String> {
-        let mut bytes = std::fs::read(path).map_err(|e| format!("--upstream-secret-file {path}: cannot read it ({e})"))?;
-        while bytes.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
-            bytes.pop();
-        }
-        UpstreamSecret::new(bytes)
-            .map_err(|e| format!("--upstream-secret-file {path}: {e} (e.g. `head -c 48 /dev/urandom | base64 > {path}`; give your backend the same file)"))
+        let make = format!("head -c 48 /dev/urandom | base64 > {path}; give your backend the same file");
+        crate::values::secret_file("--upstream-secret-file", path, MIN_SECRET, &make).map(UpstreamSecret)
     }
 }
 

@@ -287,7 +287,8 @@ const SPARE_FDS: u64 = 8;
 
 /// How many connections this process can hold before accept() fails.
 fn fd_ceiling() -> u64 {
-    crate::sys::fd_limit().hard.saturating_sub(crate::sys::open_fds() + SPARE_FDS)
+    // Connection ids carry 16 bits of slab key (push::MAX_KEYS).
+    crate::sys::fd_limit().hard.saturating_sub(crate::sys::open_fds() + SPARE_FDS).min(super::push::MAX_KEYS)
 }
 
 impl Handler for Worker {

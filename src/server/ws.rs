@@ -238,26 +238,41 @@ fn command(req: &mut Requests<'_>, s: &mut Subscriber<'_>, data: &[u8]) -> Resul
                 }
             }
         }
-        Command::Refresh { token } => match refresh(req, s.topics, &token) {
-            Ok(exp) => answer(req.out, serde_json::json!({"type": "refreshed", "exp": exp})),
+        Command::Refresh { token } => match refresh(req, s.topics, s.subs, &token) {
+            Ok((exp, revoked)) => {
+                answer(req.out, serde_json::json!({"type": "refreshed", "exp": exp}));
+                for topic in revoked {
+                    s.recoveries.forget(&topic, req.key);
+                    req.stats.frames_out += 1;
+                    answer(req.out, serde_json::json!({"type": "unsubscribed", "topic": topic, "reason": super::gate::NOT_PERMITTED}));
+                }
+            }
             Err(reason) => answer(req.out, serde_json::json!({"type": "error", "reason": reason, "message": jwt::explain(reason)})),
         },
     }
     Ok(())
 }
 
-/// Take a fresher token for this connection; Err: why not (the old one
-/// stays, and the connection closes at its exp).
-pub fn refresh(req: &mut Requests<'_>, topics: &mut Topics, token: &str) -> Result<u64, &'static str> {
+/// Take a fresher token for this connection: its new exp, and the topics
+/// it followed that the new token does not permit (unsubscribed). Err:
+/// why not (the old one stays, and the connection closes at its exp).
+pub fn refresh(req: &mut Requests<'_>, topics: &mut Topics, subs: &mut super::push::Subs, token: &str) -> Result<(u64, Vec<Box<str>>), &'static str> {
     let r = match topics.gate.verify(Some(token)) {
         Ok(claims) => topics.gate.refresh(req.key, claims),
         Err(e) => Err(e),
     };
     match r {
-        Ok(_) => req.stats.auth_refreshed += 1,
-        Err(reason) => *req.stats.auth_refused.entry(reason.into()).or_insert(0) += 1,
+        Ok(exp) => {
+            req.stats.auth_refreshed += 1;
+            let revoked = topics.revoke(subs, req.key);
+            *req.stats.subscribe_refused.entry(super::gate::NOT_PERMITTED.into()).or_insert(0) += revoked.len() as u64;
+            Ok((exp, revoked))
+        }
+        Err(reason) => {
+            *req.stats.auth_refused.entry(reason.into()).or_insert(0) += 1;
+            Err(reason)
+        }
     }
-    r
 }
 
 fn on_event(req: &mut Requests<'_>, s: &mut Subscriber<'_>, ev: Event<'_>) -> Result<(), &'static str> {

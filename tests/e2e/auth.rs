@@ -331,3 +331,42 @@ fn a_subscription_flip_storm_closes_the_flipper_not_the_subscribers() {
     let _ = std::fs::remove_dir_all(&dir);
     assert!(s.terminate().success());
 }
+
+/// A refresh whose token no longer permits a topic the connection
+/// follows unsubscribes it, says so, and no push of it arrives after
+/// (issue 42, finding 11).
+#[test]
+fn a_refresh_that_drops_a_topic_unsubscribes_it() {
+    let dir = keys("revoke");
+    let port = free_port();
+    let secret = dir.join("secret").display().to_string();
+    let (mut s, _, ready) =
+        server_ready(&["--protocol", "ws", "--ports", &port.to_string(), "--workers", "1", "--auth", "jwt", "--jwt-secret-file", &secret], None);
+    let admin = ready["admin"].as_str().unwrap().to_string();
+    let mut c = ws_with_token(port, &mint(&dir, "alice", 600, "chat.a,news"));
+    for topic in ["chat.a", "news"] {
+        c.write_all(&crate::common::ws_frame(true, 1, format!(r#"{{"type":"subscribe","topic":"{topic}"}}"#).as_bytes())).unwrap();
+        ws_texts_until(&mut c, "\"subscribed\"");
+    }
+    let refresh = format!(r#"{{"type":"refresh","token":"{}"}}"#, mint(&dir, "alice", 600, "news"));
+    // The token is longer than one small frame: send it as a 16-bit-length frame.
+    let mut f = vec![0x81, 0x80 | 126];
+    f.extend_from_slice(&(refresh.len() as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 0, 0, 0]);
+    f.extend_from_slice(refresh.as_bytes());
+    c.write_all(&f).unwrap();
+    let heard = ws_texts_until(&mut c, "\"unsubscribed\"");
+    assert!(heard.iter().any(|t| t.contains("\"refreshed\"")), "{heard:?}");
+    let last: Value = serde_json::from_str(heard.last().unwrap()).unwrap();
+    assert_eq!((last["topic"].as_str(), last["reason"].as_str()), (Some("chat.a"), Some("not_permitted")), "{heard:?}");
+    for (topic, data) in [("chat.a", "revoked"), ("news", "still-here")] {
+        let (status, body) = http(&admin, "POST", &format!("/publish?topic={topic}"), data.as_bytes(), None);
+        assert_eq!(status, 200, "{body}");
+    }
+    let heard = ws_texts_until(&mut c, "still-here");
+    assert!(!heard.iter().any(|t| t.contains("revoked")), "a push of the dropped topic arrived: {heard:?}");
+    let v = stats_when(&admin, "the revocation counted", |v| v["subscribe_refused"]["not_permitted"] == 1 && v["auth_refreshed"] == 1);
+    assert_eq!(v["subscriptions"], 1, "{v}");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(s.terminate().success());
+}

@@ -817,6 +817,44 @@ fn publish_on(admin: &str, topic: &str, data: &str) -> (u16, Value) {
     (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
 }
 
+/// A node that comes back to NATS after another (its supervisor, which
+/// holds the link, stopped across a NATS restart) gets from the stream
+/// what was published while it was away, though its subscriber had heard
+/// nothing of the topic before (issue 42, finding 4: it waited for a first
+/// live message to know where it was, and so never filled the gap).
+#[test]
+fn a_node_that_reconnects_late_fills_what_was_published_without_it() {
+    assert!(Command::new("nats-server").arg("--version").output().is_ok_and(|o| o.status.success()), "nats-server is not installed: run scripts/setup.sh");
+    let nats = loopback_nats(&[]);
+    let url = format!("nats://{}", nats.addr);
+    let key = KeyFile::new("late");
+    let (_a, admin_a, _) = loopback_node(&url, "A", &key, &[]);
+    let (b, admin_b, port_b) = loopback_node(&url, "B", &key, &[]);
+    wait_until("both nodes healthy with the stream ready", Duration::from_secs(20), || {
+        get(&admin_a, "/healthz").0 == 200 && get(&admin_b, "/healthz").0 == 200
+    });
+    let mut on_b = Reader::connect(port_b);
+    on_b.s.write_all(&resume("news", None)).unwrap();
+    assert_eq!(on_b.until_subscribed(), vec![In::Subscribed(true, 0, 0)]);
+    wait_until("B follows the topic", Duration::from_secs(10), || routed(&nats.monitor, "megaconn.live.topic.news"));
+    let reconnects = |admin: &str| get(admin, "/stats").1["cluster"]["reconnects"].as_u64().unwrap_or(0);
+    // SAFETY: signalling the server process this test started.
+    unsafe { libc::kill(b.child.id() as i32, libc::SIGSTOP) };
+    let _nats = nats.restart_with(Duration::from_secs(1), || {});
+    wait_until("A reconnected", Duration::from_secs(20), || get(&admin_a, "/healthz").0 == 200 && reconnects(&admin_a) >= 1);
+    let (status, r) = publish_on(&admin_a, "news", "while-b-was-away");
+    assert_eq!(status, 200, "{r}");
+    // SAFETY: as above.
+    unsafe { libc::kill(b.child.id() as i32, libc::SIGCONT) };
+    wait_until("B reconnected", Duration::from_secs(20), || get(&admin_b, "/healthz").0 == 200 && reconnects(&admin_b) >= 1);
+    let (status, r) = publish_on(&admin_a, "news", "after");
+    assert_eq!(status, 200, "{r}");
+    let got = pushes_until(&mut on_b, "after");
+    let data: Vec<&str> = got.iter().map(|m| m.2.as_str()).collect();
+    assert_eq!(data, ["while-b-was-away", "after"], "B's subscriber, every message once: {got:?}");
+    assert_eq!(got[1].0, got[0].0 + 1, "consecutive offsets: {got:?}");
+}
+
 /// Pushes on `r` up to and including the one carrying `last`.
 fn pushes_until(r: &mut Reader, last: &str) -> Vec<(u64, u32, String)> {
     let mut got = Vec::new();

@@ -22,6 +22,7 @@ mod http;
 mod io;
 mod journeys;
 mod kubernetes;
+mod layers;
 mod push;
 mod report;
 mod requests;

@@ -77,6 +77,13 @@ impl Worker {
     /// Accept one connection from listener `i`; false when there is none
     /// (or accepting must pause).
     pub(super) fn accept_one(&mut self, i: usize) -> bool {
+        if self.next_gen == u32::MAX {
+            // Every generation is used: a new connection would reuse an
+            // id an application may still hold. Accept no more, as a full
+            // worker (an elastic server starts a successor).
+            *self.stats.accept_paused.entry("generations_used".into()).or_insert(0) += 1;
+            self.fd_ceiling = 0;
+        }
         if self.stats.active >= self.fd_ceiling {
             // A full worker keeps accepting until the supervisor sees a
             // sibling with room; past its descriptors it cannot. Pause as
@@ -131,7 +138,7 @@ impl Worker {
                 if let Some(p) = &mut self.per_ip {
                     p.hold(key, ip);
                 }
-                self.next_gen = self.next_gen.wrapping_add(1);
+                self.next_gen += 1;
                 let mut conn = Conn::new(stream, self.started.elapsed().as_secs() as u32, self.next_gen);
                 if !on_ring {
                     conn.set_watched();

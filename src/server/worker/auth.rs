@@ -13,14 +13,25 @@ use crate::server::{gate, jwt, ws};
 
 /// A framed auth frame: the first admits the connection, a later one
 /// refreshes its token (a refused refresh keeps the old token: the
-/// connection closes at its exp). Err closes the connection.
-pub fn framed_token(req: &mut Requests<'_>, topics: &mut Topics, ext: &mut Ext, payload: &[u8]) -> Result<(), &'static str> {
+/// connection closes at its exp; topics the new token does not permit
+/// are unsubscribed). Err closes the connection.
+pub fn framed_token(
+    req: &mut Requests<'_>,
+    topics: &mut Topics,
+    (subs, recoveries): (&mut crate::server::push::Subs, &mut crate::server::recovery::Recoveries),
+    ext: &mut Ext,
+    payload: &[u8],
+) -> Result<(), &'static str> {
     if !topics.gate.required() {
         return Err("bad_frame_unexpected_kind");
     }
     let token = std::str::from_utf8(payload).unwrap_or("\u{0}");
     if !awaiting_auth(ext) {
-        let _ = ws::refresh(req, topics, token);
+        if let Ok((_, revoked)) = ws::refresh(req, topics, subs, token) {
+            for topic in revoked {
+                recoveries.forget(&topic, req.key);
+            }
+        }
         return Ok(());
     }
     match topics.gate.verify(Some(token)) {

@@ -45,7 +45,7 @@ impl Worker {
                     .map(split_id)
                     .filter(|(w, k, g)| {
                         *w == self.cfg.worker
-                            && self.conns.get(*k).is_some_and(|c| c.gen & 0xFF_FFFF == *g && takes(c))
+                            && self.conns.get(*k).is_some_and(|c| c.gen == *g && takes(c))
                             && !self.tls.as_ref().is_some_and(|t| t.handshaking(*k))
                     })
                     .map(|(_, k, _)| vec![k])
@@ -95,8 +95,9 @@ impl Worker {
                 Err(reason) => slow.push((*key, reason)),
             }
         }
-        if cmd.stream == Stream::Broadcast && self.cfg.protocol == Protocol::Framed {
-            self.seam.broadcast(cmd.seq, &frame);
+        if cmd.stream == Stream::Broadcast && self.cfg.protocol == Protocol::Framed && self.seam.broadcast(cmd.seq, &frame) {
+            let released = self.seam.release_all();
+            self.send_held(released);
         }
         for (key, reason) in slow {
             dropped += 1;
@@ -129,8 +130,15 @@ impl Worker {
         if !self.seam.pending() {
             return;
         }
+        let expired = self.seam.expire();
+        self.send_held(expired);
+    }
+
+    /// What the seam held for these connections, to each (those still
+    /// there and authenticated).
+    fn send_held(&mut self, held: Vec<(usize, u32, super::seam::Held)>) {
         let mut slow = Vec::new();
-        for (key, gen, held) in self.seam.expire() {
+        for (key, gen, held) in held {
             // Never to one that has not shown its token (`--auth jwt`).
             let Some(conn) = self.conns.get_mut(key).filter(|c| c.gen == gen && takes_pushes(&c.ext)) else { continue };
             for f in &held.frames {

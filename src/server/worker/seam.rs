@@ -18,7 +18,10 @@
 //! (by this worker, or anywhere on the server: the supervisor tells every
 //! worker): a million connections that never resume cost nothing here.
 //! TLS connections are not noted (broadcasts skip them until their
-//! handshake ends).
+//! handshake ends). What is kept is bounded in time ([`FRESH`]) and in
+//! bytes ([`MAX_KEPT_BYTES`]: past it every noted connection gets what was
+//! held for it at once). A connection that has not shown its token
+//! (`--auth jwt`) never gets what was held.
 
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
@@ -30,6 +33,11 @@ pub const FRESH: Duration = Duration::from_secs(30);
 /// How long pushed broadcasts are kept: longer than any note lives
 /// (notes expire on a 1 s tick).
 const KEPT: Duration = Duration::from_secs(2 * FRESH.as_secs());
+/// Most bytes of pushed broadcasts kept. Past it the seam lets go: every
+/// noted connection gets what was held for it at once (as if silent for
+/// [`FRESH`]) and the kept frames are dropped, so a burst of large
+/// broadcasts while clients resume costs at most this much per worker.
+pub const MAX_KEPT_BYTES: usize = 16 << 20;
 
 #[derive(Default)]
 pub struct Seam {
@@ -39,6 +47,8 @@ pub struct Seam {
     order: VecDeque<(Instant, usize, u32)>,
     /// Broadcasts pushed: (when, offset, frame), oldest first.
     pushed: VecDeque<(Instant, u64, Rc<[u8]>)>,
+    /// Bytes of the frames in `pushed`.
+    pushed_bytes: usize,
     /// Accepts are noted until then.
     noting_until: Option<Instant>,
 }
@@ -82,14 +92,32 @@ impl Seam {
 
     /// A broadcast at `offset` was pushed (as `frame`) to every connection
     /// not held or recovering.
-    pub fn broadcast(&mut self, offset: u64, frame: &[u8]) {
+    /// Over [`MAX_KEPT_BYTES`] the caller releases everything at once
+    /// ([`Seam::release_all`]): true.
+    pub fn broadcast(&mut self, offset: u64, frame: &[u8]) -> bool {
         let now = Instant::now();
         while self.pushed.front().is_some_and(|(at, _, _)| now.duration_since(*at) > KEPT) {
-            self.pushed.pop_front();
+            if let Some((_, _, f)) = self.pushed.pop_front() {
+                self.pushed_bytes -= f.len();
+            }
         }
         if !self.fresh.is_empty() || self.noting_until.is_some_and(|t| now < t) {
             self.pushed.push_back((now, offset, frame.into()));
+            self.pushed_bytes += frame.len();
         }
+        self.pushed_bytes > MAX_KEPT_BYTES
+    }
+
+    /// Let go of every note now: each noted connection with what was held
+    /// for it, and no frame kept after.
+    pub fn release_all(&mut self) -> Vec<(usize, u32, Held)> {
+        let noted: Vec<(usize, u32)> = self.fresh.iter().map(|(k, (g, _))| (*k, *g)).collect();
+        let out = noted.into_iter().filter_map(|(key, gen)| self.read(key, gen).map(|h| (key, gen, h))).collect();
+        self.fresh = HashMap::new();
+        self.order = VecDeque::new();
+        self.pushed = VecDeque::new();
+        self.pushed_bytes = 0;
+        out
     }
 
     /// Connection `key` is read for the first time: what was held for it
@@ -175,5 +203,21 @@ mod tests {
         s.broadcast(1, b"x");
         assert!(s.expire().is_empty());
         assert!(s.holds(5, 1));
+    }
+
+    #[test]
+    fn past_its_byte_bound_the_seam_lets_go_of_everything() {
+        let mut s = Seam::default();
+        s.resumed();
+        s.accepted(1, 1);
+        let big = vec![7u8; MAX_KEPT_BYTES / 2];
+        assert!(!s.broadcast(1, &big));
+        assert!(!s.broadcast(2, &big), "exactly at the bound");
+        assert!(s.broadcast(3, b"x"), "one byte more");
+        let released = s.release_all();
+        assert_eq!(released.len(), 1);
+        assert_eq!(released[0].2.frames.len(), 3, "what was held goes out, in order");
+        assert!(!s.holds(1, 1) && !s.noting() && !s.pending());
+        assert_eq!(s.pushed_bytes, 0);
     }
 }

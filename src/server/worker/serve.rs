@@ -79,7 +79,7 @@ impl Worker {
                             topics.rate.charge(key)?;
                         }
                         if f.kind == Kind::Auth {
-                            return super::auth::framed_token(&mut req, topics, ext, f.payload);
+                            return super::auth::framed_token(&mut req, topics, (subs, recoveries), ext, f.payload);
                         }
                         if crate::server::conn::awaiting_auth(ext) {
                             return super::auth::missing(&mut req);
