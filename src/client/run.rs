@@ -65,6 +65,10 @@ pub struct ClientSummary {
     /// Connections still open when the hold ended.
     pub held: u64,
     pub failed_total: u64,
+    /// Requested connections neither established nor failed when the run
+    /// ended: never attempted, or still connecting (requested =
+    /// established + failed + this).
+    pub not_attempted: u64,
     pub lost_total: u64,
     /// Why connections were lost, in one sentence (None: nothing lost).
     pub loss: Option<String>,
@@ -503,6 +507,7 @@ impl ClientRun {
             established: t.established_total,
             held: self.held,
             failed_total: t.failed.values().sum(),
+            not_attempted: t.planned.saturating_sub(t.established_total.min(t.planned) + t.failed.values().sum::<u64>()),
             lost_total: t.lost.values().sum(),
             loss: super::summary::loss_verdict(&t.lost, t.lost_unanswered),
             ramp_seconds,

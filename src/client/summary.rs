@@ -25,6 +25,12 @@ pub fn print_summary(s: &ClientSummary, progress: &mut Progress) {
     if s.failed_total > 0 {
         println!("failures      {}", format::kinds(&s.failed));
     }
+    if s.not_attempted > 0 {
+        println!(
+            "not attempted {} of the requested connections were neither established nor failed when the run ended (never attempted, or still connecting): a longer --hold or a higher --rate lets them through",
+            format::count(s.not_attempted)
+        );
+    }
     if !s.lost.is_empty() {
         println!("lost          {} | {}", format::kinds(&s.lost), s.loss.as_deref().unwrap_or(""));
     }

@@ -162,6 +162,7 @@ fn a_vanishingly_slow_request_rate_against_a_closed_port_ends_at_once_on_both_re
         assert_eq!(sum["io"], io, "--io {io}: {sum}");
         assert_eq!(sum["failed"]["ECONNREFUSED"], 1, "--io {io}: the refusal is counted with its reason: {sum}");
         assert_eq!(sum["established"], 0, "--io {io}: {sum}");
+        assert_eq!(sum["not_attempted"], 0, "--io {io}: requested = established + failed + not attempted: {sum}");
         let cpu = sum["cpu_seconds"].as_f64().unwrap_or_else(|| panic!("--io {io}: no cpu_seconds: {sum}"));
         assert!(cpu < MOST_CPU_SECONDS, "--io {io}: the worker spent {cpu} s of CPU in {took:?}: {sum}");
     }

@@ -316,6 +316,14 @@ pub fn ws_handshake(addr: &str) -> std::net::TcpStream {
     s
 }
 
+/// The value of one sample of a Prometheus text exposition, `name` with
+/// its labels as written (`megaconn_x_total{reason="y"}`); None when no
+/// line has exactly that name (a prefix such as `..._total 20` of a line
+/// `..._total 200` does not count).
+pub fn sample(exposition: &str, name: &str) -> Option<f64> {
+    exposition.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.split(' ').next()?.parse().ok())
+}
+
 /// A masked client frame: `fin`, `opcode`, payload (all zero mask).
 pub fn ws_frame(fin: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
     assert!(payload.len() < 126);
