@@ -124,7 +124,11 @@ pub enum Op {
 /// What one receive completion brought.
 #[derive(Debug)]
 pub enum Received<'a> {
-    Data(&'a [u8]),
+    /// Bytes, and whether they filled what was left of their buffer: a
+    /// receive takes at most that, so what the peer sent with them may
+    /// come in the next completion (a client's opening cut in two: see
+    /// `server/worker/seam.rs`).
+    Data(&'a [u8], bool),
     /// The peer closed its side.
     Eof,
     /// The receive failed (a negative errno); the connection is done.
@@ -487,7 +491,7 @@ fn handle(ring: &mut Ring, h: &mut impl RingHandler) -> bool {
                 let more = cqueue::more(flags);
                 match (res, cqueue::buffer_select(flags)) {
                     (n, Some(bid)) if n > 0 => {
-                        h.on_received(tag, Received::Data(ring.bufs.take(bid, n as usize)));
+                        h.on_received(tag, Received::Data(ring.bufs.take(bid, n as usize), !cqueue::buffer_more(flags)));
                         if !cqueue::buffer_more(flags) {
                             ring.bufs.finished(bid);
                         }

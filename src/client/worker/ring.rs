@@ -49,7 +49,7 @@ impl RingHandler for Worker {
             return;
         }
         match r {
-            Received::Data(bytes) => self.hear(k, crate::sys::mono_us(), false, Some(bytes)),
+            Received::Data(bytes, _) => self.hear(k, crate::sys::mono_us(), false, Some(bytes)),
             Received::Stopped => {
                 let fd = self.slots[k].stream.as_ref().map(|s| s.as_raw_fd());
                 if let (Some(ring), Some(fd)) = (self.ring.as_mut(), fd) {

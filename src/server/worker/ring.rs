@@ -230,7 +230,7 @@ impl RingHandler for Worker {
         let key = recv_key(tag);
         let Some(conn) = self.conns.get(key).filter(|c| recv_tag(key, c.gen) == tag) else { return };
         match r {
-            Received::Data(bytes) => self.on_conn_event(key, true, false, false, Some(bytes)),
+            Received::Data(bytes, cut) => self.on_conn_event(key, true, false, false, Some((bytes, cut))),
             Received::Stopped => {
                 let fd = conn.stream.as_raw_fd();
                 self.ring().next.ops.push(Op::Recv { fd, tag });

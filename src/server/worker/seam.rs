@@ -14,6 +14,19 @@
 //! the held ones first. A connection silent for [`FRESH`] gets them then.
 //! A WebSocket or event stream resumes at its Upgrade, before any push.
 //!
+//! "First read" means the client's whole opening, not the first bytes
+//! that came ([`FirstRead::settles`]): a receive on the io_uring reactor
+//! takes what is left of a shared 4 KiB buffer, so an opening of N bytes
+//! (17 for a resume of the broadcasts alone) is cut in two completions
+//! about N times in 4,096. Letting go of the note at the first of them
+//! sent the held broadcasts live, and the broadcasts' resume in the
+//! second then replayed them (issue 42, finding 13: duplicates, and a
+//! gap wherever the client had missed one before its accept). So a read
+//! that decoded no frame, leaves a frame cut short, stops at its budget
+//! or (io_uring) filled the rest of its buffer keeps the note (and its
+//! broadcasts held), unless it resumed the broadcasts or ended the
+//! connection. The last covers a cut that falls between two frames.
+//!
 //! Accepts are noted only while a resume was seen in the last [`FRESH`]
 //! (by this worker, or anywhere on the server: the supervisor tells every
 //! worker): a million connections that never resume cost nothing here.
@@ -58,6 +71,34 @@ pub struct Seam {
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Held {
     pub frames: Vec<Rc<[u8]>>,
+}
+
+/// What a framed connection's read brought, as far as its note goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FirstRead {
+    /// It resumed the broadcasts (`*`): what was held comes in its recovery.
+    pub resumed_broadcasts: bool,
+    /// Whole frames it decoded.
+    pub frames: usize,
+    /// Bytes left for a later read: a frame cut short, more past the read
+    /// budget, or a receive that filled the rest of its buffer (what came
+    /// with its bytes may be in the next). The rest of the opening may be
+    /// there.
+    pub unfinished: bool,
+    /// The connection ends with this read (end of stream, an error, a
+    /// refused frame).
+    pub ended: bool,
+}
+
+impl FirstRead {
+    /// Whether this read ends the connection's note ([`Seam::read`]): a
+    /// resume of the broadcasts or the connection's end always does;
+    /// anything else only once the read decoded a frame and left nothing
+    /// unread behind it (the whole opening of a client that sends it in
+    /// one write). Until then broadcasts stay held for it.
+    pub fn settles(&self) -> bool {
+        self.resumed_broadcasts || self.ended || (self.frames > 0 && !self.unfinished)
+    }
 }
 
 impl Seam {
@@ -193,6 +234,73 @@ mod tests {
         s.broadcast(44, b"b44");
         assert_eq!(s.read(4, 2), None, "a later connection on the key of one never read");
         assert!(!s.holds(4, 1), "that one's note is gone with it");
+    }
+
+    #[test]
+    fn a_note_ends_with_the_whole_opening_a_resume_of_the_broadcasts_or_the_end() {
+        let read = |resumed_broadcasts, frames, unfinished, ended| FirstRead { resumed_broadcasts, frames, unfinished, ended }.settles();
+        assert!(read(false, 1, false, false), "a whole opening that resumes nothing: gets what was held");
+        assert!(read(true, 1, false, false) && read(true, 1, true, false), "the broadcasts' resume, whatever follows it");
+        assert!(read(false, 0, true, true) && read(false, 2, true, true), "the connection ends");
+        assert!(!read(false, 0, true, false), "a frame cut short, nothing decoded");
+        assert!(!read(false, 1, true, false), "a topic's resume whole, the broadcasts' cut short");
+        assert!(!read(false, 2, true, false), "stopped at its budget: more waits");
+        assert!(!read(false, 0, false, false), "a receive that brought nothing");
+    }
+
+    /// Issue 42, finding 13: an io_uring receive takes what is left of a
+    /// shared 4 KiB buffer, so a client's opening comes in two pieces now
+    /// and then. Wherever it is cut, and whatever broadcast comes between
+    /// the pieces, nothing held for the connection goes out live before
+    /// the resume that recovers it (before, the note ended at the first
+    /// piece, and what it held went live, then again in the recovery).
+    #[test]
+    fn an_opening_cut_anywhere_keeps_its_broadcasts_held_until_its_resume_is_read() {
+        use crate::net::{read_frames, ReadEnd, Received, Spill};
+        use crate::proto::frame::Kind;
+        use crate::proto::push::{decode_resume, encode_resume, Position, BROADCAST_TOPIC};
+        let mut opening = Vec::new();
+        encode_resume(&mut opening, "room-7", Some(Position { epoch: 3, offset: 9 }));
+        encode_resume(&mut opening, BROADCAST_TOPIC, Some(Position { epoch: 5, offset: 40 }));
+        let mut scratch = vec![0u8; 4096];
+        for cut in 1..=opening.len() {
+            let mut s = Seam::default();
+            s.resumed();
+            s.accepted(1, 7);
+            s.broadcast(41, b"b41");
+            let (mut partial, mut live, mut recovered): (Spill, Vec<Vec<u8>>, Vec<Vec<u8>>) = (None, Vec::new(), Vec::new());
+            // The first piece of a cut opening filled what was left of its buffer.
+            let pieces = [(&opening[..cut], cut < opening.len()), (&opening[cut..], false)];
+            for (i, (piece, filled)) in pieces.into_iter().enumerate().filter(|(_, (p, _))| !p.is_empty()) {
+                if i == 1 {
+                    // A broadcast between the two receives: live unless held.
+                    if !s.holds(1, 7) {
+                        live.push(b"b42".to_vec());
+                    }
+                    s.broadcast(42, b"b42");
+                }
+                let mut read = FirstRead { resumed_broadcasts: false, frames: 0, unfinished: false, ended: false };
+                let end = read_frames(&mut Received(piece), &mut partial, &mut scratch, false, |f| {
+                    read.frames += 1;
+                    if f.kind == Kind::Resume {
+                        read.resumed_broadcasts |= decode_resume(f.payload)?.0 == BROADCAST_TOPIC.as_bytes();
+                    }
+                    Ok(())
+                });
+                read.unfinished = partial.is_some() || end == ReadEnd::Budget || filled;
+                read.ended = matches!(end, ReadEnd::Eof | ReadEnd::Error(_));
+                if read.settles() {
+                    let held = frames(s.read(1, 7));
+                    if read.resumed_broadcasts {
+                        recovered.extend(held);
+                    } else {
+                        live.extend(held);
+                    }
+                }
+            }
+            assert!(live.is_empty(), "cut at byte {cut}: {live:?} went out live before the broadcasts' resume");
+            assert!(!recovered.is_empty() && !s.holds(1, 7), "cut at byte {cut}: the resume ends the note");
+        }
     }
 
     #[test]

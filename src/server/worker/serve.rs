@@ -31,9 +31,11 @@ pub(super) fn reply_cap(protocol: Protocol, ws: &ws::WsConfig, http_body: usize,
 
 impl Worker {
     /// Readiness of a connection (epoll), or bytes its receive brought
-    /// (`received`, io_uring): read what is there, answer, flush.
-    pub(super) fn on_conn_event(&mut self, key: usize, readable: bool, read_closed: bool, writable: bool, received: Option<&[u8]>) {
+    /// (`received`, io_uring, with whether more of what came with them
+    /// may be in the next receive): read what is there, answer, flush.
+    pub(super) fn on_conn_event(&mut self, key: usize, readable: bool, read_closed: bool, writable: bool, received: Option<(&[u8], bool)>) {
         let readable = readable || received.is_some();
+        let (received, cut) = (received.map(|(bytes, _)| bytes), received.is_some_and(|(_, cut)| cut));
         let now_s = self.now_s();
         let now_ds = self.now_ds();
         let Some(conn) = self.conns.get_mut(key) else { return };
@@ -67,12 +69,12 @@ impl Worker {
             };
             let r = match self.cfg.protocol {
                 Protocol::Framed => {
-                    let held = self.seam.read(key, gen);
-                    let (mut resumed, mut resumed_broadcasts) = (false, false);
+                    let (mut resumed, mut resumed_broadcasts, mut frames) = (false, false, 0);
                     let (topics, subs, recoveries, ext) = (&mut self.topics, &mut conn.subs, &mut self.recoveries, &mut conn.ext);
                     let upstream = &mut self.upstream;
                     let r = net::read_frames(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |f| {
                         req.stats.frames_in += 1;
+                        frames += 1;
                         if matches!(f.kind, Kind::Subscribe | Kind::Unsubscribe | Kind::Resume)
                             || f.kind == Kind::Auth && !crate::server::conn::awaiting_auth(ext)
                         {
@@ -120,9 +122,18 @@ impl Worker {
                     }
                     // The broadcasts held since its accept: a resume of them
                     // recovers them in order (or starts after them); anything
-                    // else gets them now.
+                    // else gets them now. Not before its whole opening was
+                    // read: a receive may bring only part of it, and the
+                    // broadcasts' resume may be in the next (see seam.rs).
                     // Never to one that has not shown its token (`--auth jwt`):
                     // what was held for it is dropped, as a live push skips it.
+                    let first = super::seam::FirstRead {
+                        resumed_broadcasts,
+                        frames,
+                        unfinished: conn.partial.is_some() || r == ReadEnd::Budget || cut,
+                        ended: matches!(r, ReadEnd::Eof | ReadEnd::Error(_)),
+                    };
+                    let held = if self.seam.noting() && first.settles() { self.seam.read(key, gen) } else { None };
                     if let Some(h) = held.filter(|_| !resumed_broadcasts && !crate::server::conn::awaiting_auth(ext)) {
                         for f in &h.frames {
                             req.out.extend_from_slice(f);
