@@ -70,9 +70,12 @@ pub fn page_size() -> u64 {
 
 /// User + system CPU time of this process, in microseconds.
 pub fn self_cpu_us() -> u64 {
-    // SAFETY: getrusage writes into the zeroed struct we own.
+    // SAFETY: rusage is plain old data: all zeroes is a valid value.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    // SAFETY: getrusage writes into the struct we own and borrow mutably.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return 0;
+    }
     let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }

@@ -21,6 +21,8 @@ fn chunk(ptr: *mut u8) -> isize {
     (unsafe { libc::malloc_usable_size(ptr.cast()) } + std::mem::size_of::<usize>()) as isize
 }
 
+// SAFETY: every call is passed to System unchanged; the counting only
+// reads the sizes it is given and the chunk System returned.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // try_with: the thread-local may be gone while a thread exits.

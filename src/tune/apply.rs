@@ -46,6 +46,7 @@ pub fn apply(a: &Assessment, root: &Path, dry_run: bool) -> Result<i32> {
         println!("\nThe hard fd limit is not a sysctl; set it yourself:\n{nofile}");
         return Ok(0);
     }
+    // SAFETY: geteuid takes nothing and cannot fail.
     let is_root = unsafe { libc::geteuid() } == 0;
     if root == Path::new("/") && !is_root {
         eprintln!("megaconn tune --apply needs root; run these as root instead:");

@@ -238,6 +238,7 @@ fn a_stopped_worker_blocks_neither_probes_nor_publishes() {
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"stalled_workers\":[1]"), "{body}");
     s.wait_for(Duration::from_secs(10), "the stall reported", |v| v["event"] == "worker_stalled" && v["worker"] == 1);
+    // SAFETY: signalling a worker PID our own server reported.
     unsafe { libc::kill(workers[1] as i32, libc::SIGCONT) };
     s.wait_for(Duration::from_secs(20), "the recovery reported", |v| v["event"] == "worker_recovered" && v["worker"] == 1);
     // Nothing it was sent while stopped was lost.
