@@ -159,6 +159,17 @@ pub fn verdict(s: &ClientSummary, allow_loss: bool) -> (i32, Option<String>) {
     if s.established < s.requested {
         return (1, Some(format!("{} of {} connections were established", format::count(s.established), format::count(s.requested))));
     }
+    if s.heartbeats_unanswered > 0 {
+        return (
+            1,
+            Some(format!(
+                "{} of {} heartbeats were not answered within --request-timeout ({} answered): the server did not keep up, or does not answer them",
+                format::count(s.heartbeats_unanswered),
+                format::count(s.heartbeats_sent),
+                format::count(s.heartbeats_answered)
+            )),
+        );
+    }
     if s.held < s.established && !allow_loss {
         let why = s.loss.clone().unwrap_or_default();
         return (

@@ -31,6 +31,9 @@ impl Hists {
 struct Marks {
     at_us: u64,
     open: u64,
+    connecting: u64,
+    queued: u64,
+    not_attempted: BTreeMap<String, u64>,
     established_total: u64,
     failed: BTreeMap<String, u64>,
     lost: BTreeMap<String, u64>,
@@ -48,6 +51,9 @@ impl Marks {
         Marks {
             at_us,
             open: t.open,
+            connecting: t.connecting,
+            queued: t.queued,
+            not_attempted: t.not_attempted_by.clone(),
             established_total: t.established_total,
             failed: t.failed.clone(),
             lost: t.lost.clone(),
@@ -71,6 +77,18 @@ pub struct PhaseResult {
     pub seconds: f64,
     pub open_at_start: u64,
     pub open_at_end: u64,
+    /// Handshakes in flight, and planned connections not started yet,
+    /// when the phase ended (with `open_at_end`, the failed, the lost
+    /// and the not attempted so far, every planned connection).
+    pub connecting_at_end: u64,
+    pub queued_at_end: u64,
+    /// Planned connections given up in this phase without an attempt,
+    /// by reason (`ramp_deadline`, `run_closed`, ...).
+    pub not_attempted_total: u64,
+    pub not_attempted: BTreeMap<String, u64>,
+    /// Why the phase ended, when that needs saying (the ramp: every
+    /// connection settled, or its deadline passed with some unsettled).
+    pub end: Option<String>,
     /// Handshakes completed in this phase (reopens included).
     pub established: u64,
     pub connect_rate_per_s: f64,
@@ -125,6 +143,8 @@ pub struct Phases {
     starts: Vec<u64>,
     marks: Vec<Marks>,
     hists: Vec<Hists>,
+    /// Why each phase ended (see [`PhaseResult::end`]).
+    ends: Vec<Option<String>>,
     origin_us: u64,
 }
 
@@ -140,6 +160,7 @@ impl Phases {
             starts: vec![origin_us],
             marks: vec![Marks { at_us: origin_us, ..Default::default() }],
             hists: vec![Hists::new()],
+            ends: vec![None],
             origin_us,
         }
     }
@@ -152,6 +173,14 @@ impl Phases {
             self.starts.push(now_us);
             self.marks.push(Marks::of(t, now_us));
             self.hists.push(Hists::new());
+            self.ends.push(None);
+        }
+    }
+
+    /// The current phase ends (with the next `enter`) for this reason.
+    pub fn end_with(&mut self, why: String) {
+        if let Some(e) = self.ends.last_mut() {
+            *e = Some(why);
         }
     }
 
@@ -176,6 +205,7 @@ impl Phases {
                 let per_s = |n: u64| if seconds > 0.0 { n as f64 / seconds } else { 0.0 };
                 let failed = delta(&a.failed, &b.failed);
                 let lost = delta(&a.lost, &b.lost);
+                let not_attempted = delta(&a.not_attempted, &b.not_attempted);
                 let established = b.established_total.saturating_sub(a.established_total);
                 let replies = b.replies.saturating_sub(a.replies);
                 let h = &self.hists[i];
@@ -185,6 +215,11 @@ impl Phases {
                     seconds,
                     open_at_start: a.open,
                     open_at_end: b.open,
+                    connecting_at_end: b.connecting,
+                    queued_at_end: b.queued,
+                    not_attempted_total: not_attempted.values().sum(),
+                    not_attempted,
+                    end: self.ends[i].clone(),
                     established,
                     connect_rate_per_s: per_s(established),
                     failed_total: failed.values().sum(),

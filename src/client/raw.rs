@@ -201,6 +201,12 @@ impl Speaker for RawSpeaker {
         !self.as_requests
     }
 
+    /// Only stamped echoes that can be cut into messages are matched to
+    /// their heartbeat (see `RawEcho::echo`).
+    fn hears_beats(&self) -> bool {
+        self.beats() && self.echo.as_ref().is_some_and(|e| e.stamp_at.is_some() && (e.codec.is_some() || !e.first_sent))
+    }
+
     fn beat(&mut self, out: &mut Vec<u8>, due: &Due) {
         if let Some(m) = &self.message {
             render_framed(m, self.codec.as_ref(), out, due.intended);

@@ -34,7 +34,12 @@ impl Replies<'_> {
         self.stats.heartbeats_answered += 1;
         *self.beats_out = self.beats_out.saturating_sub(1);
         if let Some(sent) = sent {
-            histogram::record(self.rtt, self.now.saturating_sub(sent));
+            let rtt = self.now.saturating_sub(sent);
+            if rtt > self.timeout_us {
+                // Answered, but past the bound: the verdict counts it.
+                self.stats.heartbeats_unanswered += 1;
+            }
+            histogram::record(self.rtt, rtt);
         }
     }
 

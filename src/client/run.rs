@@ -20,6 +20,10 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+/// The reason of planned connections still queued or connecting when
+/// the summary was made (no worker settled them).
+pub const UNSETTLED: &str = "unsettled";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Ramp,
@@ -65,9 +69,9 @@ pub struct ClientSummary {
     /// Connections still open when the hold ended.
     pub held: u64,
     pub failed_total: u64,
-    /// Requested connections neither established nor failed when the run
-    /// ended: never attempted, or still connecting (requested =
-    /// established + failed + this).
+    /// Requested connections neither established nor failed: never
+    /// attempted, each with its reason in `not_attempted_by` (requested =
+    /// established + failed + this, exactly).
     pub not_attempted: u64,
     pub lost_total: u64,
     /// Why connections were lost, in one sentence (None: nothing lost).
@@ -98,6 +102,18 @@ pub struct ClientSummary {
 }
 
 crate::counters_deref!(ClientSummary => ClientCounters);
+
+/// After the workers' ramp deadline (when they stop starting connections),
+/// how long the supervisor waits beyond the connect timeout for the
+/// handshakes in flight to settle and for the reports of a busy worker to
+/// arrive, before it ends the ramp with them unsettled.
+const SETTLE_GRACE_US: u64 = 10_000_000;
+/// A closing worker that has sent no report for this long is stopped
+/// (a worker that closes reports between its batches).
+const CLOSE_SILENCE_US: u64 = 20_000_000;
+/// The longest a close may take, however busy the machine: workers not
+/// done by then are stopped.
+const CLOSE_LIMIT_US: u64 = 120_000_000;
 
 /// Handshakes per second per core the ramp's time bound assumes over TLS
 /// (measured here: ~1,500 full handshakes/s per core, both ends counted).
@@ -157,6 +173,8 @@ pub struct ClientRun {
     shares: super::replace::Shares,
     /// Crashes and other events not yet printed.
     pub notes: Vec<String>,
+    /// Why each worker still closing was stopped (for its exit's note).
+    stopped_why: BTreeMap<usize, String>,
     pub view: ClientView,
     start_at_us: u64,
     hold: Duration,
@@ -207,7 +225,11 @@ impl ClientRun {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
         let pace = if load.traffic.tls.is_some() { load.rate.min(TLS_FLOOR_PER_CORE * cores) } else { load.rate };
         let ramp_us = (plan.count as f64 / pace.max(1) as f64 * 1e6) as u64;
-        let ramp_deadline_us = start_at_us + ramp_us * 2 + load.traffic.connect_timeout.as_micros() as u64 + 30_000_000;
+        // Workers start no connection after `last_start_us`; the ramp
+        // ends when every connection settled, or at `ramp_deadline_us`
+        // (the handshakes then in flight had their connect timeout).
+        let last_start_us = start_at_us + ramp_us * 2 + 30_000_000;
+        let ramp_deadline_us = last_start_us + load.traffic.connect_timeout.as_micros() as u64 + SETTLE_GRACE_US;
         let deadline_us = ramp_deadline_us + load.hold.as_micros() as u64 + 60_000_000;
         let configs: Vec<(ClientWorkerConfig, Option<i32>)> = (0..w)
             .map(|i| {
@@ -230,6 +252,7 @@ impl ClientRun {
                     count: hi - lo,
                     rate: if plan.count > 0 { load.rate as f64 * (hi - lo) as f64 / plan.count as f64 } else { load.rate as f64 },
                     start_at_us,
+                    ramp_deadline_us: last_start_us,
                     // Every 500 ms at most: the report's time series samples that often.
                     stats_interval_ms: load.stats_interval.as_millis().clamp(100, 500) as u64,
                     deadline_us,
@@ -251,6 +274,7 @@ impl ClientRun {
             pool,
             shares,
             notes: Vec::new(),
+            stopped_why: BTreeMap::new(),
             view: ClientView::new(w),
             start_at_us,
             hold: load.hold,
@@ -294,7 +318,8 @@ impl ClientRun {
                     // Stopped by us after the close timeout: its connections
                     // were held to the end; they are not losses.
                     self.view.stopped(i);
-                    self.notes.push(format!("client worker {i} did not finish closing within 20 s and was stopped ({info})"));
+                    let why = self.stopped_why.remove(&i).unwrap_or_default();
+                    self.notes.push(format!("client worker {i} did not finish closing and was stopped ({info}): {why}"));
                 } else if !self.view.is_finished(i) {
                     self.replace(i, info);
                 }
@@ -400,6 +425,8 @@ impl ClientRun {
         }
         match self.phase {
             Phase::Ramp if t.ramp_done_at_us.is_some() || now >= self.ramp_deadline_us => {
+                let why = self.ramp_end(&t);
+                self.phases.end_with(why);
                 // Nothing to hold (every attempt failed): do not wait
                 // out the hold for nothing.
                 let hold = if t.open == 0 { 0 } else { self.hold.as_micros() as u64 };
@@ -416,7 +443,11 @@ impl ClientRun {
                 self.hold_ended_us = Some(now);
                 return Tick::HoldOver;
             }
-            Phase::Closing { since_us } if self.view.finished() == self.view.worker_count() || now >= since_us + 20_000_000 => {
+            Phase::Closing { since_us } if self.view.finished() == self.view.worker_count() || self.close_stuck(since_us, now) => {
+                self.stopped_why = (0..self.view.worker_count())
+                    .filter(|i| !self.view.is_finished(*i))
+                    .map(|i| (i, self.view.why_not_closed(i, now, now >= since_us + CLOSE_LIMIT_US)))
+                    .collect();
                 self.phase = Phase::Finished;
                 self.finished_us = Some(now);
                 self.pool.stop(Duration::from_secs(2));
@@ -429,6 +460,44 @@ impl ClientRun {
         } else {
             Tick::Continue
         }
+    }
+
+    /// Why the ramp ends now, in one sentence: every connection settled
+    /// (with what did not open, and why), or the deadline with how many
+    /// were not settled.
+    fn ramp_end(&self, t: &super::view::ClientTotals) -> String {
+        let c = format::count;
+        let not_attempted: u64 = t.not_attempted_by.values().sum();
+        let failed: u64 = t.failed.values().sum();
+        if t.ramp_done_at_us.is_some() {
+            let why = if not_attempted > 0 { format!(" ({})", format::kinds(&t.not_attempted_by)) } else { String::new() };
+            return format!(
+                "every connection settled: {} established, {} failed, {} not attempted{why}",
+                c(t.established_total),
+                c(failed),
+                c(not_attempted)
+            );
+        }
+        format!(
+            "the ramp's deadline ({:.0} s from its start) passed with {} connections not settled ({} connecting, {} queued, the rest in workers whose reports did not come): a busy machine, or a --rate above what it sustains",
+            self.ramp_deadline_us.saturating_sub(self.start_at_us) as f64 / 1e6,
+            c(t.planned.saturating_sub(t.established_total + failed + not_attempted)),
+            c(t.connecting),
+            c(t.queued)
+        )
+    }
+
+    /// The close has gone on too long: every worker not done has been
+    /// silent for [`CLOSE_SILENCE_US`], or [`CLOSE_LIMIT_US`] has passed.
+    /// A worker still reporting (closing in batches) is given the time.
+    fn close_stuck(&self, since_us: u64, now: u64) -> bool {
+        if now >= since_us + CLOSE_LIMIT_US {
+            return true;
+        }
+        now >= since_us + CLOSE_SILENCE_US
+            && (0..self.view.worker_count())
+                .filter(|i| !self.view.is_finished(*i))
+                .all(|i| now.saturating_sub(self.view.last_report_us(i).unwrap_or(0)) >= CLOSE_SILENCE_US)
     }
 
     pub fn phase_name(&self) -> &'static str {
@@ -481,13 +550,23 @@ impl ClientRun {
         } else {
             String::new()
         };
+        // Every state a planned connection can be in, so the line adds up.
+        let not_attempted: u64 = t.not_attempted_by.values().sum();
+        let lost: u64 = t.lost.values().sum();
+        let more = [
+            (not_attempted, format!(" | not attempted {}", format::kinds(&t.not_attempted_by))),
+            (lost, format!(" | lost {}", format::count(lost))),
+            (t.heartbeats_unanswered, format!(" unanswered {}", format::count(t.heartbeats_unanswered))),
+        ];
+        let [not_attempted, lost, unanswered] = more.map(|(n, s)| if n > 0 { s } else { String::new() });
         format!(
-            "{:<7} open {}/{} ({}/s) | connecting {} | failed {} | heartbeats {}/{} rtt p99 {:.1}ms",
+            "{:<7} open {}/{} ({}/s) | connecting {} | queued {} | failed {}{not_attempted}{lost} | heartbeats {}/{}{unanswered} rtt p99 {:.1}ms",
             self.phase_name(),
             format::count(t.open),
             format::count(t.planned),
             format::count(rate as u64),
             format::count(t.connecting),
+            format::count(t.queued),
             if failed == 0 { "0".into() } else { format::kinds(&t.failed) },
             format::count(t.heartbeats_answered),
             format::count(t.heartbeats_sent),
@@ -500,14 +579,22 @@ impl ClientRun {
         let t = self.view.totals();
         let ramp_seconds = t.ramp_done_at_us.map(|d| d.saturating_sub(self.start_at_us) as f64 / 1e6);
         let phases = self.phases.results(&t, self.finished_us.unwrap_or_else(mono_us));
+        let failed_total: u64 = t.failed.values().sum();
+        let mut counters = t.counters.clone();
+        // Whatever no worker settled by the end (a run cut short, a
+        // report that never came) is named too, so the sum is exact.
+        let unsettled = t.planned.saturating_sub(t.established_total + failed_total + t.not_attempted_by.values().sum::<u64>());
+        if unsettled > 0 {
+            *counters.not_attempted_by.entry(UNSETTLED.into()).or_insert(0) += unsettled;
+        }
         ClientSummary {
             mode: self.mode.clone(),
             io: self.io,
             requested: t.planned,
             established: t.established_total,
             held: self.held,
-            failed_total: t.failed.values().sum(),
-            not_attempted: t.planned.saturating_sub(t.established_total.min(t.planned) + t.failed.values().sum::<u64>()),
+            failed_total,
+            not_attempted: counters.not_attempted_by.values().sum(),
             lost_total: t.lost.values().sum(),
             loss: super::summary::loss_verdict(&t.lost, t.lost_unanswered),
             ramp_seconds,
@@ -564,7 +651,7 @@ impl ClientRun {
             ports: self.ports,
             cpu_seconds: t.cpu_seconds,
             interrupted: self.interrupted,
-            counters: t.counters,
+            counters,
         }
     }
 }

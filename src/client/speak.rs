@@ -85,6 +85,14 @@ pub trait Speaker {
     /// Whether the protocol sends on the heartbeat schedule.
     fn beats(&self) -> bool;
 
+    /// Whether every heartbeat's answer is recognised as one (a ping's
+    /// pong, a stamped echo), so one not answered is the server's fault
+    /// and counts against the run (`heartbeats_unanswered`). False where
+    /// answers cannot be told apart (a raw message without a stamp).
+    fn hears_beats(&self) -> bool {
+        self.beats()
+    }
+
     /// A heartbeat into `out`.
     fn beat(&mut self, _out: &mut Vec<u8>, _due: &Due) {}
 

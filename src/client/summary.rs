@@ -27,9 +27,13 @@ pub fn print_summary(s: &ClientSummary, progress: &mut Progress) {
     }
     if s.not_attempted > 0 {
         println!(
-            "not attempted {} of the requested connections were neither established nor failed when the run ended (never attempted, or still connecting): a longer --hold or a higher --rate lets them through",
-            format::count(s.not_attempted)
+            "not attempted {} | {} (ramp_deadline: the ramp's deadline passed before their turn, a --rate this machine did not sustain; run_closed: the run ended first)",
+            format::count(s.not_attempted),
+            format::kinds(&s.not_attempted_by)
         );
+    }
+    for p in s.phases.iter().filter(|p| p.end.is_some()) {
+        println!("{:<13} ended: {}", p.name, p.end.as_deref().unwrap_or_default());
     }
     if !s.lost.is_empty() {
         println!("lost          {} | {}", format::kinds(&s.lost), s.loss.as_deref().unwrap_or(""));
@@ -63,8 +67,11 @@ pub fn print_summary(s: &ClientSummary, progress: &mut Progress) {
             println!("  {stage:<11} {}{tls}", ms(l));
         }
     }
-    let abandoned =
+    let mut abandoned =
         if s.heartbeats_abandoned > 0 { format!(" | abandoned {} (connection closed first)", format::count(s.heartbeats_abandoned)) } else { String::new() };
+    if s.heartbeats_unanswered > 0 {
+        abandoned += &format!(" | unanswered {} (not within --request-timeout)", format::count(s.heartbeats_unanswered));
+    }
     println!(
         "heartbeats    sent {} | answered {}{abandoned} | round trip {}",
         format::count(s.heartbeats_sent),

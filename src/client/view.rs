@@ -52,6 +52,20 @@ impl Intervals {
 
 /// Loss reason of connections that died with their client worker.
 pub const WORKER_CRASHED: &str = "worker_crashed";
+/// Why connections of a worker stopped at the end of a close that took
+/// too long were not settled.
+pub const WORKER_STOPPED: &str = "worker_stopped";
+
+/// A worker ended before it settled everything: its handshakes in flight
+/// failed and its queued connections were not attempted, for `reason`.
+fn settle(s: &mut ClientSnapshot, reason: &str) {
+    if s.connecting > 0 {
+        *s.failed.entry(reason.into()).or_insert(0) += s.connecting;
+    }
+    if s.queued > 0 {
+        *s.not_attempted_by.entry(reason.into()).or_insert(0) += s.queued;
+    }
+}
 
 pub struct ClientView {
     latest: Vec<Option<ClientSnapshot>>,
@@ -121,14 +135,38 @@ impl ClientView {
         self.dead.get(i).copied().unwrap_or(true) || self.latest.get(i).and_then(|s| s.as_ref()).is_some_and(|s| s.last)
     }
 
-    /// Worker `i` was stopped by the supervisor after the hold: nothing lost.
+    /// Worker `i` was stopped by the supervisor after the hold: nothing
+    /// lost; what it had not settled is counted (handshakes in flight
+    /// failed, queued connections not attempted: `worker_stopped`).
     pub fn stopped(&mut self, i: usize) {
         if let Some(d) = self.dead.get_mut(i) {
             *d = true;
         }
         if let Some(Some(s)) = self.latest.get_mut(i) {
+            settle(s, WORKER_STOPPED);
             s.counters.zero_levels();
         }
+    }
+
+    /// When worker `i`'s last report was taken (CLOCK_MONOTONIC µs).
+    pub fn last_report_us(&self, i: usize) -> Option<u64> {
+        self.latest.get(i).and_then(|s| s.as_ref()).map(|s| s.at_us)
+    }
+
+    /// Why worker `i` has not finished closing, from its last report
+    /// (`limit`: the close's time limit passed, else it fell silent).
+    pub fn why_not_closed(&self, i: usize, now_us: u64, limit: bool) -> String {
+        let c = crate::stats::format::count;
+        let when = if limit { "the close's time limit passed".to_string() } else { "it sent no report for 20 s".to_string() };
+        let Some(s) = self.latest.get(i).and_then(|s| s.as_ref()) else { return format!("{when}; it never reported") };
+        let outstanding = s.heartbeats_sent.saturating_sub(s.heartbeats_answered + s.heartbeats_abandoned);
+        format!(
+            "{when}; its last report, {:.1} s before, had {} open, {} connecting, {} heartbeats unanswered (a worker starved of CPU by a busy machine looks like this)",
+            now_us.saturating_sub(s.at_us) as f64 / 1e6,
+            c(s.open),
+            c(s.connecting),
+            c(outstanding)
+        )
     }
 
     /// The checkpoint of worker `i`'s last snapshot (0: none came).
@@ -167,9 +205,7 @@ impl ClientView {
         if lost > 0 {
             *s.lost.entry(WORKER_CRASHED.into()).or_insert(0) += lost;
         }
-        if s.connecting > 0 {
-            *s.failed.entry(WORKER_CRASHED.into()).or_insert(0) += s.connecting;
-        }
+        settle(s, WORKER_CRASHED);
         s.counters.zero_levels();
         s.ramp_done_at_us.get_or_insert(s.at_us);
         lost

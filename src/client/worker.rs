@@ -57,6 +57,10 @@ pub struct ClientWorkerConfig {
     pub rate: f64,
     /// CLOCK_MONOTONIC µs at which every worker starts its ramp.
     pub start_at_us: u64,
+    /// CLOCK_MONOTONIC µs after which the ramp starts no connection: one
+    /// whose turn has not come by then is not attempted (`ramp_deadline`),
+    /// so the hold and the close never open planned connections.
+    pub ramp_deadline_us: u64,
     pub stats_interval_ms: u64,
     /// CLOCK_MONOTONIC µs at which the worker closes by itself, whatever
     /// its supervisor says: every load loop is bounded in time.
@@ -122,6 +126,11 @@ const MIN_INFLIGHT: f64 = 128.0;
 const MAX_INFLIGHT: f64 = 2048.0;
 /// Longest wait for outstanding heartbeats before closing.
 const DRAIN_US: u64 = 3_000_000;
+/// Connections closed per loop turn at the end of a run: a worker with
+/// 20,000 connections closes them in ~10 turns, reporting between them
+/// (its supervisor sees the close progress instead of a silent worker),
+/// and the io_uring cancellations of one turn stay within a few submits.
+const CLOSE_BATCH: usize = 2048;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -210,6 +219,8 @@ impl State {
 enum Phase {
     Running,
     Draining { until_us: u64 },
+    /// Closing its connections, `CLOSE_BATCH` a turn, from this slot on.
+    Closing { next: usize },
 }
 
 struct Worker {
@@ -269,6 +280,7 @@ pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
         stats: {
             let mut s = ClientSnapshot { worker: cfg.worker, ..Default::default() };
             s.planned = cfg.count;
+            s.queued = cfg.count;
             s
         },
         poll,
@@ -341,7 +353,9 @@ impl Handler for Worker {
                 Flow::Continue
             }
             Command::Stop => {
-                self.close_all();
+                self.give_up_queued(connect::RUN_CLOSED);
+                self.close_from(0, self.slots.len());
+                self.closed();
                 Flow::Done
             }
             Command::Role(word, _) if word == outage::CMD_OUTAGE => {
@@ -380,9 +394,17 @@ impl Handler for Worker {
             let s = &self.stats;
             let settled = s.heartbeats_answered + s.heartbeats_abandoned >= s.heartbeats_sent && s.replies + s.rejected >= s.requests_sent;
             if now >= until_us || settled {
-                self.close_all();
+                self.phase = Phase::Closing { next: 0 };
+            }
+        }
+        if let Phase::Closing { next } = self.phase {
+            let end = (next + CLOSE_BATCH).min(self.slots.len());
+            self.close_from(next, end);
+            if end == self.slots.len() {
+                self.closed();
                 return Flow::Done;
             }
+            self.phase = Phase::Closing { next: end };
         }
         Flow::Continue
     }
@@ -427,8 +449,11 @@ impl Handler for Worker {
 impl Worker {
     fn next_wake_at(&self, now: u64) -> u64 {
         let mut wake = now + 100_000;
-        if self.phase != Phase::Running {
-            return now + 10_000;
+        match self.phase {
+            Phase::Running => {}
+            Phase::Draining { .. } => return now + 10_000,
+            // The next batch at once (after what the loop has ready).
+            Phase::Closing { .. } => return now,
         }
         if self.created < self.cfg.count && !self.paused {
             let due = connect::ramp_due_at(self.cfg.start_at_us, self.created, self.cfg.rate);
@@ -624,16 +649,28 @@ impl Worker {
         }
     }
 
+    /// The run is over (the hold, Ctrl-C, the worker's deadline): nothing
+    /// opens any more (what never got its turn is not attempted,
+    /// `run_closed`); answers in flight get a short wait, then every
+    /// connection closes.
     fn begin_drain(&mut self, now: u64) {
         if self.phase == Phase::Running {
+            self.give_up_queued(connect::RUN_CLOSED);
             let wait = if self.cfg.traffic.request_us().is_some() { DRAIN_US.max(self.cfg.traffic.request_timeout_us()) } else { DRAIN_US };
             self.phase = Phase::Draining { until_us: now + wait };
         }
     }
 
-    fn close_all(&mut self) {
-        for k in 0..self.slots.len() {
+    /// Close slots `from..to` (linger 0 with `--close reset`, the
+    /// default: a plain close that sends a reset and keeps no state).
+    fn close_from(&mut self, from: usize, to: usize) {
+        let judged = self.speaker.hears_beats();
+        for k in from..to {
             let slot = &mut self.slots[k];
+            if judged {
+                // Still unanswered when the run ends it, after the drain.
+                self.stats.heartbeats_unanswered += std::mem::take(&mut slot.beats_out) as u64;
+            }
             if let Some(stream) = slot.stream.as_mut() {
                 if self.cfg.traffic.close == CloseMode::Reset {
                     let _ = SockRef::from(&*stream).set_linger(Some(Duration::ZERO));
@@ -656,6 +693,10 @@ impl Worker {
             }
             self.slots[k].state = State::Done;
         }
+    }
+
+    /// Every connection is closed: nothing is open any more.
+    fn closed(&mut self) {
         self.reconnects.clear();
         self.stats.open = 0;
     }

@@ -250,6 +250,12 @@ impl Speaker for WsSpeaker {
         true
     }
 
+    /// Pings are always answered by a pong; a `--message` sent as the
+    /// heartbeat may be echoed or not (the server decides): not judged.
+    fn hears_beats(&self) -> bool {
+        self.message.is_none() || self.traffic.request_rate.is_some()
+    }
+
     fn beat(&mut self, out: &mut Vec<u8>, due: &Due) {
         // With a request rate the message goes as requests and
         // heartbeats stay pings.

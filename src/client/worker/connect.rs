@@ -19,6 +19,12 @@ const RECONNECT_BASE_US: u64 = 100_000;
 const RECONNECT_CAP_US: u64 = 5_000_000;
 /// Most reconnect tokens saved up (a burst after a quiet period).
 const RECONNECT_BURST: f64 = 1_000.0;
+/// Why a planned connection was not attempted: the ramp's deadline
+/// passed before its turn came (the offered rate was not reached).
+pub(super) const RAMP_DEADLINE: &str = "ramp_deadline";
+/// ... or the run closed (hold over, Ctrl-C, the worker's own deadline)
+/// before its turn came.
+pub(super) const RUN_CLOSED: &str = "run_closed";
 
 /// When the ramp's connection number `created` is due: `start + created /
 /// rate`, saturated (a rate of 1e-30/s puts the second connection past
@@ -35,6 +41,11 @@ impl Worker {
         if self.created >= self.cfg.count || now < self.cfg.start_at_us {
             return;
         }
+        if now >= self.cfg.ramp_deadline_us {
+            // Past the deadline nothing new opens: the ramp is over.
+            self.give_up_queued(RAMP_DEADLINE);
+            return self.resolved(now);
+        }
         let due = ((((now - self.cfg.start_at_us) as f64) * self.cfg.rate / 1e6) as u64 + 1).min(self.cfg.count);
         // Never offer handshakes faster than this process completes them:
         // beyond the cap the CPU would go to connect() while finished
@@ -45,9 +56,29 @@ impl Worker {
             self.created += 1;
             // A replacement's share: what its predecessor gave up stays shut.
             if self.slots[k].state != State::Done {
+                if self.slots[k].retries == 0 {
+                    self.stats.queued = self.stats.queued.saturating_sub(1);
+                }
                 self.open(k, now);
             }
         }
+    }
+
+    /// The planned connections whose turn has not come will not be
+    /// attempted, for `reason`: counted apart (requested = established +
+    /// failed + not attempted, always).
+    pub(super) fn give_up_queued(&mut self, reason: &str) {
+        for k in self.created as usize..self.slots.len() {
+            let slot = &mut self.slots[k];
+            if slot.state == State::Idle && slot.retries == 0 {
+                *self.stats.not_attempted_by.entry(reason.into()).or_insert(0) += 1;
+            }
+            if slot.state == State::Idle {
+                slot.state = State::Done;
+            }
+        }
+        self.created = self.cfg.count;
+        self.stats.queued = 0;
     }
 
     fn inflight_cap(&self) -> u64 {

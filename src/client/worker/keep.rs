@@ -39,8 +39,15 @@ impl Worker {
             let Some(status) = cp.read(n, k, &mut at) else { return };
             let slot = &mut self.slots[k];
             match status {
-                Status::Done => slot.state = State::Done,
-                Status::Joined => slot.retries = 1,
+                // Not the replacement's to open as new (not queued).
+                Status::Done => {
+                    slot.state = State::Done;
+                    self.stats.queued -= 1;
+                }
+                Status::Joined => {
+                    slot.retries = 1;
+                    self.stats.queued -= 1;
+                }
                 Status::New => {}
             }
             for (p, name) in at.iter().zip(self.cfg.traffic.streams_of(conn)) {
