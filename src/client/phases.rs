@@ -68,8 +68,10 @@ impl Marks {
     }
 }
 
-/// One phase's results, as the summary and the JSON report them.
+/// One phase's results, as the summary and the JSON report them (read
+/// back too: a field an older file lacks is zero/empty).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct PhaseResult {
     pub name: String,
     /// Seconds from the planned start of the ramp.

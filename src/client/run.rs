@@ -471,12 +471,7 @@ impl ClientRun {
         let failed: u64 = t.failed.values().sum();
         if t.ramp_done_at_us.is_some() {
             let why = if not_attempted > 0 { format!(" ({})", format::kinds(&t.not_attempted_by)) } else { String::new() };
-            return format!(
-                "every connection settled: {} established, {} failed, {} not attempted{why}",
-                c(t.established_total),
-                c(failed),
-                c(not_attempted)
-            );
+            return format!("every connection settled: {} established, {} failed, {} not attempted{why}", c(t.established_total), c(failed), c(not_attempted));
         }
         format!(
             "the ramp's deadline ({:.0} s from its start) passed with {} connections not settled ({} connecting, {} queued, the rest in workers whose reports did not come): a busy machine, or a --rate above what it sustains",

@@ -218,9 +218,13 @@ impl State {
 #[derive(PartialEq, Eq)]
 enum Phase {
     Running,
-    Draining { until_us: u64 },
+    Draining {
+        until_us: u64,
+    },
     /// Closing its connections, `CLOSE_BATCH` a turn, from this slot on.
-    Closing { next: usize },
+    Closing {
+        next: usize,
+    },
 }
 
 struct Worker {

@@ -4,6 +4,7 @@
 //! -- ws::` runs one of them.
 mod common;
 
+mod accounting;
 mod admin_exposed;
 mod any_peer;
 mod auth;
