@@ -286,4 +286,27 @@ mod tests {
         assert_eq!(r[1].heartbeat_rtt_ms.count, 1);
         assert!(r[1].heartbeat_rtt_ms.max_ms < 2.0);
     }
+
+    /// Connections given up without an attempt count in the phase that
+    /// gave them up, with their reason; the ramp says why it ended; the
+    /// states at each boundary are kept (issue 42, finding 16).
+    #[test]
+    fn not_attempted_and_the_ramp_end_are_per_phase() {
+        let mut p = Phases::new(0);
+        let mut t = ClientTotals {
+            counters: ClientCounters { planned: 10, open: 4, established_total: 4, connecting: 2, queued: 3, ..Default::default() },
+            ..Default::default()
+        };
+        t.counters.not_attempted_by.insert("ramp_deadline".into(), 1);
+        p.end_with("every connection settled".into());
+        p.enter("hold", &t, 1_000_000);
+        t.counters.not_attempted_by.insert("ramp_deadline".into(), 4);
+        t.counters.not_attempted_by.insert("run_closed".into(), 1);
+        (t.counters.connecting, t.counters.queued) = (0, 0);
+        let r = p.results(&t, 2_000_000);
+        assert_eq!((r[0].not_attempted_total, r[0].connecting_at_end, r[0].queued_at_end), (1, 2, 3));
+        assert_eq!(r[0].end.as_deref(), Some("every connection settled"));
+        assert_eq!((r[1].not_attempted_total, r[1].not_attempted["ramp_deadline"], r[1].not_attempted["run_closed"]), (4, 3, 1));
+        assert_eq!((r[1].connecting_at_end, r[1].queued_at_end, r[1].end.as_deref()), (0, 0, None));
+    }
 }

@@ -426,6 +426,10 @@ impl ClientRun {
         match self.phase {
             Phase::Ramp if t.ramp_done_at_us.is_some() || now >= self.ramp_deadline_us => {
                 let why = self.ramp_end(&t);
+                if t.ramp_done_at_us.is_none() || !t.not_attempted_by.is_empty() {
+                    // Not every connection opened: said when it happens too.
+                    self.notes.push(format!("ramp ended: {why}"));
+                }
                 self.phases.end_with(why);
                 // Nothing to hold (every attempt failed): do not wait
                 // out the hold for nothing.

@@ -668,12 +668,11 @@ impl Worker {
     /// Close slots `from..to` (linger 0 with `--close reset`, the
     /// default: a plain close that sends a reset and keeps no state).
     fn close_from(&mut self, from: usize, to: usize) {
-        let judged = self.speaker.hears_beats();
         for k in from..to {
             let slot = &mut self.slots[k];
-            if judged {
-                // Still unanswered when the run ends it, after the drain.
-                self.stats.heartbeats_unanswered += std::mem::take(&mut slot.beats_out) as u64;
+            if slot.state == State::Established {
+                // The reports between batches show the close progress.
+                self.stats.open = self.stats.open.saturating_sub(1);
             }
             if let Some(stream) = slot.stream.as_mut() {
                 if self.cfg.traffic.close == CloseMode::Reset {
@@ -699,8 +698,14 @@ impl Worker {
         }
     }
 
-    /// Every connection is closed: nothing is open any more.
+    /// Every connection is closed: nothing is open any more, and the
+    /// heartbeats still unanswered after the drain are counted so (where
+    /// answers are matched to their heartbeat).
     fn closed(&mut self) {
+        if self.speaker.hears_beats() {
+            let s = &mut self.stats;
+            s.heartbeats_unanswered += s.heartbeats_sent.saturating_sub(s.heartbeats_answered + s.heartbeats_abandoned);
+        }
         self.reconnects.clear();
         self.stats.open = 0;
     }
