@@ -4,12 +4,13 @@
 
 use super::Worker;
 use crate::proto::Protocol;
-use crate::server::conn::{awaiting_auth, Ext};
-use crate::server::outbox::Outbox;
-use crate::server::push::Topics;
-use crate::server::requests::Requests;
-use crate::server::upstream::UpMessage;
-use crate::server::{gate, jwt, ws};
+use crate::server::auth::{gate, jwt};
+use crate::server::broker::upstream::UpMessage;
+use crate::server::session::requests::Requests;
+use crate::server::session::ws;
+use crate::server::worker::conn::{awaiting_auth, Ext};
+use crate::server::worker::outbox::Outbox;
+use crate::server::worker::topics::Topics;
 
 /// A framed auth frame: the first admits the connection, a later one
 /// refreshes its token (a refused refresh keeps the old token: the
@@ -18,7 +19,7 @@ use crate::server::{gate, jwt, ws};
 pub fn framed_token(
     req: &mut Requests<'_>,
     topics: &mut Topics,
-    (subs, recoveries): (&mut crate::server::push::Subs, &mut crate::server::recovery::Recoveries),
+    (subs, recoveries): (&mut crate::server::worker::topics::Subs, &mut crate::server::worker::recovery::Recoveries),
     ext: &mut Ext,
     payload: &[u8],
 ) -> Result<(), &'static str> {
@@ -84,7 +85,7 @@ impl Worker {
         }
         for (key, gen) in self.topics.gate.expired(gate::unix_now()) {
             let Some(conn) = self.conns.get_mut(key).filter(|c| c.gen == gen) else { continue };
-            if self.cfg.protocol == Protocol::Ws && crate::server::conn::takes_pushes(&conn.ext) {
+            if self.cfg.protocol == Protocol::Ws && crate::server::worker::conn::takes_pushes(&conn.ext) {
                 let mut out = Vec::new();
                 crate::proto::ws::frame::encode_close_reason(&mut out, jwt::EXPIRED_CLOSE, b"token expired", None);
                 let _ = super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &out, self.cfg.max_pending_bytes, "slow_consumer");

@@ -6,9 +6,9 @@ use super::{tls, Worker};
 use crate::net::{self, ReadEnd};
 use crate::proto::frame::{self, Kind};
 use crate::proto::{Protocol, ECHO8_LEN};
-use crate::server::conn::HttpExt;
-use crate::server::requests::Requests;
-use crate::server::{http, ws};
+use crate::server::session::requests::Requests;
+use crate::server::session::{http, ws};
+use crate::server::worker::conn::HttpExt;
 use std::time::Instant;
 
 type Wire<'a> = crate::tls::conn::Wire<'a, rustls::server::UnbufferedServerConnection>;
@@ -76,14 +76,14 @@ impl Worker {
                         req.stats.frames_in += 1;
                         frames += 1;
                         if matches!(f.kind, Kind::Subscribe | Kind::Unsubscribe | Kind::Resume)
-                            || f.kind == Kind::Auth && !crate::server::conn::awaiting_auth(ext)
+                            || f.kind == Kind::Auth && !crate::server::worker::conn::awaiting_auth(ext)
                         {
                             topics.rate.charge(key)?;
                         }
                         if f.kind == Kind::Auth {
                             return super::auth::framed_token(&mut req, topics, (subs, recoveries), ext, f.payload);
                         }
-                        if crate::server::conn::awaiting_auth(ext) {
+                        if crate::server::worker::conn::awaiting_auth(ext) {
                             return super::auth::missing(&mut req);
                         }
                         match f.kind {
@@ -102,13 +102,13 @@ impl Worker {
                                     return Err(reason);
                                 }
                             }
-                            Kind::Unsubscribe => crate::server::recovery::unsubscribe(topics, subs, recoveries, key, f.payload),
+                            Kind::Unsubscribe => crate::server::worker::recovery::unsubscribe(topics, subs, recoveries, key, f.payload),
                             Kind::Publish => super::auth::framed_publish(&mut req, topics, upstream.as_mut(), f.payload)?,
                             Kind::Resume => {
                                 resumed = true;
                                 let (topic, at) = crate::proto::push::decode_resume(f.payload)?;
                                 resumed_broadcasts |= topic == crate::proto::push::BROADCAST_TOPIC.as_bytes();
-                                if let Err(reason) = crate::server::recovery::resume(topics, subs, recoveries, (key, req.gen), topic, at) {
+                                if let Err(reason) = crate::server::worker::recovery::resume(topics, subs, recoveries, (key, req.gen), topic, at) {
                                     *req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
                                     return Err(reason);
                                 }
@@ -134,7 +134,7 @@ impl Worker {
                         ended: matches!(r, ReadEnd::Eof | ReadEnd::Error(_)),
                     };
                     let held = if self.seam.noting() && first.settles() { self.seam.read(key, gen) } else { None };
-                    if let Some(h) = held.filter(|_| !resumed_broadcasts && !crate::server::conn::awaiting_auth(ext)) {
+                    if let Some(h) = held.filter(|_| !resumed_broadcasts && !crate::server::worker::conn::awaiting_auth(ext)) {
                         for f in &h.frames {
                             req.out.extend_from_slice(f);
                         }
