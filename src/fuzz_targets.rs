@@ -166,7 +166,7 @@ pub fn cli_values(data: &[u8]) {
     let _ = crate::values::duration(&s);
     let _ = crate::values::positive_count(&s);
     let _ = crate::values::payload(&s);
-    let _ = s.parse::<crate::server::service_time::ServiceTime>();
+    let _ = s.parse::<crate::server::business::service_time::ServiceTime>();
     let _ = s.parse::<crate::server::business::BusinessMode>();
     let _ = crate::client::pushes::parse_subscribe(&s);
     let _ = crate::client::codec::parse(&s);

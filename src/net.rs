@@ -189,7 +189,9 @@ pub fn read_chunks<S: Source>(
     }
 }
 
-fn decode_all(buf: &[u8], on_frame: &mut impl FnMut(Frame<'_>) -> Result<(), &'static str>) -> Result<usize, &'static str> {
+/// Every whole frame at the start of `buf`, in order, to `on_frame`;
+/// returns the bytes they took (a frame cut short waits for more).
+pub fn decode_all(buf: &[u8], on_frame: &mut impl FnMut(Frame<'_>) -> Result<(), &'static str>) -> Result<usize, &'static str> {
     let mut used = 0;
     loop {
         match frame::decode(&buf[used..]) {

@@ -98,7 +98,7 @@ impl Default for BenchConfig {
             heartbeat: Some(Duration::from_secs(30)),
             payload: 64,
             push_bytes: 64,
-            history: crate::server::history::DEFAULT_SIZE,
+            history: crate::server::broker::history::DEFAULT_SIZE,
             source_ips: None,
             server_workers: Workers::Auto,
             client_workers: Workers::Auto,

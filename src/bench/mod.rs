@@ -20,8 +20,8 @@ pub use config::{BenchConfig, Scenario};
 
 use crate::client::run::{ClientRun, ClientSummary};
 use crate::client::{ClientConfig, LoadConfig, Traffic};
-use crate::server::fleet::ServerFleet;
-use crate::server::view::ServerTotals;
+use crate::server::supervisor::fleet::ServerFleet;
+use crate::server::supervisor::view::ServerTotals;
 use crate::server::ServerConfig;
 use crate::stats::memory::{self, KernelMemory};
 use crate::stats::{format, progress::Progress};
@@ -139,7 +139,7 @@ pub fn server_config(cfg: &BenchConfig, connections: u64) -> ServerConfig {
         // The report's series samples every 500 ms.
         stats_interval: Duration::from_millis(500),
         protocol: cfg.protocol,
-        history: crate::server::history::HistoryConfig { size: cfg.history, ..Default::default() },
+        history: crate::server::broker::history::HistoryConfig { size: cfg.history, ..Default::default() },
         tls: cfg.pki.as_ref().map(|p| crate::tls::files::ServerTls {
             cert: p.cert.clone(),
             key: p.key.clone(),
@@ -149,7 +149,7 @@ pub fn server_config(cfg: &BenchConfig, connections: u64) -> ServerConfig {
             pem: None,
         }),
         auth: match &cfg.jwt_secret {
-            Some(s) => crate::server::config::Auth::Jwt(Some(crate::server::jwt::JwtKey::Secret(s.clone()))),
+            Some(s) => crate::server::config::Auth::Jwt(Some(crate::server::auth::jwt::JwtKey::Secret(s.clone()))),
             None => crate::server::config::Auth::Off,
         },
         io: cfg.io,

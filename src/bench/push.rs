@@ -8,7 +8,7 @@
 use super::pair::PairRun;
 use super::BenchConfig;
 use crate::client::run::{ClientRun, ClientSummary};
-use crate::server::fleet::ServerFleet;
+use crate::server::supervisor::fleet::ServerFleet;
 use crate::stats::histogram::{self, LatencySummary};
 use crate::stats::{format, progress::Progress};
 use anyhow::Result;
@@ -131,7 +131,7 @@ pub fn run(args: BenchConfig, placement: &crate::topology::Placement) -> Result<
         crate::admin::Scope::Full,
         server_cfg.admin.expect("set above"),
         None,
-        std::sync::Arc::new(move |r| to(crate::server::snapshot::ServerEvent::Admin(r))),
+        std::sync::Arc::new(move |r| to(crate::server::commands::ServerEvent::Admin(r))),
         Default::default(),
     )?;
     let client = ClientRun::start(&cplan, &client_cfg.load, &cwplan, None, &ch.client)?;

@@ -149,7 +149,7 @@ pub fn run(args: BenchConfig, placement: &crate::topology::Placement) -> Result<
         crate::admin::Scope::Full,
         server_cfg.admin.expect("set above"),
         None,
-        Arc::new(move |r| to(crate::server::snapshot::ServerEvent::Admin(r))),
+        Arc::new(move |r| to(crate::server::commands::ServerEvent::Admin(r))),
         Default::default(),
     )?;
     let client = ClientRun::start(&cplan, &client_cfg.load, &cwplan, None, &ch.client)?;
@@ -167,7 +167,7 @@ pub fn run(args: BenchConfig, placement: &crate::topology::Placement) -> Result<
             report
         })
     };
-    let sample = |_: &crate::server::fleet::ServerFleet, _: &ClientRun| ();
+    let sample = |_: &crate::server::supervisor::fleet::ServerFleet, _: &ClientRun| ();
     let mut pair = PairRun::new(server, client, &mut progress, sample);
     pair.ramp_done = Some(ramp_done.clone());
     let director_board = board.clone();

@@ -2,7 +2,7 @@
 //! CPU in cores, and memory per connection against the start.
 
 use crate::client::series::ServerSample;
-use crate::server::fleet::ServerFleet;
+use crate::server::supervisor::fleet::ServerFleet;
 use crate::stats::memory;
 use crate::sys::mono_us;
 

@@ -36,7 +36,7 @@ impl From<ServerArgs> for ServerConfig {
             io: a.io,
             max_pending_bytes: a.max_pending_bytes,
             max_push_bytes: a.max_push_bytes,
-            history: crate::server::history::HistoryConfig { size: a.history, ttl: a.history_ttl, max_bytes: a.history_max_bytes },
+            history: crate::server::broker::history::HistoryConfig { size: a.history, ttl: a.history_ttl, max_bytes: a.history_max_bytes },
             max_message_bytes: a.max_message_bytes,
             push_format: a.push_format,
             admin: a.admin.0,
@@ -64,7 +64,7 @@ impl From<ServerArgs> for ServerConfig {
                 super::AuthMode::Jwt => crate::server::config::Auth::Jwt(a.auth.jwt_secret_file.or(a.auth.jwt_public_key_file).or(a.auth.jwt_jwks_file)),
             },
             admin_topics: a.auth.admin_topics,
-            jwt_expected: crate::server::jwt::Expected { audience: a.auth.jwt_audience, issuer: a.auth.jwt_issuer },
+            jwt_expected: crate::server::auth::jwt::Expected { audience: a.auth.jwt_audience, issuer: a.auth.jwt_issuer },
             upstream: a.auth.upstream,
             upstream_queue: a.auth.upstream_queue,
             upstream_queue_bytes: a.auth.upstream_queue_bytes,
@@ -95,7 +95,7 @@ impl From<LoadArgs> for LoadConfig {
                 subscribe: a.subscribe.as_ref().map(|s| s.0.clone()).unwrap_or_default(),
                 subscribe_spread: a.subscribe.is_some_and(|s| s.1),
                 jwt_secret: match a.jwt_secret_file {
-                    Some(crate::server::jwt::JwtKey::Secret(s)) => Some(s),
+                    Some(crate::server::auth::jwt::JwtKey::Secret(s)) => Some(s),
                     _ => None,
                 },
                 ..Traffic::default()

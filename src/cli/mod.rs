@@ -9,8 +9,8 @@ use crate::bench::Scenario;
 use crate::client::plan::Shard;
 use crate::client::CloseMode;
 use crate::proto::Protocol;
+use crate::server::business::service_time::ServiceTime;
 use crate::server::business::BusinessMode;
-use crate::server::service_time::ServiceTime;
 use crate::supervise::plan::Workers;
 use crate::values::{self as parse, IpList, OptDuration, PerSecond, PortList};
 use clap::builder::TypedValueParser;
@@ -169,7 +169,7 @@ pub struct ServerArgs {
     pub max_message_bytes: usize,
     /// WebSocket: pushes as text (a JSON envelope with seq, ts and data) or binary (the framed push layout).
     #[arg(long, value_enum, default_value = "text")]
-    pub push_format: crate::server::ws::PushFormat,
+    pub push_format: crate::server::session::ws::PushFormat,
     /// Where requests run: inline (blocks the event loop), pool:N (N threads for the whole server, divided over the workers), async.
     #[arg(long, default_value = "async")]
     pub business: BusinessMode,
@@ -192,7 +192,7 @@ pub struct ServerArgs {
     #[arg(long, default_value = "64KiB", value_parser = |s: &str| parse::byte_size(s).and_then(|v| if (1..=crate::proto::push::MAX_PUSH as u64).contains(&v) { Ok(v as usize) } else { Err(format!("--max-push-bytes {v} must be 1 to 1MiB")) }))]
     pub max_push_bytes: usize,
     /// History: messages kept per topic (and for broadcasts) so a subscriber that comes back gets what it missed; 0 keeps none (offsets and epochs still count).
-    #[arg(long, default_value = "100", value_parser = clap::value_parser!(u32).range(0..=crate::server::history::MAX_SIZE as i64).map(|v| v as usize))]
+    #[arg(long, default_value = "100", value_parser = clap::value_parser!(u32).range(0..=crate::server::broker::history::MAX_SIZE as i64).map(|v| v as usize))]
     pub history: usize,
     /// History: how long a message stays recoverable.
     #[arg(long, value_parser = parse::positive_duration, default_value = "5m")]
@@ -255,14 +255,14 @@ pub struct ServerAuthArgs {
     #[arg(long, value_enum, default_value = "off")]
     pub auth: AuthMode,
     /// --auth jwt: the HMAC secret tokens are signed with (HS256/384/512; at least 32 bytes).
-    #[arg(long, value_name = "FILE", group = "jwt_key", requires = "auth", value_parser = crate::server::jwt::JwtKey::read_secret)]
-    pub jwt_secret_file: Option<crate::server::jwt::JwtKey>,
+    #[arg(long, value_name = "FILE", group = "jwt_key", requires = "auth", value_parser = crate::server::auth::jwt::JwtKey::read_secret)]
+    pub jwt_secret_file: Option<crate::server::auth::jwt::JwtKey>,
     /// --auth jwt: the public key tokens are verified with (PEM: RSA for RS*/PS*, EC for ES256/ES384, Ed25519 for EdDSA).
-    #[arg(long, value_name = "FILE", group = "jwt_key", requires = "auth", value_parser = crate::server::jwt::JwtKey::read_public)]
-    pub jwt_public_key_file: Option<crate::server::jwt::JwtKey>,
+    #[arg(long, value_name = "FILE", group = "jwt_key", requires = "auth", value_parser = crate::server::auth::jwt::JwtKey::read_public)]
+    pub jwt_public_key_file: Option<crate::server::auth::jwt::JwtKey>,
     /// --auth jwt: a JSON Web Key Set (a token's kid picks the key).
-    #[arg(long, value_name = "FILE", group = "jwt_key", requires = "auth", value_parser = crate::server::jwt::JwtKey::read_jwks)]
-    pub jwt_jwks_file: Option<crate::server::jwt::JwtKey>,
+    #[arg(long, value_name = "FILE", group = "jwt_key", requires = "auth", value_parser = crate::server::auth::jwt::JwtKey::read_jwks)]
+    pub jwt_jwks_file: Option<crate::server::auth::jwt::JwtKey>,
     /// --auth jwt: every token must carry this aud (the identity provider's name for this service); others are refused auth_wrong_audience.
     #[arg(long, value_name = "AUD", requires = "auth")]
     pub jwt_audience: Option<String>,
@@ -273,8 +273,8 @@ pub struct ServerAuthArgs {
     #[arg(long, value_name = "PATTERNS", value_delimiter = ',')]
     pub admin_topics: Vec<String>,
     /// Send what clients say (WebSocket messages, {"type":"publish"} commands, framed publish frames) and presence joins/leaves to this webhook, batched, retried, instead of echoing them: http://HOST:PORT/PATH (docs/upstream.md).
-    #[arg(long, value_name = "URL", value_parser = crate::server::upstream::parse_url)]
-    pub upstream: Option<crate::server::upstream::Target>,
+    #[arg(long, value_name = "URL", value_parser = crate::server::broker::upstream::parse_url)]
+    pub upstream: Option<crate::server::broker::upstream::Target>,
     /// --upstream: messages each worker may have that the backend has not taken yet; a client whose message would be one more is closed with 1013 (try again later).
     #[arg(long, default_value = "262144", value_parser = clap::value_parser!(u32).range(1..=16_777_216).map(|v| v as usize))]
     pub upstream_queue: usize,
@@ -282,8 +282,8 @@ pub struct ServerAuthArgs {
     #[arg(long, default_value = "256MiB", value_parser = |s: &str| parse::byte_size(s).and_then(|v| if (1 << 20..=1 << 40).contains(&v) { Ok(v) } else { Err(format!("--upstream-queue-bytes {v} must be 1MiB to 1TiB")) }))]
     pub upstream_queue_bytes: u64,
     /// --upstream: sign every POST with the secret in FILE (at least 32 bytes): X-Megaconn-Timestamp (Unix ms) and X-Megaconn-Signature: sha256=HEX of HMAC-SHA256 over "TIMESTAMP.BODY" (docs/upstream.md shows how a backend checks it). Without it POSTs are unsigned and a warning says so.
-    #[arg(long, value_name = "FILE", requires = "upstream", value_parser = crate::server::upstream::UpstreamSecret::read)]
-    pub upstream_secret_file: Option<crate::server::upstream::UpstreamSecret>,
+    #[arg(long, value_name = "FILE", requires = "upstream", value_parser = crate::server::broker::upstream::UpstreamSecret::read)]
+    pub upstream_secret_file: Option<crate::server::broker::upstream::UpstreamSecret>,
     /// --upstream: also send a join or leave event each time a connection with a user (--auth jwt) subscribes to or leaves a topic (presence for the application).
     #[arg(long, requires = "upstream")]
     pub presence_events: bool,
@@ -356,8 +356,8 @@ pub struct LoadArgs {
     #[arg(long, default_value = "8000-8099")]
     pub ports: PortList,
     /// Each connection shows its own JWT to a `server --auth jwt`, minted with this HMAC secret (HS256, sub c<index>, every topic): framed as an auth frame first, WebSocket as an Authorization header.
-    #[arg(long, value_name = "FILE", value_parser = crate::server::jwt::JwtKey::read_secret)]
-    pub jwt_secret_file: Option<crate::server::jwt::JwtKey>,
+    #[arg(long, value_name = "FILE", value_parser = crate::server::auth::jwt::JwtKey::read_secret)]
+    pub jwt_secret_file: Option<crate::server::auth::jwt::JwtKey>,
     /// Connections to open.
     #[arg(long, value_parser = parse::positive_count)]
     pub connections: u64,
@@ -532,7 +532,7 @@ pub struct BenchArgs {
     #[arg(long, value_parser = parse::push_bytes, default_value = "64")]
     pub push_bytes: usize,
     /// The server's --history: messages kept per topic for resuming subscribers (0: none), e.g. to compare the push bench with and without it.
-    #[arg(long, default_value = "100", value_parser = clap::value_parser!(u32).range(0..=crate::server::history::MAX_SIZE as i64).map(|v| v as usize))]
+    #[arg(long, default_value = "100", value_parser = clap::value_parser!(u32).range(0..=crate::server::broker::history::MAX_SIZE as i64).map(|v| v as usize))]
     pub history: usize,
     /// Source addresses; default: enough 127.0.0.x for the target.
     #[arg(long)]

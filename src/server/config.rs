@@ -1,9 +1,9 @@
 //! What a server run is asked to do, as a domain type (the CLI converts
 //! its flags into this; tests and the bench build it directly).
 
-use super::business::BusinessMode;
-use super::service_time::ServiceTime;
 use crate::proto::Protocol;
+use crate::server::business::service_time::ServiceTime;
+use crate::server::business::BusinessMode;
 use crate::supervise::plan::Workers;
 use std::net::Ipv4Addr;
 use std::time::Duration;
@@ -66,11 +66,11 @@ pub struct ServerConfig {
     /// `--max-push-bytes`: the largest message a publish may carry.
     pub max_push_bytes: usize,
     /// `--history`, `--history-ttl`, `--history-max-bytes`.
-    pub history: crate::server::history::HistoryConfig,
+    pub history: crate::server::broker::history::HistoryConfig,
     /// WebSocket: largest message (close 1009 above it).
     pub max_message_bytes: usize,
     /// WebSocket: how pushes are framed.
-    pub push_format: crate::server::ws::PushFormat,
+    pub push_format: crate::server::session::ws::PushFormat,
     /// Admin HTTP API (metrics, stats, publish); None: off.
     pub admin: Option<std::net::SocketAddr>,
     /// Bearer token the admin API requires (mandatory off loopback).
@@ -88,16 +88,16 @@ pub struct ServerConfig {
     /// may subscribe to (nobody, without `--auth`).
     pub admin_topics: Vec<String>,
     /// `--jwt-audience` and `--jwt-issuer`: the `aud` and `iss` every token must carry.
-    pub jwt_expected: crate::server::jwt::Expected,
+    pub jwt_expected: crate::server::auth::jwt::Expected,
     /// `--upstream URL`: what clients send goes to this webhook.
-    pub upstream: Option<crate::server::upstream::Target>,
+    pub upstream: Option<crate::server::broker::upstream::Target>,
     /// `--upstream-queue`: messages per worker the backend has not taken.
     pub upstream_queue: usize,
     /// `--upstream-queue-bytes`: bytes the whole server may hold for the
     /// backend; each worker gets its share (`upstream::worker_share`).
     pub upstream_queue_bytes: u64,
     /// `--upstream-secret-file`: every POST is signed with it.
-    pub upstream_secret: Option<crate::server::upstream::UpstreamSecret>,
+    pub upstream_secret: Option<crate::server::broker::upstream::UpstreamSecret>,
     /// `--presence-events`: joins and leaves go to the upstream too.
     pub presence_events: bool,
     /// `--presence-notices`: joins and leaves to the topic's subscribers.
@@ -113,11 +113,11 @@ pub enum Auth {
     Off,
     /// Every connection shows a JWT verified with this key (None: no key
     /// flag was given, which `plan` refuses).
-    Jwt(Option<crate::server::jwt::JwtKey>),
+    Jwt(Option<crate::server::auth::jwt::JwtKey>),
 }
 
 impl Auth {
-    pub fn jwt_key(&self) -> Option<crate::server::jwt::JwtKey> {
+    pub fn jwt_key(&self) -> Option<crate::server::auth::jwt::JwtKey> {
         match self {
             Auth::Jwt(k) => k.clone(),
             Auth::Off => None,
@@ -136,8 +136,8 @@ impl Default for ServerConfig {
             connections: None,
             max_connections: None,
             max_connections_per_ip: None,
-            max_topics: crate::server::push::DEFAULT_MAX_TOPICS,
-            max_commands_per_second: crate::server::command_rate::DEFAULT_PER_SECOND,
+            max_topics: crate::server::worker::topics::DEFAULT_MAX_TOPICS,
+            max_commands_per_second: crate::server::limits::command_rate::DEFAULT_PER_SECOND,
             stall_timeout: Some(crate::server::limits::DEFAULT_STALL),
             tcp_keepalive: crate::server::limits::SocketTimer::Auto,
             tcp_user_timeout: crate::server::limits::SocketTimer::Auto,
@@ -157,8 +157,8 @@ impl Default for ServerConfig {
             max_pending_bytes: DEFAULT_MAX_PENDING,
             max_push_bytes: crate::proto::push::DEFAULT_MAX_PUSH,
             history: Default::default(),
-            max_message_bytes: crate::server::ws::DEFAULT_MAX_MESSAGE,
-            push_format: crate::server::ws::PushFormat::Text,
+            max_message_bytes: crate::server::session::ws::DEFAULT_MAX_MESSAGE,
+            push_format: crate::server::session::ws::PushFormat::Text,
             admin: None,
             admin_token: None,
             io: crate::uring::Io::Auto,
@@ -168,8 +168,8 @@ impl Default for ServerConfig {
             admin_topics: Vec::new(),
             jwt_expected: Default::default(),
             upstream: None,
-            upstream_queue: crate::server::upstream::DEFAULT_QUEUE,
-            upstream_queue_bytes: crate::server::upstream::DEFAULT_QUEUE_BYTES,
+            upstream_queue: crate::server::broker::upstream::DEFAULT_QUEUE,
+            upstream_queue_bytes: crate::server::broker::upstream::DEFAULT_QUEUE_BYTES,
             upstream_secret: None,
             presence_events: false,
             presence_notices: false,

@@ -1,33 +1,16 @@
 //! `megaconn server`: the supervisor that plans, starts, grows, replaces
 //! and watches the server worker processes, and is the only one that
 //! prints.
+pub mod auth;
+pub mod broker;
 pub mod business;
-pub mod cap;
-pub mod command_rate;
+pub mod commands;
 pub mod config;
-pub mod conn;
-pub mod fleet;
-pub mod gate;
-pub mod history;
-pub mod http;
-pub mod jwt;
 pub mod limits;
-pub mod listener;
-pub mod metrics;
-pub mod outbox;
-pub mod per_ip;
-pub mod publish;
-pub mod push;
-pub mod recovery;
-pub mod relay;
-pub mod requests;
-pub mod service_time;
+pub mod session;
 pub mod snapshot;
-pub mod sse;
-pub mod upstream;
-pub mod view;
+pub mod supervisor;
 pub mod worker;
-pub mod ws;
 
 pub use config::ServerConfig;
 
@@ -36,10 +19,10 @@ use crate::supervise::plan::{plan_workers, WorkerPlan, Workers};
 use crate::supervise::{self, Flow, Sink, Supervised};
 use anyhow::Result;
 use business::BusinessMode;
-use fleet::{FleetNote, ServerFleet, Sizing};
-use snapshot::ServerEvent;
+use commands::ServerEvent;
 use std::time::{Duration, Instant};
-use view::ServerTotals;
+use supervisor::fleet::{FleetNote, ServerFleet, Sizing};
+use supervisor::view::ServerTotals;
 
 /// The worker subcommand's argument (`megaconn __worker server`).
 pub const WORKER_KIND: &str = "server";
@@ -171,12 +154,12 @@ pub fn upstream_warnings(cfg: &ServerConfig, max_workers: usize) -> Vec<String> 
             t.host, t.port, t.path
         ));
     }
-    let share = upstream::worker_share(cfg.upstream_queue_bytes, max_workers);
+    let share = broker::upstream::worker_share(cfg.upstream_queue_bytes, max_workers);
     if share * max_workers as u64 > cfg.upstream_queue_bytes {
         w.push(format!(
             "warning: --upstream-queue-bytes {} MiB over up to {max_workers} workers is less than {} MiB each; each gets {} MiB, so the server may hold {} MiB for the backend",
             cfg.upstream_queue_bytes >> 20,
-            upstream::MIN_WORKER_BYTES >> 20,
+            broker::upstream::MIN_WORKER_BYTES >> 20,
             share >> 20,
             (share * max_workers as u64) >> 20
         ));
@@ -456,7 +439,7 @@ mod auth_tests {
         assert_eq!(exposure_warning(&cfg), None, "loopback");
         cfg.listen = "0.0.0.0".parse().unwrap();
         assert!(exposure_warning(&cfg).is_some_and(|w| w.contains("anyone who connects may subscribe to any topic")));
-        cfg.auth = config::Auth::Jwt(Some(jwt::JwtKey::Secret(vec![1; 32])));
+        cfg.auth = config::Auth::Jwt(Some(auth::jwt::JwtKey::Secret(vec![1; 32])));
         assert_eq!(exposure_warning(&cfg), None, "with --auth jwt");
         cfg.protocol = crate::proto::Protocol::Http;
         cfg.auth = config::Auth::Off;
@@ -470,10 +453,10 @@ mod auth_tests {
     fn unsigned_upstream_posts_are_warned_about() {
         let mut cfg = ServerConfig::default();
         assert!(upstream_warnings(&cfg, 4).is_empty(), "no --upstream");
-        cfg.upstream = Some(upstream::parse_url("http://127.0.0.1:9/hook").unwrap());
+        cfg.upstream = Some(broker::upstream::parse_url("http://127.0.0.1:9/hook").unwrap());
         let w = upstream_warnings(&cfg, 4);
         assert!(w.len() == 1 && w[0].contains("POSTs are unsigned"), "{w:?}");
-        cfg.upstream_secret = Some(upstream::UpstreamSecret::new(vec![7; 32]).unwrap());
+        cfg.upstream_secret = Some(broker::upstream::UpstreamSecret::new(vec![7; 32]).unwrap());
         assert!(upstream_warnings(&cfg, 4).is_empty());
         cfg.upstream_queue_bytes = 4 << 20;
         let w = upstream_warnings(&cfg, 8);

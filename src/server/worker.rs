@@ -12,28 +12,33 @@
 
 mod accept;
 mod auth;
+pub mod conn;
 mod deliver;
 mod drain;
 mod heads;
 mod presence;
+pub mod recovery;
 mod ring;
 pub use drain::spreads;
 mod linger;
+pub mod outbox;
 pub mod seam;
 mod serve;
 mod stall;
 mod tls;
+pub mod topics;
 
-use super::business::{BusinessMode, Stage};
-use super::conn::Conn;
-use super::http::{self, HttpConfig};
-use super::listener::{AcceptGroup, LISTENER_BASE};
-use super::service_time::ServiceTime;
+use crate::server::business::service_time::ServiceTime;
+use crate::server::business::{BusinessMode, Stage};
+use crate::server::session::http::{self, HttpConfig};
+use crate::server::supervisor::listener::{AcceptGroup, LISTENER_BASE};
+use crate::server::worker::conn::Conn;
 use std::os::fd::AsRawFd;
 
-use super::snapshot::{ServerCommand, ServerMsg, ServerSnapshot};
 use crate::proto::Protocol;
 use crate::reactor::{self, Handler};
+use crate::server::commands::{ServerCommand, ServerMsg};
+use crate::server::snapshot::ServerSnapshot;
 use crate::supervise::control::{self, Command};
 use crate::supervise::elastic::{LOW_WATER_SHARE, PRESPAWN_SHARE};
 use crate::supervise::Flow;
@@ -71,14 +76,14 @@ pub struct ServerWorkerConfig {
     /// Most bytes a connection may leave unread before it is closed as a
     /// slow consumer of pushes.
     pub max_pending_bytes: usize,
-    pub ws: super::ws::WsConfig,
+    pub ws: crate::server::session::ws::WsConfig,
     /// `--max-connections`: the shared count's memfd (inherited).
     pub cap_fd: Option<i32>,
     /// A cluster node: report topics gaining/losing their subscribers.
     #[serde(default)]
     pub track_topics: bool,
     /// Topic cap, stall timeout, socket timers, per-address cap.
-    pub limits: super::limits::ConnLimits,
+    pub limits: crate::server::limits::ConnLimits,
     /// `--tls-cert`/`--tls-key`: every connection speaks TLS.
     #[serde(default)]
     pub tls: Option<crate::tls::files::ServerTls>,
@@ -88,10 +93,10 @@ pub struct ServerWorkerConfig {
     pub drain_period_ms: u64,
     /// `--auth jwt`: the key tokens are verified with.
     #[serde(default)]
-    pub auth: Option<super::jwt::JwtKey>,
+    pub auth: Option<crate::server::auth::jwt::JwtKey>,
     /// `--jwt-audience` and `--jwt-issuer`.
     #[serde(default)]
-    pub jwt_expected: super::jwt::Expected,
+    pub jwt_expected: crate::server::auth::jwt::Expected,
     /// `--admin-topics`: patterns only admin tokens may subscribe to.
     #[serde(default)]
     pub admin_topics: Vec<String>,
@@ -147,7 +152,7 @@ struct Worker {
     /// WebSocket payloads are unmasked into this.
     unmasked: Vec<u8>,
     /// `--max-connections`, shared with every worker.
-    cap: Option<super::cap::SharedCap>,
+    cap: Option<crate::server::limits::cap::SharedCap>,
     /// Told to close (SIGTERM at the supervisor): no accepting, no reading;
     /// in-flight requests are answered, then every connection closes.
     /// Long-lived connections are read until their turn in `drain`.
@@ -157,9 +162,9 @@ struct Worker {
     /// the system after a second of that).
     empty_since: Option<Instant>,
     stage: Stage,
-    topics: super::push::Topics,
+    topics: crate::server::worker::topics::Topics,
     /// Subscribers waiting for the history they missed.
-    recoveries: super::recovery::Recoveries,
+    recoveries: crate::server::worker::recovery::Recoveries,
     /// Broadcasts new framed connections got before their resume.
     seam: seam::Seam,
     /// When event streams are next looked at for heartbeats.
@@ -175,7 +180,7 @@ struct Worker {
     /// Refused peers read from until they stop sending (lingering close).
     lingering: linger::Lingering,
     /// Topic cap, stall timeout, socket timers, per-address cap.
-    limits: super::limits::ConnLimits,
+    limits: crate::server::limits::ConnLimits,
     /// `--max-connections-per-ip`: the table every worker shares.
     per_ip: Option<accept::PerIpCount>,
     /// Connections with input or output waiting, as the last stall sweep
@@ -184,7 +189,7 @@ struct Worker {
     /// TLS state of every connection (a TLS server only).
     tls: Option<tls::TlsSide>,
     /// `--upstream`: what clients said, on its way to the application.
-    upstream: Option<super::outbox::Outbox>,
+    upstream: Option<crate::server::worker::outbox::Outbox>,
     /// Connections that owe their Upgrade request or token: (deadline in
     /// 100 ms units, key, generation), oldest first (`heads.rs`).
     heads: std::collections::VecDeque<(u32, u32, u32)>,
@@ -213,15 +218,17 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
         Some(t) => Some(tls::TlsSide::new(t.clone()).context("cannot load the TLS certificate")?),
         None => None,
     };
-    let gate = super::gate::Gate::new(cfg.auth.as_ref(), &cfg.jwt_expected, cfg.admin_topics.clone())
+    let gate = crate::server::auth::gate::Gate::new(cfg.auth.as_ref(), &cfg.jwt_expected, cfg.admin_topics.clone())
         .map_err(anyhow::Error::msg)
         .context("cannot load the --auth key")?;
-    let upstream = cfg.upstream_queue.map(|n| super::outbox::Limits::new(n as u64, cfg.upstream_bytes.max(super::upstream::MIN_WORKER_BYTES)));
+    let upstream = cfg
+        .upstream_queue
+        .map(|n| crate::server::worker::outbox::Limits::new(n as u64, cfg.upstream_bytes.max(crate::server::broker::upstream::MIN_WORKER_BYTES)));
     let mut group = AcceptGroup::inherit(&cfg.listen_fds);
     group.join(poll.as_raw_fd())?;
     let mut w = Worker {
         stage,
-        topics: super::push::Topics::new(cfg.track_topics, limits.max_topics, limits.max_commands_per_second),
+        topics: crate::server::worker::topics::Topics::new(cfg.track_topics, limits.max_topics, limits.max_commands_per_second),
         recoveries: Default::default(),
         seam: Default::default(),
         sse_beat_at: Instant::now(),
@@ -243,7 +250,7 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
         out: Vec::with_capacity(SCRATCH),
         unmasked: Vec::new(),
         cap: match cfg_cap_fd {
-            Some(fd) => Some(super::cap::SharedCap::open(fd).context("cannot map the --max-connections count")?),
+            Some(fd) => Some(crate::server::limits::cap::SharedCap::open(fd).context("cannot map the --max-connections count")?),
             None => None,
         },
         draining: false,
@@ -254,7 +261,7 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
         limits,
         per_ip,
         tls,
-        upstream: upstream.map(|l| super::outbox::Outbox::new(worker, l)),
+        upstream: upstream.map(|l| crate::server::worker::outbox::Outbox::new(worker, l)),
         heads: Default::default(),
         ring: None,
         reply_cap: 0,
@@ -288,7 +295,7 @@ const SPARE_FDS: u64 = 8;
 /// How many connections this process can hold before accept() fails.
 fn fd_ceiling() -> u64 {
     // Connection ids carry 16 bits of slab key (push::MAX_KEYS).
-    crate::sys::fd_limit().hard.saturating_sub(crate::sys::open_fds() + SPARE_FDS).min(super::push::MAX_KEYS)
+    crate::sys::fd_limit().hard.saturating_sub(crate::sys::open_fds() + SPARE_FDS).min(crate::server::commands::MAX_KEYS)
 }
 
 impl Handler for Worker {
@@ -641,7 +648,7 @@ impl Worker {
         let stale: Vec<usize> = self
             .conns
             .iter()
-            .filter(|(_, c)| now.saturating_sub(c.last_seen_s) > limit && !matches!(c.ext.as_deref(), Some(super::conn::ConnExt::Sse(_))))
+            .filter(|(_, c)| now.saturating_sub(c.last_seen_s) > limit && !matches!(c.ext.as_deref(), Some(crate::server::worker::conn::ConnExt::Sse(_))))
             .map(|(k, _)| k)
             .collect();
         for key in stale {
@@ -658,6 +665,6 @@ fn answered_refusal(reason: &str) -> bool {
         || reason == drain::REASON
         || reason.starts_with("ws_handshake")
         || reason.starts_with("auth_")
-        || super::upstream::is_full(reason)
+        || crate::server::broker::upstream::is_full(reason)
         || (reason.starts_with("http_") && reason != "http_connection_close")
 }

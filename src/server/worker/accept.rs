@@ -2,7 +2,7 @@
 //! `--max-connections`), the socket options it gets, its slab entry.
 //!
 //! `--max-connections-per-ip` inside a worker is the shared table (see
-//! `server::per_ip`) and the source address of every connection this
+//! `server::limits::per_ip`) and the source address of every connection this
 //! worker counted in it, so its place is given back when it closes (the
 //! peer address of a reset socket can no longer be read by then). Only
 //! a capped server pays for the map.
@@ -10,9 +10,9 @@
 use super::{Worker, ACCEPT_BACKOFF};
 use crate::proto::Protocol;
 use crate::reactor::Handler;
-use crate::server::conn::Conn;
-use crate::server::per_ip::Source;
-use crate::server::per_ip::{PerIp, Refusal};
+use crate::server::limits::per_ip::Source;
+use crate::server::limits::per_ip::{PerIp, Refusal};
+use crate::server::worker::conn::Conn;
 use mio::{Interest, Token};
 use std::collections::HashMap;
 use std::io;
@@ -145,9 +145,9 @@ impl Worker {
                 }
                 let owes_head = self.cfg.protocol == Protocol::Ws || self.topics.gate.required();
                 if self.cfg.protocol == Protocol::Ws {
-                    conn.ext = crate::server::ws::fresh(now_ds);
+                    conn.ext = crate::server::session::ws::fresh(now_ds);
                 } else if self.topics.gate.required() {
-                    conn.ext = Some(Box::new(crate::server::conn::ConnExt::Unauthenticated));
+                    conn.ext = Some(Box::new(crate::server::worker::conn::ConnExt::Unauthenticated));
                 }
                 if let Some(r) = &mut self.ring {
                     r.next.ops.push(crate::uring::Op::Recv { fd: conn.stream.as_raw_fd(), tag: crate::uring::recv_tag(key, self.next_gen) });

@@ -3,12 +3,13 @@
 use super::Worker;
 use crate::proto::push::{self, Position, Push, Stream, BROADCAST_TOPIC};
 use crate::proto::Protocol;
-use crate::server::conn::{sse_mut, takes_pushes, ConnExt};
-use crate::server::history::{Message, Slice};
-use crate::server::push::{bucket, conn_id, split_id, PushCommand, LATENCY_BUCKETS_MS};
-use crate::server::recovery::Fate;
-use crate::server::snapshot::{ConnInfo, ListCommand, PresenceCommand, ServerMsg, LIST_BYTES, LIST_TOPICS};
-use crate::server::ws;
+use crate::server::broker::history::{Message, Slice};
+use crate::server::commands::{conn_id, split_id, PushCommand};
+use crate::server::commands::{ConnInfo, ListCommand, PresenceCommand, ServerMsg, LIST_BYTES, LIST_TOPICS};
+use crate::server::session::ws;
+use crate::server::worker::conn::{sse_mut, takes_pushes, ConnExt};
+use crate::server::worker::recovery::Fate;
+use crate::server::worker::topics::{bucket, LATENCY_BUCKETS_MS};
 use crate::supervise::control;
 use base64::Engine;
 
@@ -25,7 +26,7 @@ impl Worker {
         let data = base64::engine::general_purpose::STANDARD.decode(cmd.data.as_bytes()).unwrap_or_default();
         // On an HTTP port only event streams take pushes.
         let http = self.cfg.protocol == Protocol::Http;
-        let takes = |c: &crate::server::conn::Conn| takes_pushes(&c.ext) && (!http || matches!(c.ext.as_deref(), Some(ConnExt::Sse(_))));
+        let takes = |c: &crate::server::worker::conn::Conn| takes_pushes(&c.ext) && (!http || matches!(c.ext.as_deref(), Some(ConnExt::Sse(_))));
         let targets: Vec<usize> = if !matches!(self.cfg.protocol, Protocol::Framed | Protocol::Ws | Protocol::Http) {
             Vec::new()
         } else {
@@ -78,7 +79,7 @@ impl Worker {
             let sent = match sse_mut(&mut conn.ext) {
                 Some(sse) => {
                     event.clear();
-                    crate::server::sse::write_push(&mut event, sse, &self.topics, &p, now_s);
+                    crate::server::session::sse::write_push(&mut event, sse, &self.topics, &p, now_s);
                     super::tls::send(self.tls.as_mut(), self.ring.as_mut(), *key, conn, &event, self.cfg.max_pending_bytes, "slow_consumer")
                 }
                 None => super::tls::send_frame(self.tls.as_mut(), self.ring.as_mut(), *key, conn, &frame, self.cfg.max_pending_bytes, "slow_consumer"),
@@ -173,11 +174,11 @@ impl Worker {
         let mut slow = Vec::new();
         for (key, conn) in self.conns.iter_mut() {
             let Some(sse) = sse_mut(&mut conn.ext) else { continue };
-            if !crate::server::sse::heartbeat_due(sse, now_s) {
+            if !crate::server::session::sse::heartbeat_due(sse, now_s) {
                 continue;
             }
             sse.last_write_s = now_s;
-            let beat = crate::server::sse::HEARTBEAT;
+            let beat = crate::server::session::sse::HEARTBEAT;
             if let Err(reason) = super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, beat, self.cfg.max_pending_bytes, "slow_consumer") {
                 slow.push((key, reason));
             }
@@ -217,9 +218,9 @@ impl Worker {
             match (sse_mut(&mut conn.ext), self.cfg.protocol) {
                 (Some(sse), _) => {
                     for p in pushes {
-                        crate::server::sse::write_push(&mut out, sse, &self.topics, &p, now_s);
+                        crate::server::session::sse::write_push(&mut out, sse, &self.topics, &p, now_s);
                     }
-                    crate::server::sse::write_subscribed(&mut out, sse, &self.topics, &slice.topic, recovered, head, now_s);
+                    crate::server::session::sse::write_subscribed(&mut out, sse, &self.topics, &slice.topic, recovered, head, now_s);
                 }
                 (None, Protocol::Ws) => {
                     for p in pushes {

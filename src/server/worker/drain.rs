@@ -10,7 +10,7 @@
 use super::Worker;
 use crate::proto::goaway;
 use crate::proto::Protocol;
-use crate::server::conn::{sse_mut, ws_handshaking, ConnExt};
+use crate::server::worker::conn::{sse_mut, ws_handshaking, ConnExt};
 use rand::Rng;
 use std::time::{Duration, Instant};
 

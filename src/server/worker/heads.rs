@@ -6,7 +6,7 @@
 //! 1M server seconds of CPU.
 
 use super::Worker;
-use crate::server::conn::{awaiting_auth, ws_handshaking};
+use crate::server::worker::conn::{awaiting_auth, ws_handshaking};
 use std::collections::VecDeque;
 use std::time::Duration;
 

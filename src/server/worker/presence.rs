@@ -6,9 +6,9 @@
 use super::Worker;
 use crate::proto::push::Notice;
 use crate::proto::Protocol;
-use crate::server::conn::{takes_pushes, ConnExt};
-use crate::server::snapshot::ServerMsg;
-use crate::server::upstream::UpMessage;
+use crate::server::broker::upstream::UpMessage;
+use crate::server::commands::ServerMsg;
+use crate::server::worker::conn::{takes_pushes, ConnExt};
 use crate::supervise::control;
 
 impl Worker {
@@ -57,7 +57,7 @@ impl Worker {
             let v = serde_json::json!({ "type": if n.join { "join" } else { "leave" }, "topic": n.topic, "user": n.user });
             crate::proto::ws::frame::encode(&mut frame, true, crate::proto::ws::frame::Opcode::Text, v.to_string().as_bytes(), None);
             for key in self.topics.subscribers(&n.topic) {
-                let ws = |c: &&mut crate::server::conn::Conn| takes_pushes(&c.ext) && !matches!(c.ext.as_deref(), Some(ConnExt::Sse(_)));
+                let ws = |c: &&mut crate::server::worker::conn::Conn| takes_pushes(&c.ext) && !matches!(c.ext.as_deref(), Some(ConnExt::Sse(_)));
                 let Some(conn) = self.conns.get_mut(key).filter(ws) else { continue };
                 match super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &frame, self.cfg.max_pending_bytes, "slow_consumer") {
                     Ok(()) => self.stats.presence_notices += 1,

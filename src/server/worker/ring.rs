@@ -14,7 +14,7 @@
 
 use super::Worker;
 use crate::net;
-use crate::server::conn::Conn;
+use crate::server::worker::conn::Conn;
 use crate::uring::{recv_key, recv_tag, Op, Pending, Received, RingHandler, SEND_TAG};
 use slab::Slab;
 use std::os::fd::AsRawFd;
@@ -304,7 +304,7 @@ impl RingHandler for Worker {
 #[cfg(test)]
 mod tests {
     use super::{Op, RingSide};
-    use crate::server::conn::Conn;
+    use crate::server::worker::conn::Conn;
     use std::rc::Rc;
 
     fn conn(listener: &std::net::TcpListener, gen: u32) -> Conn {

@@ -4,11 +4,10 @@
 
 use super::{tls, Worker};
 use crate::net::{self, ReadEnd};
-use crate::proto::frame::{self, Kind};
 use crate::proto::{Protocol, ECHO8_LEN};
-use crate::server::conn::HttpExt;
-use crate::server::requests::Requests;
-use crate::server::{http, ws};
+use crate::server::session::requests::Requests;
+use crate::server::session::{framed, http, ws};
+use crate::server::worker::conn::HttpExt;
 use std::time::Instant;
 
 type Wire<'a> = crate::tls::conn::Wire<'a, rustls::server::UnbufferedServerConnection>;
@@ -69,54 +68,18 @@ impl Worker {
             };
             let r = match self.cfg.protocol {
                 Protocol::Framed => {
-                    let (mut resumed, mut resumed_broadcasts, mut frames) = (false, false, 0);
-                    let (topics, subs, recoveries, ext) = (&mut self.topics, &mut conn.subs, &mut self.recoveries, &mut conn.ext);
-                    let upstream = &mut self.upstream;
-                    let r = net::read_frames(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |f| {
-                        req.stats.frames_in += 1;
-                        frames += 1;
-                        if matches!(f.kind, Kind::Subscribe | Kind::Unsubscribe | Kind::Resume)
-                            || f.kind == Kind::Auth && !crate::server::conn::awaiting_auth(ext)
-                        {
-                            topics.rate.charge(key)?;
-                        }
-                        if f.kind == Kind::Auth {
-                            return super::auth::framed_token(&mut req, topics, (subs, recoveries), ext, f.payload);
-                        }
-                        if crate::server::conn::awaiting_auth(ext) {
-                            return super::auth::missing(&mut req);
-                        }
-                        match f.kind {
-                            Kind::Heartbeat => {
-                                frame::encode(req.out, Kind::HeartbeatAck, f.payload);
-                                req.stats.frames_out += 1;
-                            }
-                            Kind::Request => {
-                                let mut reply = Vec::with_capacity(frame::HEADER_LEN + f.payload.len());
-                                frame::encode(&mut reply, Kind::Reply, f.payload);
-                                req.handle(reply, true);
-                            }
-                            Kind::Subscribe => {
-                                if let Err(reason) = topics.subscribe(subs, key, f.payload) {
-                                    *req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
-                                    return Err(reason);
-                                }
-                            }
-                            Kind::Unsubscribe => crate::server::recovery::unsubscribe(topics, subs, recoveries, key, f.payload),
-                            Kind::Publish => super::auth::framed_publish(&mut req, topics, upstream.as_mut(), f.payload)?,
-                            Kind::Resume => {
-                                resumed = true;
-                                let (topic, at) = crate::proto::push::decode_resume(f.payload)?;
-                                resumed_broadcasts |= topic == crate::proto::push::BROADCAST_TOPIC.as_bytes();
-                                if let Err(reason) = crate::server::recovery::resume(topics, subs, recoveries, (key, req.gen), topic, at) {
-                                    *req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
-                                    return Err(reason);
-                                }
-                            }
-                            _ => return Err("bad_frame_unexpected_kind"),
-                        }
-                        Ok(())
-                    });
+                    let mut ctx = framed::Ctx {
+                        req,
+                        topics: &mut self.topics,
+                        subs: &mut conn.subs,
+                        recoveries: &mut self.recoveries,
+                        upstream: self.upstream.as_mut(),
+                        opening: framed::Opening::default(),
+                    };
+                    let ext = &mut conn.ext;
+                    let r = net::read_chunks(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| framed::consume(&mut ctx, ext, buf));
+                    let framed::Opening { resumed, resumed_broadcasts, frames } = ctx.opening;
+                    let req = ctx.req;
                     if resumed {
                         self.seam.resumed();
                     }
@@ -134,7 +97,7 @@ impl Worker {
                         ended: matches!(r, ReadEnd::Eof | ReadEnd::Error(_)),
                     };
                     let held = if self.seam.noting() && first.settles() { self.seam.read(key, gen) } else { None };
-                    if let Some(h) = held.filter(|_| !resumed_broadcasts && !crate::server::conn::awaiting_auth(ext)) {
+                    if let Some(h) = held.filter(|_| !resumed_broadcasts && !crate::server::worker::conn::awaiting_auth(ext)) {
                         for f in &h.frames {
                             req.out.extend_from_slice(f);
                         }

@@ -12,7 +12,7 @@
 //! connections with something waiting, and is rebuilt at every sweep.
 
 use super::Worker;
-use crate::server::conn::{Conn, ConnExt};
+use crate::server::worker::conn::{Conn, ConnExt};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! encrypting send every reply and push goes through.
 
 use crate::net;
-use crate::server::conn::Conn;
+use crate::server::worker::conn::Conn;
 use crate::tls::files::{self, ServerTls};
 use crate::tls::server::{TlsBufs, TlsConn, TlsRead, PLAINTEXT_REPLY};
 use anyhow::Result;

@@ -1,10 +1,10 @@
 //! Framed and echo8 requests on their way through the business stage:
 //! draw the service time, submit, answer now, later, or with a refusal.
 
-use super::business::{Job, Outcome, Stage};
-use super::service_time::ServiceTime;
-use super::snapshot::ServerSnapshot;
 use crate::proto::frame::{self, Kind};
+use crate::server::business::service_time::ServiceTime;
+use crate::server::business::{Job, Outcome, Stage};
+use crate::server::snapshot::ServerSnapshot;
 use rand::rngs::SmallRng;
 use std::time::Duration;
 

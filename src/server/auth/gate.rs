@@ -6,7 +6,7 @@
 //! Identities live in this side table, not in the connection record, so a
 //! server without `--auth` pays nothing per connection.
 
-use super::jwt::{self, Claims, Verifier};
+use crate::server::auth::jwt::{self, Claims, Verifier};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::rc::Rc;

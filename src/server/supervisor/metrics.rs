@@ -2,9 +2,9 @@
 //! plus what only the supervisor knows (worker states, publishes, the push
 //! latency histogram, the cluster link).
 //!
-//! [`ServerCounters`]: super::snapshot::ServerCounters
+//! [`ServerCounters`]: crate::server::snapshot::ServerCounters
 
-use super::view::ServerTotals;
+use crate::server::supervisor::view::ServerTotals;
 use crate::stats::exposition::{encode, BucketedHistogram};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::family::Family;
@@ -20,10 +20,10 @@ pub fn render(
     t: &ServerTotals,
     published: u64,
     accept_queue: u64,
-    history: &super::history::HistoryCounters,
+    history: &crate::server::broker::history::HistoryCounters,
     link: Option<&crate::cluster::LinkStatus>,
     admin: Option<&crate::admin::AdminCounters>,
-    upstream: Option<&super::upstream::UpstreamCounters>,
+    upstream: Option<&crate::server::broker::upstream::UpstreamCounters>,
 ) -> String {
     let mut r = Registry::with_prefix(PREFIX);
     t.counters.register(&mut r);
@@ -74,8 +74,8 @@ pub fn render(
 
 #[cfg(test)]
 mod tests {
-    use super::super::snapshot::ServerCounters;
     use super::*;
+    use crate::server::snapshot::ServerCounters;
 
     #[test]
     fn renders_every_declared_counter_with_conventional_names() {
@@ -84,8 +84,8 @@ mod tests {
         t.counters.accepted = 9;
         t.counters.close_reasons.insert("peer_closed".into(), 2);
         t.push_latency_buckets = vec![1, 2];
-        let text = render(&t, 3, 7, &crate::server::history::HistoryCounters::example(), None, None, None);
-        for d in ServerCounters::DECLARED.iter().chain(crate::server::history::HistoryCounters::DECLARED) {
+        let text = render(&t, 3, 7, &crate::server::broker::history::HistoryCounters::example(), None, None, None);
+        for d in ServerCounters::DECLARED.iter().chain(crate::server::broker::history::HistoryCounters::DECLARED) {
             assert!(text.contains(&format!("# HELP {} ", d.kind.family_name(PREFIX, d.metric))), "{} missing from {text}", d.field);
         }
         assert!(text.contains("megaconn_connections 7"), "{text}");

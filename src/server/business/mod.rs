@@ -12,6 +12,7 @@
 //! Each job records the service time it actually got (a 1 ms sleep takes
 //! longer than 1 ms), so reports can separate the floor (the service time)
 //! from what the system adds.
+pub mod service_time;
 
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;

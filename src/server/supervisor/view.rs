@@ -3,7 +3,7 @@
 //! counters, with its open connections moved to closed as
 //! `worker_crashed`, so totals stay exact across crashes.
 
-use super::snapshot::{ServerCounters, ServerSnapshot};
+use crate::server::snapshot::{ServerCounters, ServerSnapshot};
 use serde::Serialize;
 
 /// The server as a whole: every counter summed over its workers, and what
@@ -21,7 +21,7 @@ pub struct ServerTotals {
     /// Mean business service time actually applied per reply, ms.
     pub applied_service_ms: f64,
     pub cpu_seconds: f64,
-    /// Publish-to-write latency per bucket (`server::push::LATENCY_BUCKETS_MS`, +Inf last).
+    /// Publish-to-write latency per bucket (`server::worker::topics::LATENCY_BUCKETS_MS`, +Inf last).
     pub push_latency_buckets: Vec<u64>,
     pub push_latency_sum_us: u64,
 }

@@ -14,8 +14,7 @@
 //! `--max-pending-bytes`; a reader that falls further behind is closed as
 //! `slow_consumer`.
 
-use crate::proto::push::{self, Stream};
-use serde::{Deserialize, Serialize};
+use crate::proto::push;
 use std::collections::{HashMap, HashSet};
 
 /// Most topics one connection may subscribe to; more is a protocol error
@@ -53,15 +52,15 @@ pub struct Topics {
     changes: HashMap<Box<str>, bool>,
     /// Who each connection is and what it may subscribe to (`--auth`,
     /// `--admin-topics`): every subscription passes it.
-    pub gate: super::gate::Gate,
+    pub gate: crate::server::auth::gate::Gate,
     /// Subscribe, unsubscribe, resume and refresh commands per connection
     /// this second (the framed and WebSocket command paths charge it).
-    pub rate: super::command_rate::CommandRate,
+    pub rate: crate::server::limits::command_rate::CommandRate,
 }
 
 impl Default for Topics {
     fn default() -> Topics {
-        Topics::new(false, DEFAULT_MAX_TOPICS, super::command_rate::DEFAULT_PER_SECOND)
+        Topics::new(false, DEFAULT_MAX_TOPICS, crate::server::limits::command_rate::DEFAULT_PER_SECOND)
     }
 }
 
@@ -75,7 +74,7 @@ impl Topics {
             track,
             changes: HashMap::new(),
             gate: Default::default(),
-            rate: super::command_rate::CommandRate::new(commands_per_second),
+            rate: crate::server::limits::command_rate::CommandRate::new(commands_per_second),
         }
     }
 
@@ -240,52 +239,6 @@ impl Topics {
     }
 }
 
-/// One publish as the supervisor hands it to a worker.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PushCommand {
-    /// Matches the worker's acknowledgement to the admin request.
-    pub publish_id: u64,
-    pub stream: Stream,
-    #[serde(default)]
-    pub topic: String,
-    /// The message's offset in its topic's history (0: unicast).
-    pub seq: u64,
-    /// The epoch of that history (0: unicast).
-    #[serde(default)]
-    pub epoch: u32,
-    pub publish_us: u64,
-    /// Unicast: the connection id.
-    #[serde(default)]
-    pub target: Option<u64>,
-    /// Unicast: every connection of this user.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user: Option<String>,
-    /// Close the targets instead of writing to them.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub close: bool,
-    /// The payload, base64.
-    pub data: String,
-}
-
-/// Slab keys a connection id can carry: a worker holds at most this many
-/// connections at once (it stops accepting there, as at its fd limit).
-pub const MAX_KEYS: u64 = 1 << 16;
-
-/// A connection id: stable for the connection's life and unique within
-/// the server: the worker's index (a replaced worker gets a new one), the
-/// slab key, and the whole 32-bit generation (one per accept; a worker
-/// stops accepting before it would reuse one), so an id an application
-/// kept can never reach a later connection (issue 42, finding 12: with 24
-/// bits it could after 2^24 accepts).
-pub fn conn_id(worker: usize, key: usize, gen: u32) -> u64 {
-    ((worker as u64 & 0xFFFF) << 48) | ((key as u64 & (MAX_KEYS - 1)) << 32) | gen as u64
-}
-
-/// (worker, slab key, generation) of a connection id.
-pub fn split_id(id: u64) -> (usize, usize, u32) {
-    ((id >> 48) as usize, ((id >> 32) & (MAX_KEYS - 1)) as usize, id as u32)
-}
-
 /// Index of the latency bucket `ms` falls in (LATENCY_BUCKETS_MS.len() is +Inf).
 pub fn bucket(ms: f64) -> usize {
     LATENCY_BUCKETS_MS.iter().position(|b| ms <= *b).unwrap_or(LATENCY_BUCKETS_MS.len())
@@ -327,7 +280,7 @@ mod tests {
 
     #[test]
     fn a_topic_without_subscribers_is_forgotten_and_its_id_reused() {
-        let mut t = Topics::new(false, 2, super::super::command_rate::DEFAULT_PER_SECOND);
+        let mut t = Topics::new(false, 2, crate::server::limits::command_rate::DEFAULT_PER_SECOND);
         let (mut a, mut b): (Subs, Subs) = (None, None);
         t.subscribe(&mut a, 1, b"keep").unwrap();
         for i in 0..1000 {
@@ -347,15 +300,5 @@ mod tests {
         t.forget(&b, 2);
         assert_eq!(t.counts(), (0, 0));
         assert!(t.slots.is_empty() && t.free.is_empty(), "an empty worker keeps no table");
-    }
-
-    #[test]
-    fn ids_round_trip() {
-        let id = conn_id(55, 17_000, 0x1234567);
-        assert_eq!(split_id(id), (55, 17_000, 0x1234567));
-        // Every generation bit counts: a connection 2^24 accepts later on
-        // the same key has another id (it had the same with 24 bits).
-        assert_ne!(conn_id(3, 9, 5), conn_id(3, 9, 5 + (1 << 24)));
-        assert_eq!(split_id(conn_id(65_535, 65_535, u32::MAX)), (65_535, 65_535, u32::MAX));
     }
 }

@@ -4,13 +4,13 @@
 //! delivered like a local publish; a unicast for a connection of another
 //! node is routed to its owner, who answers.
 
-use super::history::Message as HistoryMessage;
-use super::publish::{Answer, Publisher};
 use crate::admin::route::{Message, Request as Route};
 use crate::admin::{Request, Response};
 use crate::cluster::link::Out;
 use crate::cluster::{ClusterConfig, ClusterEvent, Inbound, Link, LinkStatus, PublishFailure, Sent};
 use crate::proto::push::{wall_us, Position, Stream, BROADCAST_TOPIC};
+use crate::server::broker::history::Message as HistoryMessage;
+use crate::server::broker::publish::{Answer, Publisher};
 use crate::supervise::{Pool, Sink};
 use anyhow::Result;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -154,7 +154,7 @@ impl Relay {
             }
             ClusterEvent::Presence { request, answers } => publisher.presence_of_nodes(request, answers),
             ClusterEvent::Notices(notices) => {
-                pool.broadcast(&format!("{} {}", super::snapshot::CMD_NOTICES, serde_json::to_string(&notices).expect("serializes")));
+                pool.broadcast(&format!("{} {}", crate::server::commands::CMD_NOTICES, serde_json::to_string(&notices).expect("serializes")));
             }
         }
         self.flush_replies(publisher);
@@ -247,7 +247,7 @@ impl Relay {
     /// (u64::MAX: they want only its position). With JetStream a
     /// recovery this node's history cannot answer reads the stream's
     /// (its latest 4 MiB); what the answer then cannot reach is lost for
-    /// that subscriber, which does not ask again (`recovery.rs`).
+    /// that subscriber, which does not ask again (`worker/recovery.rs`).
     pub fn history_wanted(&mut self, worker: usize, topic: &str, after: u64, publisher: &mut Publisher, pool: &mut Pool) {
         // Only a topic followed here has a history that is up to date.
         let covered = || {

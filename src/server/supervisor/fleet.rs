@@ -4,12 +4,12 @@
 //! connections; a worker that keeps crashing stops the server with the
 //! reason (crash-loop guard).
 
-use super::config::ServerConfig;
-use super::http;
-use super::snapshot::{ServerEvent, ServerMsg};
-use super::view::{ServerView, WORKER_CRASHED};
-use super::worker::ServerWorkerConfig;
 use crate::server::business::BusinessMode;
+use crate::server::commands::{ServerEvent, ServerMsg};
+use crate::server::config::ServerConfig;
+use crate::server::session::http;
+use crate::server::supervisor::view::{ServerView, WORKER_CRASHED};
+use crate::server::worker::ServerWorkerConfig;
 use crate::stats::format;
 use crate::supervise::elastic::{self, WorkerState};
 use crate::supervise::plan::Workers;
@@ -81,7 +81,7 @@ struct QueueWatch {
 }
 
 pub struct ServerFleet {
-    pool: Pool,
+    pub(super) pool: Pool,
     pub view: ServerView,
     template: ServerWorkerConfig,
     pub sizing: Sizing,
@@ -100,20 +100,20 @@ pub struct ServerFleet {
     tls_stamp: Option<(std::time::SystemTime, std::time::SystemTime)>,
     tls_checked: Instant,
     retire_after: Duration,
-    stopping: bool,
+    pub(super) stopping: bool,
     /// Notes not yet printed.
     pub notes: Vec<FleetNote>,
     /// Why the server must stop (crash loop), once known.
     pub failure: Option<String>,
-    publisher: super::publish::Publisher,
+    pub(super) publisher: crate::server::broker::publish::Publisher,
     /// `--max-connections`: the count every worker shares.
-    cap: Option<super::cap::SharedCap>,
+    cap: Option<crate::server::limits::cap::SharedCap>,
     /// The listening sockets every worker inherits (closed on drain).
     listeners: Vec<std::net::TcpListener>,
     /// `--cluster`: the NATS link and what waits on it.
-    relay: Option<super::relay::Relay>,
+    pub(super) relay: Option<crate::server::broker::relay::Relay>,
     /// `--upstream`: the webhook sender.
-    upstream: Option<super::upstream::Upstream>,
+    pub(super) upstream: Option<crate::server::broker::upstream::Upstream>,
     /// `upstream_done` counts not yet taken by their worker's command
     /// queue (it was full): offered again every tick, so a worker's
     /// in-flight count always falls.
@@ -140,16 +140,16 @@ impl ServerFleet {
             Sizing::Fixed(n) => n,
         };
         let cap = match cfg.max_connections {
-            Some(n) => Some(super::cap::SharedCap::create(n).context("cannot create the shared --max-connections count")?),
+            Some(n) => Some(crate::server::limits::cap::SharedCap::create(n).context("cannot create the shared --max-connections count")?),
             None => None,
         };
-        let listeners = super::listener::bind_all(cfg.listen, &cfg.ports)?;
+        let listeners = crate::server::supervisor::listener::bind_all(cfg.listen, &cfg.ports)?;
         let max_workers = match sizing {
             Sizing::Elastic { max, .. } => max,
             Sizing::Fixed(n) => n,
         };
         let mut template = worker_template(cfg, initial, max_workers, budget, matches!(sizing, Sizing::Elastic { .. }));
-        template.limits = super::limits::ConnLimits::of(cfg).context("cannot create the shared --max-connections-per-ip table")?;
+        template.limits = crate::server::limits::ConnLimits::of(cfg).context("cannot create the shared --max-connections-per-ip table")?;
         template.cap_fd = cap.as_ref().map(|c| c.fd());
         template.listen_fds = listeners.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
         if let Some(t) = &mut template.tls {
@@ -160,7 +160,7 @@ impl ServerFleet {
         }
         let tls_stamp = template.tls.as_ref().and_then(crate::tls::files::stamp);
         let to = sink.clone();
-        let mut pool = Pool::new(super::WORKER_KIND, fd_limit, Arc::new(move |(i, ev)| to(ServerEvent::Worker(i, ev))))?;
+        let mut pool = Pool::new(crate::server::WORKER_KIND, fd_limit, Arc::new(move |(i, ev)| to(ServerEvent::Worker(i, ev))))?;
         pool.set_inherit(template.listen_fds.clone());
         let mut f = ServerFleet {
             pool,
@@ -180,7 +180,7 @@ impl ServerFleet {
             stopping: false,
             notes: Vec::new(),
             failure: None,
-            publisher: super::publish::Publisher::new(cfg.history, cfg.max_push_bytes),
+            publisher: crate::server::broker::publish::Publisher::new(cfg.history, cfg.max_push_bytes),
             cap,
             listeners,
             relay: None,
@@ -191,19 +191,19 @@ impl ServerFleet {
         };
         if let Some(c) = &cfg.cluster {
             let to = sink.clone();
-            let relay = super::relay::Relay::start(c.clone(), Arc::new(move |ev| to(ServerEvent::Cluster(ev))))?;
+            let relay = crate::server::broker::relay::Relay::start(c.clone(), Arc::new(move |ev| to(ServerEvent::Cluster(ev))))?;
             f.publisher.node = Some(relay.node().to_string());
             f.relay = Some(relay);
         }
         if let Some(t) = &cfg.upstream {
             let to = sink.clone();
-            let sender = super::upstream::SenderConfig {
+            let sender = crate::server::broker::upstream::SenderConfig {
                 target: t.clone(),
                 node: cfg.cluster.as_ref().map(|c| c.node.clone()),
                 secret: cfg.upstream_secret.clone(),
-                hold_bytes: super::upstream::supervisor_cap(f.template.upstream_bytes, max_workers, cfg.max_message_bytes),
+                hold_bytes: crate::server::broker::upstream::supervisor_cap(f.template.upstream_bytes, max_workers, cfg.max_message_bytes),
             };
-            f.upstream = Some(super::upstream::Upstream::start(sender, Arc::new(move |ev| to(ServerEvent::Upstream(ev))))?);
+            f.upstream = Some(crate::server::broker::upstream::Upstream::start(sender, Arc::new(move |ev| to(ServerEvent::Upstream(ev))))?);
         }
         for _ in 0..initial {
             f.spawn()?;
@@ -230,8 +230,8 @@ impl ServerFleet {
         self.life.insert(i, Life::Starting);
         // A worker started in a reconnect storm (elastic growth) notes its
         // first accepts too.
-        if self.resuming_told.is_some_and(|t| t.elapsed() < super::worker::seam::FRESH) {
-            self.pool.send(i, super::snapshot::CMD_RESUMING);
+        if self.resuming_told.is_some_and(|t| t.elapsed() < crate::server::worker::seam::FRESH) {
+            self.pool.send(i, crate::server::commands::CMD_RESUMING);
         }
         Ok(i)
     }
@@ -258,13 +258,15 @@ impl ServerFleet {
         let (i, ev) = match ev {
             ServerEvent::Worker(i, ev) => (i, ev),
             ServerEvent::Admin(req) => return self.on_admin(req),
-            ServerEvent::Upstream(super::upstream::UpstreamEvent::Done(per)) => {
+            ServerEvent::Upstream(crate::server::broker::upstream::UpstreamEvent::Done(per)) => {
                 for (w, n) in per {
                     *self.upstream_done.entry(w).or_insert(0) += n;
                 }
                 return self.send_upstream_done();
             }
-            ServerEvent::Upstream(super::upstream::UpstreamEvent::Note(message)) => return self.note("upstream_refused", usize::MAX, message, 0),
+            ServerEvent::Upstream(crate::server::broker::upstream::UpstreamEvent::Note(message)) => {
+                return self.note("upstream_refused", usize::MAX, message, 0)
+            }
             ServerEvent::Cluster(crate::cluster::ClusterEvent::Fatal(e)) => return self.failure = Some(e),
             ServerEvent::Cluster(ev) => {
                 let running = self.running();
@@ -302,7 +304,7 @@ impl ServerFleet {
                 }
             }
             PoolEvent::Msg(ServerMsg::Notices { notices, .. }) => {
-                self.pool.broadcast(&format!("{} {}", super::snapshot::CMD_NOTICES, serde_json::to_string(&notices).expect("serializes")));
+                self.pool.broadcast(&format!("{} {}", crate::server::commands::CMD_NOTICES, serde_json::to_string(&notices).expect("serializes")));
                 if let Some(r) = &self.relay {
                     r.link.notices(notices);
                 }
@@ -328,7 +330,8 @@ impl ServerFleet {
     /// worker that is gone needs no telling.
     fn send_upstream_done(&mut self) {
         let pool = &mut self.pool;
-        self.upstream_done.retain(|&w, n| matches!(pool.send(w, &format!("{} {n}", super::snapshot::CMD_UPSTREAM_DONE)), crate::supervise::pool::Sent::Full));
+        self.upstream_done
+            .retain(|&w, n| matches!(pool.send(w, &format!("{} {n}", crate::server::commands::CMD_UPSTREAM_DONE)), crate::supervise::pool::Sent::Full));
     }
 
     /// Read the accept queues once a second; connections left there for
@@ -339,7 +342,7 @@ impl ServerFleet {
             return;
         }
         self.queue.read_at = Some(Instant::now());
-        self.accept_queue = self.listeners.iter().map(super::listener::queued).sum();
+        self.accept_queue = self.listeners.iter().map(crate::server::supervisor::listener::queued).sum();
         if self.accept_queue == 0 {
             self.queue = QueueWatch { read_at: self.queue.read_at, ..Default::default() };
             return;
@@ -368,88 +371,11 @@ impl ServerFleet {
     /// A worker is recovering a client's history: every worker notes its
     /// accepts for the seam from now on (told again every FRESH / 2).
     fn resuming(&mut self) {
-        let fresh = super::worker::seam::FRESH;
+        let fresh = crate::server::worker::seam::FRESH;
         if self.resuming_told.is_none_or(|t| t.elapsed() >= fresh / 2) {
             self.resuming_told = Some(Instant::now());
-            self.pool.broadcast(super::snapshot::CMD_RESUMING);
+            self.pool.broadcast(crate::server::commands::CMD_RESUMING);
         }
-    }
-
-    /// An admin API request: answered now (metrics, stats, health) or once
-    /// the workers have carried it out (publish, listing).
-    fn on_admin(&mut self, req: crate::admin::Request) {
-        use crate::admin::{Response, Route};
-        use crate::stats::exposition::CONTENT_TYPE;
-        let t = self.view.totals();
-        let link = self.relay.as_ref().map(|r| r.status());
-        let resp = match &req.route {
-            Route::Metrics => {
-                let admin = self.admin_stats.as_ref().map(|s| s.lock().expect("admin stats").clone());
-                Response {
-                    status: 200,
-                    content_type: CONTENT_TYPE,
-                    body: super::metrics::render(
-                        &t,
-                        self.publisher.published,
-                        self.accept_queue,
-                        &self.publisher.history.counters,
-                        link.as_ref(),
-                        admin.as_ref(),
-                        self.upstream.as_ref().map(|u| u.counters.lock().expect("upstream counters").clone()).as_ref(),
-                    ),
-                }
-            }
-            Route::Stats => {
-                let mut v = serde_json::to_value(&t).unwrap_or_default();
-                v["push_published"] = self.publisher.published.into();
-                v["history"] = serde_json::to_value(&self.publisher.history.counters).unwrap_or_default();
-                if let Some(u) = &self.upstream {
-                    v["upstream"] = serde_json::to_value(&*u.counters.lock().expect("upstream counters")).unwrap_or_default();
-                }
-                v["stalled_workers"] = self.stalled().into();
-                v["accept_queue"] = self.accept_queue.into();
-                if let Some(s) = &self.admin_stats {
-                    v["admin"] = serde_json::to_value(&*s.lock().expect("admin stats")).unwrap_or_default();
-                }
-                if let Some(l) = &link {
-                    v["cluster"] = serde_json::to_value(l).unwrap_or_default();
-                }
-                Response::json(200, &v)
-            }
-            Route::Healthz => match (&self.failure, &link) {
-                _ if self.stopping => Response::json(503, &serde_json::json!({"status": "draining", "connections": t.active})),
-                (Some(f), _) => Response::json(503, &serde_json::json!({"status": "failing", "reason": f})),
-                (None, Some(l)) if !l.up => Response::json(
-                    503,
-                    &serde_json::json!({"status": "degraded", "reason": self.relay.as_ref().map(|r| r.link.down_reason()), "connections": t.active, "cluster": l}),
-                ),
-                (None, _) => Response::json(
-                    200,
-                    &serde_json::json!({"status": "ok", "workers": t.workers, "accepting": t.accepting, "connections": t.active, "cluster": link, "stalled_workers": self.stalled()}),
-                ),
-            },
-            Route::History { topic, after, epoch, limit } => self.publisher.history_json(topic, *after, *epoch, *limit),
-            Route::Publish(ms) if self.publisher.too_large(ms).is_some() => self.publisher.too_large(ms).expect("checked"),
-            Route::Publish(ms) if self.relay.is_none() && ms.iter().any(|m| m.node.is_some()) => Response::error(
-                400,
-                "a NODE.ID connection id names a cluster node, but this server is not in a cluster (--cluster); use the bare ID from GET /connections",
-            ),
-            Route::Connections { .. } | Route::Presence { .. } | Route::Publish(_) => {
-                let running = self.running();
-                match (&mut self.relay, &req.route) {
-                    (Some(r), Route::Publish(_)) => r.publish(req, &mut self.publisher, &running, &mut self.pool),
-                    (Some(r), Route::Presence { topic, .. }) if r.link.up() => {
-                        let topic = topic.clone();
-                        if let Some(rid) = self.publisher.start_presence(req, &running, &mut self.pool) {
-                            r.link.ask_presence(rid, &topic);
-                        }
-                    }
-                    _ => self.publisher.start(req, &running, &mut self.pool),
-                }
-                return;
-            }
-        };
-        let _ = req.reply.send(resp);
     }
 
     /// The cluster link's state and counters (in a cluster).
@@ -458,7 +384,7 @@ impl ServerFleet {
     }
 
     /// Workers that answer publishes and listings.
-    fn running(&self) -> Vec<usize> {
+    pub(super) fn running(&self) -> Vec<usize> {
         self.life.iter().filter(|(_, l)| matches!(l, Life::Running | Life::Retiring)).map(|(i, _)| *i).collect()
     }
 
@@ -562,7 +488,7 @@ impl ServerFleet {
             Ok(pem) => {
                 let arg = serde_json::to_string(&pem).expect("a string serializes");
                 t.pem = Some(pem);
-                self.pool.broadcast(&format!("{} {arg}", super::snapshot::CMD_TLS_RELOAD));
+                self.pool.broadcast(&format!("{} {arg}", crate::server::commands::CMD_TLS_RELOAD));
                 let message = format!("TLS certificate reloaded ({why}): new handshakes use {}", t.cert.display());
                 self.note("tls_reloaded", usize::MAX, message, 0);
             }
@@ -717,14 +643,14 @@ fn worker_template(cfg: &ServerConfig, initial: usize, max_workers: usize, budge
         listen_fds: Vec::new(),
         track_topics: cfg.cluster.is_some(),
         limits: Default::default(),
-        ws: super::ws::WsConfig { max_message: cfg.max_message_bytes, max_head: cfg.max_header_bytes, push_format: cfg.push_format },
+        ws: crate::server::session::ws::WsConfig { max_message: cfg.max_message_bytes, max_head: cfg.max_header_bytes, push_format: cfg.push_format },
         tls: cfg.tls.clone(),
         drain_period_ms: cfg.drain_period.as_millis() as u64,
         auth: cfg.auth.jwt_key(),
         jwt_expected: cfg.jwt_expected.clone(),
         admin_topics: cfg.admin_topics.clone(),
         upstream_queue: cfg.upstream.as_ref().map(|_| cfg.upstream_queue),
-        upstream_bytes: super::upstream::worker_share(cfg.upstream_queue_bytes, max_workers),
+        upstream_bytes: crate::server::broker::upstream::worker_share(cfg.upstream_queue_bytes, max_workers),
         presence_events: cfg.upstream.is_some() && cfg.presence_events,
         presence_notices: cfg.presence_notices,
         io: cfg.io,

@@ -3,9 +3,9 @@
 //! pipelined responses in order, and remembering per-connection state only
 //! while a request is half-read or a reply is pending.
 
-use super::conn::{Ext, HttpExt};
-use super::requests::{Answer, Requests};
 use crate::proto::http::{self, HttpState, Step};
+use crate::server::session::requests::{Answer, Requests};
+use crate::server::worker::conn::{Ext, HttpExt};
 
 /// Most bytes of pipelined requests kept behind a reply that is still
 /// with the business stage (the connection is closed beyond it).
@@ -41,16 +41,16 @@ pub struct Ctx<'a> {
     pub date: &'a str,
     /// What a GET with `Accept: text/event-stream` (an event stream on
     /// this port, as on the WebSocket ports) subscribes with.
-    pub topics: &'a mut super::push::Topics,
-    pub subs: &'a mut super::push::Subs,
-    pub recoveries: &'a mut super::recovery::Recoveries,
+    pub topics: &'a mut crate::server::worker::topics::Topics,
+    pub subs: &'a mut crate::server::worker::topics::Subs,
+    pub recoveries: &'a mut crate::server::worker::recovery::Recoveries,
     pub now_s: u32,
 }
 
 /// Handle as many requests in `buf` as possible; return the bytes used.
 /// Err names why the connection must close (after `ctx.out` is sent).
 pub fn consume(ctx: &mut Ctx<'_>, conn: &mut Ext, buf: &[u8]) -> Result<usize, &'static str> {
-    if super::conn::sse_mut(conn).is_some() {
+    if crate::server::worker::conn::sse_mut(conn).is_some() {
         // An event stream only sends; what its client sends is dropped.
         return Ok(buf.len());
     }
@@ -81,9 +81,9 @@ pub fn consume(ctx: &mut Ctx<'_>, conn: &mut Ext, buf: &[u8]) -> Result<usize, &
             Step::Request(req) if req.events.is_some() => {
                 // Whatever came before it is answered first, in order.
                 let events = req.events.expect("checked");
-                let mut follow = super::sse::Follow { req: &mut ctx.req, topics: ctx.topics, subs: ctx.subs, recoveries: ctx.recoveries };
+                let mut follow = crate::server::session::sse::Follow { req: &mut ctx.req, topics: ctx.topics, subs: ctx.subs, recoveries: ctx.recoveries };
                 follow.start(&events.target, Some(events.last_event_id.as_deref().unwrap_or("")))?;
-                *conn = super::sse::open(ctx.req.out, ctx.req.stats, ctx.now_s);
+                *conn = crate::server::session::sse::open(ctx.req.out, ctx.req.stats, ctx.now_s);
                 return Ok(buf.len());
             }
             Step::Request(req) => {

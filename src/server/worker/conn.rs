@@ -1,9 +1,9 @@
 //! One accepted connection: the socket and the little state it needs
 //! between readiness events.
 
-use super::http::HttpConn;
 use crate::net::Spill;
 use crate::proto::ws::frame::Fragments;
+use crate::server::session::http::HttpConn;
 
 /// Per-connection record kept in the worker's slab. An idle connection
 /// costs the socket handle, two timestamps, a generation and four empty
@@ -25,7 +25,7 @@ pub struct Conn {
     /// a message still in fragments.
     pub ext: Ext,
     /// Topics this connection subscribed to (None for most).
-    pub subs: super::push::Subs,
+    pub subs: crate::server::worker::topics::Subs,
     /// Worker-relative second it was accepted (its age in /connections),
     /// in the top bit whether an io_uring send of it is in flight and in
     /// the next whether the worker's epoll watches it (which keeps an idle
@@ -77,7 +77,7 @@ pub enum ConnExt {
     Http(HttpConn),
     Ws(WsConn),
     /// A Server-Sent Events stream on a WebSocket port.
-    Sse(super::sse::SseConn),
+    Sse(crate::server::session::sse::SseConn),
     /// A framed connection that has not shown its token yet (`--auth
     /// jwt`). It gets no push until it has.
     Unauthenticated,
@@ -95,7 +95,7 @@ pub fn takes_pushes(ext: &Ext) -> bool {
 }
 
 /// The event-stream state inside an [`Ext`], if any.
-pub fn sse_mut(ext: &mut Ext) -> Option<&mut super::sse::SseConn> {
+pub fn sse_mut(ext: &mut Ext) -> Option<&mut crate::server::session::sse::SseConn> {
     match ext.as_deref_mut() {
         Some(ConnExt::Sse(s)) => Some(s),
         _ => None,

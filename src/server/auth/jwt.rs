@@ -226,7 +226,7 @@ pub fn explain(reason: &str) -> &'static str {
         }
         "auth_bad_claims" => "the token needs sub (a string, 1-255 bytes) and exp (unix seconds); topics is a list of strings",
         "auth_unknown_key" => "no key in the server's JWKS has the token's kid",
-        super::gate::OTHER_USER => "a refresh token must be for the connection's own user (sub)",
+        crate::server::auth::gate::OTHER_USER => "a refresh token must be for the connection's own user (sub)",
         _ => "not a JWT (header.payload.signature, base64url, at most 8 KiB)",
     }
 }

@@ -27,8 +27,8 @@
 //! the oldest N of its in-flight list, each of which remembers its connection
 //! and size (16 bytes per message in flight, bounded by the count).
 
-use super::push::conn_id;
-use super::upstream::{UpMessage, CONN_FULL, FULL};
+use crate::server::broker::upstream::{UpMessage, CONN_FULL, FULL};
+use crate::server::commands::conn_id;
 use std::collections::{HashMap, VecDeque};
 
 /// Presence events get 1/PRESENCE_PART of the worker's count and bytes,

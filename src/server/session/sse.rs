@@ -10,13 +10,13 @@
 //! them at once. The server keeps those positions per connection (12 bytes
 //! a stream); the connection owns no buffer. Heartbeats are comments.
 
-use super::conn::{ConnExt, Ext};
-use super::push::{Subs, Topics};
-use super::recovery::{self, Recoveries};
-use super::requests::Requests;
-use super::snapshot::ServerSnapshot;
 use crate::proto::push::{self, Position, Push, Stream, BROADCAST_TOPIC};
 use crate::proto::ws::handshake;
+use crate::server::session::requests::Requests;
+use crate::server::snapshot::ServerSnapshot;
+use crate::server::worker::conn::{ConnExt, Ext};
+use crate::server::worker::recovery::{self, Recoveries};
+use crate::server::worker::topics::{Subs, Topics};
 
 /// A new WebSocket or event stream taking up what its request asks for.
 pub struct Follow<'r, 'a> {
@@ -37,12 +37,12 @@ impl Follow<'_, '_> {
             if let Err(reason) = self.topics.subscribe(self.subs, key, topic.as_bytes()) {
                 *self.req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
                 let r = match reason {
-                    super::gate::NOT_PERMITTED => handshake::Refusal {
+                    crate::server::auth::gate::NOT_PERMITTED => handshake::Refusal {
                         status: 403,
                         reason,
                         text: "a ?subscribe= topic this connection's token does not allow (its topics claim), or one of --admin-topics",
                     },
-                    super::push::TOO_MANY_TOPICS => handshake::Refusal {
+                    crate::server::worker::topics::TOO_MANY_TOPICS => handshake::Refusal {
                         status: 503,
                         reason,
                         text: "this server holds its --max-topics topics; subscribe to an existing topic or try later",
@@ -161,7 +161,7 @@ pub fn write_push(out: &mut Vec<u8>, conn: &mut SseConn, topics: &Topics, p: &Pu
         }
     }
     conn.last_write_s = now_s;
-    event(out, None, &conn.id(topics), &super::ws::push_json(p).to_string());
+    event(out, None, &conn.id(topics), &crate::server::session::ws::push_json(p).to_string());
 }
 
 /// The answer to a resume, as an event named `subscribed`.
@@ -214,7 +214,7 @@ mod tests {
 #[cfg(test)]
 mod size {
     use super::*;
-    use crate::server::conn::ConnExt;
+    use crate::server::worker::conn::ConnExt;
 
     /// An idle event stream following a topic and the broadcasts owns
     /// no buffer: its state is its positions, within 100 B of heap.

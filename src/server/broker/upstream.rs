@@ -26,7 +26,7 @@
 //!
 //! Bounds (docs/upstream.md): each worker may have `--upstream-queue`
 //! messages and its share of `--upstream-queue-bytes` ([`worker_share`])
-//! not yet taken (see `outbox.rs`); a client whose message would exceed
+//! not yet taken (see `worker/outbox.rs`); a client whose message would exceed
 //! that is closed with 1013 (try again later) and counted, so nothing is
 //! dropped silently. The supervisor holds what the workers handed it; as a
 //! last guard against what dead or retired workers left behind, it holds
@@ -119,7 +119,7 @@ pub fn worker_share(total: u64, max_workers: usize) -> u64 {
 /// token's `sub`) and topic.
 pub fn max_message_cost(max_message: usize) -> u64 {
     let data = max_message.max(crate::proto::frame::MAX_PAYLOAD);
-    (MESSAGE_OVERHEAD + JSON_ESCAPE_MAX * (data + crate::server::jwt::MAX_TOKEN + crate::proto::push::MAX_TOPIC)) as u64
+    (MESSAGE_OVERHEAD + JSON_ESCAPE_MAX * (data + crate::server::auth::jwt::MAX_TOKEN + crate::proto::push::MAX_TOPIC)) as u64
 }
 
 /// What the supervisor holds at most: every live worker's share plus the
@@ -214,7 +214,7 @@ crate::counters! {
 pub enum UpstreamEvent {
     /// The backend took (or refused for good) this many more of each
     /// worker's messages, its oldest: their budget has that much room again
-    /// (the worker knows their bytes; see `outbox.rs`).
+    /// (the worker knows their bytes; see `worker/outbox.rs`).
     Done(BTreeMap<usize, u64>),
     /// Something the operator must hear (a refused batch).
     Note(String),

@@ -3,6 +3,9 @@
 //! `TCP_USER_TIMEOUT`, and the per-source-address connection cap.
 //! The fleet resolves them once ([`ConnLimits::of`]) into every worker's
 //! config.
+pub mod cap;
+pub mod command_rate;
+pub mod per_ip;
 
 use serde::{Deserialize, Serialize};
 #[cfg(test)]
@@ -74,7 +77,7 @@ pub fn stall_timeout(s: &str) -> Result<Option<Duration>, String> {
 }
 
 fn default_commands() -> u32 {
-    super::command_rate::DEFAULT_PER_SECOND
+    command_rate::DEFAULT_PER_SECOND
 }
 
 /// What a worker enforces per connection, resolved for its listen address.
@@ -98,8 +101,8 @@ pub struct ConnLimits {
 impl Default for ConnLimits {
     fn default() -> ConnLimits {
         ConnLimits {
-            max_topics: super::push::DEFAULT_MAX_TOPICS,
-            max_commands_per_second: super::command_rate::DEFAULT_PER_SECOND,
+            max_topics: crate::server::worker::topics::DEFAULT_MAX_TOPICS,
+            max_commands_per_second: command_rate::DEFAULT_PER_SECOND,
             stall_timeout_ms: Some(DEFAULT_STALL.as_millis() as u64),
             keepalive_ms: None,
             user_timeout_ms: None,
@@ -111,9 +114,9 @@ impl Default for ConnLimits {
 impl ConnLimits {
     /// Supervisor: the bounds of `cfg`, creating the per-address table
     /// when capped.
-    pub fn of(cfg: &super::ServerConfig) -> std::io::Result<ConnLimits> {
+    pub fn of(cfg: &crate::server::ServerConfig) -> std::io::Result<ConnLimits> {
         let per_ip = match cfg.max_connections_per_ip {
-            Some(n) => Some((n, super::per_ip::PerIp::create()?)),
+            Some(n) => Some((n, per_ip::PerIp::create()?)),
             None => None,
         };
         Ok(ConnLimits {

@@ -6,14 +6,14 @@
 //! Topics are subscribed in the Upgrade request: `GET /path?subscribe=a,b`.
 //! Pushes go out as text (a JSON envelope) or binary (`--push-format`).
 
-use super::conn::{sse_mut, ws_mut, ConnExt, Ext, WsConn};
-use super::jwt;
-use super::push::{Subs, Topics};
-use super::recovery::{self, Recoveries};
-use super::requests::{Answer, Requests};
 use crate::proto::push::{self, Push, Stream};
 use crate::proto::ws::frame::{self, close_code, Event, Opcode, Reader, Role};
 use crate::proto::ws::handshake;
+use crate::server::auth::jwt;
+use crate::server::session::requests::{Answer, Requests};
+use crate::server::worker::conn::{sse_mut, ws_mut, ConnExt, Ext, WsConn};
+use crate::server::worker::recovery::{self, Recoveries};
+use crate::server::worker::topics::{Subs, Topics};
 use serde::{Deserialize, Serialize};
 
 /// Default cap on one message, all fragments together (close 1009 above).
@@ -63,7 +63,7 @@ pub struct Ctx<'a> {
     /// Per-worker vector payloads are unmasked into.
     pub tmp: &'a mut Vec<u8>,
     /// `--upstream`: what clients send goes to the application, not back.
-    pub upstream: Option<&'a mut super::outbox::Outbox>,
+    pub upstream: Option<&'a mut crate::server::worker::outbox::Outbox>,
 }
 
 /// State of a connection just accepted: waiting for its Upgrade request.
@@ -80,7 +80,7 @@ pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, &'
         // An event stream only sends; what its client sends is dropped.
         return Ok(buf.len());
     }
-    if super::conn::ws_handshaking(ext) {
+    if crate::server::worker::conn::ws_handshaking(ext) {
         match handshake::parse_request(buf, ctx.cfg.max_head) {
             Ok(None) => return Ok(0),
             Err(refusal) => {
@@ -98,10 +98,10 @@ pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, &'
                         }
                     }
                 }
-                let mut follow = super::sse::Follow { req: &mut ctx.req, topics: ctx.topics, subs: ctx.subs, recoveries: ctx.recoveries };
+                let mut follow = crate::server::session::sse::Follow { req: &mut ctx.req, topics: ctx.topics, subs: ctx.subs, recoveries: ctx.recoveries };
                 follow.start(&up.target, up.events.as_deref())?;
                 if up.events.is_some() {
-                    *ext = super::sse::open(ctx.req.out, ctx.req.stats, ctx.now_s);
+                    *ext = crate::server::session::sse::open(ctx.req.out, ctx.req.stats, ctx.now_s);
                     return Ok(buf.len());
                 }
                 handshake::write_accept(ctx.req.out, &up.accept, up.protocol.as_deref());
@@ -120,7 +120,7 @@ pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, &'
         Ok(used) => Ok(pos + used),
         Err(PEER_CLOSE) => Err(PEER_CLOSE),
         Err(reason) => {
-            let code = if reason == OVERLOAD || super::upstream::is_full(reason) { 1013 } else { close_code(reason) };
+            let code = if reason == OVERLOAD || crate::server::broker::upstream::is_full(reason) { 1013 } else { close_code(reason) };
             frame::encode_close(req.out, code, None);
             Err(reason)
         }
@@ -133,7 +133,7 @@ struct Subscriber<'a> {
     topics: &'a mut Topics,
     subs: &'a mut Subs,
     recoveries: &'a mut Recoveries,
-    upstream: Option<&'a mut super::outbox::Outbox>,
+    upstream: Option<&'a mut crate::server::worker::outbox::Outbox>,
 }
 
 /// A command a WebSocket client sends as a text message.
@@ -167,7 +167,7 @@ fn is_command(data: &[u8]) -> bool {
 }
 
 /// Hand what a client said to the application (`--upstream`). Err:
-/// [`super::upstream::FULL`] or [`super::upstream::CONN_FULL`] (close
+/// [`crate::server::broker::upstream::FULL`] or [`crate::server::broker::upstream::CONN_FULL`] (close
 /// with 1013), `no_upstream`, or the
 /// topic is not permitted.
 fn up_message(req: &mut Requests<'_>, s: &mut Subscriber<'_>, topic: Option<&str>, text: bool, data: &[u8]) -> Result<(), &'static str> {
@@ -177,7 +177,7 @@ fn up_message(req: &mut Requests<'_>, s: &mut Subscriber<'_>, topic: Option<&str
         s.topics.gate.permits(req.key, t)?;
     }
     let user = s.topics.gate.user_of(req.key);
-    up.offer((req.key, req.gen), |conn| super::upstream::UpMessage::message(conn, user, topic, text, data))?;
+    up.offer((req.key, req.gen), |conn| crate::server::broker::upstream::UpMessage::message(conn, user, topic, text, data))?;
     req.stats.upstream_sent += 1;
     Ok(())
 }
@@ -204,9 +204,11 @@ fn command(req: &mut Requests<'_>, s: &mut Subscriber<'_>, data: &[u8]) -> Resul
             if let Err(reason) = recovery::resume(s.topics, s.subs, s.recoveries, (req.key, req.gen), topic.as_bytes(), since) {
                 *req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
                 let message = match reason {
-                    super::push::TOO_MANY_TOPICS => "this server holds its --max-topics topics; subscribe to an existing topic or try later",
+                    crate::server::worker::topics::TOO_MANY_TOPICS => "this server holds its --max-topics topics; subscribe to an existing topic or try later",
                     "too_many_subscriptions" => "a connection may hold at most 64 subscriptions",
-                    super::gate::NOT_PERMITTED => "this connection's token does not allow this topic (its topics claim), or the topic is one of --admin-topics",
+                    crate::server::auth::gate::NOT_PERMITTED => {
+                        "this connection's token does not allow this topic (its topics claim), or the topic is one of --admin-topics"
+                    }
                     _ => "a topic is 1-255 of [A-Za-z0-9._:-] (or * for the broadcasts)",
                 };
                 answer(req.out, serde_json::json!({"type": "error", "topic": topic, "reason": reason, "message": message}));
@@ -227,11 +229,11 @@ fn command(req: &mut Requests<'_>, s: &mut Subscriber<'_>, data: &[u8]) -> Resul
             };
             match up_message(req, s, Some(&topic), true, text.as_bytes()) {
                 Ok(()) => {}
-                Err(reason) if super::upstream::is_full(reason) => return Err(reason),
+                Err(reason) if crate::server::broker::upstream::is_full(reason) => return Err(reason),
                 Err(reason) => {
                     req.stats.frames_out += 1;
                     let message = match reason {
-                        super::gate::NOT_PERMITTED => "this connection's token does not allow this topic",
+                        crate::server::auth::gate::NOT_PERMITTED => "this connection's token does not allow this topic",
                         _ => "this server sends nothing to an application: start it with --upstream URL",
                     };
                     answer(req.out, serde_json::json!({"type": "error", "topic": topic, "reason": reason, "message": message}));
@@ -244,7 +246,7 @@ fn command(req: &mut Requests<'_>, s: &mut Subscriber<'_>, data: &[u8]) -> Resul
                 for topic in revoked {
                     s.recoveries.forget(&topic, req.key);
                     req.stats.frames_out += 1;
-                    answer(req.out, serde_json::json!({"type": "unsubscribed", "topic": topic, "reason": super::gate::NOT_PERMITTED}));
+                    answer(req.out, serde_json::json!({"type": "unsubscribed", "topic": topic, "reason": crate::server::auth::gate::NOT_PERMITTED}));
                 }
             }
             Err(reason) => answer(req.out, serde_json::json!({"type": "error", "reason": reason, "message": jwt::explain(reason)})),
@@ -256,7 +258,12 @@ fn command(req: &mut Requests<'_>, s: &mut Subscriber<'_>, data: &[u8]) -> Resul
 /// Take a fresher token for this connection: its new exp, and the topics
 /// it followed that the new token does not permit (unsubscribed). Err:
 /// why not (the old one stays, and the connection closes at its exp).
-pub fn refresh(req: &mut Requests<'_>, topics: &mut Topics, subs: &mut super::push::Subs, token: &str) -> Result<(u64, Vec<Box<str>>), &'static str> {
+pub fn refresh(
+    req: &mut Requests<'_>,
+    topics: &mut Topics,
+    subs: &mut crate::server::worker::topics::Subs,
+    token: &str,
+) -> Result<(u64, Vec<Box<str>>), &'static str> {
     let r = match topics.gate.verify(Some(token)) {
         Ok(claims) => topics.gate.refresh(req.key, claims),
         Err(e) => Err(e),
@@ -265,7 +272,7 @@ pub fn refresh(req: &mut Requests<'_>, topics: &mut Topics, subs: &mut super::pu
         Ok(exp) => {
             req.stats.auth_refreshed += 1;
             let revoked = topics.revoke(subs, req.key);
-            *req.stats.subscribe_refused.entry(super::gate::NOT_PERMITTED.into()).or_insert(0) += revoked.len() as u64;
+            *req.stats.subscribe_refused.entry(crate::server::auth::gate::NOT_PERMITTED.into()).or_insert(0) += revoked.len() as u64;
             Ok((exp, revoked))
         }
         Err(reason) => {

@@ -13,7 +13,7 @@
 //! later offset (someone else's, asked before it came) and the history
 //! still has its offset; otherwise it is lost: the history no longer
 //! reaches back, or its offset is more than
-//! [`MAX_REPLY_BYTES`](super::history::MAX_REPLY_BYTES) of payload
+//! [`MAX_REPLY_BYTES`](crate::server::broker::history::MAX_REPLY_BYTES) of payload
 //! behind (an answer holds the latest messages that fit, so asking again
 //! would be cut the same way: before this was told apart, such a
 //! connection was asked for again without end and never answered).
@@ -29,9 +29,9 @@
 //! Unsubscribing (or closing) ends the wait: no replay and no answer come
 //! for a topic the connection left.
 
-use super::history::Slice;
-use super::push::{Subs, Topics};
 use crate::proto::push::{Position, BROADCAST_TOPIC};
+use crate::server::broker::history::Slice;
+use crate::server::worker::topics::{Subs, Topics};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -205,7 +205,7 @@ mod tests {
 
     /// The answer to a question asked after `after`, holding `from..=head`.
     fn cut_slice(epoch: u32, head: u64, after: u64, from: u64) -> Slice {
-        let messages = (from..=head).map(|offset| super::super::history::Message { offset, ..Default::default() }).collect();
+        let messages = (from..=head).map(|offset| crate::server::broker::history::Message { offset, ..Default::default() }).collect();
         Slice { topic: "t".into(), after, epoch, head, messages, oldest: 1 }
     }
 

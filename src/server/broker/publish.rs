@@ -4,13 +4,13 @@
 //! cluster the same path delivers what other nodes published (answered
 //! to the origin over NATS for a unicast, not at all for the rest).
 
-use super::history::{History, MAX_REPLY_BYTES};
-use super::push::{split_id, PushCommand};
-use super::snapshot::{ConnInfo, ListCommand, PresenceCommand, CMD_HISTORY, CMD_LIST, CMD_PRESENCE, CMD_PUSH};
 use crate::admin::route::Request as Route;
 use crate::admin::{Request, Response};
 use crate::cluster::RemoteAnswer;
 use crate::proto::push::{wall_us, Position, Stream, BROADCAST_TOPIC};
+use crate::server::broker::history::{History, MAX_REPLY_BYTES};
+use crate::server::commands::{split_id, PushCommand};
+use crate::server::commands::{ConnInfo, ListCommand, PresenceCommand, CMD_HISTORY, CMD_LIST, CMD_PRESENCE, CMD_PUSH};
 use crate::supervise::pool::Sent;
 use crate::supervise::Pool;
 use base64::Engine;
@@ -153,7 +153,7 @@ fn presence_body(topic: &str, limit: usize, users: &HashMap<String, (u64, Option
 }
 
 impl Publisher {
-    pub fn new(history: super::history::HistoryConfig, max_push: usize) -> Publisher {
+    pub fn new(history: crate::server::broker::history::HistoryConfig, max_push: usize) -> Publisher {
         Publisher { history: History::new(history), max_push, ..Default::default() }
     }
 

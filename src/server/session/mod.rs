@@ -1,0 +1,8 @@
+//! One file per protocol a server connection speaks, in the worker: what
+//! a client's bytes mean (requests, subscribes, closes) and what is
+//! written back. Adding a protocol is a codec in `proto/` and a file here.
+pub mod framed;
+pub mod http;
+pub mod requests;
+pub mod sse;
+pub mod ws;
