@@ -802,8 +802,12 @@ impl Forwarder {
         }
         let seq = parts.get("Nats-Sequence").parse::<u64>().unwrap_or(0);
         let inbound = match decode(&parts, self.me.max_push) {
-            Ok(i) if i.at.is_some() && seq > 0 => i,
-            Ok(_) => return self.shared.refuse(Refusal::Malformed, format!("refused a message on {}: no {H_POSITION} or Nats-Sequence header", m.subject)),
+            Ok(i) if i.at.is_some() && seq > 0 && parts.get(H_FOLLOWS).parse::<u64>().is_ok() => i,
+            Ok(_) => {
+                return self
+                    .shared
+                    .refuse(Refusal::Malformed, format!("refused a message on {}: no {H_POSITION}, {H_FOLLOWS} or Nats-Sequence header", m.subject))
+            }
             Err(e) => return self.shared.refuse(Refusal::Malformed, format!("refused a message on {}: {e}", m.subject)),
         };
         let at = inbound.at.expect("checked");
@@ -812,9 +816,12 @@ impl Forwarder {
                 return;
             }
             // Checked live (signed within the window of now): stored now.
+            // A sequence not after the head's: NATS lost the stream (memory
+            // storage) and this is a new one, with nothing known before it.
             let (follows, now) = (parts.get(H_FOLLOWS).parse().unwrap_or(u64::MAX), sign::now_ms());
             let place = Place { at, follows, signed_ms: now };
-            if !l.chain().admit(seq, place, now) {
+            let mut chain = if seq > l.seq { l.chain() } else { jslog::Chain::default() };
+            if !chain.admit(seq, place, now) {
                 if let Some(log) = &self.log {
                     log.poisoned(&Stored { seq, subject: m.subject.to_string(), headers: Default::default(), data: Default::default(), stored_ms: now }, place);
                 }

@@ -99,7 +99,16 @@ impl Refusal {
 fn mac(key: &ClusterKey, s: &Signed, data: &[u8]) -> Hmac<Sha256> {
     let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&key.0).expect("HMAC takes a key of any length");
     // Each field with its length: no two different messages sign alike.
-    for part in [s.subject.as_bytes(), s.origin.as_bytes(), s.target.as_bytes(), s.publish_us.as_bytes(), s.time_ms.as_bytes(), s.position.as_bytes(), s.follows.as_bytes(), data] {
+    for part in [
+        s.subject.as_bytes(),
+        s.origin.as_bytes(),
+        s.target.as_bytes(),
+        s.publish_us.as_bytes(),
+        s.time_ms.as_bytes(),
+        s.position.as_bytes(),
+        s.follows.as_bytes(),
+        data,
+    ] {
         m.update(&(part.len() as u64).to_be_bytes());
         m.update(part);
     }
