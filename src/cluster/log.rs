@@ -376,9 +376,9 @@ impl Log {
         }
         // Not a node's, or out of place: the last one in place is found
         // by reading the topic from its start.
-        let (got, chain) = self.walk(subject, Chain::default(), &|_| true, check, usize::MAX, true).await?;
+        let (mut got, chain) = self.walk(subject, Chain::default(), &|_| true, check, usize::MAX, true).await?;
         let at = chain.at.unwrap_or(Position { epoch: new_epoch(), offset: 0 });
-        Ok(Some((Head { at, seq: chain.seq.unwrap_or(0).max(s.seq) }, got.into_iter().last().map(|(_, s)| s))))
+        Ok(Some((Head { at, seq: chain.seq.unwrap_or(0).max(s.seq) }, got.pop().map(|(_, s)| s))))
     }
 
     /// Whether the topic's last message `s` is in place without reading
