@@ -310,7 +310,7 @@ fn two_nodes_through_nats_deliver_once_route_unicasts_and_survive_an_outage() {
     });
     let big = vec![b'x'; 70_000];
     let time = megaconn::cluster::sign::now_ms().to_string();
-    let signed = megaconn::cluster::sign::Signed { subject: NEWS, origin: "X", target: "", publish_us: "1", time_ms: &time, position: "" };
+    let signed = megaconn::cluster::sign::Signed { subject: NEWS, origin: "X", target: "", publish_us: "1", time_ms: &time, position: "", follows: "" };
     let sig = megaconn::cluster::sign::sign(&key.key(), &signed, &big);
     let ops = hpub(NEWS, None, &[("Megaconn-Publish-Us", "1"), ("Megaconn-Origin", "X"), ("Megaconn-Time", &time), ("Megaconn-Signature", &sig)], &big);
     nats_raw(&lab, ops, "PONG");
@@ -561,7 +561,7 @@ fn a_bare_nats_client_with_unsigned_forged_or_stale_headers_reaches_no_connectio
     let (t, zeros) = (now.to_string(), "0".repeat(64));
     ops.extend(hpub(NEWS, None, &[("Megaconn-Publish-Us", "0"), ("Megaconn-Origin", "N2"), ("Megaconn-Time", &t), ("Megaconn-Signature", &zeros)], b"forged"));
     let sign = |subject: &str, origin: &str, target: &str, time: &str, data: &[u8]| {
-        let s = megaconn::cluster::sign::Signed { subject, origin, target, publish_us: "0", time_ms: time, position: "" };
+        let s = megaconn::cluster::sign::Signed { subject, origin, target, publish_us: "0", time_ms: time, position: "", follows: "" };
         megaconn::cluster::sign::sign(&key.key(), &s, data)
     };
     let other = sign("megaconn.broadcast", "N2", "", &t, b"other");
