@@ -2,7 +2,7 @@
 //! driven by commands from the supervisor loop and reporting back on the
 //! supervisor's channel.
 
-use super::log::{self as jslog, Head, Log, Stored, H_POSITION};
+use super::log::{self as jslog, Head, Log, Place, Stored, H_FOLLOWS, H_POSITION};
 use super::sign::{self, ClusterKey, Refusal, Signed, H_SIGNATURE, H_TIME};
 use super::{
     ClusterConfig, ClusterEvent, Inbound, LinkStatus, LogStatus, PublishFailure, RemoteAnswer, Sent, BROADCAST, H_ORIGIN, H_PUBLISH_US, H_TARGET, NODE_PREFIX,
@@ -363,11 +363,22 @@ impl Me {
         format!("{}-{:x}-{}", self.node, self.boot, self.sent.fetch_add(1, Ordering::Relaxed))
     }
 
-    /// Headers that carry and sign a message to `subject` (at `position`
-    /// in the cluster's history: empty for none).
+    /// Headers that carry and sign a core message to `subject` (`position`
+    /// is always empty: only [`Me::stored_headers`] place a message).
     fn headers(&self, subject: &str, target: &str, publish_us: &str, position: &str, data: &[u8]) -> async_nats::HeaderMap {
+        self.signed_headers(subject, target, publish_us, (position, ""), data)
+    }
+
+    /// Headers that carry and sign a message of the stream: at `at` in the
+    /// cluster's history, after the topic's message at stream sequence
+    /// `follows` (0: none).
+    fn stored_headers(&self, subject: &str, publish_us: &str, at: Position, follows: u64, data: &[u8]) -> async_nats::HeaderMap {
+        self.signed_headers(subject, "", publish_us, (&jslog::position_value(at), &follows.to_string()), data)
+    }
+
+    fn signed_headers(&self, subject: &str, target: &str, publish_us: &str, (position, follows): (&str, &str), data: &[u8]) -> async_nats::HeaderMap {
         let time_ms = sign::now_ms().to_string();
-        let s = Signed { subject, origin: &self.node, target, publish_us, time_ms: &time_ms, position };
+        let s = Signed { subject, origin: &self.node, target, publish_us, time_ms: &time_ms, position, follows };
         let mut h = async_nats::HeaderMap::new();
         h.insert(H_ORIGIN, self.node.as_str());
         if !target.is_empty() {
@@ -378,6 +389,9 @@ impl Me {
         }
         if !position.is_empty() {
             h.insert(H_POSITION, position);
+        }
+        if !follows.is_empty() {
+            h.insert(H_FOLLOWS, follows);
         }
         h.insert(H_TIME, time_ms.as_str());
         let signature = sign::sign(&self.key, &s, data);
@@ -411,6 +425,7 @@ impl Me {
             publish_us: m.get(H_PUBLISH_US),
             time_ms: m.get(H_TIME),
             position: m.get(H_POSITION),
+            follows: m.get(H_FOLLOWS),
         };
         let signature = m.headers.and_then(|h| h.get(H_SIGNATURE)).map(|v| v.as_str());
         let on = m.subject;
@@ -442,6 +457,14 @@ impl Me {
         Ok(origin)
     }
 
+    /// Where a genuine message of the stream says it belongs (refusals
+    /// counted).
+    fn place(&self, s: &Stored, shared: &Shared) -> Option<Place> {
+        let at = self.read_stored(s, shared)?.at?;
+        let (follows, signed_ms) = (s.headers.get(H_FOLLOWS).and_then(|v| v.as_str().parse().ok())?, s.headers.get(H_TIME)?.as_str().parse().ok()?);
+        Some(Place { at, follows, signed_ms })
+    }
+
     /// A message of the stream, checked and read (refusals counted).
     fn read_stored(&self, s: &Stored, shared: &Shared) -> Option<Inbound> {
         let plain = jslog::plain_subject(&s.subject)?;
@@ -451,9 +474,9 @@ impl Me {
             return None;
         }
         match decode(&parts, self.max_push) {
-            Ok(m) if m.at.is_some() => Some(m),
+            Ok(m) if m.at.is_some() && parts.get(H_FOLLOWS).parse::<u64>().is_ok() => Some(m),
             Ok(_) => {
-                shared.refuse(Refusal::Malformed, format!("refused a message of {}: no {H_POSITION} header", s.subject));
+                shared.refuse(Refusal::Malformed, format!("refused a message of {}: no {H_POSITION} or {H_FOLLOWS} header", s.subject));
                 None
             }
             Err(e) => {
@@ -703,7 +726,7 @@ impl Forwarder {
     /// its first live message, as it did before).
     async fn stream_head(&self, plain: &str) -> Option<Head> {
         let log = self.log.as_ref()?;
-        let check = |s: &Stored| self.me.read_stored(s, &self.shared).and_then(|i| i.at);
+        let check = |s: &Stored| self.me.place(s, &self.shared);
         match tokio::time::timeout(jslog::FETCH_TIMEOUT, log.last(plain, &check)).await {
             Ok(Ok(head)) => Some(head.unwrap_or(Head { at: Position { epoch: 0, offset: 0 }, seq: 0 })),
             Ok(Err(e)) => {
@@ -779,13 +802,29 @@ impl Forwarder {
         }
         let seq = parts.get("Nats-Sequence").parse::<u64>().unwrap_or(0);
         let inbound = match decode(&parts, self.me.max_push) {
-            Ok(i) if i.at.is_some() && seq > 0 => i,
-            Ok(_) => return self.shared.refuse(Refusal::Malformed, format!("refused a message on {}: no {H_POSITION} or Nats-Sequence header", m.subject)),
+            Ok(i) if i.at.is_some() && seq > 0 && parts.get(H_FOLLOWS).parse::<u64>().is_ok() => i,
+            Ok(_) => {
+                return self
+                    .shared
+                    .refuse(Refusal::Malformed, format!("refused a message on {}: no {H_POSITION}, {H_FOLLOWS} or Nats-Sequence header", m.subject))
+            }
             Err(e) => return self.shared.refuse(Refusal::Malformed, format!("refused a message on {}: {e}", m.subject)),
         };
         let at = inbound.at.expect("checked");
         if let Some(l) = *last {
             if l.at.epoch == at.epoch && at.offset <= l.at.offset {
+                return;
+            }
+            // Checked live (signed within the window of now): stored now.
+            // A sequence not after the head's: NATS lost the stream (memory
+            // storage) and this is a new one, with nothing known before it.
+            let (follows, now) = (parts.get(H_FOLLOWS).parse().unwrap_or(u64::MAX), sign::now_ms());
+            let place = Place { at, follows, signed_ms: now };
+            let mut chain = if seq > l.seq { l.chain() } else { jslog::Chain::default() };
+            if !chain.admit(seq, place, now) {
+                if let Some(log) = &self.log {
+                    log.poisoned(&Stored { seq, subject: m.subject.to_string(), headers: Default::default(), data: Default::default(), stored_ms: now }, place);
+                }
                 return;
             }
             if l.at.epoch == at.epoch && at.offset > l.at.offset + 1 {
@@ -820,9 +859,9 @@ impl Forwarder {
     /// offset `upto`, or a catch-up after a reconnect).
     async fn fill(&self, plain: &str, from: Head, upto: Option<u64>, last: &mut Option<Head>) {
         let Some(log) = &self.log else { return };
-        let check = |s: &Stored| self.me.read_stored(s, &self.shared).and_then(|i| i.at);
+        let check = |s: &Stored| self.me.place(s, &self.shared);
         let keep = |at: Position| at.epoch != from.at.epoch || at.offset > from.at.offset;
-        let got = match log.fetch(plain, from.seq + 1, &keep, &check, jslog::MAX_FILL_BYTES).await {
+        let got = match log.fetch(plain, from, &keep, &check, jslog::MAX_FILL_BYTES).await {
             Ok(got) => got,
             Err(e) => {
                 if let Some(upto) = upto {
@@ -866,12 +905,14 @@ impl Forwarder {
     async fn recover(&self, log: &Log, topic: &str, after: Position) -> Result<Vec<Inbound>, String> {
         log.count(|c| c.fetches += 1);
         let plain = if topic == crate::proto::push::BROADCAST_TOPIC { BROADCAST.to_string() } else { super::topic_subject(topic) };
+        let check = |s: &Stored| self.me.place(s, &self.shared);
         if after.offset == u64::MAX {
-            return Ok(log.last_stored(&plain).await?.and_then(|s| self.me.read_stored(&s, &self.shared)).into_iter().collect());
+            let last = log.tip(&plain, &check).await?.and_then(|(_, s)| s);
+            return Ok(last.and_then(|s| self.me.read_stored(&s, &self.shared)).into_iter().collect());
         }
-        let check = |s: &Stored| self.me.read_stored(s, &self.shared).and_then(|i| i.at);
         let keep = |at: Position| after.epoch == 0 || at.epoch != after.epoch || at.offset > after.offset;
-        let got = log.fetch(&plain, 1, &keep, &check, jslog::MAX_RECOVER_BYTES).await?;
+        let start = Head { at: Position { epoch: 0, offset: 0 }, seq: 0 };
+        let got = log.fetch(&plain, start, &keep, &check, jslog::MAX_RECOVER_BYTES).await?;
         Ok(got.iter().filter_map(|(_, s)| self.me.read_stored(s, &self.shared)).collect())
     }
 }
@@ -1032,8 +1073,8 @@ async fn publish(client: &async_nats::Client, me: &Me, request: u64, out: Vec<Ou
                 let subject = if o.stream == Stream::Topic { super::topic_subject(&o.topic) } else { BROADCAST.to_string() };
                 match log {
                     Some(log) => {
-                        let check = |s: &Stored| me.read_stored(s, shared).and_then(|i| i.at);
-                        let sign = |pos: Position| me.headers(&subject, "", &publish_us, &jslog::position_value(pos), &o.data);
+                        let check = |s: &Stored| me.place(s, shared);
+                        let sign = |at: Position, follows: u64| me.stored_headers(&subject, &publish_us, at, follows, &o.data);
                         let msg_id = me.msg_id();
                         // Followed here: wait for the stream's copy to go
                         // by, so every message before it reached the

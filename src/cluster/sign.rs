@@ -1,6 +1,7 @@
 //! Messages between nodes are signed: HMAC-SHA256 keyed by the cluster
 //! key (`--cluster-key-file`, the same file on every node) over the
-//! subject, the megaconn headers, a signing time and the data. Anyone who
+//! subject, the megaconn headers (a stored message's position and the
+//! stream sequence it follows among them), a signing time and the data. Anyone who
 //! can reach NATS but does not hold the key cannot make a message a node
 //! accepts: an unsigned, forged or stale one is dropped and counted
 //! (`cluster_refused{reason}`), never delivered and never answered.
@@ -60,6 +61,9 @@ pub struct Signed<'a> {
     pub time_ms: &'a str,
     /// `EPOCH:OFFSET` in the cluster's history (JetStream), or empty.
     pub position: &'a str,
+    /// With a position: the stream sequence of the topic's message it was
+    /// published after (where in the stream it belongs), or empty.
+    pub follows: &'a str,
 }
 
 /// Why a message was refused: the `reason` label of `cluster_refused`.
@@ -95,7 +99,16 @@ impl Refusal {
 fn mac(key: &ClusterKey, s: &Signed, data: &[u8]) -> Hmac<Sha256> {
     let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&key.0).expect("HMAC takes a key of any length");
     // Each field with its length: no two different messages sign alike.
-    for part in [s.subject.as_bytes(), s.origin.as_bytes(), s.target.as_bytes(), s.publish_us.as_bytes(), s.time_ms.as_bytes(), s.position.as_bytes(), data] {
+    for part in [
+        s.subject.as_bytes(),
+        s.origin.as_bytes(),
+        s.target.as_bytes(),
+        s.publish_us.as_bytes(),
+        s.time_ms.as_bytes(),
+        s.position.as_bytes(),
+        s.follows.as_bytes(),
+        data,
+    ] {
         m.update(&(part.len() as u64).to_be_bytes());
         m.update(part);
     }
@@ -186,7 +199,7 @@ mod tests {
     #[test]
     fn only_the_key_holder_signs_and_every_field_counts() {
         let key = ClusterKey::new(vec![7; 32]).unwrap();
-        let s = Signed { subject: "megaconn.broadcast", origin: "A", target: "", publish_us: "1", time_ms: "1000", position: "" };
+        let s = Signed { subject: "megaconn.broadcast", origin: "A", target: "", publish_us: "1", time_ms: "1000", position: "", follows: "" };
         let sig = sign(&key, &s, b"hi");
         assert_eq!(verify(&key, &s, b"hi", Some(&sig), 1000), Ok(()));
         assert_eq!(verify(&key, &s, b"hi", None, 1000), Err(Refusal::Unsigned));
@@ -194,6 +207,7 @@ mod tests {
         assert_eq!(verify(&key, &Signed { origin: "B", ..s.clone() }, b"hi", Some(&sig), 1000), Err(Refusal::Forged));
         assert_eq!(verify(&key, &Signed { subject: "megaconn.node.B", ..s.clone() }, b"hi", Some(&sig), 1000), Err(Refusal::Forged));
         assert_eq!(verify(&key, &Signed { position: "1:2", ..s.clone() }, b"hi", Some(&sig), 1000), Err(Refusal::Forged));
+        assert_eq!(verify(&key, &Signed { follows: "7", ..s.clone() }, b"hi", Some(&sig), 1000), Err(Refusal::Forged));
         assert_eq!(verify(&key, &s, b"hi", Some("zz"), 1000), Err(Refusal::Forged));
         let other = ClusterKey::new(vec![8; 32]).unwrap();
         assert_eq!(verify(&other, &s, b"hi", Some(&sig), 1000), Err(Refusal::Forged));
@@ -219,7 +233,7 @@ mod tests {
     #[test]
     fn a_signature_written_another_way_is_still_a_replay() {
         let key = ClusterKey::new(vec![7; 32]).unwrap();
-        let s = Signed { subject: "megaconn.users", origin: "A", target: "", publish_us: "1", time_ms: "1000", position: "" };
+        let s = Signed { subject: "megaconn.users", origin: "A", target: "", publish_us: "1", time_ms: "1000", position: "", follows: "" };
         let sig = sign(&key, &s, b"hi");
         let upper = sig.to_ascii_uppercase();
         let mixed: String = sig.chars().enumerate().map(|(i, c)| if i % 2 == 0 { c.to_ascii_uppercase() } else { c }).collect();

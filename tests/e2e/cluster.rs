@@ -310,7 +310,7 @@ fn two_nodes_through_nats_deliver_once_route_unicasts_and_survive_an_outage() {
     });
     let big = vec![b'x'; 70_000];
     let time = megaconn::cluster::sign::now_ms().to_string();
-    let signed = megaconn::cluster::sign::Signed { subject: NEWS, origin: "X", target: "", publish_us: "1", time_ms: &time, position: "" };
+    let signed = megaconn::cluster::sign::Signed { subject: NEWS, origin: "X", target: "", publish_us: "1", time_ms: &time, position: "", follows: "" };
     let sig = megaconn::cluster::sign::sign(&key.key(), &signed, &big);
     let ops = hpub(NEWS, None, &[("Megaconn-Publish-Us", "1"), ("Megaconn-Origin", "X"), ("Megaconn-Time", &time), ("Megaconn-Signature", &sig)], &big);
     nats_raw(&lab, ops, "PONG");
@@ -561,7 +561,7 @@ fn a_bare_nats_client_with_unsigned_forged_or_stale_headers_reaches_no_connectio
     let (t, zeros) = (now.to_string(), "0".repeat(64));
     ops.extend(hpub(NEWS, None, &[("Megaconn-Publish-Us", "0"), ("Megaconn-Origin", "N2"), ("Megaconn-Time", &t), ("Megaconn-Signature", &zeros)], b"forged"));
     let sign = |subject: &str, origin: &str, target: &str, time: &str, data: &[u8]| {
-        let s = megaconn::cluster::sign::Signed { subject, origin, target, publish_us: "0", time_ms: time, position: "" };
+        let s = megaconn::cluster::sign::Signed { subject, origin, target, publish_us: "0", time_ms: time, position: "", follows: "" };
         megaconn::cluster::sign::sign(&key.key(), &s, data)
     };
     let other = sign("megaconn.broadcast", "N2", "", &t, b"other");
@@ -1052,6 +1052,90 @@ fn a_message_written_into_the_stream_by_a_stranger_is_refused_and_blocks_no_publ
     assert_eq!(status, 200, "the topic goes on after it: {r}");
     let In::Push(1, epoch, data) = c.next() else { panic!("the genuine message, at offset 1 of a new epoch") };
     assert_eq!((data.as_str(), epoch != 0), ("genuine", true));
+}
+
+/// The raw bytes of the stream's first message of `subject` as any NATS
+/// client reads them (JetStream's direct get): its headers and payload.
+fn stored_first(nats_addr: &str, subject: &str, payload: &str) -> (Vec<(String, String)>, String) {
+    let ask = format!("{{\"next_by_subj\":\"{subject}\",\"seq\":1}}");
+    let mut op = format!("PUB $JS.API.DIRECT.GET.MEGACONN _r {}\r\n", ask.len()).into_bytes();
+    op.extend_from_slice(ask.as_bytes());
+    op.extend_from_slice(b"\r\n");
+    let got = nats_raw_at(nats_addr, op, payload);
+    let msg = &got[got.find("HMSG _r").unwrap_or_else(|| panic!("no answer from the direct get: {got}"))..];
+    let mut lines = msg.split("\r\n").skip(1);
+    assert_eq!(lines.next(), Some("NATS/1.0"), "{msg}");
+    let headers = lines.by_ref().take_while(|l| !l.is_empty()).filter_map(|l| l.split_once(": ")).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    (headers, lines.next().unwrap_or_default().to_string())
+}
+
+/// A co-tenant allowed to publish on the stream's subjects stores a copy
+/// of an old signed message again (issue 42, finding 9): the copy keeps
+/// its signature but not its place, so every node skips it and counts it;
+/// later publishes through either node are answered 200 at the next
+/// offsets and reach subscribers, and a resume from the start gets each
+/// offset's own payload. Before the fix the publishing node took the copy
+/// as the topic's head, gave the next message an offset already used,
+/// its own follower dropped that as already seen and the publish was
+/// answered 504.
+#[test]
+fn an_old_signed_message_stored_again_by_a_co_tenant_poisons_nothing() {
+    let nats = loopback_nats(&[]);
+    let url = format!("nats://{}", nats.addr);
+    let key = KeyFile::new("poison");
+    let (_a, admin_a, port_a) = loopback_node(&url, "A", &key, &[]);
+    let (_b, admin_b, port_b) = loopback_node(&url, "B", &key, &[]);
+    wait_until("both nodes healthy with the stream ready", Duration::from_secs(20), || {
+        get(&admin_a, "/healthz").0 == 200 && get(&admin_b, "/healthz").0 == 200
+    });
+    // A subscriber on each node: both follow the topic (a publishing node
+    // that follows it answers once its own copy came back in order).
+    let (mut on_a, mut on_b) = (Reader::connect(port_a), Reader::connect(port_b));
+    for (r, admin) in [(&mut on_a, &admin_a), (&mut on_b, &admin_b)] {
+        r.s.write_all(&resume("news", None)).unwrap();
+        assert_eq!(r.until_subscribed(), vec![In::Subscribed(true, 0, 0)]);
+        wait_until("the node follows the topic", Duration::from_secs(10), || get(admin, "/stats").1["cluster"]["topics"] == 1);
+    }
+    for (i, data) in ["m1", "m2", "m3"].iter().enumerate() {
+        let (status, r) = publish_on(&admin_a, "news", data);
+        assert_eq!((status, r["seq"][0].as_u64()), (200, Some(i as u64 + 1)), "{r}");
+    }
+    // The first message, as stored, written back with its signed headers
+    // (the stream's own Nats-* ones dropped, so it is not a duplicate).
+    let (headers, payload) = stored_first(&nats.addr, "megaconn.log.topic.news", "m1");
+    assert_eq!(payload, "m1");
+    let signed: Vec<(&str, &str)> = headers.iter().filter(|(k, _)| k.starts_with("Megaconn-")).map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert!(signed.iter().any(|(k, _)| *k == "Megaconn-Signature"), "{headers:?}");
+    let got = nats_raw_at(&nats.addr, hpub("megaconn.log.topic.news", None, &signed, b"m1"), "PONG");
+    assert!(!got.contains("-ERR"), "{got}");
+    let stored = |admin: &str| get(admin, "/stats").1["cluster"]["history"]["stored"].as_u64().unwrap_or(0);
+    // Later publishes through both nodes continue where the topic is.
+    for (admin, data, offset) in [(&admin_a, "m4", 4), (&admin_b, "m5", 5), (&admin_a, "m6", 6)] {
+        let (status, r) = publish_on(admin, "news", data);
+        assert_eq!((status, r["seq"][0].as_u64()), (200, Some(offset)), "{data}: {r}");
+    }
+    assert_eq!((stored(&admin_a), stored(&admin_b)), (5, 1));
+    let got = pushes_until(&mut on_b, "m6");
+    let epoch = got[0].1;
+    assert_eq!(got, (1..=6).map(|i| (i, epoch, format!("m{i}"))).collect::<Vec<_>>(), "B's subscriber: every message once, at its offset");
+    assert_eq!(pushes_until(&mut on_a, "m6"), got, "A's subscriber: the same");
+    // A node that never followed the topic answers a resume from the
+    // stream: each offset with its own payload, the copy nowhere.
+    let (_c, admin_c, port_c) = loopback_node(&url, "C", &key, &[]);
+    wait_until("C healthy", Duration::from_secs(20), || get(&admin_c, "/healthz").0 == 200);
+    let mut on_c = Reader::connect(port_c);
+    on_c.s.write_all(&resume("news", Some((epoch, 0)))).unwrap();
+    let mut want: Vec<In> = (1..=6).map(|i| In::Push(i, epoch, format!("m{i}"))).collect();
+    want.push(In::Subscribed(true, epoch, 6));
+    assert_eq!(on_c.until_subscribed(), want, "a resume from the start on C");
+    // The copy was seen out of place, counted in /stats and /metrics.
+    let poisoned = |admin: &str| get(admin, "/stats").1["cluster"]["history"]["poisoned"].as_u64().unwrap_or(0);
+    assert!(poisoned(&admin_a) >= 1, "A skipped the copy: {}", get(&admin_a, "/stats").1["cluster"]);
+    assert!(poisoned(&admin_c) >= 1, "C skipped the copy: {}", get(&admin_c, "/stats").1["cluster"]);
+    let (_, metrics) = http(&admin_a, "GET", "/metrics", b"", None);
+    let line = metrics.lines().find(|l| l.starts_with("megaconn_cluster_history_poisoned_total ")).unwrap_or_default();
+    assert!(line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) >= Some(1.0), "/metrics: {line:?}");
+    drop(nats);
 }
 
 /// An HS256 token for `sub` (PyJWT, by tests/peers/jwt_keys.py).
