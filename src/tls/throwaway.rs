@@ -21,7 +21,11 @@ impl Throwaway {
     /// A CA, and a certificate for `localhost` and `ip` signed by it
     /// (ECDSA P-256, the cheapest handshake); it lives as long as the run.
     pub fn new(ip: std::net::Ipv4Addr) -> Result<Throwaway> {
-        let dir = std::env::temp_dir().join(format!("megaconn-tls-{}", std::process::id()));
+        // One directory per value: two in one process (the unit tests run
+        // in parallel) must not remove each other's files when dropped.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("megaconn-tls-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
