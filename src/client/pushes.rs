@@ -159,8 +159,8 @@ pub fn parse_subscribe(s: &str) -> Result<(Vec<String>, bool), String> {
         return Ok((topics, true));
     }
     let topics: Vec<String> = s.split(',').map(|t| t.trim().to_string()).collect();
-    if topics.len() > crate::server::worker::topics::MAX_SUBSCRIPTIONS {
-        return Err(format!("{} topics per connection; the server allows {}", topics.len(), crate::server::worker::topics::MAX_SUBSCRIPTIONS));
+    if topics.len() > crate::proto::push::MAX_SUBSCRIPTIONS {
+        return Err(format!("{} topics per connection; the server allows {}", topics.len(), crate::proto::push::MAX_SUBSCRIPTIONS));
     }
     for t in &topics {
         crate::proto::push::check_topic(t.as_bytes()).map_err(|e| format!("'{t}': {e}; {EX}"))?;

@@ -36,6 +36,10 @@
 
 use super::frame::{self, Kind, HEADER_LEN, MAX_PAYLOAD};
 
+/// Most topics one connection may subscribe to; more is a protocol error
+/// (the subscription list is per-connection memory in the server, and the
+/// client refuses a plan that asks for more).
+pub const MAX_SUBSCRIPTIONS: usize = 64;
 /// Longest topic name (it travels in one length byte).
 pub const MAX_TOPIC: usize = 255;
 /// Bytes of a push payload before the data, besides the topic.

@@ -17,9 +17,7 @@
 use crate::proto::push;
 use std::collections::{HashMap, HashSet};
 
-/// Most topics one connection may subscribe to; more is a protocol error
-/// (the subscription list is per-connection memory).
-pub const MAX_SUBSCRIPTIONS: usize = 64;
+pub use push::MAX_SUBSCRIPTIONS;
 /// Default `--max-topics`: distinct topics with subscribers in one
 /// worker (each costs its name, ~100 bytes of map entries and a
 /// subscriber set).
