@@ -165,7 +165,11 @@ fn a_push_bench_report_and_business_refusal() {
     assert_eq!(code, 0, "{err}");
     let r: Value = serde_json::from_str(&std::fs::read_to_string(d.join("report.json")).unwrap()).unwrap();
     assert_eq!(r["result"]["push"]["deliveries"], 2000, "{}", r["result"]["push"]);
-    assert!(r["phases"][1]["pushes_received"].as_u64().unwrap() >= 2000, "pushes counted in the hold phase: {}", r["phases"][1]);
+    // Every push is counted in one phase (most in the hold; on a busy
+    // machine the first may land while the ramp is still being settled).
+    let per_phase: u64 = r["phases"].as_array().unwrap().iter().map(|p| p["pushes_received"].as_u64().unwrap()).sum();
+    assert_eq!(per_phase, 2000, "pushes counted over the phases: {}", r["phases"]);
+    assert!(r["phases"][1]["pushes_received"].as_u64().unwrap() > 0, "pushes counted in the hold phase: {}", r["phases"][1]);
     let (w, h, inked) = png_stats(&d.join("latency-push.png"));
     assert_eq!((w, h), (900, 420));
     assert!(inked > 0.02);
