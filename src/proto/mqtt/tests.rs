@@ -1,0 +1,1 @@
+//! Tests of the MQTT codec as a whole.
