@@ -41,6 +41,11 @@ impl Place {
     pub const DISCONNECT: Place = Place(1 << 9);
     /// AUTH.
     pub const AUTH: Place = Place(1 << 10);
+
+    /// Whether table 2-4 lets `property` appear here.
+    pub fn allows(self, property: u8) -> bool {
+        allowed_in(property).is_some_and(|places| places & self.0 != 0)
+    }
 }
 
 /// Property identifiers (§2.2.2.2 table 2-4).
@@ -195,8 +200,10 @@ impl<'a> Properties<'a> {
         while !b.is_empty() {
             let raw = b.varint()?;
             let Ok(pid) = u8::try_from(raw) else { return Err(Error::UnknownProperty(u8::MAX)) };
-            let places = allowed_in(pid).ok_or(Error::UnknownProperty(pid))?;
-            if places & place.0 == 0 {
+            if allowed_in(pid).is_none() {
+                return Err(Error::UnknownProperty(pid));
+            }
+            if !place.allows(pid) {
                 return Err(Error::PropertyNotAllowed(pid));
             }
             count += 1;

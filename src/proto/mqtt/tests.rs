@@ -1,1 +1,0 @@
-//! Tests of the MQTT codec as a whole.
