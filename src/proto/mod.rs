@@ -2,6 +2,7 @@
 pub mod frame;
 pub mod goaway;
 pub mod http;
+pub mod mqtt;
 pub mod push;
 pub mod ws;
 
