@@ -29,7 +29,7 @@ fn stats_when(admin: &str, what: &str, ok: impl Fn(&Value) -> bool) -> Value {
 }
 
 fn count(s: &Value, map: &str, key: &str) -> u64 {
-    s["totals"][map][key].as_u64().or_else(|| s[map][key].as_u64()).unwrap_or(0)
+    s[map][key].as_u64().unwrap_or(0)
 }
 
 /// An MQTT server on a free port; (process, admin address, port).
@@ -69,11 +69,13 @@ fn paho_clients_of_both_versions_subscribe_publish_and_are_refused_with_codes() 
     let mut py = Command::new("python3");
     py.arg(peer("mqtt_paho.py")).args([&port.to_string(), &admin, "basic"]);
     assert_eq!(Peer::spawn("mqtt_paho.py basic", py).finish_ok(Duration::from_secs(120)), ["OK"]);
-    let st = stats_when(&admin, "counters of the paho run", |v| count(v, "mqtt_connects", "5.0") >= 2 && count(v, "mqtt_publishes_in", "1") >= 2);
-    assert!(count(&st, "mqtt_connects", "3.1.1") >= 2, "{st}");
-    assert!(count(&st, "subscribe_refused", "mqtt_shared_unsupported") >= 2 && count(&st, "subscribe_refused", "bad_topic") >= 2, "{st}");
-    assert!(count(&st, "close_reasons", "mqtt_protocol_version") >= 1 && count(&st, "close_reasons", "mqtt_client_id_rejected") >= 1, "{st}");
-    assert!(count(&st, "close_reasons", "mqtt_unexpected_packet") >= 1, "{st}");
+    // One snapshot holding all of it (an earlier one may predate the last checks).
+    stats_when(&admin, "counters of the paho run", |v| {
+        ["3.1.1", "5.0"].iter().all(|version| count(v, "mqtt_connects", version) >= 2)
+            && count(v, "mqtt_publishes_in", "1") >= 2
+            && ["mqtt_shared_unsupported", "bad_topic"].iter().all(|r| count(v, "subscribe_refused", r) >= 2)
+            && ["mqtt_protocol_version", "mqtt_client_id_rejected", "mqtt_unexpected_packet"].iter().all(|r| count(v, "close_reasons", r) >= 1)
+    });
     s.terminate();
 }
 
@@ -90,9 +92,11 @@ fn a_jwt_password_is_the_token_and_its_topics_claim_the_acl() {
     let mut py = Command::new("python3");
     py.arg(peer("mqtt_paho.py")).args([&port.to_string(), &admin, "jwt"]).arg(&dir);
     assert_eq!(Peer::spawn("mqtt_paho.py jwt", py).finish_ok(Duration::from_secs(120)), ["OK"]);
-    let st = stats_when(&admin, "auth refusals", |v| count(v, "auth_refused", "auth_missing") >= 2);
-    assert!(count(&st, "subscribe_refused", "not_permitted") >= 2, "{st}");
-    assert!(st["totals"]["auth_refused"].as_object().map_or(0, |m| m.values().filter_map(Value::as_u64).sum::<u64>()) >= 4, "{st}");
+    stats_when(&admin, "auth refusals", |v| {
+        count(v, "auth_refused", "auth_missing") >= 2
+            && count(v, "auth_refused", "auth_bad_signature") >= 2
+            && count(v, "subscribe_refused", "not_permitted") >= 2
+    });
     let _ = std::fs::remove_dir_all(&dir);
     s.terminate();
 }
@@ -118,8 +122,9 @@ fn mosquitto_sub_gets_an_admin_push(admin: &str, port: u16, tls: &[&str]) {
 fn mosquitto_sub_receives_an_admin_publish_byte_for_byte() {
     let (mut s, admin, port) = mqtt_server(&[]);
     mosquitto_sub_gets_an_admin_push(&admin, port, &[]);
-    let st = stats_when(&admin, "the push counted", |v| v["totals"]["mqtt_publishes_out"].as_u64().or(v["mqtt_publishes_out"].as_u64()).unwrap_or(0) >= 1);
-    assert!(count(&st, "mqtt_connects", "3.1.1") + count(&st, "mqtt_connects", "5.0") >= 1, "{st}");
+    stats_when(&admin, "the push counted", |v| {
+        v["mqtt_publishes_out"].as_u64().unwrap_or(0) >= 1 && count(v, "mqtt_connects", "3.1.1") + count(v, "mqtt_connects", "5.0") >= 1
+    });
     s.terminate();
 }
 
@@ -130,8 +135,7 @@ fn mosquitto_sub_over_tls_receives_an_admin_publish() {
     let pki = Pki::new("ec");
     let (mut s, admin, port) = mqtt_server(&["--tls-cert", &pki.cert, "--tls-key", &pki.key]);
     mosquitto_sub_gets_an_admin_push(&admin, port, &["-h", "localhost", "--cafile", &pki.ca]);
-    let st = stats(&admin);
-    assert!(st["totals"]["tls_handshakes"].as_u64().or(st["tls_handshakes"].as_u64()).unwrap_or(0) >= 1, "{st}");
+    stats_when(&admin, "the TLS handshake counted", |v| v["tls_handshakes"].as_u64().unwrap_or(0) >= 1);
     s.terminate();
 }
 
@@ -165,8 +169,9 @@ fn malformed_oversize_silent_and_quiet_clients_are_closed_and_counted() {
     let mut c = TcpStream::connect(&addr).unwrap();
     c.write_all(&connect_v5(1)).unwrap();
     assert_eq!(until_closed(c)[0], 0x20);
-    let st = stats_when(&admin, "every close counted", |v| count(v, "close_reasons", "mqtt_keepalive_timeout") >= 1);
-    for reason in ["mqtt_unknown_packet_type", "mqtt_packet_too_large", "mqtt_qos2_unsupported", "header_timeout", "mqtt_keepalive_timeout"] {
+    let reasons = ["mqtt_unknown_packet_type", "mqtt_packet_too_large", "mqtt_qos2_unsupported", "header_timeout", "mqtt_keepalive_timeout"];
+    let st = stats_when(&admin, "every close counted", |v| reasons.iter().all(|r| count(v, "close_reasons", r) >= 1));
+    for reason in reasons {
         assert_eq!(count(&st, "close_reasons", reason), 1, "{reason}: {st}");
     }
     s.terminate();
@@ -176,7 +181,7 @@ fn malformed_oversize_silent_and_quiet_clients_are_closed_and_counted() {
 #[test]
 fn the_client_refuses_mqtt_with_a_clear_error() {
     let mut cmd = megaconn();
-    cmd.args(["client", "--protocol", "mqtt", "--connections", "1", "--ports", "1883", "--duration", "1s"]);
+    cmd.args(["client", "--protocol", "mqtt", "--connections", "1", "--ports", "1883"]);
     let (code, _, err) = run(cmd, Duration::from_secs(30));
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("server-only for now"), "{err}");
