@@ -134,16 +134,10 @@ pub fn fixed_header(buf: &[u8], version: Option<Version>, max_packet_size: u32) 
     match kind {
         0 => return Err(Error::UnknownPacketType),
         kind::AUTH if version == Some(Version::V311) => return Err(Error::UnknownPacketType),
-        kind::PUBLISH => {
-            if flags & 0b0110 == 0b0110 {
-                return Err(Error::BadQos);
-            }
-        }
-        kind::PUBREL | kind::SUBSCRIBE | kind::UNSUBSCRIBE => {
-            if flags != 0b0010 {
-                return Err(Error::ReservedFlags);
-            }
-        }
+        kind::PUBLISH if flags & 0b0110 == 0b0110 => return Err(Error::BadQos),
+        kind::PUBLISH => {}
+        kind::PUBREL | kind::SUBSCRIBE | kind::UNSUBSCRIBE if flags != 0b0010 => return Err(Error::ReservedFlags),
+        kind::PUBREL | kind::SUBSCRIBE | kind::UNSUBSCRIBE => {}
         _ if flags != 0 => return Err(Error::ReservedFlags),
         _ => {}
     }
@@ -202,7 +196,7 @@ pub fn packet<'a>(h: &FixedHeader, body: &'a [u8], role: Role, version: Version,
     let v5 = version == Version::V5;
     let props = |c: &mut Cursor<'a>, place| if v5 { Properties::decode(c, place, limits) } else { Ok(Properties::default()) };
     let p = match h.kind {
-        kind::CONNECT => Packet::Connect(connect(&mut c, version, limits)?),
+        kind::CONNECT => Packet::Connect(Box::new(connect(&mut c, version, limits)?)),
         kind::CONNACK => {
             let flags = c.u8()?;
             if flags & 0xFE != 0 {

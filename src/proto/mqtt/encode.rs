@@ -48,7 +48,7 @@ pub fn put_varint(out: &mut Vec<u8>, v: u32) -> Result<(), EncodeError> {
 }
 
 /// Append Binary Data: a two-byte length and the bytes (§1.5.6).
-pub fn put_bin(out: &mut Vec<u8>, b: &[u8]) -> Result<(), EncodeError> {
+pub(crate) fn put_bin(out: &mut Vec<u8>, b: &[u8]) -> Result<(), EncodeError> {
     let n = u16::try_from(b.len()).map_err(|_| EncodeError::FieldTooLong)?;
     out.extend_from_slice(&n.to_be_bytes());
     out.extend_from_slice(b);
@@ -56,13 +56,13 @@ pub fn put_bin(out: &mut Vec<u8>, b: &[u8]) -> Result<(), EncodeError> {
 }
 
 /// Append a UTF-8 Encoded String (§1.5.4).
-pub fn put_str(out: &mut Vec<u8>, s: &str) -> Result<(), EncodeError> {
+pub(crate) fn put_str(out: &mut Vec<u8>, s: &str) -> Result<(), EncodeError> {
     put_bin(out, s.as_bytes())
 }
 
 /// Append what `body` writes, preceded by its length as a Variable Byte
 /// Integer. On error `out` is truncated back.
-pub fn with_length(out: &mut Vec<u8>, body: impl FnOnce(&mut Vec<u8>) -> Result<(), EncodeError>) -> Result<(), EncodeError> {
+pub(crate) fn with_length(out: &mut Vec<u8>, body: impl FnOnce(&mut Vec<u8>) -> Result<(), EncodeError>) -> Result<(), EncodeError> {
     let start = out.len();
     // Room for the longest length; moved back once the length is known.
     out.extend_from_slice(&[0; 4]);

@@ -24,7 +24,7 @@
 //! Section numbers in this module's comments are the MQTT 5.0 standard's
 //! unless marked "3.1.1".
 
-pub mod decode;
+pub(crate) mod decode;
 pub mod encode;
 mod error;
 mod packet;

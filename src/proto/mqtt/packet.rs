@@ -10,8 +10,9 @@ use super::{QoS, Version};
 /// One MQTT control packet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Packet<'a> {
-    /// §3.1: a client's connection request.
-    Connect(Connect<'a>),
+    /// §3.1: a client's connection request (boxed: with its two property
+    /// blocks it is twice any other packet, and comes once per connection).
+    Connect(Box<Connect<'a>>),
     /// §3.2: the server's answer to CONNECT.
     ConnAck(ConnAck<'a>),
     /// §3.3: an application message, either way.

@@ -192,7 +192,7 @@ fn nonzero<T: PartialEq + Default>(v: T, property: u8) -> Result<T, Error> {
 impl<'a> Properties<'a> {
     /// Decode a property block (length, then properties) at `c`, for
     /// `place`.
-    pub fn decode(c: &mut Cursor<'a>, place: Place, limits: &Limits) -> Result<Properties<'a>, Error> {
+    pub(crate) fn decode(c: &mut Cursor<'a>, place: Place, limits: &Limits) -> Result<Properties<'a>, Error> {
         let len = c.varint()? as usize;
         let mut b = Cursor::new(c.take(len)?);
         let mut p = Properties::default();

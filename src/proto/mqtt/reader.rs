@@ -21,7 +21,13 @@ pub struct Reader {
     /// Set from the first CONNECT (server) or by the caller (client).
     version: Option<Version>,
     /// The start of a packet not yet whole; see the module doc.
-    partial: Option<Box<Vec<u8>>>,
+    partial: Option<Box<Partial>>,
+}
+
+/// A packet not yet whole, boxed so an idle reader is one pointer.
+#[derive(Debug)]
+struct Partial {
+    bytes: Vec<u8>,
 }
 
 impl Reader {
@@ -44,7 +50,7 @@ impl Reader {
 
     /// Bytes held for a packet cut by the network (0 between packets).
     pub fn buffered(&self) -> usize {
-        self.partial.as_ref().map_or(0, |p| p.len())
+        self.partial.as_ref().map_or(0, |p| p.bytes.len())
     }
 
     /// Decode every whole packet of what has arrived (what was held, then
@@ -53,15 +59,16 @@ impl Reader {
     /// the callback's own error, which stops the reading (the callback ends
     /// it after a DISCONNECT, for instance).
     pub fn consume<E: From<Error>>(&mut self, mut input: &[u8], limits: &Limits, mut on: impl FnMut(Packet<'_>) -> Result<(), E>) -> Result<(), E> {
-        if let Some(mut held) = self.partial.take() {
+        if let Some(mut partial) = self.partial.take() {
+            let held = &mut partial.bytes;
             // Complete the header a byte at a time (at most 4 more), then
             // take exactly the rest of the packet.
             let h = loop {
-                if let Some(h) = self.header(&held, limits)? {
+                if let Some(h) = self.header(held, limits)? {
                     break h;
                 }
                 let Some((&b, rest)) = input.split_first() else {
-                    self.partial = Some(held);
+                    self.partial = Some(partial);
                     return Ok(());
                 };
                 held.push(b);
@@ -71,7 +78,7 @@ impl Reader {
             held.extend_from_slice(&input[..take]);
             input = &input[take..];
             if held.len() < h.total() {
-                self.partial = Some(held);
+                self.partial = Some(partial);
                 return Ok(());
             }
             self.decode(&h, &held[h.len..], limits, &mut on)?;
@@ -85,7 +92,7 @@ impl Reader {
             pos += h.total();
         }
         if pos < input.len() {
-            self.partial = Some(Box::new(input[pos..].to_vec()));
+            self.partial = Some(Box::new(Partial { bytes: input[pos..].to_vec() }));
         }
         Ok(())
     }

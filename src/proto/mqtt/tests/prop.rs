@@ -148,7 +148,10 @@ fn build<'a>(s: &'a Seed, filters: &'a [String]) -> (Role, Version, Packet<'a>) 
             let password = (f(6) && (s.v5 || username.is_some())).then_some(&s.bytes[..s.bytes.len() / 2]);
             let clean_start = f(0) || (client_id.is_empty() && !s.v5);
             let properties = props(s, Place::CONNECT, false);
-            (Role::Server, Packet::Connect(Connect { version: v, clean_start, keep_alive: s.nums[3] as u16, properties, client_id, will, username, password }))
+            (
+                Role::Server,
+                Packet::Connect(Box::new(Connect { version: v, clean_start, keep_alive: s.nums[3] as u16, properties, client_id, will, username, password })),
+            )
         }
         kind::CONNACK => {
             let code = if s.v5 { pick(reason::CONNACK_V5, 1) } else { (s.nums[1] % 6) as u8 };

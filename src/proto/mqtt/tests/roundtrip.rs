@@ -77,7 +77,7 @@ fn samples(v: Version) -> Vec<(Role, Packet<'static>)> {
     let mut out = vec![
         (
             Role::Server,
-            Packet::Connect(Connect {
+            Packet::Connect(Box::new(Connect {
                 version: v,
                 clean_start: false,
                 keep_alive: 30,
@@ -86,11 +86,11 @@ fn samples(v: Version) -> Vec<(Role, Packet<'static>)> {
                 will: Some(Will { qos: QoS::ExactlyOnce, retain: true, properties: only_v5(v, will_props), topic: "dev/1/status", payload: b"gone" }),
                 username: Some("user"),
                 password: Some(b"\x00pw\xff"),
-            }),
+            })),
         ),
         (
             Role::Server,
-            Packet::Connect(Connect {
+            Packet::Connect(Box::new(Connect {
                 version: v,
                 clean_start: true,
                 keep_alive: 0,
@@ -99,7 +99,7 @@ fn samples(v: Version) -> Vec<(Role, Packet<'static>)> {
                 will: None,
                 username: None,
                 password: None,
-            }),
+            })),
         ),
         (Role::Client, Packet::ConnAck(ConnAck { session_present: true, code: 0, properties: only_v5(v, connack_props) })),
         (Role::Client, Packet::ConnAck(ConnAck { session_present: false, code: if v5 { 0x87 } else { 5 }, properties: Properties::default() })),

@@ -38,7 +38,16 @@ fn hand_written_packets_decode_and_encode_to_the_same_bytes() {
     let l = Limits::default();
     let (v3, v5) = (Version::V311, Version::V5);
     let connect = |version, properties| {
-        Packet::Connect(Connect { version, clean_start: true, keep_alive: 60, properties, client_id: "a", will: None, username: None, password: None })
+        Packet::Connect(Box::new(Connect {
+            version,
+            clean_start: true,
+            keep_alive: 60,
+            properties,
+            client_id: "a",
+            will: None,
+            username: None,
+            password: None,
+        }))
     };
     let publish =
         |qos, topic, packet_id, properties, payload| Packet::Publish(Publish { dup: false, qos, retain: false, topic, packet_id, properties, payload });
