@@ -139,7 +139,7 @@ fn on_packet(ctx: &mut Ctx<'_>, m: &mut MqttConn, h: &FixedHeader, body: &[u8]) 
         }
         let version = decode::connect_version(body).map_err(|e| refuse(ctx, None, e))?;
         return match decode::packet(h, body, Role::Server, version, ctx.limits) {
-            Ok(Packet::Connect(c)) => connect(ctx, m, c),
+            Ok(Packet::Connect(c)) => connect(ctx, m, *c),
             Ok(_) => Err(refuse(ctx, None, Error::UnexpectedPacket)),
             Err(e) => Err(refuse_connect(ctx, version, e.reason_code(), e.v3_connack(), e.as_str())),
         };

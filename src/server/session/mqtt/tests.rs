@@ -62,7 +62,7 @@ fn bytes(p: &Packet<'_>, v: Version) -> Vec<u8> {
 fn connect(v: Version, keep_alive: u16) -> Vec<u8> {
     let c =
         Connect { version: v, clean_start: true, keep_alive, properties: Properties::default(), client_id: "dev", will: None, username: None, password: None };
-    bytes(&Packet::Connect(c), v)
+    bytes(&Packet::Connect(Box::new(c)), v)
 }
 
 fn subscribe(v: Version, filters: &[(&str, QoS)]) -> Vec<u8> {
@@ -122,7 +122,7 @@ fn a_v5_connack_announces_the_capabilities() {
 #[test]
 fn subscriptions_are_granted_refused_and_matched() {
     let mut p = parts();
-    p.feed(&connect(Version::V5, 0));
+    assert!(p.feed(&connect(Version::V5, 0)).0.is_ok());
     let (r, out) =
         p.feed(&subscribe(Version::V5, &[("a/+", QoS::ExactlyOnce), ("x", QoS::AtMostOnce), ("$share/g/a", QoS::AtMostOnce), ("a b", QoS::AtMostOnce)]));
     assert!(r.is_ok());
@@ -132,7 +132,7 @@ fn subscriptions_are_granted_refused_and_matched() {
     assert!(p.topics.audience("b/c").is_empty());
     assert_eq!(p.stats.subscribe_refused.values().sum::<u64>(), 2);
     let mut p3 = parts();
-    p3.feed(&connect(Version::V311, 0));
+    assert!(p3.feed(&connect(Version::V311, 0)).0.is_ok());
     let (_, out) = p3.feed(&subscribe(Version::V311, &[("#", QoS::AtLeastOnce), ("$share/g/a", QoS::AtMostOnce)]));
     assert_eq!(out, bytes(&Packet::SubAck(SubAck { packet_id: 7, properties: Properties::default(), codes: vec![1, 0x80] }), Version::V311));
     assert!(p3.topics.audience("$SYS/x").is_empty());
@@ -143,7 +143,7 @@ fn subscriptions_are_granted_refused_and_matched() {
 #[test]
 fn publishes_are_handed_on_and_acknowledged_or_refused() {
     let mut p = parts();
-    p.feed(&connect(Version::V5, 0));
+    assert!(p.feed(&connect(Version::V5, 0)).0.is_ok());
     let (r, out) = p.feed(&publish(Version::V5, "a/b", QoS::AtLeastOnce, b"hi"));
     assert!(r.is_ok());
     assert_eq!(out, bytes(&Packet::PubAck(Ack { packet_id: 9, reason: 0, properties: Properties::default() }), Version::V5));
