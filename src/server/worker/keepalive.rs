@@ -38,6 +38,9 @@ mod tests {
         assert!(expired(2, 10, 14));
         assert!(!expired(60, 0, 90));
         assert!(expired(60, 0, 91));
-        assert!(!expired(u16::MAX, 0, u32::MAX / 2));
+        // The largest keep-alive, and the longest silence, without overflow.
+        assert!(!expired(u16::MAX, 0, 98_302));
+        assert!(expired(u16::MAX, 0, 98_303));
+        assert!(expired(1, 0, u32::MAX));
     }
 }
