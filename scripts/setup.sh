@@ -67,6 +67,22 @@ if ! command -v nats-server >/dev/null 2>&1; then
     exit 1
   fi
 fi
+# The MQTT server is tested against clients nobody here wrote: Eclipse
+# paho-mqtt in Python (pinned: its callback API is what tests/peers/mqtt_paho.py
+# uses) and Debian's mosquitto_sub / mosquitto_pub.
+if ! python3 -c "import paho.mqtt, sys; sys.exit(paho.mqtt.__version__ != '2.1.0')" >/dev/null 2>&1; then
+  echo "setup: installing the Python paho-mqtt package (an independent MQTT client for the tests)"
+  python3 -m pip install -q paho-mqtt==2.1.0
+fi
+if ! command -v mosquitto_sub >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "setup: installing mosquitto-clients from Debian packages (mosquitto_sub/mosquitto_pub, MQTT peers in the tests)"
+    apt-get update -qq && apt-get install -y -qq mosquitto-clients
+  else
+    echo "setup: mosquitto_sub missing; install it (apt-get install mosquitto-clients)" >&2
+    exit 1
+  fi
+fi
 # nginx is the HTTPS server the client's keep-alive test loads (a peer
 # nobody here wrote); openssl makes and reads its test certificates.
 for tool in nginx openssl; do

@@ -56,6 +56,11 @@ pub struct Message {
 }
 
 impl Message {
+    /// A message to every subscriber of `topic` (an MQTT client's publish).
+    pub fn topic(topic: String, data: Vec<u8>) -> Message {
+        Message { stream: Stream::Topic, topic, target: None, node: None, data, at: None, user: None, close: false }
+    }
+
     fn unicast(node: Option<String>, id: u64, data: Vec<u8>) -> Message {
         Message { stream: Stream::Unicast, topic: String::new(), target: Some(id), node, data, at: None, user: None, close: false }
     }

@@ -38,6 +38,9 @@ pub const WORKER_KIND: &str = "client";
 /// Plan addresses and processes for this client; errors are usage errors
 /// (the target cannot be reached with these flags on this machine).
 pub fn plan(cfg: &ClientConfig, fd_hard: u64) -> Result<(ConnectionPlan, WorkerPlan), String> {
+    if cfg.load.traffic.protocol == crate::proto::Protocol::Mqtt {
+        return Err("--protocol mqtt is server-only for now (megaconn server --protocol mqtt; docs/mqtt.md): the MQTT load generator is not written yet; hold MQTT connections with --protocol raw --first-message and a CONNECT".into());
+    }
     if cfg.load.traffic.protocol == crate::proto::Protocol::Raw && cfg.load.traffic.raw_message.is_none() {
         return Err("--protocol raw needs --message, e.g. --message 'PING \\{ts}\\r\\n'".into());
     }

@@ -116,7 +116,7 @@ pub fn speaker(traffic: &Traffic, host_header: &str, shard: u64) -> Box<dyn Spea
         Protocol::Raw => Box::new(super::raw::RawSpeaker::new(traffic)),
         Protocol::Sse => Box::new(super::sse::SseSpeaker::new(traffic, host_header)),
         // Server-only protocols (refused by the client's plan): drop.
-        Protocol::Echo | Protocol::Discard => Box::new(Drain),
+        Protocol::Echo | Protocol::Discard | Protocol::Mqtt => Box::new(Drain),
     }
 }
 

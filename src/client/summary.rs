@@ -200,7 +200,7 @@ fn describe_protocol(target: std::net::IpAddr, load: &LoadConfig, requests: bool
             format!("sse: an event stream from GET {}{}", load.traffic.ws_target, if load.traffic.reconnect { ", resumed with Last-Event-ID" } else { "" })
         }
         Protocol::Echo8 => "echo8: 8-byte millisecond timestamps echoed".into(),
-        Protocol::Echo | Protocol::Discard => "server protocol".into(),
+        Protocol::Echo | Protocol::Discard | Protocol::Mqtt => "server protocol".into(),
     }
 }
 

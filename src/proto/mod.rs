@@ -2,6 +2,7 @@
 pub mod frame;
 pub mod goaway;
 pub mod http;
+pub mod mqtt;
 pub mod push;
 pub mod ws;
 
@@ -30,6 +31,10 @@ pub enum Protocol {
     /// Client only: Server-Sent Events (a GET with Accept:
     /// text/event-stream); pushes counted, resumed with Last-Event-ID.
     Sse,
+    /// Server only for now: MQTT 3.1.1 and 5.0 (`proto/mqtt`, the
+    /// server's `session/mqtt.rs`): devices and apps with an off-the-shelf
+    /// MQTT library subscribe and publish in the one topic space.
+    Mqtt,
 }
 
 /// Bytes in one echo8 message.

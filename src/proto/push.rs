@@ -85,13 +85,14 @@ pub struct Notice {
     pub join: bool,
 }
 
-/// Check a topic name: 1..=255 bytes of `[A-Za-z0-9._:-]`.
+/// Check a topic name: 1..=255 bytes of `[A-Za-z0-9._:-/$]` (`/` and `$`
+/// for MQTT topics such as `a/b` or `$SYS/x`).
 pub fn check_topic(t: &[u8]) -> Result<(), String> {
     if t.is_empty() || t.len() > MAX_TOPIC {
         return Err(format!("a topic is 1 to {MAX_TOPIC} bytes long, not {}", t.len()));
     }
-    if let Some(b) = t.iter().find(|b| !(b.is_ascii_alphanumeric() || b"._:-".contains(b))) {
-        return Err(format!("topic contains {:?}; use letters, digits and . _ : -", *b as char));
+    if let Some(b) = t.iter().find(|b| !(b.is_ascii_alphanumeric() || b"._:-/$".contains(b))) {
+        return Err(format!("topic contains {:?}; use letters, digits and . _ : - / $", *b as char));
     }
     Ok(())
 }

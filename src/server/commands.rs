@@ -53,6 +53,12 @@ pub enum ServerMsg {
         worker: usize,
         notices: Vec<crate::proto::push::Notice>,
     },
+    /// What MQTT clients published, for the topic space (each goes out as
+    /// an admin publish of its topic would).
+    Published {
+        worker: usize,
+        messages: Vec<ClientPublish>,
+    },
     /// What clients said, for the `--upstream` backend.
     Upstream {
         worker: usize,
@@ -76,6 +82,14 @@ pub enum ServerMsg {
         #[serde(default)]
         truncated: bool,
     },
+}
+
+/// One message an MQTT client published.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientPublish {
+    pub topic: String,
+    /// The payload, base64 (as a push command carries it).
+    pub data: String,
 }
 
 /// One connection as `GET /connections` lists it.

@@ -66,7 +66,7 @@ pub fn plan(cfg: &ServerConfig, fd_hard: u64) -> Result<ServerPlan, String> {
     if matches!(cfg.protocol, crate::proto::Protocol::Raw | crate::proto::Protocol::Sse) {
         let p = if cfg.protocol == crate::proto::Protocol::Raw { "raw" } else { "sse" };
         return Err(format!(
-            "--protocol {p} is a client protocol; a server speaks framed, ws, http, echo8, echo or discard (e.g. --protocol echo; Server-Sent Events are served on --protocol ws ports)"
+            "--protocol {p} is a client protocol; a server speaks framed, ws, http, mqtt, echo8, echo or discard (e.g. --protocol echo; Server-Sent Events are served on --protocol ws ports)"
         ));
     }
     check_auth(cfg)?;
@@ -122,8 +122,8 @@ fn check_auth(cfg: &ServerConfig) -> Result<(), String> {
             Err("--auth jwt needs the key tokens are verified with: --jwt-secret-file (HS256), --jwt-public-key-file (RS256/ES256, PEM) or --jwt-jwks-file"
                 .into())
         }
-        config::Auth::Jwt(Some(_)) if !matches!(cfg.protocol, crate::proto::Protocol::Framed | crate::proto::Protocol::Ws) => {
-            Err(format!("--auth jwt needs --protocol ws or framed (connections that subscribe); --protocol {:?} has nothing to authorize", cfg.protocol)
+        config::Auth::Jwt(Some(_)) if !matches!(cfg.protocol, crate::proto::Protocol::Framed | crate::proto::Protocol::Ws | crate::proto::Protocol::Mqtt) => {
+            Err(format!("--auth jwt needs --protocol ws, framed or mqtt (connections that subscribe); --protocol {:?} has nothing to authorize", cfg.protocol)
                 .to_lowercase())
         }
         config::Auth::Jwt(Some(_)) => Ok(()),
@@ -133,7 +133,8 @@ fn check_auth(cfg: &ServerConfig) -> Result<(), String> {
 /// What an operator should hear before the server starts: a listener
 /// others can reach that lets anyone subscribe to anything.
 pub fn exposure_warning(cfg: &ServerConfig) -> Option<String> {
-    let open = cfg.auth == config::Auth::Off && matches!(cfg.protocol, crate::proto::Protocol::Framed | crate::proto::Protocol::Ws);
+    let open =
+        cfg.auth == config::Auth::Off && matches!(cfg.protocol, crate::proto::Protocol::Framed | crate::proto::Protocol::Ws | crate::proto::Protocol::Mqtt);
     (open && !cfg.listen.is_loopback()).then(|| {
         format!(
             "warning: --listen {} is reachable from other hosts and --auth is off: anyone who connects may subscribe to any topic and hear every broadcast; add --auth jwt (docs/auth.md)",

@@ -16,6 +16,7 @@ pub mod conn;
 mod deliver;
 mod drain;
 mod heads;
+mod keepalive;
 mod presence;
 pub mod recovery;
 mod ring;
@@ -27,6 +28,7 @@ mod serve;
 mod stall;
 mod tls;
 pub mod topics;
+pub mod wildcards;
 
 use crate::server::business::service_time::ServiceTime;
 use crate::server::business::{BusinessMode, Stage};
@@ -77,6 +79,9 @@ pub struct ServerWorkerConfig {
     /// slow consumer of pushes.
     pub max_pending_bytes: usize,
     pub ws: crate::server::session::ws::WsConfig,
+    /// `--protocol mqtt`'s settings.
+    #[serde(default = "default_mqtt")]
+    pub mqtt: crate::server::session::mqtt::MqttConfig,
     /// `--max-connections`: the shared count's memfd (inherited).
     pub cap_fd: Option<i32>,
     /// A cluster node: report topics gaining/losing their subscribers.
@@ -190,6 +195,10 @@ struct Worker {
     tls: Option<tls::TlsSide>,
     /// `--upstream`: what clients said, on its way to the application.
     upstream: Option<crate::server::worker::outbox::Outbox>,
+    /// MQTT publishes read since the last hand-over to the supervisor.
+    published: crate::server::session::mqtt::Published,
+    /// The MQTT codec's bounds (from `cfg.mqtt`).
+    mqtt_limits: crate::proto::mqtt::Limits,
     /// Connections that owe their Upgrade request or token: (deadline in
     /// 100 ms units, key, generation), oldest first (`heads.rs`).
     heads: std::collections::VecDeque<(u32, u32, u32)>,
@@ -205,6 +214,7 @@ struct Worker {
 pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
     crate::sys::raise_fd_limit();
     let worker = cfg.worker;
+    let mqtt_limits = cfg.mqtt.limits();
     let poll = Poll::new()?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
     let stage = Stage::new(cfg.business, cfg.queue, waker)?;
@@ -262,6 +272,8 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
         per_ip,
         tls,
         upstream: upstream.map(|l| crate::server::worker::outbox::Outbox::new(worker, l)),
+        published: Default::default(),
+        mqtt_limits,
         heads: Default::default(),
         ring: None,
         reply_cap: 0,
@@ -379,8 +391,11 @@ impl Handler for Worker {
 
     fn on_tick(&mut self) -> Flow {
         let now = Instant::now();
-        if (self.cfg.idle_timeout_ms.is_some() || self.heads_timed()) && now >= self.next_sweep {
+        if self.sweeps_idle() && now >= self.next_sweep {
             self.sweep_idle();
+            if self.cfg.protocol == Protocol::Mqtt {
+                self.sweep_keepalive();
+            }
             self.next_sweep = now + if self.heads_timed() { HTTP_SWEEP } else { IDLE_SWEEP };
         }
         if self.cfg.protocol == Protocol::Http {
@@ -445,7 +460,7 @@ impl Handler for Worker {
         if let Some(t) = self.stage.next_due() {
             wake = wake.min(t);
         }
-        if self.cfg.idle_timeout_ms.is_some() || self.heads_timed() {
+        if self.sweeps_idle() {
             wake = wake.min(self.next_sweep);
         }
         if let Some(t) = self.accept_paused_until {
@@ -522,6 +537,11 @@ impl Worker {
     /// Whether HTTP request heads are swept for --header-timeout (a
     /// keep-alive connection may start a request at any time; WebSocket
     /// upgrades and tokens are timed from a queue, `heads.rs`).
+    /// Whether the idle sweep runs: `--idle-timeout`, HTTP heads, MQTT keep-alive.
+    fn sweeps_idle(&self) -> bool {
+        self.cfg.idle_timeout_ms.is_some() || self.heads_timed() || self.cfg.protocol == Protocol::Mqtt
+    }
+
     fn heads_timed(&self) -> bool {
         self.cfg.protocol == Protocol::Http
     }
@@ -665,6 +685,12 @@ fn answered_refusal(reason: &str) -> bool {
         || reason == drain::REASON
         || reason.starts_with("ws_handshake")
         || reason.starts_with("auth_")
+        || reason.starts_with("mqtt_")
         || crate::server::broker::upstream::is_full(reason)
         || (reason.starts_with("http_") && reason != "http_connection_close")
+}
+
+/// A worker config from before `--protocol mqtt` existed.
+fn default_mqtt() -> crate::server::session::mqtt::MqttConfig {
+    crate::server::session::mqtt::MqttConfig { max_push: crate::proto::push::DEFAULT_MAX_PUSH }
 }

@@ -24,6 +24,7 @@ mod io;
 mod journeys;
 mod kubernetes;
 mod layers;
+mod mqtt;
 mod push;
 mod report;
 mod requests;

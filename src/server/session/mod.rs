@@ -3,6 +3,7 @@
 //! written back. Adding a protocol is a codec in `proto/` and a file here.
 pub mod framed;
 pub mod http;
+pub mod mqtt;
 pub mod requests;
 pub mod sse;
 pub mod ws;

@@ -84,4 +84,29 @@ impl ServerFleet {
         };
         let _ = req.reply.send(resp);
     }
+
+    /// What MQTT clients published: each message goes the way an admin
+    /// `POST /publish` of its topic goes (history, the cluster, every
+    /// worker), so one topic space serves every protocol. Nobody waits
+    /// for the answer (the client had its PUBACK when its worker took it).
+    pub(super) fn client_published(&mut self, messages: Vec<crate::server::commands::ClientPublish>) {
+        use base64::Engine;
+        let messages: Vec<crate::admin::route::Message> = messages
+            .into_iter()
+            .filter_map(|m| {
+                let data = base64::engine::general_purpose::STANDARD.decode(m.data.as_bytes()).ok()?;
+                Some(crate::admin::route::Message::topic(m.topic, data))
+            })
+            .collect();
+        if messages.is_empty() {
+            return;
+        }
+        let (reply, _nobody) = tokio::sync::oneshot::channel();
+        let req = crate::admin::Request { route: crate::admin::Route::Publish(messages), reply };
+        let running = self.running();
+        match &mut self.relay {
+            Some(r) => r.publish(req, &mut self.publisher, &running, &mut self.pool),
+            None => self.publisher.start(req, &running, &mut self.pool),
+        }
+    }
 }

@@ -309,6 +309,7 @@ impl ServerFleet {
                     r.link.notices(notices);
                 }
             }
+            PoolEvent::Msg(ServerMsg::Published { messages, .. }) => self.client_published(messages),
             PoolEvent::Msg(ServerMsg::Upstream { worker, messages }) => {
                 if let Some(u) = &self.upstream {
                     u.send(worker, messages);
@@ -644,6 +645,7 @@ fn worker_template(cfg: &ServerConfig, initial: usize, max_workers: usize, budge
         track_topics: cfg.cluster.is_some(),
         limits: Default::default(),
         ws: crate::server::session::ws::WsConfig { max_message: cfg.max_message_bytes, max_head: cfg.max_header_bytes, push_format: cfg.push_format },
+        mqtt: crate::server::session::mqtt::MqttConfig { max_push: cfg.max_push_bytes },
         tls: cfg.tls.clone(),
         drain_period_ms: cfg.drain_period.as_millis() as u64,
         auth: cfg.auth.jwt_key(),

@@ -143,9 +143,12 @@ impl Worker {
                 if !on_ring {
                     conn.set_watched();
                 }
-                let owes_head = self.cfg.protocol == Protocol::Ws || self.topics.gate.required();
+                let owes_head = matches!(self.cfg.protocol, Protocol::Ws | Protocol::Mqtt) || self.topics.gate.required();
                 if self.cfg.protocol == Protocol::Ws {
                     conn.ext = crate::server::session::ws::fresh(now_ds);
+                } else if self.cfg.protocol == Protocol::Mqtt {
+                    // The token comes in the CONNECT (`--auth jwt`).
+                    conn.ext = crate::server::session::mqtt::fresh();
                 } else if self.topics.gate.required() {
                     conn.ext = Some(Box::new(crate::server::worker::conn::ConnExt::Unauthenticated));
                 }

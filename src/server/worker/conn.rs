@@ -78,6 +78,8 @@ pub enum ConnExt {
     Ws(WsConn),
     /// A Server-Sent Events stream on a WebSocket port.
     Sse(crate::server::session::sse::SseConn),
+    /// An MQTT connection: its version once connected, its keep-alive.
+    Mqtt(crate::server::session::mqtt::MqttConn),
     /// A framed connection that has not shown its token yet (`--auth
     /// jwt`). It gets no push until it has.
     Unauthenticated,
@@ -89,9 +91,10 @@ pub fn awaiting_auth(ext: &Ext) -> bool {
 }
 
 /// Whether a connection may get pushes: it finished its WebSocket
-/// handshake and showed its token, if it owes them.
+/// handshake and showed its token, if it owes them (an MQTT connection:
+/// its CONNECT was accepted).
 pub fn takes_pushes(ext: &Ext) -> bool {
-    !ws_handshaking(ext) && !awaiting_auth(ext)
+    !ws_handshaking(ext) && !awaiting_auth(ext) && !crate::server::session::mqtt::connecting(ext)
 }
 
 /// The event-stream state inside an [`Ext`], if any.

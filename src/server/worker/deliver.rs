@@ -27,7 +27,14 @@ impl Worker {
         // On an HTTP port only event streams take pushes.
         let http = self.cfg.protocol == Protocol::Http;
         let takes = |c: &crate::server::worker::conn::Conn| takes_pushes(&c.ext) && (!http || matches!(c.ext.as_deref(), Some(ConnExt::Sse(_))));
-        let targets: Vec<usize> = if !matches!(self.cfg.protocol, Protocol::Framed | Protocol::Ws | Protocol::Http) {
+        let targets: Vec<usize> = if self.cfg.protocol == Protocol::Mqtt {
+            // MQTT subscribers take topic messages only (no topic-less
+            // broadcasts or unicasts yet): exact topics and `+`/`#` filters.
+            match cmd.stream {
+                Stream::Topic => self.topics.audience(&cmd.topic).into_iter().filter(|k| self.conns.get(*k).is_some_and(takes)).collect(),
+                _ => Vec::new(),
+            }
+        } else if !matches!(self.cfg.protocol, Protocol::Framed | Protocol::Ws | Protocol::Http) {
             Vec::new()
         } else {
             match cmd.stream {
@@ -55,6 +62,9 @@ impl Worker {
         };
         if cmd.close {
             return self.disconnect(&targets, cmd.publish_id);
+        }
+        if self.cfg.protocol == Protocol::Mqtt {
+            return self.push_mqtt(&cmd, &data, &targets);
         }
         let mut frame = Vec::with_capacity(64 + data.len());
         let p = Push { stream: cmd.stream, topic: cmd.topic.as_bytes(), seq: cmd.seq, publish_us: cmd.publish_us, epoch: cmd.epoch, data: &data };
@@ -107,6 +117,51 @@ impl Worker {
         self.stats.push_delivered += queued;
         self.stats.push_dropped += dropped;
         self.stats.frames_out += queued;
+        control::emit(&ServerMsg::Pushed { worker: self.cfg.worker, publish_id: cmd.publish_id, queued, dropped });
+    }
+
+    /// A topic message to MQTT subscribers: a QoS 0 PUBLISH encoded once
+    /// per protocol version and shared by every target of that version;
+    /// not sent to a client whose Maximum Packet Size it exceeds (§3.1.2.11.4).
+    fn push_mqtt(&mut self, cmd: &PushCommand, data: &[u8], targets: &[usize]) {
+        use crate::proto::mqtt::Version;
+        use crate::server::session::mqtt;
+        let (mut queued, mut dropped) = (0, 0);
+        let mut frames: [Option<std::rc::Rc<[u8]>>; 2] = [None, None];
+        let mut slow = Vec::new();
+        let mut now_us = push::wall_us();
+        for (i, key) in targets.iter().enumerate() {
+            let Some(conn) = self.conns.get_mut(*key) else { continue };
+            let Some((version, max_in)) = mqtt::state(&conn.ext).and_then(|m| Some((m.version?, m.max_in))) else { continue };
+            let frame = frames[(version == Version::V5) as usize]
+                .get_or_insert_with(|| {
+                    let mut f = Vec::with_capacity(16 + cmd.topic.len() + data.len());
+                    mqtt::encode_push(&mut f, version, &cmd.topic, data);
+                    f.into()
+                })
+                .clone();
+            if frame.len() > max_in as usize {
+                continue;
+            }
+            match super::tls::send_frame(self.tls.as_mut(), self.ring.as_mut(), *key, conn, &frame, self.cfg.max_pending_bytes, "slow_consumer") {
+                Ok(()) => {
+                    queued += 1;
+                    if i % CLOCK_EVERY == 0 {
+                        now_us = push::wall_us();
+                    }
+                    self.record_push_latency(now_us.saturating_sub(cmd.publish_us));
+                }
+                Err(reason) => slow.push((*key, reason)),
+            }
+        }
+        for (key, reason) in slow {
+            dropped += 1;
+            self.close(key, reason);
+        }
+        self.stats.push_delivered += queued;
+        self.stats.push_dropped += dropped;
+        self.stats.frames_out += queued;
+        self.stats.mqtt_publishes_out += queued;
         control::emit(&ServerMsg::Pushed { worker: self.cfg.worker, publish_id: cmd.publish_id, queued, dropped });
     }
 

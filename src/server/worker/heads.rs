@@ -1,5 +1,5 @@
 //! Connections that owe their first words by a deadline: a WebSocket's
-//! Upgrade request, a framed connection's token (`--auth jwt`). Each is
+//! Upgrade request, an MQTT CONNECT, a framed connection's token (`--auth jwt`). Each is
 //! queued at accept with its deadline, in accept order, and the queue's
 //! front is looked at on every loop iteration: a million held connections
 //! cost nothing here, where a sweep over all of them every 100 ms cost a
@@ -34,7 +34,7 @@ impl Worker {
             self.heads.pop_front();
             let key = key as usize;
             let Some(c) = self.conns.get(key).filter(|c| c.gen == gen) else { continue };
-            if ws_handshaking(&c.ext) {
+            if ws_handshaking(&c.ext) || crate::server::session::mqtt::connecting(&c.ext) {
                 self.close(key, "header_timeout".into());
             } else if awaiting_auth(&c.ext) {
                 self.close(key, "auth_timeout".into());

@@ -6,7 +6,7 @@ use super::{tls, Worker};
 use crate::net::{self, ReadEnd};
 use crate::proto::{Protocol, ECHO8_LEN};
 use crate::server::session::requests::Requests;
-use crate::server::session::{framed, http, ws};
+use crate::server::session::{framed, http, mqtt, ws};
 use crate::server::worker::conn::HttpExt;
 use std::time::Instant;
 
@@ -24,6 +24,9 @@ pub(super) fn reply_cap(protocol: Protocol, ws: &ws::WsConfig, http_body: usize,
         Protocol::Ws => ws.largest_echo(),
         Protocol::Http => http_body,
         Protocol::Framed | Protocol::Echo | Protocol::Echo8 | Protocol::Discard | Protocol::Raw | Protocol::Sse => 0,
+        // A PUBLISH a client may be answered with is a push (pushes are not
+        // bounded by this), and the acks are a few bytes.
+        Protocol::Mqtt => 0,
     };
     net::reply_cap(if tls { crate::tls::records::sealed_len_bound(largest) } else { largest })
 }
@@ -133,6 +136,26 @@ impl Worker {
                     };
                     let ext = &mut conn.ext;
                     net::read_chunks(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| ws::consume(&mut ctx, ext, buf))
+                }
+                Protocol::Mqtt => {
+                    let mut ctx = mqtt::Ctx {
+                        req,
+                        cfg: &self.cfg.mqtt,
+                        limits: &self.mqtt_limits,
+                        topics: &mut self.topics,
+                        subs: &mut conn.subs,
+                        published: &mut self.published,
+                        worker: self.cfg.worker,
+                    };
+                    let ext = &mut conn.ext;
+                    let r = net::read_chunks(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| mqtt::consume(&mut ctx, ext, buf));
+                    // Into the topic space before the PUBACKs go out.
+                    if !self.published.messages.is_empty() {
+                        let messages = std::mem::take(&mut self.published.messages);
+                        self.published.bytes = 0;
+                        crate::supervise::control::emit(&crate::server::commands::ServerMsg::Published { worker: self.cfg.worker, messages });
+                    }
+                    r
                 }
                 // Raw and sse are client protocols (refused by the server's plan).
                 Protocol::Echo | Protocol::Discard | Protocol::Raw | Protocol::Sse => {

@@ -15,6 +15,7 @@
 //! `slow_consumer`.
 
 use crate::proto::push;
+use crate::server::worker::wildcards::{self, Wildcards, WILD};
 use std::collections::{HashMap, HashSet};
 
 pub use push::MAX_SUBSCRIPTIONS;
@@ -26,7 +27,8 @@ pub const DEFAULT_MAX_TOPICS: usize = 100_000;
 pub const TOO_MANY_TOPICS: &str = "too_many_topics";
 pub use crate::stats::exposition::LATENCY_BUCKETS_MS;
 
-/// Subscriptions of one connection (topic ids).
+/// Subscriptions of one connection (topic ids; with [`WILD`] set, an
+/// MQTT wildcard filter's id in [`Topics::wild`]).
 pub type Subs = Option<Box<Vec<u32>>>;
 
 /// One live topic: its name and who subscribed.
@@ -54,6 +56,8 @@ pub struct Topics {
     /// Subscribe, unsubscribe, resume and refresh commands per connection
     /// this second (the framed and WebSocket command paths charge it).
     pub rate: crate::server::limits::command_rate::CommandRate,
+    /// MQTT filters with `+` or `#`, matched on every push.
+    pub wild: Wildcards,
 }
 
 impl Default for Topics {
@@ -73,6 +77,7 @@ impl Topics {
             changes: HashMap::new(),
             gate: Default::default(),
             rate: crate::server::limits::command_rate::CommandRate::new(commands_per_second),
+            wild: Wildcards::default(),
         }
     }
 
@@ -104,6 +109,41 @@ impl Topics {
         Ok(())
     }
 
+    /// Subscribe connection `key` to an MQTT filter with `+` or `#`: its
+    /// levels are topic characters or wildcards, the token (`--auth jwt`)
+    /// must cover the filter as written, and it counts against the
+    /// connection's [`MAX_SUBSCRIPTIONS`].
+    pub fn subscribe_filter(&mut self, subs: &mut Subs, key: usize, filter: &str) -> Result<(), &'static str> {
+        let plain: String = filter.chars().filter(|c| !matches!(c, '+' | '#')).collect();
+        if filter.len() > push::MAX_TOPIC || plain.split('/').any(|l| !l.is_empty() && push::check_topic(l.as_bytes()).is_err()) {
+            return Err("bad_topic");
+        }
+        self.gate.permits(key, filter)?;
+        if let (Some(id), Some(list)) = (self.wild.id(filter), subs.as_ref()) {
+            if list.contains(&(id | WILD)) {
+                return Ok(());
+            }
+        }
+        if subs.as_ref().is_some_and(|l| l.len() >= MAX_SUBSCRIPTIONS) {
+            return Err("too_many_subscriptions");
+        }
+        let id = self.wild.add(filter, key)?;
+        subs.get_or_insert_with(Default::default).push(id | WILD);
+        Ok(())
+    }
+
+    /// Every connection a push of `topic` goes to: its exact subscribers
+    /// and those of matching wildcard filters, each once.
+    pub fn audience(&self, topic: &str) -> Vec<usize> {
+        let mut v = self.subscribers(topic);
+        if self.wild.counts().0 > 0 {
+            self.wild.matching(topic, &mut v);
+            v.sort_unstable();
+            v.dedup();
+        }
+        v
+    }
+
     /// A new topic with no subscriber yet (the caller adds one at once).
     fn create(&mut self, name: &str) -> Result<u32, &'static str> {
         if self.ids.len() >= self.max {
@@ -128,7 +168,7 @@ impl Topics {
     /// new token no longer permits, unsubscribed; their names.
     pub fn revoke(&mut self, subs: &mut Subs, key: usize) -> Vec<Box<str>> {
         let Some(list) = subs.as_ref() else { return Vec::new() };
-        let names: Vec<Box<str>> = list.iter().filter_map(|id| self.slots.get(*id as usize).and_then(Option::as_ref)).map(|t| t.name.clone()).collect();
+        let names: Vec<Box<str>> = list.iter().filter_map(|id| self.sub_name(*id)).map(Box::from).collect();
         let revoked: Vec<Box<str>> = names.into_iter().filter(|n| self.gate.permits(key, n).is_err()).collect();
         for name in &revoked {
             self.unsubscribe(subs, key, name.as_bytes());
@@ -137,7 +177,11 @@ impl Topics {
     }
 
     pub fn unsubscribe(&mut self, subs: &mut Subs, key: usize, topic: &[u8]) {
-        let Some(id) = std::str::from_utf8(topic).ok().and_then(|t| self.ids.get(t)).copied() else { return };
+        let Some(id) =
+            std::str::from_utf8(topic).ok().and_then(|t| if wildcards::is_filter(t) { self.wild.id(t).map(|id| id | WILD) } else { self.ids.get(t).copied() })
+        else {
+            return;
+        };
         let Some(list) = subs.as_mut() else { return };
         let before = list.len();
         list.retain(|t| *t != id);
@@ -151,6 +195,9 @@ impl Topics {
     }
 
     fn remove(&mut self, id: u32, key: usize) {
+        if id & WILD != 0 {
+            return self.wild.remove(id & !WILD, key);
+        }
         let Some(t) = self.slots.get_mut(id as usize).and_then(Option::as_mut) else { return };
         if !t.subscribers.remove(&key) {
             return;
@@ -223,17 +270,28 @@ impl Topics {
     }
 
     pub fn has(&self, subs: &Subs, topic: &str) -> bool {
-        self.ids.get(topic).is_some_and(|id| subs.as_ref().is_some_and(|l| l.contains(id)))
+        let id = if wildcards::is_filter(topic) { self.wild.id(topic).map(|id| id | WILD) } else { self.ids.get(topic).copied() };
+        id.is_some_and(|id| subs.as_ref().is_some_and(|l| l.contains(&id)))
+    }
+
+    /// The topic or filter a connection's subscription id names.
+    fn sub_name(&self, id: u32) -> Option<&str> {
+        if id & WILD != 0 {
+            self.wild.name(id & !WILD)
+        } else {
+            self.name(id)
+        }
     }
 
     pub fn names_of(&self, subs: &Subs) -> Vec<String> {
-        subs.iter().flat_map(|l| l.iter()).filter_map(|id| self.slots[*id as usize].as_ref()).map(|t| t.name.to_string()).collect()
+        subs.iter().flat_map(|l| l.iter()).filter_map(|id| self.sub_name(*id)).map(str::to_string).collect()
     }
 
     /// (topics with at least one subscriber, subscriptions in all).
     pub fn counts(&self) -> (u64, u64) {
         let live = self.slots.iter().flatten();
-        (self.ids.len() as u64, live.map(|t| t.subscribers.len() as u64).sum())
+        let (filters, to_filters) = self.wild.counts();
+        (self.ids.len() as u64 + filters, live.map(|t| t.subscribers.len() as u64).sum::<u64>() + to_filters)
     }
 }
 

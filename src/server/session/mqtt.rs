@@ -1,0 +1,359 @@
+//! The server side of `--protocol mqtt` (MQTT 3.1.1 and 5.0, codec in
+//! `proto/mqtt`): CONNECT answered with CONNACK (`--auth jwt`: the
+//! password is the token), PINGREQ with PINGRESP, SUBSCRIBE and
+//! UNSUBSCRIBE into the worker's topics (exact topics in `topics.rs`,
+//! `+`/`#` filters in `wildcards.rs`), and PUBLISH at QoS 0 and 1 into the
+//! one topic space: each goes to the supervisor as an admin publish would
+//! (`broker/publish.rs`), so WebSocket, SSE, framed and MQTT subscribers
+//! of the topic all get it. Bytes in ([`consume`]), packets in `req.out`.
+//!
+//! Not supported yet, and refused with a reason code rather than half
+//! done: QoS 2 (v5 DISCONNECT 0x9B), retained messages (v5: retain
+//! available 0, DISCONNECT 0x9A; 3.1.1 delivers them as not retained),
+//! will messages (CONNACK 0x83 / 3.1.1 0x03), topic aliases (maximum 0),
+//! shared subscriptions (SUBACK 0x9E), subscription identifiers (0xA1),
+//! No Local (SUBACK 0x83), extended authentication (CONNACK 0x8C), and
+//! sessions that outlive their connection (CONNACK says session present
+//! 0 and, in v5, Session Expiry Interval 0).
+//!
+//! Every refusal after the CONNECT is answered in 5.0 with a DISCONNECT
+//! carrying its reason code, in 3.1.1 by closing (3.1.1 §4.8); the close
+//! reason is the codec's counter name (`mqtt_...`).
+
+use crate::proto::mqtt::decode::{self, FixedHeader};
+use crate::proto::mqtt::{encode, kind, Ack, ConnAck, Connect, Disconnect, Error, Limits, Packet, Properties, Publish, QoS, Role, SubAck, Version};
+use crate::server::commands::ClientPublish;
+use crate::server::session::requests::Requests;
+use crate::server::worker::conn::{ConnExt, Ext};
+use crate::server::worker::topics::{Subs, Topics};
+use crate::server::worker::wildcards;
+
+/// The close reason of a client's own DISCONNECT.
+pub const PEER_DISCONNECT: &str = "mqtt_disconnect";
+/// The close reason of a client silent past 1.5 times its keep-alive.
+pub const KEEPALIVE: &str = "mqtt_keepalive_timeout";
+/// Most bytes of client publishes a worker holds before handing them to
+/// the supervisor (it hands them on after every read, so this bounds one
+/// read's worth); a publish past it is refused (v5 0x97 quota exceeded).
+pub const MAX_PENDING_PUBLISH_BYTES: usize = 4 << 20;
+/// Receive Maximum the server announces (v5): every QoS 1 PUBLISH is
+/// acknowledged in the read that brought it, so the window only bounds
+/// what a client may send ahead.
+const RECEIVE_MAXIMUM: u16 = 1024;
+
+/// MQTT settings of a server worker.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct MqttConfig {
+    /// `--max-push-bytes`: the largest payload a client may publish (the
+    /// largest push the topic space carries).
+    pub max_push: usize,
+}
+
+impl MqttConfig {
+    /// What the codec refuses: packets up to a push's largest payload
+    /// with its topic and headers, topics no longer than a megaconn topic.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_packet_size: (self.max_push + crate::proto::push::MAX_TOPIC + 64).min(crate::proto::mqtt::MAX_VARINT as usize) as u32,
+            max_topic_len: crate::proto::push::MAX_TOPIC,
+            ..Limits::default()
+        }
+    }
+}
+
+/// A connection's MQTT state (in its [`Ext`] for as long as it is open).
+#[derive(Debug, Default)]
+pub struct MqttConn {
+    /// Set by an accepted CONNECT; `None` while the CONNECT is still due.
+    pub version: Option<Version>,
+    /// Seconds of keep-alive the CONNECT asked for (0: off).
+    pub keep_alive_s: u16,
+    /// The client's Maximum Packet Size (v5): larger pushes are not sent
+    /// to it ([MQTT-3.1.2-24]). `u32::MAX` when it gave none.
+    pub max_in: u32,
+}
+
+/// State of a connection just accepted: its CONNECT is due.
+pub fn fresh() -> Ext {
+    Some(Box::new(ConnExt::Mqtt(MqttConn { version: None, keep_alive_s: 0, max_in: u32::MAX })))
+}
+
+/// The MQTT state inside an [`Ext`], if any.
+pub fn state(ext: &Ext) -> Option<&MqttConn> {
+    match ext.as_deref() {
+        Some(ConnExt::Mqtt(m)) => Some(m),
+        _ => None,
+    }
+}
+
+/// Whether a connection still owes its CONNECT (`--header-timeout`).
+pub fn connecting(ext: &Ext) -> bool {
+    state(ext).is_some_and(|m| m.version.is_none())
+}
+
+/// Client publishes a worker holds until it hands them to its supervisor.
+#[derive(Debug, Default)]
+pub struct Published {
+    pub messages: Vec<ClientPublish>,
+    /// Payload and topic bytes in `messages`.
+    pub bytes: usize,
+}
+
+/// What one read of an MQTT connection works on.
+pub struct Ctx<'a> {
+    pub req: Requests<'a>,
+    pub cfg: &'a MqttConfig,
+    pub limits: &'a Limits,
+    pub topics: &'a mut Topics,
+    pub subs: &'a mut Subs,
+    pub published: &'a mut Published,
+    /// This worker's index (assigned client ids name it).
+    pub worker: usize,
+}
+
+/// Take the bytes read so far: every whole packet is carried out; returns
+/// how many bytes were used (a cut packet waits for more). Err closes the
+/// connection with that reason, after what `req.out` holds (a CONNACK or
+/// DISCONNECT with the refusal's code).
+pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, &'static str> {
+    let Some(ConnExt::Mqtt(m)) = ext.as_deref_mut() else { return Err("mqtt_no_state") };
+    let mut pos = 0;
+    loop {
+        let h = match decode::fixed_header(&buf[pos..], m.version, ctx.limits.max_packet_size) {
+            Ok(Some(h)) if buf.len() - pos >= h.total() => h,
+            Ok(_) => return Ok(pos),
+            Err(e) => return Err(refuse(ctx, m.version, e)),
+        };
+        let body = &buf[pos + h.len..pos + h.total()];
+        pos += h.total();
+        ctx.req.stats.frames_in += 1;
+        on_packet(ctx, m, &h, body)?;
+    }
+}
+
+/// One whole packet. Err closes the connection.
+fn on_packet(ctx: &mut Ctx<'_>, m: &mut MqttConn, h: &FixedHeader, body: &[u8]) -> Result<(), &'static str> {
+    let Some(version) = m.version else {
+        if h.kind != kind::CONNECT {
+            return Err(refuse(ctx, None, Error::UnexpectedPacket));
+        }
+        let version = decode::connect_version(body).map_err(|e| refuse(ctx, None, e))?;
+        return match decode::packet(h, body, Role::Server, version, ctx.limits) {
+            Ok(Packet::Connect(c)) => connect(ctx, m, *c),
+            Ok(_) => Err(refuse(ctx, None, Error::UnexpectedPacket)),
+            Err(e) => Err(refuse_connect(ctx, version, e.reason_code(), e.v3_connack(), e.as_str())),
+        };
+    };
+    if h.kind == kind::CONNECT {
+        return Err(refuse(ctx, Some(version), Error::UnexpectedPacket));
+    }
+    let p = decode::packet(h, body, Role::Server, version, ctx.limits).map_err(|e| refuse(ctx, Some(version), e))?;
+    match p {
+        Packet::PingReq => send(ctx, version, &Packet::PingResp),
+        Packet::Disconnect(_) => return Err(PEER_DISCONNECT),
+        Packet::Subscribe(s) => subscribe(ctx, version, s)?,
+        Packet::Unsubscribe(u) => unsubscribe(ctx, version, u)?,
+        Packet::Publish(p) => publish(ctx, version, p)?,
+        // The server sends only QoS 0, so no acknowledgement is due to it;
+        // AUTH without an authentication method (§4.12).
+        _ => return Err(disconnect(ctx, version, 0x82, "mqtt_unexpected_packet")),
+    }
+    Ok(())
+}
+
+/// Append one packet to the output.
+fn send(ctx: &mut Ctx<'_>, version: Version, p: &Packet<'_>) {
+    // Nothing the server sends is over the codec's field limits: client
+    // ids, topics and payloads were bounded when they came in.
+    if encode::packet(p, version, ctx.req.out).is_ok() {
+        ctx.req.stats.frames_out += 1;
+    }
+}
+
+/// A codec refusal: CONNACK before the CONNECT was accepted, else (5.0)
+/// DISCONNECT, with its reason code; its counter name.
+fn refuse(ctx: &mut Ctx<'_>, version: Option<Version>, e: Error) -> &'static str {
+    match version {
+        None => refuse_connect(ctx, Version::V311, e.reason_code(), e.v3_connack(), e.as_str()),
+        Some(v) => disconnect(ctx, v, e.reason_code(), e.as_str()),
+    }
+}
+
+/// A CONNECT refused: CONNACK with the 5.0 reason code or the 3.1.1
+/// return code (none: close without one, 3.1.1 §4.8).
+fn refuse_connect(ctx: &mut Ctx<'_>, version: Version, v5: u8, v3: Option<u8>, reason: &'static str) -> &'static str {
+    let code = match version {
+        Version::V5 => Some(v5),
+        Version::V311 => v3,
+    };
+    if let Some(code) = code {
+        send(ctx, version, &Packet::ConnAck(ConnAck { session_present: false, code, properties: Properties::default() }));
+    }
+    reason
+}
+
+/// 5.0: a DISCONNECT with `code` before the close; 3.1.1: just the close.
+fn disconnect(ctx: &mut Ctx<'_>, version: Version, code: u8, reason: &'static str) -> &'static str {
+    if version == Version::V5 {
+        send(ctx, version, &Packet::Disconnect(Disconnect { reason: code, properties: Properties::default() }));
+    }
+    reason
+}
+
+/// CONNECT: refuse what is not supported, check the token, answer.
+fn connect(ctx: &mut Ctx<'_>, m: &mut MqttConn, c: Connect<'_>) -> Result<(), &'static str> {
+    let v = c.version;
+    if c.will.is_some() {
+        return Err(refuse_connect(ctx, v, 0x83, Some(0x03), "mqtt_will_unsupported"));
+    }
+    if c.properties.auth_method.is_some() {
+        return Err(refuse_connect(ctx, v, 0x8C, None, "mqtt_auth_method_unsupported"));
+    }
+    if ctx.topics.gate.required() {
+        // The password is the token; the user name is not looked at.
+        let token = c.password.map(|p| std::str::from_utf8(p).unwrap_or("\u{0}"));
+        match ctx.topics.gate.verify(token) {
+            Ok(claims) => ctx.topics.gate.admit(ctx.req.key, ctx.req.gen, claims),
+            Err(reason) => {
+                *ctx.req.stats.auth_refused.entry(reason.into()).or_insert(0) += 1;
+                // No password: bad user name or password; one refused: not authorized.
+                let (v5, v3) = if token.is_none_or(str::is_empty) { (0x86, 0x04) } else { (0x87, 0x05) };
+                return Err(refuse_connect(ctx, v, v5, Some(v3), reason));
+            }
+        }
+    }
+    m.version = Some(v);
+    m.keep_alive_s = c.keep_alive;
+    m.max_in = c.properties.maximum_packet_size.unwrap_or(u32::MAX);
+    *ctx.req.stats.mqtt_connects.entry(if v == Version::V5 { "5.0" } else { "3.1.1" }.into()).or_insert(0) += 1;
+    let assigned = (c.client_id.is_empty() && v == Version::V5).then(|| format!("megaconn-{}-{}-{}", ctx.worker, ctx.req.key, ctx.req.gen));
+    let properties = match v {
+        Version::V311 => Properties::default(),
+        Version::V5 => Properties {
+            receive_maximum: Some(RECEIVE_MAXIMUM),
+            maximum_qos: Some(QoS::AtLeastOnce),
+            retain_available: Some(false),
+            wildcard_sub_available: Some(true),
+            sub_id_available: Some(false),
+            shared_sub_available: Some(false),
+            topic_alias_maximum: Some(0),
+            maximum_packet_size: Some(ctx.limits.max_packet_size),
+            assigned_client_id: assigned.as_deref(),
+            // No session outlives its connection yet.
+            session_expiry: c.properties.session_expiry.filter(|s| *s > 0).map(|_| 0),
+            ..Properties::default()
+        },
+    };
+    send(ctx, v, &Packet::ConnAck(ConnAck { session_present: false, code: 0, properties }));
+    Ok(())
+}
+
+/// SUBSCRIBE: each filter into the worker's topics, its code in SUBACK.
+fn subscribe(ctx: &mut Ctx<'_>, v: Version, s: crate::proto::mqtt::Subscribe<'_>) -> Result<(), &'static str> {
+    ctx.topics.rate.charge(ctx.req.key)?;
+    if !s.properties.subscription_ids.is_empty() {
+        return Err(disconnect(ctx, v, 0xA1, "mqtt_subscription_ids_unsupported"));
+    }
+    let mut codes = Vec::with_capacity(s.subscriptions.len());
+    for sub in &s.subscriptions {
+        let r = if crate::proto::mqtt::topic::shared(sub.filter).is_some() {
+            Err((0x9E, "mqtt_shared_unsupported"))
+        } else if sub.no_local {
+            Err((0x83, "mqtt_no_local_unsupported"))
+        } else if wildcards::is_filter(sub.filter) {
+            ctx.topics.subscribe_filter(ctx.subs, ctx.req.key, sub.filter).map_err(|r| (subscribe_code(r), r))
+        } else {
+            ctx.topics.subscribe(ctx.subs, ctx.req.key, sub.filter.as_bytes()).map_err(|r| (subscribe_code(r), r))
+        };
+        codes.push(match r {
+            Ok(()) => sub.qos.min(QoS::AtLeastOnce) as u8,
+            Err((code, reason)) => {
+                *ctx.req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
+                if v == Version::V5 {
+                    code
+                } else {
+                    0x80
+                }
+            }
+        });
+    }
+    send(ctx, v, &Packet::SubAck(SubAck { packet_id: s.packet_id, properties: Properties::default(), codes }));
+    Ok(())
+}
+
+/// The v5 SUBACK code for a refusal of the worker's topics.
+fn subscribe_code(reason: &str) -> u8 {
+    match reason {
+        crate::server::auth::gate::NOT_PERMITTED => 0x87,
+        crate::server::worker::topics::TOO_MANY_TOPICS | "too_many_subscriptions" => 0x97,
+        _ => 0x8F,
+    }
+}
+
+/// UNSUBSCRIBE: each filter dropped; v5 says which were not there (0x11).
+fn unsubscribe(ctx: &mut Ctx<'_>, v: Version, u: crate::proto::mqtt::Unsubscribe<'_>) -> Result<(), &'static str> {
+    ctx.topics.rate.charge(ctx.req.key)?;
+    let mut codes = Vec::new();
+    for f in &u.filters {
+        let had = ctx.topics.has(ctx.subs, f);
+        ctx.topics.unsubscribe(ctx.subs, ctx.req.key, f.as_bytes());
+        if v == Version::V5 {
+            codes.push(if had { 0x00 } else { 0x11 });
+        }
+    }
+    send(ctx, v, &Packet::UnsubAck(SubAck { packet_id: u.packet_id, properties: Properties::default(), codes }));
+    Ok(())
+}
+
+/// PUBLISH from a client: into the topic space, then PUBACK (QoS 1).
+fn publish(ctx: &mut Ctx<'_>, v: Version, p: Publish<'_>) -> Result<(), &'static str> {
+    if p.qos == QoS::ExactlyOnce {
+        return Err(disconnect(ctx, v, 0x9B, "mqtt_qos2_unsupported"));
+    }
+    if p.retain && v == Version::V5 {
+        return Err(disconnect(ctx, v, 0x9A, "mqtt_retain_unsupported"));
+    }
+    if p.properties.topic_alias.is_some() {
+        return Err(disconnect(ctx, v, 0x94, "mqtt_topic_alias_unsupported"));
+    }
+    let refused = if crate::proto::push::check_topic(p.topic.as_bytes()).is_err() {
+        Some((0x90, "bad_topic"))
+    } else if ctx.topics.gate.permits(ctx.req.key, p.topic).is_err() {
+        Some((0x87, crate::server::auth::gate::NOT_PERMITTED))
+    } else if p.payload.len() > ctx.cfg.max_push {
+        Some((0x95, "mqtt_payload_too_large"))
+    } else if ctx.published.bytes + p.payload.len() > MAX_PENDING_PUBLISH_BYTES {
+        Some((0x97, "mqtt_publish_queue_full"))
+    } else {
+        None
+    };
+    if let Some((code, reason)) = refused {
+        *ctx.req.stats.mqtt_publish_refused.entry(reason.into()).or_insert(0) += 1;
+        // Only a QoS 1 publish of 5.0 can be refused and the connection kept.
+        if p.qos == QoS::AtMostOnce || v == Version::V311 {
+            return Err(disconnect(ctx, v, code, reason));
+        }
+        send(ctx, v, &Packet::PubAck(Ack { packet_id: p.packet_id, reason: code, properties: Properties::default() }));
+        return Ok(());
+    }
+    use base64::Engine;
+    ctx.published.bytes += p.payload.len() + p.topic.len();
+    ctx.published.messages.push(ClientPublish { topic: p.topic.into(), data: base64::engine::general_purpose::STANDARD.encode(p.payload) });
+    *ctx.req.stats.mqtt_publishes_in.entry(if p.qos == QoS::AtLeastOnce { "1" } else { "0" }.into()).or_insert(0) += 1;
+    if p.qos == QoS::AtLeastOnce {
+        send(ctx, v, &Packet::PubAck(Ack { packet_id: p.packet_id, reason: 0, properties: Properties::default() }));
+    }
+    Ok(())
+}
+
+/// A push as the QoS 0 PUBLISH every MQTT subscriber of `version`
+/// receives: encoded once per worker per version (see `worker/deliver.rs`).
+pub fn encode_push(out: &mut Vec<u8>, version: Version, topic: &str, data: &[u8]) {
+    let p = Publish { dup: false, qos: QoS::AtMostOnce, retain: false, topic, packet_id: 0, properties: Properties::default(), payload: data };
+    // A push's topic and data are within the codec's field limits (255
+    // bytes, --max-push-bytes at most 1 MiB); on error nothing is written.
+    let _ = encode::packet(&Packet::Publish(p), version, out);
+}
+
+#[cfg(test)]
+mod tests;
