@@ -37,5 +37,13 @@ pub enum Protocol {
     Mqtt,
 }
 
+/// Where a fuzz input is cut in two, chosen by its first byte: a parser
+/// must decode the same bytes the same way whether they arrive whole or
+/// in two reads (`src/fuzz_targets.rs`, `mqtt::invariants`).
+pub fn fuzz_split(data: &[u8]) -> (&[u8], &[u8]) {
+    let at = data.first().map_or(0, |b| *b as usize % (data.len() + 1));
+    data.split_at(at)
+}
+
 /// Bytes in one echo8 message.
 pub const ECHO8_LEN: usize = 8;

@@ -245,12 +245,12 @@ proptest! {
         let mode = (mode & !3) | (role == Role::Client) as u8 | ((v == Version::V5) as u8) << 1;
         let connect = if v == Version::V5 { vectors::CONNECT_V5 } else { vectors::CONNECT_V311 };
         let head: &[u8] = if role == Role::Server && !matches!(p, Packet::Connect(_)) { connect } else { &[] };
-        crate::fuzz_targets::mqtt(&cat(&[&[mode], head, &bytes]));
+        crate::proto::mqtt::invariants::check(&cat(&[&[mode], head, &bytes]));
     }
 
     #[test]
     fn random_bytes_hold_the_fuzz_invariants(data in vec(any::<u8>(), 0..300)) {
-        crate::fuzz_targets::mqtt(&data);
+        crate::proto::mqtt::invariants::check(&data);
     }
 }
 
