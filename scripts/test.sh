@@ -3,7 +3,8 @@
 # end-to-end tests over loopback (real server and client processes,
 # crashed workers, elastic growth, peers nobody here wrote), then half of
 # them again on the epoll reactor, beside the first run. About 5 min of
-# tests once built; a first build adds about 7 min.
+# tests once built; a first build adds about 9 min (873 s in all from a
+# fresh clone, BENCHMARKS.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
