@@ -22,7 +22,7 @@ impl Worker {
     /// Deliver one publish to its targets in this worker, from one buffer.
     pub(super) fn push(&mut self, cmd: PushCommand) {
         self.stats.push_commands += 1;
-        let (mut queued, mut dropped) = (0, 0);
+        let mut queued = 0;
         let data = base64::engine::general_purpose::STANDARD.decode(cmd.data.as_bytes()).unwrap_or_default();
         // On an HTTP port only event streams take pushes.
         let http = self.cfg.protocol == Protocol::Http;
@@ -110,14 +110,7 @@ impl Worker {
             let released = self.seam.release_all();
             self.send_held(released);
         }
-        for (key, reason) in slow {
-            dropped += 1;
-            self.close(key, reason);
-        }
-        self.stats.push_delivered += queued;
-        self.stats.push_dropped += dropped;
-        self.stats.frames_out += queued;
-        control::emit(&ServerMsg::Pushed { worker: self.cfg.worker, publish_id: cmd.publish_id, queued, dropped });
+        self.pushed(cmd.publish_id, queued, slow);
     }
 
     /// A topic message to MQTT subscribers: a QoS 0 PUBLISH encoded once
@@ -126,7 +119,7 @@ impl Worker {
     fn push_mqtt(&mut self, cmd: &PushCommand, data: &[u8], targets: &[usize]) {
         use crate::proto::mqtt::Version;
         use crate::server::session::mqtt;
-        let (mut queued, mut dropped) = (0, 0);
+        let mut queued = 0;
         let mut frames: [Option<std::rc::Rc<[u8]>>; 2] = [None, None];
         let mut slow = Vec::new();
         let mut now_us = push::wall_us();
@@ -154,6 +147,15 @@ impl Worker {
                 Err(reason) => slow.push((*key, reason)),
             }
         }
+        self.stats.mqtt_publishes_out += queued;
+        self.pushed(cmd.publish_id, queued, slow);
+    }
+
+    /// A push's end, whatever the protocol: the slow consumers it found
+    /// closed (each one dropped), the counts, and the answer to the
+    /// supervisor.
+    fn pushed(&mut self, publish_id: u64, queued: u64, slow: Vec<(usize, String)>) {
+        let mut dropped = 0;
         for (key, reason) in slow {
             dropped += 1;
             self.close(key, reason);
@@ -161,8 +163,7 @@ impl Worker {
         self.stats.push_delivered += queued;
         self.stats.push_dropped += dropped;
         self.stats.frames_out += queued;
-        self.stats.mqtt_publishes_out += queued;
-        control::emit(&ServerMsg::Pushed { worker: self.cfg.worker, publish_id: cmd.publish_id, queued, dropped });
+        control::emit(&ServerMsg::Pushed { worker: self.cfg.worker, publish_id, queued, dropped });
     }
 
     /// Close these connections as the application asked (WebSocket:
