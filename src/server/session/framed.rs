@@ -161,44 +161,21 @@ fn missing(req: &mut Requests<'_>) -> Result<(), &'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::business::service_time::ServiceTime;
-    use crate::server::business::{BusinessMode, Stage};
-    use crate::server::snapshot::ServerSnapshot;
-    use rand::SeedableRng;
-    use std::sync::Arc;
+    use crate::server::session::fixture::Read;
 
-    /// Everything one read borrows, owned by the test.
+    /// A session's read parts and its recoveries.
     struct Parts {
-        out: Vec<u8>,
-        stats: ServerSnapshot,
-        stage: Stage,
-        rng: rand::rngs::SmallRng,
-        service: ServiceTime,
-        topics: Topics,
-        subs: Subs,
+        read: Read,
         recoveries: Recoveries,
-        _poll: mio::Poll,
     }
 
     fn parts() -> Parts {
-        let poll = mio::Poll::new().unwrap();
-        let waker = Arc::new(mio::Waker::new(poll.registry(), mio::Token(0)).unwrap());
-        Parts {
-            out: Vec::new(),
-            stats: ServerSnapshot::default(),
-            stage: Stage::new(BusinessMode::Inline, 16, waker).unwrap(),
-            rng: rand::rngs::SmallRng::seed_from_u64(1),
-            service: ServiceTime::Fixed(std::time::Duration::ZERO),
-            topics: Topics::default(),
-            subs: None,
-            recoveries: Recoveries::default(),
-            _poll: poll,
-        }
+        Parts { read: Read::new(), recoveries: Recoveries::default() }
     }
 
     fn consume_all(p: &mut Parts, buf: &[u8]) -> (Result<usize, &'static str>, Opening) {
-        let req = Requests { out: &mut p.out, stats: &mut p.stats, stage: &mut p.stage, rng: &mut p.rng, service: &p.service, key: 3, gen: 1 };
-        let mut ctx = Ctx { req, topics: &mut p.topics, subs: &mut p.subs, recoveries: &mut p.recoveries, upstream: None, opening: Opening::default() };
+        let (req, topics, subs) = p.read.split();
+        let mut ctx = Ctx { req, topics, subs, recoveries: &mut p.recoveries, upstream: None, opening: Opening::default() };
         let r = consume(&mut ctx, &mut None, buf);
         (r, ctx.opening)
     }
@@ -218,9 +195,9 @@ mod tests {
         assert_eq!((opening.frames, opening.resumed), (2, false));
         let mut ack = Vec::new();
         frame::encode(&mut ack, Kind::HeartbeatAck, b"hb");
-        assert_eq!(p.out, ack);
-        assert_eq!((p.stats.frames_in, p.stats.frames_out), (2, 1));
-        assert_eq!(p.topics.names_of(&p.subs), vec!["news".to_string()]);
+        assert_eq!(p.read.out, ack);
+        assert_eq!((p.read.stats.frames_in, p.read.stats.frames_out), (2, 1));
+        assert_eq!(p.read.topics.names_of(&p.read.subs), vec!["news".to_string()]);
     }
 
     /// A kind a client may not send closes the connection.

@@ -3,53 +3,28 @@
 
 use super::*;
 use crate::proto::mqtt::{Subscribe, Subscription};
-use crate::server::business::service_time::ServiceTime;
-use crate::server::business::{BusinessMode, Stage};
-use crate::server::snapshot::ServerSnapshot;
-use rand::SeedableRng;
-use std::sync::Arc;
+use crate::server::session::fixture::Read;
 
-/// Everything one read borrows, owned by the test.
+/// A session's read parts and the MQTT connection's own.
 struct Parts {
-    out: Vec<u8>,
-    stats: ServerSnapshot,
-    stage: Stage,
-    rng: rand::rngs::SmallRng,
-    service: ServiceTime,
-    topics: Topics,
-    subs: Subs,
+    read: Read,
     published: Published,
     ext: Ext,
     cfg: MqttConfig,
-    _poll: mio::Poll,
 }
 
 fn parts() -> Parts {
-    let poll = mio::Poll::new().unwrap();
-    let waker = Arc::new(mio::Waker::new(poll.registry(), mio::Token(0)).unwrap());
-    Parts {
-        out: Vec::new(),
-        stats: ServerSnapshot::default(),
-        stage: Stage::new(BusinessMode::Inline, 16, waker).unwrap(),
-        rng: rand::rngs::SmallRng::seed_from_u64(1),
-        service: ServiceTime::Fixed(std::time::Duration::ZERO),
-        topics: Topics::default(),
-        subs: None,
-        published: Published::default(),
-        ext: fresh(),
-        cfg: MqttConfig { max_push: 1024 },
-        _poll: poll,
-    }
+    Parts { read: Read::new(), published: Published::default(), ext: fresh(), cfg: MqttConfig { max_push: 1024 } }
 }
 
 impl Parts {
     /// Feed `buf`; (result, what was written), `out` emptied.
     fn feed(&mut self, buf: &[u8]) -> (Result<usize, &'static str>, Vec<u8>) {
         let limits = self.cfg.limits();
-        let req = Requests { out: &mut self.out, stats: &mut self.stats, stage: &mut self.stage, rng: &mut self.rng, service: &self.service, key: 3, gen: 1 };
-        let mut ctx = Ctx { req, cfg: &self.cfg, limits: &limits, topics: &mut self.topics, subs: &mut self.subs, published: &mut self.published, worker: 0 };
+        let (req, topics, subs) = self.read.split();
+        let mut ctx = Ctx { req, cfg: &self.cfg, limits: &limits, topics, subs, published: &mut self.published, worker: 0 };
         let r = consume(&mut ctx, &mut self.ext, buf);
-        (r, std::mem::take(&mut self.out))
+        (r, std::mem::take(&mut self.read.out))
     }
 }
 
@@ -88,7 +63,7 @@ fn a_v311_connect_and_ping_are_answered_and_a_cut_packet_waits() {
     assert_eq!(r, Ok(whole + 2));
     assert_eq!(out, [0x20, 0x02, 0x00, 0x00, 0xD0, 0x00]);
     assert_eq!(state(&p.ext).map(|m| (m.version, m.keep_alive_s)), Some((Some(Version::V311), 30)));
-    assert_eq!(p.stats.mqtt_connects.get("3.1.1"), Some(&1));
+    assert_eq!(p.read.stats.mqtt_connects.get("3.1.1"), Some(&1));
 }
 
 /// A v5 CONNACK tells the client what this server does not do.
@@ -127,15 +102,15 @@ fn subscriptions_are_granted_refused_and_matched() {
         p.feed(&subscribe(Version::V5, &[("a/+", QoS::ExactlyOnce), ("x", QoS::AtMostOnce), ("$share/g/a", QoS::AtMostOnce), ("a b", QoS::AtMostOnce)]));
     assert!(r.is_ok());
     assert_eq!(out, bytes(&Packet::SubAck(SubAck { packet_id: 7, properties: Properties::default(), codes: vec![1, 0, 0x9E, 0x8F] }), Version::V5));
-    assert_eq!(p.topics.audience("a/b"), vec![3]);
-    assert_eq!(p.topics.audience("x"), vec![3]);
-    assert!(p.topics.audience("b/c").is_empty());
-    assert_eq!(p.stats.subscribe_refused.values().sum::<u64>(), 2);
+    assert_eq!(p.read.topics.audience("a/b"), vec![3]);
+    assert_eq!(p.read.topics.audience("x"), vec![3]);
+    assert!(p.read.topics.audience("b/c").is_empty());
+    assert_eq!(p.read.stats.subscribe_refused.values().sum::<u64>(), 2);
     let mut p3 = parts();
     assert!(p3.feed(&connect(Version::V311, 0)).0.is_ok());
     let (_, out) = p3.feed(&subscribe(Version::V311, &[("#", QoS::AtLeastOnce), ("$share/g/a", QoS::AtMostOnce)]));
     assert_eq!(out, bytes(&Packet::SubAck(SubAck { packet_id: 7, properties: Properties::default(), codes: vec![1, 0x80] }), Version::V311));
-    assert!(p3.topics.audience("$SYS/x").is_empty());
+    assert!(p3.read.topics.audience("$SYS/x").is_empty());
 }
 
 /// A QoS 1 publish is handed on (topic and payload) and acknowledged; a
