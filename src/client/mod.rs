@@ -115,7 +115,7 @@ pub fn plan(cfg: &ClientConfig, fd_hard: u64) -> Result<(ConnectionPlan, WorkerP
     let mut cp = ConnectionPlan::build(cfg.target, &cfg.load.ports, cfg.load.source_ips.as_deref(), cfg.load.connections, shard, plan::local_port_range())?;
     cp.shard_index = index;
     (cp.io, cp.io_fallback) = cfg.load.io.resolve()?;
-    let wp = plan_workers(cp.count, cfg.workers, fd_hard, 0, crate::sys::online_cpus())?;
+    let wp = plan_workers(cp.count, cfg.workers, fd_hard, 0, u64::MAX, crate::sys::online_cpus())?;
     Ok((cp, wp))
 }
 

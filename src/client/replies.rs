@@ -17,6 +17,8 @@ pub struct Replies<'a> {
     pub seen: &'a mut super::pushes::PushSeen,
     /// Heartbeats sent on this connection and not answered yet.
     pub beats_out: &'a mut u8,
+    /// Requests sent on this connection and not answered or refused yet.
+    pub requests_out: &'a mut u16,
 }
 
 /// Everything a connection can receive that shows the server speaks its
@@ -43,9 +45,16 @@ impl Replies<'_> {
         }
     }
 
+    /// A request the server refused (its queue was full).
+    pub fn rejected(&mut self) {
+        self.stats.rejected += 1;
+        *self.requests_out = self.requests_out.saturating_sub(1);
+    }
+
     /// A reply to a request sent at intended time `sent` (µs, monotonic).
     pub fn reply(&mut self, sent: Option<u64>) {
         self.stats.replies += 1;
+        *self.requests_out = self.requests_out.saturating_sub(1);
         let Some(sent) = sent else { return };
         if sent > self.now + 1_000_000 {
             // Not a time we could have sent: the echo was corrupted.

@@ -34,6 +34,7 @@ crate::counters! {
         heartbeats_abandoned: counter "heartbeats_abandoned" "Heartbeats whose connection closed before they were answered",
         heartbeats_unanswered: counter "heartbeats_unanswered" "Heartbeats answered later than --request-timeout, or still unanswered when the run closed their connection (after its drain)",
         requests_sent: counter "requests_sent" "Requests sent",
+        requests_abandoned: counter "requests_abandoned" "Requests whose connection closed before they were answered or refused",
         replies: counter "replies" "Replies received (any latency)",
         rejected: counter "rejections" "Requests the server refused (its queue was full)",
         late: counter "late_replies" "Replies that came later than --request-timeout",

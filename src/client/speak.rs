@@ -169,7 +169,7 @@ impl Speaker for Framed {
             match f.kind {
                 Kind::HeartbeatAck => replies.beat_answered(frame::stamp_of(f.payload)),
                 Kind::Reply => replies.reply(frame::stamp_of(f.payload)),
-                Kind::Rejected => replies.stats.rejected += 1,
+                Kind::Rejected => replies.rejected(),
                 Kind::Push if push::is_continued(f.payload) => {
                     assembling.insert(slot, push::Assembly::start(f.payload));
                 }

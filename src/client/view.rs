@@ -183,6 +183,7 @@ impl ClientView {
         self.dead[i] = true;
         if let Some(s) = slot.as_mut() {
             s.heartbeats_abandoned = s.heartbeats_sent.saturating_sub(s.heartbeats_answered);
+            s.requests_abandoned = s.requests_sent.saturating_sub(s.replies + s.rejected);
             s.counters.zero_levels();
             s.ramp_done_at_us.get_or_insert(s.at_us);
         }

@@ -126,6 +126,10 @@ const MIN_INFLIGHT: f64 = 128.0;
 const MAX_INFLIGHT: f64 = 2048.0;
 /// Longest wait for outstanding heartbeats before closing.
 const DRAIN_US: u64 = 3_000_000;
+/// Longest wait for outstanding requests before closing, whatever
+/// `--request-timeout` says (it takes up to 30 days): the run's close
+/// gives its workers 120 s in all.
+const MOST_DRAIN_US: u64 = 60_000_000;
 /// Connections closed per loop turn at the end of a run: a worker with
 /// 20,000 connections closes them in ~10 turns, reporting between them
 /// (its supervisor sees the close progress instead of a silent worker),
@@ -176,6 +180,9 @@ struct Slot {
     /// Heartbeats sent and not answered yet (abandoned if the connection
     /// goes, so the final drain does not wait for them).
     beats_out: u8,
+    /// Requests sent and not answered or refused yet (abandoned likewise;
+    /// saturates: past it the drain waits out its bound instead).
+    requests_out: u16,
     /// `--protocol ws`: a message still arriving in fragments.
     ws_frag: Option<Box<crate::proto::ws::frame::Fragments>>,
     /// Where it connects: 0 the worker's target, i the i-th of `elsewhere`
@@ -202,6 +209,7 @@ impl Slot {
             ws_frag: None,
             churned: false,
             beats_out: 0,
+            requests_out: 0,
             home: 0,
             armed: false,
         }
@@ -396,7 +404,13 @@ impl Handler for Worker {
         self.expire_connects(now);
         if let Phase::Draining { until_us } = self.phase {
             let s = &self.stats;
-            let settled = s.heartbeats_answered + s.heartbeats_abandoned >= s.heartbeats_sent && s.replies + s.rejected >= s.requests_sent;
+            // The counters settle it at once in the common case; else a
+            // look at the open connections (a connection's own counts
+            // saturate, so the totals can stay short of settled after
+            // one with thousands outstanding was lost).
+            let settled = (s.heartbeats_answered + s.heartbeats_abandoned >= s.heartbeats_sent
+                && s.replies + s.rejected + s.requests_abandoned >= s.requests_sent)
+                || self.slots.iter().all(|slot| slot.state != State::Established || (slot.beats_out == 0 && slot.requests_out == 0));
             if now >= until_us || settled {
                 self.phase = Phase::Closing { next: 0 };
             }
@@ -539,6 +553,7 @@ impl Worker {
             push: &mut self.push_hist,
             seen: &mut slot.seen,
             beats_out: &mut slot.beats_out,
+            requests_out: &mut slot.requests_out,
         };
         let before = replies::answers(replies.stats);
         self.answer.clear();
@@ -660,7 +675,7 @@ impl Worker {
     fn begin_drain(&mut self, now: u64) {
         if self.phase == Phase::Running {
             self.give_up_queued(connect::RUN_CLOSED);
-            let wait = if self.cfg.traffic.request_us().is_some() { DRAIN_US.max(self.cfg.traffic.request_timeout_us()) } else { DRAIN_US };
+            let wait = if self.cfg.traffic.request_us().is_some() { DRAIN_US.max(self.cfg.traffic.request_timeout_us()).min(MOST_DRAIN_US) } else { DRAIN_US };
             self.phase = Phase::Draining { until_us: now + wait };
         }
     }

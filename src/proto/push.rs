@@ -39,6 +39,12 @@ use super::frame::{self, Kind, HEADER_LEN, MAX_PAYLOAD};
 /// Most topics one connection may subscribe to; more is a protocol error
 /// (the subscription list is per-connection memory in the server, and the
 /// client refuses a plan that asks for more).
+/// Slab keys a server connection id can carry (16 bits, beside 16 of
+/// worker and 32 of generation): a server worker holds at most this many
+/// connections at once (it stops accepting there, as at its fd limit),
+/// and the server's plan never asks more of one.
+pub const MAX_KEYS: u64 = 1 << 16;
+
 pub const MAX_SUBSCRIPTIONS: usize = 64;
 /// Longest topic name (it travels in one length byte).
 pub const MAX_TOPIC: usize = 255;

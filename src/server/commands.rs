@@ -238,9 +238,7 @@ pub struct PushCommand {
     pub data: String,
 }
 
-/// Slab keys a connection id can carry: a worker holds at most this many
-/// connections at once (it stops accepting there, as at its fd limit).
-pub const MAX_KEYS: u64 = 1 << 16;
+use crate::proto::push::MAX_KEYS;
 
 /// A connection id: stable for the connection's life and unique within
 /// the server: the worker's index (a replaced worker gets a new one), the

@@ -84,7 +84,7 @@ pub fn plan(cfg: &ServerConfig, fd_hard: u64) -> Result<ServerPlan, String> {
         Workers::Auto => DEFAULT_CAPACITY,
         Workers::Fixed(_) => 1,
     });
-    let wp = plan_workers(n, cfg.workers, fd_hard, cfg.ports.len() as u64, cores)?;
+    let wp = plan_workers(n, cfg.workers, fd_hard, cfg.ports.len() as u64, crate::proto::push::MAX_KEYS, cores)?;
     let initial = match cfg.workers {
         Workers::Auto => cores,
         Workers::Fixed(w) => w,

@@ -306,8 +306,8 @@ const SPARE_FDS: u64 = 8;
 
 /// How many connections this process can hold before accept() fails.
 fn fd_ceiling() -> u64 {
-    // Connection ids carry 16 bits of slab key (push::MAX_KEYS).
-    crate::sys::fd_limit().hard.saturating_sub(crate::sys::open_fds() + SPARE_FDS).min(crate::server::commands::MAX_KEYS)
+    // Connection ids carry 16 bits of slab key (proto::push::MAX_KEYS).
+    crate::sys::fd_limit().hard.saturating_sub(crate::sys::open_fds() + SPARE_FDS).min(crate::proto::push::MAX_KEYS)
 }
 
 impl Handler for Worker {

@@ -49,12 +49,15 @@ pub struct WorkerPlan {
     pub budget: u64,
 }
 
-/// Plan `connections` over worker processes whose fd limit is `fd_limit`
-/// and which each spend `reserved_fds` on other things (listeners...).
-pub fn plan_workers(connections: u64, workers: Workers, fd_limit: u64, reserved_fds: u64, cores: usize) -> Result<WorkerPlan, String> {
+/// Plan `connections` over worker processes whose fd limit is `fd_limit`,
+/// which each spend `reserved_fds` on other things (listeners...) and can
+/// tell at most `max_per_worker` connections apart (a server worker's
+/// connection ids hold 16 bits of key; a client worker has no such cap:
+/// `u64::MAX`).
+pub fn plan_workers(connections: u64, workers: Workers, fd_limit: u64, reserved_fds: u64, max_per_worker: u64, cores: usize) -> Result<WorkerPlan, String> {
     let reserved = reserved_fds + BASE_FDS;
-    let hard_room = fd_limit.saturating_sub(reserved);
-    let planned_room = ((fd_limit as f64 * FD_HEADROOM) as u64).saturating_sub(reserved);
+    let hard_room = fd_limit.saturating_sub(reserved).min(max_per_worker);
+    let planned_room = ((fd_limit as f64 * FD_HEADROOM) as u64).saturating_sub(reserved).min(max_per_worker);
     if planned_room == 0 {
         return Err(format!(
             "RLIMIT_NOFILE is {fd_limit}, which leaves no descriptors for connections after {reserved} reserved ones; \
@@ -67,6 +70,14 @@ pub fn plan_workers(connections: u64, workers: Workers, fd_limit: u64, reserved_
         Workers::Auto => Ok(plan(needed.max(cores))),
         Workers::Fixed(w) => {
             let per = connections.div_ceil(w as u64);
+            if per > hard_room && hard_room == max_per_worker {
+                let min = connections.div_ceil(hard_room) as usize;
+                return Err(format!(
+                    "--workers {w} puts {per} connections in each process, but one worker tells at most {max_per_worker} connections apart \
+                     (its connection ids hold that many keys), whatever its file limit ({fd_limit}); use --workers auto or --workers {} or more",
+                    min.max(needed)
+                ));
+            }
             if per > hard_room {
                 let min = connections.div_ceil(hard_room) as usize;
                 return Err(format!(
@@ -86,19 +97,33 @@ mod tests {
 
     #[test]
     fn auto_spreads_over_the_fd_wall() {
-        let p = plan_workers(1_000_000, Workers::Auto, 20_000, 100, 2).unwrap();
+        let p = plan_workers(1_000_000, Workers::Auto, 20_000, 100, u64::MAX, 2).unwrap();
         assert_eq!(p.workers, 56);
         assert!(p.per_worker <= 18_000);
-        let p = plan_workers(3_000, Workers::Auto, 1_000, 3, 2).unwrap();
+        let p = plan_workers(3_000, Workers::Auto, 1_000, 3, u64::MAX, 2).unwrap();
         assert!(p.workers >= 4, "{p:?}");
-        assert_eq!(plan_workers(10, Workers::Auto, 20_000, 0, 2).unwrap().workers, 2);
+        assert_eq!(plan_workers(10, Workers::Auto, 20_000, 0, u64::MAX, 2).unwrap().workers, 2);
     }
 
     #[test]
     fn fixed_workers_that_cannot_fit_are_refused() {
-        let e = plan_workers(100_000, Workers::Fixed(2), 20_000, 0, 2).unwrap_err();
+        let e = plan_workers(100_000, Workers::Fixed(2), 20_000, 0, u64::MAX, 2).unwrap_err();
         assert!(e.contains("--workers 2") && e.contains("RLIMIT_NOFILE"), "{e}");
-        assert!(plan_workers(30_000, Workers::Fixed(2), 20_000, 0, 2).is_ok());
-        assert!(plan_workers(10, Workers::Auto, 10, 0, 2).unwrap_err().contains("no descriptors"));
+        assert!(plan_workers(30_000, Workers::Fixed(2), 20_000, 0, u64::MAX, 2).is_ok());
+        assert!(plan_workers(10, Workers::Auto, 10, 0, u64::MAX, 2).unwrap_err().contains("no descriptors"));
+    }
+
+    /// A server worker tells at most 65,536 connections apart: where the
+    /// file limit is higher, the budget stops there, `auto` plans more
+    /// workers, and a fixed count that cannot fit is refused naming it.
+    #[test]
+    fn a_per_worker_cap_below_the_file_limit_bounds_the_budget() {
+        const KEYS: u64 = 1 << 16;
+        let p = plan_workers(1_000_000, Workers::Auto, 1_048_576, 4, KEYS, 2).unwrap();
+        assert_eq!(p.budget, KEYS, "{p:?}");
+        assert_eq!(p.workers, 16, "{p:?}");
+        let e = plan_workers(1_000_000, Workers::Fixed(2), 1_048_576, 4, KEYS, 2).unwrap_err();
+        assert!(e.contains("65536 connections apart") && e.contains("--workers 16"), "{e}");
+        assert_eq!(plan_workers(1_000_000, Workers::Auto, 20_000, 4, KEYS, 2).unwrap().budget, 17_980, "the file limit binds first here");
     }
 }

@@ -98,8 +98,8 @@ fn opt(v: Option<u64>) -> String {
 /// Worker processes `--workers auto` needs on each side.
 pub fn processes(req: &Request, fd_hard: u64) -> (u64, u64) {
     let n = req.connections;
-    let server = || plan_workers(n, Workers::Auto, fd_hard, req.ports, req.cpus).map(|p| p.workers as u64).unwrap_or(u64::MAX);
-    let client = || plan_workers(n, Workers::Auto, fd_hard, 0, req.cpus).map(|p| p.workers as u64).unwrap_or(u64::MAX);
+    let server = || plan_workers(n, Workers::Auto, fd_hard, req.ports, crate::proto::push::MAX_KEYS, req.cpus).map(|p| p.workers as u64).unwrap_or(u64::MAX);
+    let client = || plan_workers(n, Workers::Auto, fd_hard, 0, u64::MAX, req.cpus).map(|p| p.workers as u64).unwrap_or(u64::MAX);
     match req.role {
         TuneRole::Server => (server(), 0),
         TuneRole::Client => (0, client()),

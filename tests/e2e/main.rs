@@ -16,6 +16,7 @@ mod conn_bounds;
 mod connections;
 mod counters;
 mod drain;
+mod extremes;
 mod fuzz_regressions;
 mod history;
 mod hostile;

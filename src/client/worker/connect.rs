@@ -136,6 +136,7 @@ impl Worker {
             slot.ws_frag = None;
             slot.churned = true;
             self.stats.heartbeats_abandoned += std::mem::take(&mut slot.beats_out) as u64;
+            self.stats.requests_abandoned += std::mem::take(&mut slot.requests_out) as u64;
             self.stats.open -= 1;
             self.stats.churn_closed += 1;
             self.open(k, now);
@@ -301,6 +302,7 @@ impl Worker {
         slot.backlog = None;
         slot.inflight = None;
         self.stats.heartbeats_abandoned += std::mem::take(&mut slot.beats_out) as u64;
+        self.stats.requests_abandoned += std::mem::take(&mut slot.requests_out) as u64;
         slot.answered = false;
         slot.ws_frag = None;
     }

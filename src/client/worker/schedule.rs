@@ -126,6 +126,8 @@ impl Worker {
             }
             if self.write_slot(k) {
                 self.stats.requests_sent += 1;
+                let r = &mut self.slots[k].requests_out;
+                *r = r.saturating_add(1);
             }
         }
     }

@@ -68,7 +68,10 @@ impl ServerFleet {
                 "a NODE.ID connection id names a cluster node, but this server is not in a cluster (--cluster); use the bare ID from GET /connections",
             ),
             Route::Connections { .. } | Route::Presence { .. } | Route::Publish(_) => {
-                let running = self.running();
+                // Starting workers too: one accepts from the moment it
+                // says it is ready, which the supervisor may read after
+                // this publish (its commands wait in its pipe meanwhile).
+                let running = self.live();
                 match (&mut self.relay, &req.route) {
                     (Some(r), Route::Publish(_)) => r.publish(req, &mut self.publisher, &running, &mut self.pool),
                     (Some(r), Route::Presence { topic, .. }) if r.link.up() => {
@@ -103,7 +106,7 @@ impl ServerFleet {
         }
         let (reply, _nobody) = tokio::sync::oneshot::channel();
         let req = crate::admin::Request { route: crate::admin::Route::Publish(messages), reply };
-        let running = self.running();
+        let running = self.live();
         match &mut self.relay {
             Some(r) => r.publish(req, &mut self.publisher, &running, &mut self.pool),
             None => self.publisher.start(req, &running, &mut self.pool),

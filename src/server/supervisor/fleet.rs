@@ -248,7 +248,8 @@ impl ServerFleet {
         self.pool.pid(i)
     }
 
-    /// Worker indices alive now.
+    /// Worker indices alive now: those that answer publishes and
+    /// listings (a starting one reads them once it runs).
     pub fn live(&self) -> Vec<usize> {
         self.life.iter().filter(|(_, l)| matches!(l, Life::Starting | Life::Running | Life::Retiring)).map(|(i, _)| *i).collect()
     }
@@ -269,7 +270,7 @@ impl ServerFleet {
             }
             ServerEvent::Cluster(crate::cluster::ClusterEvent::Fatal(e)) => return self.failure = Some(e),
             ServerEvent::Cluster(ev) => {
-                let running = self.running();
+                let running = self.live();
                 if let Some(r) = &mut self.relay {
                     r.on_event(ev, &mut self.publisher, &running, &mut self.pool);
                 }
@@ -384,11 +385,6 @@ impl ServerFleet {
         self.relay.as_ref().map(|r| r.status())
     }
 
-    /// Workers that answer publishes and listings.
-    pub(super) fn running(&self) -> Vec<usize> {
-        self.life.iter().filter(|(_, l)| matches!(l, Life::Running | Life::Retiring)).map(|(i, _)| *i).collect()
-    }
-
     fn on_exit(&mut self, i: usize, info: ExitInfo) {
         self.pool.mark_exited(i);
         self.publisher.worker_gone(i);
@@ -432,7 +428,7 @@ impl ServerFleet {
     /// stage): never wait on them, say so once, and once they recover.
     fn watch_stalls(&mut self) {
         let now: std::collections::BTreeSet<usize> = self
-            .running()
+            .live()
             .into_iter()
             .filter(|&i| {
                 let (blocked, silent) = (self.pool.blocked_for(i), self.pool.silent_for(i));
