@@ -113,7 +113,7 @@ fn check_auth(cfg: &ServerConfig) -> Result<(), String> {
     for p in &cfg.admin_topics {
         let name = p.strip_suffix('*').unwrap_or(p);
         if !name.is_empty() && crate::proto::push::check_topic(name.as_bytes()).is_err() {
-            return Err(format!("--admin-topics '{p}' is not a topic pattern: a name (1-255 of [A-Za-z0-9._:-]), a prefix ending in * (ops.*), or *"));
+            return Err(format!("--admin-topics '{p}' is not a topic pattern: a name (1-255 of [A-Za-z0-9._:/$-]), a prefix ending in * (ops.*), or *"));
         }
     }
     match &cfg.auth {

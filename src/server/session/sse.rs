@@ -47,7 +47,7 @@ impl Follow<'_, '_> {
                         reason,
                         text: "this server holds its --max-topics topics; subscribe to an existing topic or try later",
                     },
-                    _ => handshake::Refusal { status: 400, reason, text: "bad ?subscribe= topic (1-255 of [A-Za-z0-9._:-], at most 64)" },
+                    _ => handshake::Refusal { status: 400, reason, text: "bad ?subscribe= topic (1-255 of [A-Za-z0-9._:/$-], at most 64)" },
                 };
                 handshake::write_refusal(self.req.out, &r);
                 return Err(reason);

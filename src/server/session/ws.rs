@@ -209,7 +209,7 @@ fn command(req: &mut Requests<'_>, s: &mut Subscriber<'_>, data: &[u8]) -> Resul
                     crate::server::auth::gate::NOT_PERMITTED => {
                         "this connection's token does not allow this topic (its topics claim), or the topic is one of --admin-topics"
                     }
-                    _ => "a topic is 1-255 of [A-Za-z0-9._:-] (or * for the broadcasts)",
+                    _ => "a topic is 1-255 of [A-Za-z0-9._:/$-] (or * for the broadcasts)",
                 };
                 answer(req.out, serde_json::json!({"type": "error", "topic": topic, "reason": reason, "message": message}));
             } else {
