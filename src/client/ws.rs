@@ -123,7 +123,7 @@ impl WsRead<'_> {
             }
         }
         let (out, mask, outcome, message) = (&mut *self.out, self.mask, &mut self.outcome, self.message);
-        let mut reader = Reader { role: Role::Client, max: MAX_MESSAGE, tmp: self.tmp, frag: self.frag };
+        let mut reader = Reader { role: Role::Client, max: MAX_MESSAGE, tmp: self.tmp, frag: self.frag, inflate: None };
         let used = reader.consume(&buf[pos..], |ev| {
             match ev {
                 Event::Pong(p) => replies.beat_answered(stamp_of(p)),

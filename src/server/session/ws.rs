@@ -114,7 +114,7 @@ pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, &'
     let mut frag = ws_mut(ext).and_then(|w| w.frag.take());
     let Ctx { req, cfg, tmp, topics, subs, recoveries, upstream, .. } = ctx;
     let mut subscriber = Subscriber { topics, subs, recoveries, upstream: upstream.as_deref_mut() };
-    let r = Reader { role: Role::Server, max: cfg.max_message, tmp, frag: &mut frag }.consume(&buf[pos..], |ev| on_event(req, &mut subscriber, ev));
+    let r = Reader { role: Role::Server, max: cfg.max_message, tmp, frag: &mut frag, inflate: None }.consume(&buf[pos..], |ev| on_event(req, &mut subscriber, ev));
     *ext = frag.map(|f| Box::new(ConnExt::Ws(WsConn { handshake_since_ds: 0, frag: Some(f) })));
     match r {
         Ok(used) => Ok(pos + used),
