@@ -95,10 +95,14 @@ pub fn parse_offer<'a>(params: impl IntoIterator<Item = (&'a str, Option<&'a str
     Ok(o)
 }
 
+/// One extension of a `Sec-WebSocket-Extensions` value: its name and its
+/// parameters (`name` or `name=value`, a value still quoted if it was).
+pub type Extension<'a> = (&'a str, Vec<(&'a str, Option<&'a str>)>);
+
 /// The extensions in a `Sec-WebSocket-Extensions` value, in order: each
 /// a name and its parameters. A quoted value may hold `,` and `;`. None:
 /// the value is not even a list (an unterminated quote).
-pub fn extensions(value: &str) -> Option<Vec<(&str, Vec<(&str, Option<&str>)>)>> {
+pub fn extensions(value: &str) -> Option<Vec<Extension<'_>>> {
     let mut items = Vec::new();
     for ext in split_outside_quotes(value, ',')? {
         let mut parts = split_outside_quotes(ext, ';')?.into_iter().map(str::trim);
