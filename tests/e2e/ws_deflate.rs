@@ -114,6 +114,32 @@ fn a_push_is_compressed_once_per_worker_and_every_subscriber_gets_the_same_bytes
     assert!(s.terminate().success());
 }
 
+/// A resuming subscriber that negotiated deflate gets the history it
+/// missed compressed: each replayed message compressed once.
+#[test]
+fn history_replays_go_compressed() {
+    let port = free_port().to_string();
+    let (mut s, _, ready) = server_ready(&["--ports", &port, "--workers", "1", "--protocol", "ws", "--history", "10"], None);
+    let admin = ready["admin"].as_str().unwrap().to_string();
+    let messages: Vec<String> = (1..=3).map(|i| format!("message {i}: {}", "the same words again and again ".repeat(8))).collect();
+    for m in &messages {
+        let (status, r) = http(&admin, "POST", "/publish?topic=room", m.as_bytes(), None);
+        assert_eq!(status, 200, "{r}");
+    }
+    let (status, h) = http(&admin, "GET", "/history?topic=room", b"", None);
+    assert_eq!(status, 200, "{h}");
+    let epoch = serde_json::from_str::<serde_json::Value>(&h).unwrap()["epoch"].as_u64().unwrap().to_string();
+    let mut py = Command::new("python3");
+    py.args([&peer("ws_deflate.py"), &port, "resume", &epoch]);
+    let out = Peer::spawn("ws_deflate.py resume", py).finish_ok(T);
+    let want: Vec<String> = messages.iter().map(|m| format!("replayed {m}")).chain(["recovered True".into(), "OK".into()]).collect();
+    assert_eq!(out, want);
+    let v = s.wait_for(T, "the replays counted", |v| v["event"] == "stats" && v["recovered_messages"] == 3);
+    assert_eq!(v["ws_compressed_out"], 3, "{v}");
+    assert_eq!(v["ws_deflate_calls"], 3, "{v}");
+    assert!(s.terminate().success());
+}
+
 /// Node ws as a client: its default offer accepted, a compressed push
 /// read, a compressed message echoed.
 #[test]

@@ -2,6 +2,11 @@
 permessage-deflate.
 
 usage: ws_deflate.py PORT [CAFILE]
+       ws_deflate.py PORT resume EPOCH
+(resume: subscribes to room with "since" offset 0 of EPOCH and prints
+'replayed <data>' for each message the history answer brings, then the
+'subscribed' answer's 'recovered <bool>'.)
+
 Connects to ws://127.0.0.1:PORT/?subscribe=room (with CAFILE:
 wss://localhost, trusting that CA) with websockets' default
 offer, prints 'negotiated <the server's Sec-WebSocket-Extensions>' and the
@@ -19,7 +24,9 @@ from websockets.asyncio.client import connect
 from websockets.extensions.permessage_deflate import PerMessageDeflate
 
 port = int(sys.argv[1])
-if len(sys.argv) > 2:
+if len(sys.argv) > 2 and sys.argv[2] == "resume":
+    URL, SSL = f"ws://127.0.0.1:{port}/", {}
+elif len(sys.argv) > 2:
     URL, SSL = f"wss://localhost:{port}/?subscribe=room", {"ssl": ssl.create_default_context(cafile=sys.argv[2])}
 else:
     URL, SSL = f"ws://127.0.0.1:{port}/?subscribe=room", {}
@@ -44,4 +51,19 @@ async def main():
         print("OK", flush=True)
 
 
-asyncio.run(main())
+async def resume(epoch):
+    async with connect(URL, **SSL) as ws:
+        await ws.send(json.dumps({"type": "subscribe", "topic": "room", "since": {"epoch": epoch, "offset": 0}}))
+        while True:
+            m = json.loads(await asyncio.wait_for(ws.recv(), 30))
+            if m.get("type") == "subscribed":
+                print("recovered", m["recovered"], flush=True)
+                break
+            print("replayed", m["data"], flush=True)
+    print("OK", flush=True)
+
+
+if len(sys.argv) > 2 and sys.argv[2] == "resume":
+    asyncio.run(resume(int(sys.argv[3])))
+else:
+    asyncio.run(main())
