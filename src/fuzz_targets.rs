@@ -18,6 +18,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("http_request", http_request),
     ("ws_frames", ws_frames),
     ("ws_handshake", ws_handshake),
+    ("ws_inflate", ws_inflate),
     ("admin_request", admin_request),
     ("cli_values", cli_values),
     ("codec", codec),
@@ -112,13 +113,13 @@ pub fn http_request(data: &[u8]) {
 pub fn ws_frames(data: &[u8]) {
     for role in [Role::Server, Role::Client] {
         let (mut tmp, mut frag) = (Vec::new(), None);
-        let mut r = Reader { role, max: 1024, tmp: &mut tmp, frag: &mut frag };
+        let mut r = Reader { role, max: 1024, tmp: &mut tmp, frag: &mut frag, inflate: None };
         // As both ends do: a close ends the reading.
         let on = |e: ws::frame::Event<'_>| if matches!(e, ws::frame::Event::Close(..)) { Err("closed") } else { Ok(()) };
         let whole = r.consume(data, on);
         let (a, b) = split(data);
         let (mut tmp2, mut frag2) = (Vec::new(), None);
-        let mut r2 = Reader { role, max: 1024, tmp: &mut tmp2, frag: &mut frag2 };
+        let mut r2 = Reader { role, max: 1024, tmp: &mut tmp2, frag: &mut frag2, inflate: None };
         let first = r2.consume(a, on);
         if let (Ok(whole), Ok(used)) = (&whole, &first) {
             let mut rest = a[*used..].to_vec();
@@ -129,6 +130,51 @@ pub fn ws_frames(data: &[u8]) {
         if let Ok(n) = whole {
             assert!(n <= data.len());
         }
+    }
+}
+
+/// permessage-deflate: the input inflated under a bound (never more than
+/// the bound, however it compresses), then as the frames of a connection
+/// that negotiated it (RSV1 messages, fragments, cut reads); and the
+/// offers parsed as a server and answers as a client.
+pub fn ws_inflate(data: &[u8]) {
+    let max = 4096;
+    let mut inflater = ws::deflate::Inflater::default();
+    if let Ok(out) = inflater.inflate(data, max) {
+        assert!(out.len() <= max);
+    }
+    for role in [Role::Server, Role::Client] {
+        let run = |bytes: &[&[u8]]| {
+            let (mut tmp, mut frag, mut inf) = (Vec::new(), None, ws::deflate::Inflater::default());
+            let mut r = Reader { role, max, tmp: &mut tmp, frag: &mut frag, inflate: Some(&mut inf) };
+            let mut total = Ok(0);
+            let mut carry = Vec::new();
+            for b in bytes {
+                carry.extend_from_slice(b);
+                let used = r.consume(&carry, |e| {
+                    if let ws::frame::Event::Message { data, .. } = e {
+                        assert!(data.len() <= max, "an inflated message past the cap");
+                    }
+                    Ok(())
+                });
+                match used {
+                    Ok(n) => {
+                        carry.drain(..n);
+                        total = total.map(|t| t + n);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            total
+        };
+        let (a, b) = split(data);
+        if let (Ok(whole), Ok(cut)) = (run(&[data]), run(&[a, b])) {
+            assert_eq!(whole, cut, "cut reads decode like one read");
+        }
+    }
+    if let Ok(s) = std::str::from_utf8(data) {
+        let _ = ws::deflate::accept(s);
+        let _ = ws::deflate::check_answer(Some(s));
     }
 }
 

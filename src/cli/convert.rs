@@ -39,6 +39,7 @@ impl From<ServerArgs> for ServerConfig {
             history: crate::server::broker::history::HistoryConfig { size: a.history, ttl: a.history_ttl, max_bytes: a.history_max_bytes },
             max_message_bytes: a.max_message_bytes,
             push_format: a.push_format,
+            ws_deflate: crate::server::session::ws_deflate::DeflateConfig { mode: a.ws_deflate, min_bytes: a.ws_deflate_min_bytes },
             admin: a.admin.0,
             admin_token: a.admin_token_file.or(a.admin_token),
             cluster: a.cluster.map(|url| crate::cluster::ClusterConfig {
@@ -164,6 +165,7 @@ impl From<ClientArgs> for ClientConfig {
             c.load.traffic.headers.push(format!("Origin: {o}"));
         }
         c.load.traffic.ws_binary = a.ws_binary;
+        c.load.traffic.ws_deflate = a.ws_deflate;
         if !a.ws_subprotocol.is_empty() {
             c.load.traffic.headers.push(format!("Sec-WebSocket-Protocol: {}", a.ws_subprotocol.join(", ")));
             c.load.traffic.subprotocols = a.ws_subprotocol;

@@ -172,6 +172,12 @@ pub struct ServerArgs {
     /// WebSocket: pushes as text (a JSON envelope with seq, ts and data) or binary (the framed push layout).
     #[arg(long, value_enum, default_value = "text")]
     pub push_format: crate::server::session::ws::PushFormat,
+    /// WebSocket: answer permessage-deflate offers (RFC 7692) with no context takeover either way, so a push is compressed once per worker and a connection keeps no compression state (docs/protocol.md#compression-permessage-deflate).
+    #[arg(long, value_enum, default_value = "on")]
+    pub ws_deflate: crate::server::session::ws_deflate::DeflateMode,
+    /// WebSocket with deflate: messages shorter than this go uncompressed.
+    #[arg(long, default_value = "64", value_parser = clap::value_parser!(u32).range(0..=67_108_864).map(|v| v as usize))]
+    pub ws_deflate_min_bytes: usize,
     /// Where requests run: inline (blocks the event loop), pool:N (N threads for the whole server, divided over the workers), async.
     #[arg(long, default_value = "async")]
     pub business: BusinessMode,
@@ -445,6 +451,9 @@ pub struct ClientArgs {
     /// --protocol ws --message: send it in binary frames (default: text).
     #[arg(long)]
     pub ws_binary: bool,
+    /// --protocol ws: offer permessage-deflate (server_no_context_takeover, client_no_context_takeover); a server that declines fails the connection (ws_deflate_declined). What comes compressed is inflated, messages and requests go compressed.
+    #[arg(long)]
+    pub ws_deflate: bool,
     /// Offer these WebSocket subprotocols (comma-separated or repeated); the server must choose one of them.
     #[arg(long, value_delimiter = ',', value_parser = parse::token)]
     pub ws_subprotocol: Vec<String>,

@@ -76,6 +76,10 @@ pub struct Traffic {
     pub tls: Option<crate::tls::client::ClientTls>,
     /// `--ws-binary`: `--message` goes in binary frames, not text.
     pub ws_binary: bool,
+    /// `--ws-deflate`: offer permessage-deflate (no context takeover
+    /// either way), require it, inflate what comes, compress what goes.
+    #[serde(default)]
+    pub ws_deflate: bool,
     /// `--jwt-secret-file`: each connection shows a token minted with it.
     #[serde(default)]
     pub jwt_secret: Option<Vec<u8>>,
@@ -104,6 +108,7 @@ impl Default for Traffic {
             subprotocols: Vec::new(),
             tls: None,
             ws_binary: false,
+            ws_deflate: false,
             jwt_secret: None,
         }
     }

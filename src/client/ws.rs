@@ -3,6 +3,12 @@
 //! their intended send time, and what comes back: pongs (round trips),
 //! echoed requests (latency), pushes (JSON text or binary), the server's
 //! pings (answered) and its close (answered, then counted by status code).
+//!
+//! `--ws-deflate`: permessage-deflate offered with no context takeover
+//! either way and required of the server; one compressor and one
+//! inflater per worker serve every connection (nothing per connection),
+//! what comes compressed is inflated under [`MAX_MESSAGE`], requests and
+//! `--message` go compressed, and wire and message bytes are counted.
 
 use super::config::Traffic;
 use super::replies::Replies;
@@ -11,6 +17,7 @@ use super::ws_message::WsMessage;
 use crate::net::{self, ReadEnd};
 use crate::proto::frame::stamp_of;
 use crate::proto::push::{self, Push, Stream};
+use crate::proto::ws::deflate::{Deflater, Inflater};
 use crate::proto::ws::frame::{self, Event, Fragments, Opcode, Reader, Role};
 use crate::proto::ws::handshake;
 
@@ -106,6 +113,9 @@ pub struct WsRead<'a> {
     pub out: &'a mut Vec<u8>,
     pub mask: [u8; 4],
     pub outcome: ReadOutcome,
+    /// `--ws-deflate`: the worker's inflater (the offer went out and the
+    /// server must have accepted it).
+    pub inflate: Option<&'a mut Inflater>,
 }
 
 impl WsRead<'_> {
@@ -113,9 +123,10 @@ impl WsRead<'_> {
     pub fn consume(&mut self, buf: &[u8], replies: &mut Replies<'_>) -> Result<usize, &'static str> {
         let mut pos = 0;
         if let Some(key) = self.key {
-            match handshake::parse_response(buf, key, self.subprotocols)? {
+            match handshake::parse_response_deflate(buf, key, self.subprotocols, self.inflate.is_some())? {
                 None => return Ok(0),
-                Some(used) => {
+                Some((_, false)) if self.inflate.is_some() => return Err("ws_deflate_declined"),
+                Some((used, _)) => {
                     self.key = None;
                     self.outcome.upgraded = true;
                     pos = used;
@@ -123,7 +134,7 @@ impl WsRead<'_> {
             }
         }
         let (out, mask, outcome, message) = (&mut *self.out, self.mask, &mut self.outcome, self.message);
-        let mut reader = Reader { role: Role::Client, max: MAX_MESSAGE, tmp: self.tmp, frag: self.frag };
+        let mut reader = Reader { role: Role::Client, max: MAX_MESSAGE, tmp: self.tmp, frag: self.frag, inflate: self.inflate.as_deref_mut() };
         let used = reader.consume(&buf[pos..], |ev| {
             match ev {
                 Event::Pong(p) => replies.beat_answered(stamp_of(p)),
@@ -160,6 +171,12 @@ impl WsRead<'_> {
             }
             Ok(())
         });
+        if let Some(i) = self.inflate.as_deref_mut() {
+            let t = std::mem::take(&mut i.tally);
+            replies.stats.ws_inflated += t.messages;
+            replies.stats.ws_inflated_wire_bytes += t.wire_bytes;
+            replies.stats.ws_inflated_message_bytes += t.message_bytes;
+        }
         match used {
             Ok(n) => Ok(pos + n),
             Err(reason) => {
@@ -189,6 +206,19 @@ pub struct WsSpeaker {
     unmasked: Vec<u8>,
     /// `--jwt-secret-file`: a token per connection, as an Authorization header.
     tokens: Option<super::token::Minter>,
+    /// `--ws-deflate`: the worker's codec and what it sent since the last
+    /// read (moved into the counters there).
+    deflate: Option<Box<ClientDeflate>>,
+}
+
+/// A client worker's permessage-deflate state, shared by its connections.
+#[derive(Default)]
+struct ClientDeflate {
+    deflater: Deflater,
+    inflater: Inflater,
+    /// Messages, their bytes and their compressed bytes, sent since the
+    /// last read.
+    sent: (u64, u64, u64),
 }
 
 impl WsSpeaker {
@@ -197,13 +227,33 @@ impl WsSpeaker {
         WsSpeaker {
             traffic: traffic.clone(),
             host_header: host_header.to_string(),
-            header_lines: traffic.header_lines(),
+            header_lines: match traffic.ws_deflate {
+                true => format!("{}Sec-WebSocket-Extensions: {}\r\n", traffic.header_lines(), crate::proto::ws::deflate::CLIENT_OFFER),
+                false => traffic.header_lines(),
+            },
             seed: rand::random(),
             rng: rand::rngs::SmallRng::from_entropy(),
             message: traffic.raw_message.as_ref().map(|m| WsMessage::new(m, traffic.ws_binary)),
             shard,
             unmasked: Vec::new(),
             tokens: traffic.jwt_secret.as_deref().map(super::token::Minter::new),
+            deflate: traffic.ws_deflate.then(Default::default),
+        }
+    }
+
+    /// One masked message: compressed with `--ws-deflate`.
+    fn send(&mut self, out: &mut Vec<u8>, opcode: Opcode, body: &[u8]) {
+        let mask = rand::Rng::gen(&mut self.rng);
+        match self.deflate.as_deref_mut() {
+            Some(d) => {
+                let mut z = Vec::with_capacity(body.len() / 2 + 16);
+                d.deflater.compress(body, &mut z);
+                d.sent.0 += 1;
+                d.sent.1 += body.len() as u64;
+                d.sent.2 += z.len() as u64;
+                frame::encode_compressed(out, opcode, &z, Some(mask));
+            }
+            None => frame::encode(out, true, opcode, body, Some(mask)),
         }
     }
 
@@ -215,7 +265,7 @@ impl WsSpeaker {
         let mut body = Vec::new();
         m.render(&mut body, due.conn, self.shard, seq, due.intended);
         let op = if m.binary { Opcode::Binary } else { Opcode::Text };
-        frame::encode(out, true, op, &body, Some(rand::Rng::gen(&mut self.rng)));
+        self.send(out, op, &body);
     }
 }
 
@@ -268,6 +318,7 @@ impl Speaker for WsSpeaker {
     fn request(&mut self, out: &mut Vec<u8>, due: &Due, _: &mut Inflight) -> bool {
         match self.message {
             Some(_) => self.message(out, due),
+            None if self.deflate.is_some() => self.send(out, Opcode::Binary, &stamped(due.intended, self.traffic.payload.max(8))),
             None => encode_request(out, due.intended, self.traffic.payload, rand::Rng::gen(&mut self.rng)),
         }
         true
@@ -286,6 +337,7 @@ impl Speaker for WsSpeaker {
             out: ear.answer,
             mask: rand::Rng::gen(&mut self.rng),
             outcome: Default::default(),
+            inflate: self.deflate.as_deref_mut().map(|d| &mut d.inflater),
         };
         let mut wire = ear.wire;
         let end = net::read_chunks(&mut wire, ear.partial, ear.scratch, ear.read_closed, |buf| rd.consume(buf, replies));
@@ -293,7 +345,14 @@ impl Speaker for WsSpeaker {
             (ReadEnd::Error(_), Some(code)) => ReadEnd::Error(format!("ws_close_{code}")),
             (end, _) => end,
         };
-        Heard { end, upgraded: rd.outcome.upgraded, goaway: rd.outcome.goaway }
+        let heard = Heard { end, upgraded: rd.outcome.upgraded, goaway: rd.outcome.goaway };
+        if let Some(d) = self.deflate.as_deref_mut() {
+            let (n, before, after) = std::mem::take(&mut d.sent);
+            replies.stats.ws_deflate_sent += n;
+            replies.stats.ws_deflate_sent_message_bytes += before;
+            replies.stats.ws_deflate_sent_wire_bytes += after;
+        }
+        heard
     }
 }
 

@@ -71,6 +71,8 @@ pub struct ServerConfig {
     pub max_message_bytes: usize,
     /// WebSocket: how pushes are framed.
     pub push_format: crate::server::session::ws::PushFormat,
+    /// WebSocket permessage-deflate: `--ws-deflate`, `--ws-deflate-min-bytes`.
+    pub ws_deflate: crate::server::session::ws_deflate::DeflateConfig,
     /// Admin HTTP API (metrics, stats, publish); None: off.
     pub admin: Option<std::net::SocketAddr>,
     /// Bearer token the admin API requires (mandatory off loopback).
@@ -159,6 +161,7 @@ impl Default for ServerConfig {
             history: Default::default(),
             max_message_bytes: crate::server::session::ws::DEFAULT_MAX_MESSAGE,
             push_format: crate::server::session::ws::PushFormat::Text,
+            ws_deflate: Default::default(),
             admin: None,
             admin_token: None,
             io: crate::uring::Io::Auto,

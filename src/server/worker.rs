@@ -156,6 +156,9 @@ struct Worker {
     out: Vec<u8>,
     /// WebSocket payloads are unmasked into this.
     unmasked: Vec<u8>,
+    /// permessage-deflate: one compressor and decompressor for every
+    /// connection of the worker (a ws server with `--ws-deflate on`).
+    ws_codec: Option<Box<crate::server::session::ws_deflate::WsCodec>>,
     /// `--max-connections`, shared with every worker.
     cap: Option<crate::server::limits::cap::SharedCap>,
     /// Told to close (SIGTERM at the supervisor): no accepting, no reading;
@@ -259,6 +262,7 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
         scratch: vec![0; SCRATCH],
         out: Vec::with_capacity(SCRATCH),
         unmasked: Vec::new(),
+        ws_codec: None,
         cap: match cfg_cap_fd {
             Some(fd) => Some(crate::server::limits::cap::SharedCap::open(fd).context("cannot map the --max-connections count")?),
             None => None,
@@ -278,6 +282,9 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
         ring: None,
         reply_cap: 0,
     };
+    if w.cfg.protocol == Protocol::Ws && w.cfg.ws.deflate.mode == crate::server::session::ws_deflate::DeflateMode::On {
+        w.ws_codec = Some(Default::default());
+    }
     w.reply_cap = serve::reply_cap(w.cfg.protocol, &w.cfg.ws, w.cfg.http.body.len(), w.tls.is_some());
     if w.cfg.io == crate::uring::Io::Uring {
         w.ring = Some(Default::default());

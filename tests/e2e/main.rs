@@ -37,3 +37,4 @@ mod tune;
 mod upstream;
 mod workers;
 mod ws;
+mod ws_deflate;

@@ -6,7 +6,8 @@
 // page opens wss://localhost:PORT and Chromium trusts that key; else
 // ws://127.0.0.1:PORT.
 // Prints "ready" once all N are open, then (after the test publishes) a
-// JSON line {"open":N,"received":R,"texts":[...distinct messages...]}.
+// JSON line {"open":N,"received":R,"texts":[...distinct messages...],
+// "extensions":[...distinct negotiated Sec-WebSocket-Extensions...]}.
 const { loopbackPage } = require('./chromium_page');
 const [port, n, spki] = [Number(process.argv[2]), Number(process.argv[3]), process.argv[4]];
 const base = spki ? `wss://localhost:${port}` : `ws://127.0.0.1:${port}`;
@@ -16,11 +17,14 @@ const base = spki ? `wss://localhost:${port}` : `ws://127.0.0.1:${port}`;
   const { browser, page } = await loopbackPage('megaconn WebSocket test page', extra);
   try {
     await page.evaluate(([base, n]) => {
-      window.result = { open: 0, received: 0, texts: [], errors: 0 };
+      window.result = { open: 0, received: 0, texts: [], errors: 0, extensions: [] };
       window.sockets = [];
       for (let i = 0; i < n; i++) {
         const ws = new WebSocket(`${base}/browser?subscribe=page`);
-        ws.onopen = () => window.result.open++;
+        ws.onopen = () => {
+          window.result.open++;
+          if (!window.result.extensions.includes(ws.extensions)) window.result.extensions.push(ws.extensions);
+        };
         ws.onerror = () => window.result.errors++;
         ws.onmessage = (ev) => {
           window.result.received++;

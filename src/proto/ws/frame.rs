@@ -6,9 +6,16 @@
 //! message split into fragments keeps its data so far in a [`Fragments`]
 //! box. Both are bounded by the message cap.
 //!
+//! With permessage-deflate negotiated (`deflate.rs`) a message whose
+//! first frame has RSV1 set is compressed: it is inflated whole, under
+//! the message cap, by the caller's per-worker [`Inflater`] once its last
+//! fragment is here (the fragments wait compressed, bounded by the cap).
+//!
 //! Errors are counter names; [`close_code`] maps each to the status code
-//! the close frame carries (1002 protocol error, 1007 bad UTF-8, 1009 too
-//! big).
+//! the close frame carries (1002 protocol error, 1007 bad UTF-8 or
+//! deflate data, 1009 too big, inflated or not).
+
+use super::deflate::Inflater;
 
 /// Largest payload of a control frame (ping, pong, close).
 pub const MAX_CONTROL: usize = 125;
@@ -59,23 +66,34 @@ pub struct Header {
     pub opcode: Opcode,
     pub mask: Option<[u8; 4]>,
     pub len: usize,
+    /// RSV1: the message this frame starts is compressed.
+    pub rsv1: bool,
     /// Bytes of the header itself (2 to 14).
     pub size: usize,
 }
 
 /// Decode the header at the start of `buf`. `Ok(None)`: not all of it is
 /// here yet. A payload longer than `max` is refused at once, before any
-/// of it is buffered.
-pub fn header(buf: &[u8], role: Role, max: usize) -> Result<Option<Header>, &'static str> {
+/// of it is buffered. `deflate`: permessage-deflate was negotiated, so
+/// RSV1 may start a data message (never on a control frame or a
+/// continuation, RFC 7692 §6.1).
+pub fn header(buf: &[u8], role: Role, max: usize, deflate: bool) -> Result<Option<Header>, &'static str> {
     if buf.len() < 2 {
         return Ok(None);
     }
     let (b0, b1) = (buf[0], buf[1]);
-    if b0 & 0x70 != 0 {
-        // No extension was negotiated, so no reserved bit may be set.
+    let rsv1 = b0 & 0x40 != 0;
+    if b0 & 0x30 != 0 || rsv1 && !deflate {
+        // No extension gives RSV2 or RSV3 a meaning here.
         return Err("ws_reserved_bits");
     }
     let opcode = Opcode::from_u8(b0 & 0x0F).ok_or("ws_unknown_opcode")?;
+    if rsv1 && opcode.is_control() {
+        return Err("ws_rsv1_control");
+    }
+    if rsv1 && opcode == Opcode::Continuation {
+        return Err("ws_rsv1_continuation");
+    }
     let fin = b0 & 0x80 != 0;
     let masked = b1 & 0x80 != 0;
     match (role, masked) {
@@ -115,14 +133,14 @@ pub fn header(buf: &[u8], role: Role, max: usize) -> Result<Option<Header>, &'st
     } else {
         None
     };
-    Ok(Some(Header { fin, opcode, mask, len: len as usize, size }))
+    Ok(Some(Header { fin, opcode, mask, len: len as usize, rsv1, size }))
 }
 
 /// The close status code for a reason from this module (or 1000).
 pub fn close_code(reason: &str) -> u16 {
     match reason {
-        "ws_message_too_big" => 1009,
-        "ws_bad_utf8" => 1007,
+        "ws_message_too_big" | "ws_inflate_too_big" => 1009,
+        "ws_bad_utf8" | "ws_inflate_corrupt" => 1007,
         // Policy violation: past a bound on what a client may ask for.
         "too_many_commands" => 1008,
         r if r.starts_with("ws_") => 1002,
@@ -155,6 +173,14 @@ pub fn encode(out: &mut Vec<u8>, fin: bool, opcode: Opcode, payload: &[u8], mask
         }
         None => out.extend_from_slice(payload),
     }
+}
+
+/// Append one unfragmented message whose payload is already compressed
+/// (permessage-deflate): RSV1 set.
+pub fn encode_compressed(out: &mut Vec<u8>, opcode: Opcode, payload: &[u8], mask: Option<[u8; 4]>) {
+    let at = out.len();
+    encode(out, true, opcode, payload, mask);
+    out[at] |= 0x40;
 }
 
 /// A close frame with a status code (and no reason text).
@@ -211,6 +237,8 @@ pub enum Event<'a> {
 #[derive(Debug, Default)]
 pub struct Fragments {
     text: bool,
+    /// RSV1 was on its first frame: `data` is deflate data.
+    compressed: bool,
     data: Vec<u8>,
 }
 
@@ -233,6 +261,9 @@ pub struct Reader<'a> {
     /// A per-worker vector the payloads are unmasked into.
     pub tmp: &'a mut Vec<u8>,
     pub frag: &'a mut Option<Box<Fragments>>,
+    /// permessage-deflate negotiated: the worker's inflater (RSV1 is
+    /// refused without one).
+    pub inflate: Option<&'a mut Inflater>,
 }
 
 impl Reader<'_> {
@@ -243,7 +274,7 @@ impl Reader<'_> {
     pub fn consume(&mut self, buf: &[u8], mut on: impl FnMut(Event<'_>) -> Result<(), &'static str>) -> Result<usize, &'static str> {
         let mut pos = 0;
         loop {
-            let Some(h) = header(&buf[pos..], self.role, self.max)? else { return Ok(pos) };
+            let Some(h) = header(&buf[pos..], self.role, self.max, self.inflate.is_some())? else { return Ok(pos) };
             if buf.len() - pos < h.size + h.len {
                 return Ok(pos);
             }
@@ -278,10 +309,13 @@ impl Reader<'_> {
                         return Err("ws_expected_continuation");
                     }
                     let text = h.opcode == Opcode::Text;
-                    if h.fin {
-                        deliver(text, self.tmp, &mut on)?;
+                    if !h.fin {
+                        *self.frag = Some(Box::new(Fragments { text, compressed: h.rsv1, data: std::mem::take(self.tmp) }));
+                    } else if h.rsv1 {
+                        let data = inflate(&mut self.inflate, self.tmp, self.max)?;
+                        deliver(text, data, &mut on)?;
                     } else {
-                        *self.frag = Some(Box::new(Fragments { text, data: std::mem::take(self.tmp) }));
+                        deliver(text, self.tmp, &mut on)?;
                     }
                 }
                 Opcode::Continuation => {
@@ -292,12 +326,24 @@ impl Reader<'_> {
                     f.data.extend_from_slice(self.tmp);
                     if h.fin {
                         let f = self.frag.take().expect("checked above");
-                        deliver(f.text, &f.data, &mut on)?;
+                        if f.compressed {
+                            let data = inflate(&mut self.inflate, &f.data, self.max)?;
+                            deliver(f.text, data, &mut on)?;
+                        } else {
+                            deliver(f.text, &f.data, &mut on)?;
+                        }
                     }
                 }
             }
         }
     }
+}
+
+/// A compressed message's payload inflated (RSV1 is refused by the
+/// header check without an inflater, so one is here).
+fn inflate<'i>(inflater: &'i mut Option<&mut Inflater>, data: &[u8], max: usize) -> Result<&'i [u8], &'static str> {
+    let i = inflater.as_deref_mut().ok_or("ws_reserved_bits")?;
+    i.inflate(data, max).map_err(|e| e.reason())
 }
 
 fn deliver(text: bool, data: &[u8], on: &mut impl FnMut(Event<'_>) -> Result<(), &'static str>) -> Result<(), &'static str> {
@@ -315,7 +361,7 @@ mod tests {
     fn events(buf: &[u8], role: Role, max: usize) -> (Result<usize, &'static str>, Vec<String>) {
         let (mut tmp, mut frag) = (Vec::new(), None);
         let mut got = Vec::new();
-        let r = Reader { role, max, tmp: &mut tmp, frag: &mut frag }.consume(buf, |e| {
+        let r = Reader { role, max, tmp: &mut tmp, frag: &mut frag, inflate: None }.consume(buf, |e| {
             got.push(format!("{e:?}"));
             Ok(())
         });
@@ -330,7 +376,7 @@ mod tests {
             encode(&mut buf, true, Opcode::Binary, &data, Some([1, 2, 3, 4]));
             let (mut tmp, mut frag) = (Vec::new(), None);
             let mut seen = None;
-            let used = Reader { role: Role::Server, max: 1 << 20, tmp: &mut tmp, frag: &mut frag }
+            let used = Reader { role: Role::Server, max: 1 << 20, tmp: &mut tmp, frag: &mut frag, inflate: None }
                 .consume(&buf, |e| {
                     if let Event::Message { data, .. } = e {
                         seen = Some(data.to_vec());
@@ -404,7 +450,7 @@ mod tests {
             let cut = cut.min(buf.len());
             let (mut tmp, mut frag) = (Vec::new(), None);
             let mut got = Vec::new();
-            let mut r = Reader { role: Role::Server, max: 1000, tmp: &mut tmp, frag: &mut frag };
+            let mut r = Reader { role: Role::Server, max: 1000, tmp: &mut tmp, frag: &mut frag, inflate: None };
             let used = r.consume(&buf[..cut], |e| { got.push(format!("{e:?}")); Ok(()) }).unwrap();
             let rest = buf[used..].to_vec();
             r.consume(&rest, |e| { got.push(format!("{e:?}")); Ok(()) }).unwrap();

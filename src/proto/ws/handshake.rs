@@ -1,8 +1,8 @@
 //! The WebSocket opening handshake (RFC 6455 §4) on `httparse`: the
 //! server's check of an Upgrade request and its 101 (or the status that
 //! says what was wrong), and the client's request and check of the 101.
-//! No extension is negotiated (per-message-deflate is refused by leaving
-//! it out of the answer); the one subprotocol is `megaconn`, offered by
+//! The one extension is permessage-deflate (`deflate.rs` chooses among
+//! the offers, which are handed over here as one string); the one subprotocol is `megaconn`, offered by
 //! browsers beside `bearer.TOKEN` to carry a token (a browser cannot set
 //! an Authorization header on a WebSocket).
 
@@ -37,6 +37,8 @@ pub struct Upgrade {
     /// The subprotocol to answer with (`megaconn`, or the `bearer.T` the
     /// client offered alone), if the client offered any of those.
     pub protocol: Option<String>,
+    /// Every `Sec-WebSocket-Extensions` line, joined with ", " (offers).
+    pub extensions: Option<String>,
 }
 
 /// The subprotocol a client offers to say it speaks megaconn's commands.
@@ -109,7 +111,7 @@ pub fn parse_request(buf: &[u8], max_head: usize) -> Result<Option<(Upgrade, usi
     if !get("upgrade").is_some_and(|v| has_token(v, "websocket")) {
         if wants_events(get("accept")) {
             let last = get("last-event-id").map(|v| String::from_utf8_lossy(v).trim().to_string()).unwrap_or_default();
-            return Ok(Some((Upgrade { target, accept: String::new(), events: Some(last), token, protocol: None }, used)));
+            return Ok(Some((Upgrade { target, accept: String::new(), events: Some(last), token, protocol: None, extensions: None }, used)));
         }
         return Err(refuse(
             426,
@@ -129,16 +131,22 @@ pub fn parse_request(buf: &[u8], max_head: usize) -> Result<Option<(Upgrade, usi
     if B64.decode(key).map(|k| k.len()) != Ok(16) {
         return Err(refuse(400, "ws_handshake_key", "Sec-WebSocket-Key must be 16 bytes in base64"));
     }
-    Ok(Some((Upgrade { target, accept: accept_key(key), events: None, token, protocol }, used)))
+    let mut offers = req.headers.iter().filter(|h| h.name.eq_ignore_ascii_case("sec-websocket-extensions")).map(|h| String::from_utf8_lossy(h.value));
+    let extensions = offers.next().map(|first| offers.fold(first.into_owned(), |all, v| all + ", " + &v));
+    Ok(Some((Upgrade { target, accept: accept_key(key), events: None, token, protocol, extensions }, used)))
 }
 
-/// The 101 answer (with the chosen subprotocol, if any).
-pub fn write_accept(out: &mut Vec<u8>, accept: &str, protocol: Option<&str>) {
+/// The 101 answer (with the chosen subprotocol and extension, if any).
+pub fn write_accept(out: &mut Vec<u8>, accept: &str, protocol: Option<&str>, extension: Option<&str>) {
     out.extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ");
     out.extend_from_slice(accept.as_bytes());
     if let Some(p) = protocol {
         out.extend_from_slice(b"\r\nSec-WebSocket-Protocol: ");
         out.extend_from_slice(p.as_bytes());
+    }
+    if let Some(e) = extension {
+        out.extend_from_slice(b"\r\nSec-WebSocket-Extensions: ");
+        out.extend_from_slice(e.as_bytes());
     }
     out.extend_from_slice(b"\r\n\r\n");
 }
@@ -202,6 +210,14 @@ pub fn client_key(seed: u64, index: u64) -> String {
 /// Check the server's answer at the start of `buf`: `Ok(None)` until
 /// complete; then the bytes used. Err: the counter name (by status).
 pub fn parse_response(buf: &[u8], key: &str, subprotocols: &[String]) -> Result<Option<usize>, &'static str> {
+    Ok(parse_response_deflate(buf, key, subprotocols, false)?.map(|(used, _)| used))
+}
+
+/// [`parse_response`] for a client that may have offered
+/// permessage-deflate ([`super::deflate::CLIENT_OFFER`]): also whether the
+/// server accepted it. An extension answered to a client that offered
+/// none, or an answer the offer did not allow, fails the handshake.
+pub fn parse_response_deflate(buf: &[u8], key: &str, subprotocols: &[String], offered: bool) -> Result<Option<(usize, bool)>, &'static str> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut resp = httparse::Response::new(&mut headers);
     let used = match resp.parse(buf) {
@@ -217,11 +233,14 @@ pub fn parse_response(buf: &[u8], key: &str, subprotocols: &[String]) -> Result<
     if accept != Some(accept_key(key.as_bytes()).as_bytes()) {
         return Err("ws_handshake_bad_accept");
     }
-    if resp.headers.iter().any(|h| h.name.eq_ignore_ascii_case("sec-websocket-extensions")) {
-        // We offered none; an extension we cannot decode would garble
-        // every frame.
+    let mut answers = resp.headers.iter().filter(|h| h.name.eq_ignore_ascii_case("sec-websocket-extensions"));
+    let answer = answers.next().map(|h| std::str::from_utf8(h.value).map_err(|_| "ws_deflate_bad_answer")).transpose()?;
+    if answer.is_some() && (!offered || answers.next().is_some()) {
+        // We offered none (or one); an extension we cannot decode would
+        // garble every frame.
         return Err("ws_handshake_unrequested_extension");
     }
+    let deflate = super::deflate::check_answer(answer)?;
     let chosen = resp.headers.iter().find(|h| h.name.eq_ignore_ascii_case("sec-websocket-protocol")).map(|h| h.value.trim_ascii());
     match chosen {
         None if subprotocols.is_empty() => {}
@@ -229,7 +248,7 @@ pub fn parse_response(buf: &[u8], key: &str, subprotocols: &[String]) -> Result<
         Some(p) if subprotocols.iter().any(|s| s.as_bytes() == p) => {}
         Some(_) => return Err("ws_handshake_unrequested_subprotocol"),
     }
-    Ok(Some(used))
+    Ok(Some((used, deflate)))
 }
 
 /// Counter name of a refused handshake, by HTTP status.
@@ -279,7 +298,7 @@ mod tests {
         assert_eq!(subscriptions(&up.target).collect::<Vec<_>>(), vec!["a", "b"]);
         assert_eq!(parse_request(&req[..req.len() - 1], 8192), Ok(None));
         let mut resp = Vec::new();
-        write_accept(&mut resp, &up.accept, None);
+        write_accept(&mut resp, &up.accept, None, None);
         resp.extend_from_slice(&[0x81, 0]);
         assert_eq!(parse_response(&resp, &key, &[]), Ok(Some(resp.len() - 2)));
         assert_eq!(parse_response(&resp, &client_key(7, 43), &[]), Err("ws_handshake_bad_accept"));

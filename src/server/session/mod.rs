@@ -9,3 +9,4 @@ pub mod mqtt;
 pub mod requests;
 pub mod sse;
 pub mod ws;
+pub mod ws_deflate;

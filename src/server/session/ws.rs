@@ -3,6 +3,12 @@
 //! with pongs, the close handshake, and every protocol violation answered
 //! with a close frame carrying its status code before the socket closes.
 //!
+//! permessage-deflate (`--ws-deflate`, `ws_deflate.rs`): offered by the
+//! client, answered without context takeover either way; the
+//! connection's flag rides in its record, its echoes of long enough
+//! messages go compressed, its compressed messages are inflated by the
+//! worker's inflater under the message cap.
+//!
 //! Topics are subscribed in the Upgrade request: `GET /path?subscribe=a,b`.
 //! Pushes go out as text (a JSON envelope) or binary (`--push-format`).
 
@@ -11,6 +17,7 @@ use crate::proto::ws::frame::{self, close_code, Event, Opcode, Reader, Role};
 use crate::proto::ws::handshake;
 use crate::server::auth::jwt;
 use crate::server::session::requests::{Answer, Requests};
+use crate::server::session::ws_deflate::{self, DeflateConfig, DeflateMode, WsCodec};
 use crate::server::worker::conn::{sse_mut, ws_mut, ConnExt, Ext, WsConn};
 use crate::server::worker::recovery::{self, Recoveries};
 use crate::server::worker::topics::{Subs, Topics};
@@ -40,6 +47,9 @@ pub struct WsConfig {
     pub max_message: usize,
     pub max_head: usize,
     pub push_format: PushFormat,
+    /// `--ws-deflate`, `--ws-deflate-min-bytes`.
+    #[serde(default)]
+    pub deflate: DeflateConfig,
 }
 
 impl WsConfig {
@@ -64,6 +74,11 @@ pub struct Ctx<'a> {
     pub tmp: &'a mut Vec<u8>,
     /// `--upstream`: what clients send goes to the application, not back.
     pub upstream: Option<&'a mut crate::server::worker::outbox::Outbox>,
+    /// The worker's compressor and decompressor (None: `--ws-deflate off`).
+    pub codec: Option<&'a mut WsCodec>,
+    /// Whether this connection negotiated permessage-deflate: read from
+    /// its record before, set by its handshake, written back after.
+    pub deflate: bool,
 }
 
 /// State of a connection just accepted: waiting for its Upgrade request.
@@ -104,17 +119,30 @@ pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, &'
                     *ext = crate::server::session::sse::open(ctx.req.out, ctx.req.stats, ctx.now_s);
                     return Ok(buf.len());
                 }
-                handshake::write_accept(ctx.req.out, &up.accept, up.protocol.as_deref());
+                let on = ctx.codec.is_some() && ctx.cfg.deflate.mode == DeflateMode::On;
+                let extension = up.extensions.as_deref().filter(|_| on).and_then(crate::proto::ws::deflate::accept);
+                handshake::write_accept(ctx.req.out, &up.accept, up.protocol.as_deref(), extension);
                 ctx.req.stats.ws_upgrades += 1;
+                if extension.is_some() {
+                    ctx.deflate = true;
+                    ctx.req.stats.ws_deflate_negotiated += 1;
+                }
                 *ext = None;
                 pos = used;
             }
         }
     }
     let mut frag = ws_mut(ext).and_then(|w| w.frag.take());
-    let Ctx { req, cfg, tmp, topics, subs, recoveries, upstream, .. } = ctx;
-    let mut subscriber = Subscriber { topics, subs, recoveries, upstream: upstream.as_deref_mut() };
-    let r = Reader { role: Role::Server, max: cfg.max_message, tmp, frag: &mut frag }.consume(&buf[pos..], |ev| on_event(req, &mut subscriber, ev));
+    let Ctx { req, cfg, tmp, topics, subs, recoveries, upstream, codec, deflate, .. } = ctx;
+    let (inflate, compress) = match codec.as_deref_mut().filter(|_| *deflate) {
+        Some(WsCodec { deflater, inflater, .. }) => (Some(inflater), Some((deflater, cfg.deflate.min_bytes))),
+        None => (None, None),
+    };
+    let mut subscriber = Subscriber { topics, subs, recoveries, upstream: upstream.as_deref_mut(), compress };
+    let r = Reader { role: Role::Server, max: cfg.max_message, tmp, frag: &mut frag, inflate }.consume(&buf[pos..], |ev| on_event(req, &mut subscriber, ev));
+    if let Some(c) = codec.as_deref_mut() {
+        c.count_inflated(req.stats);
+    }
     *ext = frag.map(|f| Box::new(ConnExt::Ws(WsConn { handshake_since_ds: 0, frag: Some(f) })));
     match r {
         Ok(used) => Ok(pos + used),
@@ -134,6 +162,9 @@ struct Subscriber<'a> {
     subs: &'a mut Subs,
     recoveries: &'a mut Recoveries,
     upstream: Option<&'a mut crate::server::worker::outbox::Outbox>,
+    /// The connection negotiated permessage-deflate: the worker's
+    /// compressor, and the size from which an echo is compressed.
+    compress: Option<(&'a mut crate::proto::ws::deflate::Deflater, usize)>,
 }
 
 /// A command a WebSocket client sends as a text message.
@@ -288,8 +319,17 @@ fn on_event(req: &mut Requests<'_>, s: &mut Subscriber<'_>, ev: Event<'_>) -> Re
         Event::Message { text: true, data } if is_command(data) => command(req, s, data)?,
         Event::Message { text, data } if s.upstream.is_some() => up_message(req, s, None, text, data)?,
         Event::Message { text, data } => {
+            let opcode = if text { Opcode::Text } else { Opcode::Binary };
             let mut reply = Vec::with_capacity(data.len() + 10);
-            frame::encode(&mut reply, true, if text { Opcode::Text } else { Opcode::Binary }, data, None);
+            match s.compress.as_mut().filter(|(_, min)| data.len() >= *min) {
+                Some((d, _)) => {
+                    let mut z = Vec::with_capacity(data.len() / 2 + 16);
+                    ws_deflate::compress(d, req.stats, data, &mut z);
+                    frame::encode_compressed(&mut reply, opcode, &z, None);
+                    req.stats.ws_compressed_out += 1;
+                }
+                None => frame::encode(&mut reply, true, opcode, data, None),
+            }
             if let Answer::Rejected(_) = req.submit(reply) {
                 return Err(OVERLOAD);
             }
@@ -313,14 +353,21 @@ fn on_event(req: &mut Requests<'_>, s: &mut Subscriber<'_>, ev: Event<'_>) -> Re
 
 /// One push as the message every WebSocket target receives.
 pub fn encode_push(out: &mut Vec<u8>, format: PushFormat, p: &Push<'_>) {
+    let (opcode, body) = push_message(format, p);
+    frame::encode(out, true, opcode, &body, None);
+}
+
+/// One push's message before framing (and compression): its opcode and
+/// payload.
+pub fn push_message(format: PushFormat, p: &Push<'_>) -> (Opcode, Vec<u8>) {
     match format {
         PushFormat::Binary => {
             let mut body = Vec::with_capacity(64 + p.data.len());
             body.push(crate::proto::frame::Kind::Push as u8);
             push::encode_fields(&mut body, p, p.data, false);
-            frame::encode(out, true, Opcode::Binary, &body, None);
+            (Opcode::Binary, body)
         }
-        PushFormat::Text => frame::encode(out, true, Opcode::Text, push_json(p).to_string().as_bytes(), None),
+        PushFormat::Text => (Opcode::Text, push_json(p).to_string().into_bytes()),
     }
 }
 
@@ -361,12 +408,12 @@ mod tests {
     #[test]
     fn the_largest_echo_is_a_full_message_and_its_frame_header() {
         for max_message in [0, 125, 126, u16::MAX as usize, 1 << 16, 1 << 20] {
-            let cfg = WsConfig { max_message, max_head: 8192, push_format: PushFormat::Text };
+            let cfg = WsConfig { max_message, max_head: 8192, push_format: PushFormat::Text, deflate: DeflateConfig::default() };
             let mut reply = Vec::new();
             frame::encode(&mut reply, true, Opcode::Binary, &vec![7; max_message], None);
             assert!(reply.len() <= cfg.largest_echo(), "{max_message}: {} bytes", reply.len());
         }
-        let cfg = WsConfig { max_message: 16 << 20, max_head: 8192, push_format: PushFormat::Binary };
+        let cfg = WsConfig { max_message: 16 << 20, max_head: 8192, push_format: PushFormat::Binary, deflate: DeflateConfig::default() };
         let mut reply = Vec::new();
         frame::encode(&mut reply, true, Opcode::Text, &vec![b'a'; cfg.max_message], None);
         assert_eq!(reply.len(), cfg.largest_echo());

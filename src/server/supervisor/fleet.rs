@@ -640,7 +640,12 @@ fn worker_template(cfg: &ServerConfig, initial: usize, max_workers: usize, budge
         listen_fds: Vec::new(),
         track_topics: cfg.cluster.is_some(),
         limits: Default::default(),
-        ws: crate::server::session::ws::WsConfig { max_message: cfg.max_message_bytes, max_head: cfg.max_header_bytes, push_format: cfg.push_format },
+        ws: crate::server::session::ws::WsConfig {
+            max_message: cfg.max_message_bytes,
+            max_head: cfg.max_header_bytes,
+            push_format: cfg.push_format,
+            deflate: cfg.ws_deflate,
+        },
         mqtt: crate::server::session::mqtt::MqttConfig { max_push: cfg.max_push_bytes },
         tls: cfg.tls.clone(),
         drain_period_ms: cfg.drain_period.as_millis() as u64,

@@ -28,8 +28,9 @@ pub struct Conn {
     pub subs: crate::server::worker::topics::Subs,
     /// Worker-relative second it was accepted (its age in /connections),
     /// in the top bit whether an io_uring send of it is in flight and in
-    /// the next whether the worker's epoll watches it (which keeps an idle
-    /// connection at 48 bytes).
+    /// the next whether the worker's epoll watches it, in the third whether
+    /// it negotiated permessage-deflate (which keeps an idle connection at
+    /// 48 bytes: its compression state is the worker's, shared).
     since_s: u32,
 }
 
@@ -37,15 +38,30 @@ pub struct Conn {
 const SENDING: u32 = 1 << 31;
 /// The bit of `since_s` that says the socket is in the worker's epoll.
 const WATCHED: u32 = 1 << 30;
+/// The bit of `since_s` that says the WebSocket connection negotiated
+/// permessage-deflate (ages up to 2^29 s, 17 years, stay exact).
+const DEFLATE: u32 = 1 << 29;
+/// Every flag bit of `since_s`.
+const FLAGS: u32 = SENDING | WATCHED | DEFLATE;
 
 impl Conn {
     pub fn new(stream: mio::net::TcpStream, now_s: u32, gen: u32) -> Conn {
-        Conn { stream, last_seen_s: now_s, partial: None, backlog: None, gen, ext: None, subs: None, since_s: now_s & !(SENDING | WATCHED) }
+        Conn { stream, last_seen_s: now_s, partial: None, backlog: None, gen, ext: None, subs: None, since_s: now_s & !FLAGS }
     }
 
     /// Worker-relative second it was accepted.
     pub fn since_s(&self) -> u32 {
-        self.since_s & !(SENDING | WATCHED)
+        self.since_s & !FLAGS
+    }
+
+    /// Whether this WebSocket connection negotiated permessage-deflate:
+    /// it may be sent compressed messages and may send them.
+    pub fn ws_deflate(&self) -> bool {
+        self.since_s & DEFLATE != 0
+    }
+
+    pub fn set_ws_deflate(&mut self, on: bool) {
+        self.since_s = if on { self.since_s | DEFLATE } else { self.since_s & !DEFLATE };
     }
 
     /// Whether an io_uring send of this connection is in flight: what it
@@ -194,6 +210,11 @@ mod tests {
         assert!(c.watched() && c.sending());
         c.set_sending(false);
         assert!(c.watched() && !c.sending());
+        assert!(!c.ws_deflate());
+        c.set_ws_deflate(true);
+        assert!(c.ws_deflate() && c.watched() && !c.sending());
         assert_eq!(c.since_s(), 12_345);
+        c.set_ws_deflate(false);
+        assert!(!c.ws_deflate() && c.watched());
     }
 }

@@ -1,4 +1,10 @@
 //! Pushes and connection listings, as the supervisor commands them.
+//!
+//! A push is encoded once per worker per format; on a WebSocket port it
+//! is also compressed once (permessage-deflate, no context takeover), the
+//! first time a subscriber that negotiated it is reached, and those bytes
+//! are shared by every such subscriber. History replays compress each
+//! replayed message once per answer, whoever waited for it.
 
 use super::Worker;
 use crate::proto::push::{self, Position, Push, Stream, BROADCAST_TOPIC};
@@ -68,9 +74,22 @@ impl Worker {
         }
         let mut frame = Vec::with_capacity(64 + data.len());
         let p = Push { stream: cmd.stream, topic: cmd.topic.as_bytes(), seq: cmd.seq, publish_us: cmd.publish_us, epoch: cmd.epoch, data: &data };
-        self.encode_push(&mut frame, &p);
+        // A WebSocket push's message, kept to be compressed once if a
+        // subscriber negotiated deflate and it is long enough.
+        let mut message = None;
+        match self.cfg.protocol {
+            Protocol::Ws => {
+                let (opcode, body) = ws::push_message(self.cfg.ws.push_format, &p);
+                crate::proto::ws::frame::encode(&mut frame, true, opcode, &body, None);
+                if self.ws_codec.is_some() && body.len() >= self.cfg.ws.deflate.min_bytes {
+                    message = Some((opcode, body));
+                }
+            }
+            _ => push::encode(&mut frame, &p),
+        }
         // One buffer for every connection: on the ring each send points at it.
         let frame: std::rc::Rc<[u8]> = frame.into();
+        let mut compressed: Option<std::rc::Rc<[u8]>> = None;
         // Subscribers recovering this stream get it in the history answer.
         let history_name = if cmd.stream == Stream::Broadcast { BROADCAST_TOPIC } else { cmd.topic.as_str() };
         let waiting = cmd.stream != Stream::Unicast && !self.recoveries.is_empty();
@@ -92,7 +111,16 @@ impl Worker {
                     crate::server::session::sse::write_push(&mut event, sse, &self.topics, &p, now_s);
                     super::tls::send(self.tls.as_mut(), self.ring.as_mut(), *key, conn, &event, self.cfg.max_pending_bytes, "slow_consumer")
                 }
-                None => super::tls::send_frame(self.tls.as_mut(), self.ring.as_mut(), *key, conn, &frame, self.cfg.max_pending_bytes, "slow_consumer"),
+                None => {
+                    let shared = match (&message, self.ws_codec.as_deref_mut()) {
+                        (Some((opcode, body)), Some(codec)) if conn.ws_deflate() => {
+                            self.stats.ws_compressed_out += 1;
+                            compressed.get_or_insert_with(|| codec.frame(&mut self.stats, *opcode, body).into())
+                        }
+                        _ => &frame,
+                    };
+                    super::tls::send_frame(self.tls.as_mut(), self.ring.as_mut(), *key, conn, shared, self.cfg.max_pending_bytes, "slow_consumer")
+                }
             };
             match sent {
                 Ok(()) => {
@@ -212,14 +240,6 @@ impl Worker {
         }
     }
 
-    /// One push as this worker's protocol frames it.
-    fn encode_push(&self, out: &mut Vec<u8>, p: &Push<'_>) {
-        match self.cfg.protocol {
-            Protocol::Ws => ws::encode_push(out, self.cfg.ws.push_format, p),
-            _ => push::encode(out, p),
-        }
-    }
-
     /// A comment on every event stream quiet for 15 s (proxies close
     /// idle ones). Called once a second; costs nothing without streams.
     pub(super) fn sse_heartbeats(&mut self) {
@@ -253,15 +273,19 @@ impl Worker {
         let mut slow = Vec::new();
         let mut out = Vec::new();
         let now_s = self.now_s();
+        // Replayed messages compressed for deflate subscribers, by index
+        // in the slice: each once, whoever else waited for it.
+        let mut compressed: Vec<Option<Vec<u8>>> = Vec::new();
         for (key, gen, fate) in self.recoveries.answered(slice) {
             if self.conns.get(key).is_none_or(|c| c.gen != gen) {
                 continue;
             }
             out.clear();
-            let replay: &[Message] = match &fate {
-                Fate::Recovered { after } => &slice.messages[slice.messages.partition_point(|m| m.offset <= *after)..],
-                _ => &[],
+            let first = match &fate {
+                Fate::Recovered { after } => slice.messages.partition_point(|m| m.offset <= *after),
+                _ => slice.messages.len(),
             };
+            let replay: &[Message] = &slice.messages[first..];
             let recovered = fate != Fate::Lost;
             if fate != Fate::Position {
                 *self.stats.recoveries.entry(if recovered { "recovered" } else { "lost" }.into()).or_insert(0) += 1;
@@ -271,6 +295,7 @@ impl Worker {
             let pushes =
                 replay.iter().map(|m| Push { stream, topic: topic.as_bytes(), seq: m.offset, publish_us: m.publish_us, epoch: slice.epoch, data: &m.data });
             let conn = self.conns.get_mut(key).expect("checked above");
+            let deflate = conn.ws_deflate();
             match (sse_mut(&mut conn.ext), self.cfg.protocol) {
                 (Some(sse), _) => {
                     for p in pushes {
@@ -279,9 +304,8 @@ impl Worker {
                     crate::server::session::sse::write_subscribed(&mut out, sse, &self.topics, &slice.topic, recovered, head, now_s);
                 }
                 (None, Protocol::Ws) => {
-                    for p in pushes {
-                        ws::encode_push(&mut out, self.cfg.ws.push_format, &p);
-                    }
+                    let codec = self.ws_codec.as_deref_mut().filter(|_| deflate);
+                    replay_ws(&mut out, &self.cfg.ws, codec, &mut self.stats, &mut compressed, first, pushes);
                     ws::encode_subscribed(&mut out, &slice.topic, recovered, head);
                 }
                 (None, _) => {
@@ -359,5 +383,35 @@ impl Worker {
             list.push(info);
         }
         control::emit(&ServerMsg::Connections { worker, request_id: cmd.request_id, list, truncated });
+    }
+}
+
+/// Replayed pushes to one WebSocket subscriber: compressed when it
+/// negotiated deflate (`codec`) and the message is long enough, each
+/// message compressed once into `cache` (by its index in the slice, the
+/// first replayed being `first`) and shared with the next subscriber.
+fn replay_ws<'p>(
+    out: &mut Vec<u8>,
+    cfg: &ws::WsConfig,
+    mut codec: Option<&mut crate::server::session::ws_deflate::WsCodec>,
+    stats: &mut crate::server::snapshot::ServerSnapshot,
+    cache: &mut Vec<Option<Vec<u8>>>,
+    first: usize,
+    pushes: impl Iterator<Item = Push<'p>>,
+) {
+    for (i, p) in pushes.enumerate() {
+        let (opcode, body) = ws::push_message(cfg.push_format, &p);
+        match codec.as_deref_mut().filter(|_| body.len() >= cfg.deflate.min_bytes) {
+            Some(codec) => {
+                let at = first + i;
+                if cache.len() <= at {
+                    cache.resize(at + 1, None);
+                }
+                let f = cache[at].get_or_insert_with(|| codec.frame(stats, opcode, &body));
+                out.extend_from_slice(f);
+                stats.ws_compressed_out += 1;
+            }
+            None => crate::proto::ws::frame::encode(out, true, opcode, &body, None),
+        }
     }
 }

@@ -54,6 +54,9 @@ impl Worker {
             conn.last_seen_s = now_s;
             self.out.clear();
             let gen = conn.gen;
+            // permessage-deflate: the connection's flag, as its read may change it.
+            let deflate = conn.ws_deflate();
+            let mut negotiated = deflate;
             let mut req =
                 Requests { out: &mut self.out, stats: &mut self.stats, stage: &mut self.stage, rng: &mut self.rng, service: &self.cfg.service_time, key, gen };
             let mut rx = net::Received(received.unwrap_or_default());
@@ -133,9 +136,13 @@ impl Worker {
                         now_s,
                         tmp: &mut self.unmasked,
                         upstream: self.upstream.as_mut(),
+                        codec: self.ws_codec.as_deref_mut(),
+                        deflate,
                     };
                     let ext = &mut conn.ext;
-                    net::read_chunks(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| ws::consume(&mut ctx, ext, buf))
+                    let r = net::read_chunks(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| ws::consume(&mut ctx, ext, buf));
+                    negotiated = ctx.deflate;
+                    r
                 }
                 Protocol::Mqtt => {
                     let mut ctx = mqtt::Ctx {
@@ -174,6 +181,9 @@ impl Worker {
                     Ok(())
                 }),
             };
+            if negotiated != deflate {
+                conn.set_ws_deflate(negotiated);
+            }
             match self.tls.as_mut().and_then(|t| t.get(key)).and_then(|t| t.take_finished()) {
                 Some(Ok(resumed)) => {
                     self.stats.tls_handshakes += 1;
@@ -277,7 +287,7 @@ mod tests {
     use super::*;
 
     fn ws(max_message: usize) -> ws::WsConfig {
-        ws::WsConfig { max_message, max_head: 8192, push_format: ws::PushFormat::Text }
+        ws::WsConfig { max_message, max_head: 8192, push_format: ws::PushFormat::Text, deflate: Default::default() }
     }
 
     /// Finding 15 of issue 42: a ws server accepting 16 MiB messages

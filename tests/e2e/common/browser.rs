@@ -1,6 +1,8 @@
 //! Headless Chromium (Debian's, driven by tests/peers/chromium_ws.js) as
 //! the WebSocket peer: a page opens N sockets subscribed to "page", the
-//! test publishes once, and every socket must receive it.
+//! test publishes once, and every socket must receive it. Chromium offers
+//! permessage-deflate: every socket must have negotiated it and got the
+//! push compressed.
 
 use super::{http, peer, server_ready, Peer};
 use std::process::Command;
@@ -32,6 +34,10 @@ pub fn chromium_receives_a_publish(server_args: &[&str], n: usize, spki: Option<
     assert_eq!(result["errors"], 0, "{result}");
     assert_eq!(result["received"], n, "{result}");
     assert_eq!(result["texts"], serde_json::json!(["to every tab — ✓"]), "{result}");
+    assert_eq!(result["extensions"], serde_json::json!(["permessage-deflate; server_no_context_takeover; client_no_context_takeover"]), "{result}");
+    let v = s.wait_for(Duration::from_secs(30), "the pushes counted", |v| v["event"] == "stats" && v["push_delivered"] == n);
+    assert_eq!(v["ws_deflate_negotiated"], n, "{v}");
+    assert_eq!(v["ws_compressed_out"], n, "every socket got the push compressed: {v}");
     assert!(s.terminate().success());
 }
 

@@ -1,0 +1,357 @@
+//! WebSocket per-message compression (RFC 7692, `permessage-deflate`),
+//! both ends, without I/O: the `Sec-WebSocket-Extensions` offers parsed
+//! and answered, a message compressed, a compressed message inflated
+//! under a hard bound.
+//!
+//! Only the no-context-takeover form is spoken, in both directions: every
+//! message is compressed from an empty window, so its compressed bytes do
+//! not depend on the connection. A server then compresses a broadcast
+//! once per worker and writes the same bytes to every subscriber, and one
+//! [`Deflater`] and one [`Inflater`] per worker (reset per message) serve
+//! every connection: an idle connection keeps no compression state, only
+//! the fact that it negotiated the extension. The cost is ratio: a
+//! message cannot refer back to the previous one.
+//!
+//! Raw deflate is flate2's (zlib-rs backend), never written here.
+
+use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
+
+/// The extension's token in `Sec-WebSocket-Extensions`.
+pub const EXTENSION: &str = "permessage-deflate";
+/// What a sync flush ends with; the sender strips it, the receiver puts
+/// it back (RFC 7692 §7.2.1, §7.2.2).
+const TAIL: [u8; 4] = [0x00, 0x00, 0xFF, 0xFF];
+/// The only LZ77 window a shared compressor has (2^15 = 32 KiB). An offer
+/// asking the server for a smaller one is declined (§7.1.2.1 allows it):
+/// one compressor serves every connection of a worker.
+pub const WINDOW_BITS: u8 = 15;
+/// zlib's default level: a push is compressed once per worker, so its
+/// cost is paid once whatever the audience.
+const LEVEL: u32 = 6;
+/// Bytes inflated per step: the most an inflate may produce beyond the
+/// caller's limit before it stops.
+pub const INFLATE_CHUNK: usize = 16 * 1024;
+/// Longest `Sec-WebSocket-Extensions` value looked at (several header
+/// lines together); past it no offer is accepted.
+pub const MAX_OFFERS_LEN: usize = 4096;
+
+/// One `permessage-deflate` offer's parameters (RFC 7692 §7.1), valid:
+/// each at most once, window bits 8..=15 written without leading zeros.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Offer {
+    pub server_no_context_takeover: bool,
+    pub client_no_context_takeover: bool,
+    /// `server_max_window_bits=N`: the client asks the server's window to
+    /// be at most 2^N.
+    pub server_max_window_bits: Option<u8>,
+    /// `client_max_window_bits` (Some(None): without a value): the client
+    /// can limit its own window if asked.
+    pub client_max_window_bits: Option<Option<u8>>,
+}
+
+/// Why an offer was refused (the next one is tried).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OfferError {
+    UnknownParameter,
+    DuplicateParameter,
+    BadValue,
+}
+
+/// A parameter's value: 8..=15 as a token or a quoted string, no
+/// leading zero (RFC 7692 §7.1.2.1: `1*DIGIT` in 8..15).
+fn window_bits(v: &str) -> Result<u8, OfferError> {
+    let v = v.strip_prefix('"').and_then(|v| v.strip_suffix('"')).unwrap_or(v);
+    if v.is_empty() || v.len() > 2 || v.starts_with('0') || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(OfferError::BadValue);
+    }
+    let n: u8 = v.parse().map_err(|_| OfferError::BadValue)?;
+    (8..=15).contains(&n).then_some(n).ok_or(OfferError::BadValue)
+}
+
+/// Parse one offer's parameters (`name` or `name=value`, already split).
+pub fn parse_offer<'a>(params: impl IntoIterator<Item = (&'a str, Option<&'a str>)>) -> Result<Offer, OfferError> {
+    let mut o = Offer::default();
+    let mut seen = [false; 4];
+    for (name, value) in params {
+        let i = match name.to_ascii_lowercase().as_str() {
+            "server_no_context_takeover" => 0,
+            "client_no_context_takeover" => 1,
+            "server_max_window_bits" => 2,
+            "client_max_window_bits" => 3,
+            _ => return Err(OfferError::UnknownParameter),
+        };
+        if std::mem::replace(&mut seen[i], true) {
+            return Err(OfferError::DuplicateParameter);
+        }
+        match (i, value) {
+            (0, None) => o.server_no_context_takeover = true,
+            (1, None) => o.client_no_context_takeover = true,
+            (2, Some(v)) => o.server_max_window_bits = Some(window_bits(v)?),
+            (3, None) => o.client_max_window_bits = Some(None),
+            (3, Some(v)) => o.client_max_window_bits = Some(Some(window_bits(v)?)),
+            _ => return Err(OfferError::BadValue),
+        }
+    }
+    Ok(o)
+}
+
+/// One extension of a `Sec-WebSocket-Extensions` value: its name and its
+/// parameters (`name` or `name=value`, a value still quoted if it was).
+pub type Extension<'a> = (&'a str, Vec<(&'a str, Option<&'a str>)>);
+
+/// The extensions in a `Sec-WebSocket-Extensions` value, in order: each
+/// a name and its parameters. A quoted value may hold `,` and `;`. None:
+/// the value is not even a list (an unterminated quote).
+pub fn extensions(value: &str) -> Option<Vec<Extension<'_>>> {
+    let mut items = Vec::new();
+    for ext in split_outside_quotes(value, ',')? {
+        let mut parts = split_outside_quotes(ext, ';')?.into_iter().map(str::trim);
+        let name = parts.next().unwrap_or("");
+        if name.is_empty() {
+            continue;
+        }
+        let params = parts
+            .map(|p| match p.split_once('=') {
+                Some((k, v)) => (k.trim(), Some(v.trim())),
+                None => (p, None),
+            })
+            .collect();
+        items.push((name, params));
+    }
+    Some(items)
+}
+
+fn split_outside_quotes(s: &str, sep: char) -> Option<Vec<&str>> {
+    let (mut out, mut start, mut quoted, mut escaped) = (Vec::new(), 0, false, false);
+    for (i, c) in s.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            c if c == sep && !quoted => {
+                out.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    if quoted {
+        return None;
+    }
+    out.push(&s[start..]);
+    Some(out)
+}
+
+/// The server's choice among a client's offers: the answer's value for
+/// `Sec-WebSocket-Extensions`, or None (no acceptable offer: the
+/// connection goes on uncompressed). The first valid `permessage-deflate`
+/// offer the server can honour wins; an offer asking for a server window
+/// under 2^15 cannot be (see [`WINDOW_BITS`]). The answer always carries
+/// `server_no_context_takeover` (our messages stand alone) and
+/// `client_no_context_takeover` (a server may require it, §7.1.1.2: the
+/// client's must too, or one inflater per worker could not read them).
+pub fn accept(offers: &str) -> Option<&'static str> {
+    if offers.len() > MAX_OFFERS_LEN {
+        return None;
+    }
+    let chosen = extensions(offers)?
+        .into_iter()
+        .filter(|(name, _)| name.eq_ignore_ascii_case(EXTENSION))
+        .filter_map(|(_, params)| parse_offer(params).ok())
+        .find(|o| o.server_max_window_bits.is_none_or(|b| b >= WINDOW_BITS));
+    chosen.map(|_| ANSWER)
+}
+
+/// What a server accepting an offer answers (see [`accept`]).
+pub const ANSWER: &str = "permessage-deflate; server_no_context_takeover; client_no_context_takeover";
+/// What a client offers: both directions without context takeover, so
+/// one inflater per worker reads every connection's messages.
+pub const CLIENT_OFFER: &str = "permessage-deflate; server_no_context_takeover; client_no_context_takeover";
+
+/// A client's check of the server's answer to [`CLIENT_OFFER`]: Ok(true)
+/// accepted, Ok(false) the server left the extension out, Err: an answer
+/// the offer did not allow (RFC 7692 §7.1: the client must fail the
+/// connection) or one without `server_no_context_takeover`.
+pub fn check_answer(value: Option<&str>) -> Result<bool, &'static str> {
+    let Some(value) = value else { return Ok(false) };
+    let exts = extensions(value).ok_or("ws_deflate_bad_answer")?;
+    let mut found = None;
+    for (name, params) in exts {
+        if !name.eq_ignore_ascii_case(EXTENSION) || found.is_some() {
+            return Err("ws_deflate_bad_answer");
+        }
+        found = Some(parse_offer(params).map_err(|_| "ws_deflate_bad_answer")?);
+    }
+    match found {
+        None => Ok(false),
+        Some(o) if !o.server_no_context_takeover => Err("ws_deflate_bad_answer"),
+        // Our offer carried no client_max_window_bits: the server may not
+        // name one (§7.1.2.2); its own window bits are its business.
+        Some(o) if o.client_max_window_bits.is_some() => Err("ws_deflate_bad_answer"),
+        Some(_) => Ok(true),
+    }
+}
+
+/// A compressor kept once per worker and reset per message.
+pub struct Deflater {
+    c: Compress,
+}
+
+impl Default for Deflater {
+    fn default() -> Self {
+        Self::new(WINDOW_BITS)
+    }
+}
+
+impl Deflater {
+    /// With a window of 2^`bits` (9..=15; 8 is taken as 9, as zlib does).
+    pub fn new(bits: u8) -> Deflater {
+        Deflater { c: Compress::new_with_window_bits(Compression::new(LEVEL), false, bits.clamp(9, 15)) }
+    }
+
+    /// Append `msg` compressed on its own (raw deflate, sync flush, the
+    /// trailing `00 00 FF FF` stripped) to `out`.
+    pub fn compress(&mut self, msg: &[u8], out: &mut Vec<u8>) {
+        self.c.reset();
+        let start = out.len();
+        // Stored blocks bound the output: 5 bytes per 16 KiB and the flush.
+        out.reserve(msg.len() + msg.len() / 1024 + 64);
+        let mut used = 0;
+        loop {
+            let before = self.c.total_in();
+            let st = self.c.compress_vec(&msg[used..], out, FlushCompress::Sync);
+            used += (self.c.total_in() - before) as usize;
+            let full = out.len() == out.capacity();
+            if st.is_err() || (used == msg.len() && !full) {
+                break;
+            }
+            out.reserve(1024);
+        }
+        if out[start..].ends_with(&TAIL) {
+            out.truncate(out.len() - TAIL.len());
+        }
+        if out.len() == start {
+            // An empty message compresses to one empty block (§7.2.3.6).
+            out.push(0x00);
+        }
+    }
+}
+
+/// Why a compressed message was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InflateError {
+    /// It inflated past the limit (close 1009).
+    TooBig,
+    /// Not valid deflate data (close 1007).
+    Corrupt,
+}
+
+impl InflateError {
+    /// The close reason (a counter name; `frame::close_code` maps it).
+    pub fn reason(self) -> &'static str {
+        match self {
+            InflateError::TooBig => "ws_inflate_too_big",
+            InflateError::Corrupt => "ws_inflate_corrupt",
+        }
+    }
+
+    /// The label of `ws_inflate_refused`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InflateError::TooBig => "too_big",
+            InflateError::Corrupt => "corrupt",
+        }
+    }
+}
+
+/// What an [`Inflater`] did since it was last asked (moved into a
+/// side's counters after each read).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct InflateTally {
+    pub messages: u64,
+    /// Compressed bytes (as on the wire, without frame headers).
+    pub wire_bytes: u64,
+    /// Bytes of the messages once inflated.
+    pub message_bytes: u64,
+    pub too_big: u64,
+    pub corrupt: u64,
+}
+
+/// A decompressor kept once per worker, reset per message, and the
+/// vector messages are inflated into (its capacity stays at most the
+/// largest message allowed plus one chunk).
+pub struct Inflater {
+    d: Decompress,
+    out: Vec<u8>,
+    pub tally: InflateTally,
+}
+
+impl Default for Inflater {
+    fn default() -> Self {
+        Inflater { d: Decompress::new(false), out: Vec::new(), tally: InflateTally::default() }
+    }
+}
+
+impl Inflater {
+    /// Inflate one message (its frames' payloads joined) no larger than
+    /// `max` once inflated. The inflated bytes are counted as they come:
+    /// a small message that would inflate to gigabytes stops after `max`
+    /// (+ at most [`INFLATE_CHUNK`]) bytes with [`InflateError::TooBig`].
+    pub fn inflate(&mut self, data: &[u8], max: usize) -> Result<&[u8], InflateError> {
+        let r = self.run(data, max);
+        match r {
+            Ok(n) => {
+                self.tally.messages += 1;
+                self.tally.wire_bytes += data.len() as u64;
+                self.tally.message_bytes += n as u64;
+                Ok(&self.out[..n])
+            }
+            Err(e) => {
+                match e {
+                    InflateError::TooBig => self.tally.too_big += 1,
+                    InflateError::Corrupt => self.tally.corrupt += 1,
+                }
+                self.out = Vec::new();
+                Err(e)
+            }
+        }
+    }
+
+    fn run(&mut self, data: &[u8], max: usize) -> Result<usize, InflateError> {
+        self.d.reset(false);
+        let cap = max.saturating_add(1);
+        let mut produced = 0usize;
+        for part in [data, &TAIL[..]] {
+            let mut used = 0;
+            loop {
+                let room = produced.saturating_add(INFLATE_CHUNK).min(cap);
+                if self.out.len() < room {
+                    self.out.resize(room, 0);
+                }
+                let (in0, out0) = (self.d.total_in(), self.d.total_out());
+                let st = self.d.decompress(&part[used..], &mut self.out[produced..room], FlushDecompress::Sync).map_err(|_| InflateError::Corrupt)?;
+                let (took, made) = ((self.d.total_in() - in0) as usize, (self.d.total_out() - out0) as usize);
+                used += took;
+                produced += made;
+                if produced > max {
+                    return Err(InflateError::TooBig);
+                }
+                if st == Status::StreamEnd {
+                    // A final block (BFINAL): nothing after it counts.
+                    return Ok(produced);
+                }
+                let full = produced == room;
+                if used == part.len() && !full {
+                    break;
+                }
+                if took == 0 && made == 0 && !full {
+                    return Err(InflateError::Corrupt);
+                }
+            }
+        }
+        Ok(produced)
+    }
+}
+
+#[cfg(test)]
+mod tests;

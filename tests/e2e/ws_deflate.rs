@@ -1,0 +1,226 @@
+//! permessage-deflate (RFC 7692) against peers nobody here wrote: Python
+//! `websockets` (compression on by default) over ws and wss, Node `ws`
+//! (`perMessageDeflate`) as a client and as the server megaconn's client
+//! loads, and frames written by hand with Python's zlib (a zip bomb, RSV1
+//! misuse, fragments around a ping, the bytes every subscriber gets).
+use crate::common::pki::Pki;
+use crate::common::*;
+use std::process::Command;
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(60);
+
+/// Python websockets reads the parameters the server answered, gets a
+/// compressed push and its compressed messages (whole and in fragments)
+/// echoed; over plain ws and over TLS.
+#[test]
+fn python_websockets_negotiates_and_exchanges_compressed_messages() {
+    for tls in [false, true] {
+        let pki = tls.then(|| Pki::new("ec"));
+        let port = free_port().to_string();
+        let mut args = vec!["--ports", &port, "--workers", "1", "--protocol", "ws"];
+        if let Some(p) = &pki {
+            args.extend(["--tls-cert", &p.cert, "--tls-key", &p.key]);
+        }
+        let (mut s, _, ready) = server_ready(&args, None);
+        let admin = ready["admin"].as_str().unwrap().to_string();
+        let mut py = Command::new("python3");
+        py.arg(peer("ws_deflate.py")).arg(&port);
+        if let Some(p) = &pki {
+            py.arg(&p.ca);
+        }
+        let mut client = Peer::spawn("ws_deflate.py", py);
+        assert_eq!(
+            client.line(T, "the answer"),
+            "negotiated permessage-deflate; server_no_context_takeover; client_no_context_takeover",
+            "websockets offers permessage-deflate; client_max_window_bits"
+        );
+        assert_eq!(client.line(T, "parameters"), "remote_no_context_takeover True local_no_context_takeover True");
+        assert_eq!(client.line(T, "ready"), "ready");
+        let data = format!("{{\"price\":1.0843,\"pad\":\"{}\"}}", "EURUSD ".repeat(140));
+        let (status, r) = http(&admin, "POST", "/publish?topic=room", data.as_bytes(), None);
+        assert_eq!(status, 200, "{r}");
+        assert_eq!(client.line(T, "the push"), format!("push {data}"));
+        assert_eq!(client.finish_ok(T), ["OK"]);
+        let v = s.wait_for(T, "the counters", |v| v["event"] == "stats" && v["ws_inflated_messages"] == 4 && v["ws_deflate_calls"] == 5);
+        assert_eq!(v["ws_deflate_negotiated"], 1, "{v}");
+        assert_eq!(v["ws_compressed_out"], 5, "the push and four echoes: {v}");
+        let (before, after) = (v["ws_deflate_bytes_before"].as_u64().unwrap(), v["ws_deflate_bytes_after"].as_u64().unwrap());
+        assert!(after * 2 < before, "JSON compresses to under half: {before} -> {after}");
+        assert!(v["ws_inflate_bytes_after"].as_u64().unwrap() > v["ws_inflate_bytes_before"].as_u64().unwrap(), "{v}");
+        assert!(s.terminate().success());
+    }
+}
+
+fn raw_case(port: &str, case: &str) -> Vec<String> {
+    let mut py = Command::new("python3");
+    py.args([&peer("ws_deflate_raw.py"), port, case]);
+    Peer::spawn(&format!("ws_deflate_raw.py {case}"), py).finish_ok(T)
+}
+
+/// A 16 KB message that would inflate to 16 MB is closed with 1009
+/// (counted as too_big), RSV1 on a ping or a continuation with 1002, and
+/// a compressed message in fragments with a ping between them is
+/// answered: the pong first, then the echo.
+#[test]
+fn bombs_and_rsv1_misuse_are_refused_and_fragments_around_a_ping_work() {
+    let port = free_port().to_string();
+    let (mut s, _) = server(&["--ports", &port, "--workers", "1", "--protocol", "ws"], None);
+    assert_eq!(raw_case(&port, "bomb"), ["close 1009", "OK"]);
+    assert_eq!(raw_case(&port, "rsv1-ping"), ["close 1002", "OK"]);
+    assert_eq!(raw_case(&port, "rsv1-cont"), ["close 1002", "OK"]);
+    let frags = raw_case(&port, "fragments");
+    assert!(frags[0].starts_with("echo 1100 in ") && frags[1] == "OK", "{frags:?}");
+    let v = s.wait_for(T, "refusals counted", |v| {
+        v["event"] == "stats" && v["ws_inflate_refused"]["too_big"] == 1 && v["close_reasons"]["ws_rsv1_continuation"] == 1 && v["ws_inflated_messages"] == 1
+    });
+    assert_eq!(v["close_reasons"]["ws_inflate_too_big"], 1, "{v}");
+    assert_eq!(v["close_reasons"]["ws_rsv1_control"], 1, "{v}");
+    assert_eq!(v["ws_inflated_messages"], 1, "{v}");
+    assert!(s.terminate().success());
+}
+
+/// Subscribers that negotiated deflate get a push compressed once per
+/// worker: the deflate calls grow by the number of workers holding them,
+/// and every subscriber reads the same bytes.
+#[test]
+fn a_push_is_compressed_once_per_worker_and_every_subscriber_gets_the_same_bytes() {
+    let port = free_port().to_string();
+    let (mut s, _, ready) = server_ready(&["--ports", &port, "--workers", "2", "--protocol", "ws"], None);
+    let admin = ready["admin"].as_str().unwrap().to_string();
+    let mut py = Command::new("python3");
+    py.args([&peer("ws_deflate_raw.py"), &port, "identical", "40"]);
+    let mut subs = Peer::spawn("ws_deflate_raw.py identical", py);
+    assert_eq!(subs.line(T, "40 subscribers"), "ready");
+    let (status, list) = http(&admin, "GET", "/connections?topic=room", b"", None);
+    assert_eq!(status, 200, "{list}");
+    let list: serde_json::Value = serde_json::from_str(&list).unwrap();
+    let conns = list["connections"].as_array().unwrap_or_else(|| panic!("{list}"));
+    assert_eq!(conns.len(), 40, "{list}");
+    let mut workers: Vec<u64> = conns.iter().map(|c| c["worker"].as_u64().unwrap()).collect();
+    workers.sort();
+    workers.dedup();
+    let before = s.wait_for(T, "40 negotiated", |v| v["event"] == "stats" && v["ws_deflate_negotiated"] == 40)["ws_deflate_calls"].as_u64().unwrap();
+    // A 1 KB JSON push.
+    let data = format!("{{\"symbol\":\"EURUSD\",\"bids\":[{}]}}", (0..60).map(|i| format!("[1.08{i:02},{}]", 1000 + i)).collect::<Vec<_>>().join(","));
+    assert!((800..1200).contains(&data.len()), "{}", data.len());
+    let (status, r) = http(&admin, "POST", "/publish?topic=room", data.as_bytes(), None);
+    assert_eq!(status, 200, "{r}");
+    let out = subs.finish_ok(T);
+    assert!(out[0].starts_with("identical "), "{out:?}");
+    let v = s.wait_for(T, "40 compressed pushes", |v| v["event"] == "stats" && v["ws_compressed_out"] == 40);
+    assert_eq!(v["ws_deflate_calls"].as_u64().unwrap() - before, workers.len() as u64, "one deflate per worker ({workers:?}): {v}");
+    eprintln!("{} ({} workers)", out[0], workers.len());
+    assert!(s.terminate().success());
+}
+
+/// A resuming subscriber that negotiated deflate gets the history it
+/// missed compressed: each replayed message compressed once.
+#[test]
+fn history_replays_go_compressed() {
+    let port = free_port().to_string();
+    let (mut s, _, ready) = server_ready(&["--ports", &port, "--workers", "1", "--protocol", "ws", "--history", "10"], None);
+    let admin = ready["admin"].as_str().unwrap().to_string();
+    let messages: Vec<String> = (1..=3).map(|i| format!("message {i}: {}", "the same words again and again ".repeat(8))).collect();
+    for m in &messages {
+        let (status, r) = http(&admin, "POST", "/publish?topic=room", m.as_bytes(), None);
+        assert_eq!(status, 200, "{r}");
+    }
+    let (status, h) = http(&admin, "GET", "/history?topic=room", b"", None);
+    assert_eq!(status, 200, "{h}");
+    let epoch = serde_json::from_str::<serde_json::Value>(&h).unwrap()["epoch"].as_u64().unwrap().to_string();
+    let mut py = Command::new("python3");
+    py.args([&peer("ws_deflate.py"), &port, "resume", &epoch]);
+    let out = Peer::spawn("ws_deflate.py resume", py).finish_ok(T);
+    let want: Vec<String> = messages.iter().map(|m| format!("replayed {m}")).chain(["recovered True".into(), "OK".into()]).collect();
+    assert_eq!(out, want);
+    let v = s.wait_for(T, "the replays counted", |v| v["event"] == "stats" && v["recovered_messages"] == 3);
+    assert_eq!(v["ws_compressed_out"], 3, "{v}");
+    assert_eq!(v["ws_deflate_calls"], 3, "{v}");
+    assert!(s.terminate().success());
+}
+
+/// Node ws as a client: its default offer accepted, a compressed push
+/// read, a compressed message echoed.
+#[test]
+fn node_ws_client_negotiates_and_exchanges_compressed_messages() {
+    let port = free_port().to_string();
+    let (mut s, _, ready) = server_ready(&["--ports", &port, "--workers", "1", "--protocol", "ws"], None);
+    let admin = ready["admin"].as_str().unwrap().to_string();
+    let mut node = Command::new("node");
+    node.args([&peer("ws_deflate_node.js"), "client", &port]);
+    let mut client = Peer::spawn("ws_deflate_node.js client", node);
+    assert_eq!(client.line(T, "the answer"), "negotiated permessage-deflate; server_no_context_takeover; client_no_context_takeover");
+    assert_eq!(client.line(T, "open"), "ready");
+    let data = "tick ".repeat(100);
+    let (status, r) = http(&admin, "POST", "/publish?topic=room", data.as_bytes(), None);
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(client.line(T, "the push"), format!("push {data}"));
+    assert_eq!(client.finish_ok(T), ["OK"]);
+    let v = s.wait_for(T, "the echo", |v| v["event"] == "stats" && v["ws_inflated_messages"] == 1 && v["ws_compressed_out"] == 2);
+    assert_eq!(v["ws_deflate_negotiated"], 1, "{v}");
+    assert!(s.terminate().success());
+}
+
+/// megaconn's client with --ws-deflate against a Node ws server that
+/// requires client_no_context_takeover and compresses everything: every
+/// message goes compressed, every echo comes back compressed and is
+/// inflated and timed; wire and message bytes are counted.
+#[test]
+fn the_client_with_ws_deflate_loads_a_node_ws_server_that_requires_no_client_context() {
+    let port = free_port();
+    let mut node = Command::new("node");
+    node.args([&peer("ws_deflate_node.js"), "server", &port.to_string(), "30"]);
+    let mut server = Peer::spawn("ws_deflate_node.js server", node);
+    assert_eq!(server.line(T, "listening"), "ready");
+    let mut cmd = megaconn();
+    let url = format!("ws://127.0.0.1:{port}/echo");
+    let message =
+        r#"{"op":"quote","conn":{conn},"n":{seq},"ts":{ts},"pad":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"}"#;
+    cmd.args([
+        "client",
+        "--url",
+        &url,
+        "--connections",
+        "20",
+        "--rate",
+        "200",
+        "--ws-deflate",
+        "--message",
+        message,
+        "--request-rate",
+        "2/s",
+        "--hold",
+        "3s",
+        "--json",
+    ]);
+    let (code, out, err) = run(cmd, T);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let s = &v["summary"];
+    assert_eq!(s["held"], 20, "{s}");
+    let sent = s["ws_deflate_sent"].as_u64().unwrap();
+    assert!(sent >= 20 * 4, "{s}");
+    assert_eq!(s["requests"]["replies"], s["requests"]["sent"], "{s}");
+    assert!(s["ws_inflated"].as_u64().unwrap() >= sent - 20, "every echo came compressed: {s}");
+    let (wire, msg) = (s["ws_deflate_sent_wire_bytes"].as_u64().unwrap(), s["ws_deflate_sent_message_bytes"].as_u64().unwrap());
+    assert!(wire < msg, "{s}");
+    assert!(s["ws_inflated_message_bytes"].as_u64().unwrap() > s["ws_inflated_wire_bytes"].as_u64().unwrap(), "{s}");
+    let rest = server.finish_ok(T);
+    let n: u64 = rest.last().and_then(|l| l.strip_prefix("compressed-in ")).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{rest:?}"));
+    assert!(n >= sent - 20, "the server saw RSV1 on our messages: {n} of {sent}");
+}
+
+/// A client offering deflate to a server started with --ws-deflate off
+/// is answered without it, and the client that requires it says so.
+#[test]
+fn with_ws_deflate_off_nothing_is_negotiated() {
+    let port = free_port().to_string();
+    let (mut s, _) = server(&["--ports", &port, "--workers", "1", "--protocol", "ws", "--ws-deflate", "off"], None);
+    let mut cmd = megaconn();
+    let url = format!("ws://127.0.0.1:{port}/");
+    cmd.args(["client", "--url", &url, "--connections", "1", "--ws-deflate", "--hold", "1s", "--json"]);
+    let (_, out, err) = run(cmd, T);
+    assert!(out.contains("ws_deflate_declined") || err.contains("ws_deflate_declined"), "{out}{err}");
+    assert!(s.terminate().success());
+}
