@@ -43,6 +43,8 @@ pub struct BenchConfig {
     pub payload: usize,
     /// Push scenario: bytes of data in each published message.
     pub push_bytes: usize,
+    /// `--protocol ws`: the clients offer permessage-deflate.
+    pub ws_deflate: bool,
     /// The server's `--history`.
     pub history: usize,
     pub source_ips: Option<Vec<std::net::IpAddr>>,
@@ -98,6 +100,7 @@ impl Default for BenchConfig {
             heartbeat: Some(Duration::from_secs(30)),
             payload: 64,
             push_bytes: 64,
+            ws_deflate: false,
             history: crate::server::broker::history::DEFAULT_SIZE,
             source_ips: None,
             server_workers: Workers::Auto,

@@ -181,6 +181,7 @@ pub fn client_config(args: &BenchConfig, hold: Duration) -> ClientConfig {
                     ..Default::default()
                 }),
                 jwt_secret: args.jwt_secret.clone(),
+                ws_deflate: args.ws_deflate,
                 ..Default::default()
             },
             hold,

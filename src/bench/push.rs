@@ -258,7 +258,7 @@ pub(super) fn publish(
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(SETTLE);
-    let payload = vec![b'm'; args.push_bytes];
+    let payload = quotes(args.push_bytes);
     let start = Instant::now();
     for k in 0..args.broadcasts {
         let due = start + args.broadcast_interval * k as u32;
@@ -270,6 +270,33 @@ pub(super) fn publish(
         }
     }
     Ok(())
+}
+
+/// `n` bytes of what pushes usually carry: JSON records of market
+/// quotes with varying numbers (a run of one letter would flatter
+/// `--ws-deflate`, random bytes would wrong it).
+fn quotes(n: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(n + 96);
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut seq = 0u32;
+    out.push(b'[');
+    while out.len() < n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        seq += 1;
+        let side = if x & 1 == 0 { "buy" } else { "sell" };
+        let rec = format!(
+            "{{\"seq\":{seq},\"symbol\":\"S{:03}\",\"price\":{}.{:02},\"size\":{},\"side\":\"{side}\"}},",
+            x % 500,
+            50 + (x >> 9) % 150,
+            (x >> 17) % 100,
+            100 * (1 + (x >> 23) % 50)
+        );
+        out.extend_from_slice(rec.as_bytes());
+    }
+    out.truncate(n);
+    out
 }
 
 /// One POST to the admin API (a publish or broadcast), as a [`Round`].

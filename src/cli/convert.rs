@@ -202,6 +202,7 @@ impl From<BenchArgs> for BenchConfig {
             heartbeat: a.heartbeat.0,
             payload: a.payload,
             push_bytes: a.push_bytes,
+            ws_deflate: a.ws_deflate,
             history: a.history,
             source_ips: a.source_ips.map(|l| l.0),
             server_workers: a.workers.unwrap_or(a.server_workers),

@@ -542,6 +542,9 @@ pub struct BenchArgs {
     /// Push scenario: bytes of data in each published message (cap: what a framed push carries).
     #[arg(long, value_parser = parse::push_bytes, default_value = "64")]
     pub push_bytes: usize,
+    /// --protocol ws: the clients offer permessage-deflate (the server answers it by default), so pushes go compressed once per worker; compare with a run without it.
+    #[arg(long)]
+    pub ws_deflate: bool,
     /// The server's --history: messages kept per topic for resuming subscribers (0: none), e.g. to compare the push bench with and without it.
     #[arg(long, default_value = "100", value_parser = clap::value_parser!(u32).range(0..=crate::server::broker::history::MAX_SIZE as i64).map(|v| v as usize))]
     pub history: usize,
