@@ -169,13 +169,18 @@ fn a_typo_or_a_bad_expression_is_a_usage_error_with_the_list() {
 fn threshold_abort_stops_the_run_early_and_still_reports() {
     let ports = free_ports(1);
     let (mut srv, _) = server(&["--ports", &ports.arg(), "--workers", "1"], None);
-    let (json, xml) = (scratch("abort.json"), scratch("abort.xml"));
+    let (json, xml, report) = (scratch("abort.json"), scratch("abort.xml"), scratch("abort-report"));
     let mut cmd = megaconn();
     cmd.args(["client", "--ports", &ports.arg(), "--connections", "20", "--rate", "1000", "--heartbeat", "200ms", "--hold", "60s", "--workers", "1"]);
     cmd.args(["--threshold-abort", "established>1000000", "--threshold", "heartbeat_rtt.p99<5s"]);
-    cmd.arg("--summary-json").arg(&json).arg("--junit").arg(&xml);
+    cmd.arg("--summary-json").arg(&json).arg("--junit").arg(&xml).arg("--report").arg(&report);
     let (code, out, err) = run(cmd, Duration::from_secs(60));
     assert_eq!(code, 99, "{err}");
+    // The report is written too, its heartbeat chart with the threshold's level.
+    let svg = std::fs::read_to_string(report.join("latency-heartbeat.svg")).unwrap();
+    assert!(svg.contains("threshold heartbeat_rtt.p99") && svg.contains("5s (held)"), "{}", &svg[..svg.len().min(2000)]);
+    let rj: Value = serde_json::from_str(&std::fs::read_to_string(report.join("report.json")).unwrap()).unwrap();
+    assert_eq!(result(&rj["result"]["thresholds"], "heartbeat_rtt.p99<5s")["limit"], 5000.0);
     assert!(err.contains("--threshold-abort established>1000000 crossed (measured 20): stopping the run early"), "{err}");
     assert!(out.contains("stopped early --threshold-abort established>1000000"), "{out}");
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();

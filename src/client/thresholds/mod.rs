@@ -84,6 +84,9 @@ pub struct Checked {
     pub metric: String,
     /// In the metric's unit (ms, s, a count, a fraction); null: no data.
     pub value: Option<f64>,
+    /// The threshold's own value, in the same unit.
+    #[serde(default)]
+    pub limit: f64,
     /// The value for people, with its unit ("no data" when none).
     pub measured: String,
     pub pass: bool,
@@ -93,7 +96,16 @@ pub struct Checked {
 impl Checked {
     pub fn of(t: &Threshold, s: &ClientSummary, kind: Kind) -> Checked {
         let (value, pass) = t.check(s);
-        Checked { expr: t.text.clone(), phase: t.phase.map(str::to_string), metric: t.name.clone(), value, measured: show(value, t.metric.unit()), pass, kind }
+        Checked {
+            expr: t.text.clone(),
+            phase: t.phase.map(str::to_string),
+            metric: t.name.clone(),
+            value,
+            limit: t.limit,
+            measured: show(value, t.metric.unit()),
+            pass,
+            kind,
+        }
     }
 }
 
