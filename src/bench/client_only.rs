@@ -95,7 +95,9 @@ pub fn run(cfg: ClientConfig) -> Result<i32> {
     if cfg.dry_run {
         let plan = serde_json::json!({"event": "plan", "connections": cp.count, "first": cp.first, "target": cp.target, "ports": cp.ports.len(),
             "source_addresses": cp.source_count, "rate_per_s": cfg.load.rate, "workers": wp.workers, "per_worker": wp.per_worker,
-            "fd_limit": wp.fd_limit, "start_at_checked": cfg.load.start_at.is_some(), "io": cp.io, "io_fallback": cp.io_fallback});
+            "fd_limit": wp.fd_limit, "start_at_checked": cfg.load.start_at.is_some(), "io": cp.io, "io_fallback": cp.io_fallback,
+            "thresholds": cfg.load.thresholds.check.iter().map(|t| &t.text).collect::<Vec<_>>(),
+            "threshold_aborts": cfg.load.thresholds.abort.iter().map(|t| &t.text).collect::<Vec<_>>()});
         if cfg.load.json {
             println!("{plan}");
         } else {

@@ -159,6 +159,14 @@ fn a_typo_or_a_bad_expression_is_a_usage_error_with_the_list() {
         assert_eq!(code, 2, "{expr}: {err}");
         assert!(err.contains(said), "{expr}: {err}");
     }
+    // --dry-run says what would be armed, and opens nothing.
+    let mut cmd = megaconn();
+    cmd.args(["client", "--connections", "10", "--dry-run", "--json", "--threshold", "hold:failed==0", "--threshold-abort", "lost<5"]);
+    let (code, out, err) = run(cmd, Duration::from_secs(20));
+    assert_eq!(code, 0, "{err}");
+    let plan: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((plan["thresholds"][0].as_str(), plan["threshold_aborts"][0].as_str()), (Some("hold:failed==0"), Some("lost<5")), "{plan}");
+    assert!(err.contains("thresholds armed (exit 99 when one is crossed): hold:failed==0; abort early on lost<5"), "{err}");
     let mut cmd = megaconn();
     cmd.args(["client", "--help"]);
     let (_, out, _) = run(cmd, Duration::from_secs(20));
