@@ -57,6 +57,12 @@ if ! python3 -c "import hdrh.log" >/dev/null 2>&1; then
   echo "setup: installing the Python hdrhistogram package (an independent reader of HdrHistogram logs)"
   python3 -m pip install -q "hdrhistogram==0.10.8"
 fi
+# The thresholds test reads --junit files with junitparser (a JUnit XML
+# reader nobody here wrote, as CI test reporters are).
+if ! python3 -c "import junitparser, sys; sys.exit(junitparser.version != '5.0.3')" >/dev/null 2>&1; then
+  echo "setup: installing the Python junitparser package (an independent reader of JUnit XML)"
+  python3 -m pip install -q "junitparser==5.0.3"
+fi
 # The cluster test and bench run a real NATS server: Debian's package.
 if ! command -v nats-server >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then

@@ -4,7 +4,7 @@
 
 use crate::client::run::{ClientRun, Tick};
 use crate::client::snapshot::ClientEvent;
-use crate::client::{describe, plan, print_notes, summary, verdict, ClientConfig};
+use crate::client::{describe, plan, print_notes, summary, thresholds, verdict, ClientConfig};
 use crate::stats::progress::Progress;
 use crate::supervise::{self, Flow, Sink, Supervised};
 use anyhow::Result;
@@ -86,13 +86,18 @@ pub fn run(cfg: ClientConfig) -> Result<i32> {
     }
     progress.note(&format!("RLIMIT_NOFILE soft {} -> {} (hard {})", before.soft, after.soft, after.hard));
     progress.note(&describe(&cp, &wp));
+    if let Some(line) = cfg.load.thresholds.armed() {
+        progress.note(&line);
+    }
     for w in &cp.warnings {
         progress.note(&format!("warning: {w}"));
     }
     if cfg.dry_run {
         let plan = serde_json::json!({"event": "plan", "connections": cp.count, "first": cp.first, "target": cp.target, "ports": cp.ports.len(),
             "source_addresses": cp.source_count, "rate_per_s": cfg.load.rate, "workers": wp.workers, "per_worker": wp.per_worker,
-            "fd_limit": wp.fd_limit, "start_at_checked": cfg.load.start_at.is_some(), "io": cp.io, "io_fallback": cp.io_fallback});
+            "fd_limit": wp.fd_limit, "start_at_checked": cfg.load.start_at.is_some(), "io": cp.io, "io_fallback": cp.io_fallback,
+            "thresholds": cfg.load.thresholds.check.iter().map(|t| &t.text).collect::<Vec<_>>(),
+            "threshold_aborts": cfg.load.thresholds.abort.iter().map(|t| &t.text).collect::<Vec<_>>()});
         if cfg.load.json {
             println!("{plan}");
         } else {
@@ -110,7 +115,7 @@ pub fn run(cfg: ClientConfig) -> Result<i32> {
     if let Some(dir) = &cfg.report {
         crate::report::prepare(dir)?;
     }
-    for (flag, p) in [("--summary-json", &cfg.summary_json), ("--hdr-log", &cfg.hdr_log)] {
+    for (flag, p) in [("--summary-json", &cfg.summary_json), ("--hdr-log", &cfg.hdr_log), ("--junit", &cfg.load.thresholds.junit)] {
         if let Some(p) = p {
             std::fs::write(p, b"").map_err(|e| crate::UsageError(format!("{flag} {}: {e}; give a file this user can write", p.display())))?;
         }
@@ -129,10 +134,11 @@ pub fn run(cfg: ClientConfig) -> Result<i32> {
     supervise::drain(&rx, &mut cmd, Duration::from_millis(20));
     print_notes(&mut cmd.run.notes, &mut cmd.progress);
     let summary = cmd.run.summary();
-    let (code, why) = verdict(&summary, cfg.load.allow_loss);
+    let judged = thresholds::judge(&summary, &cfg.load.thresholds, cfg.load.allow_loss);
     if let Some(dir) = &cfg.report {
         let plan = serde_json::json!({"client": cp, "workers": wp});
-        let result = serde_json::to_value(&summary)?;
+        let mut result = serde_json::to_value(&summary)?;
+        result["thresholds"] = serde_json::to_value(&judged.results)?;
         let r = crate::report::Report::new("client", &cmd.run, &summary, plan, result, crate::report::machine(serde_json::json!({"kind": "host"})));
         if let Err(e) = r.save(dir, &mut cmd.progress) {
             cmd.progress.note(&format!("warning: the report was not written ({e:#}); the results follow"));
@@ -144,7 +150,14 @@ pub fn run(cfg: ClientConfig) -> Result<i32> {
             cmd.progress.note(&format!("warning: {e:#}; the summary follows"));
         }
     }
-    let doc = serde_json::json!({"plan": cp, "workers": wp, "summary": summary, "failure": why});
+    if let Some(path) = &cfg.load.thresholds.junit {
+        let seconds = summary.phases.iter().map(|p| p.seconds).sum();
+        let xml = thresholds::junit::render("client", &judged.results, verdict(&summary, cfg.load.allow_loss).1.as_deref(), seconds);
+        if let Err(e) = std::fs::write(path, xml) {
+            cmd.progress.note(&format!("warning: --junit {}: {e}; the summary follows", path.display()));
+        }
+    }
+    let doc = serde_json::json!({"plan": cp, "workers": wp, "summary": summary, "thresholds": judged.results, "failure": judged.why});
     if let Some(path) = &cfg.summary_json {
         if let Err(e) = std::fs::write(path, serde_json::to_string_pretty(&doc)?) {
             cmd.progress.note(&format!("warning: --summary-json {}: {e}; the summary follows", path.display()));
@@ -155,9 +168,10 @@ pub fn run(cfg: ClientConfig) -> Result<i32> {
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
         summary::print_summary(&summary, &mut cmd.progress);
+        thresholds::print(&judged.results, &mut std::io::stdout().lock())?;
     }
-    if let Some(w) = why {
+    if let Some(w) = judged.why {
         eprintln!("megaconn client: {w}");
     }
-    Ok(code)
+    Ok(judged.code)
 }

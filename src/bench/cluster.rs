@@ -423,7 +423,7 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
         cluster: ClusterFacts { nodes: args.nodes, broker: format!("nats://{broker_at}"), published_on: format!("n{publish_on}"), node_stats },
     };
     let plan = serde_json::json!({"client": cplan, "client_workers": cwplan, "nodes": args.nodes, "broadcasts": args.broadcasts, "topics": args.topics, "push_bytes": args.push_bytes});
-    super::outcome::finish(args.report.as_deref(), args.json, &client, plan, &net.placement, &outcome, &mut progress)
+    super::outcome::finish(args.report.as_deref(), args.json, &client, plan, &net.placement, &outcome, &args.thresholds, &mut progress)
 }
 
 /// The cluster around a push bench: its nodes and what each saw.

@@ -86,6 +86,8 @@ pub struct BenchConfig {
     pub cluster_history: crate::cluster::log::HistoryMode,
     /// The nodes' `--drain-period` (a rollout's drain).
     pub drain_period: Duration,
+    /// `--threshold`, `--threshold-abort`, `--junit` (the client's).
+    pub thresholds: crate::client::thresholds::Thresholds,
     pub json: bool,
 }
 
@@ -124,6 +126,7 @@ impl Default for BenchConfig {
             io: crate::uring::Io::Auto,
             client_io: crate::uring::Io::Auto,
             pki: None,
+            thresholds: Default::default(),
             json: false,
         }
     }

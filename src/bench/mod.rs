@@ -190,6 +190,7 @@ pub fn client_config(args: &BenchConfig, hold: Duration) -> ClientConfig {
             io: args.client_io,
             churn: args.churn,
             netns_fd: args.client_netns,
+            thresholds: args.thresholds.clone(),
             ..Default::default()
         },
         target: args.target.into(),
@@ -216,6 +217,12 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
             return Err(crate::UsageError("--report writes one run; --scenario business is four (its table is the report): drop --report, or report one mode with megaconn server --business MODE and megaconn client --report DIR".into()).into());
         }
         crate::report::prepare(dir)?;
+    }
+    if args.scenario == Scenario::Business && (!args.thresholds.check.is_empty() || !args.thresholds.abort.is_empty() || args.thresholds.junit.is_some()) {
+        return Err(crate::UsageError("--threshold, --threshold-abort and --junit judge one run; --scenario business is four (its table compares them): drop them, or gate one mode with megaconn server --business MODE and megaconn client --threshold".into()).into());
+    }
+    if let Some(line) = args.thresholds.armed() {
+        Progress::new(false).note(&line);
     }
     if args.scenario == Scenario::Rollout {
         if args.nodes < 2 {
@@ -403,7 +410,7 @@ fn connections(args: BenchConfig, placement: &crate::topology::Placement, mut pr
         "client": cplan, "client_workers": cwplan, "rate": args.rate, "hold_s": hold.as_secs_f64(),
         "heartbeat_s": args.heartbeat.map(|d| d.as_secs_f64()), "protocol": format!("{:?}", args.protocol).to_lowercase(),
     });
-    outcome::finish(args.report.as_deref(), args.json, &client, plan, placement, &report, &mut progress)
+    outcome::finish(args.report.as_deref(), args.json, &client, plan, placement, &report, &args.thresholds, &mut progress)
 }
 
 fn print_report(r: &BenchReport) {

@@ -6,6 +6,7 @@
 //! wrong and the client's verdict. A scenario supplies an [`Outcome`].
 
 use crate::client::run::{ClientRun, ClientSummary};
+use crate::client::thresholds::Thresholds;
 use crate::stats::progress::Progress;
 use anyhow::Result;
 use serde::Serialize;
@@ -38,7 +39,9 @@ pub trait Outcome: Serialize {
     fn failures(&self) -> Vec<String>;
 }
 
-/// End a scenario: save, print, judge.
+/// End a scenario: judge (the thresholds and the built-in verdict),
+/// save, print.
+#[allow(clippy::too_many_arguments)] // each is one concern of the end of a run
 pub fn finish(
     report_dir: Option<&std::path::Path>,
     json: bool,
@@ -46,9 +49,14 @@ pub fn finish(
     plan: serde_json::Value,
     placement: &crate::topology::Placement,
     outcome: &impl Outcome,
+    thresholds: &Thresholds,
     progress: &mut Progress,
 ) -> Result<i32> {
-    let result = serde_json::to_value(outcome)?;
+    let judged = crate::client::thresholds::judge(outcome.summary(), thresholds, false);
+    let mut result = serde_json::to_value(outcome)?;
+    if let Some(o) = result.as_object_mut() {
+        o.insert("thresholds".into(), serde_json::to_value(&judged.results)?);
+    }
     if let Some(dir) = report_dir {
         let machine = crate::report::machine(serde_json::to_value(placement)?);
         let r = crate::report::Report::new(outcome.kind(), client, outcome.summary(), plan, result.clone(), machine);
@@ -62,14 +70,26 @@ pub fn finish(
     } else {
         crate::client::summary::print_summary(outcome.summary(), progress);
         outcome.print();
+        crate::client::thresholds::print(&judged.results, &mut std::io::stdout().lock())?;
     }
     let failures = outcome.failures();
     for f in &failures {
         eprintln!("megaconn bench: {f}");
     }
-    let (code, why) = crate::client::verdict(outcome.summary(), false);
-    if let Some(w) = why.filter(|_| failures.is_empty()) {
+    let verdict = crate::client::verdict(outcome.summary(), false).1;
+    if let Some(path) = &thresholds.junit {
+        let seconds = outcome.summary().phases.iter().map(|p| p.seconds).sum();
+        let failed = failures.first().cloned().or(verdict);
+        let xml = crate::client::thresholds::junit::render("bench", &judged.results, failed.as_deref(), seconds);
+        if let Err(e) = std::fs::write(path, xml) {
+            progress.note(&format!("warning: --junit {}: {e}", path.display()));
+        }
+    }
+    // A threshold crossed is exit 99 even when the pair failed too.
+    let crossed = judged.code == crate::client::thresholds::EXIT_CROSSED;
+    let code = if crossed || failures.is_empty() { judged.code } else { 1 };
+    if let Some(w) = judged.why.filter(|_| failures.is_empty() || crossed) {
         eprintln!("megaconn bench: {w}");
     }
-    Ok(if failures.is_empty() { code } else { 1 })
+    Ok(code)
 }

@@ -157,7 +157,7 @@ pub fn run(args: BenchConfig, placement: &crate::topology::Placement) -> Result<
     let outcome = PushOutcome { push, client: summary, topology: placement.clone(), failure, publish_error: publish_error.map(|e| format!("{e:#}")) };
     let plan =
         serde_json::json!({"client": cplan, "client_workers": cwplan, "broadcasts": args.broadcasts, "topics": args.topics, "push_bytes": args.push_bytes});
-    super::outcome::finish(args.report.as_deref(), args.json, &client, plan, placement, &outcome, &mut progress)
+    super::outcome::finish(args.report.as_deref(), args.json, &client, plan, placement, &outcome, &args.thresholds, &mut progress)
 }
 
 /// What a push bench found (one server, or a cluster's nodes).

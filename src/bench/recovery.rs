@@ -192,7 +192,7 @@ pub fn run(args: BenchConfig, placement: &crate::topology::Placement) -> Result<
     (report.duplicates, report.gaps, report.outage_closed) = (t.push_duplicates, t.push_gaps, t.outage_closed);
     let outcome = RecoveryOutcome { recovery: report, client: summary, topology: placement.clone(), failure };
     let plan = serde_json::json!({"client": cplan, "client_workers": cwplan, "messages_per_stream": k, "topics": args.topics, "push_bytes": args.push_bytes});
-    super::outcome::finish(args.report.as_deref(), args.json, &pair.client, plan, placement, &outcome, &mut progress)
+    super::outcome::finish(args.report.as_deref(), args.json, &pair.client, plan, placement, &outcome, &args.thresholds, &mut progress)
 }
 
 /// Every tick, on the supervisor loop: show the script the client, and

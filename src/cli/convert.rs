@@ -131,6 +131,7 @@ impl From<ClientArgs> for ClientConfig {
             hdr_log: a.hdr_log,
         };
         c.load.start_at = a.start_at;
+        c.load.thresholds = a.gate.into_thresholds(a.threshold_abort);
         if let Some(u) = &mut c.url {
             crate::client::url::one_family(&mut u.addrs, c.load.source_ips.as_ref().and_then(|s| s.first()).map(std::net::IpAddr::is_ipv6));
         }
@@ -239,6 +240,7 @@ impl From<BenchArgs> for BenchConfig {
             cluster: a.cluster,
             cluster_history: a.cluster_history,
             drain_period: a.drain_period,
+            thresholds: a.gate.into_thresholds(a.threshold_abort),
             json: a.json,
         }
     }

@@ -44,9 +44,9 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             crate::sys::end_on_broken_stdout();
             crate::report::compare::run(&a, &b, html, json)
         }
-        Cmd::Merge { files, json } => {
+        Cmd::Merge { files, json, gate } => {
             crate::sys::end_on_broken_stdout();
-            crate::report::hdrlog::merge(&files, json)
+            crate::report::hdrlog::merge(&files, json, &gate.into_thresholds(Vec::new()))
         }
         Cmd::Worker { role } => run_worker(&role).map(|_| 0),
     }
@@ -70,8 +70,10 @@ pub enum Cmd {
     /// The long-connection server: holds connections and answers heartbeats.
     Server(ServerArgs),
     /// The load generator: opens N paced connections, keeps them alive, reports.
+    #[command(after_help = EXIT_CODES)]
     Client(Box<ClientArgs>),
     /// Server and client on this machine: ramp to N, hold, measure, report.
+    #[command(after_help = EXIT_CODES)]
     Bench(BenchArgs),
     /// The doctor: every limit on connection count, which one binds, the fix.
     Tune(TuneArgs),
@@ -81,16 +83,43 @@ pub enum Cmd {
         action: ReportCmd,
     },
     /// Add up shards: `--summary-json` files (*.json) and `--hdr-log` interval logs; counts add, percentiles come from the merged histograms.
+    #[command(
+        after_help = "Exit codes: 0 merged, every --threshold held; 1 a file could not be read or merged; 2 usage error (a bad flag or threshold); 99 a --threshold was crossed on the merged numbers (latencies need the shards' --hdr-log files: without them they are \"no data\")."
+    )]
     Merge {
         #[arg(required = true)]
         files: Vec<std::path::PathBuf>,
         /// Print the merged result as JSON.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        gate: GateArgs,
     },
     /// Internal: one worker process (started by a supervisor; config on stdin).
     #[command(name = "__worker", hide = true)]
     Worker { role: String },
+}
+
+/// The exit codes of a load run (`client`, `bench`), under their `--help`.
+const EXIT_CODES: &str = "Exit codes: 0 passed; 1 the run failed its built-in verdict (a connection not established or not held, a heartbeat unanswered, interrupted) or could not run; 2 usage error (a bad flag, an unknown threshold metric); 99 a --threshold or --threshold-abort was crossed (whatever the verdict).";
+
+/// `--threshold` and `--junit`: rules on a run's numbers that decide its
+/// exit code, and a CI-readable record of them.
+#[derive(Args, Debug, Clone)]
+pub struct GateArgs {
+    /// Exit 99 unless this holds at the end: [PHASE:]METRIC OP VALUE, e.g. heartbeat_rtt.p99<50ms, hold:handshake.p99<=200ms, established_ratio>=99.9%, failed==0; OP one of < <= > >= == !=; units us ms s, % , k M (repeatable; a metric the run measured nothing for fails as "no data"; an unknown one is refused with the list; docs/client.md#thresholds).
+    #[arg(long = "threshold", value_name = "EXPR", value_parser = crate::client::thresholds::parse)]
+    pub thresholds: Vec<crate::client::thresholds::Threshold>,
+    /// Write the thresholds and the built-in verdict as JUnit XML (one test case each, crossed ones as failures) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<std::path::PathBuf>,
+}
+
+impl GateArgs {
+    /// With the `--threshold-abort`s of a run (none for merge).
+    pub fn into_thresholds(self, abort: Vec<crate::client::thresholds::Threshold>) -> crate::client::thresholds::Thresholds {
+        crate::client::thresholds::Thresholds { check: self.thresholds, abort, junit: self.junit }
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -485,6 +514,11 @@ pub struct ClientArgs {
     /// Print the plan (connections, workers, source addresses, rate, fds) and exit: opens nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// As --threshold, and also checked on the live numbers every second from 3 s after the ramp began: when crossed the run stops early (summary, JSON, JUnit and report still written) and exits 99.
+    #[arg(long = "threshold-abort", value_name = "EXPR", value_parser = crate::client::thresholds::parse)]
+    pub threshold_abort: Vec<crate::client::thresholds::Threshold>,
+    #[command(flatten)]
+    pub gate: GateArgs,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -590,6 +624,11 @@ pub struct BenchArgs {
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// As --threshold, and also checked on the live numbers every second from 3 s after the ramp began: when crossed the run stops early (summary, JSON, JUnit and report still written) and exits 99.
+    #[arg(long = "threshold-abort", value_name = "EXPR", value_parser = crate::client::thresholds::parse)]
+    pub threshold_abort: Vec<crate::client::thresholds::Threshold>,
+    #[command(flatten)]
+    pub gate: GateArgs,
 }
 
 #[derive(Args, Debug, Clone)]

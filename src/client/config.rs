@@ -205,6 +205,8 @@ pub struct LoadConfig {
     /// Several servers (bench --nodes): worker i connects to nodes[i % n]
     /// from that node's namespace; empty: the plan's one target.
     pub nodes: Vec<NodeTarget>,
+    /// `--threshold`, `--threshold-abort`, `--junit`.
+    pub thresholds: super::thresholds::Thresholds,
     pub json: bool,
 }
 
@@ -225,6 +227,7 @@ impl Default for LoadConfig {
             netns_fd: None,
             start_at: None,
             nodes: Vec::new(),
+            thresholds: Default::default(),
             json: false,
         }
     }

@@ -17,6 +17,7 @@ pub mod snapshot;
 pub mod speak;
 pub mod sse;
 pub mod summary;
+pub mod thresholds;
 pub mod token;
 pub mod url;
 pub mod view;
@@ -154,35 +155,28 @@ pub fn print_notes(notes: &mut Vec<String>, progress: &mut Progress) {
     }
 }
 
-/// Exit status of a finished load and, when it failed, why.
+/// Exit status of a finished load and, when it failed, why: the first of
+/// the built-in rules ([`thresholds::builtin`]) that does not hold, in
+/// one sentence.
 pub fn verdict(s: &ClientSummary, allow_loss: bool) -> (i32, Option<String>) {
-    if s.interrupted {
-        return (1, Some("interrupted before the end of the hold".into()));
-    }
-    if s.established < s.requested {
-        return (1, Some(format!("{} of {} connections were established", format::count(s.established), format::count(s.requested))));
-    }
-    if s.heartbeats_unanswered > 0 {
-        return (
-            1,
-            Some(format!(
-                "{} of {} heartbeats were not answered within --request-timeout ({} answered): the server did not keep up, or does not answer them",
-                format::count(s.heartbeats_unanswered),
-                format::count(s.heartbeats_sent),
-                format::count(s.heartbeats_answered)
-            )),
-        );
-    }
-    if s.held < s.established && !allow_loss {
-        let why = s.loss.clone().unwrap_or_default();
-        return (
-            1,
-            Some(format!(
-                "{} connections held at the end of the hold of {} established: {why} (--reconnect re-opens lost connections; --allow-loss accepts losses)",
-                format::count(s.held),
-                format::count(s.established)
-            )),
-        );
-    }
-    (0, None)
+    let Some(rule) = thresholds::builtin(allow_loss).into_iter().find(|r| !r.check(s).1) else {
+        return (0, None);
+    };
+    let why = match rule.name.as_str() {
+        "interrupted" => "interrupted before the end of the hold".into(),
+        "established_ratio" => format!("{} of {} connections were established", format::count(s.established), format::count(s.requested)),
+        "heartbeats_unanswered" => format!(
+            "{} of {} heartbeats were not answered within --request-timeout ({} answered): the server did not keep up, or does not answer them",
+            format::count(s.heartbeats_unanswered),
+            format::count(s.heartbeats_sent),
+            format::count(s.heartbeats_answered)
+        ),
+        _ => format!(
+            "{} connections held at the end of the hold of {} established: {} (--reconnect re-opens lost connections; --allow-loss accepts losses)",
+            format::count(s.held),
+            format::count(s.established),
+            s.loss.clone().unwrap_or_default()
+        ),
+    };
+    (1, Some(why))
 }

@@ -99,6 +99,9 @@ pub struct ClientSummary {
     pub ports: usize,
     pub cpu_seconds: f64,
     pub interrupted: bool,
+    /// The `--threshold-abort` that stopped the run early, as it was
+    /// measured then (None: the run was not stopped by one).
+    pub stopped_by: Option<super::thresholds::Checked>,
 }
 
 crate::counters_deref!(ClientSummary => ClientCounters);
@@ -207,6 +210,11 @@ pub struct ClientRun {
     finished_us: Option<u64>,
     /// Wall-clock time of the planned start (`start_at_us`).
     pub origin_wall: std::time::SystemTime,
+    /// `--threshold-abort`: checked live, next at `abort_check_us`.
+    abort: Vec<super::thresholds::Threshold>,
+    abort_check_us: u64,
+    /// The one that stopped the run, as measured then.
+    stopped_by: Option<super::thresholds::Checked>,
 }
 
 impl ClientRun {
@@ -301,6 +309,9 @@ impl ClientRun {
             series: Series::new(start_at_us),
             finished_us: None,
             origin_wall: std::time::SystemTime::now() + Duration::from_micros(start_at_us.saturating_sub(mono_us())),
+            abort: load.thresholds.abort.clone(),
+            abort_check_us: start_at_us + super::thresholds::ABORT_GRACE.as_micros() as u64,
+            stopped_by: None,
         })
     }
 
@@ -457,12 +468,27 @@ impl ClientRun {
                 self.pool.stop(Duration::from_secs(2));
                 return Tick::Finished;
             }
+            Phase::Ramp | Phase::Hold { .. } if !self.abort.is_empty() && now >= self.abort_check_us => self.check_abort(now),
             _ => {}
         }
         if self.phase == Phase::Finished {
             Tick::Finished
         } else {
             Tick::Continue
+        }
+    }
+
+    /// `--threshold-abort` on the numbers so far: the first one crossed
+    /// stops the run (the close starts now; the summary says why).
+    fn check_abort(&mut self, now: u64) {
+        self.abort_check_us = now + super::thresholds::ABORT_EVERY.as_micros() as u64;
+        let mut live = self.summary();
+        // Nothing is "held at the end of the hold" yet: what is open is.
+        live.held = self.view.totals().open;
+        if let Some(crossed) = super::thresholds::crossed_live(&self.abort, &live) {
+            self.notes.push(format!("--threshold-abort {} crossed (measured {}): stopping the run early", crossed.expr, crossed.measured));
+            self.stopped_by = Some(crossed);
+            self.close();
         }
     }
 
@@ -650,6 +676,7 @@ impl ClientRun {
             ports: self.ports,
             cpu_seconds: t.cpu_seconds,
             interrupted: self.interrupted,
+            stopped_by: self.stopped_by.clone(),
             counters,
         }
     }

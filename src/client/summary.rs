@@ -125,6 +125,9 @@ pub fn print_summary(s: &ClientSummary, progress: &mut Progress) {
     if s.interrupted {
         println!("interrupted   (Ctrl-C): connections closed early");
     }
+    if let Some(c) = &s.stopped_by {
+        println!("stopped early --threshold-abort {} crossed (measured {}): connections closed before the end of the hold", c.expr, c.measured);
+    }
 }
 
 /// The phase table: what the ramp, the hold and the close each saw.

@@ -4,8 +4,11 @@
 //! timestamps in Unix seconds so shards from many hosts line up), and
 //! `megaconn merge`, which adds shards' summaries and logs exactly.
 
+use crate::client::run::{ClientSummary, PushSummary, RequestSummary};
 use crate::client::series::Interval;
 use crate::client::snapshot::ClientCounters;
+use crate::client::thresholds::{self, Thresholds};
+use crate::stats::histogram::LatencySummary;
 use anyhow::{bail, Context, Result};
 use hdrhistogram::serialization::interval_log::{IntervalLogIterator, IntervalLogWriterBuilder, LogEntry, Tag};
 use hdrhistogram::serialization::{Deserializer, V2DeflateSerializer};
@@ -99,9 +102,11 @@ impl ShardCounts {
 }
 
 /// `megaconn merge FILES...`: summaries (`--summary-json`, *.json) and
-/// interval logs (`--hdr-log`, anything else), in any order.
-pub fn merge(files: &[PathBuf], json: bool) -> Result<i32> {
+/// interval logs (`--hdr-log`, anything else), in any order; thresholds
+/// are checked on the merged numbers (exit 99 when one is crossed).
+pub fn merge(files: &[PathBuf], json: bool, gate: &Thresholds) -> Result<i32> {
     let mut shards = Vec::new();
+    let mut parts = Vec::new();
     let mut hists: BTreeMap<String, Histogram<u64>> = BTreeMap::new();
     let mut logs = 0;
     for f in files {
@@ -112,6 +117,8 @@ pub fn merge(files: &[PathBuf], json: bool) -> Result<i32> {
                 bail!("{} has no \"summary\": pass files written by megaconn client --summary-json", f.display());
             };
             let counts = ShardCounts::deserialize(summary).with_context(|| format!("{}: its summary is not a megaconn client summary", f.display()))?;
+            let whole = ClientSummary::deserialize(summary).with_context(|| format!("{}: its summary is not a megaconn client summary", f.display()))?;
+            parts.push(whole);
             shards.push((f.display().to_string(), v, counts));
         } else {
             for (tag, h) in read(f)? {
@@ -128,10 +135,27 @@ pub fn merge(files: &[PathBuf], json: bool) -> Result<i32> {
         total.add(c);
     }
     let latency: BTreeMap<&String, crate::stats::histogram::LatencySummary> = hists.iter().map(|(k, h)| (k, crate::stats::histogram::summarize(h))).collect();
+    let merged = merged_summary(&parts, &total, &latency);
+    // No built-in verdict here: each shard had its own exit code.
+    let judged = thresholds::judge(&merged, gate, true);
+    let results: Vec<&thresholds::Checked> = judged.results.iter().filter(|r| r.kind != thresholds::Kind::BuiltIn).collect();
+    let crossed = results.iter().filter(|r| !r.pass).count();
+    let code = if crossed > 0 { thresholds::EXIT_CROSSED } else { 0 };
+    if let Some(path) = &gate.junit {
+        let only: Vec<thresholds::Checked> = results.iter().map(|r| (*r).clone()).collect();
+        std::fs::write(path, thresholds::junit::render("merge", &only, None, merged.hold_seconds))
+            .map_err(|e| crate::UsageError(format!("--junit {}: {e}; give a file this user can write", path.display())))?;
+    }
     if json {
         let rows: Vec<Value> = shards.iter().map(|(f, v, _)| serde_json::json!({"file": f, "summary": v["summary"]})).collect();
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({"shards": rows, "total": total, "latency_ms": latency, "logs": logs}))?);
-        return Ok(0);
+        let doc = serde_json::json!({"shards": rows, "total": total, "latency_ms": latency, "logs": logs, "thresholds": results});
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    }
+    if let Some(why) = judged.why.filter(|_| crossed > 0) {
+        eprintln!("megaconn merge: {why}");
+    }
+    if json {
+        return Ok(code);
     }
     for (f, _, c) in &shards {
         println!("shard  {f}: {}", c.line());
@@ -148,7 +172,52 @@ pub fn merge(files: &[PathBuf], json: bool) -> Result<i32> {
             l.max_ms
         );
     }
-    Ok(0)
+    let only: Vec<thresholds::Checked> = results.into_iter().cloned().collect();
+    thresholds::print(&only, &mut std::io::stdout().lock())?;
+    Ok(code)
+}
+
+/// One summary of the merged shards, for thresholds: counts add (QPS
+/// too: shards ran side by side), latencies are the merged interval logs'
+/// (handshake, heartbeat, request, push; none without logs), phases are
+/// not merged (a per-phase threshold has no data here).
+fn merged_summary(parts: &[ClientSummary], total: &ShardCounts, latency: &BTreeMap<&String, LatencySummary>) -> ClientSummary {
+    let lat = |tag: &str| latency.iter().find(|(k, _)| k.as_str() == tag).map(|(_, l)| l.clone()).unwrap_or_default();
+    let requests: Vec<&RequestSummary> = parts.iter().filter_map(|p| p.requests.as_ref()).collect();
+    let pushes: Vec<&PushSummary> = parts.iter().filter_map(|p| p.push.as_ref()).collect();
+    ClientSummary {
+        counters: total.counters.clone(),
+        requested: total.requested,
+        established: total.established,
+        held: total.held,
+        failed_total: total.failed_total,
+        lost_total: total.lost_total,
+        not_attempted: parts.iter().map(|p| p.not_attempted).sum(),
+        connect_ms: lat("handshake"),
+        heartbeat_rtt_ms: lat("heartbeat"),
+        requests: (!requests.is_empty()).then(|| RequestSummary {
+            qps: requests.iter().map(|r| r.qps).sum(),
+            offered_qps: requests.iter().map(|r| r.offered_qps).sum(),
+            sent: requests.iter().map(|r| r.sent).sum(),
+            replies: requests.iter().map(|r| r.replies).sum(),
+            rejected: requests.iter().map(|r| r.rejected).sum(),
+            timeouts: requests.iter().map(|r| r.timeouts).sum(),
+            bad_echo: requests.iter().map(|r| r.bad_echo).sum(),
+            latency_ms: lat("request"),
+            ..Default::default()
+        }),
+        push: (!pushes.is_empty()).then(|| PushSummary {
+            received: pushes.iter().map(|p| p.received).sum(),
+            duplicates: pushes.iter().map(|p| p.duplicates).sum(),
+            gaps: pushes.iter().map(|p| p.gaps).sum(),
+            latency_ms: lat("push"),
+            ..Default::default()
+        }),
+        hold_seconds: parts.iter().map(|p| p.hold_seconds).fold(0.0, f64::max),
+        cpu_seconds: parts.iter().map(|p| p.cpu_seconds).sum(),
+        interrupted: parts.iter().any(|p| p.interrupted),
+        ..Default::default()
+    }
 }
 
 #[cfg(test)]

@@ -124,6 +124,26 @@ impl Report {
         }
     }
 
+    /// The run's thresholds on latency family `metric` (`heartbeat_rtt`,
+    /// ...) as level lines over the phase they name (the whole run when
+    /// none), each named with its result so a crossed one stands out.
+    fn threshold_lines(&self, metric: &str) -> Vec<Line> {
+        let checked: Vec<crate::client::thresholds::Checked> = serde_json::from_value(self.result["thresholds"].clone()).unwrap_or_default();
+        let end = self.series.last().map_or(0.0, |s| s.t_s);
+        checked
+            .iter()
+            .filter(|c| c.metric.split_once('.').is_some_and(|(m, stat)| m == metric && stat != "count"))
+            .map(|c| {
+                let (from, to) = match self.phases.iter().find(|p| Some(&p.name) == c.phase.as_ref()) {
+                    Some(p) => (p.start_s, p.start_s + p.seconds),
+                    None => (0.0, end),
+                };
+                let result = if c.pass { "held" } else { "CROSSED" };
+                Line { name: format!("threshold {} ({result})", c.expr), points: vec![(from, c.limit), (to, c.limit)] }
+            })
+            .collect()
+    }
+
     /// Every chart this run has data for.
     pub fn charts(&self) -> Vec<Chart> {
         let n = |v: u64| Some(v as f64);
@@ -170,18 +190,22 @@ impl Report {
                 vec![("server", server(|v| v.cpu_cores)), ("client", Box::new(|s: &Sample| Some(s.client_cpu_cores)))],
             ),
         ];
-        for (kind, f) in [
-            ("heartbeat", (|s: &Sample| &s.heartbeat_ms) as fn(&Sample) -> &crate::stats::histogram::LatencySummary),
-            ("request", |s: &Sample| &s.request_ms),
-            ("push", |s: &Sample| &s.push_ms),
+        for (kind, metric, f) in [
+            ("heartbeat", "heartbeat_rtt", (|s: &Sample| &s.heartbeat_ms) as fn(&Sample) -> &crate::stats::histogram::LatencySummary),
+            ("request", "request_latency", |s: &Sample| &s.request_ms),
+            ("push", "push_latency", |s: &Sample| &s.push_ms),
         ] {
-            out.push(self.over_time(
+            let mut chart = self.over_time(
                 &format!("latency-{kind}"),
                 &format!("{} latency over time", capitalized(kind)),
                 "ms (log scale)",
                 Axis::Log,
                 vec![("p50", lat(f, |l| l.p50_ms)), ("p99", lat(f, |l| l.p99_ms)), ("max", lat(f, |l| l.max_ms))],
-            ));
+            );
+            if chart.has_data() {
+                chart.lines.extend(self.threshold_lines(metric));
+            }
+            out.push(chart);
         }
         out.push(distribution_chart("latency-distribution", "Latency distribution (whole run)", &[("", self)]));
         out.retain(Chart::has_data);

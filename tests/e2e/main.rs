@@ -30,6 +30,7 @@ mod push;
 mod report;
 mod requests;
 mod shards;
+mod thresholds;
 mod tls;
 mod tls_client;
 mod topology;
