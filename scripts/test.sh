@@ -62,7 +62,7 @@ if [ $# -eq 0 ]; then
     exit 1
   fi
   MEGACONN_IO=epoll MEGACONN_CLIENT_IO=epoll "$e2e" ws:: http:: push:: history:: drain:: \
-    hostile:: requests:: any_peer:: conn_bounds:: auth:: upstream:: connections:: tls:: >"$logs/epoll" 2>&1 &
+    hostile:: requests:: any_peer:: conn_bounds:: auth:: upstream:: connections:: tls:: ws_deflate:: >"$logs/epoll" 2>&1 &
   epoll=$!
   cleanup+=('kill $epoll 2>/dev/null || true')
 fi
