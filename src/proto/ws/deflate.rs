@@ -194,7 +194,11 @@ pub fn check_answer(value: Option<&str>) -> Result<bool, &'static str> {
 
 /// A compressor kept once per worker and reset per message.
 pub struct Deflater {
-    c: Compress,
+    /// Made at the first message: zlib's state for a 2^15 window is
+    /// ~270 KB, which a worker that never compresses should not hold
+    /// (56 workers hold 1,000,000 idle connections).
+    c: Option<Box<Compress>>,
+    bits: u8,
 }
 
 impl Default for Deflater {
@@ -206,21 +210,23 @@ impl Default for Deflater {
 impl Deflater {
     /// With a window of 2^`bits` (9..=15; 8 is taken as 9, as zlib does).
     pub fn new(bits: u8) -> Deflater {
-        Deflater { c: Compress::new_with_window_bits(Compression::new(LEVEL), false, bits.clamp(9, 15)) }
+        Deflater { c: None, bits: bits.clamp(9, 15) }
     }
 
     /// Append `msg` compressed on its own (raw deflate, sync flush, the
     /// trailing `00 00 FF FF` stripped) to `out`.
     pub fn compress(&mut self, msg: &[u8], out: &mut Vec<u8>) {
-        self.c.reset();
+        let bits = self.bits;
+        let c = self.c.get_or_insert_with(|| Box::new(Compress::new_with_window_bits(Compression::new(LEVEL), false, bits)));
+        c.reset();
         let start = out.len();
         // Stored blocks bound the output: 5 bytes per 16 KiB and the flush.
         out.reserve(msg.len() + msg.len() / 1024 + 64);
         let mut used = 0;
         loop {
-            let before = self.c.total_in();
-            let st = self.c.compress_vec(&msg[used..], out, FlushCompress::Sync);
-            used += (self.c.total_in() - before) as usize;
+            let before = c.total_in();
+            let st = c.compress_vec(&msg[used..], out, FlushCompress::Sync);
+            used += (c.total_in() - before) as usize;
             let full = out.len() == out.capacity();
             if st.is_err() || (used == msg.len() && !full) {
                 break;
@@ -281,14 +287,15 @@ pub struct InflateTally {
 /// vector messages are inflated into (its capacity stays at most the
 /// largest message allowed plus one chunk).
 pub struct Inflater {
-    d: Decompress,
+    /// Made at the first message (~45 KB of zlib state), as [`Deflater`].
+    d: Option<Box<Decompress>>,
     out: Vec<u8>,
     pub tally: InflateTally,
 }
 
 impl Default for Inflater {
     fn default() -> Self {
-        Inflater { d: Decompress::new(false), out: Vec::new(), tally: InflateTally::default() }
+        Inflater { d: None, out: Vec::new(), tally: InflateTally::default() }
     }
 }
 
@@ -318,7 +325,8 @@ impl Inflater {
     }
 
     fn run(&mut self, data: &[u8], max: usize) -> Result<usize, InflateError> {
-        self.d.reset(false);
+        let d = self.d.get_or_insert_with(|| Box::new(Decompress::new(false)));
+        d.reset(false);
         let cap = max.saturating_add(1);
         let mut produced = 0usize;
         for part in [data, &TAIL[..]] {
@@ -328,9 +336,9 @@ impl Inflater {
                 if self.out.len() < room {
                     self.out.resize(room, 0);
                 }
-                let (in0, out0) = (self.d.total_in(), self.d.total_out());
-                let st = self.d.decompress(&part[used..], &mut self.out[produced..room], FlushDecompress::Sync).map_err(|_| InflateError::Corrupt)?;
-                let (took, made) = ((self.d.total_in() - in0) as usize, (self.d.total_out() - out0) as usize);
+                let (in0, out0) = (d.total_in(), d.total_out());
+                let st = d.decompress(&part[used..], &mut self.out[produced..room], FlushDecompress::Sync).map_err(|_| InflateError::Corrupt)?;
+                let (took, made) = ((d.total_in() - in0) as usize, (d.total_out() - out0) as usize);
                 used += took;
                 produced += made;
                 if produced > max {
