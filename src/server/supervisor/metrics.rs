@@ -21,6 +21,7 @@ pub fn render(
     published: u64,
     accept_queue: u64,
     history: &crate::server::broker::history::HistoryCounters,
+    retained: &crate::server::broker::retained::RetainedCounters,
     link: Option<&crate::cluster::LinkStatus>,
     admin: Option<&crate::admin::AdminCounters>,
     upstream: Option<&crate::server::broker::upstream::UpstreamCounters>,
@@ -28,6 +29,7 @@ pub fn render(
     let mut r = Registry::with_prefix(PREFIX);
     t.counters.register(&mut r);
     history.register(&mut r);
+    retained.register(&mut r);
     if let Some(a) = admin {
         a.register(&mut r);
     }
@@ -84,8 +86,21 @@ mod tests {
         t.counters.accepted = 9;
         t.counters.close_reasons.insert("peer_closed".into(), 2);
         t.push_latency_buckets = vec![1, 2];
-        let text = render(&t, 3, 7, &crate::server::broker::history::HistoryCounters::example(), None, None, None);
-        for d in ServerCounters::DECLARED.iter().chain(crate::server::broker::history::HistoryCounters::DECLARED) {
+        let text = render(
+            &t,
+            3,
+            7,
+            &crate::server::broker::history::HistoryCounters::example(),
+            &crate::server::broker::retained::RetainedCounters::example(),
+            None,
+            None,
+            None,
+        );
+        for d in ServerCounters::DECLARED
+            .iter()
+            .chain(crate::server::broker::history::HistoryCounters::DECLARED)
+            .chain(crate::server::broker::retained::RetainedCounters::DECLARED)
+        {
             assert!(text.contains(&format!("# HELP {} ", d.kind.family_name(PREFIX, d.metric))), "{} missing from {text}", d.field);
         }
         assert!(text.contains("megaconn_connections 7"), "{text}");
@@ -96,11 +111,11 @@ mod tests {
         assert!(text.ends_with("# EOF\n"), "{text}");
         assert!(text.contains("megaconn_accept_queue 7"), "{text}");
         let link = crate::cluster::LinkStatus { up: true, reconnects: 2, ..Default::default() };
-        let text = render(&t, 3, 0, &Default::default(), Some(&link), None, None);
+        let text = render(&t, 3, 0, &Default::default(), &Default::default(), Some(&link), None, None);
         assert!(text.contains("megaconn_cluster_link_up 1"), "{text}");
         assert!(text.contains("megaconn_cluster_reconnects_total 2"), "{text}");
         let link = crate::cluster::LinkStatus { refused: [("forged".to_string(), 3)].into(), ..Default::default() };
-        let text = render(&t, 3, 0, &Default::default(), Some(&link), None, None);
+        let text = render(&t, 3, 0, &Default::default(), &Default::default(), Some(&link), None, None);
         assert!(text.contains("megaconn_cluster_refused_total{reason=\"forged\"} 3"), "{text}");
         assert!(text.contains("megaconn_cluster_refused_total{reason=\"unsigned\"} 0"), "{text}");
         let history = crate::cluster::LogStatus {
@@ -109,7 +124,7 @@ mod tests {
             counters: crate::cluster::log::LogCounters::example(),
         };
         let link = crate::cluster::LinkStatus { history: Some(history), ..Default::default() };
-        let text = render(&t, 3, 0, &Default::default(), Some(&link), None, None);
+        let text = render(&t, 3, 0, &Default::default(), &Default::default(), Some(&link), None, None);
         for d in crate::cluster::log::LogCounters::DECLARED {
             assert!(text.contains(&format!("megaconn_cluster_history_{}_total ", d.metric)), "{}: {text}", d.metric);
         }
