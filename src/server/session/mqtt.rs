@@ -430,13 +430,13 @@ fn publish(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, p: Publish<'_>) -> R
     }
     if p.qos == QoS::ExactlyOnce {
         match m.extra_mut().flight.received(p.packet_id, usize::from(RECEIVE_MAXIMUM)) {
-            Ok(true) => {}
-            Ok(false) => {
+            flight::Incoming::New => {}
+            flight::Incoming::Resent => {
                 ctx.req.stats.mqtt_qos2_resent += 1;
                 send(ctx, v, &Packet::PubRec(Ack { packet_id: p.packet_id, reason: 0, properties: Properties::default() }));
                 return Ok(());
             }
-            Err(()) => {
+            flight::Incoming::TooMany => {
                 m.tidy();
                 return Err(disconnect(ctx, v, 0x93, "mqtt_receive_maximum_exceeded"));
             }

@@ -23,10 +23,8 @@ impl ServerFleet {
                     content_type: CONTENT_TYPE,
                     body: crate::server::supervisor::metrics::render(
                         &t,
-                        self.publisher.published,
+                        &self.publisher,
                         self.accept_queue,
-                        &self.publisher.history.counters,
-                        &self.publisher.retained.counters,
                         link.as_ref(),
                         admin.as_ref(),
                         self.upstream.as_ref().map(|u| u.counters.lock().expect("upstream counters").clone()).as_ref(),

@@ -18,13 +18,16 @@ use std::rc::Rc;
 /// Re-read the wall clock after this many writes (latency buckets).
 const CLOCK_EVERY: usize = 64;
 
+/// One form of a PUBLISH: its bytes and where its packet id goes, once made.
+type Form = Option<(Rc<[u8]>, usize)>;
+
 /// One message's PUBLISH in every form met so far: by version, QoS and
 /// retain flag, each encoded the first time a subscriber needs it.
 struct Forms<'a> {
     topic: &'a str,
     data: &'a [u8],
     /// [version][qos][retain]: (bytes, where the packet id goes).
-    made: [[[Option<(Rc<[u8]>, usize)>; 2]; 3]; 2],
+    made: [[[Form; 2]; 3]; 2],
 }
 
 impl<'a> Forms<'a> {

@@ -102,6 +102,17 @@ pub enum Acked {
     Unknown,
 }
 
+/// What a client's QoS 2 PUBLISH is to the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Incoming {
+    /// A new id: forward it, then PUBREC (the id now awaits its PUBREL).
+    New,
+    /// Its id awaits its PUBREL already: PUBREC again, not forwarded again.
+    Resent,
+    /// `max` ids await their PUBREL already (v5: Receive Maximum exceeded).
+    TooMany,
+}
+
 /// A connection's QoS 1 and 2 deliveries and the client's QoS 2
 /// publishes awaiting PUBREL.
 #[derive(Debug, Default)]
@@ -197,18 +208,16 @@ impl Flight {
         }
     }
 
-    /// A QoS 2 PUBLISH from the client with `id`: true when it is new
-    /// (forward it, then PUBREC), false when it awaits its PUBREL already
-    /// (PUBREC only). Err: `max` such ids await already.
-    pub fn received(&mut self, id: u16, max: usize) -> Result<bool, ()> {
+    /// A QoS 2 PUBLISH from the client with `id`.
+    pub fn received(&mut self, id: u16, max: usize) -> Incoming {
         if self.incoming.contains(&id) {
-            return Ok(false);
+            return Incoming::Resent;
         }
         if self.incoming.len() >= max {
-            return Err(());
+            return Incoming::TooMany;
         }
         self.incoming.push(id);
-        Ok(true)
+        Incoming::New
     }
 
     /// PUBREL for `id`: whether it awaited one (then forgotten).
@@ -295,13 +304,13 @@ mod tests {
     #[test]
     fn incoming_qos2_ids_are_forwarded_once_until_released() {
         let mut f = Flight::default();
-        assert_eq!(f.received(5, 2), Ok(true));
-        assert_eq!(f.received(5, 2), Ok(false), "a resend is not forwarded again");
-        assert_eq!(f.received(6, 2), Ok(true));
-        assert_eq!(f.received(7, 2), Err(()));
+        assert_eq!(f.received(5, 2), Incoming::New);
+        assert_eq!(f.received(5, 2), Incoming::Resent, "a resend is not forwarded again");
+        assert_eq!(f.received(6, 2), Incoming::New);
+        assert_eq!(f.received(7, 2), Incoming::TooMany);
         assert!(f.released(5));
         assert!(!f.released(5));
-        assert_eq!(f.received(5, 2), Ok(true), "released: the id is free again");
+        assert_eq!(f.received(5, 2), Incoming::New, "released: the id is free again");
         assert!(f.released(5) && f.released(6) && f.idle());
     }
 }
