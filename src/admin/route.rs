@@ -182,7 +182,13 @@ pub fn parse(method: &str, url: &str, body: Vec<u8>) -> Result<Request, Response
             let topic = query(url, "topic").ok_or_else(|| Response::error(400, "POST /publish needs ?topic=NAME"))?;
             check_topic(topic.as_bytes()).map_err(|e| Response::error(400, e))?;
             data_fits(topic, &body)?;
-            Ok(Request::Publish(vec![Message { stream: Stream::Topic, topic: topic.into(), target: None, node: None, data: body, at: None, user: None, close: false, qos: 0, retain: false }]))
+            // `&retain=1`: also the topic's MQTT retained message (empty: cleared).
+            let retain = match query(url, "retain") {
+                None | Some("0" | "false") => false,
+                Some("1" | "true") => true,
+                Some(v) => return Err(Response::error(400, format!("retain={v}: give retain=1 (or 0)"))),
+            };
+            Ok(Request::Publish(vec![Message { retain, ..Message::topic(topic.into(), body) }]))
         }
         ("POST", "/push") => {
             let text = String::from_utf8(body).map_err(|_| Response::error(400, "a /push batch is text: one 'ID PAYLOAD' per line"))?;
@@ -234,6 +240,9 @@ mod tests {
         assert_eq!(parse("GET", "/connections?limit=0", vec![]).unwrap_err().status, 400);
         assert_eq!(parse("POST", "/publish?topic=bad%20topic", vec![]).unwrap_err().status, 400);
         assert_eq!(parse("POST", "/publish", vec![]).unwrap_err().status, 400);
+        let retained = |q: &str| parse("POST", &format!("/publish?topic=a{q}"), vec![]).map(|r| matches!(r, Request::Publish(m) if m[0].retain));
+        assert_eq!((retained(""), retained("&retain=1"), retained("&retain=0")), (Ok(false), Ok(true), Ok(false)));
+        assert_eq!(retained("&retain=yes").unwrap_err().status, 400);
         assert_eq!(parse("POST", "/push/abc", vec![]).unwrap_err().status, 400);
         assert_eq!(parse("POST", "/broadcast", vec![0; MAX_PUSH + 1]).unwrap_err().status, 413);
         assert!(parse("POST", "/broadcast", vec![0; MAX_PUSH]).is_ok());

@@ -68,9 +68,10 @@ fn paho_wills_on_a_killed_connection_not_on_disconnect() {
     s.terminate();
 }
 
-/// mosquitto_pub sets a retained QoS 2 message and publishes a live one;
-/// mosquitto_sub at QoS 1 prints the retained one with its flag at QoS 1
-/// (the lower), then the live one without it.
+/// mosquitto_pub sets a retained QoS 2 message, the admin API a retained
+/// one (`&retain=1`, QoS 0), and mosquitto_pub publishes a live one;
+/// mosquitto_sub at QoS 1 prints the retained ones with their flag (the
+/// QoS 2 one at QoS 1, the lower), then the live one without it.
 #[test]
 fn mosquitto_retained_and_qos_2() {
     let (mut s, admin, port) = mqtt_server(&[]);
@@ -80,20 +81,22 @@ fn mosquitto_retained_and_qos_2() {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     };
     publish(&["-q", "2", "-r", "-m", "kept"]);
-    stats_when(&admin, "the retained message stored", |v| v["mqtt_retained"]["messages"] == 1);
+    let (status, body) = http(&admin, "POST", "/publish?topic=m/adm&retain=1", b"from admin", None);
+    assert_eq!(status, 200, "{body}");
+    stats_when(&admin, "the retained messages stored", |v| v["mqtt_retained"]["messages"] == 2);
     let sub = Command::new("mosquitto_sub")
-        .args(["-h", "127.0.0.1", "-p", &p, "-t", "m/#", "-q", "1", "-C", "2", "-W", "30", "-F", "%r %q %t %p"])
+        .args(["-h", "127.0.0.1", "-p", &p, "-t", "m/#", "-q", "1", "-C", "3", "-W", "30", "-F", "%r %q %t %p"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("mosquitto_sub");
-    stats_when(&admin, "mosquitto_sub got the retained one", |v| v["mqtt_retained_out"] == 1);
+    stats_when(&admin, "mosquitto_sub got the retained ones", |v| v["mqtt_retained_out"] == 2);
     publish(&["-q", "2", "-m", "live"]);
     let out = sub.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "1 1 m/x kept\n0 1 m/x live\n");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "1 0 m/adm from admin\n1 1 m/x kept\n0 1 m/x live\n");
     stats_when(&admin, "mosquitto's QoS 2 counted", |v| {
-        counts_are(v, "mqtt_publishes_in", &[("2", 2)]) && count(v, "mqtt_acks_in", "pubrel") == 2 && count(v, "mqtt_acks_in", "puback") == 2
+        counts_are(v, "mqtt_publishes_in", &[("2", 2)]) && count(v, "mqtt_acks_in", "pubrel") == 2 && count(v, "mqtt_acks_in", "puback") == 2 && count(v, "mqtt_publishes_out", "0") == 1
     });
     s.terminate();
 }
