@@ -96,7 +96,10 @@ fn mosquitto_retained_and_qos_2() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "1 0 m/adm from admin\n1 1 m/x kept\n0 1 m/x live\n");
     stats_when(&admin, "mosquitto's QoS 2 counted", |v| {
-        counts_are(v, "mqtt_publishes_in", &[("2", 2)]) && count(v, "mqtt_acks_in", "pubrel") == 2 && count(v, "mqtt_acks_in", "puback") == 2 && count(v, "mqtt_publishes_out", "0") == 1
+        counts_are(v, "mqtt_publishes_in", &[("2", 2)])
+            && count(v, "mqtt_acks_in", "pubrel") == 2
+            && count(v, "mqtt_acks_in", "puback") == 2
+            && count(v, "mqtt_publishes_out", "0") == 1
     });
     s.terminate();
 }
