@@ -53,16 +53,21 @@ pub struct Message {
     pub user: Option<String>,
     /// Close those connections instead (`POST /disconnect/user/SUB`).
     pub close: bool,
+    /// MQTT QoS it was published with (0 for the admin API): what an
+    /// MQTT subscription granted more may be delivered with.
+    pub qos: u8,
+    /// MQTT retain: the topic's retained message is set (an empty one cleared).
+    pub retain: bool,
 }
 
 impl Message {
     /// A message to every subscriber of `topic` (an MQTT client's publish).
     pub fn topic(topic: String, data: Vec<u8>) -> Message {
-        Message { stream: Stream::Topic, topic, target: None, node: None, data, at: None, user: None, close: false }
+        Message { stream: Stream::Topic, topic, target: None, node: None, data, at: None, user: None, close: false, qos: 0, retain: false }
     }
 
     fn unicast(node: Option<String>, id: u64, data: Vec<u8>) -> Message {
-        Message { stream: Stream::Unicast, topic: String::new(), target: Some(id), node, data, at: None, user: None, close: false }
+        Message { stream: Stream::Unicast, topic: String::new(), target: Some(id), node, data, at: None, user: None, close: false, qos: 0, retain: false }
     }
 
     /// To every connection of `user` (or closing them).
@@ -71,7 +76,7 @@ impl Message {
         if user.is_empty() || user.len() > 255 {
             return Err(Response::error(400, "a user is the sub claim of its tokens: 1-255 bytes, percent-encoded in the path"));
         }
-        Ok(Message { stream: Stream::Unicast, topic: String::new(), target: None, node: None, data, at: None, user: Some(user), close })
+        Ok(Message { stream: Stream::Unicast, topic: String::new(), target: None, node: None, data, at: None, user: Some(user), close, qos: 0, retain: false })
     }
 }
 
@@ -171,13 +176,19 @@ pub fn parse(method: &str, url: &str, body: Vec<u8>) -> Result<Request, Response
         }
         ("POST", "/broadcast") => {
             data_fits("", &body)?;
-            Ok(Request::Publish(vec![Message { stream: Stream::Broadcast, topic: String::new(), target: None, node: None, data: body, at: None, user: None, close: false }]))
+            Ok(Request::Publish(vec![Message { stream: Stream::Broadcast, topic: String::new(), target: None, node: None, data: body, at: None, user: None, close: false, qos: 0, retain: false }]))
         }
         ("POST", "/publish") => {
             let topic = query(url, "topic").ok_or_else(|| Response::error(400, "POST /publish needs ?topic=NAME"))?;
             check_topic(topic.as_bytes()).map_err(|e| Response::error(400, e))?;
             data_fits(topic, &body)?;
-            Ok(Request::Publish(vec![Message { stream: Stream::Topic, topic: topic.into(), target: None, node: None, data: body, at: None, user: None, close: false }]))
+            // `&retain=1`: also the topic's MQTT retained message (empty: cleared).
+            let retain = match query(url, "retain") {
+                None | Some("0" | "false") => false,
+                Some("1" | "true") => true,
+                Some(v) => return Err(Response::error(400, format!("retain={v}: give retain=1 (or 0)"))),
+            };
+            Ok(Request::Publish(vec![Message { retain, ..Message::topic(topic.into(), body) }]))
         }
         ("POST", "/push") => {
             let text = String::from_utf8(body).map_err(|_| Response::error(400, "a /push batch is text: one 'ID PAYLOAD' per line"))?;
@@ -229,6 +240,9 @@ mod tests {
         assert_eq!(parse("GET", "/connections?limit=0", vec![]).unwrap_err().status, 400);
         assert_eq!(parse("POST", "/publish?topic=bad%20topic", vec![]).unwrap_err().status, 400);
         assert_eq!(parse("POST", "/publish", vec![]).unwrap_err().status, 400);
+        let retained = |q: &str| parse("POST", &format!("/publish?topic=a{q}"), vec![]).map(|r| matches!(r, Request::Publish(m) if m[0].retain));
+        assert_eq!((retained(""), retained("&retain=1"), retained("&retain=0")), (Ok(false), Ok(true), Ok(false)));
+        assert_eq!(retained("&retain=yes").unwrap_err().status, 400);
         assert_eq!(parse("POST", "/push/abc", vec![]).unwrap_err().status, 400);
         assert_eq!(parse("POST", "/broadcast", vec![0; MAX_PUSH + 1]).unwrap_err().status, 413);
         assert!(parse("POST", "/broadcast", vec![0; MAX_PUSH]).is_ok());

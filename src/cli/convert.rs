@@ -37,6 +37,8 @@ impl From<ServerArgs> for ServerConfig {
             max_pending_bytes: a.max_pending_bytes,
             max_push_bytes: a.max_push_bytes,
             history: crate::server::broker::history::HistoryConfig { size: a.history, ttl: a.history_ttl, max_bytes: a.history_max_bytes },
+            mqtt_flight: crate::server::session::mqtt::flight::Bounds { inflight: a.mqtt_inflight, queued: a.mqtt_queue, queued_bytes: a.mqtt_queue_bytes },
+            mqtt_retained: crate::server::broker::retained::RetainedConfig { max_messages: a.mqtt_retained, max_bytes: a.mqtt_retained_bytes },
             max_message_bytes: a.max_message_bytes,
             push_format: a.push_format,
             ws_deflate: crate::server::session::ws_deflate::DeflateConfig { mode: a.ws_deflate, min_bytes: a.ws_deflate_min_bytes },

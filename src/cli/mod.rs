@@ -237,6 +237,21 @@ pub struct ServerArgs {
     /// History: most bytes the whole node keeps (payloads and records); over it, topics give up their oldest messages in turn.
     #[arg(long, default_value = "256MiB", value_parser = |s: &str| parse::byte_size(s).and_then(|v| if v >= 1 << 20 { Ok(v) } else { Err(format!("--history-max-bytes {v} is below 1MiB; give e.g. 256MiB")) }))]
     pub history_max_bytes: u64,
+    /// MQTT: QoS 1 and 2 deliveries in flight to one client before it acknowledges (a v5 client's Receive Maximum may lower it).
+    #[arg(long, default_value = "32", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub mqtt_inflight: u16,
+    /// MQTT: QoS 1 and 2 deliveries held for one client behind a full window; past it (or --mqtt-queue-bytes) they are dropped and counted (mqtt_inflight_dropped).
+    #[arg(long, default_value = "1000", value_parser = clap::value_parser!(u32).range(0..=1_000_000).map(|v| v as usize))]
+    pub mqtt_queue: usize,
+    /// MQTT: bytes of deliveries held for one client behind a full window.
+    #[arg(long, default_value = "1MiB", value_parser = |s: &str| parse::byte_size(s).and_then(|v| if v <= 1 << 30 { Ok(v as usize) } else { Err(format!("--mqtt-queue-bytes {v} is over 1GiB")) }))]
+    pub mqtt_queue_bytes: usize,
+    /// MQTT: retained messages kept (one per topic); a retained publish past it is delivered but not kept (mqtt_retained_refused).
+    #[arg(long, default_value = "10000", value_parser = clap::value_parser!(u32).range(0..=10_000_000).map(|v| v as usize))]
+    pub mqtt_retained: usize,
+    /// MQTT: bytes of retained messages kept (topics, payloads, 64 bytes of record each).
+    #[arg(long, default_value = "64MiB", value_parser = parse::byte_size)]
+    pub mqtt_retained_bytes: u64,
     /// Admin HTTP API (/metrics, /stats, /healthz, /connections, POST /publish /broadcast /push): ADDR:PORT or off.
     #[arg(long, default_value = crate::server::config::DEFAULT_ADMIN)]
     pub admin: parse::OptAddr,

@@ -59,6 +59,12 @@ pub enum ServerMsg {
         worker: usize,
         messages: Vec<ClientPublish>,
     },
+    /// MQTT subscribers want the retained messages matching their new
+    /// filters (answered with a `retained` command per subscription).
+    RetainedWanted {
+        worker: usize,
+        wants: Vec<RetainedWant>,
+    },
     /// What clients said, for the `--upstream` backend.
     Upstream {
         worker: usize,
@@ -90,6 +96,34 @@ pub struct ClientPublish {
     pub topic: String,
     /// The payload, base64 (as a push command carries it).
     pub data: String,
+    /// Its QoS (0, 1, 2): subscriptions granted more get it with this.
+    #[serde(default)]
+    pub qos: u8,
+    /// Set (or with an empty payload clear) the topic's retained message.
+    #[serde(default)]
+    pub retain: bool,
+}
+
+/// One MQTT subscription that wants the retained messages its filter
+/// matches (the supervisor keeps them: `broker/retained.rs`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetainedWant {
+    /// The connection id ([`conn_id`]).
+    pub conn: u64,
+    pub filter: String,
+    /// The QoS the subscription was granted.
+    pub qos: u8,
+}
+
+/// The answer to a [`RetainedWant`]: the retained messages its filter
+/// matches, for one connection (`retained {json}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetainedAnswer {
+    pub conn: u64,
+    /// The QoS the subscription was granted.
+    pub qos: u8,
+    /// Each with the QoS it was published with.
+    pub messages: Vec<ClientPublish>,
 }
 
 /// One connection as `GET /connections` lists it.
@@ -155,6 +189,8 @@ pub const CMD_LIST: &str = "list";
 pub const CMD_PRESENCE: &str = "presence";
 /// `history {json}`: a topic's history, for the subscribers recovering it.
 pub const CMD_HISTORY: &str = "history";
+/// `retained {json}`: retained messages for one MQTT subscription.
+pub const CMD_RETAINED: &str = "retained";
 /// `tls_reload "PEM"`: new handshakes use this certificate and key (the
 /// supervisor read and checked them after a SIGHUP or a change of the files).
 pub const CMD_TLS_RELOAD: &str = "tls_reload";
@@ -175,6 +211,7 @@ pub enum ServerCommand {
     List(ListCommand),
     Presence(PresenceCommand),
     History(crate::server::broker::history::Slice),
+    Retained(RetainedAnswer),
     TlsReload(crate::tls::files::Pem),
     Resuming,
     UpstreamDone(u64),
@@ -190,6 +227,7 @@ impl ServerCommand {
             CMD_LIST => serde_json::from_str(arg).ok().map(ServerCommand::List),
             CMD_PRESENCE => serde_json::from_str(arg).ok().map(ServerCommand::Presence),
             CMD_HISTORY => serde_json::from_str(arg).ok().map(ServerCommand::History),
+            CMD_RETAINED => serde_json::from_str(arg).ok().map(ServerCommand::Retained),
             CMD_TLS_RELOAD => serde_json::from_str(arg).ok().map(ServerCommand::TlsReload),
             CMD_RESUMING => Some(ServerCommand::Resuming),
             CMD_UPSTREAM_DONE => arg.trim().parse().ok().map(ServerCommand::UpstreamDone),
@@ -234,8 +272,18 @@ pub struct PushCommand {
     /// Close the targets instead of writing to them.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub close: bool,
+    /// MQTT: the QoS it was published with (0: the admin API).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub qos: u8,
+    /// MQTT: it was published retained (Retain As Published keeps the flag).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retain: bool,
     /// The payload, base64.
     pub data: String,
+}
+
+fn is_zero(v: &u8) -> bool {
+    *v == 0
 }
 
 use crate::proto::push::MAX_KEYS;

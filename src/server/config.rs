@@ -67,6 +67,10 @@ pub struct ServerConfig {
     pub max_push_bytes: usize,
     /// `--history`, `--history-ttl`, `--history-max-bytes`.
     pub history: crate::server::broker::history::HistoryConfig,
+    /// MQTT: `--mqtt-inflight`, `--mqtt-queue`, `--mqtt-queue-bytes`.
+    pub mqtt_flight: crate::server::session::mqtt::flight::Bounds,
+    /// MQTT: `--mqtt-retained`, `--mqtt-retained-bytes`.
+    pub mqtt_retained: crate::server::broker::retained::RetainedConfig,
     /// WebSocket: largest message (close 1009 above it).
     pub max_message_bytes: usize,
     /// WebSocket: how pushes are framed.
@@ -159,6 +163,8 @@ impl Default for ServerConfig {
             max_pending_bytes: DEFAULT_MAX_PENDING,
             max_push_bytes: crate::proto::push::DEFAULT_MAX_PUSH,
             history: Default::default(),
+            mqtt_flight: Default::default(),
+            mqtt_retained: Default::default(),
             max_message_bytes: crate::server::session::ws::DEFAULT_MAX_MESSAGE,
             push_format: crate::server::session::ws::PushFormat::Text,
             ws_deflate: Default::default(),

@@ -22,6 +22,7 @@ pub mod recovery;
 mod ring;
 pub use drain::spreads;
 mod linger;
+mod mqtt_out;
 pub mod outbox;
 pub mod seam;
 mod serve;
@@ -350,6 +351,7 @@ impl Handler for Worker {
                     Some(ServerCommand::List(l)) => self.list(&l),
                     Some(ServerCommand::Presence(p)) => self.presence(&p),
                     Some(ServerCommand::History(slice)) => self.recovered(&slice),
+                    Some(ServerCommand::Retained(answer)) => self.retained(answer),
                     Some(ServerCommand::Resuming) => self.seam.resumed(),
                     Some(ServerCommand::Notices(n)) => self.notify(&n),
                     Some(ServerCommand::UpstreamDone(n)) => {
@@ -635,6 +637,7 @@ impl Worker {
                     self.recoveries.forget(t, key);
                 }
             }
+            self.mqtt_will(&mut conn.ext);
             self.topics.forget(&conn.subs, key);
             if !self.topics.gate.is_empty() {
                 self.topics.gate.forget(key);
@@ -699,5 +702,5 @@ fn answered_refusal(reason: &str) -> bool {
 
 /// A worker config from before `--protocol mqtt` existed.
 fn default_mqtt() -> crate::server::session::mqtt::MqttConfig {
-    crate::server::session::mqtt::MqttConfig { max_push: crate::proto::push::DEFAULT_MAX_PUSH }
+    crate::server::session::mqtt::MqttConfig { max_push: crate::proto::push::DEFAULT_MAX_PUSH, flight: Default::default() }
 }

@@ -2,9 +2,9 @@
 `megaconn server --protocol mqtt`.
 
 usage: mqtt_paho.py PORT ADMIN_ADDR basic
-         both versions: CONNACK (v5: maximum QoS 1, retain unavailable,
-         wildcards yes, shared no); SUBSCRIBE a/+ (QoS 1) and # (QoS 2,
-         granted 1); an admin POST /publish to $SYS/x then a/b: a/b arrives
+         both versions: CONNACK (v5: QoS 2 and retain available, i.e.
+         not announced, wildcards yes, shared no); SUBSCRIBE a/+ (QoS 1)
+         and # (QoS 2, granted 2); an admin POST /publish to $SYS/x then a/b: a/b arrives
          first (# does not match $SYS/x); a QoS 1 PUBLISH to a/c gets its
          PUBACK, reaches the subscriber and is in the topic's history (the
          admin publish path every protocol's subscribers are fed from);
@@ -18,6 +18,27 @@ usage: mqtt_paho.py PORT ADMIN_ADDR basic
          subscribed, b/x refused 0x87 / 0x80); no password: CONNACK 4 /
          0x86; a token by another secret: 5 / 0x87 (paho shows 3.1.1's
          return codes as the 5.0 ones).
+       mqtt_paho.py PORT ADMIN_ADDR qos
+         both versions: a subscriber of q/1 (QoS 1), q/2 (QoS 2) and q/#
+         (QoS 0) gets a publisher's QoS 0, 1 and 2 messages each once, at
+         min(publish, highest granted) QoS, paho acknowledging them (PUBACK;
+         PUBREC, PUBREL, PUBCOMP); the publisher's QoS 1 and 2 publishes
+         complete (PUBACK; PUBREC, PUBREL, PUBCOMP).
+       mqtt_paho.py PORT ADMIN_ADDR retained
+         both versions: retained r/a (QoS 1), r/b/c and $SYS/r (QoS 0) are
+         delivered to a new subscription with the retain flag (r/+ gets
+         r/a; # gets r/a and r/b/c, not $SYS/r; $SYS/# gets $SYS/r), at the
+         lower of their QoS and the granted one; an empty retained publish
+         clears r/a; a live message is delivered with retain 0. v5 only:
+         Retain Handling 2 gets none, 1 none on a repeated subscription, 0
+         them again; Retain As Published keeps the flag on a live message.
+         A marker message published after each subscription proves what
+         did not come (the retained answer precedes it).
+       mqtt_paho.py PORT ADMIN_ADDR will
+         both versions: a paho client with a will (QoS 1) killed with
+         SIGKILL: the will reaches a subscriber; one that disconnects
+         cleanly: no will (a marker proves it); a raw client silent past
+         its 1 s keep-alive: its will; v5 DISCONNECT 0x04: its will.
 Prints 'OK' when every check held.
 """
 import json
@@ -51,9 +72,11 @@ def check(cond, what):
 class Client:
     """A paho client whose callbacks land in queues."""
 
-    def __init__(self, version, name, keepalive=30, password=None):
+    def __init__(self, version, name, keepalive=30, password=None, will=None):
         self.version = version
         self.c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=name, protocol=version)
+        if will is not None:
+            self.c.will_set(*will)
         self.events = queue.Queue()
         self.messages = queue.Queue()
         self.pingresps = 0
@@ -62,6 +85,7 @@ class Client:
         self.c.on_subscribe = lambda c, u, mid, rcs, props: self.events.put(("suback", mid, rcs))
         self.c.on_message = lambda c, u, m: self.messages.put((m.topic, m.payload, m.qos, m.retain))
         self.c.on_publish = lambda c, u, mid, rc, props: self.events.put(("puback", mid, rc))
+        self.c.on_unsubscribe = lambda c, u, mid, rcs, props: self.events.put(("unsuback", mid, rcs))
         self.c.on_log = self.log
         if password is not None:
             self.c.username_pw_set("ignored", password)
@@ -90,6 +114,19 @@ class Client:
         check(got == mid, "suback id")
         return [code(r) for r in rcs]
 
+    def done(self, info):
+        """Wait until the publish `info` completed (PUBACK, or PUBCOMP for
+        QoS 2; paho reports a QoS 0 one once written); its reason code."""
+        while True:
+            _, mid, rc = self.event("puback")
+            if mid == info.mid:
+                return code(rc)
+
+    def unsubscribe(self, topics):
+        _, mid = self.c.unsubscribe(topics)
+        while self.event("unsuback")[1] != mid:
+            pass
+
     def message(self):
         return self.messages.get(timeout=TIMEOUT)
 
@@ -107,6 +144,11 @@ def post(path, body=b""):
 def get(path):
     with urllib.request.urlopen(f"http://{admin}{path}", timeout=TIMEOUT) as r:
         return json.loads(r.read())
+
+
+def closed(reason):
+    """Connections the server closed under `reason` so far (/stats)."""
+    return get("/stats").get("close_reasons", {}).get(reason, 0)
 
 
 def raw(data):
@@ -133,9 +175,9 @@ def basic(version):
     rc, props = sub.connack()
     check(code(rc) == 0, f"{tag} connack {rc}")
     if v5:
-        check(props.MaximumQoS == 1 and props.RetainAvailable == 0, f"v5 capabilities {props}")
+        check(not hasattr(props, "MaximumQoS") and not hasattr(props, "RetainAvailable"), f"v5 capabilities {props}")
         check(props.WildcardSubscriptionAvailable == 1 and props.SharedSubscriptionAvailable == 0, f"v5 wildcards {props}")
-    check(sub.subscribe([("a/+", 1), ("#", 2)]) == [1, 1], f"{tag} granted QoS")
+    check(sub.subscribe([("a/+", 1), ("#", 2)]) == [1, 2], f"{tag} granted QoS")
     refused = sub.subscribe([("$share/g/a", 0), ("a b", 0), ("a/ok", 0)])
     check(refused == ([0x9E, 0x8F, 0] if v5 else [0x80, 0x80, 0]), f"{tag} refused subscriptions {refused}")
     check(post("/publish?topic=$SYS/x", b"sys")[0] == 200, "admin publish $SYS/x")
@@ -199,10 +241,156 @@ def jwt_mode(keydir):
             c.c.loop_stop()
 
 
+def marker(sub, pub, topic):
+    """Publish a marker on `topic` and collect every message `sub` got
+    before it (without the marker)."""
+    pub.c.publish(topic, b"marker", qos=0)
+    got = []
+    while True:
+        m = sub.message()
+        if m[0] == topic and m[1] == b"marker":
+            return got
+        got.append(m)
+
+
+def qos_mode(version):
+    tag = "v5" if version == mqtt.MQTTv5 else "v3"
+    sub = Client(version, f"qsub-{tag}")
+    check(code(sub.connack()[0]) == 0, f"{tag} connack")
+    check(sub.subscribe([("q/1", 1), ("q/2", 2), ("q/#", 0)]) == [1, 2, 0], f"{tag} granted")
+    pub = Client(version, f"qpub-{tag}")
+    check(code(pub.connack()[0]) == 0, f"{tag} pub connack")
+    sent = [("q/1", 0), ("q/1", 1), ("q/1", 2), ("q/2", 0), ("q/2", 1), ("q/2", 2), ("q/0", 2)]
+    for i, (topic, q) in enumerate(sent):
+        info = pub.c.publish(topic, f"{tag} {i}".encode(), qos=q)
+        check(pub.done(info) == 0, f"{tag} publish {i} completed")
+    got = marker(sub, pub, "q/end")
+    want = [(topic, f"{tag} {i}".encode(), min(q, {"q/1": 1, "q/2": 2}.get(topic, 0)), False) for i, (topic, q) in enumerate(sent)]
+    check(got == want, f"{tag} deliveries {got} != {want}")
+    pub.stop()
+    sub.stop()
+
+
+def retained_mode(version):
+    from paho.mqtt.subscribeoptions import SubscribeOptions
+
+    v5 = version == mqtt.MQTTv5
+    tag = "v5" if v5 else "v3"
+    pub = Client(version, f"rpub-{tag}")
+    check(code(pub.connack()[0]) == 0, f"{tag} connack")
+    for topic, body, q in ((f"r{tag}/a", b"A", 1), (f"r{tag}/b/c", b"BC", 0), (f"$SYS/r{tag}", b"S", 0)):
+        check(pub.done(pub.c.publish(topic, body, qos=q, retain=True)) == 0, f"{tag} retained {topic}")
+    sub = Client(version, f"rsub-{tag}")
+    check(code(sub.connack()[0]) == 0, f"{tag} sub connack")
+
+    def retained(subs, want, what):
+        sub.subscribe(subs)
+        got = marker(sub, pub, f"r{tag}/end")
+        check(sorted(got) == sorted(want), f"{tag} {what}: {got} != {want}")
+
+    # The marker subscription first (its own retained: none).
+    retained([(f"r{tag}/end", 0)], [], "marker")
+    retained([(f"r{tag}/+", 2)], [(f"r{tag}/a", b"A", 1, True)], "r/+ at QoS 2 gets r/a at its QoS 1")
+    retained([("#", 0)], [(f"r{tag}/a", b"A", 0, True), (f"r{tag}/b/c", b"BC", 0, True)], "# gets no $ topic")
+    retained([("$SYS/#", 1)], [(f"$SYS/r{tag}", b"S", 0, True)], "$SYS/# gets it")
+    sub.unsubscribe(["#", "$SYS/#", f"r{tag}/+"])
+    pub.done(pub.c.publish(f"r{tag}/a", b"", qos=1, retain=True))
+    retained([(f"r{tag}/+", 1)], [], "cleared")
+    pub.done(pub.c.publish(f"r{tag}/live", b"L", qos=1, retain=True))
+    got = marker(sub, pub, f"r{tag}/end")
+    check(got == [(f"r{tag}/live", b"L", 1, False)], f"{tag} a live retained message has retain 0: {got}")
+    if v5:
+        topic = f"r{tag}/b/c"
+        for handling, again, want in ((2, False, []), (1, False, [(topic, b"BC", 0, True)]), (1, True, []), (0, True, [(topic, b"BC", 0, True)])):
+            if not again:
+                sub.unsubscribe(topic)
+            retained([(topic, SubscribeOptions(qos=1, retainHandling=handling))], want, f"retain handling {handling} again={again}")
+        sub.unsubscribe(topic)
+        retained([(f"r{tag}/rap", SubscribeOptions(qos=1, retainAsPublished=True))], [], "rap subscription")
+        pub.done(pub.c.publish(f"r{tag}/rap", b"R", qos=1, retain=True))
+        got = marker(sub, pub, f"r{tag}/end")
+        check(got == [(f"r{tag}/rap", b"R", 1, True)], f"retain as published keeps the flag: {got}")
+    # Leave no retained message to the other version's run.
+    for topic in (f"r{tag}/b/c", f"$SYS/r{tag}", f"r{tag}/live", f"r{tag}/rap"):
+        pub.done(pub.c.publish(topic, b"", qos=1, retain=True))
+    pub.stop()
+    sub.stop()
+
+
+def will_mode(version):
+    import signal
+    import subprocess
+
+    v5 = version == mqtt.MQTTv5
+    tag = "v5" if v5 else "v3"
+    watcher = Client(version, f"watch-{tag}")
+    check(code(watcher.connack()[0]) == 0, f"{tag} connack")
+    check(watcher.subscribe([(f"will{tag}/#", 1)]) == [1], f"{tag} watcher")
+    # A client killed: its will.
+    child = subprocess.Popen([sys.executable, "-c", KILLED, str(port), str(version), f"will{tag}/killed"], stdout=subprocess.PIPE, text=True)
+    check(child.stdout.readline().strip() == "connected", f"{tag} the killed client connected")
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    got = watcher.message()
+    check(got == (f"will{tag}/killed", b"bye", 1, False), f"{tag} will of the killed client: {got}")
+    # A clean DISCONNECT: none.
+    clean = Client(version, f"clean-{tag}", will=(f"will{tag}/clean", b"never", 1))
+    check(code(clean.connack()[0]) == 0, f"{tag} clean connack")
+    before = closed("mqtt_disconnect")
+    clean.stop()
+    # The server saw the DISCONNECT before the marker goes (a will it
+    # sent wrongly would come before the marker).
+    deadline = time.time() + TIMEOUT
+    while closed("mqtt_disconnect") == before:
+        check(time.time() < deadline, f"{tag} the clean DISCONNECT was never counted")
+        time.sleep(0.05)
+    got = marker(watcher, watcher, f"will{tag}/end")
+    check(got == [], f"{tag} no will after a clean DISCONNECT: {got}")
+    # Keep-alive expiry (a raw client: paho would ping): its will.
+    will_flags = 0x02 | 0x04 | 0x08  # clean, will, will QoS 1
+    props = b"\x00" if v5 else b""
+    payload = b"\x00\x01k" + props + (len(f"will{tag}/silent")).to_bytes(2, "big") + f"will{tag}/silent".encode() + b"\x00\x03bye"
+    body = b"\x00\x04MQTT" + bytes([5 if v5 else 4, will_flags, 0x00, 0x01]) + props + payload
+    s = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
+    s.sendall(bytes([0x10, len(body)]) + body)
+    check(s.recv(64)[:1] == b"\x20", f"{tag} raw connack")
+    got = watcher.message()
+    check(got == (f"will{tag}/silent", b"bye", 1, False), f"{tag} will after the keep-alive: {got}")
+    s.close()
+    if v5:
+        s = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
+        body = body.replace(b"\x00\x01k", b"\x00\x01d").replace(b"\x00\x01", b"\x00\x1e", 1)
+        s.sendall(bytes([0x10, len(body)]) + body)
+        check(s.recv(64)[:1] == b"\x20", "v5 raw connack")
+        s.sendall(b"\xe0\x01\x04")
+        got = watcher.message()
+        check(got == (f"will{tag}/silent", b"bye", 1, False), f"will after DISCONNECT 0x04: {got}")
+        s.close()
+    watcher.stop()
+
+
+# The client killed in will mode: connects with a will, says so, waits.
+KILLED = '''
+import sys, time
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+port, version, topic = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="killed", protocol=version)
+c.will_set(topic, b"bye", 1)
+c.on_connect = lambda *a: print("connected", flush=True)
+c.connect("127.0.0.1", port, keepalive=60)
+c.loop_forever()
+'''
+
+
 if mode == "basic":
     basic(mqtt.MQTTv311)
     basic(mqtt.MQTTv5)
     refusals()
+elif mode in ("qos", "retained", "will"):
+    f = {"qos": qos_mode, "retained": retained_mode, "will": will_mode}[mode]
+    f(mqtt.MQTTv311)
+    f(mqtt.MQTTv5)
 elif mode == "jwt":
     jwt_mode(sys.argv[4])
 else:

@@ -253,6 +253,12 @@ impl PublishPrefix {
         Ok(())
     }
 
+    /// Where the packet id sits in [`PublishPrefix::bytes`] (QoS 1 and 2
+    /// forms): a copy of the whole packet is patched there per subscriber.
+    pub fn packet_id_at(&self) -> Option<usize> {
+        self.packet_id_at
+    }
+
     /// The packet up to the payload.
     pub fn bytes(&self) -> &[u8] {
         &self.bytes

@@ -1,9 +1,11 @@
 //! Messages on their way between the server and the world, in the
 //! supervisor: publishes fanned out to every worker once (`publish`), what
 //! was published kept for subscribers that come back (`history`), the
-//! cluster link's side of a publish (`relay`) and what clients said, sent
+//! cluster link's side of a publish (`relay`), MQTT's retained messages
+//! (`retained`) and what clients said, sent
 //! on to the application (`upstream`).
 pub mod history;
 pub mod publish;
 pub mod relay;
+pub mod retained;
 pub mod upstream;

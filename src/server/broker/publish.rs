@@ -79,6 +79,8 @@ pub struct Publisher {
     pub history: History,
     /// `--max-push-bytes`.
     pub max_push: usize,
+    /// MQTT retained messages, one per topic (`retained.rs`).
+    pub retained: crate::server::broker::retained::Retained,
     /// Request id of each outstanding publish or listing.
     pending: HashMap<u64, Pending>,
     /// Which request a publish id belongs to.
@@ -153,8 +155,38 @@ fn presence_body(topic: &str, limit: usize, users: &HashMap<String, (u64, Option
 }
 
 impl Publisher {
-    pub fn new(history: crate::server::broker::history::HistoryConfig, max_push: usize) -> Publisher {
-        Publisher { history: History::new(history), max_push, ..Default::default() }
+    pub fn new(
+        history: crate::server::broker::history::HistoryConfig,
+        max_push: usize,
+        retained: crate::server::broker::retained::RetainedConfig,
+    ) -> Publisher {
+        Publisher { history: History::new(history), max_push, retained: crate::server::broker::retained::Retained::new(retained), ..Default::default() }
+    }
+
+    /// New MQTT subscriptions in worker `w` want the retained messages
+    /// their filters match: one `retained` command per subscription (sent
+    /// after every push so far, so a message retained before the
+    /// subscription reached the supervisor is in it).
+    pub fn retained_wanted(&mut self, w: usize, wants: Vec<crate::server::commands::RetainedWant>, pool: &mut Pool) {
+        use crate::server::commands::{ClientPublish, RetainedAnswer, CMD_RETAINED};
+        for want in wants {
+            let messages: Vec<ClientPublish> = self
+                .retained
+                .matching(&want.filter)
+                .into_iter()
+                .map(|(topic, k)| ClientPublish {
+                    topic: topic.into(),
+                    data: base64::engine::general_purpose::STANDARD.encode(&k.data),
+                    qos: k.qos,
+                    retain: true,
+                })
+                .collect();
+            if messages.is_empty() {
+                continue;
+            }
+            let answer = RetainedAnswer { conn: want.conn, qos: want.qos, messages };
+            pool.send(w, &format!("{CMD_RETAINED} {}", serde_json::to_string(&answer).expect("serializes")));
+        }
     }
 
     /// A message over `--max-push-bytes`: the answer that names the limit.
@@ -205,6 +237,10 @@ impl Publisher {
                 let users = messages.iter().any(|m| m.user.is_some());
                 let close = messages.iter().any(|m| m.close);
                 for m in messages {
+                    if m.retain && m.stream == Stream::Topic {
+                        // Over its bounds it is still delivered, just not kept.
+                        let _ = self.retained.set(&m.topic, &m.data, m.qos);
+                    }
                     let log = if m.stream == Stream::Broadcast { BROADCAST_TOPIC } else { m.topic.as_str() };
                     let at = match (m.stream, m.at) {
                         (Stream::Unicast, _) => Position::default(),
@@ -243,6 +279,8 @@ impl Publisher {
                         target: m.target,
                         user: m.user,
                         close: m.close,
+                        qos: m.qos,
+                        retain: m.retain,
                         data: base64::engine::general_purpose::STANDARD.encode(&m.data),
                     };
                     let line = format!("{CMD_PUSH} {}", serde_json::to_string(&cmd).expect("serializes"));

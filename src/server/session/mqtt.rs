@@ -2,27 +2,33 @@
 //! `proto/mqtt`): CONNECT answered with CONNACK (`--auth jwt`: the
 //! password is the token), PINGREQ with PINGRESP, SUBSCRIBE and
 //! UNSUBSCRIBE into the worker's topics (exact topics in `topics.rs`,
-//! `+`/`#` filters in `wildcards.rs`), and PUBLISH at QoS 0 and 1 into the
-//! one topic space: each goes to the supervisor as an admin publish would
-//! (`broker/publish.rs`), so WebSocket, SSE, framed and MQTT subscribers
-//! of the topic all get it. Bytes in ([`consume`]), packets in `req.out`.
+//! `+`/`#` filters in `wildcards.rs`), and PUBLISH at QoS 0, 1 and 2 into
+//! the one topic space: each goes to the supervisor as an admin publish
+//! would (`broker/publish.rs`), so WebSocket, SSE, framed and MQTT
+//! subscribers of the topic all get it. Bytes in ([`consume`]), packets
+//! in `req.out`.
+//!
+//! QoS 1 and 2 deliveries to the client and the client's QoS 2 publishes
+//! awaiting PUBREL are in `mqtt/flight.rs` (acknowledgements in
+//! `mqtt/acks.rs`); subscription options, the will and the flight live in
+//! a box (`mqtt/extra.rs`) that exists only while there is any. Retained
+//! messages are the supervisor's (`broker/retained.rs`): a new
+//! subscription asks for its filter's (`Published::wants`).
 //!
 //! Not supported yet, and refused with a reason code rather than half
-//! done: QoS 2 (v5 DISCONNECT 0x9B), retained messages (v5: retain
-//! available 0, DISCONNECT 0x9A; 3.1.1 delivers them as not retained),
-//! will messages (CONNACK 0x83 / 3.1.1 0x03), topic aliases (maximum 0),
-//! shared subscriptions (SUBACK 0x9E), subscription identifiers (0xA1),
-//! No Local (SUBACK 0x83), extended authentication (CONNACK 0x8C), and
-//! sessions that outlive their connection (CONNACK says session present
-//! 0 and, in v5, Session Expiry Interval 0).
+//! done: topic aliases (maximum 0), shared subscriptions (SUBACK 0x9E),
+//! subscription identifiers (0xA1), No Local (SUBACK 0x83), extended
+//! authentication (CONNACK 0x8C), and sessions that outlive their
+//! connection (CONNACK says session present 0 and, in v5, Session Expiry
+//! Interval 0): QoS 1 and 2 state dies with its connection.
 //!
 //! Every refusal after the CONNECT is answered in 5.0 with a DISCONNECT
 //! carrying its reason code, in 3.1.1 by closing (3.1.1 §4.8); the close
 //! reason is the codec's counter name (`mqtt_...`).
 
 use crate::proto::mqtt::decode::{self, FixedHeader};
-use crate::proto::mqtt::{encode, kind, Ack, ConnAck, Connect, Disconnect, Error, Limits, Packet, Properties, Publish, QoS, Role, SubAck, Version};
-use crate::server::commands::ClientPublish;
+use crate::proto::mqtt::{encode, kind, Ack, ConnAck, Disconnect, Error, Limits, Packet, Properties, Publish, QoS, Role, SubAck, Version};
+use crate::server::commands::{ClientPublish, RetainedWant};
 use crate::server::session::requests::Requests;
 use crate::server::worker::conn::{ConnExt, Ext};
 use crate::server::worker::topics::{Subs, Topics};
@@ -37,9 +43,15 @@ pub const KEEPALIVE: &str = "mqtt_keepalive_timeout";
 /// read's worth); a publish past it is refused (v5 0x97 quota exceeded).
 pub const MAX_PENDING_PUBLISH_BYTES: usize = 4 << 20;
 /// Receive Maximum the server announces (v5): every QoS 1 PUBLISH is
-/// acknowledged in the read that brought it, so the window only bounds
-/// what a client may send ahead.
+/// acknowledged in the read that brought it, so the window bounds what a
+/// client may send ahead and how many of its QoS 2 publishes may await
+/// their PUBREL (each costs 2 bytes while it does).
 const RECEIVE_MAXIMUM: u16 = 1024;
+
+mod acks;
+mod connect;
+pub mod extra;
+pub mod flight;
 
 /// MQTT settings of a server worker.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -47,6 +59,9 @@ pub struct MqttConfig {
     /// `--max-push-bytes`: the largest payload a client may publish (the
     /// largest push the topic space carries).
     pub max_push: usize,
+    /// `--mqtt-inflight`, `--mqtt-queue`, `--mqtt-queue-bytes`.
+    #[serde(default)]
+    pub flight: flight::Bounds,
 }
 
 impl MqttConfig {
@@ -68,14 +83,28 @@ pub struct MqttConn {
     pub version: Option<Version>,
     /// Seconds of keep-alive the CONNECT asked for (0: off).
     pub keep_alive_s: u16,
+    /// QoS 1 and 2 deliveries in flight at most: `--mqtt-inflight`, or
+    /// a v5 client's Receive Maximum when lower.
+    pub window: u16,
     /// The client's Maximum Packet Size (v5): larger pushes are not sent
     /// to it ([MQTT-3.1.2-24]). `u32::MAX` when it gave none.
     pub max_in: u32,
+    /// Subscription options, deliveries in flight, the will: boxed, and
+    /// only while there is any (`mqtt/extra.rs`).
+    pub extra: Option<Box<extra::Extra>>,
 }
 
 /// State of a connection just accepted: its CONNECT is due.
 pub fn fresh() -> Ext {
-    Some(Box::new(ConnExt::Mqtt(MqttConn { version: None, keep_alive_s: 0, max_in: u32::MAX })))
+    Some(Box::new(ConnExt::Mqtt(MqttConn { version: None, keep_alive_s: 0, window: 1, max_in: u32::MAX, extra: None })))
+}
+
+/// The MQTT state inside an [`Ext`], mutable, if any.
+pub fn state_mut(ext: &mut Ext) -> Option<&mut MqttConn> {
+    match ext.as_deref_mut() {
+        Some(ConnExt::Mqtt(m)) => Some(m),
+        _ => None,
+    }
 }
 
 /// The MQTT state inside an [`Ext`], if any.
@@ -91,12 +120,16 @@ pub fn connecting(ext: &Ext) -> bool {
     state(ext).is_some_and(|m| m.version.is_none())
 }
 
-/// Client publishes a worker holds until it hands them to its supervisor.
+/// Client publishes (and wills) a worker holds until it hands them to
+/// its supervisor, and new subscriptions that want retained messages.
 #[derive(Debug, Default)]
 pub struct Published {
     pub messages: Vec<ClientPublish>,
     /// Payload and topic bytes in `messages`.
     pub bytes: usize,
+    /// Handed on after `messages`, so a retained publish of the same read
+    /// is in the answer. At most one per subscription of the read.
+    pub wants: Vec<RetainedWant>,
 }
 
 /// What one read of an MQTT connection works on.
@@ -139,7 +172,7 @@ fn on_packet(ctx: &mut Ctx<'_>, m: &mut MqttConn, h: &FixedHeader, body: &[u8]) 
         }
         let version = decode::connect_version(body).map_err(|e| refuse(ctx, None, e))?;
         return match decode::packet(h, body, Role::Server, version, ctx.limits) {
-            Ok(Packet::Connect(c)) => connect(ctx, m, *c),
+            Ok(Packet::Connect(c)) => connect::connect(ctx, m, *c),
             Ok(_) => Err(refuse(ctx, None, Error::UnexpectedPacket)),
             Err(e) => Err(refuse_connect(ctx, version, e.reason_code(), e.v3_connack(), e.as_str())),
         };
@@ -150,11 +183,21 @@ fn on_packet(ctx: &mut Ctx<'_>, m: &mut MqttConn, h: &FixedHeader, body: &[u8]) 
     let p = decode::packet(h, body, Role::Server, version, ctx.limits).map_err(|e| refuse(ctx, Some(version), e))?;
     match p {
         Packet::PingReq => send(ctx, version, &Packet::PingResp),
-        Packet::Disconnect(_) => return Err(PEER_DISCONNECT),
-        Packet::Subscribe(s) => subscribe(ctx, version, s)?,
-        Packet::Unsubscribe(u) => unsubscribe(ctx, version, u)?,
-        Packet::Publish(p) => publish(ctx, version, p)?,
-        // The server sends only QoS 0, so no acknowledgement is due to it;
+        Packet::Disconnect(d) => {
+            // A clean end deletes the will; v5 0x04 asks for it (§3.14.2.1).
+            if d.reason != 0x04 {
+                m.take_will();
+                m.tidy();
+            }
+            return Err(PEER_DISCONNECT);
+        }
+        Packet::Subscribe(s) => subscribe(ctx, m, version, s)?,
+        Packet::Unsubscribe(u) => unsubscribe(ctx, m, version, u)?,
+        Packet::Publish(p) => publish(ctx, m, version, p)?,
+        Packet::PubAck(a) => acks::outbound(ctx, m, version, flight::Stage::Ack, &a),
+        Packet::PubRec(a) => acks::outbound(ctx, m, version, flight::Stage::Rec, &a),
+        Packet::PubComp(a) => acks::outbound(ctx, m, version, flight::Stage::Comp, &a),
+        Packet::PubRel(a) => acks::pubrel(ctx, m, version, &a),
         // AUTH without an authentication method (§4.12).
         _ => return Err(disconnect(ctx, version, 0x82, "mqtt_unexpected_packet")),
     }
@@ -200,62 +243,17 @@ fn disconnect(ctx: &mut Ctx<'_>, version: Version, code: u8, reason: &'static st
     reason
 }
 
-/// CONNECT: refuse what is not supported, check the token, answer.
-fn connect(ctx: &mut Ctx<'_>, m: &mut MqttConn, c: Connect<'_>) -> Result<(), &'static str> {
-    let v = c.version;
-    if c.will.is_some() {
-        return Err(refuse_connect(ctx, v, 0x83, Some(0x03), "mqtt_will_unsupported"));
-    }
-    if c.properties.auth_method.is_some() {
-        return Err(refuse_connect(ctx, v, 0x8C, None, "mqtt_auth_method_unsupported"));
-    }
-    if ctx.topics.gate.required() {
-        // The password is the token; the user name is not looked at.
-        let token = c.password.map(|p| std::str::from_utf8(p).unwrap_or("\u{0}"));
-        match ctx.topics.gate.verify(token) {
-            Ok(claims) => ctx.topics.gate.admit(ctx.req.key, ctx.req.gen, claims),
-            Err(reason) => {
-                *ctx.req.stats.auth_refused.entry(reason.into()).or_insert(0) += 1;
-                // No password: bad user name or password; one refused: not authorized.
-                let (v5, v3) = if token.is_none_or(str::is_empty) { (0x86, 0x04) } else { (0x87, 0x05) };
-                return Err(refuse_connect(ctx, v, v5, Some(v3), reason));
-            }
-        }
-    }
-    m.version = Some(v);
-    m.keep_alive_s = c.keep_alive;
-    m.max_in = c.properties.maximum_packet_size.unwrap_or(u32::MAX);
-    *ctx.req.stats.mqtt_connects.entry(if v == Version::V5 { "5.0" } else { "3.1.1" }.into()).or_insert(0) += 1;
-    let assigned = (c.client_id.is_empty() && v == Version::V5).then(|| format!("megaconn-{}-{}-{}", ctx.worker, ctx.req.key, ctx.req.gen));
-    let properties = match v {
-        Version::V311 => Properties::default(),
-        Version::V5 => Properties {
-            receive_maximum: Some(RECEIVE_MAXIMUM),
-            maximum_qos: Some(QoS::AtLeastOnce),
-            retain_available: Some(false),
-            wildcard_sub_available: Some(true),
-            sub_id_available: Some(false),
-            shared_sub_available: Some(false),
-            topic_alias_maximum: Some(0),
-            maximum_packet_size: Some(ctx.limits.max_packet_size),
-            assigned_client_id: assigned.as_deref(),
-            // No session outlives its connection yet.
-            session_expiry: c.properties.session_expiry.filter(|s| *s > 0).map(|_| 0),
-            ..Properties::default()
-        },
-    };
-    send(ctx, v, &Packet::ConnAck(ConnAck { session_present: false, code: 0, properties }));
-    Ok(())
-}
-
-/// SUBSCRIBE: each filter into the worker's topics, its code in SUBACK.
-fn subscribe(ctx: &mut Ctx<'_>, v: Version, s: crate::proto::mqtt::Subscribe<'_>) -> Result<(), &'static str> {
+/// SUBSCRIBE: each filter into the worker's topics, its code in SUBACK;
+/// its options kept when not plain QoS 0, its retained messages asked
+/// for (v5 Retain Handling 0 always, 1 when it is new, 2 never).
+fn subscribe(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, s: crate::proto::mqtt::Subscribe<'_>) -> Result<(), &'static str> {
     ctx.topics.rate.charge(ctx.req.key)?;
     if !s.properties.subscription_ids.is_empty() {
         return Err(disconnect(ctx, v, 0xA1, "mqtt_subscription_ids_unsupported"));
     }
     let mut codes = Vec::with_capacity(s.subscriptions.len());
     for sub in &s.subscriptions {
+        let existed = ctx.topics.has(ctx.subs, sub.filter);
         let r = if crate::proto::mqtt::topic::shared(sub.filter).is_some() {
             Err((0x9E, "mqtt_shared_unsupported"))
         } else if sub.no_local {
@@ -266,7 +264,22 @@ fn subscribe(ctx: &mut Ctx<'_>, v: Version, s: crate::proto::mqtt::Subscribe<'_>
             ctx.topics.subscribe(ctx.subs, ctx.req.key, sub.filter.as_bytes()).map_err(|r| (subscribe_code(r), r))
         };
         codes.push(match r {
-            Ok(()) => sub.qos.min(QoS::AtLeastOnce) as u8,
+            Ok(()) => {
+                let rap = v == Version::V5 && sub.retain_as_published;
+                if let Some(id) = ctx.topics.sub_id(sub.filter) {
+                    m.set_sub(id, sub.qos, rap);
+                }
+                let wanted = match (v, sub.retain_handling) {
+                    (Version::V311, _) | (_, 0) => true,
+                    (_, 1) => !existed,
+                    _ => false,
+                };
+                if wanted {
+                    let conn = crate::server::commands::conn_id(ctx.worker, ctx.req.key, ctx.req.gen);
+                    ctx.published.wants.push(RetainedWant { conn, filter: sub.filter.into(), qos: sub.qos as u8 });
+                }
+                sub.qos as u8
+            }
             Err((code, reason)) => {
                 *ctx.req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
                 if v == Version::V5 {
@@ -290,12 +303,16 @@ fn subscribe_code(reason: &str) -> u8 {
     }
 }
 
-/// UNSUBSCRIBE: each filter dropped; v5 says which were not there (0x11).
-fn unsubscribe(ctx: &mut Ctx<'_>, v: Version, u: crate::proto::mqtt::Unsubscribe<'_>) -> Result<(), &'static str> {
+/// UNSUBSCRIBE: each filter dropped (and its options); v5 says which
+/// were not there (0x11).
+fn unsubscribe(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, u: crate::proto::mqtt::Unsubscribe<'_>) -> Result<(), &'static str> {
     ctx.topics.rate.charge(ctx.req.key)?;
     let mut codes = Vec::new();
     for f in &u.filters {
         let had = ctx.topics.has(ctx.subs, f);
+        if let Some(id) = ctx.topics.sub_id(f).filter(|_| had) {
+            m.set_sub(id, QoS::AtMostOnce, false);
+        }
         ctx.topics.unsubscribe(ctx.subs, ctx.req.key, f.as_bytes());
         if v == Version::V5 {
             codes.push(if had { 0x00 } else { 0x11 });
@@ -305,14 +322,20 @@ fn unsubscribe(ctx: &mut Ctx<'_>, v: Version, u: crate::proto::mqtt::Unsubscribe
     Ok(())
 }
 
-/// PUBLISH from a client: into the topic space, then PUBACK (QoS 1).
-fn publish(ctx: &mut Ctx<'_>, v: Version, p: Publish<'_>) -> Result<(), &'static str> {
-    if p.qos == QoS::ExactlyOnce {
-        return Err(disconnect(ctx, v, 0x9B, "mqtt_qos2_unsupported"));
+/// The acknowledgement a PUBLISH of `qos` gets: PUBACK, PUBREC, or none.
+fn publish_ack(qos: QoS, packet_id: u16, reason: u8) -> Option<Packet<'static>> {
+    let a = Ack { packet_id, reason, properties: Properties::default() };
+    match qos {
+        QoS::AtMostOnce => None,
+        QoS::AtLeastOnce => Some(Packet::PubAck(a)),
+        QoS::ExactlyOnce => Some(Packet::PubRec(a)),
     }
-    if p.retain && v == Version::V5 {
-        return Err(disconnect(ctx, v, 0x9A, "mqtt_retain_unsupported"));
-    }
+}
+
+/// PUBLISH from a client: into the topic space, then PUBACK (QoS 1) or
+/// PUBREC (QoS 2: once per packet id until its PUBREL; a resend while
+/// it is due is acknowledged again, not forwarded again).
+fn publish(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, p: Publish<'_>) -> Result<(), &'static str> {
     if p.properties.topic_alias.is_some() {
         return Err(disconnect(ctx, v, 0x94, "mqtt_topic_alias_unsupported"));
     }
@@ -329,30 +352,54 @@ fn publish(ctx: &mut Ctx<'_>, v: Version, p: Publish<'_>) -> Result<(), &'static
     };
     if let Some((code, reason)) = refused {
         *ctx.req.stats.mqtt_publish_refused.entry(reason.into()).or_insert(0) += 1;
-        // Only a QoS 1 publish of 5.0 can be refused and the connection kept.
-        if p.qos == QoS::AtMostOnce || v == Version::V311 {
-            return Err(disconnect(ctx, v, code, reason));
+        // Only a QoS 1 or 2 publish of 5.0 can be refused and the connection kept.
+        match publish_ack(p.qos, p.packet_id, code).filter(|_| v == Version::V5) {
+            Some(ack) => send(ctx, v, &ack),
+            None => return Err(disconnect(ctx, v, code, reason)),
         }
-        send(ctx, v, &Packet::PubAck(Ack { packet_id: p.packet_id, reason: code, properties: Properties::default() }));
         return Ok(());
+    }
+    if p.qos == QoS::ExactlyOnce {
+        match m.extra_mut().flight.received(p.packet_id, usize::from(RECEIVE_MAXIMUM)) {
+            flight::Incoming::New => {}
+            flight::Incoming::Resent => {
+                ctx.req.stats.mqtt_qos2_resent += 1;
+                send(ctx, v, &Packet::PubRec(Ack { packet_id: p.packet_id, reason: 0, properties: Properties::default() }));
+                return Ok(());
+            }
+            flight::Incoming::TooMany => {
+                m.tidy();
+                return Err(disconnect(ctx, v, 0x93, "mqtt_receive_maximum_exceeded"));
+            }
+        }
     }
     use base64::Engine;
     ctx.published.bytes += p.payload.len() + p.topic.len();
-    ctx.published.messages.push(ClientPublish { topic: p.topic.into(), data: base64::engine::general_purpose::STANDARD.encode(p.payload) });
-    *ctx.req.stats.mqtt_publishes_in.entry(if p.qos == QoS::AtLeastOnce { "1" } else { "0" }.into()).or_insert(0) += 1;
-    if p.qos == QoS::AtLeastOnce {
-        send(ctx, v, &Packet::PubAck(Ack { packet_id: p.packet_id, reason: 0, properties: Properties::default() }));
+    let data = base64::engine::general_purpose::STANDARD.encode(p.payload);
+    ctx.published.messages.push(ClientPublish { topic: p.topic.into(), data, qos: p.qos as u8, retain: p.retain });
+    *ctx.req.stats.mqtt_publishes_in.entry((p.qos as u8).to_string()).or_insert(0) += 1;
+    if let Some(ack) = publish_ack(p.qos, p.packet_id, 0) {
+        send(ctx, v, &ack);
     }
     Ok(())
 }
 
-/// A push as the QoS 0 PUBLISH every MQTT subscriber of `version`
-/// receives: encoded once per worker per version (see `worker/deliver.rs`).
-pub fn encode_push(out: &mut Vec<u8>, version: Version, topic: &str, data: &[u8]) {
-    let p = Publish { dup: false, qos: QoS::AtMostOnce, retain: false, topic, packet_id: 0, properties: Properties::default(), payload: data };
-    // A push's topic and data are within the codec's field limits (255
-    // bytes, --max-push-bytes at most 1 MiB); on error nothing is written.
-    let _ = encode::packet(&Packet::Publish(p), version, out);
+/// A push as the PUBLISH MQTT subscribers of `version` receive with
+/// `qos` and `retain`: encoded once per worker per form (see
+/// `worker/mqtt_out.rs`); for QoS 1 and 2, where each copy gets its packet
+/// id (`flight::Delivery`). Empty when the codec refuses it (a push's
+/// topic and data are within its field limits: 255 bytes, at most 1 MiB).
+pub fn encode_push(version: Version, topic: &str, data: &[u8], qos: QoS, retain: bool) -> (Vec<u8>, usize) {
+    let p = Publish { dup: false, qos, retain, topic, packet_id: 0, properties: Properties::default(), payload: data };
+    match encode::PublishPrefix::new(&p, version) {
+        Ok(prefix) => {
+            let mut out = Vec::with_capacity(prefix.bytes().len() + data.len());
+            out.extend_from_slice(prefix.bytes());
+            out.extend_from_slice(data);
+            (out, prefix.packet_id_at().unwrap_or(0))
+        }
+        Err(_) => (Vec::new(), 0),
+    }
 }
 
 #[cfg(test)]

@@ -23,9 +23,8 @@ impl ServerFleet {
                     content_type: CONTENT_TYPE,
                     body: crate::server::supervisor::metrics::render(
                         &t,
-                        self.publisher.published,
+                        &self.publisher,
                         self.accept_queue,
-                        &self.publisher.history.counters,
                         link.as_ref(),
                         admin.as_ref(),
                         self.upstream.as_ref().map(|u| u.counters.lock().expect("upstream counters").clone()).as_ref(),
@@ -36,6 +35,7 @@ impl ServerFleet {
                 let mut v = serde_json::to_value(&t).unwrap_or_default();
                 v["push_published"] = self.publisher.published.into();
                 v["history"] = serde_json::to_value(&self.publisher.history.counters).unwrap_or_default();
+                v["mqtt_retained"] = serde_json::to_value(&self.publisher.retained.counters).unwrap_or_default();
                 if let Some(u) = &self.upstream {
                     v["upstream"] = serde_json::to_value(&*u.counters.lock().expect("upstream counters")).unwrap_or_default();
                 }
@@ -98,7 +98,7 @@ impl ServerFleet {
             .into_iter()
             .filter_map(|m| {
                 let data = base64::engine::general_purpose::STANDARD.decode(m.data.as_bytes()).ok()?;
-                Some(crate::admin::route::Message::topic(m.topic, data))
+                Some(crate::admin::route::Message { qos: m.qos, retain: m.retain, ..crate::admin::route::Message::topic(m.topic, data) })
             })
             .collect();
         if messages.is_empty() {

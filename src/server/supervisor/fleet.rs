@@ -180,7 +180,7 @@ impl ServerFleet {
             stopping: false,
             notes: Vec::new(),
             failure: None,
-            publisher: crate::server::broker::publish::Publisher::new(cfg.history, cfg.max_push_bytes),
+            publisher: crate::server::broker::publish::Publisher::new(cfg.history, cfg.max_push_bytes, cfg.mqtt_retained),
             cap,
             listeners,
             relay: None,
@@ -311,6 +311,7 @@ impl ServerFleet {
                 }
             }
             PoolEvent::Msg(ServerMsg::Published { messages, .. }) => self.client_published(messages),
+            PoolEvent::Msg(ServerMsg::RetainedWanted { worker, wants }) => self.publisher.retained_wanted(worker, wants, &mut self.pool),
             PoolEvent::Msg(ServerMsg::Upstream { worker, messages }) => {
                 if let Some(u) = &self.upstream {
                     u.send(worker, messages);
@@ -646,7 +647,7 @@ fn worker_template(cfg: &ServerConfig, initial: usize, max_workers: usize, budge
             push_format: cfg.push_format,
             deflate: cfg.ws_deflate,
         },
-        mqtt: crate::server::session::mqtt::MqttConfig { max_push: cfg.max_push_bytes },
+        mqtt: crate::server::session::mqtt::MqttConfig { max_push: cfg.max_push_bytes, flight: cfg.mqtt_flight },
         tls: cfg.tls.clone(),
         drain_period_ms: cfg.drain_period.as_millis() as u64,
         auth: cfg.auth.jwt_key(),

@@ -14,20 +14,21 @@ use prometheus_client::registry::{Registry, Unit};
 /// The prefix of every server metric.
 pub const PREFIX: &str = "megaconn";
 
-/// Render the totals (with the supervisor's own counters and, in a
-/// cluster, its NATS link).
+/// Render the totals (with the supervisor's own counters: the
+/// publisher's publishes, history and retained messages; in a cluster,
+/// its NATS link).
 pub fn render(
     t: &ServerTotals,
-    published: u64,
+    publisher: &crate::server::broker::publish::Publisher,
     accept_queue: u64,
-    history: &crate::server::broker::history::HistoryCounters,
     link: Option<&crate::cluster::LinkStatus>,
     admin: Option<&crate::admin::AdminCounters>,
     upstream: Option<&crate::server::broker::upstream::UpstreamCounters>,
 ) -> String {
     let mut r = Registry::with_prefix(PREFIX);
     t.counters.register(&mut r);
-    history.register(&mut r);
+    publisher.history.counters.register(&mut r);
+    publisher.retained.counters.register(&mut r);
     if let Some(a) = admin {
         a.register(&mut r);
     }
@@ -37,7 +38,7 @@ pub fn render(
     let service = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
     service.set(t.applied_service_ms / 1000.0);
     r.register_with_unit("business_service_mean", "Mean business service time applied per reply", Unit::Seconds, service);
-    r.register("push_published", "Messages published through the admin API", ConstCounter::new(published));
+    r.register("push_published", "Messages published through the admin API", ConstCounter::new(publisher.published));
     let queue = Gauge::<i64>::default();
     queue.set(accept_queue as i64);
     r.register("accept_queue", "Connections the kernel completed that no worker has accepted yet (their clients count them as connected)", queue);
@@ -84,8 +85,16 @@ mod tests {
         t.counters.accepted = 9;
         t.counters.close_reasons.insert("peer_closed".into(), 2);
         t.push_latency_buckets = vec![1, 2];
-        let text = render(&t, 3, 7, &crate::server::broker::history::HistoryCounters::example(), None, None, None);
-        for d in ServerCounters::DECLARED.iter().chain(crate::server::broker::history::HistoryCounters::DECLARED) {
+        let mut publisher = crate::server::broker::publish::Publisher::default();
+        publisher.published = 3;
+        publisher.history.counters = crate::server::broker::history::HistoryCounters::example();
+        publisher.retained.counters = crate::server::broker::retained::RetainedCounters::example();
+        let text = render(&t, &publisher, 7, None, None, None);
+        for d in ServerCounters::DECLARED
+            .iter()
+            .chain(crate::server::broker::history::HistoryCounters::DECLARED)
+            .chain(crate::server::broker::retained::RetainedCounters::DECLARED)
+        {
             assert!(text.contains(&format!("# HELP {} ", d.kind.family_name(PREFIX, d.metric))), "{} missing from {text}", d.field);
         }
         assert!(text.contains("megaconn_connections 7"), "{text}");
@@ -96,11 +105,11 @@ mod tests {
         assert!(text.ends_with("# EOF\n"), "{text}");
         assert!(text.contains("megaconn_accept_queue 7"), "{text}");
         let link = crate::cluster::LinkStatus { up: true, reconnects: 2, ..Default::default() };
-        let text = render(&t, 3, 0, &Default::default(), Some(&link), None, None);
+        let text = render(&t, &Default::default(), 0, Some(&link), None, None);
         assert!(text.contains("megaconn_cluster_link_up 1"), "{text}");
         assert!(text.contains("megaconn_cluster_reconnects_total 2"), "{text}");
         let link = crate::cluster::LinkStatus { refused: [("forged".to_string(), 3)].into(), ..Default::default() };
-        let text = render(&t, 3, 0, &Default::default(), Some(&link), None, None);
+        let text = render(&t, &Default::default(), 0, Some(&link), None, None);
         assert!(text.contains("megaconn_cluster_refused_total{reason=\"forged\"} 3"), "{text}");
         assert!(text.contains("megaconn_cluster_refused_total{reason=\"unsigned\"} 0"), "{text}");
         let history = crate::cluster::LogStatus {
@@ -109,7 +118,7 @@ mod tests {
             counters: crate::cluster::log::LogCounters::example(),
         };
         let link = crate::cluster::LinkStatus { history: Some(history), ..Default::default() };
-        let text = render(&t, 3, 0, &Default::default(), Some(&link), None, None);
+        let text = render(&t, &Default::default(), 0, Some(&link), None, None);
         for d in crate::cluster::log::LogCounters::DECLARED {
             assert!(text.contains(&format!("megaconn_cluster_history_{}_total ", d.metric)), "{}: {text}", d.metric);
         }

@@ -141,48 +141,10 @@ impl Worker {
         self.pushed(cmd.publish_id, queued, slow);
     }
 
-    /// A topic message to MQTT subscribers: a QoS 0 PUBLISH encoded once
-    /// per protocol version and shared by every target of that version;
-    /// not sent to a client whose Maximum Packet Size it exceeds (§3.1.2.11.4).
-    fn push_mqtt(&mut self, cmd: &PushCommand, data: &[u8], targets: &[usize]) {
-        use crate::proto::mqtt::Version;
-        use crate::server::session::mqtt;
-        let mut queued = 0;
-        let mut frames: [Option<std::rc::Rc<[u8]>>; 2] = [None, None];
-        let mut slow = Vec::new();
-        let mut now_us = push::wall_us();
-        for (i, key) in targets.iter().enumerate() {
-            let Some(conn) = self.conns.get_mut(*key) else { continue };
-            let Some((version, max_in)) = mqtt::state(&conn.ext).and_then(|m| Some((m.version?, m.max_in))) else { continue };
-            let frame = frames[(version == Version::V5) as usize]
-                .get_or_insert_with(|| {
-                    let mut f = Vec::with_capacity(16 + cmd.topic.len() + data.len());
-                    mqtt::encode_push(&mut f, version, &cmd.topic, data);
-                    f.into()
-                })
-                .clone();
-            if frame.len() > max_in as usize {
-                continue;
-            }
-            match super::tls::send_frame(self.tls.as_mut(), self.ring.as_mut(), *key, conn, &frame, self.cfg.max_pending_bytes, "slow_consumer") {
-                Ok(()) => {
-                    queued += 1;
-                    if i % CLOCK_EVERY == 0 {
-                        now_us = push::wall_us();
-                    }
-                    self.record_push_latency(now_us.saturating_sub(cmd.publish_us));
-                }
-                Err(reason) => slow.push((*key, reason)),
-            }
-        }
-        self.stats.mqtt_publishes_out += queued;
-        self.pushed(cmd.publish_id, queued, slow);
-    }
-
     /// A push's end, whatever the protocol: the slow consumers it found
     /// closed (each one dropped), the counts, and the answer to the
     /// supervisor.
-    fn pushed(&mut self, publish_id: u64, queued: u64, slow: Vec<(usize, String)>) {
+    pub(super) fn pushed(&mut self, publish_id: u64, queued: u64, slow: Vec<(usize, String)>) {
         let mut dropped = 0;
         for (key, reason) in slow {
             dropped += 1;
@@ -325,7 +287,7 @@ impl Worker {
         }
     }
 
-    fn record_push_latency(&mut self, us: u64) {
+    pub(super) fn record_push_latency(&mut self, us: u64) {
         let b = &mut self.stats.push_latency_buckets;
         if b.len() != LATENCY_BUCKETS_MS.len() + 1 {
             b.resize(LATENCY_BUCKETS_MS.len() + 1, 0);

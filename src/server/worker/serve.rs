@@ -162,6 +162,10 @@ impl Worker {
                         self.published.bytes = 0;
                         crate::supervise::control::emit(&crate::server::commands::ServerMsg::Published { worker: self.cfg.worker, messages });
                     }
+                    if !self.published.wants.is_empty() {
+                        let wants = std::mem::take(&mut self.published.wants);
+                        crate::supervise::control::emit(&crate::server::commands::ServerMsg::RetainedWanted { worker: self.cfg.worker, wants });
+                    }
                     r
                 }
                 // Raw and sse are client protocols (refused by the server's plan).

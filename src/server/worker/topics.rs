@@ -270,8 +270,26 @@ impl Topics {
     }
 
     pub fn has(&self, subs: &Subs, topic: &str) -> bool {
-        let id = if wildcards::is_filter(topic) { self.wild.id(topic).map(|id| id | WILD) } else { self.ids.get(topic).copied() };
-        id.is_some_and(|id| subs.as_ref().is_some_and(|l| l.contains(&id)))
+        self.sub_id(topic).is_some_and(|id| subs.as_ref().is_some_and(|l| l.contains(&id)))
+    }
+
+    /// The subscription id (as in [`Subs`]) of a live topic or filter.
+    pub fn sub_id(&self, name: &str) -> Option<u32> {
+        if wildcards::is_filter(name) {
+            self.wild.id(name).map(|id| id | WILD)
+        } else {
+            self.ids.get(name).copied()
+        }
+    }
+
+    /// Whether subscription `id` (an exact topic or a filter) takes a
+    /// message of `topic` (MQTT's matching rules for a filter).
+    pub fn sub_matches(&self, id: u32, topic: &str) -> bool {
+        if id & WILD != 0 {
+            self.wild.name(id & !WILD).is_some_and(|f| crate::proto::mqtt::topic::matches(f, topic))
+        } else {
+            self.name(id) == Some(topic)
+        }
     }
 
     /// The topic or filter a connection's subscription id names.

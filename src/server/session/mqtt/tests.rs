@@ -2,7 +2,7 @@
 //! the bytes and state it leaves checked.
 
 use super::*;
-use crate::proto::mqtt::{Subscribe, Subscription};
+use crate::proto::mqtt::{Connect, Subscribe, Subscription};
 use crate::server::session::fixture::Read;
 
 /// A session's read parts and the MQTT connection's own.
@@ -14,7 +14,12 @@ struct Parts {
 }
 
 fn parts() -> Parts {
-    Parts { read: Read::new(), published: Published::default(), ext: fresh(), cfg: MqttConfig { max_push: 1024 } }
+    Parts {
+        read: Read::new(),
+        published: Published::default(),
+        ext: fresh(),
+        cfg: MqttConfig { max_push: 1024, flight: flight::Bounds { inflight: 2, queued: 1, queued_bytes: 1 << 20 } },
+    }
 }
 
 impl Parts {
@@ -66,7 +71,8 @@ fn a_v311_connect_and_ping_are_answered_and_a_cut_packet_waits() {
     assert_eq!(p.read.stats.mqtt_connects.get("3.1.1"), Some(&1));
 }
 
-/// A v5 CONNACK tells the client what this server does not do.
+/// A v5 CONNACK tells the client what this server does not do (QoS 2
+/// and retain are available: their properties are absent).
 #[test]
 fn a_v5_connack_announces_the_capabilities() {
     let mut p = parts();
@@ -88,10 +94,10 @@ fn a_v5_connack_announces_the_capabilities() {
             Ok(())
         })
         .unwrap();
-    assert_eq!(seen, Some((0, Some(QoS::AtLeastOnce), Some(false), Some(false), Some(0))));
+    assert_eq!(seen, Some((0, None, None, Some(false), Some(0))));
 }
 
-/// Wildcard and exact subscriptions are granted at most QoS 1; refusals
+/// Wildcard and exact subscriptions are granted the QoS asked; refusals
 /// carry their v5 codes and are counted; a push's audience includes the
 /// wildcard subscriber, and `$` topics stay out of `#`.
 #[test]
@@ -101,7 +107,7 @@ fn subscriptions_are_granted_refused_and_matched() {
     let (r, out) =
         p.feed(&subscribe(Version::V5, &[("a/+", QoS::ExactlyOnce), ("x", QoS::AtMostOnce), ("$share/g/a", QoS::AtMostOnce), ("a b", QoS::AtMostOnce)]));
     assert!(r.is_ok());
-    assert_eq!(out, bytes(&Packet::SubAck(SubAck { packet_id: 7, properties: Properties::default(), codes: vec![1, 0, 0x9E, 0x8F] }), Version::V5));
+    assert_eq!(out, bytes(&Packet::SubAck(SubAck { packet_id: 7, properties: Properties::default(), codes: vec![2, 0, 0x9E, 0x8F] }), Version::V5));
     assert_eq!(p.read.topics.audience("a/b"), vec![3]);
     assert_eq!(p.read.topics.audience("x"), vec![3]);
     assert!(p.read.topics.audience("b/c").is_empty());
@@ -114,7 +120,9 @@ fn subscriptions_are_granted_refused_and_matched() {
 }
 
 /// A QoS 1 publish is handed on (topic and payload) and acknowledged; a
-/// QoS 2 one is refused with DISCONNECT 0x9B; a second CONNECT with 0x82.
+/// QoS 2 one is handed on once per packet id until its PUBREL (a resend
+/// gets PUBREC again, counted, not forwarded); a PUBREL for an unknown id
+/// gets PUBCOMP 0x92; a second CONNECT DISCONNECT 0x82.
 #[test]
 fn publishes_are_handed_on_and_acknowledged_or_refused() {
     let mut p = parts();
@@ -122,10 +130,23 @@ fn publishes_are_handed_on_and_acknowledged_or_refused() {
     let (r, out) = p.feed(&publish(Version::V5, "a/b", QoS::AtLeastOnce, b"hi"));
     assert!(r.is_ok());
     assert_eq!(out, bytes(&Packet::PubAck(Ack { packet_id: 9, reason: 0, properties: Properties::default() }), Version::V5));
-    assert_eq!(p.published.messages, vec![ClientPublish { topic: "a/b".into(), data: "aGk=".into() }]);
-    let (r, out) = p.feed(&publish(Version::V5, "a/b", QoS::ExactlyOnce, b"hi"));
-    assert_eq!(r, Err("mqtt_qos2_unsupported"));
-    assert_eq!(out, bytes(&Packet::Disconnect(Disconnect { reason: 0x9B, properties: Properties::default() }), Version::V5));
+    assert_eq!(p.published.messages, vec![ClientPublish { topic: "a/b".into(), data: "aGk=".into(), qos: 1, retain: false }]);
+    let ack = |packet_id, reason| Ack { packet_id, reason, properties: Properties::default() };
+    for _ in 0..2 {
+        let (r, out) = p.feed(&publish(Version::V5, "a/b", QoS::ExactlyOnce, b"hi"));
+        assert!(r.is_ok());
+        assert_eq!(out, bytes(&Packet::PubRec(ack(9, 0)), Version::V5));
+    }
+    assert_eq!(p.published.messages.len(), 2, "the resend was not handed on");
+    assert_eq!((p.read.stats.mqtt_qos2_resent, p.read.stats.mqtt_publishes_in.get("2")), (1, Some(&1)));
+    assert!(state(&p.ext).unwrap().extra.is_some(), "the id awaits its PUBREL");
+    let (_, out) = p.feed(&bytes(&Packet::PubRel(ack(9, 0)), Version::V5));
+    assert_eq!(out, bytes(&Packet::PubComp(ack(9, 0)), Version::V5));
+    assert!(state(&p.ext).unwrap().extra.is_none(), "released: the box is freed");
+    let (r, out) = p.feed(&bytes(&Packet::PubRel(ack(9, 0)), Version::V5));
+    assert!(r.is_ok());
+    assert_eq!(out, bytes(&Packet::PubComp(ack(9, 0x92)), Version::V5));
+    assert_eq!(p.read.stats.mqtt_unknown_packet_ids.get("pubrel"), Some(&1));
     let (r, out) = p.feed(&connect(Version::V5, 0));
     assert_eq!(r, Err("mqtt_unexpected_packet"));
     assert_eq!(out, bytes(&Packet::Disconnect(Disconnect { reason: 0x82, properties: Properties::default() }), Version::V5));
@@ -145,4 +166,122 @@ fn a_connect_is_required_first_and_its_level_checked() {
     bad[8] = 6;
     let (r, out) = parts().feed(&bad);
     assert_eq!((r, out), (Err("mqtt_protocol_version"), vec![0x20, 0x02, 0x00, 0x01]));
+}
+
+/// Deliveries the worker put in flight are moved on by the client's
+/// acknowledgements: PUBACK frees the window for the held one (sent in
+/// the same reply), PUBREC gets PUBREL, PUBCOMP ends it; an unknown
+/// PUBREC gets PUBREL 0x92 (v5). Then nothing is left allocated.
+#[test]
+fn acknowledgements_move_deliveries_on_and_release_the_held_ones() {
+    let mut p = parts();
+    assert!(p.feed(&connect(Version::V5, 0)).0.is_ok());
+    let bounds = p.cfg.flight;
+    let m = state_mut(&mut p.ext).unwrap();
+    assert_eq!(m.window, 2, "--mqtt-inflight, the client gave no Receive Maximum");
+    let mut offer = |qos: QoS| {
+        let (bytes, id_at) = encode_push(Version::V5, "t", b"x", qos, false);
+        m.extra_mut().flight.offer(flight::Delivery { bytes: bytes.into(), id_at, qos }, 2, bounds)
+    };
+    assert!(matches!(offer(QoS::AtLeastOnce), flight::Offer::Send(_)));
+    assert!(matches!(offer(QoS::ExactlyOnce), flight::Offer::Send(_)));
+    assert_eq!(offer(QoS::AtLeastOnce), flight::Offer::Held);
+    assert_eq!(offer(QoS::AtLeastOnce), flight::Offer::Dropped(flight::QUEUE_FULL));
+    let ack = |packet_id, reason| Ack { packet_id, reason, properties: Properties::default() };
+    let (_, out) = p.feed(&bytes(&Packet::PubAck(ack(1, 0)), Version::V5));
+    let (held, _) = encode_push(Version::V5, "t", b"x", QoS::AtLeastOnce, false);
+    let mut with_id = held.clone();
+    let at = with_id.len() - 4; // id, properties (0), payload
+    with_id[at..at + 2].copy_from_slice(&3u16.to_be_bytes());
+    assert_eq!(out, with_id, "the held one, as id 3");
+    let (_, out) = p.feed(&bytes(&Packet::PubRec(ack(2, 0)), Version::V5));
+    assert_eq!(out, bytes(&Packet::PubRel(ack(2, 0)), Version::V5));
+    let (_, out) = p.feed(&bytes(&Packet::PubComp(ack(2, 0)), Version::V5));
+    assert!(out.is_empty());
+    let (_, out) = p.feed(&bytes(&Packet::PubRec(ack(40, 0)), Version::V5));
+    assert_eq!(out, bytes(&Packet::PubRel(ack(40, 0x92)), Version::V5));
+    let (_, out) = p.feed(&bytes(&Packet::PubAck(ack(3, 0)), Version::V5));
+    assert!(out.is_empty());
+    assert!(state(&p.ext).unwrap().extra.is_none(), "nothing in flight: nothing allocated");
+    let s = &p.read.stats;
+    assert_eq!((s.mqtt_acks_in["puback"], s.mqtt_acks_in["pubrec"], s.mqtt_acks_in["pubcomp"]), (2, 2, 1));
+    assert_eq!((s.mqtt_unknown_packet_ids["pubrec"], s.mqtt_publishes_out["1"]), (1, 1));
+}
+
+/// A will is kept from the CONNECT, dropped by a clean DISCONNECT and
+/// kept by v5 DISCONNECT 0x04; one on a topic megaconn does not take is
+/// refused with CONNACK 0x90. A QoS 0 subscriber keeps no box.
+#[test]
+fn wills_are_kept_until_a_clean_disconnect() {
+    let will = |topic| crate::proto::mqtt::Will { qos: QoS::AtLeastOnce, retain: true, properties: Properties::default(), topic, payload: b"gone" };
+    let connect_with = |topic| {
+        let c = Connect {
+            version: Version::V5,
+            clean_start: true,
+            keep_alive: 0,
+            properties: Properties::default(),
+            client_id: "dev",
+            will: Some(will(topic)),
+            username: None,
+            password: None,
+        };
+        bytes(&Packet::Connect(Box::new(c)), Version::V5)
+    };
+    for (reason, kept) in [(0x00, false), (0x04, true)] {
+        let mut p = parts();
+        assert!(p.feed(&connect_with("dev/status")).0.is_ok());
+        assert!(p.feed(&subscribe(Version::V5, &[("a/#", QoS::AtMostOnce)])).0.is_ok());
+        let (r, _) = p.feed(&bytes(&Packet::Disconnect(Disconnect { reason, properties: Properties::default() }), Version::V5));
+        assert_eq!(r, Err(PEER_DISCONNECT));
+        let m = state_mut(&mut p.ext).unwrap();
+        let want = extra::OwnedWill { topic: "dev/status".into(), payload: (*b"gone").into(), qos: QoS::AtLeastOnce, retain: true };
+        assert_eq!(m.take_will(), kept.then_some(want));
+        m.tidy();
+        assert!(m.extra.is_none(), "a QoS 0 subscription keeps nothing");
+    }
+    let (r, out) = parts().feed(&connect_with("a b"));
+    assert_eq!(r, Err("mqtt_will_bad_topic"));
+    assert_eq!(out[3], 0x90);
+}
+
+/// A subscription's options are kept only when they are not plain QoS 0,
+/// and a delivery takes the highest QoS of the matching subscriptions, no
+/// more than the publish's; each SUBSCRIBE asks for its retained messages
+/// unless v5 Retain Handling says not to.
+#[test]
+fn granted_qos_decides_each_delivery_and_retain_handling_the_wants() {
+    let mut p = parts();
+    assert!(p.feed(&connect(Version::V5, 0)).0.is_ok());
+    let subs = [
+        Subscription { filter: "a/+", qos: QoS::AtLeastOnce, ..Default::default() },
+        Subscription { filter: "a/b", qos: QoS::ExactlyOnce, retain_handling: 1, ..Default::default() },
+        Subscription { filter: "c", qos: QoS::AtMostOnce, retain_handling: 2, retain_as_published: true, ..Default::default() },
+    ];
+    let sub = bytes(&Packet::Subscribe(Subscribe { packet_id: 7, properties: Properties::default(), subscriptions: subs.to_vec() }), Version::V5);
+    assert!(p.feed(&sub).0.is_ok());
+    let filters: Vec<_> = p.published.wants.iter().map(|w| (w.filter.as_str(), w.qos)).collect();
+    assert_eq!(filters, [("a/+", 1), ("a/b", 2)], "retain handling 2: none for c");
+    p.published.wants.clear();
+    assert!(p.feed(&sub).0.is_ok());
+    assert_eq!(p.published.wants.len(), 1, "retain handling 1: not again for an existing a/b");
+    let m = state(&p.ext).unwrap();
+    let topics = &p.read.topics;
+    assert_eq!(m.delivery(topics, "a/b", QoS::ExactlyOnce, true), (QoS::ExactlyOnce, false));
+    assert_eq!(m.delivery(topics, "a/c", QoS::ExactlyOnce, true), (QoS::AtLeastOnce, false));
+    assert_eq!(m.delivery(topics, "a/c", QoS::AtMostOnce, false), (QoS::AtMostOnce, false));
+    assert_eq!(m.delivery(topics, "c", QoS::ExactlyOnce, true), (QoS::AtMostOnce, true), "retain as published");
+    let unsub = bytes(
+        &Packet::Unsubscribe(crate::proto::mqtt::Unsubscribe { packet_id: 8, properties: Properties::default(), filters: vec!["a/+", "a/b", "c"] }),
+        Version::V5,
+    );
+    assert!(p.feed(&unsub).0.is_ok());
+    assert!(state(&p.ext).unwrap().extra.is_none(), "unsubscribed: no options kept");
+}
+
+/// An MQTT connection's state fits where the other protocols' do: the
+/// boxed extra is one pointer.
+#[test]
+fn the_connection_state_stays_small() {
+    assert!(std::mem::size_of::<MqttConn>() <= 24, "{}", std::mem::size_of::<MqttConn>());
+    assert!(std::mem::size_of::<MqttConn>() <= std::mem::size_of::<crate::server::session::sse::SseConn>());
 }

@@ -1,0 +1,173 @@
+//! MQTT retained messages, in the supervisor: the last message published
+//! with the retain flag to each topic (an empty one clears it), handed to
+//! a new subscription whose filter matches (MQTT's wildcard rules: `$`
+//! topics are not matched by a top-level `+` or `#`).
+//!
+//! The supervisor owns the one topic space, so it owns this set too: every
+//! publish passes through it (from any worker, the admin API or the
+//! cluster), and a worker asks it for a new subscription's retained
+//! messages the way a resume asks for history (`RetainedWanted`, answered
+//! by a `retained` command for that connection). Every worker thus sees the
+//! same set, also one started later. Bounded in messages and bytes
+//! (`--mqtt-retained`, `--mqtt-retained-bytes`): a retained publish over
+//! either is still delivered, just not kept (counted under its reason).
+
+use crate::proto::mqtt::topic::matches;
+use std::collections::BTreeMap;
+
+/// Default `--mqtt-retained`: retained messages kept on a node.
+pub const DEFAULT_MAX_MESSAGES: usize = 10_000;
+/// Default `--mqtt-retained-bytes`: bytes of topics and payloads kept.
+pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
+/// Most bytes of messages in one answer (the rest are not sent; an
+/// answer is a line on a worker's pipe).
+pub const MAX_ANSWER_BYTES: usize = 4 << 20;
+/// Bytes counted per kept message on top of its topic and payload.
+const PER_MESSAGE: u64 = 64;
+
+crate::counters! {
+    /// The supervisor's retained messages (`/stats` "mqtt_retained", `/metrics`).
+    pub struct RetainedCounters {
+        messages: gauge "mqtt_retained_messages" "MQTT retained messages kept (one per topic)",
+        bytes: bytes "mqtt_retained_memory" "Bytes the retained messages hold: topics, payloads and per-message records",
+        stored: counter "mqtt_retained_stored" "Retained publishes kept (set or replaced)",
+        cleared: counter "mqtt_retained_cleared" "Retained messages cleared by an empty retained publish",
+        refused: by("reason") "mqtt_retained_refused" "Retained publishes delivered but not kept, by reason (count: --mqtt-retained, bytes: --mqtt-retained-bytes)",
+        served: counter "mqtt_retained_served" "Retained messages handed to new subscriptions",
+    }
+}
+
+/// `--mqtt-retained`, `--mqtt-retained-bytes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RetainedConfig {
+    pub max_messages: usize,
+    pub max_bytes: u64,
+}
+
+impl Default for RetainedConfig {
+    fn default() -> RetainedConfig {
+        RetainedConfig { max_messages: DEFAULT_MAX_MESSAGES, max_bytes: DEFAULT_MAX_BYTES }
+    }
+}
+
+/// One kept message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kept {
+    pub data: Box<[u8]>,
+    /// The QoS it was published with.
+    pub qos: u8,
+}
+
+/// The node's retained messages, by topic.
+#[derive(Debug, Default)]
+pub struct Retained {
+    cfg: RetainedConfig,
+    by_topic: BTreeMap<Box<str>, Kept>,
+    pub counters: RetainedCounters,
+}
+
+fn cost(topic: &str, data: &[u8]) -> u64 {
+    PER_MESSAGE + topic.len() as u64 + data.len() as u64
+}
+
+impl Retained {
+    pub fn new(cfg: RetainedConfig) -> Retained {
+        Retained { cfg, ..Default::default() }
+    }
+
+    /// A retained publish: keep it as the topic's (empty: clear it).
+    /// Err: over a bound, not kept (the reason, also counted).
+    pub fn set(&mut self, topic: &str, data: &[u8], qos: u8) -> Result<(), &'static str> {
+        let old = self.by_topic.get(topic).map_or(0, |k| cost(topic, &k.data));
+        if data.is_empty() {
+            if self.by_topic.remove(topic).is_some() {
+                self.counters.cleared += 1;
+                self.counters.bytes -= old;
+                self.counters.messages -= 1;
+            }
+            return Ok(());
+        }
+        let refused = if old == 0 && self.by_topic.len() >= self.cfg.max_messages {
+            Some("count")
+        } else if self.counters.bytes - old + cost(topic, data) > self.cfg.max_bytes {
+            Some("bytes")
+        } else {
+            None
+        };
+        if let Some(reason) = refused {
+            *self.counters.refused.entry(reason.into()).or_insert(0) += 1;
+            return Err(reason);
+        }
+        self.counters.bytes = self.counters.bytes - old + cost(topic, data);
+        if self.by_topic.insert(topic.into(), Kept { data: data.into(), qos }).is_none() {
+            self.counters.messages += 1;
+        }
+        self.counters.stored += 1;
+        Ok(())
+    }
+
+    /// The retained messages `filter` matches, in topic order, at most
+    /// [`MAX_ANSWER_BYTES`] of them.
+    pub fn matching(&mut self, filter: &str) -> Vec<(&str, &Kept)> {
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        let exact = !filter.contains(['+', '#']);
+        let found: Box<dyn Iterator<Item = (&Box<str>, &Kept)>> =
+            if exact { Box::new(self.by_topic.get_key_value(filter).into_iter()) } else { Box::new(self.by_topic.iter().filter(|(t, _)| matches(filter, t))) };
+        for (t, k) in found {
+            bytes += t.len() + k.data.len();
+            if bytes > MAX_ANSWER_BYTES {
+                break;
+            }
+            out.push((&**t, k));
+        }
+        self.counters.served += out.len() as u64;
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn topics(r: &mut Retained, filter: &str) -> Vec<String> {
+        r.matching(filter).into_iter().map(|(t, _)| t.to_string()).collect()
+    }
+
+    /// Set, replace, clear; matched with MQTT's rules, `$` topics kept
+    /// out of top-level wildcards.
+    #[test]
+    fn retained_messages_are_set_replaced_cleared_and_matched() {
+        let mut r = Retained::new(RetainedConfig::default());
+        r.set("a/b", b"1", 1).unwrap();
+        r.set("a/b", b"2", 2).unwrap();
+        r.set("a/c/d", b"3", 0).unwrap();
+        r.set("$SYS/x", b"4", 0).unwrap();
+        assert_eq!(r.matching("a/b"), vec![("a/b", &Kept { data: (*b"2").into(), qos: 2 })]);
+        assert_eq!(topics(&mut r, "#"), ["a/b", "a/c/d"]);
+        assert_eq!(topics(&mut r, "a/+"), ["a/b"]);
+        assert_eq!(topics(&mut r, "+/#"), ["a/b", "a/c/d"]);
+        assert_eq!(topics(&mut r, "$SYS/#"), ["$SYS/x"]);
+        r.set("a/b", b"", 0).unwrap();
+        r.set("nothing/here", b"", 0).unwrap();
+        assert_eq!(topics(&mut r, "a/#"), ["a/c/d"]);
+        assert_eq!((r.counters.messages, r.counters.stored, r.counters.cleared), (2, 4, 1));
+        r.set("a/c/d", b"", 0).unwrap();
+        r.set("$SYS/x", b"", 0).unwrap();
+        assert_eq!((r.counters.messages, r.counters.bytes), (0, 0), "all given back");
+    }
+
+    /// Over the count or the bytes a retained publish is refused and
+    /// counted; replacing an existing topic's message is not a new one.
+    #[test]
+    fn the_store_is_bounded_in_count_and_bytes() {
+        let mut r = Retained::new(RetainedConfig { max_messages: 2, max_bytes: 2 * PER_MESSAGE + 40 });
+        r.set("a", b"1", 0).unwrap();
+        r.set("b", b"1", 0).unwrap();
+        assert_eq!(r.set("c", b"1", 0), Err("count"));
+        assert_eq!(r.set("a", b"22", 0), Ok(()), "a replacement is no new message");
+        assert_eq!(r.set("a", &[0; 64], 0), Err("bytes"));
+        assert_eq!(r.matching("a")[0].1.data.as_ref(), b"22", "the refused one did not replace it");
+        assert_eq!((r.counters.refused["count"], r.counters.refused["bytes"]), (1, 1));
+    }
+}

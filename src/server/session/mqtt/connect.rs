@@ -1,0 +1,77 @@
+//! CONNECT: what is not supported refused with its code, the token
+//! checked (`--auth jwt`: the password is the token), the will kept, the
+//! inflight window set from the client's Receive Maximum, and the CONNACK
+//! with what this server offers (v5 properties).
+
+use super::{extra, refuse_connect, send, Ctx, MqttConn, RECEIVE_MAXIMUM};
+use crate::proto::mqtt::{ConnAck, Connect, Packet, Properties, Version};
+
+/// CONNECT: refuse what is not supported, check the token, answer.
+pub fn connect(ctx: &mut Ctx<'_>, m: &mut MqttConn, c: Connect<'_>) -> Result<(), &'static str> {
+    let v = c.version;
+    if c.properties.auth_method.is_some() {
+        return Err(refuse_connect(ctx, v, 0x8C, None, "mqtt_auth_method_unsupported"));
+    }
+    if ctx.topics.gate.required() {
+        // The password is the token; the user name is not looked at.
+        let token = c.password.map(|p| std::str::from_utf8(p).unwrap_or("\u{0}"));
+        match ctx.topics.gate.verify(token) {
+            Ok(claims) => ctx.topics.gate.admit(ctx.req.key, ctx.req.gen, claims),
+            Err(reason) => {
+                *ctx.req.stats.auth_refused.entry(reason.into()).or_insert(0) += 1;
+                // No password: bad user name or password; one refused: not authorized.
+                let (v5, v3) = if token.is_none_or(str::is_empty) { (0x86, 0x04) } else { (0x87, 0x05) };
+                return Err(refuse_connect(ctx, v, v5, Some(v3), reason));
+            }
+        }
+    }
+    let will = match &c.will {
+        Some(w) => Some(will(ctx, v, w)?),
+        None => None,
+    };
+    m.version = Some(v);
+    m.keep_alive_s = c.keep_alive;
+    m.window = c.properties.receive_maximum.unwrap_or(u16::MAX).min(ctx.cfg.flight.inflight).max(1);
+    if will.is_some() {
+        m.extra_mut().will = will;
+    }
+    m.max_in = c.properties.maximum_packet_size.unwrap_or(u32::MAX);
+    *ctx.req.stats.mqtt_connects.entry(if v == Version::V5 { "5.0" } else { "3.1.1" }.into()).or_insert(0) += 1;
+    let assigned = (c.client_id.is_empty() && v == Version::V5).then(|| format!("megaconn-{}-{}-{}", ctx.worker, ctx.req.key, ctx.req.gen));
+    let properties = match v {
+        Version::V311 => Properties::default(),
+        Version::V5 => Properties {
+            receive_maximum: Some(RECEIVE_MAXIMUM),
+            // Absent: QoS 2 and retained messages are available.
+            maximum_qos: None,
+            retain_available: None,
+            wildcard_sub_available: Some(true),
+            sub_id_available: Some(false),
+            shared_sub_available: Some(false),
+            topic_alias_maximum: Some(0),
+            maximum_packet_size: Some(ctx.limits.max_packet_size),
+            assigned_client_id: assigned.as_deref(),
+            // No session outlives its connection yet.
+            session_expiry: c.properties.session_expiry.filter(|s| *s > 0).map(|_| 0),
+            ..Properties::default()
+        },
+    };
+    send(ctx, v, &Packet::ConnAck(ConnAck { session_present: false, code: 0, properties }));
+    Ok(())
+}
+
+/// A CONNECT's will, checked as a publish of its topic would be: the
+/// topic a megaconn topic the token permits, the payload within
+/// `--max-push-bytes`. Err refuses the CONNECT (the reason).
+fn will(ctx: &mut Ctx<'_>, v: Version, w: &crate::proto::mqtt::Will<'_>) -> Result<extra::OwnedWill, &'static str> {
+    if crate::proto::push::check_topic(w.topic.as_bytes()).is_err() {
+        return Err(refuse_connect(ctx, v, 0x90, None, "mqtt_will_bad_topic"));
+    }
+    if ctx.topics.gate.permits(ctx.req.key, w.topic).is_err() {
+        return Err(refuse_connect(ctx, v, 0x87, Some(0x05), "mqtt_will_not_permitted"));
+    }
+    if w.payload.len() > ctx.cfg.max_push {
+        return Err(refuse_connect(ctx, v, 0x95, None, "mqtt_will_too_large"));
+    }
+    Ok(extra::OwnedWill { topic: w.topic.into(), payload: w.payload.into(), qos: w.qos, retain: w.retain })
+}

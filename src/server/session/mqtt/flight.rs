@@ -1,0 +1,316 @@
+//! QoS 1 and 2 state of one MQTT connection, both directions, with no
+//! I/O: deliveries to the client with their packet ids (an inflight
+//! window of at most the client's Receive Maximum, the rest held in a
+//! queue bounded in count and bytes), the acknowledgements that move them
+//! on (PUBACK; PUBREC → PUBREL → PUBCOMP), and the client's own QoS 2
+//! publishes awaiting their PUBREL (forwarded once: a resent PUBLISH with
+//! an id still awaiting its PUBREL is acknowledged, not forwarded again).
+//!
+//! Over the held queue's bounds a delivery is dropped and counted, as a
+//! QoS 0 message would be (`mqtt_inflight_dropped`): the server does not
+//! close a subscriber that is slow to acknowledge, it stops queueing for
+//! it. There are no persistent sessions yet, so this state dies with its
+//! connection: nothing is retransmitted with DUP, since a new connection
+//! starts clean (docs/mqtt.md).
+
+use crate::proto::mqtt::QoS;
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+/// Default and largest inflight window to one client (`--mqtt-inflight`):
+/// its v5 Receive Maximum may only lower it.
+pub const DEFAULT_INFLIGHT: u16 = 32;
+/// Default `--mqtt-queue`: deliveries held per connection behind a full window.
+pub const DEFAULT_QUEUED: usize = 1000;
+/// Default `--mqtt-queue-bytes`: bytes of those (shared buffers counted
+/// whole, as if each were the connection's own).
+pub const DEFAULT_QUEUED_BYTES: usize = 1 << 20;
+/// Drop reason: the held queue has `--mqtt-queue` deliveries.
+pub const QUEUE_FULL: &str = "queue_full";
+/// Drop reason: the held queue has `--mqtt-queue-bytes`.
+pub const QUEUE_BYTES: &str = "queue_bytes";
+
+/// Where an outbound delivery is in its handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// QoS 1, sent: PUBACK due.
+    Ack,
+    /// QoS 2, sent: PUBREC due.
+    Rec,
+    /// QoS 2, PUBREL sent: PUBCOMP due.
+    Comp,
+}
+
+/// A PUBLISH at QoS 1 or 2 encoded once for every subscriber of a
+/// version, QoS and retain flag; each gets a copy with its packet id at
+/// `id_at`.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub bytes: Rc<[u8]>,
+    pub id_at: usize,
+    pub qos: QoS,
+}
+
+impl Delivery {
+    /// The packet for one connection, with `id`.
+    fn with_id(&self, id: u16) -> Vec<u8> {
+        let mut v = self.bytes.to_vec();
+        if let Some(at) = v.get_mut(self.id_at..self.id_at + 2) {
+            at.copy_from_slice(&id.to_be_bytes());
+        }
+        v
+    }
+}
+
+/// The bounds of one connection's deliveries (`--mqtt-inflight`,
+/// `--mqtt-queue`, `--mqtt-queue-bytes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Bounds {
+    /// Most in flight (a v5 client's Receive Maximum may lower it).
+    pub inflight: u16,
+    /// Most held behind a full window.
+    pub queued: usize,
+    /// Most bytes held behind a full window.
+    pub queued_bytes: usize,
+}
+
+impl Default for Bounds {
+    fn default() -> Bounds {
+        Bounds { inflight: DEFAULT_INFLIGHT, queued: DEFAULT_QUEUED, queued_bytes: DEFAULT_QUEUED_BYTES }
+    }
+}
+
+/// What became of an offered delivery.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Offer {
+    /// Send these bytes now (in flight).
+    Send(Vec<u8>),
+    /// The window is full: it waits in the queue.
+    Held,
+    /// The queue is full too: dropped, for this reason.
+    Dropped(&'static str),
+}
+
+/// What an acknowledgement from the client asks of the server.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Acked {
+    /// It closed a delivery (PUBACK, PUBCOMP, a v5 PUBREC refusing it).
+    Done,
+    /// PUBREC: send PUBREL for this id.
+    Release,
+    /// No delivery is at that stage with that id.
+    Unknown,
+}
+
+/// What a client's QoS 2 PUBLISH is to the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Incoming {
+    /// A new id: forward it, then PUBREC (the id now awaits its PUBREL).
+    New,
+    /// Its id awaits its PUBREL already: PUBREC again, not forwarded again.
+    Resent,
+    /// `max` ids await their PUBREL already (v5: Receive Maximum exceeded).
+    TooMany,
+}
+
+/// A connection's QoS 1 and 2 deliveries and the client's QoS 2
+/// publishes awaiting PUBREL.
+#[derive(Debug, Default)]
+pub struct Flight {
+    /// The last packet id given (ids cycle 1..=65535, skipping those in flight).
+    last_id: u16,
+    /// Deliveries in flight, at most the window.
+    out: Vec<(u16, Stage)>,
+    held: VecDeque<Delivery>,
+    held_bytes: usize,
+    /// Ids of the client's QoS 2 publishes forwarded, PUBREL due.
+    incoming: Vec<u16>,
+}
+
+impl Flight {
+    /// Whether nothing is in flight either way (the state may be freed).
+    pub fn idle(&self) -> bool {
+        self.out.is_empty() && self.held.is_empty() && self.incoming.is_empty()
+    }
+
+    /// Deliveries in flight and held: (in flight, held, held bytes).
+    pub fn counts(&self) -> (usize, usize, usize) {
+        (self.out.len(), self.held.len(), self.held_bytes)
+    }
+
+    /// Deliver `d`: at once when fewer than `window` are in flight, else
+    /// queued within `bounds`, else dropped.
+    pub fn offer(&mut self, d: Delivery, window: u16, bounds: Bounds) -> Offer {
+        if self.out.len() < usize::from(window.max(1)) && self.held.is_empty() {
+            return Offer::Send(self.start(&d));
+        }
+        if self.held.len() >= bounds.queued {
+            return Offer::Dropped(QUEUE_FULL);
+        }
+        if self.held_bytes + d.bytes.len() > bounds.queued_bytes {
+            return Offer::Dropped(QUEUE_BYTES);
+        }
+        self.held_bytes += d.bytes.len();
+        self.held.push_back(d);
+        Offer::Held
+    }
+
+    /// Give `d` a free packet id and put it in flight; its bytes.
+    fn start(&mut self, d: &Delivery) -> Vec<u8> {
+        // At most 65535 ids and a window far smaller: one is free.
+        loop {
+            self.last_id = self.last_id.checked_add(1).unwrap_or(1);
+            if !self.out.iter().any(|(id, _)| *id == self.last_id) {
+                break;
+            }
+        }
+        let stage = if d.qos == QoS::ExactlyOnce { Stage::Rec } else { Stage::Ack };
+        self.out.push((self.last_id, stage));
+        d.with_id(self.last_id)
+    }
+
+    /// Move held deliveries into the window's free places; each one's
+    /// packet, with its QoS, appended in order.
+    pub fn release(&mut self, window: u16, sent: &mut Vec<(Vec<u8>, QoS)>) {
+        while self.out.len() < usize::from(window.max(1)) {
+            let Some(d) = self.held.pop_front() else { break };
+            self.held_bytes -= d.bytes.len();
+            sent.push((self.start(&d), d.qos));
+        }
+        if self.held.is_empty() && self.held.capacity() > 0 {
+            self.held = VecDeque::new();
+        }
+    }
+
+    /// The client acknowledged `id` (`stage`: which ack it sent: PUBACK
+    /// closes a QoS 1 delivery, PUBREC moves a QoS 2 one on unless it
+    /// refuses it (`refused`, v5 reason ≥ 0x80), PUBCOMP closes it).
+    pub fn acked(&mut self, stage: Stage, id: u16, refused: bool) -> Acked {
+        let Some(i) = self.out.iter().position(|(i, s)| *i == id && *s == stage) else {
+            // A PUBREC repeated after the PUBREL went: send PUBREL again.
+            if stage == Stage::Rec && self.out.iter().any(|(i, s)| *i == id && *s == Stage::Comp) {
+                return Acked::Release;
+            }
+            return Acked::Unknown;
+        };
+        match stage {
+            Stage::Rec if !refused => {
+                self.out[i].1 = Stage::Comp;
+                Acked::Release
+            }
+            _ => {
+                self.out.swap_remove(i);
+                if self.out.is_empty() && self.out.capacity() > 0 && self.held.is_empty() {
+                    self.out = Vec::new();
+                }
+                Acked::Done
+            }
+        }
+    }
+
+    /// A QoS 2 PUBLISH from the client with `id`.
+    pub fn received(&mut self, id: u16, max: usize) -> Incoming {
+        if self.incoming.contains(&id) {
+            return Incoming::Resent;
+        }
+        if self.incoming.len() >= max {
+            return Incoming::TooMany;
+        }
+        self.incoming.push(id);
+        Incoming::New
+    }
+
+    /// PUBREL for `id`: whether it awaited one (then forgotten).
+    pub fn released(&mut self, id: u16) -> bool {
+        let Some(i) = self.incoming.iter().position(|i| *i == id) else { return false };
+        self.incoming.swap_remove(i);
+        if self.incoming.is_empty() {
+            self.incoming = Vec::new();
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delivery(qos: QoS) -> Delivery {
+        // A PUBLISH of "t" with room for an id at 5: 3x 03 00 01 74 <id> "p".
+        Delivery { bytes: vec![0x30 | (qos as u8) << 1, 6, 0, 1, b't', 0, 0, b'p'].into(), id_at: 5, qos }
+    }
+
+    const BOUNDS: Bounds = Bounds { inflight: 2, queued: 2, queued_bytes: 1 << 20 };
+
+    /// The window bounds what is in flight, the queue what waits, and an
+    /// acknowledgement lets the oldest held one go with the next id.
+    #[test]
+    fn the_window_and_the_queue_are_bounded_and_acks_release_in_order() {
+        let mut f = Flight::default();
+        let Offer::Send(first) = f.offer(delivery(QoS::AtLeastOnce), 2, BOUNDS) else { panic!() };
+        assert_eq!(&first[5..7], &[0, 1]);
+        assert!(matches!(f.offer(delivery(QoS::ExactlyOnce), 2, BOUNDS), Offer::Send(b) if b[5..7] == [0, 2]));
+        assert_eq!(f.offer(delivery(QoS::AtLeastOnce), 2, BOUNDS), Offer::Held);
+        assert_eq!(f.offer(delivery(QoS::AtLeastOnce), 2, BOUNDS), Offer::Held);
+        assert_eq!(f.offer(delivery(QoS::AtLeastOnce), 2, BOUNDS), Offer::Dropped(QUEUE_FULL));
+        let tight = Bounds { inflight: 2, queued: 10, queued_bytes: 16 };
+        assert_eq!(f.offer(delivery(QoS::AtLeastOnce), 2, tight), Offer::Dropped(QUEUE_BYTES));
+        assert_eq!(f.counts(), (2, 2, 16));
+        // A PUBACK for the QoS 2 one, or for an id never sent: unknown.
+        assert_eq!(f.acked(Stage::Ack, 2, false), Acked::Unknown);
+        assert_eq!(f.acked(Stage::Ack, 9, false), Acked::Unknown);
+        assert_eq!(f.acked(Stage::Ack, 1, false), Acked::Done);
+        let mut sent = Vec::new();
+        f.release(2, &mut sent);
+        assert_eq!(sent.len(), 1);
+        assert_eq!(&sent[0].0[5..7], &[0, 3]);
+        // QoS 2: PUBREC -> PUBREL (again if PUBREC is repeated) -> PUBCOMP.
+        assert_eq!(f.acked(Stage::Rec, 2, false), Acked::Release);
+        assert_eq!(f.acked(Stage::Rec, 2, false), Acked::Release);
+        assert_eq!(f.acked(Stage::Comp, 2, false), Acked::Done);
+        assert_eq!(f.acked(Stage::Comp, 2, false), Acked::Unknown);
+        f.release(2, &mut sent);
+        assert_eq!(f.acked(Stage::Ack, 3, false), Acked::Done);
+        assert_eq!(f.acked(Stage::Ack, 4, false), Acked::Done);
+        assert!(f.idle());
+    }
+
+    /// A v5 PUBREC with a refusal closes the delivery: no PUBREL.
+    #[test]
+    fn a_refusing_pubrec_ends_the_delivery() {
+        let mut f = Flight::default();
+        assert!(matches!(f.offer(delivery(QoS::ExactlyOnce), 1, BOUNDS), Offer::Send(_)));
+        assert_eq!(f.acked(Stage::Rec, 1, true), Acked::Done);
+        assert!(f.idle());
+    }
+
+    /// Ids in flight are never given twice, also across the wrap.
+    #[test]
+    fn ids_skip_those_in_flight_and_wrap() {
+        let mut f = Flight { last_id: u16::MAX - 1, ..Default::default() };
+        let mut ids = Vec::new();
+        for _ in 0..3 {
+            let Offer::Send(b) = f.offer(delivery(QoS::AtLeastOnce), 8, BOUNDS) else { panic!() };
+            ids.push(u16::from_be_bytes([b[5], b[6]]));
+        }
+        assert_eq!(ids, [u16::MAX, 1, 2]);
+        f.last_id = 0;
+        let Offer::Send(b) = f.offer(delivery(QoS::AtLeastOnce), 8, BOUNDS) else { panic!() };
+        assert_eq!(u16::from_be_bytes([b[5], b[6]]), 3, "1 and 2 are in flight");
+    }
+
+    /// The client's QoS 2 publishes: forwarded once per id until PUBREL,
+    /// bounded, and a PUBREL for an unknown id says so.
+    #[test]
+    fn incoming_qos2_ids_are_forwarded_once_until_released() {
+        let mut f = Flight::default();
+        assert_eq!(f.received(5, 2), Incoming::New);
+        assert_eq!(f.received(5, 2), Incoming::Resent, "a resend is not forwarded again");
+        assert_eq!(f.received(6, 2), Incoming::New);
+        assert_eq!(f.received(7, 2), Incoming::TooMany);
+        assert!(f.released(5));
+        assert!(!f.released(5));
+        assert_eq!(f.received(5, 2), Incoming::New, "released: the id is free again");
+        assert!(f.released(5) && f.released(6) && f.idle());
+    }
+}

@@ -1,0 +1,151 @@
+//! What a worker sends MQTT clients beyond replies: topic messages (each
+//! form of a PUBLISH encoded once per push, shared by every subscriber of
+//! that version, QoS and retain flag; a QoS 1 or 2 copy gets its packet id
+//! through the connection's flight, `session/mqtt/flight.rs`), retained
+//! messages for a new subscription (the supervisor's answer), and the will
+//! of a connection that ended without DISCONNECT (into the topic space
+//! like a client's publish).
+
+use super::Worker;
+use crate::proto::mqtt::{QoS, Version};
+use crate::proto::push;
+use crate::server::commands::{split_id, ClientPublish, PushCommand, RetainedAnswer, ServerMsg};
+use crate::server::session::mqtt::{self, flight};
+use crate::supervise::control;
+use base64::Engine;
+use std::rc::Rc;
+
+/// Re-read the wall clock after this many writes (latency buckets).
+const CLOCK_EVERY: usize = 64;
+
+/// One form of a PUBLISH: its bytes and where its packet id goes, once made.
+type Form = Option<(Rc<[u8]>, usize)>;
+
+/// One message's PUBLISH in every form met so far: by version, QoS and
+/// retain flag, each encoded the first time a subscriber needs it.
+struct Forms<'a> {
+    topic: &'a str,
+    data: &'a [u8],
+    /// [version][qos][retain]: (bytes, where the packet id goes).
+    made: [[[Form; 2]; 3]; 2],
+}
+
+impl<'a> Forms<'a> {
+    fn new(topic: &'a str, data: &'a [u8]) -> Forms<'a> {
+        Forms { topic, data, made: Default::default() }
+    }
+
+    fn get(&mut self, version: Version, qos: QoS, retain: bool) -> (Rc<[u8]>, usize) {
+        let (topic, data) = (self.topic, self.data);
+        self.made[(version == Version::V5) as usize][qos as usize][retain as usize]
+            .get_or_insert_with(|| {
+                let (bytes, id_at) = mqtt::encode_push(version, topic, data, qos, retain);
+                (bytes.into(), id_at)
+            })
+            .clone()
+    }
+}
+
+/// What became of one delivery to one connection.
+enum Sent {
+    /// Written or queued to the socket.
+    Out,
+    /// Held behind a full window, or not for this client.
+    Not,
+}
+
+impl Worker {
+    /// A topic message to MQTT subscribers, each at the QoS its matching
+    /// subscriptions were granted (at most the publish's); not sent to a
+    /// client whose Maximum Packet Size it exceeds (§3.1.2.11.4).
+    pub(super) fn push_mqtt(&mut self, cmd: &PushCommand, data: &[u8], targets: &[usize]) {
+        let mut forms = Forms::new(&cmd.topic, data);
+        let qos = QoS::from_bits(cmd.qos).unwrap_or_default();
+        let (mut queued, mut slow) = (0, Vec::new());
+        let mut now_us = push::wall_us();
+        for (i, key) in targets.iter().enumerate() {
+            let Some(m) = self.conns.get(*key).and_then(|c| mqtt::state(&c.ext)) else { continue };
+            let (q, retain) = m.delivery(&self.topics, &cmd.topic, qos, cmd.retain);
+            match self.mqtt_send(*key, &mut forms, q, retain) {
+                Ok(Sent::Out) => {
+                    queued += 1;
+                    if i % CLOCK_EVERY == 0 {
+                        now_us = push::wall_us();
+                    }
+                    self.record_push_latency(now_us.saturating_sub(cmd.publish_us));
+                }
+                Ok(Sent::Not) => {}
+                Err(reason) => slow.push((*key, reason)),
+            }
+        }
+        self.pushed(cmd.publish_id, queued, slow);
+    }
+
+    /// One connection's copy of `forms` at `qos`: the shared QoS 0 bytes,
+    /// or a QoS 1/2 copy with its packet id when the window has room
+    /// (else held or dropped, counted). Err: a slow consumer, to close.
+    fn mqtt_send(&mut self, key: usize, forms: &mut Forms<'_>, qos: QoS, retain: bool) -> Result<Sent, String> {
+        let bounds = self.cfg.mqtt.flight;
+        let Some(conn) = self.conns.get_mut(key) else { return Ok(Sent::Not) };
+        let Some(m) = mqtt::state_mut(&mut conn.ext) else { return Ok(Sent::Not) };
+        let Some(version) = m.version else { return Ok(Sent::Not) };
+        let (frame, id_at) = forms.get(version, qos, retain);
+        if frame.is_empty() || frame.len() > m.max_in as usize {
+            return Ok(Sent::Not);
+        }
+        let sent = if qos == QoS::AtMostOnce {
+            super::tls::send_frame(self.tls.as_mut(), self.ring.as_mut(), key, conn, &frame, self.cfg.max_pending_bytes, "slow_consumer")
+        } else {
+            let window = m.window;
+            match m.extra_mut().flight.offer(flight::Delivery { bytes: frame, id_at, qos }, window, bounds) {
+                flight::Offer::Send(bytes) => {
+                    super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &bytes, self.cfg.max_pending_bytes, "slow_consumer")
+                }
+                flight::Offer::Held => return Ok(Sent::Not),
+                flight::Offer::Dropped(reason) => {
+                    m.tidy();
+                    *self.stats.mqtt_inflight_dropped.entry(reason.into()).or_insert(0) += 1;
+                    return Ok(Sent::Not);
+                }
+            }
+        };
+        sent?;
+        *self.stats.mqtt_publishes_out.entry((qos as u8).to_string()).or_insert(0) += 1;
+        Ok(Sent::Out)
+    }
+
+    /// The supervisor's retained messages for one new subscription: each
+    /// with the retain flag, at the lower of its QoS and the granted one.
+    pub(super) fn retained(&mut self, answer: RetainedAnswer) {
+        let (worker, key, gen) = split_id(answer.conn);
+        if worker != self.cfg.worker || self.conns.get(key).is_none_or(|c| c.gen != gen) {
+            return;
+        }
+        let granted = QoS::from_bits(answer.qos).unwrap_or_default();
+        for m in &answer.messages {
+            let Ok(data) = base64::engine::general_purpose::STANDARD.decode(m.data.as_bytes()) else { continue };
+            let qos = QoS::from_bits(m.qos).unwrap_or_default().min(granted);
+            match self.mqtt_send(key, &mut Forms::new(&m.topic, &data), qos, true) {
+                Ok(Sent::Out) => {
+                    self.stats.mqtt_retained_out += 1;
+                    self.stats.frames_out += 1;
+                }
+                Ok(Sent::Not) => {}
+                Err(reason) => {
+                    self.stats.push_dropped += 1;
+                    return self.close(key, reason);
+                }
+            }
+        }
+    }
+
+    /// A connection ends: its will, if it still has one (no DISCONNECT,
+    /// or v5 reason 0x04), goes into the topic space now.
+    pub(super) fn mqtt_will(&mut self, ext: &mut crate::server::worker::conn::Ext) {
+        let Some(will) = mqtt::state_mut(ext).and_then(|m| m.take_will()) else { return };
+        self.stats.mqtt_wills_sent += 1;
+        let data = base64::engine::general_purpose::STANDARD.encode(&will.payload);
+        let messages = vec![ClientPublish { topic: will.topic.into(), data, qos: will.qos as u8, retain: will.retain }];
+        control::emit(&ServerMsg::Published { worker: self.cfg.worker, messages });
+    }
+}
