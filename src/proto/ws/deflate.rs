@@ -286,17 +286,12 @@ pub struct InflateTally {
 /// A decompressor kept once per worker, reset per message, and the
 /// vector messages are inflated into (its capacity stays at most the
 /// largest message allowed plus one chunk).
+#[derive(Default)]
 pub struct Inflater {
     /// Made at the first message (~45 KB of zlib state), as [`Deflater`].
     d: Option<Box<Decompress>>,
     out: Vec<u8>,
     pub tally: InflateTally,
-}
-
-impl Default for Inflater {
-    fn default() -> Self {
-        Inflater { d: None, out: Vec::new(), tally: InflateTally::default() }
-    }
 }
 
 impl Inflater {
