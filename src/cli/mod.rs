@@ -22,7 +22,7 @@ const SERVER_PROTOCOLS: &[&str] = &["framed", "ws", "http", "mqtt", "echo8", "ec
 /// `mqtt` is listed so that it is refused by the client's plan with what
 /// to do instead (the MQTT load generator is not written yet).
 const CLIENT_PROTOCOLS: &[&str] = &["framed", "ws", "http", "echo8", "raw", "sse", "mqtt"];
-const BENCH_PROTOCOLS: &[&str] = &["framed", "ws", "http"];
+const BENCH_PROTOCOLS: &[&str] = &["framed", "ws", "http", "mqtt"];
 
 /// A `--protocol` parser that accepts only `names`.
 fn protocols(names: &'static [&'static str]) -> impl TypedValueParser<Value = Protocol> {
@@ -416,7 +416,7 @@ pub struct LoadArgs {
     /// A reply later than this (or never) counts as a timeout.
     #[arg(long, value_parser = parse::positive_duration, default_value = "10s")]
     pub request_timeout: Duration,
-    /// Wire protocol: framed (megaconn frames), ws (WebSocket), http (keep-alive GET /), echo8 (8-byte ms timestamps; no heartbeats) or raw (--message bytes to any TCP server); mqtt is not supported by the client yet.
+    /// Wire protocol: framed (megaconn frames), ws (WebSocket), http (keep-alive GET /), echo8 (8-byte ms timestamps; no heartbeats), raw (--message bytes to any TCP server), sse (--url of an event stream) or mqtt (MQTT 3.1.1 or 5.0 to any broker: --mqtt-* options, docs/mqtt.md).
     #[arg(long, value_parser = protocols(CLIENT_PROTOCOLS), default_value = "framed")]
     pub protocol: Protocol,
     /// How long to hold all connections after the ramp.
@@ -452,6 +452,8 @@ pub struct LoadArgs {
     /// Subscribe to topics: a list every connection takes (news,sport), or a pattern spread over connections (room-{0..999}).
     #[arg(long, value_parser = crate::client::pushes::parse_subscribe)]
     pub subscribe: Option<(Vec<String>, bool)>,
+    #[command(flatten)]
+    pub mqtt: MqttArgs,
     /// How connections are closed at the end.
     #[arg(long, value_enum, default_value = "reset")]
     pub close: CloseMode,
@@ -698,6 +700,32 @@ fn run_worker(role: &str) -> anyhow::Result<()> {
         control::emit_fatal(&format!("{e:#}"));
     }
     result
+}
+
+/// `megaconn client --protocol mqtt`'s flags.
+#[derive(Args, Debug, Clone)]
+pub struct MqttArgs {
+    /// --protocol mqtt: the MQTT version of every CONNECT: 3.1.1 or 5.
+    #[arg(long, value_parser = ["3.1.1", "5"], default_value = "3.1.1")]
+    pub mqtt_version: String,
+    /// --protocol mqtt: client id of each connection ({conn}: its index).
+    #[arg(long, default_value = "megaconn-{conn}")]
+    pub mqtt_client_id: String,
+    /// --protocol mqtt: user name of every CONNECT.
+    #[arg(long)]
+    pub mqtt_username: Option<String>,
+    /// --protocol mqtt: password of every CONNECT (--jwt-secret-file instead shows each connection's own token as its password).
+    #[arg(long, conflicts_with = "jwt_secret_file")]
+    pub mqtt_password: Option<String>,
+    /// --protocol mqtt: QoS of publishes (--request-rate) and subscriptions: 0 (publishes not answered, counted as requests_unacknowledged) or 1 (each PUBACK times its publish as a request).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=1), default_value = "0")]
+    pub mqtt_qos: u8,
+    /// --protocol mqtt: topic each connection publishes --message (else a stamped --payload) to with --request-rate ({conn}: its index).
+    #[arg(long, default_value = "megaconn/{conn}")]
+    pub mqtt_publish_topic: String,
+    /// --protocol mqtt: topic filter each connection subscribes to, wildcards allowed ({conn}: its index; repeatable; besides --subscribe).
+    #[arg(long, value_parser = |s: &str| crate::client::mqtt::check_filter(s).map(|()| s.to_string()))]
+    pub mqtt_subscribe: Vec<String>,
 }
 
 /// `megaconn client`'s TLS flags (any of them turns TLS on).
