@@ -19,8 +19,6 @@ use std::time::Duration;
 
 /// What each subcommand's `--protocol` accepts (its help lists only these).
 const SERVER_PROTOCOLS: &[&str] = &["framed", "ws", "http", "mqtt", "echo8", "echo", "discard"];
-/// `mqtt` is listed so that it is refused by the client's plan with what
-/// to do instead (the MQTT load generator is not written yet).
 const CLIENT_PROTOCOLS: &[&str] = &["framed", "ws", "http", "echo8", "raw", "sse", "mqtt"];
 const BENCH_PROTOCOLS: &[&str] = &["framed", "ws", "http", "mqtt"];
 
@@ -534,7 +532,7 @@ pub struct BenchArgs {
     /// During the hold, close and reopen R connections per second (e.g. 20000/s): a churn soak; the report compares the server's fds, RSS and kernel Slab after the run with before it.
     #[arg(long, default_value = "off")]
     pub churn: PerSecond,
-    /// What both ends speak: framed (megaconn frames), ws (WebSocket: pings, binary requests, pushes as messages) or http (keep-alive GETs, one per connection every --heartbeat; the connections scenario only).
+    /// What both ends speak: framed (megaconn frames), ws (WebSocket: pings, binary requests, pushes as messages), http (keep-alive GETs, one per connection every --heartbeat; the connections scenario only) or mqtt (MQTT 3.1.1: CONNECT, a SUBSCRIBE to dev/{conn}, PINGREQ heartbeats; the connections scenario only).
     #[arg(long, value_parser = protocols(BENCH_PROTOCOLS), default_value = "framed")]
     pub protocol: Protocol,
     /// Both ends speak TLS, with a throwaway CA and certificate made for the run (removed after).
