@@ -709,7 +709,7 @@ pub struct MqttArgs {
     /// --protocol mqtt: client id of each connection ({conn}: its index).
     #[arg(long, default_value = "megaconn-{conn}")]
     pub mqtt_client_id: String,
-    /// --protocol mqtt: user name of every CONNECT.
+    /// --protocol mqtt: user name of every CONNECT (default, with a password or --jwt-secret-file: the client id; MQTT 3.1.1 allows no password without a user name).
     #[arg(long)]
     pub mqtt_username: Option<String>,
     /// --protocol mqtt: password of every CONNECT (--jwt-secret-file instead shows each connection's own token as its password).

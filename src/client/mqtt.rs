@@ -52,7 +52,7 @@ pub struct MqttOptions {
     /// `--mqtt-client-id`: the client id, `{conn}` replaced by the
     /// connection's index.
     pub client_id: String,
-    /// `--mqtt-username`.
+    /// `--mqtt-username` (default, when there is a password: the client id).
     pub username: Option<String>,
     /// `--mqtt-password` (`--jwt-secret-file` mints one per connection instead).
     pub password: Option<String>,
@@ -191,7 +191,9 @@ impl Speaker for MqttSpeaker {
             properties: mqtt::Properties { maximum_packet_size: Some(MAX_PACKET).filter(|_| self.version == Version::V5), ..Default::default() },
             client_id: &client_id,
             will: None,
-            username: o.username.as_deref(),
+            // 3.1.1 allows no password without a user name (§3.1.2.9):
+            // the client id stands in.
+            username: o.username.as_deref().or(password.map(|_| client_id.as_str())),
             password,
         };
         // A client id or password over 65535 bytes cannot be encoded: the

@@ -56,8 +56,12 @@ fn megaconn_broker(extra: &[&str]) -> (Running, String, u16) {
     (s, ready["admin"].as_str().unwrap().to_string(), port)
 }
 
-/// The client's /metrics sample `name` (0 when absent).
+/// The client's /metrics sample `name` (0 when absent, or while its
+/// admin endpoint is not up yet).
 fn client_metric(admin: &str, name: &str) -> u64 {
+    if std::net::TcpStream::connect(admin).is_err() {
+        return 0;
+    }
     let (status, body) = http(admin, "GET", "/metrics", b"", None);
     if status != 200 {
         return 0;
