@@ -103,7 +103,9 @@ fn connack_reason(v5: bool, code: u8) -> String {
 /// A `--mqtt-subscribe` filter, checked as the codec checks a SUBSCRIBE's
 /// (with a large `{conn}` standing in for the index).
 pub fn check_filter(filter: &str) -> Result<(), String> {
-    mqtt::topic::validate_filter(&expand(filter, u64::MAX), &mqtt::Limits::default()).map(|_| ()).map_err(|e| format!("'{filter}' is not an MQTT topic filter: {e:?}"))
+    mqtt::topic::validate_filter(&expand(filter, u64::MAX), &mqtt::Limits::default())
+        .map(|_| ())
+        .map_err(|e| format!("'{filter}' is not an MQTT topic filter: {e:?}"))
 }
 
 /// `--protocol mqtt` as a worker speaks it.

@@ -9,8 +9,8 @@
 //!
 //! What must hold whatever the values: the server starts (or refuses
 //! its flags with exit 2 and words), the client ends with 0 or 1 and a
-//! summary that accounts for every connection (requested = established
-//! + failed + not attempted), nothing panics, the server still accepts
+//! summary that accounts for every connection (requested is established
+//! plus failed plus not attempted), nothing panics, the server still accepts
 //! and stops on SIGTERM, and where the values ask for next to no work
 //! (at most [`IDLE_EVENTS_PER_S`] heartbeats, requests and churns per
 //! second), neither the client's workers nor the server's worker spend
@@ -207,7 +207,7 @@ fn run_case(c: &Case) -> Result<(), String> {
 }
 
 fn tail(s: &str) -> &str {
-    &s[s.len().saturating_sub(2000)..].trim_start_matches(|c: char| !c.is_ascii())
+    s[s.len().saturating_sub(2000)..].trim_start_matches(|c: char| !c.is_ascii())
 }
 
 proptest! {
