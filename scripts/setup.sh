@@ -89,6 +89,17 @@ if ! command -v mosquitto_sub >/dev/null 2>&1; then
     exit 1
   fi
 fi
+# The MQTT load generator is tested against Debian's mosquitto broker
+# (tests/e2e/mqtt_client.rs starts /usr/sbin/mosquitto on a free port).
+if [ ! -x /usr/sbin/mosquitto ]; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "setup: installing mosquitto from Debian packages (the broker the MQTT client's tests load)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto >/dev/null
+  else
+    echo "setup: /usr/sbin/mosquitto missing; install it (apt-get install mosquitto)" >&2
+    exit 1
+  fi
+fi
 # nginx is the HTTPS server the client's keep-alive test loads (a peer
 # nobody here wrote); openssl makes and reads its test certificates.
 for tool in nginx openssl; do

@@ -157,6 +157,9 @@ pub fn server_config(cfg: &BenchConfig, connections: u64) -> ServerConfig {
     }
 }
 
+/// The topic filter each `--protocol mqtt` bench client subscribes to.
+pub const BENCH_MQTT_TOPIC: &str = "dev/{conn}";
+
 /// The client a bench runs: the bench's load, held for `hold`, yielding
 /// CPU to the server (see [`CLIENT_NICE`]).
 pub fn client_config(args: &BenchConfig, hold: Duration) -> ClientConfig {
@@ -182,6 +185,12 @@ pub fn client_config(args: &BenchConfig, hold: Duration) -> ClientConfig {
                 }),
                 jwt_secret: args.jwt_secret.clone(),
                 ws_deflate: args.ws_deflate,
+                // MQTT: every client holds a subscription of its own, as
+                // devices listening on their topic do.
+                mqtt: crate::client::mqtt::MqttOptions {
+                    subscribe: if args.protocol == crate::proto::Protocol::Mqtt { vec![BENCH_MQTT_TOPIC.into()] } else { Vec::new() },
+                    ..Default::default()
+                },
                 ..Default::default()
             },
             hold,
@@ -201,11 +210,11 @@ pub fn client_config(args: &BenchConfig, hold: Duration) -> ClientConfig {
 
 pub fn run(mut args: BenchConfig) -> Result<i32> {
     crate::signals::install();
-    let http_ok = args.protocol == crate::proto::Protocol::Http && args.scenario == Scenario::Connections;
+    let http_ok = matches!(args.protocol, crate::proto::Protocol::Http | crate::proto::Protocol::Mqtt) && args.scenario == Scenario::Connections;
     if !matches!(args.protocol, crate::proto::Protocol::Framed | crate::proto::Protocol::Ws) && !http_ok {
         return Err(crate::UsageError(
             format!(
-                "bench runs --protocol framed or ws (and http with --scenario connections), not {:?} with --scenario {:?}; load other protocols with megaconn server and megaconn client",
+                "bench runs --protocol framed or ws (and http or mqtt with --scenario connections), not {:?} with --scenario {:?}; load other protocols with megaconn server and megaconn client",
                 args.protocol, args.scenario
             )
             .to_lowercase(),

@@ -101,6 +101,15 @@ impl From<LoadArgs> for LoadConfig {
                     Some(crate::server::auth::jwt::JwtKey::Secret(s)) => Some(s),
                     _ => None,
                 },
+                mqtt: crate::client::mqtt::MqttOptions {
+                    v5: a.mqtt.mqtt_version == "5",
+                    client_id: a.mqtt.mqtt_client_id,
+                    username: a.mqtt.mqtt_username,
+                    password: a.mqtt.mqtt_password,
+                    qos1: a.mqtt.mqtt_qos == 1,
+                    publish_topic: a.mqtt.mqtt_publish_topic,
+                    subscribe: a.mqtt.mqtt_subscribe,
+                },
                 ..Traffic::default()
             },
             ports: a.ports.0,

@@ -19,10 +19,8 @@ use std::time::Duration;
 
 /// What each subcommand's `--protocol` accepts (its help lists only these).
 const SERVER_PROTOCOLS: &[&str] = &["framed", "ws", "http", "mqtt", "echo8", "echo", "discard"];
-/// `mqtt` is listed so that it is refused by the client's plan with what
-/// to do instead (the MQTT load generator is not written yet).
 const CLIENT_PROTOCOLS: &[&str] = &["framed", "ws", "http", "echo8", "raw", "sse", "mqtt"];
-const BENCH_PROTOCOLS: &[&str] = &["framed", "ws", "http"];
+const BENCH_PROTOCOLS: &[&str] = &["framed", "ws", "http", "mqtt"];
 
 /// A `--protocol` parser that accepts only `names`.
 fn protocols(names: &'static [&'static str]) -> impl TypedValueParser<Value = Protocol> {
@@ -431,7 +429,7 @@ pub struct LoadArgs {
     /// A reply later than this (or never) counts as a timeout.
     #[arg(long, value_parser = parse::positive_duration, default_value = "10s")]
     pub request_timeout: Duration,
-    /// Wire protocol: framed (megaconn frames), ws (WebSocket), http (keep-alive GET /), echo8 (8-byte ms timestamps; no heartbeats) or raw (--message bytes to any TCP server); mqtt is not supported by the client yet.
+    /// Wire protocol: framed (megaconn frames), ws (WebSocket), http (keep-alive GET /), echo8 (8-byte ms timestamps; no heartbeats), raw (--message bytes to any TCP server), sse (--url of an event stream) or mqtt (MQTT 3.1.1 or 5.0 to any broker: --mqtt-* options, docs/mqtt.md).
     #[arg(long, value_parser = protocols(CLIENT_PROTOCOLS), default_value = "framed")]
     pub protocol: Protocol,
     /// How long to hold all connections after the ramp.
@@ -467,6 +465,8 @@ pub struct LoadArgs {
     /// Subscribe to topics: a list every connection takes (news,sport), or a pattern spread over connections (room-{0..999}).
     #[arg(long, value_parser = crate::client::pushes::parse_subscribe)]
     pub subscribe: Option<(Vec<String>, bool)>,
+    #[command(flatten)]
+    pub mqtt: MqttArgs,
     /// How connections are closed at the end.
     #[arg(long, value_enum, default_value = "reset")]
     pub close: CloseMode,
@@ -547,7 +547,7 @@ pub struct BenchArgs {
     /// During the hold, close and reopen R connections per second (e.g. 20000/s): a churn soak; the report compares the server's fds, RSS and kernel Slab after the run with before it.
     #[arg(long, default_value = "off")]
     pub churn: PerSecond,
-    /// What both ends speak: framed (megaconn frames), ws (WebSocket: pings, binary requests, pushes as messages) or http (keep-alive GETs, one per connection every --heartbeat; the connections scenario only).
+    /// What both ends speak: framed (megaconn frames), ws (WebSocket: pings, binary requests, pushes as messages), http (keep-alive GETs, one per connection every --heartbeat; the connections scenario only) or mqtt (MQTT 3.1.1: CONNECT, a SUBSCRIBE to dev/{conn}, PINGREQ heartbeats; the connections scenario only).
     #[arg(long, value_parser = protocols(BENCH_PROTOCOLS), default_value = "framed")]
     pub protocol: Protocol,
     /// Both ends speak TLS, with a throwaway CA and certificate made for the run (removed after).
@@ -713,6 +713,32 @@ fn run_worker(role: &str) -> anyhow::Result<()> {
         control::emit_fatal(&format!("{e:#}"));
     }
     result
+}
+
+/// `megaconn client --protocol mqtt`'s flags.
+#[derive(Args, Debug, Clone)]
+pub struct MqttArgs {
+    /// --protocol mqtt: the MQTT version of every CONNECT: 3.1.1 or 5.
+    #[arg(long, value_parser = ["3.1.1", "5"], default_value = "3.1.1")]
+    pub mqtt_version: String,
+    /// --protocol mqtt: client id of each connection ({conn}: its index).
+    #[arg(long, default_value = "megaconn-{conn}")]
+    pub mqtt_client_id: String,
+    /// --protocol mqtt: user name of every CONNECT (default, with a password or --jwt-secret-file: the client id; MQTT 3.1.1 allows no password without a user name).
+    #[arg(long)]
+    pub mqtt_username: Option<String>,
+    /// --protocol mqtt: password of every CONNECT (--jwt-secret-file instead shows each connection's own token as its password).
+    #[arg(long, conflicts_with = "jwt_secret_file")]
+    pub mqtt_password: Option<String>,
+    /// --protocol mqtt: QoS of publishes (--request-rate) and subscriptions: 0 (publishes not answered, counted as requests_unacknowledged) or 1 (each PUBACK times its publish as a request).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=1), default_value = "0")]
+    pub mqtt_qos: u8,
+    /// --protocol mqtt: topic each connection publishes --message (else a stamped --payload) to with --request-rate ({conn}: its index).
+    #[arg(long, default_value = "megaconn/{conn}")]
+    pub mqtt_publish_topic: String,
+    /// --protocol mqtt: topic filter each connection subscribes to, wildcards allowed ({conn}: its index; repeatable; besides --subscribe).
+    #[arg(long, value_parser = |s: &str| crate::client::mqtt::check_filter(s).map(|()| s.to_string()))]
+    pub mqtt_subscribe: Vec<String>,
 }
 
 /// `megaconn client`'s TLS flags (any of them turns TLS on).

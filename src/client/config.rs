@@ -83,6 +83,9 @@ pub struct Traffic {
     /// `--jwt-secret-file`: each connection shows a token minted with it.
     #[serde(default)]
     pub jwt_secret: Option<Vec<u8>>,
+    /// `--protocol mqtt`: version, client id, credentials, QoS, topics.
+    #[serde(default)]
+    pub mqtt: super::mqtt::MqttOptions,
 }
 
 impl Default for Traffic {
@@ -110,6 +113,7 @@ impl Default for Traffic {
             ws_binary: false,
             ws_deflate: false,
             jwt_secret: None,
+            mqtt: Default::default(),
         }
     }
 }

@@ -5,6 +5,7 @@ pub mod codec;
 pub mod config;
 pub mod http;
 pub mod metrics;
+pub mod mqtt;
 pub mod phases;
 pub mod plan;
 pub mod pushes;
@@ -39,8 +40,12 @@ pub const WORKER_KIND: &str = "client";
 /// Plan addresses and processes for this client; errors are usage errors
 /// (the target cannot be reached with these flags on this machine).
 pub fn plan(cfg: &ClientConfig, fd_hard: u64) -> Result<(ConnectionPlan, WorkerPlan), String> {
-    if cfg.load.traffic.protocol == crate::proto::Protocol::Mqtt {
-        return Err("--protocol mqtt is server-only for now (megaconn server --protocol mqtt; docs/mqtt.md): the MQTT load generator is not written yet; hold MQTT connections with --protocol raw --first-message and a CONNECT".into());
+    let mqtt = cfg.load.traffic.protocol == crate::proto::Protocol::Mqtt;
+    if !mqtt && cfg.load.traffic.mqtt != Default::default() {
+        return Err("--mqtt-* options are for --protocol mqtt".into());
+    }
+    if mqtt && cfg.url.is_some() {
+        return Err("--protocol mqtt takes --target and --ports (an MQTT broker has no URL here)".into());
     }
     if cfg.load.traffic.protocol == crate::proto::Protocol::Raw && cfg.load.traffic.raw_message.is_none() {
         return Err("--protocol raw needs --message, e.g. --message 'PING \\{ts}\\r\\n'".into());
@@ -75,9 +80,9 @@ pub fn plan(cfg: &ClientConfig, fd_hard: u64) -> Result<(ConnectionPlan, WorkerP
     }
     let ws = cfg.load.traffic.protocol == crate::proto::Protocol::Ws;
     if cfg.load.traffic.protocol != crate::proto::Protocol::Raw
-        && (cfg.load.traffic.raw_first.is_some() || cfg.load.traffic.raw_codec.is_some() || (cfg.load.traffic.raw_message.is_some() && !ws))
+        && (cfg.load.traffic.raw_first.is_some() || cfg.load.traffic.raw_codec.is_some() || (cfg.load.traffic.raw_message.is_some() && !ws && !mqtt))
     {
-        return Err("--message is for --protocol raw or ws; --first-message and --codec for raw".into());
+        return Err("--message is for --protocol raw, ws or mqtt; --first-message and --codec for raw".into());
     }
     if cfg.load.traffic.ws_binary && !(ws && cfg.load.traffic.raw_message.is_some()) {
         return Err("--ws-binary sends --message in binary frames: use it with --protocol ws and --message".into());
@@ -90,7 +95,7 @@ pub fn plan(cfg: &ClientConfig, fd_hard: u64) -> Result<(ConnectionPlan, WorkerP
     }
     if matches!(cfg.load.traffic.protocol, crate::proto::Protocol::Echo | crate::proto::Protocol::Discard) {
         return Err(format!(
-            "--protocol {:?} is a server protocol; the client speaks framed, ws, http, echo8 or raw (e.g. --protocol framed)",
+            "--protocol {:?} is a server protocol; the client speaks framed, ws, http, echo8, raw, sse or mqtt (e.g. --protocol framed)",
             cfg.load.traffic.protocol
         )
         .to_lowercase());

@@ -207,7 +207,7 @@ impl Speaker for RawSpeaker {
         self.beats() && self.echo.as_ref().is_some_and(|e| e.stamp_at.is_some() && (e.codec.is_some() || !e.first_sent))
     }
 
-    fn beat(&mut self, out: &mut Vec<u8>, due: &Due) {
+    fn beat(&mut self, out: &mut Vec<u8>, due: &Due, _: &mut Inflight) {
         if let Some(m) = &self.message {
             render_framed(m, self.codec.as_ref(), out, due.intended);
         }

@@ -94,11 +94,20 @@ pub trait Speaker {
     }
 
     /// A heartbeat into `out`.
-    fn beat(&mut self, _out: &mut Vec<u8>, _due: &Due) {}
+    fn beat(&mut self, _out: &mut Vec<u8>, _due: &Due, _inflight: &mut Inflight) {}
 
     /// A request into `out` (its intended time travels in it, or in
     /// `inflight`); false: this protocol sends no requests.
+    ///
+    /// (See also [`Speaker::acknowledges_requests`].)
     fn request(&mut self, out: &mut Vec<u8>, due: &Due, inflight: &mut Inflight) -> bool;
+
+    /// Whether a request is answered at all. False (MQTT QoS 0): each is
+    /// counted in `requests_unacknowledged`, not as a request awaiting
+    /// a reply (which would count as a timeout).
+    fn acknowledges_requests(&self) -> bool {
+        true
+    }
 
     /// Read everything the connection has and account for it.
     fn read(&mut self, ear: Ear<'_>, replies: &mut Replies<'_>) -> Heard;
@@ -115,8 +124,9 @@ pub fn speaker(traffic: &Traffic, host_header: &str, shard: u64) -> Box<dyn Spea
         Protocol::Ws => Box::new(super::ws::WsSpeaker::new(traffic, host_header, shard)),
         Protocol::Raw => Box::new(super::raw::RawSpeaker::new(traffic)),
         Protocol::Sse => Box::new(super::sse::SseSpeaker::new(traffic, host_header)),
+        Protocol::Mqtt => Box::new(super::mqtt::MqttSpeaker::new(traffic, shard)),
         // Server-only protocols (refused by the client's plan): drop.
-        Protocol::Echo | Protocol::Discard | Protocol::Mqtt => Box::new(Drain),
+        Protocol::Echo | Protocol::Discard => Box::new(Drain),
     }
 }
 
@@ -152,7 +162,7 @@ impl Speaker for Framed {
         true
     }
 
-    fn beat(&mut self, out: &mut Vec<u8>, due: &Due) {
+    fn beat(&mut self, out: &mut Vec<u8>, due: &Due, _: &mut Inflight) {
         frame::encode_stamped(out, Kind::Heartbeat, due.intended, self.traffic.payload);
     }
 

@@ -203,7 +203,15 @@ fn describe_protocol(target: std::net::IpAddr, load: &LoadConfig, requests: bool
             format!("sse: an event stream from GET {}{}", load.traffic.ws_target, if load.traffic.reconnect { ", resumed with Last-Event-ID" } else { "" })
         }
         Protocol::Echo8 => "echo8: 8-byte millisecond timestamps echoed".into(),
-        Protocol::Echo | Protocol::Discard | Protocol::Mqtt => "server protocol".into(),
+        Protocol::Mqtt => {
+            let m = &load.traffic.mqtt;
+            let publish = match load.traffic.request_rate {
+                Some(_) => format!(", PUBLISH QoS {} to {}", m.qos1 as u8, m.publish_topic),
+                None => String::new(),
+            };
+            format!("mqtt {}: CONNECT as {}, PINGREQ heartbeats{publish}", if m.v5 { "5.0" } else { "3.1.1" }, m.client_id)
+        }
+        Protocol::Echo | Protocol::Discard => "server protocol".into(),
     }
 }
 

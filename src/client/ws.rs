@@ -306,7 +306,7 @@ impl Speaker for WsSpeaker {
         self.message.is_none() || self.traffic.request_rate.is_some()
     }
 
-    fn beat(&mut self, out: &mut Vec<u8>, due: &Due) {
+    fn beat(&mut self, out: &mut Vec<u8>, due: &Due, _: &mut Inflight) {
         // With a request rate the message goes as requests and
         // heartbeats stay pings.
         if self.message.is_some() && self.traffic.request_rate.is_none() {

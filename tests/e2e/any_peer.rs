@@ -114,13 +114,6 @@ fn the_client_refuses_server_only_protocols() {
     let (code, _, err) = run(cmd, Duration::from_secs(20));
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("invalid value 'echo'") && err.contains("[possible values: framed, ws, http, echo8, raw, sse, mqtt]"), "{err}");
-    // MQTT is a value (it will be the load generator's too) but the
-    // client cannot speak it yet: refused before anything starts.
-    let mut cmd = megaconn();
-    cmd.args(["client", "--connections", "10", "--ports", &free_port().to_string(), "--protocol", "mqtt"]);
-    let (code, _, err) = run(cmd, Duration::from_secs(20));
-    assert_eq!(code, 2, "{err}");
-    assert!(err.contains("--protocol mqtt is server-only for now"), "{err}");
 }
 
 #[test]

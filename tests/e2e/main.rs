@@ -26,6 +26,7 @@ mod journeys;
 mod kubernetes;
 mod layers;
 mod mqtt;
+mod mqtt_client;
 mod mqtt_qos;
 mod push;
 mod report;

@@ -176,13 +176,3 @@ fn malformed_oversize_silent_and_quiet_clients_are_closed_and_counted() {
     }
     s.terminate();
 }
-
-/// The load generator does not speak MQTT yet, and says so.
-#[test]
-fn the_client_refuses_mqtt_with_a_clear_error() {
-    let mut cmd = megaconn();
-    cmd.args(["client", "--protocol", "mqtt", "--connections", "1", "--ports", "1883"]);
-    let (code, _, err) = run(cmd, Duration::from_secs(30));
-    assert_eq!(code, 2, "{err}");
-    assert!(err.contains("server-only for now"), "{err}");
-}

@@ -103,7 +103,7 @@ impl Worker {
         while let Some((k, intended)) = self.next_due(due, Schedule::Heartbeats, hb, start) {
             self.out.clear();
             let d = Due { slot: k, conn: self.cfg.first + k as u64, intended, period_us: hb, start };
-            self.speaker.beat(&mut self.out, &d);
+            self.speaker.beat(&mut self.out, &d, &mut self.slots[k].inflight);
             if self.write_slot(k) {
                 self.stats.heartbeats_sent += 1;
                 let b = &mut self.slots[k].beats_out;
@@ -123,6 +123,12 @@ impl Worker {
             let d = Due { slot: k, conn: self.cfg.first + k as u64, intended, period_us: period, start };
             if !self.speaker.request(&mut self.out, &d, &mut self.slots[k].inflight) {
                 return;
+            }
+            if !self.speaker.acknowledges_requests() {
+                if self.write_slot(k) {
+                    self.stats.requests_unacknowledged += 1;
+                }
+                continue;
             }
             if self.write_slot(k) {
                 self.stats.requests_sent += 1;
