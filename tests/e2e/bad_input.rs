@@ -40,7 +40,7 @@ fn bad_websocket_codec_and_churn_flags_exit_2() {
     expect_usage_error(&["client", "--connections", "10", "--tls", "--tls-server-name", "bad name!"], "--tls-server-name");
     expect_usage_error(&["client", "--connections", "10", "--insecure", "--tls-ca", "ca.pem"], "cannot be used with");
     expect_usage_error(&["client", "--connections", "10", "--ws-subprotocol", "chat"], "--ws-subprotocol is for --protocol ws");
-    expect_usage_error(&["client", "--connections", "10", "--message", "x"], "--message is for --protocol raw or ws");
+    expect_usage_error(&["client", "--connections", "10", "--message", "x"], "--message is for --protocol raw, ws or mqtt");
     expect_usage_error(&["client", "--connections", "10", "--protocol", "ws", "--ws-binary"], "--ws-binary sends --message in binary frames");
     expect_usage_error(&["client", "--connections", "10", "-H", "X-Key: 1"], "with --protocol ws, http or sse");
     expect_usage_error(&["client", "--connections", "10", "--protocol", "ws", "-H", "X-Key: a\r\nEvil: 1"], "line break");
