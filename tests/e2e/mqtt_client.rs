@@ -47,14 +47,7 @@ impl Drop for Mosquitto {
 }
 
 /// An MQTT megaconn server on a free port; (process, admin address, port).
-fn megaconn_broker(extra: &[&str]) -> (Running, String, u16) {
-    let port = free_port();
-    let p = port.to_string();
-    let mut args = vec!["--protocol", "mqtt", "--ports", &p, "--workers", "1"];
-    args.extend_from_slice(extra);
-    let (s, _, ready) = server_ready(&args, None);
-    (s, ready["admin"].as_str().unwrap().to_string(), port)
-}
+use crate::mqtt::mqtt_server as megaconn_broker;
 
 /// The client's /metrics sample `name` (0 when absent, or while its
 /// admin endpoint is not up yet).
