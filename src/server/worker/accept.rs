@@ -159,7 +159,10 @@ impl Worker {
                 if owes_head {
                     self.head_due(key, self.next_gen);
                 }
-                if self.cfg.protocol == Protocol::Framed && self.tls.is_none() {
+                // A connection that owes its token (`--auth jwt`) takes no
+                // broadcast until it shows it: nothing to hold for it (and
+                // what was pushed before must never reach it after).
+                if self.cfg.protocol == Protocol::Framed && self.tls.is_none() && !self.topics.gate.required() {
                     self.seam.accepted(key, self.next_gen);
                 }
                 self.stats.accepted += 1;

@@ -194,6 +194,7 @@ impl Worker {
                     break;
                 }
                 self.stats.frames_out += 1;
+                self.stats.push_delivered += 1;
             }
         }
         for (key, reason) in slow {

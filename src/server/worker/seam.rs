@@ -27,30 +27,49 @@
 //! broadcasts held), unless it resumed the broadcasts or ended the
 //! connection. The last covers a cut that falls between two frames.
 //!
-//! Accepts are noted only while a resume was seen in the last [`FRESH`]
-//! (by this worker, or anywhere on the server: the supervisor tells every
-//! worker): a million connections that never resume cost nothing here.
+//! Every accept is noted, so a server's first resuming clients are held
+//! like the rest (before, accepts were noted only after a resume had been
+//! seen, and the first resuming connection of a worker could get a
+//! broadcast live before its replay). How long a note lasts depends on
+//! whether clients are resuming: while a resume was seen in the last
+//! [`FRESH`] (by this worker, or anywhere on the server: the supervisor
+//! tells every worker), [`FRESH`]; otherwise [`QUIET`], so a client that
+//! never speaks gets a broadcast pushed in its first moments at most
+//! [`QUIET`] and a tick late, and notes of a ramp that never resumes are
+//! gone seconds after it. A resume seen extends every note alive. What a
+//! note costs (about 60 B) is paid only while it lives.
 //! TLS connections are not noted (broadcasts skip them until their
-//! handshake ends). What is kept is bounded in time ([`FRESH`]) and in
-//! bytes ([`MAX_KEPT_BYTES`]: past it every noted connection gets what was
-//! held for it at once). A connection that has not shown its token
-//! (`--auth jwt`) never gets what was held.
+//! handshake ends). What is kept is bounded in time (frames older than
+//! the oldest note are dropped) and in bytes ([`MAX_KEPT_BYTES`], and
+//! [`QUIET_KEPT_BYTES`] while nobody resumes: past it every noted
+//! connection gets what was held for it at once). A
+//! connection that has not shown its token (`--auth jwt`) never gets what
+//! was held.
 
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-/// How long accepts are noted after a resume, and how long a noted
-/// connection may stay silent before it gets what was held for it.
+/// How long after a resume clients count as resuming, and how long a
+/// noted connection may then stay silent before it gets what was held for
+/// it.
 pub const FRESH: Duration = Duration::from_secs(30);
-/// How long pushed broadcasts are kept: longer than any note lives
-/// (notes expire on a 1 s tick).
-const KEPT: Duration = Duration::from_secs(2 * FRESH.as_secs());
+/// How long a noted connection may stay silent while nobody resumes:
+/// longer than a loaded worker takes to read an opening sent with the
+/// connect, short enough that a silent client's first broadcasts are
+/// barely late (notes expire on a 1 s tick).
+pub const QUIET: Duration = Duration::from_secs(2);
 /// Most bytes of pushed broadcasts kept. Past it the seam lets go: every
 /// noted connection gets what was held for it at once (as if silent for
 /// [`FRESH`]) and the kept frames are dropped, so a burst of large
 /// broadcasts while clients resume costs at most this much per worker.
 pub const MAX_KEPT_BYTES: usize = 16 << 20;
+/// The same while nobody resumes: a few broadcasts, so a client that
+/// never speaks gets at most this much at once when its note lets go,
+/// which a `--max-pending-bytes` of 64 KiB takes (a burst of held
+/// broadcasts must not close a reader as slow that would have kept up
+/// with them live).
+pub const QUIET_KEPT_BYTES: usize = 48 << 10;
 
 #[derive(Default)]
 pub struct Seam {
@@ -62,8 +81,8 @@ pub struct Seam {
     pushed: VecDeque<(Instant, u64, Rc<[u8]>)>,
     /// Bytes of the frames in `pushed`.
     pushed_bytes: usize,
-    /// Accepts are noted until then.
-    noting_until: Option<Instant>,
+    /// Clients count as resuming until then (notes last [`FRESH`]).
+    resuming_until: Option<Instant>,
 }
 
 /// What a noted connection missed live: the broadcasts pushed since its
@@ -102,17 +121,26 @@ impl FirstRead {
 }
 
 impl Seam {
+    /// Connection `key` was accepted: broadcasts wait for its first read.
     pub fn accepted(&mut self, key: usize, gen: u32) {
         let now = Instant::now();
-        if self.noting_until.is_some_and(|t| now < t) {
-            self.fresh.insert(key, (gen, now));
-            self.order.push_back((now, key, gen));
-        }
+        self.fresh.insert(key, (gen, now));
+        self.order.push_back((now, key, gen));
     }
 
-    /// A resume was read: note the accepts that follow.
+    /// A resume was read: clients are resuming, notes last [`FRESH`].
     pub fn resumed(&mut self) {
-        self.noting_until = Some(Instant::now() + FRESH);
+        self.resuming_until = Some(Instant::now() + FRESH);
+    }
+
+    /// How long a note lasts at `now`: [`FRESH`] while clients resume,
+    /// [`QUIET`] otherwise.
+    fn lasts(&self, now: Instant) -> Duration {
+        if self.resuming_until.is_some_and(|t| now < t) {
+            FRESH
+        } else {
+            QUIET
+        }
     }
 
     /// Connection `key` has not been read yet: a broadcast waits for its
@@ -133,20 +161,30 @@ impl Seam {
 
     /// A broadcast at `offset` was pushed (as `frame`) to every connection
     /// not held or recovering.
-    /// Over [`MAX_KEPT_BYTES`] the caller releases everything at once
+    /// Over [`MAX_KEPT_BYTES`] ([`QUIET_KEPT_BYTES`] while nobody resumes) the caller releases everything at once
     /// ([`Seam::release_all`]): true.
     pub fn broadcast(&mut self, offset: u64, frame: &[u8]) -> bool {
-        let now = Instant::now();
-        while self.pushed.front().is_some_and(|(at, _, _)| now.duration_since(*at) > KEPT) {
+        // Notes read since their accept leave `order` here; no note is
+        // older than the oldest left: frames pushed before it are held
+        // for nobody.
+        while let Some(&(at, key, gen)) = self.order.front() {
+            if self.fresh.get(&key).is_some_and(|(g, a)| *g == gen && *a == at) {
+                break;
+            }
+            self.order.pop_front();
+        }
+        let oldest = self.order.front().map(|(at, _, _)| *at);
+        while self.pushed.front().is_some_and(|(at, _, _)| oldest.is_none_or(|o| *at < o)) {
             if let Some((_, _, f)) = self.pushed.pop_front() {
                 self.pushed_bytes -= f.len();
             }
         }
-        if !self.fresh.is_empty() || self.noting_until.is_some_and(|t| now < t) {
+        let now = Instant::now();
+        if !self.fresh.is_empty() {
             self.pushed.push_back((now, offset, frame.into()));
             self.pushed_bytes += frame.len();
         }
-        self.pushed_bytes > MAX_KEPT_BYTES
+        self.pushed_bytes > if self.lasts(now) == FRESH { MAX_KEPT_BYTES } else { QUIET_KEPT_BYTES }
     }
 
     /// Let go of every note now: each noted connection with what was held
@@ -175,13 +213,18 @@ impl Seam {
         (!frames.is_empty()).then_some(Held { frames })
     }
 
-    /// Connections silent since their accept for [`FRESH`]: stop holding
-    /// theirs; each with what was held for it.
+    /// Connections silent since their accept for as long as a note lasts
+    /// ([`FRESH`] or [`QUIET`]): stop holding theirs; each with what was
+    /// held for it.
     pub fn expire(&mut self) -> Vec<(usize, u32, Held)> {
-        let now = Instant::now();
+        self.expire_at(Instant::now())
+    }
+
+    fn expire_at(&mut self, now: Instant) -> Vec<(usize, u32, Held)> {
+        let lasts = self.lasts(now);
         let mut out = Vec::new();
         while let Some(&(at, key, gen)) = self.order.front() {
-            if now.duration_since(at) < FRESH {
+            if now.saturating_duration_since(at) < lasts {
                 break;
             }
             self.order.pop_front();
@@ -192,10 +235,16 @@ impl Seam {
                 self.fresh.remove(&key);
             }
         }
-        if self.fresh.is_empty() && self.order.capacity() > 1024 {
-            // A storm's notes are gone: give their memory back.
-            self.order = VecDeque::new();
-            self.fresh = HashMap::new();
+        if self.fresh.is_empty() {
+            // Held for nobody now.
+            self.pushed.clear();
+            self.pushed_bytes = 0;
+            if self.order.capacity() > 1024 {
+                // A ramp's notes are gone: give their memory back.
+                self.order = VecDeque::new();
+                self.fresh = HashMap::new();
+                self.pushed = VecDeque::new();
+            }
         }
         out
     }
@@ -212,11 +261,6 @@ mod tests {
     #[test]
     fn a_connection_not_read_yet_gets_its_broadcasts_at_its_first_read_in_order() {
         let mut s = Seam::default();
-        s.accepted(1, 7);
-        assert!(!s.holds(1, 7), "no resume seen yet: not noted");
-        s.broadcast(40, b"b40");
-        assert_eq!(s.read(1, 7), None);
-        s.resumed();
         s.accepted(1, 7);
         s.accepted(2, 7);
         assert!(s.holds(1, 7) && s.holds(2, 7) && !s.holds(1, 8), "another connection on the same key is not held");
@@ -300,6 +344,68 @@ mod tests {
             }
             assert!(live.is_empty(), "cut at byte {cut}: {live:?} went out live before the broadcasts' resume");
             assert!(!recovered.is_empty() && !s.holds(1, 7), "cut at byte {cut}: the resume ends the note");
+        }
+    }
+
+    /// Issue 42: a worker's first resuming connections, accepted before any
+    /// resume was seen on the server, are held like the rest (before, the
+    /// first one could get a broadcast live, then again in its recovery).
+    #[test]
+    fn a_connection_accepted_before_any_resume_was_seen_is_held_too() {
+        let mut s = Seam::default();
+        s.accepted(1, 7);
+        assert!(s.noting() && s.holds(1, 7), "noted with no resume seen");
+        s.broadcast(40, b"b40");
+        assert_eq!(frames(s.read(1, 7)), vec![b"b40".to_vec()]);
+    }
+
+    #[test]
+    fn a_note_lasts_quiet_while_nobody_resumes_and_fresh_once_someone_does() {
+        let t0 = Instant::now();
+        let mut s = Seam::default();
+        s.accepted(1, 1);
+        s.broadcast(1, b"x");
+        assert!(s.expire_at(t0 + QUIET / 2).is_empty(), "not yet");
+        let out = s.expire_at(t0 + QUIET + Duration::from_millis(10));
+        assert_eq!(out.len(), 1, "silent for QUIET with nobody resuming: released");
+        assert_eq!(out[0].2.frames.len(), 1);
+        assert!(!s.noting() && !s.pending() && s.pushed.is_empty(), "nothing kept for nobody");
+
+        let t1 = Instant::now();
+        s.accepted(2, 1);
+        s.resumed();
+        s.broadcast(2, b"y");
+        assert!(s.expire_at(t1 + QUIET + Duration::from_millis(10)).is_empty(), "a resume seen: the note lives on");
+        assert!(s.holds(2, 1));
+        assert_eq!(s.expire_at(t1 + FRESH + Duration::from_millis(10)).len(), 1, "past FRESH it goes too");
+    }
+
+    #[test]
+    fn frames_are_kept_only_while_a_note_may_want_them() {
+        let mut s = Seam::default();
+        s.broadcast(1, b"nobody noted");
+        assert!(s.pushed.is_empty(), "no note: nothing kept");
+        s.accepted(1, 1);
+        s.broadcast(2, b"for 1");
+        assert_eq!(frames(s.read(1, 1)), vec![b"for 1".to_vec()]);
+        s.accepted(2, 1);
+        s.broadcast(3, b"for 2");
+        assert_eq!(s.pushed.len(), 1, "what came before the oldest note's accept is gone");
+        assert_eq!(s.pushed_bytes, 5);
+    }
+
+    #[test]
+    fn while_nobody_resumes_a_few_broadcasts_are_held_at_most() {
+        let mut s = Seam::default();
+        s.accepted(1, 1);
+        let frame = vec![1u8; 16 << 10];
+        assert!(!s.broadcast(1, &frame) && !s.broadcast(2, &frame) && !s.broadcast(3, &frame), "48 KiB: held");
+        assert!(s.broadcast(4, b"x"), "one byte more lets go");
+        assert_eq!(s.release_all()[0].2.frames.len(), 4);
+        s.resumed();
+        s.accepted(2, 1);
+        for i in 0..8 {
+            assert!(!s.broadcast(i, &frame), "while clients resume the bound is MAX_KEPT_BYTES");
         }
     }
 

@@ -108,6 +108,7 @@ impl Worker {
                             req.out.extend_from_slice(f);
                         }
                         req.stats.frames_out += h.frames.len() as u64;
+                        req.stats.push_delivered += h.frames.len() as u64;
                     }
                     r
                 }
