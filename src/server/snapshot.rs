@@ -27,7 +27,7 @@ crate::counters! {
         presence_notices: counter "presence_notices" "Join and leave notices written to WebSocket subscribers (--presence-notices)",
         presence_events_dropped: counter "presence_events_dropped" "Join and leave events not sent upstream because their part of the worker's upstream budget (an eighth of --upstream-queue and of its share of --upstream-queue-bytes, apart from client messages) was full",
         ws_upgrades: counter "ws_upgrades" "WebSocket handshakes completed",
-        ws_deflate_negotiated: counter "ws_deflate_negotiated" "WebSocket handshakes that negotiated permessage-deflate (--ws-deflate on; no context takeover either way)",
+        ws_deflate_negotiated: counter "ws_deflate_negotiated" "WebSocket handshakes that negotiated permessage-deflate (--ws-deflate on: no context takeover either way; takeover: also counted in ws_deflate_takeover when either side keeps context)",
         ws_deflate_takeover: counter "ws_deflate_takeover" "WebSocket handshakes that negotiated context takeover in either direction (--ws-deflate takeover)",
         ws_deflate_contexts: gauge "ws_deflate_contexts" "Connections open now with compression context of their own (--ws-deflate takeover; each holds its zlib state from its first message)",
         ws_deflate_calls: counter "ws_deflate_calls" "Messages compressed (a push once per worker whatever its audience, an echo once; with --ws-deflate takeover, a push once per connection that keeps context)",
