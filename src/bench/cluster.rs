@@ -384,7 +384,7 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
     let rounds = Arc::new(Mutex::new(Vec::<Round>::new()));
     let publisher = {
         let (ramp_done, rounds, args, admin, token) = (ramp_done.clone(), rounds.clone(), args.clone(), fleet[publish_on].admin, token.clone());
-        std::thread::spawn(move || push::publish(admin, Some(&token), &args, &topics, &ramp_done, &rounds))
+        std::thread::spawn(move || push::publish(admin, Some(&token), &args, &topics, &ramp_done, &rounds, None))
     };
     let fleet = super::rollout::Nodes::new(fleet);
     let over = Arc::new(AtomicBool::new(false));
@@ -415,7 +415,7 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
     let rounds = rounds.lock().expect("rounds").clone();
     let cpu: f64 = node_stats.iter().filter_map(|v| v["cpu_seconds"].as_f64()).sum();
     let workers: usize = node_stats.iter().filter_map(|v| v["workers"].as_u64()).sum::<u64>() as usize;
-    let push = push::push_report(&args, &rounds, &client, &summary, workers, cpu);
+    let push = push::push_report(&args, &rounds, &client, &summary, workers, cpu, None);
     let rollout = roll.map(|r| super::rollout::RolloutReport::new(&args, r, &push, &client, &summary));
     let outcome = ClusterOutcome {
         rollout,

@@ -4,6 +4,7 @@
 //! closes everything and reports. The bench process is the supervisor of both
 //! pools (one event channel, one progress line); every worker is its child
 //! and dies with it.
+pub mod broadcast_phase;
 pub mod business;
 pub mod client_only;
 pub mod cluster;

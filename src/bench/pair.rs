@@ -170,6 +170,8 @@ pub struct PairRun<'p, V: ServerSide, S, F: FnMut(&V, &ClientRun) -> S> {
     /// A scenario's own script, every tick: the client, and the
     /// connections the server still holds (bench --scenario recovery).
     pub director: Option<Director>,
+    /// The push scenario's broadcast phase (an in-process fleet only).
+    pub phase: Option<super::broadcast_phase::PhaseWatch>,
 }
 
 impl<'p, V: ServerSide, S, F: FnMut(&V, &ClientRun) -> S> PairRun<'p, V, S, F> {
@@ -189,6 +191,7 @@ impl<'p, V: ServerSide, S, F: FnMut(&V, &ClientRun) -> S> PairRun<'p, V, S, F> {
             ramp_done: None,
             server_sampler: None,
             director: None,
+            phase: None,
         }
     }
 
@@ -259,6 +262,9 @@ impl<V: ServerSide, S, F: FnMut(&V, &ClientRun) -> S> Supervised for PairRun<'_,
         if let Some(d) = self.director.as_mut() {
             d(&mut self.client, self.server.active());
         }
+        if let (Some(phase), Some(fleet)) = (self.phase.as_mut(), self.server.fleet()) {
+            phase.tick(fleet, &self.client);
+        }
         if let (Some(sampler), Some(sample), Some(fleet)) = (self.server_sampler.as_mut(), self.client.series.fresh(), self.server.fleet()) {
             sample.server = Some(sampler.sample(fleet));
         }
@@ -273,6 +279,9 @@ impl<V: ServerSide, S, F: FnMut(&V, &ClientRun) -> S> Supervised for PairRun<'_,
                 }
             }
             Tick::HoldOver => {
+                if let (Some(phase), Some(fleet)) = (self.phase.as_mut(), self.server.fleet()) {
+                    phase.hold_over(fleet);
+                }
                 self.at_hold = Some((self.sample)(&self.server, &self.client));
                 if self.verbose {
                     let l = self.line();

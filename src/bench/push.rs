@@ -5,6 +5,7 @@
 //! the last connection's receipt (time to all), and the delivery latency
 //! distribution over every receipt.
 
+use super::broadcast_phase::{BroadcastPhase, PhaseSignals, PhaseWatch};
 use super::pair::PairRun;
 use super::BenchConfig;
 use crate::client::run::{ClientRun, ClientSummary};
@@ -66,6 +67,9 @@ pub struct PushReport {
     pub server_workers: usize,
     pub server_cpu_seconds: f64,
     pub client_cpu_seconds: f64,
+    /// The broadcasts alone: the server's CPU and deflate work from just
+    /// before the first publish to the last receipt (one server only).
+    pub broadcast_phase: Option<BroadcastPhase>,
 }
 
 impl PushReport {
@@ -137,23 +141,26 @@ pub fn run(args: BenchConfig, placement: &crate::topology::Placement) -> Result<
     let client = ClientRun::start(&cplan, &client_cfg.load, &cwplan, None, &ch.client)?;
     let ramp_done = Arc::new(AtomicBool::new(false));
     let rounds = Arc::new(Mutex::new(Vec::<Round>::new()));
+    let signals = Arc::new(PhaseSignals::default());
     let publisher = {
-        let (ramp_done, rounds, args) = (ramp_done.clone(), rounds.clone(), args.clone());
-        std::thread::spawn(move || publish(admin, None, &args, &topics, &ramp_done, &rounds))
+        let (ramp_done, rounds, args, signals) = (ramp_done.clone(), rounds.clone(), args.clone(), signals.clone());
+        std::thread::spawn(move || publish(admin, None, &args, &topics, &ramp_done, &rounds, Some(&signals)))
     };
     let sample = |server: &ServerFleet, _: &ClientRun| server.pids().len();
     let mut pair = PairRun::new(server, client, &mut progress, sample);
     pair.ramp_done = Some(ramp_done.clone());
     pair.server_sampler = Some(super::sampler::ServerSampler::new(&pair.server, anon_baseline, splan.initial()));
+    pair.phase = Some(PhaseWatch::new(signals, rounds.clone()));
     pair.run(&ch.rx)?;
     ramp_done.store(true, Ordering::SeqCst);
     let publish_error = publisher.join().map_err(|_| anyhow::anyhow!("the publisher thread panicked"))?.err();
     let workers = pair.at_hold.take().unwrap_or(0);
     let failure = pair.failure.take();
+    let phase = pair.phase.as_ref().and_then(PhaseWatch::report);
     let (server, client) = (pair.server, pair.client);
     let summary = client.summary();
     let rounds = rounds.lock().expect("rounds").clone();
-    let push = push_report(&args, &rounds, &client, &summary, workers, server.view.totals().cpu_seconds);
+    let push = push_report(&args, &rounds, &client, &summary, workers, server.view.totals().cpu_seconds, phase);
     let outcome = PushOutcome { push, client: summary, topology: placement.clone(), failure, publish_error: publish_error.map(|e| format!("{e:#}")) };
     let plan =
         serde_json::json!({"client": cplan, "client_workers": cwplan, "broadcasts": args.broadcasts, "topics": args.topics, "push_bytes": args.push_bytes});
@@ -205,6 +212,7 @@ pub(super) fn push_report(
     summary: &ClientSummary,
     server_workers: usize,
     server_cpu_seconds: f64,
+    broadcast_phase: Option<BroadcastPhase>,
 ) -> PushReport {
     let t = client.view.totals();
     let mut by_seq: std::collections::BTreeMap<u64, (u64, u64, f64)> = Default::default();
@@ -241,11 +249,13 @@ pub(super) fn push_report(
         server_workers,
         server_cpu_seconds,
         client_cpu_seconds: summary.cpu_seconds,
+        broadcast_phase,
     }
 }
 
 /// The publisher thread: wait for the ramp, then publish on schedule
-/// (through the admin API at `admin`, with its bearer `token` if any).
+/// (through the admin API at `admin`, with its bearer `token` if any),
+/// marking the broadcast phase's start and the last publish on `phase`.
 pub(super) fn publish(
     admin: SocketAddr,
     token: Option<&str>,
@@ -253,11 +263,24 @@ pub(super) fn publish(
     topics: &[String],
     ramp_done: &AtomicBool,
     rounds: &Mutex<Vec<Round>>,
+    phase: Option<&PhaseSignals>,
 ) -> Result<()> {
     while !ramp_done.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(SETTLE);
+    if let Some(p) = phase {
+        p.start();
+    }
+    let r = publish_rounds(admin, token, args, topics, rounds);
+    if let Some(p) = phase {
+        p.published();
+    }
+    r
+}
+
+/// Every round, on schedule.
+fn publish_rounds(admin: SocketAddr, token: Option<&str>, args: &BenchConfig, topics: &[String], rounds: &Mutex<Vec<Round>>) -> Result<()> {
     let payload = quotes(args.push_bytes);
     let start = Instant::now();
     for k in 0..args.broadcasts {
@@ -334,6 +357,9 @@ pub(super) fn print_report(r: &PushReport) {
     let l = &r.delivery_ms;
     println!("delivery      p50 {:.1} ms | p99 {:.1} ms | max {:.1} ms over {} receipts", l.p50_ms, l.p99_ms, l.max_ms, format::count(l.count));
     println!("cpu           server {:.1} s | client {:.1} s | {} server workers", r.server_cpu_seconds, r.client_cpu_seconds, r.server_workers);
+    for line in r.broadcast_phase.iter().flat_map(BroadcastPhase::lines) {
+        println!("{line}");
+    }
 }
 
 #[cfg(test)]
@@ -359,6 +385,7 @@ mod tests {
             server_workers: 1,
             server_cpu_seconds: 0.0,
             client_cpu_seconds: 0.0,
+            broadcast_phase: None,
         }
     }
 

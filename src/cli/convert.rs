@@ -41,7 +41,11 @@ impl From<ServerArgs> for ServerConfig {
             mqtt_retained: crate::server::broker::retained::RetainedConfig { max_messages: a.mqtt_retained, max_bytes: a.mqtt_retained_bytes },
             max_message_bytes: a.max_message_bytes,
             push_format: a.push_format,
-            ws_deflate: crate::server::session::ws_deflate::DeflateConfig { mode: a.ws_deflate, min_bytes: a.ws_deflate_min_bytes },
+            ws_deflate: crate::server::session::ws_deflate::DeflateConfig {
+                mode: a.ws_deflate,
+                min_bytes: a.ws_deflate_min_bytes,
+                window_bits: a.ws_deflate_window_bits,
+            },
             admin: a.admin.0,
             admin_token: a.admin_token_file.or(a.admin_token),
             cluster: a.cluster.map(|url| crate::cluster::ClusterConfig {

@@ -199,12 +199,15 @@ pub struct ServerArgs {
     /// WebSocket: pushes as text (a JSON envelope with seq, ts and data) or binary (the framed push layout).
     #[arg(long, value_enum, default_value = "text")]
     pub push_format: crate::server::session::ws::PushFormat,
-    /// WebSocket: answer permessage-deflate offers (RFC 7692) with no context takeover either way, so a push is compressed once per worker and a connection keeps no compression state (docs/protocol.md#compression-permessage-deflate).
+    /// WebSocket: answer permessage-deflate offers (RFC 7692) with no context takeover either way, so a push is compressed once per worker and a connection keeps no compression state; takeover: keep context where the client allows it, at a compressor and decompressor per such connection (docs/protocol.md#compression-permessage-deflate).
     #[arg(long, value_enum, default_value = "on")]
     pub ws_deflate: crate::server::session::ws_deflate::DeflateMode,
     /// WebSocket with deflate: messages shorter than this go uncompressed.
     #[arg(long, default_value = "64", value_parser = clap::value_parser!(u32).range(0..=67_108_864).map(|v| v as usize))]
     pub ws_deflate_min_bytes: usize,
+    /// WebSocket with --ws-deflate takeover: the window (2^bits bytes) of a connection's own compressor, and the most the client's may use when its offer lets the server say.
+    #[arg(long, default_value_t = crate::server::session::ws_deflate::DEFAULT_WINDOW_BITS, value_parser = clap::value_parser!(u8).range(9..=15))]
+    pub ws_deflate_window_bits: u8,
     /// Where requests run: inline (blocks the event loop), pool:N (N threads for the whole server, divided over the workers), async.
     #[arg(long, default_value = "async")]
     pub business: BusinessMode,

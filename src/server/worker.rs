@@ -283,7 +283,7 @@ pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
         ring: None,
         reply_cap: 0,
     };
-    if w.cfg.protocol == Protocol::Ws && w.cfg.ws.deflate.mode == crate::server::session::ws_deflate::DeflateMode::On {
+    if w.cfg.protocol == Protocol::Ws && w.cfg.ws.deflate.mode != crate::server::session::ws_deflate::DeflateMode::Off {
         w.ws_codec = Some(Default::default());
     }
     w.reply_cap = serve::reply_cap(w.cfg.protocol, &w.cfg.ws, w.cfg.http.body.len(), w.tls.is_some());
@@ -381,6 +381,10 @@ impl Handler for Worker {
                 self.conns.clear();
                 if let Some(t) = &mut self.tls {
                     t.clear();
+                }
+                if let Some(codec) = self.ws_codec.as_deref_mut() {
+                    codec.contexts.clear();
+                    self.stats.ws_deflate_contexts = 0;
                 }
                 if let Some(p) = &mut self.per_ip {
                     p.release_all();
@@ -636,6 +640,9 @@ impl Worker {
                 for t in self.topics.names_of(&conn.subs).iter().map(String::as_str).chain([crate::proto::push::BROADCAST_TOPIC]) {
                     self.recoveries.forget(t, key);
                 }
+            }
+            if let Some(codec) = self.ws_codec.as_deref_mut() {
+                codec.forget(&mut self.stats, key);
             }
             self.mqtt_will(&mut conn.ext);
             self.topics.forget(&conn.subs, key);

@@ -224,3 +224,108 @@ fn with_ws_deflate_off_nothing_is_negotiated() {
     assert!(out.contains("ws_deflate_declined") || err.contains("ws_deflate_declined"), "{out}{err}");
     assert!(s.terminate().success());
 }
+
+/// The push bench with --ws-deflate reports its broadcasts on their own:
+/// one deflate call per push per worker holding connections, the JSON
+/// pushes smaller on the wire than their messages, and the server's CPU
+/// over the broadcasts alone; without --ws-deflate nothing is compressed
+/// and the phase's CPU is still there.
+#[test]
+fn the_push_bench_reports_deflate_calls_per_broadcast_the_ratio_and_the_broadcast_cpu() {
+    for deflate in [true, false] {
+        let mut cmd = megaconn();
+        cmd.args(["bench", "--protocol", "ws", "--scenario", "push", "--connections", "300", "--server-workers", "2"]);
+        let ports = free_ports(2);
+        cmd.args(["--ports", &ports.arg(), "--broadcasts", "3", "--broadcast-interval", "300ms", "--push-bytes", "1000", "--hold", "6s", "--json"]);
+        if deflate {
+            cmd.arg("--ws-deflate");
+        }
+        let (code, out, err) = run(cmd, Duration::from_secs(90));
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let p = &v["push"];
+        assert_eq!(p["deliveries"], 900, "{p}");
+        let b = &p["broadcast_phase"];
+        assert_eq!(b["all_delivered"], true, "{b}");
+        assert_eq!(b["pushes"], 3, "{b}");
+        let holding = b["workers_holding"].as_u64().unwrap();
+        assert!((1..=2).contains(&holding), "{b}");
+        let cpu = b["cpu_seconds"].as_f64().unwrap();
+        assert!(cpu >= 0.0 && cpu <= p["server_cpu_seconds"].as_f64().unwrap() + 0.01, "the phase is part of the run: {p}");
+        let d = &b["deflate"];
+        if !deflate {
+            assert!(d.is_null(), "{b}");
+            continue;
+        }
+        assert_eq!(d["calls_per_push"].as_f64().unwrap(), holding as f64, "one deflate per worker per broadcast: {b}");
+        assert_eq!(d["calls"].as_u64().unwrap(), 3 * holding, "{b}");
+        assert_eq!(d["compressed_out"], 900, "every push went compressed: {b}");
+        let ratio = d["ratio"].as_f64().unwrap();
+        assert!(ratio > 0.0 && ratio < 1.0, "JSON shrinks: {b}");
+        assert!(
+            d["message_bytes"].as_u64().unwrap() / d["calls"].as_u64().unwrap() > 1000,
+            "each compressed message carries the 1 KB push in its envelope: {b}"
+        );
+    }
+}
+
+/// `--ws-deflate takeover` against Python websockets and Node ws, which
+/// both keep context by default: the answer keeps it both ways in a
+/// 2^12 window, pushes of the same content shrink on the wire after the
+/// first (each compressed for the connection alone), the client's
+/// context-compressed messages inflate and echo correctly, and the
+/// connection's context is freed at its close.
+#[test]
+fn takeover_keeps_context_both_ways_with_python_websockets_and_node_ws() {
+    for kind in ["python", "node"] {
+        let port = free_port().to_string();
+        let args = ["--ports", &port, "--workers", "1", "--protocol", "ws", "--ws-deflate", "takeover", "--ws-deflate-window-bits", "12"];
+        let (mut s, _, ready) = server_ready(&args, None);
+        let admin = ready["admin"].as_str().unwrap().to_string();
+        let mut client = match kind {
+            "python" => {
+                let mut py = Command::new("python3");
+                py.args([&peer("ws_deflate_takeover.py"), &port, "4"]);
+                Peer::spawn("ws_deflate_takeover.py", py)
+            }
+            _ => {
+                let mut node = Command::new("node");
+                node.args([&peer("ws_deflate_node.js"), "takeover", &port, "4"]);
+                Peer::spawn("ws_deflate_node.js takeover", node)
+            }
+        };
+        assert_eq!(client.line(T, "the answer"), "negotiated permessage-deflate; server_max_window_bits=12; client_max_window_bits=12", "{kind}");
+        if kind == "python" {
+            assert_eq!(
+                client.line(T, "parameters"),
+                "remote_no_context_takeover False local_no_context_takeover False remote_max_window_bits 12 local_max_window_bits 12"
+            );
+        }
+        assert_eq!(client.line(T, "ready"), "ready");
+        let v = s.wait_for(T, "the context", |v| v["event"] == "stats" && v["ws_deflate_contexts"] == 1);
+        assert_eq!(v["ws_deflate_takeover"], 1, "{v}");
+        let data = format!("{{\"symbol\":\"EURUSD\",\"bids\":[{}]}}", (0..60).map(|i| format!("[1.08{i:02},{}]", 1000 + i)).collect::<Vec<_>>().join(","));
+        let mut sizes = Vec::new();
+        let mut after = 0;
+        // Four pushes: the peer starts its echoes after the fourth, so the
+        // deflate counters move with the first three alone.
+        for k in 1..=4u64 {
+            let (status, r) = http(&admin, "POST", "/publish?topic=room", data.as_bytes(), None);
+            assert_eq!(status, 200, "{r}");
+            assert_eq!(client.line(T, "a push"), format!("push {data}"), "{kind} push {k}");
+            if k < 4 {
+                let v = s.wait_for(T, "the push compressed", |v| v["event"] == "stats" && v["ws_deflate_calls"] == k);
+                let now = v["ws_deflate_bytes_after"].as_u64().unwrap();
+                sizes.push(now - after);
+                after = now;
+            }
+        }
+        assert!(sizes[1] * 3 < sizes[0] && sizes[2] * 3 < sizes[0], "{kind}: the same push again costs a few back-references: {sizes:?}");
+        assert_eq!(client.finish_ok(T), ["OK"], "{kind}: the echoes of its context-compressed messages");
+        let v = s.wait_for(T, "the close", |v| v["event"] == "stats" && v["ws_inflated_messages"] == 3 && v["active"] == 0);
+        assert_eq!(v["ws_deflate_contexts"], 0, "freed at the close: {v}");
+        assert!(v["ws_inflate_refused"].as_object().is_none_or(|m| m.is_empty()), "{v}");
+        eprintln!("{kind}: push bytes on the wire {sizes:?} for {} bytes of data", data.len());
+        assert!(s.terminate().success());
+    }
+}

@@ -5,6 +5,12 @@
 //   offer; prints 'negotiated <extensions>' and 'ready'; expects a push on
 //   room ('push <data>'), sends a 2 KB message compressed (threshold 0) and
 //   expects it echoed equal; prints 'OK'.
+// usage: node ws_deflate_node.js takeover PORT PUSHES
+//   ws's default offer (context kept both ways); prints 'negotiated
+//   <extensions>' and 'ready', 'push <data>' for each of PUSHES pushes on
+//   room, then sends one 1 KB message three times compressed (with its
+//   context: the later ones refer back) and expects each echoed equal;
+//   prints 'OK'.
 // usage: node ws_deflate_node.js server PORT SECONDS
 //   an echo server that requires client_no_context_takeover and
 //   compresses everything (threshold 0); prints 'ready', and at exit
@@ -33,6 +39,29 @@ if (mode === 'client') {
   ws.on('error', (e) => { console.error(e.message); process.exit(1); });
   // Unreferenced: the process ends when the socket closes.
   setTimeout(() => { console.error('timeout'); process.exit(1); }, 30000).unref();
+} else if (mode === 'takeover') {
+  const pushes = Number(process.argv[4]);
+  const ws = new WebSocket(`ws://127.0.0.1:${port}/?subscribe=room`, { perMessageDeflate: { threshold: 0 } });
+  const body = 'echo me ' + Array.from({ length: 40 }, (_, i) => `quote ${i} EURUSD 1.08${String(i % 100).padStart(2, '0')}`).join(' ');
+  let [got, echoes] = [0, 0];
+  ws.on('upgrade', (res) => console.log('negotiated ' + res.headers['sec-websocket-extensions']));
+  ws.on('open', () => console.log('ready'));
+  ws.on('message', (data) => {
+    const text = data.toString();
+    if (got < pushes) {
+      got += 1;
+      console.log('push ' + JSON.parse(text).data);
+      if (got === pushes) ws.send(body, { compress: true });
+      return;
+    }
+    if (text !== body) { console.error('bad echo'); process.exit(1); }
+    echoes += 1;
+    if (echoes < 3) { ws.send(body, { compress: true }); return; }
+    console.log('OK');
+    ws.close();
+  });
+  ws.on('error', (e) => { console.error(e.message); process.exit(1); });
+  setTimeout(() => { console.error('timeout'); process.exit(1); }, 30000).unref();
 } else if (mode === 'server') {
   let compressedIn = 0;
   const wss = new WebSocketServer({
@@ -49,6 +78,6 @@ if (mode === 'client') {
   wss.on('listening', () => console.log('ready'));
   setTimeout(() => { console.log(`compressed-in ${compressedIn}`); process.exit(0); }, seconds * 1000);
 } else {
-  console.error('usage: node ws_deflate_node.js client PORT | server PORT SECONDS');
+  console.error('usage: node ws_deflate_node.js client PORT | takeover PORT PUSHES | server PORT SECONDS');
   process.exit(2);
 }

@@ -12,9 +12,16 @@
 //! the fact that it negotiated the extension. The cost is ratio: a
 //! message cannot refer back to the previous one.
 //!
+//! The optional context-takeover form (`takeover.rs`) trades memory for
+//! that ratio: a [`Deflater`] of the connection's own that keeps its
+//! window between messages, and an [`Inflater`] that lends a connection's
+//! [`takeover::InflateContext`] for the length of a read.
+//!
 //! Raw deflate is flate2's (zlib-rs backend), never written here.
 
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
+
+pub mod takeover;
 
 /// The extension's token in `Sec-WebSocket-Extensions`.
 pub const EXTENSION: &str = "permessage-deflate";
@@ -192,13 +199,17 @@ pub fn check_answer(value: Option<&str>) -> Result<bool, &'static str> {
     }
 }
 
-/// A compressor kept once per worker and reset per message.
+/// A compressor kept once per worker and reset per message (or, with
+/// [`Deflater::with_context_takeover`], one connection's, never reset).
 pub struct Deflater {
     /// Made at the first message: zlib's state for a 2^15 window is
     /// ~270 KB, which a worker that never compresses should not hold
     /// (56 workers hold 1,000,000 idle connections).
     c: Option<Box<Compress>>,
     bits: u8,
+    /// Keep the window between messages (context takeover): each message
+    /// may refer back to the ones before it on this connection.
+    keep_context: bool,
 }
 
 impl Default for Deflater {
@@ -210,7 +221,20 @@ impl Default for Deflater {
 impl Deflater {
     /// With a window of 2^`bits` (9..=15; 8 is taken as 9, as zlib does).
     pub fn new(bits: u8) -> Deflater {
-        Deflater { c: None, bits: bits.clamp(9, 15) }
+        Deflater { c: None, bits: bits.clamp(9, 15), keep_context: false }
+    }
+
+    /// One connection's compressor with context takeover: never reset, so
+    /// a message repeating an earlier one (within 2^`bits` bytes) costs a
+    /// few back-references. Its zlib state is made at the first message
+    /// and lives until the connection closes.
+    pub fn with_context_takeover(bits: u8) -> Deflater {
+        Deflater { keep_context: true, ..Deflater::new(bits) }
+    }
+
+    /// Whether its zlib state has been made (the first message came).
+    pub fn is_allocated(&self) -> bool {
+        self.c.is_some()
     }
 
     /// Append `msg` compressed on its own (raw deflate, sync flush, the
@@ -218,7 +242,9 @@ impl Deflater {
     pub fn compress(&mut self, msg: &[u8], out: &mut Vec<u8>) {
         let bits = self.bits;
         let c = self.c.get_or_insert_with(|| Box::new(Compress::new_with_window_bits(Compression::new(LEVEL), false, bits)));
-        c.reset();
+        if !self.keep_context {
+            c.reset();
+        }
         let start = out.len();
         // Stored blocks bound the output: 5 bytes per 16 KiB and the flush.
         out.reserve(msg.len() + msg.len() / 1024 + 64);
@@ -292,6 +318,10 @@ pub struct Inflater {
     d: Option<Box<Decompress>>,
     out: Vec<u8>,
     pub tally: InflateTally,
+    /// While a connection's [`takeover::InflateContext`] is lent
+    /// ([`Inflater::lend`]): its window, kept between messages, and the
+    /// worker's own decompressor, put back by [`Inflater::give_back`].
+    lent: Option<(u8, Option<Box<Decompress>>)>,
 }
 
 impl Inflater {
@@ -319,9 +349,33 @@ impl Inflater {
         }
     }
 
+    /// Inflate with a connection's context (context takeover) until
+    /// [`Inflater::give_back`]: its decompressor is made at its first
+    /// message with its window and never reset; the output vector stays
+    /// the worker's.
+    pub fn lend(&mut self, ctx: &mut takeover::InflateContext) {
+        debug_assert!(self.lent.is_none(), "one context at a time");
+        let own = std::mem::replace(&mut self.d, ctx.d.take());
+        self.lent = Some((ctx.bits, own));
+    }
+
+    /// End [`Inflater::lend`]: the connection's decompressor (with its
+    /// window) back into `ctx`, the worker's back in place.
+    pub fn give_back(&mut self, ctx: &mut takeover::InflateContext) {
+        if let Some((_, own)) = self.lent.take() {
+            ctx.d = std::mem::replace(&mut self.d, own);
+        }
+    }
+
     fn run(&mut self, data: &[u8], max: usize) -> Result<usize, InflateError> {
-        let d = self.d.get_or_insert_with(|| Box::new(Decompress::new(false)));
-        d.reset(false);
+        let d = match self.lent {
+            Some((bits, _)) => self.d.get_or_insert_with(|| Box::new(Decompress::new_with_window_bits(false, bits))),
+            None => {
+                let d = self.d.get_or_insert_with(|| Box::new(Decompress::new(false)));
+                d.reset(false);
+                d
+            }
+        };
         let cap = max.saturating_add(1);
         let mut produced = 0usize;
         for part in [data, &TAIL[..]] {

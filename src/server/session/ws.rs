@@ -7,7 +7,10 @@
 //! client, answered without context takeover either way; the
 //! connection's flag rides in its record, its echoes of long enough
 //! messages go compressed, its compressed messages are inflated by the
-//! worker's inflater under the message cap.
+//! worker's inflater under the message cap. With `--ws-deflate takeover`
+//! a connection that keeps context has its own compressor and
+//! decompressor (`ws_deflate::ConnContext`), taken out of the worker's
+//! table for each read.
 //!
 //! Topics are subscribed in the Upgrade request: `GET /path?subscribe=a,b`.
 //! Pushes go out as text (a JSON envelope) or binary (`--push-format`).
@@ -119,13 +122,16 @@ pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, &'
                     *ext = crate::server::session::sse::open(ctx.req.out, ctx.req.stats, ctx.now_s);
                     return Ok(buf.len());
                 }
-                let on = ctx.codec.is_some() && ctx.cfg.deflate.mode == DeflateMode::On;
-                let extension = up.extensions.as_deref().filter(|_| on).and_then(crate::proto::ws::deflate::accept);
-                handshake::write_accept(ctx.req.out, &up.accept, up.protocol.as_deref(), extension);
+                let on = ctx.codec.is_some() && ctx.cfg.deflate.mode != DeflateMode::Off;
+                let negotiated = up.extensions.as_deref().filter(|_| on).and_then(|offers| ctx.cfg.deflate.negotiate(offers));
+                handshake::write_accept(ctx.req.out, &up.accept, up.protocol.as_deref(), negotiated.as_ref().map(|(answer, _)| answer.as_str()));
                 ctx.req.stats.ws_upgrades += 1;
-                if extension.is_some() {
+                if let Some((_, own)) = negotiated {
                     ctx.deflate = true;
                     ctx.req.stats.ws_deflate_negotiated += 1;
+                    if let (Some(codec), Some(own)) = (ctx.codec.as_deref_mut(), own) {
+                        codec.keep(ctx.req.stats, ctx.req.key, own);
+                    }
                 }
                 *ext = None;
                 pos = used;
@@ -134,14 +140,33 @@ pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, &'
     }
     let mut frag = ws_mut(ext).and_then(|w| w.frag.take());
     let Ctx { req, cfg, tmp, topics, subs, recoveries, upstream, codec, deflate, .. } = ctx;
+    // Context takeover: the connection's own state, out of the worker's
+    // table for the read (its compressor answers echoes, its decompressor
+    // is lent to the worker's inflater), back in after.
+    let mut own = codec.as_deref_mut().filter(|_| *deflate).and_then(|c| c.contexts.remove(&req.key));
     let (inflate, compress) = match codec.as_deref_mut().filter(|_| *deflate) {
-        Some(WsCodec { deflater, inflater, .. }) => (Some(inflater), Some((deflater, cfg.deflate.min_bytes))),
+        Some(WsCodec { deflater, inflater, .. }) => {
+            if let Some(i) = own.as_mut().and_then(|o| o.inflate.as_mut()) {
+                inflater.lend(i);
+            }
+            let deflater = match own.as_mut().and_then(|o| o.deflater.as_mut()) {
+                Some(d) => d,
+                None => deflater,
+            };
+            (Some(inflater), Some((deflater, cfg.deflate.min_bytes)))
+        }
         None => (None, None),
     };
     let mut subscriber = Subscriber { topics, subs, recoveries, upstream: upstream.as_deref_mut(), compress };
     let r = Reader { role: Role::Server, max: cfg.max_message, tmp, frag: &mut frag, inflate }.consume(&buf[pos..], |ev| on_event(req, &mut subscriber, ev));
     if let Some(c) = codec.as_deref_mut() {
+        if let Some(i) = own.as_mut().and_then(|o| o.inflate.as_mut()) {
+            c.inflater.give_back(i);
+        }
         c.count_inflated(req.stats);
+        if let Some(o) = own {
+            c.contexts.insert(req.key, o);
+        }
     }
     *ext = frag.map(|f| Box::new(ConnExt::Ws(WsConn { handshake_since_ds: 0, frag: Some(f) })));
     match r {
@@ -349,12 +374,6 @@ fn on_event(req: &mut Requests<'_>, s: &mut Subscriber<'_>, ev: Event<'_>) -> Re
         }
     }
     Ok(())
-}
-
-/// One push as the message every WebSocket target receives.
-pub fn encode_push(out: &mut Vec<u8>, format: PushFormat, p: &Push<'_>) {
-    let (opcode, body) = push_message(format, p);
-    frame::encode(out, true, opcode, &body, None);
 }
 
 /// One push's message before framing (and compression): its opcode and

@@ -7,7 +7,15 @@
 //! the same bytes go to every such subscriber, next to the uncompressed
 //! frame for the others. Compressed messages from clients are inflated by
 //! the worker's [`Inflater`], reset per message, under `--max-message-bytes`.
+//!
+//! `--ws-deflate takeover` (off by default) lets a client that allows it
+//! keep context both ways: such a connection gets a [`ConnContext`] in the
+//! worker's table at its handshake, whose compressor and decompressor are
+//! made at their first message and freed with the connection. Its pushes
+//! are then compressed for it alone (the price of the ratio: one deflate
+//! per such subscriber, and its zlib state for as long as it lives).
 
+use crate::proto::ws::deflate::takeover::{Agreement, InflateContext};
 use crate::proto::ws::deflate::{Deflater, Inflater};
 use crate::proto::ws::frame::{self, Opcode};
 use crate::server::snapshot::ServerSnapshot;
@@ -25,7 +33,17 @@ pub enum DeflateMode {
     On,
     /// Never negotiate it: every message goes uncompressed.
     Off,
+    /// As `on`, and where the client's offer allows it, context takeover
+    /// in either direction: a compressor and a decompressor per such
+    /// connection (window: --ws-deflate-window-bits), better ratio for
+    /// repetitive pushes, memory per connection (docs/protocol.md).
+    Takeover,
 }
+
+/// The window of a connection's own compressor by default (2^12 = 4 KiB):
+/// a push repeats its predecessors' keys and symbols within a few KB, and
+/// a smaller window costs less per connection (docs/protocol.md).
+pub const DEFAULT_WINDOW_BITS: u8 = 12;
 
 /// The deflate settings of a server worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,24 +51,95 @@ pub struct DeflateConfig {
     pub mode: DeflateMode,
     /// Messages shorter than this go uncompressed (RSV1 clear).
     pub min_bytes: usize,
+    /// `--ws-deflate-window-bits`: the largest window (2^bits) of a
+    /// connection's own compressor and of its client's, in takeover mode.
+    #[serde(default = "default_window_bits")]
+    pub window_bits: u8,
+}
+
+fn default_window_bits() -> u8 {
+    DEFAULT_WINDOW_BITS
 }
 
 impl Default for DeflateConfig {
     fn default() -> Self {
-        DeflateConfig { mode: DeflateMode::On, min_bytes: DEFAULT_MIN_BYTES }
+        DeflateConfig { mode: DeflateMode::On, min_bytes: DEFAULT_MIN_BYTES, window_bits: DEFAULT_WINDOW_BITS }
     }
 }
 
-/// The worker's compressor and decompressor, shared by every connection.
+impl DeflateConfig {
+    /// The answer to a client's offers (None: none acceptable or off),
+    /// and the state its connection needs if it keeps context.
+    pub fn negotiate(&self, offers: &str) -> Option<(String, Option<Box<ConnContext>>)> {
+        match self.mode {
+            DeflateMode::Off => None,
+            DeflateMode::On => crate::proto::ws::deflate::accept(offers).map(|a| (a.to_string(), None)),
+            DeflateMode::Takeover => {
+                let a = crate::proto::ws::deflate::takeover::accept(offers, self.window_bits)?;
+                let ctx = a.takes_over().then(|| Box::new(ConnContext::new(&a)));
+                Some((a.answer, ctx))
+            }
+        }
+    }
+}
+
+/// One connection's compression state in takeover mode: its own
+/// compressor if our side keeps context, its decompressor if the client's
+/// does. Each holds nothing until its first message.
+pub struct ConnContext {
+    pub deflater: Option<Deflater>,
+    pub inflate: Option<InflateContext>,
+}
+
+impl ConnContext {
+    fn new(a: &Agreement) -> ConnContext {
+        ConnContext { deflater: a.server_window.map(Deflater::with_context_takeover), inflate: a.client_window.map(InflateContext::new) }
+    }
+}
+
+/// The worker's compressor and decompressor, shared by every connection,
+/// and (takeover mode) the contexts of the connections that keep one.
 #[derive(Default)]
 pub struct WsCodec {
     pub deflater: Deflater,
     pub inflater: Inflater,
     /// Where a message is compressed before it is framed.
     buf: Vec<u8>,
+    /// By connection key: added at the handshake, removed at the close
+    /// (at most one per connection the worker holds).
+    pub contexts: std::collections::HashMap<usize, Box<ConnContext>>,
 }
 
 impl WsCodec {
+    /// A connection negotiated context takeover.
+    pub fn keep(&mut self, stats: &mut ServerSnapshot, key: usize, ctx: Box<ConnContext>) {
+        self.contexts.insert(key, ctx);
+        stats.ws_deflate_takeover += 1;
+        stats.ws_deflate_contexts = self.contexts.len() as u64;
+    }
+
+    /// A connection closed: its context (if any) is freed.
+    pub fn forget(&mut self, stats: &mut ServerSnapshot, key: usize) {
+        if self.contexts.remove(&key).is_some() {
+            stats.ws_deflate_contexts = self.contexts.len() as u64;
+        }
+    }
+
+    /// One message compressed for connection `key` alone, framed, if
+    /// its side keeps context (None: it takes the shared bytes).
+    pub fn frame_for(&mut self, key: usize, stats: &mut ServerSnapshot, opcode: Opcode, payload: &[u8]) -> Option<Vec<u8>> {
+        if self.contexts.is_empty() {
+            // The shared mode: no lookup per subscriber.
+            return None;
+        }
+        let d = self.contexts.get_mut(&key)?.deflater.as_mut()?;
+        self.buf.clear();
+        compress(d, stats, payload, &mut self.buf);
+        let mut out = Vec::with_capacity(self.buf.len() + frame::MAX_SERVER_HEADER);
+        frame::encode_compressed(&mut out, opcode, &self.buf, None);
+        Some(out)
+    }
+
     /// One message compressed (once), framed with RSV1, and counted.
     pub fn frame(&mut self, stats: &mut ServerSnapshot, opcode: Opcode, payload: &[u8]) -> Vec<u8> {
         self.buf.clear();

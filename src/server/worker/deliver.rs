@@ -4,7 +4,9 @@
 //! is also compressed once (permessage-deflate, no context takeover), the
 //! first time a subscriber that negotiated it is reached, and those bytes
 //! are shared by every such subscriber. History replays compress each
-//! replayed message once per answer, whoever waited for it.
+//! replayed message once per answer, whoever waited for it. A connection
+//! that keeps context (`--ws-deflate takeover`) gets its pushes
+//! compressed by its own compressor instead.
 
 use super::Worker;
 use crate::proto::push::{self, Position, Push, Stream, BROADCAST_TOPIC};
@@ -112,14 +114,23 @@ impl Worker {
                     super::tls::send(self.tls.as_mut(), self.ring.as_mut(), *key, conn, &event, self.cfg.max_pending_bytes, "slow_consumer")
                 }
                 None => {
+                    let mut own = None;
                     let shared = match (&message, self.ws_codec.as_deref_mut()) {
                         (Some((opcode, body)), Some(codec)) if conn.ws_deflate() => {
                             self.stats.ws_compressed_out += 1;
-                            compressed.get_or_insert_with(|| codec.frame(&mut self.stats, *opcode, body).into())
+                            // Context takeover: compressed for this connection alone.
+                            own = codec.frame_for(*key, &mut self.stats, *opcode, body);
+                            match own {
+                                Some(_) => &frame,
+                                None => compressed.get_or_insert_with(|| codec.frame(&mut self.stats, *opcode, body).into()),
+                            }
                         }
                         _ => &frame,
                     };
-                    super::tls::send_frame(self.tls.as_mut(), self.ring.as_mut(), *key, conn, shared, self.cfg.max_pending_bytes, "slow_consumer")
+                    match &own {
+                        Some(f) => super::tls::send(self.tls.as_mut(), self.ring.as_mut(), *key, conn, f, self.cfg.max_pending_bytes, "slow_consumer"),
+                        None => super::tls::send_frame(self.tls.as_mut(), self.ring.as_mut(), *key, conn, shared, self.cfg.max_pending_bytes, "slow_consumer"),
+                    }
                 }
             };
             match sent {
@@ -268,7 +279,7 @@ impl Worker {
                 }
                 (None, Protocol::Ws) => {
                     let codec = self.ws_codec.as_deref_mut().filter(|_| deflate);
-                    replay_ws(&mut out, &self.cfg.ws, codec, &mut self.stats, &mut compressed, first, pushes);
+                    replay_ws(&mut out, &self.cfg.ws, codec.map(|c| (c, key)), &mut self.stats, &mut compressed, first, pushes);
                     ws::encode_subscribed(&mut out, &slice.topic, recovered, head);
                 }
                 (None, _) => {
@@ -350,13 +361,14 @@ impl Worker {
 }
 
 /// Replayed pushes to one WebSocket subscriber: compressed when it
-/// negotiated deflate (`codec`) and the message is long enough, each
-/// message compressed once into `cache` (by its index in the slice, the
-/// first replayed being `first`) and shared with the next subscriber.
+/// negotiated deflate (`codec` and the connection's key) and the message
+/// is long enough, each message compressed once into `cache` (by its
+/// index in the slice, the first replayed being `first`) and shared with
+/// the next subscriber; or, if the connection keeps context, for it alone.
 fn replay_ws<'p>(
     out: &mut Vec<u8>,
     cfg: &ws::WsConfig,
-    mut codec: Option<&mut crate::server::session::ws_deflate::WsCodec>,
+    mut codec: Option<(&mut crate::server::session::ws_deflate::WsCodec, usize)>,
     stats: &mut crate::server::snapshot::ServerSnapshot,
     cache: &mut Vec<Option<Vec<u8>>>,
     first: usize,
@@ -364,15 +376,19 @@ fn replay_ws<'p>(
 ) {
     for (i, p) in pushes.enumerate() {
         let (opcode, body) = ws::push_message(cfg.push_format, &p);
-        match codec.as_deref_mut().filter(|_| body.len() >= cfg.deflate.min_bytes) {
-            Some(codec) => {
+        match codec.as_mut().filter(|_| body.len() >= cfg.deflate.min_bytes) {
+            Some((codec, key)) => {
+                stats.ws_compressed_out += 1;
+                if let Some(f) = codec.frame_for(*key, stats, opcode, &body) {
+                    out.extend_from_slice(&f);
+                    continue;
+                }
                 let at = first + i;
                 if cache.len() <= at {
                     cache.resize(at + 1, None);
                 }
                 let f = cache[at].get_or_insert_with(|| codec.frame(stats, opcode, &body));
                 out.extend_from_slice(f);
-                stats.ws_compressed_out += 1;
             }
             None => crate::proto::ws::frame::encode(out, true, opcode, &body, None),
         }
