@@ -115,6 +115,9 @@ crate::counters_deref!(ClientSummary => ClientCounters);
 /// handshakes in flight to settle and for the reports of a busy worker to
 /// arrive, before it ends the ramp with them unsettled.
 const SETTLE_GRACE_US: u64 = 10_000_000;
+/// The longest the supervisor waits for the workers' reports from a stage
+/// boundary before it marks the boundary with what it has.
+const STAGE_REPORT_GRACE_US: u64 = 1_000_000;
 /// A closing worker that has sent no report for this long is stopped
 /// (a worker that closes reports between its batches).
 const CLOSE_SILENCE_US: u64 = 20_000_000;
@@ -533,16 +536,28 @@ impl ClientRun {
         let entered: Vec<(usize, u64)> =
             (index + 1..=current.max(index)).map(|j| (j, self.start_at_us + stages.start_of_us(j))).filter(|(_, at)| *at <= now).collect();
         for (j, at) in entered {
+            if !self.reported_since(at, now) {
+                return None;
+            }
             self.phases.enter(super::stages::name(j), t, at);
             self.phase = Phase::Stages { index: j };
         }
-        if now < end_us {
+        if now < end_us || !self.reported_since(end_us, now) {
             return None;
         }
         // Nothing more to hold: the close follows at once.
         self.phase = Phase::Hold { until_us: now };
         self.hold_started_us = Some(now);
         Some(Tick::RampDone)
+    }
+
+    /// Whether every worker still running has reported as of `at_us` (a
+    /// stage boundary: workers report the moment they pass one), so the
+    /// phase marks taken now are the counts at the boundary, not a report
+    /// older; after [`STAGE_REPORT_GRACE_US`] a late worker is not waited for.
+    fn reported_since(&self, at_us: u64, now: u64) -> bool {
+        now >= at_us + STAGE_REPORT_GRACE_US
+            || (0..self.view.worker_count()).all(|i| self.view.is_finished(i) || self.view.last_report_us(i).is_some_and(|r| r >= at_us))
     }
 
     /// `--threshold-abort` on the numbers so far: the first one crossed

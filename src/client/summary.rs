@@ -38,6 +38,10 @@ pub fn print_summary(s: &ClientSummary, progress: &mut Progress) {
     if !s.lost.is_empty() {
         println!("lost          {} | {}", format::kinds(&s.lost), s.loss.as_deref().unwrap_or(""));
     }
+    if s.stage_closed > 0 {
+        // Steps down of --stages: closed on purpose, counted as held.
+        println!("stages        {} connections closed by steps down (held, not lost)", format::count(s.stage_closed));
+    }
     if s.churn_closed > 0 {
         println!(
             "churn         closed {} | reopened {} | failed reopens {}",

@@ -254,8 +254,10 @@ struct Worker {
     churn_cursor: u64,
     churn_start_us: Option<u64>,
     request_cursor: u64,
-    /// `--stages`: the stage whose request schedule `request_cursor` is on.
+    /// `--stages`: the stage whose request schedule `request_cursor` is on,
+    /// and how many stage boundaries (the end included) were reported.
     request_stage: usize,
+    stage_reports: usize,
     stats: ClientSnapshot,
     connect_hist: Histogram<u64>,
     /// Time of each handshake stage (TCP, TLS, upgrade), by `Stage`.
@@ -313,6 +315,7 @@ pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
         churn_start_us: None,
         request_cursor: 0,
         request_stage: 0,
+        stage_reports: 0,
         connect_hist: histogram::new(),
         stage_hists: [None, None, None],
         rtt_hist: histogram::new(),
@@ -413,6 +416,7 @@ impl Handler for Worker {
             }
             self.beat(now);
             self.request(now);
+            self.report_stage_boundaries(now);
         }
         self.expire_connects(now);
         if let Phase::Draining { until_us } = self.phase {

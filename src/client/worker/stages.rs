@@ -10,6 +10,7 @@
 
 use super::{Slot, State, Worker, RAMP_TICK_US};
 use crate::client::config::CloseMode;
+use crate::reactor::Handler;
 use socket2::SockRef;
 use std::time::Duration;
 
@@ -69,6 +70,22 @@ impl Worker {
         self.release(k);
         self.moved_at.remove(&(k as u32));
         self.slots[k] = Slot::new();
+    }
+
+    /// A report the moment a stage boundary (or the end of the last
+    /// stage) passes, after this turn's opens, closes and sends: the
+    /// supervisor marks its phases with the counts at the boundary.
+    pub(super) fn report_stage_boundaries(&mut self, now: u64) {
+        let Some(stages) = self.cfg.stages.as_ref() else { return };
+        let elapsed = now.saturating_sub(self.cfg.start_at_us);
+        if now < self.cfg.start_at_us {
+            return;
+        }
+        let passed = (1..=stages.0.len()).filter(|j| stages.start_of_us(*j) <= elapsed).count();
+        if passed > self.stage_reports {
+            self.stage_reports = passed;
+            self.report(false);
+        }
     }
 
     /// When to look at the stage target next: soon while it moves or the
