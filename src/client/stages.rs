@@ -71,7 +71,7 @@ pub fn parse(s: &str) -> Result<Stages, String> {
             Some((t, r)) => (t, Some(r)),
             None => (rest, None),
         };
-        let duration = crate::values::duration(duration).map_err(|e| at(e))?;
+        let duration = crate::values::duration(duration).map_err(&at)?;
         if duration < Duration::from_millis(1) {
             return Err(at("a stage lasts at least 1ms".into()));
         }
@@ -88,7 +88,7 @@ pub fn parse(s: &str) -> Result<Stages, String> {
         };
         let request_rate = match rate {
             None => None,
-            Some(r) => match r.parse::<crate::values::PerSecond>().map_err(|e| at(e))?.0 {
+            Some(r) => match r.parse::<crate::values::PerSecond>().map_err(&at)?.0 {
                 Some(v) => Some(v),
                 None => return Err(at("a stage's request rate is above 0 (leave '@...' out for none)".into())),
             },
