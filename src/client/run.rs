@@ -696,7 +696,8 @@ impl ClientRun {
 
     pub fn summary(&self) -> ClientSummary {
         let t = self.view.totals();
-        let ramp_seconds = t.ramp_done_at_us.map(|d| d.saturating_sub(self.start_at_us) as f64 / 1e6);
+        // Stages have no ramp to time (their phases say how each went).
+        let ramp_seconds = t.ramp_done_at_us.filter(|_| self.stages.is_none()).map(|d| d.saturating_sub(self.start_at_us) as f64 / 1e6);
         let phases = self.phases.results(&t, self.finished_us.unwrap_or_else(mono_us));
         let failed_total: u64 = t.failed.values().sum();
         let mut counters = t.counters.clone();
