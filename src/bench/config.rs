@@ -37,6 +37,9 @@ pub struct BenchConfig {
     pub connections: u64,
     pub ports: Vec<u16>,
     pub rate: u64,
+    /// `--stages` (the connections scenario): open connections over time
+    /// instead of ramp and hold; `connections` is the highest target.
+    pub stages: Option<crate::client::stages::Stages>,
     /// None: 20 s (connections) or 30 s per mode (business).
     pub hold: Option<Duration>,
     pub heartbeat: Option<Duration>,
@@ -98,6 +101,7 @@ impl Default for BenchConfig {
             connections: 200_000,
             ports: (8000..=8099).collect(),
             rate: 50_000,
+            stages: None,
             hold: None,
             heartbeat: Some(Duration::from_secs(30)),
             payload: 64,

@@ -201,6 +201,7 @@ pub fn client_config(args: &BenchConfig, hold: Duration) -> ClientConfig {
             churn: args.churn,
             netns_fd: args.client_netns,
             thresholds: args.thresholds.clone(),
+            stages: args.stages.clone(),
             ..Default::default()
         },
         target: args.target.into(),

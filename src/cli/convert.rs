@@ -117,10 +117,12 @@ impl From<LoadArgs> for LoadConfig {
                 ..Traffic::default()
             },
             ports: a.ports.0,
-            connections: a.connections,
-            rate: a.rate,
+            // With --stages: the highest target, and the steepest change.
+            connections: a.stages.as_ref().map(|s| s.highest()).or(a.connections).unwrap_or(LoadConfig::default().connections),
+            rate: a.stages.as_ref().map(|s| s.steepest_rate()).or(a.rate).unwrap_or(LoadConfig::default().rate),
             source_ips: a.source_ips.map(|l| l.0),
-            hold: a.hold,
+            hold: a.hold.unwrap_or(crate::client::config::DEFAULT_HOLD),
+            stages: a.stages,
             stats_interval: a.stats_interval,
             allow_loss: a.allow_loss,
             io: a.io,
@@ -205,7 +207,7 @@ impl From<ClientArgs> for ClientConfig {
 
 impl From<BenchArgs> for BenchConfig {
     fn from(a: BenchArgs) -> BenchConfig {
-        let connections = a.connections.unwrap_or(match a.scenario {
+        let connections = a.stages.as_ref().map(|s| s.highest()).or(a.connections).unwrap_or(match a.scenario {
             crate::bench::Scenario::Business => crate::bench::business::DEFAULT_CONNECTIONS,
             _ => BenchConfig::default().connections,
         });
@@ -213,7 +215,8 @@ impl From<BenchArgs> for BenchConfig {
             scenario: a.scenario,
             connections,
             ports: a.ports.0,
-            rate: a.rate,
+            rate: a.stages.as_ref().map(|s| s.steepest_rate()).or(a.rate).unwrap_or(BenchConfig::default().rate),
+            stages: a.stages,
             hold: a.hold,
             heartbeat: a.heartbeat.0,
             payload: a.payload,

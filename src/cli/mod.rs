@@ -32,8 +32,14 @@ fn protocols(names: &'static [&'static str]) -> impl TypedValueParser<Value = Pr
 pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Cmd::Server(a) => crate::server::run(a.into()),
-        Cmd::Client(a) => crate::bench::client_only::run((*a).into()),
-        Cmd::Bench(a) => crate::bench::run(a.into()),
+        Cmd::Client(a) => {
+            a.load.stages_fit()?;
+            crate::bench::client_only::run((*a).into())
+        }
+        Cmd::Bench(a) => {
+            a.stages_fit()?;
+            crate::bench::run(a.into())
+        }
         Cmd::Tune(a) => {
             crate::sys::end_on_broken_stdout();
             crate::tune::run(a.into())
@@ -412,11 +418,14 @@ pub struct LoadArgs {
     #[arg(long, value_name = "FILE", value_parser = crate::server::auth::jwt::JwtKey::read_secret)]
     pub jwt_secret_file: Option<crate::server::auth::jwt::JwtKey>,
     /// Connections to open.
-    #[arg(long, value_parser = parse::positive_count)]
-    pub connections: u64,
-    /// New connections per second, spread evenly over time (e.g. 50000/s; a bare number is per second). Per process: every shard or pod runs its own.
-    #[arg(long, value_parser = parse::per_second_count, default_value = "50000/s")]
-    pub rate: u64,
+    #[arg(long, value_parser = parse::positive_count, required_unless_present = "stages")]
+    pub connections: Option<u64>,
+    /// New connections per second, spread evenly over time (e.g. 50000/s; a bare number is per second; default 50000/s). Per process: every shard or pod runs its own.
+    #[arg(long, value_parser = parse::per_second_count)]
+    pub rate: Option<u64>,
+    /// Connections over time, k6-style: DURATION:TARGET[@RATE/s] stages separated by commas, e.g. 30s:10000,2m:10000,30s:50000,1m:0; each moves the open connections linearly to TARGET over DURATION (down too: the newest close), @RATE sets the stage's requests per connection (as --request-rate, which stages without one keep). Instead of --connections, --rate and --hold; phases stage1..stageN (docs/client.md#stages).
+    #[arg(long, value_name = "STAGES", value_parser = crate::client::stages::parse)]
+    pub stages: Option<crate::client::stages::Stages>,
     /// Source addresses (range, CIDR or list; IPv4 or IPv6, the target's family, e.g. fd00::1-fd00::40); default: enough 127.0.0.x for an IPv4 loopback target, else the kernel's choice.
     #[arg(long)]
     pub source_ips: Option<IpList>,
@@ -435,9 +444,9 @@ pub struct LoadArgs {
     /// Wire protocol: framed (megaconn frames), ws (WebSocket), http (keep-alive GET /), echo8 (8-byte ms timestamps; no heartbeats), raw (--message bytes to any TCP server), sse (--url of an event stream) or mqtt (MQTT 3.1.1 or 5.0 to any broker: --mqtt-* options, docs/mqtt.md).
     #[arg(long, value_parser = protocols(CLIENT_PROTOCOLS), default_value = "framed")]
     pub protocol: Protocol,
-    /// How long to hold all connections after the ramp.
-    #[arg(long, value_parser = parse::duration, default_value = crate::client::config::DEFAULT_HOLD_TEXT)]
-    pub hold: Duration,
+    /// How long to hold all connections after the ramp (default 20s).
+    #[arg(long, value_parser = parse::duration)]
+    pub hold: Option<Duration>,
     /// Give up on a handshake after this long.
     #[arg(long, value_parser = parse::positive_duration, default_value = "10s")]
     pub connect_timeout: Duration,
@@ -479,6 +488,47 @@ pub struct LoadArgs {
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--stages` beside a flag it contradicts: a usage error naming the
+/// clash and the fix (None: no clash).
+fn stages_clash(connections: bool, rate: bool, hold: bool) -> Result<(), crate::UsageError> {
+    let fix = if connections {
+        "--connections: the stages set the connections over time and the plan holds the highest target; drop --connections"
+    } else if rate {
+        "--rate: each stage paces its own change (its target difference over its duration); drop --rate, or lengthen a stage to open slower"
+    } else if hold {
+        "--hold: the run ends with its last stage; drop --hold and add a stage that keeps the target, e.g. ...,1m:10000"
+    } else {
+        return Ok(());
+    };
+    Err(crate::UsageError(format!("--stages cannot be used with {fix}")))
+}
+
+impl LoadArgs {
+    /// `--stages` and the flags it replaces (see [`stages_clash`]).
+    fn stages_fit(&self) -> Result<(), crate::UsageError> {
+        match self.stages {
+            Some(_) => stages_clash(self.connections.is_some(), self.rate.is_some(), self.hold.is_some()),
+            None => Ok(()),
+        }
+    }
+}
+
+impl BenchArgs {
+    /// `--stages`: the connections scenario only, and not with the flags
+    /// it replaces (see [`stages_clash`]).
+    fn stages_fit(&self) -> Result<(), crate::UsageError> {
+        if self.stages.is_none() {
+            return Ok(());
+        }
+        if self.scenario != Scenario::Connections {
+            return Err(crate::UsageError(
+                format!("--stages runs with --scenario connections (the default), not {:?}: drop --stages or --scenario", self.scenario).to_lowercase(),
+            ));
+        }
+        stages_clash(self.connections.is_some(), self.rate.is_some(), self.hold.is_some())
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -579,9 +629,12 @@ pub struct BenchArgs {
     /// Server ports.
     #[arg(long, default_value = "8000-8099")]
     pub ports: PortList,
-    /// New connections per second (e.g. 50000/s; a bare number is per second).
-    #[arg(long, value_parser = parse::per_second_count, default_value = "50000/s")]
-    pub rate: u64,
+    /// New connections per second (e.g. 50000/s; a bare number is per second; default 50000/s).
+    #[arg(long, value_parser = parse::per_second_count)]
+    pub rate: Option<u64>,
+    /// --scenario connections: Connections over time, k6-style: DURATION:TARGET[@RATE/s] stages separated by commas, e.g. 30s:10000,2m:10000,30s:50000,1m:0; each moves the open connections linearly to TARGET over DURATION (down too: the newest close), @RATE sets the stage's requests per connection (as --request-rate, which stages without one keep). Instead of --connections, --rate and --hold; phases stage1..stageN (docs/client.md#stages).
+    #[arg(long, value_name = "STAGES", value_parser = crate::client::stages::parse)]
+    pub stages: Option<crate::client::stages::Stages>,
     /// Hold time after the ramp (default 20s, as the client's; 30s per mode for --scenario business; the publishing time for --scenario push).
     #[arg(long, value_parser = parse::duration)]
     pub hold: Option<Duration>,
@@ -684,8 +737,12 @@ pub fn plan_only(cli: Cli) -> Result<(), String> {
     let fd_hard = crate::sys::fd_limit().hard;
     match cli.command {
         Cmd::Server(a) => crate::server::plan(&a.into(), fd_hard).map(|_| ()),
-        Cmd::Client(a) => crate::client::plan(&(*a).into(), fd_hard).map(|_| ()),
+        Cmd::Client(a) => {
+            a.load.stages_fit().map_err(|e| e.0)?;
+            crate::client::plan(&(*a).into(), fd_hard).map(|_| ())
+        }
         Cmd::Bench(a) => {
+            a.stages_fit().map_err(|e| e.0)?;
             let cfg: crate::bench::BenchConfig = a.into();
             crate::server::plan(&crate::bench::server_config(&cfg, cfg.connections), fd_hard).map(|_| ())
         }

@@ -211,6 +211,10 @@ pub struct LoadConfig {
     pub nodes: Vec<NodeTarget>,
     /// `--threshold`, `--threshold-abort`, `--junit`.
     pub thresholds: super::thresholds::Thresholds,
+    /// `--stages`: open connections over time instead of ramp and hold
+    /// (`connections` is then the highest target, `rate` the steepest
+    /// change).
+    pub stages: Option<super::stages::Stages>,
     pub json: bool,
 }
 
@@ -232,6 +236,7 @@ impl Default for LoadConfig {
             start_at: None,
             nodes: Vec::new(),
             thresholds: Default::default(),
+            stages: None,
             json: false,
         }
     }

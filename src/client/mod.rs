@@ -17,6 +17,7 @@ pub mod series;
 pub mod snapshot;
 pub mod speak;
 pub mod sse;
+pub mod stages;
 pub mod summary;
 pub mod thresholds;
 pub mod token;
@@ -117,9 +118,21 @@ pub fn plan(cfg: &ClientConfig, fd_hard: u64) -> Result<(ConnectionPlan, WorkerP
         None => shard_from_env()?,
     };
     let index = shard.map_or(0, |s| s.index);
-    let shard = shard.map(|s| s.range(cfg.load.connections)).unwrap_or((0, cfg.load.connections));
-    let mut cp = ConnectionPlan::build(cfg.target, &cfg.load.ports, cfg.load.source_ips.as_deref(), cfg.load.connections, shard, plan::local_port_range())?;
+    let (range, stages) = match (&cfg.load.stages, shard) {
+        // A shard takes the g % n == i of every stage target (as a worker
+        // does): the shards' targets add up to each stage's exactly.
+        (Some(st), Some(s)) => {
+            let highest = st.highest();
+            let first: u64 = (0..s.index).map(|j| stages::share_of(highest, j, s.count)).sum();
+            ((first, first + stages::share_of(highest, s.index, s.count)), Some(st.share(s.index, s.count)))
+        }
+        (Some(st), None) => ((0, st.highest()), Some(st.clone())),
+        (None, _) => (shard.map(|s| s.range(cfg.load.connections)).unwrap_or((0, cfg.load.connections)), None),
+    };
+    let total = cfg.load.stages.as_ref().map_or(cfg.load.connections, |s| s.highest());
+    let mut cp = ConnectionPlan::build(cfg.target, &cfg.load.ports, cfg.load.source_ips.as_deref(), total, range, plan::local_port_range())?;
     cp.shard_index = index;
+    cp.stages = stages;
     (cp.io, cp.io_fallback) = cfg.load.io.resolve()?;
     let wp = plan_workers(cp.count, cfg.workers, fd_hard, 0, u64::MAX, crate::sys::online_cpus())?;
     Ok((cp, wp))

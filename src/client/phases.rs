@@ -157,8 +157,13 @@ fn delta(a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>) -> BTreeMap<Strin
 impl Phases {
     /// The ramp starts at `origin_us`, the instant every worker starts.
     pub fn new(origin_us: u64) -> Phases {
+        Phases::starting(NAMES[0], origin_us)
+    }
+
+    /// Phases whose first is `first` (with `--stages`: `stage1`).
+    pub fn starting(first: &'static str, origin_us: u64) -> Phases {
         Phases {
-            names: vec![NAMES[0]],
+            names: vec![first],
             starts: vec![origin_us],
             marks: vec![Marks { at_us: origin_us, ..Default::default() }],
             hists: vec![Hists::new()],
@@ -167,8 +172,9 @@ impl Phases {
         }
     }
 
-    /// Phase `name` (one of [`NAMES`]) starts now; `t` are the totals at
-    /// this instant. A run interrupted during the ramp goes to "close".
+    /// Phase `name` (one of [`NAMES`], or a stage's) starts now; `t` are
+    /// the totals at this instant. A run interrupted during the ramp goes
+    /// to "close".
     pub fn enter(&mut self, name: &'static str, t: &ClientTotals, now_us: u64) {
         if !self.names.contains(&name) {
             self.names.push(name);
@@ -211,6 +217,12 @@ impl Phases {
                 let established = b.established_total.saturating_sub(a.established_total);
                 let replies = b.replies.saturating_sub(a.replies);
                 let h = &self.hists[i];
+                // A stage's requests as its workers counted them (exact at
+                // its boundaries; the marks lag by up to a report).
+                let requests_sent = match super::stages::index_of(self.names[i]) {
+                    Some(_) => t.stage_requests.get(self.names[i]).copied().unwrap_or(0),
+                    None => b.requests_sent.saturating_sub(a.requests_sent),
+                };
                 PhaseResult {
                     name: self.names[i].into(),
                     start_s: a.at_us.saturating_sub(self.origin_us) as f64 / 1e6,
@@ -233,7 +245,7 @@ impl Phases {
                     heartbeats_sent: b.heartbeats_sent.saturating_sub(a.heartbeats_sent),
                     heartbeats_answered: b.heartbeats_answered.saturating_sub(a.heartbeats_answered),
                     heartbeat_rtt_ms: histogram::summarize(&h.heartbeat),
-                    requests_sent: b.requests_sent.saturating_sub(a.requests_sent),
+                    requests_sent,
                     replies,
                     rejected: b.rejected.saturating_sub(a.rejected),
                     qps: per_s(replies),

@@ -76,6 +76,10 @@ pub struct ConnectionPlan {
     /// The workers' reactor (`--io` resolved), and why `auto` fell back.
     pub io: crate::uring::Io,
     pub io_fallback: Option<String>,
+    /// `--stages` as this process follows them: its shard's share of
+    /// every stage (all of them without `--shard`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stages: Option<super::stages::Stages>,
 }
 
 pub fn local_port_range() -> (u16, u16) {
@@ -163,6 +167,7 @@ impl ConnectionPlan {
             warnings,
             io: crate::uring::Io::Epoll,
             io_fallback: None,
+            stages: None,
         })
     }
 }

@@ -27,6 +27,10 @@ pub const UNSETTLED: &str = "unsettled";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Ramp,
+    /// `--stages`: stage `index` is under way (instead of ramp and hold).
+    Stages {
+        index: usize,
+    },
     Hold {
         until_us: u64,
     },
@@ -111,6 +115,9 @@ crate::counters_deref!(ClientSummary => ClientCounters);
 /// handshakes in flight to settle and for the reports of a busy worker to
 /// arrive, before it ends the ramp with them unsettled.
 const SETTLE_GRACE_US: u64 = 10_000_000;
+/// The longest the supervisor waits for the workers' reports from a stage
+/// boundary before it marks the boundary with what it has.
+const STAGE_REPORT_GRACE_US: u64 = 1_000_000;
 /// A closing worker that has sent no report for this long is stopped
 /// (a worker that closes reports between its batches).
 const CLOSE_SILENCE_US: u64 = 20_000_000;
@@ -215,6 +222,9 @@ pub struct ClientRun {
     abort_check_us: u64,
     /// The one that stopped the run, as measured then.
     stopped_by: Option<super::thresholds::Checked>,
+    /// `--stages`, each stage's request rate resolved against
+    /// `--request-rate`.
+    stages: Option<super::stages::Stages>,
 }
 
 impl ClientRun {
@@ -236,13 +246,37 @@ impl ClientRun {
         // Workers start no connection after `last_start_us`; the ramp
         // ends when every connection settled, or at `ramp_deadline_us`
         // (the handshakes then in flight had their connect timeout).
-        let last_start_us = start_at_us + ramp_us * 2 + 30_000_000;
-        let ramp_deadline_us = last_start_us + load.traffic.connect_timeout.as_micros() as u64 + SETTLE_GRACE_US;
-        let deadline_us = ramp_deadline_us + load.hold.as_micros() as u64 + 60_000_000;
+        let mut last_start_us = start_at_us + ramp_us * 2 + 30_000_000;
+        let mut ramp_deadline_us = last_start_us + load.traffic.connect_timeout.as_micros() as u64 + SETTLE_GRACE_US;
+        let mut deadline_us = ramp_deadline_us + load.hold.as_micros() as u64 + 60_000_000;
+        let mut traffic = load.traffic.clone();
+        let stages = plan.stages.clone().map(|mut s| {
+            for stage in &mut s.0 {
+                stage.request_rate = stage.request_rate.or(load.traffic.request_rate);
+            }
+            // Requests in some stage: the connections speak as with
+            // --request-rate (a raw or ws --message goes on that schedule).
+            traffic.request_rate = traffic.request_rate.or(s.0.iter().filter_map(|x| x.request_rate).reduce(f64::max));
+            // The stages set the time: connections open until their end.
+            last_start_us = start_at_us + s.total_us();
+            ramp_deadline_us = last_start_us;
+            deadline_us = last_start_us + load.traffic.connect_timeout.as_micros() as u64 + 60_000_000;
+            s
+        });
+        // Worker i's share: with --stages the g % w == i of every stage
+        // target (so a share of the highest bounds its share of each),
+        // else a contiguous slice of the plan.
+        let slice = |i: usize| match &stages {
+            Some(_) => {
+                let lo: u64 = (0..i as u64).map(|j| super::stages::share_of(plan.count, j, w as u64)).sum();
+                (lo, lo + super::stages::share_of(plan.count, i as u64, w as u64))
+            }
+            None => (plan.count * i as u64 / w as u64, plan.count * (i as u64 + 1) / w as u64),
+        };
         let configs: Vec<(ClientWorkerConfig, Option<i32>)> = (0..w)
             .map(|i| {
-                let lo = plan.count * i as u64 / w as u64;
-                let hi = plan.count * (i as u64 + 1) / w as u64;
+                let (lo, hi) = slice(i);
+                let share = stages.as_ref().map(|s| s.share(i as u64, w as u64));
                 let config = ClientWorkerConfig {
                     worker: i,
                     target: load.nodes.get(i % load.nodes.len().max(1)).map_or(plan.target, |n| n.target),
@@ -258,17 +292,22 @@ impl ClientRun {
                     source_ranges: plan.source_ranges.clone(),
                     first: plan.first + lo,
                     count: hi - lo,
-                    rate: if plan.count > 0 { load.rate as f64 * (hi - lo) as f64 / plan.count as f64 } else { load.rate as f64 },
+                    rate: match &share {
+                        Some(s) => s.steepest_rate() as f64,
+                        None if plan.count > 0 => load.rate as f64 * (hi - lo) as f64 / plan.count as f64,
+                        None => load.rate as f64,
+                    },
                     start_at_us,
                     ramp_deadline_us: last_start_us,
                     // Every 500 ms at most: the report's time series samples that often.
                     stats_interval_ms: load.stats_interval.as_millis().clamp(100, 500) as u64,
                     deadline_us,
                     churn_us: load.churn.map(|r| (1e6 * plan.count.max(1) as f64 / r / (hi - lo).max(1) as f64) as u64),
-                    traffic: load.traffic.clone(),
+                    traffic: traffic.clone(),
                     shard: plan.shard_index,
                     checkpoint: None,
                     io: plan.io,
+                    stages: share,
                 };
                 (config, load.nodes.get(i % load.nodes.len().max(1)).and_then(|n| n.netns_fd).or(load.netns_fd))
             })
@@ -287,7 +326,7 @@ impl ClientRun {
             start_at_us,
             hold: load.hold,
             ramp_deadline_us,
-            phase: Phase::Ramp,
+            phase: if stages.is_some() { Phase::Stages { index: 0 } } else { Phase::Ramp },
             held: 0,
             hold_started_us: None,
             hold_ended_us: None,
@@ -303,15 +342,19 @@ impl ClientRun {
             prev_replies: 0,
             replies_at_hold: Vec::new(),
             replies_at_close: Vec::new(),
-            request_rate: load.traffic.request_rate,
+            request_rate: traffic.request_rate,
             mode: super::summary::describe_mode(plan.target, load),
-            phases: Phases::new(start_at_us),
+            phases: match stages {
+                Some(_) => Phases::starting(super::stages::name(0), start_at_us),
+                None => Phases::new(start_at_us),
+            },
             series: Series::new(start_at_us),
             finished_us: None,
             origin_wall: std::time::SystemTime::now() + Duration::from_micros(start_at_us.saturating_sub(mono_us())),
             abort: load.thresholds.abort.clone(),
             abort_check_us: start_at_us + super::thresholds::ABORT_GRACE.as_micros() as u64,
             stopped_by: None,
+            stages,
         })
     }
 
@@ -399,7 +442,8 @@ impl ClientRun {
             // A connection --churn is reopening right now is held by
             // intent: it was closed on purpose, not lost.
             let churning = t.churn_closed.saturating_sub(t.churn_reopened + t.churn_failed.values().sum::<u64>());
-            self.held = t.open + churning;
+            // So is one a step down of --stages closed.
+            self.held = t.open + churning + t.stage_closed;
             self.replies_at_close = self.view.reply_marks();
             self.phases.enter("close", &t, now);
             self.pool.broadcast(CMD_CLOSE);
@@ -433,6 +477,11 @@ impl ClientRun {
                 rss_bytes: t.rss_bytes,
             };
             self.series.sample(now, self.phase_name(), c);
+        }
+        if let Phase::Stages { index } = self.phase {
+            if let Some(tick) = self.follow_stages(index, now, &t) {
+                return tick;
+            }
         }
         match self.phase {
             Phase::Ramp if t.ramp_done_at_us.is_some() || now >= self.ramp_deadline_us => {
@@ -468,7 +517,7 @@ impl ClientRun {
                 self.pool.stop(Duration::from_secs(2));
                 return Tick::Finished;
             }
-            Phase::Ramp | Phase::Hold { .. } if !self.abort.is_empty() && now >= self.abort_check_us => self.check_abort(now),
+            Phase::Ramp | Phase::Stages { .. } | Phase::Hold { .. } if !self.abort.is_empty() && now >= self.abort_check_us => self.check_abort(now),
             _ => {}
         }
         if self.phase == Phase::Finished {
@@ -476,6 +525,39 @@ impl ClientRun {
         } else {
             Tick::Continue
         }
+    }
+
+    /// `--stages`: a new stage's phase starts at its planned start; after
+    /// the last one the run is over (as a hold is: the caller closes).
+    fn follow_stages(&mut self, index: usize, now: u64, t: &super::view::ClientTotals) -> Option<Tick> {
+        let stages = self.stages.as_ref()?;
+        let end_us = self.start_at_us + stages.total_us();
+        let current = stages.index_at(now.saturating_sub(self.start_at_us));
+        let entered: Vec<(usize, u64)> =
+            (index + 1..=current.max(index)).map(|j| (j, self.start_at_us + stages.start_of_us(j))).filter(|(_, at)| *at <= now).collect();
+        for (j, at) in entered {
+            if !self.reported_since(at, now) {
+                return None;
+            }
+            self.phases.enter(super::stages::name(j), t, at);
+            self.phase = Phase::Stages { index: j };
+        }
+        if now < end_us || !self.reported_since(end_us, now) {
+            return None;
+        }
+        // Nothing more to hold: the close follows at once.
+        self.phase = Phase::Hold { until_us: now };
+        self.hold_started_us = Some(now);
+        Some(Tick::RampDone)
+    }
+
+    /// Whether every worker still running has reported as of `at_us` (a
+    /// stage boundary: workers report the moment they pass one), so the
+    /// phase marks taken now are the counts at the boundary, not a report
+    /// older; after [`STAGE_REPORT_GRACE_US`] a late worker is not waited for.
+    fn reported_since(&self, at_us: u64, now: u64) -> bool {
+        now >= at_us + STAGE_REPORT_GRACE_US
+            || (0..self.view.worker_count()).all(|i| self.view.is_finished(i) || self.view.last_report_us(i).is_some_and(|r| r >= at_us))
     }
 
     /// `--threshold-abort` on the numbers so far: the first one crossed
@@ -528,6 +610,7 @@ impl ClientRun {
     pub fn phase_name(&self) -> &'static str {
         match self.phase {
             Phase::Ramp => "ramp",
+            Phase::Stages { index } => super::stages::name(index),
             Phase::Hold { .. } | Phase::HoldOver => "hold",
             Phase::Closing { .. } => "closing",
             Phase::Finished => "done",
@@ -584,9 +667,20 @@ impl ClientRun {
             (t.heartbeats_unanswered, format!(" unanswered {}", format::count(t.heartbeats_unanswered))),
         ];
         let [not_attempted, lost, unanswered] = more.map(|(n, s)| if n > 0 { s } else { String::new() });
+        // With --stages: which stage, and the target now and at its end.
+        let phase = match (&self.stages, self.phase) {
+            (Some(s), Phase::Stages { index }) => format!(
+                "{} of {} (target {} -> {})",
+                self.phase_name(),
+                s.0.len(),
+                format::count(s.target_at(now.saturating_sub(self.start_at_us))),
+                format::count(s.0[index].target)
+            ),
+            _ => self.phase_name().to_string(),
+        };
         format!(
             "{:<7} open {}/{} ({}/s) | connecting {} | queued {} | failed {}{not_attempted}{lost} | heartbeats {}/{}{unanswered} rtt p99 {:.1}ms",
-            self.phase_name(),
+            phase,
             format::count(t.open),
             format::count(t.planned),
             format::count(rate as u64),
@@ -602,7 +696,8 @@ impl ClientRun {
 
     pub fn summary(&self) -> ClientSummary {
         let t = self.view.totals();
-        let ramp_seconds = t.ramp_done_at_us.map(|d| d.saturating_sub(self.start_at_us) as f64 / 1e6);
+        // Stages have no ramp to time (their phases say how each went).
+        let ramp_seconds = t.ramp_done_at_us.filter(|_| self.stages.is_none()).map(|d| d.saturating_sub(self.start_at_us) as f64 / 1e6);
         let phases = self.phases.results(&t, self.finished_us.unwrap_or_else(mono_us));
         let failed_total: u64 = t.failed.values().sum();
         let mut counters = t.counters.clone();
@@ -645,9 +740,18 @@ impl ClientRun {
                     })
                     .sum();
                 let outstanding = t.requests_sent.saturating_sub(t.replies + t.rejected);
+                // With --stages there is no hold: over the stages' time,
+                // against what their targets and rates offered.
+                let (qps, offered_qps) = match &self.stages {
+                    Some(s) => {
+                        let seconds = (s.total_us() as f64 / 1e6).max(1e-3);
+                        (t.replies as f64 / seconds, s.offered_requests() / seconds)
+                    }
+                    None => (qps, rate * t.planned as f64),
+                };
                 RequestSummary {
                     qps,
-                    offered_qps: rate * t.planned as f64,
+                    offered_qps,
                     sent: t.requests_sent,
                     replies: t.replies,
                     rejected: t.rejected,

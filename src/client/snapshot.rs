@@ -29,6 +29,8 @@ crate::counters! {
         churn_closed: counter "churn_closed" "Connections closed on purpose (--churn)",
         churn_reopened: counter "churn_reopened" "Connections reopened after a churn close",
         churn_failed: by("kind") "churn_failed" "Churn reopen attempts that failed, by kind",
+        stage_closed: counter "stage_closed" "Connections closed on purpose by a --stages step down (not lost)",
+        stage_requests: by("stage") "stage_requests" "--stages: requests sent in each stage (stage1, stage2, ...), by the workers' own clocks",
         heartbeats_sent: counter "heartbeats_sent" "Heartbeats sent",
         heartbeats_answered: counter "heartbeats_answered" "Heartbeats answered",
         heartbeats_abandoned: counter "heartbeats_abandoned" "Heartbeats whose connection closed before they were answered",

@@ -38,6 +38,10 @@ pub fn print_summary(s: &ClientSummary, progress: &mut Progress) {
     if !s.lost.is_empty() {
         println!("lost          {} | {}", format::kinds(&s.lost), s.loss.as_deref().unwrap_or(""));
     }
+    if s.stage_closed > 0 {
+        // Steps down of --stages: closed on purpose, counted as held.
+        println!("stages        {} connections closed by steps down (held, not lost)", format::count(s.stage_closed));
+    }
     if s.churn_closed > 0 {
         println!(
             "churn         closed {} | reopened {} | failed reopens {}",
@@ -55,6 +59,8 @@ pub fn print_summary(s: &ClientSummary, progress: &mut Progress) {
     }
     match (s.ramp_seconds, s.ramp_rate_per_s) {
         (Some(t), Some(r)) => println!("ramp          {t:.2} s at {} connections/s", format::count(r as u64)),
+        // --stages: no single ramp; the phase table has every stage.
+        _ if s.phases.first().is_some_and(|p| crate::client::stages::index_of(&p.name).is_some()) => {}
         _ => println!("ramp          did not complete"),
     }
     println!("handshake     {}", ms(&s.connect_ms));

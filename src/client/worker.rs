@@ -79,6 +79,11 @@ pub struct ClientWorkerConfig {
     /// The reactor for what connections receive (resolved: uring or epoll).
     #[serde(default)]
     pub io: crate::uring::Io,
+    /// `--stages`: this worker's share of every stage; it then follows
+    /// them (from `start_at_us`) instead of the ramp, and `count` is its
+    /// share of the highest target.
+    #[serde(default)]
+    pub stages: Option<super::stages::Stages>,
 }
 
 mod connect;
@@ -86,6 +91,7 @@ mod keep;
 pub mod outage;
 mod ring;
 mod schedule;
+mod stages;
 mod tls;
 
 use keep::keep;
@@ -248,6 +254,10 @@ struct Worker {
     churn_cursor: u64,
     churn_start_us: Option<u64>,
     request_cursor: u64,
+    /// `--stages`: the stage whose request schedule `request_cursor` is on,
+    /// and how many stage boundaries (the end included) were reported.
+    request_stage: usize,
+    stage_reports: usize,
     stats: ClientSnapshot,
     connect_hist: Histogram<u64>,
     /// Time of each handshake stage (TCP, TLS, upgrade), by `Stage`.
@@ -292,7 +302,8 @@ pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
         stats: {
             let mut s = ClientSnapshot { worker: cfg.worker, ..Default::default() };
             s.planned = cfg.count;
-            s.queued = cfg.count;
+            // Stages open and close as they go: nothing waits in a queue.
+            s.queued = if cfg.stages.is_some() { 0 } else { cfg.count };
             s
         },
         poll,
@@ -303,6 +314,8 @@ pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
         churn_cursor: 0,
         churn_start_us: None,
         request_cursor: 0,
+        request_stage: 0,
+        stage_reports: 0,
         connect_hist: histogram::new(),
         stage_hists: [None, None, None],
         rtt_hist: histogram::new(),
@@ -394,12 +407,16 @@ impl Handler for Worker {
         }
         if self.phase == Phase::Running {
             if !self.paused {
-                self.ramp(now);
+                match self.cfg.stages.is_some() {
+                    true => self.follow_stages(now),
+                    false => self.ramp(now),
+                }
                 self.reopen(now);
                 self.churn(now);
             }
             self.beat(now);
             self.request(now);
+            self.report_stage_boundaries(now);
         }
         self.expire_connects(now);
         if let Phase::Draining { until_us } = self.phase {
@@ -473,7 +490,9 @@ impl Worker {
             // The next batch at once (after what the loop has ready).
             Phase::Closing { .. } => return now,
         }
-        if self.created < self.cfg.count && !self.paused {
+        if self.cfg.stages.is_some() && !self.paused {
+            wake = wake.min(self.stages_wake(now));
+        } else if self.created < self.cfg.count && !self.paused {
             let due = connect::ramp_due_at(self.cfg.start_at_us, self.created, self.cfg.rate);
             wake = wake.min(due.max(now + RAMP_TICK_US));
         }
@@ -487,8 +506,8 @@ impl Worker {
         if let (Some(p), Some(start)) = (self.heartbeat_period(), self.schedule_start(schedule::Schedule::Heartbeats)) {
             wake = wake.min(self.due_at(self.beat_cursor, p, start).max(now + BEAT_TICK_US));
         }
-        if let Some(p) = self.cfg.traffic.request_us() {
-            wake = wake.min(self.due_at(self.request_cursor, p, self.cfg.start_at_us));
+        if let Some((p, start)) = self.request_schedule(self.request_stage) {
+            wake = wake.min(self.due_at(self.request_cursor, p, start));
         }
         if let Some(&first) = self.pending.front() {
             let started = self.slots[first as usize].started_us;

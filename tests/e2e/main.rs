@@ -32,6 +32,7 @@ mod push;
 mod report;
 mod requests;
 mod shards;
+mod stages;
 mod thresholds;
 mod tls;
 mod tls_client;

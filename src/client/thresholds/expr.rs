@@ -73,7 +73,14 @@ pub fn parse(text: &str) -> Result<Threshold, String> {
     let value = &rest[op_text.len()..];
     let (phase, name) = match lhs.split_once(':') {
         Some((p, n)) => {
-            let phase = PHASES.iter().find(|x| **x == p).copied().ok_or_else(|| format!("'{text}': no phase '{p}'; the phases are {}", PHASES.join(", ")))?;
+            // With --stages, the phases are stage1 .. stageN.
+            let stage = crate::client::stages::index_of(p).map(crate::client::stages::name);
+            let phase = PHASES
+                .iter()
+                .find(|x| **x == p)
+                .copied()
+                .or(stage)
+                .ok_or_else(|| format!("'{text}': no phase '{p}'; the phases are {}, or with --stages stage1 .. stageN", PHASES.join(", ")))?;
             (Some(phase), n)
         }
         None => (None, lhs),
@@ -191,6 +198,12 @@ mod tests {
         let t = parse("hold:heartbeat_rtt.p99<20ms").unwrap();
         assert_eq!((t.phase, t.name.as_str()), (Some("hold"), "heartbeat_rtt.p99"));
         assert_eq!(parse("ramp:handshake.p99<200ms").unwrap().phase, Some("ramp"));
+        // --stages phases.
+        assert_eq!(parse("stage2:heartbeat_rtt.p99<20ms").unwrap().phase, Some("stage2"));
+        assert_eq!(parse("stage100:requests_sent>=1").unwrap().phase, Some("stage100"));
+        for bad in ["stage0:failed==0", "stage101:failed==0", "stagex:failed==0"] {
+            assert!(parse(bad).unwrap_err().contains("stage1 .. stageN"), "{bad}");
+        }
         // Every declared counter is a metric, under its field name.
         for d in crate::client::snapshot::ClientCounters::DECLARED {
             assert!(parse(&format!("{}>=0", d.field)).is_ok(), "{}", d.field);

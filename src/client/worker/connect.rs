@@ -68,9 +68,12 @@ impl Worker {
     /// attempted, for `reason`: counted apart (requested = established +
     /// failed + not attempted, always).
     pub(super) fn give_up_queued(&mut self, reason: &str) {
+        // With --stages, the slots above the target are spare capacity,
+        // not planned connections waiting their turn.
+        let planned = self.cfg.stages.is_none();
         for k in self.created as usize..self.slots.len() {
             let slot = &mut self.slots[k];
-            if slot.state == State::Idle && slot.retries == 0 {
+            if slot.state == State::Idle && slot.retries == 0 && planned {
                 *self.stats.not_attempted_by.entry(reason.into()).or_insert(0) += 1;
             }
             if slot.state == State::Idle {
@@ -81,7 +84,7 @@ impl Worker {
         self.stats.queued = 0;
     }
 
-    fn inflight_cap(&self) -> u64 {
+    pub(super) fn inflight_cap(&self) -> u64 {
         (self.cfg.rate / 10.0).clamp(MIN_INFLIGHT, MAX_INFLIGHT) as u64
     }
 

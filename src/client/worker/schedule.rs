@@ -59,6 +59,8 @@ impl Worker {
     /// connection established seconds ago needs no keep-alive yet.
     pub(super) fn schedule_start(&self, schedule: Schedule) -> Option<u64> {
         match schedule {
+            // Stages have no end of a ramp: keep-alives from the start.
+            Schedule::Heartbeats if self.cfg.stages.is_some() => Some(self.cfg.start_at_us),
             Schedule::Heartbeats => self.stats.ramp_done_at_us,
             Schedule::Requests => Some(self.cfg.start_at_us),
         }
@@ -115,8 +117,20 @@ impl Worker {
     /// Send every request whose time has come (open loop: never waits for
     /// replies; the intended time travels in the request).
     pub(super) fn request(&mut self, now: u64) {
-        let Some(period) = self.cfg.traffic.request_us() else { return };
-        let start = self.cfg.start_at_us;
+        if let Some(stage) = self.stage_changed(now) {
+            // What the ending stage still owed goes first, then the next
+            // stage's schedule starts at its own start.
+            let end = self.stage_start_us(stage);
+            self.request_until(end.saturating_sub(1).min(now));
+            self.request_stage = stage;
+            self.request_cursor = 0;
+        }
+        self.request_until(now);
+    }
+
+    /// Send every request of the current schedule due by `now`.
+    fn request_until(&mut self, now: u64) {
+        let Some((period, start)) = self.request_schedule(self.request_stage) else { return };
         let due = self.due_by(now, period, start);
         while let Some((k, intended)) = self.next_due(due, Schedule::Requests, period, start) {
             self.out.clear();
@@ -132,6 +146,15 @@ impl Worker {
             }
             if self.write_slot(k) {
                 self.stats.requests_sent += 1;
+                if self.cfg.stages.is_some() {
+                    let stage = crate::client::stages::name(self.request_stage);
+                    match self.stats.stage_requests.get_mut(stage) {
+                        Some(n) => *n += 1,
+                        None => {
+                            self.stats.stage_requests.insert(stage.into(), 1);
+                        }
+                    }
+                }
                 let r = &mut self.slots[k].requests_out;
                 *r = r.saturating_add(1);
             }
