@@ -155,15 +155,16 @@ impl Worker {
                 if let Some(r) = &mut self.ring {
                     r.next.ops.push(crate::uring::Op::Recv { fd: conn.stream.as_raw_fd(), tag: crate::uring::recv_tag(key, self.next_gen) });
                 }
+                // Broadcasts wait for its first read (seam.rs). Not one that
+                // owes its token (`--auth jwt`): it takes no broadcast before
+                // it, so nothing held can reach it after; nor TLS (none
+                // before its handshake ends).
+                if self.cfg.protocol == Protocol::Framed && self.tls.is_none() && !self.topics.gate.required() {
+                    conn.set_unread();
+                }
                 entry.insert(conn);
                 if owes_head {
                     self.head_due(key, self.next_gen);
-                }
-                // A connection that owes its token (`--auth jwt`) takes no
-                // broadcast until it shows it: nothing to hold for it (and
-                // what was pushed before must never reach it after).
-                if self.cfg.protocol == Protocol::Framed && self.tls.is_none() && !self.topics.gate.required() {
-                    self.seam.accepted(key, self.next_gen);
                 }
                 self.stats.accepted += 1;
                 self.stats.active += 1;

@@ -41,8 +41,12 @@ const WATCHED: u32 = 1 << 30;
 /// The bit of `since_s` that says the WebSocket connection negotiated
 /// permessage-deflate (ages up to 2^29 s, 17 years, stay exact).
 const DEFLATE: u32 = 1 << 29;
+/// The bit of `since_s` that says a framed connection has not been read
+/// yet (its whole opening): a broadcast then waits for that read (see
+/// `seam.rs`). Ages up to 2^28 s, 8 years, stay exact.
+const UNREAD: u32 = 1 << 28;
 /// Every flag bit of `since_s`.
-const FLAGS: u32 = SENDING | WATCHED | DEFLATE;
+const FLAGS: u32 = SENDING | WATCHED | DEFLATE | UNREAD;
 
 impl Conn {
     pub fn new(stream: mio::net::TcpStream, now_s: u32, gen: u32) -> Conn {
@@ -62,6 +66,22 @@ impl Conn {
 
     pub fn set_ws_deflate(&mut self, on: bool) {
         self.since_s = if on { self.since_s | DEFLATE } else { self.since_s & !DEFLATE };
+    }
+
+    /// Whether this framed connection's opening has not been read yet: a
+    /// broadcast is held for it (`seam.rs`), at no cost per connection.
+    pub fn unread(&self) -> bool {
+        self.since_s & UNREAD != 0
+    }
+
+    /// Accepted: broadcasts wait for its first read.
+    pub fn set_unread(&mut self) {
+        self.since_s |= UNREAD;
+    }
+
+    /// Read (or given what was held for it): broadcasts go to it live.
+    pub fn set_read(&mut self) {
+        self.since_s &= !UNREAD;
     }
 
     /// Whether an io_uring send of this connection is in flight: what it

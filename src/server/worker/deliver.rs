@@ -96,14 +96,18 @@ impl Worker {
         let history_name = if cmd.stream == Stream::Broadcast { BROADCAST_TOPIC } else { cmd.topic.as_str() };
         let waiting = cmd.stream != Stream::Unicast && !self.recoveries.is_empty();
         // Framed connections not read yet get their broadcasts at their first read (the seam).
-        let held = cmd.stream == Stream::Broadcast && self.seam.noting();
+        let broadcast = cmd.stream == Stream::Broadcast;
         let mut slow = Vec::new();
         let mut now_us = push::wall_us();
         let now_s = self.now_s();
         let mut event = Vec::new();
         for (i, key) in targets.iter().enumerate() {
             let Some(conn) = self.conns.get_mut(*key) else { continue };
-            if waiting && self.recoveries.holds(history_name, *key, conn.gen) || held && self.seam.holds(*key, conn.gen) {
+            if waiting && self.recoveries.holds(history_name, *key, conn.gen) {
+                continue;
+            }
+            if broadcast && conn.unread() {
+                self.seam.note(*key, conn.gen);
                 continue;
             }
             // An event stream's id is its own (its positions in every stream).
@@ -199,6 +203,7 @@ impl Worker {
         for (key, gen, held) in held {
             // Never to one that has not shown its token (`--auth jwt`).
             let Some(conn) = self.conns.get_mut(key).filter(|c| c.gen == gen && takes_pushes(&c.ext)) else { continue };
+            conn.set_read();
             for f in &held.frames {
                 if let Err(reason) = super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, f, self.cfg.max_pending_bytes, "slow_consumer") {
                     slow.push((key, reason));

@@ -5,14 +5,15 @@
 //! before the recovery of what it missed earlier: out of order (a gap,
 //! then a duplicate, as its client sees it).
 //!
-//! So while clients are resuming, the worker holds the broadcasts of a
-//! connection it has not read yet: it notes each accept, keeps the
-//! broadcasts it pushed (their frames) for [`FRESH`] and more, and skips
-//! noted connections when it pushes. At the connection's first read, a
+//! So the worker holds the broadcasts of a framed connection it has not
+//! read yet (a bit in the connection, set at its accept): the first
+//! broadcast that skips it notes it here, and the broadcasts pushed from
+//! then on are kept (their frames). At the connection's first read, a
 //! resume of the broadcasts recovers them in order with everything else
 //! it missed; any other first read (a client that does not resume) gets
-//! the held ones first. A connection silent for [`FRESH`] gets them then.
-//! A WebSocket or event stream resumes at its Upgrade, before any push.
+//! the held ones first. A connection silent for as long as a note lasts
+//! gets them then. A WebSocket or event stream resumes at its Upgrade,
+//! before any push.
 //!
 //! "First read" means the client's whole opening, not the first bytes
 //! that came ([`FirstRead::settles`]): a receive on the io_uring reactor
@@ -27,24 +28,25 @@
 //! broadcasts held), unless it resumed the broadcasts or ended the
 //! connection. The last covers a cut that falls between two frames.
 //!
-//! Every accept is noted, so a server's first resuming clients are held
-//! like the rest (before, accepts were noted only after a resume had been
-//! seen, and the first resuming connection of a worker could get a
-//! broadcast live before its replay). How long a note lasts depends on
-//! whether clients are resuming: while a resume was seen in the last
-//! [`FRESH`] (by this worker, or anywhere on the server: the supervisor
-//! tells every worker), [`FRESH`]; otherwise [`QUIET`], so a client that
-//! never speaks gets a broadcast pushed in its first moments at most
-//! [`QUIET`] and a tick late, and notes of a ramp that never resumes are
-//! gone seconds after it. A resume seen extends every note alive. What a
-//! note costs (about 60 B) is paid only while it lives.
-//! TLS connections are not noted (broadcasts skip them until their
-//! handshake ends). What is kept is bounded in time (frames older than
+//! Every framed connection is held this way from a server's first accept
+//! on (until issue 42's last fix, accepts were noted only after a resume
+//! had been seen, and a fresh server's first resuming connection could
+//! get a broadcast live, then again in its recovery). A note is made
+//! only when a broadcast meets a connection not read yet, so a ramp with
+//! no broadcast costs nothing here (notes made at every accept cost a
+//! 200,000-connection ramp ~6 B per connection of transient heap). How
+//! long a note lasts depends on whether clients are resuming: while a
+//! resume was seen in the last [`FRESH`] (by this worker, or anywhere on
+//! the server: the supervisor tells every worker), [`FRESH`]; otherwise
+//! [`QUIET`], so a client that never speaks gets a broadcast of its
+//! first moments at most [`QUIET`] and a tick late. A resume seen extends
+//! every note alive. TLS connections are not held (broadcasts skip them
+//! until their handshake ends), nor connections that owe their token
+//! (`--auth jwt`: they take no broadcast before it, so nothing held can
+//! reach them after). What is kept is bounded in time (frames older than
 //! the oldest note are dropped) and in bytes ([`MAX_KEPT_BYTES`], and
 //! [`QUIET_KEPT_BYTES`] while nobody resumes: past it every noted
-//! connection gets what was held for it at once). A
-//! connection that has not shown its token (`--auth jwt`) never gets what
-//! was held.
+//! connection gets what was held for it at once).
 
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
@@ -73,9 +75,9 @@ pub const QUIET_KEPT_BYTES: usize = 48 << 10;
 
 #[derive(Default)]
 pub struct Seam {
-    /// Connections accepted and not read yet: key -> (generation, accepted at).
+    /// Connections not read yet that a broadcast met: key -> (generation, noted at).
     fresh: HashMap<usize, (u32, Instant)>,
-    /// The same, in accept order (for expiry; entries read since are skipped).
+    /// The same, in the order noted (for expiry; entries read since are skipped).
     order: VecDeque<(Instant, usize, u32)>,
     /// Broadcasts pushed: (when, offset, frame), oldest first.
     pushed: VecDeque<(Instant, u64, Rc<[u8]>)>,
@@ -85,8 +87,8 @@ pub struct Seam {
     resuming_until: Option<Instant>,
 }
 
-/// What a noted connection missed live: the broadcasts pushed since its
-/// accept, in order.
+/// What a noted connection missed live: the broadcasts pushed since it
+/// was noted, in order.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Held {
     pub frames: Vec<Rc<[u8]>>,
@@ -121,8 +123,13 @@ impl FirstRead {
 }
 
 impl Seam {
-    /// Connection `key` was accepted: broadcasts wait for its first read.
-    pub fn accepted(&mut self, key: usize, gen: u32) {
+    /// A broadcast met connection `key` not read yet: it is held for it,
+    /// and so is every broadcast after it until the connection's first
+    /// read (a note made once per connection).
+    pub fn note(&mut self, key: usize, gen: u32) {
+        if self.fresh.get(&key).is_some_and(|(g, _)| *g == gen) {
+            return;
+        }
         let now = Instant::now();
         self.fresh.insert(key, (gen, now));
         self.order.push_back((now, key, gen));
@@ -143,13 +150,14 @@ impl Seam {
         }
     }
 
-    /// Connection `key` has not been read yet: a broadcast waits for its
-    /// first read instead of going out now.
+    /// Whether connection `key` is noted.
+    #[cfg(test)]
     pub fn holds(&self, key: usize, gen: u32) -> bool {
-        !self.fresh.is_empty() && self.fresh.get(&key).is_some_and(|(g, _)| *g == gen)
+        self.fresh.get(&key).is_some_and(|(g, _)| *g == gen)
     }
 
-    /// Whether any connection is noted (broadcasts then look each one up).
+    /// Whether any connection is noted.
+    #[cfg(test)]
     pub fn noting(&self) -> bool {
         !self.fresh.is_empty()
     }
@@ -200,17 +208,17 @@ impl Seam {
     }
 
     /// Connection `key` is read for the first time: what was held for it
-    /// (None: it was not noted, or nothing came since its accept).
+    /// (None: it was not noted: no broadcast came since its accept).
     pub fn read(&mut self, key: usize, gen: u32) -> Option<Held> {
         if self.fresh.is_empty() {
             return None;
         }
-        let (g, accepted) = self.fresh.remove(&key)?;
+        let (g, noted) = self.fresh.remove(&key)?;
         if g != gen {
             return None;
         }
-        let frames: Vec<Rc<[u8]>> = self.pushed.iter().filter(|(at, _, _)| *at >= accepted).map(|(_, _, f)| f.clone()).collect();
-        (!frames.is_empty()).then_some(Held { frames })
+        let frames: Vec<Rc<[u8]>> = self.pushed.iter().filter(|(at, _, _)| *at >= noted).map(|(_, _, f)| f.clone()).collect();
+        Some(Held { frames })
     }
 
     /// Connections silent since their accept for as long as a note lasts
@@ -261,20 +269,23 @@ mod tests {
     #[test]
     fn a_connection_not_read_yet_gets_its_broadcasts_at_its_first_read_in_order() {
         let mut s = Seam::default();
-        s.accepted(1, 7);
-        s.accepted(2, 7);
+        // A broadcast meets connections 1 and 2, not read yet.
+        s.note(1, 7);
+        s.note(2, 7);
         assert!(s.holds(1, 7) && s.holds(2, 7) && !s.holds(1, 8), "another connection on the same key is not held");
         s.broadcast(41, b"b41");
+        s.note(1, 7);
+        s.note(2, 7);
         s.broadcast(42, b"b42");
-        assert_eq!(frames(s.read(1, 7)), vec![b"b41".to_vec(), b"b42".to_vec()]);
+        assert_eq!(frames(s.read(1, 7)), vec![b"b41".to_vec(), b"b42".to_vec()], "a second note changes nothing");
         assert!(!s.holds(1, 7), "read: no longer held");
-        s.accepted(2, 7);
+        s.note(2, 7);
         s.broadcast(43, b"b43");
-        assert_eq!(frames(s.read(2, 7)), vec![b"b43".to_vec()], "only what came after its (latest) accept");
+        assert_eq!(frames(s.read(2, 7)), vec![b"b41".to_vec(), b"b42".to_vec(), b"b43".to_vec()], "everything since its note");
         assert_eq!(s.read(2, 7), None, "read once");
-        s.accepted(3, 1);
-        assert_eq!(s.read(3, 1), None, "nothing pushed since");
-        s.accepted(4, 1);
+        s.note(3, 1);
+        assert_eq!(s.read(3, 1), Some(Held::default()), "noted, nothing kept since");
+        s.note(4, 1);
         s.broadcast(44, b"b44");
         assert_eq!(s.read(4, 2), None, "a later connection on the key of one never read");
         assert!(!s.holds(4, 1), "that one's note is gone with it");
@@ -310,7 +321,7 @@ mod tests {
         for cut in 1..=opening.len() {
             let mut s = Seam::default();
             s.resumed();
-            s.accepted(1, 7);
+            s.note(1, 7);
             s.broadcast(41, b"b41");
             let (mut partial, mut live, mut recovered): (Spill, Vec<Vec<u8>>, Vec<Vec<u8>>) = (None, Vec::new(), Vec::new());
             // The first piece of a cut opening filled what was left of its buffer.
@@ -347,13 +358,13 @@ mod tests {
         }
     }
 
-    /// Issue 42: a worker's first resuming connections, accepted before any
-    /// resume was seen on the server, are held like the rest (before, the
+    /// Issue 42: a worker's first resuming connections, met by a broadcast
+    /// before any resume was seen on the server, are held like the rest (before, the
     /// first one could get a broadcast live, then again in its recovery).
     #[test]
     fn a_connection_accepted_before_any_resume_was_seen_is_held_too() {
         let mut s = Seam::default();
-        s.accepted(1, 7);
+        s.note(1, 7);
         assert!(s.noting() && s.holds(1, 7), "noted with no resume seen");
         s.broadcast(40, b"b40");
         assert_eq!(frames(s.read(1, 7)), vec![b"b40".to_vec()]);
@@ -363,7 +374,7 @@ mod tests {
     fn a_note_lasts_quiet_while_nobody_resumes_and_fresh_once_someone_does() {
         let t0 = Instant::now();
         let mut s = Seam::default();
-        s.accepted(1, 1);
+        s.note(1, 1);
         s.broadcast(1, b"x");
         assert!(s.expire_at(t0 + QUIET / 2).is_empty(), "not yet");
         let out = s.expire_at(t0 + QUIET + Duration::from_millis(10));
@@ -372,7 +383,7 @@ mod tests {
         assert!(!s.noting() && !s.pending() && s.pushed.is_empty(), "nothing kept for nobody");
 
         let t1 = Instant::now();
-        s.accepted(2, 1);
+        s.note(2, 1);
         s.resumed();
         s.broadcast(2, b"y");
         assert!(s.expire_at(t1 + QUIET + Duration::from_millis(10)).is_empty(), "a resume seen: the note lives on");
@@ -385,10 +396,10 @@ mod tests {
         let mut s = Seam::default();
         s.broadcast(1, b"nobody noted");
         assert!(s.pushed.is_empty(), "no note: nothing kept");
-        s.accepted(1, 1);
+        s.note(1, 1);
         s.broadcast(2, b"for 1");
         assert_eq!(frames(s.read(1, 1)), vec![b"for 1".to_vec()]);
-        s.accepted(2, 1);
+        s.note(2, 1);
         s.broadcast(3, b"for 2");
         assert_eq!(s.pushed.len(), 1, "what came before the oldest note's accept is gone");
         assert_eq!(s.pushed_bytes, 5);
@@ -397,13 +408,13 @@ mod tests {
     #[test]
     fn while_nobody_resumes_a_few_broadcasts_are_held_at_most() {
         let mut s = Seam::default();
-        s.accepted(1, 1);
+        s.note(1, 1);
         let frame = vec![1u8; 16 << 10];
         assert!(!s.broadcast(1, &frame) && !s.broadcast(2, &frame) && !s.broadcast(3, &frame), "48 KiB: held");
         assert!(s.broadcast(4, b"x"), "one byte more lets go");
         assert_eq!(s.release_all()[0].2.frames.len(), 4);
         s.resumed();
-        s.accepted(2, 1);
+        s.note(2, 1);
         for i in 0..8 {
             assert!(!s.broadcast(i, &frame), "while clients resume the bound is MAX_KEPT_BYTES");
         }
@@ -413,7 +424,7 @@ mod tests {
     fn nothing_expires_before_its_time() {
         let mut s = Seam::default();
         s.resumed();
-        s.accepted(5, 1);
+        s.note(5, 1);
         s.broadcast(1, b"x");
         assert!(s.expire().is_empty());
         assert!(s.holds(5, 1));
@@ -423,7 +434,7 @@ mod tests {
     fn past_its_byte_bound_the_seam_lets_go_of_everything() {
         let mut s = Seam::default();
         s.resumed();
-        s.accepted(1, 1);
+        s.note(1, 1);
         let big = vec![7u8; MAX_KEPT_BYTES / 2];
         assert!(!s.broadcast(1, &big));
         assert!(!s.broadcast(2, &big), "exactly at the bound");

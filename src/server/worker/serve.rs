@@ -57,6 +57,10 @@ impl Worker {
             // permessage-deflate: the connection's flag, as its read may change it.
             let deflate = conn.ws_deflate();
             let mut negotiated = deflate;
+            // The seam: whether its opening is still to be read, and whether
+            // this read completed it.
+            let unread = conn.unread();
+            let mut opened = false;
             let mut req =
                 Requests { out: &mut self.out, stats: &mut self.stats, stage: &mut self.stage, rng: &mut self.rng, service: &self.cfg.service_time, key, gen };
             let mut rx = net::Received(received.unwrap_or_default());
@@ -102,7 +106,8 @@ impl Worker {
                         unfinished: conn.partial.is_some() || r == ReadEnd::Budget || cut,
                         ended: matches!(r, ReadEnd::Eof | ReadEnd::Error(_)),
                     };
-                    let held = if self.seam.noting() && first.settles() { self.seam.read(key, gen) } else { None };
+                    opened = unread && first.settles();
+                    let held = if opened { self.seam.read(key, gen) } else { None };
                     if let Some(h) = held.filter(|_| !resumed_broadcasts && !crate::server::worker::conn::awaiting_auth(ext)) {
                         for f in &h.frames {
                             req.out.extend_from_slice(f);
@@ -186,6 +191,9 @@ impl Worker {
                     Ok(())
                 }),
             };
+            if opened {
+                conn.set_read();
+            }
             if negotiated != deflate {
                 conn.set_ws_deflate(negotiated);
             }
