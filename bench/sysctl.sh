@@ -26,6 +26,10 @@ set_sysctl net.ipv4.ip_local_reserved_ports "${ports}"
 # Deep accept and SYN queues so a fast ramp does not overflow listen queues.
 set_sysctl net.core.somaxconn 65535
 set_sysctl net.ipv4.tcp_max_syn_backlog 65535
+# A deep per-CPU input backlog: every packet over loopback or between
+# namespaces passes it, and at the default 1000 a broadcast or reconnect
+# storm over a million connections drops packets (then ETIMEDOUT closes).
+set_sysctl net.core.netdev_max_backlog 65536
 # Room for 2M+ sockets system-wide (both ends of every loopback pair).
 set_sysctl fs.file-max 4194304
 set_sysctl fs.nr_open 1048576

@@ -394,6 +394,7 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
         let (ramp_done, over) = (ramp_done.clone(), over.clone());
         std::thread::spawn(move || r.run(&ramp_done, &over))
     });
+    let netstat_before = crate::stats::netstat::read();
     let side = ClusterSide { nodes: fleet, broker, token };
     let mut pair = PairRun::new(side, client, &mut progress, |side: &ClusterSide, _: &ClientRun| side.node_stats());
     pair.ramp_done = Some(ramp_done.clone());
@@ -420,7 +421,13 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
     let outcome = ClusterOutcome {
         rollout,
         base: push::PushOutcome { push, client: summary, topology: net.placement.clone(), failure, publish_error: publish_error.map(|e| format!("{e:#}")) },
-        cluster: ClusterFacts { nodes: args.nodes, broker: format!("nats://{broker_at}"), published_on: format!("n{publish_on}"), node_stats },
+        cluster: ClusterFacts {
+            nodes: args.nodes,
+            broker: format!("nats://{broker_at}"),
+            published_on: format!("n{publish_on}"),
+            node_stats,
+            kernel_drops: crate::stats::netstat::delta(&netstat_before, &crate::stats::netstat::read()),
+        },
     };
     let plan = serde_json::json!({"client": cplan, "client_workers": cwplan, "nodes": args.nodes, "broadcasts": args.broadcasts, "topics": args.topics, "push_bytes": args.push_bytes});
     super::outcome::finish(args.report.as_deref(), args.json, &client, plan, &net.placement, &outcome, &args.thresholds, &mut progress)
@@ -433,6 +440,9 @@ struct ClusterFacts {
     broker: String,
     published_on: String,
     node_stats: Vec<Value>,
+    /// The kernel's drops during the run (the bench's namespace: the
+    /// input backlog every namespace shares, and its own TcpExt counters).
+    kernel_drops: std::collections::BTreeMap<String, u64>,
 }
 
 /// What a cluster push bench found.
@@ -471,6 +481,7 @@ impl super::outcome::Outcome for ClusterOutcome {
                 v["cpu_seconds"].as_f64().unwrap_or(0.0)
             );
         }
+        super::print_kernel_drops(&self.cluster.kernel_drops, "the bench's namespace and the per-CPU input backlogs");
         if let Some(r) = &self.rollout {
             r.print();
         }

@@ -2,6 +2,11 @@
 //! (`/proc/net/netstat`, what `nstat` reads): a full accept queue, a full
 //! SYN queue, a listener that went away. megaconn sees none of these as
 //! errors; the peer sees a retransmitted SYN (a 1 s stall) or a reset.
+//! Beside them, the per-CPU input backlog's drops (`/proc/net/softnet_stat`):
+//! every packet between network namespaces (veth, a bridge) passes that
+//! queue, and at `net.core.netdev_max_backlog` 1000 (the default) a
+//! broadcast or a reconnect storm over a million connections overflows
+//! it: retransmissions, then connections closed `ETIMEDOUT`.
 
 use std::collections::BTreeMap;
 
@@ -16,11 +21,34 @@ pub const WATCHED: &[(&str, &str)] = &[
     ("TCPReqQFullDoCookies", "SYN queue full, SYN cookies sent: raise net.ipv4.tcp_max_syn_backlog"),
     ("TCPMigrateReqFailure", "a handshake on a closing listener could not move to a sibling: net.ipv4.tcp_migrate_req=1, and leave one worker at a time"),
     ("TCPSynRetrans", "SYNs or SYN-ACKs retransmitted (each is a 1 s stall for that connection)"),
+    (
+        BACKLOG_DROPS,
+        "packets dropped by a full per-CPU input backlog (traffic between namespaces passes it): raise net.core.netdev_max_backlog (megaconn tune --apply sets 65536)",
+    ),
 ];
 
-/// The TcpExt counters now (empty if /proc/net/netstat cannot be read).
+/// The name the input backlog's drops go by among the TcpExt counters.
+pub const BACKLOG_DROPS: &str = "BacklogDrops";
+
+/// The TcpExt counters now, with [`BACKLOG_DROPS`] (empty if the files
+/// cannot be read).
 pub fn read() -> BTreeMap<String, u64> {
-    parse(&std::fs::read_to_string("/proc/net/netstat").unwrap_or_default())
+    let mut out = parse(&std::fs::read_to_string("/proc/net/netstat").unwrap_or_default());
+    if let Some(d) = backlog_drops(&std::fs::read_to_string("/proc/net/softnet_stat").unwrap_or_default()) {
+        out.insert(BACKLOG_DROPS.into(), d);
+    }
+    out
+}
+
+/// Packets dropped by the per-CPU input backlogs: the second (hex)
+/// column of `/proc/net/softnet_stat`, summed over CPUs.
+pub fn backlog_drops(text: &str) -> Option<u64> {
+    let mut sum = None;
+    for line in text.lines() {
+        let d = u64::from_str_radix(line.split_whitespace().nth(1)?, 16).ok()?;
+        sum = Some(sum.unwrap_or(0) + d);
+    }
+    sum
 }
 
 /// TcpExt name/value lines of /proc/net/netstat into a map.
@@ -65,5 +93,14 @@ mod tests {
         let b = parse("TcpExt: SyncookiesSent ListenOverflows ListenDrops\nTcpExt: 0 3 9\n");
         assert_eq!(delta(&a, &b), BTreeMap::from([("ListenDrops".to_string(), 4)]));
         assert!(fix("ListenDrops").contains("somaxconn"));
+    }
+
+    #[test]
+    fn backlog_drops_sum_the_second_column_over_cpus() {
+        let text = "0cadfa10 001786d6 000000dd 00000000\n0cd8913f 0023808c 000000e3 00000000\n";
+        assert_eq!(backlog_drops(text), Some(0x1786d6 + 0x23808c));
+        assert_eq!(backlog_drops(""), None);
+        assert_eq!(backlog_drops("zz"), None, "a line it cannot read: nothing rather than a wrong sum");
+        assert!(fix(BACKLOG_DROPS).contains("netdev_max_backlog"));
     }
 }

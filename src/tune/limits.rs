@@ -19,6 +19,9 @@ pub struct Limits {
     pub port_range: Option<(u64, u64)>,
     pub somaxconn: Option<u64>,
     pub tcp_max_syn_backlog: Option<u64>,
+    /// net.core.netdev_max_backlog: packets each CPU's input backlog
+    /// holds (loopback and veth traffic passes it).
+    pub netdev_max_backlog: Option<u64>,
     pub mem_available: Option<u64>,
     pub cgroup_memory_max: Option<u64>,
     pub cgroup_memory_usage: Option<u64>,
@@ -92,6 +95,7 @@ impl Reader {
             port_range: two("proc/sys/net/ipv4/ip_local_port_range").filter(|v| v.len() == 2).map(|v| (v[0], v[1])),
             somaxconn: self.num("proc/sys/net/core/somaxconn"),
             tcp_max_syn_backlog: self.num("proc/sys/net/ipv4/tcp_max_syn_backlog"),
+            netdev_max_backlog: self.num("proc/sys/net/core/netdev_max_backlog"),
             mem_available: crate::stats::memory::meminfo_kib(&meminfo, "MemAvailable:").map(|k| k * 1024),
             cgroup_memory_max: cg_max,
             cgroup_memory_usage: cg_usage,
