@@ -490,7 +490,9 @@ fn print_report(r: &BenchReport) {
 /// The kernel's drops during the run (in `scope`), each with its fix.
 fn print_kernel_drops(drops: &std::collections::BTreeMap<String, u64>, scope: &str) {
     if drops.is_empty() {
-        println!("kernel drops  none in {scope} (ListenOverflows, ListenDrops, TCPReqQFullDrop, TCPMigrateReqFailure, TCPSynRetrans, BacklogDrops all unchanged)");
+        println!(
+            "kernel drops  none in {scope} (ListenOverflows, ListenDrops, TCPReqQFullDrop, TCPMigrateReqFailure, TCPSynRetrans, BacklogDrops all unchanged)"
+        );
     }
     for (name, n) in drops {
         println!("kernel drops  {name} +{} — {}", format::count(*n), crate::stats::netstat::fix(name));
