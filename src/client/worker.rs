@@ -708,15 +708,8 @@ impl Worker {
                 // The reports between batches show the close progress.
                 self.stats.open = self.stats.open.saturating_sub(1);
             }
-            if let Some(stream) = slot.stream.as_mut() {
-                if self.cfg.traffic.close == CloseMode::Reset {
-                    let _ = SockRef::from(&*stream).set_linger(Some(Duration::ZERO));
-                }
-                if let Some(tls) = slot.tls.as_deref_mut() {
-                    if self.cfg.traffic.close == CloseMode::Graceful {
-                        tls.close_notify(stream, &mut self.tls_bufs.wire);
-                    }
-                }
+            prepare_close(self.cfg.traffic.close, slot, &mut self.tls_bufs.wire);
+            if slot.stream.is_some() {
                 slot.tls = None;
                 if slot.state.connecting() && slot.churned {
                     // A churn reopen cut short by the end of the run.
@@ -742,5 +735,20 @@ impl Worker {
         }
         self.reconnects.clear();
         self.stats.open = 0;
+    }
+}
+
+/// What the run's `--close` asks of a slot's socket before it is
+/// dropped: linger 0 (a reset, no TIME_WAIT) for `reset`, a TLS
+/// close_notify for `graceful`.
+fn prepare_close(close: CloseMode, slot: &mut Slot, wire: &mut Vec<u8>) {
+    let Some(stream) = slot.stream.as_mut() else { return };
+    if close == CloseMode::Reset {
+        let _ = SockRef::from(&*stream).set_linger(Some(Duration::ZERO));
+    }
+    if let Some(tls) = slot.tls.as_deref_mut() {
+        if close == CloseMode::Graceful {
+            tls.close_notify(stream, wire);
+        }
     }
 }

@@ -392,35 +392,6 @@ fn broadcasts_before_a_new_connections_first_read_come_after_what_it_missed_in_o
     assert!(s.terminate().success());
 }
 
-/// The seam's start-up window (issue 42): on a server where nobody has
-/// resumed yet, a connection accepted and not read yet still gets the
-/// broadcasts pushed meanwhile after what it missed, in order, once each
-/// (before, accepts were noted only after a first resume: it got b2 live,
-/// then b1 and b2 again in its recovery).
-#[test]
-fn the_first_resuming_connection_of_a_server_gets_what_it_missed_in_order_too() {
-    let port = free_port();
-    let (mut s, _, ready) = server_ready(&["--ports", &port.to_string(), "--workers", "1", "--history", "10"], None);
-    let admin = ready["admin"].as_str().unwrap().to_string();
-    let broadcast = |data: &str| assert_eq!(http(&admin, "POST", "/broadcast", data.as_bytes(), None).0, 200);
-    broadcast("b1");
-    let (status, body) = http(&admin, "GET", "/history?topic=*", b"", None);
-    assert_eq!(status, 200, "{body}");
-    let epoch = serde_json::from_str::<Value>(&body).unwrap()["epoch"].as_u64().unwrap_or_else(|| panic!("an epoch in {body}")) as u32;
-    let mut y = Reader::connect(port);
-    wait_stats(&admin, |v| v["active"] == 1);
-    broadcast("b2");
-    y.s.write_all(&resume("*", Some((epoch, 0)))).unwrap();
-    assert_eq!(
-        y.until_subscribed(),
-        vec![In::Push(1, epoch, "b1".into()), In::Push(2, epoch, "b2".into()), In::Subscribed(true, epoch, 2)],
-        "what it missed, then what came before its resume was read: in order, once each"
-    );
-    broadcast("b3");
-    assert_eq!(y.next(), In::Push(3, epoch, "b3".into()), "live after it");
-    assert!(s.terminate().success());
-}
-
 #[test]
 fn the_recovery_bench_drops_everyone_and_each_recovers_every_message_once() {
     let ports = free_ports(2);

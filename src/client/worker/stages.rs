@@ -9,10 +9,7 @@
 //! schedule (its rate from its start; see `schedule.rs`).
 
 use super::{Slot, State, Worker, RAMP_TICK_US};
-use crate::client::config::CloseMode;
 use crate::reactor::Handler;
-use socket2::SockRef;
-use std::time::Duration;
 
 /// How often a worker looks at its stage target while following it.
 const STAGE_TICK_US: u64 = 10_000;
@@ -45,17 +42,7 @@ impl Worker {
     /// it ends up idle, ready for the next step up.
     fn step_down(&mut self, k: usize) {
         let state = self.slots[k].state;
-        let slot = &mut self.slots[k];
-        if let Some(stream) = slot.stream.as_mut() {
-            if self.cfg.traffic.close == CloseMode::Reset {
-                let _ = SockRef::from(&*stream).set_linger(Some(Duration::ZERO));
-            }
-            if let Some(tls) = slot.tls.as_deref_mut() {
-                if self.cfg.traffic.close == CloseMode::Graceful {
-                    tls.close_notify(stream, &mut self.tls_bufs.wire);
-                }
-            }
-        }
+        super::prepare_close(self.cfg.traffic.close, &mut self.slots[k], &mut self.tls_bufs.wire);
         if state == State::Established {
             self.stats.stage_closed += 1;
         } else if state.connecting() {

@@ -96,7 +96,7 @@ impl Worker {
         let history_name = if cmd.stream == Stream::Broadcast { BROADCAST_TOPIC } else { cmd.topic.as_str() };
         let waiting = cmd.stream != Stream::Unicast && !self.recoveries.is_empty();
         // Framed connections not read yet get their broadcasts at their first read (the seam).
-        let broadcast = cmd.stream == Stream::Broadcast;
+        let broadcast = cmd.stream == Stream::Broadcast && self.seam.resuming();
         let mut slow = Vec::new();
         let mut now_us = push::wall_us();
         let now_s = self.now_s();
