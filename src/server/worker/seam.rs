@@ -60,18 +60,17 @@ use std::time::{Duration, Instant};
 /// noted connection may then stay silent before it gets what was held for
 /// it.
 pub const FRESH: Duration = Duration::from_secs(30);
-/// How long a noted connection may stay silent while nobody resumes:
-/// longer than a loaded worker takes to read an opening sent with the
-/// connect, short enough that a silent client's first broadcasts are
-/// barely late (notes expire on a 1 s tick).
+/// How long a note made while clients resumed lives on once they stop
+/// (notes are made only while they resume; they expire on a 1 s tick).
 pub const QUIET: Duration = Duration::from_secs(2);
 /// Most bytes of pushed broadcasts kept. Past it the seam lets go: every
 /// noted connection gets what was held for it at once (as if silent for
 /// [`FRESH`]) and the kept frames are dropped, so a burst of large
 /// broadcasts while clients resume costs at most this much per worker.
 pub const MAX_KEPT_BYTES: usize = 16 << 20;
-/// The same while nobody resumes: a few broadcasts, so a client that
-/// never speaks gets at most this much at once when its note lets go,
+/// The same once clients stop resuming (for the notes still alive): a
+/// few broadcasts, so a client that never speaks gets at most this much
+/// at once when its note lets go,
 /// which a `--max-pending-bytes` of 64 KiB takes (a burst of held
 /// broadcasts must not close a reader as slow that would have kept up
 /// with them live).
