@@ -30,6 +30,18 @@ set_sysctl net.ipv4.tcp_max_syn_backlog 65535
 # namespaces passes it, and at the default 1000 a broadcast or reconnect
 # storm over a million connections drops packets (then ETIMEDOUT closes).
 set_sysctl net.core.netdev_max_backlog 65536
+# TCP buffer memory for broadcasts: a 1 KB push to a million connections
+# queues ~2.6 GB in receive queues while the readers catch up, past the
+# default high mark (~9% of RAM); there the kernel drops for every socket
+# and the run stalls for minutes. A quarter of RAM as the high mark (only
+# ever raised here, never lowered).
+read -r _ _ tcp_high < /proc/sys/net/ipv4/tcp_mem
+ram_pages=$(( $(awk '/^MemTotal:/ { print $2 }' /proc/meminfo) * 1024 / $(getconf PAGESIZE) ))
+if [ "$tcp_high" -lt $(( ram_pages / 4 )) ]; then
+  set_sysctl net.ipv4.tcp_mem "$(( ram_pages / 8 )) $(( ram_pages * 3 / 16 )) $(( ram_pages / 4 ))"
+else
+  echo "sysctl net.ipv4.tcp_mem: '$(tr '\t' ' ' < /proc/sys/net/ipv4/tcp_mem)' (unchanged: a quarter of RAM or more)"
+fi
 # Room for 2M+ sockets system-wide (both ends of every loopback pair).
 set_sysctl fs.file-max 4194304
 set_sysctl fs.nr_open 1048576

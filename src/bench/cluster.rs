@@ -420,14 +420,15 @@ pub fn run(mut args: BenchConfig) -> Result<i32> {
     let rollout = roll.map(|r| super::rollout::RolloutReport::new(&args, r, &push, &client, &summary));
     let outcome = ClusterOutcome {
         rollout,
-        base: push::PushOutcome { push, client: summary, topology: net.placement.clone(), failure, publish_error: publish_error.map(|e| format!("{e:#}")) },
-        cluster: ClusterFacts {
-            nodes: args.nodes,
-            broker: format!("nats://{broker_at}"),
-            published_on: format!("n{publish_on}"),
-            node_stats,
+        base: push::PushOutcome {
+            push,
+            client: summary,
+            topology: net.placement.clone(),
             kernel_drops: crate::stats::netstat::delta(&netstat_before, &crate::stats::netstat::read()),
+            failure,
+            publish_error: publish_error.map(|e| format!("{e:#}")),
         },
+        cluster: ClusterFacts { nodes: args.nodes, broker: format!("nats://{broker_at}"), published_on: format!("n{publish_on}"), node_stats },
     };
     let plan = serde_json::json!({"client": cplan, "client_workers": cwplan, "nodes": args.nodes, "broadcasts": args.broadcasts, "topics": args.topics, "push_bytes": args.push_bytes});
     super::outcome::finish(args.report.as_deref(), args.json, &client, plan, &net.placement, &outcome, &args.thresholds, &mut progress)
@@ -440,9 +441,6 @@ struct ClusterFacts {
     broker: String,
     published_on: String,
     node_stats: Vec<Value>,
-    /// The kernel's drops during the run (the bench's namespace: the
-    /// input backlog every namespace shares, and its own TcpExt counters).
-    kernel_drops: std::collections::BTreeMap<String, u64>,
 }
 
 /// What a cluster push bench found.
@@ -481,7 +479,6 @@ impl super::outcome::Outcome for ClusterOutcome {
                 v["cpu_seconds"].as_f64().unwrap_or(0.0)
             );
         }
-        super::print_kernel_drops(&self.cluster.kernel_drops, "the bench's namespace and the per-CPU input backlogs");
         if let Some(r) = &self.rollout {
             r.print();
         }

@@ -479,20 +479,23 @@ fn print_report(r: &BenchReport) {
             r.kernel_slab_after_close_delta_bytes as f64 / 1048576.0
         );
     }
-    let scope = match r.topology.kind {
+    print_kernel_drops(&r.kernel_drops, drops_scope(r.topology.kind));
+}
+
+/// Where the kernel's counters were read, for a run on `kind`.
+pub(super) fn drops_scope(kind: crate::topology::Topology) -> &'static str {
+    match kind {
         crate::topology::Topology::Veth => "server's namespace; the client's is not counted",
         crate::topology::Topology::Netns => "the run's namespace",
         _ => "this host",
-    };
-    print_kernel_drops(&r.kernel_drops, scope);
+    }
 }
 
 /// The kernel's drops during the run (in `scope`), each with its fix.
-fn print_kernel_drops(drops: &std::collections::BTreeMap<String, u64>, scope: &str) {
+pub(super) fn print_kernel_drops(drops: &std::collections::BTreeMap<String, u64>, scope: &str) {
     if drops.is_empty() {
-        println!(
-            "kernel drops  none in {scope} (ListenOverflows, ListenDrops, TCPReqQFullDrop, TCPMigrateReqFailure, TCPSynRetrans, BacklogDrops all unchanged)"
-        );
+        let names: Vec<&str> = crate::stats::netstat::WATCHED.iter().map(|(n, _)| *n).collect();
+        println!("kernel drops  none in {scope} ({} all unchanged)", names.join(", "));
     }
     for (name, n) in drops {
         println!("kernel drops  {name} +{} — {}", format::count(*n), crate::stats::netstat::fix(name));

@@ -24,6 +24,10 @@ pub(super) const SETTLE: Duration = Duration::from_secs(2);
 /// Hold kept after the last publish, for the last deliveries.
 pub(super) const TAIL: Duration = Duration::from_secs(15);
 
+/// What a pushed message carries besides its data: the JSON envelope
+/// (topic, sequence, stamps) and the frame header, about.
+const ENVELOPE_BYTES: u64 = 320;
+
 /// One round as the admin API answered it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Round {
@@ -118,6 +122,10 @@ pub fn run(args: BenchConfig, placement: &crate::topology::Placement) -> Result<
     let super::outcome::PairPlan { server: splan, client: cplan, client_workers: cwplan } = super::outcome::plan_pair(&server_cfg, &client_cfg)?;
     crate::tune::precheck(args.connections, crate::tune::plan::TuneRole::Both, args.ports.len() as u64, args.rate)?;
     let mut progress = Progress::new(false);
+    // The message as it goes out: the data, its JSON envelope or frame.
+    if let Some(w) = crate::tune::broadcast_memory(&crate::tune::limits_here(), args.connections, args.push_bytes as u64 + ENVELOPE_BYTES) {
+        progress.note(&w);
+    }
     let what = if topics.is_empty() { "broadcasts".to_string() } else { format!("rounds over {} topics", topics.len()) };
     progress.note(&format!(
         "push bench: {} connections, then {} {what} of {} bytes every {:.1} s | {}",
@@ -128,6 +136,7 @@ pub fn run(args: BenchConfig, placement: &crate::topology::Placement) -> Result<
         crate::client::describe(&cplan, &cwplan)
     ));
     let ch = super::pair::PairChannel::default();
+    let netstat_before = crate::stats::netstat::read();
     let server = ch.start_server(&server_cfg, &splan)?;
     let anon_baseline = crate::stats::memory::pss_of(&server.pids()).anon;
     let to = ch.server.clone();
@@ -161,7 +170,9 @@ pub fn run(args: BenchConfig, placement: &crate::topology::Placement) -> Result<
     let summary = client.summary();
     let rounds = rounds.lock().expect("rounds").clone();
     let push = push_report(&args, &rounds, &client, &summary, workers, server.view.totals().cpu_seconds, phase);
-    let outcome = PushOutcome { push, client: summary, topology: placement.clone(), failure, publish_error: publish_error.map(|e| format!("{e:#}")) };
+    let kernel_drops = crate::stats::netstat::delta(&netstat_before, &crate::stats::netstat::read());
+    let outcome =
+        PushOutcome { push, client: summary, topology: placement.clone(), kernel_drops, failure, publish_error: publish_error.map(|e| format!("{e:#}")) };
     let plan =
         serde_json::json!({"client": cplan, "client_workers": cwplan, "broadcasts": args.broadcasts, "topics": args.topics, "push_bytes": args.push_bytes});
     super::outcome::finish(args.report.as_deref(), args.json, &client, plan, placement, &outcome, &args.thresholds, &mut progress)
@@ -173,6 +184,9 @@ pub struct PushOutcome {
     pub push: PushReport,
     pub client: ClientSummary,
     pub topology: crate::topology::Placement,
+    /// What the kernel dropped or ran short of during the run (TcpExt
+    /// counters that rose), each printed with its fix.
+    pub kernel_drops: std::collections::BTreeMap<String, u64>,
     /// Why the pair failed (the server's crash-loop guard, a node that
     /// exited), and why publishing failed.
     #[serde(skip)]
@@ -192,6 +206,7 @@ impl super::outcome::Outcome for PushOutcome {
 
     fn print(&self) {
         print_report(&self.push);
+        super::print_kernel_drops(&self.kernel_drops, super::drops_scope(self.topology.kind));
     }
 
     fn failures(&self) -> Vec<String> {

@@ -6,7 +6,10 @@
 //! every packet between network namespaces (veth, a bridge) passes that
 //! queue, and at `net.core.netdev_max_backlog` 1000 (the default) a
 //! broadcast or a reconnect storm over a million connections overflows
-//! it: retransmissions, then connections closed `ETIMEDOUT`.
+//! it: retransmissions, then connections closed `ETIMEDOUT`. And the
+//! TCP memory counters: a broadcast to a million slow readers queues
+//! gigabytes in receive queues, and past `net.ipv4.tcp_mem` the kernel
+//! drops what arrives for every socket.
 
 use std::collections::BTreeMap;
 
@@ -21,6 +24,15 @@ pub const WATCHED: &[(&str, &str)] = &[
     ("TCPReqQFullDoCookies", "SYN queue full, SYN cookies sent: raise net.ipv4.tcp_max_syn_backlog"),
     ("TCPMigrateReqFailure", "a handshake on a closing listener could not move to a sibling: net.ipv4.tcp_migrate_req=1, and leave one worker at a time"),
     ("TCPSynRetrans", "SYNs or SYN-ACKs retransmitted (each is a 1 s stall for that connection)"),
+    (
+        "TCPMemoryPressures",
+        "TCP buffer memory passed net.ipv4.tcp_mem's pressure mark: receive queues of slow readers (a broadcast to many connections) filled the kernel's share; raise net.ipv4.tcp_mem (the push bench prints a value)",
+    ),
+    ("TCPAbortOnMemory", "connections reset because the kernel had no TCP memory left for them: raise net.ipv4.tcp_mem"),
+    (
+        "TCPRcvQDrop",
+        "packets dropped because a receive queue could get no memory (net.ipv4.tcp_mem exhausted or the reader far behind): raise net.ipv4.tcp_mem",
+    ),
     (
         BACKLOG_DROPS,
         "packets dropped by a full per-CPU input backlog (traffic between namespaces passes it): raise net.core.netdev_max_backlog (megaconn tune --apply sets 65536)",

@@ -65,6 +65,48 @@ pub fn check_files(extra: u64, what: &str) -> Result<(), crate::UsageError> {
     )))
 }
 
+/// Kernel bytes a connection's receive queue holds for one message of
+/// `message_bytes`: the skb around it (its head, shared info, the rounding
+/// of its data) is about this much more than the message.
+pub const SKB_OVERHEAD_BYTES: u64 = 1280;
+
+/// A broadcast to `connections` queues its message in every receive queue
+/// until the reader catches up (a load generator reads slower than a
+/// server writes), each in an skb of about the message plus
+/// [`SKB_OVERHEAD_BYTES`]. Past net.ipv4.tcp_mem's high mark the kernel
+/// gives no socket a buffer: what arrives is dropped and retransmitted,
+/// heartbeats and deliveries stall for minutes (measured: a 1 KB
+/// broadcast to 1,000,000 WebSocket connections at the default 575,802
+/// pages delivered 84,701 of 5,000,000). A warning with the fix when the
+/// high mark is below one broadcast's worth.
+pub fn broadcast_memory(l: &limits::Limits, connections: u64, message_bytes: u64) -> Option<String> {
+    let [_, _, high] = l.tcp_mem?;
+    let page = l.page_size.max(1);
+    let needed = connections.saturating_mul(message_bytes + SKB_OVERHEAD_BYTES).div_ceil(page);
+    if high >= needed {
+        return None;
+    }
+    // Low at one broadcast, pressure at 1.5, high at 2: room for two
+    // rounds in flight before the kernel starts refusing buffers.
+    let fix = format!("sysctl -w net.ipv4.tcp_mem=\"{needed} {} {}\"", needed * 3 / 2, needed * 2);
+    let room = l.mem_available.map_or(String::new(), |a| {
+        if needed * 2 * page > a {
+            format!("; that is more than the {} this machine has available: fewer connections or smaller messages", format::bytes(a))
+        } else {
+            String::new()
+        }
+    });
+    Some(format!(
+        "warning: net.ipv4.tcp_mem: high mark {} pages ({}) is below one broadcast of {} bytes to {} connections (~{} pages, {} in receive queues): past it the kernel drops and the run stalls; fix: {fix}{room}",
+        format::count(high),
+        format::bytes(high * page),
+        format::count(message_bytes),
+        format::count(connections),
+        format::count(needed),
+        format::bytes(needed * page),
+    ))
+}
+
 /// What `megaconn tune` is asked.
 #[derive(Debug, Clone)]
 pub struct TuneConfig {
@@ -117,4 +159,31 @@ fn print_table(a: &Assessment) {
         }
     }
     println!("\n{}", a.verdict);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::limits::Limits;
+
+    fn with_tcp_mem(high: u64, available: u64) -> Limits {
+        Limits { tcp_mem: Some([high / 2, high * 3 / 4, high]), page_size: 4096, mem_available: Some(available), ..Limits::default() }
+    }
+
+    #[test]
+    fn a_broadcast_larger_than_tcp_mem_is_warned_with_a_fix() {
+        // The measured collapse: 1 KB (1,343 B on the wire) to 1M at 575,802 pages.
+        let l = with_tcp_mem(575_802, 12 << 30);
+        let w = super::broadcast_memory(&l, 1_000_000, 1343).expect("1M x 2.6 KB does not fit 2.2 GiB");
+        let needed = (1_000_000u64 * (1343 + super::SKB_OVERHEAD_BYTES)).div_ceil(4096);
+        assert!(w.contains(&format!("net.ipv4.tcp_mem=\"{needed} {} {}\"", needed * 3 / 2, needed * 2)), "{w}");
+        assert!(!w.contains("available"), "12 GiB is enough for the fix: {w}");
+        assert_eq!(super::broadcast_memory(&l, 100_000, 1343), None, "100K fits");
+        assert_eq!(super::broadcast_memory(&Limits { tcp_mem: None, ..l.clone() }, 1_000_000, 1343), None, "unknown: no guess");
+    }
+
+    #[test]
+    fn a_fix_larger_than_the_memory_says_so() {
+        let w = super::broadcast_memory(&with_tcp_mem(1000, 1 << 30), 10_000_000, 4096).expect("far too small");
+        assert!(w.contains("more than the") && w.contains("fewer connections or smaller messages"), "{w}");
+    }
 }
