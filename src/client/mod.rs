@@ -8,6 +8,7 @@ pub mod metrics;
 pub mod mqtt;
 pub mod phases;
 pub mod plan;
+mod push_json;
 pub mod pushes;
 pub mod raw;
 pub mod replace;

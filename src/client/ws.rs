@@ -16,7 +16,7 @@ use super::speak::{Due, Ear, Heard, Inflight, Speaker};
 use super::ws_message::WsMessage;
 use crate::net::{self, ReadEnd};
 use crate::proto::frame::stamp_of;
-use crate::proto::push::{self, Push, Stream};
+use crate::proto::push;
 use crate::proto::ws::deflate::{Deflater, Inflater};
 use crate::proto::ws::frame::{self, Event, Fragments, Opcode, Reader, Role};
 use crate::proto::ws::handshake;
@@ -50,42 +50,7 @@ fn stamped(stamp_us: u64, size: usize) -> Vec<u8> {
     p
 }
 
-/// A text push: the server's JSON envelope (stream, topic, seq, ts).
-fn json_push(data: &[u8]) -> Option<JsonMessage> {
-    let v: serde_json::Value = serde_json::from_slice(data).ok()?;
-    let topic = v["topic"].as_str().unwrap_or("").to_string();
-    let epoch = v["epoch"].as_u64().unwrap_or(0) as u32;
-    if v["type"] == "subscribed" {
-        let at = push::Position { epoch, offset: v["offset"].as_u64()? };
-        return Some(JsonMessage::Subscribed { topic, recovered: v["recovered"].as_bool()?, at });
-    }
-    let stream = match v["stream"].as_str()? {
-        "topic" => Stream::Topic,
-        "unicast" => Stream::Unicast,
-        _ => Stream::Broadcast,
-    };
-    Some(JsonMessage::Push { stream, topic, seq: v["seq"].as_u64()?, publish_us: v["ts"].as_u64()?, epoch })
-}
-
-/// A text message from a megaconn server (a WebSocket text message or an
-/// event's data): a push or a `subscribed` answer is accounted, anything
-/// else counted as raw bytes.
-pub(super) fn account_text(replies: &mut Replies<'_>, data: &[u8]) {
-    match json_push(data) {
-        Some(JsonMessage::Push { stream, topic, seq, publish_us, epoch }) => {
-            let p = Push { stream, topic: topic.as_bytes(), seq, publish_us, epoch, data: b"" };
-            super::pushes::account(replies.stats, replies.push, replies.seen, &p, push::wall_us());
-        }
-        Some(JsonMessage::Subscribed { topic, recovered, at }) => super::pushes::subscribed(replies.stats, replies.seen, topic.as_bytes(), recovered, at),
-        None => replies.stats.raw_bytes_in += data.len() as u64,
-    }
-}
-
-/// A text message from a megaconn server.
-enum JsonMessage {
-    Push { stream: Stream, topic: String, seq: u64, publish_us: u64, epoch: u32 },
-    Subscribed { topic: String, recovered: bool, at: push::Position },
-}
+pub(super) use super::push_json::account_text;
 
 /// What one read of a WebSocket connection found besides the accounting.
 #[derive(Default)]
