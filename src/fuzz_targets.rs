@@ -147,7 +147,7 @@ pub fn ws_inflate(data: &[u8]) {
         let run = |bytes: &[&[u8]]| {
             let (mut tmp, mut frag, mut inf) = (Vec::new(), None, ws::deflate::Inflater::default());
             let mut r = Reader { role, max, tmp: &mut tmp, frag: &mut frag, inflate: Some(&mut inf) };
-            let mut total = Ok(0);
+            let mut total: Result<usize, &'static str> = Ok(0);
             let mut carry = Vec::new();
             for b in bytes {
                 carry.extend_from_slice(b);

@@ -83,9 +83,11 @@ impl Read for Received<'_> {
     }
 }
 
-/// Why reading stopped.
+/// Why reading stopped. `E` names an error: a `String` by default
+/// ("ECONNRESET", "bad_frame_too_long"), or the caller's own type
+/// ([`read_chunks_as`]).
 #[derive(Debug, PartialEq, Eq)]
-pub enum ReadEnd {
+pub enum ReadEnd<E = String> {
     /// Drained for now; wait for the next readiness event.
     Open,
     /// Stopped after [`READ_BUDGET`] full reads with more possibly
@@ -95,7 +97,7 @@ pub enum ReadEnd {
     /// The peer closed its side (read returned 0).
     Eof,
     /// An error, named like "ECONNRESET" or "bad_frame_too_long".
-    Error(String),
+    Error(E),
 }
 
 /// Read everything the socket has, decode whole frames and hand each to
@@ -122,13 +124,33 @@ pub fn read_fixed<S: Source>(
     unit: usize,
     mut on_unit: impl FnMut(&[u8]) -> Result<(), &'static str>,
 ) -> ReadEnd {
-    read_chunks(stream, partial, scratch, read_closed, |buf| {
-        let whole = buf.len() / unit * unit;
-        for u in buf[..whole].chunks_exact(unit) {
-            on_unit(u)?;
-        }
-        Ok(whole)
-    })
+    read_fixed_as(stream, partial, scratch, read_closed, unit, |u| on_unit(u).map_err(str::to_string), crate::sys::error_kind_name)
+}
+
+/// [`read_fixed`] with errors of the caller's type (see [`read_chunks_as`]).
+pub fn read_fixed_as<S: Source, E>(
+    stream: &mut S,
+    partial: &mut Spill,
+    scratch: &mut [u8],
+    read_closed: bool,
+    unit: usize,
+    mut on_unit: impl FnMut(&[u8]) -> Result<(), E>,
+    io_error: impl Fn(&io::Error) -> E,
+) -> ReadEnd<E> {
+    read_chunks_as(
+        stream,
+        partial,
+        scratch,
+        read_closed,
+        |buf| {
+            let whole = buf.len() / unit * unit;
+            for u in buf[..whole].chunks_exact(unit) {
+                on_unit(u)?;
+            }
+            Ok(whole)
+        },
+        io_error,
+    )
 }
 
 /// The read loop both protocols share: `consume` takes the bytes so far
@@ -140,6 +162,19 @@ pub fn read_chunks<S: Source>(
     read_closed: bool,
     mut consume: impl FnMut(&[u8]) -> Result<usize, &'static str>,
 ) -> ReadEnd {
+    read_chunks_as(stream, partial, scratch, read_closed, |b| consume(b).map_err(str::to_string), crate::sys::error_kind_name)
+}
+
+/// [`read_chunks`] with errors of the caller's type: `consume`'s own, and
+/// `io_error`'s name for a failed read. Nothing is allocated to end.
+pub fn read_chunks_as<S: Source, E>(
+    stream: &mut S,
+    partial: &mut Spill,
+    scratch: &mut [u8],
+    read_closed: bool,
+    mut consume: impl FnMut(&[u8]) -> Result<usize, E>,
+    io_error: impl Fn(&io::Error) -> E,
+) -> ReadEnd<E> {
     let mut reads = 0;
     loop {
         let (n, more) = match stream.read_some(scratch) {
@@ -147,7 +182,7 @@ pub fn read_chunks<S: Source>(
             Ok(r) => r,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return ReadEnd::Open,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return ReadEnd::Error(crate::sys::error_kind_name(&e)),
+            Err(e) => return ReadEnd::Error(io_error(&e)),
         };
         let result = match partial {
             // Nothing new (records with no plaintext): nothing to consume,
@@ -174,8 +209,8 @@ pub fn read_chunks<S: Source>(
                 r
             }
         };
-        if let Err(kind) = result {
-            return ReadEnd::Error(kind.to_string());
+        if let Err(e) = result {
+            return ReadEnd::Error(e);
         }
         // A short read means the socket is empty right now; any later data
         // raises a new edge-triggered event.
@@ -191,7 +226,7 @@ pub fn read_chunks<S: Source>(
 
 /// Every whole frame at the start of `buf`, in order, to `on_frame`;
 /// returns the bytes they took (a frame cut short waits for more).
-pub fn decode_all(buf: &[u8], on_frame: &mut impl FnMut(Frame<'_>) -> Result<(), &'static str>) -> Result<usize, &'static str> {
+pub fn decode_all<E: From<frame::FrameError>>(buf: &[u8], on_frame: &mut impl FnMut(Frame<'_>) -> Result<(), E>) -> Result<usize, E> {
     let mut used = 0;
     loop {
         match frame::decode(&buf[used..]) {
@@ -200,7 +235,29 @@ pub fn decode_all(buf: &[u8], on_frame: &mut impl FnMut(Frame<'_>) -> Result<(),
                 used += n;
             }
             Ok(None) => return Ok(used),
-            Err(e) => return Err(e.kind_name()),
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Why a send must end the connection.
+#[derive(Debug)]
+pub enum SendError {
+    /// What waits unsent would pass the send's bound.
+    Full,
+    /// A write took no byte.
+    WriteZero,
+    /// The socket failed.
+    Io(io::Error),
+}
+
+impl SendError {
+    /// Its name: `full` past the bound, "write_zero", or the errno's name.
+    pub fn name(self, full: &str) -> String {
+        match self {
+            SendError::Full => full.into(),
+            SendError::WriteZero => "write_zero".into(),
+            SendError::Io(e) => crate::sys::error_kind_name(&e),
         }
     }
 }
@@ -214,27 +271,32 @@ pub fn send<S: Write>(stream: &mut S, backlog: &mut Spill, data: &[u8]) -> Resul
 /// [`send`] with its own bound on what may wait unsent: beyond `cap`
 /// bytes the connection must be closed, named `reason`.
 pub fn send_capped<S: Write>(stream: &mut S, backlog: &mut Spill, data: &[u8], cap: usize, reason: &str) -> Result<(), String> {
+    try_send_capped(stream, backlog, data, cap).map_err(|e| e.name(reason))
+}
+
+/// [`send_capped`] with a typed error: nothing is allocated to fail.
+pub fn try_send_capped<S: Write>(stream: &mut S, backlog: &mut Spill, data: &[u8], cap: usize) -> Result<(), SendError> {
     if data.is_empty() {
         return Ok(());
     }
     if backlog.is_some() {
-        queue_capped(backlog, data, cap, reason)?;
-        return flush(stream, backlog);
+        try_queue_capped(backlog, data, cap)?;
+        return try_flush(stream, backlog);
     }
     let mut written = 0;
     while written < data.len() {
         match stream.write(&data[written..]) {
-            Ok(0) => return Err("write_zero".into()),
+            Ok(0) => return Err(SendError::WriteZero),
             Ok(n) => written += n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(crate::sys::error_kind_name(&e)),
+            Err(e) => return Err(SendError::Io(e)),
         }
     }
     if written < data.len() {
         // The first spill is bounded like every later one.
         if data.len() - written > cap {
-            return Err(reason.into());
+            return Err(SendError::Full);
         }
         *backlog = Some(Box::new(data[written..].to_vec()));
     }
@@ -244,8 +306,13 @@ pub fn send_capped<S: Write>(stream: &mut S, backlog: &mut Spill, data: &[u8], c
 /// Add `data` behind what waits in `backlog`, within `cap` bytes (else
 /// the connection must be closed, named `reason`).
 pub fn queue_capped(backlog: &mut Spill, data: &[u8], cap: usize, reason: &str) -> Result<(), String> {
+    try_queue_capped(backlog, data, cap).map_err(|e| e.name(reason))
+}
+
+/// [`queue_capped`] with a typed error ([`SendError::Full`]).
+pub fn try_queue_capped(backlog: &mut Spill, data: &[u8], cap: usize) -> Result<(), SendError> {
     if backlog.as_ref().map_or(0, |b| b.len()) + data.len() > cap {
-        return Err(reason.into());
+        return Err(SendError::Full);
     }
     backlog.get_or_insert_with(Default::default).extend_from_slice(data);
     Ok(())
@@ -253,15 +320,20 @@ pub fn queue_capped(backlog: &mut Spill, data: &[u8], cap: usize, reason: &str) 
 
 /// Push out as much of `backlog` as the socket takes now.
 pub fn flush<S: Write>(stream: &mut S, backlog: &mut Spill) -> Result<(), String> {
+    try_flush(stream, backlog).map_err(|e| e.name(""))
+}
+
+/// [`flush`] with a typed error.
+pub fn try_flush<S: Write>(stream: &mut S, backlog: &mut Spill) -> Result<(), SendError> {
     let Some(buf) = backlog else { return Ok(()) };
     let mut written = 0;
     while written < buf.len() {
         match stream.write(&buf[written..]) {
-            Ok(0) => return Err("write_zero".into()),
+            Ok(0) => return Err(SendError::WriteZero),
             Ok(n) => written += n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(crate::sys::error_kind_name(&e)),
+            Err(e) => return Err(SendError::Io(e)),
         }
     }
     buf.drain(..written);

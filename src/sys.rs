@@ -131,7 +131,16 @@ pub fn error_kind_name(e: &io::Error) -> String {
 }
 
 pub fn errno_name(code: i32) -> String {
-    let name = match code {
+    match errno_static(code) {
+        Some(name) => name.to_string(),
+        None => format!("errno_{code}"),
+    }
+}
+
+/// The name of an errno operators know, without allocating; `None` for
+/// the rest ([`errno_name`] calls them "errno_N").
+pub fn errno_static(code: i32) -> Option<&'static str> {
+    Some(match code {
         libc::ECONNREFUSED => "ECONNREFUSED",
         libc::EADDRNOTAVAIL => "EADDRNOTAVAIL",
         libc::EADDRINUSE => "EADDRINUSE",
@@ -149,9 +158,8 @@ pub fn errno_name(code: i32) -> String {
         libc::EACCES => "EACCES",
         libc::EPERM => "EPERM",
         libc::EINVAL => "EINVAL",
-        _ => return format!("errno_{code}"),
-    };
-    name.to_string()
+        _ => return None,
+    })
 }
 
 /// Name a signal the way `kill -l` does ("SIGKILL", "SIGSEGV", ...).

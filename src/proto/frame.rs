@@ -97,6 +97,13 @@ impl FrameError {
     }
 }
 
+/// A decode error as its counter name, for callers whose errors are names.
+impl From<FrameError> for &'static str {
+    fn from(e: FrameError) -> &'static str {
+        e.kind_name()
+    }
+}
+
 /// Decode the first frame of `buf`. `Ok(None)` means more bytes are
 /// needed; on success returns the frame and how many bytes it used.
 pub fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, FrameError> {

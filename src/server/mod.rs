@@ -4,6 +4,7 @@
 pub mod auth;
 pub mod broker;
 pub mod business;
+pub mod close;
 pub mod commands;
 pub mod config;
 pub mod limits;

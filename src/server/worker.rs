@@ -33,6 +33,7 @@ pub mod wildcards;
 
 use crate::server::business::service_time::ServiceTime;
 use crate::server::business::{BusinessMode, Stage};
+use crate::server::close::{self, Close};
 use crate::server::session::http::{self, HttpConfig};
 use crate::server::supervisor::listener::{AcceptGroup, LISTENER_BASE};
 use crate::server::worker::conn::Conn;
@@ -394,7 +395,7 @@ impl Handler for Worker {
                 }
                 if n > 0 {
                     self.stats.closed += n;
-                    *self.stats.close_reasons.entry("server_stopped".into()).or_insert(0) += n;
+                    close::count_n(&mut self.stats.close_reasons, Close::ServerStopped, n);
                 }
                 self.stats.active = 0;
                 Flow::Done
@@ -460,7 +461,7 @@ impl Handler for Worker {
         if self.draining && self.drained() {
             let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
             for key in keys {
-                self.close(key, "server_drained".into());
+                self.close(key, Close::ServerDrained);
             }
             return Flow::Done;
         }
@@ -593,7 +594,7 @@ impl Worker {
         }
     }
 
-    fn close(&mut self, key: usize, reason: String) {
+    fn close(&mut self, key: usize, reason: Close) {
         if let Some(mut conn) = self.conns.try_remove(key) {
             if let Some(r) = &mut self.ring {
                 r.next.ops.push(crate::uring::Op::Cancel { tag: crate::uring::recv_tag(key, conn.gen) });
@@ -605,8 +606,7 @@ impl Worker {
             }
             let tls = self.tls.as_mut().and_then(|t| t.remove(key));
             if tls.as_ref().is_some_and(|t| t.handshaking()) {
-                let why = if reason == "peer_closed" { crate::tls::failure::EOF.to_string() } else { reason.clone() };
-                *self.stats.tls_handshake_failures.entry(why).or_insert(0) += 1;
+                close::count(&mut self.stats.tls_handshake_failures, reason.handshake_failure());
             } else if let (Some(mut t), Some(side)) = (tls, self.tls.as_mut()) {
                 // A TLS peer tells a clean end from a cut one by this:
                 // behind the send in flight on the ring, else at once.
@@ -619,7 +619,7 @@ impl Worker {
                     _ => t.close_notify(&mut conn.stream, &mut side.bufs.wire),
                 }
             }
-            if answered_refusal(&reason) && conn.backlog.is_none() && (!conn.watched() || self.poll.registry().deregister(&mut conn.stream).is_ok()) {
+            if reason.lingers() && conn.backlog.is_none() && (!conn.watched() || self.poll.registry().deregister(&mut conn.stream).is_ok()) {
                 match &mut self.ring {
                     // Its answer goes with the next submit; the lingering after.
                     Some(r) if conn.sending() => r.linger_after_submit.push(conn.stream),
@@ -651,7 +651,7 @@ impl Worker {
             }
             self.stats.closed += 1;
             self.stats.active -= 1;
-            *self.stats.close_reasons.entry(reason).or_insert(0) += 1;
+            close::count(&mut self.stats.close_reasons, reason);
             self.maybe_rejoin();
         }
     }
@@ -663,7 +663,7 @@ impl Worker {
         let conns = &self.conns;
         let Some(t) = &mut self.tls else { return };
         for key in t.expired(now, |k, gen| conns.get(k).is_some_and(|c| c.gen == gen)) {
-            self.close(key, crate::tls::failure::TIMEOUT.into());
+            self.close(key, Close::TlsTimeout);
         }
     }
 
@@ -673,7 +673,7 @@ impl Worker {
             let limit = (self.cfg.http.header_timeout_ms / 100).max(1) as u32;
             let stuck: Vec<usize> = self.conns.iter().filter(|(_, c)| http::stalled(&c.ext, now, limit)).map(|(k, _)| k).collect();
             for key in stuck {
-                self.close(key, "header_timeout".into());
+                self.close(key, Close::HeaderTimeout);
             }
         }
         let Some(ms) = self.cfg.idle_timeout_ms else { return };
@@ -689,22 +689,9 @@ impl Worker {
             .map(|(k, _)| k)
             .collect();
         for key in stale {
-            self.close(key, "idle_timeout".into());
+            self.close(key, Close::IdleTimeout);
         }
     }
-}
-
-/// Closes after an error answer (an HTTP status for a refused request or
-/// upgrade): the peer may still be sending the request's body, so the
-/// socket lingers.
-fn answered_refusal(reason: &str) -> bool {
-    reason == crate::tls::failure::PLAINTEXT
-        || reason == drain::REASON
-        || reason.starts_with("ws_handshake")
-        || reason.starts_with("auth_")
-        || reason.starts_with("mqtt_")
-        || crate::server::broker::upstream::is_full(reason)
-        || (reason.starts_with("http_") && reason != "http_connection_close")
 }
 
 /// A worker config from before `--protocol mqtt` existed.

@@ -136,6 +136,25 @@ pub fn header(buf: &[u8], role: Role, max: usize, deflate: bool) -> Result<Optio
     Ok(Some(Header { fin, opcode, mask, len: len as usize, rsv1, size }))
 }
 
+/// A protocol violation [`Reader::consume`] found, by its counter name
+/// ("ws_bad_utf8", "ws_message_too_big", ...). A caller's own error type
+/// takes it by `From` (a plain `&'static str` does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Violation(pub &'static str);
+
+impl Violation {
+    /// The close status code its close frame carries (see [`close_code`]).
+    pub fn close_code(self) -> u16 {
+        close_code(self.0)
+    }
+}
+
+impl From<Violation> for &'static str {
+    fn from(v: Violation) -> &'static str {
+        v.0
+    }
+}
+
 /// The close status code for a reason from this module (or 1000).
 pub fn close_code(reason: &str) -> u16 {
     match reason {
@@ -271,10 +290,10 @@ impl Reader<'_> {
     /// frame to `on`; return the bytes used (the rest is an incomplete
     /// frame). Stops after a close frame. Err: why the connection must end
     /// (a violation, or the callback's own reason).
-    pub fn consume(&mut self, buf: &[u8], mut on: impl FnMut(Event<'_>) -> Result<(), &'static str>) -> Result<usize, &'static str> {
+    pub fn consume<E: From<Violation>>(&mut self, buf: &[u8], mut on: impl FnMut(Event<'_>) -> Result<(), E>) -> Result<usize, E> {
         let mut pos = 0;
         loop {
-            let Some(h) = header(&buf[pos..], self.role, self.max, self.inflate.is_some())? else { return Ok(pos) };
+            let Some(h) = header(&buf[pos..], self.role, self.max, self.inflate.is_some()).map_err(Violation)? else { return Ok(pos) };
             if buf.len() - pos < h.size + h.len {
                 return Ok(pos);
             }
@@ -291,13 +310,13 @@ impl Reader<'_> {
                 Opcode::Close => {
                     let (code, reason) = match self.tmp.len() {
                         0 => (None, &[][..]),
-                        1 => return Err("ws_bad_close"),
+                        1 => return Err(Violation("ws_bad_close").into()),
                         _ => {
                             let code = u16::from_be_bytes([self.tmp[0], self.tmp[1]]);
                             if !valid_close_code(code) {
-                                return Err("ws_bad_close");
+                                return Err(Violation("ws_bad_close").into());
                             }
-                            std::str::from_utf8(&self.tmp[2..]).map_err(|_| "ws_bad_utf8")?;
+                            std::str::from_utf8(&self.tmp[2..]).map_err(|_| Violation("ws_bad_utf8"))?;
                             (Some(code), &self.tmp[2..])
                         }
                     };
@@ -306,28 +325,28 @@ impl Reader<'_> {
                 }
                 Opcode::Text | Opcode::Binary => {
                     if self.frag.is_some() {
-                        return Err("ws_expected_continuation");
+                        return Err(Violation("ws_expected_continuation").into());
                     }
                     let text = h.opcode == Opcode::Text;
                     if !h.fin {
                         *self.frag = Some(Box::new(Fragments { text, compressed: h.rsv1, data: std::mem::take(self.tmp) }));
                     } else if h.rsv1 {
-                        let data = inflate(&mut self.inflate, self.tmp, self.max)?;
+                        let data = inflate(&mut self.inflate, self.tmp, self.max).map_err(Violation)?;
                         deliver(text, data, &mut on)?;
                     } else {
                         deliver(text, self.tmp, &mut on)?;
                     }
                 }
                 Opcode::Continuation => {
-                    let Some(f) = self.frag.as_mut() else { return Err("ws_unexpected_continuation") };
+                    let Some(f) = self.frag.as_mut() else { return Err(Violation("ws_unexpected_continuation").into()) };
                     if f.data.len() + self.tmp.len() > self.max {
-                        return Err("ws_message_too_big");
+                        return Err(Violation("ws_message_too_big").into());
                     }
                     f.data.extend_from_slice(self.tmp);
                     if h.fin {
                         let f = self.frag.take().expect("checked above");
                         if f.compressed {
-                            let data = inflate(&mut self.inflate, &f.data, self.max)?;
+                            let data = inflate(&mut self.inflate, &f.data, self.max).map_err(Violation)?;
                             deliver(f.text, data, &mut on)?;
                         } else {
                             deliver(f.text, &f.data, &mut on)?;
@@ -346,9 +365,9 @@ fn inflate<'i>(inflater: &'i mut Option<&mut Inflater>, data: &[u8], max: usize)
     i.inflate(data, max).map_err(|e| e.reason())
 }
 
-fn deliver(text: bool, data: &[u8], on: &mut impl FnMut(Event<'_>) -> Result<(), &'static str>) -> Result<(), &'static str> {
+fn deliver<E: From<Violation>>(text: bool, data: &[u8], on: &mut impl FnMut(Event<'_>) -> Result<(), E>) -> Result<(), E> {
     if text {
-        std::str::from_utf8(data).map_err(|_| "ws_bad_utf8")?;
+        std::str::from_utf8(data).map_err(|_| Violation("ws_bad_utf8"))?;
     }
     on(Event::Message { text, data })
 }
@@ -381,7 +400,7 @@ mod tests {
                     if let Event::Message { data, .. } = e {
                         seen = Some(data.to_vec());
                     }
-                    Ok(())
+                    Ok::<(), &str>(())
                 })
                 .unwrap();
             assert_eq!(used, buf.len());
@@ -451,9 +470,9 @@ mod tests {
             let (mut tmp, mut frag) = (Vec::new(), None);
             let mut got = Vec::new();
             let mut r = Reader { role: Role::Server, max: 1000, tmp: &mut tmp, frag: &mut frag, inflate: None };
-            let used = r.consume(&buf[..cut], |e| { got.push(format!("{e:?}")); Ok(()) }).unwrap();
+            let used = r.consume(&buf[..cut], |e| { got.push(format!("{e:?}")); Ok::<(), &str>(()) }).unwrap();
             let rest = buf[used..].to_vec();
-            r.consume(&rest, |e| { got.push(format!("{e:?}")); Ok(()) }).unwrap();
+            r.consume(&rest, |e| { got.push(format!("{e:?}")); Ok::<(), &str>(()) }).unwrap();
             prop_assert_eq!(got, vec![format!("{:?}", Event::Message { text: false, data: &data }), format!("{:?}", Event::Pong(b"t"))]);
         }
 

@@ -7,6 +7,7 @@
 //! server without `--auth` pays nothing per connection.
 
 use crate::server::auth::jwt::{self, Claims, Verifier};
+use crate::server::close::Close;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::rc::Rc;
@@ -165,9 +166,9 @@ impl Gate {
         self.verifier.is_some()
     }
 
-    /// Check a token; Err: the refusal's counter name.
-    pub fn verify(&self, token: Option<&str>) -> Result<Claims, &'static str> {
-        let v = self.verifier.as_ref().ok_or("auth_off")?;
+    /// Check a token; Err: why it is refused.
+    pub fn verify(&self, token: Option<&str>) -> Result<Claims, Close> {
+        let v = self.verifier.as_ref().ok_or(Close::AuthOff)?;
         v.verify(token.unwrap_or(""))
     }
 
@@ -197,10 +198,10 @@ impl Gate {
 
     /// A fresher token for an authenticated connection: its expiry and
     /// permissions are the new token's. Err: a token for another user.
-    pub fn refresh(&mut self, key: usize, claims: Claims) -> Result<u64, &'static str> {
-        let id = self.by_key.get_mut(&key).ok_or(jwt::MISSING)?;
+    pub fn refresh(&mut self, key: usize, claims: Claims) -> Result<u64, Close> {
+        let id = self.by_key.get_mut(&key).ok_or(Close::AuthMissing)?;
         if *id.user != *claims.sub {
-            return Err(OTHER_USER);
+            return Err(Close::AuthOtherUser);
         }
         id.exp = claims.exp;
         let old = std::mem::replace(&mut id.topics, Rc::from(Vec::new()));
@@ -278,17 +279,17 @@ impl Gate {
     }
 
     /// Whether connection `key` may subscribe to `topic`.
-    pub fn permits(&self, key: usize, topic: &str) -> Result<(), &'static str> {
+    pub fn permits(&self, key: usize, topic: &str) -> Result<(), Close> {
         let id = self.by_key.get(&key);
         if self.admin_topics.iter().any(|p| jwt::covers(p, topic)) && !id.is_some_and(|i| i.admin) {
-            return Err(NOT_PERMITTED);
+            return Err(Close::NotPermitted);
         }
         if !self.required() {
             return Ok(());
         }
         match id {
             Some(i) if i.admin || i.topics.iter().any(|p| jwt::covers(p, topic)) => Ok(()),
-            _ => Err(NOT_PERMITTED),
+            _ => Err(Close::NotPermitted),
         }
     }
 
@@ -345,15 +346,15 @@ mod tests {
     fn identities_permissions_and_expiry() {
         let key = jwt::JwtKey::Secret(vec![7; 32]);
         let mut g = Gate::new(Some(&key), &Default::default(), vec!["ops.*".into()]).unwrap();
-        assert_eq!(g.permits(1, "chat.a"), Err(NOT_PERMITTED), "no identity yet");
+        assert_eq!(g.permits(1, "chat.a"), Err(Close::NotPermitted), "no identity yet");
         g.admit(1, 10, claims("alice", 100, &["chat.*"]));
         g.admit(2, 11, claims("alice", 200, &["*"]));
         g.admit(3, 12, claims("bob", 150, &["news"]));
         assert_eq!(g.permits(1, "chat.a"), Ok(()));
-        assert_eq!(g.permits(1, "news"), Err(NOT_PERMITTED));
-        assert_eq!(g.permits(2, "ops.x"), Err(NOT_PERMITTED), "admin topics need admin, even with *");
+        assert_eq!(g.permits(1, "news"), Err(Close::NotPermitted));
+        assert_eq!(g.permits(2, "ops.x"), Err(Close::NotPermitted), "admin topics need admin, even with *");
         assert_eq!(g.conns_of("alice"), &[1, 2]);
-        assert_eq!(g.refresh(3, claims("alice", 999, &[])), Err(OTHER_USER));
+        assert_eq!(g.refresh(3, claims("alice", 999, &[])), Err(Close::AuthOtherUser));
         assert_eq!(g.refresh(1, claims("alice", 300, &["chat.*"])), Ok(300));
         assert_eq!(g.expired(160), vec![(3, 12)], "alice's first token was refreshed");
         g.forget(2);
@@ -381,7 +382,7 @@ mod tests {
     #[test]
     fn admin_topics_without_auth() {
         let g = Gate::new(None, &Default::default(), vec!["ops".into()]).unwrap();
-        assert_eq!(g.permits(1, "ops"), Err(NOT_PERMITTED));
+        assert_eq!(g.permits(1, "ops"), Err(Close::NotPermitted));
         assert_eq!(g.permits(1, "chat"), Ok(()));
     }
 

@@ -11,6 +11,7 @@
 //! are required; `exp` and `nbf` are checked with no leeway, because the
 //! connection is closed at `exp` too.
 
+use crate::server::close::Close;
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
@@ -174,21 +175,21 @@ impl Verifier {
         Ok(Verifier { keys })
     }
 
-    /// The claims of a valid token, or why it is refused (a counter name).
-    pub fn verify(&self, token: &str) -> Result<Claims, &'static str> {
+    /// The claims of a valid token, or why it is refused ([`Close`]: its name is the counter's).
+    pub fn verify(&self, token: &str) -> Result<Claims, Close> {
         if token.is_empty() {
-            return Err(MISSING);
+            return Err(Close::AuthMissing);
         }
         if token.len() > MAX_TOKEN {
-            return Err("auth_malformed");
+            return Err(Close::AuthMalformed);
         }
         // One key: no need to read the header twice (decode reads it).
         let key = match self.keys.as_slice() {
             [one] => one,
             keys => {
                 let header = jsonwebtoken::decode_header(token).map_err(|_| header_refusal(token))?;
-                let kid = header.kid.ok_or("auth_unknown_key")?;
-                keys.iter().find(|k| k.kid.as_deref() == Some(kid.as_str())).ok_or("auth_unknown_key")?
+                let kid = header.kid.ok_or(Close::AuthUnknownKey)?;
+                keys.iter().find(|k| k.kid.as_deref() == Some(kid.as_str())).ok_or(Close::AuthUnknownKey)?
             }
         };
         let data = jsonwebtoken::decode::<Claims>(token, &key.key, &key.validation).map_err(|e| {
@@ -201,7 +202,7 @@ impl Verifier {
             }
         })?;
         if data.claims.sub.is_empty() || data.claims.sub.len() > 255 {
-            return Err("auth_bad_claims");
+            return Err(Close::AuthBadClaims);
         }
         Ok(data.claims)
     }
@@ -213,20 +214,22 @@ pub const MISSING: &str = "auth_missing";
 pub const EXPIRED: &str = "auth_expired";
 
 /// What a refused token's client should do, by reason.
-pub fn explain(reason: &str) -> &'static str {
+pub fn explain(reason: Close) -> &'static str {
     match reason {
-        MISSING => "no token: send Authorization: Bearer TOKEN, the subprotocols megaconn and bearer.TOKEN, or ?token=TOKEN (framed: an auth frame first)",
-        EXPIRED => "the token's exp has passed: get a fresh token",
-        NOT_YET_VALID => "the token's nbf is still in the future",
-        WRONG_AUDIENCE => "the token's aud is not this server's --jwt-audience",
-        WRONG_ISSUER => "the token's iss is not this server's --jwt-issuer",
-        "auth_bad_signature" => "the token's signature does not match this server's key",
-        "auth_bad_algorithm" => {
+        Close::AuthMissing => {
+            "no token: send Authorization: Bearer TOKEN, the subprotocols megaconn and bearer.TOKEN, or ?token=TOKEN (framed: an auth frame first)"
+        }
+        Close::AuthExpired => "the token's exp has passed: get a fresh token",
+        Close::AuthNotYetValid => "the token's nbf is still in the future",
+        Close::AuthWrongAudience => "the token's aud is not this server's --jwt-audience",
+        Close::AuthWrongIssuer => "the token's iss is not this server's --jwt-issuer",
+        Close::AuthBadSignature => "the token's signature does not match this server's key",
+        Close::AuthBadAlgorithm => {
             "the token's alg is not one this server's key verifies (HS* for --jwt-secret-file, the key's own family for a public key or JWKS; never none)"
         }
-        "auth_bad_claims" => "the token needs sub (a string, 1-255 bytes) and exp (unix seconds); topics is a list of strings",
-        "auth_unknown_key" => "no key in the server's JWKS has the token's kid",
-        crate::server::auth::gate::OTHER_USER => "a refresh token must be for the connection's own user (sub)",
+        Close::AuthBadClaims => "the token needs sub (a string, 1-255 bytes) and exp (unix seconds); topics is a list of strings",
+        Close::AuthUnknownKey => "no key in the server's JWKS has the token's kid",
+        Close::AuthOtherUser => "a refresh token must be for the connection's own user (sub)",
         _ => "not a JWT (header.payload.signature, base64url, at most 8 KiB)",
     }
 }
@@ -243,28 +246,28 @@ pub const EXPIRED_CLOSE: u16 = 4001;
 
 /// Why a header did not decode: an algorithm we never accept (`none`,
 /// an unknown name) or not a JWT at all.
-fn header_refusal(token: &str) -> &'static str {
+fn header_refusal(token: &str) -> Close {
     use base64::Engine;
     let head = token.split('.').next().unwrap_or("");
     let json = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(head.trim_end_matches('=')).ok();
     let alg = json.and_then(|j| serde_json::from_slice::<serde_json::Value>(&j).ok()).is_some_and(|v| v["alg"].is_string());
     if alg {
-        "auth_bad_algorithm"
+        Close::AuthBadAlgorithm
     } else {
-        "auth_malformed"
+        Close::AuthMalformed
     }
 }
 
-fn refusal(kind: &ErrorKind) -> &'static str {
+fn refusal(kind: &ErrorKind) -> Close {
     match kind {
-        ErrorKind::ExpiredSignature => EXPIRED,
-        ErrorKind::ImmatureSignature => NOT_YET_VALID,
-        ErrorKind::InvalidAudience | ErrorKind::MissingRequiredClaim(_) if missing_or(kind, "aud") => WRONG_AUDIENCE,
-        ErrorKind::InvalidIssuer | ErrorKind::MissingRequiredClaim(_) if missing_or(kind, "iss") => WRONG_ISSUER,
-        ErrorKind::InvalidSignature => "auth_bad_signature",
-        ErrorKind::InvalidAlgorithm | ErrorKind::InvalidAlgorithmName | ErrorKind::MissingAlgorithm | ErrorKind::InvalidKeyFormat => "auth_bad_algorithm",
-        ErrorKind::MissingRequiredClaim(_) | ErrorKind::Json(_) => "auth_bad_claims",
-        _ => "auth_malformed",
+        ErrorKind::ExpiredSignature => Close::AuthExpired,
+        ErrorKind::ImmatureSignature => Close::AuthNotYetValid,
+        ErrorKind::InvalidAudience | ErrorKind::MissingRequiredClaim(_) if missing_or(kind, "aud") => Close::AuthWrongAudience,
+        ErrorKind::InvalidIssuer | ErrorKind::MissingRequiredClaim(_) if missing_or(kind, "iss") => Close::AuthWrongIssuer,
+        ErrorKind::InvalidSignature => Close::AuthBadSignature,
+        ErrorKind::InvalidAlgorithm | ErrorKind::InvalidAlgorithmName | ErrorKind::MissingAlgorithm | ErrorKind::InvalidKeyFormat => Close::AuthBadAlgorithm,
+        ErrorKind::MissingRequiredClaim(_) | ErrorKind::Json(_) => Close::AuthBadClaims,
+        _ => Close::AuthMalformed,
     }
 }
 
@@ -303,17 +306,17 @@ mod tests {
         let good = encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(&secret)).unwrap();
         assert_eq!(v.verify(&good).unwrap().sub, "alice");
         let other = encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(b"another secret, just as long...!")).unwrap();
-        assert_eq!(v.verify(&other), Err("auth_bad_signature"));
+        assert_eq!(v.verify(&other), Err(Close::AuthBadSignature));
         let old = serde_json::json!({"sub": "alice", "exp": now() - 1});
         let expired = encode(&Header::new(Algorithm::HS256), &old, &EncodingKey::from_secret(&secret)).unwrap();
-        assert_eq!(v.verify(&expired), Err(EXPIRED));
+        assert_eq!(v.verify(&expired), Err(Close::AuthExpired));
         let no_sub = encode(&Header::new(Algorithm::HS256), &serde_json::json!({"exp": now() + 60}), &EncodingKey::from_secret(&secret)).unwrap();
-        assert_eq!(v.verify(&no_sub), Err("auth_bad_claims"));
+        assert_eq!(v.verify(&no_sub), Err(Close::AuthBadClaims));
         // alg none: header {"alg":"none"}, no signature.
         let none = "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.eyJzdWIiOiJhbGljZSIsImV4cCI6OTk5OTk5OTk5OX0.";
-        assert_eq!(v.verify(none), Err("auth_bad_algorithm"));
-        assert_eq!(v.verify(""), Err(MISSING));
-        assert_eq!(v.verify("a.b"), Err("auth_malformed"));
+        assert_eq!(v.verify(none), Err(Close::AuthBadAlgorithm));
+        assert_eq!(v.verify(""), Err(Close::AuthMissing));
+        assert_eq!(v.verify("a.b"), Err(Close::AuthMalformed));
     }
 
     /// `nbf` is checked; `aud` and `iss` when the server names them
@@ -324,20 +327,20 @@ mod tests {
         let mint = |c: serde_json::Value| encode(&Header::new(Algorithm::HS256), &c, &EncodingKey::from_secret(&secret)).unwrap();
         let any = Verifier::new(&JwtKey::Secret(secret.clone()), &Expected::default()).unwrap();
         let tomorrow = mint(serde_json::json!({"sub": "a", "exp": now() + 172_800, "nbf": now() + 86_400}));
-        assert_eq!(any.verify(&tomorrow), Err(NOT_YET_VALID));
+        assert_eq!(any.verify(&tomorrow), Err(Close::AuthNotYetValid));
         let started = mint(serde_json::json!({"sub": "a", "exp": now() + 60, "nbf": now() - 1}));
         assert_eq!(any.verify(&started).unwrap().sub, "a");
         let foreign = mint(serde_json::json!({"sub": "a", "exp": now() + 60, "aud": "billing", "iss": "idp"}));
         assert_eq!(any.verify(&foreign).unwrap().sub, "a", "no --jwt-audience: aud not checked");
         let ours = Expected { audience: Some("megaconn".into()), issuer: Some("idp".into()) };
         let strict = Verifier::new(&JwtKey::Secret(secret.clone()), &ours).unwrap();
-        assert_eq!(strict.verify(&foreign), Err(WRONG_AUDIENCE));
+        assert_eq!(strict.verify(&foreign), Err(Close::AuthWrongAudience));
         let no_aud = mint(serde_json::json!({"sub": "a", "exp": now() + 60, "iss": "idp"}));
-        assert_eq!(strict.verify(&no_aud), Err(WRONG_AUDIENCE));
+        assert_eq!(strict.verify(&no_aud), Err(Close::AuthWrongAudience));
         let other_iss = mint(serde_json::json!({"sub": "a", "exp": now() + 60, "aud": "megaconn", "iss": "evil"}));
-        assert_eq!(strict.verify(&other_iss), Err(WRONG_ISSUER));
+        assert_eq!(strict.verify(&other_iss), Err(Close::AuthWrongIssuer));
         let no_iss = mint(serde_json::json!({"sub": "a", "exp": now() + 60, "aud": "megaconn"}));
-        assert_eq!(strict.verify(&no_iss), Err(WRONG_ISSUER));
+        assert_eq!(strict.verify(&no_iss), Err(Close::AuthWrongIssuer));
         let good = mint(serde_json::json!({"sub": "a", "exp": now() + 60, "aud": ["x", "megaconn"], "iss": "idp"}));
         assert_eq!(strict.verify(&good).unwrap().sub, "a");
     }

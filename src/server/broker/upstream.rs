@@ -102,11 +102,6 @@ const MESSAGE_OVERHEAD: usize = 128;
 /// The most a string grows as JSON: a control character becomes `\u00XX`.
 const JSON_ESCAPE_MAX: usize = 6;
 
-/// Whether a close reason is an upstream refusal (WebSocket close 1013).
-pub fn is_full(reason: &str) -> bool {
-    reason == FULL || reason == CONN_FULL
-}
-
 /// A worker's share of `--upstream-queue-bytes` when at most `max_workers`
 /// run at once: the supervisor holds at most `max_workers` shares.
 pub fn worker_share(total: u64, max_workers: usize) -> u64 {
@@ -359,12 +354,40 @@ pub fn batch_len(sizes: impl Iterator<Item = usize>, count: usize, bytes: usize)
     n
 }
 
+/// Why a batch is sent again (the `upstream_retries` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// No connection to the backend.
+    Connect,
+    /// The connection failed mid-request.
+    Io,
+    /// No answer within the request timeout: sent again halved.
+    Timeout,
+    /// A 5xx answer.
+    Http5xx,
+    /// A 408 or 429 answer.
+    Http(u16),
+}
+
+impl Retry {
+    /// Its label: connect, io, timeout, http_5xx, http_429, ...
+    pub fn label(self) -> String {
+        match self {
+            Retry::Connect => "connect".into(),
+            Retry::Io => "io".into(),
+            Retry::Timeout => "timeout".into(),
+            Retry::Http5xx => "http_5xx".into(),
+            Retry::Http(status) => format!("http_{status}"),
+        }
+    }
+}
+
 /// How a POST ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     Taken,
-    /// Send again, for this reason (the `upstream_retries` label).
-    Retry(String),
+    /// Send again, for this reason.
+    Retry(Retry),
     /// An answer that is not retried as such.
     Refused(u16),
 }
@@ -379,7 +402,7 @@ pub enum Next {
     /// Finish it without sending it again, counted under this status.
     Refused(u16),
     /// Send again after the back-off, for this reason.
-    Retry(String),
+    Retry(Retry),
 }
 
 /// The size of the next batch, learned from the backend's answers.
@@ -434,7 +457,7 @@ impl Sizer {
             }
             Outcome::Refused(status) => Next::Refused(status),
             Outcome::Retry(reason) => {
-                if reason == "timeout" {
+                if reason == Retry::Timeout {
                     self.count = (n / 2).max(1);
                     self.bytes = (body / 2).max(1);
                 }
@@ -472,10 +495,10 @@ async fn post(conn: &mut Option<Conn>, t: &Target, secret: Option<&UpstreamSecre
     if conn.as_ref().is_none_or(|c| c.is_closed()) {
         *conn = match tokio::time::timeout(REQUEST_TIMEOUT, connect(t)).await {
             Ok(Ok(c)) => Some(c),
-            _ => return Outcome::Retry("connect".into()),
+            _ => return Outcome::Retry(Retry::Connect),
         };
     }
-    let Some(c) = conn.as_mut() else { return Outcome::Retry("connect".into()) };
+    let Some(c) = conn.as_mut() else { return Outcome::Retry(Retry::Connect) };
     let mut req =
         hyper::Request::post(&t.path).header(hyper::header::HOST, format!("{}:{}", t.host, t.port)).header(hyper::header::CONTENT_TYPE, "application/json");
     if let Some(s) = secret {
@@ -495,16 +518,16 @@ async fn post(conn: &mut Option<Conn>, t: &Target, secret: Option<&UpstreamSecre
         Ok(Ok(s)) if (200..300).contains(&s) => Outcome::Taken,
         Ok(Ok(s)) if s == 408 || s == 429 || s >= 500 => {
             *conn = None;
-            Outcome::Retry(if s >= 500 { "http_5xx".into() } else { format!("http_{s}") })
+            Outcome::Retry(if s >= 500 { Retry::Http5xx } else { Retry::Http(s) })
         }
         Ok(Ok(s)) => Outcome::Refused(s),
         Ok(Err(_)) => {
             *conn = None;
-            Outcome::Retry("io".into())
+            Outcome::Retry(Retry::Io)
         }
         Err(_) => {
             *conn = None;
-            Outcome::Retry("timeout".into())
+            Outcome::Retry(Retry::Timeout)
         }
     }
 }
@@ -669,7 +692,7 @@ async fn run(cfg: SenderConfig, mut rx: UnboundedReceiver<Arrival>, sink: Sink<U
                 }
             }
             Next::Retry(reason) => {
-                *s.counters.lock().expect("counters").retries.entry(reason).or_insert(0) += 1;
+                *s.counters.lock().expect("counters").retries.entry(reason.label()).or_insert(0) += 1;
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
@@ -745,12 +768,12 @@ mod tests {
     #[test]
     fn a_timeout_halves_the_batch_and_success_grows_it_back() {
         let mut s = Sizer::default();
-        assert_eq!(s.after(5_000, 4 << 20, Outcome::Retry("timeout".into())), Next::Retry("timeout".into()));
+        assert_eq!(s.after(5_000, 4 << 20, Outcome::Retry(Retry::Timeout)), Next::Retry(Retry::Timeout));
         assert_eq!((s.count, s.bytes), (2_500, 2 << 20));
-        assert_eq!(s.after(2_500, 2 << 20, Outcome::Retry("connect".into())), Next::Retry("connect".into()));
+        assert_eq!(s.after(2_500, 2 << 20, Outcome::Retry(Retry::Connect)), Next::Retry(Retry::Connect));
         assert_eq!(s.count, 2_500, "only a timeout says the batch was too large to send in time");
         for _ in 0..2 {
-            s.after(1, 10, Outcome::Retry("timeout".into()));
+            s.after(1, 10, Outcome::Retry(Retry::Timeout));
         }
         assert_eq!(s.count, 1);
         for _ in 0..25 {

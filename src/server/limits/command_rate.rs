@@ -8,6 +8,7 @@
 //! A connection past the bound (`--max-commands-per-second`) is closed as
 //! `too_many_commands`.
 
+use crate::server::close::Close;
 use std::collections::HashMap;
 
 /// Default `--max-commands-per-second`. Generous for any client that
@@ -33,11 +34,11 @@ impl CommandRate {
     }
 
     /// Connection `key` sends one more command; Err once it is past the bound.
-    pub fn charge(&mut self, key: usize) -> Result<(), &'static str> {
+    pub fn charge(&mut self, key: usize) -> Result<(), Close> {
         let n = self.this_second.entry(key).or_insert(0);
         *n += 1;
         if *n > self.limit {
-            return Err(TOO_MANY_COMMANDS);
+            return Err(Close::TooManyCommands);
         }
         Ok(())
     }
@@ -62,7 +63,7 @@ mod tests {
         for _ in 0..DEFAULT_PER_SECOND {
             assert_eq!(r.charge(1), Ok(()));
         }
-        assert_eq!(r.charge(1), Err(TOO_MANY_COMMANDS));
+        assert_eq!(r.charge(1), Err(Close::TooManyCommands));
         assert_eq!(r.charge(2), Ok(()), "another connection is not charged for it");
         r.tick();
         assert_eq!(r.charge(1), Ok(()), "a new second, a new budget");

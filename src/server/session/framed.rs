@@ -8,8 +8,8 @@
 
 use super::requests::Requests;
 use crate::proto::frame::{self, Frame, Kind};
-use crate::server::auth::jwt;
 use crate::server::broker::upstream::UpMessage;
+use crate::server::close::{self, Close};
 use crate::server::session::ws;
 use crate::server::worker::conn::{awaiting_auth, Ext};
 use crate::server::worker::outbox::Outbox;
@@ -43,12 +43,12 @@ pub struct Opening {
 /// Take the bytes read so far: every whole frame is carried out; returns
 /// how many bytes were used (the rest waits for more). Err closes the
 /// connection with that reason.
-pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, &'static str> {
+pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, Close> {
     crate::net::decode_all(buf, &mut |f| on_frame(ctx, ext, f))
 }
 
 /// One frame of a client. Err closes the connection.
-fn on_frame(ctx: &mut Ctx<'_>, ext: &mut Ext, f: Frame<'_>) -> Result<(), &'static str> {
+fn on_frame(ctx: &mut Ctx<'_>, ext: &mut Ext, f: Frame<'_>) -> Result<(), Close> {
     let Ctx { req, topics, subs, recoveries, upstream, opening } = ctx;
     let key = req.key;
     req.stats.frames_in += 1;
@@ -74,7 +74,7 @@ fn on_frame(ctx: &mut Ctx<'_>, ext: &mut Ext, f: Frame<'_>) -> Result<(), &'stat
         }
         Kind::Subscribe => {
             if let Err(reason) = topics.subscribe(subs, key, f.payload) {
-                *req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
+                close::count(&mut req.stats.subscribe_refused, reason);
                 return Err(reason);
             }
         }
@@ -82,14 +82,14 @@ fn on_frame(ctx: &mut Ctx<'_>, ext: &mut Ext, f: Frame<'_>) -> Result<(), &'stat
         Kind::Publish => publish(req, topics, upstream.as_deref_mut(), f.payload)?,
         Kind::Resume => {
             opening.resumed = true;
-            let (topic, at) = crate::proto::push::decode_resume(f.payload)?;
+            let (topic, at) = crate::proto::push::decode_resume(f.payload).map_err(|_| Close::BadFrameResume)?;
             opening.resumed_broadcasts |= topic == crate::proto::push::BROADCAST_TOPIC.as_bytes();
             if let Err(reason) = recovery::resume(topics, subs, recoveries, (key, req.gen), topic, at) {
-                *req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
+                close::count(&mut req.stats.subscribe_refused, reason);
                 return Err(reason);
             }
         }
-        _ => return Err("bad_frame_unexpected_kind"),
+        _ => return Err(Close::BadFrameUnexpectedKind),
     }
     Ok(())
 }
@@ -98,15 +98,9 @@ fn on_frame(ctx: &mut Ctx<'_>, ext: &mut Ext, f: Frame<'_>) -> Result<(), &'stat
 /// refreshes its token (a refused refresh keeps the old token: the
 /// connection closes at its exp; topics the new token does not permit
 /// are unsubscribed). Err closes the connection.
-fn token(
-    req: &mut Requests<'_>,
-    topics: &mut Topics,
-    (subs, recoveries): (&mut Subs, &mut Recoveries),
-    ext: &mut Ext,
-    payload: &[u8],
-) -> Result<(), &'static str> {
+fn token(req: &mut Requests<'_>, topics: &mut Topics, (subs, recoveries): (&mut Subs, &mut Recoveries), ext: &mut Ext, payload: &[u8]) -> Result<(), Close> {
     if !topics.gate.required() {
-        return Err("bad_frame_unexpected_kind");
+        return Err(Close::BadFrameUnexpectedKind);
     }
     let token = std::str::from_utf8(payload).unwrap_or("\u{0}");
     if !awaiting_auth(ext) {
@@ -124,7 +118,7 @@ fn token(
             Ok(())
         }
         Err(reason) => {
-            *req.stats.auth_refused.entry(reason.into()).or_insert(0) += 1;
+            close::count(&mut req.stats.auth_refused, reason);
             Err(reason)
         }
     }
@@ -133,15 +127,15 @@ fn token(
 /// A framed publish frame (`topic_len:u8 topic data`): to the application.
 /// Err closes the connection (no `--upstream`, a bad or forbidden topic,
 /// or the worker's upstream queue is full).
-fn publish(req: &mut Requests<'_>, topics: &Topics, upstream: Option<&mut Outbox>, payload: &[u8]) -> Result<(), &'static str> {
-    let Some(up) = upstream else { return Err("bad_frame_unexpected_kind") };
-    let n = *payload.first().ok_or("bad_frame_publish")? as usize;
-    let (topic, data) = payload[1..].split_at_checked(n).ok_or("bad_frame_publish")?;
+fn publish(req: &mut Requests<'_>, topics: &Topics, upstream: Option<&mut Outbox>, payload: &[u8]) -> Result<(), Close> {
+    let Some(up) = upstream else { return Err(Close::BadFrameUnexpectedKind) };
+    let n = *payload.first().ok_or(Close::BadFramePublish)? as usize;
+    let (topic, data) = payload[1..].split_at_checked(n).ok_or(Close::BadFramePublish)?;
     let topic = match topic {
         [] => None,
         t => {
-            crate::proto::push::check_topic(t).map_err(|_| "bad_topic")?;
-            let t = std::str::from_utf8(t).map_err(|_| "bad_topic")?;
+            crate::proto::push::check_topic(t).map_err(|_| Close::BadTopic)?;
+            let t = std::str::from_utf8(t).map_err(|_| Close::BadTopic)?;
             topics.gate.permits(req.key, t)?;
             Some(t)
         }
@@ -153,9 +147,9 @@ fn publish(req: &mut Requests<'_>, topics: &Topics, upstream: Option<&mut Outbox
 }
 
 /// A framed frame before the auth frame: refused and counted.
-fn missing(req: &mut Requests<'_>) -> Result<(), &'static str> {
-    *req.stats.auth_refused.entry(jwt::MISSING.into()).or_insert(0) += 1;
-    Err(jwt::MISSING)
+fn missing(req: &mut Requests<'_>) -> Result<(), Close> {
+    close::count(&mut req.stats.auth_refused, Close::AuthMissing);
+    Err(Close::AuthMissing)
 }
 
 #[cfg(test)]
@@ -173,7 +167,7 @@ mod tests {
         Parts { read: Read::new(), recoveries: Recoveries::default() }
     }
 
-    fn consume_all(p: &mut Parts, buf: &[u8]) -> (Result<usize, &'static str>, Opening) {
+    fn consume_all(p: &mut Parts, buf: &[u8]) -> (Result<usize, Close>, Opening) {
         let (req, topics, subs) = p.read.split();
         let mut ctx = Ctx { req, topics, subs, recoveries: &mut p.recoveries, upstream: None, opening: Opening::default() };
         let r = consume(&mut ctx, &mut None, buf);
@@ -206,6 +200,6 @@ mod tests {
         let mut buf = Vec::new();
         frame::encode(&mut buf, Kind::Reply, b"x");
         let (r, _) = consume_all(&mut parts(), &buf);
-        assert_eq!(r, Err("bad_frame_unexpected_kind"));
+        assert_eq!(r, Err(Close::BadFrameUnexpectedKind));
     }
 }

@@ -4,6 +4,7 @@
 //! while a request is half-read or a reply is pending.
 
 use crate::proto::http::{self, HttpState, Step};
+use crate::server::close::Close;
 use crate::server::session::requests::{Answer, Requests};
 use crate::server::worker::conn::{Ext, HttpExt};
 
@@ -49,7 +50,7 @@ pub struct Ctx<'a> {
 
 /// Handle as many requests in `buf` as possible; return the bytes used.
 /// Err names why the connection must close (after `ctx.out` is sent).
-pub fn consume(ctx: &mut Ctx<'_>, conn: &mut Ext, buf: &[u8]) -> Result<usize, &'static str> {
+pub fn consume(ctx: &mut Ctx<'_>, conn: &mut Ext, buf: &[u8]) -> Result<usize, Close> {
     if crate::server::worker::conn::sse_mut(conn).is_some() {
         // An event stream only sends; what its client sends is dropped.
         return Ok(buf.len());
@@ -58,7 +59,7 @@ pub fn consume(ctx: &mut Ctx<'_>, conn: &mut Ext, buf: &[u8]) -> Result<usize, &
         // Pipelined requests wait unparsed behind a deferred reply; a
         // peer may not pile up more than this behind one.
         if buf.len() > MAX_PIPELINED {
-            return Err("http_pipeline_overflow");
+            return Err(Close::HttpPipelineOverflow);
         }
         return Ok(0);
     }
@@ -72,10 +73,10 @@ pub fn consume(ctx: &mut Ctx<'_>, conn: &mut Ext, buf: &[u8]) -> Result<usize, &
             Step::Fail(code) => {
                 http::respond(ctx.req.out, code, None, b"", ctx.date);
                 break Err(match code {
-                    400 => "http_400_bad_request",
-                    405 => "http_405_method",
-                    431 => "http_431_headers_too_large",
-                    _ => "http_501_not_implemented",
+                    400 => Close::Http400BadRequest,
+                    405 => Close::Http405Method,
+                    431 => Close::Http431HeadersTooLarge,
+                    _ => Close::Http501NotImplemented,
                 });
             }
             Step::Request(req) if req.events.is_some() => {
@@ -91,7 +92,7 @@ pub fn consume(ctx: &mut Ctx<'_>, conn: &mut Ext, buf: &[u8]) -> Result<usize, &
                 let mut reply = Vec::with_capacity(160 + ctx.cfg.body.len());
                 http::respond(&mut reply, 200, Some(&req), &ctx.cfg.body, ctx.date);
                 match ctx.req.submit(reply) {
-                    Answer::Sent if !req.keep_alive => break Err("http_connection_close"),
+                    Answer::Sent if !req.keep_alive => break Err(Close::HttpConnectionClose),
                     Answer::Sent => {}
                     Answer::Deferred => {
                         let c = conn.http_or_default();
@@ -101,7 +102,7 @@ pub fn consume(ctx: &mut Ctx<'_>, conn: &mut Ext, buf: &[u8]) -> Result<usize, &
                     }
                     Answer::Rejected(_) => {
                         http::respond(ctx.req.out, 503, None, b"", ctx.date);
-                        break Err("http_503_rejected");
+                        break Err(Close::Http503Rejected);
                     }
                 }
             }

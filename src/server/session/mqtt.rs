@@ -28,6 +28,7 @@
 
 use crate::proto::mqtt::decode::{self, FixedHeader};
 use crate::proto::mqtt::{encode, kind, Ack, ConnAck, Disconnect, Error, Limits, Packet, Properties, Publish, QoS, Role, SubAck, Version};
+use crate::server::close::{self, Close};
 use crate::server::commands::{ClientPublish, RetainedWant};
 use crate::server::session::requests::Requests;
 use crate::server::worker::conn::{ConnExt, Ext};
@@ -47,6 +48,8 @@ pub const MAX_PENDING_PUBLISH_BYTES: usize = 4 << 20;
 /// client may send ahead and how many of its QoS 2 publishes may await
 /// their PUBREL (each costs 2 bytes while it does).
 const RECEIVE_MAXIMUM: u16 = 1024;
+/// MQTT 5.0 reason code 0x80, "unspecified error".
+const UNSPECIFIED_ERROR: u8 = 0x80;
 
 mod acks;
 mod connect;
@@ -148,8 +151,8 @@ pub struct Ctx<'a> {
 /// how many bytes were used (a cut packet waits for more). Err closes the
 /// connection with that reason, after what `req.out` holds (a CONNACK or
 /// DISCONNECT with the refusal's code).
-pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, &'static str> {
-    let Some(ConnExt::Mqtt(m)) = ext.as_deref_mut() else { return Err("mqtt_no_state") };
+pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, Close> {
+    let Some(ConnExt::Mqtt(m)) = ext.as_deref_mut() else { return Err(Close::MqttNoState) };
     let mut pos = 0;
     loop {
         let h = match decode::fixed_header(&buf[pos..], m.version, ctx.limits.max_packet_size) {
@@ -165,7 +168,7 @@ pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, &'
 }
 
 /// One whole packet. Err closes the connection.
-fn on_packet(ctx: &mut Ctx<'_>, m: &mut MqttConn, h: &FixedHeader, body: &[u8]) -> Result<(), &'static str> {
+fn on_packet(ctx: &mut Ctx<'_>, m: &mut MqttConn, h: &FixedHeader, body: &[u8]) -> Result<(), Close> {
     let Some(version) = m.version else {
         if h.kind != kind::CONNECT {
             return Err(refuse(ctx, None, Error::UnexpectedPacket));
@@ -174,7 +177,7 @@ fn on_packet(ctx: &mut Ctx<'_>, m: &mut MqttConn, h: &FixedHeader, body: &[u8]) 
         return match decode::packet(h, body, Role::Server, version, ctx.limits) {
             Ok(Packet::Connect(c)) => connect::connect(ctx, m, *c),
             Ok(_) => Err(refuse(ctx, None, Error::UnexpectedPacket)),
-            Err(e) => Err(refuse_connect(ctx, version, e.reason_code(), e.v3_connack(), e.as_str())),
+            Err(e) => Err(refuse_connect(ctx, version, e.reason_code(), e.v3_connack(), Close::Mqtt(e))),
         };
     };
     if h.kind == kind::CONNECT {
@@ -189,7 +192,7 @@ fn on_packet(ctx: &mut Ctx<'_>, m: &mut MqttConn, h: &FixedHeader, body: &[u8]) 
                 m.take_will();
                 m.tidy();
             }
-            return Err(PEER_DISCONNECT);
+            return Err(Close::MqttDisconnect);
         }
         Packet::Subscribe(s) => subscribe(ctx, m, version, s)?,
         Packet::Unsubscribe(u) => unsubscribe(ctx, m, version, u)?,
@@ -199,7 +202,7 @@ fn on_packet(ctx: &mut Ctx<'_>, m: &mut MqttConn, h: &FixedHeader, body: &[u8]) 
         Packet::PubComp(a) => acks::outbound(ctx, m, version, flight::Stage::Comp, &a),
         Packet::PubRel(a) => acks::pubrel(ctx, m, version, &a),
         // AUTH without an authentication method (§4.12).
-        _ => return Err(disconnect(ctx, version, 0x82, "mqtt_unexpected_packet")),
+        _ => return Err(disconnect(ctx, version, Close::Mqtt(Error::UnexpectedPacket))),
     }
     Ok(())
 }
@@ -214,17 +217,17 @@ fn send(ctx: &mut Ctx<'_>, version: Version, p: &Packet<'_>) {
 }
 
 /// A codec refusal: CONNACK before the CONNECT was accepted, else (5.0)
-/// DISCONNECT, with its reason code; its counter name.
-fn refuse(ctx: &mut Ctx<'_>, version: Option<Version>, e: Error) -> &'static str {
+/// DISCONNECT, with its reason code; the close it is.
+fn refuse(ctx: &mut Ctx<'_>, version: Option<Version>, e: Error) -> Close {
     match version {
-        None => refuse_connect(ctx, Version::V311, e.reason_code(), e.v3_connack(), e.as_str()),
-        Some(v) => disconnect(ctx, v, e.reason_code(), e.as_str()),
+        None => refuse_connect(ctx, Version::V311, e.reason_code(), e.v3_connack(), Close::Mqtt(e)),
+        Some(v) => disconnect(ctx, v, Close::Mqtt(e)),
     }
 }
 
 /// A CONNECT refused: CONNACK with the 5.0 reason code or the 3.1.1
 /// return code (none: close without one, 3.1.1 §4.8).
-fn refuse_connect(ctx: &mut Ctx<'_>, version: Version, v5: u8, v3: Option<u8>, reason: &'static str) -> &'static str {
+fn refuse_connect(ctx: &mut Ctx<'_>, version: Version, v5: u8, v3: Option<u8>, reason: Close) -> Close {
     let code = match version {
         Version::V5 => Some(v5),
         Version::V311 => v3,
@@ -235,9 +238,10 @@ fn refuse_connect(ctx: &mut Ctx<'_>, version: Version, v5: u8, v3: Option<u8>, r
     reason
 }
 
-/// 5.0: a DISCONNECT with `code` before the close; 3.1.1: just the close.
-fn disconnect(ctx: &mut Ctx<'_>, version: Version, code: u8, reason: &'static str) -> &'static str {
-    if version == Version::V5 {
+/// 5.0: a DISCONNECT with the reason's code ([`Close::mqtt_code`])
+/// before the close; 3.1.1: just the close.
+fn disconnect(ctx: &mut Ctx<'_>, version: Version, reason: Close) -> Close {
+    if let Some(code) = reason.mqtt_code().filter(|_| version == Version::V5) {
         send(ctx, version, &Packet::Disconnect(Disconnect { reason: code, properties: Properties::default() }));
     }
     reason
@@ -246,10 +250,10 @@ fn disconnect(ctx: &mut Ctx<'_>, version: Version, code: u8, reason: &'static st
 /// SUBSCRIBE: each filter into the worker's topics, its code in SUBACK;
 /// its options kept when not plain QoS 0, its retained messages asked
 /// for (v5 Retain Handling 0 always, 1 when it is new, 2 never).
-fn subscribe(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, s: crate::proto::mqtt::Subscribe<'_>) -> Result<(), &'static str> {
+fn subscribe(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, s: crate::proto::mqtt::Subscribe<'_>) -> Result<(), Close> {
     ctx.topics.rate.charge(ctx.req.key)?;
     if !s.properties.subscription_ids.is_empty() {
-        return Err(disconnect(ctx, v, 0xA1, "mqtt_subscription_ids_unsupported"));
+        return Err(disconnect(ctx, v, Close::MqttSubscriptionIdsUnsupported));
     }
     let mut codes = Vec::with_capacity(s.subscriptions.len());
     for sub in &s.subscriptions {
@@ -259,9 +263,9 @@ fn subscribe(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, s: crate::proto::m
         } else if sub.no_local {
             Err((0x83, "mqtt_no_local_unsupported"))
         } else if wildcards::is_filter(sub.filter) {
-            ctx.topics.subscribe_filter(ctx.subs, ctx.req.key, sub.filter).map_err(|r| (subscribe_code(r), r))
+            ctx.topics.subscribe_filter(ctx.subs, ctx.req.key, sub.filter).map_err(|r| (subscribe_code(r), r.as_str()))
         } else {
-            ctx.topics.subscribe(ctx.subs, ctx.req.key, sub.filter.as_bytes()).map_err(|r| (subscribe_code(r), r))
+            ctx.topics.subscribe(ctx.subs, ctx.req.key, sub.filter.as_bytes()).map_err(|r| (subscribe_code(r), r.as_str()))
         };
         codes.push(match r {
             Ok(()) => {
@@ -295,17 +299,17 @@ fn subscribe(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, s: crate::proto::m
 }
 
 /// The v5 SUBACK code for a refusal of the worker's topics.
-fn subscribe_code(reason: &str) -> u8 {
+fn subscribe_code(reason: Close) -> u8 {
     match reason {
-        crate::server::auth::gate::NOT_PERMITTED => 0x87,
-        crate::server::worker::topics::TOO_MANY_TOPICS | "too_many_subscriptions" => 0x97,
+        Close::NotPermitted => 0x87,
+        Close::TooManyTopics | Close::TooManySubscriptions => 0x97,
         _ => 0x8F,
     }
 }
 
 /// UNSUBSCRIBE: each filter dropped (and its options); v5 says which
 /// were not there (0x11).
-fn unsubscribe(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, u: crate::proto::mqtt::Unsubscribe<'_>) -> Result<(), &'static str> {
+fn unsubscribe(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, u: crate::proto::mqtt::Unsubscribe<'_>) -> Result<(), Close> {
     ctx.topics.rate.charge(ctx.req.key)?;
     let mut codes = Vec::new();
     for f in &u.filters {
@@ -335,27 +339,28 @@ fn publish_ack(qos: QoS, packet_id: u16, reason: u8) -> Option<Packet<'static>> 
 /// PUBLISH from a client: into the topic space, then PUBACK (QoS 1) or
 /// PUBREC (QoS 2: once per packet id until its PUBREL; a resend while
 /// it is due is acknowledged again, not forwarded again).
-fn publish(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, p: Publish<'_>) -> Result<(), &'static str> {
+fn publish(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, p: Publish<'_>) -> Result<(), Close> {
     if p.properties.topic_alias.is_some() {
-        return Err(disconnect(ctx, v, 0x94, "mqtt_topic_alias_unsupported"));
+        return Err(disconnect(ctx, v, Close::MqttTopicAliasUnsupported));
     }
     let refused = if crate::proto::push::check_topic(p.topic.as_bytes()).is_err() {
-        Some((0x90, "bad_topic"))
+        Some(Close::BadTopic)
     } else if ctx.topics.gate.permits(ctx.req.key, p.topic).is_err() {
-        Some((0x87, crate::server::auth::gate::NOT_PERMITTED))
+        Some(Close::NotPermitted)
     } else if p.payload.len() > ctx.cfg.max_push {
-        Some((0x95, "mqtt_payload_too_large"))
+        Some(Close::MqttPayloadTooLarge)
     } else if ctx.published.bytes + p.payload.len() > MAX_PENDING_PUBLISH_BYTES {
-        Some((0x97, "mqtt_publish_queue_full"))
+        Some(Close::MqttPublishQueueFull)
     } else {
         None
     };
-    if let Some((code, reason)) = refused {
-        *ctx.req.stats.mqtt_publish_refused.entry(reason.into()).or_insert(0) += 1;
+    if let Some(reason) = refused {
+        close::count(&mut ctx.req.stats.mqtt_publish_refused, reason);
         // Only a QoS 1 or 2 publish of 5.0 can be refused and the connection kept.
+        let code = reason.mqtt_code().unwrap_or(UNSPECIFIED_ERROR);
         match publish_ack(p.qos, p.packet_id, code).filter(|_| v == Version::V5) {
             Some(ack) => send(ctx, v, &ack),
-            None => return Err(disconnect(ctx, v, code, reason)),
+            None => return Err(disconnect(ctx, v, reason)),
         }
         return Ok(());
     }
@@ -369,7 +374,7 @@ fn publish(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, p: Publish<'_>) -> R
             }
             flight::Incoming::TooMany => {
                 m.tidy();
-                return Err(disconnect(ctx, v, 0x93, "mqtt_receive_maximum_exceeded"));
+                return Err(disconnect(ctx, v, Close::MqttReceiveMaximumExceeded));
             }
         }
     }

@@ -12,6 +12,7 @@
 
 use crate::proto::push::{self, Position, Push, Stream, BROADCAST_TOPIC};
 use crate::proto::ws::handshake;
+use crate::server::close::{self, Close};
 use crate::server::session::requests::Requests;
 use crate::server::snapshot::ServerSnapshot;
 use crate::server::worker::conn::{ConnExt, Ext};
@@ -31,23 +32,23 @@ impl Follow<'_, '_> {
     /// `?since=` tokens, and an event stream's (`events`: its
     /// Last-Event-ID, maybe empty) every stream. Err: the refusal is in
     /// the output.
-    pub fn start(&mut self, target: &str, events: Option<&str>) -> Result<(), &'static str> {
+    pub fn start(&mut self, target: &str, events: Option<&str>) -> Result<(), Close> {
         let (key, gen) = (self.req.key, self.req.gen);
         for topic in handshake::subscriptions(target) {
             if let Err(reason) = self.topics.subscribe(self.subs, key, topic.as_bytes()) {
-                *self.req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
+                close::count(&mut self.req.stats.subscribe_refused, reason);
                 let r = match reason {
-                    crate::server::auth::gate::NOT_PERMITTED => handshake::Refusal {
+                    Close::NotPermitted => handshake::Refusal {
                         status: 403,
-                        reason,
+                        reason: reason.as_str(),
                         text: "a ?subscribe= topic this connection's token does not allow (its topics claim), or one of --admin-topics",
                     },
-                    crate::server::worker::topics::TOO_MANY_TOPICS => handshake::Refusal {
+                    Close::TooManyTopics => handshake::Refusal {
                         status: 503,
-                        reason,
+                        reason: reason.as_str(),
                         text: "this server holds its --max-topics topics; subscribe to an existing topic or try later",
                     },
-                    _ => handshake::Refusal { status: 400, reason, text: "bad ?subscribe= topic (1-255 of [A-Za-z0-9._:/$-], at most 64)" },
+                    _ => handshake::Refusal { status: 400, reason: reason.as_str(), text: "bad ?subscribe= topic (1-255 of [A-Za-z0-9._:/$-], at most 64)" },
                 };
                 handshake::write_refusal(self.req.out, &r);
                 return Err(reason);
@@ -65,13 +66,13 @@ impl Follow<'_, '_> {
         }
         for token in tokens {
             let resumed = push::parse_resume_token(token)
-                .map_err(|_| "bad_topic")
+                .map_err(|_| Close::BadTopic)
                 .and_then(|(topic, at)| recovery::resume(self.topics, self.subs, self.recoveries, (key, gen), topic.as_bytes(), at));
             if let Err(reason) = resumed {
-                *self.req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
+                close::count(&mut self.req.stats.subscribe_refused, reason);
                 let r = handshake::Refusal {
                     status: 400,
-                    reason,
+                    reason: reason.as_str(),
                     text: "bad ?since= token: give TOPIC:EPOCH:OFFSET as the server sent it, or a bare TOPIC for its position",
                 };
                 handshake::write_refusal(self.req.out, &r);

@@ -16,9 +16,10 @@
 //! Pushes go out as text (a JSON envelope) or binary (`--push-format`).
 
 use crate::proto::push::{self, Push, Stream};
-use crate::proto::ws::frame::{self, close_code, Event, Opcode, Reader, Role};
+use crate::proto::ws::frame::{self, Event, Opcode, Reader, Role};
 use crate::proto::ws::handshake;
 use crate::server::auth::jwt;
+use crate::server::close::{self, Close};
 use crate::server::session::requests::{Answer, Requests};
 use crate::server::session::ws_deflate::{self, DeflateConfig, DeflateMode, WsCodec};
 use crate::server::worker::conn::{sse_mut, ws_mut, ConnExt, Ext, WsConn};
@@ -28,10 +29,8 @@ use serde::{Deserialize, Serialize};
 
 /// Default cap on one message, all fragments together (close 1009 above).
 pub const DEFAULT_MAX_MESSAGE: usize = 64 * 1024;
-/// The counter a peer's own close is reported under.
+/// The counter a peer's own close is reported under ([`Close::WsPeerClose`]).
 pub const PEER_CLOSE: &str = "ws_peer_close";
-/// The business stage's queue was full: close 1013 (try again later).
-const OVERLOAD: &str = "ws_try_again_later";
 
 /// How pushes are framed for WebSocket subscribers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -92,7 +91,7 @@ pub fn fresh(now_ds: u32) -> Ext {
 /// Handle the handshake (if still due) and every whole frame in `buf`;
 /// return the bytes used. Err names why the connection must close; what
 /// the peer must hear first (a refusal, a close frame) is in `out`.
-pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, &'static str> {
+pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, Close> {
     let mut pos = 0;
     if sse_mut(ext).is_some() {
         // An event stream only sends; what its client sends is dropped.
@@ -103,15 +102,15 @@ pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, &'
             Ok(None) => return Ok(0),
             Err(refusal) => {
                 handshake::write_refusal(ctx.req.out, &refusal);
-                return Err(refusal.reason);
+                return Err(Close::WsHandshake(refusal.reason));
             }
             Ok(Some((up, used))) => {
                 if ctx.topics.gate.required() {
                     match ctx.topics.gate.verify(up.token.as_deref()) {
                         Ok(claims) => ctx.topics.gate.admit(ctx.req.key, ctx.req.gen, claims),
                         Err(reason) => {
-                            *ctx.req.stats.auth_refused.entry(reason.into()).or_insert(0) += 1;
-                            handshake::write_refusal(ctx.req.out, &handshake::Refusal { status: 401, reason, text: jwt::explain(reason) });
+                            close::count(&mut ctx.req.stats.auth_refused, reason);
+                            handshake::write_refusal(ctx.req.out, &handshake::Refusal { status: 401, reason: reason.as_str(), text: jwt::explain(reason) });
                             return Err(reason);
                         }
                     }
@@ -171,10 +170,9 @@ pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, &'
     *ext = frag.map(|f| Box::new(ConnExt::Ws(WsConn { handshake_since_ds: 0, frag: Some(f) })));
     match r {
         Ok(used) => Ok(pos + used),
-        Err(PEER_CLOSE) => Err(PEER_CLOSE),
+        Err(Close::WsPeerClose) => Err(Close::WsPeerClose),
         Err(reason) => {
-            let code = if reason == OVERLOAD || crate::server::broker::upstream::is_full(reason) { 1013 } else { close_code(reason) };
-            frame::encode_close(req.out, code, None);
+            frame::encode_close(req.out, reason.ws_code(), None);
             Err(reason)
         }
     }
@@ -223,13 +221,12 @@ fn is_command(data: &[u8]) -> bool {
 }
 
 /// Hand what a client said to the application (`--upstream`). Err:
-/// [`crate::server::broker::upstream::FULL`] or [`crate::server::broker::upstream::CONN_FULL`] (close
-/// with 1013), `no_upstream`, or the
-/// topic is not permitted.
-fn up_message(req: &mut Requests<'_>, s: &mut Subscriber<'_>, topic: Option<&str>, text: bool, data: &[u8]) -> Result<(), &'static str> {
-    let Some(up) = s.upstream.as_deref_mut() else { return Err("no_upstream") };
+/// [`Close::UpstreamFull`] or [`Close::UpstreamConnectionFull`] (close
+/// with 1013), [`Close::NoUpstream`], or the topic is bad or not permitted.
+fn up_message(req: &mut Requests<'_>, s: &mut Subscriber<'_>, topic: Option<&str>, text: bool, data: &[u8]) -> Result<(), Close> {
+    let Some(up) = s.upstream.as_deref_mut() else { return Err(Close::NoUpstream) };
     if let Some(t) = topic {
-        crate::proto::push::check_topic(t.as_bytes()).map_err(|_| "bad_topic")?;
+        crate::proto::push::check_topic(t.as_bytes()).map_err(|_| Close::BadTopic)?;
         s.topics.gate.permits(req.key, t)?;
     }
     let user = s.topics.gate.user_of(req.key);
@@ -239,7 +236,7 @@ fn up_message(req: &mut Requests<'_>, s: &mut Subscriber<'_>, topic: Option<&str
 }
 
 /// Carry out a command; what the client must hear goes into `out`.
-fn command(req: &mut Requests<'_>, s: &mut Subscriber<'_>, data: &[u8]) -> Result<(), &'static str> {
+fn command(req: &mut Requests<'_>, s: &mut Subscriber<'_>, data: &[u8]) -> Result<(), Close> {
     let answer = |out: &mut Vec<u8>, v: serde_json::Value| frame::encode(out, true, Opcode::Text, v.to_string().as_bytes(), None);
     let cmd = match serde_json::from_slice::<Command>(data) {
         Ok(c) => c,
@@ -258,16 +255,14 @@ fn command(req: &mut Requests<'_>, s: &mut Subscriber<'_>, data: &[u8]) -> Resul
     match cmd {
         Command::Subscribe { topic, since } => {
             if let Err(reason) = recovery::resume(s.topics, s.subs, s.recoveries, (req.key, req.gen), topic.as_bytes(), since) {
-                *req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
+                close::count(&mut req.stats.subscribe_refused, reason);
                 let message = match reason {
-                    crate::server::worker::topics::TOO_MANY_TOPICS => "this server holds its --max-topics topics; subscribe to an existing topic or try later",
-                    "too_many_subscriptions" => "a connection may hold at most 64 subscriptions",
-                    crate::server::auth::gate::NOT_PERMITTED => {
-                        "this connection's token does not allow this topic (its topics claim), or the topic is one of --admin-topics"
-                    }
+                    Close::TooManyTopics => "this server holds its --max-topics topics; subscribe to an existing topic or try later",
+                    Close::TooManySubscriptions => "a connection may hold at most 64 subscriptions",
+                    Close::NotPermitted => "this connection's token does not allow this topic (its topics claim), or the topic is one of --admin-topics",
                     _ => "a topic is 1-255 of [A-Za-z0-9._:/$-] (or * for the broadcasts)",
                 };
-                answer(req.out, serde_json::json!({"type": "error", "topic": topic, "reason": reason, "message": message}));
+                answer(req.out, serde_json::json!({"type": "error", "topic": topic, "reason": reason.as_str(), "message": message}));
             } else {
                 // The `subscribed` answer comes with the history.
                 req.stats.frames_out -= 1;
@@ -285,14 +280,14 @@ fn command(req: &mut Requests<'_>, s: &mut Subscriber<'_>, data: &[u8]) -> Resul
             };
             match up_message(req, s, Some(&topic), true, text.as_bytes()) {
                 Ok(()) => {}
-                Err(reason) if crate::server::broker::upstream::is_full(reason) => return Err(reason),
+                Err(reason @ (Close::UpstreamFull | Close::UpstreamConnectionFull)) => return Err(reason),
                 Err(reason) => {
                     req.stats.frames_out += 1;
                     let message = match reason {
-                        crate::server::auth::gate::NOT_PERMITTED => "this connection's token does not allow this topic",
+                        Close::NotPermitted => "this connection's token does not allow this topic",
                         _ => "this server sends nothing to an application: start it with --upstream URL",
                     };
-                    answer(req.out, serde_json::json!({"type": "error", "topic": topic, "reason": reason, "message": message}));
+                    answer(req.out, serde_json::json!({"type": "error", "topic": topic, "reason": reason.as_str(), "message": message}));
                 }
             }
         }
@@ -305,7 +300,7 @@ fn command(req: &mut Requests<'_>, s: &mut Subscriber<'_>, data: &[u8]) -> Resul
                     answer(req.out, serde_json::json!({"type": "unsubscribed", "topic": topic, "reason": crate::server::auth::gate::NOT_PERMITTED}));
                 }
             }
-            Err(reason) => answer(req.out, serde_json::json!({"type": "error", "reason": reason, "message": jwt::explain(reason)})),
+            Err(reason) => answer(req.out, serde_json::json!({"type": "error", "reason": reason.as_str(), "message": jwt::explain(reason)})),
         },
     }
     Ok(())
@@ -319,7 +314,7 @@ pub fn refresh(
     topics: &mut Topics,
     subs: &mut crate::server::worker::topics::Subs,
     token: &str,
-) -> Result<(u64, Vec<Box<str>>), &'static str> {
+) -> Result<(u64, Vec<Box<str>>), Close> {
     let r = match topics.gate.verify(Some(token)) {
         Ok(claims) => topics.gate.refresh(req.key, claims),
         Err(e) => Err(e),
@@ -332,13 +327,13 @@ pub fn refresh(
             Ok((exp, revoked))
         }
         Err(reason) => {
-            *req.stats.auth_refused.entry(reason.into()).or_insert(0) += 1;
+            close::count(&mut req.stats.auth_refused, reason);
             Err(reason)
         }
     }
 }
 
-fn on_event(req: &mut Requests<'_>, s: &mut Subscriber<'_>, ev: Event<'_>) -> Result<(), &'static str> {
+fn on_event(req: &mut Requests<'_>, s: &mut Subscriber<'_>, ev: Event<'_>) -> Result<(), Close> {
     req.stats.frames_in += 1;
     match ev {
         Event::Message { text: true, data } if is_command(data) => command(req, s, data)?,
@@ -356,7 +351,7 @@ fn on_event(req: &mut Requests<'_>, s: &mut Subscriber<'_>, ev: Event<'_>) -> Re
                 None => frame::encode(&mut reply, true, opcode, data, None),
             }
             if let Answer::Rejected(_) = req.submit(reply) {
-                return Err(OVERLOAD);
+                return Err(Close::WsTryAgainLater);
             }
         }
         Event::Ping(p) => {
@@ -370,7 +365,7 @@ fn on_event(req: &mut Requests<'_>, s: &mut Subscriber<'_>, ev: Event<'_>) -> Re
                 Some(c) => frame::encode_close(req.out, c, None),
                 None => frame::encode(req.out, true, Opcode::Close, &[], None),
             }
-            return Err(PEER_CLOSE);
+            return Err(Close::WsPeerClose);
         }
     }
     Ok(())

@@ -5,6 +5,7 @@
 //! reason (crash-loop guard).
 
 use crate::server::business::BusinessMode;
+use crate::server::close::Close;
 use crate::server::commands::{ServerEvent, ServerMsg};
 use crate::server::config::ServerConfig;
 use crate::server::session::http;
@@ -399,10 +400,10 @@ impl ServerFleet {
         }
         self.empty_since.remove(&i);
         if self.stopping || was == Some(Life::Retiring) {
-            self.view.retire(i, "server_stopped");
+            self.view.retire(i, Close::ServerStopped);
             return;
         }
-        let lost = self.view.retire(i, WORKER_CRASHED);
+        let lost = self.view.retire(i, Close::WorkerCrashed);
         let now = Instant::now();
         self.crashes.push_back(now);
         while self.crashes.front().is_some_and(|t| now.duration_since(*t) > CRASH_WINDOW) {

@@ -3,6 +3,7 @@
 //! counters, with its open connections moved to closed as
 //! `worker_crashed`, so totals stay exact across crashes.
 
+use crate::server::close::{self, Close};
 use crate::server::snapshot::{ServerCounters, ServerSnapshot};
 use serde::Serialize;
 
@@ -63,14 +64,14 @@ impl ServerView {
 
     /// Worker `i` is gone; returns the connections it still held (now
     /// counted closed as `reason`).
-    pub fn retire(&mut self, i: usize, reason: &str) -> u64 {
+    pub fn retire(&mut self, i: usize, reason: Close) -> u64 {
         let Some(e) = self.workers.get_mut(i) else { return 0 };
         e.alive = false;
         let Some(s) = e.latest.as_mut() else { return 0 };
         let lost = s.active;
         if lost > 0 {
             s.closed += lost;
-            *s.close_reasons.entry(reason.into()).or_insert(0) += lost;
+            close::count_n(&mut s.close_reasons, reason, lost);
         }
         s.counters.zero_levels();
         s.accepting = false;

@@ -5,6 +5,7 @@
 use super::Worker;
 use crate::proto::Protocol;
 use crate::server::auth::{gate, jwt};
+use crate::server::close::Close;
 
 impl Worker {
     /// Close every connection whose token's exp has passed (WebSocket:
@@ -18,9 +19,9 @@ impl Worker {
             if self.cfg.protocol == Protocol::Ws && crate::server::worker::conn::takes_pushes(&conn.ext) {
                 let mut out = Vec::new();
                 crate::proto::ws::frame::encode_close_reason(&mut out, jwt::EXPIRED_CLOSE, b"token expired", None);
-                let _ = super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &out, self.cfg.max_pending_bytes, "slow_consumer");
+                let _ = super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &out, self.cfg.max_pending_bytes, Close::SlowConsumer);
             }
-            self.close(key, jwt::EXPIRED.into());
+            self.close(key, Close::AuthExpired);
         }
     }
 }

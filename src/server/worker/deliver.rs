@@ -12,6 +12,7 @@ use super::Worker;
 use crate::proto::push::{self, Position, Push, Stream, BROADCAST_TOPIC};
 use crate::proto::Protocol;
 use crate::server::broker::history::{Message, Slice};
+use crate::server::close::Close;
 use crate::server::commands::{conn_id, split_id, PushCommand};
 use crate::server::commands::{ConnInfo, ListCommand, PresenceCommand, ServerMsg, LIST_BYTES, LIST_TOPICS};
 use crate::server::session::ws;
@@ -115,7 +116,7 @@ impl Worker {
                 Some(sse) => {
                     event.clear();
                     crate::server::session::sse::write_push(&mut event, sse, &self.topics, &p, now_s);
-                    super::tls::send(self.tls.as_mut(), self.ring.as_mut(), *key, conn, &event, self.cfg.max_pending_bytes, "slow_consumer")
+                    super::tls::send(self.tls.as_mut(), self.ring.as_mut(), *key, conn, &event, self.cfg.max_pending_bytes, Close::SlowConsumer)
                 }
                 None => {
                     let mut own = None;
@@ -132,8 +133,10 @@ impl Worker {
                         _ => &frame,
                     };
                     match &own {
-                        Some(f) => super::tls::send(self.tls.as_mut(), self.ring.as_mut(), *key, conn, f, self.cfg.max_pending_bytes, "slow_consumer"),
-                        None => super::tls::send_frame(self.tls.as_mut(), self.ring.as_mut(), *key, conn, shared, self.cfg.max_pending_bytes, "slow_consumer"),
+                        Some(f) => super::tls::send(self.tls.as_mut(), self.ring.as_mut(), *key, conn, f, self.cfg.max_pending_bytes, Close::SlowConsumer),
+                        None => {
+                            super::tls::send_frame(self.tls.as_mut(), self.ring.as_mut(), *key, conn, shared, self.cfg.max_pending_bytes, Close::SlowConsumer)
+                        }
                     }
                 }
             };
@@ -159,7 +162,7 @@ impl Worker {
     /// A push's end, whatever the protocol: the slow consumers it found
     /// closed (each one dropped), the counts, and the answer to the
     /// supervisor.
-    pub(super) fn pushed(&mut self, publish_id: u64, queued: u64, slow: Vec<(usize, String)>) {
+    pub(super) fn pushed(&mut self, publish_id: u64, queued: u64, slow: Vec<(usize, Close)>) {
         let mut dropped = 0;
         for (key, reason) in slow {
             dropped += 1;
@@ -179,9 +182,9 @@ impl Worker {
             if self.cfg.protocol == Protocol::Ws {
                 let mut out = Vec::new();
                 crate::proto::ws::frame::encode_close_reason(&mut out, DISCONNECT_CLOSE, b"disconnected", None);
-                let _ = super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &out, self.cfg.max_pending_bytes, "slow_consumer");
+                let _ = super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &out, self.cfg.max_pending_bytes, Close::SlowConsumer);
             }
-            self.close(key, "disconnected".into());
+            self.close(key, Close::Disconnected);
         }
         control::emit(&ServerMsg::Pushed { worker: self.cfg.worker, publish_id, queued: targets.len() as u64, dropped: 0 });
     }
@@ -205,7 +208,7 @@ impl Worker {
             let Some(conn) = self.conns.get_mut(key).filter(|c| c.gen == gen && takes_pushes(&c.ext)) else { continue };
             conn.set_read();
             for f in &held.frames {
-                if let Err(reason) = super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, f, self.cfg.max_pending_bytes, "slow_consumer") {
+                if let Err(reason) = super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, f, self.cfg.max_pending_bytes, Close::SlowConsumer) {
                     slow.push((key, reason));
                     break;
                 }
@@ -234,7 +237,7 @@ impl Worker {
             }
             sse.last_write_s = now_s;
             let beat = crate::server::session::sse::HEARTBEAT;
-            if let Err(reason) = super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, beat, self.cfg.max_pending_bytes, "slow_consumer") {
+            if let Err(reason) = super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, beat, self.cfg.max_pending_bytes, Close::SlowConsumer) {
                 slow.push((key, reason));
             }
         }
@@ -294,7 +297,7 @@ impl Worker {
                     push::encode_subscribed(&mut out, &slice.topic, recovered, head);
                 }
             }
-            if let Err(reason) = super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &out, self.cfg.max_pending_bytes, "slow_consumer") {
+            if let Err(reason) = super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &out, self.cfg.max_pending_bytes, Close::SlowConsumer) {
                 slow.push((key, reason));
             }
         }

@@ -10,14 +10,13 @@
 use super::Worker;
 use crate::proto::goaway;
 use crate::proto::Protocol;
+use crate::server::close::Close;
 use crate::server::worker::conn::{sse_mut, ws_handshaking, ConnExt};
 use rand::Rng;
 use std::time::{Duration, Instant};
 
 /// How often a drain closes its next share.
 pub const DRAIN_TICK: Duration = Duration::from_millis(10);
-/// Close reason of a connection told to reconnect elsewhere.
-pub const REASON: &str = "server_drain";
 
 pub struct Drain {
     started: Instant,
@@ -96,11 +95,11 @@ impl Worker {
             goaway::write_framed(&mut self.out, retry_ms);
         }
         if !self.out.is_empty() {
-            match super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, "slow_reader") {
+            match super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader) {
                 Ok(()) => self.stats.goaways += 1,
                 Err(reason) => return self.close(key, reason),
             }
         }
-        self.close(key, REASON.into());
+        self.close(key, Close::ServerDrain);
     }
 }

@@ -6,6 +6,7 @@
 //! 1M server seconds of CPU.
 
 use super::Worker;
+use crate::server::close::Close;
 use crate::server::worker::conn::{awaiting_auth, ws_handshaking};
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -35,9 +36,9 @@ impl Worker {
             let key = key as usize;
             let Some(c) = self.conns.get(key).filter(|c| c.gen == gen) else { continue };
             if ws_handshaking(&c.ext) || crate::server::session::mqtt::connecting(&c.ext) {
-                self.close(key, "header_timeout".into());
+                self.close(key, Close::HeaderTimeout);
             } else if awaiting_auth(&c.ext) {
-                self.close(key, "auth_timeout".into());
+                self.close(key, Close::AuthTimeout);
             }
         }
         // A ramp's worth of deadlines is gone: so is its memory.

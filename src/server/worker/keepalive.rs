@@ -6,6 +6,7 @@
 //! connection beyond the keep-alive in its MQTT state.
 
 use super::Worker;
+use crate::server::close::Close;
 use crate::server::session::mqtt;
 
 /// Whether a client last heard at `last_seen_s` is past its keep-alive at
@@ -21,7 +22,7 @@ impl Worker {
         let silent: Vec<usize> =
             self.conns.iter().filter(|(_, c)| mqtt::state(&c.ext).is_some_and(|m| expired(m.keep_alive_s, c.last_seen_s, now))).map(|(k, _)| k).collect();
         for key in silent {
-            self.close(key, mqtt::KEEPALIVE.into());
+            self.close(key, Close::MqttKeepalive);
         }
     }
 }

@@ -9,6 +9,7 @@
 use super::Worker;
 use crate::proto::mqtt::{QoS, Version};
 use crate::proto::push;
+use crate::server::close::Close;
 use crate::server::commands::{split_id, ClientPublish, PushCommand, RetainedAnswer, ServerMsg};
 use crate::server::session::mqtt::{self, flight};
 use crate::supervise::control;
@@ -84,7 +85,7 @@ impl Worker {
     /// One connection's copy of `forms` at `qos`: the shared QoS 0 bytes,
     /// or a QoS 1/2 copy with its packet id when the window has room
     /// (else held or dropped, counted). Err: a slow consumer, to close.
-    fn mqtt_send(&mut self, key: usize, forms: &mut Forms<'_>, qos: QoS, retain: bool) -> Result<Sent, String> {
+    fn mqtt_send(&mut self, key: usize, forms: &mut Forms<'_>, qos: QoS, retain: bool) -> Result<Sent, Close> {
         let bounds = self.cfg.mqtt.flight;
         let Some(conn) = self.conns.get_mut(key) else { return Ok(Sent::Not) };
         let Some(m) = mqtt::state_mut(&mut conn.ext) else { return Ok(Sent::Not) };
@@ -94,12 +95,12 @@ impl Worker {
             return Ok(Sent::Not);
         }
         let sent = if qos == QoS::AtMostOnce {
-            super::tls::send_frame(self.tls.as_mut(), self.ring.as_mut(), key, conn, &frame, self.cfg.max_pending_bytes, "slow_consumer")
+            super::tls::send_frame(self.tls.as_mut(), self.ring.as_mut(), key, conn, &frame, self.cfg.max_pending_bytes, Close::SlowConsumer)
         } else {
             let window = m.window;
             match m.extra_mut().flight.offer(flight::Delivery { bytes: frame, id_at, qos }, window, bounds) {
                 flight::Offer::Send(bytes) => {
-                    super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &bytes, self.cfg.max_pending_bytes, "slow_consumer")
+                    super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &bytes, self.cfg.max_pending_bytes, Close::SlowConsumer)
                 }
                 flight::Offer::Held => return Ok(Sent::Not),
                 flight::Offer::Dropped(reason) => {

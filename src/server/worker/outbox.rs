@@ -27,7 +27,8 @@
 //! the oldest N of its in-flight list, each of which remembers its connection
 //! and size (16 bytes per message in flight, bounded by the count).
 
-use crate::server::broker::upstream::{UpMessage, CONN_FULL, FULL};
+use crate::server::broker::upstream::UpMessage;
+use crate::server::close::Close;
 use crate::server::commands::conn_id;
 use std::collections::{HashMap, VecDeque};
 
@@ -96,10 +97,10 @@ impl Outbox {
         Outbox { worker, out: Vec::new(), flight: VecDeque::new(), messages: Held::default(), presence: Held::default(), per_conn: HashMap::new(), limits }
     }
 
-    /// Queue what connection (`key`, `gen`) said or did. Err: [`FULL`]
-    /// (the worker's budget for this kind) or [`CONN_FULL`] (this
+    /// Queue what connection (`key`, `gen`) said or did. Err: [`Close::UpstreamFull`]
+    /// (the worker's budget for this kind) or [`Close::UpstreamConnectionFull`] (this
     /// connection's part).
-    pub fn offer(&mut self, (key, gen): (usize, u32), make: impl FnOnce(u64) -> UpMessage) -> Result<(), &'static str> {
+    pub fn offer(&mut self, (key, gen): (usize, u32), make: impl FnOnce(u64) -> UpMessage) -> Result<(), Close> {
         let conn = conn_id(self.worker, key, gen);
         let m = make(conn);
         let presence = m.is_presence();
@@ -109,12 +110,12 @@ impl Outbox {
             false => (self.messages, self.limits.count, self.limits.bytes),
         };
         if held.count >= count || (held.bytes > 0 && held.bytes + bytes > cap) {
-            return Err(FULL);
+            return Err(Close::UpstreamFull);
         }
         if !presence {
             let mine = self.per_conn.get(&conn).copied().unwrap_or(0);
             if mine > 0 && mine + bytes > self.limits.conn_bytes {
-                return Err(CONN_FULL);
+                return Err(Close::UpstreamConnectionFull);
             }
             *self.per_conn.entry(conn).or_insert(0) += bytes;
         }
@@ -181,7 +182,7 @@ mod tests {
         let mut o = Outbox::new(1, Limits::new(2, 1 << 20));
         let m = msg(b"x");
         assert!(o.offer((5, 9), &m).is_ok() && o.offer((6, 9), &m).is_ok());
-        assert_eq!(o.offer((7, 9), &m), Err(FULL));
+        assert_eq!(o.offer((7, 9), &m), Err(Close::UpstreamFull));
         assert_eq!(o.out[0].conn, conn_id(1, 5, 9));
         o.done(1);
         assert!(o.offer((8, 1), &m).is_ok());
@@ -198,7 +199,7 @@ mod tests {
         for k in 0..5 {
             assert_eq!(o.offer((k, 1), msg(&BIG)), Ok(()), "message {k}");
         }
-        assert_eq!(o.offer((9, 1), msg(&BIG)), Err(FULL), "bytes, not the count, refuse the sixth");
+        assert_eq!(o.offer((9, 1), msg(&BIG)), Err(Close::UpstreamFull), "bytes, not the count, refuse the sixth");
         assert_eq!(o.held().0, Held { count: 5, bytes: 5 * cost });
         o.done(2);
         assert_eq!(o.held().0, Held { count: 3, bytes: 3 * cost });
@@ -214,7 +215,7 @@ mod tests {
         let mut o = Outbox::new(0, Limits::new(1000, 1 << 20));
         o.limits.conn_bytes = 2 * cost;
         assert!(o.offer((1, 1), msg(&BIG)).is_ok() && o.offer((1, 1), msg(&BIG)).is_ok());
-        assert_eq!(o.offer((1, 1), msg(&BIG)), Err(CONN_FULL));
+        assert_eq!(o.offer((1, 1), msg(&BIG)), Err(Close::UpstreamConnectionFull));
         assert!(o.offer((2, 1), msg(&BIG)).is_ok(), "another connection still sends");
         o.done(1);
         assert!(o.offer((1, 1), msg(&BIG)).is_ok(), "its oldest was taken: room again");
@@ -225,7 +226,7 @@ mod tests {
         static HUGE: [u8; 4096] = [b'a'; 4096];
         let mut o = Outbox::new(0, Limits::new(10, 1024));
         assert!(o.offer((1, 1), msg(&HUGE)).is_ok(), "larger than the whole budget, but alone");
-        assert_eq!(o.offer((2, 1), msg(b"x")), Err(FULL));
+        assert_eq!(o.offer((2, 1), msg(b"x")), Err(Close::UpstreamFull));
     }
 
     #[test]
@@ -240,7 +241,7 @@ mod tests {
         let mut o = Outbox::new(0, Limits::new(16, 1 << 20));
         assert_eq!(o.limits.presence_count, 2);
         assert!(o.offer((1, 1), presence).is_ok() && o.offer((1, 1), presence).is_ok());
-        assert_eq!(o.offer((1, 1), presence), Err(FULL), "presence full");
+        assert_eq!(o.offer((1, 1), presence), Err(Close::UpstreamFull), "presence full");
         assert!(o.offer((1, 1), msg(b"hello")).is_ok(), "a client's message is not refused by presence");
         assert_eq!(o.held().1.count, 2);
         // Finished in order: the two events, then the message.

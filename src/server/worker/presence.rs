@@ -7,6 +7,7 @@ use super::Worker;
 use crate::proto::push::Notice;
 use crate::proto::Protocol;
 use crate::server::broker::upstream::UpMessage;
+use crate::server::close::Close;
 use crate::server::commands::ServerMsg;
 use crate::server::worker::conn::{takes_pushes, ConnExt};
 use crate::supervise::control;
@@ -59,7 +60,7 @@ impl Worker {
             for key in self.topics.subscribers(&n.topic) {
                 let ws = |c: &&mut crate::server::worker::conn::Conn| takes_pushes(&c.ext) && !matches!(c.ext.as_deref(), Some(ConnExt::Sse(_)));
                 let Some(conn) = self.conns.get_mut(key).filter(ws) else { continue };
-                match super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &frame, self.cfg.max_pending_bytes, "slow_consumer") {
+                match super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &frame, self.cfg.max_pending_bytes, Close::SlowConsumer) {
                     Ok(()) => self.stats.presence_notices += 1,
                     Err(reason) => slow.push((key, reason)),
                 }

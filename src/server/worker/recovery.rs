@@ -31,6 +31,7 @@
 
 use crate::proto::push::{Position, BROADCAST_TOPIC};
 use crate::server::broker::history::Slice;
+use crate::server::close::Close;
 use crate::server::worker::topics::{Subs, Topics};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -62,19 +63,12 @@ pub enum Fate {
 /// Subscribe connection `key` to `topic` (`*`: the broadcasts, which
 /// need no subscription) and have it wait for what it missed after `at`
 /// (None: only for the topic's position).
-pub fn resume(
-    topics: &mut Topics,
-    subs: &mut Subs,
-    r: &mut Recoveries,
-    (key, gen): (usize, u32),
-    topic: &[u8],
-    at: Option<Position>,
-) -> Result<(), &'static str> {
-    crate::proto::push::check_resumable(topic).map_err(|_| "bad_topic")?;
+pub fn resume(topics: &mut Topics, subs: &mut Subs, r: &mut Recoveries, (key, gen): (usize, u32), topic: &[u8], at: Option<Position>) -> Result<(), Close> {
+    crate::proto::push::check_resumable(topic).map_err(|_| Close::BadTopic)?;
     if topic != BROADCAST_TOPIC.as_bytes() {
         topics.subscribe(subs, key, topic)?;
     }
-    let name = std::str::from_utf8(topic).map_err(|_| "bad_topic")?;
+    let name = std::str::from_utf8(topic).map_err(|_| Close::BadTopic)?;
     r.add(name, key, gen, at);
     Ok(())
 }

@@ -14,6 +14,7 @@
 
 use super::Worker;
 use crate::net;
+use crate::server::close::Close;
 use crate::server::worker::conn::Conn;
 use crate::uring::{recv_key, recv_tag, Op, Pending, Received, RingHandler, SEND_TAG};
 use slab::Slab;
@@ -63,7 +64,7 @@ enum Mem {
 
 impl RingSide {
     /// Send `data` on `conn` (see the module doc for the order kept).
-    pub fn send(&mut self, key: usize, conn: &mut Conn, data: &[u8], cap: usize, reason: &str) -> Result<(), String> {
+    pub fn send(&mut self, key: usize, conn: &mut Conn, data: &[u8], cap: usize, full: Close) -> Result<(), Close> {
         if data.is_empty() {
             return Ok(());
         }
@@ -72,10 +73,10 @@ impl RingSide {
             // once on epoll is allowed too: a burst of pushes in one turn
             // is not a slow consumer.
             let cap = if conn.sending() { cap.saturating_add(IN_FLIGHT_ALLOWANCE) } else { cap };
-            return net::queue_capped(&mut conn.backlog, data, cap, reason);
+            return net::try_queue_capped(&mut conn.backlog, data, cap).map_err(|e| Close::send(e, full));
         }
         let Some((chunk, at, ptr)) = self.arena.put(data) else {
-            let r = net::send_capped(&mut conn.stream, &mut conn.backlog, data, cap, reason);
+            let r = net::try_send_capped(&mut conn.stream, &mut conn.backlog, data, cap).map_err(|e| Close::send(e, full));
             self.watch_if_stuck(key, conn);
             return r;
         };
@@ -87,9 +88,9 @@ impl RingSide {
     /// connection waits: the send points at the shared buffer, which
     /// lives until its last send completes. Behind a send in flight it is
     /// queued like any bytes.
-    pub fn send_shared(&mut self, key: usize, conn: &mut Conn, frame: &Rc<[u8]>, cap: usize, reason: &str) -> Result<(), String> {
+    pub fn send_shared(&mut self, key: usize, conn: &mut Conn, frame: &Rc<[u8]>, cap: usize, full: Close) -> Result<(), Close> {
         if frame.is_empty() || conn.sending() || conn.backlog.is_some() || frame.len() > u32::MAX as usize {
-            return self.send(key, conn, frame, cap, reason);
+            return self.send(key, conn, frame, cap, full);
         }
         self.submit(key, conn, Mem::Shared(frame.clone()), frame.as_ptr(), frame.len());
         Ok(())
@@ -214,7 +215,7 @@ impl Worker {
             if self.poll.registry().register(&mut conn.stream, mio::Token(key), mio::Interest::WRITABLE).is_ok() {
                 conn.set_watched();
             } else {
-                self.close(key, "register_failed".into());
+                self.close(key, Close::RegisterFailed);
             }
         }
         let r = self.ring();
@@ -235,8 +236,8 @@ impl RingHandler for Worker {
                 let fd = conn.stream.as_raw_fd();
                 self.ring().next.ops.push(Op::Recv { fd, tag });
             }
-            Received::Eof => self.close(key, "peer_closed".into()),
-            Received::Error(errno) => self.close(key, crate::sys::error_kind_name(&std::io::Error::from_raw_os_error(errno))),
+            Received::Eof => self.close(key, Close::PeerClosed),
+            Received::Error(errno) => self.close(key, Close::io(&std::io::Error::from_raw_os_error(errno))),
         }
     }
 
@@ -249,7 +250,7 @@ impl RingHandler for Worker {
             Some(conn) => {
                 conn.set_sending(false);
                 if res < 0 && res != -libc::EAGAIN {
-                    Err(crate::sys::error_kind_name(&std::io::Error::from_raw_os_error(-res)))
+                    Err(Close::io(&std::io::Error::from_raw_os_error(-res)))
                 } else if sent < s.len {
                     // The rest goes first, then what queued behind it.
                     let mut rest = ring.bytes(&s)[sent..].to_vec();
@@ -257,11 +258,11 @@ impl RingHandler for Worker {
                         rest.extend_from_slice(&b);
                     }
                     conn.backlog = Some(Box::new(rest));
-                    let r = net::flush(&mut conn.stream, &mut conn.backlog);
+                    let r = net::try_flush(&mut conn.stream, &mut conn.backlog).map_err(|e| Close::send(e, Close::SlowConsumer));
                     ring.watch_if_stuck(s.key, conn);
                     r
                 } else if let Some(b) = conn.backlog.take() {
-                    ring.send(s.key, conn, &b, usize::MAX, "slow_consumer")
+                    ring.send(s.key, conn, &b, usize::MAX, Close::SlowConsumer)
                 } else {
                     Ok(())
                 }
@@ -304,6 +305,7 @@ impl RingHandler for Worker {
 #[cfg(test)]
 mod tests {
     use super::{Op, RingSide};
+    use crate::server::close::Close;
     use crate::server::worker::conn::Conn;
     use std::rc::Rc;
 
@@ -321,14 +323,14 @@ mod tests {
         let frame: Rc<[u8]> = vec![7u8; 80].into();
         let mut r = RingSide::default();
         for (k, c) in conns.iter_mut().enumerate() {
-            r.send_shared(k, c, &frame, 1 << 20, "slow_consumer").expect("sent");
+            r.send_shared(k, c, &frame, 1 << 20, Close::SlowConsumer).expect("sent");
             assert!(c.sending() && c.backlog.is_none());
         }
         let ptrs: Vec<*const u8> = r.next.ops.iter().map(|op| if let Op::Send { ptr, len: 80, .. } = op { *ptr } else { panic!("{op:?}") }).collect();
         assert_eq!(ptrs, vec![frame.as_ptr(); 3]);
         assert!(r.arena.chunks.is_empty(), "the frame was copied into the arena");
         assert_eq!(Rc::strong_count(&frame), 4, "each send in flight keeps the frame");
-        r.send_shared(0, &mut conns[0], &frame, 1 << 20, "slow_consumer").expect("queued");
+        r.send_shared(0, &mut conns[0], &frame, 1 << 20, Close::SlowConsumer).expect("queued");
         assert_eq!(conns[0].backlog.as_deref().map(|b| b.len()), Some(80));
         assert_eq!(r.next.ops.len(), 3);
     }

@@ -5,6 +5,7 @@
 use super::{tls, Worker};
 use crate::net::{self, ReadEnd};
 use crate::proto::{Protocol, ECHO8_LEN};
+use crate::server::close::Close;
 use crate::server::session::requests::Requests;
 use crate::server::session::{framed, http, mqtt, ws};
 use crate::server::worker::conn::HttpExt;
@@ -41,11 +42,11 @@ impl Worker {
         let now_s = self.now_s();
         let now_ds = self.now_ds();
         let Some(conn) = self.conns.get_mut(key) else { return };
-        let mut end: Option<String> = None;
+        let mut end: Option<Close> = None;
         let mut rearm = false;
         if writable && conn.backlog.is_some() && !conn.sending() {
-            if let Err(reason) = net::flush(&mut conn.stream, &mut conn.backlog) {
-                end = Some(reason);
+            if let Err(e) = net::try_flush(&mut conn.stream, &mut conn.backlog) {
+                end = Some(Close::send(e, Close::SlowReader));
             }
         }
         // Draining: in-flight answers go out, nothing new is read, except
@@ -87,7 +88,7 @@ impl Worker {
                         opening: framed::Opening::default(),
                     };
                     let ext = &mut conn.ext;
-                    let r = net::read_chunks(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| framed::consume(&mut ctx, ext, buf));
+                    let r = read(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| framed::consume(&mut ctx, ext, buf));
                     let framed::Opening { resumed, resumed_broadcasts, frames } = ctx.opening;
                     let req = ctx.req;
                     if resumed {
@@ -128,7 +129,7 @@ impl Worker {
                         recoveries: &mut self.recoveries,
                         now_s,
                     };
-                    let r = net::read_chunks(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| http::consume(&mut ctx, http, buf));
+                    let r = read(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| http::consume(&mut ctx, http, buf));
                     http::track_partial(&mut conn.ext, conn.partial.is_some(), now_ds);
                     r
                 }
@@ -146,7 +147,7 @@ impl Worker {
                         deflate,
                     };
                     let ext = &mut conn.ext;
-                    let r = net::read_chunks(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| ws::consume(&mut ctx, ext, buf));
+                    let r = read(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| ws::consume(&mut ctx, ext, buf));
                     negotiated = ctx.deflate;
                     r
                 }
@@ -161,7 +162,7 @@ impl Worker {
                         worker: self.cfg.worker,
                     };
                     let ext = &mut conn.ext;
-                    let r = net::read_chunks(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| mqtt::consume(&mut ctx, ext, buf));
+                    let r = read(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| mqtt::consume(&mut ctx, ext, buf));
                     // Into the topic space before the PUBACKs go out.
                     if !self.published.messages.is_empty() {
                         let messages = std::mem::take(&mut self.published.messages);
@@ -177,7 +178,7 @@ impl Worker {
                 // Raw and sse are client protocols (refused by the server's plan).
                 Protocol::Echo | Protocol::Discard | Protocol::Raw | Protocol::Sse => {
                     let echo = self.cfg.protocol == Protocol::Echo;
-                    net::read_chunks(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| {
+                    read(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| {
                         req.stats.frames_in += 1;
                         if echo {
                             req.out.extend_from_slice(buf);
@@ -186,10 +187,18 @@ impl Worker {
                         Ok(buf.len())
                     })
                 }
-                Protocol::Echo8 => net::read_fixed(&mut src, &mut conn.partial, &mut self.scratch, read_closed, ECHO8_LEN, |u| {
-                    req.handle(u.to_vec(), false);
-                    Ok(())
-                }),
+                Protocol::Echo8 => net::read_fixed_as(
+                    &mut src,
+                    &mut conn.partial,
+                    &mut self.scratch,
+                    read_closed,
+                    ECHO8_LEN,
+                    |u| {
+                        req.handle(u.to_vec(), false);
+                        Ok(())
+                    },
+                    Close::io,
+                ),
             };
             if opened {
                 conn.set_read();
@@ -202,18 +211,18 @@ impl Worker {
                     self.stats.tls_handshakes += 1;
                     self.stats.tls_resumed += resumed as u64;
                 }
-                Some(Err(reason)) => end = Some(reason),
+                Some(Err(reason)) => end = Some(Close::tls(reason)),
                 None => {}
             }
             // Answer what was decoded even when the stream then ended
             // (and what the TLS handshake has to say first).
-            if let Err(reason) = tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, "slow_reader") {
+            if let Err(reason) = tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader) {
                 end.get_or_insert(reason);
             }
             match r {
                 ReadEnd::Open => {}
                 ReadEnd::Budget => rearm = true,
-                ReadEnd::Eof => end = end.or(Some("peer_closed".into())),
+                ReadEnd::Eof => end = end.or(Some(Close::PeerClosed)),
                 ReadEnd::Error(reason) => end = end.or(Some(reason)),
             }
         }
@@ -230,7 +239,7 @@ impl Worker {
         // On the ring a receive brings what came; there is nothing to rearm.
         let Some(conn) = self.conns.get_mut(key).filter(|c| c.watched() && self.ring.is_none()) else { return };
         if self.poll.registry().reregister(&mut conn.stream, mio::Token(key), mio::Interest::READABLE | mio::Interest::WRITABLE).is_err() {
-            self.close(key, "rearm_failed".into());
+            self.close(key, Close::RearmFailed);
         }
     }
 
@@ -242,7 +251,7 @@ impl Worker {
             if conn.gen != done.job.gen {
                 continue;
             }
-            if let Err(reason) = tls::send(self.tls.as_mut(), self.ring.as_mut(), done.job.key, conn, &done.job.reply, self.reply_cap, "slow_reader") {
+            if let Err(reason) = tls::send(self.tls.as_mut(), self.ring.as_mut(), done.job.key, conn, &done.job.reply, self.reply_cap, Close::SlowReader) {
                 self.close(done.job.key, reason);
                 continue;
             }
@@ -260,7 +269,7 @@ impl Worker {
         let Some(h) = conn.ext.http_mut() else { return };
         h.awaiting = false;
         if h.close_after {
-            return self.close(key, "http_connection_close".into());
+            return self.close(key, Close::HttpConnectionClose);
         }
         let Some(buf) = conn.partial.take() else {
             http::track_partial(&mut conn.ext, false, now_ds);
@@ -279,20 +288,32 @@ impl Worker {
         let mut ctx =
             http::Ctx { req, cfg: &self.cfg.http, date: &self.date, topics: &mut self.topics, subs: &mut conn.subs, recoveries: &mut self.recoveries, now_s };
         let r = http::consume(&mut ctx, &mut conn.ext, &buf);
-        let mut end = r.as_ref().err().map(|e| e.to_string());
+        let mut end = r.as_ref().err().copied();
         if let Ok(used) = r {
             if used < buf.len() {
                 conn.partial = Some(Box::new(buf[used..].to_vec()));
             }
         }
         http::track_partial(&mut conn.ext, conn.partial.is_some(), now_ds);
-        if let Err(reason) = tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, "slow_reader") {
+        if let Err(reason) = tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader) {
             end.get_or_insert(reason);
         }
         if let Some(reason) = end {
             self.close(key, reason);
         }
     }
+}
+
+/// Read what the socket has into `consume` (see [`net::read_chunks_as`]),
+/// ending with the session's own reason or the socket's error.
+fn read<S: net::Source>(
+    src: &mut S,
+    partial: &mut net::Spill,
+    scratch: &mut [u8],
+    read_closed: bool,
+    consume: impl FnMut(&[u8]) -> Result<usize, Close>,
+) -> ReadEnd<Close> {
+    net::read_chunks_as(src, partial, scratch, read_closed, consume, Close::io)
 }
 
 #[cfg(test)]

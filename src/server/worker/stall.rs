@@ -12,6 +12,7 @@
 //! connections with something waiting, and is rebuilt at every sweep.
 
 use super::Worker;
+use crate::server::close::Close;
 use crate::server::worker::conn::{Conn, ConnExt};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -106,7 +107,7 @@ impl Worker {
         self.stalls.seen = seen;
         for (key, what) in stalled {
             *self.stats.stalled.entry(what.into()).or_insert(0) += 1;
-            self.close(key, "stall_timeout".into());
+            self.close(key, Close::StallTimeout);
         }
     }
 }

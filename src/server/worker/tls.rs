@@ -3,6 +3,7 @@
 //! encrypting send every reply and push goes through.
 
 use crate::net;
+use crate::server::close::Close;
 use crate::server::worker::conn::Conn;
 use crate::tls::files::{self, ServerTls};
 use crate::tls::server::{TlsBufs, TlsConn, TlsRead, PLAINTEXT_REPLY};
@@ -44,8 +45,8 @@ impl TlsSide {
     }
 
     /// A connection was accepted at slab `key`.
-    pub fn open(&mut self, key: usize, gen: u32, now_ds: u32) -> Result<(), String> {
-        let conn = crate::tls::server::accept(self.config.clone(), now_ds).map_err(|e| crate::tls::reason_of(&e))?;
+    pub fn open(&mut self, key: usize, gen: u32, now_ds: u32) -> Result<(), Close> {
+        let conn = crate::tls::server::accept(self.config.clone(), now_ds).map_err(|e| Close::tls(crate::tls::reason_of(&e)))?;
         if self.conns.len() <= key {
             self.conns.resize_with(key + 1, || None);
         }
@@ -119,7 +120,7 @@ impl TlsSide {
 /// (after what its handshake has to say; see [`crate::tls::conn::send`]),
 /// through the ring (`--io uring`) or written at once. What the socket
 /// does not take waits in its backlog (as sent: ciphertext), up to `cap`
-/// bytes, beyond which the connection must close as `reason`.
+/// bytes, beyond which the connection must close as `full`.
 pub(super) fn send(
     tls: Option<&mut TlsSide>,
     ring: Option<&mut super::ring::RingSide>,
@@ -127,22 +128,22 @@ pub(super) fn send(
     conn: &mut Conn,
     data: &[u8],
     cap: usize,
-    reason: &str,
-) -> Result<(), String> {
+    full: Close,
+) -> Result<(), Close> {
     let Some((t, wire)) = tls.and_then(|side| Some((side.conns.get_mut(key)?.as_deref_mut()?, &mut side.bufs.wire))) else {
-        return send_plain(ring, key, conn, data, cap, reason);
+        return send_plain(ring, key, conn, data, cap, full);
     };
-    let encrypted = if data.is_empty() { Ok(()) } else { t.encrypt(data, wire) };
-    let sent = send_plain(ring, key, conn, wire, cap, reason);
+    let encrypted = if data.is_empty() { Ok(()) } else { t.encrypt(data, wire).map_err(Close::tls) };
+    let sent = send_plain(ring, key, conn, wire, cap, full);
     wire.clear();
     encrypted.and(sent)
 }
 
 /// Bytes as they go on the wire: through the ring, or written at once.
-fn send_plain(ring: Option<&mut super::ring::RingSide>, key: usize, conn: &mut Conn, data: &[u8], cap: usize, reason: &str) -> Result<(), String> {
+fn send_plain(ring: Option<&mut super::ring::RingSide>, key: usize, conn: &mut Conn, data: &[u8], cap: usize, full: Close) -> Result<(), Close> {
     match ring {
-        Some(r) => r.send(key, conn, data, cap, reason),
-        None => net::send_capped(&mut conn.stream, &mut conn.backlog, data, cap, reason),
+        Some(r) => r.send(key, conn, data, cap, full),
+        None => net::try_send_capped(&mut conn.stream, &mut conn.backlog, data, cap).map_err(|e| Close::send(e, full)),
     }
 }
 
@@ -156,10 +157,10 @@ pub(super) fn send_frame(
     conn: &mut Conn,
     frame: &std::rc::Rc<[u8]>,
     cap: usize,
-    reason: &str,
-) -> Result<(), String> {
+    full: Close,
+) -> Result<(), Close> {
     match ring {
-        Some(r) if tls.as_ref().is_none_or(|t| t.conns.get(key).is_none_or(|c| c.is_none())) => r.send_shared(key, conn, frame, cap, reason),
-        ring => send(tls, ring, key, conn, frame, cap, reason),
+        Some(r) if tls.as_ref().is_none_or(|t| t.conns.get(key).is_none_or(|c| c.is_none())) => r.send_shared(key, conn, frame, cap, full),
+        ring => send(tls, ring, key, conn, frame, cap, full),
     }
 }

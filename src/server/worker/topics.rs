@@ -15,6 +15,7 @@
 //! `slow_consumer`.
 
 use crate::proto::push;
+use crate::server::close::Close;
 use crate::server::worker::wildcards::{self, Wildcards, WILD};
 use std::collections::{HashMap, HashSet};
 
@@ -82,9 +83,9 @@ impl Topics {
     }
 
     /// Subscribe connection `key` to `topic`.
-    pub fn subscribe(&mut self, subs: &mut Subs, key: usize, topic: &[u8]) -> Result<(), &'static str> {
-        push::check_topic(topic).map_err(|_| "bad_topic")?;
-        let name = std::str::from_utf8(topic).map_err(|_| "bad_topic")?;
+    pub fn subscribe(&mut self, subs: &mut Subs, key: usize, topic: &[u8]) -> Result<(), Close> {
+        push::check_topic(topic).map_err(|_| Close::BadTopic)?;
+        let name = std::str::from_utf8(topic).map_err(|_| Close::BadTopic)?;
         self.gate.permits(key, name)?;
         let known = self.ids.get(name).copied();
         if let (Some(id), Some(list)) = (known, subs.as_ref()) {
@@ -93,7 +94,7 @@ impl Topics {
             }
         }
         if subs.as_ref().is_some_and(|l| l.len() >= MAX_SUBSCRIPTIONS) {
-            return Err("too_many_subscriptions");
+            return Err(Close::TooManySubscriptions);
         }
         let id = match known {
             Some(id) => id,
@@ -113,10 +114,10 @@ impl Topics {
     /// levels are topic characters or wildcards, the token (`--auth jwt`)
     /// must cover the filter as written, and it counts against the
     /// connection's [`MAX_SUBSCRIPTIONS`].
-    pub fn subscribe_filter(&mut self, subs: &mut Subs, key: usize, filter: &str) -> Result<(), &'static str> {
+    pub fn subscribe_filter(&mut self, subs: &mut Subs, key: usize, filter: &str) -> Result<(), Close> {
         let plain: String = filter.chars().filter(|c| !matches!(c, '+' | '#')).collect();
         if filter.len() > push::MAX_TOPIC || plain.split('/').any(|l| !l.is_empty() && push::check_topic(l.as_bytes()).is_err()) {
-            return Err("bad_topic");
+            return Err(Close::BadTopic);
         }
         self.gate.permits(key, filter)?;
         if let (Some(id), Some(list)) = (self.wild.id(filter), subs.as_ref()) {
@@ -125,7 +126,7 @@ impl Topics {
             }
         }
         if subs.as_ref().is_some_and(|l| l.len() >= MAX_SUBSCRIPTIONS) {
-            return Err("too_many_subscriptions");
+            return Err(Close::TooManySubscriptions);
         }
         let id = self.wild.add(filter, key)?;
         subs.get_or_insert_with(Default::default).push(id | WILD);
@@ -145,9 +146,9 @@ impl Topics {
     }
 
     /// A new topic with no subscriber yet (the caller adds one at once).
-    fn create(&mut self, name: &str) -> Result<u32, &'static str> {
+    fn create(&mut self, name: &str) -> Result<u32, Close> {
         if self.ids.len() >= self.max {
-            return Err(TOO_MANY_TOPICS);
+            return Err(Close::TooManyTopics);
         }
         let topic = Topic { name: name.into(), subscribers: HashSet::new() };
         let id = match self.free.pop() {
@@ -349,7 +350,7 @@ mod tests {
         t.forget(&a, 1);
         assert_eq!(t.take_changes(), vec![("news".to_string(), false)]);
         assert_eq!(t.names_of(&b), vec!["sport".to_string()]);
-        assert_eq!(t.subscribe(&mut a, 1, b"bad topic"), Err("bad_topic"));
+        assert_eq!(t.subscribe(&mut a, 1, b"bad topic"), Err(Close::BadTopic));
     }
 
     #[test]
@@ -364,7 +365,7 @@ mod tests {
         }
         assert_eq!((t.ids.len(), t.slots.len(), t.free.len()), (1, 2, 1), "one live topic, one free id");
         t.subscribe(&mut b, 2, b"x").unwrap();
-        assert_eq!(t.subscribe(&mut b, 2, b"y"), Err(TOO_MANY_TOPICS));
+        assert_eq!(t.subscribe(&mut b, 2, b"y"), Err(Close::TooManyTopics));
         assert_eq!(t.subscribe(&mut a, 1, b"x"), Ok(()), "an existing topic is not a new one");
         assert_eq!(t.counts(), (2, 3));
         // Unsubscribing from a topic one never had leaves its subscribers.

@@ -12,6 +12,7 @@
 //! the filters per push: a first version; a trie is the next step when
 //! workers hold many distinct filters.
 
+use crate::server::close::Close;
 use std::collections::{HashMap, HashSet};
 
 /// Most distinct wildcard filters one worker holds (each costs its name,
@@ -54,12 +55,12 @@ impl Wildcards {
 
     /// Add subscriber `key` to `filter` (interned if new); its id. Err:
     /// the worker holds [`MAX_FILTERS`] already.
-    pub fn add(&mut self, filter: &str, key: usize) -> Result<u32, &'static str> {
+    pub fn add(&mut self, filter: &str, key: usize) -> Result<u32, Close> {
         let id = match self.ids.get(filter) {
             Some(id) => *id,
             None => {
                 if self.ids.len() >= MAX_FILTERS {
-                    return Err(super::topics::TOO_MANY_TOPICS);
+                    return Err(Close::TooManyTopics);
                 }
                 let f = Filter { name: filter.into(), subscribers: HashSet::new() };
                 let id = match self.free.pop() {
@@ -143,7 +144,7 @@ mod tests {
         for i in 0..MAX_FILTERS {
             w.add(&format!("x/{i}/#"), 9).unwrap();
         }
-        assert_eq!(w.add("y/#", 9), Err(super::super::topics::TOO_MANY_TOPICS));
+        assert_eq!(w.add("y/#", 9), Err(Close::TooManyTopics));
         assert!(w.add("x/0/#", 10).is_ok(), "an existing filter is not a new one");
     }
 }

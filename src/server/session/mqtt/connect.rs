@@ -5,12 +5,13 @@
 
 use super::{extra, refuse_connect, send, Ctx, MqttConn, RECEIVE_MAXIMUM};
 use crate::proto::mqtt::{ConnAck, Connect, Packet, Properties, Version};
+use crate::server::close::{self, Close};
 
 /// CONNECT: refuse what is not supported, check the token, answer.
-pub fn connect(ctx: &mut Ctx<'_>, m: &mut MqttConn, c: Connect<'_>) -> Result<(), &'static str> {
+pub fn connect(ctx: &mut Ctx<'_>, m: &mut MqttConn, c: Connect<'_>) -> Result<(), Close> {
     let v = c.version;
     if c.properties.auth_method.is_some() {
-        return Err(refuse_connect(ctx, v, 0x8C, None, "mqtt_auth_method_unsupported"));
+        return Err(refuse_connect(ctx, v, 0x8C, None, Close::MqttAuthMethodUnsupported));
     }
     if ctx.topics.gate.required() {
         // The password is the token; the user name is not looked at.
@@ -18,7 +19,7 @@ pub fn connect(ctx: &mut Ctx<'_>, m: &mut MqttConn, c: Connect<'_>) -> Result<()
         match ctx.topics.gate.verify(token) {
             Ok(claims) => ctx.topics.gate.admit(ctx.req.key, ctx.req.gen, claims),
             Err(reason) => {
-                *ctx.req.stats.auth_refused.entry(reason.into()).or_insert(0) += 1;
+                close::count(&mut ctx.req.stats.auth_refused, reason);
                 // No password: bad user name or password; one refused: not authorized.
                 let (v5, v3) = if token.is_none_or(str::is_empty) { (0x86, 0x04) } else { (0x87, 0x05) };
                 return Err(refuse_connect(ctx, v, v5, Some(v3), reason));
@@ -63,15 +64,15 @@ pub fn connect(ctx: &mut Ctx<'_>, m: &mut MqttConn, c: Connect<'_>) -> Result<()
 /// A CONNECT's will, checked as a publish of its topic would be: the
 /// topic a megaconn topic the token permits, the payload within
 /// `--max-push-bytes`. Err refuses the CONNECT (the reason).
-fn will(ctx: &mut Ctx<'_>, v: Version, w: &crate::proto::mqtt::Will<'_>) -> Result<extra::OwnedWill, &'static str> {
+fn will(ctx: &mut Ctx<'_>, v: Version, w: &crate::proto::mqtt::Will<'_>) -> Result<extra::OwnedWill, Close> {
     if crate::proto::push::check_topic(w.topic.as_bytes()).is_err() {
-        return Err(refuse_connect(ctx, v, 0x90, None, "mqtt_will_bad_topic"));
+        return Err(refuse_connect(ctx, v, 0x90, None, Close::MqttWillBadTopic));
     }
     if ctx.topics.gate.permits(ctx.req.key, w.topic).is_err() {
-        return Err(refuse_connect(ctx, v, 0x87, Some(0x05), "mqtt_will_not_permitted"));
+        return Err(refuse_connect(ctx, v, 0x87, Some(0x05), Close::MqttWillNotPermitted));
     }
     if w.payload.len() > ctx.cfg.max_push {
-        return Err(refuse_connect(ctx, v, 0x95, None, "mqtt_will_too_large"));
+        return Err(refuse_connect(ctx, v, 0x95, None, Close::MqttWillTooLarge));
     }
     Ok(extra::OwnedWill { topic: w.topic.into(), payload: w.payload.into(), qos: w.qos, retain: w.retain })
 }

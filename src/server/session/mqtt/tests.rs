@@ -23,13 +23,13 @@ fn parts() -> Parts {
 }
 
 impl Parts {
-    /// Feed `buf`; (result, what was written), `out` emptied.
+    /// Feed `buf`; (result with the close's name, what was written), `out` emptied.
     fn feed(&mut self, buf: &[u8]) -> (Result<usize, &'static str>, Vec<u8>) {
         let limits = self.cfg.limits();
         let (req, topics, subs) = self.read.split();
         let mut ctx = Ctx { req, cfg: &self.cfg, limits: &limits, topics, subs, published: &mut self.published, worker: 0 };
         let r = consume(&mut ctx, &mut self.ext, buf);
-        (r, std::mem::take(&mut self.read.out))
+        (r.map_err(Close::as_str), std::mem::take(&mut self.read.out))
     }
 }
 
