@@ -121,7 +121,7 @@ impl Worker {
                 Some(sse) => {
                     let shared = sse_push.get_or_insert_with(|| SharedPush::encode(&p, &self.topics, &mut self.stats));
                     let event = shared.event(sse, &self.topics, now_s);
-                    super::tls::send_frame(self.tls.as_mut(), self.ring.as_mut(), *key, conn, &event, self.cfg.max_pending_bytes, "slow_consumer")
+                    super::io::send_frame(self.tls.as_mut(), self.ring.as_mut(), *key, conn, &event, self.cfg.max_pending_bytes, "slow_consumer")
                 }
                 None => {
                     let mut own = None;
@@ -138,8 +138,8 @@ impl Worker {
                         _ => &frame,
                     };
                     match &own {
-                        Some(f) => super::tls::send(self.tls.as_mut(), self.ring.as_mut(), *key, conn, f, self.cfg.max_pending_bytes, "slow_consumer"),
-                        None => super::tls::send_frame(self.tls.as_mut(), self.ring.as_mut(), *key, conn, shared, self.cfg.max_pending_bytes, "slow_consumer"),
+                        Some(f) => super::io::send(self.tls.as_mut(), self.ring.as_mut(), *key, conn, f, self.cfg.max_pending_bytes, "slow_consumer"),
+                        None => super::io::send_frame(self.tls.as_mut(), self.ring.as_mut(), *key, conn, shared, self.cfg.max_pending_bytes, "slow_consumer"),
                     }
                 }
             };
@@ -185,7 +185,7 @@ impl Worker {
             if self.cfg.protocol == Protocol::Ws {
                 let mut out = Vec::new();
                 crate::proto::ws::frame::encode_close_reason(&mut out, DISCONNECT_CLOSE, b"disconnected", None);
-                let _ = super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &out, self.cfg.max_pending_bytes, "slow_consumer");
+                let _ = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &out, self.cfg.max_pending_bytes, "slow_consumer");
             }
             self.close(key, "disconnected".into());
         }
@@ -211,7 +211,7 @@ impl Worker {
             let Some(conn) = self.conns.get_mut(key).filter(|c| c.gen == gen && takes_pushes(&c.ext)) else { continue };
             conn.set_read();
             for f in &held.frames {
-                if let Err(reason) = super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, f, self.cfg.max_pending_bytes, "slow_consumer") {
+                if let Err(reason) = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, f, self.cfg.max_pending_bytes, "slow_consumer") {
                     slow.push((key, reason));
                     break;
                 }
@@ -240,7 +240,7 @@ impl Worker {
             }
             sse.last_write_s = now_s;
             let beat = crate::server::session::sse::HEARTBEAT;
-            if let Err(reason) = super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, beat, self.cfg.max_pending_bytes, "slow_consumer") {
+            if let Err(reason) = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, beat, self.cfg.max_pending_bytes, "slow_consumer") {
                 slow.push((key, reason));
             }
         }
@@ -300,7 +300,7 @@ impl Worker {
                     push::encode_subscribed(&mut out, &slice.topic, recovered, head);
                 }
             }
-            if let Err(reason) = super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &out, self.cfg.max_pending_bytes, "slow_consumer") {
+            if let Err(reason) = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &out, self.cfg.max_pending_bytes, "slow_consumer") {
                 slow.push((key, reason));
             }
         }
