@@ -94,8 +94,8 @@ mod schedule;
 mod stages;
 mod tls;
 
-use keep::keep;
 use crate::tls::conn::Wire;
+use keep::keep;
 
 /// The stages of opening a connection, timed apart.
 #[derive(Clone, Copy)]

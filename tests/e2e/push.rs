@@ -349,7 +349,10 @@ fn a_broadcast_is_encoded_once_and_every_event_stream_gets_the_same_bytes() {
         assert!(id.starts_with("id: *:") && data.starts_with("data: {") && data.contains(r#""data":"to every stream""#), "{protocol}: {}", events[0]);
         let (own_id, own_data) = events[5].split_once('\n').unwrap();
         let tokens: Vec<&str> = own_id.trim_start_matches("id: ").split(',').collect();
-        assert!(tokens.len() == 2 && tokens.contains(&&id[4..]) && tokens.iter().any(|t| t.starts_with("news:")), "{protocol}: {own_id} carries both positions");
+        assert!(
+            tokens.len() == 2 && tokens.contains(&&id[4..]) && tokens.iter().any(|t| t.starts_with("news:")),
+            "{protocol}: {own_id} carries both positions"
+        );
         assert_eq!(own_data, data, "{protocol}: the same data under its own id");
         let v = srv.wait_for(Duration::from_secs(20), "the broadcast counted", |v| v["event"] == "stats" && v["push_delivered"] == 6);
         assert_eq!(v["sse_encodes"], 1, "{protocol}: one encoding for six streams: {v}");

@@ -37,8 +37,7 @@ impl Worker {
         let finished = tls.take_finished();
         let backlog = &mut slot.backlog;
         let put = |bytes: &[u8]| crate::net::send_capped(stream, backlog, bytes, crate::net::MAX_BACKLOG, "slow_reader");
-        if let Err(reason) = crate::tls::conn::send(Some(tls), &mut self.tls_bufs.wire, &[], put)
-        {
+        if let Err(reason) = crate::tls::conn::send(Some(tls), &mut self.tls_bufs.wire, &[], put) {
             self.lose(k, reason);
             return false;
         }

@@ -14,7 +14,15 @@ use std::rc::Rc;
 /// Send `data` on the connection at `key`: encrypted when it speaks TLS
 /// (after what its handshake has to say), through the ring or written at
 /// once; past `cap` bytes waiting the connection must close as `reason`.
-pub(super) fn send(tls: Option<&mut TlsSide>, ring: Option<&mut RingSide>, key: usize, conn: &mut Conn, data: &[u8], cap: usize, reason: &str) -> Result<(), String> {
+pub(super) fn send(
+    tls: Option<&mut TlsSide>,
+    ring: Option<&mut RingSide>,
+    key: usize,
+    conn: &mut Conn,
+    data: &[u8],
+    cap: usize,
+    reason: &str,
+) -> Result<(), String> {
     let Some((t, wire)) = tls.map(|side| side.sealing(key)) else {
         return send_plain(ring, key, conn, data, cap, reason);
     };
