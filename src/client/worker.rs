@@ -94,8 +94,8 @@ mod schedule;
 mod stages;
 mod tls;
 
+use crate::tls::conn::Wire;
 use keep::keep;
-use tls::wire;
 
 /// The stages of opening a connection, timed apart.
 #[derive(Clone, Copy)]
@@ -578,7 +578,7 @@ impl Worker {
         self.answer.clear();
         let mut rx = net::Received(received.unwrap_or_default());
         let ear = Ear {
-            wire: wire(stream, received.map(|_| &mut rx), slot.tls.as_deref_mut(), &mut self.tls_bufs),
+            wire: Wire::of(stream, received.map(|_| &mut rx), slot.tls.as_deref_mut().map(|t| (t, &mut self.tls_bufs)), None),
             partial: &mut slot.partial,
             scratch: &mut self.scratch,
             read_closed,
@@ -594,15 +594,10 @@ impl Worker {
         }
         let sent = match self.answer.is_empty() {
             true => Ok(()),
-            false => crate::tls::conn::send(
-                slot.tls.as_deref_mut(),
-                &mut self.tls_bufs.wire,
-                stream,
-                &mut slot.backlog,
-                &self.answer,
-                net::MAX_BACKLOG,
-                "slow_reader",
-            ),
+            false => {
+                let put = |bytes: &[u8]| net::send_capped(stream, &mut slot.backlog, bytes, net::MAX_BACKLOG, "slow_reader");
+                crate::tls::conn::send(slot.tls.as_deref_mut(), &mut self.tls_bufs.wire, &self.answer, put)
+            }
         };
         if !self.after_tls_read(k, now) {
             return;

@@ -31,7 +31,8 @@ pub fn write_ws(out: &mut Vec<u8>, retry_ms: u32) {
 }
 
 pub fn write_sse(out: &mut Vec<u8>, retry_ms: u32) {
-    out.extend_from_slice(format!("retry: {retry_ms}\nevent: goaway\ndata: {}\n\n", reason_json(retry_ms)).as_bytes());
+    let data = reason_json(retry_ms);
+    crate::proto::sse::write::Event { retry_ms: Some(retry_ms), event: Some("goaway"), data: &data, id: None }.write(out);
 }
 
 /// The retry delay in a goaway frame's payload.

@@ -49,6 +49,7 @@ crate::counters! {
         mqtt_wills_sent: counter "mqtt_wills_sent" "MQTT will messages published: connections that ended without DISCONNECT (or with v5 reason 0x04)",
         mqtt_publish_refused: by("reason") "mqtt_publish_refused" "MQTT publishes refused (v5 QoS 1: PUBACK with the reason code; else the connection closes), by reason (bad_topic, not_permitted, mqtt_payload_too_large, mqtt_publish_queue_full)",
         sse_streams: counter "sse_streams" "Server-Sent Event streams opened (GET with Accept: text/event-stream on a WebSocket or HTTP port)",
+        sse_encodes: counter "sse_encodes" "Pushes encoded as a Server-Sent Event's data: once per push per worker whatever its event streams (a replayed one once per stream resuming)",
         goaways: counter "goaways" "Connections closed by a drain (SIGTERM, --drain-period) after a reconnect hint",
         tls_handshakes: counter "tls_handshakes" "TLS handshakes completed (full and resumed)",
         tls_resumed: counter "tls_resumed" "TLS handshakes that resumed a session (ticket)",

@@ -16,6 +16,7 @@ pub mod conn;
 mod deliver;
 mod drain;
 mod heads;
+mod io;
 mod keepalive;
 mod presence;
 pub mod recovery;

@@ -454,6 +454,26 @@ pub enum Wire<'a, C> {
     TlsReceived(TlsRead<'a, C, crate::net::Received<'a>>),
 }
 
+impl<'a, C> Wire<'a, C> {
+    /// The reader of a connection, for either side's worker: through TLS
+    /// when it has TLS state (`tls`: its connection and the worker's
+    /// buffers; cleartext on the port answered `plaintext_reply`), from
+    /// the socket, or (`rx`) from the bytes an io_uring receive brought.
+    pub fn of(
+        sock: &'a mut mio::net::TcpStream,
+        rx: Option<&'a mut crate::net::Received<'a>>,
+        tls: Option<(&'a mut TlsConn<C>, &'a mut TlsBufs)>,
+        plaintext_reply: Option<&'static [u8]>,
+    ) -> Wire<'a, C> {
+        match (tls, rx) {
+            (Some((tls, bufs)), Some(rx)) => Wire::TlsReceived(TlsRead { sock: rx, tls, bufs, plaintext_reply }),
+            (Some((tls, bufs)), None) => Wire::Tls(TlsRead { sock, tls, bufs, plaintext_reply }),
+            (None, Some(rx)) => Wire::Received(crate::net::Received(rx.0)),
+            (None, None) => Wire::Plain(sock),
+        }
+    }
+}
+
 impl<C: Side> Source for Wire<'_, C> {
     fn read_some(&mut self, buf: &mut [u8]) -> io::Result<(usize, bool)> {
         match self {
@@ -465,23 +485,29 @@ impl<C: Side> Source for Wire<'_, C> {
     }
 }
 
-/// Send `data` on a connection: when it speaks TLS, encrypted after
-/// whatever the handshake left on `wire` (which is emptied); as is
-/// otherwise. What the socket does not take waits in `backlog` (as sent:
-/// ciphertext), up to `cap` bytes, beyond which the connection must close
-/// as `reason`.
-pub fn send<C: Side>(
+/// Send `data` on a connection, for either side's worker: when it
+/// speaks TLS (`tls`), encrypted after whatever the handshake left on
+/// `wire` (which is emptied), as is otherwise; `put` writes the bytes as
+/// they go on the wire (at once, or through a ring) and says whether the
+/// connection may go on. Both are tried: the handshake's bytes go out even
+/// when `data` cannot be encrypted. Errors are the caller's type
+/// (`String`); [`send_as`] maps an encryption failure into another.
+pub fn send<C: Side>(tls: Option<&mut TlsConn<C>>, wire: &mut Vec<u8>, data: &[u8], put: impl FnOnce(&[u8]) -> Result<(), String>) -> Result<(), String> {
+    send_as(tls, wire, data, put, |e| e)
+}
+
+/// [`send`] with the caller's error type: `tls_failed` names an
+/// encryption failure in it (the server's typed close reasons).
+pub fn send_as<C: Side, E>(
     tls: Option<&mut TlsConn<C>>,
     wire: &mut Vec<u8>,
-    stream: &mut mio::net::TcpStream,
-    backlog: &mut Spill,
     data: &[u8],
-    cap: usize,
-    reason: &str,
-) -> Result<(), String> {
-    let Some(conn) = tls else { return crate::net::send_capped(stream, backlog, data, cap, reason) };
-    let encrypted = if data.is_empty() { Ok(()) } else { conn.encrypt(data, wire) };
-    let sent = crate::net::send_capped(stream, backlog, wire, cap, reason);
+    put: impl FnOnce(&[u8]) -> Result<(), E>,
+    tls_failed: impl FnOnce(String) -> E,
+) -> Result<(), E> {
+    let Some(conn) = tls else { return put(data) };
+    let encrypted = if data.is_empty() { Ok(()) } else { conn.encrypt(data, wire).map_err(tls_failed) };
+    let sent = put(wire);
     wire.clear();
     encrypted.and(sent)
 }

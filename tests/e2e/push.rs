@@ -273,3 +273,89 @@ fn topics_spread_over_connections_reach_only_their_subscribers() {
     assert_eq!(topics.len(), 10, "{topics:?}");
     assert!(topics.values().all(|n| n.as_u64() == Some(200)), "100 subscribers x 2 rounds per topic: {topics:?}");
 }
+
+/// An event stream read by hand from the WHATWG format: each event's
+/// bytes as they came.
+struct EventStream {
+    s: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl EventStream {
+    fn open(port: u16, target: &str) -> EventStream {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        write!(s, "GET {target} HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n\r\n").unwrap();
+        let mut e = EventStream { s, buf: Vec::new() };
+        let head = String::from_utf8(e.until(b"\r\n\r\n")).unwrap();
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n") && head.contains("Content-Type: text/event-stream"), "{head}");
+        e
+    }
+
+    /// Bytes up to and with `sep`.
+    fn until(&mut self, sep: &[u8]) -> Vec<u8> {
+        loop {
+            if let Some(at) = self.buf.windows(sep.len()).position(|w| w == sep) {
+                let rest = self.buf.split_off(at + sep.len());
+                return std::mem::replace(&mut self.buf, rest);
+            }
+            let mut chunk = [0u8; 4096];
+            let n = self.s.read(&mut chunk).expect("more of the stream within 20 s");
+            assert!(n > 0, "the server closed the stream");
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// The next event, blank line included (blocks of comments and
+    /// `retry` alone skipped).
+    fn event(&mut self) -> String {
+        loop {
+            let block = String::from_utf8(self.until(b"\n\n")).unwrap();
+            if block.lines().any(|l| l.starts_with("data:")) {
+                return block;
+            }
+        }
+    }
+}
+
+/// A broadcast reaches every event stream of a worker as the same bytes
+/// from one encoding (`sse_encodes`): the five streams that follow only
+/// the broadcasts get identical events, and the one that also follows a
+/// topic the same data under its own id (its positions in both). On a
+/// WebSocket port on epoll and an HTTP port on io_uring.
+#[test]
+fn a_broadcast_is_encoded_once_and_every_event_stream_gets_the_same_bytes() {
+    for (protocol, io) in [("ws", "epoll"), ("http", "uring")] {
+        let port = free_port();
+        let args = ["--ports", &port.to_string(), "--workers", "1", "--protocol", protocol, "--io", io, "--history", "100"];
+        let (mut srv, _, ready) = server_ready(&args, None);
+        let admin = admin_addr(&ready);
+        let mut streams: Vec<EventStream> = (0..5).map(|_| EventStream::open(port, "/events")).collect();
+        streams.push(EventStream::open(port, "/events?subscribe=news"));
+        // Each stream's starting positions first: the broadcast is then live.
+        for (i, s) in streams.iter_mut().enumerate() {
+            for _ in 0..if i == 5 { 2 } else { 1 } {
+                let e = s.event();
+                assert!(e.starts_with("event: subscribed\n"), "{protocol}: {e}");
+            }
+        }
+        let (status, r) = http(&admin, "POST", "/broadcast", b"to every stream", None);
+        assert_eq!((status, serde_json::from_str::<Value>(&r).unwrap()["queued"].as_u64()), (200, Some(6)), "{protocol}: {r}");
+        let events: Vec<String> = streams.iter_mut().map(EventStream::event).collect();
+        for (i, e) in events.iter().enumerate().take(5) {
+            assert_eq!(e, &events[0], "{protocol}: stream {i} got other bytes");
+        }
+        let (id, data) = events[0].split_once('\n').unwrap();
+        assert!(id.starts_with("id: *:") && data.starts_with("data: {") && data.contains(r#""data":"to every stream""#), "{protocol}: {}", events[0]);
+        let (own_id, own_data) = events[5].split_once('\n').unwrap();
+        let tokens: Vec<&str> = own_id.trim_start_matches("id: ").split(',').collect();
+        assert!(
+            tokens.len() == 2 && tokens.contains(&&id[4..]) && tokens.iter().any(|t| t.starts_with("news:")),
+            "{protocol}: {own_id} carries both positions"
+        );
+        assert_eq!(own_data, data, "{protocol}: the same data under its own id");
+        let v = srv.wait_for(Duration::from_secs(20), "the broadcast counted", |v| v["event"] == "stats" && v["push_delivered"] == 6);
+        assert_eq!(v["sse_encodes"], 1, "{protocol}: one encoding for six streams: {v}");
+        assert!(srv.terminate().success());
+    }
+}

@@ -166,7 +166,8 @@ impl Worker {
     pub(super) fn write_slot(&mut self, k: usize) -> bool {
         let slot = &mut self.slots[k];
         let stream = slot.stream.as_mut().expect("established slot has a stream");
-        match crate::tls::conn::send(slot.tls.as_deref_mut(), &mut self.tls_bufs.wire, stream, &mut slot.backlog, &self.out, net::MAX_BACKLOG, "slow_reader") {
+        let put = |bytes: &[u8]| net::send_capped(stream, &mut slot.backlog, bytes, net::MAX_BACKLOG, "slow_reader");
+        match crate::tls::conn::send(slot.tls.as_deref_mut(), &mut self.tls_bufs.wire, &self.out, put) {
             Ok(()) => true,
             Err(reason) => {
                 self.lose(k, reason);

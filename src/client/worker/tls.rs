@@ -1,27 +1,9 @@
 //! A client worker's TLS connections: the handshake between TCP and the
-//! protocol (timed as its own stage, counted, failures named), and the
-//! reader every TLS connection's bytes come through.
+//! protocol (timed as its own stage, counted, failures named). Their
+//! bytes are read through `tls::conn::Wire::of` and sent through
+//! `tls::conn::send`, as the server's are.
 
 use super::{Stage, State, Worker};
-use crate::net::Received;
-use crate::tls::client::ClientConn;
-use crate::tls::conn::{TlsBufs, TlsRead, Wire};
-
-/// The bytes of a connection: through TLS when it has TLS state.
-/// From the socket, or (`rx`) from the bytes a ring receive brought.
-pub(super) fn wire<'a>(
-    sock: &'a mut mio::net::TcpStream,
-    rx: Option<&'a mut Received<'a>>,
-    tls: Option<&'a mut ClientConn>,
-    bufs: &'a mut TlsBufs,
-) -> Wire<'a, rustls::client::UnbufferedClientConnection> {
-    match (tls, rx) {
-        (Some(tls), Some(rx)) => Wire::TlsReceived(TlsRead { sock: rx, tls, bufs, plaintext_reply: None }),
-        (Some(tls), None) => Wire::Tls(TlsRead { sock, tls, bufs, plaintext_reply: None }),
-        (None, Some(rx)) => Wire::Received(Received(rx.0)),
-        (None, None) => Wire::Plain(sock),
-    }
-}
 
 impl Worker {
     /// TCP is up: start the TLS handshake (the ClientHello goes out).
@@ -53,8 +35,9 @@ impl Worker {
         let slot = &mut self.slots[k];
         let (Some(tls), Some(stream)) = (slot.tls.as_deref_mut(), slot.stream.as_mut()) else { return true };
         let finished = tls.take_finished();
-        if let Err(reason) = crate::tls::conn::send(Some(tls), &mut self.tls_bufs.wire, stream, &mut slot.backlog, &[], crate::net::MAX_BACKLOG, "slow_reader")
-        {
+        let backlog = &mut slot.backlog;
+        let put = |bytes: &[u8]| crate::net::send_capped(stream, backlog, bytes, crate::net::MAX_BACKLOG, "slow_reader");
+        if let Err(reason) = crate::tls::conn::send(Some(tls), &mut self.tls_bufs.wire, &[], put) {
             self.lose(k, reason);
             return false;
         }

@@ -8,9 +8,12 @@
 //! every stream it follows (`a:EPOCH:OFFSET,b:EPOCH:OFFSET,*:EPOCH:OFFSET`),
 //! so the `Last-Event-ID` a browser sends when it reconnects resumes all of
 //! them at once. The server keeps those positions per connection (12 bytes
-//! a stream); the connection owns no buffer. Heartbeats are comments.
+//! a stream); the connection owns no buffer. Heartbeats are comments. The
+//! bytes are written by `proto::sse::write`; a push's are built once per
+//! worker and shared ([`SharedPush`]).
 
 use crate::proto::push::{self, Position, Push, Stream, BROADCAST_TOPIC};
+use crate::proto::sse::write::{self, Event};
 use crate::proto::ws::handshake;
 use crate::server::close::{self, Close};
 use crate::server::session::requests::Requests;
@@ -18,6 +21,8 @@ use crate::server::snapshot::ServerSnapshot;
 use crate::server::worker::conn::{ConnExt, Ext};
 use crate::server::worker::recovery::{self, Recoveries};
 use crate::server::worker::topics::{Subs, Topics};
+use std::fmt::Write as _;
+use std::rc::Rc;
 
 /// A new WebSocket or event stream taking up what its request asks for.
 pub struct Follow<'r, 'a> {
@@ -124,20 +129,27 @@ impl SseConn {
         }
     }
 
-    /// The resume token of every stream followed: the event id.
-    fn id(&self, topics: &Topics) -> String {
-        let names = self.positions.iter().filter_map(|f| {
-            let name = if f.topic == BROADCASTS { Some(BROADCAST_TOPIC) } else { topics.name(f.topic) };
-            name.map(|n| push::resume_token(n, Position { epoch: f.epoch, offset: f.offset }))
-        });
-        names.collect::<Vec<_>>().join(",")
+    /// The resume token of every stream followed, the event id, into
+    /// `out` (emptied first; no allocation once it has grown).
+    fn write_id(&self, topics: &Topics, out: &mut String) {
+        out.clear();
+        for f in self.positions.iter() {
+            let Some(name) = (if f.topic == BROADCASTS { Some(BROADCAST_TOPIC) } else { topics.name(f.topic) }) else { continue };
+            if !out.is_empty() {
+                out.push(',');
+            }
+            let _ = write!(out, "{name}:{}:{}", f.epoch, f.offset);
+        }
     }
 }
 
-/// The answer that opens the stream.
+/// The answer that opens the stream: the head, how long a browser is to
+/// wait before it reconnects, and a comment.
 pub fn write_head(out: &mut Vec<u8>) {
-    out.extend_from_slice(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: keep-alive\r\nX-Accel-Buffering: no\r\nAccess-Control-Allow-Origin: *\r\n\r\n");
-    out.extend_from_slice(format!("retry: {RETRY_MS}\n: megaconn event stream\n\n").as_bytes());
+    out.extend_from_slice(write::HEAD);
+    write::retry(out, RETRY_MS);
+    write::comment(out, "megaconn event stream");
+    write::end(out);
 }
 
 /// The positions a `Last-Event-ID` (or `?since=`) names: tokens as the
@@ -146,23 +158,87 @@ pub fn parse_last_event_id(v: &str) -> Result<Vec<(&str, Option<Position>)>, Str
     v.split(',').map(str::trim).filter(|t| !t.is_empty()).map(push::parse_resume_token).collect()
 }
 
-fn event(out: &mut Vec<u8>, kind: Option<&str>, id: &str, data: &str) {
-    if let Some(k) = kind {
-        out.extend_from_slice(format!("event: {k}\n").as_bytes());
-    }
-    out.extend_from_slice(format!("id: {id}\ndata: {data}\n\n").as_bytes());
+/// One push as this connection's event (its position moves on).
+pub fn write_push(out: &mut Vec<u8>, conn: &mut SseConn, topics: &Topics, p: &Push<'_>, now_s: u32, stats: &mut ServerSnapshot) {
+    SharedPush::encode(p, topics, stats).write(out, conn, topics, now_s);
 }
 
-/// One push as this connection's event (its position moves on).
-pub fn write_push(out: &mut Vec<u8>, conn: &mut SseConn, topics: &Topics, p: &Push<'_>, now_s: u32) {
-    if p.stream != Stream::Unicast {
-        let key = if p.stream == Stream::Broadcast { Some(BROADCASTS) } else { std::str::from_utf8(p.topic).ok().and_then(|t| topics.id(t)) };
-        if let Some(key) = key {
-            conn.set(key, Position { epoch: p.epoch, offset: p.seq });
-        }
+/// A push as every event stream of a worker writes it. Its `data` (the
+/// JSON envelope) is the same for all of them and is encoded once per
+/// push per worker (counted in `sse_encodes`). Its `id` cannot be: it is
+/// the connection's resume token, the position of every stream it
+/// follows, and streams that follow other topics, or joined at another
+/// time, are at other places. So an event is the connection's `id:` line
+/// before the shared `data:` bytes, and connections whose id is the same
+/// as the one before (those following the same streams from the same
+/// positions: all the streams that follow only the broadcasts) share the
+/// whole event, one buffer, as a WebSocket push is shared.
+pub struct SharedPush {
+    /// `data: JSON` and the blank line that ends the event.
+    body: Vec<u8>,
+    /// The stream this push moves on: its key in [`SseConn::positions`]
+    /// (None: a unicast, or a topic gone) and its new position.
+    moves: Option<(u32, Position)>,
+    /// The id of the last event built, and that event.
+    last: Option<(String, Rc<[u8]>)>,
+    /// The current connection's id, written here.
+    id: String,
+}
+
+impl SharedPush {
+    /// Encode the push's data, once.
+    pub fn encode(p: &Push<'_>, topics: &Topics, stats: &mut ServerSnapshot) -> SharedPush {
+        stats.sse_encodes += 1;
+        let mut body = Vec::with_capacity(64 + p.data.len());
+        write::data(&mut body, &crate::server::session::ws::push_json(p).to_string());
+        write::end(&mut body);
+        let key = match p.stream {
+            Stream::Unicast => None,
+            Stream::Broadcast => Some(BROADCASTS),
+            Stream::Topic => std::str::from_utf8(p.topic).ok().and_then(|t| topics.id(t)),
+        };
+        SharedPush { body, moves: key.map(|k| (k, Position { epoch: p.epoch, offset: p.seq })), last: None, id: String::new() }
     }
-    conn.last_write_s = now_s;
-    event(out, None, &conn.id(topics), &crate::server::session::ws::push_json(p).to_string());
+
+    /// The connection's event: the previous connection's buffer when its
+    /// id was the same, else a new one (kept for the next).
+    pub fn event(&mut self, conn: &mut SseConn, topics: &Topics, now_s: u32) -> Rc<[u8]> {
+        self.advance(conn, topics, now_s);
+        if let Some((id, event)) = &self.last {
+            if *id == self.id {
+                return event.clone();
+            }
+        }
+        let mut bytes = Vec::with_capacity(self.id.len() + 5 + self.body.len());
+        write::id_field(&mut bytes, &self.id);
+        bytes.extend_from_slice(&self.body);
+        let event: Rc<[u8]> = bytes.into();
+        let id = match self.last.take() {
+            Some((mut id, _)) => {
+                std::mem::swap(&mut id, &mut self.id);
+                id
+            }
+            None => std::mem::take(&mut self.id),
+        };
+        self.last = Some((id, event.clone()));
+        event
+    }
+
+    /// The connection's event, appended to `out`.
+    pub fn write(&mut self, out: &mut Vec<u8>, conn: &mut SseConn, topics: &Topics, now_s: u32) {
+        self.advance(conn, topics, now_s);
+        write::id_field(out, &self.id);
+        out.extend_from_slice(&self.body);
+    }
+
+    /// The connection's position moves on; its id is written.
+    fn advance(&mut self, conn: &mut SseConn, topics: &Topics, now_s: u32) {
+        if let Some((key, at)) = self.moves {
+            conn.set(key, at);
+        }
+        conn.last_write_s = now_s;
+        conn.write_id(topics, &mut self.id);
+    }
 }
 
 /// The answer to a resume, as an event named `subscribed`.
@@ -173,7 +249,9 @@ pub fn write_subscribed(out: &mut Vec<u8>, conn: &mut SseConn, topics: &Topics, 
     }
     conn.last_write_s = now_s;
     let data = serde_json::json!({ "type": "subscribed", "topic": topic, "epoch": at.epoch, "offset": at.offset, "recovered": recovered });
-    event(out, Some("subscribed"), &conn.id(topics), &data.to_string());
+    let mut id = String::new();
+    conn.write_id(topics, &mut id);
+    Event { id: Some(&id), event: Some("subscribed"), data: &data.to_string(), retry_ms: None }.write(out);
 }
 
 /// A heartbeat comment, when the stream was quiet for [`HEARTBEAT_S`].
@@ -181,7 +259,8 @@ pub fn heartbeat_due(conn: &SseConn, now_s: u32) -> bool {
     now_s.saturating_sub(conn.last_write_s) >= HEARTBEAT_S
 }
 
-pub const HEARTBEAT: &[u8] = b": ping\n\n";
+/// The heartbeat: a comment alone.
+pub const HEARTBEAT: &[u8] = write::HEARTBEAT;
 
 #[cfg(test)]
 mod tests {
@@ -199,7 +278,7 @@ mod tests {
         write_subscribed(&mut out, &mut conn, &topics, "*", true, Position { epoch: 9, offset: 0 }, 0);
         out.clear();
         let p = Push { stream: Stream::Topic, topic: b"b:c", seq: 5, publish_us: 1, epoch: 8, data: b"hi\nthere" };
-        write_push(&mut out, &mut conn, &topics, &p, 0);
+        write_push(&mut out, &mut conn, &topics, &p, 0, &mut ServerSnapshot::default());
         let text = String::from_utf8(out).unwrap();
         assert!(text.starts_with("id: a:7:3,*:9:0,b:c:8:5\ndata: {"), "{text}");
         assert!(text.ends_with("}\n\n") && text.matches('\n').count() == 3, "a newline in the data stays escaped in the JSON: {text}");
@@ -209,6 +288,38 @@ mod tests {
             vec![("a", Some(Position { epoch: 7, offset: 3 })), ("*", Some(Position { epoch: 9, offset: 0 })), ("b:c", Some(Position { epoch: 8, offset: 5 }))]
         );
         assert!(parse_last_event_id("a:1:2,bad topic").is_err());
+    }
+
+    /// A broadcast to four streams is encoded once; the three that follow
+    /// only the broadcasts from the same place share one buffer, and the
+    /// one that also follows a topic gets its own id before the same data.
+    #[test]
+    fn a_push_is_encoded_once_and_shared_where_ids_agree() {
+        let mut topics = Topics::default();
+        topics.subscribe(&mut None, 4, b"news").unwrap();
+        let mut conns: Vec<SseConn> = (0..4).map(|_| SseConn::default()).collect();
+        for c in conns.iter_mut() {
+            write_subscribed(&mut Vec::new(), c, &topics, "*", true, Position { epoch: 2, offset: 9 }, 0);
+        }
+        write_subscribed(&mut Vec::new(), &mut conns[3], &topics, "news", true, Position { epoch: 1, offset: 4 }, 0);
+        let mut stats = ServerSnapshot::default();
+        let p = Push { stream: Stream::Broadcast, topic: b"", seq: 10, publish_us: 1, epoch: 2, data: b"hello" };
+        let mut shared = SharedPush::encode(&p, &topics, &mut stats);
+        let events: Vec<Rc<[u8]>> = conns.iter_mut().map(|c| shared.event(c, &topics, 5)).collect();
+        assert_eq!(stats.sse_encodes, 1);
+        assert!(Rc::ptr_eq(&events[0], &events[1]) && Rc::ptr_eq(&events[1], &events[2]), "same id, one buffer");
+        let text: Vec<&str> = events.iter().map(|e| std::str::from_utf8(e).unwrap()).collect();
+        assert!(text[0].starts_with("id: *:2:10\ndata: {") && text[0].ends_with("}\n\n"), "{}", text[0]);
+        assert!(text[3].starts_with("id: *:2:10,news:1:4\ndata: {"), "{}", text[3]);
+        assert_eq!(text[0].split_once('\n').unwrap().1, text[3].split_once('\n').unwrap().1, "the same data after each id");
+        assert!(conns.iter().all(|c| c.last_write_s == 5));
+        // Written out (a history replay), the bytes are the same.
+        let mut out = Vec::new();
+        let mut again = SseConn::default();
+        write_subscribed(&mut Vec::new(), &mut again, &topics, "*", true, Position { epoch: 2, offset: 9 }, 0);
+        write_push(&mut out, &mut again, &topics, &p, 5, &mut stats);
+        assert_eq!(out, &*events[0]);
+        assert_eq!(stats.sse_encodes, 2);
     }
 }
 

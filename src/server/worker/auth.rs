@@ -19,7 +19,7 @@ impl Worker {
             if self.cfg.protocol == Protocol::Ws && crate::server::worker::conn::takes_pushes(&conn.ext) {
                 let mut out = Vec::new();
                 crate::proto::ws::frame::encode_close_reason(&mut out, jwt::EXPIRED_CLOSE, b"token expired", None);
-                let _ = super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &out, self.cfg.max_pending_bytes, Close::SlowConsumer);
+                let _ = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &out, self.cfg.max_pending_bytes, Close::SlowConsumer);
             }
             self.close(key, Close::AuthExpired);
         }

@@ -6,7 +6,10 @@
 //! are shared by every such subscriber. History replays compress each
 //! replayed message once per answer, whoever waited for it. A connection
 //! that keeps context (`--ws-deflate takeover`) gets its pushes
-//! compressed by its own compressor instead.
+//! compressed by its own compressor instead. An event stream's push
+//! has its data encoded once too; its id is the stream's own, so streams
+//! share a whole event only where their ids agree
+//! ([`SharedPush`](crate::server::session::sse::SharedPush) says why).
 
 use super::Worker;
 use crate::proto::push::{self, Position, Push, Stream, BROADCAST_TOPIC};
@@ -15,6 +18,7 @@ use crate::server::broker::history::{Message, Slice};
 use crate::server::close::Close;
 use crate::server::commands::{conn_id, split_id, PushCommand};
 use crate::server::commands::{ConnInfo, ListCommand, PresenceCommand, ServerMsg, LIST_BYTES, LIST_TOPICS};
+use crate::server::session::sse::SharedPush;
 use crate::server::session::ws;
 use crate::server::worker::conn::{sse_mut, takes_pushes, ConnExt};
 use crate::server::worker::recovery::Fate;
@@ -101,7 +105,7 @@ impl Worker {
         let mut slow = Vec::new();
         let mut now_us = push::wall_us();
         let now_s = self.now_s();
-        let mut event = Vec::new();
+        let mut sse_push: Option<SharedPush> = None;
         for (i, key) in targets.iter().enumerate() {
             let Some(conn) = self.conns.get_mut(*key) else { continue };
             if waiting && self.recoveries.holds(history_name, *key, conn.gen) {
@@ -111,12 +115,14 @@ impl Worker {
                 self.seam.note(*key, conn.gen);
                 continue;
             }
-            // An event stream's id is its own (its positions in every stream).
+            // An event stream's id is its own (its positions in every
+            // stream); the data is encoded once, and a whole event shared
+            // by the streams whose ids agree.
             let sent = match sse_mut(&mut conn.ext) {
                 Some(sse) => {
-                    event.clear();
-                    crate::server::session::sse::write_push(&mut event, sse, &self.topics, &p, now_s);
-                    super::tls::send(self.tls.as_mut(), self.ring.as_mut(), *key, conn, &event, self.cfg.max_pending_bytes, Close::SlowConsumer)
+                    let shared = sse_push.get_or_insert_with(|| SharedPush::encode(&p, &self.topics, &mut self.stats));
+                    let event = shared.event(sse, &self.topics, now_s);
+                    super::io::send_frame(self.tls.as_mut(), self.ring.as_mut(), *key, conn, &event, self.cfg.max_pending_bytes, Close::SlowConsumer)
                 }
                 None => {
                     let mut own = None;
@@ -133,9 +139,9 @@ impl Worker {
                         _ => &frame,
                     };
                     match &own {
-                        Some(f) => super::tls::send(self.tls.as_mut(), self.ring.as_mut(), *key, conn, f, self.cfg.max_pending_bytes, Close::SlowConsumer),
+                        Some(f) => super::io::send(self.tls.as_mut(), self.ring.as_mut(), *key, conn, f, self.cfg.max_pending_bytes, Close::SlowConsumer),
                         None => {
-                            super::tls::send_frame(self.tls.as_mut(), self.ring.as_mut(), *key, conn, shared, self.cfg.max_pending_bytes, Close::SlowConsumer)
+                            super::io::send_frame(self.tls.as_mut(), self.ring.as_mut(), *key, conn, shared, self.cfg.max_pending_bytes, Close::SlowConsumer)
                         }
                     }
                 }
@@ -182,7 +188,7 @@ impl Worker {
             if self.cfg.protocol == Protocol::Ws {
                 let mut out = Vec::new();
                 crate::proto::ws::frame::encode_close_reason(&mut out, DISCONNECT_CLOSE, b"disconnected", None);
-                let _ = super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &out, self.cfg.max_pending_bytes, Close::SlowConsumer);
+                let _ = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &out, self.cfg.max_pending_bytes, Close::SlowConsumer);
             }
             self.close(key, Close::Disconnected);
         }
@@ -208,7 +214,7 @@ impl Worker {
             let Some(conn) = self.conns.get_mut(key).filter(|c| c.gen == gen && takes_pushes(&c.ext)) else { continue };
             conn.set_read();
             for f in &held.frames {
-                if let Err(reason) = super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, f, self.cfg.max_pending_bytes, Close::SlowConsumer) {
+                if let Err(reason) = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, f, self.cfg.max_pending_bytes, Close::SlowConsumer) {
                     slow.push((key, reason));
                     break;
                 }
@@ -237,7 +243,7 @@ impl Worker {
             }
             sse.last_write_s = now_s;
             let beat = crate::server::session::sse::HEARTBEAT;
-            if let Err(reason) = super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, beat, self.cfg.max_pending_bytes, Close::SlowConsumer) {
+            if let Err(reason) = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, beat, self.cfg.max_pending_bytes, Close::SlowConsumer) {
                 slow.push((key, reason));
             }
         }
@@ -281,7 +287,7 @@ impl Worker {
             match (sse_mut(&mut conn.ext), self.cfg.protocol) {
                 (Some(sse), _) => {
                     for p in pushes {
-                        crate::server::session::sse::write_push(&mut out, sse, &self.topics, &p, now_s);
+                        crate::server::session::sse::write_push(&mut out, sse, &self.topics, &p, now_s, &mut self.stats);
                     }
                     crate::server::session::sse::write_subscribed(&mut out, sse, &self.topics, &slice.topic, recovered, head, now_s);
                 }
@@ -297,7 +303,7 @@ impl Worker {
                     push::encode_subscribed(&mut out, &slice.topic, recovered, head);
                 }
             }
-            if let Err(reason) = super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &out, self.cfg.max_pending_bytes, Close::SlowConsumer) {
+            if let Err(reason) = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &out, self.cfg.max_pending_bytes, Close::SlowConsumer) {
                 slow.push((key, reason));
             }
         }

@@ -95,7 +95,7 @@ impl Worker {
             goaway::write_framed(&mut self.out, retry_ms);
         }
         if !self.out.is_empty() {
-            match super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader) {
+            match super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader) {
                 Ok(()) => self.stats.goaways += 1,
                 Err(reason) => return self.close(key, reason),
             }

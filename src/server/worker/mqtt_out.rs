@@ -95,12 +95,12 @@ impl Worker {
             return Ok(Sent::Not);
         }
         let sent = if qos == QoS::AtMostOnce {
-            super::tls::send_frame(self.tls.as_mut(), self.ring.as_mut(), key, conn, &frame, self.cfg.max_pending_bytes, Close::SlowConsumer)
+            super::io::send_frame(self.tls.as_mut(), self.ring.as_mut(), key, conn, &frame, self.cfg.max_pending_bytes, Close::SlowConsumer)
         } else {
             let window = m.window;
             match m.extra_mut().flight.offer(flight::Delivery { bytes: frame, id_at, qos }, window, bounds) {
                 flight::Offer::Send(bytes) => {
-                    super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &bytes, self.cfg.max_pending_bytes, Close::SlowConsumer)
+                    super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &bytes, self.cfg.max_pending_bytes, Close::SlowConsumer)
                 }
                 flight::Offer::Held => return Ok(Sent::Not),
                 flight::Offer::Dropped(reason) => {

@@ -60,7 +60,7 @@ impl Worker {
             for key in self.topics.subscribers(&n.topic) {
                 let ws = |c: &&mut crate::server::worker::conn::Conn| takes_pushes(&c.ext) && !matches!(c.ext.as_deref(), Some(ConnExt::Sse(_)));
                 let Some(conn) = self.conns.get_mut(key).filter(ws) else { continue };
-                match super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &frame, self.cfg.max_pending_bytes, Close::SlowConsumer) {
+                match super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &frame, self.cfg.max_pending_bytes, Close::SlowConsumer) {
                     Ok(()) => self.stats.presence_notices += 1,
                     Err(reason) => slow.push((key, reason)),
                 }

@@ -2,7 +2,7 @@
 //! requests in, heartbeat acks, replies and subscriptions out, and the
 //! business stage's finished jobs delivered in order.
 
-use super::{tls, Worker};
+use super::{io, Worker};
 use crate::net::{self, ReadEnd};
 use crate::proto::{Protocol, ECHO8_LEN};
 use crate::server::close::Close;
@@ -65,18 +65,12 @@ impl Worker {
             let mut req =
                 Requests { out: &mut self.out, stats: &mut self.stats, stage: &mut self.stage, rng: &mut self.rng, service: &self.cfg.service_time, key, gen };
             let mut rx = net::Received(received.unwrap_or_default());
-            let mut src = match (self.tls.as_mut(), received) {
-                (Some(t), Some(_)) => match t.reader(key, &mut rx) {
-                    Some(r) => Wire::TlsReceived(r),
-                    None => return,
-                },
-                (None, Some(bytes)) => Wire::Received(net::Received(bytes)),
-                (Some(t), None) => match t.reader(key, &mut conn.stream) {
-                    Some(r) => Wire::Tls(r),
-                    None => return,
-                },
-                (None, None) => Wire::Plain(&mut conn.stream),
+            let (tls, plaintext_reply) = match self.tls.as_mut().map(|t| t.reading(key)) {
+                Some(None) => return,
+                Some(Some((tls, reply))) => (Some(tls), reply),
+                None => (None, None),
             };
+            let mut src = Wire::of(&mut conn.stream, received.map(|_| &mut rx), tls, plaintext_reply);
             let r = match self.cfg.protocol {
                 Protocol::Framed => {
                     let mut ctx = framed::Ctx {
@@ -216,7 +210,7 @@ impl Worker {
             }
             // Answer what was decoded even when the stream then ended
             // (and what the TLS handshake has to say first).
-            if let Err(reason) = tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader) {
+            if let Err(reason) = io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader) {
                 end.get_or_insert(reason);
             }
             match r {
@@ -251,7 +245,7 @@ impl Worker {
             if conn.gen != done.job.gen {
                 continue;
             }
-            if let Err(reason) = tls::send(self.tls.as_mut(), self.ring.as_mut(), done.job.key, conn, &done.job.reply, self.reply_cap, Close::SlowReader) {
+            if let Err(reason) = io::send(self.tls.as_mut(), self.ring.as_mut(), done.job.key, conn, &done.job.reply, self.reply_cap, Close::SlowReader) {
                 self.close(done.job.key, reason);
                 continue;
             }
@@ -295,7 +289,7 @@ impl Worker {
             }
         }
         http::track_partial(&mut conn.ext, conn.partial.is_some(), now_ds);
-        if let Err(reason) = tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader) {
+        if let Err(reason) = io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader) {
             end.get_or_insert(reason);
         }
         if let Some(reason) = end {

@@ -1,12 +1,10 @@
 //! A TLS server worker's side of every connection: the TLS state per
-//! slab key, the buffers all of them borrow, handshake deadlines, and the
-//! encrypting send every reply and push goes through.
+//! slab key, the buffers all of them borrow, and handshake deadlines.
+//! What is sent goes through `io.rs`, which encrypts with it.
 
-use crate::net;
 use crate::server::close::Close;
-use crate::server::worker::conn::Conn;
 use crate::tls::files::{self, ServerTls};
-use crate::tls::server::{TlsBufs, TlsConn, TlsRead, PLAINTEXT_REPLY};
+use crate::tls::server::{TlsBufs, TlsConn, PLAINTEXT_REPLY};
 use anyhow::Result;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -101,11 +99,24 @@ impl TlsSide {
         !self.pending.is_empty()
     }
 
-    /// The plaintext reader of `key`'s socket, or (io_uring) of the
-    /// records a receive brought.
-    pub fn reader<'a, S>(&'a mut self, key: usize, sock: &'a mut S) -> Option<TlsRead<'a, S>> {
+    /// What reading `key` through TLS takes (its state, the worker's
+    /// buffers, the answer to cleartext), for [`crate::tls::conn::Wire::of`];
+    /// None if it has no TLS state.
+    #[allow(clippy::type_complexity)]
+    pub fn reading(&mut self, key: usize) -> Option<((&mut TlsConn, &mut TlsBufs), Option<&'static [u8]>)> {
         let tls = self.conns.get_mut(key).and_then(|c| c.as_deref_mut())?;
-        Some(TlsRead { sock, tls, bufs: &mut self.bufs, plaintext_reply: self.plaintext_reply })
+        Some(((tls, &mut self.bufs), self.plaintext_reply))
+    }
+
+    /// What sending on `key` takes: its TLS state, if it has some, and the
+    /// buffer its records are sealed into.
+    pub fn sealing(&mut self, key: usize) -> (Option<&mut TlsConn>, &mut Vec<u8>) {
+        (self.conns.get_mut(key).and_then(|c| c.as_deref_mut()), &mut self.bufs.wire)
+    }
+
+    /// Whether `key` has TLS state (what it is sent must be sealed for it alone).
+    pub fn speaks_tls(&self, key: usize) -> bool {
+        self.conns.get(key).is_some_and(|c| c.is_some())
     }
 
     /// Every connection went at once (the worker stops).
@@ -113,54 +124,5 @@ impl TlsSide {
         self.conns = Vec::new();
         self.live = 0;
         self.pending = VecDeque::new();
-    }
-}
-
-/// Send `data` on the connection at `key`: encrypted when it speaks TLS
-/// (after what its handshake has to say; see [`crate::tls::conn::send`]),
-/// through the ring (`--io uring`) or written at once. What the socket
-/// does not take waits in its backlog (as sent: ciphertext), up to `cap`
-/// bytes, beyond which the connection must close as `full`.
-pub(super) fn send(
-    tls: Option<&mut TlsSide>,
-    ring: Option<&mut super::ring::RingSide>,
-    key: usize,
-    conn: &mut Conn,
-    data: &[u8],
-    cap: usize,
-    full: Close,
-) -> Result<(), Close> {
-    let Some((t, wire)) = tls.and_then(|side| Some((side.conns.get_mut(key)?.as_deref_mut()?, &mut side.bufs.wire))) else {
-        return send_plain(ring, key, conn, data, cap, full);
-    };
-    let encrypted = if data.is_empty() { Ok(()) } else { t.encrypt(data, wire).map_err(Close::tls) };
-    let sent = send_plain(ring, key, conn, wire, cap, full);
-    wire.clear();
-    encrypted.and(sent)
-}
-
-/// Bytes as they go on the wire: through the ring, or written at once.
-fn send_plain(ring: Option<&mut super::ring::RingSide>, key: usize, conn: &mut Conn, data: &[u8], cap: usize, full: Close) -> Result<(), Close> {
-    match ring {
-        Some(r) => r.send(key, conn, data, cap, full),
-        None => net::try_send_capped(&mut conn.stream, &mut conn.backlog, data, cap).map_err(|e| Close::send(e, full)),
-    }
-}
-
-/// Send a push's `frame` on the connection at `key`: on the ring, one
-/// buffer shared by every plaintext connection it goes to (see
-/// [`super::ring::RingSide::send_shared`]); otherwise as [`send`] does.
-pub(super) fn send_frame(
-    tls: Option<&mut TlsSide>,
-    ring: Option<&mut super::ring::RingSide>,
-    key: usize,
-    conn: &mut Conn,
-    frame: &std::rc::Rc<[u8]>,
-    cap: usize,
-    full: Close,
-) -> Result<(), Close> {
-    match ring {
-        Some(r) if tls.as_ref().is_none_or(|t| t.conns.get(key).is_none_or(|c| c.is_none())) => r.send_shared(key, conn, frame, cap, full),
-        ring => send(tls, ring, key, conn, frame, cap, full),
     }
 }

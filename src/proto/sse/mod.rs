@@ -1,0 +1,3 @@
+//! Server-Sent Events (WHATWG HTML, "Server-sent events"): the
+//! `text/event-stream` format, no I/O. `write` is the server's side.
+pub mod write;
