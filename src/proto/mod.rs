@@ -4,6 +4,7 @@ pub mod goaway;
 pub mod http;
 pub mod mqtt;
 pub mod push;
+pub mod sse;
 pub mod ws;
 
 /// Which wire protocol a server or client speaks.
