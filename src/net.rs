@@ -131,14 +131,27 @@ pub fn read_fixed<S: Source>(
     })
 }
 
-/// The read loop both protocols share: `consume` takes the bytes so far
-/// and returns how many it used; the rest waits in `partial`.
+/// The read loop every protocol shares: `consume` takes the bytes so far
+/// and returns how many it used; the rest waits in `partial`. Its error
+/// names why the connection must close.
 pub fn read_chunks<S: Source>(
     stream: &mut S,
     partial: &mut Spill,
     scratch: &mut [u8],
     read_closed: bool,
-    mut consume: impl FnMut(&[u8]) -> Result<usize, &'static str>,
+    consume: impl FnMut(&[u8]) -> Result<usize, &'static str>,
+) -> ReadEnd {
+    read_chunks_named(stream, partial, scratch, read_closed, consume)
+}
+
+/// [`read_chunks`] for a `consume` whose error is any name that becomes
+/// a `String` (one carrying a code, like a client's "ws_close_1008").
+pub fn read_chunks_named<S: Source, E: Into<String>>(
+    stream: &mut S,
+    partial: &mut Spill,
+    scratch: &mut [u8],
+    read_closed: bool,
+    mut consume: impl FnMut(&[u8]) -> Result<usize, E>,
 ) -> ReadEnd {
     let mut reads = 0;
     loop {
@@ -175,7 +188,7 @@ pub fn read_chunks<S: Source>(
             }
         };
         if let Err(kind) = result {
-            return ReadEnd::Error(kind.to_string());
+            return ReadEnd::Error(kind.into());
         }
         // A short read means the socket is empty right now; any later data
         // raises a new edge-triggered event.
