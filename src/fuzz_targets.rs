@@ -24,6 +24,8 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("codec", codec),
     ("tls_records", tls_records),
     ("mqtt", mqtt),
+    ("http_response", http_response),
+    ("sse_events", sse_events),
 ];
 
 use crate::proto::fuzz_split as split;
@@ -294,4 +296,43 @@ pub fn tls_records(data: &[u8]) {
 /// and every decoded packet encodes back to bytes that decode to it.
 pub fn mqtt(data: &[u8]) {
     crate::proto::mqtt::invariants::check(data);
+}
+
+/// A response head as every client reads it: within the buffer, and a
+/// head read whole is only waited for (never refused) on any shorter cut.
+pub fn http_response(data: &[u8]) {
+    if let Ok(Some(h)) = http::parse_response_head(data, 4096) {
+        assert!(h.len <= data.len());
+        let (cut, _) = split(data);
+        if cut.len() < h.len {
+            assert!(matches!(http::parse_response_head(cut, 4096), Ok(None)), "a cut head is waited for");
+        }
+    }
+}
+
+/// An event stream as the SSE client reads it, whole and cut in two:
+/// the same events and the same error, and never more kept than one
+/// event's bound and a line end.
+pub fn sse_events(data: &[u8]) {
+    use crate::proto::sse::parse::{Events, Limits};
+    let limits = Limits { max_line: 64, max_event: 256 };
+    let read = |pieces: &[&[u8]]| {
+        let (mut kept, mut got) = (Vec::new(), Vec::new());
+        for p in pieces {
+            kept.extend_from_slice(p);
+            let mut events = Events::new(&kept, limits);
+            for e in events.by_ref() {
+                match e {
+                    Ok(e) => got.push(format!("{e:?}")),
+                    Err(err) => return (got, Some(err)),
+                }
+            }
+            let used = events.consumed();
+            kept.drain(..used);
+            assert!(kept.len() <= limits.max_event + 2);
+        }
+        (got, None)
+    };
+    let (a, b) = split(data);
+    assert_eq!(read(&[data]), read(&[a, b]));
 }

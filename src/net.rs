@@ -153,16 +153,29 @@ pub fn read_fixed_as<S: Source, E>(
     )
 }
 
-/// The read loop both protocols share: `consume` takes the bytes so far
-/// and returns how many it used; the rest waits in `partial`.
+/// The read loop every protocol shares: `consume` takes the bytes so far
+/// and returns how many it used; the rest waits in `partial`. Its error
+/// names why the connection must close.
 pub fn read_chunks<S: Source>(
     stream: &mut S,
     partial: &mut Spill,
     scratch: &mut [u8],
     read_closed: bool,
-    mut consume: impl FnMut(&[u8]) -> Result<usize, &'static str>,
+    consume: impl FnMut(&[u8]) -> Result<usize, &'static str>,
 ) -> ReadEnd {
-    read_chunks_as(stream, partial, scratch, read_closed, |b| consume(b).map_err(str::to_string), crate::sys::error_kind_name)
+    read_chunks_named(stream, partial, scratch, read_closed, consume)
+}
+
+/// [`read_chunks`] for a `consume` whose error is any name that becomes
+/// a `String` (one carrying a code, like a client's "ws_close_1008").
+pub fn read_chunks_named<S: Source, E: Into<String>>(
+    stream: &mut S,
+    partial: &mut Spill,
+    scratch: &mut [u8],
+    read_closed: bool,
+    mut consume: impl FnMut(&[u8]) -> Result<usize, E>,
+) -> ReadEnd {
+    read_chunks_as(stream, partial, scratch, read_closed, |b| consume(b).map_err(Into::into), crate::sys::error_kind_name)
 }
 
 /// [`read_chunks`] with errors of the caller's type: `consume`'s own, and

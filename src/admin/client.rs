@@ -7,6 +7,10 @@ use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::time::Duration;
 
+/// Longest response head accepted from an admin API (ours sends a few
+/// hundred bytes).
+const MAX_HEAD: usize = 64 * 1024;
+
 /// Send one request; (status, body).
 pub fn request(addr: SocketAddr, method: &str, path: &str, body: &[u8], token: Option<&str>) -> Result<(u16, String)> {
     let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).with_context(|| format!("cannot reach the admin API at {addr}"))?;
@@ -21,11 +25,9 @@ pub fn request(addr: SocketAddr, method: &str, path: &str, body: &[u8], token: O
     s.write_all(body)?;
     let mut out = Vec::new();
     s.read_to_end(&mut out)?;
-    let mut headers = [httparse::EMPTY_HEADER; 32];
-    let mut resp = httparse::Response::new(&mut headers);
-    let n = match resp.parse(&out).map_err(|e| anyhow!("bad admin response: {e}"))? {
-        httparse::Status::Complete(n) => n,
-        httparse::Status::Partial => bail!("truncated admin response"),
+    let head = match crate::proto::http::parse_response_head(&out, MAX_HEAD).map_err(|e| anyhow!("bad admin response: {e}"))? {
+        Some(h) => h,
+        None => bail!("truncated admin response"),
     };
-    Ok((resp.code.unwrap_or(0), String::from_utf8_lossy(&out[n..]).to_string()))
+    Ok((head.status, String::from_utf8_lossy(&out[head.len..]).to_string()))
 }

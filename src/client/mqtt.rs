@@ -23,9 +23,8 @@
 
 use super::config::Traffic;
 use super::replies::Replies;
-use super::speak::{Due, Ear, Heard, Inflight, Speaker};
+use super::speak::{Due, Ear, Inflight, Speaker, Stop};
 use super::ws_message::WsMessage;
-use crate::net::{self, ReadEnd};
 use crate::proto::mqtt::{self, decode, encode, Packet, QoS, Version};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -243,77 +242,57 @@ impl Speaker for MqttSpeaker {
 
     /// CONNACK (while connecting), then SUBACK, PINGRESP, PUBACK, the
     /// broker's PUBLISHes and (5.0) its DISCONNECT.
-    fn read(&mut self, ear: Ear<'_>, replies: &mut Replies<'_>) -> Heard {
-        let (version, limits, v5) = (self.version, &self.limits, self.version == Version::V5);
-        let conn = self.first + ear.slot as u64;
-        let mut subscribe = Vec::new();
-        if ear.upgrading {
-            if let Err(e) = self.subscribe(&mut subscribe, conn) {
-                return ReadEnd::Error(e.into()).into();
+    /// The CONNACK (while connecting; then the subscriptions go out),
+    /// then SUBACKs, PINGRESPs, PUBACKs, PUBLISHes (QoS 1 acknowledged)
+    /// and the broker's DISCONNECT.
+    fn hear(&mut self, buf: &[u8], ear: &mut Ear<'_>, replies: &mut Replies<'_>) -> Result<usize, Stop> {
+        let (version, v5) = (self.version, self.version == Version::V5);
+        let mut pos = 0;
+        while let Some(h) = decode::fixed_header(&buf[pos..], Some(version), self.limits.max_packet_size).map_err(|e| e.as_str())? {
+            if buf.len() - pos < h.total() {
+                break;
+            }
+            let body = &buf[pos + h.len..pos + h.total()];
+            pos += h.total();
+            let p = decode::packet(&h, body, mqtt::Role::Client, version, &self.limits).map_err(|e| e.as_str())?;
+            match p {
+                Packet::ConnAck(c) if ear.upgrading => {
+                    if c.code != 0 {
+                        return Err(connack_reason(v5, c.code).into());
+                    }
+                    ear.upgrading = false;
+                    self.subscribe(ear.answer, self.first + ear.slot as u64)?;
+                }
+                _ if ear.upgrading => return Err("mqtt_no_connack".into()),
+                Packet::SubAck(s) => {
+                    for code in s.codes {
+                        let result = if code < 0x80 { "granted" } else { "refused" };
+                        *replies.stats.mqtt_subscriptions.entry(result.into()).or_insert(0) += 1;
+                    }
+                }
+                Packet::PingResp => replies.beat_answered(answered(ear.inflight, 0)),
+                Packet::PubAck(a) => {
+                    let Some(sent) = answered(ear.inflight, a.packet_id) else { continue };
+                    match a.reason {
+                        0..=0x7F => replies.reply(Some(sent)),
+                        _ => replies.rejected(),
+                    }
+                }
+                Packet::Publish(p) => {
+                    if p.qos == QoS::ExactlyOnce {
+                        return Err("mqtt_qos2_unsupported".into());
+                    }
+                    if p.qos == QoS::AtLeastOnce {
+                        let ack = Packet::PubAck(mqtt::Ack { packet_id: p.packet_id, ..Default::default() });
+                        encode::packet(&ack, version, ear.answer).map_err(|_| "mqtt_puback_encode")?;
+                    }
+                    count_push(replies, p.topic);
+                }
+                Packet::Disconnect(d) => return Err(format!("mqtt_disconnect_0x{:02x}", d.reason).into()),
+                _ => return Err("mqtt_unexpected_packet".into()),
             }
         }
-        let (answer, inflight) = (ear.answer, ear.inflight);
-        let mut connecting = ear.upgrading;
-        let (mut upgraded, mut refused) = (false, None::<String>);
-        let mut wire = ear.wire;
-        let end = net::read_chunks(&mut wire, ear.partial, ear.scratch, ear.read_closed, |buf| {
-            let mut pos = 0;
-            while let Some(h) = decode::fixed_header(&buf[pos..], Some(version), limits.max_packet_size).map_err(|e| e.as_str())? {
-                if buf.len() - pos < h.total() {
-                    break;
-                }
-                let body = &buf[pos + h.len..pos + h.total()];
-                pos += h.total();
-                let p = decode::packet(&h, body, mqtt::Role::Client, version, limits).map_err(|e| e.as_str())?;
-                match p {
-                    Packet::ConnAck(c) if connecting => {
-                        if c.code != 0 {
-                            refused = Some(connack_reason(v5, c.code));
-                            return Err("mqtt_connack_refused");
-                        }
-                        connecting = false;
-                        upgraded = true;
-                        answer.extend_from_slice(&subscribe);
-                    }
-                    _ if connecting => return Err("mqtt_no_connack"),
-                    Packet::SubAck(s) => {
-                        for code in s.codes {
-                            let result = if code < 0x80 { "granted" } else { "refused" };
-                            *replies.stats.mqtt_subscriptions.entry(result.into()).or_insert(0) += 1;
-                        }
-                    }
-                    Packet::PingResp => replies.beat_answered(answered(inflight, 0)),
-                    Packet::PubAck(a) => {
-                        let Some(sent) = answered(inflight, a.packet_id) else { continue };
-                        match a.reason {
-                            0..=0x7F => replies.reply(Some(sent)),
-                            _ => replies.rejected(),
-                        }
-                    }
-                    Packet::Publish(p) => {
-                        if p.qos == QoS::ExactlyOnce {
-                            return Err("mqtt_qos2_unsupported");
-                        }
-                        if p.qos == QoS::AtLeastOnce {
-                            let ack = Packet::PubAck(mqtt::Ack { packet_id: p.packet_id, ..Default::default() });
-                            encode::packet(&ack, version, answer).map_err(|_| "mqtt_puback_encode")?;
-                        }
-                        count_push(replies, p.topic);
-                    }
-                    Packet::Disconnect(d) => {
-                        refused = Some(format!("mqtt_disconnect_0x{:02x}", d.reason));
-                        return Err("mqtt_disconnect");
-                    }
-                    _ => return Err("mqtt_unexpected_packet"),
-                }
-            }
-            Ok(pos)
-        });
-        let end = match (end, refused) {
-            (ReadEnd::Error(_), Some(reason)) => ReadEnd::Error(reason),
-            (end, _) => end,
-        };
-        Heard { end, upgraded, goaway: None }
+        Ok(pos)
     }
 }
 
@@ -365,5 +344,89 @@ mod tests {
         assert_eq!(connack_reason(true, 0x87), "mqtt_connack_0x87");
         assert!(check_filter("dev/{conn}/#").is_ok());
         assert!(check_filter("a/#/b").is_err());
+    }
+
+    mod heard {
+        use super::*;
+        use crate::client::speak::hearing::{same_at_every_cut, Hearing, NOW};
+        use crate::net::ReadEnd;
+        use crate::proto::Protocol;
+
+        fn make() -> (Box<dyn Speaker>, Hearing) {
+            let traffic = make_traffic();
+            let mut h = Hearing::new(true);
+            track(&mut h.inflight, 0, NOW - 500);
+            track(&mut h.inflight, 9, NOW - 700);
+            (Box::new(MqttSpeaker::new(&traffic, 0)), h)
+        }
+
+        fn wire(packets: &[Packet<'_>]) -> Vec<u8> {
+            let mut out = Vec::new();
+            for p in packets {
+                encode::packet(p, Version::V311, &mut out).unwrap();
+            }
+            out
+        }
+
+        fn connack(code: u8) -> Packet<'static> {
+            Packet::ConnAck(mqtt::ConnAck { session_present: false, code, properties: Default::default() })
+        }
+
+        fn publish(qos: QoS, packet_id: u16) -> Packet<'static> {
+            Packet::Publish(mqtt::Publish { dup: false, qos, retain: false, topic: "dev/0", packet_id, properties: Default::default(), payload: b"hi" })
+        }
+
+        #[test]
+        fn packets_cut_anywhere_are_accounted_as_whole() {
+            let bytes = wire(&[
+                connack(0),
+                Packet::SubAck(mqtt::SubAck { packet_id: SUBSCRIBE_ID, properties: Default::default(), codes: vec![0] }),
+                publish(QoS::AtLeastOnce, 4),
+                Packet::PingResp,
+                Packet::PubAck(mqtt::Ack { packet_id: 9, ..Default::default() }),
+                publish(QoS::AtMostOnce, 0),
+            ]);
+            let (end, _, h) = same_at_every_cut(&make, &bytes[..bytes.len() - 1]);
+            assert_eq!(end, ReadEnd::Open);
+            assert!(!h.upgrading, "the CONNACK established the connection");
+            assert_eq!(h.stats.mqtt_subscriptions.get("granted"), Some(&1));
+            assert_eq!((h.stats.push_received, h.stats.heartbeats_answered, h.stats.replies), (1, 1, 1));
+            // The SUBSCRIBE, then the QoS 1 PUBLISH's PUBACK.
+            let mut expected = Vec::new();
+            MqttSpeaker::new(&make_traffic(), 0).subscribe(&mut expected, 0).unwrap();
+            encode::packet(&Packet::PubAck(mqtt::Ack { packet_id: 4, ..Default::default() }), Version::V311, &mut expected).unwrap();
+            assert_eq!(h.answer, expected);
+            assert_eq!(h.kept(), wire(&[publish(QoS::AtMostOnce, 0)]).len() - 1, "the last PUBLISH waits for its last byte");
+        }
+
+        fn make_traffic() -> Traffic {
+            let mut traffic = Traffic { protocol: Protocol::Mqtt, ..Default::default() };
+            traffic.mqtt.subscribe = vec!["dev/{conn}".into()];
+            traffic
+        }
+
+        #[test]
+        fn refusals_end_as_they_always_did() {
+            let end = |packets: &[Packet<'_>]| same_at_every_cut(&make, &wire(packets)).0;
+            let named = |s: &str| ReadEnd::Error(s.into());
+            assert_eq!(end(&[connack(5)]), named("mqtt_connack_5"));
+            assert_eq!(end(&[Packet::PingResp]), named("mqtt_no_connack"));
+            assert_eq!(end(&[connack(0), publish(QoS::ExactlyOnce, 3)]), named("mqtt_qos2_unsupported"));
+            // A 3.1.1 broker never sends DISCONNECT; a 5.0 one names why.
+            let disconnect = Packet::Disconnect(mqtt::Disconnect { reason: 0x8b, properties: Default::default() });
+            assert_eq!(end(&[connack(0), disconnect.clone()]), named("mqtt_unexpected_packet"));
+            let v5 = || {
+                let mut traffic = make_traffic();
+                traffic.mqtt.v5 = true;
+                (Box::new(MqttSpeaker::new(&traffic, 0)) as Box<dyn Speaker>, Hearing::new(true))
+            };
+            let mut bytes = Vec::new();
+            for p in [connack(0), disconnect] {
+                encode::packet(&p, Version::V5, &mut bytes).unwrap();
+            }
+            assert_eq!(same_at_every_cut(&v5, &bytes).0, named("mqtt_disconnect_0x8b"));
+            // A length past the packet bound: refused before its body is held.
+            assert_eq!(same_at_every_cut(&make, &[0x30, 0xff, 0xff, 0xff, 0x7f]).0, named("mqtt_packet_too_large"));
+        }
     }
 }

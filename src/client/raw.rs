@@ -8,8 +8,7 @@
 use super::codec::Codec;
 use super::config::Traffic;
 use super::replies::Replies;
-use super::speak::{Due, Ear, Heard, Inflight, Speaker};
-use crate::net::{self, ReadEnd, Spill};
+use super::speak::{Due, Ear, Inflight, Speaker, Stop};
 
 /// Digits of a rendered timestamp marker.
 pub const STAMP_LEN: usize = 20;
@@ -122,31 +121,30 @@ impl RawEcho {
         }
     }
 
-    /// Read what the server sent: whole codec frames, whole echoed
-    /// messages (a stamp and no first message), or just bytes.
-    pub fn read<S: net::Source>(&self, stream: &mut S, partial: &mut Spill, scratch: &mut [u8], read_closed: bool, replies: &mut Replies<'_>) -> ReadEnd {
-        net::read_chunks(stream, partial, scratch, read_closed, |buf| {
-            replies.stats.raw_bytes_in += buf.len() as u64;
-            let mut used = 0;
-            match &self.codec {
-                Some(c) => {
-                    while let Some((m, n)) = c.next(&buf[used..])? {
-                        self.echo(m, replies);
-                        used += n;
-                    }
+    /// What the server sent: whole codec frames, whole echoed messages
+    /// (a stamp and no first message), or just bytes; returns the bytes
+    /// used (only those are counted: the rest is counted when whole).
+    pub fn consume(&self, buf: &[u8], replies: &mut Replies<'_>) -> Result<usize, &'static str> {
+        replies.stats.raw_bytes_in += buf.len() as u64;
+        let mut used = 0;
+        match &self.codec {
+            Some(c) => {
+                while let Some((m, n)) = c.next(&buf[used..])? {
+                    self.echo(m, replies);
+                    used += n;
                 }
-                None if self.stamp_at.is_some() && !self.first_sent => {
-                    while buf.len() - used >= self.unit {
-                        self.echo(&buf[used..used + self.unit], replies);
-                        used += self.unit;
-                    }
-                }
-                None => used = buf.len(),
             }
-            // Bytes left for the next read are counted again then.
-            replies.stats.raw_bytes_in -= (buf.len() - used) as u64;
-            Ok(used)
-        })
+            None if self.stamp_at.is_some() && !self.first_sent => {
+                while buf.len() - used >= self.unit {
+                    self.echo(&buf[used..used + self.unit], replies);
+                    used += self.unit;
+                }
+            }
+            None => used = buf.len(),
+        }
+        // Bytes left for the next read are counted again then.
+        replies.stats.raw_bytes_in -= (buf.len() - used) as u64;
+        Ok(used)
     }
 }
 
@@ -219,13 +217,11 @@ impl Speaker for RawSpeaker {
         true
     }
 
-    fn read(&mut self, ear: Ear<'_>, replies: &mut Replies<'_>) -> Heard {
-        let mut wire = ear.wire;
+    fn hear(&mut self, buf: &[u8], _: &mut Ear<'_>, replies: &mut Replies<'_>) -> Result<usize, Stop> {
         match &self.echo {
-            Some(echo) => echo.read(&mut wire, ear.partial, ear.scratch, ear.read_closed, replies),
-            None => net::read_chunks(&mut wire, ear.partial, ear.scratch, ear.read_closed, |buf| Ok(buf.len())),
+            Some(echo) => Ok(echo.consume(buf, replies)?),
+            None => Ok(buf.len()),
         }
-        .into()
     }
 }
 

@@ -1,19 +1,26 @@
 //! What a client connection says and how it hears the answers: one type
 //! per protocol behind one trait, so the worker (schedules, connects,
 //! reads) names no protocol. Framed, echo8 and the server-only protocols
-//! live here; http, ws and raw in their own modules.
+//! live here; http, ws, raw, sse and mqtt in their own modules.
+//!
+//! A speaker takes bytes, never a socket: the worker reads (through TLS
+//! where there is TLS, keeping a cut message in the connection's spill)
+//! and hands each chunk to [`Speaker::hear`], which says how much it
+//! used. So every protocol's reading is unit-tested and fuzzed on bytes
+//! alone, and the read loop is written once (`worker.rs`).
 
 use super::config::Traffic;
 use super::pushes::PushSeen;
 use super::replies::Replies;
-use crate::net::{self, ReadEnd, Spill};
+use crate::net;
 use crate::proto::frame::{self, Kind};
 use crate::proto::push;
 use crate::proto::{Protocol, ECHO8_LEN};
+use std::borrow::Cow;
 use std::collections::VecDeque;
 
-/// A connection's bytes, through TLS when it has TLS.
-pub type ClientWire<'a> = crate::tls::conn::Wire<'a, rustls::client::UnbufferedClientConnection>;
+#[cfg(test)]
+pub mod hearing;
 
 /// Intended send times of requests awaiting responses (HTTP), in order.
 /// Boxed: 8 bytes per idle connection instead of a 32-byte VecDeque.
@@ -33,38 +40,50 @@ pub struct Due {
     pub start: u64,
 }
 
-/// What one read of a connection needs of it.
+/// What a speaker hearing one connection's bytes needs of it, and what
+/// it tells the worker back, for one readiness event (every chunk of it).
 pub struct Ear<'a> {
-    pub wire: ClientWire<'a>,
-    pub partial: &'a mut Spill,
-    pub scratch: &'a mut [u8],
-    pub read_closed: bool,
-    /// The connection's slot, and whether it still waits for the answer
-    /// to its opening (a WebSocket Upgrade).
+    /// The connection's slot in its worker.
     pub slot: usize,
+    /// Still waiting for the answer to its opening (a WebSocket Upgrade,
+    /// an event stream's 200, an MQTT CONNACK). The speaker clears it
+    /// when that answer came and checked out: the worker then counts
+    /// the connection established.
     pub upgrading: bool,
     pub inflight: &'a mut Inflight,
     /// A WebSocket message still arriving in fragments.
     pub ws_frag: &'a mut Option<Box<crate::proto::ws::frame::Fragments>>,
-    /// Bytes to send back (WebSocket pongs, the close answer).
+    /// Bytes to send back (WebSocket pongs, the close answer, MQTT acks).
     pub answer: &'a mut Vec<u8>,
-}
-
-/// What a read found besides the accounting in [`Replies`].
-/// Loss reason of a connection a draining server closed with a hint.
-pub const GOAWAY: &str = "server_goaway";
-
-pub struct Heard {
-    pub end: ReadEnd,
-    /// The opening (Upgrade) was answered and checked in this read.
-    pub upgraded: bool,
-    /// The server is draining: reconnect elsewhere after this many ms.
+    /// Set with [`GOAWAY`]: the server is draining, reconnect elsewhere
+    /// after this many ms.
     pub goaway: Option<u32>,
 }
 
-impl From<ReadEnd> for Heard {
-    fn from(end: ReadEnd) -> Heard {
-        Heard { end, upgraded: false, goaway: None }
+/// Loss reason of a connection a draining server closed with a hint.
+pub const GOAWAY: &str = "server_goaway";
+
+/// Why what a connection heard ends it, named like the loss counter
+/// ("bad_frame_too_long", "ws_close_1008"): most are fixed names, a few
+/// carry a code, so no allocation unless one does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stop(pub Cow<'static, str>);
+
+impl From<&'static str> for Stop {
+    fn from(reason: &'static str) -> Stop {
+        Stop(Cow::Borrowed(reason))
+    }
+}
+
+impl From<String> for Stop {
+    fn from(reason: String) -> Stop {
+        Stop(Cow::Owned(reason))
+    }
+}
+
+impl From<Stop> for String {
+    fn from(stop: Stop) -> String {
+        stop.0.into_owned()
     }
 }
 
@@ -72,7 +91,8 @@ impl From<ReadEnd> for Heard {
 pub trait Speaker {
     /// Whether what `open` writes must be answered before the connection
     /// is established (a WebSocket Upgrade): till then it stays
-    /// "connecting", under the connect timeout, until `Heard::upgraded`.
+    /// "connecting", under the connect timeout, until a `hear` clears
+    /// `Ear::upgrading`.
     fn upgrades(&self) -> bool {
         false
     }
@@ -109,8 +129,16 @@ pub trait Speaker {
         true
     }
 
-    /// Read everything the connection has and account for it.
-    fn read(&mut self, ear: Ear<'_>, replies: &mut Replies<'_>) -> Heard;
+    /// The bytes the connection has received so far and not used
+    /// (what an earlier chunk left, then the new): account for every
+    /// whole message in them and return how many bytes those took; the
+    /// rest comes back, with more, in the next call. `Err`: the
+    /// connection must be closed, for that reason.
+    fn hear(&mut self, bytes: &[u8], ear: &mut Ear<'_>, replies: &mut Replies<'_>) -> Result<usize, Stop>;
+
+    /// The worker read all it will for this readiness event: settle what
+    /// is counted per read rather than per chunk.
+    fn heard(&mut self, _replies: &mut Replies<'_>) {}
 }
 
 /// The speaker of a worker's protocol.
@@ -171,11 +199,9 @@ impl Speaker for Framed {
         true
     }
 
-    fn read(&mut self, ear: Ear<'_>, replies: &mut Replies<'_>) -> Heard {
-        let (slot, assembling) = (ear.slot, &mut self.assembling);
-        let mut wire = ear.wire;
-        let mut goaway = None;
-        let end = net::read_frames(&mut wire, ear.partial, ear.scratch, ear.read_closed, |f| {
+    fn hear(&mut self, bytes: &[u8], ear: &mut Ear<'_>, replies: &mut Replies<'_>) -> Result<usize, Stop> {
+        let (slot, assembling, goaway) = (ear.slot, &mut self.assembling, &mut ear.goaway);
+        let used = net::decode_all(bytes, &mut |f| {
             match f.kind {
                 Kind::HeartbeatAck => replies.beat_answered(frame::stamp_of(f.payload)),
                 Kind::Reply => replies.reply(frame::stamp_of(f.payload)),
@@ -199,14 +225,14 @@ impl Speaker for Framed {
                     super::pushes::subscribed(replies.stats, replies.seen, topic, recovered, at);
                 }
                 Kind::Goaway => {
-                    goaway = Some(crate::proto::goaway::decode_framed(f.payload)?);
+                    *goaway = Some(crate::proto::goaway::decode_framed(f.payload)?);
                     return Err(GOAWAY);
                 }
                 _ => return Err("bad_frame_unexpected_kind"),
             }
             Ok(())
-        });
-        Heard { end, upgraded: false, goaway }
+        })?;
+        Ok(used)
     }
 }
 
@@ -227,16 +253,14 @@ impl Speaker for Echo8 {
         true
     }
 
-    fn read(&mut self, ear: Ear<'_>, replies: &mut Replies<'_>) -> Heard {
-        let offset = self.wall_offset_us;
-        let mut wire = ear.wire;
-        net::read_fixed(&mut wire, ear.partial, ear.scratch, ear.read_closed, ECHO8_LEN, |u| {
+    fn hear(&mut self, bytes: &[u8], _: &mut Ear<'_>, replies: &mut Replies<'_>) -> Result<usize, Stop> {
+        let whole = bytes.len() / ECHO8_LEN * ECHO8_LEN;
+        for u in bytes[..whole].chunks_exact(ECHO8_LEN) {
             // Back from epoch milliseconds to our monotonic µs.
             let ms = u64::from_be_bytes(u.try_into().expect("8 bytes"));
-            replies.reply(Some((ms as i64 * 1000 - offset).max(0) as u64));
-            Ok(())
-        })
-        .into()
+            replies.reply(Some((ms as i64 * 1000 - self.wall_offset_us).max(0) as u64));
+        }
+        Ok(whole)
     }
 }
 
@@ -253,8 +277,7 @@ impl Speaker for Drain {
         false
     }
 
-    fn read(&mut self, ear: Ear<'_>, _: &mut Replies<'_>) -> Heard {
-        let mut wire = ear.wire;
-        net::read_chunks(&mut wire, ear.partial, ear.scratch, ear.read_closed, |buf| Ok(buf.len())).into()
+    fn hear(&mut self, bytes: &[u8], _: &mut Ear<'_>, _: &mut Replies<'_>) -> Result<usize, Stop> {
+        Ok(bytes.len())
     }
 }

@@ -1,18 +1,21 @@
 //! The client side of `--protocol sse`: a GET with `Accept:
 //! text/event-stream` to a `--url`, the 200 checked, then every event
-//! read as the WHATWG EventSource reads it (fields, comments, multi-line
-//! data) and accounted: pushes (delivery latency, gaps, duplicates) and
-//! `subscribed` answers. With `--reconnect` a lost stream comes back with
+//! read as the WHATWG EventSource reads it (`proto::sse::parse`: fields,
+//! comments, multi-line data, any line end) and accounted: pushes
+//! (delivery latency, gaps, duplicates) and `subscribed` answers. With `--reconnect` a lost stream comes back with
 //! the last event id it saw as `Last-Event-ID`, as a browser's would.
 
 use super::config::Traffic;
 use super::replies::Replies;
-use super::speak::{Due, Ear, Heard, Inflight, Speaker};
-use crate::net;
+use super::speak::{Due, Ear, Inflight, Speaker, Stop};
+use crate::proto::http::{parse_response_head, HeadError};
+use crate::proto::sse::parse::{Events, Limits};
 use std::collections::HashMap;
 
-/// Longest event (all its lines) the client accepts.
-const MAX_EVENT: usize = 1 << 20;
+/// Longest event (all its lines) the client accepts, and longest line.
+const LIMITS: Limits = Limits { max_line: 1 << 20, max_event: 1 << 20 };
+/// Longest response head the client accepts before the stream.
+const MAX_HEAD: usize = 64 * 1024;
 
 pub struct SseSpeaker {
     traffic: Traffic,
@@ -26,52 +29,6 @@ impl SseSpeaker {
     pub fn new(traffic: &Traffic, host_header: &str) -> SseSpeaker {
         SseSpeaker { traffic: traffic.clone(), host_header: host_header.to_string(), header_lines: traffic.header_lines(), last_ids: HashMap::new() }
     }
-}
-
-/// One event: its type, id and data lines joined.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct Event {
-    kind: Option<String>,
-    id: Option<String>,
-    data: Option<String>,
-}
-
-/// Parse the events whole in `buf` (lines end in LF or CRLF; an empty
-/// line ends an event); returns them and the bytes used.
-fn events(buf: &[u8]) -> Result<(Vec<Event>, usize), &'static str> {
-    let mut out = Vec::new();
-    let (mut used, mut pos) = (0, 0);
-    let mut e = Event::default();
-    while let Some(nl) = buf[pos..].iter().position(|b| *b == b'\n') {
-        let raw = &buf[pos..pos + nl];
-        pos += nl + 1;
-        let line = std::str::from_utf8(raw.strip_suffix(b"\r").unwrap_or(raw)).map_err(|_| "sse_bad_utf8")?;
-        if line.is_empty() {
-            out.push(std::mem::take(&mut e));
-            used = pos;
-            continue;
-        }
-        if line.starts_with(':') {
-            continue;
-        }
-        let (field, value) = line.split_once(':').map_or((line, ""), |(f, v)| (f, v.strip_prefix(' ').unwrap_or(v)));
-        match field {
-            "event" => e.kind = Some(value.to_string()),
-            "id" => e.id = Some(value.to_string()),
-            "data" => match &mut e.data {
-                Some(d) => {
-                    d.push('\n');
-                    d.push_str(value);
-                }
-                None => e.data = Some(value.to_string()),
-            },
-            _ => {}
-        }
-    }
-    if buf.len() - used > MAX_EVENT {
-        return Err("sse_event_too_large");
-    }
-    Ok((out, used))
 }
 
 impl Speaker for SseSpeaker {
@@ -108,61 +65,93 @@ impl Speaker for SseSpeaker {
         false
     }
 
-    fn read(&mut self, ear: Ear<'_>, replies: &mut Replies<'_>) -> Heard {
-        let (slot, mut upgrading) = (ear.slot, ear.upgrading);
-        let mut upgraded = false;
-        let mut goaway = None;
-        let last_ids = &mut self.last_ids;
-        let mut wire = ear.wire;
-        let end = net::read_chunks(&mut wire, ear.partial, ear.scratch, ear.read_closed, |buf| {
-            let mut pos = 0;
-            if upgrading {
-                let mut headers = [httparse::EMPTY_HEADER; 32];
-                let mut resp = httparse::Response::new(&mut headers);
-                pos = match resp.parse(buf) {
-                    Ok(httparse::Status::Complete(n)) => n,
-                    Ok(httparse::Status::Partial) if buf.len() > 64 * 1024 => return Err("sse_head_too_large"),
-                    Ok(httparse::Status::Partial) => return Ok(0),
-                    Err(_) => return Err("sse_bad_response"),
-                };
-                if resp.code != Some(200) {
-                    return Err("sse_status_not_200");
-                }
-                let kind = resp.headers.iter().find(|h| h.name.eq_ignore_ascii_case("content-type")).map(|h| h.value);
-                if !kind.is_some_and(|v| v.starts_with(b"text/event-stream")) {
-                    return Err("sse_not_an_event_stream");
-                }
-                (upgrading, upgraded) = (false, true);
+    /// The 200 with an event stream (while upgrading), then events:
+    /// pushes, `subscribed` answers, a `goaway`; every id remembered.
+    fn hear(&mut self, buf: &[u8], ear: &mut Ear<'_>, replies: &mut Replies<'_>) -> Result<usize, Stop> {
+        let mut pos = 0;
+        if ear.upgrading {
+            let head = match parse_response_head(buf, MAX_HEAD) {
+                Ok(Some(h)) => h,
+                Ok(None) => return Ok(0),
+                Err(HeadError::TooLarge) => return Err("sse_head_too_large".into()),
+                Err(_) => return Err("sse_bad_response".into()),
+            };
+            if head.status != 200 {
+                return Err("sse_status_not_200".into());
             }
-            let (evs, used) = events(&buf[pos..])?;
-            for e in evs {
-                if let Some(id) = e.id {
-                    last_ids.insert(slot, id);
-                }
-                let Some(data) = e.data else { continue };
-                if e.kind.as_deref() == Some("goaway") {
-                    goaway = Some(crate::proto::goaway::decode_json(data.as_bytes()).unwrap_or(0));
-                    return Err(super::speak::GOAWAY);
-                }
-                super::ws::account_text(replies, data.as_bytes());
+            if !head.content_type.is_some_and(|v| v.starts_with(b"text/event-stream")) {
+                return Err("sse_not_an_event_stream".into());
             }
-            Ok(pos + used)
-        });
-        Heard { end, upgraded, goaway }
+            ear.upgrading = false;
+            pos = head.len;
+        }
+        let mut events = Events::new(&buf[pos..], LIMITS);
+        for e in events.by_ref() {
+            let e = e.map_err(|e| e.as_str())?;
+            if let Some(id) = e.id {
+                let last = self.last_ids.entry(ear.slot).or_default();
+                last.clear();
+                last.push_str(id);
+            }
+            let Some(data) = e.data else { continue };
+            if e.kind == Some("goaway") {
+                ear.goaway = Some(crate::proto::goaway::decode_json(data.as_bytes()).unwrap_or(0));
+                return Err(super::speak::GOAWAY.into());
+            }
+            super::ws::account_text(replies, data.as_bytes());
+        }
+        Ok(pos + events.consumed())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::client::speak::hearing::{same_at_every_cut, Hearing};
+    use crate::net::ReadEnd;
+    use crate::proto::Protocol;
+
+    const HEAD: &str = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\r\n";
+
+    fn make() -> (Box<dyn Speaker>, Hearing) {
+        let traffic = Traffic { protocol: Protocol::Sse, reconnect: true, ..Default::default() };
+        (Box::new(SseSpeaker::new(&traffic, "h")), Hearing::new(true))
+    }
 
     #[test]
-    fn events_are_read_as_eventsource_reads_them() {
-        let wire = b"retry: 2000\n: comment\n\nevent: subscribed\r\nid: a:1:2\r\ndata: {\"x\":\r\ndata:1}\r\n\r\nid: b\ndata: half";
-        let (evs, used) = events(wire).unwrap();
-        assert_eq!(evs.len(), 2);
-        assert_eq!(evs[1], Event { kind: Some("subscribed".into()), id: Some("a:1:2".into()), data: Some("{\"x\":\n1}".into()) });
-        assert_eq!(&wire[used..], b"id: b\ndata: half", "the partial event waits for more");
-        assert!(events(&vec![b'x'; MAX_EVENT + 1]).is_err());
+    fn a_stream_cut_anywhere_is_accounted_as_whole() {
+        let push = |seq: u64| format!(r#"{{"stream":"topic","topic":"a","seq":{seq},"ts":1,"epoch":1}}"#);
+        let wire = format!(
+            "{HEAD}: hello\n\nevent: subscribed\nid: a:1:0\ndata: {}\n\nid: a:1:1\r\ndata: {}\r\n\r\ndata: {}\r\rdata: not json\n\ndata: half",
+            r#"{"type":"subscribed","topic":"a","recovered":false,"offset":0,"epoch":1}"#,
+            push(1),
+            push(3),
+        );
+        let (end, mut speaker, h) = same_at_every_cut(&make, wire.as_bytes());
+        assert_eq!(end, ReadEnd::Open);
+        assert!(!h.upgrading, "the 200 established the stream");
+        assert_eq!((h.stats.push_received, h.stats.push_gaps, h.stats.raw_bytes_in), (2, 1, 8));
+        assert_eq!(h.kept(), "data: half".len());
+        // The last id seen comes back on a reconnect.
+        let mut out = Vec::new();
+        speaker.open(&mut out, 0, 0, &None);
+        assert!(String::from_utf8(out).unwrap().contains("Last-Event-ID: a:1:1\r\n"));
+    }
+
+    #[test]
+    fn refusals_and_goaway_end_as_they_always_did() {
+        let end = |wire: &str| same_at_every_cut(&make, wire.as_bytes()).0;
+        let named = |s: &str| ReadEnd::Error(s.into());
+        assert_eq!(end("HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"), named("sse_status_not_200"));
+        assert_eq!(end("HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n"), named("sse_not_an_event_stream"));
+        assert_eq!(end("HTTP/1.1 2000 OK\r\n\r\n"), named("sse_bad_response"));
+        let (_, _, h) = same_at_every_cut(&make, format!("{HEAD}data: a\u{ff}b\n\n").as_bytes());
+        let bad = same_at_every_cut(&make, [HEAD.as_bytes(), b"data: \xff\n\n"].concat().as_slice()).0;
+        assert_eq!(bad, named("sse_bad_utf8"));
+        assert_eq!(h.stats.raw_bytes_in, "a\u{ff}b".len() as u64, "a valid UTF-8 character is data");
+        let mut goaway = Vec::new();
+        crate::proto::goaway::write_sse(&mut goaway, 250);
+        let (end, _, h) = same_at_every_cut(&make, [HEAD.as_bytes(), &goaway].concat().as_slice());
+        assert_eq!((end, h.goaway), (named(super::super::speak::GOAWAY), Some(250)));
     }
 }

@@ -577,18 +577,14 @@ impl Worker {
         let before = replies::answers(replies.stats);
         self.answer.clear();
         let mut rx = net::Received(received.unwrap_or_default());
-        let ear = Ear {
-            wire: Wire::of(stream, received.map(|_| &mut rx), slot.tls.as_deref_mut().map(|t| (t, &mut self.tls_bufs)), None),
-            partial: &mut slot.partial,
-            scratch: &mut self.scratch,
-            read_closed,
-            slot: k,
-            upgrading,
-            inflight: &mut slot.inflight,
-            ws_frag: &mut slot.ws_frag,
-            answer: &mut self.answer,
-        };
-        let heard = self.speaker.read(ear, &mut replies);
+        let mut wire = Wire::of(stream, received.map(|_| &mut rx), slot.tls.as_deref_mut().map(|t| (t, &mut self.tls_bufs)), None);
+        let mut ear = Ear { slot: k, upgrading, inflight: &mut slot.inflight, ws_frag: &mut slot.ws_frag, answer: &mut self.answer, goaway: None };
+        // The one read loop: the speaker hears bytes, the spill keeps
+        // what it has not used yet.
+        let speaker = &mut self.speaker;
+        let end = net::read_chunks_named(&mut wire, &mut slot.partial, &mut self.scratch, read_closed, |buf| speaker.hear(buf, &mut ear, &mut replies));
+        speaker.heard(&mut replies);
+        let (upgraded, goaway) = (upgrading && !ear.upgrading, ear.goaway);
         if replies::answers(replies.stats) > before {
             slot.answered = true;
         }
@@ -602,14 +598,14 @@ impl Worker {
         if !self.after_tls_read(k, now) {
             return;
         }
-        if heard.upgraded {
+        if upgraded {
             self.stage_done(k, Stage::Upgrade, now);
             self.established(k, now);
         }
-        if let Some(ms) = heard.goaway {
+        if let Some(ms) = goaway {
             return self.moved(k, ms, now);
         }
-        match (heard.end, sent) {
+        match (end, sent) {
             (ReadEnd::Error(reason), _) => self.lose(k, reason),
             (ReadEnd::Eof, _) => self.lose(k, "peer_closed".into()),
             (ReadEnd::Open | ReadEnd::Budget, Err(reason)) => self.lose(k, reason),

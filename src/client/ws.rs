@@ -12,9 +12,8 @@
 
 use super::config::Traffic;
 use super::replies::Replies;
-use super::speak::{Due, Ear, Heard, Inflight, Speaker};
+use super::speak::{Due, Ear, Inflight, Speaker, Stop};
 use super::ws_message::WsMessage;
-use crate::net::{self, ReadEnd};
 use crate::proto::frame::stamp_of;
 use crate::proto::push;
 use crate::proto::ws::deflate::{Deflater, Inflater};
@@ -74,9 +73,10 @@ pub struct WsRead<'a> {
     pub message: Option<(&'a super::ws_message::WsMessage, bool)>,
     pub frag: &'a mut Option<Box<Fragments>>,
     pub tmp: &'a mut Vec<u8>,
-    /// Frames to send back (pongs, the close answer).
+    /// Frames to send back (pongs, the close answer), each masked with
+    /// a fresh key from `rng`.
     pub out: &'a mut Vec<u8>,
-    pub mask: [u8; 4],
+    pub rng: &'a mut rand::rngs::SmallRng,
     pub outcome: ReadOutcome,
     /// `--ws-deflate`: the worker's inflater (the offer went out and the
     /// server must have accepted it).
@@ -98,12 +98,13 @@ impl WsRead<'_> {
                 }
             }
         }
-        let (out, mask, outcome, message) = (&mut *self.out, self.mask, &mut self.outcome, self.message);
+        let (out, rng, outcome, message) = (&mut *self.out, &mut *self.rng, &mut self.outcome, self.message);
+        let mut mask = || Some(rand::Rng::gen::<[u8; 4]>(&mut *rng));
         let mut reader = Reader { role: Role::Client, max: MAX_MESSAGE, tmp: self.tmp, frag: self.frag, inflate: self.inflate.as_deref_mut() };
         let used = reader.consume(&buf[pos..], |ev| {
             match ev {
                 Event::Pong(p) => replies.beat_answered(stamp_of(p)),
-                Event::Ping(p) => frame::encode(out, true, Opcode::Pong, p, Some(mask)),
+                Event::Ping(p) => frame::encode(out, true, Opcode::Pong, p, mask()),
                 Event::Message { text, data } if message.is_some_and(|(m, _)| m.binary != text) && message.and_then(|(m, _)| m.echo_of(data)).is_some() => {
                     let (m, as_requests) = message.expect("checked");
                     replies.stats.raw_messages_in += 1;
@@ -127,8 +128,8 @@ impl WsRead<'_> {
                         outcome.goaway = Some(crate::proto::goaway::decode_json(reason).unwrap_or(0));
                     }
                     match code {
-                        Some(c) => frame::encode_close(out, c, Some(mask)),
-                        None => frame::encode(out, true, Opcode::Close, &[], Some(mask)),
+                        Some(c) => frame::encode_close(out, c, mask()),
+                        None => frame::encode(out, true, Opcode::Close, &[], mask()),
                     }
                     outcome.closed_with = Some(code.unwrap_or(0));
                     return Err("ws_server_close");
@@ -147,7 +148,7 @@ impl WsRead<'_> {
             Err(reason) => {
                 if outcome.closed_with.is_none() {
                     // Our own verdict on a bad frame: tell the server why.
-                    frame::encode_close(out, frame::close_code(reason), Some(mask));
+                    frame::encode_close(out, frame::close_code(reason), mask());
                 }
                 Err(reason)
             }
@@ -291,7 +292,7 @@ impl Speaker for WsSpeaker {
 
     /// The 101 (while upgrading), then pongs, echoed requests, pushes,
     /// pings and the server's close.
-    fn read(&mut self, ear: Ear<'_>, replies: &mut Replies<'_>) -> Heard {
+    fn hear(&mut self, buf: &[u8], ear: &mut Ear<'_>, replies: &mut Replies<'_>) -> Result<usize, Stop> {
         let key = ear.upgrading.then(|| handshake::client_key(self.seed, ear.slot as u64));
         let mut rd = WsRead {
             key: key.as_deref(),
@@ -300,24 +301,28 @@ impl Speaker for WsSpeaker {
             frag: ear.ws_frag,
             tmp: &mut self.unmasked,
             out: ear.answer,
-            mask: rand::Rng::gen(&mut self.rng),
+            rng: &mut self.rng,
             outcome: Default::default(),
             inflate: self.deflate.as_deref_mut().map(|d| &mut d.inflater),
         };
-        let mut wire = ear.wire;
-        let end = net::read_chunks(&mut wire, ear.partial, ear.scratch, ear.read_closed, |buf| rd.consume(buf, replies));
-        let end = match (end, rd.outcome.closed_with) {
-            (ReadEnd::Error(_), Some(code)) => ReadEnd::Error(format!("ws_close_{code}")),
-            (end, _) => end,
-        };
-        let heard = Heard { end, upgraded: rd.outcome.upgraded, goaway: rd.outcome.goaway };
+        let used = rd.consume(buf, replies);
+        let ReadOutcome { upgraded, closed_with, goaway } = rd.outcome;
+        ear.upgrading &= !upgraded;
+        ear.goaway = goaway.or(ear.goaway);
+        match (used, closed_with) {
+            (Err(_), Some(code)) => Err(format!("ws_close_{code}").into()),
+            (used, _) => Ok(used?),
+        }
+    }
+
+    /// What went out compressed since the last read, into the counters.
+    fn heard(&mut self, replies: &mut Replies<'_>) {
         if let Some(d) = self.deflate.as_deref_mut() {
             let (n, before, after) = std::mem::take(&mut d.sent);
             replies.stats.ws_deflate_sent += n;
             replies.stats.ws_deflate_sent_message_bytes += before;
             replies.stats.ws_deflate_sent_wire_bytes += after;
         }
-        heard
     }
 }
 
@@ -328,5 +333,66 @@ mod tests {
     #[test]
     fn subscriptions_join_the_target() {
         assert_eq!(target_with_topics("/c?x=1", &["a".into(), "b".into()]), "/c?x=1&subscribe=a,b");
+    }
+
+    mod heard {
+        use super::*;
+        use crate::client::speak::hearing::{same_at_every_cut, Hearing, NOW};
+        use crate::net::ReadEnd;
+        use crate::proto::Protocol;
+
+        /// A speaker whose handshake key for slot 0 is known (seed 7),
+        /// still waiting for its 101.
+        fn make() -> (Box<dyn Speaker>, Hearing) {
+            let mut s = WsSpeaker::new(&Traffic { protocol: Protocol::Ws, ..Default::default() }, "h", 0);
+            s.seed = 7;
+            (Box::new(s), Hearing::new(true))
+        }
+
+        fn switching() -> Vec<u8> {
+            let accept = handshake::accept_key(handshake::client_key(7, 0).as_bytes());
+            format!("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n").into_bytes()
+        }
+
+        #[test]
+        fn frames_cut_anywhere_are_accounted_as_whole() {
+            let mut wire = switching();
+            frame::encode(&mut wire, true, Opcode::Pong, &stamped(NOW - 100, 8), None);
+            frame::encode(&mut wire, true, Opcode::Binary, &stamped(NOW - 200, 16), None);
+            frame::encode(&mut wire, true, Opcode::Ping, b"p", None);
+            let push = br#"{"stream":"topic","topic":"a","seq":1,"ts":1,"epoch":0}"#;
+            frame::encode(&mut wire, false, Opcode::Text, &push[..10], None);
+            frame::encode(&mut wire, true, Opcode::Continuation, &push[10..], None);
+            let (end, _, h) = same_at_every_cut(&make, &wire);
+            assert_eq!(end, ReadEnd::Open);
+            assert!(!h.upgrading, "the 101 established the connection");
+            assert_eq!((h.stats.heartbeats_answered, h.stats.replies, h.stats.push_received), (1, 1, 1));
+            // The ping's pong: 2 header bytes, the mask, the payload.
+            assert_eq!(h.answer.len(), 2 + 4 + 1);
+            assert_eq!(h.answer[0], 0x80 | Opcode::Pong as u8);
+            assert_eq!(h.kept(), 0);
+        }
+
+        #[test]
+        fn refusals_and_closes_end_as_they_always_did() {
+            let named = |s: &str| ReadEnd::Error(s.into());
+            let after_101 = |f: &dyn Fn(&mut Vec<u8>)| {
+                let mut wire = switching();
+                f(&mut wire);
+                same_at_every_cut(&make, &wire)
+            };
+            let (end, _, h) = after_101(&|w| frame::encode_close(w, 1008, None));
+            assert_eq!(end, named("ws_close_1008"));
+            assert_eq!(h.answer.len(), 2 + 4 + 2, "the close is answered with its code");
+            let (end, _, h) = after_101(&|w| frame::encode(w, true, Opcode::Binary, b"12345678", Some([1, 2, 3, 4])));
+            assert_eq!(end, named("ws_masked_frame"));
+            assert_eq!(h.answer.len(), 2 + 4 + 2, "our verdict goes to the server as a close");
+            let (end, _, h) = after_101(&|w| crate::proto::goaway::write_ws(w, 250));
+            assert_eq!((end, h.goaway), (named("ws_close_1012"), Some(250)));
+            let bad_accept = b"HTTP/1.1 101 Switching Protocols\r\nSec-WebSocket-Accept: nope\r\n\r\n";
+            assert_eq!(same_at_every_cut(&make, bad_accept).0, named("ws_handshake_bad_accept"));
+            assert_eq!(same_at_every_cut(&make, b"HTTP/1.1 404 Not Found\r\n\r\n").0, named("http_404"));
+            assert_eq!(same_at_every_cut(&make, b"HTTP/1.1 101\r\nBad Header\r\n\r\n").0, named("ws_handshake_bad_response"));
+        }
     }
 }

@@ -1,14 +1,20 @@
-//! HTTP/1.1 request handling for the server, on `httparse` (no hand-written
-//! request parser): keep-alive by the rules, pipelining, bodies read and
+//! HTTP/1.1 on `httparse` (no hand-written parser). For the server,
+//! request handling: keep-alive by the rules, pipelining, bodies read and
 //! discarded (Content-Length and chunked), and the hostile cases answered
 //! with the right status and a close — never a panic or an unbounded
-//! buffer.
+//! buffer. For every client (load generator, WebSocket Upgrade, event
+//! streams, the admin client), the one response-head parser,
+//! [`parse_response_head`], so a status line or a header is read one way.
 //!
 //! [`next`] is pure over a byte buffer and a small per-connection
-//! [`HttpState`], so every case is unit-testable without sockets.
+//! [`HttpState`], and [`parse_response_head`] over a byte buffer, so
+//! every case is unit-testable without sockets.
 
 /// Most headers in one request (more is 431).
 pub const MAX_HEADERS: usize = 64;
+
+mod response;
+pub use response::{parse_response_head, BodyLength, HeadError, ResponseHead, MAX_RESPONSE_HEADERS};
 
 /// What a connection must remember between reads. Default (all zero) for
 /// every connection between requests; the server only allocates one while

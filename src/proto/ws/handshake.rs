@@ -11,8 +11,11 @@ use base64::Engine;
 use sha1::{Digest, Sha1};
 
 const GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
-/// Most header lines in an Upgrade request or its answer.
+/// Most header lines in an Upgrade request (its answer is bounded by
+/// `http::MAX_RESPONSE_HEADERS`, the same number).
 const MAX_HEADERS: usize = 64;
+/// Longest answer to our Upgrade: a 101 is a few hundred bytes.
+const MAX_RESPONSE_HEAD: usize = 16 * 1024;
 
 /// `Sec-WebSocket-Accept` for a `Sec-WebSocket-Key`.
 pub fn accept_key(key: &[u8]) -> String {
@@ -218,36 +221,32 @@ pub fn parse_response(buf: &[u8], key: &str, subprotocols: &[String]) -> Result<
 /// server accepted it. An extension answered to a client that offered
 /// none, or an answer the offer did not allow, fails the handshake.
 pub fn parse_response_deflate(buf: &[u8], key: &str, subprotocols: &[String], offered: bool) -> Result<Option<(usize, bool)>, &'static str> {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut resp = httparse::Response::new(&mut headers);
-    let used = match resp.parse(buf) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) if buf.len() <= 16 * 1024 => return Ok(None),
-        Ok(httparse::Status::Partial) => return Err("ws_handshake_response_too_large"),
+    let head = match crate::proto::http::parse_response_head(buf, MAX_RESPONSE_HEAD) {
+        Ok(Some(h)) => h,
+        Ok(None) => return Ok(None),
+        Err(crate::proto::http::HeadError::TooLarge) => return Err("ws_handshake_response_too_large"),
         Err(_) => return Err("ws_handshake_bad_response"),
     };
-    if resp.code != Some(101) {
-        return Err(status_name(resp.code.unwrap_or(0)));
+    if head.status != 101 {
+        return Err(status_name(head.status));
     }
-    let accept = resp.headers.iter().find(|h| h.name.eq_ignore_ascii_case("sec-websocket-accept")).map(|h| h.value.trim_ascii());
-    if accept != Some(accept_key(key.as_bytes()).as_bytes()) {
+    if head.ws_accept != Some(accept_key(key.as_bytes()).as_bytes()) {
         return Err("ws_handshake_bad_accept");
     }
-    let mut answers = resp.headers.iter().filter(|h| h.name.eq_ignore_ascii_case("sec-websocket-extensions"));
-    let answer = answers.next().map(|h| std::str::from_utf8(h.value).map_err(|_| "ws_deflate_bad_answer")).transpose()?;
-    if answer.is_some() && (!offered || answers.next().is_some()) {
+    let answer = head.ws_extensions.map(|v| std::str::from_utf8(v).map_err(|_| "ws_deflate_bad_answer")).transpose()?;
+    if answer.is_some() && (!offered || head.ws_extensions_repeated) {
         // We offered none (or one); an extension we cannot decode would
         // garble every frame.
         return Err("ws_handshake_unrequested_extension");
     }
     let deflate = super::deflate::check_answer(answer)?;
-    let chosen = resp.headers.iter().find(|h| h.name.eq_ignore_ascii_case("sec-websocket-protocol")).map(|h| h.value.trim_ascii());
-    match chosen {
+    match head.ws_protocol {
         None if subprotocols.is_empty() => {}
         None => return Err("ws_handshake_no_subprotocol"),
         Some(p) if subprotocols.iter().any(|s| s.as_bytes() == p) => {}
         Some(_) => return Err("ws_handshake_unrequested_subprotocol"),
     }
+    let used = head.len;
     Ok(Some((used, deflate)))
 }
 
