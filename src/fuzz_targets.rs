@@ -314,25 +314,9 @@ pub fn http_response(data: &[u8]) {
 /// the same events and the same error, and never more kept than one
 /// event's bound and a line end.
 pub fn sse_events(data: &[u8]) {
-    use crate::proto::sse::parse::{Events, Limits};
+    use crate::proto::sse::parse::{read_in_pieces, Limits};
     let limits = Limits { max_line: 64, max_event: 256 };
-    let read = |pieces: &[&[u8]]| {
-        let (mut kept, mut got) = (Vec::new(), Vec::new());
-        for p in pieces {
-            kept.extend_from_slice(p);
-            let mut events = Events::new(&kept, limits);
-            for e in events.by_ref() {
-                match e {
-                    Ok(e) => got.push(format!("{e:?}")),
-                    Err(err) => return (got, Some(err)),
-                }
-            }
-            let used = events.consumed();
-            kept.drain(..used);
-            assert!(kept.len() <= limits.max_event + 2);
-        }
-        (got, None)
-    };
+    let read = |pieces: &[&[u8]]| read_in_pieces(pieces, limits, |e| format!("{e:?}"));
     let (a, b) = split(data);
     assert_eq!(read(&[data]), read(&[a, b]));
 }

@@ -174,5 +174,29 @@ impl<'a> Iterator for Events<'a> {
     }
 }
 
+/// What a reader gets when the stream comes in these `pieces`: each
+/// appended to what was kept, whole events taken (as `f` makes them), the
+/// rest kept, never more than one event's bound and a line end (asserted).
+/// For the tests and the fuzz target, which read one stream cut
+/// differently and compare.
+#[doc(hidden)]
+pub fn read_in_pieces<T>(pieces: &[&[u8]], limits: Limits, mut f: impl FnMut(Event<'_>) -> T) -> (Vec<T>, Option<ParseError>) {
+    let (mut kept, mut got) = (Vec::new(), Vec::new());
+    for p in pieces {
+        kept.extend_from_slice(p);
+        let mut events = Events::new(&kept, limits);
+        for e in events.by_ref() {
+            match e {
+                Ok(e) => got.push(f(e)),
+                Err(err) => return (got, Some(err)),
+            }
+        }
+        let used = events.consumed();
+        kept.drain(..used);
+        assert!(kept.len() <= limits.max_event + 2, "kept {} bytes", kept.len());
+    }
+    (got, None)
+}
+
 #[cfg(test)]
 mod tests;

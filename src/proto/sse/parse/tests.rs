@@ -10,25 +10,8 @@ fn owned(e: Event<'_>) -> Owned {
     (e.kind.map(Into::into), e.id.map(Into::into), e.data.map(Cow::into_owned))
 }
 
-/// What a connection reads when the stream comes in these pieces: each
-/// appended to what was kept, whole events taken, the rest kept (never
-/// more than one event's bound and a line end).
 fn feed(pieces: &[&[u8]], limits: Limits) -> (Vec<Owned>, Option<ParseError>) {
-    let (mut kept, mut got) = (Vec::new(), Vec::new());
-    for p in pieces {
-        kept.extend_from_slice(p);
-        let mut events = Events::new(&kept, limits);
-        for e in events.by_ref() {
-            match e {
-                Ok(e) => got.push(owned(e)),
-                Err(err) => return (got, Some(err)),
-            }
-        }
-        let used = events.consumed();
-        kept.drain(..used);
-        assert!(kept.len() <= limits.max_event + 2, "kept {} bytes", kept.len());
-    }
-    (got, None)
+    read_in_pieces(pieces, limits, owned)
 }
 
 fn ev(kind: Option<&str>, id: Option<&str>, data: Option<&str>) -> Owned {
