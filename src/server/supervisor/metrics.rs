@@ -29,6 +29,7 @@ pub fn render(
     t.counters.register(&mut r);
     publisher.history.counters.register(&mut r);
     publisher.retained.counters.register(&mut r);
+    publisher.sessions.counters.register(&mut r);
     if let Some(a) = admin {
         a.register(&mut r);
     }
