@@ -124,7 +124,7 @@ fn a_second_connect_with_the_same_client_id_takes_the_session_over() {
         assert_eq!(code, 0, "the new connection is accepted");
         let said = rest(old);
         if version == 5 {
-            assert_eq!(said, [0xE0, 2, 0x8E, 0], "v5: DISCONNECT 0x8E, then closed");
+            assert!(said.len() >= 3 && said[0] == 0xE0 && said[2] == 0x8E, "v5: DISCONNECT 0x8E, then closed, not {said:?}");
         } else {
             assert!(said.is_empty(), "3.1.1: closed without a word, not {said:?}");
         }

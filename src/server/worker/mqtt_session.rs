@@ -49,7 +49,8 @@ impl Worker {
             let _ = super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, "slow_reader");
             return self.close(key, REFUSED.into());
         }
-        m.claim = Claim::Registered;
+        connect::claimed(&mut self.out, m, max_packet, a.present);
+        self.stats.frames_out += 1;
         for (filter, qos) in &a.subs {
             let r = if wildcards::is_filter(filter) {
                 self.topics.subscribe_filter(&mut conn.subs, key, filter)
@@ -60,9 +61,6 @@ impl Worker {
                 m.set_sub(id, QoS::from_bits(*qos).unwrap_or_default(), false);
             }
         }
-        let properties = connect::connack_properties(v, max_packet, None, None);
-        let _ = encode::packet(&Packet::ConnAck(ConnAck { session_present: a.present, code: 0, properties }), v, &mut self.out);
-        self.stats.frames_out += 1;
         for msg in &a.messages {
             let Ok(data) = base64::engine::general_purpose::STANDARD.decode(msg.data.as_bytes()) else { continue };
             let qos = QoS::from_bits(msg.qos).unwrap_or_default();

@@ -61,6 +61,17 @@ pub fn connect(ctx: &mut Ctx<'_>, m: &mut MqttConn, c: Connect<'_>) -> Result<()
     Ok(())
 }
 
+/// The supervisor accepted the claim of the connection's client id: its
+/// CONNACK (session present or not) onto `out`; the connection is
+/// registered (its end is reported).
+pub fn claimed(out: &mut Vec<u8>, m: &mut MqttConn, max_packet_size: u32, present: bool) {
+    let v = m.version.unwrap_or(Version::V311);
+    m.claim = Claim::Registered;
+    let properties = connack_properties(v, max_packet_size, None, None);
+    // Fields within the codec's limits: it encodes.
+    let _ = crate::proto::mqtt::encode::packet(&Packet::ConnAck(ConnAck { session_present: present, code: 0, properties }), v, out);
+}
+
 /// The CONNACK properties of an accepted CONNECT: what this server offers (v5).
 pub fn connack_properties(v: Version, max_packet_size: u32, assigned: Option<&str>, session_expiry: Option<u32>) -> Properties<'_> {
     match v {
