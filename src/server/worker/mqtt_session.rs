@@ -27,8 +27,8 @@ impl Worker {
     /// The supervisor's answer to a CONNECT's claim of its client id.
     pub(super) fn mqtt_session(&mut self, a: SessionAnswer) {
         let (worker, key, gen) = split_id(a.conn);
-        let waiting = worker == self.cfg.worker
-            && self.conns.get(key).is_some_and(|c| c.gen == gen && mqtt::state(&c.ext).is_some_and(|m| m.claim == Claim::Waiting));
+        let waiting =
+            worker == self.cfg.worker && self.conns.get(key).is_some_and(|c| c.gen == gen && mqtt::state(&c.ext).is_some_and(|m| m.claim == Claim::Waiting));
         if !waiting {
             // It closed meanwhile: give the id back.
             if a.code == 0 {
@@ -102,8 +102,15 @@ impl Worker {
         let Some(conn) = self.conns.get_mut(key) else { return };
         let Some(buf) = conn.partial.take() else { return };
         self.out.clear();
-        let req =
-            Requests { out: &mut self.out, stats: &mut self.stats, stage: &mut self.stage, rng: &mut self.rng, service: &self.cfg.service_time, key, gen: conn.gen };
+        let req = Requests {
+            out: &mut self.out,
+            stats: &mut self.stats,
+            stage: &mut self.stage,
+            rng: &mut self.rng,
+            service: &self.cfg.service_time,
+            key,
+            gen: conn.gen,
+        };
         let mut ctx = mqtt::Ctx {
             req,
             cfg: &self.cfg.mqtt,
@@ -140,7 +147,8 @@ impl Worker {
         let Some(conn) = self.conns.get_mut(key).filter(|c| c.gen == gen) else { return };
         if mqtt::state(&conn.ext).and_then(|m| m.version) == Some(Version::V5) {
             self.out.clear();
-            let _ = encode::packet(&Packet::Disconnect(Disconnect { reason: SESSION_TAKEN_OVER, properties: Properties::default() }), Version::V5, &mut self.out);
+            let _ =
+                encode::packet(&Packet::Disconnect(Disconnect { reason: SESSION_TAKEN_OVER, properties: Properties::default() }), Version::V5, &mut self.out);
             let _ = super::tls::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, "slow_reader");
         }
         self.close(key, TAKEN_OVER.into());

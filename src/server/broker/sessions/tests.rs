@@ -133,8 +133,9 @@ fn the_offline_queue_drops_the_newest_past_its_bounds() {
     let got = answer(&s.claim(0, claim(2, "dev", false, NEVER), now)).messages.iter().map(|m| m.data.clone()).collect::<Vec<_>>();
     assert_eq!(got, ["00", "11", "22"]);
     s.ended(SessionEnd { conn: 2, state: Some(SessionState { subs: vec![("q".into(), 2)], messages: vec![] }) }, now);
-    s.offline("q", "0123456789", 1, false);
-    s.offline("q", "0123456789", 1, false);
+    let big = "0123456789".repeat(10);
+    s.offline("q", &big, 1, false);
+    s.offline("q", &big, 1, false);
     assert_eq!(s.counters.queue_dropped["queue_bytes"], 1);
     assert_eq!(s.counters.queued, 4);
 }

@@ -310,7 +310,16 @@ fn the_connection_state_stays_small() {
 fn a_named_connect_waits_for_its_claim_and_what_follows_waits_unread() {
     let mut p = parts();
     let limits = p.cfg.limits();
-    let mut c = Connect { version: Version::V311, clean_start: false, keep_alive: 0, properties: Properties::default(), client_id: "dev", will: None, username: None, password: None };
+    let mut c = Connect {
+        version: Version::V311,
+        clean_start: false,
+        keep_alive: 0,
+        properties: Properties::default(),
+        client_id: "dev",
+        will: None,
+        username: None,
+        password: None,
+    };
     let mut buf = bytes(&Packet::Connect(Box::new(c.clone())), Version::V311);
     let whole = buf.len();
     buf.extend_from_slice(&[0xC0, 0x00]);
