@@ -39,6 +39,14 @@ impl From<ServerArgs> for ServerConfig {
             history: crate::server::broker::history::HistoryConfig { size: a.history, ttl: a.history_ttl, max_bytes: a.history_max_bytes },
             mqtt_flight: crate::server::session::mqtt::flight::Bounds { inflight: a.mqtt_inflight, queued: a.mqtt_queue, queued_bytes: a.mqtt_queue_bytes },
             mqtt_retained: crate::server::broker::retained::RetainedConfig { max_messages: a.mqtt_retained, max_bytes: a.mqtt_retained_bytes },
+            mqtt_sessions: crate::server::broker::sessions::SessionsConfig {
+                max_ids: a.mqtt_client_ids,
+                max_id_bytes: a.mqtt_client_id_bytes,
+                max_kept: a.mqtt_sessions,
+                max_kept_bytes: a.mqtt_sessions_bytes,
+                queue: a.mqtt_session_queue,
+                queue_bytes: a.mqtt_session_queue_bytes,
+            },
             max_message_bytes: a.max_message_bytes,
             push_format: a.push_format,
             ws_deflate: crate::server::session::ws_deflate::DeflateConfig {

@@ -259,6 +259,24 @@ pub struct ServerArgs {
     /// MQTT: bytes of retained messages kept (topics, payloads, 64 bytes of record each).
     #[arg(long, default_value = "64MiB", value_parser = parse::byte_size)]
     pub mqtt_retained_bytes: u64,
+    /// MQTT: client ids connected at once (the registry across every worker); a CONNECT past it is refused (CONNACK 0x97 / 3.1.1 3, mqtt_client_ids_refused).
+    #[arg(long, default_value = "4000000", value_parser = clap::value_parser!(u32).range(1..=100_000_000).map(|v| v as usize))]
+    pub mqtt_client_ids: usize,
+    /// MQTT: bytes of the client ids connected at once.
+    #[arg(long, default_value = "256MiB", value_parser = |s: &str| parse::byte_size(s).map(|v| v as usize))]
+    pub mqtt_client_id_bytes: usize,
+    /// MQTT: sessions kept for clients gone (3.1.1 Clean Session 0, v5 Session Expiry Interval > 0); one more expires the oldest (mqtt_sessions_expired, reason full).
+    #[arg(long, default_value = "10000", value_parser = clap::value_parser!(u32).range(0..=10_000_000).map(|v| v as usize))]
+    pub mqtt_sessions: usize,
+    /// MQTT: bytes of every kept session (filters, queued messages, 64 bytes of record each).
+    #[arg(long, default_value = "256MiB", value_parser = |s: &str| parse::byte_size(s).map(|v| v as usize))]
+    pub mqtt_sessions_bytes: usize,
+    /// MQTT: QoS 1 and 2 messages queued per kept session while its client is gone; past it the newest is dropped (mqtt_session_queue_dropped).
+    #[arg(long, default_value = "1000", value_parser = clap::value_parser!(u32).range(0..=1_000_000).map(|v| v as usize))]
+    pub mqtt_session_queue: usize,
+    /// MQTT: bytes of the messages queued per kept session.
+    #[arg(long, default_value = "1MiB", value_parser = |s: &str| parse::byte_size(s).and_then(|v| if v <= 1 << 30 { Ok(v as usize) } else { Err(format!("--mqtt-session-queue-bytes {v} is over 1GiB")) }))]
+    pub mqtt_session_queue_bytes: usize,
     /// Admin HTTP API (/metrics, /stats, /healthz, /connections, POST /publish /broadcast /push): ADDR:PORT or off.
     #[arg(long, default_value = crate::server::config::DEFAULT_ADMIN)]
     pub admin: parse::OptAddr,

@@ -188,6 +188,12 @@ pub enum Close {
     MqttWillNotPermitted,
     /// A will past `--max-push-bytes`.
     MqttWillTooLarge,
+    /// A newer CONNECT with the same client id took the session over.
+    MqttSessionTakenOver,
+    /// The supervisor refused the client id's claim (its bounds).
+    MqttClientIdRefused,
+    /// More than one packet's worth sent before the CONNACK arrived.
+    MqttConnectUnansweredOverflow,
 }
 
 impl Close {
@@ -264,6 +270,9 @@ impl Close {
             MqttWillBadTopic => "mqtt_will_bad_topic",
             MqttWillNotPermitted => "mqtt_will_not_permitted",
             MqttWillTooLarge => "mqtt_will_too_large",
+            MqttSessionTakenOver => "mqtt_session_taken_over",
+            MqttClientIdRefused => "mqtt_client_id_refused",
+            MqttConnectUnansweredOverflow => "mqtt_connect_unanswered_overflow",
         }
     }
 
@@ -314,6 +323,7 @@ impl Close {
             MqttKeepalive | MqttNoState | MqttDisconnect | Mqtt(_) | MqttSubscriptionIdsUnsupported | MqttTopicAliasUnsupported => true,
             MqttReceiveMaximumExceeded | MqttPayloadTooLarge | MqttPublishQueueFull | MqttAuthMethodUnsupported => true,
             MqttWillBadTopic | MqttWillNotPermitted | MqttWillTooLarge => true,
+            MqttSessionTakenOver | MqttClientIdRefused | MqttConnectUnansweredOverflow => true,
             // Names made below: a TLS failure, an I/O error.
             Tls(_) | Io(_) => false,
             _ => false,

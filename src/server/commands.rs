@@ -65,6 +65,18 @@ pub enum ServerMsg {
         worker: usize,
         wants: Vec<RetainedWant>,
     },
+    /// MQTT CONNECTs with a client id, for the registry of ids and the
+    /// kept sessions (`broker/sessions.rs`; answered by `session`).
+    SessionClaims {
+        worker: usize,
+        claims: Vec<SessionClaim>,
+    },
+    /// Registered MQTT connections that ended (the id is free again),
+    /// with their session when it outlives them.
+    SessionsEnded {
+        worker: usize,
+        ended: Vec<SessionEnd>,
+    },
     /// What clients said, for the `--upstream` backend.
     Upstream {
         worker: usize,
@@ -124,6 +136,73 @@ pub struct RetainedAnswer {
     pub qos: u8,
     /// Each with the QoS it was published with.
     pub messages: Vec<ClientPublish>,
+}
+
+/// An MQTT CONNECT's claim of its client id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionClaim {
+    /// The connection id ([`conn_id`]).
+    pub conn: u64,
+    pub client_id: String,
+    /// Clean Session (3.1.1) / Clean Start (5.0): a kept session is discarded.
+    pub clean: bool,
+    /// Seconds the session outlives the connection (0: not at all;
+    /// `u32::MAX`: until the bounds drop it; 3.1.1 Clean Session 0).
+    pub expiry_s: u32,
+    /// A 5.0 client (the CONNACK code of a refusal).
+    #[serde(default)]
+    pub v5: bool,
+}
+
+/// A registered MQTT connection's end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionEnd {
+    pub conn: u64,
+    /// Its subscriptions and pending messages, when its session outlives it.
+    #[serde(default)]
+    pub state: Option<SessionState>,
+}
+
+/// What an MQTT session keeps when its connection ends.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionState {
+    /// (filter, granted QoS).
+    pub subs: Vec<(String, u8)>,
+    /// QoS 1 and 2 messages not acknowledged yet, in order: those sent
+    /// first (with their packet ids), then those held behind the window.
+    pub messages: Vec<SessionMessage>,
+}
+
+/// A QoS 1 or 2 message of a session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionMessage {
+    pub topic: String,
+    /// The payload, base64.
+    pub data: String,
+    pub qos: u8,
+    #[serde(default)]
+    pub retain: bool,
+    /// Its packet id when it was sent (resent with DUP and this id); 0:
+    /// never sent.
+    #[serde(default)]
+    pub id: u16,
+    /// QoS 2: PUBREC came and PUBREL went (PUBREL is resent, not the message).
+    #[serde(default)]
+    pub released: bool,
+}
+
+/// The answer to a [`SessionClaim`] (`session {json}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionAnswer {
+    pub conn: u64,
+    /// 0: accepted; else the CONNACK code refusing it.
+    pub code: u8,
+    /// A kept session resumed (CONNACK session present 1).
+    pub present: bool,
+    #[serde(default)]
+    pub subs: Vec<(String, u8)>,
+    #[serde(default)]
+    pub messages: Vec<SessionMessage>,
 }
 
 /// One connection as `GET /connections` lists it.
@@ -191,6 +270,10 @@ pub const CMD_PRESENCE: &str = "presence";
 pub const CMD_HISTORY: &str = "history";
 /// `retained {json}`: retained messages for one MQTT subscription.
 pub const CMD_RETAINED: &str = "retained";
+/// `session {json}`: the answer to an MQTT client id's claim.
+pub const CMD_SESSION: &str = "session";
+/// `takeover CONN`: a CONNECT with this connection's MQTT client id came: close it.
+pub const CMD_TAKEOVER: &str = "takeover";
 /// `tls_reload "PEM"`: new handshakes use this certificate and key (the
 /// supervisor read and checked them after a SIGHUP or a change of the files).
 pub const CMD_TLS_RELOAD: &str = "tls_reload";
@@ -212,6 +295,8 @@ pub enum ServerCommand {
     Presence(PresenceCommand),
     History(crate::server::broker::history::Slice),
     Retained(RetainedAnswer),
+    Session(SessionAnswer),
+    Takeover(u64),
     TlsReload(crate::tls::files::Pem),
     Resuming,
     UpstreamDone(u64),
@@ -228,6 +313,8 @@ impl ServerCommand {
             CMD_PRESENCE => serde_json::from_str(arg).ok().map(ServerCommand::Presence),
             CMD_HISTORY => serde_json::from_str(arg).ok().map(ServerCommand::History),
             CMD_RETAINED => serde_json::from_str(arg).ok().map(ServerCommand::Retained),
+            CMD_SESSION => serde_json::from_str(arg).ok().map(ServerCommand::Session),
+            CMD_TAKEOVER => arg.trim().parse().ok().map(ServerCommand::Takeover),
             CMD_TLS_RELOAD => serde_json::from_str(arg).ok().map(ServerCommand::TlsReload),
             CMD_RESUMING => Some(ServerCommand::Resuming),
             CMD_UPSTREAM_DONE => arg.trim().parse().ok().map(ServerCommand::UpstreamDone),

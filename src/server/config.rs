@@ -71,6 +71,8 @@ pub struct ServerConfig {
     pub mqtt_flight: crate::server::session::mqtt::flight::Bounds,
     /// MQTT: `--mqtt-retained`, `--mqtt-retained-bytes`.
     pub mqtt_retained: crate::server::broker::retained::RetainedConfig,
+    /// MQTT: `--mqtt-client-ids`, `--mqtt-sessions`, `--mqtt-session-queue` and their bytes.
+    pub mqtt_sessions: crate::server::broker::sessions::SessionsConfig,
     /// WebSocket: largest message (close 1009 above it).
     pub max_message_bytes: usize,
     /// WebSocket: how pushes are framed.
@@ -165,6 +167,7 @@ impl Default for ServerConfig {
             history: Default::default(),
             mqtt_flight: Default::default(),
             mqtt_retained: Default::default(),
+            mqtt_sessions: Default::default(),
             max_message_bytes: crate::server::session::ws::DEFAULT_MAX_MESSAGE,
             push_format: crate::server::session::ws::PushFormat::Text,
             ws_deflate: Default::default(),

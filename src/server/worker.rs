@@ -24,6 +24,7 @@ mod ring;
 pub use drain::spreads;
 mod linger;
 mod mqtt_out;
+mod mqtt_session;
 pub mod outbox;
 pub mod seam;
 mod serve;
@@ -354,6 +355,8 @@ impl Handler for Worker {
                     Some(ServerCommand::Presence(p)) => self.presence(&p),
                     Some(ServerCommand::History(slice)) => self.recovered(&slice),
                     Some(ServerCommand::Retained(answer)) => self.retained(answer),
+                    Some(ServerCommand::Session(answer)) => self.mqtt_session(answer),
+                    Some(ServerCommand::Takeover(conn)) => self.mqtt_takeover(conn),
                     Some(ServerCommand::Resuming) => self.seam.resumed(),
                     Some(ServerCommand::Notices(n)) => self.notify(&n),
                     Some(ServerCommand::UpstreamDone(n)) => {
@@ -597,6 +600,8 @@ impl Worker {
 
     fn close(&mut self, key: usize, reason: Close) {
         if let Some(mut conn) = self.conns.try_remove(key) {
+            // Before its subscriptions are forgotten: a kept session takes them.
+            self.mqtt_session_end(key, &conn);
             if let Some(r) = &mut self.ring {
                 r.next.ops.push(crate::uring::Op::Cancel { tag: crate::uring::recv_tag(key, conn.gen) });
                 // What waited behind its send in flight (a goaway, a

@@ -19,7 +19,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The journeys the README promises: deleting one fails this test.
-const REQUIRED: [&str; 16] = [
+const REQUIRED: [&str; 17] = [
     "gateway",
     "load-test",
     "cluster",
@@ -33,6 +33,7 @@ const REQUIRED: [&str; 16] = [
     "io",
     "mqtt",
     "mqtt-load",
+    "mqtt-session",
     "ws-deflate",
     "thresholds",
     "stages",

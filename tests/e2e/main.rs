@@ -28,6 +28,7 @@ mod layers;
 mod mqtt;
 mod mqtt_client;
 mod mqtt_qos;
+mod mqtt_sessions;
 mod push;
 mod report;
 mod requests;

@@ -8,4 +8,5 @@ pub mod history;
 pub mod publish;
 pub mod relay;
 pub mod retained;
+pub mod sessions;
 pub mod upstream;

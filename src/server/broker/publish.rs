@@ -81,6 +81,9 @@ pub struct Publisher {
     pub max_push: usize,
     /// MQTT retained messages, one per topic (`retained.rs`).
     pub retained: crate::server::broker::retained::Retained,
+    /// MQTT client ids and kept sessions (`sessions.rs`): offline
+    /// subscribers' messages are queued as they pass here.
+    pub sessions: crate::server::broker::sessions::Sessions,
     /// Request id of each outstanding publish or listing.
     pending: HashMap<u64, Pending>,
     /// Which request a publish id belongs to.
@@ -159,8 +162,15 @@ impl Publisher {
         history: crate::server::broker::history::HistoryConfig,
         max_push: usize,
         retained: crate::server::broker::retained::RetainedConfig,
+        sessions: crate::server::broker::sessions::SessionsConfig,
     ) -> Publisher {
-        Publisher { history: History::new(history), max_push, retained: crate::server::broker::retained::Retained::new(retained), ..Default::default() }
+        Publisher {
+            history: History::new(history),
+            max_push,
+            retained: crate::server::broker::retained::Retained::new(retained),
+            sessions: crate::server::broker::sessions::Sessions::new(sessions),
+            ..Default::default()
+        }
     }
 
     /// New MQTT subscriptions in worker `w` want the retained messages
@@ -269,6 +279,10 @@ impl Publisher {
                     self.next_id += 1;
                     let pid = self.next_id;
                     self.owner.insert(pid, rid);
+                    let data = base64::engine::general_purpose::STANDARD.encode(&m.data);
+                    if m.stream == Stream::Topic && m.target.is_none() && m.user.is_none() {
+                        self.sessions.offline(&m.topic, &data, m.qos, m.retain);
+                    }
                     let cmd = PushCommand {
                         publish_id: pid,
                         stream: m.stream,
@@ -281,7 +295,7 @@ impl Publisher {
                         close: m.close,
                         qos: m.qos,
                         retain: m.retain,
-                        data: base64::engine::general_purpose::STANDARD.encode(&m.data),
+                        data,
                     };
                     let line = format!("{CMD_PUSH} {}", serde_json::to_string(&cmd).expect("serializes"));
                     for w in targets {

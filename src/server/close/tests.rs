@@ -79,6 +79,9 @@ const ALL: &[Close] = &[
     MqttWillBadTopic,
     MqttWillNotPermitted,
     MqttWillTooLarge,
+    MqttSessionTakenOver,
+    MqttClientIdRefused,
+    MqttConnectUnansweredOverflow,
 ];
 
 /// Each variant's place in [`ALL`] (payloads aside).
@@ -154,6 +157,9 @@ fn ordinal(c: Close) -> usize {
         MqttWillBadTopic => 67,
         MqttWillNotPermitted => 68,
         MqttWillTooLarge => 69,
+        MqttSessionTakenOver => 70,
+        MqttClientIdRefused => 71,
+        MqttConnectUnansweredOverflow => 72,
     }
 }
 

@@ -15,12 +15,17 @@
 //! messages are the supervisor's (`broker/retained.rs`): a new
 //! subscription asks for its filter's (`Published::wants`).
 //!
+//! A CONNECT with a client id is not answered at once: the id is claimed
+//! from the supervisor (`Published::claims`; the registry of every
+//! worker's ids and the kept sessions are `broker/sessions.rs`), and what
+//! the client sends meanwhile waits unread (at most one packet's worth).
+//! The answer (`worker/mqtt_session.rs`) brings the CONNACK, session
+//! present or not, and a resumed session's subscriptions and messages.
+//!
 //! Not supported yet, and refused with a reason code rather than half
 //! done: topic aliases (maximum 0), shared subscriptions (SUBACK 0x9E),
 //! subscription identifiers (0xA1), No Local (SUBACK 0x83), extended
-//! authentication (CONNACK 0x8C), and sessions that outlive their
-//! connection (CONNACK says session present 0 and, in v5, Session Expiry
-//! Interval 0): QoS 1 and 2 state dies with its connection.
+//! authentication (CONNACK 0x8C).
 //!
 //! Every refusal after the CONNECT is answered in 5.0 with a DISCONNECT
 //! carrying its reason code, in 3.1.1 by closing (3.1.1 §4.8); the close
@@ -29,7 +34,7 @@
 use crate::proto::mqtt::decode::{self, FixedHeader};
 use crate::proto::mqtt::{encode, kind, Ack, ConnAck, Disconnect, Error, Limits, Packet, Properties, Publish, QoS, Role, SubAck, Version};
 use crate::server::close::{self, Close};
-use crate::server::commands::{ClientPublish, RetainedWant};
+use crate::server::commands::{ClientPublish, RetainedWant, SessionClaim};
 use crate::server::session::requests::Requests;
 use crate::server::worker::conn::{ConnExt, Ext};
 use crate::server::worker::topics::{Subs, Topics};
@@ -52,7 +57,7 @@ const RECEIVE_MAXIMUM: u16 = 1024;
 const UNSPECIFIED_ERROR: u8 = 0x80;
 
 mod acks;
-mod connect;
+pub mod connect;
 pub mod extra;
 pub mod flight;
 
@@ -92,14 +97,32 @@ pub struct MqttConn {
     /// The client's Maximum Packet Size (v5): larger pushes are not sent
     /// to it ([MQTT-3.1.2-24]). `u32::MAX` when it gave none.
     pub max_in: u32,
+    /// Where its client id is in the supervisor's registry.
+    pub claim: Claim,
+    /// Seconds its session outlives it (0: not at all; `u32::MAX` never
+    /// expires: 3.1.1 Clean Session 0).
+    pub expiry_s: u32,
     /// Subscription options, deliveries in flight, the will: boxed, and
     /// only while there is any (`mqtt/extra.rs`).
     pub extra: Option<Box<extra::Extra>>,
 }
 
+/// A connection's client id in the supervisor's registry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Claim {
+    /// Not there: no CONNECT yet, or an empty client id (unique by
+    /// construction), or refused.
+    #[default]
+    None,
+    /// Claimed, the answer (and so the CONNACK) due.
+    Waiting,
+    /// Registered: its end is reported (the id is freed, the session kept).
+    Registered,
+}
+
 /// State of a connection just accepted: its CONNECT is due.
 pub fn fresh() -> Ext {
-    Some(Box::new(ConnExt::Mqtt(MqttConn { version: None, keep_alive_s: 0, window: 1, max_in: u32::MAX, extra: None })))
+    Some(Box::new(ConnExt::Mqtt(MqttConn { version: None, keep_alive_s: 0, window: 1, max_in: u32::MAX, claim: Claim::None, expiry_s: 0, extra: None })))
 }
 
 /// The MQTT state inside an [`Ext`], mutable, if any.
@@ -118,9 +141,10 @@ pub fn state(ext: &Ext) -> Option<&MqttConn> {
     }
 }
 
-/// Whether a connection still owes its CONNECT (`--header-timeout`).
+/// Whether a connection still owes its CONNECT, or its CONNACK waits for
+/// the supervisor (`--header-timeout`).
 pub fn connecting(ext: &Ext) -> bool {
-    state(ext).is_some_and(|m| m.version.is_none())
+    state(ext).is_some_and(|m| m.version.is_none() || m.claim == Claim::Waiting)
 }
 
 /// Client publishes (and wills) a worker holds until it hands them to
@@ -133,6 +157,8 @@ pub struct Published {
     /// Handed on after `messages`, so a retained publish of the same read
     /// is in the answer. At most one per subscription of the read.
     pub wants: Vec<RetainedWant>,
+    /// CONNECTs' client ids to claim: at most one per connection read.
+    pub claims: Vec<SessionClaim>,
 }
 
 /// What one read of an MQTT connection works on.
@@ -155,6 +181,14 @@ pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, Cl
     let Some(ConnExt::Mqtt(m)) = ext.as_deref_mut() else { return Err(Close::MqttNoState) };
     let mut pos = 0;
     loop {
+        if m.claim == Claim::Waiting {
+            // Unread until the CONNACK: what a client may send ahead is
+            // one packet's worth.
+            if buf.len() - pos > ctx.limits.max_packet_size as usize {
+                return Err(Close::MqttConnectUnansweredOverflow);
+            }
+            return Ok(pos);
+        }
         let h = match decode::fixed_header(&buf[pos..], m.version, ctx.limits.max_packet_size) {
             Ok(Some(h)) if buf.len() - pos >= h.total() => h,
             Ok(_) => return Ok(pos),

@@ -36,6 +36,7 @@ impl ServerFleet {
                 v["push_published"] = self.publisher.published.into();
                 v["history"] = serde_json::to_value(&self.publisher.history.counters).unwrap_or_default();
                 v["mqtt_retained"] = serde_json::to_value(&self.publisher.retained.counters).unwrap_or_default();
+                v["mqtt_sessions"] = serde_json::to_value(&self.publisher.sessions.counters).unwrap_or_default();
                 if let Some(u) = &self.upstream {
                     v["upstream"] = serde_json::to_value(&*u.counters.lock().expect("upstream counters")).unwrap_or_default();
                 }

@@ -181,7 +181,7 @@ impl ServerFleet {
             stopping: false,
             notes: Vec::new(),
             failure: None,
-            publisher: crate::server::broker::publish::Publisher::new(cfg.history, cfg.max_push_bytes, cfg.mqtt_retained),
+            publisher: crate::server::broker::publish::Publisher::new(cfg.history, cfg.max_push_bytes, cfg.mqtt_retained, cfg.mqtt_sessions),
             cap,
             listeners,
             relay: None,
@@ -313,6 +313,16 @@ impl ServerFleet {
             }
             PoolEvent::Msg(ServerMsg::Published { messages, .. }) => self.client_published(messages),
             PoolEvent::Msg(ServerMsg::RetainedWanted { worker, wants }) => self.publisher.retained_wanted(worker, wants, &mut self.pool),
+            PoolEvent::Msg(ServerMsg::SessionClaims { worker, claims }) => {
+                let now = Instant::now();
+                let actions = claims.into_iter().flat_map(|c| self.publisher.sessions.claim(worker, c, now)).collect();
+                self.session_actions(actions);
+            }
+            PoolEvent::Msg(ServerMsg::SessionsEnded { ended, .. }) => {
+                let now = Instant::now();
+                let actions = ended.into_iter().flat_map(|e| self.publisher.sessions.ended(e, now)).collect();
+                self.session_actions(actions);
+            }
             PoolEvent::Msg(ServerMsg::Upstream { worker, messages }) => {
                 if let Some(u) = &self.upstream {
                     u.send(worker, messages);
@@ -325,6 +335,18 @@ impl ServerFleet {
             }
             PoolEvent::Garbled(line) => self.note("worker_garbled", i, format!("server worker {i} wrote a line that is not a message: {line}"), 0),
             PoolEvent::Exited(info) => self.on_exit(i, info),
+        }
+    }
+
+    /// Send the client id registry's answers and takeovers (`broker/sessions.rs`).
+    fn session_actions(&mut self, actions: Vec<crate::server::broker::sessions::Action>) {
+        use crate::server::broker::sessions::Action;
+        use crate::server::commands::{CMD_SESSION, CMD_TAKEOVER};
+        for a in actions {
+            match a {
+                Action::Answer(w, answer) => self.pool.send(w, &format!("{CMD_SESSION} {}", serde_json::to_string(&answer).expect("serializes"))),
+                Action::Takeover(w, conn) => self.pool.send(w, &format!("{CMD_TAKEOVER} {conn}")),
+            };
         }
     }
 
@@ -390,6 +412,8 @@ impl ServerFleet {
     fn on_exit(&mut self, i: usize, info: ExitInfo) {
         self.pool.mark_exited(i);
         self.publisher.worker_gone(i);
+        let actions = self.publisher.sessions.worker_gone(i, Instant::now());
+        self.session_actions(actions);
         if let Some(r) = &mut self.relay {
             r.link.worker_gone(i);
         }
@@ -508,6 +532,7 @@ impl ServerFleet {
         self.maybe_reload_tls();
         self.watch_stalls();
         self.publisher.expire();
+        self.publisher.sessions.expire(Instant::now());
         self.publisher.history.expire(crate::proto::push::wall_us());
         if let Some(r) = &mut self.relay {
             r.flush_replies(&mut self.publisher);

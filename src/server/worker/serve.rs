@@ -167,6 +167,10 @@ impl Worker {
                         let wants = std::mem::take(&mut self.published.wants);
                         crate::supervise::control::emit(&crate::server::commands::ServerMsg::RetainedWanted { worker: self.cfg.worker, wants });
                     }
+                    if !self.published.claims.is_empty() {
+                        let claims = std::mem::take(&mut self.published.claims);
+                        crate::supervise::control::emit(&crate::server::commands::ServerMsg::SessionClaims { worker: self.cfg.worker, claims });
+                    }
                     r
                 }
                 // Raw and sse are client protocols (refused by the server's plan).

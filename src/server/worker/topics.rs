@@ -294,7 +294,7 @@ impl Topics {
     }
 
     /// The topic or filter a connection's subscription id names.
-    fn sub_name(&self, id: u32) -> Option<&str> {
+    pub fn sub_name(&self, id: u32) -> Option<&str> {
         if id & WILD != 0 {
             self.wild.name(id & !WILD)
         } else {

@@ -1,11 +1,14 @@
 //! CONNECT: what is not supported refused with its code, the token
 //! checked (`--auth jwt`: the password is the token), the will kept, the
 //! inflight window set from the client's Receive Maximum, and the CONNACK
-//! with what this server offers (v5 properties).
+//! with what this server offers (v5 properties): at once for an empty
+//! client id, else once the supervisor answered the id's claim.
 
-use super::{extra, refuse_connect, send, Ctx, MqttConn, RECEIVE_MAXIMUM};
+use super::{extra, refuse_connect, send, Claim, Ctx, MqttConn, RECEIVE_MAXIMUM};
 use crate::proto::mqtt::{ConnAck, Connect, Packet, Properties, Version};
+use crate::server::broker::sessions::NEVER;
 use crate::server::close::{self, Close};
+use crate::server::commands::SessionClaim;
 
 /// CONNECT: refuse what is not supported, check the token, answer.
 pub fn connect(ctx: &mut Ctx<'_>, m: &mut MqttConn, c: Connect<'_>) -> Result<(), Close> {
@@ -38,8 +41,41 @@ pub fn connect(ctx: &mut Ctx<'_>, m: &mut MqttConn, c: Connect<'_>) -> Result<()
     }
     m.max_in = c.properties.maximum_packet_size.unwrap_or(u32::MAX);
     *ctx.req.stats.mqtt_connects.entry(if v == Version::V5 { "5.0" } else { "3.1.1" }.into()).or_insert(0) += 1;
-    let assigned = (c.client_id.is_empty() && v == Version::V5).then(|| format!("megaconn-{}-{}-{}", ctx.worker, ctx.req.key, ctx.req.gen));
-    let properties = match v {
+    if !c.client_id.is_empty() {
+        // The supervisor's answer brings the CONNACK (`worker/mqtt_session.rs`).
+        m.expiry_s = match v {
+            Version::V311 if c.clean_start => 0,
+            Version::V311 => NEVER,
+            Version::V5 => c.properties.session_expiry.unwrap_or(0),
+        };
+        m.claim = Claim::Waiting;
+        let conn = crate::server::commands::conn_id(ctx.worker, ctx.req.key, ctx.req.gen);
+        ctx.published.claims.push(SessionClaim { conn, client_id: c.client_id.into(), clean: c.clean_start, expiry_s: m.expiry_s, v5: v == Version::V5 });
+        return Ok(());
+    }
+    // An empty id: v5 assigns one, unique by construction; its session
+    // ends with the connection (v5 says so with Session Expiry 0).
+    let assigned = (v == Version::V5).then(|| format!("megaconn-{}-{}-{}", ctx.worker, ctx.req.key, ctx.req.gen));
+    let expiry = c.properties.session_expiry.filter(|s| *s > 0).map(|_| 0);
+    let properties = connack_properties(v, ctx.limits.max_packet_size, assigned.as_deref(), expiry);
+    send(ctx, v, &Packet::ConnAck(ConnAck { session_present: false, code: 0, properties }));
+    Ok(())
+}
+
+/// The supervisor accepted the claim of the connection's client id: its
+/// CONNACK (session present or not) onto `out`; the connection is
+/// registered (its end is reported).
+pub fn claimed(out: &mut Vec<u8>, m: &mut MqttConn, max_packet_size: u32, present: bool) {
+    let v = m.version.unwrap_or(Version::V311);
+    m.claim = Claim::Registered;
+    let properties = connack_properties(v, max_packet_size, None, None);
+    // Fields within the codec's limits: it encodes.
+    let _ = crate::proto::mqtt::encode::packet(&Packet::ConnAck(ConnAck { session_present: present, code: 0, properties }), v, out);
+}
+
+/// The CONNACK properties of an accepted CONNECT: what this server offers (v5).
+pub fn connack_properties(v: Version, max_packet_size: u32, assigned: Option<&str>, session_expiry: Option<u32>) -> Properties<'_> {
+    match v {
         Version::V311 => Properties::default(),
         Version::V5 => Properties {
             receive_maximum: Some(RECEIVE_MAXIMUM),
@@ -50,15 +86,12 @@ pub fn connect(ctx: &mut Ctx<'_>, m: &mut MqttConn, c: Connect<'_>) -> Result<()
             sub_id_available: Some(false),
             shared_sub_available: Some(false),
             topic_alias_maximum: Some(0),
-            maximum_packet_size: Some(ctx.limits.max_packet_size),
-            assigned_client_id: assigned.as_deref(),
-            // No session outlives its connection yet.
-            session_expiry: c.properties.session_expiry.filter(|s| *s > 0).map(|_| 0),
+            maximum_packet_size: Some(max_packet_size),
+            assigned_client_id: assigned,
+            session_expiry,
             ..Properties::default()
         },
-    };
-    send(ctx, v, &Packet::ConnAck(ConnAck { session_present: false, code: 0, properties }));
-    Ok(())
+    }
 }
 
 /// A CONNECT's will, checked as a publish of its topic would be: the

@@ -9,9 +9,11 @@
 //! Over the held queue's bounds a delivery is dropped and counted, as a
 //! QoS 0 message would be (`mqtt_inflight_dropped`): the server does not
 //! close a subscriber that is slow to acknowledge, it stops queueing for
-//! it. There are no persistent sessions yet, so this state dies with its
-//! connection: nothing is retransmitted with DUP, since a new connection
-//! starts clean (docs/mqtt.md).
+//! it. When the connection ends and its session outlives it, what is in
+//! flight and held goes to the supervisor's kept session
+//! ([`Flight::pending`]), and comes back to the next connection of the
+//! client id: those sent are resent with DUP and their packet ids
+//! ([`Flight::resume`]), the rest offered as new deliveries.
 
 use crate::proto::mqtt::QoS;
 use std::collections::VecDeque;
@@ -52,6 +54,24 @@ pub struct Delivery {
 }
 
 impl Delivery {
+    /// The message this PUBLISH carries: (topic, payload, retain). Our
+    /// own encoding (`encode_push`): a v5 one has no properties.
+    pub fn message(&self, v5: bool) -> Option<(&str, &[u8], bool)> {
+        let b = &self.bytes;
+        let mut at = 1;
+        while b.get(at)? & 0x80 != 0 {
+            at += 1;
+        }
+        at += 1;
+        let len = usize::from(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]));
+        let topic = std::str::from_utf8(b.get(at + 2..at + 2 + len)?).ok()?;
+        let mut body = at + 2 + len + if self.qos == QoS::AtMostOnce { 0 } else { 2 };
+        if v5 {
+            body += 1;
+        }
+        Some((topic, b.get(body..)?, b[0] & 1 == 1))
+    }
+
     /// The packet for one connection, with `id`.
     fn with_id(&self, id: u16) -> Vec<u8> {
         let mut v = self.bytes.to_vec();
@@ -119,8 +139,10 @@ pub enum Incoming {
 pub struct Flight {
     /// The last packet id given (ids cycle 1..=65535, skipping those in flight).
     last_id: u16,
-    /// Deliveries in flight, at most the window.
-    out: Vec<(u16, Stage)>,
+    /// Deliveries in flight, at most the window (a resumed session's may
+    /// be more), each kept until acknowledged: a session that outlives
+    /// the connection resends it.
+    out: Vec<(u16, Stage, Delivery)>,
     held: VecDeque<Delivery>,
     held_bytes: usize,
     /// Ids of the client's QoS 2 publishes forwarded, PUBREL due.
@@ -160,12 +182,12 @@ impl Flight {
         // At most 65535 ids and a window far smaller: one is free.
         loop {
             self.last_id = self.last_id.checked_add(1).unwrap_or(1);
-            if !self.out.iter().any(|(id, _)| *id == self.last_id) {
+            if !self.out.iter().any(|(id, _, _)| *id == self.last_id) {
                 break;
             }
         }
         let stage = if d.qos == QoS::ExactlyOnce { Stage::Rec } else { Stage::Ack };
-        self.out.push((self.last_id, stage));
+        self.out.push((self.last_id, stage, d.clone()));
         d.with_id(self.last_id)
     }
 
@@ -186,9 +208,9 @@ impl Flight {
     /// closes a QoS 1 delivery, PUBREC moves a QoS 2 one on unless it
     /// refuses it (`refused`, v5 reason ≥ 0x80), PUBCOMP closes it).
     pub fn acked(&mut self, stage: Stage, id: u16, refused: bool) -> Acked {
-        let Some(i) = self.out.iter().position(|(i, s)| *i == id && *s == stage) else {
+        let Some(i) = self.out.iter().position(|(i, s, _)| *i == id && *s == stage) else {
             // A PUBREC repeated after the PUBREL went: send PUBREL again.
-            if stage == Stage::Rec && self.out.iter().any(|(i, s)| *i == id && *s == Stage::Comp) {
+            if stage == Stage::Rec && self.out.iter().any(|(i, s, _)| *i == id && *s == Stage::Comp) {
                 return Acked::Release;
             }
             return Acked::Unknown;
@@ -199,13 +221,41 @@ impl Flight {
                 Acked::Release
             }
             _ => {
-                self.out.swap_remove(i);
+                // In order: a session kept now resends them in this order.
+                self.out.remove(i);
                 if self.out.is_empty() && self.out.capacity() > 0 && self.held.is_empty() {
                     self.out = Vec::new();
                 }
                 Acked::Done
             }
         }
+    }
+
+    /// What a session keeps of this flight when its connection ends, in
+    /// order: those in flight (packet id, whether PUBREL went), then
+    /// those held (id 0).
+    pub fn pending(&self) -> impl Iterator<Item = (u16, bool, &Delivery)> {
+        self.out.iter().map(|(id, s, d)| (*id, *s == Stage::Comp, d)).chain(self.held.iter().map(|d| (0, false, d)))
+    }
+
+    /// A resumed session's delivery that was in flight with `id`: in
+    /// flight again, its packet (the PUBLISH with DUP, or the PUBREL when
+    /// that went already, §4.4). None when the id is in flight already
+    /// (a peer's resumed state is not trusted): offer it as new instead.
+    pub fn resume(&mut self, d: Delivery, id: u16, released: bool) -> Option<Vec<u8>> {
+        if id == 0 || self.out.iter().any(|(i, _, _)| *i == id) {
+            return None;
+        }
+        let (stage, bytes) = if released {
+            let [hi, lo] = id.to_be_bytes();
+            (Stage::Comp, vec![0x62, 2, hi, lo])
+        } else {
+            let mut b = d.with_id(id);
+            b[0] |= 0x08;
+            (if d.qos == QoS::ExactlyOnce { Stage::Rec } else { Stage::Ack }, b)
+        };
+        self.out.push((id, stage, d));
+        Some(bytes)
     }
 
     /// A QoS 2 PUBLISH from the client with `id`.
@@ -273,6 +323,29 @@ mod tests {
         assert_eq!(f.acked(Stage::Ack, 3, false), Acked::Done);
         assert_eq!(f.acked(Stage::Ack, 4, false), Acked::Done);
         assert!(f.idle());
+    }
+
+    /// What a session keeps: those in flight in order with their ids and
+    /// stage, then those held; resumed with DUP and the same ids (PUBREL
+    /// for a released QoS 2 one), an id in flight already refused.
+    #[test]
+    fn pending_deliveries_are_kept_in_order_and_resumed_with_dup() {
+        let mut f = Flight::default();
+        for q in [QoS::AtLeastOnce, QoS::ExactlyOnce, QoS::AtLeastOnce] {
+            f.offer(delivery(q), 2, BOUNDS);
+        }
+        assert_eq!(f.acked(Stage::Rec, 2, false), Acked::Release);
+        let kept: Vec<(u16, bool, QoS)> = f.pending().map(|(id, rel, d)| (id, rel, d.qos)).collect();
+        assert_eq!(kept, [(1, false, QoS::AtLeastOnce), (2, true, QoS::ExactlyOnce), (0, false, QoS::AtLeastOnce)]);
+        assert_eq!(delivery(QoS::AtLeastOnce).message(false), Some(("t", &b"p"[..], false)));
+        let mut g = Flight::default();
+        let again = g.resume(delivery(QoS::AtLeastOnce), 1, false).unwrap();
+        assert_eq!(again, [0x3A, 6, 0, 1, b't', 0, 1, b'p'], "DUP set, id 1");
+        assert_eq!(g.resume(delivery(QoS::ExactlyOnce), 2, true).unwrap(), [0x62, 2, 0, 2], "PUBREL again");
+        assert_eq!(g.resume(delivery(QoS::AtLeastOnce), 1, false), None, "id 1 is in flight");
+        assert_eq!(g.acked(Stage::Comp, 2, false), Acked::Done);
+        assert_eq!(g.acked(Stage::Ack, 1, false), Acked::Done);
+        assert!(g.idle());
     }
 
     /// A v5 PUBREC with a refusal closes the delivery: no PUBREL.

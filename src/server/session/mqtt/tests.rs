@@ -23,13 +23,30 @@ fn parts() -> Parts {
 }
 
 impl Parts {
-    /// Feed `buf`; (result with the close's name, what was written), `out` emptied.
+    /// Feed `buf`, a client id's claim accepted at once (as the
+    /// supervisor would, no session); (result with the close's name,
+    /// what was written), `out` emptied.
     fn feed(&mut self, buf: &[u8]) -> (Result<usize, &'static str>, Vec<u8>) {
         let limits = self.cfg.limits();
+        let mut used = 0;
+        loop {
+            let r = self.feed_once(&buf[used..], &limits);
+            match r {
+                Ok(n) => used += n,
+                Err(e) => return (Err(e), std::mem::take(&mut self.read.out)),
+            }
+            if std::mem::take(&mut self.published.claims).is_empty() {
+                return (Ok(used), std::mem::take(&mut self.read.out));
+            }
+            connect::claimed(&mut self.read.out, state_mut(&mut self.ext).unwrap(), limits.max_packet_size, false);
+        }
+    }
+
+    /// Feed `buf` as it is: a claim stays unanswered.
+    fn feed_once(&mut self, buf: &[u8], limits: &Limits) -> Result<usize, &'static str> {
         let (req, topics, subs) = self.read.split();
-        let mut ctx = Ctx { req, cfg: &self.cfg, limits: &limits, topics, subs, published: &mut self.published, worker: 0 };
-        let r = consume(&mut ctx, &mut self.ext, buf);
-        (r.map_err(Close::as_str), std::mem::take(&mut self.read.out))
+        let mut ctx = Ctx { req, cfg: &self.cfg, limits, topics, subs, published: &mut self.published, worker: 0 };
+        consume(&mut ctx, &mut self.ext, buf).map_err(Close::as_str)
     }
 }
 
@@ -284,4 +301,43 @@ fn granted_qos_decides_each_delivery_and_retain_handling_the_wants() {
 fn the_connection_state_stays_small() {
     assert!(std::mem::size_of::<MqttConn>() <= 24, "{}", std::mem::size_of::<MqttConn>());
     assert!(std::mem::size_of::<MqttConn>() <= std::mem::size_of::<crate::server::session::sse::SseConn>());
+}
+
+/// A CONNECT with a client id is answered only once its claim is: what
+/// the client sends behind it waits unread (one packet's worth at most);
+/// 3.1.1 Clean Session 0 asks for a session that never expires, v5 for
+/// its Session Expiry Interval.
+#[test]
+fn a_named_connect_waits_for_its_claim_and_what_follows_waits_unread() {
+    let mut p = parts();
+    let limits = p.cfg.limits();
+    let mut c = Connect {
+        version: Version::V311,
+        clean_start: false,
+        keep_alive: 0,
+        properties: Properties::default(),
+        client_id: "dev",
+        will: None,
+        username: None,
+        password: None,
+    };
+    let mut buf = bytes(&Packet::Connect(Box::new(c.clone())), Version::V311);
+    let whole = buf.len();
+    buf.extend_from_slice(&[0xC0, 0x00]);
+    assert_eq!(p.feed_once(&buf, &limits), Ok(whole));
+    assert!(p.read.out.is_empty(), "no CONNACK before the claim is answered");
+    assert!(connecting(&p.ext));
+    let claims = std::mem::take(&mut p.published.claims);
+    assert_eq!((claims[0].client_id.as_str(), claims[0].clean, claims[0].expiry_s), ("dev", false, crate::server::broker::sessions::NEVER));
+    assert_eq!(p.feed_once(&buf[whole..], &limits), Ok(0), "the PINGREQ waits");
+    let flood = vec![0xC0; limits.max_packet_size as usize + 1];
+    assert_eq!(p.feed_once(&flood, &limits), Err("mqtt_connect_unanswered_overflow"));
+    connect::claimed(&mut p.read.out, state_mut(&mut p.ext).unwrap(), limits.max_packet_size, true);
+    assert_eq!(std::mem::take(&mut p.read.out), [0x20, 0x02, 0x01, 0x00], "session present");
+    assert_eq!(p.feed_once(&buf[whole..], &limits), Ok(2));
+    assert_eq!(p.read.out, [0xD0, 0x00]);
+    let mut q = parts();
+    c.version = Version::V5;
+    c.properties.session_expiry = Some(30);
+    assert_eq!(q.feed_once(&bytes(&Packet::Connect(Box::new(c)), Version::V5), &limits).map(|_| q.published.claims[0].expiry_s), Ok(30));
 }

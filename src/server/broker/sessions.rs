@@ -1,0 +1,352 @@
+//! MQTT client ids and persistent sessions, in the supervisor: the one
+//! place that sees every worker (each a separate process), so a client id
+//! is unique across the server and a session kept by one worker is
+//! resumed by whichever worker the client reconnects to.
+//!
+//! - **The registry of connected client ids** (MQTT-3.1.4-2): a worker
+//!   that reads a CONNECT with a client id claims it (`SessionClaims`) and
+//!   answers the CONNACK only once the supervisor answered (`session`). An
+//!   id connected elsewhere is taken over: its worker is told to close it
+//!   (`takeover`; v5 DISCONNECT 0x8E, its will published), and the new
+//!   claim is answered once the old connection's end (`SessionsEnded`)
+//!   brought its session. Bounded in ids and id bytes
+//!   (`--mqtt-client-ids`, `--mqtt-client-id-bytes`): past either a claim
+//!   is refused (v5 CONNACK 0x97, 3.1.1 3) and counted.
+//! - **Kept sessions** of clients gone (3.1.1 Clean Session 0; v5 a
+//!   Session Expiry Interval above 0): their subscriptions (filter and
+//!   QoS) and the QoS 1 and 2 messages they had not acknowledged, then
+//!   the QoS 1 and 2 messages their subscriptions matched while they were
+//!   away, in order. At most `--mqtt-session-queue` messages and
+//!   `--mqtt-session-queue-bytes` per session: past them the **newest**
+//!   message is dropped (the arriving one, as mosquitto does) and counted.
+//!   At most `--mqtt-sessions` sessions and `--mqtt-sessions-bytes` in all:
+//!   keeping one more **expires the oldest kept** (counted, reason `full`),
+//!   so a peer inventing client ids costs only the bound. A v5 session
+//!   goes at its expiry (reason `expiry`); a 3.1.1 one only by the bounds.
+//!
+//! Matching an offline publish against every kept session's filters costs
+//! one pass over the kept sessions per topic publish: the count bound
+//! keeps it small (10,000 by default).
+
+use crate::proto::mqtt::topic::matches;
+use crate::server::commands::{split_id, SessionAnswer, SessionClaim, SessionEnd, SessionMessage};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+/// Default `--mqtt-client-ids`: client ids connected at once on a node.
+pub const DEFAULT_MAX_IDS: usize = 4_000_000;
+/// Default `--mqtt-client-id-bytes`: bytes of those ids.
+pub const DEFAULT_MAX_ID_BYTES: usize = 256 << 20;
+/// Default `--mqtt-sessions`: sessions kept for clients gone.
+pub const DEFAULT_MAX_KEPT: usize = 10_000;
+/// Default `--mqtt-sessions-bytes`: bytes of every kept session.
+pub const DEFAULT_MAX_KEPT_BYTES: usize = 256 << 20;
+/// Default `--mqtt-session-queue`: messages kept per session.
+pub const DEFAULT_QUEUE: usize = 1000;
+/// Default `--mqtt-session-queue-bytes`: bytes of those.
+pub const DEFAULT_QUEUE_BYTES: usize = 1 << 20;
+/// Bytes counted per kept session, subscription and message on top of
+/// their names and payloads (the records and maps holding them).
+const RECORD: usize = 64;
+/// v5: a Session Expiry Interval of this never expires (§3.1.2.11.2).
+pub const NEVER: u32 = u32::MAX;
+/// v5 CONNACK: Quota exceeded; 3.1.1: Server unavailable.
+const REFUSED: (u8, u8) = (0x97, 3);
+/// v5 CONNACK: Server busy (a claim displaced by a newer one before it
+/// was answered); 3.1.1: Server unavailable.
+const DISPLACED: (u8, u8) = (0x89, 3);
+
+crate::counters! {
+    /// The supervisor's client ids and kept sessions (`/stats` "mqtt_sessions", `/metrics`).
+    pub struct SessionCounters {
+        online: gauge "mqtt_client_ids" "MQTT client ids connected now (the registry across every worker)",
+        kept: gauge "mqtt_sessions_kept" "MQTT sessions kept for clients gone",
+        bytes: bytes "mqtt_sessions_memory" "Bytes the kept sessions hold: filters, queued messages and records",
+        stored: counter "mqtt_sessions_stored" "MQTT sessions kept when their connection ended",
+        resumed: counter "mqtt_sessions_resumed" "MQTT sessions resumed by a CONNECT (session present 1)",
+        discarded: counter "mqtt_sessions_discarded" "Kept MQTT sessions a clean CONNECT discarded",
+        expired: by("reason") "mqtt_sessions_expired" "Kept MQTT sessions dropped, by reason (expiry: v5 Session Expiry Interval; full: --mqtt-sessions or --mqtt-sessions-bytes, the oldest)",
+        taken_over: counter "mqtt_sessions_taken_over" "MQTT connections closed because a CONNECT with their client id came (session takeover)",
+        queued: counter "mqtt_session_queued" "Messages queued for MQTT sessions whose client was gone",
+        queue_dropped: by("reason") "mqtt_session_queue_dropped" "Messages for gone clients not queued, by reason (queue: --mqtt-session-queue, queue_bytes: --mqtt-session-queue-bytes, sessions_bytes: --mqtt-sessions-bytes); the newest is dropped",
+        refused: by("reason") "mqtt_client_ids_refused" "CONNECTs refused by the client id registry, by reason (ids: --mqtt-client-ids, id_bytes: --mqtt-client-id-bytes, displaced: a newer CONNECT of the id came first)",
+    }
+}
+
+/// `--mqtt-client-ids`, `--mqtt-client-id-bytes`, `--mqtt-sessions`,
+/// `--mqtt-sessions-bytes`, `--mqtt-session-queue`, `--mqtt-session-queue-bytes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SessionsConfig {
+    pub max_ids: usize,
+    pub max_id_bytes: usize,
+    pub max_kept: usize,
+    pub max_kept_bytes: usize,
+    pub queue: usize,
+    pub queue_bytes: usize,
+}
+
+impl Default for SessionsConfig {
+    fn default() -> SessionsConfig {
+        SessionsConfig {
+            max_ids: DEFAULT_MAX_IDS,
+            max_id_bytes: DEFAULT_MAX_ID_BYTES,
+            max_kept: DEFAULT_MAX_KEPT,
+            max_kept_bytes: DEFAULT_MAX_KEPT_BYTES,
+            queue: DEFAULT_QUEUE,
+            queue_bytes: DEFAULT_QUEUE_BYTES,
+        }
+    }
+}
+
+/// What the supervisor sends its workers for a claim or an end.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Action {
+    /// `session {answer}` to this worker.
+    Answer(usize, SessionAnswer),
+    /// `takeover {conn}` to this worker.
+    Takeover(usize, u64),
+}
+
+/// A client id connected now.
+#[derive(Debug)]
+struct Online {
+    conn: u64,
+    /// Its session's expiry (0: it ends with the connection).
+    expiry_s: u32,
+    /// A CONNECT of the same id, answered once this one ended.
+    next: Option<(usize, SessionClaim)>,
+}
+
+/// A session kept for a client gone.
+#[derive(Debug)]
+struct Kept {
+    /// Its place in `order` (oldest first).
+    seq: u64,
+    expires: Option<Instant>,
+    subs: Vec<(String, u8)>,
+    messages: VecDeque<SessionMessage>,
+    /// Bytes of `messages`.
+    queued_bytes: usize,
+    /// Bytes of the record and `subs`.
+    base: usize,
+}
+
+fn message_cost(m: &SessionMessage) -> usize {
+    RECORD + m.topic.len() + m.data.len()
+}
+
+/// The registry of connected client ids and the kept sessions.
+#[derive(Debug, Default)]
+pub struct Sessions {
+    cfg: SessionsConfig,
+    online: HashMap<Box<str>, Online>,
+    /// The client id of each registered connection.
+    by_conn: HashMap<u64, Box<str>>,
+    online_bytes: usize,
+    kept: HashMap<Box<str>, Kept>,
+    /// Kept sessions by age: the oldest goes first when full.
+    order: BTreeMap<u64, Box<str>>,
+    next_seq: u64,
+    pub counters: SessionCounters,
+}
+
+impl Sessions {
+    pub fn new(cfg: SessionsConfig) -> Sessions {
+        Sessions { cfg, ..Default::default() }
+    }
+
+    /// A worker's CONNECT with a client id: answered now, or (the id is
+    /// connected elsewhere) once that connection was closed.
+    pub fn claim(&mut self, worker: usize, c: SessionClaim, now: Instant) -> Vec<Action> {
+        let mut out = Vec::new();
+        match self.online.get_mut(c.client_id.as_str()) {
+            Some(o) => {
+                self.counters.taken_over += 1;
+                out.push(Action::Takeover(split_id(o.conn).0, o.conn));
+                if let Some((w, old)) = o.next.replace((worker, c)) {
+                    *self.counters.refused.entry("displaced".into()).or_insert(0) += 1;
+                    out.push(Action::Answer(w, refusal(old.conn, DISPLACED, old.v5)));
+                }
+            }
+            None => out.push(self.admit(worker, c, now)),
+        }
+        out
+    }
+
+    /// Register a claim whose id is free and answer it with its session.
+    fn admit(&mut self, worker: usize, c: SessionClaim, now: Instant) -> Action {
+        let refused = if self.online.len() >= self.cfg.max_ids {
+            Some("ids")
+        } else if self.online_bytes + c.client_id.len() > self.cfg.max_id_bytes {
+            Some("id_bytes")
+        } else {
+            None
+        };
+        if let Some(reason) = refused {
+            *self.counters.refused.entry(reason.into()).or_insert(0) += 1;
+            return Action::Answer(worker, refusal(c.conn, REFUSED, c.v5));
+        }
+        let id: Box<str> = c.client_id.as_str().into();
+        self.online_bytes += id.len();
+        self.online.insert(id.clone(), Online { conn: c.conn, expiry_s: c.expiry_s, next: None });
+        self.by_conn.insert(c.conn, id.clone());
+        self.counters.online = self.online.len() as u64;
+        let mut kept = self.take(&id);
+        if kept.as_ref().is_some_and(|k| k.expires.is_some_and(|t| t <= now)) {
+            kept = None;
+            *self.counters.expired.entry("expiry".into()).or_insert(0) += 1;
+        }
+        let mut answer = SessionAnswer { conn: c.conn, code: 0, present: false, subs: Vec::new(), messages: Vec::new() };
+        match kept {
+            Some(_) if c.clean => self.counters.discarded += 1,
+            Some(k) => {
+                self.counters.resumed += 1;
+                answer.present = true;
+                answer.subs = k.subs;
+                answer.messages = k.messages.into();
+            }
+            None => {}
+        }
+        Action::Answer(worker, answer)
+    }
+
+    /// A kept session out of the store, its bytes given back.
+    fn take(&mut self, id: &str) -> Option<Kept> {
+        let k = self.kept.remove(id)?;
+        self.order.remove(&k.seq);
+        self.counters.bytes -= (k.base + k.queued_bytes) as u64;
+        self.counters.kept = self.kept.len() as u64;
+        Some(k)
+    }
+
+    /// A registered connection ended (its state when its session
+    /// outlives it): the id is free, the session kept, and a CONNECT that
+    /// waited for the id answered.
+    pub fn ended(&mut self, e: SessionEnd, now: Instant) -> Vec<Action> {
+        let Some(id) = self.by_conn.remove(&e.conn) else { return Vec::new() };
+        let Some(o) = self.online.remove(&id).filter(|o| o.conn == e.conn) else { return Vec::new() };
+        self.online_bytes -= id.len();
+        self.counters.online = self.online.len() as u64;
+        if let Some(state) = e.state.filter(|_| o.expiry_s > 0) {
+            self.keep(id.clone(), state.subs, state.messages, o.expiry_s, now);
+        }
+        match o.next {
+            Some((w, c)) => vec![self.admit(w, c, now)],
+            None => Vec::new(),
+        }
+    }
+
+    /// Every connection of a worker that died ended, without its state.
+    pub fn worker_gone(&mut self, worker: usize, now: Instant) -> Vec<Action> {
+        let conns: Vec<u64> = self.by_conn.keys().copied().filter(|c| split_id(*c).0 == worker).collect();
+        conns.into_iter().flat_map(|conn| self.ended(SessionEnd { conn, state: None }, now)).collect()
+    }
+
+    /// Keep a session, expiring the oldest while over the bounds.
+    fn keep(&mut self, id: Box<str>, subs: Vec<(String, u8)>, messages: Vec<SessionMessage>, expiry_s: u32, now: Instant) {
+        let base = RECORD + id.len() + subs.iter().map(|(f, _)| RECORD + f.len()).sum::<usize>();
+        let mut kept = Kept { seq: 0, expires: None, subs, messages: VecDeque::new(), queued_bytes: 0, base };
+        if expiry_s != NEVER {
+            kept.expires = Some(now + Duration::from_secs(expiry_s.into()));
+        }
+        // Unacknowledged ones first (they were sent), within the same bounds.
+        for m in messages {
+            if self.fits(&kept, &m).is_ok() {
+                kept.queued_bytes += message_cost(&m);
+                kept.messages.push_back(m);
+            } else {
+                *self.counters.queue_dropped.entry("queue".into()).or_insert(0) += 1;
+            }
+        }
+        self.take(&id);
+        let cost = kept.base + kept.queued_bytes;
+        while !self.order.is_empty() && (self.kept.len() >= self.cfg.max_kept || self.counters.bytes as usize + cost > self.cfg.max_kept_bytes) {
+            self.expire_oldest("full");
+        }
+        if self.kept.len() >= self.cfg.max_kept || cost > self.cfg.max_kept_bytes {
+            *self.counters.expired.entry("full".into()).or_insert(0) += 1;
+            return;
+        }
+        self.next_seq += 1;
+        kept.seq = self.next_seq;
+        self.order.insert(kept.seq, id.clone());
+        self.counters.bytes += cost as u64;
+        self.kept.insert(id, kept);
+        self.counters.kept = self.kept.len() as u64;
+        self.counters.stored += 1;
+    }
+
+    fn expire_oldest(&mut self, reason: &str) {
+        let Some(id) = self.order.values().next().cloned() else { return };
+        self.take(&id);
+        *self.counters.expired.entry(reason.into()).or_insert(0) += 1;
+    }
+
+    /// Whether `m` may join `k`'s queue: Err names the bound it passes.
+    fn fits(&self, k: &Kept, m: &SessionMessage) -> Result<(), &'static str> {
+        if k.messages.len() >= self.cfg.queue {
+            Err("queue")
+        } else if k.queued_bytes + message_cost(m) > self.cfg.queue_bytes {
+            Err("queue_bytes")
+        } else {
+            Ok(())
+        }
+    }
+
+    /// A topic publish: queued for every kept session whose filters
+    /// match it, at the lower of its QoS and the highest granted (QoS 0
+    /// is not queued), within the bounds (the newest dropped past them).
+    pub fn offline(&mut self, topic: &str, data: &str, qos: u8, retain: bool) {
+        if qos == 0 || self.kept.is_empty() {
+            return;
+        }
+        let ids: Vec<(Box<str>, u8)> = self
+            .kept
+            .iter()
+            .filter_map(|(id, k)| {
+                let granted = k.subs.iter().filter(|(f, _)| matches(f, topic)).map(|(_, q)| *q).max()?;
+                Some((id.clone(), granted.min(qos)))
+            })
+            .filter(|(_, q)| *q > 0)
+            .collect();
+        for (id, q) in ids {
+            let m = SessionMessage { topic: topic.into(), data: data.into(), qos: q, retain, id: 0, released: false };
+            let Some(k) = self.kept.get(&id) else { continue };
+            let fit = self.fits(k, &m).and_then(|()| {
+                if self.counters.bytes as usize + message_cost(&m) > self.cfg.max_kept_bytes {
+                    Err("sessions_bytes")
+                } else {
+                    Ok(())
+                }
+            });
+            if let Err(reason) = fit {
+                *self.counters.queue_dropped.entry(reason.into()).or_insert(0) += 1;
+                continue;
+            }
+            let cost = message_cost(&m);
+            if let Some(k) = self.kept.get_mut(&id) {
+                k.queued_bytes += cost;
+                k.messages.push_back(m);
+                self.counters.bytes += cost as u64;
+                self.counters.queued += 1;
+            }
+        }
+    }
+
+    /// Drop the kept sessions whose expiry passed.
+    pub fn expire(&mut self, now: Instant) {
+        let due: Vec<Box<str>> = self.kept.iter().filter(|(_, k)| k.expires.is_some_and(|t| t <= now)).map(|(id, _)| id.clone()).collect();
+        for id in due {
+            self.take(&id);
+            *self.counters.expired.entry("expiry".into()).or_insert(0) += 1;
+        }
+    }
+}
+
+/// A refused claim's answer with the CONNACK code of its version.
+fn refusal(conn: u64, (v5, v3): (u8, u8), is_v5: bool) -> SessionAnswer {
+    SessionAnswer { conn, code: if is_v5 { v5 } else { v3 }, present: false, subs: Vec::new(), messages: Vec::new() }
+}
+
+#[cfg(test)]
+mod tests;

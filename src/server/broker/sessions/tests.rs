@@ -1,0 +1,155 @@
+use super::*;
+use crate::server::commands::{conn_id, SessionState};
+
+fn claim(conn: u64, id: &str, clean: bool, expiry_s: u32) -> SessionClaim {
+    SessionClaim { conn, client_id: id.into(), clean, expiry_s, v5: true }
+}
+
+fn msg(topic: &str, data: &str, qos: u8) -> SessionMessage {
+    SessionMessage { topic: topic.into(), data: data.into(), qos, retain: false, id: 0, released: false }
+}
+
+fn answer(a: &[Action]) -> &SessionAnswer {
+    match a {
+        [Action::Answer(_, a)] => a,
+        other => panic!("one answer, not {other:?}"),
+    }
+}
+
+/// Keep a session for `id` with one subscription `filter` at QoS 1.
+fn kept(s: &mut Sessions, conn: u64, id: &str, filter: &str, now: Instant) {
+    assert_eq!(answer(&s.claim(0, claim(conn, id, false, NEVER), now)).code, 0);
+    let state = SessionState { subs: vec![(filter.into(), 1)], messages: Vec::new() };
+    assert!(s.ended(SessionEnd { conn, state: Some(state) }, now).is_empty());
+}
+
+/// A second CONNECT of an id takes it over: the first connection is told
+/// to close, the new one answered only once the first ended, with the
+/// session it left (present 1, its subscriptions and unacknowledged
+/// messages first, then what was queued meanwhile, in order).
+#[test]
+fn a_takeover_waits_for_the_old_connection_and_resumes_its_session() {
+    let now = Instant::now();
+    let mut s = Sessions::new(SessionsConfig::default());
+    let (a, b) = (conn_id(0, 1, 1), conn_id(1, 7, 3));
+    let first = s.claim(0, claim(a, "dev", false, NEVER), now);
+    assert_eq!(*answer(&first), SessionAnswer { conn: a, code: 0, present: false, subs: vec![], messages: vec![] });
+    assert_eq!(s.claim(1, claim(b, "dev", false, NEVER), now), vec![Action::Takeover(0, a)]);
+    assert_eq!((s.counters.taken_over, s.counters.online), (1, 1));
+    let sent = SessionMessage { id: 5, ..msg("t/1", "AA==", 1) };
+    let state = SessionState { subs: vec![("t/+".into(), 1)], messages: vec![sent.clone()] };
+    let resumed = s.ended(SessionEnd { conn: a, state: Some(state) }, now);
+    let got = answer(&resumed);
+    assert!(got.present && got.subs == [("t/+".to_string(), 1)] && got.messages == [sent], "{got:?}");
+    assert_eq!((s.counters.resumed, s.counters.online, s.counters.kept, s.counters.bytes), (1, 1, 0, 0));
+    // The old connection's end is not the new one's: the id stays taken.
+    assert!(s.ended(SessionEnd { conn: a, state: None }, now).is_empty());
+    assert_eq!(s.counters.online, 1);
+    // Offline: the messages its filters match queue in order, QoS 0 and
+    // non-matching ones not; the QoS is the lower of publish and grant.
+    s.ended(SessionEnd { conn: b, state: Some(SessionState { subs: vec![("t/+".into(), 1)], messages: vec![] }) }, now);
+    s.offline("t/1", "1", 2, false);
+    s.offline("x/1", "x", 1, false);
+    s.offline("t/2", "0", 0, false);
+    s.offline("t/3", "3", 1, true);
+    let back = s.claim(0, claim(conn_id(0, 2, 2), "dev", false, NEVER), now);
+    let got = answer(&back);
+    assert_eq!(got.messages, vec![msg("t/1", "1", 1), SessionMessage { retain: true, ..msg("t/3", "3", 1) }]);
+}
+
+/// A clean CONNECT discards the kept session; a session that ends with
+/// its connection (expiry 0) is not kept.
+#[test]
+fn clean_start_discards_and_expiry_zero_keeps_nothing() {
+    let now = Instant::now();
+    let mut s = Sessions::new(SessionsConfig::default());
+    kept(&mut s, 1, "dev", "a", now);
+    let got = s.claim(0, claim(2, "dev", true, 0), now);
+    assert!(!answer(&got).present);
+    assert_eq!(s.counters.discarded, 1);
+    s.ended(SessionEnd { conn: 2, state: Some(SessionState::default()) }, now);
+    assert_eq!((s.counters.kept, s.counters.online), (0, 0));
+}
+
+/// A v5 session goes at its expiry: by the timer, or found expired by
+/// the CONNECT that would have resumed it.
+#[test]
+fn sessions_expire_by_the_timer_and_at_a_late_connect() {
+    let now = Instant::now();
+    let mut s = Sessions::new(SessionsConfig::default());
+    for (conn, id) in [(1, "a"), (2, "b")] {
+        s.claim(0, claim(conn, id, false, 10), now);
+        s.ended(SessionEnd { conn, state: Some(SessionState::default()) }, now);
+    }
+    s.expire(now + Duration::from_secs(9));
+    assert_eq!(s.counters.kept, 2);
+    let late = now + Duration::from_secs(10);
+    assert!(!answer(&s.claim(0, claim(3, "a", false, 10), late)).present, "expired at the CONNECT");
+    s.expire(late);
+    assert_eq!((s.counters.kept, s.counters.bytes, s.counters.expired["expiry"]), (0, 0, 2));
+}
+
+/// The registry is bounded in ids and id bytes: past either a CONNECT is
+/// refused with its version's code and counted.
+#[test]
+fn the_registry_refuses_past_its_bounds() {
+    let now = Instant::now();
+    let mut s = Sessions::new(SessionsConfig { max_ids: 2, max_id_bytes: 5, ..Default::default() });
+    assert_eq!(answer(&s.claim(0, claim(1, "ab", true, 0), now)).code, 0);
+    assert_eq!(answer(&s.claim(0, SessionClaim { v5: false, ..claim(2, "cdef", true, 0) }, now)).code, 3);
+    assert_eq!(answer(&s.claim(0, claim(3, "cde", true, 0), now)).code, 0);
+    assert_eq!(answer(&s.claim(0, claim(4, "x", true, 0), now)).code, 0x97);
+    assert_eq!((s.counters.refused["id_bytes"], s.counters.refused["ids"]), (1, 1));
+    s.ended(SessionEnd { conn: 1, state: None }, now);
+    assert_eq!(answer(&s.claim(0, claim(5, "x", true, 0), now)).code, 0, "an id given back makes room");
+}
+
+/// Kept sessions are bounded in count: keeping one more expires the
+/// oldest; thousands of invented ids cost the bound, not more.
+#[test]
+fn kept_sessions_are_bounded_and_the_oldest_goes() {
+    let now = Instant::now();
+    let mut s = Sessions::new(SessionsConfig { max_kept: 100, ..Default::default() });
+    for i in 0..5000u64 {
+        kept(&mut s, i + 1, &format!("hostile-{i}"), "a/#", now);
+    }
+    assert_eq!((s.counters.kept, s.counters.stored, s.counters.expired["full"]), (100, 5000, 4900));
+    assert!(s.counters.bytes < 100 * 512, "{} bytes", s.counters.bytes);
+    assert!(!answer(&s.claim(0, claim(9000, "hostile-4899", false, NEVER), now)).present, "an old one went");
+    assert!(answer(&s.claim(0, claim(9001, "hostile-4999", false, NEVER), now)).present, "the newest stayed");
+}
+
+/// The offline queue keeps the oldest messages and drops the newest past
+/// its count and bytes, counting each.
+#[test]
+fn the_offline_queue_drops_the_newest_past_its_bounds() {
+    let now = Instant::now();
+    let mut s = Sessions::new(SessionsConfig { queue: 3, queue_bytes: 3 * (RECORD + 3) + RECORD + 10, ..Default::default() });
+    kept(&mut s, 1, "dev", "q", now);
+    for i in 0..5 {
+        s.offline("q", &i.to_string().repeat(2), 1, false);
+    }
+    assert_eq!(s.counters.queue_dropped["queue"], 2);
+    let got = answer(&s.claim(0, claim(2, "dev", false, NEVER), now)).messages.iter().map(|m| m.data.clone()).collect::<Vec<_>>();
+    assert_eq!(got, ["00", "11", "22"]);
+    s.ended(SessionEnd { conn: 2, state: Some(SessionState { subs: vec![("q".into(), 2)], messages: vec![] }) }, now);
+    let big = "0123456789".repeat(10);
+    s.offline("q", &big, 1, false);
+    s.offline("q", &big, 1, false);
+    assert_eq!(s.counters.queue_dropped["queue_bytes"], 1);
+    assert_eq!(s.counters.queued, 4);
+}
+
+/// A worker that died: its connections' ids are free, a takeover that
+/// waited on one of them answered.
+#[test]
+fn a_dead_workers_ids_are_freed() {
+    let now = Instant::now();
+    let mut s = Sessions::new(SessionsConfig::default());
+    let (a, b) = (conn_id(3, 1, 1), conn_id(4, 1, 1));
+    s.claim(3, claim(a, "dev", false, NEVER), now);
+    s.claim(4, claim(b, "dev", false, NEVER), now);
+    let got = s.worker_gone(3, now);
+    assert!(matches!(&got[..], [Action::Answer(4, x)] if x.conn == b && x.code == 0 && !x.present));
+    assert_eq!(s.counters.online, 1);
+}

@@ -1,0 +1,198 @@
+//! A worker's side of MQTT client ids and persistent sessions (the
+//! registry and the kept sessions are the supervisor's:
+//! `broker/sessions.rs`): the answer to a CONNECT's claim (the CONNACK,
+//! a resumed session's subscriptions and messages, then what the client
+//! sent behind its CONNECT), a takeover (v5 DISCONNECT 0x8E, then the
+//! close, which publishes the will), and the end of a registered
+//! connection (the id freed; its subscriptions and unacknowledged
+//! messages handed over when its session outlives it).
+
+use super::Worker;
+use crate::proto::mqtt::{encode, ConnAck, Disconnect, Packet, Properties, QoS, Version};
+use crate::server::close::Close;
+use crate::server::commands::{conn_id, split_id, ServerMsg, SessionAnswer, SessionEnd, SessionMessage, SessionState};
+use crate::server::session::mqtt::{self, connect, flight, Claim};
+use crate::server::session::requests::Requests;
+use crate::server::worker::wildcards;
+use crate::supervise::control;
+use base64::Engine;
+
+/// v5 DISCONNECT: Session taken over.
+const SESSION_TAKEN_OVER: u8 = 0x8E;
+
+impl Worker {
+    /// The supervisor's answer to a CONNECT's claim of its client id.
+    pub(super) fn mqtt_session(&mut self, a: SessionAnswer) {
+        let (worker, key, gen) = split_id(a.conn);
+        let waiting =
+            worker == self.cfg.worker && self.conns.get(key).is_some_and(|c| c.gen == gen && mqtt::state(&c.ext).is_some_and(|m| m.claim == Claim::Waiting));
+        if !waiting {
+            // It closed meanwhile: give the id back.
+            if a.code == 0 {
+                control::emit(&ServerMsg::SessionsEnded { worker: self.cfg.worker, ended: vec![SessionEnd { conn: a.conn, state: None }] });
+            }
+            return;
+        }
+        self.out.clear();
+        let bounds = self.cfg.mqtt.flight;
+        let max_packet = self.mqtt_limits.max_packet_size;
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        let Some(m) = mqtt::state_mut(&mut conn.ext) else { return };
+        let v = m.version.unwrap_or(Version::V311);
+        if a.code != 0 {
+            m.claim = Claim::None;
+            let refused = Packet::ConnAck(ConnAck { session_present: false, code: a.code, properties: Properties::default() });
+            let _ = encode::packet(&refused, v, &mut self.out);
+            let _ = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader);
+            return self.close(key, Close::MqttClientIdRefused);
+        }
+        connect::claimed(&mut self.out, m, max_packet, a.present);
+        self.stats.frames_out += 1;
+        for (filter, qos) in &a.subs {
+            let r = if wildcards::is_filter(filter) {
+                self.topics.subscribe_filter(&mut conn.subs, key, filter)
+            } else {
+                self.topics.subscribe(&mut conn.subs, key, filter.as_bytes())
+            };
+            if let (Ok(()), Some(id)) = (r, self.topics.sub_id(filter)) {
+                m.set_sub(id, QoS::from_bits(*qos).unwrap_or_default(), false);
+            }
+        }
+        for msg in &a.messages {
+            let Ok(data) = base64::engine::general_purpose::STANDARD.decode(msg.data.as_bytes()) else { continue };
+            let qos = QoS::from_bits(msg.qos).unwrap_or_default();
+            let (bytes, id_at) = mqtt::encode_push(v, &msg.topic, &data, qos, msg.retain);
+            if bytes.is_empty() || qos == QoS::AtMostOnce {
+                continue;
+            }
+            let d = flight::Delivery { bytes: bytes.into(), id_at, qos };
+            let window = m.window;
+            let x = m.extra_mut();
+            let sent = match x.flight.resume(d.clone(), msg.id, msg.released) {
+                Some(b) => Some(b),
+                None => match x.flight.offer(d, window, bounds) {
+                    flight::Offer::Send(b) => Some(b),
+                    flight::Offer::Held => None,
+                    flight::Offer::Dropped(reason) => {
+                        *self.stats.mqtt_inflight_dropped.entry(reason.into()).or_insert(0) += 1;
+                        None
+                    }
+                },
+            };
+            if let Some(b) = sent {
+                self.out.extend_from_slice(&b);
+                self.stats.frames_out += 1;
+                *self.stats.mqtt_publishes_out.entry((qos as u8).to_string()).or_insert(0) += 1;
+            }
+        }
+        m.tidy();
+        let cap = self.cfg.max_pending_bytes.max(self.reply_cap);
+        if let Err(reason) = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, cap, Close::SlowConsumer) {
+            return self.close(key, reason);
+        }
+        self.mqtt_resume(key);
+    }
+
+    /// Read what a client sent behind its CONNECT while the claim was
+    /// answered (it waited in the connection's partial input).
+    fn mqtt_resume(&mut self, key: usize) {
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        let Some(buf) = conn.partial.take() else { return };
+        self.out.clear();
+        let req = Requests {
+            out: &mut self.out,
+            stats: &mut self.stats,
+            stage: &mut self.stage,
+            rng: &mut self.rng,
+            service: &self.cfg.service_time,
+            key,
+            gen: conn.gen,
+        };
+        let mut ctx = mqtt::Ctx {
+            req,
+            cfg: &self.cfg.mqtt,
+            limits: &self.mqtt_limits,
+            topics: &mut self.topics,
+            subs: &mut conn.subs,
+            published: &mut self.published,
+            worker: self.cfg.worker,
+        };
+        let r = mqtt::consume(&mut ctx, &mut conn.ext, &buf);
+        let mut end = r.as_ref().err().copied();
+        if let Ok(used) = r {
+            if used < buf.len() {
+                conn.partial = Some(Box::new(buf[used..].to_vec()));
+            }
+        }
+        self.emit_published();
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        if let Err(reason) = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader) {
+            end.get_or_insert(reason);
+        }
+        if let Some(reason) = end {
+            self.close(key, reason);
+        }
+    }
+
+    /// A CONNECT with this connection's client id came: v5 DISCONNECT
+    /// 0x8E, then closed (its will goes as for any end but DISCONNECT).
+    pub(super) fn mqtt_takeover(&mut self, id: u64) {
+        let (worker, key, gen) = split_id(id);
+        if worker != self.cfg.worker {
+            return;
+        }
+        let Some(conn) = self.conns.get_mut(key).filter(|c| c.gen == gen) else { return };
+        if mqtt::state(&conn.ext).and_then(|m| m.version) == Some(Version::V5) {
+            self.out.clear();
+            let _ =
+                encode::packet(&Packet::Disconnect(Disconnect { reason: SESSION_TAKEN_OVER, properties: Properties::default() }), Version::V5, &mut self.out);
+            let _ = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader);
+        }
+        self.close(key, Close::MqttSessionTakenOver);
+    }
+
+    /// A registered connection ends: its id goes back to the supervisor,
+    /// with its session (subscriptions and unacknowledged messages) when
+    /// that outlives it.
+    pub(super) fn mqtt_session_end(&mut self, key: usize, conn: &super::conn::Conn) {
+        let Some(m) = mqtt::state(&conn.ext).filter(|m| m.claim == Claim::Registered) else { return };
+        let state = (m.expiry_s > 0).then(|| {
+            let qos_of = |id: u32| m.extra.as_deref().and_then(|x| x.subs.iter().find(|s| s.id == id)).map_or(0, |s| s.qos as u8);
+            let subs = conn.subs.iter().flat_map(|l| l.iter()).filter_map(|id| Some((self.topics.sub_name(*id)?.to_string(), qos_of(*id)))).collect();
+            let v5 = m.version == Some(Version::V5);
+            let messages = m
+                .extra
+                .as_deref()
+                .into_iter()
+                .flat_map(|x| x.flight.pending())
+                .filter_map(|(id, released, d)| {
+                    let (topic, payload, retain) = d.message(v5)?;
+                    let data = base64::engine::general_purpose::STANDARD.encode(payload);
+                    Some(SessionMessage { topic: topic.into(), data, qos: d.qos as u8, retain, id, released })
+                })
+                .collect();
+            SessionState { subs, messages }
+        });
+        let end = SessionEnd { conn: conn_id(self.cfg.worker, key, conn.gen), state };
+        control::emit(&ServerMsg::SessionsEnded { worker: self.cfg.worker, ended: vec![end] });
+    }
+
+    /// Hand the supervisor what MQTT reads left for it: client publishes
+    /// (before their PUBACKs go out), retained wants, client id claims.
+    pub(super) fn emit_published(&mut self) {
+        let w = self.cfg.worker;
+        if !self.published.messages.is_empty() {
+            let messages = std::mem::take(&mut self.published.messages);
+            self.published.bytes = 0;
+            control::emit(&ServerMsg::Published { worker: w, messages });
+        }
+        if !self.published.wants.is_empty() {
+            let wants = std::mem::take(&mut self.published.wants);
+            control::emit(&ServerMsg::RetainedWanted { worker: w, wants });
+        }
+        if !self.published.claims.is_empty() {
+            let claims = std::mem::take(&mut self.published.claims);
+            control::emit(&ServerMsg::SessionClaims { worker: w, claims });
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! `server --protocol mqtt`'s client id registry and persistent sessions,
+//! with two workers (a reconnect may land on the other one; the registry
+//! and the kept sessions are the supervisor's): paho-mqtt 3.1.1 and 5.0
+//! resuming sessions with their queued messages, a v5 session expiring,
+//! the offline queue's bound, a clean session discarding one
+//! (tests/peers/mqtt_sessions.py); session takeover seen on the wire by
+//! hand-written clients; a hostile peer inventing thousands of client ids
+//! held to the kept-session bound.
+use crate::common::*;
+use crate::mqtt::{count, stats_when};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::Duration;
+
+/// Two workers: sessions must cross them.
+const WORKERS: [&str; 2] = ["--workers", "2"];
+
+/// Run tests/peers/mqtt_sessions.py in `mode`; it prints OK.
+fn paho(port: u16, admin: &str, mode: &[&str]) {
+    let mut py = Command::new("python3");
+    py.arg(peer("mqtt_sessions.py")).args([&port.to_string(), admin]).args(mode);
+    assert_eq!(Peer::spawn(&format!("mqtt_sessions.py {mode:?}"), py).finish_ok(Duration::from_secs(120)), ["OK"]);
+}
+
+/// An MQTT server with [`WORKERS`] on a free port; (process, admin address, port).
+fn server(extra: &[&str]) -> (Running, String, u16) {
+    let port = free_port();
+    let p = port.to_string();
+    let mut args = vec!["--protocol", "mqtt", "--ports", &p];
+    args.extend_from_slice(&WORKERS);
+    args.extend_from_slice(extra);
+    let (s, _, ready) = server_ready(&args, None);
+    (s, ready["admin"].as_str().unwrap().to_string(), port)
+}
+
+/// A CONNECT of `version` (4: 3.1.1, 5) for `id`, Clean Session / Start
+/// `clean`, keep-alive 60 s (v5: no properties).
+fn connect(version: u8, id: &str, clean: bool) -> Vec<u8> {
+    let mut body = b"\x00\x04MQTT".to_vec();
+    body.extend_from_slice(&[version, if clean { 0x02 } else { 0 }, 0, 60]);
+    if version == 5 {
+        body.push(0);
+    }
+    body.extend_from_slice(&(id.len() as u16).to_be_bytes());
+    body.extend_from_slice(id.as_bytes());
+    let mut p = vec![0x10, body.len() as u8];
+    p.extend(body);
+    p
+}
+
+/// Connect `id` and read its CONNACK: (the socket, session present, code).
+fn connected(port: u16, version: u8, id: &str, clean: bool) -> (TcpStream, bool, u8) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(&connect(version, id, clean)).unwrap();
+    let mut head = [0u8; 2];
+    s.read_exact(&mut head).expect("a CONNACK");
+    let mut body = vec![0u8; head[1] as usize];
+    s.read_exact(&mut body).unwrap();
+    assert_eq!(head[0], 0x20, "CONNACK, not {head:?}");
+    (s, body[0] & 1 == 1, body[1])
+}
+
+/// What the server sends until it closes.
+fn rest(mut s: TcpStream) -> Vec<u8> {
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    out
+}
+
+/// paho 3.1.1 (Clean Session 0) and 5.0 (Session Expiry 60 s) resume
+/// their sessions, session present, with the 20 QoS 1 messages
+/// published while they were away, each once and in order; the
+/// supervisor counted the sessions kept and resumed.
+#[test]
+fn paho_sessions_resume_with_every_queued_message_once_in_order() {
+    let (mut s, admin, port) = server(&[]);
+    paho(port, &admin, &["resume"]);
+    stats_when(&admin, "sessions counted", |v| {
+        let m = &v["mqtt_sessions"];
+        m["resumed"] == 2 && m["queued"] == 40 && m["discarded"] == 2 && m["kept"] == 0 && m["online"] == 0
+    });
+    s.terminate();
+}
+
+/// A v5 session with a Session Expiry Interval of 1 s expires: the
+/// client comes back to session present 0 and none of its messages.
+#[test]
+fn paho_v5_session_expires() {
+    let (mut s, admin, port) = server(&[]);
+    paho(port, &admin, &["expiry"]);
+    s.terminate();
+}
+
+/// `--mqtt-session-queue 5`: 8 messages for a client away, the oldest 5
+/// delivered in order, 3 dropped and counted.
+#[test]
+fn the_offline_queue_is_bounded_and_counts_its_drops() {
+    let (mut s, admin, port) = server(&["--mqtt-session-queue", "5"]);
+    paho(port, &admin, &["queue", "5"]);
+    s.terminate();
+}
+
+/// 3.1.1 Clean Session 1 discards a kept session.
+#[test]
+fn paho_clean_session_discards_a_kept_one() {
+    let (mut s, admin, port) = server(&[]);
+    paho(port, &admin, &["clean"]);
+    s.terminate();
+}
+
+/// A second CONNECT with a connected client id takes it over, whichever
+/// worker each is on: a v5 connection gets DISCONNECT 0x8E (Session
+/// taken over) and is closed, a 3.1.1 one is closed; the new one is
+/// accepted; both counted.
+#[test]
+fn a_second_connect_with_the_same_client_id_takes_the_session_over() {
+    let (mut s, admin, port) = server(&[]);
+    for (version, id) in [(5, "taken-v5"), (4, "taken-v3")] {
+        let (old, present, code) = connected(port, version, id, true);
+        assert_eq!((present, code), (false, 0));
+        let (new, _, code) = connected(port, version, id, true);
+        assert_eq!(code, 0, "the new connection is accepted");
+        let said = rest(old);
+        if version == 5 {
+            assert!(said.len() >= 3 && said[0] == 0xE0 && said[2] == 0x8E, "v5: DISCONNECT 0x8E, then closed, not {said:?}");
+        } else {
+            assert!(said.is_empty(), "3.1.1: closed without a word, not {said:?}");
+        }
+        drop(new);
+    }
+    stats_when(&admin, "two takeovers counted", |v| {
+        v["mqtt_sessions"]["taken_over"] == 2 && count(v, "close_reasons", "mqtt_session_taken_over") == 2 && v["mqtt_sessions"]["online"] == 0
+    });
+    s.terminate();
+}
+
+/// A hostile peer opening 3,000 connections with distinct client ids and
+/// Clean Session 0, each leaving a session behind: at most
+/// `--mqtt-sessions` (100) are kept, the oldest expired for each new one,
+/// and their memory is what 100 cost.
+#[test]
+fn thousands_of_invented_client_ids_are_held_to_the_session_bound() {
+    let (mut s, admin, port) = server(&["--mqtt-sessions", "100"]);
+    for i in 0..3000 {
+        let (c, present, code) = connected(port, 4, &format!("hostile-{i}"), false);
+        assert_eq!((present, code), (false, 0));
+        drop(c);
+    }
+    let v = stats_when(&admin, "3,000 sessions stored, 100 kept", |v| v["mqtt_sessions"]["stored"] == 3000);
+    let m = &v["mqtt_sessions"];
+    assert_eq!((m["kept"].as_u64(), m["expired"]["full"].as_u64()), (Some(100), Some(2900)), "{m}");
+    assert!(m["bytes"].as_u64().unwrap() <= 100 * 256, "100 sessions without subscriptions: {m}");
+    // The newest is kept, the oldest went.
+    let (_c, present, _) = connected(port, 4, "hostile-2999", false);
+    assert!(present);
+    let (_c, present, _) = connected(port, 4, "hostile-0", false);
+    assert!(!present);
+    s.terminate();
+}
