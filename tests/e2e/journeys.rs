@@ -7,9 +7,10 @@
 //! together). Each block runs as `bash -euo pipefail -c BLOCK` with the
 //! megaconn under test first on PATH, in a fresh directory, in its own
 //! process group, which is killed (by the PGID of the child started here)
-//! after 90 s or when the block ends, whatever it left running. Journeys
-//! run one after another: their ports (23000-23999, which no test uses)
-//! may overlap.
+//! after 90 s or when the block ends, whatever it left running. The
+//! journeys of one document run one after another; documents run as
+//! separate tests, side by side, so journeys of different documents never
+//! share a port (23000-23999, which no other test uses): checked below.
 
 use crate::common::proc::{exited, kill_group};
 use std::fs::File;
@@ -103,8 +104,9 @@ fn parse(file: &str, text: &str) -> Result<Vec<Journey>, String> {
     Ok(out)
 }
 
-/// Every journey in docs/*.md of this checkout.
-fn documented() -> Vec<Journey> {
+/// Every journey in docs/*.md of this checkout, and the file it is in
+/// (the `docs/NAME.md` key of [`DOCUMENTS`]).
+fn documented() -> Vec<(String, Journey)> {
     let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&docs)
         .unwrap_or_else(|e| panic!("{}: {e}", docs.display()))
@@ -112,15 +114,15 @@ fn documented() -> Vec<Journey> {
         .filter(|p| p.extension().is_some_and(|x| x == "md"))
         .collect();
     files.sort();
-    let mut all: Vec<Journey> = Vec::new();
+    let mut all: Vec<(String, Journey)> = Vec::new();
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap();
         let name = format!("docs/{}", f.file_name().unwrap().to_string_lossy());
         for j in parse(&name, &text).unwrap_or_else(|e| panic!("{e}")) {
-            if let Some(first) = all.iter().find(|o| o.name == j.name) {
+            if let Some((_, first)) = all.iter().find(|(_, o)| o.name == j.name) {
                 panic!("journey {} is written twice: {} and {}", j.name, first.at, j.at);
             }
-            all.push(j);
+            all.push((name.clone(), j));
         }
     }
     all
@@ -175,16 +177,17 @@ fn run_journey(j: &Journey) -> Result<Duration, String> {
 
 #[test]
 fn the_promised_journeys_are_documented() {
-    let names: Vec<String> = documented().into_iter().map(|j| j.name).collect();
+    let names: Vec<String> = documented().into_iter().map(|(_, j)| j.name).collect();
     for want in REQUIRED {
         assert!(names.iter().any(|n| n == want), "no `<!-- journey: {want} -->` recipe in docs/*.md (found {names:?})");
     }
 }
 
-#[test]
-fn documented_journeys_run_as_written() {
-    let journeys = documented();
-    assert!(!journeys.is_empty(), "no journey in docs/*.md");
+/// Run every journey of one document, one after another; fail with all
+/// that failed.
+fn run_document(file: &str) {
+    let journeys: Vec<Journey> = documented().into_iter().filter(|(f, _)| f == file).map(|(_, j)| j).collect();
+    assert!(!journeys.is_empty(), "no journey in {file}: remove it from DOCUMENTS in tests/e2e/journeys.rs");
     let mut failures = Vec::new();
     for j in &journeys {
         match run_journey(j) {
@@ -192,7 +195,67 @@ fn documented_journeys_run_as_written() {
             Err(e) => failures.push(e),
         }
     }
-    assert!(failures.is_empty(), "{} of {} journeys failed:\n\n{}", failures.len(), journeys.len(), failures.join("\n\n"));
+    assert!(failures.is_empty(), "{} of {} journeys of {file} failed:\n\n{}", failures.len(), journeys.len(), failures.join("\n\n"));
+}
+
+/// One test per document with journeys, so documents run side by side
+/// (a single test running 20 recipes in a row was the longest test of the
+/// suite); `DOCUMENTS` lists them for the check that none is left out.
+macro_rules! documents {
+    ($($test:ident => $file:literal,)*) => {
+        const DOCUMENTS: &[&str] = &[$($file),*];
+        $(
+            #[test]
+            fn $test() {
+                run_document($file);
+            }
+        )*
+    };
+}
+
+documents! {
+    journeys_auth => "docs/auth.md",
+    journeys_bench => "docs/bench.md",
+    journeys_client => "docs/client.md",
+    journeys_history => "docs/history.md",
+    journeys_io => "docs/io.md",
+    journeys_cluster => "docs/journey-cluster.md",
+    journeys_gateway => "docs/journey-gateway.md",
+    journeys_load_test => "docs/journey-load-test.md",
+    journeys_rollout => "docs/journey-rollout.md",
+    journeys_mqtt => "docs/mqtt.md",
+    journeys_protocol => "docs/protocol.md",
+    journeys_tls => "docs/tls.md",
+    journeys_upstream => "docs/upstream.md",
+}
+
+#[test]
+fn every_document_with_journeys_is_run_and_none_shares_a_port_with_another() {
+    let all = documented();
+    for (file, j) in &all {
+        assert!(DOCUMENTS.contains(&file.as_str()), "journey {} ({}) is never run: add {file} to documents! in tests/e2e/journeys.rs", j.name, j.at);
+    }
+    // Documents run at the same time: a port in 23000-23999 written in
+    // two documents' recipes could meet itself.
+    let mut owner: std::collections::BTreeMap<u32, (&str, &str)> = Default::default();
+    for (file, j) in &all {
+        for port in ports_in(&j.script) {
+            if let Some((other_file, other)) = owner.insert(port, (file.as_str(), j.name.as_str())) {
+                assert!(
+                    other_file == file,
+                    "port {port} is used by journey {other} ({other_file}) and {} ({}): documents run side by side; give one another port",
+                    j.name,
+                    j.at
+                );
+            }
+        }
+    }
+    assert!(owner.len() >= 20, "the journeys' ports were not found: {owner:?}");
+}
+
+/// The numbers 23000-23999 written in a script (the journeys' ports).
+fn ports_in(script: &str) -> Vec<u32> {
+    script.split(|c: char| !c.is_ascii_digit()).filter(|w| w.len() == 5).filter_map(|w| w.parse().ok()).filter(|p| (23000..24000).contains(p)).collect()
 }
 
 #[test]
