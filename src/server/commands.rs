@@ -154,10 +154,22 @@ pub struct SessionClaim {
     pub v5: bool,
 }
 
+/// A client id as the supervisor's registry keys it (`broker/sessions.rs`:
+/// a keyed 128-bit hash of its text, 16 bytes whatever its length).
+pub type IdKey = [u64; 2];
+
 /// A registered MQTT connection's end.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionEnd {
     pub conn: u64,
+    /// Its client id's key and length, from the answer that registered it.
+    #[serde(default)]
+    pub key: IdKey,
+    #[serde(default)]
+    pub id_len: u16,
+    /// Seconds its session outlives it (as in its [`SessionClaim`]).
+    #[serde(default)]
+    pub expiry_s: u32,
     /// Its subscriptions and pending messages, when its session outlives it.
     #[serde(default)]
     pub state: Option<SessionState>,
@@ -203,6 +215,12 @@ pub struct SessionAnswer {
     pub subs: Vec<(String, u8)>,
     #[serde(default)]
     pub messages: Vec<SessionMessage>,
+    /// The client id's key in the registry and its length: the
+    /// connection's end carries them back.
+    #[serde(default)]
+    pub key: IdKey,
+    #[serde(default)]
+    pub id_len: u16,
 }
 
 /// One connection as `GET /connections` lists it.

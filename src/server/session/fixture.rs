@@ -34,7 +34,7 @@ impl Read {
             rng: rand::rngs::SmallRng::seed_from_u64(1),
             service: ServiceTime::Fixed(std::time::Duration::ZERO),
             topics: Topics::default(),
-            subs: None,
+            subs: Subs::new(),
             _poll: poll,
         }
     }

@@ -99,6 +99,10 @@ pub struct MqttConn {
     pub max_in: u32,
     /// Where its client id is in the supervisor's registry.
     pub claim: Claim,
+    /// Its client id's key there and the id's length (from the answer;
+    /// its end carries them back).
+    pub key: crate::server::commands::IdKey,
+    pub id_len: u16,
     /// Seconds its session outlives it (0: not at all; `u32::MAX` never
     /// expires: 3.1.1 Clean Session 0).
     pub expiry_s: u32,
@@ -122,7 +126,17 @@ pub enum Claim {
 
 /// State of a connection just accepted: its CONNECT is due.
 pub fn fresh() -> Ext {
-    Some(Box::new(ConnExt::Mqtt(MqttConn { version: None, keep_alive_s: 0, window: 1, max_in: u32::MAX, claim: Claim::None, expiry_s: 0, extra: None })))
+    Some(Box::new(ConnExt::Mqtt(MqttConn {
+        version: None,
+        keep_alive_s: 0,
+        window: 1,
+        max_in: u32::MAX,
+        claim: Claim::None,
+        key: [0; 2],
+        id_len: 0,
+        expiry_s: 0,
+        extra: None,
+    })))
 }
 
 /// The MQTT state inside an [`Ext`], mutable, if any.

@@ -269,7 +269,7 @@ mod tests {
     #[test]
     fn ids_carry_every_stream_and_parse_back() {
         let mut topics = Topics::default();
-        let mut subs = None;
+        let mut subs = Subs::new();
         topics.subscribe(&mut subs, 1, b"a").unwrap();
         topics.subscribe(&mut subs, 1, b"b:c").unwrap();
         let mut conn = SseConn::default();
@@ -296,7 +296,7 @@ mod tests {
     #[test]
     fn a_push_is_encoded_once_and_shared_where_ids_agree() {
         let mut topics = Topics::default();
-        topics.subscribe(&mut None, 4, b"news").unwrap();
+        topics.subscribe(&mut Subs::new(), 4, b"news").unwrap();
         let mut conns: Vec<SseConn> = (0..4).map(|_| SseConn::default()).collect();
         for c in conns.iter_mut() {
             write_subscribed(&mut Vec::new(), c, &topics, "*", true, Position { epoch: 2, offset: 9 }, 0);
@@ -334,7 +334,7 @@ mod size {
     fn an_idle_stream_stays_small() {
         let topics = {
             let mut t = Topics::default();
-            t.subscribe(&mut None, 1, b"news").unwrap();
+            t.subscribe(&mut Subs::new(), 1, b"news").unwrap();
             t
         };
         let (ext, held) = crate::test_alloc::held(|| {

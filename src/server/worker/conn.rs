@@ -50,7 +50,16 @@ const FLAGS: u32 = SENDING | WATCHED | DEFLATE | UNREAD;
 
 impl Conn {
     pub fn new(stream: mio::net::TcpStream, now_s: u32, gen: u32) -> Conn {
-        Conn { stream, last_seen_s: now_s, partial: None, backlog: None, gen, ext: None, subs: None, since_s: now_s & !FLAGS }
+        Conn {
+            stream,
+            last_seen_s: now_s,
+            partial: None,
+            backlog: None,
+            gen,
+            ext: None,
+            subs: crate::server::worker::topics::Subs::new(),
+            since_s: now_s & !FLAGS,
+        }
     }
 
     /// Worker-relative second it was accepted.

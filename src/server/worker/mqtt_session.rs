@@ -29,7 +29,10 @@ impl Worker {
         if !waiting {
             // It closed meanwhile: give the id back.
             if a.code == 0 {
-                control::emit(&ServerMsg::SessionsEnded { worker: self.cfg.worker, ended: vec![SessionEnd { conn: a.conn, state: None }] });
+                control::emit(&ServerMsg::SessionsEnded {
+                    worker: self.cfg.worker,
+                    ended: vec![SessionEnd { conn: a.conn, key: a.key, id_len: a.id_len, ..SessionEnd::default() }],
+                });
             }
             return;
         }
@@ -46,6 +49,7 @@ impl Worker {
             let _ = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader);
             return self.close(key, Close::MqttClientIdRefused);
         }
+        (m.key, m.id_len) = (a.key, a.id_len);
         connect::claimed(&mut self.out, m, max_packet, a.present);
         self.stats.frames_out += 1;
         for (filter, qos) in &a.subs {
@@ -158,7 +162,7 @@ impl Worker {
         let Some(m) = mqtt::state(&conn.ext).filter(|m| m.claim == Claim::Registered) else { return };
         let state = (m.expiry_s > 0).then(|| {
             let qos_of = |id: u32| m.extra.as_deref().and_then(|x| x.subs.iter().find(|s| s.id == id)).map_or(0, |s| s.qos as u8);
-            let subs = conn.subs.iter().flat_map(|l| l.iter()).filter_map(|id| Some((self.topics.sub_name(*id)?.to_string(), qos_of(*id)))).collect();
+            let subs = conn.subs.iter().filter_map(|id| Some((self.topics.sub_name(*id)?.to_string(), qos_of(*id)))).collect();
             let v5 = m.version == Some(Version::V5);
             let messages = m
                 .extra
@@ -173,7 +177,7 @@ impl Worker {
                 .collect();
             SessionState { subs, messages }
         });
-        let end = SessionEnd { conn: conn_id(self.cfg.worker, key, conn.gen), state };
+        let end = SessionEnd { conn: conn_id(self.cfg.worker, key, conn.gen), key: m.key, id_len: m.id_len, expiry_s: m.expiry_s, state };
         control::emit(&ServerMsg::SessionsEnded { worker: self.cfg.worker, ended: vec![end] });
     }
 

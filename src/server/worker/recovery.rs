@@ -256,7 +256,7 @@ mod tests {
 
     #[test]
     fn unsubscribing_ends_the_wait() {
-        let (mut topics, mut subs, mut r) = (Topics::default(), None, Recoveries::default());
+        let (mut topics, mut subs, mut r) = (Topics::default(), Subs::new(), Recoveries::default());
         resume(&mut topics, &mut subs, &mut r, (1, 7), b"t", Some(Position { epoch: 5, offset: 3 })).unwrap();
         resume(&mut topics, &mut subs, &mut r, (1, 7), b"*", Some(Position { epoch: 6, offset: 3 })).unwrap();
         assert!(r.holds("t", 1, 7) && r.holds("*", 1, 7) && topics.subscribers("t") == vec![1]);

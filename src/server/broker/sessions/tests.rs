@@ -9,6 +9,12 @@ fn msg(topic: &str, data: &str, qos: u8) -> SessionMessage {
     SessionMessage { topic: topic.into(), data: data.into(), qos, retain: false, id: 0, released: false }
 }
 
+/// The end of connection `conn` registered for `id` (with the key and
+/// length its answer gave), its session outliving it `expiry_s`.
+fn end(s: &Sessions, conn: u64, id: &str, expiry_s: u32, state: Option<SessionState>) -> SessionEnd {
+    SessionEnd { conn, key: s.key(id), id_len: id.len() as u16, expiry_s, state }
+}
+
 fn answer(a: &[Action]) -> &SessionAnswer {
     match a {
         [Action::Answer(_, a)] => a,
@@ -20,7 +26,7 @@ fn answer(a: &[Action]) -> &SessionAnswer {
 fn kept(s: &mut Sessions, conn: u64, id: &str, filter: &str, now: Instant) {
     assert_eq!(answer(&s.claim(0, claim(conn, id, false, NEVER), now)).code, 0);
     let state = SessionState { subs: vec![(filter.into(), 1)], messages: Vec::new() };
-    assert!(s.ended(SessionEnd { conn, state: Some(state) }, now).is_empty());
+    assert!(s.ended(end(&s, conn, id, NEVER, Some(state)), now).is_empty());
 }
 
 /// A second CONNECT of an id takes it over: the first connection is told
@@ -33,21 +39,21 @@ fn a_takeover_waits_for_the_old_connection_and_resumes_its_session() {
     let mut s = Sessions::new(SessionsConfig::default());
     let (a, b) = (conn_id(0, 1, 1), conn_id(1, 7, 3));
     let first = s.claim(0, claim(a, "dev", false, NEVER), now);
-    assert_eq!(*answer(&first), SessionAnswer { conn: a, code: 0, present: false, subs: vec![], messages: vec![] });
+    assert_eq!(*answer(&first), SessionAnswer { conn: a, code: 0, present: false, subs: vec![], messages: vec![], key: s.key("dev"), id_len: 3 });
     assert_eq!(s.claim(1, claim(b, "dev", false, NEVER), now), vec![Action::Takeover(0, a)]);
     assert_eq!((s.counters.taken_over, s.counters.online), (1, 1));
     let sent = SessionMessage { id: 5, ..msg("t/1", "AA==", 1) };
     let state = SessionState { subs: vec![("t/+".into(), 1)], messages: vec![sent.clone()] };
-    let resumed = s.ended(SessionEnd { conn: a, state: Some(state) }, now);
+    let resumed = s.ended(end(&s, a, "dev", NEVER, Some(state)), now);
     let got = answer(&resumed);
     assert!(got.present && got.subs == [("t/+".to_string(), 1)] && got.messages == [sent], "{got:?}");
     assert_eq!((s.counters.resumed, s.counters.online, s.counters.kept, s.counters.bytes), (1, 1, 0, 0));
     // The old connection's end is not the new one's: the id stays taken.
-    assert!(s.ended(SessionEnd { conn: a, state: None }, now).is_empty());
+    assert!(s.ended(end(&s, a, "dev", NEVER, None), now).is_empty());
     assert_eq!(s.counters.online, 1);
     // Offline: the messages its filters match queue in order, QoS 0 and
     // non-matching ones not; the QoS is the lower of publish and grant.
-    s.ended(SessionEnd { conn: b, state: Some(SessionState { subs: vec![("t/+".into(), 1)], messages: vec![] }) }, now);
+    s.ended(end(&s, b, "dev", NEVER, Some(SessionState { subs: vec![("t/+".into(), 1)], messages: vec![] })), now);
     s.offline("t/1", "1", 2, false);
     s.offline("x/1", "x", 1, false);
     s.offline("t/2", "0", 0, false);
@@ -67,7 +73,7 @@ fn clean_start_discards_and_expiry_zero_keeps_nothing() {
     let got = s.claim(0, claim(2, "dev", true, 0), now);
     assert!(!answer(&got).present);
     assert_eq!(s.counters.discarded, 1);
-    s.ended(SessionEnd { conn: 2, state: Some(SessionState::default()) }, now);
+    s.ended(end(&s, 2, "dev", 0, Some(SessionState::default())), now);
     assert_eq!((s.counters.kept, s.counters.online), (0, 0));
 }
 
@@ -79,7 +85,7 @@ fn sessions_expire_by_the_timer_and_at_a_late_connect() {
     let mut s = Sessions::new(SessionsConfig::default());
     for (conn, id) in [(1, "a"), (2, "b")] {
         s.claim(0, claim(conn, id, false, 10), now);
-        s.ended(SessionEnd { conn, state: Some(SessionState::default()) }, now);
+        s.ended(end(&s, conn, id, 10, Some(SessionState::default())), now);
     }
     s.expire(now + Duration::from_secs(9));
     assert_eq!(s.counters.kept, 2);
@@ -100,7 +106,7 @@ fn the_registry_refuses_past_its_bounds() {
     assert_eq!(answer(&s.claim(0, claim(3, "cde", true, 0), now)).code, 0);
     assert_eq!(answer(&s.claim(0, claim(4, "x", true, 0), now)).code, 0x97);
     assert_eq!((s.counters.refused["id_bytes"], s.counters.refused["ids"]), (1, 1));
-    s.ended(SessionEnd { conn: 1, state: None }, now);
+    s.ended(end(&s, 1, "ab", 0, None), now);
     assert_eq!(answer(&s.claim(0, claim(5, "x", true, 0), now)).code, 0, "an id given back makes room");
 }
 
@@ -132,7 +138,7 @@ fn the_offline_queue_drops_the_newest_past_its_bounds() {
     assert_eq!(s.counters.queue_dropped["queue"], 2);
     let got = answer(&s.claim(0, claim(2, "dev", false, NEVER), now)).messages.iter().map(|m| m.data.clone()).collect::<Vec<_>>();
     assert_eq!(got, ["00", "11", "22"]);
-    s.ended(SessionEnd { conn: 2, state: Some(SessionState { subs: vec![("q".into(), 2)], messages: vec![] }) }, now);
+    s.ended(end(&s, 2, "dev", NEVER, Some(SessionState { subs: vec![("q".into(), 2)], messages: vec![] })), now);
     let big = "0123456789".repeat(10);
     s.offline("q", &big, 1, false);
     s.offline("q", &big, 1, false);
@@ -152,4 +158,25 @@ fn a_dead_workers_ids_are_freed() {
     let got = s.worker_gone(3, now);
     assert!(matches!(&got[..], [Action::Answer(4, x)] if x.conn == b && x.code == 0 && !x.present));
     assert_eq!(s.counters.online, 1);
+}
+
+/// An end frees an id only with the key and connection it was answered
+/// with: a stale or made-up key, or another connection's end, frees
+/// nothing. A registry entry is 24 bytes whatever the id's length.
+#[test]
+fn an_end_needs_its_key_and_an_entry_is_32_bytes() {
+    let now = Instant::now();
+    let mut s = Sessions::new(SessionsConfig::default());
+    let long = "d".repeat(4000);
+    let key = answer(&s.claim(0, claim(1, &long, true, 0), now)).key;
+    assert_eq!(key, s.key(&long));
+    assert_ne!(key, s.key("d"), "different ids, different keys");
+    assert!(s.ended(end(&s, 1, "d", 0, None), now).is_empty());
+    assert!(s.ended(SessionEnd { conn: 2, key, id_len: 4000, ..Default::default() }, now).is_empty());
+    assert_eq!((s.counters.online, s.online_bytes), (1, 4000));
+    s.ended(end(&s, 1, &long, 0, None), now);
+    assert_eq!((s.counters.online, s.online_bytes), (0, 0));
+    assert_eq!(std::mem::size_of::<(IdKey, Online)>(), 24);
+    // Another registry (another process) keys the same id differently.
+    assert_ne!(Sessions::new(SessionsConfig::default()).key(&long), key);
 }
