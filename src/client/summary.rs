@@ -152,13 +152,9 @@ fn mqtt_line(c: &super::snapshot::ClientCounters) -> Option<String> {
     let mut parts: Vec<String> = qos
         .iter()
         .map(|q| {
-            format!(
-                "QoS {q}: published {}, received {}, lost {}, duplicated {}",
-                n(&c.mqtt_published, q),
-                n(&c.mqtt_received, q),
-                n(&c.mqtt_lost, q),
-                n(&c.mqtt_duplicated, q)
-            )
+            // A run that only subscribes (a bench's clients) publishes nothing.
+            let published = if c.mqtt_published.contains_key(*q) { format!("published {}, ", n(&c.mqtt_published, q)) } else { String::new() };
+            format!("QoS {q}: {published}received {}, lost {}, duplicated {}", n(&c.mqtt_received, q), n(&c.mqtt_lost, q), n(&c.mqtt_duplicated, q))
         })
         .collect();
     parts.push(format!("unstamped {}", format::count(c.mqtt_unstamped)));
