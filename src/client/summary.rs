@@ -273,3 +273,25 @@ pub fn loss_verdict(lost: &BTreeMap<String, u64>, unanswered: u64) -> Option<Str
         format!("{} of {} lost connections ended with {reason}", c(*n), c(total))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mqtt_line_shows_each_qos_and_only_what_happened() {
+        let mut c = crate::client::snapshot::ClientCounters::default();
+        assert_eq!(mqtt_line(&c), None, "no MQTT message, no line");
+        c.mqtt_published.insert("2".into(), 40);
+        c.mqtt_received.insert("1".into(), 1500);
+        c.mqtt_lost.insert("1".into(), 3);
+        c.mqtt_unstamped = 2;
+        assert_eq!(
+            mqtt_line(&c).unwrap(),
+            "mqtt          QoS 1: received 1,500, lost 3, duplicated 0 | QoS 2: published 40, received 0, lost 0, duplicated 0 | unstamped 2"
+        );
+        c.mqtt_untracked = 5;
+        c.mqtt_qos2_resent_in = 1;
+        assert!(mqtt_line(&c).unwrap().ends_with("| untracked 5 (timed, not checked for loss) | QoS 2 resends answered 1"));
+    }
+}
