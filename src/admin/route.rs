@@ -188,7 +188,15 @@ pub fn parse(method: &str, url: &str, body: Vec<u8>) -> Result<Request, Response
                 Some("1" | "true") => true,
                 Some(v) => return Err(Response::error(400, format!("retain={v}: give retain=1 (or 0)"))),
             };
-            Ok(Request::Publish(vec![Message { retain, ..Message::topic(topic.into(), body) }]))
+            // `&qos=1` (or 2): what MQTT subscriptions granted that much get
+            // it with (0 by default, as before).
+            let qos = match query(url, "qos") {
+                None | Some("0") => 0,
+                Some("1") => 1,
+                Some("2") => 2,
+                Some(v) => return Err(Response::error(400, format!("qos={v}: give qos=0, 1 or 2 (the MQTT QoS subscribers may get it with)"))),
+            };
+            Ok(Request::Publish(vec![Message { retain, qos, ..Message::topic(topic.into(), body) }]))
         }
         ("POST", "/push") => {
             let text = String::from_utf8(body).map_err(|_| Response::error(400, "a /push batch is text: one 'ID PAYLOAD' per line"))?;
@@ -243,6 +251,9 @@ mod tests {
         let retained = |q: &str| parse("POST", &format!("/publish?topic=a{q}"), vec![]).map(|r| matches!(r, Request::Publish(m) if m[0].retain));
         assert_eq!((retained(""), retained("&retain=1"), retained("&retain=0")), (Ok(false), Ok(true), Ok(false)));
         assert_eq!(retained("&retain=yes").unwrap_err().status, 400);
+        let qos = |q: &str| parse("POST", &format!("/publish?topic=a{q}"), vec![]).map(|r| if let Request::Publish(m) = r { m[0].qos } else { 9 });
+        assert_eq!((qos(""), qos("&qos=1"), qos("&retain=1&qos=2"), qos("&qos=0")), (Ok(0), Ok(1), Ok(2), Ok(0)));
+        assert_eq!(qos("&qos=3").unwrap_err().status, 400);
         assert_eq!(parse("POST", "/push/abc", vec![]).unwrap_err().status, 400);
         assert_eq!(parse("POST", "/broadcast", vec![0; MAX_PUSH + 1]).unwrap_err().status, 413);
         assert!(parse("POST", "/broadcast", vec![0; MAX_PUSH]).is_ok());

@@ -61,8 +61,11 @@ pub struct BenchConfig {
     pub topics: u64,
     /// `--churn`: connections closed and reopened per second in the hold.
     pub churn: Option<f64>,
-    /// What both ends speak: framed or ws.
+    /// What both ends speak: framed, ws, http or mqtt.
     pub protocol: crate::proto::Protocol,
+    /// `--mqtt-qos`: the QoS MQTT clients subscribe with, and (push
+    /// scenario) the QoS of the bench's publishes.
+    pub mqtt_qos: u8,
     /// `--report DIR`.
     pub report: Option<std::path::PathBuf>,
     pub topology: crate::topology::Topology,
@@ -125,6 +128,7 @@ impl Default for BenchConfig {
             topics: 0,
             churn: None,
             protocol: crate::proto::Protocol::Framed,
+            mqtt_qos: 0,
             tls: false,
             jwt_secret: None,
             io: crate::uring::Io::Auto,

@@ -190,6 +190,7 @@ pub fn client_config(args: &BenchConfig, hold: Duration) -> ClientConfig {
                 // devices listening on their topic do.
                 mqtt: crate::client::mqtt::MqttOptions {
                     subscribe: if args.protocol == crate::proto::Protocol::Mqtt { vec![BENCH_MQTT_TOPIC.into()] } else { Vec::new() },
+                    qos: args.mqtt_qos,
                     ..Default::default()
                 },
                 ..Default::default()
@@ -213,10 +214,11 @@ pub fn client_config(args: &BenchConfig, hold: Duration) -> ClientConfig {
 pub fn run(mut args: BenchConfig) -> Result<i32> {
     crate::signals::install();
     let http_ok = matches!(args.protocol, crate::proto::Protocol::Http | crate::proto::Protocol::Mqtt) && args.scenario == Scenario::Connections;
-    if !matches!(args.protocol, crate::proto::Protocol::Framed | crate::proto::Protocol::Ws) && !http_ok {
+    let mqtt_push = args.protocol == crate::proto::Protocol::Mqtt && args.scenario == Scenario::Push && args.nodes == 1 && args.cluster.is_none();
+    if !matches!(args.protocol, crate::proto::Protocol::Framed | crate::proto::Protocol::Ws) && !http_ok && !mqtt_push {
         return Err(crate::UsageError(
             format!(
-                "bench runs --protocol framed or ws (and http or mqtt with --scenario connections), not {:?} with --scenario {:?}; load other protocols with megaconn server and megaconn client",
+                "bench runs --protocol framed or ws (and http with --scenario connections, mqtt with --scenario connections or push on one node), not {:?} with --scenario {:?}; load other protocols with megaconn server and megaconn client",
                 args.protocol, args.scenario
             )
             .to_lowercase(),

@@ -4,11 +4,19 @@
 //! API over real HTTP, and time them: per round, from the publish stamp to
 //! the last connection's receipt (time to all), and the delivery latency
 //! distribution over every receipt.
+//!
+//! `--protocol mqtt`: every client subscribes (at `--mqtt-qos`) to one
+//! shared topic, [`MQTT_PUSH_TOPIC`] (or with `--topics` to its spread
+//! topic), and each broadcast is an admin publish to it at that QoS whose
+//! data begins with a [`Stamp`] (an MQTT message carries no publish time
+//! or sequence of its own); the clients time and count those as pushes,
+//! so the report is the framed one's, line for line.
 
 use super::broadcast_phase::{BroadcastPhase, PhaseSignals, PhaseWatch};
 use super::pair::PairRun;
 use super::BenchConfig;
 use crate::client::run::{ClientRun, ClientSummary};
+use crate::proto::stamp::{Stamp, BENCH_PUBLISHER};
 use crate::server::supervisor::fleet::ServerFleet;
 use crate::stats::histogram::{self, LatencySummary};
 use crate::stats::{format, progress::Progress};
@@ -23,6 +31,11 @@ use std::time::{Duration, Instant};
 pub(super) const SETTLE: Duration = Duration::from_secs(2);
 /// Hold kept after the last publish, for the last deliveries.
 pub(super) const TAIL: Duration = Duration::from_secs(15);
+
+/// The topic every `--protocol mqtt` push bench client subscribes to
+/// without `--topics` (MQTT clients get topic messages, not the admin
+/// API's broadcasts): the fan-out is a publish to it.
+pub const MQTT_PUSH_TOPIC: &str = "bench/all";
 
 /// What a pushed message carries besides its data: the JSON envelope
 /// (topic, sequence, stamps) and the frame header, about.
@@ -119,6 +132,10 @@ pub fn run(args: BenchConfig, placement: &crate::topology::Placement) -> Result<
     let mut client_cfg = super::client_config(&args, hold);
     client_cfg.load.traffic.subscribe = topics.clone();
     client_cfg.load.traffic.subscribe_spread = true;
+    if args.protocol == crate::proto::Protocol::Mqtt {
+        // One shared topic (or the spread ones), instead of a topic each.
+        client_cfg.load.traffic.mqtt.subscribe = if topics.is_empty() { vec![MQTT_PUSH_TOPIC.into()] } else { Vec::new() };
+    }
     let super::outcome::PairPlan { server: splan, client: cplan, client_workers: cwplan } = super::outcome::plan_pair(&server_cfg, &client_cfg)?;
     crate::tune::precheck(args.connections, crate::tune::plan::TuneRole::Both, args.ports.len() as u64, args.rate)?;
     let mut progress = Progress::new(false);
@@ -294,16 +311,34 @@ pub(super) fn publish(
     r
 }
 
-/// Every round, on schedule.
+/// Every round, on schedule. For MQTT clients (whose messages carry no
+/// publish time or sequence) each message is a topic publish at
+/// `--mqtt-qos` whose data begins with a [`Stamp`]: round k is sequence
+/// k + 1, stamped with its intended publish time, which is what the
+/// round is then timed from.
 fn publish_rounds(admin: SocketAddr, token: Option<&str>, args: &BenchConfig, topics: &[String], rounds: &Mutex<Vec<Round>>) -> Result<()> {
     let payload = quotes(args.push_bytes);
-    let start = Instant::now();
+    let mqtt = args.protocol == crate::proto::Protocol::Mqtt;
+    let (start, wall_start) = (Instant::now(), crate::proto::push::wall_us());
+    let paths: Vec<String> = match (topics.is_empty(), mqtt) {
+        (true, false) => vec!["/broadcast".into()],
+        (true, true) => vec![format!("/publish?topic={MQTT_PUSH_TOPIC}&qos={}", args.mqtt_qos)],
+        (false, false) => topics.iter().map(|t| format!("/publish?topic={t}")).collect(),
+        (false, true) => topics.iter().map(|t| format!("/publish?topic={t}&qos={}", args.mqtt_qos)).collect(),
+    };
+    let mut stamped = Vec::new();
     for k in 0..args.broadcasts {
-        let due = start + args.broadcast_interval * k as u32;
-        std::thread::sleep(due.saturating_duration_since(Instant::now()));
-        let paths: Vec<String> = if topics.is_empty() { vec!["/broadcast".into()] } else { topics.iter().map(|t| format!("/publish?topic={t}")).collect() };
-        for path in paths {
-            let r = publish_one(admin, &path, &payload, token)?;
+        let offset = args.broadcast_interval * k as u32;
+        std::thread::sleep((start + offset).saturating_duration_since(Instant::now()));
+        let stamp = Stamp { publisher: BENCH_PUBLISHER, seq: k + 1, sent_us: wall_start + offset.as_micros() as u64 };
+        for path in &paths {
+            let r = if mqtt {
+                stamped.clear();
+                stamp.encode(&mut stamped, args.push_bytes, &payload);
+                Round { seq: stamp.seq, publish_us: stamp.sent_us, ..publish_one(admin, path, &stamped, token)? }
+            } else {
+                publish_one(admin, path, &payload, token)?
+            };
             rounds.lock().expect("rounds").push(r);
         }
     }

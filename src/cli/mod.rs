@@ -618,9 +618,12 @@ pub struct BenchArgs {
     /// During the hold, close and reopen R connections per second (e.g. 20000/s): a churn soak; the report compares the server's fds, RSS and kernel Slab after the run with before it.
     #[arg(long, default_value = "off")]
     pub churn: PerSecond,
-    /// What both ends speak: framed (megaconn frames), ws (WebSocket: pings, binary requests, pushes as messages), http (keep-alive GETs, one per connection every --heartbeat; the connections scenario only) or mqtt (MQTT 3.1.1: CONNECT, a SUBSCRIBE to dev/{conn}, PINGREQ heartbeats; the connections scenario only).
+    /// What both ends speak: framed (megaconn frames), ws (WebSocket: pings, binary requests, pushes as messages), http (keep-alive GETs, one per connection every --heartbeat; the connections scenario only) or mqtt (MQTT 3.1.1: CONNECT, a SUBSCRIBE to dev/{conn} (push scenario: to the shared topic, or room-N with --topics), PINGREQ heartbeats; the connections and push scenarios).
     #[arg(long, value_parser = protocols(BENCH_PROTOCOLS), default_value = "framed")]
     pub protocol: Protocol,
+    /// --protocol mqtt: QoS the clients subscribe with and (push scenario) the bench publishes with: 0, 1 (every delivery PUBACKed) or 2 (PUBREC, PUBREL, PUBCOMP).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=2), default_value = "0")]
+    pub mqtt_qos: u8,
     /// Both ends speak TLS, with a throwaway CA and certificate made for the run (removed after).
     #[arg(long)]
     pub tls: bool,
@@ -808,8 +811,8 @@ pub struct MqttArgs {
     /// --protocol mqtt: password of every CONNECT (--jwt-secret-file instead shows each connection's own token as its password).
     #[arg(long, conflicts_with = "jwt_secret_file")]
     pub mqtt_password: Option<String>,
-    /// --protocol mqtt: QoS of publishes (--request-rate) and subscriptions: 0 (publishes not answered, counted as requests_unacknowledged) or 1 (each PUBACK times its publish as a request).
-    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=1), default_value = "0")]
+    /// --protocol mqtt: QoS of publishes (--request-rate) and subscriptions: 0 (publishes not answered, counted as requests_unacknowledged), 1 (each PUBACK times its publish as a request) or 2 (each PUBCOMP does, after PUBREC answered PUBREL).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=2), default_value = "0")]
     pub mqtt_qos: u8,
     /// --protocol mqtt: topic each connection publishes --message (else a stamped --payload) to with --request-rate ({conn}: its index).
     #[arg(long, default_value = "megaconn/{conn}")]

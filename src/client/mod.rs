@@ -6,6 +6,7 @@ pub mod config;
 pub mod http;
 pub mod metrics;
 pub mod mqtt;
+pub mod mqtt_delivery;
 pub mod phases;
 pub mod plan;
 mod push_json;

@@ -10,29 +10,34 @@
 //! `mqtt_connack_<code>` (3.1.1 return codes in decimal, 5.0 reason codes
 //! in hex, as the two standards write them). Then its SUBSCRIBE goes out
 //! (SUBACK codes counted granted or refused), heartbeats are PINGREQs
-//! timed by their PINGRESP, requests are PUBLISHes (QoS 1: timed by their
-//! PUBACK; QoS 0 has no answer and is counted apart), and every PUBLISH
-//! from the broker is a push (counted, with no latency: an MQTT message
-//! carries no publish time).
+//! timed by their PINGRESP, requests are PUBLISHes carrying a
+//! [`crate::proto::stamp`] (publisher, sequence, intended send time; QoS
+//! 1 timed by their PUBACK, QoS 2 by their PUBCOMP after PUBREC answered
+//! PUBREL; QoS 0 has no answer and is counted apart), and every PUBLISH
+//! from the broker is a push, timed and checked for loss when stamped
+//! ([`super::mqtt_delivery`]); QoS 1 ones are answered PUBACK, QoS 2 ones
+//! PUBREC, then PUBCOMP on the PUBREL, and delivered once.
 //!
-//! The intended send times of PINGREQs and QoS 1 PUBLISHes wait in the
+//! The intended send times of PINGREQs and QoS 1 and 2 PUBLISHes wait in the
 //! connection's `Inflight` queue, each tagged with its packet id (0 for a
 //! ping), at most [`MAX_INFLIGHT`] of them. What the broker sends is
 //! bounded by [`MAX_PACKET`]: a larger packet closes the connection
 //! (`mqtt_packet_too_large`) before its body is held.
 
 use super::config::Traffic;
+use super::mqtt_delivery::{self, AwaitingRelease};
 use super::replies::Replies;
 use super::speak::{Due, Ear, Inflight, Speaker, Stop};
 use super::ws_message::WsMessage;
 use crate::proto::mqtt::{self, decode, encode, Packet, QoS, Version};
+use crate::proto::stamp::Stamp;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
 /// Largest packet accepted from a broker (a megaconn push is at most
 /// 1 MiB of data plus its topic and header).
 pub const MAX_PACKET: u32 = (1 << 20) + 1024;
-/// Most PINGREQs and QoS 1 PUBLISHes awaiting their answers per
+/// Most PINGREQs and QoS 1 and 2 PUBLISHes awaiting their answers per
 /// connection; past it the oldest is forgotten (its answer is then not
 /// timed).
 pub const MAX_INFLIGHT: usize = 1024;
@@ -55,8 +60,8 @@ pub struct MqttOptions {
     pub username: Option<String>,
     /// `--mqtt-password` (`--jwt-secret-file` mints one per connection instead).
     pub password: Option<String>,
-    /// `--mqtt-qos 1`: publish and subscribe with QoS 1.
-    pub qos1: bool,
+    /// `--mqtt-qos`: the QoS (0, 1 or 2) to publish and subscribe with.
+    pub qos: u8,
     /// `--mqtt-publish-topic`: where requests publish (`{conn}` replaced).
     pub publish_topic: String,
     /// `--mqtt-subscribe`: topic filters (wildcards allowed, `{conn}`
@@ -71,7 +76,7 @@ impl Default for MqttOptions {
             client_id: "megaconn-{conn}".into(),
             username: None,
             password: None,
-            qos1: false,
+            qos: 0,
             publish_topic: "megaconn/{conn}".into(),
             subscribe: Vec::new(),
         }
@@ -117,6 +122,11 @@ pub struct MqttSpeaker {
     tokens: Option<super::token::Minter>,
     /// `--message`: the PUBLISH payload (else a stamped `--payload`).
     message: Option<WsMessage>,
+    /// CLOCK_REALTIME minus CLOCK_MONOTONIC µs: a stamp's send time is
+    /// wall-clock, so subscribers in other processes and hosts can time it.
+    wall_offset_us: i64,
+    /// QoS 2 deliveries answered PUBREC, awaiting their PUBREL.
+    awaiting: AwaitingRelease,
     shard: u64,
     /// The plan index of slot 0 (a connection's index is this plus its
     /// slot), learnt from the first `open`.
@@ -131,6 +141,8 @@ impl MqttSpeaker {
             keep_alive: keep_alive(traffic.heartbeat),
             tokens: traffic.jwt_secret.as_deref().map(super::token::Minter::new),
             message: traffic.raw_message.as_ref().map(|m| WsMessage::new(m, true)),
+            wall_offset_us: crate::proto::push::wall_us() as i64 - crate::sys::mono_us() as i64,
+            awaiting: AwaitingRelease::default(),
             traffic: traffic.clone(),
             shard,
             first: 0,
@@ -138,11 +150,7 @@ impl MqttSpeaker {
     }
 
     fn qos(&self) -> QoS {
-        if self.traffic.mqtt.qos1 {
-            QoS::AtLeastOnce
-        } else {
-            QoS::AtMostOnce
-        }
+        QoS::from_bits(self.traffic.mqtt.qos).unwrap_or(QoS::AtMostOnce)
     }
 
     /// The SUBSCRIBE of connection `conn`, if it subscribes to anything.
@@ -181,6 +189,7 @@ impl Speaker for MqttSpeaker {
 
     fn open(&mut self, out: &mut Vec<u8>, slot: usize, conn: u64, _: &super::pushes::PushSeen) {
         self.first = conn - slot as u64;
+        self.awaiting.reset(slot);
         let o = &self.traffic.mqtt;
         let client_id = expand(&o.client_id, conn);
         let token = self.tokens.as_ref().map(|m| m.mint(conn));
@@ -189,7 +198,14 @@ impl Speaker for MqttSpeaker {
             version: self.version,
             clean_start: true,
             keep_alive: self.keep_alive,
-            properties: mqtt::Properties { maximum_packet_size: Some(MAX_PACKET).filter(|_| self.version == Version::V5), ..Default::default() },
+            properties: match self.version {
+                Version::V5 => mqtt::Properties {
+                    maximum_packet_size: Some(MAX_PACKET),
+                    receive_maximum: Some(mqtt_delivery::MAX_AWAITING_RELEASE as u16),
+                    ..Default::default()
+                },
+                _ => Default::default(),
+            },
             client_id: &client_id,
             will: None,
             // 3.1.1 allows no password without a user name (§3.1.2.9):
@@ -214,37 +230,43 @@ impl Speaker for MqttSpeaker {
         }
     }
 
-    /// A PUBLISH to `--mqtt-publish-topic` of `--message` (else a stamped
-    /// `--payload`); QoS 1 ones wait for their PUBACK.
+    /// A PUBLISH to `--mqtt-publish-topic` of `--message` (else
+    /// `--payload` bytes beginning with a stamp: this connection, the
+    /// publish's sequence number from 1, its intended send time); QoS 1
+    /// and 2 ones wait for their PUBACK or PUBCOMP.
     fn request(&mut self, out: &mut Vec<u8>, due: &Due, inflight: &mut Inflight) -> bool {
         let seq = due.intended.saturating_sub(due.start) / due.period_us.max(1);
         let mut payload = Vec::new();
         match &self.message {
             Some(m) => m.render(&mut payload, due.conn, self.shard, seq, due.intended),
             None => {
-                payload.extend_from_slice(&due.intended.to_be_bytes());
-                payload.resize(self.traffic.payload.max(8), 0);
+                let sent_us = (due.intended as i64 + self.wall_offset_us).max(0) as u64;
+                Stamp { publisher: due.conn, seq: seq + 1, sent_us }.encode(&mut payload, self.traffic.payload, b"");
             }
         }
         let topic = expand(&self.traffic.mqtt.publish_topic, due.conn);
         let packet_id = (seq % 65534) as u16 + 1;
         let qos = self.qos();
         let p = mqtt::Publish { dup: false, qos, retain: false, topic: &topic, packet_id, properties: Default::default(), payload: &payload };
-        if encode::packet(&Packet::Publish(p), self.version, out).is_ok() && qos == QoS::AtLeastOnce {
+        if encode::packet(&Packet::Publish(p), self.version, out).is_ok() && qos != QoS::AtMostOnce {
             track(inflight, packet_id, due.intended);
         }
         true
     }
 
     fn acknowledges_requests(&self) -> bool {
-        self.traffic.mqtt.qos1
+        self.qos() != QoS::AtMostOnce
     }
 
-    /// CONNACK (while connecting), then SUBACK, PINGRESP, PUBACK, the
-    /// broker's PUBLISHes and (5.0) its DISCONNECT.
+    /// Per QoS, in `mqtt_published`.
+    fn count_request(&self, stats: &mut super::snapshot::ClientSnapshot) {
+        mqtt_delivery::bump(&mut stats.mqtt_published, mqtt_delivery::qos_label(self.qos()), 1);
+    }
+
     /// The CONNACK (while connecting; then the subscriptions go out),
-    /// then SUBACKs, PINGRESPs, PUBACKs, PUBLISHes (QoS 1 acknowledged)
-    /// and the broker's DISCONNECT.
+    /// then SUBACKs, PINGRESPs, PUBACKs, PUBRECs (answered PUBREL) and
+    /// PUBCOMPs, PUBLISHes (QoS 1 answered PUBACK, QoS 2 PUBREC), PUBRELs
+    /// (answered PUBCOMP) and the broker's DISCONNECT.
     fn hear(&mut self, buf: &[u8], ear: &mut Ear<'_>, replies: &mut Replies<'_>) -> Result<usize, Stop> {
         let (version, v5) = (self.version, self.version == Version::V5);
         let mut pos = 0;
@@ -271,22 +293,43 @@ impl Speaker for MqttSpeaker {
                     }
                 }
                 Packet::PingResp => replies.beat_answered(answered(ear.inflight, 0)),
-                Packet::PubAck(a) => {
+                Packet::PubAck(a) | Packet::PubComp(a) => {
                     let Some(sent) = answered(ear.inflight, a.packet_id) else { continue };
                     match a.reason {
                         0..=0x7F => replies.reply(Some(sent)),
                         _ => replies.rejected(),
                     }
                 }
+                // A QoS 2 publish received: release it (its entry waits
+                // for the PUBCOMP), unless the broker refused it (5.0).
+                Packet::PubRec(a) if a.reason >= 0x80 => {
+                    if answered(ear.inflight, a.packet_id).is_some() {
+                        replies.rejected();
+                    }
+                }
+                Packet::PubRec(a) => answer(Packet::PubRel(mqtt::Ack { packet_id: a.packet_id, ..Default::default() }), version, ear.answer)?,
+                Packet::PubRel(a) => {
+                    self.awaiting.released(ear.slot, a.packet_id);
+                    answer(Packet::PubComp(mqtt::Ack { packet_id: a.packet_id, ..Default::default() }), version, ear.answer)?;
+                }
                 Packet::Publish(p) => {
-                    if p.qos == QoS::ExactlyOnce {
-                        return Err("mqtt_qos2_unsupported".into());
+                    let id = p.packet_id;
+                    let new = match p.qos {
+                        QoS::AtMostOnce => true,
+                        QoS::AtLeastOnce => {
+                            answer(Packet::PubAck(mqtt::Ack { packet_id: id, ..Default::default() }), version, ear.answer)?;
+                            true
+                        }
+                        QoS::ExactlyOnce => {
+                            let new = self.awaiting.received(ear.slot, id)?;
+                            answer(Packet::PubRec(mqtt::Ack { packet_id: id, ..Default::default() }), version, ear.answer)?;
+                            new
+                        }
+                    };
+                    match new {
+                        true => mqtt_delivery::delivered(replies, p.topic, p.qos, p.payload, crate::proto::push::wall_us()),
+                        false => replies.stats.mqtt_qos2_resent_in += 1,
                     }
-                    if p.qos == QoS::AtLeastOnce {
-                        let ack = Packet::PubAck(mqtt::Ack { packet_id: p.packet_id, ..Default::default() });
-                        encode::packet(&ack, version, ear.answer).map_err(|_| "mqtt_puback_encode")?;
-                    }
-                    count_push(replies, p.topic);
                 }
                 Packet::Disconnect(d) => return Err(format!("mqtt_disconnect_0x{:02x}", d.reason).into()),
                 _ => return Err("mqtt_unexpected_packet".into()),
@@ -296,137 +339,11 @@ impl Speaker for MqttSpeaker {
     }
 }
 
-/// A PUBLISH from the broker: a push, counted in total and per topic
-/// (MQTT carries no publish time, so no latency).
-fn count_push(replies: &mut Replies<'_>, topic: &str) {
-    let stats = &mut *replies.stats;
-    stats.push_received += 1;
-    if let Some(n) = stats.push_topics.get_mut(topic) {
-        *n += 1;
-    } else if stats.push_topics.len() < super::pushes::MAX_TOPICS_COUNTED {
-        stats.push_topics.insert(topic.to_string(), 1);
-    }
+/// An acknowledgement into the connection's answer (four bytes in 3.1.1,
+/// at most a few more in 5.0: it cannot fail to encode).
+fn answer(p: Packet<'_>, version: Version, out: &mut Vec<u8>) -> Result<(), Stop> {
+    encode::packet(&p, version, out).map_err(|_| Stop::from("mqtt_ack_encode"))
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keep_alive_is_twice_the_heartbeat() {
-        use std::time::Duration;
-        assert_eq!(keep_alive(None), 0);
-        assert_eq!(keep_alive(Some(Duration::from_secs(30))), 60);
-        assert_eq!(keep_alive(Some(Duration::from_millis(200))), 2);
-        assert_eq!(keep_alive(Some(Duration::from_secs(100_000))), u16::MAX);
-    }
-
-    #[test]
-    fn answers_are_matched_by_packet_id() {
-        let mut q: Inflight = None;
-        track(&mut q, 0, 10);
-        track(&mut q, 7, 20);
-        track(&mut q, 0, 30);
-        assert_eq!(answered(&mut q, 7), Some(20));
-        assert_eq!(answered(&mut q, 7), None);
-        assert_eq!(answered(&mut q, 0), Some(10));
-        assert_eq!(answered(&mut q, 0), Some(30));
-        for i in 0..MAX_INFLIGHT as u64 + 1 {
-            track(&mut q, 1, i);
-        }
-        assert_eq!(q.as_ref().unwrap().len(), MAX_INFLIGHT);
-        assert_eq!(answered(&mut q, 1), Some(1));
-    }
-
-    #[test]
-    fn refusals_are_named_as_each_standard_writes_them() {
-        assert_eq!(connack_reason(false, 5), "mqtt_connack_5");
-        assert_eq!(connack_reason(true, 0x87), "mqtt_connack_0x87");
-        assert!(check_filter("dev/{conn}/#").is_ok());
-        assert!(check_filter("a/#/b").is_err());
-    }
-
-    mod heard {
-        use super::*;
-        use crate::client::speak::hearing::{same_at_every_cut, Hearing, NOW};
-        use crate::net::ReadEnd;
-        use crate::proto::Protocol;
-
-        fn make() -> (Box<dyn Speaker>, Hearing) {
-            let traffic = make_traffic();
-            let mut h = Hearing::new(true);
-            track(&mut h.inflight, 0, NOW - 500);
-            track(&mut h.inflight, 9, NOW - 700);
-            (Box::new(MqttSpeaker::new(&traffic, 0)), h)
-        }
-
-        fn wire(packets: &[Packet<'_>]) -> Vec<u8> {
-            let mut out = Vec::new();
-            for p in packets {
-                encode::packet(p, Version::V311, &mut out).unwrap();
-            }
-            out
-        }
-
-        fn connack(code: u8) -> Packet<'static> {
-            Packet::ConnAck(mqtt::ConnAck { session_present: false, code, properties: Default::default() })
-        }
-
-        fn publish(qos: QoS, packet_id: u16) -> Packet<'static> {
-            Packet::Publish(mqtt::Publish { dup: false, qos, retain: false, topic: "dev/0", packet_id, properties: Default::default(), payload: b"hi" })
-        }
-
-        #[test]
-        fn packets_cut_anywhere_are_accounted_as_whole() {
-            let bytes = wire(&[
-                connack(0),
-                Packet::SubAck(mqtt::SubAck { packet_id: SUBSCRIBE_ID, properties: Default::default(), codes: vec![0] }),
-                publish(QoS::AtLeastOnce, 4),
-                Packet::PingResp,
-                Packet::PubAck(mqtt::Ack { packet_id: 9, ..Default::default() }),
-                publish(QoS::AtMostOnce, 0),
-            ]);
-            let (end, _, h) = same_at_every_cut(&make, &bytes[..bytes.len() - 1]);
-            assert_eq!(end, ReadEnd::Open);
-            assert!(!h.upgrading, "the CONNACK established the connection");
-            assert_eq!(h.stats.mqtt_subscriptions.get("granted"), Some(&1));
-            assert_eq!((h.stats.push_received, h.stats.heartbeats_answered, h.stats.replies), (1, 1, 1));
-            // The SUBSCRIBE, then the QoS 1 PUBLISH's PUBACK.
-            let mut expected = Vec::new();
-            MqttSpeaker::new(&make_traffic(), 0).subscribe(&mut expected, 0).unwrap();
-            encode::packet(&Packet::PubAck(mqtt::Ack { packet_id: 4, ..Default::default() }), Version::V311, &mut expected).unwrap();
-            assert_eq!(h.answer, expected);
-            assert_eq!(h.kept(), wire(&[publish(QoS::AtMostOnce, 0)]).len() - 1, "the last PUBLISH waits for its last byte");
-        }
-
-        fn make_traffic() -> Traffic {
-            let mut traffic = Traffic { protocol: Protocol::Mqtt, ..Default::default() };
-            traffic.mqtt.subscribe = vec!["dev/{conn}".into()];
-            traffic
-        }
-
-        #[test]
-        fn refusals_end_as_they_always_did() {
-            let end = |packets: &[Packet<'_>]| same_at_every_cut(&make, &wire(packets)).0;
-            let named = |s: &str| ReadEnd::Error(s.into());
-            assert_eq!(end(&[connack(5)]), named("mqtt_connack_5"));
-            assert_eq!(end(&[Packet::PingResp]), named("mqtt_no_connack"));
-            assert_eq!(end(&[connack(0), publish(QoS::ExactlyOnce, 3)]), named("mqtt_qos2_unsupported"));
-            // A 3.1.1 broker never sends DISCONNECT; a 5.0 one names why.
-            let disconnect = Packet::Disconnect(mqtt::Disconnect { reason: 0x8b, properties: Default::default() });
-            assert_eq!(end(&[connack(0), disconnect.clone()]), named("mqtt_unexpected_packet"));
-            let v5 = || {
-                let mut traffic = make_traffic();
-                traffic.mqtt.v5 = true;
-                (Box::new(MqttSpeaker::new(&traffic, 0)) as Box<dyn Speaker>, Hearing::new(true))
-            };
-            let mut bytes = Vec::new();
-            for p in [connack(0), disconnect] {
-                encode::packet(&p, Version::V5, &mut bytes).unwrap();
-            }
-            assert_eq!(same_at_every_cut(&v5, &bytes).0, named("mqtt_disconnect_0x8b"));
-            // A length past the packet bound: refused before its body is held.
-            assert_eq!(same_at_every_cut(&make, &[0x30, 0xff, 0xff, 0xff, 0x7f]).0, named("mqtt_packet_too_large"));
-        }
-    }
-}
+mod tests;

@@ -111,18 +111,61 @@ pub fn account(stats: &mut ClientSnapshot, hist: &mut Histogram<u64>, seen: &mut
             // baseline (it may have connected after earlier ones).
             None => list.push(Seen { key, last: p.seq, epoch: p.epoch }),
         }
-        let e = stats.push_by_seq.entry(p.seq).or_insert((0, 0));
-        e.0 += 1;
-        e.1 = e.1.max(now_wall_us);
-        while stats.push_by_seq.len() > MAX_SEQS_TRACKED {
-            stats.push_by_seq.pop_first();
-        }
+        arrived(stats, p.seq, now_wall_us);
     }
     let topic = if p.stream == Stream::Broadcast { "*" } else { std::str::from_utf8(p.topic).unwrap_or("?") };
     if let Some(n) = stats.push_topics.get_mut(topic) {
         *n += 1;
     } else if stats.push_topics.len() < MAX_TOPICS_COUNTED {
         stats.push_topics.insert(topic.to_string(), 1);
+    }
+}
+
+/// Sequence number `seq` reached this connection at `now_wall_us`: counted
+/// for time-to-all (arrivals and the latest of them per sequence number,
+/// the oldest numbers forgotten past [`MAX_SEQS_TRACKED`]).
+pub fn arrived(stats: &mut ClientSnapshot, seq: u64, now_wall_us: u64) {
+    let e = stats.push_by_seq.entry(seq).or_insert((0, 0));
+    e.0 += 1;
+    e.1 = e.1.max(now_wall_us);
+    while stats.push_by_seq.len() > MAX_SEQS_TRACKED {
+        stats.push_by_seq.pop_first();
+    }
+}
+
+/// Where a message falls in its stream on one connection (see [`advance`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// The first of its stream here: the baseline (earlier ones may have
+    /// gone before the connection subscribed).
+    First,
+    /// After the last one seen, with this many missing between them.
+    Next { missing: u64 },
+    /// At or before the last one seen: a repeat.
+    Repeat,
+    /// The connection already tracks `cap` streams: not checked.
+    Untracked,
+}
+
+/// Stream `key` (a hash the caller makes of what names the stream) moves
+/// to `seq` on this connection, tracking at most `cap` streams (a peer
+/// naming endless streams costs the cap, no more). Kept with the
+/// connection's other positions, across reconnects.
+pub fn advance(seen: &mut PushSeen, key: u64, seq: u64, cap: usize) -> Step {
+    let list = seen.get_or_insert_with(Default::default);
+    let full = list.len() >= cap;
+    match list.iter_mut().find(|s| s.key == key) {
+        Some(s) if seq <= s.last => Step::Repeat,
+        Some(s) => {
+            let missing = seq - s.last - 1;
+            s.last = seq;
+            Step::Next { missing }
+        }
+        None if full => Step::Untracked,
+        None => {
+            list.push(Seen { key, last: seq, epoch: 0 });
+            Step::First
+        }
     }
 }
 
@@ -223,6 +266,19 @@ mod tests {
         account(&mut stats, &mut h, &mut seen, &p(1, 10), 1);
         assert_eq!(stats.push_epoch_changes, 1);
         assert_eq!(position(&seen, "t"), Some(Position { epoch: 10, offset: 1 }));
+    }
+
+    #[test]
+    fn streams_advance_within_their_cap() {
+        let mut seen: PushSeen = None;
+        assert_eq!(advance(&mut seen, 9, 3, 2), Step::First);
+        assert_eq!(advance(&mut seen, 9, 4, 2), Step::Next { missing: 0 });
+        assert_eq!(advance(&mut seen, 9, 7, 2), Step::Next { missing: 2 });
+        assert_eq!(advance(&mut seen, 9, 7, 2), Step::Repeat);
+        assert_eq!(advance(&mut seen, 9, 5, 2), Step::Repeat);
+        assert_eq!(advance(&mut seen, 10, 1, 2), Step::First);
+        assert_eq!(advance(&mut seen, 11, 1, 2), Step::Untracked, "past the cap");
+        assert_eq!(advance(&mut seen, 10, 2, 2), Step::Next { missing: 0 });
     }
 
     #[test]

@@ -129,6 +129,11 @@ pub trait Speaker {
         true
     }
 
+    /// A request this speaker wrote went out: count it where the
+    /// protocol counts its own kinds (MQTT: `mqtt_published` per QoS),
+    /// besides the worker's `requests_sent`.
+    fn count_request(&self, _stats: &mut super::snapshot::ClientSnapshot) {}
+
     /// The bytes the connection has received so far and not used
     /// (what an earlier chunk left, then the new): account for every
     /// whole message in them and return how many bytes those took; the

@@ -123,6 +123,9 @@ pub fn print_summary(s: &ClientSummary, progress: &mut Progress) {
             println!("resumes       recovered {} | lost {} | new epochs {}", resumes("recovered"), resumes("lost"), format::count(p.epoch_changes));
         }
     }
+    if let Some(line) = mqtt_line(&s.counters) {
+        println!("{line}");
+    }
     print_phases(&s.phases);
     println!(
         "hold          {:.1} s | {} workers, {} source addresses x {} ports | client cpu {:.1} s",
@@ -134,6 +137,34 @@ pub fn print_summary(s: &ClientSummary, progress: &mut Progress) {
     if let Some(c) = &s.stopped_by {
         println!("stopped early --threshold-abort {} crossed (measured {}): connections closed before the end of the hold", c.expr, c.measured);
     }
+}
+
+/// MQTT messages per QoS: published, and of the stamped ones received,
+/// lost and duplicated (their latency is the pushes' line); None when
+/// the run published and received no MQTT message.
+fn mqtt_line(c: &super::snapshot::ClientCounters) -> Option<String> {
+    let qos: std::collections::BTreeSet<&String> =
+        [&c.mqtt_published, &c.mqtt_received, &c.mqtt_lost, &c.mqtt_duplicated].iter().flat_map(|m| m.keys()).collect();
+    if qos.is_empty() && c.mqtt_unstamped == 0 {
+        return None;
+    }
+    let n = |m: &BTreeMap<String, u64>, q: &str| format::count(m.get(q).copied().unwrap_or(0));
+    let mut parts: Vec<String> = qos
+        .iter()
+        .map(|q| {
+            // A run that only subscribes (a bench's clients) publishes nothing.
+            let published = if c.mqtt_published.contains_key(*q) { format!("published {}, ", n(&c.mqtt_published, q)) } else { String::new() };
+            format!("QoS {q}: {published}received {}, lost {}, duplicated {}", n(&c.mqtt_received, q), n(&c.mqtt_lost, q), n(&c.mqtt_duplicated, q))
+        })
+        .collect();
+    parts.push(format!("unstamped {}", format::count(c.mqtt_unstamped)));
+    if c.mqtt_untracked > 0 {
+        parts.push(format!("untracked {} (timed, not checked for loss)", format::count(c.mqtt_untracked)));
+    }
+    if c.mqtt_qos2_resent_in > 0 {
+        parts.push(format!("QoS 2 resends answered {}", format::count(c.mqtt_qos2_resent_in)));
+    }
+    Some(format!("mqtt          {}", parts.join(" | ")))
 }
 
 /// The phase table: what the ramp, the hold and the close each saw.
@@ -212,7 +243,7 @@ fn describe_protocol(target: std::net::IpAddr, load: &LoadConfig, requests: bool
         Protocol::Mqtt => {
             let m = &load.traffic.mqtt;
             let publish = match load.traffic.request_rate {
-                Some(_) => format!(", PUBLISH QoS {} to {}", m.qos1 as u8, m.publish_topic),
+                Some(_) => format!(", PUBLISH QoS {} to {}", m.qos, m.publish_topic),
                 None => String::new(),
             };
             format!("mqtt {}: CONNECT as {}, PINGREQ heartbeats{publish}", if m.v5 { "5.0" } else { "3.1.1" }, m.client_id)
@@ -241,4 +272,26 @@ pub fn loss_verdict(lost: &BTreeMap<String, u64>, unanswered: u64) -> Option<Str
     } else {
         format!("{} of {} lost connections ended with {reason}", c(*n), c(total))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mqtt_line_shows_each_qos_and_only_what_happened() {
+        let mut c = crate::client::snapshot::ClientCounters::default();
+        assert_eq!(mqtt_line(&c), None, "no MQTT message, no line");
+        c.mqtt_published.insert("2".into(), 40);
+        c.mqtt_received.insert("1".into(), 1500);
+        c.mqtt_lost.insert("1".into(), 3);
+        c.mqtt_unstamped = 2;
+        assert_eq!(
+            mqtt_line(&c).unwrap(),
+            "mqtt          QoS 1: received 1,500, lost 3, duplicated 0 | QoS 2: published 40, received 0, lost 0, duplicated 0 | unstamped 2"
+        );
+        c.mqtt_untracked = 5;
+        c.mqtt_qos2_resent_in = 1;
+        assert!(mqtt_line(&c).unwrap().ends_with("| untracked 5 (timed, not checked for loss) | QoS 2 resends answered 1"));
+    }
 }

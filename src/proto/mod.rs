@@ -5,6 +5,7 @@ pub mod http;
 pub mod mqtt;
 pub mod push;
 pub mod sse;
+pub mod stamp;
 pub mod ws;
 
 /// Which wire protocol a server or client speaks.

@@ -67,7 +67,8 @@ fn bad_websocket_codec_and_churn_flags_exit_2() {
     expect_usage_error(&["server", "--tcp-keepalive", "soon"], "auto, off or a duration");
     expect_usage_error(&["server", "--tcp-user-timeout", "25h"], "1s..24h");
     expect_usage_error(&["bench", "--protocol", "echo8"], "[possible values: framed, ws, http, mqtt]");
-    expect_usage_error(&["bench", "--protocol", "http", "--scenario", "push"], "http or mqtt with --scenario connections");
+    expect_usage_error(&["bench", "--protocol", "http", "--scenario", "push"], "http with --scenario connections");
+    expect_usage_error(&["bench", "--protocol", "mqtt", "--scenario", "recovery"], "mqtt with --scenario connections or push on one node");
     expect_usage_error(&["bench", "--workers", "2", "--server-workers", "3"], "'--workers <WORKERS>' cannot be used with '--server-workers <SERVER_WORKERS>'");
     expect_usage_error(&["bench", "--scenario", "push", "--push-bytes", "5000"], "--push-bytes 5000 exceeds");
     expect_usage_error(&["client", "--connections", "10", "--rate", "10/m"], "per second");

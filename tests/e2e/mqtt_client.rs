@@ -12,14 +12,14 @@ use std::time::Duration;
 
 /// A mosquitto broker on a free loopback port, from a minimal config in
 /// a temp dir; killed (by PID) when dropped.
-struct Mosquitto {
+pub(crate) struct Mosquitto {
     child: Child,
     dir: std::path::PathBuf,
-    port: u16,
+    pub(crate) port: u16,
 }
 
 impl Mosquitto {
-    fn start() -> Mosquitto {
+    pub(crate) fn start() -> Mosquitto {
         let port = free_port();
         let dir = std::env::temp_dir().join(format!("megaconn-mosquitto-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -65,7 +65,7 @@ fn client_metric(admin: &str, name: &str) -> u64 {
 /// Run `megaconn client --protocol mqtt ARGS --json` against `port`; once
 /// its /metrics shows `subscribed` granted subscriptions, `during` runs
 /// (a publish). Returns (exit code, summary, stderr).
-fn mqtt_client(port: u16, args: &[&str], subscribed: u64, during: impl FnOnce()) -> (i32, Value, String) {
+pub(crate) fn mqtt_client(port: u16, args: &[&str], subscribed: u64, during: impl FnOnce()) -> (i32, Value, String) {
     let admin = format!("127.0.0.1:{}", free_port());
     let mut cmd = megaconn();
     cmd.args(["client", "--protocol", "mqtt", "--ports", &port.to_string(), "--workers", "1", "--json", "--admin", &admin]).args(args);

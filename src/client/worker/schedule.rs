@@ -141,11 +141,13 @@ impl Worker {
             if !self.speaker.acknowledges_requests() {
                 if self.write_slot(k) {
                     self.stats.requests_unacknowledged += 1;
+                    self.speaker.count_request(&mut self.stats);
                 }
                 continue;
             }
             if self.write_slot(k) {
                 self.stats.requests_sent += 1;
+                self.speaker.count_request(&mut self.stats);
                 if self.cfg.stages.is_some() {
                     let stage = crate::client::stages::name(self.request_stage);
                     match self.stats.stage_requests.get_mut(stage) {
