@@ -20,7 +20,7 @@ fn answer(a: &[Action]) -> &SessionAnswer {
 fn kept(s: &mut Sessions, conn: u64, id: &str, filter: &str, now: Instant) {
     assert_eq!(answer(&s.claim(0, claim(conn, id, false, NEVER), now)).code, 0);
     let state = SessionState { subs: vec![(filter.into(), 1)], messages: Vec::new() };
-    assert!(s.ended(SessionEnd { conn, state: Some(state) }, now).is_empty());
+    assert!(s.ended(SessionEnd { conn, state: Some(state), will: None }, now).is_empty());
 }
 
 /// A second CONNECT of an id takes it over: the first connection is told
@@ -38,16 +38,16 @@ fn a_takeover_waits_for_the_old_connection_and_resumes_its_session() {
     assert_eq!((s.counters.taken_over, s.counters.online), (1, 1));
     let sent = SessionMessage { id: 5, ..msg("t/1", "AA==", 1) };
     let state = SessionState { subs: vec![("t/+".into(), 1)], messages: vec![sent.clone()] };
-    let resumed = s.ended(SessionEnd { conn: a, state: Some(state) }, now);
+    let resumed = s.ended(SessionEnd { conn: a, state: Some(state), will: None }, now);
     let got = answer(&resumed);
     assert!(got.present && got.subs == [("t/+".to_string(), 1)] && got.messages == [sent], "{got:?}");
     assert_eq!((s.counters.resumed, s.counters.online, s.counters.kept, s.counters.bytes), (1, 1, 0, 0));
     // The old connection's end is not the new one's: the id stays taken.
-    assert!(s.ended(SessionEnd { conn: a, state: None }, now).is_empty());
+    assert!(s.ended(SessionEnd { conn: a, state: None, will: None }, now).is_empty());
     assert_eq!(s.counters.online, 1);
     // Offline: the messages its filters match queue in order, QoS 0 and
     // non-matching ones not; the QoS is the lower of publish and grant.
-    s.ended(SessionEnd { conn: b, state: Some(SessionState { subs: vec![("t/+".into(), 1)], messages: vec![] }) }, now);
+    s.ended(SessionEnd { conn: b, state: Some(SessionState { subs: vec![("t/+".into(), 1)], messages: vec![] }), will: None }, now);
     s.offline("t/1", "1", 2, false);
     s.offline("x/1", "x", 1, false);
     s.offline("t/2", "0", 0, false);
@@ -67,7 +67,7 @@ fn clean_start_discards_and_expiry_zero_keeps_nothing() {
     let got = s.claim(0, claim(2, "dev", true, 0), now);
     assert!(!answer(&got).present);
     assert_eq!(s.counters.discarded, 1);
-    s.ended(SessionEnd { conn: 2, state: Some(SessionState::default()) }, now);
+    s.ended(SessionEnd { conn: 2, state: Some(SessionState::default()), will: None }, now);
     assert_eq!((s.counters.kept, s.counters.online), (0, 0));
 }
 
@@ -79,13 +79,13 @@ fn sessions_expire_by_the_timer_and_at_a_late_connect() {
     let mut s = Sessions::new(SessionsConfig::default());
     for (conn, id) in [(1, "a"), (2, "b")] {
         s.claim(0, claim(conn, id, false, 10), now);
-        s.ended(SessionEnd { conn, state: Some(SessionState::default()) }, now);
+        s.ended(SessionEnd { conn, state: Some(SessionState::default()), will: None }, now);
     }
-    s.expire(now + Duration::from_secs(9));
+    assert!(s.expire(now + Duration::from_secs(9)).is_empty());
     assert_eq!(s.counters.kept, 2);
     let late = now + Duration::from_secs(10);
     assert!(!answer(&s.claim(0, claim(3, "a", false, 10), late)).present, "expired at the CONNECT");
-    s.expire(late);
+    assert!(s.expire(late).is_empty());
     assert_eq!((s.counters.kept, s.counters.bytes, s.counters.expired["expiry"]), (0, 0, 2));
 }
 
@@ -100,7 +100,7 @@ fn the_registry_refuses_past_its_bounds() {
     assert_eq!(answer(&s.claim(0, claim(3, "cde", true, 0), now)).code, 0);
     assert_eq!(answer(&s.claim(0, claim(4, "x", true, 0), now)).code, 0x97);
     assert_eq!((s.counters.refused["id_bytes"], s.counters.refused["ids"]), (1, 1));
-    s.ended(SessionEnd { conn: 1, state: None }, now);
+    s.ended(SessionEnd { conn: 1, state: None, will: None }, now);
     assert_eq!(answer(&s.claim(0, claim(5, "x", true, 0), now)).code, 0, "an id given back makes room");
 }
 
@@ -132,7 +132,7 @@ fn the_offline_queue_drops_the_newest_past_its_bounds() {
     assert_eq!(s.counters.queue_dropped["queue"], 2);
     let got = answer(&s.claim(0, claim(2, "dev", false, NEVER), now)).messages.iter().map(|m| m.data.clone()).collect::<Vec<_>>();
     assert_eq!(got, ["00", "11", "22"]);
-    s.ended(SessionEnd { conn: 2, state: Some(SessionState { subs: vec![("q".into(), 2)], messages: vec![] }) }, now);
+    s.ended(SessionEnd { conn: 2, state: Some(SessionState { subs: vec![("q".into(), 2)], messages: vec![] }), will: None }, now);
     let big = "0123456789".repeat(10);
     s.offline("q", &big, 1, false);
     s.offline("q", &big, 1, false);
