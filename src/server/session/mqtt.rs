@@ -41,13 +41,12 @@
 
 use crate::proto::mqtt::decode::{self, FixedHeader};
 use crate::proto::mqtt::forward::Forwarded;
-use crate::proto::mqtt::{encode, kind, Ack, ConnAck, Disconnect, Error, Limits, Packet, Properties, Publish, QoS, Role, SubAck, Version};
+use crate::proto::mqtt::{encode, kind, Ack, ConnAck, Disconnect, Error, Limits, Packet, Properties, Publish, QoS, Role, Version};
 use crate::server::close::{self, Close};
 use crate::server::commands::{ClientPublish, RetainedWant, SessionClaim};
 use crate::server::session::requests::Requests;
 use crate::server::worker::conn::{ConnExt, Ext};
 use crate::server::worker::topics::{Subs, Topics};
-use crate::server::worker::wildcards;
 
 /// The close reason of a client's own DISCONNECT.
 pub const PEER_DISCONNECT: &str = "mqtt_disconnect";
@@ -71,6 +70,7 @@ pub mod connect;
 pub mod extra;
 pub mod flight;
 pub mod shared;
+mod subscribe;
 
 /// MQTT settings of a server worker.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -244,8 +244,8 @@ fn on_packet(ctx: &mut Ctx<'_>, m: &mut MqttConn, h: &FixedHeader, body: &[u8]) 
             }
             return Err(Close::MqttDisconnect);
         }
-        Packet::Subscribe(s) => subscribe(ctx, m, version, s)?,
-        Packet::Unsubscribe(u) => unsubscribe(ctx, m, version, u)?,
+        Packet::Subscribe(s) => subscribe::subscribe(ctx, m, version, s)?,
+        Packet::Unsubscribe(u) => subscribe::unsubscribe(ctx, m, version, u)?,
         Packet::Publish(p) => publish(ctx, m, version, p)?,
         Packet::PubAck(a) => acks::outbound(ctx, m, version, flight::Stage::Ack, &a),
         Packet::PubRec(a) => acks::outbound(ctx, m, version, flight::Stage::Rec, &a),
@@ -295,99 +295,6 @@ fn disconnect(ctx: &mut Ctx<'_>, version: Version, reason: Close) -> Close {
         send(ctx, version, &Packet::Disconnect(Disconnect { reason: code, properties: Properties::default() }));
     }
     reason
-}
-
-/// SUBSCRIBE: each filter into the worker's topics, its code in SUBACK;
-/// its options kept when not plain QoS 0, its retained messages asked
-/// for (v5 Retain Handling 0 always, 1 when it is new, 2 never).
-fn subscribe(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, s: crate::proto::mqtt::Subscribe<'_>) -> Result<(), Close> {
-    ctx.topics.rate.charge(ctx.req.key)?;
-    // The codec allows one identifier in a SUBSCRIBE, not 0.
-    let sid = s.properties.subscription_ids.first().copied().unwrap_or(0);
-    let mut codes = Vec::with_capacity(s.subscriptions.len());
-    for sub in &s.subscriptions {
-        let existed = ctx.topics.has(ctx.subs, sub.filter);
-        if let Some(share) = crate::proto::mqtt::topic::shared(sub.filter) {
-            let code = shared::subscribe(ctx, m, sub, share).unwrap_or_else(|(code, reason)| {
-                *ctx.req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
-                if v == Version::V5 {
-                    code
-                } else {
-                    0x80
-                }
-            });
-            codes.push(code);
-            continue;
-        }
-        let r = if wildcards::is_filter(sub.filter) {
-            ctx.topics.subscribe_filter(ctx.subs, ctx.req.key, sub.filter).map_err(|r| (subscribe_code(r), r.as_str()))
-        } else {
-            ctx.topics.subscribe(ctx.subs, ctx.req.key, sub.filter.as_bytes()).map_err(|r| (subscribe_code(r), r.as_str()))
-        };
-        codes.push(match r {
-            Ok(()) => {
-                let v5 = v == Version::V5;
-                if let Some(id) = ctx.topics.sub_id(sub.filter) {
-                    m.set_sub(extra::SubOpts { id, qos: sub.qos, rap: v5 && sub.retain_as_published, no_local: v5 && sub.no_local, sid });
-                }
-                let wanted = match (v, sub.retain_handling) {
-                    (Version::V311, _) | (_, 0) => true,
-                    (_, 1) => !existed,
-                    _ => false,
-                };
-                if wanted {
-                    let conn = crate::server::commands::conn_id(ctx.worker, ctx.req.key, ctx.req.gen);
-                    ctx.published.wants.push(RetainedWant { conn, filter: sub.filter.into(), qos: sub.qos as u8 });
-                }
-                sub.qos as u8
-            }
-            Err((code, reason)) => {
-                *ctx.req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
-                if v == Version::V5 {
-                    code
-                } else {
-                    0x80
-                }
-            }
-        });
-    }
-    send(ctx, v, &Packet::SubAck(SubAck { packet_id: s.packet_id, properties: Properties::default(), codes }));
-    Ok(())
-}
-
-/// The v5 SUBACK code for a refusal of the worker's topics.
-fn subscribe_code(reason: Close) -> u8 {
-    match reason {
-        Close::NotPermitted => 0x87,
-        Close::TooManyTopics | Close::TooManySubscriptions => 0x97,
-        _ => 0x8F,
-    }
-}
-
-/// UNSUBSCRIBE: each filter dropped (and its options); v5 says which
-/// were not there (0x11).
-fn unsubscribe(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, u: crate::proto::mqtt::Unsubscribe<'_>) -> Result<(), Close> {
-    ctx.topics.rate.charge(ctx.req.key)?;
-    let mut codes = Vec::new();
-    for f in &u.filters {
-        if crate::proto::mqtt::topic::shared(f).is_some() {
-            let had = shared::unsubscribe(ctx, m, f);
-            if v == Version::V5 {
-                codes.push(if had { 0x00 } else { 0x11 });
-            }
-            continue;
-        }
-        let had = ctx.topics.has(ctx.subs, f);
-        if let Some(id) = ctx.topics.sub_id(f).filter(|_| had) {
-            m.set_sub(extra::SubOpts { id, ..Default::default() });
-        }
-        ctx.topics.unsubscribe(ctx.subs, ctx.req.key, f.as_bytes());
-        if v == Version::V5 {
-            codes.push(if had { 0x00 } else { 0x11 });
-        }
-    }
-    send(ctx, v, &Packet::UnsubAck(SubAck { packet_id: u.packet_id, properties: Properties::default(), codes }));
-    Ok(())
 }
 
 /// The acknowledgement a PUBLISH of `qos` gets: PUBACK, PUBREC, or none.

@@ -83,7 +83,7 @@ pub fn connack_properties(v: Version, max_packet_size: u32, assigned: Option<&st
             maximum_qos: None,
             retain_available: None,
             wildcard_sub_available: Some(true),
-            sub_id_available: Some(false),
+            sub_id_available: Some(true),
             shared_sub_available: Some(true),
             topic_alias_maximum: Some(super::alias::TOPIC_ALIAS_MAXIMUM),
             maximum_packet_size: Some(max_packet_size),

@@ -2,7 +2,7 @@
 //! the bytes and state it leaves checked.
 
 use super::*;
-use crate::proto::mqtt::{Connect, Subscribe, Subscription};
+use crate::proto::mqtt::{Connect, SubAck, Subscribe, Subscription};
 use crate::server::session::fixture::Read;
 
 /// A session's read parts and the MQTT connection's own.
