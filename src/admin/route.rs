@@ -58,16 +58,30 @@ pub struct Message {
     pub qos: u8,
     /// MQTT retain: the topic's retained message is set (an empty one cleared).
     pub retain: bool,
+    /// An MQTT client's publish: its connection and v5 properties.
+    pub mqtt: Option<Box<crate::proto::mqtt::forward::Forwarded>>,
 }
 
 impl Message {
     /// A message to every subscriber of `topic` (an MQTT client's publish).
     pub fn topic(topic: String, data: Vec<u8>) -> Message {
-        Message { stream: Stream::Topic, topic, target: None, node: None, data, at: None, user: None, close: false, qos: 0, retain: false }
+        Message { stream: Stream::Topic, topic, target: None, node: None, data, at: None, user: None, close: false, qos: 0, retain: false, mqtt: None }
     }
 
     fn unicast(node: Option<String>, id: u64, data: Vec<u8>) -> Message {
-        Message { stream: Stream::Unicast, topic: String::new(), target: Some(id), node, data, at: None, user: None, close: false, qos: 0, retain: false }
+        Message {
+            stream: Stream::Unicast,
+            topic: String::new(),
+            target: Some(id),
+            node,
+            data,
+            at: None,
+            user: None,
+            close: false,
+            qos: 0,
+            retain: false,
+            mqtt: None,
+        }
     }
 
     /// To every connection of `user` (or closing them).
@@ -76,7 +90,19 @@ impl Message {
         if user.is_empty() || user.len() > 255 {
             return Err(Response::error(400, "a user is the sub claim of its tokens: 1-255 bytes, percent-encoded in the path"));
         }
-        Ok(Message { stream: Stream::Unicast, topic: String::new(), target: None, node: None, data, at: None, user: Some(user), close, qos: 0, retain: false })
+        Ok(Message {
+            stream: Stream::Unicast,
+            topic: String::new(),
+            target: None,
+            node: None,
+            data,
+            at: None,
+            user: Some(user),
+            close,
+            qos: 0,
+            retain: false,
+            mqtt: None,
+        })
     }
 }
 
@@ -176,7 +202,7 @@ pub fn parse(method: &str, url: &str, body: Vec<u8>) -> Result<Request, Response
         }
         ("POST", "/broadcast") => {
             data_fits("", &body)?;
-            Ok(Request::Publish(vec![Message { stream: Stream::Broadcast, topic: String::new(), target: None, node: None, data: body, at: None, user: None, close: false, qos: 0, retain: false }]))
+            Ok(Request::Publish(vec![Message { stream: Stream::Broadcast, topic: String::new(), target: None, node: None, data: body, at: None, user: None, close: false, qos: 0, retain: false, mqtt: None }]))
         }
         ("POST", "/publish") => {
             let topic = query(url, "topic").ok_or_else(|| Response::error(400, "POST /publish needs ?topic=NAME"))?;

@@ -170,10 +170,9 @@ pub enum Close {
     MqttDisconnect,
     /// A codec refusal (malformed or unexpected packet, bad CONNECT, ...).
     Mqtt(MqttError),
-    /// A SUBSCRIBE with subscription identifiers.
-    MqttSubscriptionIdsUnsupported,
-    /// A PUBLISH with a topic alias.
-    MqttTopicAliasUnsupported,
+    /// A PUBLISH whose v5 properties to forward are past their bound
+    /// (`proto::mqtt::forward::MAX_FORWARDED_BYTES`).
+    MqttPropertiesTooLarge,
     /// More QoS 2 publishes in flight than the server's Receive Maximum.
     MqttReceiveMaximumExceeded,
     /// A PUBLISH past `--max-push-bytes`, not refusable in a PUBACK.
@@ -261,8 +260,7 @@ impl Close {
             MqttNoState => "mqtt_no_state",
             MqttDisconnect => "mqtt_disconnect",
             Mqtt(e) => e.as_str(),
-            MqttSubscriptionIdsUnsupported => "mqtt_subscription_ids_unsupported",
-            MqttTopicAliasUnsupported => "mqtt_topic_alias_unsupported",
+            MqttPropertiesTooLarge => "mqtt_properties_too_large",
             MqttReceiveMaximumExceeded => "mqtt_receive_maximum_exceeded",
             MqttPayloadTooLarge => "mqtt_payload_too_large",
             MqttPublishQueueFull => "mqtt_publish_queue_full",
@@ -298,8 +296,7 @@ impl Close {
         use Close::*;
         Some(match self {
             Mqtt(e) => e.reason_code(),
-            MqttSubscriptionIdsUnsupported => 0xA1,
-            MqttTopicAliasUnsupported => 0x94,
+            MqttPropertiesTooLarge => 0x95,
             MqttReceiveMaximumExceeded => 0x93,
             BadTopic => 0x90,
             NotPermitted => 0x87,
@@ -320,7 +317,7 @@ impl Close {
             HttpPipelineOverflow | Http503Rejected | Http400BadRequest | Http405Method | Http431HeadersTooLarge | Http501NotImplemented => true,
             AuthMissing | AuthExpired | AuthMalformed | AuthUnknownKey | AuthBadClaims | AuthBadSignature | AuthBadAlgorithm => true,
             AuthNotYetValid | AuthWrongAudience | AuthWrongIssuer | AuthOtherUser | AuthOff | AuthTimeout => true,
-            MqttKeepalive | MqttNoState | MqttDisconnect | Mqtt(_) | MqttSubscriptionIdsUnsupported | MqttTopicAliasUnsupported => true,
+            MqttKeepalive | MqttNoState | MqttDisconnect | Mqtt(_) | MqttPropertiesTooLarge => true,
             MqttReceiveMaximumExceeded | MqttPayloadTooLarge | MqttPublishQueueFull | MqttAuthMethodUnsupported => true,
             MqttWillBadTopic | MqttWillNotPermitted | MqttWillTooLarge => true,
             MqttSessionTakenOver | MqttClientIdRefused | MqttConnectUnansweredOverflow => true,

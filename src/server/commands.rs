@@ -71,6 +71,12 @@ pub enum ServerMsg {
         worker: usize,
         claims: Vec<SessionClaim>,
     },
+    /// MQTT connections joined or left shared subscription groups
+    /// (`broker/shared.rs` picks one member per message).
+    SharedChanged {
+        worker: usize,
+        changes: Vec<SharedChange>,
+    },
     /// Registered MQTT connections that ended (the id is free again),
     /// with their session when it outlives them.
     SessionsEnded {
@@ -114,6 +120,9 @@ pub struct ClientPublish {
     /// Set (or with an empty payload clear) the topic's retained message.
     #[serde(default)]
     pub retain: bool,
+    /// Its publisher and the v5 properties forwarded to subscribers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mqtt: Option<Box<crate::proto::mqtt::forward::Forwarded>>,
 }
 
 /// One MQTT subscription that wants the retained messages its filter
@@ -136,6 +145,19 @@ pub struct RetainedAnswer {
     pub qos: u8,
     /// Each with the QoS it was published with.
     pub messages: Vec<ClientPublish>,
+}
+
+/// A connection joined (or left) a shared subscription group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedChange {
+    /// The connection id ([`conn_id`]).
+    pub conn: u64,
+    /// `$share/{group}/{filter}` as subscribed.
+    pub name: String,
+    /// The QoS the subscription was granted.
+    #[serde(default)]
+    pub qos: u8,
+    pub join: bool,
 }
 
 /// An MQTT CONNECT's claim of its client id.
@@ -173,6 +195,11 @@ pub struct SessionEnd {
     /// Its subscriptions and pending messages, when its session outlives it.
     #[serde(default)]
     pub state: Option<SessionState>,
+    /// Its will, when it asked for a v5 Will Delay Interval and its
+    /// session outlives it: published after the delay unless the client
+    /// id connects again (`broker/sessions/wills.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub will: Option<crate::server::broker::sessions::wills::DelayedWill>,
 }
 
 /// What an MQTT session keeps when its connection ends.
@@ -383,6 +410,15 @@ pub struct PushCommand {
     /// MQTT: it was published retained (Retain As Published keeps the flag).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub retain: bool,
+    /// MQTT shared subscriptions: the one member of each matching group
+    /// that gets this message (connection id, granted QoS), chosen by the
+    /// supervisor (`broker/shared.rs`); the worker owning it delivers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared: Vec<(u64, u8)>,
+    /// MQTT: its publisher (No Local) and its v5 properties forwarded to
+    /// subscribers (an MQTT client's publish only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mqtt: Option<Box<crate::proto::mqtt::forward::Forwarded>>,
     /// The payload, base64.
     pub data: String,
 }

@@ -601,7 +601,7 @@ impl Worker {
     fn close(&mut self, key: usize, reason: Close) {
         if let Some(mut conn) = self.conns.try_remove(key) {
             // Before its subscriptions are forgotten: a kept session takes them.
-            self.mqtt_session_end(key, &conn);
+            self.mqtt_session_end(key, &mut conn);
             if let Some(r) = &mut self.ring {
                 r.next.ops.push(crate::uring::Op::Cancel { tag: crate::uring::recv_tag(key, conn.gen) });
                 // What waited behind its send in flight (a goaway, a
@@ -651,6 +651,7 @@ impl Worker {
                 codec.forget(&mut self.stats, key);
             }
             self.mqtt_will(&mut conn.ext);
+            self.mqtt_shared_leave(key, conn.gen, &mut conn.ext);
             self.topics.forget(&conn.subs, key);
             if !self.topics.gate.is_empty() {
                 self.topics.gate.forget(key);

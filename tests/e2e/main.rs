@@ -30,6 +30,7 @@ mod mqtt_client;
 mod mqtt_qos;
 mod mqtt_sessions;
 mod mqtt_timing;
+mod mqtt_v5;
 mod push;
 mod report;
 mod requests;

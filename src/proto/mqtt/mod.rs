@@ -27,6 +27,7 @@
 pub(crate) mod decode;
 pub mod encode;
 mod error;
+pub mod forward;
 pub mod invariants;
 mod packet;
 pub mod properties;

@@ -84,6 +84,9 @@ pub struct Publisher {
     /// MQTT client ids and kept sessions (`sessions.rs`): offline
     /// subscribers' messages are queued as they pass here.
     pub sessions: crate::server::broker::sessions::Sessions,
+    /// MQTT shared subscription groups (`shared.rs`): one member of each
+    /// is picked per message here, where every publish passes.
+    pub shared: crate::server::broker::shared::SharedGroups,
     /// Request id of each outstanding publish or listing.
     pending: HashMap<u64, Pending>,
     /// Which request a publish id belongs to.
@@ -189,6 +192,7 @@ impl Publisher {
                     data: base64::engine::general_purpose::STANDARD.encode(&k.data),
                     qos: k.qos,
                     retain: true,
+                    mqtt: None,
                 })
                 .collect();
             if messages.is_empty() {
@@ -280,8 +284,10 @@ impl Publisher {
                     let pid = self.next_id;
                     self.owner.insert(pid, rid);
                     let data = base64::engine::general_purpose::STANDARD.encode(&m.data);
+                    let mut shared = Vec::new();
                     if m.stream == Stream::Topic && m.target.is_none() && m.user.is_none() {
                         self.sessions.offline(&m.topic, &data, m.qos, m.retain);
+                        shared = self.shared.pick(&m.topic);
                     }
                     let cmd = PushCommand {
                         publish_id: pid,
@@ -295,6 +301,8 @@ impl Publisher {
                         close: m.close,
                         qos: m.qos,
                         retain: m.retain,
+                        shared,
+                        mqtt: m.mqtt,
                         data,
                     };
                     let line = format!("{CMD_PUSH} {}", serde_json::to_string(&cmd).expect("serializes"));
@@ -436,6 +444,7 @@ impl Publisher {
 
     /// A worker died: stop waiting for it.
     pub fn worker_gone(&mut self, worker: usize) {
+        self.shared.worker_gone(worker);
         let done: Vec<u64> = self
             .pending
             .iter_mut()

@@ -178,6 +178,7 @@ impl Relay {
             close: m.close,
             qos: 0,
             retain: false,
+            mqtt: None,
         };
         publisher.begin(Route::Publish(vec![msg]), reply, Some(m.publish_us), Vec::new(), live, pool);
     }
@@ -289,8 +290,19 @@ impl Relay {
                     got.into_iter().filter_map(|m| Some((m.at?, HistoryMessage { offset: m.at?.offset, publish_us: m.publish_us, data: m.data }))).collect();
                 for (at, m) in publisher.history.merge(&topic, got) {
                     let (stream, name) = if topic == BROADCAST_TOPIC { (Stream::Broadcast, String::new()) } else { (Stream::Topic, topic.clone()) };
-                    let msg =
-                        Message { stream, topic: name, target: None, node: None, data: m.data, at: Some(at), user: None, close: false, qos: 0, retain: false };
+                    let msg = Message {
+                        stream,
+                        topic: name,
+                        target: None,
+                        node: None,
+                        data: m.data,
+                        at: Some(at),
+                        user: None,
+                        close: false,
+                        qos: 0,
+                        retain: false,
+                        mqtt: None,
+                    };
                     publisher.begin(Route::Publish(vec![msg]), Answer::Quiet, Some(m.publish_us), Vec::new(), live, pool);
                 }
             }

@@ -41,8 +41,10 @@
 //! keeps it small (10,000 by default).
 
 use crate::proto::mqtt::topic::matches;
-use crate::server::commands::{split_id, IdKey, SessionAnswer, SessionClaim, SessionEnd, SessionMessage};
+use crate::server::commands::{split_id, ClientPublish, IdKey, SessionAnswer, SessionClaim, SessionEnd, SessionMessage};
 use std::collections::hash_map::RandomState;
+
+pub mod wills;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::BuildHasher;
 use std::time::{Duration, Instant};
@@ -83,6 +85,10 @@ crate::counters! {
         taken_over: counter "mqtt_sessions_taken_over" "MQTT connections closed because a CONNECT with their client id came (session takeover)",
         queued: counter "mqtt_session_queued" "Messages queued for MQTT sessions whose client was gone",
         queue_dropped: by("reason") "mqtt_session_queue_dropped" "Messages for gone clients not queued, by reason (queue: --mqtt-session-queue, queue_bytes: --mqtt-session-queue-bytes, sessions_bytes: --mqtt-sessions-bytes); the newest is dropped",
+        wills_delayed: counter "mqtt_wills_delayed" "MQTT wills held for their v5 Will Delay Interval",
+        wills_cancelled: counter "mqtt_wills_cancelled" "Delayed MQTT wills cancelled by a CONNECT of their client id before the delay passed",
+        wills_published: by("reason") "mqtt_wills_delayed_published" "Delayed MQTT wills published, by reason (delay: the delay or the session expiry passed; full: more waiting than --mqtt-sessions)",
+        wills_waiting: gauge "mqtt_wills_waiting" "MQTT wills waiting for their delay now",
         refused: by("reason") "mqtt_client_ids_refused" "CONNECTs refused by the client id registry, by reason (ids: --mqtt-client-ids, id_bytes: --mqtt-client-id-bytes, displaced: a newer CONNECT of the id came first)",
     }
 }
@@ -119,6 +125,8 @@ pub enum Action {
     Answer(usize, SessionAnswer),
     /// `takeover {conn}` to this worker.
     Takeover(usize, u64),
+    /// Publish this will now (its delay passed, or no room to wait).
+    Will(ClientPublish),
 }
 
 /// A client id connected now: its connection (8 bytes beside the key;
@@ -172,6 +180,8 @@ pub struct Sessions {
     order: BTreeMap<u64, IdKey>,
     next_seq: u64,
     pub counters: SessionCounters,
+    /// v5 wills waiting for their Will Delay Interval (`wills.rs`).
+    wills: wills::Wills,
 }
 
 impl Sessions {
@@ -216,6 +226,10 @@ impl Sessions {
         if let Some(reason) = refused {
             *self.counters.refused.entry(reason.into()).or_insert(0) += 1;
             return Action::Answer(worker, refusal(c.conn, REFUSED, c.v5));
+        }
+        if self.wills.cancel(&key) {
+            self.counters.wills_cancelled += 1;
+            self.counters.wills_waiting = self.wills.len() as u64;
         }
         self.online_bytes += usize::from(len);
         self.online.insert(key, Online { conn: c.conn });
@@ -263,10 +277,25 @@ impl Sessions {
         if let Some(state) = e.state.filter(|_| e.expiry_s > 0) {
             self.keep(e.key, e.id_len, state.subs, state.messages, e.expiry_s, now);
         }
-        match self.next.remove(&e.key) {
-            Some((w, c)) => vec![self.admit(w, e.key, c, now)],
-            None => Vec::new(),
+        let next = self.next.remove(&e.key);
+        let mut out = Vec::new();
+        match e.will {
+            // A CONNECT of the id is already here (a takeover): cancelled.
+            Some(_) if next.is_some() => self.counters.wills_cancelled += 1,
+            Some(w) => {
+                self.counters.wills_delayed += 1;
+                if let wills::Held::Now(p) = self.wills.hold(e.key, w, e.expiry_s, self.cfg.max_kept, now) {
+                    *self.counters.wills_published.entry("full".into()).or_insert(0) += 1;
+                    out.push(Action::Will(p));
+                }
+                self.counters.wills_waiting = self.wills.len() as u64;
+            }
+            None => {}
         }
+        if let Some((w, c)) = next {
+            out.push(self.admit(w, e.key, c, now));
+        }
+        out
     }
 
     /// Every connection of a worker that died ended, without its state
@@ -374,13 +403,20 @@ impl Sessions {
         }
     }
 
-    /// Drop the kept sessions whose expiry passed.
-    pub fn expire(&mut self, now: Instant) {
+    /// Drop the kept sessions whose expiry passed; the delayed wills
+    /// whose time came, to publish.
+    pub fn expire(&mut self, now: Instant) -> Vec<Action> {
+        let wills = self.wills.due(now);
+        if !wills.is_empty() {
+            *self.counters.wills_published.entry("delay".into()).or_insert(0) += wills.len() as u64;
+            self.counters.wills_waiting = self.wills.len() as u64;
+        }
         let due: Vec<IdKey> = self.kept.iter().filter(|(_, k)| k.expires.is_some_and(|t| t <= now)).map(|(key, _)| *key).collect();
         for key in due {
             self.take(&key);
             *self.counters.expired.entry("expiry".into()).or_insert(0) += 1;
         }
+        wills.into_iter().map(Action::Will).collect()
     }
 }
 

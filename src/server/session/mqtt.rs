@@ -22,23 +22,31 @@
 //! The answer (`worker/mqtt_session.rs`) brings the CONNACK, session
 //! present or not, and a resumed session's subscriptions and messages.
 //!
+//! Shared subscriptions (`$share/{group}/{filter}`) are `mqtt/shared.rs`:
+//! the supervisor picks one member of a group per message.
+//!
+//! A v5 client's topic aliases are resolved by `mqtt/alias.rs`.
+//!
+//! v5 subscription options No Local and Subscription Identifier are kept
+//! with the subscription (`mqtt/extra.rs`); a v5 PUBLISH's properties
+//! that subscribers get (`proto/mqtt/forward.rs`) travel with it,
+//! bounded (past the bound refused 0x95).
+//!
 //! Not supported yet, and refused with a reason code rather than half
-//! done: topic aliases (maximum 0), shared subscriptions (SUBACK 0x9E),
-//! subscription identifiers (0xA1), No Local (SUBACK 0x83), extended
-//! authentication (CONNACK 0x8C).
+//! done: extended authentication (CONNACK 0x8C).
 //!
 //! Every refusal after the CONNECT is answered in 5.0 with a DISCONNECT
 //! carrying its reason code, in 3.1.1 by closing (3.1.1 §4.8); the close
 //! reason is the codec's counter name (`mqtt_...`).
 
 use crate::proto::mqtt::decode::{self, FixedHeader};
-use crate::proto::mqtt::{encode, kind, Ack, ConnAck, Disconnect, Error, Limits, Packet, Properties, Publish, QoS, Role, SubAck, Version};
+use crate::proto::mqtt::forward::Forwarded;
+use crate::proto::mqtt::{encode, kind, Ack, ConnAck, Disconnect, Error, Limits, Packet, Properties, Publish, QoS, Role, Version};
 use crate::server::close::{self, Close};
 use crate::server::commands::{ClientPublish, RetainedWant, SessionClaim};
 use crate::server::session::requests::Requests;
 use crate::server::worker::conn::{ConnExt, Ext};
 use crate::server::worker::topics::{Subs, Topics};
-use crate::server::worker::wildcards;
 
 /// The close reason of a client's own DISCONNECT.
 pub const PEER_DISCONNECT: &str = "mqtt_disconnect";
@@ -57,9 +65,12 @@ const RECEIVE_MAXIMUM: u16 = 1024;
 const UNSPECIFIED_ERROR: u8 = 0x80;
 
 mod acks;
+pub mod alias;
 pub mod connect;
 pub mod extra;
 pub mod flight;
+pub mod shared;
+mod subscribe;
 
 /// MQTT settings of a server worker.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -173,6 +184,11 @@ pub struct Published {
     pub wants: Vec<RetainedWant>,
     /// CONNECTs' client ids to claim: at most one per connection read.
     pub claims: Vec<SessionClaim>,
+    /// Shared subscription groups joined or left, for the supervisor: at
+    /// most one per subscription of the read.
+    pub shared_changes: Vec<crate::server::commands::SharedChange>,
+    /// The worker's shared subscription names (not handed on: it bounds them).
+    pub shared: shared::Local,
 }
 
 /// What one read of an MQTT connection works on.
@@ -242,8 +258,8 @@ fn on_packet(ctx: &mut Ctx<'_>, m: &mut MqttConn, h: &FixedHeader, body: &[u8]) 
             }
             return Err(Close::MqttDisconnect);
         }
-        Packet::Subscribe(s) => subscribe(ctx, m, version, s)?,
-        Packet::Unsubscribe(u) => unsubscribe(ctx, m, version, u)?,
+        Packet::Subscribe(s) => subscribe::subscribe(ctx, m, version, s)?,
+        Packet::Unsubscribe(u) => subscribe::unsubscribe(ctx, m, version, u)?,
         Packet::Publish(p) => publish(ctx, m, version, p)?,
         Packet::PubAck(a) => acks::outbound(ctx, m, version, flight::Stage::Ack, &a),
         Packet::PubRec(a) => acks::outbound(ctx, m, version, flight::Stage::Rec, &a),
@@ -295,85 +311,6 @@ fn disconnect(ctx: &mut Ctx<'_>, version: Version, reason: Close) -> Close {
     reason
 }
 
-/// SUBSCRIBE: each filter into the worker's topics, its code in SUBACK;
-/// its options kept when not plain QoS 0, its retained messages asked
-/// for (v5 Retain Handling 0 always, 1 when it is new, 2 never).
-fn subscribe(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, s: crate::proto::mqtt::Subscribe<'_>) -> Result<(), Close> {
-    ctx.topics.rate.charge(ctx.req.key)?;
-    if !s.properties.subscription_ids.is_empty() {
-        return Err(disconnect(ctx, v, Close::MqttSubscriptionIdsUnsupported));
-    }
-    let mut codes = Vec::with_capacity(s.subscriptions.len());
-    for sub in &s.subscriptions {
-        let existed = ctx.topics.has(ctx.subs, sub.filter);
-        let r = if crate::proto::mqtt::topic::shared(sub.filter).is_some() {
-            Err((0x9E, "mqtt_shared_unsupported"))
-        } else if sub.no_local {
-            Err((0x83, "mqtt_no_local_unsupported"))
-        } else if wildcards::is_filter(sub.filter) {
-            ctx.topics.subscribe_filter(ctx.subs, ctx.req.key, sub.filter).map_err(|r| (subscribe_code(r), r.as_str()))
-        } else {
-            ctx.topics.subscribe(ctx.subs, ctx.req.key, sub.filter.as_bytes()).map_err(|r| (subscribe_code(r), r.as_str()))
-        };
-        codes.push(match r {
-            Ok(()) => {
-                let rap = v == Version::V5 && sub.retain_as_published;
-                if let Some(id) = ctx.topics.sub_id(sub.filter) {
-                    m.set_sub(id, sub.qos, rap);
-                }
-                let wanted = match (v, sub.retain_handling) {
-                    (Version::V311, _) | (_, 0) => true,
-                    (_, 1) => !existed,
-                    _ => false,
-                };
-                if wanted {
-                    let conn = crate::server::commands::conn_id(ctx.worker, ctx.req.key, ctx.req.gen);
-                    ctx.published.wants.push(RetainedWant { conn, filter: sub.filter.into(), qos: sub.qos as u8 });
-                }
-                sub.qos as u8
-            }
-            Err((code, reason)) => {
-                *ctx.req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
-                if v == Version::V5 {
-                    code
-                } else {
-                    0x80
-                }
-            }
-        });
-    }
-    send(ctx, v, &Packet::SubAck(SubAck { packet_id: s.packet_id, properties: Properties::default(), codes }));
-    Ok(())
-}
-
-/// The v5 SUBACK code for a refusal of the worker's topics.
-fn subscribe_code(reason: Close) -> u8 {
-    match reason {
-        Close::NotPermitted => 0x87,
-        Close::TooManyTopics | Close::TooManySubscriptions => 0x97,
-        _ => 0x8F,
-    }
-}
-
-/// UNSUBSCRIBE: each filter dropped (and its options); v5 says which
-/// were not there (0x11).
-fn unsubscribe(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, u: crate::proto::mqtt::Unsubscribe<'_>) -> Result<(), Close> {
-    ctx.topics.rate.charge(ctx.req.key)?;
-    let mut codes = Vec::new();
-    for f in &u.filters {
-        let had = ctx.topics.has(ctx.subs, f);
-        if let Some(id) = ctx.topics.sub_id(f).filter(|_| had) {
-            m.set_sub(id, QoS::AtMostOnce, false);
-        }
-        ctx.topics.unsubscribe(ctx.subs, ctx.req.key, f.as_bytes());
-        if v == Version::V5 {
-            codes.push(if had { 0x00 } else { 0x11 });
-        }
-    }
-    send(ctx, v, &Packet::UnsubAck(SubAck { packet_id: u.packet_id, properties: Properties::default(), codes }));
-    Ok(())
-}
-
 /// The acknowledgement a PUBLISH of `qos` gets: PUBACK, PUBREC, or none.
 fn publish_ack(qos: QoS, packet_id: u16, reason: u8) -> Option<Packet<'static>> {
     let a = Ack { packet_id, reason, properties: Properties::default() };
@@ -388,15 +325,24 @@ fn publish_ack(qos: QoS, packet_id: u16, reason: u8) -> Option<Packet<'static>> 
 /// PUBREC (QoS 2: once per packet id until its PUBREL; a resend while
 /// it is due is acknowledged again, not forwarded again).
 fn publish(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, p: Publish<'_>) -> Result<(), Close> {
-    if p.properties.topic_alias.is_some() {
-        return Err(disconnect(ctx, v, Close::MqttTopicAliasUnsupported));
-    }
-    let refused = if crate::proto::push::check_topic(p.topic.as_bytes()).is_err() {
+    let aliased = match alias::resolve(m, p.topic, p.properties.topic_alias) {
+        Ok(t) => t,
+        Err(reason) => {
+            m.tidy();
+            return Err(disconnect(ctx, v, reason));
+        }
+    };
+    let topic: &str = aliased.as_deref().unwrap_or(p.topic);
+    let origin = crate::server::commands::conn_id(ctx.worker, ctx.req.key, ctx.req.gen);
+    let forwarded = Forwarded::from_publish(&p.properties, Some(origin));
+    let refused = if crate::proto::push::check_topic(topic.as_bytes()).is_err() {
         Some(Close::BadTopic)
-    } else if ctx.topics.gate.permits(ctx.req.key, p.topic).is_err() {
+    } else if ctx.topics.gate.permits(ctx.req.key, topic).is_err() {
         Some(Close::NotPermitted)
     } else if p.payload.len() > ctx.cfg.max_push {
         Some(Close::MqttPayloadTooLarge)
+    } else if forwarded.is_err() {
+        Some(Close::MqttPropertiesTooLarge)
     } else if ctx.published.bytes + p.payload.len() > MAX_PENDING_PUBLISH_BYTES {
         Some(Close::MqttPublishQueueFull)
     } else {
@@ -427,9 +373,10 @@ fn publish(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, p: Publish<'_>) -> R
         }
     }
     use base64::Engine;
-    ctx.published.bytes += p.payload.len() + p.topic.len();
+    let forwarded = forwarded.ok().map(Box::new);
+    ctx.published.bytes += p.payload.len() + topic.len() + forwarded.as_ref().map_or(0, |f| f.cost());
     let data = base64::engine::general_purpose::STANDARD.encode(p.payload);
-    ctx.published.messages.push(ClientPublish { topic: p.topic.into(), data, qos: p.qos as u8, retain: p.retain });
+    ctx.published.messages.push(ClientPublish { topic: topic.into(), data, qos: p.qos as u8, retain: p.retain, mqtt: forwarded });
     *ctx.req.stats.mqtt_publishes_in.entry((p.qos as u8).to_string()).or_insert(0) += 1;
     if let Some(ack) = publish_ack(p.qos, p.packet_id, 0) {
         send(ctx, v, &ack);
@@ -438,12 +385,12 @@ fn publish(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, p: Publish<'_>) -> R
 }
 
 /// A push as the PUBLISH MQTT subscribers of `version` receive with
-/// `qos` and `retain`: encoded once per worker per form (see
+/// `qos`, `retain` and (v5) `properties`: encoded once per worker per form (see
 /// `worker/mqtt_out.rs`); for QoS 1 and 2, where each copy gets its packet
 /// id (`flight::Delivery`). Empty when the codec refuses it (a push's
 /// topic and data are within its field limits: 255 bytes, at most 1 MiB).
-pub fn encode_push(version: Version, topic: &str, data: &[u8], qos: QoS, retain: bool) -> (Vec<u8>, usize) {
-    let p = Publish { dup: false, qos, retain, topic, packet_id: 0, properties: Properties::default(), payload: data };
+pub fn encode_push(version: Version, topic: &str, data: &[u8], qos: QoS, retain: bool, properties: Properties<'_>) -> (Vec<u8>, usize) {
+    let p = Publish { dup: false, qos, retain, topic, packet_id: 0, properties, payload: data };
     match encode::PublishPrefix::new(&p, version) {
         Ok(prefix) => {
             let mut out = Vec::with_capacity(prefix.bytes().len() + data.len());

@@ -37,6 +37,7 @@ impl ServerFleet {
                 v["history"] = serde_json::to_value(&self.publisher.history.counters).unwrap_or_default();
                 v["mqtt_retained"] = serde_json::to_value(&self.publisher.retained.counters).unwrap_or_default();
                 v["mqtt_sessions"] = serde_json::to_value(&self.publisher.sessions.counters).unwrap_or_default();
+                v["mqtt_shared"] = serde_json::to_value(&self.publisher.shared.counters).unwrap_or_default();
                 if let Some(u) = &self.upstream {
                     v["upstream"] = serde_json::to_value(&*u.counters.lock().expect("upstream counters")).unwrap_or_default();
                 }
@@ -99,7 +100,7 @@ impl ServerFleet {
             .into_iter()
             .filter_map(|m| {
                 let data = base64::engine::general_purpose::STANDARD.decode(m.data.as_bytes()).ok()?;
-                Some(crate::admin::route::Message { qos: m.qos, retain: m.retain, ..crate::admin::route::Message::topic(m.topic, data) })
+                Some(crate::admin::route::Message { qos: m.qos, retain: m.retain, mqtt: m.mqtt, ..crate::admin::route::Message::topic(m.topic, data) })
             })
             .collect();
         if messages.is_empty() {

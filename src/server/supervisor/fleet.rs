@@ -318,6 +318,7 @@ impl ServerFleet {
                 let actions = claims.into_iter().flat_map(|c| self.publisher.sessions.claim(worker, c, now)).collect();
                 self.session_actions(actions);
             }
+            PoolEvent::Msg(ServerMsg::SharedChanged { changes, .. }) => self.publisher.shared.changed(changes),
             PoolEvent::Msg(ServerMsg::SessionsEnded { ended, .. }) => {
                 let now = Instant::now();
                 let actions = ended.into_iter().flat_map(|e| self.publisher.sessions.ended(e, now)).collect();
@@ -346,6 +347,10 @@ impl ServerFleet {
             match a {
                 Action::Answer(w, answer) => self.pool.send(w, &format!("{CMD_SESSION} {}", serde_json::to_string(&answer).expect("serializes"))),
                 Action::Takeover(w, conn) => self.pool.send(w, &format!("{CMD_TAKEOVER} {conn}")),
+                Action::Will(will) => {
+                    self.client_published(vec![will]);
+                    continue;
+                }
             };
         }
     }
@@ -532,7 +537,8 @@ impl ServerFleet {
         self.maybe_reload_tls();
         self.watch_stalls();
         self.publisher.expire();
-        self.publisher.sessions.expire(Instant::now());
+        let wills = self.publisher.sessions.expire(Instant::now());
+        self.session_actions(wills);
         self.publisher.history.expire(crate::proto::push::wall_us());
         if let Some(r) = &mut self.relay {
             r.flush_replies(&mut self.publisher);

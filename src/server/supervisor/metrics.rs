@@ -30,6 +30,7 @@ pub fn render(
     publisher.history.counters.register(&mut r);
     publisher.retained.counters.register(&mut r);
     publisher.sessions.counters.register(&mut r);
+    publisher.shared.counters.register(&mut r);
     if let Some(a) = admin {
         a.register(&mut r);
     }
@@ -91,12 +92,14 @@ mod tests {
         publisher.history.counters = crate::server::broker::history::HistoryCounters::example();
         publisher.retained.counters = crate::server::broker::retained::RetainedCounters::example();
         publisher.sessions.counters = crate::server::broker::sessions::SessionCounters::example();
+        publisher.shared.counters = crate::server::broker::shared::SharedCounters::example();
         let text = render(&t, &publisher, 7, None, None, None);
         for d in ServerCounters::DECLARED
             .iter()
             .chain(crate::server::broker::history::HistoryCounters::DECLARED)
             .chain(crate::server::broker::retained::RetainedCounters::DECLARED)
             .chain(crate::server::broker::sessions::SessionCounters::DECLARED)
+            .chain(crate::server::broker::shared::SharedCounters::DECLARED)
         {
             assert!(text.contains(&format!("# HELP {} ", d.kind.family_name(PREFIX, d.metric))), "{} missing from {text}", d.field);
         }

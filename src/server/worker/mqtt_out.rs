@@ -7,10 +7,12 @@
 //! like a client's publish).
 
 use super::Worker;
-use crate::proto::mqtt::{QoS, Version};
+use crate::proto::mqtt::forward::Forwarded;
+use crate::proto::mqtt::{Properties, QoS, Version};
 use crate::proto::push;
 use crate::server::close::Close;
-use crate::server::commands::{split_id, ClientPublish, PushCommand, RetainedAnswer, ServerMsg};
+use crate::server::commands::{conn_id, split_id, ClientPublish, PushCommand, RetainedAnswer, ServerMsg};
+use crate::server::session::mqtt::extra::Delivered;
 use crate::server::session::mqtt::{self, flight};
 use crate::supervise::control;
 use base64::Engine;
@@ -23,27 +25,51 @@ const CLOCK_EVERY: usize = 64;
 type Form = Option<(Rc<[u8]>, usize)>;
 
 /// One message's PUBLISH in every form met so far: by version, QoS and
-/// retain flag, each encoded the first time a subscriber needs it.
+/// retain flag, each encoded the first time a subscriber needs it. A v5
+/// form carries the message's forwarded properties (`fwd`, with the
+/// expiry left, `expiry`); a v5 subscriber whose subscriptions have
+/// identifiers gets a copy of its own ([`Forms::own`]).
 struct Forms<'a> {
     topic: &'a str,
     data: &'a [u8],
+    fwd: Option<&'a Forwarded>,
+    /// The Message Expiry Interval left, seconds (v5 forms).
+    expiry: Option<u32>,
+    /// Wall-clock µs it expires (0: never), for deliveries held.
+    expires_us: u64,
     /// [version][qos][retain]: (bytes, where the packet id goes).
     made: [[[Form; 2]; 3]; 2],
 }
 
 impl<'a> Forms<'a> {
     fn new(topic: &'a str, data: &'a [u8]) -> Forms<'a> {
-        Forms { topic, data, made: Default::default() }
+        Forms { topic, data, fwd: None, expiry: None, expires_us: 0, made: Default::default() }
+    }
+
+    /// The PUBLISH properties of a v5 form (none in 3.1.1).
+    fn properties(&self, version: Version, sids: Vec<u32>) -> Properties<'a> {
+        match (version, self.fwd) {
+            (Version::V5, Some(f)) => f.properties(self.expiry, sids),
+            (Version::V5, None) => Properties { subscription_ids: sids, ..Properties::default() },
+            _ => Properties::default(),
+        }
     }
 
     fn get(&mut self, version: Version, qos: QoS, retain: bool) -> (Rc<[u8]>, usize) {
         let (topic, data) = (self.topic, self.data);
+        let properties = self.properties(version, Vec::new());
         self.made[(version == Version::V5) as usize][qos as usize][retain as usize]
             .get_or_insert_with(|| {
-                let (bytes, id_at) = mqtt::encode_push(version, topic, data, qos, retain);
+                let (bytes, id_at) = mqtt::encode_push(version, topic, data, qos, retain, properties);
                 (bytes.into(), id_at)
             })
             .clone()
+    }
+
+    /// A v5 copy with this subscriber's subscription identifiers.
+    fn own(&self, qos: QoS, retain: bool, sids: Vec<u32>) -> (Rc<[u8]>, usize) {
+        let (bytes, id_at) = mqtt::encode_push(Version::V5, self.topic, self.data, qos, retain, self.properties(Version::V5, sids));
+        (bytes.into(), id_at)
     }
 }
 
@@ -64,10 +90,38 @@ impl Worker {
         let qos = QoS::from_bits(cmd.qos).unwrap_or_default();
         let (mut queued, mut slow) = (0, Vec::new());
         let mut now_us = push::wall_us();
-        for (i, key) in targets.iter().enumerate() {
-            let Some(m) = self.conns.get(*key).and_then(|c| mqtt::state(&c.ext)) else { continue };
-            let (q, retain) = m.delivery(&self.topics, &cmd.topic, qos, cmd.retain);
-            match self.mqtt_send(*key, &mut forms, q, retain) {
+        let fwd = cmd.mqtt.as_deref();
+        forms.fwd = fwd;
+        // The v5 Message Expiry Interval: what is left goes out; a message
+        // past it reaches nobody (counted once per would-be receiver).
+        match fwd.map_or(Some(None), |f| f.expiry_left(now_us.saturating_sub(cmd.publish_us))) {
+            Some(left) => forms.expiry = left,
+            None => {
+                self.stats.mqtt_expired_dropped += (targets.len() + cmd.shared.len()) as u64;
+                return self.pushed(cmd.publish_id, 0, Vec::new());
+            }
+        }
+        forms.expires_us = fwd.and_then(|f| f.message_expiry).map_or(0, |s| cmd.publish_us + u64::from(s) * 1_000_000);
+        let origin = fwd.and_then(|f| f.origin);
+        // The members of shared subscription groups the supervisor picked
+        // for this message, those of this worker: at the lower of the
+        // publish's QoS and the granted one, without the retain flag.
+        let shared: Vec<(usize, Option<Delivered>)> = cmd
+            .shared
+            .iter()
+            .filter_map(|&(id, granted)| {
+                let (w, key, gen) = split_id(id);
+                let q = QoS::from_bits(granted).unwrap_or_default().min(qos);
+                let d = Delivered { qos: q, retain: false, sids: Vec::new() };
+                (w == self.cfg.worker && self.conns.get(key).is_some_and(|c| c.gen == gen)).then_some((key, Some(d)))
+            })
+            .collect();
+        for (i, (key, how)) in targets.iter().map(|k| (*k, None)).chain(shared).enumerate() {
+            let Some(c) = self.conns.get(key) else { continue };
+            let Some(m) = mqtt::state(&c.ext) else { continue };
+            let own = origin == Some(conn_id(self.cfg.worker, key, c.gen));
+            let Some(d) = how.or_else(|| m.delivery(&self.topics, &c.subs, &cmd.topic, qos, cmd.retain, own)) else { continue };
+            match self.mqtt_send(key, &mut forms, d) {
                 Ok(Sent::Out) => {
                     queued += 1;
                     if i % CLOCK_EVERY == 0 {
@@ -76,7 +130,7 @@ impl Worker {
                     self.record_push_latency(now_us.saturating_sub(cmd.publish_us));
                 }
                 Ok(Sent::Not) => {}
-                Err(reason) => slow.push((*key, reason)),
+                Err(reason) => slow.push((key, reason)),
             }
         }
         self.pushed(cmd.publish_id, queued, slow);
@@ -85,12 +139,16 @@ impl Worker {
     /// One connection's copy of `forms` at `qos`: the shared QoS 0 bytes,
     /// or a QoS 1/2 copy with its packet id when the window has room
     /// (else held or dropped, counted). Err: a slow consumer, to close.
-    fn mqtt_send(&mut self, key: usize, forms: &mut Forms<'_>, qos: QoS, retain: bool) -> Result<Sent, Close> {
+    fn mqtt_send(&mut self, key: usize, forms: &mut Forms<'_>, d: Delivered) -> Result<Sent, Close> {
         let bounds = self.cfg.mqtt.flight;
         let Some(conn) = self.conns.get_mut(key) else { return Ok(Sent::Not) };
         let Some(m) = mqtt::state_mut(&mut conn.ext) else { return Ok(Sent::Not) };
         let Some(version) = m.version else { return Ok(Sent::Not) };
-        let (frame, id_at) = forms.get(version, qos, retain);
+        let qos = d.qos;
+        let (frame, id_at) = match version {
+            Version::V5 if !d.sids.is_empty() => forms.own(qos, d.retain, d.sids),
+            _ => forms.get(version, qos, d.retain),
+        };
         if frame.is_empty() || frame.len() > m.max_in as usize {
             return Ok(Sent::Not);
         }
@@ -98,7 +156,7 @@ impl Worker {
             super::io::send_frame(self.tls.as_mut(), self.ring.as_mut(), key, conn, &frame, self.cfg.max_pending_bytes, Close::SlowConsumer)
         } else {
             let window = m.window;
-            match m.extra_mut().flight.offer(flight::Delivery { bytes: frame, id_at, qos }, window, bounds) {
+            match m.extra_mut().flight.offer(flight::Delivery { bytes: frame, id_at, qos, expires_us: forms.expires_us }, window, bounds) {
                 flight::Offer::Send(bytes) => {
                     super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &bytes, self.cfg.max_pending_bytes, Close::SlowConsumer)
                 }
@@ -126,7 +184,7 @@ impl Worker {
         for m in &answer.messages {
             let Ok(data) = base64::engine::general_purpose::STANDARD.decode(m.data.as_bytes()) else { continue };
             let qos = QoS::from_bits(m.qos).unwrap_or_default().min(granted);
-            match self.mqtt_send(key, &mut Forms::new(&m.topic, &data), qos, true) {
+            match self.mqtt_send(key, &mut Forms::new(&m.topic, &data), Delivered { qos, retain: true, sids: Vec::new() }) {
                 Ok(Sent::Out) => {
                     self.stats.mqtt_retained_out += 1;
                     self.stats.frames_out += 1;
@@ -140,13 +198,23 @@ impl Worker {
         }
     }
 
+    /// A connection ends: the shared subscription groups it was in are
+    /// told it left.
+    pub(super) fn mqtt_shared_leave(&mut self, key: usize, gen: u32, ext: &mut crate::server::worker::conn::Ext) {
+        let Some(m) = mqtt::state_mut(ext) else { return };
+        let changes = mqtt::shared::leave_all(m, &mut self.published.shared, crate::server::commands::conn_id(self.cfg.worker, key, gen));
+        if !changes.is_empty() {
+            control::emit(&ServerMsg::SharedChanged { worker: self.cfg.worker, changes });
+        }
+    }
+
     /// A connection ends: its will, if it still has one (no DISCONNECT,
     /// or v5 reason 0x04), goes into the topic space now.
     pub(super) fn mqtt_will(&mut self, ext: &mut crate::server::worker::conn::Ext) {
         let Some(will) = mqtt::state_mut(ext).and_then(|m| m.take_will()) else { return };
         self.stats.mqtt_wills_sent += 1;
         let data = base64::engine::general_purpose::STANDARD.encode(&will.payload);
-        let messages = vec![ClientPublish { topic: will.topic.into(), data, qos: will.qos as u8, retain: will.retain }];
+        let messages = vec![ClientPublish { topic: will.topic.into(), data, qos: will.qos as u8, retain: will.retain, mqtt: None }];
         control::emit(&ServerMsg::Published { worker: self.cfg.worker, messages });
     }
 }

@@ -9,8 +9,9 @@
 
 use super::Worker;
 use crate::proto::mqtt::{encode, ConnAck, Disconnect, Packet, Properties, QoS, Version};
+use crate::server::broker::sessions::wills::DelayedWill;
 use crate::server::close::Close;
-use crate::server::commands::{conn_id, split_id, ServerMsg, SessionAnswer, SessionEnd, SessionMessage, SessionState};
+use crate::server::commands::{conn_id, split_id, ClientPublish, ServerMsg, SessionAnswer, SessionEnd, SessionMessage, SessionState};
 use crate::server::session::mqtt::{self, connect, flight, Claim};
 use crate::server::session::requests::Requests;
 use crate::server::worker::wildcards;
@@ -59,17 +60,17 @@ impl Worker {
                 self.topics.subscribe(&mut conn.subs, key, filter.as_bytes())
             };
             if let (Ok(()), Some(id)) = (r, self.topics.sub_id(filter)) {
-                m.set_sub(id, QoS::from_bits(*qos).unwrap_or_default(), false);
+                m.set_sub(mqtt::extra::SubOpts { id, qos: QoS::from_bits(*qos).unwrap_or_default(), ..Default::default() });
             }
         }
         for msg in &a.messages {
             let Ok(data) = base64::engine::general_purpose::STANDARD.decode(msg.data.as_bytes()) else { continue };
             let qos = QoS::from_bits(msg.qos).unwrap_or_default();
-            let (bytes, id_at) = mqtt::encode_push(v, &msg.topic, &data, qos, msg.retain);
+            let (bytes, id_at) = mqtt::encode_push(v, &msg.topic, &data, qos, msg.retain, Properties::default());
             if bytes.is_empty() || qos == QoS::AtMostOnce {
                 continue;
             }
-            let d = flight::Delivery { bytes: bytes.into(), id_at, qos };
+            let d = flight::Delivery { bytes: bytes.into(), id_at, qos, expires_us: 0 };
             let window = m.window;
             let x = m.extra_mut();
             let sent = match x.flight.resume(d.clone(), msg.id, msg.released) {
@@ -157,8 +158,18 @@ impl Worker {
 
     /// A registered connection ends: its id goes back to the supervisor,
     /// with its session (subscriptions and unacknowledged messages) when
-    /// that outlives it.
-    pub(super) fn mqtt_session_end(&mut self, key: usize, conn: &super::conn::Conn) {
+    /// that outlives it, and then its will when it asked for a v5 Will
+    /// Delay Interval (the supervisor holds it: a reconnect of the id on
+    /// any worker cancels it).
+    pub(super) fn mqtt_session_end(&mut self, key: usize, conn: &mut super::conn::Conn) {
+        let will = mqtt::state_mut(&mut conn.ext)
+            .filter(|m| m.claim == Claim::Registered && m.expiry_s > 0 && m.extra.as_deref().and_then(|x| x.will.as_ref()).is_some_and(|w| w.delay_s > 0))
+            .and_then(|m| m.take_will())
+            .map(|w| {
+                self.stats.mqtt_wills_sent += 1;
+                let data = base64::engine::general_purpose::STANDARD.encode(&w.payload);
+                DelayedWill { will: ClientPublish { topic: w.topic.into(), data, qos: w.qos as u8, retain: w.retain, mqtt: None }, delay_s: w.delay_s }
+            });
         let Some(m) = mqtt::state(&conn.ext).filter(|m| m.claim == Claim::Registered) else { return };
         let state = (m.expiry_s > 0).then(|| {
             let qos_of = |id: u32| m.extra.as_deref().and_then(|x| x.subs.iter().find(|s| s.id == id)).map_or(0, |s| s.qos as u8);
@@ -177,26 +188,35 @@ impl Worker {
                 .collect();
             SessionState { subs, messages }
         });
-        let end = SessionEnd { conn: conn_id(self.cfg.worker, key, conn.gen), key: m.key, id_len: m.id_len, expiry_s: m.expiry_s, state };
+        let end = SessionEnd { conn: conn_id(self.cfg.worker, key, conn.gen), key: m.key, id_len: m.id_len, expiry_s: m.expiry_s, state, will };
         control::emit(&ServerMsg::SessionsEnded { worker: self.cfg.worker, ended: vec![end] });
     }
 
-    /// Hand the supervisor what MQTT reads left for it: client publishes
-    /// (before their PUBACKs go out), retained wants, client id claims.
+    /// Hand the supervisor what MQTT reads left for it ([`emit`]).
     pub(super) fn emit_published(&mut self) {
-        let w = self.cfg.worker;
-        if !self.published.messages.is_empty() {
-            let messages = std::mem::take(&mut self.published.messages);
-            self.published.bytes = 0;
-            control::emit(&ServerMsg::Published { worker: w, messages });
-        }
-        if !self.published.wants.is_empty() {
-            let wants = std::mem::take(&mut self.published.wants);
-            control::emit(&ServerMsg::RetainedWanted { worker: w, wants });
-        }
-        if !self.published.claims.is_empty() {
-            let claims = std::mem::take(&mut self.published.claims);
-            control::emit(&ServerMsg::SessionClaims { worker: w, claims });
-        }
+        emit(self.cfg.worker, &mut self.published);
+    }
+}
+
+/// Hand the supervisor what MQTT reads left for it: client publishes
+/// (before their PUBACKs go out), retained wants, client id claims,
+/// shared subscription groups joined and left.
+pub(super) fn emit(w: usize, published: &mut mqtt::Published) {
+    if !published.messages.is_empty() {
+        let messages = std::mem::take(&mut published.messages);
+        published.bytes = 0;
+        control::emit(&ServerMsg::Published { worker: w, messages });
+    }
+    if !published.wants.is_empty() {
+        let wants = std::mem::take(&mut published.wants);
+        control::emit(&ServerMsg::RetainedWanted { worker: w, wants });
+    }
+    if !published.claims.is_empty() {
+        let claims = std::mem::take(&mut published.claims);
+        control::emit(&ServerMsg::SessionClaims { worker: w, claims });
+    }
+    if !published.shared_changes.is_empty() {
+        let changes = std::mem::take(&mut published.shared_changes);
+        control::emit(&ServerMsg::SharedChanged { worker: w, changes });
     }
 }

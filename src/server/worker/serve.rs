@@ -158,19 +158,7 @@ impl Worker {
                     let ext = &mut conn.ext;
                     let r = read(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| mqtt::consume(&mut ctx, ext, buf));
                     // Into the topic space before the PUBACKs go out.
-                    if !self.published.messages.is_empty() {
-                        let messages = std::mem::take(&mut self.published.messages);
-                        self.published.bytes = 0;
-                        crate::supervise::control::emit(&crate::server::commands::ServerMsg::Published { worker: self.cfg.worker, messages });
-                    }
-                    if !self.published.wants.is_empty() {
-                        let wants = std::mem::take(&mut self.published.wants);
-                        crate::supervise::control::emit(&crate::server::commands::ServerMsg::RetainedWanted { worker: self.cfg.worker, wants });
-                    }
-                    if !self.published.claims.is_empty() {
-                        let claims = std::mem::take(&mut self.published.claims);
-                        crate::supervise::control::emit(&crate::server::commands::ServerMsg::SessionClaims { worker: self.cfg.worker, claims });
-                    }
+                    super::mqtt_session::emit(self.cfg.worker, &mut self.published);
                     r
                 }
                 // Raw and sse are client protocols (refused by the server's plan).

@@ -1,11 +1,13 @@
 //! Tests of the codec as a whole: every packet type round-tripped in both
 //! versions with every property (`roundtrip`), byte vectors written by hand
 //! from the standards (`vectors`), every refusal (`errors`), and random
-//! packets and random bytes (`prop`).
+//! packets and random bytes (`prop`), forwarded PUBLISH properties
+//! (`forward`).
 
 use super::*;
 
 mod errors;
+mod forward;
 mod prop;
 mod roundtrip;
 mod vectors;

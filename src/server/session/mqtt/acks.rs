@@ -38,8 +38,9 @@ pub fn outbound(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, stage: Stage, a
     match acked {
         Acked::Done => {
             let mut sent = Vec::new();
-            if let Some(x) = m.extra.as_deref_mut() {
-                x.flight.release(window, &mut sent);
+            if let Some(x) = m.extra.as_deref_mut().filter(|x| x.flight.counts().1 > 0) {
+                // Held ones past their Message Expiry Interval are dropped here.
+                ctx.req.stats.mqtt_expired_dropped += x.flight.release(window, crate::proto::push::wall_us(), &mut sent);
             }
             for (bytes, qos) in sent {
                 ctx.req.out.extend_from_slice(&bytes);

@@ -83,9 +83,9 @@ pub fn connack_properties(v: Version, max_packet_size: u32, assigned: Option<&st
             maximum_qos: None,
             retain_available: None,
             wildcard_sub_available: Some(true),
-            sub_id_available: Some(false),
-            shared_sub_available: Some(false),
-            topic_alias_maximum: Some(0),
+            sub_id_available: Some(true),
+            shared_sub_available: Some(true),
+            topic_alias_maximum: Some(super::alias::TOPIC_ALIAS_MAXIMUM),
             maximum_packet_size: Some(max_packet_size),
             assigned_client_id: assigned,
             session_expiry,
@@ -107,5 +107,6 @@ fn will(ctx: &mut Ctx<'_>, v: Version, w: &crate::proto::mqtt::Will<'_>) -> Resu
     if w.payload.len() > ctx.cfg.max_push {
         return Err(refuse_connect(ctx, v, 0x95, None, Close::MqttWillTooLarge));
     }
-    Ok(extra::OwnedWill { topic: w.topic.into(), payload: w.payload.into(), qos: w.qos, retain: w.retain })
+    let delay_s = w.properties.will_delay.unwrap_or(0);
+    Ok(extra::OwnedWill { topic: w.topic.into(), payload: w.payload.into(), qos: w.qos, retain: w.retain, delay_s })
 }

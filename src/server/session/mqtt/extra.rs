@@ -1,17 +1,17 @@
 //! What an MQTT connection holds beyond its fixed few bytes, boxed and
 //! only while it has any of it: its subscriptions granted QoS 1 or 2 (or
-//! v5 Retain As Published), its deliveries in flight ([`Flight`]) and its
-//! will message. An idle QoS 0 subscriber without a will has none of it:
+//! v5 Retain As Published), its deliveries in flight ([`Flight`]), its
+//! will message, its shared subscriptions and its topic aliases. An idle QoS 0 subscriber without a will has none of it:
 //! its state stays one null pointer.
 
 use super::flight::Flight;
 use super::MqttConn;
 use crate::proto::mqtt::QoS;
-use crate::server::worker::topics::Topics;
+use crate::server::worker::topics::{Subs, Topics};
 
 /// Options of one subscription that differ from QoS 0 without Retain As
-/// Published (the only ones kept).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Published, No Local or a subscription identifier (the only ones kept).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SubOpts {
     /// The subscription's id in the worker's topics (`topics::Subs`).
     pub id: u32,
@@ -19,6 +19,19 @@ pub struct SubOpts {
     pub qos: QoS,
     /// v5 Retain As Published: forwarded messages keep their retain flag.
     pub rap: bool,
+    /// v5 No Local: the connection's own publishes do not come back.
+    pub no_local: bool,
+    /// v5 Subscription Identifier (0: none), sent with what it matches.
+    pub sid: u32,
+}
+
+/// How a message goes to one connection ([`MqttConn::delivery`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivered {
+    pub qos: QoS,
+    pub retain: bool,
+    /// The identifiers of the subscriptions it matched (v5).
+    pub sids: Vec<u32>,
 }
 
 /// A will message, owned (from the CONNECT), published through the same
@@ -30,6 +43,8 @@ pub struct OwnedWill {
     pub payload: Box<[u8]>,
     pub qos: QoS,
     pub retain: bool,
+    /// v5 Will Delay Interval, seconds (0: at once; 3.1.1 always 0).
+    pub delay_s: u32,
 }
 
 /// The boxed part of an [`MqttConn`].
@@ -40,6 +55,11 @@ pub struct Extra {
     pub subs: Vec<SubOpts>,
     pub flight: Flight,
     pub will: Option<OwnedWill>,
+    /// Shared subscriptions (`shared.rs`), at most `shared::MAX_PER_CONN`.
+    pub shares: Vec<super::shared::Share>,
+    /// Topic aliases the client set (`alias.rs`): alias N at N - 1, an
+    /// empty topic where none is set; at most `alias::TOPIC_ALIAS_MAXIMUM`.
+    pub aliases: Vec<Box<str>>,
 }
 
 impl MqttConn {
@@ -50,35 +70,49 @@ impl MqttConn {
 
     /// Free the boxed part once it holds nothing.
     pub fn tidy(&mut self) {
-        if self.extra.as_deref().is_some_and(|x| x.subs.is_empty() && x.will.is_none() && x.flight.idle()) {
+        if self.extra.as_deref().is_some_and(|x| x.subs.is_empty() && x.will.is_none() && x.flight.idle() && x.shares.is_empty() && x.aliases.is_empty()) {
             self.extra = None;
         }
     }
 
     /// Record a subscription's options: kept only when they are not the
     /// plain QoS 0 ones.
-    pub fn set_sub(&mut self, id: u32, qos: QoS, rap: bool) {
+    pub fn set_sub(&mut self, o: SubOpts) {
         if let Some(x) = self.extra.as_deref_mut() {
-            x.subs.retain(|s| s.id != id);
+            x.subs.retain(|s| s.id != o.id);
         }
-        if qos != QoS::AtMostOnce || rap {
-            self.extra_mut().subs.push(SubOpts { id, qos, rap });
+        if o != (SubOpts { id: o.id, ..SubOpts::default() }) {
+            self.extra_mut().subs.push(o);
         }
         self.tidy();
     }
 
-    /// With what QoS and retain flag a message of `topic` published with
-    /// `qos` and `retain` goes to this connection: the highest QoS its
-    /// matching subscriptions were granted, no more than the publish's
-    /// (§3.8.4); the retain flag only through a Retain As Published one.
-    pub fn delivery(&self, topics: &Topics, topic: &str, qos: QoS, retain: bool) -> (QoS, bool) {
-        let Some(x) = self.extra.as_deref().filter(|x| !x.subs.is_empty()) else { return (QoS::AtMostOnce, false) };
-        let (mut granted, mut rap) = (QoS::AtMostOnce, false);
-        for s in x.subs.iter().filter(|s| topics.sub_matches(s.id, topic)) {
+    /// How a message of `topic` published with `qos` and `retain` goes to
+    /// this connection (`all` its subscriptions, `own` it published it):
+    /// at the highest QoS its matching subscriptions were granted, no more
+    /// than the publish's (§3.8.4); the retain flag only through a Retain
+    /// As Published one; with their subscription identifiers. None: it
+    /// matched only No Local subscriptions and is its own (§3.8.3.1).
+    pub fn delivery(&self, topics: &Topics, all: &Subs, topic: &str, qos: QoS, retain: bool, own: bool) -> Option<Delivered> {
+        let plain = Delivered { qos: QoS::AtMostOnce, retain: false, sids: Vec::new() };
+        let Some(x) = self.extra.as_deref().filter(|x| !x.subs.is_empty()) else { return Some(plain) };
+        let (mut granted, mut rap, mut sids, mut any) = (QoS::AtMostOnce, false, Vec::new(), false);
+        for s in x.subs.iter().filter(|s| !(own && s.no_local) && topics.sub_matches(s.id, topic)) {
+            any = true;
             granted = granted.max(s.qos);
             rap |= s.rap;
+            if s.sid != 0 {
+                sids.push(s.sid);
+            }
         }
-        (granted.min(qos), retain && rap)
+        if !any && own {
+            // Only plain subscriptions (not in `x.subs`) may still match.
+            let options = |id: &u32| x.subs.iter().any(|s| s.id == *id);
+            if !all.iter().any(|id| !options(id) && topics.sub_matches(*id, topic)) {
+                return None;
+            }
+        }
+        Some(Delivered { qos: granted.min(qos), retain: retain && rap, sids })
     }
 
     /// The will to publish now that the connection ends (taken: once).

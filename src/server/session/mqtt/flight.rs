@@ -51,11 +51,15 @@ pub struct Delivery {
     pub bytes: Rc<[u8]>,
     pub id_at: usize,
     pub qos: QoS,
+    /// Wall-clock µs its v5 Message Expiry Interval ends (0: never): past
+    /// it a held delivery is dropped, before it the interval it carries is
+    /// what is left ([`Delivery::packet`]).
+    pub expires_us: u64,
 }
 
 impl Delivery {
     /// The message this PUBLISH carries: (topic, payload, retain). Our
-    /// own encoding (`encode_push`): a v5 one has no properties.
+    /// own encoding (`encode_push`; a kept session keeps no properties).
     pub fn message(&self, v5: bool) -> Option<(&str, &[u8], bool)> {
         let b = &self.bytes;
         let mut at = 1;
@@ -67,16 +71,40 @@ impl Delivery {
         let topic = std::str::from_utf8(b.get(at + 2..at + 2 + len)?).ok()?;
         let mut body = at + 2 + len + if self.qos == QoS::AtMostOnce { 0 } else { 2 };
         if v5 {
-            body += 1;
+            // The property block: its length (a Variable Byte Integer), then it.
+            let (mut n, mut shift) = (0usize, 0);
+            loop {
+                let byte = *b.get(body)?;
+                body += 1;
+                n |= usize::from(byte & 0x7F) << shift;
+                shift += 7;
+                if byte & 0x80 == 0 || shift > 21 {
+                    break;
+                }
+            }
+            body += n;
         }
         Some((topic, b.get(body..)?, b[0] & 1 == 1))
     }
 
-    /// The packet for one connection, with `id`.
-    fn with_id(&self, id: u16) -> Vec<u8> {
+    /// Whether its Message Expiry Interval passed at `now_us`.
+    pub fn expired(&self, now_us: u64) -> bool {
+        self.expires_us != 0 && now_us >= self.expires_us
+    }
+
+    /// The packet for one connection, with `id`; with `now_us`, carrying
+    /// what is left of its Message Expiry Interval then (at least 1 s),
+    /// else as encoded.
+    fn packet(&self, id: u16, now_us: Option<u64>) -> Vec<u8> {
         let mut v = self.bytes.to_vec();
         if let Some(at) = v.get_mut(self.id_at..self.id_at + 2) {
             at.copy_from_slice(&id.to_be_bytes());
+        }
+        if let Some(now_us) = now_us.filter(|_| self.expires_us != 0) {
+            let left = (self.expires_us.saturating_sub(now_us).div_ceil(1_000_000)).clamp(1, u64::from(u32::MAX)) as u32;
+            if let Some(at) = crate::proto::mqtt::forward::expiry_at(&v) {
+                v[at..at + 4].copy_from_slice(&left.to_be_bytes());
+            }
         }
         v
     }
@@ -164,7 +192,7 @@ impl Flight {
     /// queued within `bounds`, else dropped.
     pub fn offer(&mut self, d: Delivery, window: u16, bounds: Bounds) -> Offer {
         if self.out.len() < usize::from(window.max(1)) && self.held.is_empty() {
-            return Offer::Send(self.start(&d));
+            return Offer::Send(self.start(&d, None));
         }
         if self.held.len() >= bounds.queued {
             return Offer::Dropped(QUEUE_FULL);
@@ -177,8 +205,9 @@ impl Flight {
         Offer::Held
     }
 
-    /// Give `d` a free packet id and put it in flight; its bytes.
-    fn start(&mut self, d: &Delivery) -> Vec<u8> {
+    /// Give `d` a free packet id and put it in flight; its bytes (the
+    /// expiry left at `now_us`; None: as encoded, just now).
+    fn start(&mut self, d: &Delivery, now_us: Option<u64>) -> Vec<u8> {
         // At most 65535 ids and a window far smaller: one is free.
         loop {
             self.last_id = self.last_id.checked_add(1).unwrap_or(1);
@@ -188,20 +217,27 @@ impl Flight {
         }
         let stage = if d.qos == QoS::ExactlyOnce { Stage::Rec } else { Stage::Ack };
         self.out.push((self.last_id, stage, d.clone()));
-        d.with_id(self.last_id)
+        d.packet(self.last_id, now_us)
     }
 
     /// Move held deliveries into the window's free places; each one's
-    /// packet, with its QoS, appended in order.
-    pub fn release(&mut self, window: u16, sent: &mut Vec<(Vec<u8>, QoS)>) {
+    /// packet, with its QoS, appended in order. Those whose Message
+    /// Expiry Interval passed by `now_us` are dropped; how many returned.
+    pub fn release(&mut self, window: u16, now_us: u64, sent: &mut Vec<(Vec<u8>, QoS)>) -> u64 {
+        let mut expired = 0;
         while self.out.len() < usize::from(window.max(1)) {
             let Some(d) = self.held.pop_front() else { break };
             self.held_bytes -= d.bytes.len();
-            sent.push((self.start(&d), d.qos));
+            if d.expired(now_us) {
+                expired += 1;
+                continue;
+            }
+            sent.push((self.start(&d, Some(now_us)), d.qos));
         }
         if self.held.is_empty() && self.held.capacity() > 0 {
             self.held = VecDeque::new();
         }
+        expired
     }
 
     /// The client acknowledged `id` (`stage`: which ack it sent: PUBACK
@@ -250,7 +286,7 @@ impl Flight {
             let [hi, lo] = id.to_be_bytes();
             (Stage::Comp, vec![0x62, 2, hi, lo])
         } else {
-            let mut b = d.with_id(id);
+            let mut b = d.packet(id, None);
             b[0] |= 0x08;
             (if d.qos == QoS::ExactlyOnce { Stage::Rec } else { Stage::Ack }, b)
         };
@@ -287,7 +323,7 @@ mod tests {
 
     fn delivery(qos: QoS) -> Delivery {
         // A PUBLISH of "t" with room for an id at 5: 3x 03 00 01 74 <id> "p".
-        Delivery { bytes: vec![0x30 | (qos as u8) << 1, 6, 0, 1, b't', 0, 0, b'p'].into(), id_at: 5, qos }
+        Delivery { bytes: vec![0x30 | (qos as u8) << 1, 6, 0, 1, b't', 0, 0, b'p'].into(), id_at: 5, qos, expires_us: 0 }
     }
 
     const BOUNDS: Bounds = Bounds { inflight: 2, queued: 2, queued_bytes: 1 << 20 };
@@ -311,7 +347,7 @@ mod tests {
         assert_eq!(f.acked(Stage::Ack, 9, false), Acked::Unknown);
         assert_eq!(f.acked(Stage::Ack, 1, false), Acked::Done);
         let mut sent = Vec::new();
-        f.release(2, &mut sent);
+        assert_eq!(f.release(2, 0, &mut sent), 0);
         assert_eq!(sent.len(), 1);
         assert_eq!(&sent[0].0[5..7], &[0, 3]);
         // QoS 2: PUBREC -> PUBREL (again if PUBREC is repeated) -> PUBCOMP.
@@ -319,7 +355,7 @@ mod tests {
         assert_eq!(f.acked(Stage::Rec, 2, false), Acked::Release);
         assert_eq!(f.acked(Stage::Comp, 2, false), Acked::Done);
         assert_eq!(f.acked(Stage::Comp, 2, false), Acked::Unknown);
-        f.release(2, &mut sent);
+        assert_eq!(f.release(2, 0, &mut sent), 0);
         assert_eq!(f.acked(Stage::Ack, 3, false), Acked::Done);
         assert_eq!(f.acked(Stage::Ack, 4, false), Acked::Done);
         assert!(f.idle());
@@ -385,5 +421,30 @@ mod tests {
         assert!(!f.released(5));
         assert_eq!(f.received(5, 2), Incoming::New, "released: the id is free again");
         assert!(f.released(5) && f.released(6) && f.idle());
+    }
+
+    /// A held delivery past its Message Expiry Interval is dropped when
+    /// the window frees (counted by the caller); one still alive goes out
+    /// with what is left of it patched in.
+    #[test]
+    fn held_deliveries_expire_or_carry_what_is_left() {
+        use crate::proto::mqtt::{encode, Packet, Properties, Publish};
+        let properties = Properties { message_expiry: Some(60), ..Properties::default() };
+        let p = Publish { dup: false, qos: QoS::AtLeastOnce, retain: false, topic: "t", packet_id: 1, properties, payload: b"x" };
+        let mut bytes = Vec::new();
+        encode::packet(&Packet::Publish(p), crate::proto::mqtt::Version::V5, &mut bytes).unwrap();
+        let aged = |expires_us| Delivery { bytes: bytes.clone().into(), id_at: 5, qos: QoS::AtLeastOnce, expires_us };
+        let mut f = Flight::default();
+        let b = Bounds::default();
+        assert!(matches!(f.offer(delivery(QoS::AtLeastOnce), 1, b), Offer::Send(_)));
+        assert_eq!(f.offer(aged(1_000_000), 1, b), Offer::Held);
+        assert_eq!(f.offer(aged(60_000_000), 1, b), Offer::Held);
+        assert_eq!(f.acked(Stage::Ack, 1, false), Acked::Done);
+        let mut sent = Vec::new();
+        // At 40.5 s the first has expired; the second has 19.5 s left: 20.
+        assert_eq!(f.release(1, 40_500_000, &mut sent), 1);
+        assert_eq!(sent.len(), 1);
+        let at = crate::proto::mqtt::forward::expiry_at(&sent[0].0).unwrap();
+        assert_eq!(sent[0].0[at..at + 4], 20u32.to_be_bytes());
     }
 }

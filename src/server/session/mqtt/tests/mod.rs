@@ -2,7 +2,7 @@
 //! the bytes and state it leaves checked.
 
 use super::*;
-use crate::proto::mqtt::{Connect, Subscribe, Subscription};
+use crate::proto::mqtt::{Connect, SubAck, Subscribe, Subscription};
 use crate::server::session::fixture::Read;
 
 /// A session's read parts and the MQTT connection's own.
@@ -111,7 +111,7 @@ fn a_v5_connack_announces_the_capabilities() {
             Ok(())
         })
         .unwrap();
-    assert_eq!(seen, Some((0, None, None, Some(false), Some(0))));
+    assert_eq!(seen, Some((0, None, None, Some(true), Some(alias::TOPIC_ALIAS_MAXIMUM))));
 }
 
 /// Wildcard and exact subscriptions are granted the QoS asked; refusals
@@ -124,14 +124,14 @@ fn subscriptions_are_granted_refused_and_matched() {
     let (r, out) =
         p.feed(&subscribe(Version::V5, &[("a/+", QoS::ExactlyOnce), ("x", QoS::AtMostOnce), ("$share/g/a", QoS::AtMostOnce), ("a b", QoS::AtMostOnce)]));
     assert!(r.is_ok());
-    assert_eq!(out, bytes(&Packet::SubAck(SubAck { packet_id: 7, properties: Properties::default(), codes: vec![2, 0, 0x9E, 0x8F] }), Version::V5));
+    assert_eq!(out, bytes(&Packet::SubAck(SubAck { packet_id: 7, properties: Properties::default(), codes: vec![2, 0, 0, 0x8F] }), Version::V5));
     assert_eq!(p.read.topics.audience("a/b"), vec![3]);
     assert_eq!(p.read.topics.audience("x"), vec![3]);
     assert!(p.read.topics.audience("b/c").is_empty());
-    assert_eq!(p.read.stats.subscribe_refused.values().sum::<u64>(), 2);
+    assert_eq!(p.read.stats.subscribe_refused.values().sum::<u64>(), 1);
     let mut p3 = parts();
     assert!(p3.feed(&connect(Version::V311, 0)).0.is_ok());
-    let (_, out) = p3.feed(&subscribe(Version::V311, &[("#", QoS::AtLeastOnce), ("$share/g/a", QoS::AtMostOnce)]));
+    let (_, out) = p3.feed(&subscribe(Version::V311, &[("#", QoS::AtLeastOnce), ("$share/g/a b", QoS::AtMostOnce)]));
     assert_eq!(out, bytes(&Packet::SubAck(SubAck { packet_id: 7, properties: Properties::default(), codes: vec![1, 0x80] }), Version::V311));
     assert!(p3.read.topics.audience("$SYS/x").is_empty());
 }
@@ -147,7 +147,16 @@ fn publishes_are_handed_on_and_acknowledged_or_refused() {
     let (r, out) = p.feed(&publish(Version::V5, "a/b", QoS::AtLeastOnce, b"hi"));
     assert!(r.is_ok());
     assert_eq!(out, bytes(&Packet::PubAck(Ack { packet_id: 9, reason: 0, properties: Properties::default() }), Version::V5));
-    assert_eq!(p.published.messages, vec![ClientPublish { topic: "a/b".into(), data: "aGk=".into(), qos: 1, retain: false }]);
+    assert_eq!(
+        p.published.messages,
+        vec![ClientPublish {
+            topic: "a/b".into(),
+            data: "aGk=".into(),
+            qos: 1,
+            retain: false,
+            mqtt: Some(Box::new(crate::proto::mqtt::forward::Forwarded { origin: Some(crate::server::commands::conn_id(0, 3, 1)), ..Default::default() }))
+        }]
+    );
     let ack = |packet_id, reason| Ack { packet_id, reason, properties: Properties::default() };
     for _ in 0..2 {
         let (r, out) = p.feed(&publish(Version::V5, "a/b", QoS::ExactlyOnce, b"hi"));
@@ -197,8 +206,8 @@ fn acknowledgements_move_deliveries_on_and_release_the_held_ones() {
     let m = state_mut(&mut p.ext).unwrap();
     assert_eq!(m.window, 2, "--mqtt-inflight, the client gave no Receive Maximum");
     let mut offer = |qos: QoS| {
-        let (bytes, id_at) = encode_push(Version::V5, "t", b"x", qos, false);
-        m.extra_mut().flight.offer(flight::Delivery { bytes: bytes.into(), id_at, qos }, 2, bounds)
+        let (bytes, id_at) = encode_push(Version::V5, "t", b"x", qos, false, Properties::default());
+        m.extra_mut().flight.offer(flight::Delivery { bytes: bytes.into(), id_at, qos, expires_us: 0 }, 2, bounds)
     };
     assert!(matches!(offer(QoS::AtLeastOnce), flight::Offer::Send(_)));
     assert!(matches!(offer(QoS::ExactlyOnce), flight::Offer::Send(_)));
@@ -206,7 +215,7 @@ fn acknowledgements_move_deliveries_on_and_release_the_held_ones() {
     assert_eq!(offer(QoS::AtLeastOnce), flight::Offer::Dropped(flight::QUEUE_FULL));
     let ack = |packet_id, reason| Ack { packet_id, reason, properties: Properties::default() };
     let (_, out) = p.feed(&bytes(&Packet::PubAck(ack(1, 0)), Version::V5));
-    let (held, _) = encode_push(Version::V5, "t", b"x", QoS::AtLeastOnce, false);
+    let (held, _) = encode_push(Version::V5, "t", b"x", QoS::AtLeastOnce, false, Properties::default());
     let mut with_id = held.clone();
     let at = with_id.len() - 4; // id, properties (0), payload
     with_id[at..at + 2].copy_from_slice(&3u16.to_be_bytes());
@@ -251,7 +260,7 @@ fn wills_are_kept_until_a_clean_disconnect() {
         let (r, _) = p.feed(&bytes(&Packet::Disconnect(Disconnect { reason, properties: Properties::default() }), Version::V5));
         assert_eq!(r, Err(PEER_DISCONNECT));
         let m = state_mut(&mut p.ext).unwrap();
-        let want = extra::OwnedWill { topic: "dev/status".into(), payload: (*b"gone").into(), qos: QoS::AtLeastOnce, retain: true };
+        let want = extra::OwnedWill { topic: "dev/status".into(), payload: (*b"gone").into(), qos: QoS::AtLeastOnce, retain: true, delay_s: 0 };
         assert_eq!(m.take_will(), kept.then_some(want));
         m.tidy();
         assert!(m.extra.is_none(), "a QoS 0 subscription keeps nothing");
@@ -282,11 +291,12 @@ fn granted_qos_decides_each_delivery_and_retain_handling_the_wants() {
     assert!(p.feed(&sub).0.is_ok());
     assert_eq!(p.published.wants.len(), 1, "retain handling 1: not again for an existing a/b");
     let m = state(&p.ext).unwrap();
-    let topics = &p.read.topics;
-    assert_eq!(m.delivery(topics, "a/b", QoS::ExactlyOnce, true), (QoS::ExactlyOnce, false));
-    assert_eq!(m.delivery(topics, "a/c", QoS::ExactlyOnce, true), (QoS::AtLeastOnce, false));
-    assert_eq!(m.delivery(topics, "a/c", QoS::AtMostOnce, false), (QoS::AtMostOnce, false));
-    assert_eq!(m.delivery(topics, "c", QoS::ExactlyOnce, true), (QoS::AtMostOnce, true), "retain as published");
+    let (topics, all) = (&p.read.topics, &p.read.subs);
+    let d = |topic, qos, retain| m.delivery(topics, all, topic, qos, retain, false).map(|d| (d.qos, d.retain));
+    assert_eq!(d("a/b", QoS::ExactlyOnce, true), Some((QoS::ExactlyOnce, false)));
+    assert_eq!(d("a/c", QoS::ExactlyOnce, true), Some((QoS::AtLeastOnce, false)));
+    assert_eq!(d("a/c", QoS::AtMostOnce, false), Some((QoS::AtMostOnce, false)));
+    assert_eq!(d("c", QoS::ExactlyOnce, true), Some((QoS::AtMostOnce, true)), "retain as published");
     let unsub = bytes(
         &Packet::Unsubscribe(crate::proto::mqtt::Unsubscribe { packet_id: 8, properties: Properties::default(), filters: vec!["a/+", "a/b", "c"] }),
         Version::V5,
@@ -341,3 +351,5 @@ fn a_named_connect_waits_for_its_claim_and_what_follows_waits_unread() {
     c.properties.session_expiry = Some(30);
     assert_eq!(q.feed_once(&bytes(&Packet::Connect(Box::new(c)), Version::V5), &limits).map(|_| q.published.claims[0].expiry_s), Ok(30));
 }
+
+mod v5;

@@ -1,0 +1,65 @@
+//! Forwarded PUBLISH properties (`forward.rs`): taken from a client's
+//! PUBLISH, bounded, encoded for a subscriber with what is left of the
+//! expiry and its subscription ids, and the expiry found in the bytes.
+
+use super::*;
+use crate::proto::mqtt::forward::{expiry_at, Forwarded, MAX_FORWARDED_BYTES};
+
+fn published() -> Properties<'static> {
+    Properties {
+        payload_is_utf8: Some(true),
+        message_expiry: Some(30),
+        content_type: Some("application/json"),
+        response_topic: Some("reply/to"),
+        correlation_data: Some(b"\x00\x01corr"),
+        user_properties: vec![("k", "v"), ("k", "w")],
+        topic_alias: Some(3),
+        ..Properties::default()
+    }
+}
+
+#[test]
+fn forwarded_properties_reach_a_subscriber_with_the_expiry_left_and_its_ids() {
+    let f = Forwarded::from_publish(&published(), Some(7)).unwrap();
+    assert_eq!((f.origin, f.cost()), (Some(7), 16 + 8 + 6 + 4));
+    assert!(!f.is_bare());
+    assert!(Forwarded::from_publish(&Properties { topic_alias: Some(1), ..Properties::default() }, Some(7)).unwrap().is_bare());
+    // 10.2 s after the publish, 19.8 s are left: sent as 20.
+    let left = f.expiry_left(10_200_000).unwrap();
+    assert_eq!(left, Some(20));
+    assert_eq!(f.expiry_left(30_000_000), None, "expired");
+    assert_eq!(Forwarded::default().expiry_left(u64::MAX), Some(None), "no expiry: forever");
+    for qos in [QoS::AtMostOnce, QoS::AtLeastOnce] {
+        let properties = f.properties(left, vec![5, 9]);
+        let packet_id = if qos == QoS::AtMostOnce { 0 } else { 1 };
+        let p = Publish { dup: false, qos, retain: false, topic: "a/b", packet_id, properties, payload: b"x" };
+        let bytes = enc(&Packet::Publish(p.clone()), Version::V5);
+        let Packet::Publish(back) = one(&bytes, Role::Client, Version::V5, &Limits::default()).unwrap() else { panic!() };
+        assert_eq!(back, p, "every forwarded property, in order, without the alias");
+        let at = expiry_at(&bytes).expect("an expiry");
+        assert_eq!(bytes[at..at + 4], 20u32.to_be_bytes());
+    }
+    let none = enc(
+        &Packet::Publish(Publish {
+            dup: false,
+            qos: QoS::AtMostOnce,
+            retain: false,
+            topic: "a",
+            packet_id: 0,
+            properties: Properties::default(),
+            payload: b"",
+        }),
+        Version::V5,
+    );
+    assert_eq!(expiry_at(&none), None);
+    assert_eq!(expiry_at(&[0x30]), None, "cut bytes are no expiry, not a panic");
+}
+
+#[test]
+fn forwarded_properties_are_bounded() {
+    let big = "x".repeat(MAX_FORWARDED_BYTES);
+    let p = Properties { content_type: Some(&big), response_topic: Some("r"), ..Properties::default() };
+    assert_eq!(Forwarded::from_publish(&p, None), Err(MAX_FORWARDED_BYTES + 1));
+    let p = Properties { content_type: Some(&big), ..Properties::default() };
+    assert!(Forwarded::from_publish(&p, None).is_ok());
+}

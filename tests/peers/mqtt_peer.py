@@ -1,0 +1,117 @@
+"""What the MQTT 5 feature peers (mqtt_shared.py, mqtt_will_delay.py,
+mqtt_alias.py, mqtt_v5props.py) share: a paho-mqtt 2.1.0 client whose
+callbacks land in queues, /stats polled until a condition holds, and
+`check`, which prints FAIL and exits on a broken promise."""
+import json
+import queue
+import sys
+import time
+import urllib.request
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+TIMEOUT = 20
+
+
+def check(cond, what):
+    if not cond:
+        print(f"FAIL {what}", flush=True)
+        sys.exit(1)
+
+
+def stats(admin):
+    with urllib.request.urlopen(f"http://{admin}/stats", timeout=TIMEOUT) as r:
+        return json.loads(r.read())
+
+
+def stats_until(admin, what, ok):
+    """Poll /stats until `ok(stats)` holds (a condition, not a guess)."""
+    deadline = time.time() + TIMEOUT
+    while True:
+        s = stats(admin)
+        if ok(s):
+            return s
+        check(time.time() < deadline, f"{what}: {json.dumps({k: v for k, v in s.items() if k.startswith('mqtt')})}")
+        time.sleep(0.05)
+
+
+class Client:
+    """A paho client (MQTT 5 unless `version` says otherwise) connected to
+    127.0.0.1:`port`; `connect_props` are its CONNECT properties, `will`
+    (topic, payload, Properties) its will."""
+
+    def __init__(self, port, name, version=mqtt.MQTTv5, connect_props=None, will=None, clean=True):
+        self.v5 = version == mqtt.MQTTv5
+        kw = {} if self.v5 else {"clean_session": clean}
+        self.c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=name, protocol=version, **kw)
+        self.events = queue.Queue()
+        self.messages = queue.Queue()
+        self.c.on_connect = lambda c, u, flags, rc, props: self.events.put(("connack", flags, rc, props))
+        self.c.on_subscribe = lambda c, u, mid, rcs, props: self.events.put(("suback", mid, rcs))
+        self.c.on_publish = lambda c, u, mid, rc, props: self.events.put(("puback", mid, rc))
+        self.c.on_disconnect = lambda c, u, flags, rc, props: self.events.put(("disconnect", rc))
+        self.c.on_message = lambda c, u, m: self.messages.put(m)
+        if will is not None:
+            self.c.will_set(will[0], will[1], qos=1, properties=will[2])
+        if self.v5:
+            self.c.connect_async("127.0.0.1", port, clean_start=clean, properties=connect_props)
+        else:
+            self.c.connect_async("127.0.0.1", port)
+        self.c.loop_start()
+
+    def event(self, kind):
+        deadline = time.time() + TIMEOUT
+        while True:
+            ev = self.events.get(timeout=max(0.1, deadline - time.time()))
+            if ev[0] == kind:
+                return ev
+
+    def connack(self):
+        """(session present, reason code, properties) of the CONNACK."""
+        _, flags, rc, props = self.event("connack")
+        return flags.session_present, int(getattr(rc, "value", rc)), props
+
+    def subscribe(self, topic, qos, props=None, options=None):
+        """Subscribe; the SUBACK's codes."""
+        if options is not None:
+            self.c.subscribe((topic, options), properties=props)
+        else:
+            self.c.subscribe(topic, qos, properties=props)
+        return [int(getattr(r, "value", r)) for r in self.event("suback")[2]]
+
+    def publish(self, topic, body, qos=1, props=None):
+        info = self.c.publish(topic, body, qos=qos, properties=props)
+        if qos > 0:
+            while self.event("puback")[1] != info.mid:
+                pass
+
+    def until_marker(self, topic):
+        """Every message before the marker on `topic` (without it)."""
+        got = []
+        while True:
+            m = self.messages.get(timeout=TIMEOUT)
+            if (m.topic, m.payload) == (topic, b"marker"):
+                return got
+            got.append(m)
+
+    def stop(self):
+        self.c.disconnect()
+        self.c.loop_stop()
+
+    def drop(self):
+        """End the connection without DISCONNECT (as a device losing power)."""
+        self.c.loop_stop()
+        self.c.socket().close()
+
+
+def props(kind, **fields):
+    p = Properties(kind)
+    for k, v in fields.items():
+        setattr(p, k, v)
+    return p
+
+
+__all__ = ["check", "stats", "stats_until", "Client", "props", "PacketTypes", "mqtt"]
