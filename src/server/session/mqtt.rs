@@ -105,6 +105,9 @@ pub struct MqttConn {
     /// Subscription options, deliveries in flight, the will: boxed, and
     /// only while there is any (`mqtt/extra.rs`).
     pub extra: Option<Box<extra::Extra>>,
+    /// Whether it speaks over WebSocket (`mqtt_ws.rs`): what it is sent
+    /// goes in binary messages; what a read leaves is in `extra`'s carry.
+    pub ws: bool,
 }
 
 /// A connection's client id in the supervisor's registry.
@@ -122,7 +125,22 @@ pub enum Claim {
 
 /// State of a connection just accepted: its CONNECT is due.
 pub fn fresh() -> Ext {
-    Some(Box::new(ConnExt::Mqtt(MqttConn { version: None, keep_alive_s: 0, window: 1, max_in: u32::MAX, claim: Claim::None, expiry_s: 0, extra: None })))
+    Some(Box::new(ConnExt::Mqtt(MqttConn {
+        version: None,
+        keep_alive_s: 0,
+        window: 1,
+        max_in: u32::MAX,
+        claim: Claim::None,
+        expiry_s: 0,
+        extra: None,
+        ws: false,
+    })))
+}
+
+/// Whether this MQTT connection speaks over WebSocket: what it is sent
+/// goes in binary messages (`mqtt_ws::wrap`).
+pub fn over_ws(ext: &Ext) -> bool {
+    state(ext).is_some_and(|m| m.ws)
 }
 
 /// The MQTT state inside an [`Ext`], mutable, if any.

@@ -4,7 +4,9 @@
 //! through the connection's flight, `session/mqtt/flight.rs`), retained
 //! messages for a new subscription (the supervisor's answer), and the will
 //! of a connection that ended without DISCONNECT (into the topic space
-//! like a client's publish).
+//! like a client's publish). An MQTT-over-WebSocket subscriber gets each
+//! in a binary message: the QoS 0 form wrapped once and shared too, a
+//! QoS 1 or 2 copy wrapped as it goes out.
 
 use super::Worker;
 use crate::proto::mqtt::{QoS, Version};
@@ -12,6 +14,7 @@ use crate::proto::push;
 use crate::server::close::Close;
 use crate::server::commands::{split_id, ClientPublish, PushCommand, RetainedAnswer, ServerMsg};
 use crate::server::session::mqtt::{self, flight};
+use crate::server::session::mqtt_ws;
 use crate::supervise::control;
 use base64::Engine;
 use std::rc::Rc;
@@ -29,11 +32,30 @@ struct Forms<'a> {
     data: &'a [u8],
     /// [version][qos][retain]: (bytes, where the packet id goes).
     made: [[[Form; 2]; 3]; 2],
+    /// [version][retain]: the QoS 0 form in a binary WebSocket message,
+    /// shared by the MQTT-over-WebSocket subscribers.
+    in_ws: [[Option<Rc<[u8]>>; 2]; 2],
 }
 
 impl<'a> Forms<'a> {
     fn new(topic: &'a str, data: &'a [u8]) -> Forms<'a> {
-        Forms { topic, data, made: Default::default() }
+        Forms { topic, data, made: Default::default(), in_ws: Default::default() }
+    }
+
+    /// The QoS 0 form as a binary WebSocket message (empty when the codec
+    /// refused the packet).
+    fn get_ws(&mut self, version: Version, retain: bool) -> Rc<[u8]> {
+        let (packet, _) = self.get(version, QoS::AtMostOnce, retain);
+        self.in_ws[(version == Version::V5) as usize][retain as usize]
+            .get_or_insert_with(|| {
+                let mut message = Vec::with_capacity(packet.len() + crate::proto::ws::frame::MAX_SERVER_HEADER);
+                crate::proto::ws::frame::encode(&mut message, true, crate::proto::ws::frame::Opcode::Binary, &packet, None);
+                if packet.is_empty() {
+                    message.clear();
+                }
+                message.into()
+            })
+            .clone()
     }
 
     fn get(&mut self, version: Version, qos: QoS, retain: bool) -> (Rc<[u8]>, usize) {
@@ -60,6 +82,14 @@ impl Worker {
     /// subscriptions were granted (at most the publish's); not sent to a
     /// client whose Maximum Packet Size it exceeds (§3.1.2.11.4).
     pub(super) fn push_mqtt(&mut self, cmd: &PushCommand, data: &[u8], targets: &[usize]) {
+        let (queued, slow) = self.deliver_mqtt(cmd, data, targets);
+        self.pushed(cmd.publish_id, queued, slow);
+    }
+
+    /// [`push_mqtt`](Self::push_mqtt)'s deliveries, without the push's end:
+    /// how many went out, and the slow consumers to close. A WebSocket
+    /// port's push calls it for its MQTT subscribers.
+    pub(super) fn deliver_mqtt(&mut self, cmd: &PushCommand, data: &[u8], targets: &[usize]) -> (u64, Vec<(usize, Close)>) {
         let mut forms = Forms::new(&cmd.topic, data);
         let qos = QoS::from_bits(cmd.qos).unwrap_or_default();
         let (mut queued, mut slow) = (0, Vec::new());
@@ -79,7 +109,7 @@ impl Worker {
                 Err(reason) => slow.push((*key, reason)),
             }
         }
-        self.pushed(cmd.publish_id, queued, slow);
+        (queued, slow)
     }
 
     /// One connection's copy of `forms` at `qos`: the shared QoS 0 bytes,
@@ -94,12 +124,17 @@ impl Worker {
         if frame.is_empty() || frame.len() > m.max_in as usize {
             return Ok(Sent::Not);
         }
+        let ws = m.ws;
         let sent = if qos == QoS::AtMostOnce {
+            let frame = if ws { forms.get_ws(version, retain) } else { frame };
             super::io::send_frame(self.tls.as_mut(), self.ring.as_mut(), key, conn, &frame, self.cfg.max_pending_bytes, Close::SlowConsumer)
         } else {
             let window = m.window;
             match m.extra_mut().flight.offer(flight::Delivery { bytes: frame, id_at, qos }, window, bounds) {
-                flight::Offer::Send(bytes) => {
+                flight::Offer::Send(mut bytes) => {
+                    if ws {
+                        mqtt_ws::wrap(&mut bytes, 0);
+                    }
                     super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &bytes, self.cfg.max_pending_bytes, Close::SlowConsumer)
                 }
                 flight::Offer::Held => return Ok(Sent::Not),

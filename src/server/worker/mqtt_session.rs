@@ -5,13 +5,17 @@
 //! sent behind its CONNECT), a takeover (v5 DISCONNECT 0x8E, then the
 //! close, which publishes the will), and the end of a registered
 //! connection (the id freed; its subscriptions and unacknowledged
-//! messages handed over when its session outlives it).
+//! messages handed over when its session outlives it). What goes to an
+//! MQTT-over-WebSocket connection is wrapped in a binary message
+//! (`session/mqtt_ws.rs`), and what it sent behind its CONNECT waited
+//! there, as MQTT bytes.
 
 use super::Worker;
 use crate::proto::mqtt::{encode, ConnAck, Disconnect, Packet, Properties, QoS, Version};
 use crate::server::close::Close;
 use crate::server::commands::{conn_id, split_id, ServerMsg, SessionAnswer, SessionEnd, SessionMessage, SessionState};
 use crate::server::session::mqtt::{self, connect, flight, Claim};
+use crate::server::session::mqtt_ws;
 use crate::server::session::requests::Requests;
 use crate::server::worker::wildcards;
 use crate::supervise::control;
@@ -43,6 +47,10 @@ impl Worker {
             m.claim = Claim::None;
             let refused = Packet::ConnAck(ConnAck { session_present: false, code: a.code, properties: Properties::default() });
             let _ = encode::packet(&refused, v, &mut self.out);
+            if m.ws {
+                mqtt_ws::wrap(&mut self.out, 0);
+                crate::proto::ws::frame::encode_close(&mut self.out, 1000, None);
+            }
             let _ = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader);
             return self.close(key, Close::MqttClientIdRefused);
         }
@@ -86,6 +94,9 @@ impl Worker {
             }
         }
         m.tidy();
+        if m.ws {
+            mqtt_ws::wrap(&mut self.out, 0);
+        }
         let cap = self.cfg.max_pending_bytes.max(self.reply_cap);
         if let Err(reason) = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, cap, Close::SlowConsumer) {
             return self.close(key, reason);
@@ -97,7 +108,15 @@ impl Worker {
     /// answered (it waited in the connection's partial input).
     fn mqtt_resume(&mut self, key: usize) {
         let Some(conn) = self.conns.get_mut(key) else { return };
-        let Some(buf) = conn.partial.take() else { return };
+        // Over WebSocket it waited as MQTT bytes (the partial input is a
+        // frame's start, for the next read).
+        let ws = mqtt::over_ws(&conn.ext);
+        let buf = if ws {
+            Vec::new()
+        } else {
+            let Some(buf) = conn.partial.take() else { return };
+            *buf
+        };
         self.out.clear();
         let req = Requests {
             out: &mut self.out,
@@ -117,13 +136,17 @@ impl Worker {
             published: &mut self.published,
             worker: self.cfg.worker,
         };
-        let r = mqtt::consume(&mut ctx, &mut conn.ext, &buf);
-        let mut end = r.as_ref().err().copied();
-        if let Ok(used) = r {
-            if used < buf.len() {
-                conn.partial = Some(Box::new(buf[used..].to_vec()));
+        let mut end = if ws {
+            mqtt_ws::resume(&mut ctx, &mut conn.ext).err()
+        } else {
+            let r = mqtt::consume(&mut ctx, &mut conn.ext, &buf);
+            if let Ok(used) = r {
+                if used < buf.len() {
+                    conn.partial = Some(Box::new(buf[used..].to_vec()));
+                }
             }
-        }
+            r.err()
+        };
         self.emit_published();
         let Some(conn) = self.conns.get_mut(key) else { return };
         if let Err(reason) = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader) {
@@ -142,10 +165,16 @@ impl Worker {
             return;
         }
         let Some(conn) = self.conns.get_mut(key).filter(|c| c.gen == gen) else { return };
+        self.out.clear();
         if mqtt::state(&conn.ext).and_then(|m| m.version) == Some(Version::V5) {
-            self.out.clear();
             let _ =
                 encode::packet(&Packet::Disconnect(Disconnect { reason: SESSION_TAKEN_OVER, properties: Properties::default() }), Version::V5, &mut self.out);
+        }
+        if mqtt::over_ws(&conn.ext) {
+            mqtt_ws::wrap(&mut self.out, 0);
+            crate::proto::ws::frame::encode_close(&mut self.out, 1000, None);
+        }
+        if !self.out.is_empty() {
             let _ = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader);
         }
         self.close(key, Close::MqttSessionTakenOver);
@@ -177,22 +206,27 @@ impl Worker {
         control::emit(&ServerMsg::SessionsEnded { worker: self.cfg.worker, ended: vec![end] });
     }
 
-    /// Hand the supervisor what MQTT reads left for it: client publishes
-    /// (before their PUBACKs go out), retained wants, client id claims.
+    /// Hand the supervisor what MQTT reads left for it (see [`emit`]).
     pub(super) fn emit_published(&mut self) {
-        let w = self.cfg.worker;
-        if !self.published.messages.is_empty() {
-            let messages = std::mem::take(&mut self.published.messages);
-            self.published.bytes = 0;
-            control::emit(&ServerMsg::Published { worker: w, messages });
-        }
-        if !self.published.wants.is_empty() {
-            let wants = std::mem::take(&mut self.published.wants);
-            control::emit(&ServerMsg::RetainedWanted { worker: w, wants });
-        }
-        if !self.published.claims.is_empty() {
-            let claims = std::mem::take(&mut self.published.claims);
-            control::emit(&ServerMsg::SessionClaims { worker: w, claims });
-        }
+        emit(&mut self.published, self.cfg.worker);
+    }
+}
+
+/// Hand the supervisor what MQTT reads of worker `w` left for it: client
+/// publishes (before their PUBACKs go out), retained wants, client id
+/// claims.
+pub(super) fn emit(published: &mut mqtt::Published, w: usize) {
+    if !published.messages.is_empty() {
+        let messages = std::mem::take(&mut published.messages);
+        published.bytes = 0;
+        control::emit(&ServerMsg::Published { worker: w, messages });
+    }
+    if !published.wants.is_empty() {
+        let wants = std::mem::take(&mut published.wants);
+        control::emit(&ServerMsg::RetainedWanted { worker: w, wants });
+    }
+    if !published.claims.is_empty() {
+        let claims = std::mem::take(&mut published.claims);
+        control::emit(&ServerMsg::SessionClaims { worker: w, claims });
     }
 }

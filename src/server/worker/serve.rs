@@ -7,7 +7,7 @@ use crate::net::{self, ReadEnd};
 use crate::proto::{Protocol, ECHO8_LEN};
 use crate::server::close::Close;
 use crate::server::session::requests::Requests;
-use crate::server::session::{framed, http, mqtt, ws};
+use crate::server::session::{framed, http, mqtt, mqtt_ws, ws};
 use crate::server::worker::conn::HttpExt;
 use std::time::Instant;
 
@@ -128,7 +128,7 @@ impl Worker {
                     r
                 }
                 Protocol::Ws => {
-                    let mut ctx = ws::Ctx {
+                    let ws = ws::Ctx {
                         req,
                         cfg: &self.cfg.ws,
                         topics: &mut self.topics,
@@ -140,9 +140,12 @@ impl Worker {
                         codec: self.ws_codec.as_deref_mut(),
                         deflate,
                     };
+                    // MQTT over WebSocket is served on the same port.
+                    let mut ctx = mqtt_ws::Ctx { ws, mqtt: &self.cfg.mqtt, limits: &self.mqtt_limits, published: &mut self.published, worker: self.cfg.worker };
                     let ext = &mut conn.ext;
-                    let r = read(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| ws::consume(&mut ctx, ext, buf));
-                    negotiated = ctx.deflate;
+                    let r = read(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| mqtt_ws::consume(&mut ctx, ext, buf));
+                    negotiated = ctx.ws.deflate;
+                    super::mqtt_session::emit(&mut self.published, self.cfg.worker);
                     r
                 }
                 Protocol::Mqtt => {
@@ -158,19 +161,7 @@ impl Worker {
                     let ext = &mut conn.ext;
                     let r = read(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| mqtt::consume(&mut ctx, ext, buf));
                     // Into the topic space before the PUBACKs go out.
-                    if !self.published.messages.is_empty() {
-                        let messages = std::mem::take(&mut self.published.messages);
-                        self.published.bytes = 0;
-                        crate::supervise::control::emit(&crate::server::commands::ServerMsg::Published { worker: self.cfg.worker, messages });
-                    }
-                    if !self.published.wants.is_empty() {
-                        let wants = std::mem::take(&mut self.published.wants);
-                        crate::supervise::control::emit(&crate::server::commands::ServerMsg::RetainedWanted { worker: self.cfg.worker, wants });
-                    }
-                    if !self.published.claims.is_empty() {
-                        let claims = std::mem::take(&mut self.published.claims);
-                        crate::supervise::control::emit(&crate::server::commands::ServerMsg::SessionClaims { worker: self.cfg.worker, claims });
-                    }
+                    super::mqtt_session::emit(&mut self.published, self.cfg.worker);
                     r
                 }
                 // Raw and sse are client protocols (refused by the server's plan).

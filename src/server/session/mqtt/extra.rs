@@ -1,8 +1,9 @@
 //! What an MQTT connection holds beyond its fixed few bytes, boxed and
 //! only while it has any of it: its subscriptions granted QoS 1 or 2 (or
 //! v5 Retain As Published), its deliveries in flight ([`Flight`]) and its
-//! will message. An idle QoS 0 subscriber without a will has none of it:
-//! its state stays one null pointer.
+//! will message, and over WebSocket a packet cut by a message's end. An
+//! idle QoS 0 subscriber without a will has none of it: its state stays
+//! one null pointer.
 
 use super::flight::Flight;
 use super::MqttConn;
@@ -40,6 +41,9 @@ pub struct Extra {
     pub subs: Vec<SubOpts>,
     pub flight: Flight,
     pub will: Option<OwnedWill>,
+    /// MQTT over WebSocket: fragments and a cut packet between reads
+    /// (`session/mqtt_ws.rs`).
+    pub carry: crate::server::session::mqtt_ws::Carry,
 }
 
 impl MqttConn {
@@ -50,7 +54,7 @@ impl MqttConn {
 
     /// Free the boxed part once it holds nothing.
     pub fn tidy(&mut self) {
-        if self.extra.as_deref().is_some_and(|x| x.subs.is_empty() && x.will.is_none() && x.flight.idle()) {
+        if self.extra.as_deref().is_some_and(|x| x.subs.is_empty() && x.will.is_none() && x.flight.idle() && x.carry.held() == 0) {
             self.extra = None;
         }
     }
