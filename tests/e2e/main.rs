@@ -29,6 +29,7 @@ mod mqtt;
 mod mqtt_client;
 mod mqtt_qos;
 mod mqtt_sessions;
+mod mqtt_ws;
 mod push;
 mod report;
 mod requests;
