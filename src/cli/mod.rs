@@ -459,7 +459,7 @@ pub struct LoadArgs {
     /// A reply later than this (or never) counts as a timeout.
     #[arg(long, value_parser = parse::positive_duration, default_value = "10s")]
     pub request_timeout: Duration,
-    /// Wire protocol: framed (megaconn frames), ws (WebSocket), http (keep-alive GET /), echo8 (8-byte ms timestamps; no heartbeats), raw (--message bytes to any TCP server), sse (--url of an event stream) or mqtt (MQTT 3.1.1 or 5.0 to any broker: --mqtt-* options, docs/mqtt.md).
+    /// Wire protocol: framed (megaconn frames), ws (WebSocket), http (keep-alive GET /), echo8 (8-byte ms timestamps; no heartbeats), raw (--message bytes to any TCP server), sse (--url of an event stream) or mqtt (MQTT 3.1.1 or 5.0 to any broker: --mqtt-* options, over WebSocket with a ws:// --url; docs/mqtt.md).
     #[arg(long, value_parser = protocols(CLIENT_PROTOCOLS), default_value = "framed")]
     pub protocol: Protocol,
     /// How long to hold all connections after the ramp (default 20s).
@@ -554,7 +554,7 @@ pub struct ClientArgs {
     /// Server address (IPv4 or IPv6).
     #[arg(long, default_value = "127.0.0.1")]
     pub target: std::net::IpAddr,
-    /// Server to load: ws://, wss://, http:// or https://HOST[:PORT][/PATH] (implies --protocol ws or http, and TLS for wss/https; port default 80/443; a host name spreads the connections over its addresses of one family: that of --source-ips, else the resolver's first; IPv6 as [::1]).
+    /// Server to load: ws://, wss://, http:// or https://HOST[:PORT][/PATH] (implies --protocol ws or http, and TLS for wss/https; with --protocol mqtt a ws:// or wss:// URL carries MQTT over WebSocket; port default 80/443; a host name spreads the connections over its addresses of one family: that of --source-ips, else the resolver's first; IPv6 as [::1]).
     #[arg(long, value_parser = crate::client::url::url_arg)]
     pub url: Option<crate::client::url::Url>,
     /// Add a header to WebSocket upgrades and HTTP requests: 'Name: value' (repeatable; a Host header replaces the default).

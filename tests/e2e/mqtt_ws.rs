@@ -153,3 +153,37 @@ fn chromium_running_mqtt_js_gets_its_own_and_an_admin_publish() {
     assert_eq!(result["messages"], serde_json::json!(["b/admin from the admin API", "b/page from the browser"]), "{result}");
     s.terminate();
 }
+
+/// wss://: the megaconn client over TLS (checking the test CA) against a
+/// ws server with `--tls-cert/--tls-key`, every connection held.
+#[test]
+fn the_megaconn_client_speaks_mqtt_over_wss() {
+    let pki = crate::common::pki::Pki::new("ec");
+    let (mut s, admin, port) = ws_server(&["--tls-cert", &pki.cert, "--tls-key", &pki.key]);
+    let mut cmd = megaconn();
+    let url = format!("wss://localhost:{port}/mqtt");
+    cmd.args(["client", "--protocol", "mqtt", "--url", &url, "--tls-ca", &pki.ca, "--connections", "10", "--heartbeat", "300ms"]);
+    cmd.args(["--hold", "1s", "--json"]);
+    client_held_all(cmd, 10);
+    stats_when(&admin, "10 TLS handshakes and CONNECTs", |v| v["tls_handshakes"].as_u64() >= Some(10) && count(v, "mqtt_connects", "3.1.1") == 10);
+    s.terminate();
+}
+
+/// A WebSocket server that does not choose `mqtt` (Python websockets'
+/// echo server chooses no subprotocol): every connection fails under
+/// `mqtt_ws_subprotocol_refused`, and the run fails.
+#[test]
+fn the_megaconn_client_refuses_a_server_that_does_not_choose_mqtt() {
+    let port = free_port();
+    let mut py = Command::new("python3");
+    py.args([&peer("ws_echo_server.py"), &port.to_string(), "60"]);
+    let mut echo = Peer::spawn("python websockets echo server", py);
+    assert_eq!(echo.line(Duration::from_secs(30), "the echo server listening"), "ready");
+    let mut cmd = megaconn();
+    let url = format!("ws://127.0.0.1:{port}/mqtt");
+    cmd.args(["client", "--protocol", "mqtt", "--url", &url, "--connections", "5", "--hold", "0s", "--json"]);
+    let (code, out, err) = run(cmd, Duration::from_secs(60));
+    assert_ne!(code, 0, "{out}\n{err}");
+    let s = serde_json::from_str::<serde_json::Value>(&out).unwrap()["summary"].clone();
+    assert_eq!((s["established"].as_u64(), s["failed"]["mqtt_ws_subprotocol_refused"].as_u64()), (Some(0), Some(5)), "{s}");
+}
