@@ -132,13 +132,12 @@ impl Speaker for MqttWsSpeaker {
         let (mqtt, rng, packets) = (&mut self.mqtt, &mut self.rng, &mut self.packets);
         let mut none = None;
         let mut closed = None;
-        let mut reader = Reader { role: Role::Client, max: mqtt::MAX_PACKET as usize, tmp: &mut self.unmasked, frag: &mut **ws_frag, inflate: None };
+        let mut reader = Reader { role: Role::Client, max: mqtt::MAX_PACKET as usize, tmp: &mut self.unmasked, frag: ws_frag, inflate: None };
         let used = reader.consume(&buf[pos..], |ev| -> Result<(), Stop> {
             match ev {
                 Event::Message { text: true, .. } => return Err("mqtt_ws_text".into()),
                 Event::Message { data, .. } => {
-                    let mut inner =
-                        Ear { slot: *slot, upgrading: *upgrading, inflight: &mut **inflight, ws_frag: &mut none, answer: &mut *packets, goaway: None };
+                    let mut inner = Ear { slot: *slot, upgrading: *upgrading, inflight, ws_frag: &mut none, answer: &mut *packets, goaway: None };
                     let used = mqtt.hear(data, &mut inner, replies)?;
                     *upgrading = inner.upgrading;
                     *goaway = inner.goaway.or(*goaway);
