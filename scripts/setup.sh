@@ -141,13 +141,13 @@ if ! command -v kubernetes-validate >/dev/null 2>&1; then
   echo "setup: installing kubernetes-validate (strict checks of deploy/k8s)"
   python3 -m pip install -q "kubernetes-validate==1.31.0"
 fi
-# ... and Node's `ws` (versions pinned in tests/peers/package-lock.json).
-if [ ! -d tests/peers/node_modules/ws ] || [ ! -d tests/peers/node_modules/playwright-core ]; then
+# ... and Node's `ws` and `mqtt` (mqtt.js) (versions pinned in tests/peers/package-lock.json).
+if [ ! -d tests/peers/node_modules/ws ] || [ ! -d tests/peers/node_modules/playwright-core ] || [ ! -d tests/peers/node_modules/mqtt ]; then
   if ! command -v npm >/dev/null 2>&1; then
     echo "setup: npm not found; install Node.js (apt-get install nodejs npm)" >&2
     exit 1
   fi
-  echo "setup: installing Node's ws and playwright-core into tests/peers (npm ci)"
+  echo "setup: installing Node's ws, mqtt and playwright-core into tests/peers (npm ci)"
   (cd tests/peers && npm ci --no-audit --no-fund --silent)
 fi
 # ... and a real browser: Debian's Chromium, driven by playwright-core

@@ -41,7 +41,6 @@ impl From<ServerArgs> for ServerConfig {
             mqtt_retained: crate::server::broker::retained::RetainedConfig { max_messages: a.mqtt_retained, max_bytes: a.mqtt_retained_bytes },
             mqtt_sessions: crate::server::broker::sessions::SessionsConfig {
                 max_ids: a.mqtt_client_ids,
-                max_id_bytes: a.mqtt_client_id_bytes,
                 max_kept: a.mqtt_sessions,
                 max_kept_bytes: a.mqtt_sessions_bytes,
                 queue: a.mqtt_session_queue,
@@ -177,6 +176,7 @@ impl From<ClientArgs> for ClientConfig {
                     .collect();
             }
             c.load.ports = vec![u.port];
+            c.load.traffic.mqtt_ws = u.websocket && c.load.traffic.protocol == crate::proto::Protocol::Mqtt;
             c.load.traffic.ws_target = u.target.clone();
             c.load.traffic.host = Some(u.authority());
         }
@@ -205,7 +205,8 @@ impl From<ClientArgs> for ClientConfig {
                 insecure: t.insecure,
                 server_name: t.tls_server_name.or_else(|| c.url.as_ref().map(|u| u.host.clone())).unwrap_or_else(|| c.target.to_string()),
                 versions: t.tls_versions.unwrap_or(defaults.versions),
-                alpn: crate::tls::client::alpn_for(c.load.traffic.protocol),
+                // MQTT over WebSocket begins as HTTP, as ws does.
+                alpn: crate::tls::client::alpn_for(if c.load.traffic.mqtt_ws { crate::proto::Protocol::Ws } else { c.load.traffic.protocol }),
                 resume: t.tls_resume.unwrap_or(defaults.resume),
             });
         }

@@ -262,9 +262,6 @@ pub struct ServerArgs {
     /// MQTT: client ids connected at once (the registry across every worker); a CONNECT past it is refused (CONNACK 0x97 / 3.1.1 3, mqtt_client_ids_refused).
     #[arg(long, default_value = "4000000", value_parser = clap::value_parser!(u32).range(1..=100_000_000).map(|v| v as usize))]
     pub mqtt_client_ids: usize,
-    /// MQTT: bytes of the client ids connected at once.
-    #[arg(long, default_value = "256MiB", value_parser = |s: &str| parse::byte_size(s).map(|v| v as usize))]
-    pub mqtt_client_id_bytes: usize,
     /// MQTT: sessions kept for clients gone (3.1.1 Clean Session 0, v5 Session Expiry Interval > 0); one more expires the oldest (mqtt_sessions_expired, reason full).
     #[arg(long, default_value = "10000", value_parser = clap::value_parser!(u32).range(0..=10_000_000).map(|v| v as usize))]
     pub mqtt_sessions: usize,
@@ -459,7 +456,7 @@ pub struct LoadArgs {
     /// A reply later than this (or never) counts as a timeout.
     #[arg(long, value_parser = parse::positive_duration, default_value = "10s")]
     pub request_timeout: Duration,
-    /// Wire protocol: framed (megaconn frames), ws (WebSocket), http (keep-alive GET /), echo8 (8-byte ms timestamps; no heartbeats), raw (--message bytes to any TCP server), sse (--url of an event stream) or mqtt (MQTT 3.1.1 or 5.0 to any broker: --mqtt-* options, docs/mqtt.md).
+    /// Wire protocol: framed (megaconn frames), ws (WebSocket), http (keep-alive GET /), echo8 (8-byte ms timestamps; no heartbeats), raw (--message bytes to any TCP server), sse (--url of an event stream) or mqtt (MQTT 3.1.1 or 5.0 to any broker: --mqtt-* options, over WebSocket with a ws:// --url; docs/mqtt.md).
     #[arg(long, value_parser = protocols(CLIENT_PROTOCOLS), default_value = "framed")]
     pub protocol: Protocol,
     /// How long to hold all connections after the ramp (default 20s).
@@ -554,7 +551,7 @@ pub struct ClientArgs {
     /// Server address (IPv4 or IPv6).
     #[arg(long, default_value = "127.0.0.1")]
     pub target: std::net::IpAddr,
-    /// Server to load: ws://, wss://, http:// or https://HOST[:PORT][/PATH] (implies --protocol ws or http, and TLS for wss/https; port default 80/443; a host name spreads the connections over its addresses of one family: that of --source-ips, else the resolver's first; IPv6 as [::1]).
+    /// Server to load: ws://, wss://, http:// or https://HOST[:PORT][/PATH] (implies --protocol ws or http, and TLS for wss/https; with --protocol mqtt a ws:// or wss:// URL carries MQTT over WebSocket; port default 80/443; a host name spreads the connections over its addresses of one family: that of --source-ips, else the resolver's first; IPv6 as [::1]).
     #[arg(long, value_parser = crate::client::url::url_arg)]
     pub url: Option<crate::client::url::Url>,
     /// Add a header to WebSocket upgrades and HTTP requests: 'Name: value' (repeatable; a Host header replaces the default).

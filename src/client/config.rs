@@ -86,6 +86,11 @@ pub struct Traffic {
     /// `--protocol mqtt`: version, client id, credentials, QoS, topics.
     #[serde(default)]
     pub mqtt: super::mqtt::MqttOptions,
+    /// `--protocol mqtt --url ws://...` (or `wss://`): MQTT carried in
+    /// WebSocket messages, the Upgrade offering the `mqtt` subprotocol
+    /// (`mqtt_ws.rs`).
+    #[serde(default)]
+    pub mqtt_ws: bool,
 }
 
 impl Default for Traffic {
@@ -106,6 +111,7 @@ impl Default for Traffic {
             subscribe: Vec::new(),
             subscribe_spread: false,
             ws_target: "/".into(),
+            mqtt_ws: false,
             host: None,
             headers: Vec::new(),
             subprotocols: Vec::new(),

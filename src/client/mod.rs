@@ -7,6 +7,7 @@ pub mod http;
 pub mod metrics;
 pub mod mqtt;
 pub mod mqtt_delivery;
+pub mod mqtt_ws;
 pub mod phases;
 pub mod plan;
 mod push_json;
@@ -47,8 +48,10 @@ pub fn plan(cfg: &ClientConfig, fd_hard: u64) -> Result<(ConnectionPlan, WorkerP
     if !mqtt && cfg.load.traffic.mqtt != Default::default() {
         return Err("--mqtt-* options are for --protocol mqtt".into());
     }
-    if mqtt && cfg.url.is_some() {
-        return Err("--protocol mqtt takes --target and --ports (an MQTT broker has no URL here)".into());
+    if mqtt && cfg.url.as_ref().is_some_and(|u| !u.websocket) {
+        return Err(
+            "--protocol mqtt takes --target and --ports, or a ws:// or wss:// --url for MQTT over WebSocket (e.g. --url ws://127.0.0.1:8080/mqtt)".into()
+        );
     }
     if cfg.load.traffic.protocol == crate::proto::Protocol::Raw && cfg.load.traffic.raw_message.is_none() {
         return Err("--protocol raw needs --message, e.g. --message 'PING \\{ts}\\r\\n'".into());
@@ -56,7 +59,7 @@ pub fn plan(cfg: &ClientConfig, fd_hard: u64) -> Result<(ConnectionPlan, WorkerP
     if let Some(u) = &cfg.url {
         let wants = if u.websocket { crate::proto::Protocol::Ws } else { crate::proto::Protocol::Http };
         let sse = !u.websocket && cfg.load.traffic.protocol == crate::proto::Protocol::Sse;
-        if cfg.load.traffic.protocol != wants && !sse {
+        if cfg.load.traffic.protocol != wants && !sse && !(mqtt && u.websocket) {
             return Err(format!(
                 "--url {} loads with --protocol {wants:?}{}, not {:?}",
                 if u.websocket { "ws:// or wss://" } else { "http:// or https://" },
@@ -70,6 +73,7 @@ pub fn plan(cfg: &ClientConfig, fd_hard: u64) -> Result<(ConnectionPlan, WorkerP
         return Err("--ws-subprotocol is for --protocol ws (a ws:// or wss:// --url)".into());
     }
     if !cfg.load.traffic.headers.is_empty()
+        && !cfg.load.traffic.mqtt_ws
         && !matches!(cfg.load.traffic.protocol, crate::proto::Protocol::Ws | crate::proto::Protocol::Http | crate::proto::Protocol::Sse)
     {
         return Err("-H/--header and --origin go on WebSocket upgrades and HTTP requests: use them with --protocol ws, http or sse".into());

@@ -157,6 +157,7 @@ pub fn speaker(traffic: &Traffic, host_header: &str, shard: u64) -> Box<dyn Spea
         Protocol::Ws => Box::new(super::ws::WsSpeaker::new(traffic, host_header, shard)),
         Protocol::Raw => Box::new(super::raw::RawSpeaker::new(traffic)),
         Protocol::Sse => Box::new(super::sse::SseSpeaker::new(traffic, host_header)),
+        Protocol::Mqtt if traffic.mqtt_ws => Box::new(super::mqtt_ws::MqttWsSpeaker::new(traffic, host_header, shard)),
         Protocol::Mqtt => Box::new(super::mqtt::MqttSpeaker::new(traffic, shard)),
         // Server-only protocols (refused by the client's plan): drop.
         Protocol::Echo | Protocol::Discard => Box::new(Drain),

@@ -246,7 +246,11 @@ fn describe_protocol(target: std::net::IpAddr, load: &LoadConfig, requests: bool
                 Some(_) => format!(", PUBLISH QoS {} to {}", m.qos, m.publish_topic),
                 None => String::new(),
             };
-            format!("mqtt {}: CONNECT as {}, PINGREQ heartbeats{publish}", if m.v5 { "5.0" } else { "3.1.1" }, m.client_id)
+            let carried = match load.traffic.mqtt_ws {
+                true => format!(", over WebSocket ({} to {}, subprotocol mqtt)", if load.traffic.tls.is_some() { "wss" } else { "ws" }, load.traffic.ws_target),
+                false => String::new(),
+            };
+            format!("mqtt {}: CONNECT as {}, PINGREQ heartbeats{publish}{carried}", if m.v5 { "5.0" } else { "3.1.1" }, m.client_id)
         }
         Protocol::Echo | Protocol::Discard => "server protocol".into(),
     }

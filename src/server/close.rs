@@ -136,6 +136,12 @@ pub enum Close {
     Ws(Violation),
     /// An Upgrade request refused (an HTTP error answered first).
     WsHandshake(&'static str),
+    /// An MQTT CONNECT on a WebSocket that did not offer the `mqtt`
+    /// subprotocol (close 1002: MQTT over WebSocket is negotiated).
+    WsMqttNotOffered,
+    /// A text message on MQTT over WebSocket (close 1003: MQTT 5.0 §6
+    /// carries packets in binary messages only).
+    MqttWsText,
 
     // Tokens (`--auth jwt`).
     /// No token.
@@ -245,6 +251,8 @@ impl Close {
             WsPeerClose => "ws_peer_close",
             WsTryAgainLater => "ws_try_again_later",
             Ws(v) => v.0,
+            WsMqttNotOffered => "ws_mqtt_not_offered",
+            MqttWsText => "mqtt_ws_text",
             AuthMissing => "auth_missing",
             AuthExpired => "auth_expired",
             AuthMalformed => "auth_malformed",
@@ -277,7 +285,9 @@ impl Close {
     /// The WebSocket close status this reason is sent with: 1013 (try
     /// again later) for an overloaded business stage or upstream queue,
     /// the decoder's code for a violation (1002, 1007 bad UTF-8 or
-    /// deflate data, 1009 too big), 1008 past the command rate, else 1000.
+    /// deflate data, 1009 too big), 1008 past the command rate; MQTT over
+    /// WebSocket: 1009 for a packet too large, 1002 for the codec's other
+    /// refusals, 1003 for a text message; else 1000.
     pub fn ws_code(self) -> u16 {
         use Close::*;
         match self {
@@ -285,7 +295,10 @@ impl Close {
             TooManyCommands => 1008,
             Ws(v) => v.close_code(),
             // Refused before any frame; named like a violation.
-            WsHandshake(_) | WsPeerClose => 1002,
+            WsHandshake(_) | WsPeerClose | WsMqttNotOffered => 1002,
+            MqttWsText => 1003,
+            Mqtt(MqttError::PacketTooLarge) => 1009,
+            Mqtt(_) => 1002,
             _ => 1000,
         }
     }
@@ -321,6 +334,7 @@ impl Close {
             MqttReceiveMaximumExceeded | MqttPayloadTooLarge | MqttPublishQueueFull | MqttAuthMethodUnsupported => true,
             MqttWillBadTopic | MqttWillNotPermitted | MqttWillTooLarge => true,
             MqttSessionTakenOver | MqttClientIdRefused | MqttConnectUnansweredOverflow => true,
+            WsMqttNotOffered | MqttWsText => true,
             // Names made below: a TLS failure, an I/O error.
             Tls(_) | Io(_) => false,
             _ => false,

@@ -184,11 +184,9 @@ pub type IdKey = [u64; 2];
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionEnd {
     pub conn: u64,
-    /// Its client id's key and length, from the answer that registered it.
+    /// Its client id's key, from the answer that registered it.
     #[serde(default)]
     pub key: IdKey,
-    #[serde(default)]
-    pub id_len: u16,
     /// Seconds its session outlives it (as in its [`SessionClaim`]).
     #[serde(default)]
     pub expiry_s: u32,
@@ -242,12 +240,10 @@ pub struct SessionAnswer {
     pub subs: Vec<(String, u8)>,
     #[serde(default)]
     pub messages: Vec<SessionMessage>,
-    /// The client id's key in the registry and its length: the
-    /// connection's end carries them back.
+    /// The client id's key in the registry: the connection's end
+    /// carries it back.
     #[serde(default)]
     pub key: IdKey,
-    #[serde(default)]
-    pub id_len: u16,
 }
 
 /// One connection as `GET /connections` lists it.

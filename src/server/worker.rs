@@ -411,7 +411,8 @@ impl Handler for Worker {
         let now = Instant::now();
         if self.sweeps_idle() && now >= self.next_sweep {
             self.sweep_idle();
-            if self.cfg.protocol == Protocol::Mqtt {
+            // A ws port's MQTT-over-WebSocket clients keep alive too.
+            if matches!(self.cfg.protocol, Protocol::Mqtt | Protocol::Ws) {
                 self.sweep_keepalive();
             }
             self.next_sweep = now + if self.heads_timed() { HTTP_SWEEP } else { IDLE_SWEEP };
@@ -555,9 +556,10 @@ impl Worker {
     /// Whether HTTP request heads are swept for --header-timeout (a
     /// keep-alive connection may start a request at any time; WebSocket
     /// upgrades and tokens are timed from a queue, `heads.rs`).
-    /// Whether the idle sweep runs: `--idle-timeout`, HTTP heads, MQTT keep-alive.
+    /// Whether the idle sweep runs: `--idle-timeout`, HTTP heads, MQTT
+    /// keep-alive (on MQTT ports and, MQTT over WebSocket, ws ports).
     fn sweeps_idle(&self) -> bool {
-        self.cfg.idle_timeout_ms.is_some() || self.heads_timed() || self.cfg.protocol == Protocol::Mqtt
+        self.cfg.idle_timeout_ms.is_some() || self.heads_timed() || matches!(self.cfg.protocol, Protocol::Mqtt | Protocol::Ws)
     }
 
     fn heads_timed(&self) -> bool {

@@ -31,6 +31,7 @@ mod mqtt_qos;
 mod mqtt_sessions;
 mod mqtt_timing;
 mod mqtt_v5;
+mod mqtt_ws;
 mod push;
 mod report;
 mod requests;

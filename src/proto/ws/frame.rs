@@ -170,9 +170,24 @@ pub fn close_code(reason: &str) -> u16 {
 /// Append one frame. `mask`: a client's masking key (servers send none).
 pub fn encode(out: &mut Vec<u8>, fin: bool, opcode: Opcode, payload: &[u8], mask: Option<[u8; 4]>) {
     out.reserve(14 + payload.len());
+    put_header(out, fin, opcode, payload.len(), mask.is_some());
+    match mask {
+        Some(key) => {
+            out.extend_from_slice(&key);
+            let start = out.len();
+            out.extend_from_slice(payload);
+            apply_mask(&mut out[start..], key, 0);
+        }
+        None => out.extend_from_slice(payload),
+    }
+}
+
+/// A frame header without its masking key: FIN, opcode, the mask bit and
+/// the shortest of the three length forms.
+fn put_header(out: &mut Vec<u8>, fin: bool, opcode: Opcode, len: usize, masked: bool) {
     out.push(if fin { 0x80 } else { 0 } | opcode as u8);
-    let m = if mask.is_some() { 0x80 } else { 0 };
-    match payload.len() {
+    let m = if masked { 0x80 } else { 0 };
+    match len {
         n if n < 126 => out.push(m | n as u8),
         n if n <= u16::MAX as usize => {
             out.push(m | 126);
@@ -183,15 +198,16 @@ pub fn encode(out: &mut Vec<u8>, fin: bool, opcode: Opcode, payload: &[u8], mask
             out.extend_from_slice(&(n as u64).to_be_bytes());
         }
     }
-    match mask {
-        Some(key) => {
-            out.extend_from_slice(&key);
-            let start = out.len();
-            out.extend_from_slice(payload);
-            apply_mask(&mut out[start..], key, 0);
-        }
-        None => out.extend_from_slice(payload),
-    }
+}
+
+/// Make what `out` holds from `start` on one unmasked message (a
+/// server's), its header put in front of it: for bytes another protocol
+/// wrote first (MQTT packets over WebSocket). Nothing when there are none.
+pub fn wrap_tail(out: &mut Vec<u8>, start: usize, opcode: Opcode) {
+    let Some(len) = out.len().checked_sub(start).filter(|n| *n > 0) else { return };
+    let mut head = Vec::with_capacity(MAX_SERVER_HEADER);
+    put_header(&mut head, true, opcode, len, false);
+    out.splice(start..start, head);
 }
 
 /// Append one unfragmented message whose payload is already compressed
@@ -406,6 +422,25 @@ mod tests {
             assert_eq!(used, buf.len());
             assert_eq!(seen.unwrap(), data);
         }
+    }
+
+    /// Bytes written first and wrapped after are the frame `encode`
+    /// makes of them, in each length form; what came before is kept, and
+    /// nothing to wrap adds nothing.
+    #[test]
+    fn a_wrapped_tail_is_the_frame_encode_makes() {
+        for n in [1usize, 125, 126, 65535, 65536] {
+            let payload: Vec<u8> = (0..n).map(|i| (i * 7) as u8).collect();
+            let mut wrapped = b"before".to_vec();
+            wrapped.extend_from_slice(&payload);
+            wrap_tail(&mut wrapped, 6, Opcode::Binary);
+            let mut encoded = b"before".to_vec();
+            encode(&mut encoded, true, Opcode::Binary, &payload, None);
+            assert_eq!(wrapped, encoded, "{n} bytes");
+        }
+        let mut none = b"kept".to_vec();
+        wrap_tail(&mut none, 4, Opcode::Binary);
+        assert_eq!(none, b"kept");
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //! The one extension is permessage-deflate (`deflate.rs` chooses among
 //! the offers, which are handed over here as one string); the one subprotocol is `megaconn`, offered by
 //! browsers beside `bearer.TOKEN` to carry a token (a browser cannot set
-//! an Authorization header on a WebSocket).
+//! an Authorization header on a WebSocket). MQTT over WebSocket is the
+//! other: a client offering `mqtt` (or the older `mqttv3.1`) is told which
+//! one it got in [`Upgrade::mqtt`] (MQTT 5.0 §6, 3.1.1 §6).
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
@@ -42,6 +44,20 @@ pub struct Upgrade {
     pub protocol: Option<String>,
     /// Every `Sec-WebSocket-Extensions` line, joined with ", " (offers).
     pub extensions: Option<String>,
+    /// The MQTT subprotocol the client offered (`mqtt` when it offered
+    /// it, else `mqttv3.1`): the connection will carry MQTT packets.
+    pub mqtt: Option<&'static str>,
+}
+
+/// The subprotocols that say a WebSocket carries MQTT, preferred first:
+/// `mqtt` is the registered name (MQTT 3.1.1 and 5.0 §6), `mqttv3.1` what
+/// clients of MQTT 3.1 offered and some still offer beside it.
+pub const MQTT_SUBPROTOCOLS: [&str; 2] = ["mqtt", "mqttv3.1"];
+
+/// The MQTT subprotocol to answer an offer with, if it holds one.
+pub fn mqtt_offered(protocols: Option<&[u8]>) -> Option<&'static str> {
+    let offered = protocols.and_then(|v| std::str::from_utf8(v).ok())?;
+    MQTT_SUBPROTOCOLS.into_iter().find(|p| offered.split(',').any(|o| o.trim().eq_ignore_ascii_case(p)))
 }
 
 /// The subprotocol a client offers to say it speaks megaconn's commands.
@@ -114,7 +130,7 @@ pub fn parse_request(buf: &[u8], max_head: usize) -> Result<Option<(Upgrade, usi
     if !get("upgrade").is_some_and(|v| has_token(v, "websocket")) {
         if wants_events(get("accept")) {
             let last = get("last-event-id").map(|v| String::from_utf8_lossy(v).trim().to_string()).unwrap_or_default();
-            return Ok(Some((Upgrade { target, accept: String::new(), events: Some(last), token, protocol: None, extensions: None }, used)));
+            return Ok(Some((Upgrade { target, accept: String::new(), events: Some(last), token, protocol: None, extensions: None, mqtt: None }, used)));
         }
         return Err(refuse(
             426,
@@ -136,7 +152,8 @@ pub fn parse_request(buf: &[u8], max_head: usize) -> Result<Option<(Upgrade, usi
     }
     let mut offers = req.headers.iter().filter(|h| h.name.eq_ignore_ascii_case("sec-websocket-extensions")).map(|h| String::from_utf8_lossy(h.value));
     let extensions = offers.next().map(|first| offers.fold(first.into_owned(), |all, v| all + ", " + &v));
-    Ok(Some((Upgrade { target, accept: accept_key(key), events: None, token, protocol, extensions }, used)))
+    let mqtt = mqtt_offered(get("sec-websocket-protocol"));
+    Ok(Some((Upgrade { target, accept: accept_key(key), events: None, token, protocol, extensions, mqtt }, used)))
 }
 
 /// The 101 answer (with the chosen subprotocol and extension, if any).
@@ -280,6 +297,21 @@ fn status_name(code: u16) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `mqtt` wins over `mqttv3.1` whatever the order, names are matched
+    /// whole and without case, and an offer without either is no MQTT.
+    #[test]
+    fn an_mqtt_offer_is_found_among_the_others() {
+        assert_eq!(mqtt_offered(Some(b"mqtt")), Some("mqtt"));
+        assert_eq!(mqtt_offered(Some(b"mqttv3.1, mqtt")), Some("mqtt"));
+        assert_eq!(mqtt_offered(Some(b"megaconn,MQTTv3.1")), Some("mqttv3.1"));
+        assert_eq!(mqtt_offered(Some(b"mqtt5, xmqtt, megaconn")), None);
+        assert_eq!(mqtt_offered(Some(b"\xff")), None);
+        assert_eq!(mqtt_offered(None), None);
+        let req = b"GET /mqtt HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: mqtt\r\n\r\n";
+        let (up, used) = parse_request(req, 8192).unwrap().unwrap();
+        assert_eq!((up.mqtt, up.protocol, used), (Some("mqtt"), None, req.len()));
+    }
 
     #[test]
     fn rfc_example_key() {

@@ -9,9 +9,9 @@
 //!   id connected elsewhere is taken over: its worker is told to close it
 //!   (`takeover`; v5 DISCONNECT 0x8E, its will published), and the new
 //!   claim is answered once the old connection's end (`SessionsEnded`)
-//!   brought its session. Bounded in ids and id bytes
-//!   (`--mqtt-client-ids`, `--mqtt-client-id-bytes`): past either a claim
-//!   is refused (v5 CONNACK 0x97, 3.1.1 3) and counted.
+//!   brought its session. Bounded in ids (`--mqtt-client-ids`; an id is
+//!   at most 128 bytes and costs the registry 24 whatever its length):
+//!   past it a claim is refused (v5 CONNACK 0x97, 3.1.1 3) and counted.
 //! - **Kept sessions** of clients gone (3.1.1 Clean Session 0; v5 a
 //!   Session Expiry Interval above 0): their subscriptions (filter and
 //!   QoS) and the QoS 1 and 2 messages they had not acknowledged, then
@@ -51,8 +51,6 @@ use std::time::{Duration, Instant};
 
 /// Default `--mqtt-client-ids`: client ids connected at once on a node.
 pub const DEFAULT_MAX_IDS: usize = 4_000_000;
-/// Default `--mqtt-client-id-bytes`: bytes of those ids.
-pub const DEFAULT_MAX_ID_BYTES: usize = 256 << 20;
 /// Default `--mqtt-sessions`: sessions kept for clients gone.
 pub const DEFAULT_MAX_KEPT: usize = 10_000;
 /// Default `--mqtt-sessions-bytes`: bytes of every kept session.
@@ -89,16 +87,15 @@ crate::counters! {
         wills_cancelled: counter "mqtt_wills_cancelled" "Delayed MQTT wills cancelled by a CONNECT of their client id before the delay passed",
         wills_published: by("reason") "mqtt_wills_delayed_published" "Delayed MQTT wills published, by reason (delay: the delay or the session expiry passed; full: more waiting than --mqtt-sessions)",
         wills_waiting: gauge "mqtt_wills_waiting" "MQTT wills waiting for their delay now",
-        refused: by("reason") "mqtt_client_ids_refused" "CONNECTs refused by the client id registry, by reason (ids: --mqtt-client-ids, id_bytes: --mqtt-client-id-bytes, displaced: a newer CONNECT of the id came first)",
+        refused: by("reason") "mqtt_client_ids_refused" "CONNECTs refused by the client id registry, by reason (ids: --mqtt-client-ids, displaced: a newer CONNECT of the id came first)",
     }
 }
 
-/// `--mqtt-client-ids`, `--mqtt-client-id-bytes`, `--mqtt-sessions`,
+/// `--mqtt-client-ids`, `--mqtt-sessions`,
 /// `--mqtt-sessions-bytes`, `--mqtt-session-queue`, `--mqtt-session-queue-bytes`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SessionsConfig {
     pub max_ids: usize,
-    pub max_id_bytes: usize,
     pub max_kept: usize,
     pub max_kept_bytes: usize,
     pub queue: usize,
@@ -109,7 +106,6 @@ impl Default for SessionsConfig {
     fn default() -> SessionsConfig {
         SessionsConfig {
             max_ids: DEFAULT_MAX_IDS,
-            max_id_bytes: DEFAULT_MAX_ID_BYTES,
             max_kept: DEFAULT_MAX_KEPT,
             max_kept_bytes: DEFAULT_MAX_KEPT_BYTES,
             queue: DEFAULT_QUEUE,
@@ -174,7 +170,6 @@ pub struct Sessions {
     /// A CONNECT of an id connected now, answered once that one ended
     /// (one per id: a newer one displaces it).
     next: HashMap<IdKey, (usize, SessionClaim)>,
-    online_bytes: usize,
     kept: HashMap<IdKey, Kept>,
     /// Kept sessions by age: the oldest goes first when full.
     order: BTreeMap<u64, IdKey>,
@@ -215,23 +210,14 @@ impl Sessions {
 
     /// Register a claim whose id is free and answer it with its session.
     fn admit(&mut self, worker: usize, key: IdKey, c: SessionClaim, now: Instant) -> Action {
-        let len = u16::try_from(c.client_id.len()).unwrap_or(u16::MAX);
-        let refused = if self.online.len() >= self.cfg.max_ids {
-            Some("ids")
-        } else if self.online_bytes + usize::from(len) > self.cfg.max_id_bytes {
-            Some("id_bytes")
-        } else {
-            None
-        };
-        if let Some(reason) = refused {
-            *self.counters.refused.entry(reason.into()).or_insert(0) += 1;
+        if self.online.len() >= self.cfg.max_ids {
+            *self.counters.refused.entry("ids".into()).or_insert(0) += 1;
             return Action::Answer(worker, refusal(c.conn, REFUSED, c.v5));
         }
         if self.wills.cancel(&key) {
             self.counters.wills_cancelled += 1;
             self.counters.wills_waiting = self.wills.len() as u64;
         }
-        self.online_bytes += usize::from(len);
         self.online.insert(key, Online { conn: c.conn });
         self.counters.online = self.online.len() as u64;
         let mut kept = self.take(&key);
@@ -239,7 +225,7 @@ impl Sessions {
             kept = None;
             *self.counters.expired.entry("expiry".into()).or_insert(0) += 1;
         }
-        let mut answer = SessionAnswer { conn: c.conn, code: 0, present: false, subs: Vec::new(), messages: Vec::new(), key, id_len: len };
+        let mut answer = SessionAnswer { conn: c.conn, code: 0, present: false, subs: Vec::new(), messages: Vec::new(), key };
         match kept {
             Some(_) if c.clean => self.counters.discarded += 1,
             Some(k) => {
@@ -272,10 +258,9 @@ impl Sessions {
             return Vec::new();
         }
         self.online.remove(&e.key);
-        self.online_bytes = self.online_bytes.saturating_sub(usize::from(e.id_len));
         self.counters.online = self.online.len() as u64;
         if let Some(state) = e.state.filter(|_| e.expiry_s > 0) {
-            self.keep(e.key, e.id_len, state.subs, state.messages, e.expiry_s, now);
+            self.keep(e.key, state.subs, state.messages, e.expiry_s, now);
         }
         let next = self.next.remove(&e.key);
         let mut out = Vec::new();
@@ -299,9 +284,7 @@ impl Sessions {
     }
 
     /// Every connection of a worker that died ended, without its state
-    /// (one pass over the registry: a worker dies rarely). Their ids'
-    /// lengths died with the worker: `--mqtt-client-id-bytes` is counted
-    /// again from the next claims (the count saturates at 0).
+    /// (one pass over the registry: a worker dies rarely).
     pub fn worker_gone(&mut self, worker: usize, now: Instant) -> Vec<Action> {
         let ends: Vec<SessionEnd> = self
             .online
@@ -313,8 +296,8 @@ impl Sessions {
     }
 
     /// Keep a session, expiring the oldest while over the bounds.
-    fn keep(&mut self, key: IdKey, id_len: u16, subs: Vec<(String, u8)>, messages: Vec<SessionMessage>, expiry_s: u32, now: Instant) {
-        let base = RECORD + usize::from(id_len) + subs.iter().map(|(f, _)| RECORD + f.len()).sum::<usize>();
+    fn keep(&mut self, key: IdKey, subs: Vec<(String, u8)>, messages: Vec<SessionMessage>, expiry_s: u32, now: Instant) {
+        let base = RECORD + std::mem::size_of::<IdKey>() + subs.iter().map(|(f, _)| RECORD + f.len()).sum::<usize>();
         let mut kept = Kept { seq: 0, expires: None, subs, messages: VecDeque::new(), queued_bytes: 0, base };
         if expiry_s != NEVER {
             kept.expires = Some(now + Duration::from_secs(expiry_s.into()));
@@ -422,7 +405,7 @@ impl Sessions {
 
 /// A refused claim's answer with the CONNACK code of its version.
 fn refusal(conn: u64, (v5, v3): (u8, u8), is_v5: bool) -> SessionAnswer {
-    SessionAnswer { conn, code: if is_v5 { v5 } else { v3 }, present: false, subs: Vec::new(), messages: Vec::new(), key: IdKey::default(), id_len: 0 }
+    SessionAnswer { conn, code: if is_v5 { v5 } else { v3 }, present: false, subs: Vec::new(), messages: Vec::new(), key: IdKey::default() }
 }
 
 #[cfg(test)]

@@ -81,6 +81,8 @@ const ALL: &[Close] = &[
     MqttSessionTakenOver,
     MqttClientIdRefused,
     MqttConnectUnansweredOverflow,
+    WsMqttNotOffered,
+    MqttWsText,
 ];
 
 /// Each variant's place in [`ALL`] (payloads aside).
@@ -158,6 +160,8 @@ fn ordinal(c: Close) -> usize {
         MqttSessionTakenOver => 69,
         MqttClientIdRefused => 70,
         MqttConnectUnansweredOverflow => 71,
+        WsMqttNotOffered => 72,
+        MqttWsText => 73,
     }
 }
 
@@ -222,11 +226,24 @@ fn ws_code_before(reason: &str) -> u16 {
     }
 }
 
+/// Whether a reason is sent in a close frame only since MQTT over
+/// WebSocket (no WebSocket connection ended so before it).
+fn since_mqtt_over_websocket(c: Close) -> bool {
+    matches!(c, Mqtt(_) | MqttWsText | WsMqttNotOffered)
+}
+
 #[test]
 fn websocket_codes_are_the_ones_sent_before() {
-    for c in ALL {
+    for c in ALL.iter().filter(|c| !since_mqtt_over_websocket(**c)) {
         assert_eq!(c.ws_code(), ws_code_before(c.as_str()), "{c:?}");
     }
+    // MQTT over WebSocket: too large, the codec's other refusals, text,
+    // and MQTT on a WebSocket that did not ask for it.
+    assert_eq!(Mqtt(E::PacketTooLarge).ws_code(), 1009);
+    assert_eq!(Mqtt(E::UnexpectedPacket).ws_code(), 1002);
+    assert_eq!(MqttWsText.ws_code(), 1003);
+    assert_eq!(WsMqttNotOffered.ws_code(), 1002);
+    assert_eq!(MqttDisconnect.ws_code(), 1000);
     for (name, code) in
         [("ws_message_too_big", 1009), ("ws_inflate_too_big", 1009), ("ws_bad_utf8", 1007), ("ws_inflate_corrupt", 1007), ("ws_bad_close", 1002)]
     {
@@ -251,9 +268,11 @@ fn lingered_before(reason: &str) -> bool {
 
 #[test]
 fn the_refusals_that_linger_are_the_ones_before() {
-    for c in ALL {
+    for c in ALL.iter().filter(|c| **c != WsMqttNotOffered) {
         assert_eq!(c.lingers(), lingered_before(c.as_str()), "{c:?}");
     }
+    // Its close frame answers a CONNECT the peer may still be sending.
+    assert!(WsMqttNotOffered.lingers());
 }
 
 #[test]

@@ -6,6 +6,7 @@ pub(crate) mod fixture;
 pub mod framed;
 pub mod http;
 pub mod mqtt;
+pub mod mqtt_ws;
 pub mod requests;
 pub mod sse;
 pub mod ws;

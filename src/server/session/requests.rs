@@ -30,6 +30,13 @@ pub enum Answer {
 }
 
 impl Requests<'_> {
+    /// The same connection's requests, borrowed for a shorter while: a
+    /// session that hands its bytes on to another (MQTT inside WebSocket)
+    /// lends it what it was given.
+    pub fn reborrow(&mut self) -> Requests<'_> {
+        Requests { out: self.out, stats: self.stats, stage: self.stage, rng: self.rng, service: self.service, key: self.key, gen: self.gen }
+    }
+
     /// One request: draw its service time and hand it to the stage.
     /// `reply` is what to send back when done.
     pub fn submit(&mut self, reply: Vec<u8>) -> Answer {

@@ -13,6 +13,9 @@
 //! table for each read.
 //!
 //! Topics are subscribed in the Upgrade request: `GET /path?subscribe=a,b`.
+//! An Upgrade offering the `mqtt` subprotocol makes the connection an
+//! MQTT one (`mqtt_ws.rs`, which hands this file the bytes until then); an
+//! MQTT CONNECT on a connection that did not offer it is closed 1002.
 //! Pushes go out as text (a JSON envelope) or binary (`--push-format`).
 
 use crate::proto::push::{self, Push, Stream};
@@ -105,6 +108,14 @@ pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, Cl
                 return Err(Close::WsHandshake(refusal.reason));
             }
             Ok(Some((up, used))) => {
+                if let Some(p) = up.mqtt.filter(|_| up.events.is_none()) {
+                    // MQTT over WebSocket (`mqtt_ws.rs`): its token comes in
+                    // the CONNECT, as on an MQTT port; no deflate.
+                    handshake::write_accept(ctx.req.out, &up.accept, Some(p), None);
+                    ctx.req.stats.ws_upgrades += 1;
+                    *ext = crate::server::session::mqtt_ws::fresh();
+                    return Ok(used);
+                }
                 if ctx.topics.gate.required() {
                     match ctx.topics.gate.verify(up.token.as_deref()) {
                         Ok(claims) => ctx.topics.gate.admit(ctx.req.key, ctx.req.gen, claims),
@@ -337,6 +348,8 @@ fn on_event(req: &mut Requests<'_>, s: &mut Subscriber<'_>, ev: Event<'_>) -> Re
     req.stats.frames_in += 1;
     match ev {
         Event::Message { text: true, data } if is_command(data) => command(req, s, data)?,
+        // MQTT on a WebSocket that did not offer `mqtt`: refused, not echoed.
+        Event::Message { text: false, data } if crate::server::session::mqtt_ws::looks_like_connect(data) => return Err(Close::WsMqttNotOffered),
         Event::Message { text, data } if s.upstream.is_some() => up_message(req, s, None, text, data)?,
         Event::Message { text, data } => {
             let opcode = if text { Opcode::Text } else { Opcode::Binary };

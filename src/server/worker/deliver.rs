@@ -10,6 +10,8 @@
 //! has its data encoded once too; its id is the stream's own, so streams
 //! share a whole event only where their ids agree
 //! ([`SharedPush`](crate::server::session::sse::SharedPush) says why).
+//! A WebSocket port's MQTT-over-WebSocket clients get topic messages as
+//! an MQTT port's do (`mqtt_out.rs`), from the same push.
 
 use super::Worker;
 use crate::proto::push::{self, Position, Push, Stream, BROADCAST_TOPIC};
@@ -18,6 +20,7 @@ use crate::server::broker::history::{Message, Slice};
 use crate::server::close::Close;
 use crate::server::commands::{conn_id, split_id, PushCommand};
 use crate::server::commands::{ConnInfo, ListCommand, PresenceCommand, ServerMsg, LIST_BYTES, LIST_TOPICS};
+use crate::server::session::mqtt;
 use crate::server::session::sse::SharedPush;
 use crate::server::session::ws;
 use crate::server::worker::conn::{sse_mut, takes_pushes, ConnExt};
@@ -56,7 +59,8 @@ impl Worker {
                     let tls = self.tls.as_ref();
                     self.conns.iter().filter(|(k, c)| takes(c) && !tls.is_some_and(|t| t.handshaking(*k))).map(|(k, _)| k).collect()
                 }
-                Stream::Topic => self.topics.subscribers(&cmd.topic),
+                // `audience`: a ws port's MQTT clients may hold `+`/`#` filters.
+                Stream::Topic => self.topics.audience(&cmd.topic),
                 Stream::Unicast if cmd.user.is_some() => {
                     let user = cmd.user.as_deref().unwrap_or_default();
                     self.topics.gate.conns_of(user).iter().copied().filter(|k| self.conns.get(*k).is_some_and(takes)).collect()
@@ -106,8 +110,17 @@ impl Worker {
         let mut now_us = push::wall_us();
         let now_s = self.now_s();
         let mut sse_push: Option<SharedPush> = None;
+        // A ws port's MQTT-over-WebSocket subscribers: after the others, as
+        // an MQTT port's get a topic message (nothing else yet).
+        let mut mqtt_targets = Vec::new();
         for (i, key) in targets.iter().enumerate() {
             let Some(conn) = self.conns.get_mut(*key) else { continue };
+            if mqtt::state(&conn.ext).is_some() {
+                if cmd.stream == Stream::Topic {
+                    mqtt_targets.push(*key);
+                }
+                continue;
+            }
             if waiting && self.recoveries.holds(history_name, *key, conn.gen) {
                 continue;
             }
@@ -161,6 +174,11 @@ impl Worker {
         if cmd.stream == Stream::Broadcast && self.cfg.protocol == Protocol::Framed && self.seam.broadcast(cmd.seq, &frame) {
             let released = self.seam.release_all();
             self.send_held(released);
+        }
+        if !mqtt_targets.is_empty() {
+            let (q, s) = self.deliver_mqtt(&cmd, &data, &mqtt_targets);
+            queued += q;
+            slow.extend(s);
         }
         self.pushed(cmd.publish_id, queued, slow);
     }

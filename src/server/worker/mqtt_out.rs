@@ -4,7 +4,9 @@
 //! through the connection's flight, `session/mqtt/flight.rs`), retained
 //! messages for a new subscription (the supervisor's answer), and the will
 //! of a connection that ended without DISCONNECT (into the topic space
-//! like a client's publish).
+//! like a client's publish). An MQTT-over-WebSocket subscriber gets each
+//! in a binary message: the QoS 0 form wrapped once and shared too, a
+//! QoS 1 or 2 copy wrapped as it goes out.
 
 use super::Worker;
 use crate::proto::mqtt::forward::Forwarded;
@@ -14,6 +16,7 @@ use crate::server::close::Close;
 use crate::server::commands::{conn_id, split_id, ClientPublish, PushCommand, RetainedAnswer, ServerMsg};
 use crate::server::session::mqtt::extra::Delivered;
 use crate::server::session::mqtt::{self, flight};
+use crate::server::session::mqtt_ws;
 use crate::supervise::control;
 use base64::Engine;
 use std::rc::Rc;
@@ -39,11 +42,14 @@ struct Forms<'a> {
     expires_us: u64,
     /// [version][qos][retain]: (bytes, where the packet id goes).
     made: [[[Form; 2]; 3]; 2],
+    /// [version][retain]: the QoS 0 form in a binary WebSocket message,
+    /// shared by the MQTT-over-WebSocket subscribers.
+    in_ws: [[Option<Rc<[u8]>>; 2]; 2],
 }
 
 impl<'a> Forms<'a> {
     fn new(topic: &'a str, data: &'a [u8]) -> Forms<'a> {
-        Forms { topic, data, fwd: None, expiry: None, expires_us: 0, made: Default::default() }
+        Forms { topic, data, fwd: None, expiry: None, expires_us: 0, made: Default::default(), in_ws: Default::default() }
     }
 
     /// The PUBLISH properties of a v5 form (none in 3.1.1).
@@ -53,6 +59,22 @@ impl<'a> Forms<'a> {
             (Version::V5, None) => Properties { subscription_ids: sids, ..Properties::default() },
             _ => Properties::default(),
         }
+    }
+
+    /// The QoS 0 form as a binary WebSocket message (empty when the codec
+    /// refused the packet).
+    fn get_ws(&mut self, version: Version, retain: bool) -> Rc<[u8]> {
+        let (packet, _) = self.get(version, QoS::AtMostOnce, retain);
+        self.in_ws[(version == Version::V5) as usize][retain as usize]
+            .get_or_insert_with(|| {
+                let mut message = Vec::with_capacity(packet.len() + crate::proto::ws::frame::MAX_SERVER_HEADER);
+                crate::proto::ws::frame::encode(&mut message, true, crate::proto::ws::frame::Opcode::Binary, &packet, None);
+                if packet.is_empty() {
+                    message.clear();
+                }
+                message.into()
+            })
+            .clone()
     }
 
     fn get(&mut self, version: Version, qos: QoS, retain: bool) -> (Rc<[u8]>, usize) {
@@ -86,6 +108,14 @@ impl Worker {
     /// subscriptions were granted (at most the publish's); not sent to a
     /// client whose Maximum Packet Size it exceeds (§3.1.2.11.4).
     pub(super) fn push_mqtt(&mut self, cmd: &PushCommand, data: &[u8], targets: &[usize]) {
+        let (queued, slow) = self.deliver_mqtt(cmd, data, targets);
+        self.pushed(cmd.publish_id, queued, slow);
+    }
+
+    /// [`push_mqtt`](Self::push_mqtt)'s deliveries, without the push's end:
+    /// how many went out, and the slow consumers to close. A WebSocket
+    /// port's push calls it for its MQTT subscribers.
+    pub(super) fn deliver_mqtt(&mut self, cmd: &PushCommand, data: &[u8], targets: &[usize]) -> (u64, Vec<(usize, Close)>) {
         let mut forms = Forms::new(&cmd.topic, data);
         let qos = QoS::from_bits(cmd.qos).unwrap_or_default();
         let (mut queued, mut slow) = (0, Vec::new());
@@ -98,7 +128,7 @@ impl Worker {
             Some(left) => forms.expiry = left,
             None => {
                 self.stats.mqtt_expired_dropped += (targets.len() + cmd.shared.len()) as u64;
-                return self.pushed(cmd.publish_id, 0, Vec::new());
+                return (0, Vec::new());
             }
         }
         forms.expires_us = fwd.and_then(|f| f.message_expiry).map_or(0, |s| cmd.publish_us + u64::from(s) * 1_000_000);
@@ -133,7 +163,7 @@ impl Worker {
                 Err(reason) => slow.push((key, reason)),
             }
         }
-        self.pushed(cmd.publish_id, queued, slow);
+        (queued, slow)
     }
 
     /// One connection's copy of `forms` at `qos`: the shared QoS 0 bytes,
@@ -145,19 +175,32 @@ impl Worker {
         let Some(m) = mqtt::state_mut(&mut conn.ext) else { return Ok(Sent::Not) };
         let Some(version) = m.version else { return Ok(Sent::Not) };
         let qos = d.qos;
-        let (frame, id_at) = match version {
-            Version::V5 if !d.sids.is_empty() => forms.own(qos, d.retain, d.sids),
-            _ => forms.get(version, qos, d.retain),
-        };
-        if frame.is_empty() || frame.len() > m.max_in as usize {
+        let own = version == Version::V5 && !d.sids.is_empty();
+        let (frame, id_at) = if own { forms.own(qos, d.retain, d.sids) } else { forms.get(version, qos, d.retain) };
+        if frame.is_empty() || frame.len() > m.max_in() as usize {
             return Ok(Sent::Not);
         }
+        let ws = m.ws;
         let sent = if qos == QoS::AtMostOnce {
+            // Over WebSocket the shared form in a binary message, or this
+            // subscriber's own copy wrapped.
+            let frame = match (ws, own) {
+                (false, _) => frame,
+                (true, false) => forms.get_ws(version, d.retain),
+                (true, true) => {
+                    let mut message = frame.to_vec();
+                    mqtt_ws::wrap(&mut message, 0);
+                    message.into()
+                }
+            };
             super::io::send_frame(self.tls.as_mut(), self.ring.as_mut(), key, conn, &frame, self.cfg.max_pending_bytes, Close::SlowConsumer)
         } else {
             let window = m.window;
             match m.extra_mut().flight.offer(flight::Delivery { bytes: frame, id_at, qos, expires_us: forms.expires_us }, window, bounds) {
-                flight::Offer::Send(bytes) => {
+                flight::Offer::Send(mut bytes) => {
+                    if ws {
+                        mqtt_ws::wrap(&mut bytes, 0);
+                    }
                     super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &bytes, self.cfg.max_pending_bytes, Close::SlowConsumer)
                 }
                 flight::Offer::Held => return Ok(Sent::Not),

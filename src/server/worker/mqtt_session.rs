@@ -5,7 +5,10 @@
 //! sent behind its CONNECT), a takeover (v5 DISCONNECT 0x8E, then the
 //! close, which publishes the will), and the end of a registered
 //! connection (the id freed; its subscriptions and unacknowledged
-//! messages handed over when its session outlives it).
+//! messages handed over when its session outlives it). What goes to an
+//! MQTT-over-WebSocket connection is wrapped in a binary message
+//! (`session/mqtt_ws.rs`), and what it sent behind its CONNECT waited
+//! there, as MQTT bytes.
 
 use super::Worker;
 use crate::proto::mqtt::{encode, ConnAck, Disconnect, Packet, Properties, QoS, Version};
@@ -13,6 +16,7 @@ use crate::server::broker::sessions::wills::DelayedWill;
 use crate::server::close::Close;
 use crate::server::commands::{conn_id, split_id, ClientPublish, ServerMsg, SessionAnswer, SessionEnd, SessionMessage, SessionState};
 use crate::server::session::mqtt::{self, connect, flight, Claim};
+use crate::server::session::mqtt_ws;
 use crate::server::session::requests::Requests;
 use crate::server::worker::wildcards;
 use crate::supervise::control;
@@ -32,7 +36,7 @@ impl Worker {
             if a.code == 0 {
                 control::emit(&ServerMsg::SessionsEnded {
                     worker: self.cfg.worker,
-                    ended: vec![SessionEnd { conn: a.conn, key: a.key, id_len: a.id_len, ..SessionEnd::default() }],
+                    ended: vec![SessionEnd { conn: a.conn, key: a.key, ..SessionEnd::default() }],
                 });
             }
             return;
@@ -47,10 +51,14 @@ impl Worker {
             m.claim = Claim::None;
             let refused = Packet::ConnAck(ConnAck { session_present: false, code: a.code, properties: Properties::default() });
             let _ = encode::packet(&refused, v, &mut self.out);
+            if m.ws {
+                mqtt_ws::wrap(&mut self.out, 0);
+                crate::proto::ws::frame::encode_close(&mut self.out, 1000, None);
+            }
             let _ = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader);
             return self.close(key, Close::MqttClientIdRefused);
         }
-        (m.key, m.id_len) = (a.key, a.id_len);
+        m.key = a.key;
         connect::claimed(&mut self.out, m, max_packet, a.present);
         self.stats.frames_out += 1;
         for (filter, qos) in &a.subs {
@@ -91,6 +99,9 @@ impl Worker {
             }
         }
         m.tidy();
+        if m.ws {
+            mqtt_ws::wrap(&mut self.out, 0);
+        }
         let cap = self.cfg.max_pending_bytes.max(self.reply_cap);
         if let Err(reason) = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, cap, Close::SlowConsumer) {
             return self.close(key, reason);
@@ -102,7 +113,15 @@ impl Worker {
     /// answered (it waited in the connection's partial input).
     fn mqtt_resume(&mut self, key: usize) {
         let Some(conn) = self.conns.get_mut(key) else { return };
-        let Some(buf) = conn.partial.take() else { return };
+        // Over WebSocket it waited as MQTT bytes (the partial input is a
+        // frame's start, for the next read).
+        let ws = mqtt::over_ws(&conn.ext);
+        let buf = if ws {
+            Vec::new()
+        } else {
+            let Some(buf) = conn.partial.take() else { return };
+            *buf
+        };
         self.out.clear();
         let req = Requests {
             out: &mut self.out,
@@ -122,13 +141,17 @@ impl Worker {
             published: &mut self.published,
             worker: self.cfg.worker,
         };
-        let r = mqtt::consume(&mut ctx, &mut conn.ext, &buf);
-        let mut end = r.as_ref().err().copied();
-        if let Ok(used) = r {
-            if used < buf.len() {
-                conn.partial = Some(Box::new(buf[used..].to_vec()));
+        let mut end = if ws {
+            mqtt_ws::resume(&mut ctx, &mut conn.ext).err()
+        } else {
+            let r = mqtt::consume(&mut ctx, &mut conn.ext, &buf);
+            if let Ok(used) = r {
+                if used < buf.len() {
+                    conn.partial = Some(Box::new(buf[used..].to_vec()));
+                }
             }
-        }
+            r.err()
+        };
         self.emit_published();
         let Some(conn) = self.conns.get_mut(key) else { return };
         if let Err(reason) = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader) {
@@ -147,10 +170,16 @@ impl Worker {
             return;
         }
         let Some(conn) = self.conns.get_mut(key).filter(|c| c.gen == gen) else { return };
+        self.out.clear();
         if mqtt::state(&conn.ext).and_then(|m| m.version) == Some(Version::V5) {
-            self.out.clear();
             let _ =
                 encode::packet(&Packet::Disconnect(Disconnect { reason: SESSION_TAKEN_OVER, properties: Properties::default() }), Version::V5, &mut self.out);
+        }
+        if mqtt::over_ws(&conn.ext) {
+            mqtt_ws::wrap(&mut self.out, 0);
+            crate::proto::ws::frame::encode_close(&mut self.out, 1000, None);
+        }
+        if !self.out.is_empty() {
             let _ = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader);
         }
         self.close(key, Close::MqttSessionTakenOver);
@@ -163,7 +192,7 @@ impl Worker {
     /// any worker cancels it).
     pub(super) fn mqtt_session_end(&mut self, key: usize, conn: &mut super::conn::Conn) {
         let will = mqtt::state_mut(&mut conn.ext)
-            .filter(|m| m.claim == Claim::Registered && m.expiry_s > 0 && m.extra.as_deref().and_then(|x| x.will.as_ref()).is_some_and(|w| w.delay_s > 0))
+            .filter(|m| m.claim == Claim::Registered && m.expiry_s() > 0 && m.extra.as_deref().and_then(|x| x.will.as_ref()).is_some_and(|w| w.delay_s > 0))
             .and_then(|m| m.take_will())
             .map(|w| {
                 self.stats.mqtt_wills_sent += 1;
@@ -171,7 +200,7 @@ impl Worker {
                 DelayedWill { will: ClientPublish { topic: w.topic.into(), data, qos: w.qos as u8, retain: w.retain, mqtt: None }, delay_s: w.delay_s }
             });
         let Some(m) = mqtt::state(&conn.ext).filter(|m| m.claim == Claim::Registered) else { return };
-        let state = (m.expiry_s > 0).then(|| {
+        let state = (m.expiry_s() > 0).then(|| {
             let qos_of = |id: u32| m.extra.as_deref().and_then(|x| x.subs.iter().find(|s| s.id == id)).map_or(0, |s| s.qos as u8);
             let subs = conn.subs.iter().filter_map(|id| Some((self.topics.sub_name(*id)?.to_string(), qos_of(*id)))).collect();
             let v5 = m.version == Some(Version::V5);
@@ -188,7 +217,7 @@ impl Worker {
                 .collect();
             SessionState { subs, messages }
         });
-        let end = SessionEnd { conn: conn_id(self.cfg.worker, key, conn.gen), key: m.key, id_len: m.id_len, expiry_s: m.expiry_s, state, will };
+        let end = SessionEnd { conn: conn_id(self.cfg.worker, key, conn.gen), key: m.key, expiry_s: m.expiry_s(), state, will };
         control::emit(&ServerMsg::SessionsEnded { worker: self.cfg.worker, ended: vec![end] });
     }
 

@@ -7,7 +7,7 @@ use crate::net::{self, ReadEnd};
 use crate::proto::{Protocol, ECHO8_LEN};
 use crate::server::close::Close;
 use crate::server::session::requests::Requests;
-use crate::server::session::{framed, http, mqtt, ws};
+use crate::server::session::{framed, http, mqtt, mqtt_ws, ws};
 use crate::server::worker::conn::HttpExt;
 use std::time::Instant;
 
@@ -128,7 +128,7 @@ impl Worker {
                     r
                 }
                 Protocol::Ws => {
-                    let mut ctx = ws::Ctx {
+                    let ws = ws::Ctx {
                         req,
                         cfg: &self.cfg.ws,
                         topics: &mut self.topics,
@@ -140,9 +140,12 @@ impl Worker {
                         codec: self.ws_codec.as_deref_mut(),
                         deflate,
                     };
+                    // MQTT over WebSocket is served on the same port.
+                    let mut ctx = mqtt_ws::Ctx { ws, mqtt: &self.cfg.mqtt, limits: &self.mqtt_limits, published: &mut self.published, worker: self.cfg.worker };
                     let ext = &mut conn.ext;
-                    let r = read(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| ws::consume(&mut ctx, ext, buf));
-                    negotiated = ctx.deflate;
+                    let r = read(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| mqtt_ws::consume(&mut ctx, ext, buf));
+                    negotiated = ctx.ws.deflate;
+                    super::mqtt_session::emit(self.cfg.worker, &mut self.published);
                     r
                 }
                 Protocol::Mqtt => {

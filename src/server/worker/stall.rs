@@ -1,5 +1,6 @@
 //! `--stall-timeout`: a connection whose partial input (half a frame, a
-//! WebSocket message still in fragments) or unsent output has not moved
+//! WebSocket message still in fragments, half an MQTT packet in a
+//! WebSocket message) or unsent output has not moved
 //! for that long is closed, so no peer keeps memory of ours by sending
 //! half a frame, or by not reading, and then doing nothing.
 //!
@@ -32,11 +33,14 @@ struct Held {
 
 impl Held {
     fn of(c: &Conn) -> Option<Held> {
-        let fragments = match c.ext.as_deref() {
-            Some(ConnExt::Ws(w)) => w.frag.as_ref().map_or(0, |f| f.len()),
-            _ => 0,
+        let (fragments, carried) = match c.ext.as_deref() {
+            Some(ConnExt::Ws(w)) => (w.frag.as_ref().map_or(0, |f| f.len()), 0),
+            // MQTT over WebSocket: a packet cut by a message's end (and
+            // fragments) is partial input too.
+            Some(ConnExt::Mqtt(m)) => (0, m.extra.as_ref().map_or(0, |x| x.carry.held())),
+            _ => (0, 0),
         };
-        let partial = c.partial.as_ref().map_or(0, |p| p.len());
+        let partial = c.partial.as_ref().map_or(0, |p| p.len()) + carried;
         let (backlog, backlog_head) = c.backlog.as_ref().map_or((0, 0), |b| {
             let mut head = [0u8; 8];
             let n = b.len().min(8);

@@ -12,7 +12,7 @@ fn msg(topic: &str, data: &str, qos: u8) -> SessionMessage {
 /// The end of connection `conn` registered for `id` (with the key and
 /// length its answer gave), its session outliving it `expiry_s`.
 fn end(s: &Sessions, conn: u64, id: &str, expiry_s: u32, state: Option<SessionState>) -> SessionEnd {
-    SessionEnd { conn, key: s.key(id), id_len: id.len() as u16, expiry_s, state, will: None }
+    SessionEnd { conn, key: s.key(id), expiry_s, state, will: None }
 }
 
 fn answer(a: &[Action]) -> &SessionAnswer {
@@ -39,7 +39,7 @@ fn a_takeover_waits_for_the_old_connection_and_resumes_its_session() {
     let mut s = Sessions::new(SessionsConfig::default());
     let (a, b) = (conn_id(0, 1, 1), conn_id(1, 7, 3));
     let first = s.claim(0, claim(a, "dev", false, NEVER), now);
-    assert_eq!(*answer(&first), SessionAnswer { conn: a, code: 0, present: false, subs: vec![], messages: vec![], key: s.key("dev"), id_len: 3 });
+    assert_eq!(*answer(&first), SessionAnswer { conn: a, code: 0, present: false, subs: vec![], messages: vec![], key: s.key("dev") });
     assert_eq!(s.claim(1, claim(b, "dev", false, NEVER), now), vec![Action::Takeover(0, a)]);
     assert_eq!((s.counters.taken_over, s.counters.online), (1, 1));
     let sent = SessionMessage { id: 5, ..msg("t/1", "AA==", 1) };
@@ -95,17 +95,17 @@ fn sessions_expire_by_the_timer_and_at_a_late_connect() {
     assert_eq!((s.counters.kept, s.counters.bytes, s.counters.expired["expiry"]), (0, 0, 2));
 }
 
-/// The registry is bounded in ids and id bytes: past either a CONNECT is
-/// refused with its version's code and counted.
+/// The registry is bounded in ids: past it a CONNECT is refused with its
+/// version's code and counted.
 #[test]
 fn the_registry_refuses_past_its_bounds() {
     let now = Instant::now();
-    let mut s = Sessions::new(SessionsConfig { max_ids: 2, max_id_bytes: 5, ..Default::default() });
+    let mut s = Sessions::new(SessionsConfig { max_ids: 2, ..Default::default() });
     assert_eq!(answer(&s.claim(0, claim(1, "ab", true, 0), now)).code, 0);
-    assert_eq!(answer(&s.claim(0, SessionClaim { v5: false, ..claim(2, "cdef", true, 0) }, now)).code, 3);
     assert_eq!(answer(&s.claim(0, claim(3, "cde", true, 0), now)).code, 0);
+    assert_eq!(answer(&s.claim(0, SessionClaim { v5: false, ..claim(2, "cdef", true, 0) }, now)).code, 3);
     assert_eq!(answer(&s.claim(0, claim(4, "x", true, 0), now)).code, 0x97);
-    assert_eq!((s.counters.refused["id_bytes"], s.counters.refused["ids"]), (1, 1));
+    assert_eq!(s.counters.refused["ids"], 2);
     s.ended(end(&s, 1, "ab", 0, None), now);
     assert_eq!(answer(&s.claim(0, claim(5, "x", true, 0), now)).code, 0, "an id given back makes room");
 }
@@ -172,10 +172,10 @@ fn an_end_needs_its_key_and_an_entry_is_24_bytes() {
     assert_eq!(key, s.key(&long));
     assert_ne!(key, s.key("d"), "different ids, different keys");
     assert!(s.ended(end(&s, 1, "d", 0, None), now).is_empty());
-    assert!(s.ended(SessionEnd { conn: 2, key, id_len: 4000, ..Default::default() }, now).is_empty());
-    assert_eq!((s.counters.online, s.online_bytes), (1, 4000));
+    assert!(s.ended(SessionEnd { conn: 2, key, ..Default::default() }, now).is_empty());
+    assert_eq!(s.counters.online, 1);
     s.ended(end(&s, 1, &long, 0, None), now);
-    assert_eq!((s.counters.online, s.online_bytes), (0, 0));
+    assert_eq!(s.counters.online, 0);
     assert_eq!(std::mem::size_of::<(IdKey, Online)>(), 24);
     // Another registry (another process) keys the same id differently.
     assert_ne!(Sessions::new(SessionsConfig::default()).key(&long), key);

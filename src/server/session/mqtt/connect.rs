@@ -39,20 +39,21 @@ pub fn connect(ctx: &mut Ctx<'_>, m: &mut MqttConn, c: Connect<'_>) -> Result<()
     if will.is_some() {
         m.extra_mut().will = will;
     }
-    m.max_in = c.properties.maximum_packet_size.unwrap_or(u32::MAX);
     *ctx.req.stats.mqtt_connects.entry(if v == Version::V5 { "5.0" } else { "3.1.1" }.into()).or_insert(0) += 1;
     if !c.client_id.is_empty() {
         // The supervisor's answer brings the CONNACK (`worker/mqtt_session.rs`).
-        m.expiry_s = match v {
+        let expiry_s = match v {
             Version::V311 if c.clean_start => 0,
             Version::V311 => NEVER,
             Version::V5 => c.properties.session_expiry.unwrap_or(0),
         };
+        m.set_limits(c.properties.maximum_packet_size, expiry_s);
         m.claim = Claim::Waiting;
         let conn = crate::server::commands::conn_id(ctx.worker, ctx.req.key, ctx.req.gen);
-        ctx.published.claims.push(SessionClaim { conn, client_id: c.client_id.into(), clean: c.clean_start, expiry_s: m.expiry_s, v5: v == Version::V5 });
+        ctx.published.claims.push(SessionClaim { conn, client_id: c.client_id.into(), clean: c.clean_start, expiry_s, v5: v == Version::V5 });
         return Ok(());
     }
+    m.set_limits(c.properties.maximum_packet_size, 0);
     // An empty id: v5 assigns one, unique by construction; its session
     // ends with the connection (v5 says so with Session Expiry 0).
     let assigned = (v == Version::V5).then(|| format!("megaconn-{}-{}-{}", ctx.worker, ctx.req.key, ctx.req.gen));

@@ -1,8 +1,9 @@
 //! What an MQTT connection holds beyond its fixed few bytes, boxed and
 //! only while it has any of it: its subscriptions granted QoS 1 or 2 (or
 //! v5 Retain As Published), its deliveries in flight ([`Flight`]), its
-//! will message, its shared subscriptions and its topic aliases. An idle QoS 0 subscriber without a will has none of it:
-//! its state stays one null pointer.
+//! will message, its shared subscriptions and its topic aliases, and over
+//! WebSocket a packet cut by a message's end. An idle QoS 0 subscriber
+//! without a will has none of it: its state stays one null pointer.
 
 use super::flight::Flight;
 use super::MqttConn;
@@ -60,9 +61,42 @@ pub struct Extra {
     /// Topic aliases the client set (`alias.rs`): alias N at N - 1, an
     /// empty topic where none is set; at most `alias::TOPIC_ALIAS_MAXIMUM`.
     pub aliases: Vec<Box<str>>,
+    /// MQTT over WebSocket: fragments and a cut packet between reads
+    /// (`session/mqtt_ws.rs`).
+    pub carry: crate::server::session::mqtt_ws::Carry,
+    /// The client's Maximum Packet Size (v5): larger pushes are not sent
+    /// to it ([MQTT-3.1.2-24]). 0 when it gave none (0 is not a size a
+    /// client may give).
+    pub max_in: u32,
+    /// Seconds its session outlives it (0: not at all; `u32::MAX` never
+    /// expires: 3.1.1 Clean Session 0).
+    pub expiry_s: u32,
 }
 
 impl MqttConn {
+    /// The client's Maximum Packet Size (`u32::MAX` when it gave none).
+    pub fn max_in(&self) -> u32 {
+        match self.extra.as_deref().map_or(0, |x| x.max_in) {
+            0 => u32::MAX,
+            m => m,
+        }
+    }
+
+    /// Seconds its session outlives it (0: not at all).
+    pub fn expiry_s(&self) -> u32 {
+        self.extra.as_deref().map_or(0, |x| x.expiry_s)
+    }
+
+    /// Set the Maximum Packet Size and session expiry of a CONNECT
+    /// (boxed only when they are not the defaults).
+    pub fn set_limits(&mut self, max_in: Option<u32>, expiry_s: u32) {
+        let max_in = max_in.filter(|m| *m != u32::MAX).unwrap_or(0);
+        if max_in != 0 || expiry_s != 0 {
+            let x = self.extra_mut();
+            (x.max_in, x.expiry_s) = (max_in, expiry_s);
+        }
+    }
+
     /// The boxed part, made if it did not exist.
     pub fn extra_mut(&mut self) -> &mut Extra {
         self.extra.get_or_insert_with(Default::default)
@@ -70,7 +104,16 @@ impl MqttConn {
 
     /// Free the boxed part once it holds nothing.
     pub fn tidy(&mut self) {
-        if self.extra.as_deref().is_some_and(|x| x.subs.is_empty() && x.will.is_none() && x.flight.idle() && x.shares.is_empty() && x.aliases.is_empty()) {
+        if self.extra.as_deref().is_some_and(|x| {
+            x.subs.is_empty()
+                && x.will.is_none()
+                && x.flight.idle()
+                && x.shares.is_empty()
+                && x.aliases.is_empty()
+                && x.carry.held() == 0
+                && x.max_in == 0
+                && x.expiry_s == 0
+        }) {
             self.extra = None;
         }
     }
