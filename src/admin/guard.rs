@@ -47,7 +47,7 @@ impl Token {
 }
 
 /// Whether a request head declares a body.
-pub fn has_body(headers: &HeaderMap) -> bool {
+pub(crate) fn has_body(headers: &HeaderMap) -> bool {
     headers.contains_key(TRANSFER_ENCODING) || headers.get(CONTENT_LENGTH).is_some_and(|v| v.as_bytes() != b"0")
 }
 
@@ -68,7 +68,7 @@ fn is_loopback_host(v: &[u8]) -> bool {
 
 /// Check a request head before anything is read or routed: Ok, or the
 /// answer (400, 401 or 403 with its reason).
-pub fn check(method: &Method, path: &str, headers: &HeaderMap, token: Option<&Token>) -> Result<(), Response> {
+pub(crate) fn check(method: &Method, path: &str, headers: &HeaderMap, token: Option<&Token>) -> Result<(), Response> {
     if (method == Method::GET || method == Method::HEAD) && has_body(headers) {
         return Err(Response::error(400, format!("a {method} request carries no body (Content-Length 0, no Transfer-Encoding)")));
     }

@@ -5,9 +5,9 @@ use super::Response;
 use crate::proto::push::{check_topic, Stream, MAX_PUSH};
 
 /// Longest `/connections` listing (each worker also stops at 2 MiB).
-pub const MAX_LIST: usize = 10_000;
+pub(crate) const MAX_LIST: usize = 10_000;
 /// Most users one `/presence` answer lists (their connections are all counted).
-pub const MAX_PRESENCE: usize = 1_000_000;
+pub(crate) const MAX_PRESENCE: usize = 1_000_000;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
@@ -120,7 +120,7 @@ fn parse_id(s: &str) -> Result<(Option<String>, u64), Response> {
 }
 
 /// Check one request.
-pub fn parse(method: &str, url: &str, body: Vec<u8>) -> Result<Request, Response> {
+pub(crate) fn parse(method: &str, url: &str, body: Vec<u8>) -> Result<Request, Response> {
     let path = url.split('?').next().unwrap_or("");
     match (method, path) {
         ("GET", "/metrics") => Ok(Request::Metrics),

@@ -32,7 +32,7 @@ pub enum Broker {
 }
 
 #[derive(Debug, Clone)]
-pub struct BenchConfig {
+pub(crate) struct BenchConfig {
     pub scenario: Scenario,
     pub connections: u64,
     pub ports: Vec<u16>,

@@ -5,7 +5,7 @@
 
 /// Largest frame accepted back (a corrupt length would otherwise make the
 /// client buffer without bound).
-pub const MAX_FRAME: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_FRAME: usize = 16 * 1024 * 1024;
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Codec {
@@ -28,7 +28,7 @@ impl std::fmt::Display for Codec {
 }
 
 /// Parse `--codec`.
-pub fn parse(s: &str) -> Result<Codec, String> {
+pub(crate) fn parse(s: &str) -> Result<Codec, String> {
     let mut parts = s.split(',');
     let len_bytes = match parts.next() {
         Some("len:2") => 2,

@@ -18,9 +18,9 @@ pub enum CloseMode {
 
 /// How long a load holds its connections after the ramp, unless told:
 /// the client's and the bench's default alike.
-pub const DEFAULT_HOLD: Duration = Duration::from_secs(20);
+pub(crate) const DEFAULT_HOLD: Duration = Duration::from_secs(20);
 /// [`DEFAULT_HOLD`] as the CLI writes it.
-pub const DEFAULT_HOLD_TEXT: &str = "20s";
+pub(crate) const DEFAULT_HOLD_TEXT: &str = "20s";
 
 /// One server of several (bench --nodes): where its share of the client
 /// workers connect, and the network namespace (fd) they run in.

@@ -45,7 +45,7 @@ impl Shard {
 
 /// Above this share of a pair's ports the kernel's port search slows
 /// down sharply; the plan warns.
-pub const CROWDED_SHARE: f64 = 0.8;
+pub(crate) const CROWDED_SHARE: f64 = 0.8;
 /// `auto` sources keep every pair at most half full.
 const AUTO_SHARE: f64 = 0.5;
 /// Fewest source addresses `auto` hands out (ports search fast with 16+).
@@ -82,7 +82,7 @@ pub struct ConnectionPlan {
     pub stages: Option<super::stages::Stages>,
 }
 
-pub fn local_port_range() -> (u16, u16) {
+pub(crate) fn local_port_range() -> (u16, u16) {
     std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|s| {
@@ -173,7 +173,7 @@ impl ConnectionPlan {
 }
 
 /// Sorted addresses to inclusive ranges (one family per range).
-pub fn compress(ips: &[IpAddr]) -> Vec<(IpAddr, IpAddr)> {
+pub(crate) fn compress(ips: &[IpAddr]) -> Vec<(IpAddr, IpAddr)> {
     let mut v: Vec<(bool, u128)> = ips.iter().map(|i| ip_number(*i)).collect();
     v.sort_unstable();
     v.dedup();
@@ -187,7 +187,7 @@ pub fn compress(ips: &[IpAddr]) -> Vec<(IpAddr, IpAddr)> {
     out.into_iter().map(|(v6, a, b)| (ip_of(v6, a), ip_of(v6, b))).collect()
 }
 
-pub fn expand(ranges: &[(IpAddr, IpAddr)]) -> Vec<IpAddr> {
+pub(crate) fn expand(ranges: &[(IpAddr, IpAddr)]) -> Vec<IpAddr> {
     ranges
         .iter()
         .flat_map(|(a, b)| {
@@ -198,7 +198,7 @@ pub fn expand(ranges: &[(IpAddr, IpAddr)]) -> Vec<IpAddr> {
 }
 
 /// The (source, destination port) of global connection `g`.
-pub fn address_of(g: u64, sources: &[IpAddr], ports: &[u16]) -> (IpAddr, u16) {
+pub(crate) fn address_of(g: u64, sources: &[IpAddr], ports: &[u16]) -> (IpAddr, u16) {
     let p = ports.len() as u64;
     (sources[((g / p) % sources.len() as u64) as usize], ports[(g % p) as usize])
 }

@@ -139,11 +139,11 @@ mod seq_map {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
     use std::collections::BTreeMap;
 
-    pub fn serialize<S: Serializer>(m: &BTreeMap<u64, (u64, u64)>, s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(m: &BTreeMap<u64, (u64, u64)>, s: S) -> Result<S::Ok, S::Error> {
         m.iter().map(|(k, (a, b))| (*k, *a, *b)).collect::<Vec<_>>().serialize(s)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<u64, (u64, u64)>, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<u64, (u64, u64)>, D::Error> {
         Ok(Vec::<(u64, u64, u64)>::deserialize(d)?.into_iter().map(|(k, a, b)| (k, (a, b))).collect())
     }
 }
@@ -152,11 +152,11 @@ mod count_map {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
     use std::collections::BTreeMap;
 
-    pub fn serialize<S: Serializer>(m: &BTreeMap<u64, u64>, s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(m: &BTreeMap<u64, u64>, s: S) -> Result<S::Ok, S::Error> {
         m.iter().map(|(k, n)| (*k, *n)).collect::<Vec<_>>().serialize(s)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<u64, u64>, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<u64, u64>, D::Error> {
         Ok(Vec::<(u64, u64)>::deserialize(d)?.into_iter().collect())
     }
 }

@@ -16,13 +16,14 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 /// Most stages a run takes.
-pub const MAX_STAGES: usize = 100;
+pub(crate) const MAX_STAGES: usize = 100;
 /// Highest target a stage may name (the plan then checks it fits).
-pub const MAX_TARGET: u64 = 100_000_000;
+pub(crate) const MAX_TARGET: u64 = 100_000_000;
 /// Longest the stages may last together.
 const MAX_TOTAL: Duration = crate::values::MAX_DURATION;
 /// The accepted syntax, for every error message.
-pub const SYNTAX: &str = "expected DURATION:TARGET[@RATE/s] stages separated by commas, e.g. 30s:10000,2m:10000,30s:50000,1m:0 or 30s:1000@50/s,1m:1000@200/s \
+pub(crate) const SYNTAX: &str =
+    "expected DURATION:TARGET[@RATE/s] stages separated by commas, e.g. 30s:10000,2m:10000,30s:50000,1m:0 or 30s:1000@50/s,1m:1000@200/s \
      (TARGET: open connections, 0 to 100M; RATE: requests per connection, as --request-rate)";
 
 /// One stage: reach `target` open connections, linearly, over `duration`.
@@ -40,20 +41,20 @@ pub struct Stage {
 pub struct Stages(pub Vec<Stage>);
 
 /// The phase name of stage `i` (0-based): `stage1` .. `stage100`.
-pub fn name(i: usize) -> &'static str {
+pub(crate) fn name(i: usize) -> &'static str {
     static NAMES: OnceLock<Vec<&'static str>> = OnceLock::new();
     let names = NAMES.get_or_init(|| (1..=MAX_STAGES).map(|n| &*Box::leak(format!("stage{n}").into_boxed_str())).collect());
     names.get(i).copied().unwrap_or("stage")
 }
 
 /// The stage index a phase name names (`stage2` -> 1), if it is one.
-pub fn index_of(phase: &str) -> Option<usize> {
+pub(crate) fn index_of(phase: &str) -> Option<usize> {
     let n: usize = phase.strip_prefix("stage")?.parse().ok()?;
     (1..=MAX_STAGES).contains(&n).then(|| n - 1)
 }
 
 /// Parse `--stages` (see [`SYNTAX`]).
-pub fn parse(s: &str) -> Result<Stages, String> {
+pub(crate) fn parse(s: &str) -> Result<Stages, String> {
     let s = s.trim();
     if s.is_empty() {
         return Err(format!("no stages given; {SYNTAX}"));
@@ -103,7 +104,7 @@ pub fn parse(s: &str) -> Result<Stages, String> {
 
 /// Worker i's share of `target` over w workers: the g < target with
 /// g % w == i. Monotonic in `target`; the shares add up to it.
-pub fn share_of(target: u64, i: u64, w: u64) -> u64 {
+pub(crate) fn share_of(target: u64, i: u64, w: u64) -> u64 {
     let w = w.max(1);
     if i >= w {
         return 0;

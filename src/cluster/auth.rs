@@ -50,13 +50,13 @@ impl fmt::Debug for Secret {
 }
 
 /// [`read_secret`], kept as a [`Secret`].
-pub fn secret_file(flag: &'static str) -> impl Fn(&str) -> Result<Secret, String> + Clone + Send + Sync + 'static {
+pub(crate) fn secret_file(flag: &'static str) -> impl Fn(&str) -> Result<Secret, String> + Clone + Send + Sync + 'static {
     move |path| read_secret(flag, path).map(Secret)
 }
 
 /// Read a secret file for `flag`: its contents, trimmed (a trailing newline
 /// from `echo` or a Secret is not part of the secret).
-pub fn read_secret(flag: &str, path: &str) -> Result<String, String> {
+pub(crate) fn read_secret(flag: &str, path: &str) -> Result<String, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("{flag} '{path}': {e}; give a readable file holding the secret (e.g. a mounted Kubernetes Secret)"))?;
     let text = text.trim().to_string();
@@ -67,13 +67,13 @@ pub fn read_secret(flag: &str, path: &str) -> Result<String, String> {
 }
 
 /// A file that must exist and be readable (a certificate or key).
-pub fn readable(flag: &str, path: &str) -> Result<PathBuf, String> {
+pub(crate) fn readable(flag: &str, path: &str) -> Result<PathBuf, String> {
     std::fs::File::open(path).map_err(|e| format!("{flag} '{path}': {e}; give a readable PEM file"))?;
     Ok(PathBuf::from(path))
 }
 
 /// An nkey seed file: one user seed (`SU...`).
-pub fn read_nkey(flag: &str, path: &str) -> Result<String, String> {
+pub(crate) fn read_nkey(flag: &str, path: &str) -> Result<String, String> {
     let seed = read_secret(flag, path)?;
     if !seed.starts_with("SU") {
         return Err(format!("{flag} '{path}' does not hold a user nkey seed (it starts with SU); make one with `nk -gen user > node.nk`"));
@@ -82,7 +82,7 @@ pub fn read_nkey(flag: &str, path: &str) -> Result<String, String> {
 }
 
 /// A creds file (as `nsc` writes it): a user JWT and its nkey seed.
-pub fn read_creds(flag: &str, path: &str) -> Result<String, String> {
+pub(crate) fn read_creds(flag: &str, path: &str) -> Result<String, String> {
     let text = read_secret(flag, path)?;
     if !text.contains("BEGIN NATS USER JWT") || !text.contains("BEGIN USER NKEY SEED") {
         return Err(format!("{flag} '{path}' is not a NATS creds file (a user JWT and an nkey seed); make one with `nsc generate creds`"));
@@ -145,7 +145,7 @@ impl NatsAuth {
 
 /// `url` (one or a comma-separated list) without credentials: what this
 /// node shows in /healthz, logs, events and errors.
-pub fn redact(url: &str) -> String {
+pub(crate) fn redact(url: &str) -> String {
     url.split(',')
         .map(|one| {
             let one = one.trim();

@@ -23,13 +23,13 @@
 //! a request only on a subject under its signed origin's own inbox
 //! (`megaconn.inbox.<node>.`), so nobody can make nodes publish where
 //! they choose.
-pub mod auth;
-pub mod link;
-pub mod log;
+pub(crate) mod auth;
+pub(crate) mod link;
+pub(crate) mod log;
 pub mod sign;
 
-pub use auth::NatsAuth;
-pub use link::Link;
+pub(crate) use auth::NatsAuth;
+pub(crate) use link::Link;
 pub use sign::ClusterKey;
 
 use crate::proto::push::{Position, Stream};

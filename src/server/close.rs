@@ -402,12 +402,12 @@ impl std::fmt::Display for Close {
 
 /// Count one more `reason` in a by-reason counter, allocating its label
 /// only the first time it is seen.
-pub fn count(kinds: &mut Kinds, reason: Close) {
+pub(crate) fn count(kinds: &mut Kinds, reason: Close) {
     count_n(kinds, reason, 1);
 }
 
 /// Count `n` more `reason`s (see [`count`]).
-pub fn count_n(kinds: &mut Kinds, reason: Close, n: u64) {
+pub(crate) fn count_n(kinds: &mut Kinds, reason: Close, n: u64) {
     match kinds.get_mut(reason.as_str()) {
         Some(c) => *c += n,
         None => {
@@ -426,7 +426,7 @@ const OVERFLOW: &str = "error_other";
 /// `name` as a `&'static str`: the first time a process meets it, it is
 /// leaked once and kept; later it is found again, so the memory is bounded
 /// by [`MAX_INTERNED`] names, whatever peers do.
-pub fn intern(name: String) -> &'static str {
+pub(crate) fn intern(name: String) -> &'static str {
     static NAMES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
     let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(n) = names.iter().find(|n| **n == name) {

@@ -9,9 +9,9 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 /// Default bound on a connection's unread pushes: 16 messages of 4 KiB.
-pub const DEFAULT_MAX_PENDING: usize = 64 * 1024;
+pub(crate) const DEFAULT_MAX_PENDING: usize = 64 * 1024;
 /// Where `megaconn server` serves its admin API unless told otherwise.
-pub const DEFAULT_ADMIN: &str = "127.0.0.1:9100";
+pub(crate) const DEFAULT_ADMIN: &str = "127.0.0.1:9100";
 
 #[derive(Debug, Clone)]
 pub struct ServerConfig {

@@ -1,19 +1,19 @@
 //! `megaconn server`: the supervisor that plans, starts, grows, replaces
 //! and watches the server worker processes, and is the only one that
 //! prints.
-pub mod auth;
-pub mod broker;
-pub mod business;
-pub mod close;
-pub mod commands;
-pub mod config;
-pub mod limits;
-pub mod session;
+pub(crate) mod auth;
+pub(crate) mod broker;
+pub(crate) mod business;
+pub(crate) mod close;
+pub(crate) mod commands;
+pub(crate) mod config;
+pub(crate) mod limits;
+pub(crate) mod session;
 pub mod snapshot;
-pub mod supervisor;
-pub mod worker;
+pub(crate) mod supervisor;
+pub(crate) mod worker;
 
-pub use config::ServerConfig;
+pub(crate) use config::ServerConfig;
 
 use crate::stats::{format, progress::Progress};
 use crate::supervise::plan::{plan_workers, WorkerPlan, Workers};

@@ -126,6 +126,7 @@ pub fn labeled(label: &str, values: &Kinds) -> Family<Vec<(String, String)>, Cou
 }
 
 /// Declare a role's counters once. See the module doc for the kinds.
+/// The struct's visibility is its fields' and methods' too.
 ///
 /// ```text
 /// megaconn::counters! {
@@ -140,20 +141,20 @@ pub fn labeled(label: &str, values: &Kinds) -> Family<Vec<(String, String)>, Cou
 macro_rules! counters {
     (
         $(#[$meta:meta])*
-        pub struct $name:ident {
+        $vis:vis struct $name:ident {
             $( $field:ident : $kind:ident $(($label:literal))? $metric:literal $help:literal, )*
         }
     ) => {
         $(#[$meta])*
         #[derive(Debug, Clone, Default, PartialEq, ::serde::Serialize, ::serde::Deserialize)]
         #[serde(default)]
-        pub struct $name {
-            $( #[doc = $help] pub $field: $crate::counters!(@ty $kind), )*
+        $vis struct $name {
+            $( #[doc = $help] $vis $field: $crate::counters!(@ty $kind), )*
         }
 
         impl $name {
             /// Every counter of this role, in declaration order.
-            pub const DECLARED: &'static [$crate::stats::counters::Declared] = &[
+            $vis const DECLARED: &'static [$crate::stats::counters::Declared] = &[
                 $( $crate::stats::counters::Declared {
                     field: stringify!($field),
                     metric: $metric,
@@ -163,20 +164,20 @@ macro_rules! counters {
             ];
 
             /// Every counter set to a value that shows (tests of the outputs).
-            pub fn example() -> Self {
+            $vis fn example() -> Self {
                 use $crate::stats::counters::Value;
                 Self { $( $field: Value::example(), )* }
             }
 
             /// Add another worker's counters to these.
-            pub fn add(&mut self, other: &Self) {
+            $vis fn add(&mut self, other: &Self) {
                 use $crate::stats::counters::Value;
                 $( self.$field.add(&other.$field); )*
             }
 
             /// A worker died: its levels (open connections, memory) are gone;
             /// its cumulative counts stay.
-            pub fn zero_levels(&mut self) {
+            $vis fn zero_levels(&mut self) {
                 use $crate::stats::counters::Value;
                 let mut i = 0;
                 $(
@@ -189,7 +190,7 @@ macro_rules! counters {
             }
 
             /// Register every counter for `/metrics`.
-            pub fn register(&self, r: &mut ::prometheus_client::registry::Registry) {
+            $vis fn register(&self, r: &mut ::prometheus_client::registry::Registry) {
                 use $crate::stats::counters::Value;
                 let mut i = 0;
                 $(
@@ -234,7 +235,7 @@ macro_rules! counters_deref {
 mod tests {
     crate::counters! {
         /// A test role.
-        pub struct Demo {
+        pub(crate) struct Demo {
             open: gauge "connections" "Open now",
             accepted: counter "accepted" "Accepted",
             rss: bytes "resident_memory" "Memory",

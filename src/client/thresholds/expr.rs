@@ -61,7 +61,7 @@ impl Threshold {
 const EXAMPLE: &str = "write [PHASE:]METRIC OP VALUE, e.g. heartbeat_rtt.p99<50ms, hold:handshake.p99<=200ms, established_ratio>=99.9%, failed==0";
 
 /// Parse a `--threshold` expression (also clap's value parser).
-pub fn parse(text: &str) -> Result<Threshold, String> {
+pub(crate) fn parse(text: &str) -> Result<Threshold, String> {
     let text: String = text.chars().filter(|c| !c.is_whitespace()).collect();
     let at = text.find(['<', '>', '=', '!']).ok_or_else(|| format!("'{text}' has no comparison (< <= > >= == !=); {EXAMPLE}"))?;
     let (lhs, rest) = text.split_at(at);

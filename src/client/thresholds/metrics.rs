@@ -210,7 +210,7 @@ fn counter(c: &ClientCounters, field: &str) -> Option<f64> {
 }
 
 /// Every valid name, for the error that refuses an unknown one.
-pub fn catalogue() -> String {
+pub(crate) fn catalogue() -> String {
     let families: Vec<&str> = FAMILIES.iter().map(|f| f.name).collect();
     let scalars: Vec<&str> = SCALARS.iter().map(|s| s.name).collect();
     let counters: Vec<&str> = ClientCounters::DECLARED.iter().map(|d| d.field).filter(|f| !scalars.contains(f)).collect();
@@ -227,7 +227,7 @@ pub fn catalogue() -> String {
 }
 
 /// Names of the table in full (latency families expanded).
-pub fn names() -> Vec<String> {
+pub(crate) fn names() -> Vec<String> {
     let mut out: Vec<String> = FAMILIES.iter().flat_map(|f| STATS.iter().map(move |s| format!("{}.{s}", f.name))).collect();
     out.extend(SCALARS.iter().map(|s| s.name.to_string()));
     out.extend(ClientCounters::DECLARED.iter().map(|d| d.field.to_string()).filter(|f| !SCALARS.iter().any(|s| s.name == f)));

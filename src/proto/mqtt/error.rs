@@ -173,7 +173,7 @@ impl std::error::Error for Error {}
 
 /// Why a packet could not be encoded; `out` is left as it was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EncodeError {
+pub(crate) enum EncodeError {
     /// A string or binary field over 65,535 bytes (§1.5.4, §1.5.6).
     FieldTooLong,
     /// A packet whose remaining length exceeds 268,435,455 (§2.1.4).

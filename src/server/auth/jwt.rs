@@ -19,9 +19,9 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 /// Longest token accepted (a WebSocket handshake head is bounded anyway).
-pub const MAX_TOKEN: usize = 8 * 1024;
+pub(crate) const MAX_TOKEN: usize = 8 * 1024;
 /// Shortest HMAC secret accepted: 256 bits, as RFC 7518 §3.2 asks for HS256.
-pub const MIN_SECRET: usize = 32;
+pub(crate) const MIN_SECRET: usize = 32;
 
 /// The key material, as read from the operator's file (it travels to the
 /// workers inside their configuration, on their stdin).
@@ -75,7 +75,7 @@ pub struct Expected {
 
 /// What a valid token says about its bearer.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct Claims {
+pub(crate) struct Claims {
     /// The user.
     pub sub: String,
     /// Unix seconds after which the token (and the connection) ends.
@@ -99,7 +99,7 @@ struct Key {
     validation: Validation,
 }
 
-pub struct Verifier {
+pub(crate) struct Verifier {
     keys: Vec<Key>,
 }
 
@@ -145,7 +145,7 @@ fn from_pem(pem: &str) -> Result<(DecodingKey, &'static [Algorithm]), String> {
 }
 
 impl Verifier {
-    pub fn new(key: &JwtKey, expected: &Expected) -> Result<Verifier, String> {
+    pub(crate) fn new(key: &JwtKey, expected: &Expected) -> Result<Verifier, String> {
         let keys = match key {
             JwtKey::Secret(s) => vec![Key { kid: None, key: DecodingKey::from_secret(s), validation: validation(&HMAC, expected) }],
             JwtKey::PublicPem(pem) => {
@@ -176,7 +176,7 @@ impl Verifier {
     }
 
     /// The claims of a valid token, or why it is refused ([`Close`]: its name is the counter's).
-    pub fn verify(&self, token: &str) -> Result<Claims, Close> {
+    pub(crate) fn verify(&self, token: &str) -> Result<Claims, Close> {
         if token.is_empty() {
             return Err(Close::AuthMissing);
         }
@@ -209,12 +209,12 @@ impl Verifier {
 }
 
 /// No token came.
-pub const MISSING: &str = "auth_missing";
+pub(crate) const MISSING: &str = "auth_missing";
 /// The token's `exp` passed (at connect, or later while connected).
-pub const EXPIRED: &str = "auth_expired";
+pub(crate) const EXPIRED: &str = "auth_expired";
 
 /// What a refused token's client should do, by reason.
-pub fn explain(reason: Close) -> &'static str {
+pub(crate) fn explain(reason: Close) -> &'static str {
     match reason {
         Close::AuthMissing => {
             "no token: send Authorization: Bearer TOKEN, the subprotocols megaconn and bearer.TOKEN, or ?token=TOKEN (framed: an auth frame first)"
@@ -235,14 +235,14 @@ pub fn explain(reason: Close) -> &'static str {
 }
 
 /// The token's `nbf` is still to come.
-pub const NOT_YET_VALID: &str = "auth_not_yet_valid";
+pub(crate) const NOT_YET_VALID: &str = "auth_not_yet_valid";
 /// The token lacks the `aud` of `--jwt-audience`, or names another.
-pub const WRONG_AUDIENCE: &str = "auth_wrong_audience";
+pub(crate) const WRONG_AUDIENCE: &str = "auth_wrong_audience";
 /// The token lacks the `iss` of `--jwt-issuer`, or names another.
-pub const WRONG_ISSUER: &str = "auth_wrong_issuer";
+pub(crate) const WRONG_ISSUER: &str = "auth_wrong_issuer";
 
 /// WebSocket close code when a connection's token expires (private range).
-pub const EXPIRED_CLOSE: u16 = 4001;
+pub(crate) const EXPIRED_CLOSE: u16 = 4001;
 
 /// Why a header did not decode: an algorithm we never accept (`none`,
 /// an unknown name) or not a JWT at all.
@@ -282,7 +282,7 @@ fn missing_or(kind: &ErrorKind, claim: &str) -> bool {
 }
 
 /// Whether a subscription pattern from a token covers `topic`.
-pub fn covers(pattern: &str, topic: &str) -> bool {
+pub(crate) fn covers(pattern: &str, topic: &str) -> bool {
     match pattern.strip_suffix('*') {
         Some(prefix) => topic.starts_with(prefix),
         None => pattern == topic,

@@ -4,9 +4,9 @@
 //! cluster link's side of a publish (`relay`), MQTT's retained messages
 //! (`retained`) and what clients said, sent
 //! on to the application (`upstream`).
-pub mod history;
-pub mod publish;
-pub mod relay;
-pub mod retained;
-pub mod sessions;
-pub mod upstream;
+pub(crate) mod history;
+pub(crate) mod publish;
+pub(crate) mod relay;
+pub(crate) mod retained;
+pub(crate) mod sessions;
+pub(crate) mod upstream;

@@ -34,22 +34,22 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 /// Default `--mqtt-client-ids`: client ids connected at once on a node.
-pub const DEFAULT_MAX_IDS: usize = 4_000_000;
+pub(crate) const DEFAULT_MAX_IDS: usize = 4_000_000;
 /// Default `--mqtt-client-id-bytes`: bytes of those ids.
-pub const DEFAULT_MAX_ID_BYTES: usize = 256 << 20;
+pub(crate) const DEFAULT_MAX_ID_BYTES: usize = 256 << 20;
 /// Default `--mqtt-sessions`: sessions kept for clients gone.
-pub const DEFAULT_MAX_KEPT: usize = 10_000;
+pub(crate) const DEFAULT_MAX_KEPT: usize = 10_000;
 /// Default `--mqtt-sessions-bytes`: bytes of every kept session.
-pub const DEFAULT_MAX_KEPT_BYTES: usize = 256 << 20;
+pub(crate) const DEFAULT_MAX_KEPT_BYTES: usize = 256 << 20;
 /// Default `--mqtt-session-queue`: messages kept per session.
-pub const DEFAULT_QUEUE: usize = 1000;
+pub(crate) const DEFAULT_QUEUE: usize = 1000;
 /// Default `--mqtt-session-queue-bytes`: bytes of those.
-pub const DEFAULT_QUEUE_BYTES: usize = 1 << 20;
+pub(crate) const DEFAULT_QUEUE_BYTES: usize = 1 << 20;
 /// Bytes counted per kept session, subscription and message on top of
 /// their names and payloads (the records and maps holding them).
 const RECORD: usize = 64;
 /// v5: a Session Expiry Interval of this never expires (§3.1.2.11.2).
-pub const NEVER: u32 = u32::MAX;
+pub(crate) const NEVER: u32 = u32::MAX;
 /// v5 CONNACK: Quota exceeded; 3.1.1: Server unavailable.
 const REFUSED: (u8, u8) = (0x97, 3);
 /// v5 CONNACK: Server busy (a claim displaced by a newer one before it
@@ -58,7 +58,7 @@ const DISPLACED: (u8, u8) = (0x89, 3);
 
 crate::counters! {
     /// The supervisor's client ids and kept sessions (`/stats` "mqtt_sessions", `/metrics`).
-    pub struct SessionCounters {
+    pub(crate) struct SessionCounters {
         online: gauge "mqtt_client_ids" "MQTT client ids connected now (the registry across every worker)",
         kept: gauge "mqtt_sessions_kept" "MQTT sessions kept for clients gone",
         bytes: bytes "mqtt_sessions_memory" "Bytes the kept sessions hold: filters, queued messages and records",
@@ -100,7 +100,7 @@ impl Default for SessionsConfig {
 
 /// What the supervisor sends its workers for a claim or an end.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     /// `session {answer}` to this worker.
     Answer(usize, SessionAnswer),
     /// `takeover {conn}` to this worker.
@@ -137,7 +137,7 @@ fn message_cost(m: &SessionMessage) -> usize {
 
 /// The registry of connected client ids and the kept sessions.
 #[derive(Debug, Default)]
-pub struct Sessions {
+pub(crate) struct Sessions {
     cfg: SessionsConfig,
     online: HashMap<Box<str>, Online>,
     /// The client id of each registered connection.
@@ -151,13 +151,13 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    pub fn new(cfg: SessionsConfig) -> Sessions {
+    pub(crate) fn new(cfg: SessionsConfig) -> Sessions {
         Sessions { cfg, ..Default::default() }
     }
 
     /// A worker's CONNECT with a client id: answered now, or (the id is
     /// connected elsewhere) once that connection was closed.
-    pub fn claim(&mut self, worker: usize, c: SessionClaim, now: Instant) -> Vec<Action> {
+    pub(crate) fn claim(&mut self, worker: usize, c: SessionClaim, now: Instant) -> Vec<Action> {
         let mut out = Vec::new();
         match self.online.get_mut(c.client_id.as_str()) {
             Some(o) => {
@@ -222,7 +222,7 @@ impl Sessions {
     /// A registered connection ended (its state when its session
     /// outlives it): the id is free, the session kept, and a CONNECT that
     /// waited for the id answered.
-    pub fn ended(&mut self, e: SessionEnd, now: Instant) -> Vec<Action> {
+    pub(crate) fn ended(&mut self, e: SessionEnd, now: Instant) -> Vec<Action> {
         let Some(id) = self.by_conn.remove(&e.conn) else { return Vec::new() };
         let Some(o) = self.online.remove(&id).filter(|o| o.conn == e.conn) else { return Vec::new() };
         self.online_bytes -= id.len();
@@ -237,7 +237,7 @@ impl Sessions {
     }
 
     /// Every connection of a worker that died ended, without its state.
-    pub fn worker_gone(&mut self, worker: usize, now: Instant) -> Vec<Action> {
+    pub(crate) fn worker_gone(&mut self, worker: usize, now: Instant) -> Vec<Action> {
         let conns: Vec<u64> = self.by_conn.keys().copied().filter(|c| split_id(*c).0 == worker).collect();
         conns.into_iter().flat_map(|conn| self.ended(SessionEnd { conn, state: None }, now)).collect()
     }
@@ -296,7 +296,7 @@ impl Sessions {
     /// A topic publish: queued for every kept session whose filters
     /// match it, at the lower of its QoS and the highest granted (QoS 0
     /// is not queued), within the bounds (the newest dropped past them).
-    pub fn offline(&mut self, topic: &str, data: &str, qos: u8, retain: bool) {
+    pub(crate) fn offline(&mut self, topic: &str, data: &str, qos: u8, retain: bool) {
         if qos == 0 || self.kept.is_empty() {
             return;
         }
@@ -334,7 +334,7 @@ impl Sessions {
     }
 
     /// Drop the kept sessions whose expiry passed.
-    pub fn expire(&mut self, now: Instant) {
+    pub(crate) fn expire(&mut self, now: Instant) {
         let due: Vec<Box<str>> = self.kept.iter().filter(|(_, k)| k.expires.is_some_and(|t| t <= now)).map(|(id, _)| id.clone()).collect();
         for id in due {
             self.take(&id);

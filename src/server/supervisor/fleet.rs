@@ -22,8 +22,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Crashes within [`CRASH_WINDOW`] that stop the server.
-pub const CRASH_LIMIT: usize = 5;
-pub const CRASH_WINDOW: Duration = Duration::from_secs(10);
+pub(crate) const CRASH_LIMIT: usize = 5;
+pub(crate) const CRASH_WINDOW: Duration = Duration::from_secs(10);
 /// A worker whose command pipe stayed full this long is stalled.
 const STALL_AFTER: Duration = Duration::from_millis(500);
 /// A worker that sent nothing (snapshots come every second at most) this
@@ -688,7 +688,7 @@ fn worker_template(cfg: &ServerConfig, initial: usize, max_workers: usize, budge
 }
 
 /// How many workers start, how many may exist, and each one's budget.
-pub fn sizing(workers: Workers, cores: usize, max_for_target: usize) -> Sizing {
+pub(crate) fn sizing(workers: Workers, cores: usize, max_for_target: usize) -> Sizing {
     match workers {
         Workers::Auto => Sizing::Elastic { target: cores.max(1), max: max_for_target.max(cores.max(1)) },
         Workers::Fixed(n) => Sizing::Fixed(n),

@@ -41,7 +41,7 @@ pub struct ServerView {
 }
 
 /// Close reason of connections that died with their worker process.
-pub const WORKER_CRASHED: &str = "worker_crashed";
+pub(crate) const WORKER_CRASHED: &str = "worker_crashed";
 
 impl ServerView {
     /// A worker with this index was started.

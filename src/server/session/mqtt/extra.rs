@@ -12,7 +12,7 @@ use crate::server::worker::topics::Topics;
 /// Options of one subscription that differ from QoS 0 without Retain As
 /// Published (the only ones kept).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SubOpts {
+pub(crate) struct SubOpts {
     /// The subscription's id in the worker's topics (`topics::Subs`).
     pub id: u32,
     /// Granted QoS.
@@ -25,7 +25,7 @@ pub struct SubOpts {
 /// path as a client's publish when the connection ends without a
 /// DISCONNECT (or with v5 reason 0x04).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OwnedWill {
+pub(crate) struct OwnedWill {
     pub topic: Box<str>,
     pub payload: Box<[u8]>,
     pub qos: QoS,
@@ -34,7 +34,7 @@ pub struct OwnedWill {
 
 /// The boxed part of an [`MqttConn`].
 #[derive(Debug, Default)]
-pub struct Extra {
+pub(crate) struct Extra {
     /// Subscriptions with a QoS above 0 or Retain As Published, at most
     /// one per subscription of the connection (so bounded like them).
     pub subs: Vec<SubOpts>,
@@ -44,12 +44,12 @@ pub struct Extra {
 
 impl MqttConn {
     /// The boxed part, made if it did not exist.
-    pub fn extra_mut(&mut self) -> &mut Extra {
+    pub(crate) fn extra_mut(&mut self) -> &mut Extra {
         self.extra.get_or_insert_with(Default::default)
     }
 
     /// Free the boxed part once it holds nothing.
-    pub fn tidy(&mut self) {
+    pub(crate) fn tidy(&mut self) {
         if self.extra.as_deref().is_some_and(|x| x.subs.is_empty() && x.will.is_none() && x.flight.idle()) {
             self.extra = None;
         }
@@ -57,7 +57,7 @@ impl MqttConn {
 
     /// Record a subscription's options: kept only when they are not the
     /// plain QoS 0 ones.
-    pub fn set_sub(&mut self, id: u32, qos: QoS, rap: bool) {
+    pub(crate) fn set_sub(&mut self, id: u32, qos: QoS, rap: bool) {
         if let Some(x) = self.extra.as_deref_mut() {
             x.subs.retain(|s| s.id != id);
         }
@@ -71,7 +71,7 @@ impl MqttConn {
     /// `qos` and `retain` goes to this connection: the highest QoS its
     /// matching subscriptions were granted, no more than the publish's
     /// (§3.8.4); the retain flag only through a Retain As Published one.
-    pub fn delivery(&self, topics: &Topics, topic: &str, qos: QoS, retain: bool) -> (QoS, bool) {
+    pub(crate) fn delivery(&self, topics: &Topics, topic: &str, qos: QoS, retain: bool) -> (QoS, bool) {
         let Some(x) = self.extra.as_deref().filter(|x| !x.subs.is_empty()) else { return (QoS::AtMostOnce, false) };
         let (mut granted, mut rap) = (QoS::AtMostOnce, false);
         for s in x.subs.iter().filter(|s| topics.sub_matches(s.id, topic)) {
@@ -82,7 +82,7 @@ impl MqttConn {
     }
 
     /// The will to publish now that the connection ends (taken: once).
-    pub fn take_will(&mut self) -> Option<OwnedWill> {
+    pub(crate) fn take_will(&mut self) -> Option<OwnedWill> {
         self.extra.as_deref_mut().and_then(|x| x.will.take())
     }
 }
