@@ -46,7 +46,7 @@ pub(crate) mod test_alloc;
 /// An error in what the user asked for (exit code 2), as opposed to a
 /// failure while doing it (exit code 1).
 #[derive(Debug)]
-pub struct UsageError(pub String);
+pub(crate) struct UsageError(pub String);
 
 impl std::fmt::Display for UsageError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

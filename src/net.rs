@@ -255,7 +255,7 @@ pub(crate) fn decode_all<E: From<frame::FrameError>>(buf: &[u8], on_frame: &mut 
 
 /// Why a send must end the connection.
 #[derive(Debug)]
-pub enum SendError {
+pub(crate) enum SendError {
     /// What waits unsent would pass the send's bound.
     Full,
     /// A write took no byte.
@@ -266,7 +266,7 @@ pub enum SendError {
 
 impl SendError {
     /// Its name: `full` past the bound, "write_zero", or the errno's name.
-    pub fn name(self, full: &str) -> String {
+    pub(crate) fn name(self, full: &str) -> String {
         match self {
             SendError::Full => full.into(),
             SendError::WriteZero => "write_zero".into(),

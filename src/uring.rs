@@ -49,7 +49,7 @@ const CANCEL_TAG: u64 = u64::MAX - 1;
 /// `--io`: which reactor a server's workers run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Io {
+pub(crate) enum Io {
     /// io_uring where this kernel and this process allow it, else epoll.
     #[default]
     Auto,
@@ -63,7 +63,7 @@ impl Io {
     /// The reactor `--io` gives on this host with this configuration, and
     /// why when `auto` fell back to epoll. An explicit `uring` that cannot
     /// be had is an error naming the cause and the fix.
-    pub fn resolve(self) -> Result<(Io, Option<String>), String> {
+    pub(crate) fn resolve(self) -> Result<(Io, Option<String>), String> {
         match (self, probe()) {
             (Io::Epoll, _) => Ok((Io::Epoll, None)),
             (_, Ok(())) => Ok((Io::Uring, None)),
@@ -73,7 +73,7 @@ impl Io {
     }
 
     /// As `--io` takes it.
-    pub fn arg(self) -> &'static str {
+    pub(crate) fn arg(self) -> &'static str {
         match self {
             Io::Auto => "auto",
             Io::Uring => "uring",
@@ -81,7 +81,7 @@ impl Io {
         }
     }
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Io::Auto => "auto",
             Io::Uring => "io_uring",

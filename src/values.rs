@@ -17,7 +17,7 @@ pub(crate) const MAX_SOURCE_IPS: usize = 65_536;
 
 /// A list of TCP ports: "8000-8099", "8000,8005,9000-9009".
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct PortList(pub Vec<u16>);
+pub(crate) struct PortList(pub Vec<u16>);
 
 impl FromStr for PortList {
     type Err = String;
@@ -80,7 +80,7 @@ pub(crate) fn ip_of(v6: bool, n: u128) -> IpAddr {
 /// "fd00::/120". Every address in a CIDR block is used (on loopback every
 /// 127.x.y.z is a valid source).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct IpList(pub Vec<IpAddr>);
+pub(crate) struct IpList(pub Vec<IpAddr>);
 
 impl FromStr for IpList {
     type Err = String;
@@ -161,7 +161,7 @@ pub(crate) fn positive_duration(s: &str) -> Result<Duration, String> {
 
 /// A duration that may be switched off with "off" or "0".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OptDuration(pub Option<Duration>);
+pub(crate) struct OptDuration(pub Option<Duration>);
 
 impl FromStr for OptDuration {
     type Err = String;
@@ -176,7 +176,7 @@ impl FromStr for OptDuration {
 
 /// A socket address or "off" (the admin API).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OptAddr(pub Option<std::net::SocketAddr>);
+pub(crate) struct OptAddr(pub Option<std::net::SocketAddr>);
 
 impl FromStr for OptAddr {
     type Err = String;
@@ -260,7 +260,7 @@ pub(crate) fn push_bytes(s: &str) -> Result<usize, String> {
 /// A per-connection rate: "1/s", "0.5/s", "300/m", "5" (per second), or
 /// "off". Returns requests per second.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct PerSecond(pub Option<f64>);
+pub(crate) struct PerSecond(pub Option<f64>);
 
 impl FromStr for PerSecond {
     type Err = String;

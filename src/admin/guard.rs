@@ -13,7 +13,7 @@ use subtle::ConstantTimeEq;
 
 /// The admin bearer token: never printed, compared in constant time.
 #[derive(Clone)]
-pub struct Token(String);
+pub(crate) struct Token(String);
 
 impl std::fmt::Debug for Token {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -23,7 +23,7 @@ impl std::fmt::Debug for Token {
 
 impl Token {
     /// A token as given (flag or environment): printable ASCII, no spaces.
-    pub fn new(s: &str) -> Result<Token, String> {
+    pub(crate) fn new(s: &str) -> Result<Token, String> {
         if s.is_empty() {
             return Err("the admin token is empty; make one with `head -c 24 /dev/urandom | base64`".into());
         }
@@ -34,13 +34,13 @@ impl Token {
     }
 
     /// The token in a file (its first line; a trailing newline is fine).
-    pub fn from_file(path: &std::path::Path) -> Result<Token, String> {
+    pub(crate) fn from_file(path: &std::path::Path) -> Result<Token, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("--admin-token-file {}: {e}; give a readable file holding the token", path.display()))?;
         Token::new(text.trim_end_matches(['\n', '\r'])).map_err(|e| format!("--admin-token-file {}: {e}", path.display()))
     }
 
     /// Whether an `Authorization` header value carries this token.
-    pub fn allows(&self, authorization: Option<&[u8]>) -> bool {
+    pub(crate) fn allows(&self, authorization: Option<&[u8]>) -> bool {
         let Some(v) = authorization.and_then(|v| v.strip_prefix(b"Bearer ")) else { return false };
         v.ct_eq(self.0.as_bytes()).into()
     }

@@ -57,26 +57,26 @@ pub(crate) const REPLY_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// What the supervisor answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Response {
+pub(crate) struct Response {
     pub status: u16,
     pub content_type: &'static str,
     pub body: String,
 }
 
 impl Response {
-    pub fn json(status: u16, v: &serde_json::Value) -> Response {
+    pub(crate) fn json(status: u16, v: &serde_json::Value) -> Response {
         Response { status, content_type: "application/json", body: v.to_string() + "\n" }
     }
 
     /// A 4xx/5xx with a one-line reason.
-    pub fn error(status: u16, reason: impl Into<String>) -> Response {
+    pub(crate) fn error(status: u16, reason: impl Into<String>) -> Response {
         Response::json(status, &serde_json::json!({ "error": reason.into() }))
     }
 }
 
 /// A validated admin request on its way to the supervisor loop.
 #[derive(Debug)]
-pub struct Request {
+pub(crate) struct Request {
     pub route: Route,
     pub reply: Reply,
 }

@@ -10,7 +10,7 @@ pub(crate) const MAX_LIST: usize = 10_000;
 pub(crate) const MAX_PRESENCE: usize = 1_000_000;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Request {
+pub(crate) enum Request {
     Metrics,
     Stats,
     Healthz,
@@ -38,7 +38,7 @@ pub enum Request {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Message {
+pub(crate) struct Message {
     pub stream: Stream,
     pub topic: String,
     /// Unicast: the connection's id on its node.
@@ -62,7 +62,7 @@ pub struct Message {
 
 impl Message {
     /// A message to every subscriber of `topic` (an MQTT client's publish).
-    pub fn topic(topic: String, data: Vec<u8>) -> Message {
+    pub(crate) fn topic(topic: String, data: Vec<u8>) -> Message {
         Message { stream: Stream::Topic, topic, target: None, node: None, data, at: None, user: None, close: false, qos: 0, retain: false }
     }
 

@@ -37,11 +37,11 @@ use plan::ConnectionPlan;
 use run::ClientSummary;
 
 /// The worker subcommand's argument (`megaconn __worker client`).
-pub const WORKER_KIND: &str = "client";
+pub(crate) const WORKER_KIND: &str = "client";
 
 /// Plan addresses and processes for this client; errors are usage errors
 /// (the target cannot be reached with these flags on this machine).
-pub fn plan(cfg: &ClientConfig, fd_hard: u64) -> Result<(ConnectionPlan, WorkerPlan), String> {
+pub(crate) fn plan(cfg: &ClientConfig, fd_hard: u64) -> Result<(ConnectionPlan, WorkerPlan), String> {
     let mqtt = cfg.load.traffic.protocol == crate::proto::Protocol::Mqtt;
     if !mqtt && cfg.load.traffic.mqtt != Default::default() {
         return Err("--mqtt-* options are for --protocol mqtt".into());
@@ -150,7 +150,7 @@ fn shard_from_env() -> Result<Option<plan::Shard>, String> {
     }
 }
 
-pub fn describe(cp: &ConnectionPlan, wp: &WorkerPlan) -> String {
+pub(crate) fn describe(cp: &ConnectionPlan, wp: &WorkerPlan) -> String {
     format!(
         "plan: {} connections to {} over {} ports from {} source addresses ({} per address/port pair of {} ports), {} worker processes (<= {} each, fd limit {}) on {}{}",
         format::count(cp.count),
@@ -168,7 +168,7 @@ pub fn describe(cp: &ConnectionPlan, wp: &WorkerPlan) -> String {
 }
 
 /// Print what a run noted (worker crashes) as lines that stay.
-pub fn print_notes(notes: &mut Vec<String>, progress: &mut Progress) {
+pub(crate) fn print_notes(notes: &mut Vec<String>, progress: &mut Progress) {
     for n in notes.drain(..) {
         progress.note(&n);
     }
@@ -177,7 +177,7 @@ pub fn print_notes(notes: &mut Vec<String>, progress: &mut Progress) {
 /// Exit status of a finished load and, when it failed, why: the first of
 /// the built-in rules ([`thresholds::builtin`]) that does not hold, in
 /// one sentence.
-pub fn verdict(s: &ClientSummary, allow_loss: bool) -> (i32, Option<String>) {
+pub(crate) fn verdict(s: &ClientSummary, allow_loss: bool) -> (i32, Option<String>) {
     let Some(rule) = thresholds::builtin(allow_loss).into_iter().find(|r| !r.check(s).1) else {
         return (0, None);
     };

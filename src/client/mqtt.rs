@@ -45,7 +45,7 @@ const TIME_MASK: u64 = (1 << 48) - 1;
 
 /// `--mqtt-*`: how the client speaks MQTT.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MqttOptions {
+pub(crate) struct MqttOptions {
     /// `--mqtt-version 5`: MQTT 5.0 (default 3.1.1).
     pub v5: bool,
     /// `--mqtt-client-id`: the client id, `{conn}` replaced by the

@@ -72,7 +72,7 @@ impl Marks {
 /// back too: a field an older file lacks is zero/empty).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
-pub struct PhaseResult {
+pub(crate) struct PhaseResult {
     pub name: String,
     /// Seconds from the planned start of the ramp.
     pub start_s: f64,
@@ -118,7 +118,7 @@ pub(crate) const COLUMNS: [&str; 9] =
 
 impl PhaseResult {
     /// The phase's row under [`COLUMNS`]; latencies in ms, "-" when none.
-    pub fn cells(&self) -> Vec<String> {
+    pub(crate) fn cells(&self) -> Vec<String> {
         use crate::stats::format::count;
         let lat = |l: &LatencySummary| if l.count == 0 { "-".to_string() } else { format!("{:.1}/{:.1} ms", l.p50_ms, l.p99_ms) };
         let mut failed = count(self.failed_total + self.lost_total);

@@ -16,7 +16,7 @@ use std::str::FromStr;
 
 /// A shard of a distributed load: "i/n" with 0 <= i < n.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Shard {
+pub(crate) struct Shard {
     pub index: u64,
     pub count: u64,
 }
@@ -36,7 +36,7 @@ impl FromStr for Shard {
 
 impl Shard {
     /// The half-open range of global connection indices this shard owns.
-    pub fn range(&self, total: u64) -> (u64, u64) {
+    pub(crate) fn range(&self, total: u64) -> (u64, u64) {
         let lo = (total as u128 * self.index as u128 / self.count as u128) as u64;
         let hi = (total as u128 * (self.index + 1) as u128 / self.count as u128) as u64;
         (lo, hi)
@@ -52,7 +52,7 @@ const AUTO_SHARE: f64 = 0.5;
 const AUTO_MIN_SOURCES: u64 = 16;
 
 #[derive(Debug, Clone, Serialize)]
-pub struct ConnectionPlan {
+pub(crate) struct ConnectionPlan {
     pub target: IpAddr,
     pub ports: Vec<u16>,
     /// Source addresses as inclusive ranges (kept compact: a /16 is one
@@ -97,7 +97,7 @@ impl ConnectionPlan {
     /// enough 127.0.0.x addresses (from 127.0.0.2) for the target;
     /// elsewhere (IPv6's loopback is one address) the kernel's choice of
     /// one address.
-    pub fn build(
+    pub(crate) fn build(
         target: IpAddr,
         ports: &[u16],
         sources: Option<&[IpAddr]>,

@@ -18,7 +18,7 @@ pub(crate) const MARKER: &str = "\\{ts}";
 pub(crate) const MAX_MESSAGE: usize = 65536;
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct RawMessage {
+pub(crate) struct RawMessage {
     /// The bytes, with STAMP_LEN placeholder bytes where the marker was.
     pub bytes: Vec<u8>,
     /// Where the timestamp goes, if the message has a marker.

@@ -57,7 +57,7 @@ pub(crate) enum Tick {
 /// zero/empty.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
-pub struct ClientSummary {
+pub(crate) struct ClientSummary {
     /// Every counter, summed over the workers (the names `/metrics` uses
     /// without the prefix).
     #[serde(flatten)]
@@ -132,7 +132,7 @@ const TLS_FLOOR_PER_CORE: u64 = 500;
 /// TLS handshakes: how many, how many resumed, how long they took.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
-pub struct TlsSummary {
+pub(crate) struct TlsSummary {
     pub handshakes: u64,
     pub resumed: u64,
     pub handshake_ms: LatencySummary,
@@ -141,7 +141,7 @@ pub struct TlsSummary {
 /// Pushes received (`--subscribe`, broadcasts, unicasts).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
-pub struct PushSummary {
+pub(crate) struct PushSummary {
     pub received: u64,
     pub duplicates: u64,
     /// Offsets skipped within a stream on a connection, and messages a
@@ -160,7 +160,7 @@ pub struct PushSummary {
 /// Request results, present when `--request-rate` was set.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
-pub struct RequestSummary {
+pub(crate) struct RequestSummary {
     /// Replies per second during the hold.
     pub qps: f64,
     /// What the schedule offered: connections x rate.

@@ -28,7 +28,7 @@ pub(crate) const SYNTAX: &str =
 
 /// One stage: reach `target` open connections, linearly, over `duration`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Stage {
+pub(crate) struct Stage {
     pub duration: Duration,
     pub target: u64,
     /// Requests per second per connection during this stage (None: the
@@ -38,7 +38,7 @@ pub struct Stage {
 
 /// The stages of a run, in order (never empty once parsed).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Stages(pub Vec<Stage>);
+pub(crate) struct Stages(pub Vec<Stage>);
 
 /// The phase name of stage `i` (0-based): `stage1` .. `stage100`.
 pub(crate) fn name(i: usize) -> &'static str {
@@ -114,23 +114,23 @@ pub(crate) fn share_of(target: u64, i: u64, w: u64) -> u64 {
 
 impl Stages {
     /// The highest target: what the plan is sized for.
-    pub fn highest(&self) -> u64 {
+    pub(crate) fn highest(&self) -> u64 {
         self.0.iter().map(|s| s.target).max().unwrap_or(0)
     }
 
     /// How long all the stages last (µs).
-    pub fn total_us(&self) -> u64 {
+    pub(crate) fn total_us(&self) -> u64 {
         self.0.iter().map(|s| s.duration.as_micros() as u64).sum()
     }
 
     /// When stage `i` starts, µs from the start of the first.
-    pub fn start_of_us(&self, i: usize) -> u64 {
+    pub(crate) fn start_of_us(&self, i: usize) -> u64 {
         self.0.iter().take(i).map(|s| s.duration.as_micros() as u64).sum()
     }
 
     /// The stage under way `elapsed_us` after the start (the last one
     /// from its end on).
-    pub fn index_at(&self, elapsed_us: u64) -> usize {
+    pub(crate) fn index_at(&self, elapsed_us: u64) -> usize {
         let mut end = 0u64;
         for (i, s) in self.0.iter().enumerate() {
             end += s.duration.as_micros() as u64;
@@ -145,7 +145,7 @@ impl Stages {
     /// the previous stage's target (0 before the first) to this one's,
     /// rounded down going up and up going down (a stage's end reaches its
     /// target exactly; the last target holds after the end).
-    pub fn target_at(&self, elapsed_us: u64) -> u64 {
+    pub(crate) fn target_at(&self, elapsed_us: u64) -> u64 {
         let mut from = 0u64;
         let mut start = 0u64;
         for s in &self.0 {
@@ -166,13 +166,13 @@ impl Stages {
     }
 
     /// Worker i of w's share of every stage ([`share_of`]).
-    pub fn share(&self, i: u64, w: u64) -> Stages {
+    pub(crate) fn share(&self, i: u64, w: u64) -> Stages {
         Stages(self.0.iter().map(|s| Stage { target: share_of(s.target, i, w), ..s.clone() }).collect())
     }
 
     /// The fastest change of any stage, in connections per second (at
     /// least 1): what paces the handshakes a worker keeps in flight.
-    pub fn steepest_rate(&self) -> u64 {
+    pub(crate) fn steepest_rate(&self) -> u64 {
         let mut from = 0u64;
         let mut most = 1.0f64;
         for s in &self.0 {
@@ -185,13 +185,13 @@ impl Stages {
 
     /// The request rate per connection of stage `i`, with `default` (the
     /// run's `--request-rate`) for a stage that names none.
-    pub fn request_rate(&self, i: usize, default: Option<f64>) -> Option<f64> {
+    pub(crate) fn request_rate(&self, i: usize, default: Option<f64>) -> Option<f64> {
         self.0.get(i).and_then(|s| s.request_rate).or(default)
     }
 
     /// Requests the stages offer in all: each stage's rate (resolved)
     /// times its mean target times its seconds.
-    pub fn offered_requests(&self) -> f64 {
+    pub(crate) fn offered_requests(&self) -> f64 {
         let mut from = 0u64;
         let mut sum = 0.0;
         for s in &self.0 {
@@ -202,7 +202,7 @@ impl Stages {
     }
 
     /// Whether any stage sets a request rate of its own.
-    pub fn any_request_rate(&self) -> bool {
+    pub(crate) fn any_request_rate(&self) -> bool {
         self.0.iter().any(|s| s.request_rate.is_some())
     }
 }

@@ -5,7 +5,7 @@
 use std::net::{IpAddr, ToSocketAddrs};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Url {
+pub(crate) struct Url {
     /// WebSocket (ws, wss) or HTTP (http, https).
     pub websocket: bool,
     /// wss:// or https://.
@@ -22,7 +22,7 @@ pub struct Url {
 
 impl Url {
     /// The Host header: the host, and the port unless it is the scheme's.
-    pub fn authority(&self) -> String {
+    pub(crate) fn authority(&self) -> String {
         let default = if self.tls { 443 } else { 80 };
         let host = if self.host.contains(':') { format!("[{}]", self.host) } else { self.host.clone() };
         if self.port == default {

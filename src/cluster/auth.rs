@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 /// The NATS credentials of a node. Debug never shows a secret.
 #[derive(Clone, Default, PartialEq, Eq)]
-pub struct NatsAuth {
+pub(crate) struct NatsAuth {
     pub user: Option<String>,
     pub password: Option<String>,
     pub token: Option<String>,
@@ -41,7 +41,7 @@ impl fmt::Debug for NatsAuth {
 /// A secret read from a file, as the command line holds it: its Debug
 /// never shows it.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Secret(pub String);
+pub(crate) struct Secret(pub String);
 
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -93,7 +93,7 @@ pub(crate) fn read_creds(flag: &str, path: &str) -> Result<String, String> {
 impl NatsAuth {
     /// Credentials the URL carries, for what the flags leave unset:
     /// `user:pass@` is a user and password, a lone `token@` a token.
-    pub fn with_url_credentials(mut self, url: &str) -> NatsAuth {
+    pub(crate) fn with_url_credentials(mut self, url: &str) -> NatsAuth {
         let Some(addr) = url.split(',').filter_map(|u| u.trim().parse::<async_nats::ServerAddr>().ok()).find(|a| a.has_user_pass()) else { return self };
         match (addr.username(), addr.password()) {
             (Some(u), Some(p)) if self.user.is_none() && self.password.is_none() => {
@@ -108,7 +108,7 @@ impl NatsAuth {
 
     /// Check the combination: one way to authenticate, a password with a
     /// user, TLS files with a tls:// or TLS-requiring server.
-    pub fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), String> {
         let ways = [self.password.is_some() || self.user.is_some(), self.token.is_some(), self.nkey_seed.is_some(), self.creds.is_some()];
         if ways.iter().filter(|w| **w).count() > 1 {
             return Err("give one way to authenticate to NATS: --cluster-user with --cluster-password-file, --cluster-token-file, --cluster-nkey-file or --cluster-creds".into());
@@ -120,7 +120,7 @@ impl NatsAuth {
     }
 
     /// The options that carry these credentials.
-    pub fn apply(&self, mut opts: async_nats::ConnectOptions) -> Result<async_nats::ConnectOptions, String> {
+    pub(crate) fn apply(&self, mut opts: async_nats::ConnectOptions) -> Result<async_nats::ConnectOptions, String> {
         if let (Some(u), Some(p)) = (&self.user, &self.password) {
             opts = opts.user_and_password(u.clone(), p.clone());
         }

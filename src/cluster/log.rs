@@ -72,7 +72,7 @@ const MAX_HEADS: usize = 100_000;
 /// `--cluster-history`: where the history that gives every node the same
 /// offsets lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum HistoryMode {
+pub(crate) enum HistoryMode {
     /// In NATS JetStream (the stream `MEGACONN`; nats-server runs with -js).
     Jetstream,
     /// In each node only: offsets differ between nodes, so a client resumes only on the node it left.
@@ -82,7 +82,7 @@ pub enum HistoryMode {
 /// Where the stream keeps its messages (`--cluster-storage`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Storage {
+pub(crate) enum Storage {
     /// On the NATS server's disk (its `-sd` directory): survives a NATS restart.
     File,
     /// In the NATS server's memory: lost when it restarts (every topic gets a new epoch).
@@ -91,7 +91,7 @@ pub enum Storage {
 
 /// The stream's limits, from the node that creates it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LogConfig {
+pub(crate) struct LogConfig {
     pub storage: Storage,
     /// `--history`: messages kept per topic.
     pub per_topic: usize,

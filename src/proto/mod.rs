@@ -9,7 +9,7 @@ pub(crate) mod ws;
 
 /// Which wire protocol a server or client speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
-pub enum Protocol {
+pub(crate) enum Protocol {
     /// Length-prefixed frames (heartbeats, requests, replies): the default.
     Framed,
     /// Raw 8-byte big-endian millisecond timestamps echoed back, no framing

@@ -54,7 +54,7 @@ pub(crate) const PUSH_OVERHEAD: usize = 1 + 1 + 8 + 8 + 4;
 /// Which subscribers a message goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Stream {
+pub(crate) enum Stream {
     Broadcast = 0,
     Topic = 1,
     Unicast = 2,
@@ -74,7 +74,7 @@ pub(crate) struct Push<'a> {
 /// Where a subscriber stopped in a topic's history: the epoch and offset
 /// of the last message it has (0, 0: none yet).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Position {
+pub(crate) struct Position {
     pub epoch: u32,
     pub offset: u64,
 }
@@ -85,7 +85,7 @@ pub(crate) const BROADCAST_TOPIC: &str = "*";
 /// A connection with a user joined or left a topic (`--presence-notices`):
 /// told to the topic's subscribers on every worker and node.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Notice {
+pub(crate) struct Notice {
     pub topic: String,
     pub user: String,
     pub join: bool,

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 /// Server worker -> supervisor, one JSON object per line.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
-pub enum ServerMsg {
+pub(crate) enum ServerMsg {
     /// The worker listens.
     Ready {
         worker: usize,
@@ -104,7 +104,7 @@ pub enum ServerMsg {
 
 /// One message an MQTT client published.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ClientPublish {
+pub(crate) struct ClientPublish {
     pub topic: String,
     /// The payload, base64 (as a push command carries it).
     pub data: String,
@@ -119,7 +119,7 @@ pub struct ClientPublish {
 /// One MQTT subscription that wants the retained messages its filter
 /// matches (the supervisor keeps them: `broker/retained.rs`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RetainedWant {
+pub(crate) struct RetainedWant {
     /// The connection id ([`conn_id`]).
     pub conn: u64,
     pub filter: String,
@@ -140,7 +140,7 @@ pub(crate) struct RetainedAnswer {
 
 /// An MQTT CONNECT's claim of its client id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SessionClaim {
+pub(crate) struct SessionClaim {
     /// The connection id ([`conn_id`]).
     pub conn: u64,
     pub client_id: String,
@@ -156,7 +156,7 @@ pub struct SessionClaim {
 
 /// A registered MQTT connection's end.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SessionEnd {
+pub(crate) struct SessionEnd {
     pub conn: u64,
     /// Its subscriptions and pending messages, when its session outlives it.
     #[serde(default)]
@@ -165,7 +165,7 @@ pub struct SessionEnd {
 
 /// What an MQTT session keeps when its connection ends.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SessionState {
+pub(crate) struct SessionState {
     /// (filter, granted QoS).
     pub subs: Vec<(String, u8)>,
     /// QoS 1 and 2 messages not acknowledged yet, in order: those sent
@@ -175,7 +175,7 @@ pub struct SessionState {
 
 /// A QoS 1 or 2 message of a session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SessionMessage {
+pub(crate) struct SessionMessage {
     pub topic: String,
     /// The payload, base64.
     pub data: String,
@@ -207,7 +207,7 @@ pub(crate) struct SessionAnswer {
 
 /// One connection as `GET /connections` lists it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ConnInfo {
+pub(crate) struct ConnInfo {
     pub id: u64,
     pub worker: usize,
     pub peer: String,
@@ -234,7 +234,7 @@ pub(crate) const LIST_BYTES: usize = 2 << 20;
 
 impl ConnInfo {
     /// About what it costs as JSON.
-    pub fn json_bytes(&self) -> usize {
+    pub(crate) fn json_bytes(&self) -> usize {
         96 + self.peer.len()
             + self.topics.iter().map(|t| t.len() + 3).sum::<usize>()
             + self.user.as_ref().map_or(0, |u| u.len() + 10)
@@ -326,7 +326,7 @@ impl ServerCommand {
 
 /// What arrives on a server supervisor's channel.
 #[derive(Debug)]
-pub enum ServerEvent {
+pub(crate) enum ServerEvent {
     Worker(usize, PoolEvent<ServerMsg>),
     /// An admin API request.
     Admin(crate::admin::Request),

@@ -22,7 +22,7 @@ use prometheus_client::registry::{Registry, Unit};
 use std::collections::BTreeMap;
 
 /// Counts per kind ("ECONNRESET", "2xx", ...).
-pub type Kinds = BTreeMap<String, u64>;
+pub(crate) type Kinds = BTreeMap<String, u64>;
 
 /// What one declared counter is, for registration and for tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,7 +31,7 @@ pub struct Declared {
     pub field: &'static str,
     /// The Prometheus metric name, without the role's prefix and suffixes.
     pub metric: &'static str,
-    pub help: &'static str,
+    pub(crate) help: &'static str,
     pub kind: Kind,
 }
 
@@ -46,7 +46,7 @@ pub enum Kind {
 
 impl Kind {
     /// Whether the value is a level of live workers (zeroed when one dies).
-    pub fn is_level(self) -> bool {
+    pub(crate) fn is_level(self) -> bool {
         matches!(self, Kind::Gauge | Kind::Bytes)
     }
 
@@ -62,7 +62,7 @@ impl Kind {
 }
 
 /// A scalar counter's part in the generated code.
-pub trait Value: Default {
+pub(crate) trait Value: Default {
     /// A value that shows in every output (1, or one kind counted once).
     fn example() -> Self;
     fn add(&mut self, other: &Self);
@@ -117,7 +117,7 @@ impl Value for Kinds {
 }
 
 /// A counter family with one label, from counts per kind.
-pub fn labeled(label: &str, values: &Kinds) -> Family<Vec<(String, String)>, Counter> {
+pub(crate) fn labeled(label: &str, values: &Kinds) -> Family<Vec<(String, String)>, Counter> {
     let f = Family::<Vec<(String, String)>, Counter>::default();
     for (k, v) in values {
         f.get_or_create(&vec![(label.to_string(), k.clone())]).inc_by(*v);

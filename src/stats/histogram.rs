@@ -51,7 +51,7 @@ pub(crate) fn add(into: &mut Histogram<u64>, h: Option<&Histogram<u64>>) {
 
 /// The percentile summary every report prints, in milliseconds.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct LatencySummary {
+pub(crate) struct LatencySummary {
     pub count: u64,
     pub mean_ms: f64,
     pub p50_ms: f64,

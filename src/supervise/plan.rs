@@ -11,7 +11,7 @@ use std::str::FromStr;
 
 /// How many worker processes: "auto" or a positive number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Workers {
+pub(crate) enum Workers {
     Auto,
     Fixed(usize),
 }
@@ -35,7 +35,7 @@ pub(crate) const FD_HEADROOM: f64 = 0.90;
 pub(crate) const BASE_FDS: u64 = 16;
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct WorkerPlan {
+pub(crate) struct WorkerPlan {
     pub workers: usize,
     /// Connections each worker is planned to hold at most.
     pub per_worker: u64,

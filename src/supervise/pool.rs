@@ -65,7 +65,7 @@ fn now_ms() -> u64 {
 
 /// How a worker process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ExitInfo {
+pub(crate) struct ExitInfo {
     pub pid: u32,
     pub code: Option<i32>,
     pub signal: Option<i32>,
@@ -76,7 +76,7 @@ impl ExitInfo {
         ExitInfo { pid, code: st.code(), signal: st.signal() }
     }
 
-    pub fn success(&self) -> bool {
+    pub(crate) fn success(&self) -> bool {
         self.code == Some(0)
     }
 }
@@ -97,7 +97,7 @@ impl std::fmt::Display for ExitInfo {
 /// Something that happened to one worker of a pool whose workers speak
 /// messages of type `M` (the role's own enum).
 #[derive(Debug)]
-pub enum PoolEvent<M> {
+pub(crate) enum PoolEvent<M> {
     Msg(M),
     /// The worker's stdout closed and the process was reaped.
     Exited(ExitInfo),

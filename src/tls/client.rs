@@ -19,7 +19,7 @@ pub(crate) type ClientConn = TlsConn<UnbufferedClientConnection>;
 
 /// Which handshakes may resume a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-pub enum Resume {
+pub(crate) enum Resume {
     /// Reconnects and churn reopens resume; first connections do full
     /// handshakes (as many distinct devices would).
     Reconnect,
@@ -31,14 +31,14 @@ pub enum Resume {
 
 /// `--tls-versions`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Version {
+pub(crate) enum Version {
     Tls12,
     Tls13,
 }
 
 /// What `--tls`, `wss://` and `https://` ask of the client.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ClientTls {
+pub(crate) struct ClientTls {
     /// PEM file of the CAs to trust; None: the system's.
     pub ca: Option<PathBuf>,
     /// Accept any certificate (the handshake still authenticates the key).

@@ -15,7 +15,7 @@ pub(crate) const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What a server worker needs to serve TLS (sent in its config).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct ServerTls {
+pub(crate) struct ServerTls {
     /// PEM: the certificate, then its chain.
     pub cert: PathBuf,
     /// PEM: the private key (PKCS#8, PKCS#1 RSA or SEC1 EC).
@@ -39,7 +39,7 @@ pub struct ServerTls {
 /// A certificate chain and its private key as one PEM text. Its Debug
 /// shows its size only: a key never reaches a log.
 #[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Pem(pub String);
+pub(crate) struct Pem(pub String);
 
 impl std::fmt::Debug for Pem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

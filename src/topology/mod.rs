@@ -32,7 +32,7 @@ use std::process::Command;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Topology {
+pub(crate) enum Topology {
     /// netns when this process may create namespaces, else host.
     Auto,
     /// The host's own loopback and kernel tables.

@@ -23,7 +23,7 @@ const MEMORY_BUDGET: f64 = 0.9;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
-pub enum TuneRole {
+pub(crate) enum TuneRole {
     Server,
     Client,
     /// Both ends on this machine (loopback bench): two endpoints per connection.

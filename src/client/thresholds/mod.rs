@@ -31,7 +31,7 @@ pub(crate) const ABORT_EVERY: Duration = Duration::from_secs(1);
 
 /// The thresholds a run is asked to keep.
 #[derive(Debug, Clone, Default)]
-pub struct Thresholds {
+pub(crate) struct Thresholds {
     /// `--threshold`: checked on the summary at the end.
     pub check: Vec<Threshold>,
     /// `--threshold-abort`: checked live (after [`ABORT_GRACE`]) and at the end.
@@ -42,7 +42,7 @@ pub struct Thresholds {
 
 impl Thresholds {
     /// The plan's line on what is armed; None when nothing is.
-    pub fn armed(&self) -> Option<String> {
+    pub(crate) fn armed(&self) -> Option<String> {
         if self.check.is_empty() && self.abort.is_empty() {
             return None;
         }
@@ -67,7 +67,7 @@ impl Thresholds {
 /// Which rule a result is of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Kind {
+pub(crate) enum Kind {
     /// `--threshold`.
     Threshold,
     /// `--threshold-abort`.
@@ -78,7 +78,7 @@ pub enum Kind {
 
 /// One rule checked: what `--summary-json`, `--json` and `--junit` carry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Checked {
+pub(crate) struct Checked {
     pub expr: String,
     pub phase: Option<String>,
     pub metric: String,
@@ -94,7 +94,7 @@ pub struct Checked {
 }
 
 impl Checked {
-    pub fn of(t: &Threshold, s: &ClientSummary, kind: Kind) -> Checked {
+    pub(crate) fn of(t: &Threshold, s: &ClientSummary, kind: Kind) -> Checked {
         let (value, pass) = t.check(s);
         Checked {
             expr: t.text.clone(),

@@ -18,7 +18,7 @@ use super::Limits;
 /// Why a topic name or filter is refused; the decoder wraps it in
 /// `Error::TopicName` or `Error::TopicFilter`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TopicError {
+pub(crate) enum TopicError {
     /// Zero bytes ([MQTT-4.7.3-1]).
     Empty,
     /// A `+` or `#` in a topic name ([MQTT-3.3.2-2]).

@@ -201,7 +201,7 @@ pub(crate) fn check_answer(value: Option<&str>) -> Result<bool, &'static str> {
 
 /// A compressor kept once per worker and reset per message (or, with
 /// [`Deflater::with_context_takeover`], one connection's, never reset).
-pub struct Deflater {
+pub(crate) struct Deflater {
     /// Made at the first message: zlib's state for a 2^15 window is
     /// ~270 KB, which a worker that never compresses should not hold
     /// (56 workers hold 1,000,000 idle connections).
@@ -220,7 +220,7 @@ impl Default for Deflater {
 
 impl Deflater {
     /// With a window of 2^`bits` (9..=15; 8 is taken as 9, as zlib does).
-    pub fn new(bits: u8) -> Deflater {
+    pub(crate) fn new(bits: u8) -> Deflater {
         Deflater { c: None, bits: bits.clamp(9, 15), keep_context: false }
     }
 
@@ -228,18 +228,18 @@ impl Deflater {
     /// a message repeating an earlier one (within 2^`bits` bytes) costs a
     /// few back-references. Its zlib state is made at the first message
     /// and lives until the connection closes.
-    pub fn with_context_takeover(bits: u8) -> Deflater {
+    pub(crate) fn with_context_takeover(bits: u8) -> Deflater {
         Deflater { keep_context: true, ..Deflater::new(bits) }
     }
 
     /// Whether its zlib state has been made (the first message came).
-    pub fn is_allocated(&self) -> bool {
+    pub(crate) fn is_allocated(&self) -> bool {
         self.c.is_some()
     }
 
     /// Append `msg` compressed on its own (raw deflate, sync flush, the
     /// trailing `00 00 FF FF` stripped) to `out`.
-    pub fn compress(&mut self, msg: &[u8], out: &mut Vec<u8>) {
+    pub(crate) fn compress(&mut self, msg: &[u8], out: &mut Vec<u8>) {
         let bits = self.bits;
         let c = self.c.get_or_insert_with(|| Box::new(Compress::new_with_window_bits(Compression::new(LEVEL), false, bits)));
         if !self.keep_context {

@@ -26,7 +26,7 @@ pub(crate) const MIN_SECRET: usize = 32;
 /// The key material, as read from the operator's file (it travels to the
 /// workers inside their configuration, on their stdin).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum JwtKey {
+pub(crate) enum JwtKey {
     /// `--jwt-secret-file`: the HMAC secret (the file's bytes, without a
     /// trailing newline).
     Secret(Vec<u8>),
@@ -38,13 +38,13 @@ pub enum JwtKey {
 
 impl JwtKey {
     /// Read `--jwt-secret-file`.
-    pub fn read_secret(path: &str) -> Result<JwtKey, String> {
+    pub(crate) fn read_secret(path: &str) -> Result<JwtKey, String> {
         let make = format!("head -c 48 /dev/urandom | base64 > {path}; HS256 needs at least {MIN_SECRET} bytes");
         crate::values::secret_file("--jwt-secret-file", path, MIN_SECRET, &make).map(JwtKey::Secret)
     }
 
     /// Read `--jwt-public-key-file` and check it is a key we can use.
-    pub fn read_public(path: &str) -> Result<JwtKey, String> {
+    pub(crate) fn read_public(path: &str) -> Result<JwtKey, String> {
         let pem = String::from_utf8(read(path, "--jwt-public-key-file")?).map_err(|_| format!("--jwt-public-key-file {path} is not PEM text"))?;
         let key = JwtKey::PublicPem(pem);
         Verifier::new(&key, &Expected::default()).map_err(|e| format!("--jwt-public-key-file {path}: {e}"))?;
@@ -52,7 +52,7 @@ impl JwtKey {
     }
 
     /// Read `--jwt-jwks-file` and check every key in it.
-    pub fn read_jwks(path: &str) -> Result<JwtKey, String> {
+    pub(crate) fn read_jwks(path: &str) -> Result<JwtKey, String> {
         let text = String::from_utf8(read(path, "--jwt-jwks-file")?).map_err(|_| format!("--jwt-jwks-file {path} is not JSON text"))?;
         let key = JwtKey::Jwks(text);
         Verifier::new(&key, &Expected::default()).map_err(|e| format!("--jwt-jwks-file {path}: {e}"))?;
@@ -68,7 +68,7 @@ fn read(path: &str, flag: &str) -> Result<Vec<u8>, String> {
 /// carry. With a key shared by many services (a JWKS from one identity
 /// provider), they are what tells this server's tokens from the rest.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Expected {
+pub(crate) struct Expected {
     pub audience: Option<String>,
     pub issuer: Option<String>,
 }

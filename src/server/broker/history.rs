@@ -53,7 +53,7 @@ pub(crate) const PER_LOG: u64 = 96;
 
 /// `--history`, `--history-ttl`, `--history-max-bytes`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HistoryConfig {
+pub(crate) struct HistoryConfig {
     /// Messages kept per topic (0: none; offsets and epochs still count).
     pub size: usize,
     pub ttl: Duration,

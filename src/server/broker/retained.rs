@@ -39,7 +39,7 @@ crate::counters! {
 
 /// `--mqtt-retained`, `--mqtt-retained-bytes`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct RetainedConfig {
+pub(crate) struct RetainedConfig {
     pub max_messages: usize,
     pub max_bytes: u64,
 }

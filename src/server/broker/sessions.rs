@@ -76,7 +76,7 @@ crate::counters! {
 /// `--mqtt-client-ids`, `--mqtt-client-id-bytes`, `--mqtt-sessions`,
 /// `--mqtt-sessions-bytes`, `--mqtt-session-queue`, `--mqtt-session-queue-bytes`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct SessionsConfig {
+pub(crate) struct SessionsConfig {
     pub max_ids: usize,
     pub max_id_bytes: usize,
     pub max_kept: usize,

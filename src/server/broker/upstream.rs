@@ -137,7 +137,7 @@ fn json_len(s: &str) -> usize {
 
 /// One thing a client said or did, as the backend receives it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct UpMessage {
+pub(crate) struct UpMessage {
     /// `message`, `join` (a subscription) or `leave`.
     #[serde(rename = "type")]
     pub kind: String,
@@ -159,7 +159,7 @@ pub struct UpMessage {
 
 impl UpMessage {
     /// A message a client sent.
-    pub fn message(conn: u64, user: Option<&str>, topic: Option<&str>, text: bool, data: &[u8]) -> UpMessage {
+    pub(crate) fn message(conn: u64, user: Option<&str>, topic: Option<&str>, text: bool, data: &[u8]) -> UpMessage {
         let (data, data_b64) = match std::str::from_utf8(data) {
             Ok(s) if text || !s.contains('\0') => (Some(s.to_string()), None),
             _ => {
@@ -180,13 +180,13 @@ impl UpMessage {
 
     /// What it costs queued: at least its length as JSON, so the bytes a
     /// worker counts bound what the supervisor holds and sends.
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         let s = |f: &Option<String>| f.as_deref().map_or(0, json_len);
         MESSAGE_OVERHEAD + s(&self.user) + s(&self.topic) + s(&self.data) + s(&self.data_b64)
     }
 
     /// A join or leave (`--presence-events`), not something a client said.
-    pub fn is_presence(&self) -> bool {
+    pub(crate) fn is_presence(&self) -> bool {
         self.kind != "message"
     }
 }
@@ -206,7 +206,7 @@ crate::counters! {
 
 /// What the sender tells the supervisor.
 #[derive(Debug)]
-pub enum UpstreamEvent {
+pub(crate) enum UpstreamEvent {
     /// The backend took (or refused for good) this many more of each
     /// worker's messages, its oldest: their budget has that much room again
     /// (the worker knows their bytes; see `worker/outbox.rs`).
@@ -218,7 +218,7 @@ pub enum UpstreamEvent {
 /// `--upstream-secret-file`: the key POSTs are signed with. Its Debug
 /// never shows the bytes.
 #[derive(Clone, PartialEq, Eq)]
-pub struct UpstreamSecret(Vec<u8>);
+pub(crate) struct UpstreamSecret(Vec<u8>);
 
 impl std::fmt::Debug for UpstreamSecret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -227,7 +227,7 @@ impl std::fmt::Debug for UpstreamSecret {
 }
 
 impl UpstreamSecret {
-    pub fn new(bytes: Vec<u8>) -> Result<UpstreamSecret, String> {
+    pub(crate) fn new(bytes: Vec<u8>) -> Result<UpstreamSecret, String> {
         if bytes.len() < MIN_SECRET {
             return Err(format!("the secret is {} bytes; at least {MIN_SECRET} are needed", bytes.len()));
         }
@@ -235,7 +235,7 @@ impl UpstreamSecret {
     }
 
     /// Read `--upstream-secret-file` (its bytes, without a trailing newline).
-    pub fn read(path: &str) -> Result<UpstreamSecret, String> {
+    pub(crate) fn read(path: &str) -> Result<UpstreamSecret, String> {
         let make = format!("head -c 48 /dev/urandom | base64 > {path}; give your backend the same file");
         crate::values::secret_file("--upstream-secret-file", path, MIN_SECRET, &make).map(UpstreamSecret)
     }
@@ -254,7 +254,7 @@ pub(crate) fn signature(secret: &UpstreamSecret, timestamp_ms: u64, body: &[u8])
 
 /// The `--upstream` target.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
+pub(crate) struct Target {
     pub host: String,
     pub port: u16,
     pub path: String,

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 pub(crate) const MAX_POOL_THREADS: usize = 100_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum BusinessMode {
+pub(crate) enum BusinessMode {
     Inline,
     Pool(usize),
     Async,

@@ -29,7 +29,7 @@ pub(crate) const DEFAULT_USER_TIMEOUT: Duration = Duration::from_secs(60);
 /// A socket timer flag: `auto` (on with its default unless the server
 /// listens on loopback), `off`, or a duration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub enum SocketTimer {
+pub(crate) enum SocketTimer {
     #[default]
     Auto,
     Off,
@@ -38,7 +38,7 @@ pub enum SocketTimer {
 
 impl SocketTimer {
     /// What to set on an accepted socket of a server listening on `listen`.
-    pub fn resolve(self, listen: std::net::IpAddr, default: Duration) -> Option<Duration> {
+    pub(crate) fn resolve(self, listen: std::net::IpAddr, default: Duration) -> Option<Duration> {
         match self {
             SocketTimer::Auto if listen.is_loopback() => None,
             SocketTimer::Auto => Some(default),

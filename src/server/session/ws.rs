@@ -34,7 +34,7 @@ pub(crate) const PEER_CLOSE: &str = "ws_peer_close";
 
 /// How pushes are framed for WebSocket subscribers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-pub enum PushFormat {
+pub(crate) enum PushFormat {
     /// A text message: `{"stream":..,"topic":..,"seq":..,"ts":µs,"data":..}`
     /// (data as a string when it is UTF-8, else `data_b64`).
     Text,

@@ -27,7 +27,7 @@ pub(crate) const DEFAULT_MIN_BYTES: usize = 64;
 
 /// `--ws-deflate`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
-pub enum DeflateMode {
+pub(crate) enum DeflateMode {
     /// Answer permessage-deflate offers (no context takeover both ways).
     #[default]
     On,
@@ -47,7 +47,7 @@ pub(crate) const DEFAULT_WINDOW_BITS: u8 = 12;
 
 /// The deflate settings of a server worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeflateConfig {
+pub(crate) struct DeflateConfig {
     pub mode: DeflateMode,
     /// Messages shorter than this go uncompressed (RSV1 clear).
     pub min_bytes: usize,
@@ -70,7 +70,7 @@ impl Default for DeflateConfig {
 impl DeflateConfig {
     /// The answer to a client's offers (None: none acceptable or off),
     /// and the state its connection needs if it keeps context.
-    pub fn negotiate(&self, offers: &str) -> Option<(String, Option<Box<ConnContext>>)> {
+    pub(crate) fn negotiate(&self, offers: &str) -> Option<(String, Option<Box<ConnContext>>)> {
         match self.mode {
             DeflateMode::Off => None,
             DeflateMode::On => crate::proto::ws::deflate::accept(offers).map(|a| (a.to_string(), None)),
@@ -86,7 +86,7 @@ impl DeflateConfig {
 /// One connection's compression state in takeover mode: its own
 /// compressor if our side keeps context, its decompressor if the client's
 /// does. Each holds nothing until its first message.
-pub struct ConnContext {
+pub(crate) struct ConnContext {
     pub deflater: Option<Deflater>,
     pub inflate: Option<InflateContext>,
 }

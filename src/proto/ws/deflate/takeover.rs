@@ -100,19 +100,19 @@ fn answer(o: &Offer, bits: u8) -> Option<Agreement> {
 /// its first compressed message (zlib state and a window of 2^`bits`),
 /// lent to the worker's [`super::Inflater`] for each read.
 #[derive(Default)]
-pub struct InflateContext {
+pub(crate) struct InflateContext {
     pub(super) d: Option<Box<Decompress>>,
     pub(super) bits: u8,
 }
 
 impl InflateContext {
     /// For a client window of at most 2^`bits` (9..=15).
-    pub fn new(bits: u8) -> InflateContext {
+    pub(crate) fn new(bits: u8) -> InflateContext {
         InflateContext { d: None, bits: bits.clamp(MIN_WINDOW_BITS, 15) }
     }
 
     /// Whether its zlib state has been made (a compressed message came).
-    pub fn is_allocated(&self) -> bool {
+    pub(crate) fn is_allocated(&self) -> bool {
         self.d.is_some()
     }
 }

@@ -85,7 +85,7 @@ impl Delivery {
 /// The bounds of one connection's deliveries (`--mqtt-inflight`,
 /// `--mqtt-queue`, `--mqtt-queue-bytes`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Bounds {
+pub(crate) struct Bounds {
     /// Most in flight (a v5 client's Receive Maximum may lower it).
     pub inflight: u16,
     /// Most held behind a full window.
