@@ -29,6 +29,7 @@ use std::sync::Mutex;
 
 /// Why the server closed a connection (the label of `closed{reason}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(clippy::enum_variant_names)] // HttpConnectionClose, WsPeerClose: the protocols' own words
 pub(crate) enum Close {
     // The transport.
     /// The peer closed its side (read returned 0).

@@ -56,6 +56,7 @@ pub(crate) enum Version {
 /// Quality of service of a PUBLISH or a subscription (§4.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 #[repr(u8)]
+#[allow(clippy::enum_variant_names)] // the standard's names for the three levels (§4.3)
 pub(crate) enum QoS {
     /// At most once: no acknowledgement.
     #[default]
