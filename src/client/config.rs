@@ -20,6 +20,7 @@ pub(crate) enum CloseMode {
 /// the client's and the bench's default alike.
 pub(crate) const DEFAULT_HOLD: Duration = Duration::from_secs(20);
 /// [`DEFAULT_HOLD`] as the CLI writes it.
+#[cfg(test)]
 pub(crate) const DEFAULT_HOLD_TEXT: &str = "20s";
 
 /// One server of several (bench --nodes): where its share of the client

@@ -30,8 +30,7 @@ pub(crate) type Inflight = Option<Box<VecDeque<u64>>>;
 /// One send of a schedule: to which connection, when it was due, and
 /// where in its schedule it falls.
 pub(crate) struct Due {
-    /// The connection's slot in its worker, and its index in the plan.
-    pub slot: usize,
+    /// The connection's index in the plan.
     pub conn: u64,
     /// Intended send time (µs, monotonic).
     pub intended: u64,

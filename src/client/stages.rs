@@ -185,6 +185,7 @@ impl Stages {
 
     /// The request rate per connection of stage `i`, with `default` (the
     /// run's `--request-rate`) for a stage that names none.
+    #[cfg(test)]
     pub(crate) fn request_rate(&self, i: usize, default: Option<f64>) -> Option<f64> {
         self.0.get(i).and_then(|s| s.request_rate).or(default)
     }
@@ -199,11 +200,6 @@ impl Stages {
             from = s.target;
         }
         sum
-    }
-
-    /// Whether any stage sets a request rate of its own.
-    pub(crate) fn any_request_rate(&self) -> bool {
-        self.0.iter().any(|s| s.request_rate.is_some())
     }
 }
 

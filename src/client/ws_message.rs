@@ -53,6 +53,7 @@ impl WsMessage {
     }
 
     /// Whether echoes can be timed (the message has a `{ts}`).
+    #[cfg(test)]
     pub(crate) fn timed(&self) -> bool {
         self.parts.contains(&Part::Ts)
     }
