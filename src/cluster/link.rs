@@ -964,7 +964,6 @@ fn decode(m: &Parts, max_push: usize) -> Result<Inbound, String> {
         topic,
         target,
         publish_us: stamp.parse().map_err(|_| format!("{H_PUBLISH_US} '{stamp}' is not a number"))?,
-        origin: m.get(H_ORIGIN).to_string(),
         data: m.payload.to_vec(),
         reply: m.reply.map(|r| r.to_string()),
         at,

@@ -97,18 +97,6 @@ impl std::fmt::Debug for ClusterConfig {
 }
 
 impl ClusterConfig {
-    /// A config with no credentials (tests, in-process nodes).
-    pub(crate) fn new(url: &str, node: &str, key: ClusterKey) -> ClusterConfig {
-        ClusterConfig {
-            url: url.into(),
-            node: node.into(),
-            key: Some(key),
-            auth: NatsAuth::default(),
-            max_push: crate::proto::push::DEFAULT_MAX_PUSH,
-            log: None,
-        }
-    }
-
     /// The URL without credentials: the only form ever shown.
     pub(crate) fn shown_url(&self) -> String {
         auth::redact(&self.url)
@@ -214,7 +202,6 @@ pub(crate) struct Inbound {
     pub(crate) topic: String,
     pub(crate) target: Option<u64>,
     pub(crate) publish_us: u64,
-    pub(crate) origin: String,
     pub(crate) data: Vec<u8>,
     /// Unicast: where the owner's answer goes.
     pub(crate) reply: Option<String>,
