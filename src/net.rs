@@ -277,12 +277,13 @@ impl SendError {
 
 /// Write `data`, keeping what the socket does not take in `backlog`.
 /// Errors name the reason the connection must be closed.
+#[cfg(test)]
 pub(crate) fn send<S: Write>(stream: &mut S, backlog: &mut Spill, data: &[u8]) -> Result<(), String> {
     send_capped(stream, backlog, data, MAX_BACKLOG, "slow_reader")
 }
 
-/// [`send`] with its own bound on what may wait unsent: beyond `cap`
-/// bytes the connection must be closed, named `reason`.
+/// Write `data`, keeping what the socket does not take in `backlog` up
+/// to `cap` bytes: beyond, the connection must be closed, named `reason`.
 pub(crate) fn send_capped<S: Write>(stream: &mut S, backlog: &mut Spill, data: &[u8], cap: usize, reason: &str) -> Result<(), String> {
     try_send_capped(stream, backlog, data, cap).map_err(|e| e.name(reason))
 }
@@ -317,12 +318,7 @@ pub(crate) fn try_send_capped<S: Write>(stream: &mut S, backlog: &mut Spill, dat
 }
 
 /// Add `data` behind what waits in `backlog`, within `cap` bytes (else
-/// the connection must be closed, named `reason`).
-pub(crate) fn queue_capped(backlog: &mut Spill, data: &[u8], cap: usize, reason: &str) -> Result<(), String> {
-    try_queue_capped(backlog, data, cap).map_err(|e| e.name(reason))
-}
-
-/// [`queue_capped`] with a typed error ([`SendError::Full`]).
+/// [`SendError::Full`]: the connection must be closed).
 pub(crate) fn try_queue_capped(backlog: &mut Spill, data: &[u8], cap: usize) -> Result<(), SendError> {
     if backlog.as_ref().map_or(0, |b| b.len()) + data.len() > cap {
         return Err(SendError::Full);
