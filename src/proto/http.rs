@@ -14,7 +14,7 @@
 pub(crate) const MAX_HEADERS: usize = 64;
 
 mod response;
-pub(crate) use response::{parse_response_head, BodyLength, HeadError, ResponseHead, MAX_RESPONSE_HEADERS};
+pub(crate) use response::{parse_response_head, BodyLength, HeadError};
 
 /// What a connection must remember between reads. Default (all zero) for
 /// every connection between requests; the server only allocates one while

@@ -38,10 +38,14 @@ pub(crate) mod topic;
 mod tests;
 
 pub(crate) use error::{EncodeError, Error};
-pub(crate) use packet::{Ack, Auth, ConnAck, Connect, Disconnect, Packet, Publish, SubAck, Subscribe, Subscription, Unsubscribe, Will};
+// The codec's tests (`tests/`) name these through `use super::*`.
+#[cfg(test)]
+pub(crate) use packet::Auth;
+pub(crate) use packet::{Ack, ConnAck, Connect, Disconnect, Packet, Publish, SubAck, Subscribe, Subscription, Unsubscribe, Will};
 pub(crate) use properties::Properties;
 pub(crate) use reader::Reader;
-pub(crate) use topic::{matches, TopicError};
+#[cfg(test)]
+pub(crate) use topic::TopicError;
 
 /// The protocol level byte of a CONNECT (§3.1.2.2; 3.1.1 §3.1.2.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

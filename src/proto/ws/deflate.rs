@@ -233,6 +233,7 @@ impl Deflater {
     }
 
     /// Whether its zlib state has been made (the first message came).
+    #[cfg(test)]
     pub(crate) fn is_allocated(&self) -> bool {
         self.c.is_some()
     }
@@ -284,14 +285,6 @@ impl InflateError {
         match self {
             InflateError::TooBig => "ws_inflate_too_big",
             InflateError::Corrupt => "ws_inflate_corrupt",
-        }
-    }
-
-    /// The label of `ws_inflate_refused`.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            InflateError::TooBig => "too_big",
-            InflateError::Corrupt => "corrupt",
         }
     }
 }

@@ -266,10 +266,6 @@ impl Fragments {
     pub(crate) fn len(&self) -> usize {
         self.data.len()
     }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.data.is_empty()
-    }
 }
 
 /// Where a reader keeps what it needs between calls.

@@ -112,6 +112,7 @@ impl InflateContext {
     }
 
     /// Whether its zlib state has been made (a compressed message came).
+    #[cfg(test)]
     pub(crate) fn is_allocated(&self) -> bool {
         self.d.is_some()
     }
