@@ -15,6 +15,7 @@ use std::rc::Rc;
 /// A subscription the token does not allow (or an admin-only topic).
 pub(crate) const NOT_PERMITTED: &str = "not_permitted";
 /// A refresh token for another user than the connection's.
+#[cfg(test)]
 pub(crate) const OTHER_USER: &str = "auth_other_user";
 
 /// Stale expiry entries tolerated beyond one per identity before the heap

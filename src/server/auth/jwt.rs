@@ -209,8 +209,10 @@ impl Verifier {
 }
 
 /// No token came.
+#[cfg(test)]
 pub(crate) const MISSING: &str = "auth_missing";
 /// The token's `exp` passed (at connect, or later while connected).
+#[cfg(test)]
 pub(crate) const EXPIRED: &str = "auth_expired";
 
 /// What a refused token's client should do, by reason.
@@ -235,10 +237,13 @@ pub(crate) fn explain(reason: Close) -> &'static str {
 }
 
 /// The token's `nbf` is still to come.
+#[cfg(test)]
 pub(crate) const NOT_YET_VALID: &str = "auth_not_yet_valid";
 /// The token lacks the `aud` of `--jwt-audience`, or names another.
+#[cfg(test)]
 pub(crate) const WRONG_AUDIENCE: &str = "auth_wrong_audience";
 /// The token lacks the `iss` of `--jwt-issuer`, or names another.
+#[cfg(test)]
 pub(crate) const WRONG_ISSUER: &str = "auth_wrong_issuer";
 
 /// WebSocket close code when a connection's token expires (private range).

@@ -85,9 +85,11 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 const DROP_NOTE_EVERY: Duration = Duration::from_secs(10);
 /// The close reason (and WebSocket 1013) of a client whose worker's
 /// upstream budget is full.
+#[cfg(test)]
 pub(crate) const FULL: &str = "upstream_full";
 /// The close reason (and WebSocket 1013) of a client that holds its
 /// part of its worker's upstream bytes (`outbox::CONN_PART`).
+#[cfg(test)]
 pub(crate) const CONN_FULL: &str = "upstream_connection_full";
 /// The signing time of a POST, Unix milliseconds.
 pub(crate) const H_TIMESTAMP: &str = "X-Megaconn-Timestamp";
@@ -227,6 +229,7 @@ impl std::fmt::Debug for UpstreamSecret {
 }
 
 impl UpstreamSecret {
+    #[cfg(test)]
     pub(crate) fn new(bytes: Vec<u8>) -> Result<UpstreamSecret, String> {
         if bytes.len() < MIN_SECRET {
             return Err(format!("the secret is {} bytes; at least {MIN_SECRET} are needed", bytes.len()));

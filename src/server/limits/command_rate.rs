@@ -16,6 +16,7 @@ use std::collections::HashMap;
 /// resume each and a token refresh, is 129.
 pub(crate) const DEFAULT_PER_SECOND: u32 = 200;
 /// The close reason of a connection past its bound.
+#[cfg(test)]
 pub(crate) const TOO_MANY_COMMANDS: &str = "too_many_commands";
 /// Above this many entries the map's memory is given back at the tick
 /// (a storm of many connections must not leave a large table behind).

@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 /// Default cap on one message, all fragments together (close 1009 above).
 pub(crate) const DEFAULT_MAX_MESSAGE: usize = 64 * 1024;
 /// The counter a peer's own close is reported under ([`Close::WsPeerClose`]).
+#[cfg(test)]
 pub(crate) const PEER_CLOSE: &str = "ws_peer_close";
 
 /// How pushes are framed for WebSocket subscribers.

@@ -25,6 +25,7 @@ pub(crate) use push::MAX_SUBSCRIPTIONS;
 /// subscriber set).
 pub(crate) const DEFAULT_MAX_TOPICS: usize = 100_000;
 /// A subscription refused because the worker holds `--max-topics` topics.
+#[cfg(test)]
 pub(crate) const TOO_MANY_TOPICS: &str = "too_many_topics";
 pub(crate) use crate::stats::exposition::LATENCY_BUCKETS_MS;
 
