@@ -401,6 +401,7 @@ impl History {
         self.logs.get(topic).map_or_else(Position::default, |l| Position { epoch: l.epoch, offset: l.head })
     }
 
+    #[cfg(test)]
     pub(crate) fn config(&self) -> HistoryConfig {
         self.cfg
     }

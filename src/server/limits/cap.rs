@@ -60,6 +60,7 @@ impl SharedCap {
     }
 
     /// Connections held server-wide.
+    #[cfg(test)]
     pub(crate) fn count(&self) -> u64 {
         self.word(0).load(Ordering::Relaxed)
     }

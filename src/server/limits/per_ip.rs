@@ -190,6 +190,7 @@ impl PerIp {
     }
 
     /// Connections from `ip` held server-wide (every worker's share).
+    #[cfg(test)]
     pub(crate) fn held(&self, ip: Source) -> u64 {
         let _g = self.lock();
         self.scan(ip.0).0

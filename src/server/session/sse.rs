@@ -154,6 +154,7 @@ pub(crate) fn write_head(out: &mut Vec<u8>) {
 
 /// The positions a `Last-Event-ID` (or `?since=`) names: tokens as the
 /// server wrote them; a bare topic asks for its position only.
+#[cfg(test)]
 pub(crate) fn parse_last_event_id(v: &str) -> Result<Vec<(&str, Option<Position>)>, String> {
     v.split(',').map(str::trim).filter(|t| !t.is_empty()).map(push::parse_resume_token).collect()
 }

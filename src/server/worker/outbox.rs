@@ -151,11 +151,13 @@ impl Outbox {
     }
 
     /// Messages and presence events the backend has not taken yet.
+    #[cfg(test)]
     pub(crate) fn in_flight(&self) -> u64 {
         self.messages.count + self.presence.count
     }
 
     /// What is in flight: (client messages, presence events).
+    #[cfg(test)]
     pub(crate) fn held(&self) -> (Held, Held) {
         (self.messages, self.presence)
     }

@@ -186,6 +186,7 @@ impl Recoveries {
     }
 
     /// Connections waiting, in all.
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.waiting.values().map(HashMap::len).sum()
     }
