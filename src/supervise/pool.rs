@@ -75,10 +75,6 @@ impl ExitInfo {
     fn from_status(pid: u32, st: ExitStatus) -> ExitInfo {
         ExitInfo { pid, code: st.code(), signal: st.signal() }
     }
-
-    pub(crate) fn success(&self) -> bool {
-        self.code == Some(0)
-    }
 }
 
 impl std::fmt::Display for ExitInfo {
@@ -212,10 +208,6 @@ impl Pool {
         self.inherit = fds;
     }
 
-    pub(crate) fn kind(&self) -> &'static str {
-        self.kind
-    }
-
     /// Index the next spawned worker will get.
     pub(crate) fn next_index(&self) -> usize {
         self.workers.len()
@@ -292,10 +284,6 @@ impl Pool {
     /// PIDs of the workers still running.
     pub(crate) fn pids(&self) -> Vec<u32> {
         self.workers.iter().flatten().filter(|h| !h.exited).map(|h| h.pid).collect()
-    }
-
-    pub(crate) fn pid(&self, i: usize) -> Option<u32> {
-        self.workers.get(i).and_then(|h| h.as_ref()).map(|h| h.pid)
     }
 
     /// Workers started and not yet reported exited.

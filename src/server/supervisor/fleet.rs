@@ -13,7 +13,6 @@ use crate::server::supervisor::view::{ServerView, WORKER_CRASHED};
 use crate::server::worker::ServerWorkerConfig;
 use crate::stats::format;
 use crate::supervise::elastic::{self, WorkerState};
-use crate::supervise::plan::Workers;
 use crate::supervise::{ExitInfo, Pool, PoolEvent, Sink};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
@@ -243,10 +242,6 @@ impl ServerFleet {
 
     pub(crate) fn pids(&self) -> Vec<u32> {
         self.pool.pids()
-    }
-
-    pub(crate) fn pid(&self, i: usize) -> Option<u32> {
-        self.pool.pid(i)
     }
 
     /// Worker indices alive now: those that answer publishes and
@@ -684,13 +679,5 @@ fn worker_template(cfg: &ServerConfig, initial: usize, max_workers: usize, budge
         presence_events: cfg.upstream.is_some() && cfg.presence_events,
         presence_notices: cfg.presence_notices,
         io: cfg.io,
-    }
-}
-
-/// How many workers start, how many may exist, and each one's budget.
-pub(crate) fn sizing(workers: Workers, cores: usize, max_for_target: usize) -> Sizing {
-    match workers {
-        Workers::Auto => Sizing::Elastic { target: cores.max(1), max: max_for_target.max(cores.max(1)) },
-        Workers::Fixed(n) => Sizing::Fixed(n),
     }
 }
