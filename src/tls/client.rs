@@ -117,7 +117,7 @@ impl Configs {
     /// A new connection's TLS state (its ClientHello not yet written).
     pub(crate) fn connect(&self, again: bool) -> Result<Box<ClientConn>, String> {
         let config = if again { &self.again } else { &self.first };
-        UnbufferedClientConnection::new(config.clone(), self.name.clone()).map(|c| TlsConn::new(c, 0)).map_err(|e| super::reason_of(&e))
+        UnbufferedClientConnection::new(config.clone(), self.name.clone()).map(TlsConn::new).map_err(|e| super::reason_of(&e))
     }
 }
 

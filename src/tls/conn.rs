@@ -78,8 +78,6 @@ pub(crate) struct TlsConn<C> {
     done: bool,
     /// The peer sent close_notify: the next read is the end.
     peer_closed: bool,
-    /// Worker-relative time (100 ms) the connection was accepted.
-    pub since_ds: u32,
 }
 
 /// Buffers a worker lends every TLS connection in turn.
@@ -93,11 +91,12 @@ pub(crate) struct TlsBufs {
 }
 
 impl<C: Side> TlsConn<C> {
-    pub(crate) fn new(conn: C, since_ds: u32) -> Box<TlsConn<C>> {
-        Box::new(TlsConn { stage: Stage::Handshake(Box::new(conn)), spill: None, done: false, peer_closed: false, since_ds })
+    pub(crate) fn new(conn: C) -> Box<TlsConn<C>> {
+        Box::new(TlsConn { stage: Stage::Handshake(Box::new(conn)), spill: None, done: false, peer_closed: false })
     }
 
     /// Who runs the connection's TLS now: "rustls", "records" or "failed".
+    #[cfg(test)]
     pub(crate) fn stage_name(&self) -> &'static str {
         match self.stage {
             Stage::Handshake(_) => "rustls",

@@ -470,7 +470,7 @@ mod tests {
         let mut poll = mio::Poll::new().unwrap();
         poll.registry().register(&mut sock, mio::Token(0), mio::Interest::READABLE).unwrap();
         let mut events = mio::Events::with_capacity(4);
-        let mut tls = crate::tls::server::accept(config, 0).map_err(|e| e.to_string())?;
+        let mut tls = crate::tls::server::accept(config).map_err(|e| e.to_string())?;
         let mut bufs = TlsBufs::default();
         // Room for one whole record (as a worker's buffer has); reads of
         // at most this much still cut records, which then spill.
@@ -586,7 +586,7 @@ mod tests {
         let pki = crate::tls::throwaway::Throwaway::new(std::net::Ipv4Addr::LOCALHOST).unwrap();
         let cfg = client_config(&pki, provider::cipher_suite::TLS13_AES_128_GCM_SHA256);
         let mut client = rustls::ClientConnection::new(cfg, "localhost".try_into().unwrap()).unwrap();
-        let mut server = crate::tls::server::accept(server_config(&pki), 0).unwrap();
+        let mut server = crate::tls::server::accept(server_config(&pki)).unwrap();
         let mut bufs = TlsBufs::default();
         for _ in 0..HANDSHAKE_FLIGHTS {
             let flight = sent_by(&mut client);

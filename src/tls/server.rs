@@ -8,12 +8,10 @@ pub(crate) use super::conn::TlsBufs;
 
 /// One server connection's TLS state.
 pub(crate) type TlsConn = super::conn::TlsConn<UnbufferedServerConnection>;
-/// The plaintext reader of a server connection.
-pub(crate) type TlsRead<'a, S = mio::net::TcpStream> = super::conn::TlsRead<'a, UnbufferedServerConnection, S>;
 
 /// A new server connection's TLS state, handshake not started.
-pub(crate) fn accept(config: Arc<rustls::ServerConfig>, since_ds: u32) -> Result<Box<TlsConn>, rustls::Error> {
-    Ok(TlsConn::new(UnbufferedServerConnection::new(config)?, since_ds))
+pub(crate) fn accept(config: Arc<rustls::ServerConfig>) -> Result<Box<TlsConn>, rustls::Error> {
+    Ok(TlsConn::new(UnbufferedServerConnection::new(config)?))
 }
 
 /// The answer to cleartext HTTP on a TLS http/ws port.
