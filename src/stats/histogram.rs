@@ -38,6 +38,7 @@ pub(crate) fn decode(text: &str) -> Option<Histogram<u64>> {
 
 /// Merge an encoded histogram into `into`; garbage is ignored (and
 /// reported by the caller's counters staying short, never a panic).
+#[cfg(test)]
 pub(crate) fn merge_encoded(into: &mut Histogram<u64>, text: &str) -> bool {
     text.is_empty() || decode(text).is_some_and(|h| into.add(&h).is_ok())
 }
