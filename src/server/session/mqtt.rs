@@ -41,8 +41,10 @@ use crate::server::worker::topics::{Subs, Topics};
 use crate::server::worker::wildcards;
 
 /// The close reason of a client's own DISCONNECT.
+#[cfg(test)]
 pub(crate) const PEER_DISCONNECT: &str = "mqtt_disconnect";
 /// The close reason of a client silent past 1.5 times its keep-alive.
+#[cfg(test)]
 pub(crate) const KEEPALIVE: &str = "mqtt_keepalive_timeout";
 /// Most bytes of client publishes a worker holds before handing them to
 /// the supervisor (it hands them on after every read, so this bounds one

@@ -156,6 +156,7 @@ impl Flight {
     }
 
     /// Deliveries in flight and held: (in flight, held, held bytes).
+    #[cfg(test)]
     pub(crate) fn counts(&self) -> (usize, usize, usize) {
         (self.out.len(), self.held.len(), self.held_bytes)
     }
