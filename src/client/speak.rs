@@ -66,7 +66,7 @@ pub(crate) const GOAWAY: &str = "server_goaway";
 /// ("bad_frame_too_long", "ws_close_1008"): most are fixed names, a few
 /// carry a code, so no allocation unless one does.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stop(pub Cow<'static, str>);
+pub(crate) struct Stop(pub(crate) Cow<'static, str>);
 
 impl From<&'static str> for Stop {
     fn from(reason: &'static str) -> Stop {

@@ -80,7 +80,7 @@ pub(crate) struct Frame<'a> {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FrameError {
+pub(crate) enum FrameError {
     ZeroLength,
     TooLong(usize),
     UnknownKind(u8),
@@ -88,7 +88,7 @@ pub enum FrameError {
 
 impl FrameError {
     /// The counter name this error is reported under.
-    pub fn kind_name(&self) -> &'static str {
+    pub(crate) fn kind_name(&self) -> &'static str {
         match self {
             FrameError::ZeroLength => "bad_frame_zero_length",
             FrameError::TooLong(_) => "bad_frame_too_long",

@@ -140,11 +140,11 @@ pub(crate) fn header(buf: &[u8], role: Role, max: usize, deflate: bool) -> Resul
 /// ("ws_bad_utf8", "ws_message_too_big", ...). A caller's own error type
 /// takes it by `From` (a plain `&'static str` does).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Violation(pub &'static str);
+pub(crate) struct Violation(pub(crate) &'static str);
 
 impl Violation {
     /// The close status code its close frame carries (see [`close_code`]).
-    pub fn close_code(self) -> u16 {
+    pub(crate) fn close_code(self) -> u16 {
         close_code(self.0)
     }
 }
