@@ -43,6 +43,7 @@ mod tls_client;
 mod topology;
 mod tune;
 mod upstream;
+mod visibility;
 mod workers;
 mod ws;
 mod ws_deflate;
