@@ -18,27 +18,27 @@
 //! proto, net, topology wire formats, buffer-less I/O, namespaces
 //! stats, sys, values   counters!, histograms, OpenMetrics pieces, /proc, flag value parsers
 //! ```
-pub mod admin;
-pub mod bench;
+pub(crate) mod admin;
+pub(crate) mod bench;
 pub mod cli;
 pub mod client;
 pub mod cluster;
 pub mod fuzz_targets;
-pub mod net;
-pub mod proto;
-pub mod reactor;
-pub mod report;
+pub(crate) mod net;
+pub(crate) mod proto;
+pub(crate) mod reactor;
+pub(crate) mod report;
 pub mod server;
-pub mod signals;
+pub(crate) mod signals;
 pub mod stats;
-pub mod supervise;
-pub mod sys;
-pub mod timer;
-pub mod tls;
-pub mod topology;
-pub mod tune;
-pub mod uring;
-pub mod values;
+pub(crate) mod supervise;
+pub(crate) mod sys;
+pub(crate) mod timer;
+pub(crate) mod tls;
+pub(crate) mod topology;
+pub(crate) mod tune;
+pub(crate) mod uring;
+pub(crate) mod values;
 
 #[cfg(test)]
 pub(crate) mod test_alloc;
@@ -46,7 +46,7 @@ pub(crate) mod test_alloc;
 /// An error in what the user asked for (exit code 2), as opposed to a
 /// failure while doing it (exit code 1).
 #[derive(Debug)]
-pub struct UsageError(pub String);
+pub(crate) struct UsageError(pub String);
 
 impl std::fmt::Display for UsageError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -2,12 +2,12 @@
 //! and an exit code.
 
 use clap::Parser;
-use megaconn::cli::{self, Cli, Cmd};
+use megaconn::cli::{self, Cli};
 
 fn main() {
     let cli = Cli::parse();
     // A worker reports its own failure to its supervisor (Fatal message).
-    let quiet = matches!(cli.command, Cmd::Worker { .. });
+    let quiet = cli.is_worker();
     match cli::dispatch(cli) {
         Ok(code) => std::process::exit(code),
         Err(e) => {

@@ -11,18 +11,18 @@ use std::io::{self, Read, Write};
 
 /// Bytes kept between readiness events; `None` for every healthy idle
 /// connection.
-pub type Spill = Option<Box<Vec<u8>>>;
+pub(crate) type Spill = Option<Box<Vec<u8>>>;
 
 /// Most bytes a connection may leave unsent before it is closed as a slow
 /// reader, when its protocol's replies are small; bounds memory per
 /// connection whatever the peer does. A protocol that may answer with more
 /// (a WebSocket echo of `--max-message-bytes`) is bounded by [`reply_cap`].
-pub const MAX_BACKLOG: usize = 256 * 1024;
+pub(crate) const MAX_BACKLOG: usize = 256 * 1024;
 
 /// Room kept behind the largest reply a protocol may give, for the small
 /// answers that can queue behind it while it drains: a pong, a close, a
 /// command's answer, what a TLS handshake still has to say, an HTTP head.
-pub const REPLY_SLACK: usize = 64 * 1024;
+pub(crate) const REPLY_SLACK: usize = 64 * 1024;
 
 /// The bound on one connection's unsent replies when a single reply may
 /// be `largest` bytes on the wire: [`MAX_BACKLOG`], or that whole reply
@@ -35,7 +35,7 @@ pub const REPLY_SLACK: usize = 64 * 1024;
 /// whether it drains is judged by progress: `--stall-timeout` closes a
 /// backlog that does not move. This bound only keeps memory finite, at
 /// the same order as the message the peer was allowed to send.
-pub const fn reply_cap(largest: usize) -> usize {
+pub(crate) const fn reply_cap(largest: usize) -> usize {
     let with_slack = largest.saturating_add(REPLY_SLACK);
     if with_slack > MAX_BACKLOG {
         with_slack
@@ -47,7 +47,7 @@ pub const fn reply_cap(largest: usize) -> usize {
 /// Full reads of one socket per readiness event: a peer that floods is
 /// served a bounded slice at a time (fairness), and what its requests
 /// produce is sent before more is read (bounded output per event).
-pub const READ_BUDGET: usize = 16;
+pub(crate) const READ_BUDGET: usize = 16;
 
 /// Where a connection's bytes come from: a socket, or a TLS connection
 /// decrypting one. `read_some` returns the bytes read and whether more may
@@ -56,7 +56,7 @@ pub const READ_BUDGET: usize = 16;
 /// nothing to hand on (TLS records with no plaintext, such as key
 /// updates), which counts against [`READ_BUDGET`] like any other read;
 /// `WouldBlock` nothing for now.
-pub trait Source {
+pub(crate) trait Source {
     fn read_some(&mut self, buf: &mut [u8]) -> io::Result<(usize, bool)>;
 }
 
@@ -69,7 +69,7 @@ impl<T: Read> Source for T {
 
 /// Bytes already received (an io_uring completion), read like a socket:
 /// then `WouldBlock`, never the end of the stream.
-pub struct Received<'a>(pub &'a [u8]);
+pub(crate) struct Received<'a>(pub &'a [u8]);
 
 impl Read for Received<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
@@ -87,7 +87,7 @@ impl Read for Received<'_> {
 /// ("ECONNRESET", "bad_frame_too_long"), or the caller's own type
 /// ([`read_chunks_as`]).
 #[derive(Debug, PartialEq, Eq)]
-pub enum ReadEnd<E = String> {
+pub(crate) enum ReadEnd<E = String> {
     /// Drained for now; wait for the next readiness event.
     Open,
     /// Stopped after [`READ_BUDGET`] full reads with more possibly
@@ -104,7 +104,7 @@ pub enum ReadEnd<E = String> {
 /// `on_frame`. A partial frame is kept in `partial`. `read_closed` is the
 /// readiness hint that the peer's FIN is already queued, in which case we
 /// read on to see it even after a short read.
-pub fn read_frames<S: Source>(
+pub(crate) fn read_frames<S: Source>(
     stream: &mut S,
     partial: &mut Spill,
     scratch: &mut [u8],
@@ -116,7 +116,7 @@ pub fn read_frames<S: Source>(
 
 /// Read everything the socket has and cut it into fixed-size units (the
 /// echo8 protocol: 8-byte timestamps with no framing).
-pub fn read_fixed<S: Source>(
+pub(crate) fn read_fixed<S: Source>(
     stream: &mut S,
     partial: &mut Spill,
     scratch: &mut [u8],
@@ -128,7 +128,7 @@ pub fn read_fixed<S: Source>(
 }
 
 /// [`read_fixed`] with errors of the caller's type (see [`read_chunks_as`]).
-pub fn read_fixed_as<S: Source, E>(
+pub(crate) fn read_fixed_as<S: Source, E>(
     stream: &mut S,
     partial: &mut Spill,
     scratch: &mut [u8],
@@ -156,7 +156,7 @@ pub fn read_fixed_as<S: Source, E>(
 /// The read loop every protocol shares: `consume` takes the bytes so far
 /// and returns how many it used; the rest waits in `partial`. Its error
 /// names why the connection must close.
-pub fn read_chunks<S: Source>(
+pub(crate) fn read_chunks<S: Source>(
     stream: &mut S,
     partial: &mut Spill,
     scratch: &mut [u8],
@@ -168,7 +168,7 @@ pub fn read_chunks<S: Source>(
 
 /// [`read_chunks`] for a `consume` whose error is any name that becomes
 /// a `String` (one carrying a code, like a client's "ws_close_1008").
-pub fn read_chunks_named<S: Source, E: Into<String>>(
+pub(crate) fn read_chunks_named<S: Source, E: Into<String>>(
     stream: &mut S,
     partial: &mut Spill,
     scratch: &mut [u8],
@@ -180,7 +180,7 @@ pub fn read_chunks_named<S: Source, E: Into<String>>(
 
 /// [`read_chunks`] with errors of the caller's type: `consume`'s own, and
 /// `io_error`'s name for a failed read. Nothing is allocated to end.
-pub fn read_chunks_as<S: Source, E>(
+pub(crate) fn read_chunks_as<S: Source, E>(
     stream: &mut S,
     partial: &mut Spill,
     scratch: &mut [u8],
@@ -239,7 +239,7 @@ pub fn read_chunks_as<S: Source, E>(
 
 /// Every whole frame at the start of `buf`, in order, to `on_frame`;
 /// returns the bytes they took (a frame cut short waits for more).
-pub fn decode_all<E: From<frame::FrameError>>(buf: &[u8], on_frame: &mut impl FnMut(Frame<'_>) -> Result<(), E>) -> Result<usize, E> {
+pub(crate) fn decode_all<E: From<frame::FrameError>>(buf: &[u8], on_frame: &mut impl FnMut(Frame<'_>) -> Result<(), E>) -> Result<usize, E> {
     let mut used = 0;
     loop {
         match frame::decode(&buf[used..]) {
@@ -255,7 +255,7 @@ pub fn decode_all<E: From<frame::FrameError>>(buf: &[u8], on_frame: &mut impl Fn
 
 /// Why a send must end the connection.
 #[derive(Debug)]
-pub enum SendError {
+pub(crate) enum SendError {
     /// What waits unsent would pass the send's bound.
     Full,
     /// A write took no byte.
@@ -266,7 +266,7 @@ pub enum SendError {
 
 impl SendError {
     /// Its name: `full` past the bound, "write_zero", or the errno's name.
-    pub fn name(self, full: &str) -> String {
+    pub(crate) fn name(self, full: &str) -> String {
         match self {
             SendError::Full => full.into(),
             SendError::WriteZero => "write_zero".into(),
@@ -277,18 +277,19 @@ impl SendError {
 
 /// Write `data`, keeping what the socket does not take in `backlog`.
 /// Errors name the reason the connection must be closed.
-pub fn send<S: Write>(stream: &mut S, backlog: &mut Spill, data: &[u8]) -> Result<(), String> {
+#[cfg(test)]
+pub(crate) fn send<S: Write>(stream: &mut S, backlog: &mut Spill, data: &[u8]) -> Result<(), String> {
     send_capped(stream, backlog, data, MAX_BACKLOG, "slow_reader")
 }
 
-/// [`send`] with its own bound on what may wait unsent: beyond `cap`
-/// bytes the connection must be closed, named `reason`.
-pub fn send_capped<S: Write>(stream: &mut S, backlog: &mut Spill, data: &[u8], cap: usize, reason: &str) -> Result<(), String> {
+/// Write `data`, keeping what the socket does not take in `backlog` up
+/// to `cap` bytes: beyond, the connection must be closed, named `reason`.
+pub(crate) fn send_capped<S: Write>(stream: &mut S, backlog: &mut Spill, data: &[u8], cap: usize, reason: &str) -> Result<(), String> {
     try_send_capped(stream, backlog, data, cap).map_err(|e| e.name(reason))
 }
 
 /// [`send_capped`] with a typed error: nothing is allocated to fail.
-pub fn try_send_capped<S: Write>(stream: &mut S, backlog: &mut Spill, data: &[u8], cap: usize) -> Result<(), SendError> {
+pub(crate) fn try_send_capped<S: Write>(stream: &mut S, backlog: &mut Spill, data: &[u8], cap: usize) -> Result<(), SendError> {
     if data.is_empty() {
         return Ok(());
     }
@@ -317,13 +318,8 @@ pub fn try_send_capped<S: Write>(stream: &mut S, backlog: &mut Spill, data: &[u8
 }
 
 /// Add `data` behind what waits in `backlog`, within `cap` bytes (else
-/// the connection must be closed, named `reason`).
-pub fn queue_capped(backlog: &mut Spill, data: &[u8], cap: usize, reason: &str) -> Result<(), String> {
-    try_queue_capped(backlog, data, cap).map_err(|e| e.name(reason))
-}
-
-/// [`queue_capped`] with a typed error ([`SendError::Full`]).
-pub fn try_queue_capped(backlog: &mut Spill, data: &[u8], cap: usize) -> Result<(), SendError> {
+/// [`SendError::Full`]: the connection must be closed).
+pub(crate) fn try_queue_capped(backlog: &mut Spill, data: &[u8], cap: usize) -> Result<(), SendError> {
     if backlog.as_ref().map_or(0, |b| b.len()) + data.len() > cap {
         return Err(SendError::Full);
     }
@@ -332,12 +328,12 @@ pub fn try_queue_capped(backlog: &mut Spill, data: &[u8], cap: usize) -> Result<
 }
 
 /// Push out as much of `backlog` as the socket takes now.
-pub fn flush<S: Write>(stream: &mut S, backlog: &mut Spill) -> Result<(), String> {
+pub(crate) fn flush<S: Write>(stream: &mut S, backlog: &mut Spill) -> Result<(), String> {
     try_flush(stream, backlog).map_err(|e| e.name(""))
 }
 
 /// [`flush`] with a typed error.
-pub fn try_flush<S: Write>(stream: &mut S, backlog: &mut Spill) -> Result<(), SendError> {
+pub(crate) fn try_flush<S: Write>(stream: &mut S, backlog: &mut Spill) -> Result<(), SendError> {
     let Some(buf) = backlog else { return Ok(()) };
     let mut written = 0;
     while written < buf.len() {

@@ -15,12 +15,12 @@ use std::io;
 use std::time::{Duration, Instant};
 
 /// The token of the worker's stdin (supervisor commands).
-pub const STDIN: Token = Token(usize::MAX - 1);
+pub(crate) const STDIN: Token = Token(usize::MAX - 1);
 /// Readiness events taken per wake-up.
 const EVENTS: usize = 1024;
 
 /// What a worker does on each kind of event.
-pub trait Handler {
+pub(crate) trait Handler {
     fn poll_mut(&mut self) -> &mut Poll;
     /// Readiness of any token but [`STDIN`].
     fn on_ready(&mut self, ev: &Event);
@@ -35,7 +35,7 @@ pub trait Handler {
 }
 
 /// Run `h` until it is done; the final snapshot is sent on the way out.
-pub fn run(h: &mut impl Handler, stats_interval: Duration) -> Result<()> {
+pub(crate) fn run(h: &mut impl Handler, stats_interval: Duration) -> Result<()> {
     let mut events = Events::new(h)?;
     let mut turns = Turns::new(stats_interval);
     loop {
@@ -54,18 +54,18 @@ pub fn run(h: &mut impl Handler, stats_interval: Duration) -> Result<()> {
 
 /// The start of every loop turn, for both reactors: a stats snapshot
 /// when one is due, then whatever `on_tick` has due.
-pub struct Turns {
+pub(crate) struct Turns {
     next_stats: Instant,
     stats_interval: Duration,
 }
 
 impl Turns {
-    pub fn new(stats_interval: Duration) -> Self {
+    pub(crate) fn new(stats_interval: Duration) -> Self {
         Self { next_stats: Instant::now(), stats_interval }
     }
 
     /// Report if due, then tick; `Done` ends the loop.
-    pub fn start(&mut self, h: &mut impl Handler) -> Flow {
+    pub(crate) fn start(&mut self, h: &mut impl Handler) -> Flow {
         let now = Instant::now();
         if now >= self.next_stats {
             h.report(false);
@@ -75,14 +75,14 @@ impl Turns {
     }
 
     /// How long the loop may sleep: until a tick or a snapshot is due.
-    pub fn wait(&self, h: &impl Handler) -> Duration {
+    pub(crate) fn wait(&self, h: &impl Handler) -> Duration {
         h.next_wake().min(self.next_stats.saturating_duration_since(Instant::now()))
     }
 }
 
 /// What one look at the epoll found.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Polled {
+pub(crate) enum Polled {
     /// This many ready events were handled.
     Events(usize),
     /// A command ended the loop (the caller sends the final snapshot).
@@ -90,18 +90,18 @@ pub enum Polled {
 }
 
 /// The worker's epoll events and its supervisor's commands.
-pub struct Events {
+pub(crate) struct Events {
     events: mio::Events,
     commands: CommandReader,
 }
 
 impl Events {
-    pub fn new(h: &mut impl Handler) -> Result<Events> {
+    pub(crate) fn new(h: &mut impl Handler) -> Result<Events> {
         Ok(Events { commands: CommandReader::register(h.poll_mut().registry(), STDIN)?, events: mio::Events::with_capacity(EVENTS) })
     }
 
     /// Handle whatever is ready now, without waiting.
-    pub fn dispatch(&mut self, h: &mut impl Handler) -> Result<Polled> {
+    pub(crate) fn dispatch(&mut self, h: &mut impl Handler) -> Result<Polled> {
         loop {
             match h.poll_mut().poll(&mut self.events, Some(Duration::ZERO)) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,

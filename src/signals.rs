@@ -9,7 +9,7 @@ use std::sync::Mutex;
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 static HARD_EXIT: Mutex<Vec<fn()>> = Mutex::new(Vec::new());
 
-pub fn install() {
+pub(crate) fn install() {
     // A second installation attempt (bench installs once) is harmless.
     let _ = ctrlc::set_handler(|| {
         if INTERRUPTED.swap(true, Ordering::SeqCst) {
@@ -25,7 +25,7 @@ pub fn install() {
 }
 
 /// Run `f` before a second Ctrl-C exits without unwinding.
-pub fn on_hard_exit(f: fn()) {
+pub(crate) fn on_hard_exit(f: fn()) {
     if let Ok(mut h) = HARD_EXIT.lock() {
         if !h.contains(&f) {
             h.push(f);
@@ -33,7 +33,7 @@ pub fn on_hard_exit(f: fn()) {
     }
 }
 
-pub fn interrupted() -> bool {
+pub(crate) fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::SeqCst)
 }
 
@@ -45,7 +45,7 @@ extern "C" fn on_hangup(_: libc::c_int) {
 
 /// SIGHUP sets a flag (a server reloads its TLS certificate) instead of
 /// killing the process.
-pub fn watch_hangup() {
+pub(crate) fn watch_hangup() {
     // SAFETY: the handler only stores to an atomic (async-signal-safe).
     unsafe {
         libc::signal(libc::SIGHUP, on_hangup as *const () as libc::sighandler_t);
@@ -53,6 +53,6 @@ pub fn watch_hangup() {
 }
 
 /// Whether SIGHUP arrived since the last call.
-pub fn take_hangup() -> bool {
+pub(crate) fn take_hangup() -> bool {
     HANGUP.swap(false, Ordering::SeqCst)
 }

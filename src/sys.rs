@@ -6,17 +6,17 @@ use std::io;
 
 /// The RLIMIT_NOFILE pair of this process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FdLimit {
+pub(crate) struct FdLimit {
     pub soft: u64,
     pub hard: u64,
 }
 
 /// Descriptors this process has open now (0 when /proc cannot be read).
-pub fn open_fds() -> u64 {
+pub(crate) fn open_fds() -> u64 {
     std::fs::read_dir("/proc/self/fd").map(|d| d.count() as u64).unwrap_or(0)
 }
 
-pub fn fd_limit() -> FdLimit {
+pub(crate) fn fd_limit() -> FdLimit {
     let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit writes into the struct we own.
     unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
@@ -26,7 +26,7 @@ pub fn fd_limit() -> FdLimit {
 /// Raise the soft RLIMIT_NOFILE to the hard limit (any process may) and
 /// return (before, after). This is the fix for the classic "stuck at ~870
 /// connections" wall, applied to ourselves and to every worker we spawn.
-pub fn raise_fd_limit() -> (FdLimit, FdLimit) {
+pub(crate) fn raise_fd_limit() -> (FdLimit, FdLimit) {
     let before = fd_limit();
     if before.soft < before.hard {
         let r = libc::rlimit { rlim_cur: before.hard as libc::rlim_t, rlim_max: before.hard as libc::rlim_t };
@@ -38,7 +38,7 @@ pub fn raise_fd_limit() -> (FdLimit, FdLimit) {
 
 /// Microseconds on CLOCK_MONOTONIC. The clock is system-wide, so a
 /// supervisor can hand its workers an absolute start instant.
-pub fn mono_us() -> u64 {
+pub(crate) fn mono_us() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes into the struct we own.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
@@ -46,19 +46,19 @@ pub fn mono_us() -> u64 {
 }
 
 /// Resident set size of this process in bytes (from /proc/self/statm).
-pub fn self_rss_bytes() -> u64 {
+pub(crate) fn self_rss_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
     let pages: u64 = statm.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0);
     pages * page_size()
 }
 
 /// Threads in this process (from /proc/self/status).
-pub fn self_threads() -> u64 {
+pub(crate) fn self_threads() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status.lines().find_map(|l| l.strip_prefix("Threads:")).and_then(|v| v.trim().parse().ok()).unwrap_or(1)
 }
 
-pub fn page_size() -> u64 {
+pub(crate) fn page_size() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if p > 0 {
@@ -69,7 +69,7 @@ pub fn page_size() -> u64 {
 }
 
 /// User + system CPU time of this process, in microseconds.
-pub fn self_cpu_us() -> u64 {
+pub(crate) fn self_cpu_us() -> u64 {
     // SAFETY: rusage is plain old data: all zeroes is a valid value.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: getrusage writes into the struct we own and borrow mutably.
@@ -84,14 +84,14 @@ pub fn self_cpu_us() -> u64 {
 /// as a panic in `println!` (`megaconn tune ... | head`). Only for
 /// commands with no worker pipes: a supervisor must survive writing to a
 /// dead worker's stdin.
-pub fn end_on_broken_stdout() {
+pub(crate) fn end_on_broken_stdout() {
     // SAFETY: restoring the default disposition of one signal; no handler.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
 }
 
 /// Ask the kernel to SIGKILL this process when its parent dies, so no
 /// worker outlives its supervisor. Called between fork and exec.
-pub fn die_with_parent() -> io::Result<()> {
+pub(crate) fn die_with_parent() -> io::Result<()> {
     // SAFETY: prctl with integer arguments.
     let rc = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) };
     if rc == 0 {
@@ -103,7 +103,7 @@ pub fn die_with_parent() -> io::Result<()> {
 
 /// Set RLIMIT_NOFILE (soft and hard) for this process; used by tests and
 /// by `--fd-limit` to rehearse the fd wall on a small scale.
-pub fn set_fd_limit(soft: u64, hard: u64) -> io::Result<()> {
+pub(crate) fn set_fd_limit(soft: u64, hard: u64) -> io::Result<()> {
     let r = libc::rlimit { rlim_cur: soft as libc::rlim_t, rlim_max: hard as libc::rlim_t };
     // SAFETY: plain syscall with a valid struct.
     let rc = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) };
@@ -114,13 +114,13 @@ pub fn set_fd_limit(soft: u64, hard: u64) -> io::Result<()> {
     }
 }
 
-pub fn online_cpus() -> usize {
+pub(crate) fn online_cpus() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
 /// Name an I/O error the way operators grep for it: "ECONNREFUSED",
 /// "EADDRNOTAVAIL", "EMFILE", ... and "timeout" for our own deadlines.
-pub fn error_kind_name(e: &io::Error) -> String {
+pub(crate) fn error_kind_name(e: &io::Error) -> String {
     match e.raw_os_error() {
         Some(code) => errno_name(code),
         None if e.kind() == io::ErrorKind::TimedOut => "timeout".into(),
@@ -130,7 +130,7 @@ pub fn error_kind_name(e: &io::Error) -> String {
     }
 }
 
-pub fn errno_name(code: i32) -> String {
+pub(crate) fn errno_name(code: i32) -> String {
     match errno_static(code) {
         Some(name) => name.to_string(),
         None => format!("errno_{code}"),
@@ -139,7 +139,7 @@ pub fn errno_name(code: i32) -> String {
 
 /// The name of an errno operators know, without allocating; `None` for
 /// the rest ([`errno_name`] calls them "errno_N").
-pub fn errno_static(code: i32) -> Option<&'static str> {
+pub(crate) fn errno_static(code: i32) -> Option<&'static str> {
     Some(match code {
         libc::ECONNREFUSED => "ECONNREFUSED",
         libc::EADDRNOTAVAIL => "EADDRNOTAVAIL",
@@ -163,7 +163,7 @@ pub fn errno_static(code: i32) -> Option<&'static str> {
 }
 
 /// Name a signal the way `kill -l` does ("SIGKILL", "SIGSEGV", ...).
-pub fn signal_name(sig: i32) -> String {
+pub(crate) fn signal_name(sig: i32) -> String {
     let name = match sig {
         libc::SIGKILL => "SIGKILL",
         libc::SIGTERM => "SIGTERM",
@@ -182,13 +182,13 @@ pub fn signal_name(sig: i32) -> String {
 
 /// A zero-filled memfd of `bytes` that exec'd children inherit (no
 /// MFD_CLOEXEC): how the supervisor shares a table with its workers.
-pub fn inheritable_memfd(name: &std::ffi::CStr, bytes: usize) -> io::Result<std::os::fd::RawFd> {
+pub(crate) fn inheritable_memfd(name: &std::ffi::CStr, bytes: usize) -> io::Result<std::os::fd::RawFd> {
     memfd(name, bytes, true).map(std::os::fd::IntoRawFd::into_raw_fd)
 }
 
 /// A zero-filled memfd of `bytes`; `inherited`: every exec'd child gets
 /// it, else only a child that clears close-on-exec (`Pool::set_inherit`).
-pub fn memfd(name: &std::ffi::CStr, bytes: usize, inherited: bool) -> io::Result<std::os::fd::OwnedFd> {
+pub(crate) fn memfd(name: &std::ffi::CStr, bytes: usize, inherited: bool) -> io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
     // SAFETY: memfd_create with a NUL-terminated name.
     let fd = unsafe { libc::memfd_create(name.as_ptr(), if inherited { 0 } else { libc::MFD_CLOEXEC }) };
@@ -206,7 +206,7 @@ pub fn memfd(name: &std::ffi::CStr, bytes: usize, inherited: bool) -> io::Result
 
 /// Map `bytes` of a memfd made by [`inheritable_memfd`], shared and
 /// writable, as 8-byte words (the mapping is page-aligned).
-pub fn map_shared_words(fd: std::os::fd::RawFd, bytes: usize) -> io::Result<*const std::sync::atomic::AtomicU64> {
+pub(crate) fn map_shared_words(fd: std::os::fd::RawFd, bytes: usize) -> io::Result<*const std::sync::atomic::AtomicU64> {
     // SAFETY: mapping `bytes` of a memfd sized to at least `bytes`, shared.
     let p = unsafe { libc::mmap(std::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0) };
     if p == libc::MAP_FAILED {

@@ -47,7 +47,7 @@ static ALLOC: Counting = Counting;
 
 /// Run `f` and return its value with the bytes this thread allocated
 /// meanwhile (frees not subtracted).
-pub fn counted<T>(f: impl FnOnce() -> T) -> (T, usize) {
+pub(crate) fn counted<T>(f: impl FnOnce() -> T) -> (T, usize) {
     COUNT.with(|c| c.set(Some(0)));
     let v = f();
     let n = COUNT.with(|c| c.replace(None)).unwrap_or(0);
@@ -57,7 +57,7 @@ pub fn counted<T>(f: impl FnOnce() -> T) -> (T, usize) {
 /// Run `f` and return its value with the heap this thread still holds
 /// from what it allocated meanwhile, as malloc counts it (a value `f`
 /// builds and returns is held; its temporaries are not).
-pub fn held<T>(f: impl FnOnce() -> T) -> (T, isize) {
+pub(crate) fn held<T>(f: impl FnOnce() -> T) -> (T, isize) {
     LIVE.with(|c| c.set(Some(0)));
     let v = f();
     let n = LIVE.with(|c| c.replace(None)).unwrap_or(0);

@@ -10,7 +10,7 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 /// Block until `poll` has events or `timeout` passes, with µs precision.
-pub fn wait(poll: &mio::Poll, timeout: Duration) {
+pub(crate) fn wait(poll: &mio::Poll, timeout: Duration) {
     if timeout.is_zero() {
         return;
     }

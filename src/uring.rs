@@ -49,7 +49,7 @@ const CANCEL_TAG: u64 = u64::MAX - 1;
 /// `--io`: which reactor a server's workers run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Io {
+pub(crate) enum Io {
     /// io_uring where this kernel and this process allow it, else epoll.
     #[default]
     Auto,
@@ -63,7 +63,7 @@ impl Io {
     /// The reactor `--io` gives on this host with this configuration, and
     /// why when `auto` fell back to epoll. An explicit `uring` that cannot
     /// be had is an error naming the cause and the fix.
-    pub fn resolve(self) -> Result<(Io, Option<String>), String> {
+    pub(crate) fn resolve(self) -> Result<(Io, Option<String>), String> {
         match (self, probe()) {
             (Io::Epoll, _) => Ok((Io::Epoll, None)),
             (_, Ok(())) => Ok((Io::Uring, None)),
@@ -73,7 +73,7 @@ impl Io {
     }
 
     /// As `--io` takes it.
-    pub fn arg(self) -> &'static str {
+    pub(crate) fn arg(self) -> &'static str {
         match self {
             Io::Auto => "auto",
             Io::Uring => "uring",
@@ -81,7 +81,7 @@ impl Io {
         }
     }
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Io::Auto => "auto",
             Io::Uring => "io_uring",
@@ -91,26 +91,26 @@ impl Io {
 }
 
 /// Tags with this bit are sends' (the rest of the tag is the worker's).
-pub const SEND_TAG: u64 = 1 << 62;
+pub(crate) const SEND_TAG: u64 = 1 << 62;
 /// Receive tags stay below this (the worker's key and generation).
-pub const RECV_TAGS: u64 = 1 << 62;
+pub(crate) const RECV_TAGS: u64 = 1 << 62;
 
 /// A connection's receive tag: its key (slot) and generation (30 bits of
 /// it), so a late completion for a closed connection never reaches the
 /// next one there.
-pub fn recv_tag(key: usize, gen: u32) -> u64 {
+pub(crate) fn recv_tag(key: usize, gen: u32) -> u64 {
     ((gen as u64 & 0x3FFF_FFFF) << 32 | key as u64) & (RECV_TAGS - 1)
 }
 
 /// The key of a receive tag.
-pub fn recv_key(tag: u64) -> usize {
+pub(crate) fn recv_key(tag: u64) -> usize {
     (tag & u32::MAX as u64) as usize
 }
 
 /// What a worker asks the ring to do, queued during its handlers and
 /// submitted with the next wait.
 #[derive(Debug, Clone, Copy)]
-pub enum Op {
+pub(crate) enum Op {
     /// Receive on `fd` until cancelled; completions carry `tag` (below
     /// [`RECV_TAGS`]).
     Recv { fd: RawFd, tag: u64 },
@@ -123,7 +123,7 @@ pub enum Op {
 
 /// What one receive completion brought.
 #[derive(Debug)]
-pub enum Received<'a> {
+pub(crate) enum Received<'a> {
     /// Bytes, and whether they filled what was left of their buffer: a
     /// receive takes at most that, so what the peer sent with them may
     /// come in the next completion (a client's opening cut in two: see
@@ -145,7 +145,7 @@ const SHRINK_ABOVE: usize = 1024;
 /// submitted: closed before, the number could go to a new socket and the
 /// operation (a receive's cancellation) would act on that one.
 #[derive(Default)]
-pub struct Pending {
+pub(crate) struct Pending {
     pub ops: Vec<Op>,
     closing: Vec<mio::net::TcpStream>,
 }
@@ -153,13 +153,13 @@ pub struct Pending {
 impl Pending {
     /// Stop the receive tagged `tag` and close `stream`, its socket, once
     /// the cancellation is submitted.
-    pub fn cancel_and_close(&mut self, tag: u64, stream: mio::net::TcpStream) {
+    pub(crate) fn cancel_and_close(&mut self, tag: u64, stream: mio::net::TcpStream) {
         self.ops.push(Op::Cancel { tag });
         self.close_after_submit(stream);
     }
 
     /// Close `stream` once what is queued so far is submitted.
-    pub fn close_after_submit(&mut self, stream: mio::net::TcpStream) {
+    pub(crate) fn close_after_submit(&mut self, stream: mio::net::TcpStream) {
         self.closing.push(stream);
     }
 
@@ -177,7 +177,7 @@ impl Pending {
 }
 
 /// A worker that can run on the ring.
-pub trait RingHandler: Handler {
+pub(crate) trait RingHandler: Handler {
     /// Bytes (or the end) of the connection whose receive carries `tag`.
     fn on_received(&mut self, tag: u64, r: Received<'_>);
     /// A send finished: `res` bytes went, or it failed (a negative errno).
@@ -194,7 +194,7 @@ pub trait RingHandler: Handler {
 /// Whether this kernel and this process may use io_uring the way the
 /// worker does (a ring, a registered buffer ring, multishot receive);
 /// `Err` names what refused it and the fix.
-pub fn probe() -> Result<(), String> {
+pub(crate) fn probe() -> Result<(), String> {
     match std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled").map(|s| s.trim().to_string()).as_deref() {
         Ok("2") => return Err("kernel.io_uring_disabled = 2: io_uring is off on this host (sysctl -w kernel.io_uring_disabled=0)".into()),
         // SAFETY: geteuid cannot fail.
@@ -213,7 +213,7 @@ pub fn probe() -> Result<(), String> {
 }
 
 /// A ring and the buffers its receives fill.
-pub struct Ring {
+pub(crate) struct Ring {
     ring: IoUring,
     bufs: Bufs,
     /// Submissions that did not fit in the queue yet, in order.
@@ -223,7 +223,7 @@ pub struct Ring {
 }
 
 impl Ring {
-    pub fn new() -> Result<Ring> {
+    pub(crate) fn new() -> Result<Ring> {
         let ring = IoUring::builder()
             .setup_cqsize(CQ_ENTRIES)
             .setup_single_issuer()
@@ -413,7 +413,7 @@ const LAST_SENDS: Duration = Duration::from_secs(2);
 
 /// Run `h` on a ring until it is done, like [`reactor::run`]: the same
 /// stats, ticks and commands; connections' reads come from the ring.
-pub fn run(h: &mut impl RingHandler, mut ring: Ring, stats_interval: Duration) -> Result<()> {
+pub(crate) fn run(h: &mut impl RingHandler, mut ring: Ring, stats_interval: Duration) -> Result<()> {
     let mut events = reactor::Events::new(h)?;
     ring.watch(h.poll_mut().as_raw_fd());
     let mut turns = reactor::Turns::new(stats_interval);

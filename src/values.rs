@@ -8,16 +8,16 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 use std::time::Duration;
 
-pub use crate::proto::frame::MAX_PAYLOAD;
+pub(crate) use crate::proto::frame::MAX_PAYLOAD;
 /// Longest duration any flag accepts: every load loop is bounded in time,
 /// and larger values overflow time arithmetic.
-pub const MAX_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Most source addresses one client accepts (a /16).
-pub const MAX_SOURCE_IPS: usize = 65_536;
+pub(crate) const MAX_SOURCE_IPS: usize = 65_536;
 
 /// A list of TCP ports: "8000-8099", "8000,8005,9000-9009".
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct PortList(pub Vec<u16>);
+pub(crate) struct PortList(pub Vec<u16>);
 
 impl FromStr for PortList {
     type Err = String;
@@ -59,7 +59,7 @@ fn parse_port(s: &str) -> Result<u16, String> {
 
 /// An address as a number of its family, so ranges and blocks of IPv4
 /// and IPv6 addresses are one arithmetic.
-pub fn ip_number(ip: IpAddr) -> (bool, u128) {
+pub(crate) fn ip_number(ip: IpAddr) -> (bool, u128) {
     match ip {
         IpAddr::V4(a) => (false, u32::from(a) as u128),
         IpAddr::V6(a) => (true, u128::from(a)),
@@ -67,7 +67,7 @@ pub fn ip_number(ip: IpAddr) -> (bool, u128) {
 }
 
 /// The address `n` of a family (`v6`), the inverse of [`ip_number`].
-pub fn ip_of(v6: bool, n: u128) -> IpAddr {
+pub(crate) fn ip_of(v6: bool, n: u128) -> IpAddr {
     if v6 {
         IpAddr::V6(Ipv6Addr::from(n))
     } else {
@@ -80,7 +80,7 @@ pub fn ip_of(v6: bool, n: u128) -> IpAddr {
 /// "fd00::/120". Every address in a CIDR block is used (on loopback every
 /// 127.x.y.z is a valid source).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct IpList(pub Vec<IpAddr>);
+pub(crate) struct IpList(pub Vec<IpAddr>);
 
 impl FromStr for IpList {
     type Err = String;
@@ -131,7 +131,7 @@ fn parse_ip(s: &str, example: &str) -> Result<IpAddr, String> {
 }
 
 /// A duration: "30s", "500ms", "2m", or a bare number of seconds.
-pub fn duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let too_long = || format!("'{s}' is longer than the cap of 30 days; expected e.g. 30s, 500ms, 2m");
     if let Ok(secs) = s.parse::<f64>() {
@@ -151,7 +151,7 @@ pub fn duration(s: &str) -> Result<Duration, String> {
 }
 
 /// A duration above zero (timeouts, intervals).
-pub fn positive_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn positive_duration(s: &str) -> Result<Duration, String> {
     let d = duration(s)?;
     if d.is_zero() {
         return Err(format!("'{}' must be longer than 0; expected e.g. 10s or 500ms", s.trim()));
@@ -161,7 +161,7 @@ pub fn positive_duration(s: &str) -> Result<Duration, String> {
 
 /// A duration that may be switched off with "off" or "0".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OptDuration(pub Option<Duration>);
+pub(crate) struct OptDuration(pub Option<Duration>);
 
 impl FromStr for OptDuration {
     type Err = String;
@@ -176,7 +176,7 @@ impl FromStr for OptDuration {
 
 /// A socket address or "off" (the admin API).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OptAddr(pub Option<std::net::SocketAddr>);
+pub(crate) struct OptAddr(pub Option<std::net::SocketAddr>);
 
 impl FromStr for OptAddr {
     type Err = String;
@@ -192,7 +192,7 @@ impl FromStr for OptAddr {
 /// A positive count ("1000000", "1_000_000", "1M", "200k").
 /// A wall-clock instant: RFC 3339 ("2026-11-22T20:30:00Z") or "@UNIX"
 /// seconds. Checked against now where it is used.
-pub fn wall_time(s: &str) -> Result<std::time::SystemTime, String> {
+pub(crate) fn wall_time(s: &str) -> Result<std::time::SystemTime, String> {
     let bad = || format!("'{s}' is not a time; use RFC 3339 like 2026-11-22T20:30:00Z, or @UNIX-SECONDS like @1795000000");
     if let Some(secs) = s.strip_prefix('@') {
         let v: f64 = secs.parse().map_err(|_| bad())?;
@@ -204,7 +204,7 @@ pub fn wall_time(s: &str) -> Result<std::time::SystemTime, String> {
     humantime::parse_rfc3339_weak(s).map_err(|_| bad())
 }
 
-pub fn positive_count(s: &str) -> Result<u64, String> {
+pub(crate) fn positive_count(s: &str) -> Result<u64, String> {
     let t = s.trim().replace('_', "");
     let (num, mult) = match t.chars().last() {
         Some('k') | Some('K') => (&t[..t.len() - 1], 1_000),
@@ -220,7 +220,7 @@ pub fn positive_count(s: &str) -> Result<u64, String> {
 
 /// A size in bytes: "65536", "64KiB", "256MiB", "1GiB" (also KB/MB/GB,
 /// read as powers of 1024 like the rest of megaconn's sizes).
-pub fn byte_size(s: &str) -> Result<u64, String> {
+pub(crate) fn byte_size(s: &str) -> Result<u64, String> {
     const EX: &str = "expected a size like 65536, 64KiB, 256MiB or 1GiB";
     let t = s.trim().replace('_', "");
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
@@ -237,7 +237,7 @@ pub fn byte_size(s: &str) -> Result<u64, String> {
 }
 
 /// A count per second: "50000/s", "50k/s" or a bare "50000" (per second).
-pub fn per_second_count(s: &str) -> Result<u64, String> {
+pub(crate) fn per_second_count(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let n = t.strip_suffix("/s").unwrap_or(t);
     if n.contains('/') {
@@ -248,7 +248,7 @@ pub fn per_second_count(s: &str) -> Result<u64, String> {
 
 /// Bytes of data in a published push: at most what one framed push frame
 /// carries for a short topic.
-pub fn push_bytes(s: &str) -> Result<usize, String> {
+pub(crate) fn push_bytes(s: &str) -> Result<usize, String> {
     let v: usize = s.trim().parse().map_err(|_| format!("'{s}' is not a byte count; expected e.g. 64"))?;
     let cap = crate::proto::push::max_data(16);
     if v > cap {
@@ -260,7 +260,7 @@ pub fn push_bytes(s: &str) -> Result<usize, String> {
 /// A per-connection rate: "1/s", "0.5/s", "300/m", "5" (per second), or
 /// "off". Returns requests per second.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct PerSecond(pub Option<f64>);
+pub(crate) struct PerSecond(pub Option<f64>);
 
 impl FromStr for PerSecond {
     type Err = String;
@@ -285,7 +285,7 @@ impl FromStr for PerSecond {
 }
 
 /// Heartbeat/request payload size in bytes, capped at [`MAX_PAYLOAD`].
-pub fn payload(s: &str) -> Result<usize, String> {
+pub(crate) fn payload(s: &str) -> Result<usize, String> {
     let v: usize = s.trim().parse().map_err(|_| format!("'{s}' is not a byte count; expected e.g. 64"))?;
     if v > MAX_PAYLOAD {
         return Err(format!("payload {v} exceeds the cap of {MAX_PAYLOAD} bytes; use e.g. 64"));
@@ -294,7 +294,7 @@ pub fn payload(s: &str) -> Result<usize, String> {
 }
 
 /// `-H 'Name: value'`: an HTTP header line (no CR or LF).
-pub fn header(s: &str) -> Result<(String, String), String> {
+pub(crate) fn header(s: &str) -> Result<(String, String), String> {
     let (name, value) = s.split_once(':').ok_or_else(|| format!("{s:?} is not a header: write 'Name: value'"))?;
     let name = token(name.trim())?;
     let value = value.trim();
@@ -306,7 +306,7 @@ pub fn header(s: &str) -> Result<(String, String), String> {
 
 /// An HTTP token (a header name, a subprotocol): letters, digits and
 /// ``!#$%&'*+-.^_`|~``.
-pub fn token(s: &str) -> Result<String, String> {
+pub(crate) fn token(s: &str) -> Result<String, String> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)) {
         return Err(format!("{s:?} is not an HTTP token (letters, digits and !#$%&'*+-.^_`|~ only)"));
     }
@@ -316,7 +316,7 @@ pub fn token(s: &str) -> Result<String, String> {
 /// The bytes of a secret file given to `flag` (`path`), without a
 /// trailing newline (editors and `base64` add one), at least `min` of
 /// them; `make` says how to create one. Used by every shared-secret flag.
-pub fn secret_file(flag: &str, path: &str, min: usize, make: &str) -> Result<Vec<u8>, String> {
+pub(crate) fn secret_file(flag: &str, path: &str, min: usize, make: &str) -> Result<Vec<u8>, String> {
     let mut bytes = std::fs::read(path).map_err(|e| format!("{flag} {path}: cannot read it ({e})"))?;
     while bytes.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
         bytes.pop();

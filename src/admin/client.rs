@@ -12,7 +12,7 @@ use std::time::Duration;
 const MAX_HEAD: usize = 64 * 1024;
 
 /// Send one request; (status, body).
-pub fn request(addr: SocketAddr, method: &str, path: &str, body: &[u8], token: Option<&str>) -> Result<(u16, String)> {
+pub(crate) fn request(addr: SocketAddr, method: &str, path: &str, body: &[u8], token: Option<&str>) -> Result<(u16, String)> {
     let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).with_context(|| format!("cannot reach the admin API at {addr}"))?;
     s.set_read_timeout(Some(Duration::from_secs(120)))?;
     let _ = s.set_nodelay(true);

@@ -13,7 +13,7 @@ use subtle::ConstantTimeEq;
 
 /// The admin bearer token: never printed, compared in constant time.
 #[derive(Clone)]
-pub struct Token(String);
+pub(crate) struct Token(String);
 
 impl std::fmt::Debug for Token {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -23,7 +23,7 @@ impl std::fmt::Debug for Token {
 
 impl Token {
     /// A token as given (flag or environment): printable ASCII, no spaces.
-    pub fn new(s: &str) -> Result<Token, String> {
+    pub(crate) fn new(s: &str) -> Result<Token, String> {
         if s.is_empty() {
             return Err("the admin token is empty; make one with `head -c 24 /dev/urandom | base64`".into());
         }
@@ -34,20 +34,20 @@ impl Token {
     }
 
     /// The token in a file (its first line; a trailing newline is fine).
-    pub fn from_file(path: &std::path::Path) -> Result<Token, String> {
+    pub(crate) fn from_file(path: &std::path::Path) -> Result<Token, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("--admin-token-file {}: {e}; give a readable file holding the token", path.display()))?;
         Token::new(text.trim_end_matches(['\n', '\r'])).map_err(|e| format!("--admin-token-file {}: {e}", path.display()))
     }
 
     /// Whether an `Authorization` header value carries this token.
-    pub fn allows(&self, authorization: Option<&[u8]>) -> bool {
+    pub(crate) fn allows(&self, authorization: Option<&[u8]>) -> bool {
         let Some(v) = authorization.and_then(|v| v.strip_prefix(b"Bearer ")) else { return false };
         v.ct_eq(self.0.as_bytes()).into()
     }
 }
 
 /// Whether a request head declares a body.
-pub fn has_body(headers: &HeaderMap) -> bool {
+pub(crate) fn has_body(headers: &HeaderMap) -> bool {
     headers.contains_key(TRANSFER_ENCODING) || headers.get(CONTENT_LENGTH).is_some_and(|v| v.as_bytes() != b"0")
 }
 
@@ -68,7 +68,7 @@ fn is_loopback_host(v: &[u8]) -> bool {
 
 /// Check a request head before anything is read or routed: Ok, or the
 /// answer (400, 401 or 403 with its reason).
-pub fn check(method: &Method, path: &str, headers: &HeaderMap, token: Option<&Token>) -> Result<(), Response> {
+pub(crate) fn check(method: &Method, path: &str, headers: &HeaderMap, token: Option<&Token>) -> Result<(), Response> {
     if (method == Method::GET || method == Method::HEAD) && has_body(headers) {
         return Err(Response::error(400, format!("a {method} request carries no body (Content-Length 0, no Transfer-Encoding)")));
     }

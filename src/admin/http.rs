@@ -29,7 +29,7 @@ use tokio::sync::oneshot;
 /// Start serving on a thread of its own; every checked request goes to
 /// `sink` with a reply channel, and what it answers is counted in
 /// `stats`. Returns the address actually bound (port 0 resolved).
-pub fn serve(scope: Scope, addr: SocketAddr, token: Option<Token>, sink: Sink<Request>, stats: AdminStats) -> Result<SocketAddr> {
+pub(crate) fn serve(scope: Scope, addr: SocketAddr, token: Option<Token>, sink: Sink<Request>, stats: AdminStats) -> Result<SocketAddr> {
     let listener =
         std::net::TcpListener::bind(addr).map_err(|e| anyhow!("cannot serve the admin API on {addr}: {e} (choose another --admin port, or --admin off)"))?;
     let bound = listener.local_addr()?;

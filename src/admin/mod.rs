@@ -12,14 +12,14 @@
 //! the workers report on, so one thread owns every worker pipe. The
 //! handler waits for the loop's [`Response`] (a publish answers once every
 //! worker has taken it).
-pub mod client;
-pub mod guard;
+pub(crate) mod client;
+pub(crate) mod guard;
 mod http;
-pub mod route;
+pub(crate) mod route;
 
-pub use guard::Token;
-pub use http::serve;
-pub use route::Request as Route;
+pub(crate) use guard::Token;
+pub(crate) use http::serve;
+pub(crate) use route::Request as Route;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -27,7 +27,7 @@ use std::time::Duration;
 crate::counters! {
     /// What the admin API answered and whom it turned away: a flood or a
     /// probing web page shows here (`/stats` "admin", `/metrics`).
-    pub struct AdminCounters {
+    pub(crate) struct AdminCounters {
         requests: by("status") "admin_requests" "Admin API answers, by HTTP status (401 no token, 403 cross-site or rebinding, 408/413 body, 503 busy, ...)",
         connections_evicted: counter "admin_connections_evicted" "Idle admin connections closed to make room at the cap",
         connections_refused: counter "admin_connections_refused" "Admin connections closed at once: every one at the cap was inside a request",
@@ -35,62 +35,62 @@ crate::counters! {
 }
 
 /// The admin API's counters, shared with whoever reports them.
-pub type AdminStats = std::sync::Arc<std::sync::Mutex<AdminCounters>>;
+pub(crate) type AdminStats = std::sync::Arc<std::sync::Mutex<AdminCounters>>;
 
 /// Largest request body accepted (a `/push` batch); larger gets 413.
-pub const MAX_BODY: usize = 1 << 20;
+pub(crate) const MAX_BODY: usize = 1 << 20;
 /// Admin requests waiting for the supervisor at once; more get 503
 /// (`GET /healthz` is not counted: probes always get through).
-pub const MAX_IN_FLIGHT: usize = 64;
+pub(crate) const MAX_IN_FLIGHT: usize = 64;
 /// Admin connections held at once; a new one beyond closes the one idle
 /// the longest (or is closed itself when all are busy).
-pub const MAX_CONNECTIONS: usize = 512;
+pub(crate) const MAX_CONNECTIONS: usize = 512;
 /// Largest request head (request line and headers); larger gets 431.
-pub const MAX_HEAD: usize = 16 * 1024;
+pub(crate) const MAX_HEAD: usize = 16 * 1024;
 /// Longest a connection may take to send a request head, idle
 /// keep-alive included.
-pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest a request body may take to arrive.
-pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest a request waits for the supervisor (a 1M broadcast takes ~10 s).
-pub const REPLY_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const REPLY_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// What the supervisor answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Response {
+pub(crate) struct Response {
     pub status: u16,
     pub content_type: &'static str,
     pub body: String,
 }
 
 impl Response {
-    pub fn json(status: u16, v: &serde_json::Value) -> Response {
+    pub(crate) fn json(status: u16, v: &serde_json::Value) -> Response {
         Response { status, content_type: "application/json", body: v.to_string() + "\n" }
     }
 
     /// A 4xx/5xx with a one-line reason.
-    pub fn error(status: u16, reason: impl Into<String>) -> Response {
+    pub(crate) fn error(status: u16, reason: impl Into<String>) -> Response {
         Response::json(status, &serde_json::json!({ "error": reason.into() }))
     }
 }
 
 /// A validated admin request on its way to the supervisor loop.
 #[derive(Debug)]
-pub struct Request {
+pub(crate) struct Request {
     pub route: Route,
     pub reply: Reply,
 }
 
 /// Where the supervisor sends a request's answer (never blocks it).
-pub type Reply = tokio::sync::oneshot::Sender<Response>;
+pub(crate) type Reply = tokio::sync::oneshot::Sender<Response>;
 
 /// Whether `addr` may serve without a token.
-pub fn is_loopback(addr: &SocketAddr) -> bool {
+pub(crate) fn is_loopback(addr: &SocketAddr) -> bool {
     addr.ip().is_loopback()
 }
 
 /// Check the admin settings before anything starts (usage errors).
-pub fn check(addr: &SocketAddr, token: Option<&Token>) -> Result<(), String> {
+pub(crate) fn check(addr: &SocketAddr, token: Option<&Token>) -> Result<(), String> {
     if !is_loopback(addr) && token.is_none() {
         return Err(format!(
             "--admin {addr} is not a loopback address: anyone who reaches it could publish to every connection. \
@@ -102,7 +102,7 @@ pub fn check(addr: &SocketAddr, token: Option<&Token>) -> Result<(), String> {
 
 /// What an admin API lets a caller do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scope {
+pub(crate) enum Scope {
     /// The server's whole API: read, publish, push.
     Full,
     /// /metrics, /stats and /healthz only (a load generator's).

@@ -5,12 +5,12 @@ use super::Response;
 use crate::proto::push::{check_topic, Stream, MAX_PUSH};
 
 /// Longest `/connections` listing (each worker also stops at 2 MiB).
-pub const MAX_LIST: usize = 10_000;
+pub(crate) const MAX_LIST: usize = 10_000;
 /// Most users one `/presence` answer lists (their connections are all counted).
-pub const MAX_PRESENCE: usize = 1_000_000;
+pub(crate) const MAX_PRESENCE: usize = 1_000_000;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Request {
+pub(crate) enum Request {
     Metrics,
     Stats,
     Healthz,
@@ -38,7 +38,7 @@ pub enum Request {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Message {
+pub(crate) struct Message {
     pub stream: Stream,
     pub topic: String,
     /// Unicast: the connection's id on its node.
@@ -64,7 +64,7 @@ pub struct Message {
 
 impl Message {
     /// A message to every subscriber of `topic` (an MQTT client's publish).
-    pub fn topic(topic: String, data: Vec<u8>) -> Message {
+    pub(crate) fn topic(topic: String, data: Vec<u8>) -> Message {
         Message { stream: Stream::Topic, topic, target: None, node: None, data, at: None, user: None, close: false, qos: 0, retain: false, mqtt: None }
     }
 
@@ -146,7 +146,7 @@ fn parse_id(s: &str) -> Result<(Option<String>, u64), Response> {
 }
 
 /// Check one request.
-pub fn parse(method: &str, url: &str, body: Vec<u8>) -> Result<Request, Response> {
+pub(crate) fn parse(method: &str, url: &str, body: Vec<u8>) -> Result<Request, Response> {
     let path = url.split('?').next().unwrap_or("");
     match (method, path) {
         ("GET", "/metrics") => Ok(Request::Metrics),

@@ -33,7 +33,7 @@ const START_WAIT: Duration = Duration::from_secs(2);
 
 /// What the publisher thread and the bench's loop tell each other.
 #[derive(Debug, Default)]
-pub struct PhaseSignals {
+pub(crate) struct PhaseSignals {
     /// The publisher is about to publish its first round.
     start_wanted: AtomicBool,
     /// The loop has taken the start mark.
@@ -45,7 +45,7 @@ pub struct PhaseSignals {
 impl PhaseSignals {
     /// The publisher's side: ask for the start mark and wait until it is
     /// taken (at most [`START_WAIT`]).
-    pub fn start(&self) {
+    pub(crate) fn start(&self) {
         self.start_wanted.store(true, Ordering::SeqCst);
         let deadline = Instant::now() + START_WAIT;
         while !self.started.load(Ordering::SeqCst) && Instant::now() < deadline {
@@ -54,7 +54,7 @@ impl PhaseSignals {
     }
 
     /// The publisher's side: nothing more will be published.
-    pub fn published(&self) {
+    pub(crate) fn published(&self) {
         self.published.store(true, Ordering::SeqCst);
     }
 }
@@ -90,7 +90,7 @@ struct Start {
 
 /// The bench loop's side: takes the marks as the signals and the
 /// client's receipts say.
-pub struct PhaseWatch {
+pub(crate) struct PhaseWatch {
     signals: Arc<PhaseSignals>,
     rounds: Arc<Mutex<Vec<Round>>>,
     start: Option<Start>,
@@ -100,12 +100,12 @@ pub struct PhaseWatch {
 }
 
 impl PhaseWatch {
-    pub fn new(signals: Arc<PhaseSignals>, rounds: Arc<Mutex<Vec<Round>>>) -> PhaseWatch {
+    pub(crate) fn new(signals: Arc<PhaseSignals>, rounds: Arc<Mutex<Vec<Round>>>) -> PhaseWatch {
         PhaseWatch { signals, rounds, start: None, end: None, deflate_end: None }
     }
 
     /// Every tick of the bench's loop.
-    pub fn tick(&mut self, fleet: &ServerFleet, client: &ClientRun) {
+    pub(crate) fn tick(&mut self, fleet: &ServerFleet, client: &ClientRun) {
         if self.start.is_none() && self.signals.start_wanted.load(Ordering::SeqCst) {
             let live = fleet.live();
             let workers_holding = live.iter().filter(|i| fleet.view.get(**i).is_some_and(|s| s.active > 0)).count();
@@ -123,7 +123,7 @@ impl PhaseWatch {
 
     /// When the hold ends (before anything closes): the end of the phase
     /// if the receipts have not ended it, and the deflate counters.
-    pub fn hold_over(&mut self, fleet: &ServerFleet) {
+    pub(crate) fn hold_over(&mut self, fleet: &ServerFleet) {
         if self.start.is_none() {
             return;
         }
@@ -134,7 +134,7 @@ impl PhaseWatch {
     }
 
     /// The phase as measured; None if it never started (the ramp failed).
-    pub fn report(&self) -> Option<BroadcastPhase> {
+    pub(crate) fn report(&self) -> Option<BroadcastPhase> {
         let start = self.start?;
         let (end_cpu, delivered) = self.end?;
         let pushes = self.rounds.lock().expect("rounds").len() as u64;
@@ -155,7 +155,7 @@ fn all_delivered(rounds: &[Round], receipts: &std::collections::BTreeMap<u64, (u
 
 /// The server's broadcast phase, as the summary and the JSON give it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct BroadcastPhase {
+pub(crate) struct BroadcastPhase {
     /// CPU seconds of the server's workers from just before the first
     /// publish to the last receipt (or the end of the hold), 10 ms steps.
     pub cpu_seconds: f64,
@@ -173,7 +173,7 @@ pub struct BroadcastPhase {
 
 /// permessage-deflate over a broadcast phase.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct DeflatePhase {
+pub(crate) struct DeflatePhase {
     /// Messages compressed.
     pub calls: u64,
     /// Per publish: one per worker holding subscribers is the design.
@@ -203,7 +203,7 @@ impl BroadcastPhase {
     }
 
     /// The summary's lines.
-    pub fn lines(&self) -> Vec<String> {
+    pub(crate) fn lines(&self) -> Vec<String> {
         let mut out = vec![format!(
             "broadcasts    server cpu {:.2} s from the first publish to {} | {} workers holding connections",
             self.cpu_seconds,
@@ -222,7 +222,7 @@ impl BroadcastPhase {
 
 /// User + system CPU seconds of these processes now (`/proc/PID/stat`);
 /// a process gone is counted as 0.
-pub fn cpu_seconds_of(pids: &[u32]) -> f64 {
+pub(crate) fn cpu_seconds_of(pids: &[u32]) -> f64 {
     let ticks: u64 = pids.iter().filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).ok()).filter_map(|s| stat_cpu_ticks(&s)).sum();
     ticks as f64 / clock_ticks_per_second() as f64
 }

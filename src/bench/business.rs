@@ -22,11 +22,11 @@ use serde::Serialize;
 use std::time::Duration;
 
 /// Connections of the published experiment (each sends 1 request/s).
-pub const DEFAULT_CONNECTIONS: u64 = 1000;
+pub(crate) const DEFAULT_CONNECTIONS: u64 = 1000;
 const MODES: [BusinessMode; 4] = [BusinessMode::Inline, BusinessMode::Pool(1000), BusinessMode::Pool(20), BusinessMode::Async];
 
 #[derive(Debug, Serialize)]
-pub struct ModeResult {
+pub(crate) struct ModeResult {
     pub mode: String,
     pub qps: f64,
     pub offered_qps: f64,
@@ -44,7 +44,7 @@ pub struct ModeResult {
     pub client_cpu_seconds: f64,
 }
 
-pub fn run(args: BenchConfig) -> Result<i32> {
+pub(crate) fn run(args: BenchConfig) -> Result<i32> {
     let hold = args.hold.unwrap_or(Duration::from_secs(30));
     let mut progress = Progress::new(false);
     let service = ServiceTime::Classic;

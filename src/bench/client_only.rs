@@ -75,7 +75,7 @@ impl Supervised for ClientCmd {
     }
 }
 
-pub fn run(cfg: ClientConfig) -> Result<i32> {
+pub(crate) fn run(cfg: ClientConfig) -> Result<i32> {
     crate::signals::install();
     let (before, after) = crate::sys::raise_fd_limit();
     let (cp, wp) = plan(&cfg, after.hard).map_err(crate::UsageError)?;

@@ -277,7 +277,7 @@ pub(super) fn wait_until(what: &str, mut ok: impl FnMut() -> Result<bool, String
 }
 
 /// Check the flags of a cluster bench (usage errors).
-pub fn check(args: &BenchConfig) -> Result<(), String> {
+pub(crate) fn check(args: &BenchConfig) -> Result<(), String> {
     if !matches!(args.scenario, super::Scenario::Push | super::Scenario::Rollout) {
         return Err("--nodes and --cluster run the push scenario: add --scenario push (or rollout)".into());
     }
@@ -299,7 +299,7 @@ pub fn check(args: &BenchConfig) -> Result<(), String> {
     Ok(())
 }
 
-pub fn run(mut args: BenchConfig) -> Result<i32> {
+pub(crate) fn run(mut args: BenchConfig) -> Result<i32> {
     check(&args).map_err(crate::UsageError)?;
     let rollout = args.scenario == super::Scenario::Rollout;
     if rollout {

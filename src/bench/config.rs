@@ -5,7 +5,7 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Scenario {
+pub(crate) enum Scenario {
     /// Ramp to N, hold with heartbeats, measure memory and CPU per connection.
     Connections,
     /// The thread-pool experiment: 1000 connections x 1 req/s against
@@ -26,13 +26,13 @@ pub enum Scenario {
 
 /// What joins the nodes of a cluster bench.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Broker {
+pub(crate) enum Broker {
     /// nats-server (Debian's package), one NATS server with JetStream.
     Nats,
 }
 
 #[derive(Debug, Clone)]
-pub struct BenchConfig {
+pub(crate) struct BenchConfig {
     pub scenario: Scenario,
     pub connections: u64,
     pub ports: Vec<u16>,

@@ -4,20 +4,20 @@
 //! closes everything and reports. The bench process is the supervisor of both
 //! pools (one event channel, one progress line); every worker is its child
 //! and dies with it.
-pub mod broadcast_phase;
-pub mod business;
-pub mod client_only;
-pub mod cluster;
-pub mod config;
-pub mod outcome;
-pub mod pair;
-pub mod push;
-pub mod recovery;
-pub mod rollout;
-pub mod sampler;
-pub mod sockets;
+pub(crate) mod broadcast_phase;
+pub(crate) mod business;
+pub(crate) mod client_only;
+pub(crate) mod cluster;
+pub(crate) mod config;
+pub(crate) mod outcome;
+pub(crate) mod pair;
+pub(crate) mod push;
+pub(crate) mod recovery;
+pub(crate) mod rollout;
+pub(crate) mod sampler;
+pub(crate) mod sockets;
 
-pub use config::{BenchConfig, Scenario};
+pub(crate) use config::{BenchConfig, Scenario};
 
 use crate::client::run::{ClientRun, ClientSummary};
 use crate::client::{ClientConfig, LoadConfig, Traffic};
@@ -32,7 +32,7 @@ use serde::Serialize;
 use std::time::Duration;
 
 #[derive(Debug, Serialize)]
-pub struct BenchReport {
+pub(crate) struct BenchReport {
     pub target: u64,
     pub established: u64,
     pub held: u64,
@@ -128,10 +128,10 @@ struct HoldSample {
 /// the load generator took ~85% of the 2 cores and the server fell 400K
 /// accepts behind (measured). On one machine the client stands in for
 /// remote hosts, so it yields; it still gets all idle CPU.
-pub const CLIENT_NICE: i32 = 10;
+pub(crate) const CLIENT_NICE: i32 = 10;
 
 /// The server a bench runs: loopback, framed, async, elastic unless told.
-pub fn server_config(cfg: &BenchConfig, connections: u64) -> ServerConfig {
+pub(crate) fn server_config(cfg: &BenchConfig, connections: u64) -> ServerConfig {
     ServerConfig {
         listen: cfg.target.into(),
         ports: cfg.ports.clone(),
@@ -159,11 +159,11 @@ pub fn server_config(cfg: &BenchConfig, connections: u64) -> ServerConfig {
 }
 
 /// The topic filter each `--protocol mqtt` bench client subscribes to.
-pub const BENCH_MQTT_TOPIC: &str = "dev/{conn}";
+pub(crate) const BENCH_MQTT_TOPIC: &str = "dev/{conn}";
 
 /// The client a bench runs: the bench's load, held for `hold`, yielding
 /// CPU to the server (see [`CLIENT_NICE`]).
-pub fn client_config(args: &BenchConfig, hold: Duration) -> ClientConfig {
+pub(crate) fn client_config(args: &BenchConfig, hold: Duration) -> ClientConfig {
     ClientConfig {
         load: LoadConfig {
             ports: args.ports.clone(),
@@ -211,7 +211,7 @@ pub fn client_config(args: &BenchConfig, hold: Duration) -> ClientConfig {
     }
 }
 
-pub fn run(mut args: BenchConfig) -> Result<i32> {
+pub(crate) fn run(mut args: BenchConfig) -> Result<i32> {
     crate::signals::install();
     let http_ok = matches!(args.protocol, crate::proto::Protocol::Http | crate::proto::Protocol::Mqtt) && args.scenario == Scenario::Connections;
     let mqtt_push = args.protocol == crate::proto::Protocol::Mqtt && args.scenario == Scenario::Push && args.nodes == 1 && args.cluster.is_none();

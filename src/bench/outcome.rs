@@ -12,14 +12,14 @@ use anyhow::Result;
 use serde::Serialize;
 
 /// Both sides of a pair planned against this process's fd limit.
-pub struct PairPlan {
+pub(crate) struct PairPlan {
     pub server: crate::server::ServerPlan,
     pub client: crate::client::plan::ConnectionPlan,
     pub client_workers: crate::supervise::plan::WorkerPlan,
 }
 
 /// Plan a server and its client (the bench's pair) on this machine.
-pub fn plan_pair(server: &crate::server::ServerConfig, client: &crate::client::ClientConfig) -> Result<PairPlan> {
+pub(crate) fn plan_pair(server: &crate::server::ServerConfig, client: &crate::client::ClientConfig) -> Result<PairPlan> {
     let (_, fds) = crate::sys::raise_fd_limit();
     let splan = crate::server::plan(server, fds.hard).map_err(crate::UsageError)?;
     let (cplan, cwplan) = crate::client::plan(client, fds.hard).map_err(crate::UsageError)?;
@@ -27,7 +27,7 @@ pub fn plan_pair(server: &crate::server::ServerConfig, client: &crate::client::C
 }
 
 /// What a scenario found.
-pub trait Outcome: Serialize {
+pub(crate) trait Outcome: Serialize {
     /// The report's kind ("bench", "bench push", ...).
     fn kind(&self) -> &'static str;
     /// The client's summary inside the result.
@@ -42,7 +42,7 @@ pub trait Outcome: Serialize {
 /// End a scenario: judge (the thresholds and the built-in verdict),
 /// save, print.
 #[allow(clippy::too_many_arguments)] // each is one concern of the end of a run
-pub fn finish(
+pub(crate) fn finish(
     report_dir: Option<&std::path::Path>,
     json: bool,
     client: &ClientRun,

@@ -16,13 +16,13 @@ use std::time::{Duration, Instant};
 
 /// What arrives on a bench's channel: the server's events and the client's.
 #[derive(Debug)]
-pub enum PairEvent {
+pub(crate) enum PairEvent {
     Server(ServerEvent),
     Client(ClientEvent),
 }
 
 /// The one channel of a server and a client run side by side.
-pub struct PairChannel {
+pub(crate) struct PairChannel {
     pub rx: Receiver<PairEvent>,
     pub server: Sink<ServerEvent>,
     pub client: Sink<ClientEvent>,
@@ -37,7 +37,7 @@ impl Default for PairChannel {
 
 impl PairChannel {
     /// Start the server's workers on this channel and wait until they listen.
-    pub fn start_server(&self, cfg: &crate::server::ServerConfig, plan: &crate::server::ServerPlan) -> Result<ServerFleet> {
+    pub(crate) fn start_server(&self, cfg: &crate::server::ServerConfig, plan: &crate::server::ServerPlan) -> Result<ServerFleet> {
         let rx = &self.rx;
         crate::server::start(cfg, plan, None, &self.server, &mut |wait| {
             let deadline = Instant::now() + wait;
@@ -53,7 +53,7 @@ impl PairChannel {
 }
 
 /// The server half of a pair.
-pub trait ServerSide {
+pub(crate) trait ServerSide {
     /// An event from the server's workers (a fleet's; a cluster's nodes
     /// report through their admin API instead).
     fn on_event(&mut self, _ev: ServerEvent) {}
@@ -135,14 +135,14 @@ impl ServerSide for ServerFleet {
 
 /// A scenario's script, called every tick with the client and the
 /// connections the server holds.
-pub type Director = Box<dyn FnMut(&mut ClientRun, u64)>;
+pub(crate) type Director = Box<dyn FnMut(&mut ClientRun, u64)>;
 
 /// Progress line interval of bench runs.
 const PRINT_EVERY: Duration = Duration::from_secs(2);
 /// Longest wait for the server to see every close after the client ends.
 const SETTLE: Duration = Duration::from_secs(30);
 
-pub struct PairRun<'p, V: ServerSide, S, F: FnMut(&V, &ClientRun) -> S> {
+pub(crate) struct PairRun<'p, V: ServerSide, S, F: FnMut(&V, &ClientRun) -> S> {
     pub server: V,
     pub client: ClientRun,
     pub progress: &'p mut Progress,
@@ -175,7 +175,7 @@ pub struct PairRun<'p, V: ServerSide, S, F: FnMut(&V, &ClientRun) -> S> {
 }
 
 impl<'p, V: ServerSide, S, F: FnMut(&V, &ClientRun) -> S> PairRun<'p, V, S, F> {
-    pub fn new(server: V, client: ClientRun, progress: &'p mut Progress, sample: F) -> Self {
+    pub(crate) fn new(server: V, client: ClientRun, progress: &'p mut Progress, sample: F) -> Self {
         PairRun {
             server,
             client,
@@ -206,7 +206,7 @@ impl<'p, V: ServerSide, S, F: FnMut(&V, &ClientRun) -> S> PairRun<'p, V, S, F> {
 
     /// Run to the end of the client's close, then let the server see every
     /// close (up to [`SETTLE`]) and stop it.
-    pub fn run(&mut self, rx: &Receiver<PairEvent>) -> Result<()> {
+    pub(crate) fn run(&mut self, rx: &Receiver<PairEvent>) -> Result<()> {
         supervise::run_loop(rx, self)?;
         let deadline = Instant::now() + SETTLE;
         while Instant::now() < deadline && self.server.active() > 0 {

@@ -35,7 +35,7 @@ pub(super) const TAIL: Duration = Duration::from_secs(15);
 /// The topic every `--protocol mqtt` push bench client subscribes to
 /// without `--topics` (MQTT clients get topic messages, not the admin
 /// API's broadcasts): the fan-out is a publish to it.
-pub const MQTT_PUSH_TOPIC: &str = "bench/all";
+pub(crate) const MQTT_PUSH_TOPIC: &str = "bench/all";
 
 /// What a pushed message carries besides its data: the JSON envelope
 /// (topic, sequence, stamps) and the frame header, about.
@@ -43,7 +43,7 @@ const ENVELOPE_BYTES: u64 = 320;
 
 /// One round as the admin API answered it.
 #[derive(Debug, Clone, Serialize)]
-pub struct Round {
+pub(crate) struct Round {
     pub seq: u64,
     pub publish_us: u64,
     /// Connections the server wrote it to.
@@ -54,7 +54,7 @@ pub struct Round {
 }
 
 #[derive(Debug, Serialize)]
-pub struct RoundResult {
+pub(crate) struct RoundResult {
     pub seq: u64,
     pub deliveries: u64,
     pub queued: u64,
@@ -65,7 +65,7 @@ pub struct RoundResult {
 }
 
 #[derive(Debug, Serialize)]
-pub struct PushReport {
+pub(crate) struct PushReport {
     pub connections: u64,
     pub topics: u64,
     pub broadcasts: u64,
@@ -91,7 +91,7 @@ pub struct PushReport {
 
 impl PushReport {
     /// What never arrived or arrived twice, and what 0 gaps says of it.
-    pub fn undelivered(&self) -> Option<String> {
+    pub(crate) fn undelivered(&self) -> Option<String> {
         if self.dropped == 0 && self.duplicates == 0 {
             return None;
         }
@@ -109,7 +109,7 @@ impl PushReport {
 }
 
 #[derive(Debug, Default, Serialize)]
-pub struct Spread {
+pub(crate) struct Spread {
     pub min: f64,
     pub median: f64,
     pub max: f64,
@@ -123,7 +123,7 @@ fn spread(mut v: Vec<f64>) -> Spread {
     Spread { min: v[0], median: v[v.len() / 2], max: v[v.len() - 1] }
 }
 
-pub fn run(args: BenchConfig, placement: &crate::topology::Placement) -> Result<i32> {
+pub(crate) fn run(args: BenchConfig, placement: &crate::topology::Placement) -> Result<i32> {
     let publishing = args.broadcast_interval * args.broadcasts as u32;
     let hold = args.hold.unwrap_or(SETTLE + publishing + TAIL);
     let mut server_cfg = super::server_config(&args, args.connections);
@@ -197,7 +197,7 @@ pub fn run(args: BenchConfig, placement: &crate::topology::Placement) -> Result<
 
 /// What a push bench found (one server, or a cluster's nodes).
 #[derive(Serialize)]
-pub struct PushOutcome {
+pub(crate) struct PushOutcome {
     pub push: PushReport,
     pub client: ClientSummary,
     pub topology: crate::topology::Placement,

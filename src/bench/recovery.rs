@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Goal: recovering takes at most this many times the live deliveries.
-pub const RATIO_GOAL: f64 = 2.0;
+pub(crate) const RATIO_GOAL: f64 = 2.0;
 /// Goal: history memory per message, over its payload.
 const PAYLOAD_FACTOR: f64 = 1.2;
 const RECORD_GOAL: f64 = 64.0;
@@ -59,7 +59,7 @@ struct Board {
 
 /// One batch of K messages per stream as the clients received it.
 #[derive(Debug, Default, Clone, Serialize)]
-pub struct Batch {
+pub(crate) struct Batch {
     pub expected: u64,
     pub deliveries: u64,
     /// Seconds the publishing took.
@@ -70,7 +70,7 @@ pub struct Batch {
 
 /// The scenario's verdict, in the JSON as `recovery`.
 #[derive(Debug, Default, Serialize)]
-pub struct RecoveryReport {
+pub(crate) struct RecoveryReport {
     pub connections: u64,
     pub topics: u64,
     pub messages_per_stream: u64,
@@ -98,7 +98,7 @@ pub struct RecoveryReport {
 }
 
 #[derive(Serialize)]
-pub struct RecoveryOutcome {
+pub(crate) struct RecoveryOutcome {
     pub recovery: RecoveryReport,
     pub client: ClientSummary,
     pub topology: crate::topology::Placement,
@@ -107,7 +107,7 @@ pub struct RecoveryOutcome {
 }
 
 /// A plan that cannot recover what it publishes, as a usage error.
-pub fn check(args: &BenchConfig) -> Result<(), crate::UsageError> {
+pub(crate) fn check(args: &BenchConfig) -> Result<(), crate::UsageError> {
     let k = args.broadcasts;
     if k == 0 || args.history < k as usize {
         return Err(crate::UsageError(format!(
@@ -123,7 +123,7 @@ pub fn check(args: &BenchConfig) -> Result<(), crate::UsageError> {
     Ok(())
 }
 
-pub fn run(args: BenchConfig, placement: &crate::topology::Placement) -> Result<i32> {
+pub(crate) fn run(args: BenchConfig, placement: &crate::topology::Placement) -> Result<i32> {
     let k = args.broadcasts;
     let mut server_cfg = super::server_config(&args, args.connections);
     server_cfg.admin = Some(SocketAddr::from(([127, 0, 0, 1], 0)));

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The node that drains and restarts.
-pub const ROLLED: usize = 0;
+pub(crate) const ROLLED: usize = 0;
 /// Broadcasts before the drain starts.
 const BEFORE: Duration = Duration::from_secs(3);
 /// Broadcasts kept going after the drain period, for the restart and
@@ -56,13 +56,13 @@ const DELIVERIES_PER_S: u64 = 50_000;
 
 /// A broadcast every second, or as often as the machine keeps up with
 /// at this many connections (one per connections ÷ 50,000 s).
-pub fn default_interval(connections: u64) -> Duration {
+pub(crate) fn default_interval(connections: u64) -> Duration {
     Duration::from_secs(connections.div_ceil(DELIVERIES_PER_S).max(1))
 }
 
 /// Broadcasts a rollout needs: before, through the drain, and after
 /// (unless --broadcasts said how many).
-pub fn broadcasts(args: &BenchConfig) -> u64 {
+pub(crate) fn broadcasts(args: &BenchConfig) -> u64 {
     let span = BEFORE + args.drain_period + AFTER;
     let needed = (span.as_secs_f64() / args.broadcast_interval.as_secs_f64()).ceil() as u64;
     if args.broadcasts > 0 {
@@ -74,7 +74,7 @@ pub fn broadcasts(args: &BenchConfig) -> u64 {
 
 /// What the rolling thread saw.
 #[derive(Debug, Default, Clone, Serialize)]
-pub struct Roll {
+pub(crate) struct Roll {
     pub node: String,
     /// Connections the node held when it got SIGTERM.
     pub connections_on_node: u64,
@@ -102,7 +102,7 @@ impl Roller {
     /// Wait for the broadcasts to start, drain node n0, start it again,
     /// and stay until `over`: the restarted node dies with the thread that
     /// started it (PR_SET_PDEATHSIG is per thread).
-    pub fn run(self, ramp_done: &AtomicBool, over: &AtomicBool) -> Roll {
+    pub(super) fn run(self, ramp_done: &AtomicBool, over: &AtomicBool) -> Roll {
         let roll = self.roll(ramp_done);
         while !over.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(50));
@@ -159,7 +159,7 @@ impl Roller {
 
 /// The rollout's verdict, in the JSON as `rollout`.
 #[derive(Debug, Serialize)]
-pub struct RolloutReport {
+pub(crate) struct RolloutReport {
     #[serde(flatten)]
     pub roll: Roll,
     pub drain_period_s: f64,
@@ -185,7 +185,7 @@ pub struct RolloutReport {
 }
 
 impl RolloutReport {
-    pub fn new(
+    pub(crate) fn new(
         args: &BenchConfig,
         roll: Roll,
         push: &super::push::PushReport,
@@ -216,7 +216,7 @@ impl RolloutReport {
         }
     }
 
-    pub fn print(&self) {
+    pub(crate) fn print(&self) {
         let r = &self.roll;
         println!(
             "rollout       node {} held {} connections; drained in {:.1} s (--drain-period {:.0} s){}, healthy again {:.1} s later",
@@ -250,7 +250,7 @@ impl RolloutReport {
         );
     }
 
-    pub fn failures(&self) -> Vec<String> {
+    pub(crate) fn failures(&self) -> Vec<String> {
         let mut out: Vec<String> = self.roll.error.iter().cloned().collect();
         if self.roll.connections_on_node > 0 && self.goaways == 0 {
             out.push(format!("node {} drained {} connections but no client was told to move", self.roll.node, self.roll.connections_on_node));

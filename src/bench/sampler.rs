@@ -6,7 +6,7 @@ use crate::server::supervisor::fleet::ServerFleet;
 use crate::stats::memory;
 use crate::sys::mono_us;
 
-pub struct ServerSampler {
+pub(crate) struct ServerSampler {
     /// Anonymous PSS of one idle worker (elastic servers add workers).
     anon_per_worker: u64,
     slab_before: u64,
@@ -23,7 +23,7 @@ fn slab_bytes() -> u64 {
 impl ServerSampler {
     /// `anon_baseline`: anonymous PSS of the `workers` started before any
     /// connection.
-    pub fn new(fleet: &ServerFleet, anon_baseline: u64, workers: usize) -> ServerSampler {
+    pub(crate) fn new(fleet: &ServerFleet, anon_baseline: u64, workers: usize) -> ServerSampler {
         ServerSampler {
             anon_per_worker: anon_baseline / workers.max(1) as u64,
             slab_before: slab_bytes(),
@@ -31,7 +31,7 @@ impl ServerSampler {
         }
     }
 
-    pub fn sample(&mut self, fleet: &ServerFleet) -> ServerSample {
+    pub(crate) fn sample(&mut self, fleet: &ServerFleet) -> ServerSample {
         let t = fleet.view.totals();
         let pids = fleet.pids();
         let now = mono_us();

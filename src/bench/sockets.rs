@@ -2,7 +2,7 @@
 //! a bench can prove it left nothing behind.
 
 /// Sockets (any state) whose local or remote port is in `ports`.
-pub fn sockets_on_ports(ports: &[u16]) -> usize {
+pub(crate) fn sockets_on_ports(ports: &[u16]) -> usize {
     let text = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
     count_in(&text, ports)
 }

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A worker's checkpoint, as its config names it.
 #[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
-pub struct CheckpointRef {
+pub(crate) struct CheckpointRef {
     /// The memfd, inherited.
     pub fd: RawFd,
     /// Streams per connection (its topics, then the broadcasts).
@@ -33,7 +33,7 @@ pub struct CheckpointRef {
 
 /// A connection's state, as kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
+pub(crate) enum Status {
     /// Never established (yet).
     New = 0,
     /// Established at least once: opening it again is a reconnect.
@@ -50,18 +50,18 @@ fn per_slot(streams: usize) -> usize {
 const PRESENT: u64 = 1 << 32;
 
 /// Bytes of a checkpoint for `count` connections following `streams` streams each.
-pub fn bytes(count: u64, streams: usize) -> usize {
+pub(crate) fn bytes(count: u64, streams: usize) -> usize {
     8 * (2 + 2 * count as usize * per_slot(streams))
 }
 
 /// Supervisor: a zero-filled memfd for one worker share (close-on-exec:
 /// the pool lets only that worker inherit it).
-pub fn create(count: u64, streams: usize) -> io::Result<std::os::fd::OwnedFd> {
+pub(crate) fn create(count: u64, streams: usize) -> io::Result<std::os::fd::OwnedFd> {
     crate::sys::memfd(c"megaconn-client-checkpoint", bytes(count, streams), false)
 }
 
 /// A worker's mapping of its share's checkpoint.
-pub struct Checkpoint {
+pub(crate) struct Checkpoint {
     words: *const AtomicU64,
     count: usize,
     streams: usize,
@@ -71,7 +71,7 @@ pub struct Checkpoint {
 
 impl Checkpoint {
     /// Map the checkpoint at `fd` (inherited) for `count` connections.
-    pub fn open(fd: RawFd, count: u64, streams: usize, after: u64) -> io::Result<Checkpoint> {
+    pub(crate) fn open(fd: RawFd, count: u64, streams: usize, after: u64) -> io::Result<Checkpoint> {
         let words = crate::sys::map_shared_words(fd, bytes(count, streams))?;
         Ok(Checkpoint { words, count: count as usize, streams, next: after + 1 })
     }
@@ -89,7 +89,7 @@ impl Checkpoint {
 
     /// Write checkpoint `self.next`: `slot(k)` gives connection k's status
     /// and its position per stream. Returns the number written.
-    pub fn write(&mut self, mut slot: impl FnMut(usize, &mut [Option<Position>]) -> Status) -> u64 {
+    pub(crate) fn write(&mut self, mut slot: impl FnMut(usize, &mut [Option<Position>]) -> Status) -> u64 {
         let n = self.next;
         self.next += 1;
         let stamp = self.word((n % 2) as usize);
@@ -111,7 +111,7 @@ impl Checkpoint {
     }
 
     /// Connection k as checkpoint `n` left it, if that checkpoint is whole.
-    pub fn read(&self, n: u64, k: usize, at: &mut [Option<Position>]) -> Option<Status> {
+    pub(crate) fn read(&self, n: u64, k: usize, at: &mut [Option<Position>]) -> Option<Status> {
         if n == 0 || self.word((n % 2) as usize).load(Ordering::Acquire) != n || k >= self.count {
             return None;
         }

@@ -5,10 +5,10 @@
 
 /// Largest frame accepted back (a corrupt length would otherwise make the
 /// client buffer without bound).
-pub const MAX_FRAME: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_FRAME: usize = 16 * 1024 * 1024;
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Codec {
+pub(crate) struct Codec {
     /// Bytes of the length field: 2 or 4.
     pub len_bytes: usize,
     pub magic: Vec<u8>,
@@ -28,7 +28,7 @@ impl std::fmt::Display for Codec {
 }
 
 /// Parse `--codec`.
-pub fn parse(s: &str) -> Result<Codec, String> {
+pub(crate) fn parse(s: &str) -> Result<Codec, String> {
     let mut parts = s.split(',');
     let len_bytes = match parts.next() {
         Some("len:2") => 2,
@@ -55,7 +55,7 @@ pub fn parse(s: &str) -> Result<Codec, String> {
 
 impl Codec {
     /// Largest message the length field can carry.
-    pub fn max_message(&self) -> usize {
+    pub(crate) fn max_message(&self) -> usize {
         if self.len_bytes == 2 {
             u16::MAX as usize
         } else {
@@ -64,7 +64,7 @@ impl Codec {
     }
 
     /// The header for a message of `len` bytes.
-    pub fn header(&self, out: &mut Vec<u8>, len: usize) {
+    pub(crate) fn header(&self, out: &mut Vec<u8>, len: usize) {
         out.extend_from_slice(&self.magic);
         match self.len_bytes {
             2 => out.extend_from_slice(&(len as u16).to_be_bytes()),
@@ -74,7 +74,7 @@ impl Codec {
 
     /// The next whole frame at the start of `buf`: (message, bytes used),
     /// `Ok(None)` until it is all here.
-    pub fn next<'a>(&self, buf: &'a [u8]) -> Result<Option<(&'a [u8], usize)>, &'static str> {
+    pub(crate) fn next<'a>(&self, buf: &'a [u8]) -> Result<Option<(&'a [u8], usize)>, &'static str> {
         let head = self.magic.len() + self.len_bytes;
         if buf.len() < head {
             // Check what magic there is already: a mismatch is known early.

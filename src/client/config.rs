@@ -9,7 +9,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-pub enum CloseMode {
+pub(crate) enum CloseMode {
     /// RST (SO_LINGER 0): no TIME_WAIT left behind, ports free at once.
     Reset,
     /// FIN: the client side keeps TIME_WAIT sockets for 60 s.
@@ -18,14 +18,15 @@ pub enum CloseMode {
 
 /// How long a load holds its connections after the ramp, unless told:
 /// the client's and the bench's default alike.
-pub const DEFAULT_HOLD: Duration = Duration::from_secs(20);
+pub(crate) const DEFAULT_HOLD: Duration = Duration::from_secs(20);
 /// [`DEFAULT_HOLD`] as the CLI writes it.
-pub const DEFAULT_HOLD_TEXT: &str = "20s";
+#[cfg(test)]
+pub(crate) const DEFAULT_HOLD_TEXT: &str = "20s";
 
 /// One server of several (bench --nodes): where its share of the client
 /// workers connect, and the network namespace (fd) they run in.
 #[derive(Debug, Clone)]
-pub struct NodeTarget {
+pub(crate) struct NodeTarget {
     pub target: IpAddr,
     pub netns_fd: Option<i32>,
     /// Where this node's connections move when it drains (the other
@@ -37,7 +38,7 @@ pub struct NodeTarget {
 /// sends and when, how it opens and how it ends. Client workers get it as
 /// it is (inside their config); nothing copies its fields.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Traffic {
+pub(crate) struct Traffic {
     pub protocol: Protocol,
     pub heartbeat: Option<Duration>,
     pub payload: usize,
@@ -125,25 +126,25 @@ impl Default for Traffic {
 }
 
 impl Traffic {
-    pub fn heartbeat_us(&self) -> Option<u64> {
+    pub(crate) fn heartbeat_us(&self) -> Option<u64> {
         self.heartbeat.map(|d| d.as_micros() as u64)
     }
 
     /// Interval between requests on one connection (µs), if any.
-    pub fn request_us(&self) -> Option<u64> {
+    pub(crate) fn request_us(&self) -> Option<u64> {
         self.request_rate.map(|r| (1e6 / r) as u64)
     }
 
-    pub fn request_timeout_us(&self) -> u64 {
+    pub(crate) fn request_timeout_us(&self) -> u64 {
         self.request_timeout.as_micros() as u64
     }
 
-    pub fn connect_timeout_ms(&self) -> u64 {
+    pub(crate) fn connect_timeout_ms(&self) -> u64 {
         self.connect_timeout.as_millis() as u64
     }
 
     /// The Host header of Upgrade and HTTP requests to `target`.
-    pub fn host_header(&self, target: IpAddr, ports: &[u16]) -> String {
+    pub(crate) fn host_header(&self, target: IpAddr, ports: &[u16]) -> String {
         let host = match target {
             IpAddr::V6(a) => format!("[{a}]"),
             IpAddr::V4(a) => a.to_string(),
@@ -155,7 +156,7 @@ impl Traffic {
     }
 
     /// The topics connection `conn` (its index in the plan) subscribes to.
-    pub fn topics_of(&self, conn: u64) -> &[String] {
+    pub(crate) fn topics_of(&self, conn: u64) -> &[String] {
         match (self.subscribe.len(), self.subscribe_spread) {
             (0, _) => &[],
             (n, true) => {
@@ -168,7 +169,7 @@ impl Traffic {
 
     /// What connection `conn` follows and resumes: its topics (and those
     /// its `--url` subscribes to), then the broadcasts (`*`).
-    pub fn streams_of(&self, conn: u64) -> impl Iterator<Item = &str> {
+    pub(crate) fn streams_of(&self, conn: u64) -> impl Iterator<Item = &str> {
         self.topics_of(conn).iter().map(String::as_str).chain(self.url_topics()).chain([crate::proto::push::BROADCAST_TOPIC])
     }
 
@@ -179,7 +180,7 @@ impl Traffic {
     }
 
     /// The extra header lines, each ending in CRLF.
-    pub fn header_lines(&self) -> String {
+    pub(crate) fn header_lines(&self) -> String {
         self.headers.iter().map(|h| format!("{h}\r\n")).collect()
     }
 }
@@ -187,7 +188,7 @@ impl Traffic {
 /// The load itself: how many connections, how fast, for how long, from
 /// where, and what each does ([`Traffic`]).
 #[derive(Debug, Clone)]
-pub struct LoadConfig {
+pub(crate) struct LoadConfig {
     pub traffic: Traffic,
     pub ports: Vec<u16>,
     pub connections: u64,
@@ -250,7 +251,7 @@ impl Default for LoadConfig {
 
 /// A whole `megaconn client` run.
 #[derive(Debug, Clone)]
-pub struct ClientConfig {
+pub(crate) struct ClientConfig {
     pub target: IpAddr,
     pub load: LoadConfig,
     pub workers: Workers,

@@ -12,13 +12,13 @@ const MAX_HTTP_BODY: usize = 64 * 1024 * 1024;
 /// Largest response head the client accepts.
 const MAX_HTTP_HEAD: usize = 64 * 1024;
 
-pub struct Http {
+pub(crate) struct Http {
     /// The request every send writes.
     request: Vec<u8>,
 }
 
 impl Http {
-    pub fn new(traffic: &Traffic, host_header: &str) -> Http {
+    pub(crate) fn new(traffic: &Traffic, host_header: &str) -> Http {
         Http { request: format!("GET {} HTTP/1.1\r\nHost: {host_header}\r\n{}\r\n", traffic.ws_target, traffic.header_lines()).into_bytes() }
     }
 }

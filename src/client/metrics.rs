@@ -9,10 +9,10 @@ use hdrhistogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
 /// The prefix of every client metric.
-pub const PREFIX: &str = "megaconn_client";
+pub(crate) const PREFIX: &str = "megaconn_client";
 
 /// The run's latency histograms, as `/metrics` exports them.
-pub struct Latencies<'a> {
+pub(crate) struct Latencies<'a> {
     pub connect: &'a Histogram<u64>,
     pub heartbeat: &'a Histogram<u64>,
     pub request: &'a Histogram<u64>,
@@ -20,7 +20,7 @@ pub struct Latencies<'a> {
 }
 
 /// Render a load generator's totals and latency histograms.
-pub fn render(t: &ClientTotals, h: &Latencies<'_>) -> String {
+pub(crate) fn render(t: &ClientTotals, h: &Latencies<'_>) -> String {
     let mut r = Registry::with_prefix(PREFIX);
     t.counters.register(&mut r);
     for (name, help, h) in [

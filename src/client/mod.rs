@@ -1,36 +1,36 @@
 //! `megaconn client`: the load generator's supervisor. Plans addresses and
 //! processes, starts the workers, shows progress, prints the summary.
-pub mod checkpoint;
-pub mod codec;
-pub mod config;
-pub mod http;
-pub mod metrics;
-pub mod mqtt;
-pub mod mqtt_delivery;
-pub mod mqtt_ws;
-pub mod phases;
-pub mod plan;
+pub(crate) mod checkpoint;
+pub(crate) mod codec;
+pub(crate) mod config;
+pub(crate) mod http;
+pub(crate) mod metrics;
+pub(crate) mod mqtt;
+pub(crate) mod mqtt_delivery;
+pub(crate) mod mqtt_ws;
+pub(crate) mod phases;
+pub(crate) mod plan;
 mod push_json;
-pub mod pushes;
-pub mod raw;
-pub mod replace;
-pub mod replies;
-pub mod run;
-pub mod series;
+pub(crate) mod pushes;
+pub(crate) mod raw;
+pub(crate) mod replace;
+pub(crate) mod replies;
+pub(crate) mod run;
+pub(crate) mod series;
 pub mod snapshot;
-pub mod speak;
-pub mod sse;
-pub mod stages;
-pub mod summary;
-pub mod thresholds;
-pub mod token;
-pub mod url;
-pub mod view;
-pub mod worker;
-pub mod ws;
-pub mod ws_message;
+pub(crate) mod speak;
+pub(crate) mod sse;
+pub(crate) mod stages;
+pub(crate) mod summary;
+pub(crate) mod thresholds;
+pub(crate) mod token;
+pub(crate) mod url;
+pub(crate) mod view;
+pub(crate) mod worker;
+pub(crate) mod ws;
+pub(crate) mod ws_message;
 
-pub use config::{ClientConfig, CloseMode, LoadConfig, NodeTarget, Traffic};
+pub(crate) use config::{ClientConfig, CloseMode, LoadConfig, NodeTarget, Traffic};
 
 use crate::stats::{format, progress::Progress};
 use crate::supervise::plan::{plan_workers, WorkerPlan};
@@ -39,11 +39,11 @@ use plan::ConnectionPlan;
 use run::ClientSummary;
 
 /// The worker subcommand's argument (`megaconn __worker client`).
-pub const WORKER_KIND: &str = "client";
+pub(crate) const WORKER_KIND: &str = "client";
 
 /// Plan addresses and processes for this client; errors are usage errors
 /// (the target cannot be reached with these flags on this machine).
-pub fn plan(cfg: &ClientConfig, fd_hard: u64) -> Result<(ConnectionPlan, WorkerPlan), String> {
+pub(crate) fn plan(cfg: &ClientConfig, fd_hard: u64) -> Result<(ConnectionPlan, WorkerPlan), String> {
     let mqtt = cfg.load.traffic.protocol == crate::proto::Protocol::Mqtt;
     if !mqtt && cfg.load.traffic.mqtt != Default::default() {
         return Err("--mqtt-* options are for --protocol mqtt".into());
@@ -155,7 +155,7 @@ fn shard_from_env() -> Result<Option<plan::Shard>, String> {
     }
 }
 
-pub fn describe(cp: &ConnectionPlan, wp: &WorkerPlan) -> String {
+pub(crate) fn describe(cp: &ConnectionPlan, wp: &WorkerPlan) -> String {
     format!(
         "plan: {} connections to {} over {} ports from {} source addresses ({} per address/port pair of {} ports), {} worker processes (<= {} each, fd limit {}) on {}{}",
         format::count(cp.count),
@@ -173,7 +173,7 @@ pub fn describe(cp: &ConnectionPlan, wp: &WorkerPlan) -> String {
 }
 
 /// Print what a run noted (worker crashes) as lines that stay.
-pub fn print_notes(notes: &mut Vec<String>, progress: &mut Progress) {
+pub(crate) fn print_notes(notes: &mut Vec<String>, progress: &mut Progress) {
     for n in notes.drain(..) {
         progress.note(&n);
     }
@@ -182,7 +182,7 @@ pub fn print_notes(notes: &mut Vec<String>, progress: &mut Progress) {
 /// Exit status of a finished load and, when it failed, why: the first of
 /// the built-in rules ([`thresholds::builtin`]) that does not hold, in
 /// one sentence.
-pub fn verdict(s: &ClientSummary, allow_loss: bool) -> (i32, Option<String>) {
+pub(crate) fn verdict(s: &ClientSummary, allow_loss: bool) -> (i32, Option<String>) {
     let Some(rule) = thresholds::builtin(allow_loss).into_iter().find(|r| !r.check(s).1) else {
         return (0, None);
     };

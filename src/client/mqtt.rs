@@ -36,11 +36,11 @@ use std::collections::VecDeque;
 
 /// Largest packet accepted from a broker (a megaconn push is at most
 /// 1 MiB of data plus its topic and header).
-pub const MAX_PACKET: u32 = (1 << 20) + 1024;
+pub(crate) const MAX_PACKET: u32 = (1 << 20) + 1024;
 /// Most PINGREQs and QoS 1 and 2 PUBLISHes awaiting their answers per
 /// connection; past it the oldest is forgotten (its answer is then not
 /// timed).
-pub const MAX_INFLIGHT: usize = 1024;
+pub(crate) const MAX_INFLIGHT: usize = 1024;
 /// The packet id of every connection's one SUBSCRIBE (publishes use
 /// 1..=65534).
 const SUBSCRIBE_ID: u16 = 0xFFFF;
@@ -50,7 +50,7 @@ const TIME_MASK: u64 = (1 << 48) - 1;
 
 /// `--mqtt-*`: how the client speaks MQTT.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MqttOptions {
+pub(crate) struct MqttOptions {
     /// `--mqtt-version 5`: MQTT 5.0 (default 3.1.1).
     pub v5: bool,
     /// `--mqtt-client-id`: the client id, `{conn}` replaced by the
@@ -84,7 +84,7 @@ impl Default for MqttOptions {
 }
 
 /// `{conn}` in `template` replaced by `conn`.
-pub fn expand(template: &str, conn: u64) -> String {
+pub(crate) fn expand(template: &str, conn: u64) -> String {
     template.replace("{conn}", &conn.to_string())
 }
 
@@ -92,7 +92,7 @@ pub fn expand(template: &str, conn: u64) -> String {
 /// twice the interval (whole seconds, rounded up, at most 65535), so one
 /// late heartbeat does not get the connection closed; 0 (off) without
 /// heartbeats.
-pub fn keep_alive(heartbeat: Option<std::time::Duration>) -> u16 {
+pub(crate) fn keep_alive(heartbeat: Option<std::time::Duration>) -> u16 {
     heartbeat.map_or(0, |h| (h.as_micros().div_ceil(1_000_000) * 2).clamp(1, u16::MAX as u128) as u16)
 }
 
@@ -106,14 +106,14 @@ fn connack_reason(v5: bool, code: u8) -> String {
 
 /// A `--mqtt-subscribe` filter, checked as the codec checks a SUBSCRIBE's
 /// (with a large `{conn}` standing in for the index).
-pub fn check_filter(filter: &str) -> Result<(), String> {
+pub(crate) fn check_filter(filter: &str) -> Result<(), String> {
     mqtt::topic::validate_filter(&expand(filter, u64::MAX), &mqtt::Limits::default())
         .map(|_| ())
         .map_err(|e| format!("'{filter}' is not an MQTT topic filter: {e:?}"))
 }
 
 /// `--protocol mqtt` as a worker speaks it.
-pub struct MqttSpeaker {
+pub(crate) struct MqttSpeaker {
     traffic: Traffic,
     version: Version,
     limits: mqtt::Limits,
@@ -134,7 +134,7 @@ pub struct MqttSpeaker {
 }
 
 impl MqttSpeaker {
-    pub fn new(traffic: &Traffic, shard: u64) -> MqttSpeaker {
+    pub(crate) fn new(traffic: &Traffic, shard: u64) -> MqttSpeaker {
         MqttSpeaker {
             version: if traffic.mqtt.v5 { Version::V5 } else { Version::V311 },
             limits: mqtt::Limits { max_packet_size: MAX_PACKET, ..Default::default() },

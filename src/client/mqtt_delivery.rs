@@ -28,14 +28,14 @@ use std::collections::{BTreeMap, HashMap};
 /// Publisher streams (publisher × topic) checked for loss per connection:
 /// a device hears a handful; a fan-in subscriber of many publishers gets
 /// the first 64 checked and the rest only timed.
-pub const MAX_STREAMS: usize = 64;
+pub(crate) const MAX_STREAMS: usize = 64;
 /// QoS 2 packet ids awaiting their PUBREL per connection (the Receive
 /// Maximum a 5.0 CONNECT announces; a 3.1.1 broker has no such bound and
 /// mosquitto keeps 20 in flight by default).
-pub const MAX_AWAITING_RELEASE: usize = 1024;
+pub(crate) const MAX_AWAITING_RELEASE: usize = 1024;
 
 /// The label a QoS is counted under.
-pub fn qos_label(q: QoS) -> &'static str {
+pub(crate) fn qos_label(q: QoS) -> &'static str {
     match q {
         QoS::AtMostOnce => "0",
         QoS::AtLeastOnce => "1",
@@ -44,7 +44,7 @@ pub fn qos_label(q: QoS) -> &'static str {
 }
 
 /// One more under `label` in a by-kind counter.
-pub fn bump(map: &mut BTreeMap<String, u64>, label: &str, n: u64) {
+pub(crate) fn bump(map: &mut BTreeMap<String, u64>, label: &str, n: u64) {
     match map.get_mut(label) {
         Some(v) => *v += n,
         None => {
@@ -60,7 +60,7 @@ fn stream_key(publisher: u64, topic: &str) -> u64 {
 
 /// A message delivered on `topic` with `qos` (once: a QoS 2 resend never
 /// gets here), received at `now_wall_us` (CLOCK_REALTIME).
-pub fn delivered(replies: &mut Replies<'_>, topic: &str, qos: QoS, payload: &[u8], now_wall_us: u64) {
+pub(crate) fn delivered(replies: &mut Replies<'_>, topic: &str, qos: QoS, payload: &[u8], now_wall_us: u64) {
     let stats = &mut *replies.stats;
     stats.push_received += 1;
     if let Some(n) = stats.push_topics.get_mut(topic) {
@@ -93,12 +93,12 @@ pub fn delivered(replies: &mut Replies<'_>, topic: &str, qos: QoS, payload: &[u8
 /// QoS 2 packet ids each connection (by slot) answered PUBREC and awaits
 /// the PUBREL of; an entry exists only while one does.
 #[derive(Default)]
-pub struct AwaitingRelease(HashMap<usize, Vec<u16>>);
+pub(crate) struct AwaitingRelease(HashMap<usize, Vec<u16>>);
 
 impl AwaitingRelease {
     /// A QoS 2 PUBLISH `id` arrived on `slot`: true when it is new (to be
     /// delivered), false when the broker resent one awaiting its PUBREL.
-    pub fn received(&mut self, slot: usize, id: u16) -> Result<bool, Stop> {
+    pub(crate) fn received(&mut self, slot: usize, id: u16) -> Result<bool, Stop> {
         let ids = self.0.entry(slot).or_default();
         if ids.contains(&id) {
             return Ok(false);
@@ -111,7 +111,7 @@ impl AwaitingRelease {
     }
 
     /// The PUBREL of `id` came: it may be used again.
-    pub fn released(&mut self, slot: usize, id: u16) {
+    pub(crate) fn released(&mut self, slot: usize, id: u16) {
         if let Some(ids) = self.0.get_mut(&slot) {
             ids.retain(|i| *i != id);
             if ids.is_empty() {
@@ -121,7 +121,7 @@ impl AwaitingRelease {
     }
 
     /// A new connection in `slot`: nothing of the last one's awaits.
-    pub fn reset(&mut self, slot: usize) {
+    pub(crate) fn reset(&mut self, slot: usize) {
         self.0.remove(&slot);
     }
 }

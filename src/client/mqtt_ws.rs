@@ -26,7 +26,7 @@ use crate::proto::ws::handshake;
 const SUBPROTOCOL: &str = "mqtt";
 
 /// `--protocol mqtt` over a ws:// or wss:// `--url`.
-pub struct MqttWsSpeaker {
+pub(crate) struct MqttWsSpeaker {
     mqtt: MqttSpeaker,
     host_header: String,
     /// The Upgrade's header lines: `-H`, `--origin`, the subprotocol.
@@ -43,7 +43,7 @@ pub struct MqttWsSpeaker {
 }
 
 impl MqttWsSpeaker {
-    pub fn new(traffic: &Traffic, host_header: &str, shard: u64) -> MqttWsSpeaker {
+    pub(crate) fn new(traffic: &Traffic, host_header: &str, shard: u64) -> MqttWsSpeaker {
         use rand::SeedableRng;
         MqttWsSpeaker {
             mqtt: MqttSpeaker::new(traffic, shard),

@@ -10,7 +10,7 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-pub const NAMES: [&str; 3] = ["ramp", "hold", "close"];
+pub(crate) const NAMES: [&str; 3] = ["ramp", "hold", "close"];
 
 /// Latency histograms of one phase.
 struct Hists {
@@ -72,7 +72,7 @@ impl Marks {
 /// back too: a field an older file lacks is zero/empty).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
-pub struct PhaseResult {
+pub(crate) struct PhaseResult {
     pub name: String,
     /// Seconds from the planned start of the ramp.
     pub start_s: f64,
@@ -113,12 +113,12 @@ pub struct PhaseResult {
 }
 
 /// Column heads of the phase table (terminal and report page).
-pub const COLUMNS: [&str; 9] =
+pub(crate) const COLUMNS: [&str; 9] =
     ["phase", "seconds", "open at end", "established", "conn/s", "failed", "handshake p99", "heartbeat p50/p99", "requests qps p50/p99"];
 
 impl PhaseResult {
     /// The phase's row under [`COLUMNS`]; latencies in ms, "-" when none.
-    pub fn cells(&self) -> Vec<String> {
+    pub(crate) fn cells(&self) -> Vec<String> {
         use crate::stats::format::count;
         let lat = |l: &LatencySummary| if l.count == 0 { "-".to_string() } else { format!("{:.1}/{:.1} ms", l.p50_ms, l.p99_ms) };
         let mut failed = count(self.failed_total + self.lost_total);
@@ -139,7 +139,7 @@ impl PhaseResult {
     }
 }
 
-pub struct Phases {
+pub(crate) struct Phases {
     /// Each phase entered so far: its name and start (µs).
     names: Vec<&'static str>,
     starts: Vec<u64>,
@@ -156,12 +156,12 @@ fn delta(a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>) -> BTreeMap<Strin
 
 impl Phases {
     /// The ramp starts at `origin_us`, the instant every worker starts.
-    pub fn new(origin_us: u64) -> Phases {
+    pub(crate) fn new(origin_us: u64) -> Phases {
         Phases::starting(NAMES[0], origin_us)
     }
 
     /// Phases whose first is `first` (with `--stages`: `stage1`).
-    pub fn starting(first: &'static str, origin_us: u64) -> Phases {
+    pub(crate) fn starting(first: &'static str, origin_us: u64) -> Phases {
         Phases {
             names: vec![first],
             starts: vec![origin_us],
@@ -175,7 +175,7 @@ impl Phases {
     /// Phase `name` (one of [`NAMES`], or a stage's) starts now; `t` are
     /// the totals at this instant. A run interrupted during the ramp goes
     /// to "close".
-    pub fn enter(&mut self, name: &'static str, t: &ClientTotals, now_us: u64) {
+    pub(crate) fn enter(&mut self, name: &'static str, t: &ClientTotals, now_us: u64) {
         if !self.names.contains(&name) {
             self.names.push(name);
             self.starts.push(now_us);
@@ -186,14 +186,14 @@ impl Phases {
     }
 
     /// The current phase ends (with the next `enter`) for this reason.
-    pub fn end_with(&mut self, why: String) {
+    pub(crate) fn end_with(&mut self, why: String) {
         if let Some(e) = self.ends.last_mut() {
             *e = Some(why);
         }
     }
 
     /// Record a worker's interval histograms in the phase of its stamp.
-    pub fn record(&mut self, at_us: u64, d: &Intervals) {
+    pub(crate) fn record(&mut self, at_us: u64, d: &Intervals) {
         let i = self.starts.iter().rposition(|start| at_us >= *start).unwrap_or(0);
         let h = &mut self.hists[i];
         histogram::add(&mut h.connect, d.connect.as_ref());
@@ -203,7 +203,7 @@ impl Phases {
     }
 
     /// Every phase entered, the last one ending with `t` at `now_us`.
-    pub fn results(&self, t: &ClientTotals, now_us: u64) -> Vec<PhaseResult> {
+    pub(crate) fn results(&self, t: &ClientTotals, now_us: u64) -> Vec<PhaseResult> {
         let end = Marks::of(t, now_us);
         (0..self.starts.len())
             .map(|i| {

@@ -16,7 +16,7 @@ use std::str::FromStr;
 
 /// A shard of a distributed load: "i/n" with 0 <= i < n.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Shard {
+pub(crate) struct Shard {
     pub index: u64,
     pub count: u64,
 }
@@ -36,7 +36,7 @@ impl FromStr for Shard {
 
 impl Shard {
     /// The half-open range of global connection indices this shard owns.
-    pub fn range(&self, total: u64) -> (u64, u64) {
+    pub(crate) fn range(&self, total: u64) -> (u64, u64) {
         let lo = (total as u128 * self.index as u128 / self.count as u128) as u64;
         let hi = (total as u128 * (self.index + 1) as u128 / self.count as u128) as u64;
         (lo, hi)
@@ -45,14 +45,14 @@ impl Shard {
 
 /// Above this share of a pair's ports the kernel's port search slows
 /// down sharply; the plan warns.
-pub const CROWDED_SHARE: f64 = 0.8;
+pub(crate) const CROWDED_SHARE: f64 = 0.8;
 /// `auto` sources keep every pair at most half full.
 const AUTO_SHARE: f64 = 0.5;
 /// Fewest source addresses `auto` hands out (ports search fast with 16+).
 const AUTO_MIN_SOURCES: u64 = 16;
 
 #[derive(Debug, Clone, Serialize)]
-pub struct ConnectionPlan {
+pub(crate) struct ConnectionPlan {
     pub target: IpAddr,
     pub ports: Vec<u16>,
     /// Source addresses as inclusive ranges (kept compact: a /16 is one
@@ -82,7 +82,7 @@ pub struct ConnectionPlan {
     pub stages: Option<super::stages::Stages>,
 }
 
-pub fn local_port_range() -> (u16, u16) {
+pub(crate) fn local_port_range() -> (u16, u16) {
     std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|s| {
@@ -97,7 +97,7 @@ impl ConnectionPlan {
     /// enough 127.0.0.x addresses (from 127.0.0.2) for the target;
     /// elsewhere (IPv6's loopback is one address) the kernel's choice of
     /// one address.
-    pub fn build(
+    pub(crate) fn build(
         target: IpAddr,
         ports: &[u16],
         sources: Option<&[IpAddr]>,
@@ -173,7 +173,7 @@ impl ConnectionPlan {
 }
 
 /// Sorted addresses to inclusive ranges (one family per range).
-pub fn compress(ips: &[IpAddr]) -> Vec<(IpAddr, IpAddr)> {
+pub(crate) fn compress(ips: &[IpAddr]) -> Vec<(IpAddr, IpAddr)> {
     let mut v: Vec<(bool, u128)> = ips.iter().map(|i| ip_number(*i)).collect();
     v.sort_unstable();
     v.dedup();
@@ -187,7 +187,7 @@ pub fn compress(ips: &[IpAddr]) -> Vec<(IpAddr, IpAddr)> {
     out.into_iter().map(|(v6, a, b)| (ip_of(v6, a), ip_of(v6, b))).collect()
 }
 
-pub fn expand(ranges: &[(IpAddr, IpAddr)]) -> Vec<IpAddr> {
+pub(crate) fn expand(ranges: &[(IpAddr, IpAddr)]) -> Vec<IpAddr> {
     ranges
         .iter()
         .flat_map(|(a, b)| {
@@ -198,7 +198,7 @@ pub fn expand(ranges: &[(IpAddr, IpAddr)]) -> Vec<IpAddr> {
 }
 
 /// The (source, destination port) of global connection `g`.
-pub fn address_of(g: u64, sources: &[IpAddr], ports: &[u16]) -> (IpAddr, u16) {
+pub(crate) fn address_of(g: u64, sources: &[IpAddr], ports: &[u16]) -> (IpAddr, u16) {
     let p = ports.len() as u64;
     (sources[((g / p) % sources.len() as u64) as usize], ports[(g % p) as usize])
 }

@@ -11,7 +11,7 @@ use hdrhistogram::Histogram;
 
 /// Where one connection is in one stream's history.
 #[derive(Debug, Clone, Copy)]
-pub struct Seen {
+pub(crate) struct Seen {
     key: u64,
     last: u64,
     /// 0: the server had no history of it when we subscribed.
@@ -21,12 +21,12 @@ pub struct Seen {
 /// Last offset and epoch seen per stream on one connection (boxed:
 /// nothing for connections that never got a push or a position). Kept
 /// across reconnects, so a resumed connection's gaps and duplicates count.
-pub type PushSeen = Option<Box<Vec<Seen>>>;
+pub(crate) type PushSeen = Option<Box<Vec<Seen>>>;
 
 /// Topics counted one by one; pushes on more topics are counted in total only.
-pub const MAX_TOPICS_COUNTED: usize = 1000;
+pub(crate) const MAX_TOPICS_COUNTED: usize = 1000;
 /// Sequence numbers tracked for time-to-all (oldest dropped first).
-pub const MAX_SEQS_TRACKED: usize = 10_000;
+pub(crate) const MAX_SEQS_TRACKED: usize = 10_000;
 
 fn stream_key(stream: Stream, topic: &[u8]) -> u64 {
     match stream {
@@ -48,7 +48,7 @@ fn stream_of(name: &[u8]) -> (Stream, &[u8]) {
 
 /// Where this connection stopped in `name`'s history (`*`: broadcasts);
 /// None when it never heard of it.
-pub fn position(seen: &PushSeen, name: &str) -> Option<Position> {
+pub(crate) fn position(seen: &PushSeen, name: &str) -> Option<Position> {
     let (stream, topic) = stream_of(name.as_bytes());
     let key = stream_key(stream, topic);
     seen.iter().flat_map(|l| l.iter()).find(|s| s.key == key).map(|s| Position { epoch: s.epoch, offset: s.last })
@@ -56,7 +56,7 @@ pub fn position(seen: &PushSeen, name: &str) -> Option<Position> {
 
 /// A connection known to stand at `at` in `name` (a replacement worker
 /// taking over its predecessor's connections).
-pub fn restore(seen: &mut PushSeen, name: &str, at: Position) {
+pub(crate) fn restore(seen: &mut PushSeen, name: &str, at: Position) {
     let (stream, topic) = stream_of(name.as_bytes());
     let key = stream_key(stream, topic);
     let list = seen.get_or_insert_with(Default::default);
@@ -67,7 +67,7 @@ pub fn restore(seen: &mut PushSeen, name: &str, at: Position) {
 /// The answer to a resume: the connection is now at `at`. A connection
 /// that knew a position before has resumed (counted by result), and the
 /// messages it recovered came before this answer.
-pub fn subscribed(stats: &mut ClientSnapshot, seen: &mut PushSeen, name: &[u8], recovered: bool, at: Position) {
+pub(crate) fn subscribed(stats: &mut ClientSnapshot, seen: &mut PushSeen, name: &[u8], recovered: bool, at: Position) {
     let (stream, topic) = stream_of(name);
     let key = stream_key(stream, topic);
     let list = seen.get_or_insert_with(Default::default);
@@ -85,7 +85,7 @@ pub fn subscribed(stats: &mut ClientSnapshot, seen: &mut PushSeen, name: &[u8], 
 }
 
 /// Account for one push received at `now_wall_us`.
-pub fn account(stats: &mut ClientSnapshot, hist: &mut Histogram<u64>, seen: &mut PushSeen, p: &Push<'_>, now_wall_us: u64) {
+pub(crate) fn account(stats: &mut ClientSnapshot, hist: &mut Histogram<u64>, seen: &mut PushSeen, p: &Push<'_>, now_wall_us: u64) {
     stats.push_received += 1;
     histogram::record(hist, now_wall_us.saturating_sub(p.publish_us));
     if p.stream != Stream::Unicast {
@@ -124,7 +124,7 @@ pub fn account(stats: &mut ClientSnapshot, hist: &mut Histogram<u64>, seen: &mut
 /// Sequence number `seq` reached this connection at `now_wall_us`: counted
 /// for time-to-all (arrivals and the latest of them per sequence number,
 /// the oldest numbers forgotten past [`MAX_SEQS_TRACKED`]).
-pub fn arrived(stats: &mut ClientSnapshot, seq: u64, now_wall_us: u64) {
+pub(crate) fn arrived(stats: &mut ClientSnapshot, seq: u64, now_wall_us: u64) {
     let e = stats.push_by_seq.entry(seq).or_insert((0, 0));
     e.0 += 1;
     e.1 = e.1.max(now_wall_us);
@@ -135,7 +135,7 @@ pub fn arrived(stats: &mut ClientSnapshot, seq: u64, now_wall_us: u64) {
 
 /// Where a message falls in its stream on one connection (see [`advance`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     /// The first of its stream here: the baseline (earlier ones may have
     /// gone before the connection subscribed).
     First,
@@ -151,7 +151,7 @@ pub enum Step {
 /// to `seq` on this connection, tracking at most `cap` streams (a peer
 /// naming endless streams costs the cap, no more). Kept with the
 /// connection's other positions, across reconnects.
-pub fn advance(seen: &mut PushSeen, key: u64, seq: u64, cap: usize) -> Step {
+pub(crate) fn advance(seen: &mut PushSeen, key: u64, seq: u64, cap: usize) -> Step {
     let list = seen.get_or_insert_with(Default::default);
     let full = list.len() >= cap;
     match list.iter_mut().find(|s| s.key == key) {
@@ -176,7 +176,7 @@ const MAX_PATTERN_BYTES: u64 = 16 * 1024 * 1024;
 /// Expand `--subscribe`: "a,b" (every connection takes all) or a pattern
 /// "room-{0..999}" (connection g takes topic g % 1000). Returns (topics,
 /// spread).
-pub fn parse_subscribe(s: &str) -> Result<(Vec<String>, bool), String> {
+pub(crate) fn parse_subscribe(s: &str) -> Result<(Vec<String>, bool), String> {
     const EX: &str = "expected topics like news,sport or a pattern like room-{0..999}";
     let s = s.trim();
     if let Some((pre, rest)) = s.split_once('{') {

@@ -11,14 +11,14 @@ use super::replies::Replies;
 use super::speak::{Due, Ear, Inflight, Speaker, Stop};
 
 /// Digits of a rendered timestamp marker.
-pub const STAMP_LEN: usize = 20;
+pub(crate) const STAMP_LEN: usize = 20;
 /// The marker in `--message` that becomes a timestamp.
-pub const MARKER: &str = "\\{ts}";
+pub(crate) const MARKER: &str = "\\{ts}";
 /// Largest message (one write per heartbeat; the echo is read in units).
-pub const MAX_MESSAGE: usize = 65536;
+pub(crate) const MAX_MESSAGE: usize = 65536;
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct RawMessage {
+pub(crate) struct RawMessage {
     /// The bytes, with STAMP_LEN placeholder bytes where the marker was.
     pub bytes: Vec<u8>,
     /// Where the timestamp goes, if the message has a marker.
@@ -55,7 +55,7 @@ fn unescape(s: &str) -> Result<Vec<u8>, String> {
 }
 
 /// Parse `--message` / `--first-message`.
-pub fn parse_message(s: &str) -> Result<RawMessage, String> {
+pub(crate) fn parse_message(s: &str) -> Result<RawMessage, String> {
     let text = match s.strip_prefix('@') {
         Some(path) => std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?,
         None => s.to_string(),
@@ -80,7 +80,7 @@ pub fn parse_message(s: &str) -> Result<RawMessage, String> {
 }
 
 /// The message with `stamp` in place of the marker.
-pub fn render(m: &RawMessage, out: &mut Vec<u8>, stamp: u64) {
+pub(crate) fn render(m: &RawMessage, out: &mut Vec<u8>, stamp: u64) {
     let start = out.len();
     out.extend_from_slice(&m.bytes);
     if let Some(at) = m.stamp_at {
@@ -90,13 +90,13 @@ pub fn render(m: &RawMessage, out: &mut Vec<u8>, stamp: u64) {
 }
 
 /// The timestamp in one echoed message, if it is intact.
-pub fn stamp_in(unit: &[u8], at: usize) -> Option<u64> {
+pub(crate) fn stamp_in(unit: &[u8], at: usize) -> Option<u64> {
     std::str::from_utf8(unit.get(at..at + STAMP_LEN)?).ok()?.parse().ok()
 }
 
 /// How a raw client reads what comes back.
 #[derive(Debug, Clone)]
-pub struct RawEcho {
+pub(crate) struct RawEcho {
     pub codec: Option<Codec>,
     /// The message as sent (its length) and where its stamp is.
     pub unit: usize,
@@ -124,7 +124,7 @@ impl RawEcho {
     /// What the server sent: whole codec frames, whole echoed messages
     /// (a stamp and no first message), or just bytes; returns the bytes
     /// used (only those are counted: the rest is counted when whole).
-    pub fn consume(&self, buf: &[u8], replies: &mut Replies<'_>) -> Result<usize, &'static str> {
+    pub(crate) fn consume(&self, buf: &[u8], replies: &mut Replies<'_>) -> Result<usize, &'static str> {
         replies.stats.raw_bytes_in += buf.len() as u64;
         let mut used = 0;
         match &self.codec {
@@ -149,7 +149,7 @@ impl RawEcho {
 }
 
 /// The message as it goes on the wire: framed by the codec, if any.
-pub fn render_framed(m: &RawMessage, codec: Option<&Codec>, out: &mut Vec<u8>, stamp: u64) {
+pub(crate) fn render_framed(m: &RawMessage, codec: Option<&Codec>, out: &mut Vec<u8>, stamp: u64) {
     if let Some(c) = codec {
         c.header(out, m.bytes.len());
     }
@@ -159,7 +159,7 @@ pub fn render_framed(m: &RawMessage, codec: Option<&Codec>, out: &mut Vec<u8>, s
 /// `--protocol raw` as a worker speaks it: the first message once, then
 /// `--message` on the heartbeat schedule (or, with a request rate, the
 /// request schedule).
-pub struct RawSpeaker {
+pub(crate) struct RawSpeaker {
     message: Option<RawMessage>,
     first: Option<Vec<u8>>,
     codec: Option<Codec>,
@@ -168,7 +168,7 @@ pub struct RawSpeaker {
 }
 
 impl RawSpeaker {
-    pub fn new(t: &Traffic) -> RawSpeaker {
+    pub(crate) fn new(t: &Traffic) -> RawSpeaker {
         RawSpeaker {
             message: t.raw_message.clone(),
             first: t.raw_first.clone(),

@@ -14,7 +14,7 @@ use anyhow::Result;
 use std::os::fd::{AsRawFd, OwnedFd};
 
 /// Replacements per share before its connections are given up.
-pub const MAX_REPLACEMENTS: u8 = 3;
+pub(crate) const MAX_REPLACEMENTS: u8 = 3;
 /// A replacement starts its ramp this long after it is spawned.
 const START_DELAY_US: u64 = 300_000;
 
@@ -26,7 +26,7 @@ struct Share {
     replaced: u8,
 }
 
-pub struct Shares {
+pub(crate) struct Shares {
     shares: Vec<Share>,
     /// The share of each worker index (replacements get new indexes).
     of_worker: Vec<usize>,
@@ -34,7 +34,7 @@ pub struct Shares {
 
 impl Shares {
     /// Plan the shares: with `--reconnect`, each gets a checkpoint.
-    pub fn new(configs: Vec<(ClientWorkerConfig, Option<i32>)>) -> Result<Shares> {
+    pub(crate) fn new(configs: Vec<(ClientWorkerConfig, Option<i32>)>) -> Result<Shares> {
         let mut shares = Vec::with_capacity(configs.len());
         for (mut config, netns) in configs {
             let mut fd = None;
@@ -50,7 +50,7 @@ impl Shares {
     }
 
     /// Start every share's first worker.
-    pub fn spawn_all(&mut self, pool: &mut Pool) -> Result<()> {
+    pub(crate) fn spawn_all(&mut self, pool: &mut Pool) -> Result<()> {
         for s in 0..self.shares.len() {
             self.spawn(pool, s)?;
         }
@@ -72,7 +72,7 @@ impl Shares {
     /// Worker `i` died mid-run after its snapshot `checkpoint`: start
     /// another for its share, going on from that checkpoint. None when
     /// the share has no checkpoint or has been replaced too often.
-    pub fn replace(&mut self, pool: &mut Pool, i: usize, checkpoint: u64) -> Option<Result<usize>> {
+    pub(crate) fn replace(&mut self, pool: &mut Pool, i: usize, checkpoint: u64) -> Option<Result<usize>> {
         let s = *self.of_worker.get(i)?;
         let share = &mut self.shares[s];
         let cp = share.config.checkpoint.as_mut()?;
@@ -86,12 +86,12 @@ impl Shares {
     }
 
     /// Worker `i`'s share was replaced as often as it may be.
-    pub fn exhausted(&self, i: usize) -> bool {
+    pub(crate) fn exhausted(&self, i: usize) -> bool {
         self.of_worker.get(i).is_some_and(|s| self.shares[*s].replaced >= MAX_REPLACEMENTS)
     }
 
     /// Connections of worker `i`'s share.
-    pub fn count_of(&self, i: usize) -> u64 {
+    pub(crate) fn count_of(&self, i: usize) -> u64 {
         self.of_worker.get(i).map_or(0, |s| self.shares[*s].config.count)
     }
 }

@@ -7,7 +7,7 @@ use crate::stats::histogram;
 use hdrhistogram::Histogram;
 
 /// What the read path needs to account for replies.
-pub struct Replies<'a> {
+pub(crate) struct Replies<'a> {
     pub stats: &'a mut ClientSnapshot,
     pub rtt: &'a mut Histogram<u64>,
     pub latency: &'a mut Histogram<u64>,
@@ -25,14 +25,14 @@ pub struct Replies<'a> {
 /// protocol: heartbeat answers, replies, rejections, pushes, raw bytes.
 /// One definition for every protocol, so "lost before any answer" (the
 /// protocol-mismatch verdict) means the same thing for each.
-pub fn answers(s: &ClientSnapshot) -> u64 {
+pub(crate) fn answers(s: &ClientSnapshot) -> u64 {
     s.heartbeats_answered + s.replies + s.rejected + s.push_received + s.raw_bytes_in
 }
 
 impl Replies<'_> {
     /// A heartbeat came back; `sent`: its intended send time, if it
     /// carried one.
-    pub fn beat_answered(&mut self, sent: Option<u64>) {
+    pub(crate) fn beat_answered(&mut self, sent: Option<u64>) {
         self.stats.heartbeats_answered += 1;
         *self.beats_out = self.beats_out.saturating_sub(1);
         if let Some(sent) = sent {
@@ -46,13 +46,13 @@ impl Replies<'_> {
     }
 
     /// A request the server refused (its queue was full).
-    pub fn rejected(&mut self) {
+    pub(crate) fn rejected(&mut self) {
         self.stats.rejected += 1;
         *self.requests_out = self.requests_out.saturating_sub(1);
     }
 
     /// A reply to a request sent at intended time `sent` (µs, monotonic).
-    pub fn reply(&mut self, sent: Option<u64>) {
+    pub(crate) fn reply(&mut self, sent: Option<u64>) {
         self.stats.replies += 1;
         *self.requests_out = self.requests_out.saturating_sub(1);
         let Some(sent) = sent else { return };

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 /// The reason of planned connections still queued or connecting when
 /// the summary was made (no worker settled them).
-pub const UNSETTLED: &str = "unsettled";
+pub(crate) const UNSETTLED: &str = "unsettled";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -44,7 +44,7 @@ enum Phase {
 
 /// What a tick observed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tick {
+pub(crate) enum Tick {
     Continue,
     /// Every planned connection has resolved (established or failed).
     RampDone,
@@ -57,7 +57,7 @@ pub enum Tick {
 /// zero/empty.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
-pub struct ClientSummary {
+pub(crate) struct ClientSummary {
     /// Every counter, summed over the workers (the names `/metrics` uses
     /// without the prefix).
     #[serde(flatten)]
@@ -132,7 +132,7 @@ const TLS_FLOOR_PER_CORE: u64 = 500;
 /// TLS handshakes: how many, how many resumed, how long they took.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
-pub struct TlsSummary {
+pub(crate) struct TlsSummary {
     pub handshakes: u64,
     pub resumed: u64,
     pub handshake_ms: LatencySummary,
@@ -141,7 +141,7 @@ pub struct TlsSummary {
 /// Pushes received (`--subscribe`, broadcasts, unicasts).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
-pub struct PushSummary {
+pub(crate) struct PushSummary {
     pub received: u64,
     pub duplicates: u64,
     /// Offsets skipped within a stream on a connection, and messages a
@@ -160,7 +160,7 @@ pub struct PushSummary {
 /// Request results, present when `--request-rate` was set.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
-pub struct RequestSummary {
+pub(crate) struct RequestSummary {
     /// Replies per second during the hold.
     pub qps: f64,
     /// What the schedule offered: connections x rate.
@@ -177,7 +177,7 @@ pub struct RequestSummary {
     pub latency_ms: LatencySummary,
 }
 
-pub struct ClientRun {
+pub(crate) struct ClientRun {
     pub pool: Pool,
     /// The workers' shares (replaced when a worker dies, with --reconnect).
     shares: super::replace::Shares,
@@ -228,7 +228,7 @@ pub struct ClientRun {
 }
 
 impl ClientRun {
-    pub fn start(plan: &ConnectionPlan, load: &LoadConfig, workers: &WorkerPlan, fd_limit: Option<u64>, sink: &Sink<ClientEvent>) -> Result<ClientRun> {
+    pub(crate) fn start(plan: &ConnectionPlan, load: &LoadConfig, workers: &WorkerPlan, fd_limit: Option<u64>, sink: &Sink<ClientEvent>) -> Result<ClientRun> {
         let w = workers.workers.min(plan.count.max(1) as usize);
         // Processes take a while to start; everyone ramps from one instant.
         let start_at_us = match load.start_at {
@@ -361,7 +361,7 @@ impl ClientRun {
     /// Take one worker event. A worker that dies before its final
     /// snapshot costs its connections (counted lost as `worker_crashed`),
     /// not the run.
-    pub fn on_event(&mut self, i: usize, ev: PoolEvent<ClientMsg>) {
+    pub(crate) fn on_event(&mut self, i: usize, ev: PoolEvent<ClientMsg>) {
         match ev {
             PoolEvent::Msg(ClientMsg::Client(s)) => self.update(*s),
             PoolEvent::Msg(ClientMsg::Fatal { message, .. }) => self.notes.push(format!("client worker {i}: {message}")),
@@ -422,17 +422,17 @@ impl ClientRun {
 
     /// An outage: every worker closes all its connections at once and
     /// opens nothing until [`ClientRun::rejoin`] (bench --scenario recovery).
-    pub fn outage(&mut self) {
+    pub(crate) fn outage(&mut self) {
         self.pool.broadcast(super::worker::outage::CMD_OUTAGE);
     }
 
     /// The end of the outage: every closed connection reconnects now and resumes.
-    pub fn rejoin(&mut self) {
+    pub(crate) fn rejoin(&mut self) {
         self.pool.broadcast(super::worker::outage::CMD_REJOIN);
     }
 
     /// Ask the workers to drain and close (also on Ctrl-C).
-    pub fn close(&mut self) {
+    pub(crate) fn close(&mut self) {
         if !matches!(self.phase, Phase::Closing { .. } | Phase::Finished) {
             let now = mono_us();
             if self.hold_started_us.is_some() && self.hold_ended_us.is_none() {
@@ -452,16 +452,16 @@ impl ClientRun {
     }
 
     /// The monotonic µs the ramp started from (the series' origin).
-    pub fn origin_us(&self) -> u64 {
+    pub(crate) fn origin_us(&self) -> u64 {
         self.start_at_us
     }
 
-    pub fn interrupt(&mut self) {
+    pub(crate) fn interrupt(&mut self) {
         self.interrupted = true;
         self.close();
     }
 
-    pub fn tick(&mut self) -> Tick {
+    pub(crate) fn tick(&mut self) -> Tick {
         let now = mono_us();
         let t = self.view.totals();
         if self.series.due(now) && self.phase != Phase::Finished && now >= self.start_at_us {
@@ -607,7 +607,7 @@ impl ClientRun {
                 .all(|i| now.saturating_sub(self.view.last_report_us(i).unwrap_or(0)) >= CLOSE_SILENCE_US)
     }
 
-    pub fn phase_name(&self) -> &'static str {
+    pub(crate) fn phase_name(&self) -> &'static str {
         match self.phase {
             Phase::Ramp => "ramp",
             Phase::Stages { index } => super::stages::name(index),
@@ -618,7 +618,7 @@ impl ClientRun {
     }
 
     /// One progress line: phase, counts, rate since the last line.
-    pub fn progress_line(&mut self) -> String {
+    pub(crate) fn progress_line(&mut self) -> String {
         let t = self.view.totals();
         let now = mono_us();
         let dt = (now.saturating_sub(self.prev_at_us)) as f64 / 1e6;
@@ -694,7 +694,7 @@ impl ClientRun {
             + &requests
     }
 
-    pub fn summary(&self) -> ClientSummary {
+    pub(crate) fn summary(&self) -> ClientSummary {
         let t = self.view.totals();
         // Stages have no ramp to time (their phases say how each went).
         let ramp_seconds = t.ramp_done_at_us.filter(|_| self.stages.is_none()).map(|d| d.saturating_sub(self.start_at_us) as f64 / 1e6);

@@ -7,10 +7,10 @@ use crate::stats::histogram::{self, LatencySummary};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-pub const EVERY_US: u64 = 500_000;
+pub(crate) const EVERY_US: u64 = 500_000;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Sample {
+pub(crate) struct Sample {
     /// Seconds from the planned start of the ramp.
     pub t_s: f64,
     pub phase: String,
@@ -37,7 +37,7 @@ pub struct Sample {
 
 /// The server side of a bench sample.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct ServerSample {
+pub(crate) struct ServerSample {
     pub active: u64,
     pub workers: usize,
     pub cpu_cores: f64,
@@ -50,7 +50,7 @@ pub struct ServerSample {
 
 /// The counters a sample needs from the client's totals.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Counters {
+pub(crate) struct Counters {
     pub open: u64,
     pub connecting: u64,
     pub established_total: u64,
@@ -63,14 +63,14 @@ pub struct Counters {
 }
 
 /// One interval's histograms, kept for `--hdr-log`.
-pub struct Interval {
+pub(crate) struct Interval {
     pub start_us: u64,
     pub end_us: u64,
     /// (tag, histogram) of every kind recorded in the interval.
     pub hists: Vec<(&'static str, Histogram<u64>)>,
 }
 
-pub struct Series {
+pub(crate) struct Series {
     pub samples: Vec<Sample>,
     /// Interval histograms, when kept (`keep_intervals`).
     pub intervals: Vec<Interval>,
@@ -90,7 +90,7 @@ pub struct Series {
 }
 
 impl Series {
-    pub fn new(origin_us: u64) -> Series {
+    pub(crate) fn new(origin_us: u64) -> Series {
         Series {
             samples: Vec::new(),
             intervals: Vec::new(),
@@ -106,19 +106,19 @@ impl Series {
         }
     }
 
-    pub fn record(&mut self, d: &Intervals) {
+    pub(crate) fn record(&mut self, d: &Intervals) {
         histogram::add(&mut self.connect, d.connect.as_ref());
         histogram::add(&mut self.heartbeat, d.rtt.as_ref());
         histogram::add(&mut self.request, d.request.as_ref());
         histogram::add(&mut self.push, d.push.as_ref());
     }
 
-    pub fn due(&self, now_us: u64) -> bool {
+    pub(crate) fn due(&self, now_us: u64) -> bool {
         now_us >= self.next_us
     }
 
     /// Take a sample now (call when [`Series::due`]).
-    pub fn sample(&mut self, now_us: u64, phase: &str, c: Counters) {
+    pub(crate) fn sample(&mut self, now_us: u64, phase: &str, c: Counters) {
         let (base_us, base) = self.window.front().copied().unwrap_or((self.origin_us, Counters::default()));
         let dt = now_us.saturating_sub(base_us) as f64 / 1e6;
         let per_s = |a: u64, b: u64| if dt > 0.0 { b.saturating_sub(a) as f64 / dt } else { 0.0 };
@@ -175,7 +175,7 @@ impl Series {
 
     /// The run is over: what arrived after the last sample (workers' final
     /// reports) becomes the last interval.
-    pub fn flush(&mut self, now_us: u64) {
+    pub(crate) fn flush(&mut self, now_us: u64) {
         self.keep_interval(now_us);
         for h in [&mut self.connect, &mut self.heartbeat, &mut self.request, &mut self.push] {
             h.reset();
@@ -183,7 +183,7 @@ impl Series {
     }
 
     /// The sample taken since the last call, to add the server's side.
-    pub fn fresh(&mut self) -> Option<&mut Sample> {
+    pub(crate) fn fresh(&mut self) -> Option<&mut Sample> {
         if std::mem::take(&mut self.fresh) {
             self.samples.last_mut()
         } else {

@@ -72,45 +72,45 @@ crate::counters! {
 
 /// One worker's state, sent every stats interval.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct ClientSnapshot {
-    pub worker: usize,
+pub(crate) struct ClientSnapshot {
+    pub(crate) worker: usize,
     #[serde(flatten)]
-    pub counters: ClientCounters,
+    pub(crate) counters: ClientCounters,
     /// Interval histogram of request latency from the intended send time
     /// (µs), base64 HdrHistogram V2.
-    pub request_hist: String,
+    pub(crate) request_hist: String,
     /// The checkpoint written with this snapshot (`--reconnect`; 0: none).
     #[serde(default)]
-    pub checkpoint: u64,
+    pub(crate) checkpoint: u64,
     /// CLOCK_MONOTONIC µs when the last planned connection resolved.
-    pub ramp_done_at_us: Option<u64>,
+    pub(crate) ramp_done_at_us: Option<u64>,
     /// Interval histogram of handshake times (µs), base64 HdrHistogram V2.
-    pub connect_hist: String,
+    pub(crate) connect_hist: String,
     /// The same per handshake stage ("tcp", "tls", "upgrade"), for the
     /// stages this worker went through.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub stage_hists: BTreeMap<String, String>,
+    pub(crate) stage_hists: BTreeMap<String, String>,
     /// Interval histogram of heartbeat round trips from the intended send
     /// time (µs), base64 HdrHistogram V2.
-    pub rtt_hist: String,
+    pub(crate) rtt_hist: String,
     /// Per sequence number: (arrivals, latest arrival CLOCK_REALTIME µs).
     /// Sent as a list: integer map keys do not survive serde's internally
     /// tagged enums.
     #[serde(with = "seq_map")]
-    pub push_by_seq: BTreeMap<u64, (u64, u64)>,
+    pub(crate) push_by_seq: BTreeMap<u64, (u64, u64)>,
     /// Reconnects by second from the start of the ramp (so far; a list
     /// of pairs on the wire, as `push_by_seq`): a reconnect storm's shape.
     #[serde(default, with = "count_map")]
-    pub reconnects_by_s: BTreeMap<u64, u64>,
+    pub(crate) reconnects_by_s: BTreeMap<u64, u64>,
     /// Interval histogram of push delivery latency (µs), base64 HdrHistogram V2.
-    pub push_hist: String,
+    pub(crate) push_hist: String,
     /// Interval histogram of re-homing (µs): from a draining server's
     /// reconnect hint to established again (elsewhere).
     #[serde(default)]
-    pub rehome_hist: String,
+    pub(crate) rehome_hist: String,
     /// CLOCK_MONOTONIC µs when this snapshot was taken (exact rates).
-    pub at_us: u64,
-    pub last: bool,
+    pub(crate) at_us: u64,
+    pub(crate) last: bool,
 }
 
 crate::counters_deref!(ClientSnapshot => ClientCounters);
@@ -118,7 +118,7 @@ crate::counters_deref!(ClientSnapshot => ClientCounters);
 /// Client worker -> supervisor, one JSON object per line.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
-pub enum ClientMsg {
+pub(crate) enum ClientMsg {
     /// The worker is ready to connect.
     Ready {
         worker: usize,
@@ -135,7 +135,7 @@ pub enum ClientMsg {
 
 /// What arrives on a client supervisor's channel.
 #[derive(Debug)]
-pub enum ClientEvent {
+pub(crate) enum ClientEvent {
     Worker(usize, PoolEvent<ClientMsg>),
     /// A request to the client's read-only admin API.
     Admin(crate::admin::Request),
@@ -146,11 +146,11 @@ mod seq_map {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
     use std::collections::BTreeMap;
 
-    pub fn serialize<S: Serializer>(m: &BTreeMap<u64, (u64, u64)>, s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(m: &BTreeMap<u64, (u64, u64)>, s: S) -> Result<S::Ok, S::Error> {
         m.iter().map(|(k, (a, b))| (*k, *a, *b)).collect::<Vec<_>>().serialize(s)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<u64, (u64, u64)>, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<u64, (u64, u64)>, D::Error> {
         Ok(Vec::<(u64, u64, u64)>::deserialize(d)?.into_iter().map(|(k, a, b)| (k, (a, b))).collect())
     }
 }
@@ -159,11 +159,11 @@ mod count_map {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
     use std::collections::BTreeMap;
 
-    pub fn serialize<S: Serializer>(m: &BTreeMap<u64, u64>, s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(m: &BTreeMap<u64, u64>, s: S) -> Result<S::Ok, S::Error> {
         m.iter().map(|(k, n)| (*k, *n)).collect::<Vec<_>>().serialize(s)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<u64, u64>, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<u64, u64>, D::Error> {
         Ok(Vec::<(u64, u64)>::deserialize(d)?.into_iter().collect())
     }
 }

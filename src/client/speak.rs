@@ -20,18 +20,17 @@ use std::borrow::Cow;
 use std::collections::VecDeque;
 
 #[cfg(test)]
-pub mod hearing;
+pub(crate) mod hearing;
 
 /// Intended send times of requests awaiting responses (HTTP), in order.
 /// Boxed: 8 bytes per idle connection instead of a 32-byte VecDeque.
 #[allow(clippy::box_collection)]
-pub type Inflight = Option<Box<VecDeque<u64>>>;
+pub(crate) type Inflight = Option<Box<VecDeque<u64>>>;
 
 /// One send of a schedule: to which connection, when it was due, and
 /// where in its schedule it falls.
-pub struct Due {
-    /// The connection's slot in its worker, and its index in the plan.
-    pub slot: usize,
+pub(crate) struct Due {
+    /// The connection's index in the plan.
     pub conn: u64,
     /// Intended send time (µs, monotonic).
     pub intended: u64,
@@ -42,7 +41,7 @@ pub struct Due {
 
 /// What a speaker hearing one connection's bytes needs of it, and what
 /// it tells the worker back, for one readiness event (every chunk of it).
-pub struct Ear<'a> {
+pub(crate) struct Ear<'a> {
     /// The connection's slot in its worker.
     pub slot: usize,
     /// Still waiting for the answer to its opening (a WebSocket Upgrade,
@@ -61,13 +60,13 @@ pub struct Ear<'a> {
 }
 
 /// Loss reason of a connection a draining server closed with a hint.
-pub const GOAWAY: &str = "server_goaway";
+pub(crate) const GOAWAY: &str = "server_goaway";
 
 /// Why what a connection heard ends it, named like the loss counter
 /// ("bad_frame_too_long", "ws_close_1008"): most are fixed names, a few
 /// carry a code, so no allocation unless one does.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stop(pub Cow<'static, str>);
+pub(crate) struct Stop(pub(crate) Cow<'static, str>);
 
 impl From<&'static str> for Stop {
     fn from(reason: &'static str) -> Stop {
@@ -88,7 +87,7 @@ impl From<Stop> for String {
 }
 
 /// A protocol as the client speaks it.
-pub trait Speaker {
+pub(crate) trait Speaker {
     /// Whether what `open` writes must be answered before the connection
     /// is established (a WebSocket Upgrade): till then it stays
     /// "connecting", under the connect timeout, until a `hear` clears
@@ -147,7 +146,7 @@ pub trait Speaker {
 }
 
 /// The speaker of a worker's protocol.
-pub fn speaker(traffic: &Traffic, host_header: &str, shard: u64) -> Box<dyn Speaker> {
+pub(crate) fn speaker(traffic: &Traffic, host_header: &str, shard: u64) -> Box<dyn Speaker> {
     match traffic.protocol {
         Protocol::Framed => {
             Box::new(Framed { traffic: traffic.clone(), assembling: Default::default(), tokens: traffic.jwt_secret.as_deref().map(super::token::Minter::new) })

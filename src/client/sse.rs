@@ -17,7 +17,7 @@ const LIMITS: Limits = Limits { max_line: 1 << 20, max_event: 1 << 20 };
 /// Longest response head the client accepts before the stream.
 const MAX_HEAD: usize = 64 * 1024;
 
-pub struct SseSpeaker {
+pub(crate) struct SseSpeaker {
     traffic: Traffic,
     host_header: String,
     header_lines: String,
@@ -26,7 +26,7 @@ pub struct SseSpeaker {
 }
 
 impl SseSpeaker {
-    pub fn new(traffic: &Traffic, host_header: &str) -> SseSpeaker {
+    pub(crate) fn new(traffic: &Traffic, host_header: &str) -> SseSpeaker {
         SseSpeaker { traffic: traffic.clone(), host_header: host_header.to_string(), header_lines: traffic.header_lines(), last_ids: HashMap::new() }
     }
 }

@@ -16,18 +16,19 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 /// Most stages a run takes.
-pub const MAX_STAGES: usize = 100;
+pub(crate) const MAX_STAGES: usize = 100;
 /// Highest target a stage may name (the plan then checks it fits).
-pub const MAX_TARGET: u64 = 100_000_000;
+pub(crate) const MAX_TARGET: u64 = 100_000_000;
 /// Longest the stages may last together.
 const MAX_TOTAL: Duration = crate::values::MAX_DURATION;
 /// The accepted syntax, for every error message.
-pub const SYNTAX: &str = "expected DURATION:TARGET[@RATE/s] stages separated by commas, e.g. 30s:10000,2m:10000,30s:50000,1m:0 or 30s:1000@50/s,1m:1000@200/s \
+pub(crate) const SYNTAX: &str =
+    "expected DURATION:TARGET[@RATE/s] stages separated by commas, e.g. 30s:10000,2m:10000,30s:50000,1m:0 or 30s:1000@50/s,1m:1000@200/s \
      (TARGET: open connections, 0 to 100M; RATE: requests per connection, as --request-rate)";
 
 /// One stage: reach `target` open connections, linearly, over `duration`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Stage {
+pub(crate) struct Stage {
     pub duration: Duration,
     pub target: u64,
     /// Requests per second per connection during this stage (None: the
@@ -37,23 +38,23 @@ pub struct Stage {
 
 /// The stages of a run, in order (never empty once parsed).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Stages(pub Vec<Stage>);
+pub(crate) struct Stages(pub Vec<Stage>);
 
 /// The phase name of stage `i` (0-based): `stage1` .. `stage100`.
-pub fn name(i: usize) -> &'static str {
+pub(crate) fn name(i: usize) -> &'static str {
     static NAMES: OnceLock<Vec<&'static str>> = OnceLock::new();
     let names = NAMES.get_or_init(|| (1..=MAX_STAGES).map(|n| &*Box::leak(format!("stage{n}").into_boxed_str())).collect());
     names.get(i).copied().unwrap_or("stage")
 }
 
 /// The stage index a phase name names (`stage2` -> 1), if it is one.
-pub fn index_of(phase: &str) -> Option<usize> {
+pub(crate) fn index_of(phase: &str) -> Option<usize> {
     let n: usize = phase.strip_prefix("stage")?.parse().ok()?;
     (1..=MAX_STAGES).contains(&n).then(|| n - 1)
 }
 
 /// Parse `--stages` (see [`SYNTAX`]).
-pub fn parse(s: &str) -> Result<Stages, String> {
+pub(crate) fn parse(s: &str) -> Result<Stages, String> {
     let s = s.trim();
     if s.is_empty() {
         return Err(format!("no stages given; {SYNTAX}"));
@@ -103,7 +104,7 @@ pub fn parse(s: &str) -> Result<Stages, String> {
 
 /// Worker i's share of `target` over w workers: the g < target with
 /// g % w == i. Monotonic in `target`; the shares add up to it.
-pub fn share_of(target: u64, i: u64, w: u64) -> u64 {
+pub(crate) fn share_of(target: u64, i: u64, w: u64) -> u64 {
     let w = w.max(1);
     if i >= w {
         return 0;
@@ -113,23 +114,23 @@ pub fn share_of(target: u64, i: u64, w: u64) -> u64 {
 
 impl Stages {
     /// The highest target: what the plan is sized for.
-    pub fn highest(&self) -> u64 {
+    pub(crate) fn highest(&self) -> u64 {
         self.0.iter().map(|s| s.target).max().unwrap_or(0)
     }
 
     /// How long all the stages last (µs).
-    pub fn total_us(&self) -> u64 {
+    pub(crate) fn total_us(&self) -> u64 {
         self.0.iter().map(|s| s.duration.as_micros() as u64).sum()
     }
 
     /// When stage `i` starts, µs from the start of the first.
-    pub fn start_of_us(&self, i: usize) -> u64 {
+    pub(crate) fn start_of_us(&self, i: usize) -> u64 {
         self.0.iter().take(i).map(|s| s.duration.as_micros() as u64).sum()
     }
 
     /// The stage under way `elapsed_us` after the start (the last one
     /// from its end on).
-    pub fn index_at(&self, elapsed_us: u64) -> usize {
+    pub(crate) fn index_at(&self, elapsed_us: u64) -> usize {
         let mut end = 0u64;
         for (i, s) in self.0.iter().enumerate() {
             end += s.duration.as_micros() as u64;
@@ -144,7 +145,7 @@ impl Stages {
     /// the previous stage's target (0 before the first) to this one's,
     /// rounded down going up and up going down (a stage's end reaches its
     /// target exactly; the last target holds after the end).
-    pub fn target_at(&self, elapsed_us: u64) -> u64 {
+    pub(crate) fn target_at(&self, elapsed_us: u64) -> u64 {
         let mut from = 0u64;
         let mut start = 0u64;
         for s in &self.0 {
@@ -165,13 +166,13 @@ impl Stages {
     }
 
     /// Worker i of w's share of every stage ([`share_of`]).
-    pub fn share(&self, i: u64, w: u64) -> Stages {
+    pub(crate) fn share(&self, i: u64, w: u64) -> Stages {
         Stages(self.0.iter().map(|s| Stage { target: share_of(s.target, i, w), ..s.clone() }).collect())
     }
 
     /// The fastest change of any stage, in connections per second (at
     /// least 1): what paces the handshakes a worker keeps in flight.
-    pub fn steepest_rate(&self) -> u64 {
+    pub(crate) fn steepest_rate(&self) -> u64 {
         let mut from = 0u64;
         let mut most = 1.0f64;
         for s in &self.0 {
@@ -184,13 +185,14 @@ impl Stages {
 
     /// The request rate per connection of stage `i`, with `default` (the
     /// run's `--request-rate`) for a stage that names none.
-    pub fn request_rate(&self, i: usize, default: Option<f64>) -> Option<f64> {
+    #[cfg(test)]
+    pub(crate) fn request_rate(&self, i: usize, default: Option<f64>) -> Option<f64> {
         self.0.get(i).and_then(|s| s.request_rate).or(default)
     }
 
     /// Requests the stages offer in all: each stage's rate (resolved)
     /// times its mean target times its seconds.
-    pub fn offered_requests(&self) -> f64 {
+    pub(crate) fn offered_requests(&self) -> f64 {
         let mut from = 0u64;
         let mut sum = 0.0;
         for s in &self.0 {
@@ -198,11 +200,6 @@ impl Stages {
             from = s.target;
         }
         sum
-    }
-
-    /// Whether any stage sets a request rate of its own.
-    pub fn any_request_rate(&self) -> bool {
-        self.0.iter().any(|s| s.request_rate.is_some())
     }
 }
 

@@ -11,7 +11,7 @@ use crate::stats::progress::Progress;
 use std::collections::BTreeMap;
 
 /// Print the client summary for people.
-pub fn print_summary(s: &ClientSummary, progress: &mut Progress) {
+pub(crate) fn print_summary(s: &ClientSummary, progress: &mut Progress) {
     progress.finish();
     let ms = |l: &LatencySummary| format!("p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms", l.p50_ms, l.p99_ms, l.max_ms);
     println!("protocol      {}", s.mode);
@@ -179,7 +179,7 @@ fn print_phases(phases: &[super::phases::PhaseResult]) {
 }
 
 /// What the connections speak and send, for the summary's first line.
-pub fn describe_mode(target: std::net::IpAddr, load: &LoadConfig) -> String {
+pub(crate) fn describe_mode(target: std::net::IpAddr, load: &LoadConfig) -> String {
     let requests = load.traffic.request_rate.is_some();
     let base = describe_protocol(target, load, requests);
     match &load.traffic.tls {
@@ -258,7 +258,7 @@ fn describe_protocol(target: std::net::IpAddr, load: &LoadConfig, requests: bool
 
 /// One sentence on why connections were lost: the dominant reason, and a
 /// protocol-mismatch hint when most died before any answer.
-pub fn loss_verdict(lost: &BTreeMap<String, u64>, unanswered: u64) -> Option<String> {
+pub(crate) fn loss_verdict(lost: &BTreeMap<String, u64>, unanswered: u64) -> Option<String> {
     let total: u64 = lost.values().sum();
     let (reason, n) = lost.iter().max_by_key(|(_, n)| **n)?;
     if total == 0 {

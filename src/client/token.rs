@@ -17,7 +17,7 @@ use ring::hmac;
 /// How long a minted token is valid.
 const VALID_S: u64 = 24 * 3600;
 
-pub struct Minter {
+pub(crate) struct Minter {
     key: hmac::Key,
     /// `base64url({"alg":"HS256","typ":"JWT"}).`
     head: String,
@@ -25,13 +25,13 @@ pub struct Minter {
 }
 
 impl Minter {
-    pub fn new(secret: &[u8]) -> Minter {
+    pub(crate) fn new(secret: &[u8]) -> Minter {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         Minter { key: hmac::Key::new(hmac::HMAC_SHA256, secret), head: B64.encode(br#"{"alg":"HS256","typ":"JWT"}"#) + ".", exp: now + VALID_S }
     }
 
     /// The token of connection `conn`.
-    pub fn mint(&self, conn: u64) -> String {
+    pub(crate) fn mint(&self, conn: u64) -> String {
         let claims = format!(r#"{{"sub":"c{conn}","exp":{},"topics":["*"]}}"#, self.exp);
         let mut t = String::with_capacity(self.head.len() + claims.len() * 4 / 3 + 48);
         t.push_str(&self.head);

@@ -5,7 +5,7 @@
 use std::net::{IpAddr, ToSocketAddrs};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Url {
+pub(crate) struct Url {
     /// WebSocket (ws, wss) or HTTP (http, https).
     pub websocket: bool,
     /// wss:// or https://.
@@ -22,7 +22,7 @@ pub struct Url {
 
 impl Url {
     /// The Host header: the host, and the port unless it is the scheme's.
-    pub fn authority(&self) -> String {
+    pub(crate) fn authority(&self) -> String {
         let default = if self.tls { 443 } else { 80 };
         let host = if self.host.contains(':') { format!("[{}]", self.host) } else { self.host.clone() };
         if self.port == default {
@@ -34,7 +34,7 @@ impl Url {
 }
 
 /// Parse `--url` (no name lookup: see [`url_arg`]).
-pub fn parse_url(s: &str) -> Result<Url, String> {
+pub(crate) fn parse_url(s: &str) -> Result<Url, String> {
     let (websocket, tls, rest) = if let Some(r) = s.strip_prefix("ws://") {
         (true, false, r)
     } else if let Some(r) = s.strip_prefix("wss://") {
@@ -80,7 +80,7 @@ pub fn parse_url(s: &str) -> Result<Url, String> {
 
 /// Parse `--url` and resolve its host: every address it has (see
 /// [`one_family`]).
-pub fn url_arg(s: &str) -> Result<Url, String> {
+pub(crate) fn url_arg(s: &str) -> Result<Url, String> {
     let mut u = parse_url(s)?;
     if u.addrs.is_empty() {
         u.addrs = resolve(&u.host, u.port)?;
@@ -91,7 +91,7 @@ pub fn url_arg(s: &str) -> Result<Url, String> {
 /// Keep the addresses of one family: that of `--source-ips` when given
 /// (and the host has such addresses; if not, the plan refuses the mix),
 /// else of the resolver's first choice.
-pub fn one_family(addrs: &mut Vec<IpAddr>, sources_v6: Option<bool>) {
+pub(crate) fn one_family(addrs: &mut Vec<IpAddr>, sources_v6: Option<bool>) {
     let Some(v6) = sources_v6.filter(|v6| addrs.iter().any(|a| a.is_ipv6() == *v6)).or_else(|| addrs.first().map(IpAddr::is_ipv6)) else { return };
     addrs.retain(|a| a.is_ipv6() == v6);
 }

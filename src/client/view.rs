@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 /// The client as a whole: every counter summed over its workers, and what
 /// only the whole can say.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct ClientTotals {
+pub(crate) struct ClientTotals {
     #[serde(flatten)]
     pub counters: ClientCounters,
     pub cpu_seconds: f64,
@@ -27,7 +27,7 @@ crate::counters_deref!(ClientTotals => ClientCounters);
 /// A snapshot's interval histograms, decoded once for every place that
 /// adds them up (the run, its phases, its time series).
 #[derive(Default)]
-pub struct Intervals {
+pub(crate) struct Intervals {
     pub connect: Option<Histogram<u64>>,
     pub rtt: Option<Histogram<u64>>,
     pub request: Option<Histogram<u64>>,
@@ -38,7 +38,7 @@ pub struct Intervals {
 }
 
 impl Intervals {
-    pub fn of(s: &ClientSnapshot) -> Intervals {
+    pub(crate) fn of(s: &ClientSnapshot) -> Intervals {
         Intervals {
             connect: histogram::decode(&s.connect_hist),
             rtt: histogram::decode(&s.rtt_hist),
@@ -51,10 +51,10 @@ impl Intervals {
 }
 
 /// Loss reason of connections that died with their client worker.
-pub const WORKER_CRASHED: &str = "worker_crashed";
+pub(crate) const WORKER_CRASHED: &str = "worker_crashed";
 /// Why connections of a worker stopped at the end of a close that took
 /// too long were not settled.
-pub const WORKER_STOPPED: &str = "worker_stopped";
+pub(crate) const WORKER_STOPPED: &str = "worker_stopped";
 
 /// A worker ended before it settled everything: its handshakes in flight
 /// failed and its queued connections were not attempted, for `reason`.
@@ -67,7 +67,7 @@ fn settle(s: &mut ClientSnapshot, reason: &str) {
     }
 }
 
-pub struct ClientView {
+pub(crate) struct ClientView {
     latest: Vec<Option<ClientSnapshot>>,
     /// Workers that died before their final snapshot.
     dead: Vec<bool>,
@@ -89,7 +89,7 @@ pub struct ClientView {
 }
 
 impl ClientView {
-    pub fn new(workers: usize) -> ClientView {
+    pub(crate) fn new(workers: usize) -> ClientView {
         ClientView {
             latest: vec![None; workers],
             dead: vec![false; workers],
@@ -105,7 +105,7 @@ impl ClientView {
         }
     }
 
-    pub fn update(&mut self, s: ClientSnapshot, h: &Intervals) {
+    pub(crate) fn update(&mut self, s: ClientSnapshot, h: &Intervals) {
         histogram::add(&mut self.connect_hist, h.connect.as_ref());
         histogram::add(&mut self.rtt_hist, h.rtt.as_ref());
         histogram::add(&mut self.rtt_interval, h.rtt.as_ref());
@@ -122,23 +122,23 @@ impl ClientView {
         }
     }
 
-    pub fn worker_count(&self) -> usize {
+    pub(crate) fn worker_count(&self) -> usize {
         self.latest.len()
     }
 
     /// Workers done: sent their final snapshot, or died.
-    pub fn finished(&self) -> usize {
+    pub(crate) fn finished(&self) -> usize {
         self.latest.iter().zip(&self.dead).filter(|(s, dead)| **dead || s.as_ref().is_some_and(|s| s.last)).count()
     }
 
-    pub fn is_finished(&self, i: usize) -> bool {
+    pub(crate) fn is_finished(&self, i: usize) -> bool {
         self.dead.get(i).copied().unwrap_or(true) || self.latest.get(i).and_then(|s| s.as_ref()).is_some_and(|s| s.last)
     }
 
     /// Worker `i` was stopped by the supervisor after the hold: nothing
     /// lost; what it had not settled is counted (handshakes in flight
     /// failed, queued connections not attempted: `worker_stopped`).
-    pub fn stopped(&mut self, i: usize) {
+    pub(crate) fn stopped(&mut self, i: usize) {
         if let Some(d) = self.dead.get_mut(i) {
             *d = true;
         }
@@ -149,13 +149,13 @@ impl ClientView {
     }
 
     /// When worker `i`'s last report was taken (CLOCK_MONOTONIC µs).
-    pub fn last_report_us(&self, i: usize) -> Option<u64> {
+    pub(crate) fn last_report_us(&self, i: usize) -> Option<u64> {
         self.latest.get(i).and_then(|s| s.as_ref()).map(|s| s.at_us)
     }
 
     /// Why worker `i` has not finished closing, from its last report
     /// (`limit`: the close's time limit passed, else it fell silent).
-    pub fn why_not_closed(&self, i: usize, now_us: u64, limit: bool) -> String {
+    pub(crate) fn why_not_closed(&self, i: usize, now_us: u64, limit: bool) -> String {
         let c = crate::stats::format::count;
         let when = if limit { "the close's time limit passed".to_string() } else { "it sent no report for 20 s".to_string() };
         let Some(s) = self.latest.get(i).and_then(|s| s.as_ref()) else { return format!("{when}; it never reported") };
@@ -170,7 +170,7 @@ impl ClientView {
     }
 
     /// The checkpoint of worker `i`'s last snapshot (0: none came).
-    pub fn checkpoint_of(&self, i: usize) -> u64 {
+    pub(crate) fn checkpoint_of(&self, i: usize) -> u64 {
         self.latest.get(i).and_then(|s| s.as_ref()).map_or(0, |s| s.checkpoint)
     }
 
@@ -178,7 +178,7 @@ impl ClientView {
     /// counted (its last snapshot agrees with the checkpoint the
     /// replacement goes on from), its connections are not lost, and its
     /// heartbeats in flight are abandoned.
-    pub fn replaced(&mut self, i: usize) {
+    pub(crate) fn replaced(&mut self, i: usize) {
         let Some(slot) = self.latest.get_mut(i) else { return };
         self.dead[i] = true;
         if let Some(s) = slot.as_mut() {
@@ -190,7 +190,7 @@ impl ClientView {
     }
 
     /// A worker started after the others (a replacement).
-    pub fn add_worker(&mut self) {
+    pub(crate) fn add_worker(&mut self) {
         self.latest.push(None);
         self.dead.push(false);
         self.late.push(true);
@@ -198,7 +198,7 @@ impl ClientView {
 
     /// Worker `i` died: its open connections are lost (`worker_crashed`)
     /// and its handshakes in flight failed. Returns the connections lost.
-    pub fn retire(&mut self, i: usize) -> u64 {
+    pub(crate) fn retire(&mut self, i: usize) -> u64 {
         let Some(slot) = self.latest.get_mut(i) else { return 0 };
         self.dead[i] = true;
         let s = slot.get_or_insert_with(|| ClientSnapshot { worker: i, ..Default::default() });
@@ -212,7 +212,7 @@ impl ClientView {
         lost
     }
 
-    pub fn totals(&self) -> ClientTotals {
+    pub(crate) fn totals(&self) -> ClientTotals {
         let s: Vec<&ClientSnapshot> = self.latest.iter().flatten().collect();
         // The ramp is the first workers' (a replacement's reopening is not).
         let first: Vec<&ClientSnapshot> = self.latest.iter().zip(&self.late).filter(|(_, late)| !**late).filter_map(|(x, _)| x.as_ref()).collect();
@@ -235,17 +235,17 @@ impl ClientView {
     }
 
     /// (snapshot time µs, replies so far) of every worker's latest snapshot.
-    pub fn reply_marks(&self) -> Vec<Option<(u64, u64)>> {
+    pub(crate) fn reply_marks(&self) -> Vec<Option<(u64, u64)>> {
         self.latest.iter().map(|s| s.as_ref().map(|s| (s.at_us, s.replies))).collect()
     }
 
-    pub fn take_interval_requests(&mut self) -> LatencySummary {
+    pub(crate) fn take_interval_requests(&mut self) -> LatencySummary {
         let s = histogram::summarize(&self.request_interval);
         self.request_interval.reset();
         s
     }
 
-    pub fn take_interval_rtt(&mut self) -> LatencySummary {
+    pub(crate) fn take_interval_rtt(&mut self) -> LatencySummary {
         let s = histogram::summarize(&self.rtt_interval);
         self.rtt_interval.reset();
         s

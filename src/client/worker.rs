@@ -42,7 +42,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ClientWorkerConfig {
+pub(crate) struct ClientWorkerConfig {
     pub worker: usize,
     pub target: IpAddr,
     /// Where a connection told to go away moves, in turn (then `target` again).
@@ -88,7 +88,7 @@ pub struct ClientWorkerConfig {
 
 mod connect;
 mod keep;
-pub mod outage;
+pub(crate) mod outage;
 mod ring;
 mod schedule;
 mod stages;
@@ -293,7 +293,7 @@ struct Worker {
     ring: Option<crate::uring::Pending>,
 }
 
-pub fn run(cfg: ClientWorkerConfig) -> Result<()> {
+pub(crate) fn run(cfg: ClientWorkerConfig) -> Result<()> {
     crate::sys::raise_fd_limit();
     let poll = Poll::new()?;
     let n = cfg.count as usize;

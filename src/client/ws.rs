@@ -21,10 +21,10 @@ use crate::proto::ws::frame::{self, Event, Fragments, Opcode, Reader, Role};
 use crate::proto::ws::handshake;
 
 /// Largest message the client accepts from a server (all fragments).
-pub const MAX_MESSAGE: usize = 1 << 20;
+pub(crate) const MAX_MESSAGE: usize = 1 << 20;
 
 /// The request target of connection `g`, with its subscriptions.
-pub fn target_with_topics(target: &str, topics: &[String]) -> String {
+pub(crate) fn target_with_topics(target: &str, topics: &[String]) -> String {
     if topics.is_empty() {
         return target.to_string();
     }
@@ -34,12 +34,12 @@ pub fn target_with_topics(target: &str, topics: &[String]) -> String {
 
 /// A heartbeat: a masked ping carrying its intended send time (padded to
 /// `size`, at most 125 bytes, the control-frame limit).
-pub fn encode_ping(out: &mut Vec<u8>, stamp_us: u64, size: usize, mask: [u8; 4]) {
+pub(crate) fn encode_ping(out: &mut Vec<u8>, stamp_us: u64, size: usize, mask: [u8; 4]) {
     frame::encode(out, true, Opcode::Ping, &stamped(stamp_us, size.clamp(8, frame::MAX_CONTROL)), Some(mask));
 }
 
 /// A request: a masked binary message carrying its intended send time.
-pub fn encode_request(out: &mut Vec<u8>, stamp_us: u64, size: usize, mask: [u8; 4]) {
+pub(crate) fn encode_request(out: &mut Vec<u8>, stamp_us: u64, size: usize, mask: [u8; 4]) {
     frame::encode(out, true, Opcode::Binary, &stamped(stamp_us, size.max(8)), Some(mask));
 }
 
@@ -53,7 +53,7 @@ pub(super) use super::push_json::account_text;
 
 /// What one read of a WebSocket connection found besides the accounting.
 #[derive(Default)]
-pub struct ReadOutcome {
+pub(crate) struct ReadOutcome {
     /// The 101 arrived and checked out in this read.
     pub upgraded: bool,
     /// The server closed with this status code (0: none given).
@@ -63,7 +63,7 @@ pub struct ReadOutcome {
 }
 
 /// Everything the read path of one WebSocket connection needs.
-pub struct WsRead<'a> {
+pub(crate) struct WsRead<'a> {
     /// Still waiting for the 101: the key the answer must match.
     pub key: Option<&'a str>,
     /// `--ws-subprotocol`: the 101 must pick one of these.
@@ -85,7 +85,7 @@ pub struct WsRead<'a> {
 
 impl WsRead<'_> {
     /// Consume the handshake answer (if due) and whole frames from `buf`.
-    pub fn consume(&mut self, buf: &[u8], replies: &mut Replies<'_>) -> Result<usize, &'static str> {
+    pub(crate) fn consume(&mut self, buf: &[u8], replies: &mut Replies<'_>) -> Result<usize, &'static str> {
         let mut pos = 0;
         if let Some(key) = self.key {
             match handshake::parse_response_deflate(buf, key, self.subprotocols, self.inflate.is_some())? {
@@ -157,7 +157,7 @@ impl WsRead<'_> {
 }
 
 /// `--protocol ws` as a worker speaks it.
-pub struct WsSpeaker {
+pub(crate) struct WsSpeaker {
     traffic: Traffic,
     host_header: String,
     header_lines: String,
@@ -188,7 +188,7 @@ struct ClientDeflate {
 }
 
 impl WsSpeaker {
-    pub fn new(traffic: &Traffic, host_header: &str, shard: u64) -> WsSpeaker {
+    pub(crate) fn new(traffic: &Traffic, host_header: &str, shard: u64) -> WsSpeaker {
         use rand::SeedableRng;
         WsSpeaker {
             traffic: traffic.clone(),

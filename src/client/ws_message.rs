@@ -17,7 +17,7 @@ enum Part {
 }
 
 #[derive(Debug, Clone)]
-pub struct WsMessage {
+pub(crate) struct WsMessage {
     parts: Vec<Part>,
     pub binary: bool,
 }
@@ -27,7 +27,7 @@ const PLACEHOLDERS: [(&[u8], Part); 4] = [(b"{conn}", Part::Conn), (b"{shard}", 
 impl WsMessage {
     /// From `--message` (its escapes already applied; a raw-style `\{ts}`
     /// marker counts as `{ts}`).
-    pub fn new(m: &RawMessage, binary: bool) -> WsMessage {
+    pub(crate) fn new(m: &RawMessage, binary: bool) -> WsMessage {
         let mut parts = Vec::new();
         let mut lit = Vec::new();
         let mut i = 0;
@@ -53,11 +53,12 @@ impl WsMessage {
     }
 
     /// Whether echoes can be timed (the message has a `{ts}`).
-    pub fn timed(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn timed(&self) -> bool {
         self.parts.contains(&Part::Ts)
     }
 
-    pub fn render(&self, out: &mut Vec<u8>, conn: u64, shard: u64, seq: u64, ts: u64) {
+    pub(crate) fn render(&self, out: &mut Vec<u8>, conn: u64, shard: u64, seq: u64, ts: u64) {
         for p in &self.parts {
             match p {
                 Part::Bytes(b) => out.extend_from_slice(b),
@@ -70,7 +71,7 @@ impl WsMessage {
     }
 
     /// If `echo` has this message's shape: Some(its `{ts}`, if it has one).
-    pub fn echo_of(&self, echo: &[u8]) -> Option<Option<u64>> {
+    pub(crate) fn echo_of(&self, echo: &[u8]) -> Option<Option<u64>> {
         let mut rest = echo;
         let mut ts = None;
         for p in &self.parts {

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 /// The NATS credentials of a node. Debug never shows a secret.
 #[derive(Clone, Default, PartialEq, Eq)]
-pub struct NatsAuth {
+pub(crate) struct NatsAuth {
     pub user: Option<String>,
     pub password: Option<String>,
     pub token: Option<String>,
@@ -41,7 +41,7 @@ impl fmt::Debug for NatsAuth {
 /// A secret read from a file, as the command line holds it: its Debug
 /// never shows it.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Secret(pub String);
+pub(crate) struct Secret(pub String);
 
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -50,13 +50,13 @@ impl fmt::Debug for Secret {
 }
 
 /// [`read_secret`], kept as a [`Secret`].
-pub fn secret_file(flag: &'static str) -> impl Fn(&str) -> Result<Secret, String> + Clone + Send + Sync + 'static {
+pub(crate) fn secret_file(flag: &'static str) -> impl Fn(&str) -> Result<Secret, String> + Clone + Send + Sync + 'static {
     move |path| read_secret(flag, path).map(Secret)
 }
 
 /// Read a secret file for `flag`: its contents, trimmed (a trailing newline
 /// from `echo` or a Secret is not part of the secret).
-pub fn read_secret(flag: &str, path: &str) -> Result<String, String> {
+pub(crate) fn read_secret(flag: &str, path: &str) -> Result<String, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("{flag} '{path}': {e}; give a readable file holding the secret (e.g. a mounted Kubernetes Secret)"))?;
     let text = text.trim().to_string();
@@ -67,13 +67,13 @@ pub fn read_secret(flag: &str, path: &str) -> Result<String, String> {
 }
 
 /// A file that must exist and be readable (a certificate or key).
-pub fn readable(flag: &str, path: &str) -> Result<PathBuf, String> {
+pub(crate) fn readable(flag: &str, path: &str) -> Result<PathBuf, String> {
     std::fs::File::open(path).map_err(|e| format!("{flag} '{path}': {e}; give a readable PEM file"))?;
     Ok(PathBuf::from(path))
 }
 
 /// An nkey seed file: one user seed (`SU...`).
-pub fn read_nkey(flag: &str, path: &str) -> Result<String, String> {
+pub(crate) fn read_nkey(flag: &str, path: &str) -> Result<String, String> {
     let seed = read_secret(flag, path)?;
     if !seed.starts_with("SU") {
         return Err(format!("{flag} '{path}' does not hold a user nkey seed (it starts with SU); make one with `nk -gen user > node.nk`"));
@@ -82,7 +82,7 @@ pub fn read_nkey(flag: &str, path: &str) -> Result<String, String> {
 }
 
 /// A creds file (as `nsc` writes it): a user JWT and its nkey seed.
-pub fn read_creds(flag: &str, path: &str) -> Result<String, String> {
+pub(crate) fn read_creds(flag: &str, path: &str) -> Result<String, String> {
     let text = read_secret(flag, path)?;
     if !text.contains("BEGIN NATS USER JWT") || !text.contains("BEGIN USER NKEY SEED") {
         return Err(format!("{flag} '{path}' is not a NATS creds file (a user JWT and an nkey seed); make one with `nsc generate creds`"));
@@ -93,7 +93,7 @@ pub fn read_creds(flag: &str, path: &str) -> Result<String, String> {
 impl NatsAuth {
     /// Credentials the URL carries, for what the flags leave unset:
     /// `user:pass@` is a user and password, a lone `token@` a token.
-    pub fn with_url_credentials(mut self, url: &str) -> NatsAuth {
+    pub(crate) fn with_url_credentials(mut self, url: &str) -> NatsAuth {
         let Some(addr) = url.split(',').filter_map(|u| u.trim().parse::<async_nats::ServerAddr>().ok()).find(|a| a.has_user_pass()) else { return self };
         match (addr.username(), addr.password()) {
             (Some(u), Some(p)) if self.user.is_none() && self.password.is_none() => {
@@ -108,7 +108,7 @@ impl NatsAuth {
 
     /// Check the combination: one way to authenticate, a password with a
     /// user, TLS files with a tls:// or TLS-requiring server.
-    pub fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), String> {
         let ways = [self.password.is_some() || self.user.is_some(), self.token.is_some(), self.nkey_seed.is_some(), self.creds.is_some()];
         if ways.iter().filter(|w| **w).count() > 1 {
             return Err("give one way to authenticate to NATS: --cluster-user with --cluster-password-file, --cluster-token-file, --cluster-nkey-file or --cluster-creds".into());
@@ -120,7 +120,7 @@ impl NatsAuth {
     }
 
     /// The options that carry these credentials.
-    pub fn apply(&self, mut opts: async_nats::ConnectOptions) -> Result<async_nats::ConnectOptions, String> {
+    pub(crate) fn apply(&self, mut opts: async_nats::ConnectOptions) -> Result<async_nats::ConnectOptions, String> {
         if let (Some(u), Some(p)) = (&self.user, &self.password) {
             opts = opts.user_and_password(u.clone(), p.clone());
         }
@@ -145,7 +145,7 @@ impl NatsAuth {
 
 /// `url` (one or a comma-separated list) without credentials: what this
 /// node shows in /healthz, logs, events and errors.
-pub fn redact(url: &str) -> String {
+pub(crate) fn redact(url: &str) -> String {
     url.split(',')
         .map(|one| {
             let one = one.trim();

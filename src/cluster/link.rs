@@ -41,7 +41,7 @@ fn reconnect_delay(attempt: usize) -> Duration {
 
 /// One message for NATS.
 #[derive(Debug, Clone)]
-pub struct Out {
+pub(crate) struct Out {
     pub stream: Stream,
     pub topic: String,
     /// Unicast: (owner node, its local id).
@@ -157,7 +157,7 @@ impl Shared {
 const AUTH_HINT: &str = "NATS refused this node's credentials; give what the NATS server requires: --cluster-user with --cluster-password-file, --cluster-token-file, --cluster-nkey-file or --cluster-creds (or nats://USER:PASS@HOST:PORT)";
 
 /// A node's link, owned by the server supervisor.
-pub struct Link {
+pub(crate) struct Link {
     pub cfg: ClusterConfig,
     cmds: UnboundedSender<Cmd>,
     shared: Arc<Shared>,
@@ -169,7 +169,7 @@ pub struct Link {
 impl Link {
     /// Start the link thread; it connects (and reconnects) by itself, so
     /// a NATS server that is not up yet is not an error.
-    pub fn start(cfg: ClusterConfig, tx: Sink<ClusterEvent>) -> Result<Link> {
+    pub(crate) fn start(cfg: ClusterConfig, tx: Sink<ClusterEvent>) -> Result<Link> {
         super::check_node_id(&cfg.node).map_err(|e| anyhow!(e))?;
         cfg.check().map_err(|e| anyhow!(e))?;
         let (cmds, rx) = unbounded_channel();
@@ -180,11 +180,11 @@ impl Link {
         Ok(Link { cfg, cmds, shared, started: Instant::now(), topics: HashMap::new() })
     }
 
-    pub fn up(&self) -> bool {
+    pub(crate) fn up(&self) -> bool {
         self.shared.up.load(Ordering::SeqCst)
     }
 
-    pub fn status(&self) -> LinkStatus {
+    pub(crate) fn status(&self) -> LinkStatus {
         let since = self.shared.changed.lock().expect("link state").unwrap_or(self.started);
         LinkStatus {
             url: self.cfg.shown_url(),
@@ -207,25 +207,25 @@ impl Link {
     }
 
     /// Whether the history lives in JetStream (offsets the same on every node).
-    pub fn logged(&self) -> bool {
+    pub(crate) fn logged(&self) -> bool {
         self.cfg.log.is_some()
     }
 
     /// Whether this node follows `topic` (`*`: the broadcasts, always):
     /// its history of a topic it does not follow may be behind.
-    pub fn follows(&self, topic: &str) -> bool {
+    pub(crate) fn follows(&self, topic: &str) -> bool {
         topic == crate::proto::push::BROADCAST_TOPIC || self.topics.contains_key(topic)
     }
 
     /// Read what JetStream has of `topic` (`*`: broadcasts) after `after`
     /// (offset u64::MAX: only its last message); the answer comes back as
     /// `ClusterEvent::Fetched`.
-    pub fn fetch(&self, topic: &str, after: Position) {
+    pub(crate) fn fetch(&self, topic: &str, after: Position) {
         let _ = self.cmds.send(Cmd::Fetch { topic: topic.to_string(), after });
     }
 
     /// Why a publish cannot go out now (the 503's reason).
-    pub fn down_reason(&self) -> String {
+    pub(crate) fn down_reason(&self) -> String {
         let s = self.status();
         let ever = self.shared.ever_up.load(Ordering::SeqCst);
         format!(
@@ -238,39 +238,39 @@ impl Link {
     }
 
     /// Say what went wrong (the status's `last_error`).
-    pub fn note_error(&self, e: String) {
+    pub(crate) fn note_error(&self, e: String) {
         self.shared.error(e);
     }
 
-    pub fn failed(&self) {
+    pub(crate) fn failed(&self) {
         self.shared.publish_failures.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Send `out` through NATS; the answer comes back as
     /// `ClusterEvent::Published { request, .. }`.
-    pub fn publish(&self, request: u64, out: Vec<Out>) {
+    pub(crate) fn publish(&self, request: u64, out: Vec<Out>) {
         let _ = self.cmds.send(Cmd::Publish { request, out });
     }
 
     /// Ask the other nodes who is subscribed to `topic`; their answers
     /// come as `ClusterEvent::Presence` after [`super::PRESENCE_WINDOW`].
-    pub fn ask_presence(&self, request: u64, topic: &str) {
+    pub(crate) fn ask_presence(&self, request: u64, topic: &str) {
         let _ = self.cmds.send(Cmd::Presence { request, topic: topic.to_string() });
     }
 
     /// Tell the other nodes' subscribers who joined or left.
-    pub fn notices(&self, notices: Vec<crate::proto::push::Notice>) {
+    pub(crate) fn notices(&self, notices: Vec<crate::proto::push::Notice>) {
         let _ = self.cmds.send(Cmd::Notices(serde_json::to_vec(&notices).expect("serializes")));
     }
 
     /// Answer a unicast another node routed here.
-    pub fn reply(&self, subject: String, body: Vec<u8>) {
+    pub(crate) fn reply(&self, subject: String, body: Vec<u8>) {
         let _ = self.cmds.send(Cmd::Reply { subject, body });
     }
 
     /// A worker's topics gained their first or lost their last subscriber.
     /// Returns the topics this node starts following.
-    pub fn topics_changed(&mut self, worker: usize, changes: &[(String, bool)]) -> Vec<String> {
+    pub(crate) fn topics_changed(&mut self, worker: usize, changes: &[(String, bool)]) -> Vec<String> {
         let mut started = Vec::new();
         for (topic, on) in changes {
             if !super::topic_fits_subject(topic) {
@@ -301,7 +301,7 @@ impl Link {
     }
 
     /// A worker exited: its subscribers are gone.
-    pub fn worker_gone(&mut self, worker: usize) {
+    pub(crate) fn worker_gone(&mut self, worker: usize) {
         let theirs: Vec<String> = self.topics.iter().filter(|(_, s)| s.contains(&worker)).map(|(t, _)| t.clone()).collect();
         for t in theirs {
             self.drop_worker_topic(&t, worker);
@@ -964,7 +964,6 @@ fn decode(m: &Parts, max_push: usize) -> Result<Inbound, String> {
         topic,
         target,
         publish_us: stamp.parse().map_err(|_| format!("{H_PUBLISH_US} '{stamp}' is not a number"))?,
-        origin: m.get(H_ORIGIN).to_string(),
         data: m.payload.to_vec(),
         reply: m.reply.map(|r| r.to_string()),
         at,

@@ -38,18 +38,18 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub const STREAM: &str = "MEGACONN";
+pub(crate) const STREAM: &str = "MEGACONN";
 const LOG_PREFIX: &str = "megaconn.log.";
 const LIVE_PREFIX: &str = "megaconn.live.";
 /// `EPOCH:OFFSET` of a message in the cluster's history.
-pub const H_POSITION: &str = "Megaconn-Position";
+pub(crate) const H_POSITION: &str = "Megaconn-Position";
 /// The stream sequence of the topic's previous message when a message
 /// was published (0: none): where in the stream it belongs.
-pub const H_FOLLOWS: &str = "Megaconn-Follows";
+pub(crate) const H_FOLLOWS: &str = "Megaconn-Follows";
 /// Most a genuine message's signing time and the time the stream stored
 /// it may differ (the clocks of the nodes and of NATS agree within it): a
 /// message stored later than that is a copy stored again.
-pub const STORE_WINDOW: Duration = super::sign::WINDOW;
+pub(crate) const STORE_WINDOW: Duration = super::sign::WINDOW;
 /// Least time between two warning lines about messages out of place (an
 /// attacker chooses how many there are).
 const WARN_EVERY: Duration = Duration::from_secs(10);
@@ -60,19 +60,19 @@ const MAX_TRIES: usize = 16;
 const MAX_FETCH: usize = 100_001;
 /// Most payload bytes one recovery reads from the stream (the latest
 /// ones): a subscriber further behind is told it cannot recover.
-pub const MAX_RECOVER_BYTES: usize = 4 << 20;
+pub(crate) const MAX_RECOVER_BYTES: usize = 4 << 20;
 /// Most payload bytes one gap fill reads (the latest ones; older
 /// missing messages count as lost).
-pub const MAX_FILL_BYTES: usize = 64 << 20;
+pub(crate) const MAX_FILL_BYTES: usize = 64 << 20;
 /// Longest one fetch (a gap fill or a recovery) may take.
-pub const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Topics whose last position a node remembers for its publishes.
 const MAX_HEADS: usize = 100_000;
 
 /// `--cluster-history`: where the history that gives every node the same
 /// offsets lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum HistoryMode {
+pub(crate) enum HistoryMode {
     /// In NATS JetStream (the stream `MEGACONN`; nats-server runs with -js).
     Jetstream,
     /// In each node only: offsets differ between nodes, so a client resumes only on the node it left.
@@ -82,7 +82,7 @@ pub enum HistoryMode {
 /// Where the stream keeps its messages (`--cluster-storage`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Storage {
+pub(crate) enum Storage {
     /// On the NATS server's disk (its `-sd` directory): survives a NATS restart.
     File,
     /// In the NATS server's memory: lost when it restarts (every topic gets a new epoch).
@@ -91,7 +91,7 @@ pub enum Storage {
 
 /// The stream's limits, from the node that creates it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LogConfig {
+pub(crate) struct LogConfig {
     pub storage: Storage,
     /// `--history`: messages kept per topic.
     pub per_topic: usize,
@@ -102,27 +102,27 @@ pub struct LogConfig {
 }
 
 /// The stream's subject for a message that travels on `subject`.
-pub fn log_subject(subject: &str) -> String {
+pub(crate) fn log_subject(subject: &str) -> String {
     format!("{LOG_PREFIX}{}", subject.strip_prefix("megaconn.").unwrap_or(subject))
 }
 
 /// The subject the stream republishes `subject`'s messages on.
-pub fn live_subject(subject: &str) -> String {
+pub(crate) fn live_subject(subject: &str) -> String {
     format!("{LIVE_PREFIX}{}", subject.strip_prefix("megaconn.").unwrap_or(subject))
 }
 
 /// The plain subject (`megaconn.topic.X`, `megaconn.broadcast`) of a
 /// stream or republished subject.
-pub fn plain_subject(subject: &str) -> Option<String> {
+pub(crate) fn plain_subject(subject: &str) -> Option<String> {
     let rest = subject.strip_prefix(LOG_PREFIX).or_else(|| subject.strip_prefix(LIVE_PREFIX))?;
     Some(format!("megaconn.{rest}"))
 }
 
-pub fn position_value(at: Position) -> String {
+pub(crate) fn position_value(at: Position) -> String {
     format!("{}:{}", at.epoch, at.offset)
 }
 
-pub fn parse_position(v: &str) -> Option<Position> {
+pub(crate) fn parse_position(v: &str) -> Option<Position> {
     let (e, o) = v.split_once(':')?;
     let at = Position { epoch: e.parse().ok()?, offset: o.parse().ok()? };
     (at.epoch != 0 && at.offset != 0).then_some(at)
@@ -135,7 +135,7 @@ fn new_epoch() -> u32 {
 
 /// The last message of a topic as a node knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Head {
+pub(crate) struct Head {
     /// The position of the topic's last message in place (offset 0: none
     /// yet in this epoch).
     pub at: Position,
@@ -146,14 +146,14 @@ pub struct Head {
 
 impl Head {
     /// A reader's knowledge of the stream up to this head.
-    pub fn chain(self) -> Chain {
+    pub(crate) fn chain(self) -> Chain {
         Chain { seq: Some(self.seq).filter(|s| *s > 0), at: Some(self.at).filter(|a| a.offset > 0 && a.epoch > 0) }
     }
 }
 
 /// A message read back from the stream.
 #[derive(Debug, Clone)]
-pub struct Stored {
+pub(crate) struct Stored {
     pub seq: u64,
     pub subject: String,
     pub headers: async_nats::HeaderMap,
@@ -171,7 +171,7 @@ impl Stored {
 
 /// Where a genuine (signed) message says it belongs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Place {
+pub(crate) struct Place {
     pub at: Position,
     /// [`H_FOLLOWS`].
     pub follows: u64,
@@ -181,14 +181,14 @@ pub struct Place {
 
 /// How a stored message's headers and data are checked and read by the
 /// link: Some(place) when it is a genuine message of the cluster.
-pub type Check<'a> = &'a (dyn Fn(&Stored) -> Option<Place> + Sync);
+pub(crate) type Check<'a> = &'a (dyn Fn(&Stored) -> Option<Place> + Sync);
 
 /// What a reader knows of a topic's stream before a message: the stream
 /// sequence of the topic's message before it (None: not known, e.g. the
 /// first one a walk from the start finds) and the position of the last
 /// one in place (None: none yet).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Chain {
+pub(crate) struct Chain {
     pub seq: Option<u64>,
     pub at: Option<Position>,
 }
@@ -202,7 +202,7 @@ impl Chain {
     /// published when the stream had none of the topic); or after
     /// messages this reader never saw (the stream trimmed them), later
     /// than the last one it has.
-    pub fn admit(&mut self, seq: u64, place: Place, stored_ms: u64) -> bool {
+    pub(crate) fn admit(&mut self, seq: u64, place: Place, stored_ms: u64) -> bool {
         let at = place.at;
         let next = |a: Position| a.epoch == at.epoch && at.offset == a.offset + 1;
         let recent = place.signed_ms.abs_diff(stored_ms) <= STORE_WINDOW.as_millis() as u64;
@@ -222,7 +222,7 @@ impl Chain {
     }
 
     /// A message at stream sequence `seq` that is not a node's at all.
-    pub fn skip(&mut self, seq: u64) {
+    pub(crate) fn skip(&mut self, seq: u64) {
         self.seq = Some(seq);
     }
 }
@@ -230,7 +230,7 @@ impl Chain {
 crate::counters! {
     /// The link's work with the JetStream history (`/stats`
     /// cluster.history, `/metrics` megaconn_cluster_history_*).
-    pub struct LogCounters {
+    pub(crate) struct LogCounters {
         stored: counter "stored" "Messages this node stored in the cluster's JetStream history",
         contended: counter "contended" "Publishes tried again because another node published to the topic first",
         gaps: counter "gaps" "Gaps in what NATS delivered, filled from the stream",
@@ -243,13 +243,13 @@ crate::counters! {
 
 /// Why a publish to the stream failed.
 #[derive(Debug)]
-pub struct Failed {
+pub(crate) struct Failed {
     /// Whether the stream may have stored it anyway.
     pub maybe: bool,
     pub reason: String,
 }
 
-pub struct Log {
+pub(crate) struct Log {
     js: jetstream::Context,
     cfg: LogConfig,
     /// Per topic subject: its last message, locked while a publish to it
@@ -261,20 +261,20 @@ pub struct Log {
 }
 
 impl Log {
-    pub fn new(client: async_nats::Client, cfg: LogConfig) -> Log {
+    pub(crate) fn new(client: async_nats::Client, cfg: LogConfig) -> Log {
         let mut js = jetstream::new(client);
         js.set_timeout(super::link::CONFIRM_TIMEOUT);
         Log { js, cfg, heads: Mutex::new(HashMap::new()), counters: Mutex::default(), warned: Mutex::default() }
     }
 
     /// Count something.
-    pub fn count(&self, f: impl FnOnce(&mut LogCounters)) {
+    pub(crate) fn count(&self, f: impl FnOnce(&mut LogCounters)) {
         f(&mut self.counters.lock().expect("log counters"));
     }
 
     /// A message out of place: counted, and a warning line (at most one
     /// per [`WARN_EVERY`]).
-    pub fn poisoned(&self, s: &Stored, place: Place) {
+    pub(crate) fn poisoned(&self, s: &Stored, place: Place) {
         let mut total = 0;
         self.count(|c| {
             c.poisoned += 1;
@@ -313,7 +313,7 @@ impl Log {
 
     /// Make sure the stream exists (the first node creates it; the others
     /// use it as it is). Err(fatal, reason).
-    pub async fn ensure(&self) -> Result<(), (bool, String)> {
+    pub(crate) async fn ensure(&self) -> Result<(), (bool, String)> {
         match self.js.get_or_create_stream(self.stream_config()).await {
             Ok(_) => Ok(()),
             Err(e) if e.kind() == jetstream::context::CreateStreamErrorKind::JetStreamUnavailable => Err((
@@ -333,7 +333,7 @@ impl Log {
     }
 
     /// A node saw `head` of `subject` go by: later publishes start there.
-    pub fn saw(&self, subject: &str, head: Head) {
+    pub(crate) fn saw(&self, subject: &str, head: Head) {
         let slot = self.heads.lock().expect("heads").get(subject).cloned();
         if let Some(slot) = slot {
             if let Ok(mut h) = slot.try_lock() {
@@ -349,7 +349,7 @@ impl Log {
     }
 
     /// The last message the stream has of `subject` (plain).
-    pub async fn last_stored(&self, subject: &str) -> Result<Option<Stored>, String> {
+    pub(crate) async fn last_stored(&self, subject: &str) -> Result<Option<Stored>, String> {
         let subject = log_subject(subject);
         match self.stream().await?.direct_get_last_for_subject(subject.as_str()).await {
             Ok(m) => Ok(Some(Stored::read(m))),
@@ -360,14 +360,14 @@ impl Log {
 
     /// Where the stream's `subject` (plain) is: the position of its last
     /// message in place and the stream sequence of its last message.
-    pub async fn last(&self, subject: &str, check: Check<'_>) -> Result<Option<Head>, String> {
+    pub(crate) async fn last(&self, subject: &str, check: Check<'_>) -> Result<Option<Head>, String> {
         Ok(self.tip(subject, check).await?.map(|(head, _)| head))
     }
 
     /// [`Log::last`], with the last message in place (None: the stream
     /// has none of the topic in place; the topic then goes on after what
     /// it has, in a new epoch, rather than being blocked by it).
-    pub async fn tip(&self, subject: &str, check: Check<'_>) -> Result<Option<(Head, Option<Stored>)>, String> {
+    pub(crate) async fn tip(&self, subject: &str, check: Check<'_>) -> Result<Option<(Head, Option<Stored>)>, String> {
         let Some(s) = self.last_stored(subject).await? else { return Ok(None) };
         if let Some(place) = check(&s) {
             if self.in_place(subject, &s, place).await? {
@@ -400,7 +400,7 @@ impl Log {
 
     /// Store one message of `subject` (plain) at the next offset of its
     /// topic: `headers` signs it for that position. Returns the position.
-    pub async fn publish(
+    pub(crate) async fn publish(
         &self,
         subject: &str,
         msg_id: &str,
@@ -465,7 +465,7 @@ impl Log {
     /// after `from` (a reader's head; the topic's start when its seq is
     /// 0) and that `keep` takes, oldest first; at most `max_bytes` of
     /// payload (the latest ones when it must cut).
-    pub async fn fetch(
+    pub(crate) async fn fetch(
         &self,
         subject: &str,
         from: Head,

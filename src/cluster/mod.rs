@@ -23,65 +23,65 @@
 //! a request only on a subject under its signed origin's own inbox
 //! (`megaconn.inbox.<node>.`), so nobody can make nodes publish where
 //! they choose.
-pub mod auth;
-pub mod link;
-pub mod log;
+pub(crate) mod auth;
+pub(crate) mod link;
+pub(crate) mod log;
 pub mod sign;
 
-pub use auth::NatsAuth;
-pub use link::Link;
+pub(crate) use auth::NatsAuth;
+pub(crate) use link::Link;
 pub use sign::ClusterKey;
 
 use crate::proto::push::{Position, Stream};
 use serde::Serialize;
 
-pub const BROADCAST: &str = "megaconn.broadcast";
+pub(crate) const BROADCAST: &str = "megaconn.broadcast";
 /// Per-user pushes and disconnects (`--auth jwt`): every node delivers to
 /// its own connections of that user. Core NATS, not kept in the history.
-pub const USERS: &str = "megaconn.users";
+pub(crate) const USERS: &str = "megaconn.users";
 /// Presence questions: every node answers with its own subscribers of the
 /// topic (`GET /presence` in a cluster).
-pub const PRESENCE: &str = "megaconn.presence";
+pub(crate) const PRESENCE: &str = "megaconn.presence";
 /// Joins and leaves for every node's subscribers (`--presence-notices`).
-pub const NOTICES: &str = "megaconn.notices";
+pub(crate) const NOTICES: &str = "megaconn.notices";
 /// How long a node collects the other nodes' presence answers: the bound
 /// of `GET /presence`'s eventual consistency in a cluster.
-pub const PRESENCE_WINDOW: std::time::Duration = std::time::Duration::from_millis(250);
+pub(crate) const PRESENCE_WINDOW: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// One node's answer to a presence question: (user, connections, info
 /// JSON) and connections without a user.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NodePresence {
-    pub node: String,
-    pub users: Vec<(String, u64, Option<String>)>,
-    pub anonymous: u64,
+pub(crate) struct NodePresence {
+    pub(crate) node: String,
+    pub(crate) users: Vec<(String, u64, Option<String>)>,
+    pub(crate) anonymous: u64,
 }
 const TOPIC_PREFIX: &str = "megaconn.topic.";
 const NODE_PREFIX: &str = "megaconn.node.";
 /// Each node's replies arrive under `megaconn.inbox.<node>.`.
 const INBOX_PREFIX: &str = "megaconn.inbox.";
 /// Headers of a message between nodes.
-pub const H_PUBLISH_US: &str = "Megaconn-Publish-Us";
-pub const H_ORIGIN: &str = "Megaconn-Origin";
-pub const H_TARGET: &str = "Megaconn-Target";
+pub(crate) const H_PUBLISH_US: &str = "Megaconn-Publish-Us";
+pub(crate) const H_ORIGIN: &str = "Megaconn-Origin";
+pub(crate) const H_TARGET: &str = "Megaconn-Target";
 /// Longest node id (it is a subject token and part of connection ids).
-pub const MAX_NODE_ID: usize = 64;
+pub(crate) const MAX_NODE_ID: usize = 64;
 
 /// `--cluster`, `--node-id`, `--cluster-key-file` and the NATS
 /// credentials. Debug shows no secret.
 #[derive(Clone, PartialEq, Eq)]
-pub struct ClusterConfig {
+pub(crate) struct ClusterConfig {
     /// As given: it may hold credentials; show [`ClusterConfig::shown_url`].
-    pub url: String,
-    pub node: String,
+    pub(crate) url: String,
+    pub(crate) node: String,
     /// Signs and checks every message between nodes; required to start.
-    pub key: Option<ClusterKey>,
-    pub auth: NatsAuth,
+    pub(crate) key: Option<ClusterKey>,
+    pub(crate) auth: NatsAuth,
     /// This node's `--max-push-bytes`: larger messages from others are refused.
-    pub max_push: usize,
+    pub(crate) max_push: usize,
     /// `--cluster-history jetstream` (the default): the history and its
     /// offsets live in NATS JetStream; None (`off`): each node's own.
-    pub log: Option<log::LogConfig>,
+    pub(crate) log: Option<log::LogConfig>,
 }
 
 impl std::fmt::Debug for ClusterConfig {
@@ -97,25 +97,13 @@ impl std::fmt::Debug for ClusterConfig {
 }
 
 impl ClusterConfig {
-    /// A config with no credentials (tests, in-process nodes).
-    pub fn new(url: &str, node: &str, key: ClusterKey) -> ClusterConfig {
-        ClusterConfig {
-            url: url.into(),
-            node: node.into(),
-            key: Some(key),
-            auth: NatsAuth::default(),
-            max_push: crate::proto::push::DEFAULT_MAX_PUSH,
-            log: None,
-        }
-    }
-
     /// The URL without credentials: the only form ever shown.
-    pub fn shown_url(&self) -> String {
+    pub(crate) fn shown_url(&self) -> String {
         auth::redact(&self.url)
     }
 
     /// What a node cannot start without, as a usage error.
-    pub fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), String> {
         if self.key.is_none() {
             return Err(format!("--cluster needs --cluster-key-file FILE: every message between nodes is signed with it; {}", sign::HOW_TO_MAKE_KEY));
         }
@@ -124,26 +112,26 @@ impl ClusterConfig {
 }
 
 /// The subject prefix under which `node` receives answers.
-pub fn inbox_prefix(node: &str) -> String {
+pub(crate) fn inbox_prefix(node: &str) -> String {
     format!("{INBOX_PREFIX}{node}")
 }
 
-pub fn topic_subject(topic: &str) -> String {
+pub(crate) fn topic_subject(topic: &str) -> String {
     format!("{TOPIC_PREFIX}{topic}")
 }
 
-pub fn node_subject(node: &str) -> String {
+pub(crate) fn node_subject(node: &str) -> String {
     format!("{NODE_PREFIX}{node}")
 }
 
 /// The node a `megaconn.node.<id>` subject addresses.
-pub fn node_of(subject: &str) -> Option<&str> {
+pub(crate) fn node_of(subject: &str) -> Option<&str> {
     subject.strip_prefix(NODE_PREFIX)
 }
 
 /// Check a node id: letters, digits, `_` and `-` (a NATS subject token,
 /// and a prefix of connection ids, split at the first `.`).
-pub fn check_node_id(id: &str) -> Result<(), String> {
+pub(crate) fn check_node_id(id: &str) -> Result<(), String> {
     if id.is_empty() || id.len() > MAX_NODE_ID {
         return Err(format!("a node id is 1 to {MAX_NODE_ID} characters, not {}", id.len()));
     }
@@ -156,7 +144,7 @@ pub fn check_node_id(id: &str) -> Result<(), String> {
 /// Check a `--cluster` value: `nats://HOST:PORT` (or `tls://`), or a
 /// comma-separated list of them (the seeds of a NATS cluster; the client
 /// learns the other servers from them).
-pub fn check_url(url: &str) -> Result<Vec<async_nats::ServerAddr>, String> {
+pub(crate) fn check_url(url: &str) -> Result<Vec<async_nats::ServerAddr>, String> {
     url.split(',')
         .map(|one| {
             let one = one.trim();
@@ -179,25 +167,25 @@ pub fn check_url(url: &str) -> Result<Vec<async_nats::ServerAddr>, String> {
 }
 
 /// Whether a topic name can travel as a subject (no empty token).
-pub fn topic_fits_subject(topic: &str) -> bool {
+pub(crate) fn topic_fits_subject(topic: &str) -> bool {
     !topic.split('.').any(str::is_empty)
 }
 
 /// The default node id: the host name (a pod's name in Kubernetes),
 /// with characters a node id may not hold replaced by `-`.
-pub fn default_node_id() -> String {
+pub(crate) fn default_node_id() -> String {
     let host = std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()).or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok());
     let id: String = host.unwrap_or_else(|| "node".into()).trim().chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '-' }).collect();
     id.chars().take(MAX_NODE_ID).collect()
 }
 
 /// A connection id as the admin API shows it in a cluster: `NODE.ID`.
-pub fn global_id(node: &str, id: u64) -> String {
+pub(crate) fn global_id(node: &str, id: u64) -> String {
     format!("{node}.{id}")
 }
 
 /// `NODE.ID` or a bare `ID` (this node): (node, local id).
-pub fn parse_id(s: &str) -> Option<(Option<String>, u64)> {
+pub(crate) fn parse_id(s: &str) -> Option<(Option<String>, u64)> {
     match s.split_once('.') {
         Some((node, id)) => {
             check_node_id(node).ok()?;
@@ -209,26 +197,25 @@ pub fn parse_id(s: &str) -> Option<(Option<String>, u64)> {
 
 /// A message another node published, as this node received it.
 #[derive(Debug, Clone)]
-pub struct Inbound {
-    pub stream: Stream,
-    pub topic: String,
-    pub target: Option<u64>,
-    pub publish_us: u64,
-    pub origin: String,
-    pub data: Vec<u8>,
+pub(crate) struct Inbound {
+    pub(crate) stream: Stream,
+    pub(crate) topic: String,
+    pub(crate) target: Option<u64>,
+    pub(crate) publish_us: u64,
+    pub(crate) data: Vec<u8>,
     /// Unicast: where the owner's answer goes.
-    pub reply: Option<String>,
+    pub(crate) reply: Option<String>,
     /// Its place in the cluster's history (JetStream; topic and broadcast).
-    pub at: Option<Position>,
+    pub(crate) at: Option<Position>,
     /// A per-user push (or disconnect): the user.
-    pub user: Option<String>,
+    pub(crate) user: Option<String>,
     /// Close that user's connections instead.
-    pub close: bool,
+    pub(crate) close: bool,
 }
 
 impl Inbound {
     /// The history's name of its topic (`*`: broadcasts).
-    pub fn history_topic(&self) -> String {
+    pub(crate) fn history_topic(&self) -> String {
         match self.stream {
             Stream::Broadcast => crate::proto::push::BROADCAST_TOPIC.to_string(),
             _ => self.topic.clone(),
@@ -238,37 +225,37 @@ impl Inbound {
 
 /// What a publish through NATS did.
 #[derive(Debug, Clone, Default)]
-pub struct Sent {
+pub(crate) struct Sent {
     /// What other nodes answered for unicasts.
-    pub remote: Vec<RemoteAnswer>,
+    pub(crate) remote: Vec<RemoteAnswer>,
     /// Per message sent, its place in the cluster's history (topic and
     /// broadcast messages, with JetStream).
-    pub positions: Vec<Option<Position>>,
+    pub(crate) positions: Vec<Option<Position>>,
 }
 
 /// What a remote node answered for a unicast.
 #[derive(Debug, Clone, Serialize)]
-pub struct RemoteAnswer {
-    pub node: String,
-    pub id: String,
+pub(crate) struct RemoteAnswer {
+    pub(crate) node: String,
+    pub(crate) id: String,
     /// 200 delivered (queued), 404 no such connection or node, 400 the
     /// owner refused the request, 504 no answer in time (outcome unknown).
-    pub status: u16,
-    pub detail: serde_json::Value,
+    pub(crate) status: u16,
+    pub(crate) detail: serde_json::Value,
 }
 
 /// Why a publish through NATS failed.
 #[derive(Debug, Clone)]
-pub struct PublishFailure {
+pub(crate) struct PublishFailure {
     /// Some of it may have reached NATS (and other nodes) before the
     /// failure: the outcome is unknown (504), not "nothing sent" (503).
-    pub maybe_sent: bool,
-    pub reason: String,
+    pub(crate) maybe_sent: bool,
+    pub(crate) reason: String,
 }
 
 /// The link's news for the supervisor loop.
 #[derive(Debug)]
-pub enum ClusterEvent {
+pub(crate) enum ClusterEvent {
     Message(Inbound),
     /// Publish `request` went out (with remote answers), or failed.
     Published {
@@ -312,36 +299,36 @@ pub enum ClusterEvent {
 
 /// Link counters and state for /healthz, /stats and /metrics.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct LinkStatus {
-    pub url: String,
-    pub node: String,
-    pub up: bool,
+pub(crate) struct LinkStatus {
+    pub(crate) url: String,
+    pub(crate) node: String,
+    pub(crate) up: bool,
     /// Seconds in the current state.
-    pub for_s: f64,
-    pub last_error: Option<String>,
+    pub(crate) for_s: f64,
+    pub(crate) last_error: Option<String>,
     /// Times the link came up after being down.
-    pub reconnects: u64,
-    pub messages_in: u64,
-    pub messages_out: u64,
+    pub(crate) reconnects: u64,
+    pub(crate) messages_in: u64,
+    pub(crate) messages_out: u64,
     /// Publishes refused (503) because the link was down or NATS did not
     /// confirm them.
-    pub publish_failures: u64,
+    pub(crate) publish_failures: u64,
     /// Topic subjects this node subscribes to now.
-    pub topics: u64,
+    pub(crate) topics: u64,
     /// Messages dropped, by reason (`unsigned`, `forged`, `stale`,
     /// `reply`, `malformed`): `cluster_refused{reason}`.
-    pub refused: std::collections::BTreeMap<String, u64>,
+    pub(crate) refused: std::collections::BTreeMap<String, u64>,
     /// The cluster's history in JetStream (None: `--cluster-history off`).
-    pub history: Option<LogStatus>,
+    pub(crate) history: Option<LogStatus>,
 }
 
 /// The link's work with the JetStream history.
 #[derive(Debug, Clone, Serialize)]
-pub struct LogStatus {
-    pub stream: String,
-    pub storage: log::Storage,
+pub(crate) struct LogStatus {
+    pub(crate) stream: String,
+    pub(crate) storage: log::Storage,
     #[serde(flatten)]
-    pub counters: log::LogCounters,
+    pub(crate) counters: log::LogCounters,
 }
 
 #[cfg(test)]

@@ -15,15 +15,15 @@ use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The signature, hex.
-pub const H_SIGNATURE: &str = "Megaconn-Signature";
+pub(crate) const H_SIGNATURE: &str = "Megaconn-Signature";
 /// When the sender signed, in Unix milliseconds.
-pub const H_TIME: &str = "Megaconn-Time";
+pub(crate) const H_TIME: &str = "Megaconn-Time";
 /// How far a message's signing time may be from this node's clock.
-pub const WINDOW: Duration = Duration::from_secs(60);
+pub(crate) const WINDOW: Duration = Duration::from_secs(60);
 /// Shortest key accepted: 128 bits (`head -c 32 /dev/urandom` gives 256).
-pub const MIN_KEY_BYTES: usize = 16;
+pub(crate) const MIN_KEY_BYTES: usize = 16;
 /// How to make a key, for error messages.
-pub const HOW_TO_MAKE_KEY: &str =
+pub(crate) const HOW_TO_MAKE_KEY: &str =
     "make one with `head -c 32 /dev/urandom > cluster.key` and give every node the same file (--cluster-key-file cluster.key; in Kubernetes a Secret)";
 
 /// The cluster key. Its Debug never shows the bytes.
@@ -37,7 +37,7 @@ impl fmt::Debug for ClusterKey {
 }
 
 impl ClusterKey {
-    pub fn new(bytes: Vec<u8>) -> Result<ClusterKey, String> {
+    pub(crate) fn new(bytes: Vec<u8>) -> Result<ClusterKey, String> {
         if bytes.len() < MIN_KEY_BYTES {
             return Err(format!("the cluster key is {} bytes, fewer than {MIN_KEY_BYTES}; {HOW_TO_MAKE_KEY}", bytes.len()));
         }
@@ -68,7 +68,7 @@ pub struct Signed<'a> {
 
 /// Why a message was refused: the `reason` label of `cluster_refused`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// No signature: not from a megaconn node of this cluster.
     Unsigned,
     /// A signature that does not match (wrong key, or altered on the way).
@@ -84,7 +84,7 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Refusal::Unsigned => "unsigned",
             Refusal::Forged => "forged",
@@ -138,7 +138,7 @@ fn signature_bytes(signature: &str) -> Option<SignatureBytes> {
 }
 
 /// Check a signature (constant time) and the signing time against `now_ms`.
-pub fn verify(key: &ClusterKey, s: &Signed, data: &[u8], signature: Option<&str>, now_ms: u64) -> Result<(), Refusal> {
+pub(crate) fn verify(key: &ClusterKey, s: &Signed, data: &[u8], signature: Option<&str>, now_ms: u64) -> Result<(), Refusal> {
     let signature = signature.ok_or(Refusal::Unsigned)?;
     let bytes = unhex(signature).ok_or(Refusal::Forged)?;
     mac(key, s, data).verify_slice(&bytes).map_err(|_| Refusal::Forged)?;
@@ -152,13 +152,13 @@ pub fn verify(key: &ClusterKey, s: &Signed, data: &[u8], signature: Option<&str>
 /// Most signatures remembered against replays; past it the oldest are
 /// forgotten early (~90 B each with the set's and the queue's share:
 /// 200,000 is ~18 MiB at most).
-pub const MAX_REMEMBERED: usize = 200_000;
+pub(crate) const MAX_REMEMBERED: usize = 200_000;
 
 /// The signatures taken lately: a message signed once is taken once.
 /// Kept for twice the window after arrival, which covers every time a
 /// copy could still pass the age check.
 #[derive(Debug, Default)]
-pub struct Replays {
+pub(crate) struct Replays {
     seen: std::collections::HashSet<SignatureBytes>,
     order: std::collections::VecDeque<(u64, SignatureBytes)>,
 }
@@ -168,7 +168,7 @@ impl Replays {
     /// is not a signature at all is never new. A node remembers the
     /// signatures of its own messages too: a copy of one sent back to it
     /// is a replay like any other.
-    pub fn first(&mut self, signature: &str, now_ms: u64) -> bool {
+    pub(crate) fn first(&mut self, signature: &str, now_ms: u64) -> bool {
         let Some(signature) = signature_bytes(signature) else { return false };
         let keep = 2 * WINDOW.as_millis() as u64;
         while let Some((at, _)) = self.order.front() {

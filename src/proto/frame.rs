@@ -23,14 +23,14 @@
 
 /// Largest payload a frame may carry (bytes). Frames stay small so no
 /// connection ever needs a large buffer.
-pub const MAX_PAYLOAD: usize = 4096;
+pub(crate) const MAX_PAYLOAD: usize = 4096;
 
 /// Bytes before the payload: length (2) and kind (1).
-pub const HEADER_LEN: usize = 3;
+pub(crate) const HEADER_LEN: usize = 3;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
-pub enum Kind {
+pub(crate) enum Kind {
     Heartbeat = 1,
     HeartbeatAck = 2,
     Request = 3,
@@ -74,13 +74,13 @@ impl Kind {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Frame<'a> {
+pub(crate) struct Frame<'a> {
     pub kind: Kind,
     pub payload: &'a [u8],
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FrameError {
+pub(crate) enum FrameError {
     ZeroLength,
     TooLong(usize),
     UnknownKind(u8),
@@ -88,7 +88,7 @@ pub enum FrameError {
 
 impl FrameError {
     /// The counter name this error is reported under.
-    pub fn kind_name(&self) -> &'static str {
+    pub(crate) fn kind_name(&self) -> &'static str {
         match self {
             FrameError::ZeroLength => "bad_frame_zero_length",
             FrameError::TooLong(_) => "bad_frame_too_long",
@@ -106,7 +106,7 @@ impl From<FrameError> for &'static str {
 
 /// Decode the first frame of `buf`. `Ok(None)` means more bytes are
 /// needed; on success returns the frame and how many bytes it used.
-pub fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, FrameError> {
+pub(crate) fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, FrameError> {
     if buf.len() < 2 {
         return Ok(None);
     }
@@ -127,7 +127,7 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, FrameError> {
 
 /// Append one frame to `out`. Payloads above the cap are a caller bug
 /// (flags are validated long before), so they are truncated to the cap.
-pub fn encode(out: &mut Vec<u8>, kind: Kind, payload: &[u8]) {
+pub(crate) fn encode(out: &mut Vec<u8>, kind: Kind, payload: &[u8]) {
     let payload = &payload[..payload.len().min(MAX_PAYLOAD)];
     out.reserve(HEADER_LEN + payload.len());
     out.extend_from_slice(&((payload.len() + 1) as u16).to_be_bytes());
@@ -137,7 +137,7 @@ pub fn encode(out: &mut Vec<u8>, kind: Kind, payload: &[u8]) {
 
 /// Append a frame whose payload is `size` bytes starting with the send
 /// timestamp (when it fits) and zero-filled after it.
-pub fn encode_stamped(out: &mut Vec<u8>, kind: Kind, stamp_us: u64, size: usize) {
+pub(crate) fn encode_stamped(out: &mut Vec<u8>, kind: Kind, stamp_us: u64, size: usize) {
     let size = size.min(MAX_PAYLOAD);
     out.extend_from_slice(&((size + 1) as u16).to_be_bytes());
     out.push(kind as u8);
@@ -148,7 +148,7 @@ pub fn encode_stamped(out: &mut Vec<u8>, kind: Kind, stamp_us: u64, size: usize)
 }
 
 /// The send timestamp carried in a payload, if it has one.
-pub fn stamp_of(payload: &[u8]) -> Option<u64> {
+pub(crate) fn stamp_of(payload: &[u8]) -> Option<u64> {
     payload.get(..8).map(|b| u64::from_be_bytes(b.try_into().unwrap()))
 }
 

@@ -12,37 +12,37 @@ use crate::proto::frame::{self, Kind};
 use crate::proto::ws::frame as ws;
 
 /// WebSocket close code of a drain: 1012 Service Restart (IANA registry).
-pub const WS_RESTART: u16 = 1012;
+pub(crate) const WS_RESTART: u16 = 1012;
 /// Longest retry delay a hint asks for; each connection gets a random one
 /// up to it, so the ones closed in one tick do not come back together.
-pub const MAX_RETRY_MS: u32 = 1000;
+pub(crate) const MAX_RETRY_MS: u32 = 1000;
 
 /// The JSON both WebSocket and SSE hints carry.
-pub fn reason_json(retry_ms: u32) -> String {
+pub(crate) fn reason_json(retry_ms: u32) -> String {
     format!(r#"{{"type":"goaway","retry_ms":{retry_ms}}}"#)
 }
 
-pub fn write_framed(out: &mut Vec<u8>, retry_ms: u32) {
+pub(crate) fn write_framed(out: &mut Vec<u8>, retry_ms: u32) {
     frame::encode(out, Kind::Goaway, &retry_ms.to_be_bytes());
 }
 
-pub fn write_ws(out: &mut Vec<u8>, retry_ms: u32) {
+pub(crate) fn write_ws(out: &mut Vec<u8>, retry_ms: u32) {
     ws::encode_close_reason(out, WS_RESTART, reason_json(retry_ms).as_bytes(), None);
 }
 
-pub fn write_sse(out: &mut Vec<u8>, retry_ms: u32) {
+pub(crate) fn write_sse(out: &mut Vec<u8>, retry_ms: u32) {
     let data = reason_json(retry_ms);
     crate::proto::sse::write::Event { retry_ms: Some(retry_ms), event: Some("goaway"), data: &data, id: None }.write(out);
 }
 
 /// The retry delay in a goaway frame's payload.
-pub fn decode_framed(payload: &[u8]) -> Result<u32, &'static str> {
+pub(crate) fn decode_framed(payload: &[u8]) -> Result<u32, &'static str> {
     let b: [u8; 4] = payload.try_into().map_err(|_| "bad_frame_goaway_length")?;
     Ok(u32::from_be_bytes(b))
 }
 
 /// The retry delay in a close reason or SSE data line, if it is a hint.
-pub fn decode_json(text: &[u8]) -> Option<u32> {
+pub(crate) fn decode_json(text: &[u8]) -> Option<u32> {
     #[derive(serde::Deserialize)]
     struct Hint {
         #[serde(rename = "type")]

@@ -11,23 +11,23 @@
 //! every case is unit-testable without sockets.
 
 /// Most headers in one request (more is 431).
-pub const MAX_HEADERS: usize = 64;
+pub(crate) const MAX_HEADERS: usize = 64;
 
 mod response;
-pub use response::{parse_response_head, BodyLength, HeadError, ResponseHead, MAX_RESPONSE_HEADERS};
+pub(crate) use response::{parse_response_head, BodyLength, HeadError};
 
 /// What a connection must remember between reads. Default (all zero) for
 /// every connection between requests; the server only allocates one while
 /// a body or chunked stream is being skipped or a reply is pending.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct HttpState {
+pub(crate) struct HttpState {
     /// Bytes of a Content-Length body still to discard.
     pub body_left: u64,
     pub chunk: Option<Chunk>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Chunk {
+pub(crate) enum Chunk {
     /// Expecting a chunk-size line.
     Size,
     /// Discarding chunk data, then its CRLF.
@@ -38,7 +38,7 @@ pub enum Chunk {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     /// A complete request head. The response can go out now; its body (if
     /// any) is discarded by later calls.
     Request(Request),
@@ -49,7 +49,7 @@ pub enum Step {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Request {
+pub(crate) struct Request {
     pub keep_alive: bool,
     /// HTTP/1.0 with `Connection: keep-alive` (echo it back, as ab -k expects).
     pub http10: bool,
@@ -61,14 +61,14 @@ pub struct Request {
 /// What an event stream's request says: its target (`?subscribe=`,
 /// `?since=`) and the `Last-Event-ID` of a reconnect.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Events {
+pub(crate) struct Events {
     pub target: String,
     pub last_event_id: Option<String>,
 }
 
 /// Consume from `buf` up to the next complete request head (skipping any
 /// body still owed), returning how many bytes were used and what was found.
-pub fn next(buf: &[u8], st: &mut HttpState, max_header_bytes: usize) -> (usize, Step) {
+pub(crate) fn next(buf: &[u8], st: &mut HttpState, max_header_bytes: usize) -> (usize, Step) {
     let mut pos = 0;
     loop {
         if st.body_left > 0 {
@@ -201,7 +201,7 @@ fn head(buf: &[u8], st: &mut HttpState, max_header_bytes: usize) -> (usize, Step
 }
 
 /// Append one response. `date` is the cached IMF-fixdate.
-pub fn respond(out: &mut Vec<u8>, status: u16, req: Option<&Request>, body: &[u8], date: &str) {
+pub(crate) fn respond(out: &mut Vec<u8>, status: u16, req: Option<&Request>, body: &[u8], date: &str) {
     let reason = match status {
         200 => "OK",
         400 => "Bad Request",

@@ -1,16 +1,16 @@
 //! Wire protocols spoken between megaconn clients and servers.
-pub mod frame;
-pub mod goaway;
-pub mod http;
-pub mod mqtt;
-pub mod push;
-pub mod sse;
-pub mod stamp;
-pub mod ws;
+pub(crate) mod frame;
+pub(crate) mod goaway;
+pub(crate) mod http;
+pub(crate) mod mqtt;
+pub(crate) mod push;
+pub(crate) mod sse;
+pub(crate) mod stamp;
+pub(crate) mod ws;
 
 /// Which wire protocol a server or client speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
-pub enum Protocol {
+pub(crate) enum Protocol {
     /// Length-prefixed frames (heartbeats, requests, replies): the default.
     Framed,
     /// Raw 8-byte big-endian millisecond timestamps echoed back, no framing
@@ -42,10 +42,10 @@ pub enum Protocol {
 /// Where a fuzz input is cut in two, chosen by its first byte: a parser
 /// must decode the same bytes the same way whether they arrive whole or
 /// in two reads (`src/fuzz_targets.rs`, `mqtt::invariants`).
-pub fn fuzz_split(data: &[u8]) -> (&[u8], &[u8]) {
+pub(crate) fn fuzz_split(data: &[u8]) -> (&[u8], &[u8]) {
     let at = data.first().map_or(0, |b| *b as usize % (data.len() + 1));
     data.split_at(at)
 }
 
 /// Bytes in one echo8 message.
-pub const ECHO8_LEN: usize = 8;
+pub(crate) const ECHO8_LEN: usize = 8;

@@ -43,18 +43,18 @@ use super::frame::{self, Kind, HEADER_LEN, MAX_PAYLOAD};
 /// worker and 32 of generation): a server worker holds at most this many
 /// connections at once (it stops accepting there, as at its fd limit),
 /// and the server's plan never asks more of one.
-pub const MAX_KEYS: u64 = 1 << 16;
+pub(crate) const MAX_KEYS: u64 = 1 << 16;
 
-pub const MAX_SUBSCRIPTIONS: usize = 64;
+pub(crate) const MAX_SUBSCRIPTIONS: usize = 64;
 /// Longest topic name (it travels in one length byte).
-pub const MAX_TOPIC: usize = 255;
+pub(crate) const MAX_TOPIC: usize = 255;
 /// Bytes of a push payload before the data, besides the topic.
-pub const PUSH_OVERHEAD: usize = 1 + 1 + 8 + 8 + 4;
+pub(crate) const PUSH_OVERHEAD: usize = 1 + 1 + 8 + 8 + 4;
 
 /// Which subscribers a message goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Stream {
+pub(crate) enum Stream {
     Broadcast = 0,
     Topic = 1,
     Unicast = 2,
@@ -62,7 +62,7 @@ pub enum Stream {
 
 /// A decoded push.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Push<'a> {
+pub(crate) struct Push<'a> {
     pub stream: Stream,
     pub topic: &'a [u8],
     pub seq: u64,
@@ -74,18 +74,18 @@ pub struct Push<'a> {
 /// Where a subscriber stopped in a topic's history: the epoch and offset
 /// of the last message it has (0, 0: none yet).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Position {
+pub(crate) struct Position {
     pub epoch: u32,
     pub offset: u64,
 }
 
 /// The broadcasts' name in history and resume requests.
-pub const BROADCAST_TOPIC: &str = "*";
+pub(crate) const BROADCAST_TOPIC: &str = "*";
 
 /// A connection with a user joined or left a topic (`--presence-notices`):
 /// told to the topic's subscribers on every worker and node.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Notice {
+pub(crate) struct Notice {
     pub topic: String,
     pub user: String,
     pub join: bool,
@@ -93,7 +93,7 @@ pub struct Notice {
 
 /// Check a topic name: 1..=255 bytes of `[A-Za-z0-9._:-/$]` (`/` and `$`
 /// for MQTT topics such as `a/b` or `$SYS/x`).
-pub fn check_topic(t: &[u8]) -> Result<(), String> {
+pub(crate) fn check_topic(t: &[u8]) -> Result<(), String> {
     if t.is_empty() || t.len() > MAX_TOPIC {
         return Err(format!("a topic is 1 to {MAX_TOPIC} bytes long, not {}", t.len()));
     }
@@ -104,16 +104,16 @@ pub fn check_topic(t: &[u8]) -> Result<(), String> {
 }
 
 /// Largest data a push may carry at all (`--max-push-bytes` at most).
-pub const MAX_PUSH: usize = 1 << 20;
+pub(crate) const MAX_PUSH: usize = 1 << 20;
 /// Default `--max-push-bytes`.
-pub const DEFAULT_MAX_PUSH: usize = 64 << 10;
+pub(crate) const DEFAULT_MAX_PUSH: usize = 64 << 10;
 /// Set in a push frame's stream byte: the data goes on in push-part
 /// frames (kind 11), the last of which says so.
-pub const CONTINUED: u8 = 0x80;
+pub(crate) const CONTINUED: u8 = 0x80;
 
 /// Largest data a push carries in one frame with this topic (more goes
 /// on in push-part frames).
-pub fn max_data(topic_len: usize) -> usize {
+pub(crate) fn max_data(topic_len: usize) -> usize {
     MAX_PAYLOAD - PUSH_OVERHEAD - topic_len
 }
 
@@ -121,7 +121,7 @@ pub fn max_data(topic_len: usize) -> usize {
 /// push frame marked [`CONTINUED`] with the first of the data, then
 /// push-part frames `last:u8 | data` (the caller checked the total
 /// against [`MAX_PUSH`]).
-pub fn encode(out: &mut Vec<u8>, p: &Push<'_>) {
+pub(crate) fn encode(out: &mut Vec<u8>, p: &Push<'_>) {
     let room = max_data(p.topic.len());
     let (first, mut rest) = p.data.split_at(p.data.len().min(room));
     let len = PUSH_OVERHEAD + p.topic.len() + first.len();
@@ -141,7 +141,7 @@ pub fn encode(out: &mut Vec<u8>, p: &Push<'_>) {
 
 /// A push frame's payload with `data` (all of it: a WebSocket binary
 /// push carries any size in one message).
-pub fn encode_fields(out: &mut Vec<u8>, p: &Push<'_>, data: &[u8], continued: bool) {
+pub(crate) fn encode_fields(out: &mut Vec<u8>, p: &Push<'_>, data: &[u8], continued: bool) {
     out.push(p.stream as u8 | if continued { CONTINUED } else { 0 });
     out.push(p.topic.len() as u8);
     out.extend_from_slice(p.topic);
@@ -152,13 +152,13 @@ pub fn encode_fields(out: &mut Vec<u8>, p: &Push<'_>, data: &[u8], continued: bo
 }
 
 /// Whether a push frame's data goes on in push-part frames.
-pub fn is_continued(payload: &[u8]) -> bool {
+pub(crate) fn is_continued(payload: &[u8]) -> bool {
     payload.first().is_some_and(|s| s & CONTINUED != 0)
 }
 
 /// A push arriving in parts, put back together.
 #[derive(Debug, Default)]
-pub struct Assembly {
+pub(crate) struct Assembly {
     /// The push frame's payload (continued flag cleared), then each
     /// part's data.
     payload: Vec<u8>,
@@ -166,7 +166,7 @@ pub struct Assembly {
 
 impl Assembly {
     /// A push frame marked continued: start over with it.
-    pub fn start(payload: &[u8]) -> Assembly {
+    pub(crate) fn start(payload: &[u8]) -> Assembly {
         let mut v = payload.to_vec();
         v[0] &= !CONTINUED;
         Assembly { payload: v }
@@ -174,7 +174,7 @@ impl Assembly {
 
     /// A push-part frame: Ok(true) when it was the last (the push is
     /// then [`Assembly::push`]).
-    pub fn add(&mut self, part: &[u8]) -> Result<bool, &'static str> {
+    pub(crate) fn add(&mut self, part: &[u8]) -> Result<bool, &'static str> {
         let (&last, data) = part.split_first().ok_or("bad_frame_push_part")?;
         if last > 1 {
             return Err("bad_frame_push_part");
@@ -186,13 +186,13 @@ impl Assembly {
         Ok(last == 1)
     }
 
-    pub fn push(&self) -> Result<Push<'_>, &'static str> {
+    pub(crate) fn push(&self) -> Result<Push<'_>, &'static str> {
         decode(&self.payload)
     }
 }
 
 /// Decode the payload of a push frame.
-pub fn decode(payload: &[u8]) -> Result<Push<'_>, &'static str> {
+pub(crate) fn decode(payload: &[u8]) -> Result<Push<'_>, &'static str> {
     let bad = "bad_frame_push";
     let (&stream, rest) = payload.split_first().ok_or(bad)?;
     let stream = match stream & !CONTINUED {
@@ -214,7 +214,7 @@ pub fn decode(payload: &[u8]) -> Result<Push<'_>, &'static str> {
 }
 
 /// A topic name that may be resumed: a topic, or `*` (the broadcasts).
-pub fn check_resumable(t: &[u8]) -> Result<(), String> {
+pub(crate) fn check_resumable(t: &[u8]) -> Result<(), String> {
     if t == BROADCAST_TOPIC.as_bytes() {
         return Ok(());
     }
@@ -223,7 +223,7 @@ pub fn check_resumable(t: &[u8]) -> Result<(), String> {
 
 /// Append a resume frame: subscribe to `topic` (`*`: broadcasts) and get
 /// what came after `at` (None: only the topic's position).
-pub fn encode_resume(out: &mut Vec<u8>, topic: &str, at: Option<Position>) {
+pub(crate) fn encode_resume(out: &mut Vec<u8>, topic: &str, at: Option<Position>) {
     let mut payload = Vec::with_capacity(13 + topic.len());
     payload.push(at.is_some() as u8);
     let at = at.unwrap_or_default();
@@ -234,7 +234,7 @@ pub fn encode_resume(out: &mut Vec<u8>, topic: &str, at: Option<Position>) {
 }
 
 /// Decode a resume frame's payload: (topic, position to replay after).
-pub fn decode_resume(payload: &[u8]) -> Result<(&[u8], Option<Position>), &'static str> {
+pub(crate) fn decode_resume(payload: &[u8]) -> Result<(&[u8], Option<Position>), &'static str> {
     if payload.len() < 13 || payload[0] > 1 {
         return Err("bad_frame_resume");
     }
@@ -245,12 +245,12 @@ pub fn decode_resume(payload: &[u8]) -> Result<(&[u8], Option<Position>), &'stat
 
 /// A resume token, `TOPIC:EPOCH:OFFSET` (`*` for broadcasts): what a
 /// WebSocket `?since=` and an SSE event id carry.
-pub fn resume_token(topic: &str, at: Position) -> String {
+pub(crate) fn resume_token(topic: &str, at: Position) -> String {
     format!("{topic}:{}:{}", at.epoch, at.offset)
 }
 
 /// Parse a resume token; a bare `TOPIC` asks for the position only.
-pub fn parse_resume_token(t: &str) -> Result<(&str, Option<Position>), String> {
+pub(crate) fn parse_resume_token(t: &str) -> Result<(&str, Option<Position>), String> {
     let bad = || format!("'{t}' is not a resume token; expected TOPIC:EPOCH:OFFSET as the server sent it (or a bare TOPIC for its position)");
     let mut parts = t.rsplitn(3, ':');
     let (a, b, c) = (parts.next(), parts.next(), parts.next());
@@ -265,7 +265,7 @@ pub fn parse_resume_token(t: &str) -> Result<(&str, Option<Position>), String> {
 }
 
 /// Append a subscribed frame: the answer to a resume.
-pub fn encode_subscribed(out: &mut Vec<u8>, topic: &str, recovered: bool, at: Position) {
+pub(crate) fn encode_subscribed(out: &mut Vec<u8>, topic: &str, recovered: bool, at: Position) {
     let mut payload = Vec::with_capacity(13 + topic.len());
     payload.push(recovered as u8);
     payload.extend_from_slice(&at.epoch.to_be_bytes());
@@ -275,7 +275,7 @@ pub fn encode_subscribed(out: &mut Vec<u8>, topic: &str, recovered: bool, at: Po
 }
 
 /// Decode a subscribed frame's payload: (topic, recovered, position).
-pub fn decode_subscribed(payload: &[u8]) -> Result<(&[u8], bool, Position), &'static str> {
+pub(crate) fn decode_subscribed(payload: &[u8]) -> Result<(&[u8], bool, Position), &'static str> {
     if payload.len() < 13 || payload[0] > 1 {
         return Err("bad_frame_subscribed");
     }
@@ -285,12 +285,12 @@ pub fn decode_subscribed(payload: &[u8]) -> Result<(&[u8], bool, Position), &'st
 }
 
 /// Append a subscribe or unsubscribe frame.
-pub fn encode_subscription(out: &mut Vec<u8>, kind: Kind, topic: &str) {
+pub(crate) fn encode_subscription(out: &mut Vec<u8>, kind: Kind, topic: &str) {
     frame::encode(out, kind, topic.as_bytes());
 }
 
 /// CLOCK_REALTIME in µs (publish stamps are compared across hosts).
-pub fn wall_us() -> u64 {
+pub(crate) fn wall_us() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
 }
 

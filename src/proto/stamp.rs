@@ -20,17 +20,17 @@
 //! never timed.
 
 /// The four bytes a stamped payload begins with.
-pub const MAGIC: [u8; 4] = *b"mcS1";
+pub(crate) const MAGIC: [u8; 4] = *b"mcS1";
 /// Bytes of a stamp (the smallest stamped payload).
-pub const STAMP_LEN: usize = 28;
+pub(crate) const STAMP_LEN: usize = 28;
 /// The publisher of a bench's admin-API publishes (no client connection
 /// has this index).
-pub const BENCH_PUBLISHER: u64 = u64::MAX;
+pub(crate) const BENCH_PUBLISHER: u64 = u64::MAX;
 
 /// Who sent a payload, which of its messages it is and when it was meant
 /// to go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stamp {
+pub(crate) struct Stamp {
     pub publisher: u64,
     pub seq: u64,
     /// Intended send time, CLOCK_REALTIME µs.
@@ -40,7 +40,7 @@ pub struct Stamp {
 impl Stamp {
     /// The stamp, then `fill` up to `size` bytes in all (the stamp alone
     /// when `size` is smaller: it is never cut).
-    pub fn encode(&self, out: &mut Vec<u8>, size: usize, fill: &[u8]) {
+    pub(crate) fn encode(&self, out: &mut Vec<u8>, size: usize, fill: &[u8]) {
         let start = out.len();
         out.extend_from_slice(&MAGIC);
         for v in [self.publisher, self.seq, self.sent_us] {
@@ -53,7 +53,7 @@ impl Stamp {
     }
 
     /// The stamp a payload begins with, if it has one.
-    pub fn decode(payload: &[u8]) -> Option<Stamp> {
+    pub(crate) fn decode(payload: &[u8]) -> Option<Stamp> {
         let s = payload.get(..STAMP_LEN)?;
         if s[..4] != MAGIC {
             return None;

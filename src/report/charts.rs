@@ -8,32 +8,32 @@ use plotters::prelude::*;
 use std::path::Path;
 use std::sync::Once;
 
-pub const WIDTH: u32 = 900;
-pub const HEIGHT: u32 = 420;
+pub(crate) const WIDTH: u32 = 900;
+pub(crate) const HEIGHT: u32 = 420;
 const FONT: &[u8] = include_bytes!("../../assets/fonts/LiberationSans-Regular.ttf");
 
 /// One line of a chart.
-pub struct Line {
+pub(crate) struct Line {
     pub name: String,
     pub points: Vec<(f64, f64)>,
 }
 
 /// A shaded stretch of the x axis (a phase).
-pub struct Band {
+pub(crate) struct Band {
     pub label: String,
     pub from: f64,
     pub to: f64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Axis {
+pub(crate) enum Axis {
     Linear,
     Log,
     /// Percentiles: x is 1/(1-q), labelled as "99%", "99.9%".
     Percentile,
 }
 
-pub struct Chart {
+pub(crate) struct Chart {
     /// File stem: `<name>.svg`, `<name>.png`.
     pub name: String,
     pub title: String,
@@ -78,7 +78,7 @@ fn label(a: Axis, v: f64) -> String {
 
 impl Chart {
     /// Whether any line has a point to draw.
-    pub fn has_data(&self) -> bool {
+    pub(crate) fn has_data(&self) -> bool {
         self.lines.iter().any(|l| !l.points.is_empty())
     }
 
@@ -175,14 +175,14 @@ impl Chart {
     }
 
     /// The chart as an SVG document.
-    pub fn svg(&self) -> Result<String> {
+    pub(crate) fn svg(&self) -> Result<String> {
         fonts();
         let mut out = String::new();
         self.draw(SVGBackend::with_string(&mut out, (WIDTH, HEIGHT)).into_drawing_area())?;
         Ok(out)
     }
 
-    pub fn png(&self, path: &Path) -> Result<()> {
+    pub(crate) fn png(&self, path: &Path) -> Result<()> {
         fonts();
         self.draw(BitMapBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area())
     }

@@ -9,7 +9,7 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Serialize)]
-pub struct Row {
+pub(crate) struct Row {
     pub metric: String,
     pub unit: String,
     pub a: f64,
@@ -23,7 +23,7 @@ pub struct Row {
 /// Ratios within this of 1 are "same": the machine is shared and noisy.
 const SAME: f64 = 0.05;
 
-pub fn rows(a: &Report, b: &Report) -> Vec<Row> {
+pub(crate) fn rows(a: &Report, b: &Report) -> Vec<Row> {
     let bm = metrics::of(b);
     metrics::of(a)
         .into_iter()
@@ -75,7 +75,7 @@ fn overlay(name: &str, title: &str, y_label: &str, y_axis: Axis, runs: &[(&str, 
     }
 }
 
-pub fn page(runs: &[(&str, &Report)], rows: &[Row]) -> Result<String> {
+pub(crate) fn page(runs: &[(&str, &Report)], rows: &[Row]) -> Result<String> {
     let title = format!("megaconn: {} vs {}", runs[0].0, runs[1].0);
     let mut body = format!("<h1>{}</h1>", html::escape(&title));
     for (l, r) in runs {
@@ -103,7 +103,7 @@ pub fn page(runs: &[(&str, &Report)], rows: &[Row]) -> Result<String> {
     Ok(html::wrap(&title, &body))
 }
 
-pub fn run(a: &Path, b: &Path, html_out: Option<PathBuf>, json: bool) -> Result<i32> {
+pub(crate) fn run(a: &Path, b: &Path, html_out: Option<PathBuf>, json: bool) -> Result<i32> {
     let (ra, rb) = (Report::load(a)?, Report::load(b)?);
     let (la, mut lb) = (label(a), label(b));
     if lb == la {

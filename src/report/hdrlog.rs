@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Write the intervals; `origin` is the wall-clock time of `origin_us`.
-pub fn write(path: &Path, origin: SystemTime, origin_us: u64, intervals: &[Interval]) -> Result<()> {
+pub(crate) fn write(path: &Path, origin: SystemTime, origin_us: u64, intervals: &[Interval]) -> Result<()> {
     let mut out = Vec::new();
     let mut ser = V2DeflateSerializer::new();
     {
@@ -42,7 +42,7 @@ pub fn write(path: &Path, origin: SystemTime, origin_us: u64, intervals: &[Inter
 }
 
 /// Histograms of a log, added up per tag.
-pub fn read(path: &Path) -> Result<BTreeMap<String, Histogram<u64>>> {
+pub(crate) fn read(path: &Path) -> Result<BTreeMap<String, Histogram<u64>>> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let mut out: BTreeMap<String, Histogram<u64>> = BTreeMap::new();
     for entry in IntervalLogIterator::new(&bytes) {
@@ -64,7 +64,7 @@ pub fn read(path: &Path) -> Result<BTreeMap<String, Histogram<u64>>> {
 /// counts of connections (read from `--summary-json` files by name; the
 /// round trip through a summary is tested below).
 #[derive(Debug, Default, Serialize, Deserialize)]
-pub struct ShardCounts {
+pub(crate) struct ShardCounts {
     #[serde(flatten)]
     pub counters: ClientCounters,
     pub requested: u64,
@@ -104,7 +104,7 @@ impl ShardCounts {
 /// `megaconn merge FILES...`: summaries (`--summary-json`, *.json) and
 /// interval logs (`--hdr-log`, anything else), in any order; thresholds
 /// are checked on the merged numbers (exit 99 when one is crossed).
-pub fn merge(files: &[PathBuf], json: bool, gate: &Thresholds) -> Result<i32> {
+pub(crate) fn merge(files: &[PathBuf], json: bool, gate: &Thresholds) -> Result<i32> {
     let mut shards = Vec::new();
     let mut parts = Vec::new();
     let mut hists: BTreeMap<String, Histogram<u64>> = BTreeMap::new();

@@ -3,17 +3,17 @@
 use super::{metrics, Report};
 use crate::client::phases::COLUMNS;
 
-pub fn escape(s: &str) -> String {
+pub(crate) fn escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
-pub const STYLE: &str = "body{font-family:sans-serif;margin:2em auto;max-width:960px;color:#222}\
+pub(crate) const STYLE: &str = "body{font-family:sans-serif;margin:2em auto;max-width:960px;color:#222}\
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}\
 th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}figure{margin:1.5em 0}\
 code{background:#f4f4f4;padding:2px 4px}.better{color:#080}.worse{color:#b00}";
 
 /// A table: head row, then body rows (cells are escaped here).
-pub fn table(head: &[&str], rows: &[Vec<String>]) -> String {
+pub(crate) fn table(head: &[&str], rows: &[Vec<String>]) -> String {
     let mut t = String::from("<table><tr>");
     for h in head {
         t += &format!("<th>{}</th>", escape(h));
@@ -48,7 +48,7 @@ fn machine_rows(m: &serde_json::Value) -> Vec<Vec<String>> {
     .collect()
 }
 
-pub fn page(r: &Report, charts: &[(String, String)]) -> String {
+pub(crate) fn page(r: &Report, charts: &[(String, String)]) -> String {
     let title = format!("megaconn {}: {} connections", r.kind, crate::stats::format::count(r.target_connections));
     let mut body = format!(
         "<h1>{}</h1><p>{}<br>written {} with megaconn {}<br><code>{}</code></p>",
@@ -71,6 +71,6 @@ pub fn page(r: &Report, charts: &[(String, String)]) -> String {
     wrap(&title, &body)
 }
 
-pub fn wrap(title: &str, body: &str) -> String {
+pub(crate) fn wrap(title: &str, body: &str) -> String {
     format!("<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>{}</title><style>{STYLE}</style></head><body>{body}</body></html>\n", escape(title))
 }

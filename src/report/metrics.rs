@@ -6,13 +6,13 @@ use crate::client::run::ClientSummary;
 use serde_json::Value;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Better {
+pub(crate) enum Better {
     Higher,
     Lower,
 }
 
 #[derive(Debug, Clone)]
-pub struct Metric {
+pub(crate) struct Metric {
     pub name: &'static str,
     pub value: f64,
     pub unit: &'static str,
@@ -24,7 +24,7 @@ fn at(v: &Value, pointer: &str) -> Option<f64> {
 }
 
 /// Every headline number the report has (absent ones are skipped).
-pub fn of(r: &Report) -> Vec<Metric> {
+pub(crate) fn of(r: &Report) -> Vec<Metric> {
     use Better::*;
     let res = &r.result;
     // A bench nests the client's summary under "client".
@@ -64,7 +64,7 @@ pub fn of(r: &Report) -> Vec<Metric> {
 }
 
 /// A value for people: counts with separators, small numbers with decimals.
-pub fn show(value: f64, unit: &str) -> String {
+pub(crate) fn show(value: f64, unit: &str) -> String {
     let v = if value.abs() >= 1000.0 || value.fract() == 0.0 { crate::stats::format::count(value.round().max(0.0) as u64) } else { format!("{value:.2}") };
     if unit.is_empty() {
         v

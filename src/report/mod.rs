@@ -3,11 +3,11 @@
 //! machine); index.html is one self-contained page with the charts inline;
 //! each chart is also an SVG and a PNG file.
 
-pub mod charts;
-pub mod compare;
-pub mod hdrlog;
-pub mod html;
-pub mod metrics;
+pub(crate) mod charts;
+pub(crate) mod compare;
+pub(crate) mod hdrlog;
+pub(crate) mod html;
+pub(crate) mod metrics;
 
 use crate::client::phases::PhaseResult;
 use crate::client::run::{ClientRun, ClientSummary};
@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Report {
+pub(crate) struct Report {
     pub megaconn_version: String,
     /// "bench" or "client".
     pub kind: String,
@@ -44,7 +44,7 @@ pub struct Report {
 type Pick = Box<dyn Fn(&Sample) -> Option<f64>>;
 
 /// Check before a run that DIR can take the report (created if missing).
-pub fn prepare(dir: &Path) -> Result<(), crate::UsageError> {
+pub(crate) fn prepare(dir: &Path) -> Result<(), crate::UsageError> {
     let bad = |e: std::io::Error| crate::UsageError(format!("--report {}: {e}; give a directory this user can write", dir.display()));
     std::fs::create_dir_all(dir).map_err(bad)?;
     let probe = dir.join(".megaconn-write-check");
@@ -63,7 +63,7 @@ fn quantiles(h: &Histogram<u64>) -> Vec<(f64, f64)> {
 
 /// The machine the run was on: cores, memory, kernel, and every limit
 /// `tune` reads (sysctls as seen from the run's network namespace).
-pub fn machine(topology: serde_json::Value) -> serde_json::Value {
+pub(crate) fn machine(topology: serde_json::Value) -> serde_json::Value {
     let mem = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
     serde_json::json!({
         "cores": crate::sys::online_cpus(),
@@ -75,7 +75,14 @@ pub fn machine(topology: serde_json::Value) -> serde_json::Value {
 }
 
 impl Report {
-    pub fn new(kind: &str, run: &ClientRun, summary: &ClientSummary, plan: serde_json::Value, result: serde_json::Value, machine: serde_json::Value) -> Report {
+    pub(crate) fn new(
+        kind: &str,
+        run: &ClientRun,
+        summary: &ClientSummary,
+        plan: serde_json::Value,
+        result: serde_json::Value,
+        machine: serde_json::Value,
+    ) -> Report {
         let v = &run.view;
         let distributions = [("handshake", &v.connect_hist), ("heartbeat", &v.rtt_hist), ("request", &v.request_hist), ("push", &v.push_hist)]
             .into_iter()
@@ -98,7 +105,7 @@ impl Report {
         }
     }
 
-    pub fn load(path: &Path) -> Result<Report> {
+    pub(crate) fn load(path: &Path) -> Result<Report> {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         serde_json::from_str(&text).with_context(|| format!("{} is not a megaconn report.json", path.display()))
     }
@@ -145,7 +152,7 @@ impl Report {
     }
 
     /// Every chart this run has data for.
-    pub fn charts(&self) -> Vec<Chart> {
+    pub(crate) fn charts(&self) -> Vec<Chart> {
         let n = |v: u64| Some(v as f64);
         let server = |f: fn(&series::ServerSample) -> f64| -> Pick { Box::new(move |s: &Sample| s.server.as_ref().map(f)) };
         // Per-connection memory is noise over the first few connections.
@@ -213,14 +220,14 @@ impl Report {
     }
 
     /// [`Report::write`], then say where the report is.
-    pub fn save(&self, dir: &Path, progress: &mut crate::stats::progress::Progress) -> Result<()> {
+    pub(crate) fn save(&self, dir: &Path, progress: &mut crate::stats::progress::Progress) -> Result<()> {
         let files = self.write(dir)?;
         progress.note(&format!("report: {} files in {} (open {})", files.len(), dir.display(), dir.join("index.html").display()));
         Ok(())
     }
 
     /// Write report.json, each chart as SVG and PNG, and index.html.
-    pub fn write(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+    pub(crate) fn write(&self, dir: &Path) -> Result<Vec<PathBuf>> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating report directory {}", dir.display()))?;
         let mut written = Vec::new();
         let json = dir.join("report.json");
@@ -245,7 +252,7 @@ impl Report {
 }
 
 /// Percentile plots of every distribution of each labelled report.
-pub fn distribution_chart(name: &str, title: &str, reports: &[(&str, &Report)]) -> Chart {
+pub(crate) fn distribution_chart(name: &str, title: &str, reports: &[(&str, &Report)]) -> Chart {
     let mut lines = Vec::new();
     for (label, r) in reports {
         for (kind, points) in &r.distributions {

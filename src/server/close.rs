@@ -29,7 +29,8 @@ use std::sync::Mutex;
 
 /// Why the server closed a connection (the label of `closed{reason}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Close {
+#[allow(clippy::enum_variant_names)] // HttpConnectionClose, WsPeerClose: the protocols' own words
+pub(crate) enum Close {
     // The transport.
     /// The peer closed its side (read returned 0).
     PeerClosed,
@@ -204,7 +205,7 @@ pub enum Close {
 impl Close {
     /// The reason's name: the label of `closed{reason}` (and of
     /// `tls_handshake_failures`, `auth_refused`, ...).
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         use Close::*;
         match self {
             PeerClosed => "peer_closed",
@@ -288,7 +289,7 @@ impl Close {
     /// deflate data, 1009 too big), 1008 past the command rate; MQTT over
     /// WebSocket: 1009 for a packet too large, 1002 for the codec's other
     /// refusals, 1003 for a text message; else 1000.
-    pub fn ws_code(self) -> u16 {
+    pub(crate) fn ws_code(self) -> u16 {
         use Close::*;
         match self {
             WsTryAgainLater | UpstreamFull | UpstreamConnectionFull => 1013,
@@ -305,7 +306,7 @@ impl Close {
 
     /// The MQTT 5.0 reason code of the DISCONNECT sent before this close
     /// (3.1.1 has none); `None` where the session closes without one.
-    pub fn mqtt_code(self) -> Option<u8> {
+    pub(crate) fn mqtt_code(self) -> Option<u8> {
         use Close::*;
         Some(match self {
             Mqtt(e) => e.reason_code(),
@@ -323,7 +324,7 @@ impl Close {
     /// CONNACK, a close frame for a refused upgrade): the peer may still
     /// be sending its request, so the socket lingers to let the answer
     /// arrive rather than be cut by a reset.
-    pub fn lingers(self) -> bool {
+    pub(crate) fn lingers(self) -> bool {
         use Close::*;
         match self {
             TlsPlaintext | ServerDrain | WsHandshake(_) | UpstreamFull | UpstreamConnectionFull => true,
@@ -343,7 +344,7 @@ impl Close {
 
     /// An I/O error named the way operators grep for it (see
     /// [`crate::sys::error_kind_name`]); a known errno without allocating.
-    pub fn io(e: &io::Error) -> Close {
+    pub(crate) fn io(e: &io::Error) -> Close {
         match e.raw_os_error() {
             Some(code) => Close::Io(crate::sys::errno_static(code).unwrap_or_else(|| intern(crate::sys::errno_name(code)))),
             None if e.kind() == io::ErrorKind::TimedOut => Close::Io("timeout"),
@@ -355,7 +356,7 @@ impl Close {
     }
 
     /// Why a send failed: `full` past its bound, else the socket's error.
-    pub fn send(e: crate::net::SendError, full: Close) -> Close {
+    pub(crate) fn send(e: crate::net::SendError, full: Close) -> Close {
         match e {
             crate::net::SendError::Full => full,
             crate::net::SendError::WriteZero => Close::WriteZero,
@@ -364,7 +365,7 @@ impl Close {
     }
 
     /// A failure the TLS layer named ("tls_plaintext", "tls_alert_...").
-    pub fn tls(name: String) -> Close {
+    pub(crate) fn tls(name: String) -> Close {
         if name == crate::tls::failure::PLAINTEXT {
             Close::TlsPlaintext
         } else {
@@ -374,7 +375,7 @@ impl Close {
 
     /// What the worker counts when a TLS handshake ends this way: a peer
     /// gone mid-handshake is `tls_eof`, not `peer_closed`.
-    pub fn handshake_failure(self) -> Close {
+    pub(crate) fn handshake_failure(self) -> Close {
         match self {
             Close::PeerClosed => Close::TlsEof,
             other => other,
@@ -413,12 +414,12 @@ impl std::fmt::Display for Close {
 
 /// Count one more `reason` in a by-reason counter, allocating its label
 /// only the first time it is seen.
-pub fn count(kinds: &mut Kinds, reason: Close) {
+pub(crate) fn count(kinds: &mut Kinds, reason: Close) {
     count_n(kinds, reason, 1);
 }
 
 /// Count `n` more `reason`s (see [`count`]).
-pub fn count_n(kinds: &mut Kinds, reason: Close, n: u64) {
+pub(crate) fn count_n(kinds: &mut Kinds, reason: Close, n: u64) {
     match kinds.get_mut(reason.as_str()) {
         Some(c) => *c += n,
         None => {
@@ -437,7 +438,7 @@ const OVERFLOW: &str = "error_other";
 /// `name` as a `&'static str`: the first time a process meets it, it is
 /// leaked once and kept; later it is found again, so the memory is bounded
 /// by [`MAX_INTERNED`] names, whatever peers do.
-pub fn intern(name: String) -> &'static str {
+pub(crate) fn intern(name: String) -> &'static str {
     static NAMES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
     let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(n) = names.iter().find(|n| **n == name) {

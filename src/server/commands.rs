@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 /// Server worker -> supervisor, one JSON object per line.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
-pub enum ServerMsg {
+pub(crate) enum ServerMsg {
     /// The worker listens.
     Ready {
         worker: usize,
@@ -110,7 +110,7 @@ pub enum ServerMsg {
 
 /// One message an MQTT client published.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ClientPublish {
+pub(crate) struct ClientPublish {
     pub topic: String,
     /// The payload, base64 (as a push command carries it).
     pub data: String,
@@ -128,7 +128,7 @@ pub struct ClientPublish {
 /// One MQTT subscription that wants the retained messages its filter
 /// matches (the supervisor keeps them: `broker/retained.rs`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RetainedWant {
+pub(crate) struct RetainedWant {
     /// The connection id ([`conn_id`]).
     pub conn: u64,
     pub filter: String,
@@ -139,7 +139,7 @@ pub struct RetainedWant {
 /// The answer to a [`RetainedWant`]: the retained messages its filter
 /// matches, for one connection (`retained {json}`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RetainedAnswer {
+pub(crate) struct RetainedAnswer {
     pub conn: u64,
     /// The QoS the subscription was granted.
     pub qos: u8,
@@ -149,7 +149,7 @@ pub struct RetainedAnswer {
 
 /// A connection joined (or left) a shared subscription group.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SharedChange {
+pub(crate) struct SharedChange {
     /// The connection id ([`conn_id`]).
     pub conn: u64,
     /// `$share/{group}/{filter}` as subscribed.
@@ -162,7 +162,7 @@ pub struct SharedChange {
 
 /// An MQTT CONNECT's claim of its client id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SessionClaim {
+pub(crate) struct SessionClaim {
     /// The connection id ([`conn_id`]).
     pub conn: u64,
     pub client_id: String,
@@ -178,11 +178,11 @@ pub struct SessionClaim {
 
 /// A client id as the supervisor's registry keys it (`broker/sessions.rs`:
 /// a keyed 128-bit hash of its text, 16 bytes whatever its length).
-pub type IdKey = [u64; 2];
+pub(crate) type IdKey = [u64; 2];
 
 /// A registered MQTT connection's end.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SessionEnd {
+pub(crate) struct SessionEnd {
     pub conn: u64,
     /// Its client id's key, from the answer that registered it.
     #[serde(default)]
@@ -202,7 +202,7 @@ pub struct SessionEnd {
 
 /// What an MQTT session keeps when its connection ends.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SessionState {
+pub(crate) struct SessionState {
     /// (filter, granted QoS).
     pub subs: Vec<(String, u8)>,
     /// QoS 1 and 2 messages not acknowledged yet, in order: those sent
@@ -212,7 +212,7 @@ pub struct SessionState {
 
 /// A QoS 1 or 2 message of a session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SessionMessage {
+pub(crate) struct SessionMessage {
     pub topic: String,
     /// The payload, base64.
     pub data: String,
@@ -230,7 +230,7 @@ pub struct SessionMessage {
 
 /// The answer to a [`SessionClaim`] (`session {json}`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SessionAnswer {
+pub(crate) struct SessionAnswer {
     pub conn: u64,
     /// 0: accepted; else the CONNACK code refusing it.
     pub code: u8,
@@ -248,7 +248,7 @@ pub struct SessionAnswer {
 
 /// One connection as `GET /connections` lists it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ConnInfo {
+pub(crate) struct ConnInfo {
     pub id: u64,
     pub worker: usize,
     pub peer: String,
@@ -267,15 +267,15 @@ pub struct ConnInfo {
 }
 
 /// Topics shown per connection in a listing.
-pub const LIST_TOPICS: usize = 16;
+pub(crate) const LIST_TOPICS: usize = 16;
 /// Most bytes of connections one worker answers a listing with (clients
 /// choose their topic names: without it a listing could cost a worker
 /// and the supervisor gigabytes).
-pub const LIST_BYTES: usize = 2 << 20;
+pub(crate) const LIST_BYTES: usize = 2 << 20;
 
 impl ConnInfo {
     /// About what it costs as JSON.
-    pub fn json_bytes(&self) -> usize {
+    pub(crate) fn json_bytes(&self) -> usize {
         96 + self.peer.len()
             + self.topics.iter().map(|t| t.len() + 3).sum::<usize>()
             + self.user.as_ref().map_or(0, |u| u.len() + 10)
@@ -285,7 +285,7 @@ impl ConnInfo {
 
 /// Arguments of a `list` command.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ListCommand {
+pub(crate) struct ListCommand {
     pub request_id: u64,
     pub limit: usize,
     pub topic: Option<String>,
@@ -296,41 +296,41 @@ pub struct ListCommand {
 
 /// Arguments of a `presence` command.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PresenceCommand {
+pub(crate) struct PresenceCommand {
     pub request_id: u64,
     pub topic: String,
 }
 
 /// `push {json}`: deliver a message.
-pub const CMD_PUSH: &str = "push";
+pub(crate) const CMD_PUSH: &str = "push";
 /// `list {json}`: report some connections.
-pub const CMD_LIST: &str = "list";
+pub(crate) const CMD_LIST: &str = "list";
 /// `presence {json}`: report a topic's subscribers by user.
-pub const CMD_PRESENCE: &str = "presence";
+pub(crate) const CMD_PRESENCE: &str = "presence";
 /// `history {json}`: a topic's history, for the subscribers recovering it.
-pub const CMD_HISTORY: &str = "history";
+pub(crate) const CMD_HISTORY: &str = "history";
 /// `retained {json}`: retained messages for one MQTT subscription.
-pub const CMD_RETAINED: &str = "retained";
+pub(crate) const CMD_RETAINED: &str = "retained";
 /// `session {json}`: the answer to an MQTT client id's claim.
-pub const CMD_SESSION: &str = "session";
+pub(crate) const CMD_SESSION: &str = "session";
 /// `takeover CONN`: a CONNECT with this connection's MQTT client id came: close it.
-pub const CMD_TAKEOVER: &str = "takeover";
+pub(crate) const CMD_TAKEOVER: &str = "takeover";
 /// `tls_reload "PEM"`: new handshakes use this certificate and key (the
 /// supervisor read and checked them after a SIGHUP or a change of the files).
-pub const CMD_TLS_RELOAD: &str = "tls_reload";
+pub(crate) const CMD_TLS_RELOAD: &str = "tls_reload";
 /// `notices [json]`: tell the topics' subscribers who joined or left.
-pub const CMD_NOTICES: &str = "notices";
+pub(crate) const CMD_NOTICES: &str = "notices";
 /// `upstream_done N`: the backend took (or refused for good) N more of
 /// this worker's messages, its oldest (the worker knows their bytes).
-pub const CMD_UPSTREAM_DONE: &str = "upstream_done";
+pub(crate) const CMD_UPSTREAM_DONE: &str = "upstream_done";
 /// Clients are resuming somewhere on this server: note accepts for the
 /// seam (see `worker/seam.rs`), also on a worker that has read no resume yet.
-pub const CMD_RESUMING: &str = "resuming";
+pub(crate) const CMD_RESUMING: &str = "resuming";
 
 /// What a server worker hears from its supervisor beyond the common
 /// commands.
 #[derive(Debug, PartialEq, Eq)]
-pub enum ServerCommand {
+pub(crate) enum ServerCommand {
     Push(PushCommand),
     List(ListCommand),
     Presence(PresenceCommand),
@@ -347,7 +347,7 @@ pub enum ServerCommand {
 impl ServerCommand {
     /// A role command's word and argument; None when it is not ours or
     /// its argument does not parse.
-    pub fn parse(word: &str, arg: &str) -> Option<ServerCommand> {
+    pub(crate) fn parse(word: &str, arg: &str) -> Option<ServerCommand> {
         match word {
             CMD_PUSH => serde_json::from_str(arg).ok().map(ServerCommand::Push),
             CMD_LIST => serde_json::from_str(arg).ok().map(ServerCommand::List),
@@ -367,7 +367,7 @@ impl ServerCommand {
 
 /// What arrives on a server supervisor's channel.
 #[derive(Debug)]
-pub enum ServerEvent {
+pub(crate) enum ServerEvent {
     Worker(usize, PoolEvent<ServerMsg>),
     /// An admin API request.
     Admin(crate::admin::Request),
@@ -379,7 +379,7 @@ pub enum ServerEvent {
 
 /// One publish as the supervisor hands it to a worker.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PushCommand {
+pub(crate) struct PushCommand {
     /// Matches the worker's acknowledgement to the admin request.
     pub publish_id: u64,
     pub stream: Stream,
@@ -431,12 +431,12 @@ use crate::proto::push::MAX_KEYS;
 /// stops accepting before it would reuse one), so an id an application
 /// kept can never reach a later connection (issue 42, finding 12: with 24
 /// bits it could after 2^24 accepts).
-pub fn conn_id(worker: usize, key: usize, gen: u32) -> u64 {
+pub(crate) fn conn_id(worker: usize, key: usize, gen: u32) -> u64 {
     ((worker as u64 & 0xFFFF) << 48) | ((key as u64 & (MAX_KEYS - 1)) << 32) | gen as u64
 }
 
 /// (worker, slab key, generation) of a connection id.
-pub fn split_id(id: u64) -> (usize, usize, u32) {
+pub(crate) fn split_id(id: u64) -> (usize, usize, u32) {
     ((id >> 48) as usize, ((id >> 32) & (MAX_KEYS - 1)) as usize, id as u32)
 }
 

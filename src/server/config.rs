@@ -9,12 +9,12 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 /// Default bound on a connection's unread pushes: 16 messages of 4 KiB.
-pub const DEFAULT_MAX_PENDING: usize = 64 * 1024;
+pub(crate) const DEFAULT_MAX_PENDING: usize = 64 * 1024;
 /// Where `megaconn server` serves its admin API unless told otherwise.
-pub const DEFAULT_ADMIN: &str = "127.0.0.1:9100";
+pub(crate) const DEFAULT_ADMIN: &str = "127.0.0.1:9100";
 
 #[derive(Debug, Clone)]
-pub struct ServerConfig {
+pub(crate) struct ServerConfig {
     pub listen: std::net::IpAddr,
     pub ports: Vec<u16>,
     /// `Auto`: elastic (one accepting worker per core, grown by the load);
@@ -115,7 +115,7 @@ pub struct ServerConfig {
 
 /// `--auth` and its key.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum Auth {
+pub(crate) enum Auth {
     /// Anyone may connect and subscribe to anything.
     #[default]
     Off,
@@ -125,7 +125,7 @@ pub enum Auth {
 }
 
 impl Auth {
-    pub fn jwt_key(&self) -> Option<crate::server::auth::jwt::JwtKey> {
+    pub(crate) fn jwt_key(&self) -> Option<crate::server::auth::jwt::JwtKey> {
         match self {
             Auth::Jwt(k) => k.clone(),
             Auth::Off => None,

@@ -1,19 +1,19 @@
 //! `megaconn server`: the supervisor that plans, starts, grows, replaces
 //! and watches the server worker processes, and is the only one that
 //! prints.
-pub mod auth;
-pub mod broker;
-pub mod business;
-pub mod close;
-pub mod commands;
-pub mod config;
-pub mod limits;
-pub mod session;
+pub(crate) mod auth;
+pub(crate) mod broker;
+pub(crate) mod business;
+pub(crate) mod close;
+pub(crate) mod commands;
+pub(crate) mod config;
+pub(crate) mod limits;
+pub(crate) mod session;
 pub mod snapshot;
-pub mod supervisor;
-pub mod worker;
+pub(crate) mod supervisor;
+pub(crate) mod worker;
 
-pub use config::ServerConfig;
+pub(crate) use config::ServerConfig;
 
 use crate::stats::{format, progress::Progress};
 use crate::supervise::plan::{plan_workers, WorkerPlan, Workers};
@@ -26,34 +26,34 @@ use supervisor::fleet::{FleetNote, ServerFleet, Sizing};
 use supervisor::view::ServerTotals;
 
 /// The worker subcommand's argument (`megaconn __worker server`).
-pub const WORKER_KIND: &str = "server";
+pub(crate) const WORKER_KIND: &str = "server";
 
 /// Capacity an elastic server may grow to when `--connections` is not
 /// given: the published million-connection experiment.
-pub const DEFAULT_CAPACITY: u64 = 1_000_000;
+pub(crate) const DEFAULT_CAPACITY: u64 = 1_000_000;
 
 /// The processes of a server: how many start, how many may exist, and
 /// what one may hold.
 #[derive(Debug, Clone)]
-pub struct ServerPlan {
-    pub sizing: Sizing,
-    pub workers: WorkerPlan,
+pub(crate) struct ServerPlan {
+    pub(crate) sizing: Sizing,
+    pub(crate) workers: WorkerPlan,
     /// Threads each worker runs (event loop + its pool share).
-    pub threads_per_worker: u64,
+    pub(crate) threads_per_worker: u64,
     /// The reactor `--io` resolved to, and why `auto` fell back to epoll.
-    pub io: crate::uring::Io,
-    pub io_fallback: Option<String>,
+    pub(crate) io: crate::uring::Io,
+    pub(crate) io_fallback: Option<String>,
 }
 
 impl ServerPlan {
-    pub fn initial(&self) -> usize {
+    pub(crate) fn initial(&self) -> usize {
         match self.sizing {
             Sizing::Elastic { target, .. } => target,
             Sizing::Fixed(n) => n,
         }
     }
 
-    pub fn max(&self) -> usize {
+    pub(crate) fn max(&self) -> usize {
         match self.sizing {
             Sizing::Elastic { max, .. } => max,
             Sizing::Fixed(n) => n,
@@ -63,7 +63,7 @@ impl ServerPlan {
 
 /// Plan the server's processes and threads for this machine; Err is a
 /// usage error naming the limit and the fix.
-pub fn plan(cfg: &ServerConfig, fd_hard: u64) -> Result<ServerPlan, String> {
+pub(crate) fn plan(cfg: &ServerConfig, fd_hard: u64) -> Result<ServerPlan, String> {
     if matches!(cfg.protocol, crate::proto::Protocol::Raw | crate::proto::Protocol::Sse) {
         let p = if cfg.protocol == crate::proto::Protocol::Raw { "raw" } else { "sse" };
         return Err(format!(
@@ -133,7 +133,7 @@ fn check_auth(cfg: &ServerConfig) -> Result<(), String> {
 
 /// What an operator should hear before the server starts: a listener
 /// others can reach that lets anyone subscribe to anything.
-pub fn exposure_warning(cfg: &ServerConfig) -> Option<String> {
+pub(crate) fn exposure_warning(cfg: &ServerConfig) -> Option<String> {
     let open =
         cfg.auth == config::Auth::Off && matches!(cfg.protocol, crate::proto::Protocol::Framed | crate::proto::Protocol::Ws | crate::proto::Protocol::Mqtt);
     (open && !cfg.listen.is_loopback()).then(|| {
@@ -147,7 +147,7 @@ pub fn exposure_warning(cfg: &ServerConfig) -> Option<String> {
 /// What an operator should hear about `--upstream` before the server
 /// starts: POSTs nobody can verify, and a byte bound the workers' least
 /// shares exceed.
-pub fn upstream_warnings(cfg: &ServerConfig, max_workers: usize) -> Vec<String> {
+pub(crate) fn upstream_warnings(cfg: &ServerConfig, max_workers: usize) -> Vec<String> {
     let Some(t) = &cfg.upstream else { return Vec::new() };
     let mut w = Vec::new();
     if cfg.upstream_secret.is_none() {
@@ -172,7 +172,7 @@ pub fn upstream_warnings(cfg: &ServerConfig, max_workers: usize) -> Vec<String> 
 /// Start a server's workers (tests and the bench call this directly).
 /// Its events go to `sink`; `next` takes the next one (up to a wait)
 /// while the first workers start.
-pub fn start(
+pub(crate) fn start(
     cfg: &ServerConfig,
     plan: &ServerPlan,
     fd_limit: Option<u64>,
@@ -184,7 +184,7 @@ pub fn start(
 }
 
 /// Print a fleet's notes (crashes, growth) as text or JSON events.
-pub fn print_notes(notes: &mut Vec<FleetNote>, progress: &mut Progress, json: bool) {
+pub(crate) fn print_notes(notes: &mut Vec<FleetNote>, progress: &mut Progress, json: bool) {
     for n in notes.drain(..) {
         if json {
             println!("{}", serde_json::to_value(&n).unwrap_or_default());
@@ -195,7 +195,7 @@ pub fn print_notes(notes: &mut Vec<FleetNote>, progress: &mut Progress, json: bo
 }
 
 /// A stats line (text) for the server's totals and the rates since `prev`.
-pub fn stats_line(t: &ServerTotals, prev: &ServerTotals, dt: f64) -> String {
+pub(crate) fn stats_line(t: &ServerTotals, prev: &ServerTotals, dt: f64) -> String {
     let acc_rate = (t.accepted.saturating_sub(prev.accepted)) as f64 / dt;
     let close_rate = (t.closed.saturating_sub(prev.closed)) as f64 / dt;
     let requests = if t.requests > 0 {
@@ -311,7 +311,7 @@ impl Supervised for ServerRun {
     }
 }
 
-pub fn run(cfg: ServerConfig) -> Result<i32> {
+pub(crate) fn run(cfg: ServerConfig) -> Result<i32> {
     crate::signals::install();
     let (before, after) = crate::sys::raise_fd_limit();
     let plan = plan(&cfg, after.hard).map_err(crate::UsageError)?;

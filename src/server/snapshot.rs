@@ -78,27 +78,27 @@ crate::counters! {
 
 /// One worker's state, sent every stats interval.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct ServerSnapshot {
-    pub worker: usize,
+pub(crate) struct ServerSnapshot {
+    pub(crate) worker: usize,
     #[serde(flatten)]
-    pub counters: ServerCounters,
+    pub(crate) counters: ServerCounters,
     /// Whether this worker accepts from the shared listeners.
-    pub accepting: bool,
+    pub(crate) accepting: bool,
     /// Connections this worker may hold before it leaves the group.
-    pub budget: u64,
+    pub(crate) budget: u64,
     /// Publish-to-write latency counts per bucket of
     /// `server::worker::topics::LATENCY_BUCKETS_MS` (+Inf last), and their sum (µs).
-    pub push_latency_buckets: Vec<u64>,
-    pub push_latency_sum_us: u64,
+    pub(crate) push_latency_buckets: Vec<u64>,
+    pub(crate) push_latency_sum_us: u64,
     /// Last snapshot before the worker exits.
-    pub last: bool,
+    pub(crate) last: bool,
 }
 
 crate::counters_deref!(ServerSnapshot => ServerCounters);
 
 impl ServerSnapshot {
     /// Count one answered request and the service time it actually got.
-    pub fn count_reply(&mut self, applied: std::time::Duration) {
+    pub(crate) fn count_reply(&mut self, applied: std::time::Duration) {
         self.replies += 1;
         self.frames_out += 1;
         self.applied_service_us += applied.as_micros() as u64;

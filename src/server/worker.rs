@@ -12,26 +12,26 @@
 
 mod accept;
 mod auth;
-pub mod conn;
+pub(crate) mod conn;
 mod deliver;
 mod drain;
 mod heads;
 mod io;
 mod keepalive;
 mod presence;
-pub mod recovery;
+pub(crate) mod recovery;
 mod ring;
-pub use drain::spreads;
+pub(crate) use drain::spreads;
 mod linger;
 mod mqtt_out;
 mod mqtt_session;
-pub mod outbox;
-pub mod seam;
+pub(crate) mod outbox;
+pub(crate) mod seam;
 mod serve;
 mod stall;
 mod tls;
-pub mod topics;
-pub mod wildcards;
+pub(crate) mod topics;
+pub(crate) mod wildcards;
 
 use crate::server::business::service_time::ServiceTime;
 use crate::server::business::{BusinessMode, Stage};
@@ -59,7 +59,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ServerWorkerConfig {
+pub(crate) struct ServerWorkerConfig {
     pub worker: usize,
     pub listen: std::net::IpAddr,
     pub ports: Vec<u16>,
@@ -218,7 +218,7 @@ struct Worker {
     reply_cap: usize,
 }
 
-pub fn run(cfg: ServerWorkerConfig) -> Result<()> {
+pub(crate) fn run(cfg: ServerWorkerConfig) -> Result<()> {
     crate::sys::raise_fd_limit();
     let worker = cfg.worker;
     let mqtt_limits = cfg.mqtt.limits();

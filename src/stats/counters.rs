@@ -22,7 +22,7 @@ use prometheus_client::registry::{Registry, Unit};
 use std::collections::BTreeMap;
 
 /// Counts per kind ("ECONNRESET", "2xx", ...).
-pub type Kinds = BTreeMap<String, u64>;
+pub(crate) type Kinds = BTreeMap<String, u64>;
 
 /// What one declared counter is, for registration and for tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,7 +31,7 @@ pub struct Declared {
     pub field: &'static str,
     /// The Prometheus metric name, without the role's prefix and suffixes.
     pub metric: &'static str,
-    pub help: &'static str,
+    pub(crate) help: &'static str,
     pub kind: Kind,
 }
 
@@ -46,7 +46,7 @@ pub enum Kind {
 
 impl Kind {
     /// Whether the value is a level of live workers (zeroed when one dies).
-    pub fn is_level(self) -> bool {
+    pub(crate) fn is_level(self) -> bool {
         matches!(self, Kind::Gauge | Kind::Bytes)
     }
 
@@ -62,8 +62,9 @@ impl Kind {
 }
 
 /// A scalar counter's part in the generated code.
-pub trait Value: Default {
+pub(crate) trait Value: Default {
     /// A value that shows in every output (1, or one kind counted once).
+    #[cfg(test)]
     fn example() -> Self;
     fn add(&mut self, other: &Self);
     fn zero(&mut self);
@@ -71,6 +72,7 @@ pub trait Value: Default {
 }
 
 impl Value for u64 {
+    #[cfg(test)]
     fn example() -> Self {
         1
     }
@@ -96,6 +98,7 @@ impl Value for u64 {
 }
 
 impl Value for Kinds {
+    #[cfg(test)]
     fn example() -> Self {
         Kinds::from([("example".to_string(), 1)])
     }
@@ -117,7 +120,7 @@ impl Value for Kinds {
 }
 
 /// A counter family with one label, from counts per kind.
-pub fn labeled(label: &str, values: &Kinds) -> Family<Vec<(String, String)>, Counter> {
+pub(crate) fn labeled(label: &str, values: &Kinds) -> Family<Vec<(String, String)>, Counter> {
     let f = Family::<Vec<(String, String)>, Counter>::default();
     for (k, v) in values {
         f.get_or_create(&vec![(label.to_string(), k.clone())]).inc_by(*v);
@@ -126,6 +129,7 @@ pub fn labeled(label: &str, values: &Kinds) -> Family<Vec<(String, String)>, Cou
 }
 
 /// Declare a role's counters once. See the module doc for the kinds.
+/// The struct's visibility is its fields' and methods' too.
 ///
 /// ```text
 /// megaconn::counters! {
@@ -140,20 +144,20 @@ pub fn labeled(label: &str, values: &Kinds) -> Family<Vec<(String, String)>, Cou
 macro_rules! counters {
     (
         $(#[$meta:meta])*
-        pub struct $name:ident {
+        $vis:vis struct $name:ident {
             $( $field:ident : $kind:ident $(($label:literal))? $metric:literal $help:literal, )*
         }
     ) => {
         $(#[$meta])*
         #[derive(Debug, Clone, Default, PartialEq, ::serde::Serialize, ::serde::Deserialize)]
         #[serde(default)]
-        pub struct $name {
-            $( #[doc = $help] pub $field: $crate::counters!(@ty $kind), )*
+        $vis struct $name {
+            $( #[doc = $help] $vis $field: $crate::counters!(@ty $kind), )*
         }
 
         impl $name {
             /// Every counter of this role, in declaration order.
-            pub const DECLARED: &'static [$crate::stats::counters::Declared] = &[
+            $vis const DECLARED: &'static [$crate::stats::counters::Declared] = &[
                 $( $crate::stats::counters::Declared {
                     field: stringify!($field),
                     metric: $metric,
@@ -163,20 +167,24 @@ macro_rules! counters {
             ];
 
             /// Every counter set to a value that shows (tests of the outputs).
-            pub fn example() -> Self {
+            #[cfg(test)]
+            #[allow(dead_code)] // one API for every role: the output tests of some roles use it
+            $vis fn example() -> Self {
                 use $crate::stats::counters::Value;
                 Self { $( $field: Value::example(), )* }
             }
 
             /// Add another worker's counters to these.
-            pub fn add(&mut self, other: &Self) {
+            #[allow(dead_code)] // one API for every role: a role with one worker's counters adds none
+            $vis fn add(&mut self, other: &Self) {
                 use $crate::stats::counters::Value;
                 $( self.$field.add(&other.$field); )*
             }
 
             /// A worker died: its levels (open connections, memory) are gone;
             /// its cumulative counts stay.
-            pub fn zero_levels(&mut self) {
+            #[allow(dead_code)] // one API for every role: a supervisor's own counters outlive no worker
+            $vis fn zero_levels(&mut self) {
                 use $crate::stats::counters::Value;
                 let mut i = 0;
                 $(
@@ -189,7 +197,7 @@ macro_rules! counters {
             }
 
             /// Register every counter for `/metrics`.
-            pub fn register(&self, r: &mut ::prometheus_client::registry::Registry) {
+            $vis fn register(&self, r: &mut ::prometheus_client::registry::Registry) {
                 use $crate::stats::counters::Value;
                 let mut i = 0;
                 $(
@@ -234,7 +242,7 @@ macro_rules! counters_deref {
 mod tests {
     crate::counters! {
         /// A test role.
-        pub struct Demo {
+        pub(crate) struct Demo {
             open: gauge "connections" "Open now",
             accepted: counter "accepted" "Accepted",
             rss: bytes "resident_memory" "Memory",

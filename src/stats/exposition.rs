@@ -9,14 +9,14 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 /// The content type of the exposition.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Upper bounds (ms) of the latency buckets exported to Prometheus.
-pub const LATENCY_BUCKETS_MS: [f64; 12] = [1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 10000.0];
+pub(crate) const LATENCY_BUCKETS_MS: [f64; 12] = [1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 10000.0];
 
 /// A histogram whose buckets were counted elsewhere (in the workers).
 #[derive(Debug)]
-pub struct BucketedHistogram {
+pub(crate) struct BucketedHistogram {
     sum: f64,
     count: u64,
     /// (upper bound, count in this bucket), +Inf last.
@@ -35,7 +35,7 @@ impl EncodeMetric for BucketedHistogram {
 
 impl BucketedHistogram {
     /// Prometheus buckets (seconds) from an HdrHistogram of µs.
-    pub fn from_hdr(h: &Histogram<u64>) -> BucketedHistogram {
+    pub(crate) fn from_hdr(h: &Histogram<u64>) -> BucketedHistogram {
         let mut below = 0;
         let mut buckets: Vec<(f64, u64)> = LATENCY_BUCKETS_MS
             .iter()
@@ -52,7 +52,7 @@ impl BucketedHistogram {
 
     /// From counts per bucket of [`LATENCY_BUCKETS_MS`] (+Inf last) and
     /// their sum in µs.
-    pub fn from_buckets(counts: &[u64], sum_us: u64) -> BucketedHistogram {
+    pub(crate) fn from_buckets(counts: &[u64], sum_us: u64) -> BucketedHistogram {
         let mut buckets: Vec<(f64, u64)> =
             LATENCY_BUCKETS_MS.iter().map(|ms| ms / 1000.0).chain([f64::INFINITY]).zip(counts.iter().copied().chain(std::iter::repeat(0))).collect();
         buckets.truncate(LATENCY_BUCKETS_MS.len() + 1);
@@ -61,7 +61,7 @@ impl BucketedHistogram {
 }
 
 /// Encode a registry.
-pub fn encode(r: &Registry) -> String {
+pub(crate) fn encode(r: &Registry) -> String {
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, r).expect("encoding into a String cannot fail");
     out

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 /// 1234567 -> "1,234,567".
-pub fn count(n: u64) -> String {
+pub(crate) fn count(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {
@@ -16,7 +16,7 @@ pub fn count(n: u64) -> String {
 }
 
 /// An axis label: 1500 -> "1.5K", 2000000 -> "2M", 0.25 -> "0.25".
-pub fn short(v: f64) -> String {
+pub(crate) fn short(v: f64) -> String {
     let (d, unit) = match v.abs() {
         a if a >= 1e9 => (1e9, "G"),
         a if a >= 1e6 => (1e6, "M"),
@@ -28,7 +28,7 @@ pub fn short(v: f64) -> String {
 }
 
 /// Bytes with a binary unit: "512 B", "3.4 MiB".
-pub fn bytes(n: u64) -> String {
+pub(crate) fn bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = n as f64;
     let mut u = 0;
@@ -44,7 +44,7 @@ pub fn bytes(n: u64) -> String {
 }
 
 /// "ECONNREFUSED=3, timeout=1", or "none".
-pub fn kinds(map: &BTreeMap<String, u64>) -> String {
+pub(crate) fn kinds(map: &BTreeMap<String, u64>) -> String {
     let parts: Vec<String> = map.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{k}={}", count(*v))).collect();
     if parts.is_empty() {
         "none".into()

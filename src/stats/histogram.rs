@@ -9,16 +9,16 @@ use serde::{Deserialize, Serialize};
 /// Highest value tracked: one hour in µs (anything slower is clamped).
 const MAX_US: u64 = 3_600_000_000;
 
-pub fn new() -> Histogram<u64> {
+pub(crate) fn new() -> Histogram<u64> {
     Histogram::new_with_bounds(1, MAX_US, 3).expect("static bounds are valid")
 }
 
-pub fn record(h: &mut Histogram<u64>, us: u64) {
+pub(crate) fn record(h: &mut Histogram<u64>, us: u64) {
     h.saturating_record(us.clamp(1, MAX_US));
 }
 
 /// Serialize to base64 text; an empty histogram is an empty string.
-pub fn encode(h: &Histogram<u64>) -> String {
+pub(crate) fn encode(h: &Histogram<u64>) -> String {
     if h.is_empty() {
         return String::new();
     }
@@ -28,7 +28,7 @@ pub fn encode(h: &Histogram<u64>) -> String {
 }
 
 /// Decode an encoded histogram; None when empty or garbled.
-pub fn decode(text: &str) -> Option<Histogram<u64>> {
+pub(crate) fn decode(text: &str) -> Option<Histogram<u64>> {
     if text.is_empty() {
         return None;
     }
@@ -38,12 +38,13 @@ pub fn decode(text: &str) -> Option<Histogram<u64>> {
 
 /// Merge an encoded histogram into `into`; garbage is ignored (and
 /// reported by the caller's counters staying short, never a panic).
-pub fn merge_encoded(into: &mut Histogram<u64>, text: &str) -> bool {
+#[cfg(test)]
+pub(crate) fn merge_encoded(into: &mut Histogram<u64>, text: &str) -> bool {
     text.is_empty() || decode(text).is_some_and(|h| into.add(&h).is_ok())
 }
 
 /// Add a decoded histogram, if any.
-pub fn add(into: &mut Histogram<u64>, h: Option<&Histogram<u64>>) {
+pub(crate) fn add(into: &mut Histogram<u64>, h: Option<&Histogram<u64>>) {
     if let Some(h) = h {
         let _ = into.add(h);
     }
@@ -51,7 +52,7 @@ pub fn add(into: &mut Histogram<u64>, h: Option<&Histogram<u64>>) {
 
 /// The percentile summary every report prints, in milliseconds.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct LatencySummary {
+pub(crate) struct LatencySummary {
     pub count: u64,
     pub mean_ms: f64,
     pub p50_ms: f64,
@@ -61,7 +62,7 @@ pub struct LatencySummary {
     pub max_ms: f64,
 }
 
-pub fn summarize(h: &Histogram<u64>) -> LatencySummary {
+pub(crate) fn summarize(h: &Histogram<u64>) -> LatencySummary {
     if h.is_empty() {
         return LatencySummary::default();
     }

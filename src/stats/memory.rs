@@ -11,10 +11,10 @@
 use serde::Serialize;
 
 /// Slab caches that a TCP socket endpoint allocates from.
-pub const SOCKET_CACHES: &[&str] = &["TCP", "sock_inode_cache", "filp", "dentry", "eventpoll_epi", "eventpoll_pwq"];
+pub(crate) const SOCKET_CACHES: &[&str] = &["TCP", "sock_inode_cache", "filp", "dentry", "eventpoll_epi", "eventpoll_pwq"];
 
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct KernelMemory {
+pub(crate) struct KernelMemory {
     /// Slab from /proc/meminfo, bytes.
     pub slab_bytes: u64,
     /// Bytes held by [`SOCKET_CACHES`] objects (active objects × size),
@@ -24,7 +24,7 @@ pub struct KernelMemory {
     pub tcp_objects: u64,
 }
 
-pub fn kernel_memory() -> KernelMemory {
+pub(crate) fn kernel_memory() -> KernelMemory {
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
     let slab_bytes = meminfo_kib(&meminfo, "Slab:").unwrap_or(0) * 1024;
     let slabinfo = std::fs::read_to_string("/proc/slabinfo").unwrap_or_default();
@@ -42,12 +42,12 @@ pub fn kernel_memory() -> KernelMemory {
 }
 
 /// A "Key:   123 kB" value from /proc/meminfo, in KiB.
-pub fn meminfo_kib(meminfo: &str, key: &str) -> Option<u64> {
+pub(crate) fn meminfo_kib(meminfo: &str, key: &str) -> Option<u64> {
     meminfo.lines().find(|l| l.starts_with(key))?.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// (name, active objects, object size) for every cache in /proc/slabinfo.
-pub fn slab_caches(slabinfo: &str) -> impl Iterator<Item = (&str, u64, u64)> {
+pub(crate) fn slab_caches(slabinfo: &str) -> impl Iterator<Item = (&str, u64, u64)> {
     slabinfo.lines().filter(|l| !l.starts_with('#') && !l.starts_with("slabinfo")).filter_map(|l| {
         let mut f = l.split_whitespace();
         let name = f.next()?;
@@ -62,7 +62,7 @@ pub fn slab_caches(slabinfo: &str) -> impl Iterator<Item = (&str, u64, u64)> {
 /// Open file descriptors of these processes (entries of /proc/PID/fd).
 /// Linux 6.2+ reports the count as the directory's size (one stat); older
 /// kernels need the directory walked (seconds at millions of fds).
-pub fn fds_of(pids: &[u32]) -> u64 {
+pub(crate) fn fds_of(pids: &[u32]) -> u64 {
     pids.iter()
         .filter_map(|pid| {
             let dir = format!("/proc/{pid}/fd");
@@ -74,7 +74,7 @@ pub fn fds_of(pids: &[u32]) -> u64 {
         .sum()
 }
 
-pub fn rss_of(pids: &[u32]) -> u64 {
+pub(crate) fn rss_of(pids: &[u32]) -> u64 {
     let page = crate::sys::page_size();
     pids.iter()
         .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/statm")).ok())
@@ -85,7 +85,7 @@ pub fn rss_of(pids: &[u32]) -> u64 {
 
 /// PSS (proportional set size) summed over processes.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
-pub struct Pss {
+pub(crate) struct Pss {
     /// Everything, with shared pages (the binary's text) split between the
     /// processes mapping them: what the processes cost the machine.
     pub total: u64,
@@ -95,7 +95,7 @@ pub struct Pss {
 }
 
 /// Sum of PSS over processes, bytes (vanished processes count 0).
-pub fn pss_of(pids: &[u32]) -> Pss {
+pub(crate) fn pss_of(pids: &[u32]) -> Pss {
     let mut out = Pss::default();
     for s in pids.iter().filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()) {
         out.total += meminfo_kib(&s, "Pss:").unwrap_or(0) * 1024;

@@ -1,8 +1,8 @@
 //! Counting, merging and printing results.
 pub mod counters;
-pub mod exposition;
-pub mod format;
-pub mod histogram;
-pub mod memory;
-pub mod netstat;
-pub mod progress;
+pub(crate) mod exposition;
+pub(crate) mod format;
+pub(crate) mod histogram;
+pub(crate) mod memory;
+pub(crate) mod netstat;
+pub(crate) mod progress;

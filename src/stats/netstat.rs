@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 
 /// The TcpExt counters a ramp can trip, and the fix for each.
-pub const WATCHED: &[(&str, &str)] = &[
+pub(crate) const WATCHED: &[(&str, &str)] = &[
     ("ListenOverflows", "accept queue full: raise net.core.somaxconn (megaconn tune --apply) or accept faster (more workers)"),
     (
         "ListenDrops",
@@ -40,11 +40,11 @@ pub const WATCHED: &[(&str, &str)] = &[
 ];
 
 /// The name the input backlog's drops go by among the TcpExt counters.
-pub const BACKLOG_DROPS: &str = "BacklogDrops";
+pub(crate) const BACKLOG_DROPS: &str = "BacklogDrops";
 
 /// The TcpExt counters now, with [`BACKLOG_DROPS`] (empty if the files
 /// cannot be read).
-pub fn read() -> BTreeMap<String, u64> {
+pub(crate) fn read() -> BTreeMap<String, u64> {
     let mut out = parse(&std::fs::read_to_string("/proc/net/netstat").unwrap_or_default());
     if let Some(d) = backlog_drops(&std::fs::read_to_string("/proc/net/softnet_stat").unwrap_or_default()) {
         out.insert(BACKLOG_DROPS.into(), d);
@@ -54,7 +54,7 @@ pub fn read() -> BTreeMap<String, u64> {
 
 /// Packets dropped by the per-CPU input backlogs: the second (hex)
 /// column of `/proc/net/softnet_stat`, summed over CPUs.
-pub fn backlog_drops(text: &str) -> Option<u64> {
+pub(crate) fn backlog_drops(text: &str) -> Option<u64> {
     let mut sum = None;
     for line in text.lines() {
         let d = u64::from_str_radix(line.split_whitespace().nth(1)?, 16).ok()?;
@@ -64,7 +64,7 @@ pub fn backlog_drops(text: &str) -> Option<u64> {
 }
 
 /// TcpExt name/value lines of /proc/net/netstat into a map.
-pub fn parse(text: &str) -> BTreeMap<String, u64> {
+pub(crate) fn parse(text: &str) -> BTreeMap<String, u64> {
     let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("TcpExt:")).collect();
     let mut out = BTreeMap::new();
     if let [names, values] = lines[..] {
@@ -79,7 +79,7 @@ pub fn parse(text: &str) -> BTreeMap<String, u64> {
 
 /// What the watched counters rose by between two readings (only those
 /// that rose).
-pub fn delta(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+pub(crate) fn delta(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
     WATCHED
         .iter()
         .filter_map(|(name, _)| {
@@ -90,7 +90,7 @@ pub fn delta(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> B
 }
 
 /// The fix for a watched counter.
-pub fn fix(name: &str) -> &'static str {
+pub(crate) fn fix(name: &str) -> &'static str {
     WATCHED.iter().find(|(n, _)| *n == name).map_or("", |(_, f)| f)
 }
 

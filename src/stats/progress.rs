@@ -5,7 +5,7 @@
 use std::io::{IsTerminal, Write};
 use std::time::Instant;
 
-pub struct Progress {
+pub(crate) struct Progress {
     tty: bool,
     started: Instant,
     /// Whether a refreshing line is on screen and needs a newline first.
@@ -14,12 +14,12 @@ pub struct Progress {
 }
 
 impl Progress {
-    pub fn new(quiet: bool) -> Progress {
+    pub(crate) fn new(quiet: bool) -> Progress {
         Progress { tty: std::io::stderr().is_terminal(), started: Instant::now(), dirty: false, quiet }
     }
 
     /// Show the current state (replaces the previous line on a terminal).
-    pub fn update(&mut self, line: &str) {
+    pub(crate) fn update(&mut self, line: &str) {
         if self.quiet {
             return;
         }
@@ -35,7 +35,7 @@ impl Progress {
     }
 
     /// A line that stays (phase changes, warnings).
-    pub fn note(&mut self, line: &str) {
+    pub(crate) fn note(&mut self, line: &str) {
         if self.quiet {
             return;
         }
@@ -48,7 +48,7 @@ impl Progress {
         let _ = writeln!(err, "[{t:7.1}s] {line}");
     }
 
-    pub fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         if self.dirty && !self.quiet {
             eprintln!();
             self.dirty = false;

@@ -11,15 +11,15 @@ use std::io::Write;
 
 /// Supervisor -> worker commands every worker understands, one per line
 /// on the worker's stdin. A role adds its own words (see [`Command::Role`]).
-pub const CMD_CLOSE: &str = "close";
-pub const CMD_STOP: &str = "stop";
+pub(crate) const CMD_CLOSE: &str = "close";
+pub(crate) const CMD_STOP: &str = "stop";
 /// Elastic server worker: leave the accept group (a sibling has room).
-pub const CMD_LEAVE: &str = "leave";
+pub(crate) const CMD_LEAVE: &str = "leave";
 
 /// Read the worker's config: the first line of its stdin, written by the
 /// supervisor before anything else. Read byte by byte so nothing after
 /// the line (commands) is consumed here.
-pub fn read_config() -> std::io::Result<String> {
+pub(crate) fn read_config() -> std::io::Result<String> {
     let mut line = Vec::with_capacity(4096);
     let mut b = [0u8; 1];
     loop {
@@ -42,7 +42,7 @@ pub fn read_config() -> std::io::Result<String> {
 
 /// Send one message to the supervisor. A broken pipe means the supervisor
 /// is gone; the worker then has no reason to live.
-pub fn emit(msg: &impl Serialize) {
+pub(crate) fn emit(msg: &impl Serialize) {
     let mut line = serde_json::to_vec(msg).expect("worker messages serialize");
     line.push(b'\n');
     let mut out = std::io::stdout().lock();
@@ -54,13 +54,13 @@ pub fn emit(msg: &impl Serialize) {
 /// Tell the supervisor the worker cannot start or go on (`worker`
 /// `usize::MAX`: before it knew its index). Every role's message enum has
 /// this `fatal` event.
-pub fn emit_fatal(message: &str) {
+pub(crate) fn emit_fatal(message: &str) {
     emit(&serde_json::json!({"event": "fatal", "worker": usize::MAX, "message": message}));
 }
 
 /// What a worker hears from its supervisor.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Command {
+pub(crate) enum Command {
     /// Finish gracefully: drain, close connections, send the last snapshot.
     Close,
     /// Stop now (also sent when stdin reaches EOF: the supervisor is gone).
@@ -73,12 +73,12 @@ pub enum Command {
 
 /// Non-blocking reader of the worker's stdin, registered with the
 /// worker's reactor so commands arrive as readiness events.
-pub struct CommandReader {
+pub(crate) struct CommandReader {
     buf: Vec<u8>,
 }
 
 impl CommandReader {
-    pub fn register(registry: &mio::Registry, token: mio::Token) -> std::io::Result<CommandReader> {
+    pub(crate) fn register(registry: &mio::Registry, token: mio::Token) -> std::io::Result<CommandReader> {
         // SAFETY: fcntl on our own stdin descriptor.
         unsafe {
             let flags = libc::fcntl(0, libc::F_GETFL);
@@ -89,7 +89,7 @@ impl CommandReader {
     }
 
     /// Read what is there; return the commands received.
-    pub fn poll(&mut self) -> Vec<Command> {
+    pub(crate) fn poll(&mut self) -> Vec<Command> {
         let mut cmds = Vec::new();
         // Small: every worker touches it, and a large push line is rare.
         let mut chunk = [0u8; 4096];

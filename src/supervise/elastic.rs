@@ -27,16 +27,16 @@ use std::time::{Duration, Instant};
 /// Share of its budget at which an accepting worker stops counting as
 /// "room": a successor starts then (process start + bind take ~10-50 ms,
 /// in which a fast ramp fills the rest).
-pub const PRESPAWN_SHARE: f64 = 0.75;
+pub(crate) const PRESPAWN_SHARE: f64 = 0.75;
 /// A full worker rejoins the accept group once it holds at most this
 /// share of its budget.
-pub const LOW_WATER_SHARE: f64 = 0.80;
+pub(crate) const LOW_WATER_SHARE: f64 = 0.80;
 /// How long a surplus worker stays empty before it exits.
-pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_GRACE: Duration = Duration::from_secs(10);
 
 /// What the policy needs to know of one worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WorkerState {
+pub(crate) struct WorkerState {
     pub index: usize,
     /// Started, not yet ready.
     pub starting: bool,
@@ -56,7 +56,7 @@ impl WorkerState {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Decision {
+pub(crate) struct Decision {
     /// Workers to start now.
     pub spawn: usize,
     /// Workers to ask to exit (surplus, empty for longer than the grace).
@@ -65,7 +65,7 @@ pub struct Decision {
 
 /// Decide what to start and retire so that `target` workers accept with
 /// room, never exceeding `max_workers` live processes.
-pub fn decide(workers: &[WorkerState], target: usize, max_workers: usize, now: Instant, grace: Duration) -> Decision {
+pub(crate) fn decide(workers: &[WorkerState], target: usize, max_workers: usize, now: Instant, grace: Duration) -> Decision {
     let live = workers.iter().filter(|w| !w.retiring).count();
     let starting = workers.iter().filter(|w| w.starting).count();
     let with_room = workers.iter().filter(|w| !w.starting && w.has_room()).count();

@@ -5,12 +5,12 @@
 //! bench differ only in the [`Supervised`] they pass it. Nothing here
 //! names a role: a role brings its worker entry point (dispatched by the
 //! CLI), its message type and its event type.
-pub mod control;
-pub mod elastic;
-pub mod plan;
-pub mod pool;
+pub(crate) mod control;
+pub(crate) mod elastic;
+pub(crate) mod plan;
+pub(crate) mod pool;
 
-pub use pool::{ExitInfo, Pool, PoolEvent};
+pub(crate) use pool::{ExitInfo, Pool, PoolEvent};
 
 use anyhow::Result;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError};
@@ -18,16 +18,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Longest the loop waits for an event before ticking.
-pub const TICK: Duration = Duration::from_millis(50);
+pub(crate) const TICK: Duration = Duration::from_millis(50);
 
 /// Where a producer (a pool's reader threads, the admin API, the cluster
 /// link) hands its events, without knowing the supervisor's event type;
 /// false when the supervisor is gone.
-pub type Sink<T> = Arc<dyn Fn(T) -> bool + Send + Sync>;
+pub(crate) type Sink<T> = Arc<dyn Fn(T) -> bool + Send + Sync>;
 
 /// A [`Sink`] that wraps each event into the supervisor's event type and
 /// sends it on `tx`.
-pub fn sink<T: 'static, E: Send + 'static>(tx: &Sender<E>, wrap: fn(T) -> E) -> Sink<T> {
+pub(crate) fn sink<T: 'static, E: Send + 'static>(tx: &Sender<E>, wrap: fn(T) -> E) -> Sink<T> {
     let tx = tx.clone();
     Arc::new(move |t| tx.send(wrap(t)).is_ok())
 }
@@ -36,11 +36,11 @@ pub fn sink<T: 'static, E: Send + 'static>(tx: &Sender<E>, wrap: fn(T) -> E) -> 
 /// std preallocates them: 4,096 is ~0.6 MiB, 65,536 was 9 MiB):
 /// past that, producers that can wait (worker readers, the cluster
 /// link) wait, and the admin API is refused (503).
-pub const EVENT_QUEUE: usize = 4096;
+pub(crate) const EVENT_QUEUE: usize = 4096;
 
 /// What a producer does when a bounded channel is full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WhenFull {
+pub(crate) enum WhenFull {
     /// Wait for room (back-pressure onto a pipe or socket).
     Wait,
     /// Give up at once: the sink answers false.
@@ -48,7 +48,7 @@ pub enum WhenFull {
 }
 
 /// A [`Sink`] onto a bounded channel.
-pub fn bounded_sink<T: 'static, E: Send + 'static>(tx: &SyncSender<E>, wrap: fn(T) -> E, full: WhenFull) -> Sink<T> {
+pub(crate) fn bounded_sink<T: 'static, E: Send + 'static>(tx: &SyncSender<E>, wrap: fn(T) -> E, full: WhenFull) -> Sink<T> {
     let tx = tx.clone();
     Arc::new(move |t| match full {
         WhenFull::Wait => tx.send(wrap(t)).is_ok(),
@@ -58,13 +58,13 @@ pub fn bounded_sink<T: 'static, E: Send + 'static>(tx: &SyncSender<E>, wrap: fn(
 
 /// Whether the loop goes on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flow {
+pub(crate) enum Flow {
     Continue,
     Done,
 }
 
 /// What one supervisor does with its workers' events.
-pub trait Supervised {
+pub(crate) trait Supervised {
     /// What arrives on the supervisor's channel.
     type Event;
     /// One message, exit or garbled line from one worker, or any other
@@ -77,7 +77,7 @@ pub trait Supervised {
 }
 
 /// The one supervisor loop: deliver every event, tick, stop on `Done`.
-pub fn run_loop<S: Supervised>(rx: &Receiver<S::Event>, s: &mut S) -> Result<()> {
+pub(crate) fn run_loop<S: Supervised>(rx: &Receiver<S::Event>, s: &mut S) -> Result<()> {
     let mut interrupted = false;
     loop {
         if !interrupted && crate::signals::interrupted() {
@@ -101,7 +101,7 @@ pub fn run_loop<S: Supervised>(rx: &Receiver<S::Event>, s: &mut S) -> Result<()>
 }
 
 /// Deliver whatever arrives within `wait` (final snapshots after a stop).
-pub fn drain<S: Supervised>(rx: &Receiver<S::Event>, s: &mut S, wait: Duration) {
+pub(crate) fn drain<S: Supervised>(rx: &Receiver<S::Event>, s: &mut S, wait: Duration) {
     while let Ok(d) = rx.recv_timeout(wait) {
         let _ = s.deliver(d);
     }

@@ -11,7 +11,7 @@ use std::str::FromStr;
 
 /// How many worker processes: "auto" or a positive number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Workers {
+pub(crate) enum Workers {
     Auto,
     Fixed(usize),
 }
@@ -30,12 +30,12 @@ impl FromStr for Workers {
 }
 
 /// Share of the fd limit `auto` plans to use per process.
-pub const FD_HEADROOM: f64 = 0.90;
+pub(crate) const FD_HEADROOM: f64 = 0.90;
 /// Descriptors a worker needs besides sockets (stdio, epoll, /proc reads).
-pub const BASE_FDS: u64 = 16;
+pub(crate) const BASE_FDS: u64 = 16;
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct WorkerPlan {
+pub(crate) struct WorkerPlan {
     pub workers: usize,
     /// Connections each worker is planned to hold at most.
     pub per_worker: u64,
@@ -54,7 +54,14 @@ pub struct WorkerPlan {
 /// tell at most `max_per_worker` connections apart (a server worker's
 /// connection ids hold 16 bits of key; a client worker has no such cap:
 /// `u64::MAX`).
-pub fn plan_workers(connections: u64, workers: Workers, fd_limit: u64, reserved_fds: u64, max_per_worker: u64, cores: usize) -> Result<WorkerPlan, String> {
+pub(crate) fn plan_workers(
+    connections: u64,
+    workers: Workers,
+    fd_limit: u64,
+    reserved_fds: u64,
+    max_per_worker: u64,
+    cores: usize,
+) -> Result<WorkerPlan, String> {
     let reserved = reserved_fds + BASE_FDS;
     let hard_room = fd_limit.saturating_sub(reserved).min(max_per_worker);
     let planned_room = ((fd_limit as f64 * FD_HEADROOM) as u64).saturating_sub(reserved).min(max_per_worker);

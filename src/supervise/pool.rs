@@ -40,14 +40,14 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Most command bytes waiting for one worker's pipe; more are refused.
-pub const MAX_QUEUED: usize = 8 << 20;
+pub(crate) const MAX_QUEUED: usize = 8 << 20;
 /// What a worker's stdin pipe is enlarged to (Linux's default cap for
 /// an unprivileged pipe is 1 MiB; 64 KiB without asking).
 const PIPE_BYTES: i32 = 1 << 20;
 
 /// What became of a command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sent {
+pub(crate) enum Sent {
     /// In the pipe, or queued behind what the pipe could not take yet.
     Queued,
     /// The worker's queue is full: refused.
@@ -65,7 +65,7 @@ fn now_ms() -> u64 {
 
 /// How a worker process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ExitInfo {
+pub(crate) struct ExitInfo {
     pub pid: u32,
     pub code: Option<i32>,
     pub signal: Option<i32>,
@@ -74,10 +74,6 @@ pub struct ExitInfo {
 impl ExitInfo {
     fn from_status(pid: u32, st: ExitStatus) -> ExitInfo {
         ExitInfo { pid, code: st.code(), signal: st.signal() }
-    }
-
-    pub fn success(&self) -> bool {
-        self.code == Some(0)
     }
 }
 
@@ -97,7 +93,7 @@ impl std::fmt::Display for ExitInfo {
 /// Something that happened to one worker of a pool whose workers speak
 /// messages of type `M` (the role's own enum).
 #[derive(Debug)]
-pub enum PoolEvent<M> {
+pub(crate) enum PoolEvent<M> {
     Msg(M),
     /// The worker's stdout closed and the process was reaped.
     Exited(ExitInfo),
@@ -160,7 +156,7 @@ impl Handle {
 }
 
 /// The worker processes of one role.
-pub struct Pool {
+pub(crate) struct Pool {
     /// The worker subcommand's argument (`megaconn __worker KIND`).
     kind: &'static str,
     exe: std::path::PathBuf,
@@ -179,7 +175,7 @@ pub struct Pool {
 impl Pool {
     /// A pool of `megaconn __worker KIND` processes whose stdout lines
     /// are messages `M`, handed to `sink` with the worker's index.
-    pub fn new<M: DeserializeOwned + Send + 'static>(kind: &'static str, fd_limit: Option<u64>, sink: Sink<(usize, PoolEvent<M>)>) -> Result<Pool> {
+    pub(crate) fn new<M: DeserializeOwned + Send + 'static>(kind: &'static str, fd_limit: Option<u64>, sink: Sink<(usize, PoolEvent<M>)>) -> Result<Pool> {
         let exe = std::env::current_exe().context("cannot locate the megaconn binary to start workers")?;
         let forward: Forward = Arc::new(move |i, raw| {
             let ev = match raw {
@@ -196,34 +192,30 @@ impl Pool {
 
     /// Start later workers at this niceness (a load generator sharing the
     /// machine with the server it measures yields CPU to it).
-    pub fn set_nice(&mut self, nice: i32) {
+    pub(crate) fn set_nice(&mut self, nice: i32) {
         self.nice = nice;
     }
 
     /// Start later workers in this network namespace (`bench --topology
     /// veth` puts the client on its own host).
-    pub fn set_netns(&mut self, fd: Option<i32>) {
+    pub(crate) fn set_netns(&mut self, fd: Option<i32>) {
         self.netns = fd;
     }
 
     /// Let later workers inherit these descriptors (close-on-exec is
     /// cleared in the child only: other pools never see them).
-    pub fn set_inherit(&mut self, fds: Vec<i32>) {
+    pub(crate) fn set_inherit(&mut self, fds: Vec<i32>) {
         self.inherit = fds;
     }
 
-    pub fn kind(&self) -> &'static str {
-        self.kind
-    }
-
     /// Index the next spawned worker will get.
-    pub fn next_index(&self) -> usize {
+    pub(crate) fn next_index(&self) -> usize {
         self.workers.len()
     }
 
     /// Start one worker with this config (one JSON document); returns its
     /// index.
-    pub fn spawn(&mut self, config: &str) -> Result<usize> {
+    pub(crate) fn spawn(&mut self, config: &str) -> Result<usize> {
         let i = self.workers.len();
         let role = self.kind;
         let mut cmd = Command::new(&self.exe);
@@ -290,21 +282,17 @@ impl Pool {
     }
 
     /// PIDs of the workers still running.
-    pub fn pids(&self) -> Vec<u32> {
+    pub(crate) fn pids(&self) -> Vec<u32> {
         self.workers.iter().flatten().filter(|h| !h.exited).map(|h| h.pid).collect()
     }
 
-    pub fn pid(&self, i: usize) -> Option<u32> {
-        self.workers.get(i).and_then(|h| h.as_ref()).map(|h| h.pid)
-    }
-
     /// Workers started and not yet reported exited.
-    pub fn alive(&self) -> usize {
+    pub(crate) fn alive(&self) -> usize {
         self.workers.iter().flatten().filter(|h| !h.exited).count()
     }
 
     /// Record that worker `i`'s exit was delivered.
-    pub fn mark_exited(&mut self, i: usize) {
+    pub(crate) fn mark_exited(&mut self, i: usize) {
         if let Some(Some(h)) = self.workers.get_mut(i) {
             h.exited = true;
             h.stdin = None;
@@ -313,7 +301,7 @@ impl Pool {
     }
 
     /// Send one command line to worker `i`, without blocking.
-    pub fn send(&mut self, i: usize, cmd: &str) -> Sent {
+    pub(crate) fn send(&mut self, i: usize, cmd: &str) -> Sent {
         let Some(Some(h)) = self.workers.get_mut(i) else { return Sent::Gone };
         if h.stdin.is_none() {
             return Sent::Gone;
@@ -330,25 +318,25 @@ impl Pool {
     }
 
     /// Write out what waits for the workers' pipes (every supervisor tick).
-    pub fn flush(&mut self) {
+    pub(crate) fn flush(&mut self) {
         for h in self.workers.iter_mut().flatten().filter(|h| !h.queue.is_empty()) {
             h.flush();
         }
     }
 
     /// How long worker `i` has left commands unread with its pipe full.
-    pub fn blocked_for(&self, i: usize) -> Duration {
+    pub(crate) fn blocked_for(&self, i: usize) -> Duration {
         self.handle(i).and_then(|h| h.blocked_since).map_or(Duration::ZERO, |t| t.elapsed())
     }
 
     /// How long since worker `i` last wrote a message.
-    pub fn silent_for(&self, i: usize) -> Duration {
+    pub(crate) fn silent_for(&self, i: usize) -> Duration {
         self.handle(i).map_or(Duration::ZERO, |h| Duration::from_millis(now_ms().saturating_sub(h.heard.load(Ordering::Relaxed))))
     }
 
     /// Whether worker `i` is stopped by a signal (SIGSTOP, SIGTSTP) or a
     /// tracer: state T or t in /proc/PID/stat.
-    pub fn is_stopped(&self, i: usize) -> bool {
+    pub(crate) fn is_stopped(&self, i: usize) -> bool {
         let Some(h) = self.handle(i) else { return false };
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", h.pid)).unwrap_or_default();
         // The state follows the command name, which is in parentheses.
@@ -360,7 +348,7 @@ impl Pool {
     }
 
     /// Send one command line to every worker still listening.
-    pub fn broadcast(&mut self, cmd: &str) {
+    pub(crate) fn broadcast(&mut self, cmd: &str) {
         for i in 0..self.workers.len() {
             let _ = self.send(i, cmd);
         }
@@ -368,7 +356,7 @@ impl Pool {
 
     /// Ask every worker to stop, wait up to `grace`, then SIGKILL the rest
     /// (by PID) and reap them all.
-    pub fn stop(&mut self, grace: Duration) {
+    pub(crate) fn stop(&mut self, grace: Duration) {
         self.broadcast(super::control::CMD_STOP);
         let deadline = Instant::now() + grace;
         for h in self.workers.iter_mut().flatten() {

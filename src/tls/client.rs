@@ -15,11 +15,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 /// One client connection's TLS state.
-pub type ClientConn = TlsConn<UnbufferedClientConnection>;
+pub(crate) type ClientConn = TlsConn<UnbufferedClientConnection>;
 
 /// Which handshakes may resume a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-pub enum Resume {
+pub(crate) enum Resume {
     /// Reconnects and churn reopens resume; first connections do full
     /// handshakes (as many distinct devices would).
     Reconnect,
@@ -31,14 +31,14 @@ pub enum Resume {
 
 /// `--tls-versions`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Version {
+pub(crate) enum Version {
     Tls12,
     Tls13,
 }
 
 /// What `--tls`, `wss://` and `https://` ask of the client.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ClientTls {
+pub(crate) struct ClientTls {
     /// PEM file of the CAs to trust; None: the system's.
     pub ca: Option<PathBuf>,
     /// Accept any certificate (the handshake still authenticates the key).
@@ -66,7 +66,7 @@ impl Default for ClientTls {
 
 /// ALPN a protocol offers: `http/1.1` for HTTP and WebSocket (what
 /// browsers offer), nothing for the others.
-pub fn alpn_for(protocol: crate::proto::Protocol) -> Vec<String> {
+pub(crate) fn alpn_for(protocol: crate::proto::Protocol) -> Vec<String> {
     match protocol {
         crate::proto::Protocol::Http | crate::proto::Protocol::Ws => vec!["http/1.1".into()],
         _ => Vec::new(),
@@ -74,7 +74,7 @@ pub fn alpn_for(protocol: crate::proto::Protocol) -> Vec<String> {
 }
 
 /// Parse `--tls-versions 1.2,1.3`.
-pub fn parse_versions(s: &str) -> Result<Vec<Version>, String> {
+pub(crate) fn parse_versions(s: &str) -> Result<Vec<Version>, String> {
     let mut out = Vec::new();
     for v in s.split(',').map(str::trim) {
         let v = match v {
@@ -95,14 +95,14 @@ const MAX_TICKETS: usize = 16_384;
 /// The rustls configs of one client worker: `first` for a connection's
 /// first handshake, `again` for reconnects (they differ in whether they
 /// may resume), and the server name.
-pub struct Configs {
+pub(crate) struct Configs {
     pub first: Arc<rustls::ClientConfig>,
     pub again: Arc<rustls::ClientConfig>,
     pub name: ServerName<'static>,
 }
 
 impl Configs {
-    pub fn new(t: &ClientTls) -> Result<Configs> {
+    pub(crate) fn new(t: &ClientTls) -> Result<Configs> {
         let name = ServerName::try_from(t.server_name.clone())
             .map_err(|_| anyhow!("--tls-server-name {:?} is neither a DNS name nor an IP address", t.server_name))?;
         let pool = Arc::new(TicketPool::default());
@@ -115,9 +115,9 @@ impl Configs {
     }
 
     /// A new connection's TLS state (its ClientHello not yet written).
-    pub fn connect(&self, again: bool) -> Result<Box<ClientConn>, String> {
+    pub(crate) fn connect(&self, again: bool) -> Result<Box<ClientConn>, String> {
         let config = if again { &self.again } else { &self.first };
-        UnbufferedClientConnection::new(config.clone(), self.name.clone()).map(|c| TlsConn::new(c, 0)).map_err(|e| super::reason_of(&e))
+        UnbufferedClientConnection::new(config.clone(), self.name.clone()).map(TlsConn::new).map_err(|e| super::reason_of(&e))
     }
 }
 

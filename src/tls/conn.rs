@@ -13,7 +13,7 @@ use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, UnbufferedS
 use std::io::{self, Read};
 
 /// A rustls unbuffered connection of either side.
-pub trait Side: Sized {
+pub(crate) trait Side: Sized {
     type Data;
     fn process<'c, 'i>(&'c mut self, incoming: &'i mut [u8]) -> UnbufferedStatus<'c, 'i, Self::Data>;
     fn common(&self) -> &rustls::CommonState;
@@ -25,7 +25,7 @@ pub trait Side: Sized {
 }
 
 /// What became of a connection after its handshake.
-pub enum Converted<C> {
+pub(crate) enum Converted<C> {
     Kept(Box<C>),
     Records(Box<Records>),
     Failed(String),
@@ -70,7 +70,7 @@ enum Stage<C> {
 }
 
 /// What one TLS connection keeps between readiness events.
-pub struct TlsConn<C> {
+pub(crate) struct TlsConn<C> {
     stage: Stage<C>,
     /// Received bytes rustls has not consumed: a record cut by the network.
     spill: Spill,
@@ -78,13 +78,11 @@ pub struct TlsConn<C> {
     done: bool,
     /// The peer sent close_notify: the next read is the end.
     peer_closed: bool,
-    /// Worker-relative time (100 ms) the connection was accepted.
-    pub since_ds: u32,
 }
 
 /// Buffers a worker lends every TLS connection in turn.
 #[derive(Default)]
-pub struct TlsBufs {
+pub(crate) struct TlsBufs {
     /// Received ciphertext being processed (its length is its capacity;
     /// each read says how much of it holds bytes).
     incoming: Vec<u8>,
@@ -93,12 +91,13 @@ pub struct TlsBufs {
 }
 
 impl<C: Side> TlsConn<C> {
-    pub fn new(conn: C, since_ds: u32) -> Box<TlsConn<C>> {
-        Box::new(TlsConn { stage: Stage::Handshake(Box::new(conn)), spill: None, done: false, peer_closed: false, since_ds })
+    pub(crate) fn new(conn: C) -> Box<TlsConn<C>> {
+        Box::new(TlsConn { stage: Stage::Handshake(Box::new(conn)), spill: None, done: false, peer_closed: false })
     }
 
     /// Who runs the connection's TLS now: "rustls", "records" or "failed".
-    pub fn stage_name(&self) -> &'static str {
+    #[cfg(test)]
+    pub(crate) fn stage_name(&self) -> &'static str {
         match self.stage {
             Stage::Handshake(_) => "rustls",
             Stage::Traffic(_) => "records",
@@ -116,14 +115,14 @@ impl<C: Side> TlsConn<C> {
     }
 
     /// Still in the handshake: nothing may be sent to it yet.
-    pub fn handshaking(&self) -> bool {
+    pub(crate) fn handshaking(&self) -> bool {
         !self.done
     }
 
     /// Once, right after the handshake finished: whether it resumed a
     /// session. The keys then move to our record layer (server side); Err
     /// if that failed (the connection must close).
-    pub fn take_finished(&mut self) -> Option<Result<bool, String>> {
+    pub(crate) fn take_finished(&mut self) -> Option<Result<bool, String>> {
         let Stage::Handshake(c) = &self.stage else { return None };
         if self.done || c.common().is_handshaking() {
             return None;
@@ -143,7 +142,7 @@ impl<C: Side> TlsConn<C> {
     }
 
     /// Encrypt `plain` onto `wire`. Err names why it cannot be sent.
-    pub fn encrypt(&mut self, plain: &[u8], wire: &mut Vec<u8>) -> Result<(), String> {
+    pub(crate) fn encrypt(&mut self, plain: &[u8], wire: &mut Vec<u8>) -> Result<(), String> {
         if plain.is_empty() {
             return Ok(());
         }
@@ -188,7 +187,7 @@ impl<C: Side> TlsConn<C> {
 
     /// Run rustls with nothing received: what it has to say first (a
     /// client's ClientHello) goes onto `wire`.
-    pub fn kick(&mut self, wire: &mut Vec<u8>) -> Result<(), String> {
+    pub(crate) fn kick(&mut self, wire: &mut Vec<u8>) -> Result<(), String> {
         let mut empty: [u8; 0] = [];
         let conn = self.rustls()?;
         for _ in 0..16 {
@@ -204,7 +203,7 @@ impl<C: Side> TlsConn<C> {
 
     /// Best effort: a close_notify alert written to `sock` now (the
     /// connection is closing; nothing waits for it).
-    pub fn close_notify(&mut self, sock: &mut mio::net::TcpStream, wire: &mut Vec<u8>) {
+    pub(crate) fn close_notify(&mut self, sock: &mut mio::net::TcpStream, wire: &mut Vec<u8>) {
         self.close_notify_onto(wire);
         if !wire.is_empty() {
             let _ = std::io::Write::write(sock, wire);
@@ -214,7 +213,7 @@ impl<C: Side> TlsConn<C> {
 
     /// A close_notify alert onto an emptied `wire` (nothing when it
     /// cannot be had), for the caller to send.
-    pub fn close_notify_onto(&mut self, wire: &mut Vec<u8>) {
+    pub(crate) fn close_notify_onto(&mut self, wire: &mut Vec<u8>) {
         wire.clear();
         let mut empty: [u8; 0] = [];
         match &mut self.stage {
@@ -295,7 +294,7 @@ fn encode_into(wire: &mut Vec<u8>, mut f: impl FnMut(&mut [u8]) -> Result<usize,
 /// [`crate::net::READ_BUDGET`] like any other. Reading on until plaintext
 /// came let a peer that sent nothing else hold a worker for as long as it
 /// kept sending.
-pub struct TlsRead<'a, C, S = mio::net::TcpStream> {
+pub(crate) struct TlsRead<'a, C, S = mio::net::TcpStream> {
     pub sock: &'a mut S,
     pub tls: &'a mut TlsConn<C>,
     pub bufs: &'a mut TlsBufs,
@@ -445,7 +444,7 @@ fn looks_like_cleartext(first: u8) -> bool {
 }
 
 /// A connection's bytes: straight from the socket, or through TLS.
-pub enum Wire<'a, C> {
+pub(crate) enum Wire<'a, C> {
     Plain(&'a mut mio::net::TcpStream),
     Tls(TlsRead<'a, C>),
     /// Bytes an io_uring receive already brought.
@@ -459,7 +458,7 @@ impl<'a, C> Wire<'a, C> {
     /// when it has TLS state (`tls`: its connection and the worker's
     /// buffers; cleartext on the port answered `plaintext_reply`), from
     /// the socket, or (`rx`) from the bytes an io_uring receive brought.
-    pub fn of(
+    pub(crate) fn of(
         sock: &'a mut mio::net::TcpStream,
         rx: Option<&'a mut crate::net::Received<'a>>,
         tls: Option<(&'a mut TlsConn<C>, &'a mut TlsBufs)>,
@@ -492,13 +491,18 @@ impl<C: Side> Source for Wire<'_, C> {
 /// connection may go on. Both are tried: the handshake's bytes go out even
 /// when `data` cannot be encrypted. Errors are the caller's type
 /// (`String`); [`send_as`] maps an encryption failure into another.
-pub fn send<C: Side>(tls: Option<&mut TlsConn<C>>, wire: &mut Vec<u8>, data: &[u8], put: impl FnOnce(&[u8]) -> Result<(), String>) -> Result<(), String> {
+pub(crate) fn send<C: Side>(
+    tls: Option<&mut TlsConn<C>>,
+    wire: &mut Vec<u8>,
+    data: &[u8],
+    put: impl FnOnce(&[u8]) -> Result<(), String>,
+) -> Result<(), String> {
     send_as(tls, wire, data, put, |e| e)
 }
 
 /// [`send`] with the caller's error type: `tls_failed` names an
 /// encryption failure in it (the server's typed close reasons).
-pub fn send_as<C: Side, E>(
+pub(crate) fn send_as<C: Side, E>(
     tls: Option<&mut TlsConn<C>>,
     wire: &mut Vec<u8>,
     data: &[u8],

@@ -5,20 +5,20 @@
 use rustls::{AlertDescription, CertificateError, Error};
 
 /// Cleartext (an HTTP request, a telnet) sent to a TLS port.
-pub const PLAINTEXT: &str = "tls_plaintext";
+pub(crate) const PLAINTEXT: &str = "tls_plaintext";
 /// The handshake did not finish within `--handshake-timeout`.
-pub const TIMEOUT: &str = "tls_timeout";
+pub(crate) const TIMEOUT: &str = "tls_timeout";
 /// The peer closed before the handshake finished.
-pub const EOF: &str = "tls_eof";
+pub(crate) const EOF: &str = "tls_eof";
 /// More KeyUpdates than [`super::records::MAX_KEY_UPDATES`] with no
 /// application data in between.
-pub const KEY_UPDATE_LIMIT: &str = "tls_key_update_limit";
+pub(crate) const KEY_UPDATE_LIMIT: &str = "tls_key_update_limit";
 /// A malformed KeyUpdate (a request byte other than 0 or 1, a body of
 /// another length), answered with the alert RFC 8446 names for it.
-pub const BAD_KEY_UPDATE: &str = "tls_bad_key_update";
+pub(crate) const BAD_KEY_UPDATE: &str = "tls_bad_key_update";
 
 /// `tls_alert_<name>` for an alert the peer sent, else what we found wrong.
-pub fn reason_of(e: &Error) -> String {
+pub(crate) fn reason_of(e: &Error) -> String {
     match e {
         Error::AlertReceived(a) => format!("tls_alert_{}", alert_name(*a)),
         Error::NoApplicationProtocol => "tls_no_application_protocol".into(),
@@ -32,7 +32,7 @@ pub fn reason_of(e: &Error) -> String {
 }
 
 /// A certificate problem in the words a user searches for.
-pub fn certificate_name(c: &CertificateError) -> &'static str {
+pub(crate) fn certificate_name(c: &CertificateError) -> &'static str {
     match c {
         CertificateError::UnknownIssuer => "unknown_ca",
         CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => "name_mismatch",

@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 /// Default `--handshake-timeout`.
-pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What a server worker needs to serve TLS (sent in its config).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct ServerTls {
+pub(crate) struct ServerTls {
     /// PEM: the certificate, then its chain.
     pub cert: PathBuf,
     /// PEM: the private key (PKCS#8, PKCS#1 RSA or SEC1 EC).
@@ -39,7 +39,7 @@ pub struct ServerTls {
 /// A certificate chain and its private key as one PEM text. Its Debug
 /// shows its size only: a key never reaches a log.
 #[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Pem(pub String);
+pub(crate) struct Pem(pub String);
 
 impl std::fmt::Debug for Pem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -49,7 +49,7 @@ impl std::fmt::Debug for Pem {
 
 /// Read `tls`'s certificate and key files into one PEM text and check
 /// they make a usable certificate: what [`ServerTls::pem`] holds.
-pub fn read_pem(tls: &ServerTls) -> Result<Pem> {
+pub(crate) fn read_pem(tls: &ServerTls) -> Result<Pem> {
     let cert = std::fs::read_to_string(&tls.cert).with_context(|| format!("cannot read the certificate file {}", tls.cert.display()))?;
     let key = std::fs::read_to_string(&tls.key).with_context(|| format!("cannot read the key file {} as text", tls.key.display()))?;
     let pem = Pem(format!("{}\n{}\n", cert.trim_end(), key.trim_end()));
@@ -58,7 +58,7 @@ pub fn read_pem(tls: &ServerTls) -> Result<Pem> {
 }
 
 /// The certificate chain in `path`, with an error naming the fix.
-pub fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
+pub(crate) fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read the certificate file {}", path.display()))?;
     chain_of(&bytes, path)
 }
@@ -75,7 +75,7 @@ fn chain_of(bytes: &[u8], path: &Path) -> Result<Vec<CertificateDer<'static>>> {
 }
 
 /// The private key in `path`.
-pub fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>> {
+pub(crate) fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read the key file {}", path.display()))?;
     key_of(&bytes, path)
 }
@@ -88,7 +88,7 @@ fn key_of(bytes: &[u8], path: &Path) -> Result<PrivateKeyDer<'static>> {
 }
 
 /// The rustls server config for `tls` (both versions, the ring provider).
-pub fn server_config(tls: &ServerTls) -> Result<Arc<rustls::ServerConfig>> {
+pub(crate) fn server_config(tls: &ServerTls) -> Result<Arc<rustls::ServerConfig>> {
     let (chain, key) = match &tls.pem {
         Some(pem) => (chain_of(pem.0.as_bytes(), &tls.cert)?, key_of(pem.0.as_bytes(), &tls.key)?),
         None => (read_chain(&tls.cert)?, read_key(&tls.key)?),
@@ -115,7 +115,7 @@ pub fn server_config(tls: &ServerTls) -> Result<Arc<rustls::ServerConfig>> {
 }
 
 /// When the certificate and key files last changed (None: unreadable).
-pub fn stamp(tls: &ServerTls) -> Option<(SystemTime, SystemTime)> {
+pub(crate) fn stamp(tls: &ServerTls) -> Option<(SystemTime, SystemTime)> {
     let m = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
     Some((m(&tls.cert)?, m(&tls.key)?))
 }

@@ -12,13 +12,13 @@
 //! - [`server`]: one server connection's TLS state and its read/write path;
 //! - [`failure`]: why a handshake failed, as a counter label.
 
-pub mod client;
-pub mod conn;
-pub mod failure;
-pub mod files;
-pub mod records;
-pub mod server;
-pub mod throwaway;
-pub mod tickets;
+pub(crate) mod client;
+pub(crate) mod conn;
+pub(crate) mod failure;
+pub(crate) mod files;
+pub(crate) mod records;
+pub(crate) mod server;
+pub(crate) mod throwaway;
+pub(crate) mod tickets;
 
-pub use failure::reason_of;
+pub(crate) use failure::reason_of;

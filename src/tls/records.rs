@@ -44,7 +44,7 @@ const AES_GCM_RECORDS: u64 = 1 << 24;
 /// rustls's own limit (and BoringSSL's `kMaxKeyUpdates`), so a peer that
 /// works against those works here; a peer has no need for more (keys wear
 /// out after millions of records, not after none).
-pub const MAX_KEY_UPDATES: u8 = 32;
+pub(crate) const MAX_KEY_UPDATES: u8 = 32;
 
 const APPLICATION_DATA: u8 = 0x17;
 const ALERT: u8 = 0x15;
@@ -58,7 +58,7 @@ const FATAL: u8 = 2;
 /// and one more for a key update that may fall among them (one per 2^24
 /// records at most). A connection's unsent output is ciphertext, so its
 /// bound is counted in these bytes.
-pub fn sealed_len_bound(plain: usize) -> usize {
+pub(crate) fn sealed_len_bound(plain: usize) -> usize {
     plain.saturating_add((plain.div_ceil(MAX_PLAIN) + 1).saturating_mul(MAX_OVERHEAD))
 }
 
@@ -123,7 +123,7 @@ impl Direction {
 
 /// What one read of records produced.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Opened {
+pub(crate) struct Opened {
     /// Bytes of input consumed (whole records; the rest is a cut record).
     pub used: usize,
     /// Plaintext written to the caller's buffer.
@@ -133,7 +133,7 @@ pub struct Opened {
 }
 
 /// A server connection after its handshake.
-pub struct Records {
+pub(crate) struct Records {
     cipher: Cipher,
     tls13: bool,
     tx: Direction,
@@ -146,7 +146,7 @@ pub struct Records {
 }
 
 impl Records {
-    pub fn new(secrets: ExtractedSecrets, kernel: KernelConnection<ServerConnectionData>) -> Result<Records, String> {
+    pub(crate) fn new(secrets: ExtractedSecrets, kernel: KernelConnection<ServerConnectionData>) -> Result<Records, String> {
         let (cipher, tx) = Direction::new(secrets.tx.0, secrets.tx.1)?;
         let (_, rx) = Direction::new(secrets.rx.0, secrets.rx.1)?;
         let tls13 = kernel.protocol_version() == rustls::ProtocolVersion::TLSv1_3;
@@ -156,7 +156,7 @@ impl Records {
     /// Both directions under one made-up key (a fuzz target seals and
     /// opens its own records); no key update possible.
     #[doc(hidden)]
-    pub fn for_fuzzing(tls13: bool, cipher: u8) -> Records {
+    pub(crate) fn for_fuzzing(tls13: bool, cipher: u8) -> Records {
         let cipher = match cipher % 3 {
             0 => Cipher::Aes128Gcm,
             1 => Cipher::Aes256Gcm,
@@ -168,7 +168,7 @@ impl Records {
 
     /// Seal one record of any content type (fuzzing: alerts, key updates).
     #[doc(hidden)]
-    pub fn seal_kind(&mut self, kind: u8, chunk: &[u8], wire: &mut Vec<u8>) -> Result<(), String> {
+    pub(crate) fn seal_kind(&mut self, kind: u8, chunk: &[u8], wire: &mut Vec<u8>) -> Result<(), String> {
         self.seal_unchecked(kind, &chunk[..chunk.len().min(MAX_PLAIN)], wire)
     }
 
@@ -177,7 +177,7 @@ impl Records {
     }
 
     /// Encrypt `plain` as application data records onto `wire`.
-    pub fn seal(&mut self, plain: &[u8], wire: &mut Vec<u8>) -> Result<(), String> {
+    pub(crate) fn seal(&mut self, plain: &[u8], wire: &mut Vec<u8>) -> Result<(), String> {
         for chunk in plain.chunks(MAX_PLAIN) {
             self.seal_record(APPLICATION_DATA, chunk, wire)?;
         }
@@ -185,7 +185,7 @@ impl Records {
     }
 
     /// A close_notify alert onto `wire`.
-    pub fn close_notify(&mut self, wire: &mut Vec<u8>) -> Result<(), String> {
+    pub(crate) fn close_notify(&mut self, wire: &mut Vec<u8>) -> Result<(), String> {
         self.seal_record(ALERT, &[1, 0], wire)
     }
 
@@ -275,7 +275,7 @@ impl Records {
     /// (application data), acting on alerts and key updates; handshake
     /// messages to send (a requested key update) and the alert that ends
     /// a connection over a malformed one go onto `wire`.
-    pub fn open(&mut self, incoming: &mut [u8], buf: &mut [u8], wire: &mut Vec<u8>) -> Result<Opened, String> {
+    pub(crate) fn open(&mut self, incoming: &mut [u8], buf: &mut [u8], wire: &mut Vec<u8>) -> Result<Opened, String> {
         let mut out = Opened::default();
         let mut key = self.rx.cipher(self.cipher);
         while !out.closed && incoming.len() - out.used >= HEADER {
@@ -470,7 +470,7 @@ mod tests {
         let mut poll = mio::Poll::new().unwrap();
         poll.registry().register(&mut sock, mio::Token(0), mio::Interest::READABLE).unwrap();
         let mut events = mio::Events::with_capacity(4);
-        let mut tls = crate::tls::server::accept(config, 0).map_err(|e| e.to_string())?;
+        let mut tls = crate::tls::server::accept(config).map_err(|e| e.to_string())?;
         let mut bufs = TlsBufs::default();
         // Room for one whole record (as a worker's buffer has); reads of
         // at most this much still cut records, which then spill.
@@ -586,7 +586,7 @@ mod tests {
         let pki = crate::tls::throwaway::Throwaway::new(std::net::Ipv4Addr::LOCALHOST).unwrap();
         let cfg = client_config(&pki, provider::cipher_suite::TLS13_AES_128_GCM_SHA256);
         let mut client = rustls::ClientConnection::new(cfg, "localhost".try_into().unwrap()).unwrap();
-        let mut server = crate::tls::server::accept(server_config(&pki), 0).unwrap();
+        let mut server = crate::tls::server::accept(server_config(&pki)).unwrap();
         let mut bufs = TlsBufs::default();
         for _ in 0..HANDSHAKE_FLIGHTS {
             let flight = sent_by(&mut client);

@@ -4,20 +4,18 @@
 use rustls::server::UnbufferedServerConnection;
 use std::sync::Arc;
 
-pub use super::conn::TlsBufs;
+pub(crate) use super::conn::TlsBufs;
 
 /// One server connection's TLS state.
-pub type TlsConn = super::conn::TlsConn<UnbufferedServerConnection>;
-/// The plaintext reader of a server connection.
-pub type TlsRead<'a, S = mio::net::TcpStream> = super::conn::TlsRead<'a, UnbufferedServerConnection, S>;
+pub(crate) type TlsConn = super::conn::TlsConn<UnbufferedServerConnection>;
 
 /// A new server connection's TLS state, handshake not started.
-pub fn accept(config: Arc<rustls::ServerConfig>, since_ds: u32) -> Result<Box<TlsConn>, rustls::Error> {
-    Ok(TlsConn::new(UnbufferedServerConnection::new(config)?, since_ds))
+pub(crate) fn accept(config: Arc<rustls::ServerConfig>) -> Result<Box<TlsConn>, rustls::Error> {
+    Ok(TlsConn::new(UnbufferedServerConnection::new(config)?))
 }
 
 /// The answer to cleartext HTTP on a TLS http/ws port.
-pub const PLAINTEXT_REPLY: &[u8] = b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: 52\r\n\r\nThis port speaks TLS: use https:// or wss:// here.\r\n";
+pub(crate) const PLAINTEXT_REPLY: &[u8] = b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: 52\r\n\r\nThis port speaks TLS: use https:// or wss:// here.\r\n";
 
 #[cfg(test)]
 mod tests {

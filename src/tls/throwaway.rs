@@ -7,10 +7,10 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
 use std::path::PathBuf;
 
 /// The name the certificate is for (and the client checks).
-pub const SERVER_NAME: &str = "localhost";
+pub(crate) const SERVER_NAME: &str = "localhost";
 
 #[derive(Debug)]
-pub struct Throwaway {
+pub(crate) struct Throwaway {
     dir: PathBuf,
     pub ca: PathBuf,
     pub cert: PathBuf,
@@ -20,7 +20,7 @@ pub struct Throwaway {
 impl Throwaway {
     /// A CA, and a certificate for `localhost` and `ip` signed by it
     /// (ECDSA P-256, the cheapest handshake); it lives as long as the run.
-    pub fn new(ip: std::net::Ipv4Addr) -> Result<Throwaway> {
+    pub(crate) fn new(ip: std::net::Ipv4Addr) -> Result<Throwaway> {
         // One directory per value: two in one process (the unit tests run
         // in parallel) must not remove each other's files when dropped.
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

@@ -13,17 +13,17 @@ use ring::rand::{SecureRandom, SystemRandom};
 use std::fmt;
 
 /// Lifetime hint sent with each ticket.
-pub const LIFETIME_S: u32 = 6 * 3600;
+pub(crate) const LIFETIME_S: u32 = 6 * 3600;
 
 /// A ticket key: 32 random bytes, as hex in each worker's configuration
 /// (sent on its stdin, never on a command line others can read).
-pub fn new_key() -> anyhow::Result<String> {
+pub(crate) fn new_key() -> anyhow::Result<String> {
     let mut k = [0u8; 32];
     SystemRandom::new().fill(&mut k).map_err(|_| anyhow::anyhow!("the system random source failed"))?;
     Ok(k.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-pub struct SharedTickets {
+pub(crate) struct SharedTickets {
     key: LessSafeKey,
     rng: SystemRandom,
 }
@@ -36,7 +36,7 @@ impl fmt::Debug for SharedTickets {
 
 impl SharedTickets {
     /// From the hex key [`new_key`] made.
-    pub fn from_hex(hex: &str) -> anyhow::Result<SharedTickets> {
+    pub(crate) fn from_hex(hex: &str) -> anyhow::Result<SharedTickets> {
         let bytes: Vec<u8> = (0..hex.len()).step_by(2).filter_map(|i| hex.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok())).collect();
         if bytes.len() != 32 || hex.len() != 64 {
             anyhow::bail!("the session ticket key must be 64 hex digits");

@@ -16,18 +16,18 @@ use std::os::unix::process::CommandExt;
 use std::process::Command;
 
 /// Most server nodes a bench runs (addresses 10.201.0.1 on).
-pub const MAX_NODES: usize = 16;
-pub const BROKER_ADDR: Ipv4Addr = Ipv4Addr::new(10, 201, 0, 250);
+pub(crate) const MAX_NODES: usize = 16;
+pub(crate) const BROKER_ADDR: Ipv4Addr = Ipv4Addr::new(10, 201, 0, 250);
 /// The bench process's own address on the bridge.
 const HUB_ADDR: Ipv4Addr = Ipv4Addr::new(10, 201, 0, 200);
 const BRIDGE: &str = "br0";
 
-pub fn node_addr(k: usize) -> Ipv4Addr {
+pub(crate) fn node_addr(k: usize) -> Ipv4Addr {
     Ipv4Addr::new(10, 201, 0, 1 + k as u8)
 }
 
 /// Namespace of node `k` (or the broker's, `k` = None) of bench `pid`.
-pub fn ns_name(pid: u32, k: Option<usize>) -> String {
+pub(crate) fn ns_name(pid: u32, k: Option<usize>) -> String {
     match k {
         Some(k) => format!("{PREFIX}{pid}-n{k}"),
         None => format!("{PREFIX}{pid}-broker"),
@@ -36,7 +36,7 @@ pub fn ns_name(pid: u32, k: Option<usize>) -> String {
 
 /// Make the namespaces and the bridge for `nodes` nodes holding
 /// `connections` in all.
-pub fn place(nodes: usize, connections: u64, ports: &str) -> Result<Net> {
+pub(crate) fn place(nodes: usize, connections: u64, ports: &str) -> Result<Net> {
     if let Err(why) = may_create() {
         bail!("--nodes {nodes}: each node runs in its own network namespace, and {why}");
     }
@@ -94,7 +94,7 @@ fn build(net: &mut Net, nodes: usize, connections: u64, ports: &str) -> Result<(
 }
 
 /// Make `cmd` start inside namespace `name` and die with this process.
-pub fn inside(cmd: &mut Command, name: &str) -> Result<File> {
+pub(crate) fn inside(cmd: &mut Command, name: &str) -> Result<File> {
     let ns = File::open(format!("/run/netns/{name}")).with_context(|| format!("opening namespace {name}"))?;
     let fd = std::os::fd::AsRawFd::as_raw_fd(&ns);
     // SAFETY: setns and prctl are plain syscalls, async-signal-safe; the

@@ -19,7 +19,7 @@
 //! creation lock file first, so a second Ctrl-C restores it at once and a
 //! SIGKILLed bench's change is undone by the next bench.
 
-pub mod cluster;
+pub(crate) mod cluster;
 mod locks;
 
 use anyhow::{bail, Context, Result};
@@ -32,7 +32,7 @@ use std::process::Command;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Topology {
+pub(crate) enum Topology {
     /// netns when this process may create namespaces, else host.
     Auto,
     /// The host's own loopback and kernel tables.
@@ -43,7 +43,7 @@ pub enum Topology {
     Veth,
 }
 
-pub const PREFIX: &str = "megaconn-";
+pub(crate) const PREFIX: &str = "megaconn-";
 /// Where each namespace's owner holds its lock file.
 const LOCK_DIR: &str = "/run/megaconn-netns";
 /// Serialises namespace creation across benches; holds the host's
@@ -53,11 +53,11 @@ const CHILD_EHASH: &str = "/proc/sys/net/ipv4/tcp_child_ehash_entries";
 /// The kernel's largest per-namespace hash table.
 const EHASH_MAX: u64 = 1 << 24;
 /// veth addresses: the server host, then client source addresses.
-pub const VETH_SERVER: Ipv4Addr = Ipv4Addr::new(10, 201, 0, 1);
+pub(crate) const VETH_SERVER: Ipv4Addr = Ipv4Addr::new(10, 201, 0, 1);
 
 /// What the run got: reported in the JSON and the report's machine.
 #[derive(Debug, Clone, Serialize)]
-pub struct Placement {
+pub(crate) struct Placement {
     pub kind: Topology,
     /// Why this topology (auto's choice, or host's reason).
     pub why: String,
@@ -79,7 +79,7 @@ pub struct Placement {
 }
 
 /// A placed run. Dropping it removes the namespaces it created.
-pub struct Net {
+pub(crate) struct Net {
     pub placement: Placement,
     /// The client's namespace (veth), for its workers to enter.
     pub client_ns: Option<File>,
@@ -111,13 +111,13 @@ pub(crate) fn ip(args: &[&str]) -> Result<()> {
 
 /// Namespaces named by a megaconn whose owner is gone (its lock file is
 /// not held).
-pub fn stale() -> Vec<String> {
+pub(crate) fn stale() -> Vec<String> {
     stale_in(std::path::Path::new("/run/netns"), std::path::Path::new(LOCK_DIR))
 }
 
 /// Remove this process's namespaces (a second Ctrl-C, which exits
 /// without running `Net`'s drop).
-pub fn remove_own() {
+pub(crate) fn remove_own() {
     let mine = format!("{PREFIX}{}-", std::process::id());
     let Ok(dir) = std::fs::read_dir("/run/netns") else { return };
     for name in dir.filter_map(|e| e.ok()?.file_name().into_string().ok()).filter(|n| n.starts_with(&mine)) {
@@ -142,7 +142,7 @@ pub(crate) fn remove_stale() -> Vec<String> {
 }
 
 /// Buckets for `sockets` established sockets: the next power of two.
-pub fn ehash_for(sockets: u64) -> u64 {
+pub(crate) fn ehash_for(sockets: u64) -> u64 {
     sockets.max(1024).next_power_of_two().min(EHASH_MAX)
 }
 
@@ -229,7 +229,7 @@ pub(crate) fn ehash_here() -> Option<i64> {
 /// Place a bench of `connections` on `ports` (call on the main thread
 /// before any worker starts). `sources` is how many client addresses a
 /// veth plan needs. `auto` falls back to the host, saying why.
-pub fn place(want: Topology, connections: u64, ports: &str, sources: u64) -> Result<Net> {
+pub(crate) fn place(want: Topology, connections: u64, ports: &str, sources: u64) -> Result<Net> {
     let mut notes = remove_stale();
     let host = |why: String, notes: Vec<String>| {
         let mut net = Net::new(Topology::Host, why);
@@ -272,7 +272,7 @@ pub(crate) struct Sysctls {
 }
 
 impl Sysctls {
-    pub fn for_ports(ports: &str) -> Sysctls {
+    pub(crate) fn for_ports(ports: &str) -> Sysctls {
         Sysctls {
             // The listen queues (the server's host).
             queues: vec![("net.core.somaxconn", "65535".to_string()), ("net.ipv4.tcp_max_syn_backlog", "65535".into())],
@@ -354,7 +354,7 @@ pub(crate) fn client_sources(n: u64) -> Vec<Ipv4Addr> {
 }
 
 /// Enter a namespace in a child between fork and exec (async-signal-safe).
-pub fn setns_in_child(fd: i32) -> std::io::Result<()> {
+pub(crate) fn setns_in_child(fd: i32) -> std::io::Result<()> {
     // SAFETY: setns is a plain syscall on an fd the parent keeps open.
     if unsafe { libc::setns(fd, libc::CLONE_NEWNET) } != 0 {
         return Err(std::io::Error::last_os_error());

@@ -6,10 +6,10 @@ use super::plan::Assessment;
 use anyhow::{Context, Result};
 use std::path::Path;
 
-pub const SYSCTL_FILE: &str = "etc/sysctl.d/90-megaconn.conf";
+pub(crate) const SYSCTL_FILE: &str = "etc/sysctl.d/90-megaconn.conf";
 
 /// The sysctl.d file for the rows that need a change; None if none does.
-pub fn sysctl_file(a: &Assessment) -> Option<String> {
+pub(crate) fn sysctl_file(a: &Assessment) -> Option<String> {
     let lines: Vec<String> = a.rows.iter().filter_map(|r| r.sysctl.as_ref()).map(|(k, v)| format!("{k} = {v}")).collect();
     if lines.is_empty() {
         return None;
@@ -23,7 +23,7 @@ pub fn sysctl_file(a: &Assessment) -> Option<String> {
 }
 
 /// The fd hard limit snippets for the operator (megaconn cannot raise it).
-pub fn nofile_snippets(hard: u64) -> String {
+pub(crate) fn nofile_snippets(hard: u64) -> String {
     format!(
         "# /etc/security/limits.conf (PAM logins), then log in again:\n*    soft nofile {hard}\n*    hard nofile {hard}\n\n\
          # systemd service: /etc/systemd/system/megaconn.service.d/nofile.conf, then `systemctl daemon-reload`:\n[Service]\nLimitNOFILE={hard}\n"
@@ -32,7 +32,7 @@ pub fn nofile_snippets(hard: u64) -> String {
 
 /// Write and load the sysctl file. `root` other than "/" writes into that
 /// tree without loading (used by tests with a fake tree).
-pub fn apply(a: &Assessment, root: &Path, dry_run: bool) -> Result<i32> {
+pub(crate) fn apply(a: &Assessment, root: &Path, dry_run: bool) -> Result<i32> {
     let nofile = nofile_snippets(1_048_576);
     let Some(content) = sysctl_file(a) else {
         println!("nothing to change: every kernel setting already fits {} connections", a.request.connections);
@@ -74,7 +74,7 @@ pub fn apply(a: &Assessment, root: &Path, dry_run: bool) -> Result<i32> {
 /// A bench in its own namespace sets that namespace's sysctls; what stays
 /// global (fs.file-max) it raises when that limit alone makes the target
 /// impossible, as root, saying so. Returns the lines to show.
-pub fn lift_global_binds(connections: u64, role: super::plan::TuneRole, ports: u64, rate: u64) -> Vec<String> {
+pub(crate) fn lift_global_binds(connections: u64, role: super::plan::TuneRole, ports: u64, rate: u64) -> Vec<String> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return Vec::new();

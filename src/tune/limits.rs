@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 /// Everything `tune` looks at, as read.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Limits {
+pub(crate) struct Limits {
     pub nofile_soft: u64,
     pub nofile_hard: u64,
     pub nr_open: Option<u64>,
@@ -55,7 +55,7 @@ pub struct Limits {
     pub page_size: u64,
 }
 
-pub struct Reader {
+pub(crate) struct Reader {
     root: PathBuf,
 }
 
@@ -63,7 +63,7 @@ pub struct Reader {
 const CGROUP_UNLIMITED: u64 = 1 << 60;
 
 impl Reader {
-    pub fn new(root: impl Into<PathBuf>) -> Reader {
+    pub(crate) fn new(root: impl Into<PathBuf>) -> Reader {
         Reader { root: root.into() }
     }
 
@@ -75,7 +75,7 @@ impl Reader {
         self.read(rel)?.split_whitespace().next()?.parse().ok()
     }
 
-    pub fn read_all(&self) -> Limits {
+    pub(crate) fn read_all(&self) -> Limits {
         let limits = self.read("proc/self/limits").unwrap_or_default();
         let (nofile_soft, nofile_hard) = rlimit(&limits, "Max open files").unwrap_or((1024, 1024));
         let meminfo = self.read("proc/meminfo").unwrap_or_default();

@@ -1,28 +1,28 @@
 //! `megaconn tune`: the doctor. Reads every limit on connection count,
 //! says which one binds for a target N and prints (or applies) the fix.
 //! server, client and bench run the same check before they start.
-pub mod apply;
-pub mod limits;
-pub mod plan;
-pub mod tasks;
+pub(crate) mod apply;
+pub(crate) mod limits;
+pub(crate) mod plan;
+pub(crate) mod tasks;
 
 use crate::stats::format;
 use anyhow::Result;
 use plan::{Assessment, Request, Status, TuneRole};
 
 /// The limits of this machine, as read now.
-pub fn limits_here() -> limits::Limits {
+pub(crate) fn limits_here() -> limits::Limits {
     limits::Reader::new("/").read_all()
 }
 
-pub fn assess_here(root: &std::path::Path, connections: u64, role: TuneRole, ports: u64, rate: u64) -> Assessment {
+pub(crate) fn assess_here(root: &std::path::Path, connections: u64, role: TuneRole, ports: u64, rate: u64) -> Assessment {
     let l = limits::Reader::new(root).read_all();
     plan::assess(&l, Request { connections, role, ports, rate, cpus: crate::sys::online_cpus() })
 }
 
 /// The check every run does first: Err (a usage error) when a limit makes
 /// the target impossible, else the warning lines to show.
-pub fn precheck(connections: u64, role: TuneRole, ports: u64, rate: u64) -> Result<Vec<String>, crate::UsageError> {
+pub(crate) fn precheck(connections: u64, role: TuneRole, ports: u64, rate: u64) -> Result<Vec<String>, crate::UsageError> {
     let a = assess_here(std::path::Path::new("/"), connections, role, ports, rate);
     if let Some(b) = &a.binding {
         let role_name = format!("{role:?}").to_lowercase();
@@ -49,7 +49,7 @@ pub fn precheck(connections: u64, role: TuneRole, ports: u64, rate: u64) -> Resu
 /// run whose peak the per-process check cannot see: a rollout's
 /// restarted node plans for every connection while the client and the
 /// other nodes hold them all); a usage error with the fix.
-pub fn check_files(extra: u64, what: &str) -> Result<(), crate::UsageError> {
+pub(crate) fn check_files(extra: u64, what: &str) -> Result<(), crate::UsageError> {
     let l = limits_here();
     let (Some(max), used) = (l.file_max, l.files_allocated.unwrap_or(0)) else { return Ok(()) };
     let needed = used + extra + 10_000;
@@ -68,7 +68,7 @@ pub fn check_files(extra: u64, what: &str) -> Result<(), crate::UsageError> {
 /// Kernel bytes a connection's receive queue holds for one message of
 /// `message_bytes`: the skb around it (its head, shared info, the rounding
 /// of its data) is about this much more than the message.
-pub const SKB_OVERHEAD_BYTES: u64 = 1280;
+pub(crate) const SKB_OVERHEAD_BYTES: u64 = 1280;
 
 /// A broadcast to `connections` queues its message in every receive queue
 /// until the reader catches up (a load generator reads slower than a
@@ -79,7 +79,7 @@ pub const SKB_OVERHEAD_BYTES: u64 = 1280;
 /// broadcast to 1,000,000 WebSocket connections at the default 575,802
 /// pages delivered 84,701 of 5,000,000). A warning with the fix when the
 /// high mark is below one broadcast's worth.
-pub fn broadcast_memory(l: &limits::Limits, connections: u64, message_bytes: u64) -> Option<String> {
+pub(crate) fn broadcast_memory(l: &limits::Limits, connections: u64, message_bytes: u64) -> Option<String> {
     let [_, _, high] = l.tcp_mem?;
     let page = l.page_size.max(1);
     let needed = connections.saturating_mul(message_bytes + SKB_OVERHEAD_BYTES).div_ceil(page);
@@ -109,7 +109,7 @@ pub fn broadcast_memory(l: &limits::Limits, connections: u64, message_bytes: u64
 
 /// What `megaconn tune` is asked.
 #[derive(Debug, Clone)]
-pub struct TuneConfig {
+pub(crate) struct TuneConfig {
     pub connections: u64,
     pub role: TuneRole,
     /// Server ports in use (listener fds, port-pair capacity).
@@ -129,7 +129,7 @@ impl Default for TuneConfig {
     }
 }
 
-pub fn run(args: TuneConfig) -> Result<i32> {
+pub(crate) fn run(args: TuneConfig) -> Result<i32> {
     let a = assess_here(&args.root, args.connections, args.role, args.ports, args.rate);
     if args.apply || args.dry_run {
         print_table(&a);

@@ -9,7 +9,7 @@ use serde::Serialize;
 /// Kernel bytes per socket endpoint when /proc/slabinfo is unreadable:
 /// the Slab growth per endpoint measured here at 1M and 2M (10,216 and
 /// 10,342 B per connection, both ends).
-pub const DEFAULT_KERNEL_BYTES_PER_ENDPOINT: u64 = 5_200;
+pub(crate) const DEFAULT_KERNEL_BYTES_PER_ENDPOINT: u64 = 5_200;
 /// Slab grows by more than the socket objects' own sizes (TCP sock 2368 +
 /// sock_inode 832 + filp 256 + dentry 192 + epoll item 128 + pwq 72 =
 /// 3,712 B here): slab pages' slack, kmalloc'd parts, hash chains.
@@ -17,13 +17,13 @@ pub const DEFAULT_KERNEL_BYTES_PER_ENDPOINT: u64 = 5_200;
 const SLAB_GROWTH_PERCENT: u64 = 140;
 /// User memory per endpoint we budget: measured 48 B per connection on
 /// the server and 74 B on the client at 1M (BENCHMARKS.md), rounded up.
-pub const USER_BYTES_PER_ENDPOINT: u64 = 128;
+pub(crate) const USER_BYTES_PER_ENDPOINT: u64 = 128;
 /// Share of available memory a run may plan to use.
 const MEMORY_BUDGET: f64 = 0.9;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
-pub enum TuneRole {
+pub(crate) enum TuneRole {
     Server,
     Client,
     /// Both ends on this machine (loopback bench): two endpoints per connection.
@@ -32,14 +32,14 @@ pub enum TuneRole {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Status {
+pub(crate) enum Status {
     Ok,
     Warning,
     Binds,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Row {
+pub(crate) struct Row {
     pub limit: String,
     pub current: String,
     pub needed: String,
@@ -56,7 +56,7 @@ pub struct Row {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Request {
+pub(crate) struct Request {
     pub connections: u64,
     pub role: TuneRole,
     pub ports: u64,
@@ -65,7 +65,7 @@ pub struct Request {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Assessment {
+pub(crate) struct Assessment {
     pub request: Request,
     pub rows: Vec<Row>,
     /// The limit that binds first (lowest cap among binding rows).
@@ -96,7 +96,7 @@ fn opt(v: Option<u64>) -> String {
 }
 
 /// Worker processes `--workers auto` needs on each side.
-pub fn processes(req: &Request, fd_hard: u64) -> (u64, u64) {
+pub(crate) fn processes(req: &Request, fd_hard: u64) -> (u64, u64) {
     let n = req.connections;
     let server = || plan_workers(n, Workers::Auto, fd_hard, req.ports, crate::proto::push::MAX_KEYS, req.cpus).map(|p| p.workers as u64).unwrap_or(u64::MAX);
     let client = || plan_workers(n, Workers::Auto, fd_hard, 0, u64::MAX, req.cpus).map(|p| p.workers as u64).unwrap_or(u64::MAX);
@@ -107,7 +107,7 @@ pub fn processes(req: &Request, fd_hard: u64) -> (u64, u64) {
     }
 }
 
-pub fn kernel_bytes_per_endpoint(l: &Limits) -> u64 {
+pub(crate) fn kernel_bytes_per_endpoint(l: &Limits) -> u64 {
     let sum: u64 = l.slab_sizes.values().sum();
     if l.slab_sizes.contains_key("TCP") && sum > 0 {
         sum * SLAB_GROWTH_PERCENT / 100
@@ -138,7 +138,7 @@ type Check = fn(&Ctx<'_>) -> Vec<Row>;
 /// Every limit on connection count, in the order the table prints them.
 const CHECKS: &[Check] = &[descriptors, nr_open, file_max, ephemeral_ports, queues, memory, tcp_mem, conntrack, processes_for_workers, tcp_ehash, io_uring];
 
-pub fn assess(l: &Limits, req: Request) -> Assessment {
+pub(crate) fn assess(l: &Limits, req: Request) -> Assessment {
     let n = req.connections;
     let ends: u64 = if req.role == TuneRole::Both { 2 } else { 1 };
     let endpoints = n.saturating_mul(ends);

@@ -10,7 +10,7 @@ use super::limits::Limits;
 const SPARE_TASKS: u64 = 200;
 
 /// Check that `new_tasks` more tasks fit; Err names the limit and the fix.
-pub fn check(l: &Limits, new_tasks: u64, what: &str) -> Result<(), String> {
+pub(crate) fn check(l: &Limits, new_tasks: u64, what: &str) -> Result<(), String> {
     let now = l.tasks_now.unwrap_or(0);
     let caps = [
         ("kernel.pid_max", l.pid_max, "sysctl -w kernel.pid_max=4194304"),
@@ -32,7 +32,7 @@ pub fn check(l: &Limits, new_tasks: u64, what: &str) -> Result<(), String> {
 }
 
 /// Tasks free under the tightest limit (for sizing elastic growth).
-pub fn free(l: &Limits) -> u64 {
+pub(crate) fn free(l: &Limits) -> u64 {
     let now = l.tasks_now.unwrap_or(0);
     [l.pid_max, l.threads_max, l.cgroup_pids_max, l.max_processes]
         .into_iter()

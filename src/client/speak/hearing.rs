@@ -13,11 +13,11 @@ use crate::stats::histogram;
 use hdrhistogram::Histogram;
 
 /// The monotonic "now" of every read (µs): stamps below it time well.
-pub const NOW: u64 = 10_000_000;
+pub(crate) const NOW: u64 = 10_000_000;
 
 /// One connection's side of the worker: what a speaker reads into and
 /// what it says back, across reads.
-pub struct Hearing {
+pub(crate) struct Hearing {
     pub stats: ClientSnapshot,
     rtt: Histogram<u64>,
     latency: Histogram<u64>,
@@ -35,7 +35,7 @@ pub struct Hearing {
 }
 
 impl Hearing {
-    pub fn new(upgrading: bool) -> Hearing {
+    pub(crate) fn new(upgrading: bool) -> Hearing {
         Hearing {
             stats: ClientSnapshot::default(),
             rtt: histogram::new(),
@@ -54,7 +54,7 @@ impl Hearing {
     }
 
     /// One readiness event that brings `bytes` (read in one piece).
-    pub fn read(&mut self, speaker: &mut dyn Speaker, bytes: &[u8]) -> ReadEnd {
+    pub(crate) fn read(&mut self, speaker: &mut dyn Speaker, bytes: &[u8]) -> ReadEnd {
         let mut replies = Replies {
             stats: &mut self.stats,
             rtt: &mut self.rtt,
@@ -78,7 +78,7 @@ impl Hearing {
 
     /// Reads of `pieces` in turn, up to the first that ends the
     /// connection; how the last ended.
-    pub fn read_all(&mut self, speaker: &mut dyn Speaker, pieces: &[&[u8]]) -> ReadEnd {
+    pub(crate) fn read_all(&mut self, speaker: &mut dyn Speaker, pieces: &[&[u8]]) -> ReadEnd {
         let mut end = ReadEnd::Open;
         for p in pieces {
             end = self.read(speaker, p);
@@ -92,7 +92,7 @@ impl Hearing {
     /// Everything heard, to compare: the counters, what each histogram
     /// holds, the answers' size (their masks are random) and the state
     /// handed back.
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         let counters = serde_json::to_string(&self.stats.counters).expect("counters serialise");
         let hists = (self.rtt.len(), self.latency.len(), self.push.len());
         let inflight = self.inflight.as_ref().map_or(0, |q| q.len());
@@ -100,7 +100,7 @@ impl Hearing {
     }
 
     /// Bytes received and not used yet (kept for the next read).
-    pub fn kept(&self) -> usize {
+    pub(crate) fn kept(&self) -> usize {
         self.partial.as_ref().map_or(0, |p| p.len())
     }
 }
@@ -110,7 +110,7 @@ impl Hearing {
 /// every way ends the same and accounts the same. Returns the end, the
 /// speaker and the connection of the whole read, for the caller's own
 /// checks.
-pub fn same_at_every_cut(make: &dyn Fn() -> (Box<dyn Speaker>, Hearing), wire: &[u8]) -> (ReadEnd, Box<dyn Speaker>, Hearing) {
+pub(crate) fn same_at_every_cut(make: &dyn Fn() -> (Box<dyn Speaker>, Hearing), wire: &[u8]) -> (ReadEnd, Box<dyn Speaker>, Hearing) {
     let (mut speaker, mut whole) = make();
     let end = whole.read_all(&mut *speaker, &[wire]);
     let expected = whole.summary();

@@ -8,7 +8,7 @@ use crate::client::phases::NAMES as PHASES;
 
 /// A comparison a threshold makes: the measured value on the left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
+pub(crate) enum Op {
     Lt,
     Le,
     Gt,
@@ -21,7 +21,7 @@ impl Op {
     /// Longest first, so `<=` is not read as `<`.
     const ALL: [(&'static str, Op); 6] = [("<=", Op::Le), (">=", Op::Ge), ("==", Op::Eq), ("!=", Op::Ne), ("<", Op::Lt), (">", Op::Gt)];
 
-    pub fn holds(self, measured: f64, limit: f64) -> bool {
+    pub(crate) fn holds(self, measured: f64, limit: f64) -> bool {
         match self {
             Op::Lt => measured < limit,
             Op::Le => measured <= limit,
@@ -35,7 +35,7 @@ impl Op {
 
 /// One parsed threshold.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Threshold {
+pub(crate) struct Threshold {
     /// As written (spaces removed): what every output shows.
     pub text: String,
     /// `ramp`, `hold` or `close`; None: the whole run.
@@ -51,7 +51,7 @@ pub struct Threshold {
 impl Threshold {
     /// The metric's value in `s`, and whether it keeps to the limit (a
     /// metric with no value does not).
-    pub fn check(&self, s: &crate::client::run::ClientSummary) -> (Option<f64>, bool) {
+    pub(crate) fn check(&self, s: &crate::client::run::ClientSummary) -> (Option<f64>, bool) {
         let v = self.metric.value(s, self.phase);
         (v, v.is_some_and(|v| self.op.holds(v, self.limit)))
     }
@@ -61,7 +61,7 @@ impl Threshold {
 const EXAMPLE: &str = "write [PHASE:]METRIC OP VALUE, e.g. heartbeat_rtt.p99<50ms, hold:handshake.p99<=200ms, established_ratio>=99.9%, failed==0";
 
 /// Parse a `--threshold` expression (also clap's value parser).
-pub fn parse(text: &str) -> Result<Threshold, String> {
+pub(crate) fn parse(text: &str) -> Result<Threshold, String> {
     let text: String = text.chars().filter(|c| !c.is_whitespace()).collect();
     let at = text.find(['<', '>', '=', '!']).ok_or_else(|| format!("'{text}' has no comparison (< <= > >= == !=); {EXAMPLE}"))?;
     let (lhs, rest) = text.split_at(at);

@@ -9,7 +9,7 @@ use super::{Checked, Kind};
 /// The document for a run of `command` (client, bench, merge) that took
 /// `seconds`; `verdict` is the built-in verdict's reason when it failed
 /// (its case is there when `results` hold the built-in rules).
-pub fn render(command: &str, results: &[Checked], verdict: Option<&str>, seconds: f64) -> String {
+pub(crate) fn render(command: &str, results: &[Checked], verdict: Option<&str>, seconds: f64) -> String {
     let mut cases = String::new();
     let mut failures = 0;
     for r in results.iter().filter(|r| r.kind != Kind::BuiltIn) {

@@ -15,7 +15,7 @@ use crate::stats::histogram::LatencySummary;
 /// What a metric's number is, which decides the units its value may carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Unit {
+pub(crate) enum Unit {
     /// Milliseconds (latencies): `us`, `ms`, `s`; a bare number is ms.
     Millis,
     /// Seconds (durations): `us`, `ms`, `s`; a bare number is s.
@@ -139,7 +139,7 @@ const PHASE_COUNTERS: &[(&str, InPhase)] = &[
 
 /// A name of the table, resolved: where its value comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Metric {
+pub(crate) enum Metric {
     /// `FAMILIES[family]`, statistic `STATS[stat]`.
     Latency { family: usize, stat: usize },
     /// `SCALARS[i]`.
@@ -150,7 +150,7 @@ pub enum Metric {
 
 impl Metric {
     /// The metric called `name`, if the table has it.
-    pub fn find(name: &str) -> Option<Metric> {
+    pub(crate) fn find(name: &str) -> Option<Metric> {
         if let Some((fam, st)) = name.split_once('.') {
             if let (Some(family), Some(stat)) = (FAMILIES.iter().position(|f| f.name == fam), STATS.iter().position(|s| *s == st)) {
                 return Some(Metric::Latency { family, stat });
@@ -162,7 +162,7 @@ impl Metric {
         ClientCounters::DECLARED.iter().position(|d| d.field == name).map(Metric::Counter)
     }
 
-    pub fn unit(self) -> Unit {
+    pub(crate) fn unit(self) -> Unit {
         match self {
             Metric::Latency { stat: 0, .. } => Unit::Count,
             Metric::Latency { .. } => Unit::Millis,
@@ -172,7 +172,7 @@ impl Metric {
     }
 
     /// Whether each phase has its own value of this metric.
-    pub fn per_phase(self) -> bool {
+    pub(crate) fn per_phase(self) -> bool {
         match self {
             Metric::Latency { family, .. } => FAMILIES[family].phase.is_some(),
             Metric::Scalar(i) => SCALARS[i].phase.is_some(),
@@ -182,7 +182,7 @@ impl Metric {
 
     /// Its value in `s` (the whole run, or phase `phase`); None: the run
     /// measured nothing it could be computed from.
-    pub fn value(self, s: &ClientSummary, phase: Option<&str>) -> Option<f64> {
+    pub(crate) fn value(self, s: &ClientSummary, phase: Option<&str>) -> Option<f64> {
         if let Some(name) = phase {
             let p = s.phases.iter().find(|p| p.name == name)?;
             return match self {
@@ -210,7 +210,7 @@ fn counter(c: &ClientCounters, field: &str) -> Option<f64> {
 }
 
 /// Every valid name, for the error that refuses an unknown one.
-pub fn catalogue() -> String {
+pub(crate) fn catalogue() -> String {
     let families: Vec<&str> = FAMILIES.iter().map(|f| f.name).collect();
     let scalars: Vec<&str> = SCALARS.iter().map(|s| s.name).collect();
     let counters: Vec<&str> = ClientCounters::DECLARED.iter().map(|d| d.field).filter(|f| !scalars.contains(f)).collect();
@@ -227,7 +227,7 @@ pub fn catalogue() -> String {
 }
 
 /// Names of the table in full (latency families expanded).
-pub fn names() -> Vec<String> {
+pub(crate) fn names() -> Vec<String> {
     let mut out: Vec<String> = FAMILIES.iter().flat_map(|f| STATS.iter().map(move |s| format!("{}.{s}", f.name))).collect();
     out.extend(SCALARS.iter().map(|s| s.name.to_string()));
     out.extend(ClientCounters::DECLARED.iter().map(|d| d.field.to_string()).filter(|f| !SCALARS.iter().any(|s| s.name == f)));

@@ -8,11 +8,11 @@
 //! rule names a metric of one table ([`metrics`]); one the run measured
 //! nothing for fails ("no data"), never passes.
 
-pub mod expr;
-pub mod junit;
-pub mod metrics;
+pub(crate) mod expr;
+pub(crate) mod junit;
+pub(crate) mod metrics;
 
-pub use expr::{parse, Threshold};
+pub(crate) use expr::{parse, Threshold};
 
 use crate::client::run::ClientSummary;
 use crate::stats::format;
@@ -22,16 +22,16 @@ use std::time::Duration;
 
 /// Exit code of a run that crossed a `--threshold` or `--threshold-abort`
 /// (k6's, so CI scripts written for it read it the same way).
-pub const EXIT_CROSSED: i32 = 99;
+pub(crate) const EXIT_CROSSED: i32 = 99;
 /// `--threshold-abort` is first checked this long after the ramp began:
 /// the first handshakes and heartbeats are too few for a percentile.
-pub const ABORT_GRACE: Duration = Duration::from_secs(3);
+pub(crate) const ABORT_GRACE: Duration = Duration::from_secs(3);
 /// And then this often (a summary of every histogram each time).
-pub const ABORT_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const ABORT_EVERY: Duration = Duration::from_secs(1);
 
 /// The thresholds a run is asked to keep.
 #[derive(Debug, Clone, Default)]
-pub struct Thresholds {
+pub(crate) struct Thresholds {
     /// `--threshold`: checked on the summary at the end.
     pub check: Vec<Threshold>,
     /// `--threshold-abort`: checked live (after [`ABORT_GRACE`]) and at the end.
@@ -42,7 +42,7 @@ pub struct Thresholds {
 
 impl Thresholds {
     /// The plan's line on what is armed; None when nothing is.
-    pub fn armed(&self) -> Option<String> {
+    pub(crate) fn armed(&self) -> Option<String> {
         if self.check.is_empty() && self.abort.is_empty() {
             return None;
         }
@@ -67,7 +67,7 @@ impl Thresholds {
 /// Which rule a result is of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Kind {
+pub(crate) enum Kind {
     /// `--threshold`.
     Threshold,
     /// `--threshold-abort`.
@@ -78,7 +78,7 @@ pub enum Kind {
 
 /// One rule checked: what `--summary-json`, `--json` and `--junit` carry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Checked {
+pub(crate) struct Checked {
     pub expr: String,
     pub phase: Option<String>,
     pub metric: String,
@@ -94,7 +94,7 @@ pub struct Checked {
 }
 
 impl Checked {
-    pub fn of(t: &Threshold, s: &ClientSummary, kind: Kind) -> Checked {
+    pub(crate) fn of(t: &Threshold, s: &ClientSummary, kind: Kind) -> Checked {
         let (value, pass) = t.check(s);
         Checked {
             expr: t.text.clone(),
@@ -125,7 +125,7 @@ fn show(v: Option<f64>, unit: Unit) -> String {
 /// The client's own verdict as rules, in the order its reasons are given:
 /// not interrupted, every connection established, every heartbeat
 /// answered, and (unless `--allow-loss`) every established one held.
-pub fn builtin(allow_loss: bool) -> Vec<Threshold> {
+pub(crate) fn builtin(allow_loss: bool) -> Vec<Threshold> {
     let mut rules = vec!["interrupted==0", "established_ratio>=100%", "heartbeats_unanswered==0"];
     if !allow_loss {
         rules.push("held_ratio>=100%");
@@ -135,7 +135,7 @@ pub fn builtin(allow_loss: bool) -> Vec<Threshold> {
 
 /// Every rule checked and the exit code they make.
 #[derive(Debug, Clone)]
-pub struct Judgement {
+pub(crate) struct Judgement {
     /// The `--threshold`s, the `--threshold-abort`s, then the built-ins.
     pub results: Vec<Checked>,
     /// 0; 1 when the built-in verdict failed; [`EXIT_CROSSED`] when a
@@ -146,7 +146,7 @@ pub struct Judgement {
 }
 
 /// Check `t` and the built-in verdict on `s`.
-pub fn judge(s: &ClientSummary, t: &Thresholds, allow_loss: bool) -> Judgement {
+pub(crate) fn judge(s: &ClientSummary, t: &Thresholds, allow_loss: bool) -> Judgement {
     let mut results: Vec<Checked> = t.check.iter().map(|t| Checked::of(t, s, Kind::Threshold)).collect();
     for a in &t.abort {
         // The one that stopped the run is shown as it was then.
@@ -171,7 +171,7 @@ pub fn judge(s: &ClientSummary, t: &Thresholds, allow_loss: bool) -> Judgement {
 }
 
 /// The table of rules under the summary: each with its value and result.
-pub fn print(results: &[Checked], out: &mut impl std::io::Write) -> std::io::Result<()> {
+pub(crate) fn print(results: &[Checked], out: &mut impl std::io::Write) -> std::io::Result<()> {
     let width = results.iter().map(|r| r.expr.len()).max().unwrap_or(0);
     for r in results {
         let label = match r.kind {
@@ -186,7 +186,7 @@ pub fn print(results: &[Checked], out: &mut impl std::io::Write) -> std::io::Res
 
 /// The live check of `--threshold-abort`: the first rule crossed on
 /// numbers measured so far (a rule with no data yet is not crossed).
-pub fn crossed_live(abort: &[Threshold], live: &ClientSummary) -> Option<Checked> {
+pub(crate) fn crossed_live(abort: &[Threshold], live: &ClientSummary) -> Option<Checked> {
     abort.iter().map(|a| Checked::of(a, live, Kind::Abort)).find(|c| c.value.is_some() && !c.pass)
 }
 

@@ -9,8 +9,8 @@ use super::{Phase, State, Worker};
 use std::cmp::Reverse;
 
 /// Supervisor -> client worker commands (see `supervise::control`).
-pub const CMD_OUTAGE: &str = "outage";
-pub const CMD_REJOIN: &str = "rejoin";
+pub(crate) const CMD_OUTAGE: &str = "outage";
+pub(crate) const CMD_REJOIN: &str = "rejoin";
 
 impl Worker {
     pub(super) fn outage(&mut self) {

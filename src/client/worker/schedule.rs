@@ -104,7 +104,7 @@ impl Worker {
         let due = self.due_by(now, hb, start);
         while let Some((k, intended)) = self.next_due(due, Schedule::Heartbeats, hb, start) {
             self.out.clear();
-            let d = Due { slot: k, conn: self.cfg.first + k as u64, intended, period_us: hb, start };
+            let d = Due { conn: self.cfg.first + k as u64, intended, period_us: hb, start };
             self.speaker.beat(&mut self.out, &d, &mut self.slots[k].inflight);
             if self.write_slot(k) {
                 self.stats.heartbeats_sent += 1;
@@ -134,7 +134,7 @@ impl Worker {
         let due = self.due_by(now, period, start);
         while let Some((k, intended)) = self.next_due(due, Schedule::Requests, period, start) {
             self.out.clear();
-            let d = Due { slot: k, conn: self.cfg.first + k as u64, intended, period_us: period, start };
+            let d = Due { conn: self.cfg.first + k as u64, intended, period_us: period, start };
             if !self.speaker.request(&mut self.out, &d, &mut self.slots[k].inflight) {
                 return;
             }

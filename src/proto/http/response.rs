@@ -8,12 +8,12 @@ use super::MAX_HEADERS;
 /// Most headers in one response head a client reads (more is
 /// [`HeadError::TooManyHeaders`]): bounds the parse, and matches what a
 /// request may carry.
-pub const MAX_RESPONSE_HEADERS: usize = MAX_HEADERS;
+pub(crate) const MAX_RESPONSE_HEADERS: usize = MAX_HEADERS;
 
 /// A complete response head: the status, its length and the headers any
 /// client here acts on (values trimmed, borrowed from the buffer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ResponseHead<'a> {
+pub(crate) struct ResponseHead<'a> {
     pub status: u16,
     /// Bytes of the head, blank line included: the body starts here.
     pub len: usize,
@@ -31,7 +31,7 @@ pub struct ResponseHead<'a> {
 
 /// How a response's body ends (RFC 9112 §6.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BodyLength {
+pub(crate) enum BodyLength {
     /// `Content-Length`: this many bytes.
     Bytes(u64),
     /// `Transfer-Encoding` ending in `chunked`.
@@ -45,7 +45,7 @@ pub enum BodyLength {
 
 /// Why a response head was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HeadError {
+pub(crate) enum HeadError {
     /// More than the caller's bound of bytes without the head ending.
     TooLarge,
     /// More than [`MAX_RESPONSE_HEADERS`] headers.
@@ -58,7 +58,7 @@ pub enum HeadError {
 
 impl HeadError {
     /// The error as a counter-style name.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             HeadError::TooLarge => "http_head_too_large",
             HeadError::TooManyHeaders => "http_too_many_headers",
@@ -80,7 +80,7 @@ impl std::error::Error for HeadError {}
 /// incomplete and within `max_head` bytes. A head over `max_head` is
 /// refused whether it arrived whole or in pieces, so the verdict does
 /// not depend on how the network cut it.
-pub fn parse_response_head(buf: &[u8], max_head: usize) -> Result<Option<ResponseHead<'_>>, HeadError> {
+pub(crate) fn parse_response_head(buf: &[u8], max_head: usize) -> Result<Option<ResponseHead<'_>>, HeadError> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
     let mut resp = httparse::Response::new(&mut headers);
     let len = match resp.parse(buf) {

@@ -8,23 +8,23 @@ use super::topic;
 use super::{kind, Error, Limits, QoS, Role, Version};
 
 /// Reads the data types of §1.5 from a packet's bytes, borrowing them.
-pub struct Cursor<'a> {
+pub(crate) struct Cursor<'a> {
     buf: &'a [u8],
 }
 
 impl<'a> Cursor<'a> {
     /// A cursor at the start of `buf`.
-    pub fn new(buf: &'a [u8]) -> Cursor<'a> {
+    pub(crate) fn new(buf: &'a [u8]) -> Cursor<'a> {
         Cursor { buf }
     }
 
     /// Nothing left.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.buf.is_empty()
     }
 
     /// The next `n` bytes.
-    pub fn take(&mut self, n: usize) -> Result<&'a [u8], Error> {
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], Error> {
         if n > self.buf.len() {
             return Err(Error::Truncated);
         }
@@ -34,30 +34,30 @@ impl<'a> Cursor<'a> {
     }
 
     /// Everything left.
-    pub fn rest(&mut self) -> &'a [u8] {
+    pub(crate) fn rest(&mut self) -> &'a [u8] {
         std::mem::take(&mut self.buf)
     }
 
     /// Byte (§1.5.1).
-    pub fn u8(&mut self) -> Result<u8, Error> {
+    pub(crate) fn u8(&mut self) -> Result<u8, Error> {
         Ok(self.take(1)?[0])
     }
 
     /// Two Byte Integer, big-endian (§1.5.2).
-    pub fn u16(&mut self) -> Result<u16, Error> {
+    pub(crate) fn u16(&mut self) -> Result<u16, Error> {
         let b = self.take(2)?;
         Ok(u16::from_be_bytes([b[0], b[1]]))
     }
 
     /// Four Byte Integer (§1.5.3).
-    pub fn u32(&mut self) -> Result<u32, Error> {
+    pub(crate) fn u32(&mut self) -> Result<u32, Error> {
         let b = self.take(4)?;
         Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
 
     /// Variable Byte Integer (§1.5.5): at most 4 bytes, 7 bits each, least
     /// significant first. Non-minimal encodings are accepted.
-    pub fn varint(&mut self) -> Result<u32, Error> {
+    pub(crate) fn varint(&mut self) -> Result<u32, Error> {
         let mut value = 0u32;
         for i in 0..4 {
             let b = self.u8()?;
@@ -70,13 +70,13 @@ impl<'a> Cursor<'a> {
     }
 
     /// Binary Data: a two-byte length, then that many bytes (§1.5.6).
-    pub fn bin(&mut self) -> Result<&'a [u8], Error> {
+    pub(crate) fn bin(&mut self) -> Result<&'a [u8], Error> {
         let n = self.u16()? as usize;
         self.take(n)
     }
 
     /// UTF-8 Encoded String (§1.5.4): well-formed, without U+0000.
-    pub fn str(&mut self) -> Result<&'a str, Error> {
+    pub(crate) fn str(&mut self) -> Result<&'a str, Error> {
         let s = std::str::from_utf8(self.bin()?).map_err(|_| Error::BadUtf8)?;
         // In UTF-8 a zero byte is only ever U+0000 itself.
         if s.as_bytes().contains(&0) {
@@ -86,7 +86,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// A non-zero Packet Identifier (§2.2.1).
-    pub fn packet_id(&mut self) -> Result<u16, Error> {
+    pub(crate) fn packet_id(&mut self) -> Result<u16, Error> {
         match self.u16()? {
             0 => Err(Error::ZeroPacketId),
             id => Ok(id),
@@ -94,7 +94,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// The packet must end here.
-    pub fn end(&self) -> Result<(), Error> {
+    pub(crate) fn end(&self) -> Result<(), Error> {
         if self.buf.is_empty() {
             Ok(())
         } else {
@@ -105,7 +105,7 @@ impl<'a> Cursor<'a> {
 
 /// A decoded fixed header (§2.1.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FixedHeader {
+pub(crate) struct FixedHeader {
     /// Packet type, see [`kind`].
     pub kind: u8,
     /// The low nibble of the first byte.
@@ -118,7 +118,7 @@ pub struct FixedHeader {
 
 impl FixedHeader {
     /// The whole packet's size.
-    pub fn total(&self) -> usize {
+    pub(crate) fn total(&self) -> usize {
         self.len + self.remaining
     }
 }
@@ -128,7 +128,7 @@ impl FixedHeader {
 /// before CONNECT: any type that exists), the flags it requires (§2.1.3)
 /// and the size against `max_packet_size`, so a bad or oversized packet
 /// is refused before its body is buffered.
-pub fn fixed_header(buf: &[u8], version: Option<Version>, max_packet_size: u32) -> Result<Option<FixedHeader>, Error> {
+pub(crate) fn fixed_header(buf: &[u8], version: Option<Version>, max_packet_size: u32) -> Result<Option<FixedHeader>, Error> {
     let Some(&b0) = buf.first() else { return Ok(None) };
     let (kind, flags) = (b0 >> 4, b0 & 0x0F);
     match kind {
@@ -158,7 +158,7 @@ pub fn fixed_header(buf: &[u8], version: Option<Version>, max_packet_size: u32) 
 
 /// Whether `role` may receive packets of this type in `version`
 /// (§2.1.2 table 2-1; DISCONNECT goes both ways only in 5.0).
-pub fn may_receive(role: Role, kind: u8, version: Version) -> bool {
+pub(crate) fn may_receive(role: Role, kind: u8, version: Version) -> bool {
     match kind {
         kind::PUBLISH | kind::PUBACK | kind::PUBREC | kind::PUBREL | kind::PUBCOMP => true,
         kind::CONNECT | kind::SUBSCRIBE | kind::UNSUBSCRIBE | kind::PINGREQ => role == Role::Server,
@@ -172,7 +172,7 @@ pub fn may_receive(role: Role, kind: u8, version: Version) -> bool {
 /// The protocol level a CONNECT body announces, if its name is "MQTT" and
 /// the level one this codec speaks (so a refusal later in the packet can
 /// be answered in the client's version).
-pub fn connect_version(body: &[u8]) -> Result<Version, Error> {
+pub(crate) fn connect_version(body: &[u8]) -> Result<Version, Error> {
     let mut c = Cursor::new(body);
     if c.bin()? != b"MQTT" {
         return Err(Error::ProtocolName);
@@ -187,7 +187,7 @@ pub fn connect_version(body: &[u8]) -> Result<Version, Error> {
 /// Decode the body of a packet whose fixed header is `h`, as `role` reads
 /// it. `version` is the connection's (ignored for CONNECT, which carries
 /// its own).
-pub fn packet<'a>(h: &FixedHeader, body: &'a [u8], role: Role, version: Version, limits: &Limits) -> Result<Packet<'a>, Error> {
+pub(crate) fn packet<'a>(h: &FixedHeader, body: &'a [u8], role: Role, version: Version, limits: &Limits) -> Result<Packet<'a>, Error> {
     let version = if h.kind == kind::CONNECT { connect_version(body)? } else { version };
     if !may_receive(role, h.kind, version) {
         return Err(Error::UnexpectedPacket);

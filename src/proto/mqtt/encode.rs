@@ -41,7 +41,7 @@ fn varint_bytes(mut v: u32) -> Result<([u8; 4], usize), EncodeError> {
 }
 
 /// Append a Variable Byte Integer (§1.5.5).
-pub fn put_varint(out: &mut Vec<u8>, v: u32) -> Result<(), EncodeError> {
+pub(crate) fn put_varint(out: &mut Vec<u8>, v: u32) -> Result<(), EncodeError> {
     let (b, n) = varint_bytes(v)?;
     out.extend_from_slice(&b[..n]);
     Ok(())
@@ -82,7 +82,7 @@ pub(crate) fn with_length(out: &mut Vec<u8>, body: impl FnOnce(&mut Vec<u8>) -> 
 
 /// Append one whole packet as `version` speaks it (a CONNECT in its own
 /// version).
-pub fn packet(p: &Packet<'_>, version: Version, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+pub(crate) fn packet(p: &Packet<'_>, version: Version, out: &mut Vec<u8>) -> Result<(), EncodeError> {
     let version = if let Packet::Connect(c) = p { c.version } else { version };
     let v5 = version == Version::V5;
     let start = out.len();
@@ -216,7 +216,7 @@ fn connect(c: &Connect<'_>, out: &mut Vec<u8>) -> Result<(), EncodeError> {
 /// the module doc. Its remaining length counts the payload it was made
 /// for, which is sent right after [`PublishPrefix::bytes`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PublishPrefix {
+pub(crate) struct PublishPrefix {
     bytes: Vec<u8>,
     /// Where the packet id sits (QoS 1 and 2 forms), else `None`.
     packet_id_at: Option<usize>,
@@ -226,7 +226,7 @@ impl PublishPrefix {
     /// Encode `p` without its payload (but counting `p.payload.len()` in
     /// the remaining length). `p.qos` picks the form: QoS 0, or QoS 1/2
     /// with room for a packet id.
-    pub fn new(p: &Publish<'_>, version: Version) -> Result<PublishPrefix, EncodeError> {
+    pub(crate) fn new(p: &Publish<'_>, version: Version) -> Result<PublishPrefix, EncodeError> {
         let mut head = Vec::new();
         let q = Publish { packet_id: p.packet_id.max(1), ..p.clone() };
         publish_head(&q, version == Version::V5, &mut head)?;
@@ -243,7 +243,7 @@ impl PublishPrefix {
 
     /// Set the flags and packet id for one subscriber. The QoS must stay in
     /// the form the prefix was made for (0, or 1/2), else `WrongForm`.
-    pub fn patch(&mut self, dup: bool, qos: QoS, retain: bool, packet_id: u16) -> Result<(), EncodeError> {
+    pub(crate) fn patch(&mut self, dup: bool, qos: QoS, retain: bool, packet_id: u16) -> Result<(), EncodeError> {
         match (self.packet_id_at, qos) {
             (None, QoS::AtMostOnce) => {}
             (Some(at), QoS::AtLeastOnce | QoS::ExactlyOnce) => self.bytes[at..at + 2].copy_from_slice(&packet_id.to_be_bytes()),
@@ -255,12 +255,12 @@ impl PublishPrefix {
 
     /// Where the packet id sits in [`PublishPrefix::bytes`] (QoS 1 and 2
     /// forms): a copy of the whole packet is patched there per subscriber.
-    pub fn packet_id_at(&self) -> Option<usize> {
+    pub(crate) fn packet_id_at(&self) -> Option<usize> {
         self.packet_id_at
     }
 
     /// The packet up to the payload.
-    pub fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         &self.bytes
     }
 }

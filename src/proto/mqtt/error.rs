@@ -11,7 +11,7 @@ use super::topic::TopicError;
 /// CONNACK before one was sent, else in a DISCONNECT) or
 /// [`Error::v3_connack`] (3.1.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Error {
+pub(crate) enum Error {
     /// A Variable Byte Integer (the remaining length, a property length or
     /// identifier, a subscription identifier) longer than 4 bytes (§1.5.5).
     MalformedVarint,
@@ -86,7 +86,7 @@ pub enum Error {
 impl Error {
     /// The MQTT 5 reason code for this refusal (§2.4 table 2-6): 0x81
     /// malformed packet, 0x82 protocol error, and the specific ones.
-    pub fn reason_code(self) -> u8 {
+    pub(crate) fn reason_code(self) -> u8 {
         use Error::*;
         match self {
             MalformedVarint
@@ -118,7 +118,7 @@ impl Error {
     /// version, 2 identifier rejected), `None` for every other kind (3.1.1
     /// §4.8: close without a reply). A CONNECT of unknown level is
     /// answered in the 3.1.1 form, the one every version can read.
-    pub fn v3_connack(self) -> Option<u8> {
+    pub(crate) fn v3_connack(self) -> Option<u8> {
         match self {
             Error::ProtocolName | Error::ProtocolVersion(_) => Some(0x01),
             Error::ClientIdRejected => Some(0x02),
@@ -127,7 +127,7 @@ impl Error {
     }
 
     /// A counter name for this kind.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         use Error::*;
         match self {
             MalformedVarint => "mqtt_malformed_varint",
@@ -173,7 +173,7 @@ impl std::error::Error for Error {}
 
 /// Why a packet could not be encoded; `out` is left as it was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EncodeError {
+pub(crate) enum EncodeError {
     /// A string or binary field over 65,535 bytes (§1.5.4, §1.5.6).
     FieldTooLong,
     /// A packet whose remaining length exceeds 268,435,455 (§2.1.4).

@@ -15,12 +15,12 @@ use serde::{Deserialize, Serialize};
 
 /// Most bytes of forwarded properties one message may carry: strings,
 /// correlation data and user property names and values.
-pub const MAX_FORWARDED_BYTES: usize = 8192;
+pub(crate) const MAX_FORWARDED_BYTES: usize = 8192;
 
 /// A message's forwarded properties and where it came from.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct Forwarded {
+pub(crate) struct Forwarded {
     /// The connection id that published it (No Local: not sent back to it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub origin: Option<u64>,
@@ -42,7 +42,7 @@ pub struct Forwarded {
 impl Forwarded {
     /// The properties of a client's PUBLISH that are forwarded, with its
     /// connection; `Err(cost)` past [`MAX_FORWARDED_BYTES`].
-    pub fn from_publish(p: &Properties<'_>, origin: Option<u64>) -> Result<Forwarded, usize> {
+    pub(crate) fn from_publish(p: &Properties<'_>, origin: Option<u64>) -> Result<Forwarded, usize> {
         let f = Forwarded {
             origin,
             payload_is_utf8: p.payload_is_utf8,
@@ -59,7 +59,7 @@ impl Forwarded {
     }
 
     /// Bytes of its strings and data.
-    pub fn cost(&self) -> usize {
+    pub(crate) fn cost(&self) -> usize {
         let s = |v: &Option<String>| v.as_ref().map_or(0, String::len);
         s(&self.content_type)
             + s(&self.response_topic)
@@ -68,14 +68,15 @@ impl Forwarded {
     }
 
     /// Whether a subscriber sees none of it (only the origin is set).
-    pub fn is_bare(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_bare(&self) -> bool {
         Forwarded { origin: None, ..self.clone() } == Forwarded::default()
     }
 
     /// The PUBLISH properties for a subscriber: these, with `expiry_left`
     /// seconds as the Message Expiry Interval (what is left of it), and
     /// the subscriber's `subscription_ids`.
-    pub fn properties(&self, expiry_left: Option<u32>, subscription_ids: Vec<u32>) -> Properties<'_> {
+    pub(crate) fn properties(&self, expiry_left: Option<u32>, subscription_ids: Vec<u32>) -> Properties<'_> {
         Properties {
             payload_is_utf8: self.payload_is_utf8,
             message_expiry: expiry_left,
@@ -91,7 +92,7 @@ impl Forwarded {
     /// What is left of the Message Expiry Interval `elapsed_us` after the
     /// publish: `Some(None)` none was set, `Some(Some(s))` s seconds left
     /// (at least 1 while any is left), `None` it expired.
-    pub fn expiry_left(&self, elapsed_us: u64) -> Option<Option<u32>> {
+    pub(crate) fn expiry_left(&self, elapsed_us: u64) -> Option<Option<u32>> {
         let Some(total) = self.message_expiry else { return Some(None) };
         let total_us = u64::from(total) * 1_000_000;
         if elapsed_us >= total_us {
@@ -105,7 +106,7 @@ impl Forwarded {
 /// (`bytes` as the encoder wrote it: the Payload Format Indicator, if
 /// any, then the expiry, first in its property block), so a message held
 /// in a queue goes out with what is left of it. `None`: it has none.
-pub fn expiry_at(bytes: &[u8]) -> Option<usize> {
+pub(crate) fn expiry_at(bytes: &[u8]) -> Option<usize> {
     let mut at = 1;
     while bytes.get(at)? & 0x80 != 0 {
         at += 1;

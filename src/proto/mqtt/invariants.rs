@@ -14,7 +14,7 @@ use crate::proto::fuzz_split as split;
 /// packets decoded (re-encoded, as the canonical form) and the end must be
 /// the same, what the reader holds never exceeds the packet size limit,
 /// and every decoded packet encodes back to bytes that decode to it.
-pub fn check(data: &[u8]) {
+pub(crate) fn check(data: &[u8]) {
     use super::{decode, encode, Error, Limits, Packet, Reader, Role, Version};
     let Some((&mode, rest)) = data.split_first() else { return };
     let role = if mode & 1 == 0 { Role::Server } else { Role::Client };

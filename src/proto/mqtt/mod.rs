@@ -25,29 +25,33 @@
 //! unless marked "3.1.1".
 
 pub(crate) mod decode;
-pub mod encode;
+pub(crate) mod encode;
 mod error;
-pub mod forward;
-pub mod invariants;
+pub(crate) mod forward;
+pub(crate) mod invariants;
 mod packet;
-pub mod properties;
+pub(crate) mod properties;
 mod reader;
-pub mod reason;
-pub mod topic;
+pub(crate) mod reason;
+pub(crate) mod topic;
 
 #[cfg(test)]
 mod tests;
 
-pub use error::{EncodeError, Error};
-pub use packet::{Ack, Auth, ConnAck, Connect, Disconnect, Packet, Publish, SubAck, Subscribe, Subscription, Unsubscribe, Will};
-pub use properties::Properties;
-pub use reader::Reader;
-pub use topic::{matches, TopicError};
+pub(crate) use error::{EncodeError, Error};
+// The codec's tests (`tests/`) name these through `use super::*`.
+#[cfg(test)]
+pub(crate) use packet::Auth;
+pub(crate) use packet::{Ack, ConnAck, Connect, Disconnect, Packet, Publish, SubAck, Subscribe, Subscription, Unsubscribe, Will};
+pub(crate) use properties::Properties;
+pub(crate) use reader::Reader;
+#[cfg(test)]
+pub(crate) use topic::TopicError;
 
 /// The protocol level byte of a CONNECT (§3.1.2.2; 3.1.1 §3.1.2.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
-pub enum Version {
+pub(crate) enum Version {
     /// MQTT 3.1.1: protocol level 4.
     V311 = 4,
     /// MQTT 5.0: protocol level 5.
@@ -57,7 +61,8 @@ pub enum Version {
 /// Quality of service of a PUBLISH or a subscription (§4.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 #[repr(u8)]
-pub enum QoS {
+#[allow(clippy::enum_variant_names)] // the standard's names for the three levels (§4.3)
+pub(crate) enum QoS {
     /// At most once: no acknowledgement.
     #[default]
     AtMostOnce = 0,
@@ -69,7 +74,7 @@ pub enum QoS {
 
 impl QoS {
     /// The QoS for two wire bits; 3 is not one (§3.3.1.2: a malformed packet).
-    pub fn from_bits(bits: u8) -> Option<QoS> {
+    pub(crate) fn from_bits(bits: u8) -> Option<QoS> {
         match bits {
             0 => Some(QoS::AtMostOnce),
             1 => Some(QoS::AtLeastOnce),
@@ -82,7 +87,7 @@ impl QoS {
 /// Which end is reading: a server accepts only the packets a client may
 /// send, and a client only those a server may (§2.1.2 table 2-1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
+pub(crate) enum Role {
     /// Reads client-to-server packets (CONNECT first).
     Server,
     /// Reads server-to-client packets.
@@ -92,7 +97,7 @@ pub enum Role {
 /// The caller's bounds on what a peer may send. Every one is checked while
 /// decoding, so nothing a peer sends grows past them.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Largest whole packet, fixed header included (the v5 Maximum Packet
     /// Size, §3.1.2.11.4). Refused from the fixed header alone, before the
     /// body is buffered; also the most a [`Reader`] ever holds.
@@ -132,38 +137,38 @@ impl Default for Limits {
 
 /// Largest value of a Variable Byte Integer (§1.5.5), so also the largest
 /// remaining length.
-pub const MAX_VARINT: u32 = 268_435_455;
+pub(crate) const MAX_VARINT: u32 = 268_435_455;
 
 /// Packet type numbers, the high nibble of the first byte (§2.1.2).
-pub mod kind {
+pub(crate) mod kind {
     /// Client to server: connection request.
-    pub const CONNECT: u8 = 1;
+    pub(crate) const CONNECT: u8 = 1;
     /// Server to client: connect acknowledgment.
-    pub const CONNACK: u8 = 2;
+    pub(crate) const CONNACK: u8 = 2;
     /// Both ways: publish message.
-    pub const PUBLISH: u8 = 3;
+    pub(crate) const PUBLISH: u8 = 3;
     /// Both ways: QoS 1 acknowledgment.
-    pub const PUBACK: u8 = 4;
+    pub(crate) const PUBACK: u8 = 4;
     /// Both ways: QoS 2 part 1.
-    pub const PUBREC: u8 = 5;
+    pub(crate) const PUBREC: u8 = 5;
     /// Both ways: QoS 2 part 2.
-    pub const PUBREL: u8 = 6;
+    pub(crate) const PUBREL: u8 = 6;
     /// Both ways: QoS 2 part 3.
-    pub const PUBCOMP: u8 = 7;
+    pub(crate) const PUBCOMP: u8 = 7;
     /// Client to server: subscribe request.
-    pub const SUBSCRIBE: u8 = 8;
+    pub(crate) const SUBSCRIBE: u8 = 8;
     /// Server to client: subscribe acknowledgment.
-    pub const SUBACK: u8 = 9;
+    pub(crate) const SUBACK: u8 = 9;
     /// Client to server: unsubscribe request.
-    pub const UNSUBSCRIBE: u8 = 10;
+    pub(crate) const UNSUBSCRIBE: u8 = 10;
     /// Server to client: unsubscribe acknowledgment.
-    pub const UNSUBACK: u8 = 11;
+    pub(crate) const UNSUBACK: u8 = 11;
     /// Client to server: ping.
-    pub const PINGREQ: u8 = 12;
+    pub(crate) const PINGREQ: u8 = 12;
     /// Server to client: ping response.
-    pub const PINGRESP: u8 = 13;
+    pub(crate) const PINGRESP: u8 = 13;
     /// Client to server in 3.1.1, both ways in 5.0.
-    pub const DISCONNECT: u8 = 14;
+    pub(crate) const DISCONNECT: u8 = 14;
     /// Both ways, 5.0 only: authentication exchange.
-    pub const AUTH: u8 = 15;
+    pub(crate) const AUTH: u8 = 15;
 }

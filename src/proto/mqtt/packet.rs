@@ -9,7 +9,7 @@ use super::{QoS, Version};
 
 /// One MQTT control packet.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Packet<'a> {
+pub(crate) enum Packet<'a> {
     /// §3.1: a client's connection request (boxed: with its two property
     /// blocks it is twice any other packet, and comes once per connection).
     Connect(Box<Connect<'a>>),
@@ -45,7 +45,7 @@ pub enum Packet<'a> {
 
 impl Packet<'_> {
     /// The packet type number (§2.1.2), see [`super::kind`].
-    pub fn kind(&self) -> u8 {
+    pub(crate) fn kind(&self) -> u8 {
         use super::kind::*;
         match self {
             Packet::Connect(_) => CONNECT,
@@ -69,7 +69,7 @@ impl Packet<'_> {
 
 /// CONNECT (§3.1). The encoder writes it in its own `version`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Connect<'a> {
+pub(crate) struct Connect<'a> {
     /// Protocol level; every later packet of the connection uses it.
     pub version: Version,
     /// Clean Start (5.0) / Clean Session (3.1.1).
@@ -91,7 +91,7 @@ pub struct Connect<'a> {
 
 /// A will message (§3.1.3.2 to §3.1.3.4).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Will<'a> {
+pub(crate) struct Will<'a> {
     /// QoS to publish it with.
     pub qos: QoS,
     /// Publish it retained.
@@ -106,7 +106,7 @@ pub struct Will<'a> {
 
 /// CONNACK (§3.2).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConnAck<'a> {
+pub(crate) struct ConnAck<'a> {
     /// The server holds a session for this client id.
     pub session_present: bool,
     /// 3.1.1 return code (0 to 5) or 5.0 reason code (0 or >= 0x80).
@@ -117,7 +117,7 @@ pub struct ConnAck<'a> {
 
 /// PUBLISH (§3.3).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Publish<'a> {
+pub(crate) struct Publish<'a> {
     /// A re-delivery of a QoS 1 or 2 message.
     pub dup: bool,
     /// Delivery guarantee.
@@ -136,7 +136,7 @@ pub struct Publish<'a> {
 
 /// PUBACK, PUBREC, PUBREL and PUBCOMP (§3.4 to §3.7).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Ack<'a> {
+pub(crate) struct Ack<'a> {
     /// Non-zero.
     pub packet_id: u16,
     /// 5.0 reason code (0 success); always 0 in 3.1.1.
@@ -147,7 +147,7 @@ pub struct Ack<'a> {
 
 /// Options of one subscription (§3.8.3.1; 3.1.1 has only the QoS).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Subscription<'a> {
+pub(crate) struct Subscription<'a> {
     /// Topic filter, possibly `$share/group/filter`.
     pub filter: &'a str,
     /// Maximum QoS the server may deliver with.
@@ -162,7 +162,7 @@ pub struct Subscription<'a> {
 
 /// SUBSCRIBE (§3.8).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Subscribe<'a> {
+pub(crate) struct Subscribe<'a> {
     /// Non-zero.
     pub packet_id: u16,
     /// Subscription identifier and user properties (5.0).
@@ -173,7 +173,7 @@ pub struct Subscribe<'a> {
 
 /// SUBACK (§3.9) and UNSUBACK (§3.11).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SubAck<'a> {
+pub(crate) struct SubAck<'a> {
     /// The SUBSCRIBE's or UNSUBSCRIBE's identifier.
     pub packet_id: u16,
     /// Reason string and user properties (5.0).
@@ -184,7 +184,7 @@ pub struct SubAck<'a> {
 
 /// UNSUBSCRIBE (§3.10).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Unsubscribe<'a> {
+pub(crate) struct Unsubscribe<'a> {
     /// Non-zero.
     pub packet_id: u16,
     /// User properties (5.0).
@@ -195,7 +195,7 @@ pub struct Unsubscribe<'a> {
 
 /// DISCONNECT (§3.14); empty in 3.1.1.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Disconnect<'a> {
+pub(crate) struct Disconnect<'a> {
     /// 5.0 reason code (0 normal disconnection).
     pub reason: u8,
     /// Session expiry, reason string, server reference, user properties.
@@ -204,7 +204,7 @@ pub struct Disconnect<'a> {
 
 /// AUTH (§3.15, 5.0 only).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Auth<'a> {
+pub(crate) struct Auth<'a> {
     /// 0x00 success, 0x18 continue authentication, 0x19 re-authenticate.
     pub reason: u8,
     /// Authentication method and data, reason string, user properties.

@@ -16,72 +16,72 @@ use super::{EncodeError, Error, Limits, QoS};
 /// Where a property block sits; table 2-4 says which properties each
 /// place may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Place(u16);
+pub(crate) struct Place(u16);
 
 impl Place {
     /// CONNECT's variable header.
-    pub const CONNECT: Place = Place(1 << 0);
+    pub(crate) const CONNECT: Place = Place(1 << 0);
     /// CONNACK.
-    pub const CONNACK: Place = Place(1 << 1);
+    pub(crate) const CONNACK: Place = Place(1 << 1);
     /// PUBLISH.
-    pub const PUBLISH: Place = Place(1 << 2);
+    pub(crate) const PUBLISH: Place = Place(1 << 2);
     /// The will properties in CONNECT's payload (§3.1.3.2).
-    pub const WILL: Place = Place(1 << 3);
+    pub(crate) const WILL: Place = Place(1 << 3);
     /// PUBACK, PUBREC, PUBREL and PUBCOMP (the same two properties).
-    pub const ACK: Place = Place(1 << 4);
+    pub(crate) const ACK: Place = Place(1 << 4);
     /// SUBSCRIBE.
-    pub const SUBSCRIBE: Place = Place(1 << 5);
+    pub(crate) const SUBSCRIBE: Place = Place(1 << 5);
     /// SUBACK.
-    pub const SUBACK: Place = Place(1 << 6);
+    pub(crate) const SUBACK: Place = Place(1 << 6);
     /// UNSUBSCRIBE.
-    pub const UNSUBSCRIBE: Place = Place(1 << 7);
+    pub(crate) const UNSUBSCRIBE: Place = Place(1 << 7);
     /// UNSUBACK.
-    pub const UNSUBACK: Place = Place(1 << 8);
+    pub(crate) const UNSUBACK: Place = Place(1 << 8);
     /// DISCONNECT.
-    pub const DISCONNECT: Place = Place(1 << 9);
+    pub(crate) const DISCONNECT: Place = Place(1 << 9);
     /// AUTH.
-    pub const AUTH: Place = Place(1 << 10);
+    pub(crate) const AUTH: Place = Place(1 << 10);
 
     /// Whether table 2-4 lets `property` appear here.
-    pub fn allows(self, property: u8) -> bool {
+    pub(crate) fn allows(self, property: u8) -> bool {
         allowed_in(property).is_some_and(|places| places & self.0 != 0)
     }
 }
 
 /// Property identifiers (§2.2.2.2 table 2-4).
-pub mod id {
-    pub const PAYLOAD_FORMAT: u8 = 0x01;
-    pub const MESSAGE_EXPIRY: u8 = 0x02;
-    pub const CONTENT_TYPE: u8 = 0x03;
-    pub const RESPONSE_TOPIC: u8 = 0x08;
-    pub const CORRELATION_DATA: u8 = 0x09;
-    pub const SUBSCRIPTION_ID: u8 = 0x0B;
-    pub const SESSION_EXPIRY: u8 = 0x11;
-    pub const ASSIGNED_CLIENT_ID: u8 = 0x12;
-    pub const SERVER_KEEP_ALIVE: u8 = 0x13;
-    pub const AUTH_METHOD: u8 = 0x15;
-    pub const AUTH_DATA: u8 = 0x16;
-    pub const REQUEST_PROBLEM_INFO: u8 = 0x17;
-    pub const WILL_DELAY: u8 = 0x18;
-    pub const REQUEST_RESPONSE_INFO: u8 = 0x19;
-    pub const RESPONSE_INFO: u8 = 0x1A;
-    pub const SERVER_REFERENCE: u8 = 0x1C;
-    pub const REASON_STRING: u8 = 0x1F;
-    pub const RECEIVE_MAXIMUM: u8 = 0x21;
-    pub const TOPIC_ALIAS_MAXIMUM: u8 = 0x22;
-    pub const TOPIC_ALIAS: u8 = 0x23;
-    pub const MAXIMUM_QOS: u8 = 0x24;
-    pub const RETAIN_AVAILABLE: u8 = 0x25;
-    pub const USER_PROPERTY: u8 = 0x26;
-    pub const MAXIMUM_PACKET_SIZE: u8 = 0x27;
-    pub const WILDCARD_SUB_AVAILABLE: u8 = 0x28;
-    pub const SUB_ID_AVAILABLE: u8 = 0x29;
-    pub const SHARED_SUB_AVAILABLE: u8 = 0x2A;
+pub(crate) mod id {
+    pub(crate) const PAYLOAD_FORMAT: u8 = 0x01;
+    pub(crate) const MESSAGE_EXPIRY: u8 = 0x02;
+    pub(crate) const CONTENT_TYPE: u8 = 0x03;
+    pub(crate) const RESPONSE_TOPIC: u8 = 0x08;
+    pub(crate) const CORRELATION_DATA: u8 = 0x09;
+    pub(crate) const SUBSCRIPTION_ID: u8 = 0x0B;
+    pub(crate) const SESSION_EXPIRY: u8 = 0x11;
+    pub(crate) const ASSIGNED_CLIENT_ID: u8 = 0x12;
+    pub(crate) const SERVER_KEEP_ALIVE: u8 = 0x13;
+    pub(crate) const AUTH_METHOD: u8 = 0x15;
+    pub(crate) const AUTH_DATA: u8 = 0x16;
+    pub(crate) const REQUEST_PROBLEM_INFO: u8 = 0x17;
+    pub(crate) const WILL_DELAY: u8 = 0x18;
+    pub(crate) const REQUEST_RESPONSE_INFO: u8 = 0x19;
+    pub(crate) const RESPONSE_INFO: u8 = 0x1A;
+    pub(crate) const SERVER_REFERENCE: u8 = 0x1C;
+    pub(crate) const REASON_STRING: u8 = 0x1F;
+    pub(crate) const RECEIVE_MAXIMUM: u8 = 0x21;
+    pub(crate) const TOPIC_ALIAS_MAXIMUM: u8 = 0x22;
+    pub(crate) const TOPIC_ALIAS: u8 = 0x23;
+    pub(crate) const MAXIMUM_QOS: u8 = 0x24;
+    pub(crate) const RETAIN_AVAILABLE: u8 = 0x25;
+    pub(crate) const USER_PROPERTY: u8 = 0x26;
+    pub(crate) const MAXIMUM_PACKET_SIZE: u8 = 0x27;
+    pub(crate) const WILDCARD_SUB_AVAILABLE: u8 = 0x28;
+    pub(crate) const SUB_ID_AVAILABLE: u8 = 0x29;
+    pub(crate) const SHARED_SUB_AVAILABLE: u8 = 0x2A;
 }
 
 /// The places a property may appear (table 2-4), or `None` for an
 /// identifier that does not exist.
-pub fn allowed_in(property: u8) -> Option<u16> {
+pub(crate) fn allowed_in(property: u8) -> Option<u16> {
     const CONNECT: u16 = Place::CONNECT.0;
     const CONNACK: u16 = Place::CONNACK.0;
     const PUBLISH: u16 = Place::PUBLISH.0;
@@ -114,7 +114,7 @@ pub fn allowed_in(property: u8) -> Option<u16> {
 /// Every property of §2.2.2.2; absent ones are `None` or empty.
 /// Booleans are the byte properties whose only values are 0 and 1.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Properties<'a> {
+pub(crate) struct Properties<'a> {
     /// 0x01: the payload is UTF-8 (true) or unspecified bytes (false).
     pub payload_is_utf8: Option<bool>,
     /// 0x02: seconds the message lives.
@@ -265,7 +265,7 @@ impl<'a> Properties<'a> {
 
     /// Append this block, its length first. Writes what is set whatever the
     /// place: keeping to table 2-4 is the caller's part.
-    pub fn encode(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
         with_length(out, |out| self.encode_body(out))
     }
 

@@ -16,7 +16,7 @@ use super::{kind, Error, Limits, Packet, Role, Version};
 
 /// Decodes a stream of packets from one peer.
 #[derive(Debug)]
-pub struct Reader {
+pub(crate) struct Reader {
     role: Role,
     /// Set from the first CONNECT (server) or by the caller (client).
     version: Option<Version>,
@@ -32,24 +32,24 @@ struct Partial {
 
 impl Reader {
     /// A server's reader: CONNECT first, which sets the version.
-    pub fn server() -> Reader {
+    pub(crate) fn server() -> Reader {
         Reader { role: Role::Server, version: None, partial: None }
     }
 
     /// A client's reader, for the version its CONNECT asked for.
-    pub fn client(version: Version) -> Reader {
+    pub(crate) fn client(version: Version) -> Reader {
         Reader { role: Role::Client, version: Some(version), partial: None }
     }
 
     /// The connection's version: known from the CONNECT's protocol level
     /// on, even when the rest of that CONNECT was refused, so the refusal
     /// can be sent in the client's version.
-    pub fn version(&self) -> Option<Version> {
+    pub(crate) fn version(&self) -> Option<Version> {
         self.version
     }
 
     /// Bytes held for a packet cut by the network (0 between packets).
-    pub fn buffered(&self) -> usize {
+    pub(crate) fn buffered(&self) -> usize {
         self.partial.as_ref().map_or(0, |p| p.bytes.len())
     }
 
@@ -58,7 +58,7 @@ impl Reader {
     /// violation (after which the connection must end; see [`Error`]) or
     /// the callback's own error, which stops the reading (the callback ends
     /// it after a DISCONNECT, for instance).
-    pub fn consume<E: From<Error>>(&mut self, mut input: &[u8], limits: &Limits, mut on: impl FnMut(Packet<'_>) -> Result<(), E>) -> Result<(), E> {
+    pub(crate) fn consume<E: From<Error>>(&mut self, mut input: &[u8], limits: &Limits, mut on: impl FnMut(Packet<'_>) -> Result<(), E>) -> Result<(), E> {
         if let Some(mut partial) = self.partial.take() {
             let held = &mut partial.bytes;
             // Complete the header a byte at a time (at most 4 more), then

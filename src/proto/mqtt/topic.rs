@@ -18,7 +18,7 @@ use super::Limits;
 /// Why a topic name or filter is refused; the decoder wraps it in
 /// `Error::TopicName` or `Error::TopicFilter`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TopicError {
+pub(crate) enum TopicError {
     /// Zero bytes ([MQTT-4.7.3-1]).
     Empty,
     /// A `+` or `#` in a topic name ([MQTT-3.3.2-2]).
@@ -34,11 +34,11 @@ pub enum TopicError {
 }
 
 /// The prefix of a shared subscription (§4.8.2).
-pub const SHARE_PREFIX: &str = "$share/";
+pub(crate) const SHARE_PREFIX: &str = "$share/";
 
 /// A shared subscription's parts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shared<'a> {
+pub(crate) struct Shared<'a> {
     /// The share name: subscribers with the same one share the messages.
     pub group: &'a str,
     /// The filter messages are matched against.
@@ -48,7 +48,7 @@ pub struct Shared<'a> {
 /// `$share/{group}/{filter}` split into its parts; `None` if `filter`
 /// is not a shared subscription or its parts are malformed (the validator
 /// tells which).
-pub fn shared(filter: &str) -> Option<Shared<'_>> {
+pub(crate) fn shared(filter: &str) -> Option<Shared<'_>> {
     let rest = filter.strip_prefix(SHARE_PREFIX)?;
     let (group, filter) = rest.split_once('/')?;
     if group.is_empty() || group.contains(['+', '#']) || filter.is_empty() {
@@ -72,7 +72,7 @@ fn check_limits(topic: &str, limits: &Limits) -> Result<(), TopicError> {
 }
 
 /// A topic name a PUBLISH (or a will) may carry.
-pub fn validate_name(name: &str, limits: &Limits) -> Result<(), TopicError> {
+pub(crate) fn validate_name(name: &str, limits: &Limits) -> Result<(), TopicError> {
     check_limits(name, limits)?;
     if name.contains(['+', '#']) {
         return Err(TopicError::WildcardInName);
@@ -82,7 +82,7 @@ pub fn validate_name(name: &str, limits: &Limits) -> Result<(), TopicError> {
 
 /// A topic filter a SUBSCRIBE or UNSUBSCRIBE may carry. `Ok(true)`: a
 /// shared subscription.
-pub fn validate_filter(filter: &str, limits: &Limits) -> Result<bool, TopicError> {
+pub(crate) fn validate_filter(filter: &str, limits: &Limits) -> Result<bool, TopicError> {
     check_limits(filter, limits)?;
     let (inner, is_shared) = if filter.starts_with(SHARE_PREFIX) { (shared(filter).ok_or(TopicError::BadShare)?.filter, true) } else { (filter, false) };
     let mut levels = inner.split('/').peekable();
@@ -102,7 +102,7 @@ pub fn validate_filter(filter: &str, limits: &Limits) -> Result<bool, TopicError
 
 /// Whether a valid `filter` (not a `$share/` one: pass its inner filter)
 /// matches a valid topic `name` (§4.7).
-pub fn matches(filter: &str, name: &str) -> bool {
+pub(crate) fn matches(filter: &str, name: &str) -> bool {
     if name.starts_with('$') && filter.starts_with(['+', '#']) {
         return false;
     }

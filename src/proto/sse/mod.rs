@@ -1,5 +1,5 @@
 //! Server-Sent Events (WHATWG HTML, "Server-sent events"): the
 //! `text/event-stream` format, no I/O. `write` is the server's side,
 //! `parse` the client's.
-pub mod parse;
-pub mod write;
+pub(crate) mod parse;
+pub(crate) mod write;

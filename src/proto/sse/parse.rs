@@ -26,7 +26,7 @@ use std::borrow::Cow;
 
 /// How much of a stream one event may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Longest line, without its line end.
     pub max_line: usize,
     /// Longest event: from its first line to the end of its last
@@ -36,7 +36,7 @@ pub struct Limits {
 
 /// Why a stream cannot be read on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ParseError {
+pub(crate) enum ParseError {
     /// A line over [`Limits::max_line`].
     LineTooLong,
     /// An event over [`Limits::max_event`].
@@ -47,7 +47,7 @@ pub enum ParseError {
 
 impl ParseError {
     /// The error as a counter-style name.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ParseError::LineTooLong => "sse_line_too_long",
             ParseError::EventTooLarge => "sse_event_too_large",
@@ -69,7 +69,7 @@ impl std::error::Error for ParseError {}
 /// EventSource dispatches no message for it, but its `id` still becomes
 /// the last event id).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Event<'a> {
+pub(crate) struct Event<'a> {
     /// `event`: the type (a message when absent).
     pub kind: Option<&'a str>,
     /// `id`: the last event id from now on.
@@ -81,7 +81,7 @@ pub struct Event<'a> {
 
 /// The whole events at the start of a buffer, in order; an error ends
 /// them. The bytes they took are [`Events::consumed`].
-pub struct Events<'a> {
+pub(crate) struct Events<'a> {
     buf: &'a [u8],
     limits: Limits,
     /// Where the next line starts.
@@ -93,13 +93,13 @@ pub struct Events<'a> {
 }
 
 impl<'a> Events<'a> {
-    pub fn new(buf: &'a [u8], limits: Limits) -> Events<'a> {
+    pub(crate) fn new(buf: &'a [u8], limits: Limits) -> Events<'a> {
         Events { buf, limits, pos: 0, consumed: 0, failed: false }
     }
 
     /// Bytes of the buffer read so far; the rest (part of an event) is
     /// to be handed back with what follows it.
-    pub fn consumed(&self) -> usize {
+    pub(crate) fn consumed(&self) -> usize {
         self.consumed
     }
 
@@ -180,7 +180,7 @@ impl<'a> Iterator for Events<'a> {
 /// For the tests and the fuzz target, which read one stream cut
 /// differently and compare.
 #[doc(hidden)]
-pub fn read_in_pieces<T>(pieces: &[&[u8]], limits: Limits, mut f: impl FnMut(Event<'_>) -> T) -> (Vec<T>, Option<ParseError>) {
+pub(crate) fn read_in_pieces<T>(pieces: &[&[u8]], limits: Limits, mut f: impl FnMut(Event<'_>) -> T) -> (Vec<T>, Option<ParseError>) {
     let (mut kept, mut got) = (Vec::new(), Vec::new());
     for p in pieces {
         kept.extend_from_slice(p);

@@ -15,14 +15,14 @@
 /// The answer that opens a stream: `200 text/event-stream`, not cached,
 /// not buffered by nginx (`X-Accel-Buffering: no`), readable by a page on
 /// any origin (`EventSource` across origins needs CORS).
-pub const HEAD: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: keep-alive\r\nX-Accel-Buffering: no\r\nAccess-Control-Allow-Origin: *\r\n\r\n";
+pub(crate) const HEAD: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: keep-alive\r\nX-Accel-Buffering: no\r\nAccess-Control-Allow-Origin: *\r\n\r\n";
 
 /// A comment alone, as a heartbeat: readers ignore it, proxies see bytes.
-pub const HEARTBEAT: &[u8] = b": ping\n\n";
+pub(crate) const HEARTBEAT: &[u8] = b": ping\n\n";
 
 /// One event, as [`Event::write`] puts it on the wire.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Event<'a> {
+pub(crate) struct Event<'a> {
     /// `id:`, what a reader sends back as `Last-Event-ID` when it reconnects.
     pub id: Option<&'a str>,
     /// `event:`, the type a reader dispatches it as (`message` if None).
@@ -35,7 +35,7 @@ pub struct Event<'a> {
 
 impl Event<'_> {
     /// The event's fields and the blank line that dispatches it.
-    pub fn write(&self, out: &mut Vec<u8>) {
+    pub(crate) fn write(&self, out: &mut Vec<u8>) {
         if let Some(ms) = self.retry_ms {
             retry(out, ms);
         }
@@ -51,23 +51,23 @@ impl Event<'_> {
 }
 
 /// `id: ID` (line breaks and NUL dropped).
-pub fn id_field(out: &mut Vec<u8>, id: &str) {
+pub(crate) fn id_field(out: &mut Vec<u8>, id: &str) {
     line(out, b"id: ", id, |b| b == b'\r' || b == b'\n' || b == 0);
 }
 
 /// `event: NAME` (line breaks dropped).
-pub fn event_type(out: &mut Vec<u8>, name: &str) {
+pub(crate) fn event_type(out: &mut Vec<u8>, name: &str) {
     line(out, b"event: ", name, is_break);
 }
 
 /// `retry: MS`.
-pub fn retry(out: &mut Vec<u8>, ms: u32) {
+pub(crate) fn retry(out: &mut Vec<u8>, ms: u32) {
     out.extend_from_slice(format!("retry: {ms}\n").as_bytes());
 }
 
 /// `data: LINE` for every line of `text` (`\r\n`, `\r` or `\n` end one),
 /// so a reader's data is `text` with its line breaks made `\n`.
-pub fn data(out: &mut Vec<u8>, text: &str) {
+pub(crate) fn data(out: &mut Vec<u8>, text: &str) {
     let mut rest = text.as_bytes();
     loop {
         let cut = rest.iter().position(|b| is_break(*b));
@@ -81,12 +81,12 @@ pub fn data(out: &mut Vec<u8>, text: &str) {
 }
 
 /// `: TEXT`, a comment line (line breaks dropped): readers skip it.
-pub fn comment(out: &mut Vec<u8>, text: &str) {
+pub(crate) fn comment(out: &mut Vec<u8>, text: &str) {
     line(out, b": ", text, is_break);
 }
 
 /// The blank line that ends an event: a reader dispatches it here.
-pub fn end(out: &mut Vec<u8>) {
+pub(crate) fn end(out: &mut Vec<u8>) {
     out.push(b'\n');
 }
 

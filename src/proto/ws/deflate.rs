@@ -21,31 +21,31 @@
 
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
 
-pub mod takeover;
+pub(crate) mod takeover;
 
 /// The extension's token in `Sec-WebSocket-Extensions`.
-pub const EXTENSION: &str = "permessage-deflate";
+pub(crate) const EXTENSION: &str = "permessage-deflate";
 /// What a sync flush ends with; the sender strips it, the receiver puts
 /// it back (RFC 7692 §7.2.1, §7.2.2).
 const TAIL: [u8; 4] = [0x00, 0x00, 0xFF, 0xFF];
 /// The only LZ77 window a shared compressor has (2^15 = 32 KiB). An offer
 /// asking the server for a smaller one is declined (§7.1.2.1 allows it):
 /// one compressor serves every connection of a worker.
-pub const WINDOW_BITS: u8 = 15;
+pub(crate) const WINDOW_BITS: u8 = 15;
 /// zlib's default level: a push is compressed once per worker, so its
 /// cost is paid once whatever the audience.
 const LEVEL: u32 = 6;
 /// Bytes inflated per step: the most an inflate may produce beyond the
 /// caller's limit before it stops.
-pub const INFLATE_CHUNK: usize = 16 * 1024;
+pub(crate) const INFLATE_CHUNK: usize = 16 * 1024;
 /// Longest `Sec-WebSocket-Extensions` value looked at (several header
 /// lines together); past it no offer is accepted.
-pub const MAX_OFFERS_LEN: usize = 4096;
+pub(crate) const MAX_OFFERS_LEN: usize = 4096;
 
 /// One `permessage-deflate` offer's parameters (RFC 7692 §7.1), valid:
 /// each at most once, window bits 8..=15 written without leading zeros.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Offer {
+pub(crate) struct Offer {
     pub server_no_context_takeover: bool,
     pub client_no_context_takeover: bool,
     /// `server_max_window_bits=N`: the client asks the server's window to
@@ -58,7 +58,7 @@ pub struct Offer {
 
 /// Why an offer was refused (the next one is tried).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OfferError {
+pub(crate) enum OfferError {
     UnknownParameter,
     DuplicateParameter,
     BadValue,
@@ -76,7 +76,7 @@ fn window_bits(v: &str) -> Result<u8, OfferError> {
 }
 
 /// Parse one offer's parameters (`name` or `name=value`, already split).
-pub fn parse_offer<'a>(params: impl IntoIterator<Item = (&'a str, Option<&'a str>)>) -> Result<Offer, OfferError> {
+pub(crate) fn parse_offer<'a>(params: impl IntoIterator<Item = (&'a str, Option<&'a str>)>) -> Result<Offer, OfferError> {
     let mut o = Offer::default();
     let mut seen = [false; 4];
     for (name, value) in params {
@@ -104,12 +104,12 @@ pub fn parse_offer<'a>(params: impl IntoIterator<Item = (&'a str, Option<&'a str
 
 /// One extension of a `Sec-WebSocket-Extensions` value: its name and its
 /// parameters (`name` or `name=value`, a value still quoted if it was).
-pub type Extension<'a> = (&'a str, Vec<(&'a str, Option<&'a str>)>);
+pub(crate) type Extension<'a> = (&'a str, Vec<(&'a str, Option<&'a str>)>);
 
 /// The extensions in a `Sec-WebSocket-Extensions` value, in order: each
 /// a name and its parameters. A quoted value may hold `,` and `;`. None:
 /// the value is not even a list (an unterminated quote).
-pub fn extensions(value: &str) -> Option<Vec<Extension<'_>>> {
+pub(crate) fn extensions(value: &str) -> Option<Vec<Extension<'_>>> {
     let mut items = Vec::new();
     for ext in split_outside_quotes(value, ',')? {
         let mut parts = split_outside_quotes(ext, ';')?.into_iter().map(str::trim);
@@ -157,7 +157,7 @@ fn split_outside_quotes(s: &str, sep: char) -> Option<Vec<&str>> {
 /// `server_no_context_takeover` (our messages stand alone) and
 /// `client_no_context_takeover` (a server may require it, §7.1.1.2: the
 /// client's must too, or one inflater per worker could not read them).
-pub fn accept(offers: &str) -> Option<&'static str> {
+pub(crate) fn accept(offers: &str) -> Option<&'static str> {
     if offers.len() > MAX_OFFERS_LEN {
         return None;
     }
@@ -170,16 +170,16 @@ pub fn accept(offers: &str) -> Option<&'static str> {
 }
 
 /// What a server accepting an offer answers (see [`accept`]).
-pub const ANSWER: &str = "permessage-deflate; server_no_context_takeover; client_no_context_takeover";
+pub(crate) const ANSWER: &str = "permessage-deflate; server_no_context_takeover; client_no_context_takeover";
 /// What a client offers: both directions without context takeover, so
 /// one inflater per worker reads every connection's messages.
-pub const CLIENT_OFFER: &str = "permessage-deflate; server_no_context_takeover; client_no_context_takeover";
+pub(crate) const CLIENT_OFFER: &str = "permessage-deflate; server_no_context_takeover; client_no_context_takeover";
 
 /// A client's check of the server's answer to [`CLIENT_OFFER`]: Ok(true)
 /// accepted, Ok(false) the server left the extension out, Err: an answer
 /// the offer did not allow (RFC 7692 §7.1: the client must fail the
 /// connection) or one without `server_no_context_takeover`.
-pub fn check_answer(value: Option<&str>) -> Result<bool, &'static str> {
+pub(crate) fn check_answer(value: Option<&str>) -> Result<bool, &'static str> {
     let Some(value) = value else { return Ok(false) };
     let exts = extensions(value).ok_or("ws_deflate_bad_answer")?;
     let mut found = None;
@@ -201,7 +201,7 @@ pub fn check_answer(value: Option<&str>) -> Result<bool, &'static str> {
 
 /// A compressor kept once per worker and reset per message (or, with
 /// [`Deflater::with_context_takeover`], one connection's, never reset).
-pub struct Deflater {
+pub(crate) struct Deflater {
     /// Made at the first message: zlib's state for a 2^15 window is
     /// ~270 KB, which a worker that never compresses should not hold
     /// (56 workers hold 1,000,000 idle connections).
@@ -220,7 +220,7 @@ impl Default for Deflater {
 
 impl Deflater {
     /// With a window of 2^`bits` (9..=15; 8 is taken as 9, as zlib does).
-    pub fn new(bits: u8) -> Deflater {
+    pub(crate) fn new(bits: u8) -> Deflater {
         Deflater { c: None, bits: bits.clamp(9, 15), keep_context: false }
     }
 
@@ -228,18 +228,19 @@ impl Deflater {
     /// a message repeating an earlier one (within 2^`bits` bytes) costs a
     /// few back-references. Its zlib state is made at the first message
     /// and lives until the connection closes.
-    pub fn with_context_takeover(bits: u8) -> Deflater {
+    pub(crate) fn with_context_takeover(bits: u8) -> Deflater {
         Deflater { keep_context: true, ..Deflater::new(bits) }
     }
 
     /// Whether its zlib state has been made (the first message came).
-    pub fn is_allocated(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_allocated(&self) -> bool {
         self.c.is_some()
     }
 
     /// Append `msg` compressed on its own (raw deflate, sync flush, the
     /// trailing `00 00 FF FF` stripped) to `out`.
-    pub fn compress(&mut self, msg: &[u8], out: &mut Vec<u8>) {
+    pub(crate) fn compress(&mut self, msg: &[u8], out: &mut Vec<u8>) {
         let bits = self.bits;
         let c = self.c.get_or_insert_with(|| Box::new(Compress::new_with_window_bits(Compression::new(LEVEL), false, bits)));
         if !self.keep_context {
@@ -271,7 +272,7 @@ impl Deflater {
 
 /// Why a compressed message was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InflateError {
+pub(crate) enum InflateError {
     /// It inflated past the limit (close 1009).
     TooBig,
     /// Not valid deflate data (close 1007).
@@ -280,18 +281,10 @@ pub enum InflateError {
 
 impl InflateError {
     /// The close reason (a counter name; `frame::close_code` maps it).
-    pub fn reason(self) -> &'static str {
+    pub(crate) fn reason(self) -> &'static str {
         match self {
             InflateError::TooBig => "ws_inflate_too_big",
             InflateError::Corrupt => "ws_inflate_corrupt",
-        }
-    }
-
-    /// The label of `ws_inflate_refused`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            InflateError::TooBig => "too_big",
-            InflateError::Corrupt => "corrupt",
         }
     }
 }
@@ -299,7 +292,7 @@ impl InflateError {
 /// What an [`Inflater`] did since it was last asked (moved into a
 /// side's counters after each read).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct InflateTally {
+pub(crate) struct InflateTally {
     pub messages: u64,
     /// Compressed bytes (as on the wire, without frame headers).
     pub wire_bytes: u64,
@@ -313,7 +306,7 @@ pub struct InflateTally {
 /// vector messages are inflated into (its capacity stays at most the
 /// largest message allowed plus one chunk).
 #[derive(Default)]
-pub struct Inflater {
+pub(crate) struct Inflater {
     /// Made at the first message (~45 KB of zlib state), as [`Deflater`].
     d: Option<Box<Decompress>>,
     out: Vec<u8>,
@@ -329,7 +322,7 @@ impl Inflater {
     /// `max` once inflated. The inflated bytes are counted as they come:
     /// a small message that would inflate to gigabytes stops after `max`
     /// (+ at most [`INFLATE_CHUNK`]) bytes with [`InflateError::TooBig`].
-    pub fn inflate(&mut self, data: &[u8], max: usize) -> Result<&[u8], InflateError> {
+    pub(crate) fn inflate(&mut self, data: &[u8], max: usize) -> Result<&[u8], InflateError> {
         let r = self.run(data, max);
         match r {
             Ok(n) => {
@@ -353,7 +346,7 @@ impl Inflater {
     /// [`Inflater::give_back`]: its decompressor is made at its first
     /// message with its window and never reset; the output vector stays
     /// the worker's.
-    pub fn lend(&mut self, ctx: &mut takeover::InflateContext) {
+    pub(crate) fn lend(&mut self, ctx: &mut takeover::InflateContext) {
         debug_assert!(self.lent.is_none(), "one context at a time");
         let own = std::mem::replace(&mut self.d, ctx.d.take());
         self.lent = Some((ctx.bits, own));
@@ -361,7 +354,7 @@ impl Inflater {
 
     /// End [`Inflater::lend`]: the connection's decompressor (with its
     /// window) back into `ctx`, the worker's back in place.
-    pub fn give_back(&mut self, ctx: &mut takeover::InflateContext) {
+    pub(crate) fn give_back(&mut self, ctx: &mut takeover::InflateContext) {
         if let Some((_, own)) = self.lent.take() {
             ctx.d = std::mem::replace(&mut self.d, own);
         }

@@ -18,13 +18,13 @@
 use super::deflate::Inflater;
 
 /// Largest payload of a control frame (ping, pong, close).
-pub const MAX_CONTROL: usize = 125;
+pub(crate) const MAX_CONTROL: usize = 125;
 /// Most bytes a server's frame puts before its payload: 2, then 8 of
 /// length from 64 KiB up (RFC 6455 5.2; a server masks nothing).
-pub const MAX_SERVER_HEADER: usize = 10;
+pub(crate) const MAX_SERVER_HEADER: usize = 10;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Opcode {
+pub(crate) enum Opcode {
     Continuation = 0,
     Text = 1,
     Binary = 2,
@@ -46,7 +46,7 @@ impl Opcode {
         })
     }
 
-    pub fn is_control(self) -> bool {
+    pub(crate) fn is_control(self) -> bool {
         self as u8 >= 8
     }
 }
@@ -54,14 +54,14 @@ impl Opcode {
 /// Which end is reading: a server requires masked frames, a client
 /// refuses them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
+pub(crate) enum Role {
     Server,
     Client,
 }
 
 /// One decoded frame header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Header {
+pub(crate) struct Header {
     pub fin: bool,
     pub opcode: Opcode,
     pub mask: Option<[u8; 4]>,
@@ -77,7 +77,7 @@ pub struct Header {
 /// of it is buffered. `deflate`: permessage-deflate was negotiated, so
 /// RSV1 may start a data message (never on a control frame or a
 /// continuation, RFC 7692 §6.1).
-pub fn header(buf: &[u8], role: Role, max: usize, deflate: bool) -> Result<Option<Header>, &'static str> {
+pub(crate) fn header(buf: &[u8], role: Role, max: usize, deflate: bool) -> Result<Option<Header>, &'static str> {
     if buf.len() < 2 {
         return Ok(None);
     }
@@ -140,11 +140,11 @@ pub fn header(buf: &[u8], role: Role, max: usize, deflate: bool) -> Result<Optio
 /// ("ws_bad_utf8", "ws_message_too_big", ...). A caller's own error type
 /// takes it by `From` (a plain `&'static str` does).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Violation(pub &'static str);
+pub(crate) struct Violation(pub(crate) &'static str);
 
 impl Violation {
     /// The close status code its close frame carries (see [`close_code`]).
-    pub fn close_code(self) -> u16 {
+    pub(crate) fn close_code(self) -> u16 {
         close_code(self.0)
     }
 }
@@ -156,7 +156,7 @@ impl From<Violation> for &'static str {
 }
 
 /// The close status code for a reason from this module (or 1000).
-pub fn close_code(reason: &str) -> u16 {
+pub(crate) fn close_code(reason: &str) -> u16 {
     match reason {
         "ws_message_too_big" | "ws_inflate_too_big" => 1009,
         "ws_bad_utf8" | "ws_inflate_corrupt" => 1007,
@@ -168,7 +168,7 @@ pub fn close_code(reason: &str) -> u16 {
 }
 
 /// Append one frame. `mask`: a client's masking key (servers send none).
-pub fn encode(out: &mut Vec<u8>, fin: bool, opcode: Opcode, payload: &[u8], mask: Option<[u8; 4]>) {
+pub(crate) fn encode(out: &mut Vec<u8>, fin: bool, opcode: Opcode, payload: &[u8], mask: Option<[u8; 4]>) {
     out.reserve(14 + payload.len());
     put_header(out, fin, opcode, payload.len(), mask.is_some());
     match mask {
@@ -203,7 +203,7 @@ fn put_header(out: &mut Vec<u8>, fin: bool, opcode: Opcode, len: usize, masked: 
 /// Make what `out` holds from `start` on one unmasked message (a
 /// server's), its header put in front of it: for bytes another protocol
 /// wrote first (MQTT packets over WebSocket). Nothing when there are none.
-pub fn wrap_tail(out: &mut Vec<u8>, start: usize, opcode: Opcode) {
+pub(crate) fn wrap_tail(out: &mut Vec<u8>, start: usize, opcode: Opcode) {
     let Some(len) = out.len().checked_sub(start).filter(|n| *n > 0) else { return };
     let mut head = Vec::with_capacity(MAX_SERVER_HEADER);
     put_header(&mut head, true, opcode, len, false);
@@ -212,20 +212,20 @@ pub fn wrap_tail(out: &mut Vec<u8>, start: usize, opcode: Opcode) {
 
 /// Append one unfragmented message whose payload is already compressed
 /// (permessage-deflate): RSV1 set.
-pub fn encode_compressed(out: &mut Vec<u8>, opcode: Opcode, payload: &[u8], mask: Option<[u8; 4]>) {
+pub(crate) fn encode_compressed(out: &mut Vec<u8>, opcode: Opcode, payload: &[u8], mask: Option<[u8; 4]>) {
     let at = out.len();
     encode(out, true, opcode, payload, mask);
     out[at] |= 0x40;
 }
 
 /// A close frame with a status code (and no reason text).
-pub fn encode_close(out: &mut Vec<u8>, code: u16, mask: Option<[u8; 4]>) {
+pub(crate) fn encode_close(out: &mut Vec<u8>, code: u16, mask: Option<[u8; 4]>) {
     encode_close_reason(out, code, &[], mask);
 }
 
 /// A close frame with a status code and a reason (at most 123 bytes of
 /// UTF-8: a control frame carries 125).
-pub fn encode_close_reason(out: &mut Vec<u8>, code: u16, reason: &[u8], mask: Option<[u8; 4]>) {
+pub(crate) fn encode_close_reason(out: &mut Vec<u8>, code: u16, reason: &[u8], mask: Option<[u8; 4]>) {
     debug_assert!(reason.len() <= 123);
     let mut payload = [0u8; 125];
     payload[..2].copy_from_slice(&code.to_be_bytes());
@@ -235,7 +235,7 @@ pub fn encode_close_reason(out: &mut Vec<u8>, code: u16, reason: &[u8], mask: Op
 }
 
 /// XOR `data` with the masking key, `offset` bytes into the payload.
-pub fn apply_mask(data: &mut [u8], key: [u8; 4], offset: usize) {
+pub(crate) fn apply_mask(data: &mut [u8], key: [u8; 4], offset: usize) {
     let mut key = key;
     key.rotate_left(offset % 4);
     let word = u32::from_ne_bytes(key);
@@ -256,7 +256,7 @@ fn valid_close_code(code: u16) -> bool {
 
 /// A message or control frame, unmasked and (for text) UTF-8 checked.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Event<'a> {
+pub(crate) enum Event<'a> {
     Message {
         text: bool,
         data: &'a [u8],
@@ -270,7 +270,7 @@ pub enum Event<'a> {
 
 /// A message whose first fragments arrived and whose last has not.
 #[derive(Debug, Default)]
-pub struct Fragments {
+pub(crate) struct Fragments {
     text: bool,
     /// RSV1 was on its first frame: `data` is deflate data.
     compressed: bool,
@@ -279,17 +279,13 @@ pub struct Fragments {
 
 impl Fragments {
     /// Bytes of the message gathered so far.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.data.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.data.is_empty()
     }
 }
 
 /// Where a reader keeps what it needs between calls.
-pub struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     pub role: Role,
     /// Largest message (all fragments together).
     pub max: usize,
@@ -306,7 +302,7 @@ impl Reader<'_> {
     /// frame to `on`; return the bytes used (the rest is an incomplete
     /// frame). Stops after a close frame. Err: why the connection must end
     /// (a violation, or the callback's own reason).
-    pub fn consume<E: From<Violation>>(&mut self, buf: &[u8], mut on: impl FnMut(Event<'_>) -> Result<(), E>) -> Result<usize, E> {
+    pub(crate) fn consume<E: From<Violation>>(&mut self, buf: &[u8], mut on: impl FnMut(Event<'_>) -> Result<(), E>) -> Result<usize, E> {
         let mut pos = 0;
         loop {
             let Some(h) = header(&buf[pos..], self.role, self.max, self.inflate.is_some()).map_err(Violation)? else { return Ok(pos) };

@@ -20,7 +20,7 @@ const MAX_HEADERS: usize = 64;
 const MAX_RESPONSE_HEAD: usize = 16 * 1024;
 
 /// `Sec-WebSocket-Accept` for a `Sec-WebSocket-Key`.
-pub fn accept_key(key: &[u8]) -> String {
+pub(crate) fn accept_key(key: &[u8]) -> String {
     let mut h = Sha1::new();
     h.update(key);
     h.update(GUID);
@@ -29,7 +29,7 @@ pub fn accept_key(key: &[u8]) -> String {
 
 /// A valid Upgrade request, or a request for an event stream.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Upgrade {
+pub(crate) struct Upgrade {
     /// Request target, e.g. `/chat?subscribe=a,b`.
     pub target: String,
     pub accept: String,
@@ -52,18 +52,18 @@ pub struct Upgrade {
 /// The subprotocols that say a WebSocket carries MQTT, preferred first:
 /// `mqtt` is the registered name (MQTT 3.1.1 and 5.0 §6), `mqttv3.1` what
 /// clients of MQTT 3.1 offered and some still offer beside it.
-pub const MQTT_SUBPROTOCOLS: [&str; 2] = ["mqtt", "mqttv3.1"];
+pub(crate) const MQTT_SUBPROTOCOLS: [&str; 2] = ["mqtt", "mqttv3.1"];
 
 /// The MQTT subprotocol to answer an offer with, if it holds one.
-pub fn mqtt_offered(protocols: Option<&[u8]>) -> Option<&'static str> {
+pub(crate) fn mqtt_offered(protocols: Option<&[u8]>) -> Option<&'static str> {
     let offered = protocols.and_then(|v| std::str::from_utf8(v).ok())?;
     MQTT_SUBPROTOCOLS.into_iter().find(|p| offered.split(',').any(|o| o.trim().eq_ignore_ascii_case(p)))
 }
 
 /// The subprotocol a client offers to say it speaks megaconn's commands.
-pub const SUBPROTOCOL: &str = "megaconn";
+pub(crate) const SUBPROTOCOL: &str = "megaconn";
 /// Prefix of the subprotocol that carries a bearer token.
-pub const BEARER_PROTOCOL: &str = "bearer.";
+pub(crate) const BEARER_PROTOCOL: &str = "bearer.";
 
 /// The token and the subprotocol to answer, from a request's headers.
 fn credentials(authorization: Option<&[u8]>, protocols: Option<&[u8]>, target: &str) -> (Option<String>, Option<String>) {
@@ -86,7 +86,7 @@ fn credentials(authorization: Option<&[u8]>, protocols: Option<&[u8]>, target: &
 /// An Upgrade request that must be refused: the status, the counter name
 /// and the text of the answer.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Refusal {
+pub(crate) struct Refusal {
     pub status: u16,
     pub reason: &'static str,
     pub text: &'static str,
@@ -102,13 +102,13 @@ fn has_token(value: &[u8], token: &str) -> bool {
 
 /// Whether a request head's Accept asks for an event stream (Server-Sent
 /// Events, served on the WebSocket ports).
-pub fn wants_events(accept: Option<&[u8]>) -> bool {
+pub(crate) fn wants_events(accept: Option<&[u8]>) -> bool {
     accept.and_then(|v| std::str::from_utf8(v).ok()).is_some_and(|v| v.split(',').any(|t| t.trim().starts_with("text/event-stream")))
 }
 
 /// Parse an Upgrade request at the start of `buf`: `Ok(None)` until the
 /// head is complete; then the upgrade and the bytes it used.
-pub fn parse_request(buf: &[u8], max_head: usize) -> Result<Option<(Upgrade, usize)>, Refusal> {
+pub(crate) fn parse_request(buf: &[u8], max_head: usize) -> Result<Option<(Upgrade, usize)>, Refusal> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
     let used = match req.parse(buf) {
@@ -157,7 +157,7 @@ pub fn parse_request(buf: &[u8], max_head: usize) -> Result<Option<(Upgrade, usi
 }
 
 /// The 101 answer (with the chosen subprotocol and extension, if any).
-pub fn write_accept(out: &mut Vec<u8>, accept: &str, protocol: Option<&str>, extension: Option<&str>) {
+pub(crate) fn write_accept(out: &mut Vec<u8>, accept: &str, protocol: Option<&str>, extension: Option<&str>) {
     out.extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ");
     out.extend_from_slice(accept.as_bytes());
     if let Some(p) = protocol {
@@ -172,7 +172,7 @@ pub fn write_accept(out: &mut Vec<u8>, accept: &str, protocol: Option<&str>, ext
 }
 
 /// The answer to a refused upgrade (the connection closes after it).
-pub fn write_refusal(out: &mut Vec<u8>, r: &Refusal) {
+pub(crate) fn write_refusal(out: &mut Vec<u8>, r: &Refusal) {
     let name = match r.status {
         401 => "Unauthorized",
         403 => "Forbidden",
@@ -195,12 +195,12 @@ pub fn write_refusal(out: &mut Vec<u8>, r: &Refusal) {
 }
 
 /// The topics a `?subscribe=a,b` query asks for.
-pub fn subscriptions(target: &str) -> impl Iterator<Item = &str> {
+pub(crate) fn subscriptions(target: &str) -> impl Iterator<Item = &str> {
     query_list(target, "subscribe")
 }
 
 /// The comma-separated values of `key` in the target's query.
-pub fn query_list<'a>(target: &'a str, key: &'a str) -> impl Iterator<Item = &'a str> {
+pub(crate) fn query_list<'a>(target: &'a str, key: &'a str) -> impl Iterator<Item = &'a str> {
     target
         .split_once('?')
         .map(|(_, q)| q)
@@ -211,7 +211,7 @@ pub fn query_list<'a>(target: &'a str, key: &'a str) -> impl Iterator<Item = &'a
 }
 
 /// A client's Upgrade request with this key (base64 of 16 bytes).
-pub fn write_request(out: &mut Vec<u8>, host: &str, target: &str, key: &str, extra_headers: &str) {
+pub(crate) fn write_request(out: &mut Vec<u8>, host: &str, target: &str, key: &str, extra_headers: &str) {
     let req = format!(
         "GET {target} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n{extra_headers}\r\n"
     );
@@ -220,7 +220,7 @@ pub fn write_request(out: &mut Vec<u8>, host: &str, target: &str, key: &str, ext
 
 /// A client's key, derived from a per-worker seed and the connection
 /// index so it need not be stored: the answer is checked by recomputing.
-pub fn client_key(seed: u64, index: u64) -> String {
+pub(crate) fn client_key(seed: u64, index: u64) -> String {
     let mut k = [0u8; 16];
     k[..8].copy_from_slice(&seed.to_le_bytes());
     k[8..].copy_from_slice(&index.to_le_bytes());
@@ -229,7 +229,7 @@ pub fn client_key(seed: u64, index: u64) -> String {
 
 /// Check the server's answer at the start of `buf`: `Ok(None)` until
 /// complete; then the bytes used. Err: the counter name (by status).
-pub fn parse_response(buf: &[u8], key: &str, subprotocols: &[String]) -> Result<Option<usize>, &'static str> {
+pub(crate) fn parse_response(buf: &[u8], key: &str, subprotocols: &[String]) -> Result<Option<usize>, &'static str> {
     Ok(parse_response_deflate(buf, key, subprotocols, false)?.map(|(used, _)| used))
 }
 
@@ -237,7 +237,7 @@ pub fn parse_response(buf: &[u8], key: &str, subprotocols: &[String]) -> Result<
 /// permessage-deflate ([`super::deflate::CLIENT_OFFER`]): also whether the
 /// server accepted it. An extension answered to a client that offered
 /// none, or an answer the offer did not allow, fails the handshake.
-pub fn parse_response_deflate(buf: &[u8], key: &str, subprotocols: &[String], offered: bool) -> Result<Option<(usize, bool)>, &'static str> {
+pub(crate) fn parse_response_deflate(buf: &[u8], key: &str, subprotocols: &[String], offered: bool) -> Result<Option<(usize, bool)>, &'static str> {
     let head = match crate::proto::http::parse_response_head(buf, MAX_RESPONSE_HEAD) {
         Ok(Some(h)) => h,
         Ok(None) => return Ok(None),

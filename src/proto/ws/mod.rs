@@ -3,6 +3,6 @@
 //! maintained crates (tungstenite, fastwebsockets) own a read and a write
 //! buffer per connection, which at a million idle connections is the
 //! difference between ~100 MB and several GB of user memory.
-pub mod deflate;
-pub mod frame;
-pub mod handshake;
+pub(crate) mod deflate;
+pub(crate) mod frame;
+pub(crate) mod handshake;

@@ -13,9 +13,10 @@ use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::rc::Rc;
 
 /// A subscription the token does not allow (or an admin-only topic).
-pub const NOT_PERMITTED: &str = "not_permitted";
+pub(crate) const NOT_PERMITTED: &str = "not_permitted";
 /// A refresh token for another user than the connection's.
-pub const OTHER_USER: &str = "auth_other_user";
+#[cfg(test)]
+pub(crate) const OTHER_USER: &str = "auth_other_user";
 
 /// Stale expiry entries tolerated beyond one per identity before the heap
 /// is rebuilt (each rebuild is O(identities), so it happens at most once
@@ -71,7 +72,7 @@ impl Table {
 }
 
 #[derive(Default)]
-pub struct Gate {
+pub(crate) struct Gate {
     /// `--auth jwt`: every connection must show a token.
     verifier: Option<Verifier>,
     /// `--admin-topics`: patterns only admin tokens may subscribe to.
@@ -104,7 +105,7 @@ type Subscription = (usize, u32, Box<str>);
 type Change = (Rc<str>, bool, u64);
 
 #[derive(Default)]
-pub struct PendingPresence {
+pub(crate) struct PendingPresence {
     /// (key, gen, topic) -> (user, joined, when noted): the change still
     /// to tell, told in the order the changes were noted.
     changed: HashMap<Subscription, Change>,
@@ -128,12 +129,12 @@ impl PendingPresence {
         }
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.changed.is_empty()
     }
 
     /// The net changes since the last take, in the order they were noted.
-    pub fn take(&mut self) -> Vec<PresenceEvent> {
+    pub(crate) fn take(&mut self) -> Vec<PresenceEvent> {
         let mut changed: Vec<_> = std::mem::take(&mut self.changed).into_iter().collect();
         changed.sort_unstable_by_key(|(_, (_, _, noted))| *noted);
         changed.into_iter().map(|((key, gen, topic), (user, join, _))| PresenceEvent { key, gen, user, topic, join }).collect()
@@ -142,7 +143,7 @@ impl PendingPresence {
 
 /// An authenticated connection subscribed to (join) or left a topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PresenceEvent {
+pub(crate) struct PresenceEvent {
     pub key: usize,
     pub gen: u32,
     pub user: Rc<str>,
@@ -151,29 +152,29 @@ pub struct PresenceEvent {
 }
 
 /// Unix seconds now.
-pub fn unix_now() -> u64 {
+pub(crate) fn unix_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
 impl Gate {
-    pub fn new(key: Option<&jwt::JwtKey>, expected: &jwt::Expected, admin_topics: Vec<String>) -> Result<Gate, String> {
+    pub(crate) fn new(key: Option<&jwt::JwtKey>, expected: &jwt::Expected, admin_topics: Vec<String>) -> Result<Gate, String> {
         let verifier = key.map(|k| Verifier::new(k, expected)).transpose()?;
         Ok(Gate { verifier, admin_topics, ..Default::default() })
     }
 
     /// Whether connections must authenticate.
-    pub fn required(&self) -> bool {
+    pub(crate) fn required(&self) -> bool {
         self.verifier.is_some()
     }
 
     /// Check a token; Err: why it is refused.
-    pub fn verify(&self, token: Option<&str>) -> Result<Claims, Close> {
+    pub(crate) fn verify(&self, token: Option<&str>) -> Result<Claims, Close> {
         let v = self.verifier.as_ref().ok_or(Close::AuthOff)?;
         v.verify(token.unwrap_or(""))
     }
 
     /// Connection `key` (of generation `gen`) is who `claims` say.
-    pub fn admit(&mut self, key: usize, gen: u32, claims: Claims) {
+    pub(crate) fn admit(&mut self, key: usize, gen: u32, claims: Claims) {
         self.forget(key);
         let user: Rc<str> = match self.by_user.get_key_value(claims.sub.as_str()) {
             Some((u, _)) => u.clone(),
@@ -198,7 +199,7 @@ impl Gate {
 
     /// A fresher token for an authenticated connection: its expiry and
     /// permissions are the new token's. Err: a token for another user.
-    pub fn refresh(&mut self, key: usize, claims: Claims) -> Result<u64, Close> {
+    pub(crate) fn refresh(&mut self, key: usize, claims: Claims) -> Result<u64, Close> {
         let id = self.by_key.get_mut(&key).ok_or(Close::AuthMissing)?;
         if *id.user != *claims.sub {
             return Err(Close::AuthOtherUser);
@@ -229,7 +230,7 @@ impl Gate {
 
     /// Connection `key` joined (or left) `topic`: an event, if asked for
     /// and the connection has a user.
-    pub fn joined(&mut self, key: usize, topic: &str, join: bool) {
+    pub(crate) fn joined(&mut self, key: usize, topic: &str, join: bool) {
         let Some(events) = &mut self.events else { return };
         let Some(id) = self.by_key.get(&key) else { return };
         events.note(key, id.gen, &id.user, topic, join);
@@ -255,7 +256,7 @@ impl Gate {
     }
 
     /// The connection closed.
-    pub fn forget(&mut self, key: usize) {
+    pub(crate) fn forget(&mut self, key: usize) {
         let Some(Identity { user, pos, topics, .. }) = self.by_key.remove(&key) else { return };
         self.unlist(topics);
         if self.by_key.len == 0 {
@@ -279,7 +280,7 @@ impl Gate {
     }
 
     /// Whether connection `key` may subscribe to `topic`.
-    pub fn permits(&self, key: usize, topic: &str) -> Result<(), Close> {
+    pub(crate) fn permits(&self, key: usize, topic: &str) -> Result<(), Close> {
         let id = self.by_key.get(&key);
         if self.admin_topics.iter().any(|p| jwt::covers(p, topic)) && !id.is_some_and(|i| i.admin) {
             return Err(Close::NotPermitted);
@@ -294,7 +295,7 @@ impl Gate {
     }
 
     /// Connections whose token expired by `now` (unix seconds), each once.
-    pub fn expired(&mut self, now: u64) -> Vec<(usize, u32)> {
+    pub(crate) fn expired(&mut self, now: u64) -> Vec<(usize, u32)> {
         let mut out = Vec::new();
         while let Some(Reverse((exp, key, gen))) = self.expiring.peek().copied() {
             if exp > now {
@@ -310,26 +311,26 @@ impl Gate {
     }
 
     /// The user of connection `key` (authenticated ones).
-    pub fn user_of(&self, key: usize) -> Option<&str> {
+    pub(crate) fn user_of(&self, key: usize) -> Option<&str> {
         self.by_key.get(&key).map(|i| &*i.user)
     }
 
     /// The `info` claim of connection `key`'s token (JSON text).
-    pub fn info_of(&self, key: usize) -> Option<&str> {
+    pub(crate) fn info_of(&self, key: usize) -> Option<&str> {
         self.by_key.get(&key).and_then(|i| i.info.as_deref())
     }
 
     /// The connections of `user` in this worker.
-    pub fn conns_of(&self, user: &str) -> &[usize] {
+    pub(crate) fn conns_of(&self, user: &str) -> &[usize] {
         self.by_user.get(user).map(Vec::as_slice).unwrap_or(&[])
     }
 
     /// Authenticated connections in this worker.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.by_key.len
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.by_key.len == 0
     }
 }

@@ -19,14 +19,14 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 /// Longest token accepted (a WebSocket handshake head is bounded anyway).
-pub const MAX_TOKEN: usize = 8 * 1024;
+pub(crate) const MAX_TOKEN: usize = 8 * 1024;
 /// Shortest HMAC secret accepted: 256 bits, as RFC 7518 §3.2 asks for HS256.
-pub const MIN_SECRET: usize = 32;
+pub(crate) const MIN_SECRET: usize = 32;
 
 /// The key material, as read from the operator's file (it travels to the
 /// workers inside their configuration, on their stdin).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum JwtKey {
+pub(crate) enum JwtKey {
     /// `--jwt-secret-file`: the HMAC secret (the file's bytes, without a
     /// trailing newline).
     Secret(Vec<u8>),
@@ -38,13 +38,13 @@ pub enum JwtKey {
 
 impl JwtKey {
     /// Read `--jwt-secret-file`.
-    pub fn read_secret(path: &str) -> Result<JwtKey, String> {
+    pub(crate) fn read_secret(path: &str) -> Result<JwtKey, String> {
         let make = format!("head -c 48 /dev/urandom | base64 > {path}; HS256 needs at least {MIN_SECRET} bytes");
         crate::values::secret_file("--jwt-secret-file", path, MIN_SECRET, &make).map(JwtKey::Secret)
     }
 
     /// Read `--jwt-public-key-file` and check it is a key we can use.
-    pub fn read_public(path: &str) -> Result<JwtKey, String> {
+    pub(crate) fn read_public(path: &str) -> Result<JwtKey, String> {
         let pem = String::from_utf8(read(path, "--jwt-public-key-file")?).map_err(|_| format!("--jwt-public-key-file {path} is not PEM text"))?;
         let key = JwtKey::PublicPem(pem);
         Verifier::new(&key, &Expected::default()).map_err(|e| format!("--jwt-public-key-file {path}: {e}"))?;
@@ -52,7 +52,7 @@ impl JwtKey {
     }
 
     /// Read `--jwt-jwks-file` and check every key in it.
-    pub fn read_jwks(path: &str) -> Result<JwtKey, String> {
+    pub(crate) fn read_jwks(path: &str) -> Result<JwtKey, String> {
         let text = String::from_utf8(read(path, "--jwt-jwks-file")?).map_err(|_| format!("--jwt-jwks-file {path} is not JSON text"))?;
         let key = JwtKey::Jwks(text);
         Verifier::new(&key, &Expected::default()).map_err(|e| format!("--jwt-jwks-file {path}: {e}"))?;
@@ -68,14 +68,14 @@ fn read(path: &str, flag: &str) -> Result<Vec<u8>, String> {
 /// carry. With a key shared by many services (a JWKS from one identity
 /// provider), they are what tells this server's tokens from the rest.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Expected {
+pub(crate) struct Expected {
     pub audience: Option<String>,
     pub issuer: Option<String>,
 }
 
 /// What a valid token says about its bearer.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct Claims {
+pub(crate) struct Claims {
     /// The user.
     pub sub: String,
     /// Unix seconds after which the token (and the connection) ends.
@@ -99,7 +99,7 @@ struct Key {
     validation: Validation,
 }
 
-pub struct Verifier {
+pub(crate) struct Verifier {
     keys: Vec<Key>,
 }
 
@@ -145,7 +145,7 @@ fn from_pem(pem: &str) -> Result<(DecodingKey, &'static [Algorithm]), String> {
 }
 
 impl Verifier {
-    pub fn new(key: &JwtKey, expected: &Expected) -> Result<Verifier, String> {
+    pub(crate) fn new(key: &JwtKey, expected: &Expected) -> Result<Verifier, String> {
         let keys = match key {
             JwtKey::Secret(s) => vec![Key { kid: None, key: DecodingKey::from_secret(s), validation: validation(&HMAC, expected) }],
             JwtKey::PublicPem(pem) => {
@@ -176,7 +176,7 @@ impl Verifier {
     }
 
     /// The claims of a valid token, or why it is refused ([`Close`]: its name is the counter's).
-    pub fn verify(&self, token: &str) -> Result<Claims, Close> {
+    pub(crate) fn verify(&self, token: &str) -> Result<Claims, Close> {
         if token.is_empty() {
             return Err(Close::AuthMissing);
         }
@@ -209,12 +209,14 @@ impl Verifier {
 }
 
 /// No token came.
-pub const MISSING: &str = "auth_missing";
+#[cfg(test)]
+pub(crate) const MISSING: &str = "auth_missing";
 /// The token's `exp` passed (at connect, or later while connected).
-pub const EXPIRED: &str = "auth_expired";
+#[cfg(test)]
+pub(crate) const EXPIRED: &str = "auth_expired";
 
 /// What a refused token's client should do, by reason.
-pub fn explain(reason: Close) -> &'static str {
+pub(crate) fn explain(reason: Close) -> &'static str {
     match reason {
         Close::AuthMissing => {
             "no token: send Authorization: Bearer TOKEN, the subprotocols megaconn and bearer.TOKEN, or ?token=TOKEN (framed: an auth frame first)"
@@ -235,14 +237,17 @@ pub fn explain(reason: Close) -> &'static str {
 }
 
 /// The token's `nbf` is still to come.
-pub const NOT_YET_VALID: &str = "auth_not_yet_valid";
+#[cfg(test)]
+pub(crate) const NOT_YET_VALID: &str = "auth_not_yet_valid";
 /// The token lacks the `aud` of `--jwt-audience`, or names another.
-pub const WRONG_AUDIENCE: &str = "auth_wrong_audience";
+#[cfg(test)]
+pub(crate) const WRONG_AUDIENCE: &str = "auth_wrong_audience";
 /// The token lacks the `iss` of `--jwt-issuer`, or names another.
-pub const WRONG_ISSUER: &str = "auth_wrong_issuer";
+#[cfg(test)]
+pub(crate) const WRONG_ISSUER: &str = "auth_wrong_issuer";
 
 /// WebSocket close code when a connection's token expires (private range).
-pub const EXPIRED_CLOSE: u16 = 4001;
+pub(crate) const EXPIRED_CLOSE: u16 = 4001;
 
 /// Why a header did not decode: an algorithm we never accept (`none`,
 /// an unknown name) or not a JWT at all.
@@ -282,7 +287,7 @@ fn missing_or(kind: &ErrorKind, claim: &str) -> bool {
 }
 
 /// Whether a subscription pattern from a token covers `topic`.
-pub fn covers(pattern: &str, topic: &str) -> bool {
+pub(crate) fn covers(pattern: &str, topic: &str) -> bool {
     match pattern.strip_suffix('*') {
         Some(prefix) => topic.starts_with(prefix),
         None => pattern == topic,

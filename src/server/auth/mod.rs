@@ -1,5 +1,5 @@
 //! Who a connection is and what it may do (`server --auth jwt`): the
 //! token check (`jwt`) and, inside each worker, the identities, expiries
 //! and topic permissions of its connections (`gate`).
-pub mod gate;
-pub mod jwt;
+pub(crate) mod gate;
+pub(crate) mod jwt;

@@ -32,28 +32,28 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 /// Default `--history`: messages kept per topic.
-pub const DEFAULT_SIZE: usize = 100;
+pub(crate) const DEFAULT_SIZE: usize = 100;
 /// Largest `--history`.
-pub const MAX_SIZE: usize = 100_000;
+pub(crate) const MAX_SIZE: usize = 100_000;
 /// Default `--history-ttl`.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(300);
+pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(300);
 /// Default `--history-max-bytes`: the whole node's history.
-pub const DEFAULT_MAX_BYTES: u64 = 256 << 20;
+pub(crate) const DEFAULT_MAX_BYTES: u64 = 256 << 20;
 /// Most payload bytes one recovery answer carries to a worker (the
 /// latest messages that fit); a subscriber that missed more than that
 /// is told it cannot recover. The answer is one line of base64 JSON
 /// through the worker's command pipe (~5.6 MB at this bound) and its
 /// replay is written to each waiting connection at once, so it is kept
 /// to a few of the largest pushes (`--max-push-bytes` is at most 1 MiB).
-pub const MAX_REPLY_BYTES: usize = 4 << 20;
+pub(crate) const MAX_REPLY_BYTES: usize = 4 << 20;
 /// Bytes counted per kept message besides its payload (its record).
-pub const PER_MESSAGE: u64 = std::mem::size_of::<Kept>() as u64;
+pub(crate) const PER_MESSAGE: u64 = std::mem::size_of::<Kept>() as u64;
 /// Bytes counted per topic log besides its name.
-pub const PER_LOG: u64 = 96;
+pub(crate) const PER_LOG: u64 = 96;
 
 /// `--history`, `--history-ttl`, `--history-max-bytes`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HistoryConfig {
+pub(crate) struct HistoryConfig {
     /// Messages kept per topic (0: none; offsets and epochs still count).
     pub size: usize,
     pub ttl: Duration,
@@ -68,7 +68,7 @@ impl Default for HistoryConfig {
 
 crate::counters! {
     /// The supervisor's history (`/stats` "history", `/metrics`).
-    pub struct HistoryCounters {
+    pub(crate) struct HistoryCounters {
         topics: gauge "history_topics" "Topics (and * for broadcasts) with a history log",
         messages: gauge "history_messages" "Messages kept for recovery",
         bytes: bytes "history_memory" "Bytes the history holds: payloads, per-message and per-topic records",
@@ -100,7 +100,7 @@ impl Log {
 
 /// A topic's history from some offset on, as a recovery needs it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Slice {
+pub(crate) struct Slice {
     pub topic: String,
     /// The offset it was asked after (u64::MAX: for the position only):
     /// a subscriber at or after it that the slice does not reach was cut
@@ -119,7 +119,7 @@ pub struct Slice {
 
 /// One message of a [`Slice`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Message {
+pub(crate) struct Message {
     pub offset: u64,
     pub publish_us: u64,
     /// The payload (base64 in JSON).
@@ -132,11 +132,11 @@ mod b64 {
     use base64::Engine;
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(v))
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
         let s = <&str>::deserialize(d)?;
         base64::engine::general_purpose::STANDARD.decode(s).map_err(serde::de::Error::custom)
     }
@@ -149,7 +149,7 @@ impl Slice {
     /// `at`). A slice asked from `at` or earlier that still starts too
     /// late was cut at the byte bound: Some(false), as asking again from
     /// `at` would be cut the same way.
-    pub fn covers(&self, at: Position) -> Option<bool> {
+    pub(crate) fn covers(&self, at: Position) -> Option<bool> {
         let oldest_kept = self.oldest;
         // Nothing seen: everything since the log began must be here.
         let after = if at == Position::default() {
@@ -175,12 +175,12 @@ impl Slice {
     }
 
     /// The first offset this slice has (head + 1 when it has none).
-    pub fn starts_at(&self) -> u64 {
+    pub(crate) fn starts_at(&self) -> u64 {
         self.messages.first().map_or(self.head + 1, |m| m.offset)
     }
 }
 
-pub struct History {
+pub(crate) struct History {
     cfg: HistoryConfig,
     logs: HashMap<Box<str>, Log>,
     /// Where the next over-the-cap eviction starts (topics in turn).
@@ -197,12 +197,12 @@ impl Default for History {
 }
 
 impl History {
-    pub fn new(cfg: HistoryConfig) -> History {
+    pub(crate) fn new(cfg: HistoryConfig) -> History {
         History { cfg, logs: HashMap::new(), evict_from: 0, expired_at: 0, counters: HistoryCounters::default() }
     }
 
     /// Record one message; returns the topic's epoch and the message's offset.
-    pub fn append(&mut self, topic: &str, publish_us: u64, data: &[u8]) -> Position {
+    pub(crate) fn append(&mut self, topic: &str, publish_us: u64, data: &[u8]) -> Position {
         let epoch = match self.logs.get(topic) {
             Some(log) => log.epoch,
             None => rand::thread_rng().gen_range(1..=u32::MAX),
@@ -217,7 +217,7 @@ impl History {
     /// in JetStream): false when this log already has it. A new epoch
     /// starts the log over; a jump forward leaves the messages before it
     /// out (a recovery from before the jump then asks the stream).
-    pub fn put(&mut self, topic: &str, at: Position, publish_us: u64, data: &[u8]) -> bool {
+    pub(crate) fn put(&mut self, topic: &str, at: Position, publish_us: u64, data: &[u8]) -> bool {
         match self.logs.get(topic) {
             Some(log) if log.epoch == at.epoch && at.offset <= log.head => return false,
             Some(log) if log.epoch == at.epoch && at.offset == log.head + 1 => {}
@@ -256,7 +256,7 @@ impl History {
 
     /// Forget `topic`'s log: nothing followed it, so it may be behind the
     /// cluster's (its first subscriber on this node just came).
-    pub fn forget(&mut self, topic: &str) {
+    pub(crate) fn forget(&mut self, topic: &str) {
         if let Some(log) = self.logs.remove(topic) {
             for k in &log.kept {
                 Self::dropped(&mut self.counters, k, "gap");
@@ -271,7 +271,7 @@ impl History {
     /// answer. Older messages join this log below its oldest; a log of
     /// another epoch, or none, becomes the stream's. Returns those after
     /// this log's head, for the caller to deliver (and so record).
-    pub fn merge(&mut self, topic: &str, mut got: Vec<(Position, Message)>) -> Vec<(Position, Message)> {
+    pub(crate) fn merge(&mut self, topic: &str, mut got: Vec<(Position, Message)>) -> Vec<(Position, Message)> {
         let Some(epoch) = got.last().map(|(at, _)| at.epoch) else { return Vec::new() };
         got.retain(|(at, _)| at.epoch == epoch);
         let same = self.logs.get(topic).is_some_and(|l| l.epoch == epoch);
@@ -352,7 +352,7 @@ impl History {
 
     /// Drop messages older than the TTL, and logs with nothing kept and
     /// no publish within it (at most once a second, however often asked).
-    pub fn expire(&mut self, now_us: u64) {
+    pub(crate) fn expire(&mut self, now_us: u64) {
         if now_us.saturating_sub(self.expired_at) < 1_000_000 {
             return;
         }
@@ -379,7 +379,7 @@ impl History {
     /// The topic's messages after `after`, at most `limit` of them and
     /// `max_bytes` of payload (the latest ones when it must cut, so the
     /// slice always ends at the head).
-    pub fn since(&self, topic: &str, after: u64, limit: usize, max_bytes: usize) -> Slice {
+    pub(crate) fn since(&self, topic: &str, after: u64, limit: usize, max_bytes: usize) -> Slice {
         let Some(log) = self.logs.get(topic) else { return Slice { topic: topic.into(), after, oldest: 1, ..Default::default() } };
         let first = log.first();
         let skip = after.saturating_add(1).saturating_sub(first).min(log.kept.len() as u64) as usize;
@@ -397,11 +397,12 @@ impl History {
     }
 
     /// The topic's epoch and head (0, 0 without a log).
-    pub fn position(&self, topic: &str) -> Position {
+    pub(crate) fn position(&self, topic: &str) -> Position {
         self.logs.get(topic).map_or_else(Position::default, |l| Position { epoch: l.epoch, offset: l.head })
     }
 
-    pub fn config(&self) -> HistoryConfig {
+    #[cfg(test)]
+    pub(crate) fn config(&self) -> HistoryConfig {
         self.cfg
     }
 }

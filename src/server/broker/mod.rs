@@ -5,10 +5,10 @@
 //! (`retained`), client ids and kept sessions (`sessions`), shared
 //! subscription groups (`shared`) and what clients said, sent
 //! on to the application (`upstream`).
-pub mod history;
-pub mod publish;
-pub mod relay;
-pub mod retained;
-pub mod sessions;
-pub mod shared;
-pub mod upstream;
+pub(crate) mod history;
+pub(crate) mod publish;
+pub(crate) mod relay;
+pub(crate) mod retained;
+pub(crate) mod sessions;
+pub(crate) mod shared;
+pub(crate) mod upstream;

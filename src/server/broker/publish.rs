@@ -53,7 +53,7 @@ enum Gather {
 }
 
 /// Who gets the answer of a publish or listing.
-pub enum Answer {
+pub(crate) enum Answer {
     /// An admin API request waits for it.
     Admin(crate::admin::Reply),
     /// Another node's unicast: its NATS reply subject.
@@ -73,7 +73,7 @@ struct Pending {
 }
 
 #[derive(Default)]
-pub struct Publisher {
+pub(crate) struct Publisher {
     next_id: u64,
     /// Every topic's offsets, epoch and latest messages (`*`: broadcasts).
     pub history: History,
@@ -121,7 +121,7 @@ struct Where<'a> {
 
 /// The pseudo-worker a cluster's presence question waits on: the other
 /// nodes' answers, all at once after `cluster::PRESENCE_WINDOW`.
-pub const CLUSTER: usize = usize::MAX - 1;
+pub(crate) const CLUSTER: usize = usize::MAX - 1;
 
 /// `GET /presence`: users sorted by name, at most `limit` of them.
 fn presence_body(topic: &str, limit: usize, users: &HashMap<String, (u64, Option<String>)>, anonymous: u64, w: &Where) -> String {
@@ -161,7 +161,7 @@ fn presence_body(topic: &str, limit: usize, users: &HashMap<String, (u64, Option
 }
 
 impl Publisher {
-    pub fn new(
+    pub(crate) fn new(
         history: crate::server::broker::history::HistoryConfig,
         max_push: usize,
         retained: crate::server::broker::retained::RetainedConfig,
@@ -180,7 +180,7 @@ impl Publisher {
     /// their filters match: one `retained` command per subscription (sent
     /// after every push so far, so a message retained before the
     /// subscription reached the supervisor is in it).
-    pub fn retained_wanted(&mut self, w: usize, wants: Vec<crate::server::commands::RetainedWant>, pool: &mut Pool) {
+    pub(crate) fn retained_wanted(&mut self, w: usize, wants: Vec<crate::server::commands::RetainedWant>, pool: &mut Pool) {
         use crate::server::commands::{ClientPublish, RetainedAnswer, CMD_RETAINED};
         for want in wants {
             let messages: Vec<ClientPublish> = self
@@ -204,19 +204,19 @@ impl Publisher {
     }
 
     /// A message over `--max-push-bytes`: the answer that names the limit.
-    pub fn too_large(&self, messages: &[crate::admin::route::Message]) -> Option<Response> {
+    pub(crate) fn too_large(&self, messages: &[crate::admin::route::Message]) -> Option<Response> {
         let big = messages.iter().map(|m| m.data.len()).max().filter(|n| *n > self.max_push)?;
         Some(Response::error(413, format!("a message of {big} bytes; this server's --max-push-bytes is {} (at most 1MiB)", self.max_push)))
     }
 
     /// Start an admin API publish or listing; `live` are the workers that may answer.
-    pub fn start(&mut self, req: Request, live: &[usize], pool: &mut Pool) {
+    pub(crate) fn start(&mut self, req: Request, live: &[usize], pool: &mut Pool) {
         self.begin(req.route, Answer::Admin(req.reply), None, Vec::new(), live, pool);
     }
 
     /// Start a publish or listing: `publish_us` is the origin's stamp
     /// (now when None), `remote` what other nodes already answered.
-    pub fn begin(&mut self, route: Route, reply: Answer, publish_us: Option<u64>, remote: Vec<RemoteAnswer>, live: &[usize], pool: &mut Pool) {
+    pub(crate) fn begin(&mut self, route: Route, reply: Answer, publish_us: Option<u64>, remote: Vec<RemoteAnswer>, live: &[usize], pool: &mut Pool) {
         self.next_id += 1;
         let rid = self.next_id;
         let mut waiting: BTreeMap<usize, u64> = BTreeMap::new();
@@ -329,7 +329,7 @@ impl Publisher {
     /// Subscribers in worker `w` recover `topic` after offset `after`:
     /// send it the history. Sent after every push of the topic so far, so
     /// the worker sees each message once, live or in this answer.
-    pub fn history_wanted(&mut self, w: usize, topic: &str, after: u64, pool: &mut Pool) {
+    pub(crate) fn history_wanted(&mut self, w: usize, topic: &str, after: u64, pool: &mut Pool) {
         let slice = self.history.since(topic, after, usize::MAX, MAX_REPLY_BYTES);
         self.history.counters.served += 1;
         pool.send(w, &format!("{CMD_HISTORY} {}", serde_json::to_string(&slice).expect("serializes")));
@@ -337,7 +337,7 @@ impl Publisher {
 
     /// `GET /history`: a topic's messages after an offset, and whether a
     /// subscriber at (`epoch`, `after`) has every one it missed.
-    pub fn history_json(&self, topic: &str, after: u64, epoch: Option<u32>, limit: usize) -> Response {
+    pub(crate) fn history_json(&self, topic: &str, after: u64, epoch: Option<u32>, limit: usize) -> Response {
         let slice = self.history.since(topic, after, limit, MAX_REPLY_BYTES);
         let at = Position { epoch: epoch.unwrap_or(slice.epoch), offset: after };
         let recovered = slice.covers(at) == Some(true) && slice.messages.last().is_none_or(|m| m.offset == slice.head);
@@ -358,7 +358,7 @@ impl Publisher {
     }
 
     /// A worker carried out push `publish_id`.
-    pub fn pushed(&mut self, worker: usize, publish_id: u64, queued: u64, dropped: u64) {
+    pub(crate) fn pushed(&mut self, worker: usize, publish_id: u64, queued: u64, dropped: u64) {
         let Some(&rid) = self.owner.get(&publish_id) else { return };
         if let Some(p) = self.pending.get_mut(&rid) {
             if let Gather::Publish { per_worker, .. } = &mut p.gather {
@@ -372,7 +372,7 @@ impl Publisher {
 
     /// `GET /presence` in a cluster: asked of the workers here and of the
     /// other nodes; returns the request id to give the cluster's answers.
-    pub fn start_presence(&mut self, req: Request, live: &[usize], pool: &mut Pool) -> Option<u64> {
+    pub(crate) fn start_presence(&mut self, req: Request, live: &[usize], pool: &mut Pool) -> Option<u64> {
         self.begin(req.route, Answer::Admin(req.reply), None, Vec::new(), live, pool);
         let rid = self.next_id;
         let p = self.pending.get_mut(&rid)?;
@@ -381,7 +381,7 @@ impl Publisher {
     }
 
     /// What the other nodes answered to presence question `request_id`.
-    pub fn presence_of_nodes(&mut self, request_id: u64, answers: Vec<crate::cluster::NodePresence>) {
+    pub(crate) fn presence_of_nodes(&mut self, request_id: u64, answers: Vec<crate::cluster::NodePresence>) {
         if let Some(Gather::Presence { nodes, .. }) = self.pending.get_mut(&request_id).map(|p| &mut p.gather) {
             nodes.extend(answers.iter().map(|a| a.node.clone()));
         }
@@ -394,7 +394,7 @@ impl Publisher {
     }
 
     /// A worker answered presence question `request_id`.
-    pub fn presence(&mut self, worker: usize, request_id: u64, users: Vec<(String, u64, Option<String>)>, anonymous: u64) {
+    pub(crate) fn presence(&mut self, worker: usize, request_id: u64, users: Vec<(String, u64, Option<String>)>, anonymous: u64) {
         if let Some(p) = self.pending.get_mut(&request_id) {
             if let Gather::Presence { users: all, anonymous: a, .. } = &mut p.gather {
                 *a += anonymous;
@@ -411,7 +411,7 @@ impl Publisher {
     }
 
     /// A worker answered listing `request_id`.
-    pub fn listed(&mut self, worker: usize, request_id: u64, list: Vec<ConnInfo>, cut: bool) {
+    pub(crate) fn listed(&mut self, worker: usize, request_id: u64, list: Vec<ConnInfo>, cut: bool) {
         if let Some(p) = self.pending.get_mut(&request_id) {
             if let Gather::List { limit, list: all, truncated } = &mut p.gather {
                 let room = limit.saturating_sub(all.len());
@@ -443,7 +443,7 @@ impl Publisher {
     }
 
     /// A worker died: stop waiting for it.
-    pub fn worker_gone(&mut self, worker: usize) {
+    pub(crate) fn worker_gone(&mut self, worker: usize) {
         self.shared.worker_gone(worker);
         let done: Vec<u64> = self
             .pending
@@ -460,13 +460,13 @@ impl Publisher {
     }
 
     /// Whether a publish or listing waits on worker `w`.
-    pub fn waits_on(&self, w: usize) -> bool {
+    pub(crate) fn waits_on(&self, w: usize) -> bool {
         self.pending.values().any(|p| p.waiting.contains_key(&w))
     }
 
     /// These workers stalled (the fleet decides): answer what waits only
     /// on them, and stop waiting on them until they recover.
-    pub fn set_stalled(&mut self, stalled: &BTreeSet<usize>) {
+    pub(crate) fn set_stalled(&mut self, stalled: &BTreeSet<usize>) {
         self.stalled.clone_from(stalled);
         let done: Vec<u64> = self
             .pending
@@ -487,7 +487,7 @@ impl Publisher {
     }
 
     /// Answer what waited too long with what arrived.
-    pub fn expire(&mut self) {
+    pub(crate) fn expire(&mut self) {
         let late: Vec<u64> = self.pending.iter().filter(|(_, p)| p.started.elapsed() > PENDING_TIMEOUT).map(|(r, _)| *r).collect();
         for rid in late {
             let p = self.take(rid);

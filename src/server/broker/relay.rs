@@ -26,7 +26,7 @@ struct Held {
     publish_us: u64,
 }
 
-pub struct Relay {
+pub(crate) struct Relay {
     pub link: Link,
     held: HashMap<u64, Held>,
     next: u64,
@@ -44,7 +44,7 @@ pub struct Relay {
 }
 
 impl Relay {
-    pub fn start(cfg: ClusterConfig, tx: Sink<ClusterEvent>) -> Result<Relay> {
+    pub(crate) fn start(cfg: ClusterConfig, tx: Sink<ClusterEvent>) -> Result<Relay> {
         Ok(Relay {
             link: Link::start(cfg, tx)?,
             held: HashMap::new(),
@@ -57,7 +57,7 @@ impl Relay {
     }
 
     /// A line for the operator when the link came up or went down.
-    pub fn link_change(&mut self) -> Option<(&'static str, String)> {
+    pub(crate) fn link_change(&mut self) -> Option<(&'static str, String)> {
         let up = self.link.up();
         if up == self.reported_up {
             return None;
@@ -79,16 +79,16 @@ impl Relay {
         })
     }
 
-    pub fn node(&self) -> &str {
+    pub(crate) fn node(&self) -> &str {
         &self.link.cfg.node
     }
 
-    pub fn status(&self) -> LinkStatus {
+    pub(crate) fn status(&self) -> LinkStatus {
         self.link.status()
     }
 
     /// An admin publish on this node.
-    pub fn publish(&mut self, req: Request, publisher: &mut Publisher, live: &[usize], pool: &mut Pool) {
+    pub(crate) fn publish(&mut self, req: Request, publisher: &mut Publisher, live: &[usize], pool: &mut Pool) {
         let Route::Publish(messages) = req.route else { return publisher.start(req, live, pool) };
         let me = self.node().to_string();
         // A per-user push goes to every node (this one too).
@@ -131,7 +131,7 @@ impl Relay {
     }
 
     /// News from the link.
-    pub fn on_event(&mut self, ev: ClusterEvent, publisher: &mut Publisher, live: &[usize], pool: &mut Pool) {
+    pub(crate) fn on_event(&mut self, ev: ClusterEvent, publisher: &mut Publisher, live: &[usize], pool: &mut Pool) {
         match ev {
             ClusterEvent::Published { request, result } => self.published(request, result, publisher, live, pool),
             ClusterEvent::Fatal(_) => {}
@@ -261,7 +261,7 @@ impl Relay {
     /// recovery this node's history cannot answer reads the stream's
     /// (its latest 4 MiB); what the answer then cannot reach is lost for
     /// that subscriber, which does not ask again (`worker/recovery.rs`).
-    pub fn history_wanted(&mut self, worker: usize, topic: &str, after: u64, publisher: &mut Publisher, pool: &mut Pool) {
+    pub(crate) fn history_wanted(&mut self, worker: usize, topic: &str, after: u64, publisher: &mut Publisher, pool: &mut Pool) {
         // Only a topic followed here has a history that is up to date.
         let covered = || {
             let s = publisher.history.since(topic, after, 0, 0);
@@ -315,7 +315,7 @@ impl Relay {
 
     /// A worker's topics changed: followed from now on, a topic's history
     /// here may be behind the cluster's, so it starts over from the stream.
-    pub fn topics_changed(&mut self, worker: usize, changes: &[(String, bool)], publisher: &mut Publisher) {
+    pub(crate) fn topics_changed(&mut self, worker: usize, changes: &[(String, bool)], publisher: &mut Publisher) {
         for topic in self.link.topics_changed(worker, changes) {
             if self.link.logged() {
                 publisher.history.forget(&topic);
@@ -324,7 +324,7 @@ impl Relay {
     }
 
     /// Send the answers owed to other nodes' unicasts.
-    pub fn flush_replies(&mut self, publisher: &mut Publisher) {
+    pub(crate) fn flush_replies(&mut self, publisher: &mut Publisher) {
         for (subject, body) in publisher.nats_replies.drain(..) {
             self.link.reply(subject, body);
         }

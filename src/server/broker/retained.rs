@@ -16,18 +16,18 @@ use crate::proto::mqtt::topic::matches;
 use std::collections::BTreeMap;
 
 /// Default `--mqtt-retained`: retained messages kept on a node.
-pub const DEFAULT_MAX_MESSAGES: usize = 10_000;
+pub(crate) const DEFAULT_MAX_MESSAGES: usize = 10_000;
 /// Default `--mqtt-retained-bytes`: bytes of topics and payloads kept.
-pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
+pub(crate) const DEFAULT_MAX_BYTES: u64 = 64 << 20;
 /// Most bytes of messages in one answer (the rest are not sent; an
 /// answer is a line on a worker's pipe).
-pub const MAX_ANSWER_BYTES: usize = 4 << 20;
+pub(crate) const MAX_ANSWER_BYTES: usize = 4 << 20;
 /// Bytes counted per kept message on top of its topic and payload.
 const PER_MESSAGE: u64 = 64;
 
 crate::counters! {
     /// The supervisor's retained messages (`/stats` "mqtt_retained", `/metrics`).
-    pub struct RetainedCounters {
+    pub(crate) struct RetainedCounters {
         messages: gauge "mqtt_retained_messages" "MQTT retained messages kept (one per topic)",
         bytes: bytes "mqtt_retained_memory" "Bytes the retained messages hold: topics, payloads and per-message records",
         stored: counter "mqtt_retained_stored" "Retained publishes kept (set or replaced)",
@@ -39,7 +39,7 @@ crate::counters! {
 
 /// `--mqtt-retained`, `--mqtt-retained-bytes`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct RetainedConfig {
+pub(crate) struct RetainedConfig {
     pub max_messages: usize,
     pub max_bytes: u64,
 }
@@ -52,7 +52,7 @@ impl Default for RetainedConfig {
 
 /// One kept message.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Kept {
+pub(crate) struct Kept {
     pub data: Box<[u8]>,
     /// The QoS it was published with.
     pub qos: u8,
@@ -60,7 +60,7 @@ pub struct Kept {
 
 /// The node's retained messages, by topic.
 #[derive(Debug, Default)]
-pub struct Retained {
+pub(crate) struct Retained {
     cfg: RetainedConfig,
     by_topic: BTreeMap<Box<str>, Kept>,
     pub counters: RetainedCounters,
@@ -71,13 +71,13 @@ fn cost(topic: &str, data: &[u8]) -> u64 {
 }
 
 impl Retained {
-    pub fn new(cfg: RetainedConfig) -> Retained {
+    pub(crate) fn new(cfg: RetainedConfig) -> Retained {
         Retained { cfg, ..Default::default() }
     }
 
     /// A retained publish: keep it as the topic's (empty: clear it).
     /// Err: over a bound, not kept (the reason, also counted).
-    pub fn set(&mut self, topic: &str, data: &[u8], qos: u8) -> Result<(), &'static str> {
+    pub(crate) fn set(&mut self, topic: &str, data: &[u8], qos: u8) -> Result<(), &'static str> {
         let old = self.by_topic.get(topic).map_or(0, |k| cost(topic, &k.data));
         if data.is_empty() {
             if self.by_topic.remove(topic).is_some() {
@@ -108,7 +108,7 @@ impl Retained {
 
     /// The retained messages `filter` matches, in topic order, at most
     /// [`MAX_ANSWER_BYTES`] of them.
-    pub fn matching(&mut self, filter: &str) -> Vec<(&str, &Kept)> {
+    pub(crate) fn matching(&mut self, filter: &str) -> Vec<(&str, &Kept)> {
         let mut out = Vec::new();
         let mut bytes = 0;
         let exact = !filter.contains(['+', '#']);

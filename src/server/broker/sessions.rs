@@ -44,26 +44,26 @@ use crate::proto::mqtt::topic::matches;
 use crate::server::commands::{split_id, ClientPublish, IdKey, SessionAnswer, SessionClaim, SessionEnd, SessionMessage};
 use std::collections::hash_map::RandomState;
 
-pub mod wills;
+pub(crate) mod wills;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::BuildHasher;
 use std::time::{Duration, Instant};
 
 /// Default `--mqtt-client-ids`: client ids connected at once on a node.
-pub const DEFAULT_MAX_IDS: usize = 4_000_000;
+pub(crate) const DEFAULT_MAX_IDS: usize = 4_000_000;
 /// Default `--mqtt-sessions`: sessions kept for clients gone.
-pub const DEFAULT_MAX_KEPT: usize = 10_000;
+pub(crate) const DEFAULT_MAX_KEPT: usize = 10_000;
 /// Default `--mqtt-sessions-bytes`: bytes of every kept session.
-pub const DEFAULT_MAX_KEPT_BYTES: usize = 256 << 20;
+pub(crate) const DEFAULT_MAX_KEPT_BYTES: usize = 256 << 20;
 /// Default `--mqtt-session-queue`: messages kept per session.
-pub const DEFAULT_QUEUE: usize = 1000;
+pub(crate) const DEFAULT_QUEUE: usize = 1000;
 /// Default `--mqtt-session-queue-bytes`: bytes of those.
-pub const DEFAULT_QUEUE_BYTES: usize = 1 << 20;
+pub(crate) const DEFAULT_QUEUE_BYTES: usize = 1 << 20;
 /// Bytes counted per kept session, subscription and message on top of
 /// their names and payloads (the records and maps holding them).
 const RECORD: usize = 64;
 /// v5: a Session Expiry Interval of this never expires (§3.1.2.11.2).
-pub const NEVER: u32 = u32::MAX;
+pub(crate) const NEVER: u32 = u32::MAX;
 /// v5 CONNACK: Quota exceeded; 3.1.1: Server unavailable.
 const REFUSED: (u8, u8) = (0x97, 3);
 /// v5 CONNACK: Server busy (a claim displaced by a newer one before it
@@ -72,7 +72,7 @@ const DISPLACED: (u8, u8) = (0x89, 3);
 
 crate::counters! {
     /// The supervisor's client ids and kept sessions (`/stats` "mqtt_sessions", `/metrics`).
-    pub struct SessionCounters {
+    pub(crate) struct SessionCounters {
         online: gauge "mqtt_client_ids" "MQTT client ids connected now (the registry across every worker)",
         kept: gauge "mqtt_sessions_kept" "MQTT sessions kept for clients gone",
         bytes: bytes "mqtt_sessions_memory" "Bytes the kept sessions hold: filters, queued messages and records",
@@ -94,7 +94,7 @@ crate::counters! {
 /// `--mqtt-client-ids`, `--mqtt-sessions`,
 /// `--mqtt-sessions-bytes`, `--mqtt-session-queue`, `--mqtt-session-queue-bytes`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct SessionsConfig {
+pub(crate) struct SessionsConfig {
     pub max_ids: usize,
     pub max_kept: usize,
     pub max_kept_bytes: usize,
@@ -116,7 +116,7 @@ impl Default for SessionsConfig {
 
 /// What the supervisor sends its workers for a claim or an end.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     /// `session {answer}` to this worker.
     Answer(usize, SessionAnswer),
     /// `takeover {conn}` to this worker.
@@ -135,10 +135,10 @@ struct Online {
 /// A client id's [`IdKey`]: SipHash-1-3 under two random keys of this
 /// process (a fresh `RandomState` each).
 #[derive(Debug, Default)]
-pub struct Keyer(RandomState, RandomState);
+pub(crate) struct Keyer(RandomState, RandomState);
 
 impl Keyer {
-    pub fn key(&self, id: &str) -> IdKey {
+    pub(crate) fn key(&self, id: &str) -> IdKey {
         [self.0.hash_one(id), self.1.hash_one(id)]
     }
 }
@@ -163,7 +163,7 @@ fn message_cost(m: &SessionMessage) -> usize {
 
 /// The registry of connected client ids and the kept sessions.
 #[derive(Debug, Default)]
-pub struct Sessions {
+pub(crate) struct Sessions {
     cfg: SessionsConfig,
     keyer: Keyer,
     online: HashMap<IdKey, Online>,
@@ -180,13 +180,13 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    pub fn new(cfg: SessionsConfig) -> Sessions {
+    pub(crate) fn new(cfg: SessionsConfig) -> Sessions {
         Sessions { cfg, ..Default::default() }
     }
 
     /// A worker's CONNECT with a client id: answered now, or (the id is
     /// connected elsewhere) once that connection was closed.
-    pub fn claim(&mut self, worker: usize, c: SessionClaim, now: Instant) -> Vec<Action> {
+    pub(crate) fn claim(&mut self, worker: usize, c: SessionClaim, now: Instant) -> Vec<Action> {
         let mut out = Vec::new();
         let key = self.keyer.key(&c.client_id);
         match self.online.get(&key) {
@@ -204,7 +204,8 @@ impl Sessions {
     }
 
     /// The key a client id has in this registry (what its answer carries).
-    pub fn key(&self, id: &str) -> IdKey {
+    #[cfg(test)]
+    pub(crate) fn key(&self, id: &str) -> IdKey {
         self.keyer.key(id)
     }
 
@@ -251,7 +252,7 @@ impl Sessions {
     /// A registered connection ended (its state when its session
     /// outlives it): the id is free, the session kept, and a CONNECT that
     /// waited for the id answered.
-    pub fn ended(&mut self, e: SessionEnd, now: Instant) -> Vec<Action> {
+    pub(crate) fn ended(&mut self, e: SessionEnd, now: Instant) -> Vec<Action> {
         // Only the registered connection's own end frees its id (a
         // connection taken over ends after its successor claimed it).
         if self.online.get(&e.key).is_none_or(|o| o.conn != e.conn) {
@@ -285,7 +286,7 @@ impl Sessions {
 
     /// Every connection of a worker that died ended, without its state
     /// (one pass over the registry: a worker dies rarely).
-    pub fn worker_gone(&mut self, worker: usize, now: Instant) -> Vec<Action> {
+    pub(crate) fn worker_gone(&mut self, worker: usize, now: Instant) -> Vec<Action> {
         let ends: Vec<SessionEnd> = self
             .online
             .iter()
@@ -349,7 +350,7 @@ impl Sessions {
     /// A topic publish: queued for every kept session whose filters
     /// match it, at the lower of its QoS and the highest granted (QoS 0
     /// is not queued), within the bounds (the newest dropped past them).
-    pub fn offline(&mut self, topic: &str, data: &str, qos: u8, retain: bool) {
+    pub(crate) fn offline(&mut self, topic: &str, data: &str, qos: u8, retain: bool) {
         if qos == 0 || self.kept.is_empty() {
             return;
         }
@@ -388,7 +389,7 @@ impl Sessions {
 
     /// Drop the kept sessions whose expiry passed; the delayed wills
     /// whose time came, to publish.
-    pub fn expire(&mut self, now: Instant) -> Vec<Action> {
+    pub(crate) fn expire(&mut self, now: Instant) -> Vec<Action> {
         let wills = self.wills.due(now);
         if !wills.is_empty() {
             *self.counters.wills_published.entry("delay".into()).or_insert(0) += wills.len() as u64;

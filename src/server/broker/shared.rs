@@ -31,14 +31,14 @@ use crate::server::commands::{split_id, SharedChange};
 use std::collections::HashMap;
 
 /// Most groups (distinct `$share/{group}/{filter}`) on a node.
-pub const MAX_GROUPS: usize = 16_384;
+pub(crate) const MAX_GROUPS: usize = 16_384;
 /// Most groups sharing one filter: a peer inventing group names for a
 /// popular filter multiplies every matching message by this at most.
-pub const MAX_GROUPS_PER_FILTER: usize = 64;
+pub(crate) const MAX_GROUPS_PER_FILTER: usize = 64;
 
 crate::counters! {
     /// The supervisor's shared subscription groups (`/stats` "mqtt_shared", `/metrics`).
-    pub struct SharedCounters {
+    pub(crate) struct SharedCounters {
         groups: gauge "mqtt_shared_groups" "MQTT shared subscription groups with a member connected now",
         members: gauge "mqtt_shared_members" "Members of MQTT shared subscription groups connected now",
         picked: counter "mqtt_shared_picked" "Messages handed to one member of a shared subscription group",
@@ -56,14 +56,14 @@ struct Group {
 
 /// Every group, by filter then group name.
 #[derive(Debug, Default)]
-pub struct SharedGroups {
+pub(crate) struct SharedGroups {
     by_filter: HashMap<Box<str>, HashMap<Box<str>, Group>>,
     pub counters: SharedCounters,
 }
 
 impl SharedGroups {
     /// A worker's members joined or left.
-    pub fn changed(&mut self, changes: Vec<SharedChange>) {
+    pub(crate) fn changed(&mut self, changes: Vec<SharedChange>) {
         for c in changes {
             let Some(s) = crate::proto::mqtt::topic::shared(&c.name) else { continue };
             if c.join {
@@ -108,7 +108,7 @@ impl SharedGroups {
     }
 
     /// A worker died: its members are gone.
-    pub fn worker_gone(&mut self, worker: usize) {
+    pub(crate) fn worker_gone(&mut self, worker: usize) {
         for groups in self.by_filter.values_mut() {
             for g in groups.values_mut() {
                 g.members.retain(|m| split_id(m.0).0 != worker);
@@ -121,7 +121,7 @@ impl SharedGroups {
 
     /// The member of each group whose filter matches `topic` that gets
     /// this message (connection id, granted QoS), and the turn moved on.
-    pub fn pick(&mut self, topic: &str) -> Vec<(u64, u8)> {
+    pub(crate) fn pick(&mut self, topic: &str) -> Vec<(u64, u8)> {
         let mut out = Vec::new();
         for (filter, groups) in self.by_filter.iter_mut() {
             if !matches(filter, topic) {

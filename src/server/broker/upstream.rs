@@ -52,27 +52,27 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 /// Default `--upstream-queue`: messages per worker the backend has not taken.
-pub const DEFAULT_QUEUE: usize = 262_144;
+pub(crate) const DEFAULT_QUEUE: usize = 262_144;
 /// Default `--upstream-queue-bytes`: what the whole server may hold for
 /// the backend. A backend that stalls 5 s under 50,000 messages/s of
 /// ~1 KiB needs ~250 MB.
-pub const DEFAULT_QUEUE_BYTES: u64 = 256 << 20;
+pub(crate) const DEFAULT_QUEUE_BYTES: u64 = 256 << 20;
 /// The least share of `--upstream-queue-bytes` a worker gets, whatever
 /// the number of workers: less would refuse clients after a handful of
 /// messages.
-pub const MIN_WORKER_BYTES: u64 = 1 << 20;
+pub(crate) const MIN_WORKER_BYTES: u64 = 1 << 20;
 /// How much the supervisor may hold, as a multiple of what the live
 /// workers can hand it: the same again is room for the messages of
 /// workers that died or retired with messages still queued here (they
 /// are still sent). Past it, the supervisor's memory (every worker's
 /// lifeline) comes first: arrivals are dropped, counted and told.
-pub const SUPERVISOR_SLACK: u64 = 2;
+pub(crate) const SUPERVISOR_SLACK: u64 = 2;
 /// Most messages in one POST.
-pub const MAX_BATCH: usize = 5_000;
+pub(crate) const MAX_BATCH: usize = 5_000;
 /// Most bytes in one POST's body (a single larger message still goes, alone):
 /// a 5,000-message batch of 64 KiB messages was ~430 MB, more than
 /// any webhook takes or can receive within [`REQUEST_TIMEOUT`].
-pub const MAX_BATCH_BYTES: usize = 4 << 20;
+pub(crate) const MAX_BATCH_BYTES: usize = 4 << 20;
 /// A 413 never lowers the byte cap below this: a backend that refuses a
 /// body this small refuses it for what it is, and each message goes alone.
 const MIN_BATCH_CEILING: usize = 64 << 10;
@@ -85,17 +85,19 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 const DROP_NOTE_EVERY: Duration = Duration::from_secs(10);
 /// The close reason (and WebSocket 1013) of a client whose worker's
 /// upstream budget is full.
-pub const FULL: &str = "upstream_full";
+#[cfg(test)]
+pub(crate) const FULL: &str = "upstream_full";
 /// The close reason (and WebSocket 1013) of a client that holds its
 /// part of its worker's upstream bytes (`outbox::CONN_PART`).
-pub const CONN_FULL: &str = "upstream_connection_full";
+#[cfg(test)]
+pub(crate) const CONN_FULL: &str = "upstream_connection_full";
 /// The signing time of a POST, Unix milliseconds.
-pub const H_TIMESTAMP: &str = "X-Megaconn-Timestamp";
+pub(crate) const H_TIMESTAMP: &str = "X-Megaconn-Timestamp";
 /// `sha256=` and the hex HMAC-SHA256 of `TIMESTAMP.BODY`.
-pub const H_SIGNATURE: &str = "X-Megaconn-Signature";
+pub(crate) const H_SIGNATURE: &str = "X-Megaconn-Signature";
 /// Shortest `--upstream-secret-file` accepted: 256 bits, the HMAC-SHA256
 /// block's worth (as for `--jwt-secret-file`).
-pub const MIN_SECRET: usize = 32;
+pub(crate) const MIN_SECRET: usize = 32;
 /// An upper bound of the JSON around a message's strings (field names, a
 /// 20-digit `conn`, a 16-digit `ts`, quotes and commas: ~105 bytes).
 const MESSAGE_OVERHEAD: usize = 128;
@@ -104,7 +106,7 @@ const JSON_ESCAPE_MAX: usize = 6;
 
 /// A worker's share of `--upstream-queue-bytes` when at most `max_workers`
 /// run at once: the supervisor holds at most `max_workers` shares.
-pub fn worker_share(total: u64, max_workers: usize) -> u64 {
+pub(crate) fn worker_share(total: u64, max_workers: usize) -> u64 {
     (total / max_workers.max(1) as u64).max(MIN_WORKER_BYTES)
 }
 
@@ -112,7 +114,7 @@ pub fn worker_share(total: u64, max_workers: usize) -> u64 {
 /// messages are at most `max_message` bytes (framed publish frames are
 /// smaller still): its data escaped or base64, the longest user (a
 /// token's `sub`) and topic.
-pub fn max_message_cost(max_message: usize) -> u64 {
+pub(crate) fn max_message_cost(max_message: usize) -> u64 {
     let data = max_message.max(crate::proto::frame::MAX_PAYLOAD);
     (MESSAGE_OVERHEAD + JSON_ESCAPE_MAX * (data + crate::server::auth::jwt::MAX_TOKEN + crate::proto::push::MAX_TOPIC)) as u64
 }
@@ -120,7 +122,7 @@ pub fn max_message_cost(max_message: usize) -> u64 {
 /// What the supervisor holds at most: every live worker's share plus the
 /// one message a worker with nothing in flight may send whatever its
 /// size, times [`SUPERVISOR_SLACK`].
-pub fn supervisor_cap(share: u64, max_workers: usize, max_message: usize) -> u64 {
+pub(crate) fn supervisor_cap(share: u64, max_workers: usize, max_message: usize) -> u64 {
     SUPERVISOR_SLACK * max_workers.max(1) as u64 * (share + max_message_cost(max_message))
 }
 
@@ -137,7 +139,7 @@ fn json_len(s: &str) -> usize {
 
 /// One thing a client said or did, as the backend receives it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct UpMessage {
+pub(crate) struct UpMessage {
     /// `message`, `join` (a subscription) or `leave`.
     #[serde(rename = "type")]
     pub kind: String,
@@ -159,7 +161,7 @@ pub struct UpMessage {
 
 impl UpMessage {
     /// A message a client sent.
-    pub fn message(conn: u64, user: Option<&str>, topic: Option<&str>, text: bool, data: &[u8]) -> UpMessage {
+    pub(crate) fn message(conn: u64, user: Option<&str>, topic: Option<&str>, text: bool, data: &[u8]) -> UpMessage {
         let (data, data_b64) = match std::str::from_utf8(data) {
             Ok(s) if text || !s.contains('\0') => (Some(s.to_string()), None),
             _ => {
@@ -180,20 +182,20 @@ impl UpMessage {
 
     /// What it costs queued: at least its length as JSON, so the bytes a
     /// worker counts bound what the supervisor holds and sends.
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         let s = |f: &Option<String>| f.as_deref().map_or(0, json_len);
         MESSAGE_OVERHEAD + s(&self.user) + s(&self.topic) + s(&self.data) + s(&self.data_b64)
     }
 
     /// A join or leave (`--presence-events`), not something a client said.
-    pub fn is_presence(&self) -> bool {
+    pub(crate) fn is_presence(&self) -> bool {
         self.kind != "message"
     }
 }
 
 crate::counters! {
     /// The supervisor's webhook sender (`/stats` "upstream", `/metrics`).
-    pub struct UpstreamCounters {
+    pub(crate) struct UpstreamCounters {
         delivered: counter "upstream_delivered" "Messages (and presence events) the --upstream backend took (2xx)",
         batches: counter "upstream_batches" "Batches the --upstream backend took",
         retries: by("reason") "upstream_retries" "Batches sent again, by reason (connect, io, timeout: sent again halved, http_5xx, http_429, http_413: split in half at once, ...)",
@@ -206,7 +208,7 @@ crate::counters! {
 
 /// What the sender tells the supervisor.
 #[derive(Debug)]
-pub enum UpstreamEvent {
+pub(crate) enum UpstreamEvent {
     /// The backend took (or refused for good) this many more of each
     /// worker's messages, its oldest: their budget has that much room again
     /// (the worker knows their bytes; see `worker/outbox.rs`).
@@ -218,7 +220,7 @@ pub enum UpstreamEvent {
 /// `--upstream-secret-file`: the key POSTs are signed with. Its Debug
 /// never shows the bytes.
 #[derive(Clone, PartialEq, Eq)]
-pub struct UpstreamSecret(Vec<u8>);
+pub(crate) struct UpstreamSecret(Vec<u8>);
 
 impl std::fmt::Debug for UpstreamSecret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -227,7 +229,8 @@ impl std::fmt::Debug for UpstreamSecret {
 }
 
 impl UpstreamSecret {
-    pub fn new(bytes: Vec<u8>) -> Result<UpstreamSecret, String> {
+    #[cfg(test)]
+    pub(crate) fn new(bytes: Vec<u8>) -> Result<UpstreamSecret, String> {
         if bytes.len() < MIN_SECRET {
             return Err(format!("the secret is {} bytes; at least {MIN_SECRET} are needed", bytes.len()));
         }
@@ -235,7 +238,7 @@ impl UpstreamSecret {
     }
 
     /// Read `--upstream-secret-file` (its bytes, without a trailing newline).
-    pub fn read(path: &str) -> Result<UpstreamSecret, String> {
+    pub(crate) fn read(path: &str) -> Result<UpstreamSecret, String> {
         let make = format!("head -c 48 /dev/urandom | base64 > {path}; give your backend the same file");
         crate::values::secret_file("--upstream-secret-file", path, MIN_SECRET, &make).map(UpstreamSecret)
     }
@@ -243,7 +246,7 @@ impl UpstreamSecret {
 
 /// The `X-Megaconn-Signature` of a POST signed at `timestamp_ms`:
 /// `sha256=` and the hex HMAC-SHA256 of `TIMESTAMP.BODY`.
-pub fn signature(secret: &UpstreamSecret, timestamp_ms: u64, body: &[u8]) -> String {
+pub(crate) fn signature(secret: &UpstreamSecret, timestamp_ms: u64, body: &[u8]) -> String {
     let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&secret.0).expect("HMAC takes a key of any length");
     m.update(timestamp_ms.to_string().as_bytes());
     m.update(b".");
@@ -254,14 +257,14 @@ pub fn signature(secret: &UpstreamSecret, timestamp_ms: u64, body: &[u8]) -> Str
 
 /// The `--upstream` target.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
+pub(crate) struct Target {
     pub host: String,
     pub port: u16,
     pub path: String,
 }
 
 /// Check an `--upstream` URL: http://HOST[:PORT][/PATH].
-pub fn parse_url(url: &str) -> Result<Target, String> {
+pub(crate) fn parse_url(url: &str) -> Result<Target, String> {
     let rest = url.strip_prefix("http://").ok_or_else(|| {
         format!("--upstream {url}: give an http:// URL of your backend's webhook, e.g. http://127.0.0.1:8080/megaconn (https is not supported yet: put a local proxy in front)")
     })?;
@@ -281,7 +284,7 @@ pub fn parse_url(url: &str) -> Result<Target, String> {
 
 /// What the sender thread needs.
 #[derive(Debug, Clone)]
-pub struct SenderConfig {
+pub(crate) struct SenderConfig {
     pub target: Target,
     /// This node's id in a cluster (the batch's `node`).
     pub node: Option<String>,
@@ -301,7 +304,7 @@ struct Arrival {
 }
 
 /// The supervisor's handle on the sender thread.
-pub struct Upstream {
+pub(crate) struct Upstream {
     tx: UnboundedSender<Arrival>,
     /// Bytes handed to the sender and not finished ([`UpMessage::bytes`]).
     held: Arc<AtomicU64>,
@@ -310,7 +313,7 @@ pub struct Upstream {
 }
 
 impl Upstream {
-    pub fn start(cfg: SenderConfig, sink: Sink<UpstreamEvent>) -> Result<Upstream> {
+    pub(crate) fn start(cfg: SenderConfig, sink: Sink<UpstreamEvent>) -> Result<Upstream> {
         let (tx, rx) = unbounded_channel();
         let counters = Arc::new(Mutex::new(UpstreamCounters::default()));
         let held = Arc::new(AtomicU64::new(0));
@@ -325,7 +328,7 @@ impl Upstream {
 
     /// Messages of worker `w` to send; past the supervisor's bound they
     /// are dropped and counted instead.
-    pub fn send(&self, w: usize, messages: Vec<UpMessage>) {
+    pub(crate) fn send(&self, w: usize, messages: Vec<UpMessage>) {
         let cost: u64 = messages.iter().map(|m| m.bytes() as u64).sum();
         let arrival = if self.held.load(Ordering::Relaxed) + cost > self.hold_bytes {
             self.counters.lock().expect("counters").dropped += messages.len() as u64;
@@ -341,7 +344,7 @@ impl Upstream {
 /// How many of the queue's first messages (`sizes`: each one's JSON
 /// length) the next POST carries: at most `count`, their JSON (with a
 /// comma each) at most `bytes`, and always at least one.
-pub fn batch_len(sizes: impl Iterator<Item = usize>, count: usize, bytes: usize) -> usize {
+pub(crate) fn batch_len(sizes: impl Iterator<Item = usize>, count: usize, bytes: usize) -> usize {
     let mut total = 0;
     let mut n = 0;
     for size in sizes.take(count.max(1)) {
@@ -356,7 +359,7 @@ pub fn batch_len(sizes: impl Iterator<Item = usize>, count: usize, bytes: usize)
 
 /// Why a batch is sent again (the `upstream_retries` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Retry {
+pub(crate) enum Retry {
     /// No connection to the backend.
     Connect,
     /// The connection failed mid-request.
@@ -371,7 +374,7 @@ pub enum Retry {
 
 impl Retry {
     /// Its label: connect, io, timeout, http_5xx, http_429, ...
-    pub fn label(self) -> String {
+    pub(crate) fn label(self) -> String {
         match self {
             Retry::Connect => "connect".into(),
             Retry::Io => "io".into(),
@@ -384,7 +387,7 @@ impl Retry {
 
 /// How a POST ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Taken,
     /// Send again, for this reason.
     Retry(Retry),
@@ -394,7 +397,7 @@ pub enum Outcome {
 
 /// What to do with the batch that was just sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Next {
+pub(crate) enum Next {
     /// Taken: finish it.
     Taken,
     /// Send a smaller batch at once (413 to more than one message).
@@ -413,7 +416,7 @@ pub enum Next {
 /// second batch. A timeout halves the batch without teaching a limit:
 /// it grows back by doubling.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Sizer {
+pub(crate) struct Sizer {
     /// Most messages in the next batch.
     pub count: usize,
     /// Most body bytes in the next batch (at least one message goes).
@@ -434,7 +437,7 @@ impl Default for Sizer {
 impl Sizer {
     /// The backend answered `outcome` to a batch of `n` messages in a
     /// body of `body` bytes.
-    pub fn after(&mut self, n: usize, body: usize, outcome: Outcome) -> Next {
+    pub(crate) fn after(&mut self, n: usize, body: usize, outcome: Outcome) -> Next {
         match outcome {
             Outcome::Taken => {
                 self.ok = self.ok.max(body).min(self.ceiling);

@@ -12,7 +12,7 @@
 //! Each job records the service time it actually got (a 1 ms sleep takes
 //! longer than 1 ms), so reports can separate the floor (the service time)
 //! from what the system adds.
-pub mod service_time;
+pub(crate) mod service_time;
 
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
@@ -25,10 +25,10 @@ use std::time::{Duration, Instant};
 
 /// Largest `pool:N` accepted as syntax; whether the machine can run that
 /// many threads is checked against its task limits at start.
-pub const MAX_POOL_THREADS: usize = 100_000;
+pub(crate) const MAX_POOL_THREADS: usize = 100_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum BusinessMode {
+pub(crate) enum BusinessMode {
     Inline,
     Pool(usize),
     Async,
@@ -63,7 +63,7 @@ impl std::fmt::Display for BusinessMode {
 }
 
 /// A request waiting for its business call.
-pub struct Job {
+pub(crate) struct Job {
     /// Connection slab key and generation (keys are reused; generations
     /// tell a reply for a closed connection from one for its successor).
     pub key: usize,
@@ -76,18 +76,18 @@ pub struct Job {
 }
 
 impl Job {
-    pub fn new(key: usize, gen: u32, service: Duration, reply: Vec<u8>) -> Job {
+    pub(crate) fn new(key: usize, gen: u32, service: Duration, reply: Vec<u8>) -> Job {
         Job { key, gen, service, reply, armed: None }
     }
 }
 
 /// A finished job and the service time it actually got.
-pub struct Done {
+pub(crate) struct Done {
     pub job: Job,
     pub applied: Duration,
 }
 
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Done already (inline, or no wait): reply now.
     Now(Done),
     /// Queued; it comes back from `take_done`.
@@ -129,7 +129,7 @@ struct Pool {
     capacity: usize,
 }
 
-pub struct Stage {
+pub(crate) struct Stage {
     mode: BusinessMode,
     /// Async mode: most requests waiting on their timers (`--queue`), so
     /// a peer flooding requests with a long service time is refused
@@ -142,7 +142,7 @@ pub struct Stage {
 
 impl Stage {
     /// `waker` is signalled whenever a pool thread finishes a job.
-    pub fn new(mode: BusinessMode, queue: usize, waker: Arc<mio::Waker>) -> std::io::Result<Stage> {
+    pub(crate) fn new(mode: BusinessMode, queue: usize, waker: Arc<mio::Waker>) -> std::io::Result<Stage> {
         let pool = match mode {
             BusinessMode::Pool(n) => {
                 let (tx, rx) = channel::<Job>();
@@ -160,7 +160,7 @@ impl Stage {
         Ok(Stage { mode, async_cap: queue, timers: BinaryHeap::new(), seq: 0, pool })
     }
 
-    pub fn submit(&mut self, mut job: Job) -> Outcome {
+    pub(crate) fn submit(&mut self, mut job: Job) -> Outcome {
         match self.mode {
             BusinessMode::Inline => {
                 let t0 = Instant::now();
@@ -201,17 +201,17 @@ impl Stage {
 
     /// Jobs submitted and not yet taken back (timers, queued, running,
     /// finished but not delivered).
-    pub fn in_flight(&self) -> usize {
+    pub(crate) fn in_flight(&self) -> usize {
         self.timers.len() + self.pool.as_ref().map_or(0, |p| p.in_system.load(Ordering::Acquire) + p.done.lock().map(|d| d.len()).unwrap_or(0))
     }
 
     /// When the event loop must wake for the next timer.
-    pub fn next_due(&self) -> Option<Instant> {
+    pub(crate) fn next_due(&self) -> Option<Instant> {
         self.timers.peek().map(|t| t.0.due)
     }
 
     /// Jobs finished by now: expired timers and pool completions.
-    pub fn take_done(&mut self, now: Instant) -> Vec<Done> {
+    pub(crate) fn take_done(&mut self, now: Instant) -> Vec<Done> {
         let mut out = Vec::new();
         while self.timers.peek().is_some_and(|t| t.0.due <= now) {
             let Reverse(t) = self.timers.pop().expect("peeked");

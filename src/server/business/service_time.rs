@@ -11,7 +11,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub enum ServiceTime {
+pub(crate) enum ServiceTime {
     Classic,
     Fixed(Duration),
     /// (duration, cumulative weight in parts per million)
@@ -50,7 +50,7 @@ impl FromStr for ServiceTime {
 }
 
 impl ServiceTime {
-    pub fn sample(&self, rng: &mut impl Rng) -> Duration {
+    pub(crate) fn sample(&self, rng: &mut impl Rng) -> Duration {
         match self {
             ServiceTime::Classic => Duration::from_millis(classic_level(rng.gen_range(1..=999))),
             ServiceTime::Fixed(d) => *d,
@@ -63,7 +63,7 @@ impl ServiceTime {
 
     /// The distribution's mean, in ms: the floor any system's mean latency
     /// sits on.
-    pub fn mean_ms(&self) -> f64 {
+    pub(crate) fn mean_ms(&self) -> f64 {
         match self {
             ServiceTime::Classic => (1..=999).map(classic_level).sum::<u64>() as f64 / 999.0,
             ServiceTime::Fixed(d) => d.as_secs_f64() * 1e3,
@@ -80,7 +80,7 @@ impl ServiceTime {
         }
     }
 
-    pub fn is_zero(&self) -> bool {
+    pub(crate) fn is_zero(&self) -> bool {
         matches!(self, ServiceTime::Fixed(d) if d.is_zero())
     }
 }

@@ -18,7 +18,7 @@ const SLOTS: usize = 4096;
 const BYTES: usize = (2 + SLOTS) * 8;
 
 /// The shared count, mapped into this process.
-pub struct SharedCap {
+pub(crate) struct SharedCap {
     words: *const AtomicU64,
     fd: RawFd,
 }
@@ -29,7 +29,7 @@ unsafe impl Send for SharedCap {}
 
 impl SharedCap {
     /// Supervisor: a new count with this cap, inherited by workers.
-    pub fn create(cap: u64) -> io::Result<SharedCap> {
+    pub(crate) fn create(cap: u64) -> io::Result<SharedCap> {
         let fd = crate::sys::inheritable_memfd(c"megaconn-max-connections", BYTES)?;
         let c = SharedCap::open(fd)?;
         c.word(1).store(cap, Ordering::SeqCst);
@@ -37,11 +37,11 @@ impl SharedCap {
     }
 
     /// Worker: map the count the supervisor created.
-    pub fn open(fd: RawFd) -> io::Result<SharedCap> {
+    pub(crate) fn open(fd: RawFd) -> io::Result<SharedCap> {
         Ok(SharedCap { words: crate::sys::map_shared_words(fd, BYTES)?, fd })
     }
 
-    pub fn fd(&self) -> RawFd {
+    pub(crate) fn fd(&self) -> RawFd {
         self.fd
     }
 
@@ -55,17 +55,18 @@ impl SharedCap {
         self.word(2 + worker % SLOTS)
     }
 
-    pub fn cap(&self) -> u64 {
+    pub(crate) fn cap(&self) -> u64 {
         self.word(1).load(Ordering::Relaxed)
     }
 
     /// Connections held server-wide.
-    pub fn count(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn count(&self) -> u64 {
         self.word(0).load(Ordering::Relaxed)
     }
 
     /// Take one place if the server is below its cap.
-    pub fn try_acquire(&self, worker: usize) -> bool {
+    pub(crate) fn try_acquire(&self, worker: usize) -> bool {
         let cap = self.cap();
         let total = self.word(0);
         let mut n = total.load(Ordering::Relaxed);
@@ -83,7 +84,7 @@ impl SharedCap {
     }
 
     /// Give back `n` places (connections closed).
-    pub fn release(&self, worker: usize, n: u64) {
+    pub(crate) fn release(&self, worker: usize, n: u64) {
         if n > 0 {
             self.slot(worker).fetch_sub(n, Ordering::Relaxed);
             self.word(0).fetch_sub(n, Ordering::AcqRel);
@@ -91,7 +92,7 @@ impl SharedCap {
     }
 
     /// Supervisor: a worker is gone; its places are free again.
-    pub fn forget(&self, worker: usize) -> u64 {
+    pub(crate) fn forget(&self, worker: usize) -> u64 {
         let n = self.slot(worker).swap(0, Ordering::AcqRel);
         self.word(0).fetch_sub(n, Ordering::AcqRel);
         n

@@ -14,14 +14,15 @@ use std::collections::HashMap;
 /// Default `--max-commands-per-second`. Generous for any client that
 /// means well: subscribing to its 64 topics after a reconnect, with a
 /// resume each and a token refresh, is 129.
-pub const DEFAULT_PER_SECOND: u32 = 200;
+pub(crate) const DEFAULT_PER_SECOND: u32 = 200;
 /// The close reason of a connection past its bound.
-pub const TOO_MANY_COMMANDS: &str = "too_many_commands";
+#[cfg(test)]
+pub(crate) const TOO_MANY_COMMANDS: &str = "too_many_commands";
 /// Above this many entries the map's memory is given back at the tick
 /// (a storm of many connections must not leave a large table behind).
 const SHRINK_ABOVE: usize = 4096;
 
-pub struct CommandRate {
+pub(crate) struct CommandRate {
     /// Commands per slab key since the last tick.
     this_second: HashMap<usize, u32>,
     /// `--max-commands-per-second`.
@@ -29,12 +30,12 @@ pub struct CommandRate {
 }
 
 impl CommandRate {
-    pub fn new(limit: u32) -> CommandRate {
+    pub(crate) fn new(limit: u32) -> CommandRate {
         CommandRate { this_second: HashMap::new(), limit }
     }
 
     /// Connection `key` sends one more command; Err once it is past the bound.
-    pub fn charge(&mut self, key: usize) -> Result<(), Close> {
+    pub(crate) fn charge(&mut self, key: usize) -> Result<(), Close> {
         let n = self.this_second.entry(key).or_insert(0);
         *n += 1;
         if *n > self.limit {
@@ -44,7 +45,7 @@ impl CommandRate {
     }
 
     /// A new second begins (called once a second).
-    pub fn tick(&mut self) {
+    pub(crate) fn tick(&mut self) {
         if self.this_second.capacity() > SHRINK_ABOVE {
             self.this_second = HashMap::new();
         } else {

@@ -3,9 +3,9 @@
 //! `TCP_USER_TIMEOUT`, and the per-source-address connection cap.
 //! The fleet resolves them once ([`ConnLimits::of`]) into every worker's
 //! config.
-pub mod cap;
-pub mod command_rate;
-pub mod per_ip;
+pub(crate) mod cap;
+pub(crate) mod command_rate;
+pub(crate) mod per_ip;
 
 use serde::{Deserialize, Serialize};
 #[cfg(test)]
@@ -16,20 +16,20 @@ use std::time::Duration;
 /// Default `--stall-timeout`: a partial frame, WebSocket fragment or
 /// unsent backlog that has not moved for this long is dropped with its
 /// connection.
-pub const DEFAULT_STALL: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_STALL: Duration = Duration::from_secs(30);
 /// `--tcp-keepalive auto` off loopback: first probe after this much
 /// silence (then every quarter of it, [`KEEPALIVE_PROBES`] times).
-pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(60);
 /// Unanswered keepalive probes before the kernel drops a connection.
-pub const KEEPALIVE_PROBES: u32 = 4;
+pub(crate) const KEEPALIVE_PROBES: u32 = 4;
 /// `--tcp-user-timeout auto` off loopback: sent data unacknowledged this
 /// long drops the connection (a peer that vanished).
-pub const DEFAULT_USER_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_USER_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A socket timer flag: `auto` (on with its default unless the server
 /// listens on loopback), `off`, or a duration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub enum SocketTimer {
+pub(crate) enum SocketTimer {
     #[default]
     Auto,
     Off,
@@ -38,7 +38,7 @@ pub enum SocketTimer {
 
 impl SocketTimer {
     /// What to set on an accepted socket of a server listening on `listen`.
-    pub fn resolve(self, listen: std::net::IpAddr, default: Duration) -> Option<Duration> {
+    pub(crate) fn resolve(self, listen: std::net::IpAddr, default: Duration) -> Option<Duration> {
         match self {
             SocketTimer::Auto if listen.is_loopback() => None,
             SocketTimer::Auto => Some(default),
@@ -64,7 +64,7 @@ impl FromStr for SocketTimer {
 }
 
 /// `--stall-timeout`: off, or 100ms..24h.
-pub fn stall_timeout(s: &str) -> Result<Option<Duration>, String> {
+pub(crate) fn stall_timeout(s: &str) -> Result<Option<Duration>, String> {
     let t = s.trim();
     if t == "off" {
         return Ok(None);
@@ -82,7 +82,7 @@ fn default_commands() -> u32 {
 
 /// What a worker enforces per connection, resolved for its listen address.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ConnLimits {
+pub(crate) struct ConnLimits {
     /// `--max-topics`: topics with subscribers per worker.
     pub max_topics: usize,
     /// `--max-commands-per-second`.
@@ -114,7 +114,7 @@ impl Default for ConnLimits {
 impl ConnLimits {
     /// Supervisor: the bounds of `cfg`, creating the per-address table
     /// when capped.
-    pub fn of(cfg: &crate::server::ServerConfig) -> std::io::Result<ConnLimits> {
+    pub(crate) fn of(cfg: &crate::server::ServerConfig) -> std::io::Result<ConnLimits> {
         let per_ip = match cfg.max_connections_per_ip {
             Some(n) => Some((n, per_ip::PerIp::create()?)),
             None => None,
@@ -130,7 +130,7 @@ impl ConnLimits {
     }
 
     /// Set keepalive and `TCP_USER_TIMEOUT` on an accepted socket.
-    pub fn apply(&self, stream: &mio::net::TcpStream) {
+    pub(crate) fn apply(&self, stream: &mio::net::TcpStream) {
         let sock = socket2::SockRef::from(stream);
         if let Some(ms) = self.keepalive_ms {
             let idle = Duration::from_millis(ms);

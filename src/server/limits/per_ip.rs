@@ -23,10 +23,10 @@ use std::net::{Ipv4Addr, SocketAddr};
 /// too), or for an IPv6 peer its /64 (one host's or one site's prefix, as
 /// IPv6 limits usually count) folded into 32 bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Source(u32);
+pub(crate) struct Source(u32);
 
 impl Source {
-    pub fn of(peer: SocketAddr) -> Source {
+    pub(crate) fn of(peer: SocketAddr) -> Source {
         match peer {
             SocketAddr::V4(a) => Source::from(*a.ip()),
             SocketAddr::V6(a) => match a.ip().to_ipv4_mapped() {
@@ -59,7 +59,7 @@ const SPINS_BEFORE_CHECK: u32 = 10_000;
 
 /// Why an accept was refused by the per-address table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// The address holds its `--max-connections-per-ip`.
     OverCap,
     /// Every slot of the table is taken (more distinct addresses than
@@ -69,7 +69,7 @@ pub enum Refusal {
 
 impl Refusal {
     /// The reason the refusal is counted under.
-    pub fn reason(self) -> &'static str {
+    pub(crate) fn reason(self) -> &'static str {
         match self {
             Refusal::OverCap => "max_connections_per_ip",
             Refusal::TableFull => "per_ip_table_full",
@@ -78,7 +78,7 @@ impl Refusal {
 }
 
 /// The shared table, mapped into this process.
-pub struct PerIp {
+pub(crate) struct PerIp {
     words: *const AtomicU64,
     pid: u32,
     cap: u32,
@@ -91,12 +91,12 @@ unsafe impl Send for PerIp {}
 impl PerIp {
     /// Supervisor: a new, empty table; returns its fd (inherited by the
     /// workers, never closed: it lives as long as the server).
-    pub fn create() -> io::Result<RawFd> {
+    pub(crate) fn create() -> io::Result<RawFd> {
         crate::sys::inheritable_memfd(c"megaconn-per-ip", BYTES)
     }
 
     /// Worker: map the table, to admit at most `cap` per address.
-    pub fn open(fd: RawFd, cap: u32) -> io::Result<PerIp> {
+    pub(crate) fn open(fd: RawFd, cap: u32) -> io::Result<PerIp> {
         Ok(PerIp { words: crate::sys::map_shared_words(fd, BYTES)?, pid: std::process::id(), cap })
     }
 
@@ -153,7 +153,7 @@ impl PerIp {
     }
 
     /// Take a place for a connection from `ip`, if it is below the cap.
-    pub fn acquire(&self, ip: Source) -> Result<(), Refusal> {
+    pub(crate) fn acquire(&self, ip: Source) -> Result<(), Refusal> {
         let _g = self.lock();
         let ip = ip.0;
         loop {
@@ -180,7 +180,7 @@ impl PerIp {
     }
 
     /// Give back the place of a closed connection from `ip`.
-    pub fn release(&self, ip: Source) {
+    pub(crate) fn release(&self, ip: Source) {
         let _g = self.lock();
         if let (_, Some(i), _) = self.scan(ip.0) {
             if self.count(i).fetch_sub(1, Ordering::Relaxed) <= 1 {
@@ -190,7 +190,8 @@ impl PerIp {
     }
 
     /// Connections from `ip` held server-wide (every worker's share).
-    pub fn held(&self, ip: Source) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn held(&self, ip: Source) -> u64 {
         let _g = self.lock();
         self.scan(ip.0).0
     }

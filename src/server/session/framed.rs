@@ -18,7 +18,7 @@ use crate::server::worker::topics::{Subs, Topics};
 
 /// What one read of a framed connection works on: the worker's topics
 /// and the connection's subscriptions, borrowed for the read.
-pub struct Ctx<'a> {
+pub(crate) struct Ctx<'a> {
     pub req: Requests<'a>,
     pub topics: &'a mut Topics,
     pub subs: &'a mut Subs,
@@ -31,7 +31,7 @@ pub struct Ctx<'a> {
 
 /// What a read decoded that the seam needs to know (`worker/seam.rs`).
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Opening {
+pub(crate) struct Opening {
     /// A resume frame came.
     pub resumed: bool,
     /// It resumed the broadcasts (`*`).
@@ -43,7 +43,7 @@ pub struct Opening {
 /// Take the bytes read so far: every whole frame is carried out; returns
 /// how many bytes were used (the rest waits for more). Err closes the
 /// connection with that reason.
-pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, Close> {
+pub(crate) fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, Close> {
     crate::net::decode_all(buf, &mut |f| on_frame(ctx, ext, f))
 }
 

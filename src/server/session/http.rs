@@ -10,11 +10,11 @@ use crate::server::worker::conn::{Ext, HttpExt};
 
 /// Most bytes of pipelined requests kept behind a reply that is still
 /// with the business stage (the connection is closed beyond it).
-pub const MAX_PIPELINED: usize = 64 * 1024;
+pub(crate) const MAX_PIPELINED: usize = 64 * 1024;
 
 /// Per-connection HTTP state, boxed and present only when not idle.
 #[derive(Debug, Default)]
-pub struct HttpConn {
+pub(crate) struct HttpConn {
     pub state: HttpState,
     /// A response is with the business stage: parse nothing further until
     /// it is sent, so pipelined responses stay in order.
@@ -28,14 +28,14 @@ pub struct HttpConn {
 
 /// Server-wide HTTP settings.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct HttpConfig {
+pub(crate) struct HttpConfig {
     pub body: Vec<u8>,
     pub max_header_bytes: usize,
     pub header_timeout_ms: u64,
 }
 
 /// What request handling needs from the worker.
-pub struct Ctx<'a> {
+pub(crate) struct Ctx<'a> {
     /// The path into the business stage every protocol shares.
     pub req: Requests<'a>,
     pub cfg: &'a HttpConfig,
@@ -50,7 +50,7 @@ pub struct Ctx<'a> {
 
 /// Handle as many requests in `buf` as possible; return the bytes used.
 /// Err names why the connection must close (after `ctx.out` is sent).
-pub fn consume(ctx: &mut Ctx<'_>, conn: &mut Ext, buf: &[u8]) -> Result<usize, Close> {
+pub(crate) fn consume(ctx: &mut Ctx<'_>, conn: &mut Ext, buf: &[u8]) -> Result<usize, Close> {
     if crate::server::worker::conn::sse_mut(conn).is_some() {
         // An event stream only sends; what its client sends is dropped.
         return Ok(buf.len());
@@ -124,7 +124,7 @@ pub fn consume(ctx: &mut Ctx<'_>, conn: &mut Ext, buf: &[u8]) -> Result<usize, C
 
 /// Update the slowloris clock after a read: `partial` says whether an
 /// incomplete request (head or body) is still buffered or owed.
-pub fn track_partial(conn: &mut Ext, partial: bool, now_ds: u32) {
+pub(crate) fn track_partial(conn: &mut Ext, partial: bool, now_ds: u32) {
     let owed = conn.http().is_some_and(|c| c.state != HttpState::default());
     if partial || owed {
         let c = conn.http_or_default();
@@ -140,6 +140,6 @@ pub fn track_partial(conn: &mut Ext, partial: bool, now_ds: u32) {
 }
 
 /// Whether the connection has been stuck in one request too long.
-pub fn stalled(conn: &Ext, now_ds: u32, timeout_ds: u32) -> bool {
+pub(crate) fn stalled(conn: &Ext, now_ds: u32, timeout_ds: u32) -> bool {
     conn.http().is_some_and(|c| !c.awaiting && c.partial_since_ds != 0 && now_ds.saturating_sub(c.partial_since_ds) >= timeout_ds)
 }

@@ -3,11 +3,11 @@
 //! written back. Adding a protocol is a codec in `proto/` and a file here.
 #[cfg(test)]
 pub(crate) mod fixture;
-pub mod framed;
-pub mod http;
-pub mod mqtt;
-pub mod mqtt_ws;
-pub mod requests;
-pub mod sse;
-pub mod ws;
-pub mod ws_deflate;
+pub(crate) mod framed;
+pub(crate) mod http;
+pub(crate) mod mqtt;
+pub(crate) mod mqtt_ws;
+pub(crate) mod requests;
+pub(crate) mod sse;
+pub(crate) mod ws;
+pub(crate) mod ws_deflate;

@@ -49,13 +49,15 @@ use crate::server::worker::conn::{ConnExt, Ext};
 use crate::server::worker::topics::{Subs, Topics};
 
 /// The close reason of a client's own DISCONNECT.
-pub const PEER_DISCONNECT: &str = "mqtt_disconnect";
+#[cfg(test)]
+pub(crate) const PEER_DISCONNECT: &str = "mqtt_disconnect";
 /// The close reason of a client silent past 1.5 times its keep-alive.
-pub const KEEPALIVE: &str = "mqtt_keepalive_timeout";
+#[cfg(test)]
+pub(crate) const KEEPALIVE: &str = "mqtt_keepalive_timeout";
 /// Most bytes of client publishes a worker holds before handing them to
 /// the supervisor (it hands them on after every read, so this bounds one
 /// read's worth); a publish past it is refused (v5 0x97 quota exceeded).
-pub const MAX_PENDING_PUBLISH_BYTES: usize = 4 << 20;
+pub(crate) const MAX_PENDING_PUBLISH_BYTES: usize = 4 << 20;
 /// Receive Maximum the server announces (v5): every QoS 1 PUBLISH is
 /// acknowledged in the read that brought it, so the window bounds what a
 /// client may send ahead and how many of its QoS 2 publishes may await
@@ -65,16 +67,16 @@ const RECEIVE_MAXIMUM: u16 = 1024;
 const UNSPECIFIED_ERROR: u8 = 0x80;
 
 mod acks;
-pub mod alias;
-pub mod connect;
-pub mod extra;
-pub mod flight;
-pub mod shared;
+pub(crate) mod alias;
+pub(crate) mod connect;
+pub(crate) mod extra;
+pub(crate) mod flight;
+pub(crate) mod shared;
 mod subscribe;
 
 /// MQTT settings of a server worker.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct MqttConfig {
+pub(crate) struct MqttConfig {
     /// `--max-push-bytes`: the largest payload a client may publish (the
     /// largest push the topic space carries).
     pub max_push: usize,
@@ -86,7 +88,7 @@ pub struct MqttConfig {
 impl MqttConfig {
     /// What the codec refuses: packets up to a push's largest payload
     /// with its topic and headers, topics no longer than a megaconn topic.
-    pub fn limits(&self) -> Limits {
+    pub(crate) fn limits(&self) -> Limits {
         Limits {
             max_packet_size: (self.max_push + crate::proto::push::MAX_TOPIC + 64).min(crate::proto::mqtt::MAX_VARINT as usize) as u32,
             max_topic_len: crate::proto::push::MAX_TOPIC,
@@ -97,7 +99,7 @@ impl MqttConfig {
 
 /// A connection's MQTT state (in its [`Ext`] for as long as it is open).
 #[derive(Debug, Default)]
-pub struct MqttConn {
+pub(crate) struct MqttConn {
     /// Set by an accepted CONNECT; `None` while the CONNECT is still due.
     pub version: Option<Version>,
     /// Seconds of keep-alive the CONNECT asked for (0: off).
@@ -123,7 +125,7 @@ pub struct MqttConn {
 
 /// A connection's client id in the supervisor's registry.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Claim {
+pub(crate) enum Claim {
     /// Not there: no CONNECT yet, or an empty client id (unique by
     /// construction), or refused.
     #[default]
@@ -135,18 +137,18 @@ pub enum Claim {
 }
 
 /// State of a connection just accepted: its CONNECT is due.
-pub fn fresh() -> Ext {
+pub(crate) fn fresh() -> Ext {
     Some(Box::new(ConnExt::Mqtt(MqttConn { version: None, keep_alive_s: 0, window: 1, claim: Claim::None, key: [0; 2], extra: None, ws: false })))
 }
 
 /// Whether this MQTT connection speaks over WebSocket: what it is sent
 /// goes in binary messages (`mqtt_ws::wrap`).
-pub fn over_ws(ext: &Ext) -> bool {
+pub(crate) fn over_ws(ext: &Ext) -> bool {
     state(ext).is_some_and(|m| m.ws)
 }
 
 /// The MQTT state inside an [`Ext`], mutable, if any.
-pub fn state_mut(ext: &mut Ext) -> Option<&mut MqttConn> {
+pub(crate) fn state_mut(ext: &mut Ext) -> Option<&mut MqttConn> {
     match ext.as_deref_mut() {
         Some(ConnExt::Mqtt(m)) => Some(m),
         _ => None,
@@ -154,7 +156,7 @@ pub fn state_mut(ext: &mut Ext) -> Option<&mut MqttConn> {
 }
 
 /// The MQTT state inside an [`Ext`], if any.
-pub fn state(ext: &Ext) -> Option<&MqttConn> {
+pub(crate) fn state(ext: &Ext) -> Option<&MqttConn> {
     match ext.as_deref() {
         Some(ConnExt::Mqtt(m)) => Some(m),
         _ => None,
@@ -163,14 +165,14 @@ pub fn state(ext: &Ext) -> Option<&MqttConn> {
 
 /// Whether a connection still owes its CONNECT, or its CONNACK waits for
 /// the supervisor (`--header-timeout`).
-pub fn connecting(ext: &Ext) -> bool {
+pub(crate) fn connecting(ext: &Ext) -> bool {
     state(ext).is_some_and(|m| m.version.is_none() || m.claim == Claim::Waiting)
 }
 
 /// Client publishes (and wills) a worker holds until it hands them to
 /// its supervisor, and new subscriptions that want retained messages.
 #[derive(Debug, Default)]
-pub struct Published {
+pub(crate) struct Published {
     pub messages: Vec<ClientPublish>,
     /// Payload and topic bytes in `messages`.
     pub bytes: usize,
@@ -187,7 +189,7 @@ pub struct Published {
 }
 
 /// What one read of an MQTT connection works on.
-pub struct Ctx<'a> {
+pub(crate) struct Ctx<'a> {
     pub req: Requests<'a>,
     pub cfg: &'a MqttConfig,
     pub limits: &'a Limits,
@@ -202,7 +204,7 @@ pub struct Ctx<'a> {
 /// how many bytes were used (a cut packet waits for more). Err closes the
 /// connection with that reason, after what `req.out` holds (a CONNACK or
 /// DISCONNECT with the refusal's code).
-pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, Close> {
+pub(crate) fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, Close> {
     let Some(ConnExt::Mqtt(m)) = ext.as_deref_mut() else { return Err(Close::MqttNoState) };
     let mut pos = 0;
     loop {
@@ -384,7 +386,7 @@ fn publish(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, p: Publish<'_>) -> R
 /// `worker/mqtt_out.rs`); for QoS 1 and 2, where each copy gets its packet
 /// id (`flight::Delivery`). Empty when the codec refuses it (a push's
 /// topic and data are within its field limits: 255 bytes, at most 1 MiB).
-pub fn encode_push(version: Version, topic: &str, data: &[u8], qos: QoS, retain: bool, properties: Properties<'_>) -> (Vec<u8>, usize) {
+pub(crate) fn encode_push(version: Version, topic: &str, data: &[u8], qos: QoS, retain: bool, properties: Properties<'_>) -> (Vec<u8>, usize) {
     let p = Publish { dup: false, qos, retain, topic, packet_id: 0, properties, payload: data };
     match encode::PublishPrefix::new(&p, version) {
         Ok(prefix) => {

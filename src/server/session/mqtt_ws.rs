@@ -35,7 +35,7 @@ use crate::server::worker::conn::Ext;
 
 /// What an MQTT-over-WebSocket connection carries between reads.
 #[derive(Debug, Default)]
-pub struct Carry {
+pub(crate) struct Carry {
     /// A binary message whose last fragment has not come.
     frag: Option<Box<Fragments>>,
     /// MQTT bytes of a packet not whole yet; while the CONNECT's claim is
@@ -45,14 +45,14 @@ pub struct Carry {
 
 impl Carry {
     /// Bytes held: the fragments so far and the cut packet.
-    pub fn held(&self) -> usize {
+    pub(crate) fn held(&self) -> usize {
         self.frag.as_ref().map_or(0, |f| f.len()) + self.pending.len()
     }
 }
 
 /// What one read of a WebSocket port's connection works on: the WebSocket
 /// session's parts, and what its MQTT connections need besides.
-pub struct Ctx<'a> {
+pub(crate) struct Ctx<'a> {
     pub ws: ws::Ctx<'a>,
     pub mqtt: &'a MqttConfig,
     pub limits: &'a Limits,
@@ -62,7 +62,7 @@ pub struct Ctx<'a> {
 }
 
 /// State of a connection whose Upgrade chose MQTT: its CONNECT is due.
-pub fn fresh() -> Ext {
+pub(crate) fn fresh() -> Ext {
     let mut ext = mqtt::fresh();
     if let Some(m) = mqtt::state_mut(&mut ext) {
         m.ws = true;
@@ -74,7 +74,7 @@ pub fn fresh() -> Ext {
 /// an Upgrade chose MQTT, then frames carrying MQTT (the rest of the same
 /// read included). Returns the bytes used; Err closes the connection
 /// after what `out` holds (an MQTT refusal, then a close frame).
-pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, Close> {
+pub(crate) fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, Close> {
     let mut used = 0;
     if !mqtt::over_ws(ext) {
         used = ws::consume(&mut ctx.ws, ext, buf)?;
@@ -157,7 +157,7 @@ fn packets(ctx: &mut mqtt::Ctx<'_>, ext: &mut Ext, pending: &mut Vec<u8>, data: 
 
 /// What a client sent behind its CONNECT while the claim was answered
 /// (it waited in the [`Carry`]): carried out now, its answers wrapped.
-pub fn resume(ctx: &mut mqtt::Ctx<'_>, ext: &mut Ext) -> Result<(), Close> {
+pub(crate) fn resume(ctx: &mut mqtt::Ctx<'_>, ext: &mut Ext) -> Result<(), Close> {
     let Some(mut carry) = take(ext) else { return Ok(()) };
     let pending = std::mem::take(&mut carry.pending);
     let r = packets(ctx, ext, &mut carry.pending, &pending);
@@ -192,14 +192,14 @@ fn give_back(ext: &mut Ext, mut carry: Carry) {
 
 /// Wrap what the worker wrote for an MQTT-over-WebSocket connection from
 /// `start` on (a CONNACK, a resumed session, a push) in one binary message.
-pub fn wrap(out: &mut Vec<u8>, start: usize) {
+pub(crate) fn wrap(out: &mut Vec<u8>, start: usize) {
     frame::wrap_tail(out, start, Opcode::Binary);
 }
 
 /// Whether a binary message starts with an MQTT CONNECT (its fixed
 /// header, then the protocol name `MQTT`, or `MQIsdp` of 3.1): a client
 /// that speaks MQTT on a WebSocket it did not ask to carry MQTT.
-pub fn looks_like_connect(data: &[u8]) -> bool {
+pub(crate) fn looks_like_connect(data: &[u8]) -> bool {
     if data.first() != Some(&0x10) {
         return false;
     }

@@ -9,7 +9,7 @@ use rand::rngs::SmallRng;
 use std::time::Duration;
 
 /// What the read path needs to run requests through the business stage.
-pub struct Requests<'a> {
+pub(crate) struct Requests<'a> {
     pub out: &'a mut Vec<u8>,
     pub stats: &'a mut ServerSnapshot,
     pub stage: &'a mut Stage,
@@ -20,7 +20,7 @@ pub struct Requests<'a> {
 }
 
 /// What became of a submitted request.
-pub enum Answer {
+pub(crate) enum Answer {
     /// Answered already: the reply is in `out`.
     Sent,
     /// With the business stage; the reply comes back through `take_done`.
@@ -33,13 +33,13 @@ impl Requests<'_> {
     /// The same connection's requests, borrowed for a shorter while: a
     /// session that hands its bytes on to another (MQTT inside WebSocket)
     /// lends it what it was given.
-    pub fn reborrow(&mut self) -> Requests<'_> {
+    pub(crate) fn reborrow(&mut self) -> Requests<'_> {
         Requests { out: self.out, stats: self.stats, stage: self.stage, rng: self.rng, service: self.service, key: self.key, gen: self.gen }
     }
 
     /// One request: draw its service time and hand it to the stage.
     /// `reply` is what to send back when done.
-    pub fn submit(&mut self, reply: Vec<u8>) -> Answer {
+    pub(crate) fn submit(&mut self, reply: Vec<u8>) -> Answer {
         self.stats.requests += 1;
         let service = if self.service.is_zero() { Duration::ZERO } else { self.service.sample(self.rng) };
         match self.stage.submit(Job::new(self.key, self.gen, service, reply)) {
@@ -58,7 +58,7 @@ impl Requests<'_> {
 
     /// A framed or echo8 request. echo8 has no error message: a rejected
     /// request is dropped (and counted); framed clients get a refusal.
-    pub fn handle(&mut self, reply: Vec<u8>, framed: bool) {
+    pub(crate) fn handle(&mut self, reply: Vec<u8>, framed: bool) {
         if let Answer::Rejected(job) = self.submit(reply) {
             if framed {
                 frame::encode(self.out, Kind::Rejected, &job.reply[frame::HEADER_LEN..]);

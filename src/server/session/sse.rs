@@ -25,7 +25,7 @@ use std::fmt::Write as _;
 use std::rc::Rc;
 
 /// A new WebSocket or event stream taking up what its request asks for.
-pub struct Follow<'r, 'a> {
+pub(crate) struct Follow<'r, 'a> {
     pub req: &'r mut Requests<'a>,
     pub topics: &'r mut Topics,
     pub subs: &'r mut Subs,
@@ -37,7 +37,7 @@ impl Follow<'_, '_> {
     /// `?since=` tokens, and an event stream's (`events`: its
     /// Last-Event-ID, maybe empty) every stream. Err: the refusal is in
     /// the output.
-    pub fn start(&mut self, target: &str, events: Option<&str>) -> Result<(), Close> {
+    pub(crate) fn start(&mut self, target: &str, events: Option<&str>) -> Result<(), Close> {
         let (key, gen) = (self.req.key, self.req.gen);
         for topic in handshake::subscriptions(target) {
             if let Err(reason) = self.topics.subscribe(self.subs, key, topic.as_bytes()) {
@@ -89,22 +89,22 @@ impl Follow<'_, '_> {
 }
 
 /// Answer an event stream's request and make the connection one.
-pub fn open(out: &mut Vec<u8>, stats: &mut ServerSnapshot, now_s: u32) -> Ext {
+pub(crate) fn open(out: &mut Vec<u8>, stats: &mut ServerSnapshot, now_s: u32) -> Ext {
     write_head(out);
     stats.sse_streams += 1;
     Some(Box::new(ConnExt::Sse(SseConn { positions: Box::default(), last_write_s: now_s })))
 }
 
 /// The position list's key for the broadcasts.
-pub const BROADCASTS: u32 = u32::MAX;
+pub(crate) const BROADCASTS: u32 = u32::MAX;
 /// A comment line this often keeps proxies from closing an idle stream.
-pub const HEARTBEAT_S: u32 = 15;
+pub(crate) const HEARTBEAT_S: u32 = 15;
 /// What a browser waits before reconnecting (ms), said at the start.
-pub const RETRY_MS: u32 = 2000;
+pub(crate) const RETRY_MS: u32 = 2000;
 
 /// Where a stream is in one topic's history (16 bytes).
 #[derive(Debug, Clone, Copy)]
-pub struct Followed {
+pub(crate) struct Followed {
     /// The topic's id in the worker, or [`BROADCASTS`].
     topic: u32,
     epoch: u32,
@@ -113,7 +113,7 @@ pub struct Followed {
 
 /// An SSE connection's state: where it is in each stream it follows.
 #[derive(Debug, Default)]
-pub struct SseConn {
+pub(crate) struct SseConn {
     /// Exactly as long as the streams followed (grown one at a time).
     pub positions: Box<[Followed]>,
     /// Worker-relative second of the last thing written (heartbeats).
@@ -145,7 +145,7 @@ impl SseConn {
 
 /// The answer that opens the stream: the head, how long a browser is to
 /// wait before it reconnects, and a comment.
-pub fn write_head(out: &mut Vec<u8>) {
+pub(crate) fn write_head(out: &mut Vec<u8>) {
     out.extend_from_slice(write::HEAD);
     write::retry(out, RETRY_MS);
     write::comment(out, "megaconn event stream");
@@ -154,12 +154,13 @@ pub fn write_head(out: &mut Vec<u8>) {
 
 /// The positions a `Last-Event-ID` (or `?since=`) names: tokens as the
 /// server wrote them; a bare topic asks for its position only.
-pub fn parse_last_event_id(v: &str) -> Result<Vec<(&str, Option<Position>)>, String> {
+#[cfg(test)]
+pub(crate) fn parse_last_event_id(v: &str) -> Result<Vec<(&str, Option<Position>)>, String> {
     v.split(',').map(str::trim).filter(|t| !t.is_empty()).map(push::parse_resume_token).collect()
 }
 
 /// One push as this connection's event (its position moves on).
-pub fn write_push(out: &mut Vec<u8>, conn: &mut SseConn, topics: &Topics, p: &Push<'_>, now_s: u32, stats: &mut ServerSnapshot) {
+pub(crate) fn write_push(out: &mut Vec<u8>, conn: &mut SseConn, topics: &Topics, p: &Push<'_>, now_s: u32, stats: &mut ServerSnapshot) {
     SharedPush::encode(p, topics, stats).write(out, conn, topics, now_s);
 }
 
@@ -173,7 +174,7 @@ pub fn write_push(out: &mut Vec<u8>, conn: &mut SseConn, topics: &Topics, p: &Pu
 /// as the one before (those following the same streams from the same
 /// positions: all the streams that follow only the broadcasts) share the
 /// whole event, one buffer, as a WebSocket push is shared.
-pub struct SharedPush {
+pub(crate) struct SharedPush {
     /// `data: JSON` and the blank line that ends the event.
     body: Vec<u8>,
     /// The stream this push moves on: its key in [`SseConn::positions`]
@@ -187,7 +188,7 @@ pub struct SharedPush {
 
 impl SharedPush {
     /// Encode the push's data, once.
-    pub fn encode(p: &Push<'_>, topics: &Topics, stats: &mut ServerSnapshot) -> SharedPush {
+    pub(crate) fn encode(p: &Push<'_>, topics: &Topics, stats: &mut ServerSnapshot) -> SharedPush {
         stats.sse_encodes += 1;
         let mut body = Vec::with_capacity(64 + p.data.len());
         write::data(&mut body, &crate::server::session::ws::push_json(p).to_string());
@@ -202,7 +203,7 @@ impl SharedPush {
 
     /// The connection's event: the previous connection's buffer when its
     /// id was the same, else a new one (kept for the next).
-    pub fn event(&mut self, conn: &mut SseConn, topics: &Topics, now_s: u32) -> Rc<[u8]> {
+    pub(crate) fn event(&mut self, conn: &mut SseConn, topics: &Topics, now_s: u32) -> Rc<[u8]> {
         self.advance(conn, topics, now_s);
         if let Some((id, event)) = &self.last {
             if *id == self.id {
@@ -225,7 +226,7 @@ impl SharedPush {
     }
 
     /// The connection's event, appended to `out`.
-    pub fn write(&mut self, out: &mut Vec<u8>, conn: &mut SseConn, topics: &Topics, now_s: u32) {
+    pub(crate) fn write(&mut self, out: &mut Vec<u8>, conn: &mut SseConn, topics: &Topics, now_s: u32) {
         self.advance(conn, topics, now_s);
         write::id_field(out, &self.id);
         out.extend_from_slice(&self.body);
@@ -242,7 +243,7 @@ impl SharedPush {
 }
 
 /// The answer to a resume, as an event named `subscribed`.
-pub fn write_subscribed(out: &mut Vec<u8>, conn: &mut SseConn, topics: &Topics, topic: &str, recovered: bool, at: Position, now_s: u32) {
+pub(crate) fn write_subscribed(out: &mut Vec<u8>, conn: &mut SseConn, topics: &Topics, topic: &str, recovered: bool, at: Position, now_s: u32) {
     let key = if topic == BROADCAST_TOPIC { Some(BROADCASTS) } else { topics.id(topic) };
     if let Some(key) = key {
         conn.set(key, at);
@@ -255,12 +256,12 @@ pub fn write_subscribed(out: &mut Vec<u8>, conn: &mut SseConn, topics: &Topics, 
 }
 
 /// A heartbeat comment, when the stream was quiet for [`HEARTBEAT_S`].
-pub fn heartbeat_due(conn: &SseConn, now_s: u32) -> bool {
+pub(crate) fn heartbeat_due(conn: &SseConn, now_s: u32) -> bool {
     now_s.saturating_sub(conn.last_write_s) >= HEARTBEAT_S
 }
 
 /// The heartbeat: a comment alone.
-pub const HEARTBEAT: &[u8] = write::HEARTBEAT;
+pub(crate) const HEARTBEAT: &[u8] = write::HEARTBEAT;
 
 #[cfg(test)]
 mod tests {

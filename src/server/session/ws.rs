@@ -31,13 +31,14 @@ use crate::server::worker::topics::{Subs, Topics};
 use serde::{Deserialize, Serialize};
 
 /// Default cap on one message, all fragments together (close 1009 above).
-pub const DEFAULT_MAX_MESSAGE: usize = 64 * 1024;
+pub(crate) const DEFAULT_MAX_MESSAGE: usize = 64 * 1024;
 /// The counter a peer's own close is reported under ([`Close::WsPeerClose`]).
-pub const PEER_CLOSE: &str = "ws_peer_close";
+#[cfg(test)]
+pub(crate) const PEER_CLOSE: &str = "ws_peer_close";
 
 /// How pushes are framed for WebSocket subscribers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-pub enum PushFormat {
+pub(crate) enum PushFormat {
     /// A text message: `{"stream":..,"topic":..,"seq":..,"ts":µs,"data":..}`
     /// (data as a string when it is UTF-8, else `data_b64`).
     Text,
@@ -48,7 +49,7 @@ pub enum PushFormat {
 
 /// WebSocket settings of a server worker.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct WsConfig {
+pub(crate) struct WsConfig {
     pub max_message: usize,
     pub max_head: usize,
     pub push_format: PushFormat,
@@ -61,13 +62,13 @@ impl WsConfig {
     /// The largest echo a client can ask for: a message of `max_message`
     /// bytes, back in one frame. A connection's bound on unsent replies
     /// must hold it whole (`net::reply_cap`).
-    pub fn largest_echo(&self) -> usize {
+    pub(crate) fn largest_echo(&self) -> usize {
         self.max_message.saturating_add(frame::MAX_SERVER_HEADER)
     }
 }
 
 /// What the read path needs besides the business stage.
-pub struct Ctx<'a> {
+pub(crate) struct Ctx<'a> {
     pub req: Requests<'a>,
     pub cfg: &'a WsConfig,
     pub topics: &'a mut Topics,
@@ -87,14 +88,14 @@ pub struct Ctx<'a> {
 }
 
 /// State of a connection just accepted: waiting for its Upgrade request.
-pub fn fresh(now_ds: u32) -> Ext {
+pub(crate) fn fresh(now_ds: u32) -> Ext {
     Some(Box::new(ConnExt::Ws(WsConn { handshake_since_ds: now_ds.max(1), frag: None })))
 }
 
 /// Handle the handshake (if still due) and every whole frame in `buf`;
 /// return the bytes used. Err names why the connection must close; what
 /// the peer must hear first (a refusal, a close frame) is in `out`.
-pub fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, Close> {
+pub(crate) fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, Close> {
     let mut pos = 0;
     if sse_mut(ext).is_some() {
         // An event stream only sends; what its client sends is dropped.
@@ -320,7 +321,7 @@ fn command(req: &mut Requests<'_>, s: &mut Subscriber<'_>, data: &[u8]) -> Resul
 /// Take a fresher token for this connection: its new exp, and the topics
 /// it followed that the new token does not permit (unsubscribed). Err:
 /// why not (the old one stays, and the connection closes at its exp).
-pub fn refresh(
+pub(crate) fn refresh(
     req: &mut Requests<'_>,
     topics: &mut Topics,
     subs: &mut crate::server::worker::topics::Subs,
@@ -386,7 +387,7 @@ fn on_event(req: &mut Requests<'_>, s: &mut Subscriber<'_>, ev: Event<'_>) -> Re
 
 /// One push's message before framing (and compression): its opcode and
 /// payload.
-pub fn push_message(format: PushFormat, p: &Push<'_>) -> (Opcode, Vec<u8>) {
+pub(crate) fn push_message(format: PushFormat, p: &Push<'_>) -> (Opcode, Vec<u8>) {
     match format {
         PushFormat::Binary => {
             let mut body = Vec::with_capacity(64 + p.data.len());
@@ -401,7 +402,7 @@ pub fn push_message(format: PushFormat, p: &Push<'_>) -> (Opcode, Vec<u8>) {
 /// A push as JSON: `{"stream","topic","offset","epoch","seq","ts","data"}`
 /// (`data_b64` when the data is not UTF-8); WebSocket text pushes and
 /// Server-Sent Events carry it.
-pub fn push_json(p: &Push<'_>) -> serde_json::Value {
+pub(crate) fn push_json(p: &Push<'_>) -> serde_json::Value {
     let stream = match p.stream {
         Stream::Broadcast => "broadcast",
         Stream::Topic => "topic",
@@ -421,7 +422,7 @@ pub fn push_json(p: &Push<'_>) -> serde_json::Value {
 
 /// The answer to a subscribe command or a resume: a text message
 /// `{"type":"subscribed","topic":..,"epoch":..,"offset":..,"recovered":..}`.
-pub fn encode_subscribed(out: &mut Vec<u8>, topic: &str, recovered: bool, at: push::Position) {
+pub(crate) fn encode_subscribed(out: &mut Vec<u8>, topic: &str, recovered: bool, at: push::Position) {
     let v = serde_json::json!({ "type": "subscribed", "topic": topic, "epoch": at.epoch, "offset": at.offset, "recovered": recovered });
     frame::encode(out, true, Opcode::Text, v.to_string().as_bytes(), None);
 }

@@ -23,11 +23,11 @@ use serde::{Deserialize, Serialize};
 
 /// Below this many bytes a message goes uncompressed by default: a
 /// message this small rarely shrinks by more than its frame header.
-pub const DEFAULT_MIN_BYTES: usize = 64;
+pub(crate) const DEFAULT_MIN_BYTES: usize = 64;
 
 /// `--ws-deflate`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
-pub enum DeflateMode {
+pub(crate) enum DeflateMode {
     /// Answer permessage-deflate offers (no context takeover both ways).
     #[default]
     On,
@@ -43,11 +43,11 @@ pub enum DeflateMode {
 /// The window of a connection's own compressor by default (2^12 = 4 KiB):
 /// a push repeats its predecessors' keys and symbols within a few KB, and
 /// a smaller window costs less per connection (docs/protocol.md).
-pub const DEFAULT_WINDOW_BITS: u8 = 12;
+pub(crate) const DEFAULT_WINDOW_BITS: u8 = 12;
 
 /// The deflate settings of a server worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeflateConfig {
+pub(crate) struct DeflateConfig {
     pub mode: DeflateMode,
     /// Messages shorter than this go uncompressed (RSV1 clear).
     pub min_bytes: usize,
@@ -70,7 +70,7 @@ impl Default for DeflateConfig {
 impl DeflateConfig {
     /// The answer to a client's offers (None: none acceptable or off),
     /// and the state its connection needs if it keeps context.
-    pub fn negotiate(&self, offers: &str) -> Option<(String, Option<Box<ConnContext>>)> {
+    pub(crate) fn negotiate(&self, offers: &str) -> Option<(String, Option<Box<ConnContext>>)> {
         match self.mode {
             DeflateMode::Off => None,
             DeflateMode::On => crate::proto::ws::deflate::accept(offers).map(|a| (a.to_string(), None)),
@@ -86,7 +86,7 @@ impl DeflateConfig {
 /// One connection's compression state in takeover mode: its own
 /// compressor if our side keeps context, its decompressor if the client's
 /// does. Each holds nothing until its first message.
-pub struct ConnContext {
+pub(crate) struct ConnContext {
     pub deflater: Option<Deflater>,
     pub inflate: Option<InflateContext>,
 }
@@ -100,7 +100,7 @@ impl ConnContext {
 /// The worker's compressor and decompressor, shared by every connection,
 /// and (takeover mode) the contexts of the connections that keep one.
 #[derive(Default)]
-pub struct WsCodec {
+pub(crate) struct WsCodec {
     pub deflater: Deflater,
     pub inflater: Inflater,
     /// Where a message is compressed before it is framed.
@@ -112,14 +112,14 @@ pub struct WsCodec {
 
 impl WsCodec {
     /// A connection negotiated context takeover.
-    pub fn keep(&mut self, stats: &mut ServerSnapshot, key: usize, ctx: Box<ConnContext>) {
+    pub(crate) fn keep(&mut self, stats: &mut ServerSnapshot, key: usize, ctx: Box<ConnContext>) {
         self.contexts.insert(key, ctx);
         stats.ws_deflate_takeover += 1;
         stats.ws_deflate_contexts = self.contexts.len() as u64;
     }
 
     /// A connection closed: its context (if any) is freed.
-    pub fn forget(&mut self, stats: &mut ServerSnapshot, key: usize) {
+    pub(crate) fn forget(&mut self, stats: &mut ServerSnapshot, key: usize) {
         if self.contexts.remove(&key).is_some() {
             stats.ws_deflate_contexts = self.contexts.len() as u64;
         }
@@ -127,7 +127,7 @@ impl WsCodec {
 
     /// One message compressed for connection `key` alone, framed, if
     /// its side keeps context (None: it takes the shared bytes).
-    pub fn frame_for(&mut self, key: usize, stats: &mut ServerSnapshot, opcode: Opcode, payload: &[u8]) -> Option<Vec<u8>> {
+    pub(crate) fn frame_for(&mut self, key: usize, stats: &mut ServerSnapshot, opcode: Opcode, payload: &[u8]) -> Option<Vec<u8>> {
         if self.contexts.is_empty() {
             // The shared mode: no lookup per subscriber.
             return None;
@@ -141,7 +141,7 @@ impl WsCodec {
     }
 
     /// One message compressed (once), framed with RSV1, and counted.
-    pub fn frame(&mut self, stats: &mut ServerSnapshot, opcode: Opcode, payload: &[u8]) -> Vec<u8> {
+    pub(crate) fn frame(&mut self, stats: &mut ServerSnapshot, opcode: Opcode, payload: &[u8]) -> Vec<u8> {
         self.buf.clear();
         compress(&mut self.deflater, stats, payload, &mut self.buf);
         let mut out = Vec::with_capacity(self.buf.len() + frame::MAX_SERVER_HEADER);
@@ -150,13 +150,13 @@ impl WsCodec {
     }
 
     /// Move what the inflater did into the worker's counters.
-    pub fn count_inflated(&mut self, stats: &mut ServerSnapshot) {
+    pub(crate) fn count_inflated(&mut self, stats: &mut ServerSnapshot) {
         count_inflated(&mut self.inflater, stats);
     }
 }
 
 /// Compress `payload` into `out`, counting the call and both sizes.
-pub fn compress(d: &mut Deflater, stats: &mut ServerSnapshot, payload: &[u8], out: &mut Vec<u8>) {
+pub(crate) fn compress(d: &mut Deflater, stats: &mut ServerSnapshot, payload: &[u8], out: &mut Vec<u8>) {
     let start = out.len();
     d.compress(payload, out);
     stats.ws_deflate_calls += 1;
@@ -165,7 +165,7 @@ pub fn compress(d: &mut Deflater, stats: &mut ServerSnapshot, payload: &[u8], ou
 }
 
 /// Move what an inflater did into the worker's counters.
-pub fn count_inflated(i: &mut Inflater, stats: &mut ServerSnapshot) {
+pub(crate) fn count_inflated(i: &mut Inflater, stats: &mut ServerSnapshot) {
     let t = std::mem::take(&mut i.tally);
     stats.ws_inflated_messages += t.messages;
     stats.ws_inflate_bytes_before += t.wire_bytes;

@@ -13,7 +13,6 @@ use crate::server::supervisor::view::{ServerView, WORKER_CRASHED};
 use crate::server::worker::ServerWorkerConfig;
 use crate::stats::format;
 use crate::supervise::elastic::{self, WorkerState};
-use crate::supervise::plan::Workers;
 use crate::supervise::{ExitInfo, Pool, PoolEvent, Sink};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
@@ -22,8 +21,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Crashes within [`CRASH_WINDOW`] that stop the server.
-pub const CRASH_LIMIT: usize = 5;
-pub const CRASH_WINDOW: Duration = Duration::from_secs(10);
+pub(crate) const CRASH_LIMIT: usize = 5;
+pub(crate) const CRASH_WINDOW: Duration = Duration::from_secs(10);
 /// A worker whose command pipe stayed full this long is stalled.
 const STALL_AFTER: Duration = Duration::from_millis(500);
 /// A worker that sent nothing (snapshots come every second at most) this
@@ -36,7 +35,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How the number of workers is decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum Sizing {
+pub(crate) enum Sizing {
     /// `target` accepting workers with room, at most `max` in all.
     Elastic {
         target: usize,
@@ -47,7 +46,7 @@ pub enum Sizing {
 
 /// Something worth telling the operator, as text and as a JSON event.
 #[derive(Debug, Clone, Serialize)]
-pub struct FleetNote {
+pub(crate) struct FleetNote {
     pub event: &'static str,
     /// usize::MAX: about the server as a whole (not shown).
     #[serde(skip_serializing_if = "no_worker")]
@@ -81,7 +80,7 @@ struct QueueWatch {
     told: bool,
 }
 
-pub struct ServerFleet {
+pub(crate) struct ServerFleet {
     pub(super) pool: Pool,
     pub view: ServerView,
     template: ServerWorkerConfig,
@@ -128,7 +127,7 @@ pub struct ServerFleet {
 
 impl ServerFleet {
     /// Start the initial workers and wait until every one listens.
-    pub fn start(
+    pub(crate) fn start(
         cfg: &ServerConfig,
         sizing: Sizing,
         budget: u64,
@@ -241,22 +240,18 @@ impl ServerFleet {
         self.life.values().filter(|l| **l == Life::Starting).count()
     }
 
-    pub fn pids(&self) -> Vec<u32> {
+    pub(crate) fn pids(&self) -> Vec<u32> {
         self.pool.pids()
-    }
-
-    pub fn pid(&self, i: usize) -> Option<u32> {
-        self.pool.pid(i)
     }
 
     /// Worker indices alive now: those that answer publishes and
     /// listings (a starting one reads them once it runs).
-    pub fn live(&self) -> Vec<usize> {
+    pub(crate) fn live(&self) -> Vec<usize> {
         self.life.iter().filter(|(_, l)| matches!(l, Life::Starting | Life::Running | Life::Retiring)).map(|(i, _)| *i).collect()
     }
 
     /// Take one event: of a worker, the admin API or the cluster link.
-    pub fn on_event(&mut self, ev: ServerEvent) {
+    pub(crate) fn on_event(&mut self, ev: ServerEvent) {
         let (i, ev) = match ev {
             ServerEvent::Worker(i, ev) => (i, ev),
             ServerEvent::Admin(req) => return self.on_admin(req),
@@ -410,7 +405,7 @@ impl ServerFleet {
     }
 
     /// The cluster link's state and counters (in a cluster).
-    pub fn link_status(&self) -> Option<crate::cluster::LinkStatus> {
+    pub(crate) fn link_status(&self) -> Option<crate::cluster::LinkStatus> {
         self.relay.as_ref().map(|r| r.status())
     }
 
@@ -486,7 +481,7 @@ impl ServerFleet {
     }
 
     /// Workers that stopped taking commands.
-    pub fn stalled(&self) -> Vec<usize> {
+    pub(crate) fn stalled(&self) -> Vec<usize> {
         self.stalled.iter().copied().collect()
     }
 
@@ -528,7 +523,7 @@ impl ServerFleet {
     }
 
     /// Grow or shrink an elastic fleet; called on every supervisor tick.
-    pub fn upkeep(&mut self) {
+    pub(crate) fn upkeep(&mut self) {
         self.pool.flush();
         if !self.upstream_done.is_empty() {
             self.send_upstream_done();
@@ -603,18 +598,18 @@ impl ServerFleet {
 
     /// SIGTERM: every worker stops accepting and reading, answers what is
     /// in flight and exits; none is replaced or grown meanwhile.
-    pub fn drain(&mut self) {
+    pub(crate) fn drain(&mut self) {
         self.stopping = true;
         self.close_listeners();
         self.pool.broadcast(crate::supervise::control::CMD_CLOSE);
     }
 
-    pub fn retire_after(&self) -> Duration {
+    pub(crate) fn retire_after(&self) -> Duration {
         self.retire_after
     }
 
     /// Workers an elastic server keeps when idle (a fixed pool: all).
-    pub fn initial_workers(&self) -> usize {
+    pub(crate) fn initial_workers(&self) -> usize {
         match self.sizing {
             Sizing::Elastic { target, .. } => target,
             Sizing::Fixed(n) => n,
@@ -622,12 +617,12 @@ impl ServerFleet {
     }
 
     /// Workers still running.
-    pub fn alive(&self) -> usize {
+    pub(crate) fn alive(&self) -> usize {
         self.pool.alive()
     }
 
     /// Stop every worker (graceful, then SIGKILL after `grace`).
-    pub fn stop(&mut self, grace: Duration) {
+    pub(crate) fn stop(&mut self, grace: Duration) {
         self.stopping = true;
         self.close_listeners();
         self.pool.stop(grace);
@@ -690,13 +685,5 @@ fn worker_template(cfg: &ServerConfig, initial: usize, max_workers: usize, budge
         presence_events: cfg.upstream.is_some() && cfg.presence_events,
         presence_notices: cfg.presence_notices,
         io: cfg.io,
-    }
-}
-
-/// How many workers start, how many may exist, and each one's budget.
-pub fn sizing(workers: Workers, cores: usize, max_for_target: usize) -> Sizing {
-    match workers {
-        Workers::Auto => Sizing::Elastic { target: cores.max(1), max: max_for_target.max(cores.max(1)) },
-        Workers::Fixed(n) => Sizing::Fixed(n),
     }
 }

@@ -29,9 +29,9 @@ use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 
 /// Backlog requested from listen(); the kernel caps it at
 /// net.core.somaxconn, which `megaconn tune` checks.
-pub const BACKLOG: i32 = 65_535;
+pub(crate) const BACKLOG: i32 = 65_535;
 
-pub fn bind(addr: IpAddr, port: u16) -> Result<std::net::TcpListener> {
+pub(crate) fn bind(addr: IpAddr, port: u16) -> Result<std::net::TcpListener> {
     let sa = SocketAddr::from((addr, port));
     let socket = Socket::new(Domain::for_address(sa), Type::STREAM, None).map_err(|e| anyhow!("cannot create a socket: {e}"))?;
     if addr.is_ipv6() && addr.is_unspecified() {
@@ -57,7 +57,7 @@ pub fn bind(addr: IpAddr, port: u16) -> Result<std::net::TcpListener> {
 /// Connections the kernel completed on this listener that no worker has
 /// accepted yet (TCP_INFO on a listening socket: `tcpi_unacked` is its
 /// accept queue).
-pub fn queued(l: &std::net::TcpListener) -> u64 {
+pub(crate) fn queued(l: &std::net::TcpListener) -> u64 {
     // SAFETY: tcp_info is plain data; zeroed is a valid value.
     let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
@@ -71,15 +71,15 @@ pub fn queued(l: &std::net::TcpListener) -> u64 {
 }
 
 /// Bind every port (the supervisor does this once).
-pub fn bind_all(addr: IpAddr, ports: &[u16]) -> Result<Vec<std::net::TcpListener>> {
+pub(crate) fn bind_all(addr: IpAddr, ports: &[u16]) -> Result<Vec<std::net::TcpListener>> {
     ports.iter().map(|p| bind(addr, *p)).collect()
 }
 
 /// Listener i has token LISTENER_BASE + i; connection tokens are slab keys.
-pub const LISTENER_BASE: usize = usize::MAX / 2;
+pub(crate) const LISTENER_BASE: usize = usize::MAX / 2;
 
 /// A worker's inherited listeners and whether it accepts from them.
-pub struct AcceptGroup {
+pub(crate) struct AcceptGroup {
     pub listeners: Vec<mio::net::TcpListener>,
     accepting: bool,
     /// Out of the epoll set for a while (out of fds), still accepting.
@@ -98,7 +98,7 @@ fn epoll(epfd: RawFd, op: libc::c_int, fd: RawFd, token: usize) -> std::io::Resu
 
 impl AcceptGroup {
     /// Take ownership of the listener fds the supervisor passed down.
-    pub fn inherit(fds: &[RawFd]) -> AcceptGroup {
+    pub(crate) fn inherit(fds: &[RawFd]) -> AcceptGroup {
         // SAFETY: the supervisor passed these open listening sockets to
         // this process (and to no other owner in it).
         let listeners = fds.iter().map(|fd| mio::net::TcpListener::from_std(unsafe { std::net::TcpListener::from_raw_fd(*fd) })).collect();
@@ -106,12 +106,12 @@ impl AcceptGroup {
     }
 
     /// Accepting now (not left, not suspended for lack of fds).
-    pub fn accepting(&self) -> bool {
+    pub(crate) fn accepting(&self) -> bool {
         self.accepting && !self.suspended
     }
 
     /// Told to accept (even while suspended).
-    pub fn joined(&self) -> bool {
+    pub(crate) fn joined(&self) -> bool {
         self.accepting
     }
 
@@ -141,7 +141,7 @@ impl AcceptGroup {
     }
 
     /// Start accepting: put every listener in the epoll set.
-    pub fn join(&mut self, epfd: RawFd) -> Result<()> {
+    pub(crate) fn join(&mut self, epfd: RawFd) -> Result<()> {
         if !self.accepting {
             self.watch(epfd)?;
             self.accepting = true;
@@ -152,7 +152,7 @@ impl AcceptGroup {
 
     /// Stop accepting; the listeners stay open (nothing in flight on them
     /// is lost: other workers take it).
-    pub fn leave(&mut self, epfd: RawFd) {
+    pub(crate) fn leave(&mut self, epfd: RawFd) {
         if self.accepting && !self.suspended {
             self.unwatch(epfd);
         }
@@ -162,7 +162,7 @@ impl AcceptGroup {
 
     /// Out of descriptors: stop being woken (level-triggered, a queue we
     /// cannot take would wake us at once, forever) until [`resume`].
-    pub fn suspend(&mut self, epfd: RawFd) {
+    pub(crate) fn suspend(&mut self, epfd: RawFd) {
         if self.accepting && !self.suspended {
             self.unwatch(epfd);
             self.suspended = true;
@@ -171,7 +171,7 @@ impl AcceptGroup {
 
     /// Back in the epoll set after a suspension; Err: still out (the
     /// caller backs off again).
-    pub fn resume(&mut self, epfd: RawFd) -> Result<()> {
+    pub(crate) fn resume(&mut self, epfd: RawFd) -> Result<()> {
         if self.suspended {
             self.watch(epfd)?;
             self.suspended = false;
@@ -181,7 +181,7 @@ impl AcceptGroup {
 
     /// Shutting down: stop accepting and close this worker's copies (the
     /// socket closes once the supervisor and every worker closed theirs).
-    pub fn close(&mut self, epfd: RawFd) {
+    pub(crate) fn close(&mut self, epfd: RawFd) {
         self.leave(epfd);
         self.listeners.clear();
     }

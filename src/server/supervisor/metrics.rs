@@ -12,12 +12,12 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::registry::{Registry, Unit};
 
 /// The prefix of every server metric.
-pub const PREFIX: &str = "megaconn";
+pub(crate) const PREFIX: &str = "megaconn";
 
 /// Render the totals (with the supervisor's own counters: the
 /// publisher's publishes, history and retained messages; in a cluster,
 /// its NATS link).
-pub fn render(
+pub(crate) fn render(
     t: &ServerTotals,
     publisher: &crate::server::broker::publish::Publisher,
     accept_queue: u64,

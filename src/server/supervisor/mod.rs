@@ -2,8 +2,8 @@
 //! replaces and drains, the admin API's routing, the listening sockets it
 //! binds once for every worker, its picture of the workers' counters and
 //! the `/metrics` it serves from them. Nothing here runs in a worker.
-pub mod admin;
-pub mod fleet;
-pub mod listener;
-pub mod metrics;
-pub mod view;
+pub(crate) mod admin;
+pub(crate) mod fleet;
+pub(crate) mod listener;
+pub(crate) mod metrics;
+pub(crate) mod view;

@@ -10,7 +10,7 @@ use serde::Serialize;
 /// The server as a whole: every counter summed over its workers, and what
 /// only the whole can say (worker states, means).
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct ServerTotals {
+pub(crate) struct ServerTotals {
     /// Worker processes alive.
     pub workers: usize,
     /// Of those, in the accept group.
@@ -36,35 +36,35 @@ struct Entry {
 }
 
 #[derive(Default)]
-pub struct ServerView {
+pub(crate) struct ServerView {
     workers: Vec<Entry>,
 }
 
 /// Close reason of connections that died with their worker process.
-pub const WORKER_CRASHED: &str = "worker_crashed";
+pub(crate) const WORKER_CRASHED: &str = "worker_crashed";
 
 impl ServerView {
     /// A worker with this index was started.
-    pub fn add(&mut self, i: usize) {
+    pub(crate) fn add(&mut self, i: usize) {
         if self.workers.len() <= i {
             self.workers.resize_with(i + 1, Entry::default);
         }
         self.workers[i].alive = true;
     }
 
-    pub fn update(&mut self, s: ServerSnapshot) {
+    pub(crate) fn update(&mut self, s: ServerSnapshot) {
         if let Some(e) = self.workers.get_mut(s.worker) {
             e.latest = Some(s);
         }
     }
 
-    pub fn get(&self, i: usize) -> Option<&ServerSnapshot> {
+    pub(crate) fn get(&self, i: usize) -> Option<&ServerSnapshot> {
         self.workers.get(i).and_then(|e| e.latest.as_ref())
     }
 
     /// Worker `i` is gone; returns the connections it still held (now
     /// counted closed as `reason`).
-    pub fn retire(&mut self, i: usize, reason: Close) -> u64 {
+    pub(crate) fn retire(&mut self, i: usize, reason: Close) -> u64 {
         let Some(e) = self.workers.get_mut(i) else { return 0 };
         e.alive = false;
         let Some(s) = e.latest.as_mut() else { return 0 };
@@ -78,7 +78,7 @@ impl ServerView {
         lost
     }
 
-    pub fn totals(&self) -> ServerTotals {
+    pub(crate) fn totals(&self) -> ServerTotals {
         let live = || self.workers.iter().filter(|e| e.alive).filter_map(|e| e.latest.as_ref());
         let mut t = ServerTotals { workers: self.workers.iter().filter(|e| e.alive).count(), ..Default::default() };
         t.accepting = live().filter(|x| x.accepting).count();

@@ -9,7 +9,7 @@ use crate::server::session::http::HttpConn;
 /// costs the socket handle, two timestamps, a generation and four empty
 /// `Option<Box>`es: 48 bytes, and 48 in the slab too (its tag hides in
 /// a niche; `an_idle_connection_stays_small` counts the allocation).
-pub struct Conn {
+pub(crate) struct Conn {
     pub stream: mio::net::TcpStream,
     /// Worker-relative second of the last byte received (idle timeout).
     pub last_seen_s: u32,
@@ -49,7 +49,7 @@ const UNREAD: u32 = 1 << 28;
 const FLAGS: u32 = SENDING | WATCHED | DEFLATE | UNREAD;
 
 impl Conn {
-    pub fn new(stream: mio::net::TcpStream, now_s: u32, gen: u32) -> Conn {
+    pub(crate) fn new(stream: mio::net::TcpStream, now_s: u32, gen: u32) -> Conn {
         Conn {
             stream,
             last_seen_s: now_s,
@@ -63,62 +63,62 @@ impl Conn {
     }
 
     /// Worker-relative second it was accepted.
-    pub fn since_s(&self) -> u32 {
+    pub(crate) fn since_s(&self) -> u32 {
         self.since_s & !FLAGS
     }
 
     /// Whether this WebSocket connection negotiated permessage-deflate:
     /// it may be sent compressed messages and may send them.
-    pub fn ws_deflate(&self) -> bool {
+    pub(crate) fn ws_deflate(&self) -> bool {
         self.since_s & DEFLATE != 0
     }
 
-    pub fn set_ws_deflate(&mut self, on: bool) {
+    pub(crate) fn set_ws_deflate(&mut self, on: bool) {
         self.since_s = if on { self.since_s | DEFLATE } else { self.since_s & !DEFLATE };
     }
 
     /// Whether this framed connection's opening has not been read yet: a
     /// broadcast is held for it (`seam.rs`), at no cost per connection.
-    pub fn unread(&self) -> bool {
+    pub(crate) fn unread(&self) -> bool {
         self.since_s & UNREAD != 0
     }
 
     /// Accepted: broadcasts wait for its first read.
-    pub fn set_unread(&mut self) {
+    pub(crate) fn set_unread(&mut self) {
         self.since_s |= UNREAD;
     }
 
     /// Read (or given what was held for it): broadcasts go to it live.
-    pub fn set_read(&mut self) {
+    pub(crate) fn set_read(&mut self) {
         self.since_s &= !UNREAD;
     }
 
     /// Whether an io_uring send of this connection is in flight: what it
     /// is sent next waits in `backlog` until that one completes.
-    pub fn sending(&self) -> bool {
+    pub(crate) fn sending(&self) -> bool {
         self.since_s & SENDING != 0
     }
 
-    pub fn set_sending(&mut self, on: bool) {
+    pub(crate) fn set_sending(&mut self, on: bool) {
         self.since_s = if on { self.since_s | SENDING } else { self.since_s & !SENDING };
     }
 
     /// Whether the socket is registered in the worker's epoll: always on
     /// the epoll reactor; on io_uring only once it had output the socket
     /// would not take (writability is then what moves it).
-    pub fn watched(&self) -> bool {
+    pub(crate) fn watched(&self) -> bool {
         self.since_s & WATCHED != 0
     }
 
-    pub fn set_watched(&mut self) {
+    pub(crate) fn set_watched(&mut self) {
         self.since_s |= WATCHED;
     }
 }
 
 /// Boxed protocol state: one pointer, null for every idle connection.
-pub type Ext = Option<Box<ConnExt>>;
+pub(crate) type Ext = Option<Box<ConnExt>>;
 
-pub enum ConnExt {
+pub(crate) enum ConnExt {
     Http(HttpConn),
     Ws(WsConn),
     /// A Server-Sent Events stream on a WebSocket port.
@@ -131,19 +131,19 @@ pub enum ConnExt {
 }
 
 /// Whether a connection still owes its token.
-pub fn awaiting_auth(ext: &Ext) -> bool {
+pub(crate) fn awaiting_auth(ext: &Ext) -> bool {
     matches!(ext.as_deref(), Some(ConnExt::Unauthenticated))
 }
 
 /// Whether a connection may get pushes: it finished its WebSocket
 /// handshake and showed its token, if it owes them (an MQTT connection:
 /// its CONNECT was accepted).
-pub fn takes_pushes(ext: &Ext) -> bool {
+pub(crate) fn takes_pushes(ext: &Ext) -> bool {
     !ws_handshaking(ext) && !awaiting_auth(ext) && !crate::server::session::mqtt::connecting(ext)
 }
 
 /// The event-stream state inside an [`Ext`], if any.
-pub fn sse_mut(ext: &mut Ext) -> Option<&mut crate::server::session::sse::SseConn> {
+pub(crate) fn sse_mut(ext: &mut Ext) -> Option<&mut crate::server::session::sse::SseConn> {
     match ext.as_deref_mut() {
         Some(ConnExt::Sse(s)) => Some(s),
         _ => None,
@@ -152,7 +152,7 @@ pub fn sse_mut(ext: &mut Ext) -> Option<&mut crate::server::session::sse::SseCon
 
 /// A WebSocket connection's state while it has some.
 #[derive(Debug, Default)]
-pub struct WsConn {
+pub(crate) struct WsConn {
     /// Worker-relative time (100 ms units) the connection began waiting
     /// for its Upgrade request; 0 once upgraded.
     pub handshake_since_ds: u32,
@@ -160,7 +160,7 @@ pub struct WsConn {
 }
 
 /// The HTTP state inside an [`Ext`].
-pub trait HttpExt {
+pub(crate) trait HttpExt {
     fn http(&self) -> Option<&HttpConn>;
     fn http_mut(&mut self) -> Option<&mut HttpConn>;
     fn http_or_default(&mut self) -> &mut HttpConn;
@@ -190,7 +190,7 @@ impl HttpExt for Ext {
 }
 
 /// The WebSocket state inside an [`Ext`], if any.
-pub fn ws_mut(ext: &mut Ext) -> Option<&mut WsConn> {
+pub(crate) fn ws_mut(ext: &mut Ext) -> Option<&mut WsConn> {
     match ext.as_deref_mut() {
         Some(ConnExt::Ws(w)) => Some(w),
         _ => None,
@@ -198,7 +198,7 @@ pub fn ws_mut(ext: &mut Ext) -> Option<&mut WsConn> {
 }
 
 /// Whether a WebSocket connection still waits for its Upgrade request.
-pub fn ws_handshaking(ext: &Ext) -> bool {
+pub(crate) fn ws_handshaking(ext: &Ext) -> bool {
     matches!(ext.as_deref(), Some(ConnExt::Ws(w)) if w.handshake_since_ds != 0)
 }
 

@@ -30,7 +30,7 @@ use crate::supervise::control;
 use base64::Engine;
 
 /// WebSocket close code of `POST /disconnect/user/SUB` (private range).
-pub const DISCONNECT_CLOSE: u16 = 4000;
+pub(super) const DISCONNECT_CLOSE: u16 = 4000;
 /// Re-read the wall clock after this many writes (latency buckets).
 const CLOCK_EVERY: usize = 64;
 

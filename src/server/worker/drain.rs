@@ -16,9 +16,9 @@ use rand::Rng;
 use std::time::{Duration, Instant};
 
 /// How often a drain closes its next share.
-pub const DRAIN_TICK: Duration = Duration::from_millis(10);
+pub(super) const DRAIN_TICK: Duration = Duration::from_millis(10);
 
-pub struct Drain {
+pub(super) struct Drain {
     started: Instant,
     period: Duration,
     /// The connections held when the drain began (none is accepted after),
@@ -29,7 +29,7 @@ pub struct Drain {
 
 impl Drain {
     /// Whether every connection has had its turn.
-    pub fn finished(&self) -> bool {
+    pub(super) fn finished(&self) -> bool {
         self.done >= self.keys.len()
     }
 
@@ -46,7 +46,7 @@ impl Drain {
 
 /// Whether connections of this protocol live long enough to be spread
 /// (request/response protocols finish what is in flight and close).
-pub fn spreads(protocol: Protocol) -> bool {
+pub(crate) fn spreads(protocol: Protocol) -> bool {
     matches!(protocol, Protocol::Framed | Protocol::Ws)
 }
 

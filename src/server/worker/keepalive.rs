@@ -11,7 +11,7 @@ use crate::server::session::mqtt;
 
 /// Whether a client last heard at `last_seen_s` is past its keep-alive at
 /// `now_s` (whole seconds, so strictly more than 1.5x: never early).
-pub fn expired(keep_alive_s: u16, last_seen_s: u32, now_s: u32) -> bool {
+pub(super) fn expired(keep_alive_s: u16, last_seen_s: u32, now_s: u32) -> bool {
     keep_alive_s > 0 && u64::from(now_s.saturating_sub(last_seen_s)) * 2 > u64::from(keep_alive_s) * 3
 }
 

@@ -14,16 +14,16 @@ use std::net::Shutdown;
 use std::time::{Duration, Instant};
 
 /// Longest a refused peer is read from after the answer.
-pub const LINGER: Duration = Duration::from_secs(5);
+pub(super) const LINGER: Duration = Duration::from_secs(5);
 /// Most sockets lingering at once per worker; beyond it they close at once.
-pub const MAX_LINGERING: usize = 256;
+pub(super) const MAX_LINGERING: usize = 256;
 /// How often lingering sockets are read.
-pub const LINGER_TICK: Duration = Duration::from_millis(100);
+pub(super) const LINGER_TICK: Duration = Duration::from_millis(100);
 /// Most bytes dropped per socket per tick.
 const READ_BUDGET: usize = 256 * 1024;
 
 #[derive(Default)]
-pub struct Lingering {
+pub(super) struct Lingering {
     socks: Vec<(TcpStream, Instant)>,
     buf: Vec<u8>,
 }
@@ -31,7 +31,7 @@ pub struct Lingering {
 impl Lingering {
     /// Keep `stream` (already out of epoll, its answer fully written)
     /// until the peer is done sending. False when it was closed at once.
-    pub fn start(&mut self, mut stream: TcpStream) -> bool {
+    pub(super) fn start(&mut self, mut stream: TcpStream) -> bool {
         if self.socks.len() >= MAX_LINGERING || !drop_input(&mut stream, &mut self.buf) {
             return false;
         }
@@ -44,18 +44,18 @@ impl Lingering {
 
     /// Read from every lingering socket; close those the peer closed or
     /// whose time is up.
-    pub fn sweep(&mut self) {
+    pub(super) fn sweep(&mut self) {
         let now = Instant::now();
         let buf = &mut self.buf;
         self.socks.retain_mut(|(s, until)| now < *until && drop_input(s, buf));
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.socks.is_empty()
     }
 
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.socks.len()
     }
 }

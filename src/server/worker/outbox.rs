@@ -36,15 +36,15 @@ use std::collections::{HashMap, VecDeque};
 /// carved out of the share so the supervisor's total still holds. A join
 /// or leave is ~150 bytes: an eighth of even the smallest share (1 MiB)
 /// holds ~800 of them in flight.
-pub const PRESENCE_PART: u64 = 8;
+pub(crate) const PRESENCE_PART: u64 = 8;
 /// One connection may hold 1/CONN_PART of its worker's message bytes:
 /// at least this many connections must be chatty at once before the rest
 /// of the worker's clients are refused.
-pub const CONN_PART: u64 = 4;
+pub(crate) const CONN_PART: u64 = 4;
 
 /// What one worker may hand the backend before it has taken it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub(crate) struct Limits {
     pub count: u64,
     pub bytes: u64,
     /// Message bytes one connection may have in flight.
@@ -58,7 +58,7 @@ impl Limits {
     /// `--upstream-queue-bytes`. Client messages keep the whole count
     /// (its meaning is unchanged); presence gets its own count beside it
     /// and its part of the bytes.
-    pub fn new(count: u64, bytes: u64) -> Limits {
+    pub(crate) fn new(count: u64, bytes: u64) -> Limits {
         let presence_bytes = bytes / PRESENCE_PART;
         let bytes = bytes - presence_bytes;
         Limits { count, bytes, conn_bytes: bytes / CONN_PART, presence_count: (count / PRESENCE_PART).max(1), presence_bytes }
@@ -66,7 +66,7 @@ impl Limits {
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Held {
+pub(crate) struct Held {
     pub count: u64,
     pub bytes: u64,
 }
@@ -79,7 +79,7 @@ struct Flight {
     presence: bool,
 }
 
-pub struct Outbox {
+pub(crate) struct Outbox {
     worker: usize,
     /// Handed over at the end of this loop iteration.
     pub out: Vec<UpMessage>,
@@ -93,14 +93,14 @@ pub struct Outbox {
 }
 
 impl Outbox {
-    pub fn new(worker: usize, limits: Limits) -> Outbox {
+    pub(crate) fn new(worker: usize, limits: Limits) -> Outbox {
         Outbox { worker, out: Vec::new(), flight: VecDeque::new(), messages: Held::default(), presence: Held::default(), per_conn: HashMap::new(), limits }
     }
 
     /// Queue what connection (`key`, `gen`) said or did. Err: [`Close::UpstreamFull`]
     /// (the worker's budget for this kind) or [`Close::UpstreamConnectionFull`] (this
     /// connection's part).
-    pub fn offer(&mut self, (key, gen): (usize, u32), make: impl FnOnce(u64) -> UpMessage) -> Result<(), Close> {
+    pub(crate) fn offer(&mut self, (key, gen): (usize, u32), make: impl FnOnce(u64) -> UpMessage) -> Result<(), Close> {
         let conn = conn_id(self.worker, key, gen);
         let m = make(conn);
         let presence = m.is_presence();
@@ -128,7 +128,7 @@ impl Outbox {
     }
 
     /// The backend took (or refused for good) the oldest `n`.
-    pub fn done(&mut self, n: u64) {
+    pub(crate) fn done(&mut self, n: u64) {
         for _ in 0..n {
             let Some(f) = self.flight.pop_front() else { break };
             let bytes = f.bytes as u64;
@@ -151,12 +151,14 @@ impl Outbox {
     }
 
     /// Messages and presence events the backend has not taken yet.
-    pub fn in_flight(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn in_flight(&self) -> u64 {
         self.messages.count + self.presence.count
     }
 
     /// What is in flight: (client messages, presence events).
-    pub fn held(&self) -> (Held, Held) {
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> (Held, Held) {
         (self.messages, self.presence)
     }
 }

@@ -38,11 +38,11 @@ use std::time::{Duration, Instant};
 
 /// An unanswered question is asked again after this long (the
 /// supervisor drops commands to a worker whose queue is full).
-pub const ASK_AGAIN: Duration = Duration::from_secs(5);
+pub(crate) const ASK_AGAIN: Duration = Duration::from_secs(5);
 
 /// One connection waiting on one topic.
 #[derive(Debug, Clone, Copy)]
-pub struct Waiting {
+pub(crate) struct Waiting {
     pub gen: u32,
     /// Where it stopped; None: it only wants to know the position (a
     /// first subscription), and live pushes reach it meanwhile.
@@ -51,7 +51,7 @@ pub struct Waiting {
 
 /// A waiting connection's fate once the history came.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Fate {
+pub(crate) enum Fate {
     /// Send it the slice's messages after its offset, then say so.
     Recovered { after: u64 },
     /// Tell it the history does not reach back to its offset.
@@ -63,7 +63,14 @@ pub enum Fate {
 /// Subscribe connection `key` to `topic` (`*`: the broadcasts, which
 /// need no subscription) and have it wait for what it missed after `at`
 /// (None: only for the topic's position).
-pub fn resume(topics: &mut Topics, subs: &mut Subs, r: &mut Recoveries, (key, gen): (usize, u32), topic: &[u8], at: Option<Position>) -> Result<(), Close> {
+pub(crate) fn resume(
+    topics: &mut Topics,
+    subs: &mut Subs,
+    r: &mut Recoveries,
+    (key, gen): (usize, u32),
+    topic: &[u8],
+    at: Option<Position>,
+) -> Result<(), Close> {
     crate::proto::push::check_resumable(topic).map_err(|_| Close::BadTopic)?;
     if topic != BROADCAST_TOPIC.as_bytes() {
         topics.subscribe(subs, key, topic)?;
@@ -75,7 +82,7 @@ pub fn resume(topics: &mut Topics, subs: &mut Subs, r: &mut Recoveries, (key, ge
 
 /// Unsubscribe connection `key` from `topic` (`*`: the broadcasts) and
 /// drop its wait for that topic's history, if any.
-pub fn unsubscribe(topics: &mut Topics, subs: &mut Subs, r: &mut Recoveries, key: usize, topic: &[u8]) {
+pub(crate) fn unsubscribe(topics: &mut Topics, subs: &mut Subs, r: &mut Recoveries, key: usize, topic: &[u8]) {
     topics.unsubscribe(subs, key, topic);
     if let Ok(name) = std::str::from_utf8(topic) {
         r.forget(name, key);
@@ -92,7 +99,7 @@ fn after_of(at: Position) -> u64 {
 }
 
 #[derive(Default)]
-pub struct Recoveries {
+pub(crate) struct Recoveries {
     /// Topic -> connection (slab key) -> where it stopped.
     waiting: HashMap<Box<str>, HashMap<usize, Waiting>>,
     /// Questions in flight: topic -> (offset asked after, when).
@@ -103,7 +110,7 @@ pub struct Recoveries {
 
 impl Recoveries {
     /// Connection `key` waits on `topic` from `at` (None: for the position only).
-    pub fn add(&mut self, topic: &str, key: usize, gen: u32, at: Option<Position>) {
+    pub(crate) fn add(&mut self, topic: &str, key: usize, gen: u32, at: Option<Position>) {
         self.waiting.entry(topic.into()).or_default().insert(key, Waiting { gen, at });
         let after = at.map_or(u64::MAX, after_of);
         if self.asked.get(topic).is_none_or(|(asked, _)| *asked > after) {
@@ -118,12 +125,12 @@ impl Recoveries {
     }
 
     /// Whether live pushes of `topic` skip connection `key` (generation `gen`).
-    pub fn holds(&self, topic: &str, key: usize, gen: u32) -> bool {
+    pub(crate) fn holds(&self, topic: &str, key: usize, gen: u32) -> bool {
         !self.waiting.is_empty() && self.waiting.get(topic).and_then(|w| w.get(&key)).is_some_and(|w| w.gen == gen && w.at.is_some())
     }
 
     /// Questions to send to the supervisor now (asked again when unanswered).
-    pub fn take_wanted(&mut self) -> Vec<(String, u64)> {
+    pub(crate) fn take_wanted(&mut self) -> Vec<(String, u64)> {
         let now = Instant::now();
         let late: Vec<(String, u64)> = self
             .asked
@@ -143,7 +150,7 @@ impl Recoveries {
     /// when it was asked for a later offset than theirs (see
     /// [`Slice::covers`]): the next question is asked from the earliest
     /// of theirs, and its answer settles each of them.
-    pub fn answered(&mut self, slice: &Slice) -> Vec<(usize, u32, Fate)> {
+    pub(crate) fn answered(&mut self, slice: &Slice) -> Vec<(usize, u32, Fate)> {
         self.asked.remove(slice.topic.as_str());
         let Some(waiting) = self.waiting.remove(slice.topic.as_str()) else { return Vec::new() };
         let mut out = Vec::new();
@@ -169,7 +176,7 @@ impl Recoveries {
     }
 
     /// A connection closed or unsubscribed: it waits no more.
-    pub fn forget(&mut self, topic: &str, key: usize) {
+    pub(crate) fn forget(&mut self, topic: &str, key: usize) {
         if let Some(w) = self.waiting.get_mut(topic) {
             w.remove(&key);
             if w.is_empty() {
@@ -179,11 +186,12 @@ impl Recoveries {
     }
 
     /// Connections waiting, in all.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.waiting.values().map(HashMap::len).sum()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.waiting.is_empty()
     }
 }

@@ -64,7 +64,7 @@ enum Mem {
 
 impl RingSide {
     /// Send `data` on `conn` (see the module doc for the order kept).
-    pub fn send(&mut self, key: usize, conn: &mut Conn, data: &[u8], cap: usize, full: Close) -> Result<(), Close> {
+    pub(super) fn send(&mut self, key: usize, conn: &mut Conn, data: &[u8], cap: usize, full: Close) -> Result<(), Close> {
         if data.is_empty() {
             return Ok(());
         }
@@ -88,7 +88,7 @@ impl RingSide {
     /// connection waits: the send points at the shared buffer, which
     /// lives until its last send completes. Behind a send in flight it is
     /// queued like any bytes.
-    pub fn send_shared(&mut self, key: usize, conn: &mut Conn, frame: &Rc<[u8]>, cap: usize, full: Close) -> Result<(), Close> {
+    pub(super) fn send_shared(&mut self, key: usize, conn: &mut Conn, frame: &Rc<[u8]>, cap: usize, full: Close) -> Result<(), Close> {
         if frame.is_empty() || conn.sending() || conn.backlog.is_some() || frame.len() > u32::MAX as usize {
             return self.send(key, conn, frame, cap, full);
         }
@@ -130,7 +130,7 @@ impl RingSide {
     /// Send `data` on a connection being closed, behind its send in flight
     /// (the same submit or a later one; nothing follows it). Dropped when
     /// the arena is full, as a closed connection's backlog is on epoll.
-    pub fn send_last(&mut self, conn: &Conn, data: &[u8]) {
+    pub(super) fn send_last(&mut self, conn: &Conn, data: &[u8]) {
         if let Some((chunk, at, ptr)) = self.arena.put(data) {
             self.queue_send(usize::MAX, conn, Mem::Arena { chunk, at }, ptr, data.len());
         }

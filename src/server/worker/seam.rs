@@ -59,25 +59,25 @@ use std::time::{Duration, Instant};
 /// How long after a resume clients count as resuming, and how long a
 /// noted connection may then stay silent before it gets what was held for
 /// it.
-pub const FRESH: Duration = Duration::from_secs(30);
+pub(crate) const FRESH: Duration = Duration::from_secs(30);
 /// How long a note made while clients resumed lives on once they stop
 /// (notes are made only while they resume; they expire on a 1 s tick).
-pub const QUIET: Duration = Duration::from_secs(2);
+pub(crate) const QUIET: Duration = Duration::from_secs(2);
 /// Most bytes of pushed broadcasts kept. Past it the seam lets go: every
 /// noted connection gets what was held for it at once (as if silent for
 /// [`FRESH`]) and the kept frames are dropped, so a burst of large
 /// broadcasts while clients resume costs at most this much per worker.
-pub const MAX_KEPT_BYTES: usize = 16 << 20;
+pub(crate) const MAX_KEPT_BYTES: usize = 16 << 20;
 /// The same once clients stop resuming (for the notes still alive): a
 /// few broadcasts, so a client that never speaks gets at most this much
 /// at once when its note lets go,
 /// which a `--max-pending-bytes` of 64 KiB takes (a burst of held
 /// broadcasts must not close a reader as slow that would have kept up
 /// with them live).
-pub const QUIET_KEPT_BYTES: usize = 48 << 10;
+pub(crate) const QUIET_KEPT_BYTES: usize = 48 << 10;
 
 #[derive(Default)]
-pub struct Seam {
+pub(crate) struct Seam {
     /// Connections not read yet that a broadcast met: key -> (generation, noted at).
     fresh: HashMap<usize, (u32, Instant)>,
     /// The same, in the order noted (for expiry; entries read since are skipped).
@@ -93,13 +93,13 @@ pub struct Seam {
 /// What a noted connection missed live: the broadcasts pushed since it
 /// was noted, in order.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Held {
+pub(crate) struct Held {
     pub frames: Vec<Rc<[u8]>>,
 }
 
 /// What a framed connection's read brought, as far as its note goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FirstRead {
+pub(crate) struct FirstRead {
     /// It resumed the broadcasts (`*`): what was held comes in its recovery.
     pub resumed_broadcasts: bool,
     /// Whole frames it decoded.
@@ -120,7 +120,7 @@ impl FirstRead {
     /// anything else only once the read decoded a frame and left nothing
     /// unread behind it (the whole opening of a client that sends it in
     /// one write). Until then broadcasts stay held for it.
-    pub fn settles(&self) -> bool {
+    pub(crate) fn settles(&self) -> bool {
         self.resumed_broadcasts || self.ended || (self.frames > 0 && !self.unfinished)
     }
 }
@@ -129,7 +129,7 @@ impl Seam {
     /// A broadcast met connection `key` not read yet: it is held for it,
     /// and so is every broadcast after it until the connection's first
     /// read (a note made once per connection).
-    pub fn note(&mut self, key: usize, gen: u32) {
+    pub(crate) fn note(&mut self, key: usize, gen: u32) {
         if self.fresh.get(&key).is_some_and(|(g, _)| *g == gen) {
             return;
         }
@@ -139,13 +139,13 @@ impl Seam {
     }
 
     /// A resume was read: clients are resuming, notes last [`FRESH`].
-    pub fn resumed(&mut self) {
+    pub(crate) fn resumed(&mut self) {
         self.resuming_until = Some(Instant::now() + FRESH);
     }
 
     /// Whether clients are resuming (a resume was seen in the last
     /// [`FRESH`]): only then is a connection not read yet held.
-    pub fn resuming(&self) -> bool {
+    pub(crate) fn resuming(&self) -> bool {
         self.resuming_until.is_some_and(|t| Instant::now() < t)
     }
 
@@ -161,18 +161,18 @@ impl Seam {
 
     /// Whether connection `key` is noted.
     #[cfg(test)]
-    pub fn holds(&self, key: usize, gen: u32) -> bool {
+    pub(crate) fn holds(&self, key: usize, gen: u32) -> bool {
         self.fresh.get(&key).is_some_and(|(g, _)| *g == gen)
     }
 
     /// Whether any connection is noted.
     #[cfg(test)]
-    pub fn noting(&self) -> bool {
+    pub(crate) fn noting(&self) -> bool {
         !self.fresh.is_empty()
     }
 
     /// Whether any note waits for [`Seam::expire`].
-    pub fn pending(&self) -> bool {
+    pub(crate) fn pending(&self) -> bool {
         !self.order.is_empty()
     }
 
@@ -180,7 +180,7 @@ impl Seam {
     /// not held or recovering.
     /// Over [`MAX_KEPT_BYTES`] ([`QUIET_KEPT_BYTES`] while nobody resumes) the caller releases everything at once
     /// ([`Seam::release_all`]): true.
-    pub fn broadcast(&mut self, offset: u64, frame: &[u8]) -> bool {
+    pub(crate) fn broadcast(&mut self, offset: u64, frame: &[u8]) -> bool {
         // Notes read since their accept leave `order` here; no note is
         // older than the oldest left: frames pushed before it are held
         // for nobody.
@@ -206,7 +206,7 @@ impl Seam {
 
     /// Let go of every note now: each noted connection with what was held
     /// for it, and no frame kept after.
-    pub fn release_all(&mut self) -> Vec<(usize, u32, Held)> {
+    pub(crate) fn release_all(&mut self) -> Vec<(usize, u32, Held)> {
         let noted: Vec<(usize, u32)> = self.fresh.iter().map(|(k, (g, _))| (*k, *g)).collect();
         let out = noted.into_iter().filter_map(|(key, gen)| self.read(key, gen).map(|h| (key, gen, h))).collect();
         self.fresh = HashMap::new();
@@ -218,7 +218,7 @@ impl Seam {
 
     /// Connection `key` is read for the first time: what was held for it
     /// (None: it was not noted: no broadcast came since its accept).
-    pub fn read(&mut self, key: usize, gen: u32) -> Option<Held> {
+    pub(crate) fn read(&mut self, key: usize, gen: u32) -> Option<Held> {
         if self.fresh.is_empty() {
             return None;
         }
@@ -233,7 +233,7 @@ impl Seam {
     /// Connections silent since their accept for as long as a note lasts
     /// ([`FRESH`] or [`QUIET`]): stop holding theirs; each with what was
     /// held for it.
-    pub fn expire(&mut self) -> Vec<(usize, u32, Held)> {
+    pub(crate) fn expire(&mut self) -> Vec<(usize, u32, Held)> {
         self.expire_at(Instant::now())
     }
 

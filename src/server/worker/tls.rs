@@ -26,7 +26,7 @@ pub(super) struct TlsSide {
 }
 
 impl TlsSide {
-    pub fn new(files: ServerTls) -> Result<TlsSide> {
+    pub(super) fn new(files: ServerTls) -> Result<TlsSide> {
         let config = files::server_config(&files)?;
         let timeout_ds = (files.handshake_timeout_ms / 100).max(1) as u32;
         let plaintext_reply = files.alpn_http.then_some(PLAINTEXT_REPLY);
@@ -35,7 +35,7 @@ impl TlsSide {
 
     /// A new certificate and key: new handshakes use them, established
     /// connections keep theirs. Err keeps the one in force.
-    pub fn reload(&mut self, pem: files::Pem) -> Result<()> {
+    pub(super) fn reload(&mut self, pem: files::Pem) -> Result<()> {
         let next = ServerTls { pem: Some(pem), ..self.files.clone() };
         self.config = files::server_config(&next)?;
         self.files = next;
@@ -43,8 +43,8 @@ impl TlsSide {
     }
 
     /// A connection was accepted at slab `key`.
-    pub fn open(&mut self, key: usize, gen: u32, now_ds: u32) -> Result<(), Close> {
-        let conn = crate::tls::server::accept(self.config.clone(), now_ds).map_err(|e| Close::tls(crate::tls::reason_of(&e)))?;
+    pub(super) fn open(&mut self, key: usize, gen: u32, now_ds: u32) -> Result<(), Close> {
+        let conn = crate::tls::server::accept(self.config.clone()).map_err(|e| Close::tls(crate::tls::reason_of(&e)))?;
         if self.conns.len() <= key {
             self.conns.resize_with(key + 1, || None);
         }
@@ -55,14 +55,14 @@ impl TlsSide {
         Ok(())
     }
 
-    pub fn get(&mut self, key: usize) -> Option<&mut TlsConn> {
+    pub(super) fn get(&mut self, key: usize) -> Option<&mut TlsConn> {
         self.conns.get_mut(key).and_then(|c| c.as_deref_mut())
     }
 
     /// The connection at `key` closed; its TLS state, if it had one. The
     /// table gives its memory back when the last TLS connection goes (a
     /// worker that held 100,000 and now holds none keeps no 800 KB table).
-    pub fn remove(&mut self, key: usize) -> Option<Box<TlsConn>> {
+    pub(super) fn remove(&mut self, key: usize) -> Option<Box<TlsConn>> {
         let gone = self.conns.get_mut(key).and_then(|c| c.take());
         if gone.is_some() {
             self.live -= 1;
@@ -74,13 +74,13 @@ impl TlsSide {
     }
 
     /// Whether `key` may not be sent to yet.
-    pub fn handshaking(&self, key: usize) -> bool {
+    pub(super) fn handshaking(&self, key: usize) -> bool {
         self.conns.get(key).and_then(|c| c.as_deref()).is_some_and(|c| c.handshaking())
     }
 
     /// Keys whose handshake passed its deadline; `alive(key, gen)` says
     /// whether that connection still exists.
-    pub fn expired(&mut self, now_ds: u32, alive: impl Fn(usize, u32) -> bool) -> Vec<usize> {
+    pub(super) fn expired(&mut self, now_ds: u32, alive: impl Fn(usize, u32) -> bool) -> Vec<usize> {
         let mut out = Vec::new();
         while let Some(&(deadline, key, gen)) = self.pending.front() {
             if deadline > now_ds {
@@ -95,7 +95,7 @@ impl TlsSide {
     }
 
     /// Whether a handshake deadline is waiting.
-    pub fn has_pending(&self) -> bool {
+    pub(super) fn has_pending(&self) -> bool {
         !self.pending.is_empty()
     }
 
@@ -103,24 +103,24 @@ impl TlsSide {
     /// buffers, the answer to cleartext), for [`crate::tls::conn::Wire::of`];
     /// None if it has no TLS state.
     #[allow(clippy::type_complexity)]
-    pub fn reading(&mut self, key: usize) -> Option<((&mut TlsConn, &mut TlsBufs), Option<&'static [u8]>)> {
+    pub(super) fn reading(&mut self, key: usize) -> Option<((&mut TlsConn, &mut TlsBufs), Option<&'static [u8]>)> {
         let tls = self.conns.get_mut(key).and_then(|c| c.as_deref_mut())?;
         Some(((tls, &mut self.bufs), self.plaintext_reply))
     }
 
     /// What sending on `key` takes: its TLS state, if it has some, and the
     /// buffer its records are sealed into.
-    pub fn sealing(&mut self, key: usize) -> (Option<&mut TlsConn>, &mut Vec<u8>) {
+    pub(super) fn sealing(&mut self, key: usize) -> (Option<&mut TlsConn>, &mut Vec<u8>) {
         (self.conns.get_mut(key).and_then(|c| c.as_deref_mut()), &mut self.bufs.wire)
     }
 
     /// Whether `key` has TLS state (what it is sent must be sealed for it alone).
-    pub fn speaks_tls(&self, key: usize) -> bool {
+    pub(super) fn speaks_tls(&self, key: usize) -> bool {
         self.conns.get(key).is_some_and(|c| c.is_some())
     }
 
     /// Every connection went at once (the worker stops).
-    pub fn clear(&mut self) {
+    pub(super) fn clear(&mut self) {
         self.conns = Vec::new();
         self.live = 0;
         self.pending = VecDeque::new();

@@ -19,14 +19,15 @@ use crate::server::close::Close;
 use crate::server::worker::wildcards::{self, Wildcards, WILD};
 use std::collections::{HashMap, HashSet};
 
-pub use push::MAX_SUBSCRIPTIONS;
+pub(crate) use push::MAX_SUBSCRIPTIONS;
 /// Default `--max-topics`: distinct topics with subscribers in one
 /// worker (each costs its name, ~100 bytes of map entries and a
 /// subscriber set).
-pub const DEFAULT_MAX_TOPICS: usize = 100_000;
+pub(crate) const DEFAULT_MAX_TOPICS: usize = 100_000;
 /// A subscription refused because the worker holds `--max-topics` topics.
-pub const TOO_MANY_TOPICS: &str = "too_many_topics";
-pub use crate::stats::exposition::LATENCY_BUCKETS_MS;
+#[cfg(test)]
+pub(crate) const TOO_MANY_TOPICS: &str = "too_many_topics";
+pub(crate) use crate::stats::exposition::LATENCY_BUCKETS_MS;
 
 /// Subscriptions of one connection (topic ids; with [`WILD`] set, an
 /// MQTT wildcard filter's id in [`Topics::wild`]). A `ThinVec` is one
@@ -35,7 +36,7 @@ pub use crate::stats::exposition::LATENCY_BUCKETS_MS;
 /// length, capacity and ids: 32 bytes of heap for one or two
 /// subscriptions where a boxed `Vec` took two allocations, 64 bytes (a
 /// million devices each subscribed to its own topic: 32 MB less).
-pub type Subs = thin_vec::ThinVec<u32>;
+pub(crate) type Subs = thin_vec::ThinVec<u32>;
 
 /// A connection's slab key as a topic keeps it.
 fn slot(key: usize) -> u32 {
@@ -60,7 +61,7 @@ struct Topic {
     subscribers: HashSet<u32>,
 }
 
-pub struct Topics {
+pub(crate) struct Topics {
     ids: HashMap<Box<str>, u32>,
     /// Indexed by id; `None` for a free id (listed in `free`).
     slots: Vec<Option<Topic>>,
@@ -90,7 +91,7 @@ impl Default for Topics {
 }
 
 impl Topics {
-    pub fn new(track: bool, max: usize, commands_per_second: u32) -> Topics {
+    pub(crate) fn new(track: bool, max: usize, commands_per_second: u32) -> Topics {
         Topics {
             ids: HashMap::new(),
             slots: Vec::new(),
@@ -105,7 +106,7 @@ impl Topics {
     }
 
     /// Subscribe connection `key` to `topic`.
-    pub fn subscribe(&mut self, subs: &mut Subs, key: usize, topic: &[u8]) -> Result<(), Close> {
+    pub(crate) fn subscribe(&mut self, subs: &mut Subs, key: usize, topic: &[u8]) -> Result<(), Close> {
         push::check_topic(topic).map_err(|_| Close::BadTopic)?;
         let name = std::str::from_utf8(topic).map_err(|_| Close::BadTopic)?;
         self.gate.permits(key, name)?;
@@ -134,7 +135,7 @@ impl Topics {
     /// levels are topic characters or wildcards, the token (`--auth jwt`)
     /// must cover the filter as written, and it counts against the
     /// connection's [`MAX_SUBSCRIPTIONS`].
-    pub fn subscribe_filter(&mut self, subs: &mut Subs, key: usize, filter: &str) -> Result<(), Close> {
+    pub(crate) fn subscribe_filter(&mut self, subs: &mut Subs, key: usize, filter: &str) -> Result<(), Close> {
         let plain: String = filter.chars().filter(|c| !matches!(c, '+' | '#')).collect();
         if filter.len() > push::MAX_TOPIC || plain.split('/').any(|l| !l.is_empty() && push::check_topic(l.as_bytes()).is_err()) {
             return Err(Close::BadTopic);
@@ -153,7 +154,7 @@ impl Topics {
 
     /// Every connection a push of `topic` goes to: its exact subscribers
     /// and those of matching wildcard filters, each once.
-    pub fn audience(&self, topic: &str) -> Vec<usize> {
+    pub(crate) fn audience(&self, topic: &str) -> Vec<usize> {
         let mut v = self.subscribers(topic);
         if self.wild.counts().0 > 0 {
             self.wild.matching(topic, &mut v);
@@ -185,7 +186,7 @@ impl Topics {
 
     /// After a token refresh: the topics connection `key` follows that its
     /// new token no longer permits, unsubscribed; their names.
-    pub fn revoke(&mut self, subs: &mut Subs, key: usize) -> Vec<Box<str>> {
+    pub(crate) fn revoke(&mut self, subs: &mut Subs, key: usize) -> Vec<Box<str>> {
         let names: Vec<Box<str>> = subs.iter().filter_map(|id| self.sub_name(*id)).map(Box::from).collect();
         let revoked: Vec<Box<str>> = names.into_iter().filter(|n| self.gate.permits(key, n).is_err()).collect();
         for name in &revoked {
@@ -194,7 +195,7 @@ impl Topics {
         revoked
     }
 
-    pub fn unsubscribe(&mut self, subs: &mut Subs, key: usize, topic: &[u8]) {
+    pub(crate) fn unsubscribe(&mut self, subs: &mut Subs, key: usize, topic: &[u8]) {
         let Some(id) =
             std::str::from_utf8(topic).ok().and_then(|t| if wildcards::is_filter(t) { self.wild.id(t).map(|id| id | WILD) } else { self.ids.get(t).copied() })
         else {
@@ -252,7 +253,7 @@ impl Topics {
     }
 
     /// A connection closed: drop it from every topic it had.
-    pub fn forget(&mut self, subs: &Subs, key: usize) {
+    pub(crate) fn forget(&mut self, subs: &Subs, key: usize) {
         for id in subs.iter() {
             self.remove(*id, key);
         }
@@ -260,7 +261,7 @@ impl Topics {
 
     /// Net first/last-subscriber changes since the last call (when
     /// tracked), sorted by topic.
-    pub fn take_changes(&mut self) -> Vec<(String, bool)> {
+    pub(crate) fn take_changes(&mut self) -> Vec<(String, bool)> {
         let mut v: Vec<(String, bool)> = self.changes.drain().map(|(k, v)| (k.into(), v)).collect();
         v.sort();
         if self.changes.capacity() > 64 {
@@ -274,25 +275,25 @@ impl Topics {
     }
 
     /// A live topic's id.
-    pub fn id(&self, name: &str) -> Option<u32> {
+    pub(crate) fn id(&self, name: &str) -> Option<u32> {
         self.ids.get(name).copied()
     }
 
     /// A live topic's name.
-    pub fn name(&self, id: u32) -> Option<&str> {
+    pub(crate) fn name(&self, id: u32) -> Option<&str> {
         self.slots.get(id as usize).and_then(Option::as_ref).map(|t| &*t.name)
     }
 
-    pub fn subscribers(&self, topic: &str) -> Vec<usize> {
+    pub(crate) fn subscribers(&self, topic: &str) -> Vec<usize> {
         self.topic(topic).map(|t| t.subscribers.iter().map(|k| *k as usize).collect()).unwrap_or_default()
     }
 
-    pub fn has(&self, subs: &Subs, topic: &str) -> bool {
+    pub(crate) fn has(&self, subs: &Subs, topic: &str) -> bool {
         self.sub_id(topic).is_some_and(|id| subs.contains(&id))
     }
 
     /// The subscription id (as in [`Subs`]) of a live topic or filter.
-    pub fn sub_id(&self, name: &str) -> Option<u32> {
+    pub(crate) fn sub_id(&self, name: &str) -> Option<u32> {
         if wildcards::is_filter(name) {
             self.wild.id(name).map(|id| id | WILD)
         } else {
@@ -302,7 +303,7 @@ impl Topics {
 
     /// Whether subscription `id` (an exact topic or a filter) takes a
     /// message of `topic` (MQTT's matching rules for a filter).
-    pub fn sub_matches(&self, id: u32, topic: &str) -> bool {
+    pub(crate) fn sub_matches(&self, id: u32, topic: &str) -> bool {
         if id & WILD != 0 {
             self.wild.name(id & !WILD).is_some_and(|f| crate::proto::mqtt::topic::matches(f, topic))
         } else {
@@ -311,7 +312,7 @@ impl Topics {
     }
 
     /// The topic or filter a connection's subscription id names.
-    pub fn sub_name(&self, id: u32) -> Option<&str> {
+    pub(crate) fn sub_name(&self, id: u32) -> Option<&str> {
         if id & WILD != 0 {
             self.wild.name(id & !WILD)
         } else {
@@ -319,12 +320,12 @@ impl Topics {
         }
     }
 
-    pub fn names_of(&self, subs: &Subs) -> Vec<String> {
+    pub(crate) fn names_of(&self, subs: &Subs) -> Vec<String> {
         subs.iter().filter_map(|id| self.sub_name(*id)).map(str::to_string).collect()
     }
 
     /// (topics with at least one subscriber, subscriptions in all).
-    pub fn counts(&self) -> (u64, u64) {
+    pub(crate) fn counts(&self) -> (u64, u64) {
         let live = self.slots.iter().flatten();
         let (filters, to_filters) = self.wild.counts();
         (self.ids.len() as u64 + filters, live.map(|t| t.subscribers.len() as u64).sum::<u64>() + to_filters)
@@ -332,7 +333,7 @@ impl Topics {
 }
 
 /// Index of the latency bucket `ms` falls in (LATENCY_BUCKETS_MS.len() is +Inf).
-pub fn bucket(ms: f64) -> usize {
+pub(crate) fn bucket(ms: f64) -> usize {
     LATENCY_BUCKETS_MS.iter().position(|b| ms <= *b).unwrap_or(LATENCY_BUCKETS_MS.len())
 }
 

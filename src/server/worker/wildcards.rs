@@ -17,13 +17,13 @@ use std::collections::{HashMap, HashSet};
 
 /// Most distinct wildcard filters one worker holds (each costs its name,
 /// map entries and a subscriber set; every push walks them all).
-pub const MAX_FILTERS: usize = 4096;
+pub(crate) const MAX_FILTERS: usize = 4096;
 /// Set in a subscription id (`topics::Subs`) that names a filter here
 /// rather than an exact topic.
-pub const WILD: u32 = 1 << 31;
+pub(crate) const WILD: u32 = 1 << 31;
 
 /// Whether a subscription names a wildcard filter (has `+` or `#`).
-pub fn is_filter(name: &str) -> bool {
+pub(crate) fn is_filter(name: &str) -> bool {
     name.contains(['+', '#'])
 }
 
@@ -35,7 +35,7 @@ struct Filter {
 
 /// The worker's wildcard filters, refcounted by their subscribers.
 #[derive(Default)]
-pub struct Wildcards {
+pub(crate) struct Wildcards {
     ids: HashMap<Box<str>, u32>,
     /// Indexed by id; `None` for a free id (listed in `free`).
     slots: Vec<Option<Filter>>,
@@ -44,18 +44,18 @@ pub struct Wildcards {
 
 impl Wildcards {
     /// The id of a live filter.
-    pub fn id(&self, filter: &str) -> Option<u32> {
+    pub(crate) fn id(&self, filter: &str) -> Option<u32> {
         self.ids.get(filter).copied()
     }
 
     /// A live filter's name.
-    pub fn name(&self, id: u32) -> Option<&str> {
+    pub(crate) fn name(&self, id: u32) -> Option<&str> {
         self.slots.get(id as usize).and_then(Option::as_ref).map(|f| &*f.name)
     }
 
     /// Add subscriber `key` to `filter` (interned if new); its id. Err:
     /// the worker holds [`MAX_FILTERS`] already.
-    pub fn add(&mut self, filter: &str, key: usize) -> Result<u32, Close> {
+    pub(crate) fn add(&mut self, filter: &str, key: usize) -> Result<u32, Close> {
         let id = match self.ids.get(filter) {
             Some(id) => *id,
             None => {
@@ -83,7 +83,7 @@ impl Wildcards {
 
     /// Drop subscriber `key` from filter `id`; the filter goes with its
     /// last subscriber.
-    pub fn remove(&mut self, id: u32, key: usize) {
+    pub(crate) fn remove(&mut self, id: u32, key: usize) {
         let Some(f) = self.slots.get_mut(id as usize).and_then(Option::as_mut) else { return };
         if !f.subscribers.remove(&key) || !f.subscribers.is_empty() {
             return;
@@ -99,7 +99,7 @@ impl Wildcards {
     /// Append the subscribers of every filter matching `topic` to `out`
     /// (a subscriber of several matching filters appears once per filter:
     /// the caller dedups).
-    pub fn matching(&self, topic: &str, out: &mut Vec<usize>) {
+    pub(crate) fn matching(&self, topic: &str, out: &mut Vec<usize>) {
         for f in self.slots.iter().flatten() {
             if crate::proto::mqtt::topic::matches(&f.name, topic) {
                 out.extend(f.subscribers.iter().copied());
@@ -108,7 +108,7 @@ impl Wildcards {
     }
 
     /// (live filters, subscriptions to them).
-    pub fn counts(&self) -> (u64, u64) {
+    pub(crate) fn counts(&self) -> (u64, u64) {
         (self.ids.len() as u64, self.slots.iter().flatten().map(|f| f.subscribers.len() as u64).sum())
     }
 }

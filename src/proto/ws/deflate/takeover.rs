@@ -18,11 +18,11 @@ use flate2::Decompress;
 /// Smallest window zlib's raw deflate can use (2^9 = 512 bytes; an
 /// offer of 8 is answered with 9 by zlib itself, which RFC 7692 forbids
 /// a server, so an offer under 9 for our side is declined).
-pub const MIN_WINDOW_BITS: u8 = 9;
+pub(crate) const MIN_WINDOW_BITS: u8 = 9;
 
 /// What a server accepted from one offer in takeover mode.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Agreement {
+pub(crate) struct Agreement {
     /// The `Sec-WebSocket-Extensions` value to answer.
     pub answer: String,
     /// Our messages keep context, with a window of 2^bits (None: the
@@ -35,7 +35,7 @@ pub struct Agreement {
 
 impl Agreement {
     /// Whether either side keeps context (the connection needs state).
-    pub fn takes_over(&self) -> bool {
+    pub(crate) fn takes_over(&self) -> bool {
         self.server_window.is_some() || self.client_window.is_some()
     }
 }
@@ -46,7 +46,7 @@ impl Agreement {
 /// client asked for, and the client's window limited to `bits` when the
 /// offer says it can be (`client_max_window_bits`). None: no acceptable
 /// offer.
-pub fn accept(offers: &str, bits: u8) -> Option<Agreement> {
+pub(crate) fn accept(offers: &str, bits: u8) -> Option<Agreement> {
     if offers.len() > MAX_OFFERS_LEN {
         return None;
     }
@@ -100,19 +100,20 @@ fn answer(o: &Offer, bits: u8) -> Option<Agreement> {
 /// its first compressed message (zlib state and a window of 2^`bits`),
 /// lent to the worker's [`super::Inflater`] for each read.
 #[derive(Default)]
-pub struct InflateContext {
+pub(crate) struct InflateContext {
     pub(super) d: Option<Box<Decompress>>,
     pub(super) bits: u8,
 }
 
 impl InflateContext {
     /// For a client window of at most 2^`bits` (9..=15).
-    pub fn new(bits: u8) -> InflateContext {
+    pub(crate) fn new(bits: u8) -> InflateContext {
         InflateContext { d: None, bits: bits.clamp(MIN_WINDOW_BITS, 15) }
     }
 
     /// Whether its zlib state has been made (a compressed message came).
-    pub fn is_allocated(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_allocated(&self) -> bool {
         self.d.is_some()
     }
 }

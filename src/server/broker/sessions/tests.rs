@@ -26,7 +26,7 @@ fn answer(a: &[Action]) -> &SessionAnswer {
 fn kept(s: &mut Sessions, conn: u64, id: &str, filter: &str, now: Instant) {
     assert_eq!(answer(&s.claim(0, claim(conn, id, false, NEVER), now)).code, 0);
     let state = SessionState { subs: vec![(filter.into(), 1)], messages: Vec::new() };
-    assert!(s.ended(end(&s, conn, id, NEVER, Some(state)), now).is_empty());
+    assert!(s.ended(end(s, conn, id, NEVER, Some(state)), now).is_empty());
 }
 
 /// A second CONNECT of an id takes it over: the first connection is told

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 /// A will on its way to the topic space after its delay.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct DelayedWill {
+pub(crate) struct DelayedWill {
     pub will: ClientPublish,
     /// The Will Delay Interval, seconds.
     pub delay_s: u32,
@@ -25,13 +25,13 @@ pub struct DelayedWill {
 
 /// The wills waiting for their delay, by client id (its registry key).
 #[derive(Debug, Default)]
-pub struct Wills {
+pub(crate) struct Wills {
     waiting: HashMap<IdKey, (Instant, ClientPublish)>,
 }
 
 /// What became of a will handed to [`Wills::hold`].
 #[derive(Debug, PartialEq, Eq)]
-pub enum Held {
+pub(crate) enum Held {
     /// It waits.
     Waiting,
     /// Publish it now: the bound is reached (counted `full`).
@@ -41,7 +41,7 @@ pub enum Held {
 impl Wills {
     /// Hold `w` of client `id` until `delay_s` (at most `expiry_s`, the
     /// session's) passed; past `max` waiting it is to be published now.
-    pub fn hold(&mut self, id: IdKey, w: DelayedWill, expiry_s: u32, max: usize, now: Instant) -> Held {
+    pub(crate) fn hold(&mut self, id: IdKey, w: DelayedWill, expiry_s: u32, max: usize, now: Instant) -> Held {
         if self.waiting.len() >= max && !self.waiting.contains_key(&id) {
             return Held::Now(w.will);
         }
@@ -52,23 +52,24 @@ impl Wills {
 
     /// Client `id` connected again: its waiting will is cancelled
     /// (whether there was one).
-    pub fn cancel(&mut self, id: &IdKey) -> bool {
+    pub(crate) fn cancel(&mut self, id: &IdKey) -> bool {
         self.waiting.remove(id).is_some()
     }
 
     /// The wills whose time came, taken.
-    pub fn due(&mut self, now: Instant) -> Vec<ClientPublish> {
+    pub(crate) fn due(&mut self, now: Instant) -> Vec<ClientPublish> {
         let ids: Vec<IdKey> = self.waiting.iter().filter(|(_, (t, _))| *t <= now).map(|(id, _)| *id).collect();
         ids.into_iter().filter_map(|id| self.waiting.remove(&id)).map(|(_, w)| w).collect()
     }
 
     /// How many wait.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.waiting.len()
     }
 
     /// Whether none waits.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.waiting.is_empty()
     }
 }

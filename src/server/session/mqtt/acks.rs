@@ -23,7 +23,7 @@ fn count(map: &mut crate::stats::counters::Kinds, kind: &str) {
 }
 
 /// PUBACK, PUBREC or PUBCOMP (`stage`) for one of the server's deliveries.
-pub fn outbound(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, stage: Stage, a: &Ack<'_>) {
+pub(super) fn outbound(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, stage: Stage, a: &Ack<'_>) {
     let kind = match stage {
         Stage::Ack => "puback",
         Stage::Rec => "pubrec",
@@ -60,7 +60,7 @@ pub fn outbound(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, stage: Stage, a
 }
 
 /// PUBREL for one of the client's QoS 2 publishes: PUBCOMP.
-pub fn pubrel(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, a: &Ack<'_>) {
+pub(super) fn pubrel(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, a: &Ack<'_>) {
     count(&mut ctx.req.stats.mqtt_acks_in, "pubrel");
     let known = m.extra.as_deref_mut().is_some_and(|x| x.flight.released(a.packet_id));
     m.tidy();

@@ -15,12 +15,12 @@ use crate::proto::mqtt::Error;
 use crate::server::close::Close;
 
 /// Aliases a client may set (the Topic Alias Maximum announced).
-pub const TOPIC_ALIAS_MAXIMUM: u16 = 16;
+pub(crate) const TOPIC_ALIAS_MAXIMUM: u16 = 16;
 
 /// The topic a PUBLISH is for: `None` when it carries its topic (its
 /// alias, if any, now names it), the aliased topic when it carries only
 /// the alias. Err: the alias is over the maximum or unknown.
-pub fn resolve(m: &mut MqttConn, topic: &str, alias: Option<u16>) -> Result<Option<Box<str>>, Close> {
+pub(crate) fn resolve(m: &mut MqttConn, topic: &str, alias: Option<u16>) -> Result<Option<Box<str>>, Close> {
     let Some(alias) = alias else { return Ok(None) };
     if alias == 0 || alias > TOPIC_ALIAS_MAXIMUM {
         return Err(Close::Mqtt(Error::TopicAliasInvalid));

@@ -11,7 +11,7 @@ use crate::server::close::{self, Close};
 use crate::server::commands::SessionClaim;
 
 /// CONNECT: refuse what is not supported, check the token, answer.
-pub fn connect(ctx: &mut Ctx<'_>, m: &mut MqttConn, c: Connect<'_>) -> Result<(), Close> {
+pub(crate) fn connect(ctx: &mut Ctx<'_>, m: &mut MqttConn, c: Connect<'_>) -> Result<(), Close> {
     let v = c.version;
     if c.properties.auth_method.is_some() {
         return Err(refuse_connect(ctx, v, 0x8C, None, Close::MqttAuthMethodUnsupported));
@@ -66,7 +66,7 @@ pub fn connect(ctx: &mut Ctx<'_>, m: &mut MqttConn, c: Connect<'_>) -> Result<()
 /// The supervisor accepted the claim of the connection's client id: its
 /// CONNACK (session present or not) onto `out`; the connection is
 /// registered (its end is reported).
-pub fn claimed(out: &mut Vec<u8>, m: &mut MqttConn, max_packet_size: u32, present: bool) {
+pub(crate) fn claimed(out: &mut Vec<u8>, m: &mut MqttConn, max_packet_size: u32, present: bool) {
     let v = m.version.unwrap_or(Version::V311);
     m.claim = Claim::Registered;
     let properties = connack_properties(v, max_packet_size, None, None);
@@ -75,7 +75,7 @@ pub fn claimed(out: &mut Vec<u8>, m: &mut MqttConn, max_packet_size: u32, presen
 }
 
 /// The CONNACK properties of an accepted CONNECT: what this server offers (v5).
-pub fn connack_properties(v: Version, max_packet_size: u32, assigned: Option<&str>, session_expiry: Option<u32>) -> Properties<'_> {
+pub(crate) fn connack_properties(v: Version, max_packet_size: u32, assigned: Option<&str>, session_expiry: Option<u32>) -> Properties<'_> {
     match v {
         Version::V311 => Properties::default(),
         Version::V5 => Properties {

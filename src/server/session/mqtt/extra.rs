@@ -13,7 +13,7 @@ use crate::server::worker::topics::{Subs, Topics};
 /// Options of one subscription that differ from QoS 0 without Retain As
 /// Published, No Local or a subscription identifier (the only ones kept).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SubOpts {
+pub(crate) struct SubOpts {
     /// The subscription's id in the worker's topics (`topics::Subs`).
     pub id: u32,
     /// Granted QoS.
@@ -28,7 +28,7 @@ pub struct SubOpts {
 
 /// How a message goes to one connection ([`MqttConn::delivery`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Delivered {
+pub(crate) struct Delivered {
     pub qos: QoS,
     pub retain: bool,
     /// The identifiers of the subscriptions it matched (v5).
@@ -39,7 +39,7 @@ pub struct Delivered {
 /// path as a client's publish when the connection ends without a
 /// DISCONNECT (or with v5 reason 0x04).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OwnedWill {
+pub(crate) struct OwnedWill {
     pub topic: Box<str>,
     pub payload: Box<[u8]>,
     pub qos: QoS,
@@ -50,7 +50,7 @@ pub struct OwnedWill {
 
 /// The boxed part of an [`MqttConn`].
 #[derive(Debug, Default)]
-pub struct Extra {
+pub(crate) struct Extra {
     /// Subscriptions with a QoS above 0 or Retain As Published, at most
     /// one per subscription of the connection (so bounded like them).
     pub subs: Vec<SubOpts>,
@@ -75,7 +75,7 @@ pub struct Extra {
 
 impl MqttConn {
     /// The client's Maximum Packet Size (`u32::MAX` when it gave none).
-    pub fn max_in(&self) -> u32 {
+    pub(crate) fn max_in(&self) -> u32 {
         match self.extra.as_deref().map_or(0, |x| x.max_in) {
             0 => u32::MAX,
             m => m,
@@ -83,13 +83,13 @@ impl MqttConn {
     }
 
     /// Seconds its session outlives it (0: not at all).
-    pub fn expiry_s(&self) -> u32 {
+    pub(crate) fn expiry_s(&self) -> u32 {
         self.extra.as_deref().map_or(0, |x| x.expiry_s)
     }
 
     /// Set the Maximum Packet Size and session expiry of a CONNECT
     /// (boxed only when they are not the defaults).
-    pub fn set_limits(&mut self, max_in: Option<u32>, expiry_s: u32) {
+    pub(crate) fn set_limits(&mut self, max_in: Option<u32>, expiry_s: u32) {
         let max_in = max_in.filter(|m| *m != u32::MAX).unwrap_or(0);
         if max_in != 0 || expiry_s != 0 {
             let x = self.extra_mut();
@@ -98,12 +98,12 @@ impl MqttConn {
     }
 
     /// The boxed part, made if it did not exist.
-    pub fn extra_mut(&mut self) -> &mut Extra {
+    pub(crate) fn extra_mut(&mut self) -> &mut Extra {
         self.extra.get_or_insert_with(Default::default)
     }
 
     /// Free the boxed part once it holds nothing.
-    pub fn tidy(&mut self) {
+    pub(crate) fn tidy(&mut self) {
         if self.extra.as_deref().is_some_and(|x| {
             x.subs.is_empty()
                 && x.will.is_none()
@@ -120,7 +120,7 @@ impl MqttConn {
 
     /// Record a subscription's options: kept only when they are not the
     /// plain QoS 0 ones.
-    pub fn set_sub(&mut self, o: SubOpts) {
+    pub(crate) fn set_sub(&mut self, o: SubOpts) {
         if let Some(x) = self.extra.as_deref_mut() {
             x.subs.retain(|s| s.id != o.id);
         }
@@ -136,7 +136,7 @@ impl MqttConn {
     /// than the publish's (§3.8.4); the retain flag only through a Retain
     /// As Published one; with their subscription identifiers. None: it
     /// matched only No Local subscriptions and is its own (§3.8.3.1).
-    pub fn delivery(&self, topics: &Topics, all: &Subs, topic: &str, qos: QoS, retain: bool, own: bool) -> Option<Delivered> {
+    pub(crate) fn delivery(&self, topics: &Topics, all: &Subs, topic: &str, qos: QoS, retain: bool, own: bool) -> Option<Delivered> {
         let plain = Delivered { qos: QoS::AtMostOnce, retain: false, sids: Vec::new() };
         let Some(x) = self.extra.as_deref().filter(|x| !x.subs.is_empty()) else { return Some(plain) };
         let (mut granted, mut rap, mut sids, mut any) = (QoS::AtMostOnce, false, Vec::new(), false);
@@ -159,7 +159,7 @@ impl MqttConn {
     }
 
     /// The will to publish now that the connection ends (taken: once).
-    pub fn take_will(&mut self) -> Option<OwnedWill> {
+    pub(crate) fn take_will(&mut self) -> Option<OwnedWill> {
         self.extra.as_deref_mut().and_then(|x| x.will.take())
     }
 }

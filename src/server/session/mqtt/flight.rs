@@ -21,20 +21,20 @@ use std::rc::Rc;
 
 /// Default and largest inflight window to one client (`--mqtt-inflight`):
 /// its v5 Receive Maximum may only lower it.
-pub const DEFAULT_INFLIGHT: u16 = 32;
+pub(crate) const DEFAULT_INFLIGHT: u16 = 32;
 /// Default `--mqtt-queue`: deliveries held per connection behind a full window.
-pub const DEFAULT_QUEUED: usize = 1000;
+pub(crate) const DEFAULT_QUEUED: usize = 1000;
 /// Default `--mqtt-queue-bytes`: bytes of those (shared buffers counted
 /// whole, as if each were the connection's own).
-pub const DEFAULT_QUEUED_BYTES: usize = 1 << 20;
+pub(crate) const DEFAULT_QUEUED_BYTES: usize = 1 << 20;
 /// Drop reason: the held queue has `--mqtt-queue` deliveries.
-pub const QUEUE_FULL: &str = "queue_full";
+pub(crate) const QUEUE_FULL: &str = "queue_full";
 /// Drop reason: the held queue has `--mqtt-queue-bytes`.
-pub const QUEUE_BYTES: &str = "queue_bytes";
+pub(crate) const QUEUE_BYTES: &str = "queue_bytes";
 
 /// Where an outbound delivery is in its handshake.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
+pub(crate) enum Stage {
     /// QoS 1, sent: PUBACK due.
     Ack,
     /// QoS 2, sent: PUBREC due.
@@ -47,7 +47,7 @@ pub enum Stage {
 /// version, QoS and retain flag; each gets a copy with its packet id at
 /// `id_at`.
 #[derive(Debug, Clone)]
-pub struct Delivery {
+pub(crate) struct Delivery {
     pub bytes: Rc<[u8]>,
     pub id_at: usize,
     pub qos: QoS,
@@ -60,7 +60,7 @@ pub struct Delivery {
 impl Delivery {
     /// The message this PUBLISH carries: (topic, payload, retain). Our
     /// own encoding (`encode_push`; a kept session keeps no properties).
-    pub fn message(&self, v5: bool) -> Option<(&str, &[u8], bool)> {
+    pub(crate) fn message(&self, v5: bool) -> Option<(&str, &[u8], bool)> {
         let b = &self.bytes;
         let mut at = 1;
         while b.get(at)? & 0x80 != 0 {
@@ -88,7 +88,7 @@ impl Delivery {
     }
 
     /// Whether its Message Expiry Interval passed at `now_us`.
-    pub fn expired(&self, now_us: u64) -> bool {
+    pub(crate) fn expired(&self, now_us: u64) -> bool {
         self.expires_us != 0 && now_us >= self.expires_us
     }
 
@@ -113,7 +113,7 @@ impl Delivery {
 /// The bounds of one connection's deliveries (`--mqtt-inflight`,
 /// `--mqtt-queue`, `--mqtt-queue-bytes`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Bounds {
+pub(crate) struct Bounds {
     /// Most in flight (a v5 client's Receive Maximum may lower it).
     pub inflight: u16,
     /// Most held behind a full window.
@@ -130,7 +130,7 @@ impl Default for Bounds {
 
 /// What became of an offered delivery.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Offer {
+pub(crate) enum Offer {
     /// Send these bytes now (in flight).
     Send(Vec<u8>),
     /// The window is full: it waits in the queue.
@@ -141,7 +141,7 @@ pub enum Offer {
 
 /// What an acknowledgement from the client asks of the server.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Acked {
+pub(crate) enum Acked {
     /// It closed a delivery (PUBACK, PUBCOMP, a v5 PUBREC refusing it).
     Done,
     /// PUBREC: send PUBREL for this id.
@@ -152,7 +152,7 @@ pub enum Acked {
 
 /// What a client's QoS 2 PUBLISH is to the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Incoming {
+pub(crate) enum Incoming {
     /// A new id: forward it, then PUBREC (the id now awaits its PUBREL).
     New,
     /// Its id awaits its PUBREL already: PUBREC again, not forwarded again.
@@ -164,7 +164,7 @@ pub enum Incoming {
 /// A connection's QoS 1 and 2 deliveries and the client's QoS 2
 /// publishes awaiting PUBREL.
 #[derive(Debug, Default)]
-pub struct Flight {
+pub(crate) struct Flight {
     /// The last packet id given (ids cycle 1..=65535, skipping those in flight).
     last_id: u16,
     /// Deliveries in flight, at most the window (a resumed session's may
@@ -179,18 +179,18 @@ pub struct Flight {
 
 impl Flight {
     /// Whether nothing is in flight either way (the state may be freed).
-    pub fn idle(&self) -> bool {
+    pub(crate) fn idle(&self) -> bool {
         self.out.is_empty() && self.held.is_empty() && self.incoming.is_empty()
     }
 
     /// Deliveries in flight and held: (in flight, held, held bytes).
-    pub fn counts(&self) -> (usize, usize, usize) {
+    pub(crate) fn counts(&self) -> (usize, usize, usize) {
         (self.out.len(), self.held.len(), self.held_bytes)
     }
 
     /// Deliver `d`: at once when fewer than `window` are in flight, else
     /// queued within `bounds`, else dropped.
-    pub fn offer(&mut self, d: Delivery, window: u16, bounds: Bounds) -> Offer {
+    pub(crate) fn offer(&mut self, d: Delivery, window: u16, bounds: Bounds) -> Offer {
         if self.out.len() < usize::from(window.max(1)) && self.held.is_empty() {
             return Offer::Send(self.start(&d, None));
         }
@@ -223,7 +223,7 @@ impl Flight {
     /// Move held deliveries into the window's free places; each one's
     /// packet, with its QoS, appended in order. Those whose Message
     /// Expiry Interval passed by `now_us` are dropped; how many returned.
-    pub fn release(&mut self, window: u16, now_us: u64, sent: &mut Vec<(Vec<u8>, QoS)>) -> u64 {
+    pub(crate) fn release(&mut self, window: u16, now_us: u64, sent: &mut Vec<(Vec<u8>, QoS)>) -> u64 {
         let mut expired = 0;
         while self.out.len() < usize::from(window.max(1)) {
             let Some(d) = self.held.pop_front() else { break };
@@ -243,7 +243,7 @@ impl Flight {
     /// The client acknowledged `id` (`stage`: which ack it sent: PUBACK
     /// closes a QoS 1 delivery, PUBREC moves a QoS 2 one on unless it
     /// refuses it (`refused`, v5 reason ≥ 0x80), PUBCOMP closes it).
-    pub fn acked(&mut self, stage: Stage, id: u16, refused: bool) -> Acked {
+    pub(crate) fn acked(&mut self, stage: Stage, id: u16, refused: bool) -> Acked {
         let Some(i) = self.out.iter().position(|(i, s, _)| *i == id && *s == stage) else {
             // A PUBREC repeated after the PUBREL went: send PUBREL again.
             if stage == Stage::Rec && self.out.iter().any(|(i, s, _)| *i == id && *s == Stage::Comp) {
@@ -270,7 +270,7 @@ impl Flight {
     /// What a session keeps of this flight when its connection ends, in
     /// order: those in flight (packet id, whether PUBREL went), then
     /// those held (id 0).
-    pub fn pending(&self) -> impl Iterator<Item = (u16, bool, &Delivery)> {
+    pub(crate) fn pending(&self) -> impl Iterator<Item = (u16, bool, &Delivery)> {
         self.out.iter().map(|(id, s, d)| (*id, *s == Stage::Comp, d)).chain(self.held.iter().map(|d| (0, false, d)))
     }
 
@@ -278,7 +278,7 @@ impl Flight {
     /// flight again, its packet (the PUBLISH with DUP, or the PUBREL when
     /// that went already, §4.4). None when the id is in flight already
     /// (a peer's resumed state is not trusted): offer it as new instead.
-    pub fn resume(&mut self, d: Delivery, id: u16, released: bool) -> Option<Vec<u8>> {
+    pub(crate) fn resume(&mut self, d: Delivery, id: u16, released: bool) -> Option<Vec<u8>> {
         if id == 0 || self.out.iter().any(|(i, _, _)| *i == id) {
             return None;
         }
@@ -295,7 +295,7 @@ impl Flight {
     }
 
     /// A QoS 2 PUBLISH from the client with `id`.
-    pub fn received(&mut self, id: u16, max: usize) -> Incoming {
+    pub(crate) fn received(&mut self, id: u16, max: usize) -> Incoming {
         if self.incoming.contains(&id) {
             return Incoming::Resent;
         }
@@ -307,7 +307,7 @@ impl Flight {
     }
 
     /// PUBREL for `id`: whether it awaited one (then forgotten).
-    pub fn released(&mut self, id: u16) -> bool {
+    pub(crate) fn released(&mut self, id: u16) -> bool {
         let Some(i) = self.incoming.iter().position(|i| *i == id) else { return false };
         self.incoming.swap_remove(i);
         if self.incoming.is_empty() {

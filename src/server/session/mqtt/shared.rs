@@ -22,14 +22,14 @@ use crate::server::commands::{conn_id, SharedChange};
 use std::collections::HashMap;
 
 /// Most shared subscriptions of one connection.
-pub const MAX_PER_CONN: usize = 16;
+pub(crate) const MAX_PER_CONN: usize = 16;
 /// Most distinct `$share/{group}/{filter}` names a worker's connections
 /// hold at once (the supervisor's bound on groups is the node's).
-pub const MAX_PER_WORKER: usize = 4096;
+pub(crate) const MAX_PER_WORKER: usize = 4096;
 
 /// One shared subscription of a connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Share {
+pub(crate) struct Share {
     /// `$share/{group}/{filter}` as subscribed.
     pub name: Box<str>,
     pub qos: QoS,
@@ -38,7 +38,7 @@ pub struct Share {
 /// A worker's shared subscription names and how many of its connections
 /// hold each.
 #[derive(Debug, Default)]
-pub struct Local {
+pub(crate) struct Local {
     names: HashMap<Box<str>, u32>,
 }
 
@@ -57,7 +57,7 @@ impl Local {
     }
 
     /// One connection less holds `name`.
-    pub fn leave(&mut self, name: &str) {
+    pub(crate) fn leave(&mut self, name: &str) {
         if let Some(n) = self.names.get_mut(name) {
             *n -= 1;
             if *n == 0 {
@@ -69,7 +69,7 @@ impl Local {
 
 /// A shared subscription's SUBSCRIBE: Ok(granted QoS), or the v5 SUBACK
 /// code and the refusal's counter name.
-pub fn subscribe(ctx: &mut Ctx<'_>, m: &mut MqttConn, sub: &Subscription<'_>, s: Shared<'_>) -> Result<u8, (u8, &'static str)> {
+pub(crate) fn subscribe(ctx: &mut Ctx<'_>, m: &mut MqttConn, sub: &Subscription<'_>, s: Shared<'_>) -> Result<u8, (u8, &'static str)> {
     let plain: String = s.filter.chars().filter(|c| !matches!(c, '+' | '#')).collect();
     if sub.filter.len() > crate::proto::push::MAX_TOPIC || plain.split('/').any(|l| !l.is_empty() && crate::proto::push::check_topic(l.as_bytes()).is_err()) {
         return Err((0x8F, "bad_topic"));
@@ -103,7 +103,7 @@ pub fn subscribe(ctx: &mut Ctx<'_>, m: &mut MqttConn, sub: &Subscription<'_>, s:
 }
 
 /// A shared subscription's UNSUBSCRIBE: whether it was there.
-pub fn unsubscribe(ctx: &mut Ctx<'_>, m: &mut MqttConn, name: &str) -> bool {
+pub(crate) fn unsubscribe(ctx: &mut Ctx<'_>, m: &mut MqttConn, name: &str) -> bool {
     let Some(x) = m.extra.as_deref_mut() else { return false };
     let Some(i) = x.shares.iter().position(|h| *h.name == *name) else { return false };
     x.shares.swap_remove(i);
@@ -115,7 +115,7 @@ pub fn unsubscribe(ctx: &mut Ctx<'_>, m: &mut MqttConn, name: &str) -> bool {
 }
 
 /// A connection ends: the groups it leaves (taken from it).
-pub fn leave_all(m: &mut MqttConn, local: &mut Local, conn: u64) -> Vec<SharedChange> {
+pub(crate) fn leave_all(m: &mut MqttConn, local: &mut Local, conn: u64) -> Vec<SharedChange> {
     let Some(x) = m.extra.as_deref_mut() else { return Vec::new() };
     let shares = std::mem::take(&mut x.shares);
     m.tidy();
