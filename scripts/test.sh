@@ -2,8 +2,8 @@
 # The test command: formatting and lints, unit and property tests, and
 # end-to-end tests over loopback (real server and client processes,
 # crashed workers, elastic growth, peers nobody here wrote), then half of
-# them again on the epoll reactor, beside the first run. About 6.5 min of
-# tests once built; a first build adds about 7 min (825 s in all from a
+# them again on the epoll reactor, beside the first run. About 7 min of
+# tests once built; a first build adds about 8.5 min (943 s in all from a
 # fresh clone, BENCHMARKS.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."

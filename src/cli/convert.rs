@@ -120,6 +120,7 @@ impl From<LoadArgs> for LoadConfig {
                     qos: a.mqtt.mqtt_qos,
                     publish_topic: a.mqtt.mqtt_publish_topic,
                     subscribe: a.mqtt.mqtt_subscribe,
+                    ramp_s: 0,
                 },
                 ..Traffic::default()
             },

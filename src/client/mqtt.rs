@@ -67,6 +67,11 @@ pub(crate) struct MqttOptions {
     /// `--mqtt-subscribe`: topic filters (wildcards allowed, `{conn}`
     /// replaced) every connection subscribes to, besides `--subscribe`.
     pub subscribe: Vec<String>,
+    /// Seconds the ramp may take by the plan (until its deadline):
+    /// heartbeats start once it is done, so the keep-alive a CONNECT
+    /// announces covers it (set by the client's planner, not a flag).
+    #[serde(default)]
+    pub ramp_s: u32,
 }
 
 impl Default for MqttOptions {
@@ -79,6 +84,7 @@ impl Default for MqttOptions {
             qos: 0,
             publish_topic: "megaconn/{conn}".into(),
             subscribe: Vec::new(),
+            ramp_s: 0,
         }
     }
 }
@@ -88,12 +94,15 @@ pub(crate) fn expand(template: &str, conn: u64) -> String {
     template.replace("{conn}", &conn.to_string())
 }
 
-/// The keep-alive a CONNECT announces for heartbeats every `heartbeat`:
-/// twice the interval (whole seconds, rounded up, at most 65535), so one
-/// late heartbeat does not get the connection closed; 0 (off) without
-/// heartbeats.
-pub(crate) fn keep_alive(heartbeat: Option<std::time::Duration>) -> u16 {
-    heartbeat.map_or(0, |h| (h.as_micros().div_ceil(1_000_000) * 2).clamp(1, u16::MAX as u128) as u16)
+/// The keep-alive a CONNECT announces for heartbeats every `heartbeat`
+/// that start after a ramp of up to `ramp_s` seconds: twice the interval
+/// plus the ramp (whole seconds, rounded up, at most 65535), so one late
+/// heartbeat does not get the connection closed, nor does a long ramp
+/// (a broker closes a connection silent for 1.5 keep-alives: at 12,000
+/// connections/s a million take 83 s, and with 30 s heartbeats the first
+/// connections went silent past 90 s); 0 (off) without heartbeats.
+pub(crate) fn keep_alive(heartbeat: Option<std::time::Duration>, ramp_s: u32) -> u16 {
+    heartbeat.map_or(0, |h| (h.as_micros().div_ceil(1_000_000) * 2 + u128::from(ramp_s)).clamp(1, u16::MAX as u128) as u16)
 }
 
 /// Why a CONNACK refused: its code as the version's standard writes it.
@@ -138,7 +147,7 @@ impl MqttSpeaker {
         MqttSpeaker {
             version: if traffic.mqtt.v5 { Version::V5 } else { Version::V311 },
             limits: mqtt::Limits { max_packet_size: MAX_PACKET, ..Default::default() },
-            keep_alive: keep_alive(traffic.heartbeat),
+            keep_alive: keep_alive(traffic.heartbeat, traffic.mqtt.ramp_s),
             tokens: traffic.jwt_secret.as_deref().map(super::token::Minter::new),
             message: traffic.raw_message.as_ref().map(|m| WsMessage::new(m, true)),
             wall_offset_us: crate::proto::push::wall_us() as i64 - crate::sys::mono_us() as i64,

@@ -263,6 +263,11 @@ impl ClientRun {
             deadline_us = last_start_us + load.traffic.connect_timeout.as_micros() as u64 + 60_000_000;
             s
         });
+        // Heartbeats start once the ramp is done: an MQTT keep-alive
+        // covers the ramp up to its deadline (stages set no ramp).
+        if stages.is_none() {
+            traffic.mqtt.ramp_s = u32::try_from(ramp_deadline_us.saturating_sub(start_at_us).div_ceil(1_000_000)).unwrap_or(u32::MAX);
+        }
         // Worker i's share: with --stages the g % w == i of every stage
         // target (so a share of the highest bounds its share of each),
         // else a contiguous slice of the plan.

@@ -6,10 +6,13 @@ use super::*;
 #[test]
 fn keep_alive_is_twice_the_heartbeat() {
     use std::time::Duration;
-    assert_eq!(keep_alive(None), 0);
-    assert_eq!(keep_alive(Some(Duration::from_secs(30))), 60);
-    assert_eq!(keep_alive(Some(Duration::from_millis(200))), 2);
-    assert_eq!(keep_alive(Some(Duration::from_secs(100_000))), u16::MAX);
+    assert_eq!(keep_alive(None, 0), 0);
+    assert_eq!(keep_alive(None, 200), 0, "no heartbeats: no keep-alive, whatever the ramp");
+    assert_eq!(keep_alive(Some(Duration::from_secs(30)), 0), 60);
+    assert_eq!(keep_alive(Some(Duration::from_secs(30)), 197), 257, "the ramp is covered");
+    assert_eq!(keep_alive(Some(Duration::from_millis(200)), 0), 2);
+    assert_eq!(keep_alive(Some(Duration::from_secs(100_000)), 0), u16::MAX);
+    assert_eq!(keep_alive(Some(Duration::from_secs(30)), u32::MAX), u16::MAX);
 }
 
 #[test]
