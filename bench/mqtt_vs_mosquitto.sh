@@ -35,33 +35,9 @@ if [ "$(ulimit -Hn)" -lt $(( n + 100 )) ]; then
 fi
 ulimit -n "$(ulimit -Hn)"
 
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+. bench/procs.sh   # pids (killed at exit), wait_for, tree, rss_of, cpu_ticks_of
 
-# wait_for SECONDS WHAT CMD...: run CMD every 0.2 s until it succeeds.
-wait_for() {
-  local limit=$1 what=$2; shift 2
-  local end=$(( SECONDS + limit ))
-  until "$@"; do
-    if [ "$SECONDS" -ge "$end" ]; then echo "timed out after ${limit}s waiting for $what" >&2; return 1; fi
-    sleep 0.2
-  done
-}
 listening() { (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; }
-
-# The processes of a tree rooted at PID (megaconn's supervisor and workers).
-tree() {
-  local p=$1
-  echo "$p"
-  for c in $(cat /proc/"$p"/task/*/children 2>/dev/null); do tree "$c"; done
-}
-rss_of() { local t=0 p; for p in $(tree "$1"); do t=$(( t + $(awk '/^VmRSS:/ {print $2}' /proc/"$p"/status 2>/dev/null || echo 0) )); done; echo $(( t * 1024 )); }
-cpu_ticks_of() { local t=0 p; for p in $(tree "$1"); do t=$(( t + $(sed 's/.*) //' /proc/"$p"/stat 2>/dev/null | awk '{print $12 + $13}' || echo 0) )); done; echo "$t"; }
 
 # start_broker NAME [megaconn server flags...]: prints nothing, sets spid.
 start_broker() {

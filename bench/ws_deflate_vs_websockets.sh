@@ -32,13 +32,7 @@ if [ -z "${MEGACONN:-}" ]; then cargo build --release --locked -q; fi
 bin=${MEGACONN:-target/release/megaconn}
 python3 -c 'import websockets' || { echo "Python websockets is missing: bash scripts/setup.sh" >&2; exit 2; }
 
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+. bench/procs.sh   # pids (killed at exit), wait_for, tree, rss_of, cpu_ticks_of
 
 # Bounds: the ramp at the client's rate plus a minute; the hold covers the
 # settle, the pushes and a tail for the last deliveries.
@@ -46,25 +40,6 @@ rate=5000
 ramp_limit=$(( n / rate + 60 ))
 hold=$(( 4 + pushes * interval + 6 ))
 client_limit=$(( ramp_limit + hold + 60 ))
-
-# wait_for SECONDS WHAT CMD...: run CMD every 0.2 s until it succeeds.
-wait_for() {
-  local limit=$1 what=$2; shift 2
-  local end=$(( SECONDS + limit ))
-  until "$@"; do
-    if [ "$SECONDS" -ge "$end" ]; then echo "timed out after ${limit}s waiting for $what" >&2; return 1; fi
-    sleep 0.2
-  done
-}
-
-# The processes of a tree rooted at PID (megaconn's supervisor and workers).
-tree() {
-  local p=$1
-  echo "$p"
-  for c in $(cat /proc/"$p"/task/*/children 2>/dev/null); do tree "$c"; done
-}
-rss_of() { local t=0 p; for p in $(tree "$1"); do t=$(( t + $(awk '/^VmRSS:/ {print $2}' /proc/"$p"/status 2>/dev/null || echo 0) )); done; echo $(( t * 1024 )); }
-cpu_ticks_of() { local t=0 p; for p in $(tree "$1"); do t=$(( t + $(sed 's/.*) //' /proc/"$p"/stat 2>/dev/null | awk '{print $12 + $13}' || echo 0) )); done; echo "$t"; }
 
 client() { # NAME DEFLATE(on|off)
   local flag=(); [ "$2" = on ] && flag=(--ws-deflate)

@@ -1,0 +1,30 @@
+# Sourced by the bench scripts that start servers and measure them:
+# the PIDs they started (`pids`, killed and reaped at exit, by PID), a
+# bounded wait for a condition, and a process tree's RSS and CPU.
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# wait_for SECONDS WHAT CMD...: run CMD every 0.2 s until it succeeds.
+wait_for() {
+  local limit=$1 what=$2; shift 2
+  local end=$(( SECONDS + limit ))
+  until "$@"; do
+    if [ "$SECONDS" -ge "$end" ]; then echo "timed out after ${limit}s waiting for $what" >&2; return 1; fi
+    sleep 0.2
+  done
+}
+
+# The processes of a tree rooted at PID (megaconn's supervisor and workers).
+tree() {
+  local p=$1
+  echo "$p"
+  for c in $(cat /proc/"$p"/task/*/children 2>/dev/null); do tree "$c"; done
+}
+# Bytes of RSS, and CPU ticks (user + system), of the tree rooted at PID.
+rss_of() { local t=0 p; for p in $(tree "$1"); do t=$(( t + $(awk '/^VmRSS:/ {print $2}' /proc/"$p"/status 2>/dev/null || echo 0) )); done; echo $(( t * 1024 )); }
+cpu_ticks_of() { local t=0 p; for p in $(tree "$1"); do t=$(( t + $(sed 's/.*) //' /proc/"$p"/stat 2>/dev/null | awk '{print $12 + $13}' || echo 0) )); done; echo "$t"; }
