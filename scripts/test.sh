@@ -3,7 +3,7 @@
 # end-to-end tests over loopback (real server and client processes,
 # crashed workers, elastic growth, peers nobody here wrote), then half of
 # them again on the epoll reactor, beside the first run. About 7 min of
-# tests once built; a first build adds about 8.5 min (943 s in all from a
+# tests once built; a first build adds about 7.5 min (888 s in all from a
 # fresh clone, BENCHMARKS.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
