@@ -2,9 +2,8 @@
 # The test command: formatting and lints, unit and property tests, and
 # end-to-end tests over loopback (real server and client processes,
 # crashed workers, elastic growth, peers nobody here wrote), then half of
-# them again on the epoll reactor, beside the first run. About 7 min of
-# tests once built; a first build adds about 7.5 min (888 s in all from a
-# fresh clone, BENCHMARKS.md).
+# them again on the epoll reactor, beside the first run. About 4.5 min of
+# tests once built; a first build adds about 7 min (BENCHMARKS.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -31,19 +30,15 @@ elif ! grep -q "$pool" <<<"$reserved"; then
 fi
 trap 'for c in "${cleanup[@]}"; do eval "$c"; done' EXIT
 # Lints check and the tests compile: they share no artifact, so clippy
-# runs beside the test build in its own target directory and fills what
-# the build leaves idle on 2 cores (links, one crate's type checking)
-# instead of taking its 2.5 min before it. Its output is shown only when
-# it fails.
-CARGO_TARGET_DIR=target/clippy cargo clippy --profile ci --locked --all-targets -- -D warnings >"$logs/clippy" 2>&1 &
+# runs in its own target directory beside everything else, at the lowest
+# priority: it takes what the build leaves idle on 2 cores (links, one
+# crate's type checking) and then what the end-to-end tests leave idle
+# (they mostly wait on sockets), instead of its 2.5 min before them. It is
+# waited for at the end; its output is shown only when it fails.
+CARGO_TARGET_DIR=target/clippy nice -n 19 cargo clippy --profile ci --locked --all-targets -- -D warnings >"$logs/clippy" 2>&1 &
 clippy=$!
 cleanup+=('kill $clippy 2>/dev/null || true')
 cargo test --profile ci --locked --no-run 2>&1 | tee "$log"
-if ! wait $clippy; then
-  cat "$logs/clippy"
-  echo "test.sh: cargo clippy failed (above)" >&2
-  exit 1
-fi
 # The suite below runs servers and clients on --io auto (io_uring on this
 # kernel, tests/io.rs checks it). The representative half runs both again
 # on the epoll reactor: every protocol's read and write paths, pushes,
@@ -61,19 +56,30 @@ if [ $# -eq 0 ]; then
     echo "test.sh: cannot find the e2e test binary that cargo built" >&2
     exit 1
   fi
-  MEGACONN_IO=epoll MEGACONN_CLIENT_IO=epoll "$e2e" ws:: http:: push:: history:: drain:: \
+  MEGACONN_IO=epoll MEGACONN_CLIENT_IO=epoll "$e2e" --test-threads=2 ws:: http:: push:: history:: drain:: \
     hostile:: requests:: any_peer:: conn_bounds:: auth:: upstream:: connections:: tls:: ws_deflate:: >"$logs/epoll" 2>&1 &
   epoll=$!
   cleanup+=('kill $epoll 2>/dev/null || true')
 fi
+# Four tests at a time in the first run, two in the epoll half: the tests
+# wait far more than they compute (the 251 end-to-end tests add up to
+# ~850 s, on one core at a time), so 4 + 2 threads finish in ~260 s where
+# 2 + 2 took 426 s, and still leave the load tests the CPU their
+# deadlines need (6 + 4 did not: heartbeats queued for seconds and 6 load
+# tests failed). RUST_TEST_THREADS overrides the first run's count.
 status=0
-cargo test --profile ci --locked "$@" 2>&1 | tee -a "$log" || status=$?
+RUST_TEST_THREADS=${RUST_TEST_THREADS:-4} cargo test --profile ci --locked "$@" 2>&1 | tee -a "$log" || status=$?
 if [ -n "$epoll" ]; then
   echo "test.sh: the epoll half (MEGACONN_IO=epoll MEGACONN_CLIENT_IO=epoll $e2e ws:: http:: ...):"
   epoll_status=0
   wait $epoll || epoll_status=$?
   tee -a "$log" <"$logs/epoll"
   if [ $epoll_status -ne 0 ]; then status=$epoll_status; fi
+fi
+if ! wait $clippy; then
+  cat "$logs/clippy"
+  echo "test.sh: cargo clippy failed (above)" >&2
+  status=1
 fi
 skipped=$(awk '/SKIPPED: [^ ]+: / { n++ } END { print n + 0 }' "$log")
 if [ "$skipped" -gt 0 ]; then
