@@ -118,7 +118,7 @@ qos1_run() { # NAME
   published=$(field "$run/client-qos1-pub-$name.json" 's["summary"]["mqtt_published"].get("1", 0)' 2>/dev/null || echo 0)
   wait_for 10 "the last deliveries" delivered || true
   cpu1=$(cpu_ticks_of "$spid")
-  kill -INT "$sub" 2>/dev/null || true   # timeout passes it on to the client
+  kill -INT "$(child_of "$sub")" 2>/dev/null || true   # the client under timeout (see child_of)
   wait "$sub" || true                     # interrupted on purpose: not 0
   stop_broker
   python3 bench/mqtt_qos1_table.py "$name" "$hold" $(( cpu1 - cpu0 )) "$(getconf CLK_TCK)" \
