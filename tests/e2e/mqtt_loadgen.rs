@@ -14,7 +14,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// The script's small mode takes ~40 s here (8 runs, each a fresh broker
+/// The script's small mode takes ~30 s here (8 runs, each a fresh broker
 /// and one second of publishing); this is its bound.
 const SCRIPT_LIMIT: Duration = Duration::from_secs(300);
 
