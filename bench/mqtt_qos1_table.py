@@ -4,7 +4,8 @@ megaconn client runs' JSON summaries (publishers, subscribers).
 
 Usage: mqtt_qos1_table.py NAME HOLD_S CPU_TICKS CLK_TCK PUB.json SUB.json
 Prints one line: messages published and PUBACKed, delivered at the
-subscribers, delivered per second over the publishers' hold, duplicates,
+subscribers, delivered per second over the publishers' ramp and hold (their
+publishes start with the ramp), duplicates,
 gaps, the PUBACK round trip p99, the delivery p99 (publish stamp to
 receipt; "-" when the subscribers recorded none), and the broker's CPU
 seconds over the publishing.
@@ -21,7 +22,8 @@ def summary(path):
 def main():
     name, hold, ticks, tck, pub_path, sub_path = sys.argv[1:7]
     pub, sub = summary(pub_path), summary(sub_path)
-    seconds = pub.get("hold_seconds") or float(hold)
+    # Requests start with the ramp: the publishing lasted ramp + hold.
+    seconds = (pub.get("ramp_seconds") or 0) + (pub.get("hold_seconds") or float(hold))
     push = sub["push"]
     sent = pub["requests_sent"]
     acked = pub["requests"]["latency_ms"]["count"]

@@ -18,19 +18,25 @@
 # Usage: bash bench/mqtt_vs_mosquitto.sh [memory|qos1|all=all]
 #   N=15000 PAIRS=1000 RATE=50 HOLD=20 MEGACONN=path (else cargo build --release)
 # Every wait is bounded; every process it starts is killed by PID at exit.
-# Ports 24200 (MQTT) and 24201 (megaconn's admin API).
+# Ports 24200 (MQTT), 24201 (megaconn's admin API), 24202 (the subscribing
+# client's /stats).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
 n="${N:-15000}"; pairs="${PAIRS:-1000}"; rate="${RATE:-50}"; hold="${HOLD:-20}"
-port=24200; admin=24201
+port=24200; admin=24201; sub_admin=24202
 . bench/run_dir.sh
 run=$(run_dir mqtt_vs_mosquitto)
 if [ -z "${MEGACONN:-}" ]; then cargo build --release --locked -q; fi
 bin=${MEGACONN:-target/release/megaconn}
 [ -x /usr/sbin/mosquitto ] || { echo "mosquitto is missing: bash scripts/setup.sh installs it" >&2; exit 2; }
-if [ "$(ulimit -Hn)" -lt $(( n + 100 )) ]; then
-  echo "the open-file hard limit ($(ulimit -Hn)) is below N+100 = $(( n + 100 )): one mosquitto process cannot hold N; lower N" >&2
+# mosquitto is one process: every connection of a run is one of its fds,
+# and it takes the open-file limit of this shell (raised to the hard limit
+# here). memory needs N + 100, qos1 2 x PAIRS + 100 (headroom for its
+# listener, log and the kernel's lag in closing the last run's sockets).
+case "$what" in memory) fds=$(( n + 100 )) ;; qos1) fds=$(( pairs * 2 + 100 )) ;; *) fds=$(( (n > pairs * 2 ? n : pairs * 2) + 100 )) ;; esac
+if [ "$(ulimit -Hn)" -lt "$fds" ]; then
+  echo "the open-file hard limit ($(ulimit -Hn)) is below the $fds this run needs: one mosquitto process cannot hold it; lower N or PAIRS" >&2
   exit 2
 fi
 ulimit -n "$(ulimit -Hn)"
@@ -38,12 +44,20 @@ ulimit -n "$(ulimit -Hn)"
 . bench/procs.sh   # pids (killed at exit), wait_for, tree, rss_of, cpu_ticks_of
 
 listening() { (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; }
+# A number from the subscribing client's /stats (its --admin): its
+# SUBACKs, and the stamped messages it received.
+sub_stat() { curl -sf "http://127.0.0.1:$sub_admin/stats" | python3 -c "import json,sys; s=json.load(sys.stdin); print($1)" 2>/dev/null || echo -1; }
+subscribed() { [ "$(sub_stat 's["mqtt_subscriptions"].get("granted", 0)')" -ge "$pairs" ]; }
+delivered() { [ "$(sub_stat 'sum(s["mqtt_received"].values())')" -ge "$published" ]; }
 
 # start_broker NAME [megaconn server flags...]: prints nothing, sets spid.
 start_broker() {
   local name=$1; shift
   if [ "$name" = mosquitto ]; then
-    printf 'listener %s 127.0.0.1\nallow_anonymous true\npersistence false\nmax_connections -1\nmax_queued_messages 100000\nlog_dest stderr\nlog_type error\n' "$port" > "$run/mosquitto.conf"
+    # max_queued_messages: megaconn's --mqtt-queue (1000 per connection),
+    # so a subscriber that falls behind costs both brokers the same bound
+    # (100,000 let 1,000 subscribers queue up to ~10 GB).
+    printf 'listener %s 127.0.0.1\nallow_anonymous true\npersistence false\nmax_connections -1\nmax_queued_messages 1000\nlog_dest stderr\nlog_type error\n' "$port" > "$run/mosquitto.conf"
     /usr/sbin/mosquitto -c "$run/mosquitto.conf" > "$run/server-$name.log" 2>&1 &
   else
     "$bin" server --protocol mqtt --listen 127.0.0.1 --ports "$port" --admin "127.0.0.1:$admin" "$@" \
@@ -82,14 +96,18 @@ print('%-10s %6d established  RSS %7.1f -> %7.1f MiB  %6.0f B per connection' % 
 }
 
 qos1_run() { # NAME
-  local name=$1 cpu0 cpu1
+  local name=$1 cpu0 cpu1 published
   if [ "$name" = mosquitto ]; then start_broker mosquitto; else start_broker megaconn --connections $(( pairs * 2 + 100 )); fi
-  local settle=5
+  # The subscribers hold at most until the publishers' hold has ended
+  # (their ramp: at most 30 s) and 10 s more; they are stopped (SIGINT:
+  # summary and JSON as usual) once every message came, or 10 s after the
+  # publishers' end, whichever is first.
+  local settle=40
   timeout -s INT $(( hold + settle + 120 )) "$bin" client --protocol mqtt --ports "$port" --connections "$pairs" --rate 2000/s \
-    --mqtt-client-id "sub-{conn}" --mqtt-subscribe 'pair/{conn}' --mqtt-qos 1 --heartbeat 30s --hold "$(( hold + settle + 2 ))s" --json \
-    > "$run/client-qos1-sub-$name.json" 2> "$run/client-qos1-sub-$name.log" &
+    --mqtt-client-id "sub-{conn}" --mqtt-subscribe 'pair/{conn}' --mqtt-qos 1 --heartbeat 30s --hold "$(( hold + settle ))s" \
+    --admin "127.0.0.1:$sub_admin" --json > "$run/client-qos1-sub-$name.json" 2> "$run/client-qos1-sub-$name.log" &
   local sub=$!; pids+=("$sub")
-  sleep "$settle"
+  wait_for 30 "$pairs SUBACKs" subscribed
   cpu0=$(cpu_ticks_of "$spid")
   timeout -s INT $(( hold + 120 )) "$bin" client --protocol mqtt --ports "$port" --connections "$pairs" --rate 2000/s \
     --mqtt-client-id "pub-{conn}" --mqtt-publish-topic 'pair/{conn}' --mqtt-qos 1 --request-rate "$rate/s" --payload 64 \
@@ -97,8 +115,11 @@ qos1_run() { # NAME
     > "$run/client-qos1-pub-$name.json" 2> "$run/client-qos1-pub-$name.log" &
   local pub=$!; pids+=("$pub")
   wait "$pub" || echo "$name: the publishers exited $? (see $run/client-qos1-pub-$name.log)" >&2
+  published=$(field "$run/client-qos1-pub-$name.json" 's["summary"]["mqtt_published"].get("1", 0)' 2>/dev/null || echo 0)
+  wait_for 10 "the last deliveries" delivered || true
   cpu1=$(cpu_ticks_of "$spid")
-  wait "$sub" || echo "$name: the subscribers exited $? (see $run/client-qos1-sub-$name.log)" >&2
+  kill -INT "$(child_of "$sub")" 2>/dev/null || true   # the client under timeout (see child_of)
+  wait "$sub" || true                     # interrupted on purpose: not 0
   stop_broker
   python3 bench/mqtt_qos1_table.py "$name" "$hold" $(( cpu1 - cpu0 )) "$(getconf CLK_TCK)" \
     "$run/client-qos1-pub-$name.json" "$run/client-qos1-sub-$name.json" | tee "$run/qos1-$name.txt"

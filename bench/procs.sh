@@ -28,3 +28,8 @@ tree() {
 # Bytes of RSS, and CPU ticks (user + system), of the tree rooted at PID.
 rss_of() { local t=0 p; for p in $(tree "$1"); do t=$(( t + $(awk '/^VmRSS:/ {print $2}' /proc/"$p"/status 2>/dev/null || echo 0) )); done; echo $(( t * 1024 )); }
 cpu_ticks_of() { local t=0 p; for p in $(tree "$1"); do t=$(( t + $(sed 's/.*) //' /proc/"$p"/stat 2>/dev/null | awk '{print $12 + $13}' || echo 0) )); done; echo "$t"; }
+# The first child of PID (the command a wrapper such as /usr/bin/time or
+# timeout runs). Signal a megaconn client itself, not the `timeout` before
+# it: timeout passes a signal to its whole process group, the client's
+# workers too, and a worker ended by SIGINT takes its counters with it.
+child_of() { awk '{print $1}' "/proc/$1/task/$1/children" 2>/dev/null; }

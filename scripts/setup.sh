@@ -100,6 +100,10 @@ if [ ! -x /usr/sbin/mosquitto ]; then
     exit 1
   fi
 fi
+# The MQTT load generator megaconn's client is compared with
+# (bench/mqtt_vs_loadgen.sh, tests/e2e/mqtt_loadgen.rs): bench/mqtt_paho_load
+# on paho.mqtt.golang v1.5.1, pinned by its go.sum, built into target/go-bin.
+bash scripts/install_mqtt_loadgen.sh >/dev/null
 # nginx is the HTTPS server the client's keep-alive test loads (a peer
 # nobody here wrote); openssl makes and reads its test certificates.
 for tool in nginx openssl; do

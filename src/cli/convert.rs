@@ -98,6 +98,7 @@ impl From<LoadArgs> for LoadConfig {
                 heartbeat: a.heartbeat.0,
                 payload: a.payload,
                 request_rate: a.request_rate.0,
+                requests_per_connection: a.requests_per_connection,
                 request_timeout: a.request_timeout,
                 connect_timeout: a.connect_timeout,
                 close: a.close,

@@ -33,7 +33,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Cmd::Server(a) => crate::server::run(a.into()),
         Cmd::Client(a) => {
-            a.load.stages_fit()?;
+            a.load.flags_fit()?;
             crate::bench::client_only::run((*a).into())
         }
         Cmd::Bench(a) => {
@@ -462,6 +462,9 @@ pub(crate) struct LoadArgs {
     /// Requests per connection, open loop (e.g. 1/s); off by default.
     #[arg(long, default_value = "off")]
     pub(crate) request_rate: PerSecond,
+    /// With --request-rate: each connection sends this many requests, then no more (N publishers x M messages, as other MQTT load generators count a load); the requests then start once the ramp is done, so no connection misses its first ones while others still connect.
+    #[arg(long, value_name = "N", value_parser = parse::positive_count, conflicts_with = "stages")]
+    pub(crate) requests_per_connection: Option<u64>,
     /// A reply later than this (or never) counts as a timeout.
     #[arg(long, value_parser = parse::positive_duration, default_value = "10s")]
     pub request_timeout: Duration,
@@ -530,8 +533,12 @@ fn stages_clash(connections: bool, rate: bool, hold: bool) -> Result<(), crate::
 }
 
 impl LoadArgs {
-    /// `--stages` and the flags it replaces (see [`stages_clash`]).
-    fn stages_fit(&self) -> Result<(), crate::UsageError> {
+    /// `--stages` and the flags it replaces (see [`stages_clash`]), and
+    /// `--requests-per-connection` without the rate it counts.
+    fn flags_fit(&self) -> Result<(), crate::UsageError> {
+        if self.requests_per_connection.is_some() && self.request_rate.0.is_none() {
+            return Err(crate::UsageError("--requests-per-connection counts requests sent at --request-rate: add one, e.g. --request-rate 10/s".into()));
+        }
         match self.stages {
             Some(_) => stages_clash(self.connections.is_some(), self.rate.is_some(), self.hold.is_some()),
             None => Ok(()),
@@ -765,7 +772,7 @@ pub fn plan_only(cli: Cli) -> Result<(), String> {
     match cli.command {
         Cmd::Server(a) => crate::server::plan(&a.into(), fd_hard).map(|_| ()),
         Cmd::Client(a) => {
-            a.load.stages_fit().map_err(|e| e.0)?;
+            a.load.flags_fit().map_err(|e| e.0)?;
             crate::client::plan(&(*a).into(), fd_hard).map(|_| ())
         }
         Cmd::Bench(a) => {

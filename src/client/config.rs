@@ -44,6 +44,11 @@ pub(crate) struct Traffic {
     pub payload: usize,
     /// Requests per second per connection.
     pub request_rate: Option<f64>,
+    /// `--requests-per-connection`: a connection's requests stop after
+    /// this many (the request schedule then starts when the ramp is
+    /// done: see `worker/schedule.rs`).
+    #[serde(default)]
+    pub requests_per_connection: Option<u64>,
     pub request_timeout: Duration,
     pub connect_timeout: Duration,
     pub close: CloseMode,
@@ -101,6 +106,7 @@ impl Default for Traffic {
             heartbeat: Some(Duration::from_secs(30)),
             payload: 64,
             request_rate: None,
+            requests_per_connection: None,
             request_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(10),
             close: CloseMode::Reset,

@@ -30,6 +30,7 @@ mod kubernetes;
 mod layers;
 mod mqtt;
 mod mqtt_client;
+mod mqtt_loadgen;
 mod mqtt_qos;
 mod mqtt_sessions;
 mod mqtt_timing;

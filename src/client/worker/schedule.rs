@@ -38,6 +38,18 @@ pub(super) fn due_by(now: u64, period_us: u64, count: u64, start: u64) -> u64 {
     u64::try_from(due).unwrap_or(u64::MAX).saturating_add(1)
 }
 
+/// The sends of a schedule over `count` connections that may be made
+/// when `due` are due and each connection sends at most `per_connection`
+/// (`--requests-per-connection`): send j is connection `j % count`'s
+/// number `j / count`, so the first `per_connection * count` sends are
+/// exactly that many per connection.
+pub(super) fn counted(due: u64, per_connection: Option<u64>, count: u64) -> u64 {
+    match per_connection {
+        Some(m) => due.min(m.saturating_mul(count.max(1))),
+        None => due,
+    }
+}
+
 /// Which of a worker's two send schedules.
 #[derive(Clone, Copy)]
 pub(super) enum Schedule {
@@ -53,7 +65,8 @@ impl Worker {
     }
 
     /// When a schedule starts. Requests start with the ramp (what a slow
-    /// ramp does to them is part of the measurement). Heartbeats start
+    /// ramp does to them is part of the measurement; a counted load
+    /// starts later, see `request_schedule`). Heartbeats start
     /// when this worker's ramp is done: keep-alives sent while it still
     /// runs took a 1M ramp from ~25K/s to ~8K/s (BENCHMARKS.md), and a
     /// connection established seconds ago needs no keep-alive yet.
@@ -131,7 +144,7 @@ impl Worker {
     /// Send every request of the current schedule due by `now`.
     fn request_until(&mut self, now: u64) {
         let Some((period, start)) = self.request_schedule(self.request_stage) else { return };
-        let due = self.due_by(now, period, start);
+        let due = counted(self.due_by(now, period, start), self.cfg.traffic.requests_per_connection, self.cfg.count);
         while let Some((k, intended)) = self.next_due(due, Schedule::Requests, period, start) {
             self.out.clear();
             let d = Due { conn: self.cfg.first + k as u64, intended, period_us: period, start };
@@ -181,7 +194,7 @@ impl Worker {
 
 #[cfg(test)]
 mod tests {
-    use super::{due_at, due_by};
+    use super::{counted, due_at, due_by};
     use crate::client::config::Traffic;
 
     /// A monotonic clock reading well into a run (µs).
@@ -224,6 +237,19 @@ mod tests {
                 assert!(due_by(u64::MAX, period, count, START) >= 1);
             }
         }
+    }
+
+    /// `--requests-per-connection 3` over 4 connections: sends 0..12 are
+    /// three per connection (send j goes to j % 4), the 13th never goes
+    /// however late it is; without a count the schedule is unchanged.
+    #[test]
+    fn a_counted_schedule_stops_after_that_many_per_connection() {
+        let (period, count) = (1_000_000, 4);
+        let late = START + 3_600_000_000;
+        assert_eq!(counted(due_by(late, period, count, START), Some(3), count), 12);
+        assert_eq!(counted(due_by(START + 250_000, period, count, START), Some(3), count), 2, "before the cap: as due");
+        assert_eq!(counted(due_by(late, period, count, START), None, count), due_by(late, period, count, START));
+        assert_eq!(counted(u64::MAX, Some(u64::MAX), u64::MAX), u64::MAX, "saturates, never wraps");
     }
 
     /// A send is due by `now` exactly when its due time has come.

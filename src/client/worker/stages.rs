@@ -112,6 +112,13 @@ impl Worker {
     /// The request schedule (period µs, start) of stage `i` with
     /// `--stages` (the stage's own rate, already resolved against
     /// `--request-rate`; none: no requests in it), else the run's.
+    ///
+    /// A counted load (`--requests-per-connection M`) has none before
+    /// this worker's ramp is done, then starts: its sends are numbered
+    /// per connection, and one due before its connection was up would
+    /// be skipped, that connection sending one fewer. Once its M × count
+    /// sends are made it has none again, so the loop does not wake for
+    /// sends that will never go.
     pub(super) fn request_schedule(&self, i: usize) -> Option<(u64, u64)> {
         match self.cfg.stages.as_ref() {
             Some(stages) => {
@@ -119,7 +126,14 @@ impl Worker {
                 // As `Traffic::request_us` makes it.
                 Some(((1e6 / rate) as u64, self.stage_start_us(i)))
             }
-            None => Some((self.cfg.traffic.request_us()?, self.cfg.start_at_us)),
+            None => {
+                let period = self.cfg.traffic.request_us()?;
+                match self.cfg.traffic.requests_per_connection {
+                    None => Some((period, self.cfg.start_at_us)),
+                    Some(m) if self.request_cursor >= m.saturating_mul(self.cfg.count.max(1)) => None,
+                    Some(_) => Some((period, self.stats.ramp_done_at_us?)),
+                }
+            }
         }
     }
 }
