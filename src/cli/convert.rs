@@ -22,7 +22,10 @@ fn services(a: &ServerArgs) -> Result<Vec<crate::server::services::Service>, Str
         ));
     }
     if tls_files && !a.serve.iter().any(|s| s.tls) {
-        return Err("--tls-cert with --serve serves TLS only on entries marked +tls, and none is: mark one (e.g. --serve mqtt+tls=8883) or drop --tls-cert/--tls-key".into());
+        return Err(
+            "--tls-cert with --serve serves TLS only on entries marked +tls, and none is: mark one (e.g. --serve mqtt+tls=8883) or drop --tls-cert/--tls-key"
+                .into(),
+        );
     }
     Ok(a.serve.clone())
 }

@@ -165,6 +165,6 @@ mod tests {
     fn the_plan_line_lists_each_entry_with_its_ranges() {
         let all = [s("mqtt=1883"), s("mqtt+tls=8883"), s("ws=8080-8089,9000")];
         assert_eq!(describe(&all), "mqtt 1883, mqtt+tls 8883, ws 8080-8089,9000");
-        assert_eq!(all_ports(&all).len(), 12);
+        assert_eq!(all_ports(&all).len(), 13);
     }
 }

@@ -67,7 +67,10 @@ impl Worker {
             let mut req =
                 Requests { out: &mut self.out, stats: &mut self.stats, stage: &mut self.stage, rng: &mut self.rng, service: &self.cfg.service_time, key, gen };
             let mut rx = net::Received(received.unwrap_or_default());
-            let (tls, plaintext_reply) = match self.tls.as_mut().map(|t| t.reading(key)) {
+            // A connection of a TLS port reads through its TLS state (none
+            // left: it is closing); one of a plain port, beside them, as is.
+            let tls_port = self.cfg.services.get(conn.service()).is_some_and(|s| s.tls);
+            let (tls, plaintext_reply) = match self.tls.as_mut().filter(|_| tls_port).map(|t| t.reading(key)) {
                 Some(None) => return,
                 // Cleartext HTTP is answered only on an HTTP or WebSocket port.
                 Some(Some((tls, reply))) => (Some(tls), reply.filter(|_| matches!(protocol, Protocol::Http | Protocol::Ws))),
