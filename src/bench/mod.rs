@@ -134,12 +134,12 @@ pub(crate) const CLIENT_NICE: i32 = 10;
 pub(crate) fn server_config(cfg: &BenchConfig, connections: u64) -> ServerConfig {
     ServerConfig {
         listen: cfg.target.into(),
-        ports: cfg.ports.clone(),
+        // Every port of the one protocol, TLS with the bench's certificate.
+        services: vec![crate::server::services::Service { protocol: cfg.protocol, tls: cfg.pki.is_some(), ports: cfg.ports.clone() }],
         workers: cfg.server_workers,
         connections: Some(connections),
         // The report's series samples every 500 ms.
         stats_interval: Duration::from_millis(500),
-        protocol: cfg.protocol,
         history: crate::server::broker::history::HistoryConfig { size: cfg.history, ..Default::default() },
         tls: cfg.pki.as_ref().map(|p| crate::tls::files::ServerTls {
             cert: p.cert.clone(),

@@ -6,11 +6,37 @@ use crate::client::{ClientConfig, LoadConfig, Traffic};
 use crate::server::ServerConfig;
 use crate::tune::TuneConfig;
 
-impl From<ServerArgs> for ServerConfig {
-    fn from(a: ServerArgs) -> ServerConfig {
-        ServerConfig {
+/// What a server serves, from `--serve` entries or the `--protocol`/
+/// `--ports` shorthand (with `--tls-cert`, every port of it TLS); Err for
+/// a mix of the two, or TLS files no `--serve` entry uses.
+fn services(a: &ServerArgs) -> Result<Vec<crate::server::services::Service>, String> {
+    use crate::server::services::Service;
+    let tls_files = a.tls.tls_cert.is_some();
+    if a.serve.is_empty() {
+        let ports = a.ports.as_ref().map_or_else(|| (8000..=8099).collect(), |p| p.0.clone());
+        return Ok(vec![Service { protocol: a.protocol.unwrap_or(crate::proto::Protocol::Framed), tls: tls_files, ports }]);
+    }
+    if let Some(flag) = [(a.protocol.is_some(), "--protocol"), (a.ports.is_some(), "--ports")].iter().find(|(given, _)| *given).map(|(_, f)| f) {
+        return Err(format!(
+            "{flag} with --serve is ambiguous (which ports would speak what?): write every protocol as a --serve entry, e.g. --serve framed=8000-8099 --serve mqtt=1883, or use --protocol P --ports R alone"
+        ));
+    }
+    if tls_files && !a.serve.iter().any(|s| s.tls) {
+        return Err(
+            "--tls-cert with --serve serves TLS only on entries marked +tls, and none is: mark one (e.g. --serve mqtt+tls=8883) or drop --tls-cert/--tls-key"
+                .into(),
+        );
+    }
+    Ok(a.serve.clone())
+}
+
+impl TryFrom<ServerArgs> for ServerConfig {
+    type Error = crate::UsageError;
+    fn try_from(a: ServerArgs) -> Result<ServerConfig, crate::UsageError> {
+        let services = services(&a).map_err(crate::UsageError)?;
+        Ok(ServerConfig {
             listen: a.listen,
-            ports: a.ports.0,
+            services,
             workers: a.workers,
             connections: a.connections,
             max_connections: a.max_connections,
@@ -23,7 +49,6 @@ impl From<ServerArgs> for ServerConfig {
             idle_timeout: a.idle_timeout.0,
             stats_interval: a.stats_interval,
             duration: a.duration.0,
-            protocol: a.protocol,
             business: a.business,
             queue: a.queue,
             service_time: a.service_time,
@@ -86,7 +111,7 @@ impl From<ServerArgs> for ServerConfig {
             presence_events: a.auth.presence_events,
             presence_notices: a.auth.presence_notices,
             json: a.json,
-        }
+        })
     }
 }
 
@@ -317,10 +342,31 @@ mod tests {
         let domain = crate::bench::BenchConfig { topology: crate::topology::Topology::Auto, ..Default::default() };
         assert_eq!(format!("{:?}", from_flags), format!("{:?}", domain));
         let Cmd::Server(a) = parse_from(&["megaconn", "server"]).command else { unreachable!() };
-        let from_flags: crate::server::ServerConfig = a.into();
+        let from_flags: crate::server::ServerConfig = a.try_into().expect("no --serve mix");
         // In-process servers (tests, benches) have no admin API unless asked;
         // the command serves it on loopback.
         let domain = crate::server::ServerConfig { admin: crate::server::config::DEFAULT_ADMIN.parse().ok(), ..Default::default() };
         assert_eq!(format!("{:?}", from_flags), format!("{:?}", domain));
+    }
+
+    /// `--serve` entries, the shorthand, and the mixes refused with the fix.
+    #[test]
+    fn serve_entries_or_the_shorthand_but_never_both() {
+        use crate::server::services::Service;
+        let server = |args: &[&str]| -> Result<crate::server::ServerConfig, String> {
+            use clap::Parser;
+            let Cmd::Server(a) = Cli::try_parse_from(args).map_err(|e| e.to_string())?.command else { unreachable!() };
+            a.try_into().map_err(|e: crate::UsageError| e.0)
+        };
+        let c = server(&["megaconn", "server", "--serve", "mqtt=1883", "--serve", "ws=8080-8081"]).unwrap();
+        assert_eq!(c.services, vec![Service::plain(crate::proto::Protocol::Mqtt, vec![1883]), Service::plain(crate::proto::Protocol::Ws, vec![8080, 8081])]);
+        let c = server(&["megaconn", "server", "--protocol", "mqtt", "--ports", "1883", "--tls-cert", "c.pem", "--tls-key", "k.pem"]).unwrap();
+        assert_eq!(c.services, vec![Service { protocol: crate::proto::Protocol::Mqtt, tls: true, ports: vec![1883] }], "the shorthand: every port TLS");
+        let e = server(&["megaconn", "server", "--serve", "mqtt=1883", "--protocol", "ws"]).unwrap_err();
+        assert!(e.contains("--protocol with --serve is ambiguous") && e.contains("--serve framed=8000-8099"), "{e}");
+        assert!(server(&["megaconn", "server", "--serve", "mqtt=1883", "--ports", "9000"]).unwrap_err().contains("--ports with --serve"));
+        let e = server(&["megaconn", "server", "--serve", "mqtt=1883", "--tls-cert", "c.pem", "--tls-key", "k.pem"]).unwrap_err();
+        assert!(e.contains("marked +tls"), "{e}");
+        assert!(server(&["megaconn", "server", "--serve", "mqtt+tls=8883", "--tls-cert", "c.pem", "--tls-key", "k.pem"]).is_ok());
     }
 }

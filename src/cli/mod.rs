@@ -18,7 +18,7 @@ use clap::{Args, Parser, Subcommand};
 use std::time::Duration;
 
 /// What each subcommand's `--protocol` accepts (its help lists only these).
-const SERVER_PROTOCOLS: &[&str] = &["framed", "ws", "http", "mqtt", "echo8", "echo", "discard"];
+use crate::server::services::SERVER_PROTOCOLS;
 const CLIENT_PROTOCOLS: &[&str] = &["framed", "ws", "http", "echo8", "raw", "sse", "mqtt"];
 const BENCH_PROTOCOLS: &[&str] = &["framed", "ws", "http", "mqtt"];
 
@@ -31,7 +31,7 @@ fn protocols(names: &'static [&'static str]) -> impl TypedValueParser<Value = Pr
 /// Run the parsed command line; Ok is the process exit code.
 pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
-        Cmd::Server(a) => crate::server::run(a.into()),
+        Cmd::Server(a) => crate::server::run(a.try_into()?),
         Cmd::Client(a) => {
             a.load.flags_fit()?;
             crate::bench::client_only::run((*a).into())
@@ -157,9 +157,12 @@ pub(crate) struct ServerArgs {
     /// Address to listen on, IPv4 or IPv6 (:: takes IPv4 too; IPv6 peers are counted per /64 by --max-connections-per-ip).
     #[arg(long, default_value = "127.0.0.1")]
     pub(crate) listen: std::net::IpAddr,
-    /// Ports to listen on, e.g. 8000-8099 or 8000,8001.
-    #[arg(long, default_value = "8000-8099")]
-    pub(crate) ports: PortList,
+    /// Ports to listen on, e.g. 8000-8099 or 8000,8001 (default 8000-8099); with --protocol, the one-protocol shorthand of --serve.
+    #[arg(long)]
+    pub(crate) ports: Option<PortList>,
+    /// Serve a protocol on its ports, repeatable: several protocols in one process, e.g. --serve mqtt=1883 --serve mqtt+tls=8883 --serve ws=8080-8089 (+tls: TLS with --tls-cert/--tls-key; instead of --protocol/--ports; docs/mqtt.md#several-protocols-in-one-process).
+    #[arg(long, value_name = "PROTO[+tls]=PORTS", value_parser = |s: &str| s.parse::<crate::server::services::Service>())]
+    pub(crate) serve: Vec<crate::server::services::Service>,
     /// Worker processes: auto (elastic: one accepting worker per core, more as they fill, surplus ones exit) or N (fixed).
     #[arg(long, default_value = "auto")]
     pub(crate) workers: Workers,
@@ -205,9 +208,9 @@ pub(crate) struct ServerArgs {
     /// Stop by itself after this long (default: run until Ctrl-C).
     #[arg(long, default_value = "off")]
     pub(crate) duration: OptDuration,
-    /// Wire protocol: framed (megaconn frames), ws (WebSocket), http, mqtt (MQTT 3.1.1 and 5.0, docs/mqtt.md), echo8 (8-byte timestamps), echo or discard (any TCP peer).
-    #[arg(long, value_parser = protocols(SERVER_PROTOCOLS), default_value = "framed")]
-    pub(crate) protocol: Protocol,
+    /// Wire protocol on every port of --ports: framed (megaconn frames; the default), ws (WebSocket), http, mqtt (MQTT 3.1.1 and 5.0, docs/mqtt.md), echo8 (8-byte timestamps), echo or discard (any TCP peer). Several at once: --serve.
+    #[arg(long, value_parser = protocols(SERVER_PROTOCOLS))]
+    pub(crate) protocol: Option<Protocol>,
     /// WebSocket: largest message, all fragments together; larger is closed with status 1009.
     #[arg(long, default_value = "65536", value_parser = clap::value_parser!(u32).range(126..=67_108_864).map(|v| v as usize))]
     pub(crate) max_message_bytes: usize,
@@ -770,7 +773,7 @@ pub(crate) struct TuneArgs {
 pub fn plan_only(cli: Cli) -> Result<(), String> {
     let fd_hard = crate::sys::fd_limit().hard;
     match cli.command {
-        Cmd::Server(a) => crate::server::plan(&a.into(), fd_hard).map(|_| ()),
+        Cmd::Server(a) => crate::server::plan(&a.try_into().map_err(|e: crate::UsageError| e.0)?, fd_hard).map(|_| ()),
         Cmd::Client(a) => {
             a.load.flags_fit().map_err(|e| e.0)?;
             crate::client::plan(&(*a).into(), fd_hard).map(|_| ())
@@ -861,7 +864,7 @@ pub(crate) struct ClientTlsArgs {
 /// `megaconn server`'s TLS flags.
 #[derive(Args, Debug, Clone)]
 pub(crate) struct ServerTlsArgs {
-    /// Serve TLS on every port: the certificate (PEM, the server's first, then its chain; RSA or ECDSA). Reloaded on SIGHUP and when the file changes.
+    /// Serve TLS on every port (with --serve: on the +tls entries): the certificate (PEM, the server's first, then its chain; RSA or ECDSA). Reloaded on SIGHUP and when the file changes.
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     pub(crate) tls_cert: Option<std::path::PathBuf>,
     /// The private key of --tls-cert (PEM: PKCS#8, RSA or EC).

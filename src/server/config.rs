@@ -16,7 +16,9 @@ pub(crate) const DEFAULT_ADMIN: &str = "127.0.0.1:9100";
 #[derive(Debug, Clone)]
 pub(crate) struct ServerConfig {
     pub listen: std::net::IpAddr,
-    pub ports: Vec<u16>,
+    /// Each protocol on its ports (`--serve`, or `--protocol`/`--ports`):
+    /// checked by `services::check` in `plan`.
+    pub services: Vec<crate::server::services::Service>,
     /// `Auto`: elastic (one accepting worker per core, grown by the load);
     /// `Fixed(n)`: exactly n workers, replaced when they die.
     pub workers: Workers,
@@ -45,7 +47,6 @@ pub(crate) struct ServerConfig {
     pub stats_interval: Duration,
     /// Stop by itself after this long.
     pub duration: Option<Duration>,
-    pub protocol: Protocol,
     /// `Pool(n)`: n threads for the whole server, divided over the workers.
     pub business: BusinessMode,
     pub queue: u64,
@@ -85,8 +86,9 @@ pub(crate) struct ServerConfig {
     pub admin_token: Option<crate::admin::Token>,
     /// `--cluster URL --node-id ID`: publishes travel between nodes over NATS.
     pub cluster: Option<crate::cluster::ClusterConfig>,
-    /// `--tls-cert`/`--tls-key`: every port speaks TLS (the ticket key and
-    /// ALPN are filled in when the server starts).
+    /// `--tls-cert`/`--tls-key`: the certificate the TLS entries of
+    /// `services` serve (the ticket key and ALPN are filled in when the
+    /// server starts).
     pub tls: Option<crate::tls::files::ServerTls>,
     /// `--io`: the workers' reactor (resolved by `plan`).
     pub io: crate::uring::Io,
@@ -133,13 +135,26 @@ impl Auth {
     }
 }
 
+impl ServerConfig {
+    /// Every listening port, in the order the listeners are bound.
+    pub(crate) fn ports(&self) -> Vec<u16> {
+        crate::server::services::all_ports(&self.services)
+    }
+
+    /// One plain entry of `protocol` on `ports` (tests).
+    #[cfg(test)]
+    pub(crate) fn only(&mut self, protocol: Protocol, ports: Vec<u16>) {
+        self.services = vec![crate::server::services::Service::plain(protocol, ports)];
+    }
+}
+
 impl Default for ServerConfig {
     /// A loopback server as the benches and tests run it: framed, async
     /// business stage with no service time, elastic workers.
     fn default() -> ServerConfig {
         ServerConfig {
             listen: Ipv4Addr::LOCALHOST.into(),
-            ports: (8000..=8099).collect(),
+            services: vec![crate::server::services::Service::plain(Protocol::Framed, (8000..=8099).collect())],
             workers: Workers::Auto,
             connections: None,
             max_connections: None,
@@ -152,7 +167,6 @@ impl Default for ServerConfig {
             idle_timeout: None,
             stats_interval: Duration::from_secs(2),
             duration: None,
-            protocol: Protocol::Framed,
             business: BusinessMode::Async,
             queue: 10_000,
             service_time: ServiceTime::Fixed(Duration::ZERO),

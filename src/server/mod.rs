@@ -8,6 +8,7 @@ pub(crate) mod close;
 pub(crate) mod commands;
 pub(crate) mod config;
 pub(crate) mod limits;
+pub(crate) mod services;
 pub(crate) mod session;
 pub mod snapshot;
 pub(crate) mod supervisor;
@@ -64,12 +65,13 @@ impl ServerPlan {
 /// Plan the server's processes and threads for this machine; Err is a
 /// usage error naming the limit and the fix.
 pub(crate) fn plan(cfg: &ServerConfig, fd_hard: u64) -> Result<ServerPlan, String> {
-    if matches!(cfg.protocol, crate::proto::Protocol::Raw | crate::proto::Protocol::Sse) {
-        let p = if cfg.protocol == crate::proto::Protocol::Raw { "raw" } else { "sse" };
+    if let Some(s) = cfg.services.iter().find(|s| matches!(s.protocol, crate::proto::Protocol::Raw | crate::proto::Protocol::Sse)) {
         return Err(format!(
-            "--protocol {p} is a client protocol; a server speaks framed, ws, http, mqtt, echo8, echo or discard (e.g. --protocol echo; Server-Sent Events are served on --protocol ws ports)"
+            "--protocol {} is a client protocol; a server speaks framed, ws, http, mqtt, echo8, echo or discard (e.g. --protocol echo; Server-Sent Events are served on --protocol ws ports)",
+            s.label()
         ));
     }
+    services::check(&cfg.services, cfg.tls.is_some())?;
     check_auth(cfg)?;
     if let Some(c) = &cfg.cluster {
         crate::cluster::check_url(&c.url)?;
@@ -85,7 +87,7 @@ pub(crate) fn plan(cfg: &ServerConfig, fd_hard: u64) -> Result<ServerPlan, Strin
         Workers::Auto => DEFAULT_CAPACITY,
         Workers::Fixed(_) => 1,
     });
-    let wp = plan_workers(n, cfg.workers, fd_hard, cfg.ports.len() as u64, crate::proto::push::MAX_KEYS, cores)?;
+    let wp = plan_workers(n, cfg.workers, fd_hard, cfg.ports().len() as u64, crate::proto::push::MAX_KEYS, cores)?;
     let initial = match cfg.workers {
         Workers::Auto => cores,
         Workers::Fixed(w) => w,
@@ -123,19 +125,23 @@ fn check_auth(cfg: &ServerConfig) -> Result<(), String> {
             Err("--auth jwt needs the key tokens are verified with: --jwt-secret-file (HS256), --jwt-public-key-file (RS256/ES256, PEM) or --jwt-jwks-file"
                 .into())
         }
-        config::Auth::Jwt(Some(_)) if !matches!(cfg.protocol, crate::proto::Protocol::Framed | crate::proto::Protocol::Ws | crate::proto::Protocol::Mqtt) => {
-            Err(format!("--auth jwt needs --protocol ws, framed or mqtt (connections that subscribe); --protocol {:?} has nothing to authorize", cfg.protocol)
-                .to_lowercase())
-        }
+        config::Auth::Jwt(Some(_)) if !subscribable(cfg) => Err(format!(
+            "--auth jwt needs --protocol ws, framed or mqtt (connections that subscribe); {} has nothing to authorize",
+            services::describe(&cfg.services)
+        )),
         config::Auth::Jwt(Some(_)) => Ok(()),
     }
+}
+
+/// Whether some entry speaks a protocol whose connections subscribe.
+fn subscribable(cfg: &ServerConfig) -> bool {
+    cfg.services.iter().any(|s| matches!(s.protocol, crate::proto::Protocol::Framed | crate::proto::Protocol::Ws | crate::proto::Protocol::Mqtt))
 }
 
 /// What an operator should hear before the server starts: a listener
 /// others can reach that lets anyone subscribe to anything.
 pub(crate) fn exposure_warning(cfg: &ServerConfig) -> Option<String> {
-    let open =
-        cfg.auth == config::Auth::Off && matches!(cfg.protocol, crate::proto::Protocol::Framed | crate::proto::Protocol::Ws | crate::proto::Protocol::Mqtt);
+    let open = cfg.auth == config::Auth::Off && subscribable(cfg);
     (open && !cfg.listen.is_loopback()).then(|| {
         format!(
             "warning: --listen {} is reachable from other hosts and --auth is off: anyone who connects may subscribe to any topic and hear every broadcast; add --auth jwt (docs/auth.md)",
@@ -292,7 +298,7 @@ impl Supervised for ServerRun {
 
     fn interrupt(&mut self) {
         let t = self.fleet.view.totals();
-        let spread = if crate::server::worker::spreads(self.cfg.protocol) { self.cfg.drain_period } else { Duration::ZERO };
+        let spread = if self.cfg.services.iter().any(|s| crate::server::worker::spreads(s.protocol)) { self.cfg.drain_period } else { Duration::ZERO };
         if spread.is_zero() {
             self.progress.note(&format!(
                 "signal: draining — /healthz says draining, no new connections or requests; answering {} in flight for up to {} (a second signal forces)",
@@ -319,7 +325,7 @@ pub(crate) fn run(cfg: ServerConfig) -> Result<i32> {
         c.check().map_err(crate::UsageError)?;
     }
     let warnings = match cfg.connections {
-        Some(n) => crate::tune::precheck(n, crate::tune::plan::TuneRole::Server, cfg.ports.len() as u64, 50_000)?,
+        Some(n) => crate::tune::precheck(n, crate::tune::plan::TuneRole::Server, cfg.ports().len() as u64, 50_000)?,
         None => Vec::new(),
     };
     let mut progress = Progress::new(false);
@@ -350,15 +356,16 @@ pub(crate) fn run(cfg: ServerConfig) -> Result<i32> {
     say(
         &mut progress,
         format!(
-            "plan: {how}; {} ports on {} (shared listeners), {} connections per worker; reactor {}{}",
-            cfg.ports.len(),
+            "plan: {how}; {} on {} ({} ports, shared listeners), {} connections per worker; reactor {}{}",
+            services::describe(&cfg.services),
             cfg.listen,
+            cfg.ports().len(),
             format::count(budget),
             plan.io.name(),
             plan.io_fallback.as_ref().map(|why| format!(" (--io auto: {why})")).unwrap_or_default()
         ),
         serde_json::json!({"event": "plan", "workers": plan.initial(), "max_workers": plan.max(), "elastic": matches!(plan.sizing, Sizing::Elastic{..}),
-            "ports": cfg.ports.len(), "per_worker_max": budget, "capacity": plan.max() as u64 * budget, "threads_per_worker": plan.threads_per_worker,
+            "ports": cfg.ports().len(), "serve": cfg.services.iter().map(|s| serde_json::json!({"protocol": s.label(), "ports": s.ports})).collect::<Vec<_>>(), "per_worker_max": budget, "capacity": plan.max() as u64 * budget, "threads_per_worker": plan.threads_per_worker,
             "io": plan.io, "io_fallback": plan.io_fallback}),
     );
     if let Sizing::Elastic { .. } = plan.sizing {}
@@ -393,7 +400,7 @@ pub(crate) fn run(cfg: ServerConfig) -> Result<i32> {
     }
     say(
         &mut progress,
-        format!("listening on {}-{}", std::net::SocketAddr::new(cfg.listen, cfg.ports[0]), cfg.ports[cfg.ports.len() - 1]),
+        format!("listening on {}: {}", cfg.listen, services::describe(&cfg.services)),
         serde_json::json!({"event": "ready", "workers": plan.initial(), "pids": fleet.pids(), "admin": admin_at}),
     );
     let mut run = ServerRun {
@@ -437,16 +444,17 @@ mod auth_tests {
 
     #[test]
     fn an_open_server_off_loopback_is_warned_about() {
-        let mut cfg = ServerConfig { protocol: crate::proto::Protocol::Ws, ..Default::default() };
+        let mut cfg = ServerConfig::default();
+        cfg.only(crate::proto::Protocol::Ws, vec![8000]);
         assert_eq!(exposure_warning(&cfg), None, "loopback");
         cfg.listen = "0.0.0.0".parse().unwrap();
         assert!(exposure_warning(&cfg).is_some_and(|w| w.contains("anyone who connects may subscribe to any topic")));
         cfg.auth = config::Auth::Jwt(Some(auth::jwt::JwtKey::Secret(vec![1; 32])));
         assert_eq!(exposure_warning(&cfg), None, "with --auth jwt");
-        cfg.protocol = crate::proto::Protocol::Http;
+        cfg.only(crate::proto::Protocol::Http, vec![8000]);
         cfg.auth = config::Auth::Off;
         assert_eq!(exposure_warning(&cfg), None, "nothing to subscribe to over http");
-        cfg.protocol = crate::proto::Protocol::Ws;
+        cfg.only(crate::proto::Protocol::Ws, vec![8000]);
         cfg.auth = config::Auth::Jwt(None);
         assert!(check_auth(&cfg).unwrap_err().contains("--jwt-secret-file"));
     }

@@ -62,12 +62,13 @@ use std::time::{Duration, Instant};
 pub(crate) struct ServerWorkerConfig {
     pub worker: usize,
     pub listen: std::net::IpAddr,
-    pub ports: Vec<u16>,
+    /// Each protocol on its ports; listener i is the i-th port of them all
+    /// in this order (`services::all_ports`).
+    pub services: Vec<crate::server::services::Service>,
     /// The listening sockets, one per port, inherited from the supervisor.
     pub listen_fds: Vec<i32>,
     pub idle_timeout_ms: Option<u64>,
     pub stats_interval_ms: u64,
-    pub protocol: Protocol,
     /// `Pool(n)`: n is this worker's share of the server's threads.
     pub business: BusinessMode,
     /// Depth of the pool's queue (pool mode).
@@ -216,6 +217,21 @@ struct Worker {
     /// give (`serve::reply_cap`); whether the peer drains it is the stall
     /// timeout's to judge.
     reply_cap: usize,
+    /// Listener i came from `--serve` entry `listener_service[i]`.
+    listener_service: Vec<u8>,
+}
+
+/// The protocol of a connection accepted on a port of `services`' entry
+/// `conn.service()`.
+fn protocol_of(services: &[crate::server::services::Service], conn: &Conn) -> Protocol {
+    services.get(conn.service()).map_or(Protocol::Discard, |s| s.protocol)
+}
+
+impl ServerWorkerConfig {
+    /// Whether some entry speaks `protocol`.
+    fn serves(&self, protocol: Protocol) -> bool {
+        self.services.iter().any(|s| s.protocol == protocol)
+    }
 }
 
 pub(crate) fn run(cfg: ServerWorkerConfig) -> Result<()> {
@@ -285,11 +301,14 @@ pub(crate) fn run(cfg: ServerWorkerConfig) -> Result<()> {
         heads: Default::default(),
         ring: None,
         reply_cap: 0,
+        listener_service: Vec::new(),
     };
-    if w.cfg.protocol == Protocol::Ws && w.cfg.ws.deflate.mode != crate::server::session::ws_deflate::DeflateMode::Off {
+    w.listener_service = w.cfg.services.iter().enumerate().flat_map(|(i, s)| s.ports.iter().map(move |_| i as u8)).collect();
+    if w.cfg.serves(Protocol::Ws) && w.cfg.ws.deflate.mode != crate::server::session::ws_deflate::DeflateMode::Off {
         w.ws_codec = Some(Default::default());
     }
-    w.reply_cap = serve::reply_cap(w.cfg.protocol, &w.cfg.ws, w.cfg.http.body.len(), w.tls.is_some());
+    // Room for the largest reply of any entry's protocol.
+    w.reply_cap = w.cfg.services.iter().map(|s| serve::reply_cap(s.protocol, &w.cfg.ws, w.cfg.http.body.len(), s.tls)).max().unwrap_or(0);
     if w.cfg.io == crate::uring::Io::Uring {
         w.ring = Some(Default::default());
     }
@@ -412,12 +431,12 @@ impl Handler for Worker {
         if self.sweeps_idle() && now >= self.next_sweep {
             self.sweep_idle();
             // A ws port's MQTT-over-WebSocket clients keep alive too.
-            if matches!(self.cfg.protocol, Protocol::Mqtt | Protocol::Ws) {
+            if self.cfg.serves(Protocol::Mqtt) || self.cfg.serves(Protocol::Ws) {
                 self.sweep_keepalive();
             }
             self.next_sweep = now + if self.heads_timed() { HTTP_SWEEP } else { IDLE_SWEEP };
         }
-        if self.cfg.protocol == Protocol::Http {
+        if self.cfg.serves(Protocol::Http) {
             self.refresh_date();
         }
         if let Some(t) = self.accept_paused_until {
@@ -559,11 +578,11 @@ impl Worker {
     /// Whether the idle sweep runs: `--idle-timeout`, HTTP heads, MQTT
     /// keep-alive (on MQTT ports and, MQTT over WebSocket, ws ports).
     fn sweeps_idle(&self) -> bool {
-        self.cfg.idle_timeout_ms.is_some() || self.heads_timed() || matches!(self.cfg.protocol, Protocol::Mqtt | Protocol::Ws)
+        self.cfg.idle_timeout_ms.is_some() || self.heads_timed() || self.cfg.serves(Protocol::Mqtt) || self.cfg.serves(Protocol::Ws)
     }
 
     fn heads_timed(&self) -> bool {
-        self.cfg.protocol == Protocol::Http
+        self.cfg.serves(Protocol::Http)
     }
 
     fn refresh_date(&mut self) {

@@ -54,6 +54,10 @@ fn value() -> impl Strategy<Value = String> {
         Just("127.0.0.0/8".into()),
         Just("0.0.0.0".into()),
         Just("--help".into()),
+        // --serve entries: a valid one, one needing TLS files, every port.
+        Just("mqtt=1883".into()),
+        Just("ws+tls=8000-8099".into()),
+        Just("framed=1-65535".into()),
         any::<u64>().prop_map(|v| v.to_string()),
         any::<f64>().prop_map(|v| v.to_string()),
         "\\PC{0,12}",

@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The journeys the README promises: deleting one fails this test.
-const REQUIRED: [&str; 21] = [
+const REQUIRED: [&str; 22] = [
     "gateway",
     "load-test",
     "cluster",
@@ -39,6 +39,7 @@ const REQUIRED: [&str; 21] = [
     "bench-mqtt-push",
     "mqtt-shared",
     "mqtt-ws",
+    "multiproto",
     "ws-deflate",
     "thresholds",
     "stages",

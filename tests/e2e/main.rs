@@ -36,6 +36,7 @@ mod mqtt_sessions;
 mod mqtt_timing;
 mod mqtt_v5;
 mod mqtt_ws;
+mod multiproto;
 mod push;
 mod report;
 mod requests;

@@ -143,7 +143,7 @@ impl ServerFleet {
             Some(n) => Some(crate::server::limits::cap::SharedCap::create(n).context("cannot create the shared --max-connections count")?),
             None => None,
         };
-        let listeners = crate::server::supervisor::listener::bind_all(cfg.listen, &cfg.ports)?;
+        let listeners = crate::server::supervisor::listener::bind_all(cfg.listen, &cfg.ports())?;
         let max_workers = match sizing {
             Sizing::Elastic { max, .. } => max,
             Sizing::Fixed(n) => n,
@@ -154,7 +154,8 @@ impl ServerFleet {
         template.listen_fds = listeners.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
         if let Some(t) = &mut template.tls {
             t.ticket_key = crate::tls::tickets::new_key()?;
-            t.alpn_http = matches!(cfg.protocol, crate::proto::Protocol::Http | crate::proto::Protocol::Ws);
+            // ALPN http/1.1 when a TLS entry speaks HTTP or WebSocket.
+            t.alpn_http = cfg.services.iter().any(|s| s.tls && matches!(s.protocol, crate::proto::Protocol::Http | crate::proto::Protocol::Ws));
             t.pem = Some(crate::tls::files::read_pem(t).context("cannot serve TLS (--tls-cert, --tls-key)")?);
             crate::signals::watch_hangup();
         }
@@ -649,10 +650,9 @@ fn worker_template(cfg: &ServerConfig, initial: usize, max_workers: usize, budge
     ServerWorkerConfig {
         worker: 0,
         listen: cfg.listen,
-        ports: cfg.ports.clone(),
+        services: cfg.services.clone(),
         idle_timeout_ms: cfg.idle_timeout.map(|d| d.as_millis() as u64),
         stats_interval_ms: (cfg.stats_interval.as_millis() as u64).clamp(100, 1000),
-        protocol: cfg.protocol,
         business,
         queue: cfg.queue as usize,
         service_time: cfg.service_time.clone(),

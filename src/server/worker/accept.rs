@@ -143,13 +143,19 @@ impl Worker {
                 if !on_ring {
                     conn.set_watched();
                 }
-                let owes_head = matches!(self.cfg.protocol, Protocol::Ws | Protocol::Mqtt) || self.topics.gate.required();
-                if self.cfg.protocol == Protocol::Ws {
+                // The listener's entry: the connection's protocol and TLS.
+                let service = self.listener_service.get(i).copied().unwrap_or(0) as usize;
+                conn.set_service(service);
+                let (protocol, tls) = self.cfg.services.get(service).map_or((Protocol::Discard, false), |s| (s.protocol, s.tls));
+                // Only connections that subscribe owe a token (`--auth jwt`).
+                let gated = self.topics.gate.required() && matches!(protocol, Protocol::Framed | Protocol::Ws | Protocol::Mqtt);
+                let owes_head = matches!(protocol, Protocol::Ws | Protocol::Mqtt) || gated;
+                if protocol == Protocol::Ws {
                     conn.ext = crate::server::session::ws::fresh(now_ds);
-                } else if self.cfg.protocol == Protocol::Mqtt {
+                } else if protocol == Protocol::Mqtt {
                     // The token comes in the CONNECT (`--auth jwt`).
                     conn.ext = crate::server::session::mqtt::fresh();
-                } else if self.topics.gate.required() {
+                } else if gated {
                     conn.ext = Some(Box::new(crate::server::worker::conn::ConnExt::Unauthenticated));
                 }
                 if let Some(r) = &mut self.ring {
@@ -159,7 +165,7 @@ impl Worker {
                 // owes its token (`--auth jwt`): it takes no broadcast before
                 // it, so nothing held can reach it after; nor TLS (none
                 // before its handshake ends).
-                if self.cfg.protocol == Protocol::Framed && self.tls.is_none() && !self.topics.gate.required() {
+                if protocol == Protocol::Framed && !tls && !self.topics.gate.required() {
                     conn.set_unread();
                 }
                 entry.insert(conn);
@@ -168,7 +174,7 @@ impl Worker {
                 }
                 self.stats.accepted += 1;
                 self.stats.active += 1;
-                if let Some(t) = &mut self.tls {
+                if let Some(t) = self.tls.as_mut().filter(|_| tls) {
                     if let Err(reason) = t.open(key, self.next_gen, now_ds) {
                         self.close(key, reason);
                         return true;

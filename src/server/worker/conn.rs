@@ -45,8 +45,14 @@ const DEFLATE: u32 = 1 << 29;
 /// yet (its whole opening): a broadcast then waits for that read (see
 /// `seam.rs`). Ages up to 2^28 s, 8 years, stay exact.
 const UNREAD: u32 = 1 << 28;
+/// Where the index of the connection's `--serve` entry sits in `since_s`
+/// (3 bits: `services::MAX_SERVICES`, 8 entries). Ages up to 2^25 s, a
+/// year of one worker's life, stay exact.
+const SERVICE_SHIFT: u32 = 25;
+/// The bits of `since_s` that hold the entry's index.
+const SERVICE: u32 = 0b111 << SERVICE_SHIFT;
 /// Every flag bit of `since_s`.
-const FLAGS: u32 = SENDING | WATCHED | DEFLATE | UNREAD;
+const FLAGS: u32 = SENDING | WATCHED | DEFLATE | UNREAD | SERVICE;
 
 impl Conn {
     pub(crate) fn new(stream: mio::net::TcpStream, now_s: u32, gen: u32) -> Conn {
@@ -65,6 +71,18 @@ impl Conn {
     /// Worker-relative second it was accepted.
     pub(crate) fn since_s(&self) -> u32 {
         self.since_s & !FLAGS
+    }
+
+    /// The index of the `--serve` entry whose port it came in on: its
+    /// protocol and whether it speaks TLS.
+    pub(crate) fn service(&self) -> usize {
+        ((self.since_s & SERVICE) >> SERVICE_SHIFT) as usize
+    }
+
+    /// Accepted on a port of entry `i` (below `services::MAX_SERVICES`).
+    pub(crate) fn set_service(&mut self, i: usize) {
+        debug_assert!(i < crate::server::services::MAX_SERVICES);
+        self.since_s = (self.since_s & !SERVICE) | (((i as u32) << SERVICE_SHIFT) & SERVICE);
     }
 
     /// Whether this WebSocket connection negotiated permessage-deflate:
@@ -245,5 +263,12 @@ mod tests {
         assert_eq!(c.since_s(), 12_345);
         c.set_ws_deflate(false);
         assert!(!c.ws_deflate() && c.watched());
+        assert_eq!(c.service(), 0);
+        c.set_service(crate::server::services::MAX_SERVICES - 1);
+        assert_eq!(c.service(), crate::server::services::MAX_SERVICES - 1);
+        assert!(c.watched() && !c.sending() && !c.ws_deflate());
+        assert_eq!(c.since_s(), 12_345);
+        c.set_service(2);
+        assert_eq!(c.service(), 2);
     }
 }

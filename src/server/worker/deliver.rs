@@ -40,66 +40,71 @@ impl Worker {
         self.stats.push_commands += 1;
         let mut queued = 0;
         let data = base64::engine::general_purpose::STANDARD.decode(cmd.data.as_bytes()).unwrap_or_default();
-        // On an HTTP port only event streams take pushes.
-        let http = self.cfg.protocol == Protocol::Http;
-        let takes = |c: &crate::server::worker::conn::Conn| takes_pushes(&c.ext) && (!http || matches!(c.ext.as_deref(), Some(ConnExt::Sse(_))));
-        let targets: Vec<usize> = if self.cfg.protocol == Protocol::Mqtt {
-            // MQTT subscribers take topic messages only (no topic-less
-            // broadcasts or unicasts yet): exact topics and `+`/`#` filters.
-            match cmd.stream {
-                Stream::Topic => self.topics.audience(&cmd.topic).into_iter().filter(|k| self.conns.get(*k).is_some_and(takes)).collect(),
-                _ => Vec::new(),
-            }
-        } else if !matches!(self.cfg.protocol, Protocol::Framed | Protocol::Ws | Protocol::Http) {
-            Vec::new()
-        } else {
-            match cmd.stream {
-                // Not to WebSocket connections still in their handshake.
-                Stream::Broadcast => {
-                    let tls = self.tls.as_ref();
-                    self.conns.iter().filter(|(k, c)| takes(c) && !tls.is_some_and(|t| t.handshaking(*k))).map(|(k, _)| k).collect()
+        // Who takes pushes, by the protocol of the port it came in on:
+        // framed, ws and MQTT connections; on an HTTP port only event
+        // streams; echo, echo8 and discard connections none.
+        let services = &self.cfg.services;
+        let takes = |c: &crate::server::worker::conn::Conn| {
+            takes_pushes(&c.ext)
+                && match super::protocol_of(services, c) {
+                    Protocol::Framed | Protocol::Ws | Protocol::Mqtt => true,
+                    Protocol::Http => matches!(c.ext.as_deref(), Some(ConnExt::Sse(_))),
+                    _ => false,
                 }
-                // `audience`: a ws port's MQTT clients may hold `+`/`#` filters.
-                Stream::Topic => self.topics.audience(&cmd.topic),
-                Stream::Unicast if cmd.user.is_some() => {
-                    let user = cmd.user.as_deref().unwrap_or_default();
-                    self.topics.gate.conns_of(user).iter().copied().filter(|k| self.conns.get(*k).is_some_and(takes)).collect()
-                }
-                Stream::Unicast => cmd
-                    .target
-                    .map(split_id)
-                    .filter(|(w, k, g)| {
-                        *w == self.cfg.worker
-                            && self.conns.get(*k).is_some_and(|c| c.gen == *g && takes(c))
-                            && !self.tls.as_ref().is_some_and(|t| t.handshaking(*k))
-                    })
-                    .map(|(_, k, _)| vec![k])
-                    .unwrap_or_default(),
+        };
+        let targets: Vec<usize> = match cmd.stream {
+            // Not to connections still in their TLS handshake. MQTT
+            // connections take topic messages only (skipped below).
+            Stream::Broadcast => {
+                let tls = self.tls.as_ref();
+                self.conns.iter().filter(|(k, c)| takes(c) && !tls.is_some_and(|t| t.handshaking(*k))).map(|(k, _)| k).collect()
             }
+            // `audience`: exact topics and MQTT `+`/`#` filters.
+            Stream::Topic => self.topics.audience(&cmd.topic).into_iter().filter(|k| self.conns.get(*k).is_some_and(takes)).collect(),
+            Stream::Unicast if cmd.user.is_some() => {
+                let user = cmd.user.as_deref().unwrap_or_default();
+                self.topics.gate.conns_of(user).iter().copied().filter(|k| self.conns.get(*k).is_some_and(takes)).collect()
+            }
+            Stream::Unicast => cmd
+                .target
+                .map(split_id)
+                .filter(|(w, k, g)| {
+                    *w == self.cfg.worker
+                        && self.conns.get(*k).is_some_and(|c| c.gen == *g && takes(c))
+                        && !self.tls.as_ref().is_some_and(|t| t.handshaking(*k))
+                })
+                .map(|(_, k, _)| vec![k])
+                .unwrap_or_default(),
         };
         if cmd.close {
             return self.disconnect(&targets, cmd.publish_id);
         }
-        if self.cfg.protocol == Protocol::Mqtt {
+        if self.cfg.services.iter().all(|s| s.protocol == Protocol::Mqtt) {
             return self.push_mqtt(&cmd, &data, &targets);
         }
-        let mut frame = Vec::with_capacity(64 + data.len());
+        // Encoded once per format this worker serves: the framed push and
+        // the WebSocket message (event streams share theirs, below).
         let p = Push { stream: cmd.stream, topic: cmd.topic.as_bytes(), seq: cmd.seq, publish_us: cmd.publish_us, epoch: cmd.epoch, data: &data };
+        let framed: std::rc::Rc<[u8]> = if self.cfg.serves(Protocol::Framed) {
+            let mut framed = Vec::with_capacity(64 + data.len());
+            push::encode(&mut framed, &p);
+            framed.into()
+        } else {
+            std::rc::Rc::from(&[][..])
+        };
         // A WebSocket push's message, kept to be compressed once if a
         // subscriber negotiated deflate and it is long enough.
         let mut message = None;
-        match self.cfg.protocol {
-            Protocol::Ws => {
-                let (opcode, body) = ws::push_message(self.cfg.ws.push_format, &p);
-                crate::proto::ws::frame::encode(&mut frame, true, opcode, &body, None);
-                if self.ws_codec.is_some() && body.len() >= self.cfg.ws.deflate.min_bytes {
-                    message = Some((opcode, body));
-                }
+        let mut ws_frame: Option<std::rc::Rc<[u8]>> = None;
+        if self.cfg.serves(Protocol::Ws) {
+            let (opcode, body) = ws::push_message(self.cfg.ws.push_format, &p);
+            let mut frame = Vec::with_capacity(16 + body.len());
+            crate::proto::ws::frame::encode(&mut frame, true, opcode, &body, None);
+            ws_frame = Some(frame.into());
+            if self.ws_codec.is_some() && body.len() >= self.cfg.ws.deflate.min_bytes {
+                message = Some((opcode, body));
             }
-            _ => push::encode(&mut frame, &p),
         }
-        // One buffer for every connection: on the ring each send points at it.
-        let frame: std::rc::Rc<[u8]> = frame.into();
         let mut compressed: Option<std::rc::Rc<[u8]>> = None;
         // Subscribers recovering this stream get it in the history answer.
         let history_name = if cmd.stream == Stream::Broadcast { BROADCAST_TOPIC } else { cmd.topic.as_str() };
@@ -138,6 +143,11 @@ impl Worker {
                     super::io::send_frame(self.tls.as_mut(), self.ring.as_mut(), *key, conn, &event, self.cfg.max_pending_bytes, Close::SlowConsumer)
                 }
                 None => {
+                    // One buffer for every connection of a format: on the ring each send points at it.
+                    let frame = match (super::protocol_of(&self.cfg.services, conn), &ws_frame) {
+                        (Protocol::Ws, Some(f)) => f,
+                        _ => &framed,
+                    };
                     let mut own = None;
                     let shared = match (&message, self.ws_codec.as_deref_mut()) {
                         (Some((opcode, body)), Some(codec)) if conn.ws_deflate() => {
@@ -145,11 +155,11 @@ impl Worker {
                             // Context takeover: compressed for this connection alone.
                             own = codec.frame_for(*key, &mut self.stats, *opcode, body);
                             match own {
-                                Some(_) => &frame,
+                                Some(_) => frame,
                                 None => compressed.get_or_insert_with(|| codec.frame(&mut self.stats, *opcode, body).into()),
                             }
                         }
-                        _ => &frame,
+                        _ => frame,
                     };
                     match &own {
                         Some(f) => super::io::send(self.tls.as_mut(), self.ring.as_mut(), *key, conn, f, self.cfg.max_pending_bytes, Close::SlowConsumer),
@@ -171,11 +181,12 @@ impl Worker {
                 Err(reason) => slow.push((*key, reason)),
             }
         }
-        if cmd.stream == Stream::Broadcast && self.cfg.protocol == Protocol::Framed && self.seam.broadcast(cmd.seq, &frame) {
+        if cmd.stream == Stream::Broadcast && self.cfg.serves(Protocol::Framed) && self.seam.broadcast(cmd.seq, &framed) {
             let released = self.seam.release_all();
             self.send_held(released);
         }
-        if !mqtt_targets.is_empty() {
+        // Shared subscription members the supervisor picked here too.
+        if !mqtt_targets.is_empty() || !cmd.shared.is_empty() {
             let (q, s) = self.deliver_mqtt(&cmd, &data, &mqtt_targets);
             queued += q;
             slow.extend(s);
@@ -203,7 +214,7 @@ impl Worker {
     fn disconnect(&mut self, targets: &[usize], publish_id: u64) {
         for &key in targets {
             let Some(conn) = self.conns.get_mut(key) else { continue };
-            if self.cfg.protocol == Protocol::Ws {
+            if super::protocol_of(&self.cfg.services, conn) == Protocol::Ws {
                 let mut out = Vec::new();
                 crate::proto::ws::frame::encode_close_reason(&mut out, DISCONNECT_CLOSE, b"disconnected", None);
                 let _ = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &out, self.cfg.max_pending_bytes, Close::SlowConsumer);
@@ -302,7 +313,8 @@ impl Worker {
                 replay.iter().map(|m| Push { stream, topic: topic.as_bytes(), seq: m.offset, publish_us: m.publish_us, epoch: slice.epoch, data: &m.data });
             let conn = self.conns.get_mut(key).expect("checked above");
             let deflate = conn.ws_deflate();
-            match (sse_mut(&mut conn.ext), self.cfg.protocol) {
+            let protocol = super::protocol_of(&self.cfg.services, conn);
+            match (sse_mut(&mut conn.ext), protocol) {
                 (Some(sse), _) => {
                     for p in pushes {
                         crate::server::session::sse::write_push(&mut out, sse, &self.topics, &p, now_s, &mut self.stats);

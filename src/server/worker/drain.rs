@@ -55,16 +55,24 @@ impl Worker {
     /// HTTP port those are its event streams, hinted at once (its
     /// requests drain as before, within --drain-timeout).
     pub(super) fn begin_drain(&mut self) {
-        let http = self.cfg.protocol == Protocol::Http;
-        if !http && !spreads(self.cfg.protocol) {
+        // Spread over --drain-period: framed and ws connections, and the
+        // event streams of HTTP ports (those hinted at once when the
+        // worker serves HTTP alone).
+        let services = &self.cfg.services;
+        let keys: Vec<(usize, u32)> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| {
+                let p = super::protocol_of(services, c);
+                spreads(p) || (p == Protocol::Http && matches!(c.ext.as_deref(), Some(ConnExt::Sse(_))))
+            })
+            .map(|(k, c)| (k, c.gen))
+            .collect();
+        if keys.is_empty() {
             return;
         }
-        let keys: Vec<(usize, u32)> =
-            self.conns.iter().filter(|(_, c)| !http || matches!(c.ext.as_deref(), Some(ConnExt::Sse(_)))).map(|(k, c)| (k, c.gen)).collect();
-        if http && keys.is_empty() {
-            return;
-        }
-        let period = if http { Duration::ZERO } else { Duration::from_millis(self.cfg.drain_period_ms) };
+        let spread = self.cfg.services.iter().any(|s| spreads(s.protocol));
+        let period = if spread { Duration::from_millis(self.cfg.drain_period_ms) } else { Duration::ZERO };
         self.drain = Some(Drain { started: Instant::now(), period, keys, done: 0 });
     }
 
@@ -86,12 +94,13 @@ impl Worker {
     fn say_goaway(&mut self, key: usize) {
         let retry_ms = self.rng.gen_range(0..=goaway::MAX_RETRY_MS);
         let Some(conn) = self.conns.get_mut(key) else { return };
+        let protocol = super::protocol_of(&self.cfg.services, conn);
         self.out.clear();
         if sse_mut(&mut conn.ext).is_some() {
             goaway::write_sse(&mut self.out, retry_ms);
-        } else if self.cfg.protocol == Protocol::Ws && !ws_handshaking(&conn.ext) {
+        } else if protocol == Protocol::Ws && !ws_handshaking(&conn.ext) {
             goaway::write_ws(&mut self.out, retry_ms);
-        } else if self.cfg.protocol == Protocol::Framed {
+        } else if protocol == Protocol::Framed {
             goaway::write_framed(&mut self.out, retry_ms);
         }
         if !self.out.is_empty() {

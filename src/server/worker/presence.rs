@@ -48,7 +48,7 @@ impl Worker {
     /// Tell each topic's WebSocket subscribers here who joined or left:
     /// `{"type":"join"|"leave","topic":..,"user":..}`.
     pub(super) fn notify(&mut self, notices: &[Notice]) {
-        if self.cfg.protocol != Protocol::Ws {
+        if !self.cfg.serves(Protocol::Ws) {
             return;
         }
         let mut slow = Vec::new();
@@ -58,7 +58,10 @@ impl Worker {
             let v = serde_json::json!({ "type": if n.join { "join" } else { "leave" }, "topic": n.topic, "user": n.user });
             crate::proto::ws::frame::encode(&mut frame, true, crate::proto::ws::frame::Opcode::Text, v.to_string().as_bytes(), None);
             for key in self.topics.subscribers(&n.topic) {
-                let ws = |c: &&mut crate::server::worker::conn::Conn| takes_pushes(&c.ext) && !matches!(c.ext.as_deref(), Some(ConnExt::Sse(_)));
+                let services = &self.cfg.services;
+                let ws = |c: &&mut crate::server::worker::conn::Conn| {
+                    super::protocol_of(services, c) == Protocol::Ws && takes_pushes(&c.ext) && !matches!(c.ext.as_deref(), Some(ConnExt::Sse(_)))
+                };
                 let Some(conn) = self.conns.get_mut(key).filter(ws) else { continue };
                 match super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &frame, self.cfg.max_pending_bytes, Close::SlowConsumer) {
                     Ok(()) => self.stats.presence_notices += 1,

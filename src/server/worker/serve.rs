@@ -62,16 +62,22 @@ impl Worker {
             // this read completed it.
             let unread = conn.unread();
             let mut opened = false;
+            // The protocol of the port it came in on.
+            let protocol = super::protocol_of(&self.cfg.services, conn);
             let mut req =
                 Requests { out: &mut self.out, stats: &mut self.stats, stage: &mut self.stage, rng: &mut self.rng, service: &self.cfg.service_time, key, gen };
             let mut rx = net::Received(received.unwrap_or_default());
-            let (tls, plaintext_reply) = match self.tls.as_mut().map(|t| t.reading(key)) {
+            // A connection of a TLS port reads through its TLS state (none
+            // left: it is closing); one of a plain port, beside them, as is.
+            let tls_port = self.cfg.services.get(conn.service()).is_some_and(|s| s.tls);
+            let (tls, plaintext_reply) = match self.tls.as_mut().filter(|_| tls_port).map(|t| t.reading(key)) {
                 Some(None) => return,
-                Some(Some((tls, reply))) => (Some(tls), reply),
+                // Cleartext HTTP is answered only on an HTTP or WebSocket port.
+                Some(Some((tls, reply))) => (Some(tls), reply.filter(|_| matches!(protocol, Protocol::Http | Protocol::Ws))),
                 None => (None, None),
             };
             let mut src = Wire::of(&mut conn.stream, received.map(|_| &mut rx), tls, plaintext_reply);
-            let r = match self.cfg.protocol {
+            let r = match protocol {
                 Protocol::Framed => {
                     let mut ctx = framed::Ctx {
                         req,
@@ -166,7 +172,7 @@ impl Worker {
                 }
                 // Raw and sse are client protocols (refused by the server's plan).
                 Protocol::Echo | Protocol::Discard | Protocol::Raw | Protocol::Sse => {
-                    let echo = self.cfg.protocol == Protocol::Echo;
+                    let echo = protocol == Protocol::Echo;
                     read(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| {
                         req.stats.frames_in += 1;
                         if echo {
@@ -244,7 +250,7 @@ impl Worker {
                 self.close(done.job.key, reason);
                 continue;
             }
-            if self.cfg.protocol == Protocol::Http {
+            if super::protocol_of(&self.cfg.services, conn) == Protocol::Http {
                 self.resume_http(done.job.key);
             }
         }
