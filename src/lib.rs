@@ -43,6 +43,10 @@ pub(crate) mod values;
 #[cfg(test)]
 pub(crate) mod test_alloc;
 
+/// `crate::counters!` and `crate::counters_deref!`, declared in
+/// [`stats::counters`], for every role's counters.
+pub(crate) use stats::counters::{counters, counters_deref};
+
 /// An error in what the user asked for (exit code 2), as opposed to a
 /// failure while doing it (exit code 1).
 #[derive(Debug)]

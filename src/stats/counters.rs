@@ -132,7 +132,7 @@ pub(crate) fn labeled(label: &str, values: &Kinds) -> Family<Vec<(String, String
 /// The struct's visibility is its fields' and methods' too.
 ///
 /// ```text
-/// megaconn::counters! {
+/// crate::counters! {
 ///     /// What a server worker counts.
 ///     pub struct ServerCounters {
 ///         accepted: counter "accepted" "Connections accepted",
@@ -140,7 +140,6 @@ pub(crate) fn labeled(label: &str, values: &Kinds) -> Family<Vec<(String, String
 ///     }
 /// }
 /// ```
-#[macro_export]
 macro_rules! counters {
     (
         $(#[$meta:meta])*
@@ -220,7 +219,6 @@ macro_rules! counters {
 /// A struct that carries a role's counters in field `counters` reads them
 /// as its own fields (`snapshot.accepted`), so code that counts does not
 /// spell out where the counters live.
-#[macro_export]
 macro_rules! counters_deref {
     ($outer:ty => $counters:ty) => {
         impl std::ops::Deref for $outer {
@@ -237,6 +235,10 @@ macro_rules! counters_deref {
         }
     };
 }
+
+// Crate-private: every role declares its counters inside the crate, and
+// nothing outside it names the macros (`crate::counters!` through lib.rs).
+pub(crate) use {counters, counters_deref};
 
 #[cfg(test)]
 mod tests {
