@@ -6,8 +6,8 @@
 //! random names in a loop costs nothing that stays. At most
 //! `--max-topics` topics exist per worker; a subscription that would
 //! create one more is refused (`too_many_topics`). Each connection keeps
-//! the ids of its topics in one allocation behind one pointer
-//! ([`Subs`]): a connection without subscriptions pays the pointer.
+//! the ids of its topics in one word of its record ([`Subs`]): one
+//! subscription inline, two or more in one allocation behind it.
 //!
 //! A topic's name is stored once, in its slot (24 bytes: the name's box
 //! and [`Subscribers`]); the name index is a table of bare ids hashed and
@@ -25,6 +25,7 @@
 //! `--max-pending-bytes`; a reader that falls further behind is closed as
 //! `slow_consumer`.
 
+mod subs;
 mod subscribers;
 #[cfg(test)]
 mod tests;
@@ -34,6 +35,7 @@ use crate::server::close::Close;
 use crate::server::worker::wildcards::{self, Wildcards, WILD};
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
+pub(crate) use subs::Subs;
 use subscribers::{Many, Subscribers};
 
 pub(crate) use push::MAX_SUBSCRIPTIONS;
@@ -46,27 +48,9 @@ pub(crate) const DEFAULT_MAX_TOPICS: usize = 100_000;
 pub(crate) const TOO_MANY_TOPICS: &str = "too_many_topics";
 pub(crate) use crate::stats::exposition::LATENCY_BUCKETS_MS;
 
-/// Subscriptions of one connection (topic ids; with [`WILD`] set, an
-/// MQTT wildcard filter's id in [`Topics::wild`]). A `ThinVec` is one
-/// pointer in the connection record, a shared empty header (nothing
-/// allocated) until the first subscription, then ONE allocation holding
-/// length, capacity and ids: 32 bytes of heap for one or two
-/// subscriptions where a boxed `Vec` took two allocations, 64 bytes (a
-/// million devices each subscribed to its own topic: 32 MB less).
-pub(crate) type Subs = thin_vec::ThinVec<u32>;
-
 /// A connection's slab key as a topic keeps it.
 fn slot(key: usize) -> u32 {
     u32::try_from(key).expect("a slab key stays below the worker's connection cap")
-}
-
-/// Add `id` to a connection's subscriptions: the first one allocates room
-/// for exactly one (most connections keep one), more grow as a `Vec` does.
-fn add(subs: &mut Subs, id: u32) {
-    if subs.capacity() == 0 {
-        subs.reserve_exact(1);
-    }
-    subs.push(id);
 }
 
 /// Slots grow by a quarter (at least this many), not by doubling: with a
@@ -159,7 +143,7 @@ impl Topics {
                 id
             }
         };
-        add(subs, id);
+        subs.push(id);
         self.gate.joined(key, name, true);
         Ok(())
     }
@@ -195,7 +179,7 @@ impl Topics {
             return Err(Close::TooManySubscriptions);
         }
         let id = self.wild.add(filter, key)?;
-        add(subs, id | WILD);
+        subs.push(id | WILD);
         Ok(())
     }
 
@@ -238,7 +222,7 @@ impl Topics {
     /// After a token refresh: the topics connection `key` follows that its
     /// new token no longer permits, unsubscribed; their names.
     pub(crate) fn revoke(&mut self, subs: &mut Subs, key: usize) -> Vec<Box<str>> {
-        let names: Vec<Box<str>> = subs.iter().filter_map(|id| self.sub_name(*id)).map(Box::from).collect();
+        let names: Vec<Box<str>> = subs.iter().filter_map(|id| self.sub_name(id)).map(Box::from).collect();
         let revoked: Vec<Box<str>> = names.into_iter().filter(|n| self.gate.permits(key, n).is_err()).collect();
         for name in &revoked {
             self.unsubscribe(subs, key, name.as_bytes());
@@ -251,14 +235,7 @@ impl Topics {
         else {
             return;
         };
-        let before = subs.len();
-        subs.retain(|t| *t != id);
-        let had = subs.len() != before;
-        if subs.is_empty() {
-            // Give the allocation back (a ThinVec keeps it when emptied).
-            *subs = Subs::new();
-        }
-        if had {
+        if subs.remove(id) {
             self.remove(id, key);
         }
     }
@@ -322,7 +299,7 @@ impl Topics {
     /// A connection closed: drop it from every topic it had.
     pub(crate) fn forget(&mut self, subs: &Subs, key: usize) {
         for id in subs.iter() {
-            self.remove(*id, key);
+            self.remove(id, key);
         }
     }
 
@@ -391,7 +368,7 @@ impl Topics {
     }
 
     pub(crate) fn names_of(&self, subs: &Subs) -> Vec<String> {
-        subs.iter().filter_map(|id| self.sub_name(*id)).map(str::to_string).collect()
+        subs.iter().filter_map(|id| self.sub_name(id)).map(str::to_string).collect()
     }
 
     /// (topics with at least one subscriber, subscriptions in all).
