@@ -24,7 +24,8 @@ pub(crate) struct Conn {
     /// half-read or a reply pending, a WebSocket handshake not yet done or
     /// a message still in fragments.
     pub ext: Ext,
-    /// Topics this connection subscribed to (None for most).
+    /// Topics this connection subscribed to: one word, one subscription
+    /// inline, two or more behind it (`topics::Subs`).
     pub subs: crate::server::worker::topics::Subs,
     /// Worker-relative second it was accepted (its age in /connections),
     /// in the top bit whether an io_uring send of it is in flight and in

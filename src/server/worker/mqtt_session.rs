@@ -202,7 +202,7 @@ impl Worker {
         let Some(m) = mqtt::state(&conn.ext).filter(|m| m.claim == Claim::Registered) else { return };
         let state = (m.expiry_s() > 0).then(|| {
             let qos_of = |id: u32| m.extra.as_deref().and_then(|x| x.subs.iter().find(|s| s.id == id)).map_or(0, |s| s.qos as u8);
-            let subs = conn.subs.iter().filter_map(|id| Some((self.topics.sub_name(*id)?.to_string(), qos_of(*id)))).collect();
+            let subs = conn.subs.iter().filter_map(|id| Some((self.topics.sub_name(id)?.to_string(), qos_of(id)))).collect();
             let v5 = m.version == Some(Version::V5);
             let messages = m
                 .extra

@@ -6,66 +6,74 @@
 //! random names in a loop costs nothing that stays. At most
 //! `--max-topics` topics exist per worker; a subscription that would
 //! create one more is refused (`too_many_topics`). Each connection keeps
-//! the ids of its topics in one allocation behind one pointer
-//! ([`Subs`]): a connection without subscriptions pays the pointer.
+//! the ids of its topics in one word of its record ([`Subs`]): one
+//! subscription inline, two or more in one allocation behind it.
+//!
+//! A topic's name is stored once, in its slot (24 bytes: the name's box
+//! and [`Subscribers`]); the name index is a table of bare ids hashed and
+//! compared through the slots' names (5 bytes a bucket), with the keyed
+//! SipHash of std's `RandomState` because names come from peers. A topic
+//! with one subscriber keeps it inline; only two or more get a set
+//! ([`subscribers`]). A million devices each on a topic of its own
+//! measured 368 bytes of server heap per connection before this layout
+//! (a name twice, a 64-byte `Option<Topic>` per slot, a `HashSet` per
+//! topic); `one_topic_with_one_subscriber_is_small` counts it now.
+//!
 //! A push arrives once per worker as a command; its frame is encoded once
 //! and written to every target from that one buffer. Only a socket that
 //! does not take it all gets the rest spilled, bounded by
 //! `--max-pending-bytes`; a reader that falls further behind is closed as
 //! `slow_consumer`.
 
+mod subs;
+mod subscribers;
+#[cfg(test)]
+mod tests;
+
 use crate::proto::push;
 use crate::server::close::Close;
 use crate::server::worker::wildcards::{self, Wildcards, WILD};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+pub(crate) use subs::Subs;
+use subscribers::{Many, Subscribers};
 
 pub(crate) use push::MAX_SUBSCRIPTIONS;
 /// Default `--max-topics`: distinct topics with subscribers in one
-/// worker (each costs its name, ~100 bytes of map entries and a
-/// subscriber set).
+/// worker (each costs its name, a 24-byte slot and a 5-byte index
+/// bucket, with the tables' slack; a set only with two subscribers).
 pub(crate) const DEFAULT_MAX_TOPICS: usize = 100_000;
 /// A subscription refused because the worker holds `--max-topics` topics.
 #[cfg(test)]
 pub(crate) const TOO_MANY_TOPICS: &str = "too_many_topics";
 pub(crate) use crate::stats::exposition::LATENCY_BUCKETS_MS;
 
-/// Subscriptions of one connection (topic ids; with [`WILD`] set, an
-/// MQTT wildcard filter's id in [`Topics::wild`]). A `ThinVec` is one
-/// pointer in the connection record, a shared empty header (nothing
-/// allocated) until the first subscription, then ONE allocation holding
-/// length, capacity and ids: 32 bytes of heap for one or two
-/// subscriptions where a boxed `Vec` took two allocations, 64 bytes (a
-/// million devices each subscribed to its own topic: 32 MB less).
-pub(crate) type Subs = thin_vec::ThinVec<u32>;
-
 /// A connection's slab key as a topic keeps it.
 fn slot(key: usize) -> u32 {
     u32::try_from(key).expect("a slab key stays below the worker's connection cap")
 }
 
-/// Add `id` to a connection's subscriptions: the first one allocates room
-/// for exactly one (most connections keep one), more grow as a `Vec` does.
-fn add(subs: &mut Subs, id: u32) {
-    if subs.capacity() == 0 {
-        subs.reserve_exact(1);
-    }
-    subs.push(id);
-}
+/// Slots grow by a quarter (at least this many), not by doubling: with a
+/// slot per topic, doubling leaves up to half the table unused.
+const MIN_SLOT_GROWTH: usize = 64;
 
-/// One live topic: its name and who subscribed.
-struct Topic {
+/// One live topic: its name (the only copy) and who subscribed.
+struct Slot {
     name: Box<str>,
-    /// Slab keys, as u32 (a worker holds fewer connections than its
-    /// open-file limit): 5 bytes a bucket instead of 9, 9 bytes per
-    /// subscriber of a topic with thousands.
-    subscribers: HashSet<u32>,
+    subscribers: Subscribers,
 }
 
 pub(crate) struct Topics {
-    ids: HashMap<Box<str>, u32>,
+    /// Live topics' ids, hashed by name (`hasher`) and compared through
+    /// `slots`: the name is not stored here.
+    names: hashbrown::HashTable<u32>,
+    /// Keyed per worker: names come from peers.
+    hasher: RandomState,
     /// Indexed by id; `None` for a free id (listed in `free`).
-    slots: Vec<Option<Topic>>,
+    slots: Vec<Option<Slot>>,
     free: Vec<u32>,
+    /// The subscribers of topics with two or more, by topic id.
+    many: HashMap<u32, Many>,
     /// `--max-topics`.
     max: usize,
     /// Record topics gaining their first / losing their last subscriber
@@ -90,12 +98,19 @@ impl Default for Topics {
     }
 }
 
+/// The name of live topic `id` (the names table holds only live ids).
+fn name_in(slots: &[Option<Slot>], id: u32) -> &str {
+    slots[id as usize].as_ref().map_or("", |s| &s.name)
+}
+
 impl Topics {
     pub(crate) fn new(track: bool, max: usize, commands_per_second: u32) -> Topics {
         Topics {
-            ids: HashMap::new(),
+            names: hashbrown::HashTable::new(),
+            hasher: RandomState::new(),
             slots: Vec::new(),
             free: Vec::new(),
+            many: HashMap::new(),
             max,
             track,
             changes: HashMap::new(),
@@ -110,7 +125,7 @@ impl Topics {
         push::check_topic(topic).map_err(|_| Close::BadTopic)?;
         let name = std::str::from_utf8(topic).map_err(|_| Close::BadTopic)?;
         self.gate.permits(key, name)?;
-        let known = self.ids.get(name).copied();
+        let known = self.id(name);
         if known.is_some_and(|id| subs.contains(&id)) {
             return Ok(());
         }
@@ -118,17 +133,33 @@ impl Topics {
             return Err(Close::TooManySubscriptions);
         }
         let id = match known {
-            Some(id) => id,
-            None => self.create(name)?,
+            Some(id) => {
+                self.join(id, slot(key));
+                id
+            }
+            None => {
+                let id = self.create(name, slot(key))?;
+                self.note(name, true);
+                id
+            }
         };
-        add(subs, id);
-        let t = self.slots[id as usize].as_mut().expect("a known id is live");
-        t.subscribers.insert(slot(key));
+        subs.push(id);
         self.gate.joined(key, name, true);
-        if t.subscribers.len() == 1 {
-            self.note(name, true);
-        }
         Ok(())
+    }
+
+    /// Add subscriber `key` to live topic `id` (it is not one yet).
+    fn join(&mut self, id: u32, key: u32) {
+        let Some(t) = self.slots[id as usize].as_mut() else { return };
+        match t.subscribers {
+            Subscribers::One(first) => {
+                self.many.insert(id, Many::pair(first, key));
+                t.subscribers = Subscribers::Many;
+            }
+            Subscribers::Many => {
+                self.many.entry(id).or_default().insert(key);
+            }
+        }
     }
 
     /// Subscribe connection `key` to an MQTT filter with `+` or `#`: its
@@ -148,7 +179,7 @@ impl Topics {
             return Err(Close::TooManySubscriptions);
         }
         let id = self.wild.add(filter, key)?;
-        add(subs, id | WILD);
+        subs.push(id | WILD);
         Ok(())
     }
 
@@ -164,30 +195,34 @@ impl Topics {
         v
     }
 
-    /// A new topic with no subscriber yet (the caller adds one at once).
-    fn create(&mut self, name: &str) -> Result<u32, Close> {
-        if self.ids.len() >= self.max {
+    /// A new topic whose one subscriber is `key`.
+    fn create(&mut self, name: &str, key: u32) -> Result<u32, Close> {
+        if self.names.len() >= self.max {
             return Err(Close::TooManyTopics);
         }
-        let topic = Topic { name: name.into(), subscribers: HashSet::new() };
+        let topic = Slot { name: name.into(), subscribers: Subscribers::One(key) };
         let id = match self.free.pop() {
             Some(id) => {
                 self.slots[id as usize] = Some(topic);
                 id
             }
             None => {
+                if self.slots.len() == self.slots.capacity() {
+                    self.slots.reserve_exact((self.slots.len() / 4).max(MIN_SLOT_GROWTH));
+                }
                 self.slots.push(Some(topic));
                 (self.slots.len() - 1) as u32
             }
         };
-        self.ids.insert(name.into(), id);
+        let (slots, hasher) = (&self.slots, &self.hasher);
+        self.names.insert_unique(hasher.hash_one(name), id, |id| hasher.hash_one(name_in(slots, *id)));
         Ok(id)
     }
 
     /// After a token refresh: the topics connection `key` follows that its
     /// new token no longer permits, unsubscribed; their names.
     pub(crate) fn revoke(&mut self, subs: &mut Subs, key: usize) -> Vec<Box<str>> {
-        let names: Vec<Box<str>> = subs.iter().filter_map(|id| self.sub_name(*id)).map(Box::from).collect();
+        let names: Vec<Box<str>> = subs.iter().filter_map(|id| self.sub_name(id)).map(Box::from).collect();
         let revoked: Vec<Box<str>> = names.into_iter().filter(|n| self.gate.permits(key, n).is_err()).collect();
         for name in &revoked {
             self.unsubscribe(subs, key, name.as_bytes());
@@ -196,19 +231,11 @@ impl Topics {
     }
 
     pub(crate) fn unsubscribe(&mut self, subs: &mut Subs, key: usize, topic: &[u8]) {
-        let Some(id) =
-            std::str::from_utf8(topic).ok().and_then(|t| if wildcards::is_filter(t) { self.wild.id(t).map(|id| id | WILD) } else { self.ids.get(t).copied() })
+        let Some(id) = std::str::from_utf8(topic).ok().and_then(|t| if wildcards::is_filter(t) { self.wild.id(t).map(|id| id | WILD) } else { self.id(t) })
         else {
             return;
         };
-        let before = subs.len();
-        subs.retain(|t| *t != id);
-        let had = subs.len() != before;
-        if subs.is_empty() {
-            // Give the allocation back (a ThinVec keeps it when emptied).
-            *subs = Subs::new();
-        }
-        if had {
+        if subs.remove(id) {
             self.remove(id, key);
         }
     }
@@ -217,22 +244,39 @@ impl Topics {
         if id & WILD != 0 {
             return self.wild.remove(id & !WILD, key);
         }
+        let key32 = slot(key);
         let Some(t) = self.slots.get_mut(id as usize).and_then(Option::as_mut) else { return };
-        if !t.subscribers.remove(&slot(key)) {
-            return;
+        match t.subscribers {
+            Subscribers::One(k) if k == key32 => {}
+            Subscribers::One(_) => return,
+            Subscribers::Many => {
+                let Some(set) = self.many.get_mut(&id) else { return };
+                if !set.remove(key32) {
+                    return;
+                }
+                if set.len() == 1 {
+                    // Back to one: inline again, the set's memory given back.
+                    let last = set.iter().next().expect("one left");
+                    self.many.remove(&id);
+                    t.subscribers = Subscribers::One(last);
+                }
+                self.gate.joined(key, &t.name, false);
+                return;
+            }
         }
         self.gate.joined(key, &t.name, false);
-        if !t.subscribers.is_empty() {
-            return;
-        }
         // The last subscriber left: forget the topic, reuse its id.
+        let (slots, hasher) = (&self.slots, &self.hasher);
+        let hash = hasher.hash_one(name_in(slots, id));
+        if let Ok(e) = self.names.find_entry(hash, |i| *i == id) {
+            e.remove();
+        }
         let t = self.slots[id as usize].take().expect("checked above");
-        self.ids.remove(&t.name);
         self.free.push(id);
         self.note(&t.name, false);
-        if self.ids.is_empty() {
+        if self.names.is_empty() {
             // Nothing live: give the tables' memory back too.
-            (self.ids, self.slots, self.free) = Default::default();
+            (self.names, self.slots, self.free, self.many) = Default::default();
         }
     }
 
@@ -255,7 +299,7 @@ impl Topics {
     /// A connection closed: drop it from every topic it had.
     pub(crate) fn forget(&mut self, subs: &Subs, key: usize) {
         for id in subs.iter() {
-            self.remove(*id, key);
+            self.remove(id, key);
         }
     }
 
@@ -270,13 +314,10 @@ impl Topics {
         v
     }
 
-    fn topic(&self, name: &str) -> Option<&Topic> {
-        self.ids.get(name).and_then(|id| self.slots[*id as usize].as_ref())
-    }
-
     /// A live topic's id.
     pub(crate) fn id(&self, name: &str) -> Option<u32> {
-        self.ids.get(name).copied()
+        let slots = &self.slots;
+        self.names.find(self.hasher.hash_one(name), |id| name_in(slots, *id) == name).copied()
     }
 
     /// A live topic's name.
@@ -284,8 +325,14 @@ impl Topics {
         self.slots.get(id as usize).and_then(Option::as_ref).map(|t| &*t.name)
     }
 
+    /// The connections subscribed to `topic` itself (no wildcard filter).
     pub(crate) fn subscribers(&self, topic: &str) -> Vec<usize> {
-        self.topic(topic).map(|t| t.subscribers.iter().map(|k| *k as usize).collect()).unwrap_or_default()
+        let Some(id) = self.id(topic) else { return Vec::new() };
+        match self.slots[id as usize].as_ref().map(|t| t.subscribers) {
+            Some(Subscribers::One(k)) => vec![k as usize],
+            Some(Subscribers::Many) => self.many.get(&id).map(|m| m.iter().map(|k| k as usize).collect()).unwrap_or_default(),
+            None => Vec::new(),
+        }
     }
 
     pub(crate) fn has(&self, subs: &Subs, topic: &str) -> bool {
@@ -297,7 +344,7 @@ impl Topics {
         if wildcards::is_filter(name) {
             self.wild.id(name).map(|id| id | WILD)
         } else {
-            self.ids.get(name).copied()
+            self.id(name)
         }
     }
 
@@ -321,98 +368,19 @@ impl Topics {
     }
 
     pub(crate) fn names_of(&self, subs: &Subs) -> Vec<String> {
-        subs.iter().filter_map(|id| self.sub_name(*id)).map(str::to_string).collect()
+        subs.iter().filter_map(|id| self.sub_name(id)).map(str::to_string).collect()
     }
 
     /// (topics with at least one subscriber, subscriptions in all).
     pub(crate) fn counts(&self) -> (u64, u64) {
-        let live = self.slots.iter().flatten();
+        let ones = self.slots.iter().flatten().filter(|t| matches!(t.subscribers, Subscribers::One(_))).count();
+        let in_sets: usize = self.many.values().map(Many::len).sum();
         let (filters, to_filters) = self.wild.counts();
-        (self.ids.len() as u64 + filters, live.map(|t| t.subscribers.len() as u64).sum::<u64>() + to_filters)
+        (self.names.len() as u64 + filters, (ones + in_sets) as u64 + to_filters)
     }
 }
 
 /// Index of the latency bucket `ms` falls in (LATENCY_BUCKETS_MS.len() is +Inf).
 pub(crate) fn bucket(ms: f64) -> usize {
     LATENCY_BUCKETS_MS.iter().position(|b| ms <= *b).unwrap_or(LATENCY_BUCKETS_MS.len())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A connection's subscriptions: nothing on the heap without any, one
-    /// 32-byte malloc chunk for one (a boxed Vec held two, 64 bytes), and
-    /// nothing again once it left them.
-    #[test]
-    fn one_subscription_is_one_small_allocation() {
-        let mut t = Topics::default();
-        t.subscribe(&mut Subs::new(), 9, b"warm").unwrap();
-        let (mut subs, held) = crate::test_alloc::held(Subs::new);
-        assert_eq!(held, 0);
-        let ((), held) = crate::test_alloc::held(|| {
-            let mut warm = Subs::new();
-            t.subscribe(&mut warm, 1, b"warm").unwrap();
-            std::mem::swap(&mut subs, &mut warm);
-        });
-        assert_eq!(held, 32, "one subscription to a known topic");
-        assert_eq!(std::mem::size_of::<Subs>(), 8);
-        let ((), held) = crate::test_alloc::held(|| t.unsubscribe(&mut subs, 1, b"warm"));
-        assert_eq!(held, -32, "left: given back");
-        assert_eq!(subs.capacity(), 0);
-    }
-
-    #[test]
-    fn subscriptions_are_tracked_both_ways() {
-        let mut t = Topics::default();
-        let (mut a, mut b): (Subs, Subs) = (Subs::new(), Subs::new());
-        t.subscribe(&mut a, 1, b"news").unwrap();
-        t.subscribe(&mut b, 2, b"news").unwrap();
-        t.subscribe(&mut b, 2, b"sport").unwrap();
-        let mut s = t.subscribers("news");
-        s.sort();
-        assert_eq!(s, vec![1, 2]);
-        assert_eq!(t.counts(), (2, 3));
-        t.unsubscribe(&mut b, 2, b"news");
-        assert_eq!(t.subscribers("news"), vec![1]);
-        t.forget(&a, 1);
-        assert!(t.subscribers("news").is_empty());
-        assert!(t.take_changes().is_empty(), "untracked");
-        t.track = true;
-        t.subscribe(&mut a, 1, b"news").unwrap();
-        t.subscribe(&mut b, 2, b"news").unwrap();
-        t.forget(&a, 1);
-        t.unsubscribe(&mut b, 2, b"news");
-        assert!(t.take_changes().is_empty(), "came and went within one tick: nothing to tell");
-        t.subscribe(&mut a, 1, b"news").unwrap();
-        assert_eq!(t.take_changes(), vec![("news".to_string(), true)]);
-        t.forget(&a, 1);
-        assert_eq!(t.take_changes(), vec![("news".to_string(), false)]);
-        assert_eq!(t.names_of(&b), vec!["sport".to_string()]);
-        assert_eq!(t.subscribe(&mut a, 1, b"bad topic"), Err(Close::BadTopic));
-    }
-
-    #[test]
-    fn a_topic_without_subscribers_is_forgotten_and_its_id_reused() {
-        let mut t = Topics::new(false, 2, crate::server::limits::command_rate::DEFAULT_PER_SECOND);
-        let (mut a, mut b): (Subs, Subs) = (Subs::new(), Subs::new());
-        t.subscribe(&mut a, 1, b"keep").unwrap();
-        for i in 0..1000 {
-            let name = format!("t{i}");
-            t.subscribe(&mut b, 2, name.as_bytes()).unwrap();
-            t.unsubscribe(&mut b, 2, name.as_bytes());
-        }
-        assert_eq!((t.ids.len(), t.slots.len(), t.free.len()), (1, 2, 1), "one live topic, one free id");
-        t.subscribe(&mut b, 2, b"x").unwrap();
-        assert_eq!(t.subscribe(&mut b, 2, b"y"), Err(Close::TooManyTopics));
-        assert_eq!(t.subscribe(&mut a, 1, b"x"), Ok(()), "an existing topic is not a new one");
-        assert_eq!(t.counts(), (2, 3));
-        // Unsubscribing from a topic one never had leaves its subscribers.
-        t.unsubscribe(&mut b, 2, b"keep");
-        assert_eq!(t.subscribers("keep"), vec![1]);
-        t.forget(&a, 1);
-        t.forget(&b, 2);
-        assert_eq!(t.counts(), (0, 0));
-        assert!(t.slots.is_empty() && t.free.is_empty(), "an empty worker keeps no table");
-    }
 }

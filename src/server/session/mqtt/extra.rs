@@ -151,7 +151,7 @@ impl MqttConn {
         if !any && own {
             // Only plain subscriptions (not in `x.subs`) may still match.
             let options = |id: &u32| x.subs.iter().any(|s| s.id == *id);
-            if !all.iter().any(|id| !options(id) && topics.sub_matches(*id, topic)) {
+            if !all.iter().any(|id| !options(&id) && topics.sub_matches(id, topic)) {
                 return None;
             }
         }
