@@ -11,9 +11,10 @@ usage: mqtt_alias.py PORT ADMIN_ADDR
   mqtt_topic_alias_invalid).
 Prints 'OK' when every check held.
 """
+import queue
 import sys
 
-from mqtt_peer import Client, PacketTypes, check, props, stats_until
+from mqtt_peer import TIMEOUT, Client, PacketTypes, check, props, stats_until
 
 port, admin = int(sys.argv[1]), sys.argv[2]
 
@@ -37,13 +38,23 @@ pub.publish("", b"4", qos=1, props=alias(16))
 pub.publish("", b"5", qos=2, props=alias(1))
 pub.publish("al/z", b"6", qos=1, props=alias(1))
 pub.publish("", b"7", qos=1, props=alias(1))
-pub.publish("mark", b"marker", qos=1)
-got = [(m.topic, m.payload.decode()) for m in sub.until_marker("mark")]
 want = [("al/x", "1"), ("al/y", "2"), ("al/x", "3"), ("al/y", "4"), ("al/x", "5"), ("al/z", "6"), ("al/z", "7")]
-# MQTT orders a topic's messages per QoS (§4.6): 5 (QoS 2) may pass 3
-# (QoS 0) and 6; what must hold is every message once under its topic,
-# and the QoS 1 ones of each topic in their order.
+# MQTT orders a topic's messages per QoS (§4.6), and nothing across
+# topics: 5 (QoS 2) may pass 3 (QoS 0) and 6, or a marker published on
+# another topic after it. So: as many messages as were sent (each wait
+# bounded), every one once under its topic, the QoS 1 ones of each topic
+# in their order; then a marker, and nothing more before it.
+got = []
+while len(got) < len(want):
+    try:
+        m = sub.messages.get(timeout=TIMEOUT)
+    except queue.Empty:
+        check(False, f"all {len(want)} aliased messages within {TIMEOUT} s each: {got}")
+    got.append((m.topic, m.payload.decode()))
 check(sorted(got) == sorted(want), f"every message once under its topic: {got}")
+pub.publish("mark", b"marker", qos=1)
+extra = [(m.topic, m.payload.decode()) for m in sub.until_marker("mark")]
+check(extra == [], f"nothing after the {len(want)} (a duplicate?): {extra}")
 for first, then in [("2", "4"), ("6", "7")]:
     order = [p for _, p in got]
     check(order.index(first) < order.index(then), f"QoS 1 order within a topic ({first} before {then}): {got}")
