@@ -64,7 +64,7 @@ ulimit -n "$(ulimit -Hn)"
 run=$(run_dir mqtt_vs_loadgen)
 if [ -z "${MEGACONN:-}" ]; then cargo build --release --locked -q; fi
 bin=${MEGACONN:-target/release/megaconn}
-paho=$(bash scripts/install_mqtt_loadgen.sh)
+case " $tools " in *" paho "*) paho=$(bash scripts/install_mqtt_loadgen.sh) ;; esac
 case " $tools " in *" mqtt-benchmark "*) mqtt_benchmark=$(bash scripts/install_mqtt_benchmark.sh) ;; esac
 case " $tools " in *" pymqttbench "*) pymqttbench=$(bash scripts/install_pymqttbench.sh) ;; esac
 # mqtt-benchmark's payload is a string (-P): SIZE bytes of it.
