@@ -104,6 +104,12 @@ fi
 # (bench/mqtt_vs_loadgen.sh, tests/e2e/mqtt_loadgen.rs): bench/mqtt_paho_load
 # on paho.mqtt.golang v1.5.1, pinned by its go.sum, built into target/go-bin.
 bash scripts/install_mqtt_loadgen.sh >/dev/null
+# ... and two nobody here wrote: crates.io's mqtt-benchmark 0.2.2, with its
+# own Cargo.lock, into ~/.cargo/bin, and PyPI's pymqttbench 0.1.1 (Python
+# 2.7, paho-mqtt 1.6.1) into ~/.cache, each once per machine (only when
+# missing).
+bash scripts/install_mqtt_benchmark.sh >/dev/null
+bash scripts/install_pymqttbench.sh >/dev/null
 # nginx is the HTTPS server the client's keep-alive test loads (a peer
 # nobody here wrote); openssl makes and reads its test certificates.
 for tool in nginx openssl; do

@@ -2,10 +2,15 @@
 //! publishers x 100 messages, one subscriber, QoS 0 and 1, against
 //! megaconn's MQTT server and Debian's mosquitto), so the comparison of
 //! megaconn's MQTT load generator with mqtt_paho_load (Eclipse paho's Go
-//! client; scripts/setup.sh builds it, pinned) cannot rot: every row of
-//! its JSON must hold both tools' numbers, and at QoS 1, where nothing may
-//! be lost, exactly the load asked for: 1,000 published, 1,000
-//! acknowledged, 1,000 received.
+//! client; scripts/setup.sh builds it, pinned) and with two load
+//! generators nobody here wrote, crates.io's mqtt-benchmark and PyPI's
+//! pymqttbench (scripts/setup.sh installs both, pinned) cannot rot: every
+//! row of its JSON must hold its tool's numbers, and where a tool counts
+//! exactly, exactly the load asked for: at QoS 1, where nothing may be
+//! lost, megaconn and paho 1,000 published, 1,000 acknowledged, 1,000
+//! received, and pymqttbench (each publish acknowledged before its
+//! connection closes) 1,000 received; mqtt-benchmark, at both QoS, 1,000
+//! publishes from its 10 clients, none failed.
 use crate::common::proc::{exited, kill_group};
 use crate::common::*;
 use serde_json::Value;
@@ -14,12 +19,14 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// The script's small mode takes ~30 s here (8 runs, each a fresh broker
-/// and one second of publishing); this is its bound.
-const SCRIPT_LIMIT: Duration = Duration::from_secs(300);
+/// The script's small mode took 190 s here on a loaded machine (16 runs,
+/// each a fresh broker; 8 of them one second of publishing, and the
+/// registry tools' runs wait up to 10 s for deliveries they lost); this
+/// is its bound.
+const SCRIPT_LIMIT: Duration = Duration::from_secs(420);
 
 #[test]
-fn the_small_comparison_runs_and_both_tools_numbers_are_parsed() {
+fn the_small_comparison_runs_and_every_tools_numbers_are_parsed() {
     let ports = free_ports(3);
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("mqtt-loadgen-{}", std::process::id()));
@@ -56,21 +63,52 @@ fn the_small_comparison_runs_and_both_tools_numbers_are_parsed() {
         assert!(n("published") > 0 && n("received") > 0, "{what}");
         assert!(r["msgs_per_s"].as_f64().is_some_and(|v| v > 0.0), "{what}");
         assert!(r["tool_cpu_s"].as_f64().is_some_and(|v| v >= 0.0), "{what}");
-        assert!(r["delivery_p99_ms"].as_f64().is_some_and(|v| v > 0.0), "{what}");
-        if n("qos") == 1 {
+        if r["tool"] == "pymqttbench" {
+            // 10 publisher processes, each returned after its 100
+            // publishes (one connection each), none failed.
             assert_eq!(n("published"), 1000, "{what}");
-            assert_eq!(n("acknowledged"), 1000, "{what}");
-            assert_eq!(n("received"), 1000, "{what}");
-            assert!(r["publish_p99_ms"].as_f64().is_some_and(|v| v > 0.0), "{what}");
+            assert_eq!(n("publish_failures"), 0, "{what}");
+            assert!(r["publish_mean_ms"].as_f64().is_some_and(|v| v > 0.0), "{what}");
+            assert!(n("received") <= 1000, "{what}");
+            if n("qos") == 1 {
+                assert_eq!(n("received"), 1000, "{what}");
+            }
+            for k in ["acknowledged", "publish_p99_ms", "delivery_p99_ms"] {
+                assert!(r[k].is_null(), "{k} in {what}");
+            }
+        } else if r["tool"] == "mqtt-benchmark" {
+            // Its own exact counts: each of its clients ran MSGS publishes.
+            assert_eq!(n("published"), 1000, "{what}");
+            assert_eq!(n("clients_reporting"), 10, "{what}");
+            assert_eq!(n("publish_failures"), 0, "{what}");
+            // It measures no latency, counts no acknowledgement; what
+            // reached the broker, the subscriber counted: never more
+            // than was published (it may exit before its last ones leave:
+            // docs/bench.md).
+            assert!(n("received") <= 1000, "{what}");
+            for k in ["acknowledged", "publish_p99_ms", "delivery_p99_ms"] {
+                assert!(r[k].is_null(), "{k} in {what}");
+            }
+        } else {
+            assert!(r["delivery_p99_ms"].as_f64().is_some_and(|v| v > 0.0), "{what}");
+            if n("qos") == 1 {
+                assert_eq!(n("published"), 1000, "{what}");
+                assert_eq!(n("acknowledged"), 1000, "{what}");
+                assert_eq!(n("received"), 1000, "{what}");
+                assert!(r["publish_p99_ms"].as_f64().is_some_and(|v| v > 0.0), "{what}");
+            }
         }
         seen.push(format!("{}/{}/{}", r["broker"].as_str().unwrap(), r["tool"].as_str().unwrap(), n("qos")));
     }
     seen.sort();
-    let want = ["megaconn/megaconn/0", "megaconn/megaconn/1", "megaconn/paho/0", "megaconn/paho/1"]
-        .iter()
-        .chain(&["mosquitto/megaconn/0", "mosquitto/megaconn/1", "mosquitto/paho/0", "mosquitto/paho/1"])
-        .map(|s| s.to_string())
-        .collect::<Vec<_>>();
+    let mut want = Vec::new();
+    for broker in ["megaconn", "mosquitto"] {
+        for tool in ["megaconn", "mqtt-benchmark", "paho", "pymqttbench"] {
+            for qos in [0, 1] {
+                want.push(format!("{broker}/{tool}/{qos}"));
+            }
+        }
+    }
     assert_eq!(seen, want, "one row per broker, tool and QoS");
     let _ = std::fs::remove_dir_all(&dir);
 }
