@@ -84,6 +84,21 @@ fn paho_sessions_resume_with_every_queued_message_once_in_order() {
     s.terminate();
 }
 
+/// Issue 44's goal at the defaults (`--mqtt-session-queue 1000`): a
+/// persistent-session client (3.1.1, then 5.0) offline through 1,000
+/// QoS 1 publishes gets every one of them once, in order, on its return;
+/// none dropped.
+#[test]
+fn a_session_offline_through_1000_publishes_gets_every_one_once() {
+    let (mut s, admin, port) = server(&[]);
+    paho(port, &admin, &["resume", "1000"]);
+    stats_when(&admin, "sessions counted", |v| {
+        let m = &v["mqtt_sessions"];
+        m["resumed"] == 2 && m["queued"] == 2000 && m["queue_dropped"].as_object().is_none_or(|d| d.is_empty())
+    });
+    s.terminate();
+}
+
 /// A v5 session with a Session Expiry Interval of 1 s expires: the
 /// client comes back to session present 0 and none of its messages.
 #[test]

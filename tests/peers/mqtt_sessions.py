@@ -2,11 +2,11 @@
 against a `megaconn server --protocol mqtt` (run with several workers, so
 a reconnect may land on another worker than the one the session left).
 
-usage: mqtt_sessions.py PORT ADMIN_ADDR resume
+usage: mqtt_sessions.py PORT ADMIN_ADDR resume [N=20]
          3.1.1 Clean Session 0 and 5.0 Clean Start 0 with a Session Expiry
          Interval of 60 s: a subscriber of s/VER at QoS 1 disconnects;
-         another paho client publishes 20 QoS 1 messages to it; the
-         subscriber reconnects: session present 1, and it gets all 20
+         another paho client publishes N QoS 1 messages to it; the
+         subscriber reconnects: session present 1, and it gets all N
          exactly once and in order (a marker behind them proves none is
          missing or repeated), without subscribing again.
        mqtt_sessions.py PORT ADMIN_ADDR expiry
@@ -139,16 +139,16 @@ def away_then_back(version, tag, topic, count, persistent=True, expiry=60):
     return pub
 
 
-def resume_mode():
+def resume_mode(count):
     for version, tag in ((mqtt.MQTTv311, "v3"), (mqtt.MQTTv5, "v5")):
         topic = f"s/{tag}"
-        pub = away_then_back(version, tag, topic, 20)
+        pub = away_then_back(version, tag, topic, count)
         back = Client(version, f"sess-{tag}", persistent=True)
         check(back.connack() == (True, 0), f"{tag} reconnect: session present")
         pub.publish(topic, b"marker")
         got = back.until_marker(topic)
-        want = [(topic, f"{i}".encode(), 1) for i in range(20)]
-        check(got == want, f"{tag} the 20 queued messages once in order: {got}")
+        want = [(topic, f"{i}".encode(), 1) for i in range(count)]
+        check(got == want, f"{tag} the {count} queued messages once in order: {got[:5]}...{got[-5:]} ({len(got)})")
         # Clean up: a clean CONNECT discards the session for the next round.
         back.stop()
         kept(1)
@@ -201,7 +201,7 @@ def clean_mode():
 
 
 if mode == "resume":
-    resume_mode()
+    resume_mode(int(sys.argv[4]) if len(sys.argv) > 4 else 20)
 elif mode == "expiry":
     expiry_mode()
 elif mode == "queue":
