@@ -3,7 +3,8 @@
 # end-to-end tests over loopback (real server and client processes,
 # crashed workers, elastic growth, peers nobody here wrote), then half of
 # them again on the epoll reactor, beside the first run. About 4.5 min of
-# tests once built; a first build adds about 7 min (BENCHMARKS.md).
+# tests once built; a first build adds about 6 min (658 s in all from a
+# fresh clone, BENCHMARKS.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -63,10 +64,11 @@ if [ $# -eq 0 ]; then
 fi
 # Four tests at a time in the first run, two in the epoll half: the tests
 # wait far more than they compute (the 251 end-to-end tests add up to
-# ~850 s, on one core at a time), so 4 + 2 threads finish in ~260 s where
-# 2 + 2 took 426 s, and still leave the load tests the CPU their
-# deadlines need (6 + 4 did not: heartbeats queued for seconds and 6 load
-# tests failed). RUST_TEST_THREADS overrides the first run's count.
+# ~850 s, on one core at a time), so 4 + 2 threads finish in ~260-275 s
+# where 2 + 2 took 426 s, and still leave the load tests the CPU their
+# deadlines need (6 + 4 did not, with niced builds beside: heartbeats
+# queued for seconds and 6 load tests failed). RUST_TEST_THREADS
+# overrides the first run's count.
 status=0
 RUST_TEST_THREADS=${RUST_TEST_THREADS:-4} cargo test --profile ci --locked "$@" 2>&1 | tee -a "$log" || status=$?
 if [ -n "$epoll" ]; then
