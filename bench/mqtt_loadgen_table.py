@@ -109,21 +109,14 @@ def received_by_subscribers(run, tag, meta):
     return sub["push"]["received"]
 
 
-def mqtt_benchmark_row(run, tag, meta):
-    with open(os.path.join(run, tag + ".out")) as f:
-        out = f.read()
-    total = MQTT_BENCHMARK_TOTAL.search(out)
-    clients = MQTT_BENCHMARK_CLIENT.findall(out)
+def untimed(run, tag, meta, measures):
+    """The fields of a tool that times nothing and counts no
+    acknowledgement: what megaconn's subscribers received of it, what is
+    missing, its CPU, and what its numbers mean."""
     received = received_by_subscribers(run, tag, meta)
     expected = meta["publishers"] * meta["messages"] * meta["subscribers"]
     return {
-        # Its own count: what its clients' publish() calls returned for.
-        "published": int(total.group(2)) if total else 0,
         "acknowledged": None,
-        "msgs_per_s": float(total.group(4)) if total else None,
-        "duration_s": float(total.group(3)) if total else None,
-        "clients_reporting": len(clients),
-        "publish_failures": out.count("publish failed"),
         "publish_p50_ms": None,
         "publish_p99_ms": None,
         "received": received,
@@ -132,7 +125,23 @@ def mqtt_benchmark_row(run, tag, meta):
         "lost": expected - received,
         "duplicated": None,
         "tool_cpu_s": cpu_of(os.path.join(run, tag + ".time")),
-        "measured_from": MQTT_BENCHMARK_MEASURES,
+        "measured_from": measures,
+    }
+
+
+def mqtt_benchmark_row(run, tag, meta):
+    with open(os.path.join(run, tag + ".out")) as f:
+        out = f.read()
+    total = MQTT_BENCHMARK_TOTAL.search(out)
+    clients = MQTT_BENCHMARK_CLIENT.findall(out)
+    return {
+        # Its own count: what its clients' publish() calls returned for.
+        "published": int(total.group(2)) if total else 0,
+        "msgs_per_s": float(total.group(4)) if total else None,
+        "duration_s": float(total.group(3)) if total else None,
+        "clients_reporting": len(clients),
+        "publish_failures": out.count("publish failed"),
+        **untimed(run, tag, meta, MQTT_BENCHMARK_MEASURES),
     }
 
 
@@ -152,27 +161,16 @@ def pymqttbench_row(run, tag, meta):
         out = f.read()
     brief = PYMQTTBENCH_BRIEF.search(out)
     failed = sum(int(n) for n in PYMQTTBENCH_FAILED.findall(out))
-    received = received_by_subscribers(run, tag, meta)
-    expected = meta["publishers"] * meta["messages"] * meta["subscribers"]
     # It counts nothing: a publisher that returned sent all its MSGS (each
     # publish.single returns after its disconnect; a failure raises).
     published = (int(brief.group(2)) - failed) * meta["messages"] if brief else 0
     return {
         "published": published,
-        "acknowledged": None,
         "msgs_per_s": float(brief.group(6)) if brief else None,
         "publisher_mean_s": float(brief.group(3)) if brief else None,
         "publish_mean_ms": float(brief.group(3)) * 1000 / meta["messages"] if brief else None,
         "publish_failures": failed,
-        "publish_p50_ms": None,
-        "publish_p99_ms": None,
-        "received": received,
-        "delivery_p50_ms": None,
-        "delivery_p99_ms": None,
-        "lost": expected - received,
-        "duplicated": None,
-        "tool_cpu_s": cpu_of(os.path.join(run, tag + ".time")),
-        "measured_from": PYMQTTBENCH_MEASURES,
+        **untimed(run, tag, meta, PYMQTTBENCH_MEASURES),
     }
 
 
