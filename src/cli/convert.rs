@@ -182,6 +182,7 @@ impl From<ClientArgs> for ClientConfig {
             hdr_log: a.hdr_log,
         };
         c.load.start_at = a.start_at;
+        c.load.until_pushes = a.until_pushes;
         c.load.thresholds = a.gate.into_thresholds(a.threshold_abort);
         if let Some(u) = &mut c.url {
             crate::client::url::one_family(&mut u.addrs, c.load.source_ips.as_ref().and_then(|s| s.first()).map(std::net::IpAddr::is_ipv6));

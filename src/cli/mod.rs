@@ -616,6 +616,9 @@ pub(crate) struct ClientArgs {
     /// Print the plan (connections, workers, source addresses, rate, fds) and exit: opens nothing.
     #[arg(long)]
     pub(crate) dry_run: bool,
+    /// End the hold once N pushes (MQTT: messages) have been received in all, every connection's summed, resumed ones included; --hold is then its deadline (e.g. 200 subscribers x 100 publishes: --until-pushes 20000 --hold 60s).
+    #[arg(long, value_name = "N", value_parser = parse::positive_count, conflicts_with = "stages")]
+    pub(crate) until_pushes: Option<u64>,
     /// As --threshold, and also checked on the live numbers every second from 3 s after the ramp began: when crossed the run stops early (summary, JSON, JUnit and report still written) and exits 99.
     #[arg(long = "threshold-abort", value_name = "EXPR", value_parser = crate::client::thresholds::parse)]
     pub(crate) threshold_abort: Vec<crate::client::thresholds::Threshold>,

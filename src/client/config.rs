@@ -204,6 +204,8 @@ pub(crate) struct LoadConfig {
     /// else the kernel's choice.
     pub source_ips: Option<Vec<IpAddr>>,
     pub hold: Duration,
+    /// `--until-pushes`: the hold ends once this many pushes arrived in all.
+    pub until_pushes: Option<u64>,
     pub stats_interval: Duration,
     /// Close and reopen this many connections per second (whole run)
     /// once the ramp is done, spread evenly (open loop).
@@ -240,6 +242,7 @@ impl Default for LoadConfig {
             rate: 50_000,
             source_ips: None,
             hold: DEFAULT_HOLD,
+            until_pushes: None,
             stats_interval: Duration::from_secs(2),
             churn: None,
             allow_loss: false,

@@ -188,6 +188,7 @@ pub(crate) struct ClientRun {
     pub view: ClientView,
     start_at_us: u64,
     hold: Duration,
+    until_pushes: Option<u64>,
     ramp_deadline_us: u64,
     phase: Phase,
     held: u64,
@@ -330,6 +331,7 @@ impl ClientRun {
             view: ClientView::new(w),
             start_at_us,
             hold: load.hold,
+            until_pushes: load.until_pushes,
             ramp_deadline_us,
             phase: if stages.is_some() { Phase::Stages { index: 0 } } else { Phase::Ramp },
             held: 0,
@@ -507,7 +509,15 @@ impl ClientRun {
                 self.phases.enter("hold", &t, t.ramp_done_at_us.unwrap_or(now).min(now));
                 return Tick::RampDone;
             }
-            Phase::Hold { until_us } if now >= until_us => {
+            Phase::Hold { until_us } if now >= until_us || self.until_pushes.is_some_and(|n| t.push_received >= n) => {
+                if let Some(n) = self.until_pushes {
+                    let c = format::count;
+                    self.notes.push(if t.push_received >= n {
+                        format!("hold ended: {} pushes received (--until-pushes {})", c(t.push_received), c(n))
+                    } else {
+                        format!("hold ended at its deadline with {} of the {} pushes --until-pushes waited for", c(t.push_received), c(n))
+                    });
+                }
                 self.phase = Phase::HoldOver;
                 self.hold_ended_us = Some(now);
                 return Tick::HoldOver;

@@ -359,3 +359,49 @@ fn a_broadcast_is_encoded_once_and_every_event_stream_gets_the_same_bytes() {
         assert!(srv.terminate().success());
     }
 }
+
+/// `--until-pushes N` ends the hold once N pushes are in and says so; short
+/// of them, the hold runs to its deadline and says how many came.
+#[test]
+fn until_pushes_ends_the_hold_once_they_are_in_and_names_a_shortfall() {
+    let ports = free_ports(1);
+    let (mut srv, _, ready) = server_ready(&["--ports", &ports.arg()], None);
+    let admin = admin_addr(&ready);
+    let client = |until: &str, hold: &str| {
+        let mut cmd = megaconn();
+        cmd.args(["client", "--ports", &ports.arg(), "--connections", "10", "--subscribe", "t", "--heartbeat", "off", "--json"]);
+        cmd.args(["--until-pushes", until, "--hold", hold]);
+        std::thread::spawn(move || run(cmd, Duration::from_secs(120)))
+    };
+    let publish = |n: usize| {
+        for i in 0..n {
+            let (status, body) = http(&admin, "POST", "/publish?topic=t", format!("m{i}").as_bytes(), None);
+            assert_eq!(status, 200, "{body}");
+        }
+    };
+    // 10 subscribers x 3 publishes: the hold (a minute at most) ends at 30.
+    let load = client("30", "60s");
+    srv.wait_for(Duration::from_secs(30), "10 subscribed", |v| v["event"] == "stats" && v["subscriptions"] == 10);
+    publish(3);
+    let (code, out, err) = load.join().unwrap();
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("hold ended: 30 pushes received (--until-pushes 30)"), "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["summary"]["push"]["received"], 30, "{}", v["summary"]["push"]);
+    let hold = &v["summary"]["phases"][1];
+    assert_eq!(hold["name"], "hold");
+    assert!(hold["seconds"].as_f64().is_some_and(|s| s < 60.0), "the hold ended before its deadline: {hold}");
+    srv.wait_for(Duration::from_secs(30), "the first client gone", |v| v["event"] == "stats" && v["active"] == 0);
+    // One publish of the 100 waited for: the deadline ends it, and says so.
+    let load = client("100", "3s");
+    srv.wait_for(Duration::from_secs(30), "10 subscribed again", |v| v["event"] == "stats" && v["subscriptions"] == 10);
+    publish(1);
+    let (code, out, err) = load.join().unwrap();
+    assert_eq!(code, 0, "{err}");
+    // What came before the deadline (on a slow machine the publish may
+    // miss the 3 s), as the summary counts it.
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let got = v["summary"]["push"]["received"].as_u64().unwrap_or(0);
+    assert!(err.contains(&format!("hold ended at its deadline with {got} of the 100 pushes --until-pushes waited for")), "{err}");
+    assert!(srv.terminate().success());
+}
