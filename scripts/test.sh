@@ -77,11 +77,23 @@ if [ -n "$epoll" ]; then
   wait $epoll || epoll_status=$?
   tee -a "$log" <"$logs/epoll"
   if [ $epoll_status -ne 0 ]; then status=$epoll_status; fi
+  # Tests that must run with no other bench beside them (#[ignore]d in
+  # the runs above, which say so): every bench removes the namespaces of
+  # benches that are gone, so a killed bench's namespace can only be shown
+  # left behind, and removed by the next bench, while no other bench starts.
+  echo "test.sh: the tests that run alone ($e2e --ignored topology::alone_):"
+  "$e2e" --ignored topology::alone_ 2>&1 | tee -a "$log" || status=$?
 fi
 if ! wait $clippy; then
   cat "$logs/clippy"
   echo "test.sh: cargo clippy failed (above)" >&2
   status=1
+fi
+if [ $status -ne 0 ]; then
+  # What each failing test printed, once more at the very end (above, it
+  # is followed by the epoll half's and clippy's output), 40 lines each.
+  echo "test.sh: FAILED; what the failing tests printed (also above):"
+  awk '/^---- .* stdout ----$/ { on = 1; n = 0 } /^(failures:|stack backtrace:)$/ { on = 0 } on && n++ < 40' "$log"
 fi
 skipped=$(awk '/SKIPPED: [^ ]+: / { n++ } END { print n + 0 }' "$log")
 if [ "$skipped" -gt 0 ]; then
