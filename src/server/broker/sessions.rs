@@ -44,6 +44,7 @@ use crate::proto::mqtt::topic::matches;
 use crate::server::commands::{split_id, ClientPublish, IdKey, SessionAnswer, SessionClaim, SessionEnd, SessionMessage};
 use std::collections::hash_map::RandomState;
 
+mod online;
 pub(crate) mod wills;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::BuildHasher;
@@ -166,7 +167,7 @@ fn message_cost(m: &SessionMessage) -> usize {
 pub(crate) struct Sessions {
     cfg: SessionsConfig,
     keyer: Keyer,
-    online: HashMap<IdKey, Online>,
+    online: online::OnlineIds<Online>,
     /// A CONNECT of an id connected now, answered once that one ended
     /// (one per id: a newer one displaces it).
     next: HashMap<IdKey, (usize, SessionClaim)>,
