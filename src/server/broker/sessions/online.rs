@@ -136,7 +136,7 @@ mod tests {
                 assert_eq!(ids.remove(&key(i)), Some(i));
             }
         });
-        assert!(freed < -(bytes as isize) / 2, "{freed} B after removing all but 100 of {bytes} B");
+        assert!(freed < -bytes / 2, "{freed} B after removing all but 100 of {bytes} B");
         for i in N - 100..N {
             assert_eq!(ids.get(&key(i)), Some(&i));
         }
