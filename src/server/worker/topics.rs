@@ -9,8 +9,9 @@
 //! the ids of its topics in one word of its record ([`Subs`]): one
 //! subscription inline, two or more in one allocation behind it.
 //!
-//! A topic's name is stored once, in its slot (24 bytes: the name's box
-//! and [`Subscribers`]); the name index is a table of bare ids hashed and
+//! A topic's name is stored once, in its slot (32 bytes: the name,
+//! inline up to 22 bytes, else boxed ([`name`]), and [`Subscribers`]);
+//! the name index is a table of bare ids hashed and
 //! compared through the slots' names (5 bytes a bucket), with the keyed
 //! SipHash of std's `RandomState` because names come from peers. A topic
 //! with one subscriber keeps it inline; only two or more get a set
@@ -25,6 +26,7 @@
 //! `--max-pending-bytes`; a reader that falls further behind is closed as
 //! `slow_consumer`.
 
+mod name;
 mod subs;
 mod subscribers;
 #[cfg(test)]
@@ -59,7 +61,7 @@ const MIN_SLOT_GROWTH: usize = 64;
 
 /// One live topic: its name (the only copy) and who subscribed.
 struct Slot {
-    name: Box<str>,
+    name: name::Name,
     subscribers: Subscribers,
 }
 
