@@ -19,13 +19,19 @@ pub(crate) fn stats(admin: &str) -> Value {
 }
 
 /// /stats once `ok` holds (workers report every 200 ms).
+/// A timeout says what /stats last showed (its MQTT sessions first).
 pub(crate) fn stats_when(admin: &str, what: &str, ok: impl Fn(&Value) -> bool) -> Value {
-    let mut last = Value::Null;
-    wait_until(what, Duration::from_secs(15), || {
-        last = stats(admin);
-        ok(&last)
-    });
-    last
+    let end = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let last = stats(admin);
+        if ok(&last) {
+            return last;
+        }
+        if std::time::Instant::now() >= end {
+            panic!("timed out after 15 s waiting for {what}; last /stats: mqtt_sessions {}; all: {last}", last["mqtt_sessions"]);
+        }
+        std::thread::sleep(Duration::from_millis(50)); // the poll's pace, not a wait for the condition
+    }
 }
 
 pub(crate) fn count(s: &Value, map: &str, key: &str) -> u64 {
