@@ -90,10 +90,6 @@ struct Own {
 struct Shared {
     up: AtomicBool,
     ever_up: AtomicBool,
-    /// The node's standing subscriptions (broadcasts, its own subject,
-    /// users, presence, notices) are in force at NATS: until then the
-    /// link is not up, or what other nodes send in between is missed.
-    subscribed: AtomicBool,
     changed: Mutex<Option<Instant>>,
     last_error: Mutex<Option<String>>,
     reconnects: AtomicU64,
@@ -185,7 +181,7 @@ impl Link {
     }
 
     pub(crate) fn up(&self) -> bool {
-        self.shared.up.load(Ordering::SeqCst) && self.shared.subscribed.load(Ordering::SeqCst)
+        self.shared.up.load(Ordering::SeqCst)
     }
 
     pub(crate) fn status(&self) -> LinkStatus {
@@ -235,11 +231,7 @@ impl Link {
         format!(
             "the cluster link to {} is down ({} for {:.1} s{}): the publish was not sent to any node; the link reconnects by itself, retry",
             s.url,
-            match (ever, self.shared.subscribed.load(Ordering::SeqCst)) {
-                (true, true) => "lost",
-                (true, false) => "connected, its subscriptions not confirmed yet",
-                (false, _) => "not connected yet",
-            },
+            if ever { "lost" } else { "not connected yet" },
             s.for_s,
             s.last_error.map(|e| format!("; last error: {e}")).unwrap_or_default()
         )
@@ -581,11 +573,6 @@ async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<
         let h = f.forward(subject.clone(), || follow(&subject, true)).await;
         subs.insert(subject, h);
     }
-    // Up (healthy, publishing) once NATS has them: a notice or unicast
-    // another node sends before would reach no one here.
-    f.confirm_subscription().await;
-    shared.subscribed.store(true, Ordering::SeqCst);
-    *shared.changed.lock().expect("link state") = Some(Instant::now());
     while let Some(cmd) = rx.recv().await {
         match cmd {
             Cmd::Subscribe(topic) => {
@@ -692,12 +679,9 @@ impl Forwarder {
             None => None,
         };
         followed();
-        // Sent before this returns, so that a confirmation asked after it
-        // covers it.
-        let sub = self.client.subscribe(subject.clone()).await;
         let f = self.clone();
         tokio::spawn(async move {
-            let mut sub = match sub {
+            let mut sub = match f.client.subscribe(subject.clone()).await {
                 Ok(s) => s,
                 Err(e) => return f.shared.error(format!("cannot subscribe to {subject}: {e}")),
             };
@@ -759,8 +743,8 @@ impl Forwarder {
     /// Wait (bounded) until NATS has taken this client's subscriptions: a
     /// PING is answered after every SUB sent before it.
     async fn confirm_subscription(&self) {
-        if let Err(e) = confirmed(&self.client, SUB_CONFIRM_TIMEOUT).await {
-            self.shared.error(format!("{e} (a subscription sent before it may not be in force yet)"));
+        if tokio::time::timeout(SUB_CONFIRM_TIMEOUT, self.client.flush()).await.is_err() {
+            self.shared.error(format!("NATS did not confirm a subscription within {} s", SUB_CONFIRM_TIMEOUT.as_secs()));
         }
     }
 
@@ -1153,26 +1137,20 @@ async fn publish(client: &async_nats::Client, me: &Me, request: u64, out: Vec<Ou
         // Unicasts were answered and the stream acknowledged what it stored.
         return Ok(sent);
     }
-    // Every message above routed to its subscribers ([`confirmed`]).
-    let confirmed = confirmed(client, CONFIRM_TIMEOUT).await;
+    // flush() only means "written to our socket". NATS handles a
+    // connection's commands in order, so its answer to a request nobody
+    // listens to ("no responders") proves it has routed every message
+    // above to its subscribers.
+    let confirmed = match tokio::time::timeout(CONFIRM_TIMEOUT, client.request(CONFIRM, Default::default())).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::NoResponders => Ok(()),
+        Ok(Err(e)) => Err(format!("NATS did not confirm the publish: {e}")),
+        Err(_) => Err(format!("NATS did not confirm the publish within {} s", CONFIRM_TIMEOUT.as_secs())),
+    };
     let reconnected = client.statistics().connects.load(Ordering::SeqCst) != connects;
     match confirmed {
         Ok(()) if !reconnected => Ok(sent),
         Ok(()) => Err(fail(maybe_sent, "the cluster link reconnected while the publish was in flight, so part of it may be lost".into())),
         Err(e) => Err(fail(maybe_sent, e)),
-    }
-}
-
-/// Whether NATS has handled everything this client sent before the call.
-/// flush() only means "written to our socket"; NATS handles a
-/// connection's commands in order, so its answer to a request nobody
-/// listens to ("no responders") proves it has taken every subscription
-/// and routed every message sent before it.
-async fn confirmed(client: &async_nats::Client, within: Duration) -> Result<(), String> {
-    match tokio::time::timeout(within, client.request(CONFIRM, Default::default())).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::NoResponders => Ok(()),
-        Ok(Err(e)) => Err(format!("NATS did not confirm what this node sent: {e}")),
-        Err(_) => Err(format!("NATS did not confirm what this node sent within {} s", within.as_secs())),
     }
 }
