@@ -80,6 +80,8 @@ enum Cmd {
 
 /// This node's publish waiting for the stream's copy of one message.
 struct Own {
+    /// The subject followed for it: unfollowed, the copy never comes.
+    subject: String,
     request: u64,
     /// Its place in the publish.
     index: usize,
@@ -112,6 +114,37 @@ struct Shared {
 }
 
 impl Shared {
+    /// Mark a stream subject followed here (a forward task runs for it)
+    /// or no longer.
+    fn follow(&self, subject: &str, on: bool) {
+        let mut set = self.followed.lock().expect("followed");
+        if on {
+            set.insert(subject.to_string());
+        } else {
+            set.remove(subject);
+            // A publish waiting for its copy on the subject would wait in
+            // vain (issue 43: a 504 after 10 s when a topic's last
+            // subscriber left during its publish): it is answered at once.
+            // Nobody here follows the topic; a subscriber that comes
+            // back reads the stream in order, and this node's history
+            // takes each offset once.
+            self.own.lock().expect("own").retain(|_, own| own.subject != subject);
+        }
+    }
+
+    /// For this node's publish `msg_id` to `subject`, followed here: what
+    /// tells it the stream's copy went by (or that it never will, the
+    /// subject unfollowed: the sender dropped). None when not followed.
+    /// Under the `followed` lock, so an unfollow cannot fall in between.
+    fn await_copy(&self, subject: &str, msg_id: &str, request: u64, index: usize) -> Option<tokio::sync::oneshot::Receiver<Position>> {
+        let set = self.followed.lock().expect("followed");
+        set.contains(subject).then(|| {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            self.own.lock().expect("own").insert(msg_id.to_string(), Own { subject: subject.to_string(), request, index, seen: tx });
+            rx
+        })
+    }
+
     fn on_event(&self, ev: async_nats::Event) {
         match ev {
             async_nats::Event::Connected => {
@@ -561,14 +594,7 @@ async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<
     // the stream republishes of it (only what it stored, in its order).
     let sub_of = |subject: &str| if log.is_some() { jslog::live_subject(subject) } else { subject.to_string() };
     let mut subs: HashMap<String, tokio::task::AbortHandle> = HashMap::new();
-    let follow = |subject: &str, on: bool| {
-        let mut set = shared.followed.lock().expect("followed");
-        if on {
-            set.insert(subject.to_string());
-        } else {
-            set.remove(subject);
-        }
-    };
+    let follow = |subject: &str, on: bool| shared.follow(subject, on);
     for subject in [sub_of(BROADCAST), super::node_subject(&cfg.node), super::USERS.to_string(), super::PRESENCE.to_string(), super::NOTICES.to_string()] {
         let h = f.forward(subject.clone(), || follow(&subject, true)).await;
         subs.insert(subject, h);
@@ -1078,11 +1104,7 @@ async fn publish(client: &async_nats::Client, me: &Me, request: u64, out: Vec<Ou
                         // Followed here: wait for the stream's copy to go
                         // by, so every message before it reached the
                         // supervisor first and this one is next there.
-                        let seen = shared.followed.lock().expect("followed").contains(&jslog::live_subject(&subject)).then(|| {
-                            let (tx, rx) = tokio::sync::oneshot::channel();
-                            shared.own.lock().expect("own").insert(msg_id.clone(), Own { request, index, seen: tx });
-                            rx
-                        });
+                        let seen = shared.await_copy(&jslog::live_subject(&subject), &msg_id, request, index);
                         let stored = log.publish(&subject, &msg_id, o.data.clone().into(), sign, &check).await;
                         let stored = match (stored, seen) {
                             (r, None) => r,
@@ -1152,5 +1174,28 @@ async fn publish(client: &async_nats::Client, me: &Me, request: u64, out: Vec<Ou
         Ok(()) if !reconnected => Ok(sent),
         Ok(()) => Err(fail(maybe_sent, "the cluster link reconnected while the publish was in flight, so part of it may be lost".into())),
         Err(e) => Err(fail(maybe_sent, e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_publish_waiting_for_its_copy_is_released_when_its_subject_is_unfollowed() {
+        let shared = Shared::default();
+        assert!(shared.await_copy("live.a", "m0", 1, 0).is_none(), "not followed: nothing to wait for");
+        shared.follow("live.a", true);
+        shared.follow("live.b", true);
+        let mut a = shared.await_copy("live.a", "m1", 1, 0).expect("followed");
+        let mut b = shared.await_copy("live.b", "m2", 2, 0).expect("followed");
+        assert_eq!(a.try_recv(), Err(tokio::sync::oneshot::error::TryRecvError::Empty));
+        shared.follow("live.a", false);
+        assert_eq!(a.try_recv(), Err(tokio::sync::oneshot::error::TryRecvError::Closed), "released");
+        assert_eq!(b.try_recv(), Err(tokio::sync::oneshot::error::TryRecvError::Empty), "another subject's publish still waits");
+        let own = shared.own.lock().unwrap();
+        assert!(!own.contains_key("m1") && own.contains_key("m2"));
+        drop(own);
+        assert!(shared.await_copy("live.a", "m3", 3, 0).is_none(), "unfollowed");
     }
 }
