@@ -29,8 +29,11 @@ const CONFIRM: &str = "megaconn.confirm";
 /// How long a starting node waits for another node with its id to answer.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a follower waits for NATS to confirm its subscription (a
-/// PING answered after the SUB) before it reads the stream anyway.
+/// request answered after the SUB, [`confirmed`]) before it reads the
+/// stream anyway.
 const SUB_CONFIRM_TIMEOUT: Duration = Duration::from_secs(5);
+/// A follower whose catch-up read of the stream failed tries again after.
+const CATCH_UP_RETRY: Duration = Duration::from_secs(1);
 /// How long a publish waits for NATS to take it (and a unicast for its
 /// owner's answer) before it is answered 503/504.
 pub(super) const CONFIRM_TIMEOUT: Duration = Duration::from_secs(5);
@@ -92,6 +95,10 @@ struct Own {
 struct Shared {
     up: AtomicBool,
     ever_up: AtomicBool,
+    /// The node's standing subscriptions (broadcasts, its own subject,
+    /// users, presence, notices) are in force at NATS: until then the
+    /// link is not up, or what other nodes send in between is missed.
+    subscribed: AtomicBool,
     changed: Mutex<Option<Instant>>,
     last_error: Mutex<Option<String>>,
     reconnects: AtomicU64,
@@ -214,7 +221,7 @@ impl Link {
     }
 
     pub(crate) fn up(&self) -> bool {
-        self.shared.up.load(Ordering::SeqCst)
+        self.shared.up.load(Ordering::SeqCst) && self.shared.subscribed.load(Ordering::SeqCst)
     }
 
     pub(crate) fn status(&self) -> LinkStatus {
@@ -264,7 +271,11 @@ impl Link {
         format!(
             "the cluster link to {} is down ({} for {:.1} s{}): the publish was not sent to any node; the link reconnects by itself, retry",
             s.url,
-            if ever { "lost" } else { "not connected yet" },
+            match (ever, self.shared.subscribed.load(Ordering::SeqCst)) {
+                (true, true) => "lost",
+                (true, false) => "connected, its subscriptions not confirmed yet",
+                (false, _) => "not connected yet",
+            },
             s.for_s,
             s.last_error.map(|e| format!("; last error: {e}")).unwrap_or_default()
         )
@@ -599,6 +610,11 @@ async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<
         let h = f.forward(subject.clone(), || follow(&subject, true)).await;
         subs.insert(subject, h);
     }
+    // Up (healthy, publishing) once NATS has them: a notice or unicast
+    // another node sends before would reach no one here.
+    f.confirm_subscription().await;
+    shared.subscribed.store(true, Ordering::SeqCst);
+    *shared.changed.lock().expect("link state") = Some(Instant::now());
     while let Some(cmd) = rx.recv().await {
         match cmd {
             Cmd::Subscribe(topic) => {
@@ -705,23 +721,30 @@ impl Forwarder {
             None => None,
         };
         followed();
+        // Sent before this returns, so that a confirmation asked after it
+        // covers it.
+        let sub = self.client.subscribe(subject.clone()).await;
         let f = self.clone();
         tokio::spawn(async move {
-            let mut sub = match f.client.subscribe(subject.clone()).await {
+            let mut sub = match sub {
                 Ok(s) => s,
                 Err(e) => return f.shared.error(format!("cannot subscribe to {subject}: {e}")),
             };
             let mut catch_up = f.shared.catch_up.subscribe();
             catch_up.mark_unchanged();
             let mut last: Option<Head> = None;
+            // A catch-up read that failed (the stream not answering yet
+            // after a reconnect) is tried again, or what was stored while
+            // away would be lost for this node's subscribers.
+            let mut retry: Option<tokio::time::Instant> = None;
             if let (Some(plain), Some(head)) = (&plain, start) {
                 // What was stored between reading the position and the
                 // subscription coming into force comes from the stream.
-                f.confirm_subscription().await;
                 last = Some(head);
-                f.fill(plain, head, None, &mut last).await;
+                retry = f.catch_up(plain, &mut last).await;
             }
             loop {
+                let retry_at = retry.unwrap_or_else(tokio::time::Instant::now);
                 tokio::select! {
                     m = sub.next() => match (m, &plain) {
                         (None, _) => break,
@@ -729,13 +752,17 @@ impl Forwarder {
                         (Some(m), None) => f.core(&m).await,
                     },
                     Ok(()) = catch_up.changed() => {
-                        if let (Some(plain), Some(from)) = (&plain, last) {
+                        if let Some(plain) = &plain {
                             // After a reconnect the subscription is sent
                             // again: read the stream once it is in force, or
                             // what is stored in between would come neither
                             // live nor from the read.
-                            f.confirm_subscription().await;
-                            f.fill(plain, from, None, &mut last).await;
+                            retry = f.catch_up(plain, &mut last).await;
+                        }
+                    }
+                    () = tokio::time::sleep_until(retry_at), if retry.is_some() => {
+                        if let Some(plain) = &plain {
+                            retry = f.catch_up(plain, &mut last).await;
                         }
                     }
                 }
@@ -766,11 +793,22 @@ impl Forwarder {
         }
     }
 
-    /// Wait (bounded) until NATS has taken this client's subscriptions: a
-    /// PING is answered after every SUB sent before it.
+    /// Wait (bounded) until NATS has taken this client's subscriptions:
+    /// [`confirmed`] is answered after every SUB sent before it.
     async fn confirm_subscription(&self) {
-        if tokio::time::timeout(SUB_CONFIRM_TIMEOUT, self.client.flush()).await.is_err() {
-            self.shared.error(format!("NATS did not confirm a subscription within {} s", SUB_CONFIRM_TIMEOUT.as_secs()));
+        if let Err(e) = confirmed(&self.client, SUB_CONFIRM_TIMEOUT).await {
+            self.shared.error(format!("{e} (a subscription sent before it may not be in force yet)"));
+        }
+    }
+
+    /// Read what the stream stored of `plain` after `last`, once the
+    /// subscription is in force. When to try again if the read failed.
+    async fn catch_up(&self, plain: &str, last: &mut Option<Head>) -> Option<tokio::time::Instant> {
+        let from = (*last)?;
+        self.confirm_subscription().await;
+        match self.fill(plain, from, None, last).await {
+            true => None,
+            false => Some(tokio::time::Instant::now() + CATCH_UP_RETRY),
         }
     }
 
@@ -853,7 +891,11 @@ impl Forwarder {
                 }
                 return;
             }
-            if l.at.epoch == at.epoch && at.offset > l.at.offset + 1 {
+            // Epoch 0: the stream had nothing of the topic when this node
+            // began to follow it, so a first message after offset 1 says
+            // some came by unseen (across a reconnect whose catch-up read
+            // failed, say).
+            if (l.at.epoch == at.epoch || l.at.epoch == 0) && at.offset > l.at.offset + 1 {
                 self.fill(plain, l, Some(at.offset), last).await;
                 if last.is_some_and(|l| l.at.epoch == at.epoch && l.at.offset >= at.offset) {
                     return;
@@ -883,27 +925,33 @@ impl Forwarder {
 
     /// Hand on what the stream has of `plain` after `from` (a gap before
     /// offset `upto`, or a catch-up after a reconnect).
-    async fn fill(&self, plain: &str, from: Head, upto: Option<u64>, last: &mut Option<Head>) {
-        let Some(log) = &self.log else { return };
+    /// False when the stream could not be read.
+    async fn fill(&self, plain: &str, from: Head, upto: Option<u64>, last: &mut Option<Head>) -> bool {
+        let Some(log) = &self.log else { return true };
         let check = |s: &Stored| self.me.place(s, &self.shared);
         let keep = |at: Position| at.epoch != from.at.epoch || at.offset > from.at.offset;
+        // Epoch 0: the stream had nothing of `plain` when this node began
+        // to follow it; all it has is after that, and none of it counts
+        // as lost.
+        let known = from.at.epoch != 0;
         let got = match log.fetch(plain, from, &keep, &check, jslog::MAX_FILL_BYTES).await {
             Ok(got) => got,
             Err(e) => {
-                if let Some(upto) = upto {
+                if let Some(upto) = upto.filter(|_| known) {
                     log.count(|c| {
                         c.gaps += 1;
                         c.gap_lost += upto - from.at.offset - 1;
                     });
                 }
-                return self.shared.error(format!("cannot fill a gap in {plain}: {e}"));
+                self.shared.error(format!("cannot fill a gap in {plain}: {e}"));
+                return false;
             }
         };
         // A gap seen live ends at `upto`; after a reconnect, at the first
         // message the stream still has when it no longer has those before
         // (over --history, or older than --history-ttl): those are lost.
         let first = got.iter().find(|(at, _)| at.epoch == from.at.epoch).map(|(at, _)| at.offset);
-        if let Some(end) = upto.or(first.filter(|o| *o > from.at.offset + 1)) {
+        if let Some(end) = upto.or(first.filter(|o| *o > from.at.offset + 1)).filter(|_| known) {
             let found = got.iter().filter(|(at, _)| at.epoch == from.at.epoch && at.offset < end).count() as u64;
             let lost = (end - from.at.offset - 1).saturating_sub(found);
             log.count(|c| {
@@ -923,6 +971,7 @@ impl Forwarder {
                 self.pass(inbound, &msg_id, Head { at, seq: s.seq }, plain, last);
             }
         }
+        true
     }
 
     /// What the stream has of `topic` (`*`: broadcasts) after `after`,
@@ -1159,21 +1208,27 @@ async fn publish(client: &async_nats::Client, me: &Me, request: u64, out: Vec<Ou
         // Unicasts were answered and the stream acknowledged what it stored.
         return Ok(sent);
     }
-    // flush() only means "written to our socket". NATS handles a
-    // connection's commands in order, so its answer to a request nobody
-    // listens to ("no responders") proves it has routed every message
-    // above to its subscribers.
-    let confirmed = match tokio::time::timeout(CONFIRM_TIMEOUT, client.request(CONFIRM, Default::default())).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::NoResponders => Ok(()),
-        Ok(Err(e)) => Err(format!("NATS did not confirm the publish: {e}")),
-        Err(_) => Err(format!("NATS did not confirm the publish within {} s", CONFIRM_TIMEOUT.as_secs())),
-    };
+    // Every message above routed to its subscribers ([`confirmed`]).
+    let confirmed = confirmed(client, CONFIRM_TIMEOUT).await;
     let reconnected = client.statistics().connects.load(Ordering::SeqCst) != connects;
     match confirmed {
         Ok(()) if !reconnected => Ok(sent),
         Ok(()) => Err(fail(maybe_sent, "the cluster link reconnected while the publish was in flight, so part of it may be lost".into())),
         Err(e) => Err(fail(maybe_sent, e)),
+    }
+}
+
+/// Whether NATS has handled everything this client sent before the call.
+/// flush() only means "written to our socket"; NATS handles a
+/// connection's commands in order, so its answer to a request nobody
+/// listens to ("no responders") proves it has taken every subscription
+/// and routed every message sent before it.
+async fn confirmed(client: &async_nats::Client, within: Duration) -> Result<(), String> {
+    match tokio::time::timeout(within, client.request(CONFIRM, Default::default())).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::NoResponders => Ok(()),
+        Ok(Err(e)) => Err(format!("NATS did not confirm what this node sent: {e}")),
+        Err(_) => Err(format!("NATS did not confirm what this node sent within {} s", within.as_secs())),
     }
 }
 
