@@ -140,9 +140,14 @@ def away_then_back(version, tag, topic, count, persistent=True, expiry=60):
 
 
 def resume_mode(count):
-    for version, tag in ((mqtt.MQTTv311, "v3"), (mqtt.MQTTv5, "v5")):
+    for n, (version, tag) in enumerate(((mqtt.MQTTv311, "v3"), (mqtt.MQTTv5, "v5"))):
         topic = f"s/{tag}"
         pub = away_then_back(version, tag, topic, count)
+        # A PUBACK says the server took a message, not that it reached the
+        # session's queue yet: come back once all of them are queued (else
+        # the last may go to the resumed connection live, in order but
+        # not through the queue this checks).
+        stats_until(f"{count} queued", lambda s: s.get("mqtt_sessions", {}).get("queued", 0) >= (n + 1) * count)
         back = Client(version, f"sess-{tag}", persistent=True)
         check(back.connack() == (True, 0), f"{tag} reconnect: session present")
         pub.publish(topic, b"marker")
@@ -175,12 +180,16 @@ def expiry_mode():
 def queue_mode(bound):
     topic = "q/v3"
     pub = away_then_back(mqtt.MQTTv311, "queue", topic, bound + 3)
+    # Back once the server has queued or dropped every one (a PUBACK says
+    # it took a message, not that the session's queue has it yet).
+    stats_until("all queued or dropped", lambda s: s.get("mqtt_sessions", {}).get("queued", 0) + s.get("mqtt_sessions", {}).get("queue_dropped", {}).get("queue", 0) >= bound + 3)
     back = Client(mqtt.MQTTv311, "sess-queue", persistent=True)
     check(back.connack() == (True, 0), "session present")
     pub.publish(topic, b"marker")
     got = back.until_marker(topic)
     check(got == [(topic, f"{i}".encode(), 1) for i in range(bound)], f"the oldest {bound}, in order: {got}")
-    s = stats_until("3 dropped", lambda s: s.get("mqtt_sessions", {}).get("queue_dropped", {}).get("queue") == 3)
+    s = stats()
+    check(s["mqtt_sessions"].get("queue_dropped", {}).get("queue") == 3, f"3 dropped: {s['mqtt_sessions']}")
     check(s["mqtt_sessions"]["queued"] == bound, f"{bound} queued: {s['mqtt_sessions']}")
     back.stop()
     pub.stop()
