@@ -36,14 +36,15 @@
 //! direction). The session's expiry and the id's length, which the
 //! worker has anyway, come back with the end too.
 //!
-//! Matching an offline publish against every kept session's filters costs
-//! one pass over the kept sessions per topic publish: the count bound
-//! keeps it small (10,000 by default).
+//! An offline publish finds the kept sessions it reaches through an index
+//! of their filters (`sessions/by_filter.rs`): one lookup of its topic,
+//! then one match per distinct wildcard filter, not one pass over every
+//! kept session per publish.
 
-use crate::proto::mqtt::topic::matches;
 use crate::server::commands::{split_id, ClientPublish, IdKey, SessionAnswer, SessionClaim, SessionEnd, SessionMessage};
 use std::collections::hash_map::RandomState;
 
+mod by_filter;
 mod online;
 pub(crate) mod wills;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -172,6 +173,8 @@ pub(crate) struct Sessions {
     /// (one per id: a newer one displaces it).
     next: HashMap<IdKey, (usize, SessionClaim)>,
     kept: HashMap<IdKey, Kept>,
+    /// `kept`'s subscriptions, by filter.
+    by_filter: by_filter::ByFilter,
     /// Kept sessions by age: the oldest goes first when full.
     order: BTreeMap<u64, IdKey>,
     next_seq: u64,
@@ -244,6 +247,7 @@ impl Sessions {
     /// A kept session out of the store, its bytes given back.
     fn take(&mut self, key: &IdKey) -> Option<Kept> {
         let k = self.kept.remove(key)?;
+        self.by_filter.remove(key, &k.subs);
         self.order.remove(&k.seq);
         self.counters.bytes -= (k.base + k.queued_bytes) as u64;
         self.counters.kept = self.kept.len() as u64;
@@ -326,6 +330,7 @@ impl Sessions {
         kept.seq = self.next_seq;
         self.order.insert(kept.seq, key);
         self.counters.bytes += cost as u64;
+        self.by_filter.add(key, &kept.subs);
         self.kept.insert(key, kept);
         self.counters.kept = self.kept.len() as u64;
         self.counters.stored += 1;
@@ -355,16 +360,12 @@ impl Sessions {
         if qos == 0 || self.kept.is_empty() {
             return;
         }
-        let ids: Vec<(IdKey, u8)> = self
-            .kept
-            .iter()
-            .filter_map(|(key, k)| {
-                let granted = k.subs.iter().filter(|(f, _)| matches(f, topic)).map(|(_, q)| *q).max()?;
-                Some((*key, granted.min(qos)))
-            })
-            .filter(|(_, q)| *q > 0)
-            .collect();
-        for (id, q) in ids {
+        let ids = self.by_filter.matching(topic);
+        for (id, granted) in ids {
+            let q = granted.min(qos);
+            if q == 0 {
+                continue;
+            }
             let m = SessionMessage { topic: topic.into(), data: data.into(), qos: q, retain, id: 0, released: false };
             let Some(k) = self.kept.get(&id) else { continue };
             let fit = self.fits(k, &m).and_then(|()| {

@@ -1,0 +1,114 @@
+//! The kept sessions by the filters they subscribed, so that a topic
+//! publish finds the sessions to queue it for without a pass over every
+//! kept session: its exact topic is one lookup, then each distinct
+//! wildcard filter (`+`, `#`) is matched once, however many sessions
+//! share it. A fleet of devices each subscribed to its own topic costs
+//! one lookup per publish, not one match per device.
+
+use super::IdKey;
+use crate::proto::mqtt::topic::matches;
+use std::collections::HashMap;
+
+/// Sessions (and the QoS each was granted) under one filter.
+type Holders = HashMap<IdKey, u8>;
+
+#[derive(Debug, Default)]
+pub(super) struct ByFilter {
+    /// Filters without a wildcard: the one topic each matches.
+    exact: HashMap<Box<str>, Holders>,
+    /// Filters with one: matched against every topic published.
+    wild: HashMap<Box<str>, Holders>,
+}
+
+fn is_wild(filter: &str) -> bool {
+    filter.contains(['+', '#'])
+}
+
+impl ByFilter {
+    /// Index session `key`'s subscriptions.
+    pub(super) fn add(&mut self, key: IdKey, subs: &[(String, u8)]) {
+        for (filter, qos) in subs {
+            let map = if is_wild(filter) { &mut self.wild } else { &mut self.exact };
+            let holders = map.entry(filter.as_str().into()).or_default();
+            let q = holders.entry(key).or_insert(*qos);
+            *q = (*q).max(*qos);
+        }
+    }
+
+    /// Forget session `key`'s subscriptions (a filter nobody holds goes).
+    pub(super) fn remove(&mut self, key: &IdKey, subs: &[(String, u8)]) {
+        for (filter, _) in subs {
+            let map = if is_wild(filter) { &mut self.wild } else { &mut self.exact };
+            if let Some(holders) = map.get_mut(filter.as_str()) {
+                holders.remove(key);
+                if holders.is_empty() {
+                    map.remove(filter.as_str());
+                }
+            }
+        }
+    }
+
+    /// The sessions a publish to `topic` reaches, each once, with the
+    /// highest QoS any of its matching filters was granted.
+    pub(super) fn matching(&self, topic: &str) -> HashMap<IdKey, u8> {
+        let mut out: HashMap<IdKey, u8> = HashMap::new();
+        let exact = self.exact.get(topic).into_iter();
+        let wild = self.wild.iter().filter(|(f, _)| matches(f, topic)).map(|(_, h)| h);
+        for holders in exact.chain(wild) {
+            for (key, qos) in holders {
+                let q = out.entry(*key).or_insert(*qos);
+                *q = (*q).max(*qos);
+            }
+        }
+        out
+    }
+
+    /// Distinct filters indexed (exact, wildcard).
+    #[cfg(test)]
+    pub(super) fn len(&self) -> (usize, usize) {
+        (self.exact.len(), self.wild.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn subs(list: &[(&str, u8)]) -> Vec<(String, u8)> {
+        list.iter().map(|(f, q)| (f.to_string(), *q)).collect()
+    }
+
+    #[test]
+    fn exact_and_wildcard_filters_reach_each_session_once_at_its_highest_qos() {
+        let mut by = ByFilter::default();
+        let (a, b, c) = ([1, 1], [2, 2], [3, 3]);
+        by.add(a, &subs(&[("dev/1", 1), ("dev/+", 2)]));
+        by.add(b, &subs(&[("dev/#", 1)]));
+        by.add(c, &subs(&[("other", 2), ("+/x", 1)]));
+        let got = by.matching("dev/1");
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!((got[&a], got[&b]), (2, 1));
+        assert_eq!(by.matching("other").into_iter().collect::<Vec<_>>(), vec![(c, 2)]);
+        assert!(by.matching("nothing/here").is_empty());
+        // `$` topics stay out of top-level wildcards, as in the worker.
+        by.add(c, &subs(&[("#", 1)]));
+        assert!(by.matching("$SYS/x").is_empty());
+        assert_eq!(by.len(), (2, 4));
+    }
+
+    #[test]
+    fn a_removed_session_is_gone_and_its_last_filters_with_it() {
+        let mut by = ByFilter::default();
+        let (a, b) = ([1, 0], [2, 0]);
+        let sa = subs(&[("t", 1), ("w/+", 1)]);
+        let sb = subs(&[("t", 2)]);
+        by.add(a, &sa);
+        by.add(b, &sb);
+        by.remove(&a, &sa);
+        assert_eq!(by.matching("t").into_iter().collect::<Vec<_>>(), vec![(b, 2)]);
+        assert!(by.matching("w/1").is_empty());
+        assert_eq!(by.len(), (1, 0), "w/+ had no other holder");
+        by.remove(&b, &sb);
+        assert_eq!(by.len(), (0, 0));
+    }
+}
