@@ -120,6 +120,8 @@ qos1_run() { # NAME
   cpu1=$(cpu_ticks_of "$spid")
   kill -INT "$(child_of "$sub")" 2>/dev/null || true   # the client under timeout (see child_of)
   wait "$sub" || true                     # interrupted on purpose: not 0
+  # megaconn's own counters (what it dropped, and why), kept beside the run.
+  if [ "$name" = megaconn ]; then curl -sf "http://127.0.0.1:$admin/stats" > "$run/server-megaconn-stats.json" || true; fi
   stop_broker
   python3 bench/mqtt_qos1_table.py "$name" "$hold" $(( cpu1 - cpu0 )) "$(getconf CLK_TCK)" \
     "$run/client-qos1-pub-$name.json" "$run/client-qos1-sub-$name.json" | tee "$run/qos1-$name.txt"

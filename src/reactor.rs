@@ -44,6 +44,7 @@ pub(crate) fn run(h: &mut impl Handler, stats_interval: Duration) -> Result<()> 
             return Ok(());
         }
         let wait = turns.wait(h);
+        crate::supervise::control::flush();
         crate::timer::wait(h.poll_mut(), wait);
         if events.dispatch(h)? == Polled::Done {
             h.report(true);

@@ -423,6 +423,7 @@ pub(crate) fn run(h: &mut impl RingHandler, mut ring: Ring, stats_interval: Dura
             return finish(&mut ring, h);
         }
         let wait = if epoll_ready { Duration::ZERO } else { turns.wait(h) };
+        crate::supervise::control::flush();
         epoll_ready |= turn(&mut ring, h, wait)?;
         if epoll_ready {
             // Look again next turn while anything was there: a level-

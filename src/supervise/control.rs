@@ -40,14 +40,59 @@ pub(crate) fn read_config() -> std::io::Result<String> {
     String::from_utf8(line).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
-/// Send one message to the supervisor. A broken pipe means the supervisor
-/// is gone; the worker then has no reason to live.
+/// Send one message to the supervisor now (after what [`emit_batched`]
+/// holds, so the order is kept). A broken pipe means the supervisor is
+/// gone; the worker then has no reason to live.
 pub(crate) fn emit(msg: &impl Serialize) {
-    let mut line = serde_json::to_vec(msg).expect("worker messages serialize");
-    line.push(b'\n');
+    BATCH.with_borrow_mut(|b| {
+        serde_json::to_writer(&mut *b, msg).expect("worker messages serialize");
+        b.push(b'\n');
+        write_out(b);
+    });
+}
+
+/// Batched messages are written once they pass this many bytes, if no
+/// flush came first.
+const BATCH_BYTES: usize = 64 << 10;
+
+thread_local! {
+    /// Messages [`emit_batched`] holds until the next [`flush`] or [`emit`].
+    static BATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Queue a message for the supervisor: written with the next [`emit`],
+/// at the reactor's [`flush`] before it waits, or once [`BATCH_BYTES`]
+/// are held. For the acknowledgements a busy worker sends by the
+/// thousand: a write (and the supervisor's wake-up) each was a syscall
+/// per push per worker (issue 44's QoS 1 bench, 100,000 a second).
+pub(crate) fn emit_batched(msg: &impl Serialize) {
+    BATCH.with_borrow_mut(|b| {
+        serde_json::to_writer(&mut *b, msg).expect("worker messages serialize");
+        b.push(b'\n');
+        if b.len() >= BATCH_BYTES {
+            write_out(b);
+        }
+    });
+}
+
+/// Write what [`emit_batched`] holds. Every reactor calls it before it
+/// waits, so nothing batched waits for more than one loop turn.
+pub(crate) fn flush() {
+    BATCH.with_borrow_mut(|b| {
+        if !b.is_empty() {
+            write_out(b);
+        }
+    });
+}
+
+fn write_out(b: &mut Vec<u8>) {
     let mut out = std::io::stdout().lock();
-    if out.write_all(&line).and_then(|_| out.flush()).is_err() {
+    if out.write_all(b).and_then(|_| out.flush()).is_err() {
         std::process::exit(3);
+    }
+    b.clear();
+    if b.capacity() > 4 * BATCH_BYTES {
+        b.shrink_to(BATCH_BYTES);
     }
 }
 

@@ -206,7 +206,7 @@ impl Worker {
         self.stats.push_delivered += queued;
         self.stats.push_dropped += dropped;
         self.stats.frames_out += queued;
-        control::emit(&ServerMsg::Pushed { worker: self.cfg.worker, publish_id, queued, dropped });
+        control::emit_batched(&ServerMsg::Pushed { worker: self.cfg.worker, publish_id, queued, dropped });
     }
 
     /// Close these connections as the application asked (WebSocket:
@@ -221,7 +221,7 @@ impl Worker {
             }
             self.close(key, Close::Disconnected);
         }
-        control::emit(&ServerMsg::Pushed { worker: self.cfg.worker, publish_id, queued: targets.len() as u64, dropped: 0 });
+        control::emit_batched(&ServerMsg::Pushed { worker: self.cfg.worker, publish_id, queued: targets.len() as u64, dropped: 0 });
     }
 
     /// Connections silent since their accept for the seam's FRESH get
