@@ -502,6 +502,7 @@ impl ClientRun {
                 // out the hold for nothing.
                 let hold = if t.open == 0 { 0 } else { self.hold.as_micros() as u64 };
                 self.phase = Phase::Hold { until_us: now + hold };
+                self.pool.broadcast(&format!("{} {}", super::worker::schedule::CMD_HOLD_UNTIL, now + hold));
                 self.hold_started_us = Some(now);
                 self.replies_at_hold = self.view.reply_marks();
                 // The ramp ended when its last connection resolved, not

@@ -90,7 +90,7 @@ mod connect;
 mod keep;
 pub(crate) mod outage;
 mod ring;
-mod schedule;
+pub(crate) mod schedule;
 mod stages;
 mod tls;
 
@@ -254,6 +254,9 @@ struct Worker {
     churn_cursor: u64,
     churn_start_us: Option<u64>,
     request_cursor: u64,
+    /// When the hold ends (the supervisor's `hold_until`): no request is
+    /// due at or after it, however late this worker gets to send.
+    requests_end_us: u64,
     /// `--stages`: the stage whose request schedule `request_cursor` is on,
     /// and how many stage boundaries (the end included) were reported.
     request_stage: usize,
@@ -314,6 +317,7 @@ pub(crate) fn run(cfg: ClientWorkerConfig) -> Result<()> {
         churn_cursor: 0,
         churn_start_us: None,
         request_cursor: 0,
+        requests_end_us: u64::MAX,
         request_stage: 0,
         stage_reports: 0,
         connect_hist: histogram::new(),
@@ -389,6 +393,12 @@ impl Handler for Worker {
             }
             Command::Role(word, _) if word == outage::CMD_REJOIN => {
                 self.rejoin(mono_us());
+                Flow::Continue
+            }
+            Command::Role(word, arg) if word == schedule::CMD_HOLD_UNTIL => {
+                if let Ok(until) = arg.trim().parse() {
+                    self.requests_end_us = until;
+                }
                 Flow::Continue
             }
             Command::Leave | Command::Role(..) => Flow::Continue,

@@ -164,3 +164,72 @@ fn bad_business_flags_exit_2() {
     let (code, _, err) = run(cmd, Duration::from_secs(20));
     assert_eq!(code, 2, "{err}");
 }
+
+/// A client whose supervisor says `close` late (stopped across the end of
+/// the hold here; starved on an overloaded machine) gets no request sent
+/// after the hold's end: its workers were told when the hold ends as it
+/// began, and nothing is due after that (issue 44: the QoS 1 bench sent
+/// 6.2M publishes for a 3.5M schedule once it overloaded the machine).
+#[test]
+fn requests_stop_at_the_end_of_the_hold_even_when_close_comes_late() {
+    use std::io::BufRead;
+    let ports = free_ports(1);
+    let (mut srv, _) = server(&["--ports", &ports.arg(), "--workers", "1"], None);
+    let mut cmd = megaconn();
+    cmd.args(["client", "--ports", &ports.arg(), "--connections", "10", "--request-rate", "100/s"]);
+    cmd.args(["--heartbeat", "off", "--hold", "2s", "--workers", "1", "--json"]);
+    let spawned = Instant::now();
+    let mut child = cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("start the client");
+    let pid = child.id();
+    let (line_tx, lines) = std::sync::mpsc::channel::<String>();
+    let stderr = child.stderr.take().expect("piped");
+    let log = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = line_tx.send(line.clone());
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    // The hold began (the line says so once the supervisor saw the ramp done).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(line) if line.contains("ramp done") => break,
+            Ok(_) => {}
+            Err(e) => panic!("no 'ramp done' line from the client: {e:?}"),
+        }
+    }
+    let hold_began_s = spawned.elapsed().as_secs_f64();
+    // SAFETY: signalling the client process this test started.
+    unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    // Stopped for three times the hold: its end passes while the supervisor
+    // cannot say `close`; its worker runs on.
+    std::thread::sleep(Duration::from_secs(6));
+    // SAFETY: as above.
+    unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    let out = match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(out) => out.expect("the client's output"),
+        Err(_) => {
+            // SAFETY: signalling our own child by PID.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            panic!("the client did not end within 60 s of its return");
+        }
+    };
+    let stderr = log.join().unwrap_or_default();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"));
+    let s = &v["summary"];
+    let sent = s["requests"]["sent"].as_u64().unwrap_or(0);
+    // 10 connections x 100/s from the start to the hold's end (2 s after
+    // it began, which was before the line), and a period's rounding per
+    // connection. Sent until the late close, it would be ~6,000 more.
+    let most = (1000.0 * (hold_began_s + 2.0)) as u64 + 10;
+    assert!(sent >= 300 && sent <= most, "requests sent {sent}, at most {most} due by the end of the hold: {s}\n{stderr}");
+    assert!(srv.terminate().success());
+}
