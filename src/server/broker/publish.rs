@@ -317,7 +317,8 @@ impl Publisher {
                 Gather::Publish { per_worker: BTreeMap::new(), not_found, seqs, publish_us, remote, users, close }
             }
             other => {
-                let p = Pending { reply, waiting, stalled, gather: Gather::List { limit: 0, list: Vec::new(), truncated: false }, started: Instant::now(), pids };
+                let p =
+                    Pending { reply, waiting, stalled, gather: Gather::List { limit: 0, list: Vec::new(), truncated: false }, started: Instant::now(), pids };
                 self.answer(p, Response::error(500, format!("{other:?} is not a publish")));
                 return;
             }
