@@ -115,8 +115,12 @@ struct Handle {
     pid: u32,
     child: Arc<Mutex<Child>>,
     stdin: Option<ChildStdin>,
-    /// Command bytes the pipe has not taken yet.
+    /// Command bytes; those from `head` on the pipe has not taken yet.
     queue: Vec<u8>,
+    /// How much of `queue` was written: a write moves this, not the bytes
+    /// behind it (a drain per write moved megabytes per 64 KB taken when
+    /// a worker fell behind).
+    head: usize,
     /// Since when the pipe has been full with bytes still queued.
     blocked_since: Option<Instant>,
     /// When the worker last wrote a line ([`now_ms`]).
@@ -129,29 +133,41 @@ impl Handle {
     /// Write what the pipe takes; false when the pipe is gone.
     fn flush(&mut self) -> bool {
         let Some(s) = self.stdin.as_mut() else { return false };
-        while !self.queue.is_empty() {
-            match s.write(&self.queue) {
-                Ok(n) => {
-                    self.queue.drain(..n);
-                }
+        while self.head < self.queue.len() {
+            match s.write(&self.queue[self.head..]) {
+                Ok(n) => self.head += n,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     self.blocked_since.get_or_insert_with(Instant::now);
+                    // What was written goes once it is over half the
+                    // queue: each byte is moved at most once on average.
+                    if self.head > self.queue.len() / 2 {
+                        self.queue.drain(..self.head);
+                        self.head = 0;
+                    }
                     return true;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(_) => {
                     self.stdin = None;
                     self.queue = Vec::new();
+                    self.head = 0;
                     self.blocked_since = None;
                     return false;
                 }
             }
         }
+        self.queue.clear();
+        self.head = 0;
         self.blocked_since = None;
         if self.queue.capacity() > 64 * 1024 {
             self.queue = Vec::new();
         }
         true
+    }
+
+    /// Bytes queued and not yet written.
+    fn queued(&self) -> usize {
+        self.queue.len() - self.head
     }
 }
 
@@ -264,6 +280,7 @@ impl Pool {
             child: child.clone(),
             stdin: Some(stdin),
             queue: Vec::new(),
+            head: 0,
             blocked_since: None,
             heard: heard.clone(),
             exited: false,
@@ -297,6 +314,7 @@ impl Pool {
             h.exited = true;
             h.stdin = None;
             h.queue = Vec::new();
+            h.head = 0;
         }
     }
 
@@ -306,7 +324,7 @@ impl Pool {
         if h.stdin.is_none() {
             return Sent::Gone;
         }
-        if h.queue.len() + cmd.len() + 1 > MAX_QUEUED {
+        if h.queued() + cmd.len() + 1 > MAX_QUEUED {
             return Sent::Full;
         }
         h.queue.extend_from_slice(cmd.as_bytes());
@@ -319,7 +337,7 @@ impl Pool {
 
     /// Write out what waits for the workers' pipes (every supervisor tick).
     pub(crate) fn flush(&mut self) {
-        for h in self.workers.iter_mut().flatten().filter(|h| !h.queue.is_empty()) {
+        for h in self.workers.iter_mut().flatten().filter(|h| h.queued() > 0) {
             h.flush();
         }
     }
