@@ -605,9 +605,8 @@ async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<
     // the stream republishes of it (only what it stored, in its order).
     let sub_of = |subject: &str| if log.is_some() { jslog::live_subject(subject) } else { subject.to_string() };
     let mut subs: HashMap<String, tokio::task::AbortHandle> = HashMap::new();
-    let follow = |subject: &str, on: bool| shared.follow(subject, on);
     for subject in [sub_of(BROADCAST), super::node_subject(&cfg.node), super::USERS.to_string(), super::PRESENCE.to_string(), super::NOTICES.to_string()] {
-        let h = f.forward(subject.clone(), || follow(&subject, true)).await;
+        let h = f.forward(subject.clone(), || shared.follow(&subject, true)).await;
         subs.insert(subject, h);
     }
     // Up (healthy, publishing) once NATS has them: a notice or unicast
@@ -619,7 +618,7 @@ async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<
         match cmd {
             Cmd::Subscribe(topic) => {
                 let subject = sub_of(&super::topic_subject(&topic));
-                let h = f.forward(subject.clone(), || follow(&subject, true)).await;
+                let h = f.forward(subject.clone(), || shared.follow(&subject, true)).await;
                 // Never two subscriptions of one subject: each would deliver.
                 if let Some(old) = subs.insert(subject, h) {
                     old.abort();
@@ -627,7 +626,7 @@ async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<
             }
             Cmd::Unsubscribe(topic) => {
                 let subject = sub_of(&super::topic_subject(&topic));
-                follow(&subject, false);
+                shared.follow(&subject, false);
                 if let Some(h) = subs.remove(&subject) {
                     h.abort();
                 }
@@ -737,6 +736,9 @@ impl Forwarder {
             // after a reconnect) is tried again, or what was stored while
             // away would be lost for this node's subscribers.
             let mut retry: Option<tokio::time::Instant> = None;
+            // Any instant will do for the retry branch while it is off (no
+            // clock read per message).
+            let off = tokio::time::Instant::now();
             if let (Some(plain), Some(head)) = (&plain, start) {
                 // What was stored between reading the position and the
                 // subscription coming into force comes from the stream.
@@ -744,7 +746,7 @@ impl Forwarder {
                 retry = f.catch_up(plain, &mut last).await;
             }
             loop {
-                let retry_at = retry.unwrap_or_else(tokio::time::Instant::now);
+                let retry_at = retry.unwrap_or(off);
                 tokio::select! {
                     m = sub.next() => match (m, &plain) {
                         (None, _) => break,

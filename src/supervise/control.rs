@@ -45,8 +45,7 @@ pub(crate) fn read_config() -> std::io::Result<String> {
 /// gone; the worker then has no reason to live.
 pub(crate) fn emit(msg: &impl Serialize) {
     BATCH.with_borrow_mut(|b| {
-        serde_json::to_writer(&mut *b, msg).expect("worker messages serialize");
-        b.push(b'\n');
+        append(b, msg);
         write_out(b);
     });
 }
@@ -67,8 +66,7 @@ thread_local! {
 /// per push per worker (issue 44's QoS 1 bench, 100,000 a second).
 pub(crate) fn emit_batched(msg: &impl Serialize) {
     BATCH.with_borrow_mut(|b| {
-        serde_json::to_writer(&mut *b, msg).expect("worker messages serialize");
-        b.push(b'\n');
+        append(b, msg);
         if b.len() >= BATCH_BYTES {
             write_out(b);
         }
@@ -83,6 +81,12 @@ pub(crate) fn flush() {
             write_out(b);
         }
     });
+}
+
+/// One message as its line.
+fn append(b: &mut Vec<u8>, msg: &impl Serialize) {
+    serde_json::to_writer(&mut *b, msg).expect("worker messages serialize");
+    b.push(b'\n');
 }
 
 fn write_out(b: &mut Vec<u8>) {

@@ -11,12 +11,12 @@
 //! finding 14); a send that is due after the end of time is never due.
 
 use super::{State, Worker};
+use crate::client::speak::Due;
+use crate::net;
 
 /// Supervisor -> client worker: `hold_until MONO_US`, the monotonic µs
 /// the hold ends at (sent when the hold starts).
 pub(crate) const CMD_HOLD_UNTIL: &str = "hold_until";
-use crate::client::speak::Due;
-use crate::net;
 
 /// Shortest period of a schedule: a rate above 1e6/s per connection
 /// (possible in a config built in code; the CLI caps it at 100,000/s)

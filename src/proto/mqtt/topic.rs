@@ -100,6 +100,12 @@ pub(crate) fn validate_filter(filter: &str, limits: &Limits) -> Result<bool, Top
     Ok(is_shared)
 }
 
+/// Whether a subscription names a wildcard filter (has `+` or `#`), one
+/// that must be matched rather than looked up.
+pub(crate) fn is_filter(name: &str) -> bool {
+    name.contains(['+', '#'])
+}
+
 /// Whether a valid `filter` (not a `$share/` one: pass its inner filter)
 /// matches a valid topic `name` (§4.7).
 pub(crate) fn matches(filter: &str, name: &str) -> bool {

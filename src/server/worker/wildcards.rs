@@ -22,10 +22,7 @@ pub(crate) const MAX_FILTERS: usize = 4096;
 /// rather than an exact topic.
 pub(crate) const WILD: u32 = 1 << 31;
 
-/// Whether a subscription names a wildcard filter (has `+` or `#`).
-pub(crate) fn is_filter(name: &str) -> bool {
-    name.contains(['+', '#'])
-}
+pub(crate) use crate::proto::mqtt::topic::is_filter;
 
 /// One live filter and who subscribed to it.
 struct Filter {

@@ -6,7 +6,7 @@
 //! one lookup per publish, not one match per device.
 
 use super::IdKey;
-use crate::proto::mqtt::topic::matches;
+use crate::proto::mqtt::topic::{is_filter, matches};
 use std::collections::HashMap;
 
 /// Sessions (and the QoS each was granted) under one filter.
@@ -20,15 +20,11 @@ pub(super) struct ByFilter {
     wild: HashMap<Box<str>, Holders>,
 }
 
-fn is_wild(filter: &str) -> bool {
-    filter.contains(['+', '#'])
-}
-
 impl ByFilter {
     /// Index session `key`'s subscriptions.
     pub(super) fn add(&mut self, key: IdKey, subs: &[(String, u8)]) {
         for (filter, qos) in subs {
-            let map = if is_wild(filter) { &mut self.wild } else { &mut self.exact };
+            let map = if is_filter(filter) { &mut self.wild } else { &mut self.exact };
             let holders = map.entry(filter.as_str().into()).or_default();
             let q = holders.entry(key).or_insert(*qos);
             *q = (*q).max(*qos);
@@ -38,7 +34,7 @@ impl ByFilter {
     /// Forget session `key`'s subscriptions (a filter nobody holds goes).
     pub(super) fn remove(&mut self, key: &IdKey, subs: &[(String, u8)]) {
         for (filter, _) in subs {
-            let map = if is_wild(filter) { &mut self.wild } else { &mut self.exact };
+            let map = if is_filter(filter) { &mut self.wild } else { &mut self.exact };
             if let Some(holders) = map.get_mut(filter.as_str()) {
                 holders.remove(key);
                 if holders.is_empty() {
