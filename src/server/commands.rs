@@ -134,6 +134,9 @@ pub(crate) struct RetainedWant {
     pub filter: String,
     /// The QoS the subscription was granted.
     pub qos: u8,
+    /// Its v5 Subscription Identifier (0: none), sent with each message.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub sid: u32,
 }
 
 /// The answer to a [`RetainedWant`]: the retained messages its filter
@@ -143,6 +146,9 @@ pub(crate) struct RetainedAnswer {
     pub conn: u64,
     /// The QoS the subscription was granted.
     pub qos: u8,
+    /// The subscription's v5 Subscription Identifier (0: none).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub sid: u32,
     /// Each with the QoS it was published with.
     pub messages: Vec<ClientPublish>,
 }
@@ -226,6 +232,13 @@ pub(crate) struct SessionMessage {
     /// QoS 2: PUBREC came and PUBREL went (PUBREL is resent, not the message).
     #[serde(default)]
     pub released: bool,
+    /// Its v5 properties, without the publisher (`Forwarded::stored`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mqtt: Option<Box<crate::proto::mqtt::forward::Forwarded>>,
+    /// Wall-clock µs it was published: its Message Expiry Interval
+    /// counts from there.
+    #[serde(default)]
+    pub publish_us: u64,
 }
 
 /// The answer to a [`SessionClaim`] (`session {json}`).
@@ -420,6 +433,10 @@ pub(crate) struct PushCommand {
 }
 
 fn is_zero(v: &u8) -> bool {
+    *v == 0
+}
+
+fn is_zero_u32(v: &u32) -> bool {
     *v == 0
 }
 

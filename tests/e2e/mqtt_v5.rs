@@ -228,3 +228,14 @@ fn oversized_forwarded_properties_are_refused() {
     assert_eq!(crate::mqtt::count(&v, "close_reasons", "mqtt_properties_too_large"), 0);
     s.terminate();
 }
+
+/// paho: retained messages, a persistent session's offline queue and a
+/// will keep their v5 properties and Message Expiry (what is left sent,
+/// past it gone and counted); a retained message comes with the new
+/// subscription's identifier (tests/peers/mqtt_stored_props.py).
+#[test]
+fn paho_v5_properties_stay_with_retained_queued_and_will_messages() {
+    let (mut s, admin, port) = server(&[]);
+    paho("mqtt_stored_props.py", port, &admin, &[]);
+    s.terminate();
+}

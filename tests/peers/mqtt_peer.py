@@ -82,8 +82,8 @@ class Client:
             self.c.subscribe(topic, qos, properties=props)
         return [int(getattr(r, "value", r)) for r in self.event("suback")[2]]
 
-    def publish(self, topic, body, qos=1, props=None):
-        info = self.c.publish(topic, body, qos=qos, properties=props)
+    def publish(self, topic, body, qos=1, props=None, retain=False):
+        info = self.c.publish(topic, body, qos=qos, retain=retain, properties=props)
         if qos > 0:
             while self.event("puback")[1] != info.mid:
                 pass

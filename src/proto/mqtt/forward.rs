@@ -68,9 +68,24 @@ impl Forwarded {
     }
 
     /// Whether a subscriber sees none of it (only the origin is set).
-    #[cfg(test)]
     pub(crate) fn is_bare(&self) -> bool {
         Forwarded { origin: None, ..self.clone() } == Forwarded::default()
+    }
+
+    /// What a stored copy of a message keeps (a retained message, a kept
+    /// session's queue, a will): its properties without the publisher;
+    /// `None` when a subscriber would see none of them.
+    pub(crate) fn stored(f: Option<&Forwarded>) -> Option<Box<Forwarded>> {
+        f.filter(|f| !f.is_bare()).map(|f| Box::new(Forwarded { origin: None, ..f.clone() }))
+    }
+
+    /// A stored copy published at `publish_us`, handed on at `now_us`:
+    /// its Message Expiry Interval is what is left of it. `Err(())`: it
+    /// expired (nobody gets it, [MQTT-3.3.2-5]).
+    pub(crate) fn at(f: Option<&Forwarded>, publish_us: u64, now_us: u64) -> Result<Option<Box<Forwarded>>, ()> {
+        let Some(f) = f else { return Ok(None) };
+        let left = f.expiry_left(now_us.saturating_sub(publish_us)).ok_or(())?;
+        Ok(Some(Box::new(Forwarded { message_expiry: left, ..f.clone() })))
     }
 
     /// The PUBLISH properties for a subscriber: these, with `expiry_left`
@@ -100,6 +115,38 @@ impl Forwarded {
         }
         Some(Some(((total_us - elapsed_us).div_ceil(1_000_000)) as u32))
     }
+}
+
+/// The message in a PUBLISH this server encoded (whatever packet id it
+/// has): topic, payload, retain flag and, in 5.0, the properties it
+/// forwards (those a kept session keeps; the expiry as encoded). `None`:
+/// not such a packet.
+pub(crate) fn own_publish(bytes: &[u8], v5: bool) -> Option<(&str, &[u8], bool, Option<Forwarded>)> {
+    use super::decode::{fixed_header, Cursor};
+    // Our own encoding, so the codec's bounds for peers do not apply.
+    let limits = super::Limits {
+        max_packet_size: u32::MAX,
+        max_client_id: usize::MAX,
+        max_topic_len: usize::MAX,
+        max_topic_levels: usize::MAX,
+        max_filters: usize::MAX,
+        max_properties: usize::MAX,
+        max_user_property_bytes: usize::MAX,
+    };
+    let h = fixed_header(bytes, None, u32::MAX).ok()??;
+    if h.kind != super::kind::PUBLISH {
+        return None;
+    }
+    let mut c = Cursor::new(bytes.get(h.len..h.total())?);
+    let topic = c.str().ok()?;
+    if (h.flags >> 1) & 3 != 0 {
+        c.take(2).ok()?;
+    }
+    let fwd = match v5 {
+        true => Some(Forwarded::from_publish(&Properties::decode(&mut c, super::properties::Place::PUBLISH, &limits).ok()?, None).ok()?),
+        false => None,
+    };
+    Some((topic, c.rest(), h.flags & 1 == 1, fwd))
 }
 
 /// Where the 4-byte Message Expiry Interval sits in an encoded v5 PUBLISH

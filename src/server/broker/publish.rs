@@ -185,22 +185,23 @@ impl Publisher {
     pub(crate) fn retained_wanted(&mut self, w: usize, wants: Vec<crate::server::commands::RetainedWant>, pool: &mut Pool) {
         use crate::server::commands::{ClientPublish, RetainedAnswer, CMD_RETAINED};
         for want in wants {
+            let now_us = wall_us();
             let messages: Vec<ClientPublish> = self
                 .retained
-                .matching(&want.filter)
+                .matching(&want.filter, now_us)
                 .into_iter()
                 .map(|(topic, k)| ClientPublish {
                     topic: topic.into(),
                     data: base64::engine::general_purpose::STANDARD.encode(&k.data),
                     qos: k.qos,
                     retain: true,
-                    mqtt: None,
+                    mqtt: k.forwarded(now_us).ok().flatten(),
                 })
                 .collect();
             if messages.is_empty() {
                 continue;
             }
-            let answer = RetainedAnswer { conn: want.conn, qos: want.qos, messages };
+            let answer = RetainedAnswer { conn: want.conn, qos: want.qos, sid: want.sid, messages };
             pool.send(w, &format!("{CMD_RETAINED} {}", serde_json::to_string(&answer).expect("serializes")));
         }
     }
@@ -256,7 +257,8 @@ impl Publisher {
                 for m in messages {
                     if m.retain && m.stream == Stream::Topic {
                         // Over its bounds it is still delivered, just not kept.
-                        let _ = self.retained.set(&m.topic, &m.data, m.qos);
+                        let k = crate::server::broker::retained::Kept::new(&m.data, m.qos).with(m.mqtt.as_deref(), publish_us);
+                        let _ = self.retained.set(&m.topic, k);
                     }
                     let log = if m.stream == Stream::Broadcast { BROADCAST_TOPIC } else { m.topic.as_str() };
                     let at = match (m.stream, m.at) {
@@ -290,7 +292,7 @@ impl Publisher {
                     let data = base64::engine::general_purpose::STANDARD.encode(&m.data);
                     let mut shared = Vec::new();
                     if m.stream == Stream::Topic && m.target.is_none() && m.user.is_none() {
-                        self.sessions.offline(&m.topic, &data, m.qos, m.retain);
+                        self.sessions.offline(&m.topic, &data, m.qos, m.retain, m.mqtt.as_deref(), publish_us);
                         shared = self.shared.pick(&m.topic);
                     }
                     let cmd = PushCommand {

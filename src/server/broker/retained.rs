@@ -11,7 +11,11 @@
 //! same set, also one started later. Bounded in messages and bytes
 //! (`--mqtt-retained`, `--mqtt-retained-bytes`): a retained publish over
 //! either is still delivered, just not kept (counted under its reason).
+//! A message keeps its v5 properties (content type, user properties...)
+//! and its Message Expiry Interval: past it the message is gone (counted
+//! `expired`), before it a new subscription gets what is left of it.
 
+use crate::proto::mqtt::forward::Forwarded;
 use crate::proto::mqtt::topic::matches;
 use std::collections::BTreeMap;
 
@@ -32,6 +36,7 @@ crate::counters! {
         bytes: bytes "mqtt_retained_memory" "Bytes the retained messages hold: topics, payloads and per-message records",
         stored: counter "mqtt_retained_stored" "Retained publishes kept (set or replaced)",
         cleared: counter "mqtt_retained_cleared" "Retained messages cleared by an empty retained publish",
+        expired: counter "mqtt_retained_expired" "Retained messages gone at the end of their v5 Message Expiry Interval",
         refused: by("reason") "mqtt_retained_refused" "Retained publishes delivered but not kept, by reason (count: --mqtt-retained, bytes: --mqtt-retained-bytes)",
         served: counter "mqtt_retained_served" "Retained messages handed to new subscriptions",
     }
@@ -56,6 +61,31 @@ pub(crate) struct Kept {
     pub data: Box<[u8]>,
     /// The QoS it was published with.
     pub qos: u8,
+    /// Its v5 properties, without the publisher (`Forwarded::stored`).
+    pub mqtt: Option<Box<Forwarded>>,
+    /// Wall-clock µs it was published (its expiry counts from there).
+    pub publish_us: u64,
+}
+
+impl Kept {
+    pub(crate) fn new(data: &[u8], qos: u8) -> Kept {
+        Kept { data: data.into(), qos, mqtt: None, publish_us: 0 }
+    }
+
+    /// With the publish's properties, published at `publish_us`.
+    pub(crate) fn with(self, mqtt: Option<&Forwarded>, publish_us: u64) -> Kept {
+        Kept { mqtt: Forwarded::stored(mqtt), publish_us, ..self }
+    }
+
+    /// Its properties as a subscriber gets them at `now_us` (the expiry
+    /// what is left); `Err(())`: it expired.
+    pub(crate) fn forwarded(&self, now_us: u64) -> Result<Option<Box<Forwarded>>, ()> {
+        Forwarded::at(self.mqtt.as_deref(), self.publish_us, now_us)
+    }
+
+    fn cost(&self, topic: &str) -> u64 {
+        PER_MESSAGE + (topic.len() + self.data.len() + self.mqtt.as_ref().map_or(0, |f| f.cost())) as u64
+    }
 }
 
 /// The node's retained messages, by topic.
@@ -66,10 +96,6 @@ pub(crate) struct Retained {
     pub counters: RetainedCounters,
 }
 
-fn cost(topic: &str, data: &[u8]) -> u64 {
-    PER_MESSAGE + topic.len() as u64 + data.len() as u64
-}
-
 impl Retained {
     pub(crate) fn new(cfg: RetainedConfig) -> Retained {
         Retained { cfg, ..Default::default() }
@@ -77,9 +103,9 @@ impl Retained {
 
     /// A retained publish: keep it as the topic's (empty: clear it).
     /// Err: over a bound, not kept (the reason, also counted).
-    pub(crate) fn set(&mut self, topic: &str, data: &[u8], qos: u8) -> Result<(), &'static str> {
-        let old = self.by_topic.get(topic).map_or(0, |k| cost(topic, &k.data));
-        if data.is_empty() {
+    pub(crate) fn set(&mut self, topic: &str, k: Kept) -> Result<(), &'static str> {
+        let old = self.by_topic.get(topic).map_or(0, |o| o.cost(topic));
+        if k.data.is_empty() {
             if self.by_topic.remove(topic).is_some() {
                 self.counters.cleared += 1;
                 self.counters.bytes -= old;
@@ -87,9 +113,10 @@ impl Retained {
             }
             return Ok(());
         }
+        let cost = k.cost(topic);
         let refused = if old == 0 && self.by_topic.len() >= self.cfg.max_messages {
             Some("count")
-        } else if self.counters.bytes - old + cost(topic, data) > self.cfg.max_bytes {
+        } else if self.counters.bytes - old + cost > self.cfg.max_bytes {
             Some("bytes")
         } else {
             None
@@ -98,23 +125,29 @@ impl Retained {
             *self.counters.refused.entry(reason.into()).or_insert(0) += 1;
             return Err(reason);
         }
-        self.counters.bytes = self.counters.bytes - old + cost(topic, data);
-        if self.by_topic.insert(topic.into(), Kept { data: data.into(), qos }).is_none() {
+        self.counters.bytes = self.counters.bytes - old + cost;
+        if self.by_topic.insert(topic.into(), k).is_none() {
             self.counters.messages += 1;
         }
         self.counters.stored += 1;
         Ok(())
     }
 
-    /// The retained messages `filter` matches, in topic order, at most
-    /// [`MAX_ANSWER_BYTES`] of them.
-    pub(crate) fn matching(&mut self, filter: &str) -> Vec<(&str, &Kept)> {
+    /// The retained messages `filter` matches at `now_us`, in topic
+    /// order, at most [`MAX_ANSWER_BYTES`] of them; those it meets
+    /// expired are dropped.
+    pub(crate) fn matching(&mut self, filter: &str, now_us: u64) -> Vec<(&str, &Kept)> {
+        let expired: Vec<Box<str>> = found(&self.by_topic, filter).filter(|(_, k)| k.forwarded(now_us).is_err()).map(|(t, _)| t.clone()).collect();
+        for t in expired {
+            if let Some(k) = self.by_topic.remove(&t) {
+                self.counters.bytes -= k.cost(&t);
+                self.counters.messages -= 1;
+                self.counters.expired += 1;
+            }
+        }
         let mut out = Vec::new();
         let mut bytes = 0;
-        let exact = !filter.contains(['+', '#']);
-        let found: Box<dyn Iterator<Item = (&Box<str>, &Kept)>> =
-            if exact { Box::new(self.by_topic.get_key_value(filter).into_iter()) } else { Box::new(self.by_topic.iter().filter(|(t, _)| matches(filter, t))) };
-        for (t, k) in found {
+        for (t, k) in found(&self.by_topic, filter) {
             bytes += t.len() + k.data.len();
             if bytes > MAX_ANSWER_BYTES {
                 break;
@@ -126,12 +159,22 @@ impl Retained {
     }
 }
 
+/// The kept messages `filter` matches, in topic order.
+fn found<'a>(by_topic: &'a BTreeMap<Box<str>, Kept>, filter: &str) -> Box<dyn Iterator<Item = (&'a Box<str>, &'a Kept)> + 'a> {
+    if filter.contains(['+', '#']) {
+        let filter = filter.to_string();
+        Box::new(by_topic.iter().filter(move |(t, _)| matches(&filter, t)))
+    } else {
+        Box::new(by_topic.get_key_value(filter).into_iter())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn topics(r: &mut Retained, filter: &str) -> Vec<String> {
-        r.matching(filter).into_iter().map(|(t, _)| t.to_string()).collect()
+        r.matching(filter, 0).into_iter().map(|(t, _)| t.to_string()).collect()
     }
 
     /// Set, replace, clear; matched with MQTT's rules, `$` topics kept
@@ -139,21 +182,21 @@ mod tests {
     #[test]
     fn retained_messages_are_set_replaced_cleared_and_matched() {
         let mut r = Retained::new(RetainedConfig::default());
-        r.set("a/b", b"1", 1).unwrap();
-        r.set("a/b", b"2", 2).unwrap();
-        r.set("a/c/d", b"3", 0).unwrap();
-        r.set("$SYS/x", b"4", 0).unwrap();
-        assert_eq!(r.matching("a/b"), vec![("a/b", &Kept { data: (*b"2").into(), qos: 2 })]);
+        r.set("a/b", Kept::new(b"1", 1)).unwrap();
+        r.set("a/b", Kept::new(b"2", 2)).unwrap();
+        r.set("a/c/d", Kept::new(b"3", 0)).unwrap();
+        r.set("$SYS/x", Kept::new(b"4", 0)).unwrap();
+        assert_eq!(r.matching("a/b", 0), vec![("a/b", &Kept::new(b"2", 2))]);
         assert_eq!(topics(&mut r, "#"), ["a/b", "a/c/d"]);
         assert_eq!(topics(&mut r, "a/+"), ["a/b"]);
         assert_eq!(topics(&mut r, "+/#"), ["a/b", "a/c/d"]);
         assert_eq!(topics(&mut r, "$SYS/#"), ["$SYS/x"]);
-        r.set("a/b", b"", 0).unwrap();
-        r.set("nothing/here", b"", 0).unwrap();
+        r.set("a/b", Kept::new(b"", 0)).unwrap();
+        r.set("nothing/here", Kept::new(b"", 0)).unwrap();
         assert_eq!(topics(&mut r, "a/#"), ["a/c/d"]);
         assert_eq!((r.counters.messages, r.counters.stored, r.counters.cleared), (2, 4, 1));
-        r.set("a/c/d", b"", 0).unwrap();
-        r.set("$SYS/x", b"", 0).unwrap();
+        r.set("a/c/d", Kept::new(b"", 0)).unwrap();
+        r.set("$SYS/x", Kept::new(b"", 0)).unwrap();
         assert_eq!((r.counters.messages, r.counters.bytes), (0, 0), "all given back");
     }
 
@@ -162,12 +205,30 @@ mod tests {
     #[test]
     fn the_store_is_bounded_in_count_and_bytes() {
         let mut r = Retained::new(RetainedConfig { max_messages: 2, max_bytes: 2 * PER_MESSAGE + 40 });
-        r.set("a", b"1", 0).unwrap();
-        r.set("b", b"1", 0).unwrap();
-        assert_eq!(r.set("c", b"1", 0), Err("count"));
-        assert_eq!(r.set("a", b"22", 0), Ok(()), "a replacement is no new message");
-        assert_eq!(r.set("a", &[0; 64], 0), Err("bytes"));
-        assert_eq!(r.matching("a")[0].1.data.as_ref(), b"22", "the refused one did not replace it");
+        r.set("a", Kept::new(b"1", 0)).unwrap();
+        r.set("b", Kept::new(b"1", 0)).unwrap();
+        assert_eq!(r.set("c", Kept::new(b"1", 0)), Err("count"));
+        assert_eq!(r.set("a", Kept::new(b"22", 0)), Ok(()), "a replacement is no new message");
+        assert_eq!(r.set("a", Kept::new(&[0; 64], 0)), Err("bytes"));
+        assert_eq!(r.matching("a", 0)[0].1.data.as_ref(), b"22", "the refused one did not replace it");
         assert_eq!((r.counters.refused["count"], r.counters.refused["bytes"]), (1, 1));
+    }
+
+    /// A message keeps its properties (not its publisher) and its expiry:
+    /// a subscription gets what is left of it, and past it the message is
+    /// gone, its bytes given back.
+    #[test]
+    fn a_message_keeps_its_properties_and_expires() {
+        let mut r = Retained::new(RetainedConfig::default());
+        let f = Forwarded { origin: Some(7), message_expiry: Some(10), content_type: Some("text/plain".into()), ..Forwarded::default() };
+        r.set("a", Kept::new(b"1", 1).with(Some(&f), 1_000_000)).unwrap();
+        r.set("b", Kept::new(b"2", 1).with(Some(&Forwarded { origin: Some(7), ..Forwarded::default() }), 1_000_000)).unwrap();
+        assert_eq!(r.matching("b", 0)[0].1.mqtt, None, "only a publisher: nothing kept");
+        let got = r.matching("a", 4_500_000)[0].1.forwarded(4_500_000).unwrap().unwrap();
+        assert_eq!((got.origin, got.message_expiry, got.content_type.as_deref()), (None, Some(7), Some("text/plain")));
+        assert_eq!(r.counters.bytes, 2 * PER_MESSAGE + 4 + "text/plain".len() as u64, "its properties are counted");
+        assert_eq!(topics(&mut r, "#"), ["a", "b"]);
+        assert_eq!(r.matching("+", 11_000_000).len(), 1, "a's ten seconds passed");
+        assert_eq!((r.counters.expired, r.counters.messages, r.counters.bytes), (1, 1, PER_MESSAGE + 2));
     }
 }

@@ -16,7 +16,8 @@
 //!   Session Expiry Interval above 0): their subscriptions (filter and
 //!   QoS) and the QoS 1 and 2 messages they had not acknowledged, then
 //!   the QoS 1 and 2 messages their subscriptions matched while they were
-//!   away, in order. At most `--mqtt-session-queue` messages and
+//!   away, in order, each with its v5 properties and publish time (its
+//!   Message Expiry Interval counts down while it waits). At most `--mqtt-session-queue` messages and
 //!   `--mqtt-session-queue-bytes` per session: past them the **newest**
 //!   message is dropped (the arriving one, as mosquitto does) and counted.
 //!   At most `--mqtt-sessions` sessions and `--mqtt-sessions-bytes` in all:
@@ -41,6 +42,7 @@
 //! then one match per distinct wildcard filter, not one pass over every
 //! kept session per publish.
 
+use crate::proto::mqtt::forward::Forwarded;
 use crate::server::commands::{split_id, ClientPublish, IdKey, SessionAnswer, SessionClaim, SessionEnd, SessionMessage};
 use std::collections::hash_map::RandomState;
 
@@ -160,7 +162,7 @@ struct Kept {
 }
 
 fn message_cost(m: &SessionMessage) -> usize {
-    RECORD + m.topic.len() + m.data.len()
+    RECORD + m.topic.len() + m.data.len() + m.mqtt.as_ref().map_or(0, |f| f.cost())
 }
 
 /// The registry of connected client ids and the kept sessions.
@@ -356,7 +358,7 @@ impl Sessions {
     /// A topic publish: queued for every kept session whose filters
     /// match it, at the lower of its QoS and the highest granted (QoS 0
     /// is not queued), within the bounds (the newest dropped past them).
-    pub(crate) fn offline(&mut self, topic: &str, data: &str, qos: u8, retain: bool) {
+    pub(crate) fn offline(&mut self, topic: &str, data: &str, qos: u8, retain: bool, mqtt: Option<&Forwarded>, publish_us: u64) {
         if qos == 0 || self.kept.is_empty() {
             return;
         }
@@ -366,7 +368,8 @@ impl Sessions {
             if q == 0 {
                 continue;
             }
-            let m = SessionMessage { topic: topic.into(), data: data.into(), qos: q, retain, id: 0, released: false };
+            let m =
+                SessionMessage { topic: topic.into(), data: data.into(), qos: q, retain, id: 0, released: false, mqtt: Forwarded::stored(mqtt), publish_us };
             let Some(k) = self.kept.get(&id) else { continue };
             let fit = self.fits(k, &m).and_then(|()| {
                 if self.counters.bytes as usize + message_cost(&m) > self.cfg.max_kept_bytes {

@@ -52,6 +52,16 @@ impl<'a> Forms<'a> {
         Forms { topic, data, fwd: None, expiry: None, expires_us: 0, made: Default::default(), in_ws: Default::default() }
     }
 
+    /// With the message's forwarded properties, published at
+    /// `publish_us`: its forms carry what is left of its Message Expiry
+    /// Interval at `now_us`. False: it expired, nobody gets it.
+    fn expiring(mut self, fwd: Option<&'a Forwarded>, publish_us: u64, now_us: u64) -> Option<Forms<'a>> {
+        self.fwd = fwd;
+        self.expiry = fwd.map_or(Some(None), |f| f.expiry_left(now_us.saturating_sub(publish_us)))?;
+        self.expires_us = fwd.and_then(|f| f.message_expiry).map_or(0, |s| publish_us + u64::from(s) * 1_000_000);
+        Some(self)
+    }
+
     /// The PUBLISH properties of a v5 form (none in 3.1.1).
     fn properties(&self, version: Version, sids: Vec<u32>) -> Properties<'a> {
         match (version, self.fwd) {
@@ -116,22 +126,16 @@ impl Worker {
     /// how many went out, and the slow consumers to close. A WebSocket
     /// port's push calls it for its MQTT subscribers.
     pub(super) fn deliver_mqtt(&mut self, cmd: &PushCommand, data: &[u8], targets: &[usize]) -> (u64, Vec<(usize, Close)>) {
-        let mut forms = Forms::new(&cmd.topic, data);
         let qos = QoS::from_bits(cmd.qos).unwrap_or_default();
         let (mut queued, mut slow) = (0, Vec::new());
         let mut now_us = push::wall_us();
         let fwd = cmd.mqtt.as_deref();
-        forms.fwd = fwd;
         // The v5 Message Expiry Interval: what is left goes out; a message
         // past it reaches nobody (counted once per would-be receiver).
-        match fwd.map_or(Some(None), |f| f.expiry_left(now_us.saturating_sub(cmd.publish_us))) {
-            Some(left) => forms.expiry = left,
-            None => {
-                self.stats.mqtt_expired_dropped += (targets.len() + cmd.shared.len()) as u64;
-                return (0, Vec::new());
-            }
-        }
-        forms.expires_us = fwd.and_then(|f| f.message_expiry).map_or(0, |s| cmd.publish_us + u64::from(s) * 1_000_000);
+        let Some(mut forms) = Forms::new(&cmd.topic, data).expiring(fwd, cmd.publish_us, now_us) else {
+            self.stats.mqtt_expired_dropped += (targets.len() + cmd.shared.len()) as u64;
+            return (0, Vec::new());
+        };
         let origin = fwd.and_then(|f| f.origin);
         // The members of shared subscription groups the supervisor picked
         // for this message, those of this worker: at the lower of the
@@ -217,17 +221,23 @@ impl Worker {
     }
 
     /// The supervisor's retained messages for one new subscription: each
-    /// with the retain flag, at the lower of its QoS and the granted one.
+    /// with the retain flag, at the lower of its QoS and the granted one,
+    /// its properties and the subscription's identifier (v5).
     pub(super) fn retained(&mut self, answer: RetainedAnswer) {
         let (worker, key, gen) = split_id(answer.conn);
         if worker != self.cfg.worker || self.conns.get(key).is_none_or(|c| c.gen != gen) {
             return;
         }
         let granted = QoS::from_bits(answer.qos).unwrap_or_default();
+        let now_us = push::wall_us();
         for m in &answer.messages {
             let Ok(data) = base64::engine::general_purpose::STANDARD.decode(m.data.as_bytes()) else { continue };
             let qos = QoS::from_bits(m.qos).unwrap_or_default().min(granted);
-            match self.mqtt_send(key, &mut Forms::new(&m.topic, &data), Delivered { qos, retain: true, sids: Vec::new() }) {
+            // Its properties, with what was left of its expiry when the
+            // supervisor answered.
+            let Some(mut forms) = Forms::new(&m.topic, &data).expiring(m.mqtt.as_deref(), now_us, now_us) else { continue };
+            let sids = if answer.sid == 0 { Vec::new() } else { vec![answer.sid] };
+            match self.mqtt_send(key, &mut forms, Delivered { qos, retain: true, sids }) {
                 Ok(Sent::Out) => {
                     self.stats.mqtt_retained_out += 1;
                     self.stats.frames_out += 1;
@@ -257,7 +267,7 @@ impl Worker {
         let Some(will) = mqtt::state_mut(ext).and_then(|m| m.take_will()) else { return };
         self.stats.mqtt_wills_sent += 1;
         let data = base64::engine::general_purpose::STANDARD.encode(&will.payload);
-        let messages = vec![ClientPublish { topic: will.topic.into(), data, qos: will.qos as u8, retain: will.retain, mqtt: None }];
+        let messages = vec![ClientPublish { topic: will.topic.into(), data, qos: will.qos as u8, retain: will.retain, mqtt: will.mqtt }];
         control::emit(&ServerMsg::Published { worker: self.cfg.worker, messages });
     }
 }

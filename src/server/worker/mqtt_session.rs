@@ -5,12 +5,14 @@
 //! sent behind its CONNECT), a takeover (v5 DISCONNECT 0x8E, then the
 //! close, which publishes the will), and the end of a registered
 //! connection (the id freed; its subscriptions and unacknowledged
-//! messages handed over when its session outlives it). What goes to an
+//! messages, with their v5 properties and what is left of their expiry,
+//! handed over when its session outlives it). What goes to an
 //! MQTT-over-WebSocket connection is wrapped in a binary message
 //! (`session/mqtt_ws.rs`), and what it sent behind its CONNECT waited
 //! there, as MQTT bytes.
 
 use super::Worker;
+use crate::proto::mqtt::forward::Forwarded;
 use crate::proto::mqtt::{encode, ConnAck, Disconnect, Packet, Properties, QoS, Version};
 use crate::server::broker::sessions::wills::DelayedWill;
 use crate::server::close::Close;
@@ -71,14 +73,26 @@ impl Worker {
                 m.set_sub(mqtt::extra::SubOpts { id, qos: QoS::from_bits(*qos).unwrap_or_default(), ..Default::default() });
             }
         }
+        let now_us = crate::proto::push::wall_us();
         for msg in &a.messages {
             let Ok(data) = base64::engine::general_purpose::STANDARD.decode(msg.data.as_bytes()) else { continue };
             let qos = QoS::from_bits(msg.qos).unwrap_or_default();
-            let (bytes, id_at) = mqtt::encode_push(v, &msg.topic, &data, qos, msg.retain, Properties::default());
+            // Its properties, the expiry what is left of it; one that
+            // expired while the client was away is not sent ([MQTT-3.3.2-5]).
+            let Ok(fwd) = Forwarded::at(msg.mqtt.as_deref(), msg.publish_us, now_us) else {
+                self.stats.mqtt_expired_dropped += 1;
+                continue;
+            };
+            let properties = match (v, fwd.as_deref()) {
+                (Version::V5, Some(f)) => f.properties(f.message_expiry, Vec::new()),
+                _ => Properties::default(),
+            };
+            let (bytes, id_at) = mqtt::encode_push(v, &msg.topic, &data, qos, msg.retain, properties);
             if bytes.is_empty() || qos == QoS::AtMostOnce {
                 continue;
             }
-            let d = flight::Delivery { bytes: bytes.into(), id_at, qos, expires_us: 0 };
+            let expires_us = fwd.and_then(|f| f.message_expiry).map_or(0, |s| now_us + u64::from(s) * 1_000_000);
+            let d = flight::Delivery { bytes: bytes.into(), id_at, qos, expires_us };
             let window = m.window;
             let x = m.extra_mut();
             let sent = match x.flight.resume(d.clone(), msg.id, msg.released) {
@@ -197,22 +211,29 @@ impl Worker {
             .map(|w| {
                 self.stats.mqtt_wills_sent += 1;
                 let data = base64::engine::general_purpose::STANDARD.encode(&w.payload);
-                DelayedWill { will: ClientPublish { topic: w.topic.into(), data, qos: w.qos as u8, retain: w.retain, mqtt: None }, delay_s: w.delay_s }
+                DelayedWill { will: ClientPublish { topic: w.topic.into(), data, qos: w.qos as u8, retain: w.retain, mqtt: w.mqtt }, delay_s: w.delay_s }
             });
         let Some(m) = mqtt::state(&conn.ext).filter(|m| m.claim == Claim::Registered) else { return };
         let state = (m.expiry_s() > 0).then(|| {
             let qos_of = |id: u32| m.extra.as_deref().and_then(|x| x.subs.iter().find(|s| s.id == id)).map_or(0, |s| s.qos as u8);
             let subs = conn.subs.iter().filter_map(|id| Some((self.topics.sub_name(id)?.to_string(), qos_of(id)))).collect();
             let v5 = m.version == Some(Version::V5);
+            let now_us = crate::proto::push::wall_us();
             let messages = m
                 .extra
                 .as_deref()
                 .into_iter()
                 .flat_map(|x| x.flight.pending())
                 .filter_map(|(id, released, d)| {
-                    let (topic, payload, retain) = d.message(v5)?;
+                    let (topic, payload, retain, fwd) = d.message(v5)?;
                     let data = base64::engine::general_purpose::STANDARD.encode(payload);
-                    Some(SessionMessage { topic: topic.into(), data, qos: d.qos as u8, retain, id, released })
+                    // Kept with what is left of its expiry, counted from now.
+                    let mut mqtt = Forwarded::stored(fwd.as_ref());
+                    if let Some(f) = mqtt.as_deref_mut() {
+                        f.message_expiry =
+                            (d.expires_us != 0).then(|| d.expires_us.saturating_sub(now_us).div_ceil(1_000_000).clamp(1, u64::from(u32::MAX)) as u32);
+                    }
+                    Some(SessionMessage { topic: topic.into(), data, qos: d.qos as u8, retain, id, released, mqtt, publish_us: now_us })
                 })
                 .collect();
             SessionState { subs, messages }

@@ -63,3 +63,27 @@ fn forwarded_properties_are_bounded() {
     let p = Properties { content_type: Some(&big), ..Properties::default() };
     assert!(Forwarded::from_publish(&p, None).is_ok());
 }
+
+/// A PUBLISH this server encoded gives back its message and the
+/// properties it forwards (what a kept session keeps), whatever its
+/// packet id; 3.1.1 has none; a stored copy drops the publisher and
+/// carries what is left of the expiry.
+#[test]
+fn an_encoded_publish_gives_back_its_message_and_forwarded_properties() {
+    use crate::proto::mqtt::forward::own_publish;
+    let f = Forwarded::from_publish(&published(), Some(7)).unwrap();
+    let props = f.properties(Some(30), vec![4]);
+    let p = Publish { dup: false, qos: QoS::AtLeastOnce, retain: true, topic: "a/b", packet_id: 9, properties: props, payload: b"body" };
+    let v5 = enc(&Packet::Publish(p.clone()), Version::V5);
+    let (topic, payload, retain, got) = own_publish(&v5, true).unwrap();
+    assert_eq!((topic, payload, retain), ("a/b", &b"body"[..], true));
+    assert_eq!(got, Some(Forwarded { origin: None, ..f.clone() }));
+    let v3 = enc(&Packet::Publish(Publish { properties: Properties::default(), ..p }), Version::V311);
+    assert_eq!(own_publish(&v3, false), Some(("a/b", &b"body"[..], true, None)));
+    assert_eq!(own_publish(b"\xC0\x00", false), None, "a PINGREQ is no PUBLISH");
+    let stored = Forwarded::stored(Some(&f)).unwrap();
+    assert_eq!(stored.origin, None);
+    assert_eq!(Forwarded::stored(Some(&Forwarded { origin: Some(7), ..Forwarded::default() })), None, "nothing a subscriber would see");
+    assert_eq!(Forwarded::at(Some(&stored), 1_000_000, 11_500_000).unwrap().unwrap().message_expiry, Some(20));
+    assert_eq!(Forwarded::at(Some(&stored), 1_000_000, 31_000_000), Err(()));
+}

@@ -6,7 +6,7 @@ fn claim(conn: u64, id: &str, clean: bool, expiry_s: u32) -> SessionClaim {
 }
 
 fn msg(topic: &str, data: &str, qos: u8) -> SessionMessage {
-    SessionMessage { topic: topic.into(), data: data.into(), qos, retain: false, id: 0, released: false }
+    SessionMessage { topic: topic.into(), data: data.into(), qos, retain: false, id: 0, released: false, mqtt: None, publish_us: 0 }
 }
 
 /// The end of connection `conn` registered for `id` (with the key and
@@ -54,10 +54,10 @@ fn a_takeover_waits_for_the_old_connection_and_resumes_its_session() {
     // Offline: the messages its filters match queue in order, QoS 0 and
     // non-matching ones not; the QoS is the lower of publish and grant.
     s.ended(end(&s, b, "dev", NEVER, Some(SessionState { subs: vec![("t/+".into(), 1)], messages: vec![] })), now);
-    s.offline("t/1", "1", 2, false);
-    s.offline("x/1", "x", 1, false);
-    s.offline("t/2", "0", 0, false);
-    s.offline("t/3", "3", 1, true);
+    s.offline("t/1", "1", 2, false, None, 0);
+    s.offline("x/1", "x", 1, false, None, 0);
+    s.offline("t/2", "0", 0, false, None, 0);
+    s.offline("t/3", "3", 1, true, None, 0);
     let back = s.claim(0, claim(conn_id(0, 2, 2), "dev", false, NEVER), now);
     let got = answer(&back);
     assert_eq!(got.messages, vec![msg("t/1", "1", 1), SessionMessage { retain: true, ..msg("t/3", "3", 1) }]);
@@ -133,15 +133,15 @@ fn the_offline_queue_drops_the_newest_past_its_bounds() {
     let mut s = Sessions::new(SessionsConfig { queue: 3, queue_bytes: 3 * (RECORD + 3) + RECORD + 10, ..Default::default() });
     kept(&mut s, 1, "dev", "q", now);
     for i in 0..5 {
-        s.offline("q", &i.to_string().repeat(2), 1, false);
+        s.offline("q", &i.to_string().repeat(2), 1, false, None, 0);
     }
     assert_eq!(s.counters.queue_dropped["queue"], 2);
     let got = answer(&s.claim(0, claim(2, "dev", false, NEVER), now)).messages.iter().map(|m| m.data.clone()).collect::<Vec<_>>();
     assert_eq!(got, ["00", "11", "22"]);
     s.ended(end(&s, 2, "dev", NEVER, Some(SessionState { subs: vec![("q".into(), 2)], messages: vec![] })), now);
     let big = "0123456789".repeat(10);
-    s.offline("q", &big, 1, false);
-    s.offline("q", &big, 1, false);
+    s.offline("q", &big, 1, false, None, 0);
+    s.offline("q", &big, 1, false, None, 0);
     assert_eq!(s.counters.queue_dropped["queue_bytes"], 1);
     assert_eq!(s.counters.queued, 4);
 }
@@ -179,4 +179,21 @@ fn an_end_needs_its_key_and_an_entry_is_24_bytes() {
     assert_eq!(std::mem::size_of::<(IdKey, Online)>(), 24);
     // Another registry (another process) keys the same id differently.
     assert_ne!(Sessions::new(SessionsConfig::default()).key(&long), key);
+}
+
+/// An offline publish is queued with its v5 properties (not its
+/// publisher) and publish time, and its properties count in the bytes.
+#[test]
+fn a_queued_message_keeps_its_properties_and_publish_time() {
+    use crate::proto::mqtt::forward::Forwarded;
+    let now = Instant::now();
+    let mut s = Sessions::new(SessionsConfig::default());
+    kept(&mut s, conn_id(0, 1, 1), "dev", "t/#", now);
+    let base = s.counters.bytes;
+    let f = Forwarded { origin: Some(9), message_expiry: Some(5), content_type: Some("text/plain".into()), ..Forwarded::default() };
+    s.offline("t/1", "AA==", 1, false, Some(&f), 42);
+    assert_eq!(s.counters.bytes - base, (RECORD + 3 + 4 + "text/plain".len()) as u64);
+    let got = s.claim(0, claim(conn_id(0, 2, 1), "dev", false, NEVER), now);
+    let m = &answer(&got).messages[0];
+    assert_eq!((m.publish_us, m.mqtt.as_deref()), (42, Some(&Forwarded { origin: None, ..f })));
 }

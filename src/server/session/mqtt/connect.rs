@@ -97,7 +97,8 @@ pub(crate) fn connack_properties(v: Version, max_packet_size: u32, assigned: Opt
 
 /// A CONNECT's will, checked as a publish of its topic would be: the
 /// topic a megaconn topic the token permits, the payload within
-/// `--max-push-bytes`. Err refuses the CONNECT (the reason).
+/// `--max-push-bytes`, its properties within what a publish may forward.
+/// It keeps those properties. Err refuses the CONNECT (the reason).
 fn will(ctx: &mut Ctx<'_>, v: Version, w: &crate::proto::mqtt::Will<'_>) -> Result<extra::OwnedWill, Close> {
     if crate::proto::push::check_topic(w.topic.as_bytes()).is_err() {
         return Err(refuse_connect(ctx, v, 0x90, None, Close::MqttWillBadTopic));
@@ -109,5 +110,9 @@ fn will(ctx: &mut Ctx<'_>, v: Version, w: &crate::proto::mqtt::Will<'_>) -> Resu
         return Err(refuse_connect(ctx, v, 0x95, None, Close::MqttWillTooLarge));
     }
     let delay_s = w.properties.will_delay.unwrap_or(0);
-    Ok(extra::OwnedWill { topic: w.topic.into(), payload: w.payload.into(), qos: w.qos, retain: w.retain, delay_s })
+    let Ok(fwd) = crate::proto::mqtt::forward::Forwarded::from_publish(&w.properties, None) else {
+        return Err(refuse_connect(ctx, v, 0x95, None, Close::MqttWillTooLarge));
+    };
+    let mqtt = crate::proto::mqtt::forward::Forwarded::stored(Some(&fwd));
+    Ok(extra::OwnedWill { topic: w.topic.into(), payload: w.payload.into(), qos: w.qos, retain: w.retain, delay_s, mqtt })
 }

@@ -46,6 +46,9 @@ pub(crate) struct OwnedWill {
     pub retain: bool,
     /// v5 Will Delay Interval, seconds (0: at once; 3.1.1 always 0).
     pub delay_s: u32,
+    /// Its v5 will properties that go with the message (content type,
+    /// message expiry, user properties...), `Forwarded::stored`.
+    pub mqtt: Option<Box<crate::proto::mqtt::forward::Forwarded>>,
 }
 
 /// The boxed part of an [`MqttConn`].

@@ -58,33 +58,10 @@ pub(crate) struct Delivery {
 }
 
 impl Delivery {
-    /// The message this PUBLISH carries: (topic, payload, retain). Our
-    /// own encoding (`encode_push`; a kept session keeps no properties).
-    pub(crate) fn message(&self, v5: bool) -> Option<(&str, &[u8], bool)> {
-        let b = &self.bytes;
-        let mut at = 1;
-        while b.get(at)? & 0x80 != 0 {
-            at += 1;
-        }
-        at += 1;
-        let len = usize::from(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]));
-        let topic = std::str::from_utf8(b.get(at + 2..at + 2 + len)?).ok()?;
-        let mut body = at + 2 + len + if self.qos == QoS::AtMostOnce { 0 } else { 2 };
-        if v5 {
-            // The property block: its length (a Variable Byte Integer), then it.
-            let (mut n, mut shift) = (0usize, 0);
-            loop {
-                let byte = *b.get(body)?;
-                body += 1;
-                n |= usize::from(byte & 0x7F) << shift;
-                shift += 7;
-                if byte & 0x80 == 0 || shift > 21 {
-                    break;
-                }
-            }
-            body += n;
-        }
-        Some((topic, b.get(body..)?, b[0] & 1 == 1))
+    /// The message this PUBLISH carries: topic, payload, retain flag and
+    /// (v5) the properties it forwards, to keep in a session.
+    pub(crate) fn message(&self, v5: bool) -> Option<(&str, &[u8], bool, Option<crate::proto::mqtt::forward::Forwarded>)> {
+        crate::proto::mqtt::forward::own_publish(&self.bytes, v5)
     }
 
     /// Whether its Message Expiry Interval passed at `now_us`.
@@ -373,7 +350,7 @@ mod tests {
         assert_eq!(f.acked(Stage::Rec, 2, false), Acked::Release);
         let kept: Vec<(u16, bool, QoS)> = f.pending().map(|(id, rel, d)| (id, rel, d.qos)).collect();
         assert_eq!(kept, [(1, false, QoS::AtLeastOnce), (2, true, QoS::ExactlyOnce), (0, false, QoS::AtLeastOnce)]);
-        assert_eq!(delivery(QoS::AtLeastOnce).message(false), Some(("t", &b"p"[..], false)));
+        assert_eq!(delivery(QoS::AtLeastOnce).message(false), Some(("t", &b"p"[..], false, None)));
         let mut g = Flight::default();
         let again = g.resume(delivery(QoS::AtLeastOnce), 1, false).unwrap();
         assert_eq!(again, [0x3A, 6, 0, 1, b't', 0, 1, b'p'], "DUP set, id 1");

@@ -49,7 +49,7 @@ pub(super) fn subscribe(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, s: crat
                 };
                 if wanted {
                     let conn = crate::server::commands::conn_id(ctx.worker, ctx.req.key, ctx.req.gen);
-                    ctx.published.wants.push(RetainedWant { conn, filter: sub.filter.into(), qos: sub.qos as u8 });
+                    ctx.published.wants.push(RetainedWant { conn, filter: sub.filter.into(), qos: sub.qos as u8, sid });
                 }
                 sub.qos as u8
             }

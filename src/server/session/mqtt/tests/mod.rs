@@ -234,12 +234,13 @@ fn acknowledgements_move_deliveries_on_and_release_the_held_ones() {
     assert_eq!((s.mqtt_unknown_packet_ids["pubrec"], s.mqtt_publishes_out["1"]), (1, 1));
 }
 
-/// A will is kept from the CONNECT, dropped by a clean DISCONNECT and
-/// kept by v5 DISCONNECT 0x04; one on a topic megaconn does not take is
+/// A will is kept from the CONNECT with its properties, dropped by a
+/// clean DISCONNECT and kept by v5 DISCONNECT 0x04; one on a topic megaconn does not take is
 /// refused with CONNACK 0x90. A QoS 0 subscriber keeps no box.
 #[test]
 fn wills_are_kept_until_a_clean_disconnect() {
-    let will = |topic| crate::proto::mqtt::Will { qos: QoS::AtLeastOnce, retain: true, properties: Properties::default(), topic, payload: b"gone" };
+    let props = Properties { content_type: Some("text/plain"), user_properties: vec![("k", "v")], will_delay: Some(0), ..Properties::default() };
+    let will = |topic| crate::proto::mqtt::Will { qos: QoS::AtLeastOnce, retain: true, properties: props.clone(), topic, payload: b"gone" };
     let connect_with = |topic| {
         let c = Connect {
             version: Version::V5,
@@ -253,6 +254,12 @@ fn wills_are_kept_until_a_clean_disconnect() {
         };
         bytes(&Packet::Connect(Box::new(c)), Version::V5)
     };
+    // Its properties go with it (not the Will Delay, which is the server's).
+    let fwd = crate::proto::mqtt::forward::Forwarded {
+        content_type: Some("text/plain".into()),
+        user_properties: vec![("k".into(), "v".into())],
+        ..Default::default()
+    };
     for (reason, kept) in [(0x00, false), (0x04, true)] {
         let mut p = parts();
         assert!(p.feed(&connect_with("dev/status")).0.is_ok());
@@ -260,7 +267,14 @@ fn wills_are_kept_until_a_clean_disconnect() {
         let (r, _) = p.feed(&bytes(&Packet::Disconnect(Disconnect { reason, properties: Properties::default() }), Version::V5));
         assert_eq!(r, Err(PEER_DISCONNECT));
         let m = state_mut(&mut p.ext).unwrap();
-        let want = extra::OwnedWill { topic: "dev/status".into(), payload: (*b"gone").into(), qos: QoS::AtLeastOnce, retain: true, delay_s: 0 };
+        let want = extra::OwnedWill {
+            topic: "dev/status".into(),
+            payload: (*b"gone").into(),
+            qos: QoS::AtLeastOnce,
+            retain: true,
+            delay_s: 0,
+            mqtt: Some(Box::new(fwd.clone())),
+        };
         assert_eq!(m.take_will(), kept.then_some(want));
         m.tidy();
         assert!(m.extra.is_none(), "a QoS 0 subscription keeps nothing");
