@@ -54,6 +54,8 @@ pub(crate) struct Out {
     pub user: Option<(String, bool)>,
     pub publish_us: u64,
     pub data: Vec<u8>,
+    /// An MQTT publish's QoS, retain flag and properties.
+    pub mqtt: Option<super::MqttMeta>,
 }
 
 enum Cmd {
@@ -410,19 +412,33 @@ impl Me {
     /// Headers that carry and sign a core message to `subject` (`position`
     /// is always empty: only [`Me::stored_headers`] place a message).
     fn headers(&self, subject: &str, target: &str, publish_us: &str, position: &str, data: &[u8]) -> async_nats::HeaderMap {
-        self.signed_headers(subject, target, publish_us, (position, ""), data)
+        self.signed_headers(subject, target, publish_us, (position, ""), "", data)
+    }
+
+    /// Headers that carry and sign a core topic or broadcast message, with
+    /// its MQTT metadata (`mqtt`, or empty).
+    fn topic_headers(&self, subject: &str, publish_us: &str, mqtt: &str, data: &[u8]) -> async_nats::HeaderMap {
+        self.signed_headers(subject, "", publish_us, ("", ""), mqtt, data)
     }
 
     /// Headers that carry and sign a message of the stream: at `at` in the
     /// cluster's history, after the topic's message at stream sequence
     /// `follows` (0: none).
-    fn stored_headers(&self, subject: &str, publish_us: &str, at: Position, follows: u64, data: &[u8]) -> async_nats::HeaderMap {
-        self.signed_headers(subject, "", publish_us, (&jslog::position_value(at), &follows.to_string()), data)
+    fn stored_headers(&self, subject: &str, publish_us: &str, at: Position, follows: u64, mqtt: &str, data: &[u8]) -> async_nats::HeaderMap {
+        self.signed_headers(subject, "", publish_us, (&jslog::position_value(at), &follows.to_string()), mqtt, data)
     }
 
-    fn signed_headers(&self, subject: &str, target: &str, publish_us: &str, (position, follows): (&str, &str), data: &[u8]) -> async_nats::HeaderMap {
+    fn signed_headers(
+        &self,
+        subject: &str,
+        target: &str,
+        publish_us: &str,
+        (position, follows): (&str, &str),
+        mqtt: &str,
+        data: &[u8],
+    ) -> async_nats::HeaderMap {
         let time_ms = sign::now_ms().to_string();
-        let s = Signed { subject, origin: &self.node, target, publish_us, time_ms: &time_ms, position, follows };
+        let s = Signed { subject, origin: &self.node, target, publish_us, time_ms: &time_ms, position, follows, mqtt };
         let mut h = async_nats::HeaderMap::new();
         h.insert(H_ORIGIN, self.node.as_str());
         if !target.is_empty() {
@@ -436,6 +452,9 @@ impl Me {
         }
         if !follows.is_empty() {
             h.insert(H_FOLLOWS, follows);
+        }
+        if !mqtt.is_empty() {
+            h.insert(super::H_MQTT, mqtt);
         }
         h.insert(H_TIME, time_ms.as_str());
         let signature = sign::sign(&self.key, &s, data);
@@ -470,6 +489,7 @@ impl Me {
             time_ms: m.get(H_TIME),
             position: m.get(H_POSITION),
             follows: m.get(H_FOLLOWS),
+            mqtt: m.get(super::H_MQTT),
         };
         let signature = m.headers.and_then(|h| h.get(H_SIGNATURE)).map(|v| v.as_str());
         let on = m.subject;
@@ -618,7 +638,10 @@ async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<
         match cmd {
             Cmd::Subscribe(topic) => {
                 let subject = sub_of(&super::topic_subject(&topic));
-                let h = f.forward(subject.clone(), || shared.follow(&subject, true)).await;
+                let h = match topic == super::ANY_TOPIC {
+                    true => f.forward_any(subject.clone()).await,
+                    false => f.forward(subject.clone(), || shared.follow(&subject, true)).await,
+                };
                 // Never two subscriptions of one subject: each would deliver.
                 if let Some(old) = subs.insert(subject, h) {
                     old.abort();
@@ -771,6 +794,46 @@ impl Forwarder {
             }
         })
         .abort_handle()
+    }
+
+    /// Every topic's messages, for this node's MQTT wildcard filters
+    /// (`super::ANY_TOPIC`): handed on as they come, with no gap filling
+    /// (a wildcard follows no one topic's order). A topic also followed
+    /// by name is left to that topic's forwarder.
+    async fn forward_any(&self, subject: String) -> tokio::task::AbortHandle {
+        let sub = self.client.subscribe(subject.clone()).await;
+        let f = self.clone();
+        tokio::spawn(async move {
+            let mut sub = match sub {
+                Ok(s) => s,
+                Err(e) => return f.shared.error(format!("cannot subscribe to {subject}: {e}")),
+            };
+            while let Some(m) = sub.next().await {
+                f.any(&m);
+            }
+        })
+        .abort_handle()
+    }
+
+    /// One message of [`forward_any`](Self::forward_any).
+    fn any(&self, m: &async_nats::Message) {
+        if self.shared.followed.lock().expect("followed").contains(m.subject.as_str()) {
+            return;
+        }
+        // Signed for its plain subject (JetStream republishes it under another).
+        let plain = jslog::plain_subject(&m.subject).unwrap_or_else(|| m.subject.to_string());
+        let parts = Parts::live(m, &plain);
+        if let Err((r, why)) = self.me.check_parts(&parts) {
+            return self.shared.refuse(r, why);
+        }
+        match decode(&parts, self.me.max_push) {
+            Ok(inbound) if inbound.stream == Stream::Topic => {
+                self.shared.messages_in.fetch_add(1, Ordering::Relaxed);
+                send(&self.tx, ClusterEvent::Message(inbound));
+            }
+            Ok(_) => self.shared.refuse(Refusal::Malformed, format!("refused a message on {}: not a topic message", m.subject)),
+            Err(e) => self.shared.refuse(Refusal::Malformed, format!("refused a message on {}: {e}", m.subject)),
+        }
     }
 
     /// Where a new follower of `plain` starts: the stream's last message
@@ -1046,6 +1109,10 @@ fn decode(m: &Parts, max_push: usize) -> Result<Inbound, String> {
         at,
         user,
         close,
+        mqtt: match m.get(super::H_MQTT) {
+            "" => None,
+            v => Some(super::MqttMeta::parse(v)?),
+        },
     })
 }
 
@@ -1095,6 +1162,7 @@ async fn publish(client: &async_nats::Client, me: &Me, request: u64, out: Vec<Ou
     let mut sent = Sent::default();
     for (index, o) in out.into_iter().enumerate() {
         let publish_us = o.publish_us.to_string();
+        let mqtt = o.mqtt.as_ref().map(super::MqttMeta::header).unwrap_or_default();
         let sent_before = std::mem::replace(&mut maybe_sent, true);
         let mut at = None;
         if let Some((user, close)) = &o.user {
@@ -1150,7 +1218,7 @@ async fn publish(client: &async_nats::Client, me: &Me, request: u64, out: Vec<Ou
                 match log {
                     Some(log) => {
                         let check = |s: &Stored| me.place(s, shared);
-                        let sign = |at: Position, follows: u64| me.stored_headers(&subject, &publish_us, at, follows, &o.data);
+                        let sign = |at: Position, follows: u64| me.stored_headers(&subject, &publish_us, at, follows, &mqtt, &o.data);
                         let msg_id = me.msg_id();
                         // Followed here: wait for the stream's copy to go
                         // by, so every message before it reached the
@@ -1193,7 +1261,7 @@ async fn publish(client: &async_nats::Client, me: &Me, request: u64, out: Vec<Ou
                         at = Some(stored.map_err(|f| fail(sent_before || f.maybe, f.reason))?);
                     }
                     None => {
-                        let h = me.headers(&subject, "", &publish_us, "", &o.data);
+                        let h = me.topic_headers(&subject, &publish_us, &mqtt, &o.data);
                         client
                             .publish_with_headers(subject, h, o.data.into())
                             .await

@@ -44,6 +44,10 @@ pub(crate) const USERS: &str = "megaconn.users";
 pub(crate) const PRESENCE: &str = "megaconn.presence";
 /// Joins and leaves for every node's subscribers (`--presence-notices`).
 pub(crate) const NOTICES: &str = "megaconn.notices";
+/// The "topic" a node follows while it has MQTT wildcard filters: its
+/// subject (`megaconn.topic.>`) takes every topic's messages, and the
+/// node's supervisor delivers what matches. Not a topic name.
+pub(crate) const ANY_TOPIC: &str = ">";
 /// How long a node collects the other nodes' presence answers: the bound
 /// of `GET /presence`'s eventual consistency in a cluster.
 pub(crate) const PRESENCE_WINDOW: std::time::Duration = std::time::Duration::from_millis(250);
@@ -64,6 +68,8 @@ const INBOX_PREFIX: &str = "megaconn.inbox.";
 pub(crate) const H_PUBLISH_US: &str = "Megaconn-Publish-Us";
 pub(crate) const H_ORIGIN: &str = "Megaconn-Origin";
 pub(crate) const H_TARGET: &str = "Megaconn-Target";
+/// An MQTT publish's QoS, retain flag and v5 properties ([`MqttMeta`]).
+pub(crate) const H_MQTT: &str = "Megaconn-Mqtt";
 /// Longest node id (it is a subject token and part of connection ids).
 pub(crate) const MAX_NODE_ID: usize = 64;
 
@@ -211,6 +217,52 @@ pub(crate) struct Inbound {
     pub(crate) user: Option<String>,
     /// Close that user's connections instead.
     pub(crate) close: bool,
+    /// An MQTT publish's QoS, retain flag and properties.
+    pub(crate) mqtt: Option<MqttMeta>,
+}
+
+/// What of an MQTT publish travels between nodes, in the signed header
+/// [`H_MQTT`]: its QoS and retain flag (so another node's subscribers get
+/// it at that QoS, and keep it retained and in kept sessions' queues) and
+/// its v5 properties, without the publisher (a connection id means
+/// nothing on another node).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct MqttMeta {
+    #[serde(default)]
+    pub(crate) qos: u8,
+    #[serde(default)]
+    pub(crate) retain: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) props: Option<Box<crate::proto::mqtt::forward::Forwarded>>,
+}
+
+impl MqttMeta {
+    /// What travels of a publish; `None` for a plain one (QoS 0, not
+    /// retained, no properties: what every protocol publishes).
+    pub(crate) fn of(qos: u8, retain: bool, props: Option<&crate::proto::mqtt::forward::Forwarded>) -> Option<MqttMeta> {
+        let props = crate::proto::mqtt::forward::Forwarded::stored(props);
+        (qos > 0 || retain || props.is_some()).then_some(MqttMeta { qos, retain, props })
+    }
+
+    /// The header's value.
+    pub(crate) fn header(&self) -> String {
+        serde_json::to_string(self).expect("serializes")
+    }
+
+    /// A header's value, checked as a client's publish would be.
+    pub(crate) fn parse(v: &str) -> Result<MqttMeta, String> {
+        let m: MqttMeta = serde_json::from_str(v).map_err(|e| format!("{H_MQTT} is not MQTT metadata: {e}"))?;
+        if m.qos > 2 {
+            return Err(format!("{H_MQTT} has QoS {}", m.qos));
+        }
+        if let Some(f) = &m.props {
+            let max = crate::proto::mqtt::forward::MAX_FORWARDED_BYTES;
+            if f.cost() > max || f.origin.is_some() {
+                return Err(format!("{H_MQTT} carries {} bytes of properties (at most {max}) or a publisher", f.cost()));
+            }
+        }
+        Ok(m)
+    }
 }
 
 impl Inbound {

@@ -64,6 +64,9 @@ pub struct Signed<'a> {
     /// With a position: the stream sequence of the topic's message it was
     /// published after (where in the stream it belongs), or empty.
     pub follows: &'a str,
+    /// An MQTT publish's metadata (`Megaconn-Mqtt`), or empty. Signed
+    /// only when there is some, so every other message signs as before.
+    pub mqtt: &'a str,
 }
 
 /// Why a message was refused: the `reason` label of `cluster_refused`.
@@ -111,6 +114,11 @@ fn mac(key: &ClusterKey, s: &Signed, data: &[u8]) -> Hmac<Sha256> {
     ] {
         m.update(&(part.len() as u64).to_be_bytes());
         m.update(part);
+    }
+    // After the data, with its length: still no two messages alike.
+    if !s.mqtt.is_empty() {
+        m.update(&(s.mqtt.len() as u64).to_be_bytes());
+        m.update(s.mqtt.as_bytes());
     }
     m
 }
@@ -199,7 +207,7 @@ mod tests {
     #[test]
     fn only_the_key_holder_signs_and_every_field_counts() {
         let key = ClusterKey::new(vec![7; 32]).unwrap();
-        let s = Signed { subject: "megaconn.broadcast", origin: "A", target: "", publish_us: "1", time_ms: "1000", position: "", follows: "" };
+        let s = Signed { subject: "megaconn.broadcast", origin: "A", target: "", publish_us: "1", time_ms: "1000", position: "", follows: "", mqtt: "" };
         let sig = sign(&key, &s, b"hi");
         assert_eq!(verify(&key, &s, b"hi", Some(&sig), 1000), Ok(()));
         assert_eq!(verify(&key, &s, b"hi", None, 1000), Err(Refusal::Unsigned));
@@ -208,6 +216,7 @@ mod tests {
         assert_eq!(verify(&key, &Signed { subject: "megaconn.node.B", ..s.clone() }, b"hi", Some(&sig), 1000), Err(Refusal::Forged));
         assert_eq!(verify(&key, &Signed { position: "1:2", ..s.clone() }, b"hi", Some(&sig), 1000), Err(Refusal::Forged));
         assert_eq!(verify(&key, &Signed { follows: "7", ..s.clone() }, b"hi", Some(&sig), 1000), Err(Refusal::Forged));
+        assert_eq!(verify(&key, &Signed { mqtt: r#"{"qos":1}"#, ..s.clone() }, b"hi", Some(&sig), 1000), Err(Refusal::Forged), "MQTT metadata added");
         assert_eq!(verify(&key, &s, b"hi", Some("zz"), 1000), Err(Refusal::Forged));
         let other = ClusterKey::new(vec![8; 32]).unwrap();
         assert_eq!(verify(&other, &s, b"hi", Some(&sig), 1000), Err(Refusal::Forged));
@@ -233,7 +242,7 @@ mod tests {
     #[test]
     fn a_signature_written_another_way_is_still_a_replay() {
         let key = ClusterKey::new(vec![7; 32]).unwrap();
-        let s = Signed { subject: "megaconn.users", origin: "A", target: "", publish_us: "1", time_ms: "1000", position: "", follows: "" };
+        let s = Signed { subject: "megaconn.users", origin: "A", target: "", publish_us: "1", time_ms: "1000", position: "", follows: "", mqtt: "" };
         let sig = sign(&key, &s, b"hi");
         let upper = sig.to_ascii_uppercase();
         let mixed: String = sig.chars().enumerate().map(|(i, c)| if i % 2 == 0 { c.to_ascii_uppercase() } else { c }).collect();

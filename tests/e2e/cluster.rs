@@ -310,7 +310,8 @@ fn two_nodes_through_nats_deliver_once_route_unicasts_and_survive_an_outage() {
     });
     let big = vec![b'x'; 70_000];
     let time = megaconn::cluster::sign::now_ms().to_string();
-    let signed = megaconn::cluster::sign::Signed { subject: NEWS, origin: "X", target: "", publish_us: "1", time_ms: &time, position: "", follows: "" };
+    let signed =
+        megaconn::cluster::sign::Signed { subject: NEWS, origin: "X", target: "", publish_us: "1", time_ms: &time, position: "", follows: "", mqtt: "" };
     let sig = megaconn::cluster::sign::sign(&key.key(), &signed, &big);
     let ops = hpub(NEWS, None, &[("Megaconn-Publish-Us", "1"), ("Megaconn-Origin", "X"), ("Megaconn-Time", &time), ("Megaconn-Signature", &sig)], &big);
     nats_raw(&lab, ops, "PONG");
@@ -561,7 +562,7 @@ fn a_bare_nats_client_with_unsigned_forged_or_stale_headers_reaches_no_connectio
     let (t, zeros) = (now.to_string(), "0".repeat(64));
     ops.extend(hpub(NEWS, None, &[("Megaconn-Publish-Us", "0"), ("Megaconn-Origin", "N2"), ("Megaconn-Time", &t), ("Megaconn-Signature", &zeros)], b"forged"));
     let sign = |subject: &str, origin: &str, target: &str, time: &str, data: &[u8]| {
-        let s = megaconn::cluster::sign::Signed { subject, origin, target, publish_us: "0", time_ms: time, position: "", follows: "" };
+        let s = megaconn::cluster::sign::Signed { subject, origin, target, publish_us: "0", time_ms: time, position: "", follows: "", mqtt: "" };
         megaconn::cluster::sign::sign(&key.key(), &s, data)
     };
     let other = sign("megaconn.broadcast", "N2", "", &t, b"other");
@@ -1289,4 +1290,25 @@ fn presence_notices_reach_subscribers_on_every_node() {
     let m: Value = serde_json::from_str(&ws_text(&mut alice)).unwrap();
     assert_eq!(m, serde_json::json!({"type": "leave", "topic": "news", "user": "bob"}));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// MQTT across two nodes, with the cluster's history in JetStream and
+/// without: a paho publisher on A reaches paho subscribers on B at its
+/// QoS with its v5 properties (by topic and through a wildcard), B keeps
+/// it retained, and B's kept session of a client gone gets what A
+/// published meanwhile (tests/peers/mqtt_cluster.py).
+#[test]
+fn mqtt_publishes_cross_the_cluster_with_their_qos_retain_flag_and_properties() {
+    for history in ["jetstream", "off"] {
+        let nats = loopback_nats(&[]);
+        let (key, url) = (KeyFile::new(&format!("mqtt-{history}")), format!("nats://{}", nats.addr));
+        let args = ["--protocol", "mqtt", "--cluster-history", history];
+        let (_a, admin_a, port_a) = loopback_node(&url, "MA", &key, &args);
+        let (_b, admin_b, port_b) = loopback_node(&url, "MB", &key, &args);
+        wait_until("both nodes linked", Duration::from_secs(20), || get(&admin_a, "/healthz").0 == 200 && get(&admin_b, "/healthz").0 == 200);
+        let mut py = Command::new("python3");
+        py.arg(peer("mqtt_cluster.py")).args([&port_a.to_string(), &admin_a, &port_b.to_string(), &admin_b]);
+        assert_eq!(Peer::spawn(&format!("mqtt_cluster.py ({history})"), py).finish_ok(Duration::from_secs(120)), ["OK"], "{history}");
+        assert_eq!(refused(&admin_b, "malformed") + refused(&admin_b, "forged"), 0, "{history}: B refused none of A's messages");
+    }
 }

@@ -117,7 +117,9 @@ impl Relay {
             if !is_local(&m) {
                 let target = m.node.clone().zip(m.target);
                 let user = m.user.clone().map(|u| (u, m.close));
-                out.push(Out { stream: m.stream, topic: m.topic.clone(), target, user, publish_us, data: m.data.clone() });
+                // A topic message carries what it has of MQTT's.
+                let mqtt = (m.stream == Stream::Topic).then(|| crate::cluster::MqttMeta::of(m.qos, m.retain, m.mqtt.as_deref())).flatten();
+                out.push(Out { stream: m.stream, topic: m.topic.clone(), target, user, publish_us, data: m.data.clone(), mqtt });
                 sent = Some(out.len() - 1);
             }
             if local_too || is_local(&m) {
@@ -166,7 +168,7 @@ impl Relay {
             Some(subject) => Answer::Nats(subject),
             None => Answer::Quiet,
         };
-        // The cluster carries no MQTT QoS or retain flag yet (docs/mqtt.md).
+        let mqtt = m.mqtt.unwrap_or_default();
         let msg = Message {
             stream: m.stream,
             topic: m.topic,
@@ -176,9 +178,9 @@ impl Relay {
             at: m.at,
             user: m.user,
             close: m.close,
-            qos: 0,
-            retain: false,
-            mqtt: None,
+            qos: mqtt.qos,
+            retain: mqtt.retain,
+            mqtt: mqtt.props,
         };
         publisher.begin(Route::Publish(vec![msg]), reply, Some(m.publish_us), Vec::new(), live, pool);
     }
@@ -286,9 +288,12 @@ impl Relay {
     fn fetched(&mut self, topic: String, result: Result<Vec<crate::cluster::Inbound>, String>, publisher: &mut Publisher, live: &[usize], pool: &mut Pool) {
         match result {
             Ok(got) => {
+                // The history keeps no MQTT metadata: what was filled gets it back by offset.
+                let mut meta: HashMap<u64, crate::cluster::MqttMeta> = got.iter().filter_map(|m| Some((m.at?.offset, m.mqtt.clone()?))).collect();
                 let got =
                     got.into_iter().filter_map(|m| Some((m.at?, HistoryMessage { offset: m.at?.offset, publish_us: m.publish_us, data: m.data }))).collect();
                 for (at, m) in publisher.history.merge(&topic, got) {
+                    let mqtt = meta.remove(&at.offset).unwrap_or_default();
                     let (stream, name) = if topic == BROADCAST_TOPIC { (Stream::Broadcast, String::new()) } else { (Stream::Topic, topic.clone()) };
                     let msg = Message {
                         stream,
@@ -299,9 +304,9 @@ impl Relay {
                         at: Some(at),
                         user: None,
                         close: false,
-                        qos: 0,
-                        retain: false,
-                        mqtt: None,
+                        qos: mqtt.qos,
+                        retain: mqtt.retain,
+                        mqtt: mqtt.props,
                     };
                     publisher.begin(Route::Publish(vec![msg]), Answer::Quiet, Some(m.publish_us), Vec::new(), live, pool);
                 }

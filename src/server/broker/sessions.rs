@@ -355,6 +355,18 @@ impl Sessions {
         }
     }
 
+    /// Record what a cluster node must follow for the kept sessions
+    /// (their topics; any topic while one holds a wildcard filter), so a
+    /// publish on another node reaches their queues.
+    pub(crate) fn follow(&mut self) {
+        self.by_filter.track = true;
+    }
+
+    /// What to follow or stop following since the last call.
+    pub(crate) fn take_followed(&mut self) -> Vec<(String, bool)> {
+        self.by_filter.take_changes()
+    }
+
     /// A topic publish: queued for every kept session whose filters
     /// match it, at the lower of its QoS and the highest granted (QoS 0
     /// is not queued), within the bounds (the newest dropped past them).

@@ -14,6 +14,10 @@ use crate::server::worker::ServerWorkerConfig;
 use crate::stats::format;
 use crate::supervise::elastic::{self, WorkerState};
 use crate::supervise::{ExitInfo, Pool, PoolEvent, Sink};
+
+/// The "worker" that holds the kept MQTT sessions' topics in the
+/// cluster link's table of who follows what (no worker has this index).
+const KEPT_SESSIONS: usize = usize::MAX;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
@@ -194,6 +198,7 @@ impl ServerFleet {
             let to = sink.clone();
             let relay = crate::server::broker::relay::Relay::start(c.clone(), Arc::new(move |ev| to(ServerEvent::Cluster(ev))))?;
             f.publisher.node = Some(relay.node().to_string());
+            f.publisher.sessions.follow();
             f.relay = Some(relay);
         }
         if let Some(t) = &cfg.upstream {
@@ -335,7 +340,9 @@ impl ServerFleet {
         }
     }
 
-    /// Send the client id registry's answers and takeovers (`broker/sessions.rs`).
+    /// Send the client id registry's answers and takeovers
+    /// (`broker/sessions.rs`); in a cluster, follow what the kept sessions
+    /// subscribed to.
     fn session_actions(&mut self, actions: Vec<crate::server::broker::sessions::Action>) {
         use crate::server::broker::sessions::Action;
         use crate::server::commands::{CMD_SESSION, CMD_TAKEOVER};
@@ -348,6 +355,14 @@ impl ServerFleet {
                     continue;
                 }
             };
+        }
+        // A node follows the topics its kept sessions subscribed to, as if
+        // a worker of its own held them.
+        if let Some(r) = &mut self.relay {
+            let changes = self.publisher.sessions.take_followed();
+            if !changes.is_empty() {
+                r.topics_changed(KEPT_SESSIONS, &changes, &mut self.publisher);
+            }
         }
     }
 

@@ -50,6 +50,12 @@ pub(crate) const DEFAULT_MAX_TOPICS: usize = 100_000;
 pub(crate) const TOO_MANY_TOPICS: &str = "too_many_topics";
 pub(crate) use crate::stats::exposition::LATENCY_BUCKETS_MS;
 
+/// The change a worker reports when it gains its first MQTT wildcard
+/// filter (or loses its last): a cluster node then takes every topic's
+/// messages (`cluster::ANY_TOPIC`). Not a topic name (`>` is no topic
+/// character).
+pub(crate) use crate::cluster::ANY_TOPIC;
+
 /// A connection's slab key as a topic keeps it.
 fn slot(key: usize) -> u32 {
     u32::try_from(key).expect("a slab key stays below the worker's connection cap")
@@ -180,7 +186,11 @@ impl Topics {
         if subs.len() >= MAX_SUBSCRIPTIONS {
             return Err(Close::TooManySubscriptions);
         }
+        let had = self.wild.counts().0;
         let id = self.wild.add(filter, key)?;
+        if had == 0 {
+            self.note(ANY_TOPIC, true);
+        }
         subs.push(id | WILD);
         Ok(())
     }
@@ -244,7 +254,12 @@ impl Topics {
 
     fn remove(&mut self, id: u32, key: usize) {
         if id & WILD != 0 {
-            return self.wild.remove(id & !WILD, key);
+            let had = self.wild.counts().0;
+            self.wild.remove(id & !WILD, key);
+            if had > 0 && self.wild.counts().0 == 0 {
+                self.note(ANY_TOPIC, false);
+            }
+            return;
         }
         let key32 = slot(key);
         let Some(t) = self.slots.get_mut(id as usize).and_then(Option::as_mut) else { return };

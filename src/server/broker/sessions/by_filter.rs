@@ -18,30 +18,73 @@ pub(super) struct ByFilter {
     exact: HashMap<Box<str>, Holders>,
     /// Filters with one: matched against every topic published.
     wild: HashMap<Box<str>, Holders>,
+    /// Record what a cluster node must follow for the kept sessions
+    /// (a topic gaining its first holder or losing its last; any topic
+    /// while a wildcard filter is held: `cluster::ANY_TOPIC`).
+    pub(super) track: bool,
+    /// Net changes since the last `take_changes`.
+    changes: HashMap<Box<str>, bool>,
 }
 
 impl ByFilter {
     /// Index session `key`'s subscriptions.
     pub(super) fn add(&mut self, key: IdKey, subs: &[(String, u8)]) {
         for (filter, qos) in subs {
-            let map = if is_filter(filter) { &mut self.wild } else { &mut self.exact };
+            let wild = is_filter(filter);
+            let had_wild = !self.wild.is_empty();
+            let map = if wild { &mut self.wild } else { &mut self.exact };
+            let first = !map.contains_key(filter.as_str());
             let holders = map.entry(filter.as_str().into()).or_default();
             let q = holders.entry(key).or_insert(*qos);
             *q = (*q).max(*qos);
+            match wild {
+                true if !had_wild => self.note(crate::cluster::ANY_TOPIC, true),
+                false if first => self.note(filter, true),
+                _ => {}
+            }
         }
     }
 
     /// Forget session `key`'s subscriptions (a filter nobody holds goes).
     pub(super) fn remove(&mut self, key: &IdKey, subs: &[(String, u8)]) {
         for (filter, _) in subs {
-            let map = if is_filter(filter) { &mut self.wild } else { &mut self.exact };
-            if let Some(holders) = map.get_mut(filter.as_str()) {
-                holders.remove(key);
-                if holders.is_empty() {
-                    map.remove(filter.as_str());
-                }
+            let wild = is_filter(filter);
+            let map = if wild { &mut self.wild } else { &mut self.exact };
+            let Some(holders) = map.get_mut(filter.as_str()) else { continue };
+            holders.remove(key);
+            if !holders.is_empty() {
+                continue;
+            }
+            map.remove(filter.as_str());
+            match wild {
+                true if self.wild.is_empty() => self.note(crate::cluster::ANY_TOPIC, false),
+                false => self.note(filter, false),
+                _ => {}
             }
         }
+    }
+
+    /// A first (true) or last (false) holder; the opposite of a change
+    /// not yet taken cancels it.
+    fn note(&mut self, name: &str, first: bool) {
+        if !self.track {
+            return;
+        }
+        match self.changes.get(name) {
+            Some(pending) if *pending != first => {
+                self.changes.remove(name);
+            }
+            _ => {
+                self.changes.insert(name.into(), first);
+            }
+        }
+    }
+
+    /// Net changes since the last call (when tracked), sorted.
+    pub(super) fn take_changes(&mut self) -> Vec<(String, bool)> {
+        let mut v: Vec<(String, bool)> = self.changes.drain().map(|(k, v)| (k.into(), v)).collect();
+        v.sort();
+        v
     }
 
     /// The sessions a publish to `topic` reaches, each once, with the
@@ -106,5 +149,23 @@ mod tests {
         assert_eq!(by.len(), (1, 0), "w/+ had no other holder");
         by.remove(&b, &sb);
         assert_eq!(by.len(), (0, 0));
+    }
+
+    /// Tracked, the filters held come out as what to follow: a topic at
+    /// its first holder and its last, any topic while a wildcard is held.
+    #[test]
+    fn what_the_kept_sessions_hold_comes_out_as_what_to_follow() {
+        let mut by = ByFilter { track: true, ..ByFilter::default() };
+        let (a, b) = ([1, 1], [2, 2]);
+        by.add(a, &subs(&[("dev/1", 1), ("dev/+", 1)]));
+        by.add(b, &subs(&[("dev/1", 1), ("x/#", 1)]));
+        assert_eq!(by.take_changes(), [(">".to_string(), true), ("dev/1".to_string(), true)]);
+        by.remove(&a, &subs(&[("dev/1", 1), ("dev/+", 1)]));
+        assert_eq!(by.take_changes(), [], "b still holds dev/1 and a wildcard");
+        by.remove(&b, &subs(&[("dev/1", 1), ("x/#", 1)]));
+        assert_eq!(by.take_changes(), [(">".to_string(), false), ("dev/1".to_string(), false)]);
+        by.add(a, &subs(&[("t", 1)]));
+        by.remove(&a, &subs(&[("t", 1)]));
+        assert_eq!(by.take_changes(), [], "came and went");
     }
 }
