@@ -206,11 +206,34 @@ pub(crate) struct SessionEnd {
     pub will: Option<crate::server::broker::sessions::wills::DelayedWill>,
 }
 
+/// One subscription of a kept MQTT session: its filter, the QoS granted
+/// and its v5 options (they are part of the session, §4.1).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct KeptSub {
+    pub filter: String,
+    pub qos: u8,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_local: bool,
+    /// Retain As Published.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rap: bool,
+    /// Subscription Identifier (0: none).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub sid: u32,
+}
+
+impl KeptSub {
+    /// A plain subscription of `filter` at `qos`.
+    #[cfg(test)]
+    pub(crate) fn new(filter: &str, qos: u8) -> KeptSub {
+        KeptSub { filter: filter.into(), qos, ..KeptSub::default() }
+    }
+}
+
 /// What an MQTT session keeps when its connection ends.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct SessionState {
-    /// (filter, granted QoS).
-    pub subs: Vec<(String, u8)>,
+    pub subs: Vec<KeptSub>,
     /// QoS 1 and 2 messages not acknowledged yet, in order: those sent
     /// first (with their packet ids), then those held behind the window.
     pub messages: Vec<SessionMessage>,
@@ -250,7 +273,7 @@ pub(crate) struct SessionAnswer {
     /// A kept session resumed (CONNACK session present 1).
     pub present: bool,
     #[serde(default)]
-    pub subs: Vec<(String, u8)>,
+    pub subs: Vec<KeptSub>,
     #[serde(default)]
     pub messages: Vec<SessionMessage>,
     /// The client id's key in the registry: the connection's end

@@ -14,16 +14,23 @@ usage: mqtt_stored_props.py PORT ADMIN_ADDR
     rp/gone, and mqtt_retained.expired counts it.
   - Offline queue: d (Session Expiry 300, clean start 0) subscribes to
     q/# at QoS 1 and drops. a publishes q/1 with the properties and q/2
-    with a Message Expiry of 1 s; both are queued. Once that second has
-    passed, d comes back: it gets q/1 with every property, not q/2
-    (counted in mqtt_expired_dropped).
+    with a Message Expiry of 1 s, and q/r retained; all are queued. Once
+    that second has passed, d comes back: it gets q/1 with every
+    property, not q/2 (counted in mqtt_expired_dropped), then q/r with
+    the retain flag 0 (it matched an established subscription).
   - Will: e connects with a will on w/e carrying a Content Type, a User
     Property and a Message Expiry of 60 s, and drops. f, subscribed to
     w/#, gets the will with them.
+  - Session options: g (Session Expiry 300) subscribes to so/# with No
+    Local, Retain As Published and identifier 11, drops, so/q is queued,
+    and it comes back: so/q carries identifier 11, its own publish does
+    not come back, a retained publish keeps its flag and carries 11.
 Prints 'OK' when every check held.
 """
 import sys
 import time
+
+from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from mqtt_peer import Client, PacketTypes, check, props, stats, stats_until
 
@@ -94,14 +101,16 @@ stats_until(admin, "d's session kept", lambda s: s.get("mqtt_sessions", {}).get(
 before = stats(admin).get("mqtt_expired_dropped", 0)
 a.publish("q/1", b"queued", qos=1, props=publish_props(60))
 a.publish("q/2", b"expires", qos=1, props=props(PacketTypes.PUBLISH, MessageExpiryInterval=1))
-stats_until(admin, "both queued", lambda s: s.get("mqtt_sessions", {}).get("queued") == 2)
+a.publish("q/r", b"published retained", qos=1, retain=True)
+stats_until(admin, "all three queued", lambda s: s.get("mqtt_sessions", {}).get("queued") == 3)
 # The interval under test is the wait: q/2's second passes while d is away.
 time.sleep(1.5)
 d = Client(port, "d", clean=False, connect_props=props(PacketTypes.CONNECT, SessionExpiryInterval=300))
 check(d.connack()[:2] == (True, 0), "d's session present")
 a.publish("mark/d", b"marker")
 got = d.until_marker("mark/d")
-check([(m.topic, m.payload) for m in got] == [("q/1", b"queued")], f"d gets q/1 only: {[(m.topic, m.payload) for m in got]}")
+check([(m.topic, m.payload) for m in got] == [("q/1", b"queued"), ("q/r", b"published retained")], f"d gets q/1 and q/r: {[(m.topic, m.payload) for m in got]}")
+check(not got[1].retain, "a queued message matched an established subscription: retain flag 0 (no Retain As Published)")
 check(attrs(got[0]) == SENT, f"every property queued: {attrs(got[0])}")
 check(expiry(got[0]) is not None and 1 <= expiry(got[0]) <= 60, f"the expiry left: {got[0].properties}")
 stats_until(admin, "q/2 expired while queued", lambda s: s.get("mqtt_expired_dropped", 0) == before + 1)
@@ -119,6 +128,28 @@ check(getattr(m.properties, "ContentType", None) == "text/plain", f"the will's c
 check(getattr(m.properties, "UserProperty", None) == [("why", "power")], f"the will's user property: {m.properties}")
 check(expiry(m) in (59, 60), f"the will's expiry left: {m.properties}")
 
-for x in (a, b, c, d, f):
+# A kept session keeps its subscriptions' options.
+g = Client(port, "g", clean=False, connect_props=props(PacketTypes.CONNECT, SessionExpiryInterval=300))
+check(g.connack()[1] == 0, "g connack")
+opts = SubscribeOptions(qos=1, noLocal=True, retainAsPublished=True)
+check(g.subscribe("so/#", 1, props=props(PacketTypes.SUBSCRIBE, SubscriptionIdentifier=11), options=opts) == [1], "g granted")
+g.drop()
+stats_until(admin, "g's session kept", lambda s: s.get("mqtt_sessions", {}).get("kept") == 1)
+before = stats(admin).get("mqtt_sessions", {}).get("queued", 0)
+a.publish("so/q", b"while away", qos=1)
+stats_until(admin, "so/q queued for g", lambda s: s.get("mqtt_sessions", {}).get("queued") == before + 1)
+g = Client(port, "g", clean=False, connect_props=props(PacketTypes.CONNECT, SessionExpiryInterval=300))
+check(g.connack()[:2] == (True, 0), "g's session present")
+m = g.messages.get(timeout=20)
+check((m.topic, m.payload) == ("so/q", b"while away"), f"g gets what was queued: {m.topic} {m.payload}")
+check(getattr(m.properties, "SubscriptionIdentifier", None) == [11], f"a queued message carries identifier 11: {m.properties}")
+g.publish("so/own", b"mine", qos=1)
+a.publish("so/x", b"kept flag", qos=1, retain=True)
+m = g.messages.get(timeout=20)
+check((m.topic, m.payload) == ("so/x", b"kept flag"), f"No Local kept: g does not get its own so/own first: {m.topic} {m.payload}")
+check(m.retain, "Retain As Published kept: the flag stays")
+check(getattr(m.properties, "SubscriptionIdentifier", None) == [11], f"identifier 11 kept: {m.properties}")
+
+for x in (a, b, c, d, f, g):
     x.stop()
 print("OK", flush=True)

@@ -13,8 +13,8 @@
 //!   at most 128 bytes and costs the registry 24 whatever its length):
 //!   past it a claim is refused (v5 CONNACK 0x97, 3.1.1 3) and counted.
 //! - **Kept sessions** of clients gone (3.1.1 Clean Session 0; v5 a
-//!   Session Expiry Interval above 0): their subscriptions (filter and
-//!   QoS) and the QoS 1 and 2 messages they had not acknowledged, then
+//!   Session Expiry Interval above 0): their subscriptions (filter, QoS
+//!   and v5 options) and the QoS 1 and 2 messages they had not acknowledged, then
 //!   the QoS 1 and 2 messages their subscriptions matched while they were
 //!   away, in order, each with its v5 properties and publish time (its
 //!   Message Expiry Interval counts down while it waits). At most `--mqtt-session-queue` messages and
@@ -43,7 +43,7 @@
 //! kept session per publish.
 
 use crate::proto::mqtt::forward::Forwarded;
-use crate::server::commands::{split_id, ClientPublish, IdKey, SessionAnswer, SessionClaim, SessionEnd, SessionMessage};
+use crate::server::commands::{split_id, ClientPublish, IdKey, KeptSub, SessionAnswer, SessionClaim, SessionEnd, SessionMessage};
 use std::collections::hash_map::RandomState;
 
 mod by_filter;
@@ -153,7 +153,7 @@ struct Kept {
     /// Its place in `order` (oldest first).
     seq: u64,
     expires: Option<Instant>,
-    subs: Vec<(String, u8)>,
+    subs: Vec<KeptSub>,
     messages: VecDeque<SessionMessage>,
     /// Bytes of `messages`.
     queued_bytes: usize,
@@ -304,8 +304,8 @@ impl Sessions {
     }
 
     /// Keep a session, expiring the oldest while over the bounds.
-    fn keep(&mut self, key: IdKey, subs: Vec<(String, u8)>, messages: Vec<SessionMessage>, expiry_s: u32, now: Instant) {
-        let base = RECORD + std::mem::size_of::<IdKey>() + subs.iter().map(|(f, _)| RECORD + f.len()).sum::<usize>();
+    fn keep(&mut self, key: IdKey, subs: Vec<KeptSub>, messages: Vec<SessionMessage>, expiry_s: u32, now: Instant) {
+        let base = RECORD + std::mem::size_of::<IdKey>() + subs.iter().map(|s| RECORD + s.filter.len()).sum::<usize>();
         let mut kept = Kept { seq: 0, expires: None, subs, messages: VecDeque::new(), queued_bytes: 0, base };
         if expiry_s != NEVER {
             kept.expires = Some(now + Duration::from_secs(expiry_s.into()));

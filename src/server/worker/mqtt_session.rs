@@ -16,7 +16,7 @@ use crate::proto::mqtt::forward::Forwarded;
 use crate::proto::mqtt::{encode, ConnAck, Disconnect, Packet, Properties, QoS, Version};
 use crate::server::broker::sessions::wills::DelayedWill;
 use crate::server::close::Close;
-use crate::server::commands::{conn_id, split_id, ClientPublish, ServerMsg, SessionAnswer, SessionEnd, SessionMessage, SessionState};
+use crate::server::commands::{conn_id, split_id, ClientPublish, KeptSub, ServerMsg, SessionAnswer, SessionEnd, SessionMessage, SessionState};
 use crate::server::session::mqtt::{self, connect, flight, Claim};
 use crate::server::session::mqtt_ws;
 use crate::server::session::requests::Requests;
@@ -63,14 +63,16 @@ impl Worker {
         m.key = a.key;
         connect::claimed(&mut self.out, m, max_packet, a.present);
         self.stats.frames_out += 1;
-        for (filter, qos) in &a.subs {
+        for sub in &a.subs {
+            let filter = &sub.filter;
             let r = if wildcards::is_filter(filter) {
                 self.topics.subscribe_filter(&mut conn.subs, key, filter)
             } else {
                 self.topics.subscribe(&mut conn.subs, key, filter.as_bytes())
             };
             if let (Ok(()), Some(id)) = (r, self.topics.sub_id(filter)) {
-                m.set_sub(mqtt::extra::SubOpts { id, qos: QoS::from_bits(*qos).unwrap_or_default(), ..Default::default() });
+                let qos = QoS::from_bits(sub.qos).unwrap_or_default();
+                m.set_sub(mqtt::extra::SubOpts { id, qos, rap: sub.rap, no_local: sub.no_local, sid: sub.sid });
             }
         }
         let now_us = crate::proto::push::wall_us();
@@ -83,11 +85,21 @@ impl Worker {
                 self.stats.mqtt_expired_dropped += 1;
                 continue;
             };
+            // As it matches the resumed subscriptions: their identifiers;
+            // one queued while away has the retain flag only through a
+            // Retain As Published one (one sent before keeps what it had).
+            let how = m.delivery(&self.topics, &conn.subs, &msg.topic, qos, msg.retain, false);
+            let (retain, sids) = match (msg.id, how) {
+                (0, Some(d)) => (d.retain, d.sids),
+                (0, None) => (false, Vec::new()),
+                (_, d) => (msg.retain, d.map(|d| d.sids).unwrap_or_default()),
+            };
             let properties = match (v, fwd.as_deref()) {
-                (Version::V5, Some(f)) => f.properties(f.message_expiry, Vec::new()),
+                (Version::V5, Some(f)) => f.properties(f.message_expiry, sids),
+                (Version::V5, None) => Properties { subscription_ids: sids, ..Properties::default() },
                 _ => Properties::default(),
             };
-            let (bytes, id_at) = mqtt::encode_push(v, &msg.topic, &data, qos, msg.retain, properties);
+            let (bytes, id_at) = mqtt::encode_push(v, &msg.topic, &data, qos, retain, properties);
             if bytes.is_empty() || qos == QoS::AtMostOnce {
                 continue;
             }
@@ -215,8 +227,19 @@ impl Worker {
             });
         let Some(m) = mqtt::state(&conn.ext).filter(|m| m.claim == Claim::Registered) else { return };
         let state = (m.expiry_s() > 0).then(|| {
-            let qos_of = |id: u32| m.extra.as_deref().and_then(|x| x.subs.iter().find(|s| s.id == id)).map_or(0, |s| s.qos as u8);
-            let subs = conn.subs.iter().filter_map(|id| Some((self.topics.sub_name(id)?.to_string(), qos_of(id)))).collect();
+            // A subscription with no options kept is plain QoS 0.
+            let opts = |id: u32| m.extra.as_deref().and_then(|x| x.subs.iter().find(|s| s.id == id));
+            let subs = conn
+                .subs
+                .iter()
+                .filter_map(|id| {
+                    let filter = self.topics.sub_name(id)?.to_string();
+                    Some(match opts(id) {
+                        Some(o) => KeptSub { filter, qos: o.qos as u8, no_local: o.no_local, rap: o.rap, sid: o.sid },
+                        None => KeptSub { filter, ..KeptSub::default() },
+                    })
+                })
+                .collect();
             let v5 = m.version == Some(Version::V5);
             let now_us = crate::proto::push::wall_us();
             let messages = m

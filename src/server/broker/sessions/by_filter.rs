@@ -7,6 +7,7 @@
 
 use super::IdKey;
 use crate::proto::mqtt::topic::{is_filter, matches};
+use crate::server::commands::KeptSub;
 use std::collections::HashMap;
 
 /// Sessions (and the QoS each was granted) under one filter.
@@ -28,8 +29,8 @@ pub(super) struct ByFilter {
 
 impl ByFilter {
     /// Index session `key`'s subscriptions.
-    pub(super) fn add(&mut self, key: IdKey, subs: &[(String, u8)]) {
-        for (filter, qos) in subs {
+    pub(super) fn add(&mut self, key: IdKey, subs: &[KeptSub]) {
+        for KeptSub { filter, qos, .. } in subs {
             let wild = is_filter(filter);
             let had_wild = !self.wild.is_empty();
             let map = if wild { &mut self.wild } else { &mut self.exact };
@@ -46,8 +47,8 @@ impl ByFilter {
     }
 
     /// Forget session `key`'s subscriptions (a filter nobody holds goes).
-    pub(super) fn remove(&mut self, key: &IdKey, subs: &[(String, u8)]) {
-        for (filter, _) in subs {
+    pub(super) fn remove(&mut self, key: &IdKey, subs: &[KeptSub]) {
+        for KeptSub { filter, .. } in subs {
             let wild = is_filter(filter);
             let map = if wild { &mut self.wild } else { &mut self.exact };
             let Some(holders) = map.get_mut(filter.as_str()) else { continue };
@@ -113,8 +114,8 @@ impl ByFilter {
 mod tests {
     use super::*;
 
-    fn subs(list: &[(&str, u8)]) -> Vec<(String, u8)> {
-        list.iter().map(|(f, q)| (f.to_string(), *q)).collect()
+    fn subs(list: &[(&str, u8)]) -> Vec<KeptSub> {
+        list.iter().map(|(f, q)| KeptSub::new(f, *q)).collect()
     }
 
     #[test]

@@ -1,5 +1,5 @@
 use super::*;
-use crate::server::commands::{conn_id, SessionState};
+use crate::server::commands::{conn_id, KeptSub, SessionState};
 
 fn claim(conn: u64, id: &str, clean: bool, expiry_s: u32) -> SessionClaim {
     SessionClaim { conn, client_id: id.into(), clean, expiry_s, v5: true }
@@ -25,7 +25,7 @@ fn answer(a: &[Action]) -> &SessionAnswer {
 /// Keep a session for `id` with one subscription `filter` at QoS 1.
 fn kept(s: &mut Sessions, conn: u64, id: &str, filter: &str, now: Instant) {
     assert_eq!(answer(&s.claim(0, claim(conn, id, false, NEVER), now)).code, 0);
-    let state = SessionState { subs: vec![(filter.into(), 1)], messages: Vec::new() };
+    let state = SessionState { subs: vec![KeptSub::new(filter, 1)], messages: Vec::new() };
     assert!(s.ended(end(s, conn, id, NEVER, Some(state)), now).is_empty());
 }
 
@@ -43,17 +43,17 @@ fn a_takeover_waits_for_the_old_connection_and_resumes_its_session() {
     assert_eq!(s.claim(1, claim(b, "dev", false, NEVER), now), vec![Action::Takeover(0, a)]);
     assert_eq!((s.counters.taken_over, s.counters.online), (1, 1));
     let sent = SessionMessage { id: 5, ..msg("t/1", "AA==", 1) };
-    let state = SessionState { subs: vec![("t/+".into(), 1)], messages: vec![sent.clone()] };
+    let state = SessionState { subs: vec![KeptSub::new("t/+", 1)], messages: vec![sent.clone()] };
     let resumed = s.ended(end(&s, a, "dev", NEVER, Some(state)), now);
     let got = answer(&resumed);
-    assert!(got.present && got.subs == [("t/+".to_string(), 1)] && got.messages == [sent], "{got:?}");
+    assert!(got.present && got.subs == [KeptSub::new("t/+", 1)] && got.messages == [sent], "{got:?}");
     assert_eq!((s.counters.resumed, s.counters.online, s.counters.kept, s.counters.bytes), (1, 1, 0, 0));
     // The old connection's end is not the new one's: the id stays taken.
     assert!(s.ended(end(&s, a, "dev", NEVER, None), now).is_empty());
     assert_eq!(s.counters.online, 1);
     // Offline: the messages its filters match queue in order, QoS 0 and
     // non-matching ones not; the QoS is the lower of publish and grant.
-    s.ended(end(&s, b, "dev", NEVER, Some(SessionState { subs: vec![("t/+".into(), 1)], messages: vec![] })), now);
+    s.ended(end(&s, b, "dev", NEVER, Some(SessionState { subs: vec![KeptSub::new("t/+", 1)], messages: vec![] })), now);
     s.offline("t/1", "1", 2, false, None, 0);
     s.offline("x/1", "x", 1, false, None, 0);
     s.offline("t/2", "0", 0, false, None, 0);
@@ -138,7 +138,7 @@ fn the_offline_queue_drops_the_newest_past_its_bounds() {
     assert_eq!(s.counters.queue_dropped["queue"], 2);
     let got = answer(&s.claim(0, claim(2, "dev", false, NEVER), now)).messages.iter().map(|m| m.data.clone()).collect::<Vec<_>>();
     assert_eq!(got, ["00", "11", "22"]);
-    s.ended(end(&s, 2, "dev", NEVER, Some(SessionState { subs: vec![("q".into(), 2)], messages: vec![] })), now);
+    s.ended(end(&s, 2, "dev", NEVER, Some(SessionState { subs: vec![KeptSub::new("q", 2)], messages: vec![] })), now);
     let big = "0123456789".repeat(10);
     s.offline("q", &big, 1, false, None, 0);
     s.offline("q", &big, 1, false, None, 0);
