@@ -26,6 +26,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("mqtt", mqtt),
     ("http_response", http_response),
     ("sse_events", sse_events),
+    ("mqtt_ws", mqtt_ws),
 ];
 
 use crate::proto::fuzz_split as split;
@@ -319,4 +320,12 @@ pub fn sse_events(data: &[u8]) {
     let read = |pieces: &[&[u8]]| read_in_pieces(pieces, limits, |e| format!("{e:?}"));
     let (a, b) = split(data);
     assert_eq!(read(&[data]), read(&[a, b]));
+}
+
+/// MQTT over WebSocket as a WebSocket port's connection reads it after an
+/// Upgrade offering `mqtt`, whole and cut into two reads: no panic, never
+/// more used than given, what waits between reads within a packet's
+/// bound (`server/session/mqtt_ws/harness.rs`).
+pub fn mqtt_ws(data: &[u8]) {
+    crate::server::session::mqtt_ws::harness::fuzz(data);
 }

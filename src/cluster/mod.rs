@@ -405,4 +405,23 @@ mod tests {
         assert!(topic_fits_subject("a.b") && !topic_fits_subject("a..b") && !topic_fits_subject(".a"));
         assert!(check_node_id(&default_node_id()).is_ok());
     }
+
+    /// What crosses of an MQTT publish: nothing for a plain one; QoS,
+    /// flag and properties without the publisher otherwise; a header with
+    /// a QoS past 2, a publisher or too many bytes of properties is refused.
+    #[test]
+    fn mqtt_metadata_crosses_without_the_publisher_and_is_checked() {
+        use crate::proto::mqtt::forward::{Forwarded, MAX_FORWARDED_BYTES};
+        let with_origin = Forwarded { origin: Some(9), content_type: Some("text/plain".into()), ..Forwarded::default() };
+        assert_eq!(MqttMeta::of(0, false, None), None);
+        assert_eq!(MqttMeta::of(0, false, Some(&Forwarded { origin: Some(9), ..Forwarded::default() })), None, "a publisher alone is nothing");
+        let m = MqttMeta::of(1, true, Some(&with_origin)).unwrap();
+        assert_eq!((m.qos, m.retain, m.props.as_ref().unwrap().origin), (1, true, None));
+        assert_eq!(MqttMeta::parse(&m.header()), Ok(m));
+        assert!(MqttMeta::parse(r#"{"qos":3}"#).unwrap_err().contains("QoS 3"));
+        assert!(MqttMeta::parse(r#"{"qos":1,"props":{"origin":9}}"#).is_err(), "a publisher is not taken from another node");
+        let big = format!(r#"{{"props":{{"content_type":"{}"}}}}"#, "x".repeat(MAX_FORWARDED_BYTES + 1));
+        assert!(MqttMeta::parse(&big).is_err());
+        assert!(MqttMeta::parse("not json").unwrap_err().contains("Megaconn-Mqtt"));
+    }
 }

@@ -209,5 +209,6 @@ pub(crate) fn looks_like_connect(data: &[u8]) -> bool {
     name.starts_with(b"\x00\x04MQTT") || name.starts_with(b"\x00\x06MQIsdp")
 }
 
+pub(crate) mod harness;
 #[cfg(test)]
 mod tests;

@@ -186,9 +186,9 @@ impl Topics {
         if subs.len() >= MAX_SUBSCRIPTIONS {
             return Err(Close::TooManySubscriptions);
         }
-        let had = self.wild.counts().0;
+        let had = !self.wild.is_empty();
         let id = self.wild.add(filter, key)?;
-        if had == 0 {
+        if !had {
             self.note(ANY_TOPIC, true);
         }
         subs.push(id | WILD);
@@ -199,7 +199,7 @@ impl Topics {
     /// and those of matching wildcard filters, each once.
     pub(crate) fn audience(&self, topic: &str) -> Vec<usize> {
         let mut v = self.subscribers(topic);
-        if self.wild.counts().0 > 0 {
+        if !self.wild.is_empty() {
             self.wild.matching(topic, &mut v);
             v.sort_unstable();
             v.dedup();
@@ -254,9 +254,9 @@ impl Topics {
 
     fn remove(&mut self, id: u32, key: usize) {
         if id & WILD != 0 {
-            let had = self.wild.counts().0;
+            let had = !self.wild.is_empty();
             self.wild.remove(id & !WILD, key);
-            if had > 0 && self.wild.counts().0 == 0 {
+            if had && self.wild.is_empty() {
                 self.note(ANY_TOPIC, false);
             }
             return;

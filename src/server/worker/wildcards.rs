@@ -104,6 +104,11 @@ impl Wildcards {
         }
     }
 
+    /// Whether no filter is live (asked on every push: one lookup).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
     /// (live filters, subscriptions to them).
     pub(crate) fn counts(&self) -> (u64, u64) {
         (self.ids.len() as u64, self.slots.iter().flatten().map(|f| f.subscribers.len() as u64).sum())

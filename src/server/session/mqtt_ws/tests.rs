@@ -1,64 +1,9 @@
 //! MQTT over WebSocket without a socket: an Upgrade and masked frames in,
 //! the 101 and the binary messages out read back as a client would.
 
+use super::harness::{port, upgrade};
 use super::*;
 use crate::proto::mqtt::{encode, Connect, Packet, Properties, Publish, QoS, Subscribe, Subscription, Version};
-use crate::server::session::fixture::Read;
-use crate::server::session::ws::{PushFormat, WsConfig};
-use crate::server::worker::recovery::Recoveries;
-
-/// A WebSocket port's read parts, and the connection's own state.
-struct Port {
-    read: Read,
-    recoveries: Recoveries,
-    tmp: Vec<u8>,
-    published: Published,
-    ws: WsConfig,
-    mqtt: MqttConfig,
-    ext: Ext,
-}
-
-fn port() -> Port {
-    Port {
-        read: Read::new(),
-        recoveries: Recoveries::default(),
-        tmp: Vec::new(),
-        published: Published::default(),
-        ws: WsConfig { max_message: 64 * 1024, max_head: 8192, push_format: PushFormat::Text, deflate: Default::default() },
-        mqtt: MqttConfig { max_push: 1024, flight: Default::default() },
-        ext: ws::fresh(1),
-    }
-}
-
-impl Port {
-    /// Feed `buf`: (the bytes used or the close's name, what was written).
-    fn feed(&mut self, buf: &[u8]) -> (Result<usize, &'static str>, Vec<u8>) {
-        let limits = self.mqtt.limits();
-        let (req, topics, subs) = self.read.split();
-        let ws = ws::Ctx {
-            req,
-            cfg: &self.ws,
-            topics,
-            subs,
-            recoveries: &mut self.recoveries,
-            now_s: 0,
-            tmp: &mut self.tmp,
-            upstream: None,
-            codec: None,
-            deflate: false,
-        };
-        let mut ctx = Ctx { ws, mqtt: &self.mqtt, limits: &limits, published: &mut self.published, worker: 0 };
-        let r = consume(&mut ctx, &mut self.ext, buf).map_err(Close::as_str);
-        (r, std::mem::take(&mut self.read.out))
-    }
-}
-
-fn upgrade(protocols: &str) -> Vec<u8> {
-    format!(
-        "GET /mqtt HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: {protocols}\r\n\r\n"
-    )
-    .into_bytes()
-}
 
 fn packet(p: &Packet<'_>, v: Version) -> Vec<u8> {
     let mut out = Vec::new();
