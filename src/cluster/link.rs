@@ -748,10 +748,7 @@ impl Forwarder {
         let sub = self.client.subscribe(subject.clone()).await;
         let f = self.clone();
         tokio::spawn(async move {
-            let mut sub = match sub {
-                Ok(s) => s,
-                Err(e) => return f.shared.error(format!("cannot subscribe to {subject}: {e}")),
-            };
+            let Some(mut sub) = f.opened(&subject, sub) else { return };
             let mut catch_up = f.shared.catch_up.subscribe();
             catch_up.mark_unchanged();
             let mut last: Option<Head> = None;
@@ -804,15 +801,17 @@ impl Forwarder {
         let sub = self.client.subscribe(subject.clone()).await;
         let f = self.clone();
         tokio::spawn(async move {
-            let mut sub = match sub {
-                Ok(s) => s,
-                Err(e) => return f.shared.error(format!("cannot subscribe to {subject}: {e}")),
-            };
+            let Some(mut sub) = f.opened(&subject, sub) else { return };
             while let Some(m) = sub.next().await {
                 f.any(&m);
             }
         })
         .abort_handle()
+    }
+
+    /// The subscription to `subject`, or None with the error said.
+    fn opened(&self, subject: &str, sub: Result<async_nats::Subscriber, async_nats::SubscribeError>) -> Option<async_nats::Subscriber> {
+        sub.map_err(|e| self.shared.error(format!("cannot subscribe to {subject}: {e}"))).ok()
     }
 
     /// One message of [`forward_any`](Self::forward_any).

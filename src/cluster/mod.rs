@@ -44,6 +44,48 @@ pub(crate) const USERS: &str = "megaconn.users";
 pub(crate) const PRESENCE: &str = "megaconn.presence";
 /// Joins and leaves for every node's subscribers (`--presence-notices`).
 pub(crate) const NOTICES: &str = "megaconn.notices";
+/// What a cluster node must start or stop following, net, since it was
+/// last asked: a topic gaining its first holder (true) or losing its last
+/// (false); a change and its opposite before the next ask cancel out.
+/// Kept only while `track` (a node in a cluster): a worker's topics and
+/// the kept MQTT sessions each hold one.
+#[derive(Debug, Default)]
+pub(crate) struct Following {
+    pub(crate) track: bool,
+    changes: std::collections::HashMap<Box<str>, bool>,
+}
+
+impl Following {
+    pub(crate) fn new(track: bool) -> Following {
+        Following { track, changes: Default::default() }
+    }
+
+    /// `name` gained its first holder (true) or lost its last (false).
+    pub(crate) fn note(&mut self, name: &str, first: bool) {
+        if !self.track {
+            return;
+        }
+        match self.changes.get(name) {
+            Some(pending) if *pending != first => {
+                self.changes.remove(name);
+            }
+            _ => {
+                self.changes.insert(name.into(), first);
+            }
+        }
+    }
+
+    /// The net changes since the last call, sorted by name.
+    pub(crate) fn take(&mut self) -> Vec<(String, bool)> {
+        let mut v: Vec<(String, bool)> = self.changes.drain().map(|(k, v)| (k.into(), v)).collect();
+        v.sort();
+        if self.changes.capacity() > 64 {
+            self.changes = Default::default();
+        }
+        v
+    }
+}
+
 /// The "topic" a node follows while it has MQTT wildcard filters: its
 /// subject (`megaconn.topic.>`) takes every topic's messages, and the
 /// node's supervisor delivers what matches. Not a topic name.

@@ -474,7 +474,7 @@ impl Handler for Worker {
                 control::emit(&ServerMsg::HistoryWanted { worker: self.cfg.worker, topic, after });
             }
         }
-        if self.topics.track {
+        if self.topics.following.track {
             let changes = self.topics.take_changes();
             if !changes.is_empty() {
                 control::emit(&ServerMsg::Topics { worker: self.cfg.worker, changes });

@@ -359,12 +359,12 @@ impl Sessions {
     /// (their topics; any topic while one holds a wildcard filter), so a
     /// publish on another node reaches their queues.
     pub(crate) fn follow(&mut self) {
-        self.by_filter.track = true;
+        self.by_filter.following.track = true;
     }
 
     /// What to follow or stop following since the last call.
     pub(crate) fn take_followed(&mut self) -> Vec<(String, bool)> {
-        self.by_filter.take_changes()
+        self.by_filter.following.take()
     }
 
     /// A topic publish: queued for every kept session whose filters

@@ -84,12 +84,10 @@ pub(crate) struct Topics {
     many: HashMap<u32, Many>,
     /// `--max-topics`.
     max: usize,
-    /// Record topics gaining their first / losing their last subscriber
-    /// (a cluster node's supervisor subscribes to exactly those).
-    pub track: bool,
-    /// Net first/last-subscriber changes since the last `take_changes`:
+    /// Topics gaining their first / losing their last subscriber, while
+    /// tracked (a cluster node's supervisor subscribes to exactly those);
     /// a topic that came and went within one tick is not in it.
-    changes: HashMap<Box<str>, bool>,
+    pub following: crate::cluster::Following,
     /// Who each connection is and what it may subscribe to (`--auth`,
     /// `--admin-topics`): every subscription passes it.
     pub gate: crate::server::auth::gate::Gate,
@@ -120,8 +118,7 @@ impl Topics {
             free: Vec::new(),
             many: HashMap::new(),
             max,
-            track,
-            changes: HashMap::new(),
+            following: crate::cluster::Following::new(track),
             gate: Default::default(),
             rate: crate::server::limits::command_rate::CommandRate::new(commands_per_second),
             wild: Wildcards::default(),
@@ -147,7 +144,7 @@ impl Topics {
             }
             None => {
                 let id = self.create(name, slot(key))?;
-                self.note(name, true);
+                self.following.note(name, true);
                 id
             }
         };
@@ -189,7 +186,7 @@ impl Topics {
         let had = !self.wild.is_empty();
         let id = self.wild.add(filter, key)?;
         if !had {
-            self.note(ANY_TOPIC, true);
+            self.following.note(ANY_TOPIC, true);
         }
         subs.push(id | WILD);
         Ok(())
@@ -257,7 +254,7 @@ impl Topics {
             let had = !self.wild.is_empty();
             self.wild.remove(id & !WILD, key);
             if had && self.wild.is_empty() {
-                self.note(ANY_TOPIC, false);
+                self.following.note(ANY_TOPIC, false);
             }
             return;
         }
@@ -290,26 +287,10 @@ impl Topics {
         }
         let t = self.slots[id as usize].take().expect("checked above");
         self.free.push(id);
-        self.note(&t.name, false);
+        self.following.note(&t.name, false);
         if self.names.is_empty() {
             // Nothing live: give the tables' memory back too.
             (self.names, self.slots, self.free, self.many) = Default::default();
-        }
-    }
-
-    /// Record a first (true) or last (false) subscriber; the opposite of
-    /// a change not yet reported cancels it.
-    fn note(&mut self, name: &str, first: bool) {
-        if !self.track {
-            return;
-        }
-        match self.changes.get(name) {
-            Some(pending) if *pending != first => {
-                self.changes.remove(name);
-            }
-            _ => {
-                self.changes.insert(name.into(), first);
-            }
         }
     }
 
@@ -323,12 +304,7 @@ impl Topics {
     /// Net first/last-subscriber changes since the last call (when
     /// tracked), sorted by topic.
     pub(crate) fn take_changes(&mut self) -> Vec<(String, bool)> {
-        let mut v: Vec<(String, bool)> = self.changes.drain().map(|(k, v)| (k.into(), v)).collect();
-        v.sort();
-        if self.changes.capacity() > 64 {
-            self.changes = HashMap::new();
-        }
-        v
+        self.following.take()
     }
 
     /// A live topic's id.

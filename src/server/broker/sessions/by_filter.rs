@@ -19,12 +19,10 @@ pub(super) struct ByFilter {
     exact: HashMap<Box<str>, Holders>,
     /// Filters with one: matched against every topic published.
     wild: HashMap<Box<str>, Holders>,
-    /// Record what a cluster node must follow for the kept sessions
-    /// (a topic gaining its first holder or losing its last; any topic
-    /// while a wildcard filter is held: `cluster::ANY_TOPIC`).
-    pub(super) track: bool,
-    /// Net changes since the last `take_changes`.
-    changes: HashMap<Box<str>, bool>,
+    /// What a cluster node must follow for the kept sessions (a topic at
+    /// its first holder and its last; any topic while a wildcard filter
+    /// is held: `cluster::ANY_TOPIC`), while tracked.
+    pub(super) following: crate::cluster::Following,
 }
 
 impl ByFilter {
@@ -39,8 +37,8 @@ impl ByFilter {
             let q = holders.entry(key).or_insert(*qos);
             *q = (*q).max(*qos);
             match wild {
-                true if !had_wild => self.note(crate::cluster::ANY_TOPIC, true),
-                false if first => self.note(filter, true),
+                true if !had_wild => self.following.note(crate::cluster::ANY_TOPIC, true),
+                false if first => self.following.note(filter, true),
                 _ => {}
             }
         }
@@ -58,34 +56,11 @@ impl ByFilter {
             }
             map.remove(filter.as_str());
             match wild {
-                true if self.wild.is_empty() => self.note(crate::cluster::ANY_TOPIC, false),
-                false => self.note(filter, false),
+                true if self.wild.is_empty() => self.following.note(crate::cluster::ANY_TOPIC, false),
+                false => self.following.note(filter, false),
                 _ => {}
             }
         }
-    }
-
-    /// A first (true) or last (false) holder; the opposite of a change
-    /// not yet taken cancels it.
-    fn note(&mut self, name: &str, first: bool) {
-        if !self.track {
-            return;
-        }
-        match self.changes.get(name) {
-            Some(pending) if *pending != first => {
-                self.changes.remove(name);
-            }
-            _ => {
-                self.changes.insert(name.into(), first);
-            }
-        }
-    }
-
-    /// Net changes since the last call (when tracked), sorted.
-    pub(super) fn take_changes(&mut self) -> Vec<(String, bool)> {
-        let mut v: Vec<(String, bool)> = self.changes.drain().map(|(k, v)| (k.into(), v)).collect();
-        v.sort();
-        v
     }
 
     /// The sessions a publish to `topic` reaches, each once, with the
@@ -156,17 +131,17 @@ mod tests {
     /// its first holder and its last, any topic while a wildcard is held.
     #[test]
     fn what_the_kept_sessions_hold_comes_out_as_what_to_follow() {
-        let mut by = ByFilter { track: true, ..ByFilter::default() };
+        let mut by = ByFilter { following: crate::cluster::Following::new(true), ..ByFilter::default() };
         let (a, b) = ([1, 1], [2, 2]);
         by.add(a, &subs(&[("dev/1", 1), ("dev/+", 1)]));
         by.add(b, &subs(&[("dev/1", 1), ("x/#", 1)]));
-        assert_eq!(by.take_changes(), [(">".to_string(), true), ("dev/1".to_string(), true)]);
+        assert_eq!(by.following.take(), [(">".to_string(), true), ("dev/1".to_string(), true)]);
         by.remove(&a, &subs(&[("dev/1", 1), ("dev/+", 1)]));
-        assert_eq!(by.take_changes(), [], "b still holds dev/1 and a wildcard");
+        assert_eq!(by.following.take(), [], "b still holds dev/1 and a wildcard");
         by.remove(&b, &subs(&[("dev/1", 1), ("x/#", 1)]));
-        assert_eq!(by.take_changes(), [(">".to_string(), false), ("dev/1".to_string(), false)]);
+        assert_eq!(by.following.take(), [(">".to_string(), false), ("dev/1".to_string(), false)]);
         by.add(a, &subs(&[("t", 1)]));
         by.remove(&a, &subs(&[("t", 1)]));
-        assert_eq!(by.take_changes(), [], "came and went");
+        assert_eq!(by.following.take(), [], "came and went");
     }
 }

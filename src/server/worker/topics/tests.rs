@@ -42,7 +42,7 @@ fn subscriptions_are_tracked_both_ways() {
     t.forget(&a, 1);
     assert!(t.subscribers("news").is_empty());
     assert!(t.take_changes().is_empty(), "untracked");
-    t.track = true;
+    t.following.track = true;
     t.subscribe(&mut a, 1, b"news").unwrap();
     t.subscribe(&mut b, 2, b"news").unwrap();
     t.forget(&a, 1);
