@@ -36,6 +36,18 @@ pub(crate) struct Service {
     pub ports: Vec<u16>,
 }
 
+/// Counts per `--serve` entry (`open[i]` of `services[i]`) summed by
+/// protocol name, `+tls` for TLS ports; a protocol with none is there at
+/// 0 (a gauge series that stays, not one that vanishes).
+pub(crate) fn by_protocol(services: &[Service], open: &[u64]) -> crate::stats::counters::Kinds {
+    let mut out = crate::stats::counters::Kinds::new();
+    for (s, n) in services.iter().zip(open) {
+        let name = clap::ValueEnum::to_possible_value(&s.protocol).map_or_else(|| format!("{:?}", s.protocol), |v| v.get_name().to_string());
+        *out.entry(if s.tls { format!("{name}+tls") } else { name }).or_insert(0) += n;
+    }
+    out
+}
+
 impl Service {
     /// Plain TCP `protocol` on `ports` (the shorthand, the benches).
     pub(crate) fn plain(protocol: Protocol, ports: Vec<u16>) -> Service {
@@ -135,6 +147,16 @@ mod tests {
 
     fn s(v: &str) -> Service {
         v.parse().unwrap()
+    }
+
+    /// Open connections per entry come out by protocol, as `--serve`
+    /// names it (`+tls` for TLS), summed; one with none at 0.
+    #[test]
+    fn open_connections_are_named_by_protocol() {
+        let services = [s("mqtt=1883"), s("mqtt+tls=8883"), s("ws=8080"), s("mqtt=1884")];
+        let got = by_protocol(&services, &[3, 2, 0, 4]);
+        let want = [("mqtt", 7), ("mqtt+tls", 2), ("ws", 0)].map(|(k, n)| (k.to_string(), n));
+        assert_eq!(got, crate::stats::counters::Kinds::from(want));
     }
 
     #[test]

@@ -11,6 +11,7 @@ crate::counters! {
     /// snapshot, the totals, `/metrics` and `--json` all come from here.
     pub struct ServerCounters {
         active: gauge "connections" "Connections open now",
+        active_by_protocol: levels("protocol") "connections_by_protocol" "Connections open now, by the protocol of the port they came in on (framed, echo8, discard, http, ws, mqtt; +tls on TLS ports)",
         accepted: counter "accepted" "Connections accepted",
         closed: counter "connections_closed" "Connections closed, any reason",
         close_reasons: by("reason") "closed" "Connections closed, by reason (peer_closed, ECONNRESET, idle_timeout, bad_frame_too_long, ...)",

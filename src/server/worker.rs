@@ -219,6 +219,9 @@ struct Worker {
     reply_cap: usize,
     /// Listener i came from `--serve` entry `listener_service[i]`.
     listener_service: Vec<u8>,
+    /// Connections open now by `--serve` entry (the snapshot's
+    /// `active_by_protocol`, named once per report, not per accept).
+    open_by_service: [u64; crate::server::services::MAX_SERVICES],
 }
 
 /// The protocol of a connection accepted on a port of `services`' entry
@@ -302,6 +305,7 @@ pub(crate) fn run(cfg: ServerWorkerConfig) -> Result<()> {
         ring: None,
         reply_cap: 0,
         listener_service: Vec::new(),
+        open_by_service: Default::default(),
     };
     w.listener_service = w.cfg.services.iter().enumerate().flat_map(|(i, s)| s.ports.iter().map(move |_| i as u8)).collect();
     if w.cfg.serves(Protocol::Ws) && w.cfg.ws.deflate.mode != crate::server::session::ws_deflate::DeflateMode::Off {
@@ -421,6 +425,7 @@ impl Handler for Worker {
                     close::count_n(&mut self.stats.close_reasons, Close::ServerStopped, n);
                 }
                 self.stats.active = 0;
+                self.open_by_service = Default::default();
                 Flow::Done
             }
         }
@@ -528,6 +533,7 @@ impl Handler for Worker {
         self.stats.threads = crate::sys::self_threads();
         self.stats.accepting = self.group.accepting();
         (self.stats.topics, self.stats.subscriptions) = self.topics.counts();
+        self.stats.active_by_protocol = crate::server::services::by_protocol(&self.cfg.services, &self.open_by_service);
         self.stats.authenticated = self.topics.gate.len() as u64;
         self.stats.backlog_bytes = self.conns.iter().filter_map(|(_, c)| c.backlog.as_ref()).map(|b| b.len() as u64).sum();
         self.stats.last = last;
@@ -630,6 +636,9 @@ impl Worker {
                 if let Some(b) = conn.backlog.take().filter(|_| conn.sending()) {
                     r.send_last(&conn, &b);
                 }
+            }
+            if let Some(n) = self.open_by_service.get_mut(conn.service()) {
+                *n = n.saturating_sub(1);
             }
             let tls = self.tls.as_mut().and_then(|t| t.remove(key));
             if tls.as_ref().is_some_and(|t| t.handshaking()) {

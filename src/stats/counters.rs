@@ -14,10 +14,13 @@
 //! - `micros`: a cumulative time in µs, exported as a `_seconds` counter.
 //! - `by("label")`: counts per kind (`BTreeMap<String, u64>`), merged by
 //!   key; exported as a counter family with that label.
+//! - `levels("label")`: levels per kind right now (open connections by
+//!   protocol), merged by key over live workers (zeroed when one dies);
+//!   exported as a gauge family with that label.
 
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::registry::{Registry, Unit};
 use std::collections::BTreeMap;
 
@@ -42,19 +45,20 @@ pub enum Kind {
     Bytes,
     Micros,
     By(&'static str),
+    Levels(&'static str),
 }
 
 impl Kind {
     /// Whether the value is a level of live workers (zeroed when one dies).
     pub(crate) fn is_level(self) -> bool {
-        matches!(self, Kind::Gauge | Kind::Bytes)
+        matches!(self, Kind::Gauge | Kind::Bytes | Kind::Levels(_))
     }
 
     /// The metric family's name in the exposition (its `# HELP` line)
     /// for `metric` under `prefix`; counters' samples add `_total`.
     pub fn family_name(self, prefix: &str, metric: &str) -> String {
         match self {
-            Kind::Counter | Kind::By(_) | Kind::Gauge => format!("{prefix}_{metric}"),
+            Kind::Counter | Kind::By(_) | Kind::Gauge | Kind::Levels(_) => format!("{prefix}_{metric}"),
             Kind::Bytes => format!("{prefix}_{metric}_bytes"),
             Kind::Micros => format!("{prefix}_{metric}_seconds"),
         }
@@ -92,7 +96,7 @@ impl Value for u64 {
             Kind::Gauge => r.register(d.metric, d.help, ConstGauge::new(v as i64)),
             Kind::Bytes => r.register_with_unit(d.metric, d.help, Unit::Bytes, ConstGauge::new(v as i64)),
             Kind::Micros => r.register_with_unit(d.metric, d.help, Unit::Seconds, ConstCounter::new(v as f64 / 1e6)),
-            Kind::By(_) => unreachable!("a by(..) counter is a map"),
+            Kind::By(_) | Kind::Levels(_) => unreachable!("a by(..) or levels(..) counter is a map"),
         }
     }
 }
@@ -114,8 +118,17 @@ impl Value for Kinds {
     }
 
     fn register(&self, r: &mut Registry, d: &Declared) {
-        let Kind::By(label) = d.kind else { unreachable!("a map is a by(..) counter") };
-        r.register(d.metric, d.help, labeled(label, self));
+        match d.kind {
+            Kind::By(label) => r.register(d.metric, d.help, labeled(label, self)),
+            Kind::Levels(label) => {
+                let f = Family::<Vec<(String, String)>, Gauge>::default();
+                for (k, v) in self {
+                    f.get_or_create(&vec![(label.to_string(), k.clone())]).set(*v as i64);
+                }
+                r.register(d.metric, d.help, f);
+            }
+            _ => unreachable!("a map is a by(..) or levels(..) counter"),
+        }
     }
 }
 
@@ -208,12 +221,14 @@ macro_rules! counters {
         }
     };
     (@ty by) => { $crate::stats::counters::Kinds };
+    (@ty levels) => { $crate::stats::counters::Kinds };
     (@ty $other:ident) => { u64 };
     (@kind counter) => { $crate::stats::counters::Kind::Counter };
     (@kind gauge) => { $crate::stats::counters::Kind::Gauge };
     (@kind bytes) => { $crate::stats::counters::Kind::Bytes };
     (@kind micros) => { $crate::stats::counters::Kind::Micros };
     (@kind by($label:literal)) => { $crate::stats::counters::Kind::By($label) };
+    (@kind levels($label:literal)) => { $crate::stats::counters::Kind::Levels($label) };
 }
 
 /// A struct that carries a role's counters in field `counters` reads them
@@ -250,6 +265,7 @@ mod tests {
             rss: bytes "resident_memory" "Memory",
             busy_us: micros "busy" "Busy time",
             closed: by("reason") "closed" "Closed, by reason",
+            open_by: levels("protocol") "connections_by_protocol" "Open now, by protocol",
         }
     }
 
@@ -257,11 +273,20 @@ mod tests {
     fn sums_zeroes_and_registers_every_declared_counter() {
         let mut a = Demo { open: 2, accepted: 5, rss: 100, busy_us: 1_500_000, ..Default::default() };
         a.closed.insert("peer_closed".into(), 1);
+        a.open_by.insert("mqtt".into(), 2);
         let mut b = a.clone();
         b.add(&a);
-        assert_eq!((b.open, b.accepted, b.rss, b.closed["peer_closed"]), (4, 10, 200, 2));
+        assert_eq!((b.open, b.accepted, b.rss, b.closed["peer_closed"], b.open_by["mqtt"]), (4, 10, 200, 2, 4));
+        let mut levels = prometheus_client::registry::Registry::with_prefix("demo");
+        b.register(&mut levels);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &levels).unwrap();
+        assert!(text.contains("# TYPE demo_connections_by_protocol gauge") && text.contains("demo_connections_by_protocol{protocol=\"mqtt\"} 4"), "{text}");
         b.zero_levels();
         assert_eq!((b.open, b.accepted, b.rss, b.busy_us), (0, 10, 0, 3_000_000));
+        assert!(b.open_by.is_empty(), "a level by kind is zeroed too");
+        // A kind with none open still shows, at 0 (the worker reports it so).
+        b.open_by.insert("ws".into(), 0);
         let mut r = prometheus_client::registry::Registry::with_prefix("demo");
         b.register(&mut r);
         let mut text = String::new();

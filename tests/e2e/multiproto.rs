@@ -46,6 +46,8 @@ fn every_protocol_hears_both_publishes(io: &[&str]) {
     f.s.write_all(&resume("news", None)).unwrap();
     assert!(matches!(f.until_subscribed().last(), Some(In::Subscribed(..))));
     stats_when(&admin, "four subscribers, one per port", |v| v["subscriptions"].as_u64().unwrap_or(0) >= 4);
+    // Open connections by the protocol of their port (TLS ones apart).
+    stats_when(&admin, "one connection open per protocol", |v| v["active_by_protocol"] == serde_json::json!({"mqtt": 1, "mqtt+tls": 1, "ws": 1, "framed": 1}));
 
     let (status, body) = http(&admin, "POST", "/publish?topic=news", b"from the admin API", None);
     assert_eq!(status, 200, "{body}");

@@ -174,6 +174,9 @@ impl Worker {
                 }
                 self.stats.accepted += 1;
                 self.stats.active += 1;
+                if let Some(n) = self.open_by_service.get_mut(service) {
+                    *n += 1;
+                }
                 if let Some(t) = self.tls.as_mut().filter(|_| tls) {
                     if let Err(reason) = t.open(key, self.next_gen, now_ds) {
                         self.close(key, reason);
