@@ -79,6 +79,11 @@ impl Forwarded {
         f.filter(|f| !f.is_bare()).map(|f| Box::new(Forwarded { origin: None, ..f.clone() }))
     }
 
+    /// Wall-clock µs a message published at `publish_us` expires (0: never).
+    pub(crate) fn expires_us(&self, publish_us: u64) -> u64 {
+        self.message_expiry.map_or(0, |s| publish_us + u64::from(s) * 1_000_000)
+    }
+
     /// A stored copy published at `publish_us`, handed on at `now_us`:
     /// its Message Expiry Interval is what is left of it. `Err(())`: it
     /// expired (nobody gets it, [MQTT-3.3.2-5]).

@@ -12,8 +12,10 @@
 //! (`--mqtt-retained`, `--mqtt-retained-bytes`): a retained publish over
 //! either is still delivered, just not kept (counted under its reason).
 //! A message keeps its v5 properties (content type, user properties...)
-//! and its Message Expiry Interval: past it the message is gone (counted
-//! `expired`), before it a new subscription gets what is left of it.
+//! and its Message Expiry Interval: before it a new subscription gets
+//! what is left of it; past it no subscription gets it, and the first
+//! whose filter meets it drops it (counted `expired`, its bytes given
+//! back).
 
 use crate::proto::mqtt::forward::Forwarded;
 use crate::proto::mqtt::topic::matches;

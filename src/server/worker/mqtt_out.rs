@@ -54,11 +54,11 @@ impl<'a> Forms<'a> {
 
     /// With the message's forwarded properties, published at
     /// `publish_us`: its forms carry what is left of its Message Expiry
-    /// Interval at `now_us`. False: it expired, nobody gets it.
+    /// Interval at `now_us`. None: it expired, nobody gets it.
     fn expiring(mut self, fwd: Option<&'a Forwarded>, publish_us: u64, now_us: u64) -> Option<Forms<'a>> {
         self.fwd = fwd;
         self.expiry = fwd.map_or(Some(None), |f| f.expiry_left(now_us.saturating_sub(publish_us)))?;
-        self.expires_us = fwd.and_then(|f| f.message_expiry).map_or(0, |s| publish_us + u64::from(s) * 1_000_000);
+        self.expires_us = fwd.map_or(0, |f| f.expires_us(publish_us));
         Some(self)
     }
 

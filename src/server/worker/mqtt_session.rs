@@ -103,7 +103,7 @@ impl Worker {
             if bytes.is_empty() || qos == QoS::AtMostOnce {
                 continue;
             }
-            let expires_us = fwd.and_then(|f| f.message_expiry).map_or(0, |s| now_us + u64::from(s) * 1_000_000);
+            let expires_us = fwd.as_deref().map_or(0, |f| f.expires_us(now_us));
             let d = flight::Delivery { bytes: bytes.into(), id_at, qos, expires_us };
             let window = m.window;
             let x = m.extra_mut();
@@ -253,8 +253,7 @@ impl Worker {
                     // Kept with what is left of its expiry, counted from now.
                     let mut mqtt = Forwarded::stored(fwd.as_ref());
                     if let Some(f) = mqtt.as_deref_mut() {
-                        f.message_expiry =
-                            (d.expires_us != 0).then(|| d.expires_us.saturating_sub(now_us).div_ceil(1_000_000).clamp(1, u64::from(u32::MAX)) as u32);
+                        f.message_expiry = d.expiry_left(now_us);
                     }
                     Some(SessionMessage { topic: topic.into(), data, qos: d.qos as u8, retain, id, released, mqtt, publish_us: now_us })
                 })

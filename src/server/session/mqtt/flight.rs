@@ -64,6 +64,12 @@ impl Delivery {
         crate::proto::mqtt::forward::own_publish(&self.bytes, v5)
     }
 
+    /// Seconds left of its Message Expiry Interval at `now_us` (at least
+    /// 1, what a PUBLISH then carries); None: it has none.
+    pub(crate) fn expiry_left(&self, now_us: u64) -> Option<u32> {
+        (self.expires_us != 0).then(|| self.expires_us.saturating_sub(now_us).div_ceil(1_000_000).clamp(1, u64::from(u32::MAX)) as u32)
+    }
+
     /// Whether its Message Expiry Interval passed at `now_us`.
     pub(crate) fn expired(&self, now_us: u64) -> bool {
         self.expires_us != 0 && now_us >= self.expires_us
@@ -77,8 +83,7 @@ impl Delivery {
         if let Some(at) = v.get_mut(self.id_at..self.id_at + 2) {
             at.copy_from_slice(&id.to_be_bytes());
         }
-        if let Some(now_us) = now_us.filter(|_| self.expires_us != 0) {
-            let left = (self.expires_us.saturating_sub(now_us).div_ceil(1_000_000)).clamp(1, u64::from(u32::MAX)) as u32;
+        if let Some(left) = now_us.and_then(|now_us| self.expiry_left(now_us)) {
             if let Some(at) = crate::proto::mqtt::forward::expiry_at(&v) {
                 v[at..at + 4].copy_from_slice(&left.to_be_bytes());
             }
