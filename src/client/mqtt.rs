@@ -298,7 +298,7 @@ impl Speaker for MqttSpeaker {
                 Packet::SubAck(s) => {
                     for code in s.codes {
                         let result = if code < 0x80 { "granted" } else { "refused" };
-                        *replies.stats.mqtt_subscriptions.entry(result.into()).or_insert(0) += 1;
+                        crate::stats::counters::bump(&mut replies.stats.mqtt_subscriptions, result);
                     }
                 }
                 Packet::PingResp => replies.beat_answered(answered(ear.inflight, 0)),

@@ -73,7 +73,7 @@ pub(crate) fn subscribed(stats: &mut ClientSnapshot, seen: &mut PushSeen, name: 
     let list = seen.get_or_insert_with(Default::default);
     match list.iter_mut().find(|s| s.key == key) {
         Some(s) => {
-            *stats.resumes.entry(if recovered { "recovered" } else { "lost" }.into()).or_insert(0) += 1;
+            crate::stats::counters::bump(&mut stats.resumes, if recovered { "recovered" } else { "lost" });
             if !recovered {
                 // What the history no longer has is missing for good.
                 stats.push_gaps += at.offset.saturating_sub(s.last);

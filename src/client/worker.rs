@@ -717,7 +717,7 @@ impl Worker {
                     self.stats.churn_closed -= 1;
                     self.stats.connecting -= 1;
                 } else if slot.state.connecting() {
-                    *self.stats.failed.entry("cancelled".into()).or_insert(0) += 1;
+                    crate::stats::counters::bump(&mut self.stats.failed, "cancelled");
                     self.stats.connecting -= 1;
                 }
                 self.put_down(k);

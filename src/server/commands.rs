@@ -416,7 +416,8 @@ pub(crate) enum ServerEvent {
 /// One publish as the supervisor hands it to a worker.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct PushCommand {
-    /// Matches the worker's acknowledgement to the admin request.
+    /// Matches the worker's acknowledgement to the admin request; 0: a
+    /// quiet publish nobody waits for, not acknowledged.
     pub publish_id: u64,
     pub stream: Stream,
     #[serde(default)]

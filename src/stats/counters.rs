@@ -27,6 +27,18 @@ use std::collections::BTreeMap;
 /// Counts per kind ("ECONNRESET", "2xx", ...).
 pub(crate) type Kinds = BTreeMap<String, u64>;
 
+/// Count one of `kind`: its key is allocated only the first time (a
+/// per-message count, such as MQTT publishes by QoS, allocated a `String`
+/// per message).
+pub(crate) fn bump(kinds: &mut Kinds, kind: &str) {
+    match kinds.get_mut(kind) {
+        Some(n) => *n += 1,
+        None => {
+            kinds.insert(kind.to_string(), 1);
+        }
+    }
+}
+
 /// What one declared counter is, for registration and for tests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Declared {
@@ -267,6 +279,17 @@ mod tests {
             closed: by("reason") "closed" "Closed, by reason",
             open_by: levels("protocol") "connections_by_protocol" "Open now, by protocol",
         }
+    }
+
+    /// A kind counted again costs no allocation; a new kind its key once.
+    #[test]
+    fn bump_allocates_a_kind_only_the_first_time() {
+        let mut kinds = super::Kinds::new();
+        super::bump(&mut kinds, "1");
+        let ((), bytes) = crate::test_alloc::counted(|| (0..1000).for_each(|_| super::bump(&mut kinds, "1")));
+        assert_eq!((kinds["1"], bytes), (1001, 0));
+        super::bump(&mut kinds, "2");
+        assert_eq!(kinds.len(), 2);
     }
 
     #[test]

@@ -74,7 +74,7 @@ impl Worker {
         for k in self.created as usize..self.slots.len() {
             let slot = &mut self.slots[k];
             if slot.state == State::Idle && slot.retries == 0 && planned {
-                *self.stats.not_attempted_by.entry(reason.into()).or_insert(0) += 1;
+                crate::stats::counters::bump(&mut self.stats.not_attempted_by, reason);
             }
             if slot.state == State::Idle {
                 slot.state = State::Done;

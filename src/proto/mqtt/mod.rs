@@ -73,6 +73,11 @@ pub(crate) enum QoS {
 }
 
 impl QoS {
+    /// Its digit, as counters label it ("0", "1", "2").
+    pub(crate) fn label(self) -> &'static str {
+        ["0", "1", "2"][self as usize]
+    }
+
     /// The QoS for two wire bits; 3 is not one (§3.3.1.2: a malformed packet).
     pub(crate) fn from_bits(bits: u8) -> Option<QoS> {
         match bits {

@@ -316,7 +316,7 @@ impl History {
     fn dropped(c: &mut HistoryCounters, k: &Kept, reason: &str) {
         c.messages -= 1;
         c.bytes -= PER_MESSAGE + k.data.len() as u64;
-        *c.evicted.entry(reason.into()).or_insert(0) += 1;
+        crate::stats::counters::bump(&mut c.evicted, reason);
     }
 
     /// Over `--history-max-bytes`: topics give up their oldest message in

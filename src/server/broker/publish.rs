@@ -226,6 +226,7 @@ impl Publisher {
         let mut stalled = BTreeSet::new();
         let mut pids = Vec::new();
         let known_stalled = self.stalled.clone();
+        let quiet = matches!(reply, Answer::Quiet) && matches!(route, Route::Publish(_));
         // Send without waiting on a worker that stalled or could not take it.
         let mut send = |w: usize, line: &str, waiting: &mut BTreeMap<usize, u64>| match pool.send(w, line) {
             Sent::Queued if !known_stalled.contains(&w) => *waiting.entry(w).or_insert(0) += 1,
@@ -285,10 +286,19 @@ impl Publisher {
                         not_found += (m.stream == Stream::Unicast) as u64;
                         continue;
                     }
-                    self.next_id += 1;
-                    let pid = self.next_id;
-                    self.owner.insert(pid, rid);
-                    pids.push(pid);
+                    // Nobody waits for a quiet publish's answer (an MQTT
+                    // client's, or what another node published): its pushes
+                    // carry id 0 and the workers send no acknowledgement
+                    // (two lines through the pipes per worker per message
+                    // in issue 44's QoS 1 bench).
+                    let pid = if quiet {
+                        0
+                    } else {
+                        self.next_id += 1;
+                        self.owner.insert(self.next_id, rid);
+                        pids.push(self.next_id);
+                        self.next_id
+                    };
                     let data = base64::engine::general_purpose::STANDARD.encode(&m.data);
                     let mut shared = Vec::new();
                     if m.stream == Stream::Topic && m.target.is_none() && m.user.is_none() {
@@ -325,6 +335,9 @@ impl Publisher {
                 return;
             }
         };
+        if quiet {
+            return;
+        }
         let p = Pending { reply, waiting, stalled, gather, started: Instant::now(), pids };
         if p.waiting.is_empty() {
             self.finish(p, &[]);

@@ -124,7 +124,7 @@ impl Retained {
             None
         };
         if let Some(reason) = refused {
-            *self.counters.refused.entry(reason.into()).or_insert(0) += 1;
+            crate::stats::counters::bump(&mut self.counters.refused, reason);
             return Err(reason);
         }
         self.counters.bytes = self.counters.bytes - old + cost;

@@ -200,7 +200,7 @@ impl Sessions {
                 self.counters.taken_over += 1;
                 out.push(Action::Takeover(split_id(o.conn).0, o.conn));
                 if let Some((w, old)) = self.next.insert(key, (worker, c)) {
-                    *self.counters.refused.entry("displaced".into()).or_insert(0) += 1;
+                    crate::stats::counters::bump(&mut self.counters.refused, "displaced");
                     out.push(Action::Answer(w, refusal(old.conn, DISPLACED, old.v5)));
                 }
             }
@@ -218,7 +218,7 @@ impl Sessions {
     /// Register a claim whose id is free and answer it with its session.
     fn admit(&mut self, worker: usize, key: IdKey, c: SessionClaim, now: Instant) -> Action {
         if self.online.len() >= self.cfg.max_ids {
-            *self.counters.refused.entry("ids".into()).or_insert(0) += 1;
+            crate::stats::counters::bump(&mut self.counters.refused, "ids");
             return Action::Answer(worker, refusal(c.conn, REFUSED, c.v5));
         }
         if self.wills.cancel(&key) {
@@ -230,7 +230,7 @@ impl Sessions {
         let mut kept = self.take(&key);
         if kept.as_ref().is_some_and(|k| k.expires.is_some_and(|t| t <= now)) {
             kept = None;
-            *self.counters.expired.entry("expiry".into()).or_insert(0) += 1;
+            crate::stats::counters::bump(&mut self.counters.expired, "expiry");
         }
         let mut answer = SessionAnswer { conn: c.conn, code: 0, present: false, subs: Vec::new(), messages: Vec::new(), key };
         match kept {
@@ -278,7 +278,7 @@ impl Sessions {
             Some(w) => {
                 self.counters.wills_delayed += 1;
                 if let wills::Held::Now(p) = self.wills.hold(e.key, w, e.expiry_s, self.cfg.max_kept, now) {
-                    *self.counters.wills_published.entry("full".into()).or_insert(0) += 1;
+                    crate::stats::counters::bump(&mut self.counters.wills_published, "full");
                     out.push(Action::Will(p));
                 }
                 self.counters.wills_waiting = self.wills.len() as u64;
@@ -316,7 +316,7 @@ impl Sessions {
                 kept.queued_bytes += message_cost(&m);
                 kept.messages.push_back(m);
             } else {
-                *self.counters.queue_dropped.entry("queue".into()).or_insert(0) += 1;
+                crate::stats::counters::bump(&mut self.counters.queue_dropped, "queue");
             }
         }
         self.take(&key);
@@ -325,7 +325,7 @@ impl Sessions {
             self.expire_oldest("full");
         }
         if self.kept.len() >= self.cfg.max_kept || cost > self.cfg.max_kept_bytes {
-            *self.counters.expired.entry("full".into()).or_insert(0) += 1;
+            crate::stats::counters::bump(&mut self.counters.expired, "full");
             return;
         }
         self.next_seq += 1;
@@ -341,7 +341,7 @@ impl Sessions {
     fn expire_oldest(&mut self, reason: &str) {
         let Some(key) = self.order.values().next().copied() else { return };
         self.take(&key);
-        *self.counters.expired.entry(reason.into()).or_insert(0) += 1;
+        crate::stats::counters::bump(&mut self.counters.expired, reason);
     }
 
     /// Whether `m` may join `k`'s queue: Err names the bound it passes.
@@ -391,7 +391,7 @@ impl Sessions {
                 }
             });
             if let Err(reason) = fit {
-                *self.counters.queue_dropped.entry(reason.into()).or_insert(0) += 1;
+                crate::stats::counters::bump(&mut self.counters.queue_dropped, reason);
                 continue;
             }
             let cost = message_cost(&m);
@@ -415,7 +415,7 @@ impl Sessions {
         let due: Vec<IdKey> = self.kept.iter().filter(|(_, k)| k.expires.is_some_and(|t| t <= now)).map(|(key, _)| *key).collect();
         for key in due {
             self.take(&key);
-            *self.counters.expired.entry("expiry".into()).or_insert(0) += 1;
+            crate::stats::counters::bump(&mut self.counters.expired, "expiry");
         }
         wills.into_iter().map(Action::Will).collect()
     }

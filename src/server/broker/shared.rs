@@ -84,7 +84,7 @@ impl SharedGroups {
             _ => None,
         };
         if let Some(reason) = refused {
-            *self.counters.refused.entry(reason.into()).or_insert(0) += 1;
+            crate::stats::counters::bump(&mut self.counters.refused, reason);
             return;
         }
         let g = self.by_filter.entry(filter.into()).or_default().entry(group.into()).or_default();

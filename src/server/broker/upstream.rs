@@ -678,7 +678,7 @@ async fn run(cfg: SenderConfig, mut rx: UnboundedReceiver<Arrival>, sink: Sink<U
                 }
             }
             Next::Split => {
-                *s.counters.lock().expect("counters").retries.entry("http_413".into()).or_insert(0) += 1;
+                crate::stats::counters::bump(&mut s.counters.lock().expect("counters").retries, "http_413");
             }
             Next::Refused(status) => {
                 *s.counters.lock().expect("counters").refused.entry(status.to_string()).or_insert(0) += n as u64;

@@ -374,7 +374,7 @@ fn publish(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, p: Publish<'_>) -> R
     ctx.published.bytes += p.payload.len() + topic.len() + forwarded.as_ref().map_or(0, |f| f.cost());
     let data = base64::engine::general_purpose::STANDARD.encode(p.payload);
     ctx.published.messages.push(ClientPublish { topic: topic.into(), data, qos: p.qos as u8, retain: p.retain, mqtt: forwarded });
-    *ctx.req.stats.mqtt_publishes_in.entry((p.qos as u8).to_string()).or_insert(0) += 1;
+    crate::stats::counters::bump(&mut ctx.req.stats.mqtt_publishes_in, p.qos.label());
     if let Some(ack) = publish_ack(p.qos, p.packet_id, 0) {
         send(ctx, v, &ack);
     }

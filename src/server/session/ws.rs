@@ -254,7 +254,7 @@ fn command(req: &mut Requests<'_>, s: &mut Subscriber<'_>, data: &[u8]) -> Resul
         Ok(c) => c,
         Err(e) => {
             req.stats.frames_out += 1;
-            *req.stats.subscribe_refused.entry("bad_command".into()).or_insert(0) += 1;
+            crate::stats::counters::bump(&mut req.stats.subscribe_refused, "bad_command");
             let hint = r#"expected {"type":"subscribe","topic":"T"} (optionally "since":{"epoch":E,"offset":N}), {"type":"unsubscribe","topic":"T"}, {"type":"refresh","token":"JWT"} or {"type":"publish","topic":"T","data":..} (with --upstream)"#;
             answer(req.out, serde_json::json!({"type": "error", "reason": "bad_command", "message": format!("{e}; {hint}")}));
             return Ok(());

@@ -106,12 +106,14 @@ impl ServerFleet {
         if messages.is_empty() {
             return;
         }
-        let (reply, _nobody) = tokio::sync::oneshot::channel();
-        let req = crate::admin::Request { route: crate::admin::Route::Publish(messages), reply };
         let running = self.live();
+        let route = crate::admin::Route::Publish(messages);
         match &mut self.relay {
-            Some(r) => r.publish(req, &mut self.publisher, &running, &mut self.pool),
-            None => self.publisher.start(req, &running, &mut self.pool),
+            Some(r) => {
+                let (reply, _nobody) = tokio::sync::oneshot::channel();
+                r.publish(crate::admin::Request { route, reply }, &mut self.publisher, &running, &mut self.pool)
+            }
+            None => self.publisher.begin(route, crate::server::broker::publish::Answer::Quiet, None, Vec::new(), &running, &mut self.pool),
         }
     }
 }

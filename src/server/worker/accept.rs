@@ -81,7 +81,7 @@ impl Worker {
             // Every generation is used: a new connection would reuse an
             // id an application may still hold. Accept no more, as a full
             // worker (an elastic server starts a successor).
-            *self.stats.accept_paused.entry("generations_used".into()).or_insert(0) += 1;
+            crate::stats::counters::bump(&mut self.stats.accept_paused, "generations_used");
             self.fd_ceiling = 0;
         }
         if self.stats.active >= self.fd_ceiling {
@@ -89,7 +89,7 @@ impl Worker {
             // sibling with room; past its descriptors it cannot. Pause as
             // EMFILE would, without making the kernel fail an accept: the
             // queue waits for the successor.
-            *self.stats.accept_paused.entry("fd_ceiling".into()).or_insert(0) += 1;
+            crate::stats::counters::bump(&mut self.stats.accept_paused, "fd_ceiling");
             self.pause_accepting();
             return false;
         }
@@ -100,7 +100,7 @@ impl Worker {
                 if let Some(p) = &self.per_ip {
                     if let Err(refusal) = p.admit(ip) {
                         let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
-                        *self.stats.refused_per_ip.entry(refusal.reason().into()).or_insert(0) += 1;
+                        crate::stats::counters::bump(&mut self.stats.refused_per_ip, refusal.reason());
                         return true;
                     }
                 }
@@ -126,7 +126,7 @@ impl Worker {
                 // the socket joins it once it has one (ring.rs).
                 let on_ring = self.ring.is_some();
                 if !on_ring && self.poll.registry().register(&mut stream, Token(key), Interest::READABLE | Interest::WRITABLE).is_err() {
-                    *self.stats.accept_errors.entry("register_failed".into()).or_insert(0) += 1;
+                    crate::stats::counters::bump(&mut self.stats.accept_errors, "register_failed");
                     if let Some(c) = &self.cap {
                         c.release(self.cfg.worker, 1);
                     }

@@ -206,7 +206,15 @@ impl Worker {
         self.stats.push_delivered += queued;
         self.stats.push_dropped += dropped;
         self.stats.frames_out += queued;
-        control::emit_batched(&ServerMsg::Pushed { worker: self.cfg.worker, publish_id, queued, dropped });
+        self.ack_push(publish_id, queued, dropped);
+    }
+
+    /// Tell the supervisor push `publish_id` was carried out (not a quiet
+    /// one's, id 0: nobody waits for it).
+    fn ack_push(&self, publish_id: u64, queued: u64, dropped: u64) {
+        if publish_id != 0 {
+            control::emit_batched(&ServerMsg::Pushed { worker: self.cfg.worker, publish_id, queued, dropped });
+        }
     }
 
     /// Close these connections as the application asked (WebSocket:
@@ -221,7 +229,7 @@ impl Worker {
             }
             self.close(key, Close::Disconnected);
         }
-        control::emit_batched(&ServerMsg::Pushed { worker: self.cfg.worker, publish_id, queued: targets.len() as u64, dropped: 0 });
+        self.ack_push(publish_id, targets.len() as u64, 0);
     }
 
     /// Connections silent since their accept for the seam's FRESH get
@@ -305,7 +313,7 @@ impl Worker {
             let replay: &[Message] = &slice.messages[first..];
             let recovered = fate != Fate::Lost;
             if fate != Fate::Position {
-                *self.stats.recoveries.entry(if recovered { "recovered" } else { "lost" }.into()).or_insert(0) += 1;
+                crate::stats::counters::bump(&mut self.stats.recoveries, if recovered { "recovered" } else { "lost" });
             }
             self.stats.recovered_messages += replay.len() as u64;
             self.stats.frames_out += replay.len() as u64 + 1;

@@ -210,13 +210,13 @@ impl Worker {
                 flight::Offer::Held => return Ok(Sent::Not),
                 flight::Offer::Dropped(reason) => {
                     m.tidy();
-                    *self.stats.mqtt_inflight_dropped.entry(reason.into()).or_insert(0) += 1;
+                    crate::stats::counters::bump(&mut self.stats.mqtt_inflight_dropped, reason);
                     return Ok(Sent::Not);
                 }
             }
         };
         sent?;
-        *self.stats.mqtt_publishes_out.entry((qos as u8).to_string()).or_insert(0) += 1;
+        crate::stats::counters::bump(&mut self.stats.mqtt_publishes_out, qos.label());
         Ok(Sent::Out)
     }
 

@@ -113,7 +113,7 @@ impl Worker {
                     flight::Offer::Send(b) => Some(b),
                     flight::Offer::Held => None,
                     flight::Offer::Dropped(reason) => {
-                        *self.stats.mqtt_inflight_dropped.entry(reason.into()).or_insert(0) += 1;
+                        crate::stats::counters::bump(&mut self.stats.mqtt_inflight_dropped, reason);
                         None
                     }
                 },
@@ -121,7 +121,7 @@ impl Worker {
             if let Some(b) = sent {
                 self.out.extend_from_slice(&b);
                 self.stats.frames_out += 1;
-                *self.stats.mqtt_publishes_out.entry((qos as u8).to_string()).or_insert(0) += 1;
+                crate::stats::counters::bump(&mut self.stats.mqtt_publishes_out, qos.label());
             }
         }
         m.tidy();

@@ -110,7 +110,7 @@ impl Worker {
         }
         self.stalls.seen = seen;
         for (key, what) in stalled {
-            *self.stats.stalled.entry(what.into()).or_insert(0) += 1;
+            crate::stats::counters::bump(&mut self.stats.stalled, what);
             self.close(key, Close::StallTimeout);
         }
     }

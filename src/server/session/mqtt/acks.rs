@@ -10,16 +10,13 @@
 use super::flight::{Acked, Stage};
 use super::{send, Ctx, MqttConn};
 use crate::proto::mqtt::{Ack, Packet, Properties, Version};
+use crate::stats::counters::bump;
 
 /// v5: Packet Identifier not found (§2.4).
 const NOT_FOUND: u8 = 0x92;
 
 fn ack(packet_id: u16, reason: u8) -> Ack<'static> {
     Ack { packet_id, reason, properties: Properties::default() }
-}
-
-fn count(map: &mut crate::stats::counters::Kinds, kind: &str) {
-    *map.entry(kind.into()).or_insert(0) += 1;
 }
 
 /// PUBACK, PUBREC or PUBCOMP (`stage`) for one of the server's deliveries.
@@ -29,7 +26,7 @@ pub(super) fn outbound(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, stage: S
         Stage::Rec => "pubrec",
         Stage::Comp => "pubcomp",
     };
-    count(&mut ctx.req.stats.mqtt_acks_in, kind);
+    bump(&mut ctx.req.stats.mqtt_acks_in, kind);
     let window = m.window;
     let acked = match m.extra.as_deref_mut() {
         Some(x) => x.flight.acked(stage, a.packet_id, a.reason >= 0x80),
@@ -45,13 +42,13 @@ pub(super) fn outbound(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, stage: S
             for (bytes, qos) in sent {
                 ctx.req.out.extend_from_slice(&bytes);
                 ctx.req.stats.frames_out += 1;
-                count(&mut ctx.req.stats.mqtt_publishes_out, &(qos as u8).to_string());
+                bump(&mut ctx.req.stats.mqtt_publishes_out, qos.label());
             }
             m.tidy();
         }
         Acked::Release => send(ctx, v, &Packet::PubRel(ack(a.packet_id, 0))),
         Acked::Unknown => {
-            count(&mut ctx.req.stats.mqtt_unknown_packet_ids, kind);
+            bump(&mut ctx.req.stats.mqtt_unknown_packet_ids, kind);
             if stage == Stage::Rec && v == Version::V5 {
                 send(ctx, v, &Packet::PubRel(ack(a.packet_id, NOT_FOUND)));
             }
@@ -61,11 +58,11 @@ pub(super) fn outbound(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, stage: S
 
 /// PUBREL for one of the client's QoS 2 publishes: PUBCOMP.
 pub(super) fn pubrel(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, a: &Ack<'_>) {
-    count(&mut ctx.req.stats.mqtt_acks_in, "pubrel");
+    bump(&mut ctx.req.stats.mqtt_acks_in, "pubrel");
     let known = m.extra.as_deref_mut().is_some_and(|x| x.flight.released(a.packet_id));
     m.tidy();
     if !known {
-        count(&mut ctx.req.stats.mqtt_unknown_packet_ids, "pubrel");
+        bump(&mut ctx.req.stats.mqtt_unknown_packet_ids, "pubrel");
     }
     let reason = if known || v == Version::V311 { 0 } else { NOT_FOUND };
     send(ctx, v, &Packet::PubComp(ack(a.packet_id, reason)));

@@ -39,7 +39,7 @@ pub(crate) fn connect(ctx: &mut Ctx<'_>, m: &mut MqttConn, c: Connect<'_>) -> Re
     if will.is_some() {
         m.extra_mut().will = will;
     }
-    *ctx.req.stats.mqtt_connects.entry(if v == Version::V5 { "5.0" } else { "3.1.1" }.into()).or_insert(0) += 1;
+    crate::stats::counters::bump(&mut ctx.req.stats.mqtt_connects, if v == Version::V5 { "5.0" } else { "3.1.1" });
     if !c.client_id.is_empty() {
         // The supervisor's answer brings the CONNACK (`worker/mqtt_session.rs`).
         let expiry_s = match v {

@@ -21,7 +21,7 @@ pub(super) fn subscribe(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, s: crat
         let existed = ctx.topics.has(ctx.subs, sub.filter);
         if let Some(share) = crate::proto::mqtt::topic::shared(sub.filter) {
             let code = shared::subscribe(ctx, m, sub, share).unwrap_or_else(|(code, reason)| {
-                *ctx.req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
+                crate::stats::counters::bump(&mut ctx.req.stats.subscribe_refused, reason);
                 if v == Version::V5 {
                     code
                 } else {
@@ -54,7 +54,7 @@ pub(super) fn subscribe(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, s: crat
                 sub.qos as u8
             }
             Err((code, reason)) => {
-                *ctx.req.stats.subscribe_refused.entry(reason.into()).or_insert(0) += 1;
+                crate::stats::counters::bump(&mut ctx.req.stats.subscribe_refused, reason);
                 if v == Version::V5 {
                     code
                 } else {
