@@ -18,7 +18,8 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 /// A publish waiting for NATS to take it: who asked, what this node
 /// delivers once it has, and the origin's stamp.
 struct Held {
-    reply: crate::admin::Reply,
+    /// None: nobody waits for the answer (an MQTT client's publish).
+    reply: Option<crate::admin::Reply>,
     local: Vec<Message>,
     /// Per local message: its place in what went to NATS (topic and
     /// broadcast messages), whose answer says its offset.
@@ -89,24 +90,32 @@ impl Relay {
 
     /// An admin publish on this node.
     pub(crate) fn publish(&mut self, req: Request, publisher: &mut Publisher, live: &[usize], pool: &mut Pool) {
-        let Route::Publish(messages) = req.route else { return publisher.start(req, live, pool) };
+        self.publish_as(req.route, Some(req.reply), publisher, live, pool)
+    }
+
+    /// A publish on this node; nobody waits for its answer when `reply`
+    /// is None (what MQTT clients published: its pushes are quiet).
+    pub(crate) fn publish_as(&mut self, route: Route, reply: Option<crate::admin::Reply>, publisher: &mut Publisher, live: &[usize], pool: &mut Pool) {
+        let answer = |reply: Option<crate::admin::Reply>| reply.map_or(Answer::Quiet, Answer::Admin);
+        let Route::Publish(messages) = route else { return publisher.begin(route, answer(reply), None, Vec::new(), live, pool) };
         let me = self.node().to_string();
         // A per-user push goes to every node (this one too).
         let is_local = |m: &Message| m.stream == Stream::Unicast && m.user.is_none() && m.node.as_deref().is_none_or(|n| n == me);
         if messages.iter().all(is_local) {
-            return publisher.start(Request { route: Route::Publish(messages), reply: req.reply }, live, pool);
+            return publisher.begin(Route::Publish(messages), answer(reply), None, Vec::new(), live, pool);
         }
+        let refuse = |reply: Option<crate::admin::Reply>, r: Response| {
+            if let Some(tx) = reply {
+                let _ = tx.send(r);
+            }
+        };
         if let Some(m) = messages.iter().find(|m| m.stream == Stream::Topic && !crate::cluster::topic_fits_subject(&m.topic)) {
-            let _ = req.reply.send(Response::error(
-                400,
-                format!("topic '{}' cannot travel between nodes: in a cluster a topic is a NATS subject, with no empty part between dots", m.topic),
-            ));
-            return;
+            let why = format!("topic '{}' cannot travel between nodes: in a cluster a topic is a NATS subject, with no empty part between dots", m.topic);
+            return refuse(reply, Response::error(400, why));
         }
         if !self.link.up() {
             self.link.failed();
-            let _ = req.reply.send(Response::error(503, self.link.down_reason()));
-            return;
+            return refuse(reply, Response::error(503, self.link.down_reason()));
         }
         let publish_us = wall_us();
         let (mut out, mut local, mut sent_as) = (Vec::new(), Vec::new(), Vec::new());
@@ -128,7 +137,7 @@ impl Relay {
             }
         }
         self.next += 1;
-        self.held.insert(self.next, Held { reply: req.reply, local, sent_as, publish_us });
+        self.held.insert(self.next, Held { reply, local, sent_as, publish_us });
         self.link.publish(self.next, out);
     }
 
@@ -214,7 +223,7 @@ impl Relay {
                         .zip(h.sent_as)
                         .map(|(m, i)| Message { at: i.and_then(|i| sent.positions.get(i).copied().flatten()), ..m })
                         .collect();
-                    publisher.begin(Route::Publish(local), Answer::Admin(h.reply), Some(h.publish_us), sent.remote, live, pool)
+                    publisher.begin(Route::Publish(local), h.reply.map_or(Answer::Quiet, Answer::Admin), Some(h.publish_us), sent.remote, live, pool)
                 }
                 Err(e) => {
                     self.link.failed();
@@ -234,7 +243,9 @@ impl Relay {
                             ),
                         )
                     };
-                    let _ = h.reply.send(answer);
+                    if let Some(tx) = h.reply {
+                        let _ = tx.send(answer);
+                    }
                     for m in stored {
                         publisher.begin(Route::Publish(vec![m]), Answer::Quiet, Some(h.publish_us), Vec::new(), live, pool);
                     }

@@ -109,10 +109,7 @@ impl ServerFleet {
         let running = self.live();
         let route = crate::admin::Route::Publish(messages);
         match &mut self.relay {
-            Some(r) => {
-                let (reply, _nobody) = tokio::sync::oneshot::channel();
-                r.publish(crate::admin::Request { route, reply }, &mut self.publisher, &running, &mut self.pool)
-            }
+            Some(r) => r.publish_as(route, None, &mut self.publisher, &running, &mut self.pool),
             None => self.publisher.begin(route, crate::server::broker::publish::Answer::Quiet, None, Vec::new(), &running, &mut self.pool),
         }
     }
