@@ -27,6 +27,14 @@ struct Held {
     publish_us: u64,
 }
 
+/// Answer a publish someone waits for (an admin request); a quiet one
+/// (an MQTT client's) has nobody to tell.
+fn answer_if_asked(reply: Option<crate::admin::Reply>, r: Response) {
+    if let Some(tx) = reply {
+        let _ = tx.send(r);
+    }
+}
+
 pub(crate) struct Relay {
     pub link: Link,
     held: HashMap<u64, Held>,
@@ -104,18 +112,13 @@ impl Relay {
         if messages.iter().all(is_local) {
             return publisher.begin(Route::Publish(messages), answer(reply), None, Vec::new(), live, pool);
         }
-        let refuse = |reply: Option<crate::admin::Reply>, r: Response| {
-            if let Some(tx) = reply {
-                let _ = tx.send(r);
-            }
-        };
         if let Some(m) = messages.iter().find(|m| m.stream == Stream::Topic && !crate::cluster::topic_fits_subject(&m.topic)) {
             let why = format!("topic '{}' cannot travel between nodes: in a cluster a topic is a NATS subject, with no empty part between dots", m.topic);
-            return refuse(reply, Response::error(400, why));
+            return answer_if_asked(reply, Response::error(400, why));
         }
         if !self.link.up() {
             self.link.failed();
-            return refuse(reply, Response::error(503, self.link.down_reason()));
+            return answer_if_asked(reply, Response::error(503, self.link.down_reason()));
         }
         let publish_us = wall_us();
         let (mut out, mut local, mut sent_as) = (Vec::new(), Vec::new(), Vec::new());
@@ -243,9 +246,7 @@ impl Relay {
                             ),
                         )
                     };
-                    if let Some(tx) = h.reply {
-                        let _ = tx.send(answer);
-                    }
+                    answer_if_asked(h.reply, answer);
                     for m in stored {
                         publisher.begin(Route::Publish(vec![m]), Answer::Quiet, Some(h.publish_us), Vec::new(), live, pool);
                     }

@@ -90,11 +90,11 @@ impl<'a> Forms<'a> {
     fn get(&mut self, version: Version, qos: QoS, retain: bool) -> (Rc<[u8]>, usize) {
         let (v, q, r) = ((version == Version::V5) as usize, qos as usize, retain as usize);
         // Its properties only the first time: this runs once per subscriber.
-        if self.made[v][q][r].is_none() {
-            let (bytes, id_at) = mqtt::encode_push(version, self.topic, self.data, qos, retain, self.properties(version, Vec::new()));
-            self.made[v][q][r] = Some((bytes.into(), id_at));
+        if let Some(form) = &self.made[v][q][r] {
+            return form.clone();
         }
-        self.made[v][q][r].clone().unwrap_or_else(|| (Rc::from(&[][..]), 0))
+        let (bytes, id_at) = mqtt::encode_push(version, self.topic, self.data, qos, retain, self.properties(version, Vec::new()));
+        self.made[v][q][r].insert((bytes.into(), id_at)).clone()
     }
 
     /// A v5 copy with this subscriber's subscription identifiers.
