@@ -9,8 +9,8 @@
 //! the ids of its topics in one word of its record ([`Subs`]): one
 //! subscription inline, two or more in one allocation behind it.
 //!
-//! A topic's name is stored once, in its slot (32 bytes: the name,
-//! inline up to 22 bytes, else boxed ([`name`]), and [`Subscribers`]);
+//! A topic's name is stored once, in its slot (24 bytes: the name,
+//! inline up to 19 bytes, else boxed ([`name`]), and [`Subscribers`]);
 //! the name index is a table of bare ids hashed and
 //! compared through the slots' names (5 bytes a bucket), with the keyed
 //! SipHash of std's `RandomState` because names come from peers. A topic
@@ -38,11 +38,11 @@ use crate::server::worker::wildcards::{self, Wildcards, WILD};
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 pub(crate) use subs::Subs;
-use subscribers::{Many, Subscribers};
+use subscribers::{Many, Subscribers, Who};
 
 pub(crate) use push::MAX_SUBSCRIPTIONS;
 /// Default `--max-topics`: distinct topics with subscribers in one
-/// worker (each costs its name, a 24-byte slot and a 5-byte index
+/// worker (each costs a 24-byte slot with its name and a 5-byte index
 /// bucket, with the tables' slack; a set only with two subscribers).
 pub(crate) const DEFAULT_MAX_TOPICS: usize = 100_000;
 /// A subscription refused because the worker holds `--max-topics` topics.
@@ -65,10 +65,17 @@ fn slot(key: usize) -> u32 {
 /// slot per topic, doubling leaves up to half the table unused.
 const MIN_SLOT_GROWTH: usize = 64;
 
-/// One live topic: its name (the only copy) and who subscribed.
+/// One live topic: its name (the only copy) and who subscribed, in 24
+/// bytes (20 and 4; `Option<Slot>` too, `Who` is never zero).
 struct Slot {
     name: name::Name,
-    subscribers: Subscribers,
+    who: Who,
+}
+
+impl Slot {
+    fn subscribers(&self) -> Subscribers {
+        self.who.get()
+    }
 }
 
 pub(crate) struct Topics {
@@ -156,10 +163,10 @@ impl Topics {
     /// Add subscriber `key` to live topic `id` (it is not one yet).
     fn join(&mut self, id: u32, key: u32) {
         let Some(t) = self.slots[id as usize].as_mut() else { return };
-        match t.subscribers {
+        match t.subscribers() {
             Subscribers::One(first) => {
                 self.many.insert(id, Many::pair(first, key));
-                t.subscribers = Subscribers::Many;
+                t.who = Subscribers::Many.into();
             }
             Subscribers::Many => {
                 self.many.entry(id).or_default().insert(key);
@@ -212,7 +219,7 @@ impl Topics {
         if self.names.len() >= self.max {
             return Err(Close::TooManyTopics);
         }
-        let topic = Slot { name: name.into(), subscribers: Subscribers::One(key) };
+        let topic = Slot { name: name.into(), who: Subscribers::One(key).into() };
         let id = match self.free.pop() {
             Some(id) => {
                 self.slots[id as usize] = Some(topic);
@@ -263,7 +270,7 @@ impl Topics {
         }
         let key32 = slot(key);
         let Some(t) = self.slots.get_mut(id as usize).and_then(Option::as_mut) else { return };
-        match t.subscribers {
+        match t.subscribers() {
             Subscribers::One(k) if k == key32 => {}
             Subscribers::One(_) => return,
             Subscribers::Many => {
@@ -275,7 +282,7 @@ impl Topics {
                     // Back to one: inline again, the set's memory given back.
                     let last = set.iter().next().expect("one left");
                     self.many.remove(&id);
-                    t.subscribers = Subscribers::One(last);
+                    t.who = Subscribers::One(last).into();
                 }
                 self.gate.joined(key, &t.name, false);
                 return;
@@ -324,7 +331,7 @@ impl Topics {
     /// The connections subscribed to `topic` itself (no wildcard filter).
     pub(crate) fn subscribers(&self, topic: &str) -> Vec<usize> {
         let Some(id) = self.id(topic) else { return Vec::new() };
-        match self.slots[id as usize].as_ref().map(|t| t.subscribers) {
+        match self.slots[id as usize].as_ref().map(Slot::subscribers) {
             Some(Subscribers::One(k)) => vec![k as usize],
             Some(Subscribers::Many) => self.many.get(&id).map(|m| m.iter().map(|k| k as usize).collect()).unwrap_or_default(),
             None => Vec::new(),
@@ -369,7 +376,7 @@ impl Topics {
 
     /// (topics with at least one subscriber, subscriptions in all).
     pub(crate) fn counts(&self) -> (u64, u64) {
-        let ones = self.slots.iter().flatten().filter(|t| matches!(t.subscribers, Subscribers::One(_))).count();
+        let ones = self.slots.iter().flatten().filter(|t| matches!(t.subscribers(), Subscribers::One(_))).count();
         let in_sets: usize = self.many.values().map(Many::len).sum();
         let (filters, to_filters) = self.wild.counts();
         (self.names.len() as u64 + filters, (ones + in_sets) as u64 + to_filters)

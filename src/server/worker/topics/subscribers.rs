@@ -22,6 +22,34 @@ pub(super) enum Subscribers {
     Many,
 }
 
+/// [`Subscribers`] as a slot keeps them: 4 bytes, never zero (the one
+/// subscriber's key + 1, or `u32::MAX` for a set), so an empty slot
+/// (`Option<Slot>`'s `None`) costs no tag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Who(std::num::NonZeroU32);
+
+/// What `Who` holds for [`Subscribers::Many`].
+const MANY: u32 = u32::MAX;
+
+impl From<Subscribers> for Who {
+    fn from(s: Subscribers) -> Who {
+        let v = match s {
+            Subscribers::One(key) => key.checked_add(1).filter(|v| *v != MANY).expect("a slab key stays below the worker's connection cap"),
+            Subscribers::Many => MANY,
+        };
+        Who(std::num::NonZeroU32::new(v).expect("key + 1 and MANY are not zero"))
+    }
+}
+
+impl Who {
+    pub(super) fn get(self) -> Subscribers {
+        match self.0.get() {
+            MANY => Subscribers::Many,
+            v => Subscribers::One(v - 1),
+        }
+    }
+}
+
 /// Slab keys of a topic with two or more subscribers (4 bytes a bucket
 /// and 1 of control; no hasher state).
 #[derive(Default)]
@@ -70,6 +98,14 @@ impl Many {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn who_holds_one_key_or_many_in_four_bytes() {
+        assert_eq!(std::mem::size_of::<Option<Who>>(), 4);
+        for s in [Subscribers::One(0), Subscribers::One(19_999), Subscribers::One(u32::MAX - 2), Subscribers::Many] {
+            assert_eq!(Who::from(s).get(), s);
+        }
+    }
 
     #[test]
     fn a_set_inserts_removes_and_iterates_each_key_once() {
