@@ -25,12 +25,14 @@ pub(crate) use drain::spreads;
 mod linger;
 mod mqtt_out;
 mod mqtt_session;
+mod mqtt_states;
 pub(crate) mod outbox;
 pub(crate) mod seam;
 mod serve;
 mod stall;
 mod tls;
 pub(crate) mod topics;
+mod trim;
 pub(crate) mod wildcards;
 
 use crate::server::business::service_time::ServiceTime;
@@ -149,6 +151,8 @@ struct Worker {
     poll: Poll,
     group: AcceptGroup,
     conns: Slab<Conn>,
+    /// The MQTT state of its MQTT connections, by slab key.
+    mqtt: mqtt_states::MqttStates,
     stats: ServerSnapshot,
     started: Instant,
     /// Set while accepting is paused by fd exhaustion.
@@ -174,6 +178,8 @@ struct Worker {
     /// Since when the worker holds no connection (memory is returned to
     /// the system after a second of that).
     empty_since: Option<Instant>,
+    /// When a settled burst of connections last gave malloc's free pages back.
+    trim: trim::Trim,
     stage: Stage,
     topics: crate::server::worker::topics::Topics,
     /// Subscribers waiting for the history they missed.
@@ -278,6 +284,7 @@ pub(crate) fn run(cfg: ServerWorkerConfig) -> Result<()> {
         poll,
         group,
         conns: Slab::new(),
+        mqtt: Default::default(),
         started: Instant::now(),
         accept_paused_until: None,
         fd_ceiling: fd_ceiling(),
@@ -293,6 +300,7 @@ pub(crate) fn run(cfg: ServerWorkerConfig) -> Result<()> {
         draining: false,
         drain: None,
         empty_since: None,
+        trim: Default::default(),
         lingering: linger::Lingering::default(),
         stalls: stall::Stalls::new(limits.stall_timeout_ms),
         limits,
@@ -407,6 +415,7 @@ impl Handler for Worker {
             Command::Stop => {
                 let n = self.conns.len() as u64;
                 self.conns.clear();
+                self.mqtt.release();
                 if let Some(t) = &mut self.tls {
                     t.clear();
                 }
@@ -555,6 +564,9 @@ impl Worker {
     /// their memory: the slab's array and what malloc keeps in its free
     /// lists (a churn soak must end where it started).
     fn give_back_memory(&mut self, now: Instant) {
+        if self.trim.due(self.stats.accepted + self.stats.closed, now) {
+            trim::trim();
+        }
         if !self.conns.is_empty() || self.conns.capacity() < SHRINK_ABOVE {
             self.empty_since = None;
             return;
@@ -562,12 +574,12 @@ impl Worker {
         let since = *self.empty_since.get_or_insert(now);
         if now.duration_since(since) >= Duration::from_secs(1) {
             self.conns = Slab::new();
+            self.mqtt.release();
             self.out = Vec::with_capacity(SCRATCH);
             if let Some(p) = &mut self.per_ip {
                 p.shrink();
             }
-            // SAFETY: glibc's malloc_trim only releases free memory.
-            unsafe { libc::malloc_trim(0) };
+            trim::trim();
             self.empty_since = None;
         }
     }
@@ -627,8 +639,12 @@ impl Worker {
 
     fn close(&mut self, key: usize, reason: Close) {
         if let Some(mut conn) = self.conns.try_remove(key) {
+            // Its MQTT state leaves the table with it (the key may be reused).
+            let mut mqtt = self.mqtt.take(key);
             // Before its subscriptions are forgotten: a kept session takes them.
-            self.mqtt_session_end(key, &mut conn);
+            if let Some(m) = &mut mqtt {
+                self.mqtt_session_end(key, &conn, m);
+            }
             if let Some(r) = &mut self.ring {
                 r.next.ops.push(crate::uring::Op::Cancel { tag: crate::uring::recv_tag(key, conn.gen) });
                 // What waited behind its send in flight (a goaway, a
@@ -680,8 +696,10 @@ impl Worker {
             if let Some(codec) = self.ws_codec.as_deref_mut() {
                 codec.forget(&mut self.stats, key);
             }
-            self.mqtt_will(&mut conn.ext);
-            self.mqtt_shared_leave(key, conn.gen, &mut conn.ext);
+            if let Some(m) = &mut mqtt {
+                self.mqtt_will(m);
+                self.mqtt_shared_leave(key, conn.gen, m);
+            }
             self.topics.forget(&conn.subs, key);
             if !self.topics.gate.is_empty() {
                 self.topics.gate.forget(key);

@@ -45,7 +45,6 @@ use crate::proto::mqtt::{encode, kind, Ack, ConnAck, Disconnect, Error, Limits, 
 use crate::server::close::{self, Close};
 use crate::server::commands::{ClientPublish, RetainedWant, SessionClaim};
 use crate::server::session::requests::Requests;
-use crate::server::worker::conn::{ConnExt, Ext};
 use crate::server::worker::topics::{Subs, Topics};
 
 /// The close reason of a client's own DISCONNECT.
@@ -97,7 +96,8 @@ impl MqttConfig {
     }
 }
 
-/// A connection's MQTT state (in its [`Ext`] for as long as it is open).
+/// A connection's MQTT state, for as long as it is open (in the worker's
+/// dense table, `worker/mqtt_states.rs`).
 #[derive(Debug, Default)]
 pub(crate) struct MqttConn {
     /// Set by an accepted CONNECT; `None` while the CONNECT is still due.
@@ -136,37 +136,24 @@ pub(crate) enum Claim {
     Registered,
 }
 
-/// State of a connection just accepted: its CONNECT is due.
-pub(crate) fn fresh() -> Ext {
-    Some(Box::new(ConnExt::Mqtt(MqttConn { version: None, keep_alive_s: 0, window: 1, claim: Claim::None, key: [0; 2], extra: None, ws: false })))
-}
+impl MqttConn {
+    /// State of a connection just accepted (or upgraded to MQTT on a
+    /// WebSocket port, `ws`): its CONNECT is due.
+    pub(crate) fn fresh(ws: bool) -> MqttConn {
+        MqttConn { version: None, keep_alive_s: 0, window: 1, claim: Claim::None, key: [0; 2], extra: None, ws }
+    }
 
-/// Whether this MQTT connection speaks over WebSocket: what it is sent
-/// goes in binary messages (`mqtt_ws::wrap`).
-pub(crate) fn over_ws(ext: &Ext) -> bool {
-    state(ext).is_some_and(|m| m.ws)
-}
-
-/// The MQTT state inside an [`Ext`], mutable, if any.
-pub(crate) fn state_mut(ext: &mut Ext) -> Option<&mut MqttConn> {
-    match ext.as_deref_mut() {
-        Some(ConnExt::Mqtt(m)) => Some(m),
-        _ => None,
+    /// Whether it still owes its CONNECT, or its CONNACK waits for the
+    /// supervisor (`--header-timeout`).
+    pub(crate) fn connecting(&self) -> bool {
+        self.version.is_none() || self.claim == Claim::Waiting
     }
 }
 
-/// The MQTT state inside an [`Ext`], if any.
-pub(crate) fn state(ext: &Ext) -> Option<&MqttConn> {
-    match ext.as_deref() {
-        Some(ConnExt::Mqtt(m)) => Some(m),
-        _ => None,
-    }
-}
-
-/// Whether a connection still owes its CONNECT, or its CONNACK waits for
-/// the supervisor (`--header-timeout`).
-pub(crate) fn connecting(ext: &Ext) -> bool {
-    state(ext).is_some_and(|m| m.version.is_none() || m.claim == Claim::Waiting)
+/// Whether a connection (its MQTT state, if it speaks MQTT) still owes
+/// its CONNECT or waits for its CONNACK.
+pub(crate) fn connecting(m: Option<&MqttConn>) -> bool {
+    m.is_some_and(MqttConn::connecting)
 }
 
 /// Client publishes (and wills) a worker holds until it hands them to
@@ -204,8 +191,7 @@ pub(crate) struct Ctx<'a> {
 /// how many bytes were used (a cut packet waits for more). Err closes the
 /// connection with that reason, after what `req.out` holds (a CONNACK or
 /// DISCONNECT with the refusal's code).
-pub(crate) fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, Close> {
-    let Some(ConnExt::Mqtt(m)) = ext.as_deref_mut() else { return Err(Close::MqttNoState) };
+pub(crate) fn consume(ctx: &mut Ctx<'_>, m: &mut MqttConn, buf: &[u8]) -> Result<usize, Close> {
     let mut pos = 0;
     loop {
         if m.claim == Claim::Waiting {

@@ -29,7 +29,7 @@
 use crate::proto::mqtt::Limits;
 use crate::proto::ws::frame::{self, Event, Fragments, Opcode, Reader, Role};
 use crate::server::close::Close;
-use crate::server::session::mqtt::{self, MqttConfig, Published};
+use crate::server::session::mqtt::{self, MqttConfig, MqttConn, Published};
 use crate::server::session::ws;
 use crate::server::worker::conn::Ext;
 
@@ -61,33 +61,37 @@ pub(crate) struct Ctx<'a> {
     pub worker: usize,
 }
 
-/// State of a connection whose Upgrade chose MQTT: its CONNECT is due.
-pub(crate) fn fresh() -> Ext {
-    let mut ext = mqtt::fresh();
-    if let Some(m) = mqtt::state_mut(&mut ext) {
-        m.ws = true;
-    }
-    ext
-}
-
 /// Bytes of a WebSocket port's connection: the WebSocket session's until
 /// an Upgrade chose MQTT, then frames carrying MQTT (the rest of the same
 /// read included). Returns the bytes used; Err closes the connection
 /// after what `out` holds (an MQTT refusal, then a close frame).
-pub(crate) fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, Close> {
+///
+/// `mqtt` is the connection's MQTT state: `None` until an Upgrade
+/// chooses MQTT (the WebSocket session then says so, `ws::Ctx::mqtt`),
+/// when it is made here.
+pub(crate) fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, mqtt: &mut Option<MqttConn>, buf: &[u8]) -> Result<usize, Close> {
     let mut used = 0;
-    if !mqtt::over_ws(ext) {
-        used = ws::consume(&mut ctx.ws, ext, buf)?;
-        if !mqtt::over_ws(ext) || used == buf.len() {
-            return Ok(used);
+    let m = match mqtt {
+        Some(m) => m,
+        None => {
+            used = ws::consume(&mut ctx.ws, ext, buf)?;
+            if !std::mem::take(&mut ctx.ws.mqtt) {
+                return Ok(used);
+            }
+            *ext = None;
+            let m = mqtt.insert(MqttConn::fresh(true));
+            if used == buf.len() {
+                return Ok(used);
+            }
+            m
         }
-    }
-    Ok(used + frames(ctx, ext, &buf[used..])?)
+    };
+    Ok(used + frames(ctx, m, &buf[used..])?)
 }
 
 /// Every whole frame in `buf` of an MQTT-over-WebSocket connection.
-fn frames(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, Close> {
-    let Some(mut carry) = take(ext) else { return Err(Close::MqttNoState) };
+fn frames(ctx: &mut Ctx<'_>, m: &mut MqttConn, buf: &[u8]) -> Result<usize, Close> {
+    let mut carry = take(m);
     let Carry { frag, pending } = &mut carry;
     let mut mctx = mqtt::Ctx {
         req: ctx.ws.req.reborrow(),
@@ -108,7 +112,7 @@ fn frames(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, Close> 
         }
         match ev {
             Event::Message { text: true, .. } => Err(Close::MqttWsText),
-            Event::Message { data, .. } => packets(&mut mctx, ext, pending, data),
+            Event::Message { data, .. } => packets(&mut mctx, m, pending, data),
             Event::Ping(p) => {
                 frame::encode(mctx.req.out, true, Opcode::Pong, p, None);
                 mctx.req.stats.frames_out += 1;
@@ -128,7 +132,7 @@ fn frames(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, Close> 
         }
     });
     let out = mctx.req.out;
-    give_back(ext, carry);
+    give_back(m, carry);
     match r {
         Ok(_) if peer_closed => Err(Close::WsPeerClose),
         Ok(used) => Ok(used),
@@ -141,13 +145,13 @@ fn frames(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<usize, Close> 
 
 /// One binary message's payload: the packets it completes carried out,
 /// what they answer wrapped in one binary message, the rest kept.
-fn packets(ctx: &mut mqtt::Ctx<'_>, ext: &mut Ext, pending: &mut Vec<u8>, data: &[u8]) -> Result<(), Close> {
+fn packets(ctx: &mut mqtt::Ctx<'_>, m: &mut MqttConn, pending: &mut Vec<u8>, data: &[u8]) -> Result<(), Close> {
     let start = ctx.req.out.len();
     let r = if pending.is_empty() {
-        mqtt::consume(ctx, ext, data).map(|used| pending.extend_from_slice(&data[used..]))
+        mqtt::consume(ctx, m, data).map(|used| pending.extend_from_slice(&data[used..]))
     } else {
         pending.extend_from_slice(data);
-        mqtt::consume(ctx, ext, pending).map(|used| {
+        mqtt::consume(ctx, m, pending).map(|used| {
             pending.drain(..used);
         })
     };
@@ -157,29 +161,27 @@ fn packets(ctx: &mut mqtt::Ctx<'_>, ext: &mut Ext, pending: &mut Vec<u8>, data: 
 
 /// What a client sent behind its CONNECT while the claim was answered
 /// (it waited in the [`Carry`]): carried out now, its answers wrapped.
-pub(crate) fn resume(ctx: &mut mqtt::Ctx<'_>, ext: &mut Ext) -> Result<(), Close> {
-    let Some(mut carry) = take(ext) else { return Ok(()) };
+pub(crate) fn resume(ctx: &mut mqtt::Ctx<'_>, m: &mut MqttConn) -> Result<(), Close> {
+    let mut carry = take(m);
     let pending = std::mem::take(&mut carry.pending);
-    let r = packets(ctx, ext, &mut carry.pending, &pending);
-    give_back(ext, carry);
+    let r = packets(ctx, m, &mut carry.pending, &pending);
+    give_back(m, carry);
     if let Err(reason) = r {
         frame::encode_close(ctx.req.out, reason.ws_code(), None);
     }
     r
 }
 
-/// The carry of an MQTT connection, out of its boxed state for a read
-/// (the session may free that box meanwhile); `None`: no MQTT state.
-fn take(ext: &mut Ext) -> Option<Carry> {
-    let m = mqtt::state_mut(ext)?;
-    Some(m.extra.as_deref_mut().map(|x| std::mem::take(&mut x.carry)).unwrap_or_default())
+/// The carry of an MQTT connection, out of its boxed extra for a read
+/// (the session may free that box meanwhile).
+fn take(m: &mut MqttConn) -> Carry {
+    m.extra.as_deref_mut().map(|x| std::mem::take(&mut x.carry)).unwrap_or_default()
 }
 
 /// The carry back after a read: in the boxed state while it holds
 /// anything (its memory freed when it holds nothing), else the box
 /// freed if nothing else is in it.
-fn give_back(ext: &mut Ext, mut carry: Carry) {
-    let Some(m) = mqtt::state_mut(ext) else { return };
+fn give_back(m: &mut MqttConn, mut carry: Carry) {
     if carry.held() == 0 {
         m.tidy();
         return;

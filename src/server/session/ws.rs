@@ -85,6 +85,9 @@ pub(crate) struct Ctx<'a> {
     /// Whether this connection negotiated permessage-deflate: read from
     /// its record before, set by its handshake, written back after.
     pub deflate: bool,
+    /// Set by a handshake whose Upgrade chose the `mqtt` subprotocol: from
+    /// then on the connection is an MQTT one (`mqtt_ws.rs` makes its state).
+    pub mqtt: bool,
 }
 
 /// State of a connection just accepted: waiting for its Upgrade request.
@@ -114,7 +117,9 @@ pub(crate) fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<us
                     // the CONNECT, as on an MQTT port; no deflate.
                     handshake::write_accept(ctx.req.out, &up.accept, Some(p), None);
                     ctx.req.stats.ws_upgrades += 1;
-                    *ext = crate::server::session::mqtt_ws::fresh();
+                    // The caller (`mqtt_ws::consume`) makes its MQTT state.
+                    *ext = None;
+                    ctx.mqtt = true;
                     return Ok(used);
                 }
                 if ctx.topics.gate.required() {

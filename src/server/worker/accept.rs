@@ -120,6 +120,7 @@ impl Worker {
                 let _ = stream.set_nodelay(true);
                 self.limits.apply(&stream);
                 let now_ds = self.now_ds();
+                let reserve = self.mqtt_reserve();
                 let entry = self.conns.vacant_entry();
                 let key = entry.key();
                 // On the ring, epoll only says when a backlog can move:
@@ -154,7 +155,7 @@ impl Worker {
                     conn.ext = crate::server::session::ws::fresh(now_ds);
                 } else if protocol == Protocol::Mqtt {
                     // The token comes in the CONNECT (`--auth jwt`).
-                    conn.ext = crate::server::session::mqtt::fresh();
+                    *self.mqtt.entry(key, reserve) = Some(crate::server::session::mqtt::MqttConn::fresh(false));
                 } else if gated {
                     conn.ext = Some(Box::new(crate::server::worker::conn::ConnExt::Unauthenticated));
                 }

@@ -142,8 +142,6 @@ pub(crate) enum ConnExt {
     Ws(WsConn),
     /// A Server-Sent Events stream on a WebSocket port.
     Sse(crate::server::session::sse::SseConn),
-    /// An MQTT connection: its version once connected, its keep-alive.
-    Mqtt(crate::server::session::mqtt::MqttConn),
     /// A framed connection that has not shown its token yet (`--auth
     /// jwt`). It gets no push until it has.
     Unauthenticated,
@@ -155,10 +153,10 @@ pub(crate) fn awaiting_auth(ext: &Ext) -> bool {
 }
 
 /// Whether a connection may get pushes: it finished its WebSocket
-/// handshake and showed its token, if it owes them (an MQTT connection:
-/// its CONNECT was accepted).
-pub(crate) fn takes_pushes(ext: &Ext) -> bool {
-    !ws_handshaking(ext) && !awaiting_auth(ext) && !crate::server::session::mqtt::connecting(ext)
+/// handshake and showed its token, if it owes them (an MQTT connection,
+/// `mqtt` its state in the worker's table: its CONNECT was accepted).
+pub(crate) fn takes_pushes(ext: &Ext, mqtt: Option<&crate::server::session::mqtt::MqttConn>) -> bool {
+    !ws_handshaking(ext) && !awaiting_auth(ext) && !crate::server::session::mqtt::connecting(mqtt)
 }
 
 /// The event-stream state inside an [`Ext`], if any.

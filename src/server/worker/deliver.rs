@@ -20,7 +20,6 @@ use crate::server::broker::history::{Message, Slice};
 use crate::server::close::Close;
 use crate::server::commands::{conn_id, split_id, PushCommand};
 use crate::server::commands::{ConnInfo, ListCommand, PresenceCommand, ServerMsg, LIST_BYTES, LIST_TOPICS};
-use crate::server::session::mqtt;
 use crate::server::session::sse::SharedPush;
 use crate::server::session::ws;
 use crate::server::worker::conn::{sse_mut, takes_pushes, ConnExt};
@@ -44,8 +43,9 @@ impl Worker {
         // framed, ws and MQTT connections; on an HTTP port only event
         // streams; echo, echo8 and discard connections none.
         let services = &self.cfg.services;
-        let takes = |c: &crate::server::worker::conn::Conn| {
-            takes_pushes(&c.ext)
+        let mqtt = &self.mqtt;
+        let takes = |k: usize, c: &crate::server::worker::conn::Conn| {
+            takes_pushes(&c.ext, mqtt.get(k))
                 && match super::protocol_of(services, c) {
                     Protocol::Framed | Protocol::Ws | Protocol::Mqtt => true,
                     Protocol::Http => matches!(c.ext.as_deref(), Some(ConnExt::Sse(_))),
@@ -57,20 +57,20 @@ impl Worker {
             // connections take topic messages only (skipped below).
             Stream::Broadcast => {
                 let tls = self.tls.as_ref();
-                self.conns.iter().filter(|(k, c)| takes(c) && !tls.is_some_and(|t| t.handshaking(*k))).map(|(k, _)| k).collect()
+                self.conns.iter().filter(|(k, c)| takes(*k, c) && !tls.is_some_and(|t| t.handshaking(*k))).map(|(k, _)| k).collect()
             }
             // `audience`: exact topics and MQTT `+`/`#` filters.
-            Stream::Topic => self.topics.audience(&cmd.topic).into_iter().filter(|k| self.conns.get(*k).is_some_and(takes)).collect(),
+            Stream::Topic => self.topics.audience(&cmd.topic).into_iter().filter(|k| self.conns.get(*k).is_some_and(|c| takes(*k, c))).collect(),
             Stream::Unicast if cmd.user.is_some() => {
                 let user = cmd.user.as_deref().unwrap_or_default();
-                self.topics.gate.conns_of(user).iter().copied().filter(|k| self.conns.get(*k).is_some_and(takes)).collect()
+                self.topics.gate.conns_of(user).iter().copied().filter(|k| self.conns.get(*k).is_some_and(|c| takes(*k, c))).collect()
             }
             Stream::Unicast => cmd
                 .target
                 .map(split_id)
                 .filter(|(w, k, g)| {
                     *w == self.cfg.worker
-                        && self.conns.get(*k).is_some_and(|c| c.gen == *g && takes(c))
+                        && self.conns.get(*k).is_some_and(|c| c.gen == *g && takes(*k, c))
                         && !self.tls.as_ref().is_some_and(|t| t.handshaking(*k))
                 })
                 .map(|(_, k, _)| vec![k])
@@ -120,7 +120,7 @@ impl Worker {
         let mut mqtt_targets = Vec::new();
         for (i, key) in targets.iter().enumerate() {
             let Some(conn) = self.conns.get_mut(*key) else { continue };
-            if mqtt::state(&conn.ext).is_some() {
+            if self.mqtt.get(*key).is_some() {
                 if cmd.stream == Stream::Topic {
                     mqtt_targets.push(*key);
                 }
@@ -248,7 +248,7 @@ impl Worker {
         let mut slow = Vec::new();
         for (key, gen, held) in held {
             // Never to one that has not shown its token (`--auth jwt`).
-            let Some(conn) = self.conns.get_mut(key).filter(|c| c.gen == gen && takes_pushes(&c.ext)) else { continue };
+            let Some(conn) = self.conns.get_mut(key).filter(|c| c.gen == gen && takes_pushes(&c.ext, self.mqtt.get(key))) else { continue };
             conn.set_read();
             for f in &held.frames {
                 if let Err(reason) = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, f, self.cfg.max_pending_bytes, Close::SlowConsumer) {

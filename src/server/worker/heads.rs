@@ -35,7 +35,7 @@ impl Worker {
             self.heads.pop_front();
             let key = key as usize;
             let Some(c) = self.conns.get(key).filter(|c| c.gen == gen) else { continue };
-            if ws_handshaking(&c.ext) || crate::server::session::mqtt::connecting(&c.ext) {
+            if ws_handshaking(&c.ext) || crate::server::session::mqtt::connecting(self.mqtt.get(key)) {
                 self.close(key, Close::HeaderTimeout);
             } else if awaiting_auth(&c.ext) {
                 self.close(key, Close::AuthTimeout);

@@ -7,7 +7,6 @@
 
 use super::Worker;
 use crate::server::close::Close;
-use crate::server::session::mqtt;
 
 /// Whether a client last heard at `last_seen_s` is past its keep-alive at
 /// `now_s` (whole seconds, so strictly more than 1.5x: never early).
@@ -20,7 +19,7 @@ impl Worker {
     pub(super) fn sweep_keepalive(&mut self) {
         let now = self.now_s();
         let silent: Vec<usize> =
-            self.conns.iter().filter(|(_, c)| mqtt::state(&c.ext).is_some_and(|m| expired(m.keep_alive_s, c.last_seen_s, now))).map(|(k, _)| k).collect();
+            self.conns.iter().filter(|(k, c)| self.mqtt.get(*k).is_some_and(|m| expired(m.keep_alive_s, c.last_seen_s, now))).map(|(k, _)| k).collect();
         for key in silent {
             self.close(key, Close::MqttKeepalive);
         }

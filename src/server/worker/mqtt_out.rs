@@ -151,7 +151,7 @@ impl Worker {
             .collect();
         for (i, (key, how)) in targets.iter().map(|k| (*k, None)).chain(shared).enumerate() {
             let Some(c) = self.conns.get(key) else { continue };
-            let Some(m) = mqtt::state(&c.ext) else { continue };
+            let Some(m) = self.mqtt.get(key) else { continue };
             let own = origin == Some(conn_id(self.cfg.worker, key, c.gen));
             let Some(d) = how.or_else(|| m.delivery(&self.topics, &c.subs, &cmd.topic, qos, cmd.retain, own)) else { continue };
             match self.mqtt_send(key, &mut forms, d) {
@@ -175,7 +175,7 @@ impl Worker {
     fn mqtt_send(&mut self, key: usize, forms: &mut Forms<'_>, d: Delivered) -> Result<Sent, Close> {
         let bounds = self.cfg.mqtt.flight;
         let Some(conn) = self.conns.get_mut(key) else { return Ok(Sent::Not) };
-        let Some(m) = mqtt::state_mut(&mut conn.ext) else { return Ok(Sent::Not) };
+        let Some(m) = self.mqtt.get_mut(key) else { return Ok(Sent::Not) };
         let Some(version) = m.version else { return Ok(Sent::Not) };
         let qos = d.qos;
         let own = version == Version::V5 && !d.sids.is_empty();
@@ -252,8 +252,7 @@ impl Worker {
 
     /// A connection ends: the shared subscription groups it was in are
     /// told it left.
-    pub(super) fn mqtt_shared_leave(&mut self, key: usize, gen: u32, ext: &mut crate::server::worker::conn::Ext) {
-        let Some(m) = mqtt::state_mut(ext) else { return };
+    pub(super) fn mqtt_shared_leave(&mut self, key: usize, gen: u32, m: &mut mqtt::MqttConn) {
         let changes = mqtt::shared::leave_all(m, &mut self.published.shared, crate::server::commands::conn_id(self.cfg.worker, key, gen));
         if !changes.is_empty() {
             control::emit(&ServerMsg::SharedChanged { worker: self.cfg.worker, changes });
@@ -262,8 +261,8 @@ impl Worker {
 
     /// A connection ends: its will, if it still has one (no DISCONNECT,
     /// or v5 reason 0x04), goes into the topic space now.
-    pub(super) fn mqtt_will(&mut self, ext: &mut crate::server::worker::conn::Ext) {
-        let Some(will) = mqtt::state_mut(ext).and_then(|m| m.take_will()) else { return };
+    pub(super) fn mqtt_will(&mut self, m: &mut mqtt::MqttConn) {
+        let Some(will) = m.take_will() else { return };
         self.stats.mqtt_wills_sent += 1;
         let data = base64::engine::general_purpose::STANDARD.encode(&will.payload);
         let messages = vec![ClientPublish { topic: will.topic.into(), data, qos: will.qos as u8, retain: will.retain, mqtt: will.mqtt }];

@@ -28,11 +28,17 @@ use base64::Engine;
 const SESSION_TAKEN_OVER: u8 = 0x8E;
 
 impl Worker {
+    /// How many MQTT states the worker's table reserves at its first: the
+    /// connections this worker can hold (its budget, its fds).
+    pub(super) fn mqtt_reserve(&self) -> usize {
+        self.cfg.budget.min(self.fd_ceiling).min(super::mqtt_states::MAX_RESERVE as u64) as usize
+    }
+
     /// The supervisor's answer to a CONNECT's claim of its client id.
     pub(super) fn mqtt_session(&mut self, a: SessionAnswer) {
         let (worker, key, gen) = split_id(a.conn);
         let waiting =
-            worker == self.cfg.worker && self.conns.get(key).is_some_and(|c| c.gen == gen && mqtt::state(&c.ext).is_some_and(|m| m.claim == Claim::Waiting));
+            worker == self.cfg.worker && self.conns.get(key).is_some_and(|c| c.gen == gen) && self.mqtt.get(key).is_some_and(|m| m.claim == Claim::Waiting);
         if !waiting {
             // It closed meanwhile: give the id back.
             if a.code == 0 {
@@ -47,7 +53,7 @@ impl Worker {
         let bounds = self.cfg.mqtt.flight;
         let max_packet = self.mqtt_limits.max_packet_size;
         let Some(conn) = self.conns.get_mut(key) else { return };
-        let Some(m) = mqtt::state_mut(&mut conn.ext) else { return };
+        let Some(m) = self.mqtt.get_mut(key) else { return };
         let v = m.version.unwrap_or(Version::V311);
         if a.code != 0 {
             m.claim = Claim::None;
@@ -139,9 +145,10 @@ impl Worker {
     /// answered (it waited in the connection's partial input).
     fn mqtt_resume(&mut self, key: usize) {
         let Some(conn) = self.conns.get_mut(key) else { return };
+        let Some(m) = self.mqtt.get_mut(key) else { return };
         // Over WebSocket it waited as MQTT bytes (the partial input is a
         // frame's start, for the next read).
-        let ws = mqtt::over_ws(&conn.ext);
+        let ws = m.ws;
         let buf = if ws {
             Vec::new()
         } else {
@@ -168,9 +175,9 @@ impl Worker {
             worker: self.cfg.worker,
         };
         let mut end = if ws {
-            mqtt_ws::resume(&mut ctx, &mut conn.ext).err()
+            mqtt_ws::resume(&mut ctx, m).err()
         } else {
-            let r = mqtt::consume(&mut ctx, &mut conn.ext, &buf);
+            let r = mqtt::consume(&mut ctx, m, &buf);
             if let Ok(used) = r {
                 if used < buf.len() {
                     conn.partial = Some(Box::new(buf[used..].to_vec()));
@@ -196,12 +203,13 @@ impl Worker {
             return;
         }
         let Some(conn) = self.conns.get_mut(key).filter(|c| c.gen == gen) else { return };
+        let m = self.mqtt.get(key);
         self.out.clear();
-        if mqtt::state(&conn.ext).and_then(|m| m.version) == Some(Version::V5) {
+        if m.and_then(|m| m.version) == Some(Version::V5) {
             let _ =
                 encode::packet(&Packet::Disconnect(Disconnect { reason: SESSION_TAKEN_OVER, properties: Properties::default() }), Version::V5, &mut self.out);
         }
-        if mqtt::over_ws(&conn.ext) {
+        if m.is_some_and(|m| m.ws) {
             mqtt_ws::wrap(&mut self.out, 0);
             crate::proto::ws::frame::encode_close(&mut self.out, 1000, None);
         }
@@ -216,16 +224,16 @@ impl Worker {
     /// that outlives it, and then its will when it asked for a v5 Will
     /// Delay Interval (the supervisor holds it: a reconnect of the id on
     /// any worker cancels it).
-    pub(super) fn mqtt_session_end(&mut self, key: usize, conn: &mut super::conn::Conn) {
-        let will = mqtt::state_mut(&mut conn.ext)
-            .filter(|m| m.claim == Claim::Registered && m.expiry_s() > 0 && m.extra.as_deref().and_then(|x| x.will.as_ref()).is_some_and(|w| w.delay_s > 0))
-            .and_then(|m| m.take_will())
-            .map(|w| {
-                self.stats.mqtt_wills_sent += 1;
-                let data = base64::engine::general_purpose::STANDARD.encode(&w.payload);
-                DelayedWill { will: ClientPublish { topic: w.topic.into(), data, qos: w.qos as u8, retain: w.retain, mqtt: w.mqtt }, delay_s: w.delay_s }
-            });
-        let Some(m) = mqtt::state(&conn.ext).filter(|m| m.claim == Claim::Registered) else { return };
+    pub(super) fn mqtt_session_end(&mut self, key: usize, conn: &super::conn::Conn, m: &mut mqtt::MqttConn) {
+        let delayed = m.claim == Claim::Registered && m.expiry_s() > 0 && m.extra.as_deref().and_then(|x| x.will.as_ref()).is_some_and(|w| w.delay_s > 0);
+        let will = delayed.then(|| m.take_will()).flatten().map(|w| {
+            self.stats.mqtt_wills_sent += 1;
+            let data = base64::engine::general_purpose::STANDARD.encode(&w.payload);
+            DelayedWill { will: ClientPublish { topic: w.topic.into(), data, qos: w.qos as u8, retain: w.retain, mqtt: w.mqtt }, delay_s: w.delay_s }
+        });
+        if m.claim != Claim::Registered {
+            return;
+        }
         let state = (m.expiry_s() > 0).then(|| {
             // A subscription with no options kept is plain QoS 0.
             let opts = |id: u32| m.extra.as_deref().and_then(|x| x.subs.iter().find(|s| s.id == id));

@@ -59,8 +59,10 @@ impl Worker {
             crate::proto::ws::frame::encode(&mut frame, true, crate::proto::ws::frame::Opcode::Text, v.to_string().as_bytes(), None);
             for key in self.topics.subscribers(&n.topic) {
                 let services = &self.cfg.services;
+                // JSON WebSocket clients only: not MQTT over WebSocket.
+                let json = self.mqtt.get(key).is_none();
                 let ws = |c: &&mut crate::server::worker::conn::Conn| {
-                    super::protocol_of(services, c) == Protocol::Ws && takes_pushes(&c.ext) && !matches!(c.ext.as_deref(), Some(ConnExt::Sse(_)))
+                    json && super::protocol_of(services, c) == Protocol::Ws && takes_pushes(&c.ext, None) && !matches!(c.ext.as_deref(), Some(ConnExt::Sse(_)))
                 };
                 let Some(conn) = self.conns.get_mut(key).filter(ws) else { continue };
                 match super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &frame, self.cfg.max_pending_bytes, Close::SlowConsumer) {

@@ -41,6 +41,7 @@ impl Worker {
         let (received, cut) = (received.map(|(bytes, _)| bytes), received.is_some_and(|(_, cut)| cut));
         let now_s = self.now_s();
         let now_ds = self.now_ds();
+        let reserve = self.mqtt_reserve();
         let Some(conn) = self.conns.get_mut(key) else { return };
         let mut end: Option<Close> = None;
         let mut rearm = false;
@@ -145,11 +146,19 @@ impl Worker {
                         upstream: self.upstream.as_mut(),
                         codec: self.ws_codec.as_deref_mut(),
                         deflate,
+                        mqtt: false,
                     };
                     // MQTT over WebSocket is served on the same port.
                     let mut ctx = mqtt_ws::Ctx { ws, mqtt: &self.cfg.mqtt, limits: &self.mqtt_limits, published: &mut self.published, worker: self.cfg.worker };
                     let ext = &mut conn.ext;
-                    let r = read(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| mqtt_ws::consume(&mut ctx, ext, buf));
+                    // Its MQTT state, if an Upgrade chose MQTT, out of the
+                    // table for the read (a JSON WebSocket connection gets
+                    // no entry there: the table's entries are 32 bytes).
+                    let mut m = self.mqtt.take(key);
+                    let r = read(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| mqtt_ws::consume(&mut ctx, ext, &mut m, buf));
+                    if m.is_some() {
+                        *self.mqtt.entry(key, reserve) = m;
+                    }
                     negotiated = ctx.ws.deflate;
                     super::mqtt_session::emit(self.cfg.worker, &mut self.published);
                     r
@@ -164,8 +173,12 @@ impl Worker {
                         published: &mut self.published,
                         worker: self.cfg.worker,
                     };
-                    let ext = &mut conn.ext;
-                    let r = read(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| mqtt::consume(&mut ctx, ext, buf));
+                    // Made at its accept, gone only with the connection.
+                    let mut m = self.mqtt.get_mut(key);
+                    let r = read(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| match m.as_deref_mut() {
+                        Some(m) => mqtt::consume(&mut ctx, m, buf),
+                        None => Err(Close::MqttNoState),
+                    });
                     // Into the topic space before the PUBACKs go out.
                     super::mqtt_session::emit(self.cfg.worker, &mut self.published);
                     r

@@ -14,6 +14,7 @@
 
 use super::Worker;
 use crate::server::close::Close;
+use crate::server::session::mqtt::MqttConn;
 use crate::server::worker::conn::{Conn, ConnExt};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -32,12 +33,13 @@ struct Held {
 }
 
 impl Held {
-    fn of(c: &Conn) -> Option<Held> {
-        let (fragments, carried) = match c.ext.as_deref() {
-            Some(ConnExt::Ws(w)) => (w.frag.as_ref().map_or(0, |f| f.len()), 0),
+    /// `mqtt`: its MQTT state, if it speaks MQTT.
+    fn of(c: &Conn, mqtt: Option<&MqttConn>) -> Option<Held> {
+        let (fragments, carried) = match (c.ext.as_deref(), mqtt) {
+            (Some(ConnExt::Ws(w)), _) => (w.frag.as_ref().map_or(0, |f| f.len()), 0),
             // MQTT over WebSocket: a packet cut by a message's end (and
             // fragments) is partial input too.
-            Some(ConnExt::Mqtt(m)) => (0, m.extra.as_ref().map_or(0, |x| x.carry.held())),
+            (_, Some(m)) => (0, m.extra.as_ref().map_or(0, |x| x.carry.held())),
             _ => (0, 0),
         };
         let partial = c.partial.as_ref().map_or(0, |p| p.len()) + carried;
@@ -97,7 +99,7 @@ impl Worker {
         let mut seen = HashMap::with_capacity(self.stalls.seen.len());
         let mut stalled = Vec::new();
         for (key, c) in self.conns.iter() {
-            let Some(held) = Held::of(c) else { continue };
+            let Some(held) = Held::of(c, self.mqtt.get(key)) else { continue };
             let since = match self.stalls.seen.get(&key) {
                 Some((before, since)) if *before == held => *since,
                 _ => now,

@@ -16,6 +16,8 @@ pub(crate) struct Port {
     ws: WsConfig,
     mqtt: MqttConfig,
     pub(crate) ext: Ext,
+    /// Its MQTT state once the Upgrade chose MQTT (the worker's table entry).
+    pub(crate) mqtt_state: Option<MqttConn>,
 }
 
 pub(crate) fn port() -> Port {
@@ -27,6 +29,7 @@ pub(crate) fn port() -> Port {
         ws: WsConfig { max_message: 64 * 1024, max_head: 8192, push_format: PushFormat::Text, deflate: Default::default() },
         mqtt: MqttConfig { max_push: 1024, flight: Default::default() },
         ext: ws::fresh(1),
+        mqtt_state: None,
     }
 }
 
@@ -46,9 +49,10 @@ impl Port {
             upstream: None,
             codec: None,
             deflate: false,
+            mqtt: false,
         };
         let mut ctx = Ctx { ws, mqtt: &self.mqtt, limits: &limits, published: &mut self.published, worker: 0 };
-        let r = consume(&mut ctx, &mut self.ext, buf).map_err(Close::as_str);
+        let r = consume(&mut ctx, &mut self.ext, &mut self.mqtt_state, buf).map_err(Close::as_str);
         (r, std::mem::take(&mut self.read.out))
     }
 }
@@ -82,7 +86,7 @@ pub(crate) fn fuzz(data: &[u8]) {
                 }
                 Err(_) => break,
             }
-            let held = mqtt::state(&p.ext).and_then(|m| m.extra.as_deref()).map_or(0, |x| x.carry.held());
+            let held = p.mqtt_state.as_ref().and_then(|m| m.extra.as_deref()).map_or(0, |x| x.carry.held());
             assert!(held <= 2 * max + 64 * 1024, "{held} bytes carried");
         }
     }

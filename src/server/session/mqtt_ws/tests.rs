@@ -64,7 +64,7 @@ fn a_connect_across_frames_and_two_packets_in_one_are_answered_in_binary_message
     let head = String::from_utf8_lossy(&out[..out.len() - after_head(&out).len()]).to_string();
     assert!(head.starts_with("HTTP/1.1 101") && head.contains("Sec-WebSocket-Protocol: mqtt\r\n"), "{head}");
     assert_eq!(heard(after_head(&out)), (vec![0x20, 2, 0, 0], None));
-    assert!(mqtt::over_ws(&p.ext) && !mqtt::connecting(&p.ext));
+    assert!(p.mqtt_state.as_ref().is_some_and(|m| m.ws) && !mqtt::connecting(p.mqtt_state.as_ref()));
 
     let sub = Subscribe {
         packet_id: 7,
@@ -92,14 +92,14 @@ fn a_packet_spanning_messages_and_fragments_is_carried_until_whole() {
     let bytes = packet(&Packet::Publish(publish), Version::V5);
     let (r, out) = p.feed(&client_frame(true, Opcode::Binary, &bytes[..4]));
     assert!(r.is_ok() && out.is_empty());
-    assert_eq!(mqtt::state(&p.ext).and_then(|m| m.extra.as_ref()).map(|x| x.carry.held()), Some(4));
+    assert_eq!(p.mqtt_state.as_ref().and_then(|m| m.extra.as_ref()).map(|x| x.carry.held()), Some(4));
     assert!(p.published.messages.is_empty());
     let mut rest = client_frame(false, Opcode::Binary, &bytes[4..6]);
     rest.extend(client_frame(true, Opcode::Continuation, &bytes[6..]));
     assert!(p.feed(&rest).0.is_ok());
     assert_eq!(p.published.messages.len(), 1);
     assert_eq!(&*p.published.messages[0].topic, "a/b");
-    assert!(mqtt::state(&p.ext).is_some_and(|m| m.extra.is_none()), "nothing carried, nothing boxed");
+    assert!(p.mqtt_state.as_ref().is_some_and(|m| m.extra.is_none()), "nothing carried, nothing boxed");
 }
 
 /// A text message is refused with close 1003; a packet past the cap is
@@ -134,7 +134,7 @@ fn text_and_a_packet_too_large_are_refused_with_their_close_codes() {
 fn a_connect_without_the_mqtt_offer_is_refused() {
     let mut p = port();
     let (r, _) = p.feed(&upgrade("megaconn"));
-    assert!(r.is_ok() && !mqtt::over_ws(&p.ext));
+    assert!(r.is_ok() && p.mqtt_state.is_none());
     let (r, out) = p.feed(&client_frame(true, Opcode::Binary, b"\x10\x05abcde"));
     assert!(r.is_ok());
     assert_eq!(heard(&out).0, b"\x10\x05abcde");

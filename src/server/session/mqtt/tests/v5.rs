@@ -32,7 +32,7 @@ fn shared_subscriptions_join_leave_and_are_bounded() {
     let (_, out) = p.feed(&bytes(&unsub, Version::V5));
     assert_eq!(out, bytes(&Packet::UnsubAck(SubAck { packet_id: 8, properties: Properties::default(), codes: vec![0, 0x11] }), Version::V5));
     assert_eq!(p.published.shared_changes.iter().map(|c| (c.name.as_str(), c.join)).collect::<Vec<_>>(), [("$share/g/a/+", false)]);
-    let left = shared::leave_all(state_mut(&mut p.ext).unwrap(), &mut p.published.shared, 5);
+    let left = shared::leave_all(&mut p.m, &mut p.published.shared, 5);
     assert_eq!(left.len(), shared::MAX_PER_CONN - 1);
     assert!(left.iter().all(|c| c.conn == 5 && !c.join));
     // A 3.1.1 client's `$share/...` is a shared subscription too (as mosquitto takes it).
@@ -61,7 +61,7 @@ fn no_local_and_subscription_ids_decide_each_delivery() {
     let (r, out) = p.feed(&buf);
     assert!(r.is_ok());
     assert_eq!(out.len(), 3 * 6, "three SUBACKs granting QoS 1: {out:x?}");
-    let m = state(&p.ext).unwrap();
+    let m = &p.m;
     let (topics, all) = (&p.read.topics, &p.read.subs);
     let d = |topic, own| m.delivery(topics, all, topic, QoS::AtLeastOnce, false, own).map(|d| d.sids);
     assert_eq!(d("a/b", false), Some(vec![5, 9]));
@@ -71,7 +71,7 @@ fn no_local_and_subscription_ids_decide_each_delivery() {
     assert_eq!(d("x/y", true), None);
     // A plain QoS 0 subscription (no options kept) still delivers its own, at its QoS.
     assert!(p.feed(&subscribe_plain(Version::V5, "x/y")).0.is_ok());
-    let m = state(&p.ext).unwrap();
+    let m = &p.m;
     let (topics, all) = (&p.read.topics, &p.read.subs);
     assert_eq!(m.delivery(topics, all, "x/y", QoS::AtLeastOnce, false, true).map(|d| d.qos), Some(QoS::AtMostOnce));
 }
