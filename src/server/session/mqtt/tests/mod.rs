@@ -84,7 +84,7 @@ fn a_v311_connect_and_ping_are_answered_and_a_cut_packet_waits() {
     let (r, out) = p.feed(&buf);
     assert_eq!(r, Ok(whole + 2));
     assert_eq!(out, [0x20, 0x02, 0x00, 0x00, 0xD0, 0x00]);
-    assert_eq!(Some(&p.m).map(|m| (m.version, m.keep_alive_s)), Some((Some(Version::V311), 30)));
+    assert_eq!((p.m.version, p.m.keep_alive_s), (Some(Version::V311), 30));
     assert_eq!(p.read.stats.mqtt_connects.get("3.1.1"), Some(&1));
 }
 
@@ -165,10 +165,10 @@ fn publishes_are_handed_on_and_acknowledged_or_refused() {
     }
     assert_eq!(p.published.messages.len(), 2, "the resend was not handed on");
     assert_eq!((p.read.stats.mqtt_qos2_resent, p.read.stats.mqtt_publishes_in.get("2")), (1, Some(&1)));
-    assert!((&p.m).extra.is_some(), "the id awaits its PUBREL");
+    assert!(p.m.extra.is_some(), "the id awaits its PUBREL");
     let (_, out) = p.feed(&bytes(&Packet::PubRel(ack(9, 0)), Version::V5));
     assert_eq!(out, bytes(&Packet::PubComp(ack(9, 0)), Version::V5));
-    assert!((&p.m).extra.is_none(), "released: the box is freed");
+    assert!(p.m.extra.is_none(), "released: the box is freed");
     let (r, out) = p.feed(&bytes(&Packet::PubRel(ack(9, 0)), Version::V5));
     assert!(r.is_ok());
     assert_eq!(out, bytes(&Packet::PubComp(ack(9, 0x92)), Version::V5));
@@ -228,7 +228,7 @@ fn acknowledgements_move_deliveries_on_and_release_the_held_ones() {
     assert_eq!(out, bytes(&Packet::PubRel(ack(40, 0x92)), Version::V5));
     let (_, out) = p.feed(&bytes(&Packet::PubAck(ack(3, 0)), Version::V5));
     assert!(out.is_empty());
-    assert!((&p.m).extra.is_none(), "nothing in flight: nothing allocated");
+    assert!(p.m.extra.is_none(), "nothing in flight: nothing allocated");
     let s = &p.read.stats;
     assert_eq!((s.mqtt_acks_in["puback"], s.mqtt_acks_in["pubrec"], s.mqtt_acks_in["pubcomp"]), (2, 2, 1));
     assert_eq!((s.mqtt_unknown_packet_ids["pubrec"], s.mqtt_publishes_out["1"]), (1, 1));
@@ -316,7 +316,7 @@ fn granted_qos_decides_each_delivery_and_retain_handling_the_wants() {
         Version::V5,
     );
     assert!(p.feed(&unsub).0.is_ok());
-    assert!((&p.m).extra.is_none(), "unsubscribed: no options kept");
+    assert!(p.m.extra.is_none(), "unsubscribed: no options kept");
 }
 
 /// An MQTT connection's state is 32 bytes with the registry's 16-byte
