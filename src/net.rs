@@ -13,6 +13,58 @@ use std::io::{self, Read, Write};
 /// connection.
 pub(crate) type Spill = Option<Box<Vec<u8>>>;
 
+/// Where a connection keeps the bytes it carries between events (the
+/// start of a cut frame, output the socket did not take): a [`Spill`] of
+/// its own, or one half of the server record's shared box
+/// (`server::worker::conn::Spills`). What is held is never empty: a slot
+/// that holds nothing says `None`, and frees what it can.
+pub(crate) trait Carried {
+    /// The bytes held, if any.
+    fn held(&self) -> Option<&Vec<u8>>;
+    fn held_mut(&mut self) -> Option<&mut Vec<u8>>;
+    /// Hold `bytes` (not empty) in place of whatever was held.
+    fn hold(&mut self, bytes: Vec<u8>);
+    /// What was held, the slot left empty.
+    fn take(&mut self) -> Option<Vec<u8>>;
+
+    fn is_held(&self) -> bool {
+        self.held().is_some()
+    }
+
+    /// Bytes held (0 for none).
+    fn held_len(&self) -> usize {
+        self.held().map_or(0, Vec::len)
+    }
+
+    /// Drop the first `n` bytes held, the slot emptied when none is left.
+    fn consume(&mut self, n: usize) {
+        let Some(buf) = self.held_mut() else { return };
+        buf.drain(..n);
+        if buf.is_empty() {
+            self.take();
+        }
+    }
+}
+
+impl Carried for Spill {
+    fn held(&self) -> Option<&Vec<u8>> {
+        self.as_deref()
+    }
+
+    fn held_mut(&mut self) -> Option<&mut Vec<u8>> {
+        self.as_deref_mut()
+    }
+
+    fn hold(&mut self, bytes: Vec<u8>) {
+        debug_assert!(!bytes.is_empty());
+        *self = Some(Box::new(bytes));
+    }
+
+    fn take(&mut self) -> Option<Vec<u8>> {
+        Option::take(self).map(|b| *b)
+    }
+}
+
 /// Most bytes a connection may leave unsent before it is closed as a slow
 /// reader, when its protocol's replies are small; bounds memory per
 /// connection whatever the peer does. A protocol that may answer with more
@@ -106,7 +158,7 @@ pub(crate) enum ReadEnd<E = String> {
 /// read on to see it even after a short read.
 pub(crate) fn read_frames<S: Source>(
     stream: &mut S,
-    partial: &mut Spill,
+    partial: &mut impl Carried,
     scratch: &mut [u8],
     read_closed: bool,
     mut on_frame: impl FnMut(Frame<'_>) -> Result<(), &'static str>,
@@ -118,7 +170,7 @@ pub(crate) fn read_frames<S: Source>(
 /// echo8 protocol: 8-byte timestamps with no framing).
 pub(crate) fn read_fixed<S: Source>(
     stream: &mut S,
-    partial: &mut Spill,
+    partial: &mut impl Carried,
     scratch: &mut [u8],
     read_closed: bool,
     unit: usize,
@@ -130,7 +182,7 @@ pub(crate) fn read_fixed<S: Source>(
 /// [`read_fixed`] with errors of the caller's type (see [`read_chunks_as`]).
 pub(crate) fn read_fixed_as<S: Source, E>(
     stream: &mut S,
-    partial: &mut Spill,
+    partial: &mut impl Carried,
     scratch: &mut [u8],
     read_closed: bool,
     unit: usize,
@@ -158,7 +210,7 @@ pub(crate) fn read_fixed_as<S: Source, E>(
 /// names why the connection must close.
 pub(crate) fn read_chunks<S: Source>(
     stream: &mut S,
-    partial: &mut Spill,
+    partial: &mut impl Carried,
     scratch: &mut [u8],
     read_closed: bool,
     consume: impl FnMut(&[u8]) -> Result<usize, &'static str>,
@@ -170,7 +222,7 @@ pub(crate) fn read_chunks<S: Source>(
 /// a `String` (one carrying a code, like a client's "ws_close_1008").
 pub(crate) fn read_chunks_named<S: Source, E: Into<String>>(
     stream: &mut S,
-    partial: &mut Spill,
+    partial: &mut impl Carried,
     scratch: &mut [u8],
     read_closed: bool,
     mut consume: impl FnMut(&[u8]) -> Result<usize, E>,
@@ -182,7 +234,7 @@ pub(crate) fn read_chunks_named<S: Source, E: Into<String>>(
 /// `io_error`'s name for a failed read. Nothing is allocated to end.
 pub(crate) fn read_chunks_as<S: Source, E>(
     stream: &mut S,
-    partial: &mut Spill,
+    partial: &mut impl Carried,
     scratch: &mut [u8],
     read_closed: bool,
     mut consume: impl FnMut(&[u8]) -> Result<usize, E>,
@@ -197,26 +249,21 @@ pub(crate) fn read_chunks_as<S: Source, E>(
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return ReadEnd::Error(io_error(&e)),
         };
-        let result = match partial {
+        let result = match partial.held_mut() {
             // Nothing new (records with no plaintext): nothing to consume,
             // but the read still counts against the budget below.
             _ if n == 0 => Ok(0),
             Some(buf) => {
                 buf.extend_from_slice(&scratch[..n]);
                 let r = consume(buf);
-                if let Ok(used) = r {
-                    buf.drain(..used);
-                }
-                if buf.is_empty() {
-                    *partial = None;
-                }
+                partial.consume(*r.as_ref().unwrap_or(&0));
                 r
             }
             None => {
                 let r = consume(&scratch[..n]);
                 if let Ok(used) = r {
                     if used < n {
-                        *partial = Some(Box::new(scratch[used..n].to_vec()));
+                        partial.hold(scratch[used..n].to_vec());
                     }
                 }
                 r
@@ -278,22 +325,22 @@ impl SendError {
 /// Write `data`, keeping what the socket does not take in `backlog`.
 /// Errors name the reason the connection must be closed.
 #[cfg(test)]
-pub(crate) fn send<S: Write>(stream: &mut S, backlog: &mut Spill, data: &[u8]) -> Result<(), String> {
+pub(crate) fn send<S: Write>(stream: &mut S, backlog: &mut impl Carried, data: &[u8]) -> Result<(), String> {
     send_capped(stream, backlog, data, MAX_BACKLOG, "slow_reader")
 }
 
 /// Write `data`, keeping what the socket does not take in `backlog` up
 /// to `cap` bytes: beyond, the connection must be closed, named `reason`.
-pub(crate) fn send_capped<S: Write>(stream: &mut S, backlog: &mut Spill, data: &[u8], cap: usize, reason: &str) -> Result<(), String> {
+pub(crate) fn send_capped<S: Write>(stream: &mut S, backlog: &mut impl Carried, data: &[u8], cap: usize, reason: &str) -> Result<(), String> {
     try_send_capped(stream, backlog, data, cap).map_err(|e| e.name(reason))
 }
 
 /// [`send_capped`] with a typed error: nothing is allocated to fail.
-pub(crate) fn try_send_capped<S: Write>(stream: &mut S, backlog: &mut Spill, data: &[u8], cap: usize) -> Result<(), SendError> {
+pub(crate) fn try_send_capped<S: Write>(stream: &mut S, backlog: &mut impl Carried, data: &[u8], cap: usize) -> Result<(), SendError> {
     if data.is_empty() {
         return Ok(());
     }
-    if backlog.is_some() {
+    if backlog.is_held() {
         try_queue_capped(backlog, data, cap)?;
         return try_flush(stream, backlog);
     }
@@ -312,29 +359,33 @@ pub(crate) fn try_send_capped<S: Write>(stream: &mut S, backlog: &mut Spill, dat
         if data.len() - written > cap {
             return Err(SendError::Full);
         }
-        *backlog = Some(Box::new(data[written..].to_vec()));
+        backlog.hold(data[written..].to_vec());
     }
     Ok(())
 }
 
 /// Add `data` behind what waits in `backlog`, within `cap` bytes (else
 /// [`SendError::Full`]: the connection must be closed).
-pub(crate) fn try_queue_capped(backlog: &mut Spill, data: &[u8], cap: usize) -> Result<(), SendError> {
-    if backlog.as_ref().map_or(0, |b| b.len()) + data.len() > cap {
+pub(crate) fn try_queue_capped(backlog: &mut impl Carried, data: &[u8], cap: usize) -> Result<(), SendError> {
+    if backlog.held_len() + data.len() > cap {
         return Err(SendError::Full);
     }
-    backlog.get_or_insert_with(Default::default).extend_from_slice(data);
+    match backlog.held_mut() {
+        Some(buf) => buf.extend_from_slice(data),
+        None if data.is_empty() => {}
+        None => backlog.hold(data.to_vec()),
+    }
     Ok(())
 }
 
 /// Push out as much of `backlog` as the socket takes now.
-pub(crate) fn flush<S: Write>(stream: &mut S, backlog: &mut Spill) -> Result<(), String> {
+pub(crate) fn flush<S: Write>(stream: &mut S, backlog: &mut impl Carried) -> Result<(), String> {
     try_flush(stream, backlog).map_err(|e| e.name(""))
 }
 
 /// [`flush`] with a typed error.
-pub(crate) fn try_flush<S: Write>(stream: &mut S, backlog: &mut Spill) -> Result<(), SendError> {
-    let Some(buf) = backlog else { return Ok(()) };
+pub(crate) fn try_flush<S: Write>(stream: &mut S, backlog: &mut impl Carried) -> Result<(), SendError> {
+    let Some(buf) = backlog.held() else { return Ok(()) };
     let mut written = 0;
     while written < buf.len() {
         match stream.write(&buf[written..]) {
@@ -345,10 +396,7 @@ pub(crate) fn try_flush<S: Write>(stream: &mut S, backlog: &mut Spill) -> Result
             Err(e) => return Err(SendError::Io(e)),
         }
     }
-    buf.drain(..written);
-    if buf.is_empty() {
-        *backlog = None;
-    }
+    backlog.consume(written);
     Ok(())
 }
 

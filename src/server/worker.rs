@@ -29,12 +29,14 @@ mod mqtt_states;
 pub(crate) mod outbox;
 pub(crate) mod seam;
 mod serve;
+mod spills;
 mod stall;
 mod tls;
 pub(crate) mod topics;
 mod trim;
 pub(crate) mod wildcards;
 
+use crate::net::Carried;
 use crate::server::business::service_time::ServiceTime;
 use crate::server::business::{BusinessMode, Stage};
 use crate::server::close::{self, Close};
@@ -544,7 +546,7 @@ impl Handler for Worker {
         (self.stats.topics, self.stats.subscriptions) = self.topics.counts();
         self.stats.active_by_protocol = crate::server::services::by_protocol(&self.cfg.services, &self.open_by_service);
         self.stats.authenticated = self.topics.gate.len() as u64;
-        self.stats.backlog_bytes = self.conns.iter().filter_map(|(_, c)| c.backlog.as_ref()).map(|b| b.len() as u64).sum();
+        self.stats.backlog_bytes = self.conns.iter().filter_map(|(_, c)| c.spills.held_backlog()).map(|b| b.len() as u64).sum();
         self.stats.last = last;
         control::emit(&ServerMsg::Server(Box::new(self.stats.clone())));
     }
@@ -587,7 +589,7 @@ impl Worker {
     /// Draining is over when no request is still with the business stage
     /// and no answer is still waiting for its socket.
     fn drained(&self) -> bool {
-        self.drain.as_ref().is_none_or(drain::Drain::finished) && self.stage.in_flight() == 0 && self.conns.iter().all(|(_, c)| c.backlog.is_none())
+        self.drain.as_ref().is_none_or(drain::Drain::finished) && self.stage.in_flight() == 0 && self.conns.iter().all(|(_, c)| !c.spills.has_backlog())
     }
 
     /// Whether HTTP request heads are swept for --header-timeout (a
@@ -649,7 +651,8 @@ impl Worker {
                 r.next.ops.push(crate::uring::Op::Cancel { tag: crate::uring::recv_tag(key, conn.gen) });
                 // What waited behind its send in flight (a goaway, a
                 // refusal's answer) still goes, right behind it.
-                if let Some(b) = conn.backlog.take().filter(|_| conn.sending()) {
+                let sending = conn.sending();
+                if let Some(b) = conn.spills.backlog().take().filter(|_| sending) {
                     r.send_last(&conn, &b);
                 }
             }
@@ -671,7 +674,7 @@ impl Worker {
                     _ => t.close_notify(&mut conn.stream, &mut side.bufs.wire),
                 }
             }
-            if reason.lingers() && conn.backlog.is_none() && (!conn.watched() || self.poll.registry().deregister(&mut conn.stream).is_ok()) {
+            if reason.lingers() && !conn.spills.has_backlog() && (!conn.watched() || self.poll.registry().deregister(&mut conn.stream).is_ok()) {
                 match &mut self.ring {
                     // Its answer goes with the next submit; the lingering after.
                     Some(r) if conn.sending() => r.linger_after_submit.push(conn.stream),

@@ -1,22 +1,21 @@
 //! One accepted connection: the socket and the little state it needs
 //! between readiness events.
 
-use crate::net::Spill;
 use crate::proto::ws::frame::Fragments;
 use crate::server::session::http::HttpConn;
+use crate::server::worker::spills::Spills;
 
 /// Per-connection record kept in the worker's slab. An idle connection
-/// costs the socket handle, two timestamps, a generation and four empty
-/// `Option<Box>`es: 48 bytes, and 48 in the slab too (its tag hides in
-/// a niche; `an_idle_connection_stays_small` counts the allocation).
+/// costs the socket handle, two timestamps, a generation and three empty
+/// words: 40 bytes, and 40 in the slab too (its tag hides in a niche;
+/// `an_idle_connection_stays_small` counts the allocation).
 pub(crate) struct Conn {
     pub stream: mio::net::TcpStream,
     /// Worker-relative second of the last byte received (idle timeout).
     pub last_seen_s: u32,
-    /// An incomplete frame carried to the next read.
-    pub partial: Spill,
-    /// Output the socket did not take yet.
-    pub backlog: Spill,
+    /// An incomplete frame carried to the next read and output the socket
+    /// did not take yet, behind one pointer (`spills.rs`).
+    pub spills: Spills,
     /// Distinguishes this connection from a later one reusing its slab
     /// key, so a late business-stage reply never reaches the wrong peer.
     pub gen: u32,
@@ -31,7 +30,7 @@ pub(crate) struct Conn {
     /// in the top bit whether an io_uring send of it is in flight and in
     /// the next whether the worker's epoll watches it, in the third whether
     /// it negotiated permessage-deflate (which keeps an idle connection at
-    /// 48 bytes: its compression state is the worker's, shared).
+    /// 40 bytes: its compression state is the worker's, shared).
     since_s: u32,
 }
 
@@ -60,8 +59,7 @@ impl Conn {
         Conn {
             stream,
             last_seen_s: now_s,
-            partial: None,
-            backlog: None,
+            spills: Spills::default(),
             gen,
             ext: None,
             subs: crate::server::worker::topics::Subs::new(),
@@ -228,7 +226,7 @@ mod tests {
     /// niche of Conn), whatever protocol they speak, counted by the allocator.
     #[test]
     fn an_idle_connection_stays_small() {
-        assert_eq!(std::mem::size_of::<Conn>(), 48);
+        assert_eq!(std::mem::size_of::<Conn>(), 40);
         const N: usize = 10_000;
         let (slab, bytes) = crate::test_alloc::counted(|| {
             let mut slab = slab::Slab::<Conn>::with_capacity(N);
@@ -239,7 +237,7 @@ mod tests {
         });
         assert_eq!(slab.capacity(), N);
         let per_entry = bytes as f64 / N as f64;
-        assert!((48.0..48.5).contains(&per_entry), "a slab entry costs {per_entry:.1} B, not 48");
+        assert!((40.0..40.5).contains(&per_entry), "a slab entry costs {per_entry:.1} B, not 40");
     }
 
     /// The two flag bits ride in `since_s` without changing the age

@@ -52,6 +52,6 @@ pub(super) fn send_frame(
 fn send_plain(ring: Option<&mut RingSide>, key: usize, conn: &mut Conn, data: &[u8], cap: usize, full: Close) -> Result<(), Close> {
     match ring {
         Some(r) => r.send(key, conn, data, cap, full),
-        None => net::try_send_capped(&mut conn.stream, &mut conn.backlog, data, cap).map_err(|e| Close::send(e, full)),
+        None => net::try_send_capped(&mut conn.stream, &mut conn.spills.backlog(), data, cap).map_err(|e| Close::send(e, full)),
     }
 }

@@ -12,6 +12,7 @@
 //! there, as MQTT bytes.
 
 use super::Worker;
+use crate::net::Carried;
 use crate::proto::mqtt::forward::Forwarded;
 use crate::proto::mqtt::{encode, ConnAck, Disconnect, Packet, Properties, QoS, Version};
 use crate::server::broker::sessions::wills::DelayedWill;
@@ -152,8 +153,8 @@ impl Worker {
         let buf = if ws {
             Vec::new()
         } else {
-            let Some(buf) = conn.partial.take() else { return };
-            *buf
+            let Some(buf) = conn.spills.partial().take() else { return };
+            buf
         };
         self.out.clear();
         let req = Requests {
@@ -180,7 +181,7 @@ impl Worker {
             let r = mqtt::consume(&mut ctx, m, &buf);
             if let Ok(used) = r {
                 if used < buf.len() {
-                    conn.partial = Some(Box::new(buf[used..].to_vec()));
+                    conn.spills.partial().hold(buf[used..].to_vec());
                 }
             }
             r.err()

@@ -13,7 +13,7 @@
 //! epoll reactor.
 
 use super::Worker;
-use crate::net;
+use crate::net::{self, Carried};
 use crate::server::close::Close;
 use crate::server::worker::conn::Conn;
 use crate::uring::{recv_key, recv_tag, Op, Pending, Received, RingHandler, SEND_TAG};
@@ -68,15 +68,15 @@ impl RingSide {
         if data.is_empty() {
             return Ok(());
         }
-        if conn.sending() || conn.backlog.is_some() {
+        if conn.sending() || conn.spills.has_backlog() {
             // Behind a send in flight, what the socket would have taken at
             // once on epoll is allowed too: a burst of pushes in one turn
             // is not a slow consumer.
             let cap = if conn.sending() { cap.saturating_add(IN_FLIGHT_ALLOWANCE) } else { cap };
-            return net::try_queue_capped(&mut conn.backlog, data, cap).map_err(|e| Close::send(e, full));
+            return net::try_queue_capped(&mut conn.spills.backlog(), data, cap).map_err(|e| Close::send(e, full));
         }
         let Some((chunk, at, ptr)) = self.arena.put(data) else {
-            let r = net::try_send_capped(&mut conn.stream, &mut conn.backlog, data, cap).map_err(|e| Close::send(e, full));
+            let r = net::try_send_capped(&mut conn.stream, &mut conn.spills.backlog(), data, cap).map_err(|e| Close::send(e, full));
             self.watch_if_stuck(key, conn);
             return r;
         };
@@ -89,7 +89,7 @@ impl RingSide {
     /// lives until its last send completes. Behind a send in flight it is
     /// queued like any bytes.
     pub(super) fn send_shared(&mut self, key: usize, conn: &mut Conn, frame: &Rc<[u8]>, cap: usize, full: Close) -> Result<(), Close> {
-        if frame.is_empty() || conn.sending() || conn.backlog.is_some() || frame.len() > u32::MAX as usize {
+        if frame.is_empty() || conn.sending() || conn.spills.has_backlog() || frame.len() > u32::MAX as usize {
             return self.send(key, conn, frame, cap, full);
         }
         self.submit(key, conn, Mem::Shared(frame.clone()), frame.as_ptr(), frame.len());
@@ -122,7 +122,7 @@ impl RingSide {
     /// connection is not in the epoll at all: no epoll item of ~200 B in
     /// the kernel, no epoll_ctl per accept).
     fn watch_if_stuck(&mut self, key: usize, conn: &Conn) {
-        if conn.backlog.is_some() && !conn.sending() && !conn.watched() {
+        if conn.spills.has_backlog() && !conn.sending() && !conn.watched() {
             self.unwatched.push((key, conn.gen));
         }
     }
@@ -254,14 +254,14 @@ impl RingHandler for Worker {
                 } else if sent < s.len {
                     // The rest goes first, then what queued behind it.
                     let mut rest = ring.bytes(&s)[sent..].to_vec();
-                    if let Some(b) = conn.backlog.take() {
+                    if let Some(b) = conn.spills.backlog().take() {
                         rest.extend_from_slice(&b);
                     }
-                    conn.backlog = Some(Box::new(rest));
-                    let r = net::try_flush(&mut conn.stream, &mut conn.backlog).map_err(|e| Close::send(e, Close::SlowConsumer));
+                    conn.spills.backlog().hold(rest);
+                    let r = net::try_flush(&mut conn.stream, &mut conn.spills.backlog()).map_err(|e| Close::send(e, Close::SlowConsumer));
                     ring.watch_if_stuck(s.key, conn);
                     r
-                } else if let Some(b) = conn.backlog.take() {
+                } else if let Some(b) = conn.spills.backlog().take() {
                     ring.send(s.key, conn, &b, usize::MAX, Close::SlowConsumer)
                 } else {
                     Ok(())
@@ -324,14 +324,14 @@ mod tests {
         let mut r = RingSide::default();
         for (k, c) in conns.iter_mut().enumerate() {
             r.send_shared(k, c, &frame, 1 << 20, Close::SlowConsumer).expect("sent");
-            assert!(c.sending() && c.backlog.is_none());
+            assert!(c.sending() && !c.spills.has_backlog());
         }
         let ptrs: Vec<*const u8> = r.next.ops.iter().map(|op| if let Op::Send { ptr, len: 80, .. } = op { *ptr } else { panic!("{op:?}") }).collect();
         assert_eq!(ptrs, vec![frame.as_ptr(); 3]);
         assert!(r.arena.chunks.is_empty(), "the frame was copied into the arena");
         assert_eq!(Rc::strong_count(&frame), 4, "each send in flight keeps the frame");
         r.send_shared(0, &mut conns[0], &frame, 1 << 20, Close::SlowConsumer).expect("queued");
-        assert_eq!(conns[0].backlog.as_deref().map(|b| b.len()), Some(80));
+        assert_eq!(conns[0].spills.held_backlog().map(Vec::len), Some(80));
         assert_eq!(r.next.ops.len(), 3);
     }
 }

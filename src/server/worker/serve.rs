@@ -3,7 +3,7 @@
 //! business stage's finished jobs delivered in order.
 
 use super::{io, Worker};
-use crate::net::{self, ReadEnd};
+use crate::net::{self, Carried, ReadEnd};
 use crate::proto::{Protocol, ECHO8_LEN};
 use crate::server::close::Close;
 use crate::server::session::requests::Requests;
@@ -45,8 +45,8 @@ impl Worker {
         let Some(conn) = self.conns.get_mut(key) else { return };
         let mut end: Option<Close> = None;
         let mut rearm = false;
-        if writable && conn.backlog.is_some() && !conn.sending() {
-            if let Err(e) = net::try_flush(&mut conn.stream, &mut conn.backlog) {
+        if writable && conn.spills.has_backlog() && !conn.sending() {
+            if let Err(e) = net::try_flush(&mut conn.stream, &mut conn.spills.backlog()) {
                 end = Some(Close::send(e, Close::SlowReader));
             }
         }
@@ -89,7 +89,7 @@ impl Worker {
                         opening: framed::Opening::default(),
                     };
                     let ext = &mut conn.ext;
-                    let r = read(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| framed::consume(&mut ctx, ext, buf));
+                    let r = read(&mut src, &mut conn.spills.partial(), &mut self.scratch, read_closed, |buf| framed::consume(&mut ctx, ext, buf));
                     let framed::Opening { resumed, resumed_broadcasts, frames } = ctx.opening;
                     let req = ctx.req;
                     if resumed {
@@ -105,7 +105,7 @@ impl Worker {
                     let first = super::seam::FirstRead {
                         resumed_broadcasts,
                         frames,
-                        unfinished: conn.partial.is_some() || r == ReadEnd::Budget || cut,
+                        unfinished: conn.spills.has_partial() || r == ReadEnd::Budget || cut,
                         ended: matches!(r, ReadEnd::Eof | ReadEnd::Error(_)),
                     };
                     opened = unread && first.settles();
@@ -130,8 +130,8 @@ impl Worker {
                         recoveries: &mut self.recoveries,
                         now_s,
                     };
-                    let r = read(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| http::consume(&mut ctx, http, buf));
-                    http::track_partial(&mut conn.ext, conn.partial.is_some(), now_ds);
+                    let r = read(&mut src, &mut conn.spills.partial(), &mut self.scratch, read_closed, |buf| http::consume(&mut ctx, http, buf));
+                    http::track_partial(&mut conn.ext, conn.spills.has_partial(), now_ds);
                     r
                 }
                 Protocol::Ws => {
@@ -155,7 +155,7 @@ impl Worker {
                     // table for the read (a JSON WebSocket connection gets
                     // no entry there: the table's entries are 32 bytes).
                     let mut m = self.mqtt.take(key);
-                    let r = read(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| mqtt_ws::consume(&mut ctx, ext, &mut m, buf));
+                    let r = read(&mut src, &mut conn.spills.partial(), &mut self.scratch, read_closed, |buf| mqtt_ws::consume(&mut ctx, ext, &mut m, buf));
                     if m.is_some() {
                         *self.mqtt.entry(key, reserve) = m;
                     }
@@ -175,7 +175,7 @@ impl Worker {
                     };
                     // Made at its accept, gone only with the connection.
                     let mut m = self.mqtt.get_mut(key);
-                    let r = read(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| match m.as_deref_mut() {
+                    let r = read(&mut src, &mut conn.spills.partial(), &mut self.scratch, read_closed, |buf| match m.as_deref_mut() {
                         Some(m) => mqtt::consume(&mut ctx, m, buf),
                         None => Err(Close::MqttNoState),
                     });
@@ -186,7 +186,7 @@ impl Worker {
                 // Raw and sse are client protocols (refused by the server's plan).
                 Protocol::Echo | Protocol::Discard | Protocol::Raw | Protocol::Sse => {
                     let echo = protocol == Protocol::Echo;
-                    read(&mut src, &mut conn.partial, &mut self.scratch, read_closed, |buf| {
+                    read(&mut src, &mut conn.spills.partial(), &mut self.scratch, read_closed, |buf| {
                         req.stats.frames_in += 1;
                         if echo {
                             req.out.extend_from_slice(buf);
@@ -197,7 +197,7 @@ impl Worker {
                 }
                 Protocol::Echo8 => net::read_fixed_as(
                     &mut src,
-                    &mut conn.partial,
+                    &mut conn.spills.partial(),
                     &mut self.scratch,
                     read_closed,
                     ECHO8_LEN,
@@ -279,7 +279,7 @@ impl Worker {
         if h.close_after {
             return self.close(key, Close::HttpConnectionClose);
         }
-        let Some(buf) = conn.partial.take() else {
+        let Some(buf) = conn.spills.partial().take() else {
             http::track_partial(&mut conn.ext, false, now_ds);
             return;
         };
@@ -299,10 +299,10 @@ impl Worker {
         let mut end = r.as_ref().err().copied();
         if let Ok(used) = r {
             if used < buf.len() {
-                conn.partial = Some(Box::new(buf[used..].to_vec()));
+                conn.spills.partial().hold(buf[used..].to_vec());
             }
         }
-        http::track_partial(&mut conn.ext, conn.partial.is_some(), now_ds);
+        http::track_partial(&mut conn.ext, conn.spills.has_partial(), now_ds);
         if let Err(reason) = io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader) {
             end.get_or_insert(reason);
         }
@@ -316,7 +316,7 @@ impl Worker {
 /// ending with the session's own reason or the socket's error.
 fn read<S: net::Source>(
     src: &mut S,
-    partial: &mut net::Spill,
+    partial: &mut impl net::Carried,
     scratch: &mut [u8],
     read_closed: bool,
     consume: impl FnMut(&[u8]) -> Result<usize, Close>,

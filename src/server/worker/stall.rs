@@ -42,8 +42,8 @@ impl Held {
             (_, Some(m)) => (0, m.extra.as_ref().map_or(0, |x| x.carry.held())),
             _ => (0, 0),
         };
-        let partial = c.partial.as_ref().map_or(0, |p| p.len()) + carried;
-        let (backlog, backlog_head) = c.backlog.as_ref().map_or((0, 0), |b| {
+        let partial = c.spills.held_partial().map_or(0, Vec::len) + carried;
+        let (backlog, backlog_head) = c.spills.held_backlog().map_or((0, 0), |b| {
             let mut head = [0u8; 8];
             let n = b.len().min(8);
             head[..n].copy_from_slice(&b[..n]);

@@ -6,7 +6,7 @@
 //! word (one allocation holding length, capacity and ids). A `ThinVec`
 //! alone took a 32-byte malloc chunk for the one subscription: a million
 //! devices, 32 MB. An enum of the two would be 16 bytes and grow the
-//! 48-byte record into the next size class; the word tells them apart by
+//! 40-byte record by 8; the word tells them apart by
 //! its low bit instead (a `ThinVec`'s pointer is to an 8-aligned header,
 //! so its low bit is 0; an inline id is stored as `id << 1 | 1`).
 
