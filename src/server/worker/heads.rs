@@ -44,6 +44,7 @@ impl Worker {
         // A ramp's worth of deadlines is gone: so is its memory.
         if self.heads.is_empty() && self.heads.capacity() > SHRINK_ABOVE {
             self.heads = VecDeque::new();
+            self.trim.freed();
         }
     }
 

@@ -294,6 +294,7 @@ impl RingHandler for Worker {
             }
             if r.inflight.is_empty() && r.inflight.capacity() > SHRINK_ABOVE {
                 r.inflight = Slab::new();
+                self.trim.freed();
             }
             for s in r.linger_after_submit.drain(..) {
                 self.lingering.start(s);

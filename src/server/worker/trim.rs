@@ -9,8 +9,12 @@
 //! connection that no connection used. `malloc_trim(0)` hands whole free
 //! pages back to the kernel (`MADV_DONTNEED`); it walks malloc's free
 //! lists, so it runs once per settled burst, not on every tick: when at
-//! least [`TRIM_AFTER`] connections came or went since the last trim
-//! and none has for [`QUIET`].
+//! least [`TRIM_AFTER`] connections came or went since the last trim, or
+//! the worker gave back a burst's own memory since (a ramp's deadline
+//! queue, a broadcast's sends in flight: [`Trim::freed`]), and no
+//! connection has come or gone for [`QUIET`]. Measured at 1,000,000 MQTT
+//! clients: the deadline queue, emptied ~10 s after the ramp, left
+//! 300-440 KiB free in a worker's heap after the ramp's trim.
 
 use std::time::{Duration, Instant};
 
@@ -27,6 +31,8 @@ pub(crate) struct Trim {
     /// Accepted + closed when last seen, and since when it stands still.
     seen: u64,
     still_since: Option<Instant>,
+    /// The worker freed a burst's memory since the last trim.
+    owed: bool,
 }
 
 impl Trim {
@@ -39,11 +45,18 @@ impl Trim {
             return false;
         }
         let settled = self.still_since.is_some_and(|t| now.duration_since(t) >= QUIET);
-        if settled && churn.saturating_sub(self.at_trim) >= TRIM_AFTER {
+        if settled && (self.owed || churn.saturating_sub(self.at_trim) >= TRIM_AFTER) {
             self.at_trim = churn;
+            self.owed = false;
             return true;
         }
         false
+    }
+
+    /// The worker gave back a large allocation of a burst's (a deadline
+    /// queue, sends in flight): trim once settled, whatever the churn.
+    pub(crate) fn freed(&mut self) {
+        self.owed = true;
     }
 }
 
@@ -76,5 +89,10 @@ mod tests {
         // The next burst does, once it settles.
         assert!(!t.due(9_000 + TRIM_AFTER, at(4_100)));
         assert!(t.due(9_000 + TRIM_AFTER, at(5_200)));
+        // Memory a burst held, freed later (the ramp's deadlines): a trim
+        // at the next settled tick, though no connection came or went.
+        t.freed();
+        assert!(t.due(9_000 + TRIM_AFTER, at(5_300)));
+        assert!(!t.due(9_000 + TRIM_AFTER, at(6_300)), "owed once");
     }
 }
