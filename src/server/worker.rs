@@ -238,6 +238,12 @@ fn protocol_of(services: &[crate::server::services::Service], conn: &Conn) -> Pr
     services.get(conn.service()).map_or(Protocol::Discard, |s| s.protocol)
 }
 
+/// Whether an MQTT connection speaks over WebSocket: it came in on a
+/// WebSocket port (whose Upgrade chose MQTT) and is sent binary messages.
+fn over_ws(services: &[crate::server::services::Service], conn: &Conn) -> bool {
+    protocol_of(services, conn) == Protocol::Ws
+}
+
 impl ServerWorkerConfig {
     /// Whether some entry speaks `protocol`.
     fn serves(&self, protocol: Protocol) -> bool {

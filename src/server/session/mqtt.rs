@@ -104,23 +104,18 @@ pub(crate) struct MqttConn {
     pub version: Option<Version>,
     /// Seconds of keep-alive the CONNECT asked for (0: off).
     pub keep_alive_s: u16,
-    /// QoS 1 and 2 deliveries in flight at most: `--mqtt-inflight`, or
-    /// a v5 client's Receive Maximum when lower.
-    pub window: u16,
     /// Where its client id is in the supervisor's registry.
     pub claim: Claim,
     /// Its client id's key there (from the answer; its end carries it
     /// back).
     pub key: crate::server::commands::IdKey,
     /// Subscription options, deliveries in flight, the will, a v5
-    /// Maximum Packet Size, a session that outlives the connection:
-    /// boxed, and only while there is any (`mqtt/extra.rs`), so that
-    /// this record stays 32 bytes and its box one 48-byte malloc chunk
-    /// (a million devices: 16 MB less than with those fields here).
+    /// Maximum Packet Size or Receive Maximum, a session that outlives
+    /// the connection: boxed, and only while there is any
+    /// (`mqtt/extra.rs`), so that this record stays 24 bytes in the
+    /// worker's table (a million devices: 24 MB; whether it speaks over
+    /// WebSocket is its port's protocol, not a field here).
     pub extra: Option<Box<extra::Extra>>,
-    /// Whether it speaks over WebSocket (`mqtt_ws.rs`): what it is sent
-    /// goes in binary messages; what a read leaves is in `extra`'s carry.
-    pub ws: bool,
 }
 
 /// A connection's client id in the supervisor's registry.
@@ -138,9 +133,9 @@ pub(crate) enum Claim {
 
 impl MqttConn {
     /// State of a connection just accepted (or upgraded to MQTT on a
-    /// WebSocket port, `ws`): its CONNECT is due.
-    pub(crate) fn fresh(ws: bool) -> MqttConn {
-        MqttConn { version: None, keep_alive_s: 0, window: 1, claim: Claim::None, key: [0; 2], extra: None, ws }
+    /// WebSocket port): its CONNECT is due.
+    pub(crate) fn fresh() -> MqttConn {
+        MqttConn { version: None, keep_alive_s: 0, claim: Claim::None, key: [0; 3], extra: None }
     }
 
     /// Whether it still owes its CONNECT, or its CONNACK waits for the

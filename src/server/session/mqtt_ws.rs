@@ -79,7 +79,7 @@ pub(crate) fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, mqtt: &mut Option<MqttCo
                 return Ok(used);
             }
             *ext = None;
-            let m = mqtt.insert(MqttConn::fresh(true));
+            let m = mqtt.insert(MqttConn::fresh());
             if used == buf.len() {
                 return Ok(used);
             }

@@ -155,7 +155,7 @@ impl Worker {
                     conn.ext = crate::server::session::ws::fresh(now_ds);
                 } else if protocol == Protocol::Mqtt {
                     // The token comes in the CONNECT (`--auth jwt`).
-                    *self.mqtt.entry(key, reserve) = Some(crate::server::session::mqtt::MqttConn::fresh(false));
+                    *self.mqtt.entry(key, reserve) = Some(crate::server::session::mqtt::MqttConn::fresh());
                 } else if gated {
                     conn.ext = Some(Box::new(crate::server::worker::conn::ConnExt::Unauthenticated));
                 }

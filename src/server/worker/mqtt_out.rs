@@ -175,6 +175,7 @@ impl Worker {
     fn mqtt_send(&mut self, key: usize, forms: &mut Forms<'_>, d: Delivered) -> Result<Sent, Close> {
         let bounds = self.cfg.mqtt.flight;
         let Some(conn) = self.conns.get_mut(key) else { return Ok(Sent::Not) };
+        let ws = super::over_ws(&self.cfg.services, conn);
         let Some(m) = self.mqtt.get_mut(key) else { return Ok(Sent::Not) };
         let Some(version) = m.version else { return Ok(Sent::Not) };
         let qos = d.qos;
@@ -183,7 +184,6 @@ impl Worker {
         if frame.is_empty() || frame.len() > m.max_in() as usize {
             return Ok(Sent::Not);
         }
-        let ws = m.ws;
         let sent = if qos == QoS::AtMostOnce {
             // Over WebSocket the shared form in a binary message, or this
             // subscriber's own copy wrapped.
@@ -198,7 +198,7 @@ impl Worker {
             };
             super::io::send_frame(self.tls.as_mut(), self.ring.as_mut(), key, conn, &frame, self.cfg.max_pending_bytes, Close::SlowConsumer)
         } else {
-            let window = m.window;
+            let window = m.window(bounds.inflight);
             match m.extra_mut().flight.offer(flight::Delivery { bytes: frame, id_at, qos, expires_us: forms.expires_us }, window, bounds) {
                 flight::Offer::Send(mut bytes) => {
                     if ws {

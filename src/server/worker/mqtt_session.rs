@@ -54,13 +54,14 @@ impl Worker {
         let bounds = self.cfg.mqtt.flight;
         let max_packet = self.mqtt_limits.max_packet_size;
         let Some(conn) = self.conns.get_mut(key) else { return };
+        let ws = super::over_ws(&self.cfg.services, conn);
         let Some(m) = self.mqtt.get_mut(key) else { return };
         let v = m.version.unwrap_or(Version::V311);
         if a.code != 0 {
             m.claim = Claim::None;
             let refused = Packet::ConnAck(ConnAck { session_present: false, code: a.code, properties: Properties::default() });
             let _ = encode::packet(&refused, v, &mut self.out);
-            if m.ws {
+            if ws {
                 mqtt_ws::wrap(&mut self.out, 0);
                 crate::proto::ws::frame::encode_close(&mut self.out, 1000, None);
             }
@@ -112,7 +113,7 @@ impl Worker {
             }
             let expires_us = fwd.as_deref().map_or(0, |f| f.expires_us(now_us));
             let d = flight::Delivery { bytes: bytes.into(), id_at, qos, expires_us };
-            let window = m.window;
+            let window = m.window(bounds.inflight);
             let x = m.extra_mut();
             let sent = match x.flight.resume(d.clone(), msg.id, msg.released) {
                 Some(b) => Some(b),
@@ -132,7 +133,7 @@ impl Worker {
             }
         }
         m.tidy();
-        if m.ws {
+        if ws {
             mqtt_ws::wrap(&mut self.out, 0);
         }
         let cap = self.cfg.max_pending_bytes.max(self.reply_cap);
@@ -149,7 +150,7 @@ impl Worker {
         let Some(m) = self.mqtt.get_mut(key) else { return };
         // Over WebSocket it waited as MQTT bytes (the partial input is a
         // frame's start, for the next read).
-        let ws = m.ws;
+        let ws = super::over_ws(&self.cfg.services, conn);
         let buf = if ws {
             Vec::new()
         } else {
@@ -205,12 +206,13 @@ impl Worker {
         }
         let Some(conn) = self.conns.get_mut(key).filter(|c| c.gen == gen) else { return };
         let m = self.mqtt.get(key);
+        let ws = super::over_ws(&self.cfg.services, conn);
         self.out.clear();
         if m.and_then(|m| m.version) == Some(Version::V5) {
             let _ =
                 encode::packet(&Packet::Disconnect(Disconnect { reason: SESSION_TAKEN_OVER, properties: Properties::default() }), Version::V5, &mut self.out);
         }
-        if m.is_some_and(|m| m.ws) {
+        if ws {
             mqtt_ws::wrap(&mut self.out, 0);
             crate::proto::ws::frame::encode_close(&mut self.out, 1000, None);
         }

@@ -2,16 +2,16 @@
 //! by slab key beside the connection records.
 //!
 //! Every MQTT connection (on an MQTT port, or a WebSocket one whose
-//! Upgrade chose `mqtt`) has an [`MqttConn`]: 32 bytes with its client
-//! id's registry key. Kept in a box behind the record's `ext`, as the
-//! other protocols keep their state while they have any, it was one
+//! Upgrade chose `mqtt`) has an [`MqttConn`]: 24 bytes with its client
+//! id's 12-byte registry key. Kept in a box behind the record's `ext`, as
+//! the other protocols keep their state while they have any, it was one
 //! 48-byte malloc chunk for every connection, held for the connection's
-//! whole life (a device sits idle for hours): a million devices, 16 MB
-//! of malloc headers and rounding. Here it is 32 bytes in a table that
+//! whole life (a device sits idle for hours): a million devices, 24 MB
+//! of malloc headers, rounding and fields. Here it is 24 bytes in a table that
 //! the first MQTT connection reserves for the worker's connection budget
 //! at once (never copied as it fills: the pages of a large allocation
 //! are touched only as entries are written). A worker that also serves
-//! other protocols pays the table's 32 bytes for each slab key up to its
+//! other protocols pays the table's 24 bytes for each slab key up to its
 //! highest MQTT one; it is given back when the worker's last connection
 //! closes.
 
@@ -71,21 +71,21 @@ mod tests {
     use super::*;
 
     /// Issue 44: what a worker's MQTT connections cost in the table, by
-    /// malloc's count: 32 bytes each, reserved once (no chunk per
+    /// malloc's count: 24 bytes each, reserved once (no chunk per
     /// connection), where the boxed state was a 48-byte chunk.
     #[test]
-    fn an_mqtt_connection_costs_its_32_bytes_and_no_chunk() {
-        assert_eq!(std::mem::size_of::<Option<MqttConn>>(), 32);
+    fn an_mqtt_connection_costs_its_24_bytes_and_no_chunk() {
+        assert_eq!(std::mem::size_of::<Option<MqttConn>>(), 24);
         const N: usize = 10_000;
         let (mut t, held) = crate::test_alloc::held(|| {
             let mut t = MqttStates::default();
             for key in 0..N {
-                *t.entry(key, N) = Some(MqttConn::fresh(false));
+                *t.entry(key, N) = Some(MqttConn::fresh());
             }
             t
         });
         // One allocation of N entries (malloc rounds a large one to pages).
-        assert!(((N * 32) as isize..(N * 32 + 4096) as isize).contains(&held), "{held} B for {N} states");
+        assert!(((N * 24) as isize..(N * 24 + 4096) as isize).contains(&held), "{held} B for {N} states");
         assert!(t.get(N - 1).is_some_and(MqttConn::connecting));
         assert!(t.take(7).is_some() && t.get(7).is_none() && t.take(7).is_none());
         assert!(t.get(N + 5).is_none() && t.get_mut(N + 5).is_none());

@@ -96,7 +96,7 @@ mod tests {
     #[test]
     fn exact_and_wildcard_filters_reach_each_session_once_at_its_highest_qos() {
         let mut by = ByFilter::default();
-        let (a, b, c) = ([1, 1], [2, 2], [3, 3]);
+        let (a, b, c) = ([1, 1, 1], [2, 2, 2], [3, 3, 3]);
         by.add(a, &subs(&[("dev/1", 1), ("dev/+", 2)]));
         by.add(b, &subs(&[("dev/#", 1)]));
         by.add(c, &subs(&[("other", 2), ("+/x", 1)]));
@@ -114,7 +114,7 @@ mod tests {
     #[test]
     fn a_removed_session_is_gone_and_its_last_filters_with_it() {
         let mut by = ByFilter::default();
-        let (a, b) = ([1, 0], [2, 0]);
+        let (a, b) = ([1, 0, 0], [2, 0, 0]);
         let sa = subs(&[("t", 1), ("w/+", 1)]);
         let sb = subs(&[("t", 2)]);
         by.add(a, &sa);
@@ -132,7 +132,7 @@ mod tests {
     #[test]
     fn what_the_kept_sessions_hold_comes_out_as_what_to_follow() {
         let mut by = ByFilter { following: crate::cluster::Following::new(true), ..ByFilter::default() };
-        let (a, b) = ([1, 1], [2, 2]);
+        let (a, b) = ([1, 1, 1], [2, 2, 2]);
         by.add(a, &subs(&[("dev/1", 1), ("dev/+", 1)]));
         by.add(b, &subs(&[("dev/1", 1), ("x/#", 1)]));
         assert_eq!(by.following.take(), [(">".to_string(), true), ("dev/1".to_string(), true)]);

@@ -8,9 +8,9 @@
 //! of entries (which grows by doubling too, but its slack is entries, not
 //! buckets): 5 bytes a bucket and 24 an entry, ~36 B per connection at
 //! both counts. An [`IdKey`] is already a keyed hash of the id, so its
-//! first half is the table's hash (no hashing again).
+//! first two words are the table's hash (no hashing again).
 
-use crate::server::commands::IdKey;
+use crate::server::commands::{id_hash, IdKey};
 use hashbrown::HashTable;
 
 #[derive(Debug)]
@@ -33,38 +33,38 @@ impl<V> OnlineIds<V> {
 
     pub(crate) fn get(&self, key: &IdKey) -> Option<&V> {
         let entries = &self.entries;
-        self.index.find(key[0], |&i| entries[i as usize].0 == *key).map(|&i| &entries[i as usize].1)
+        self.index.find(id_hash(key), |&i| entries[i as usize].0 == *key).map(|&i| &entries[i as usize].1)
     }
 
     /// Add `key`, or replace its value (returning the old one).
     pub(crate) fn insert(&mut self, key: IdKey, value: V) -> Option<V> {
         let entries = &mut self.entries;
-        if let Some(&i) = self.index.find(key[0], |&i| entries[i as usize].0 == key) {
+        if let Some(&i) = self.index.find(id_hash(&key), |&i| entries[i as usize].0 == key) {
             return Some(std::mem::replace(&mut entries[i as usize].1, value));
         }
         // The registry's own bound (--mqtt-max-ids) is far below this.
         let place = u32::try_from(entries.len()).expect("fewer than 2^32 client ids");
         entries.push((key, value));
-        self.index.insert_unique(key[0], place, |&i| entries[i as usize].0[0]);
+        self.index.insert_unique(id_hash(&key), place, |&i| id_hash(&entries[i as usize].0));
         None
     }
 
     pub(crate) fn remove(&mut self, key: &IdKey) -> Option<V> {
         let entries = &mut self.entries;
-        let (place, _) = self.index.find_entry(key[0], |&i| entries[i as usize].0 == *key).ok()?.remove();
+        let (place, _) = self.index.find_entry(id_hash(key), |&i| entries[i as usize].0 == *key).ok()?.remove();
         let place = place as usize;
         let (_, value) = entries.swap_remove(place);
         // The last entry moved into the freed place: point its slot there.
         if let Some((moved, _)) = entries.get(place) {
             let last = entries.len() as u32;
-            let slot = self.index.find_mut(moved[0], |&i| i == last).expect("every entry has its place in the index");
+            let slot = self.index.find_mut(id_hash(moved), |&i| i == last).expect("every entry has its place in the index");
             *slot = place as u32;
         }
         // After a disconnect storm, give the memory back (not on every
         // removal: a quarter full before shrinking to half).
         if entries.capacity() > 1024 && entries.len() < entries.capacity() / 4 {
             entries.shrink_to(entries.len() * 2);
-            self.index.shrink_to(entries.len() * 2, |&i| entries[i as usize].0[0]);
+            self.index.shrink_to(entries.len() * 2, |&i| id_hash(&entries[i as usize].0));
         }
         Some(value)
     }
@@ -80,7 +80,8 @@ mod tests {
 
     fn key(i: u64) -> IdKey {
         // Spread like a hash: the table uses the first half.
-        [i.wrapping_mul(0x9E37_79B9_7F4A_7C15), i]
+        let h = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        [h as u32, (h >> 32) as u32, i as u32]
     }
 
     #[test]
@@ -104,8 +105,8 @@ mod tests {
             assert_eq!(ids.get(k), Some(v));
         }
         assert_eq!(ids.iter().count(), model.len());
-        // Two keys whose first halves are equal are still two ids.
-        let (a, b) = ([7, 1], [7, 2]);
+        // Two keys whose hashes (first two words) are equal are still two ids.
+        let (a, b) = ([7, 0, 1], [7, 0, 2]);
         ids.insert(a, 1);
         ids.insert(b, 2);
         assert_eq!((ids.get(&a), ids.get(&b)), (Some(&1), Some(&2)));

@@ -27,7 +27,7 @@ pub(super) fn outbound(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, stage: S
         Stage::Comp => "pubcomp",
     };
     bump(&mut ctx.req.stats.mqtt_acks_in, kind);
-    let window = m.window;
+    let window = m.window(ctx.cfg.flight.inflight);
     let acked = match m.extra.as_deref_mut() {
         Some(x) => x.flight.acked(stage, a.packet_id, a.reason >= 0x80),
         None => Acked::Unknown,

@@ -35,7 +35,7 @@ pub(crate) fn connect(ctx: &mut Ctx<'_>, m: &mut MqttConn, c: Connect<'_>) -> Re
     };
     m.version = Some(v);
     m.keep_alive_s = c.keep_alive;
-    m.window = c.properties.receive_maximum.unwrap_or(u16::MAX).min(ctx.cfg.flight.inflight).max(1);
+    m.set_receive_max(c.properties.receive_maximum, ctx.cfg.flight.inflight);
     if will.is_some() {
         m.extra_mut().will = will;
     }

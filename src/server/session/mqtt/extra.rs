@@ -74,6 +74,9 @@ pub(crate) struct Extra {
     /// Seconds its session outlives it (0: not at all; `u32::MAX` never
     /// expires: 3.1.1 Clean Session 0).
     pub expiry_s: u32,
+    /// A v5 client's Receive Maximum, when below `--mqtt-inflight` (0:
+    /// none given, or not below).
+    pub receive_max: u16,
 }
 
 impl MqttConn {
@@ -82,6 +85,24 @@ impl MqttConn {
         match self.extra.as_deref().map_or(0, |x| x.max_in) {
             0 => u32::MAX,
             m => m,
+        }
+    }
+
+    /// QoS 1 and 2 deliveries in flight at most: `inflight`
+    /// (`--mqtt-inflight`), or a v5 client's Receive Maximum when lower.
+    pub(crate) fn window(&self, inflight: u16) -> u16 {
+        match self.extra.as_deref().map_or(0, |x| x.receive_max) {
+            0 => inflight,
+            r => r.min(inflight),
+        }
+        .max(1)
+    }
+
+    /// A CONNECT's Receive Maximum (v5): kept (boxed) only when it is
+    /// below `inflight`, the window it would otherwise get.
+    pub(crate) fn set_receive_max(&mut self, receive_max: Option<u16>, inflight: u16) {
+        if let Some(r) = receive_max.filter(|r| *r < inflight) {
+            self.extra_mut().receive_max = r.max(1);
         }
     }
 
@@ -116,6 +137,7 @@ impl MqttConn {
                 && x.carry.held() == 0
                 && x.max_in == 0
                 && x.expiry_s == 0
+                && x.receive_max == 0
         }) {
             self.extra = None;
         }

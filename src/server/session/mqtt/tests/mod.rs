@@ -17,7 +17,7 @@ fn parts() -> Parts {
     Parts {
         read: Read::new(),
         published: Published::default(),
-        m: MqttConn::fresh(false),
+        m: MqttConn::fresh(),
         cfg: MqttConfig { max_push: 1024, flight: flight::Bounds { inflight: 2, queued: 1, queued_bytes: 1 << 20 } },
     }
 }
@@ -204,7 +204,7 @@ fn acknowledgements_move_deliveries_on_and_release_the_held_ones() {
     assert!(p.feed(&connect(Version::V5, 0)).0.is_ok());
     let bounds = p.cfg.flight;
     let m = &mut p.m;
-    assert_eq!(m.window, 2, "--mqtt-inflight, the client gave no Receive Maximum");
+    assert_eq!(m.window(bounds.inflight), 2, "--mqtt-inflight, the client gave no Receive Maximum");
     let mut offer = |qos: QoS| {
         let (bytes, id_at) = encode_push(Version::V5, "t", b"x", qos, false, Properties::default());
         m.extra_mut().flight.offer(flight::Delivery { bytes: bytes.into(), id_at, qos, expires_us: 0 }, 2, bounds)
@@ -319,13 +319,13 @@ fn granted_qos_decides_each_delivery_and_retain_handling_the_wants() {
     assert!(p.m.extra.is_none(), "unsubscribed: no options kept");
 }
 
-/// An MQTT connection's state is 32 bytes with the registry's 16-byte
+/// An MQTT connection's state is 24 bytes with the registry's 12-byte
 /// key (the boxed extra is one pointer), and a fresh one allocates
 /// nothing: the worker's table holds it (`worker/mqtt_states.rs`).
 #[test]
 fn the_connection_state_stays_small() {
-    assert_eq!(std::mem::size_of::<MqttConn>(), 32);
-    let (m, held) = crate::test_alloc::held(|| MqttConn::fresh(false));
+    assert_eq!(std::mem::size_of::<MqttConn>(), 24);
+    let (m, held) = crate::test_alloc::held(|| MqttConn::fresh());
     assert!(m.connecting());
     assert_eq!(held, 0);
 }
