@@ -325,7 +325,7 @@ fn granted_qos_decides_each_delivery_and_retain_handling_the_wants() {
 #[test]
 fn the_connection_state_stays_small() {
     assert_eq!(std::mem::size_of::<MqttConn>(), 24);
-    let (m, held) = crate::test_alloc::held(|| MqttConn::fresh());
+    let (m, held) = crate::test_alloc::held(MqttConn::fresh);
     assert!(m.connecting());
     assert_eq!(held, 0);
 }
