@@ -125,3 +125,22 @@ fn topic_aliases_are_set_resolved_and_bounded() {
     assert_eq!(q.feed(&aliased("", 1, b"4")), (Err("mqtt_topic_alias_invalid"), disconnect));
     assert!(q.published.messages.is_empty());
 }
+
+/// A v5 client's Receive Maximum below `--mqtt-inflight` is its window,
+/// kept in the boxed part; one at or above it (or none) is the server's
+/// window and keeps nothing boxed.
+#[test]
+fn a_receive_maximum_below_the_inflight_window_narrows_it() {
+    let receive = |rm: Option<u16>| {
+        let mut p = parts();
+        let properties = Properties { receive_maximum: rm, ..Properties::default() };
+        let c = Connect { version: Version::V5, clean_start: true, keep_alive: 0, properties, client_id: "", will: None, username: None, password: None };
+        assert!(p.feed(&bytes(&Packet::Connect(Box::new(c)), Version::V5)).0.is_ok());
+        (p.m.window(p.cfg.flight.inflight), p.m.extra.is_some())
+    };
+    // parts() sets --mqtt-inflight to 2.
+    assert_eq!(receive(None), (2, false));
+    assert_eq!(receive(Some(65_535)), (2, false));
+    assert_eq!(receive(Some(2)), (2, false));
+    assert_eq!(receive(Some(1)), (1, true));
+}
