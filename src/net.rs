@@ -16,7 +16,7 @@ pub(crate) type Spill = Option<Box<Vec<u8>>>;
 /// Where a connection keeps the bytes it carries between events (the
 /// start of a cut frame, output the socket did not take): a [`Spill`] of
 /// its own, or one half of the server record's shared box
-/// (`server::worker::conn::Spills`). What is held is never empty: a slot
+/// (`server::worker::spills::Spills`). What is held is never empty: a slot
 /// that holds nothing says `None`, and frees what it can.
 pub(crate) trait Carried {
     /// The bytes held, if any.

@@ -15,8 +15,9 @@ pub(crate) const DEFAULT_KERNEL_BYTES_PER_ENDPOINT: u64 = 5_200;
 /// 3,712 B here): slab pages' slack, kmalloc'd parts, hash chains.
 /// Measured: 5,108-5,171 B per endpoint at 1M-2M = 1.38-1.39x.
 const SLAB_GROWTH_PERCENT: u64 = 140;
-/// User memory per endpoint we budget: measured 48 B per connection on
-/// the server and 74 B on the client at 1M (BENCHMARKS.md), rounded up.
+/// User memory per endpoint we budget: measured 40 B per connection on
+/// the server (108 B for an MQTT client with its topic and session) and
+/// 74 B on the client at 1M (BENCHMARKS.md), rounded up.
 pub(crate) const USER_BYTES_PER_ENDPOINT: u64 = 128;
 /// Share of available memory a run may plan to use.
 const MEMORY_BUDGET: f64 = 0.9;
