@@ -314,8 +314,9 @@ pub(super) fn publish(
 /// Every round, on schedule. For MQTT clients (whose messages carry no
 /// publish time or sequence) each message is a topic publish at
 /// `--mqtt-qos` whose data begins with a [`Stamp`]: round k is sequence
-/// k + 1, stamped with its intended publish time, which is what the
-/// round is then timed from.
+/// k + 1, stamped with its intended publish time (each receipt's latency
+/// is measured from it); the round's time to all is measured from the
+/// server's publish stamp, as a framed round's is.
 fn publish_rounds(admin: SocketAddr, token: Option<&str>, args: &BenchConfig, topics: &[String], rounds: &Mutex<Vec<Round>>) -> Result<()> {
     let payload = quotes(args.push_bytes);
     let mqtt = args.protocol == crate::proto::Protocol::Mqtt;
@@ -335,7 +336,10 @@ fn publish_rounds(admin: SocketAddr, token: Option<&str>, args: &BenchConfig, to
             let r = if mqtt {
                 stamped.clear();
                 stamp.encode(&mut stamped, args.push_bytes, &payload);
-                Round { seq: stamp.seq, publish_us: stamp.sent_us, ..publish_one(admin, path, &stamped, token)? }
+                // Timed from the server's publish stamp, as the framed
+                // rounds are (the stamp's intended time is the latency's).
+                let r = publish_one(admin, path, &stamped, token)?;
+                Round { seq: stamp.seq, publish_us: if r.publish_us > 0 { r.publish_us } else { stamp.sent_us }, ..r }
             } else {
                 publish_one(admin, path, &payload, token)?
             };
