@@ -3,6 +3,7 @@
 //! supervisor's channel.
 
 use super::log::{self as jslog, Head, Log, Place, Stored, H_FOLLOWS, H_POSITION};
+use super::retained::{self, RETAINED, RETAINED_ASK};
 use super::sign::{self, ClusterKey, Refusal, Signed, H_SIGNATURE, H_TIME};
 use super::{
     ClusterConfig, ClusterEvent, Inbound, LinkStatus, LogStatus, PublishFailure, RemoteAnswer, Sent, BROADCAST, H_ORIGIN, H_PUBLISH_US, H_TARGET, NODE_PREFIX,
@@ -76,6 +77,14 @@ enum Cmd {
     },
     /// Joins and leaves, for the other nodes' subscribers.
     Notices(Vec<u8>),
+    /// MQTT client ids that connected here, for the other nodes.
+    ClientIds(Vec<Vec<u8>>),
+    /// Ask every other node for its retained set, keeping at most this
+    /// many messages and bytes of the answers.
+    AskRetained {
+        max_entries: usize,
+        max_bytes: u64,
+    },
     /// Ask every other node who is subscribed to `topic`.
     Presence {
         request: u64,
@@ -302,6 +311,19 @@ impl Link {
     /// come as `ClusterEvent::Presence` after [`super::PRESENCE_WINDOW`].
     pub(crate) fn ask_presence(&self, request: u64, topic: &str) {
         let _ = self.cmds.send(Cmd::Presence { request, topic: topic.to_string() });
+    }
+
+    /// Ask the other nodes for their retained sets (the answers come as
+    /// `ClusterEvent::Retained`), keeping at most `max_entries` messages
+    /// and `max_bytes` of data.
+    pub(crate) fn ask_retained(&self, max_entries: usize, max_bytes: u64) {
+        let _ = self.cmds.send(Cmd::AskRetained { max_entries, max_bytes });
+    }
+
+    /// Tell the other nodes which MQTT client ids connected here at
+    /// `at_us` (each lets go of its own connection or kept session of them).
+    pub(crate) fn connected_here(&self, ids: Vec<String>, at_us: u64) {
+        let _ = self.cmds.send(Cmd::ClientIds(super::ClientIds::batches(ids, at_us)));
     }
 
     /// Tell the other nodes' subscribers who joined or left.
@@ -625,7 +647,16 @@ async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<
     // the stream republishes of it (only what it stored, in its order).
     let sub_of = |subject: &str| if log.is_some() { jslog::live_subject(subject) } else { subject.to_string() };
     let mut subs: HashMap<String, tokio::task::AbortHandle> = HashMap::new();
-    for subject in [sub_of(BROADCAST), super::node_subject(&cfg.node), super::USERS.to_string(), super::PRESENCE.to_string(), super::NOTICES.to_string()] {
+    for subject in [
+        sub_of(BROADCAST),
+        super::node_subject(&cfg.node),
+        super::USERS.to_string(),
+        super::PRESENCE.to_string(),
+        super::NOTICES.to_string(),
+        RETAINED.to_string(),
+        RETAINED_ASK.to_string(),
+        super::CLIENT_IDS.to_string(),
+    ] {
         let h = f.forward(subject.clone(), || shared.follow(&subject, true)).await;
         subs.insert(subject, h);
     }
@@ -662,11 +693,26 @@ async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<
                     send(&tx, ClusterEvent::Published { request, result });
                 });
             }
+            Cmd::ClientIds(bodies) => {
+                for body in bodies {
+                    let h = me.headers(super::CLIENT_IDS, "", "", "", &body);
+                    if let Err(e) = client.publish_with_headers(super::CLIENT_IDS, h, body.into()).await {
+                        shared.error(format!("cannot tell the other nodes which MQTT client ids connected here: {e}"));
+                    }
+                }
+            }
             Cmd::Notices(body) => {
                 let h = me.headers(super::NOTICES, "", "", "", &body);
                 if let Err(e) = client.publish_with_headers(super::NOTICES, h, body.into()).await {
                     shared.error(format!("cannot send presence notices: {e}"));
                 }
+            }
+            Cmd::AskRetained { max_entries, max_bytes } => {
+                let (client, tx, me, shared) = (client.clone(), tx.clone(), me.clone(), shared.clone());
+                tokio::spawn(async move {
+                    let answers = ask_retained(&client, &me, &shared, max_entries, max_bytes).await;
+                    send(&tx, ClusterEvent::Retained(answers));
+                });
             }
             Cmd::Presence { request, topic } => {
                 let (client, tx, me, shared) = (client.clone(), tx.clone(), me.clone(), shared.clone());
@@ -881,16 +927,42 @@ impl Forwarder {
     async fn core(&self, m: &async_nats::Message) {
         let me = &self.me;
         // Unsigned, forged, stale or answer-elsewhere: dropped unanswered.
-        if let Err((r, why)) = me.check(m) {
-            self.shared.refuse(r, why);
-            return;
-        }
+        let origin = match me.check(m) {
+            Ok(origin) => origin,
+            Err((r, why)) => return self.shared.refuse(r, why),
+        };
         self.shared.messages_in.fetch_add(1, Ordering::Relaxed);
         let parts = Parts::live(m, m.subject.as_str());
         if m.subject.as_str() == super::NOTICES {
             match serde_json::from_slice(&m.payload) {
                 Ok(n) => send(&self.tx, ClusterEvent::Notices(n)),
                 Err(e) => self.shared.refuse(Refusal::Malformed, format!("refused presence notices: {e}")),
+            }
+            return;
+        }
+        if m.subject.as_str() == RETAINED {
+            let entry = parts.header(H_TARGET).and_then(|topic| {
+                let mqtt = super::MqttMeta::parse(parts.get(super::H_MQTT))?;
+                let publish_us = parts.header(H_PUBLISH_US)?.parse().map_err(|_| format!("{H_PUBLISH_US} is not a number"))?;
+                retained::checked(topic, m.payload.to_vec(), mqtt, publish_us, me.max_push)
+            });
+            match entry {
+                Ok(e) => send(&self.tx, ClusterEvent::RetainedSet(e)),
+                Err(e) => self.shared.refuse(Refusal::Malformed, format!("refused a retained message: {e}")),
+            }
+            return;
+        }
+        if m.subject.as_str() == super::CLIENT_IDS {
+            match super::ClientIds::parse(&m.payload) {
+                Ok(c) => send(&self.tx, ClusterEvent::ClientIds { node: origin, ids: c.ids, at_us: c.at_us }),
+                Err(e) => self.shared.refuse(Refusal::Malformed, format!("refused MQTT client ids from node '{origin}': {e}")),
+            }
+            return;
+        }
+        if m.subject.as_str() == RETAINED_ASK {
+            match &m.reply {
+                Some(reply) => send(&self.tx, ClusterEvent::RetainedAsked { reply: reply.to_string() }),
+                None => self.shared.refuse(Refusal::Malformed, "refused a retained set question without a reply subject".into()),
             }
             return;
         }
@@ -1115,6 +1187,50 @@ fn decode(m: &Parts, max_push: usize) -> Result<Inbound, String> {
     })
 }
 
+/// Ask every node for its retained set and collect the signed chunks
+/// until none came for [`retained::QUIET`] (at most
+/// [`retained::ANSWER_WINDOW`]), keeping at most `max_entries` messages
+/// and `max_bytes` of data (the rest counted dropped).
+async fn ask_retained(client: &async_nats::Client, me: &Me, shared: &Shared, max_entries: usize, max_bytes: u64) -> retained::Answers {
+    let mut got = retained::Answers::default();
+    let inbox = client.new_inbox();
+    let Ok(mut sub) = client.subscribe(inbox.clone()).await else { return got };
+    let h = me.headers(RETAINED_ASK, "", "", "", b"");
+    if let Err(e) = client.publish_with_reply_and_headers(RETAINED_ASK, inbox, h, Default::default()).await {
+        shared.error(format!("cannot ask the other nodes for their retained messages: {e}"));
+        return got;
+    }
+    let (mut nodes, mut bytes) = (std::collections::HashSet::new(), 0u64);
+    let end = tokio::time::Instant::now() + retained::ANSWER_WINDOW;
+    loop {
+        let until = end.min(tokio::time::Instant::now() + retained::QUIET);
+        let Ok(Some(chunk)) = tokio::time::timeout_at(until, sub.next()).await else { break };
+        let node = match me.check(&chunk) {
+            Ok(n) => n,
+            Err((r, why)) => {
+                shared.refuse(r, why);
+                continue;
+            }
+        };
+        match retained::decode_chunk(&chunk.payload, me.max_push, &mut got.dropped) {
+            Ok(entries) => {
+                nodes.insert(node);
+                for e in entries {
+                    bytes += e.data.len() as u64;
+                    if got.entries.len() >= max_entries || bytes > max_bytes {
+                        got.dropped += 1;
+                        continue;
+                    }
+                    got.entries.push(e);
+                }
+            }
+            Err(e) => shared.refuse(Refusal::Malformed, format!("refused a retained set from node '{node}': {e}")),
+        }
+    }
+    got.nodes = nodes.len();
+    got
+}
+
 /// Ask every node who is subscribed to `topic` and collect what they
 /// answer within [`super::PRESENCE_WINDOW`] (signed answers only).
 async fn ask_presence(client: &async_nats::Client, me: &Me, shared: &Shared, topic: &str) -> Vec<super::NodePresence> {
@@ -1213,6 +1329,15 @@ async fn publish(client: &async_nats::Client, me: &Me, request: u64, out: Vec<Ou
                 sent.remote.push(answer);
             }
             None => {
+                // A retained publish (or clear) also goes to every node's
+                // retained set, followed there or not.
+                if o.stream == Stream::Topic && o.mqtt.as_ref().is_some_and(|m| m.retain) {
+                    let h = me.signed_headers(RETAINED, &o.topic, &publish_us, ("", ""), &mqtt, &o.data);
+                    if let Err(e) = client.publish_with_headers(RETAINED, h, o.data.clone().into()).await {
+                        shared.error(format!("cannot send the retained message of {} to the other nodes: {e}", o.topic));
+                    }
+                    core_sent = true;
+                }
                 let subject = if o.stream == Stream::Topic { super::topic_subject(&o.topic) } else { BROADCAST.to_string() };
                 match log {
                     Some(log) => {

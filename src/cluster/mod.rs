@@ -5,7 +5,10 @@
 //! (subscribed only while this node has a subscriber of the topic) and
 //! `megaconn.node.<id>` (unicast to a connection this node owns; a
 //! request, so the owner answers whether it found the connection and NATS
-//! answers "no responders" when no such node exists).
+//! answers "no responders" when no such node exists). Every node also
+//! takes the core subjects of per-user pushes, presence, MQTT retained
+//! messages ([`retained`]) and the MQTT client ids connecting to each
+//! node ([`CLIENT_IDS`]).
 //!
 //! A publish through a node's admin API goes to NATS first, and is
 //! delivered to the node's own connections only once NATS has taken it
@@ -26,6 +29,7 @@
 pub(crate) mod auth;
 pub(crate) mod link;
 pub(crate) mod log;
+pub(crate) mod retained;
 pub mod sign;
 
 pub(crate) use auth::NatsAuth;
@@ -44,6 +48,12 @@ pub(crate) const USERS: &str = "megaconn.users";
 pub(crate) const PRESENCE: &str = "megaconn.presence";
 /// Joins and leaves for every node's subscribers (`--presence-notices`).
 pub(crate) const NOTICES: &str = "megaconn.notices";
+/// MQTT client ids that connected to a node: any other node holding one
+/// lets it go (`server/broker/sessions/elsewhere.rs`).
+pub(crate) const CLIENT_IDS: &str = "megaconn.clientids";
+/// Most client ids in one [`CLIENT_IDS`] message, and most bytes of one id.
+pub(crate) const MAX_IDS_PER_MESSAGE: usize = 4096;
+pub(crate) const MAX_ID_BYTES: usize = 1024;
 /// What a cluster node must start or stop following, net, since it was
 /// last asked: a topic gaining its first holder (true) or losing its last
 /// (false); a change and its opposite before the next ask cancel out.
@@ -294,6 +304,12 @@ impl MqttMeta {
     /// A header's value, checked as a client's publish would be.
     pub(crate) fn parse(v: &str) -> Result<MqttMeta, String> {
         let m: MqttMeta = serde_json::from_str(v).map_err(|e| format!("{H_MQTT} is not MQTT metadata: {e}"))?;
+        m.checked()
+    }
+
+    /// Metadata from another node, checked as a client's publish would be.
+    pub(crate) fn checked(self) -> Result<MqttMeta, String> {
+        let m = self;
         if m.qos > 2 {
             return Err(format!("{H_MQTT} has QoS {}", m.qos));
         }
@@ -389,6 +405,45 @@ pub(crate) enum ClusterEvent {
         request: u64,
         answers: Vec<NodePresence>,
     },
+    /// Another node's retained publish or clear (empty data), for this
+    /// node's retained set ([`retained`]).
+    RetainedSet(retained::Entry),
+    /// Another node asks for this node's retained set: answer on `reply`.
+    RetainedAsked {
+        reply: String,
+    },
+    /// The other nodes' retained sets, asked when this node's link came up.
+    Retained(retained::Answers),
+    /// MQTT client ids that connected to another node (`node`) at `at_us`.
+    ClientIds {
+        node: String,
+        ids: Vec<String>,
+        at_us: u64,
+    },
+}
+
+/// What a [`CLIENT_IDS`] message carries.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct ClientIds {
+    pub(crate) ids: Vec<String>,
+    pub(crate) at_us: u64,
+}
+
+impl ClientIds {
+    /// Another node's message, within the bounds a sender keeps.
+    pub(crate) fn parse(body: &[u8]) -> Result<ClientIds, String> {
+        let c: ClientIds = serde_json::from_slice(body).map_err(|e| format!("not a list of client ids: {e}"))?;
+        if c.ids.len() > MAX_IDS_PER_MESSAGE || c.ids.iter().any(|id| id.len() > MAX_ID_BYTES) {
+            return Err(format!("more than {MAX_IDS_PER_MESSAGE} client ids, or one longer than {MAX_ID_BYTES} bytes"));
+        }
+        Ok(c)
+    }
+
+    /// `ids` as messages within those bounds.
+    pub(crate) fn batches(ids: Vec<String>, at_us: u64) -> Vec<Vec<u8>> {
+        let ids: Vec<String> = ids.into_iter().filter(|id| id.len() <= MAX_ID_BYTES).collect();
+        ids.chunks(MAX_IDS_PER_MESSAGE).map(|c| serde_json::to_vec(&ClientIds { ids: c.to_vec(), at_us }).expect("serializes")).collect()
+    }
 }
 
 /// Link counters and state for /healthz, /stats and /metrics.

@@ -1292,6 +1292,123 @@ fn presence_notices_reach_subscribers_on_every_node() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// What Debian's mosquitto_sub gets first on `filter` from the node on
+/// `port`: "RETAIN-FLAG TOPIC PAYLOAD".
+fn mosquitto_sub_first(port: u16, filter: &str) -> String {
+    let mut cmd = Command::new("mosquitto_sub");
+    cmd.args(["-h", "127.0.0.1", "-p", &port.to_string(), "-t", filter, "-C", "1", "-W", "20", "-F", "%r %t %p"]);
+    let mut sub = Peer::spawn(&format!("mosquitto_sub {filter}"), cmd);
+    let line = sub.line(Duration::from_secs(25), "the retained message");
+    sub.finish_ok(Duration::from_secs(5));
+    line
+}
+
+fn retained_stats(admin: &str) -> Value {
+    get(admin, "/stats").1["mqtt_retained"].clone()
+}
+
+/// Every node keeps the cluster's whole retained set. A message retained
+/// on A while no node follows its topic reaches a later subscriber on B
+/// (it came on megaconn.retained); C, started after it, takes it from
+/// the others' sets when its link comes up; a clear on A empties every
+/// node's set. A stranger on NATS can put nothing in it: unsigned, or
+/// signed for a wildcard topic, it is refused and counted.
+#[test]
+fn every_node_keeps_the_clusters_retained_messages_also_one_started_later() {
+    let nats = loopback_nats(&[]);
+    let (key, url) = (KeyFile::new("retained"), format!("nats://{}", nats.addr));
+    let args = ["--protocol", "mqtt"];
+    let (_a, admin_a, _) = loopback_node(&url, "RA", &key, &args);
+    let (_b, admin_b, port_b) = loopback_node(&url, "RB", &key, &args);
+    wait_until("both nodes linked", Duration::from_secs(20), || get(&admin_a, "/healthz").0 == 200 && get(&admin_b, "/healthz").0 == 200);
+    wait_until("both nodes hear retained messages", Duration::from_secs(10), || {
+        let (status, text) = http(&nats.monitor, "GET", "/connz?subs=1", b"", None);
+        status == 200 && text.matches("\"megaconn.retained\"").count() == 2
+    });
+    assert_eq!(get_post(&admin_a, "/publish?topic=r/one&retain=1&qos=1", b"v1").0, 200);
+    wait_until("B keeps A's retained message", Duration::from_secs(10), || retained_stats(&admin_b)["messages"] == 1);
+    assert_eq!(mosquitto_sub_first(port_b, "r/+"), "1 r/one v1", "a subscriber on B gets it retained");
+
+    let (_c, admin_c, port_c) = loopback_node(&url, "RC", &key, &args);
+    wait_until("C linked and synced", Duration::from_secs(20), || retained_stats(&admin_c)["synced"] == 1);
+    let c = retained_stats(&admin_c);
+    assert_eq!((c["messages"].as_u64(), c["stored"].as_u64()), (Some(1), Some(1)), "A's and B's copies of one message: kept once: {c}");
+    assert_eq!(mosquitto_sub_first(port_c, "r/one"), "1 r/one v1", "a subscriber on C gets it retained");
+
+    // A stranger on NATS: unsigned, then signed with the cluster's key
+    // but for a wildcard topic.
+    let now = megaconn::cluster::sign::now_ms().to_string();
+    let mqtt = r#"{"qos":0,"retain":true}"#;
+    let mut ops = hpub("megaconn.retained", None, &[("Megaconn-Target", "r/two"), ("Megaconn-Publish-Us", "9"), ("Megaconn-Mqtt", mqtt)], b"stranger");
+    let signed = megaconn::cluster::sign::Signed {
+        subject: "megaconn.retained",
+        origin: "RX",
+        target: "r/+",
+        publish_us: "9",
+        time_ms: &now,
+        position: "",
+        follows: "",
+        mqtt,
+    };
+    let signature = megaconn::cluster::sign::sign(&key.key(), &signed, b"wild");
+    let h = [
+        ("Megaconn-Target", "r/+"),
+        ("Megaconn-Publish-Us", "9"),
+        ("Megaconn-Mqtt", mqtt),
+        ("Megaconn-Origin", "RX"),
+        ("Megaconn-Time", &now),
+        ("Megaconn-Signature", &signature),
+    ];
+    ops.extend(hpub("megaconn.retained", None, &h, b"wild"));
+    nats_raw_at(&nats.addr, ops, "PONG");
+    wait_until("B refused both", Duration::from_secs(10), || refused(&admin_b, "unsigned") == 1 && refused(&admin_b, "malformed") == 1);
+    assert_eq!(retained_stats(&admin_b)["messages"], 1, "nothing of the stranger's kept");
+
+    assert_eq!(get_post(&admin_a, "/publish?topic=r/one&retain=1", b"").0, 200);
+    wait_until("every node cleared it", Duration::from_secs(10), || [&admin_a, &admin_b, &admin_c].iter().all(|a| retained_stats(a)["messages"] == 0));
+    assert_eq!(retained_stats(&admin_c)["cleared"], 1);
+}
+
+/// One client id, one connection in the whole cluster (MQTT-3.1.4-2): a
+/// v5 client connecting to B with an id connected on A takes it over (A's
+/// connection gets DISCONNECT 0x8E and is closed, its session not kept),
+/// and the session A kept for a 3.1.1 client gone is dropped once that
+/// client connects to B. The new connections stay.
+#[test]
+fn a_client_id_that_connects_to_another_node_leaves_the_first() {
+    use crate::mqtt_sessions::{connected, rest};
+    let nats = loopback_nats(&[]);
+    let (key, url) = (KeyFile::new("ids"), format!("nats://{}", nats.addr));
+    let args = ["--protocol", "mqtt"];
+    let (_a, admin_a, port_a) = loopback_node(&url, "IA", &key, &args);
+    let (_b, admin_b, port_b) = loopback_node(&url, "IB", &key, &args);
+    wait_until("both nodes linked", Duration::from_secs(20), || get(&admin_a, "/healthz").0 == 200 && get(&admin_b, "/healthz").0 == 200);
+    wait_until("both nodes hear client ids", Duration::from_secs(10), || {
+        let (status, text) = http(&nats.monitor, "GET", "/connz?subs=1", b"", None);
+        status == 200 && text.matches("\"megaconn.clientids\"").count() == 2
+    });
+    let sessions = |admin: &str| get(admin, "/stats").1["mqtt_sessions"].clone();
+    let (gone, _, code) = connected(port_a, 4, "keeper", false);
+    assert_eq!(code, 0);
+    drop(gone);
+    wait_until("A keeps keeper's session", Duration::from_secs(10), || sessions(&admin_a)["kept"] == 1);
+
+    let (old, _, code) = connected(port_a, 5, "device", true);
+    assert_eq!(code, 0);
+    let (new, present, code) = connected(port_b, 5, "device", true);
+    assert_eq!((present, code), (false, 0), "B accepts it");
+    let said = rest(old);
+    assert!(said.len() >= 3 && said[0] == 0xE0 && said[2] == 0x8E, "A: DISCONNECT 0x8E (Session taken over), then closed, not {said:?}");
+    let (back, present, code) = connected(port_b, 4, "keeper", false);
+    assert_eq!((present, code), (false, 0), "a new session on B (sessions do not move)");
+    wait_until("A let both ids go", Duration::from_secs(10), || {
+        let a = sessions(&admin_a);
+        a["moved"] == 2 && a["kept"] == 0 && a["online"] == 0
+    });
+    assert_eq!(sessions(&admin_b)["online"], 2, "B holds both: {}", sessions(&admin_b));
+    drop((new, back));
+}
+
 /// MQTT across two nodes, with the cluster's history in JetStream and
 /// without: a paho publisher on A reaches paho subscribers on B at its
 /// QoS with its v5 properties (by topic and through a wildcard), B keeps

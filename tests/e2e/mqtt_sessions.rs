@@ -50,7 +50,7 @@ fn connect(version: u8, id: &str, clean: bool) -> Vec<u8> {
 }
 
 /// Connect `id` and read its CONNACK: (the socket, session present, code).
-fn connected(port: u16, version: u8, id: &str, clean: bool) -> (TcpStream, bool, u8) {
+pub(crate) fn connected(port: u16, version: u8, id: &str, clean: bool) -> (TcpStream, bool, u8) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     s.write_all(&connect(version, id, clean)).unwrap();
@@ -63,7 +63,7 @@ fn connected(port: u16, version: u8, id: &str, clean: bool) -> (TcpStream, bool,
 }
 
 /// What the server sends until it closes.
-fn rest(mut s: TcpStream) -> Vec<u8> {
+pub(crate) fn rest(mut s: TcpStream) -> Vec<u8> {
     let mut out = Vec::new();
     let _ = s.read_to_end(&mut out);
     out

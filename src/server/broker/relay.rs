@@ -27,6 +27,11 @@ struct Held {
     publish_us: u64,
 }
 
+/// Another node's retained message as this node keeps it.
+fn kept(e: &crate::cluster::retained::Entry) -> crate::server::broker::retained::Kept {
+    crate::server::broker::retained::Kept::new(&e.data, e.mqtt.qos).with(e.mqtt.props.as_deref(), e.publish_us)
+}
+
 /// Answer a publish someone waits for (an admin request); a quiet one
 /// (an MQTT client's) has nobody to tell.
 fn answer_if_asked(reply: Option<crate::admin::Reply>, r: Response) {
@@ -148,7 +153,8 @@ impl Relay {
     pub(crate) fn on_event(&mut self, ev: ClusterEvent, publisher: &mut Publisher, live: &[usize], pool: &mut Pool) {
         match ev {
             ClusterEvent::Published { request, result } => self.published(request, result, publisher, live, pool),
-            ClusterEvent::Fatal(_) => {}
+            // The supervisor's own (fleet.rs): it stops, or takes over.
+            ClusterEvent::Fatal(_) | ClusterEvent::ClientIds { .. } => {}
             ClusterEvent::Mine { request, index, topic, at } => {
                 self.mine.entry(topic).or_default().insert(at.offset, (request, index, at));
             }
@@ -167,11 +173,39 @@ impl Relay {
                 publisher.begin(route, Answer::Nats(reply), None, Vec::new(), live, pool);
             }
             ClusterEvent::Presence { request, answers } => publisher.presence_of_nodes(request, answers),
+            ClusterEvent::RetainedSet(e) => {
+                publisher.retained.newer(&e.topic, kept(&e));
+            }
+            ClusterEvent::RetainedAsked { reply } => {
+                let set = publisher
+                    .retained
+                    .all(wall_us())
+                    .map(|(t, k)| (t, &*k.data, crate::cluster::MqttMeta { qos: k.qos, retain: true, props: k.mqtt.clone() }, k.publish_us));
+                for chunk in crate::cluster::retained::chunks(set) {
+                    self.link.reply(reply.clone(), chunk);
+                }
+            }
+            ClusterEvent::Retained(answers) => {
+                let r = &mut publisher.retained;
+                let taken = answers.entries.into_iter().filter(|e| r.newer(&e.topic, kept(e))).count();
+                r.counters.synced += taken as u64;
+                // Malformed, or past this node's bounds.
+                if answers.dropped > 0 {
+                    *r.counters.refused.entry("cluster_sync".to_string()).or_default() += answers.dropped;
+                }
+            }
             ClusterEvent::Notices(notices) => {
                 pool.broadcast(&format!("{} {}", crate::server::commands::CMD_NOTICES, serde_json::to_string(&notices).expect("serializes")));
             }
         }
         self.flush_replies(publisher);
+    }
+
+    /// The link came up (at start or after a reconnect): ask the other
+    /// nodes for their retained sets, which this node may have missed.
+    pub(crate) fn ask_retained(&self, publisher: &Publisher) {
+        let b = publisher.retained.bounds();
+        self.link.ask_retained(b.max_messages, b.max_bytes);
     }
 
     /// A message from another node, delivered like a local publish.

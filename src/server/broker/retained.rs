@@ -41,6 +41,7 @@ crate::counters! {
         expired: counter "mqtt_retained_expired" "Retained messages gone at the end of their v5 Message Expiry Interval",
         refused: by("reason") "mqtt_retained_refused" "Retained publishes delivered but not kept, by reason (count: --mqtt-retained, bytes: --mqtt-retained-bytes)",
         served: counter "mqtt_retained_served" "Retained messages handed to new subscriptions",
+        synced: counter "mqtt_retained_synced" "Retained messages taken from other cluster nodes' sets when this node's link came up",
     }
 }
 
@@ -135,6 +136,31 @@ impl Retained {
         Ok(())
     }
 
+    /// Another node's retained message or clear (empty data), or one
+    /// from a sync: it replaces the topic's only if it is newer (by its
+    /// publish stamp), so a copy that comes twice or late changes nothing.
+    /// True when it changed the set.
+    pub(crate) fn newer(&mut self, topic: &str, k: Kept) -> bool {
+        if self.by_topic.get(topic).is_some_and(|old| old.publish_us >= k.publish_us && !(k.data.is_empty() && old.publish_us == k.publish_us)) {
+            return false;
+        }
+        let had = self.by_topic.contains_key(topic);
+        match k.data.is_empty() {
+            true => self.set(topic, k).is_ok() && had,
+            false => self.set(topic, k).is_ok(),
+        }
+    }
+
+    /// Every kept message not expired at `now_us`, in topic order.
+    pub(crate) fn all(&self, now_us: u64) -> impl Iterator<Item = (&str, &Kept)> {
+        self.by_topic.iter().filter(move |(_, k)| k.forwarded(now_us).is_ok()).map(|(t, k)| (&**t, k))
+    }
+
+    /// Its bounds (`--mqtt-retained`, `--mqtt-retained-bytes`).
+    pub(crate) fn bounds(&self) -> RetainedConfig {
+        self.cfg
+    }
+
     /// The retained messages `filter` matches at `now_us`, in topic
     /// order, at most [`MAX_ANSWER_BYTES`] of them; those it meets
     /// expired are dropped.
@@ -214,6 +240,24 @@ mod tests {
         assert_eq!(r.set("a", Kept::new(&[0; 64], 0)), Err("bytes"));
         assert_eq!(r.matching("a", 0)[0].1.data.as_ref(), b"22", "the refused one did not replace it");
         assert_eq!((r.counters.refused["count"], r.counters.refused["bytes"]), (1, 1));
+    }
+
+    /// From another node the newest message of a topic wins, whatever
+    /// order the copies come in; a clear removes only what is not newer.
+    #[test]
+    fn from_other_nodes_the_newest_wins() {
+        let mut r = Retained::new(RetainedConfig::default());
+        let at = |data: &[u8], us| Kept::new(data, 0).with(None, us);
+        assert!(r.newer("t", at(b"2", 20)));
+        assert!(!r.newer("t", at(b"1", 10)), "older");
+        assert!(!r.newer("t", at(b"2", 20)), "the same copy again");
+        assert!(!r.newer("t", at(b"", 15)), "a clear older than the message");
+        assert_eq!(r.matching("t", 0)[0].1.data.as_ref(), b"2");
+        assert!(r.newer("t", at(b"", 20)), "a clear of the same instant");
+        assert!(!r.newer("t", at(b"", 30)), "nothing left to clear");
+        assert!(r.newer("t", at(b"3", 5)), "an empty topic takes any message");
+        assert_eq!(r.all(0).map(|(t, k)| (t, k.data.as_ref())).collect::<Vec<_>>(), vec![("t", &b"3"[..])]);
+        assert_eq!((r.counters.stored, r.counters.cleared, r.counters.messages), (2, 1, 1));
     }
 
     /// A message keeps its properties (not its publisher) and its expiry:

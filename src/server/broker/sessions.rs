@@ -47,9 +47,10 @@ use crate::server::commands::{split_id, ClientPublish, IdKey, KeptSub, SessionAn
 use std::collections::hash_map::RandomState;
 
 mod by_filter;
+mod elsewhere;
 mod online;
 pub(crate) mod wills;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::hash::BuildHasher;
 use std::time::{Duration, Instant};
 
@@ -85,6 +86,7 @@ crate::counters! {
         discarded: counter "mqtt_sessions_discarded" "Kept MQTT sessions a clean CONNECT discarded",
         expired: by("reason") "mqtt_sessions_expired" "Kept MQTT sessions dropped, by reason (expiry: v5 Session Expiry Interval; full: --mqtt-sessions or --mqtt-sessions-bytes, the oldest)",
         taken_over: counter "mqtt_sessions_taken_over" "MQTT connections closed because a CONNECT with their client id came (session takeover)",
+        moved: counter "mqtt_sessions_moved" "MQTT client ids that connected to another cluster node: their connection here taken over, or their kept session here dropped",
         queued: counter "mqtt_session_queued" "Messages queued for MQTT sessions whose client was gone",
         queue_dropped: by("reason") "mqtt_session_queue_dropped" "Messages for gone clients not queued, by reason (queue: --mqtt-session-queue, queue_bytes: --mqtt-session-queue-bytes, sessions_bytes: --mqtt-sessions-bytes); the newest is dropped",
         wills_delayed: counter "mqtt_wills_delayed" "MQTT wills held for their v5 Will Delay Interval",
@@ -184,6 +186,12 @@ pub(crate) struct Sessions {
     pub counters: SessionCounters,
     /// v5 wills waiting for their Will Delay Interval (`wills.rs`).
     wills: wills::Wills,
+    /// In a cluster: the ids admitted lately, with when (`elsewhere.rs`).
+    cluster: bool,
+    recent: elsewhere::Recent,
+    /// Connections taken over because their id connected to another
+    /// node, until they end: their state is not kept, their will dropped.
+    moved: HashSet<IdKey>,
 }
 
 impl Sessions {
@@ -228,6 +236,9 @@ impl Sessions {
         }
         self.online.insert(key, Online { conn: c.conn });
         self.counters.online = self.online.len() as u64;
+        if self.cluster {
+            self.recent.note(key, crate::proto::push::wall_us());
+        }
         let mut kept = self.take(&key);
         if kept.as_ref().is_some_and(|k| k.expires.is_some_and(|t| t <= now)) {
             kept = None;
@@ -268,14 +279,17 @@ impl Sessions {
         }
         self.online.remove(&e.key);
         self.counters.online = self.online.len() as u64;
-        if let Some(state) = e.state.filter(|_| e.expiry_s > 0) {
+        // Its id connected to another node: its session lives there now.
+        let moved = self.moved.remove(&e.key);
+        if let Some(state) = e.state.filter(|_| e.expiry_s > 0 && !moved) {
             self.keep(e.key, state.subs, state.messages, e.expiry_s, now);
         }
         let next = self.next.remove(&e.key);
         let mut out = Vec::new();
         match e.will {
-            // A CONNECT of the id is already here (a takeover): cancelled.
-            Some(_) if next.is_some() => self.counters.wills_cancelled += 1,
+            // A CONNECT of the id is already here (a takeover), or it came
+            // to another node: cancelled.
+            Some(_) if next.is_some() || moved => self.counters.wills_cancelled += 1,
             Some(w) => {
                 self.counters.wills_delayed += 1;
                 if let wills::Held::Now(p) = self.wills.hold(e.key, w, e.expiry_s, self.cfg.max_kept, now) {
@@ -361,6 +375,7 @@ impl Sessions {
     /// publish on another node reaches their queues.
     pub(crate) fn follow(&mut self) {
         self.by_filter.following.track = true;
+        self.cluster = true;
     }
 
     /// What to follow or stop following since the last call.

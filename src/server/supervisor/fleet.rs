@@ -271,6 +271,11 @@ impl ServerFleet {
                 return self.note("upstream_refused", usize::MAX, message, 0)
             }
             ServerEvent::Cluster(crate::cluster::ClusterEvent::Fatal(e)) => return self.failure = Some(e),
+            ServerEvent::Cluster(crate::cluster::ClusterEvent::ClientIds { node, ids, at_us }) => {
+                let theirs_wins = self.relay.as_ref().is_some_and(|r| node.as_str() > r.node());
+                let actions = self.publisher.sessions.connected_elsewhere(&ids, at_us, theirs_wins);
+                return self.session_actions(actions);
+            }
             ServerEvent::Cluster(ev) => {
                 let running = self.live();
                 if let Some(r) = &mut self.relay {
@@ -315,7 +320,11 @@ impl ServerFleet {
             PoolEvent::Msg(ServerMsg::Published { messages, .. }) => self.client_published(messages),
             PoolEvent::Msg(ServerMsg::RetainedWanted { worker, wants }) => self.publisher.retained_wanted(worker, wants, &mut self.pool),
             PoolEvent::Msg(ServerMsg::SessionClaims { worker, claims }) => {
-                let now = Instant::now();
+                let (now, at_us) = (Instant::now(), crate::proto::push::wall_us());
+                // In a cluster the other nodes let go of these ids.
+                if let Some(r) = &self.relay {
+                    r.link.connected_here(claims.iter().map(|c| c.client_id.clone()).collect(), at_us);
+                }
                 let actions = claims.into_iter().flat_map(|c| self.publisher.sessions.claim(worker, c, now)).collect();
                 self.session_actions(actions);
             }
@@ -554,6 +563,10 @@ impl ServerFleet {
         if let Some(r) = &mut self.relay {
             r.flush_replies(&mut self.publisher);
             if let Some((event, message)) = r.link_change() {
+                // Up: ask the other nodes for the retained messages it may have missed.
+                if r.link.up() {
+                    r.ask_retained(&self.publisher);
+                }
                 self.note(event, usize::MAX, message, 0);
             }
         }

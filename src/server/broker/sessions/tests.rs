@@ -197,3 +197,57 @@ fn a_queued_message_keeps_its_properties_and_publish_time() {
     let m = &answer(&got).messages[0];
     assert_eq!((m.publish_us, m.mqtt.as_deref()), (42, Some(&Forwarded { origin: None, ..f })));
 }
+
+/// An id that connected to another cluster node: its connection here is
+/// taken over and ends without keeping its session or publishing its
+/// will; a kept session of another id is dropped; and of two CONNECTs
+/// at once on two nodes the later stays (the same microsecond: the
+/// greater node id), so they never close each other.
+#[test]
+fn an_id_that_connected_to_another_node_leaves_this_one() {
+    let now = Instant::now();
+    let mut s = Sessions::new(SessionsConfig::default());
+    s.follow();
+    let (a, b) = (conn_id(0, 1, 0), conn_id(1, 2, 0));
+    assert_eq!(answer(&s.claim(0, claim(a, "dev-a", false, NEVER), now)).code, 0);
+    kept(&mut s, b, "dev-k", "t/#", now);
+    let admitted = s.recent.since(&s.key("dev-a")).expect("admission noted in a cluster");
+
+    // Another node's CONNECT before ours: ours stays (theirs is closed there).
+    assert!(s.connected_elsewhere(&["dev-a".into()], admitted - 1, true).is_empty());
+    assert!(s.connected_elsewhere(&["dev-a".into()], admitted, false).is_empty(), "a tie our node id wins");
+    // Later: ours is taken over, once.
+    assert_eq!(s.connected_elsewhere(&["dev-a".into()], admitted, true), vec![Action::Takeover(0, a)]);
+    assert!(s.connected_elsewhere(&["dev-a".into(), "dev-k".into(), "nobody".into()], admitted + 5, true).is_empty());
+    assert_eq!((s.counters.moved, s.counters.kept), (2, 0), "dev-a's connection and dev-k's kept session");
+    let will = ClientPublish { topic: "w".into(), data: "d".into(), qos: 1, retain: false, mqtt: None };
+    let state = SessionState { subs: vec![KeptSub::new("x", 1)], messages: Vec::new() };
+    let e = SessionEnd { will: Some(wills::DelayedWill { will, delay_s: 5 }), ..end(&s, a, "dev-a", NEVER, Some(state)) };
+    assert!(s.ended(e, now).is_empty(), "no will published");
+    assert_eq!((s.counters.kept, s.counters.online, s.counters.wills_cancelled), (0, 0, 1), "its session not kept, its will dropped");
+
+    // Outside a cluster nothing is remembered.
+    let mut single = Sessions::new(SessionsConfig::default());
+    assert_eq!(answer(&single.claim(0, claim(a, "dev-a", true, 0), now)).code, 0);
+    assert!(single.recent.since(&single.key("dev-a")).is_none());
+}
+
+/// The admissions remembered for the tie-break are forgotten after
+/// RECENT_US, and never more than MAX_RECENT are kept.
+#[test]
+fn recent_admissions_are_bounded_in_time_and_count() {
+    let mut r = elsewhere::Recent::default();
+    let k = |i: u32| [i, 0, 0];
+    r.note(k(1), 1_000);
+    assert_eq!(r.since(&k(1)), Some(1_000));
+    r.note(k(2), 1_000 + elsewhere::RECENT_US + 1);
+    assert_eq!((r.since(&k(1)), r.since(&k(2))), (None, Some(1_000 + elsewhere::RECENT_US + 1)));
+    r.note(k(2), 2_000 + elsewhere::RECENT_US);
+    r.note(k(3), 2 * elsewhere::RECENT_US + 1_002);
+    assert_eq!(r.since(&k(2)), Some(2_000 + elsewhere::RECENT_US), "its newer admission kept");
+    for i in 0..elsewhere::MAX_RECENT as u32 + 5 {
+        r.note(k(100 + i), 3 * elsewhere::RECENT_US);
+    }
+    assert!(r.order.len() <= elsewhere::MAX_RECENT && r.at.len() <= elsewhere::MAX_RECENT);
+    assert_eq!(r.since(&k(100)), None, "the oldest forgotten first");
+}
