@@ -72,6 +72,10 @@ pub(crate) struct ServerConfig {
     pub mqtt_flight: crate::server::session::mqtt::flight::Bounds,
     /// MQTT: `--mqtt-retained`, `--mqtt-retained-bytes`.
     pub mqtt_retained: crate::server::broker::retained::RetainedConfig,
+    /// MQTT: `--mqtt-retained-file` (the retained set kept across
+    /// restarts) and `--mqtt-retained-save-every`.
+    pub mqtt_retained_file: Option<std::path::PathBuf>,
+    pub mqtt_retained_save_every: Duration,
     /// MQTT: `--mqtt-client-ids`, `--mqtt-sessions`, `--mqtt-session-queue` and their bytes.
     pub mqtt_sessions: crate::server::broker::sessions::SessionsConfig,
     /// WebSocket: largest message (close 1009 above it).
@@ -181,6 +185,8 @@ impl Default for ServerConfig {
             history: Default::default(),
             mqtt_flight: Default::default(),
             mqtt_retained: Default::default(),
+            mqtt_retained_file: None,
+            mqtt_retained_save_every: crate::server::broker::retained_file::DEFAULT_EVERY,
             mqtt_sessions: Default::default(),
             max_message_bytes: crate::server::session::ws::DEFAULT_MAX_MESSAGE,
             push_format: crate::server::session::ws::PushFormat::Text,

@@ -1292,17 +1292,6 @@ fn presence_notices_reach_subscribers_on_every_node() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// What Debian's mosquitto_sub gets first on `filter` from the node on
-/// `port`: "RETAIN-FLAG TOPIC PAYLOAD".
-fn mosquitto_sub_first(port: u16, filter: &str) -> String {
-    let mut cmd = Command::new("mosquitto_sub");
-    cmd.args(["-h", "127.0.0.1", "-p", &port.to_string(), "-t", filter, "-C", "1", "-W", "20", "-F", "%r %t %p"]);
-    let mut sub = Peer::spawn(&format!("mosquitto_sub {filter}"), cmd);
-    let line = sub.line(Duration::from_secs(25), "the retained message");
-    sub.finish_ok(Duration::from_secs(5));
-    line
-}
-
 fn retained_stats(admin: &str) -> Value {
     get(admin, "/stats").1["mqtt_retained"].clone()
 }
@@ -1315,6 +1304,7 @@ fn retained_stats(admin: &str) -> Value {
 /// signed for a wildcard topic, it is refused and counted.
 #[test]
 fn every_node_keeps_the_clusters_retained_messages_also_one_started_later() {
+    use crate::mqtt::mosquitto_sub_first;
     let nats = loopback_nats(&[]);
     let (key, url) = (KeyFile::new("retained"), format!("nats://{}", nats.addr));
     let args = ["--protocol", "mqtt"];
@@ -1327,13 +1317,13 @@ fn every_node_keeps_the_clusters_retained_messages_also_one_started_later() {
     });
     assert_eq!(get_post(&admin_a, "/publish?topic=r/one&retain=1&qos=1", b"v1").0, 200);
     wait_until("B keeps A's retained message", Duration::from_secs(10), || retained_stats(&admin_b)["messages"] == 1);
-    assert_eq!(mosquitto_sub_first(port_b, "r/+"), "1 r/one v1", "a subscriber on B gets it retained");
+    assert_eq!(mosquitto_sub_first(port_b, "r/+", 1), ["1 r/one v1"], "a subscriber on B gets it retained");
 
     let (_c, admin_c, port_c) = loopback_node(&url, "RC", &key, &args);
     wait_until("C linked and synced", Duration::from_secs(20), || retained_stats(&admin_c)["synced"] == 1);
     let c = retained_stats(&admin_c);
     assert_eq!((c["messages"].as_u64(), c["stored"].as_u64()), (Some(1), Some(1)), "A's and B's copies of one message: kept once: {c}");
-    assert_eq!(mosquitto_sub_first(port_c, "r/one"), "1 r/one v1", "a subscriber on C gets it retained");
+    assert_eq!(mosquitto_sub_first(port_c, "r/one", 1), ["1 r/one v1"], "a subscriber on C gets it retained");
 
     // A stranger on NATS: unsigned, then signed with the cluster's key
     // but for a wildcard topic.

@@ -107,6 +107,55 @@ fn a_jwt_password_is_the_token_and_its_topics_claim_the_acl() {
     s.terminate();
 }
 
+/// The first `n` messages Debian's mosquitto_sub gets on `filter` from
+/// the server on `port`, each "RETAIN-FLAG TOPIC PAYLOAD".
+pub(crate) fn mosquitto_sub_first(port: u16, filter: &str, n: usize) -> Vec<String> {
+    let mut cmd = Command::new("mosquitto_sub");
+    cmd.args(["-h", "127.0.0.1", "-p", &port.to_string(), "-t", filter, "-C", &n.to_string(), "-W", "20", "-F", "%r %t %p"]);
+    let mut sub = crate::common::proc::Peer::spawn(&format!("mosquitto_sub {filter}"), cmd);
+    let lines = (0..n).map(|_| sub.line(Duration::from_secs(25), "a retained message")).collect();
+    sub.finish_ok(Duration::from_secs(5));
+    lines
+}
+
+/// `--mqtt-retained-file`: the retained set outlives a stop (written at
+/// SIGTERM) and a crash (written within `--mqtt-retained-save-every`):
+/// mosquitto_sub gets every message retained from the server started
+/// again on the file. A damaged file refuses the start, naming the line
+/// and the fix.
+#[test]
+fn retained_messages_outlive_a_stop_and_a_crash_in_the_retained_file() {
+    let dir = std::env::temp_dir().join(format!("megaconn-test-{}-retained-file", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("retained.json").display().to_string();
+    // Written only at the stop (the interval is an hour), then often.
+    let (at_stop, often) = (
+        ["--mqtt-retained-file", file.as_str(), "--mqtt-retained-save-every", "1h"],
+        ["--mqtt-retained-file", file.as_str(), "--mqtt-retained-save-every", "100ms"],
+    );
+    let (mut s, admin, _) = mqtt_server(&at_stop);
+    assert_eq!(http(&admin, "POST", "/publish?topic=keep/a&retain=1&qos=1", b"stop", None).0, 200);
+    assert!(s.terminate().success());
+
+    let (s, admin, port) = mqtt_server(&often);
+    assert_eq!(mosquitto_sub_first(port, "keep/#", 1), ["1 keep/a stop"], "kept through a stop");
+    let saves = stats(&admin)["mqtt_retained"]["saved"].as_u64().unwrap();
+    assert_eq!(http(&admin, "POST", "/publish?topic=keep/b&retain=1", b"crash", None).0, 200);
+    stats_when(&admin, "the set written again", |v| v["mqtt_retained"]["saved"].as_u64() > Some(saves));
+    kill9(s.child.id() as u64);
+    drop(s);
+
+    let (_s, _, port) = mqtt_server(&often);
+    assert_eq!(mosquitto_sub_first(port, "keep/#", 2), ["1 keep/a stop", "1 keep/b crash"], "kept through a crash");
+
+    std::fs::write(&file, b"{damaged\n").unwrap();
+    let mut cmd = megaconn();
+    cmd.args(["server", "--protocol", "mqtt", "--ports", &free_port().to_string(), "--mqtt-retained-file", &file]);
+    let (code, _, err) = run(cmd, Duration::from_secs(20));
+    assert!(code != 0 && err.contains("line 1") && err.contains("move it away"), "exit {code}: {err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// mosquitto_sub subscribed to `a/#` prints exactly what an admin
 /// publish to `a/b` carried.
 fn mosquitto_sub_gets_an_admin_push(admin: &str, port: u16, tls: &[&str]) {

@@ -2,13 +2,14 @@
 //! supervisor: publishes fanned out to every worker once (`publish`), what
 //! was published kept for subscribers that come back (`history`), the
 //! cluster link's side of a publish (`relay`), MQTT's retained messages
-//! (`retained`), client ids and kept sessions (`sessions`), shared
+//! (`retained`, kept across restarts by `retained_file`), client ids and kept sessions (`sessions`), shared
 //! subscription groups (`shared`) and what clients said, sent
 //! on to the application (`upstream`).
 pub(crate) mod history;
 pub(crate) mod publish;
 pub(crate) mod relay;
 pub(crate) mod retained;
+pub(crate) mod retained_file;
 pub(crate) mod sessions;
 pub(crate) mod shared;
 pub(crate) mod upstream;

@@ -42,6 +42,7 @@ crate::counters! {
         refused: by("reason") "mqtt_retained_refused" "Retained publishes delivered but not kept, by reason (count: --mqtt-retained, bytes: --mqtt-retained-bytes)",
         served: counter "mqtt_retained_served" "Retained messages handed to new subscriptions",
         synced: counter "mqtt_retained_synced" "Retained messages taken from other cluster nodes' sets when this node's link came up",
+        saved: counter "mqtt_retained_file_saves" "Times the retained set was written to --mqtt-retained-file",
     }
 }
 
@@ -154,6 +155,12 @@ impl Retained {
     /// Every kept message not expired at `now_us`, in topic order.
     pub(crate) fn all(&self, now_us: u64) -> impl Iterator<Item = (&str, &Kept)> {
         self.by_topic.iter().filter(move |(_, k)| k.forwarded(now_us).is_ok()).map(|(t, k)| (&**t, k))
+    }
+
+    /// Changes so far (kept, cleared, expired): what a copy of the set
+    /// compares to know it is stale.
+    pub(crate) fn generation(&self) -> u64 {
+        self.counters.stored + self.counters.cleared + self.counters.expired
     }
 
     /// Its bounds (`--mqtt-retained`, `--mqtt-retained-bytes`).

@@ -127,6 +127,8 @@ pub(crate) struct ServerFleet {
     stalled: std::collections::BTreeSet<usize>,
     /// The admin API's own counters, once it serves.
     pub admin_stats: Option<crate::admin::AdminStats>,
+    /// `--mqtt-retained-file`: the retained set kept across restarts.
+    retained_file: Option<crate::server::broker::retained_file::RetainedFile>,
 }
 
 impl ServerFleet {
@@ -193,7 +195,15 @@ impl ServerFleet {
             upstream_done: BTreeMap::new(),
             stalled: Default::default(),
             admin_stats: None,
+            retained_file: None,
         };
+        if let Some(path) = &cfg.mqtt_retained_file {
+            let (file, n) =
+                crate::server::broker::retained_file::RetainedFile::open(path, cfg.mqtt_retained_save_every, &mut f.publisher.retained, cfg.max_push_bytes)
+                    .map_err(crate::UsageError)?;
+            f.retained_file = Some(file);
+            f.note("mqtt_retained_file", usize::MAX, format!("mqtt: {n} retained messages read from {}", path.display()), 0);
+        }
         if let Some(c) = &cfg.cluster {
             let to = sink.clone();
             let relay = crate::server::broker::relay::Relay::start(c.clone(), Arc::new(move |ev| to(ServerEvent::Cluster(ev))))?;
@@ -560,6 +570,7 @@ impl ServerFleet {
         let wills = self.publisher.sessions.expire(Instant::now());
         self.session_actions(wills);
         self.publisher.history.expire(crate::proto::push::wall_us());
+        self.save_retained(false);
         if let Some(r) = &mut self.relay {
             r.flush_replies(&mut self.publisher);
             if let Some((event, message)) = r.link_change() {
@@ -648,6 +659,16 @@ impl ServerFleet {
     /// Workers still running.
     pub(crate) fn alive(&self) -> usize {
         self.pool.alive()
+    }
+
+    /// Write the retained set to `--mqtt-retained-file` if it changed
+    /// (`force`: now, the server stops; else at most every
+    /// `--mqtt-retained-save-every`).
+    pub(crate) fn save_retained(&mut self, force: bool) {
+        let Some(file) = &mut self.retained_file else { return };
+        if let Err(e) = file.save(&mut self.publisher.retained, Instant::now(), force) {
+            self.note("mqtt_retained_file", usize::MAX, format!("mqtt: {e}; tried again at the next --mqtt-retained-save-every"), 0);
+        }
     }
 
     /// Stop every worker (graceful, then SIGKILL after `grace`).

@@ -1,0 +1,148 @@
+//! `--mqtt-retained-file PATH`: the retained set survives a restart. It
+//! is read at start, and written whenever it changed, at most every
+//! `--mqtt-retained-save-every` (10 s) and once more at stop: to
+//! `PATH.tmp`, synced, then renamed over PATH, so a crash leaves the last
+//! whole copy, never half of one. A crash loses at most what changed since
+//! the last write.
+//!
+//! The file holds the set as a cluster node's answer to a sync does (one
+//! JSON array of at most 256 KiB of data per line, `cluster/retained.rs`),
+//! and is read the same way: every message checked, the set's bounds
+//! applied (past them messages are left out and counted), an expired one
+//! dropped. A file that cannot be read refuses the start, naming the line
+//! and the fix; a missing one is a first start.
+
+use super::retained::{Kept, Retained};
+use crate::cluster::retained::{chunks, decode_chunk};
+use crate::cluster::MqttMeta;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Default `--mqtt-retained-save-every`.
+pub(crate) const DEFAULT_EVERY: Duration = Duration::from_secs(10);
+
+/// The file, and what of the set it holds.
+#[derive(Debug)]
+pub(crate) struct RetainedFile {
+    path: PathBuf,
+    every: Duration,
+    /// The set's generation last written.
+    saved: u64,
+    last: Instant,
+}
+
+impl RetainedFile {
+    /// Read `path` into `set` (`max_push`: the largest message this
+    /// server takes): how many messages it kept. Err names the problem
+    /// and the fix.
+    pub(crate) fn open(path: &Path, every: Duration, set: &mut Retained, max_push: usize) -> Result<(RetainedFile, usize), String> {
+        let text = match std::fs::read(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(format!("--mqtt-retained-file {}: cannot read it ({e}); give a file this user can read and write", path.display())),
+        };
+        let (mut kept, mut dropped) = (0, 0);
+        for (n, line) in text.split(|b| *b == b'\n').enumerate().filter(|(_, l)| !l.is_empty()) {
+            let entries = decode_chunk(line, max_push, &mut dropped).map_err(|e| {
+                format!(
+                    "--mqtt-retained-file {}: line {} is not what megaconn writes ({e}); restore the file, or move it away to start with no retained messages",
+                    path.display(),
+                    n + 1
+                )
+            })?;
+            for e in entries {
+                kept += set.newer(&e.topic, Kept::new(&e.data, e.mqtt.qos).with(e.mqtt.props.as_deref(), e.publish_us)) as usize;
+            }
+        }
+        if dropped > 0 {
+            *set.counters.refused.entry("file".to_string()).or_default() += dropped;
+        }
+        let f = RetainedFile { path: path.to_path_buf(), every, saved: set.generation(), last: Instant::now() };
+        Ok((f, kept))
+    }
+
+    /// Write the set if it changed and the interval passed (`now`), or
+    /// if it changed at all (`force`: the server stops). Err: why it
+    /// could not be written (tried again at the next interval).
+    pub(crate) fn save(&mut self, set: &mut Retained, now: Instant, force: bool) -> Result<bool, String> {
+        let generation = set.generation();
+        if generation == self.saved || (!force && now.duration_since(self.last) < self.every) {
+            return Ok(false);
+        }
+        self.last = now;
+        let wall = crate::proto::push::wall_us();
+        let all = set.all(wall).map(|(t, k)| (t, &*k.data, MqttMeta { qos: k.qos, retain: true, props: k.mqtt.clone() }, k.publish_us));
+        let lines = chunks(all);
+        let tmp = self.path.with_extension("tmp");
+        let write = || -> std::io::Result<()> {
+            let mut f = std::fs::File::create(&tmp)?;
+            for l in &lines {
+                f.write_all(l)?;
+                f.write_all(b"\n")?;
+            }
+            f.sync_all()?;
+            std::fs::rename(&tmp, &self.path)
+        };
+        write().map_err(|e| format!("cannot write the retained messages to {}: {e}", self.path.display()))?;
+        self.saved = generation;
+        set.counters.saved += 1;
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::broker::retained::RetainedConfig;
+
+    fn dir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("megaconn-unit-{}-{tag}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// Written only when changed (and the interval passed, unless
+    /// forced), read back whole with properties and stamps; a missing
+    /// file is a first start.
+    #[test]
+    fn the_set_is_written_when_it_changed_and_read_back_whole() {
+        let d = dir("retained-file");
+        let path = d.join("retained.json");
+        let mut a = Retained::new(RetainedConfig::default());
+        let (mut f, n) = RetainedFile::open(&path, Duration::from_secs(3600), &mut a, 1024).unwrap();
+        assert_eq!(n, 0, "no file yet");
+        assert!(!f.save(&mut a, Instant::now(), true).unwrap(), "nothing changed");
+        let props = crate::proto::mqtt::forward::Forwarded { content_type: Some("text/plain".into()), ..Default::default() };
+        a.set("a/b", Kept::new(b"1", 1).with(Some(&props), 7)).unwrap();
+        a.set("c", Kept::new(b"2", 0).with(None, 8)).unwrap();
+        assert!(!f.save(&mut a, Instant::now(), false).unwrap(), "the interval has not passed");
+        assert!(f.save(&mut a, Instant::now(), true).unwrap());
+        assert!(!path.with_extension("tmp").exists(), "renamed into place");
+        let mut b = Retained::new(RetainedConfig::default());
+        let (_, n) = RetainedFile::open(&path, DEFAULT_EVERY, &mut b, 1024).unwrap();
+        assert_eq!(n, 2);
+        let got = b.matching("a/b", 0)[0].1.clone();
+        assert_eq!((got.data.as_ref(), got.qos, got.publish_us, got.mqtt.and_then(|m| m.content_type)), (&b"1"[..], 1, 7, Some("text/plain".into())));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A damaged file refuses the start, naming the line and the fix; an
+    /// entry past this server's bounds is left out and counted.
+    #[test]
+    fn a_damaged_file_is_refused_with_the_fix_and_bounds_apply() {
+        let d = dir("retained-bad");
+        let path = d.join("r.json");
+        let mut a = Retained::new(RetainedConfig::default());
+        a.set("ok", Kept::new(b"small", 0)).unwrap();
+        a.set("big", Kept::new(&[7; 100], 0)).unwrap();
+        RetainedFile::open(&path, DEFAULT_EVERY, &mut Retained::new(RetainedConfig::default()), 1024).unwrap().0.save(&mut a, Instant::now(), true).unwrap();
+        let mut b = Retained::new(RetainedConfig::default());
+        let (_, n) = RetainedFile::open(&path, DEFAULT_EVERY, &mut b, 50).unwrap();
+        assert_eq!((n, b.counters.refused.get("file").copied()), (1, Some(1)), "the 100-byte message is over this server's 50");
+        std::fs::write(&path, b"[]\n{garbage\n").unwrap();
+        let e = RetainedFile::open(&path, DEFAULT_EVERY, &mut b, 50).unwrap_err();
+        assert!(e.contains("line 2") && e.contains("move it away"), "{e}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
