@@ -931,15 +931,8 @@ impl Forwarder {
             Ok(origin) => origin,
             Err((r, why)) => return self.shared.refuse(r, why),
         };
-        self.shared.messages_in.fetch_add(1, Ordering::Relaxed);
         let parts = Parts::live(m, m.subject.as_str());
-        if m.subject.as_str() == super::NOTICES {
-            match serde_json::from_slice(&m.payload) {
-                Ok(n) => send(&self.tx, ClusterEvent::Notices(n)),
-                Err(e) => self.shared.refuse(Refusal::Malformed, format!("refused presence notices: {e}")),
-            }
-            return;
-        }
+        // MQTT's retained sets and client ids: not messages for connections.
         if m.subject.as_str() == RETAINED {
             let entry = parts.header(H_TARGET).and_then(|topic| {
                 let mqtt = super::MqttMeta::parse(parts.get(super::H_MQTT))?;
@@ -963,6 +956,14 @@ impl Forwarder {
             match &m.reply {
                 Some(reply) => send(&self.tx, ClusterEvent::RetainedAsked { reply: reply.to_string() }),
                 None => self.shared.refuse(Refusal::Malformed, "refused a retained set question without a reply subject".into()),
+            }
+            return;
+        }
+        self.shared.messages_in.fetch_add(1, Ordering::Relaxed);
+        if m.subject.as_str() == super::NOTICES {
+            match serde_json::from_slice(&m.payload) {
+                Ok(n) => send(&self.tx, ClusterEvent::Notices(n)),
+                Err(e) => self.shared.refuse(Refusal::Malformed, format!("refused presence notices: {e}")),
             }
             return;
         }
@@ -1200,11 +1201,18 @@ async fn ask_retained(client: &async_nats::Client, me: &Me, shared: &Shared, max
         shared.error(format!("cannot ask the other nodes for their retained messages: {e}"));
         return got;
     }
-    let (mut nodes, mut bytes) = (std::collections::HashSet::new(), 0u64);
+    let (mut nodes, mut all) = (std::collections::HashSet::new(), Vec::new());
+    // What a chunk may add before the merge (every node sends the same
+    // set): the asker's bounds, for each of a few nodes.
+    let most = max_entries.saturating_mul(4).max(1024);
     let end = tokio::time::Instant::now() + retained::ANSWER_WINDOW;
     loop {
         let until = end.min(tokio::time::Instant::now() + retained::QUIET);
         let Ok(Some(chunk)) = tokio::time::timeout_at(until, sub.next()).await else { break };
+        // NATS's own "no responders" (no other node yet): nobody answers.
+        if chunk.status.is_some() {
+            break;
+        }
         let node = match me.check(&chunk) {
             Ok(n) => n,
             Err((r, why)) => {
@@ -1215,18 +1223,16 @@ async fn ask_retained(client: &async_nats::Client, me: &Me, shared: &Shared, max
         match retained::decode_chunk(&chunk.payload, me.max_push, &mut got.dropped) {
             Ok(entries) => {
                 nodes.insert(node);
-                for e in entries {
-                    bytes += e.data.len() as u64;
-                    if got.entries.len() >= max_entries || bytes > max_bytes {
-                        got.dropped += 1;
-                        continue;
-                    }
-                    got.entries.push(e);
+                if all.len() + entries.len() > most {
+                    // Keep the newest of each topic so far, then go on.
+                    all = retained::newest(all.into_iter(), max_entries, max_bytes, &mut got.dropped);
                 }
+                all.extend(entries);
             }
             Err(e) => shared.refuse(Refusal::Malformed, format!("refused a retained set from node '{node}': {e}")),
         }
     }
+    got.entries = retained::newest(all.into_iter(), max_entries, max_bytes, &mut got.dropped);
     got.nodes = nodes.len();
     got
 }
@@ -1330,14 +1336,9 @@ async fn publish(client: &async_nats::Client, me: &Me, request: u64, out: Vec<Ou
             }
             None => {
                 // A retained publish (or clear) also goes to every node's
-                // retained set, followed there or not.
-                if o.stream == Stream::Topic && o.mqtt.as_ref().is_some_and(|m| m.retain) {
-                    let h = me.signed_headers(RETAINED, &o.topic, &publish_us, ("", ""), &mqtt, &o.data);
-                    if let Err(e) = client.publish_with_headers(RETAINED, h, o.data.clone().into()).await {
-                        shared.error(format!("cannot send the retained message of {} to the other nodes: {e}", o.topic));
-                    }
-                    core_sent = true;
-                }
+                // retained set, followed there or not: once it went out.
+                let retained_copy = (o.stream == Stream::Topic && o.mqtt.as_ref().is_some_and(|m| m.retain))
+                    .then(|| (o.topic.clone(), me.signed_headers(RETAINED, &o.topic, &publish_us, ("", ""), &mqtt, &o.data), o.data.clone()));
                 let subject = if o.stream == Stream::Topic { super::topic_subject(&o.topic) } else { BROADCAST.to_string() };
                 match log {
                     Some(log) => {
@@ -1392,6 +1393,12 @@ async fn publish(client: &async_nats::Client, me: &Me, request: u64, out: Vec<Ou
                             .map_err(|e| fail(sent_before, format!("NATS did not take the publish: {e}")))?;
                         core_sent = true;
                     }
+                }
+                if let Some((topic, h, data)) = retained_copy {
+                    if let Err(e) = client.publish_with_headers(RETAINED, h, data.into()).await {
+                        shared.error(format!("cannot send the retained message of {topic} to the other nodes: {e}"));
+                    }
+                    core_sent = true;
                 }
             }
         }

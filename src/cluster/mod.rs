@@ -439,10 +439,23 @@ impl ClientIds {
         Ok(c)
     }
 
-    /// `ids` as messages within those bounds.
+    /// `ids` as messages within those bounds, each under 256 KiB.
     pub(crate) fn batches(ids: Vec<String>, at_us: u64) -> Vec<Vec<u8>> {
-        let ids: Vec<String> = ids.into_iter().filter(|id| id.len() <= MAX_ID_BYTES).collect();
-        ids.chunks(MAX_IDS_PER_MESSAGE).map(|c| serde_json::to_vec(&ClientIds { ids: c.to_vec(), at_us }).expect("serializes")).collect()
+        let (mut out, mut batch, mut bytes) = (Vec::new(), Vec::new(), 0);
+        for id in ids.into_iter().filter(|id| id.len() <= MAX_ID_BYTES) {
+            // JSON may write a byte as \u00XX: six.
+            let cost = 6 * id.len() + 3;
+            if !batch.is_empty() && (batch.len() >= MAX_IDS_PER_MESSAGE || bytes + cost > 256 << 10) {
+                out.push(serde_json::to_vec(&ClientIds { ids: std::mem::take(&mut batch), at_us }).expect("serializes"));
+                bytes = 0;
+            }
+            bytes += cost;
+            batch.push(id);
+        }
+        if !batch.is_empty() {
+            out.push(serde_json::to_vec(&ClientIds { ids: batch, at_us }).expect("serializes"));
+        }
+        out
     }
 }
 
@@ -501,6 +514,22 @@ mod tests {
         assert!(!check_url("nats://u:secret@").unwrap_err().contains("secret"));
         assert!(topic_fits_subject("a.b") && !topic_fits_subject("a..b") && !topic_fits_subject(".a"));
         assert!(check_node_id(&default_node_id()).is_ok());
+    }
+
+    /// Client ids cross in batches of at most 4,096 ids and 256 KiB; an
+    /// id or a batch over the bounds is refused.
+    #[test]
+    fn client_ids_cross_in_bounded_batches_and_are_checked() {
+        let ids: Vec<String> = (0..5000).map(|i| format!("{i:0>1000}")).collect();
+        let out = ClientIds::batches(ids.clone(), 7);
+        assert!(out.len() > 1 && out.iter().all(|b| b.len() <= 256 << 10), "{} batches", out.len());
+        let back: Vec<String> = out.iter().flat_map(|b| ClientIds::parse(b).unwrap().ids).collect();
+        assert_eq!(back, ids);
+        assert_eq!(ClientIds::batches(vec!["x".repeat(MAX_ID_BYTES + 1)], 7).len(), 0, "an id over the bound is not sent");
+        let long = serde_json::json!({"ids": ["y".repeat(MAX_ID_BYTES + 1)], "at_us": 1}).to_string();
+        assert!(ClientIds::parse(long.as_bytes()).is_err());
+        let many = serde_json::json!({"ids": vec!["z"; MAX_IDS_PER_MESSAGE + 1], "at_us": 1}).to_string();
+        assert!(ClientIds::parse(many.as_bytes()).is_err());
     }
 
     /// What crosses of an MQTT publish: nothing for a plain one; QoS,

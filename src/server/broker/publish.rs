@@ -258,8 +258,13 @@ impl Publisher {
                 for m in messages {
                     if m.retain && m.stream == Stream::Topic {
                         // Over its bounds it is still delivered, just not kept.
+                        // In a cluster every node keeps the newest by its stamp,
+                        // whichever way a copy came (`cluster/retained.rs`).
                         let k = crate::server::broker::retained::Kept::new(&m.data, m.qos).with(m.mqtt.as_deref(), publish_us);
-                        let _ = self.retained.set(&m.topic, k);
+                        match self.node.is_some() {
+                            true => _ = self.retained.newer(&m.topic, k),
+                            false => _ = self.retained.set(&m.topic, k),
+                        }
                     }
                     let log = if m.stream == Stream::Broadcast { BROADCAST_TOPIC } else { m.topic.as_str() };
                     let at = match (m.stream, m.at) {

@@ -43,6 +43,9 @@ fn answer_if_asked(reply: Option<crate::admin::Reply>, r: Response) {
 pub(crate) struct Relay {
     pub link: Link,
     held: HashMap<u64, Held>,
+    /// When this node last answered for its retained set: at most
+    /// `retained::MAX_ANSWERS` answers every `retained::ANSWER_EVERY`.
+    answered: VecDeque<std::time::Instant>,
     next: u64,
     /// The link state last reported to the operator.
     reported_up: bool,
@@ -62,6 +65,7 @@ impl Relay {
         Ok(Relay {
             link: Link::start(cfg, tx)?,
             held: HashMap::new(),
+            answered: VecDeque::new(),
             next: 0,
             reported_up: false,
             fetching: HashMap::new(),
@@ -176,15 +180,7 @@ impl Relay {
             ClusterEvent::RetainedSet(e) => {
                 publisher.retained.newer(&e.topic, kept(&e));
             }
-            ClusterEvent::RetainedAsked { reply } => {
-                let set = publisher
-                    .retained
-                    .all(wall_us())
-                    .map(|(t, k)| (t, &*k.data, crate::cluster::MqttMeta { qos: k.qos, retain: true, props: k.mqtt.clone() }, k.publish_us));
-                for chunk in crate::cluster::retained::chunks(set) {
-                    self.link.reply(reply.clone(), chunk);
-                }
-            }
+            ClusterEvent::RetainedAsked { reply } => self.answer_retained(reply, publisher),
             ClusterEvent::Retained(answers) => {
                 let r = &mut publisher.retained;
                 let taken = answers.entries.into_iter().filter(|e| r.newer(&e.topic, kept(e))).count();
@@ -199,6 +195,34 @@ impl Relay {
             }
         }
         self.flush_replies(publisher);
+    }
+
+    /// Another node asks for this node's retained set: its messages and
+    /// the clears it remembers, within `retained::MAX_ANSWERS` answers
+    /// every `retained::ANSWER_EVERY` (nodes that keep asking cost that
+    /// much and no more; past it a question goes unanswered, counted).
+    fn answer_retained(&mut self, reply: String, publisher: &mut Publisher) {
+        use crate::cluster::retained::{ANSWER_EVERY, MAX_ANSWERS};
+        let now = std::time::Instant::now();
+        while self.answered.front().is_some_and(|t| now.duration_since(*t) >= ANSWER_EVERY) {
+            self.answered.pop_front();
+        }
+        if self.answered.len() >= MAX_ANSWERS {
+            crate::stats::counters::bump(&mut publisher.retained.counters.refused, "sync_asks_unanswered");
+            return;
+        }
+        self.answered.push_back(now);
+        let r = &publisher.retained;
+        let meta = |qos, props| crate::cluster::MqttMeta { qos, retain: true, props };
+        let set = r.all(wall_us()).map(|(t, k)| (t, &*k.data, meta(k.qos, k.mqtt.clone()), k.publish_us));
+        let clears = r.cleared().map(|(t, us)| (t, &[][..], meta(0, None), us));
+        let (chunks, skipped) = crate::cluster::retained::chunks(set.chain(clears));
+        for chunk in chunks {
+            self.link.reply(reply.clone(), chunk);
+        }
+        if skipped > 0 {
+            *publisher.retained.counters.refused.entry("cluster_sync".to_string()).or_default() += skipped;
+        }
     }
 
     /// The link came up (at start or after a reconnect): ask the other

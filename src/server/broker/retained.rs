@@ -19,7 +19,7 @@
 
 use crate::proto::mqtt::forward::Forwarded;
 use crate::proto::mqtt::topic::matches;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 /// Default `--mqtt-retained`: retained messages kept on a node.
 pub(crate) const DEFAULT_MAX_MESSAGES: usize = 10_000;
@@ -97,7 +97,18 @@ impl Kept {
 pub(crate) struct Retained {
     cfg: RetainedConfig,
     by_topic: BTreeMap<Box<str>, Kept>,
+    /// In a cluster: the last clears, by topic, with their publish stamp
+    /// (so a copy older than a clear cannot come back, and a node that
+    /// missed a clear hears it in a sync); at most `--mqtt-retained` of
+    /// them, the oldest forgotten first.
+    clears: Option<Clears>,
     pub counters: RetainedCounters,
+}
+
+#[derive(Debug, Default)]
+struct Clears {
+    at: HashMap<Box<str>, u64>,
+    order: VecDeque<(Box<str>, u64)>,
 }
 
 impl Retained {
@@ -105,11 +116,42 @@ impl Retained {
         Retained { cfg, ..Default::default() }
     }
 
+    /// A cluster node: clears are remembered (see `clears`).
+    pub(crate) fn keep_clears(&mut self) {
+        self.clears.get_or_insert_with(Default::default);
+    }
+
+    fn cleared_at(&self, topic: &str) -> Option<u64> {
+        self.clears.as_ref().and_then(|c| c.at.get(topic).copied())
+    }
+
+    fn note_clear(&mut self, topic: &str, publish_us: u64) {
+        let max = self.cfg.max_messages.max(1);
+        let Some(c) = &mut self.clears else { return };
+        if c.at.get(topic).is_some_and(|t| *t >= publish_us) {
+            return;
+        }
+        while c.order.len() >= max {
+            let Some((t, us)) = c.order.pop_front() else { break };
+            if c.at.get(&t) == Some(&us) {
+                c.at.remove(&t);
+            }
+        }
+        c.at.insert(topic.into(), publish_us);
+        c.order.push_back((topic.into(), publish_us));
+    }
+
+    /// The clears remembered, with their stamps (for a sync's answer).
+    pub(crate) fn cleared(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.clears.iter().flat_map(|c| c.at.iter().map(|(t, us)| (&**t, *us)))
+    }
+
     /// A retained publish: keep it as the topic's (empty: clear it).
     /// Err: over a bound, not kept (the reason, also counted).
     pub(crate) fn set(&mut self, topic: &str, k: Kept) -> Result<(), &'static str> {
         let old = self.by_topic.get(topic).map_or(0, |o| o.cost(topic));
         if k.data.is_empty() {
+            self.note_clear(topic, k.publish_us);
             if self.by_topic.remove(topic).is_some() {
                 self.counters.cleared += 1;
                 self.counters.bytes -= old;
@@ -143,6 +185,10 @@ impl Retained {
     /// True when it changed the set.
     pub(crate) fn newer(&mut self, topic: &str, k: Kept) -> bool {
         if self.by_topic.get(topic).is_some_and(|old| old.publish_us >= k.publish_us && !(k.data.is_empty() && old.publish_us == k.publish_us)) {
+            return false;
+        }
+        // A message a clear came after stays cleared.
+        if !k.data.is_empty() && self.cleared_at(topic).is_some_and(|us| us >= k.publish_us) {
             return false;
         }
         let had = self.by_topic.contains_key(topic);
@@ -265,6 +311,29 @@ mod tests {
         assert!(r.newer("t", at(b"3", 5)), "an empty topic takes any message");
         assert_eq!(r.all(0).map(|(t, k)| (t, k.data.as_ref())).collect::<Vec<_>>(), vec![("t", &b"3"[..])]);
         assert_eq!((r.counters.stored, r.counters.cleared, r.counters.messages), (2, 1, 1));
+    }
+
+    /// A cluster node remembers clears (at most --mqtt-retained of them,
+    /// the oldest forgotten): a copy older than one cannot come back, one
+    /// newer can, and a sync's answer carries them.
+    #[test]
+    fn a_cluster_node_remembers_clears_so_no_older_copy_comes_back() {
+        let mut r = Retained::new(RetainedConfig { max_messages: 2, ..RetainedConfig::default() });
+        r.keep_clears();
+        let at = |data: &[u8], us| Kept::new(data, 0).with(None, us);
+        assert!(r.newer("t", at(b"1", 10)));
+        r.set("t", at(b"", 20)).unwrap();
+        assert!(!r.newer("t", at(b"1", 10)), "the copy the clear removed");
+        assert!(!r.newer("t", at(b"", 15)), "an older clear changes nothing");
+        assert!(r.newer("t", at(b"2", 30)), "a newer message");
+        r.set("a", at(b"", 1)).unwrap();
+        r.set("b", at(b"", 2)).unwrap();
+        let mut clears: Vec<(&str, u64)> = r.cleared().collect();
+        clears.sort();
+        assert_eq!(clears, [("a", 1), ("b", 2)], "two kept, t's the oldest forgotten");
+        let mut single = Retained::new(RetainedConfig::default());
+        single.set("t", at(b"", 20)).unwrap();
+        assert_eq!(single.cleared().count(), 0, "not outside a cluster");
     }
 
     /// A message keeps its properties (not its publisher) and its expiry:

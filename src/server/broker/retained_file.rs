@@ -10,7 +10,10 @@
 //! and is read the same way: every message checked, the set's bounds
 //! applied (past them messages are left out and counted), an expired one
 //! dropped. A file that cannot be read refuses the start, naming the line
-//! and the fix; a missing one is a first start.
+//! and the fix; a missing one is a first start, and the file is written
+//! at once (an empty set too), so a path that cannot be written refuses
+//! the start instead of failing at every save. Created 0600 (payloads
+//! are the clients'), the directory synced after the rename.
 
 use super::retained::{Kept, Retained};
 use crate::cluster::retained::{chunks, decode_chunk};
@@ -51,14 +54,19 @@ impl RetainedFile {
                     n + 1
                 )
             })?;
+            let now = crate::proto::push::wall_us();
             for e in entries {
-                kept += set.newer(&e.topic, Kept::new(&e.data, e.mqtt.qos).with(e.mqtt.props.as_deref(), e.publish_us)) as usize;
+                let k = Kept::new(&e.data, e.mqtt.qos).with(e.mqtt.props.as_deref(), e.publish_us);
+                if k.forwarded(now).is_ok() {
+                    kept += set.newer(&e.topic, k) as usize;
+                }
             }
         }
         if dropped > 0 {
             *set.counters.refused.entry("file".to_string()).or_default() += dropped;
         }
-        let f = RetainedFile { path: path.to_path_buf(), every, saved: set.generation(), last: Instant::now() };
+        let mut f = RetainedFile { path: path.to_path_buf(), every, saved: u64::MAX, last: Instant::now() };
+        f.save(set, Instant::now(), true).map_err(|e| format!("--mqtt-retained-file: {e}; give a path in a directory this user can write"))?;
         Ok((f, kept))
     }
 
@@ -73,16 +81,23 @@ impl RetainedFile {
         self.last = now;
         let wall = crate::proto::push::wall_us();
         let all = set.all(wall).map(|(t, k)| (t, &*k.data, MqttMeta { qos: k.qos, retain: true, props: k.mqtt.clone() }, k.publish_us));
-        let lines = chunks(all);
-        let tmp = self.path.with_extension("tmp");
+        let (lines, skipped) = chunks(all);
+        if skipped > 0 {
+            *set.counters.refused.entry("file".to_string()).or_default() += skipped;
+        }
+        let mut tmp = self.path.clone().into_os_string();
+        tmp.push(".tmp");
         let write = || -> std::io::Result<()> {
-            let mut f = std::fs::File::create(&tmp)?;
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
             for l in &lines {
                 f.write_all(l)?;
                 f.write_all(b"\n")?;
             }
             f.sync_all()?;
-            std::fs::rename(&tmp, &self.path)
+            std::fs::rename(&tmp, &self.path)?;
+            let dir = self.path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            std::fs::File::open(dir)?.sync_all()
         };
         write().map_err(|e| format!("cannot write the retained messages to {}: {e}", self.path.display()))?;
         self.saved = generation;
@@ -118,7 +133,9 @@ mod tests {
         a.set("c", Kept::new(b"2", 0).with(None, 8)).unwrap();
         assert!(!f.save(&mut a, Instant::now(), false).unwrap(), "the interval has not passed");
         assert!(f.save(&mut a, Instant::now(), true).unwrap());
-        assert!(!path.with_extension("tmp").exists(), "renamed into place");
+        assert!(!d.join("retained.json.tmp").exists(), "renamed into place");
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600, "the clients' payloads: the owner's only");
         let mut b = Retained::new(RetainedConfig::default());
         let (_, n) = RetainedFile::open(&path, DEFAULT_EVERY, &mut b, 1024).unwrap();
         assert_eq!(n, 2);
@@ -143,6 +160,8 @@ mod tests {
         std::fs::write(&path, b"[]\n{garbage\n").unwrap();
         let e = RetainedFile::open(&path, DEFAULT_EVERY, &mut b, 50).unwrap_err();
         assert!(e.contains("line 2") && e.contains("move it away"), "{e}");
+        let e = RetainedFile::open(&d.join("no/such/dir/r.json"), DEFAULT_EVERY, &mut b, 50).unwrap_err();
+        assert!(e.contains("no/such/dir") && e.contains("directory this user can write"), "a path that cannot be written refuses the start: {e}");
         let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -186,8 +186,10 @@ pub(crate) struct Sessions {
     pub counters: SessionCounters,
     /// v5 wills waiting for their Will Delay Interval (`wills.rs`).
     wills: wills::Wills,
-    /// In a cluster: the ids admitted lately, with when (`elsewhere.rs`).
+    /// In a cluster: the ids admitted lately, with when (`elsewhere.rs`),
+    /// by the clock the claims' announcement carries ([`Sessions::clock`]).
     cluster: bool,
+    clock_us: u64,
     recent: elsewhere::Recent,
     /// Connections taken over because their id connected to another
     /// node, until they end: their state is not kept, their will dropped.
@@ -237,7 +239,7 @@ impl Sessions {
         self.online.insert(key, Online { conn: c.conn });
         self.counters.online = self.online.len() as u64;
         if self.cluster {
-            self.recent.note(key, crate::proto::push::wall_us());
+            self.recent.note(key, if self.clock_us > 0 { self.clock_us } else { crate::proto::push::wall_us() });
         }
         let mut kept = self.take(&key);
         if kept.as_ref().is_some_and(|k| k.expires.is_some_and(|t| t <= now)) {
@@ -368,6 +370,13 @@ impl Sessions {
         } else {
             Ok(())
         }
+    }
+
+    /// The wall-clock µs the claims that follow are announced to the
+    /// other nodes with: their admissions are noted at it, so both nodes
+    /// of a tie compare the same two instants.
+    pub(crate) fn clock(&mut self, now_us: u64) {
+        self.clock_us = now_us;
     }
 
     /// Record what a cluster node must follow for the kept sessions

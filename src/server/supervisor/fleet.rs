@@ -209,6 +209,7 @@ impl ServerFleet {
             let relay = crate::server::broker::relay::Relay::start(c.clone(), Arc::new(move |ev| to(ServerEvent::Cluster(ev))))?;
             f.publisher.node = Some(relay.node().to_string());
             f.publisher.sessions.follow();
+            f.publisher.retained.keep_clears();
             f.relay = Some(relay);
         }
         if let Some(t) = &cfg.upstream {
@@ -330,12 +331,23 @@ impl ServerFleet {
             PoolEvent::Msg(ServerMsg::Published { messages, .. }) => self.client_published(messages),
             PoolEvent::Msg(ServerMsg::RetainedWanted { worker, wants }) => self.publisher.retained_wanted(worker, wants, &mut self.pool),
             PoolEvent::Msg(ServerMsg::SessionClaims { worker, claims }) => {
+                use crate::server::broker::sessions::Action;
                 let (now, at_us) = (Instant::now(), crate::proto::push::wall_us());
-                // In a cluster the other nodes let go of these ids.
-                if let Some(r) = &self.relay {
-                    r.link.connected_here(claims.iter().map(|c| c.client_id.clone()).collect(), at_us);
+                self.publisher.sessions.clock(at_us);
+                let (mut actions, mut admitted) = (Vec::new(), Vec::new());
+                for c in claims {
+                    let id = self.relay.is_some().then(|| c.client_id.clone());
+                    let a = self.publisher.sessions.claim(worker, c, now);
+                    // Admitted now, or once the connection it takes over here ended.
+                    if a.iter().any(|x| matches!(x, Action::Answer(_, ans) if ans.code == 0) || matches!(x, Action::Takeover(..))) {
+                        admitted.extend(id);
+                    }
+                    actions.extend(a);
                 }
-                let actions = claims.into_iter().flat_map(|c| self.publisher.sessions.claim(worker, c, now)).collect();
+                // In a cluster the other nodes let go of these ids.
+                if let (Some(r), false) = (&self.relay, admitted.is_empty()) {
+                    r.link.connected_here(admitted, at_us);
+                }
                 self.session_actions(actions);
             }
             PoolEvent::Msg(ServerMsg::SharedChanged { changes, .. }) => self.publisher.shared.changed(changes),

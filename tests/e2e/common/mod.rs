@@ -283,8 +283,27 @@ pub fn http(addr: &str, method: &str, path: &str, body: &[u8], token: Option<&st
     s.read_to_end(&mut out).unwrap();
     let text = String::from_utf8_lossy(&out).to_string();
     let status = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    (status, body)
+    let at = out.windows(4).position(|w| w == b"\r\n\r\n").map_or(out.len(), |i| i + 4);
+    let head = String::from_utf8_lossy(&out[..at]).to_ascii_lowercase();
+    // nats-server's monitoring answers a long body in chunks.
+    let body = if head.contains("transfer-encoding: chunked") { dechunk(&out[at..]) } else { out[at..].to_vec() };
+    (status, String::from_utf8_lossy(&body).to_string())
+}
+
+/// An HTTP/1.1 chunked body, joined (what arrived of it).
+fn dechunk(mut raw: &[u8]) -> Vec<u8> {
+    let mut body = Vec::new();
+    while let Some(eol) = raw.windows(2).position(|w| w == b"\r\n") {
+        let size = String::from_utf8_lossy(&raw[..eol]);
+        let n = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16).unwrap_or(0);
+        let rest = &raw[eol + 2..];
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        body.extend_from_slice(&rest[..n]);
+        raw = rest[n..].strip_prefix(b"\r\n").unwrap_or(&rest[n..]);
+    }
+    body
 }
 
 /// Raise this test process's soft fd limit to its hard limit.

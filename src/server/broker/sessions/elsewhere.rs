@@ -8,7 +8,7 @@
 //! the sessions do not move between nodes). Counted `moved`.
 //!
 //! Two CONNECTs of one id on two nodes at once would each close the
-//! other's: so the ids this node admitted within [`RECENT`] keep their
+//! other's: so the ids this node admitted within [`RECENT_US`] keep their
 //! admission time, and the later CONNECT (by the nodes' clocks; at the
 //! same microsecond, the greater node id) is the one that stays.
 
