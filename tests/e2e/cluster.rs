@@ -1292,6 +1292,21 @@ fn presence_notices_reach_subscribers_on_every_node() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// nats-server and two MQTT nodes, `{tag}A` and `{tag}B`, linked and
+/// both subscribed to `subject`: (NATS, the key, its URL, the nodes).
+fn two_mqtt_nodes(tag: &str, subject: &str) -> (Nats, KeyFile, String, [(Running, String, u16); 2]) {
+    let nats = loopback_nats(&[]);
+    let (key, url) = (KeyFile::new(&format!("mqtt-{tag}")), format!("nats://{}", nats.addr));
+    let args = ["--protocol", "mqtt"];
+    let nodes = [loopback_node(&url, &format!("{tag}A"), &key, &args), loopback_node(&url, &format!("{tag}B"), &key, &args)];
+    wait_until("both nodes linked", Duration::from_secs(20), || nodes.iter().all(|(_, admin, _)| get(admin, "/healthz").0 == 200));
+    wait_until(&format!("both nodes take {subject}"), Duration::from_secs(10), || {
+        let (status, text) = http(&nats.monitor, "GET", "/connz?subs=1", b"", None);
+        status == 200 && text.matches(&format!("\"{subject}\"")).count() == 2
+    });
+    (nats, key, url, nodes)
+}
+
 fn retained_stats(admin: &str) -> Value {
     get(admin, "/stats").1["mqtt_retained"].clone()
 }
@@ -1307,16 +1322,7 @@ fn retained_stats(admin: &str) -> Value {
 #[test]
 fn every_node_keeps_the_clusters_retained_messages_also_one_started_later() {
     use crate::mqtt::mosquitto_sub_first;
-    let nats = loopback_nats(&[]);
-    let (key, url) = (KeyFile::new("retained"), format!("nats://{}", nats.addr));
-    let args = ["--protocol", "mqtt"];
-    let (_a, admin_a, _) = loopback_node(&url, "RA", &key, &args);
-    let (_b, admin_b, port_b) = loopback_node(&url, "RB", &key, &args);
-    wait_until("both nodes linked", Duration::from_secs(20), || get(&admin_a, "/healthz").0 == 200 && get(&admin_b, "/healthz").0 == 200);
-    wait_until("both nodes hear retained messages", Duration::from_secs(10), || {
-        let (status, text) = http(&nats.monitor, "GET", "/connz?subs=1", b"", None);
-        status == 200 && text.matches("\"megaconn.retained\"").count() == 2
-    });
+    let (nats, key, url, [(_a, admin_a, _), (_b, admin_b, port_b)]) = two_mqtt_nodes("R", "megaconn.retained");
     assert_eq!(get_post(&admin_a, "/publish?topic=r/one&retain=1&qos=1", b"v1").0, 200);
     wait_until("B keeps A's retained message", Duration::from_secs(10), || retained_stats(&admin_b)["messages"] == 1);
     assert_eq!(mosquitto_sub_first(port_b, "r/+", 1), ["1 r/one v1"], "a subscriber on B gets it retained");
@@ -1379,16 +1385,7 @@ fn every_node_keeps_the_clusters_retained_messages_also_one_started_later() {
 #[test]
 fn a_client_id_that_connects_to_another_node_leaves_the_first() {
     use crate::mqtt_sessions::{connected, rest};
-    let nats = loopback_nats(&[]);
-    let (key, url) = (KeyFile::new("ids"), format!("nats://{}", nats.addr));
-    let args = ["--protocol", "mqtt"];
-    let (_a, admin_a, port_a) = loopback_node(&url, "IA", &key, &args);
-    let (_b, admin_b, port_b) = loopback_node(&url, "IB", &key, &args);
-    wait_until("both nodes linked", Duration::from_secs(20), || get(&admin_a, "/healthz").0 == 200 && get(&admin_b, "/healthz").0 == 200);
-    wait_until("both nodes hear client ids", Duration::from_secs(10), || {
-        let (status, text) = http(&nats.monitor, "GET", "/connz?subs=1", b"", None);
-        status == 200 && text.matches("\"megaconn.clientids\"").count() == 2
-    });
+    let (_nats, _key, _url, [(_a, admin_a, port_a), (_b, admin_b, port_b)]) = two_mqtt_nodes("I", "megaconn.clientids");
     let sessions = |admin: &str| get(admin, "/stats").1["mqtt_sessions"].clone();
     let (gone, _, code) = connected(port_a, 4, "keeper", false);
     assert_eq!(code, 0);
