@@ -11,6 +11,7 @@ use crate::cluster::{ClusterConfig, ClusterEvent, Inbound, Link, LinkStatus, Pub
 use crate::proto::push::{wall_us, Position, Stream, BROADCAST_TOPIC};
 use crate::server::broker::history::Message as HistoryMessage;
 use crate::server::broker::publish::{Answer, Publisher};
+use crate::server::broker::retained::Kept;
 use crate::supervise::{Pool, Sink};
 use anyhow::Result;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -25,11 +26,6 @@ struct Held {
     /// broadcast messages), whose answer says its offset.
     sent_as: Vec<Option<usize>>,
     publish_us: u64,
-}
-
-/// Another node's retained message as this node keeps it.
-fn kept(e: &crate::cluster::retained::Entry) -> crate::server::broker::retained::Kept {
-    crate::server::broker::retained::Kept::new(&e.data, e.mqtt.qos).with(e.mqtt.props.as_deref(), e.publish_us)
 }
 
 /// Answer a publish someone waits for (an admin request); a quiet one
@@ -178,17 +174,15 @@ impl Relay {
             }
             ClusterEvent::Presence { request, answers } => publisher.presence_of_nodes(request, answers),
             ClusterEvent::RetainedSet(e) => {
-                publisher.retained.newer(&e.topic, kept(&e));
+                publisher.retained.newer(&e.topic, Kept::from_entry(&e));
             }
             ClusterEvent::RetainedAsked { reply } => self.answer_retained(reply, publisher),
             ClusterEvent::Retained(answers) => {
                 let r = &mut publisher.retained;
-                let taken = answers.entries.into_iter().filter(|e| r.newer(&e.topic, kept(e))).count();
+                let taken = answers.entries.into_iter().filter(|e| r.newer(&e.topic, Kept::from_entry(e))).count();
                 r.counters.synced += taken as u64;
                 // Malformed, or past this node's bounds.
-                if answers.dropped > 0 {
-                    *r.counters.refused.entry("cluster_sync".to_string()).or_default() += answers.dropped;
-                }
+                r.refused("cluster_sync", answers.dropped);
             }
             ClusterEvent::Notices(notices) => {
                 pool.broadcast(&format!("{} {}", crate::server::commands::CMD_NOTICES, serde_json::to_string(&notices).expect("serializes")));
@@ -213,16 +207,12 @@ impl Relay {
         }
         self.answered.push_back(now);
         let r = &publisher.retained;
-        let meta = |qos, props| crate::cluster::MqttMeta { qos, retain: true, props };
-        let set = r.all(wall_us()).map(|(t, k)| (t, &*k.data, meta(k.qos, k.mqtt.clone()), k.publish_us));
-        let clears = r.cleared().map(|(t, us)| (t, &[][..], meta(0, None), us));
-        let (chunks, skipped) = crate::cluster::retained::chunks(set.chain(clears));
+        let clears = r.cleared().map(|(t, us)| (t, &[][..], crate::cluster::MqttMeta { qos: 0, retain: true, props: None }, us));
+        let (chunks, skipped) = crate::cluster::retained::chunks(r.all(wall_us()).chain(clears));
         for chunk in chunks {
             self.link.reply(reply.clone(), chunk);
         }
-        if skipped > 0 {
-            *publisher.retained.counters.refused.entry("cluster_sync".to_string()).or_default() += skipped;
-        }
+        publisher.retained.refused("cluster_sync", skipped);
     }
 
     /// The link came up (at start or after a reconnect): ask the other

@@ -76,6 +76,11 @@ impl Kept {
         Kept { data: data.into(), qos, mqtt: None, publish_us: 0 }
     }
 
+    /// A message as another node (or the retained file) carries it.
+    pub(crate) fn from_entry(e: &crate::cluster::retained::Entry) -> Kept {
+        Kept::new(&e.data, e.mqtt.qos).with(e.mqtt.props.as_deref(), e.publish_us)
+    }
+
     /// With the publish's properties, published at `publish_us`.
     pub(crate) fn with(self, mqtt: Option<&Forwarded>, publish_us: u64) -> Kept {
         Kept { mqtt: Forwarded::stored(mqtt), publish_us, ..self }
@@ -198,9 +203,21 @@ impl Retained {
         }
     }
 
-    /// Every kept message not expired at `now_us`, in topic order.
-    pub(crate) fn all(&self, now_us: u64) -> impl Iterator<Item = (&str, &Kept)> {
-        self.by_topic.iter().filter(move |(_, k)| k.forwarded(now_us).is_ok()).map(|(t, k)| (&**t, k))
+    /// Every kept message not expired at `now_us`, in topic order, as it
+    /// crosses to another node or goes to the retained file (topic, data,
+    /// metadata, publish stamp; `cluster::retained::chunks`).
+    pub(crate) fn all(&self, now_us: u64) -> impl Iterator<Item = (&str, &[u8], crate::cluster::MqttMeta, u64)> {
+        self.by_topic
+            .iter()
+            .filter(move |(_, k)| k.forwarded(now_us).is_ok())
+            .map(|(t, k)| (&**t, &*k.data, crate::cluster::MqttMeta { qos: k.qos, retain: true, props: k.mqtt.clone() }, k.publish_us))
+    }
+
+    /// `n` more retained messages not kept or not sent, for `reason`.
+    pub(crate) fn refused(&mut self, reason: &str, n: u64) {
+        if n > 0 {
+            *self.counters.refused.entry(reason.to_string()).or_default() += n;
+        }
     }
 
     /// Changes so far (kept, cleared, expired): what a copy of the set
@@ -309,7 +326,7 @@ mod tests {
         assert!(r.newer("t", at(b"", 20)), "a clear of the same instant");
         assert!(!r.newer("t", at(b"", 30)), "nothing left to clear");
         assert!(r.newer("t", at(b"3", 5)), "an empty topic takes any message");
-        assert_eq!(r.all(0).map(|(t, k)| (t, k.data.as_ref())).collect::<Vec<_>>(), vec![("t", &b"3"[..])]);
+        assert_eq!(r.all(0).map(|(t, d, _, _)| (t, d)).collect::<Vec<_>>(), vec![("t", &b"3"[..])]);
         assert_eq!((r.counters.stored, r.counters.cleared, r.counters.messages), (2, 1, 1));
     }
 

@@ -6,7 +6,7 @@
 //! the last write.
 //!
 //! The file holds the set as a cluster node's answer to a sync does (one
-//! JSON array of at most 256 KiB of data per line, `cluster/retained.rs`),
+//! JSON array of at most 512 KiB per line, `cluster/retained.rs`),
 //! and is read the same way: every message checked, the set's bounds
 //! applied (past them messages are left out and counted), an expired one
 //! dropped. A file that cannot be read refuses the start, naming the line
@@ -17,7 +17,6 @@
 
 use super::retained::{Kept, Retained};
 use crate::cluster::retained::{chunks, decode_chunk};
-use crate::cluster::MqttMeta;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -56,15 +55,13 @@ impl RetainedFile {
             })?;
             let now = crate::proto::push::wall_us();
             for e in entries {
-                let k = Kept::new(&e.data, e.mqtt.qos).with(e.mqtt.props.as_deref(), e.publish_us);
+                let k = Kept::from_entry(&e);
                 if k.forwarded(now).is_ok() {
                     kept += set.newer(&e.topic, k) as usize;
                 }
             }
         }
-        if dropped > 0 {
-            *set.counters.refused.entry("file".to_string()).or_default() += dropped;
-        }
+        set.refused("file", dropped);
         let mut f = RetainedFile { path: path.to_path_buf(), every, saved: u64::MAX, last: Instant::now() };
         f.save(set, Instant::now(), true).map_err(|e| format!("--mqtt-retained-file: {e}; give a path in a directory this user can write"))?;
         Ok((f, kept))
@@ -80,11 +77,8 @@ impl RetainedFile {
         }
         self.last = now;
         let wall = crate::proto::push::wall_us();
-        let all = set.all(wall).map(|(t, k)| (t, &*k.data, MqttMeta { qos: k.qos, retain: true, props: k.mqtt.clone() }, k.publish_us));
-        let (lines, skipped) = chunks(all);
-        if skipped > 0 {
-            *set.counters.refused.entry("file".to_string()).or_default() += skipped;
-        }
+        let (lines, skipped) = chunks(set.all(wall));
+        set.refused("file", skipped);
         let mut tmp = self.path.clone().into_os_string();
         tmp.push(".tmp");
         let write = || -> std::io::Result<()> {
