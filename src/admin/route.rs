@@ -60,20 +60,19 @@ pub(crate) struct Message {
     pub retain: bool,
     /// An MQTT client's publish: its connection and v5 properties.
     pub mqtt: Option<Box<crate::proto::mqtt::forward::Forwarded>>,
+    /// In a cluster: the MQTT shared subscription groups another node
+    /// delivers this message to (`server/broker/shared.rs`).
+    pub elsewhere: Vec<Box<str>>,
 }
 
 impl Message {
     /// A message to every subscriber of `topic` (an MQTT client's publish).
     pub(crate) fn topic(topic: String, data: Vec<u8>) -> Message {
-        Message { stream: Stream::Topic, topic, target: None, node: None, data, at: None, user: None, close: false, qos: 0, retain: false, mqtt: None }
-    }
-
-    fn unicast(node: Option<String>, id: u64, data: Vec<u8>) -> Message {
         Message {
-            stream: Stream::Unicast,
-            topic: String::new(),
-            target: Some(id),
-            node,
+            stream: Stream::Topic,
+            topic,
+            target: None,
+            node: None,
             data,
             at: None,
             user: None,
@@ -81,7 +80,12 @@ impl Message {
             qos: 0,
             retain: false,
             mqtt: None,
+            elsewhere: Vec::new(),
         }
+    }
+
+    fn unicast(node: Option<String>, id: u64, data: Vec<u8>) -> Message {
+        Message { stream: Stream::Unicast, target: Some(id), node, ..Message::topic(String::new(), data) }
     }
 
     /// To every connection of `user` (or closing them).
@@ -90,19 +94,7 @@ impl Message {
         if user.is_empty() || user.len() > 255 {
             return Err(Response::error(400, "a user is the sub claim of its tokens: 1-255 bytes, percent-encoded in the path"));
         }
-        Ok(Message {
-            stream: Stream::Unicast,
-            topic: String::new(),
-            target: None,
-            node: None,
-            data,
-            at: None,
-            user: Some(user),
-            close,
-            qos: 0,
-            retain: false,
-            mqtt: None,
-        })
+        Ok(Message { stream: Stream::Unicast, user: Some(user), close, ..Message::topic(String::new(), data) })
     }
 }
 
@@ -202,7 +194,7 @@ pub(crate) fn parse(method: &str, url: &str, body: Vec<u8>) -> Result<Request, R
         }
         ("POST", "/broadcast") => {
             data_fits("", &body)?;
-            Ok(Request::Publish(vec![Message { stream: Stream::Broadcast, topic: String::new(), target: None, node: None, data: body, at: None, user: None, close: false, qos: 0, retain: false, mqtt: None }]))
+            Ok(Request::Publish(vec![Message { stream: Stream::Broadcast, ..Message::topic(String::new(), body) }]))
         }
         ("POST", "/publish") => {
             let topic = query(url, "topic").ok_or_else(|| Response::error(400, "POST /publish needs ?topic=NAME"))?;

@@ -79,6 +79,8 @@ enum Cmd {
     Notices(Vec<u8>),
     /// MQTT client ids that connected here, for the other nodes.
     ClientIds(Vec<Vec<u8>>),
+    /// This node's MQTT shared subscription groups (`groups.rs`).
+    SharedGroups(Vec<u8>),
     /// Ask every other node for its retained set, keeping at most this
     /// many messages and bytes of the answers.
     AskRetained {
@@ -324,6 +326,12 @@ impl Link {
     /// `at_us` (each lets go of its own connection or kept session of them).
     pub(crate) fn connected_here(&self, ids: Vec<String>, at_us: u64) {
         let _ = self.cmds.send(Cmd::ClientIds(super::ClientIds::batches(ids, at_us)));
+    }
+
+    /// Tell the other nodes this node's MQTT shared subscription groups
+    /// (an [`super::groups::Announce`] body).
+    pub(crate) fn announce_groups(&self, body: Vec<u8>) {
+        let _ = self.cmds.send(Cmd::SharedGroups(body));
     }
 
     /// Tell the other nodes' subscribers who joined or left.
@@ -656,6 +664,7 @@ async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<
         RETAINED.to_string(),
         RETAINED_ASK.to_string(),
         super::CLIENT_IDS.to_string(),
+        super::groups::SHARED_GROUPS.to_string(),
     ] {
         let h = f.forward(subject.clone(), || shared.follow(&subject, true)).await;
         subs.insert(subject, h);
@@ -699,6 +708,12 @@ async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<
                     if let Err(e) = client.publish_with_headers(super::CLIENT_IDS, h, body.into()).await {
                         shared.error(format!("cannot tell the other nodes which MQTT client ids connected here: {e}"));
                     }
+                }
+            }
+            Cmd::SharedGroups(body) => {
+                let h = me.headers(super::groups::SHARED_GROUPS, "", "", "", &body);
+                if let Err(e) = client.publish_with_headers(super::groups::SHARED_GROUPS, h, body.into()).await {
+                    shared.error(format!("cannot tell the other nodes this node's MQTT shared subscription groups: {e}"));
                 }
             }
             Cmd::Notices(body) => {
@@ -949,6 +964,13 @@ impl Forwarder {
             match super::ClientIds::parse(&m.payload) {
                 Ok(c) => send(&self.tx, ClusterEvent::ClientIds { node: origin, ids: c.ids, at_us: c.at_us }),
                 Err(e) => self.shared.refuse(Refusal::Malformed, format!("refused MQTT client ids from node '{origin}': {e}")),
+            }
+            return;
+        }
+        if m.subject.as_str() == super::groups::SHARED_GROUPS {
+            match super::groups::Announce::parse(&m.payload, super::groups::MAX_GROUPS) {
+                Ok(announce) => send(&self.tx, ClusterEvent::SharedGroups { node: origin, announce }),
+                Err(e) => self.shared.refuse(Refusal::Malformed, format!("refused MQTT shared subscription groups from node '{origin}': {e}")),
             }
             return;
         }

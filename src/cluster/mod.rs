@@ -7,8 +7,9 @@
 //! request, so the owner answers whether it found the connection and NATS
 //! answers "no responders" when no such node exists). Every node also
 //! takes the core subjects of per-user pushes, presence, MQTT retained
-//! messages ([`retained`]) and the MQTT client ids connecting to each
-//! node ([`CLIENT_IDS`]).
+//! messages ([`retained`]), the MQTT client ids connecting to each
+//! node ([`CLIENT_IDS`]) and each node's MQTT shared subscription groups
+//! ([`groups`]).
 //!
 //! A publish through a node's admin API goes to NATS first, and is
 //! delivered to the node's own connections only once NATS has taken it
@@ -27,6 +28,7 @@
 //! (`megaconn.inbox.<node>.`), so nobody can make nodes publish where
 //! they choose.
 pub(crate) mod auth;
+pub(crate) mod groups;
 pub(crate) mod link;
 pub(crate) mod log;
 pub(crate) mod retained;
@@ -286,6 +288,11 @@ pub(crate) struct MqttMeta {
     pub(crate) retain: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) props: Option<Box<crate::proto::mqtt::forward::Forwarded>>,
+    /// Per MQTT shared subscription group the message matches, the node
+    /// that delivers its copy (`server/broker/shared.rs`); a group not
+    /// named is delivered by every node with members.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) shared: Vec<(String, String)>,
 }
 
 impl MqttMeta {
@@ -293,7 +300,7 @@ impl MqttMeta {
     /// retained, no properties: what every protocol publishes).
     pub(crate) fn of(qos: u8, retain: bool, props: Option<&crate::proto::mqtt::forward::Forwarded>) -> Option<MqttMeta> {
         let props = crate::proto::mqtt::forward::Forwarded::stored(props);
-        (qos > 0 || retain || props.is_some()).then_some(MqttMeta { qos, retain, props })
+        (qos > 0 || retain || props.is_some()).then_some(MqttMeta { qos, retain, props, shared: Vec::new() })
     }
 
     /// The header's value.
@@ -319,7 +326,16 @@ impl MqttMeta {
                 return Err(format!("{H_MQTT} carries {} bytes of properties (at most {max}) or a publisher", f.cost()));
             }
         }
+        let max = groups::MAX_PICKS;
+        if m.shared.len() > max || m.shared.iter().any(|(g, n)| crate::proto::mqtt::topic::shared(g).is_none() || check_node_id(n).is_err()) {
+            return Err(format!("{H_MQTT} names more than {max} shared subscription groups, or one that is not $share/GROUP/FILTER or a node id that is not one"));
+        }
         Ok(m)
+    }
+
+    /// The shared subscription groups another node than `me` delivers.
+    pub(crate) fn elsewhere(&self, me: &str) -> Vec<Box<str>> {
+        self.shared.iter().filter(|(_, node)| node != me).map(|(g, _)| g.as_str().into()).collect()
     }
 }
 
@@ -414,6 +430,11 @@ pub(crate) enum ClusterEvent {
     },
     /// The other nodes' retained sets, asked when this node's link came up.
     Retained(retained::Answers),
+    /// Another node's MQTT shared subscription groups ([`groups`]).
+    SharedGroups {
+        node: String,
+        announce: groups::Announce,
+    },
     /// MQTT client ids that connected to another node (`node`) at `at_us`.
     ClientIds {
         node: String,
@@ -549,5 +570,12 @@ mod tests {
         let big = format!(r#"{{"props":{{"content_type":"{}"}}}}"#, "x".repeat(MAX_FORWARDED_BYTES + 1));
         assert!(MqttMeta::parse(&big).is_err());
         assert!(MqttMeta::parse("not json").unwrap_err().contains("Megaconn-Mqtt"));
+        let named = MqttMeta { shared: vec![("$share/g/t".into(), "A".into()), ("$share/h/t".into(), "B".into())], ..MqttMeta::default() };
+        assert_eq!(MqttMeta::parse(&named.header()), Ok(named.clone()));
+        assert_eq!(named.elsewhere("A"), vec!["$share/h/t".into()]);
+        assert!(MqttMeta::parse(r#"{"shared":[["t","A"]]}"#).is_err(), "not a shared subscription");
+        assert!(MqttMeta::parse(r#"{"shared":[["$share/g/t","a.b"]]}"#).is_err(), "not a node id");
+        let many: Vec<(String, String)> = (0..=groups::MAX_PICKS).map(|i| (format!("$share/g{i}/t"), "A".into())).collect();
+        assert!(MqttMeta::parse(&MqttMeta { shared: many, ..MqttMeta::default() }.header()).is_err());
     }
 }

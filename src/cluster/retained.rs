@@ -162,7 +162,7 @@ mod tests {
     use super::*;
 
     fn meta() -> MqttMeta {
-        MqttMeta { qos: 1, retain: true, props: None }
+        MqttMeta { qos: 1, retain: true, props: None, shared: Vec::new() }
     }
 
     /// A set crosses in chunks of at most CHUNK_BYTES of JSON and comes

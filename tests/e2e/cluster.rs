@@ -1428,3 +1428,79 @@ fn mqtt_publishes_cross_the_cluster_with_their_qos_retain_flag_and_properties() 
         assert_eq!(refused(&admin_b, "malformed") + refused(&admin_b, "forged"), 0, "{history}: B refused none of A's messages");
     }
 }
+
+/// MQTT shared subscriptions across the cluster: a group with a member on
+/// each node (Debian's mosquitto_sub) gets each message once in the whole
+/// cluster, whichever node it was published on, and both members get
+/// some: the node a message enters names the one node that delivers each
+/// group's copy. A plain subscriber of `end` on each node tells when all
+/// went by (published after the jobs, by the same nodes).
+#[test]
+fn a_shared_group_with_members_on_two_nodes_gets_each_message_once() {
+    let (nats, _key, _url, [(_a, admin_a, port_a), (_b, admin_b, port_b)]) = two_mqtt_nodes("S", "megaconn.shared");
+    let member = |port: u16| {
+        let mut cmd = Command::new("mosquitto_sub");
+        cmd.args(["-h", "127.0.0.1", "-p", &port.to_string(), "-V", "5", "-q", "1", "-t", "$share/workers/jobs/#", "-t", "end", "-v", "-W", "60"]);
+        crate::common::proc::Peer::spawn(&format!("mosquitto_sub on {port}"), cmd)
+    };
+    let mut members = [member(port_a), member(port_b)];
+    let shared = |admin: &str| get(admin, "/stats").1["mqtt_shared"].clone();
+    wait_until("each node heard the other's group", Duration::from_secs(20), || {
+        [&admin_a, &admin_b].iter().all(|a| shared(a)["nodes"] == 1 && shared(a)["members"] == 1)
+    });
+    wait_until("both nodes follow every topic (the groups' wildcard) and end", Duration::from_secs(10), || {
+        let (status, text) = http(&nats.monitor, "GET", "/connz?subs=1", b"", None);
+        // Go's JSON writes '>' as \u003e.
+        status == 200 && ["\"megaconn.live.topic.\\u003e\"", "\"megaconn.live.topic.end\""].iter().all(|s| text.matches(s).count() == 2)
+    });
+    for (i, admin) in [&admin_a, &admin_b].iter().enumerate().flat_map(|(n, a)| (0..10).map(move |i| (n * 10 + i, a))) {
+        assert_eq!(get_post(admin, &format!("/publish?topic=jobs/{i}&qos=1"), format!("job{i}").as_bytes()).0, 200);
+    }
+    for admin in [&admin_a, &admin_b] {
+        assert_eq!(get_post(admin, "/publish?topic=end&qos=1", b"end").0, 200);
+    }
+    let mut got: Vec<Vec<String>> = Vec::new();
+    for m in members.iter_mut() {
+        let (mut jobs, mut ends) = (Vec::new(), 0);
+        while ends < 2 {
+            let line = m.line(Duration::from_secs(20), "a job or the end");
+            match line.strip_prefix("end ") {
+                Some(_) => ends += 1,
+                None => jobs.push(line),
+            }
+        }
+        got.push(jobs);
+    }
+    let mut all: Vec<&String> = got.iter().flatten().collect();
+    all.sort();
+    let want: Vec<String> = (0..20).map(|i| format!("jobs/{i} job{i}")).collect();
+    let mut want_sorted: Vec<&String> = want.iter().collect();
+    want_sorted.sort();
+    assert_eq!(all, want_sorted, "each job once in the cluster: A's member {:?}, B's {:?}", got[0], got[1]);
+    assert!(got.iter().all(|g| !g.is_empty()), "both members get some: {got:?}");
+    let elsewhere: u64 = [&admin_a, &admin_b].iter().map(|a| shared(a)["elsewhere"].as_u64().unwrap_or(0)).sum();
+    assert_eq!(elsewhere, 20, "each job's copy left by one node to the other: {} / {}", shared(&admin_a), shared(&admin_b));
+
+    // B's member leaves: B announces no group, and every job goes to A's
+    // member, also those published on B.
+    let [mut on_a, on_b] = members;
+    drop(on_b);
+    wait_until("A forgot B's group", Duration::from_secs(20), || shared(&admin_a)["nodes"] == 0 && shared(&admin_b)["groups"] == 0);
+    for (i, admin) in [(20, &admin_a), (21, &admin_b), (22, &admin_a), (23, &admin_b)] {
+        assert_eq!(get_post(admin, &format!("/publish?topic=jobs/{i}&qos=1"), format!("job{i}").as_bytes()).0, 200);
+    }
+    for admin in [&admin_a, &admin_b] {
+        assert_eq!(get_post(admin, "/publish?topic=end&qos=1", b"end").0, 200);
+    }
+    let mut rest = Vec::new();
+    let mut ends = 0;
+    while ends < 2 {
+        let line = on_a.line(Duration::from_secs(20), "a job or the end");
+        match line.strip_prefix("end ") {
+            Some(_) => ends += 1,
+            None => rest.push(line),
+        }
+    }
+    rest.sort();
+    assert_eq!(rest, ["jobs/20 job20", "jobs/21 job21", "jobs/22 job22", "jobs/23 job23"], "all to the member left");
+}

@@ -308,7 +308,7 @@ impl Publisher {
                     let mut shared = Vec::new();
                     if m.stream == Stream::Topic && m.target.is_none() && m.user.is_none() {
                         self.sessions.offline(&m.topic, &data, m.qos, m.retain, m.mqtt.as_deref(), publish_us);
-                        shared = self.shared.pick(&m.topic);
+                        shared = self.shared.pick(&m.topic, &m.elsewhere);
                     }
                     let cmd = PushCommand {
                         publish_id: pid,

@@ -130,17 +130,25 @@ impl Relay {
         for m in messages {
             // NATS does not echo a node's own publishes: it delivers here itself.
             let local_too = m.stream != Stream::Unicast || m.user.is_some();
-            let mut sent = None;
+            let (mut sent, mut elsewhere) = (None, Vec::new());
             if !is_local(&m) {
                 let target = m.node.clone().zip(m.target);
                 let user = m.user.clone().map(|u| (u, m.close));
-                // A topic message carries what it has of MQTT's.
-                let mqtt = (m.stream == Stream::Topic).then(|| crate::cluster::MqttMeta::of(m.qos, m.retain, m.mqtt.as_deref())).flatten();
+                // A topic message carries what it has of MQTT's, and which
+                // node delivers each shared subscription group's copy.
+                let mut mqtt = (m.stream == Stream::Topic).then(|| crate::cluster::MqttMeta::of(m.qos, m.retain, m.mqtt.as_deref())).flatten();
+                if m.stream == Stream::Topic && m.target.is_none() && m.user.is_none() {
+                    let placed = publisher.shared.place(&m.topic, &me);
+                    if !placed.picks.is_empty() {
+                        mqtt.get_or_insert_with(Default::default).shared = placed.picks;
+                        elsewhere = placed.elsewhere;
+                    }
+                }
                 out.push(Out { stream: m.stream, topic: m.topic.clone(), target, user, publish_us, data: m.data.clone(), mqtt });
                 sent = Some(out.len() - 1);
             }
             if local_too || is_local(&m) {
-                local.push(Message { node: None, ..m });
+                local.push(Message { node: None, elsewhere, ..m });
                 sent_as.push(sent);
             }
         }
@@ -155,6 +163,7 @@ impl Relay {
             ClusterEvent::Published { request, result } => self.published(request, result, publisher, live, pool),
             // The supervisor's own (fleet.rs): it stops, or takes over.
             ClusterEvent::Fatal(_) | ClusterEvent::ClientIds { .. } => {}
+            ClusterEvent::SharedGroups { node, announce } => publisher.shared.heard(&node, announce, std::time::Instant::now()),
             ClusterEvent::Mine { request, index, topic, at } => {
                 self.mine.entry(topic).or_default().insert(at.offset, (request, index, at));
             }
@@ -164,7 +173,7 @@ impl Relay {
                 if waits {
                     self.blocked.entry(topic).or_default().push_back(m);
                 } else {
-                    Self::deliver(m, publisher, live, pool);
+                    Self::deliver(m, self.link.cfg.node.as_str(), publisher, live, pool);
                 }
             }
             ClusterEvent::Fetched { topic, result } => self.fetched(topic, result, publisher, live, pool),
@@ -207,7 +216,7 @@ impl Relay {
         }
         self.answered.push_back(now);
         let r = &publisher.retained;
-        let clears = r.cleared().map(|(t, us)| (t, &[][..], crate::cluster::MqttMeta { qos: 0, retain: true, props: None }, us));
+        let clears = r.cleared().map(|(t, us)| (t, &[][..], crate::cluster::MqttMeta { qos: 0, retain: true, props: None, shared: Vec::new() }, us));
         let (chunks, skipped) = crate::cluster::retained::chunks(r.all(wall_us()).chain(clears));
         for chunk in chunks {
             self.link.reply(reply.clone(), chunk);
@@ -222,8 +231,9 @@ impl Relay {
         self.link.ask_retained(b.max_messages, b.max_bytes);
     }
 
-    /// A message from another node, delivered like a local publish.
-    fn deliver(m: Inbound, publisher: &mut Publisher, live: &[usize], pool: &mut Pool) {
+    /// A message from another node, delivered like a local publish (to
+    /// the shared subscription groups it names this node (`me`) for).
+    fn deliver(m: Inbound, me: &str, publisher: &mut Publisher, live: &[usize], pool: &mut Pool) {
         let reply = match m.reply {
             Some(subject) => Answer::Nats(subject),
             None => Answer::Quiet,
@@ -240,6 +250,7 @@ impl Relay {
             close: m.close,
             qos: mqtt.qos,
             retain: mqtt.retain,
+            elsewhere: mqtt.elsewhere(me),
             mqtt: mqtt.props,
         };
         publisher.begin(Route::Publish(vec![msg]), reply, Some(m.publish_us), Vec::new(), live, pool);
@@ -310,7 +321,7 @@ impl Relay {
             let Some(queue) = self.blocked.get_mut(&topic) else { continue };
             while queue.front().is_some_and(|m| first.is_none_or(|f| m.at.is_none_or(|at| at.offset < f))) {
                 let m = queue.pop_front().expect("checked");
-                Self::deliver(m, publisher, live, pool);
+                Self::deliver(m, self.link.cfg.node.as_str(), publisher, live, pool);
             }
             if queue.is_empty() {
                 self.blocked.remove(&topic);
@@ -366,6 +377,7 @@ impl Relay {
                         close: false,
                         qos: mqtt.qos,
                         retain: mqtt.retain,
+                        elsewhere: mqtt.elsewhere(&self.link.cfg.node),
                         mqtt: mqtt.props,
                     };
                     publisher.begin(Route::Publish(vec![msg]), Answer::Quiet, Some(m.publish_us), Vec::new(), live, pool);

@@ -210,7 +210,7 @@ impl Retained {
         self.by_topic
             .iter()
             .filter(move |(_, k)| k.forwarded(now_us).is_ok())
-            .map(|(t, k)| (&**t, &*k.data, crate::cluster::MqttMeta { qos: k.qos, retain: true, props: k.mqtt.clone() }, k.publish_us))
+            .map(|(t, k)| (&**t, &*k.data, crate::cluster::MqttMeta { qos: k.qos, retain: true, props: k.mqtt.clone(), shared: Vec::new() }, k.publish_us))
     }
 
     /// `n` more retained messages not kept or not sent, for `reason`.

@@ -18,6 +18,9 @@ use crate::supervise::{ExitInfo, Pool, PoolEvent, Sink};
 /// The "worker" that holds the kept MQTT sessions' topics in the
 /// cluster link's table of who follows what (no worker has this index).
 const KEPT_SESSIONS: usize = usize::MAX;
+/// The holder of the topics a node follows for its MQTT shared
+/// subscription groups (`broker/shared.rs`).
+const SHARED_GROUPS: usize = usize::MAX - 2;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
@@ -350,7 +353,10 @@ impl ServerFleet {
                 }
                 self.session_actions(actions);
             }
-            PoolEvent::Msg(ServerMsg::SharedChanged { changes, .. }) => self.publisher.shared.changed(changes),
+            PoolEvent::Msg(ServerMsg::SharedChanged { changes, .. }) => {
+                self.publisher.shared.changed(changes);
+                self.follow_shared();
+            }
             PoolEvent::Msg(ServerMsg::SessionsEnded { ended, .. }) => {
                 let now = Instant::now();
                 let actions = ended.into_iter().flat_map(|e| self.publisher.sessions.ended(e, now)).collect();
@@ -367,7 +373,20 @@ impl ServerFleet {
                 }
             }
             PoolEvent::Garbled(line) => self.note("worker_garbled", i, format!("server worker {i} wrote a line that is not a message: {line}"), 0),
-            PoolEvent::Exited(info) => self.on_exit(i, info),
+            PoolEvent::Exited(info) => {
+                self.on_exit(i, info);
+                self.follow_shared();
+            }
+        }
+    }
+
+    /// In a cluster: follow the topics of this node's shared subscription
+    /// groups' filters (its members' are not in their workers' topics).
+    fn follow_shared(&mut self) {
+        let Some(r) = &mut self.relay else { return };
+        let changes = self.publisher.shared.take_followed();
+        if !changes.is_empty() {
+            r.topics_changed(SHARED_GROUPS, &changes, &mut self.publisher);
         }
     }
 
@@ -586,13 +605,16 @@ impl ServerFleet {
         if let Some(r) = &mut self.relay {
             r.flush_replies(&mut self.publisher);
             if let Some((event, message)) = r.link_change() {
-                // Up: ask the other nodes for the retained messages it may have missed.
+                // Up: ask the other nodes for the retained messages it may
+                // have missed, and tell them its shared subscription groups.
                 if r.link.up() {
                     r.ask_retained(&self.publisher);
+                    self.publisher.shared.linked();
                 }
                 self.note(event, usize::MAX, message, 0);
             }
         }
+        self.announce_groups(false);
         let Sizing::Elastic { target, max } = self.sizing else { return };
         if self.stopping || self.failure.is_some() {
             return;
@@ -651,6 +673,7 @@ impl ServerFleet {
     /// SIGTERM: every worker stops accepting and reading, answers what is
     /// in flight and exits; none is replaced or grown meanwhile.
     pub(crate) fn drain(&mut self) {
+        self.announce_groups(true);
         self.stopping = true;
         self.close_listeners();
         self.pool.broadcast(crate::supervise::control::CMD_CLOSE);
@@ -683,8 +706,24 @@ impl ServerFleet {
         }
     }
 
+    /// In a cluster: forget the nodes gone quiet, and tell the others this
+    /// node's MQTT shared subscription groups when due (`leaving`: none,
+    /// once, as it stops).
+    fn announce_groups(&mut self, leaving: bool) {
+        let Some(r) = &self.relay else { return };
+        let now = Instant::now();
+        self.publisher.shared.expire(now);
+        if self.stopping || !r.link.up() {
+            return;
+        }
+        if let Some(body) = self.publisher.shared.announce(now, leaving) {
+            r.link.announce_groups(body);
+        }
+    }
+
     /// Stop every worker (graceful, then SIGKILL after `grace`).
     pub(crate) fn stop(&mut self, grace: Duration) {
+        self.announce_groups(true);
         self.stopping = true;
         self.close_listeners();
         self.pool.stop(grace);
