@@ -66,6 +66,8 @@ impl TryFrom<ServerArgs> for ServerConfig {
             mqtt_retained: crate::server::broker::retained::RetainedConfig { max_messages: a.mqtt_retained, max_bytes: a.mqtt_retained_bytes },
             mqtt_retained_file: a.mqtt_retained_file.clone(),
             mqtt_retained_save_every: a.mqtt_retained_save_every,
+            mqtt_sessions_file: a.mqtt_sessions_file.clone(),
+            mqtt_sessions_save_every: a.mqtt_sessions_save_every,
             mqtt_sessions: crate::server::broker::sessions::SessionsConfig {
                 max_ids: a.mqtt_client_ids,
                 max_kept: a.mqtt_sessions,

@@ -277,6 +277,12 @@ pub(crate) struct ServerArgs {
     /// MQTT: how often at most the retained messages are written to --mqtt-retained-file (a crash loses what changed since).
     #[arg(long, default_value = "10s", value_parser = parse::positive_duration)]
     pub(crate) mqtt_retained_save_every: Duration,
+    /// MQTT: keep the sessions of clients gone (subscriptions and queued messages) in this file across restarts: read at start, written (whole, then renamed into place) when they changed, at most every --mqtt-sessions-save-every, and at stop, after the drain kept the sessions of the clients it closed.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) mqtt_sessions_file: Option<std::path::PathBuf>,
+    /// MQTT: how often at most the kept sessions are written to --mqtt-sessions-file (a crash loses what changed since).
+    #[arg(long, default_value = "10s", value_parser = parse::positive_duration)]
+    pub(crate) mqtt_sessions_save_every: Duration,
     /// MQTT: client ids connected at once (the registry across every worker); a CONNECT past it is refused (CONNACK 0x97 / 3.1.1 3, mqtt_client_ids_refused).
     #[arg(long, default_value = "4000000", value_parser = clap::value_parser!(u32).range(1..=100_000_000).map(|v| v as usize))]
     pub mqtt_client_ids: usize,

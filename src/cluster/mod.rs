@@ -328,7 +328,9 @@ impl MqttMeta {
         }
         let max = groups::MAX_PICKS;
         if m.shared.len() > max || m.shared.iter().any(|(g, n)| crate::proto::mqtt::topic::shared(g).is_none() || check_node_id(n).is_err()) {
-            return Err(format!("{H_MQTT} names more than {max} shared subscription groups, or one that is not $share/GROUP/FILTER or a node id that is not one"));
+            return Err(format!(
+                "{H_MQTT} names more than {max} shared subscription groups, or one that is not $share/GROUP/FILTER or a node id that is not one"
+            ));
         }
         Ok(m)
     }

@@ -76,6 +76,10 @@ pub(crate) struct ServerConfig {
     /// restarts) and `--mqtt-retained-save-every`.
     pub mqtt_retained_file: Option<std::path::PathBuf>,
     pub mqtt_retained_save_every: Duration,
+    /// MQTT: `--mqtt-sessions-file` (kept sessions across restarts) and
+    /// `--mqtt-sessions-save-every`.
+    pub mqtt_sessions_file: Option<std::path::PathBuf>,
+    pub mqtt_sessions_save_every: Duration,
     /// MQTT: `--mqtt-client-ids`, `--mqtt-sessions`, `--mqtt-session-queue` and their bytes.
     pub mqtt_sessions: crate::server::broker::sessions::SessionsConfig,
     /// WebSocket: largest message (close 1009 above it).
@@ -187,6 +191,8 @@ impl Default for ServerConfig {
             mqtt_retained: Default::default(),
             mqtt_retained_file: None,
             mqtt_retained_save_every: crate::server::broker::retained_file::DEFAULT_EVERY,
+            mqtt_sessions_file: None,
+            mqtt_sessions_save_every: crate::server::broker::state_file::DEFAULT_EVERY,
             mqtt_sessions: Default::default(),
             max_message_bytes: crate::server::session::ws::DEFAULT_MAX_MESSAGE,
             push_format: crate::server::session::ws::PushFormat::Text,

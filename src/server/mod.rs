@@ -416,7 +416,7 @@ pub(crate) fn run(cfg: ServerConfig) -> Result<i32> {
     supervise::run_loop(&rx, &mut run)?;
     run.fleet.stop(Duration::from_secs(3));
     supervise::drain(&rx, &mut run, Duration::from_millis(50));
-    run.fleet.save_retained(true);
+    run.fleet.save_state(true);
     print_notes(&mut run.fleet.notes, &mut run.progress, run.cfg.json);
     let t = run.fleet.view.totals();
     let failure = run.fleet.failure.clone();

@@ -174,3 +174,53 @@ fn thousands_of_invented_client_ids_are_held_to_the_session_bound() {
     assert!(!present);
     s.terminate();
 }
+
+/// `--mqtt-sessions-file`: kept sessions outlive a restart. Debian's
+/// mosquitto_sub makes two: `keeper` (3.1.1, Clean Session 0) subscribes
+/// and leaves, and 3 QoS 1 messages are queued for it; `stayer` (5.0,
+/// Session Expiry 3600 s) is still connected at the SIGTERM, so the drain
+/// keeps its session. The server started again on the file has both: a
+/// message published then is queued for each, and each comes back to
+/// session present and every message once.
+#[test]
+fn kept_sessions_outlive_a_restart_in_the_sessions_file() {
+    let dir = std::env::temp_dir().join(format!("megaconn-test-{}-sessions-file", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("sessions.json").display().to_string();
+    let args = ["--mqtt-sessions-file", file.as_str(), "--mqtt-sessions-save-every", "1h"];
+    let sub = |port: u16, id: &str, extra: &[&str]| {
+        let mut cmd = Command::new("mosquitto_sub");
+        cmd.args(["-h", "127.0.0.1", "-p", &port.to_string(), "-c", "-i", id, "-q", "1", "-t", "k/#", "-v", "-W", "30"]).args(extra);
+        Peer::spawn(&format!("mosquitto_sub {id}"), cmd)
+    };
+    let (mut s, admin, port) = server(&args);
+    sub(port, "keeper", &["-V", "311", "-E"]).finish_ok(Duration::from_secs(20));
+    let mut stayer = sub(port, "stayer", &["-V", "5", "-x", "3600"]);
+    stats_when(&admin, "keeper kept, stayer online", |v| v["mqtt_sessions"]["kept"] == 1 && v["mqtt_sessions"]["online"] == 1);
+    for i in 1..=3 {
+        let (status, _) = http(&admin, "POST", &format!("/publish?topic=k/{i}&qos=1"), format!("m{i}").as_bytes(), None);
+        assert_eq!(status, 200);
+    }
+    for i in 1..=3 {
+        assert_eq!(stayer.line(Duration::from_secs(20), "a live message"), format!("k/{i} m{i}"));
+    }
+    stats_when(&admin, "3 queued for keeper", |v| v["mqtt_sessions"]["queued"] == 3);
+    assert!(s.terminate().success());
+    drop(stayer);
+
+    let (s2, admin, port) = server(&args);
+    let m = stats_when(&admin, "both sessions read back", |v| v["mqtt_sessions"]["loaded"] == 2);
+    assert_eq!(m["mqtt_sessions"]["kept"], 2, "{m}");
+    let (status, _) = http(&admin, "POST", "/publish?topic=k/4&qos=1", b"m4", None);
+    assert_eq!(status, 200);
+    let mut keeper = sub(port, "keeper", &["-V", "311", "-C", "4"]);
+    let got: Vec<String> = (0..4).map(|_| keeper.line(Duration::from_secs(20), "a queued message")).collect();
+    assert_eq!(got, ["k/1 m1", "k/2 m2", "k/3 m3", "k/4 m4"], "keeper's queue through the restart");
+    keeper.finish_ok(Duration::from_secs(10));
+    let mut back = sub(port, "stayer", &["-V", "5", "-x", "3600", "-C", "1"]);
+    assert_eq!(back.line(Duration::from_secs(20), "the message queued for stayer"), "k/4 m4");
+    back.finish_ok(Duration::from_secs(10));
+    stats_when(&admin, "both resumed", |v| v["mqtt_sessions"]["resumed"] == 2);
+    drop(s2);
+    let _ = std::fs::remove_dir_all(&dir);
+}

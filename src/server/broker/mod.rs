@@ -2,7 +2,9 @@
 //! supervisor: publishes fanned out to every worker once (`publish`), what
 //! was published kept for subscribers that come back (`history`), the
 //! cluster link's side of a publish (`relay`), MQTT's retained messages
-//! (`retained`, kept across restarts by `retained_file`), client ids and kept sessions (`sessions`), shared
+//! (`retained`, kept across restarts by `retained_file`), client ids and
+//! kept sessions (`sessions`, kept across restarts by `sessions_file`;
+//! both files written by `state_file`), shared
 //! subscription groups (`shared`) and what clients said, sent
 //! on to the application (`upstream`).
 pub(crate) mod history;
@@ -11,5 +13,7 @@ pub(crate) mod relay;
 pub(crate) mod retained;
 pub(crate) mod retained_file;
 pub(crate) mod sessions;
+pub(crate) mod sessions_file;
 pub(crate) mod shared;
+pub(crate) mod state_file;
 pub(crate) mod upstream;

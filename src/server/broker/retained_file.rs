@@ -1,8 +1,7 @@
 //! `--mqtt-retained-file PATH`: the retained set survives a restart. It
 //! is read at start, and written whenever it changed, at most every
-//! `--mqtt-retained-save-every` (10 s) and once more at stop: to
-//! `PATH.tmp`, synced, then renamed over PATH, so a crash leaves the last
-//! whole copy, never half of one. A crash loses at most what changed since
+//! `--mqtt-retained-save-every` (10 s) and once more at stop, whole or
+//! not at all (`state_file.rs`). A crash loses at most what changed since
 //! the last write.
 //!
 //! The file holds the set as a cluster node's answer to a sync does (one
@@ -12,38 +11,27 @@
 //! dropped. A file that cannot be read refuses the start, naming the line
 //! and the fix; a missing one is a first start, and the file is written
 //! at once (an empty set too), so a path that cannot be written refuses
-//! the start instead of failing at every save. Created 0600 (payloads
-//! are the clients'), the directory synced after the rename.
+//! the start instead of failing at every save.
 
 use super::retained::{Kept, Retained};
+use super::state_file::StateFile;
 use crate::cluster::retained::{chunks, decode_chunk};
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// Default `--mqtt-retained-save-every`.
-pub(crate) const DEFAULT_EVERY: Duration = Duration::from_secs(10);
+pub(crate) use super::state_file::DEFAULT_EVERY;
 
 /// The file, and what of the set it holds.
 #[derive(Debug)]
-pub(crate) struct RetainedFile {
-    path: PathBuf,
-    every: Duration,
-    /// The set's generation last written.
-    saved: u64,
-    last: Instant,
-}
+pub(crate) struct RetainedFile(StateFile);
 
 impl RetainedFile {
     /// Read `path` into `set` (`max_push`: the largest message this
     /// server takes): how many messages it kept. Err names the problem
     /// and the fix.
     pub(crate) fn open(path: &Path, every: Duration, set: &mut Retained, max_push: usize) -> Result<(RetainedFile, usize), String> {
-        let text = match std::fs::read(path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(format!("--mqtt-retained-file {}: cannot read it ({e}); give a file this user can read and write", path.display())),
-        };
+        let mut f = RetainedFile(StateFile::new(path, every));
+        let text = f.0.read("--mqtt-retained-file")?;
         let (mut kept, mut dropped) = (0, 0);
         for (n, line) in text.split(|b| *b == b'\n').enumerate().filter(|(_, l)| !l.is_empty()) {
             let entries = decode_chunk(line, max_push, &mut dropped).map_err(|e| {
@@ -62,7 +50,6 @@ impl RetainedFile {
             }
         }
         set.refused("file", dropped);
-        let mut f = RetainedFile { path: path.to_path_buf(), every, saved: u64::MAX, last: Instant::now() };
         f.save(set, Instant::now(), true).map_err(|e| format!("--mqtt-retained-file: {e}; give a path in a directory this user can write"))?;
         Ok((f, kept))
     }
@@ -72,29 +59,12 @@ impl RetainedFile {
     /// could not be written (tried again at the next interval).
     pub(crate) fn save(&mut self, set: &mut Retained, now: Instant, force: bool) -> Result<bool, String> {
         let generation = set.generation();
-        if generation == self.saved || (!force && now.duration_since(self.last) < self.every) {
+        if !self.0.due(generation, now, force) {
             return Ok(false);
         }
-        self.last = now;
-        let wall = crate::proto::push::wall_us();
-        let (lines, skipped) = chunks(set.all(wall));
+        let (lines, skipped) = chunks(set.all(crate::proto::push::wall_us()));
         set.refused("file", skipped);
-        let mut tmp = self.path.clone().into_os_string();
-        tmp.push(".tmp");
-        let write = || -> std::io::Result<()> {
-            use std::os::unix::fs::OpenOptionsExt;
-            let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
-            for l in &lines {
-                f.write_all(l)?;
-                f.write_all(b"\n")?;
-            }
-            f.sync_all()?;
-            std::fs::rename(&tmp, &self.path)?;
-            let dir = self.path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-            std::fs::File::open(dir)?.sync_all()
-        };
-        write().map_err(|e| format!("cannot write the retained messages to {}: {e}", self.path.display()))?;
-        self.saved = generation;
+        self.0.write(&lines, generation, now).map_err(|e| format!("cannot write the retained messages to {}: {e}", self.0.path.display()))?;
         set.counters.saved += 1;
         Ok(true)
     }
@@ -104,6 +74,7 @@ impl RetainedFile {
 mod tests {
     use super::*;
     use crate::server::broker::retained::RetainedConfig;
+    use std::path::PathBuf;
 
     fn dir(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("megaconn-unit-{}-{tag}", std::process::id()));

@@ -49,6 +49,7 @@ use std::collections::hash_map::RandomState;
 mod by_filter;
 mod elsewhere;
 mod online;
+pub(crate) mod saved;
 pub(crate) mod wills;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::hash::BuildHasher;
@@ -93,6 +94,8 @@ crate::counters! {
         wills_cancelled: counter "mqtt_wills_cancelled" "Delayed MQTT wills cancelled by a CONNECT of their client id before the delay passed",
         wills_published: by("reason") "mqtt_wills_delayed_published" "Delayed MQTT wills published, by reason (delay: the delay or the session expiry passed; full: more waiting than --mqtt-sessions)",
         wills_waiting: gauge "mqtt_wills_waiting" "MQTT wills waiting for their delay now",
+        loaded: counter "mqtt_sessions_loaded" "MQTT sessions read from --mqtt-sessions-file at start",
+        saved: counter "mqtt_sessions_saved" "Times the kept MQTT sessions were written to --mqtt-sessions-file",
         refused: by("reason") "mqtt_client_ids_refused" "CONNECTs refused by the client id registry, by reason (ids: --mqtt-client-ids, displaced: a newer CONNECT of the id came first)",
     }
 }
@@ -155,6 +158,9 @@ impl Keyer {
 struct Kept {
     /// Its place in `order` (oldest first).
     seq: u64,
+    /// Its client id, kept only for `--mqtt-sessions-file` (the registry
+    /// knows an id by its key, which a restart changes).
+    id: Option<Box<str>>,
     expires: Option<Instant>,
     subs: Vec<KeptSub>,
     messages: VecDeque<SessionMessage>,
@@ -194,6 +200,9 @@ pub(crate) struct Sessions {
     /// Connections taken over because their id connected to another
     /// node, until they end: their state is not kept, their will dropped.
     moved: HashSet<IdKey>,
+    /// With `--mqtt-sessions-file`: the client ids of connections whose
+    /// session may outlive them, for the file (`saved.rs`).
+    names: Option<HashMap<IdKey, Box<str>>>,
 }
 
 impl Sessions {
@@ -238,6 +247,9 @@ impl Sessions {
         }
         self.online.insert(key, Online { conn: c.conn });
         self.counters.online = self.online.len() as u64;
+        if let Some(names) = self.names.as_mut().filter(|_| c.expiry_s > 0) {
+            names.insert(key, c.client_id.as_str().into());
+        }
         if self.cluster {
             self.recent.note(key, if self.clock_us > 0 { self.clock_us } else { crate::proto::push::wall_us() });
         }
@@ -281,10 +293,11 @@ impl Sessions {
         }
         self.online.remove(&e.key);
         self.counters.online = self.online.len() as u64;
+        let id = self.names.as_mut().and_then(|n| n.remove(&e.key));
         // Its id connected to another node: its session lives there now.
         let moved = self.moved.remove(&e.key);
         if let Some(state) = e.state.filter(|_| e.expiry_s > 0 && !moved) {
-            self.keep(e.key, state.subs, state.messages, e.expiry_s, now);
+            self.counters.stored += self.keep(e.key, id, state.subs, state.messages, e.expiry_s, now) as u64;
         }
         let next = self.next.remove(&e.key);
         let mut out = Vec::new();
@@ -320,10 +333,11 @@ impl Sessions {
         ends.into_iter().flat_map(|e| self.ended(e, now)).collect()
     }
 
-    /// Keep a session, expiring the oldest while over the bounds.
-    fn keep(&mut self, key: IdKey, subs: Vec<KeptSub>, messages: Vec<SessionMessage>, expiry_s: u32, now: Instant) {
-        let base = RECORD + std::mem::size_of::<IdKey>() + subs.iter().map(|s| RECORD + s.filter.len()).sum::<usize>();
-        let mut kept = Kept { seq: 0, expires: None, subs, messages: VecDeque::new(), queued_bytes: 0, base };
+    /// Keep a session, expiring the oldest while over the bounds: whether
+    /// it was kept.
+    fn keep(&mut self, key: IdKey, id: Option<Box<str>>, subs: Vec<KeptSub>, messages: Vec<SessionMessage>, expiry_s: u32, now: Instant) -> bool {
+        let base = RECORD + std::mem::size_of::<IdKey>() + id.as_ref().map_or(0, |i| i.len()) + subs.iter().map(|s| RECORD + s.filter.len()).sum::<usize>();
+        let mut kept = Kept { seq: 0, id, expires: None, subs, messages: VecDeque::new(), queued_bytes: 0, base };
         if expiry_s != NEVER {
             kept.expires = Some(now + Duration::from_secs(expiry_s.into()));
         }
@@ -343,7 +357,7 @@ impl Sessions {
         }
         if self.kept.len() >= self.cfg.max_kept || cost > self.cfg.max_kept_bytes {
             crate::stats::counters::bump(&mut self.counters.expired, "full");
-            return;
+            return false;
         }
         self.next_seq += 1;
         kept.seq = self.next_seq;
@@ -352,7 +366,7 @@ impl Sessions {
         self.by_filter.add(key, &kept.subs);
         self.kept.insert(key, kept);
         self.counters.kept = self.kept.len() as u64;
-        self.counters.stored += 1;
+        true
     }
 
     fn expire_oldest(&mut self, reason: &str) {

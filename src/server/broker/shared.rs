@@ -279,11 +279,8 @@ impl SharedGroups {
     /// subscribers' (a member's filter is not in its worker's topics):
     /// what to start (true) or stop following since the last call.
     pub(crate) fn take_followed(&mut self) -> Vec<(String, bool)> {
-        let now: std::collections::BTreeSet<Box<str>> = self
-            .by_filter
-            .keys()
-            .map(|f| if f.contains(['+', '#']) { crate::cluster::ANY_TOPIC.into() } else { f.clone() })
-            .collect();
+        let now: std::collections::BTreeSet<Box<str>> =
+            self.by_filter.keys().map(|f| if f.contains(['+', '#']) { crate::cluster::ANY_TOPIC.into() } else { f.clone() }).collect();
         let before = std::mem::replace(&mut self.cluster.followed, now);
         let after = &self.cluster.followed;
         let started = after.difference(&before).map(|t| (t.to_string(), true));

@@ -132,6 +132,8 @@ pub(crate) struct ServerFleet {
     pub admin_stats: Option<crate::admin::AdminStats>,
     /// `--mqtt-retained-file`: the retained set kept across restarts.
     retained_file: Option<crate::server::broker::retained_file::RetainedFile>,
+    /// `--mqtt-sessions-file`.
+    sessions_file: Option<crate::server::broker::sessions_file::SessionsFile>,
 }
 
 impl ServerFleet {
@@ -199,6 +201,7 @@ impl ServerFleet {
             stalled: Default::default(),
             admin_stats: None,
             retained_file: None,
+            sessions_file: None,
         };
         if let Some(path) = &cfg.mqtt_retained_file {
             let (file, n) =
@@ -214,6 +217,14 @@ impl ServerFleet {
             f.publisher.sessions.follow();
             f.publisher.retained.keep_clears();
             f.relay = Some(relay);
+        }
+        if let Some(path) = &cfg.mqtt_sessions_file {
+            let (file, n) = crate::server::broker::sessions_file::SessionsFile::open(path, cfg.mqtt_sessions_save_every, &mut f.publisher.sessions)
+                .map_err(crate::UsageError)?;
+            f.sessions_file = Some(file);
+            f.note("mqtt_sessions_file", usize::MAX, format!("mqtt: {n} kept sessions read from {}", path.display()), 0);
+            // In a cluster the node follows their topics from now on.
+            f.session_actions(Vec::new());
         }
         if let Some(t) = &cfg.upstream {
             let to = sink.clone();
@@ -601,7 +612,7 @@ impl ServerFleet {
         let wills = self.publisher.sessions.expire(Instant::now());
         self.session_actions(wills);
         self.publisher.history.expire(crate::proto::push::wall_us());
-        self.save_retained(false);
+        self.save_state(false);
         if let Some(r) = &mut self.relay {
             r.flush_replies(&mut self.publisher);
             if let Some((event, message)) = r.link_change() {
@@ -696,13 +707,19 @@ impl ServerFleet {
         self.pool.alive()
     }
 
-    /// Write the retained set to `--mqtt-retained-file` if it changed
-    /// (`force`: now, the server stops; else at most every
-    /// `--mqtt-retained-save-every`).
-    pub(crate) fn save_retained(&mut self, force: bool) {
-        let Some(file) = &mut self.retained_file else { return };
-        if let Err(e) = file.save(&mut self.publisher.retained, Instant::now(), force) {
-            self.note("mqtt_retained_file", usize::MAX, format!("mqtt: {e}; tried again at the next --mqtt-retained-save-every"), 0);
+    /// Write the retained set to `--mqtt-retained-file` and the kept
+    /// sessions to `--mqtt-sessions-file` if they changed (`force`: now,
+    /// the server stops; else at most every `--mqtt-*-save-every`).
+    pub(crate) fn save_state(&mut self, force: bool) {
+        if let Some(file) = &mut self.retained_file {
+            if let Err(e) = file.save(&mut self.publisher.retained, Instant::now(), force) {
+                self.note("mqtt_retained_file", usize::MAX, format!("mqtt: {e}; tried again at the next --mqtt-retained-save-every"), 0);
+            }
+        }
+        if let Some(file) = &mut self.sessions_file {
+            if let Err(e) = file.save(&mut self.publisher.sessions, Instant::now(), force) {
+                self.note("mqtt_sessions_file", usize::MAX, format!("mqtt: {e}; tried again at the next --mqtt-sessions-save-every"), 0);
+            }
         }
     }
 

@@ -1,0 +1,97 @@
+//! Kept sessions as `--mqtt-sessions-file` holds them
+//! (`broker/sessions_file.rs`): each with its client id, its expiry as a
+//! wall-clock time (so it keeps counting down while the server is
+//! stopped), its subscriptions and its queued messages, oldest session
+//! first. The registry knows a connected id only by its key, which a
+//! restart changes, so with the file the supervisor also keeps the ids of
+//! connections whose session may outlive them (those with a session
+//! expiry), and a kept session its id.
+
+use super::{Sessions, NEVER};
+use crate::server::commands::{KeptSub, SessionMessage};
+use std::time::Instant;
+
+/// The longest client id a CONNECT may carry (`proto/mqtt`).
+const MAX_ID: usize = 128;
+
+/// One kept session in the file (a JSON line).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct SavedSession {
+    pub(crate) id: String,
+    /// Wall-clock µs it expires at; none: never (3.1.1, or v5's 0xFFFFFFFF).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) expires_us: Option<u64>,
+    pub(crate) subs: Vec<KeptSub>,
+    pub(crate) messages: Vec<SessionMessage>,
+}
+
+impl SavedSession {
+    /// What a server writes: an id of 1 to 128 bytes, QoS 0 to 2,
+    /// payloads in base64.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        use base64::Engine;
+        if self.id.is_empty() || self.id.len() > MAX_ID {
+            return Err(format!("a client id of {} bytes (1 to {MAX_ID})", self.id.len()));
+        }
+        if let Some(s) = self.subs.iter().find(|s| s.filter.is_empty() || s.qos > 2) {
+            return Err(format!("a subscription to '{}' at QoS {}", s.filter, s.qos));
+        }
+        for m in &self.messages {
+            if m.qos > 2 || base64::engine::general_purpose::STANDARD.decode(&m.data).is_err() {
+                return Err(format!("a message of '{}' at QoS {} whose payload is not base64", m.topic, m.qos));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Sessions {
+    /// `--mqtt-sessions-file`: keep the client ids the file needs.
+    pub(crate) fn keep_names(&mut self) {
+        self.names.get_or_insert_with(Default::default);
+    }
+
+    /// Changes whenever the kept sessions do (a session kept, resumed,
+    /// discarded, dropped or moved; a message queued).
+    pub(crate) fn generation(&self) -> u64 {
+        let c = &self.counters;
+        let expired: u64 = c.expired.values().sum();
+        c.stored + c.resumed + c.discarded + c.queued + expired + c.moved + c.loaded + c.kept
+    }
+
+    /// The kept sessions with their ids, oldest first, as of `now`
+    /// (wall-clock µs `wall`).
+    pub(crate) fn saved(&self, now: Instant, wall: u64) -> Vec<SavedSession> {
+        self.order
+            .values()
+            .filter_map(|key| {
+                let k = self.kept.get(key)?;
+                Some(SavedSession {
+                    id: k.id.as_deref()?.to_string(),
+                    expires_us: k.expires.map(|t| wall.saturating_add(t.saturating_duration_since(now).as_micros() as u64)),
+                    subs: k.subs.clone(),
+                    messages: k.messages.iter().cloned().collect(),
+                })
+            })
+            .collect()
+    }
+
+    /// A session read from the file, kept within this server's bounds
+    /// (as a session kept at a connection's end is): whether it was. One
+    /// whose expiry passed while the server was stopped is dropped
+    /// (counted `expired{reason="expiry"}`).
+    pub(crate) fn restore(&mut self, s: SavedSession, now: Instant, wall: u64) -> bool {
+        let expiry_s = match s.expires_us {
+            None => NEVER,
+            Some(us) if us <= wall => {
+                crate::stats::counters::bump(&mut self.counters.expired, "expiry");
+                return false;
+            }
+            Some(us) => (us - wall).div_ceil(1_000_000).min(u64::from(NEVER - 1)) as u32,
+        };
+        let key = self.keyer.key(&s.id);
+        let kept = self.keep(key, Some(s.id.into()), s.subs, s.messages, expiry_s, now);
+        self.counters.loaded += kept as u64;
+        kept
+    }
+}
