@@ -11,7 +11,7 @@
 //! One JSON line per session (`sessions/saved.rs`), oldest first, read
 //! back within this server's bounds (`--mqtt-sessions`,
 //! `--mqtt-sessions-bytes`, the queue bounds: past them as at a
-//! connection's end). Not kept: v5 wills waiting for their delay. A line
+//! connection's end), with a v5 will waiting for its delay. A line
 //! that is not what megaconn writes refuses the start, naming the line and
 //! the fix; a missing file is a first start, and the file is written at
 //! once, so a path that cannot be written refuses the start.
@@ -108,8 +108,9 @@ mod tests {
         assert!(ans.present, "resumed");
         assert_eq!((ans.subs[0].filter.as_str(), ans.messages[0].data.as_str()), ("t/+", "aGk="));
 
-        let line =
-            |expires_us: u64| serde_json::to_string(&SavedSession { id: "old".into(), expires_us: Some(expires_us), subs: vec![], messages: vec![] }).unwrap();
+        let line = |expires_us: u64| {
+            serde_json::to_string(&SavedSession { id: "old".into(), expires_us: Some(expires_us), subs: vec![], messages: vec![], will: None }).unwrap()
+        };
         std::fs::write(&path, format!("{}\n", line(1))).unwrap();
         let mut c = Sessions::new(SessionsConfig::default());
         assert_eq!(SessionsFile::open(&path, Duration::from_secs(1), &mut c).unwrap().1, 0, "expired while stopped");
@@ -117,6 +118,44 @@ mod tests {
         std::fs::write(&path, format!("{}\n{{\"id\":\"\",\"subs\":[],\"messages\":[]}}\n", line(u64::MAX))).unwrap();
         let e = SessionsFile::open(&path, Duration::from_secs(1), &mut Sessions::new(SessionsConfig::default())).unwrap_err();
         assert!(e.contains("line 2") && e.contains("move it away"), "{e}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
+
+#[cfg(test)]
+mod will_tests {
+    use super::*;
+    use crate::server::broker::sessions::wills::DelayedWill;
+    use crate::server::broker::sessions::{Action, SessionsConfig};
+    use crate::server::commands::{ClientPublish, KeptSub, SessionClaim, SessionEnd, SessionState};
+
+    /// A v5 will waiting for its delay goes into the file with its
+    /// session and is published after the restart when its time comes,
+    /// not before.
+    #[test]
+    fn a_delayed_will_outlives_a_restart_and_is_published_when_due() {
+        let d = std::env::temp_dir().join(format!("megaconn-unit-{}-sessions-will", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let path = d.join("sessions.json");
+        let now = Instant::now();
+        let mut a = Sessions::new(SessionsConfig::default());
+        let (mut f, _) = SessionsFile::open(&path, Duration::from_secs(3600), &mut a).unwrap();
+        let claim = SessionClaim { conn: 1, client_id: "dev-w".into(), clean: false, expiry_s: 3600, v5: true };
+        let key = match a.claim(0, claim, now).remove(0) {
+            Action::Answer(_, ans) => ans.key,
+            other => panic!("{other:?}"),
+        };
+        let will = ClientPublish { topic: "status/dev-w".into(), data: "b2ZmbGluZQ==".into(), qos: 1, retain: true, mqtt: None };
+        let state = SessionState { subs: vec![KeptSub::new("cmd/dev-w", 1)], messages: vec![] };
+        let end = SessionEnd { conn: 1, key, expiry_s: 3600, state: Some(state), will: Some(DelayedWill { will: will.clone(), delay_s: 30 }) };
+        assert!(a.ended(end, now).is_empty(), "it waits");
+        assert!(f.save(&mut a, now, true).unwrap());
+
+        let mut b = Sessions::new(SessionsConfig::default());
+        SessionsFile::open(&path, Duration::from_secs(3600), &mut b).unwrap();
+        assert_eq!(b.counters.wills_waiting, 1);
+        assert!(b.expire(now + Duration::from_secs(20)).is_empty(), "not due yet");
+        assert_eq!(b.expire(now + Duration::from_secs(31)), vec![Action::Will(will)]);
         let _ = std::fs::remove_dir_all(&d);
     }
 }

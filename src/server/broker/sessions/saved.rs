@@ -5,11 +5,13 @@
 //! first. The registry knows a connected id only by its key, which a
 //! restart changes, so with the file the supervisor also keeps the ids of
 //! connections whose session may outlive them (those with a session
-//! expiry), and a kept session its id.
+//! expiry), and a kept session its id. A v5 will waiting for its delay
+//! goes with its session, due at a wall-clock time: one whose time passed
+//! while the server was stopped is published at the first tick.
 
 use super::{Sessions, NEVER};
-use crate::server::commands::{KeptSub, SessionMessage};
-use std::time::Instant;
+use crate::server::commands::{ClientPublish, KeptSub, SessionMessage};
+use std::time::{Duration, Instant};
 
 /// The longest client id a CONNECT may carry (`proto/mqtt`).
 const MAX_ID: usize = 128;
@@ -23,6 +25,21 @@ pub(crate) struct SavedSession {
     pub(crate) expires_us: Option<u64>,
     pub(crate) subs: Vec<KeptSub>,
     pub(crate) messages: Vec<SessionMessage>,
+    /// Its will waiting for its Will Delay Interval, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) will: Option<SavedWill>,
+}
+
+/// A delayed will in the file: what to publish and when (wall-clock µs).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct SavedWill {
+    pub(crate) at_us: u64,
+    pub(crate) will: ClientPublish,
+}
+
+/// µs from `now` to `t` (0 when past), added to the wall clock `wall`.
+fn wall_at(t: Instant, now: Instant, wall: u64) -> u64 {
+    wall.saturating_add(t.saturating_duration_since(now).as_micros() as u64)
 }
 
 impl SavedSession {
@@ -51,12 +68,14 @@ impl Sessions {
         self.names.get_or_insert_with(Default::default);
     }
 
-    /// Changes whenever the kept sessions do (a session kept, resumed,
-    /// discarded, dropped or moved; a message queued).
+    /// Changes whenever the kept sessions or the waiting wills do (a
+    /// session kept, resumed, discarded, dropped or moved; a message
+    /// queued; a will held, cancelled or published).
     pub(crate) fn generation(&self) -> u64 {
         let c = &self.counters;
         let expired: u64 = c.expired.values().sum();
-        c.stored + c.resumed + c.discarded + c.queued + expired + c.moved + c.loaded + c.kept
+        let wills: u64 = c.wills_delayed + c.wills_cancelled + c.wills_published.values().sum::<u64>();
+        c.stored + c.resumed + c.discarded + c.queued + expired + c.moved + c.loaded + c.kept + wills + c.wills_waiting
     }
 
     /// The kept sessions with their ids, oldest first, as of `now`
@@ -68,9 +87,10 @@ impl Sessions {
                 let k = self.kept.get(key)?;
                 Some(SavedSession {
                     id: k.id.as_deref()?.to_string(),
-                    expires_us: k.expires.map(|t| wall.saturating_add(t.saturating_duration_since(now).as_micros() as u64)),
+                    expires_us: k.expires.map(|t| wall_at(t, now, wall)),
                     subs: k.subs.clone(),
                     messages: k.messages.iter().cloned().collect(),
+                    will: self.wills.waiting(key).map(|(due, will)| SavedWill { at_us: wall_at(*due, now, wall), will: will.clone() }),
                 })
             })
             .collect()
@@ -92,6 +112,14 @@ impl Sessions {
         let key = self.keyer.key(&s.id);
         let kept = self.keep(key, Some(s.id.into()), s.subs, s.messages, expiry_s, now);
         self.counters.loaded += kept as u64;
+        if let Some(w) = s.will.filter(|_| kept) {
+            // The connection it named is gone with the old process.
+            let will = ClientPublish { mqtt: crate::proto::mqtt::forward::Forwarded::stored(w.will.mqtt.as_deref()), ..w.will };
+            let due = now + Duration::from_micros(w.at_us.saturating_sub(wall));
+            if self.wills.restore(key, due, will, self.cfg.max_kept) {
+                self.counters.wills_waiting = self.wills.len() as u64;
+            }
+        }
         kept
     }
 }

@@ -9,7 +9,8 @@
 //!
 //! Bounded: at most as many waiting wills as kept sessions
 //! (`--mqtt-sessions`); past that a will is published at once, counted.
-//! A server restart loses the waiting wills, as it loses kept sessions.
+//! A server restart loses the waiting wills, as it loses kept sessions,
+//! unless `--mqtt-sessions-file` keeps both (`saved.rs`).
 
 use crate::server::commands::{ClientPublish, IdKey};
 use std::collections::HashMap;
@@ -48,6 +49,21 @@ impl Wills {
         let due = now + Duration::from_secs(w.delay_s.min(expiry_s).into());
         self.waiting.insert(id, (due, w.will));
         Held::Waiting
+    }
+
+    /// Client `id`'s waiting will and when it is due.
+    pub(crate) fn waiting(&self, id: &IdKey) -> Option<&(Instant, ClientPublish)> {
+        self.waiting.get(id)
+    }
+
+    /// A will read back from `--mqtt-sessions-file`, due at `due`; false
+    /// past `max` waiting.
+    pub(crate) fn restore(&mut self, id: IdKey, due: Instant, will: ClientPublish, max: usize) -> bool {
+        if self.waiting.len() >= max && !self.waiting.contains_key(&id) {
+            return false;
+        }
+        self.waiting.insert(id, (due, will));
+        true
     }
 
     /// Client `id` connected again: its waiting will is cancelled
