@@ -67,11 +67,36 @@ impl SessionsFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::broker::sessions::SessionsConfig;
-    use crate::server::commands::{KeptSub, SessionClaim, SessionEnd, SessionMessage, SessionState};
+    use crate::server::broker::sessions::wills::DelayedWill;
+    use crate::server::broker::sessions::{Action, SessionsConfig};
+    use crate::server::commands::{ClientPublish, KeptSub, SessionClaim, SessionEnd, SessionMessage, SessionState};
 
     fn message(topic: &str, data: &str) -> SessionMessage {
         SessionMessage { topic: topic.into(), data: data.into(), qos: 1, retain: false, id: 0, released: false, mqtt: None, publish_us: 7 }
+    }
+
+    /// A scratch directory, its file, and a registry reading it.
+    fn opened(tag: &str) -> (std::path::PathBuf, std::path::PathBuf, Sessions, SessionsFile) {
+        let d = std::env::temp_dir().join(format!("megaconn-unit-{}-{tag}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let path = d.join("sessions.json");
+        let mut s = Sessions::new(SessionsConfig::default());
+        let (f, n) = SessionsFile::open(&path, Duration::from_secs(3600), &mut s).unwrap();
+        assert_eq!(n, 0, "no file yet");
+        (d, path, s, f)
+    }
+
+    /// A v5 CONNECT of `id` with a persistent session, as a worker claims it.
+    fn claim(conn: u64, id: &str) -> SessionClaim {
+        SessionClaim { conn, client_id: id.into(), clean: false, expiry_s: 3600, v5: true }
+    }
+
+    /// `id` connected (as connection `conn`): its registry key.
+    fn admitted(s: &mut Sessions, conn: u64, id: &str, now: Instant) -> crate::server::commands::IdKey {
+        match s.claim(0, claim(conn, id), now).remove(0) {
+            Action::Answer(_, ans) => ans.key,
+            other => panic!("{other:?}"),
+        }
     }
 
     /// A client's session, kept at its end, is written with its id and
@@ -80,20 +105,9 @@ mod tests {
     /// is not kept; a damaged line refuses the start with the fix.
     #[test]
     fn kept_sessions_are_written_and_resumed_after_a_restart() {
-        let d = std::env::temp_dir().join(format!("megaconn-unit-{}-sessions-file", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        let path = d.join("sessions.json");
+        let (d, path, mut a, mut f) = opened("sessions-file");
         let now = Instant::now();
-        let mut a = Sessions::new(SessionsConfig::default());
-        let (mut f, n) = SessionsFile::open(&path, Duration::from_secs(3600), &mut a).unwrap();
-        assert_eq!(n, 0, "no file yet");
-        let claim = |conn, id: &str, expiry_s| SessionClaim { conn, client_id: id.into(), clean: false, expiry_s, v5: true };
-        let mut key = Default::default();
-        for action in a.claim(0, claim(1, "dev-1", 3600), now) {
-            if let crate::server::broker::sessions::Action::Answer(_, ans) = action {
-                key = ans.key;
-            }
-        }
+        let key = admitted(&mut a, 1, "dev-1", now);
         let state = SessionState { subs: vec![KeptSub::new("t/+", 1)], messages: vec![message("t/a", "aGk=")] };
         a.ended(SessionEnd { conn: 1, key, expiry_s: 3600, state: Some(state), will: None }, now);
         assert!(!f.save(&mut a, now, false).unwrap(), "the interval has not passed");
@@ -103,8 +117,8 @@ mod tests {
         let mut b = Sessions::new(SessionsConfig::default());
         let (_, n) = SessionsFile::open(&path, Duration::from_secs(3600), &mut b).unwrap();
         assert_eq!((n, b.counters.kept, b.counters.loaded), (1, 1, 1));
-        let answer = b.claim(0, claim(2, "dev-1", 3600), now);
-        let crate::server::broker::sessions::Action::Answer(_, ans) = &answer[0] else { panic!("{answer:?}") };
+        let answer = b.claim(0, claim(2, "dev-1"), now);
+        let Action::Answer(_, ans) = &answer[0] else { panic!("{answer:?}") };
         assert!(ans.present, "resumed");
         assert_eq!((ans.subs[0].filter.as_str(), ans.messages[0].data.as_str()), ("t/+", "aGk="));
 
@@ -120,31 +134,15 @@ mod tests {
         assert!(e.contains("line 2") && e.contains("move it away"), "{e}");
         let _ = std::fs::remove_dir_all(&d);
     }
-}
-
-#[cfg(test)]
-mod will_tests {
-    use super::*;
-    use crate::server::broker::sessions::wills::DelayedWill;
-    use crate::server::broker::sessions::{Action, SessionsConfig};
-    use crate::server::commands::{ClientPublish, KeptSub, SessionClaim, SessionEnd, SessionState};
 
     /// A v5 will waiting for its delay goes into the file with its
     /// session and is published after the restart when its time comes,
     /// not before.
     #[test]
     fn a_delayed_will_outlives_a_restart_and_is_published_when_due() {
-        let d = std::env::temp_dir().join(format!("megaconn-unit-{}-sessions-will", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        let path = d.join("sessions.json");
+        let (d, path, mut a, mut f) = opened("sessions-will");
         let now = Instant::now();
-        let mut a = Sessions::new(SessionsConfig::default());
-        let (mut f, _) = SessionsFile::open(&path, Duration::from_secs(3600), &mut a).unwrap();
-        let claim = SessionClaim { conn: 1, client_id: "dev-w".into(), clean: false, expiry_s: 3600, v5: true };
-        let key = match a.claim(0, claim, now).remove(0) {
-            Action::Answer(_, ans) => ans.key,
-            other => panic!("{other:?}"),
-        };
+        let key = admitted(&mut a, 1, "dev-w", now);
         let will = ClientPublish { topic: "status/dev-w".into(), data: "b2ZmbGluZQ==".into(), qos: 1, retain: true, mqtt: None };
         let state = SessionState { subs: vec![KeptSub::new("cmd/dev-w", 1)], messages: vec![] };
         let end = SessionEnd { conn: 1, key, expiry_s: 3600, state: Some(state), will: Some(DelayedWill { will: will.clone(), delay_s: 30 }) };
