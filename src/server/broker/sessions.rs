@@ -444,9 +444,10 @@ impl Sessions {
     }
 
     /// Drop the kept sessions whose expiry passed; the delayed wills
-    /// whose time came, to publish.
-    pub(crate) fn expire(&mut self, now: Instant) -> Vec<Action> {
-        let wills = self.wills.due(now);
+    /// whose time came, to publish, unless `hold_wills` (a cluster node
+    /// whose link is down: they would be refused, so they wait for it).
+    pub(crate) fn expire(&mut self, now: Instant, hold_wills: bool) -> Vec<Action> {
+        let wills = if hold_wills { Vec::new() } else { self.wills.due(now) };
         if !wills.is_empty() {
             *self.counters.wills_published.entry("delay".into()).or_insert(0) += wills.len() as u64;
             self.counters.wills_waiting = self.wills.len() as u64;

@@ -115,12 +115,14 @@ mod tests {
         assert!(!f.save(&mut a, now, true).unwrap(), "nothing changed since");
 
         let mut b = Sessions::new(SessionsConfig::default());
-        let (_, n) = SessionsFile::open(&path, Duration::from_secs(3600), &mut b).unwrap();
+        let (mut fb, n) = SessionsFile::open(&path, Duration::from_secs(3600), &mut b).unwrap();
         assert_eq!((n, b.counters.kept, b.counters.loaded), (1, 1, 1));
         let answer = b.claim(0, claim(2, "dev-1"), now);
         let Action::Answer(_, ans) = &answer[0] else { panic!("{answer:?}") };
         assert!(ans.present, "resumed");
         assert_eq!((ans.subs[0].filter.as_str(), ans.messages[0].data.as_str()), ("t/+", "aGk="));
+        assert!(fb.save(&mut b, now, true).unwrap(), "a resume changes what the file holds");
+        assert_eq!(std::fs::read(&path).unwrap(), b"", "no session kept now");
 
         let line = |expires_us: u64| {
             serde_json::to_string(&SavedSession { id: "old".into(), expires_us: Some(expires_us), subs: vec![], messages: vec![], will: None }).unwrap()
@@ -152,8 +154,9 @@ mod tests {
         let mut b = Sessions::new(SessionsConfig::default());
         SessionsFile::open(&path, Duration::from_secs(3600), &mut b).unwrap();
         assert_eq!(b.counters.wills_waiting, 1);
-        assert!(b.expire(now + Duration::from_secs(20)).is_empty(), "not due yet");
-        assert_eq!(b.expire(now + Duration::from_secs(31)), vec![Action::Will(will)]);
+        assert!(b.expire(now + Duration::from_secs(20), false).is_empty(), "not due yet");
+        assert!(b.expire(now + Duration::from_secs(31), true).is_empty(), "held while a cluster link is down");
+        assert_eq!(b.expire(now + Duration::from_secs(31), false), vec![Action::Will(will)]);
         let _ = std::fs::remove_dir_all(&d);
     }
 }

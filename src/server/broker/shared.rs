@@ -303,10 +303,12 @@ impl SharedGroups {
         if !due && !leaving {
             return None;
         }
-        let groups: Vec<(String, u32)> = match leaving {
+        let mut groups: Vec<(String, u32)> = match leaving {
             true => Vec::new(),
             false => self.by_filter.iter().flat_map(|(f, gs)| gs.iter().map(move |(g, grp)| (name(g, f), grp.members.len() as u32))).collect(),
         };
+        // By name: past 512 KiB the same groups are left out each time.
+        groups.sort_unstable();
         let (body, left_out) = Announce::body(groups, std::mem::take(&mut c.asking));
         (c.announced, c.changed, c.owed) = (Some(now), false, false);
         self.counters.unannounced = left_out as u64;

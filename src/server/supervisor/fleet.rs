@@ -609,7 +609,10 @@ impl ServerFleet {
         self.maybe_reload_tls();
         self.watch_stalls();
         self.publisher.expire();
-        let wills = self.publisher.sessions.expire(Instant::now());
+        // A will published while the cluster link is down would be refused
+        // (503 to nobody): it waits for the link.
+        let link_down = self.relay.as_ref().is_some_and(|r| !r.link.up());
+        let wills = self.publisher.sessions.expire(Instant::now(), link_down);
         self.session_actions(wills);
         self.publisher.history.expire(crate::proto::push::wall_us());
         self.save_state(false);

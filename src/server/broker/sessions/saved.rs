@@ -53,10 +53,15 @@ impl SavedSession {
         if let Some(s) = self.subs.iter().find(|s| s.filter.is_empty() || s.qos > 2) {
             return Err(format!("a subscription to '{}' at QoS {}", s.filter, s.qos));
         }
-        for m in &self.messages {
-            if m.qos > 2 || base64::engine::general_purpose::STANDARD.decode(&m.data).is_err() {
-                return Err(format!("a message of '{}' at QoS {} whose payload is not base64", m.topic, m.qos));
+        let wills = self.will.iter().map(|w| (&w.will.topic, w.will.qos, &w.will.data));
+        for (topic, qos, data) in self.messages.iter().map(|m| (&m.topic, m.qos, &m.data)).chain(wills) {
+            if qos > 2 || base64::engine::general_purpose::STANDARD.decode(data).is_err() {
+                return Err(format!("a message of '{topic}' at QoS {qos} whose payload is not base64"));
             }
+        }
+        let max = crate::proto::mqtt::forward::MAX_FORWARDED_BYTES;
+        if self.messages.iter().filter_map(|m| m.mqtt.as_deref()).chain(self.will.iter().filter_map(|w| w.will.mqtt.as_deref())).any(|f| f.cost() > max) {
+            return Err(format!("a message with more than {max} bytes of properties"));
         }
         Ok(())
     }
@@ -70,12 +75,15 @@ impl Sessions {
 
     /// Changes whenever the kept sessions or the waiting wills do (a
     /// session kept, resumed, discarded, dropped or moved; a message
-    /// queued; a will held, cancelled or published).
+    /// queued; a will held, cancelled or published): a sum of counters
+    /// that only grow, each change growing one. (A gauge in it, such as
+    /// the sessions kept, would let a resume's +1 and -1 cancel out and
+    /// leave the file stale.)
     pub(crate) fn generation(&self) -> u64 {
         let c = &self.counters;
         let expired: u64 = c.expired.values().sum();
         let wills: u64 = c.wills_delayed + c.wills_cancelled + c.wills_published.values().sum::<u64>();
-        c.stored + c.resumed + c.discarded + c.queued + expired + c.moved + c.loaded + c.kept + wills + c.wills_waiting
+        c.stored + c.resumed + c.discarded + c.queued + expired + c.moved + c.loaded + wills
     }
 
     /// The kept sessions with their ids, oldest first, as of `now`

@@ -87,11 +87,11 @@ fn sessions_expire_by_the_timer_and_at_a_late_connect() {
         s.claim(0, claim(conn, id, false, 10), now);
         s.ended(end(&s, conn, id, 10, Some(SessionState::default())), now);
     }
-    assert!(s.expire(now + Duration::from_secs(9)).is_empty());
+    assert!(s.expire(now + Duration::from_secs(9), false).is_empty());
     assert_eq!(s.counters.kept, 2);
     let late = now + Duration::from_secs(10);
     assert!(!answer(&s.claim(0, claim(3, "a", false, 10), late)).present, "expired at the CONNECT");
-    assert!(s.expire(late).is_empty());
+    assert!(s.expire(late, false).is_empty());
     assert_eq!((s.counters.kept, s.counters.bytes, s.counters.expired["expiry"]), (0, 0, 2));
 }
 
