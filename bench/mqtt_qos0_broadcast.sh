@@ -50,7 +50,7 @@ def load(proto, k):
     except Exception as e:
         print(f"pair {k}: no {proto} result ({e})")
         return None
-print(f"{'pair':<5} {'framed tta per round (ms)':<28} {'MQTT tta per round (ms)':<28} {'median ratio':>12} {'first ratio':>11} {'server cpu f/m (s)':>18} {'delivered f, m':>24}")
+print(f"{'pair':<5} {'framed tta per round (ms)':<28} {'MQTT tta per round (ms)':<28} {'median ratio':>12} {'first ratio':>11} {'server cpu f/m (s)':>18} {'client cpu f/m (s)':>18} {'delivered f, m':>24}")
 ratios, firsts, all_f, all_m = [], [], [], []
 for k in range(1, pairs + 1):
     f, m = load("framed", k), load("mqtt", k)
@@ -62,9 +62,11 @@ for k in range(1, pairs + 1):
     ratio = statistics.median(tm) / statistics.median(tf)
     first = tm[0] / tf[0]
     ratios.append(ratio); firsts.append(first)
-    cpu = f"{f['broadcast_phase']['cpu_seconds']:.2f}/{m['broadcast_phase']['cpu_seconds']:.2f}"
+    fb, mb = f['broadcast_phase'], m['broadcast_phase']
+    cpu = f"{fb['cpu_seconds']:.1f}/{mb['cpu_seconds']:.1f}"
+    ccpu = f"{fb.get('client_cpu_seconds', 0):.1f}/{mb.get('client_cpu_seconds', 0):.1f}"
     dl = f"{f['deliveries']}/{f['expected_deliveries']}, {m['deliveries']}/{m['expected_deliveries']}"
-    print(f"{k:<5} {' '.join(f'{t:.0f}' for t in tf):<28} {' '.join(f'{t:.0f}' for t in tm):<28} {ratio:>12.3f} {first:>11.3f} {cpu:>18} {dl:>24}")
+    print(f"{k:<5} {' '.join(f'{t:.0f}' for t in tf):<28} {' '.join(f'{t:.0f}' for t in tm):<28} {ratio:>12.3f} {first:>11.3f} {cpu:>18} {ccpu:>18} {dl:>24}")
 if ratios:
     print(f"MQTT / framed time to all: median of the pairs' ratios {statistics.median(ratios):.3f} "
           f"(pairs {min(ratios):.3f}-{max(ratios):.3f}); first broadcasts only {statistics.median(firsts):.3f}; "

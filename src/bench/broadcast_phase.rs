@@ -82,7 +82,8 @@ impl DeflateCounters {
 /// What the loop saw at the start of the phase.
 #[derive(Debug, Clone, Copy)]
 struct Start {
-    cpu_seconds: f64,
+    /// The server's workers' CPU seconds, and the client's.
+    cpu_seconds: (f64, f64),
     deflate: DeflateCounters,
     /// Worker processes holding at least one connection.
     workers_holding: usize,
@@ -94,8 +95,9 @@ pub(crate) struct PhaseWatch {
     signals: Arc<PhaseSignals>,
     rounds: Arc<Mutex<Vec<Round>>>,
     start: Option<Start>,
-    /// CPU seconds at the end, and whether every round was delivered by then.
-    end: Option<(f64, bool)>,
+    /// CPU seconds at the end (server, client), and whether every round
+    /// was delivered by then.
+    end: Option<((f64, f64), bool)>,
     deflate_end: Option<DeflateCounters>,
 }
 
@@ -109,26 +111,26 @@ impl PhaseWatch {
         if self.start.is_none() && self.signals.start_wanted.load(Ordering::SeqCst) {
             let live = fleet.live();
             let workers_holding = live.iter().filter(|i| fleet.view.get(**i).is_some_and(|s| s.active > 0)).count();
-            self.start = Some(Start { cpu_seconds: cpu_seconds_of(&fleet.pids()), deflate: DeflateCounters::of(&fleet.view.totals()), workers_holding });
+            self.start = Some(Start { cpu_seconds: both_cpu_seconds(fleet, client), deflate: DeflateCounters::of(&fleet.view.totals()), workers_holding });
             self.signals.started.store(true, Ordering::SeqCst);
         }
         if self.start.is_some() && self.end.is_none() && self.signals.published.load(Ordering::SeqCst) {
             let receipts = client.view.totals().push_by_seq;
             let rounds = self.rounds.lock().expect("rounds");
             if all_delivered(&rounds, &receipts) {
-                self.end = Some((cpu_seconds_of(&fleet.pids()), true));
+                self.end = Some((both_cpu_seconds(fleet, client), true));
             }
         }
     }
 
     /// When the hold ends (before anything closes): the end of the phase
     /// if the receipts have not ended it, and the deflate counters.
-    pub(crate) fn hold_over(&mut self, fleet: &ServerFleet) {
+    pub(crate) fn hold_over(&mut self, fleet: &ServerFleet, client: &ClientRun) {
         if self.start.is_none() {
             return;
         }
         if self.end.is_none() {
-            self.end = Some((cpu_seconds_of(&fleet.pids()), false));
+            self.end = Some((both_cpu_seconds(fleet, client), false));
         }
         self.deflate_end = Some(DeflateCounters::of(&fleet.view.totals()));
     }
@@ -139,8 +141,14 @@ impl PhaseWatch {
         let (end_cpu, delivered) = self.end?;
         let pushes = self.rounds.lock().expect("rounds").len() as u64;
         let d = self.deflate_end.unwrap_or(start.deflate);
-        Some(BroadcastPhase::new(end_cpu - start.cpu_seconds, delivered, start.workers_holding, pushes, start.deflate, d))
+        let cpu = (end_cpu.0 - start.cpu_seconds.0, end_cpu.1 - start.cpu_seconds.1);
+        Some(BroadcastPhase::new(cpu, delivered, start.workers_holding, pushes, start.deflate, d))
     }
+}
+
+/// CPU seconds of the server's workers and of the client's, now.
+fn both_cpu_seconds(fleet: &ServerFleet, client: &ClientRun) -> (f64, f64) {
+    (cpu_seconds_of(&fleet.pids()), cpu_seconds_of(&client.pool.pids()))
 }
 
 /// Whether every round has been received as often as the server wrote it
@@ -159,6 +167,10 @@ pub(crate) struct BroadcastPhase {
     /// CPU seconds of the server's workers from just before the first
     /// publish to the last receipt (or the end of the hold), 10 ms steps.
     pub cpu_seconds: f64,
+    /// The client's workers' CPU seconds over the same span: both ends
+    /// share this machine's cores, so a receiver that costs more per
+    /// message delays the time to all as much as the server does.
+    pub client_cpu_seconds: f64,
     /// Whether every round reached every connection it was written to
     /// before the hold ended (false: the phase ran to the hold's end).
     pub all_delivered: bool,
@@ -188,7 +200,14 @@ pub(crate) struct DeflatePhase {
 }
 
 impl BroadcastPhase {
-    fn new(cpu_seconds: f64, all_delivered: bool, workers_holding: usize, pushes: u64, a: DeflateCounters, b: DeflateCounters) -> BroadcastPhase {
+    fn new(
+        (cpu_seconds, client_cpu_seconds): (f64, f64),
+        all_delivered: bool,
+        workers_holding: usize,
+        pushes: u64,
+        a: DeflateCounters,
+        b: DeflateCounters,
+    ) -> BroadcastPhase {
         let calls = b.calls.saturating_sub(a.calls);
         let (message_bytes, wire_bytes) = (b.bytes_before.saturating_sub(a.bytes_before), b.bytes_after.saturating_sub(a.bytes_after));
         let deflate = (calls > 0).then(|| DeflatePhase {
@@ -199,14 +218,15 @@ impl BroadcastPhase {
             ratio: if message_bytes > 0 { wire_bytes as f64 / message_bytes as f64 } else { 0.0 },
             compressed_out: b.compressed_out.saturating_sub(a.compressed_out),
         });
-        BroadcastPhase { cpu_seconds: cpu_seconds.max(0.0), all_delivered, workers_holding, pushes, deflate }
+        BroadcastPhase { cpu_seconds: cpu_seconds.max(0.0), client_cpu_seconds: client_cpu_seconds.max(0.0), all_delivered, workers_holding, pushes, deflate }
     }
 
     /// The summary's lines.
     pub(crate) fn lines(&self) -> Vec<String> {
         let mut out = vec![format!(
-            "broadcasts    server cpu {:.2} s from the first publish to {} | {} workers holding connections",
+            "broadcasts    server cpu {:.2} s, client cpu {:.2} s from the first publish to {} | {} workers holding connections",
             self.cpu_seconds,
+            self.client_cpu_seconds,
             if self.all_delivered { "the last receipt" } else { "the end of the hold (not every receipt came)" },
             self.workers_holding
         )];
@@ -290,11 +310,11 @@ mod tests {
     fn deflate_over_the_phase_is_the_difference_and_absent_without_calls() {
         let a = DeflateCounters { calls: 3, bytes_before: 100, bytes_after: 50, compressed_out: 3 };
         let b = DeflateCounters { calls: 13, bytes_before: 10_100, bytes_after: 4_050, compressed_out: 1_003 };
-        let p = BroadcastPhase::new(1.5, true, 2, 5, a, b);
+        let p = BroadcastPhase::new((1.5, 2.5), true, 2, 5, a, b);
         let d = p.deflate.clone().expect("deflate");
         assert_eq!((d.calls, d.message_bytes, d.wire_bytes, d.compressed_out), (10, 10_000, 4_000, 1_000));
         assert_eq!((d.calls_per_push, d.ratio), (2.0, 0.4));
         assert!(p.lines()[1].contains("2.00 per push") && p.lines()[1].contains("ratio 0.400"), "{:?}", p.lines());
-        assert_eq!(BroadcastPhase::new(0.5, false, 1, 5, a, a).deflate, None);
+        assert_eq!(BroadcastPhase::new((0.5, 0.7), false, 1, 5, a, a).deflate, None);
     }
 }

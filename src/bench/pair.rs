@@ -280,7 +280,7 @@ impl<V: ServerSide, S, F: FnMut(&V, &ClientRun) -> S> Supervised for PairRun<'_,
             }
             Tick::HoldOver => {
                 if let (Some(phase), Some(fleet)) = (self.phase.as_mut(), self.server.fleet()) {
-                    phase.hold_over(fleet);
+                    phase.hold_over(fleet, &self.client);
                 }
                 self.at_hold = Some((self.sample)(&self.server, &self.client));
                 if self.verbose {

@@ -252,6 +252,8 @@ fn the_push_bench_reports_deflate_calls_per_broadcast_the_ratio_and_the_broadcas
         assert!((1..=2).contains(&holding), "{b}");
         let cpu = b["cpu_seconds"].as_f64().unwrap();
         assert!(cpu >= 0.0 && cpu <= p["server_cpu_seconds"].as_f64().unwrap() + 0.01, "the phase is part of the run: {p}");
+        let client_cpu = b["client_cpu_seconds"].as_f64().unwrap();
+        assert!(client_cpu >= 0.0 && client_cpu <= p["client_cpu_seconds"].as_f64().unwrap() + 0.01, "the phase is part of the client's run: {p}");
         let d = &b["deflate"];
         if !deflate {
             assert!(d.is_null(), "{b}");
