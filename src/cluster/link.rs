@@ -87,6 +87,16 @@ enum Cmd {
         max_entries: usize,
         max_bytes: u64,
     },
+    /// Ask the other nodes for the MQTT sessions they kept of these
+    /// client ids (`sessions.rs`).
+    AskSessions(Vec<String>),
+    /// Answer a question about sessions on `reply`: each session's JSON,
+    /// then the ids connected here (being taken over).
+    HandSessions {
+        reply: String,
+        sessions: Vec<String>,
+        busy: Vec<String>,
+    },
     /// Ask every other node who is subscribed to `topic`.
     Presence {
         request: u64,
@@ -105,7 +115,7 @@ struct Own {
 }
 
 #[derive(Default)]
-struct Shared {
+pub(super) struct Shared {
     up: AtomicBool,
     ever_up: AtomicBool,
     /// The node's standing subscriptions (broadcasts, its own subject,
@@ -131,6 +141,9 @@ struct Shared {
     /// forward task tells the publish when the stream's copy went by, so
     /// the supervisor hears of every message before it first.
     own: Mutex<HashMap<String, Own>>,
+    /// The other nodes heard lately: how many answers a question about
+    /// MQTT sessions waits for (`sessions.rs`).
+    pub(super) peers: Mutex<super::sessions::Peers>,
 }
 
 impl Shared {
@@ -195,12 +208,12 @@ impl Shared {
         }
     }
 
-    fn error(&self, e: String) {
+    pub(super) fn error(&self, e: String) {
         *self.last_error.lock().expect("link state") = Some(e);
     }
 
     /// Drop a message: count it by reason and say why.
-    fn refuse(&self, r: Refusal, why: String) {
+    pub(super) fn refuse(&self, r: Refusal, why: String) {
         *self.refused.lock().expect("link state").entry(r.label()).or_default() += 1;
         self.error(why);
     }
@@ -250,6 +263,7 @@ impl Link {
             messages_out: self.shared.messages_out.load(Ordering::SeqCst),
             publish_failures: self.shared.publish_failures.load(Ordering::SeqCst),
             topics: self.topics.len() as u64,
+            peers: self.shared.peers.lock().expect("peers").count(Instant::now()) as u64,
             refused: self.shared.refused.lock().expect("link state").iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             history: self.cfg.log.map(|cfg| LogStatus {
                 stream: jslog::STREAM.into(),
@@ -334,6 +348,17 @@ impl Link {
         let _ = self.cmds.send(Cmd::SharedGroups(body));
     }
 
+    /// Ask the other nodes for the MQTT sessions of these client ids:
+    /// answered by `ClusterEvent::SessionsHanded`.
+    pub(crate) fn ask_sessions(&self, ids: Vec<String>) {
+        let _ = self.cmds.send(Cmd::AskSessions(ids));
+    }
+
+    /// Answer another node's question about sessions.
+    pub(crate) fn hand_sessions(&self, reply: String, sessions: Vec<String>, busy: Vec<String>) {
+        let _ = self.cmds.send(Cmd::HandSessions { reply, sessions, busy });
+    }
+
     /// Tell the other nodes' subscribers who joined or left.
     pub(crate) fn notices(&self, notices: Vec<crate::proto::push::Notice>) {
         let _ = self.cmds.send(Cmd::Notices(serde_json::to_vec(&notices).expect("serializes")));
@@ -391,7 +416,7 @@ fn send(tx: &Sink<ClusterEvent>, ev: ClusterEvent) {
 
 /// This node's identity on the link: its id and the key it signs with.
 #[derive(Clone)]
-struct Me {
+pub(super) struct Me {
     node: String,
     key: ClusterKey,
     /// `--max-push-bytes`.
@@ -441,7 +466,7 @@ impl Me {
 
     /// Headers that carry and sign a core message to `subject` (`position`
     /// is always empty: only [`Me::stored_headers`] place a message).
-    fn headers(&self, subject: &str, target: &str, publish_us: &str, position: &str, data: &[u8]) -> async_nats::HeaderMap {
+    pub(super) fn headers(&self, subject: &str, target: &str, publish_us: &str, position: &str, data: &[u8]) -> async_nats::HeaderMap {
         self.signed_headers(subject, target, publish_us, (position, ""), "", data)
     }
 
@@ -506,7 +531,7 @@ impl Me {
     }
 
     /// Check a live message's signature, age and reply subject: Ok(origin).
-    fn check(&self, m: &async_nats::Message) -> Result<String, (Refusal, String)> {
+    pub(super) fn check(&self, m: &async_nats::Message) -> Result<String, (Refusal, String)> {
         self.check_parts(&Parts::live(m, m.subject.as_str()))
     }
 
@@ -665,6 +690,7 @@ async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<
         RETAINED_ASK.to_string(),
         super::CLIENT_IDS.to_string(),
         super::groups::SHARED_GROUPS.to_string(),
+        super::sessions::SESSIONS_TAKE.to_string(),
     ] {
         let h = f.forward(subject.clone(), || shared.follow(&subject, true)).await;
         subs.insert(subject, h);
@@ -728,6 +754,20 @@ async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<
                     let answers = ask_retained(&client, &me, &shared, max_entries, max_bytes).await;
                     send(&tx, ClusterEvent::Retained(answers));
                 });
+            }
+            Cmd::AskSessions(ids) => {
+                let (client, tx, me, shared) = (client.clone(), tx.clone(), me.clone(), shared.clone());
+                tokio::spawn(async move {
+                    let handed = super::sessions::ask(&client, &me, &shared, ids).await;
+                    send(&tx, ClusterEvent::SessionsHanded(handed));
+                });
+            }
+            Cmd::HandSessions { reply, sessions, busy } => {
+                for session in sessions {
+                    me.answer(&client, reply.clone(), format!("{{\"session\":{session}}}").into_bytes()).await;
+                }
+                let done = serde_json::to_vec(&super::sessions::Answer { done: true, busy, session: None }).expect("serializes");
+                me.answer(&client, reply, done).await;
             }
             Cmd::Presence { request, topic } => {
                 let (client, tx, me, shared) = (client.clone(), tx.clone(), me.clone(), shared.clone());
@@ -967,9 +1007,27 @@ impl Forwarder {
             }
             return;
         }
+        if m.subject.as_str() == super::sessions::SESSIONS_TAKE {
+            match (super::sessions::Ask::parse(&m.payload), &m.reply) {
+                (Ok(a), Some(reply)) => send(&self.tx, ClusterEvent::SessionsAsked { node: origin, ids: a.ids, reply: reply.to_string() }),
+                (Ok(_), None) => {
+                    self.shared.refuse(Refusal::Malformed, format!("refused a question about MQTT sessions from node '{origin}' without a reply subject"))
+                }
+                (Err(e), _) => self.shared.refuse(Refusal::Malformed, format!("refused a question about MQTT sessions from node '{origin}': {e}")),
+            }
+            return;
+        }
         if m.subject.as_str() == super::groups::SHARED_GROUPS {
             match super::groups::Announce::parse(&m.payload, super::groups::MAX_GROUPS) {
-                Ok(announce) => send(&self.tx, ClusterEvent::SharedGroups { node: origin, announce }),
+                Ok(announce) => {
+                    let mut peers = self.shared.peers.lock().expect("peers");
+                    match announce.groups.is_empty() && announce.leaving {
+                        true => peers.left(&origin),
+                        false => peers.heard(&origin, Instant::now()),
+                    }
+                    drop(peers);
+                    send(&self.tx, ClusterEvent::SharedGroups { node: origin, announce })
+                }
                 Err(e) => self.shared.refuse(Refusal::Malformed, format!("refused MQTT shared subscription groups from node '{origin}': {e}")),
             }
             return;

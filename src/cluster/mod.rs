@@ -32,6 +32,7 @@ pub(crate) mod groups;
 pub(crate) mod link;
 pub(crate) mod log;
 pub(crate) mod retained;
+pub(crate) mod sessions;
 pub mod sign;
 
 pub(crate) use auth::NatsAuth;
@@ -426,6 +427,15 @@ pub(crate) enum ClusterEvent {
     /// Another node's retained publish or clear (empty data), for this
     /// node's retained set ([`retained`]).
     RetainedSet(retained::Entry),
+    /// Another node asks for the MQTT sessions this node kept of `ids`:
+    /// answer on `reply` (`sessions.rs`).
+    SessionsAsked {
+        node: String,
+        ids: Vec<String>,
+        reply: String,
+    },
+    /// What the other nodes handed over to this node's question.
+    SessionsHanded(sessions::Handed),
     /// Another node asks for this node's retained set: answer on `reply`.
     RetainedAsked {
         reply: String,
@@ -500,6 +510,9 @@ pub(crate) struct LinkStatus {
     pub(crate) publish_failures: u64,
     /// Topic subjects this node subscribes to now.
     pub(crate) topics: u64,
+    /// Other nodes heard in the last 15 s (their `megaconn.shared`
+    /// announcements): the answers a question about MQTT sessions waits for.
+    pub(crate) peers: u64,
     /// Messages dropped, by reason (`unsigned`, `forged`, `stale`,
     /// `reply`, `malformed`): `cluster_refused{reason}`.
     pub(crate) refused: std::collections::BTreeMap<String, u64>,

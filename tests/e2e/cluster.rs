@@ -1383,8 +1383,9 @@ fn every_node_keeps_the_clusters_retained_messages_also_one_started_later() {
 /// One client id, one connection in the whole cluster (MQTT-3.1.4-2): a
 /// v5 client connecting to B with an id connected on A takes it over (A's
 /// connection gets DISCONNECT 0x8E and is closed, its session not kept),
-/// and the session A kept for a 3.1.1 client gone is dropped once that
-/// client connects to B. The new connections stay.
+/// and the session A kept for a 3.1.1 client gone goes with it when that
+/// client comes back to B asking for it (session present), and is
+/// dropped when it comes back clean. The new connections stay.
 #[test]
 fn a_client_id_that_connects_to_another_node_leaves_the_first() {
     use crate::mqtt_sessions::{connected, rest};
@@ -1402,13 +1403,36 @@ fn a_client_id_that_connects_to_another_node_leaves_the_first() {
     let said = rest(old);
     assert!(said.len() >= 3 && said[0] == 0xE0 && said[2] == 0x8E, "A: DISCONNECT 0x8E (Session taken over), then closed, not {said:?}");
     let (back, present, code) = connected(port_b, 4, "keeper", false);
-    assert_eq!((present, code), (false, 0), "a new session on B (sessions do not move)");
-    wait_until("A let both ids go", Duration::from_secs(10), || {
+    assert_eq!((present, code), (true, 0), "keeper's session moved to B");
+    let (gone, _, code) = connected(port_a, 4, "cleaner", false);
+    assert_eq!(code, 0);
+    drop(gone);
+    wait_until("A keeps cleaner's session", Duration::from_secs(10), || sessions(&admin_a)["kept"] == 1);
+    let (clean, present, code) = connected(port_b, 4, "cleaner", true);
+    assert_eq!((present, code), (false, 0), "a clean session on B");
+    wait_until("A let every id go", Duration::from_secs(10), || {
         let a = sessions(&admin_a);
-        a["moved"] == 2 && a["kept"] == 0 && a["online"] == 0
+        a["moved"] == 2 && a["handed_over"] == 1 && a["kept"] == 0 && a["online"] == 0
     });
-    assert_eq!(sessions(&admin_b)["online"], 2, "B holds both: {}", sessions(&admin_b));
-    drop((new, back));
+    let b = sessions(&admin_b);
+    assert_eq!((b["online"].as_u64(), b["moved_in"].as_u64()), (Some(3), Some(1)), "B holds all three: {b}");
+    drop((new, back, clean));
+}
+
+/// MQTT sessions move with their clients (tests/peers/mqtt_move.py,
+/// paho): a 3.1.1 client gone from A comes back to B and gets what A
+/// queued for it, session present; a 5.0 client still connected to A
+/// connects to B asking for its session: A takes its connection over and
+/// hands the session to B, which follows its topic.
+#[test]
+fn a_session_kept_or_connected_on_one_node_moves_to_the_node_its_client_comes_back_to() {
+    let (_nats, _key, _url, [(_a, admin_a, port_a), (_b, admin_b, port_b)]) = two_mqtt_nodes("M", "megaconn.sessions.take");
+    // Each node knows the other from its shared group announcements.
+    wait_until("each node heard the other", Duration::from_secs(10), || [&admin_a, &admin_b].iter().all(|a| get(a, "/stats").1["cluster"]["peers"] == 1));
+    let mut py = Command::new("python3");
+    py.arg(peer("mqtt_move.py")).args([&port_a.to_string(), &admin_a, &port_b.to_string(), &admin_b]);
+    assert_eq!(Peer::spawn("mqtt_move.py", py).finish_ok(Duration::from_secs(120)), ["OK"]);
+    assert_eq!(refused(&admin_a, "malformed") + refused(&admin_b, "malformed"), 0, "no answer refused");
 }
 
 /// MQTT across two nodes, with the cluster's history in JetStream and

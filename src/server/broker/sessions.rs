@@ -48,6 +48,7 @@ use std::collections::hash_map::RandomState;
 
 mod by_filter;
 mod elsewhere;
+mod moving;
 mod online;
 pub(crate) mod saved;
 pub(crate) mod wills;
@@ -88,6 +89,8 @@ crate::counters! {
         expired: by("reason") "mqtt_sessions_expired" "Kept MQTT sessions dropped, by reason (expiry: v5 Session Expiry Interval; full: --mqtt-sessions or --mqtt-sessions-bytes, the oldest)",
         taken_over: counter "mqtt_sessions_taken_over" "MQTT connections closed because a CONNECT with their client id came (session takeover)",
         moved: counter "mqtt_sessions_moved" "MQTT client ids that connected to another cluster node: their connection here taken over, or their kept session here dropped",
+        moved_in: counter "mqtt_sessions_moved_in" "MQTT sessions another cluster node handed over to a client that came back here",
+        handed_over: counter "mqtt_sessions_handed_over" "MQTT sessions kept here handed over to another cluster node the client came back to",
         queued: counter "mqtt_session_queued" "Messages queued for MQTT sessions whose client was gone",
         queue_dropped: by("reason") "mqtt_session_queue_dropped" "Messages for gone clients not queued, by reason (queue: --mqtt-session-queue, queue_bytes: --mqtt-session-queue-bytes, sessions_bytes: --mqtt-sessions-bytes); the newest is dropped",
         wills_delayed: counter "mqtt_wills_delayed" "MQTT wills held for their v5 Will Delay Interval",
@@ -203,6 +206,14 @@ pub(crate) struct Sessions {
     /// With `--mqtt-sessions-file`: the client ids of connections whose
     /// session may outlive them, for the file (`saved.rs`).
     names: Option<HashMap<IdKey, Box<str>>>,
+    /// In a cluster: CONNECTs that want a session this node does not
+    /// keep, waiting for the other nodes' answers (`moving.rs`).
+    asking: HashMap<IdKey, moving::Asking>,
+    /// Client ids to ask the other nodes about.
+    to_ask: Vec<String>,
+    /// Connections taken over because another node asked for their
+    /// session: their state is kept (to hand over), their will dropped.
+    handing: HashSet<IdKey>,
 }
 
 impl Sessions {
@@ -220,13 +231,25 @@ impl Sessions {
                 self.counters.taken_over += 1;
                 out.push(Action::Takeover(split_id(o.conn).0, o.conn));
                 if let Some((w, old)) = self.next.insert(key, (worker, c)) {
-                    crate::stats::counters::bump(&mut self.counters.refused, "displaced");
-                    out.push(Action::Answer(w, refusal(old.conn, DISPLACED, old.v5)));
+                    out.push(self.displaced(w, old));
                 }
             }
-            None => out.push(self.admit(worker, key, c, now)),
+            None => {
+                if self.must_ask(&key, &c) {
+                    out.extend(self.ask(worker, key, c, now));
+                } else {
+                    out.extend(self.displaced_asking(&key));
+                    out.push(self.admit(worker, key, c, now));
+                }
+            }
         }
         out
+    }
+
+    /// A claim a newer one of its id overtook before it was answered.
+    fn displaced(&mut self, worker: usize, old: SessionClaim) -> Action {
+        crate::stats::counters::bump(&mut self.counters.refused, "displaced");
+        Action::Answer(worker, refusal(old.conn, DISPLACED, old.v5))
     }
 
     /// The key a client id has in this registry (what its answer carries).
@@ -294,8 +317,10 @@ impl Sessions {
         self.online.remove(&e.key);
         self.counters.online = self.online.len() as u64;
         let id = self.names.as_mut().and_then(|n| n.remove(&e.key));
-        // Its id connected to another node: its session lives there now.
+        // Its id connected to another node: its session lives there now
+        // (or goes there: another node asked for it).
         let moved = self.moved.remove(&e.key);
+        let handing = self.handing.remove(&e.key);
         if let Some(state) = e.state.filter(|_| e.expiry_s > 0 && !moved) {
             self.counters.stored += self.keep(e.key, id, state.subs, state.messages, e.expiry_s, now) as u64;
         }
@@ -304,7 +329,7 @@ impl Sessions {
         match e.will {
             // A CONNECT of the id is already here (a takeover), or it came
             // to another node: cancelled.
-            Some(_) if next.is_some() || moved => self.counters.wills_cancelled += 1,
+            Some(_) if next.is_some() || moved || handing => self.counters.wills_cancelled += 1,
             Some(w) => {
                 self.counters.wills_delayed += 1;
                 if let wills::Held::Now(p) = self.wills.hold(e.key, w, e.expiry_s, self.cfg.max_kept, now) {
@@ -330,6 +355,7 @@ impl Sessions {
             .filter(|(_, o)| split_id(o.conn).0 == worker)
             .map(|(key, o)| SessionEnd { conn: o.conn, key: *key, ..SessionEnd::default() })
             .collect();
+        self.forget_asking(worker);
         ends.into_iter().flat_map(|e| self.ended(e, now)).collect()
     }
 

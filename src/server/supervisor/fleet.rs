@@ -301,6 +301,8 @@ impl ServerFleet {
                 let actions = self.publisher.sessions.connected_elsewhere(&ids, at_us, theirs_wins);
                 return self.session_actions(actions);
             }
+            ServerEvent::Cluster(crate::cluster::ClusterEvent::SessionsAsked { node, ids, reply }) => return self.hand_sessions(&node, ids, reply),
+            ServerEvent::Cluster(crate::cluster::ClusterEvent::SessionsHanded(handed)) => return self.sessions_handed(handed),
             ServerEvent::Cluster(ev) => {
                 let running = self.live();
                 if let Some(r) = &mut self.relay {
@@ -358,9 +360,11 @@ impl ServerFleet {
                     }
                     actions.extend(a);
                 }
-                // In a cluster the other nodes let go of these ids.
-                if let (Some(r), false) = (&self.relay, admitted.is_empty()) {
-                    r.link.connected_here(admitted, at_us);
+                self.admitted_here(admitted, at_us);
+                // Claims that want a session kept on another node.
+                let asks = self.publisher.sessions.take_asks();
+                if let (Some(r), false) = (&self.relay, asks.is_empty()) {
+                    r.link.ask_sessions(asks);
                 }
                 self.session_actions(actions);
             }
@@ -389,6 +393,44 @@ impl ServerFleet {
                 self.follow_shared();
             }
         }
+    }
+
+    /// In a cluster the other nodes let go of client ids admitted here.
+    fn admitted_here(&mut self, ids: Vec<String>, at_us: u64) {
+        if let (Some(r), false) = (&self.relay, ids.is_empty()) {
+            r.link.connected_here(ids, at_us);
+        }
+    }
+
+    /// Another node asks for the MQTT sessions of `ids`: those kept here
+    /// go to it, the connections of the others here are taken over.
+    fn hand_sessions(&mut self, node: &str, ids: Vec<String>, reply: String) {
+        let Some(r) = &self.relay else { return };
+        if node == r.node() {
+            return;
+        }
+        let (sessions, busy, actions) = self.publisher.sessions.hand_over(&ids, Instant::now(), crate::proto::push::wall_us());
+        r.link.hand_sessions(reply, sessions, busy);
+        self.session_actions(actions);
+    }
+
+    /// The other nodes' answers to this node's question about sessions:
+    /// those handed over are kept, then the claims waiting are answered.
+    fn sessions_handed(&mut self, handed: crate::cluster::sessions::Handed) {
+        let mut sessions = Vec::new();
+        for json in handed.sessions {
+            match serde_json::from_str::<crate::server::broker::sessions::saved::SavedSession>(&json)
+                .map_err(|e| e.to_string())
+                .and_then(|s| s.check().map(|()| s))
+            {
+                Ok(s) => sessions.push(s),
+                Err(e) => self.note("mqtt_session_refused", usize::MAX, format!("refused an MQTT session another node handed over: {e}"), 0),
+            }
+        }
+        let (now, wall) = (Instant::now(), crate::proto::push::wall_us());
+        let (actions, admitted) = self.publisher.sessions.handed(&handed.asked, sessions, now, wall);
+        self.admitted_here(admitted, wall);
+        self.session_actions(actions);
     }
 
     /// In a cluster: follow the topics of this node's shared subscription
@@ -612,8 +654,11 @@ impl ServerFleet {
         // A will published while the cluster link is down would be refused
         // (503 to nobody): it waits for the link.
         let link_down = self.relay.as_ref().is_some_and(|r| !r.link.up());
-        let wills = self.publisher.sessions.expire(Instant::now(), link_down);
-        self.session_actions(wills);
+        let mut actions = self.publisher.sessions.expire(Instant::now(), link_down);
+        let (answers, admitted) = self.publisher.sessions.overdue(Instant::now());
+        actions.extend(answers);
+        self.admitted_here(admitted, crate::proto::push::wall_us());
+        self.session_actions(actions);
         self.publisher.history.expire(crate::proto::push::wall_us());
         self.save_state(false);
         if let Some(r) = &mut self.relay {

@@ -63,6 +63,7 @@ pub(crate) fn render(
         c.register("messages_out", "Messages sent to other nodes", ConstCounter::new(l.messages_out));
         c.register("publish_failures", "Publishes refused (503): the link was down or NATS did not confirm", ConstCounter::new(l.publish_failures));
         c.register("topics", "Topic subjects this node subscribes to", ConstGauge::new(l.topics as i64));
+        c.register("peers", "Other cluster nodes heard in the last 15 s", ConstGauge::new(l.peers as i64));
         let refused = Family::<Vec<(String, String)>, prometheus_client::metrics::counter::Counter>::default();
         for reason in ["unsigned", "forged", "stale", "reply", "malformed", "replay"] {
             refused.get_or_create(&vec![("reason".into(), reason.into())]).inc_by(l.refused.get(reason).copied().unwrap_or(0));

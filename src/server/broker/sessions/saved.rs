@@ -10,7 +10,7 @@
 //! while the server was stopped is published at the first tick.
 
 use super::{Sessions, NEVER};
-use crate::server::commands::{ClientPublish, KeptSub, SessionMessage};
+use crate::server::commands::{ClientPublish, IdKey, KeptSub, SessionMessage};
 use std::time::{Duration, Instant};
 
 /// The longest client id a CONNECT may carry (`proto/mqtt`).
@@ -83,25 +83,25 @@ impl Sessions {
         let c = &self.counters;
         let expired: u64 = c.expired.values().sum();
         let wills: u64 = c.wills_delayed + c.wills_cancelled + c.wills_published.values().sum::<u64>();
-        c.stored + c.resumed + c.discarded + c.queued + expired + c.moved + c.loaded + wills
+        c.stored + c.resumed + c.discarded + c.queued + expired + c.moved + c.moved_in + c.handed_over + c.loaded + wills
     }
 
     /// The kept sessions with their ids, oldest first, as of `now`
     /// (wall-clock µs `wall`).
     pub(crate) fn saved(&self, now: Instant, wall: u64) -> Vec<SavedSession> {
-        self.order
-            .values()
-            .filter_map(|key| {
-                let k = self.kept.get(key)?;
-                Some(SavedSession {
-                    id: k.id.as_deref()?.to_string(),
-                    expires_us: k.expires.map(|t| wall_at(t, now, wall)),
-                    subs: k.subs.clone(),
-                    messages: k.messages.iter().cloned().collect(),
-                    will: self.wills.waiting(key).map(|(due, will)| SavedWill { at_us: wall_at(*due, now, wall), will: will.clone() }),
-                })
-            })
-            .collect()
+        self.order.values().filter_map(|key| self.saved_one(key, self.kept.get(key)?.id.as_deref()?, now, wall)).collect()
+    }
+
+    /// The session kept for `key`, named `id`, as the file holds it.
+    pub(super) fn saved_one(&self, key: &IdKey, id: &str, now: Instant, wall: u64) -> Option<SavedSession> {
+        let k = self.kept.get(key)?;
+        Some(SavedSession {
+            id: id.to_string(),
+            expires_us: k.expires.map(|t| wall_at(t, now, wall)),
+            subs: k.subs.clone(),
+            messages: k.messages.iter().cloned().collect(),
+            will: self.wills.waiting(key).map(|(due, will)| SavedWill { at_us: wall_at(*due, now, wall), will: will.clone() }),
+        })
     }
 
     /// A session read from the file, kept within this server's bounds
@@ -109,6 +109,14 @@ impl Sessions {
     /// whose expiry passed while the server was stopped is dropped
     /// (counted `expired{reason="expiry"}`).
     pub(crate) fn restore(&mut self, s: SavedSession, now: Instant, wall: u64) -> bool {
+        let kept = self.restore_one(s, now, wall);
+        self.counters.loaded += kept as u64;
+        kept
+    }
+
+    /// A saved session kept here (from the file, or handed over by
+    /// another node): whether it was.
+    pub(super) fn restore_one(&mut self, s: SavedSession, now: Instant, wall: u64) -> bool {
         let expiry_s = match s.expires_us {
             None => NEVER,
             Some(us) if us <= wall => {
@@ -118,8 +126,8 @@ impl Sessions {
             Some(us) => (us - wall).div_ceil(1_000_000).min(u64::from(NEVER - 1)) as u32,
         };
         let key = self.keyer.key(&s.id);
-        let kept = self.keep(key, Some(s.id.into()), s.subs, s.messages, expiry_s, now);
-        self.counters.loaded += kept as u64;
+        let id = self.names.is_some().then(|| s.id.into());
+        let kept = self.keep(key, id, s.subs, s.messages, expiry_s, now);
         if let Some(w) = s.will.filter(|_| kept) {
             // The connection it named is gone with the old process.
             let will = ClientPublish { mqtt: crate::proto::mqtt::forward::Forwarded::stored(w.will.mqtt.as_deref()), ..w.will };

@@ -209,8 +209,13 @@ fn an_id_that_connected_to_another_node_leaves_this_one() {
     let mut s = Sessions::new(SessionsConfig::default());
     s.follow();
     let (a, b) = (conn_id(0, 1, 0), conn_id(1, 2, 0));
-    assert_eq!(answer(&s.claim(0, claim(a, "dev-a", false, NEVER), now)).code, 0);
-    kept(&mut s, b, "dev-k", "t/#", now);
+    // In a cluster a claim that wants its session asks the other nodes first.
+    assert!(s.claim(0, claim(a, "dev-a", false, NEVER), now).is_empty());
+    assert_eq!(answer(&s.handed(&["dev-a".into()], Vec::new(), now, 0).0).code, 0);
+    assert!(s.claim(0, claim(b, "dev-k", false, NEVER), now).is_empty());
+    assert_eq!(answer(&s.handed(&["dev-k".into()], Vec::new(), now, 0).0).code, 0);
+    let state = SessionState { subs: vec![KeptSub::new("t/#", 1)], messages: Vec::new() };
+    assert!(s.ended(end(&s, b, "dev-k", NEVER, Some(state)), now).is_empty());
     let admitted = s.recent.since(&s.key("dev-a")).expect("admission noted in a cluster");
 
     // Another node's CONNECT before ours: ours stays (theirs is closed there).
@@ -250,4 +255,82 @@ fn recent_admissions_are_bounded_in_time_and_count() {
     }
     assert!(r.order.len() <= elsewhere::MAX_RECENT && r.at.len() <= elsewhere::MAX_RECENT);
     assert_eq!(r.since(&k(100)), None, "the oldest forgotten first");
+}
+
+/// Sessions move between cluster nodes: a claim that wants its session
+/// and finds none here waits while the other nodes are asked (a second
+/// claim of the id displaces it); a node asked gives up what it kept
+/// (as its file would hold it), and takes over a connection of the id,
+/// keeping its session (its will dropped) to hand over when asked again;
+/// the asker keeps what came and answers the claim with it. A claim
+/// never waits past MAX_WAIT, nor for a worker that died.
+#[test]
+fn sessions_move_between_cluster_nodes() {
+    let now = Instant::now();
+    let wall = 1_000_000_000;
+    let (mut a, mut b) = (Sessions::new(SessionsConfig::default()), Sessions::new(SessionsConfig::default()));
+    a.follow();
+    b.follow();
+    // On A: dev left with two messages queued; live is connected.
+    let (dev, live) = (conn_id(0, 1, 0), conn_id(0, 2, 0));
+    for (conn, id) in [(dev, "dev"), (live, "live")] {
+        assert!(a.claim(0, claim(conn, id, false, NEVER), now).is_empty());
+        assert_eq!(answer(&a.handed(&[id.into()], Vec::new(), now, wall).0).code, 0);
+    }
+    assert_eq!(a.take_asks(), ["dev", "live"]);
+    a.ended(end(&a, dev, "dev", NEVER, Some(SessionState { subs: vec![KeptSub::new("t/#", 1)], messages: Vec::new() })), now);
+    a.offline("t/1", "AQ==", 1, false, None, 0);
+    a.offline("t/2", "Ag==", 1, false, None, 0);
+
+    // B: dev comes back; a second CONNECT of it displaces the first.
+    let (first, second) = (conn_id(1, 1, 0), conn_id(1, 2, 0));
+    assert!(b.claim(1, claim(first, "dev", false, NEVER), now).is_empty(), "waits for the other nodes");
+    assert_eq!(b.take_asks(), ["dev"]);
+    assert_eq!(answer(&b.claim(1, claim(second, "dev", false, NEVER), now)).code, DISPLACED.0);
+    assert!(b.take_asks().is_empty(), "the question asked serves it");
+
+    // A gives up dev's session; nobody's is nowhere.
+    let (sessions, busy, actions) = a.hand_over(&["dev".into(), "nobody".into()], now, wall);
+    assert_eq!((sessions.len(), busy.len(), actions.len()), (1, 0, 0));
+    assert_eq!((a.counters.kept, a.counters.handed_over, a.counters.bytes), (0, 1, 0));
+    let saved: saved::SavedSession = serde_json::from_str(&sessions[0]).unwrap();
+    assert_eq!(saved.check(), Ok(()));
+    let (actions, admitted) = b.handed(&["dev".into()], vec![saved], now, wall);
+    let got = answer(&actions);
+    assert!(got.conn == second && got.present && got.subs == [KeptSub::new("t/#", 1)], "{got:?}");
+    assert_eq!(got.messages.iter().map(|m| m.data.as_str()).collect::<Vec<_>>(), ["AQ==", "Ag=="], "in order");
+    assert_eq!((admitted, b.counters.moved_in, b.counters.resumed), (vec!["dev".to_string()], 1, 1));
+
+    // live is connected on A: taken over once, busy until its end kept
+    // its session (its will dropped), then handed over.
+    let (_, busy, actions) = a.hand_over(&["live".into()], now, wall);
+    assert_eq!((busy, actions), (vec!["live".to_string()], vec![Action::Takeover(0, live)]));
+    assert_eq!(a.hand_over(&["live".into()], now, wall).2, vec![], "taken over once");
+    let will = ClientPublish { topic: "w".into(), data: "d".into(), qos: 1, retain: false, mqtt: None };
+    let state = SessionState { subs: vec![KeptSub::new("x", 1)], messages: Vec::new() };
+    let e = SessionEnd { will: Some(wills::DelayedWill { will, delay_s: 5 }), ..end(&a, live, "live", NEVER, Some(state)) };
+    assert!(a.ended(e, now).is_empty(), "no will");
+    assert_eq!((a.counters.kept, a.counters.wills_cancelled, a.counters.wills_waiting), (1, 1, 0));
+    let (sessions, busy, _) = a.hand_over(&["live".into()], now, wall);
+    assert_eq!((sessions.len(), busy.len(), a.counters.kept), (1, 0, 0));
+
+    // A claim nobody answers is admitted after MAX_WAIT with what B has.
+    let late = conn_id(1, 3, 0);
+    assert!(b.claim(1, claim(late, "late", false, NEVER), now).is_empty());
+    assert_eq!(b.overdue(now + moving::MAX_WAIT / 2), (vec![], vec![]));
+    let (actions, admitted) = b.overdue(now + moving::MAX_WAIT);
+    assert!(!answer(&actions).present && answer(&actions).code == 0);
+    assert_eq!(admitted, ["late"]);
+    // A clean CONNECT does not ask, and displaces one that does.
+    assert!(b.claim(1, claim(conn_id(1, 4, 0), "c", false, NEVER), now).is_empty());
+    let out = b.claim(1, claim(conn_id(1, 5, 0), "c", true, NEVER), now);
+    assert!(matches!(&out[..], [Action::Answer(_, x), Action::Answer(_, y)] if x.code == DISPLACED.0 && y.code == 0), "{out:?}");
+    // A claim of a worker that died is dropped.
+    assert!(b.claim(2, claim(conn_id(2, 1, 0), "gone", false, NEVER), now).is_empty());
+    b.worker_gone(2, now);
+    assert_eq!(b.overdue(now + moving::MAX_WAIT), (vec![], vec![]));
+    // Outside a cluster nothing is asked.
+    let mut single = Sessions::new(SessionsConfig::default());
+    assert_eq!(answer(&single.claim(0, claim(dev, "dev", false, NEVER), now)).code, 0);
+    assert!(single.take_asks().is_empty());
 }
