@@ -83,28 +83,15 @@ impl Sessions {
                 self.counters.moved_in += 1;
             }
         }
-        let mut out = Vec::new();
-        let mut admitted = Vec::new();
-        for id in asked {
-            let key = self.keyer.key(id);
-            if let Some(a) = self.asking.remove(&key) {
-                let answer = self.admit(a.worker, key, a.claim, now);
-                if matches!(&answer, Action::Answer(_, ans) if ans.code == 0) {
-                    admitted.push(id.clone());
-                }
-                out.push(answer);
-            }
-        }
-        (out, admitted)
+        let keys = asked.iter().map(|id| self.keyer.key(id)).collect();
+        self.admit_waiting(keys, now)
     }
 
-    /// Claims that waited [`MAX_WAIT`] (no answer came back at all):
-    /// admitted with what this node has.
-    pub(crate) fn overdue(&mut self, now: Instant) -> (Vec<Action>, Vec<String>) {
-        let late: Vec<IdKey> = self.asking.iter().filter(|(_, a)| now.duration_since(a.since) >= MAX_WAIT).map(|(k, _)| *k).collect();
-        let mut out = Vec::new();
-        let mut admitted = Vec::new();
-        for key in late {
+    /// Admit the claims of these ids that wait: the answers, and the ids
+    /// admitted.
+    fn admit_waiting(&mut self, keys: Vec<IdKey>, now: Instant) -> (Vec<Action>, Vec<String>) {
+        let (mut out, mut admitted) = (Vec::new(), Vec::new());
+        for key in keys {
             let Some(a) = self.asking.remove(&key) else { continue };
             let id = a.claim.client_id.clone();
             let answer = self.admit(a.worker, key, a.claim, now);
@@ -114,6 +101,13 @@ impl Sessions {
             out.push(answer);
         }
         (out, admitted)
+    }
+
+    /// Claims that waited [`MAX_WAIT`] (no answer came back at all):
+    /// admitted with what this node has.
+    pub(crate) fn overdue(&mut self, now: Instant) -> (Vec<Action>, Vec<String>) {
+        let late: Vec<IdKey> = self.asking.iter().filter(|(_, a)| now.duration_since(a.since) >= MAX_WAIT).map(|(k, _)| *k).collect();
+        self.admit_waiting(late, now)
     }
 
     /// Another node asks for the sessions of `ids`: those kept here,
