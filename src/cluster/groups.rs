@@ -40,10 +40,6 @@ pub(crate) struct Announce {
     /// The sender's link just came up: the others announce at once.
     #[serde(default)]
     pub(crate) ask: bool,
-    /// The sender is stopping (its groups are empty): it answers nothing
-    /// more (`sessions.rs` stops counting it).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub(crate) leaving: bool,
 }
 
 impl Announce {
@@ -66,7 +62,7 @@ impl Announce {
 
     /// The body for `groups` (sorted by name), and how many did not fit
     /// in [`MAX_BODY`].
-    pub(crate) fn body(groups: impl IntoIterator<Item = (String, u32)>, ask: bool, leaving: bool) -> (Vec<u8>, usize) {
+    pub(crate) fn body(groups: impl IntoIterator<Item = (String, u32)>, ask: bool) -> (Vec<u8>, usize) {
         let (mut kept, mut bytes, mut left_out) = (Vec::new(), 64, 0);
         for (name, members) in groups {
             // JSON may write a byte as \u00XX: six; and the count and brackets.
@@ -78,7 +74,7 @@ impl Announce {
             bytes += cost;
             kept.push((name, members));
         }
-        (serde_json::to_vec(&Announce { groups: kept, ask, leaving }).expect("serializes"), left_out)
+        (serde_json::to_vec(&Announce { groups: kept, ask }).expect("serializes"), left_out)
     }
 }
 
@@ -92,11 +88,9 @@ mod tests {
     #[test]
     fn announcements_cross_within_their_bounds() {
         let groups = vec![("$share/g/a/+".to_string(), 3), ("$share/h/#".to_string(), 1)];
-        let (body, left_out) = Announce::body(groups.clone(), true, false);
+        let (body, left_out) = Announce::body(groups.clone(), true);
         assert_eq!(left_out, 0);
-        assert_eq!(Announce::parse(&body, 16), Ok(Announce { groups: groups.clone(), ask: true, leaving: false }));
-        let (bye, _) = Announce::body(Vec::new(), false, true);
-        assert!(Announce::parse(&bye, 16).unwrap().leaving, "a stopping node says so");
+        assert_eq!(Announce::parse(&body, 16), Ok(Announce { groups: groups.clone(), ask: true }));
         assert!(Announce::parse(&body, 1).unwrap_err().contains("at most 1"));
         let bad = serde_json::json!({"groups": [["a/b", 1]]}).to_string();
         assert!(Announce::parse(bad.as_bytes(), 16).unwrap_err().contains("'a/b'"));
@@ -104,7 +98,7 @@ mod tests {
         assert!(Announce::parse(&vec![b' '; MAX_BODY + 1], 16).unwrap_err().contains("bytes"));
 
         let long: Vec<(String, u32)> = (0..200).map(|i| (format!("$share/g{i}/{}", "x".repeat(1000)), 1)).collect();
-        let (body, left_out) = Announce::body(long, false, false);
+        let (body, left_out) = Announce::body(long, false);
         assert!(body.len() <= MAX_BODY && left_out > 0, "{} bytes, {left_out} left out", body.len());
         assert_eq!(Announce::parse(&body, 1000).unwrap().groups.len(), 200 - left_out);
     }

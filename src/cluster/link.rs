@@ -1008,7 +1008,7 @@ impl Forwarder {
             return;
         }
         if m.subject.as_str() == super::sessions::SESSIONS_TAKE {
-            match (super::sessions::Ask::parse(&m.payload), &m.reply) {
+            match (super::ClientIds::parse(&m.payload), &m.reply) {
                 (Ok(a), Some(reply)) => send(&self.tx, ClusterEvent::SessionsAsked { node: origin, ids: a.ids, reply: reply.to_string() }),
                 (Ok(_), None) => {
                     self.shared.refuse(Refusal::Malformed, format!("refused a question about MQTT sessions from node '{origin}' without a reply subject"))
@@ -1020,12 +1020,7 @@ impl Forwarder {
         if m.subject.as_str() == super::groups::SHARED_GROUPS {
             match super::groups::Announce::parse(&m.payload, super::groups::MAX_GROUPS) {
                 Ok(announce) => {
-                    let mut peers = self.shared.peers.lock().expect("peers");
-                    match announce.groups.is_empty() && announce.leaving {
-                        true => peers.left(&origin),
-                        false => peers.heard(&origin, Instant::now()),
-                    }
-                    drop(peers);
+                    self.shared.peers.lock().expect("peers").heard(&origin, Instant::now());
                     send(&self.tx, ClusterEvent::SharedGroups { node: origin, announce })
                 }
                 Err(e) => self.shared.refuse(Refusal::Malformed, format!("refused MQTT shared subscription groups from node '{origin}': {e}")),

@@ -4,15 +4,18 @@
 //!
 //! A node about to answer a CONNECT that asks for its session (3.1.1
 //! Clean Session 0, v5 Clean Start 0) and keeps none of the id asks the
-//! others, signed, on [`SESSIONS_TAKE`]: a batch of client ids. Every
-//! node answers on the asker's inbox: first each session it kept of those
-//! ids (one message each, the `--mqtt-sessions-file` JSON, given up
-//! there), then one last message `{"done":true,"busy":[...]}`, `busy`
-//! naming the ids connected there now: that node takes their connections
-//! over and keeps their sessions, and the asker asks once more for those
-//! after [`BUSY_WAIT`]. The asker stops when every node it knows of (those
-//! heard on `megaconn.shared`, which each node announces every 5 s) said
-//! done, or after [`WINDOW`].
+//! others, signed, on [`SESSIONS_TAKE`]: client ids in the batches of a
+//! client id announcement ([`super::ClientIds`]). Every node answers on
+//! the asker's inbox: first each session it kept of those ids (one
+//! message each, the `--mqtt-sessions-file` JSON, given up there), then
+//! one last message per batch, `{"done":true,"busy":[...]}`, `busy` naming
+//! the ids connected there now: that node takes their connections over
+//! and keeps their sessions, and the asker asks again for those after
+//! [`BUSY_WAIT`], at most [`ROUNDS`] times in all. A round ends when every
+//! node the asker heard lately (on `megaconn.shared`, which each node
+//! announces every 5 s; a stopping node too, until 15 s without a word)
+//! said done, or after [`WINDOW`]. A session that comes after its round
+//! ended is lost: the node that sent it gave it up (counted there).
 
 use super::sign::Refusal;
 use futures_util::StreamExt;
@@ -27,38 +30,16 @@ pub(crate) const WINDOW: Duration = Duration::from_millis(500);
 /// How long the asker waits before asking again for ids that were
 /// connected on another node (its connection is being taken over there).
 pub(crate) const BUSY_WAIT: Duration = Duration::from_millis(200);
+/// Questions about one batch of ids at most: the first, and again while
+/// some are busy. The rounds and pauses stay under the registry's
+/// `MAX_WAIT` for a claim.
+pub(crate) const ROUNDS: usize = 3;
 /// Most bytes of one session's answer: the oldest queued messages go with
 /// it, the newest past this are left (NATS's default payload limit is 1 MiB).
 pub(crate) const MAX_ANSWER: usize = 768 << 10;
 /// Most nodes remembered as peers, and how long one stays without a word.
 const MAX_PEERS: usize = 64;
 const FORGET_AFTER: Duration = Duration::from_secs(15);
-
-/// A question: the client ids whose sessions are wanted.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub(crate) struct Ask {
-    pub(crate) ids: Vec<String>,
-}
-
-impl Ask {
-    /// Batches of at most [`super::MAX_IDS_PER_MESSAGE`] ids.
-    pub(crate) fn batches(ids: Vec<String>) -> Vec<Ask> {
-        ids.chunks(super::MAX_IDS_PER_MESSAGE).map(|c| Ask { ids: c.to_vec() }).collect()
-    }
-
-    /// A question from another node, within the bounds of a client id
-    /// announcement.
-    pub(crate) fn parse(body: &[u8]) -> Result<Ask, String> {
-        let a: Ask = serde_json::from_slice(body).map_err(|e| format!("not a session question: {e}"))?;
-        if a.ids.len() > super::MAX_IDS_PER_MESSAGE {
-            return Err(format!("{} client ids in one question (at most {})", a.ids.len(), super::MAX_IDS_PER_MESSAGE));
-        }
-        if let Some(id) = a.ids.iter().find(|i| i.is_empty() || i.len() > super::MAX_ID_BYTES) {
-            return Err(format!("a client id of {} bytes", id.len()));
-        }
-        Ok(a)
-    }
-}
 
 /// One answer message: a session (its JSON, parsed by the server), or
 /// the node's last word (`done`, with the ids connected there).
@@ -82,13 +63,12 @@ pub(crate) struct Handed {
     /// Ids connected on another node when asked, and not handed after
     /// the second question either.
     pub(crate) busy: Vec<String>,
-    /// Nodes that said done, of those known.
-    pub(crate) nodes: usize,
-    pub(crate) known: usize,
 }
 
-/// The nodes heard lately (their `megaconn.shared` announcements): how
-/// many answers a question waits for.
+/// The nodes heard lately (their `megaconn.shared` announcements): whose
+/// answers a question waits for. A node that says it stops (its groups
+/// empty) is still counted: while it drains, its clients come back to the
+/// others and it hands their sessions over.
 #[derive(Debug, Default)]
 pub(crate) struct Peers(HashMap<String, Instant>);
 
@@ -100,67 +80,67 @@ impl Peers {
         }
     }
 
-    /// A node that said it is leaving.
-    pub(crate) fn left(&mut self, node: &str) {
-        self.0.remove(node);
+    /// The nodes heard within [`FORGET_AFTER`] of `now`.
+    pub(crate) fn names(&self, now: Instant) -> HashSet<String> {
+        self.0.iter().filter(|(_, t)| now.duration_since(**t) < FORGET_AFTER).map(|(n, _)| n.clone()).collect()
     }
 
     pub(crate) fn count(&self, now: Instant) -> usize {
-        self.0.values().filter(|t| now.duration_since(**t) < FORGET_AFTER).count()
+        self.names(now).len()
     }
 }
 
 /// Ask the other nodes for the sessions of `ids`: the answers within
-/// [`WINDOW`], and once more after [`BUSY_WAIT`] for ids another node was
-/// taking over.
+/// [`WINDOW`], and again after [`BUSY_WAIT`] for ids another node was
+/// taking over (at most [`ROUNDS`] questions).
 pub(super) async fn ask(client: &async_nats::Client, me: &super::link::Me, shared: &super::link::Shared, ids: Vec<String>) -> Handed {
     let mut got = Handed { asked: ids.clone(), ..Handed::default() };
     let mut want = ids;
-    for round in 0..2 {
+    for round in 0..ROUNDS {
+        if round > 0 {
+            tokio::time::sleep(BUSY_WAIT).await;
+        }
+        let known = shared.peers.lock().expect("peers").names(Instant::now());
+        let (sessions, busy) = ask_once(client, me, shared, &want, &known).await;
+        got.sessions.extend(sessions);
+        got.busy.clone_from(&busy);
+        want = busy;
         if want.is_empty() {
             break;
         }
-        let known = shared.peers.lock().expect("peers").count(Instant::now());
-        let (sessions, busy, nodes) = ask_once(client, me, shared, &want, known).await;
-        got.sessions.extend(sessions);
-        (got.nodes, got.known) = (nodes, known);
-        if round == 0 && !busy.is_empty() {
-            tokio::time::sleep(BUSY_WAIT).await;
-        }
-        got.busy = busy.clone();
-        want = busy;
     }
     got
 }
 
-/// One question: (sessions, busy ids, nodes that said done).
+/// One question: (sessions, busy ids).
 async fn ask_once(
     client: &async_nats::Client,
     me: &super::link::Me,
     shared: &super::link::Shared,
     ids: &[String],
-    known: usize,
-) -> (Vec<String>, Vec<String>, usize) {
+    known: &HashSet<String>,
+) -> (Vec<String>, Vec<String>) {
     let (mut sessions, mut busy, mut done) = (Vec::new(), Vec::new(), HashSet::new());
-    if known == 0 || client.connection_state() != async_nats::connection::State::Connected {
-        return (sessions, busy, 0);
+    if known.is_empty() || client.connection_state() != async_nats::connection::State::Connected {
+        return (sessions, busy);
     }
     let inbox = client.new_inbox();
-    let Ok(mut sub) = client.subscribe(inbox.clone()).await else { return (sessions, busy, 0) };
-    for a in Ask::batches(ids.to_vec()) {
-        let body = serde_json::to_vec(&a).expect("serializes");
+    let Ok(mut sub) = client.subscribe(inbox.clone()).await else { return (sessions, busy) };
+    let bodies = super::ClientIds::batches(ids.to_vec(), crate::proto::push::wall_us());
+    let batches = bodies.len();
+    for body in bodies {
         let h = me.headers(SESSIONS_TAKE, "", "", "", &body);
         if let Err(e) = client.publish_with_reply_and_headers(SESSIONS_TAKE, inbox.clone(), h, body.into()).await {
             shared.error(format!("cannot ask the other nodes for MQTT sessions: {e}"));
-            return (sessions, busy, 0);
+            return (sessions, busy);
         }
     }
-    let batches = ids.len().div_ceil(super::MAX_IDS_PER_MESSAGE);
     let asked: HashSet<&str> = ids.iter().map(String::as_str).collect();
     let deadline = tokio::time::Instant::now() + WINDOW;
-    // Each node says done once per batch.
+    // Each node says done once per batch; a node not known when asking
+    // is not waited for (its sessions are taken all the same).
     let mut dones: HashMap<String, usize> = HashMap::new();
-    while done.len() < known {
+    while done.len() < known.len() {
         let Ok(Some(reply)) = tokio::time::timeout_at(deadline, sub.next()).await else { break };
         let node = match me.check(&reply) {
             Ok(n) => n,
@@ -175,7 +155,7 @@ async fn ask_once(
                 busy.extend(b.into_iter().filter(|i| asked.contains(i.as_str())));
                 let n = dones.entry(node.clone()).or_default();
                 *n += 1;
-                if *n >= batches {
+                if *n >= batches && known.contains(&node) {
                     done.insert(node);
                 }
             }
@@ -185,7 +165,7 @@ async fn ask_once(
     }
     busy.sort();
     busy.dedup();
-    (sessions, busy, done.len())
+    (sessions, busy)
 }
 
 #[cfg(test)]
@@ -193,15 +173,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn questions_are_bounded_and_answers_read_both_ways() {
-        let ids: Vec<String> = (0..super::super::MAX_IDS_PER_MESSAGE + 1).map(|i| format!("d{i}")).collect();
-        let b = Ask::batches(ids);
-        assert_eq!(b.iter().map(|a| a.ids.len()).collect::<Vec<_>>(), [super::super::MAX_IDS_PER_MESSAGE, 1]);
-        assert!(Ask::parse(br#"{"ids":["a","b"]}"#).is_ok());
-        assert!(Ask::parse(br#"{"ids":[""]}"#).unwrap_err().contains("0 bytes"));
-        let many = serde_json::to_vec(&Ask { ids: vec!["x".into(); super::super::MAX_IDS_PER_MESSAGE + 1] }).unwrap();
-        assert!(Ask::parse(&many).unwrap_err().contains("at most"));
-        assert!(Ask::parse(b"nope").is_err());
+    fn answers_read_both_ways() {
         let s: Answer = serde_json::from_slice(br#"{"session":{"id":"a","subs":[],"messages":[]}}"#).unwrap();
         assert!(s.session.is_some_and(|s| s.get().contains("\"id\":\"a\"")));
         let d: Answer = serde_json::from_slice(br#"{"done":true,"busy":["a"]}"#).unwrap();
@@ -215,11 +187,9 @@ mod tests {
         let (mut p, t) = (Peers::default(), Instant::now());
         p.heard("a", t);
         p.heard("b", t);
-        p.heard("a", t);
-        assert_eq!(p.count(t), 2);
-        p.left("b");
-        assert_eq!(p.count(t), 1);
-        assert_eq!(p.count(t + FORGET_AFTER), 0, "not heard for 15 s: gone");
+        p.heard("a", t + Duration::from_secs(5));
+        assert_eq!(p.names(t + Duration::from_secs(5)), HashSet::from(["a".to_string(), "b".to_string()]));
+        assert_eq!(p.count(t + FORGET_AFTER), 1, "b not heard for 15 s: gone");
         for i in 0..MAX_PEERS + 5 {
             p.heard(&format!("n{i}"), t);
         }

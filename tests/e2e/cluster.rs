@@ -1390,6 +1390,8 @@ fn every_node_keeps_the_clusters_retained_messages_also_one_started_later() {
 fn a_client_id_that_connects_to_another_node_leaves_the_first() {
     use crate::mqtt_sessions::{connected, rest};
     let (_nats, _key, _url, [(_a, admin_a, port_a), (_b, admin_b, port_b)]) = two_mqtt_nodes("I", "megaconn.clientids");
+    // B asks the nodes it heard from for sessions.
+    wait_until("each node heard the other", Duration::from_secs(10), || [&admin_a, &admin_b].iter().all(|a| get(a, "/stats").1["cluster"]["peers"] == 1));
     let sessions = |admin: &str| get(admin, "/stats").1["mqtt_sessions"].clone();
     let (gone, _, code) = connected(port_a, 4, "keeper", false);
     assert_eq!(code, 0);

@@ -86,7 +86,7 @@ crate::counters! {
         stored: counter "mqtt_sessions_stored" "MQTT sessions kept when their connection ended",
         resumed: counter "mqtt_sessions_resumed" "MQTT sessions resumed by a CONNECT (session present 1)",
         discarded: counter "mqtt_sessions_discarded" "Kept MQTT sessions a clean CONNECT discarded",
-        expired: by("reason") "mqtt_sessions_expired" "Kept MQTT sessions dropped, by reason (expiry: v5 Session Expiry Interval; full: --mqtt-sessions or --mqtt-sessions-bytes, the oldest)",
+        expired: by("reason") "mqtt_sessions_expired" "Kept MQTT sessions dropped, by reason (expiry: v5 Session Expiry Interval; full: --mqtt-sessions or --mqtt-sessions-bytes, the oldest; moved_late: handed over by another node after its client was answered without it)",
         taken_over: counter "mqtt_sessions_taken_over" "MQTT connections closed because a CONNECT with their client id came (session takeover)",
         moved: counter "mqtt_sessions_moved" "MQTT client ids that connected to another cluster node: their connection here taken over, or their kept session here dropped",
         moved_in: counter "mqtt_sessions_moved_in" "MQTT sessions another cluster node handed over to a client that came back here",

@@ -309,7 +309,7 @@ impl SharedGroups {
         };
         // By name: past 512 KiB the same groups are left out each time.
         groups.sort_unstable();
-        let (body, left_out) = Announce::body(groups, std::mem::take(&mut c.asking), leaving);
+        let (body, left_out) = Announce::body(groups, std::mem::take(&mut c.asking));
         (c.announced, c.changed, c.owed) = (Some(now), false, false);
         self.counters.unannounced = left_out as u64;
         // Turns of groups gone everywhere are forgotten.
@@ -391,7 +391,7 @@ mod tests {
     }
 
     fn announce_of(groups: &[(&str, u32)]) -> Announce {
-        Announce { groups: groups.iter().map(|(n, m)| (n.to_string(), *m)).collect(), ask: false, leaving: false }
+        Announce { groups: groups.iter().map(|(n, m)| (n.to_string(), *m)).collect(), ask: false }
     }
 
     /// In a cluster each message's copy for a group goes to one node, in

@@ -428,6 +428,8 @@ impl ServerFleet {
             }
         }
         let (now, wall) = (Instant::now(), crate::proto::push::wall_us());
+        // Admissions noted at the time they are announced with.
+        self.publisher.sessions.clock(wall);
         let (actions, admitted) = self.publisher.sessions.handed(&handed.asked, sessions, now, wall);
         self.admitted_here(admitted, wall);
         self.session_actions(actions);
@@ -655,9 +657,11 @@ impl ServerFleet {
         // (503 to nobody): it waits for the link.
         let link_down = self.relay.as_ref().is_some_and(|r| !r.link.up());
         let mut actions = self.publisher.sessions.expire(Instant::now(), link_down);
+        let wall = crate::proto::push::wall_us();
+        self.publisher.sessions.clock(wall);
         let (answers, admitted) = self.publisher.sessions.overdue(Instant::now());
         actions.extend(answers);
-        self.admitted_here(admitted, crate::proto::push::wall_us());
+        self.admitted_here(admitted, wall);
         self.session_actions(actions);
         self.publisher.history.expire(crate::proto::push::wall_us());
         self.save_state(false);
