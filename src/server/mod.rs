@@ -242,7 +242,15 @@ struct ServerRun {
     prev_at: Instant,
     /// SIGTERM or Ctrl-C arrived: workers are draining until this.
     drain_until: Option<Instant>,
+    /// In a cluster, when the drained workers were all gone while MQTT
+    /// sessions were kept: they wait for their clients to come back to
+    /// other nodes, which ask for them, up to [`HAND_OVER_LINGER`].
+    lingering: Option<Instant>,
 }
+
+/// Longest a drained cluster node stays for its kept MQTT sessions to be
+/// asked for by the nodes their clients come back to.
+const HAND_OVER_LINGER: Duration = Duration::from_secs(5);
 
 impl Supervised for ServerRun {
     type Event = ServerEvent;
@@ -257,7 +265,24 @@ impl Supervised for ServerRun {
         print_notes(&mut self.fleet.notes, &mut self.progress, self.cfg.json);
         if let Some(until) = self.drain_until {
             if self.fleet.alive() == 0 {
-                return Ok(Flow::Done);
+                let kept = self.fleet.sessions_to_hand_over();
+                if kept == 0 {
+                    return Ok(Flow::Done);
+                }
+                if self.lingering.is_none() {
+                    self.progress.note(&format!(
+                        "drain: every connection closed; {kept} MQTT sessions kept here wait up to {} for the nodes their clients come back to",
+                        humantime::format_duration(HAND_OVER_LINGER)
+                    ));
+                }
+                let since = *self.lingering.get_or_insert_with(Instant::now);
+                if since.elapsed() >= HAND_OVER_LINGER {
+                    self.progress.note(&format!(
+                        "drain: {kept} MQTT sessions kept here were not asked for by another node within {} (their clients did not come back); they go with this process (into --mqtt-sessions-file if given)",
+                        humantime::format_duration(HAND_OVER_LINGER)
+                    ));
+                    return Ok(Flow::Done);
+                }
             }
             if Instant::now() >= until {
                 let t = self.fleet.view.totals();
@@ -412,6 +437,7 @@ pub(crate) fn run(cfg: ServerConfig) -> Result<i32> {
         prev: ServerTotals::default(),
         prev_at: Instant::now(),
         drain_until: None,
+        lingering: None,
     };
     supervise::run_loop(&rx, &mut run)?;
     run.fleet.stop(Duration::from_secs(3));

@@ -1421,6 +1421,36 @@ fn a_client_id_that_connects_to_another_node_leaves_the_first() {
     drop((new, back, clean));
 }
 
+/// A draining node's MQTT clients come back to another node and find
+/// their sessions there: once its workers are gone the drained node stays
+/// (at most 5 s) for its kept sessions to be asked for, and stops by
+/// itself when the last one was.
+#[test]
+fn a_draining_node_hands_its_clients_sessions_to_the_node_they_come_back_to() {
+    use crate::mqtt_sessions::{connected, rest};
+    let nats = loopback_nats(&[]);
+    let (key, url) = (KeyFile::new("mqtt-drain"), format!("nats://{}", nats.addr));
+    let (mut a, admin_a, port_a) = loopback_node(&url, "DA", &key, &["--protocol", "mqtt", "--drain-period", "500ms"]);
+    let (_b, admin_b, port_b) = loopback_node(&url, "DB", &key, &["--protocol", "mqtt"]);
+    wait_until("each node heard the other", Duration::from_secs(20), || {
+        [&admin_a, &admin_b].iter().all(|a| get(a, "/healthz").0 == 200 && get(a, "/stats").1["cluster"]["peers"] == 1)
+    });
+    let (k, present, code) = connected(port_a, 4, "drained", false);
+    assert_eq!((present, code), (false, 0));
+    // SAFETY: signalling our own child by PID.
+    unsafe { libc::kill(a.child.id() as i32, libc::SIGTERM) };
+    rest(k); // A closes it in its drain and keeps its session.
+             // The client comes back only once A closed every connection (a slow
+             // reconnect): A stays for the session.
+    wait_until("A waits for its kept session", Duration::from_secs(10), || a.log.text().contains("MQTT sessions kept here wait"));
+    let (back, present, code) = connected(port_b, 4, "drained", false);
+    assert_eq!((present, code), (true, 0), "the session came from the draining node");
+    wait_until("A stops by itself once it was asked for", Duration::from_secs(10), || a.child.try_wait().unwrap().is_some());
+    assert!(a.child.wait().unwrap().success());
+    assert_eq!(get(&admin_b, "/stats").1["mqtt_sessions"]["moved_in"], 1);
+    drop(back);
+}
+
 /// MQTT sessions move with their clients (tests/peers/mqtt_move.py,
 /// paho): a 3.1.1 client gone from A comes back to B and gets what A
 /// queued for it, session present; a 5.0 client still connected to A

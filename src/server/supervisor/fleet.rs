@@ -395,6 +395,16 @@ impl ServerFleet {
         }
     }
 
+    /// MQTT sessions kept here that another cluster node may still ask
+    /// for (0 outside a cluster or with the link down). Those handed over
+    /// are not in `--mqtt-sessions-file` when the process stops.
+    pub(crate) fn sessions_to_hand_over(&self) -> u64 {
+        match self.relay.as_ref().is_some_and(|r| r.link.up()) {
+            true => self.publisher.sessions.counters.kept,
+            false => 0,
+        }
+    }
+
     /// In a cluster the other nodes let go of client ids admitted here.
     fn admitted_here(&mut self, ids: Vec<String>, at_us: u64) {
         if let (Some(r), false) = (&self.relay, ids.is_empty()) {
