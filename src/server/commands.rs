@@ -289,6 +289,14 @@ pub(crate) struct SessionAnswer {
     /// carries it back.
     #[serde(default)]
     pub key: IdKey,
+    /// The claim's session expiry: a connection that closed while its
+    /// claim waited gives a resumed session back with it, kept again.
+    #[serde(default, skip_serializing_if = "no_expiry")]
+    pub expiry_s: u32,
+}
+
+fn no_expiry(n: &u32) -> bool {
+    *n == 0
 }
 
 /// One connection as `GET /connections` lists it.

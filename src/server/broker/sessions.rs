@@ -281,7 +281,7 @@ impl Sessions {
             kept = None;
             crate::stats::counters::bump(&mut self.counters.expired, "expiry");
         }
-        let mut answer = SessionAnswer { conn: c.conn, code: 0, present: false, subs: Vec::new(), messages: Vec::new(), key };
+        let mut answer = SessionAnswer { conn: c.conn, code: 0, present: false, subs: Vec::new(), messages: Vec::new(), key, expiry_s: c.expiry_s };
         match kept {
             Some(_) if c.clean => self.counters.discarded += 1,
             Some(k) => {
@@ -489,7 +489,7 @@ impl Sessions {
 
 /// A refused claim's answer with the CONNACK code of its version.
 fn refusal(conn: u64, (v5, v3): (u8, u8), is_v5: bool) -> SessionAnswer {
-    SessionAnswer { conn, code: if is_v5 { v5 } else { v3 }, present: false, subs: Vec::new(), messages: Vec::new(), key: IdKey::default() }
+    SessionAnswer { conn, code: if is_v5 { v5 } else { v3 }, present: false, subs: Vec::new(), messages: Vec::new(), key: IdKey::default(), expiry_s: 0 }
 }
 
 #[cfg(test)]

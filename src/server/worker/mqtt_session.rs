@@ -41,12 +41,10 @@ impl Worker {
         let waiting =
             worker == self.cfg.worker && self.conns.get(key).is_some_and(|c| c.gen == gen) && self.mqtt.get(key).is_some_and(|m| m.claim == Claim::Waiting);
         if !waiting {
-            // It closed meanwhile: give the id back.
+            // It closed meanwhile: give the id back, and the session it
+            // resumed (from this node or another), to be kept again.
             if a.code == 0 {
-                control::emit(&ServerMsg::SessionsEnded {
-                    worker: self.cfg.worker,
-                    ended: vec![SessionEnd { conn: a.conn, key: a.key, ..SessionEnd::default() }],
-                });
+                control::emit(&ServerMsg::SessionsEnded { worker: self.cfg.worker, ended: vec![unclaimed(a)] });
             }
             return;
         }
@@ -301,5 +299,31 @@ pub(super) fn emit(w: usize, published: &mut mqtt::Published) {
     if !published.shared_changes.is_empty() {
         let changes = std::mem::take(&mut published.shared_changes);
         control::emit(&ServerMsg::SharedChanged { worker: w, changes });
+    }
+}
+
+/// The end of a connection that closed before its claim was answered:
+/// the id back, with the session the answer resumed (its subscriptions
+/// and messages, none of them sent) under the claim's expiry.
+fn unclaimed(a: SessionAnswer) -> SessionEnd {
+    let state = a.present.then_some(SessionState { subs: a.subs, messages: a.messages });
+    SessionEnd { conn: a.conn, key: a.key, expiry_s: a.expiry_s, state, ..SessionEnd::default() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connection gone before its answer gives the id back; a session
+    /// the answer resumed comes back with it, under the claim's expiry;
+    /// one not resumed brings nothing.
+    #[test]
+    fn an_answer_for_a_closed_connection_gives_its_session_back() {
+        let m = SessionMessage { topic: "t".into(), data: "AA==".into(), qos: 1, retain: false, id: 0, released: false, mqtt: None, publish_us: 0 };
+        let a = SessionAnswer { conn: 7, code: 0, present: true, subs: vec![KeptSub::new("t", 1)], messages: vec![m.clone()], key: [1, 2, 3], expiry_s: 60 };
+        let e = unclaimed(a.clone());
+        assert_eq!((e.conn, e.key, e.expiry_s), (7, [1, 2, 3], 60));
+        assert_eq!(e.state, Some(SessionState { subs: vec![KeptSub::new("t", 1)], messages: vec![m] }));
+        assert_eq!(unclaimed(SessionAnswer { present: false, subs: vec![], messages: vec![], ..a }).state, None);
     }
 }

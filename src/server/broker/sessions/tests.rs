@@ -39,7 +39,7 @@ fn a_takeover_waits_for_the_old_connection_and_resumes_its_session() {
     let mut s = Sessions::new(SessionsConfig::default());
     let (a, b) = (conn_id(0, 1, 1), conn_id(1, 7, 3));
     let first = s.claim(0, claim(a, "dev", false, NEVER), now);
-    assert_eq!(*answer(&first), SessionAnswer { conn: a, code: 0, present: false, subs: vec![], messages: vec![], key: s.key("dev") });
+    assert_eq!(*answer(&first), SessionAnswer { conn: a, code: 0, present: false, subs: vec![], messages: vec![], key: s.key("dev"), expiry_s: NEVER });
     assert_eq!(s.claim(1, claim(b, "dev", false, NEVER), now), vec![Action::Takeover(0, a)]);
     assert_eq!((s.counters.taken_over, s.counters.online), (1, 1));
     let sent = SessionMessage { id: 5, ..msg("t/1", "AA==", 1) };
@@ -333,4 +333,23 @@ fn sessions_move_between_cluster_nodes() {
     let mut single = Sessions::new(SessionsConfig::default());
     assert_eq!(answer(&single.claim(0, claim(dev, "dev", false, NEVER), now)).code, 0);
     assert!(single.take_asks().is_empty());
+}
+
+/// A resumed session whose connection closed before its answer reached
+/// it comes back with the end the worker sends (`unclaimed`) and is kept
+/// again, not lost.
+#[test]
+fn a_resumed_session_whose_connection_closed_is_kept_again() {
+    let now = Instant::now();
+    let mut s = Sessions::new(SessionsConfig::default());
+    let c = conn_id(0, 1, 0);
+    kept(&mut s, c, "dev", "t/#", now);
+    let c2 = conn_id(0, 2, 0);
+    let a = answer(&s.claim(0, claim(c2, "dev", false, 60), now)).clone();
+    assert!(a.present && a.expiry_s == 60);
+    assert_eq!(s.counters.kept, 0);
+    let back = SessionEnd { conn: a.conn, key: a.key, expiry_s: a.expiry_s, state: Some(SessionState { subs: a.subs, messages: a.messages }), will: None };
+    s.ended(back, now);
+    assert_eq!((s.counters.kept, s.counters.online), (1, 0));
+    assert!(answer(&s.claim(0, claim(conn_id(0, 3, 0), "dev", false, 60), now)).present, "resumed on the next CONNECT");
 }
