@@ -60,8 +60,7 @@ pub(crate) struct Handed {
     pub(crate) asked: Vec<String>,
     /// Each session handed over, as its JSON.
     pub(crate) sessions: Vec<String>,
-    /// Ids connected on another node when asked, and not handed after
-    /// the second question either.
+    /// Ids still connected on another node at the last question.
     pub(crate) busy: Vec<String>,
 }
 

@@ -37,7 +37,7 @@ impl SessionsFile {
         let (now, wall) = (Instant::now(), crate::proto::push::wall_us());
         let mut kept = 0;
         for (n, line) in text.split(|b| *b == b'\n').enumerate().filter(|(_, l)| !l.is_empty()) {
-            let s: SavedSession = serde_json::from_slice(line).map_err(|e| e.to_string()).and_then(|s: SavedSession| s.check().map(|_| s)).map_err(|e| {
+            let s = SavedSession::parse(line).map_err(|e| {
                 format!(
                     "{FLAG} {}: line {} is not what megaconn writes ({e}); restore the file, or move it away to start with no kept sessions",
                     path.display(),

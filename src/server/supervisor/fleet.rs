@@ -429,10 +429,7 @@ impl ServerFleet {
     fn sessions_handed(&mut self, handed: crate::cluster::sessions::Handed) {
         let mut sessions = Vec::new();
         for json in handed.sessions {
-            match serde_json::from_str::<crate::server::broker::sessions::saved::SavedSession>(&json)
-                .map_err(|e| e.to_string())
-                .and_then(|s| s.check().map(|()| s))
-            {
+            match crate::server::broker::sessions::saved::SavedSession::parse(json.as_bytes()) {
                 Ok(s) => sessions.push(s),
                 Err(e) => self.note("mqtt_session_refused", usize::MAX, format!("refused an MQTT session another node handed over: {e}"), 0),
             }

@@ -130,14 +130,16 @@ impl Sessions {
                 busy.push(id.clone());
                 continue;
             }
-            let Some(s) = self.saved_one(&key, id, now, wall) else { continue };
-            self.take(&key);
+            // Moved out of the store, not copied.
+            let Some(k) = self.take(&key) else { continue };
+            let expires_us = k.expires.map(|t| super::saved::wall_at(t, now, wall));
+            let s = super::saved::SavedSession { id: id.clone(), expires_us, subs: k.subs, messages: k.messages.into(), will: None };
             // Its client is back: a will waiting for its delay goes.
             if self.wills.cancel(&key) {
                 self.counters.wills_cancelled += 1;
                 self.counters.wills_waiting = self.wills.len() as u64;
             }
-            let (json, dropped) = answer(super::saved::SavedSession { will: None, ..s });
+            let (json, dropped) = answer(s);
             if dropped > 0 {
                 *self.counters.queue_dropped.entry("move".into()).or_insert(0) += dropped;
             }

@@ -10,7 +10,7 @@
 //! while the server was stopped is published at the first tick.
 
 use super::{Sessions, NEVER};
-use crate::server::commands::{ClientPublish, IdKey, KeptSub, SessionMessage};
+use crate::server::commands::{ClientPublish, KeptSub, SessionMessage};
 use std::time::{Duration, Instant};
 
 /// The longest client id a CONNECT may carry (`proto/mqtt`).
@@ -38,11 +38,19 @@ pub(crate) struct SavedWill {
 }
 
 /// µs from `now` to `t` (0 when past), added to the wall clock `wall`.
-fn wall_at(t: Instant, now: Instant, wall: u64) -> u64 {
+pub(super) fn wall_at(t: Instant, now: Instant, wall: u64) -> u64 {
     wall.saturating_add(t.saturating_duration_since(now).as_micros() as u64)
 }
 
 impl SavedSession {
+    /// One session's JSON (a line of the file, or another node's
+    /// answer), checked.
+    pub(crate) fn parse(json: &[u8]) -> Result<SavedSession, String> {
+        let s: SavedSession = serde_json::from_slice(json).map_err(|e| e.to_string())?;
+        s.check()?;
+        Ok(s)
+    }
+
     /// What a server writes: an id of 1 to 128 bytes, QoS 0 to 2,
     /// payloads in base64.
     pub(crate) fn check(&self) -> Result<(), String> {
@@ -89,19 +97,19 @@ impl Sessions {
     /// The kept sessions with their ids, oldest first, as of `now`
     /// (wall-clock µs `wall`).
     pub(crate) fn saved(&self, now: Instant, wall: u64) -> Vec<SavedSession> {
-        self.order.values().filter_map(|key| self.saved_one(key, self.kept.get(key)?.id.as_deref()?, now, wall)).collect()
-    }
-
-    /// The session kept for `key`, named `id`, as the file holds it.
-    pub(super) fn saved_one(&self, key: &IdKey, id: &str, now: Instant, wall: u64) -> Option<SavedSession> {
-        let k = self.kept.get(key)?;
-        Some(SavedSession {
-            id: id.to_string(),
-            expires_us: k.expires.map(|t| wall_at(t, now, wall)),
-            subs: k.subs.clone(),
-            messages: k.messages.iter().cloned().collect(),
-            will: self.wills.waiting(key).map(|(due, will)| SavedWill { at_us: wall_at(*due, now, wall), will: will.clone() }),
-        })
+        self.order
+            .values()
+            .filter_map(|key| {
+                let k = self.kept.get(key)?;
+                Some(SavedSession {
+                    id: k.id.as_deref()?.to_string(),
+                    expires_us: k.expires.map(|t| wall_at(t, now, wall)),
+                    subs: k.subs.clone(),
+                    messages: k.messages.iter().cloned().collect(),
+                    will: self.wills.waiting(key).map(|(due, will)| SavedWill { at_us: wall_at(*due, now, wall), will: will.clone() }),
+                })
+            })
+            .collect()
     }
 
     /// A session read from the file, kept within this server's bounds
