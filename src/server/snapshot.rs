@@ -47,6 +47,7 @@ crate::counters! {
         mqtt_qos2_resent: counter "mqtt_qos2_resent" "QoS 2 PUBLISH packets a client sent again while their PUBREL was due: answered PUBREC, not forwarded again",
         mqtt_inflight_dropped: by("reason") "mqtt_inflight_dropped" "QoS 1 and 2 deliveries dropped for a client whose window and queue were full, by reason (queue_full: --mqtt-queue, queue_bytes: --mqtt-queue-bytes)",
         mqtt_expired_dropped: counter "mqtt_expired_dropped" "MQTT deliveries dropped because the v5 Message Expiry Interval passed before they went out (at delivery, or held behind the window)",
+        mqtt_topic_aliases_out: by("kind") "mqtt_topic_aliases_out" "PUBLISH packets sent to v5 clients with a topic alias the server chose, by kind (set: with the topic, naming it; used: the alias alone, without the topic)",
         mqtt_retained_out: counter "mqtt_retained_out" "Retained messages sent to MQTT clients for their new subscriptions",
         mqtt_wills_sent: counter "mqtt_wills_sent" "MQTT will messages published: connections that ended without DISCONNECT (or with v5 reason 0x04)",
         mqtt_publish_refused: by("reason") "mqtt_publish_refused" "MQTT publishes refused (v5 QoS 1: PUBACK with the reason code; else the connection closes), by reason (bad_topic, not_permitted, mqtt_payload_too_large, mqtt_publish_queue_full)",

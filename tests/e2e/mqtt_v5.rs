@@ -178,6 +178,28 @@ fn paho_topic_aliases_are_resolved_and_bounded() {
     s.terminate();
 }
 
+/// Server-to-client topic aliases against mqtt.js, which resolves them
+/// itself, over TCP and over WebSocket (one server serving both): a
+/// subscriber that accepts two gets each topic's alias set, then used
+/// alone, the least recently used taken over; one that accepts none gets
+/// whole topics (tests/peers/mqtt_alias_node.js); each alias counted.
+#[test]
+fn mqtt_js_gets_the_topic_aliases_it_accepts_over_tcp_and_websocket() {
+    let ports = free_ports(2);
+    let (mqtt, ws) = (ports.nth(0), ports.nth(1));
+    let serve = [format!("mqtt={mqtt}"), format!("ws={ws}")];
+    let (mut s, _, ready) = server_ready(&["--workers", "2", "--serve", &serve[0], "--serve", &serve[1]], None);
+    let admin = ready["admin"].as_str().unwrap().to_string();
+    for url in [format!("mqtt://127.0.0.1:{mqtt}"), format!("ws://127.0.0.1:{ws}/mqtt")] {
+        let mut node = Command::new("node");
+        node.args([&peer("mqtt_alias_node.js"), &url]);
+        assert_eq!(Peer::spawn(&format!("node mqtt_alias_node.js {url}"), node).finish_ok(Duration::from_secs(60)), ["OK"]);
+    }
+    let count = crate::mqtt::count;
+    stats_when(&admin, "4 set and 2 used per run", |v| count(v, "mqtt_topic_aliases_out", "set") == 8 && count(v, "mqtt_topic_aliases_out", "used") == 4);
+    s.terminate();
+}
+
 /// A hostile peer using an alias it never set: DISCONNECT 0x94, closed.
 #[test]
 fn an_unknown_topic_alias_is_a_protocol_error() {

@@ -264,3 +264,48 @@ impl PublishPrefix {
         &self.bytes
     }
 }
+
+/// The topic of a v5 PUBLISH this server encoded (whole, without a Topic
+/// Alias), and the packet rewritten to carry Topic Alias `alias`
+/// (§3.3.2.3.4): with its topic when `with_topic` (the alias now names
+/// it for this connection), else with an empty topic (the client knows
+/// the alias). The alias goes last in the property block, so what reads
+/// the expiry at its head (`forward::expiry_at`) still finds it. `None`:
+/// not such a packet, or the rewrite is longer than `max` bytes.
+pub(crate) fn with_topic_alias(packet: &[u8], alias: u16, with_topic: bool, max: u32) -> Option<Vec<u8>> {
+    use super::decode::{fixed_header, Cursor};
+    let h = fixed_header(packet, Some(Version::V5), u32::MAX).ok()??;
+    if h.kind != kind::PUBLISH || alias == 0 {
+        return None;
+    }
+    let mut c = Cursor::new(packet.get(h.len..h.total())?);
+    let topic = c.str().ok()?;
+    let packet_id = match (h.flags >> 1) & 3 {
+        0 => None,
+        _ => Some(c.take(2).ok()?),
+    };
+    let props_len = c.varint().ok()? as usize;
+    let props = c.take(props_len).ok()?;
+    let payload = c.rest();
+    let mut out = Vec::with_capacity(packet.len() + 4);
+    out.push(packet[0]);
+    with_length(&mut out, |out| {
+        put_str(out, if with_topic { topic } else { "" })?;
+        out.extend_from_slice(packet_id.unwrap_or_default());
+        put_varint(out, u32::try_from(props_len + 3).map_err(|_| EncodeError::PacketTooLarge)?)?;
+        out.extend_from_slice(props);
+        out.push(super::properties::id::TOPIC_ALIAS);
+        out.extend_from_slice(&alias.to_be_bytes());
+        out.extend_from_slice(payload);
+        Ok(())
+    })
+    .ok()?;
+    (out.len() <= max as usize).then_some(out)
+}
+
+/// The topic of a PUBLISH this server encoded. `None`: not such a packet.
+pub(crate) fn publish_topic(packet: &[u8]) -> Option<&str> {
+    let h = super::decode::fixed_header(packet, None, u32::MAX).ok()??;
+    (h.kind == kind::PUBLISH).then_some(())?;
+    super::decode::Cursor::new(packet.get(h.len..h.total())?).str().ok()
+}

@@ -184,14 +184,16 @@ impl Worker {
         if frame.is_empty() || frame.len() > m.max_in() as usize {
             return Ok(Sent::Not);
         }
+        let aliases = &mut self.stats.mqtt_topic_aliases_out;
         let sent = if qos == QoS::AtMostOnce {
             // Over WebSocket the shared form in a binary message, or this
-            // subscriber's own copy wrapped.
-            let frame = match (ws, own) {
-                (false, _) => frame,
-                (true, false) => forms.get_ws(version, d.retain),
-                (true, true) => {
-                    let mut message = frame.to_vec();
+            // subscriber's own copy (its identifiers, a topic alias) wrapped.
+            let frame = match (ws, own, mqtt::alias::outgoing(m, &frame, aliases)) {
+                (false, _, None) => frame,
+                (false, _, Some(aliased)) => aliased.into(),
+                (true, false, None) => forms.get_ws(version, d.retain),
+                (true, _, aliased) => {
+                    let mut message = aliased.unwrap_or_else(|| frame.to_vec());
                     mqtt_ws::wrap(&mut message, 0);
                     message.into()
                 }
@@ -201,6 +203,9 @@ impl Worker {
             let window = m.window(bounds.inflight);
             match m.extra_mut().flight.offer(flight::Delivery { bytes: frame, id_at, qos, expires_us: forms.expires_us }, window, bounds) {
                 flight::Offer::Send(mut bytes) => {
+                    if let Some(aliased) = mqtt::alias::outgoing(m, &bytes, aliases) {
+                        bytes = aliased;
+                    }
                     if ws {
                         mqtt_ws::wrap(&mut bytes, 0);
                     }

@@ -125,6 +125,7 @@ impl Worker {
                 },
             };
             if let Some(b) = sent {
+                let b = mqtt::alias::outgoing(m, &b, &mut self.stats.mqtt_topic_aliases_out).unwrap_or(b);
                 self.out.extend_from_slice(&b);
                 self.stats.frames_out += 1;
                 crate::stats::counters::bump(&mut self.stats.mqtt_publishes_out, qos.label());

@@ -87,3 +87,31 @@ fn an_encoded_publish_gives_back_its_message_and_forwarded_properties() {
     assert_eq!(Forwarded::at(Some(&stored), 1_000_000, 11_500_000).unwrap().unwrap().message_expiry, Some(20));
     assert_eq!(Forwarded::at(Some(&stored), 1_000_000, 31_000_000), Err(()));
 }
+
+/// A PUBLISH this server encoded, rewritten with a topic alias: every
+/// field a client decodes is as it was but the topic and the alias; the
+/// expiry is still found; bounded by the size given.
+#[test]
+fn an_encoded_publish_takes_a_topic_alias_and_keeps_the_rest() {
+    use crate::proto::mqtt::encode::{publish_topic, with_topic_alias};
+    let f = Forwarded::from_publish(&published(), None).unwrap();
+    for qos in [QoS::AtMostOnce, QoS::AtLeastOnce, QoS::ExactlyOnce] {
+        let packet_id = if qos == QoS::AtMostOnce { 0 } else { 300 };
+        let p = Publish { dup: false, qos, retain: true, topic: "dev/abc", packet_id, properties: f.properties(Some(20), vec![5]), payload: b"xyz" };
+        let bytes = enc(&Packet::Publish(p.clone()), Version::V5);
+        assert_eq!(publish_topic(&bytes), Some("dev/abc"));
+        for (with_topic, topic) in [(true, "dev/abc"), (false, "")] {
+            let aliased = with_topic_alias(&bytes, 12, with_topic, u32::MAX).unwrap();
+            let Packet::Publish(back) = one(&aliased, Role::Client, Version::V5, &Limits::default()).unwrap() else { panic!() };
+            let want = Properties { topic_alias: Some(12), ..p.properties.clone() };
+            assert_eq!(back, Publish { topic, properties: want, ..p.clone() });
+            let at = expiry_at(&aliased).expect("an expiry");
+            assert_eq!(aliased[at..at + 4], 20u32.to_be_bytes());
+        }
+        let set = with_topic_alias(&bytes, 1, true, u32::MAX).unwrap();
+        assert_eq!(with_topic_alias(&bytes, 1, true, set.len() as u32 - 1), None, "past the size given");
+        assert_eq!(with_topic_alias(&bytes, 0, true, u32::MAX), None, "alias 0 does not exist");
+    }
+    assert_eq!(with_topic_alias(&enc(&Packet::PingResp, Version::V5), 1, true, u32::MAX), None, "not a PUBLISH");
+    assert_eq!(with_topic_alias(&[0x30, 9, 0], 1, true, u32::MAX), None, "cut bytes are none, not a panic");
+}

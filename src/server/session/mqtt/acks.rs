@@ -40,6 +40,7 @@ pub(super) fn outbound(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, stage: S
                 ctx.req.stats.mqtt_expired_dropped += x.flight.release(window, crate::proto::push::wall_us(), &mut sent);
             }
             for (bytes, qos) in sent {
+                let bytes = super::alias::outgoing(m, &bytes, &mut ctx.req.stats.mqtt_topic_aliases_out).unwrap_or(bytes);
                 ctx.req.out.extend_from_slice(&bytes);
                 ctx.req.stats.frames_out += 1;
                 bump(&mut ctx.req.stats.mqtt_publishes_out, qos.label());

@@ -36,6 +36,7 @@ pub(crate) fn connect(ctx: &mut Ctx<'_>, m: &mut MqttConn, c: Connect<'_>) -> Re
     m.version = Some(v);
     m.keep_alive_s = c.keep_alive;
     m.set_receive_max(c.properties.receive_maximum, ctx.cfg.flight.inflight);
+    m.set_alias_maximum(v, c.properties.topic_alias_maximum);
     if will.is_some() {
         m.extra_mut().will = will;
     }

@@ -64,6 +64,9 @@ pub(crate) struct Extra {
     /// Topic aliases the client set (`alias.rs`): alias N at N - 1, an
     /// empty topic where none is set; at most `alias::TOPIC_ALIAS_MAXIMUM`.
     pub aliases: Vec<Box<str>>,
+    /// Topic aliases the server set (`alias.rs`), when the client's
+    /// CONNECT gave a Topic Alias Maximum (v5).
+    pub sent_aliases: Option<Box<super::alias::Outgoing>>,
     /// MQTT over WebSocket: fragments and a cut packet between reads
     /// (`session/mqtt_ws.rs`).
     pub carry: crate::server::session::mqtt_ws::Carry,
@@ -134,6 +137,7 @@ impl MqttConn {
                 && x.flight.idle()
                 && x.shares.is_empty()
                 && x.aliases.is_empty()
+                && x.sent_aliases.is_none()
                 && x.carry.held() == 0
                 && x.max_in == 0
                 && x.expiry_s == 0
