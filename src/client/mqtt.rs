@@ -340,6 +340,13 @@ impl Speaker for MqttSpeaker {
                         false => replies.stats.mqtt_qos2_resent_in += 1,
                     }
                 }
+                // A draining broker (0x8B Server shutting down; 0x9C Use
+                // another server, 0x9D Server moved): a goaway, its delay
+                // from megaconn's hint in the Reason String, if there.
+                Packet::Disconnect(d) if matches!(d.reason, crate::proto::goaway::MQTT_SHUTTING_DOWN | 0x9C | 0x9D) => {
+                    ear.goaway = Some(d.properties.reason_string.and_then(|r| crate::proto::goaway::decode_json(r.as_bytes())).unwrap_or(0));
+                    return Err(super::speak::GOAWAY.into());
+                }
                 Packet::Disconnect(d) => return Err(format!("mqtt_disconnect_0x{:02x}", d.reason).into()),
                 _ => return Err("mqtt_unexpected_packet".into()),
             }

@@ -6,7 +6,10 @@
 //! - framed: a goaway frame (kind 12), payload the retry delay in ms (u32 BE);
 //! - WebSocket: close 1012 (Service Restart) with the JSON reason
 //!   `{"type":"goaway","retry_ms":N}`;
-//! - Server-Sent Events: `retry: N` and a `goaway` event with the same JSON.
+//! - Server-Sent Events: `retry: N` and a `goaway` event with the same JSON;
+//! - MQTT 5.0: DISCONNECT 0x8B (Server shutting down) with the same JSON
+//!   as its Reason String; 3.1.1 has no packet for it (a server only
+//!   closes), so its hint is the close itself.
 
 use crate::proto::frame::{self, Kind};
 use crate::proto::ws::frame as ws;
@@ -33,6 +36,20 @@ pub(crate) fn write_ws(out: &mut Vec<u8>, retry_ms: u32) {
 pub(crate) fn write_sse(out: &mut Vec<u8>, retry_ms: u32) {
     let data = reason_json(retry_ms);
     crate::proto::sse::write::Event { retry_ms: Some(retry_ms), event: Some("goaway"), data: &data, id: None }.write(out);
+}
+
+/// MQTT 5.0: Server shutting down (§3.14.2.1).
+pub(crate) const MQTT_SHUTTING_DOWN: u8 = 0x8B;
+
+/// The MQTT hint: nothing in 3.1.1.
+pub(crate) fn write_mqtt(out: &mut Vec<u8>, version: crate::proto::mqtt::Version, retry_ms: u32) {
+    use crate::proto::mqtt::{encode, Disconnect, Packet, Properties, Version};
+    if version == Version::V5 {
+        let reason = reason_json(retry_ms);
+        let properties = Properties { reason_string: Some(&reason), ..Properties::default() };
+        // A short string in a small packet: it encodes.
+        let _ = encode::packet(&Packet::Disconnect(Disconnect { reason: MQTT_SHUTTING_DOWN, properties }), version, out);
+    }
 }
 
 /// The retry delay in a goaway frame's payload.

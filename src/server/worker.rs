@@ -595,7 +595,9 @@ impl Worker {
     /// Draining is over when no request is still with the business stage
     /// and no answer is still waiting for its socket.
     fn drained(&self) -> bool {
-        self.drain.as_ref().is_none_or(drain::Drain::finished) && self.stage.in_flight() == 0 && self.conns.iter().all(|(_, c)| !c.spills.has_backlog())
+        // Every turn came, or nobody is left to take one (its peers left first).
+        let turns = self.drain.as_ref().is_none_or(|d| d.finished() || self.conns.is_empty());
+        turns && self.stage.in_flight() == 0 && self.conns.iter().all(|(_, c)| !c.spills.has_backlog())
     }
 
     /// Whether HTTP request heads are swept for --header-timeout (a

@@ -2,8 +2,9 @@
 //! draining, stops accepting, and closes every long-lived connection
 //! spread over `--drain-period`, each after a reconnect hint that peers
 //! nobody here wrote read (Python `websockets`: close 1012 with a JSON
-//! reason; a raw-socket SSE reader: `retry:` and a `goaway` event);
-//! megaconn's client honours the framed hint and moves to the other
+//! reason; a raw-socket SSE reader: `retry:` and a `goaway` event;
+//! Eclipse paho-mqtt: v5 DISCONNECT 0x8B with the hint as its Reason
+//! String); megaconn's client honours the framed hint and moves to the other
 //! server with `--reconnect-to`, losing nothing.
 use crate::common::*;
 use serde_json::Value;
@@ -87,16 +88,24 @@ fn a_draining_server_says_so_hints_every_peer_and_spreads_its_closes_over_the_pe
     assert!(exited(&mut s, Duration::from_secs(20)).success());
 }
 
-#[test]
-fn megaconn_client_moves_to_the_other_server_on_a_framed_goaway_and_loses_nothing() {
+/// 200 of megaconn's client connections (`client` the protocol's
+/// arguments) on server A, which drains (`server` its protocol's): every
+/// one honours its hint and moves to B, nothing lost. The JSON summary.
+fn client_moves_to_the_other_server_on_a_goaway(server: &[&str], client: &[&str]) -> Value {
     let port = free_port();
     let p = port.to_string();
-    let (mut a, _, ready_a) = server_ready(&["--listen", "127.0.0.1", "--ports", &p, "--workers", "1", "--drain-period", "2s"], None);
-    let (mut b, _, ready_b) = server_ready(&["--listen", "127.0.0.2", "--ports", &p, "--workers", "1"], None);
+    let on = |listen: &'static str, drain: &[&'static str]| {
+        let mut args = vec!["--listen", listen, "--ports", &p, "--workers", "1"];
+        args.extend_from_slice(server);
+        args.extend_from_slice(drain);
+        server_ready(&args, None)
+    };
+    let (mut a, _, ready_a) = on("127.0.0.1", &["--drain-period", "2s"]);
+    let (mut b, _, ready_b) = on("127.0.0.2", &[]);
     let (admin_a, admin_b) = (ready_a["admin"].as_str().unwrap().to_string(), ready_b["admin"].as_str().unwrap().to_string());
     let mut cmd = megaconn();
     cmd.args(["client", "--target", "127.0.0.1", "--ports", &p, "--connections", "200", "--reconnect", "--reconnect-to", "127.0.0.2"]);
-    cmd.args(["--hold", "8s", "--heartbeat", "500ms", "--json"]);
+    cmd.args(["--hold", "8s", "--heartbeat", "500ms", "--json"]).args(client);
     let client = std::thread::spawn(move || run(cmd, Duration::from_secs(60)));
     wait_until("200 connections on A", Duration::from_secs(20), || stats(&admin_a)["active"] == 200);
     sigterm(&a);
@@ -109,6 +118,20 @@ fn megaconn_client_moves_to_the_other_server_on_a_framed_goaway_and_loses_nothin
     assert_eq!(c["lost_total"], 0, "moved, not lost: {c}");
     assert_eq!(c["rehome_ms"]["count"], 200, "{c}");
     assert!(b.terminate().success());
+    c
+}
+
+#[test]
+fn megaconn_client_moves_to_the_other_server_on_a_framed_goaway_and_loses_nothing() {
+    client_moves_to_the_other_server_on_a_goaway(&[], &[]);
+}
+
+/// MQTT 5: the hint is DISCONNECT 0x8B; each client subscribes again on B.
+#[test]
+fn megaconn_mqtt_client_moves_to_the_other_server_on_a_disconnect_0x8b_and_loses_nothing() {
+    let c =
+        client_moves_to_the_other_server_on_a_goaway(&["--protocol", "mqtt"], &["--protocol", "mqtt", "--mqtt-version", "5", "--mqtt-subscribe", "dev/{conn}"]);
+    assert_eq!(c["mqtt_subscriptions"]["granted"].as_u64(), Some(400), "on A, then again on B: {c}");
 }
 
 #[test]
@@ -138,5 +161,63 @@ fn an_event_stream_on_an_http_port_is_told_to_go_away() {
     let text = String::from_utf8_lossy(&got).to_string();
     let hint = text.split("\n\n").find(|e| e.contains("event: goaway")).unwrap_or_else(|| panic!("no goaway event: {text}"));
     assert!(hint.contains("retry: ") && hint.contains("\"type\":\"goaway\""), "{hint}");
+    assert!(exited(&mut s, Duration::from_secs(20)).success());
+}
+
+/// An MQTT port's clients are closed over the period too: each v5 one
+/// after DISCONNECT 0x8B (Server shutting down) with the JSON hint as its
+/// Reason String, as paho reads it (tests/peers/mqtt_drain.py) and as the
+/// bytes say; a 3.1.1 one by the close alone.
+#[test]
+fn a_draining_mqtt_server_tells_v5_clients_it_shuts_down_and_spreads_their_closes() {
+    let port = free_port();
+    let (mut s, _, ready) = server_ready(&["--protocol", "mqtt", "--ports", &port.to_string(), "--workers", "2", "--drain-period", "2s"], None);
+    let admin = ready["admin"].as_str().unwrap().to_string();
+    let mut py = Command::new("python3");
+    py.args([&peer("mqtt_drain.py"), &port.to_string()]);
+    let mut peer = Peer::spawn("mqtt_drain.py", py);
+    assert_eq!(peer.line(Duration::from_secs(30), "READY"), "READY");
+    // v5 CONNECTs with an empty client id (the server assigns one).
+    let conns: Vec<TcpStream> = (0..20)
+        .map(|_| {
+            let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            c.write_all(b"\x10\x0d\x00\x04MQTT\x05\x02\x00\x00\x00\x00\x00").unwrap();
+            let mut head = [0u8; 2];
+            c.read_exact(&mut head).unwrap();
+            assert_eq!(head[0], 0x20, "a CONNACK");
+            let mut rest = vec![0u8; head[1] as usize];
+            c.read_exact(&mut rest).unwrap();
+            assert_eq!(rest[1], 0, "accepted");
+            c
+        })
+        .collect();
+    wait_until("22 connections held", Duration::from_secs(20), || stats(&admin)["active"] == 22);
+    sigterm(&s);
+    let t0 = Instant::now();
+    let readers: Vec<_> = conns
+        .into_iter()
+        .map(|mut c| {
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                let _ = c.read_to_end(&mut got);
+                (t0.elapsed(), got)
+            })
+        })
+        .collect();
+    let mut times = Vec::new();
+    for r in readers {
+        let (at, got) = r.join().unwrap();
+        // DISCONNECT, remaining length, 0x8B, property length, Reason String (0x1F) and its length.
+        assert!(got.len() > 7 && got[0] == 0xE0 && got[1] as usize == got.len() - 2, "one DISCONNECT: {got:?}");
+        assert_eq!((got[2], got[4]), (0x8B, 0x1F), "Server shutting down, with a Reason String: {got:?}");
+        let hint: Value = serde_json::from_slice(&got[7..]).unwrap();
+        assert!(hint["type"] == "goaway" && hint["retry_ms"].as_u64().unwrap() <= 1000, "{hint}");
+        times.push(at);
+    }
+    times.sort();
+    let span = times[times.len() - 1] - times[0];
+    assert!(span >= Duration::from_secs(1), "closes spread over the 2 s period, not all at once: {times:?}");
+    assert_eq!(peer.finish_ok(Duration::from_secs(30)), ["OK"]);
     assert!(exited(&mut s, Duration::from_secs(20)).success());
 }

@@ -187,3 +187,33 @@ fn the_megaconn_client_refuses_a_server_that_does_not_choose_mqtt() {
     let s = serde_json::from_str::<serde_json::Value>(&out).unwrap()["summary"].clone();
     assert_eq!((s["established"].as_u64(), s["failed"]["mqtt_ws_subprotocol_refused"].as_u64()), (Some(0), Some(5)), "{s}");
 }
+
+/// A draining ws port's MQTT client: DISCONNECT 0x8B with the hint in a
+/// binary message (what an MQTT library reads), then close 1012 with the
+/// same hint, as the port's JSON WebSocket clients get it.
+#[test]
+fn a_draining_ws_port_tells_its_mqtt_client_in_mqtt_then_closes_1012() {
+    let (mut s, _, port) = ws_server(&["--drain-period", "1s"]);
+    let (mut c, _) = upgraded(port, "mqtt");
+    c.write_all(&frame(0x82, CONNECT_V5)).unwrap();
+    let mut connack = [0u8; 2];
+    c.read_exact(&mut connack).unwrap();
+    let mut rest = vec![0u8; connack[1] as usize];
+    c.read_exact(&mut rest).unwrap();
+    assert_eq!((connack[0], rest[0]), (0x82, 0x20), "the CONNACK in a binary message");
+    // SAFETY: signalling our own child by PID.
+    unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) };
+    let back = until_closed(c);
+    assert_eq!((back[0], back[2], back[4]), (0x82, 0xE0, 0x8B), "a binary message holding DISCONNECT 0x8B: {back:x?}");
+    let message_end = 2 + back[1] as usize;
+    let hint: serde_json::Value = serde_json::from_slice(&back[9..message_end]).unwrap();
+    assert_eq!(hint["type"], "goaway", "its Reason String: {hint}");
+    let close = &back[message_end..];
+    assert_eq!((close[0], u16::from_be_bytes([close[2], close[3]])), (0x88, 1012), "then close 1012: {back:x?}");
+    let mut status = None;
+    wait_until("the drained server exits", Duration::from_secs(20), || {
+        status = s.child.try_wait().unwrap();
+        status.is_some()
+    });
+    assert!(status.unwrap().success());
+}

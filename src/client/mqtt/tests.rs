@@ -193,11 +193,21 @@ mod heard {
             traffic.mqtt.v5 = true;
             (Box::new(MqttSpeaker::new(&traffic, 0)) as Box<dyn Speaker>, Hearing::new(true))
         };
-        let mut bytes = Vec::new();
-        for p in [connack(0), disconnect] {
-            encode::packet(&p, Version::V5, &mut bytes).unwrap();
-        }
-        assert_eq!(same_at_every_cut(&v5, &bytes).0, named("mqtt_disconnect_0x8b"));
+        let ends = |reason: u8, reason_string: Option<&str>| {
+            let mut bytes = Vec::new();
+            let properties = mqtt::Properties { reason_string, ..Default::default() };
+            for p in [connack(0), Packet::Disconnect(mqtt::Disconnect { reason, properties })] {
+                encode::packet(&p, Version::V5, &mut bytes).unwrap();
+            }
+            let (end, _, h) = same_at_every_cut(&v5, &bytes);
+            (end, h.goaway)
+        };
+        // A draining broker's: a goaway, with megaconn's delay if it gave one.
+        let goaway = || named(crate::client::speak::GOAWAY);
+        assert_eq!(ends(0x8b, Some(&crate::proto::goaway::reason_json(250))), (goaway(), Some(250)));
+        assert_eq!(ends(0x8b, Some("maintenance")), (goaway(), Some(0)));
+        assert_eq!(ends(0x9c, None), (goaway(), Some(0)));
+        assert_eq!(ends(0x8e, None), (named("mqtt_disconnect_0x8e"), None));
         // A length past the packet bound: refused before its body is held.
         assert_eq!(same_at_every_cut(&make, &[0x30, 0xff, 0xff, 0xff, 0x7f]).0, named("mqtt_packet_too_large"));
     }

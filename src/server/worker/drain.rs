@@ -1,6 +1,6 @@
 //! A rolling restart's drain (SIGTERM with `--drain-period`): the worker
 //! stops accepting and closes its long-lived connections (framed,
-//! WebSocket, event streams) evenly over the period, each after a
+//! WebSocket, MQTT, event streams) evenly over the period, each after a
 //! reconnect hint ([`crate::proto::goaway`]) carrying a random delay,
 //! so clients move to another node at connections ÷ period per second
 //! instead of all at once. Until its turn a connection is served as
@@ -47,7 +47,7 @@ impl Drain {
 /// Whether connections of this protocol live long enough to be spread
 /// (request/response protocols finish what is in flight and close).
 pub(crate) fn spreads(protocol: Protocol) -> bool {
-    matches!(protocol, Protocol::Framed | Protocol::Ws)
+    matches!(protocol, Protocol::Framed | Protocol::Ws | Protocol::Mqtt)
 }
 
 impl Worker {
@@ -96,8 +96,19 @@ impl Worker {
         let Some(conn) = self.conns.get_mut(key) else { return };
         let protocol = super::protocol_of(&self.cfg.services, conn);
         self.out.clear();
+        // An MQTT client (on an MQTT port, or over WebSocket) once its
+        // CONNECT was read: MQTT's hint, in a binary message over WebSocket.
+        let mqtt = self.mqtt.get(key).and_then(|m| m.version);
         if sse_mut(&mut conn.ext).is_some() {
             goaway::write_sse(&mut self.out, retry_ms);
+        } else if let Some(version) = mqtt {
+            goaway::write_mqtt(&mut self.out, version, retry_ms);
+            if protocol == Protocol::Ws {
+                if !self.out.is_empty() {
+                    crate::server::session::mqtt_ws::wrap(&mut self.out, 0);
+                }
+                goaway::write_ws(&mut self.out, retry_ms);
+            }
         } else if protocol == Protocol::Ws && !ws_handshaking(&conn.ext) {
             goaway::write_ws(&mut self.out, retry_ms);
         } else if protocol == Protocol::Framed {
