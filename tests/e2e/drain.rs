@@ -221,3 +221,24 @@ fn a_draining_mqtt_server_tells_v5_clients_it_shuts_down_and_spreads_their_close
     assert_eq!(peer.finish_ok(Duration::from_secs(30)), ["OK"]);
     assert!(exited(&mut s, Duration::from_secs(20)).success());
 }
+
+/// Clients that leave by themselves while their server drains end the
+/// drain: a 60 s period is not waited out once nobody is left.
+#[test]
+fn a_drain_whose_clients_all_left_ends_without_waiting_out_the_period() {
+    let port = free_port();
+    let (mut s, _, ready) = server_ready(&["--protocol", "mqtt", "--ports", &port.to_string(), "--workers", "1", "--drain-period", "60s"], None);
+    let admin = ready["admin"].as_str().unwrap().to_string();
+    let conns: Vec<TcpStream> = (0..5)
+        .map(|_| {
+            let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            c.write_all(b"\x10\x0d\x00\x04MQTT\x05\x02\x00\x00\x00\x00\x00").unwrap();
+            c
+        })
+        .collect();
+    wait_until("5 connections held", Duration::from_secs(20), || stats(&admin)["active"] == 5);
+    sigterm(&s);
+    wait_until("/healthz says draining", Duration::from_secs(10), || http(&admin, "GET", "/healthz", b"", None).0 == 503);
+    drop(conns);
+    assert!(exited(&mut s, Duration::from_secs(20)).success());
+}
