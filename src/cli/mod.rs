@@ -199,7 +199,7 @@ pub(crate) struct ServerArgs {
     /// On SIGTERM or Ctrl-C: stop accepting and reading, answer in-flight requests for up to this long, then close the rest (a second signal forces).
     #[arg(long, value_parser = parse::duration, default_value = "10s")]
     pub(crate) drain_timeout: Duration,
-    /// On SIGTERM or Ctrl-C (a rolling restart): close framed and WebSocket connections and event streams spread evenly over this long, each after a reconnect hint (goaway frame, WebSocket close 1012, SSE retry), so clients move to other nodes without a reconnect storm; 0 closes them all at once. Give Kubernetes' terminationGracePeriodSeconds this plus --drain-timeout.
+    /// On SIGTERM or Ctrl-C (a rolling restart): close framed, WebSocket and MQTT connections and event streams spread evenly over this long, each after a reconnect hint (goaway frame, WebSocket close 1012, SSE retry, MQTT 5 DISCONNECT 0x8B), so clients move to other nodes without a reconnect storm; 0 closes them all at once (a single MQTT broker restarted in place has nowhere to send its clients). Give Kubernetes' terminationGracePeriodSeconds this plus --drain-timeout.
     #[arg(long, value_parser = parse::duration, default_value = "30s")]
     pub(crate) drain_period: Duration,
     /// Elastic workers: how long a surplus worker stays empty before it exits.

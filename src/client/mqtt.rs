@@ -342,9 +342,12 @@ impl Speaker for MqttSpeaker {
                 }
                 // A draining broker (0x8B Server shutting down; 0x9C Use
                 // another server, 0x9D Server moved): a goaway, its delay
-                // from megaconn's hint in the Reason String, if there.
+                // from megaconn's hint in the Reason String, else the
+                // longest a megaconn hint asks for (not at once: a broker
+                // that says so to every CONNECT is not hammered).
                 Packet::Disconnect(d) if matches!(d.reason, crate::proto::goaway::MQTT_SHUTTING_DOWN | 0x9C | 0x9D) => {
-                    ear.goaway = Some(d.properties.reason_string.and_then(|r| crate::proto::goaway::decode_json(r.as_bytes())).unwrap_or(0));
+                    let hinted = d.properties.reason_string.and_then(|r| crate::proto::goaway::decode_json(r.as_bytes()));
+                    ear.goaway = Some(hinted.unwrap_or(crate::proto::goaway::MAX_RETRY_MS));
                     return Err(super::speak::GOAWAY.into());
                 }
                 Packet::Disconnect(d) => return Err(format!("mqtt_disconnect_0x{:02x}", d.reason).into()),

@@ -138,9 +138,11 @@ impl Speaker for MqttWsSpeaker {
                 Event::Message { text: true, .. } => return Err("mqtt_ws_text".into()),
                 Event::Message { data, .. } => {
                     let mut inner = Ear { slot: *slot, upgrading: *upgrading, inflight, ws_frag: &mut none, answer: &mut *packets, goaway: None };
-                    let used = mqtt.hear(data, &mut inner, replies)?;
-                    *upgrading = inner.upgrading;
+                    // Its goaway is kept before its end (a goaway's) is passed on.
+                    let heard = mqtt.hear(data, &mut inner, replies);
                     *goaway = inner.goaway.or(*goaway);
+                    let used = heard?;
+                    *upgrading = inner.upgrading;
                     if used < data.len() {
                         return Err("mqtt_ws_packet_split".into());
                     }
@@ -237,5 +239,22 @@ mod tests {
         let mut cut = Vec::new();
         frame::encode(&mut cut, true, Opcode::Binary, &[0xD0], None);
         assert_eq!(Hearing::new(false).read(&mut s, &cut), named("mqtt_ws_packet_split"));
+    }
+
+    /// A draining megaconn's DISCONNECT 0x8B in a binary message is a
+    /// goaway with the hint's delay, as over TCP.
+    #[test]
+    fn a_disconnect_0x8b_in_a_message_is_a_goaway() {
+        let mut traffic = Traffic { protocol: Protocol::Mqtt, mqtt_ws: true, ws_target: "/mqtt".into(), ..Default::default() };
+        traffic.mqtt.v5 = true;
+        let mut s = MqttWsSpeaker::new(&traffic, "h", 0);
+        s.open(&mut Vec::new(), 0, 0, &None);
+        let mut disconnect = Vec::new();
+        crate::proto::goaway::write_mqtt(&mut disconnect, Version::V5, 250, u32::MAX);
+        let mut wire = Vec::new();
+        frame::encode(&mut wire, true, Opcode::Binary, &disconnect, None);
+        let mut h = Hearing::new(false);
+        assert_eq!(h.read(&mut s, &wire), ReadEnd::Error(crate::client::speak::GOAWAY.into()));
+        assert_eq!(h.goaway, Some(250));
     }
 }

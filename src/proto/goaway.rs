@@ -41,14 +41,24 @@ pub(crate) fn write_sse(out: &mut Vec<u8>, retry_ms: u32) {
 /// MQTT 5.0: Server shutting down (§3.14.2.1).
 pub(crate) const MQTT_SHUTTING_DOWN: u8 = 0x8B;
 
-/// The MQTT hint: nothing in 3.1.1.
-pub(crate) fn write_mqtt(out: &mut Vec<u8>, version: crate::proto::mqtt::Version, retry_ms: u32) {
+/// The MQTT hint: nothing in 3.1.1. Within the client's Maximum Packet
+/// Size `max` (§3.14.2.2.3): without the Reason String when it would not
+/// fit, nothing when even that would not.
+pub(crate) fn write_mqtt(out: &mut Vec<u8>, version: crate::proto::mqtt::Version, retry_ms: u32, max: u32) {
     use crate::proto::mqtt::{encode, Disconnect, Packet, Properties, Version};
-    if version == Version::V5 {
-        let reason = reason_json(retry_ms);
-        let properties = Properties { reason_string: Some(&reason), ..Properties::default() };
+    if version != Version::V5 {
+        return;
+    }
+    let reason = reason_json(retry_ms);
+    for reason_string in [Some(reason.as_str()), None] {
+        let start = out.len();
+        let properties = Properties { reason_string, ..Properties::default() };
         // A short string in a small packet: it encodes.
         let _ = encode::packet(&Packet::Disconnect(Disconnect { reason: MQTT_SHUTTING_DOWN, properties }), version, out);
+        if out.len() - start <= max as usize {
+            return;
+        }
+        out.truncate(start);
     }
 }
 
@@ -93,5 +103,26 @@ mod tests {
         let mut sse = Vec::new();
         write_sse(&mut sse, 20);
         assert_eq!(String::from_utf8(sse).unwrap(), "retry: 20\nevent: goaway\ndata: {\"type\":\"goaway\",\"retry_ms\":20}\n\n");
+    }
+
+    /// MQTT 5: DISCONNECT 0x8B with the hint as Reason String, within the
+    /// client's Maximum Packet Size (without the string, or nothing, when
+    /// it is smaller); nothing in 3.1.1.
+    #[test]
+    fn the_mqtt_hint_fits_the_clients_maximum_packet_size() {
+        use crate::proto::mqtt::Version;
+        let hint = |version, max| {
+            let mut out = vec![7];
+            write_mqtt(&mut out, version, 30, max);
+            out[1..].to_vec()
+        };
+        let whole = hint(Version::V5, u32::MAX);
+        let reason = reason_json(30);
+        assert_eq!(whole[..7], [0xE0, 5 + reason.len() as u8, MQTT_SHUTTING_DOWN, 3 + reason.len() as u8, 0x1F, 0, reason.len() as u8]);
+        assert_eq!(decode_json(&whole[7..]), Some(30));
+        assert_eq!(hint(Version::V5, whole.len() as u32), whole);
+        assert_eq!(hint(Version::V5, whole.len() as u32 - 1), [0xE0, 1, MQTT_SHUTTING_DOWN], "without the Reason String (and its empty property block)");
+        assert_eq!(hint(Version::V5, 2), [0u8; 0], "nothing fits");
+        assert_eq!(hint(Version::V311, u32::MAX), [0u8; 0]);
     }
 }

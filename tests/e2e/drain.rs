@@ -34,6 +34,48 @@ fn stats(admin: &str) -> Value {
     serde_json::from_str(&http(admin, "GET", "/stats", b"", None).1).unwrap()
 }
 
+/// Each connection read to its end on a thread of its own: what each got.
+/// Their closes must spread over at least a second (of a 2 s period).
+fn read_all_spread(conns: Vec<TcpStream>) -> Vec<Vec<u8>> {
+    let t0 = Instant::now();
+    let readers: Vec<_> = conns
+        .into_iter()
+        .map(|mut c| {
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                // A reset after the hint ends it too; what came is kept.
+                let _ = c.read_to_end(&mut got);
+                (t0.elapsed(), got)
+            })
+        })
+        .collect();
+    let (mut times, mut gots) = (Vec::new(), Vec::new());
+    for r in readers {
+        let (at, got) = r.join().unwrap();
+        times.push(at);
+        gots.push(got);
+    }
+    times.sort();
+    let span = times[times.len() - 1] - times[0];
+    assert!(span >= Duration::from_secs(1), "closes spread over the 2 s period, not all at once: {times:?}");
+    gots
+}
+
+/// An MQTT 5 connection with an empty client id (the server assigns
+/// one), its CONNACK read and accepting.
+fn mqtt_v5_connected(port: u16) -> TcpStream {
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    c.write_all(b"\x10\x0d\x00\x04MQTT\x05\x02\x00\x00\x00\x00\x00").unwrap();
+    let mut head = [0u8; 2];
+    c.read_exact(&mut head).unwrap();
+    assert_eq!(head[0], 0x20, "a CONNACK");
+    let mut rest = vec![0u8; head[1] as usize];
+    c.read_exact(&mut rest).unwrap();
+    assert_eq!(rest[1], 0, "accepted");
+    c
+}
+
 #[test]
 fn a_draining_server_says_so_hints_every_peer_and_spreads_its_closes_over_the_period() {
     let port = free_port();
@@ -47,7 +89,6 @@ fn a_draining_server_says_so_hints_every_peer_and_spreads_its_closes_over_the_pe
     wait_until("22 connections held", Duration::from_secs(20), || stats(&admin)["active"] == 22);
     assert_eq!(http(&admin, "GET", "/healthz", b"", None).0, 200);
     sigterm(&s);
-    let t0 = Instant::now();
     wait_until("/healthz says draining", Duration::from_secs(10), || {
         let (code, body) = http(&admin, "GET", "/healthz", b"", None);
         code == 503 && body.contains("\"draining\"")
@@ -55,35 +96,13 @@ fn a_draining_server_says_so_hints_every_peer_and_spreads_its_closes_over_the_pe
     // /healthz flips at the signal; each worker closes its listeners when
     // it reads its close command, a moment later on a loaded machine.
     wait_until("no new connections while draining", Duration::from_secs(5), || TcpStream::connect(("127.0.0.1", port)).is_err());
-    let readers: Vec<_> = conns
-        .into_iter()
-        .map(|mut c| {
-            std::thread::spawn(move || {
-                let mut got = Vec::new();
-                let mut buf = [0u8; 256];
-                loop {
-                    match c.read(&mut buf) {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => got.extend_from_slice(&buf[..n]),
-                    }
-                }
-                (t0.elapsed(), got)
-            })
-        })
-        .collect();
-    let mut times = Vec::new();
-    for r in readers {
-        let (at, got) = r.join().unwrap();
+    for got in read_all_spread(conns) {
         assert!(got.len() >= 4 && got[0] == 0x88, "a close frame: {got:?}");
         let len = (got[1] & 0x7f) as usize;
         assert_eq!(u16::from_be_bytes([got[2], got[3]]), 1012, "Service Restart");
         let hint: Value = serde_json::from_slice(&got[4..2 + len]).unwrap();
         assert!(hint["type"] == "goaway" && hint["retry_ms"].as_u64().unwrap() <= 1000, "{hint}");
-        times.push(at);
     }
-    times.sort();
-    let span = times[times.len() - 1] - times[0];
-    assert!(span >= Duration::from_secs(1), "closes spread over the 2 s period, not all at once: {times:?}");
     assert_eq!(peer.finish_ok(Duration::from_secs(30)), ["OK"]);
     assert!(exited(&mut s, Duration::from_secs(20)).success());
 }
@@ -177,47 +196,16 @@ fn a_draining_mqtt_server_tells_v5_clients_it_shuts_down_and_spreads_their_close
     py.args([&peer("mqtt_drain.py"), &port.to_string()]);
     let mut peer = Peer::spawn("mqtt_drain.py", py);
     assert_eq!(peer.line(Duration::from_secs(30), "READY"), "READY");
-    // v5 CONNECTs with an empty client id (the server assigns one).
-    let conns: Vec<TcpStream> = (0..20)
-        .map(|_| {
-            let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
-            c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-            c.write_all(b"\x10\x0d\x00\x04MQTT\x05\x02\x00\x00\x00\x00\x00").unwrap();
-            let mut head = [0u8; 2];
-            c.read_exact(&mut head).unwrap();
-            assert_eq!(head[0], 0x20, "a CONNACK");
-            let mut rest = vec![0u8; head[1] as usize];
-            c.read_exact(&mut rest).unwrap();
-            assert_eq!(rest[1], 0, "accepted");
-            c
-        })
-        .collect();
+    let conns: Vec<TcpStream> = (0..20).map(|_| mqtt_v5_connected(port)).collect();
     wait_until("22 connections held", Duration::from_secs(20), || stats(&admin)["active"] == 22);
     sigterm(&s);
-    let t0 = Instant::now();
-    let readers: Vec<_> = conns
-        .into_iter()
-        .map(|mut c| {
-            std::thread::spawn(move || {
-                let mut got = Vec::new();
-                let _ = c.read_to_end(&mut got);
-                (t0.elapsed(), got)
-            })
-        })
-        .collect();
-    let mut times = Vec::new();
-    for r in readers {
-        let (at, got) = r.join().unwrap();
+    for got in read_all_spread(conns) {
         // DISCONNECT, remaining length, 0x8B, property length, Reason String (0x1F) and its length.
         assert!(got.len() > 7 && got[0] == 0xE0 && got[1] as usize == got.len() - 2, "one DISCONNECT: {got:?}");
         assert_eq!((got[2], got[4]), (0x8B, 0x1F), "Server shutting down, with a Reason String: {got:?}");
         let hint: Value = serde_json::from_slice(&got[7..]).unwrap();
         assert!(hint["type"] == "goaway" && hint["retry_ms"].as_u64().unwrap() <= 1000, "{hint}");
-        times.push(at);
     }
-    times.sort();
-    let span = times[times.len() - 1] - times[0];
-    assert!(span >= Duration::from_secs(1), "closes spread over the 2 s period, not all at once: {times:?}");
     assert_eq!(peer.finish_ok(Duration::from_secs(30)), ["OK"]);
     assert!(exited(&mut s, Duration::from_secs(20)).success());
 }
@@ -229,13 +217,7 @@ fn a_drain_whose_clients_all_left_ends_without_waiting_out_the_period() {
     let port = free_port();
     let (mut s, _, ready) = server_ready(&["--protocol", "mqtt", "--ports", &port.to_string(), "--workers", "1", "--drain-period", "60s"], None);
     let admin = ready["admin"].as_str().unwrap().to_string();
-    let conns: Vec<TcpStream> = (0..5)
-        .map(|_| {
-            let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
-            c.write_all(b"\x10\x0d\x00\x04MQTT\x05\x02\x00\x00\x00\x00\x00").unwrap();
-            c
-        })
-        .collect();
+    let conns: Vec<TcpStream> = (0..5).map(|_| mqtt_v5_connected(port)).collect();
     wait_until("5 connections held", Duration::from_secs(20), || stats(&admin)["active"] == 5);
     sigterm(&s);
     wait_until("/healthz says draining", Duration::from_secs(10), || http(&admin, "GET", "/healthz", b"", None).0 == 503);

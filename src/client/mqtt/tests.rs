@@ -205,8 +205,9 @@ mod heard {
         // A draining broker's: a goaway, with megaconn's delay if it gave one.
         let goaway = || named(crate::client::speak::GOAWAY);
         assert_eq!(ends(0x8b, Some(&crate::proto::goaway::reason_json(250))), (goaway(), Some(250)));
-        assert_eq!(ends(0x8b, Some("maintenance")), (goaway(), Some(0)));
-        assert_eq!(ends(0x9c, None), (goaway(), Some(0)));
+        let longest = Some(crate::proto::goaway::MAX_RETRY_MS);
+        assert_eq!(ends(0x8b, Some("maintenance")), (goaway(), longest));
+        assert_eq!(ends(0x9c, None), (goaway(), longest));
         assert_eq!(ends(0x8e, None), (named("mqtt_disconnect_0x8e"), None));
         // A length past the packet bound: refused before its body is held.
         assert_eq!(same_at_every_cut(&make, &[0x30, 0xff, 0xff, 0xff, 0x7f]).0, named("mqtt_packet_too_large"));

@@ -98,11 +98,15 @@ impl Worker {
         self.out.clear();
         // An MQTT client (on an MQTT port, or over WebSocket) once its
         // CONNECT was read: MQTT's hint, in a binary message over WebSocket.
-        let mqtt = self.mqtt.get(key).and_then(|m| m.version);
+        // One whose CONNECT still waits for its CONNACK (its client id's
+        // claim unanswered) gets none: no packet may come before the CONNACK.
+        let mqtt = self.mqtt.get(key).map(|m| (m.version.filter(|_| !m.connecting()), m.max_in()));
         if sse_mut(&mut conn.ext).is_some() {
             goaway::write_sse(&mut self.out, retry_ms);
-        } else if let Some(version) = mqtt {
-            goaway::write_mqtt(&mut self.out, version, retry_ms);
+        } else if let Some((version, max_in)) = mqtt {
+            if let Some(version) = version {
+                goaway::write_mqtt(&mut self.out, version, retry_ms, max_in);
+            }
             if protocol == Protocol::Ws {
                 if !self.out.is_empty() {
                     crate::server::session::mqtt_ws::wrap(&mut self.out, 0);

@@ -154,6 +154,12 @@ impl Worker {
             let Some(m) = self.mqtt.get(key) else { continue };
             let own = origin == Some(conn_id(self.cfg.worker, key, c.gen));
             let Some(d) = how.or_else(|| m.delivery(&self.topics, &c.subs, &cmd.topic, qos, cmd.retain, own)) else { continue };
+            // A connection met twice (a subscription and a shared group's
+            // pick) whose first copy found it slow gets no second: nothing
+            // after a copy that did not go (it may have set a topic alias).
+            if !slow.is_empty() && slow.iter().any(|(k, _)| *k == key) {
+                continue;
+            }
             match self.mqtt_send(key, &mut forms, d) {
                 Ok(Sent::Out) => {
                     queued += 1;
