@@ -45,20 +45,8 @@ pub(crate) const MQTT_SHUTTING_DOWN: u8 = 0x8B;
 /// Size `max` (§3.14.2.2.3): without the Reason String when it would not
 /// fit, nothing when even that would not.
 pub(crate) fn write_mqtt(out: &mut Vec<u8>, version: crate::proto::mqtt::Version, retry_ms: u32, max: u32) {
-    use crate::proto::mqtt::{encode, Disconnect, Packet, Properties, Version};
-    if version != Version::V5 {
-        return;
-    }
-    let reason = reason_json(retry_ms);
-    for reason_string in [Some(reason.as_str()), None] {
-        let start = out.len();
-        let properties = Properties { reason_string, ..Properties::default() };
-        // A short string in a small packet: it encodes.
-        let _ = encode::packet(&Packet::Disconnect(Disconnect { reason: MQTT_SHUTTING_DOWN, properties }), version, out);
-        if out.len() - start <= max as usize {
-            return;
-        }
-        out.truncate(start);
+    if version == crate::proto::mqtt::Version::V5 {
+        crate::proto::mqtt::encode::disconnect_within(out, MQTT_SHUTTING_DOWN, &reason_json(retry_ms), max);
     }
 }
 

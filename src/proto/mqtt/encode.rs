@@ -309,3 +309,21 @@ pub(crate) fn publish_topic(packet: &[u8]) -> Option<&str> {
     (h.kind == kind::PUBLISH).then_some(())?;
     super::decode::Cursor::new(packet.get(h.len..h.total())?).str().ok()
 }
+
+/// A v5 DISCONNECT with `reason` and, when it fits the peer's Maximum
+/// Packet Size `max` (§3.14.2.2.3), the Reason String `why` (which some
+/// clients need to read the code at all: paho-mqtt 2.1 reads a
+/// DISCONNECT's reason only past 2 bytes of it); without it when it
+/// would not fit; nothing when even that would not.
+pub(crate) fn disconnect_within(out: &mut Vec<u8>, reason: u8, why: &str, max: u32) {
+    for reason_string in [Some(why), None] {
+        let start = out.len();
+        let properties = super::Properties { reason_string, ..super::Properties::default() };
+        // A short string in a small packet: it encodes.
+        let _ = packet(&Packet::Disconnect(Disconnect { reason, properties }), Version::V5, out);
+        if out.len() - start <= max as usize {
+            return;
+        }
+        out.truncate(start);
+    }
+}

@@ -14,7 +14,7 @@
 use super::Worker;
 use crate::net::Carried;
 use crate::proto::mqtt::forward::Forwarded;
-use crate::proto::mqtt::{encode, ConnAck, Disconnect, Packet, Properties, QoS, Version};
+use crate::proto::mqtt::{encode, ConnAck, Packet, Properties, QoS, Version};
 use crate::server::broker::sessions::wills::DelayedWill;
 use crate::server::close::Close;
 use crate::server::commands::{conn_id, split_id, ClientPublish, KeptSub, ServerMsg, SessionAnswer, SessionEnd, SessionMessage, SessionState};
@@ -207,9 +207,8 @@ impl Worker {
         let m = self.mqtt.get(key);
         let ws = super::over_ws(&self.cfg.services, conn);
         self.out.clear();
-        if m.and_then(|m| m.version) == Some(Version::V5) {
-            let _ =
-                encode::packet(&Packet::Disconnect(Disconnect { reason: SESSION_TAKEN_OVER, properties: Properties::default() }), Version::V5, &mut self.out);
+        if let Some(m) = m.filter(|m| m.version == Some(Version::V5)) {
+            encode::disconnect_within(&mut self.out, SESSION_TAKEN_OVER, "session taken over: another connection gave this client id", m.max_in());
         }
         if ws {
             mqtt_ws::wrap(&mut self.out, 0);
