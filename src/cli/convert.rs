@@ -150,6 +150,7 @@ impl From<LoadArgs> for LoadConfig {
                     qos: a.mqtt.mqtt_qos,
                     publish_topic: a.mqtt.mqtt_publish_topic,
                     subscribe: a.mqtt.mqtt_subscribe,
+                    topic_alias_maximum: a.mqtt.mqtt_topic_alias_maximum.unwrap_or(0),
                     ramp_s: 0,
                 },
                 ..Traffic::default()

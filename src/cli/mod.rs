@@ -554,6 +554,9 @@ impl LoadArgs {
         if self.requests_per_connection.is_some() && self.request_rate.0.is_none() {
             return Err(crate::UsageError("--requests-per-connection counts requests sent at --request-rate: add one, e.g. --request-rate 10/s".into()));
         }
+        if self.mqtt.mqtt_topic_alias_maximum.is_some() && self.mqtt.mqtt_version != "5" {
+            return Err(crate::UsageError("--mqtt-topic-alias-maximum is MQTT 5's: add --mqtt-version 5 (3.1.1 has no topic aliases)".into()));
+        }
         match self.stages {
             Some(_) => stages_clash(self.connections.is_some(), self.rate.is_some(), self.hold.is_some()),
             None => Ok(()),
@@ -851,6 +854,9 @@ pub(crate) struct MqttArgs {
     /// --protocol mqtt: topic filter each connection subscribes to, wildcards allowed ({conn}: its index; repeatable; besides --subscribe).
     #[arg(long, value_parser = |s: &str| crate::client::mqtt::check_filter(s).map(|()| s.to_string()))]
     pub(crate) mqtt_subscribe: Vec<String>,
+    /// --protocol mqtt --mqtt-version 5: topic aliases each connection takes from the broker (its CONNECT's Topic Alias Maximum, 1 to 1024); the broker may then send a topic once and its alias after, resolved and counted as mqtt_topic_aliases_in.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=crate::client::mqtt::MAX_TOPIC_ALIASES as i64))]
+    pub(crate) mqtt_topic_alias_maximum: Option<u16>,
 }
 
 /// `megaconn client`'s TLS flags (any of them turns TLS on).

@@ -41,6 +41,10 @@ pub(crate) const MAX_PACKET: u32 = (1 << 20) + 1024;
 /// connection; past it the oldest is forgotten (its answer is then not
 /// timed).
 pub(crate) const MAX_INFLIGHT: usize = 1024;
+/// Most topic aliases a connection takes from a broker
+/// (`--mqtt-topic-alias-maximum`): each holds a topic of up to the
+/// codec's length, so a million connections stay bounded.
+pub(crate) const MAX_TOPIC_ALIASES: u16 = 1024;
 /// The packet id of every connection's one SUBSCRIBE (publishes use
 /// 1..=65534).
 const SUBSCRIBE_ID: u16 = 0xFFFF;
@@ -67,6 +71,10 @@ pub(crate) struct MqttOptions {
     /// `--mqtt-subscribe`: topic filters (wildcards allowed, `{conn}`
     /// replaced) every connection subscribes to, besides `--subscribe`.
     pub subscribe: Vec<String>,
+    /// `--mqtt-topic-alias-maximum` (5.0): aliases each connection takes
+    /// from the broker, at most [`MAX_TOPIC_ALIASES`] (0: none).
+    #[serde(default)]
+    pub topic_alias_maximum: u16,
     /// Seconds the ramp may take by the plan (until its deadline):
     /// heartbeats start once it is done, so the keep-alive a CONNECT
     /// announces covers it (set by the client's planner, not a flag).
@@ -84,6 +92,7 @@ impl Default for MqttOptions {
             qos: 0,
             publish_topic: "megaconn/{conn}".into(),
             subscribe: Vec::new(),
+            topic_alias_maximum: 0,
             ramp_s: 0,
         }
     }
@@ -136,6 +145,8 @@ pub(crate) struct MqttSpeaker {
     wall_offset_us: i64,
     /// QoS 2 deliveries answered PUBREC, awaiting their PUBREL.
     awaiting: AwaitingRelease,
+    /// The topic aliases brokers set, per connection (5.0).
+    aliases: mqtt_delivery::AliasesIn,
     shard: u64,
     /// The plan index of slot 0 (a connection's index is this plus its
     /// slot), learnt from the first `open`.
@@ -152,6 +163,7 @@ impl MqttSpeaker {
             message: traffic.raw_message.as_ref().map(|m| WsMessage::new(m, true)),
             wall_offset_us: crate::proto::push::wall_us() as i64 - crate::sys::mono_us() as i64,
             awaiting: AwaitingRelease::default(),
+            aliases: mqtt_delivery::AliasesIn::new(traffic.mqtt.topic_alias_maximum),
             traffic: traffic.clone(),
             shard,
             first: 0,
@@ -199,6 +211,7 @@ impl Speaker for MqttSpeaker {
     fn open(&mut self, out: &mut Vec<u8>, slot: usize, conn: u64, _: &super::pushes::PushSeen) {
         self.first = conn - slot as u64;
         self.awaiting.reset(slot);
+        self.aliases.reset(slot);
         let o = &self.traffic.mqtt;
         let client_id = expand(&o.client_id, conn);
         let token = self.tokens.as_ref().map(|m| m.mint(conn));
@@ -211,6 +224,7 @@ impl Speaker for MqttSpeaker {
                 Version::V5 => mqtt::Properties {
                     maximum_packet_size: Some(MAX_PACKET),
                     receive_maximum: Some(mqtt_delivery::MAX_AWAITING_RELEASE as u16),
+                    topic_alias_maximum: (o.topic_alias_maximum > 0).then_some(o.topic_alias_maximum),
                     ..Default::default()
                 },
                 _ => Default::default(),
@@ -322,6 +336,7 @@ impl Speaker for MqttSpeaker {
                     answer(Packet::PubComp(mqtt::Ack { packet_id: a.packet_id, ..Default::default() }), version, ear.answer)?;
                 }
                 Packet::Publish(p) => {
+                    let topic = self.aliases.resolve(ear.slot, p.topic, p.properties.topic_alias, &mut replies.stats.mqtt_topic_aliases_in)?;
                     let id = p.packet_id;
                     let new = match p.qos {
                         QoS::AtMostOnce => true,
@@ -336,7 +351,7 @@ impl Speaker for MqttSpeaker {
                         }
                     };
                     match new {
-                        true => mqtt_delivery::delivered(replies, p.topic, p.qos, p.payload, crate::proto::push::wall_us()),
+                        true => mqtt_delivery::delivered(replies, &topic, p.qos, p.payload, crate::proto::push::wall_us()),
                         false => replies.stats.mqtt_qos2_resent_in += 1,
                     }
                 }

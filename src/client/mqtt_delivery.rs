@@ -148,3 +148,49 @@ mod tests {
         assert!(a.0.is_empty(), "no state once nothing awaits");
     }
 }
+
+/// The topic aliases brokers set on each connection (5.0, §3.3.2.3.4):
+/// a PUBLISH with a topic and an alias sets it, one with only the alias
+/// is for that topic. Bounded: `max` aliases per connection (the Topic
+/// Alias Maximum its CONNECT gave), each a topic the codec bounded;
+/// forgotten when the connection's slot opens again.
+#[derive(Debug, Default)]
+pub(crate) struct AliasesIn {
+    max: u16,
+    /// By slot: alias N at N - 1 (an empty topic where none is set).
+    by_slot: HashMap<usize, Vec<Box<str>>>,
+}
+
+impl AliasesIn {
+    pub(crate) fn new(max: u16) -> AliasesIn {
+        AliasesIn { max, by_slot: HashMap::new() }
+    }
+
+    /// A new connection in `slot`: no alias yet.
+    pub(crate) fn reset(&mut self, slot: usize) {
+        self.by_slot.remove(&slot);
+    }
+
+    /// The topic a PUBLISH is for; one that came by its alias alone is
+    /// counted in `aliased`. Err: an alias of 0, past the maximum (or
+    /// with none given), or never set: the broker broke the protocol.
+    pub(crate) fn resolve<'a>(&mut self, slot: usize, topic: &'a str, alias: Option<u16>, aliased: &mut u64) -> Result<std::borrow::Cow<'a, str>, Stop> {
+        let Some(a) = alias else { return Ok(topic.into()) };
+        if a == 0 || a > self.max {
+            return Err("mqtt_topic_alias_invalid".into());
+        }
+        let i = usize::from(a - 1);
+        if topic.is_empty() {
+            let known = self.by_slot.get(&slot).and_then(|v| v.get(i)).filter(|t| !t.is_empty());
+            let t = known.ok_or(Stop::from("mqtt_topic_alias_unknown"))?;
+            *aliased += 1;
+            return Ok(t.to_string().into());
+        }
+        let v = self.by_slot.entry(slot).or_default();
+        if v.len() <= i {
+            v.resize(i + 1, Box::default());
+        }
+        v[i] = topic.into();
+        Ok(topic.into())
+    }
+}

@@ -58,6 +58,7 @@ crate::counters! {
         mqtt_duplicated: by("qos") "mqtt_duplicated" "--protocol mqtt: stamped messages received again (at or before the last of their publisher's sequence on that topic), by QoS",
         mqtt_unstamped: counter "mqtt_unstamped" "--protocol mqtt: PUBLISHes received without a megaconn stamp (other publishers): counted as pushes, not timed",
         mqtt_untracked: counter "mqtt_untracked" "--protocol mqtt: stamped PUBLISHes timed but not checked for loss or repeats (their connection already tracked its most publisher streams)",
+        mqtt_topic_aliases_in: counter "mqtt_topic_aliases_in" "--protocol mqtt --mqtt-topic-alias-maximum: PUBLISHes the broker sent with a topic alias and no topic, resolved to the topic it set",
         mqtt_qos2_resent_in: counter "mqtt_qos2_resent_in" "--protocol mqtt: QoS 2 PUBLISHes the broker sent again under a packet id still awaiting its PUBREL: answered PUBREC again, not delivered twice",
         push_received: counter "pushes" "Pushes received",
         push_duplicates: counter "push_duplicates" "Pushes received more than once",

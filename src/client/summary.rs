@@ -161,6 +161,9 @@ fn mqtt_line(c: &super::snapshot::ClientCounters) -> Option<String> {
     if c.mqtt_untracked > 0 {
         parts.push(format!("untracked {} (timed, not checked for loss)", format::count(c.mqtt_untracked)));
     }
+    if c.mqtt_topic_aliases_in > 0 {
+        parts.push(format!("by topic alias {}", format::count(c.mqtt_topic_aliases_in)));
+    }
     if c.mqtt_qos2_resent_in > 0 {
         parts.push(format!("QoS 2 resends answered {}", format::count(c.mqtt_qos2_resent_in)));
     }

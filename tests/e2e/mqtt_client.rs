@@ -129,6 +129,35 @@ fn megaconn_mqtt_clients_hold_ping_and_receive_a_publish_from_megaconns_server()
     srv.terminate();
 }
 
+/// `--mqtt-topic-alias-maximum`: megaconn's server sends each topic once
+/// with an alias and then the alias alone (its server side is checked
+/// against mqtt.js in mqtt_v5.rs); the client resolves them, counts them,
+/// and gets every publish under its topic. With 3.1.1 the flag is refused.
+#[test]
+fn megaconn_mqtt_clients_resolve_the_topic_aliases_a_broker_sends() {
+    let (mut srv, server_admin, port) = megaconn_broker(&[]);
+    let n = 10;
+    let args = ["--connections", "10", "--mqtt-version", "5", "--mqtt-topic-alias-maximum", "4", "--hold", "4s", "--mqtt-subscribe", "fleet/#"];
+    let publish = || {
+        for topic in ["fleet/alerts", "fleet/alerts", "fleet/firmware", "fleet/alerts"] {
+            mosquitto_pub(port, topic);
+        }
+    };
+    let (code, s, err) = mqtt_client(port, &args, n, publish);
+    assert_eq!(code, 0, "{err}\n{s}");
+    assert_eq!(s["push"]["received"], 4 * n, "every publish reached every subscriber: {s}");
+    assert_eq!(s["push"]["topics"]["fleet/alerts"], 3 * n, "under its topic: {s}");
+    assert_eq!(s["mqtt_topic_aliases_in"], 2 * n, "the second and third fleet/alerts by alias alone: {s}");
+    let st = crate::mqtt::stats_when(&server_admin, "aliases counted", |v| v["mqtt_topic_aliases_out"]["used"] == 2 * n);
+    assert_eq!(st["mqtt_topic_aliases_out"]["set"], 2 * n, "{st}");
+    srv.terminate();
+    let mut cmd = megaconn();
+    cmd.args(["client", "--protocol", "mqtt", "--ports", "1", "--connections", "1", "--mqtt-topic-alias-maximum", "4"]);
+    let (code, out, err) = run(cmd, Duration::from_secs(20));
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("add --mqtt-version 5"), "{err}");
+}
+
 #[test]
 fn megaconn_mqtt_clients_load_mosquitto_with_v5_wildcards_and_qos1_publishes() {
     let broker = Mosquitto::start();

@@ -173,6 +173,66 @@ mod heard {
         assert_eq!((h.stats.replies, h.stats.rejected, h.inflight.as_ref().map_or(0, |q| q.len())), (0, 1, 0));
     }
 
+    /// `--mqtt-topic-alias-maximum 2`: the CONNECT gives it; a topic with
+    /// an alias sets it, the alias alone is for that topic (counted);
+    /// an alias never set or past the maximum ends the connection; a
+    /// new connection in the slot starts without any.
+    #[test]
+    fn topic_aliases_a_broker_sets_are_resolved_and_bounded() {
+        let v5 = || {
+            let mut traffic = make_traffic();
+            traffic.mqtt.v5 = true;
+            traffic.mqtt.topic_alias_maximum = 2;
+            (Box::new(MqttSpeaker::new(&traffic, 0)) as Box<dyn Speaker>, Hearing::new(true))
+        };
+        let mut connect = Vec::new();
+        v5().0.open(&mut connect, 0, 0, &None);
+        let h = crate::proto::mqtt::decode::fixed_header(&connect, None, u32::MAX).unwrap().unwrap();
+        let Packet::Connect(c) = crate::proto::mqtt::decode::packet(&h, &connect[h.len..], mqtt::Role::Server, Version::V5, &Default::default()).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(c.properties.topic_alias_maximum, Some(2));
+        let aliased = |topic: &'static str, alias: u16| {
+            let properties = mqtt::Properties { topic_alias: Some(alias), ..Default::default() };
+            Packet::Publish(mqtt::Publish { dup: false, qos: QoS::AtMostOnce, retain: false, topic, packet_id: 0, properties, payload: b"hi" })
+        };
+        let wire = |packets: &[Packet<'_>]| {
+            let mut out = Vec::new();
+            for p in packets {
+                encode::packet(p, Version::V5, &mut out).unwrap();
+            }
+            out
+        };
+        let (end, _, h) =
+            same_at_every_cut(&v5, &wire(&[connack(0), aliased("dev/a", 1), aliased("", 1), aliased("dev/b", 2), aliased("", 2), aliased("", 1)]));
+        assert_eq!(end, ReadEnd::Open);
+        assert_eq!((h.stats.push_received, h.stats.mqtt_topic_aliases_in), (5, 3));
+        assert_eq!((h.stats.push_topics.get("dev/a"), h.stats.push_topics.get("dev/b")), (Some(&3), Some(&2)));
+        let named = |s: &str| ReadEnd::Error(s.into());
+        assert_eq!(same_at_every_cut(&v5, &wire(&[connack(0), aliased("", 1)])).0, named("mqtt_topic_alias_unknown"));
+        assert_eq!(same_at_every_cut(&v5, &wire(&[connack(0), aliased("dev/c", 3)])).0, named("mqtt_topic_alias_invalid"));
+        // Without the flag no alias is accepted.
+        let plain = || {
+            let mut traffic = make_traffic();
+            traffic.mqtt.v5 = true;
+            (Box::new(MqttSpeaker::new(&traffic, 0)) as Box<dyn Speaker>, Hearing::new(true))
+        };
+        assert_eq!(same_at_every_cut(&plain, &wire(&[connack(0), aliased("dev/a", 1)])).0, named("mqtt_topic_alias_invalid"));
+    }
+
+    #[test]
+    fn a_new_connection_in_a_slot_knows_no_alias() {
+        let mut a = crate::client::mqtt_delivery::AliasesIn::new(4);
+        let mut n = 0;
+        assert_eq!(a.resolve(3, "dev/a", Some(1), &mut n).unwrap(), "dev/a");
+        assert_eq!(a.resolve(3, "", Some(1), &mut n).unwrap(), "dev/a");
+        assert!(a.resolve(4, "", Some(1), &mut n).is_err(), "another connection's");
+        a.reset(3);
+        assert!(a.resolve(3, "", Some(1), &mut n).is_err(), "the slot's next connection");
+        assert_eq!(n, 1);
+    }
+
     fn make_traffic() -> Traffic {
         let mut traffic = Traffic { protocol: Protocol::Mqtt, ..Default::default() };
         traffic.mqtt.subscribe = vec!["dev/{conn}".into()];
