@@ -88,14 +88,17 @@ enum Cmd {
         max_bytes: u64,
     },
     /// Ask the other nodes for the MQTT sessions they kept of these
-    /// client ids (`sessions.rs`).
-    AskSessions(Vec<String>),
-    /// Answer a question about sessions on `reply`: each session's JSON,
-    /// then the ids connected here (being taken over).
+    /// client ids, whose CONNECTs came at `at_us` (`sessions.rs`).
+    AskSessions {
+        ids: Vec<String>,
+        at_us: u64,
+    },
+    /// Answer a question about sessions on `reply`: each session's JSON
+    /// with its lend, then the ids connected here (being taken over) and
+    /// those connected here by a newer CONNECT.
     HandSessions {
         reply: String,
-        sessions: Vec<String>,
-        busy: Vec<String>,
+        answer: super::sessions::Handing,
     },
     /// Ask every other node who is subscribed to `topic`.
     Presence {
@@ -348,15 +351,16 @@ impl Link {
         let _ = self.cmds.send(Cmd::SharedGroups(body));
     }
 
-    /// Ask the other nodes for the MQTT sessions of these client ids:
-    /// answered by `ClusterEvent::SessionsHanded`.
-    pub(crate) fn ask_sessions(&self, ids: Vec<String>) {
-        let _ = self.cmds.send(Cmd::AskSessions(ids));
+    /// Ask the other nodes for the MQTT sessions of these client ids,
+    /// whose CONNECTs came at `at_us`: answered by
+    /// `ClusterEvent::SessionsHanded`.
+    pub(crate) fn ask_sessions(&self, ids: Vec<String>, at_us: u64) {
+        let _ = self.cmds.send(Cmd::AskSessions { ids, at_us });
     }
 
     /// Answer another node's question about sessions.
-    pub(crate) fn hand_sessions(&self, reply: String, sessions: Vec<String>, busy: Vec<String>) {
-        let _ = self.cmds.send(Cmd::HandSessions { reply, sessions, busy });
+    pub(crate) fn hand_sessions(&self, reply: String, answer: super::sessions::Handing) {
+        let _ = self.cmds.send(Cmd::HandSessions { reply, answer });
     }
 
     /// Tell the other nodes' subscribers who joined or left.
@@ -691,6 +695,7 @@ async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<
         super::CLIENT_IDS.to_string(),
         super::groups::SHARED_GROUPS.to_string(),
         super::sessions::SESSIONS_TAKE.to_string(),
+        super::sessions::SESSIONS_TAKEN.to_string(),
     ] {
         let h = f.forward(subject.clone(), || shared.follow(&subject, true)).await;
         subs.insert(subject, h);
@@ -755,19 +760,19 @@ async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<
                     send(&tx, ClusterEvent::Retained(answers));
                 });
             }
-            Cmd::AskSessions(ids) => {
+            Cmd::AskSessions { ids, at_us } => {
                 let (client, tx, me, shared) = (client.clone(), tx.clone(), me.clone(), shared.clone());
                 tokio::spawn(async move {
-                    let handed = super::sessions::ask(&client, &me, &shared, ids).await;
+                    let handed = super::sessions::ask(&client, &me, &shared, ids, at_us).await;
                     send(&tx, ClusterEvent::SessionsHanded(handed));
                 });
             }
-            Cmd::HandSessions { reply, sessions, busy } => {
-                for session in sessions {
-                    me.answer(&client, reply.clone(), format!("{{\"session\":{session}}}").into_bytes()).await;
+            Cmd::HandSessions { reply, answer } => {
+                for (lend, session) in answer.sessions {
+                    me.answer(&client, reply.clone(), format!("{{\"session\":{session},\"lend\":{lend}}}").into_bytes()).await;
                 }
-                let done = serde_json::to_vec(&super::sessions::Answer { done: true, busy, session: None }).expect("serializes");
-                me.answer(&client, reply, done).await;
+                let done = super::sessions::Answer { done: true, busy: answer.busy, newer: answer.newer, ..Default::default() };
+                me.answer(&client, reply, serde_json::to_vec(&done).expect("serializes")).await;
             }
             Cmd::Presence { request, topic } => {
                 let (client, tx, me, shared) = (client.clone(), tx.clone(), me.clone(), shared.clone());
@@ -1009,11 +1014,19 @@ impl Forwarder {
         }
         if m.subject.as_str() == super::sessions::SESSIONS_TAKE {
             match (super::ClientIds::parse(&m.payload), &m.reply) {
-                (Ok(a), Some(reply)) => send(&self.tx, ClusterEvent::SessionsAsked { node: origin, ids: a.ids, reply: reply.to_string() }),
+                (Ok(a), Some(reply)) => send(&self.tx, ClusterEvent::SessionsAsked { node: origin, ids: a.ids, at_us: a.at_us, reply: reply.to_string() }),
                 (Ok(_), None) => {
                     self.shared.refuse(Refusal::Malformed, format!("refused a question about MQTT sessions from node '{origin}' without a reply subject"))
                 }
                 (Err(e), _) => self.shared.refuse(Refusal::Malformed, format!("refused a question about MQTT sessions from node '{origin}': {e}")),
+            }
+            return;
+        }
+        if m.subject.as_str() == super::sessions::SESSIONS_TAKEN {
+            match super::sessions::Taken::parse(&m.payload) {
+                Ok(t) if t.to == self.me.node => send(&self.tx, ClusterEvent::SessionsTaken { node: origin, lend: t.lend }),
+                Ok(_) => {}
+                Err(e) => self.shared.refuse(Refusal::Malformed, format!("refused a confirmation of an MQTT session from node '{origin}': {e}")),
             }
             return;
         }

@@ -432,10 +432,18 @@ pub(crate) enum ClusterEvent {
     SessionsAsked {
         node: String,
         ids: Vec<String>,
+        /// When the asker's CONNECTs of them came (wall-clock µs).
+        at_us: u64,
         reply: String,
     },
     /// What the other nodes handed over to this node's question.
     SessionsHanded(sessions::Handed),
+    /// Node `node` confirmed it got the session this node lent it as
+    /// `lend` (`sessions.rs`).
+    SessionsTaken {
+        node: String,
+        lend: u64,
+    },
     /// Another node asks for this node's retained set: answer on `reply`.
     RetainedAsked {
         reply: String,

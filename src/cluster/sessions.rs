@@ -5,17 +5,29 @@
 //! A node about to answer a CONNECT that asks for its session (3.1.1
 //! Clean Session 0, v5 Clean Start 0) and keeps none of the id asks the
 //! others, signed, on [`SESSIONS_TAKE`]: client ids in the batches of a
-//! client id announcement ([`super::ClientIds`]). Every node answers on
-//! the asker's inbox: first each session it kept of those ids (one
-//! message each, the `--mqtt-sessions-file` JSON, given up there), then
-//! one last message per batch, `{"done":true,"busy":[...]}`, `busy` naming
-//! the ids connected there now: that node takes their connections over
-//! and keeps their sessions, and the asker asks again for those after
-//! [`BUSY_WAIT`], at most [`ROUNDS`] times in all. A round ends when every
-//! node the asker heard lately (on `megaconn.shared`, which each node
-//! announces every 5 s; a stopping node too, until 15 s without a word)
-//! said done, or after [`WINDOW`]. A session that comes after its round
-//! ended is lost: the node that sent it gave it up (counted there).
+//! client id announcement ([`super::ClientIds`], `at_us` the time of the
+//! CONNECTs). Every node answers on the asker's inbox: first each session
+//! it kept of those ids (one message each, the `--mqtt-sessions-file`
+//! JSON, with the number of its lend), then one last message per batch,
+//! `{"done":true,"busy":[...],"newer":[...]}`. `busy` names the ids
+//! connected there now whose CONNECT was older than the question: that
+//! node takes their connections over and keeps their sessions, and the
+//! asker asks again for those after [`BUSY_WAIT`], at most [`ROUNDS`]
+//! times in all. `newer` names the ids connected there by a CONNECT newer
+//! than the asker's: the asker refuses its own (as a CONNECT displaced on
+//! one node is). A round ends when every node the asker heard lately (on
+//! `megaconn.shared`, which each node announces every 5 s; a stopping
+//! node too, until 15 s without a word) said done, or after [`WINDOW`].
+//!
+//! **Two phases.** A session's answer only lends it: the node that sent
+//! it keeps it aside until the asker confirms, signed, on
+//! [`SESSIONS_TAKEN`] (`{"to":node,"lend":n}`, sent as each session
+//! arrives within its round). A session that came after its round ended
+//! (the asker no longer listens) is never confirmed, and after
+//! `LEND_FOR` the node that lent it keeps it again for the client's next
+//! CONNECT, instead of it being lost in transit. A confirmation lost on
+//! the way leaves the session on both nodes until the asker's client id
+//! announcement reaches the lender (which drops its copy then).
 
 use super::sign::Refusal;
 use futures_util::StreamExt;
@@ -24,6 +36,8 @@ use std::time::{Duration, Instant};
 
 /// Questions and answers about kept sessions.
 pub(crate) const SESSIONS_TAKE: &str = "megaconn.sessions.take";
+/// An asker's confirmations of the sessions it got ([`Taken`]).
+pub(crate) const SESSIONS_TAKEN: &str = "megaconn.sessions.taken";
 /// Longest the asker waits for the nodes' answers, each round: the most a
 /// CONNACK waits for them.
 pub(crate) const WINDOW: Duration = Duration::from_millis(500);
@@ -41,16 +55,46 @@ pub(crate) const MAX_ANSWER: usize = 768 << 10;
 const MAX_PEERS: usize = 64;
 const FORGET_AFTER: Duration = Duration::from_secs(15);
 
-/// One answer message: a session (its JSON, parsed by the server), or
-/// the node's last word (`done`, with the ids connected there).
+/// One answer message: a session (its JSON, parsed by the server, and
+/// the number of its lend), or the node's last word (`done`, with the
+/// ids connected there).
 #[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Answer {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) session: Option<Box<serde_json::value::RawValue>>,
+    /// With a session: what the asker's [`Taken`] names (0: an answer that
+    /// wants no confirmation).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) lend: u64,
     #[serde(default)]
     pub(crate) done: bool,
     #[serde(default)]
     pub(crate) busy: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) newer: Vec<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// An asker's confirmation, on [`SESSIONS_TAKEN`], that the session lent
+/// as `lend` by node `to` reached it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Taken {
+    pub(crate) to: String,
+    pub(crate) lend: u64,
+}
+
+impl Taken {
+    /// Another node's confirmation.
+    pub(crate) fn parse(body: &[u8]) -> Result<Taken, String> {
+        let t: Taken = serde_json::from_slice(body).map_err(|e| format!("not a confirmation of a session: {e}"))?;
+        if t.lend == 0 || t.to.len() > super::MAX_ID_BYTES {
+            return Err(format!("a confirmation of lend {} to a node name of {} bytes", t.lend, t.to.len()));
+        }
+        Ok(t)
+    }
 }
 
 /// What the nodes answered to one question.
@@ -62,6 +106,18 @@ pub(crate) struct Handed {
     pub(crate) sessions: Vec<String>,
     /// Ids still connected on another node at the last question.
     pub(crate) busy: Vec<String>,
+    /// Ids another node holds by a CONNECT newer than this node's.
+    pub(crate) newer: Vec<String>,
+}
+
+/// A node's answer to one question, from its registry: each session
+/// lent (its lend and JSON), the ids connected there by an older CONNECT
+/// (being taken over) and those connected by a newer one.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Handing {
+    pub(crate) sessions: Vec<(u64, String)>,
+    pub(crate) busy: Vec<String>,
+    pub(crate) newer: Vec<String>,
 }
 
 /// The nodes heard lately (their `megaconn.shared` announcements): whose
@@ -89,10 +145,11 @@ impl Peers {
     }
 }
 
-/// Ask the other nodes for the sessions of `ids`: the answers within
-/// [`WINDOW`], and again after [`BUSY_WAIT`] for ids another node was
-/// taking over (at most [`ROUNDS`] questions).
-pub(super) async fn ask(client: &async_nats::Client, me: &super::link::Me, shared: &super::link::Shared, ids: Vec<String>) -> Handed {
+/// Ask the other nodes for the sessions of `ids`, whose CONNECTs came at
+/// wall-clock `at_us`: the answers within [`WINDOW`], and again after
+/// [`BUSY_WAIT`] for ids another node was taking over (at most [`ROUNDS`]
+/// questions).
+pub(super) async fn ask(client: &async_nats::Client, me: &super::link::Me, shared: &super::link::Shared, ids: Vec<String>, at_us: u64) -> Handed {
     let mut got = Handed { asked: ids.clone(), ..Handed::default() };
     let mut want = ids;
     for round in 0..ROUNDS {
@@ -100,38 +157,43 @@ pub(super) async fn ask(client: &async_nats::Client, me: &super::link::Me, share
             tokio::time::sleep(BUSY_WAIT).await;
         }
         let known = shared.peers.lock().expect("peers").names(Instant::now());
-        let (sessions, busy) = ask_once(client, me, shared, &want, &known).await;
-        got.sessions.extend(sessions);
-        got.busy.clone_from(&busy);
-        want = busy;
+        let once = ask_once(client, me, shared, &want, at_us, &known).await;
+        got.sessions.extend(once.sessions);
+        got.newer.extend(once.newer);
+        got.busy.clone_from(&once.busy);
+        want = once.busy;
         if want.is_empty() {
             break;
         }
     }
+    got.newer.sort();
+    got.newer.dedup();
     got
 }
 
-/// One question: (sessions, busy ids).
+/// One question: each session got (each confirmed to its lender as it
+/// comes), the ids busy and newer elsewhere.
 async fn ask_once(
     client: &async_nats::Client,
     me: &super::link::Me,
     shared: &super::link::Shared,
     ids: &[String],
+    at_us: u64,
     known: &HashSet<String>,
-) -> (Vec<String>, Vec<String>) {
-    let (mut sessions, mut busy, mut done) = (Vec::new(), Vec::new(), HashSet::new());
+) -> Handed {
+    let (mut got, mut done) = (Handed::default(), HashSet::new());
     if known.is_empty() || client.connection_state() != async_nats::connection::State::Connected {
-        return (sessions, busy);
+        return got;
     }
     let inbox = client.new_inbox();
-    let Ok(mut sub) = client.subscribe(inbox.clone()).await else { return (sessions, busy) };
-    let bodies = super::ClientIds::batches(ids.to_vec(), crate::proto::push::wall_us());
+    let Ok(mut sub) = client.subscribe(inbox.clone()).await else { return got };
+    let bodies = super::ClientIds::batches(ids.to_vec(), at_us);
     let batches = bodies.len();
     for body in bodies {
         let h = me.headers(SESSIONS_TAKE, "", "", "", &body);
         if let Err(e) = client.publish_with_reply_and_headers(SESSIONS_TAKE, inbox.clone(), h, body.into()).await {
             shared.error(format!("cannot ask the other nodes for MQTT sessions: {e}"));
-            return (sessions, busy);
+            return got;
         }
     }
     let asked: HashSet<&str> = ids.iter().map(String::as_str).collect();
@@ -149,9 +211,15 @@ async fn ask_once(
             }
         };
         match serde_json::from_slice::<Answer>(&reply.payload) {
-            Ok(Answer { session: Some(session), .. }) => sessions.push(session.get().to_string()),
-            Ok(Answer { done: true, busy: b, .. }) => {
-                busy.extend(b.into_iter().filter(|i| asked.contains(i.as_str())));
+            Ok(Answer { session: Some(session), lend, .. }) => {
+                got.sessions.push(session.get().to_string());
+                if lend != 0 {
+                    confirm(client, me, shared, Taken { to: node, lend }).await;
+                }
+            }
+            Ok(Answer { done: true, busy: b, newer, .. }) => {
+                got.busy.extend(b.into_iter().filter(|i| asked.contains(i.as_str())));
+                got.newer.extend(newer.into_iter().filter(|i| asked.contains(i.as_str())));
                 let n = dones.entry(node.clone()).or_default();
                 *n += 1;
                 if *n >= batches && known.contains(&node) {
@@ -162,9 +230,18 @@ async fn ask_once(
             Err(e) => shared.refuse(Refusal::Malformed, format!("refused an answer about MQTT sessions from node '{node}': {e}")),
         }
     }
-    busy.sort();
-    busy.dedup();
-    (sessions, busy)
+    got.busy.sort();
+    got.busy.dedup();
+    got
+}
+
+/// Tell the node that lent a session that it came.
+async fn confirm(client: &async_nats::Client, me: &super::link::Me, shared: &super::link::Shared, taken: Taken) {
+    let body = serde_json::to_vec(&taken).expect("serializes");
+    let h = me.headers(SESSIONS_TAKEN, "", "", "", &body);
+    if let Err(e) = client.publish_with_headers(SESSIONS_TAKEN, h, body.into()).await {
+        shared.error(format!("cannot confirm to node '{}' the MQTT session it handed over (it keeps it again after a while): {e}", taken.to));
+    }
 }
 
 #[cfg(test)]
@@ -176,9 +253,22 @@ mod tests {
         let s: Answer = serde_json::from_slice(br#"{"session":{"id":"a","subs":[],"messages":[]}}"#).unwrap();
         assert!(s.session.is_some_and(|s| s.get().contains("\"id\":\"a\"")));
         let d: Answer = serde_json::from_slice(br#"{"done":true,"busy":["a"]}"#).unwrap();
-        assert!(d.done && d.busy == ["a"] && d.session.is_none());
+        assert!(d.done && d.busy == ["a"] && d.session.is_none() && d.newer.is_empty());
         let bye = serde_json::to_string(&Answer { done: true, ..Answer::default() }).unwrap();
         assert_eq!(bye, r#"{"done":true,"busy":[]}"#);
+        let lent: Answer = serde_json::from_slice(br#"{"session":{"id":"a"},"lend":7}"#).unwrap();
+        assert_eq!(lent.lend, 7);
+        let newer = serde_json::to_string(&Answer { done: true, newer: vec!["b".into()], ..Answer::default() }).unwrap();
+        assert_eq!(newer, r#"{"done":true,"busy":[],"newer":["b"]}"#);
+    }
+
+    #[test]
+    fn confirmations_are_checked() {
+        assert_eq!(Taken::parse(br#"{"to":"A","lend":3}"#), Ok(Taken { to: "A".into(), lend: 3 }));
+        assert!(Taken::parse(br#"{"to":"A","lend":0}"#).unwrap_err().contains("lend 0"));
+        assert!(Taken::parse(br#"{"to":"A"}"#).unwrap_err().contains("not a confirmation"));
+        let long = format!(r#"{{"to":"{}","lend":1}}"#, "n".repeat(4096));
+        assert!(Taken::parse(long.as_bytes()).is_err());
     }
 
     #[test]

@@ -1563,3 +1563,140 @@ fn a_shared_group_with_members_on_two_nodes_gets_each_message_once() {
     rest.sort();
     assert_eq!(rest, ["jobs/20 job20", "jobs/21 job21", "jobs/22 job22", "jobs/23 job23"], "all to the member left");
 }
+
+/// Headers signed with the cluster's key for a message of `origin` to
+/// `subject`: what a node of this cluster sends (here, a fake one).
+fn signed_by(key: &KeyFile, subject: &str, origin: &str, data: &[u8]) -> Vec<(String, String)> {
+    let now = megaconn::cluster::sign::now_ms().to_string();
+    let s = megaconn::cluster::sign::Signed { subject, origin, target: "", publish_us: "", time_ms: &now, position: "", follows: "", mqtt: "" };
+    let signature = megaconn::cluster::sign::sign(&key.key(), &s, data);
+    vec![("Megaconn-Origin".into(), origin.into()), ("Megaconn-Time".into(), now), ("Megaconn-Signature".into(), signature)]
+}
+
+fn hpub_signed(key: &KeyFile, subject: &str, reply: Option<&str>, origin: &str, data: &[u8]) -> Vec<u8> {
+    let h = signed_by(key, subject, origin, data);
+    let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    hpub(subject, reply, &h, data)
+}
+
+/// A fake node asks the nodes for the session of `id` (signed, on
+/// megaconn.sessions.take) for a CONNECT `ago_us` before now: the
+/// answers, as nats-server sent them.
+fn ask_as_fake_node_at(nats: &Nats, key: &KeyFile, id: &str, ago_us: i64) -> String {
+    let now_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_micros() as i64;
+    let body = format!(r#"{{"ids":["{id}"],"at_us":{}}}"#, now_us - ago_us);
+    // A node's answers go to its own inbox (any other reply subject is refused).
+    let mut ops = b"SUB megaconn.inbox.FAKE.r 2\r\n".to_vec();
+    ops.extend(hpub_signed(key, "megaconn.sessions.take", Some("megaconn.inbox.FAKE.r"), "FAKE", body.as_bytes()));
+    nats_raw_at(&nats.addr, ops, "\"done\":true")
+}
+
+/// A fake node asks for the session of `id` as of now: the lend number
+/// of the session it got.
+fn ask_as_fake_node(nats: &Nats, key: &KeyFile, id: &str) -> u64 {
+    let got = ask_as_fake_node_at(nats, key, id, 0);
+    let at = got.find("\"lend\":").unwrap_or_else(|| panic!("no session lent in the answer: {got}"));
+    assert!(got.contains(&format!("\"id\":\"{id}\"")), "{got}");
+    got[at + 7..].chars().take_while(char::is_ascii_digit).collect::<String>().parse().expect("a lend number")
+}
+
+/// Sessions move in two phases: a node that hands a session over keeps
+/// it aside until the asker confirms it came. A fake node (a bare NATS
+/// client signing with the cluster's key) asks for a 3.1.1 client's
+/// session with a QoS 1 message queued and never confirms, as an asker
+/// whose round ended before the answer came: after 5 s the node keeps
+/// the session again, and the client resumes it there with its message
+/// (before, it was lost in transit). A second session the fake node
+/// confirms is gone from the node; an unsigned confirmation is refused
+/// and keeps nothing from coming back.
+#[test]
+fn a_session_handed_over_and_never_confirmed_is_kept_again_not_lost() {
+    use crate::mqtt_sessions::connected;
+    let nats = loopback_nats(&[]);
+    let key = KeyFile::new("lend");
+    let (_a, admin, port) = loopback_node(&format!("nats://{}", nats.addr), "LA", &key, &["--protocol", "mqtt"]);
+    wait_until("the node takes megaconn.sessions.taken", Duration::from_secs(20), || {
+        get(&admin, "/healthz").0 == 200 && routed(&nats.monitor, "megaconn.sessions.taken")
+    });
+    let sessions = || get(&admin, "/stats").1["mqtt_sessions"].clone();
+    for id in ["unconfirmed", "confirmed"] {
+        let (mut s, _, code) = connected(port, 4, id, false);
+        assert_eq!(code, 0);
+        // SUBSCRIBE t/# at QoS 1, then its SUBACK.
+        s.write_all(&[0x82, 8, 0, 1, 0, 3, b't', b'/', b'#', 1]).unwrap();
+        let mut suback = [0u8; 5];
+        s.read_exact(&mut suback).unwrap();
+        assert_eq!(suback, [0x90, 3, 0, 1, 1]);
+    }
+    wait_until("both sessions kept", Duration::from_secs(10), || sessions()["kept"] == 2);
+    assert_eq!(get_post(&admin, "/publish?topic=t/1&qos=1", b"queued").0, 200);
+    wait_until("the message queued for both", Duration::from_secs(10), || sessions()["queued"] == 2);
+
+    let lend = ask_as_fake_node(&nats, &key, "unconfirmed");
+    let s = sessions();
+    assert_eq!((s["kept"].as_u64(), s["lent"].as_u64(), s["handed_over"].as_u64()), (Some(1), Some(1), Some(0)), "lent, not handed over: {s}");
+    // An unsigned confirmation (a stranger on NATS) is refused.
+    let forged = format!(r#"{{"to":"LA","lend":{lend}}}"#);
+    let mut op = format!("PUB megaconn.sessions.taken {}\r\n", forged.len()).into_bytes();
+    op.extend_from_slice(forged.as_bytes());
+    op.extend_from_slice(b"\r\n");
+    nats_raw_at(&nats.addr, op, "PONG");
+    wait_until("the stranger's confirmation refused", Duration::from_secs(10), || refused(&admin, "unsigned") == 1);
+    wait_until("kept again after 5 s without a confirmation", Duration::from_secs(15), || {
+        let s = sessions();
+        s["returned"] == 1 && s["lent"] == 0 && s["kept"] == 2
+    });
+    let (mut back, present, code) = connected(port, 4, "unconfirmed", false);
+    assert_eq!((present, code), (true, 0), "its client resumes it on the node");
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 256];
+    while !got.windows(6).any(|w| w == b"queued") {
+        let n = back.read(&mut chunk).expect("the queued message within 20 s");
+        assert!(n > 0, "closed before the queued message came: {got:?}");
+        got.extend_from_slice(&chunk[..n]);
+    }
+    assert_eq!(got[0] & 0xF0, 0x30, "a PUBLISH: {got:?}");
+
+    let lend = ask_as_fake_node(&nats, &key, "confirmed");
+    let taken = format!(r#"{{"to":"LA","lend":{lend}}}"#);
+    nats_raw_at(&nats.addr, hpub_signed(&key, "megaconn.sessions.taken", None, "FAKE", taken.as_bytes()), "PONG");
+    wait_until("confirmed: handed over", Duration::from_secs(10), || {
+        let s = sessions();
+        s["handed_over"] == 1 && s["lent"] == 0 && s["kept"] == 0
+    });
+    let (_again, present, code) = connected(port, 4, "confirmed", false);
+    assert_eq!((present, code), (false, 0), "its session went to the node that confirmed it");
+    assert_eq!(sessions()["returned"], 1);
+    drop(nats);
+}
+
+/// Of two CONNECTs of one client id on two nodes, the newer stays: a node
+/// asked for the session of an id connected there by a newer CONNECT
+/// than the asker's says so (`newer`) and keeps the connection (before,
+/// it took it over); asked for an older one's, it takes it over (the
+/// client gets DISCONNECT 0x8E) and says it is busy.
+#[test]
+fn a_question_about_an_older_connect_leaves_the_newer_connection_alone() {
+    use crate::mqtt_sessions::{connected, rest};
+    let nats = loopback_nats(&[]);
+    let key = KeyFile::new("newer");
+    let (_a, admin, port) = loopback_node(&format!("nats://{}", nats.addr), "NA", &key, &["--protocol", "mqtt"]);
+    wait_until("the node takes megaconn.sessions.take", Duration::from_secs(20), || {
+        get(&admin, "/healthz").0 == 200 && routed(&nats.monitor, "megaconn.sessions.take")
+    });
+    let (mut dev, _, code) = connected(port, 5, "dev", true);
+    assert_eq!(code, 0);
+    let got = ask_as_fake_node_at(&nats, &key, "dev", 10_000_000);
+    assert!(got.contains(r#""busy":[],"newer":["dev"]"#), "the node holds dev by a newer CONNECT: {got}");
+    // Still connected: PINGREQ, PINGRESP.
+    dev.write_all(&[0xC0, 0]).unwrap();
+    let mut pong = [0u8; 2];
+    dev.read_exact(&mut pong).unwrap();
+    assert_eq!(pong, [0xD0, 0], "dev's connection stays");
+    let got = ask_as_fake_node_at(&nats, &key, "dev", -1_000_000);
+    assert!(got.contains(r#""busy":["dev"]"#) && !got.contains("newer"), "an older CONNECT is taken over: {got}");
+    let said = rest(dev);
+    assert!(said.len() >= 3 && said[0] == 0xE0 && said[2] == 0x8E, "DISCONNECT 0x8E (Session taken over), then closed, not {said:?}");
+    assert_eq!(get(&admin, "/stats").1["mqtt_sessions"]["taken_over"], 1);
+    drop(nats);
+}

@@ -162,7 +162,11 @@ impl Relay {
         match ev {
             ClusterEvent::Published { request, result } => self.published(request, result, publisher, live, pool),
             // The supervisor's own (fleet.rs): it stops, or takes over.
-            ClusterEvent::Fatal(_) | ClusterEvent::ClientIds { .. } | ClusterEvent::SessionsAsked { .. } | ClusterEvent::SessionsHanded(_) => {}
+            ClusterEvent::Fatal(_)
+            | ClusterEvent::ClientIds { .. }
+            | ClusterEvent::SessionsAsked { .. }
+            | ClusterEvent::SessionsHanded(_)
+            | ClusterEvent::SessionsTaken { .. } => {}
             ClusterEvent::SharedGroups { node, announce } => publisher.shared.heard(&node, announce, std::time::Instant::now()),
             ClusterEvent::Mine { request, index, topic, at } => {
                 self.mine.entry(topic).or_default().insert(at.offset, (request, index, at));

@@ -90,7 +90,9 @@ crate::counters! {
         taken_over: counter "mqtt_sessions_taken_over" "MQTT connections closed because a CONNECT with their client id came (session takeover)",
         moved: counter "mqtt_sessions_moved" "MQTT client ids that connected to another cluster node: their connection here taken over, or their kept session here dropped",
         moved_in: counter "mqtt_sessions_moved_in" "MQTT sessions another cluster node handed over to a client that came back here",
-        handed_over: counter "mqtt_sessions_handed_over" "MQTT sessions kept here handed over to another cluster node the client came back to",
+        handed_over: counter "mqtt_sessions_handed_over" "MQTT sessions kept here handed over to another cluster node the client came back to (once that node confirmed it got them)",
+        lent: gauge "mqtt_sessions_lent" "MQTT sessions handed to another cluster node that has not confirmed it got them yet (kept aside here until it does, at most 5 s)",
+        returned: counter "mqtt_sessions_returned" "MQTT sessions handed to another cluster node that never confirmed it got them: kept here again for their client's next CONNECT",
         queued: counter "mqtt_session_queued" "Messages queued for MQTT sessions whose client was gone",
         queue_dropped: by("reason") "mqtt_session_queue_dropped" "Messages for gone clients not queued, by reason (queue: --mqtt-session-queue, queue_bytes: --mqtt-session-queue-bytes, sessions_bytes: --mqtt-sessions-bytes); the newest is dropped",
         wills_delayed: counter "mqtt_wills_delayed" "MQTT wills held for their v5 Will Delay Interval",
@@ -214,6 +216,11 @@ pub(crate) struct Sessions {
     /// Connections taken over because another node asked for their
     /// session: their state is kept (to hand over), their will dropped.
     handing: HashSet<IdKey>,
+    /// Sessions lent to other nodes, by lend, until confirmed
+    /// (`moving.rs`); `lending` finds one by its key.
+    lent: BTreeMap<u64, moving::Lent>,
+    lending: HashMap<IdKey, u64>,
+    next_lend: u64,
 }
 
 impl Sessions {
@@ -239,7 +246,7 @@ impl Sessions {
                     out.extend(self.ask(worker, key, c, now));
                 } else {
                     out.extend(self.displaced_asking(&key));
-                    out.push(self.admit(worker, key, c, now));
+                    out.push(self.admit(worker, key, c, now, self.clock_us));
                 }
             }
         }
@@ -258,8 +265,9 @@ impl Sessions {
         self.keyer.key(id)
     }
 
-    /// Register a claim whose id is free and answer it with its session.
-    fn admit(&mut self, worker: usize, key: IdKey, c: SessionClaim, now: Instant) -> Action {
+    /// Register a claim whose id is free and answer it with its session;
+    /// in a cluster its admission is noted at `at_us`, its CONNECT's time.
+    fn admit(&mut self, worker: usize, key: IdKey, c: SessionClaim, now: Instant, at_us: u64) -> Action {
         if self.online.len() >= self.cfg.max_ids {
             crate::stats::counters::bump(&mut self.counters.refused, "ids");
             return Action::Answer(worker, refusal(c.conn, REFUSED, c.v5));
@@ -274,7 +282,7 @@ impl Sessions {
             names.insert(key, c.client_id.as_str().into());
         }
         if self.cluster {
-            self.recent.note(key, if self.clock_us > 0 { self.clock_us } else { crate::proto::push::wall_us() });
+            self.recent.note(key, if at_us > 0 { at_us } else { crate::proto::push::wall_us() });
         }
         let mut kept = self.take(&key);
         if kept.as_ref().is_some_and(|k| k.expires.is_some_and(|t| t <= now)) {
@@ -341,7 +349,7 @@ impl Sessions {
             None => {}
         }
         if let Some((w, c)) = next {
-            out.push(self.admit(w, e.key, c, now));
+            out.push(self.admit(w, e.key, c, now, self.clock_us));
         }
         out
     }

@@ -298,11 +298,17 @@ impl ServerFleet {
             ServerEvent::Cluster(crate::cluster::ClusterEvent::Fatal(e)) => return self.failure = Some(e),
             ServerEvent::Cluster(crate::cluster::ClusterEvent::ClientIds { node, ids, at_us }) => {
                 let theirs_wins = self.relay.as_ref().is_some_and(|r| node.as_str() > r.node());
-                let actions = self.publisher.sessions.connected_elsewhere(&ids, at_us, theirs_wins);
+                let actions = self.publisher.sessions.connected_elsewhere(&node, &ids, at_us, theirs_wins);
                 return self.session_actions(actions);
             }
-            ServerEvent::Cluster(crate::cluster::ClusterEvent::SessionsAsked { node, ids, reply }) => return self.hand_sessions(&node, ids, reply),
+            ServerEvent::Cluster(crate::cluster::ClusterEvent::SessionsAsked { node, ids, at_us, reply }) => {
+                return self.hand_sessions(&node, ids, at_us, reply)
+            }
             ServerEvent::Cluster(crate::cluster::ClusterEvent::SessionsHanded(handed)) => return self.sessions_handed(handed),
+            ServerEvent::Cluster(crate::cluster::ClusterEvent::SessionsTaken { node, lend }) => {
+                self.publisher.sessions.taken(&node, lend);
+                return;
+            }
             ServerEvent::Cluster(ev) => {
                 let running = self.live();
                 if let Some(r) = &mut self.relay {
@@ -364,7 +370,7 @@ impl ServerFleet {
                 // Claims that want a session kept on another node.
                 let asks = self.publisher.sessions.take_asks();
                 if let (Some(r), false) = (&self.relay, asks.is_empty()) {
-                    r.link.ask_sessions(asks);
+                    r.link.ask_sessions(asks, at_us);
                 }
                 self.session_actions(actions);
             }
@@ -399,8 +405,9 @@ impl ServerFleet {
     /// for (0 outside a cluster or with the link down). Those handed over
     /// are not in `--mqtt-sessions-file` when the process stops.
     pub(crate) fn sessions_to_hand_over(&self) -> u64 {
+        let c = &self.publisher.sessions.counters;
         match self.relay.as_ref().is_some_and(|r| r.link.up()) {
-            true => self.publisher.sessions.counters.kept,
+            true => c.kept + c.lent,
             false => 0,
         }
     }
@@ -412,15 +419,29 @@ impl ServerFleet {
         }
     }
 
-    /// Another node asks for the MQTT sessions of `ids`: those kept here
-    /// go to it, the connections of the others here are taken over.
-    fn hand_sessions(&mut self, node: &str, ids: Vec<String>, reply: String) {
+    /// Claims that waited for the other nodes, admitted: announced at
+    /// the times of their CONNECTs (one message per time).
+    fn admitted_at(&mut self, admitted: Vec<(String, u64)>) {
+        let mut by_time: std::collections::BTreeMap<u64, Vec<String>> = std::collections::BTreeMap::new();
+        for (id, at_us) in admitted {
+            by_time.entry(at_us).or_default().push(id);
+        }
+        for (at_us, ids) in by_time {
+            self.admitted_here(ids, at_us);
+        }
+    }
+
+    /// Another node asks for the MQTT sessions of `ids`, whose CONNECTs
+    /// came at `at_us`: those kept here are lent to it, the connections
+    /// here of older CONNECTs taken over.
+    fn hand_sessions(&mut self, node: &str, ids: Vec<String>, at_us: u64, reply: String) {
         let Some(r) = &self.relay else { return };
         if node == r.node() {
             return;
         }
-        let (sessions, busy, actions) = self.publisher.sessions.hand_over(&ids, Instant::now(), crate::proto::push::wall_us());
-        r.link.hand_sessions(reply, sessions, busy);
+        let theirs_wins = node > r.node();
+        let (answer, actions) = self.publisher.sessions.hand_over(node, &ids, at_us, theirs_wins, Instant::now(), crate::proto::push::wall_us());
+        r.link.hand_sessions(reply, answer);
         self.session_actions(actions);
     }
 
@@ -437,8 +458,8 @@ impl ServerFleet {
         let (now, wall) = (Instant::now(), crate::proto::push::wall_us());
         // Admissions noted at the time they are announced with.
         self.publisher.sessions.clock(wall);
-        let (actions, admitted) = self.publisher.sessions.handed(&handed.asked, sessions, now, wall);
-        self.admitted_here(admitted, wall);
+        let (actions, admitted) = self.publisher.sessions.handed(&handed.asked, &handed.newer, sessions, now, wall);
+        self.admitted_at(admitted);
         self.session_actions(actions);
     }
 
@@ -666,9 +687,10 @@ impl ServerFleet {
         let mut actions = self.publisher.sessions.expire(Instant::now(), link_down);
         let wall = crate::proto::push::wall_us();
         self.publisher.sessions.clock(wall);
+        self.publisher.sessions.unconfirmed(Instant::now(), wall);
         let (answers, admitted) = self.publisher.sessions.overdue(Instant::now());
         actions.extend(answers);
-        self.admitted_here(admitted, wall);
+        self.admitted_at(admitted);
         self.session_actions(actions);
         self.publisher.history.expire(crate::proto::push::wall_us());
         self.save_state(false);

@@ -91,25 +91,25 @@ impl Sessions {
         let c = &self.counters;
         let expired: u64 = c.expired.values().sum();
         let wills: u64 = c.wills_delayed + c.wills_cancelled + c.wills_published.values().sum::<u64>();
-        c.stored + c.resumed + c.discarded + c.queued + expired + c.moved + c.moved_in + c.handed_over + c.loaded + wills
+        c.stored + c.resumed + c.discarded + c.queued + expired + c.moved + c.moved_in + c.handed_over + c.returned + c.loaded + wills
     }
 
     /// The kept sessions with their ids, oldest first, as of `now`
-    /// (wall-clock µs `wall`).
+    /// (wall-clock µs `wall`), then those lent to another node and not
+    /// confirmed yet (a process stopping then keeps them: the client's
+    /// next CONNECT may find its session on two nodes, never on none).
     pub(crate) fn saved(&self, now: Instant, wall: u64) -> Vec<SavedSession> {
-        self.order
-            .values()
-            .filter_map(|key| {
-                let k = self.kept.get(key)?;
-                Some(SavedSession {
-                    id: k.id.as_deref()?.to_string(),
-                    expires_us: k.expires.map(|t| wall_at(t, now, wall)),
-                    subs: k.subs.clone(),
-                    messages: k.messages.iter().cloned().collect(),
-                    will: self.wills.waiting(key).map(|(due, will)| SavedWill { at_us: wall_at(*due, now, wall), will: will.clone() }),
-                })
+        let kept = self.order.values().filter_map(|key| {
+            let k = self.kept.get(key)?;
+            Some(SavedSession {
+                id: k.id.as_deref()?.to_string(),
+                expires_us: k.expires.map(|t| wall_at(t, now, wall)),
+                subs: k.subs.clone(),
+                messages: k.messages.iter().cloned().collect(),
+                will: self.wills.waiting(key).map(|(due, will)| SavedWill { at_us: wall_at(*due, now, wall), will: will.clone() }),
             })
-            .collect()
+        });
+        kept.chain(self.lent_sessions().cloned()).collect()
     }
 
     /// A session read from the file, kept within this server's bounds

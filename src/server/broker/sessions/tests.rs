@@ -211,19 +211,19 @@ fn an_id_that_connected_to_another_node_leaves_this_one() {
     let (a, b) = (conn_id(0, 1, 0), conn_id(1, 2, 0));
     // In a cluster a claim that wants its session asks the other nodes first.
     assert!(s.claim(0, claim(a, "dev-a", false, NEVER), now).is_empty());
-    assert_eq!(answer(&s.handed(&["dev-a".into()], Vec::new(), now, 0).0).code, 0);
+    assert_eq!(answer(&s.handed(&["dev-a".into()], &[], Vec::new(), now, 0).0).code, 0);
     assert!(s.claim(0, claim(b, "dev-k", false, NEVER), now).is_empty());
-    assert_eq!(answer(&s.handed(&["dev-k".into()], Vec::new(), now, 0).0).code, 0);
+    assert_eq!(answer(&s.handed(&["dev-k".into()], &[], Vec::new(), now, 0).0).code, 0);
     let state = SessionState { subs: vec![KeptSub::new("t/#", 1)], messages: Vec::new() };
     assert!(s.ended(end(&s, b, "dev-k", NEVER, Some(state)), now).is_empty());
     let admitted = s.recent.since(&s.key("dev-a")).expect("admission noted in a cluster");
 
     // Another node's CONNECT before ours: ours stays (theirs is closed there).
-    assert!(s.connected_elsewhere(&["dev-a".into()], admitted - 1, true).is_empty());
-    assert!(s.connected_elsewhere(&["dev-a".into()], admitted, false).is_empty(), "a tie our node id wins");
+    assert!(s.connected_elsewhere("B", &["dev-a".into()], admitted - 1, true).is_empty());
+    assert!(s.connected_elsewhere("B", &["dev-a".into()], admitted, false).is_empty(), "a tie our node id wins");
     // Later: ours is taken over, once.
-    assert_eq!(s.connected_elsewhere(&["dev-a".into()], admitted, true), vec![Action::Takeover(0, a)]);
-    assert!(s.connected_elsewhere(&["dev-a".into(), "dev-k".into(), "nobody".into()], admitted + 5, true).is_empty());
+    assert_eq!(s.connected_elsewhere("B", &["dev-a".into()], admitted, true), vec![Action::Takeover(0, a)]);
+    assert!(s.connected_elsewhere("B", &["dev-a".into(), "dev-k".into(), "nobody".into()], admitted + 5, true).is_empty());
     assert_eq!((s.counters.moved, s.counters.kept), (2, 0), "dev-a's connection and dev-k's kept session");
     let will = ClientPublish { topic: "w".into(), data: "d".into(), qos: 1, retain: false, mqtt: None };
     let state = SessionState { subs: vec![KeptSub::new("x", 1)], messages: Vec::new() };
@@ -275,7 +275,7 @@ fn sessions_move_between_cluster_nodes() {
     let (dev, live) = (conn_id(0, 1, 0), conn_id(0, 2, 0));
     for (conn, id) in [(dev, "dev"), (live, "live")] {
         assert!(a.claim(0, claim(conn, id, false, NEVER), now).is_empty());
-        assert_eq!(answer(&a.handed(&[id.into()], Vec::new(), now, wall).0).code, 0);
+        assert_eq!(answer(&a.handed(&[id.into()], &[], Vec::new(), now, wall).0).code, 0);
     }
     assert_eq!(a.take_asks(), ["dev", "live"]);
     a.ended(end(&a, dev, "dev", NEVER, Some(SessionState { subs: vec![KeptSub::new("t/#", 1)], messages: Vec::new() })), now);
@@ -289,30 +289,44 @@ fn sessions_move_between_cluster_nodes() {
     assert_eq!(answer(&b.claim(1, claim(second, "dev", false, NEVER), now)).code, DISPLACED.0);
     assert!(b.take_asks().is_empty(), "the question asked serves it");
 
-    // A gives up dev's session; nobody's is nowhere.
-    let (sessions, busy, actions) = a.hand_over(&["dev".into(), "nobody".into()], now, wall);
-    assert_eq!((sessions.len(), busy.len(), actions.len()), (1, 0, 0));
-    assert_eq!((a.counters.kept, a.counters.handed_over, a.counters.bytes), (0, 1, 0));
-    let saved: saved::SavedSession = serde_json::from_str(&sessions[0]).unwrap();
+    // A lends dev's session to B; nobody's is nowhere.
+    let after = crate::proto::push::wall_us() + 1_000_000;
+    let (lent, actions) = a.hand_over("B", &["dev".into(), "nobody".into()], after, true, now, wall);
+    assert_eq!((lent.sessions.len(), lent.busy.len(), lent.newer.len(), actions.len()), (1, 0, 0, 0));
+    assert_eq!((a.counters.kept, a.counters.lent, a.counters.handed_over, a.counters.bytes), (0, 1, 0, 0), "kept aside, not handed over yet");
+    let (lend, json) = lent.sessions[0].clone();
+    let saved: saved::SavedSession = serde_json::from_str(&json).unwrap();
     assert_eq!(saved.check(), Ok(()));
-    let (actions, admitted) = b.handed(&["dev".into()], vec![saved], now, wall);
+    assert_eq!(a.saved(now, wall), std::slice::from_ref(&saved), "a lent session still goes into the file");
+    assert!(!a.taken("C", lend) && !a.taken("B", lend + 1), "only the node it was lent to confirms it");
+    assert!(a.taken("B", lend));
+    assert_eq!((a.counters.lent, a.counters.handed_over), (0, 1));
+    assert!(a.saved(now, wall).is_empty());
+    let (actions, admitted) = b.handed(&["dev".into()], &[], vec![saved], now, wall);
     let got = answer(&actions);
     assert!(got.conn == second && got.present && got.subs == [KeptSub::new("t/#", 1)], "{got:?}");
     assert_eq!(got.messages.iter().map(|m| m.data.as_str()).collect::<Vec<_>>(), ["AQ==", "Ag=="], "in order");
-    assert_eq!((admitted, b.counters.moved_in, b.counters.resumed), (vec!["dev".to_string()], 1, 1));
+    assert_eq!((admitted, b.counters.moved_in, b.counters.resumed), (vec![("dev".to_string(), 0)], 1, 1));
 
-    // live is connected on A: taken over once, busy until its end kept
-    // its session (its will dropped), then handed over.
-    let (_, busy, actions) = a.hand_over(&["live".into()], now, wall);
-    assert_eq!((busy, actions), (vec!["live".to_string()], vec![Action::Takeover(0, live)]));
-    assert_eq!(a.hand_over(&["live".into()], now, wall).2, vec![], "taken over once");
+    // live is connected on A by an older CONNECT: taken over once, busy
+    // until its end kept its session (its will dropped), then lent.
+    let (answer1, actions) = a.hand_over("B", &["live".into()], after, true, now, wall);
+    assert_eq!((answer1.busy, actions), (vec!["live".to_string()], vec![Action::Takeover(0, live)]));
+    assert_eq!(a.hand_over("B", &["live".into()], after, true, now, wall).1, vec![], "taken over once");
     let will = ClientPublish { topic: "w".into(), data: "d".into(), qos: 1, retain: false, mqtt: None };
     let state = SessionState { subs: vec![KeptSub::new("x", 1)], messages: Vec::new() };
     let e = SessionEnd { will: Some(wills::DelayedWill { will, delay_s: 5 }), ..end(&a, live, "live", NEVER, Some(state)) };
     assert!(a.ended(e, now).is_empty(), "no will");
     assert_eq!((a.counters.kept, a.counters.wills_cancelled, a.counters.wills_waiting), (1, 1, 0));
-    let (sessions, busy, _) = a.hand_over(&["live".into()], now, wall);
-    assert_eq!((sessions.len(), busy.len(), a.counters.kept), (1, 0, 0));
+    let (lent, _) = a.hand_over("B", &["live".into()], after, true, now, wall);
+    assert_eq!((lent.sessions.len(), lent.busy.len(), a.counters.kept, a.counters.lent), (1, 0, 0, 1));
+    // Never confirmed (it came after B's round): kept on A again.
+    a.unconfirmed(now + moving::LEND_FOR / 2, wall);
+    assert_eq!((a.counters.kept, a.counters.lent), (0, 1));
+    a.unconfirmed(now + moving::LEND_FOR, wall);
+    assert_eq!((a.counters.kept, a.counters.lent, a.counters.returned, a.counters.handed_over), (1, 0, 1, 1));
+    let again = a.claim(0, claim(conn_id(0, 3, 0), "live", false, NEVER), now);
+    assert!(answer(&again).present, "its client resumes it on A: {again:?}");
 
     // A claim nobody answers is admitted after MAX_WAIT with what B has.
     let late = conn_id(1, 3, 0);
@@ -320,7 +334,7 @@ fn sessions_move_between_cluster_nodes() {
     assert_eq!(b.overdue(now + moving::MAX_WAIT / 2), (vec![], vec![]));
     let (actions, admitted) = b.overdue(now + moving::MAX_WAIT);
     assert!(!answer(&actions).present && answer(&actions).code == 0);
-    assert_eq!(admitted, ["late"]);
+    assert_eq!(admitted, [("late".to_string(), 0)]);
     // A clean CONNECT does not ask, and displaces one that does.
     assert!(b.claim(1, claim(conn_id(1, 4, 0), "c", false, NEVER), now).is_empty());
     let out = b.claim(1, claim(conn_id(1, 5, 0), "c", true, NEVER), now);
@@ -352,4 +366,70 @@ fn a_resumed_session_whose_connection_closed_is_kept_again() {
     s.ended(back, now);
     assert_eq!((s.counters.kept, s.counters.online), (1, 0));
     assert!(answer(&s.claim(0, claim(conn_id(0, 3, 0), "dev", false, 60), now)).present, "resumed on the next CONNECT");
+}
+
+/// Of two CONNECTs of one id on two nodes, the newer stays wherever the
+/// question finds the other: a node asked about an id it holds by a
+/// newer CONNECT keeps it (and says so: the asker refuses its claim); a
+/// claim waiting here is refused when another node announces the id by
+/// a newer CONNECT, and waits on for an older one; a claim admitted after
+/// waiting is noted at its CONNECT's time.
+#[test]
+fn the_newer_connect_of_an_id_stays_across_nodes() {
+    let (now, wall) = (Instant::now(), 1_000_000_000);
+    let mut a = Sessions::new(SessionsConfig::default());
+    a.follow();
+    a.clock(5_000);
+    assert!(a.claim(0, claim(conn_id(0, 1, 0), "dev", true, 0), now).iter().any(|x| matches!(x, Action::Answer(_, ans) if ans.code == 0)));
+    // B's CONNECT came before A's: A keeps its connection.
+    let (answer1, actions) = a.hand_over("B", &["dev".into()], 4_000, true, now, wall);
+    assert_eq!((answer1.newer, answer1.busy, actions), (vec!["dev".to_string()], vec![], vec![]));
+    // The same microsecond: the greater node id wins.
+    assert_eq!(a.hand_over("A0", &["dev".into()], 5_000, false, now, wall).0.newer, ["dev"]);
+    let (answer2, actions) = a.hand_over("C", &["dev".into()], 5_000, true, now, wall);
+    assert_eq!((answer2.busy, actions.len()), (vec!["dev".to_string()], 1), "C's tie wins: taken over");
+
+    // B: a claim waiting for the nodes.
+    let mut b = Sessions::new(SessionsConfig::default());
+    b.follow();
+    b.clock(7_000);
+    let waiting = conn_id(1, 1, 0);
+    assert!(b.claim(1, claim(waiting, "w", false, NEVER), now).is_empty());
+    assert!(b.connected_elsewhere("A", &["w".into()], 6_000, true).is_empty(), "an older CONNECT elsewhere: it waits on");
+    let out = b.connected_elsewhere("A", &["w".into()], 8_000, true);
+    assert!(answer(&out).conn == waiting && answer(&out).code == DISPLACED.0, "a newer one: refused: {out:?}");
+    // An answer that says another node holds it by a newer CONNECT.
+    b.clock(9_000);
+    assert!(b.claim(1, claim(conn_id(1, 2, 0), "x", false, NEVER), now).is_empty());
+    let (out, admitted) = b.handed(&["x".into()], &["x".into()], Vec::new(), now, wall);
+    assert_eq!((answer(&out).code, admitted), (DISPLACED.0, vec![]));
+    // Admitted after waiting: noted at its CONNECT's time, not now's.
+    assert!(b.claim(1, claim(conn_id(1, 3, 0), "y", false, NEVER), now).is_empty());
+    b.clock(12_000);
+    let (_, admitted) = b.handed(&["y".into()], &[], Vec::new(), now, wall);
+    assert_eq!(admitted, [("y".to_string(), 9_000)]);
+    assert_eq!(b.recent.since(&b.key("y")), Some(9_000));
+}
+
+/// A lent session whose client another node announces is no longer this
+/// node's: handed over when it is the node it was lent to (its
+/// confirmation lost), moved when another; never returned.
+#[test]
+fn a_lent_session_goes_when_its_id_is_announced() {
+    let (now, wall) = (Instant::now(), 1_000_000_000);
+    let mut a = Sessions::new(SessionsConfig::default());
+    a.follow();
+    for (i, id) in ["p", "q"].iter().enumerate() {
+        assert!(a.claim(0, claim(conn_id(0, i + 1, 0), id, false, NEVER), now).is_empty());
+        a.overdue(now + moving::MAX_WAIT);
+        a.ended(end(&a, conn_id(0, i + 1, 0), id, NEVER, Some(SessionState::default())), now);
+    }
+    assert_eq!(a.counters.kept, 2);
+    let (lent, _) = a.hand_over("B", &["p".into(), "q".into()], u64::MAX, true, now, wall);
+    assert_eq!((lent.sessions.len(), a.counters.lent), (2, 2));
+    a.connected_elsewhere("B", &["p".into()], u64::MAX, true);
+    a.connected_elsewhere("C", &["q".into()], u64::MAX, true);
+    assert_eq!((a.counters.lent, a.counters.handed_over, a.counters.moved), (0, 1, 1));
+    a.unconfirmed(now + moving::LEND_FOR, wall);
+    assert_eq!((a.counters.kept, a.counters.returned), (0, 0));
 }
