@@ -1601,14 +1601,14 @@ fn ask_as_fake_node(nats: &Nats, key: &KeyFile, id: &str) -> u64 {
 }
 
 /// Sessions move in two phases: a node that hands a session over keeps
-/// it aside until the asker confirms it came. A fake node (a bare NATS
+/// it (lent) until the asker confirms it came. A fake node (a bare NATS
 /// client signing with the cluster's key) asks for a 3.1.1 client's
 /// session with a QoS 1 message queued and never confirms, as an asker
-/// whose round ended before the answer came: after 5 s the node keeps
-/// the session again, and the client resumes it there with its message
-/// (before, it was lost in transit). A second session the fake node
+/// that went away: the session stays kept and queues a second message,
+/// after 5 s the lend ends, and the client resumes it on the node with
+/// both (before, it was lost in transit). A second session the fake node
 /// confirms is gone from the node; an unsigned confirmation is refused
-/// and keeps nothing from coming back.
+/// and ends no lend.
 #[test]
 fn a_session_handed_over_and_never_confirmed_is_kept_again_not_lost() {
     use crate::mqtt_sessions::connected;
@@ -1634,7 +1634,10 @@ fn a_session_handed_over_and_never_confirmed_is_kept_again_not_lost() {
 
     let lend = ask_as_fake_node(&nats, &key, "unconfirmed");
     let s = sessions();
-    assert_eq!((s["kept"].as_u64(), s["lent"].as_u64(), s["handed_over"].as_u64()), (Some(1), Some(1), Some(0)), "lent, not handed over: {s}");
+    assert_eq!((s["kept"].as_u64(), s["lent"].as_u64(), s["handed_over"].as_u64()), (Some(2), Some(1), Some(0)), "lent, still kept: {s}");
+    // Still kept, it still queues what is published meanwhile.
+    assert_eq!(get_post(&admin, "/publish?topic=t/2&qos=1", b"during").0, 200);
+    wait_until("the second message queued for both", Duration::from_secs(10), || sessions()["queued"] == 4);
     // An unsigned confirmation (a stranger on NATS) is refused.
     let forged = format!(r#"{{"to":"LA","lend":{lend}}}"#);
     let mut op = format!("PUB megaconn.sessions.taken {}\r\n", forged.len()).into_bytes();
@@ -1650,12 +1653,13 @@ fn a_session_handed_over_and_never_confirmed_is_kept_again_not_lost() {
     assert_eq!((present, code), (true, 0), "its client resumes it on the node");
     let mut got = Vec::new();
     let mut chunk = [0u8; 256];
-    while !got.windows(6).any(|w| w == b"queued") {
-        let n = back.read(&mut chunk).expect("the queued message within 20 s");
+    while !got.windows(6).any(|w| w == b"during") {
+        let n = back.read(&mut chunk).expect("the queued messages within 20 s");
         assert!(n > 0, "closed before the queued message came: {got:?}");
         got.extend_from_slice(&chunk[..n]);
     }
     assert_eq!(got[0] & 0xF0, 0x30, "a PUBLISH: {got:?}");
+    assert!(got.windows(6).any(|w| w == b"queued"), "the message queued before the lend too: {got:?}");
 
     let lend = ask_as_fake_node(&nats, &key, "confirmed");
     let taken = format!(r#"{{"to":"LA","lend":{lend}}}"#);

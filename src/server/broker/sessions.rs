@@ -91,8 +91,8 @@ crate::counters! {
         moved: counter "mqtt_sessions_moved" "MQTT client ids that connected to another cluster node: their connection here taken over, or their kept session here dropped",
         moved_in: counter "mqtt_sessions_moved_in" "MQTT sessions another cluster node handed over to a client that came back here",
         handed_over: counter "mqtt_sessions_handed_over" "MQTT sessions kept here handed over to another cluster node the client came back to (once that node confirmed it got them)",
-        lent: gauge "mqtt_sessions_lent" "MQTT sessions handed to another cluster node that has not confirmed it got them yet (kept aside here until it does, at most 5 s)",
-        returned: counter "mqtt_sessions_returned" "MQTT sessions handed to another cluster node that never confirmed it got them: kept here again for their client's next CONNECT",
+        lent: gauge "mqtt_sessions_lent" "Kept MQTT sessions sent to another cluster node that has not confirmed it got them yet (still kept here until it does, at most 5 s)",
+        returned: counter "mqtt_sessions_returned" "Kept MQTT sessions sent to another cluster node that never confirmed it got them: this node's again for their client's next CONNECT",
         queued: counter "mqtt_session_queued" "Messages queued for MQTT sessions whose client was gone",
         queue_dropped: by("reason") "mqtt_session_queue_dropped" "Messages for gone clients not queued, by reason (queue: --mqtt-session-queue, queue_bytes: --mqtt-session-queue-bytes, sessions_bytes: --mqtt-sessions-bytes); the newest is dropped",
         wills_delayed: counter "mqtt_wills_delayed" "MQTT wills held for their v5 Will Delay Interval",
@@ -216,10 +216,10 @@ pub(crate) struct Sessions {
     /// Connections taken over because another node asked for their
     /// session: their state is kept (to hand over), their will dropped.
     handing: HashSet<IdKey>,
-    /// Sessions lent to other nodes, by lend, until confirmed
-    /// (`moving.rs`); `lending` finds one by its key.
-    lent: BTreeMap<u64, moving::Lent>,
-    lending: HashMap<IdKey, u64>,
+    /// Kept sessions lent to other nodes, until confirmed (`moving.rs`),
+    /// and the key each lend names.
+    lending: HashMap<IdKey, moving::Lent>,
+    lends: HashMap<u64, IdKey>,
     next_lend: u64,
 }
 
@@ -306,6 +306,7 @@ impl Sessions {
     /// A kept session out of the store, its bytes given back.
     fn take(&mut self, key: &IdKey) -> Option<Kept> {
         let k = self.kept.remove(key)?;
+        self.end_lend(key);
         self.by_filter.remove(key, &k.subs);
         self.order.remove(&k.seq);
         self.counters.bytes -= (k.base + k.queued_bytes) as u64;

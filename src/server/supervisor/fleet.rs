@@ -298,7 +298,7 @@ impl ServerFleet {
             ServerEvent::Cluster(crate::cluster::ClusterEvent::Fatal(e)) => return self.failure = Some(e),
             ServerEvent::Cluster(crate::cluster::ClusterEvent::ClientIds { node, ids, at_us }) => {
                 let theirs_wins = self.relay.as_ref().is_some_and(|r| node.as_str() > r.node());
-                let actions = self.publisher.sessions.connected_elsewhere(&node, &ids, at_us, theirs_wins);
+                let actions = self.publisher.sessions.connected_elsewhere(&ids, at_us, theirs_wins);
                 return self.session_actions(actions);
             }
             ServerEvent::Cluster(crate::cluster::ClusterEvent::SessionsAsked { node, ids, at_us, reply }) => {
@@ -405,9 +405,8 @@ impl ServerFleet {
     /// for (0 outside a cluster or with the link down). Those handed over
     /// are not in `--mqtt-sessions-file` when the process stops.
     pub(crate) fn sessions_to_hand_over(&self) -> u64 {
-        let c = &self.publisher.sessions.counters;
         match self.relay.as_ref().is_some_and(|r| r.link.up()) {
-            true => c.kept + c.lent,
+            true => self.publisher.sessions.counters.kept,
             false => 0,
         }
     }
@@ -687,7 +686,7 @@ impl ServerFleet {
         let mut actions = self.publisher.sessions.expire(Instant::now(), link_down);
         let wall = crate::proto::push::wall_us();
         self.publisher.sessions.clock(wall);
-        self.publisher.sessions.unconfirmed(Instant::now(), wall);
+        self.publisher.sessions.unconfirmed(Instant::now());
         let (answers, admitted) = self.publisher.sessions.overdue(Instant::now());
         actions.extend(answers);
         self.admitted_at(admitted);

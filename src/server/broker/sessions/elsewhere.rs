@@ -60,14 +60,13 @@ impl Recent {
 }
 
 impl Sessions {
-    /// Client ids that connected to node `node` at `at_us`; `theirs_wins`
+    /// Client ids that connected to another node at `at_us`; `theirs_wins`
     /// breaks a tie of the same microsecond (their node id is greater).
     /// The takeovers and refusals to send; the rest is done here.
-    pub(crate) fn connected_elsewhere(&mut self, node: &str, ids: &[String], at_us: u64, theirs_wins: bool) -> Vec<Action> {
+    pub(crate) fn connected_elsewhere(&mut self, ids: &[String], at_us: u64, theirs_wins: bool) -> Vec<Action> {
         let mut out = Vec::new();
         for id in ids {
             let key = self.keyer.key(id);
-            self.lent_gone(&key, node);
             out.extend(self.displaced_elsewhere(&key, at_us, theirs_wins));
             if self.wills.cancel(&key) {
                 self.counters.wills_cancelled += 1;

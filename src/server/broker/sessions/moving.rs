@@ -48,13 +48,16 @@ pub(super) struct Asking {
     at_us: u64,
 }
 
-/// A session lent to another node, until it confirms it came.
+/// A kept session lent to another node, until it confirms it came: the
+/// session itself stays in the store (queuing, bounded, in the file).
 #[derive(Debug)]
 pub(super) struct Lent {
-    key: IdKey,
+    lend: u64,
     asker: String,
     until: Instant,
-    session: SavedSession,
+    /// Queued messages left out of the answer (past `MAX_ANSWER`),
+    /// counted dropped once the asker confirms.
+    left_out: u64,
 }
 
 impl Sessions {
@@ -119,6 +122,11 @@ impl Sessions {
         let mut refused: Vec<Action> = newer.iter().filter_map(|id| self.displaced_asking(&self.keyer.key(id))).collect();
         for s in sessions {
             let key = self.keyer.key(&s.id);
+            // Its client lives on a node with a newer CONNECT: not kept here.
+            if newer.contains(&s.id) {
+                self.counters.moved += 1;
+                continue;
+            }
             // Its claim may have been answered already (it waited past
             // MAX_WAIT): kept for the client's next CONNECT, unless the id
             // is connected here now or has a session here.
@@ -183,81 +191,65 @@ impl Sessions {
                 answer.busy.push(id.clone());
                 continue;
             }
-            // Moved out of the store, not copied.
-            let Some(k) = self.take(&key) else { continue };
+            // Copied: the session stays here, lent, until the asker confirms.
+            let Some(k) = self.kept.get(&key) else { continue };
             let expires_us = k.expires.map(|t| super::saved::wall_at(t, now, wall));
-            let s = SavedSession { id: id.clone(), expires_us, subs: k.subs, messages: k.messages.into(), will: None };
-            // Its client is back: a will waiting for its delay goes.
-            if self.wills.cancel(&key) {
-                self.counters.wills_cancelled += 1;
-                self.counters.wills_waiting = self.wills.len() as u64;
-            }
-            let (json, session, dropped) = answer_within(s);
-            if dropped > 0 {
-                *self.counters.queue_dropped.entry("move".into()).or_insert(0) += dropped;
-            }
+            let s = SavedSession { id: id.clone(), expires_us, subs: k.subs.clone(), messages: k.messages.iter().cloned().collect(), will: None };
+            let (json, left_out) = answer_within(s);
+            // Lent again (another node asks): the last lend is the one.
+            self.end_lend(&key);
             self.next_lend += 1;
             let lend = self.next_lend;
-            self.lending.insert(key, lend);
-            self.lent.insert(lend, Lent { key, asker: asker.to_string(), until: now + LEND_FOR, session });
-            self.counters.lent = self.lent.len() as u64;
+            self.lends.insert(lend, key);
+            self.lending.insert(key, Lent { lend, asker: asker.to_string(), until: now + LEND_FOR, left_out });
+            self.counters.lent = self.lending.len() as u64;
             answer.sessions.push((lend, json));
         }
         (answer, out)
     }
 
     /// Node `node` confirmed it got the session lent as `lend`: gone from
-    /// here. Whether one was waiting (lent to that node).
+    /// here (its waiting will cancelled: its client is back there).
+    /// Whether it was still lent to that node.
     pub(crate) fn taken(&mut self, node: &str, lend: u64) -> bool {
-        if self.lent.get(&lend).is_none_or(|l| l.asker != node) {
+        let Some(key) = self.lends.get(&lend).copied() else { return false };
+        if self.lending.get(&key).is_none_or(|l| l.asker != node) {
             return false;
         }
-        self.end_lend(lend);
+        let left_out = self.lending.get(&key).map_or(0, |l| l.left_out);
+        self.take(&key);
+        if left_out > 0 {
+            *self.counters.queue_dropped.entry("move".into()).or_insert(0) += left_out;
+        }
+        if self.wills.cancel(&key) {
+            self.counters.wills_cancelled += 1;
+            self.counters.wills_waiting = self.wills.len() as u64;
+        }
         self.counters.handed_over += 1;
         true
     }
 
-    /// A lent session of `key`, if any, is no longer this node's: its
-    /// client connected to `node`. Counted handed over when that is the
-    /// node it was lent to (whose confirmation was lost), else moved.
-    pub(super) fn lent_gone(&mut self, key: &IdKey, node: &str) {
-        let Some(lend) = self.lending.get(key).copied() else { return };
-        match self.end_lend(lend).is_some_and(|l| l.asker == node) {
-            true => self.counters.handed_over += 1,
-            false => self.counters.moved += 1,
+    /// The lend of `key`'s session, if any, ends (the session taken from
+    /// the store, confirmed, or lent again).
+    pub(super) fn end_lend(&mut self, key: &IdKey) {
+        if let Some(l) = self.lending.remove(key) {
+            self.lends.remove(&l.lend);
+            self.counters.lent = self.lending.len() as u64;
         }
     }
 
-    fn end_lend(&mut self, lend: u64) -> Option<Lent> {
-        let l = self.lent.remove(&lend)?;
-        self.lending.remove(&l.key);
-        self.counters.lent = self.lent.len() as u64;
-        Some(l)
-    }
-
-    /// Sessions lent [`LEND_FOR`] ago and never confirmed: kept here again
-    /// (counted `returned`) for their client's next CONNECT, unless the
-    /// id is connected here now or has a session here again (then the
-    /// lent copy is the older: dropped, counted `expired{moved_late}`).
-    pub(crate) fn unconfirmed(&mut self, now: Instant, wall: u64) {
-        if self.lent.is_empty() {
+    /// Lends [`LEND_FOR`] old and never confirmed end: their sessions,
+    /// never gone from the store, are this node's again (counted
+    /// `returned`) for their client's next CONNECT.
+    pub(crate) fn unconfirmed(&mut self, now: Instant) {
+        if self.lending.is_empty() {
             return;
         }
-        let due: Vec<u64> = self.lent.iter().filter(|(_, l)| l.until <= now).map(|(n, _)| *n).collect();
-        for lend in due {
-            let Some(l) = self.end_lend(lend) else { continue };
-            if self.online.get(&l.key).is_some() || self.kept.contains_key(&l.key) {
-                crate::stats::counters::bump(&mut self.counters.expired, "moved_late");
-            } else if self.restore_one(l.session, now, wall) {
-                self.counters.returned += 1;
-            }
+        let due: Vec<IdKey> = self.lending.iter().filter(|(_, l)| l.until <= now).map(|(k, _)| *k).collect();
+        for key in due {
+            self.end_lend(&key);
+            self.counters.returned += 1;
         }
-    }
-
-    /// The sessions lent and not yet confirmed (for `--mqtt-sessions-file`
-    /// when the process stops before they are).
-    pub(super) fn lent_sessions(&self) -> impl Iterator<Item = &SavedSession> {
-        self.lent.values().map(|l| &l.session)
     }
 
     /// Drop the claims of a worker that died while they waited.
@@ -267,13 +259,13 @@ impl Sessions {
 }
 
 /// A session's answer, within `MAX_ANSWER` bytes of JSON: the newest
-/// queued messages past it are left out. The JSON, the session it holds,
-/// and how many were left out. Each message's size is measured once.
-fn answer_within(mut s: SavedSession) -> (String, SavedSession, u64) {
+/// queued messages past it are left out (how many is the second value).
+/// Each message's size is measured once.
+fn answer_within(mut s: SavedSession) -> (String, u64) {
     let max = crate::cluster::sessions::MAX_ANSWER;
     let json = serde_json::to_string(&s).expect("serializes");
     if json.len() <= max {
-        return (json, s, 0);
+        return (json, 0);
     }
     let mut size = json.len();
     let mut dropped = 0;
@@ -283,7 +275,7 @@ fn answer_within(mut s: SavedSession) -> (String, SavedSession, u64) {
         size -= serde_json::to_string(&m).expect("serializes").len() + 1;
         dropped += 1;
     }
-    (serde_json::to_string(&s).expect("serializes"), s, dropped)
+    (serde_json::to_string(&s).expect("serializes"), dropped)
 }
 
 #[cfg(test)]
@@ -297,13 +289,12 @@ mod tests {
         let m =
             |i: usize| SessionMessage { topic: format!("t/{i}"), data: big.clone(), qos: 1, retain: false, id: 0, released: false, mqtt: None, publish_us: 0 };
         let s = SavedSession { id: "d".into(), expires_us: None, subs: Vec::new(), messages: (0..10).map(m).collect(), will: None };
-        let (json, lent, dropped) = answer_within(s.clone());
+        let (json, dropped) = answer_within(s.clone());
         assert!(json.len() <= crate::cluster::sessions::MAX_ANSWER, "{} bytes", json.len());
         let back: SavedSession = serde_json::from_str(&json).unwrap();
         assert_eq!(back.messages.len() as u64 + dropped, 10);
         assert_eq!(back.messages.iter().map(|m| m.topic.as_str()).collect::<Vec<_>>(), (0..7).map(|i| format!("t/{i}")).collect::<Vec<_>>(), "the oldest kept");
-        assert_eq!(lent, back, "what is kept aside is what was sent");
         let small = SavedSession { messages: vec![m(0)], ..s };
-        assert_eq!(answer_within(small).2, 0);
+        assert_eq!(answer_within(small).1, 0);
     }
 }

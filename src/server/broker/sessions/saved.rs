@@ -95,21 +95,22 @@ impl Sessions {
     }
 
     /// The kept sessions with their ids, oldest first, as of `now`
-    /// (wall-clock µs `wall`), then those lent to another node and not
-    /// confirmed yet (a process stopping then keeps them: the client's
-    /// next CONNECT may find its session on two nodes, never on none).
+    /// (wall-clock µs `wall`); those lent to another node and not
+    /// confirmed yet among them.
     pub(crate) fn saved(&self, now: Instant, wall: u64) -> Vec<SavedSession> {
-        let kept = self.order.values().filter_map(|key| {
-            let k = self.kept.get(key)?;
-            Some(SavedSession {
-                id: k.id.as_deref()?.to_string(),
-                expires_us: k.expires.map(|t| wall_at(t, now, wall)),
-                subs: k.subs.clone(),
-                messages: k.messages.iter().cloned().collect(),
-                will: self.wills.waiting(key).map(|(due, will)| SavedWill { at_us: wall_at(*due, now, wall), will: will.clone() }),
+        self.order
+            .values()
+            .filter_map(|key| {
+                let k = self.kept.get(key)?;
+                Some(SavedSession {
+                    id: k.id.as_deref()?.to_string(),
+                    expires_us: k.expires.map(|t| wall_at(t, now, wall)),
+                    subs: k.subs.clone(),
+                    messages: k.messages.iter().cloned().collect(),
+                    will: self.wills.waiting(key).map(|(due, will)| SavedWill { at_us: wall_at(*due, now, wall), will: will.clone() }),
+                })
             })
-        });
-        kept.chain(self.lent_sessions().cloned()).collect()
+            .collect()
     }
 
     /// A session read from the file, kept within this server's bounds
