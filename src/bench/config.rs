@@ -97,13 +97,6 @@ pub(crate) struct BenchConfig {
     pub json: bool,
 }
 
-/// `--rate` for `--protocol mqtt` when none is given: every CONNECT's
-/// client id is claimed in the supervisor's registry, one process for the
-/// whole server, which held 11,746 claims/s for 1,000,000 clients at
-/// `--rate 12000` (BENCHMARKS.md, session 9); at the default 50,000/s a
-/// million-client ramp hit its deadline at 809,635 (seventh session).
-pub(crate) const MQTT_RATE: u64 = 12_000;
-
 impl Default for BenchConfig {
     fn default() -> BenchConfig {
         BenchConfig {

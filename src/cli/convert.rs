@@ -257,10 +257,7 @@ impl From<BenchArgs> for BenchConfig {
             scenario: a.scenario,
             connections,
             ports: a.ports.0,
-            rate: a.stages.as_ref().map(|s| s.steepest_rate()).or(a.rate).unwrap_or(match a.protocol {
-                crate::proto::Protocol::Mqtt => crate::bench::config::MQTT_RATE,
-                _ => BenchConfig::default().rate,
-            }),
+            rate: a.stages.as_ref().map(|s| s.steepest_rate()).or(a.rate).unwrap_or(BenchConfig::default().rate),
             stages: a.stages,
             hold: a.hold,
             heartbeat: a.heartbeat.0,
@@ -358,17 +355,17 @@ mod tests {
         assert_eq!(format!("{:?}", from_flags), format!("{:?}", domain));
     }
 
-    /// `megaconn bench --protocol mqtt` ramps at what the supervisor's client
-    /// id registry answers (12,000/s) unless `--rate` says otherwise; every
-    /// other protocol at 50,000/s.
+    /// `megaconn bench` ramps at 50,000/s unless `--rate` says otherwise,
+    /// MQTT too (the supervisor's client id registry no longer holds a
+    /// million-client ramp back: BENCHMARKS.md, session 18).
     #[test]
-    fn an_mqtt_bench_ramps_at_the_registrys_pace_unless_told() {
+    fn a_bench_ramps_at_50000_a_second_unless_told() {
         use clap::Parser;
         let rate = |args: &[&str]| {
             let Cmd::Bench(a) = Cli::try_parse_from(args).expect("parse").command else { unreachable!() };
             crate::bench::BenchConfig::from(a).rate
         };
-        assert_eq!(rate(&["megaconn", "bench", "--protocol", "mqtt"]), crate::bench::config::MQTT_RATE);
+        assert_eq!(rate(&["megaconn", "bench", "--protocol", "mqtt"]), 50_000);
         assert_eq!(rate(&["megaconn", "bench", "--protocol", "mqtt", "--rate", "30000"]), 30_000);
         assert_eq!(rate(&["megaconn", "bench", "--protocol", "ws"]), 50_000);
     }

@@ -684,7 +684,7 @@ pub(crate) struct BenchArgs {
     /// Server ports.
     #[arg(long, default_value = "8000-8099")]
     pub(crate) ports: PortList,
-    /// New connections per second (e.g. 50000/s; a bare number is per second; default 50000/s, 12000/s with --protocol mqtt: each CONNECT's client id is claimed in the server supervisor's one registry).
+    /// New connections per second (e.g. 50000/s; a bare number is per second; default 50000/s).
     #[arg(long, value_parser = parse::per_second_count)]
     pub(crate) rate: Option<u64>,
     /// --scenario connections: Connections over time, k6-style: DURATION:TARGET[@RATE/s] stages separated by commas, e.g. 30s:10000,2m:10000,30s:50000,1m:0; each moves the open connections linearly to TARGET over DURATION (down too: the newest close), @RATE sets the stage's requests per connection (as --request-rate, which stages without one keep). Instead of --connections, --rate and --hold; phases stage1..stageN (docs/client.md#stages).

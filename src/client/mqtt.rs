@@ -108,7 +108,7 @@ pub(crate) fn expand(template: &str, conn: u64) -> String {
 /// plus the ramp (whole seconds, rounded up, at most 65535), so one late
 /// heartbeat does not get the connection closed, nor does a long ramp
 /// (a broker closes a connection silent for 1.5 keep-alives: at 12,000
-/// connections/s a million take 83 s, and with 30 s heartbeats the first
+/// connections/s a million took 83 s, and with 30 s heartbeats the first
 /// connections went silent past 90 s); 0 (off) without heartbeats.
 pub(crate) fn keep_alive(heartbeat: Option<std::time::Duration>, ramp_s: u32) -> u16 {
     heartbeat.map_or(0, |h| (h.as_micros().div_ceil(1_000_000) * 2 + u128::from(ramp_s)).clamp(1, u16::MAX as u128) as u16)
