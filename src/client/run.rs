@@ -2,7 +2,7 @@
 //! progress and the final summary. Shared by `megaconn client` and
 //! `megaconn bench` (which also runs a server beside it).
 
-use super::config::LoadConfig;
+use super::config::{LoadConfig, Traffic};
 use super::phases::{PhaseResult, Phases};
 use super::plan::ConnectionPlan;
 use super::series::{Counters, Series};
@@ -128,6 +128,25 @@ const CLOSE_LIMIT_US: u64 = 120_000_000;
 /// Handshakes per second per core the ramp's time bound assumes over TLS
 /// (measured here: ~1,500 full handshakes/s per core, both ends counted).
 const TLS_FLOOR_PER_CORE: u64 = 500;
+/// CONNECTs per second per core the ramp's time bound assumes for MQTT,
+/// whose CONNACK waits for the server supervisor's client id registry
+/// (measured here: a million in ~70 s on two cores, ~7,000/s per core;
+/// at 50,000/s offered, a bound of twice what that rate needs ended one
+/// such ramp at 945,390).
+const MQTT_FLOOR_PER_CORE: u64 = 5_000;
+
+/// The pace a ramp's time bound assumes: the offered `rate`, or less
+/// where the handshakes set it (TLS, MQTT) on this many cores.
+fn ramp_pace(rate: u64, traffic: &Traffic, cores: u64) -> u64 {
+    let mut pace = rate;
+    if traffic.tls.is_some() {
+        pace = pace.min(TLS_FLOOR_PER_CORE * cores);
+    }
+    if traffic.protocol == crate::proto::Protocol::Mqtt {
+        pace = pace.min(MQTT_FLOOR_PER_CORE * cores);
+    }
+    pace
+}
 
 /// TLS handshakes: how many, how many resumed, how long they took.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -240,9 +259,10 @@ impl ClientRun {
         // The ramp is given twice what the offered rate needs, or, over
         // TLS (where the handshakes' CPU sets the pace, ~3,000/s on two
         // cores here), twice what TLS_FLOOR_PER_CORE handshakes/s per core
+        // need, and for MQTT what MQTT_FLOOR_PER_CORE CONNECTs/s per core
         // need: a bound on the run, never a wait (it ends when done).
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-        let pace = if load.traffic.tls.is_some() { load.rate.min(TLS_FLOOR_PER_CORE * cores) } else { load.rate };
+        let pace = ramp_pace(load.rate, &load.traffic, cores);
         let ramp_us = (plan.count as f64 / pace.max(1) as f64 * 1e6) as u64;
         // Workers start no connection after `last_start_us`; the ramp
         // ends when every connection settled, or at `ramp_deadline_us`
@@ -799,5 +819,22 @@ impl ClientRun {
             stopped_by: self.stopped_by.clone(),
             counters,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::Protocol;
+
+    /// The ramp's bound assumes the offered rate, or the pace TLS or
+    /// MQTT handshakes keep on these cores when that is lower.
+    #[test]
+    fn a_ramps_bound_assumes_the_pace_its_handshakes_keep() {
+        let plain = Traffic { protocol: Protocol::Framed, ..Traffic::default() };
+        let mqtt = Traffic { protocol: Protocol::Mqtt, ..Traffic::default() };
+        assert_eq!(ramp_pace(50_000, &plain, 2), 50_000);
+        assert_eq!(ramp_pace(50_000, &mqtt, 2), 2 * MQTT_FLOOR_PER_CORE);
+        assert_eq!(ramp_pace(1_000, &mqtt, 2), 1_000, "a slower offered rate is the pace");
     }
 }

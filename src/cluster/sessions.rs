@@ -102,6 +102,9 @@ impl Taken {
 pub(crate) struct Handed {
     /// The ids asked about.
     pub(crate) asked: Vec<String>,
+    /// The time of the CONNECTs the question was for (a claim made since,
+    /// of the same id, is not refused by its `newer`).
+    pub(crate) at_us: u64,
     /// Each session handed over, as its JSON.
     pub(crate) sessions: Vec<String>,
     /// Ids still connected on another node at the last question.
@@ -150,7 +153,7 @@ impl Peers {
 /// [`BUSY_WAIT`] for ids another node was taking over (at most [`ROUNDS`]
 /// questions).
 pub(super) async fn ask(client: &async_nats::Client, me: &super::link::Me, shared: &super::link::Shared, ids: Vec<String>, at_us: u64) -> Handed {
-    let mut got = Handed { asked: ids.clone(), ..Handed::default() };
+    let mut got = Handed { asked: ids.clone(), at_us, ..Handed::default() };
     let mut want = ids;
     for round in 0..ROUNDS {
         if round > 0 {

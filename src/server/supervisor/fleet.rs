@@ -457,7 +457,7 @@ impl ServerFleet {
         let (now, wall) = (Instant::now(), crate::proto::push::wall_us());
         // Admissions noted at the time they are announced with.
         self.publisher.sessions.clock(wall);
-        let (actions, admitted) = self.publisher.sessions.handed(&handed.asked, &handed.newer, sessions, now, wall);
+        let (actions, admitted) = self.publisher.sessions.handed(&handed.asked, (&handed.newer, handed.at_us), sessions, now, wall);
         self.admitted_at(admitted);
         self.session_actions(actions);
     }

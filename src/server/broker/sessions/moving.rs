@@ -105,8 +105,10 @@ impl Sessions {
         }
     }
 
-    /// The other nodes' answers to a question about `asked`: the claims
-    /// of ids another node holds by a newer CONNECT refused, the sessions
+    /// The other nodes' answers to a question about `asked` (for CONNECTs
+    /// at `asked_us`): the claims of ids another node holds by a newer
+    /// CONNECT refused (unless the claim waiting now came after the
+    /// question: it displaced the one asked for), the sessions
     /// they handed over (each as `--mqtt-sessions-file` writes it) kept
     /// here, then each claim waiting for them admitted. The answers, and
     /// the ids admitted with the time of their CONNECT (to announce to
@@ -114,12 +116,18 @@ impl Sessions {
     pub(crate) fn handed(
         &mut self,
         asked: &[String],
-        newer: &[String],
+        (newer, asked_us): (&[String], u64),
         sessions: Vec<SavedSession>,
         now: Instant,
         wall: u64,
     ) -> (Vec<Action>, Vec<(String, u64)>) {
-        let mut refused: Vec<Action> = newer.iter().filter_map(|id| self.displaced_asking(&self.keyer.key(id))).collect();
+        let mut refused = Vec::new();
+        for id in newer {
+            let key = self.keyer.key(id);
+            if self.asking.get(&key).is_some_and(|a| a.at_us <= asked_us) {
+                refused.extend(self.displaced_asking(&key));
+            }
+        }
         for s in sessions {
             let key = self.keyer.key(&s.id);
             // Its client lives on a node with a newer CONNECT: not kept here.

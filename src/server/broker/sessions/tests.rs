@@ -211,9 +211,9 @@ fn an_id_that_connected_to_another_node_leaves_this_one() {
     let (a, b) = (conn_id(0, 1, 0), conn_id(1, 2, 0));
     // In a cluster a claim that wants its session asks the other nodes first.
     assert!(s.claim(0, claim(a, "dev-a", false, NEVER), now).is_empty());
-    assert_eq!(answer(&s.handed(&["dev-a".into()], &[], Vec::new(), now, 0).0).code, 0);
+    assert_eq!(answer(&s.handed(&["dev-a".into()], (&[], 0), Vec::new(), now, 0).0).code, 0);
     assert!(s.claim(0, claim(b, "dev-k", false, NEVER), now).is_empty());
-    assert_eq!(answer(&s.handed(&["dev-k".into()], &[], Vec::new(), now, 0).0).code, 0);
+    assert_eq!(answer(&s.handed(&["dev-k".into()], (&[], 0), Vec::new(), now, 0).0).code, 0);
     let state = SessionState { subs: vec![KeptSub::new("t/#", 1)], messages: Vec::new() };
     assert!(s.ended(end(&s, b, "dev-k", NEVER, Some(state)), now).is_empty());
     let admitted = s.recent.since(&s.key("dev-a")).expect("admission noted in a cluster");
@@ -275,7 +275,7 @@ fn sessions_move_between_cluster_nodes() {
     let (dev, live) = (conn_id(0, 1, 0), conn_id(0, 2, 0));
     for (conn, id) in [(dev, "dev"), (live, "live")] {
         assert!(a.claim(0, claim(conn, id, false, NEVER), now).is_empty());
-        assert_eq!(answer(&a.handed(&[id.into()], &[], Vec::new(), now, wall).0).code, 0);
+        assert_eq!(answer(&a.handed(&[id.into()], (&[], 0), Vec::new(), now, wall).0).code, 0);
     }
     assert_eq!(a.take_asks(), ["dev", "live"]);
     a.ended(end(&a, dev, "dev", NEVER, Some(SessionState { subs: vec![KeptSub::new("t/#", 1)], messages: Vec::new() })), now);
@@ -303,7 +303,7 @@ fn sessions_move_between_cluster_nodes() {
     assert!(a.taken("B", lend));
     assert_eq!((a.counters.kept, a.counters.lent, a.counters.handed_over, a.counters.bytes), (0, 0, 1, 0));
     assert!(!a.taken("B", lend), "once");
-    let (actions, admitted) = b.handed(&["dev".into()], &[], vec![saved], now, wall);
+    let (actions, admitted) = b.handed(&["dev".into()], (&[], 0), vec![saved], now, wall);
     let got = answer(&actions);
     assert!(got.conn == second && got.present && got.subs == [KeptSub::new("t/#", 1)], "{got:?}");
     assert_eq!(got.messages.iter().map(|m| m.data.as_str()).collect::<Vec<_>>(), ["AQ==", "Ag=="], "in order");
@@ -413,12 +413,21 @@ fn the_newer_connect_of_an_id_stays_across_nodes() {
     // An answer that says another node holds it by a newer CONNECT.
     b.clock(9_000);
     assert!(b.claim(1, claim(conn_id(1, 2, 0), "x", false, NEVER), now).is_empty());
-    let (out, admitted) = b.handed(&["x".into()], &["x".into()], Vec::new(), now, wall);
+    let (out, admitted) = b.handed(&["x".into()], (&["x".into()], 9_000), Vec::new(), now, wall);
     assert_eq!((answer(&out).code, admitted), (DISPLACED.0, vec![]));
+    // A claim that displaced the one asked for is newer than the answer's
+    // `newer`: not refused by it.
+    assert!(b.claim(1, claim(conn_id(1, 5, 0), "z", false, NEVER), now).is_empty());
+    b.clock(10_000);
+    let out = b.claim(1, claim(conn_id(1, 6, 0), "z", false, NEVER), now);
+    assert_eq!(answer(&out).code, DISPLACED.0, "the first claim displaced");
+    let (out, admitted) = b.handed(&["z".into()], (&["z".into()], 9_000), Vec::new(), now, wall);
+    assert_eq!((answer(&out).code, admitted), (0, vec![("z".to_string(), 10_000)]), "the displacing claim stays: {out:?}");
     // Admitted after waiting: noted at its CONNECT's time, not now's.
+    b.clock(9_000);
     assert!(b.claim(1, claim(conn_id(1, 3, 0), "y", false, NEVER), now).is_empty());
     b.clock(12_000);
-    let (_, admitted) = b.handed(&["y".into()], &[], Vec::new(), now, wall);
+    let (_, admitted) = b.handed(&["y".into()], (&[], 0), Vec::new(), now, wall);
     assert_eq!(admitted, [("y".to_string(), 9_000)]);
     assert_eq!(b.recent.since(&b.key("y")), Some(9_000));
 }
@@ -453,6 +462,6 @@ fn a_session_is_lent_to_one_node_at_a_time() {
     let mut b = Sessions::new(SessionsConfig::default());
     b.follow();
     let s = saved::SavedSession { id: "n".into(), expires_us: None, subs: Vec::new(), messages: Vec::new(), will: None };
-    b.handed(&["n".into()], &["n".into()], vec![s], now, wall);
+    b.handed(&["n".into()], (&["n".into()], 0), vec![s], now, wall);
     assert_eq!((b.counters.kept, b.counters.moved_in, b.counters.moved), (0, 0, 1));
 }
