@@ -1564,6 +1564,17 @@ fn a_shared_group_with_members_on_two_nodes_gets_each_message_once() {
     assert_eq!(rest, ["jobs/20 job20", "jobs/21 job21", "jobs/22 job22", "jobs/23 job23"], "all to the member left");
 }
 
+/// One MQTT node on loopback named `node`, linked once NATS routes
+/// `subject` to it: the NATS server, the cluster key (for a fake node to
+/// sign with) and the node.
+fn one_mqtt_node(node: &str, subject: &str) -> (Nats, KeyFile, (Running, String, u16)) {
+    let nats = loopback_nats(&[]);
+    let key = KeyFile::new(&format!("mqtt-one-{}", node.to_lowercase()));
+    let n = loopback_node(&format!("nats://{}", nats.addr), node, &key, &["--protocol", "mqtt"]);
+    wait_until(&format!("the node takes {subject}"), Duration::from_secs(20), || get(&n.1, "/healthz").0 == 200 && routed(&nats.monitor, subject));
+    (nats, key, n)
+}
+
 /// Headers signed with the cluster's key for a message of `origin` to
 /// `subject`: what a node of this cluster sends (here, a fake one).
 fn signed_by(key: &KeyFile, subject: &str, origin: &str, data: &[u8]) -> Vec<(String, String)> {
@@ -1612,12 +1623,7 @@ fn ask_as_fake_node(nats: &Nats, key: &KeyFile, id: &str) -> u64 {
 #[test]
 fn a_session_handed_over_and_never_confirmed_is_kept_again_not_lost() {
     use crate::mqtt_sessions::connected;
-    let nats = loopback_nats(&[]);
-    let key = KeyFile::new("lend");
-    let (_a, admin, port) = loopback_node(&format!("nats://{}", nats.addr), "LA", &key, &["--protocol", "mqtt"]);
-    wait_until("the node takes megaconn.sessions.taken", Duration::from_secs(20), || {
-        get(&admin, "/healthz").0 == 200 && routed(&nats.monitor, "megaconn.sessions.taken")
-    });
+    let (nats, key, (_a, admin, port)) = one_mqtt_node("LA", "megaconn.sessions.taken");
     let sessions = || get(&admin, "/stats").1["mqtt_sessions"].clone();
     for id in ["unconfirmed", "confirmed"] {
         let (mut s, _, code) = connected(port, 4, id, false);
@@ -1682,12 +1688,7 @@ fn a_session_handed_over_and_never_confirmed_is_kept_again_not_lost() {
 #[test]
 fn a_question_about_an_older_connect_leaves_the_newer_connection_alone() {
     use crate::mqtt_sessions::{connected, rest};
-    let nats = loopback_nats(&[]);
-    let key = KeyFile::new("newer");
-    let (_a, admin, port) = loopback_node(&format!("nats://{}", nats.addr), "NA", &key, &["--protocol", "mqtt"]);
-    wait_until("the node takes megaconn.sessions.take", Duration::from_secs(20), || {
-        get(&admin, "/healthz").0 == 200 && routed(&nats.monitor, "megaconn.sessions.take")
-    });
+    let (nats, key, (_a, admin, port)) = one_mqtt_node("NA", "megaconn.sessions.take");
     let (mut dev, _, code) = connected(port, 5, "dev", true);
     assert_eq!(code, 0);
     let got = ask_as_fake_node_at(&nats, &key, "dev", 10_000_000);
