@@ -20,14 +20,15 @@
 //! node too, until 15 s without a word) said done, or after [`WINDOW`].
 //!
 //! **Two phases.** A session's answer only lends it: the node that sent
-//! it keeps it aside until the asker confirms, signed, on
-//! [`SESSIONS_TAKEN`] (`{"to":node,"lend":n}`, sent as each session
-//! arrives within its round). A session that came after its round ended
-//! (the asker no longer listens) is never confirmed, and after
-//! `LEND_FOR` the node that lent it keeps it again for the client's next
-//! CONNECT, instead of it being lost in transit. A confirmation lost on
-//! the way leaves the session on both nodes until the asker's client id
-//! announcement reaches the lender (which drops its copy then).
+//! a copy keeps the session in its store until the asker confirms,
+//! signed, on [`SESSIONS_TAKEN`] (`{"to":node,"lend":n}`, sent as each
+//! session arrives within its round). A session that came after its
+//! round ended (the asker no longer listens) is never confirmed, and
+//! after `LEND_FOR` the lend ends: the session is still the lender's, for
+//! the client's next CONNECT, instead of being lost in transit. A
+//! confirmation lost on the way leaves the session on both nodes until
+//! the asker's client id announcement reaches the lender (which drops
+//! its copy then).
 
 use super::sign::Refusal;
 use futures_util::StreamExt;

@@ -482,7 +482,10 @@ impl Sessions {
     /// whose time came, to publish, unless `hold_wills` (a cluster node
     /// whose link is down: they would be refused, so they wait for it).
     pub(crate) fn expire(&mut self, now: Instant, hold_wills: bool) -> Vec<Action> {
-        let wills = if hold_wills { Vec::new() } else { self.wills.due(now) };
+        // A lent session's will waits for its lend's end: confirmed, its
+        // client is back on the other node (cancelled then).
+        let lending = &self.lending;
+        let wills = if hold_wills { Vec::new() } else { self.wills.due(now, |k| lending.contains_key(k)) };
         if !wills.is_empty() {
             *self.counters.wills_published.entry("delay".into()).or_insert(0) += wills.len() as u64;
             self.counters.wills_waiting = self.wills.len() as u64;

@@ -13,12 +13,16 @@
 //!   CONNECT is the newer); a claim never waits past [`MAX_WAIT`]. An
 //!   admitted claim is noted, and announced, at the time of its CONNECT.
 //! - **Handing over.** Asked for ids it keeps sessions of, a node lends
-//!   them (their waiting wills cancelled: the client is back), each with
-//!   at most `MAX_ANSWER` bytes of JSON (the newest queued messages past
-//!   it dropped, counted `queue_dropped{reason="move"}`), and keeps each
-//!   aside until the asker confirms it came (counted `handed_over`) or
-//!   announces the id; without either within [`LEND_FOR`] the session is
-//!   kept here again (counted `returned`), not lost in transit. An id
+//!   them: it sends a copy of each, at most `MAX_ANSWER` bytes of JSON
+//!   (the newest queued messages past it left out), and keeps the
+//!   session in its store (still queuing, within the bounds, in the file;
+//!   its delayed will held back) until the asker confirms it came. Then
+//!   the session goes (counted `handed_over`; what the copy did not carry,
+//!   left out or queued since, counted `queue_dropped{reason="move"}`) and
+//!   its will is cancelled: the client is back. The asker's announcement
+//!   of the id drops it too, as for any id connected elsewhere; without
+//!   either within [`LEND_FOR`] the lend ends (counted `returned`): the
+//!   session is this node's again, not lost in transit. An id
 //!   connected here by a CONNECT older than the asker's is taken over as
 //!   on one node (a will without a delay published, MQTT-3.1.4-3; a
 //!   delayed one dropped); its session is kept at its end and lent when
@@ -55,9 +59,10 @@ pub(super) struct Lent {
     lend: u64,
     asker: String,
     until: Instant,
-    /// Queued messages left out of the answer (past `MAX_ANSWER`),
-    /// counted dropped once the asker confirms.
-    left_out: u64,
+    /// Queued messages the answer carried: those past them (left out at
+    /// `MAX_ANSWER`, or queued since) are counted dropped once the asker
+    /// confirms.
+    sent: usize,
 }
 
 impl Sessions {
@@ -130,8 +135,9 @@ impl Sessions {
         }
         for s in sessions {
             let key = self.keyer.key(&s.id);
-            // Its client lives on a node with a newer CONNECT: not kept here.
-            if newer.contains(&s.id) {
+            // Its client lives on a node with a newer CONNECT: not kept
+            // here, unless a claim of a CONNECT newer still waits for it.
+            if newer.contains(&s.id) && !self.asking.contains_key(&key) {
                 self.counters.moved += 1;
                 continue;
             }
@@ -203,13 +209,15 @@ impl Sessions {
             let Some(k) = self.kept.get(&key) else { continue };
             let expires_us = k.expires.map(|t| super::saved::wall_at(t, now, wall));
             let s = SavedSession { id: id.clone(), expires_us, subs: k.subs.clone(), messages: k.messages.iter().cloned().collect(), will: None };
+            let queued = s.messages.len();
             let (json, left_out) = answer_within(s);
+            let sent = queued - left_out as usize;
             // Lent again (another node asks): the last lend is the one.
             self.end_lend(&key);
             self.next_lend += 1;
             let lend = self.next_lend;
             self.lends.insert(lend, key);
-            self.lending.insert(key, Lent { lend, asker: asker.to_string(), until: now + LEND_FOR, left_out });
+            self.lending.insert(key, Lent { lend, asker: asker.to_string(), until: now + LEND_FOR, sent });
             self.counters.lent = self.lending.len() as u64;
             answer.sessions.push((lend, json));
         }
@@ -224,10 +232,10 @@ impl Sessions {
         if self.lending.get(&key).is_none_or(|l| l.asker != node) {
             return false;
         }
-        let left_out = self.lending.get(&key).map_or(0, |l| l.left_out);
-        self.take(&key);
-        if left_out > 0 {
-            *self.counters.queue_dropped.entry("move".into()).or_insert(0) += left_out;
+        let sent = self.lending.get(&key).map_or(0, |l| l.sent);
+        let unsent = self.take(&key).map_or(0, |k| k.messages.len().saturating_sub(sent));
+        if unsent > 0 {
+            *self.counters.queue_dropped.entry("move".into()).or_insert(0) += unsent as u64;
         }
         if self.wills.cancel(&key) {
             self.counters.wills_cancelled += 1;

@@ -465,3 +465,47 @@ fn a_session_is_lent_to_one_node_at_a_time() {
     b.handed(&["n".into()], (&["n".into()], 0), vec![s], now, wall);
     assert_eq!((b.counters.kept, b.counters.moved_in, b.counters.moved), (0, 0, 1));
 }
+
+/// While a session is lent it is still this node's: its delayed will
+/// waits (not published though its delay passed) and is cancelled once
+/// the asker confirms; what it queued meanwhile, which the copy did not
+/// carry, is counted dropped then. A lend that ends unconfirmed lets the
+/// will go at its time.
+#[test]
+fn a_lent_sessions_will_and_later_messages_wait_for_the_confirmation() {
+    let (now, wall) = (Instant::now(), 1_000_000_000);
+    let mut a = Sessions::new(SessionsConfig::default());
+    a.follow();
+    let will = ClientPublish { topic: "w".into(), data: "d".into(), qos: 1, retain: false, mqtt: None };
+    for (i, id) in ["p", "q"].iter().enumerate() {
+        assert!(a.claim(0, claim(conn_id(0, i + 1, 0), id, false, NEVER), now).is_empty());
+        a.overdue(now + moving::MAX_WAIT);
+        let state = SessionState { subs: vec![KeptSub::new("t/#", 1)], messages: Vec::new() };
+        let e = SessionEnd { will: Some(wills::DelayedWill { will: will.clone(), delay_s: 5 }), ..end(&a, conn_id(0, i + 1, 0), id, NEVER, Some(state)) };
+        assert!(a.ended(e, now).is_empty());
+    }
+    assert_eq!((a.counters.kept, a.counters.wills_waiting), (2, 2));
+    let lent = a.hand_over("B", &["p".into(), "q".into()], u64::MAX, true, now, wall).0;
+    a.offline("t/1", "AQ==", 1, false, None, 0);
+    assert!(a.expire(now + Duration::from_secs(6), false).is_empty(), "both wills held while lent");
+    assert!(lent.sessions[0].1.contains(r#""id":"p""#));
+    assert!(a.taken("B", lent.sessions[0].0), "p's lend confirmed");
+    assert_eq!(a.counters.queue_dropped.get("move"), Some(&1), "p's message queued after the copy");
+    assert_eq!((a.counters.wills_cancelled, a.counters.wills_waiting), (1, 1), "p's will cancelled: its client is back");
+    a.unconfirmed(now + moving::LEND_FOR);
+    let out = a.expire(now + Duration::from_secs(6), false);
+    assert!(matches!(&out[..], [Action::Will(w)] if w.topic == "w"), "q's lend ended: its will goes: {out:?}");
+
+    // A session that came for an id another node holds by a newer
+    // CONNECT is kept when a claim newer still waits for it.
+    let mut b = Sessions::new(SessionsConfig::default());
+    b.follow();
+    b.clock(9_000);
+    assert!(b.claim(1, claim(conn_id(1, 1, 0), "z", false, NEVER), now).is_empty());
+    b.clock(10_000);
+    assert_eq!(answer(&b.claim(1, claim(conn_id(1, 2, 0), "z", false, NEVER), now)).code, DISPLACED.0);
+    let s = saved::SavedSession { id: "z".into(), expires_us: None, subs: vec![KeptSub::new("t/#", 1)], messages: Vec::new(), will: None };
+    let (out, _) = b.handed(&["z".into()], (&["z".into()], 9_000), vec![s], now, wall);
+    assert!(answer(&out).present && answer(&out).code == 0, "the waiting claim resumes it: {out:?}");
+    assert_eq!((b.counters.moved_in, b.counters.moved), (1, 0));
+}

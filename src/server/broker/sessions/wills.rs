@@ -72,9 +72,10 @@ impl Wills {
         self.waiting.remove(id).is_some()
     }
 
-    /// The wills whose time came, taken.
-    pub(crate) fn due(&mut self, now: Instant) -> Vec<ClientPublish> {
-        let ids: Vec<IdKey> = self.waiting.iter().filter(|(_, (t, _))| *t <= now).map(|(id, _)| *id).collect();
+    /// The wills whose time came, taken, but those `held` names (their
+    /// sessions lent to another node: they wait for the lend's end).
+    pub(crate) fn due(&mut self, now: Instant, held: impl Fn(&IdKey) -> bool) -> Vec<ClientPublish> {
+        let ids: Vec<IdKey> = self.waiting.iter().filter(|(id, (t, _))| *t <= now && !held(id)).map(|(id, _)| *id).collect();
         ids.into_iter().filter_map(|id| self.waiting.remove(&id)).map(|(_, w)| w).collect()
     }
 
@@ -111,11 +112,14 @@ mod tests {
         // The session expires first: the will goes then.
         assert_eq!(w.hold(k("b"), will("w/b", 3600), 5, 10, t0), Held::Waiting);
         assert_eq!(w.hold(k("c"), will("w/c", 10), 60, 10, t0), Held::Waiting);
-        assert!(w.due(t0 + Duration::from_secs(4)).is_empty());
-        assert_eq!(w.due(t0 + Duration::from_secs(5)).iter().map(|p| p.topic.as_str()).collect::<Vec<_>>(), ["w/b"]);
+        let none = |_: &IdKey| false;
+        assert!(w.due(t0 + Duration::from_secs(4), none).is_empty());
+        assert_eq!(w.due(t0 + Duration::from_secs(5), none).iter().map(|p| p.topic.as_str()).collect::<Vec<_>>(), ["w/b"]);
         assert!(w.cancel(&k("c")));
         assert!(!w.cancel(&k("c")));
-        assert_eq!(w.due(t0 + Duration::from_secs(10)).iter().map(|p| p.topic.as_str()).collect::<Vec<_>>(), ["w/a"]);
+        let lent = k("a");
+        assert!(w.due(t0 + Duration::from_secs(10), |id| *id == lent).is_empty(), "held while its session is lent");
+        assert_eq!(w.due(t0 + Duration::from_secs(10), none).iter().map(|p| p.topic.as_str()).collect::<Vec<_>>(), ["w/a"]);
         assert!(w.is_empty());
     }
 
