@@ -272,10 +272,7 @@ impl Sessions {
             crate::stats::counters::bump(&mut self.counters.refused, "ids");
             return Action::Answer(worker, refusal(c.conn, REFUSED, c.v5));
         }
-        if self.wills.cancel(&key) {
-            self.counters.wills_cancelled += 1;
-            self.counters.wills_waiting = self.wills.len() as u64;
-        }
+        self.cancel_will(&key);
         self.online.insert(key, Online { conn: c.conn });
         self.counters.online = self.online.len() as u64;
         if let Some(names) = self.names.as_mut().filter(|_| c.expiry_s > 0) {
@@ -301,6 +298,15 @@ impl Sessions {
             None => {}
         }
         Action::Answer(worker, answer)
+    }
+
+    /// A delayed will of `key` waiting, cancelled (its client is back, or
+    /// alive elsewhere), and counted.
+    fn cancel_will(&mut self, key: &IdKey) {
+        if self.wills.cancel(key) {
+            self.counters.wills_cancelled += 1;
+            self.counters.wills_waiting = self.wills.len() as u64;
+        }
     }
 
     /// A kept session out of the store, its bytes given back.

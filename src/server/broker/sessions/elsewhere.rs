@@ -59,7 +59,19 @@ impl Recent {
     }
 }
 
+/// Whether our CONNECT at `ours_us` is the later of two of one id, the
+/// other's at `theirs_us` (`theirs_wins` a tie: their node id is greater).
+pub(super) fn ours_later(ours_us: u64, theirs_us: u64, theirs_wins: bool) -> bool {
+    ours_us > theirs_us || (ours_us == theirs_us && !theirs_wins)
+}
+
 impl Sessions {
+    /// Whether this node admitted `key` lately by a CONNECT later than
+    /// another node's at `at_us`.
+    pub(super) fn admitted_later(&self, key: &IdKey, at_us: u64, theirs_wins: bool) -> bool {
+        self.recent.since(key).is_some_and(|t| ours_later(t, at_us, theirs_wins))
+    }
+
     /// Client ids that connected to another node at `at_us`; `theirs_wins`
     /// breaks a tie of the same microsecond (their node id is greater).
     /// The takeovers and refusals to send; the rest is done here.
@@ -68,13 +80,9 @@ impl Sessions {
         for id in ids {
             let key = self.keyer.key(id);
             out.extend(self.displaced_elsewhere(&key, at_us, theirs_wins));
-            if self.wills.cancel(&key) {
-                self.counters.wills_cancelled += 1;
-                self.counters.wills_waiting = self.wills.len() as u64;
-            }
+            self.cancel_will(&key);
             if let Some(o) = self.online.get(&key) {
-                let ours_later = self.recent.since(&key).is_some_and(|t| t > at_us || (t == at_us && !theirs_wins));
-                if !ours_later && self.moved.insert(key) {
+                if !self.admitted_later(&key, at_us, theirs_wins) && self.moved.insert(key) {
                     self.counters.moved += 1;
                     out.push(Action::Takeover(split_id(o.conn).0, o.conn));
                 }

@@ -104,7 +104,7 @@ impl Sessions {
     /// refused; one of a later CONNECT waits on.
     pub(super) fn displaced_elsewhere(&mut self, key: &IdKey, at_us: u64, theirs_wins: bool) -> Option<Action> {
         let a = self.asking.get(key)?;
-        match a.at_us < at_us || (a.at_us == at_us && theirs_wins) {
+        match !super::elsewhere::ours_later(a.at_us, at_us, theirs_wins) {
             true => self.displaced_asking(key),
             false => None,
         }
@@ -192,8 +192,7 @@ impl Sessions {
         for id in ids {
             let key = self.keyer.key(id);
             if let Some(o) = self.online.get(&key) {
-                let ours_later = self.recent.since(&key).is_some_and(|t| t > at_us || (t == at_us && !theirs_wins));
-                if ours_later && !self.handing.contains(&key) {
+                if self.admitted_later(&key, at_us, theirs_wins) && !self.handing.contains(&key) {
                     answer.newer.push(id.clone());
                     continue;
                 }
@@ -237,10 +236,7 @@ impl Sessions {
         if unsent > 0 {
             *self.counters.queue_dropped.entry("move".into()).or_insert(0) += unsent as u64;
         }
-        if self.wills.cancel(&key) {
-            self.counters.wills_cancelled += 1;
-            self.counters.wills_waiting = self.wills.len() as u64;
-        }
+        self.cancel_will(&key);
         self.counters.handed_over += 1;
         true
     }
