@@ -63,6 +63,7 @@ impl TryFrom<ServerArgs> for ServerConfig {
             max_push_bytes: a.max_push_bytes,
             history: crate::server::broker::history::HistoryConfig { size: a.history, ttl: a.history_ttl, max_bytes: a.history_max_bytes },
             mqtt_flight: crate::server::session::mqtt::flight::Bounds { inflight: a.mqtt_inflight, queued: a.mqtt_queue, queued_bytes: a.mqtt_queue_bytes },
+            mqtt_max_keep_alive: a.mqtt_max_keep_alive,
             mqtt_retained: crate::server::broker::retained::RetainedConfig { max_messages: a.mqtt_retained, max_bytes: a.mqtt_retained_bytes },
             mqtt_retained_file: a.mqtt_retained_file.clone(),
             mqtt_retained_save_every: a.mqtt_retained_save_every,
@@ -71,6 +72,7 @@ impl TryFrom<ServerArgs> for ServerConfig {
             mqtt_sessions: crate::server::broker::sessions::SessionsConfig {
                 max_ids: a.mqtt_client_ids,
                 max_kept: a.mqtt_sessions,
+                per_identity: a.mqtt_sessions_per_identity,
                 max_kept_bytes: a.mqtt_sessions_bytes,
                 queue: a.mqtt_session_queue,
                 queue_bytes: a.mqtt_session_queue_bytes,

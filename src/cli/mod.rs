@@ -286,9 +286,15 @@ pub(crate) struct ServerArgs {
     /// MQTT: client ids connected at once (the registry across every worker); a CONNECT past it is refused (CONNACK 0x97 / 3.1.1 3, mqtt_client_ids_refused).
     #[arg(long, default_value = "4000000", value_parser = clap::value_parser!(u32).range(1..=100_000_000).map(|v| v as usize))]
     pub mqtt_client_ids: usize,
-    /// MQTT: sessions kept for clients gone (3.1.1 Clean Session 0, v5 Session Expiry Interval > 0); one more expires the oldest (mqtt_sessions_expired, reason full).
+    /// MQTT: sessions kept for clients gone (3.1.1 Clean Session 0, v5 Session Expiry Interval > 0); past it a session is not kept, nobody else's pushed out (mqtt_sessions_expired, reason full).
     #[arg(long, default_value = "10000", value_parser = clap::value_parser!(u32).range(0..=10_000_000).map(|v| v as usize))]
     pub(crate) mqtt_sessions: usize,
+    /// MQTT: kept sessions and delayed wills of one identity (the token's sub with --auth, else the peer's address; 0: a tenth of --mqtt-sessions); one more expires that identity's oldest session (reason identity). Raise it when a fleet shares one credential.
+    #[arg(long, default_value = "0", value_parser = clap::value_parser!(u32).range(0..=10_000_000).map(|v| v as usize))]
+    pub(crate) mqtt_sessions_per_identity: usize,
+    /// MQTT: the longest keep-alive a client may ask for, seconds (0: any). A v5 client asking more, or 0, is told this one (CONNACK Server Keep Alive) and held to it; a 3.1.1 one is refused (CONNACK 2), as mosquitto's max_keepalive does.
+    #[arg(long, default_value = "0", value_parser = clap::value_parser!(u16))]
+    pub(crate) mqtt_max_keep_alive: u16,
     /// MQTT: bytes of every kept session (filters, queued messages, 64 bytes of record each).
     #[arg(long, default_value = "256MiB", value_parser = |s: &str| parse::byte_size(s).map(|v| v as usize))]
     pub(crate) mqtt_sessions_bytes: usize,

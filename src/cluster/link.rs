@@ -90,7 +90,7 @@ enum Cmd {
     /// Ask the other nodes for the MQTT sessions they kept of these
     /// client ids, whose CONNECTs came at `at_us` (`sessions.rs`).
     AskSessions {
-        ids: Vec<String>,
+        ids: Vec<super::OwnedId>,
         at_us: u64,
     },
     /// Answer a question about sessions on `reply`: each session's JSON
@@ -341,7 +341,7 @@ impl Link {
 
     /// Tell the other nodes which MQTT client ids connected here at
     /// `at_us` (each lets go of its own connection or kept session of them).
-    pub(crate) fn connected_here(&self, ids: Vec<String>, at_us: u64) {
+    pub(crate) fn connected_here(&self, ids: Vec<super::OwnedId>, at_us: u64) {
         let _ = self.cmds.send(Cmd::ClientIds(super::ClientIds::batches(ids, at_us)));
     }
 
@@ -354,7 +354,7 @@ impl Link {
     /// Ask the other nodes for the MQTT sessions of these client ids,
     /// whose CONNECTs came at `at_us`: answered by
     /// `ClusterEvent::SessionsHanded`.
-    pub(crate) fn ask_sessions(&self, ids: Vec<String>, at_us: u64) {
+    pub(crate) fn ask_sessions(&self, ids: Vec<super::OwnedId>, at_us: u64) {
         let _ = self.cmds.send(Cmd::AskSessions { ids, at_us });
     }
 
@@ -771,7 +771,7 @@ async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<
                 for (lend, session) in answer.sessions {
                     me.answer(&client, reply.clone(), format!("{{\"session\":{session},\"lend\":{lend}}}").into_bytes()).await;
                 }
-                let done = super::sessions::Answer { done: true, busy: answer.busy, newer: answer.newer, ..Default::default() };
+                let done = super::sessions::Answer { done: true, busy: answer.busy, newer: answer.newer, owned: answer.owned, ..Default::default() };
                 me.answer(&client, reply, serde_json::to_vec(&done).expect("serializes")).await;
             }
             Cmd::Presence { request, topic } => {
@@ -1007,14 +1007,20 @@ impl Forwarder {
         }
         if m.subject.as_str() == super::CLIENT_IDS {
             match super::ClientIds::parse(&m.payload) {
-                Ok(c) => send(&self.tx, ClusterEvent::ClientIds { node: origin, ids: c.ids, at_us: c.at_us }),
+                Ok(c) => {
+                    let at_us = c.at_us;
+                    send(&self.tx, ClusterEvent::ClientIds { node: origin, ids: c.owned(), at_us })
+                }
                 Err(e) => self.shared.refuse(Refusal::Malformed, format!("refused MQTT client ids from node '{origin}': {e}")),
             }
             return;
         }
         if m.subject.as_str() == super::sessions::SESSIONS_TAKE {
             match (super::ClientIds::parse(&m.payload), &m.reply) {
-                (Ok(a), Some(reply)) => send(&self.tx, ClusterEvent::SessionsAsked { node: origin, ids: a.ids, at_us: a.at_us, reply: reply.to_string() }),
+                (Ok(a), Some(reply)) => {
+                    let at_us = a.at_us;
+                    send(&self.tx, ClusterEvent::SessionsAsked { node: origin, ids: a.owned(), at_us, reply: reply.to_string() })
+                }
                 (Ok(_), None) => {
                     self.shared.refuse(Refusal::Malformed, format!("refused a question about MQTT sessions from node '{origin}' without a reply subject"))
                 }

@@ -431,7 +431,7 @@ pub(crate) enum ClusterEvent {
     /// answer on `reply` (`sessions.rs`).
     SessionsAsked {
         node: String,
-        ids: Vec<String>,
+        ids: Vec<OwnedId>,
         /// When the asker's CONNECTs of them came (wall-clock µs).
         at_us: u64,
         reply: String,
@@ -458,16 +458,24 @@ pub(crate) enum ClusterEvent {
     /// MQTT client ids that connected to another node (`node`) at `at_us`.
     ClientIds {
         node: String,
-        ids: Vec<String>,
+        ids: Vec<OwnedId>,
         at_us: u64,
     },
 }
 
-/// What a [`CLIENT_IDS`] message carries.
+/// An MQTT client id and the identity that owns it (`--auth`: a token's
+/// `sub`; None without): a node lets go of a connection or a session of
+/// the id only for its owner.
+pub(crate) type OwnedId = (String, Option<String>);
+
+/// What a [`CLIENT_IDS`] message carries: the ids, and beside them their
+/// owners (`""`: none; absent altogether when none has one).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct ClientIds {
     pub(crate) ids: Vec<String>,
     pub(crate) at_us: u64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) owners: Vec<String>,
 }
 
 impl ClientIds {
@@ -477,24 +485,39 @@ impl ClientIds {
         if c.ids.len() > MAX_IDS_PER_MESSAGE || c.ids.iter().any(|id| id.len() > MAX_ID_BYTES) {
             return Err(format!("more than {MAX_IDS_PER_MESSAGE} client ids, or one longer than {MAX_ID_BYTES} bytes"));
         }
+        if !(c.owners.is_empty() || c.owners.len() == c.ids.len()) || c.owners.iter().any(|o| o.len() > MAX_ID_BYTES) {
+            return Err(format!("{} owners for {} client ids, or one longer than {MAX_ID_BYTES} bytes", c.owners.len(), c.ids.len()));
+        }
         Ok(c)
     }
 
+    /// Each id with its owner.
+    pub(crate) fn owned(self) -> Vec<OwnedId> {
+        let mut owners = self.owners.into_iter().map(|o| Some(o).filter(|o| !o.is_empty()));
+        self.ids.into_iter().map(|id| (id, owners.next().flatten())).collect()
+    }
+
     /// `ids` as messages within those bounds, each under 256 KiB.
-    pub(crate) fn batches(ids: Vec<String>, at_us: u64) -> Vec<Vec<u8>> {
-        let (mut out, mut batch, mut bytes) = (Vec::new(), Vec::new(), 0);
-        for id in ids.into_iter().filter(|id| id.len() <= MAX_ID_BYTES) {
+    pub(crate) fn batches(ids: Vec<OwnedId>, at_us: u64) -> Vec<Vec<u8>> {
+        let (mut out, mut batch, mut bytes) = (Vec::new(), Vec::<OwnedId>::new(), 0);
+        let body = |batch: Vec<OwnedId>| {
+            let any = batch.iter().any(|(_, o)| o.is_some());
+            let (ids, owners): (Vec<String>, Vec<String>) = batch.into_iter().map(|(id, o)| (id, o.unwrap_or_default())).unzip();
+            serde_json::to_vec(&ClientIds { ids, at_us, owners: if any { owners } else { Vec::new() } }).expect("serializes")
+        };
+        let fits = |(id, o): &OwnedId| id.len() <= MAX_ID_BYTES && o.as_ref().is_none_or(|o| !o.is_empty() && o.len() <= MAX_ID_BYTES);
+        for id in ids.into_iter().filter(fits) {
             // JSON may write a byte as \u00XX: six.
-            let cost = 6 * id.len() + 3;
+            let cost = 6 * (id.0.len() + id.1.as_ref().map_or(0, String::len)) + 6;
             if !batch.is_empty() && (batch.len() >= MAX_IDS_PER_MESSAGE || bytes + cost > 256 << 10) {
-                out.push(serde_json::to_vec(&ClientIds { ids: std::mem::take(&mut batch), at_us }).expect("serializes"));
+                out.push(body(std::mem::take(&mut batch)));
                 bytes = 0;
             }
             bytes += cost;
             batch.push(id);
         }
         if !batch.is_empty() {
-            out.push(serde_json::to_vec(&ClientIds { ids: batch, at_us }).expect("serializes"));
+            out.push(body(batch));
         }
         out
     }
@@ -564,12 +587,16 @@ mod tests {
     /// id or a batch over the bounds is refused.
     #[test]
     fn client_ids_cross_in_bounded_batches_and_are_checked() {
-        let ids: Vec<String> = (0..5000).map(|i| format!("{i:0>1000}")).collect();
+        let ids: Vec<OwnedId> = (0..5000).map(|i| (format!("{i:0>1000}"), (i % 3 == 0).then(|| format!("user{i}")))).collect();
         let out = ClientIds::batches(ids.clone(), 7);
         assert!(out.len() > 1 && out.iter().all(|b| b.len() <= 256 << 10), "{} batches", out.len());
-        let back: Vec<String> = out.iter().flat_map(|b| ClientIds::parse(b).unwrap().ids).collect();
-        assert_eq!(back, ids);
-        assert_eq!(ClientIds::batches(vec!["x".repeat(MAX_ID_BYTES + 1)], 7).len(), 0, "an id over the bound is not sent");
+        let back: Vec<OwnedId> = out.iter().flat_map(|b| ClientIds::parse(b).unwrap().owned()).collect();
+        assert_eq!(back, ids, "each id with its owner");
+        let plain = ClientIds::batches(vec![("a".into(), None)], 7);
+        assert_eq!(String::from_utf8_lossy(&plain[0]), r#"{"ids":["a"],"at_us":7}"#, "no owners, none written");
+        assert_eq!(ClientIds::batches(vec![("x".repeat(MAX_ID_BYTES + 1), None)], 7).len(), 0, "an id over the bound is not sent");
+        let odd = serde_json::json!({"ids": ["a", "b"], "at_us": 1, "owners": ["u"]}).to_string();
+        assert!(ClientIds::parse(odd.as_bytes()).is_err(), "an owner for each id or none");
         let long = serde_json::json!({"ids": ["y".repeat(MAX_ID_BYTES + 1)], "at_us": 1}).to_string();
         assert!(ClientIds::parse(long.as_bytes()).is_err());
         let many = serde_json::json!({"ids": vec!["z"; MAX_IDS_PER_MESSAGE + 1], "at_us": 1}).to_string();

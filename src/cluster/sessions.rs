@@ -9,7 +9,11 @@
 //! CONNECTs). Every node answers on the asker's inbox: first each session
 //! it kept of those ids (one message each, the `--mqtt-sessions-file`
 //! JSON, with the number of its lend), then one last message per batch,
-//! `{"done":true,"busy":[...],"newer":[...]}`. `busy` names the ids
+//! `{"done":true,"busy":[...],"newer":[...],"owned":[...]}`. With
+//! `--auth` each id goes with its owner, and a node hands over a session
+//! and lets go of a connection only to the same owner: `owned` names the
+//! ids another identity owns there, and the asker refuses its CONNECT
+//! (v5 0x87, 3.1.1 5) as a node refuses it alone. `busy` names the ids
 //! connected there now whose CONNECT was older than the question: that
 //! node takes their connections over and keeps their sessions, and the
 //! asker asks again for those after [`BUSY_WAIT`], at most [`ROUNDS`]
@@ -73,6 +77,8 @@ pub(crate) struct Answer {
     pub(crate) busy: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) newer: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) owned: Vec<String>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -112,6 +118,8 @@ pub(crate) struct Handed {
     pub(crate) busy: Vec<String>,
     /// Ids another node holds by a CONNECT newer than this node's.
     pub(crate) newer: Vec<String>,
+    /// Ids another identity owns on another node.
+    pub(crate) owned: Vec<String>,
 }
 
 /// A node's answer to one question, from its registry: each session
@@ -122,6 +130,7 @@ pub(crate) struct Handing {
     pub(crate) sessions: Vec<(u64, String)>,
     pub(crate) busy: Vec<String>,
     pub(crate) newer: Vec<String>,
+    pub(crate) owned: Vec<String>,
 }
 
 /// The nodes heard lately (their `megaconn.shared` announcements): whose
@@ -153,8 +162,8 @@ impl Peers {
 /// wall-clock `at_us`: the answers within [`WINDOW`], and again after
 /// [`BUSY_WAIT`] for ids another node was taking over (at most [`ROUNDS`]
 /// questions).
-pub(super) async fn ask(client: &async_nats::Client, me: &super::link::Me, shared: &super::link::Shared, ids: Vec<String>, at_us: u64) -> Handed {
-    let mut got = Handed { asked: ids.clone(), at_us, ..Handed::default() };
+pub(super) async fn ask(client: &async_nats::Client, me: &super::link::Me, shared: &super::link::Shared, ids: Vec<super::OwnedId>, at_us: u64) -> Handed {
+    let mut got = Handed { asked: ids.iter().map(|(id, _)| id.clone()).collect(), at_us, ..Handed::default() };
     let mut want = ids;
     for round in 0..ROUNDS {
         if round > 0 {
@@ -164,14 +173,17 @@ pub(super) async fn ask(client: &async_nats::Client, me: &super::link::Me, share
         let once = ask_once(client, me, shared, &want, at_us, &known).await;
         got.sessions.extend(once.sessions);
         got.newer.extend(once.newer);
+        got.owned.extend(once.owned);
         got.busy.clone_from(&once.busy);
-        want = once.busy;
+        want.retain(|(id, _)| once.busy.contains(id));
         if want.is_empty() {
             break;
         }
     }
     got.newer.sort();
     got.newer.dedup();
+    got.owned.sort();
+    got.owned.dedup();
     got
 }
 
@@ -181,7 +193,7 @@ async fn ask_once(
     client: &async_nats::Client,
     me: &super::link::Me,
     shared: &super::link::Shared,
-    ids: &[String],
+    ids: &[super::OwnedId],
     at_us: u64,
     known: &HashSet<String>,
 ) -> Handed {
@@ -200,7 +212,7 @@ async fn ask_once(
             return got;
         }
     }
-    let asked: HashSet<&str> = ids.iter().map(String::as_str).collect();
+    let asked: HashSet<&str> = ids.iter().map(|(id, _)| id.as_str()).collect();
     let deadline = tokio::time::Instant::now() + WINDOW;
     // Each node says done once per batch; a node not known when asking
     // is not waited for (its sessions are taken all the same).
@@ -221,9 +233,10 @@ async fn ask_once(
                     confirm(client, me, shared, Taken { to: node, lend }).await;
                 }
             }
-            Ok(Answer { done: true, busy: b, newer, .. }) => {
+            Ok(Answer { done: true, busy: b, newer, owned, .. }) => {
                 got.busy.extend(b.into_iter().filter(|i| asked.contains(i.as_str())));
                 got.newer.extend(newer.into_iter().filter(|i| asked.contains(i.as_str())));
+                got.owned.extend(owned.into_iter().filter(|i| asked.contains(i.as_str())));
                 let n = dones.entry(node.clone()).or_default();
                 *n += 1;
                 if *n >= batches && known.contains(&node) {

@@ -143,6 +143,16 @@ pub(crate) enum Close {
     /// A text message on MQTT over WebSocket (close 1003: MQTT 5.0 §6
     /// carries packets in binary messages only).
     MqttWsText,
+    /// A client's publish (or will) to `$SYS`, which is the server's
+    /// (MQTT-4.7.2-1): v5 0x87, refused; 3.1.1 dropped.
+    MqttSysTopic,
+    /// A 3.1.1 CONNECT whose keep-alive is 0 or past `--mqtt-max-keep-alive`
+    /// (CONNACK 2, as mosquitto answers; a v5 client is told the server's
+    /// keep-alive instead).
+    MqttKeepAliveRefused,
+    /// A v5 DISCONNECT giving a Session Expiry Interval to a session its
+    /// CONNECT gave 0 (§3.14.2.2.2: a protocol error, 0x82).
+    MqttSessionExpiryAfterZero,
 
     // Tokens (`--auth jwt`).
     /// No token.
@@ -254,6 +264,9 @@ impl Close {
             Ws(v) => v.0,
             WsMqttNotOffered => "ws_mqtt_not_offered",
             MqttWsText => "mqtt_ws_text",
+            MqttSysTopic => "mqtt_sys_topic",
+            MqttKeepAliveRefused => "mqtt_keep_alive_refused",
+            MqttSessionExpiryAfterZero => "mqtt_session_expiry_after_zero",
             AuthMissing => "auth_missing",
             AuthExpired => "auth_expired",
             AuthMalformed => "auth_malformed",
@@ -313,7 +326,8 @@ impl Close {
             MqttPropertiesTooLarge => 0x95,
             MqttReceiveMaximumExceeded => 0x93,
             BadTopic => 0x90,
-            NotPermitted => 0x87,
+            NotPermitted | MqttSysTopic => 0x87,
+            MqttSessionExpiryAfterZero => 0x82,
             MqttPayloadTooLarge => 0x95,
             MqttPublishQueueFull => 0x97,
             _ => return None,
@@ -336,6 +350,7 @@ impl Close {
             MqttWillBadTopic | MqttWillNotPermitted | MqttWillTooLarge => true,
             MqttSessionTakenOver | MqttClientIdRefused | MqttConnectUnansweredOverflow => true,
             WsMqttNotOffered | MqttWsText => true,
+            MqttSysTopic | MqttKeepAliveRefused | MqttSessionExpiryAfterZero => true,
             // Names made below: a TLS failure, an I/O error.
             Tls(_) | Io(_) => false,
             _ => false,

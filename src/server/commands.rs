@@ -180,6 +180,14 @@ pub(crate) struct SessionClaim {
     /// A 5.0 client (the CONNACK code of a refusal).
     #[serde(default)]
     pub v5: bool,
+    /// Who made it (`--auth`: the token's `sub`): the id and its session
+    /// belong to that identity, and another's claim of them is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// Whom its bounds are charged to: the owner with `--auth`, else the
+    /// peer's address (`broker/sessions.rs`, per-identity quotas).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub identity: String,
 }
 
 /// A client id as the supervisor's registry keys it (`broker/sessions.rs`:
@@ -213,6 +221,11 @@ pub(crate) struct SessionEnd {
     /// id connects again (`broker/sessions/wills.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub will: Option<crate::server::broker::sessions::wills::DelayedWill>,
+    /// Who owned it and whom its bounds are charged to (as its claim said).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub identity: String,
 }
 
 /// One subscription of a kept MQTT session: its filter, the QoS granted
@@ -246,6 +259,11 @@ pub(crate) struct SessionState {
     /// QoS 1 and 2 messages not acknowledged yet, in order: those sent
     /// first (with their packet ids), then those held behind the window.
     pub messages: Vec<SessionMessage>,
+    /// Packet ids of the client's QoS 2 publishes forwarded whose PUBREL
+    /// has not come: a resend after a reconnect is acknowledged, not
+    /// forwarded again (§4.3.3).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rel: Vec<u16>,
 }
 
 /// A QoS 1 or 2 message of a session.
@@ -293,6 +311,15 @@ pub(crate) struct SessionAnswer {
     /// claim waited gives a resumed session back with it, kept again.
     #[serde(default, skip_serializing_if = "no_expiry")]
     pub expiry_s: u32,
+    /// A resumed session's QoS 2 ids awaiting PUBREL ([`SessionState::rel`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rel: Vec<u16>,
+    /// The claim's owner and identity: a connection that closed while its
+    /// claim waited gives a resumed session back under them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub identity: String,
 }
 
 fn no_expiry(n: &u32) -> bool {

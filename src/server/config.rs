@@ -70,6 +70,8 @@ pub(crate) struct ServerConfig {
     pub history: crate::server::broker::history::HistoryConfig,
     /// MQTT: `--mqtt-inflight`, `--mqtt-queue`, `--mqtt-queue-bytes`.
     pub mqtt_flight: crate::server::session::mqtt::flight::Bounds,
+    /// MQTT: `--mqtt-max-keep-alive` (0: any).
+    pub mqtt_max_keep_alive: u16,
     /// MQTT: `--mqtt-retained`, `--mqtt-retained-bytes`.
     pub mqtt_retained: crate::server::broker::retained::RetainedConfig,
     /// MQTT: `--mqtt-retained-file` (the retained set kept across
@@ -188,6 +190,7 @@ impl Default for ServerConfig {
             max_push_bytes: crate::proto::push::DEFAULT_MAX_PUSH,
             history: Default::default(),
             mqtt_flight: Default::default(),
+            mqtt_max_keep_alive: 0,
             mqtt_retained: Default::default(),
             mqtt_retained_file: None,
             mqtt_retained_save_every: crate::server::broker::retained_file::DEFAULT_EVERY,

@@ -712,6 +712,7 @@ impl Worker {
                 self.mqtt_shared_leave(key, conn.gen, m);
             }
             self.topics.forget(&conn.subs, key);
+            self.topics.rate.forget(key);
             if !self.topics.gate.is_empty() {
                 self.topics.gate.forget(key);
             }
@@ -762,5 +763,5 @@ impl Worker {
 
 /// A worker config from before `--protocol mqtt` existed.
 fn default_mqtt() -> crate::server::session::mqtt::MqttConfig {
-    crate::server::session::mqtt::MqttConfig { max_push: crate::proto::push::DEFAULT_MAX_PUSH, flight: Default::default() }
+    crate::server::session::mqtt::MqttConfig { max_push: crate::proto::push::DEFAULT_MAX_PUSH, flight: Default::default(), max_keep_alive: 0 }
 }

@@ -7,6 +7,7 @@
 //! server without `--auth` pays nothing per connection.
 
 use crate::server::auth::jwt::{self, Claims, Verifier};
+use crate::server::auth::scope;
 use crate::server::close::Close;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
@@ -279,17 +280,22 @@ impl Gate {
         }
     }
 
-    /// Whether connection `key` may subscribe to `topic`.
-    pub(crate) fn permits(&self, key: usize, topic: &str) -> Result<(), Close> {
+    /// Whether connection `key` may subscribe (or publish) to `name`: a
+    /// topic, or an MQTT filter standing for every topic it can match
+    /// (`scope.rs`): one that could match an `--admin-topics` topic needs
+    /// an admin token, and with `--auth` every topic it matches must be
+    /// in the token's `topics`.
+    pub(crate) fn permits(&self, key: usize, name: &str) -> Result<(), Close> {
         let id = self.by_key.get(&key);
-        if self.admin_topics.iter().any(|p| jwt::covers(p, topic)) && !id.is_some_and(|i| i.admin) {
+        let admin = id.is_some_and(|i| i.admin);
+        if !admin && self.admin_topics.iter().any(|p| scope::touches(p, name)) {
             return Err(Close::NotPermitted);
         }
         if !self.required() {
             return Ok(());
         }
         match id {
-            Some(i) if i.admin || i.topics.iter().any(|p| jwt::covers(p, topic)) => Ok(()),
+            Some(i) if i.admin || scope::within(i.topics.iter().map(|p| &**p), name) => Ok(()),
             _ => Err(Close::NotPermitted),
         }
     }
@@ -385,6 +391,31 @@ mod tests {
         let g = Gate::new(None, &Default::default(), vec!["ops".into()]).unwrap();
         assert_eq!(g.permits(1, "ops"), Err(Close::NotPermitted));
         assert_eq!(g.permits(1, "chat"), Ok(()));
+        assert_eq!(g.permits(1, "#"), Err(Close::NotPermitted), "# matches ops");
+        assert_eq!(g.permits(1, "+"), Err(Close::NotPermitted));
+        assert_eq!(g.permits(1, "chat/#"), Ok(()));
+    }
+
+    /// Issue 62, finding 2: filters are judged by every topic they can
+    /// match, not as strings.
+    #[test]
+    fn filters_are_permitted_only_when_every_topic_they_match_is() {
+        let key = jwt::JwtKey::Secret(vec![7; 32]);
+        let mut g = Gate::new(Some(&key), &Default::default(), vec!["ops/*".into()]).unwrap();
+        g.admit(1, 1, claims("eve", 999, &["*"]));
+        g.admit(2, 1, claims("sam", 999, &["sensors/*"]));
+        let mut boss = claims("boss", 999, &[]);
+        boss.admin = true;
+        g.admit(3, 1, boss);
+        for f in ["ops/secret", "#", "+/secret", "+/#"] {
+            assert_eq!(g.permits(1, f), Err(Close::NotPermitted), "eve {f}");
+        }
+        assert_eq!(g.permits(1, "news/#"), Ok(()));
+        assert_eq!(g.permits(2, "sensors/#"), Err(Close::NotPermitted), "sensors/# matches sensors");
+        assert_eq!(g.permits(2, "sensors"), Err(Close::NotPermitted));
+        assert_eq!(g.permits(2, "sensors/+/temp"), Ok(()));
+        assert_eq!(g.permits(2, "sensors/a/#"), Ok(()));
+        assert_eq!(g.permits(3, "#"), Ok(()), "an admin token hears everything");
     }
 
     /// 400,000 refreshes of one connection and 100,000 connections that

@@ -20,10 +20,23 @@
 //!   Message Expiry Interval counts down while it waits). At most `--mqtt-session-queue` messages and
 //!   `--mqtt-session-queue-bytes` per session: past them the **newest**
 //!   message is dropped (the arriving one, as mosquitto does) and counted.
-//!   At most `--mqtt-sessions` sessions and `--mqtt-sessions-bytes` in all:
-//!   keeping one more **expires the oldest kept** (counted, reason `full`),
-//!   so a peer inventing client ids costs only the bound. A v5 session
-//!   goes at its expiry (reason `expiry`); a 3.1.1 one only by the bounds.
+//!   At most `--mqtt-sessions` sessions and `--mqtt-sessions-bytes` in all,
+//!   and `--mqtt-sessions-per-identity` of one identity (the token's `sub`
+//!   with `--auth`, else the peer's address): one more of an identity at
+//!   its quota **expires that identity's oldest** (reason `identity`); one
+//!   more past the node's bounds is **not kept** (reason `full`), so no
+//!   identity's sessions push out another's, and a peer inventing client
+//!   ids costs only its own quota. A v5 session goes at its expiry
+//!   (reason `expiry`); a 3.1.1 one only by the bounds.
+//! - **Owners.** With `--auth`, a client id and everything kept under it
+//!   (subscriptions, queued and in-flight messages, the client's QoS 2
+//!   ids awaiting PUBREL, a delayed will) belong to the identity whose
+//!   CONNECT made it. Another identity's CONNECT of that id is refused
+//!   (v5 CONNACK 0x87, 3.1.1 5) and touches nothing: not the owner's
+//!   connection, not its session, not its will. A connected id's owner is
+//!   a 32-bit keyed tag in the registry's entry (no memory added); a kept
+//!   session, a waiting claim and a waiting will hold the owner's name,
+//!   compared exactly before anything is handed out.
 //!
 //! **Memory.** The registry holds every connected client id of the node
 //! (1,000,000 at a million devices), so an id is kept as a fixed 12-byte
@@ -43,7 +56,7 @@
 //! kept session per publish.
 
 use crate::proto::mqtt::forward::Forwarded;
-use crate::server::commands::{split_id, ClientPublish, IdKey, KeptSub, SessionAnswer, SessionClaim, SessionEnd, SessionMessage};
+use crate::server::commands::{split_id, ClientPublish, IdKey, KeptSub, SessionAnswer, SessionClaim, SessionEnd, SessionMessage, SessionState};
 use std::collections::hash_map::RandomState;
 
 mod by_filter;
@@ -52,7 +65,7 @@ mod moving;
 mod online;
 pub(crate) mod saved;
 pub(crate) mod wills;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::hash::BuildHasher;
 use std::time::{Duration, Instant};
 
@@ -76,6 +89,13 @@ const REFUSED: (u8, u8) = (0x97, 3);
 /// v5 CONNACK: Server busy (a claim displaced by a newer one before it
 /// was answered); 3.1.1: Server unavailable.
 const DISPLACED: (u8, u8) = (0x89, 3);
+/// v5 CONNACK: Not authorized; 3.1.1: Not authorized (a client id that
+/// another identity owns).
+pub(crate) const NOT_OWNER: (u8, u8) = (0x87, 5);
+/// A node's kept sessions one identity may hold by default: a tenth of
+/// `--mqtt-sessions` (at least one), so that ten identities, not one,
+/// are needed to fill the node.
+const DEFAULT_IDENTITY_SHARE: usize = 10;
 
 crate::counters! {
     /// The supervisor's client ids and kept sessions (`/stats` "mqtt_sessions", `/metrics`).
@@ -86,7 +106,7 @@ crate::counters! {
         stored: counter "mqtt_sessions_stored" "MQTT sessions kept when their connection ended",
         resumed: counter "mqtt_sessions_resumed" "MQTT sessions resumed by a CONNECT (session present 1)",
         discarded: counter "mqtt_sessions_discarded" "Kept MQTT sessions a clean CONNECT discarded",
-        expired: by("reason") "mqtt_sessions_expired" "Kept MQTT sessions dropped, by reason (expiry: v5 Session Expiry Interval; full: --mqtt-sessions or --mqtt-sessions-bytes, the oldest; moved_late: handed over by another node after its client was answered without it)",
+        expired: by("reason") "mqtt_sessions_expired" "Kept MQTT sessions dropped, by reason (expiry: v5 Session Expiry Interval; full: not kept, --mqtt-sessions or --mqtt-sessions-bytes reached; identity: the oldest of an identity at --mqtt-sessions-per-identity; moved_late: handed over by another node after its client was answered without it)",
         taken_over: counter "mqtt_sessions_taken_over" "MQTT connections closed because a CONNECT with their client id came (session takeover)",
         moved: counter "mqtt_sessions_moved" "MQTT client ids that connected to another cluster node: their connection here taken over, or their kept session here dropped",
         moved_in: counter "mqtt_sessions_moved_in" "MQTT sessions another cluster node handed over to a client that came back here",
@@ -101,19 +121,32 @@ crate::counters! {
         wills_waiting: gauge "mqtt_wills_waiting" "MQTT wills waiting for their delay now",
         loaded: counter "mqtt_sessions_loaded" "MQTT sessions read from --mqtt-sessions-file at start",
         saved: counter "mqtt_sessions_saved" "Times the kept MQTT sessions were written to --mqtt-sessions-file",
-        refused: by("reason") "mqtt_client_ids_refused" "CONNECTs refused by the client id registry, by reason (ids: --mqtt-client-ids, displaced: a newer CONNECT of the id came first)",
+        refused: by("reason") "mqtt_client_ids_refused" "CONNECTs refused by the client id registry, by reason (ids: --mqtt-client-ids, displaced: a newer CONNECT of the id came first, owner: another identity owns the id)",
     }
 }
 
-/// `--mqtt-client-ids`, `--mqtt-sessions`,
+/// `--mqtt-client-ids`, `--mqtt-sessions`, `--mqtt-sessions-per-identity`,
 /// `--mqtt-sessions-bytes`, `--mqtt-session-queue`, `--mqtt-session-queue-bytes`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct SessionsConfig {
     pub max_ids: usize,
     pub max_kept: usize,
+    /// 0: a tenth of `max_kept` ([`SessionsConfig::identity_quota`]).
+    #[serde(default)]
+    pub per_identity: usize,
     pub max_kept_bytes: usize,
     pub queue: usize,
     pub queue_bytes: usize,
+}
+
+impl SessionsConfig {
+    /// Kept sessions one identity may hold.
+    pub(crate) fn identity_quota(&self) -> usize {
+        match self.per_identity {
+            0 => (self.max_kept / DEFAULT_IDENTITY_SHARE).max(1),
+            n => n,
+        }
+    }
 }
 
 impl Default for SessionsConfig {
@@ -121,6 +154,7 @@ impl Default for SessionsConfig {
         SessionsConfig {
             max_ids: DEFAULT_MAX_IDS,
             max_kept: DEFAULT_MAX_KEPT,
+            per_identity: 0,
             max_kept_bytes: DEFAULT_MAX_KEPT_BYTES,
             queue: DEFAULT_QUEUE,
             queue_bytes: DEFAULT_QUEUE_BYTES,
@@ -156,6 +190,31 @@ impl Keyer {
         let (a, b) = (self.0.hash_one(id), self.1.hash_one(id));
         [a as u32, (a >> 32) as u32, b as u32]
     }
+
+    /// The registry's tag of an owner (0: none, without `--auth`): 32
+    /// bits of the first key's hash, never 0 for an owner. Two owners
+    /// share a tag once in 2^32 pairs and no peer can aim at one without
+    /// the process's keys; a shared tag lets a CONNECT take the live
+    /// connection over, never the session: that is handed out only to
+    /// its owner's exact name.
+    pub(crate) fn tag(&self, owner: Option<&str>) -> u32 {
+        owner.map_or(0, |o| (self.0.hash_one(("owner", o)) as u32) | 1)
+    }
+}
+
+/// Who a kept session, a will or a claim is of: its owner (`--auth`) and
+/// the identity its bounds are charged to (the owner, else the peer's
+/// address).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Who {
+    pub owner: Option<Box<str>>,
+    pub identity: Box<str>,
+}
+
+impl Who {
+    pub(crate) fn new(owner: Option<&str>, identity: &str) -> Who {
+        Who { owner: owner.map(Into::into), identity: identity.into() }
+    }
 }
 
 /// A session kept for a client gone.
@@ -167,8 +226,11 @@ struct Kept {
     /// knows an id by its key, which a restart changes).
     id: Option<Box<str>>,
     expires: Option<Instant>,
+    who: Who,
     subs: Vec<KeptSub>,
     messages: VecDeque<SessionMessage>,
+    /// The client's QoS 2 ids awaiting PUBREL.
+    rel: Vec<u16>,
     /// Bytes of `messages`.
     queued_bytes: usize,
     /// Bytes of the record and `subs`.
@@ -191,8 +253,10 @@ pub(crate) struct Sessions {
     kept: HashMap<IdKey, Kept>,
     /// `kept`'s subscriptions, by filter.
     by_filter: by_filter::ByFilter,
-    /// Kept sessions by age: the oldest goes first when full.
+    /// Kept sessions by age, and each identity's (its oldest goes when it
+    /// keeps one more past its quota).
     order: BTreeMap<u64, IdKey>,
+    by_identity: HashMap<Box<str>, BTreeSet<u64>>,
     next_seq: u64,
     pub counters: SessionCounters,
     /// v5 wills waiting for their Will Delay Interval (`wills.rs`).
@@ -211,8 +275,8 @@ pub(crate) struct Sessions {
     /// In a cluster: CONNECTs that want a session this node does not
     /// keep, waiting for the other nodes' answers (`moving.rs`).
     asking: HashMap<IdKey, moving::Asking>,
-    /// Client ids to ask the other nodes about.
-    to_ask: Vec<String>,
+    /// Client ids (with their owners) to ask the other nodes about.
+    to_ask: Vec<crate::cluster::OwnedId>,
     /// Connections taken over because another node asked for their
     /// session: their state is kept (to hand over), their will dropped.
     handing: HashSet<IdKey>,
@@ -233,7 +297,10 @@ impl Sessions {
     pub(crate) fn claim(&mut self, worker: usize, c: SessionClaim, now: Instant) -> Vec<Action> {
         let mut out = Vec::new();
         let key = self.keyer.key(&c.client_id);
-        match self.online.get(&key) {
+        if self.owned_by_another(&key, c.owner.as_deref()) {
+            return vec![self.not_owner(worker, &c)];
+        }
+        match self.online.get(&key).map(|(_, o)| *o) {
             Some(o) => {
                 self.counters.taken_over += 1;
                 out.push(Action::Takeover(split_id(o.conn).0, o.conn));
@@ -251,6 +318,26 @@ impl Sessions {
             }
         }
         out
+    }
+
+    /// Whether client id `key` is another identity's than `owner`: its
+    /// connection here, a claim of it waiting, its kept session or its
+    /// waiting will.
+    pub(super) fn owned_by_another(&self, key: &IdKey, owner: Option<&str>) -> bool {
+        if self.online.get(key).is_some_and(|(tag, _)| tag != self.keyer.tag(owner)) {
+            return true;
+        }
+        let other = |o: Option<&str>| o != owner;
+        self.next.get(key).is_some_and(|(_, c)| other(c.owner.as_deref()))
+            || self.asking.get(key).is_some_and(|a| other(a.claim.owner.as_deref()))
+            || self.kept.get(key).is_some_and(|k| other(k.who.owner.as_deref()))
+            || self.wills.owner(key).is_some_and(|o| other(o))
+    }
+
+    /// A claim of a client id another identity owns: refused, counted.
+    pub(super) fn not_owner(&mut self, worker: usize, c: &SessionClaim) -> Action {
+        crate::stats::counters::bump(&mut self.counters.refused, "owner");
+        Action::Answer(worker, refusal(c.conn, NOT_OWNER, c.v5))
     }
 
     /// A claim a newer one of its id overtook before it was answered.
@@ -272,8 +359,14 @@ impl Sessions {
             crate::stats::counters::bump(&mut self.counters.refused, "ids");
             return Action::Answer(worker, refusal(c.conn, REFUSED, c.v5));
         }
+        // Checked again by name (a claim that waited was let in by its
+        // tag, or came from another node).
+        let owner = c.owner.as_deref();
+        if self.kept.get(&key).is_some_and(|k| k.who.owner.as_deref() != owner) || self.wills.owner(&key).is_some_and(|o| o != owner) {
+            return self.not_owner(worker, &c);
+        }
         self.cancel_will(&key);
-        self.online.insert(key, Online { conn: c.conn });
+        self.online.insert(key, self.keyer.tag(owner), Online { conn: c.conn });
         self.counters.online = self.online.len() as u64;
         if let Some(names) = self.names.as_mut().filter(|_| c.expiry_s > 0) {
             names.insert(key, c.client_id.as_str().into());
@@ -286,7 +379,8 @@ impl Sessions {
             kept = None;
             crate::stats::counters::bump(&mut self.counters.expired, "expiry");
         }
-        let mut answer = SessionAnswer { conn: c.conn, code: 0, present: false, subs: Vec::new(), messages: Vec::new(), key, expiry_s: c.expiry_s };
+        let mut answer =
+            SessionAnswer { conn: c.conn, code: 0, key, expiry_s: c.expiry_s, owner: c.owner, identity: c.identity, ..refusal(c.conn, (0, 0), false) };
         match kept {
             Some(_) if c.clean => self.counters.discarded += 1,
             Some(k) => {
@@ -294,6 +388,7 @@ impl Sessions {
                 answer.present = true;
                 answer.subs = k.subs;
                 answer.messages = k.messages.into();
+                answer.rel = k.rel;
             }
             None => {}
         }
@@ -315,6 +410,12 @@ impl Sessions {
         self.end_lend(key);
         self.by_filter.remove(key, &k.subs);
         self.order.remove(&k.seq);
+        if let Some(seqs) = self.by_identity.get_mut(&k.who.identity) {
+            seqs.remove(&k.seq);
+            if seqs.is_empty() {
+                self.by_identity.remove(&k.who.identity);
+            }
+        }
         self.counters.bytes -= (k.base + k.queued_bytes) as u64;
         self.counters.kept = self.kept.len() as u64;
         Some(k)
@@ -326,7 +427,7 @@ impl Sessions {
     pub(crate) fn ended(&mut self, e: SessionEnd, now: Instant) -> Vec<Action> {
         // Only the registered connection's own end frees its id (a
         // connection taken over ends after its successor claimed it).
-        if self.online.get(&e.key).is_none_or(|o| o.conn != e.conn) {
+        if self.online.get(&e.key).is_none_or(|(_, o)| o.conn != e.conn) {
             return Vec::new();
         }
         self.online.remove(&e.key);
@@ -336,8 +437,9 @@ impl Sessions {
         // (or goes there: another node asked for it).
         let moved = self.moved.remove(&e.key);
         let handing = self.handing.remove(&e.key);
+        let who = Who::new(e.owner.as_deref(), &e.identity);
         if let Some(state) = e.state.filter(|_| e.expiry_s > 0 && !moved) {
-            self.counters.stored += self.keep(e.key, id, state.subs, state.messages, e.expiry_s, now) as u64;
+            self.counters.stored += self.keep(e.key, id, who.clone(), state, e.expiry_s, now) as u64;
         }
         let next = self.next.remove(&e.key);
         let mut out = Vec::new();
@@ -347,7 +449,7 @@ impl Sessions {
             Some(_) if next.is_some() || moved || handing => self.counters.wills_cancelled += 1,
             Some(w) => {
                 self.counters.wills_delayed += 1;
-                if let wills::Held::Now(p) = self.wills.hold(e.key, w, e.expiry_s, self.cfg.max_kept, now) {
+                if let wills::Held::Now(p) = self.wills.hold(e.key, who, w, e.expiry_s, (self.cfg.max_kept, self.cfg.identity_quota()), now) {
                     crate::stats::counters::bump(&mut self.counters.wills_published, "full");
                     out.push(Action::Will(p));
                 }
@@ -374,11 +476,14 @@ impl Sessions {
         ends.into_iter().flat_map(|e| self.ended(e, now)).collect()
     }
 
-    /// Keep a session, expiring the oldest while over the bounds: whether
-    /// it was kept.
-    fn keep(&mut self, key: IdKey, id: Option<Box<str>>, subs: Vec<KeptSub>, messages: Vec<SessionMessage>, expiry_s: u32, now: Instant) -> bool {
-        let base = RECORD + std::mem::size_of::<IdKey>() + id.as_ref().map_or(0, |i| i.len()) + subs.iter().map(|s| RECORD + s.filter.len()).sum::<usize>();
-        let mut kept = Kept { seq: 0, id, expires: None, subs, messages: VecDeque::new(), queued_bytes: 0, base };
+    /// Keep a session within the bounds: its identity's oldest expired
+    /// when that identity is at its quota; not kept (counted `full`) past
+    /// the node's bounds, which push nobody else's out. Whether it was kept.
+    fn keep(&mut self, key: IdKey, id: Option<Box<str>>, who: Who, state: SessionState, expiry_s: u32, now: Instant) -> bool {
+        let SessionState { subs, messages, rel } = state;
+        let names = id.as_ref().map_or(0, |i| i.len()) + who.owner.as_ref().map_or(0, |o| o.len()) + who.identity.len();
+        let base = RECORD + std::mem::size_of::<IdKey>() + names + 2 * rel.len() + subs.iter().map(|s| RECORD + s.filter.len()).sum::<usize>();
+        let mut kept = Kept { seq: 0, id, expires: None, who, subs, messages: VecDeque::new(), rel, queued_bytes: 0, base };
         if expiry_s != NEVER {
             kept.expires = Some(now + Duration::from_secs(expiry_s.into()));
         }
@@ -393,27 +498,25 @@ impl Sessions {
         }
         self.take(&key);
         let cost = kept.base + kept.queued_bytes;
-        while !self.order.is_empty() && (self.kept.len() >= self.cfg.max_kept || self.counters.bytes as usize + cost > self.cfg.max_kept_bytes) {
-            self.expire_oldest("full");
+        let quota = self.cfg.identity_quota();
+        while let Some(oldest) = self.by_identity.get(&kept.who.identity).filter(|s| s.len() >= quota).and_then(|s| s.first().copied()) {
+            let Some(k) = self.order.get(&oldest).copied() else { break };
+            self.take(&k);
+            crate::stats::counters::bump(&mut self.counters.expired, "identity");
         }
-        if self.kept.len() >= self.cfg.max_kept || cost > self.cfg.max_kept_bytes {
+        if self.kept.len() >= self.cfg.max_kept || self.counters.bytes as usize + cost > self.cfg.max_kept_bytes {
             crate::stats::counters::bump(&mut self.counters.expired, "full");
             return false;
         }
         self.next_seq += 1;
         kept.seq = self.next_seq;
         self.order.insert(kept.seq, key);
+        self.by_identity.entry(kept.who.identity.clone()).or_default().insert(kept.seq);
         self.counters.bytes += cost as u64;
         self.by_filter.add(key, &kept.subs);
         self.kept.insert(key, kept);
         self.counters.kept = self.kept.len() as u64;
         true
-    }
-
-    fn expire_oldest(&mut self, reason: &str) {
-        let Some(key) = self.order.values().next().copied() else { return };
-        self.take(&key);
-        crate::stats::counters::bump(&mut self.counters.expired, reason);
     }
 
     /// Whether `m` may join `k`'s queue: Err names the bound it passes.
@@ -507,7 +610,18 @@ impl Sessions {
 
 /// A refused claim's answer with the CONNACK code of its version.
 fn refusal(conn: u64, (v5, v3): (u8, u8), is_v5: bool) -> SessionAnswer {
-    SessionAnswer { conn, code: if is_v5 { v5 } else { v3 }, present: false, subs: Vec::new(), messages: Vec::new(), key: IdKey::default(), expiry_s: 0 }
+    SessionAnswer {
+        conn,
+        code: if is_v5 { v5 } else { v3 },
+        present: false,
+        subs: Vec::new(),
+        messages: Vec::new(),
+        key: IdKey::default(),
+        expiry_s: 0,
+        rel: Vec::new(),
+        owner: None,
+        identity: String::new(),
+    }
 }
 
 #[cfg(test)]

@@ -88,7 +88,7 @@ mod tests {
 
     /// A v5 CONNECT of `id` with a persistent session, as a worker claims it.
     fn claim(conn: u64, id: &str) -> SessionClaim {
-        SessionClaim { conn, client_id: id.into(), clean: false, expiry_s: 3600, v5: true }
+        SessionClaim { conn, client_id: id.into(), clean: false, expiry_s: 3600, v5: true, owner: None, identity: String::new() }
     }
 
     /// `id` connected (as connection `conn`): its registry key.
@@ -108,8 +108,8 @@ mod tests {
         let (d, path, mut a, mut f) = opened("sessions-file");
         let now = Instant::now();
         let key = admitted(&mut a, 1, "dev-1", now);
-        let state = SessionState { subs: vec![KeptSub::new("t/+", 1)], messages: vec![message("t/a", "aGk=")] };
-        a.ended(SessionEnd { conn: 1, key, expiry_s: 3600, state: Some(state), will: None }, now);
+        let state = SessionState { subs: vec![KeptSub::new("t/+", 1)], messages: vec![message("t/a", "aGk=")], rel: vec![] };
+        a.ended(SessionEnd { conn: 1, key, expiry_s: 3600, state: Some(state), ..SessionEnd::default() }, now);
         assert!(!f.save(&mut a, now, false).unwrap(), "the interval has not passed");
         assert!(f.save(&mut a, now, true).unwrap());
         assert!(!f.save(&mut a, now, true).unwrap(), "nothing changed since");
@@ -125,7 +125,17 @@ mod tests {
         assert_eq!(std::fs::read(&path).unwrap(), b"", "no session kept now");
 
         let line = |expires_us: u64| {
-            serde_json::to_string(&SavedSession { id: "old".into(), expires_us: Some(expires_us), subs: vec![], messages: vec![], will: None }).unwrap()
+            serde_json::to_string(&SavedSession {
+                id: "old".into(),
+                expires_us: Some(expires_us),
+                subs: vec![],
+                messages: vec![],
+                rel: vec![],
+                owner: None,
+                identity: String::new(),
+                will: None,
+            })
+            .unwrap()
         };
         std::fs::write(&path, format!("{}\n", line(1))).unwrap();
         let mut c = Sessions::new(SessionsConfig::default());
@@ -146,8 +156,16 @@ mod tests {
         let now = Instant::now();
         let key = admitted(&mut a, 1, "dev-w", now);
         let will = ClientPublish { topic: "status/dev-w".into(), data: "b2ZmbGluZQ==".into(), qos: 1, retain: true, mqtt: None };
-        let state = SessionState { subs: vec![KeptSub::new("cmd/dev-w", 1)], messages: vec![] };
-        let end = SessionEnd { conn: 1, key, expiry_s: 3600, state: Some(state), will: Some(DelayedWill { will: will.clone(), delay_s: 30 }) };
+        let state = SessionState { subs: vec![KeptSub::new("cmd/dev-w", 1)], messages: vec![], rel: vec![] };
+        let end = SessionEnd {
+            conn: 1,
+            key,
+            expiry_s: 3600,
+            state: Some(state),
+            owner: None,
+            identity: String::new(),
+            will: Some(DelayedWill { will: will.clone(), delay_s: 30 }),
+        };
         assert!(a.ended(end, now).is_empty(), "it waits");
         assert!(f.save(&mut a, now, true).unwrap());
 

@@ -83,6 +83,9 @@ const ALL: &[Close] = &[
     MqttConnectUnansweredOverflow,
     WsMqttNotOffered,
     MqttWsText,
+    MqttSysTopic,
+    MqttKeepAliveRefused,
+    MqttSessionExpiryAfterZero,
 ];
 
 /// Each variant's place in [`ALL`] (payloads aside).
@@ -162,6 +165,9 @@ fn ordinal(c: Close) -> usize {
         MqttConnectUnansweredOverflow => 71,
         WsMqttNotOffered => 72,
         MqttWsText => 73,
+        MqttSysTopic => 74,
+        MqttKeepAliveRefused => 75,
+        MqttSessionExpiryAfterZero => 76,
     }
 }
 

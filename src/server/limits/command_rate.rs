@@ -5,6 +5,8 @@
 //! client flipping a subscription in a loop keeps a worker busy for all
 //! the others. Counted per connection over the current second, and only
 //! for connections that sent one: nothing is kept for an idle connection.
+//! A connection's count goes with it ([`CommandRate::forget`]): the next
+//! connection in its slab slot starts with a budget of its own.
 //! A connection past the bound (`--max-commands-per-second`) is closed as
 //! `too_many_commands`.
 
@@ -44,6 +46,12 @@ impl CommandRate {
         Ok(())
     }
 
+    /// Connection `key` closed: its count goes (its slot's next
+    /// connection is another client).
+    pub(crate) fn forget(&mut self, key: usize) {
+        self.this_second.remove(&key);
+    }
+
     /// A new second begins (called once a second).
     pub(crate) fn tick(&mut self) {
         if self.this_second.capacity() > SHRINK_ABOVE {
@@ -68,5 +76,18 @@ mod tests {
         assert_eq!(r.charge(2), Ok(()), "another connection is not charged for it");
         r.tick();
         assert_eq!(r.charge(1), Ok(()), "a new second, a new budget");
+    }
+
+    /// Issue 62, finding 7: the next connection in a slot is not charged
+    /// for the one before it.
+    #[test]
+    fn a_closed_connection_takes_its_count_with_it() {
+        let mut r = CommandRate::new(3);
+        for _ in 0..3 {
+            r.charge(5).unwrap();
+        }
+        assert_eq!(r.charge(5), Err(Close::TooManyCommands));
+        r.forget(5);
+        assert_eq!(r.charge(5), Ok(()), "a fresh budget in the same slot");
     }
 }

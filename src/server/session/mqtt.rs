@@ -61,7 +61,7 @@ pub(crate) const MAX_PENDING_PUBLISH_BYTES: usize = 4 << 20;
 /// acknowledged in the read that brought it, so the window bounds what a
 /// client may send ahead and how many of its QoS 2 publishes may await
 /// their PUBREL (each costs 2 bytes while it does).
-const RECEIVE_MAXIMUM: u16 = 1024;
+pub(crate) const RECEIVE_MAXIMUM: u16 = 1024;
 /// MQTT 5.0 reason code 0x80, "unspecified error".
 const UNSPECIFIED_ERROR: u8 = 0x80;
 
@@ -82,6 +82,11 @@ pub(crate) struct MqttConfig {
     /// `--mqtt-inflight`, `--mqtt-queue`, `--mqtt-queue-bytes`.
     #[serde(default)]
     pub flight: flight::Bounds,
+    /// `--mqtt-max-keep-alive`: the longest keep-alive a client may ask
+    /// for (0: any); a v5 client asking more, or none, is given this one
+    /// (CONNACK Server Keep Alive), a 3.1.1 one refused.
+    #[serde(default)]
+    pub max_keep_alive: u16,
 }
 
 impl MqttConfig {
@@ -229,6 +234,15 @@ fn on_packet(ctx: &mut Ctx<'_>, m: &mut MqttConn, h: &FixedHeader, body: &[u8]) 
     match p {
         Packet::PingReq => send(ctx, version, &Packet::PingResp),
         Packet::Disconnect(d) => {
+            // v5 may change the session's expiry here, but not from 0
+            // (§3.14.2.2.2).
+            if let Some(expiry) = d.properties.session_expiry {
+                if m.expiry_s() == 0 && expiry > 0 {
+                    m.tidy();
+                    return Err(disconnect(ctx, version, Close::MqttSessionExpiryAfterZero));
+                }
+                m.set_expiry(expiry);
+            }
             // A clean end deletes the will; v5 0x04 asks for it (§3.14.2.1).
             if d.reason != 0x04 {
                 m.take_will();
@@ -289,6 +303,12 @@ fn disconnect(ctx: &mut Ctx<'_>, version: Version, reason: Close) -> Close {
     reason
 }
 
+/// Whether `topic` is `$SYS` or below it: the server's own topics, which
+/// clients read and never write.
+pub(crate) fn is_sys(topic: &str) -> bool {
+    topic.strip_prefix("$SYS").is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
 /// The acknowledgement a PUBLISH of `qos` gets: PUBACK, PUBREC, or none.
 fn publish_ack(qos: QoS, packet_id: u16, reason: u8) -> Option<Packet<'static>> {
     let a = Ack { packet_id, reason, properties: Properties::default() };
@@ -311,6 +331,17 @@ fn publish(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, p: Publish<'_>) -> R
         }
     };
     let topic: &str = aliased.as_deref().unwrap_or(p.topic);
+    if is_sys(topic) {
+        // The server's (MQTT-4.7.2-1): v5 refuses an acknowledged one
+        // 0x87; otherwise dropped as mosquitto does (3.1.1 acknowledged),
+        // the connection kept.
+        close::count(&mut ctx.req.stats.mqtt_publish_refused, Close::MqttSysTopic);
+        let code = if v == Version::V5 { 0x87 } else { 0 };
+        if let Some(ack) = publish_ack(p.qos, p.packet_id, code) {
+            send(ctx, v, &ack);
+        }
+        return Ok(());
+    }
     let origin = crate::server::commands::conn_id(ctx.worker, ctx.req.key, ctx.req.gen);
     let forwarded = Forwarded::from_publish(&p.properties, Some(origin));
     let refused = if crate::proto::push::check_topic(topic.as_bytes()).is_err() {

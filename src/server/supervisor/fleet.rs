@@ -358,7 +358,7 @@ impl ServerFleet {
                 self.publisher.sessions.clock(at_us);
                 let (mut actions, mut admitted) = (Vec::new(), Vec::new());
                 for c in claims {
-                    let id = self.relay.is_some().then(|| c.client_id.clone());
+                    let id = self.relay.is_some().then(|| (c.client_id.clone(), c.owner.clone()));
                     let a = self.publisher.sessions.claim(worker, c, now);
                     // Admitted now, or once the connection it takes over here ended.
                     if a.iter().any(|x| matches!(x, Action::Answer(_, ans) if ans.code == 0) || matches!(x, Action::Takeover(..))) {
@@ -412,7 +412,7 @@ impl ServerFleet {
     }
 
     /// In a cluster the other nodes let go of client ids admitted here.
-    fn admitted_here(&mut self, ids: Vec<String>, at_us: u64) {
+    fn admitted_here(&mut self, ids: Vec<crate::cluster::OwnedId>, at_us: u64) {
         if let (Some(r), false) = (&self.relay, ids.is_empty()) {
             r.link.connected_here(ids, at_us);
         }
@@ -420,8 +420,8 @@ impl ServerFleet {
 
     /// Claims that waited for the other nodes, admitted: announced at
     /// the times of their CONNECTs (one message per time).
-    fn admitted_at(&mut self, admitted: Vec<(String, u64)>) {
-        let mut by_time: std::collections::BTreeMap<u64, Vec<String>> = std::collections::BTreeMap::new();
+    fn admitted_at(&mut self, admitted: Vec<(crate::cluster::OwnedId, u64)>) {
+        let mut by_time: std::collections::BTreeMap<u64, Vec<crate::cluster::OwnedId>> = std::collections::BTreeMap::new();
         for (id, at_us) in admitted {
             by_time.entry(at_us).or_default().push(id);
         }
@@ -433,7 +433,7 @@ impl ServerFleet {
     /// Another node asks for the MQTT sessions of `ids`, whose CONNECTs
     /// came at `at_us`: those kept here are lent to it, the connections
     /// here of older CONNECTs taken over.
-    fn hand_sessions(&mut self, node: &str, ids: Vec<String>, at_us: u64, reply: String) {
+    fn hand_sessions(&mut self, node: &str, ids: Vec<crate::cluster::OwnedId>, at_us: u64, reply: String) {
         let Some(r) = &self.relay else { return };
         if node == r.node() {
             return;
@@ -457,7 +457,7 @@ impl ServerFleet {
         let (now, wall) = (Instant::now(), crate::proto::push::wall_us());
         // Admissions noted at the time they are announced with.
         self.publisher.sessions.clock(wall);
-        let (actions, admitted) = self.publisher.sessions.handed(&handed.asked, (&handed.newer, handed.at_us), sessions, now, wall);
+        let (actions, admitted) = self.publisher.sessions.handed(&handed.asked, (&handed.newer, &handed.owned, handed.at_us), sessions, now, wall);
         self.admitted_at(admitted);
         self.session_actions(actions);
     }
@@ -871,7 +871,7 @@ fn worker_template(cfg: &ServerConfig, initial: usize, max_workers: usize, budge
             push_format: cfg.push_format,
             deflate: cfg.ws_deflate,
         },
-        mqtt: crate::server::session::mqtt::MqttConfig { max_push: cfg.max_push_bytes, flight: cfg.mqtt_flight },
+        mqtt: crate::server::session::mqtt::MqttConfig { max_push: cfg.max_push_bytes, flight: cfg.mqtt_flight, max_keep_alive: cfg.mqtt_max_keep_alive },
         tls: cfg.tls.clone(),
         drain_period_ms: cfg.drain_period.as_millis() as u64,
         auth: cfg.auth.jwt_key(),

@@ -274,6 +274,11 @@ impl Worker {
     /// or v5 reason 0x04), goes into the topic space now.
     pub(super) fn mqtt_will(&mut self, m: &mut mqtt::MqttConn) {
         let Some(will) = m.take_will() else { return };
+        // Only a connection whose CONNECT was accepted has a will: one
+        // whose claim was still unanswered (timed out, displaced) has none.
+        if m.claim == mqtt::Claim::Waiting {
+            return;
+        }
         self.stats.mqtt_wills_sent += 1;
         let data = base64::engine::general_purpose::STANDARD.encode(&will.payload);
         let messages = vec![ClientPublish { topic: will.topic.into(), data, qos: will.qos as u8, retain: will.retain, mqtt: will.mqtt }];

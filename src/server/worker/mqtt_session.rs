@@ -57,6 +57,9 @@ impl Worker {
         let v = m.version.unwrap_or(Version::V311);
         if a.code != 0 {
             m.claim = Claim::None;
+            // Refused: no will of it is ever published.
+            m.take_will();
+            m.tidy();
             let refused = Packet::ConnAck(ConnAck { session_present: false, code: a.code, properties: Properties::default() });
             let _ = encode::packet(&refused, v, &mut self.out);
             if ws {
@@ -67,7 +70,7 @@ impl Worker {
             return self.close(key, Close::MqttClientIdRefused);
         }
         m.key = a.key;
-        connect::claimed(&mut self.out, m, max_packet, a.present);
+        connect::claimed(&mut self.out, m, (max_packet, self.cfg.mqtt.max_keep_alive), a.present);
         self.stats.frames_out += 1;
         for sub in &a.subs {
             let filter = &sub.filter;
@@ -81,8 +84,17 @@ impl Worker {
                 m.set_sub(mqtt::extra::SubOpts { id, qos, rap: sub.rap, no_local: sub.no_local, sid: sub.sid });
             }
         }
+        if !a.rel.is_empty() {
+            m.extra_mut().flight.awaiting_release(&a.rel, usize::from(mqtt::RECEIVE_MAXIMUM));
+        }
         let now_us = crate::proto::push::wall_us();
         for msg in &a.messages {
+            // What it was queued under may have been granted by an older
+            // token: each message passes the token the client shows now.
+            if self.topics.gate.permits(key, &msg.topic).is_err() {
+                self.stats.mqtt_resumed_refused += 1;
+                continue;
+            }
             let Ok(data) = base64::engine::general_purpose::STANDARD.decode(msg.data.as_bytes()) else { continue };
             let qos = QoS::from_bits(msg.qos).unwrap_or_default();
             // Its properties, the expiry what is left of it; one that
@@ -226,6 +238,7 @@ impl Worker {
     /// Delay Interval (the supervisor holds it: a reconnect of the id on
     /// any worker cancels it).
     pub(super) fn mqtt_session_end(&mut self, key: usize, conn: &super::conn::Conn, m: &mut mqtt::MqttConn) {
+        let owner = self.topics.gate.user_of(key).map(str::to_string);
         let delayed = m.claim == Claim::Registered && m.expiry_s() > 0 && m.extra.as_deref().and_then(|x| x.will.as_ref()).is_some_and(|w| w.delay_s > 0);
         let will = delayed.then(|| m.take_will()).flatten().map(|w| {
             self.stats.mqtt_wills_sent += 1;
@@ -267,16 +280,31 @@ impl Worker {
                     Some(SessionMessage { topic: topic.into(), data, qos: d.qos as u8, retain, id, released, mqtt, publish_us: now_us })
                 })
                 .collect();
-            SessionState { subs, messages }
+            let rel = m.extra.as_deref().map(|x| x.flight.awaiting().to_vec()).unwrap_or_default();
+            SessionState { subs, messages, rel }
         });
-        let end = SessionEnd { conn: conn_id(self.cfg.worker, key, conn.gen), key: m.key, expiry_s: m.expiry_s(), state, will };
+        let identity = owner.clone().unwrap_or_else(|| peer_identity(&conn.stream));
+        let end = SessionEnd { conn: conn_id(self.cfg.worker, key, conn.gen), key: m.key, expiry_s: m.expiry_s(), state, will, owner, identity };
         control::emit(&ServerMsg::SessionsEnded { worker: self.cfg.worker, ended: vec![end] });
     }
 
-    /// Hand the supervisor what MQTT reads left for it ([`emit`]).
+    /// Hand the supervisor what MQTT reads left for it ([`emit`]); claims
+    /// without an owner are charged to their peer's address.
     pub(super) fn emit_published(&mut self) {
+        for c in self.published.claims.iter_mut().filter(|c| c.identity.is_empty()) {
+            let (_, key, gen) = split_id(c.conn);
+            if let Some(conn) = self.conns.get(key).filter(|conn| conn.gen == gen) {
+                c.identity = peer_identity(&conn.stream);
+            }
+        }
         emit(self.cfg.worker, &mut self.published);
     }
+}
+
+/// Whom an MQTT connection without an owner (no `--auth`) is charged to:
+/// its peer's address.
+fn peer_identity(stream: &mio::net::TcpStream) -> String {
+    stream.peer_addr().map(|a| a.ip().to_string()).unwrap_or_default()
 }
 
 /// Hand the supervisor what MQTT reads left for it: client publishes
@@ -306,8 +334,8 @@ pub(super) fn emit(w: usize, published: &mut mqtt::Published) {
 /// the id back, with the session the answer resumed (its subscriptions
 /// and messages, none of them sent) under the claim's expiry.
 fn unclaimed(a: SessionAnswer) -> SessionEnd {
-    let state = a.present.then_some(SessionState { subs: a.subs, messages: a.messages });
-    SessionEnd { conn: a.conn, key: a.key, expiry_s: a.expiry_s, state, ..SessionEnd::default() }
+    let state = a.present.then_some(SessionState { subs: a.subs, messages: a.messages, rel: a.rel });
+    SessionEnd { conn: a.conn, key: a.key, expiry_s: a.expiry_s, state, owner: a.owner, identity: a.identity, ..SessionEnd::default() }
 }
 
 #[cfg(test)]
@@ -320,10 +348,21 @@ mod tests {
     #[test]
     fn an_answer_for_a_closed_connection_gives_its_session_back() {
         let m = SessionMessage { topic: "t".into(), data: "AA==".into(), qos: 1, retain: false, id: 0, released: false, mqtt: None, publish_us: 0 };
-        let a = SessionAnswer { conn: 7, code: 0, present: true, subs: vec![KeptSub::new("t", 1)], messages: vec![m.clone()], key: [1, 2, 3], expiry_s: 60 };
+        let a = SessionAnswer {
+            conn: 7,
+            code: 0,
+            present: true,
+            subs: vec![KeptSub::new("t", 1)],
+            messages: vec![m.clone()],
+            key: [1, 2, 3],
+            expiry_s: 60,
+            rel: vec![9],
+            owner: Some("alice".into()),
+            identity: "alice".into(),
+        };
         let e = unclaimed(a.clone());
-        assert_eq!((e.conn, e.key, e.expiry_s), (7, [1, 2, 3], 60));
-        assert_eq!(e.state, Some(SessionState { subs: vec![KeptSub::new("t", 1)], messages: vec![m] }));
+        assert_eq!((e.conn, e.key, e.expiry_s, e.owner.as_deref(), e.identity.as_str()), (7, [1, 2, 3], 60, Some("alice"), "alice"));
+        assert_eq!(e.state, Some(SessionState { subs: vec![KeptSub::new("t", 1)], messages: vec![m], rel: vec![9] }));
         assert_eq!(unclaimed(SessionAnswer { present: false, subs: vec![], messages: vec![], ..a }).state, None);
     }
 }

@@ -75,13 +75,20 @@ impl Sessions {
     /// Client ids that connected to another node at `at_us`; `theirs_wins`
     /// breaks a tie of the same microsecond (their node id is greater).
     /// The takeovers and refusals to send; the rest is done here.
-    pub(crate) fn connected_elsewhere(&mut self, ids: &[String], at_us: u64, theirs_wins: bool) -> Vec<Action> {
+    /// An id another identity owns here is left alone (counted
+    /// `refused{owner_elsewhere}`): its owner's connection, session and
+    /// will stay.
+    pub(crate) fn connected_elsewhere(&mut self, ids: &[crate::cluster::OwnedId], at_us: u64, theirs_wins: bool) -> Vec<Action> {
         let mut out = Vec::new();
-        for id in ids {
+        for (id, owner) in ids {
             let key = self.keyer.key(id);
+            if self.owned_by_another(&key, owner.as_deref()) {
+                crate::stats::counters::bump(&mut self.counters.refused, "owner_elsewhere");
+                continue;
+            }
             out.extend(self.displaced_elsewhere(&key, at_us, theirs_wins));
             self.cancel_will(&key);
-            if let Some(o) = self.online.get(&key) {
+            if let Some((_, o)) = self.online.get(&key) {
                 if !self.admitted_later(&key, at_us, theirs_wins) && self.moved.insert(key) {
                     self.counters.moved += 1;
                     out.push(Action::Takeover(split_id(o.conn).0, o.conn));

@@ -32,6 +32,7 @@
 use super::saved::SavedSession;
 use super::{Action, Sessions};
 use crate::cluster::sessions::Handing;
+use crate::cluster::OwnedId;
 use crate::server::commands::{IdKey, SessionClaim};
 use std::time::{Duration, Instant};
 
@@ -45,8 +46,8 @@ pub(crate) const LEND_FOR: Duration = Duration::from_secs(5);
 /// A claim waiting for the other nodes' answers.
 #[derive(Debug)]
 pub(super) struct Asking {
-    worker: usize,
-    claim: SessionClaim,
+    pub(super) worker: usize,
+    pub(super) claim: SessionClaim,
     since: Instant,
     /// Wall-clock µs of its CONNECT (the registry's clock when claimed).
     at_us: u64,
@@ -76,7 +77,7 @@ impl Sessions {
     /// for the same id is displaced (and the question already asked
     /// serves the new one).
     pub(super) fn ask(&mut self, worker: usize, key: IdKey, c: SessionClaim, now: Instant) -> Option<Action> {
-        let id = c.client_id.clone();
+        let id = (c.client_id.clone(), c.owner.clone());
         let old = self.asking.insert(key, Asking { worker, claim: c, since: now, at_us: self.clock_us });
         match old {
             Some(old) => Some(self.displaced(old.worker, old.claim)),
@@ -95,7 +96,7 @@ impl Sessions {
     }
 
     /// The ids to ask the other nodes about, since the last call.
-    pub(crate) fn take_asks(&mut self) -> Vec<String> {
+    pub(crate) fn take_asks(&mut self) -> Vec<OwnedId> {
         std::mem::take(&mut self.to_ask)
     }
 
@@ -111,7 +112,8 @@ impl Sessions {
     }
 
     /// The other nodes' answers to a question about `asked` (for CONNECTs
-    /// at `asked_us`): the claims of ids another node holds by a newer
+    /// at `asked_us`): the claims of ids another identity owns there
+    /// refused, those of ids another node holds by a newer
     /// CONNECT refused (unless the claim waiting now came after the
     /// question: it displaced the one asked for), the sessions
     /// they handed over (each as `--mqtt-sessions-file` writes it) kept
@@ -121,12 +123,18 @@ impl Sessions {
     pub(crate) fn handed(
         &mut self,
         asked: &[String],
-        (newer, asked_us): (&[String], u64),
+        (newer, owned, asked_us): (&[String], &[String], u64),
         sessions: Vec<SavedSession>,
         now: Instant,
         wall: u64,
-    ) -> (Vec<Action>, Vec<(String, u64)>) {
+    ) -> (Vec<Action>, Vec<(OwnedId, u64)>) {
         let mut refused = Vec::new();
+        for id in owned {
+            let key = self.keyer.key(id);
+            if let Some(a) = self.asking.remove(&key) {
+                refused.push(self.not_owner(a.worker, &a.claim));
+            }
+        }
         for id in newer {
             let key = self.keyer.key(id);
             if self.asking.get(&key).is_some_and(|a| a.at_us <= asked_us) {
@@ -161,11 +169,11 @@ impl Sessions {
 
     /// Admit the claims of these ids that wait: the answers, and the ids
     /// admitted with the time of their CONNECT.
-    fn admit_waiting(&mut self, keys: Vec<IdKey>, now: Instant) -> (Vec<Action>, Vec<(String, u64)>) {
+    fn admit_waiting(&mut self, keys: Vec<IdKey>, now: Instant) -> (Vec<Action>, Vec<(OwnedId, u64)>) {
         let (mut out, mut admitted) = (Vec::new(), Vec::new());
         for key in keys {
             let Some(a) = self.asking.remove(&key) else { continue };
-            let id = a.claim.client_id.clone();
+            let id = (a.claim.client_id.clone(), a.claim.owner.clone());
             let answer = self.admit(a.worker, key, a.claim, now, a.at_us);
             if matches!(&answer, Action::Answer(_, ans) if ans.code == 0) {
                 admitted.push((id, a.at_us));
@@ -177,21 +185,26 @@ impl Sessions {
 
     /// Claims that waited [`MAX_WAIT`] (no answer came back at all):
     /// admitted with what this node has.
-    pub(crate) fn overdue(&mut self, now: Instant) -> (Vec<Action>, Vec<(String, u64)>) {
+    pub(crate) fn overdue(&mut self, now: Instant) -> (Vec<Action>, Vec<(OwnedId, u64)>) {
         let late: Vec<IdKey> = self.asking.iter().filter(|(_, a)| now.duration_since(a.since) >= MAX_WAIT).map(|(k, _)| *k).collect();
         self.admit_waiting(late, now)
     }
 
-    /// Node `asker` asks for the sessions of `ids`, whose CONNECTs came
-    /// at `at_us` (`theirs_wins` a tie): those kept here lent to it (each
+    /// Node `asker` asks for the sessions of `ids` (with the owners of
+    /// its CONNECTs), which came at `at_us` (`theirs_wins` a tie): those
+    /// another identity owns here named (owned: refused there), those kept here lent to it (each
     /// one's JSON, kept aside until it confirms), the ids connected here
     /// by an older CONNECT, whose connections are taken over (busy: asked
     /// again later), and those connected by a newer one, which stay.
-    pub(crate) fn hand_over(&mut self, asker: &str, ids: &[String], at_us: u64, theirs_wins: bool, now: Instant, wall: u64) -> (Handing, Vec<Action>) {
+    pub(crate) fn hand_over(&mut self, asker: &str, ids: &[OwnedId], at_us: u64, theirs_wins: bool, now: Instant, wall: u64) -> (Handing, Vec<Action>) {
         let (mut answer, mut out) = (Handing::default(), Vec::new());
-        for id in ids {
+        for (id, owner) in ids {
             let key = self.keyer.key(id);
-            if let Some(o) = self.online.get(&key) {
+            if self.owned_by_another(&key, owner.as_deref()) {
+                answer.owned.push(id.clone());
+                continue;
+            }
+            if let Some((_, o)) = self.online.get(&key) {
                 if self.admitted_later(&key, at_us, theirs_wins) && !self.handing.contains(&key) {
                     answer.newer.push(id.clone());
                     continue;
@@ -206,8 +219,7 @@ impl Sessions {
             }
             // Copied: the session stays here, lent, until the asker confirms.
             let Some(k) = self.kept.get(&key) else { continue };
-            let expires_us = k.expires.map(|t| super::saved::wall_at(t, now, wall));
-            let s = SavedSession { id: id.clone(), expires_us, subs: k.subs.clone(), messages: k.messages.iter().cloned().collect(), will: None };
+            let s = self.copy(k, id, now, wall);
             let queued = s.messages.len();
             let (json, left_out) = answer_within(s);
             let sent = queued - left_out as usize;
@@ -300,7 +312,16 @@ mod tests {
         let big = "A".repeat(100 << 10);
         let m =
             |i: usize| SessionMessage { topic: format!("t/{i}"), data: big.clone(), qos: 1, retain: false, id: 0, released: false, mqtt: None, publish_us: 0 };
-        let s = SavedSession { id: "d".into(), expires_us: None, subs: Vec::new(), messages: (0..10).map(m).collect(), will: None };
+        let s = SavedSession {
+            id: "d".into(),
+            expires_us: None,
+            subs: Vec::new(),
+            messages: (0..10).map(m).collect(),
+            rel: Vec::new(),
+            owner: None,
+            identity: String::new(),
+            will: None,
+        };
         let (json, dropped) = answer_within(s.clone());
         assert!(json.len() <= crate::cluster::sessions::MAX_ANSWER, "{} bytes", json.len());
         let back: SavedSession = serde_json::from_str(&json).unwrap();

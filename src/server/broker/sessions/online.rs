@@ -8,7 +8,10 @@
 //! of entries (which grows by doubling too, but its slack is entries, not
 //! buckets): 5 bytes a bucket and 24 an entry, ~36 B per connection at
 //! both counts. An [`IdKey`] is already a keyed hash of the id, so its
-//! first two words are the table's hash (no hashing again).
+//! first two words are the table's hash (no hashing again). Beside the
+//! key each entry holds a 32-bit tag of the identity that owns the id
+//! (`Keyer::tag`), in what would otherwise be the entry's padding: still
+//! 24 bytes.
 
 use crate::server::commands::{id_hash, IdKey};
 use hashbrown::HashTable;
@@ -17,7 +20,8 @@ use hashbrown::HashTable;
 pub(crate) struct OnlineIds<V> {
     /// Places in `entries`, hashed by the key's first half.
     index: HashTable<u32>,
-    entries: Vec<(IdKey, V)>,
+    /// (key, owner tag, value): 24 bytes with an 8-byte value.
+    entries: Vec<(IdKey, u32, V)>,
 }
 
 impl<V> Default for OnlineIds<V> {
@@ -31,20 +35,23 @@ impl<V> OnlineIds<V> {
         self.entries.len()
     }
 
-    pub(crate) fn get(&self, key: &IdKey) -> Option<&V> {
+    /// `key`'s owner tag and value.
+    pub(crate) fn get(&self, key: &IdKey) -> Option<(u32, &V)> {
         let entries = &self.entries;
-        self.index.find(id_hash(key), |&i| entries[i as usize].0 == *key).map(|&i| &entries[i as usize].1)
+        self.index.find(id_hash(key), |&i| entries[i as usize].0 == *key).map(|&i| (entries[i as usize].1, &entries[i as usize].2))
     }
 
-    /// Add `key`, or replace its value (returning the old one).
-    pub(crate) fn insert(&mut self, key: IdKey, value: V) -> Option<V> {
+    /// Add `key` owned by `tag`, or replace its tag and value (returning
+    /// the old value).
+    pub(crate) fn insert(&mut self, key: IdKey, tag: u32, value: V) -> Option<V> {
         let entries = &mut self.entries;
         if let Some(&i) = self.index.find(id_hash(&key), |&i| entries[i as usize].0 == key) {
-            return Some(std::mem::replace(&mut entries[i as usize].1, value));
+            entries[i as usize].1 = tag;
+            return Some(std::mem::replace(&mut entries[i as usize].2, value));
         }
         // The registry's own bound (--mqtt-max-ids) is far below this.
         let place = u32::try_from(entries.len()).expect("fewer than 2^32 client ids");
-        entries.push((key, value));
+        entries.push((key, tag, value));
         self.index.insert_unique(id_hash(&key), place, |&i| id_hash(&entries[i as usize].0));
         None
     }
@@ -53,9 +60,9 @@ impl<V> OnlineIds<V> {
         let entries = &mut self.entries;
         let (place, _) = self.index.find_entry(id_hash(key), |&i| entries[i as usize].0 == *key).ok()?.remove();
         let place = place as usize;
-        let (_, value) = entries.swap_remove(place);
+        let (_, _, value) = entries.swap_remove(place);
         // The last entry moved into the freed place: point its slot there.
-        if let Some((moved, _)) = entries.get(place) {
+        if let Some((moved, _, _)) = entries.get(place) {
             let last = entries.len() as u32;
             let slot = self.index.find_mut(id_hash(moved), |&i| i == last).expect("every entry has its place in the index");
             *slot = place as u32;
@@ -70,7 +77,7 @@ impl<V> OnlineIds<V> {
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&IdKey, &V)> {
-        self.entries.iter().map(|(k, v)| (k, v))
+        self.entries.iter().map(|(k, _, v)| (k, v))
     }
 }
 
@@ -97,21 +104,23 @@ mod tests {
             let k = key(x % 2000);
             match x % 3 {
                 0 => assert_eq!(ids.remove(&k), model.remove(&k)),
-                _ => assert_eq!(ids.insert(k, x), model.insert(k, x)),
+                _ => assert_eq!(ids.insert(k, x as u32, x), model.insert(k, x)),
             }
             assert_eq!(ids.len(), model.len());
         }
         for (k, v) in &model {
-            assert_eq!(ids.get(k), Some(v));
+            assert_eq!(ids.get(k), Some((*v as u32, v)));
         }
         assert_eq!(ids.iter().count(), model.len());
         // Two keys whose hashes (first two words) are equal are still two ids.
         let (a, b) = ([7, 0, 1], [7, 0, 2]);
-        ids.insert(a, 1);
-        ids.insert(b, 2);
-        assert_eq!((ids.get(&a), ids.get(&b)), (Some(&1), Some(&2)));
+        ids.insert(a, 0, 1);
+        ids.insert(b, 0, 2);
+        assert_eq!((ids.get(&a), ids.get(&b)), (Some((0, &1)), Some((0, &2))));
         assert_eq!(ids.remove(&a), Some(1));
-        assert_eq!(ids.get(&b), Some(&2));
+        assert_eq!(ids.get(&b), Some((0, &2)));
+        // The owner's tag sits in the entry's padding.
+        assert_eq!(std::mem::size_of::<(IdKey, u32, u64)>(), 24);
     }
 
     /// The point of it: ~36 B per id where the map took ~52-55 (15,000
@@ -123,7 +132,7 @@ mod tests {
         let (mut ids, bytes) = crate::test_alloc::held(|| {
             let mut ids = OnlineIds::default();
             for i in 0..N {
-                ids.insert(key(i), i);
+                ids.insert(key(i), 7, i);
             }
             ids
         });
@@ -139,7 +148,7 @@ mod tests {
         });
         assert!(freed < -bytes / 2, "{freed} B after removing all but 100 of {bytes} B");
         for i in N - 100..N {
-            assert_eq!(ids.get(&key(i)), Some(&i));
+            assert_eq!(ids.get(&key(i)), Some((7, &i)));
         }
     }
 }

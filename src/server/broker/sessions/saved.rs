@@ -9,12 +9,14 @@
 //! goes with its session, due at a wall-clock time: one whose time passed
 //! while the server was stopped is published at the first tick.
 
-use super::{Sessions, NEVER};
-use crate::server::commands::{ClientPublish, KeptSub, SessionMessage};
+use super::{Sessions, Who, NEVER};
+use crate::server::commands::{ClientPublish, KeptSub, SessionMessage, SessionState};
 use std::time::{Duration, Instant};
 
 /// The longest client id a CONNECT may carry (`proto/mqtt`).
 const MAX_ID: usize = 128;
+/// The longest owner: a token's `sub` (1 to 255 bytes), or an address.
+const MAX_OWNER: usize = 255;
 
 /// One kept session in the file (a JSON line).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -25,6 +27,16 @@ pub(crate) struct SavedSession {
     pub(crate) expires_us: Option<u64>,
     pub(crate) subs: Vec<KeptSub>,
     pub(crate) messages: Vec<SessionMessage>,
+    /// The client's QoS 2 ids awaiting PUBREL.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) rel: Vec<u16>,
+    /// Its owner (`--auth`; absent: none) and the identity its bounds are
+    /// charged to: only the owner's CONNECT resumes it, here or on the
+    /// node it moves to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) owner: Option<String>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub(crate) identity: String,
     /// Its will waiting for its Will Delay Interval, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) will: Option<SavedWill>,
@@ -57,6 +69,12 @@ impl SavedSession {
         use base64::Engine;
         if self.id.is_empty() || self.id.len() > MAX_ID {
             return Err(format!("a client id of {} bytes (1 to {MAX_ID})", self.id.len()));
+        }
+        if self.owner.as_ref().is_some_and(|o| o.is_empty() || o.len() > MAX_OWNER) || self.identity.len() > MAX_OWNER {
+            return Err(format!("an owner or identity of more than {MAX_OWNER} bytes"));
+        }
+        if self.rel.len() > usize::from(u16::MAX) || self.rel.contains(&0) {
+            return Err("QoS 2 ids awaiting PUBREL that are not packet ids".into());
         }
         if let Some(s) = self.subs.iter().find(|s| s.filter.is_empty() || s.qos > 2) {
             return Err(format!("a subscription to '{}' at QoS {}", s.filter, s.qos));
@@ -103,14 +121,25 @@ impl Sessions {
             .filter_map(|key| {
                 let k = self.kept.get(key)?;
                 Some(SavedSession {
-                    id: k.id.as_deref()?.to_string(),
-                    expires_us: k.expires.map(|t| wall_at(t, now, wall)),
-                    subs: k.subs.clone(),
-                    messages: k.messages.iter().cloned().collect(),
                     will: self.wills.waiting(key).map(|(due, will)| SavedWill { at_us: wall_at(*due, now, wall), will: will.clone() }),
+                    ..self.copy(k, k.id.as_deref()?, now, wall)
                 })
             })
             .collect()
+    }
+
+    /// Kept session `k` of client id `id` as it is saved (without its will).
+    pub(super) fn copy(&self, k: &super::Kept, id: &str, now: Instant, wall: u64) -> SavedSession {
+        SavedSession {
+            id: id.to_string(),
+            expires_us: k.expires.map(|t| wall_at(t, now, wall)),
+            subs: k.subs.clone(),
+            messages: k.messages.iter().cloned().collect(),
+            rel: k.rel.clone(),
+            owner: k.who.owner.as_deref().map(str::to_string),
+            identity: k.who.identity.to_string(),
+            will: None,
+        }
     }
 
     /// A session read from the file, kept within this server's bounds
@@ -136,12 +165,13 @@ impl Sessions {
         };
         let key = self.keyer.key(&s.id);
         let id = self.names.is_some().then(|| s.id.into());
-        let kept = self.keep(key, id, s.subs, s.messages, expiry_s, now);
+        let who = Who::new(s.owner.as_deref(), &s.identity);
+        let kept = self.keep(key, id, who.clone(), SessionState { subs: s.subs, messages: s.messages, rel: s.rel }, expiry_s, now);
         if let Some(w) = s.will.filter(|_| kept) {
             // The connection it named is gone with the old process.
             let will = ClientPublish { mqtt: crate::proto::mqtt::forward::Forwarded::stored(w.will.mqtt.as_deref()), ..w.will };
             let due = now + Duration::from_micros(w.at_us.saturating_sub(wall));
-            if self.wills.restore(key, due, will, self.cfg.max_kept) {
+            if self.wills.restore(key, who, due, will, (self.cfg.max_kept, self.cfg.identity_quota())) {
                 self.counters.wills_waiting = self.wills.len() as u64;
             }
         }

@@ -29,12 +29,21 @@ pub(crate) fn connect(ctx: &mut Ctx<'_>, m: &mut MqttConn, c: Connect<'_>) -> Re
             }
         }
     }
+    // Past `--mqtt-max-keep-alive` (or none at all, which would be
+    // forever): v5 is given the server's own, 3.1.1 refused as mosquitto
+    // refuses it.
+    let max = ctx.cfg.max_keep_alive;
+    let keep_alive = match c.keep_alive {
+        k if max == 0 || (k > 0 && k <= max) => k,
+        _ if v == Version::V5 => max,
+        _ => return Err(refuse_connect(ctx, v, 0, Some(0x02), Close::MqttKeepAliveRefused)),
+    };
     let will = match &c.will {
         Some(w) => Some(will(ctx, v, w)?),
         None => None,
     };
     m.version = Some(v);
-    m.keep_alive_s = c.keep_alive;
+    m.keep_alive_s = keep_alive;
     m.set_receive_max(c.properties.receive_maximum, ctx.cfg.flight.inflight);
     m.set_alias_maximum(v, c.properties.topic_alias_maximum);
     if will.is_some() {
@@ -51,7 +60,11 @@ pub(crate) fn connect(ctx: &mut Ctx<'_>, m: &mut MqttConn, c: Connect<'_>) -> Re
         m.set_limits(c.properties.maximum_packet_size, expiry_s);
         m.claim = Claim::Waiting;
         let conn = crate::server::commands::conn_id(ctx.worker, ctx.req.key, ctx.req.gen);
-        ctx.published.claims.push(SessionClaim { conn, client_id: c.client_id.into(), clean: c.clean_start, expiry_s, v5: v == Version::V5 });
+        // The id and its session are the identity's; without `--auth`
+        // the worker fills in the peer's address as whom bounds charge.
+        let owner = ctx.topics.gate.user_of(ctx.req.key).map(str::to_string);
+        let identity = owner.clone().unwrap_or_default();
+        ctx.published.claims.push(SessionClaim { conn, client_id: c.client_id.into(), clean: c.clean_start, expiry_s, v5: v == Version::V5, owner, identity });
         return Ok(());
     }
     m.set_limits(c.properties.maximum_packet_size, 0);
@@ -59,18 +72,26 @@ pub(crate) fn connect(ctx: &mut Ctx<'_>, m: &mut MqttConn, c: Connect<'_>) -> Re
     // ends with the connection (v5 says so with Session Expiry 0).
     let assigned = (v == Version::V5).then(|| format!("megaconn-{}-{}-{}", ctx.worker, ctx.req.key, ctx.req.gen));
     let expiry = c.properties.session_expiry.filter(|s| *s > 0).map(|_| 0);
-    let properties = connack_properties(v, ctx.limits.max_packet_size, assigned.as_deref(), expiry);
+    let mut properties = connack_properties(v, ctx.limits.max_packet_size, assigned.as_deref(), expiry);
+    properties.server_keep_alive = server_keep_alive(v, m, max);
     send(ctx, v, &Packet::ConnAck(ConnAck { session_present: false, code: 0, properties }));
     Ok(())
+}
+
+/// The Server Keep Alive a v5 CONNACK tells (§3.2.2.3.14): the server's
+/// `--mqtt-max-keep-alive` when the connection runs on it.
+fn server_keep_alive(v: Version, m: &MqttConn, max: u16) -> Option<u16> {
+    (v == Version::V5 && max > 0 && m.keep_alive_s == max).then_some(max)
 }
 
 /// The supervisor accepted the claim of the connection's client id: its
 /// CONNACK (session present or not) onto `out`; the connection is
 /// registered (its end is reported).
-pub(crate) fn claimed(out: &mut Vec<u8>, m: &mut MqttConn, max_packet_size: u32, present: bool) {
+pub(crate) fn claimed(out: &mut Vec<u8>, m: &mut MqttConn, (max_packet_size, max_keep_alive): (u32, u16), present: bool) {
     let v = m.version.unwrap_or(Version::V311);
     m.claim = Claim::Registered;
-    let properties = connack_properties(v, max_packet_size, None, None);
+    let mut properties = connack_properties(v, max_packet_size, None, None);
+    properties.server_keep_alive = server_keep_alive(v, m, max_keep_alive);
     // Fields within the codec's limits: it encodes.
     let _ = crate::proto::mqtt::encode::packet(&Packet::ConnAck(ConnAck { session_present: present, code: 0, properties }), v, out);
 }
@@ -104,7 +125,7 @@ fn will(ctx: &mut Ctx<'_>, v: Version, w: &crate::proto::mqtt::Will<'_>) -> Resu
     if crate::proto::push::check_topic(w.topic.as_bytes()).is_err() {
         return Err(refuse_connect(ctx, v, 0x90, None, Close::MqttWillBadTopic));
     }
-    if ctx.topics.gate.permits(ctx.req.key, w.topic).is_err() {
+    if super::is_sys(w.topic) || ctx.topics.gate.permits(ctx.req.key, w.topic).is_err() {
         return Err(refuse_connect(ctx, v, 0x87, Some(0x05), Close::MqttWillNotPermitted));
     }
     if w.payload.len() > ctx.cfg.max_push {

@@ -124,6 +124,13 @@ impl MqttConn {
         }
     }
 
+    /// A v5 DISCONNECT's Session Expiry Interval (the CONNECT's was not 0).
+    pub(crate) fn set_expiry(&mut self, expiry_s: u32) {
+        if expiry_s != 0 || self.extra.is_some() {
+            self.extra_mut().expiry_s = expiry_s;
+        }
+    }
+
     /// The boxed part, made if it did not exist.
     pub(crate) fn extra_mut(&mut self) -> &mut Extra {
         self.extra.get_or_insert_with(Default::default)

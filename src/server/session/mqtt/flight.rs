@@ -288,6 +288,22 @@ impl Flight {
         Incoming::New
     }
 
+    /// The client's QoS 2 ids forwarded whose PUBREL is due (a session
+    /// that outlives the connection keeps them).
+    pub(crate) fn awaiting(&self) -> &[u16] {
+        &self.incoming
+    }
+
+    /// A resumed session's QoS 2 ids awaiting PUBREL (at most `max`,
+    /// each once): a resend of one is acknowledged, not forwarded again.
+    pub(crate) fn awaiting_release(&mut self, ids: &[u16], max: usize) {
+        for &id in ids {
+            if id != 0 && self.incoming.len() < max && !self.incoming.contains(&id) {
+                self.incoming.push(id);
+            }
+        }
+    }
+
     /// PUBREL for `id`: whether it awaited one (then forgotten).
     pub(crate) fn released(&mut self, id: u16) -> bool {
         let Some(i) = self.incoming.iter().position(|i| *i == id) else { return false };
