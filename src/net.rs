@@ -237,8 +237,25 @@ pub(crate) fn read_chunks_as<S: Source, E>(
     partial: &mut impl Carried,
     scratch: &mut [u8],
     read_closed: bool,
+    consume: impl FnMut(&[u8]) -> Result<usize, E>,
+    io_error: impl Fn(&io::Error) -> E,
+) -> ReadEnd<E> {
+    read_chunks_charged(stream, partial, scratch, read_closed, consume, io_error, &std::cell::Cell::new(0))
+}
+
+/// [`read_chunks_as`], where `consume` may charge the budget more than
+/// one read for a read that made it do more work (`charged`: reads' worth
+/// added since it was last taken, as a permessage-deflate connection
+/// charges what it inflated): a peer whose few bytes turn into much
+/// work is served the same bounded slice as one that sends much.
+pub(crate) fn read_chunks_charged<S: Source, E>(
+    stream: &mut S,
+    partial: &mut impl Carried,
+    scratch: &mut [u8],
+    read_closed: bool,
     mut consume: impl FnMut(&[u8]) -> Result<usize, E>,
     io_error: impl Fn(&io::Error) -> E,
+    charged: &std::cell::Cell<usize>,
 ) -> ReadEnd<E> {
     let mut reads = 0;
     loop {
@@ -277,7 +294,7 @@ pub(crate) fn read_chunks_as<S: Source, E>(
         if !more && !read_closed {
             return ReadEnd::Open;
         }
-        reads += 1;
+        reads += 1 + charged.take();
         if reads >= READ_BUDGET {
             return ReadEnd::Budget;
         }
@@ -450,6 +467,34 @@ mod tests {
         assert!(calls > 0, "{} bytes in 7-byte reads pass the budget of {READ_BUDGET}", rest.len());
         assert_eq!(stamps, vec![0, 1, 2, 3, 4]);
         assert!(partial.is_none());
+    }
+
+    /// Issue 62, finding 8: a read whose bytes made much work (inflated
+    /// permessage-deflate) is charged as many reads, so the budget ends
+    /// sooner than for plain bytes.
+    #[test]
+    fn work_charged_by_the_consumer_ends_the_budget_sooner() {
+        let run = |charge: usize| {
+            let charged = std::cell::Cell::new(0);
+            let mut s = Chunks(vec![1u8; 8 * 64], 8);
+            let mut reads = 0;
+            let end = read_chunks_charged(
+                &mut s,
+                &mut None::<Box<Vec<u8>>>,
+                &mut [0u8; 8],
+                false,
+                |b: &[u8]| {
+                    reads += 1;
+                    charged.set(charged.get() + charge);
+                    Ok::<usize, String>(b.len())
+                },
+                |e| e.to_string(),
+                &charged,
+            );
+            (end, reads)
+        };
+        assert_eq!(run(0), (ReadEnd::Budget, READ_BUDGET));
+        assert_eq!(run(7), (ReadEnd::Budget, READ_BUDGET / 8));
     }
 
     #[test]

@@ -114,6 +114,15 @@ pub(crate) fn set_fd_limit(soft: u64, hard: u64) -> io::Result<()> {
     }
 }
 
+/// The address of the peer of connected socket `fd`, as text ("" when
+/// it has none: closed meanwhile).
+pub(crate) fn peer_ip(fd: std::os::fd::RawFd) -> String {
+    // SAFETY: the caller's socket is open for this call's length; the
+    // borrow ends with it and the fd is never closed here.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    socket2::SockRef::from(&fd).peer_addr().ok().and_then(|a| a.as_socket()).map(|a| a.ip().to_string()).unwrap_or_default()
+}
+
 pub(crate) fn online_cpus() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }

@@ -63,6 +63,9 @@ pub(crate) struct Message {
     /// In a cluster: the MQTT shared subscription groups another node
     /// delivers this message to (`server/broker/shared.rs`).
     pub elsewhere: Vec<Box<str>>,
+    /// A client's retained publish: whom its retained topic is charged
+    /// to (`broker/retained.rs`, per-identity quota).
+    pub identity: Option<Box<str>>,
 }
 
 impl Message {
@@ -81,6 +84,7 @@ impl Message {
             retain: false,
             mqtt: None,
             elsewhere: Vec::new(),
+            identity: None,
         }
     }
 

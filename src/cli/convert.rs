@@ -64,7 +64,11 @@ impl TryFrom<ServerArgs> for ServerConfig {
             history: crate::server::broker::history::HistoryConfig { size: a.history, ttl: a.history_ttl, max_bytes: a.history_max_bytes },
             mqtt_flight: crate::server::session::mqtt::flight::Bounds { inflight: a.mqtt_inflight, queued: a.mqtt_queue, queued_bytes: a.mqtt_queue_bytes },
             mqtt_max_keep_alive: a.mqtt_max_keep_alive,
-            mqtt_retained: crate::server::broker::retained::RetainedConfig { max_messages: a.mqtt_retained, max_bytes: a.mqtt_retained_bytes },
+            mqtt_retained: crate::server::broker::retained::RetainedConfig {
+                max_messages: a.mqtt_retained,
+                max_bytes: a.mqtt_retained_bytes,
+                per_identity: a.mqtt_retained_per_identity,
+            },
             mqtt_retained_file: a.mqtt_retained_file.clone(),
             mqtt_retained_save_every: a.mqtt_retained_save_every,
             mqtt_sessions_file: a.mqtt_sessions_file.clone(),

@@ -268,6 +268,9 @@ pub(crate) struct ServerArgs {
     /// MQTT: retained messages kept (one per topic); a retained publish past it is delivered but not kept (mqtt_retained_refused).
     #[arg(long, default_value = "10000", value_parser = clap::value_parser!(u32).range(0..=10_000_000).map(|v| v as usize))]
     pub(crate) mqtt_retained: usize,
+    /// MQTT: retained topics one client identity may hold (the token's sub with --auth, else the peer's address; 0: a tenth of --mqtt-retained); past it its new retained topic is delivered but not kept (mqtt_retained_refused, reason identity).
+    #[arg(long, default_value = "0", value_parser = clap::value_parser!(u32).range(0..=10_000_000).map(|v| v as usize))]
+    pub(crate) mqtt_retained_per_identity: usize,
     /// MQTT: bytes of retained messages kept (topics, payloads, 64 bytes of record each).
     #[arg(long, default_value = "64MiB", value_parser = parse::byte_size)]
     pub(crate) mqtt_retained_bytes: u64,

@@ -59,11 +59,13 @@ pub(crate) struct Request {
 }
 
 /// What an event stream's request says: its target (`?subscribe=`,
-/// `?since=`) and the `Last-Event-ID` of a reconnect.
+/// `?since=`), the `Last-Event-ID` of a reconnect, and its bearer token
+/// (`Authorization: Bearer T` or `?token=T`, as a WebSocket's).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Events {
     pub target: String,
     pub last_event_id: Option<String>,
+    pub token: Option<String>,
 }
 
 /// Consume from `buf` up to the next complete request head (skipping any
@@ -157,7 +159,7 @@ fn head(buf: &[u8], st: &mut HttpState, max_header_bytes: usize) -> (usize, Step
     }
     let http10 = req.version == Some(0);
     let (mut close, mut ka, mut length, mut chunked, mut te) = (false, false, None::<u64>, false, false);
-    let (mut accept, mut last_event_id) = (None, None);
+    let (mut accept, mut last_event_id, mut authorization) = (None, None, None);
     for h in req.headers.iter() {
         let name = h.name;
         let value = std::str::from_utf8(h.value).unwrap_or("").trim();
@@ -180,10 +182,15 @@ fn head(buf: &[u8], st: &mut HttpState, max_header_bytes: usize) -> (usize, Step
             accept = Some(h.value);
         } else if name.eq_ignore_ascii_case("last-event-id") {
             last_event_id = Some(value.to_string());
+        } else if name.eq_ignore_ascii_case("authorization") {
+            authorization = Some(h.value);
         }
     }
-    let events = (method == "GET" && super::ws::handshake::wants_events(accept))
-        .then(|| Box::new(Events { target: req.path.unwrap_or("/").to_string(), last_event_id }));
+    let events = (method == "GET" && super::ws::handshake::wants_events(accept)).then(|| {
+        let target = req.path.unwrap_or("/").to_string();
+        let (token, _) = super::ws::handshake::credentials(authorization, None, &target);
+        Box::new(Events { target, last_event_id, token })
+    });
     // Both framings at once is how requests are smuggled: refuse.
     if te && length.is_some() {
         return (n, Step::Fail(400));

@@ -87,6 +87,9 @@ pub(crate) enum Close {
     TooManySubscriptions,
     /// The worker holds `--max-topics` topics.
     TooManyTopics,
+    /// The subscriber's identity created its share of the worker's MQTT
+    /// wildcard filters or shared subscription names (`limits/identity.rs`).
+    IdentityQuota,
     /// Not a megaconn topic.
     BadTopic,
     /// The token's topics claim or `--admin-topics` refuse the topic.
@@ -241,6 +244,7 @@ impl Close {
             TooManyCommands => "too_many_commands",
             TooManySubscriptions => "too_many_subscriptions",
             TooManyTopics => "too_many_topics",
+            IdentityQuota => "identity_quota",
             BadTopic => "bad_topic",
             NotPermitted => "not_permitted",
             UpstreamFull => "upstream_full",

@@ -123,6 +123,10 @@ pub(crate) struct ClientPublish {
     /// Its publisher and the v5 properties forwarded to subscribers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mqtt: Option<Box<crate::proto::mqtt::forward::Forwarded>>,
+    /// A retained publish: its publisher's identity (the token's `sub`,
+    /// else its address), which its retained topic is charged to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
 }
 
 /// One MQTT subscription that wants the retained messages its filter

@@ -126,16 +126,18 @@ fn check_auth(cfg: &ServerConfig) -> Result<(), String> {
                 .into())
         }
         config::Auth::Jwt(Some(_)) if !subscribable(cfg) => Err(format!(
-            "--auth jwt needs --protocol ws, framed or mqtt (connections that subscribe); {} has nothing to authorize",
+            "--auth jwt needs a protocol whose connections subscribe (ws, framed, mqtt, or http for its event streams); {} has none",
             services::describe(&cfg.services)
         )),
         config::Auth::Jwt(Some(_)) => Ok(()),
     }
 }
 
-/// Whether some entry speaks a protocol whose connections subscribe.
+/// Whether some entry speaks a protocol whose connections subscribe
+/// (an HTTP port's event streams do; with `--auth` they show a token).
 fn subscribable(cfg: &ServerConfig) -> bool {
-    cfg.services.iter().any(|s| matches!(s.protocol, crate::proto::Protocol::Framed | crate::proto::Protocol::Ws | crate::proto::Protocol::Mqtt))
+    use crate::proto::Protocol;
+    cfg.services.iter().any(|s| matches!(s.protocol, Protocol::Framed | Protocol::Ws | Protocol::Mqtt | Protocol::Http))
 }
 
 /// What an operator should hear before the server starts: a listener

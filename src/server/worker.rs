@@ -654,6 +654,7 @@ impl Worker {
             // Before its subscriptions are forgotten: a kept session takes them.
             if let Some(m) = &mut mqtt {
                 self.mqtt_session_end(key, &conn, m);
+                self.mqtt_will(key, &conn, m);
             }
             if let Some(r) = &mut self.ring {
                 r.next.ops.push(crate::uring::Op::Cancel { tag: crate::uring::recv_tag(key, conn.gen) });
@@ -708,7 +709,6 @@ impl Worker {
                 codec.forget(&mut self.stats, key);
             }
             if let Some(m) = &mut mqtt {
-                self.mqtt_will(m);
                 self.mqtt_shared_leave(key, conn.gen, m);
             }
             self.topics.forget(&conn.subs, key);

@@ -65,8 +65,9 @@ pub(crate) const SUBPROTOCOL: &str = "megaconn";
 /// Prefix of the subprotocol that carries a bearer token.
 pub(crate) const BEARER_PROTOCOL: &str = "bearer.";
 
-/// The token and the subprotocol to answer, from a request's headers.
-fn credentials(authorization: Option<&[u8]>, protocols: Option<&[u8]>, target: &str) -> (Option<String>, Option<String>) {
+/// The token and the subprotocol to answer, from a request's headers
+/// (an event stream on an HTTP port takes its token the same ways).
+pub(crate) fn credentials(authorization: Option<&[u8]>, protocols: Option<&[u8]>, target: &str) -> (Option<String>, Option<String>) {
     let offered: Vec<&str> = protocols.and_then(|v| std::str::from_utf8(v).ok()).map(|v| v.split(',').map(str::trim).collect()).unwrap_or_default();
     let bearer = offered.iter().find_map(|p| p.strip_prefix(BEARER_PROTOCOL));
     let header = authorization.and_then(|v| std::str::from_utf8(v).ok()).and_then(|v| {

@@ -196,6 +196,7 @@ impl Publisher {
                     qos: k.qos,
                     retain: true,
                     mqtt: k.forwarded(now_us).ok().flatten(),
+                    identity: None,
                 })
                 .collect();
             if messages.is_empty() {
@@ -261,9 +262,10 @@ impl Publisher {
                         // In a cluster every node keeps the newest by its stamp,
                         // whichever way a copy came (`cluster/retained.rs`).
                         let k = crate::server::broker::retained::Kept::new(&m.data, m.qos).with(m.mqtt.as_deref(), publish_us);
+                        let who = m.identity.as_deref();
                         match self.node.is_some() {
-                            true => _ = self.retained.newer(&m.topic, k),
-                            false => _ = self.retained.set(&m.topic, k),
+                            true => _ = self.retained.newer(&m.topic, k, who),
+                            false => _ = self.retained.set(&m.topic, k, who),
                         }
                     }
                     let log = if m.stream == Stream::Broadcast { BROADCAST_TOPIC } else { m.topic.as_str() };

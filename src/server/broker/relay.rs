@@ -187,12 +187,12 @@ impl Relay {
             }
             ClusterEvent::Presence { request, answers } => publisher.presence_of_nodes(request, answers),
             ClusterEvent::RetainedSet(e) => {
-                publisher.retained.newer(&e.topic, Kept::from_entry(&e));
+                publisher.retained.newer(&e.topic, Kept::from_entry(&e), None);
             }
             ClusterEvent::RetainedAsked { reply } => self.answer_retained(reply, publisher),
             ClusterEvent::Retained(answers) => {
                 let r = &mut publisher.retained;
-                let taken = answers.entries.into_iter().filter(|e| r.newer(&e.topic, Kept::from_entry(e))).count();
+                let taken = answers.entries.into_iter().filter(|e| r.newer(&e.topic, Kept::from_entry(e), None)).count();
                 r.counters.synced += taken as u64;
                 // Malformed, or past this node's bounds.
                 r.refused("cluster_sync", answers.dropped);
@@ -256,6 +256,7 @@ impl Relay {
             retain: mqtt.retain,
             elsewhere: mqtt.elsewhere(me),
             mqtt: mqtt.props,
+            identity: None,
         };
         publisher.begin(Route::Publish(vec![msg]), reply, Some(m.publish_us), Vec::new(), live, pool);
     }
@@ -383,6 +384,7 @@ impl Relay {
                         retain: mqtt.retain,
                         elsewhere: mqtt.elsewhere(&self.link.cfg.node),
                         mqtt: mqtt.props,
+                        identity: None,
                     };
                     publisher.begin(Route::Publish(vec![msg]), Answer::Quiet, Some(m.publish_us), Vec::new(), live, pool);
                 }

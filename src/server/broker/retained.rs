@@ -11,6 +11,11 @@
 //! same set, also one started later. Bounded in messages and bytes
 //! (`--mqtt-retained`, `--mqtt-retained-bytes`): a retained publish over
 //! either is still delivered, just not kept (counted under its reason).
+//! A client's retained topics also count against its identity's quota
+//! (`--mqtt-retained-per-identity`; the token's `sub`, else the peer's
+//! address): one identity cannot fill the set and lock out every other
+//! publisher's retained messages; past its quota its new topic is not
+//! kept (`identity`), and what others set stays.
 //! A message keeps its v5 properties (content type, user properties...)
 //! and its Message Expiry Interval: before it a new subscription gets
 //! what is left of it; past it no subscription gets it, and the first
@@ -39,23 +44,36 @@ crate::counters! {
         stored: counter "mqtt_retained_stored" "Retained publishes kept (set or replaced)",
         cleared: counter "mqtt_retained_cleared" "Retained messages cleared by an empty retained publish",
         expired: counter "mqtt_retained_expired" "Retained messages gone at the end of their v5 Message Expiry Interval",
-        refused: by("reason") "mqtt_retained_refused" "Retained publishes delivered but not kept, by reason (count: --mqtt-retained, bytes: --mqtt-retained-bytes)",
+        refused: by("reason") "mqtt_retained_refused" "Retained publishes delivered but not kept, by reason (count: --mqtt-retained, bytes: --mqtt-retained-bytes, identity: --mqtt-retained-per-identity)",
         served: counter "mqtt_retained_served" "Retained messages handed to new subscriptions",
         synced: counter "mqtt_retained_synced" "Retained messages taken from other cluster nodes' sets when this node's link came up",
         saved: counter "mqtt_retained_file_saves" "Times the retained set was written to --mqtt-retained-file",
     }
 }
 
-/// `--mqtt-retained`, `--mqtt-retained-bytes`.
+/// `--mqtt-retained`, `--mqtt-retained-bytes`, `--mqtt-retained-per-identity`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct RetainedConfig {
     pub max_messages: usize,
     pub max_bytes: u64,
+    /// 0: a tenth of `max_messages` ([`RetainedConfig::identity_quota`]).
+    #[serde(default)]
+    pub per_identity: usize,
 }
 
 impl Default for RetainedConfig {
     fn default() -> RetainedConfig {
-        RetainedConfig { max_messages: DEFAULT_MAX_MESSAGES, max_bytes: DEFAULT_MAX_BYTES }
+        RetainedConfig { max_messages: DEFAULT_MAX_MESSAGES, max_bytes: DEFAULT_MAX_BYTES, per_identity: 0 }
+    }
+}
+
+impl RetainedConfig {
+    /// Retained topics one client identity may hold.
+    pub(crate) fn identity_quota(&self) -> usize {
+        match self.per_identity {
+            0 => (self.max_messages / 10).max(1),
+            n => n,
+        }
     }
 }
 
@@ -107,6 +125,10 @@ pub(crate) struct Retained {
     /// missed a clear hears it in a sync); at most `--mqtt-retained` of
     /// them, the oldest forgotten first.
     clears: Option<Clears>,
+    /// The identity of the client that set each topic held now (none for
+    /// the admin API's and other nodes'), and how many each holds.
+    setters: HashMap<Box<str>, Box<str>>,
+    by_identity: HashMap<Box<str>, usize>,
     pub counters: RetainedCounters,
 }
 
@@ -151,9 +173,10 @@ impl Retained {
         self.clears.iter().flat_map(|c| c.at.iter().map(|(t, us)| (&**t, *us)))
     }
 
-    /// A retained publish: keep it as the topic's (empty: clear it).
+    /// A retained publish by `identity` (a client's; None: the admin
+    /// API's or another node's): keep it as the topic's (empty: clear it).
     /// Err: over a bound, not kept (the reason, also counted).
-    pub(crate) fn set(&mut self, topic: &str, k: Kept) -> Result<(), &'static str> {
+    pub(crate) fn set(&mut self, topic: &str, k: Kept, identity: Option<&str>) -> Result<(), &'static str> {
         let old = self.by_topic.get(topic).map_or(0, |o| o.cost(topic));
         if k.data.is_empty() {
             self.note_clear(topic, k.publish_us);
@@ -161,14 +184,18 @@ impl Retained {
                 self.counters.cleared += 1;
                 self.counters.bytes -= old;
                 self.counters.messages -= 1;
+                self.unset(topic);
             }
             return Ok(());
         }
         let cost = k.cost(topic);
+        let theirs = identity.filter(|i| self.setters.get(topic).is_none_or(|s| **s != **i));
         let refused = if old == 0 && self.by_topic.len() >= self.cfg.max_messages {
             Some("count")
         } else if self.counters.bytes - old + cost > self.cfg.max_bytes {
             Some("bytes")
+        } else if theirs.is_some_and(|i| self.by_identity.get(i).copied().unwrap_or(0) >= self.cfg.identity_quota()) {
+            Some("identity")
         } else {
             None
         };
@@ -180,15 +207,33 @@ impl Retained {
         if self.by_topic.insert(topic.into(), k).is_none() {
             self.counters.messages += 1;
         }
+        if identity.is_none_or(|i| theirs == Some(i)) {
+            self.unset(topic);
+            if let Some(i) = identity {
+                self.setters.insert(topic.into(), i.into());
+                *self.by_identity.entry(i.into()).or_insert(0) += 1;
+            }
+        }
         self.counters.stored += 1;
         Ok(())
+    }
+
+    /// `topic` is no longer held by the client identity that set it.
+    fn unset(&mut self, topic: &str) {
+        let Some(i) = self.setters.remove(topic) else { return };
+        if let Some(n) = self.by_identity.get_mut(&i) {
+            *n -= 1;
+            if *n == 0 {
+                self.by_identity.remove(&i);
+            }
+        }
     }
 
     /// Another node's retained message or clear (empty data), or one
     /// from a sync: it replaces the topic's only if it is newer (by its
     /// publish stamp), so a copy that comes twice or late changes nothing.
     /// True when it changed the set.
-    pub(crate) fn newer(&mut self, topic: &str, k: Kept) -> bool {
+    pub(crate) fn newer(&mut self, topic: &str, k: Kept, identity: Option<&str>) -> bool {
         if self.by_topic.get(topic).is_some_and(|old| old.publish_us >= k.publish_us && !(k.data.is_empty() && old.publish_us == k.publish_us)) {
             return false;
         }
@@ -198,8 +243,8 @@ impl Retained {
         }
         let had = self.by_topic.contains_key(topic);
         match k.data.is_empty() {
-            true => self.set(topic, k).is_ok() && had,
-            false => self.set(topic, k).is_ok(),
+            true => self.set(topic, k, identity).is_ok() && had,
+            false => self.set(topic, k, identity).is_ok(),
         }
     }
 
@@ -241,6 +286,7 @@ impl Retained {
                 self.counters.bytes -= k.cost(&t);
                 self.counters.messages -= 1;
                 self.counters.expired += 1;
+                self.unset(&t);
             }
         }
         let mut out = Vec::new();
@@ -277,24 +323,45 @@ mod tests {
 
     /// Set, replace, clear; matched with MQTT's rules, `$` topics kept
     /// out of top-level wildcards.
+    /// Issue 62, finding 5: one identity fills its quota, not the set:
+    /// another's retained topic is still kept, a replacement of its own
+    /// costs nothing more, and a topic someone else set counts for the
+    /// identity that set it last.
+    #[test]
+    fn one_identity_cannot_fill_the_retained_set_for_another() {
+        let mut r = Retained::new(RetainedConfig { max_messages: 100, max_bytes: 1 << 20, per_identity: 3 });
+        for i in 0..10 {
+            let kept = r.set(&format!("m/{i}"), Kept::new(b"x", 0), Some("mallory")).is_ok();
+            assert_eq!(kept, i < 3, "mallory's topic {i}");
+        }
+        assert_eq!(r.counters.refused["identity"], 7);
+        assert_eq!(r.set("alice/state", Kept::new(b"open", 1), Some("alice")), Ok(()));
+        assert_eq!(r.set("m/0", Kept::new(b"y", 0), Some("mallory")), Ok(()), "its own topic again");
+        assert_eq!(r.set("m/0", Kept::new(b"z", 0), Some("alice")), Ok(()), "alice takes m/0 over");
+        assert_eq!(r.set("m/9", Kept::new(b"x", 0), Some("mallory")), Ok(()), "mallory has room again");
+        r.set("m/1", Kept::new(b"", 0), Some("alice")).unwrap();
+        assert_eq!(r.set("m/8", Kept::new(b"x", 0), Some("mallory")), Ok(()), "a clear gives room back");
+        assert_eq!(r.set("ops/x", Kept::new(b"x", 0), None), Ok(()), "the admin API has no quota");
+    }
+
     #[test]
     fn retained_messages_are_set_replaced_cleared_and_matched() {
         let mut r = Retained::new(RetainedConfig::default());
-        r.set("a/b", Kept::new(b"1", 1)).unwrap();
-        r.set("a/b", Kept::new(b"2", 2)).unwrap();
-        r.set("a/c/d", Kept::new(b"3", 0)).unwrap();
-        r.set("$SYS/x", Kept::new(b"4", 0)).unwrap();
+        r.set("a/b", Kept::new(b"1", 1), None).unwrap();
+        r.set("a/b", Kept::new(b"2", 2), None).unwrap();
+        r.set("a/c/d", Kept::new(b"3", 0), None).unwrap();
+        r.set("$SYS/x", Kept::new(b"4", 0), None).unwrap();
         assert_eq!(r.matching("a/b", 0), vec![("a/b", &Kept::new(b"2", 2))]);
         assert_eq!(topics(&mut r, "#"), ["a/b", "a/c/d"]);
         assert_eq!(topics(&mut r, "a/+"), ["a/b"]);
         assert_eq!(topics(&mut r, "+/#"), ["a/b", "a/c/d"]);
         assert_eq!(topics(&mut r, "$SYS/#"), ["$SYS/x"]);
-        r.set("a/b", Kept::new(b"", 0)).unwrap();
-        r.set("nothing/here", Kept::new(b"", 0)).unwrap();
+        r.set("a/b", Kept::new(b"", 0), None).unwrap();
+        r.set("nothing/here", Kept::new(b"", 0), None).unwrap();
         assert_eq!(topics(&mut r, "a/#"), ["a/c/d"]);
         assert_eq!((r.counters.messages, r.counters.stored, r.counters.cleared), (2, 4, 1));
-        r.set("a/c/d", Kept::new(b"", 0)).unwrap();
-        r.set("$SYS/x", Kept::new(b"", 0)).unwrap();
+        r.set("a/c/d", Kept::new(b"", 0), None).unwrap();
+        r.set("$SYS/x", Kept::new(b"", 0), None).unwrap();
         assert_eq!((r.counters.messages, r.counters.bytes), (0, 0), "all given back");
     }
 
@@ -302,12 +369,12 @@ mod tests {
     /// counted; replacing an existing topic's message is not a new one.
     #[test]
     fn the_store_is_bounded_in_count_and_bytes() {
-        let mut r = Retained::new(RetainedConfig { max_messages: 2, max_bytes: 2 * PER_MESSAGE + 40 });
-        r.set("a", Kept::new(b"1", 0)).unwrap();
-        r.set("b", Kept::new(b"1", 0)).unwrap();
-        assert_eq!(r.set("c", Kept::new(b"1", 0)), Err("count"));
-        assert_eq!(r.set("a", Kept::new(b"22", 0)), Ok(()), "a replacement is no new message");
-        assert_eq!(r.set("a", Kept::new(&[0; 64], 0)), Err("bytes"));
+        let mut r = Retained::new(RetainedConfig { max_messages: 2, max_bytes: 2 * PER_MESSAGE + 40, per_identity: 0 });
+        r.set("a", Kept::new(b"1", 0), None).unwrap();
+        r.set("b", Kept::new(b"1", 0), None).unwrap();
+        assert_eq!(r.set("c", Kept::new(b"1", 0), None), Err("count"));
+        assert_eq!(r.set("a", Kept::new(b"22", 0), None), Ok(()), "a replacement is no new message");
+        assert_eq!(r.set("a", Kept::new(&[0; 64], 0), None), Err("bytes"));
         assert_eq!(r.matching("a", 0)[0].1.data.as_ref(), b"22", "the refused one did not replace it");
         assert_eq!((r.counters.refused["count"], r.counters.refused["bytes"]), (1, 1));
     }
@@ -318,14 +385,14 @@ mod tests {
     fn from_other_nodes_the_newest_wins() {
         let mut r = Retained::new(RetainedConfig::default());
         let at = |data: &[u8], us| Kept::new(data, 0).with(None, us);
-        assert!(r.newer("t", at(b"2", 20)));
-        assert!(!r.newer("t", at(b"1", 10)), "older");
-        assert!(!r.newer("t", at(b"2", 20)), "the same copy again");
-        assert!(!r.newer("t", at(b"", 15)), "a clear older than the message");
+        assert!(r.newer("t", at(b"2", 20), None));
+        assert!(!r.newer("t", at(b"1", 10), None), "older");
+        assert!(!r.newer("t", at(b"2", 20), None), "the same copy again");
+        assert!(!r.newer("t", at(b"", 15), None), "a clear older than the message");
         assert_eq!(r.matching("t", 0)[0].1.data.as_ref(), b"2");
-        assert!(r.newer("t", at(b"", 20)), "a clear of the same instant");
-        assert!(!r.newer("t", at(b"", 30)), "nothing left to clear");
-        assert!(r.newer("t", at(b"3", 5)), "an empty topic takes any message");
+        assert!(r.newer("t", at(b"", 20), None), "a clear of the same instant");
+        assert!(!r.newer("t", at(b"", 30), None), "nothing left to clear");
+        assert!(r.newer("t", at(b"3", 5), None), "an empty topic takes any message");
         assert_eq!(r.all(0).map(|(t, d, _, _)| (t, d)).collect::<Vec<_>>(), vec![("t", &b"3"[..])]);
         assert_eq!((r.counters.stored, r.counters.cleared, r.counters.messages), (2, 1, 1));
     }
@@ -338,18 +405,18 @@ mod tests {
         let mut r = Retained::new(RetainedConfig { max_messages: 2, ..RetainedConfig::default() });
         r.keep_clears();
         let at = |data: &[u8], us| Kept::new(data, 0).with(None, us);
-        assert!(r.newer("t", at(b"1", 10)));
-        r.set("t", at(b"", 20)).unwrap();
-        assert!(!r.newer("t", at(b"1", 10)), "the copy the clear removed");
-        assert!(!r.newer("t", at(b"", 15)), "an older clear changes nothing");
-        assert!(r.newer("t", at(b"2", 30)), "a newer message");
-        r.set("a", at(b"", 1)).unwrap();
-        r.set("b", at(b"", 2)).unwrap();
+        assert!(r.newer("t", at(b"1", 10), None));
+        r.set("t", at(b"", 20), None).unwrap();
+        assert!(!r.newer("t", at(b"1", 10), None), "the copy the clear removed");
+        assert!(!r.newer("t", at(b"", 15), None), "an older clear changes nothing");
+        assert!(r.newer("t", at(b"2", 30), None), "a newer message");
+        r.set("a", at(b"", 1), None).unwrap();
+        r.set("b", at(b"", 2), None).unwrap();
         let mut clears: Vec<(&str, u64)> = r.cleared().collect();
         clears.sort();
         assert_eq!(clears, [("a", 1), ("b", 2)], "two kept, t's the oldest forgotten");
         let mut single = Retained::new(RetainedConfig::default());
-        single.set("t", at(b"", 20)).unwrap();
+        single.set("t", at(b"", 20), None).unwrap();
         assert_eq!(single.cleared().count(), 0, "not outside a cluster");
     }
 
@@ -360,8 +427,8 @@ mod tests {
     fn a_message_keeps_its_properties_and_expires() {
         let mut r = Retained::new(RetainedConfig::default());
         let f = Forwarded { origin: Some(7), message_expiry: Some(10), content_type: Some("text/plain".into()), ..Forwarded::default() };
-        r.set("a", Kept::new(b"1", 1).with(Some(&f), 1_000_000)).unwrap();
-        r.set("b", Kept::new(b"2", 1).with(Some(&Forwarded { origin: Some(7), ..Forwarded::default() }), 1_000_000)).unwrap();
+        r.set("a", Kept::new(b"1", 1).with(Some(&f), 1_000_000), None).unwrap();
+        r.set("b", Kept::new(b"2", 1).with(Some(&Forwarded { origin: Some(7), ..Forwarded::default() }), 1_000_000), None).unwrap();
         assert_eq!(r.matching("b", 0)[0].1.mqtt, None, "only a publisher: nothing kept");
         let got = r.matching("a", 4_500_000)[0].1.forwarded(4_500_000).unwrap().unwrap();
         assert_eq!((got.origin, got.message_expiry, got.content_type.as_deref()), (None, Some(7), Some("text/plain")));

@@ -45,7 +45,7 @@ impl RetainedFile {
             for e in entries {
                 let k = Kept::from_entry(&e);
                 if k.forwarded(now).is_ok() {
-                    kept += set.newer(&e.topic, k) as usize;
+                    kept += set.newer(&e.topic, k, None) as usize;
                 }
             }
         }
@@ -94,8 +94,8 @@ mod tests {
         assert_eq!(n, 0, "no file yet");
         assert!(!f.save(&mut a, Instant::now(), true).unwrap(), "nothing changed");
         let props = crate::proto::mqtt::forward::Forwarded { content_type: Some("text/plain".into()), ..Default::default() };
-        a.set("a/b", Kept::new(b"1", 1).with(Some(&props), 7)).unwrap();
-        a.set("c", Kept::new(b"2", 0).with(None, 8)).unwrap();
+        a.set("a/b", Kept::new(b"1", 1).with(Some(&props), 7), None).unwrap();
+        a.set("c", Kept::new(b"2", 0).with(None, 8), None).unwrap();
         assert!(!f.save(&mut a, Instant::now(), false).unwrap(), "the interval has not passed");
         assert!(f.save(&mut a, Instant::now(), true).unwrap());
         assert!(!d.join("retained.json.tmp").exists(), "renamed into place");
@@ -116,8 +116,8 @@ mod tests {
         let d = dir("retained-bad");
         let path = d.join("r.json");
         let mut a = Retained::new(RetainedConfig::default());
-        a.set("ok", Kept::new(b"small", 0)).unwrap();
-        a.set("big", Kept::new(&[7; 100], 0)).unwrap();
+        a.set("ok", Kept::new(b"small", 0), None).unwrap();
+        a.set("big", Kept::new(&[7; 100], 0), None).unwrap();
         RetainedFile::open(&path, DEFAULT_EVERY, &mut Retained::new(RetainedConfig::default()), 1024).unwrap().0.save(&mut a, Instant::now(), true).unwrap();
         let mut b = Retained::new(RetainedConfig::default());
         let (_, n) = RetainedFile::open(&path, DEFAULT_EVERY, &mut b, 50).unwrap();

@@ -155,7 +155,7 @@ mod tests {
         let (d, path, mut a, mut f) = opened("sessions-will");
         let now = Instant::now();
         let key = admitted(&mut a, 1, "dev-w", now);
-        let will = ClientPublish { topic: "status/dev-w".into(), data: "b2ZmbGluZQ==".into(), qos: 1, retain: true, mqtt: None };
+        let will = ClientPublish { topic: "status/dev-w".into(), data: "b2ZmbGluZQ==".into(), qos: 1, retain: true, mqtt: None, identity: None };
         let state = SessionState { subs: vec![KeptSub::new("cmd/dev-w", 1)], messages: vec![], rel: vec![] };
         let end = SessionEnd {
             conn: 1,

@@ -86,6 +86,7 @@ const ALL: &[Close] = &[
     MqttSysTopic,
     MqttKeepAliveRefused,
     MqttSessionExpiryAfterZero,
+    IdentityQuota,
 ];
 
 /// Each variant's place in [`ALL`] (payloads aside).
@@ -168,6 +169,7 @@ fn ordinal(c: Close) -> usize {
         MqttSysTopic => 74,
         MqttKeepAliveRefused => 75,
         MqttSessionExpiryAfterZero => 76,
+        IdentityQuota => 77,
     }
 }
 

@@ -5,6 +5,7 @@
 //! config.
 pub(crate) mod cap;
 pub(crate) mod command_rate;
+pub(crate) mod identity;
 pub(crate) mod per_ip;
 
 use serde::{Deserialize, Serialize};

@@ -82,6 +82,20 @@ pub(crate) fn consume(ctx: &mut Ctx<'_>, conn: &mut Ext, buf: &[u8]) -> Result<u
             Step::Request(req) if req.events.is_some() => {
                 // Whatever came before it is answered first, in order.
                 let events = req.events.expect("checked");
+                // It hears pushes: with `--auth` it shows a token as a
+                // WebSocket would, or hears nothing (401).
+                if ctx.topics.gate.required() {
+                    match ctx.topics.gate.verify(events.token.as_deref()) {
+                        Ok(claims) => ctx.topics.gate.admit(ctx.req.key, ctx.req.gen, claims),
+                        Err(reason) => {
+                            crate::server::close::count(&mut ctx.req.stats.auth_refused, reason);
+                            let refusal =
+                                crate::proto::ws::handshake::Refusal { status: 401, reason: reason.as_str(), text: crate::server::auth::jwt::explain(reason) };
+                            crate::proto::ws::handshake::write_refusal(ctx.req.out, &refusal);
+                            return Err(reason);
+                        }
+                    }
+                }
                 let mut follow = crate::server::session::sse::Follow { req: &mut ctx.req, topics: ctx.topics, subs: ctx.subs, recoveries: ctx.recoveries };
                 follow.start(&events.target, Some(events.last_event_id.as_deref().unwrap_or("")))?;
                 *conn = crate::server::session::sse::open(ctx.req.out, ctx.req.stats, ctx.now_s);

@@ -185,6 +185,20 @@ pub(crate) struct Ctx<'a> {
     pub published: &'a mut Published,
     /// This worker's index (assigned client ids name it).
     pub worker: usize,
+    /// The connection's socket, only to tell who the peer is (without
+    /// `--auth` its address is whom bounds charge); never read or written.
+    pub peer_fd: std::os::fd::RawFd,
+}
+
+impl Ctx<'_> {
+    /// Whom this connection's share of a bound is charged to: its token's
+    /// `sub`, else its address.
+    pub(crate) fn identity(&self) -> String {
+        match self.topics.gate.user_of(self.req.key) {
+            Some(user) => user.to_string(),
+            None => crate::sys::peer_ip(self.peer_fd),
+        }
+    }
 }
 
 /// Take the bytes read so far: every whole packet is carried out; returns
@@ -385,7 +399,10 @@ fn publish(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, p: Publish<'_>) -> R
     let forwarded = forwarded.ok().map(Box::new);
     ctx.published.bytes += p.payload.len() + topic.len() + forwarded.as_ref().map_or(0, |f| f.cost());
     let data = base64::engine::general_purpose::STANDARD.encode(p.payload);
-    ctx.published.messages.push(ClientPublish { topic: topic.into(), data, qos: p.qos as u8, retain: p.retain, mqtt: forwarded });
+    // A retained one is charged to its publisher (the address filled in
+    // by the worker without `--auth`).
+    let identity = p.retain.then(|| ctx.topics.gate.user_of(ctx.req.key).unwrap_or_default().to_string());
+    ctx.published.messages.push(ClientPublish { topic: topic.into(), data, qos: p.qos as u8, retain: p.retain, mqtt: forwarded, identity });
     crate::stats::counters::bump(&mut ctx.req.stats.mqtt_publishes_in, p.qos.label());
     if let Some(ack) = publish_ack(p.qos, p.packet_id, 0) {
         send(ctx, v, &ack);

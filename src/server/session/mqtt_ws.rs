@@ -59,6 +59,8 @@ pub(crate) struct Ctx<'a> {
     pub published: &'a mut Published,
     /// This worker's index (assigned client ids name it).
     pub worker: usize,
+    /// The connection's socket, only to tell who the peer is.
+    pub peer_fd: std::os::fd::RawFd,
 }
 
 /// Bytes of a WebSocket port's connection: the WebSocket session's until
@@ -101,6 +103,7 @@ fn frames(ctx: &mut Ctx<'_>, m: &mut MqttConn, buf: &[u8]) -> Result<usize, Clos
         subs: &mut *ctx.ws.subs,
         published: &mut *ctx.published,
         worker: ctx.worker,
+        peer_fd: ctx.peer_fd,
     };
     let max = ctx.limits.max_packet_size as usize;
     let mut peer_closed = false;

@@ -100,7 +100,13 @@ impl ServerFleet {
             .into_iter()
             .filter_map(|m| {
                 let data = base64::engine::general_purpose::STANDARD.decode(m.data.as_bytes()).ok()?;
-                Some(crate::admin::route::Message { qos: m.qos, retain: m.retain, mqtt: m.mqtt, ..crate::admin::route::Message::topic(m.topic, data) })
+                Some(crate::admin::route::Message {
+                    qos: m.qos,
+                    retain: m.retain,
+                    mqtt: m.mqtt,
+                    identity: m.identity.map(Into::into),
+                    ..crate::admin::route::Message::topic(m.topic, data)
+                })
             })
             .collect();
         if messages.is_empty() {

@@ -13,7 +13,7 @@ use crate::proto::mqtt::forward::Forwarded;
 use crate::proto::mqtt::{Properties, QoS, Version};
 use crate::proto::push;
 use crate::server::close::Close;
-use crate::server::commands::{conn_id, split_id, ClientPublish, PushCommand, RetainedAnswer, ServerMsg};
+use crate::server::commands::{conn_id, split_id, PushCommand, RetainedAnswer, ServerMsg};
 use crate::server::session::mqtt::extra::Delivered;
 use crate::server::session::mqtt::{self, flight};
 use crate::server::session::mqtt_ws;
@@ -272,7 +272,7 @@ impl Worker {
 
     /// A connection ends: its will, if it still has one (no DISCONNECT,
     /// or v5 reason 0x04), goes into the topic space now.
-    pub(super) fn mqtt_will(&mut self, m: &mut mqtt::MqttConn) {
+    pub(super) fn mqtt_will(&mut self, key: usize, conn: &super::conn::Conn, m: &mut mqtt::MqttConn) {
         let Some(will) = m.take_will() else { return };
         // Only a connection whose CONNECT was accepted has a will: one
         // whose claim was still unanswered (timed out, displaced) has none.
@@ -280,8 +280,12 @@ impl Worker {
             return;
         }
         self.stats.mqtt_wills_sent += 1;
-        let data = base64::engine::general_purpose::STANDARD.encode(&will.payload);
-        let messages = vec![ClientPublish { topic: will.topic.into(), data, qos: will.qos as u8, retain: will.retain, mqtt: will.mqtt }];
+        let identity = match self.topics.gate.user_of(key) {
+            Some(user) => user.to_string(),
+            None if will.retain => crate::sys::peer_ip(std::os::fd::AsRawFd::as_raw_fd(&conn.stream)),
+            None => String::new(),
+        };
+        let messages = vec![super::mqtt_session::will_message(will, &identity)];
         control::emit(&ServerMsg::Published { worker: self.cfg.worker, messages });
     }
 }

@@ -24,6 +24,7 @@ use crate::server::session::requests::Requests;
 use crate::server::worker::wildcards;
 use crate::supervise::control;
 use base64::Engine;
+use std::os::fd::AsRawFd;
 
 /// v5 DISCONNECT: Session taken over.
 const SESSION_TAKEN_OVER: u8 = 0x8E;
@@ -75,7 +76,8 @@ impl Worker {
         for sub in &a.subs {
             let filter = &sub.filter;
             let r = if wildcards::is_filter(filter) {
-                self.topics.subscribe_filter(&mut conn.subs, key, filter)
+                // Its identity as the claim gave it (the owner, or the address).
+                self.topics.subscribe_filter(&mut conn.subs, key, filter, || a.identity.clone())
             } else {
                 self.topics.subscribe(&mut conn.subs, key, filter.as_bytes())
             };
@@ -186,6 +188,7 @@ impl Worker {
             subs: &mut conn.subs,
             published: &mut self.published,
             worker: self.cfg.worker,
+            peer_fd: conn.stream.as_raw_fd(),
         };
         let mut end = if ws {
             mqtt_ws::resume(&mut ctx, m).err()
@@ -198,7 +201,7 @@ impl Worker {
             }
             r.err()
         };
-        self.emit_published();
+        self.emit_published(key);
         let Some(conn) = self.conns.get_mut(key) else { return };
         if let Err(reason) = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader) {
             end.get_or_insert(reason);
@@ -239,11 +242,12 @@ impl Worker {
     /// any worker cancels it).
     pub(super) fn mqtt_session_end(&mut self, key: usize, conn: &super::conn::Conn, m: &mut mqtt::MqttConn) {
         let owner = self.topics.gate.user_of(key).map(str::to_string);
+        // Without `--auth` its bounds are charged to its address.
+        let identity = owner.clone().unwrap_or_else(|| crate::sys::peer_ip(conn.stream.as_raw_fd()));
         let delayed = m.claim == Claim::Registered && m.expiry_s() > 0 && m.extra.as_deref().and_then(|x| x.will.as_ref()).is_some_and(|w| w.delay_s > 0);
         let will = delayed.then(|| m.take_will()).flatten().map(|w| {
             self.stats.mqtt_wills_sent += 1;
-            let data = base64::engine::general_purpose::STANDARD.encode(&w.payload);
-            DelayedWill { will: ClientPublish { topic: w.topic.into(), data, qos: w.qos as u8, retain: w.retain, mqtt: w.mqtt }, delay_s: w.delay_s }
+            DelayedWill { delay_s: w.delay_s, will: will_message(w, &identity) }
         });
         if m.claim != Claim::Registered {
             return;
@@ -283,34 +287,29 @@ impl Worker {
             let rel = m.extra.as_deref().map(|x| x.flight.awaiting().to_vec()).unwrap_or_default();
             SessionState { subs, messages, rel }
         });
-        let identity = owner.clone().unwrap_or_else(|| peer_identity(&conn.stream));
         let end = SessionEnd { conn: conn_id(self.cfg.worker, key, conn.gen), key: m.key, expiry_s: m.expiry_s(), state, will, owner, identity };
         control::emit(&ServerMsg::SessionsEnded { worker: self.cfg.worker, ended: vec![end] });
     }
 
-    /// Hand the supervisor what MQTT reads left for it ([`emit`]); claims
-    /// without an owner are charged to their peer's address.
-    pub(super) fn emit_published(&mut self) {
-        for c in self.published.claims.iter_mut().filter(|c| c.identity.is_empty()) {
-            let (_, key, gen) = split_id(c.conn);
-            if let Some(conn) = self.conns.get(key).filter(|conn| conn.gen == gen) {
-                c.identity = peer_identity(&conn.stream);
-            }
-        }
-        emit(self.cfg.worker, &mut self.published);
+    /// Hand the supervisor what the read of connection `key` left for
+    /// it ([`emit`]).
+    pub(super) fn emit_published(&mut self, key: usize) {
+        let fd = self.conns.get(key).map(|c| c.stream.as_raw_fd());
+        emit(self.cfg.worker, &mut self.published, || fd.map(crate::sys::peer_ip).unwrap_or_default());
     }
-}
-
-/// Whom an MQTT connection without an owner (no `--auth`) is charged to:
-/// its peer's address.
-fn peer_identity(stream: &mio::net::TcpStream) -> String {
-    stream.peer_addr().map(|a| a.ip().to_string()).unwrap_or_default()
 }
 
 /// Hand the supervisor what MQTT reads left for it: client publishes
 /// (before their PUBACKs go out), retained wants, client id claims,
-/// shared subscription groups joined and left.
-pub(super) fn emit(w: usize, published: &mut mqtt::Published) {
+/// shared subscription groups joined and left. A claim without an owner
+/// (no `--auth`) is charged to `peer()`, the reading connection's address.
+pub(super) fn emit(w: usize, published: &mut mqtt::Published, peer: impl Fn() -> String) {
+    for c in published.claims.iter_mut().filter(|c| c.identity.is_empty()) {
+        c.identity = peer();
+    }
+    for i in published.messages.iter_mut().filter_map(|m| m.identity.as_mut()).filter(|i| i.is_empty()) {
+        *i = peer();
+    }
     if !published.messages.is_empty() {
         let messages = std::mem::take(&mut published.messages);
         published.bytes = 0;
@@ -328,6 +327,14 @@ pub(super) fn emit(w: usize, published: &mut mqtt::Published) {
         let changes = std::mem::take(&mut published.shared_changes);
         control::emit(&ServerMsg::SharedChanged { worker: w, changes });
     }
+}
+
+/// A will as the topic space takes it: like a publish of its client,
+/// charged (when retained) to `identity`.
+pub(super) fn will_message(w: mqtt::extra::OwnedWill, identity: &str) -> ClientPublish {
+    let data = base64::engine::general_purpose::STANDARD.encode(&w.payload);
+    let identity = w.retain.then(|| identity.to_string());
+    ClientPublish { topic: w.topic.into(), data, qos: w.qos as u8, retain: w.retain, mqtt: w.mqtt, identity }
 }
 
 /// The end of a connection that closed before its claim was answered:

@@ -77,6 +77,8 @@ impl Worker {
                 Some(Some((tls, reply))) => (Some(tls), reply.filter(|_| matches!(protocol, Protocol::Http | Protocol::Ws))),
                 None => (None, None),
             };
+            // Whom an MQTT claim without an owner is charged to (its address).
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&conn.stream);
             let mut src = Wire::of(&mut conn.stream, received.map(|_| &mut rx), tls, plaintext_reply);
             let r = match protocol {
                 Protocol::Framed => {
@@ -149,18 +151,34 @@ impl Worker {
                         mqtt: false,
                     };
                     // MQTT over WebSocket is served on the same port.
-                    let mut ctx = mqtt_ws::Ctx { ws, mqtt: &self.cfg.mqtt, limits: &self.mqtt_limits, published: &mut self.published, worker: self.cfg.worker };
+                    let mut ctx = mqtt_ws::Ctx {
+                        ws,
+                        mqtt: &self.cfg.mqtt,
+                        limits: &self.mqtt_limits,
+                        published: &mut self.published,
+                        worker: self.cfg.worker,
+                        peer_fd: fd,
+                    };
                     let ext = &mut conn.ext;
                     // Its MQTT state, if an Upgrade chose MQTT, out of the
                     // table for the read (a JSON WebSocket connection gets
                     // no entry there: the table's entries are 32 bytes).
                     let mut m = self.mqtt.take(key);
-                    let r = read(&mut src, &mut conn.spills.partial(), &mut self.scratch, read_closed, |buf| mqtt_ws::consume(&mut ctx, ext, &mut m, buf));
+                    // What permessage-deflate inflated counts against the
+                    // read budget, a scratch buffer's worth a read.
+                    let (charged, unit) = (std::cell::Cell::new(0), self.scratch.len() as u64);
+                    let consume = |buf: &[u8]| {
+                        let before = ctx.ws.req.stats.ws_inflate_bytes_after;
+                        let r = mqtt_ws::consume(&mut ctx, ext, &mut m, buf);
+                        charged.set(charged.get() + ((ctx.ws.req.stats.ws_inflate_bytes_after - before) / unit) as usize);
+                        r
+                    };
+                    let r = net::read_chunks_charged(&mut src, &mut conn.spills.partial(), &mut self.scratch, read_closed, consume, Close::io, &charged);
                     if m.is_some() {
                         *self.mqtt.entry(key, reserve) = m;
                     }
                     negotiated = ctx.ws.deflate;
-                    super::mqtt_session::emit(self.cfg.worker, &mut self.published);
+                    super::mqtt_session::emit(self.cfg.worker, &mut self.published, || crate::sys::peer_ip(fd));
                     r
                 }
                 Protocol::Mqtt => {
@@ -172,6 +190,7 @@ impl Worker {
                         subs: &mut conn.subs,
                         published: &mut self.published,
                         worker: self.cfg.worker,
+                        peer_fd: fd,
                     };
                     // Made at its accept, gone only with the connection.
                     let mut m = self.mqtt.get_mut(key);
@@ -180,7 +199,7 @@ impl Worker {
                         None => Err(Close::MqttNoState),
                     });
                     // Into the topic space before the PUBACKs go out.
-                    super::mqtt_session::emit(self.cfg.worker, &mut self.published);
+                    super::mqtt_session::emit(self.cfg.worker, &mut self.published, || crate::sys::peer_ip(fd));
                     r
                 }
                 // Raw and sse are client protocols (refused by the server's plan).

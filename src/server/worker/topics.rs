@@ -174,11 +174,12 @@ impl Topics {
         }
     }
 
-    /// Subscribe connection `key` to an MQTT filter with `+` or `#`: its
-    /// levels are topic characters or wildcards, the token (`--auth jwt`)
-    /// must cover the filter as written, and it counts against the
-    /// connection's [`MAX_SUBSCRIPTIONS`].
-    pub(crate) fn subscribe_filter(&mut self, subs: &mut Subs, key: usize, filter: &str) -> Result<(), Close> {
+    /// Subscribe connection `key` (of identity `who()`) to an MQTT filter
+    /// with `+` or `#`: its levels are topic characters or wildcards, the
+    /// token (`--auth jwt`) must permit every topic it can match, and it
+    /// counts against the connection's [`MAX_SUBSCRIPTIONS`] (a new
+    /// filter against `who`'s share of the worker's, `wildcards.rs`).
+    pub(crate) fn subscribe_filter(&mut self, subs: &mut Subs, key: usize, filter: &str, who: impl FnOnce() -> String) -> Result<(), Close> {
         let plain: String = filter.chars().filter(|c| !matches!(c, '+' | '#')).collect();
         if filter.len() > push::MAX_TOPIC || plain.split('/').any(|l| !l.is_empty() && push::check_topic(l.as_bytes()).is_err()) {
             return Err(Close::BadTopic);
@@ -191,7 +192,7 @@ impl Topics {
             return Err(Close::TooManySubscriptions);
         }
         let had = !self.wild.is_empty();
-        let id = self.wild.add(filter, key)?;
+        let id = self.wild.add(filter, key, who)?;
         if !had {
             self.following.note(ANY_TOPIC, true);
         }

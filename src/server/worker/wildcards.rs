@@ -7,13 +7,17 @@
 //!
 //! Bounded: at most [`MAX_FILTERS`] distinct filters per worker (a
 //! subscription that would add one more is refused `too_many_topics`),
+//! a quarter of them created by one identity (`limits/identity.rs`; past
+//! it refused `identity_quota`),
 //! each at most `push::MAX_TOPIC` bytes, and a connection's filters count
 //! against its `topics::MAX_SUBSCRIPTIONS`. Matching costs one pass over
 //! the filters per push: a first version; a trie is the next step when
 //! workers hold many distinct filters.
 
 use crate::server::close::Close;
+use crate::server::limits::identity::Charges;
 use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
 
 /// Most distinct wildcard filters one worker holds (each costs its name,
 /// map entries and a subscriber set; every push walks them all).
@@ -24,19 +28,26 @@ pub(crate) const WILD: u32 = 1 << 31;
 
 pub(crate) use crate::proto::mqtt::topic::is_filter;
 
-/// One live filter and who subscribed to it.
+/// One live filter, who subscribed to it, and whom it is charged to.
 struct Filter {
     name: Box<str>,
     subscribers: HashSet<usize>,
+    creator: Rc<str>,
 }
 
 /// The worker's wildcard filters, refcounted by their subscribers.
-#[derive(Default)]
 pub(crate) struct Wildcards {
     ids: HashMap<Box<str>, u32>,
     /// Indexed by id; `None` for a free id (listed in `free`).
     slots: Vec<Option<Filter>>,
     free: Vec<u32>,
+    charges: Charges,
+}
+
+impl Default for Wildcards {
+    fn default() -> Wildcards {
+        Wildcards { ids: HashMap::new(), slots: Vec::new(), free: Vec::new(), charges: Charges::of(MAX_FILTERS) }
+    }
 }
 
 impl Wildcards {
@@ -50,16 +61,18 @@ impl Wildcards {
         self.slots.get(id as usize).and_then(Option::as_ref).map(|f| &*f.name)
     }
 
-    /// Add subscriber `key` to `filter` (interned if new); its id. Err:
-    /// the worker holds [`MAX_FILTERS`] already.
-    pub(crate) fn add(&mut self, filter: &str, key: usize) -> Result<u32, Close> {
+    /// Add subscriber `key` to `filter` (interned if new, charged to
+    /// `who()`, its identity); its id. Err: the worker holds
+    /// [`MAX_FILTERS`] already, or that identity its share of them.
+    pub(crate) fn add(&mut self, filter: &str, key: usize, who: impl FnOnce() -> String) -> Result<u32, Close> {
         let id = match self.ids.get(filter) {
             Some(id) => *id,
             None => {
                 if self.ids.len() >= MAX_FILTERS {
                     return Err(Close::TooManyTopics);
                 }
-                let f = Filter { name: filter.into(), subscribers: HashSet::new() };
+                let creator = self.charges.charge(&who()).ok_or(Close::IdentityQuota)?;
+                let f = Filter { name: filter.into(), subscribers: HashSet::new(), creator };
                 let id = match self.free.pop() {
                     Some(id) => {
                         self.slots[id as usize] = Some(f);
@@ -87,6 +100,7 @@ impl Wildcards {
         }
         let f = self.slots[id as usize].take().expect("checked above");
         self.ids.remove(&f.name);
+        self.charges.release(&f.creator);
         self.free.push(id);
         if self.ids.is_empty() {
             (self.ids, self.slots, self.free) = Default::default();
@@ -125,9 +139,10 @@ mod tests {
     #[test]
     fn filters_match_are_refcounted_and_bounded() {
         let mut w = Wildcards::default();
-        let a = w.add("a/+", 1).unwrap();
-        assert_eq!(w.add("a/+", 2), Ok(a));
-        let all = w.add("#", 3).unwrap();
+        let who = || "peer".to_string();
+        let a = w.add("a/+", 1, who).unwrap();
+        assert_eq!(w.add("a/+", 2, who), Ok(a));
+        let all = w.add("#", 3, who).unwrap();
         let mut out = Vec::new();
         w.matching("a/b", &mut out);
         out.sort();
@@ -143,10 +158,25 @@ mod tests {
         assert_eq!((w.name(a), w.id("a/+")), (None, None));
         w.remove(all, 3);
         assert_eq!(w.counts(), (0, 0));
-        for i in 0..MAX_FILTERS {
-            w.add(&format!("x/{i}/#"), 9).unwrap();
+        for (i, name) in (0..MAX_FILTERS).map(|i| (i, format!("user{}", i / (MAX_FILTERS / 4)))) {
+            w.add(&format!("x/{i}/#"), 9, || name).unwrap();
         }
-        assert_eq!(w.add("y/#", 9), Err(Close::TooManyTopics));
-        assert!(w.add("x/0/#", 10).is_ok(), "an existing filter is not a new one");
+        assert_eq!(w.add("y/#", 9, who), Err(Close::TooManyTopics));
+        assert!(w.add("x/0/#", 10, who).is_ok(), "an existing filter is not a new one");
+    }
+
+    /// Issue 62, finding 5: one identity creates at most a quarter of the
+    /// table; another still gets new filters, and a filter's end gives its
+    /// creator room again.
+    #[test]
+    fn one_identity_cannot_fill_the_table() {
+        let mut w = Wildcards::default();
+        let mallory = || "mallory".to_string();
+        let ids: Vec<u32> = (0..MAX_FILTERS / 4).map(|i| w.add(&format!("m/{i}/#"), 1, mallory).unwrap()).collect();
+        assert_eq!(w.add("m/more/#", 1, mallory), Err(Close::IdentityQuota));
+        assert!(w.add("alice/#", 2, || "alice".to_string()).is_ok());
+        assert!(w.add("m/0/#", 3, || "alice".to_string()).is_ok(), "joining mallory's filter charges nobody");
+        w.remove(ids[1], 1);
+        assert!(w.add("m/more/#", 1, mallory).is_ok());
     }
 }

@@ -195,7 +195,7 @@ fn another_identity_cannot_take_a_client_id_or_its_session() {
     assert_eq!((s.counters.taken_over, s.counters.refused["owner"]), (0, 2));
     // Gone, with a command queued and a delayed will waiting.
     let will = crate::server::broker::sessions::wills::DelayedWill {
-        will: ClientPublish { topic: "alarm/door".into(), data: String::new(), qos: 1, retain: false, mqtt: None },
+        will: ClientPublish { topic: "alarm/door".into(), data: String::new(), qos: 1, retain: false, mqtt: None, identity: None },
         delay_s: 60,
     };
     let state = SessionState { subs: vec![KeptSub::new("alice/#", 1)], messages: vec![], rel: vec![7] };
@@ -336,7 +336,7 @@ fn an_id_that_connected_to_another_node_leaves_this_one() {
     assert_eq!(s.connected_elsewhere(&ids(&["dev-a"]), admitted, true), vec![Action::Takeover(0, a)]);
     assert!(s.connected_elsewhere(&ids(&["dev-a", "dev-k", "nobody"]), admitted + 5, true).is_empty());
     assert_eq!((s.counters.moved, s.counters.kept), (2, 0), "dev-a's connection and dev-k's kept session");
-    let will = ClientPublish { topic: "w".into(), data: "d".into(), qos: 1, retain: false, mqtt: None };
+    let will = ClientPublish { topic: "w".into(), data: "d".into(), qos: 1, retain: false, mqtt: None, identity: None };
     let state = SessionState { subs: vec![KeptSub::new("x", 1)], messages: Vec::new(), rel: vec![] };
     let e = SessionEnd { will: Some(wills::DelayedWill { will, delay_s: 5 }), ..end(&s, a, "dev-a", NEVER, Some(state)) };
     assert!(s.ended(e, now).is_empty(), "no will published");
@@ -425,7 +425,7 @@ fn sessions_move_between_cluster_nodes() {
     let (answer1, actions) = a.hand_over("B", &ids(&["live"]), after, true, now, wall);
     assert_eq!((answer1.busy, actions), (vec!["live".to_string()], vec![Action::Takeover(0, live)]));
     assert_eq!(a.hand_over("B", &ids(&["live"]), after, true, now, wall).1, vec![], "taken over once");
-    let will = ClientPublish { topic: "w".into(), data: "d".into(), qos: 1, retain: false, mqtt: None };
+    let will = ClientPublish { topic: "w".into(), data: "d".into(), qos: 1, retain: false, mqtt: None, identity: None };
     let state = SessionState { subs: vec![KeptSub::new("x", 1)], messages: Vec::new(), rel: vec![] };
     let e = SessionEnd { will: Some(wills::DelayedWill { will, delay_s: 5 }), ..end(&a, live, "live", NEVER, Some(state)) };
     assert!(a.ended(e, now).is_empty(), "no will");
@@ -602,7 +602,7 @@ fn a_lent_sessions_will_and_later_messages_wait_for_the_confirmation() {
     let (now, wall) = (Instant::now(), 1_000_000_000);
     let mut a = Sessions::new(SessionsConfig::default());
     a.follow();
-    let will = ClientPublish { topic: "w".into(), data: "d".into(), qos: 1, retain: false, mqtt: None };
+    let will = ClientPublish { topic: "w".into(), data: "d".into(), qos: 1, retain: false, mqtt: None, identity: None };
     for (i, id) in ["p", "q"].iter().enumerate() {
         assert!(a.claim(0, claim(conn_id(0, i + 1, 0), id, false, NEVER), now).is_empty());
         a.overdue(now + moving::MAX_WAIT);

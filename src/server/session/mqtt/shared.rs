@@ -12,14 +12,17 @@
 //! subscribes again).
 //!
 //! Bounded: [`MAX_PER_CONN`] per connection and [`MAX_PER_WORKER`]
-//! distinct names per worker; past either the SUBACK says 0x97 (3.1.1
-//! 0x80), counted in `subscribe_refused`.
+//! distinct names per worker, a quarter of them created by one identity
+//! (`limits/identity.rs`); past any the SUBACK says 0x97 (3.1.1 0x80),
+//! counted in `subscribe_refused`.
 
 use super::{Ctx, MqttConn};
 use crate::proto::mqtt::topic::Shared;
 use crate::proto::mqtt::{QoS, Subscription};
 use crate::server::commands::{conn_id, SharedChange};
+use crate::server::limits::identity::Charges;
 use std::collections::HashMap;
+use std::rc::Rc;
 
 /// Most shared subscriptions of one connection.
 pub(crate) const MAX_PER_CONN: usize = 16;
@@ -35,22 +38,31 @@ pub(crate) struct Share {
     pub qos: QoS,
 }
 
-/// A worker's shared subscription names and how many of its connections
-/// hold each.
-#[derive(Debug, Default)]
+/// A worker's shared subscription names, how many of its connections
+/// hold each, and whom each is charged to.
+#[derive(Debug)]
 pub(crate) struct Local {
-    names: HashMap<Box<str>, u32>,
+    names: HashMap<Box<str>, (u32, Rc<str>)>,
+    charges: Charges,
+}
+
+impl Default for Local {
+    fn default() -> Local {
+        Local { names: HashMap::new(), charges: Charges::of(MAX_PER_WORKER) }
+    }
 }
 
 impl Local {
-    /// One more connection holds `name`; Err past [`MAX_PER_WORKER`].
-    fn join(&mut self, name: &str) -> Result<(), &'static str> {
+    /// One more connection (of identity `who()`) holds `name`; Err past
+    /// [`MAX_PER_WORKER`], or past `who`'s share of them for a new one.
+    fn join(&mut self, name: &str, who: impl FnOnce() -> String) -> Result<(), &'static str> {
         let full = self.names.len() >= MAX_PER_WORKER;
         match self.names.get_mut(name) {
-            Some(n) => *n += 1,
+            Some((n, _)) => *n += 1,
             None if full => return Err("mqtt_shared_worker_full"),
             None => {
-                self.names.insert(name.into(), 1);
+                let creator = self.charges.charge(&who()).ok_or("identity_quota")?;
+                self.names.insert(name.into(), (1, creator));
             }
         }
         Ok(())
@@ -58,10 +70,12 @@ impl Local {
 
     /// One connection less holds `name`.
     pub(crate) fn leave(&mut self, name: &str) {
-        if let Some(n) = self.names.get_mut(name) {
+        if let Some((n, _)) = self.names.get_mut(name) {
             *n -= 1;
             if *n == 0 {
-                self.names.remove(name);
+                if let Some((_, creator)) = self.names.remove(name) {
+                    self.charges.release(&creator);
+                }
             }
         }
     }
@@ -91,7 +105,8 @@ pub(crate) fn subscribe(ctx: &mut Ctx<'_>, m: &mut MqttConn, sub: &Subscription<
         None => true,
     };
     if fresh {
-        if let Err(reason) = ctx.published.shared.join(sub.filter) {
+        let who = ctx.identity();
+        if let Err(reason) = ctx.published.shared.join(sub.filter, || who) {
             m.tidy();
             return Err((0x97, reason));
         }

@@ -32,7 +32,8 @@ pub(super) fn subscribe(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, s: crat
             continue;
         }
         let r = if wildcards::is_filter(sub.filter) {
-            ctx.topics.subscribe_filter(ctx.subs, ctx.req.key, sub.filter).map_err(|r| (subscribe_code(r), r.as_str()))
+            let who = ctx.identity();
+            ctx.topics.subscribe_filter(ctx.subs, ctx.req.key, sub.filter, || who).map_err(|r| (subscribe_code(r), r.as_str()))
         } else {
             ctx.topics.subscribe(ctx.subs, ctx.req.key, sub.filter.as_bytes()).map_err(|r| (subscribe_code(r), r.as_str()))
         };
@@ -71,7 +72,7 @@ pub(super) fn subscribe(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, s: crat
 fn subscribe_code(reason: Close) -> u8 {
     match reason {
         Close::NotPermitted => 0x87,
-        Close::TooManyTopics | Close::TooManySubscriptions => 0x97,
+        Close::TooManyTopics | Close::TooManySubscriptions | Close::IdentityQuota => 0x97,
         _ => 0x8F,
     }
 }

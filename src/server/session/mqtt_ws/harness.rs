@@ -51,7 +51,7 @@ impl Port {
             deflate: false,
             mqtt: false,
         };
-        let mut ctx = Ctx { ws, mqtt: &self.mqtt, limits: &limits, published: &mut self.published, worker: 0 };
+        let mut ctx = Ctx { ws, mqtt: &self.mqtt, limits: &limits, published: &mut self.published, worker: 0, peer_fd: -1 };
         let r = consume(&mut ctx, &mut self.ext, &mut self.mqtt_state, buf).map_err(Close::as_str);
         (r, std::mem::take(&mut self.read.out))
     }

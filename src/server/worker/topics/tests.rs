@@ -216,7 +216,7 @@ fn a_reused_id_answers_to_its_new_name_only() {
 fn wildcard_filters_are_untouched_by_topics() {
     let mut t = Topics::default();
     let mut a = sub(&mut t, 1, "dev/1");
-    t.subscribe_filter(&mut a, 1, "dev/+").unwrap();
+    t.subscribe_filter(&mut a, 1, "dev/+", String::new).unwrap();
     let b = sub(&mut t, 2, "dev/1");
     assert_eq!(t.counts(), (2, 3));
     assert_eq!(sorted(t.audience("dev/1")), vec![1, 2], "each once");

@@ -45,7 +45,7 @@ impl Parts {
     /// Feed `buf` as it is: a claim stays unanswered.
     fn feed_once(&mut self, buf: &[u8], limits: &Limits) -> Result<usize, &'static str> {
         let (req, topics, subs) = self.read.split();
-        let mut ctx = Ctx { req, cfg: &self.cfg, limits, topics, subs, published: &mut self.published, worker: 0 };
+        let mut ctx = Ctx { req, cfg: &self.cfg, limits, topics, subs, published: &mut self.published, worker: 0, peer_fd: -1 };
         consume(&mut ctx, &mut self.m, buf).map_err(Close::as_str)
     }
 }
@@ -154,7 +154,8 @@ fn publishes_are_handed_on_and_acknowledged_or_refused() {
             data: "aGk=".into(),
             qos: 1,
             retain: false,
-            mqtt: Some(Box::new(crate::proto::mqtt::forward::Forwarded { origin: Some(crate::server::commands::conn_id(0, 3, 1)), ..Default::default() }))
+            mqtt: Some(Box::new(crate::proto::mqtt::forward::Forwarded { origin: Some(crate::server::commands::conn_id(0, 3, 1)), ..Default::default() })),
+            identity: None,
         }]
     );
     let ack = |packet_id, reason| Ack { packet_id, reason, properties: Properties::default() };
