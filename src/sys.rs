@@ -117,6 +117,9 @@ pub(crate) fn set_fd_limit(soft: u64, hard: u64) -> io::Result<()> {
 /// The address of the peer of connected socket `fd`, as text ("" when
 /// it has none: closed meanwhile).
 pub(crate) fn peer_ip(fd: std::os::fd::RawFd) -> String {
+    if fd < 0 {
+        return String::new();
+    }
     // SAFETY: the caller's socket is open for this call's length; the
     // borrow ends with it and the fd is never closed here.
     let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
