@@ -1298,9 +1298,15 @@ fn presence_notices_reach_subscribers_on_every_node() {
 /// nats-server and two MQTT nodes, `{tag}A` and `{tag}B`, linked and
 /// both subscribed to `subject`: (NATS, the key, its URL, the nodes).
 fn two_mqtt_nodes(tag: &str, subject: &str) -> (Nats, KeyFile, String, [(Running, String, u16); 2]) {
+    two_mqtt_nodes_with(tag, subject, &[])
+}
+
+/// [`two_mqtt_nodes`] with `extra` flags on both nodes.
+fn two_mqtt_nodes_with(tag: &str, subject: &str, extra: &[&str]) -> (Nats, KeyFile, String, [(Running, String, u16); 2]) {
     let nats = loopback_nats(&[]);
     let (key, url) = (KeyFile::new(&format!("mqtt-{tag}")), format!("nats://{}", nats.addr));
-    let args = ["--protocol", "mqtt"];
+    let mut args = vec!["--protocol", "mqtt"];
+    args.extend_from_slice(extra);
     let nodes = [loopback_node(&url, &format!("{tag}A"), &key, &args), loopback_node(&url, &format!("{tag}B"), &key, &args)];
     wait_until("both nodes linked", Duration::from_secs(20), || nodes.iter().all(|(_, admin, _)| get(admin, "/healthz").0 == 200));
     wait_until(&format!("both nodes take {subject}"), Duration::from_secs(10), || {
@@ -1308,6 +1314,23 @@ fn two_mqtt_nodes(tag: &str, subject: &str) -> (Nats, KeyFile, String, [(Running
         status == 200 && text.matches(&format!("\"{subject}\"")).count() == 2
     });
     (nats, key, url, nodes)
+}
+
+/// Issue 62, finding 1, across the cluster: alice's session kept on node A is not
+/// handed to mallory on node B (refused 0x87 / 5 there); alice on B gets it.
+#[test]
+fn another_user_on_another_node_gets_nothing_of_a_session() {
+    let (dir, secret) = crate::mqtt_owners::secret("hijack-cluster");
+    let auth = ["--auth", "jwt", "--jwt-secret-file", &secret];
+    let (_nats, _key, _url, [(_a, admin_a, port_a), (_b, admin_b, port_b)]) = two_mqtt_nodes_with("O", "megaconn.sessions.take", &auth);
+    wait_until("each node heard the other", Duration::from_secs(10), || {
+        [&admin_a, &admin_b].iter().all(|a| get(a, "/stats").1["cluster"]["peers"] == 1)
+    });
+    crate::mqtt_owners::owners("hijack", &[port_a.to_string(), admin_a.clone(), secret.clone(), port_b.to_string(), admin_b.clone()]);
+    let a = get(&admin_a, "/stats").1;
+    let b = get(&admin_b, "/stats").1;
+    assert_eq!((b["mqtt_sessions"]["moved_in"].as_u64(), a["mqtt_sessions"]["handed_over"].as_u64()), (Some(1), Some(1)), "alice's session moved once");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn retained_stats(admin: &str) -> Value {

@@ -31,6 +31,7 @@ mod layers;
 mod mqtt;
 mod mqtt_client;
 mod mqtt_loadgen;
+mod mqtt_owners;
 mod mqtt_qos;
 mod mqtt_sessions;
 mod mqtt_timing;

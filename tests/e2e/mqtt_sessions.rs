@@ -51,7 +51,12 @@ fn connect(version: u8, id: &str, clean: bool) -> Vec<u8> {
 
 /// Connect `id` and read its CONNACK: (the socket, session present, code).
 pub(crate) fn connected(port: u16, version: u8, id: &str, clean: bool) -> (TcpStream, bool, u8) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    connected_from("127.0.0.1", port, version, id, clean)
+}
+
+/// [`connected`] from source address `from` (whom bounds charge without `--auth`).
+pub(crate) fn connected_from(from: &str, port: u16, version: u8, id: &str, clean: bool) -> (TcpStream, bool, u8) {
+    let mut s = connect_from(from, port);
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     s.write_all(&connect(version, id, clean)).unwrap();
     let mut head = [0u8; 2];
@@ -60,6 +65,16 @@ pub(crate) fn connected(port: u16, version: u8, id: &str, clean: bool) -> (TcpSt
     s.read_exact(&mut body).unwrap();
     assert_eq!(head[0], 0x20, "CONNACK, not {head:?}");
     (s, body[0] & 1 == 1, body[1])
+}
+
+/// A TCP connection to 127.0.0.1:`port` from source address `from`.
+pub(crate) fn connect_from(from: &str, port: u16) -> TcpStream {
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let local: std::net::SocketAddr = format!("{from}:0").parse().unwrap();
+    sock.bind(&local.into()).unwrap();
+    let remote: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    sock.connect(&remote.into()).unwrap();
+    sock.into()
 }
 
 /// What the server sends until it closes.
@@ -151,27 +166,34 @@ fn a_second_connect_with_the_same_client_id_takes_the_session_over() {
     s.terminate();
 }
 
-/// A hostile peer opening 3,000 connections with distinct client ids and
-/// Clean Session 0, each leaving a session behind: at most
-/// `--mqtt-sessions` (100) are kept, the oldest expired for each new one,
-/// and their memory is what 100 cost.
+/// A hostile peer inventing 3,000 client ids from one address, each
+/// leaving a session behind (3.1.1 Clean Session 0), keeps only its
+/// identity's share (a tenth of `--mqtt-sessions` 100: 10), its own
+/// oldest expired for each new one (`identity`); a session of a client
+/// from another address, kept before the flood, is untouched (issue 62,
+/// finding 5), and the memory is what 11 sessions cost.
 #[test]
-fn thousands_of_invented_client_ids_are_held_to_the_session_bound() {
+fn thousands_of_invented_client_ids_are_held_to_their_identitys_share() {
     let (mut s, admin, port) = server(&["--mqtt-sessions", "100"]);
+    let (alice, present, code) = connected_from("127.0.0.2", port, 4, "alice", false);
+    assert_eq!((present, code), (false, 0));
+    drop(alice);
     for i in 0..3000 {
         let (c, present, code) = connected(port, 4, &format!("hostile-{i}"), false);
         assert_eq!((present, code), (false, 0));
         drop(c);
     }
-    let v = stats_when(&admin, "3,000 sessions stored, 100 kept", |v| v["mqtt_sessions"]["stored"] == 3000);
+    let v = stats_when(&admin, "3,001 sessions stored, 11 kept", |v| v["mqtt_sessions"]["stored"] == 3001);
     let m = &v["mqtt_sessions"];
-    assert_eq!((m["kept"].as_u64(), m["expired"]["full"].as_u64()), (Some(100), Some(2900)), "{m}");
-    assert!(m["bytes"].as_u64().unwrap() <= 100 * 256, "100 sessions without subscriptions: {m}");
-    // The newest is kept, the oldest went.
+    assert_eq!((m["kept"].as_u64(), m["expired"]["identity"].as_u64(), m["expired"].get("full")), (Some(11), Some(2990), None), "{m}");
+    assert!(m["bytes"].as_u64().unwrap() <= 11 * 256, "11 sessions without subscriptions: {m}");
+    // The newest is kept, the oldest went; alice's is there.
     let (_c, present, _) = connected(port, 4, "hostile-2999", false);
     assert!(present);
     let (_c, present, _) = connected(port, 4, "hostile-0", false);
     assert!(!present);
+    let (_c, present, _) = connected_from("127.0.0.2", port, 4, "alice", false);
+    assert!(present, "another address's session outlived the flood");
     s.terminate();
 }
 

@@ -141,11 +141,12 @@ fn paho_will_delay_interval_is_honoured_and_cancelled_by_a_reconnect() {
     s.terminate();
 }
 
-/// A hostile peer leaving more delayed wills than `--mqtt-sessions` (5):
-/// five wait, the rest are published at once and counted `full`.
+/// A hostile peer leaving more delayed wills than `--mqtt-sessions` (5,
+/// all of them its identity's share here): five wait, the rest are
+/// published at once and counted `full`.
 #[test]
 fn delayed_wills_are_held_to_the_session_bound() {
-    let (mut s, admin, port) = server(&["--mqtt-sessions", "5"]);
+    let (mut s, admin, port) = server(&["--mqtt-sessions", "5", "--mqtt-sessions-per-identity", "5"]);
     // Session Expiry 60 s; the will: QoS 0, Will Delay 3600 s, topic w/N.
     let expiry = [0x11, 0, 0, 0, 60];
     for i in 0..8 {

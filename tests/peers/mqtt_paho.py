@@ -26,7 +26,8 @@ usage: mqtt_paho.py PORT ADMIN_ADDR basic
          PUBREC, PUBREL, PUBCOMP); the publisher's QoS 1 and 2 publishes
          complete (PUBACK; PUBREC, PUBREL, PUBCOMP).
        mqtt_paho.py PORT ADMIN_ADDR retained
-         both versions: retained r/a (QoS 1), r/b/c and $SYS/r (QoS 0) are
+         both versions: retained r/a (QoS 1), r/b/c (QoS 0) and $SYS/r (the
+         application's: clients may not publish to $SYS) are
          delivered to a new subscription with the retain flag (r/+ gets
          r/a; # gets r/a and r/b/c, not $SYS/r; $SYS/# gets $SYS/r), at the
          lower of their QoS and the granted one; an empty retained publish
@@ -285,8 +286,9 @@ def retained_mode(version):
     tag = "v5" if v5 else "v3"
     pub = Client(version, f"rpub-{tag}")
     check(code(pub.connack()[0]) == 0, f"{tag} connack")
-    for topic, body, q in ((f"r{tag}/a", b"A", 1), (f"r{tag}/b/c", b"BC", 0), (f"$SYS/r{tag}", b"S", 0)):
+    for topic, body, q in ((f"r{tag}/a", b"A", 1), (f"r{tag}/b/c", b"BC", 0)):
         check(pub.done(pub.c.publish(topic, body, qos=q, retain=True)) == 0, f"{tag} retained {topic}")
+    check(post(f"/publish?topic=$SYS/r{tag}&retain=1", b"S")[0] == 200, f"{tag} the application retains $SYS/r{tag}")
     sub = Client(version, f"rsub-{tag}")
     check(code(sub.connack()[0]) == 0, f"{tag} sub connack")
 
@@ -323,8 +325,9 @@ def retained_mode(version):
         got = marker(sub, pub, f"r{tag}/end")
         check(got == [(f"r{tag}/rap", b"R", 1, True)], f"retain as published keeps the flag: {got}")
     # Leave no retained message to the other version's run.
-    for topic in (f"r{tag}/b/c", f"$SYS/r{tag}", f"r{tag}/live", f"r{tag}/rap"):
+    for topic in (f"r{tag}/b/c", f"r{tag}/live", f"r{tag}/rap"):
         pub.done(pub.c.publish(topic, b"", qos=1, retain=True))
+    check(post(f"/publish?topic=$SYS/r{tag}&retain=1")[0] == 200, f"{tag} the application clears $SYS/r{tag}")
     pub.stop()
     sub.stop()
 

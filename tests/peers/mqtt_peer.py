@@ -1,11 +1,12 @@
 """What the MQTT 5 feature peers (mqtt_shared.py, mqtt_will_delay.py,
-mqtt_alias.py, mqtt_v5props.py) share: a paho-mqtt 2.1.0 client whose
+mqtt_alias.py, mqtt_v5props.py, mqtt_owners.py) share: a paho-mqtt 2.1.0 client whose
 callbacks land in queues, /stats polled until a condition holds, and
 `check`, which prints FAIL and exits on a broken promise."""
 import json
 import queue
 import sys
 import time
+import urllib.parse
 import urllib.request
 
 import paho.mqtt.client as mqtt
@@ -41,9 +42,10 @@ def stats_until(admin, what, ok):
 class Client:
     """A paho client (MQTT 5 unless `version` says otherwise) connected to
     127.0.0.1:`port`; `connect_props` are its CONNECT properties, `will`
-    (topic, payload, Properties) its will."""
+    (topic, payload, Properties) its will, `login` (user, password) its
+    credentials (a token as password with --auth jwt)."""
 
-    def __init__(self, port, name, version=mqtt.MQTTv5, connect_props=None, will=None, clean=True):
+    def __init__(self, port, name, version=mqtt.MQTTv5, connect_props=None, will=None, clean=True, login=None, keepalive=60):
         self.v5 = version == mqtt.MQTTv5
         kw = {} if self.v5 else {"clean_session": clean}
         self.c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=name, protocol=version, **kw)
@@ -56,10 +58,12 @@ class Client:
         self.c.on_message = lambda c, u, m: self.messages.put(m)
         if will is not None:
             self.c.will_set(will[0], will[1], qos=1, properties=will[2])
+        if login is not None:
+            self.c.username_pw_set(*login)
         if self.v5:
-            self.c.connect_async("127.0.0.1", port, clean_start=clean, properties=connect_props)
+            self.c.connect_async("127.0.0.1", port, keepalive=keepalive, clean_start=clean, properties=connect_props)
         else:
-            self.c.connect_async("127.0.0.1", port)
+            self.c.connect_async("127.0.0.1", port, keepalive=keepalive)
         self.c.loop_start()
 
     def event(self, kind):
@@ -88,6 +92,17 @@ class Client:
             while self.event("puback")[1] != info.mid:
                 pass
 
+    def next(self, what):
+        """The next message as (topic, payload text)."""
+        try:
+            m = self.messages.get(timeout=TIMEOUT)
+        except queue.Empty:
+            check(False, f"no message: {what}")
+        return m.topic, m.payload.decode()
+
+    def none_left(self, what):
+        check(self.messages.empty(), f"{what}: {[(m.topic, m.payload) for m in self.messages.queue]}")
+
     def until_marker(self, topic):
         """Every message before the marker on `topic` (without it)."""
         got = []
@@ -104,7 +119,17 @@ class Client:
     def drop(self):
         """End the connection without DISCONNECT (as a device losing power)."""
         self.c.loop_stop()
-        self.c.socket().close()
+        sock = self.c.socket()
+        if sock is not None:  # a refused CONNECT's is closed already
+            sock.close()
+
+
+def publish_admin(admin, topic, data, qos=1):
+    """POST /publish?topic= on the admin API (the application publishing)."""
+    url = f"http://{admin}/publish?topic={urllib.parse.quote(topic, safe='/$')}&qos={qos}"
+    req = urllib.request.Request(url, data=data.encode(), method="POST", headers={"Content-Type": "application/octet-stream"})
+    with urllib.request.urlopen(req, timeout=TIMEOUT) as r:
+        check(r.status == 200, f"publish {topic}: {r.status}")
 
 
 def props(kind, **fields):
@@ -114,4 +139,4 @@ def props(kind, **fields):
     return p
 
 
-__all__ = ["check", "stats", "stats_until", "Client", "props", "PacketTypes", "mqtt"]
+__all__ = ["check", "stats", "stats_until", "Client", "props", "publish_admin", "PacketTypes", "mqtt"]

@@ -117,7 +117,7 @@ crate::counters! {
         queue_dropped: by("reason") "mqtt_session_queue_dropped" "Messages for gone clients not queued, by reason (queue: --mqtt-session-queue, queue_bytes: --mqtt-session-queue-bytes, sessions_bytes: --mqtt-sessions-bytes); the newest is dropped",
         wills_delayed: counter "mqtt_wills_delayed" "MQTT wills held for their v5 Will Delay Interval",
         wills_cancelled: counter "mqtt_wills_cancelled" "Delayed MQTT wills cancelled by a CONNECT of their client id before the delay passed",
-        wills_published: by("reason") "mqtt_wills_delayed_published" "Delayed MQTT wills published, by reason (delay: the delay or the session expiry passed; full: more waiting than --mqtt-sessions)",
+        wills_published: by("reason") "mqtt_wills_delayed_published" "Delayed MQTT wills published, by reason (delay: the delay or the session expiry passed; full: more waiting than --mqtt-sessions; identity: more of one identity than --mqtt-sessions-per-identity)",
         wills_waiting: gauge "mqtt_wills_waiting" "MQTT wills waiting for their delay now",
         loaded: counter "mqtt_sessions_loaded" "MQTT sessions read from --mqtt-sessions-file at start",
         saved: counter "mqtt_sessions_saved" "Times the kept MQTT sessions were written to --mqtt-sessions-file",
@@ -449,8 +449,8 @@ impl Sessions {
             Some(_) if next.is_some() || moved || handing => self.counters.wills_cancelled += 1,
             Some(w) => {
                 self.counters.wills_delayed += 1;
-                if let wills::Held::Now(p) = self.wills.hold(e.key, who, w, e.expiry_s, (self.cfg.max_kept, self.cfg.identity_quota()), now) {
-                    crate::stats::counters::bump(&mut self.counters.wills_published, "full");
+                if let wills::Held::Now(p, reason) = self.wills.hold(e.key, who, w, e.expiry_s, (self.cfg.max_kept, self.cfg.identity_quota()), now) {
+                    crate::stats::counters::bump(&mut self.counters.wills_published, reason);
                     out.push(Action::Will(p));
                 }
                 self.counters.wills_waiting = self.wills.len() as u64;

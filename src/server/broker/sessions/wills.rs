@@ -42,8 +42,9 @@ pub(crate) struct Wills {
 pub(crate) enum Held {
     /// It waits.
     Waiting,
-    /// Publish it now: the bound is reached (counted `full`).
-    Now(ClientPublish),
+    /// Publish it now: a bound is reached (`full`: the node's; `identity`:
+    /// its identity's share), counted under that reason.
+    Now(ClientPublish, &'static str),
 }
 
 impl Wills {
@@ -54,16 +55,19 @@ impl Wills {
         let due = now + Duration::from_secs(w.delay_s.min(expiry_s).into());
         match self.admit(id, due, w.will, who, (max, quota)) {
             Ok(()) => Held::Waiting,
-            Err(will) => Held::Now(will),
+            Err((will, reason)) => Held::Now(will, reason),
         }
     }
 
-    /// Wait with `will` unless a bound is reached (Err gives it back).
-    fn admit(&mut self, id: IdKey, due: Instant, will: ClientPublish, who: Who, (max, quota): (usize, usize)) -> Result<(), ClientPublish> {
+    /// Wait with `will` unless a bound is reached (Err gives it back,
+    /// with the bound's name).
+    fn admit(&mut self, id: IdKey, due: Instant, will: ClientPublish, who: Who, (max, quota): (usize, usize)) -> Result<(), (ClientPublish, &'static str)> {
         self.cancel(&id);
-        let mine = self.by_identity.get(&who.identity).copied().unwrap_or(0);
-        if self.waiting.len() >= max || mine >= quota {
-            return Err(will);
+        if self.waiting.len() >= max {
+            return Err((will, "full"));
+        }
+        if self.by_identity.get(&who.identity).copied().unwrap_or(0) >= quota {
+            return Err((will, "identity"));
         }
         *self.by_identity.entry(who.identity.clone()).or_insert(0) += 1;
         self.waiting.insert(id, (due, will, who));
@@ -162,7 +166,7 @@ mod tests {
     fn past_the_bound_a_will_goes_at_once() {
         let (mut w, t0) = (Wills::default(), Instant::now());
         assert_eq!(w.hold(k("a"), who("x"), will("w/a", 10), 60, (1, 1), t0), Held::Waiting);
-        assert!(matches!(w.hold(k("b"), who("y"), will("w/b", 10), 60, (1, 1), t0), Held::Now(p) if p.topic == "w/b"));
+        assert!(matches!(w.hold(k("b"), who("y"), will("w/b", 10), 60, (1, 1), t0), Held::Now(p, "full") if p.topic == "w/b"));
         // The same id again replaces its own.
         assert_eq!(w.hold(k("a"), who("x"), will("w/a2", 10), 60, (1, 1), t0), Held::Waiting);
         assert_eq!(w.len(), 1);
