@@ -1,4 +1,6 @@
-//! Wire protocols spoken between megaconn clients and servers.
+//! Wire protocols spoken between megaconn clients and servers, and the
+//! bus between a server's own processes (`bus`).
+pub(crate) mod bus;
 pub(crate) mod frame;
 pub(crate) mod goaway;
 pub(crate) mod http;

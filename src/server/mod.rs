@@ -12,6 +12,7 @@ pub(crate) mod services;
 pub(crate) mod session;
 pub mod snapshot;
 pub(crate) mod supervisor;
+pub(crate) mod topic_index;
 pub(crate) mod worker;
 
 pub(crate) use config::ServerConfig;

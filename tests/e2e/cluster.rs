@@ -1323,9 +1323,7 @@ fn another_user_on_another_node_gets_nothing_of_a_session() {
     let (dir, secret) = crate::mqtt_owners::secret("hijack-cluster");
     let auth = ["--auth", "jwt", "--jwt-secret-file", &secret];
     let (_nats, _key, _url, [(_a, admin_a, port_a), (_b, admin_b, port_b)]) = two_mqtt_nodes_with("O", "megaconn.sessions.take", &auth);
-    wait_until("each node heard the other", Duration::from_secs(10), || {
-        [&admin_a, &admin_b].iter().all(|a| get(a, "/stats").1["cluster"]["peers"] == 1)
-    });
+    wait_until("each node heard the other", Duration::from_secs(10), || [&admin_a, &admin_b].iter().all(|a| get(a, "/stats").1["cluster"]["peers"] == 1));
     crate::mqtt_owners::owners("hijack", &[port_a.to_string(), admin_a.clone(), secret.clone(), port_b.to_string(), admin_b.clone()]);
     let a = get(&admin_a, "/stats").1;
     let b = get(&admin_b, "/stats").1;

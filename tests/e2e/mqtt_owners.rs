@@ -10,7 +10,7 @@
 //! for the DISCONNECT's session expiry and the Server Keep Alive
 //! (tests/peers/mqtt_v5_session.py).
 use crate::common::*;
-use crate::mqtt::{count, mqtt_server, mosquitto_sub_first, stats_when};
+use crate::mqtt::{count, mosquitto_sub_first, mqtt_server, stats_when};
 use crate::mqtt_sessions::{connected, rest};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -200,9 +200,7 @@ fn connect_with_will(id: &str, topic: &str, will: &[u8]) -> Vec<u8> {
 fn a_refused_connect_publishes_no_will() {
     let (mut s, admin, port) = mqtt_server(&["--mqtt-client-ids", "1"]);
     let watch = std::thread::spawn(move || mosquitto_sub_first(port, "alarm/#", 1));
-    wait_until("mosquitto_sub subscribed", Duration::from_secs(10), || {
-        crate::mqtt::stats(&admin)["subscriptions"].as_u64() >= Some(1)
-    });
+    wait_until("mosquitto_sub subscribed", Duration::from_secs(10), || crate::mqtt::stats(&admin)["subscriptions"].as_u64() >= Some(1));
     let (_holder, _, code) = connected(port, 4, "device-a", true);
     assert_eq!(code, 0);
     let mut b = TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -245,9 +243,7 @@ fn a_recycled_slot_gets_a_fresh_command_budget() {
 fn clients_cannot_publish_to_sys_topics() {
     let (mut s, admin, port) = mqtt_server(&[]);
     let watch = std::thread::spawn(move || mosquitto_sub_first(port, "$SYS/#", 1));
-    wait_until("mosquitto_sub subscribed", Duration::from_secs(10), || {
-        crate::mqtt::stats(&admin)["subscriptions"].as_u64() >= Some(1)
-    });
+    wait_until("mosquitto_sub subscribed", Duration::from_secs(10), || crate::mqtt::stats(&admin)["subscriptions"].as_u64() >= Some(1));
     let (mut old, _, _) = connected(port, 4, "old", true);
     old.write_all(&frame(0x32, &publish_body("$SYS/x", Some(3), b"forged"))).unwrap();
     assert_eq!(packet(&mut old), (0x40, vec![0, 3]), "3.1.1: acknowledged and dropped");

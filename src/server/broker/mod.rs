@@ -1,5 +1,8 @@
 //! Messages on their way between the server and the world, in the
-//! supervisor: publishes fanned out to every worker once (`publish`), what
+//! supervisor's process: the broker shards (`shard`, one thread per core,
+//! each running the sans-I/O `core` over the topics it owns) route every
+//! message between the workers; the supervisor's thread keeps the admin
+//! API's publishes and their answers (`publish`), what
 //! was published kept for subscribers that come back (`history`), the
 //! cluster link's side of a publish (`relay`), MQTT's retained messages
 //! (`retained`, kept across restarts by `retained_file`), client ids and
@@ -7,6 +10,7 @@
 //! both files written by `state_file`), shared
 //! subscription groups (`shared`) and what clients said, sent
 //! on to the application (`upstream`).
+pub(crate) mod core;
 pub(crate) mod history;
 pub(crate) mod publish;
 pub(crate) mod relay;
@@ -14,6 +18,7 @@ pub(crate) mod retained;
 pub(crate) mod retained_file;
 pub(crate) mod sessions;
 pub(crate) mod sessions_file;
+pub(crate) mod shard;
 pub(crate) mod shared;
 pub(crate) mod state_file;
 pub(crate) mod upstream;

@@ -23,7 +23,6 @@
 //! back).
 
 use crate::proto::mqtt::forward::Forwarded;
-use crate::proto::mqtt::topic::matches;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 /// Default `--mqtt-retained`: retained messages kept on a node.
@@ -120,6 +119,9 @@ impl Kept {
 pub(crate) struct Retained {
     cfg: RetainedConfig,
     by_topic: BTreeMap<Box<str>, Kept>,
+    /// The same topics by level, for filters (`topic_index.rs`): a lookup
+    /// visits what can match it, never every topic.
+    tree: crate::server::topic_index::TopicTree<()>,
     /// In a cluster: the last clears, by topic, with their publish stamp
     /// (so a copy older than a clear cannot come back, and a node that
     /// missed a clear hears it in a sync); at most `--mqtt-retained` of
@@ -181,6 +183,7 @@ impl Retained {
         if k.data.is_empty() {
             self.note_clear(topic, k.publish_us);
             if self.by_topic.remove(topic).is_some() {
+                self.tree.remove(topic);
                 self.counters.cleared += 1;
                 self.counters.bytes -= old;
                 self.counters.messages -= 1;
@@ -206,6 +209,7 @@ impl Retained {
         self.counters.bytes = self.counters.bytes - old + cost;
         if self.by_topic.insert(topic.into(), k).is_none() {
             self.counters.messages += 1;
+            self.tree.insert(topic, ());
         }
         if identity.is_none_or(|i| theirs == Some(i)) {
             self.unset(topic);
@@ -280,36 +284,35 @@ impl Retained {
     /// order, at most [`MAX_ANSWER_BYTES`] of them; those it meets
     /// expired are dropped.
     pub(crate) fn matching(&mut self, filter: &str, now_us: u64) -> Vec<(&str, &Kept)> {
-        let expired: Vec<Box<str>> = found(&self.by_topic, filter).filter(|(_, k)| k.forwarded(now_us).is_err()).map(|(t, _)| t.clone()).collect();
+        // The topics it matches, by the tree, as far as the answer's bytes go.
+        let (mut names, mut expired, mut bytes) = (Vec::new(), Vec::new(), 0);
+        let by_topic = &self.by_topic;
+        self.tree.matching(filter, |t, _| {
+            let Some(k) = by_topic.get(t) else { return true };
+            if k.forwarded(now_us).is_err() {
+                expired.push(Box::<str>::from(t));
+                return true;
+            }
+            bytes += t.len() + k.data.len();
+            if bytes > MAX_ANSWER_BYTES {
+                return false;
+            }
+            names.push(Box::<str>::from(t));
+            true
+        });
         for t in expired {
             if let Some(k) = self.by_topic.remove(&t) {
+                self.tree.remove(&t);
                 self.counters.bytes -= k.cost(&t);
                 self.counters.messages -= 1;
                 self.counters.expired += 1;
                 self.unset(&t);
             }
         }
-        let mut out = Vec::new();
-        let mut bytes = 0;
-        for (t, k) in found(&self.by_topic, filter) {
-            bytes += t.len() + k.data.len();
-            if bytes > MAX_ANSWER_BYTES {
-                break;
-            }
-            out.push((&**t, k));
-        }
+        names.sort_unstable();
+        let out: Vec<(&str, &Kept)> = names.iter().filter_map(|t| self.by_topic.get_key_value(&**t)).map(|(t, k)| (&**t, k)).collect();
         self.counters.served += out.len() as u64;
         out
-    }
-}
-
-/// The kept messages `filter` matches, in topic order.
-fn found<'a>(by_topic: &'a BTreeMap<Box<str>, Kept>, filter: &str) -> Box<dyn Iterator<Item = (&'a Box<str>, &'a Kept)> + 'a> {
-    if filter.contains(['+', '#']) {
-        let filter = filter.to_string();
-        Box::new(by_topic.iter().filter(move |(t, _)| matches(&filter, t)))
-    } else {
-        Box::new(by_topic.get_key_value(filter).into_iter())
     }
 }
 

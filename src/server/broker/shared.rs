@@ -78,6 +78,9 @@ struct Group {
 #[derive(Debug, Default)]
 pub(crate) struct SharedGroups {
     by_filter: HashMap<Box<str>, HashMap<Box<str>, Group>>,
+    /// `by_filter`'s filters by level: what a message's topic matches is
+    /// found without a pass over every group (`topic_index.rs`).
+    index: crate::server::topic_index::FilterTrie<Box<str>>,
     cluster: Cluster,
     pub counters: SharedCounters,
 }
@@ -149,6 +152,9 @@ impl SharedGroups {
             crate::stats::counters::bump(&mut self.counters.refused, reason);
             return;
         }
+        if !self.by_filter.contains_key(filter) {
+            *self.index.entry(filter, || filter.into()) = filter.into();
+        }
         let g = self.by_filter.entry(filter.into()).or_default().entry(group.into()).or_default();
         match g.members.iter_mut().find(|m| m.0 == conn) {
             Some(m) => m.1 = qos,
@@ -166,6 +172,7 @@ impl SharedGroups {
         }
         if groups.is_empty() {
             self.by_filter.remove(filter);
+            self.index.remove(filter);
         }
     }
 
@@ -177,7 +184,13 @@ impl SharedGroups {
             }
             groups.retain(|_, g| !g.members.is_empty());
         }
-        self.by_filter.retain(|_, g| !g.is_empty());
+        let index = &mut self.index;
+        self.by_filter.retain(|f, g| {
+            if g.is_empty() {
+                index.remove(f);
+            }
+            !g.is_empty()
+        });
         self.cluster.changed = true;
         self.count();
     }
@@ -187,12 +200,12 @@ impl SharedGroups {
     /// not for the groups `elsewhere` (another cluster node delivers those).
     pub(crate) fn pick(&mut self, topic: &str, elsewhere: &[Box<str>]) -> Vec<(u64, u8)> {
         let mut out = Vec::new();
-        for (filter, groups) in self.by_filter.iter_mut() {
-            if !matches(filter, topic) {
-                continue;
-            }
+        let mut filters = Vec::new();
+        self.index.matching(topic, |f| filters.push(f.clone()));
+        for filter in filters {
+            let Some(groups) = self.by_filter.get_mut(&filter) else { continue };
             for (group, g) in groups.iter_mut() {
-                if elsewhere.iter().any(|e| shared(e).is_some_and(|s| s.group == &**group && s.filter == &**filter)) {
+                if elsewhere.iter().any(|e| shared(e).is_some_and(|s| s.group == &**group && s.filter == &*filter)) {
                     self.counters.elsewhere += 1;
                     continue;
                 }

@@ -1,13 +1,19 @@
 //! The kept sessions by the filters they subscribed, so that a topic
 //! publish finds the sessions to queue it for without a pass over every
-//! kept session: its exact topic is one lookup, then each distinct
-//! wildcard filter (`+`, `#`) is matched once, however many sessions
-//! share it. A fleet of devices each subscribed to its own topic costs
-//! one lookup per publish, not one match per device.
+//! kept session: its exact topic is one lookup, then one walk of a trie
+//! of the wildcard filters (`+`, `#`; `topic_index.rs`) that visits only
+//! those that can match it, however many sessions and filters there are.
+//! A fleet of devices each subscribed to its own topic costs one lookup
+//! per publish, not one match per device.
+//!
+//! The broker shards route a message here only when a kept session's
+//! filter matches it: each filter's first holder and last are noted
+//! ([`ByFilter::take_interest`]) for the supervisor to tell the shards.
 
 use super::IdKey;
-use crate::proto::mqtt::topic::{is_filter, matches};
+use crate::proto::mqtt::topic::is_filter;
 use crate::server::commands::KeptSub;
+use crate::server::topic_index::FilterTrie;
 use std::collections::HashMap;
 
 /// Sessions (and the QoS each was granted) under one filter.
@@ -17,8 +23,11 @@ type Holders = HashMap<IdKey, u8>;
 pub(super) struct ByFilter {
     /// Filters without a wildcard: the one topic each matches.
     exact: HashMap<Box<str>, Holders>,
-    /// Filters with one: matched against every topic published.
-    wild: HashMap<Box<str>, Holders>,
+    /// Filters with one, by level.
+    wild: FilterTrie<Holders>,
+    /// Filters gaining their first holder (true) or losing their last,
+    /// since the last take: the shards' interest in them.
+    interest: Vec<(bool, Box<str>)>,
     /// What a cluster node must follow for the kept sessions (a topic at
     /// its first holder and its last; any topic while a wildcard filter
     /// is held: `cluster::ANY_TOPIC`), while tracked.
@@ -31,11 +40,19 @@ impl ByFilter {
         for KeptSub { filter, qos, .. } in subs {
             let wild = is_filter(filter);
             let had_wild = !self.wild.is_empty();
-            let map = if wild { &mut self.wild } else { &mut self.exact };
-            let first = !map.contains_key(filter.as_str());
-            let holders = map.entry(filter.as_str().into()).or_default();
+            let first = match wild {
+                true => self.wild.get_mut(filter).is_none(),
+                false => !self.exact.contains_key(filter.as_str()),
+            };
+            let holders = match wild {
+                true => self.wild.entry(filter, HashMap::new),
+                false => self.exact.entry(filter.as_str().into()).or_default(),
+            };
             let q = holders.entry(key).or_insert(*qos);
             *q = (*q).max(*qos);
+            if first {
+                self.interest.push((true, filter.as_str().into()));
+            }
             match wild {
                 true if !had_wild => self.following.note(crate::cluster::ANY_TOPIC, true),
                 false if first => self.following.note(filter, true),
@@ -48,13 +65,20 @@ impl ByFilter {
     pub(super) fn remove(&mut self, key: &IdKey, subs: &[KeptSub]) {
         for KeptSub { filter, .. } in subs {
             let wild = is_filter(filter);
-            let map = if wild { &mut self.wild } else { &mut self.exact };
-            let Some(holders) = map.get_mut(filter.as_str()) else { continue };
+            let holders = match wild {
+                true => self.wild.get_mut(filter),
+                false => self.exact.get_mut(filter.as_str()),
+            };
+            let Some(holders) = holders else { continue };
             holders.remove(key);
             if !holders.is_empty() {
                 continue;
             }
-            map.remove(filter.as_str());
+            match wild {
+                true => _ = self.wild.remove(filter),
+                false => _ = self.exact.remove(filter.as_str()),
+            }
+            self.interest.push((false, filter.as_str().into()));
             match wild {
                 true if self.wild.is_empty() => self.following.note(crate::cluster::ANY_TOPIC, false),
                 false => self.following.note(filter, false),
@@ -67,15 +91,22 @@ impl ByFilter {
     /// highest QoS any of its matching filters was granted.
     pub(super) fn matching(&self, topic: &str) -> HashMap<IdKey, u8> {
         let mut out: HashMap<IdKey, u8> = HashMap::new();
-        let exact = self.exact.get(topic).into_iter();
-        let wild = self.wild.iter().filter(|(f, _)| matches(f, topic)).map(|(_, h)| h);
-        for holders in exact.chain(wild) {
+        let mut take = |holders: &Holders| {
             for (key, qos) in holders {
                 let q = out.entry(*key).or_insert(*qos);
                 *q = (*q).max(*qos);
             }
+        };
+        if let Some(h) = self.exact.get(topic) {
+            take(h);
         }
+        self.wild.matching(topic, take);
         out
+    }
+
+    /// The filters gained and lost since the last call (in order).
+    pub(super) fn take_interest(&mut self) -> Vec<(bool, Box<str>)> {
+        std::mem::take(&mut self.interest)
     }
 
     /// Distinct filters indexed (exact, wildcard).

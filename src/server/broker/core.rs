@@ -1,0 +1,493 @@
+//! The broker core of one shard, sans I/O: the topics a shard owns (a
+//! hash of the name picks the shard, `shard.rs`) with their history,
+//! retained messages and interest, the MQTT shared subscription groups,
+//! and what a message entering the topic space becomes: frames for the
+//! workers with a matching subscriber ([`Output::Send`], encoded once
+//! whatever their number) and, where the supervisor must see it, a word
+//! for it ([`ToMain`]: an admin publish's answer, a kept session's
+//! queue, the cluster). [`Core::handle`] takes one input and appends its
+//! outputs; no socket, no clock of its own (`now_us` comes in), so every
+//! journey is a unit test.
+//!
+//! **Interest** is per worker, not per connection: a worker says when its
+//! first subscriber of a topic (or filter) comes and its last goes
+//! (`bus::Frame::Interest`), so the shard's tables hold at most one entry
+//! per (worker, topic) and a publish costs one lookup of its topic plus
+//! one walk of the filter trie ([`FilterTrie`]) — never a pass over every
+//! filter. The supervisor is one more interested party ([`MAIN`]) for the
+//! filters of kept sessions.
+
+use crate::proto::bus::{self, Frame};
+use crate::proto::mqtt::forward::Forwarded;
+use crate::proto::push::{Position, Stream, BROADCAST_TOPIC};
+use crate::server::broker::history::{History, MAX_REPLY_BYTES};
+use crate::server::broker::retained::{Kept, Retained};
+use crate::server::broker::shared::SharedGroups;
+use crate::server::commands::{split_id, SharedChange};
+use crate::server::topic_index::FilterTrie;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+/// The supervisor, as an interested party.
+pub(crate) const MAIN: u32 = u32::MAX;
+
+crate::counters! {
+    /// What one shard routed (`/stats` "broker", summed over the shards).
+    pub(crate) struct CoreCounters {
+        messages: counter "broker_messages" "Messages that entered the topic space (client, admin and cluster publishes)",
+        frames_out: counter "broker_frames_out" "Frames the broker shards wrote to workers: one per message per worker with a matching subscriber",
+        unrouted: counter "broker_unrouted" "Messages no worker had a subscriber for (still in the history and the retained set)",
+        to_main: counter "broker_to_supervisor" "Messages the shards handed to the supervisor (kept sessions' queues, the cluster)",
+        interest: gauge "broker_interest" "Topics and filters with a subscriber on some worker (one entry per topic or filter, whatever its workers)",
+        retained_asked: counter "broker_retained_lookups" "Retained lookups answered (one per subscription that wanted them, per shard)",
+        dropped: by("reason") "broker_dropped" "Deliveries a shard did not write to a worker, by reason (worker_full: more than 32 MiB waited for it)",
+        refused: by("reason") "broker_refused" "Frames from a worker a shard could not read, by reason (its link then ends, the worker is replaced)",
+    }
+}
+
+/// An owned message for the topic space, as the supervisor hands one
+/// in (the admin API, the cluster) or a shard hands one out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Message {
+    pub stream: Stream,
+    pub topic: String,
+    pub target: Option<u64>,
+    pub user: Option<String>,
+    pub close: bool,
+    pub qos: u8,
+    pub retain: bool,
+    pub props: Option<Box<Forwarded>>,
+    /// A client's retained publish: whom the topic is charged to.
+    pub identity: Option<Box<str>>,
+    /// Its place where another keeps it (the cluster's stream).
+    pub at: Option<Position>,
+    pub publish_us: u64,
+    /// The admin publish it answers (0: nobody waits).
+    pub publish_id: u64,
+    /// In a cluster: the shared groups another node delivers.
+    pub elsewhere: Vec<Box<str>>,
+    pub data: Vec<u8>,
+}
+
+impl Message {
+    /// A client's publish off the bus, owned.
+    pub(crate) fn of(p: &bus::Publish<'_>) -> Message {
+        Message {
+            stream: Stream::Topic,
+            topic: p.topic.to_string(),
+            target: None,
+            user: None,
+            close: false,
+            qos: p.qos,
+            retain: p.retain,
+            props: p.props.clone().map(Box::new),
+            identity: (!p.identity.is_empty()).then(|| p.identity.into()),
+            at: None,
+            publish_us: p.publish_us,
+            publish_id: 0,
+            elsewhere: Vec::new(),
+            data: p.payload.to_vec(),
+        }
+    }
+}
+
+/// What a shard is told.
+#[derive(Debug)]
+pub(crate) enum Input<'a> {
+    /// A frame worker `w` sent.
+    Worker(u32, Frame<'a>),
+    /// A message from the supervisor: the admin API, the cluster.
+    Message(Message),
+    /// A worker's bus is up (it gets broadcasts) or gone (its interest and
+    /// shared members with it).
+    WorkerUp(u32),
+    WorkerGone(u32),
+    /// The supervisor follows (or stops following) a filter: a kept
+    /// session's subscription.
+    Offline {
+        add: bool,
+        filter: Box<str>,
+    },
+    /// The cluster's stream filled a topic's history: merged, the new
+    /// messages delivered, then each waiting worker answered.
+    Merged {
+        topic: String,
+        messages: Vec<(Position, crate::server::broker::history::Message)>,
+        waiting: Vec<(u32, u64)>,
+    },
+    /// Another node's retained message or clear (empty data), or one read
+    /// back from the retained file.
+    RetainedEntry {
+        topic: String,
+        kept: Kept,
+    },
+    /// A tick: history and retained expiry.
+    Tick,
+}
+
+/// What a shard does about an input.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Output {
+    /// These bytes (whole frames) to these workers.
+    Send {
+        to: Vec<u32>,
+        bytes: Arc<[u8]>,
+    },
+    Main(ToMain),
+}
+
+/// What the supervisor is told.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum ToMain {
+    /// An admin publish was routed: its place and the workers whose
+    /// counts its answer waits for.
+    Routed { publish_id: u64, at: Position, workers: Vec<u32> },
+    /// A message the kept sessions' filters match (QoS 1 or 2).
+    Offline(Message),
+    /// A cluster node's client publish: to NATS first (`relay.rs`), back
+    /// here as a [`Input::Message`] with its place.
+    Relay(Message),
+    /// A recovery this history cannot answer: the cluster's stream may.
+    Fetch { worker: u32, topic: String, after: u64 },
+}
+
+/// The shard's settings.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct CoreConfig {
+    /// A cluster node: client publishes go to the supervisor (NATS) first.
+    pub relay: bool,
+    /// A cluster node with the history in JetStream: recoveries this
+    /// history cannot answer ask the stream.
+    pub fetch: bool,
+}
+
+/// Who has a subscriber: workers, sorted, and maybe [`MAIN`].
+type Dests = Vec<u32>;
+
+fn add(d: &mut Dests, w: u32) {
+    if let Err(i) = d.binary_search(&w) {
+        d.insert(i, w);
+    }
+}
+
+fn drop_one(d: &mut Dests, w: u32) {
+    if let Ok(i) = d.binary_search(&w) {
+        d.remove(i);
+    }
+}
+
+/// One shard's topic space.
+pub(crate) struct Core {
+    pub history: History,
+    pub retained: Retained,
+    pub shared: SharedGroups,
+    cfg: CoreConfig,
+    exact: HashMap<Box<str>, Dests>,
+    filters: FilterTrie<Dests>,
+    /// Workers whose bus is up: a broadcast goes to each.
+    workers: BTreeSet<u32>,
+    pub counters: CoreCounters,
+}
+
+impl Core {
+    pub(crate) fn new(history: History, retained: Retained, cfg: CoreConfig) -> Core {
+        Core {
+            history,
+            retained,
+            shared: SharedGroups::default(),
+            cfg,
+            exact: HashMap::new(),
+            filters: FilterTrie::default(),
+            workers: BTreeSet::new(),
+            counters: CoreCounters::default(),
+        }
+    }
+
+    /// Take one input at wall-clock `now_us`; its outputs onto `out`.
+    pub(crate) fn handle(&mut self, input: Input<'_>, now_us: u64, out: &mut Vec<Output>) {
+        match input {
+            Input::Worker(w, frame) => self.from_worker(w, frame, now_us, out),
+            Input::Message(m) => self.route(m, out),
+            Input::WorkerUp(w) => {
+                self.workers.insert(w);
+            }
+            Input::WorkerGone(w) => self.worker_gone(w),
+            Input::Offline { add: true, filter } => self.interest(MAIN, true, &filter),
+            Input::Offline { add: false, filter } => self.interest(MAIN, false, &filter),
+            Input::Merged { topic, messages, waiting } => self.merged(&topic, messages, &waiting, out),
+            Input::RetainedEntry { topic, kept } => {
+                self.retained.newer(&topic, kept, None);
+            }
+            Input::Tick => self.history.expire(now_us),
+        }
+        self.counters.interest = (self.exact.len() + self.filters.len()) as u64;
+    }
+
+    fn from_worker(&mut self, w: u32, frame: Frame<'_>, now_us: u64, out: &mut Vec<Output>) {
+        match frame {
+            Frame::Publish(p) => {
+                let m = Message::of(&p);
+                if self.cfg.relay {
+                    self.counters.to_main += 1;
+                    out.push(Output::Main(ToMain::Relay(m)));
+                } else {
+                    self.route(m, out);
+                }
+            }
+            Frame::Interest { add, name, .. } => self.interest(w, add, name),
+            Frame::Share { join, conn, qos, name } => {
+                self.shared.changed(vec![SharedChange { conn, name: name.to_string(), qos, join }]);
+            }
+            Frame::RetainedWant { conn, qos, sid, filter } => self.retained_answer(w, conn, qos, sid, filter, now_us, out),
+            Frame::HistoryWant { topic, after } => self.history_answer(w, topic, after, out),
+            // Shard-to-worker frames are not a worker's to send.
+            Frame::Deliver(_) | Frame::Retained { .. } | Frame::History { .. } => {}
+        }
+    }
+
+    /// `who` gained (or lost) its first (last) subscriber of `name`.
+    fn interest(&mut self, who: u32, add_it: bool, name: &str) {
+        if crate::proto::mqtt::topic::is_filter(name) {
+            match add_it {
+                true => add(self.filters.entry(name, Vec::new), who),
+                false => {
+                    if let Some(d) = self.filters.get_mut(name) {
+                        drop_one(d, who);
+                        if d.is_empty() {
+                            self.filters.remove(name);
+                        }
+                    }
+                }
+            }
+            return;
+        }
+        match add_it {
+            true => add(self.exact.entry(name.into()).or_default(), who),
+            false => {
+                if let Some(d) = self.exact.get_mut(name) {
+                    drop_one(d, who);
+                    if d.is_empty() {
+                        self.exact.remove(name);
+                    }
+                }
+            }
+        }
+    }
+
+    fn worker_gone(&mut self, w: u32) {
+        self.workers.remove(&w);
+        self.exact.retain(|_, d| {
+            drop_one(d, w);
+            !d.is_empty()
+        });
+        self.filters.retain(|d| {
+            drop_one(d, w);
+            !d.is_empty()
+        });
+        self.shared.worker_gone(w as usize);
+    }
+
+    /// Who gets a message of `topic`: the workers with a subscriber of it
+    /// or of a filter matching it, and [`MAIN`] when a kept session's does.
+    fn audience(&self, topic: &str) -> Dests {
+        let mut to = self.exact.get(topic).cloned().unwrap_or_default();
+        self.filters.matching(topic, |d| {
+            for w in d {
+                add(&mut to, *w);
+            }
+        });
+        to
+    }
+
+    /// A message into the topic space: retained, in the history, and to
+    /// every worker it concerns, one frame for all of them.
+    fn route(&mut self, mut m: Message, out: &mut Vec<Output>) {
+        self.counters.messages += 1;
+        let log = match m.stream {
+            Stream::Broadcast => BROADCAST_TOPIC,
+            _ => m.topic.as_str(),
+        };
+        if m.retain && m.stream == Stream::Topic {
+            // Over its bounds it is still delivered, just not kept.
+            let k = Kept::new(&m.data, m.qos).with(m.props.as_deref(), m.publish_us);
+            let who = m.identity.as_deref();
+            match self.cfg.relay {
+                true => _ = self.retained.newer(&m.topic, k, who),
+                false => _ = self.retained.set(&m.topic, k, who),
+            }
+        }
+        let at = match (m.stream, m.at) {
+            (Stream::Unicast, _) => Position::default(),
+            (_, None) => self.history.append(log, m.publish_us, &m.data),
+            (_, Some(at)) if self.history.put(log, at, m.publish_us, &m.data) => at,
+            // The cluster's stream gave it again: delivered once already.
+            (_, Some(at)) => {
+                if m.publish_id != 0 {
+                    out.push(Output::Main(ToMain::Routed { publish_id: m.publish_id, at, workers: Vec::new() }));
+                }
+                return;
+            }
+        };
+        let mut to: Dests = match m.stream {
+            Stream::Broadcast => self.workers.iter().copied().collect(),
+            Stream::Unicast if m.user.is_some() => self.workers.iter().copied().collect(),
+            Stream::Unicast => m.target.map(|t| vec![split_id(t).0 as u32]).unwrap_or_default(),
+            Stream::Topic => self.audience(&m.topic),
+        };
+        let mut shared = Vec::new();
+        if m.stream == Stream::Topic && m.target.is_none() && m.user.is_none() {
+            shared = self.shared.pick(&m.topic, &m.elsewhere);
+            for (conn, _) in &shared {
+                add(&mut to, split_id(*conn).0 as u32);
+            }
+        }
+        let main = to.last() == Some(&MAIN);
+        if main {
+            to.pop();
+            if m.qos > 0 {
+                self.counters.to_main += 1;
+                out.push(Output::Main(ToMain::Offline(Message { at: Some(at), ..m.clone() })));
+            }
+        }
+        if m.publish_id != 0 {
+            out.push(Output::Main(ToMain::Routed { publish_id: m.publish_id, at, workers: to.clone() }));
+        }
+        if to.is_empty() {
+            self.counters.unrouted += 1;
+            return;
+        }
+        let mut bytes = Vec::with_capacity(64 + m.topic.len() + m.data.len());
+        bus::encode(
+            &mut bytes,
+            &Frame::Deliver(bus::Deliver {
+                publish_id: m.publish_id,
+                stream: m.stream,
+                topic: &m.topic,
+                seq: at.offset,
+                epoch: at.epoch,
+                publish_us: m.publish_us,
+                qos: m.qos,
+                retain: m.retain,
+                target: m.target,
+                user: m.user.as_deref(),
+                close: m.close,
+                shared,
+                props: m.props.take().map(|b| *b),
+                payload: &m.data,
+            }),
+        );
+        self.counters.frames_out += to.len() as u64;
+        out.push(Output::Send { to, bytes: bytes.into() });
+    }
+
+    /// A subscription's retained messages, at most `retained::MAX_ANSWER_BYTES`.
+    #[allow(clippy::too_many_arguments)]
+    fn retained_answer(&mut self, w: u32, conn: u64, qos: u8, sid: u32, filter: &str, now_us: u64, out: &mut Vec<Output>) {
+        self.counters.retained_asked += 1;
+        let found = self.retained.matching(filter, now_us);
+        if found.is_empty() {
+            return;
+        }
+        let messages = found
+            .iter()
+            .map(|(topic, k)| bus::RetainedMessage { topic, qos: k.qos, props: k.forwarded(now_us).ok().flatten().map(|b| *b), payload: &k.data })
+            .collect();
+        let mut bytes = Vec::new();
+        bus::encode(&mut bytes, &Frame::Retained { conn, qos, sid, messages });
+        out.push(Output::Send { to: vec![w], bytes: bytes.into() });
+    }
+
+    /// Subscribers in worker `w` recover `topic` after `after`: its
+    /// history, after every message of it so far; in a cluster whose
+    /// history is the stream's, one this history cannot answer asks it.
+    fn history_answer(&mut self, w: u32, topic: &str, after: u64, out: &mut Vec<Output>) {
+        let slice = self.history.since(topic, after, usize::MAX, MAX_REPLY_BYTES);
+        self.history.counters.served += 1;
+        let covered = slice.epoch == 0 || slice.oldest <= after.saturating_add(1) || after == u64::MAX;
+        if self.cfg.fetch && !covered {
+            self.counters.to_main += 1;
+            out.push(Output::Main(ToMain::Fetch { worker: w, topic: topic.to_string(), after }));
+            return;
+        }
+        out.push(Output::Send { to: vec![w], bytes: history_frame(&slice).into() });
+    }
+
+    /// What the cluster's stream filled in: the new messages delivered as
+    /// live ones, then each recovery that waited for them answered.
+    fn merged(&mut self, topic: &str, messages: Vec<(Position, crate::server::broker::history::Message)>, waiting: &[(u32, u64)], out: &mut Vec<Output>) {
+        for (at, hm) in self.history.merge(topic, messages) {
+            let (stream, name) = if topic == BROADCAST_TOPIC { (Stream::Broadcast, String::new()) } else { (Stream::Topic, topic.to_string()) };
+            let m = Message {
+                stream,
+                topic: name,
+                target: None,
+                user: None,
+                close: false,
+                qos: 0,
+                retain: false,
+                props: None,
+                identity: None,
+                at: None,
+                publish_us: hm.publish_us,
+                publish_id: 0,
+                elsewhere: Vec::new(),
+                data: hm.data,
+            };
+            // Already in the history (merged): delivered, not appended again.
+            self.deliver_merged(m, at, out);
+        }
+        for (w, after) in waiting {
+            let slice = self.history.since(topic, *after, usize::MAX, MAX_REPLY_BYTES);
+            out.push(Output::Send { to: vec![*w], bytes: history_frame(&slice).into() });
+        }
+    }
+
+    fn deliver_merged(&mut self, m: Message, at: Position, out: &mut Vec<Output>) {
+        let to: Dests = match m.stream {
+            Stream::Broadcast => self.workers.iter().copied().collect(),
+            _ => self.audience(&m.topic).into_iter().filter(|w| *w != MAIN).collect(),
+        };
+        if to.is_empty() {
+            return;
+        }
+        let mut bytes = Vec::new();
+        bus::encode(
+            &mut bytes,
+            &Frame::Deliver(bus::Deliver {
+                publish_id: 0,
+                stream: m.stream,
+                topic: &m.topic,
+                seq: at.offset,
+                epoch: at.epoch,
+                publish_us: m.publish_us,
+                qos: 0,
+                retain: false,
+                target: None,
+                user: None,
+                close: false,
+                shared: Vec::new(),
+                props: None,
+                payload: &m.data,
+            }),
+        );
+        self.counters.frames_out += to.len() as u64;
+        out.push(Output::Send { to, bytes: bytes.into() });
+    }
+
+    /// Interest entries held (topics, filters).
+    #[cfg(test)]
+    pub(crate) fn interest_len(&self) -> (usize, usize) {
+        (self.exact.len(), self.filters.len())
+    }
+}
+
+/// A history slice as its frame.
+fn history_frame(s: &crate::server::broker::history::Slice) -> Vec<u8> {
+    let messages = s.messages.iter().map(|m| bus::HistoryMessage { offset: m.offset, publish_us: m.publish_us, payload: &m.data }).collect();
+    let mut bytes = Vec::new();
+    bus::encode(&mut bytes, &Frame::History { topic: &s.topic, after: s.after, epoch: s.epoch, head: s.head, oldest: s.oldest, messages });
+    bytes
+}
+
+#[cfg(test)]
+mod tests;

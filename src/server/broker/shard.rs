@@ -1,0 +1,395 @@
+//! The broker's shards: one thread per core in the supervisor's process,
+//! each owning the topics whose name hashes to it ([`shard_of`]) with
+//! their history, retained messages, interest and shared groups
+//! (`core.rs`), and a Unix socket pair to every worker (`proto/bus.rs`).
+//! A client's message goes from its worker to its topic's shard and from
+//! there to the workers with a subscriber, each hop a binary frame whose
+//! payload is the client's bytes: no stage that every message crosses,
+//! so the node routes as many messages as it has cores for shards.
+//!
+//! The supervisor's own thread stays the control plane: it makes each
+//! worker's socket pairs before it starts it ([`Shards::pairs_for`]),
+//! hands the shards the admin API's and the cluster's messages
+//! ([`Shards::send`]), and hears what a shard says for it
+//! ([`ToMain`]) on its event sink. Reading a core (stats, the retained
+//! file, `GET /history`) locks it for that moment ([`Shards::core`]).
+//!
+//! **Bounds.** A worker's frames are read at most [`READ_BUDGET`] bytes
+//! per readiness event (then the others are served). What waits for a
+//! worker is at most [`MAX_QUEUED`] bytes; past it a delivery to that
+//! worker is dropped and counted (`broker_dropped{reason="worker_full"}`:
+//! a worker stopped or far behind), and every other worker is served as
+//! before. A frame a shard cannot read ends that worker's link (counted
+//! `broker_refused`, the worker then exits and is replaced): a worker is
+//! the supervisor's own process, so such a frame is a bug, not a peer.
+
+use crate::proto::bus::FrameBuf;
+use crate::server::broker::core::{Core, CoreConfig, Input, Message, Output, ToMain};
+use crate::server::broker::history::History;
+use crate::server::broker::retained::Retained;
+use anyhow::{Context, Result};
+use mio::net::UnixStream;
+use mio::{Events, Interest, Poll, Token, Waker};
+use std::collections::VecDeque;
+use std::io::{IoSlice, Read, Write};
+use std::os::fd::OwnedFd;
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Bytes a shard reads from one worker per readiness event.
+pub(crate) const READ_BUDGET: usize = 1 << 20;
+/// Bytes of frames waiting for one worker at most (a stopped worker's
+/// share of the supervisor's memory).
+pub(crate) const MAX_QUEUED: usize = 32 << 20;
+/// How often a shard ticks (history expiry).
+const TICK: Duration = Duration::from_secs(1);
+/// A shard's waker: its inbox has something.
+const WAKER: Token = Token(usize::MAX);
+/// Frames written with one `writev`.
+const IOVECS: usize = 256;
+
+/// The shard that owns `topic` among `n`: FNV-1a of its bytes, the same
+/// in every process (workers and the supervisor agree without asking).
+pub(crate) fn shard_of(topic: &str, n: usize) -> usize {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in topic.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (h % n.max(1) as u64) as usize
+}
+
+/// What the supervisor tells a shard.
+pub(crate) enum Cmd {
+    /// Worker `w`'s end of its socket pair with this shard.
+    Worker(u32, std::os::unix::net::UnixStream),
+    /// A message into the topic space.
+    Message(Message),
+    /// A kept session's filter followed or let go.
+    Offline {
+        add: bool,
+        filter: Box<str>,
+    },
+    /// The cluster's stream filled a topic's history.
+    Merged {
+        topic: String,
+        messages: Vec<(crate::proto::push::Position, crate::server::broker::history::Message)>,
+        waiting: Vec<(u32, u64)>,
+    },
+    /// Another node's retained message or clear, or one from the file.
+    Retained {
+        topic: String,
+        kept: crate::server::broker::retained::Kept,
+    },
+    Stop,
+}
+
+struct Shard {
+    core: Arc<Mutex<Core>>,
+    tx: mpsc::Sender<Cmd>,
+    waker: Arc<Waker>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// The shards of one server.
+pub(crate) struct Shards {
+    shards: Vec<Shard>,
+}
+
+impl Shards {
+    /// Start `n` shards; what they say for the supervisor goes to
+    /// `to_main`. The history's and retained set's node-wide bounds are
+    /// divided among them.
+    pub(crate) fn start(
+        n: usize,
+        history: crate::server::broker::history::HistoryConfig,
+        retained: crate::server::broker::retained::RetainedConfig,
+        cfg: CoreConfig,
+        to_main: Arc<dyn Fn(ToMain) + Send + Sync>,
+    ) -> Result<Shards> {
+        let n = n.max(1);
+        let mut shards = Vec::with_capacity(n);
+        for i in 0..n {
+            let h = crate::server::broker::history::HistoryConfig { max_bytes: (history.max_bytes / n as u64).max(1 << 20), ..history };
+            let r = crate::server::broker::retained::RetainedConfig {
+                max_messages: retained.max_messages.div_ceil(n),
+                max_bytes: retained.max_bytes.div_ceil(n as u64),
+                per_identity: retained.identity_quota().div_ceil(n),
+            };
+            let core = Arc::new(Mutex::new(Core::new(History::new(h), Retained::new(r), cfg)));
+            let poll = Poll::new().context("cannot start a broker shard (epoll)")?;
+            let waker = Arc::new(Waker::new(poll.registry(), WAKER).context("cannot start a broker shard (eventfd)")?);
+            let (tx, rx) = mpsc::channel();
+            let (c, main) = (core.clone(), to_main.clone());
+            let thread = std::thread::Builder::new()
+                .name(format!("broker-shard-{i}"))
+                .spawn(move || run(c, poll, rx, main))
+                .context("cannot start a broker shard thread")?;
+            shards.push(Shard { core, tx, waker, thread: Some(thread) });
+        }
+        Ok(Shards { shards })
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// The shard owning `topic`.
+    pub(crate) fn of(&self, topic: &str) -> usize {
+        shard_of(topic, self.shards.len())
+    }
+
+    /// Tell shard `i`.
+    pub(crate) fn send(&self, i: usize, cmd: Cmd) {
+        let s = &self.shards[i];
+        if s.tx.send(cmd).is_ok() {
+            let _ = s.waker.wake();
+        }
+    }
+
+    /// A message into the topic space, to the shard of its stream.
+    pub(crate) fn publish(&self, m: Message) {
+        let name = match m.stream {
+            crate::proto::push::Stream::Broadcast => crate::proto::push::BROADCAST_TOPIC,
+            // Unicasts have no history: any shard routes them.
+            crate::proto::push::Stream::Unicast => "",
+            crate::proto::push::Stream::Topic => m.topic.as_str(),
+        };
+        let i = self.of(name);
+        self.send(i, Cmd::Message(m));
+    }
+
+    /// A kept session's filter followed (or let go): an exact topic at
+    /// its shard, a wildcard filter at every shard.
+    pub(crate) fn offline(&self, add: bool, filter: &str) {
+        match crate::proto::mqtt::topic::is_filter(filter) {
+            true => (0..self.len()).for_each(|i| self.send(i, Cmd::Offline { add, filter: filter.into() })),
+            false => self.send(self.of(filter), Cmd::Offline { add, filter: filter.into() }),
+        }
+    }
+
+    /// Lock shard `i`'s core for a moment (stats, a snapshot).
+    pub(crate) fn core(&self, i: usize) -> MutexGuard<'_, Core> {
+        self.shards[i].core.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Make worker `w`'s socket pairs, one per shard: the shards get
+    /// their ends now, the worker inherits the others (returned; the
+    /// caller closes them once the worker started).
+    pub(crate) fn pairs_for(&self, w: u32) -> Result<Vec<OwnedFd>> {
+        let mut ends = Vec::with_capacity(self.len());
+        for i in 0..self.len() {
+            let (mine, theirs) = std::os::unix::net::UnixStream::pair().context("cannot make a worker's bus socket pair")?;
+            // Room in the kernel for bursts both ways (best effort: the
+            // bounds above hold whatever the kernel grants).
+            for s in [&mine, &theirs] {
+                let _ = socket2::SockRef::from(s).set_send_buffer_size(4 << 20);
+                let _ = socket2::SockRef::from(s).set_recv_buffer_size(4 << 20);
+            }
+            mine.set_nonblocking(true).context("cannot make a bus socket non-blocking")?;
+            self.send(i, Cmd::Worker(w, mine));
+            ends.push(OwnedFd::from(theirs));
+        }
+        Ok(ends)
+    }
+
+    /// Stop every shard and wait for it.
+    pub(crate) fn stop(&mut self) {
+        for i in 0..self.len() {
+            self.send(i, Cmd::Stop);
+        }
+        for s in &mut self.shards {
+            if let Some(t) = s.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+impl Drop for Shards {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One worker's socket, as a shard holds it.
+struct Link {
+    w: u32,
+    stream: UnixStream,
+    inbuf: FrameBuf,
+    /// Frames waiting to be written, the first one `head` bytes in.
+    out: VecDeque<Arc<[u8]>>,
+    head: usize,
+    queued: usize,
+}
+
+impl Link {
+    fn queue(&mut self, bytes: &Arc<[u8]>, dropped: &mut crate::stats::counters::Kinds) {
+        if self.queued + bytes.len() > MAX_QUEUED {
+            crate::stats::counters::bump(dropped, "worker_full");
+            return;
+        }
+        self.queued += bytes.len();
+        self.out.push_back(bytes.clone());
+    }
+
+    /// Write what waits, until the socket takes no more. Err: the worker is gone.
+    fn flush(&mut self) -> std::io::Result<()> {
+        while !self.out.is_empty() {
+            let slices: Vec<IoSlice<'_>> =
+                self.out.iter().take(IOVECS).enumerate().map(|(i, b)| IoSlice::new(if i == 0 { &b[self.head..] } else { b })).collect();
+            let n = match self.stream.write_vectored(&slices) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            self.queued -= n;
+            let mut n = n + self.head;
+            self.head = 0;
+            while let Some(front) = self.out.front() {
+                if n < front.len() {
+                    self.head = n;
+                    break;
+                }
+                n -= front.len();
+                self.out.pop_front();
+            }
+        }
+        if self.out.capacity() > 1024 {
+            self.out.shrink_to_fit();
+        }
+        Ok(())
+    }
+}
+
+/// A shard's loop: its workers' frames into the core, the core's frames
+/// out to the workers, the supervisor's commands, a tick a second.
+fn run(core: Arc<Mutex<Core>>, mut poll: Poll, rx: mpsc::Receiver<Cmd>, to_main: Arc<dyn Fn(ToMain) + Send + Sync>) {
+    let mut links: slab::Slab<Link> = slab::Slab::new();
+    let mut by_worker: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
+    let mut events = Events::with_capacity(1024);
+    let mut next_tick = Instant::now() + TICK;
+    let mut scratch = vec![0u8; 64 << 10];
+    let mut outs: Vec<Output> = Vec::new();
+    let mut dropped = crate::stats::counters::Kinds::new();
+    loop {
+        let wait = next_tick.saturating_duration_since(Instant::now());
+        if let Err(e) = poll.poll(&mut events, Some(wait)) {
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return;
+            }
+        }
+        let now_us = crate::proto::push::wall_us();
+        let mut gone: Vec<usize> = Vec::new();
+        let mut c = core.lock().unwrap_or_else(|e| e.into_inner());
+        for ev in events.iter() {
+            if ev.token() == WAKER {
+                while let Ok(cmd) = rx.try_recv() {
+                    let input = match cmd {
+                        Cmd::Stop => return,
+                        Cmd::Worker(w, s) => {
+                            let mut stream = UnixStream::from_std(s);
+                            let key = links.vacant_key();
+                            if poll.registry().register(&mut stream, Token(key), Interest::READABLE | Interest::WRITABLE).is_err() {
+                                continue;
+                            }
+                            links.insert(Link { w, stream, inbuf: FrameBuf::default(), out: VecDeque::new(), head: 0, queued: 0 });
+                            by_worker.insert(w, key);
+                            Input::WorkerUp(w)
+                        }
+                        Cmd::Message(m) => Input::Message(m),
+                        Cmd::Offline { add, filter } => Input::Offline { add, filter },
+                        Cmd::Merged { topic, messages, waiting } => Input::Merged { topic, messages, waiting },
+                        Cmd::Retained { topic, kept } => Input::RetainedEntry { topic, kept },
+                    };
+                    c.handle(input, now_us, &mut outs);
+                }
+                continue;
+            }
+            let key = ev.token().0;
+            let Some(link) = links.get_mut(key) else { continue };
+            if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                let w = link.w;
+                let mut read = 0;
+                let mut closed = false;
+                while read < READ_BUDGET {
+                    match link.stream.read(&mut scratch) {
+                        Ok(0) => {
+                            closed = true;
+                            break;
+                        }
+                        Ok(n) => {
+                            read += n;
+                            link.inbuf.extend(&scratch[..n]);
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        Err(_) => {
+                            closed = true;
+                            break;
+                        }
+                    }
+                }
+                loop {
+                    match link.inbuf.next() {
+                        Ok(Some(frame)) => c.handle(Input::Worker(w, frame), now_us, &mut outs),
+                        Ok(None) => break,
+                        Err(e) => {
+                            crate::stats::counters::bump(&mut c.counters.refused, e.kind());
+                            closed = true;
+                            break;
+                        }
+                    }
+                }
+                link.inbuf.tidy();
+                if closed {
+                    gone.push(key);
+                } else if read >= READ_BUDGET {
+                    // More may wait: ask for a new edge.
+                    let _ = poll.registry().reregister(&mut link.stream, Token(key), Interest::READABLE | Interest::WRITABLE);
+                }
+            }
+        }
+        if Instant::now() >= next_tick {
+            c.handle(Input::Tick, now_us, &mut outs);
+            next_tick = Instant::now() + TICK;
+        }
+        for key in gone {
+            let link = links.remove(key);
+            by_worker.remove(&link.w);
+            let _ = poll.registry().deregister(&mut { link.stream });
+            c.handle(Input::WorkerGone(link.w), now_us, &mut outs);
+        }
+        for (reason, n) in std::mem::take(&mut dropped) {
+            *c.counters.dropped.entry(reason).or_insert(0) += n;
+        }
+        drop(c);
+        for o in outs.drain(..) {
+            match o {
+                Output::Send { to, bytes } => {
+                    for w in to {
+                        if let Some(link) = by_worker.get(&w).and_then(|k| links.get_mut(*k)) {
+                            link.queue(&bytes, &mut dropped);
+                        }
+                    }
+                }
+                Output::Main(m) => to_main(m),
+            }
+        }
+        let mut broken = Vec::new();
+        for (key, link) in links.iter_mut().filter(|(_, l)| !l.out.is_empty()) {
+            if link.flush().is_err() {
+                broken.push(key);
+            }
+        }
+        if !broken.is_empty() {
+            let mut c = core.lock().unwrap_or_else(|e| e.into_inner());
+            for key in broken {
+                let link = links.remove(key);
+                by_worker.remove(&link.w);
+                c.handle(Input::WorkerGone(link.w), now_us, &mut outs);
+            }
+        }
+    }
+}

@@ -1,0 +1,455 @@
+//! Topic indexes by level, so that what a publish or a lookup costs
+//! follows what can match it, never the number of filters or topics that
+//! cannot (MQTT §4.7: `+` one level, `#` the rest and the parent level,
+//! neither at the first level matching a `$` topic).
+//!
+//! - [`FilterTrie`]: MQTT filters with their values (who subscribed);
+//!   [`FilterTrie::matching`] walks one path per level of a topic, the
+//!   `+` and `#` branches beside it: a publish visits at most
+//!   2^levels nodes however many filters the trie holds.
+//! - [`TopicTree`]: topics with their values (retained messages);
+//!   [`TopicTree::matching`] walks a filter down the tree: an exact level
+//!   one child, `+` every child of that level, `#` everything below.
+//!
+//! Both are bounded by their callers (filters per worker, retained
+//! messages per node) and free a node with its last value.
+
+use std::collections::HashMap;
+
+/// One level of a [`FilterTrie`].
+#[derive(Debug)]
+struct FilterNode<V> {
+    children: HashMap<Box<str>, FilterNode<V>>,
+    /// The `+` branch.
+    plus: Option<Box<FilterNode<V>>>,
+    /// A filter ending in `#` here (`a/#` is `a`'s `hash`).
+    hash: Option<V>,
+    /// A filter ending exactly here.
+    here: Option<V>,
+}
+
+impl<V> Default for FilterNode<V> {
+    fn default() -> Self {
+        FilterNode { children: HashMap::new(), plus: None, hash: None, here: None }
+    }
+}
+
+impl<V> FilterNode<V> {
+    fn is_empty(&self) -> bool {
+        self.children.is_empty() && self.plus.is_none() && self.hash.is_none() && self.here.is_none()
+    }
+}
+
+/// MQTT filters (`+`, `#`, or none: an exact topic) and a value each.
+#[derive(Debug)]
+pub(crate) struct FilterTrie<V> {
+    root: FilterNode<V>,
+    len: usize,
+}
+
+impl<V> Default for FilterTrie<V> {
+    fn default() -> Self {
+        FilterTrie { root: FilterNode::default(), len: 0 }
+    }
+}
+
+impl<V> FilterTrie<V> {
+    /// Filters held.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// `filter`'s value, made with `make` if it has none.
+    pub(crate) fn entry(&mut self, filter: &str, make: impl FnOnce() -> V) -> &mut V {
+        let mut node = &mut self.root;
+        let mut levels = filter.split('/').peekable();
+        while let Some(level) = levels.next() {
+            if level == "#" && levels.peek().is_none() {
+                if node.hash.is_none() {
+                    self.len += 1;
+                }
+                return node.hash.get_or_insert_with(make);
+            }
+            node = match level {
+                "+" => node.plus.get_or_insert_with(Default::default),
+                l => node.children.entry(l.into()).or_default(),
+            };
+        }
+        if node.here.is_none() {
+            self.len += 1;
+        }
+        node.here.get_or_insert_with(make)
+    }
+
+    /// `filter`'s value, if it has one.
+    pub(crate) fn get_mut(&mut self, filter: &str) -> Option<&mut V> {
+        let mut node = &mut self.root;
+        let mut levels = filter.split('/').peekable();
+        while let Some(level) = levels.next() {
+            if level == "#" && levels.peek().is_none() {
+                return node.hash.as_mut();
+            }
+            node = match level {
+                "+" => node.plus.as_deref_mut()?,
+                l => node.children.get_mut(l)?,
+            };
+        }
+        node.here.as_mut()
+    }
+
+    /// Take `filter`'s value out, freeing the levels only it used.
+    pub(crate) fn remove(&mut self, filter: &str) -> Option<V> {
+        let levels: Vec<&str> = filter.split('/').collect();
+        let v = remove_at(&mut self.root, &levels)?;
+        self.len -= 1;
+        Some(v)
+    }
+
+    /// Every value whose filter matches `topic`, once each.
+    pub(crate) fn matching<'a>(&'a self, topic: &str, mut each: impl FnMut(&'a V)) {
+        let levels: Vec<&str> = topic.split('/').collect();
+        // Wildcards at the first level never match a `$` topic.
+        let dollar = topic.starts_with('$');
+        walk(&self.root, &levels, !dollar, &mut each);
+    }
+
+    /// Keep the values `keep` says to (it may change them), free the rest.
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&mut V) -> bool) {
+        let mut gone = 0;
+        retain_in(&mut self.root, &mut keep, &mut gone);
+        self.len -= gone;
+    }
+
+    /// Every filter's value (in no particular order).
+    pub(crate) fn values(&self) -> Vec<&V> {
+        let mut out = Vec::new();
+        values_of(&self.root, &mut out);
+        out
+    }
+}
+
+fn values_of<'a, V>(node: &'a FilterNode<V>, out: &mut Vec<&'a V>) {
+    out.extend(node.here.iter().chain(node.hash.iter()));
+    if let Some(p) = &node.plus {
+        values_of(p, out);
+    }
+    for c in node.children.values() {
+        values_of(c, out);
+    }
+}
+
+fn retain_in<V>(node: &mut FilterNode<V>, keep: &mut impl FnMut(&mut V) -> bool, gone: &mut usize) {
+    for slot in [&mut node.here, &mut node.hash] {
+        if slot.as_mut().is_some_and(|v| !keep(v)) {
+            *slot = None;
+            *gone += 1;
+        }
+    }
+    if let Some(p) = node.plus.as_deref_mut() {
+        retain_in(p, keep, gone);
+        if p.is_empty() {
+            node.plus = None;
+        }
+    }
+    node.children.retain(|_, c| {
+        retain_in(c, keep, gone);
+        !c.is_empty()
+    });
+}
+
+fn walk<'a, V>(node: &'a FilterNode<V>, levels: &[&str], wild: bool, each: &mut impl FnMut(&'a V)) {
+    if wild {
+        if let Some(v) = &node.hash {
+            each(v);
+        }
+    }
+    let Some((level, rest)) = levels.split_first() else {
+        if let Some(v) = &node.here {
+            each(v);
+        }
+        return;
+    };
+    if let Some(c) = node.children.get(*level) {
+        walk(c, rest, true, each);
+    }
+    if wild {
+        if let Some(p) = &node.plus {
+            walk(p, rest, true, each);
+        }
+    }
+}
+
+fn remove_at<V>(node: &mut FilterNode<V>, levels: &[&str]) -> Option<V> {
+    let Some((level, rest)) = levels.split_first() else { return node.here.take() };
+    if *level == "#" && rest.is_empty() {
+        return node.hash.take();
+    }
+    let v = match *level {
+        "+" => {
+            let child = node.plus.as_deref_mut()?;
+            let v = remove_at(child, rest)?;
+            if child.is_empty() {
+                node.plus = None;
+            }
+            v
+        }
+        l => {
+            let child = node.children.get_mut(l)?;
+            let v = remove_at(child, rest)?;
+            if child.is_empty() {
+                node.children.remove(l);
+            }
+            v
+        }
+    };
+    Some(v)
+}
+
+/// One level of a [`TopicTree`].
+#[derive(Debug)]
+struct TopicNode<V> {
+    children: HashMap<Box<str>, TopicNode<V>>,
+    value: Option<V>,
+}
+
+impl<V> Default for TopicNode<V> {
+    fn default() -> Self {
+        TopicNode { children: HashMap::new(), value: None }
+    }
+}
+
+/// Topics and a value each, found by MQTT filter.
+#[derive(Debug)]
+pub(crate) struct TopicTree<V> {
+    root: TopicNode<V>,
+    len: usize,
+}
+
+impl<V> Default for TopicTree<V> {
+    fn default() -> Self {
+        TopicTree { root: TopicNode::default(), len: 0 }
+    }
+}
+
+impl<V> TopicTree<V> {
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Set `topic`'s value; the old one.
+    pub(crate) fn insert(&mut self, topic: &str, v: V) -> Option<V> {
+        let mut node = &mut self.root;
+        for level in topic.split('/') {
+            node = node.children.entry(level.into()).or_default();
+        }
+        let old = node.value.replace(v);
+        self.len += old.is_none() as usize;
+        old
+    }
+
+    pub(crate) fn get(&self, topic: &str) -> Option<&V> {
+        let mut node = &self.root;
+        for level in topic.split('/') {
+            node = node.children.get(level)?;
+        }
+        node.value.as_ref()
+    }
+
+    pub(crate) fn remove(&mut self, topic: &str) -> Option<V> {
+        fn go<V>(node: &mut TopicNode<V>, levels: &[&str]) -> Option<V> {
+            let Some((level, rest)) = levels.split_first() else { return node.value.take() };
+            let child = node.children.get_mut(*level)?;
+            let v = go(child, rest)?;
+            if child.value.is_none() && child.children.is_empty() {
+                node.children.remove(*level);
+            }
+            Some(v)
+        }
+        let levels: Vec<&str> = topic.split('/').collect();
+        let v = go(&mut self.root, &levels)?;
+        self.len -= 1;
+        Some(v)
+    }
+
+    /// Every (topic, value) `filter` matches, in no particular order,
+    /// until `each` says stop (returns false). The topic is rebuilt in
+    /// `path` as the walk goes.
+    pub(crate) fn matching(&self, filter: &str, mut each: impl FnMut(&str, &V) -> bool) {
+        let levels: Vec<&str> = filter.split('/').collect();
+        let mut path = String::new();
+        find(&self.root, &levels, true, &mut path, &mut each);
+    }
+}
+
+/// Walk `levels` of a filter from `node`; false once `each` said stop.
+fn find<V>(node: &TopicNode<V>, levels: &[&str], first: bool, path: &mut String, each: &mut impl FnMut(&str, &V) -> bool) -> bool {
+    let Some((level, rest)) = levels.split_first() else {
+        return node.value.as_ref().is_none_or(|v| each(path, v));
+    };
+    match *level {
+        "#" => {
+            // The parent level too: `a/#` matches `a`.
+            if !first && !node.value.as_ref().is_none_or(|v| each(&path[..path.len().saturating_sub(1)], v)) {
+                return false;
+            }
+            every(node, first, path, each)
+        }
+        "+" => {
+            for (name, child) in &node.children {
+                if first && name.starts_with('$') {
+                    continue;
+                }
+                let len = path.len();
+                path.push_str(name);
+                if !rest.is_empty() {
+                    path.push('/');
+                }
+                let go = find(child, rest, false, path, each);
+                path.truncate(len);
+                if !go {
+                    return false;
+                }
+            }
+            true
+        }
+        l => {
+            let Some(child) = node.children.get(l) else { return true };
+            let len = path.len();
+            path.push_str(l);
+            if !rest.is_empty() {
+                path.push('/');
+            }
+            let go = find(child, rest, false, path, each);
+            path.truncate(len);
+            go
+        }
+    }
+}
+
+/// Every value below `node` (its own excluded); `$` children skipped at
+/// the first level.
+fn every<V>(node: &TopicNode<V>, first: bool, path: &mut String, each: &mut impl FnMut(&str, &V) -> bool) -> bool {
+    for (name, child) in &node.children {
+        if first && name.starts_with('$') {
+            continue;
+        }
+        let len = path.len();
+        path.push_str(name);
+        if let Some(v) = &child.value {
+            if !each(path, v) {
+                return false;
+            }
+        }
+        path.push('/');
+        let go = every(child, false, path, each);
+        path.truncate(len);
+        if !go {
+            return false;
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::mqtt::topic::matches;
+
+    fn matched(t: &FilterTrie<String>, topic: &str) -> Vec<String> {
+        let mut v = Vec::new();
+        t.matching(topic, |f| v.push(f.clone()));
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn filters_match_by_mqtt_rules_and_free_their_levels() {
+        let mut t = FilterTrie::default();
+        for f in ["a/b", "a/+", "a/#", "#", "+/b", "+", "$SYS/#", "a/+/c", "sport/tennis/player1/#"] {
+            *t.entry(f, String::new) = f.to_string();
+        }
+        assert_eq!(t.len(), 9);
+        assert_eq!(matched(&t, "a/b"), ["#", "+/b", "a/#", "a/+", "a/b"]);
+        assert_eq!(matched(&t, "a"), ["#", "+", "a/#"], "a/# matches its parent");
+        assert_eq!(matched(&t, "$SYS/x"), ["$SYS/#"], "no first-level wildcard matches a $ topic");
+        assert_eq!(matched(&t, "a/x/c"), ["#", "a/#", "a/+/c"]);
+        assert_eq!(matched(&t, "sport/tennis/player1"), ["#", "sport/tennis/player1/#"]);
+        for f in ["a/b", "a/+", "a/#", "#", "+/b", "+", "$SYS/#", "a/+/c", "sport/tennis/player1/#"] {
+            assert_eq!(t.remove(f).as_deref(), Some(f));
+        }
+        assert!(t.is_empty() && t.root.is_empty(), "every level freed");
+        assert_eq!(t.remove("a/b"), None);
+    }
+
+    #[test]
+    fn topics_are_found_by_filter() {
+        let mut t = TopicTree::default();
+        for topic in ["a", "a/b", "a/b/c", "a/c", "$SYS/x", "b", "a//d"] {
+            t.insert(topic, topic.to_string());
+        }
+        let found = |f: &str| {
+            let mut v = Vec::new();
+            t.matching(f, |topic, val| {
+                assert_eq!(topic, val, "the path is the topic");
+                v.push(topic.to_string());
+                true
+            });
+            v.sort();
+            v
+        };
+        assert_eq!(found("a/#"), ["a", "a//d", "a/b", "a/b/c", "a/c"]);
+        assert_eq!(found("#"), ["a", "a//d", "a/b", "a/b/c", "a/c", "b"]);
+        assert_eq!(found("+"), ["a", "b"]);
+        assert_eq!(found("a/+"), ["a/b", "a/c"]);
+        assert_eq!(found("$SYS/#"), ["$SYS/x"]);
+        assert_eq!(found("a/b"), ["a/b"]);
+        assert_eq!(found("a/+/d"), ["a//d"]);
+        let mut n = 0;
+        t.matching("#", |_, _| {
+            n += 1;
+            n < 2
+        });
+        assert_eq!(n, 2, "stops when told");
+        assert_eq!(t.remove("a/b").as_deref(), Some("a/b"));
+        assert_eq!(t.get("a/b/c").map(String::as_str), Some("a/b/c"));
+        assert_eq!(t.len(), 6);
+    }
+
+    proptest::proptest! {
+        /// Against `topic::matches` for every pair: the trie finds exactly
+        /// the filters that match, the tree exactly the topics.
+        #[test]
+        fn both_agree_with_the_matcher(
+            filters in proptest::collection::vec("(\\$?[ab]{0,2}|\\+)(/([ab]{0,2}|\\+)){0,2}(/#)?|#", 1..12),
+            topics in proptest::collection::vec("\\$?[ab]{0,2}(/[ab]{0,2}){0,3}", 1..12),
+        ) {
+            let mut trie = FilterTrie::default();
+            let mut tree = TopicTree::default();
+            for f in &filters {
+                *trie.entry(f, String::new) = f.clone();
+            }
+            for t in &topics {
+                tree.insert(t, t.clone());
+            }
+            for t in &topics {
+                let mut want: Vec<String> = filters.iter().filter(|f| matches(f, t)).cloned().collect();
+                want.sort();
+                want.dedup();
+                proptest::prop_assert_eq!(matched(&trie, t), want, "topic {}", t);
+            }
+            for f in &filters {
+                let mut want: Vec<String> = topics.iter().filter(|t| matches(f, t)).cloned().collect();
+                want.sort();
+                want.dedup();
+                let mut got = Vec::new();
+                tree.matching(f, |t, _| { got.push(t.to_string()); true });
+                got.sort();
+                proptest::prop_assert_eq!(got, want, "filter {}", f);
+            }
+        }
+    }
+}
