@@ -32,6 +32,11 @@ pub(crate) trait Handler {
     fn next_wake(&self) -> Duration;
     /// Send a stats snapshot to the supervisor (`last`: the final one).
     fn report(&mut self, last: bool);
+    /// Write what waits for other processes before the loop sleeps (a
+    /// server worker's frames to the broker shards); `Done` ends the loop.
+    fn flush(&mut self) -> Flow {
+        Flow::Continue
+    }
 }
 
 /// Run `h` until it is done; the final snapshot is sent on the way out.
@@ -44,6 +49,10 @@ pub(crate) fn run(h: &mut impl Handler, stats_interval: Duration) -> Result<()> 
             return Ok(());
         }
         let wait = turns.wait(h);
+        if h.flush() == Flow::Done {
+            h.report(true);
+            return Ok(());
+        }
         crate::supervise::control::flush();
         crate::timer::wait(h.poll_mut(), wait);
         if events.dispatch(h)? == Polled::Done {

@@ -423,6 +423,9 @@ pub(crate) fn run(h: &mut impl RingHandler, mut ring: Ring, stats_interval: Dura
             return finish(&mut ring, h);
         }
         let wait = if epoll_ready { Duration::ZERO } else { turns.wait(h) };
+        if h.flush() == Flow::Done {
+            return finish(&mut ring, h);
+        }
         crate::supervise::control::flush();
         epoll_ready |= turn(&mut ring, h, wait)?;
         if epoll_ready {

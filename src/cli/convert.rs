@@ -64,6 +64,7 @@ impl TryFrom<ServerArgs> for ServerConfig {
             history: crate::server::broker::history::HistoryConfig { size: a.history, ttl: a.history_ttl, max_bytes: a.history_max_bytes },
             mqtt_flight: crate::server::session::mqtt::flight::Bounds { inflight: a.mqtt_inflight, queued: a.mqtt_queue, queued_bytes: a.mqtt_queue_bytes },
             mqtt_max_keep_alive: a.mqtt_max_keep_alive,
+            broker_shards: a.broker_shards,
             mqtt_retained: crate::server::broker::retained::RetainedConfig {
                 max_messages: a.mqtt_retained,
                 max_bytes: a.mqtt_retained_bytes,

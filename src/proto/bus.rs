@@ -20,8 +20,6 @@ use crate::proto::push::Stream;
 /// payload (`MAX_REPLY_BYTES`, `retained::MAX_ANSWER_BYTES`) with its
 /// records, or one message of at most 1 MiB.
 pub(crate) const MAX_FRAME: usize = 6 << 20;
-/// Bytes before a frame's fields: its length and tag.
-pub(crate) const HEAD: usize = 5;
 
 mod tag {
     pub(super) const PUBLISH: u8 = 1;
@@ -533,12 +531,6 @@ impl FrameBuf {
         let len = self.buf.len();
         self.buf.resize(len + n, 0);
         &mut self.buf[len..]
-    }
-
-    /// Keep `n` of the bytes [`FrameBuf::spare`] gave room for.
-    pub(crate) fn filled(&mut self, n: usize, room: usize) {
-        let len = self.buf.len();
-        self.buf.truncate(len - room + n);
     }
 
     /// Append bytes read elsewhere.

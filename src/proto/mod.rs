@@ -1,5 +1,6 @@
 //! Wire protocols spoken between megaconn clients and servers, and the
 //! bus between a server's own processes (`bus`).
+pub(crate) mod b64;
 pub(crate) mod bus;
 pub(crate) mod frame;
 pub(crate) mod goaway;

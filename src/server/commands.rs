@@ -41,29 +41,10 @@ pub(crate) enum ServerMsg {
         worker: usize,
         changes: Vec<(String, bool)>,
     },
-    /// Subscribers of `topic` want to recover the messages after `after`
-    /// (answered with a `history` command).
-    HistoryWanted {
-        worker: usize,
-        topic: String,
-        after: u64,
-    },
     /// Joins and leaves for every worker's subscribers (`--presence-notices`).
     Notices {
         worker: usize,
         notices: Vec<crate::proto::push::Notice>,
-    },
-    /// What MQTT clients published, for the topic space (each goes out as
-    /// an admin publish of its topic would).
-    Published {
-        worker: usize,
-        messages: Vec<ClientPublish>,
-    },
-    /// MQTT subscribers want the retained messages matching their new
-    /// filters (answered with a `retained` command per subscription).
-    RetainedWanted {
-        worker: usize,
-        wants: Vec<RetainedWant>,
     },
     /// MQTT CONNECTs with a client id, for the registry of ids and the
     /// kept sessions (`broker/sessions.rs`; answered by `session`).
@@ -112,8 +93,9 @@ pub(crate) enum ServerMsg {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct ClientPublish {
     pub topic: String,
-    /// The payload, base64 (as a push command carries it).
-    pub data: String,
+    /// The payload (base64 in the JSON of a state file).
+    #[serde(with = "crate::proto::b64")]
+    pub data: Vec<u8>,
     /// Its QoS (0, 1, 2): subscriptions granted more get it with this.
     #[serde(default)]
     pub qos: u8,
@@ -141,20 +123,6 @@ pub(crate) struct RetainedWant {
     /// Its v5 Subscription Identifier (0: none), sent with each message.
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub sid: u32,
-}
-
-/// The answer to a [`RetainedWant`]: the retained messages its filter
-/// matches, for one connection (`retained {json}`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct RetainedAnswer {
-    pub conn: u64,
-    /// The QoS the subscription was granted.
-    pub qos: u8,
-    /// The subscription's v5 Subscription Identifier (0: none).
-    #[serde(default, skip_serializing_if = "is_zero_u32")]
-    pub sid: u32,
-    /// Each with the QoS it was published with.
-    pub messages: Vec<ClientPublish>,
 }
 
 /// A connection joined (or left) a shared subscription group.
@@ -274,8 +242,9 @@ pub(crate) struct SessionState {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct SessionMessage {
     pub topic: String,
-    /// The payload, base64.
-    pub data: String,
+    /// The payload (base64 in JSON: the sessions file, a move between nodes).
+    #[serde(with = "crate::proto::b64")]
+    pub data: Vec<u8>,
     pub qos: u8,
     #[serde(default)]
     pub retain: bool,
@@ -385,16 +354,10 @@ pub(crate) struct PresenceCommand {
     pub topic: String,
 }
 
-/// `push {json}`: deliver a message.
-pub(crate) const CMD_PUSH: &str = "push";
 /// `list {json}`: report some connections.
 pub(crate) const CMD_LIST: &str = "list";
 /// `presence {json}`: report a topic's subscribers by user.
 pub(crate) const CMD_PRESENCE: &str = "presence";
-/// `history {json}`: a topic's history, for the subscribers recovering it.
-pub(crate) const CMD_HISTORY: &str = "history";
-/// `retained {json}`: retained messages for one MQTT subscription.
-pub(crate) const CMD_RETAINED: &str = "retained";
 /// `session {json}`: the answer to an MQTT client id's claim.
 pub(crate) const CMD_SESSION: &str = "session";
 /// `takeover CONN`: a CONNECT with this connection's MQTT client id came: close it.
@@ -415,11 +378,8 @@ pub(crate) const CMD_RESUMING: &str = "resuming";
 /// commands.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum ServerCommand {
-    Push(PushCommand),
     List(ListCommand),
     Presence(PresenceCommand),
-    History(crate::server::broker::history::Slice),
-    Retained(RetainedAnswer),
     Session(SessionAnswer),
     Takeover(u64),
     TlsReload(crate::tls::files::Pem),
@@ -429,23 +389,27 @@ pub(crate) enum ServerCommand {
 }
 
 impl ServerCommand {
-    /// A role command's word and argument; None when it is not ours or
-    /// its argument does not parse.
-    pub(crate) fn parse(word: &str, arg: &str) -> Option<ServerCommand> {
-        match word {
-            CMD_PUSH => serde_json::from_str(arg).ok().map(ServerCommand::Push),
-            CMD_LIST => serde_json::from_str(arg).ok().map(ServerCommand::List),
-            CMD_PRESENCE => serde_json::from_str(arg).ok().map(ServerCommand::Presence),
-            CMD_HISTORY => serde_json::from_str(arg).ok().map(ServerCommand::History),
-            CMD_RETAINED => serde_json::from_str(arg).ok().map(ServerCommand::Retained),
-            CMD_SESSION => serde_json::from_str(arg).ok().map(ServerCommand::Session),
-            CMD_TAKEOVER => arg.trim().parse().ok().map(ServerCommand::Takeover),
-            CMD_TLS_RELOAD => serde_json::from_str(arg).ok().map(ServerCommand::TlsReload),
-            CMD_RESUMING => Some(ServerCommand::Resuming),
-            CMD_UPSTREAM_DONE => arg.trim().parse().ok().map(ServerCommand::UpstreamDone),
-            CMD_NOTICES => serde_json::from_str(arg).ok().map(ServerCommand::Notices),
-            _ => None,
+    /// A role command's word and argument. Err names what did not parse
+    /// (the worker counts and logs it: the supervisor's own commands, so
+    /// a bug, never dropped unsaid).
+    pub(crate) fn parse(word: &str, arg: &str) -> Result<ServerCommand, String> {
+        fn json<T: serde::de::DeserializeOwned>(word: &str, arg: &str) -> Result<T, String> {
+            serde_json::from_str(arg).map_err(|e| format!("command '{word}' does not parse: {e}"))
         }
+        fn number(word: &str, arg: &str) -> Result<u64, String> {
+            arg.trim().parse().map_err(|e| format!("command '{word}' does not parse: {e}"))
+        }
+        Ok(match word {
+            CMD_LIST => ServerCommand::List(json(word, arg)?),
+            CMD_PRESENCE => ServerCommand::Presence(json(word, arg)?),
+            CMD_SESSION => ServerCommand::Session(json(word, arg)?),
+            CMD_TAKEOVER => ServerCommand::Takeover(number(word, arg)?),
+            CMD_TLS_RELOAD => ServerCommand::TlsReload(json(word, arg)?),
+            CMD_RESUMING => ServerCommand::Resuming,
+            CMD_UPSTREAM_DONE => ServerCommand::UpstreamDone(number(word, arg)?),
+            CMD_NOTICES => ServerCommand::Notices(json(word, arg)?),
+            other => return Err(format!("an unknown command '{other}'")),
+        })
     }
 }
 
@@ -459,53 +423,64 @@ pub(crate) enum ServerEvent {
     Cluster(crate::cluster::ClusterEvent),
     /// News from the `--upstream` sender.
     Upstream(crate::server::broker::upstream::UpstreamEvent),
+    /// What a broker shard says for the supervisor (`broker/shard.rs`).
+    Broker(crate::server::broker::core::ToMain),
 }
 
-/// One publish as the supervisor hands it to a worker.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One message as a worker delivers it to its connections (what a
+/// shard's `bus::Deliver` frame said, owned).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PushCommand {
     /// Matches the worker's acknowledgement to the admin request; 0: a
     /// quiet publish nobody waits for, not acknowledged.
     pub publish_id: u64,
     pub stream: Stream,
-    #[serde(default)]
     pub topic: String,
     /// The message's offset in its topic's history (0: unicast).
     pub seq: u64,
     /// The epoch of that history (0: unicast).
-    #[serde(default)]
     pub epoch: u32,
     pub publish_us: u64,
     /// Unicast: the connection id.
-    #[serde(default)]
     pub target: Option<u64>,
     /// Unicast: every connection of this user.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
     /// Close the targets instead of writing to them.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub close: bool,
     /// MQTT: the QoS it was published with (0: the admin API).
-    #[serde(default, skip_serializing_if = "is_zero")]
     pub qos: u8,
     /// MQTT: it was published retained (Retain As Published keeps the flag).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub retain: bool,
     /// MQTT shared subscriptions: the one member of each matching group
     /// that gets this message (connection id, granted QoS), chosen by the
     /// supervisor (`broker/shared.rs`); the worker owning it delivers.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shared: Vec<(u64, u8)>,
     /// MQTT: its publisher (No Local) and its v5 properties forwarded to
     /// subscribers (an MQTT client's publish only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mqtt: Option<Box<crate::proto::mqtt::forward::Forwarded>>,
-    /// The payload, base64.
-    pub data: String,
+    pub data: Vec<u8>,
 }
 
-fn is_zero(v: &u8) -> bool {
-    *v == 0
+impl PushCommand {
+    /// A shard's delivery, owned.
+    pub(crate) fn from_bus(d: crate::proto::bus::Deliver<'_>) -> PushCommand {
+        PushCommand {
+            publish_id: d.publish_id,
+            stream: d.stream,
+            topic: d.topic.to_string(),
+            seq: d.seq,
+            epoch: d.epoch,
+            publish_us: d.publish_us,
+            target: d.target,
+            user: d.user.map(str::to_string),
+            close: d.close,
+            qos: d.qos,
+            retain: d.retain,
+            shared: d.shared,
+            mqtt: d.props.map(Box::new),
+            data: d.payload.to_vec(),
+        }
+    }
 }
 
 fn is_zero_u32(v: &u32) -> bool {

@@ -72,6 +72,8 @@ pub(crate) struct ServerConfig {
     pub mqtt_flight: crate::server::session::mqtt::flight::Bounds,
     /// MQTT: `--mqtt-max-keep-alive` (0: any).
     pub mqtt_max_keep_alive: u16,
+    /// `--broker-shards`: threads routing messages (0: one per core).
+    pub broker_shards: usize,
     /// MQTT: `--mqtt-retained`, `--mqtt-retained-bytes`.
     pub mqtt_retained: crate::server::broker::retained::RetainedConfig,
     /// MQTT: `--mqtt-retained-file` (the retained set kept across
@@ -146,6 +148,14 @@ impl Auth {
 }
 
 impl ServerConfig {
+    /// The broker's shards: `--broker-shards`, else one per core.
+    pub(crate) fn shards(&self) -> usize {
+        match self.broker_shards {
+            0 => crate::sys::online_cpus().max(1),
+            n => n,
+        }
+    }
+
     /// Every listening port, in the order the listeners are bound.
     pub(crate) fn ports(&self) -> Vec<u16> {
         crate::server::services::all_ports(&self.services)
@@ -191,6 +201,7 @@ impl Default for ServerConfig {
             history: Default::default(),
             mqtt_flight: Default::default(),
             mqtt_max_keep_alive: 0,
+            broker_shards: 0,
             mqtt_retained: Default::default(),
             mqtt_retained_file: None,
             mqtt_retained_save_every: crate::server::broker::retained_file::DEFAULT_EVERY,

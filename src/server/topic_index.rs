@@ -123,23 +123,6 @@ impl<V> FilterTrie<V> {
         retain_in(&mut self.root, &mut keep, &mut gone);
         self.len -= gone;
     }
-
-    /// Every filter's value (in no particular order).
-    pub(crate) fn values(&self) -> Vec<&V> {
-        let mut out = Vec::new();
-        values_of(&self.root, &mut out);
-        out
-    }
-}
-
-fn values_of<'a, V>(node: &'a FilterNode<V>, out: &mut Vec<&'a V>) {
-    out.extend(node.here.iter().chain(node.hash.iter()));
-    if let Some(p) = &node.plus {
-        values_of(p, out);
-    }
-    for c in node.children.values() {
-        values_of(c, out);
-    }
 }
 
 fn retain_in<V>(node: &mut FilterNode<V>, keep: &mut impl FnMut(&mut V) -> bool, gone: &mut usize) {
@@ -236,6 +219,7 @@ impl<V> Default for TopicTree<V> {
 }
 
 impl<V> TopicTree<V> {
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.len
     }
@@ -251,6 +235,7 @@ impl<V> TopicTree<V> {
         old
     }
 
+    #[cfg(test)]
     pub(crate) fn get(&self, topic: &str) -> Option<&V> {
         let mut node = &self.root;
         for level in topic.split('/') {

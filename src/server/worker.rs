@@ -12,6 +12,7 @@
 
 mod accept;
 mod auth;
+pub(crate) mod bus;
 pub(crate) mod conn;
 mod deliver;
 mod drain;
@@ -131,6 +132,10 @@ pub(crate) struct ServerWorkerConfig {
     /// The reactor (`--io`, resolved by the supervisor: epoll or uring).
     #[serde(default)]
     pub io: crate::uring::Io,
+    /// Its sockets to the broker shards, one per shard in shard order
+    /// (inherited; `broker/shard.rs`).
+    #[serde(default)]
+    pub bus_fds: Vec<i32>,
 }
 
 /// Pool threads wake the event loop through this token.
@@ -211,8 +216,12 @@ struct Worker {
     tls: Option<tls::TlsSide>,
     /// `--upstream`: what clients said, on its way to the application.
     upstream: Option<crate::server::worker::outbox::Outbox>,
-    /// MQTT publishes read since the last hand-over to the supervisor.
+    /// MQTT publishes read since the last hand-over to the shards.
     published: crate::server::session::mqtt::Published,
+    /// The sockets to the broker shards (`bus.rs`).
+    bus: bus::Bus,
+    /// Its link to a shard ended: it stops (said once).
+    stopping_for_bus: bool,
     /// The MQTT codec's bounds (from `cfg.mqtt`).
     mqtt_limits: crate::proto::mqtt::Limits,
     /// Connections that owe their Upgrade request or token: (deadline in
@@ -276,6 +285,7 @@ pub(crate) fn run(cfg: ServerWorkerConfig) -> Result<()> {
         .map(|n| crate::server::worker::outbox::Limits::new(n as u64, cfg.upstream_bytes.max(crate::server::broker::upstream::MIN_WORKER_BYTES)));
     let mut group = AcceptGroup::inherit(&cfg.listen_fds);
     group.join(poll.as_raw_fd())?;
+    let bus = bus::Bus::open(&cfg.bus_fds, poll.registry()).context("cannot take the sockets to the broker shards")?;
     let mut w = Worker {
         stage,
         topics: crate::server::worker::topics::Topics::new(cfg.track_topics, limits.max_topics, limits.max_commands_per_second),
@@ -316,6 +326,8 @@ pub(crate) fn run(cfg: ServerWorkerConfig) -> Result<()> {
         tls,
         upstream: upstream.map(|l| crate::server::worker::outbox::Outbox::new(worker, l)),
         published: Default::default(),
+        bus,
+        stopping_for_bus: false,
         mqtt_limits,
         heads: Default::default(),
         ring: None,
@@ -368,6 +380,7 @@ impl Handler for Worker {
     fn on_ready(&mut self, ev: &Event) {
         match ev.token() {
             WAKER => {}
+            Token(t) if t >= bus::BUS_BASE => self.on_bus(t - bus::BUS_BASE, ev.is_readable() || ev.is_read_closed() || ev.is_error(), ev.is_writable()),
             Token(t) if t >= LISTENER_BASE => {
                 // One per wake-up: the listener is level-triggered, so
                 // every accepting worker gets its turn at a burst.
@@ -389,28 +402,28 @@ impl Handler for Worker {
             }
             Command::Role(word, arg) => {
                 match ServerCommand::parse(&word, &arg) {
-                    Some(ServerCommand::Push(p)) => self.push(p),
-                    Some(ServerCommand::List(l)) => self.list(&l),
-                    Some(ServerCommand::Presence(p)) => self.presence(&p),
-                    Some(ServerCommand::History(slice)) => self.recovered(&slice),
-                    Some(ServerCommand::Retained(answer)) => self.retained(answer),
-                    Some(ServerCommand::Session(answer)) => self.mqtt_session(answer),
-                    Some(ServerCommand::Takeover(conn)) => self.mqtt_takeover(conn),
-                    Some(ServerCommand::Resuming) => self.seam.resumed(),
-                    Some(ServerCommand::Notices(n)) => self.notify(&n),
-                    Some(ServerCommand::UpstreamDone(n)) => {
+                    Ok(ServerCommand::List(l)) => self.list(&l),
+                    Ok(ServerCommand::Presence(p)) => self.presence(&p),
+                    Ok(ServerCommand::Session(answer)) => self.mqtt_session(answer),
+                    Ok(ServerCommand::Takeover(conn)) => self.mqtt_takeover(conn),
+                    Ok(ServerCommand::Resuming) => self.seam.resumed(),
+                    Ok(ServerCommand::Notices(n)) => self.notify(&n),
+                    Ok(ServerCommand::UpstreamDone(n)) => {
                         if let Some(u) = &mut self.upstream {
                             u.done(n);
                         }
                     }
-                    Some(ServerCommand::TlsReload(pem)) => {
+                    Ok(ServerCommand::TlsReload(pem)) => {
                         // The supervisor checked these bytes before sending
                         // them; a failure here keeps the certificate in force.
                         if let Some(Err(_)) = self.tls.as_mut().map(|t| t.reload(pem)) {
                             self.stats.tls_reload_failures += 1;
                         }
                     }
-                    None => {}
+                    Err(why) => {
+                        self.stats.commands_refused += 1;
+                        eprintln!("megaconn: server worker {}: {why}", self.cfg.worker);
+                    }
                 }
                 Flow::Continue
             }
@@ -492,8 +505,10 @@ impl Handler for Worker {
             control::emit(&ServerMsg::Upstream { worker: self.cfg.worker, messages: std::mem::take(&mut u.out) });
         }
         if !self.recoveries.is_empty() {
+            // Behind the interest their subscriptions gained.
+            self.bus_interest();
             for (topic, after) in self.recoveries.take_wanted() {
-                control::emit(&ServerMsg::HistoryWanted { worker: self.cfg.worker, topic, after });
+                self.bus.to_topic(&topic, &crate::proto::bus::Frame::HistoryWant { topic: &topic, after });
             }
         }
         if self.topics.following.track {
@@ -542,6 +557,14 @@ impl Handler for Worker {
             wake = wake.min(now + HANDSHAKE_SWEEP);
         }
         wake.saturating_duration_since(now)
+    }
+
+    fn flush(&mut self) -> Flow {
+        self.bus_interest();
+        match self.bus.flush() {
+            Ok(()) => Flow::Continue,
+            Err(e) => self.bus_lost(e),
+        }
     }
 
     fn report(&mut self, last: bool) {

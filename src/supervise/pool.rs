@@ -232,11 +232,18 @@ impl Pool {
     /// Start one worker with this config (one JSON document); returns its
     /// index.
     pub(crate) fn spawn(&mut self, config: &str) -> Result<usize> {
+        self.spawn_with(config, &[])
+    }
+
+    /// [`Pool::spawn`], the worker inheriting `own` too (descriptors made
+    /// for it alone, on top of those every worker inherits).
+    pub(crate) fn spawn_with(&mut self, config: &str, own: &[i32]) -> Result<usize> {
         let i = self.workers.len();
         let role = self.kind;
         let mut cmd = Command::new(&self.exe);
         cmd.arg("__worker").arg(role).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit()).process_group(0);
-        let (fd_limit, nice, netns, inherit) = (self.fd_limit, self.nice, self.netns, self.inherit.clone());
+        let (fd_limit, nice, netns) = (self.fd_limit, self.nice, self.netns);
+        let inherit: Vec<i32> = self.inherit.iter().chain(own).copied().collect();
         // SAFETY: only async-signal-safe calls (prctl, setrlimit,
         // setpriority, setns) run between fork and exec.
         unsafe {

@@ -70,6 +70,26 @@ pub(crate) struct Message {
 }
 
 impl Message {
+    /// A will the supervisor held for its delay, now into the topic space.
+    pub(crate) fn will(w: crate::server::commands::ClientPublish) -> Message {
+        Message {
+            stream: Stream::Topic,
+            topic: w.topic,
+            target: None,
+            user: None,
+            close: false,
+            qos: w.qos,
+            retain: w.retain,
+            props: w.mqtt,
+            identity: w.identity.map(Into::into),
+            at: None,
+            publish_us: crate::proto::push::wall_us(),
+            publish_id: 0,
+            elsewhere: Vec::new(),
+            data: w.data,
+        }
+    }
+
     /// A client's publish off the bus, owned.
     pub(crate) fn of(p: &bus::Publish<'_>) -> Message {
         Message {
@@ -108,18 +128,32 @@ pub(crate) enum Input<'a> {
         add: bool,
         filter: Box<str>,
     },
-    /// The cluster's stream filled a topic's history: merged, the new
-    /// messages delivered, then each waiting worker answered.
+    /// The cluster's stream filled a topic's history (each message with
+    /// its place): merged, those past the head delivered, then each
+    /// waiting worker answered.
     Merged {
         topic: String,
-        messages: Vec<(Position, crate::server::broker::history::Message)>,
+        messages: Vec<Message>,
         waiting: Vec<(u32, u64)>,
     },
-    /// Another node's retained message or clear (empty data), or one read
-    /// back from the retained file.
+    /// Answer worker `worker`'s recovery of `topic` from this history
+    /// (the supervisor judged it covers it).
+    History {
+        worker: u32,
+        topic: String,
+        after: u64,
+    },
+    /// Start `topic`'s history over: it is followed from now on, and may
+    /// be behind the cluster's.
+    Forget {
+        topic: String,
+    },
+    /// Another node's retained message or clear (empty data): `sync`, from
+    /// a sync of the whole set (counted as such).
     RetainedEntry {
         topic: String,
         kept: Kept,
+        sync: bool,
     },
     /// A tick: history and retained expiry.
     Tick,
@@ -215,8 +249,16 @@ impl Core {
             Input::Offline { add: true, filter } => self.interest(MAIN, true, &filter),
             Input::Offline { add: false, filter } => self.interest(MAIN, false, &filter),
             Input::Merged { topic, messages, waiting } => self.merged(&topic, messages, &waiting, out),
-            Input::RetainedEntry { topic, kept } => {
-                self.retained.newer(&topic, kept, None);
+            Input::History { worker, topic, after } => {
+                let slice = self.history.since(&topic, after, usize::MAX, MAX_REPLY_BYTES);
+                self.history.counters.served += 1;
+                out.push(Output::Send { to: vec![worker], bytes: history_frame(&slice).into() });
+            }
+            Input::Forget { topic } => self.history.forget(&topic),
+            Input::RetainedEntry { topic, kept, sync } => {
+                if self.retained.newer(&topic, kept, None) && sync {
+                    self.retained.counters.synced += 1;
+                }
             }
             Input::Tick => self.history.expire(now_us),
         }
@@ -401,40 +443,32 @@ impl Core {
     /// history, after every message of it so far; in a cluster whose
     /// history is the stream's, one this history cannot answer asks it.
     fn history_answer(&mut self, w: u32, topic: &str, after: u64, out: &mut Vec<Output>) {
-        let slice = self.history.since(topic, after, usize::MAX, MAX_REPLY_BYTES);
-        self.history.counters.served += 1;
-        let covered = slice.epoch == 0 || slice.oldest <= after.saturating_add(1) || after == u64::MAX;
-        if self.cfg.fetch && !covered {
+        if self.cfg.fetch {
             self.counters.to_main += 1;
             out.push(Output::Main(ToMain::Fetch { worker: w, topic: topic.to_string(), after }));
             return;
         }
+        let slice = self.history.since(topic, after, usize::MAX, MAX_REPLY_BYTES);
+        self.history.counters.served += 1;
         out.push(Output::Send { to: vec![w], bytes: history_frame(&slice).into() });
     }
 
     /// What the cluster's stream filled in: the new messages delivered as
     /// live ones, then each recovery that waited for them answered.
-    fn merged(&mut self, topic: &str, messages: Vec<(Position, crate::server::broker::history::Message)>, waiting: &[(u32, u64)], out: &mut Vec<Output>) {
-        for (at, hm) in self.history.merge(topic, messages) {
-            let (stream, name) = if topic == BROADCAST_TOPIC { (Stream::Broadcast, String::new()) } else { (Stream::Topic, topic.to_string()) };
-            let m = Message {
-                stream,
-                topic: name,
-                target: None,
-                user: None,
-                close: false,
-                qos: 0,
-                retain: false,
-                props: None,
-                identity: None,
-                at: None,
-                publish_us: hm.publish_us,
-                publish_id: 0,
-                elsewhere: Vec::new(),
-                data: hm.data,
-            };
+    fn merged(&mut self, topic: &str, messages: Vec<Message>, waiting: &[(u32, u64)], out: &mut Vec<Output>) {
+        let got = messages
+            .iter()
+            .filter_map(|m| {
+                let at = m.at?;
+                Some((at, crate::server::broker::history::Message { offset: at.offset, publish_us: m.publish_us, data: m.data.clone() }))
+            })
+            .collect();
+        let mut by_offset: HashMap<u64, Message> = messages.into_iter().filter_map(|m| Some((m.at?.offset, m))).collect();
+        for (at, _) in self.history.merge(topic, got) {
             // Already in the history (merged): delivered, not appended again.
-            self.deliver_merged(m, at, out);
+            if let Some(m) = by_offset.remove(&at.offset) {
+                self.deliver_merged(m, at, out);
+            }
         }
         for (w, after) in waiting {
             let slice = self.history.since(topic, *after, usize::MAX, MAX_REPLY_BYTES);
@@ -442,7 +476,7 @@ impl Core {
         }
     }
 
-    fn deliver_merged(&mut self, m: Message, at: Position, out: &mut Vec<Output>) {
+    fn deliver_merged(&mut self, mut m: Message, at: Position, out: &mut Vec<Output>) {
         let to: Dests = match m.stream {
             Stream::Broadcast => self.workers.iter().copied().collect(),
             _ => self.audience(&m.topic).into_iter().filter(|w| *w != MAIN).collect(),
@@ -450,6 +484,10 @@ impl Core {
         if to.is_empty() {
             return;
         }
+        let shared = match m.stream {
+            Stream::Topic => self.shared.pick(&m.topic, &m.elsewhere),
+            _ => Vec::new(),
+        };
         let mut bytes = Vec::new();
         bus::encode(
             &mut bytes,
@@ -460,13 +498,13 @@ impl Core {
                 seq: at.offset,
                 epoch: at.epoch,
                 publish_us: m.publish_us,
-                qos: 0,
-                retain: false,
+                qos: m.qos,
+                retain: m.retain,
                 target: None,
                 user: None,
                 close: false,
-                shared: Vec::new(),
-                props: None,
+                shared,
+                props: m.props.take().map(|b| *b),
                 payload: &m.data,
             }),
         );

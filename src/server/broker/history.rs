@@ -123,23 +123,8 @@ pub(crate) struct Message {
     pub offset: u64,
     pub publish_us: u64,
     /// The payload (base64 in JSON).
-    #[serde(with = "b64")]
+    #[serde(with = "crate::proto::b64")]
     pub data: Vec<u8>,
-}
-
-/// Payloads as base64 strings in the supervisor's command lines.
-mod b64 {
-    use base64::Engine;
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub(super) fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(v))
-    }
-
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-        let s = <&str>::deserialize(d)?;
-        base64::engine::general_purpose::STANDARD.decode(s).map_err(serde::de::Error::custom)
-    }
 }
 
 impl Slice {

@@ -1,16 +1,21 @@
-//! The supervisor's side of the admin API: publishes fanned out to the
-//! workers (each worker once, whatever its connection count), answers
-//! gathered from their acknowledgements, and connection listings. In a
-//! cluster the same path delivers what other nodes published (answered
-//! to the origin over NATS for a unicast, not at all for the rest).
+//! The supervisor's side of the admin API: publishes handed to the broker
+//! shard of their topic (`shard.rs`: it keeps the history and retained
+//! message and routes to the workers with a subscriber), answers gathered
+//! from the shard's word ([`Publisher::routed`]: its place, the workers it
+//! went to) and those workers' acknowledgements, and connection listings.
+//! In a cluster the same path delivers what other nodes published
+//! (answered to the origin over NATS for a unicast, not at all for the
+//! rest). The supervisor's thread sees a message only when someone waits
+//! for its answer, a kept session's filter matches it, or the cluster
+//! carries it: the rest goes worker to shard to worker.
 
 use crate::admin::route::Request as Route;
 use crate::admin::{Request, Response};
 use crate::cluster::RemoteAnswer;
-use crate::proto::push::{wall_us, Position, Stream, BROADCAST_TOPIC};
-use crate::server::broker::history::{History, MAX_REPLY_BYTES};
-use crate::server::commands::{split_id, PushCommand};
-use crate::server::commands::{ConnInfo, ListCommand, PresenceCommand, CMD_HISTORY, CMD_LIST, CMD_PRESENCE, CMD_PUSH};
+use crate::proto::push::{wall_us, Position, Stream};
+use crate::server::broker::history::MAX_REPLY_BYTES;
+use crate::server::broker::shard::Shards;
+use crate::server::commands::{ConnInfo, ListCommand, PresenceCommand, CMD_LIST, CMD_PRESENCE};
 use crate::supervise::pool::Sent;
 use crate::supervise::Pool;
 use base64::Engine;
@@ -26,7 +31,9 @@ enum Gather {
     Publish {
         per_worker: BTreeMap<usize, (u64, u64)>,
         not_found: u64,
+        /// Per message: its offset (set when its shard routed it), its stream.
         seqs: Vec<u64>,
+        streams: Vec<Stream>,
         publish_us: u64,
         /// Unicasts other nodes carried out (cluster).
         remote: Vec<RemoteAnswer>,
@@ -64,6 +71,9 @@ pub(crate) enum Answer {
 
 struct Pending {
     reply: Answer,
+    /// Messages whose shard has not said yet where they went: publish id
+    /// -> the message's index.
+    routing: BTreeMap<u64, usize>,
     /// Acknowledgements still expected, per worker.
     waiting: BTreeMap<usize, u64>,
     /// Workers not waited for: stalled, or their command queue was full.
@@ -74,20 +84,22 @@ struct Pending {
     pids: Vec<u64>,
 }
 
-#[derive(Default)]
 pub(crate) struct Publisher {
     next_id: u64,
-    /// Every topic's offsets, epoch and latest messages (`*`: broadcasts).
-    pub history: History,
+    /// The broker shards: every topic's history, retained message and
+    /// interest, and the routing of every message (`shard.rs`).
+    pub shards: Shards,
+    /// `--mqtt-retained`, `--mqtt-retained-bytes` (the node's, divided
+    /// among the shards).
+    pub retained_bounds: crate::server::broker::retained::RetainedConfig,
     /// `--max-push-bytes`.
     pub max_push: usize,
-    /// MQTT retained messages, one per topic (`retained.rs`).
-    pub retained: crate::server::broker::retained::Retained,
     /// MQTT client ids and kept sessions (`sessions.rs`): offline
-    /// subscribers' messages are queued as they pass here.
+    /// subscribers' messages are queued as their shard hands them here.
     pub sessions: crate::server::broker::sessions::Sessions,
-    /// MQTT shared subscription groups (`shared.rs`): one member of each
-    /// is picked per message here, where every publish passes.
+    /// MQTT shared subscription groups as the cluster sees this node's
+    /// (`shared.rs`): announced, and placed across nodes; each shard picks
+    /// the member of its own copy.
     pub shared: crate::server::broker::shared::SharedGroups,
     /// Request id of each outstanding publish or listing.
     pending: HashMap<u64, Pending>,
@@ -164,47 +176,59 @@ fn presence_body(topic: &str, limit: usize, users: &HashMap<String, (u64, Option
 
 impl Publisher {
     pub(crate) fn new(
-        history: crate::server::broker::history::HistoryConfig,
+        shards: Shards,
         max_push: usize,
         retained: crate::server::broker::retained::RetainedConfig,
         sessions: crate::server::broker::sessions::SessionsConfig,
     ) -> Publisher {
         Publisher {
-            history: History::new(history),
+            next_id: 0,
+            shards,
+            retained_bounds: retained,
             max_push,
-            retained: crate::server::broker::retained::Retained::new(retained),
             sessions: crate::server::broker::sessions::Sessions::new(sessions),
-            ..Default::default()
+            shared: Default::default(),
+            pending: HashMap::new(),
+            owner: HashMap::new(),
+            published: 0,
+            node: None,
+            nats_replies: Vec::new(),
+            stalled: BTreeSet::new(),
         }
     }
 
-    /// New MQTT subscriptions in worker `w` want the retained messages
-    /// their filters match: one `retained` command per subscription (sent
-    /// after every push so far, so a message retained before the
-    /// subscription reached the supervisor is in it).
-    pub(crate) fn retained_wanted(&mut self, w: usize, wants: Vec<crate::server::commands::RetainedWant>, pool: &mut Pool) {
-        use crate::server::commands::{ClientPublish, RetainedAnswer, CMD_RETAINED};
-        for want in wants {
-            let now_us = wall_us();
-            let messages: Vec<ClientPublish> = self
-                .retained
-                .matching(&want.filter, now_us)
-                .into_iter()
-                .map(|(topic, k)| ClientPublish {
-                    topic: topic.into(),
-                    data: base64::engine::general_purpose::STANDARD.encode(&k.data),
-                    qos: k.qos,
-                    retain: true,
-                    mqtt: k.forwarded(now_us).ok().flatten(),
-                    identity: None,
-                })
-                .collect();
-            if messages.is_empty() {
-                continue;
-            }
-            let answer = RetainedAnswer { conn: want.conn, qos: want.qos, sid: want.sid, messages };
-            pool.send(w, &format!("{CMD_RETAINED} {}", serde_json::to_string(&answer).expect("serializes")));
+    /// One shard and nothing configured (unit tests).
+    #[cfg(test)]
+    pub(crate) fn for_test() -> Publisher {
+        let shards = Shards::start(1, Default::default(), Default::default(), Default::default(), std::sync::Arc::new(|_| {})).expect("a shard");
+        Publisher::new(shards, crate::proto::push::DEFAULT_MAX_PUSH, Default::default(), Default::default())
+    }
+
+    /// The broker's counters summed over its shards: the history, the
+    /// retained set, the routing, and the shared groups (the members and
+    /// groups as the supervisor counts them, the picks as the shards do).
+    pub(crate) fn broker_counters(
+        &self,
+    ) -> (
+        crate::server::broker::history::HistoryCounters,
+        crate::server::broker::retained::RetainedCounters,
+        crate::server::broker::core::CoreCounters,
+        crate::server::broker::shared::SharedCounters,
+    ) {
+        let (mut h, mut r, mut c) = Default::default();
+        let mut shared = self.shared.counters.clone();
+        let (mut picked, mut elsewhere) = (0, 0);
+        for i in 0..self.shards.len() {
+            let core = self.shards.core(i);
+            crate::server::broker::history::HistoryCounters::add(&mut h, &core.history.counters);
+            crate::server::broker::retained::RetainedCounters::add(&mut r, &core.retained.counters);
+            crate::server::broker::core::CoreCounters::add(&mut c, &core.counters);
+            picked += core.shared.counters.picked;
+            elsewhere += core.shared.counters.elsewhere;
         }
+        shared.picked = picked;
+        shared.elsewhere = elsewhere;
+        (h, r, c, shared)
     }
 
     /// A message over `--max-push-bytes`: the answer that names the limit.
@@ -253,99 +277,65 @@ impl Publisher {
             }
             Route::Publish(messages) => {
                 let publish_us = publish_us.unwrap_or_else(wall_us);
-                let (mut not_found, mut seqs) = (0, Vec::new());
                 let users = messages.iter().any(|m| m.user.is_some());
                 let close = messages.iter().any(|m| m.close);
-                for m in messages {
-                    if m.retain && m.stream == Stream::Topic {
-                        // Over its bounds it is still delivered, just not kept.
-                        // In a cluster every node keeps the newest by its stamp,
-                        // whichever way a copy came (`cluster/retained.rs`).
-                        let k = crate::server::broker::retained::Kept::new(&m.data, m.qos).with(m.mqtt.as_deref(), publish_us);
-                        let who = m.identity.as_deref();
-                        match self.node.is_some() {
-                            true => _ = self.retained.newer(&m.topic, k, who),
-                            false => _ = self.retained.set(&m.topic, k, who),
-                        }
-                    }
-                    let log = if m.stream == Stream::Broadcast { BROADCAST_TOPIC } else { m.topic.as_str() };
-                    let at = match (m.stream, m.at) {
-                        (Stream::Unicast, _) => Position::default(),
-                        (_, None) => self.history.append(log, publish_us, &m.data),
-                        // The cluster's offset: a message seen already
-                        // (the stream republished this node's own) is not
-                        // delivered again.
-                        (_, Some(at)) if self.history.put(log, at, publish_us, &m.data) => at,
-                        (_, Some(at)) => {
-                            seqs.push(at.offset);
-                            continue;
-                        }
-                    };
-                    seqs.push(at.offset);
-                    self.published += 1;
-                    let targets: Vec<usize> = match m.target {
-                        Some(id) => live.iter().copied().filter(|w| *w == split_id(id).0).collect(),
-                        None => live.to_vec(),
-                    };
-                    if targets.is_empty() {
-                        // A topic or broadcast message is in the history
-                        // even with no worker up to carry it now.
-                        not_found += (m.stream == Stream::Unicast) as u64;
-                        continue;
-                    }
-                    // Nobody waits for a quiet publish's answer (an MQTT
-                    // client's, or what another node published): its pushes
-                    // carry id 0 and the workers send no acknowledgement
-                    // (two lines through the pipes per worker per message
-                    // in issue 44's QoS 1 bench).
+                let streams: Vec<Stream> = messages.iter().map(|m| m.stream).collect();
+                let mut routing = BTreeMap::new();
+                for (index, m) in messages.into_iter().enumerate() {
+                    // Nobody waits for a quiet publish's answer (another
+                    // node's message): its pushes carry id 0, no worker
+                    // answers them, and its shard says nothing.
                     let pid = if quiet {
                         0
                     } else {
                         self.next_id += 1;
                         self.owner.insert(self.next_id, rid);
                         pids.push(self.next_id);
+                        routing.insert(self.next_id, index);
                         self.next_id
                     };
-                    let data = base64::engine::general_purpose::STANDARD.encode(&m.data);
-                    let mut shared = Vec::new();
-                    if m.stream == Stream::Topic && m.target.is_none() && m.user.is_none() {
-                        self.sessions.offline(&m.topic, &data, m.qos, m.retain, m.mqtt.as_deref(), publish_us);
-                        shared = self.shared.pick(&m.topic, &m.elsewhere);
-                    }
-                    let cmd = PushCommand {
-                        publish_id: pid,
+                    self.published += 1;
+                    self.shards.publish(crate::server::broker::core::Message {
                         stream: m.stream,
                         topic: m.topic,
-                        seq: at.offset,
-                        epoch: at.epoch,
-                        publish_us,
                         target: m.target,
                         user: m.user,
                         close: m.close,
                         qos: m.qos,
                         retain: m.retain,
-                        shared,
-                        mqtt: m.mqtt,
-                        data,
-                    };
-                    let line = format!("{CMD_PUSH} {}", serde_json::to_string(&cmd).expect("serializes"));
-                    for w in targets {
-                        send(w, &line, &mut waiting);
-                    }
+                        props: m.mqtt,
+                        identity: m.identity,
+                        at: m.at,
+                        publish_us,
+                        publish_id: pid,
+                        elsewhere: m.elsewhere,
+                        data: m.data,
+                    });
                 }
-                Gather::Publish { per_worker: BTreeMap::new(), not_found, seqs, publish_us, remote, users, close }
+                let n = streams.len();
+                let gather = Gather::Publish { per_worker: BTreeMap::new(), not_found: 0, seqs: vec![0; n], streams, publish_us, remote, users, close };
+                if quiet {
+                    return;
+                }
+                let p = Pending { reply, routing, waiting, stalled, gather, started: Instant::now(), pids };
+                self.pending.insert(rid, p);
+                return;
             }
             other => {
-                let p =
-                    Pending { reply, waiting, stalled, gather: Gather::List { limit: 0, list: Vec::new(), truncated: false }, started: Instant::now(), pids };
+                let p = Pending {
+                    reply,
+                    routing: BTreeMap::new(),
+                    waiting,
+                    stalled,
+                    gather: Gather::List { limit: 0, list: Vec::new(), truncated: false },
+                    started: Instant::now(),
+                    pids,
+                };
                 self.answer(p, Response::error(500, format!("{other:?} is not a publish")));
                 return;
             }
         };
-        if quiet {
-            return;
-        }
-        let p = Pending { reply, waiting, stalled, gather, started: Instant::now(), pids };
+        let p = Pending { reply, routing: BTreeMap::new(), waiting, stalled, gather, started: Instant::now(), pids };
         if p.waiting.is_empty() {
             self.finish(p, &[]);
         } else {
@@ -353,19 +343,10 @@ impl Publisher {
         }
     }
 
-    /// Subscribers in worker `w` recover `topic` after offset `after`:
-    /// send it the history. Sent after every push of the topic so far, so
-    /// the worker sees each message once, live or in this answer.
-    pub(crate) fn history_wanted(&mut self, w: usize, topic: &str, after: u64, pool: &mut Pool) {
-        let slice = self.history.since(topic, after, usize::MAX, MAX_REPLY_BYTES);
-        self.history.counters.served += 1;
-        pool.send(w, &format!("{CMD_HISTORY} {}", serde_json::to_string(&slice).expect("serializes")));
-    }
-
     /// `GET /history`: a topic's messages after an offset, and whether a
     /// subscriber at (`epoch`, `after`) has every one it missed.
     pub(crate) fn history_json(&self, topic: &str, after: u64, epoch: Option<u32>, limit: usize) -> Response {
-        let slice = self.history.since(topic, after, limit, MAX_REPLY_BYTES);
+        let slice = self.shards.core(self.shards.of(topic)).history.since(topic, after, limit, MAX_REPLY_BYTES);
         let at = Position { epoch: epoch.unwrap_or(slice.epoch), offset: after };
         let recovered = slice.covers(at) == Some(true) && slice.messages.last().is_none_or(|m| m.offset == slice.head);
         let messages: Vec<serde_json::Value> = slice
@@ -382,6 +363,32 @@ impl Publisher {
             .collect();
         let body = json!({ "topic": topic, "epoch": slice.epoch, "head": slice.head, "oldest": slice.oldest, "recovered": recovered, "messages": messages });
         Response::json(200, &body)
+    }
+
+    /// A shard routed admin publish `publish_id`: its place, and the
+    /// workers whose counts its answer waits for (none for a unicast: its
+    /// connection is nowhere).
+    pub(crate) fn routed(&mut self, publish_id: u64, at: Position, workers: Vec<u32>) {
+        let Some(&rid) = self.owner.get(&publish_id) else { return };
+        let stalled = &self.stalled;
+        let Some(p) = self.pending.get_mut(&rid) else { return };
+        let Some(index) = p.routing.remove(&publish_id) else { return };
+        if let Gather::Publish { seqs, streams, not_found, .. } = &mut p.gather {
+            seqs[index] = at.offset;
+            if workers.is_empty() && streams[index] == Stream::Unicast {
+                *not_found += 1;
+            }
+        }
+        for w in workers.into_iter().map(|w| w as usize) {
+            match stalled.contains(&w) {
+                true => _ = p.stalled.insert(w),
+                false => *p.waiting.entry(w).or_insert(0) += 1,
+            }
+        }
+        if p.routing.is_empty() && p.waiting.is_empty() {
+            let p = self.take(rid);
+            self.finish(p, &[]);
+        }
     }
 
     /// A worker carried out push `publish_id`.
@@ -457,7 +464,7 @@ impl Publisher {
                 p.waiting.remove(&worker);
             }
         }
-        if p.waiting.is_empty() {
+        if p.waiting.is_empty() && p.routing.is_empty() {
             let p = self.take(rid);
             self.finish(p, &[]);
         }
@@ -488,7 +495,7 @@ impl Publisher {
             .iter_mut()
             .filter_map(|(rid, p)| {
                 p.waiting.remove(&worker);
-                p.waiting.is_empty().then_some(*rid)
+                (p.waiting.is_empty() && p.routing.is_empty()).then_some(*rid)
             })
             .collect();
         for rid in done {
@@ -515,7 +522,7 @@ impl Publisher {
                     p.waiting.remove(&w);
                     p.stalled.insert(w);
                 }
-                p.waiting.is_empty().then_some(*rid)
+                (p.waiting.is_empty() && p.routing.is_empty()).then_some(*rid)
             })
             .collect();
         for rid in done {
@@ -567,7 +574,7 @@ impl Publisher {
                 let body = presence_body(&topic, limit, &users, anonymous, &where_);
                 return self.answer(p, Response { status: 200, content_type: "application/json", body });
             }
-            Gather::Publish { per_worker, mut not_found, seqs, publish_us, remote, users, close } => {
+            Gather::Publish { per_worker, mut not_found, seqs, publish_us, remote, users, close, .. } => {
                 let queued: u64 = per_worker.values().map(|v| v.0).sum();
                 // In a cluster other nodes deliver theirs on receipt: none
                 // here is no 404 there.

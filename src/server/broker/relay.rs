@@ -9,9 +9,9 @@ use crate::admin::{Request, Response};
 use crate::cluster::link::Out;
 use crate::cluster::{ClusterConfig, ClusterEvent, Inbound, Link, LinkStatus, PublishFailure, Sent};
 use crate::proto::push::{wall_us, Position, Stream, BROADCAST_TOPIC};
-use crate::server::broker::history::Message as HistoryMessage;
 use crate::server::broker::publish::{Answer, Publisher};
 use crate::server::broker::retained::Kept;
+use crate::server::broker::shard::Cmd;
 use crate::supervise::{Pool, Sink};
 use anyhow::Result;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -180,22 +180,24 @@ impl Relay {
                     Self::deliver(m, self.link.cfg.node.as_str(), publisher, live, pool);
                 }
             }
-            ClusterEvent::Fetched { topic, result } => self.fetched(topic, result, publisher, live, pool),
+            ClusterEvent::Fetched { topic, result } => self.fetched(topic, result, publisher),
             ClusterEvent::PresenceAsked { topic, reply } => {
                 let route = Route::Presence { topic, limit: crate::admin::route::MAX_PRESENCE };
                 publisher.begin(route, Answer::Nats(reply), None, Vec::new(), live, pool);
             }
             ClusterEvent::Presence { request, answers } => publisher.presence_of_nodes(request, answers),
             ClusterEvent::RetainedSet(e) => {
-                publisher.retained.newer(&e.topic, Kept::from_entry(&e), None);
+                let i = publisher.shards.of(&e.topic);
+                publisher.shards.send(i, Cmd::Retained { topic: e.topic.clone(), kept: Kept::from_entry(&e), sync: false });
             }
             ClusterEvent::RetainedAsked { reply } => self.answer_retained(reply, publisher),
             ClusterEvent::Retained(answers) => {
-                let r = &mut publisher.retained;
-                let taken = answers.entries.into_iter().filter(|e| r.newer(&e.topic, Kept::from_entry(e), None)).count();
-                r.counters.synced += taken as u64;
+                for e in answers.entries {
+                    let i = publisher.shards.of(&e.topic);
+                    publisher.shards.send(i, Cmd::Retained { kept: Kept::from_entry(&e), topic: e.topic, sync: true });
+                }
                 // Malformed, or past this node's bounds.
-                r.refused("cluster_sync", answers.dropped);
+                publisher.shards.core(0).retained.refused("cluster_sync", answers.dropped);
             }
             ClusterEvent::Notices(notices) => {
                 pool.broadcast(&format!("{} {}", crate::server::commands::CMD_NOTICES, serde_json::to_string(&notices).expect("serializes")));
@@ -215,23 +217,29 @@ impl Relay {
             self.answered.pop_front();
         }
         if self.answered.len() >= MAX_ANSWERS {
-            crate::stats::counters::bump(&mut publisher.retained.counters.refused, "sync_asks_unanswered");
+            crate::stats::counters::bump(&mut publisher.shards.core(0).retained.counters.refused, "sync_asks_unanswered");
             return;
         }
         self.answered.push_back(now);
-        let r = &publisher.retained;
-        let clears = r.cleared().map(|(t, us)| (t, &[][..], crate::cluster::MqttMeta { qos: 0, retain: true, props: None, shared: Vec::new() }, us));
-        let (chunks, skipped) = crate::cluster::retained::chunks(r.all(wall_us()).chain(clears));
+        // Every shard's part, its messages and the clears it remembers.
+        let mut all: Vec<(String, Vec<u8>, crate::cluster::MqttMeta, u64)> = Vec::new();
+        for i in 0..publisher.shards.len() {
+            let r = &publisher.shards.core(i).retained;
+            all.extend(r.all(wall_us()).map(|(t, d, m, us)| (t.to_string(), d.to_vec(), m, us)));
+            let clear = || crate::cluster::MqttMeta { qos: 0, retain: true, props: None, shared: Vec::new() };
+            all.extend(r.cleared().map(|(t, us)| (t.to_string(), Vec::new(), clear(), us)));
+        }
+        let (chunks, skipped) = crate::cluster::retained::chunks(all.iter().map(|(t, d, m, us)| (t.as_str(), d.as_slice(), m.clone(), *us)));
         for chunk in chunks {
             self.link.reply(reply.clone(), chunk);
         }
-        publisher.retained.refused("cluster_sync", skipped);
+        publisher.shards.core(0).retained.refused("cluster_sync", skipped);
     }
 
     /// The link came up (at start or after a reconnect): ask the other
     /// nodes for their retained sets, which this node may have missed.
     pub(crate) fn ask_retained(&self, publisher: &Publisher) {
-        let b = publisher.retained.bounds();
+        let b = publisher.retained_bounds;
         self.link.ask_retained(b.max_messages, b.max_bytes);
     }
 
@@ -339,17 +347,20 @@ impl Relay {
     /// recovery this node's history cannot answer reads the stream's
     /// (its latest 4 MiB); what the answer then cannot reach is lost for
     /// that subscriber, which does not ask again (`worker/recovery.rs`).
-    pub(crate) fn history_wanted(&mut self, worker: usize, topic: &str, after: u64, publisher: &mut Publisher, pool: &mut Pool) {
-        // Only a topic followed here has a history that is up to date.
-        let covered = || {
-            let s = publisher.history.since(topic, after, 0, 0);
-            self.link.follows(topic) && s.epoch != 0 && s.oldest <= after.saturating_add(1) && after <= s.head
+    pub(crate) fn history_wanted(&mut self, worker: usize, topic: &str, after: u64, publisher: &mut Publisher) {
+        let shard = publisher.shards.of(topic);
+        let answer = |publisher: &mut Publisher| publisher.shards.send(shard, Cmd::History { worker: worker as u32, topic: topic.to_string(), after });
+        let (covered, position_here) = {
+            let h = &publisher.shards.core(shard).history;
+            // Only a topic followed here has a history that is up to date.
+            let s = h.since(topic, after, 0, 0);
+            let covered = self.link.follows(topic) && s.epoch != 0 && s.oldest <= after.saturating_add(1) && after <= s.head;
+            // A position only: this node's, unless it has none of the topic
+            // (then the stream's last message says where the topic is).
+            (covered, after == u64::MAX && h.position(topic).epoch != 0)
         };
-        // A position only: this node's, unless it has none of the topic
-        // (then the stream's last message says where the topic is).
-        let position_here = || after == u64::MAX && publisher.history.position(topic).epoch != 0;
-        if !self.link.logged() || position_here() || covered() {
-            return publisher.history_wanted(worker, topic, after, pool);
+        if !self.link.logged() || position_here || covered {
+            return answer(publisher);
         }
         let waiting = self.fetching.entry(topic.to_string()).or_default();
         if waiting.is_empty() {
@@ -361,39 +372,39 @@ impl Relay {
     /// The stream's messages of a topic came: into this node's history
     /// (those after its head delivered, in order), then the waiting
     /// recoveries are answered from it.
-    fn fetched(&mut self, topic: String, result: Result<Vec<crate::cluster::Inbound>, String>, publisher: &mut Publisher, live: &[usize], pool: &mut Pool) {
+    fn fetched(&mut self, topic: String, result: Result<Vec<crate::cluster::Inbound>, String>, publisher: &mut Publisher) {
+        let waiting: Vec<(u32, u64)> = self.fetching.remove(&topic).unwrap_or_default().into_iter().map(|(w, a)| (w as u32, a)).collect();
+        let mut messages = Vec::new();
         match result {
+            // Merged by the topic's shard, with their MQTT metadata: what
+            // was past its head is delivered, then the waiting answered.
             Ok(got) => {
-                // The history keeps no MQTT metadata: what was filled gets it back by offset.
-                let mut meta: HashMap<u64, crate::cluster::MqttMeta> = got.iter().filter_map(|m| Some((m.at?.offset, m.mqtt.clone()?))).collect();
-                let got =
-                    got.into_iter().filter_map(|m| Some((m.at?, HistoryMessage { offset: m.at?.offset, publish_us: m.publish_us, data: m.data }))).collect();
-                for (at, m) in publisher.history.merge(&topic, got) {
-                    let mqtt = meta.remove(&at.offset).unwrap_or_default();
+                for m in got {
+                    let Some(at) = m.at else { continue };
+                    let mqtt = m.mqtt.clone().unwrap_or_default();
                     let (stream, name) = if topic == BROADCAST_TOPIC { (Stream::Broadcast, String::new()) } else { (Stream::Topic, topic.clone()) };
-                    let msg = Message {
+                    messages.push(crate::server::broker::core::Message {
                         stream,
                         topic: name,
                         target: None,
-                        node: None,
-                        data: m.data,
-                        at: Some(at),
                         user: None,
                         close: false,
                         qos: mqtt.qos,
                         retain: mqtt.retain,
                         elsewhere: mqtt.elsewhere(&self.link.cfg.node),
-                        mqtt: mqtt.props,
+                        props: mqtt.props,
                         identity: None,
-                    };
-                    publisher.begin(Route::Publish(vec![msg]), Answer::Quiet, Some(m.publish_us), Vec::new(), live, pool);
+                        at: Some(at),
+                        publish_us: m.publish_us,
+                        publish_id: 0,
+                        data: m.data,
+                    });
                 }
             }
             Err(e) => self.link.note_error(format!("recovering {topic} from JetStream: {e}")),
         }
-        for (worker, after) in self.fetching.remove(&topic).unwrap_or_default() {
-            publisher.history_wanted(worker, &topic, after, pool);
-        }
+        let shard = publisher.shards.of(&topic);
+        publisher.shards.send(shard, Cmd::Merged { topic, messages, waiting });
     }
 
     /// A worker's topics changed: followed from now on, a topic's history
@@ -401,7 +412,8 @@ impl Relay {
     pub(crate) fn topics_changed(&mut self, worker: usize, changes: &[(String, bool)], publisher: &mut Publisher) {
         for topic in self.link.topics_changed(worker, changes) {
             if self.link.logged() {
-                publisher.history.forget(&topic);
+                let shard = publisher.shards.of(&topic);
+                publisher.shards.send(shard, Cmd::Forget { topic });
             }
         }
     }

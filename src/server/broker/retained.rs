@@ -275,11 +275,6 @@ impl Retained {
         self.counters.stored + self.counters.cleared + self.counters.expired
     }
 
-    /// Its bounds (`--mqtt-retained`, `--mqtt-retained-bytes`).
-    pub(crate) fn bounds(&self) -> RetainedConfig {
-        self.cfg
-    }
-
     /// The retained messages `filter` matches at `now_us`, in topic
     /// order, at most [`MAX_ANSWER_BYTES`] of them; those it meets
     /// expired are dropped.

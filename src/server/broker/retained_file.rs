@@ -13,7 +13,8 @@
 //! at once (an empty set too), so a path that cannot be written refuses
 //! the start instead of failing at every save.
 
-use super::retained::{Kept, Retained};
+use super::retained::Kept;
+use super::shard::{shard_of, Shards};
 use super::state_file::StateFile;
 use crate::cluster::retained::{chunks, decode_chunk};
 use std::path::Path;
@@ -26,13 +27,36 @@ pub(crate) use super::state_file::DEFAULT_EVERY;
 pub(crate) struct RetainedFile(StateFile);
 
 impl RetainedFile {
-    /// Read `path` into `set` (`max_push`: the largest message this
-    /// server takes): how many messages it kept. Err names the problem
-    /// and the fix.
-    pub(crate) fn open(path: &Path, every: Duration, set: &mut Retained, max_push: usize) -> Result<(RetainedFile, usize), String> {
-        let mut f = RetainedFile(StateFile::new(path, every));
+    /// Read `path` into the shards' retained sets, each message to its
+    /// topic's (`max_push`: the largest message this server takes): how
+    /// many messages they kept. Err names the problem and the fix.
+    pub(crate) fn open(path: &Path, every: Duration, shards: &Shards, max_push: usize) -> Result<(RetainedFile, usize), String> {
+        let n = shards.len();
+        let mut kept = 0;
+        let f = Self::read_into(
+            path,
+            every,
+            max_push,
+            |topic, k| kept += shards.core(shard_of(topic, n)).retained.newer(topic, k, None) as usize,
+            |dropped| shards.core(0).retained.refused("file", dropped),
+        )?;
+        let mut f = f;
+        f.save(shards, Instant::now(), true).map_err(|e| format!("--mqtt-retained-file: {e}; give a path in a directory this user can write"))?;
+        Ok((f, kept))
+    }
+
+    /// Read `path`, each message it holds (not expired) to `keep`, the
+    /// count of those it left out to `dropped`.
+    fn read_into(
+        path: &Path,
+        every: Duration,
+        max_push: usize,
+        mut keep: impl FnMut(&str, Kept),
+        dropped_to: impl FnOnce(u64),
+    ) -> Result<RetainedFile, String> {
+        let f = RetainedFile(StateFile::new(path, every));
         let text = f.0.read("--mqtt-retained-file")?;
-        let (mut kept, mut dropped) = (0, 0);
+        let mut dropped = 0;
         for (n, line) in text.split(|b| *b == b'\n').enumerate().filter(|(_, l)| !l.is_empty()) {
             let entries = decode_chunk(line, max_push, &mut dropped).map_err(|e| {
                 format!(
@@ -45,27 +69,33 @@ impl RetainedFile {
             for e in entries {
                 let k = Kept::from_entry(&e);
                 if k.forwarded(now).is_ok() {
-                    kept += set.newer(&e.topic, k, None) as usize;
+                    keep(&e.topic, k);
                 }
             }
         }
-        set.refused("file", dropped);
-        f.save(set, Instant::now(), true).map_err(|e| format!("--mqtt-retained-file: {e}; give a path in a directory this user can write"))?;
-        Ok((f, kept))
+        dropped_to(dropped);
+        Ok(f)
     }
 
     /// Write the set if it changed and the interval passed (`now`), or
     /// if it changed at all (`force`: the server stops). Err: why it
     /// could not be written (tried again at the next interval).
-    pub(crate) fn save(&mut self, set: &mut Retained, now: Instant, force: bool) -> Result<bool, String> {
-        let generation = set.generation();
+    pub(crate) fn save(&mut self, shards: &Shards, now: Instant, force: bool) -> Result<bool, String> {
+        let generation: u64 = (0..shards.len()).map(|i| shards.core(i).retained.generation()).sum();
         if !self.0.due(generation, now, force) {
             return Ok(false);
         }
-        let (lines, skipped) = chunks(set.all(crate::proto::push::wall_us()));
-        set.refused("file", skipped);
+        // A copy of each shard's part, taken a shard at a time.
+        let wall = crate::proto::push::wall_us();
+        let mut all: Vec<(String, Vec<u8>, crate::cluster::MqttMeta, u64)> = Vec::new();
+        for i in 0..shards.len() {
+            all.extend(shards.core(i).retained.all(wall).map(|(t, d, m, us)| (t.to_string(), d.to_vec(), m, us)));
+        }
+        all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let (lines, skipped) = chunks(all.iter().map(|(t, d, m, us)| (t.as_str(), d.as_slice(), m.clone(), *us)));
+        shards.core(0).retained.refused("file", skipped);
         self.0.write(&lines, generation, now).map_err(|e| format!("cannot write the retained messages to {}: {e}", self.0.path.display()))?;
-        set.counters.saved += 1;
+        shards.core(0).retained.counters.saved += 1;
         Ok(true)
     }
 }
@@ -82,29 +112,39 @@ mod tests {
         d
     }
 
+    /// Two shards, as a server starts them.
+    fn shards(retained: RetainedConfig) -> Shards {
+        Shards::start(2, Default::default(), retained, Default::default(), std::sync::Arc::new(|_| {})).unwrap()
+    }
+
+    fn set(s: &Shards, topic: &str, k: Kept) {
+        s.core(shard_of(topic, s.len())).retained.set(topic, k, None).unwrap();
+    }
+
     /// Written only when changed (and the interval passed, unless
-    /// forced), read back whole with properties and stamps; a missing
-    /// file is a first start.
+    /// forced), read back whole with properties and stamps, each message
+    /// into its topic's shard; a missing file is a first start.
     #[test]
     fn the_set_is_written_when_it_changed_and_read_back_whole() {
         let d = dir("retained-file");
         let path = d.join("retained.json");
-        let mut a = Retained::new(RetainedConfig::default());
-        let (mut f, n) = RetainedFile::open(&path, Duration::from_secs(3600), &mut a, 1024).unwrap();
+        let a = shards(RetainedConfig::default());
+        let (mut f, n) = RetainedFile::open(&path, Duration::from_secs(3600), &a, 1024).unwrap();
         assert_eq!(n, 0, "no file yet");
-        assert!(!f.save(&mut a, Instant::now(), true).unwrap(), "nothing changed");
+        assert!(!f.save(&a, Instant::now(), true).unwrap(), "nothing changed");
         let props = crate::proto::mqtt::forward::Forwarded { content_type: Some("text/plain".into()), ..Default::default() };
-        a.set("a/b", Kept::new(b"1", 1).with(Some(&props), 7), None).unwrap();
-        a.set("c", Kept::new(b"2", 0).with(None, 8), None).unwrap();
-        assert!(!f.save(&mut a, Instant::now(), false).unwrap(), "the interval has not passed");
-        assert!(f.save(&mut a, Instant::now(), true).unwrap());
+        set(&a, "a/b", Kept::new(b"1", 1).with(Some(&props), 7));
+        set(&a, "c", Kept::new(b"2", 0).with(None, 8));
+        assert!(!f.save(&a, Instant::now(), false).unwrap(), "the interval has not passed");
+        assert!(f.save(&a, Instant::now(), true).unwrap());
         assert!(!d.join("retained.json.tmp").exists(), "renamed into place");
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600, "the clients' payloads: the owner's only");
-        let mut b = Retained::new(RetainedConfig::default());
-        let (_, n) = RetainedFile::open(&path, DEFAULT_EVERY, &mut b, 1024).unwrap();
+        let b = shards(RetainedConfig::default());
+        let (_, n) = RetainedFile::open(&path, DEFAULT_EVERY, &b, 1024).unwrap();
         assert_eq!(n, 2);
-        let got = b.matching("a/b", 0)[0].1.clone();
+        let mut core = b.core(shard_of("a/b", 2));
+        let got = core.retained.matching("a/b", 0)[0].1.clone();
         assert_eq!((got.data.as_ref(), got.qos, got.publish_us, got.mqtt.and_then(|m| m.content_type)), (&b"1"[..], 1, 7, Some("text/plain".into())));
         let _ = std::fs::remove_dir_all(&d);
     }
@@ -115,17 +155,17 @@ mod tests {
     fn a_damaged_file_is_refused_with_the_fix_and_bounds_apply() {
         let d = dir("retained-bad");
         let path = d.join("r.json");
-        let mut a = Retained::new(RetainedConfig::default());
-        a.set("ok", Kept::new(b"small", 0), None).unwrap();
-        a.set("big", Kept::new(&[7; 100], 0), None).unwrap();
-        RetainedFile::open(&path, DEFAULT_EVERY, &mut Retained::new(RetainedConfig::default()), 1024).unwrap().0.save(&mut a, Instant::now(), true).unwrap();
-        let mut b = Retained::new(RetainedConfig::default());
-        let (_, n) = RetainedFile::open(&path, DEFAULT_EVERY, &mut b, 50).unwrap();
-        assert_eq!((n, b.counters.refused.get("file").copied()), (1, Some(1)), "the 100-byte message is over this server's 50");
+        let a = shards(RetainedConfig::default());
+        set(&a, "ok", Kept::new(b"small", 0));
+        set(&a, "big", Kept::new(&[7; 100], 0));
+        RetainedFile::open(&path, DEFAULT_EVERY, &shards(RetainedConfig::default()), 1024).unwrap().0.save(&a, Instant::now(), true).unwrap();
+        let b = shards(RetainedConfig::default());
+        let (_, n) = RetainedFile::open(&path, DEFAULT_EVERY, &b, 50).unwrap();
+        assert_eq!((n, b.core(0).retained.counters.refused.get("file").copied()), (1, Some(1)), "the 100-byte message is over this server's 50");
         std::fs::write(&path, b"[]\n{garbage\n").unwrap();
-        let e = RetainedFile::open(&path, DEFAULT_EVERY, &mut b, 50).unwrap_err();
+        let e = RetainedFile::open(&path, DEFAULT_EVERY, &b, 50).unwrap_err();
         assert!(e.contains("line 2") && e.contains("move it away"), "{e}");
-        let e = RetainedFile::open(&d.join("no/such/dir/r.json"), DEFAULT_EVERY, &mut b, 50).unwrap_err();
+        let e = RetainedFile::open(&d.join("no/such/dir/r.json"), DEFAULT_EVERY, &b, 50).unwrap_err();
         assert!(e.contains("no/such/dir") && e.contains("directory this user can write"), "a path that cannot be written refuses the start: {e}");
         let _ = std::fs::remove_dir_all(&d);
     }

@@ -550,10 +550,16 @@ impl Sessions {
         self.by_filter.following.take()
     }
 
+    /// The kept sessions' filters that gained their first holder (true)
+    /// or lost their last since the last call: what the shards route here.
+    pub(crate) fn take_interest(&mut self) -> Vec<(bool, Box<str>)> {
+        self.by_filter.take_interest()
+    }
+
     /// A topic publish: queued for every kept session whose filters
     /// match it, at the lower of its QoS and the highest granted (QoS 0
     /// is not queued), within the bounds (the newest dropped past them).
-    pub(crate) fn offline(&mut self, topic: &str, data: &str, qos: u8, retain: bool, mqtt: Option<&Forwarded>, publish_us: u64) {
+    pub(crate) fn offline(&mut self, topic: &str, data: &[u8], qos: u8, retain: bool, mqtt: Option<&Forwarded>, publish_us: u64) {
         if qos == 0 || self.kept.is_empty() {
             return;
         }

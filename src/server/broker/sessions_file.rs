@@ -120,7 +120,7 @@ mod tests {
         let answer = b.claim(0, claim(2, "dev-1"), now);
         let Action::Answer(_, ans) = &answer[0] else { panic!("{answer:?}") };
         assert!(ans.present, "resumed");
-        assert_eq!((ans.subs[0].filter.as_str(), ans.messages[0].data.as_str()), ("t/+", "aGk="));
+        assert_eq!((ans.subs[0].filter.as_str(), &ans.messages[0].data[..]), ("t/+", &b"aGk="[..]));
         assert!(fb.save(&mut b, now, true).unwrap(), "a resume changes what the file holds");
         assert_eq!(std::fs::read(&path).unwrap(), b"", "no session kept now");
 
@@ -155,7 +155,7 @@ mod tests {
         let (d, path, mut a, mut f) = opened("sessions-will");
         let now = Instant::now();
         let key = admitted(&mut a, 1, "dev-w", now);
-        let will = ClientPublish { topic: "status/dev-w".into(), data: "b2ZmbGluZQ==".into(), qos: 1, retain: true, mqtt: None, identity: None };
+        let will = ClientPublish { topic: "status/dev-w".into(), data: b"b2ZmbGluZQ==".to_vec(), qos: 1, retain: true, mqtt: None, identity: None };
         let state = SessionState { subs: vec![KeptSub::new("cmd/dev-w", 1)], messages: vec![], rel: vec![] };
         let end = SessionEnd {
             conn: 1,

@@ -73,13 +73,24 @@ pub(crate) enum Cmd {
     /// The cluster's stream filled a topic's history.
     Merged {
         topic: String,
-        messages: Vec<(crate::proto::push::Position, crate::server::broker::history::Message)>,
+        messages: Vec<Message>,
         waiting: Vec<(u32, u64)>,
     },
-    /// Another node's retained message or clear, or one from the file.
+    /// Answer a worker's recovery from the history here.
+    History {
+        worker: u32,
+        topic: String,
+        after: u64,
+    },
+    /// Start a topic's history over (followed from now on).
+    Forget {
+        topic: String,
+    },
+    /// Another node's retained message or clear (`sync`: from a sync).
     Retained {
         topic: String,
         kept: crate::server::broker::retained::Kept,
+        sync: bool,
     },
     Stop,
 }
@@ -301,7 +312,9 @@ fn run(core: Arc<Mutex<Core>>, mut poll: Poll, rx: mpsc::Receiver<Cmd>, to_main:
                         Cmd::Message(m) => Input::Message(m),
                         Cmd::Offline { add, filter } => Input::Offline { add, filter },
                         Cmd::Merged { topic, messages, waiting } => Input::Merged { topic, messages, waiting },
-                        Cmd::Retained { topic, kept } => Input::RetainedEntry { topic, kept },
+                        Cmd::History { worker, topic, after } => Input::History { worker, topic, after },
+                        Cmd::Forget { topic } => Input::Forget { topic },
+                        Cmd::Retained { topic, kept, sync } => Input::RetainedEntry { topic, kept, sync },
                     };
                     c.handle(input, now_us, &mut outs);
                 }

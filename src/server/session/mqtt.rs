@@ -395,10 +395,9 @@ fn publish(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, p: Publish<'_>) -> R
             }
         }
     }
-    use base64::Engine;
     let forwarded = forwarded.ok().map(Box::new);
     ctx.published.bytes += p.payload.len() + topic.len() + forwarded.as_ref().map_or(0, |f| f.cost());
-    let data = base64::engine::general_purpose::STANDARD.encode(p.payload);
+    let data = p.payload.to_vec();
     // A retained one is charged to its publisher (the address filled in
     // by the worker without `--auth`).
     let identity = p.retain.then(|| ctx.topics.gate.user_of(ctx.req.key).unwrap_or_default().to_string());

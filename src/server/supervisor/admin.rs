@@ -34,10 +34,13 @@ impl ServerFleet {
             Route::Stats => {
                 let mut v = serde_json::to_value(&t).unwrap_or_default();
                 v["push_published"] = self.publisher.published.into();
-                v["history"] = serde_json::to_value(&self.publisher.history.counters).unwrap_or_default();
-                v["mqtt_retained"] = serde_json::to_value(&self.publisher.retained.counters).unwrap_or_default();
+                let (history, retained, broker, shared) = self.publisher.broker_counters();
+                v["history"] = serde_json::to_value(&history).unwrap_or_default();
+                v["mqtt_retained"] = serde_json::to_value(&retained).unwrap_or_default();
+                v["broker"] = serde_json::to_value(&broker).unwrap_or_default();
+                v["broker"]["shards"] = self.publisher.shards.len().into();
                 v["mqtt_sessions"] = serde_json::to_value(&self.publisher.sessions.counters).unwrap_or_default();
-                v["mqtt_shared"] = serde_json::to_value(&self.publisher.shared.counters).unwrap_or_default();
+                v["mqtt_shared"] = serde_json::to_value(&shared).unwrap_or_default();
                 if let Some(u) = &self.upstream {
                     v["upstream"] = serde_json::to_value(&*u.counters.lock().expect("upstream counters")).unwrap_or_default();
                 }
@@ -90,28 +93,27 @@ impl ServerFleet {
         let _ = req.reply.send(resp);
     }
 
-    /// What MQTT clients published: each message goes the way an admin
-    /// `POST /publish` of its topic goes (history, the cluster, every
-    /// worker), so one topic space serves every protocol. Nobody waits
-    /// for the answer (the client had its PUBACK when its worker took it).
-    pub(super) fn client_published(&mut self, messages: Vec<crate::server::commands::ClientPublish>) {
-        use base64::Engine;
-        let messages: Vec<crate::admin::route::Message> = messages
-            .into_iter()
-            .filter_map(|m| {
-                let data = base64::engine::general_purpose::STANDARD.decode(m.data.as_bytes()).ok()?;
-                Some(crate::admin::route::Message {
-                    qos: m.qos,
-                    retain: m.retain,
-                    mqtt: m.mqtt,
-                    identity: m.identity.map(Into::into),
-                    ..crate::admin::route::Message::topic(m.topic, data)
-                })
-            })
-            .collect();
-        if messages.is_empty() {
+    /// What MQTT clients published that the supervisor must carry: a
+    /// cluster node's (to NATS first, `relay.rs`) and delayed wills. The
+    /// rest never comes here: its worker hands it to its topic's shard.
+    /// Nobody waits for the answer (the client had its PUBACK).
+    pub(super) fn client_published(&mut self, messages: Vec<crate::server::broker::core::Message>) {
+        if self.relay.is_none() {
+            for m in messages {
+                self.publisher.shards.publish(m);
+            }
             return;
         }
+        let messages: Vec<crate::admin::route::Message> = messages
+            .into_iter()
+            .map(|m| crate::admin::route::Message {
+                qos: m.qos,
+                retain: m.retain,
+                mqtt: m.props,
+                identity: m.identity,
+                ..crate::admin::route::Message::topic(m.topic, m.data)
+            })
+            .collect();
         let running = self.live();
         let route = crate::admin::Route::Publish(messages);
         match &mut self.relay {

@@ -172,6 +172,16 @@ impl ServerFleet {
         }
         let tls_stamp = template.tls.as_ref().and_then(crate::tls::files::stamp);
         let to = sink.clone();
+        let shards = crate::server::broker::shard::Shards::start(
+            cfg.shards(),
+            cfg.history,
+            cfg.mqtt_retained,
+            crate::server::broker::core::CoreConfig { relay: cfg.cluster.is_some(), fetch: cfg.cluster.is_some() },
+            Arc::new(move |m| {
+                to(ServerEvent::Broker(m));
+            }),
+        )?;
+        let to = sink.clone();
         let mut pool = Pool::new(crate::server::WORKER_KIND, fd_limit, Arc::new(move |(i, ev)| to(ServerEvent::Worker(i, ev))))?;
         pool.set_inherit(template.listen_fds.clone());
         let mut f = ServerFleet {
@@ -192,7 +202,7 @@ impl ServerFleet {
             stopping: false,
             notes: Vec::new(),
             failure: None,
-            publisher: crate::server::broker::publish::Publisher::new(cfg.history, cfg.max_push_bytes, cfg.mqtt_retained, cfg.mqtt_sessions),
+            publisher: crate::server::broker::publish::Publisher::new(shards, cfg.max_push_bytes, cfg.mqtt_retained, cfg.mqtt_sessions),
             cap,
             listeners,
             relay: None,
@@ -205,7 +215,7 @@ impl ServerFleet {
         };
         if let Some(path) = &cfg.mqtt_retained_file {
             let (file, n) =
-                crate::server::broker::retained_file::RetainedFile::open(path, cfg.mqtt_retained_save_every, &mut f.publisher.retained, cfg.max_push_bytes)
+                crate::server::broker::retained_file::RetainedFile::open(path, cfg.mqtt_retained_save_every, &f.publisher.shards, cfg.max_push_bytes)
                     .map_err(crate::UsageError)?;
             f.retained_file = Some(file);
             f.note("mqtt_retained_file", usize::MAX, format!("mqtt: {n} retained messages read from {}", path.display()), 0);
@@ -215,7 +225,9 @@ impl ServerFleet {
             let relay = crate::server::broker::relay::Relay::start(c.clone(), Arc::new(move |ev| to(ServerEvent::Cluster(ev))))?;
             f.publisher.node = Some(relay.node().to_string());
             f.publisher.sessions.follow();
-            f.publisher.retained.keep_clears();
+            for i in 0..f.publisher.shards.len() {
+                f.publisher.shards.core(i).retained.keep_clears();
+            }
             f.relay = Some(relay);
         }
         if let Some(path) = &cfg.mqtt_sessions_file {
@@ -255,8 +267,13 @@ impl ServerFleet {
 
     fn spawn(&mut self) -> Result<usize> {
         let i = self.pool.next_index();
-        let cfg = ServerWorkerConfig { worker: i, ..self.template.clone() };
-        self.pool.spawn(&serde_json::to_string(&cfg).expect("config serializes"))?;
+        // Its sockets to the shards: the shards hold their ends already;
+        // ours of its ends close once it inherited them.
+        let ends = self.publisher.shards.pairs_for(i as u32)?;
+        let bus_fds: Vec<i32> = ends.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
+        let cfg = ServerWorkerConfig { worker: i, bus_fds: bus_fds.clone(), ..self.template.clone() };
+        self.pool.spawn_with(&serde_json::to_string(&cfg).expect("config serializes"), &bus_fds)?;
+        drop(ends);
         self.view.add(i);
         self.life.insert(i, Life::Starting);
         // A worker started in a reconnect storm (elastic growth) notes its
@@ -296,6 +313,7 @@ impl ServerFleet {
                 return self.note("upstream_refused", usize::MAX, message, 0)
             }
             ServerEvent::Cluster(crate::cluster::ClusterEvent::Fatal(e)) => return self.failure = Some(e),
+            ServerEvent::Broker(m) => return self.from_broker(m),
             ServerEvent::Cluster(crate::cluster::ClusterEvent::ClientIds { node, ids, at_us }) => {
                 let theirs_wins = self.relay.as_ref().is_some_and(|r| node.as_str() > r.node());
                 let actions = self.publisher.sessions.connected_elsewhere(&ids, at_us, theirs_wins);
@@ -337,21 +355,14 @@ impl ServerFleet {
             PoolEvent::Msg(ServerMsg::Pushed { worker, publish_id, queued, dropped }) => self.publisher.pushed(worker, publish_id, queued, dropped),
             PoolEvent::Msg(ServerMsg::Connections { worker, request_id, list, truncated }) => self.publisher.listed(worker, request_id, list, truncated),
             PoolEvent::Msg(ServerMsg::Presence { worker, request_id, users, anonymous }) => self.publisher.presence(worker, request_id, users, anonymous),
-            PoolEvent::Msg(ServerMsg::HistoryWanted { worker, topic, after }) => {
-                self.resuming();
-                match &mut self.relay {
-                    Some(r) => r.history_wanted(worker, &topic, after, &mut self.publisher, &mut self.pool),
-                    None => self.publisher.history_wanted(worker, &topic, after, &mut self.pool),
-                }
-            }
+
             PoolEvent::Msg(ServerMsg::Notices { notices, .. }) => {
                 self.pool.broadcast(&format!("{} {}", crate::server::commands::CMD_NOTICES, serde_json::to_string(&notices).expect("serializes")));
                 if let Some(r) = &self.relay {
                     r.link.notices(notices);
                 }
             }
-            PoolEvent::Msg(ServerMsg::Published { messages, .. }) => self.client_published(messages),
-            PoolEvent::Msg(ServerMsg::RetainedWanted { worker, wants }) => self.publisher.retained_wanted(worker, wants, &mut self.pool),
+
             PoolEvent::Msg(ServerMsg::SessionClaims { worker, claims }) => {
                 use crate::server::broker::sessions::Action;
                 let (now, at_us) = (Instant::now(), crate::proto::push::wall_us());
@@ -472,6 +483,28 @@ impl ServerFleet {
         }
     }
 
+    /// What a broker shard said for the supervisor: an admin publish's
+    /// place, a message for the kept sessions' queues, a cluster node's
+    /// client publish for NATS, a recovery for the cluster's stream.
+    fn from_broker(&mut self, m: crate::server::broker::core::ToMain) {
+        use crate::server::broker::core::ToMain;
+        match m {
+            ToMain::Routed { publish_id, at, workers } => self.publisher.routed(publish_id, at, workers),
+            ToMain::Offline(m) => self.publisher.sessions.offline(&m.topic, &m.data, m.qos, m.retain, m.props.as_deref(), m.publish_us),
+            ToMain::Relay(m) => self.client_published(vec![m]),
+            ToMain::Fetch { worker, topic, after } => {
+                self.resuming();
+                match &mut self.relay {
+                    Some(r) => r.history_wanted(worker as usize, &topic, after, &mut self.publisher),
+                    None => {
+                        let i = self.publisher.shards.of(&topic);
+                        self.publisher.shards.send(i, crate::server::broker::shard::Cmd::History { worker, topic, after });
+                    }
+                }
+            }
+        }
+    }
+
     /// Send the client id registry's answers and takeovers
     /// (`broker/sessions.rs`); in a cluster, follow what the kept sessions
     /// subscribed to.
@@ -483,10 +516,15 @@ impl ServerFleet {
                 Action::Answer(w, answer) => self.pool.send(w, &format!("{CMD_SESSION} {}", serde_json::to_string(&answer).expect("serializes"))),
                 Action::Takeover(w, conn) => self.pool.send(w, &format!("{CMD_TAKEOVER} {conn}")),
                 Action::Will(will) => {
-                    self.client_published(vec![will]);
+                    self.client_published(vec![crate::server::broker::core::Message::will(will)]);
                     continue;
                 }
             };
+        }
+        // The shards route to the supervisor what its kept sessions'
+        // filters match.
+        for (add, filter) in self.publisher.sessions.take_interest() {
+            self.publisher.shards.offline(add, &filter);
         }
         // A node follows the topics its kept sessions subscribed to, as if
         // a worker of its own held them.
@@ -691,7 +729,6 @@ impl ServerFleet {
         actions.extend(answers);
         self.admitted_at(admitted);
         self.session_actions(actions);
-        self.publisher.history.expire(crate::proto::push::wall_us());
         self.save_state(false);
         if let Some(r) = &mut self.relay {
             r.flush_replies(&mut self.publisher);
@@ -792,7 +829,7 @@ impl ServerFleet {
     /// the server stops; else at most every `--mqtt-*-save-every`).
     pub(crate) fn save_state(&mut self, force: bool) {
         if let Some(file) = &mut self.retained_file {
-            if let Err(e) = file.save(&mut self.publisher.retained, Instant::now(), force) {
+            if let Err(e) = file.save(&self.publisher.shards, Instant::now(), force) {
                 self.note("mqtt_retained_file", usize::MAX, format!("mqtt: {e}; tried again at the next --mqtt-retained-save-every"), 0);
             }
         }
@@ -882,5 +919,6 @@ fn worker_template(cfg: &ServerConfig, initial: usize, max_workers: usize, budge
         presence_events: cfg.upstream.is_some() && cfg.presence_events,
         presence_notices: cfg.presence_notices,
         io: cfg.io,
+        bus_fds: Vec::new(),
     }
 }

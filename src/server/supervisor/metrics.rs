@@ -27,10 +27,12 @@ pub(crate) fn render(
 ) -> String {
     let mut r = Registry::with_prefix(PREFIX);
     t.counters.register(&mut r);
-    publisher.history.counters.register(&mut r);
-    publisher.retained.counters.register(&mut r);
+    let (history, retained, broker, shared) = publisher.broker_counters();
+    history.register(&mut r);
+    retained.register(&mut r);
+    broker.register(&mut r);
     publisher.sessions.counters.register(&mut r);
-    publisher.shared.counters.register(&mut r);
+    shared.register(&mut r);
     if let Some(a) = admin {
         a.register(&mut r);
     }
@@ -88,10 +90,14 @@ mod tests {
         t.counters.accepted = 9;
         t.counters.close_reasons.insert("peer_closed".into(), 2);
         t.push_latency_buckets = vec![1, 2];
-        let mut publisher = crate::server::broker::publish::Publisher::default();
+        let mut publisher = crate::server::broker::publish::Publisher::for_test();
         publisher.published = 3;
-        publisher.history.counters = crate::server::broker::history::HistoryCounters::example();
-        publisher.retained.counters = crate::server::broker::retained::RetainedCounters::example();
+        {
+            let mut core = publisher.shards.core(0);
+            core.history.counters = crate::server::broker::history::HistoryCounters::example();
+            core.retained.counters = crate::server::broker::retained::RetainedCounters::example();
+            core.counters = crate::server::broker::core::CoreCounters::example();
+        }
         publisher.sessions.counters = crate::server::broker::sessions::SessionCounters::example();
         publisher.shared.counters = crate::server::broker::shared::SharedCounters::example();
         let text = render(&t, &publisher, 7, None, None, None);
@@ -99,6 +105,7 @@ mod tests {
             .iter()
             .chain(crate::server::broker::history::HistoryCounters::DECLARED)
             .chain(crate::server::broker::retained::RetainedCounters::DECLARED)
+            .chain(crate::server::broker::core::CoreCounters::DECLARED)
             .chain(crate::server::broker::sessions::SessionCounters::DECLARED)
             .chain(crate::server::broker::shared::SharedCounters::DECLARED)
         {
@@ -112,11 +119,11 @@ mod tests {
         assert!(text.ends_with("# EOF\n"), "{text}");
         assert!(text.contains("megaconn_accept_queue 7"), "{text}");
         let link = crate::cluster::LinkStatus { up: true, reconnects: 2, ..Default::default() };
-        let text = render(&t, &Default::default(), 0, Some(&link), None, None);
+        let text = render(&t, &crate::server::broker::publish::Publisher::for_test(), 0, Some(&link), None, None);
         assert!(text.contains("megaconn_cluster_link_up 1"), "{text}");
         assert!(text.contains("megaconn_cluster_reconnects_total 2"), "{text}");
         let link = crate::cluster::LinkStatus { refused: [("forged".to_string(), 3)].into(), ..Default::default() };
-        let text = render(&t, &Default::default(), 0, Some(&link), None, None);
+        let text = render(&t, &crate::server::broker::publish::Publisher::for_test(), 0, Some(&link), None, None);
         assert!(text.contains("megaconn_cluster_refused_total{reason=\"forged\"} 3"), "{text}");
         assert!(text.contains("megaconn_cluster_refused_total{reason=\"unsigned\"} 0"), "{text}");
         let history = crate::cluster::LogStatus {
@@ -125,7 +132,7 @@ mod tests {
             counters: crate::cluster::log::LogCounters::example(),
         };
         let link = crate::cluster::LinkStatus { history: Some(history), ..Default::default() };
-        let text = render(&t, &Default::default(), 0, Some(&link), None, None);
+        let text = render(&t, &crate::server::broker::publish::Publisher::for_test(), 0, Some(&link), None, None);
         for d in crate::cluster::log::LogCounters::DECLARED {
             assert!(text.contains(&format!("megaconn_cluster_history_{}_total ", d.metric)), "{}: {text}", d.metric);
         }

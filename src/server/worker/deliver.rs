@@ -26,7 +26,6 @@ use crate::server::worker::conn::{sse_mut, takes_pushes, ConnExt};
 use crate::server::worker::recovery::Fate;
 use crate::server::worker::topics::{bucket, LATENCY_BUCKETS_MS};
 use crate::supervise::control;
-use base64::Engine;
 
 /// WebSocket close code of `POST /disconnect/user/SUB` (private range).
 pub(super) const DISCONNECT_CLOSE: u16 = 4000;
@@ -35,10 +34,10 @@ const CLOCK_EVERY: usize = 64;
 
 impl Worker {
     /// Deliver one publish to its targets in this worker, from one buffer.
-    pub(super) fn push(&mut self, cmd: PushCommand) {
+    pub(super) fn push(&mut self, mut cmd: PushCommand) {
         self.stats.push_commands += 1;
         let mut queued = 0;
-        let data = base64::engine::general_purpose::STANDARD.decode(cmd.data.as_bytes()).unwrap_or_default();
+        let data = std::mem::take(&mut cmd.data);
         // Who takes pushes, by the protocol of the port it came in on:
         // framed, ws and MQTT connections; on an HTTP port only event
         // streams; echo, echo8 and discard connections none.

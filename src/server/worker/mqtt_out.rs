@@ -13,12 +13,11 @@ use crate::proto::mqtt::forward::Forwarded;
 use crate::proto::mqtt::{Properties, QoS, Version};
 use crate::proto::push;
 use crate::server::close::Close;
-use crate::server::commands::{conn_id, split_id, PushCommand, RetainedAnswer, ServerMsg};
+use crate::server::commands::{conn_id, split_id, PushCommand, ServerMsg};
 use crate::server::session::mqtt::extra::Delivered;
 use crate::server::session::mqtt::{self, flight};
 use crate::server::session::mqtt_ws;
 use crate::supervise::control;
-use base64::Engine;
 use std::rc::Rc;
 
 /// Re-read the wall clock after this many writes (latency buckets).
@@ -233,20 +232,19 @@ impl Worker {
     /// The supervisor's retained messages for one new subscription: each
     /// with the retain flag, at the lower of its QoS and the granted one,
     /// its properties and the subscription's identifier (v5).
-    pub(super) fn retained(&mut self, answer: RetainedAnswer) {
-        let (worker, key, gen) = split_id(answer.conn);
+    pub(super) fn retained(&mut self, conn: u64, granted: u8, sid: u32, messages: &[crate::proto::bus::RetainedMessage<'_>]) {
+        let (worker, key, gen) = split_id(conn);
         if worker != self.cfg.worker || self.conns.get(key).is_none_or(|c| c.gen != gen) {
             return;
         }
-        let granted = QoS::from_bits(answer.qos).unwrap_or_default();
+        let granted = QoS::from_bits(granted).unwrap_or_default();
         let now_us = push::wall_us();
-        for m in &answer.messages {
-            let Ok(data) = base64::engine::general_purpose::STANDARD.decode(m.data.as_bytes()) else { continue };
+        for m in messages {
             let qos = QoS::from_bits(m.qos).unwrap_or_default().min(granted);
             // Its properties, with what was left of its expiry when the
-            // supervisor answered.
-            let Some(mut forms) = Forms::new(&m.topic, &data).expiring(m.mqtt.as_deref(), now_us, now_us) else { continue };
-            let sids = if answer.sid == 0 { Vec::new() } else { vec![answer.sid] };
+            // shard answered.
+            let Some(mut forms) = Forms::new(m.topic, m.payload).expiring(m.props.as_ref(), now_us, now_us) else { continue };
+            let sids = if sid == 0 { Vec::new() } else { vec![sid] };
             match self.mqtt_send(key, &mut forms, Delivered { qos, retain: true, sids }) {
                 Ok(Sent::Out) => {
                     self.stats.mqtt_retained_out += 1;
@@ -285,7 +283,6 @@ impl Worker {
             None if will.retain => crate::sys::peer_ip(std::os::fd::AsRawFd::as_raw_fd(&conn.stream)),
             None => String::new(),
         };
-        let messages = vec![super::mqtt_session::will_message(will, &identity)];
-        control::emit(&ServerMsg::Published { worker: self.cfg.worker, messages });
+        super::mqtt_session::publish(&mut self.bus, &super::mqtt_session::will_message(will, &identity));
     }
 }

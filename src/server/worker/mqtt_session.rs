@@ -13,6 +13,7 @@
 
 use super::Worker;
 use crate::net::Carried;
+use crate::proto::bus::{Frame, Publish};
 use crate::proto::mqtt::forward::Forwarded;
 use crate::proto::mqtt::{encode, ConnAck, Packet, Properties, QoS, Version};
 use crate::server::broker::sessions::wills::DelayedWill;
@@ -21,9 +22,10 @@ use crate::server::commands::{conn_id, split_id, ClientPublish, KeptSub, ServerM
 use crate::server::session::mqtt::{self, connect, flight, Claim};
 use crate::server::session::mqtt_ws;
 use crate::server::session::requests::Requests;
+use crate::server::worker::bus::Bus;
+use crate::server::worker::topics::Topics;
 use crate::server::worker::wildcards;
 use crate::supervise::control;
-use base64::Engine;
 use std::os::fd::AsRawFd;
 
 /// v5 DISCONNECT: Session taken over.
@@ -97,7 +99,7 @@ impl Worker {
                 self.stats.mqtt_resumed_refused += 1;
                 continue;
             }
-            let Ok(data) = base64::engine::general_purpose::STANDARD.decode(msg.data.as_bytes()) else { continue };
+            let data = &msg.data;
             let qos = QoS::from_bits(msg.qos).unwrap_or_default();
             // Its properties, the expiry what is left of it; one that
             // expired while the client was away is not sent ([MQTT-3.3.2-5]).
@@ -275,7 +277,7 @@ impl Worker {
                 .flat_map(|x| x.flight.pending())
                 .filter_map(|(id, released, d)| {
                     let (topic, payload, retain, fwd) = d.message(v5)?;
-                    let data = base64::engine::general_purpose::STANDARD.encode(payload);
+                    let data = payload.to_vec();
                     // Kept with what is left of its expiry, counted from now.
                     let mut mqtt = Forwarded::stored(fwd.as_ref());
                     if let Some(f) = mqtt.as_deref_mut() {
@@ -295,7 +297,7 @@ impl Worker {
     /// it ([`emit`]).
     pub(super) fn emit_published(&mut self, key: usize) {
         let fd = self.conns.get(key).map(|c| c.stream.as_raw_fd());
-        emit(self.cfg.worker, &mut self.published, || fd.map(crate::sys::peer_ip).unwrap_or_default());
+        emit(self.cfg.worker, &mut self.published, &mut self.topics, &mut self.bus, || fd.map(crate::sys::peer_ip).unwrap_or_default());
     }
 }
 
@@ -303,7 +305,12 @@ impl Worker {
 /// (before their PUBACKs go out), retained wants, client id claims,
 /// shared subscription groups joined and left. A claim without an owner
 /// (no `--auth`) is charged to `peer()`, the reading connection's address.
-pub(super) fn emit(w: usize, published: &mut mqtt::Published, peer: impl Fn() -> String) {
+pub(super) fn emit(w: usize, published: &mut mqtt::Published, topics: &mut Topics, bus: &mut Bus, peer: impl Fn() -> String) {
+    // Interest first: a subscription and a publish to it in one read
+    // reach the topic's shard in that order.
+    for (add, name) in topics.take_interest() {
+        bus.interest(add, &name);
+    }
     for c in published.claims.iter_mut().filter(|c| c.identity.is_empty()) {
         c.identity = peer();
     }
@@ -311,13 +318,17 @@ pub(super) fn emit(w: usize, published: &mut mqtt::Published, peer: impl Fn() ->
         *i = peer();
     }
     if !published.messages.is_empty() {
-        let messages = std::mem::take(&mut published.messages);
+        for m in std::mem::take(&mut published.messages) {
+            publish(bus, &m);
+        }
         published.bytes = 0;
-        control::emit(&ServerMsg::Published { worker: w, messages });
     }
-    if !published.wants.is_empty() {
-        let wants = std::mem::take(&mut published.wants);
-        control::emit(&ServerMsg::RetainedWanted { worker: w, wants });
+    for want in std::mem::take(&mut published.wants) {
+        let f = Frame::RetainedWant { conn: want.conn, qos: want.qos, sid: want.sid, filter: &want.filter };
+        match wildcards::is_filter(&want.filter) {
+            true => bus.to_all(&f),
+            false => bus.to_topic(&want.filter, &f),
+        }
     }
     if !published.claims.is_empty() {
         let claims = std::mem::take(&mut published.claims);
@@ -325,14 +336,35 @@ pub(super) fn emit(w: usize, published: &mut mqtt::Published, peer: impl Fn() ->
     }
     if !published.shared_changes.is_empty() {
         let changes = std::mem::take(&mut published.shared_changes);
+        // Every shard picks for its topics; the supervisor announces the
+        // node's groups to the cluster.
+        for c in &changes {
+            bus.to_all(&Frame::Share { join: c.join, conn: c.conn, qos: c.qos, name: &c.name });
+        }
         control::emit(&ServerMsg::SharedChanged { worker: w, changes });
     }
+}
+
+/// One client message (a PUBLISH or a will) to its topic's shard.
+pub(super) fn publish(bus: &mut Bus, m: &ClientPublish) {
+    let origin = m.mqtt.as_ref().and_then(|f| f.origin).unwrap_or(0);
+    let f = Frame::Publish(Publish {
+        origin,
+        qos: m.qos,
+        retain: m.retain,
+        publish_us: crate::proto::push::wall_us(),
+        topic: &m.topic,
+        props: m.mqtt.as_deref().cloned(),
+        identity: m.identity.as_deref().unwrap_or(""),
+        payload: &m.data,
+    });
+    bus.to_topic(&m.topic, &f);
 }
 
 /// A will as the topic space takes it: like a publish of its client,
 /// charged (when retained) to `identity`.
 pub(super) fn will_message(w: mqtt::extra::OwnedWill, identity: &str) -> ClientPublish {
-    let data = base64::engine::general_purpose::STANDARD.encode(&w.payload);
+    let data = w.payload.into_vec();
     let identity = w.retain.then(|| identity.to_string());
     ClientPublish { topic: w.topic.into(), data, qos: w.qos as u8, retain: w.retain, mqtt: w.mqtt, identity }
 }

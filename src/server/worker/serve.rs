@@ -42,6 +42,18 @@ impl Worker {
         let now_s = self.now_s();
         let now_ds = self.now_ds();
         let reserve = self.mqtt_reserve();
+        // The bus to the shards is full: a connection that may publish is
+        // not read until it drains (TCP holds its client back); on the
+        // ring what came is read and its receive stopped.
+        if readable && self.bus.congested() && self.may_publish(key) {
+            let gen = self.conns.get(key).map_or(0, |c| c.gen);
+            self.stats.bus_paused += 1;
+            self.bus.paused.push((key, gen));
+            match (&mut self.ring, self.conns.get(key)) {
+                (Some(r), Some(c)) => r.next.ops.push(crate::uring::Op::Cancel { tag: crate::uring::recv_tag(key, c.gen) }),
+                _ => return,
+            }
+        }
         let Some(conn) = self.conns.get_mut(key) else { return };
         let mut end: Option<Close> = None;
         let mut rearm = false;
@@ -178,7 +190,7 @@ impl Worker {
                         *self.mqtt.entry(key, reserve) = m;
                     }
                     negotiated = ctx.ws.deflate;
-                    super::mqtt_session::emit(self.cfg.worker, &mut self.published, || crate::sys::peer_ip(fd));
+                    super::mqtt_session::emit(self.cfg.worker, &mut self.published, &mut self.topics, &mut self.bus, || crate::sys::peer_ip(fd));
                     r
                 }
                 Protocol::Mqtt => {
@@ -199,7 +211,7 @@ impl Worker {
                         None => Err(Close::MqttNoState),
                     });
                     // Into the topic space before the PUBACKs go out.
-                    super::mqtt_session::emit(self.cfg.worker, &mut self.published, || crate::sys::peer_ip(fd));
+                    super::mqtt_session::emit(self.cfg.worker, &mut self.published, &mut self.topics, &mut self.bus, || crate::sys::peer_ip(fd));
                     r
                 }
                 // Raw and sse are client protocols (refused by the server's plan).
@@ -257,6 +269,25 @@ impl Worker {
             self.close(key, reason);
         } else if rearm {
             self.rearm(key);
+        }
+    }
+
+    /// Whether reading connection `key` may publish into the topic space
+    /// (an MQTT client, on an MQTT port or over WebSocket).
+    fn may_publish(&self, key: usize) -> bool {
+        self.mqtt.get(key).is_some()
+    }
+
+    /// Read a connection paused while the bus was full again: a new edge
+    /// for what waits (epoll), a new receive (the ring).
+    pub(super) fn resume_reading(&mut self, key: usize) {
+        let Some(conn) = self.conns.get(key) else { return };
+        match &mut self.ring {
+            Some(r) => {
+                let fd = std::os::fd::AsRawFd::as_raw_fd(&conn.stream);
+                r.next.ops.push(crate::uring::Op::Recv { fd, tag: crate::uring::recv_tag(key, conn.gen) });
+            }
+            None => self.rearm(key),
         }
     }
 

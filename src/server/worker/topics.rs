@@ -103,6 +103,10 @@ pub(crate) struct Topics {
     pub rate: crate::server::limits::command_rate::CommandRate,
     /// MQTT filters with `+` or `#`, matched on every push.
     pub wild: Wildcards,
+    /// Topics and filters that gained their first subscriber here (true)
+    /// or lost their last, in order since the last take: the broker
+    /// shards' interest (`worker/bus.rs`).
+    interest: Vec<(bool, Box<str>)>,
 }
 
 impl Default for Topics {
@@ -129,6 +133,7 @@ impl Topics {
             gate: Default::default(),
             rate: crate::server::limits::command_rate::CommandRate::new(commands_per_second),
             wild: Wildcards::default(),
+            interest: Vec::new(),
         }
     }
 
@@ -152,6 +157,7 @@ impl Topics {
             None => {
                 let id = self.create(name, slot(key))?;
                 self.following.note(name, true);
+                self.interest.push((true, name.into()));
                 id
             }
         };
@@ -192,7 +198,11 @@ impl Topics {
             return Err(Close::TooManySubscriptions);
         }
         let had = !self.wild.is_empty();
+        let new = self.wild.id(filter).is_none();
         let id = self.wild.add(filter, key, who)?;
+        if new {
+            self.interest.push((true, filter.into()));
+        }
         if !had {
             self.following.note(ANY_TOPIC, true);
         }
@@ -263,7 +273,11 @@ impl Topics {
     fn remove(&mut self, id: u32, key: usize) {
         if id & WILD != 0 {
             let had = !self.wild.is_empty();
+            let name: Option<Box<str>> = self.wild.name(id & !WILD).map(Into::into);
             self.wild.remove(id & !WILD, key);
+            if let Some(name) = name.filter(|_| self.wild.name(id & !WILD).is_none()) {
+                self.interest.push((false, name));
+            }
             if had && self.wild.is_empty() {
                 self.following.note(ANY_TOPIC, false);
             }
@@ -299,6 +313,7 @@ impl Topics {
         let t = self.slots[id as usize].take().expect("checked above");
         self.free.push(id);
         self.following.note(&t.name, false);
+        self.interest.push((false, Box::from(&*t.name)));
         if self.names.is_empty() {
             // Nothing live: give the tables' memory back too.
             (self.names, self.slots, self.free, self.many) = Default::default();
@@ -310,6 +325,11 @@ impl Topics {
         for id in subs.iter() {
             self.remove(id, key);
         }
+    }
+
+    /// The interest gained and lost since the last call, in order.
+    pub(crate) fn take_interest(&mut self) -> Vec<(bool, Box<str>)> {
+        std::mem::take(&mut self.interest)
     }
 
     /// Net first/last-subscriber changes since the last call (when

@@ -309,9 +309,18 @@ mod tests {
 
     #[test]
     fn an_answer_keeps_the_oldest_messages_within_its_bytes() {
-        let big = "A".repeat(100 << 10);
-        let m =
-            |i: usize| SessionMessage { topic: format!("t/{i}"), data: big.clone(), qos: 1, retain: false, id: 0, released: false, mqtt: None, publish_us: 0 };
+        // 100 KiB of base64 each in the answer's JSON.
+        let big = "A".repeat(75 << 10);
+        let m = |i: usize| SessionMessage {
+            topic: format!("t/{i}"),
+            data: big.clone().into_bytes(),
+            qos: 1,
+            retain: false,
+            id: 0,
+            released: false,
+            mqtt: None,
+            publish_us: 0,
+        };
         let s = SavedSession {
             id: "d".into(),
             expires_us: None,

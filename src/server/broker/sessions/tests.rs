@@ -11,7 +11,7 @@ fn ids(names: &[&str]) -> Vec<crate::cluster::OwnedId> {
 }
 
 fn msg(topic: &str, data: &str, qos: u8) -> SessionMessage {
-    SessionMessage { topic: topic.into(), data: data.into(), qos, retain: false, id: 0, released: false, mqtt: None, publish_us: 0 }
+    SessionMessage { topic: topic.into(), data: data.as_bytes().to_vec(), qos, retain: false, id: 0, released: false, mqtt: None, publish_us: 0 }
 }
 
 /// The end of connection `conn` registered for `id` (with the key and
@@ -86,10 +86,10 @@ fn a_takeover_waits_for_the_old_connection_and_resumes_its_session() {
     // Offline: the messages its filters match queue in order, QoS 0 and
     // non-matching ones not; the QoS is the lower of publish and grant.
     s.ended(end(&s, b, "dev", NEVER, Some(SessionState { subs: vec![KeptSub::new("t/+", 1)], messages: vec![], rel: vec![] })), now);
-    s.offline("t/1", "1", 2, false, None, 0);
-    s.offline("x/1", "x", 1, false, None, 0);
-    s.offline("t/2", "0", 0, false, None, 0);
-    s.offline("t/3", "3", 1, true, None, 0);
+    s.offline("t/1", b"1", 2, false, None, 0);
+    s.offline("x/1", b"x", 1, false, None, 0);
+    s.offline("t/2", b"0", 0, false, None, 0);
+    s.offline("t/3", b"3", 1, true, None, 0);
     let back = s.claim(0, claim(conn_id(0, 2, 2), "dev", false, NEVER), now);
     let got = answer(&back);
     assert_eq!(got.messages, vec![msg("t/1", "1", 1), SessionMessage { retain: true, ..msg("t/3", "3", 1) }]);
@@ -168,7 +168,7 @@ fn a_full_node_refuses_the_newcomer_instead_of_evicting_another() {
     let now = Instant::now();
     let mut s = Sessions::new(SessionsConfig { max_kept: 50, ..Default::default() });
     kept_by(&mut s, 1, "alice-dev", "alice", "alice/#", now);
-    s.offline("alice/cmd", "dW5sb2Nr", 1, false, None, 0);
+    s.offline("alice/cmd", b"dW5sb2Nr", 1, false, None, 0);
     for i in 0..60u64 {
         kept_by(&mut s, 100 + i, &format!("m-{i}"), &format!("user-{}", i / 5), "x", now);
     }
@@ -195,13 +195,13 @@ fn another_identity_cannot_take_a_client_id_or_its_session() {
     assert_eq!((s.counters.taken_over, s.counters.refused["owner"]), (0, 2));
     // Gone, with a command queued and a delayed will waiting.
     let will = crate::server::broker::sessions::wills::DelayedWill {
-        will: ClientPublish { topic: "alarm/door".into(), data: String::new(), qos: 1, retain: false, mqtt: None, identity: None },
+        will: ClientPublish { topic: "alarm/door".into(), data: Vec::new(), qos: 1, retain: false, mqtt: None, identity: None },
         delay_s: 60,
     };
     let state = SessionState { subs: vec![KeptSub::new("alice/#", 1)], messages: vec![], rel: vec![7] };
     let e = SessionEnd { will: Some(will), owner: Some("alice".into()), identity: "alice".into(), ..end(&s, alice, "door-4711", NEVER, Some(state)) };
     assert!(s.ended(e, now).is_empty());
-    s.offline("alice/cmd", "dW5sb2Nr", 1, false, None, 0);
+    s.offline("alice/cmd", b"dW5sb2Nr", 1, false, None, 0);
     assert_eq!(answer(&s.claim(1, claim_by(conn_id(1, 4, 1), "door-4711", "mallory"), now)).code, NOT_OWNER.0);
     let anonymous = claim(conn_id(1, 5, 1), "door-4711", false, NEVER);
     assert_eq!(answer(&s.claim(1, anonymous, now)).code, NOT_OWNER.0, "no owner is another owner");
@@ -244,15 +244,15 @@ fn the_offline_queue_drops_the_newest_past_its_bounds() {
     let mut s = Sessions::new(SessionsConfig { queue: 3, queue_bytes: 3 * (RECORD + 3) + RECORD + 10, ..Default::default() });
     kept(&mut s, 1, "dev", "q", now);
     for i in 0..5 {
-        s.offline("q", &i.to_string().repeat(2), 1, false, None, 0);
+        s.offline("q", i.to_string().repeat(2).as_bytes(), 1, false, None, 0);
     }
     assert_eq!(s.counters.queue_dropped["queue"], 2);
     let got = answer(&s.claim(0, claim(2, "dev", false, NEVER), now)).messages.iter().map(|m| m.data.clone()).collect::<Vec<_>>();
-    assert_eq!(got, ["00", "11", "22"]);
+    assert_eq!(got, [b"00".to_vec(), b"11".to_vec(), b"22".to_vec()]);
     s.ended(end(&s, 2, "dev", NEVER, Some(SessionState { subs: vec![KeptSub::new("q", 2)], messages: vec![], rel: vec![] })), now);
     let big = "0123456789".repeat(10);
-    s.offline("q", &big, 1, false, None, 0);
-    s.offline("q", &big, 1, false, None, 0);
+    s.offline("q", big.as_bytes(), 1, false, None, 0);
+    s.offline("q", big.as_bytes(), 1, false, None, 0);
     assert_eq!(s.counters.queue_dropped["queue_bytes"], 1);
     assert_eq!(s.counters.queued, 4);
 }
@@ -302,7 +302,7 @@ fn a_queued_message_keeps_its_properties_and_publish_time() {
     kept(&mut s, conn_id(0, 1, 1), "dev", "t/#", now);
     let base = s.counters.bytes;
     let f = Forwarded { origin: Some(9), message_expiry: Some(5), content_type: Some("text/plain".into()), ..Forwarded::default() };
-    s.offline("t/1", "AA==", 1, false, Some(&f), 42);
+    s.offline("t/1", b"AA==", 1, false, Some(&f), 42);
     assert_eq!(s.counters.bytes - base, (RECORD + 3 + 4 + "text/plain".len()) as u64);
     let got = s.claim(0, claim(conn_id(0, 2, 1), "dev", false, NEVER), now);
     let m = &answer(&got).messages[0];
@@ -336,7 +336,7 @@ fn an_id_that_connected_to_another_node_leaves_this_one() {
     assert_eq!(s.connected_elsewhere(&ids(&["dev-a"]), admitted, true), vec![Action::Takeover(0, a)]);
     assert!(s.connected_elsewhere(&ids(&["dev-a", "dev-k", "nobody"]), admitted + 5, true).is_empty());
     assert_eq!((s.counters.moved, s.counters.kept), (2, 0), "dev-a's connection and dev-k's kept session");
-    let will = ClientPublish { topic: "w".into(), data: "d".into(), qos: 1, retain: false, mqtt: None, identity: None };
+    let will = ClientPublish { topic: "w".into(), data: b"d".to_vec(), qos: 1, retain: false, mqtt: None, identity: None };
     let state = SessionState { subs: vec![KeptSub::new("x", 1)], messages: Vec::new(), rel: vec![] };
     let e = SessionEnd { will: Some(wills::DelayedWill { will, delay_s: 5 }), ..end(&s, a, "dev-a", NEVER, Some(state)) };
     assert!(s.ended(e, now).is_empty(), "no will published");
@@ -390,8 +390,8 @@ fn sessions_move_between_cluster_nodes() {
     }
     assert_eq!(a.take_asks(), ids(&["dev", "live"]));
     a.ended(end(&a, dev, "dev", NEVER, Some(SessionState { subs: vec![KeptSub::new("t/#", 1)], messages: Vec::new(), rel: vec![] })), now);
-    a.offline("t/1", "AQ==", 1, false, None, 0);
-    a.offline("t/2", "Ag==", 1, false, None, 0);
+    a.offline("t/1", b"AQ==", 1, false, None, 0);
+    a.offline("t/2", b"Ag==", 1, false, None, 0);
 
     // B: dev comes back; a second CONNECT of it displaces the first.
     let (first, second) = (conn_id(1, 1, 0), conn_id(1, 2, 0));
@@ -417,7 +417,7 @@ fn sessions_move_between_cluster_nodes() {
     let (actions, admitted) = b.handed(&["dev".into()], (&[], &[], 0), vec![saved], now, wall);
     let got = answer(&actions);
     assert!(got.conn == second && got.present && got.subs == [KeptSub::new("t/#", 1)], "{got:?}");
-    assert_eq!(got.messages.iter().map(|m| m.data.as_str()).collect::<Vec<_>>(), ["AQ==", "Ag=="], "in order");
+    assert_eq!(got.messages.iter().map(|m| &m.data[..]).collect::<Vec<_>>(), [&b"AQ=="[..], &b"Ag=="[..]], "in order");
     assert_eq!((admitted, b.counters.moved_in, b.counters.resumed), (vec![(("dev".to_string(), None), 0)], 1, 1));
 
     // live is connected on A by an older CONNECT: taken over once, busy
@@ -425,7 +425,7 @@ fn sessions_move_between_cluster_nodes() {
     let (answer1, actions) = a.hand_over("B", &ids(&["live"]), after, true, now, wall);
     assert_eq!((answer1.busy, actions), (vec!["live".to_string()], vec![Action::Takeover(0, live)]));
     assert_eq!(a.hand_over("B", &ids(&["live"]), after, true, now, wall).1, vec![], "taken over once");
-    let will = ClientPublish { topic: "w".into(), data: "d".into(), qos: 1, retain: false, mqtt: None, identity: None };
+    let will = ClientPublish { topic: "w".into(), data: b"d".to_vec(), qos: 1, retain: false, mqtt: None, identity: None };
     let state = SessionState { subs: vec![KeptSub::new("x", 1)], messages: Vec::new(), rel: vec![] };
     let e = SessionEnd { will: Some(wills::DelayedWill { will, delay_s: 5 }), ..end(&a, live, "live", NEVER, Some(state)) };
     assert!(a.ended(e, now).is_empty(), "no will");
@@ -434,7 +434,7 @@ fn sessions_move_between_cluster_nodes() {
     assert_eq!((lent.sessions.len(), lent.busy.len(), a.counters.kept, a.counters.lent), (1, 0, 1, 1));
     // Never confirmed (it came after B's round): A's again, and what was
     // published meanwhile still queued for it.
-    a.offline("x", "Aw==", 1, false, None, 0);
+    a.offline("x", b"Aw==", 1, false, None, 0);
     a.unconfirmed(now + moving::LEND_FOR / 2);
     assert_eq!((a.counters.kept, a.counters.lent), (1, 1));
     a.unconfirmed(now + moving::LEND_FOR);
@@ -602,7 +602,7 @@ fn a_lent_sessions_will_and_later_messages_wait_for_the_confirmation() {
     let (now, wall) = (Instant::now(), 1_000_000_000);
     let mut a = Sessions::new(SessionsConfig::default());
     a.follow();
-    let will = ClientPublish { topic: "w".into(), data: "d".into(), qos: 1, retain: false, mqtt: None, identity: None };
+    let will = ClientPublish { topic: "w".into(), data: b"d".to_vec(), qos: 1, retain: false, mqtt: None, identity: None };
     for (i, id) in ["p", "q"].iter().enumerate() {
         assert!(a.claim(0, claim(conn_id(0, i + 1, 0), id, false, NEVER), now).is_empty());
         a.overdue(now + moving::MAX_WAIT);
@@ -612,7 +612,7 @@ fn a_lent_sessions_will_and_later_messages_wait_for_the_confirmation() {
     }
     assert_eq!((a.counters.kept, a.counters.wills_waiting), (2, 2));
     let lent = a.hand_over("B", &ids(&["p", "q"]), u64::MAX, true, now, wall).0;
-    a.offline("t/1", "AQ==", 1, false, None, 0);
+    a.offline("t/1", b"AQ==", 1, false, None, 0);
     assert!(a.expire(now + Duration::from_secs(6), false).is_empty(), "both wills held while lent");
     assert!(lent.sessions[0].1.contains(r#""id":"p""#));
     assert!(a.taken("B", lent.sessions[0].0), "p's lend confirmed");

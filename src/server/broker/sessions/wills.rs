@@ -141,7 +141,7 @@ mod tests {
     }
 
     fn will(topic: &str, delay_s: u32) -> DelayedWill {
-        DelayedWill { will: ClientPublish { topic: topic.into(), data: String::new(), qos: 1, retain: false, mqtt: None, identity: None }, delay_s }
+        DelayedWill { will: ClientPublish { topic: topic.into(), data: Vec::new(), qos: 1, retain: false, mqtt: None, identity: None }, delay_s }
     }
 
     #[test]

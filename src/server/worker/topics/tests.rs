@@ -109,6 +109,8 @@ fn one_topic_with_one_subscriber_is_small() {
         for (key, s) in subs.iter_mut().enumerate() {
             t.subscribe(s, key, format!("dev/{key:05}").as_bytes()).unwrap();
         }
+        // What the shards are told goes at the end of each loop turn.
+        assert_eq!(t.take_interest().len(), N);
         t
     });
     let per_topic = held as f64 / N as f64;

@@ -151,7 +151,7 @@ fn publishes_are_handed_on_and_acknowledged_or_refused() {
         p.published.messages,
         vec![ClientPublish {
             topic: "a/b".into(),
-            data: "aGk=".into(),
+            data: b"hi".to_vec(),
             qos: 1,
             retain: false,
             mqtt: Some(Box::new(crate::proto::mqtt::forward::Forwarded { origin: Some(crate::server::commands::conn_id(0, 3, 1)), ..Default::default() })),

@@ -116,8 +116,8 @@ fn topic_aliases_are_set_resolved_and_bounded() {
     let mut buf = aliased("a/b", alias::TOPIC_ALIAS_MAXIMUM, b"1");
     buf.extend(aliased("", alias::TOPIC_ALIAS_MAXIMUM, b"2"));
     assert!(p.feed(&buf).0.is_ok());
-    let got: Vec<(&str, &str)> = p.published.messages.iter().map(|m| (m.topic.as_str(), m.data.as_str())).collect();
-    assert_eq!(got, [("a/b", "MQ=="), ("a/b", "Mg==")]);
+    let got: Vec<(&str, &str)> = p.published.messages.iter().map(|m| (m.topic.as_str(), std::str::from_utf8(&m.data).unwrap())).collect();
+    assert_eq!(got, [("a/b", "1"), ("a/b", "2")]);
     let disconnect = bytes(&Packet::Disconnect(Disconnect { reason: 0x94, properties: Properties::default() }), Version::V5);
     assert_eq!(p.feed(&aliased("a/c", alias::TOPIC_ALIAS_MAXIMUM + 1, b"3")), (Err("mqtt_topic_alias_invalid"), disconnect.clone()));
     let mut q = parts();
