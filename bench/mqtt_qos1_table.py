@@ -8,7 +8,7 @@ subscribers, delivered per second over the publishers' ramp and hold (their
 publishes start with the ramp), duplicates,
 gaps, the PUBACK round trip p99, the delivery p99 (publish stamp to
 receipt; "-" when the subscribers recorded none), and the broker's CPU
-seconds over the publishing.
+seconds over the publishing, and those per delivered message.
 """
 import json
 import sys
@@ -32,9 +32,10 @@ def main():
     delivery_p99 = "%.2f ms" % lat["p99_ms"] if lat["count"] else "-"
     print(
         "%-10s published %9d  PUBACKed %9d  delivered %9d (%8.0f/s)  dup %d  gaps %d  "
-        "PUBACK p99 %.2f ms  delivery p99 %s  broker CPU %.1f s"
+        "PUBACK p99 %.2f ms  delivery p99 %s  broker CPU %.1f s  %.1f us per delivered"
         % (name, sent, acked, received, received / seconds, push["duplicates"], push["gaps"],
-           pub["requests"]["latency_ms"]["p99_ms"], delivery_p99, int(ticks) / int(tck))
+           pub["requests"]["latency_ms"]["p99_ms"], delivery_p99, int(ticks) / int(tck),
+           int(ticks) / int(tck) * 1e6 / max(1, received))
     )
 
 

@@ -14,9 +14,16 @@
 #           per second at the subscribers, and the delivery p99 (from the
 #           stamp each publish carries to its receipt) as the subscribers
 #           measured it. megaconn runs its default worker count.
+#   fanin   DEVICES devices (default 2,000) publishing to `tele/{conn}`,
+#           one consumer subscribed to `tele/#`, at QoS 0 10,000/s and
+#           60,000/s and QoS 1 30,000/s in all (FANIN="0:10000 0:60000
+#           1:30000" chooses): the broker's CPU (its whole process tree)
+#           per delivered message, every message delivered, the delivery
+#           p99. megaconn runs its default worker and shard count
+#           (SHARDS=n sets --broker-shards).
 #
-# Usage: bash bench/mqtt_vs_mosquitto.sh [memory|qos1|all=all]
-#   N=15000 PAIRS=1000 RATE=50 HOLD=20 MEGACONN=path (else cargo build --release)
+# Usage: bash bench/mqtt_vs_mosquitto.sh [memory|qos1|fanin|all=all]
+#   N=15000 PAIRS=1000 RATE=50 HOLD=20 DEVICES=2000 MEGACONN=path (else cargo build --release)
 # Every wait is bounded; every process it starts is killed by PID at exit.
 # Ports 24200 (MQTT), 24201 (megaconn's admin API), 24202 (the subscribing
 # client's /stats).
@@ -24,6 +31,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
 n="${N:-15000}"; pairs="${PAIRS:-1000}"; rate="${RATE:-50}"; hold="${HOLD:-20}"
+devices="${DEVICES:-2000}"; fanin="${FANIN:-0:10000 0:60000 1:30000}"; shards="${SHARDS:-}"
 port=24200; admin=24201; sub_admin=24202
 . bench/run_dir.sh
 run=$(run_dir mqtt_vs_mosquitto)
@@ -34,7 +42,7 @@ bin=${MEGACONN:-target/release/megaconn}
 # and it takes the open-file limit of this shell (raised to the hard limit
 # here). memory needs N + 100, qos1 2 x PAIRS + 100 (headroom for its
 # listener, log and the kernel's lag in closing the last run's sockets).
-case "$what" in memory) fds=$(( n + 100 )) ;; qos1) fds=$(( pairs * 2 + 100 )) ;; *) fds=$(( (n > pairs * 2 ? n : pairs * 2) + 100 )) ;; esac
+case "$what" in memory) fds=$(( n + 100 )) ;; qos1) fds=$(( pairs * 2 + 100 )) ;; fanin) fds=$(( devices + 100 )) ;; *) fds=$(( (n > pairs * 2 ? n : pairs * 2) + 100 )) ;; esac
 if [ "$(ulimit -Hn)" -lt "$fds" ]; then
   echo "the open-file hard limit ($(ulimit -Hn)) is below the $fds this run needs: one mosquitto process cannot hold it; lower N or PAIRS" >&2
   exit 2
@@ -127,12 +135,45 @@ qos1_run() { # NAME
     "$run/client-qos1-pub-$name.json" "$run/client-qos1-sub-$name.json" | tee "$run/qos1-$name.txt"
 }
 
+fanin_run() { # NAME QOS TOTAL_RATE
+  local name=$1 qos=$2 total=$3 cpu0 cpu1 published per
+  per=$(( total / devices ))
+  [ "$per" -ge 1 ] || { echo "fanin: $total/s over $devices devices is under 1/s each: raise the rate or lower DEVICES" >&2; exit 2; }
+  if [ "$name" = mosquitto ]; then start_broker mosquitto; else start_broker megaconn --connections $(( devices + 100 )) ${shards:+--broker-shards "$shards"}; fi
+  local settle=40
+  timeout -s INT $(( hold + settle + 120 )) "$bin" client --protocol mqtt --ports "$port" --connections 1 \
+    --mqtt-client-id "consumer" --mqtt-subscribe 'tele/#' --mqtt-qos "$qos" --heartbeat 30s --hold "$(( hold + settle ))s" \
+    --admin "127.0.0.1:$sub_admin" --json > "$run/client-fanin-sub-$name-$qos-$total.json" 2> "$run/client-fanin-sub-$name-$qos-$total.log" &
+  local sub=$!; pids+=("$sub")
+  pairs=1 wait_for 30 "the consumer's SUBACK" subscribed
+  cpu0=$(cpu_ticks_of "$spid")
+  timeout -s INT $(( hold + 120 )) "$bin" client --protocol mqtt --ports "$port" --connections "$devices" --rate 2000/s \
+    --mqtt-client-id "dev-{conn}" --mqtt-publish-topic 'tele/{conn}' --mqtt-qos "$qos" --request-rate "$per/s" --payload 64 \
+    --heartbeat 30s --hold "${hold}s" --json \
+    > "$run/client-fanin-pub-$name-$qos-$total.json" 2> "$run/client-fanin-pub-$name-$qos-$total.log" &
+  local pub=$!; pids+=("$pub")
+  wait "$pub" || echo "$name: the devices exited $? (see $run/client-fanin-pub-$name-$qos-$total.log)" >&2
+  published=$(field "$run/client-fanin-pub-$name-$qos-$total.json" "s['summary']['mqtt_published'].get('$qos', 0)" 2>/dev/null || echo 0)
+  wait_for 10 "the last deliveries" delivered || true
+  cpu1=$(cpu_ticks_of "$spid")
+  kill -INT "$(child_of "$sub")" 2>/dev/null || true
+  wait "$sub" || true
+  if [ "$name" = megaconn ]; then curl -sf "http://127.0.0.1:$admin/stats" > "$run/server-megaconn-fanin-$qos-$total-stats.json" || true; fi
+  stop_broker
+  python3 bench/mqtt_qos1_table.py "$name" "$hold" $(( cpu1 - cpu0 )) "$(getconf CLK_TCK)" \
+    "$run/client-fanin-pub-$name-$qos-$total.json" "$run/client-fanin-sub-$name-$qos-$total.json" | tee "$run/fanin-$name-$qos-$total.txt"
+}
+
 case "$what" in
+  fanin)      for point in $fanin; do
+                echo "== fanin: $devices devices -> tele/#, QoS ${point%%:*}, ${point#*:}/s in all for ${hold}s =="
+                fanin_run megaconn "${point%%:*}" "${point#*:}"; fanin_run mosquitto "${point%%:*}" "${point#*:}"
+              done ;;
   memory|all) echo "== memory: $n MQTT 3.1.1 clients, one shared subscription each, one broker process =="
               memory_run megaconn; memory_run mosquitto ;;&
   qos1|all)   echo "== qos1: $pairs publishers -> $pairs subscribers, QoS 1, $rate/s each for ${hold}s =="
               qos1_run megaconn; qos1_run mosquitto ;;
   memory) ;;
-  *) echo "usage: bench/mqtt_vs_mosquitto.sh [memory|qos1|all]" >&2; exit 2 ;;
+  *) echo "usage: bench/mqtt_vs_mosquitto.sh [memory|qos1|fanin|all]" >&2; exit 2 ;;
 esac
 echo "results in $run"

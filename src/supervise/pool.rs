@@ -41,6 +41,9 @@ use std::time::{Duration, Instant};
 
 /// Most command bytes waiting for one worker's pipe; more are refused.
 pub(crate) const MAX_QUEUED: usize = 8 << 20;
+/// Most bytes waiting for one worker's pipe when the command is control
+/// traffic ([`Pool::send_control`]).
+pub(crate) const MAX_CONTROL_QUEUED: usize = 64 << 20;
 /// What a worker's stdin pipe is enlarged to (Linux's default cap for
 /// an unprivileged pipe is 1 MiB; 64 KiB without asking).
 const PIPE_BYTES: i32 = 1 << 20;
@@ -327,11 +330,24 @@ impl Pool {
 
     /// Send one command line to worker `i`, without blocking.
     pub(crate) fn send(&mut self, i: usize, cmd: &str) -> Sent {
+        self.send_on(i, cmd, MAX_QUEUED)
+    }
+
+    /// Send a command that must never be dropped (a session answer, a
+    /// takeover): past [`MAX_QUEUED`] it still waits, up to
+    /// [`MAX_CONTROL_QUEUED`] (bounded by the client ids that can wait
+    /// on one worker), and a worker that leaves that much unread is
+    /// replaced by its role's watchdog, which answers for it.
+    pub(crate) fn send_control(&mut self, i: usize, cmd: &str) -> Sent {
+        self.send_on(i, cmd, MAX_CONTROL_QUEUED)
+    }
+
+    fn send_on(&mut self, i: usize, cmd: &str, max: usize) -> Sent {
         let Some(Some(h)) = self.workers.get_mut(i) else { return Sent::Gone };
         if h.stdin.is_none() {
             return Sent::Gone;
         }
-        if h.queued() + cmd.len() + 1 > MAX_QUEUED {
+        if h.queued() + cmd.len() + 1 > max {
             return Sent::Full;
         }
         h.queue.extend_from_slice(cmd.as_bytes());

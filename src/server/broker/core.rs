@@ -143,11 +143,6 @@ pub(crate) enum Input<'a> {
         topic: String,
         after: u64,
     },
-    /// Start `topic`'s history over: it is followed from now on, and may
-    /// be behind the cluster's.
-    Forget {
-        topic: String,
-    },
     /// Another node's retained message or clear (empty data): `sync`, from
     /// a sync of the whole set (counted as such).
     RetainedEntry {
@@ -254,7 +249,6 @@ impl Core {
                 self.history.counters.served += 1;
                 out.push(Output::Send { to: vec![worker], bytes: history_frame(&slice).into() });
             }
-            Input::Forget { topic } => self.history.forget(&topic),
             Input::RetainedEntry { topic, kept, sync } => {
                 if self.retained.newer(&topic, kept, None) && sync {
                     self.retained.counters.synced += 1;
@@ -373,7 +367,8 @@ impl Core {
         let mut to: Dests = match m.stream {
             Stream::Broadcast => self.workers.iter().copied().collect(),
             Stream::Unicast if m.user.is_some() => self.workers.iter().copied().collect(),
-            Stream::Unicast => m.target.map(|t| vec![split_id(t).0 as u32]).unwrap_or_default(),
+            // A connection of a worker that is not up is nowhere.
+            Stream::Unicast => m.target.map(|t| split_id(t).0 as u32).filter(|w| self.workers.contains(w)).into_iter().collect(),
             Stream::Topic => self.audience(&m.topic),
         };
         let mut shared = Vec::new();

@@ -318,7 +318,12 @@ impl Publisher {
                     return;
                 }
                 let p = Pending { reply, routing, waiting, stalled, gather, started: Instant::now(), pids };
-                self.pending.insert(rid, p);
+                // Nothing for this node (another node's unicast): its
+                // answers are all in `remote` already.
+                match p.routing.is_empty() {
+                    true => self.finish(p, &[]),
+                    false => _ = self.pending.insert(rid, p),
+                }
                 return;
             }
             other => {

@@ -411,9 +411,10 @@ impl Relay {
     /// here may be behind the cluster's, so it starts over from the stream.
     pub(crate) fn topics_changed(&mut self, worker: usize, changes: &[(String, bool)], publisher: &mut Publisher) {
         for topic in self.link.topics_changed(worker, changes) {
+            // At once, under the shard's lock: a recovery asked right after
+            // must not be answered from what is forgotten.
             if self.link.logged() {
-                let shard = publisher.shards.of(&topic);
-                publisher.shards.send(shard, Cmd::Forget { topic });
+                publisher.shards.core(publisher.shards.of(&topic)).history.forget(&topic);
             }
         }
     }

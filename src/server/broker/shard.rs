@@ -82,10 +82,6 @@ pub(crate) enum Cmd {
         topic: String,
         after: u64,
     },
-    /// Start a topic's history over (followed from now on).
-    Forget {
-        topic: String,
-    },
     /// Another node's retained message or clear (`sync`: from a sync).
     Retained {
         topic: String,
@@ -313,7 +309,6 @@ fn run(core: Arc<Mutex<Core>>, mut poll: Poll, rx: mpsc::Receiver<Cmd>, to_main:
                         Cmd::Offline { add, filter } => Input::Offline { add, filter },
                         Cmd::Merged { topic, messages, waiting } => Input::Merged { topic, messages, waiting },
                         Cmd::History { worker, topic, after } => Input::History { worker, topic, after },
-                        Cmd::Forget { topic } => Input::Forget { topic },
                         Cmd::Retained { topic, kept, sync } => Input::RetainedEntry { topic, kept, sync },
                     };
                     c.handle(input, now_us, &mut outs);

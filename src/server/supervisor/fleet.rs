@@ -513,8 +513,9 @@ impl ServerFleet {
         use crate::server::commands::{CMD_SESSION, CMD_TAKEOVER};
         for a in actions {
             match a {
-                Action::Answer(w, answer) => self.pool.send(w, &format!("{CMD_SESSION} {}", serde_json::to_string(&answer).expect("serializes"))),
-                Action::Takeover(w, conn) => self.pool.send(w, &format!("{CMD_TAKEOVER} {conn}")),
+                // The control lane: never dropped (see Pool::send_control).
+                Action::Answer(w, answer) => self.pool.send_control(w, &format!("{CMD_SESSION} {}", serde_json::to_string(&answer).expect("serializes"))),
+                Action::Takeover(w, conn) => self.pool.send_control(w, &format!("{CMD_TAKEOVER} {conn}")),
                 Action::Will(will) => {
                     self.client_published(vec![crate::server::broker::core::Message::will(will)]);
                     continue;

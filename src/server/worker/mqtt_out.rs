@@ -13,11 +13,10 @@ use crate::proto::mqtt::forward::Forwarded;
 use crate::proto::mqtt::{Properties, QoS, Version};
 use crate::proto::push;
 use crate::server::close::Close;
-use crate::server::commands::{conn_id, split_id, PushCommand, ServerMsg};
+use crate::server::commands::{conn_id, split_id, PushCommand};
 use crate::server::session::mqtt::extra::Delivered;
 use crate::server::session::mqtt::{self, flight};
 use crate::server::session::mqtt_ws;
-use crate::supervise::control;
 use std::rc::Rc;
 
 /// Re-read the wall clock after this many writes (latency buckets).
@@ -264,7 +263,7 @@ impl Worker {
     pub(super) fn mqtt_shared_leave(&mut self, key: usize, gen: u32, m: &mut mqtt::MqttConn) {
         let changes = mqtt::shared::leave_all(m, &mut self.published.shared, crate::server::commands::conn_id(self.cfg.worker, key, gen));
         if !changes.is_empty() {
-            control::emit(&ServerMsg::SharedChanged { worker: self.cfg.worker, changes });
+            super::mqtt_session::shares_changed(&mut self.bus, self.cfg.worker, changes);
         }
     }
 

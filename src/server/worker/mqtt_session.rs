@@ -335,14 +335,17 @@ pub(super) fn emit(w: usize, published: &mut mqtt::Published, topics: &mut Topic
         control::emit(&ServerMsg::SessionClaims { worker: w, claims });
     }
     if !published.shared_changes.is_empty() {
-        let changes = std::mem::take(&mut published.shared_changes);
-        // Every shard picks for its topics; the supervisor announces the
-        // node's groups to the cluster.
-        for c in &changes {
-            bus.to_all(&Frame::Share { join: c.join, conn: c.conn, qos: c.qos, name: &c.name });
-        }
-        control::emit(&ServerMsg::SharedChanged { worker: w, changes });
+        shares_changed(bus, w, std::mem::take(&mut published.shared_changes));
     }
+}
+
+/// Members joined or left shared groups: every shard picks for its
+/// topics; the supervisor announces the node's groups to the cluster.
+pub(super) fn shares_changed(bus: &mut Bus, w: usize, changes: Vec<crate::server::commands::SharedChange>) {
+    for c in &changes {
+        bus.to_all(&Frame::Share { join: c.join, conn: c.conn, qos: c.qos, name: &c.name });
+    }
+    control::emit(&ServerMsg::SharedChanged { worker: w, changes });
 }
 
 /// One client message (a PUBLISH or a will) to its topic's shard.

@@ -160,6 +160,25 @@ fn an_admin_publish_is_answered_with_its_place() {
     assert!(out.iter().any(|o| matches!(o, Output::Main(ToMain::Routed { publish_id: 7, at, workers }) if at.offset == 1 && workers == &vec![4])), "{out:?}");
 }
 
+/// A unicast goes to its connection's worker only, and to nobody when
+/// that worker is not up (the admin API answers 404).
+#[test]
+fn a_unicast_reaches_its_worker_or_nobody() {
+    let mut c = core();
+    c.handle(Input::WorkerUp(2), 0, &mut Vec::new());
+    for (pid, worker) in [(1, 2u64), (2, 999)] {
+        let m = Message { publish_id: pid, stream: Stream::Unicast, target: Some(conn_id(worker as usize, 5, 1)), ..Message::of(&match publish("", b"u", 0, false) {
+            Frame::Publish(p) => p,
+            _ => unreachable!(),
+        }) };
+        let mut out = Vec::new();
+        c.handle(Input::Message(m), 0, &mut out);
+        let want: Vec<u32> = if worker == 2 { vec![2] } else { vec![] };
+        assert!(out.iter().any(|o| matches!(o, Output::Main(ToMain::Routed { publish_id, workers, .. }) if *publish_id == pid && workers == &want)), "{out:?}");
+        assert_eq!(sent(&out).len(), want.len());
+    }
+}
+
 /// A cluster node hands its clients' publishes to the supervisor first.
 #[test]
 fn a_cluster_node_relays_client_publishes_first() {
