@@ -508,7 +508,7 @@ impl Handler for Worker {
             // Behind the interest their subscriptions gained.
             self.bus_interest();
             for (topic, after) in self.recoveries.take_wanted() {
-                self.bus.to_topic(&topic, &crate::proto::bus::Frame::HistoryWant { topic: &topic, after });
+                self.bus.send_topic(&topic, &crate::proto::bus::Frame::HistoryWant { topic: &topic, after });
             }
         }
         if self.topics.following.track {
@@ -576,6 +576,7 @@ impl Handler for Worker {
         self.stats.active_by_protocol = crate::server::services::by_protocol(&self.cfg.services, &self.open_by_service);
         self.stats.authenticated = self.topics.gate.len() as u64;
         self.stats.backlog_bytes = self.conns.iter().filter_map(|(_, c)| c.spills.held_backlog()).map(|b| b.len() as u64).sum();
+        (self.stats.bus_frames_out, self.stats.bus_frames_in) = (self.bus.frames_out, self.bus.frames_in);
         self.stats.last = last;
         control::emit(&ServerMsg::Server(Box::new(self.stats.clone())));
     }

@@ -12,6 +12,7 @@ mod admin_exposed;
 mod any_peer;
 mod auth;
 mod bad_input;
+mod broker;
 mod chat;
 mod cli_props;
 mod cluster;

@@ -9,6 +9,7 @@
 //! publish; an event stream on an http port without a token; paho-mqtt 5
 //! for the DISCONNECT's session expiry and the Server Keep Alive
 //! (tests/peers/mqtt_v5_session.py).
+use crate::common::mqtt_raw::{frame, packet, publish_body, subscribe_packet};
 use crate::common::*;
 use crate::mqtt::{count, mosquitto_sub_first, mqtt_server, stats_when};
 use crate::mqtt_sessions::{connected, rest};
@@ -93,50 +94,6 @@ fn one_users_sessions_cannot_push_out_anothers() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A minimal MQTT packet reader: (first byte, body).
-fn packet(s: &mut TcpStream) -> (u8, Vec<u8>) {
-    let mut b = [0u8; 1];
-    s.read_exact(&mut b).expect("a packet");
-    let first = b[0];
-    let (mut len, mut shift) = (0usize, 0);
-    loop {
-        s.read_exact(&mut b).expect("its length");
-        len |= ((b[0] & 0x7F) as usize) << shift;
-        shift += 7;
-        if b[0] & 0x80 == 0 {
-            break;
-        }
-    }
-    let mut body = vec![0; len];
-    s.read_exact(&mut body).expect("its body");
-    (first, body)
-}
-
-/// A whole packet: first byte, body (under 128 bytes).
-fn frame(first: u8, body: &[u8]) -> Vec<u8> {
-    [&[first, body.len() as u8][..], body].concat()
-}
-
-/// A 3.1.1 PUBLISH body: topic, packet id (QoS > 0), payload.
-fn publish_body(topic: &str, id: Option<u16>, payload: &[u8]) -> Vec<u8> {
-    let mut b = (topic.len() as u16).to_be_bytes().to_vec();
-    b.extend_from_slice(topic.as_bytes());
-    if let Some(id) = id {
-        b.extend_from_slice(&id.to_be_bytes());
-    }
-    b.extend_from_slice(payload);
-    b
-}
-
-/// A 3.1.1 SUBSCRIBE (id `id`) to `filter` at `qos`.
-fn subscribe_packet(id: u16, filter: &str, qos: u8) -> Vec<u8> {
-    let mut b = id.to_be_bytes().to_vec();
-    b.extend_from_slice(&(filter.len() as u16).to_be_bytes());
-    b.extend_from_slice(filter.as_bytes());
-    b.push(qos);
-    frame(0x82, &b)
-}
-
 /// Finding 4: a publisher with a kept session sends QoS 2 id 7, never
 /// sees its PUBREC (it leaves), comes back (session present) and resends
 /// it with DUP as MQTT requires: answered PUBREC, not forwarded again:
@@ -145,9 +102,9 @@ fn subscribe_packet(id: u16, filter: &str, qos: u8) -> Vec<u8> {
 fn a_qos2_publish_resent_after_a_reconnect_is_delivered_once() {
     let (mut s, admin, port) = two_workers(&[]);
     let (mut sub, _, _) = connected(port, 4, "till", true);
-    sub.write_all(&subscribe_packet(1, "pay/#", 2)).unwrap();
+    sub.write_all(&subscribe_packet(false, 1, &[("pay/#", 2)])).unwrap();
     assert_eq!(packet(&mut sub).0, 0x90, "SUBACK");
-    let charge = publish_body("pay/card", Some(7), b"charge card 42 EUR");
+    let charge = publish_body(false, "pay/card", Some(7), b"charge card 42 EUR");
     let (mut payer, _, code) = connected(port, 4, "payer", false);
     assert_eq!(code, 0);
     payer.write_all(&frame(0x34, &charge)).unwrap();
@@ -160,7 +117,7 @@ fn a_qos2_publish_resent_after_a_reconnect_is_delivered_once() {
     assert_eq!(packet(&mut payer), (0x50, vec![0, 7]), "PUBREC again");
     payer.write_all(&frame(0x62, &[0, 7])).unwrap();
     assert_eq!(packet(&mut payer), (0x70, vec![0, 7]), "PUBCOMP: the id was still awaiting PUBREL");
-    payer.write_all(&frame(0x30, &publish_body("pay/end", None, b"end"))).unwrap();
+    payer.write_all(&frame(0x30, &publish_body(false, "pay/end", None, b"end"))).unwrap();
     // QoS 2 to the subscriber: PUBREC, PUBREL comes, PUBCOMP; the end
     // marker may come before that PUBREL.
     let (mut copies, mut ended, mut released) = (0, false, Vec::new());
@@ -234,13 +191,13 @@ fn a_recycled_slot_gets_a_fresh_command_budget() {
     let (mut s, admin, port) = mqtt_server(&["--max-commands-per-second", "3"]);
     let (mut first, _, _) = connected(port, 4, "", true);
     for i in 0..3u16 {
-        first.write_all(&subscribe_packet(i + 1, &format!("t/{i}"), 0)).unwrap();
+        first.write_all(&subscribe_packet(false, i + 1, &[(&format!("t/{i}"), 0)])).unwrap();
         assert_eq!(packet(&mut first).0, 0x90);
     }
     drop(first);
     stats_when(&admin, "the first one closed", |v| v["active"] == 0);
     let (mut next, _, _) = connected(port, 4, "", true);
-    next.write_all(&subscribe_packet(9, "t/9", 0)).unwrap();
+    next.write_all(&subscribe_packet(false, 9, &[("t/9", 0)])).unwrap();
     assert_eq!(packet(&mut next), (0x90, vec![0, 9, 0]), "SUBACK, not a close for too many commands");
     assert_eq!(count(&crate::mqtt::stats(&admin), "close_reasons", "too_many_commands"), 0);
     s.terminate();
@@ -255,7 +212,7 @@ fn clients_cannot_publish_to_sys_topics() {
     let watch = std::thread::spawn(move || mosquitto_sub_first(port, "$SYS/#", 1));
     wait_until("mosquitto_sub subscribed", Duration::from_secs(10), || crate::mqtt::stats(&admin)["subscriptions"].as_u64() >= Some(1));
     let (mut old, _, _) = connected(port, 4, "old", true);
-    old.write_all(&frame(0x32, &publish_body("$SYS/x", Some(3), b"forged"))).unwrap();
+    old.write_all(&frame(0x32, &publish_body(false, "$SYS/x", Some(3), b"forged"))).unwrap();
     assert_eq!(packet(&mut old), (0x40, vec![0, 3]), "3.1.1: acknowledged and dropped");
     let mut v5 = TcpStream::connect(("127.0.0.1", port)).unwrap();
     v5.set_read_timeout(Some(Duration::from_secs(20))).unwrap();

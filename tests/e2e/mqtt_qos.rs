@@ -5,11 +5,11 @@
 //! written by hand: a subscriber that never acknowledges (the inflight
 //! window and the held queue bound what it is sent), a client that
 //! resends a QoS 2 publish and releases ids it never used.
+use crate::common::mqtt_raw::{frame, packet, publish_body, raw_client, subscribe};
 use crate::common::*;
 use crate::mqtt::{count, mqtt_server, stats_when};
 use serde_json::Value;
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -102,74 +102,6 @@ fn mosquitto_retained_and_qos_2() {
             && count(v, "mqtt_publishes_out", "0") == 1
     });
     s.terminate();
-}
-
-/// A minimal MQTT packet reader for the hand-written peers: (first byte, body).
-fn packet(s: &mut TcpStream) -> (u8, Vec<u8>) {
-    let mut b = [0u8; 1];
-    s.read_exact(&mut b).expect("a packet");
-    let first = b[0];
-    let (mut len, mut shift) = (0usize, 0);
-    loop {
-        s.read_exact(&mut b).expect("its length");
-        len |= ((b[0] & 0x7F) as usize) << shift;
-        shift += 7;
-        if b[0] & 0x80 == 0 {
-            break;
-        }
-    }
-    let mut body = vec![0; len];
-    s.read_exact(&mut body).expect("its body");
-    (first, body)
-}
-
-/// Connect a raw client: `level` 4 or 5, v5 CONNECT properties `props`.
-fn raw_client(port: u16, level: u8, id: &str, props: &[u8]) -> TcpStream {
-    let mut body = b"\x00\x04MQTT".to_vec();
-    body.extend_from_slice(&[level, 0x02, 0, 60]);
-    if level == 5 {
-        body.push(props.len() as u8);
-        body.extend_from_slice(props);
-    }
-    body.extend_from_slice(&(id.len() as u16).to_be_bytes());
-    body.extend_from_slice(id.as_bytes());
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    s.write_all(&[&[0x10, body.len() as u8][..], &body].concat()).unwrap();
-    assert_eq!(packet(&mut s).0, 0x20, "CONNACK");
-    s
-}
-
-/// A whole packet: first byte, body (under 128 bytes).
-fn frame(first: u8, body: &[u8]) -> Vec<u8> {
-    [&[first, body.len() as u8][..], body].concat()
-}
-
-/// A PUBLISH body: topic, packet id (QoS > 0), v5 properties (empty), payload.
-fn publish_body(v5: bool, topic: &str, id: Option<u16>, payload: &[u8]) -> Vec<u8> {
-    let mut b = (topic.len() as u16).to_be_bytes().to_vec();
-    b.extend_from_slice(topic.as_bytes());
-    if let Some(id) = id {
-        b.extend_from_slice(&id.to_be_bytes());
-    }
-    if v5 {
-        b.push(0);
-    }
-    b.extend_from_slice(payload);
-    b
-}
-
-/// SUBSCRIBE (id 1) to `filter` at `qos`.
-fn subscribe(s: &mut TcpStream, v5: bool, filter: &str, qos: u8) {
-    let mut b = vec![0, 1];
-    if v5 {
-        b.push(0);
-    }
-    b.extend_from_slice(&(filter.len() as u16).to_be_bytes());
-    b.extend_from_slice(filter.as_bytes());
-    b.push(qos);
-    s.write_all(&frame(0x82, &b)).unwrap();
-    assert_eq!(packet(s).0, 0x90, "SUBACK");
 }
 
 /// A v5 subscriber announcing Receive Maximum 3 that never acknowledges:

@@ -235,7 +235,7 @@ impl Core {
     /// Take one input at wall-clock `now_us`; its outputs onto `out`.
     pub(crate) fn handle(&mut self, input: Input<'_>, now_us: u64, out: &mut Vec<Output>) {
         match input {
-            Input::Worker(w, frame) => self.from_worker(w, frame, now_us, out),
+            Input::Worker(w, frame) => self.on_worker_frame(w, frame, now_us, out),
             Input::Message(m) => self.route(m, out),
             Input::WorkerUp(w) => {
                 self.workers.insert(w);
@@ -259,7 +259,7 @@ impl Core {
         self.counters.interest = (self.exact.len() + self.filters.len()) as u64;
     }
 
-    fn from_worker(&mut self, w: u32, frame: Frame<'_>, now_us: u64, out: &mut Vec<Output>) {
+    fn on_worker_frame(&mut self, w: u32, frame: Frame<'_>, now_us: u64, out: &mut Vec<Output>) {
         match frame {
             Frame::Publish(p) => {
                 let m = Message::of(&p);

@@ -331,7 +331,7 @@ impl Sessions {
         self.next.get(key).is_some_and(|(_, c)| other(c.owner.as_deref()))
             || self.asking.get(key).is_some_and(|a| other(a.claim.owner.as_deref()))
             || self.kept.get(key).is_some_and(|k| other(k.who.owner.as_deref()))
-            || self.wills.owner(key).is_some_and(|o| other(o))
+            || self.wills.owner(key).is_some_and(other)
     }
 
     /// A claim of a client id another identity owns: refused, counted.

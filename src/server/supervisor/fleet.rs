@@ -313,7 +313,7 @@ impl ServerFleet {
                 return self.note("upstream_refused", usize::MAX, message, 0)
             }
             ServerEvent::Cluster(crate::cluster::ClusterEvent::Fatal(e)) => return self.failure = Some(e),
-            ServerEvent::Broker(m) => return self.from_broker(m),
+            ServerEvent::Broker(m) => return self.on_broker(m),
             ServerEvent::Cluster(crate::cluster::ClusterEvent::ClientIds { node, ids, at_us }) => {
                 let theirs_wins = self.relay.as_ref().is_some_and(|r| node.as_str() > r.node());
                 let actions = self.publisher.sessions.connected_elsewhere(&ids, at_us, theirs_wins);
@@ -486,7 +486,7 @@ impl ServerFleet {
     /// What a broker shard said for the supervisor: an admin publish's
     /// place, a message for the kept sessions' queues, a cluster node's
     /// client publish for NATS, a recovery for the cluster's stream.
-    fn from_broker(&mut self, m: crate::server::broker::core::ToMain) {
+    fn on_broker(&mut self, m: crate::server::broker::core::ToMain) {
         use crate::server::broker::core::ToMain;
         match m {
             ToMain::Routed { publish_id, at, workers } => self.publisher.routed(publish_id, at, workers),

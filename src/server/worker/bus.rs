@@ -109,13 +109,13 @@ impl Bus {
     }
 
     /// One frame for the shard of `topic`.
-    pub(crate) fn to_topic(&mut self, topic: &str, f: &Frame<'_>) {
+    pub(crate) fn send_topic(&mut self, topic: &str, f: &Frame<'_>) {
         let i = self.shard(topic);
         self.to(i, f);
     }
 
     /// One frame for every shard.
-    pub(crate) fn to_all(&mut self, f: &Frame<'_>) {
+    pub(crate) fn send_all(&mut self, f: &Frame<'_>) {
         let mut one = Vec::new();
         bus::encode(&mut one, f);
         for l in &mut self.links {
@@ -130,8 +130,8 @@ impl Bus {
         let filter = crate::proto::mqtt::topic::is_filter(name);
         let f = Frame::Interest { add, filter, name };
         match filter {
-            true => self.to_all(&f),
-            false => self.to_topic(name, &f),
+            true => self.send_all(&f),
+            false => self.send_topic(name, &f),
         }
     }
 

@@ -121,7 +121,7 @@ impl Worker {
                 (Version::V5, None) => Properties { subscription_ids: sids, ..Properties::default() },
                 _ => Properties::default(),
             };
-            let (bytes, id_at) = mqtt::encode_push(v, &msg.topic, &data, qos, retain, properties);
+            let (bytes, id_at) = mqtt::encode_push(v, &msg.topic, data, qos, retain, properties);
             if bytes.is_empty() || qos == QoS::AtMostOnce {
                 continue;
             }
@@ -326,8 +326,8 @@ pub(super) fn emit(w: usize, published: &mut mqtt::Published, topics: &mut Topic
     for want in std::mem::take(&mut published.wants) {
         let f = Frame::RetainedWant { conn: want.conn, qos: want.qos, sid: want.sid, filter: &want.filter };
         match wildcards::is_filter(&want.filter) {
-            true => bus.to_all(&f),
-            false => bus.to_topic(&want.filter, &f),
+            true => bus.send_all(&f),
+            false => bus.send_topic(&want.filter, &f),
         }
     }
     if !published.claims.is_empty() {
@@ -343,7 +343,7 @@ pub(super) fn emit(w: usize, published: &mut mqtt::Published, topics: &mut Topic
 /// topics; the supervisor announces the node's groups to the cluster.
 pub(super) fn shares_changed(bus: &mut Bus, w: usize, changes: Vec<crate::server::commands::SharedChange>) {
     for c in &changes {
-        bus.to_all(&Frame::Share { join: c.join, conn: c.conn, qos: c.qos, name: &c.name });
+        bus.send_all(&Frame::Share { join: c.join, conn: c.conn, qos: c.qos, name: &c.name });
     }
     control::emit(&ServerMsg::SharedChanged { worker: w, changes });
 }
@@ -361,7 +361,7 @@ pub(super) fn publish(bus: &mut Bus, m: &ClientPublish) {
         identity: m.identity.as_deref().unwrap_or(""),
         payload: &m.data,
     });
-    bus.to_topic(&m.topic, &f);
+    bus.send_topic(&m.topic, &f);
 }
 
 /// A will as the topic space takes it: like a publish of its client,

@@ -10,17 +10,18 @@
 //! a quarter of them created by one identity (`limits/identity.rs`; past
 //! it refused `identity_quota`),
 //! each at most `push::MAX_TOPIC` bytes, and a connection's filters count
-//! against its `topics::MAX_SUBSCRIPTIONS`. Matching costs one pass over
-//! the filters per push: a first version; a trie is the next step when
-//! workers hold many distinct filters.
+//! against its `topics::MAX_SUBSCRIPTIONS`. Matching walks a filter trie
+//! (`topic_index::FilterTrie`): a push costs what can match its topic,
+//! not the number of filters the worker holds.
 
 use crate::server::close::Close;
 use crate::server::limits::identity::Charges;
+use crate::server::topic_index::FilterTrie;
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 /// Most distinct wildcard filters one worker holds (each costs its name,
-/// map entries and a subscriber set; every push walks them all).
+/// map and trie entries and a subscriber set).
 pub(crate) const MAX_FILTERS: usize = 4096;
 /// Set in a subscription id (`topics::Subs`) that names a filter here
 /// rather than an exact topic.
@@ -38,6 +39,8 @@ struct Filter {
 /// The worker's wildcard filters, refcounted by their subscribers.
 pub(crate) struct Wildcards {
     ids: HashMap<Box<str>, u32>,
+    /// The same filters by level, for matching a push's topic.
+    trie: FilterTrie<u32>,
     /// Indexed by id; `None` for a free id (listed in `free`).
     slots: Vec<Option<Filter>>,
     free: Vec<u32>,
@@ -46,7 +49,7 @@ pub(crate) struct Wildcards {
 
 impl Default for Wildcards {
     fn default() -> Wildcards {
-        Wildcards { ids: HashMap::new(), slots: Vec::new(), free: Vec::new(), charges: Charges::of(MAX_FILTERS) }
+        Wildcards { ids: HashMap::new(), trie: FilterTrie::default(), slots: Vec::new(), free: Vec::new(), charges: Charges::of(MAX_FILTERS) }
     }
 }
 
@@ -84,6 +87,7 @@ impl Wildcards {
                     }
                 };
                 self.ids.insert(filter.into(), id);
+                *self.trie.entry(filter, || id) = id;
                 id
             }
         };
@@ -100,10 +104,11 @@ impl Wildcards {
         }
         let f = self.slots[id as usize].take().expect("checked above");
         self.ids.remove(&f.name);
+        self.trie.remove(&f.name);
         self.charges.release(&f.creator);
         self.free.push(id);
         if self.ids.is_empty() {
-            (self.ids, self.slots, self.free) = Default::default();
+            (self.ids, self.trie, self.slots, self.free) = Default::default();
         }
     }
 
@@ -111,11 +116,11 @@ impl Wildcards {
     /// (a subscriber of several matching filters appears once per filter:
     /// the caller dedups).
     pub(crate) fn matching(&self, topic: &str, out: &mut Vec<usize>) {
-        for f in self.slots.iter().flatten() {
-            if crate::proto::mqtt::topic::matches(&f.name, topic) {
+        self.trie.matching(topic, |id| {
+            if let Some(f) = self.slots.get(*id as usize).and_then(Option::as_ref) {
                 out.extend(f.subscribers.iter().copied());
             }
-        }
+        });
     }
 
     /// Whether no filter is live (asked on every push: one lookup).

@@ -12,6 +12,7 @@
 pub mod browser;
 pub mod framed;
 pub mod lab;
+pub mod mqtt_raw;
 pub mod pki;
 pub mod ports;
 pub mod proc;

@@ -167,10 +167,15 @@ fn a_unicast_reaches_its_worker_or_nobody() {
     let mut c = core();
     c.handle(Input::WorkerUp(2), 0, &mut Vec::new());
     for (pid, worker) in [(1, 2u64), (2, 999)] {
-        let m = Message { publish_id: pid, stream: Stream::Unicast, target: Some(conn_id(worker as usize, 5, 1)), ..Message::of(&match publish("", b"u", 0, false) {
-            Frame::Publish(p) => p,
-            _ => unreachable!(),
-        }) };
+        let m = Message {
+            publish_id: pid,
+            stream: Stream::Unicast,
+            target: Some(conn_id(worker as usize, 5, 1)),
+            ..Message::of(&match publish("", b"u", 0, false) {
+                Frame::Publish(p) => p,
+                _ => unreachable!(),
+            })
+        };
         let mut out = Vec::new();
         c.handle(Input::Message(m), 0, &mut out);
         let want: Vec<u32> = if worker == 2 { vec![2] } else { vec![] };

@@ -13,7 +13,10 @@ use crate::server::worker::wildcards;
 /// its options kept when not plain QoS 0, its retained messages asked
 /// for (v5 Retain Handling 0 always, 1 when it is new, 2 never).
 pub(super) fn subscribe(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, s: crate::proto::mqtt::Subscribe<'_>) -> Result<(), Close> {
-    ctx.topics.rate.charge(ctx.req.key)?;
+    // Each filter is a command: a SUBSCRIBE of many costs as many.
+    for _ in 0..s.subscriptions.len().max(1) {
+        ctx.topics.rate.charge(ctx.req.key)?;
+    }
     // The codec allows one identifier in a SUBSCRIBE, not 0.
     let sid = s.properties.subscription_ids.first().copied().unwrap_or(0);
     let mut codes = Vec::with_capacity(s.subscriptions.len());
@@ -50,7 +53,12 @@ pub(super) fn subscribe(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, s: crat
                 };
                 if wanted {
                     let conn = crate::server::commands::conn_id(ctx.worker, ctx.req.key, ctx.req.gen);
-                    ctx.published.wants.push(RetainedWant { conn, filter: sub.filter.into(), qos: sub.qos as u8, sid });
+                    // A filter repeated in one packet replaces its first
+                    // (MQTT 3.8.4): one lookup, with the last options.
+                    match ctx.published.wants.iter_mut().find(|w| w.conn == conn && w.filter == sub.filter) {
+                        Some(w) => (w.qos, w.sid) = (sub.qos as u8, sid),
+                        None => ctx.published.wants.push(RetainedWant { conn, filter: sub.filter.into(), qos: sub.qos as u8, sid }),
+                    }
                 }
                 sub.qos as u8
             }

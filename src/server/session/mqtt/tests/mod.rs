@@ -285,6 +285,27 @@ fn wills_are_kept_until_a_clean_disconnect() {
     assert_eq!(out[3], 0x90);
 }
 
+/// A filter repeated in one SUBSCRIBE (32 × `#`) asks for its retained
+/// messages once, with the last options; each filter is charged to the
+/// connection's command budget, so a packet of more filters than the
+/// budget closes it.
+#[test]
+fn a_repeated_filter_asks_for_retained_once_and_each_filter_is_charged() {
+    let mut p = parts();
+    assert!(p.feed(&connect(Version::V311, 0)).0.is_ok());
+    let mut filters = vec![("#", QoS::AtMostOnce); 31];
+    filters.push(("#", QoS::AtLeastOnce));
+    assert!(p.feed(&subscribe(Version::V311, &filters)).0.is_ok());
+    let wants: Vec<_> = p.published.wants.iter().map(|w| (w.filter.as_str(), w.qos)).collect();
+    assert_eq!(wants, [("#", 1)], "one lookup, the last QoS");
+    // 200 a second: six packets of 32 filters (192) pass, a seventh not.
+    let packet = subscribe(Version::V311, &[("a", QoS::AtMostOnce); 32]);
+    for _ in 1..6 {
+        assert!(p.feed(&packet).0.is_ok());
+    }
+    assert_eq!(p.feed(&packet).0, Err("too_many_commands"), "the 224th filter in one second");
+}
+
 /// A subscription's options are kept only when they are not plain QoS 0,
 /// and a delivery takes the highest QoS of the matching subscriptions, no
 /// more than the publish's; each SUBSCRIBE asks for its retained messages
