@@ -20,7 +20,7 @@
 #           1:30000" chooses): the broker's CPU (its whole process tree)
 #           per delivered message, every message delivered, the delivery
 #           p99. megaconn runs its default worker and shard count
-#           (SHARDS=n sets --broker-shards).
+#           (SHARDS=n sets --broker-shards; BROKERS=megaconn runs it alone).
 #
 # Usage: bash bench/mqtt_vs_mosquitto.sh [memory|qos1|fanin|all=all]
 #   N=15000 PAIRS=1000 RATE=50 HOLD=20 DEVICES=2000 MEGACONN=path (else cargo build --release)
@@ -31,7 +31,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
 n="${N:-15000}"; pairs="${PAIRS:-1000}"; rate="${RATE:-50}"; hold="${HOLD:-20}"
-devices="${DEVICES:-2000}"; fanin="${FANIN:-0:10000 0:60000 1:30000}"; shards="${SHARDS:-}"
+devices="${DEVICES:-2000}"; brokers="${BROKERS:-megaconn mosquitto}"; fanin="${FANIN:-0:10000 0:60000 1:30000}"; shards="${SHARDS:-}"
 port=24200; admin=24201; sub_admin=24202
 . bench/run_dir.sh
 run=$(run_dir mqtt_vs_mosquitto)
@@ -147,6 +147,7 @@ fanin_run() { # NAME QOS TOTAL_RATE
   local sub=$!; pids+=("$sub")
   pairs=1 wait_for 30 "the consumer's SUBACK" subscribed
   cpu0=$(cpu_ticks_of "$spid")
+  thread_ticks_of "$spid" > "$run/threads-before-$name-$qos-$total.txt"
   timeout -s INT $(( hold + 120 )) "$bin" client --protocol mqtt --ports "$port" --connections "$devices" --rate 2000/s \
     --mqtt-client-id "dev-{conn}" --mqtt-publish-topic 'tele/{conn}' --mqtt-qos "$qos" --request-rate "$per/s" --payload 64 \
     --heartbeat 30s --hold "${hold}s" --json \
@@ -156,18 +157,22 @@ fanin_run() { # NAME QOS TOTAL_RATE
   published=$(field "$run/client-fanin-pub-$name-$qos-$total.json" "s['summary']['mqtt_published'].get('$qos', 0)" 2>/dev/null || echo 0)
   wait_for 10 "the last deliveries" delivered || true
   cpu1=$(cpu_ticks_of "$spid")
+  thread_ticks_of "$spid" > "$run/threads-after-$name-$qos-$total.txt"
   kill -INT "$(child_of "$sub")" 2>/dev/null || true
   wait "$sub" || true
   if [ "$name" = megaconn ]; then curl -sf "http://127.0.0.1:$admin/stats" > "$run/server-megaconn-fanin-$qos-$total-stats.json" || true; fi
   stop_broker
   python3 bench/mqtt_qos1_table.py "$name" "$hold" $(( cpu1 - cpu0 )) "$(getconf CLK_TCK)" \
     "$run/client-fanin-pub-$name-$qos-$total.json" "$run/client-fanin-sub-$name-$qos-$total.json" | tee "$run/fanin-$name-$qos-$total.txt"
+  # Where megaconn's CPU went: workers, broker shards, the supervisor's own thread.
+  python3 bench/thread_split.py "$run/threads-before-$name-$qos-$total.txt" "$run/threads-after-$name-$qos-$total.txt" \
+    "$(getconf CLK_TCK)" "$run/client-fanin-sub-$name-$qos-$total.json" | tee -a "$run/fanin-$name-$qos-$total.txt"
 }
 
 case "$what" in
   fanin)      for point in $fanin; do
                 echo "== fanin: $devices devices -> tele/#, QoS ${point%%:*}, ${point#*:}/s in all for ${hold}s =="
-                fanin_run megaconn "${point%%:*}" "${point#*:}"; fanin_run mosquitto "${point%%:*}" "${point#*:}"
+                for b in $brokers; do fanin_run "$b" "${point%%:*}" "${point#*:}"; done
               done ;;
   memory|all) echo "== memory: $n MQTT 3.1.1 clients, one shared subscription each, one broker process =="
               memory_run megaconn; memory_run mosquitto ;;&

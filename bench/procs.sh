@@ -28,6 +28,10 @@ tree() {
 # Bytes of RSS, and CPU ticks (user + system), of the tree rooted at PID.
 rss_of() { local t=0 p; for p in $(tree "$1"); do t=$(( t + $(awk '/^VmRSS:/ {print $2}' /proc/"$p"/status 2>/dev/null || echo 0) )); done; echo $(( t * 1024 )); }
 cpu_ticks_of() { local t=0 p; for p in $(tree "$1"); do t=$(( t + $(sed 's/.*) //' /proc/"$p"/stat 2>/dev/null | awk '{print $12 + $13}' || echo 0) )); done; echo "$t"; }
+# One line per thread of the tree rooted at PID: "PID/TID NAME TICKS"
+# (user + system), for a breakdown of where the CPU went.
+thread_ticks_of() { local p t; for p in $(tree "$1"); do for t in /proc/"$p"/task/*; do
+  echo "$p/${t##*/} $(tr ' ' '_' < "$t/comm" 2>/dev/null) $(sed 's/.*) //' "$t/stat" 2>/dev/null | awk '{print $12 + $13}')"; done; done; }
 # The first child of PID (the command a wrapper such as /usr/bin/time or
 # timeout runs). Signal a megaconn client itself, not the `timeout` before
 # it: timeout passes a signal to its whole process group, the client's

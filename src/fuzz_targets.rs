@@ -27,6 +27,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("http_response", http_response),
     ("sse_events", sse_events),
     ("mqtt_ws", mqtt_ws),
+    ("bus", bus),
 ];
 
 use crate::proto::fuzz_split as split;
@@ -328,4 +329,33 @@ pub fn sse_events(data: &[u8]) {
 /// bound (`server/session/mqtt_ws/harness.rs`).
 pub fn mqtt_ws(data: &[u8]) {
     crate::server::session::mqtt_ws::harness::fuzz(data);
+}
+
+/// The bus between workers and broker shards (`proto/bus.rs`), fed in
+/// reads of a size the first byte picks: every frame it yields encodes
+/// back to one that decodes the same, and the buffer never holds more
+/// than one frame's bound past what it was given to read.
+pub fn bus(data: &[u8]) {
+    use crate::proto::bus::{self, FrameBuf, MAX_FRAME};
+    let step = data.first().map_or(1, |b| *b as usize % 97 + 1);
+    let mut buf = FrameBuf::default();
+    for chunk in data.chunks(step) {
+        buf.extend(chunk);
+        loop {
+            match buf.next() {
+                Ok(Some(frame)) => {
+                    let mut again = Vec::new();
+                    bus::encode(&mut again, &frame);
+                    let mut other = FrameBuf::default();
+                    other.extend(&again);
+                    assert_eq!(other.next().expect("an encoded frame decodes"), Some(frame), "a frame round-trips");
+                }
+                Ok(None) => break,
+                // A bad frame ends the link: nothing after it is read.
+                Err(_) => return,
+            }
+        }
+        buf.tidy();
+        assert!(buf.pending() <= MAX_FRAME + step + 5, "the buffer holds at most a frame in progress");
+    }
 }

@@ -6,7 +6,8 @@
 //! dispatches, so tests can run a server or a client in-process.
 //!
 //! Layers, top to bottom; a module imports only from its own layer or
-//! below (`shared/tools/layers.py` checks it):
+//! below (`tests/e2e/layers.rs` fails the test run on an import cycle
+//! between top-level modules):
 //!
 //! ```text
 //! cli                  flags -> domain configs, dispatch (workers too), exit codes

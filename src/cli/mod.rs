@@ -295,7 +295,7 @@ pub(crate) struct ServerArgs {
     /// MQTT: kept sessions and delayed wills of one identity (the token's sub with --auth, else the peer's address; 0: a tenth of --mqtt-sessions); one more expires that identity's oldest session (reason identity). Raise it when a fleet shares one credential.
     #[arg(long, default_value = "0", value_parser = clap::value_parser!(u32).range(0..=10_000_000).map(|v| v as usize))]
     pub(crate) mqtt_sessions_per_identity: usize,
-    /// Broker shards: threads in the supervisor's process that route every message between the workers, each owning the topics that hash to it (their history, retained messages, subscribers); 0: one per core.
+    /// Broker shards: threads in the supervisor's process that route every message between the workers, each owning the topics that hash to it (their history, retained messages, subscribers); 0: one per two cores, at least one.
     #[arg(long, default_value = "0", value_parser = clap::value_parser!(u16).range(0..=256).map(|v| v as usize))]
     pub(crate) broker_shards: usize,
     /// MQTT: the longest keep-alive a client may ask for, seconds (0: any). A v5 client asking more, or 0, is told this one (CONNACK Server Keep Alive) and held to it; a 3.1.1 one is refused (CONNACK 2), as mosquitto's max_keepalive does.

@@ -21,6 +21,13 @@ use crate::proto::push::Stream;
 /// records, or one message of at most 1 MiB.
 pub(crate) const MAX_FRAME: usize = 6 << 20;
 
+/// Longest a frame waits for others to share its write, on either side
+/// (a worker's frames to its shards, a shard's to its workers): at a low
+/// rate a write per frame would wake the other side once per message.
+pub(crate) const COALESCE: std::time::Duration = std::time::Duration::from_micros(500);
+/// Bytes framed since the last write past which they go without waiting.
+pub(crate) const COALESCE_BYTES: usize = 64 << 10;
+
 mod tag {
     pub(super) const PUBLISH: u8 = 1;
     pub(super) const INTEREST: u8 = 2;

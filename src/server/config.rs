@@ -148,10 +148,14 @@ impl Auth {
 }
 
 impl ServerConfig {
-    /// The broker's shards: `--broker-shards`, else one per core.
+    /// The broker's shards: `--broker-shards`, else one per two cores
+    /// (at least one): a message costs its shard about a third of what it
+    /// costs the workers (BENCHMARKS.md, issue 63's shard sweep), so half
+    /// as many shards as cores keep both busy without threads waking each
+    /// other for nothing.
     pub(crate) fn shards(&self) -> usize {
         match self.broker_shards {
-            0 => crate::sys::online_cpus().max(1),
+            0 => (crate::sys::online_cpus() / 2).max(1),
             n => n,
         }
     }

@@ -556,12 +556,21 @@ impl Handler for Worker {
         if self.tls.as_ref().is_some_and(|t| t.has_pending()) {
             wake = wake.min(now + HANDSHAKE_SWEEP);
         }
+        if let Some(t) = self.bus.due() {
+            wake = wake.min(t);
+        }
         wake.saturating_duration_since(now)
     }
 
     fn flush(&mut self) -> Flow {
+        // Interest framed now was not in this turn's wait: it goes at once.
+        let waited = self.bus.due().is_some();
         self.bus_interest();
-        match self.bus.flush() {
+        let r = match (waited, self.bus.due()) {
+            (false, Some(_)) => self.bus.flush(),
+            _ => self.bus.flush_due(Instant::now()),
+        };
+        match r {
             Ok(()) => Flow::Continue,
             Err(e) => self.bus_lost(e),
         }

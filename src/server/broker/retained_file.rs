@@ -82,6 +82,9 @@ impl RetainedFile {
     /// could not be written (tried again at the next interval).
     pub(crate) fn save(&mut self, shards: &Shards, now: Instant, force: bool) -> Result<bool, String> {
         let generation: u64 = (0..shards.len()).map(|i| shards.core(i).retained.generation()).sum();
+        let reaped = self.0.reap(false);
+        shards.core(0).retained.counters.saved = self.0.written;
+        reaped.map_err(|e| format!("cannot write the retained messages to {}: {e}", self.0.path.display()))?;
         if !self.0.due(generation, now, force) {
             return Ok(false);
         }
@@ -94,8 +97,9 @@ impl RetainedFile {
         all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let (lines, skipped) = chunks(all.iter().map(|(t, d, m, us)| (t.as_str(), d.as_slice(), m.clone(), *us)));
         shards.core(0).retained.refused("file", skipped);
-        self.0.write(&lines, generation, now).map_err(|e| format!("cannot write the retained messages to {}: {e}", self.0.path.display()))?;
-        shards.core(0).retained.counters.saved += 1;
+        let wrote = self.0.write(lines, generation, now, force);
+        shards.core(0).retained.counters.saved = self.0.written;
+        wrote.map_err(|e| format!("cannot write the retained messages to {}: {e}", self.0.path.display()))?;
         Ok(true)
     }
 }

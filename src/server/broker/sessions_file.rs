@@ -54,12 +54,16 @@ impl SessionsFile {
     /// (`now`), or if they changed at all (`force`: the server stops).
     pub(crate) fn save(&mut self, sessions: &mut Sessions, now: Instant, force: bool) -> Result<bool, String> {
         let generation = sessions.generation();
+        let reaped = self.0.reap(false);
+        sessions.counters.saved = self.0.written;
+        reaped.map_err(|e| format!("cannot write the kept sessions to {}: {e}", self.0.path.display()))?;
         if !self.0.due(generation, now, force) {
             return Ok(false);
         }
         let lines: Vec<Vec<u8>> = sessions.saved(now, crate::proto::push::wall_us()).iter().map(|s| serde_json::to_vec(s).expect("serializes")).collect();
-        self.0.write(&lines, generation, now).map_err(|e| format!("cannot write the kept sessions to {}: {e}", self.0.path.display()))?;
-        sessions.counters.saved += 1;
+        let wrote = self.0.write(lines, generation, now, force);
+        sessions.counters.saved = self.0.written;
+        wrote.map_err(|e| format!("cannot write the kept sessions to {}: {e}", self.0.path.display()))?;
         Ok(true)
     }
 }

@@ -1,4 +1,4 @@
-//! The broker's shards: one thread per core in the supervisor's process,
+//! The broker's shards: threads in the supervisor's process (one per two cores by default),
 //! each owning the topics whose name hashes to it ([`shard_of`]) with
 //! their history, retained messages, interest and shared groups
 //! (`core.rs`), and a Unix socket pair to every worker (`proto/bus.rs`).
@@ -24,6 +24,7 @@
 //! the supervisor's own process, so such a frame is a bug, not a peer.
 
 use crate::proto::bus::FrameBuf;
+use crate::proto::bus::{COALESCE, COALESCE_BYTES};
 use crate::server::broker::core::{Core, CoreConfig, Input, Message, Output, ToMain};
 use crate::server::broker::history::History;
 use crate::server::broker::retained::Retained;
@@ -280,8 +281,11 @@ fn run(core: Arc<Mutex<Core>>, mut poll: Poll, rx: mpsc::Receiver<Cmd>, to_main:
     let mut scratch = vec![0u8; 64 << 10];
     let mut outs: Vec<Output> = Vec::new();
     let mut dropped = crate::stats::counters::Kinds::new();
+    // Frames for the workers wait up to COALESCE for others (as the
+    // workers' own do, `worker/bus.rs`): one wake-up of a worker for many.
+    let (mut hold_until, mut fresh): (Option<Instant>, usize) = (None, 0);
     loop {
-        let wait = next_tick.saturating_duration_since(Instant::now());
+        let wait = hold_until.map_or(next_tick, |h| h.min(next_tick)).saturating_duration_since(Instant::now());
         if let Err(e) = poll.poll(&mut events, Some(wait)) {
             if e.kind() != std::io::ErrorKind::Interrupted {
                 return;
@@ -379,11 +383,19 @@ fn run(core: Arc<Mutex<Core>>, mut poll: Poll, rx: mpsc::Receiver<Cmd>, to_main:
                     for w in to {
                         if let Some(link) = by_worker.get(&w).and_then(|k| links.get_mut(*k)) {
                             link.queue(&bytes, &mut dropped);
+                            fresh += bytes.len();
                         }
                     }
                 }
                 Output::Main(m) => to_main(m),
             }
+        }
+        if fresh > 0 && hold_until.is_none() {
+            hold_until = Some(Instant::now() + COALESCE);
+        }
+        match hold_until {
+            Some(h) if fresh < COALESCE_BYTES && Instant::now() < h => continue,
+            _ => (hold_until, fresh) = (None, 0),
         }
         let mut broken = Vec::new();
         for (key, link) in links.iter_mut().filter(|(_, l)| !l.out.is_empty()) {

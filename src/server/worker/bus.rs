@@ -6,6 +6,12 @@
 //! written at the end of the loop's turn (one `write` for many frames);
 //! what the shards deliver comes back as frames read on readiness.
 //!
+//! **Coalescing.** At a low rate every frame written at once would wake
+//! its shard for one message (a thread switch costs more than routing
+//! it): frames wait up to [`COALESCE`] after the first of them, or until
+//! [`COALESCE_BYTES`] wait, and go in one write. Under load the buffer
+//! fills within a loop turn and goes at once, as before.
+//!
 //! **Back-pressure.** What waits for one shard is bounded: past
 //! [`HIGH_WATER`] the worker stops reading its publishing connections
 //! (they wait in [`Bus::paused`], TCP then holds their clients back) and
@@ -13,7 +19,7 @@
 //! publish is never dropped on the way to a shard: its PUBACK went out
 //! only once it was in the shard's buffer here.
 
-use crate::proto::bus::{self, Frame, FrameBuf};
+use crate::proto::bus::{self, Frame, FrameBuf, COALESCE, COALESCE_BYTES};
 use crate::server::broker::history::{Message, Slice};
 use crate::server::broker::shard::shard_of;
 use crate::server::commands::{PushCommand, ServerMsg};
@@ -76,6 +82,10 @@ pub(crate) struct Bus {
     /// Frames written, and what the shards sent this worker (stats).
     pub frames_out: u64,
     pub frames_in: u64,
+    /// When the oldest frame not yet written was framed.
+    waiting_since: Option<std::time::Instant>,
+    /// Bytes framed since the last write.
+    waiting: usize,
 }
 
 impl Bus {
@@ -103,8 +113,11 @@ impl Bus {
     /// One frame for shard `i`.
     pub(crate) fn to(&mut self, i: usize, f: &Frame<'_>) {
         if let Some(l) = self.links.get_mut(i) {
+            let before = l.out.len();
             bus::encode(&mut l.out, f);
             self.frames_out += 1;
+            self.waiting += l.out.len() - before;
+            self.waiting_since.get_or_insert_with(std::time::Instant::now);
         }
     }
 
@@ -121,7 +134,9 @@ impl Bus {
         for l in &mut self.links {
             l.out.extend_from_slice(&one);
             self.frames_out += 1;
+            self.waiting += one.len();
         }
+        self.waiting_since.get_or_insert_with(std::time::Instant::now);
     }
 
     /// A subscription's interest or a filter's: a topic to its shard, a
@@ -135,9 +150,25 @@ impl Bus {
         }
     }
 
+    /// When what waits is to be written ([`COALESCE`] after its first
+    /// frame); None: nothing waits.
+    pub(crate) fn due(&self) -> Option<std::time::Instant> {
+        self.waiting_since.map(|t| t + COALESCE)
+    }
+
+    /// Write what waits if it is due: [`COALESCE_BYTES`] wait, or the
+    /// first of them waited [`COALESCE`]. Err: as [`Bus::flush`].
+    pub(crate) fn flush_due(&mut self, now: std::time::Instant) -> std::io::Result<()> {
+        match self.waiting_since {
+            Some(t) if self.waiting < COALESCE_BYTES && now < t + COALESCE => Ok(()),
+            _ => self.flush(),
+        }
+    }
+
     /// Write what waits for every shard. Err: a shard is gone (the
     /// supervisor stopped, or a shard failed): the worker cannot route.
     pub(crate) fn flush(&mut self) -> std::io::Result<()> {
+        (self.waiting_since, self.waiting) = (None, 0);
         for l in &mut self.links {
             if l.pending() > 0 {
                 l.flush()?;
