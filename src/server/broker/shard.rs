@@ -294,8 +294,12 @@ fn run(core: Arc<Mutex<Core>>, mut poll: Poll, rx: mpsc::Receiver<Cmd>, to_main:
         let now_us = crate::proto::push::wall_us();
         let mut gone: Vec<usize> = Vec::new();
         let mut c = core.lock().unwrap_or_else(|e| e.into_inner());
+        // What the supervisor hands in (an admin request waiting for its
+        // answer, the cluster) goes out without waiting for company.
+        let mut urgent = false;
         for ev in events.iter() {
             if ev.token() == WAKER {
+                urgent = true;
                 while let Ok(cmd) = rx.try_recv() {
                     let input = match cmd {
                         Cmd::Stop => return,
@@ -394,7 +398,7 @@ fn run(core: Arc<Mutex<Core>>, mut poll: Poll, rx: mpsc::Receiver<Cmd>, to_main:
             hold_until = Some(Instant::now() + COALESCE);
         }
         match hold_until {
-            Some(h) if fresh < COALESCE_BYTES && Instant::now() < h => continue,
+            Some(h) if !urgent && fresh < COALESCE_BYTES && Instant::now() < h => continue,
             _ => (hold_until, fresh) = (None, 0),
         }
         let mut broken = Vec::new();
