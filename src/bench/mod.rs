@@ -144,7 +144,8 @@ pub(crate) fn server_config(cfg: &BenchConfig, connections: u64) -> ServerConfig
         tls: cfg.pki.as_ref().map(|p| crate::tls::files::ServerTls {
             cert: p.cert.clone(),
             key: p.key.clone(),
-            handshake_timeout_ms: crate::tls::files::DEFAULT_HANDSHAKE_TIMEOUT.as_millis() as u64,
+            // The server waits for a handshake as long as its clients do.
+            handshake_timeout_ms: crate::tls::files::DEFAULT_HANDSHAKE_TIMEOUT.max(cfg.connect_timeout).as_millis() as u64,
             ticket_key: String::new(),
             alpn_http: false,
             pem: None,

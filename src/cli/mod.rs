@@ -732,7 +732,7 @@ pub(crate) struct BenchArgs {
     /// Client worker processes: auto or N.
     #[arg(long, default_value = "auto")]
     pub(crate) client_workers: Workers,
-    /// Give up on a handshake after this long.
+    /// Give up on a handshake after this long (the bench's server waits as long for a TLS handshake, 10 s at least).
     #[arg(long, value_parser = parse::positive_duration, default_value = "10s")]
     pub(crate) connect_timeout: Duration,
     /// Push scenario: broadcasts to publish (rounds, with --topics); default 10 (rollout: enough for 3 s, the drain period and 15 s; recovery: messages per stream live and again during the outage, default 100).

@@ -557,6 +557,27 @@ impl FrameBuf {
         }
     }
 
+    /// The subscription frames (`Interest`, `Share`) among the whole
+    /// frames held, without taking any: a shard applies them before it
+    /// routes what any worker sent beside them (`broker/shard.rs`). A
+    /// frame that cannot be read ends the walk ([`FrameBuf::next`] says why).
+    pub(crate) fn subscriptions(&self, mut each: impl FnMut(Frame<'_>)) {
+        let mut at = self.at;
+        while let Some(head) = self.buf.get(at..at + 4) {
+            let len = u32::from_le_bytes(head.try_into().expect("4 bytes")) as usize;
+            if len > MAX_FRAME || self.buf.len() < at + 4 + len {
+                return;
+            }
+            if matches!(self.buf.get(at + 4), Some(&(tag::INTEREST | tag::SHARE))) {
+                match decode(&self.buf[at..]) {
+                    Ok(Some((f, _))) => each(f),
+                    _ => return,
+                }
+            }
+            at += 4 + len;
+        }
+    }
+
     /// Bytes held that no frame took yet.
     pub(crate) fn pending(&self) -> usize {
         self.buf.len() - self.at
@@ -677,6 +698,24 @@ mod tests {
         }
         assert_eq!(got, (0..50).collect::<Vec<_>>());
         assert_eq!(fb.pending(), 0);
+    }
+
+    #[test]
+    fn subscriptions_are_seen_among_whole_frames_without_taking_any() {
+        let mut bytes = Vec::new();
+        encode(&mut bytes, &Frame::HistoryWant { topic: "a", after: 1 });
+        encode(&mut bytes, &Frame::Interest { add: true, filter: false, name: "a" });
+        encode(&mut bytes, &Frame::Share { join: true, conn: 7, qos: 1, name: "g/a" });
+        encode(&mut bytes, &Frame::Interest { add: false, filter: true, name: "cut/#" });
+        let mut fb = FrameBuf::default();
+        fb.extend(&bytes[..bytes.len() - 1]);
+        let mut seen = Vec::new();
+        fb.subscriptions(|f| seen.push(format!("{f:?}")));
+        assert_eq!(seen.len(), 2, "the cut last frame waits: {seen:?}");
+        assert!(seen[0].contains("Interest") && seen[1].contains("Share"), "{seen:?}");
+        let pending = fb.pending();
+        assert_eq!(pending, bytes.len() - 1, "nothing was taken");
+        assert!(matches!(fb.next().unwrap(), Some(Frame::HistoryWant { after: 1, .. })));
     }
 
     proptest! {

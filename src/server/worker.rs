@@ -563,14 +563,9 @@ impl Handler for Worker {
     }
 
     fn flush(&mut self) -> Flow {
-        // Interest framed now was not in this turn's wait: it goes at once.
-        let waited = self.bus.due().is_some();
+        // Interest framed now goes at once (`Bus::flush_due`).
         self.bus_interest();
-        let r = match (waited, self.bus.due()) {
-            (false, Some(_)) => self.bus.flush(),
-            _ => self.bus.flush_due(Instant::now()),
-        };
-        match r {
+        match self.bus.flush_due(Instant::now()) {
             Ok(()) => Flow::Continue,
             Err(e) => self.bus_lost(e),
         }

@@ -283,3 +283,60 @@ fn a_stopped_worker_loses_nothing_uncounted_and_its_client_id_stays_usable() {
     assert_eq!((present, code), (true, 0), "the client id and its session, after the stop");
     s.terminate();
 }
+
+/// A publish sent the moment a SUBACK arrives (by another client on
+/// either worker, or through the admin API) reaches the new subscriber,
+/// 300 times over, while four other clients keep every worker's bus busy
+/// (frames waiting to share a write). (9ae4a74: a subscription's interest
+/// waited for company while its SUBACK went out, and a shard could route
+/// a publish read beside the interest before it.)
+#[test]
+fn a_publish_right_after_the_suback_reaches_the_new_subscriber() {
+    let (mut s, _, admin, port) = broker("2", &["--max-commands-per-second", "100000"]);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let noise: Vec<_> = (0..4)
+        .map(|i| {
+            let (stop, mut c) = (stop.clone(), raw_client(port, 4, &format!("noise{i}"), &[]));
+            std::thread::spawn(move || {
+                let one = frame(0x30, &publish_body(false, &format!("noise/{i}"), None, b"n"));
+                let deadline = Instant::now() + Duration::from_secs(120);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline {
+                    c.write_all(&one).unwrap();
+                    std::thread::sleep(Duration::from_micros(100)); // the noise's pace
+                }
+            })
+        })
+        .collect();
+    let mut subscriber = raw_client(port, 4, "fresh", &[]);
+    subscriber.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut publishers: Vec<TcpStream> = (0..4).map(|i| raw_client(port, 4, &format!("quick{i}"), &[])).collect();
+    for i in 0..300u16 {
+        let topic = format!("fresh/{i}");
+        subscribe(&mut subscriber, false, &topic, 0);
+        let payload = format!("m{i}");
+        if i % 5 == 4 {
+            let (status, body) = http(&admin, "POST", &format!("/publish?topic={topic}"), payload.as_bytes(), None);
+            assert_eq!(status, 200, "{body}");
+        } else {
+            let p = &mut publishers[i as usize % 4];
+            p.write_all(&frame(0x30, &publish_body(false, &topic, None, payload.as_bytes()))).unwrap();
+        }
+        let mut b = [0u8; 1];
+        if !matches!(subscriber.peek(&mut b), Ok(1)) {
+            panic!("round {i}: nothing delivered within 5 s of the publish sent right after the SUBACK");
+        }
+        let (first, body) = packet(&mut subscriber);
+        assert_eq!((first, &body[2 + topic.len()..]), (0x30, payload.as_bytes()), "round {i}: the publish sent right after the SUBACK");
+        // Let it go (a connection holds 64 subscriptions at most).
+        let mut unsub = 1u16.to_be_bytes().to_vec();
+        unsub.extend_from_slice(&(topic.len() as u16).to_be_bytes());
+        unsub.extend_from_slice(topic.as_bytes());
+        subscriber.write_all(&frame(0xA2, &unsub)).unwrap();
+        assert_eq!(packet(&mut subscriber).0, 0xB0, "UNSUBACK");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for t in noise {
+        t.join().unwrap();
+    }
+    s.terminate();
+}

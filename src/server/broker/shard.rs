@@ -23,7 +23,7 @@
 //! `broker_refused`, the worker then exits and is replaced): a worker is
 //! the supervisor's own process, so such a frame is a bug, not a peer.
 
-use crate::proto::bus::FrameBuf;
+use crate::proto::bus::{Frame, FrameBuf};
 use crate::proto::bus::{COALESCE, COALESCE_BYTES};
 use crate::server::broker::core::{Core, CoreConfig, Input, Message, Output, ToMain};
 use crate::server::broker::history::History;
@@ -229,9 +229,32 @@ struct Link {
     out: VecDeque<Arc<[u8]>>,
     head: usize,
     queued: usize,
+    /// Its worker closed it (or sent what cannot be read): ended this turn.
+    closed: bool,
 }
 
 impl Link {
+    /// Read what the worker sent, up to [`READ_BUDGET`] (past it a new
+    /// edge is asked for: more may wait).
+    fn take(&mut self, scratch: &mut [u8], registry: &mio::Registry, token: Token) {
+        let mut read = 0;
+        while read < READ_BUDGET && !self.closed {
+            match self.stream.read(scratch) {
+                Ok(0) => self.closed = true,
+                Ok(n) => {
+                    read += n;
+                    self.inbuf.extend(&scratch[..n]);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => self.closed = true,
+            }
+        }
+        if !self.closed {
+            let _ = registry.reregister(&mut self.stream, token, Interest::READABLE | Interest::WRITABLE);
+        }
+    }
+
     fn queue(&mut self, bytes: &Arc<[u8]>, dropped: &mut crate::stats::counters::Kinds) {
         if self.queued + bytes.len() > MAX_QUEUED {
             crate::stats::counters::bump(dropped, "worker_full");
@@ -271,8 +294,20 @@ impl Link {
     }
 }
 
+/// Rounds of "anything more meanwhile?" before a shard handles what it took.
+const ROUNDS: usize = 4;
+
 /// A shard's loop: its workers' frames into the core, the core's frames
 /// out to the workers, the supervisor's commands, a tick a second.
+///
+/// **Subscriptions first.** A worker writes a subscription's interest
+/// before it tells its client (`worker/bus.rs`), but what the client then
+/// causes to be published may reach this shard on another link, or from
+/// the supervisor, and be read first. So a turn takes everything waiting
+/// before it handles any of it, asks epoll again (at most [`ROUNDS`]
+/// times) whether more came meanwhile, and then applies the subscription
+/// frames of every link before anything is routed: a publish is routed
+/// behind every subscription written before it was.
 fn run(core: Arc<Mutex<Core>>, mut poll: Poll, rx: mpsc::Receiver<Cmd>, to_main: Arc<dyn Fn(ToMain) + Send + Sync>) {
     let mut links: slab::Slab<Link> = slab::Slab::new();
     let mut by_worker: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
@@ -292,79 +327,79 @@ fn run(core: Arc<Mutex<Core>>, mut poll: Poll, rx: mpsc::Receiver<Cmd>, to_main:
             }
         }
         let now_us = crate::proto::push::wall_us();
-        let mut gone: Vec<usize> = Vec::new();
-        let mut c = core.lock().unwrap_or_else(|e| e.into_inner());
         // What the supervisor hands in (an admin request waiting for its
         // answer, the cluster) goes out without waiting for company.
         let mut urgent = false;
-        for ev in events.iter() {
-            if ev.token() == WAKER {
-                urgent = true;
-                while let Ok(cmd) = rx.try_recv() {
-                    let input = match cmd {
-                        Cmd::Stop => return,
-                        Cmd::Worker(w, s) => {
-                            let mut stream = UnixStream::from_std(s);
-                            let key = links.vacant_key();
-                            if poll.registry().register(&mut stream, Token(key), Interest::READABLE | Interest::WRITABLE).is_err() {
-                                continue;
-                            }
-                            links.insert(Link { w, stream, inbuf: FrameBuf::default(), out: VecDeque::new(), head: 0, queued: 0 });
-                            by_worker.insert(w, key);
-                            Input::WorkerUp(w)
-                        }
-                        Cmd::Message(m) => Input::Message(m),
-                        Cmd::Offline { add, filter } => Input::Offline { add, filter },
-                        Cmd::Merged { topic, messages, waiting } => Input::Merged { topic, messages, waiting },
-                        Cmd::History { worker, topic, after } => Input::History { worker, topic, after },
-                        Cmd::Retained { topic, kept, sync } => Input::RetainedEntry { topic, kept, sync },
-                    };
-                    c.handle(input, now_us, &mut outs);
+        let mut cmds: Vec<Cmd> = Vec::new();
+        for round in 0..ROUNDS {
+            for ev in events.iter() {
+                if ev.token() == WAKER {
+                    urgent = true;
+                    cmds.extend(rx.try_iter());
+                } else if let Some(link) = links.get_mut(ev.token().0) {
+                    if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                        link.take(&mut scratch, poll.registry(), ev.token());
+                    }
                 }
-                continue;
             }
-            let key = ev.token().0;
-            let Some(link) = links.get_mut(key) else { continue };
-            if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                let w = link.w;
-                let mut read = 0;
-                let mut closed = false;
-                while read < READ_BUDGET {
-                    match link.stream.read(&mut scratch) {
-                        Ok(0) => {
-                            closed = true;
-                            break;
-                        }
-                        Ok(n) => {
-                            read += n;
-                            link.inbuf.extend(&scratch[..n]);
-                        }
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                        Err(_) => {
-                            closed = true;
-                            break;
-                        }
+            if round + 1 == ROUNDS || poll.poll(&mut events, Some(Duration::ZERO)).is_err() || events.is_empty() {
+                break;
+            }
+        }
+        let mut c = core.lock().unwrap_or_else(|e| e.into_inner());
+        let mut later = Vec::with_capacity(cmds.len());
+        for cmd in cmds {
+            let input = match cmd {
+                Cmd::Stop => return,
+                Cmd::Worker(w, s) => {
+                    let mut stream = UnixStream::from_std(s);
+                    let key = links.vacant_key();
+                    if poll.registry().register(&mut stream, Token(key), Interest::READABLE | Interest::WRITABLE).is_err() {
+                        continue;
+                    }
+                    links.insert(Link { w, stream, inbuf: FrameBuf::default(), out: VecDeque::new(), head: 0, queued: 0, closed: false });
+                    by_worker.insert(w, key);
+                    Input::WorkerUp(w)
+                }
+                Cmd::Offline { add, filter } => Input::Offline { add, filter },
+                other => {
+                    later.push(other);
+                    continue;
+                }
+            };
+            c.handle(input, now_us, &mut outs);
+        }
+        for (_, link) in links.iter().filter(|(_, l)| l.inbuf.pending() > 0) {
+            link.inbuf.subscriptions(|f| c.handle(Input::Worker(link.w, f), now_us, &mut outs));
+        }
+        for cmd in later {
+            let input = match cmd {
+                Cmd::Message(m) => Input::Message(m),
+                Cmd::Merged { topic, messages, waiting } => Input::Merged { topic, messages, waiting },
+                Cmd::History { worker, topic, after } => Input::History { worker, topic, after },
+                Cmd::Retained { topic, kept, sync } => Input::RetainedEntry { topic, kept, sync },
+                Cmd::Stop | Cmd::Worker(..) | Cmd::Offline { .. } => continue,
+            };
+            c.handle(input, now_us, &mut outs);
+        }
+        let mut gone: Vec<usize> = Vec::new();
+        for (key, link) in links.iter_mut() {
+            loop {
+                match link.inbuf.next() {
+                    // Applied above.
+                    Ok(Some(Frame::Interest { .. } | Frame::Share { .. })) => {}
+                    Ok(Some(frame)) => c.handle(Input::Worker(link.w, frame), now_us, &mut outs),
+                    Ok(None) => break,
+                    Err(e) => {
+                        crate::stats::counters::bump(&mut c.counters.refused, e.kind());
+                        link.closed = true;
+                        break;
                     }
                 }
-                loop {
-                    match link.inbuf.next() {
-                        Ok(Some(frame)) => c.handle(Input::Worker(w, frame), now_us, &mut outs),
-                        Ok(None) => break,
-                        Err(e) => {
-                            crate::stats::counters::bump(&mut c.counters.refused, e.kind());
-                            closed = true;
-                            break;
-                        }
-                    }
-                }
-                link.inbuf.tidy();
-                if closed {
-                    gone.push(key);
-                } else if read >= READ_BUDGET {
-                    // More may wait: ask for a new edge.
-                    let _ = poll.registry().reregister(&mut link.stream, Token(key), Interest::READABLE | Interest::WRITABLE);
-                }
+            }
+            link.inbuf.tidy();
+            if link.closed {
+                gone.push(key);
             }
         }
         if Instant::now() >= next_tick {

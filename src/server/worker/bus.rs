@@ -86,6 +86,8 @@ pub(crate) struct Bus {
     waiting_since: Option<std::time::Instant>,
     /// Bytes framed since the last write.
     waiting: usize,
+    /// Interest or a group's membership waits: written before the next reply.
+    urgent: bool,
 }
 
 impl Bus {
@@ -142,11 +144,30 @@ impl Bus {
     /// A subscription's interest or a filter's: a topic to its shard, a
     /// wildcard filter to every shard (its topics may be anyone's).
     pub(crate) fn interest(&mut self, add: bool, name: &str) {
+        self.urgent = true;
         let filter = crate::proto::mqtt::topic::is_filter(name);
         let f = Frame::Interest { add, filter, name };
         match filter {
             true => self.send_all(&f),
             false => self.send_topic(name, &f),
+        }
+    }
+
+    /// A shared group's membership, to every shard.
+    pub(crate) fn share(&mut self, f: &Frame<'_>) {
+        self.urgent = true;
+        self.send_all(f);
+    }
+
+    /// Before a reply to a client goes out: the interest its read gained
+    /// or lost is framed and, with any group membership, written now
+    /// (a failed write is the next flush's to report).
+    pub(crate) fn before_reply(&mut self, topics: &mut super::topics::Topics) {
+        for (add, name) in topics.take_interest() {
+            self.interest(add, &name);
+        }
+        if self.urgent {
+            let _ = self.flush();
         }
     }
 
@@ -156,11 +177,11 @@ impl Bus {
         self.waiting_since.map(|t| t + COALESCE)
     }
 
-    /// Write what waits if it is due: [`COALESCE_BYTES`] wait, or the
-    /// first of them waited [`COALESCE`]. Err: as [`Bus::flush`].
+    /// Write what waits if it is due: interest, [`COALESCE_BYTES`], or
+    /// the first of them waited [`COALESCE`]. Err: as [`Bus::flush`].
     pub(crate) fn flush_due(&mut self, now: std::time::Instant) -> std::io::Result<()> {
         match self.waiting_since {
-            Some(t) if self.waiting < COALESCE_BYTES && now < t + COALESCE => Ok(()),
+            Some(t) if !self.urgent && self.waiting < COALESCE_BYTES && now < t + COALESCE => Ok(()),
             _ => self.flush(),
         }
     }
@@ -168,7 +189,7 @@ impl Bus {
     /// Write what waits for every shard. Err: a shard is gone (the
     /// supervisor stopped, or a shard failed): the worker cannot route.
     pub(crate) fn flush(&mut self) -> std::io::Result<()> {
-        (self.waiting_since, self.waiting) = (None, 0);
+        (self.waiting_since, self.waiting, self.urgent) = (None, 0, false);
         for l in &mut self.links {
             if l.pending() > 0 {
                 l.flush()?;

@@ -152,6 +152,8 @@ impl Worker {
             mqtt_ws::wrap(&mut self.out, 0);
         }
         let cap = self.cfg.max_pending_bytes.max(self.reply_cap);
+        // The CONNACK behind its session's subscriptions' interest.
+        self.bus.before_reply(&mut self.topics);
         if let Err(reason) = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, cap, Close::SlowConsumer) {
             return self.close(key, reason);
         }
@@ -204,6 +206,7 @@ impl Worker {
             r.err()
         };
         self.emit_published(key);
+        self.bus.before_reply(&mut self.topics);
         let Some(conn) = self.conns.get_mut(key) else { return };
         if let Err(reason) = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader) {
             end.get_or_insert(reason);
@@ -343,7 +346,7 @@ pub(super) fn emit(w: usize, published: &mut mqtt::Published, topics: &mut Topic
 /// topics; the supervisor announces the node's groups to the cluster.
 pub(super) fn shares_changed(bus: &mut Bus, w: usize, changes: Vec<crate::server::commands::SharedChange>) {
     for c in &changes {
-        bus.send_all(&Frame::Share { join: c.join, conn: c.conn, qos: c.qos, name: &c.name });
+        bus.share(&Frame::Share { join: c.join, conn: c.conn, qos: c.qos, name: &c.name });
     }
     control::emit(&ServerMsg::SharedChanged { worker: w, changes });
 }

@@ -254,7 +254,9 @@ impl Worker {
                 None => {}
             }
             // Answer what was decoded even when the stream then ended
-            // (and what the TLS handshake has to say first).
+            // (and what the TLS handshake has to say first), behind the
+            // interest it gained.
+            self.bus.before_reply(&mut self.topics);
             if let Err(reason) = io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader) {
                 end.get_or_insert(reason);
             }
@@ -353,6 +355,7 @@ impl Worker {
             }
         }
         http::track_partial(&mut conn.ext, conn.spills.has_partial(), now_ds);
+        self.bus.before_reply(&mut self.topics);
         if let Err(reason) = io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader) {
             end.get_or_insert(reason);
         }
