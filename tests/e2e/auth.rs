@@ -5,6 +5,7 @@
 //! the framed protocol's auth frame, written by hand.
 use crate::common::framed::{frame, resume, In, Reader};
 use crate::common::*;
+use crate::mqtt::{stats, stats_when};
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -46,27 +47,6 @@ fn ws_peer(mode: &str, key_args: &[&str], workers: &str) -> (Running, String) {
     assert_eq!(p.finish_ok(Duration::from_secs(90)), ["OK"]);
     let _ = std::fs::remove_dir_all(&dir);
     (s, admin)
-}
-
-fn stats_of(admin: &str) -> Value {
-    let (status, body) = http(admin, "GET", "/stats", b"", None);
-    assert_eq!(status, 200, "{body}");
-    serde_json::from_str(&body).unwrap()
-}
-
-/// /stats once `ok` holds (the workers report every 200 ms); panics
-/// with the last one after 10 s.
-fn stats_when(admin: &str, what: &str, ok: impl Fn(&Value) -> bool) -> Value {
-    let mut last = Value::Null;
-    let end = std::time::Instant::now() + Duration::from_secs(10);
-    while std::time::Instant::now() < end {
-        last = stats_of(admin);
-        if ok(&last) {
-            return last;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("{what}: not within 10 s; last /stats: {last}");
 }
 
 #[test]
@@ -329,7 +309,7 @@ fn a_subscription_flip_storm_closes_the_flipper_not_the_subscribers() {
         let notices = heard.iter().filter(|t| t.contains("\"mallory\"")).count();
         assert!(notices <= 4, "subscriber {i} heard {notices} notices of the storm: {:?}", &heard[..heard.len().min(10)]);
     }
-    let v = stats_of(&admin);
+    let v = stats(&admin);
     assert!(v["close_reasons"]["slow_consumer"].is_null(), "{v}");
     let _ = std::fs::remove_dir_all(&dir);
     assert!(s.terminate().success());

@@ -9,7 +9,7 @@
 use crate::common::framed::{resume, In, Reader};
 use crate::common::pki::Pki;
 use crate::common::*;
-use crate::mqtt::stats_when;
+use crate::mqtt::{count, stats_when};
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -71,7 +71,7 @@ fn every_protocol_hears_both_publishes(io: &[&str]) {
         .collect();
     assert_eq!(got, ["from the admin API", "from mosquitto_pub"]);
     // Each worker's counts reach the stats on its own beat: wait for all three.
-    let connects = |v: &serde_json::Value| v["mqtt_connects"]["3.1.1"].as_u64().unwrap_or(0) + v["mqtt_connects"]["5.0"].as_u64().unwrap_or(0);
+    let connects = |v: &serde_json::Value| count(v, "mqtt_connects", "3.1.1") + count(v, "mqtt_connects", "5.0");
     stats_when(&admin, "the deliveries and connects counted", |v| {
         v["tls_handshakes"].as_u64().unwrap_or(0) >= 1 && v["push_delivered"].as_u64().unwrap_or(0) >= 8 && connects(v) >= 3
     });
