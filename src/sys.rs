@@ -39,10 +39,16 @@ pub(crate) fn raise_fd_limit() -> (FdLimit, FdLimit) {
 /// Microseconds on CLOCK_MONOTONIC. The clock is system-wide, so a
 /// supervisor can hand its workers an absolute start instant.
 pub(crate) fn mono_us() -> u64 {
+    mono_ns() / 1_000
+}
+
+/// Nanoseconds on CLOCK_MONOTONIC: one clock for every process and
+/// thread of the machine (the bus orders frames by it, `proto/bus.rs`).
+pub(crate) fn mono_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes into the struct we own.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Resident set size of this process in bytes (from /proc/self/statm).

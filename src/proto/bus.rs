@@ -12,6 +12,16 @@
 //! checked against what is left and against [`MAX_FRAME`], and a frame it
 //! cannot parse is an error naming the field ([`BusError`]), which the
 //! side that read it counts and logs, never skips silently.
+//!
+//! **Order across workers.** A shard reads many workers' sockets, and
+//! what one worker sent may have caused what another sent (a client is
+//! told it is subscribed, then its peer publishes on another worker).
+//! So every run of frames a worker writes opens with a [`Frame::Stamp`]:
+//! the machine's monotonic clock, read when the run is written (after
+//! every frame of it was made, before any of it left or was acknowledged
+//! to a client). What caused a frame was written before that frame was
+//! made, so it carries a smaller stamp, and a shard that applies runs in
+//! stamp order (`broker/shard.rs`) applies cause before effect.
 
 use crate::proto::mqtt::forward::Forwarded;
 use crate::proto::push::Stream;
@@ -34,6 +44,7 @@ mod tag {
     pub(super) const SHARE: u8 = 3;
     pub(super) const RETAINED_WANT: u8 = 4;
     pub(super) const HISTORY_WANT: u8 = 5;
+    pub(super) const STAMP: u8 = 6;
     pub(super) const DELIVER: u8 = 10;
     pub(super) const RETAINED: u8 = 11;
     pub(super) const HISTORY: u8 = 12;
@@ -114,6 +125,9 @@ pub(crate) enum Frame<'a> {
     RetainedWant { conn: u64, qos: u8, sid: u32, filter: &'a str },
     /// Worker to shard: subscribers recover `topic` after offset `after`.
     HistoryWant { topic: &'a str, after: u64 },
+    /// Worker to shard: the frames after this one (up to the next) were
+    /// written at `at` ns on the monotonic clock (`sys::mono_ns`).
+    Stamp { at: u64 },
     /// Shard to worker: a message for its connections.
     Deliver(Deliver<'a>),
     /// Shard to worker: the retained messages a subscription wanted.
@@ -193,6 +207,10 @@ pub(crate) fn encode(out: &mut Vec<u8>, f: &Frame<'_>) {
             w.str(topic);
             w.u64(*after);
         }
+        Frame::Stamp { at } => {
+            w.u8(tag::STAMP);
+            w.u64(*at);
+        }
         Frame::Deliver(d) => {
             w.u8(tag::DELIVER);
             w.u64(d.publish_id);
@@ -243,6 +261,23 @@ pub(crate) fn encode(out: &mut Vec<u8>, f: &Frame<'_>) {
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());
 }
 
+/// Bytes of a [`Frame::Stamp`].
+pub(crate) const STAMP_LEN: usize = 13;
+
+/// Open a run of frames on `out`: a [`Frame::Stamp`] to be filled in by
+/// [`seal`] when the run is written. Returns where it is.
+pub(crate) fn open_run(out: &mut Vec<u8>) -> usize {
+    let at = out.len();
+    encode(out, &Frame::Stamp { at: 0 });
+    at
+}
+
+/// Fill in the stamp [`open_run`] left at `run` with `now` (ns).
+pub(crate) fn seal(out: &mut [u8], run: usize, now: u64) {
+    debug_assert_eq!(out[run + 4], tag::STAMP);
+    out[run + 5..run + STAMP_LEN].copy_from_slice(&now.to_le_bytes());
+}
+
 /// The first whole frame of `buf` and the bytes it took; None: it needs
 /// more bytes.
 pub(crate) fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, BusError> {
@@ -275,6 +310,7 @@ pub(crate) fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, BusError>
         tag::SHARE => Frame::Share { join: r.u8("join")? != 0, conn: r.u64("connection")?, qos: qos(r.u8("qos")?)?, name: r.str("name")? },
         tag::RETAINED_WANT => Frame::RetainedWant { conn: r.u64("connection")?, qos: qos(r.u8("qos")?)?, sid: r.u32("identifier")?, filter: r.str("filter")? },
         tag::HISTORY_WANT => Frame::HistoryWant { topic: r.str("topic")?, after: r.u64("offset")? },
+        tag::STAMP => Frame::Stamp { at: r.u64("stamp")? },
         tag::DELIVER => {
             let publish_id = r.u64("publish id")?;
             let flags = r.u8("flags")?;
@@ -557,25 +593,25 @@ impl FrameBuf {
         }
     }
 
-    /// The subscription frames (`Interest`, `Share`) among the whole
-    /// frames held, without taking any: a shard applies them before it
-    /// routes what any worker sent beside them (`broker/shard.rs`). A
-    /// frame that cannot be read ends the walk ([`FrameBuf::next`] says why).
-    pub(crate) fn subscriptions(&self, mut each: impl FnMut(Frame<'_>)) {
-        let mut at = self.at;
-        while let Some(head) = self.buf.get(at..at + 4) {
-            let len = u32::from_le_bytes(head.try_into().expect("4 bytes")) as usize;
-            if len > MAX_FRAME || self.buf.len() < at + 4 + len {
-                return;
+    /// Whether a whole frame waits.
+    pub(crate) fn whole(&self) -> bool {
+        match self.buf.get(self.at..self.at + 4) {
+            Some(head) => {
+                let len = u32::from_le_bytes(head.try_into().expect("4 bytes")) as usize;
+                len > MAX_FRAME || self.buf.len() >= self.at + 4 + len
             }
-            if matches!(self.buf.get(at + 4), Some(&(tag::INTEREST | tag::SHARE))) {
-                match decode(&self.buf[at..]) {
-                    Ok(Some((f, _))) => each(f),
-                    _ => return,
-                }
-            }
-            at += 4 + len;
+            None => false,
         }
+    }
+
+    /// Take the next frame if it is a whole [`Frame::Stamp`]: its time.
+    pub(crate) fn take_stamp(&mut self) -> Option<u64> {
+        let rest = &self.buf[self.at..];
+        if rest.len() < STAMP_LEN || rest[..5] != [STAMP_LEN as u8 - 4, 0, 0, 0, tag::STAMP] {
+            return None;
+        }
+        self.at += STAMP_LEN;
+        Some(u64::from_le_bytes(rest[5..STAMP_LEN].try_into().expect("8 bytes")))
     }
 
     /// Bytes held that no frame took yet.
@@ -637,6 +673,7 @@ mod tests {
         round(&Frame::Share { join: true, conn: 3, qos: 1, name: "$share/g/a/#" });
         round(&Frame::RetainedWant { conn: 4, qos: 2, sid: 9, filter: "#" });
         round(&Frame::HistoryWant { topic: "*", after: 42 });
+        round(&Frame::Stamp { at: u64::MAX });
         round(&Frame::Deliver(Deliver {
             publish_id: 1,
             stream: Stream::Unicast,
@@ -701,21 +738,30 @@ mod tests {
     }
 
     #[test]
-    fn subscriptions_are_seen_among_whole_frames_without_taking_any() {
-        let mut bytes = Vec::new();
-        encode(&mut bytes, &Frame::HistoryWant { topic: "a", after: 1 });
-        encode(&mut bytes, &Frame::Interest { add: true, filter: false, name: "a" });
-        encode(&mut bytes, &Frame::Share { join: true, conn: 7, qos: 1, name: "g/a" });
-        encode(&mut bytes, &Frame::Interest { add: false, filter: true, name: "cut/#" });
+    fn a_run_opens_with_a_stamp_sealed_when_written() {
+        let mut out = Vec::new();
+        let run = open_run(&mut out);
+        encode(&mut out, &Frame::HistoryWant { topic: "a", after: 1 });
+        seal(&mut out, run, 42);
+        let next = open_run(&mut out);
+        encode(&mut out, &Frame::Interest { add: true, filter: false, name: "a" });
+        seal(&mut out, next, 43);
         let mut fb = FrameBuf::default();
-        fb.extend(&bytes[..bytes.len() - 1]);
-        let mut seen = Vec::new();
-        fb.subscriptions(|f| seen.push(format!("{f:?}")));
-        assert_eq!(seen.len(), 2, "the cut last frame waits: {seen:?}");
-        assert!(seen[0].contains("Interest") && seen[1].contains("Share"), "{seen:?}");
-        let pending = fb.pending();
-        assert_eq!(pending, bytes.len() - 1, "nothing was taken");
+        fb.extend(&out[..out.len() - 1]);
+        assert!(fb.whole());
+        assert_eq!(fb.take_stamp(), Some(42));
+        assert_eq!(fb.take_stamp(), None, "one stamp per run");
         assert!(matches!(fb.next().unwrap(), Some(Frame::HistoryWant { after: 1, .. })));
+        assert_eq!(fb.take_stamp(), Some(43));
+        assert!(!fb.whole(), "the cut last frame waits");
+        assert_eq!(fb.take_stamp(), None);
+        fb.extend(&out[out.len() - 1..]);
+        assert!(fb.whole());
+        assert!(matches!(fb.next().unwrap(), Some(Frame::Interest { add: true, .. })));
+        let mut fb = FrameBuf::default();
+        fb.extend(&out[..STAMP_LEN - 1]);
+        assert_eq!(fb.take_stamp(), None, "a cut stamp is not taken");
+        assert_eq!(fb.pending(), STAMP_LEN - 1);
     }
 
     proptest! {

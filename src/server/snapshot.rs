@@ -62,6 +62,7 @@ crate::counters! {
         commands_refused: counter "commands_refused" "Supervisor commands a worker could not parse (a bug; each is logged)",
         bus_frames_out: counter "bus_frames_out" "Frames the workers wrote to the broker shards (publishes, interest, retained and history questions)",
         bus_frames_in: counter "bus_frames_in" "Frames the broker shards wrote to the workers (deliveries, retained and history answers)",
+        retained_not_held: counter "retained_not_held" "New subscriptions' retained asks past the 4,096 a worker holds in flight: such a subscription may get a retained message published meanwhile twice (live and in its answer)",
         bus_paused: counter "bus_paused" "Times a worker stopped reading a connection because more than 8 MiB waited for a broker shard (read again once below 2 MiB)",
         frames_in: counter "frames_in" "Frames received",
         frames_out: counter "frames_out" "Frames sent",

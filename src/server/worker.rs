@@ -222,6 +222,9 @@ struct Worker {
     bus: bus::Bus,
     /// Its link to a shard ended: it stops (said once).
     stopping_for_bus: bool,
+    /// Connections (`commands::conn_id`) the retained delivery being
+    /// pushed is held back from (`bus/waits.rs`).
+    held_back: Vec<u64>,
     /// The MQTT codec's bounds (from `cfg.mqtt`).
     mqtt_limits: crate::proto::mqtt::Limits,
     /// Connections that owe their Upgrade request or token: (deadline in
@@ -328,6 +331,7 @@ pub(crate) fn run(cfg: ServerWorkerConfig) -> Result<()> {
         published: Default::default(),
         bus,
         stopping_for_bus: false,
+        held_back: Vec::new(),
         mqtt_limits,
         heads: Default::default(),
         ring: None,
@@ -506,7 +510,7 @@ impl Handler for Worker {
         }
         if !self.recoveries.is_empty() {
             // Behind the interest their subscriptions gained.
-            self.bus_interest();
+            self.bus.take_interest(&mut self.topics);
             for (topic, after) in self.recoveries.take_wanted() {
                 self.bus.send_topic(&topic, &crate::proto::bus::Frame::HistoryWant { topic: &topic, after });
             }
@@ -564,7 +568,7 @@ impl Handler for Worker {
 
     fn flush(&mut self) -> Flow {
         // Interest framed now goes at once (`Bus::flush_due`).
-        self.bus_interest();
+        self.bus.take_interest(&mut self.topics);
         match self.bus.flush_due(Instant::now()) {
             Ok(()) => Flow::Continue,
             Err(e) => self.bus_lost(e),
@@ -581,6 +585,7 @@ impl Handler for Worker {
         self.stats.authenticated = self.topics.gate.len() as u64;
         self.stats.backlog_bytes = self.conns.iter().filter_map(|(_, c)| c.spills.held_backlog()).map(|b| b.len() as u64).sum();
         (self.stats.bus_frames_out, self.stats.bus_frames_in) = (self.bus.frames_out, self.bus.frames_in);
+        self.stats.retained_not_held = self.bus.waits.not_held;
         self.stats.last = last;
         control::emit(&ServerMsg::Server(Box::new(self.stats.clone())));
     }

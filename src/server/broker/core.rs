@@ -277,7 +277,7 @@ impl Core {
             Frame::RetainedWant { conn, qos, sid, filter } => self.retained_answer(w, conn, qos, sid, filter, now_us, out),
             Frame::HistoryWant { topic, after } => self.history_answer(w, topic, after, out),
             // Shard-to-worker frames are not a worker's to send.
-            Frame::Deliver(_) | Frame::Retained { .. } | Frame::History { .. } => {}
+            Frame::Deliver(_) | Frame::Retained { .. } | Frame::History { .. } | Frame::Stamp { .. } => {}
         }
     }
 
@@ -421,10 +421,9 @@ impl Core {
     #[allow(clippy::too_many_arguments)]
     fn retained_answer(&mut self, w: u32, conn: u64, qos: u8, sid: u32, filter: &str, now_us: u64, out: &mut Vec<Output>) {
         self.counters.retained_asked += 1;
+        // Answered even with nothing: the subscription waits for it
+        // (`worker/bus/waits.rs`).
         let found = self.retained.matching(filter, now_us);
-        if found.is_empty() {
-            return;
-        }
         let messages = found
             .iter()
             .map(|(topic, k)| bus::RetainedMessage { topic, qos: k.qos, props: k.forwarded(now_us).ok().flatten().map(|b| *b), payload: &k.data })

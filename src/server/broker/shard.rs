@@ -23,7 +23,6 @@
 //! `broker_refused`, the worker then exits and is replaced): a worker is
 //! the supervisor's own process, so such a frame is a bug, not a peer.
 
-use crate::proto::bus::{Frame, FrameBuf};
 use crate::proto::bus::{COALESCE, COALESCE_BYTES};
 use crate::server::broker::core::{Core, CoreConfig, Input, Message, Output, ToMain};
 use crate::server::broker::history::History;
@@ -32,10 +31,12 @@ use anyhow::{Context, Result};
 use mio::net::UnixStream;
 use mio::{Events, Interest, Poll, Token, Waker};
 use std::collections::VecDeque;
-use std::io::{IoSlice, Read, Write};
 use std::os::fd::OwnedFd;
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+mod link;
+use link::Link;
 
 /// Bytes a shard reads from one worker per readiness event.
 pub(crate) const READ_BUDGET: usize = 1 << 20;
@@ -94,7 +95,8 @@ pub(crate) enum Cmd {
 
 struct Shard {
     core: Arc<Mutex<Core>>,
-    tx: mpsc::Sender<Cmd>,
+    /// Each command with its stamp (`sys::mono_ns`) from when it was sent.
+    tx: mpsc::Sender<(u64, Cmd)>,
     waker: Arc<Waker>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -150,7 +152,7 @@ impl Shards {
     /// Tell shard `i`.
     pub(crate) fn send(&self, i: usize, cmd: Cmd) {
         let s = &self.shards[i];
-        if s.tx.send(cmd).is_ok() {
+        if s.tx.send((crate::sys::mono_ns(), cmd)).is_ok() {
             let _ = s.waker.wake();
         }
     }
@@ -220,95 +222,25 @@ impl Drop for Shards {
     }
 }
 
-/// One worker's socket, as a shard holds it.
-struct Link {
-    w: u32,
-    stream: UnixStream,
-    inbuf: FrameBuf,
-    /// Frames waiting to be written, the first one `head` bytes in.
-    out: VecDeque<Arc<[u8]>>,
-    head: usize,
-    queued: usize,
-    /// Its worker closed it (or sent what cannot be read): ended this turn.
-    closed: bool,
-}
-
-impl Link {
-    /// Read what the worker sent, up to [`READ_BUDGET`] (past it a new
-    /// edge is asked for: more may wait).
-    fn take(&mut self, scratch: &mut [u8], registry: &mio::Registry, token: Token) {
-        let mut read = 0;
-        while read < READ_BUDGET && !self.closed {
-            match self.stream.read(scratch) {
-                Ok(0) => self.closed = true,
-                Ok(n) => {
-                    read += n;
-                    self.inbuf.extend(&scratch[..n]);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => self.closed = true,
-            }
-        }
-        if !self.closed {
-            let _ = registry.reregister(&mut self.stream, token, Interest::READABLE | Interest::WRITABLE);
-        }
-    }
-
-    fn queue(&mut self, bytes: &Arc<[u8]>, dropped: &mut crate::stats::counters::Kinds) {
-        if self.queued + bytes.len() > MAX_QUEUED {
-            crate::stats::counters::bump(dropped, "worker_full");
-            return;
-        }
-        self.queued += bytes.len();
-        self.out.push_back(bytes.clone());
-    }
-
-    /// Write what waits, until the socket takes no more. Err: the worker is gone.
-    fn flush(&mut self) -> std::io::Result<()> {
-        while !self.out.is_empty() {
-            let slices: Vec<IoSlice<'_>> =
-                self.out.iter().take(IOVECS).enumerate().map(|(i, b)| IoSlice::new(if i == 0 { &b[self.head..] } else { b })).collect();
-            let n = match self.stream.write_vectored(&slices) {
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
-            self.queued -= n;
-            let mut n = n + self.head;
-            self.head = 0;
-            while let Some(front) = self.out.front() {
-                if n < front.len() {
-                    self.head = n;
-                    break;
-                }
-                n -= front.len();
-                self.out.pop_front();
-            }
-        }
-        if self.out.capacity() > 1024 {
-            self.out.shrink_to_fit();
-        }
-        Ok(())
-    }
-}
-
 /// Rounds of "anything more meanwhile?" before a shard handles what it took.
 const ROUNDS: usize = 4;
 
 /// A shard's loop: its workers' frames into the core, the core's frames
 /// out to the workers, the supervisor's commands, a tick a second.
 ///
-/// **Subscriptions first.** A worker writes a subscription's interest
-/// before it tells its client (`worker/bus.rs`), but what the client then
-/// causes to be published may reach this shard on another link, or from
-/// the supervisor, and be read first. So a turn takes everything waiting
-/// before it handles any of it, asks epoll again (at most [`ROUNDS`]
-/// times) whether more came meanwhile, and then applies the subscription
-/// frames of every link before anything is routed: a publish is routed
-/// behind every subscription written before it was.
-fn run(core: Arc<Mutex<Core>>, mut poll: Poll, rx: mpsc::Receiver<Cmd>, to_main: Arc<dyn Fn(ToMain) + Send + Sync>) {
+/// **Cause before effect.** What one worker sent may have caused what
+/// another sent, or what the supervisor hands in (a client is told it is
+/// subscribed and its peer publishes; a retained message is acknowledged
+/// and a new subscriber asks for it), and epoll says nothing of which
+/// came first. Every run of a worker's frames and every command carries
+/// its stamp on the machine's monotonic clock (`proto/bus.rs`), so a
+/// turn takes everything waiting, asks epoll again (at most [`ROUNDS`]
+/// times) whether more came meanwhile, and applies it in stamp order
+/// ([`route`]) up to the moment of its last ask: whatever caused a frame
+/// stamped before that moment had been written before it, so it is in
+/// hand. What is stamped later waits for the next turn, which comes at
+/// once.
+fn run(core: Arc<Mutex<Core>>, mut poll: Poll, rx: mpsc::Receiver<(u64, Cmd)>, to_main: Arc<dyn Fn(ToMain) + Send + Sync>) {
     let mut links: slab::Slab<Link> = slab::Slab::new();
     let mut by_worker: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
     let mut events = Events::with_capacity(1024);
@@ -316,101 +248,84 @@ fn run(core: Arc<Mutex<Core>>, mut poll: Poll, rx: mpsc::Receiver<Cmd>, to_main:
     let mut scratch = vec![0u8; 64 << 10];
     let mut outs: Vec<Output> = Vec::new();
     let mut dropped = crate::stats::counters::Kinds::new();
+    // The supervisor's commands not yet applied, and workers just linked.
+    let mut inbox: VecDeque<(u64, Cmd)> = VecDeque::new();
+    let mut linked: Vec<u32> = Vec::new();
+    // Something waits for a later turn's stamp bound: that turn is now.
+    let mut held = false;
     // Frames for the workers wait up to COALESCE for others (as the
     // workers' own do, `worker/bus.rs`): one wake-up of a worker for many.
     let (mut hold_until, mut fresh): (Option<Instant>, usize) = (None, 0);
     loop {
-        let wait = hold_until.map_or(next_tick, |h| h.min(next_tick)).saturating_duration_since(Instant::now());
+        let wait = match held {
+            true => Duration::ZERO,
+            false => hold_until.map_or(next_tick, |h| h.min(next_tick)).saturating_duration_since(Instant::now()),
+        };
+        let mut asked = crate::sys::mono_ns();
         if let Err(e) = poll.poll(&mut events, Some(wait)) {
             if e.kind() != std::io::ErrorKind::Interrupted {
                 return;
             }
         }
-        let now_us = crate::proto::push::wall_us();
         // What the supervisor hands in (an admin request waiting for its
         // answer, the cluster) goes out without waiting for company.
         let mut urgent = false;
-        let mut cmds: Vec<Cmd> = Vec::new();
         for round in 0..ROUNDS {
+            // Drained every round: what was sent before the last ask is in.
+            for (at, cmd) in rx.try_iter() {
+                urgent = true;
+                match cmd {
+                    Cmd::Stop => return,
+                    Cmd::Worker(w, s) => {
+                        let mut stream = UnixStream::from_std(s);
+                        let key = links.vacant_key();
+                        if poll.registry().register(&mut stream, Token(key), Interest::READABLE | Interest::WRITABLE).is_ok() {
+                            links.insert(Link::new(w, stream));
+                            by_worker.insert(w, key);
+                            linked.push(w);
+                        }
+                    }
+                    other => inbox.push_back((at, other)),
+                }
+            }
             for ev in events.iter() {
-                if ev.token() == WAKER {
-                    urgent = true;
-                    cmds.extend(rx.try_iter());
-                } else if let Some(link) = links.get_mut(ev.token().0) {
+                if let Some(link) = links.get_mut(ev.token().0) {
                     if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
                         link.take(&mut scratch, poll.registry(), ev.token());
                     }
                 }
             }
-            if round + 1 == ROUNDS || poll.poll(&mut events, Some(Duration::ZERO)).is_err() || events.is_empty() {
+            if round + 1 == ROUNDS {
+                break;
+            }
+            let now = crate::sys::mono_ns();
+            match poll.poll(&mut events, Some(Duration::ZERO)) {
+                Ok(()) => asked = now,
+                Err(_) => break,
+            }
+            if events.is_empty() {
                 break;
             }
         }
+        let now_us = crate::proto::push::wall_us();
         let mut c = core.lock().unwrap_or_else(|e| e.into_inner());
-        let mut later = Vec::with_capacity(cmds.len());
-        for cmd in cmds {
-            let input = match cmd {
-                Cmd::Stop => return,
-                Cmd::Worker(w, s) => {
-                    let mut stream = UnixStream::from_std(s);
-                    let key = links.vacant_key();
-                    if poll.registry().register(&mut stream, Token(key), Interest::READABLE | Interest::WRITABLE).is_err() {
-                        continue;
-                    }
-                    links.insert(Link { w, stream, inbuf: FrameBuf::default(), out: VecDeque::new(), head: 0, queued: 0, closed: false });
-                    by_worker.insert(w, key);
-                    Input::WorkerUp(w)
-                }
-                Cmd::Offline { add, filter } => Input::Offline { add, filter },
-                other => {
-                    later.push(other);
-                    continue;
-                }
-            };
-            c.handle(input, now_us, &mut outs);
+        for w in linked.drain(..) {
+            c.handle(Input::WorkerUp(w), now_us, &mut outs);
         }
-        for (_, link) in links.iter().filter(|(_, l)| l.inbuf.pending() > 0) {
-            link.inbuf.subscriptions(|f| c.handle(Input::Worker(link.w, f), now_us, &mut outs));
-        }
-        for cmd in later {
-            let input = match cmd {
-                Cmd::Message(m) => Input::Message(m),
-                Cmd::Merged { topic, messages, waiting } => Input::Merged { topic, messages, waiting },
-                Cmd::History { worker, topic, after } => Input::History { worker, topic, after },
-                Cmd::Retained { topic, kept, sync } => Input::RetainedEntry { topic, kept, sync },
-                Cmd::Stop | Cmd::Worker(..) | Cmd::Offline { .. } => continue,
-            };
-            c.handle(input, now_us, &mut outs);
-        }
-        let mut gone: Vec<usize> = Vec::new();
-        for (key, link) in links.iter_mut() {
-            loop {
-                match link.inbuf.next() {
-                    // Applied above.
-                    Ok(Some(Frame::Interest { .. } | Frame::Share { .. })) => {}
-                    Ok(Some(frame)) => c.handle(Input::Worker(link.w, frame), now_us, &mut outs),
-                    Ok(None) => break,
-                    Err(e) => {
-                        crate::stats::counters::bump(&mut c.counters.refused, e.kind());
-                        link.closed = true;
-                        break;
-                    }
-                }
-            }
-            link.inbuf.tidy();
-            if link.closed {
-                gone.push(key);
-            }
-        }
+        held = route(&mut c, &mut links, &mut inbox, asked, now_us, &mut outs);
         if Instant::now() >= next_tick {
             c.handle(Input::Tick, now_us, &mut outs);
             next_tick = Instant::now() + TICK;
         }
+        let gone: Vec<usize> = links.iter().filter(|(_, l)| l.gone()).map(|(k, _)| k).collect();
         for key in gone {
             let link = links.remove(key);
             by_worker.remove(&link.w);
             let _ = poll.registry().deregister(&mut { link.stream });
             c.handle(Input::WorkerGone(link.w), now_us, &mut outs);
+        }
+        for (_, link) in links.iter_mut() {
+            link.inbuf.tidy();
         }
         for (reason, n) in std::mem::take(&mut dropped) {
             *c.counters.dropped.entry(reason).or_insert(0) += n;
@@ -448,6 +363,64 @@ fn run(core: Arc<Mutex<Core>>, mut poll: Poll, rx: mpsc::Receiver<Cmd>, to_main:
                 let link = links.remove(key);
                 by_worker.remove(&link.w);
                 c.handle(Input::WorkerGone(link.w), now_us, &mut outs);
+            }
+        }
+    }
+}
+
+/// Apply what the links and the supervisor sent, run by run in stamp
+/// order, up to `bound` (the moment epoll was last asked; lower for a
+/// link whose read stopped at its budget: what waits unread in it is
+/// stamped no earlier than what was read). True: something waits for a
+/// later turn.
+fn route(c: &mut Core, links: &mut slab::Slab<Link>, inbox: &mut VecDeque<(u64, Cmd)>, bound: u64, now_us: u64, outs: &mut Vec<Output>) -> bool {
+    loop {
+        let mut limit = bound;
+        // The earliest run waiting: (stamp, link key; None: the supervisor's).
+        let mut first: Option<(u64, Option<usize>)> = inbox.front().map(|(at, _)| (*at, None));
+        for (key, link) in links.iter_mut() {
+            while let Some(at) = link.inbuf.take_stamp() {
+                link.stamp = at;
+            }
+            if link.inbuf.whole() {
+                if first.is_none_or(|(at, _)| link.stamp < at) {
+                    first = Some((link.stamp, Some(key)));
+                }
+            } else if link.cut {
+                limit = limit.min(link.stamp);
+            }
+        }
+        let Some((at, from)) = first else { return false };
+        if at > limit {
+            return true;
+        }
+        let Some(key) = from else {
+            let (_, cmd) = inbox.pop_front().expect("its front was seen");
+            let input = match cmd {
+                Cmd::Message(m) => Input::Message(m),
+                Cmd::Offline { add, filter } => Input::Offline { add, filter },
+                Cmd::Merged { topic, messages, waiting } => Input::Merged { topic, messages, waiting },
+                Cmd::History { worker, topic, after } => Input::History { worker, topic, after },
+                Cmd::Retained { topic, kept, sync } => Input::RetainedEntry { topic, kept, sync },
+                Cmd::Stop | Cmd::Worker(..) => continue,
+            };
+            c.handle(input, now_us, outs);
+            continue;
+        };
+        let link = &mut links[key];
+        loop {
+            if let Some(at) = link.inbuf.take_stamp() {
+                link.stamp = at;
+                break;
+            }
+            match link.inbuf.next() {
+                Ok(Some(frame)) => c.handle(Input::Worker(link.w, frame), now_us, outs),
+                Ok(None) => break,
+                Err(e) => {
+                    crate::stats::counters::bump(&mut c.counters.refused, e.kind());
+                    link.fail();
+                    break;
+                }
             }
         }
     }

@@ -5,6 +5,8 @@
 //! every shard), framed into that shard's buffer as it happens and
 //! written at the end of the loop's turn (one `write` for many frames);
 //! what the shards deliver comes back as frames read on readiness.
+//! Each run of frames opens with a stamp filled in as it is written
+//! (`bus::open_run`): shards order what many workers sent by it.
 //!
 //! **Coalescing.** At a low rate every frame written at once would wake
 //! its shard for one message (a thread switch costs more than routing
@@ -29,6 +31,9 @@ use mio::net::UnixStream;
 use mio::{Interest, Registry, Token};
 use std::io::{Read, Write};
 
+mod waits;
+use waits::Waits;
+
 /// Token of shard i's link: `BUS_BASE + i`.
 pub(crate) const BUS_BASE: usize = usize::MAX - 1024;
 /// Bytes waiting for one shard above which publishers are not read.
@@ -43,6 +48,8 @@ struct Link {
     out: Vec<u8>,
     /// Bytes of `out` already written.
     sent: usize,
+    /// Where the stamp of the run not yet written is.
+    run: Option<usize>,
     inbuf: FrameBuf,
 }
 
@@ -51,8 +58,27 @@ impl Link {
         self.out.len() - self.sent
     }
 
-    /// Write what waits; Err: the shard is gone.
+    /// Frames' bytes, into the run waiting to be written.
+    fn append(&mut self, bytes: &[u8]) {
+        if self.run.is_none() {
+            self.run = Some(bus::open_run(&mut self.out));
+        }
+        self.out.extend_from_slice(bytes);
+    }
+
+    /// One frame, into the run waiting to be written.
+    fn frame(&mut self, f: &Frame<'_>) {
+        if self.run.is_none() {
+            self.run = Some(bus::open_run(&mut self.out));
+        }
+        bus::encode(&mut self.out, f);
+    }
+
+    /// Write what waits (its run stamped now); Err: the shard is gone.
     fn flush(&mut self) -> std::io::Result<()> {
+        if let Some(run) = self.run.take() {
+            bus::seal(&mut self.out, run, crate::sys::mono_ns());
+        }
         while self.sent < self.out.len() {
             match self.stream.write(&self.out[self.sent..]) {
                 Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
@@ -88,6 +114,8 @@ pub(crate) struct Bus {
     waiting: usize,
     /// Interest or a group's membership waits: written before the next reply.
     urgent: bool,
+    /// New subscriptions waiting for the shards' retained answers.
+    pub waits: Waits,
 }
 
 impl Bus {
@@ -102,7 +130,7 @@ impl Bus {
             std.set_nonblocking(true)?;
             let mut stream = UnixStream::from_std(std);
             registry.register(&mut stream, Token(BUS_BASE + i), Interest::READABLE | Interest::WRITABLE)?;
-            links.push(Link { stream, out: Vec::new(), sent: 0, inbuf: FrameBuf::default() });
+            links.push(Link { stream, out: Vec::new(), sent: 0, run: None, inbuf: FrameBuf::default() });
         }
         Ok(Bus { links, ..Bus::default() })
     }
@@ -116,7 +144,7 @@ impl Bus {
     pub(crate) fn to(&mut self, i: usize, f: &Frame<'_>) {
         if let Some(l) = self.links.get_mut(i) {
             let before = l.out.len();
-            bus::encode(&mut l.out, f);
+            l.frame(f);
             self.frames_out += 1;
             self.waiting += l.out.len() - before;
             self.waiting_since.get_or_insert_with(std::time::Instant::now);
@@ -134,7 +162,7 @@ impl Bus {
         let mut one = Vec::new();
         bus::encode(&mut one, f);
         for l in &mut self.links {
-            l.out.extend_from_slice(&one);
+            l.append(&one);
             self.frames_out += 1;
             self.waiting += one.len();
         }
@@ -153,19 +181,40 @@ impl Bus {
         }
     }
 
+    /// A new subscription's ask for the retained messages its filter
+    /// matches: to its topic's shard, or every shard for a wildcard; its
+    /// connection waits for each answer ([`Waits`]).
+    pub(crate) fn want_retained(&mut self, conn: u64, qos: u8, sid: u32, filter: &str) {
+        let f = Frame::RetainedWant { conn, qos, sid, filter };
+        if crate::proto::mqtt::topic::is_filter(filter) {
+            self.send_all(&f);
+            self.waits.asked(conn, filter, 0..self.links.len());
+        } else {
+            let i = self.shard(filter);
+            self.to(i, &f);
+            self.waits.asked(conn, filter, std::iter::once(i));
+        }
+    }
+
     /// A shared group's membership, to every shard.
     pub(crate) fn share(&mut self, f: &Frame<'_>) {
         self.urgent = true;
         self.send_all(f);
     }
 
+    /// The interest the connections' subscriptions gained or lost since
+    /// last asked ([`super::topics::Topics::take_interest`]), framed.
+    pub(crate) fn take_interest(&mut self, topics: &mut super::topics::Topics) {
+        for (add, name) in topics.take_interest() {
+            self.interest(add, &name);
+        }
+    }
+
     /// Before a reply to a client goes out: the interest its read gained
     /// or lost is framed and, with any group membership, written now
     /// (a failed write is the next flush's to report).
     pub(crate) fn before_reply(&mut self, topics: &mut super::topics::Topics) {
-        for (add, name) in topics.take_interest() {
-            self.interest(add, &name);
-        }
+        self.take_interest(topics);
         if self.urgent {
             let _ = self.flush();
         }
@@ -242,13 +291,6 @@ impl Bus {
 }
 
 impl super::Worker {
-    /// The interest its connections' subscriptions gained or lost, to the shards.
-    pub(super) fn bus_interest(&mut self) {
-        for (add, name) in self.topics.take_interest() {
-            self.bus.interest(add, &name);
-        }
-    }
-
     /// A shard's link is readable or writable.
     pub(super) fn on_bus(&mut self, i: usize, readable: bool, writable: bool) {
         if writable {
@@ -275,7 +317,7 @@ impl super::Worker {
             match buf.next() {
                 Ok(Some(frame)) => {
                     self.bus.frames_in += 1;
-                    self.on_frame(frame);
+                    self.on_frame(i, frame);
                 }
                 Ok(None) => break,
                 Err(e) => {
@@ -289,18 +331,29 @@ impl super::Worker {
         self.bus.give_back(i, buf, self.poll.registry(), full);
     }
 
-    /// One frame a shard sent.
-    fn on_frame(&mut self, frame: Frame<'_>) {
+    /// One frame shard `i` sent.
+    fn on_frame(&mut self, i: usize, frame: Frame<'_>) {
         match frame {
+            Frame::Deliver(d) if d.retain && !self.bus.waits.is_empty() => {
+                // Held back from subscriptions whose retained answer from
+                // this shard is still to come: they get it there.
+                self.held_back = self.bus.waits.held(i, d.topic);
+                self.push(PushCommand::from_bus(d));
+                self.held_back.clear();
+            }
             Frame::Deliver(d) => self.push(PushCommand::from_bus(d)),
-            Frame::Retained { conn, qos, sid, messages } => self.retained(conn, qos, sid, &messages),
+            Frame::Retained { conn, qos, sid, messages } => {
+                self.bus.waits.answered(i, conn);
+                self.retained(conn, qos, sid, &messages);
+            }
             Frame::History { topic, after, epoch, head, oldest, messages } => {
                 let messages = messages.iter().map(|m| Message { offset: m.offset, publish_us: m.publish_us, data: m.payload.to_vec() }).collect();
                 let slice = Slice { topic: topic.to_string(), after, epoch, head, messages, oldest };
                 self.recovered(&slice);
             }
             // A worker's own kinds are not a shard's to send.
-            Frame::Publish(_) | Frame::Interest { .. } | Frame::Share { .. } | Frame::RetainedWant { .. } | Frame::HistoryWant { .. } => {}
+            Frame::Publish(_) | Frame::Interest { .. } | Frame::Share { .. } | Frame::RetainedWant { .. } | Frame::HistoryWant { .. } | Frame::Stamp { .. } => {
+            }
         }
     }
 

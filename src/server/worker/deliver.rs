@@ -59,7 +59,14 @@ impl Worker {
                 self.conns.iter().filter(|(k, c)| takes(*k, c) && !tls.is_some_and(|t| t.handshaking(*k))).map(|(k, _)| k).collect()
             }
             // `audience`: exact topics and MQTT `+`/`#` filters.
-            Stream::Topic => self.topics.audience(&cmd.topic).into_iter().filter(|k| self.conns.get(*k).is_some_and(|c| takes(*k, c))).collect(),
+            // Not to one waiting for this retained message in its
+            // subscription's answer (`held_back`, `bus/waits.rs`).
+            Stream::Topic => self
+                .topics
+                .audience(&cmd.topic)
+                .into_iter()
+                .filter(|k| self.conns.get(*k).is_some_and(|c| takes(*k, c) && !self.held_back.contains(&conn_id(self.cfg.worker, *k, c.gen))))
+                .collect(),
             Stream::Unicast if cmd.user.is_some() => {
                 let user = cmd.user.as_deref().unwrap_or_default();
                 self.topics.gate.conns_of(user).iter().copied().filter(|k| self.conns.get(*k).is_some_and(|c| takes(*k, c))).collect()

@@ -311,9 +311,7 @@ impl Worker {
 pub(super) fn emit(w: usize, published: &mut mqtt::Published, topics: &mut Topics, bus: &mut Bus, peer: impl Fn() -> String) {
     // Interest first: a subscription and a publish to it in one read
     // reach the topic's shard in that order.
-    for (add, name) in topics.take_interest() {
-        bus.interest(add, &name);
-    }
+    bus.take_interest(topics);
     for c in published.claims.iter_mut().filter(|c| c.identity.is_empty()) {
         c.identity = peer();
     }
@@ -327,11 +325,7 @@ pub(super) fn emit(w: usize, published: &mut mqtt::Published, topics: &mut Topic
         published.bytes = 0;
     }
     for want in std::mem::take(&mut published.wants) {
-        let f = Frame::RetainedWant { conn: want.conn, qos: want.qos, sid: want.sid, filter: &want.filter };
-        match wildcards::is_filter(&want.filter) {
-            true => bus.send_all(&f),
-            false => bus.send_topic(&want.filter, &f),
-        }
+        bus.want_retained(want.conn, want.qos, want.sid, &want.filter);
     }
     if !published.claims.is_empty() {
         let claims = std::mem::take(&mut published.claims);
