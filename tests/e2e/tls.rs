@@ -226,11 +226,14 @@ fn connections_worker(ready: &Value) -> usize {
     v["connections"][0]["worker"].as_u64().unwrap_or_else(|| panic!("one connection listed: {v}")) as usize
 }
 
-/// KeyUpdates `openssl s_client` sends for a peer that only spins keys:
-/// more than the 32 a peer may send without data in between.
-const KEY_UPDATES_SENT: usize = 40;
-/// s_client acts on the first letter of each read of its input, so each
-/// `k` command must arrive on its own.
+/// The most `k` commands `openssl s_client` is given for a peer that only
+/// spins keys: the server closes after 32 KeyUpdates without data in
+/// between, and s_client, gone, refuses the next command. s_client acts on
+/// the first letter of each read of its input, so commands that arrive
+/// together make one KeyUpdate (CI, busy, merged more than 8 of 40): it
+/// is given commands until it is gone, 400 at most.
+const KEY_UPDATES_SENT: usize = 400;
+/// The pause between two commands, for each to arrive on its own.
 const COMMAND_GAP: Duration = Duration::from_millis(25);
 
 /// A peer that sends KeyUpdates and nothing else (`openssl s_client`'s
@@ -249,13 +252,16 @@ fn key_updates_without_data_close_the_connection_and_are_counted() {
     // The echo says the handshake is done and s_client reads its input.
     writeln!(input, "hello").unwrap();
     while p.line(Duration::from_secs(20), "the echo of hello") != "hello" {}
+    let mut gone = false;
     for _ in 0..KEY_UPDATES_SENT {
         // A failed write: s_client is gone, the server closed.
-        if writeln!(input, "k").is_err() {
+        if writeln!(input, "k").and_then(|_| input.flush()).is_err() {
+            gone = true;
             break;
         }
         std::thread::sleep(COMMAND_GAP);
     }
+    assert!(gone, "s_client still took commands after {KEY_UPDATES_SENT} key updates");
     let v = s.wait_for(Duration::from_secs(10), "the close counted", |v| v["event"] == "stats" && v["close_reasons"]["tls_key_update_limit"] == 1);
     assert_eq!(v["active"], 0, "{v}");
     drop(input);
