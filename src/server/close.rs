@@ -364,12 +364,13 @@ impl Close {
     /// An I/O error named the way operators grep for it (see
     /// [`crate::sys::error_kind_name`]); a known errno without allocating.
     pub(crate) fn io(e: &io::Error) -> Close {
+        // The TLS layer's own failures travel as io errors carrying them.
+        if let Some(t) = crate::tls::failure::TlsError::of(e) {
+            return Close::tls(t);
+        }
         match e.raw_os_error() {
             Some(code) => Close::Io(crate::sys::errno_static(code).unwrap_or_else(|| intern(crate::sys::errno_name(code)))),
             None if e.kind() == io::ErrorKind::TimedOut => Close::Io("timeout"),
-            // The TLS layer's own failures travel as io errors carrying
-            // their name ("tls_alert_...", "tls_plaintext").
-            None if e.kind() == io::ErrorKind::Other && e.get_ref().is_some() => Close::tls(e.to_string()),
             None => Close::Io(intern(format!("{:?}", e.kind()))),
         }
     }
@@ -383,12 +384,11 @@ impl Close {
         }
     }
 
-    /// A failure the TLS layer named ("tls_plaintext", "tls_alert_...").
-    pub(crate) fn tls(name: String) -> Close {
-        if name == crate::tls::failure::PLAINTEXT {
-            Close::TlsPlaintext
-        } else {
-            Close::Tls(intern(name))
+    /// A failure of the TLS layer, under its label ("tls_alert_...").
+    pub(crate) fn tls(e: crate::tls::failure::TlsError) -> Close {
+        match e {
+            crate::tls::failure::TlsError::Plaintext => Close::TlsPlaintext,
+            e => Close::Tls(intern(e.to_string())),
         }
     }
 

@@ -4,7 +4,7 @@
 //! encrypted into the worker's buffer and written. Nothing else is kept
 //! but a record cut by the network (a spill).
 
-use super::failure;
+use super::failure::TlsError;
 use super::records::Records;
 use crate::net::{Source, Spill};
 use rustls::client::{ClientConnectionData, UnbufferedClientConnection};
@@ -28,7 +28,7 @@ pub(crate) trait Side: Sized {
 pub(crate) enum Converted<C> {
     Kept(Box<C>),
     Records(Box<Records>),
-    Failed(String),
+    Failed(TlsError),
 }
 
 impl Side for UnbufferedServerConnection {
@@ -45,7 +45,7 @@ impl Side for UnbufferedServerConnection {
                 Ok(r) => Converted::Records(Box::new(r)),
                 Err(reason) => Converted::Failed(reason),
             },
-            Err(e) => Converted::Failed(format!("tls_key_handover: {e}")),
+            Err(_) => Converted::Failed(TlsError::KeyHandover),
         }
     }
 }
@@ -66,7 +66,7 @@ enum Stage<C> {
     Handshake(Box<C>),
     Traffic(Box<Records>),
     /// The key handover failed: the connection closes with this reason.
-    Failed(String),
+    Failed(TlsError),
 }
 
 /// What one TLS connection keeps between readiness events.
@@ -106,11 +106,11 @@ impl<C: Side> TlsConn<C> {
     }
 
     /// The rustls connection, while rustls runs this one.
-    fn rustls(&mut self) -> Result<&mut C, String> {
+    fn rustls(&mut self) -> Result<&mut C, TlsError> {
         match &mut self.stage {
             Stage::Handshake(c) => Ok(c),
-            Stage::Traffic(_) => Err("tls_handed_over".into()),
-            Stage::Failed(reason) => Err(reason.clone()),
+            Stage::Traffic(_) => Err(TlsError::HandedOver),
+            Stage::Failed(reason) => Err(*reason),
         }
     }
 
@@ -122,19 +122,19 @@ impl<C: Side> TlsConn<C> {
     /// Once, right after the handshake finished: whether it resumed a
     /// session. The keys then move to our record layer (server side); Err
     /// if that failed (the connection must close).
-    pub(crate) fn take_finished(&mut self) -> Option<Result<bool, String>> {
+    pub(crate) fn take_finished(&mut self) -> Option<Result<bool, TlsError>> {
         let Stage::Handshake(c) = &self.stage else { return None };
         if self.done || c.common().is_handshaking() {
             return None;
         }
         self.done = true;
         let resumed = matches!(c.common().handshake_kind(), Some(rustls::HandshakeKind::Resumed));
-        let Stage::Handshake(c) = std::mem::replace(&mut self.stage, Stage::Failed(String::new())) else { unreachable!("matched above") };
+        let Stage::Handshake(c) = std::mem::replace(&mut self.stage, Stage::Failed(TlsError::Other)) else { unreachable!("matched above") };
         self.stage = match c.into_records() {
             Converted::Kept(c) => Stage::Handshake(c),
             Converted::Records(r) => Stage::Traffic(r),
             Converted::Failed(reason) => {
-                self.stage = Stage::Failed(reason.clone());
+                self.stage = Stage::Failed(reason);
                 return Some(Err(reason));
             }
         };
@@ -142,7 +142,7 @@ impl<C: Side> TlsConn<C> {
     }
 
     /// Encrypt `plain` onto `wire`. Err names why it cannot be sent.
-    pub(crate) fn encrypt(&mut self, plain: &[u8], wire: &mut Vec<u8>) -> Result<(), String> {
+    pub(crate) fn encrypt(&mut self, plain: &[u8], wire: &mut Vec<u8>) -> Result<(), TlsError> {
         if plain.is_empty() {
             return Ok(());
         }
@@ -160,45 +160,45 @@ impl<C: Side> TlsConn<C> {
             let conn = match &mut self.stage {
                 Stage::Handshake(c) => c,
                 Stage::Traffic(_) => unreachable!("returned above"),
-                Stage::Failed(reason) => return Err(reason.clone()),
+                Stage::Failed(reason) => return Err(*reason),
             };
             let UnbufferedStatus { discard, state } = conn.process(incoming);
             let result = match state {
                 Ok(ConnectionState::WriteTraffic(mut w)) => Some(encrypt_into(plain, wire, |p, out| w.encrypt(p, out))),
                 Ok(ConnectionState::EncodeTlsData(mut e)) => {
-                    encode_into(wire, |out| e.encode(out)).map_err(|_| "tls_encode_failed".to_string())?;
+                    encode_into(wire, |out| e.encode(out)).map_err(|_| TlsError::EncodeFailed)?;
                     None
                 }
                 Ok(ConnectionState::TransmitTlsData(t)) => {
                     t.done();
                     None
                 }
-                Ok(ConnectionState::BlockedHandshake) => Some(Err("tls_handshaking".to_string())),
-                Ok(_) => Some(Err("tls_closed".to_string())),
-                Err(e) => Some(Err(failure::reason_of(&e))),
+                Ok(ConnectionState::BlockedHandshake) => Some(Err(TlsError::Handshaking)),
+                Ok(_) => Some(Err(TlsError::Closed)),
+                Err(e) => Some(Err(TlsError::from(&e))),
             };
             self.discard(discard);
             if let Some(r) = result {
                 return r;
             }
         }
-        Err("tls_encode_loop".into())
+        Err(TlsError::EncodeLoop)
     }
 
     /// Run rustls with nothing received: what it has to say first (a
     /// client's ClientHello) goes onto `wire`.
-    pub(crate) fn kick(&mut self, wire: &mut Vec<u8>) -> Result<(), String> {
+    pub(crate) fn kick(&mut self, wire: &mut Vec<u8>) -> Result<(), TlsError> {
         let mut empty: [u8; 0] = [];
         let conn = self.rustls()?;
         for _ in 0..16 {
             match conn.process(&mut empty).state {
-                Ok(ConnectionState::EncodeTlsData(mut e)) => encode_into(wire, |out| e.encode(out)).map_err(|_| "tls_encode_failed".to_string())?,
+                Ok(ConnectionState::EncodeTlsData(mut e)) => encode_into(wire, |out| e.encode(out)).map_err(|_| TlsError::EncodeFailed)?,
                 Ok(ConnectionState::TransmitTlsData(t)) => t.done(),
                 Ok(_) => return Ok(()),
-                Err(e) => return Err(failure::reason_of(&e)),
+                Err(e) => return Err(TlsError::from(&e)),
             }
         }
-        Err("tls_encode_loop".into())
+        Err(TlsError::EncodeLoop)
     }
 
     /// Best effort: a close_notify alert written to `sock` now (the
@@ -242,7 +242,7 @@ impl<C: Side> TlsConn<C> {
     }
 }
 
-fn encrypt_into(plain: &[u8], wire: &mut Vec<u8>, mut f: impl FnMut(&[u8], &mut [u8]) -> Result<usize, EncryptError>) -> Result<(), String> {
+fn encrypt_into(plain: &[u8], wire: &mut Vec<u8>, mut f: impl FnMut(&[u8], &mut [u8]) -> Result<usize, EncryptError>) -> Result<(), TlsError> {
     let start = wire.len();
     let mut room = plain.len() + (plain.len() / 16384 + 1) * 64;
     loop {
@@ -255,7 +255,7 @@ fn encrypt_into(plain: &[u8], wire: &mut Vec<u8>, mut f: impl FnMut(&[u8], &mut 
             Err(EncryptError::InsufficientSize(s)) if s.required_size > room => room = s.required_size,
             Err(_) => {
                 wire.truncate(start);
-                return Err("tls_encrypt_failed".into());
+                return Err(TlsError::EncryptFailed);
             }
         }
     }
@@ -332,7 +332,7 @@ impl<C: Side, S: Read> Source for TlsRead<'_, C, S> {
             if let Some(reply) = self.plaintext_reply {
                 self.bufs.wire.extend_from_slice(reply);
             }
-            return Err(io::Error::other(failure::PLAINTEXT));
+            return Err(TlsError::Plaintext.into());
         }
         let filled = self.process(buf, have + n)?;
         if filled > 0 {
@@ -360,7 +360,7 @@ impl<C: Side, S> TlsRead<'_, C, S> {
         let conn = match &mut self.tls.stage {
             Stage::Handshake(c) => c,
             Stage::Traffic(r) => {
-                let opened = r.open(incoming, buf, wire).map_err(io::Error::other)?;
+                let opened = r.open(incoming, buf, wire)?;
                 if opened.closed {
                     self.tls.peer_closed = true;
                 } else if opened.used < incoming.len() {
@@ -368,7 +368,7 @@ impl<C: Side, S> TlsRead<'_, C, S> {
                 }
                 return Ok(opened.filled);
             }
-            Stage::Failed(reason) => return Err(io::Error::other(reason.clone())),
+            Stage::Failed(reason) => return Err((*reason).into()),
         };
         let mut filled = 0;
         let mut off = 0;
@@ -380,10 +380,10 @@ impl<C: Side, S> TlsRead<'_, C, S> {
             match state {
                 Ok(ConnectionState::ReadTraffic(mut r)) => {
                     while let Some(rec) = r.next_record() {
-                        let rec = rec.map_err(|e| io::Error::other(failure::reason_of(&e)))?;
+                        let rec = rec.map_err(|e| TlsError::from(&e))?;
                         let end = filled + rec.payload.len();
                         if end > buf.len() {
-                            return Err(io::Error::other("tls_record_overflow"));
+                            return Err(TlsError::RecordOverflow.into());
                         }
                         buf[filled..end].copy_from_slice(rec.payload);
                         filled = end;
@@ -391,11 +391,11 @@ impl<C: Side, S> TlsRead<'_, C, S> {
                 }
                 // Early data is never enabled (no 0-RTT replays).
                 Ok(ConnectionState::ReadEarlyData(_)) => {
-                    failed = Some("tls_early_data".to_string());
+                    failed = Some(TlsError::EarlyData);
                     stop = true;
                 }
                 Ok(ConnectionState::EncodeTlsData(mut e)) => {
-                    encode_into(wire, |out| e.encode(out)).map_err(|_| io::Error::other("tls_encode_failed"))?;
+                    encode_into(wire, |out| e.encode(out)).map_err(|_| TlsError::EncodeFailed)?;
                 }
                 Ok(ConnectionState::TransmitTlsData(t)) => t.done(),
                 Ok(ConnectionState::PeerClosed) | Ok(ConnectionState::Closed) => {
@@ -404,7 +404,7 @@ impl<C: Side, S> TlsRead<'_, C, S> {
                 }
                 Ok(_) => stop = true,
                 Err(e) => {
-                    failed = Some(failure::reason_of(&e));
+                    failed = Some(TlsError::from(&e));
                     stop = true;
                 }
             }
@@ -412,7 +412,7 @@ impl<C: Side, S> TlsRead<'_, C, S> {
             if let Some(reason) = failed {
                 // The alert rustls queued goes out before the close.
                 let _ = self.tls.encrypt_alert(wire);
-                return Err(io::Error::other(reason));
+                return Err(reason.into());
             }
             if stop {
                 break;
@@ -489,15 +489,16 @@ impl<C: Side> Source for Wire<'_, C> {
 /// `wire` (which is emptied), as is otherwise; `put` writes the bytes as
 /// they go on the wire (at once, or through a ring) and says whether the
 /// connection may go on. Both are tried: the handshake's bytes go out even
-/// when `data` cannot be encrypted. Errors are the caller's type
-/// (`String`); [`send_as`] maps an encryption failure into another.
+/// when `data` cannot be encrypted. Errors are the client's type
+/// (`String`, its failure label); [`send_as`] maps an encryption failure
+/// into another.
 pub(crate) fn send<C: Side>(
     tls: Option<&mut TlsConn<C>>,
     wire: &mut Vec<u8>,
     data: &[u8],
     put: impl FnOnce(&[u8]) -> Result<(), String>,
 ) -> Result<(), String> {
-    send_as(tls, wire, data, put, |e| e)
+    send_as(tls, wire, data, put, |e| e.to_string())
 }
 
 /// [`send`] with the caller's error type: `tls_failed` names an
@@ -507,7 +508,7 @@ pub(crate) fn send_as<C: Side, E>(
     wire: &mut Vec<u8>,
     data: &[u8],
     put: impl FnOnce(&[u8]) -> Result<(), E>,
-    tls_failed: impl FnOnce(String) -> E,
+    tls_failed: impl FnOnce(TlsError) -> E,
 ) -> Result<(), E> {
     let Some(conn) = tls else { return put(data) };
     let encrypted = if data.is_empty() { Ok(()) } else { conn.encrypt(data, wire).map_err(tls_failed) };

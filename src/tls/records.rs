@@ -19,7 +19,7 @@
 //! with no plaintext counts against the read budget like any other read
 //! (see [`super::conn::TlsRead`]).
 
-use super::failure;
+use super::failure::TlsError;
 use ring::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
 use rustls::kernel::KernelConnection;
 use rustls::server::ServerConnectionData;
@@ -40,7 +40,7 @@ const MAX_OVERHEAD: usize = HEADER + EXPLICIT_NONCE + TAG;
 /// 5.5 allows 2^24.5).
 const AES_GCM_RECORDS: u64 = 1 << 24;
 /// KeyUpdates a peer may send with no application data in between; the
-/// next one closes the connection ([`failure::KEY_UPDATE_LIMIT`]). 32 is
+/// next one closes the connection ([`TlsError::KeyUpdateLimit`]). 32 is
 /// rustls's own limit (and BoringSSL's `kMaxKeyUpdates`), so a peer that
 /// works against those works here; a peer has no need for more (keys wear
 /// out after millions of records, not after none).
@@ -87,17 +87,17 @@ struct Direction {
 }
 
 impl Direction {
-    fn new(seq: u64, secrets: ConnectionTrafficSecrets) -> Result<(Cipher, Direction), String> {
+    fn new(seq: u64, secrets: ConnectionTrafficSecrets) -> Result<(Cipher, Direction), TlsError> {
         let (cipher, key, iv) = match secrets {
             ConnectionTrafficSecrets::Aes128Gcm { key, iv } => (Cipher::Aes128Gcm, key, iv),
             ConnectionTrafficSecrets::Aes256Gcm { key, iv } => (Cipher::Aes256Gcm, key, iv),
             ConnectionTrafficSecrets::Chacha20Poly1305 { key, iv } => (Cipher::ChaCha20Poly1305, key, iv),
-            _ => return Err("tls_unsupported_cipher".into()),
+            _ => return Err(TlsError::UnsupportedCipher),
         };
         let mut d = Direction { key: [0; 32], iv: [0; 12], seq };
         let (k, i) = (key.as_ref(), iv.as_ref());
         if k.len() != cipher.algorithm().key_len() || i.len() != 12 {
-            return Err("tls_unsupported_cipher".into());
+            return Err(TlsError::UnsupportedCipher);
         }
         d.key[..k.len()].copy_from_slice(k);
         d.iv.copy_from_slice(i);
@@ -146,7 +146,7 @@ pub(crate) struct Records {
 }
 
 impl Records {
-    pub(crate) fn new(secrets: ExtractedSecrets, kernel: KernelConnection<ServerConnectionData>) -> Result<Records, String> {
+    pub(crate) fn new(secrets: ExtractedSecrets, kernel: KernelConnection<ServerConnectionData>) -> Result<Records, TlsError> {
         let (cipher, tx) = Direction::new(secrets.tx.0, secrets.tx.1)?;
         let (_, rx) = Direction::new(secrets.rx.0, secrets.rx.1)?;
         let tls13 = kernel.protocol_version() == rustls::ProtocolVersion::TLSv1_3;
@@ -168,16 +168,16 @@ impl Records {
 
     /// Seal one record of any content type (fuzzing: alerts, key updates).
     #[doc(hidden)]
-    pub(crate) fn seal_kind(&mut self, kind: u8, chunk: &[u8], wire: &mut Vec<u8>) -> Result<(), String> {
+    pub(crate) fn seal_kind(&mut self, kind: u8, chunk: &[u8], wire: &mut Vec<u8>) -> Result<(), TlsError> {
         self.seal_unchecked(kind, &chunk[..chunk.len().min(MAX_PLAIN)], wire)
     }
 
-    fn kernel(&mut self) -> Result<&mut KernelConnection<ServerConnectionData>, String> {
-        self.kernel.as_mut().ok_or_else(|| "tls_key_update_unsupported".to_string())
+    fn kernel(&mut self) -> Result<&mut KernelConnection<ServerConnectionData>, TlsError> {
+        self.kernel.as_mut().ok_or(TlsError::KeyUpdateUnsupported)
     }
 
     /// Encrypt `plain` as application data records onto `wire`.
-    pub(crate) fn seal(&mut self, plain: &[u8], wire: &mut Vec<u8>) -> Result<(), String> {
+    pub(crate) fn seal(&mut self, plain: &[u8], wire: &mut Vec<u8>) -> Result<(), TlsError> {
         for chunk in plain.chunks(MAX_PLAIN) {
             self.seal_record(APPLICATION_DATA, chunk, wire)?;
         }
@@ -185,14 +185,14 @@ impl Records {
     }
 
     /// A close_notify alert onto `wire`.
-    pub(crate) fn close_notify(&mut self, wire: &mut Vec<u8>) -> Result<(), String> {
+    pub(crate) fn close_notify(&mut self, wire: &mut Vec<u8>) -> Result<(), TlsError> {
         self.seal_record(ALERT, &[1, 0], wire)
     }
 
-    fn seal_record(&mut self, kind: u8, chunk: &[u8], wire: &mut Vec<u8>) -> Result<(), String> {
+    fn seal_record(&mut self, kind: u8, chunk: &[u8], wire: &mut Vec<u8>) -> Result<(), TlsError> {
         if self.cipher != Cipher::ChaCha20Poly1305 && self.tx.seq >= AES_GCM_RECORDS {
             if !self.tls13 {
-                return Err("tls_record_limit".into());
+                return Err(TlsError::RecordLimit);
             }
             self.update_tx(wire)?;
         }
@@ -200,7 +200,7 @@ impl Records {
     }
 
     /// One record, whatever the key's record count.
-    fn seal_unchecked(&mut self, kind: u8, chunk: &[u8], wire: &mut Vec<u8>) -> Result<(), String> {
+    fn seal_unchecked(&mut self, kind: u8, chunk: &[u8], wire: &mut Vec<u8>) -> Result<(), TlsError> {
         let key = self.tx.cipher(self.cipher);
         let nonce = self.tx.nonce();
         let start = wire.len();
@@ -224,7 +224,7 @@ impl Records {
             Ok(tag) => wire.extend_from_slice(tag.as_ref()),
             Err(_) => {
                 wire.truncate(start);
-                return Err("tls_encrypt_failed".into());
+                return Err(TlsError::EncryptFailed);
             }
         }
         self.tx.seq += 1;
@@ -233,12 +233,12 @@ impl Records {
 
     /// TLS 1.3: send a KeyUpdate (not requesting one back) under the old
     /// key, then switch to the next.
-    fn update_tx(&mut self, wire: &mut Vec<u8>) -> Result<(), String> {
+    fn update_tx(&mut self, wire: &mut Vec<u8>) -> Result<(), TlsError> {
         self.seal_unchecked(HANDSHAKE, &[KEY_UPDATE, 0, 0, 1, 0], wire)?;
-        let (seq, secrets) = self.kernel()?.update_tx_secret().map_err(|e| failure::reason_of(&e))?;
+        let (seq, secrets) = self.kernel()?.update_tx_secret().map_err(|e| TlsError::from(&e))?;
         let (cipher, tx) = Direction::new(seq, secrets)?;
         if cipher != self.cipher {
-            return Err("tls_cipher_changed".into());
+            return Err(TlsError::CipherChanged);
         }
         self.tx = tx;
         Ok(())
@@ -247,15 +247,15 @@ impl Records {
     /// TLS 1.3: the peer's KeyUpdate (RFC 8446 4.6.3): its next key for
     /// what follows, and ours too when it asked for that. The first past
     /// [`MAX_KEY_UPDATES`] without application data in between is refused.
-    fn update_rx(&mut self, requested: bool, wire: &mut Vec<u8>) -> Result<(), String> {
+    fn update_rx(&mut self, requested: bool, wire: &mut Vec<u8>) -> Result<(), TlsError> {
         if self.key_updates >= MAX_KEY_UPDATES {
-            return Err(failure::KEY_UPDATE_LIMIT.into());
+            return Err(TlsError::KeyUpdateLimit);
         }
         self.key_updates += 1;
-        let (seq, secrets) = self.kernel()?.update_rx_secret().map_err(|e| failure::reason_of(&e))?;
+        let (seq, secrets) = self.kernel()?.update_rx_secret().map_err(|e| TlsError::from(&e))?;
         let (cipher, rx) = Direction::new(seq, secrets)?;
         if cipher != self.cipher {
-            return Err("tls_cipher_changed".into());
+            return Err(TlsError::CipherChanged);
         }
         self.rx = rx;
         if requested {
@@ -266,16 +266,16 @@ impl Records {
 
     /// A fatal `alert` onto `wire` before the connection closes as
     /// `reason` (best effort: it closes whether or not the alert is had).
-    fn fatal(&mut self, alert: AlertDescription, reason: &str, wire: &mut Vec<u8>) -> String {
+    fn fatal(&mut self, alert: AlertDescription, reason: TlsError, wire: &mut Vec<u8>) -> TlsError {
         let _ = self.seal_unchecked(ALERT, &[FATAL, u8::from(alert)], wire);
-        reason.into()
+        reason
     }
 
     /// Decrypt the whole records at the start of `incoming` into `buf`
     /// (application data), acting on alerts and key updates; handshake
     /// messages to send (a requested key update) and the alert that ends
     /// a connection over a malformed one go onto `wire`.
-    pub(crate) fn open(&mut self, incoming: &mut [u8], buf: &mut [u8], wire: &mut Vec<u8>) -> Result<Opened, String> {
+    pub(crate) fn open(&mut self, incoming: &mut [u8], buf: &mut [u8], wire: &mut Vec<u8>) -> Result<Opened, TlsError> {
         let mut out = Opened::default();
         let mut key = self.rx.cipher(self.cipher);
         while !out.closed && incoming.len() - out.used >= HEADER {
@@ -283,7 +283,7 @@ impl Records {
             let kind = incoming[at];
             let len = u16::from_be_bytes([incoming[at + 3], incoming[at + 4]]) as usize;
             if incoming[at + 1] != 3 || len > MAX_CIPHER {
-                return Err(if len > MAX_CIPHER { "tls_record_overflow" } else { "tls_bad_message" }.into());
+                return Err(if len > MAX_CIPHER { TlsError::RecordOverflow } else { TlsError::BadMessage });
             }
             if incoming.len() - at < HEADER + len {
                 break;
@@ -292,18 +292,17 @@ impl Records {
             let (header, body) = incoming[at..at + HEADER + len].split_at_mut(HEADER);
             let (inner, plain) = if self.tls13 {
                 if kind != APPLICATION_DATA {
-                    return Err("tls_bad_message".into());
+                    return Err(TlsError::BadMessage);
                 }
                 let header: [u8; HEADER] = (&*header).try_into().expect("5 bytes");
-                let plain =
-                    key.open_in_place(Nonce::assume_unique_for_key(self.rx.nonce()), Aad::from(header), body).map_err(|_| "tls_decrypt_error".to_string())?;
+                let plain = key.open_in_place(Nonce::assume_unique_for_key(self.rx.nonce()), Aad::from(header), body).map_err(|_| TlsError::DecryptError)?;
                 // The content type is the last non-zero byte (the rest is padding).
-                let end = plain.iter().rposition(|b| *b != 0).ok_or("tls_bad_message")?;
+                let end = plain.iter().rposition(|b| *b != 0).ok_or(TlsError::BadMessage)?;
                 (plain[end], &plain[..end])
             } else {
                 let explicit = if self.cipher == Cipher::ChaCha20Poly1305 { 0 } else { 8 };
                 if body.len() < explicit + TAG {
-                    return Err("tls_bad_message".into());
+                    return Err(TlsError::BadMessage);
                 }
                 let mut nonce = self.rx.nonce();
                 if explicit > 0 {
@@ -311,16 +310,15 @@ impl Records {
                     nonce[4..].copy_from_slice(&body[..8]);
                 }
                 let aad = tls12_aad(self.rx.seq, kind, body.len() - explicit - TAG);
-                let plain = key
-                    .open_in_place(Nonce::assume_unique_for_key(nonce), Aad::from(aad), &mut body[explicit..])
-                    .map_err(|_| "tls_decrypt_error".to_string())?;
+                let plain =
+                    key.open_in_place(Nonce::assume_unique_for_key(nonce), Aad::from(aad), &mut body[explicit..]).map_err(|_| TlsError::DecryptError)?;
                 (kind, &*plain)
             };
             self.rx.seq += 1;
             match inner {
                 APPLICATION_DATA => {
                     let end = out.filled + plain.len();
-                    let room = buf.get_mut(out.filled..end).ok_or("tls_record_overflow")?;
+                    let room = buf.get_mut(out.filled..end).ok_or(TlsError::RecordOverflow)?;
                     room.copy_from_slice(plain);
                     out.filled = end;
                     // Only data resets the count: an empty record between
@@ -331,21 +329,21 @@ impl Records {
                 }
                 ALERT => match plain {
                     [_, 0] => out.closed = true,
-                    [_, desc] => return Err(format!("tls_alert_{}", failure::alert_name(rustls::AlertDescription::from(*desc)))),
-                    _ => return Err("tls_bad_message".into()),
+                    [_, desc] => return Err(TlsError::Alert(AlertDescription::from(*desc))),
+                    _ => return Err(TlsError::BadMessage),
                 },
                 HANDSHAKE if self.tls13 => match key_update_request(plain) {
                     Some(Ok(requested)) => {
                         self.update_rx(requested, wire)?;
                         key = self.rx.cipher(self.cipher);
                     }
-                    Some(Err(alert)) => return Err(self.fatal(alert, failure::BAD_KEY_UPDATE, wire)),
+                    Some(Err(alert)) => return Err(self.fatal(alert, TlsError::BadKeyUpdate, wire)),
                     // Any other handshake message after the handshake.
-                    None => return Err("tls_unexpected_handshake".into()),
+                    None => return Err(TlsError::UnexpectedHandshake),
                 },
                 // Renegotiation (TLS 1.2) is refused.
-                HANDSHAKE => return Err("tls_unexpected_handshake".into()),
-                _ => return Err("tls_bad_message".into()),
+                HANDSHAKE => return Err(TlsError::UnexpectedHandshake),
+                _ => return Err(TlsError::BadMessage),
             }
         }
         Ok(out)
@@ -391,7 +389,7 @@ mod tests {
     use super::{Records, HANDSHAKE, KEY_UPDATE, MAX_KEY_UPDATES, MAX_PLAIN};
     use crate::net::{ReadEnd, Received, Source, READ_BUDGET};
     use crate::tls::conn::{TlsBufs, TlsRead};
-    use crate::tls::failure;
+    use crate::tls::failure::TlsError;
     use crate::tls::server::TlsConn;
     use rustls::crypto::ring as provider;
     use std::io::{Read, Write};
@@ -493,12 +491,12 @@ mod tests {
                 }
             };
             if let Some(done) = tls.take_finished() {
-                done?;
+                done.map_err(|e| e.to_string())?;
                 handed_over = tls.stage_name() == "records";
             }
             if !plain.is_empty() {
                 let (sealed_by_us, before) = (tls.stage_name() == "records", bufs.wire.len());
-                tls.encrypt(&plain, &mut bufs.wire)?;
+                tls.encrypt(&plain, &mut bufs.wire).map_err(|e| e.to_string())?;
                 let grown = bufs.wire.len() - before;
                 if sealed_by_us && grown > super::sealed_len_bound(plain.len()) {
                     return Err(format!("{} bytes sealed into {grown}, past sealed_len_bound", plain.len()));
@@ -623,7 +621,7 @@ mod tests {
         assert_eq!(feed(&mut server, &mut bufs, &sent_by(&mut client), RECORD_ROOM), Ok(b"x".to_vec()));
         assert!(!bufs.wire.is_empty(), "the asked-for key updates are answered");
         client.refresh_traffic_keys().unwrap();
-        assert_eq!(feed(&mut server, &mut bufs, &sent_by(&mut client), RECORD_ROOM), Err(failure::KEY_UPDATE_LIMIT.to_string()));
+        assert_eq!(feed(&mut server, &mut bufs, &sent_by(&mut client), RECORD_ROOM), Err(TlsError::KeyUpdateLimit.to_string()));
     }
 
     /// RFC 8446 4.6.3: a request byte other than 0 or 1 gets an
@@ -642,8 +640,8 @@ mod tests {
             let (mut peer, mut us) = (Records::for_fuzzing(true, 0), Records::for_fuzzing(true, 0));
             let (mut wire, mut reply, mut buf) = (Vec::new(), Vec::new(), vec![0u8; MAX_PLAIN]);
             peer.seal_kind(HANDSHAKE, msg, &mut wire).unwrap();
-            assert_eq!(us.open(&mut wire, &mut buf, &mut reply), Err(failure::BAD_KEY_UPDATE.to_string()), "{msg:?}");
-            assert_eq!(peer.open(&mut reply, &mut buf, &mut Vec::new()), Err(alert.to_string()), "{msg:?}: the alert sent");
+            assert_eq!(us.open(&mut wire, &mut buf, &mut reply), Err(TlsError::BadKeyUpdate), "{msg:?}");
+            assert_eq!(peer.open(&mut reply, &mut buf, &mut Vec::new()).map_err(|e| e.to_string()), Err(alert.to_string()), "{msg:?}: the alert sent");
         }
     }
 

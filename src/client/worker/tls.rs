@@ -22,7 +22,7 @@ impl Worker {
         }
         slot.state = State::TlsHandshaking;
         if let Err(reason) = slot.tls.as_deref_mut().map_or(Ok(()), |t| t.kick(&mut self.tls_bufs.wire)) {
-            self.fail(k, reason, crate::sys::mono_us());
+            self.fail(k, reason.to_string(), crate::sys::mono_us());
             return false;
         }
         self.after_tls_read(k, crate::sys::mono_us())
@@ -45,7 +45,7 @@ impl Worker {
             None => return true,
             Some(Ok(resumed)) => resumed,
             Some(Err(reason)) => {
-                self.fail(k, reason, now);
+                self.fail(k, reason.to_string(), now);
                 return false;
             }
         };

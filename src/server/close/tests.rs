@@ -208,7 +208,7 @@ fn names_are_the_ones_counted_before() {
         (UpstreamConnectionFull, crate::server::broker::upstream::CONN_FULL),
         (WorkerCrashed, crate::server::supervisor::view::WORKER_CRASHED),
         (TooManyCommands, crate::server::limits::command_rate::TOO_MANY_COMMANDS),
-        (TooManyTopics, crate::server::worker::topics::TOO_MANY_TOPICS),
+        (TooManyTopics, crate::server::tables::topics::TOO_MANY_TOPICS),
         (NotPermitted, crate::server::auth::gate::NOT_PERMITTED),
         (AuthOtherUser, crate::server::auth::gate::OTHER_USER),
         (AuthMissing, crate::server::auth::jwt::MISSING),
@@ -310,10 +310,12 @@ fn io_errors_are_named_as_before_and_interned_once() {
     }
     let timeout = io::Error::from(io::ErrorKind::TimedOut);
     assert_eq!(Close::io(&timeout), Io("timeout"));
-    let plaintext = io::Error::other(crate::tls::failure::PLAINTEXT);
+    use crate::tls::failure::TlsError;
+    let plaintext: io::Error = TlsError::Plaintext.into();
     assert_eq!(Close::io(&plaintext), TlsPlaintext);
-    let alert = io::Error::other("tls_alert_bad_certificate".to_string());
+    let alert: io::Error = TlsError::Alert(rustls::AlertDescription::BadCertificate).into();
     assert_eq!(Close::io(&alert).as_str(), "tls_alert_bad_certificate");
+    assert_eq!(Close::io(&io::Error::other("tls_alert_bad_certificate")).as_str(), "Other", "a string is not a TLS failure");
     let (a, b) = (intern("errno_4242".into()), intern("errno_4242".into()));
     assert!(std::ptr::eq(a, b), "the second one is found, not leaked again");
 }

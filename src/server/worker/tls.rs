@@ -44,7 +44,7 @@ impl TlsSide {
 
     /// A connection was accepted at slab `key`.
     pub(super) fn open(&mut self, key: usize, gen: u32, now_ds: u32) -> Result<(), Close> {
-        let conn = crate::tls::server::accept(self.config.clone()).map_err(|e| Close::tls(crate::tls::reason_of(&e)))?;
+        let conn = crate::tls::server::accept(self.config.clone()).map_err(|e| Close::tls(crate::tls::failure::TlsError::from(&e)))?;
         if self.conns.len() <= key {
             self.conns.resize_with(key + 1, || None);
         }
