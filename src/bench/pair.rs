@@ -6,8 +6,8 @@
 
 use crate::client::run::{ClientRun, Tick};
 use crate::client::snapshot::ClientEvent;
-use crate::server::commands::ServerEvent;
 use crate::server::supervisor::fleet::ServerFleet;
+use crate::server::supervisor::ServerEvent;
 use crate::stats::{format, progress::Progress};
 use crate::supervise::{self, Flow, Sink, Supervised};
 use anyhow::Result;

@@ -149,7 +149,7 @@ pub(crate) fn run(args: BenchConfig, placement: &crate::topology::Placement) -> 
         crate::admin::Scope::Full,
         server_cfg.admin.expect("set above"),
         None,
-        Arc::new(move |r| to(crate::server::commands::ServerEvent::Admin(r))),
+        Arc::new(move |r| to(crate::server::supervisor::ServerEvent::Admin(r))),
         Default::default(),
     )?;
     let client = ClientRun::start(&cplan, &client_cfg.load, &cwplan, None, &ch.client)?;

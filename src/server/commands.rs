@@ -7,7 +7,6 @@
 
 use super::snapshot::ServerSnapshot;
 use crate::proto::push::Stream;
-use crate::supervise::PoolEvent;
 use serde::{Deserialize, Serialize};
 
 /// Server worker -> supervisor, one JSON object per line.
@@ -67,7 +66,7 @@ pub(crate) enum ServerMsg {
     /// What clients said, for the `--upstream` backend.
     Upstream {
         worker: usize,
-        messages: Vec<crate::server::broker::upstream::UpMessage>,
+        messages: Vec<crate::server::up_message::UpMessage>,
     },
     /// Answer to a `presence` command: the topic's subscribers here.
     Presence {
@@ -175,6 +174,15 @@ pub(crate) fn id_hash(key: &IdKey) -> u64 {
     u64::from(key[0]) | u64::from(key[1]) << 32
 }
 
+/// A will on its way to the topic space after its delay
+/// (`broker/sessions/wills.rs` holds it).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct DelayedWill {
+    pub will: ClientPublish,
+    /// The Will Delay Interval, seconds.
+    pub delay_s: u32,
+}
+
 /// A registered MQTT connection's end.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct SessionEnd {
@@ -192,7 +200,7 @@ pub(crate) struct SessionEnd {
     /// session outlives it: published after the delay unless the client
     /// id connects again (`broker/sessions/wills.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub will: Option<crate::server::broker::sessions::wills::DelayedWill>,
+    pub will: Option<DelayedWill>,
     /// Who owned it and whom its bounds are charged to (as its claim said).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
@@ -411,20 +419,6 @@ impl ServerCommand {
             other => return Err(format!("an unknown command '{other}'")),
         })
     }
-}
-
-/// What arrives on a server supervisor's channel.
-#[derive(Debug)]
-pub(crate) enum ServerEvent {
-    Worker(usize, PoolEvent<ServerMsg>),
-    /// An admin API request.
-    Admin(crate::admin::Request),
-    /// News from the cluster link.
-    Cluster(crate::cluster::ClusterEvent),
-    /// News from the `--upstream` sender.
-    Upstream(crate::server::broker::upstream::UpstreamEvent),
-    /// What a broker shard says for the supervisor (`broker/shard.rs`).
-    Broker(crate::server::broker::core::ToMain),
 }
 
 /// One message as a worker delivers it to its connections (what a

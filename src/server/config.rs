@@ -183,7 +183,7 @@ impl Default for ServerConfig {
             connections: None,
             max_connections: None,
             max_connections_per_ip: None,
-            max_topics: crate::server::worker::topics::DEFAULT_MAX_TOPICS,
+            max_topics: crate::server::tables::topics::DEFAULT_MAX_TOPICS,
             max_commands_per_second: crate::server::limits::command_rate::DEFAULT_PER_SECOND,
             stall_timeout: Some(crate::server::limits::DEFAULT_STALL),
             tcp_keepalive: crate::server::limits::SocketTimer::Auto,

@@ -8,11 +8,14 @@ pub(crate) mod close;
 pub(crate) mod commands;
 pub(crate) mod config;
 pub(crate) mod limits;
+pub(crate) mod listener;
 pub(crate) mod services;
 pub(crate) mod session;
 pub mod snapshot;
 pub(crate) mod supervisor;
+pub(crate) mod tables;
 pub(crate) mod topic_index;
+pub(crate) mod up_message;
 pub(crate) mod worker;
 
 pub(crate) use config::ServerConfig;
@@ -22,10 +25,10 @@ use crate::supervise::plan::{plan_workers, WorkerPlan, Workers};
 use crate::supervise::{self, Flow, Sink, Supervised};
 use anyhow::Result;
 use business::BusinessMode;
-use commands::ServerEvent;
 use std::time::{Duration, Instant};
 use supervisor::fleet::{FleetNote, ServerFleet, Sizing};
 use supervisor::view::ServerTotals;
+use supervisor::ServerEvent;
 
 /// The worker subcommand's argument (`megaconn __worker server`).
 pub(crate) const WORKER_KIND: &str = "server";

@@ -95,7 +95,7 @@ pub(crate) struct ServerSnapshot {
     /// Connections this worker may hold before it leaves the group.
     pub(crate) budget: u64,
     /// Publish-to-write latency counts per bucket of
-    /// `server::worker::topics::LATENCY_BUCKETS_MS` (+Inf last), and their sum (µs).
+    /// `server::tables::topics::LATENCY_BUCKETS_MS` (+Inf last), and their sum (µs).
     pub(crate) push_latency_buckets: Vec<u64>,
     pub(crate) push_latency_sum_us: u64,
     /// Last snapshot before the worker exits.

@@ -20,29 +20,25 @@ mod heads;
 mod io;
 mod keepalive;
 mod presence;
-pub(crate) mod recovery;
 mod ring;
 pub(crate) use drain::spreads;
 mod linger;
 mod mqtt_out;
 mod mqtt_session;
 mod mqtt_states;
-pub(crate) mod outbox;
 pub(crate) mod seam;
 mod serve;
 mod spills;
 mod stall;
 mod tls;
-pub(crate) mod topics;
 mod trim;
-pub(crate) mod wildcards;
 
 use crate::net::Carried;
 use crate::server::business::service_time::ServiceTime;
 use crate::server::business::{BusinessMode, Stage};
 use crate::server::close::{self, Close};
+use crate::server::listener::{AcceptGroup, LISTENER_BASE};
 use crate::server::session::http::{self, HttpConfig};
-use crate::server::supervisor::listener::{AcceptGroup, LISTENER_BASE};
 use crate::server::worker::conn::Conn;
 use std::os::fd::AsRawFd;
 
@@ -188,9 +184,9 @@ struct Worker {
     /// When a settled burst of connections last gave malloc's free pages back.
     trim: trim::Trim,
     stage: Stage,
-    topics: crate::server::worker::topics::Topics,
+    topics: crate::server::tables::topics::Topics,
     /// Subscribers waiting for the history they missed.
-    recoveries: crate::server::worker::recovery::Recoveries,
+    recoveries: crate::server::tables::recovery::Recoveries,
     /// Broadcasts new framed connections got before their resume.
     seam: seam::Seam,
     /// When event streams are next looked at for heartbeats.
@@ -215,7 +211,7 @@ struct Worker {
     /// TLS state of every connection (a TLS server only).
     tls: Option<tls::TlsSide>,
     /// `--upstream`: what clients said, on its way to the application.
-    upstream: Option<crate::server::worker::outbox::Outbox>,
+    upstream: Option<crate::server::tables::outbox::Outbox>,
     /// MQTT publishes read since the last hand-over to the shards.
     published: crate::server::session::mqtt::Published,
     /// The sockets to the broker shards (`bus.rs`).
@@ -285,13 +281,13 @@ pub(crate) fn run(cfg: ServerWorkerConfig) -> Result<()> {
         .context("cannot load the --auth key")?;
     let upstream = cfg
         .upstream_queue
-        .map(|n| crate::server::worker::outbox::Limits::new(n as u64, cfg.upstream_bytes.max(crate::server::broker::upstream::MIN_WORKER_BYTES)));
+        .map(|n| crate::server::tables::outbox::Limits::new(n as u64, cfg.upstream_bytes.max(crate::server::broker::upstream::MIN_WORKER_BYTES)));
     let mut group = AcceptGroup::inherit(&cfg.listen_fds);
     group.join(poll.as_raw_fd())?;
     let bus = bus::Bus::open(&cfg.bus_fds, poll.registry()).context("cannot take the sockets to the broker shards")?;
     let mut w = Worker {
         stage,
-        topics: crate::server::worker::topics::Topics::new(cfg.track_topics, limits.max_topics, limits.max_commands_per_second),
+        topics: crate::server::tables::topics::Topics::new(cfg.track_topics, limits.max_topics, limits.max_commands_per_second),
         recoveries: Default::default(),
         seam: Default::default(),
         sse_beat_at: Instant::now(),
@@ -327,7 +323,7 @@ pub(crate) fn run(cfg: ServerWorkerConfig) -> Result<()> {
         limits,
         per_ip,
         tls,
-        upstream: upstream.map(|l| crate::server::worker::outbox::Outbox::new(worker, l)),
+        upstream: upstream.map(|l| crate::server::tables::outbox::Outbox::new(worker, l)),
         published: Default::default(),
         bus,
         stopping_for_bus: false,
@@ -785,7 +781,7 @@ impl Worker {
         let stale: Vec<usize> = self
             .conns
             .iter()
-            .filter(|(_, c)| now.saturating_sub(c.last_seen_s) > limit && !matches!(c.ext.as_deref(), Some(crate::server::worker::conn::ConnExt::Sse(_))))
+            .filter(|(_, c)| now.saturating_sub(c.last_seen_s) > limit && !matches!(c.ext.as_deref(), Some(crate::server::session::ext::ConnExt::Sse(_))))
             .map(|(k, _)| k)
             .collect();
         for key in stale {

@@ -1,7 +1,10 @@
 //! The layer rule of docs/architecture.md, checked on every test run:
 //! no import cycle between the crate's top-level modules (`crate::x`
-//! paths outside `#[cfg(test)]`, where a lower layer may reach up in a
-//! unit test). A cycle names the files that make each of its edges.
+//! paths outside `#[cfg(test)]` and `tests.rs` files, where a lower layer
+//! may reach up in a unit test), nor between the rooms of `server/`
+//! (`crate::server::x`: supervisor above worker above session above the
+//! tables, the broker and the vocabulary they share). A cycle names the
+//! files that make each of its edges.
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -17,21 +20,22 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Top-level module -> the top-level modules it names -> the files naming them.
-fn edges(src: &Path) -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
+/// Module of `src` -> the modules of `src` it names (as `prefix` + name)
+/// -> the files naming them.
+fn edges(src: &Path, prefix: &str) -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
     let mut files = Vec::new();
     sources(src, &mut files);
     let mut edges: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
     for file in files {
         let rel = file.strip_prefix(src).unwrap();
         let top = rel.components().next().unwrap().as_os_str().to_string_lossy().trim_end_matches(".rs").to_string();
-        if top == "lib" || top == "main" {
+        if top == "lib" || top == "main" || top == "mod" || file.file_name().is_some_and(|n| n == "tests.rs") {
             continue;
         }
         let text = std::fs::read_to_string(&file).unwrap();
         let code = text.split("#[cfg(test)]").next().unwrap_or_default();
-        for (i, _) in code.match_indices("crate::") {
-            let name: String = code[i + 7..].chars().take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_').collect();
+        for (i, _) in code.match_indices(prefix) {
+            let name: String = code[i + prefix.len()..].chars().take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_').collect();
             if !name.is_empty() && name != top {
                 edges.entry(top.clone()).or_default().entry(name).or_default().insert(rel.display().to_string());
             }
@@ -83,11 +87,10 @@ fn cycles(edges: &BTreeMap<String, BTreeMap<String, BTreeSet<String>>>) -> Vec<V
     walk.groups
 }
 
-#[test]
-fn top_level_modules_import_each_other_one_way_only() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let edges = edges(&src);
-    assert!(edges.len() > 10, "the scan found the crate's modules: {:?}", edges.keys().collect::<Vec<_>>());
+/// Fails naming every edge of every cycle among the modules of `dir`.
+fn assert_no_cycle(dir: &Path, prefix: &str, what: &str, at_least: usize) {
+    let edges = edges(dir, prefix);
+    assert!(edges.len() >= at_least, "the scan found the {what}: {:?}", edges.keys().collect::<Vec<_>>());
     let found = cycles(&edges);
     let mut explain = Vec::new();
     for g in &found {
@@ -99,7 +102,27 @@ fn top_level_modules_import_each_other_one_way_only() {
             }
         }
     }
-    assert!(found.is_empty(), "import cycles between top-level modules: {found:?}\n{}", explain.join("\n"));
+    assert!(found.is_empty(), "import cycles between {what}: {found:?}\n{}", explain.join("\n"));
+}
+
+#[test]
+fn top_level_modules_import_each_other_one_way_only() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    assert_no_cycle(&src, "crate::", "top-level modules", 10);
+}
+
+/// Sessions consume bytes with the worker's tables lent to them and name
+/// nothing of the worker; the worker names no part of the supervisor;
+/// the broker's vocabulary (commands, up_message) names no broker.
+#[test]
+fn the_rooms_of_the_server_import_each_other_one_way_only() {
+    let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/server");
+    assert_no_cycle(&server, "crate::server::", "the rooms of server/", 8);
+    let edges = edges(&server, "crate::server::");
+    for (low, high) in [("session", "worker"), ("tables", "session"), ("tables", "worker"), ("worker", "supervisor"), ("broker", "worker")] {
+        let files = edges.get(low).and_then(|m| m.get(high));
+        assert!(files.is_none(), "server/{low} names server/{high}, a room above it, in {files:?}");
+    }
 }
 
 /// The check itself finds a cycle where there is one.

@@ -346,7 +346,7 @@ impl Relay {
     /// (u64::MAX: they want only its position). With JetStream a
     /// recovery this node's history cannot answer reads the stream's
     /// (its latest 4 MiB); what the answer then cannot reach is lost for
-    /// that subscriber, which does not ask again (`worker/recovery.rs`).
+    /// that subscriber, which does not ask again (`tables/recovery.rs`).
     pub(crate) fn history_wanted(&mut self, worker: usize, topic: &str, after: u64, publisher: &mut Publisher) {
         let shard = publisher.shards.of(topic);
         let answer = |publisher: &mut Publisher| publisher.shards.send(shard, Cmd::History { worker: worker as u32, topic: topic.to_string(), after });

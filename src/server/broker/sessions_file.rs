@@ -71,8 +71,8 @@ impl SessionsFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::broker::sessions::wills::DelayedWill;
     use crate::server::broker::sessions::{Action, SessionsConfig};
+    use crate::server::commands::DelayedWill;
     use crate::server::commands::{ClientPublish, KeptSub, SessionClaim, SessionEnd, SessionMessage, SessionState};
 
     fn message(topic: &str, data: &str) -> SessionMessage {

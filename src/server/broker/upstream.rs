@@ -26,7 +26,7 @@
 //!
 //! Bounds (docs/upstream.md): each worker may have `--upstream-queue`
 //! messages and its share of `--upstream-queue-bytes` ([`worker_share`])
-//! not yet taken (see `worker/outbox.rs`); a client whose message would exceed
+//! not yet taken (see `tables/outbox.rs`); a client whose message would exceed
 //! that is closed with 1013 (try again later) and counted, so nothing is
 //! dropped silently. The supervisor holds what the workers handed it; as a
 //! last guard against what dead or retired workers left behind, it holds
@@ -38,12 +38,13 @@
 //! the timestamp is recent, so nobody else who reaches it can forge what
 //! clients said.
 
+use crate::server::up_message::UpMessage;
+use crate::server::up_message::{JSON_ESCAPE_MAX, MESSAGE_OVERHEAD};
 use crate::supervise::Sink;
 use anyhow::{Context, Result};
 use hmac::{Hmac, Mac};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
-use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -98,12 +99,6 @@ pub(crate) const H_SIGNATURE: &str = "X-Megaconn-Signature";
 /// Shortest `--upstream-secret-file` accepted: 256 bits, the HMAC-SHA256
 /// block's worth (as for `--jwt-secret-file`).
 pub(crate) const MIN_SECRET: usize = 32;
-/// An upper bound of the JSON around a message's strings (field names, a
-/// 20-digit `conn`, a 16-digit `ts`, quotes and commas: ~105 bytes).
-const MESSAGE_OVERHEAD: usize = 128;
-/// The most a string grows as JSON: a control character becomes `\u00XX`.
-const JSON_ESCAPE_MAX: usize = 6;
-
 /// A worker's share of `--upstream-queue-bytes` when at most `max_workers`
 /// run at once: the supervisor holds at most `max_workers` shares.
 pub(crate) fn worker_share(total: u64, max_workers: usize) -> u64 {
@@ -126,73 +121,6 @@ pub(crate) fn supervisor_cap(share: u64, max_workers: usize, max_message: usize)
     SUPERVISOR_SLACK * max_workers.max(1) as u64 * (share + max_message_cost(max_message))
 }
 
-/// How many bytes `s` takes as a JSON string's content.
-fn json_len(s: &str) -> usize {
-    s.bytes()
-        .map(|b| match b {
-            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
-            0..=0x1f => JSON_ESCAPE_MAX,
-            _ => 1,
-        })
-        .sum()
-}
-
-/// One thing a client said or did, as the backend receives it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct UpMessage {
-    /// `message`, `join` (a subscription) or `leave`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// The connection's id (answer it with `POST /push/ID`).
-    pub conn: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub topic: Option<String>,
-    /// The message as text (WebSocket text, or UTF-8)...
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub data: Option<String>,
-    /// ... or base64 when it is not.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub data_b64: Option<String>,
-    /// When the server read it, µs since the epoch.
-    pub ts: u64,
-}
-
-impl UpMessage {
-    /// A message a client sent.
-    pub(crate) fn message(conn: u64, user: Option<&str>, topic: Option<&str>, text: bool, data: &[u8]) -> UpMessage {
-        let (data, data_b64) = match std::str::from_utf8(data) {
-            Ok(s) if text || !s.contains('\0') => (Some(s.to_string()), None),
-            _ => {
-                use base64::Engine;
-                (None, Some(base64::engine::general_purpose::STANDARD.encode(data)))
-            }
-        };
-        UpMessage {
-            kind: "message".into(),
-            conn,
-            user: user.map(str::to_string),
-            topic: topic.map(str::to_string),
-            data,
-            data_b64,
-            ts: crate::proto::push::wall_us(),
-        }
-    }
-
-    /// What it costs queued: at least its length as JSON, so the bytes a
-    /// worker counts bound what the supervisor holds and sends.
-    pub(crate) fn bytes(&self) -> usize {
-        let s = |f: &Option<String>| f.as_deref().map_or(0, json_len);
-        MESSAGE_OVERHEAD + s(&self.user) + s(&self.topic) + s(&self.data) + s(&self.data_b64)
-    }
-
-    /// A join or leave (`--presence-events`), not something a client said.
-    pub(crate) fn is_presence(&self) -> bool {
-        self.kind != "message"
-    }
-}
-
 crate::counters! {
     /// The supervisor's webhook sender (`/stats` "upstream", `/metrics`).
     pub(crate) struct UpstreamCounters {
@@ -211,7 +139,7 @@ crate::counters! {
 pub(crate) enum UpstreamEvent {
     /// The backend took (or refused for good) this many more of each
     /// worker's messages, its oldest: their budget has that much room again
-    /// (the worker knows their bytes; see `worker/outbox.rs`).
+    /// (the worker knows their bytes; see `tables/outbox.rs`).
     Done(BTreeMap<usize, u64>),
     /// Something the operator must hear (a refused batch).
     Note(String),

@@ -102,7 +102,7 @@ pub(crate) struct ConnLimits {
 impl Default for ConnLimits {
     fn default() -> ConnLimits {
         ConnLimits {
-            max_topics: crate::server::worker::topics::DEFAULT_MAX_TOPICS,
+            max_topics: crate::server::tables::topics::DEFAULT_MAX_TOPICS,
             max_commands_per_second: command_rate::DEFAULT_PER_SECOND,
             stall_timeout_ms: Some(DEFAULT_STALL.as_millis() as u64),
             keepalive_ms: None,

@@ -6,7 +6,7 @@ use crate::server::business::service_time::ServiceTime;
 use crate::server::business::{BusinessMode, Stage};
 use crate::server::session::requests::Requests;
 use crate::server::snapshot::ServerSnapshot;
-use crate::server::worker::topics::{Subs, Topics};
+use crate::server::tables::topics::{Subs, Topics};
 use rand::SeedableRng;
 use std::sync::Arc;
 

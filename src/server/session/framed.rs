@@ -8,13 +8,13 @@
 
 use super::requests::Requests;
 use crate::proto::frame::{self, Frame, Kind};
-use crate::server::broker::upstream::UpMessage;
 use crate::server::close::{self, Close};
+use crate::server::session::ext::{awaiting_auth, Ext};
 use crate::server::session::ws;
-use crate::server::worker::conn::{awaiting_auth, Ext};
-use crate::server::worker::outbox::Outbox;
-use crate::server::worker::recovery::{self, Recoveries};
-use crate::server::worker::topics::{Subs, Topics};
+use crate::server::tables::outbox::Outbox;
+use crate::server::tables::recovery::{self, Recoveries};
+use crate::server::tables::topics::{Subs, Topics};
+use crate::server::up_message::UpMessage;
 
 /// What one read of a framed connection works on: the worker's topics
 /// and the connection's subscriptions, borrowed for the read.

@@ -5,8 +5,8 @@
 
 use crate::proto::http::{self, HttpState, Step};
 use crate::server::close::Close;
+use crate::server::session::ext::{Ext, HttpExt};
 use crate::server::session::requests::{Answer, Requests};
-use crate::server::worker::conn::{Ext, HttpExt};
 
 /// Most bytes of pipelined requests kept behind a reply that is still
 /// with the business stage (the connection is closed beyond it).
@@ -42,16 +42,16 @@ pub(crate) struct Ctx<'a> {
     pub date: &'a str,
     /// What a GET with `Accept: text/event-stream` (an event stream on
     /// this port, as on the WebSocket ports) subscribes with.
-    pub topics: &'a mut crate::server::worker::topics::Topics,
-    pub subs: &'a mut crate::server::worker::topics::Subs,
-    pub recoveries: &'a mut crate::server::worker::recovery::Recoveries,
+    pub topics: &'a mut crate::server::tables::topics::Topics,
+    pub subs: &'a mut crate::server::tables::topics::Subs,
+    pub recoveries: &'a mut crate::server::tables::recovery::Recoveries,
     pub now_s: u32,
 }
 
 /// Handle as many requests in `buf` as possible; return the bytes used.
 /// Err names why the connection must close (after `ctx.out` is sent).
 pub(crate) fn consume(ctx: &mut Ctx<'_>, conn: &mut Ext, buf: &[u8]) -> Result<usize, Close> {
-    if crate::server::worker::conn::sse_mut(conn).is_some() {
+    if crate::server::session::ext::sse_mut(conn).is_some() {
         // An event stream only sends; what its client sends is dropped.
         return Ok(buf.len());
     }

@@ -45,7 +45,7 @@ use crate::proto::mqtt::{encode, kind, Ack, ConnAck, Disconnect, Error, Limits, 
 use crate::server::close::{self, Close};
 use crate::server::commands::{ClientPublish, RetainedWant, SessionClaim};
 use crate::server::session::requests::Requests;
-use crate::server::worker::topics::{Subs, Topics};
+use crate::server::tables::topics::{Subs, Topics};
 
 /// The close reason of a client's own DISCONNECT.
 #[cfg(test)]

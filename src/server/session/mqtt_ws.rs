@@ -29,9 +29,9 @@
 use crate::proto::mqtt::Limits;
 use crate::proto::ws::frame::{self, Event, Fragments, Opcode, Reader, Role};
 use crate::server::close::Close;
+use crate::server::session::ext::Ext;
 use crate::server::session::mqtt::{self, MqttConfig, MqttConn, Published};
 use crate::server::session::ws;
-use crate::server::worker::conn::Ext;
 
 /// What an MQTT-over-WebSocket connection carries between reads.
 #[derive(Debug, Default)]

@@ -16,11 +16,11 @@ use crate::proto::push::{self, Position, Push, Stream, BROADCAST_TOPIC};
 use crate::proto::sse::write::{self, Event};
 use crate::proto::ws::handshake;
 use crate::server::close::{self, Close};
+use crate::server::session::ext::{ConnExt, Ext};
 use crate::server::session::requests::Requests;
 use crate::server::snapshot::ServerSnapshot;
-use crate::server::worker::conn::{ConnExt, Ext};
-use crate::server::worker::recovery::{self, Recoveries};
-use crate::server::worker::topics::{Subs, Topics};
+use crate::server::tables::recovery::{self, Recoveries};
+use crate::server::tables::topics::{Subs, Topics};
 use std::fmt::Write as _;
 use std::rc::Rc;
 
@@ -327,7 +327,7 @@ mod tests {
 #[cfg(test)]
 mod size {
     use super::*;
-    use crate::server::worker::conn::ConnExt;
+    use crate::server::session::ext::ConnExt;
 
     /// An idle event stream following a topic and the broadcasts owns
     /// no buffer: its state is its positions, within 100 B of heap.

@@ -23,11 +23,11 @@ use crate::proto::ws::frame::{self, Event, Opcode, Reader, Role};
 use crate::proto::ws::handshake;
 use crate::server::auth::jwt;
 use crate::server::close::{self, Close};
+use crate::server::session::ext::{sse_mut, ws_mut, ConnExt, Ext, WsConn};
 use crate::server::session::requests::{Answer, Requests};
 use crate::server::session::ws_deflate::{self, DeflateConfig, DeflateMode, WsCodec};
-use crate::server::worker::conn::{sse_mut, ws_mut, ConnExt, Ext, WsConn};
-use crate::server::worker::recovery::{self, Recoveries};
-use crate::server::worker::topics::{Subs, Topics};
+use crate::server::tables::recovery::{self, Recoveries};
+use crate::server::tables::topics::{Subs, Topics};
 use serde::{Deserialize, Serialize};
 
 /// Default cap on one message, all fragments together (close 1009 above).
@@ -79,7 +79,7 @@ pub(crate) struct Ctx<'a> {
     /// Per-worker vector payloads are unmasked into.
     pub tmp: &'a mut Vec<u8>,
     /// `--upstream`: what clients send goes to the application, not back.
-    pub upstream: Option<&'a mut crate::server::worker::outbox::Outbox>,
+    pub upstream: Option<&'a mut crate::server::tables::outbox::Outbox>,
     /// The worker's compressor and decompressor (None: `--ws-deflate off`).
     pub codec: Option<&'a mut WsCodec>,
     /// Whether this connection negotiated permessage-deflate: read from
@@ -104,7 +104,7 @@ pub(crate) fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<us
         // An event stream only sends; what its client sends is dropped.
         return Ok(buf.len());
     }
-    if crate::server::worker::conn::ws_handshaking(ext) {
+    if crate::server::session::ext::ws_handshaking(ext) {
         match handshake::parse_request(buf, ctx.cfg.max_head) {
             Ok(None) => return Ok(0),
             Err(refusal) => {
@@ -201,7 +201,7 @@ struct Subscriber<'a> {
     topics: &'a mut Topics,
     subs: &'a mut Subs,
     recoveries: &'a mut Recoveries,
-    upstream: Option<&'a mut crate::server::worker::outbox::Outbox>,
+    upstream: Option<&'a mut crate::server::tables::outbox::Outbox>,
     /// The connection negotiated permessage-deflate: the worker's
     /// compressor, and the size from which an echo is compressed.
     compress: Option<(&'a mut crate::proto::ws::deflate::Deflater, usize)>,
@@ -247,7 +247,7 @@ fn up_message(req: &mut Requests<'_>, s: &mut Subscriber<'_>, topic: Option<&str
         s.topics.gate.permits(req.key, t)?;
     }
     let user = s.topics.gate.user_of(req.key);
-    up.offer((req.key, req.gen), |conn| crate::server::broker::upstream::UpMessage::message(conn, user, topic, text, data))?;
+    up.offer((req.key, req.gen), |conn| crate::server::up_message::UpMessage::message(conn, user, topic, text, data))?;
     req.stats.upstream_sent += 1;
     Ok(())
 }
@@ -329,7 +329,7 @@ fn command(req: &mut Requests<'_>, s: &mut Subscriber<'_>, data: &[u8]) -> Resul
 pub(crate) fn refresh(
     req: &mut Requests<'_>,
     topics: &mut Topics,
-    subs: &mut crate::server::worker::topics::Subs,
+    subs: &mut crate::server::tables::topics::Subs,
     token: &str,
 ) -> Result<(u64, Vec<Box<str>>), Close> {
     let r = match topics.gate.verify(Some(token)) {

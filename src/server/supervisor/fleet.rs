@@ -6,10 +6,11 @@
 
 use crate::server::business::BusinessMode;
 use crate::server::close::Close;
-use crate::server::commands::{ServerEvent, ServerMsg};
+use crate::server::commands::ServerMsg;
 use crate::server::config::ServerConfig;
 use crate::server::session::http;
 use crate::server::supervisor::view::{ServerView, WORKER_CRASHED};
+use crate::server::supervisor::ServerEvent;
 use crate::server::worker::ServerWorkerConfig;
 use crate::stats::format;
 use crate::supervise::elastic::{self, WorkerState};
@@ -154,7 +155,7 @@ impl ServerFleet {
             Some(n) => Some(crate::server::limits::cap::SharedCap::create(n).context("cannot create the shared --max-connections count")?),
             None => None,
         };
-        let listeners = crate::server::supervisor::listener::bind_all(cfg.listen, &cfg.ports())?;
+        let listeners = crate::server::listener::bind_all(cfg.listen, &cfg.ports())?;
         let max_workers = match sizing {
             Sizing::Elastic { max, .. } => max,
             Sizing::Fixed(n) => n,
@@ -555,7 +556,7 @@ impl ServerFleet {
             return;
         }
         self.queue.read_at = Some(Instant::now());
-        self.accept_queue = self.listeners.iter().map(crate::server::supervisor::listener::queued).sum();
+        self.accept_queue = self.listeners.iter().map(crate::server::listener::queued).sum();
         if self.accept_queue == 0 {
             self.queue = QueueWatch { read_at: self.queue.read_at, ..Default::default() };
             return;

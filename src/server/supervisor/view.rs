@@ -22,7 +22,7 @@ pub(crate) struct ServerTotals {
     /// Mean business service time actually applied per reply, ms.
     pub applied_service_ms: f64,
     pub cpu_seconds: f64,
-    /// Publish-to-write latency per bucket (`server::worker::topics::LATENCY_BUCKETS_MS`, +Inf last).
+    /// Publish-to-write latency per bucket (`server::tables::topics::LATENCY_BUCKETS_MS`, +Inf last).
     pub push_latency_buckets: Vec<u64>,
     pub push_latency_sum_us: u64,
 }

@@ -27,9 +27,9 @@
 //! the oldest N of its in-flight list, each of which remembers its connection
 //! and size (16 bytes per message in flight, bounded by the count).
 
-use crate::server::broker::upstream::UpMessage;
 use crate::server::close::Close;
 use crate::server::commands::conn_id;
+use crate::server::up_message::UpMessage;
 use std::collections::{HashMap, VecDeque};
 
 /// Presence events get 1/PRESENCE_PART of the worker's count and bytes,

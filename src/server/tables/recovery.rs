@@ -32,7 +32,7 @@
 use crate::proto::push::{Position, BROADCAST_TOPIC};
 use crate::server::broker::history::Slice;
 use crate::server::close::Close;
-use crate::server::worker::topics::{Subs, Topics};
+use crate::server::tables::topics::{Subs, Topics};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 

@@ -34,7 +34,7 @@ mod tests;
 
 use crate::proto::push;
 use crate::server::close::Close;
-use crate::server::worker::wildcards::{self, Wildcards, WILD};
+use crate::server::tables::wildcards::{self, Wildcards, WILD};
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 pub(crate) use subs::Subs;

@@ -157,7 +157,7 @@ impl Worker {
                     // The token comes in the CONNECT (`--auth jwt`).
                     *self.mqtt.entry(key, reserve) = Some(crate::server::session::mqtt::MqttConn::fresh());
                 } else if gated {
-                    conn.ext = Some(Box::new(crate::server::worker::conn::ConnExt::Unauthenticated));
+                    conn.ext = Some(Box::new(crate::server::session::ext::ConnExt::Unauthenticated));
                 }
                 if let Some(r) = &mut self.ring {
                     r.next.ops.push(crate::uring::Op::Recv { fd: conn.stream.as_raw_fd(), tag: crate::uring::recv_tag(key, self.next_gen) });

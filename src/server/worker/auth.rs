@@ -16,7 +16,7 @@ impl Worker {
         }
         for (key, gen) in self.topics.gate.expired(gate::unix_now()) {
             let Some(conn) = self.conns.get_mut(key).filter(|c| c.gen == gen) else { continue };
-            if super::protocol_of(&self.cfg.services, conn) == Protocol::Ws && crate::server::worker::conn::takes_pushes(&conn.ext, self.mqtt.get(key)) {
+            if super::protocol_of(&self.cfg.services, conn) == Protocol::Ws && crate::server::session::ext::takes_pushes(&conn.ext, self.mqtt.get(key)) {
                 let mut out = Vec::new();
                 crate::proto::ws::frame::encode_close_reason(&mut out, jwt::EXPIRED_CLOSE, b"token expired", None);
                 let _ = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &out, self.cfg.max_pending_bytes, Close::SlowConsumer);

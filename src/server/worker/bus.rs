@@ -203,8 +203,8 @@ impl Bus {
     }
 
     /// The interest the connections' subscriptions gained or lost since
-    /// last asked ([`super::topics::Topics::take_interest`]), framed.
-    pub(crate) fn take_interest(&mut self, topics: &mut super::topics::Topics) {
+    /// last asked ([`crate::server::tables::topics::Topics::take_interest`]), framed.
+    pub(crate) fn take_interest(&mut self, topics: &mut crate::server::tables::topics::Topics) {
         for (add, name) in topics.take_interest() {
             self.interest(add, &name);
         }
@@ -213,7 +213,7 @@ impl Bus {
     /// Before a reply to a client goes out: the interest its read gained
     /// or lost is framed and, with any group membership, written now
     /// (a failed write is the next flush's to report).
-    pub(crate) fn before_reply(&mut self, topics: &mut super::topics::Topics) {
+    pub(crate) fn before_reply(&mut self, topics: &mut crate::server::tables::topics::Topics) {
         self.take_interest(topics);
         if self.urgent {
             let _ = self.flush();

@@ -1,8 +1,7 @@
 //! One accepted connection: the socket and the little state it needs
 //! between readiness events.
 
-use crate::proto::ws::frame::Fragments;
-use crate::server::session::http::HttpConn;
+use crate::server::session::ext::Ext;
 use crate::server::worker::spills::Spills;
 
 /// Per-connection record kept in the worker's slab. An idle connection
@@ -25,7 +24,7 @@ pub(crate) struct Conn {
     pub ext: Ext,
     /// Topics this connection subscribed to: one word, one subscription
     /// inline, two or more behind it (`topics::Subs`).
-    pub subs: crate::server::worker::topics::Subs,
+    pub subs: crate::server::tables::topics::Subs,
     /// Worker-relative second it was accepted (its age in /connections),
     /// in the top bit whether an io_uring send of it is in flight and in
     /// the next whether the worker's epoll watches it, in the third whether
@@ -62,7 +61,7 @@ impl Conn {
             spills: Spills::default(),
             gen,
             ext: None,
-            subs: crate::server::worker::topics::Subs::new(),
+            subs: crate::server::tables::topics::Subs::new(),
             since_s: now_s & !FLAGS,
         }
     }
@@ -130,91 +129,6 @@ impl Conn {
     pub(crate) fn set_watched(&mut self) {
         self.since_s |= WATCHED;
     }
-}
-
-/// Boxed protocol state: one pointer, null for every idle connection.
-pub(crate) type Ext = Option<Box<ConnExt>>;
-
-pub(crate) enum ConnExt {
-    Http(HttpConn),
-    Ws(WsConn),
-    /// A Server-Sent Events stream on a WebSocket port.
-    Sse(crate::server::session::sse::SseConn),
-    /// A framed connection that has not shown its token yet (`--auth
-    /// jwt`). It gets no push until it has.
-    Unauthenticated,
-}
-
-/// Whether a connection still owes its token.
-pub(crate) fn awaiting_auth(ext: &Ext) -> bool {
-    matches!(ext.as_deref(), Some(ConnExt::Unauthenticated))
-}
-
-/// Whether a connection may get pushes: it finished its WebSocket
-/// handshake and showed its token, if it owes them (an MQTT connection,
-/// `mqtt` its state in the worker's table: its CONNECT was accepted).
-pub(crate) fn takes_pushes(ext: &Ext, mqtt: Option<&crate::server::session::mqtt::MqttConn>) -> bool {
-    !ws_handshaking(ext) && !awaiting_auth(ext) && !crate::server::session::mqtt::connecting(mqtt)
-}
-
-/// The event-stream state inside an [`Ext`], if any.
-pub(crate) fn sse_mut(ext: &mut Ext) -> Option<&mut crate::server::session::sse::SseConn> {
-    match ext.as_deref_mut() {
-        Some(ConnExt::Sse(s)) => Some(s),
-        _ => None,
-    }
-}
-
-/// A WebSocket connection's state while it has some.
-#[derive(Debug, Default)]
-pub(crate) struct WsConn {
-    /// Worker-relative time (100 ms units) the connection began waiting
-    /// for its Upgrade request; 0 once upgraded.
-    pub handshake_since_ds: u32,
-    pub frag: Option<Box<Fragments>>,
-}
-
-/// The HTTP state inside an [`Ext`].
-pub(crate) trait HttpExt {
-    fn http(&self) -> Option<&HttpConn>;
-    fn http_mut(&mut self) -> Option<&mut HttpConn>;
-    fn http_or_default(&mut self) -> &mut HttpConn;
-}
-
-impl HttpExt for Ext {
-    fn http(&self) -> Option<&HttpConn> {
-        match self.as_deref() {
-            Some(ConnExt::Http(h)) => Some(h),
-            _ => None,
-        }
-    }
-
-    fn http_mut(&mut self) -> Option<&mut HttpConn> {
-        match self.as_deref_mut() {
-            Some(ConnExt::Http(h)) => Some(h),
-            _ => None,
-        }
-    }
-
-    fn http_or_default(&mut self) -> &mut HttpConn {
-        if self.http().is_none() {
-            *self = Some(Box::new(ConnExt::Http(HttpConn::default())));
-        }
-        self.http_mut().expect("just set")
-    }
-}
-
-/// The WebSocket state inside an [`Ext`], if any.
-pub(crate) fn ws_mut(ext: &mut Ext) -> Option<&mut WsConn> {
-    match ext.as_deref_mut() {
-        Some(ConnExt::Ws(w)) => Some(w),
-        _ => None,
-    }
-}
-
-/// Whether a WebSocket connection still waits for its Upgrade request.
-pub(crate) fn ws_handshaking(ext: &Ext) -> bool {
-    matches!(ext.as_deref(), Some(ConnExt::Ws(w)) if w.handshake_since_ds != 0)
 }
 
 #[cfg(test)]

@@ -20,11 +20,11 @@ use crate::server::broker::history::{Message, Slice};
 use crate::server::close::Close;
 use crate::server::commands::{conn_id, split_id, PushCommand};
 use crate::server::commands::{ConnInfo, ListCommand, PresenceCommand, ServerMsg, LIST_BYTES, LIST_TOPICS};
+use crate::server::session::ext::{sse_mut, takes_pushes, ConnExt};
 use crate::server::session::sse::SharedPush;
 use crate::server::session::ws;
-use crate::server::worker::conn::{sse_mut, takes_pushes, ConnExt};
-use crate::server::worker::recovery::Fate;
-use crate::server::worker::topics::{bucket, LATENCY_BUCKETS_MS};
+use crate::server::tables::recovery::Fate;
+use crate::server::tables::topics::{bucket, LATENCY_BUCKETS_MS};
 use crate::supervise::control;
 
 /// WebSocket close code of `POST /disconnect/user/SUB` (private range).

@@ -11,7 +11,7 @@ use super::Worker;
 use crate::proto::goaway;
 use crate::proto::Protocol;
 use crate::server::close::Close;
-use crate::server::worker::conn::{sse_mut, ws_handshaking, ConnExt};
+use crate::server::session::ext::{sse_mut, ws_handshaking, ConnExt};
 use rand::Rng;
 use std::time::{Duration, Instant};
 

@@ -7,7 +7,7 @@
 
 use super::Worker;
 use crate::server::close::Close;
-use crate::server::worker::conn::{awaiting_auth, ws_handshaking};
+use crate::server::session::ext::{awaiting_auth, ws_handshaking};
 use std::collections::VecDeque;
 use std::time::Duration;
 

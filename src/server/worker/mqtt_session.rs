@@ -16,15 +16,15 @@ use crate::net::Carried;
 use crate::proto::bus::{Frame, Publish};
 use crate::proto::mqtt::forward::Forwarded;
 use crate::proto::mqtt::{encode, ConnAck, Packet, Properties, QoS, Version};
-use crate::server::broker::sessions::wills::DelayedWill;
 use crate::server::close::Close;
+use crate::server::commands::DelayedWill;
 use crate::server::commands::{conn_id, split_id, ClientPublish, KeptSub, ServerMsg, SessionAnswer, SessionEnd, SessionMessage, SessionState};
 use crate::server::session::mqtt::{self, connect, flight, Claim};
 use crate::server::session::mqtt_ws;
 use crate::server::session::requests::Requests;
+use crate::server::tables::topics::Topics;
+use crate::server::tables::wildcards;
 use crate::server::worker::bus::Bus;
-use crate::server::worker::topics::Topics;
-use crate::server::worker::wildcards;
 use crate::supervise::control;
 use std::os::fd::AsRawFd;
 

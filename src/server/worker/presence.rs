@@ -6,10 +6,10 @@
 use super::Worker;
 use crate::proto::push::Notice;
 use crate::proto::Protocol;
-use crate::server::broker::upstream::UpMessage;
 use crate::server::close::Close;
 use crate::server::commands::ServerMsg;
-use crate::server::worker::conn::{takes_pushes, ConnExt};
+use crate::server::session::ext::{takes_pushes, ConnExt};
+use crate::server::up_message::UpMessage;
 use crate::supervise::control;
 
 impl Worker {

@@ -6,9 +6,9 @@ use super::{io, Worker};
 use crate::net::{self, Carried, ReadEnd};
 use crate::proto::{Protocol, ECHO8_LEN};
 use crate::server::close::Close;
+use crate::server::session::ext::HttpExt;
 use crate::server::session::requests::Requests;
 use crate::server::session::{framed, http, mqtt, mqtt_ws, ws};
-use crate::server::worker::conn::HttpExt;
 use std::time::Instant;
 
 type Wire<'a> = crate::tls::conn::Wire<'a, rustls::server::UnbufferedServerConnection>;
@@ -124,7 +124,7 @@ impl Worker {
                     };
                     opened = unread && first.settles();
                     let held = if opened { self.seam.read(key, gen) } else { None };
-                    if let Some(h) = held.filter(|_| !resumed_broadcasts && !crate::server::worker::conn::awaiting_auth(ext)) {
+                    if let Some(h) = held.filter(|_| !resumed_broadcasts && !crate::server::session::ext::awaiting_auth(ext)) {
                         for f in &h.frames {
                             req.out.extend_from_slice(f);
                         }

@@ -14,8 +14,9 @@
 
 use super::Worker;
 use crate::server::close::Close;
+use crate::server::session::ext::ConnExt;
 use crate::server::session::mqtt::MqttConn;
-use crate::server::worker::conn::{Conn, ConnExt};
+use crate::server::worker::conn::Conn;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 

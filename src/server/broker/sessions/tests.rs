@@ -194,7 +194,7 @@ fn another_identity_cannot_take_a_client_id_or_its_session() {
     assert_eq!(answer(&s.claim(1, v3, now)).code, NOT_OWNER.1);
     assert_eq!((s.counters.taken_over, s.counters.refused["owner"]), (0, 2));
     // Gone, with a command queued and a delayed will waiting.
-    let will = crate::server::broker::sessions::wills::DelayedWill {
+    let will = crate::server::commands::DelayedWill {
         will: ClientPublish { topic: "alarm/door".into(), data: Vec::new(), qos: 1, retain: false, mqtt: None, identity: None },
         delay_s: 60,
     };
@@ -338,7 +338,7 @@ fn an_id_that_connected_to_another_node_leaves_this_one() {
     assert_eq!((s.counters.moved, s.counters.kept), (2, 0), "dev-a's connection and dev-k's kept session");
     let will = ClientPublish { topic: "w".into(), data: b"d".to_vec(), qos: 1, retain: false, mqtt: None, identity: None };
     let state = SessionState { subs: vec![KeptSub::new("x", 1)], messages: Vec::new(), rel: vec![] };
-    let e = SessionEnd { will: Some(wills::DelayedWill { will, delay_s: 5 }), ..end(&s, a, "dev-a", NEVER, Some(state)) };
+    let e = SessionEnd { will: Some(crate::server::commands::DelayedWill { will, delay_s: 5 }), ..end(&s, a, "dev-a", NEVER, Some(state)) };
     assert!(s.ended(e, now).is_empty(), "no will published");
     assert_eq!((s.counters.kept, s.counters.online, s.counters.wills_cancelled), (0, 0, 1), "its session not kept, its will dropped");
 
@@ -427,7 +427,7 @@ fn sessions_move_between_cluster_nodes() {
     assert_eq!(a.hand_over("B", &ids(&["live"]), after, true, now, wall).1, vec![], "taken over once");
     let will = ClientPublish { topic: "w".into(), data: b"d".to_vec(), qos: 1, retain: false, mqtt: None, identity: None };
     let state = SessionState { subs: vec![KeptSub::new("x", 1)], messages: Vec::new(), rel: vec![] };
-    let e = SessionEnd { will: Some(wills::DelayedWill { will, delay_s: 5 }), ..end(&a, live, "live", NEVER, Some(state)) };
+    let e = SessionEnd { will: Some(crate::server::commands::DelayedWill { will, delay_s: 5 }), ..end(&a, live, "live", NEVER, Some(state)) };
     assert!(a.ended(e, now).is_empty(), "no will");
     assert_eq!((a.counters.kept, a.counters.wills_cancelled, a.counters.wills_waiting), (1, 1, 0));
     let (lent, _) = a.hand_over("B", &ids(&["live"]), after, true, now, wall);
@@ -607,7 +607,10 @@ fn a_lent_sessions_will_and_later_messages_wait_for_the_confirmation() {
         assert!(a.claim(0, claim(conn_id(0, i + 1, 0), id, false, NEVER), now).is_empty());
         a.overdue(now + moving::MAX_WAIT);
         let state = SessionState { subs: vec![KeptSub::new("t/#", 1)], messages: Vec::new(), rel: vec![] };
-        let e = SessionEnd { will: Some(wills::DelayedWill { will: will.clone(), delay_s: 5 }), ..end(&a, conn_id(0, i + 1, 0), id, NEVER, Some(state)) };
+        let e = SessionEnd {
+            will: Some(crate::server::commands::DelayedWill { will: will.clone(), delay_s: 5 }),
+            ..end(&a, conn_id(0, i + 1, 0), id, NEVER, Some(state))
+        };
         assert!(a.ended(e, now).is_empty());
     }
     assert_eq!((a.counters.kept, a.counters.wills_waiting), (2, 2));

@@ -17,17 +17,10 @@
 //! unless `--mqtt-sessions-file` keeps both (`saved.rs`).
 
 use super::Who;
+use crate::server::commands::DelayedWill;
 use crate::server::commands::{ClientPublish, IdKey};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
-
-/// A will on its way to the topic space after its delay.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub(crate) struct DelayedWill {
-    pub will: ClientPublish,
-    /// The Will Delay Interval, seconds.
-    pub delay_s: u32,
-}
 
 /// The wills waiting for their delay, by client id (its registry key),
 /// and how many of each identity wait.

@@ -8,7 +8,7 @@
 use super::flight::Flight;
 use super::MqttConn;
 use crate::proto::mqtt::QoS;
-use crate::server::worker::topics::{Subs, Topics};
+use crate::server::tables::topics::{Subs, Topics};
 
 /// Options of one subscription that differ from QoS 0 without Retain As
 /// Published, No Local or a subscription identifier (the only ones kept).

@@ -7,7 +7,7 @@ use super::{extra, send, shared, Ctx, MqttConn};
 use crate::proto::mqtt::{Packet, Properties, SubAck, Version};
 use crate::server::close::Close;
 use crate::server::commands::RetainedWant;
-use crate::server::worker::wildcards;
+use crate::server::tables::wildcards;
 
 /// SUBSCRIBE: each filter into the worker's topics, its code in SUBACK;
 /// its options kept when not plain QoS 0, its retained messages asked

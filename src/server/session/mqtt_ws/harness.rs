@@ -5,7 +5,7 @@
 use super::*;
 use crate::server::session::fixture::Read;
 use crate::server::session::ws::{PushFormat, WsConfig};
-use crate::server::worker::recovery::Recoveries;
+use crate::server::tables::recovery::Recoveries;
 
 /// A WebSocket port's read parts, and the connection's own state.
 pub(crate) struct Port {

@@ -14,7 +14,7 @@ use std::mem::ManuallyDrop;
 use thin_vec::ThinVec;
 
 /// Subscriptions of one connection: topic ids, with
-/// [`WILD`](crate::server::worker::wildcards::WILD) set for an MQTT
+/// [`WILD`](crate::server::tables::wildcards::WILD) set for an MQTT
 /// wildcard filter's. One word; nothing allocated for none or one.
 pub(crate) struct Subs(Word);
 
