@@ -1,11 +1,11 @@
 //! megaconn: parse the command line, dispatch, turn errors into one line
 //! and an exit code.
 
-use clap::Parser;
-use megaconn::cli::{self, Cli};
+use megaconn::cli;
 
 fn main() {
-    let cli = Cli::parse();
+    // `server` options may also come from the environment and --config.
+    let cli = cli::parse_args(std::env::args_os().collect());
     // A worker reports its own failure to its supervisor (Fatal message).
     let quiet = cli.is_worker();
     match cli::dispatch(cli) {

@@ -4,6 +4,8 @@
 //! machine's limits happen in the subcommands themselves. Nothing outside
 //! this module imports it.
 mod convert;
+mod settings;
+pub use settings::parse_args;
 
 use crate::bench::Scenario;
 use crate::client::plan::Shard;

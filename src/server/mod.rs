@@ -348,6 +348,35 @@ impl Supervised for ServerRun {
     }
 }
 
+/// `--check-config`: what `run` checks before it starts anything (the
+/// plan against this machine's limits, the cluster's settings, the
+/// connection target against the kernel's), and the plan, in one line.
+pub(crate) fn check(cfg: &ServerConfig) -> Result<String> {
+    let (_, after) = crate::sys::raise_fd_limit();
+    let plan = plan(cfg, after.hard).map_err(crate::UsageError)?;
+    if let Some(c) = &cfg.cluster {
+        c.check().map_err(crate::UsageError)?;
+    }
+    let warnings = match cfg.connections {
+        Some(n) => crate::tune::precheck(n, crate::tune::plan::TuneRole::Server, cfg.ports().len() as u64, 50_000)?,
+        None => Vec::new(),
+    };
+    let notes: Vec<String> = warnings.into_iter().chain(exposure_warning(cfg)).chain(upstream_warnings(cfg, plan.max())).collect();
+    let sizing = match plan.sizing {
+        Sizing::Elastic { target, max } => format!("{target} workers, up to {max}"),
+        Sizing::Fixed(n) => format!("{n} workers"),
+    };
+    Ok(format!(
+        "{} on {} ({} ports), {sizing} of {} connections each, reactor {}{}",
+        services::describe(&cfg.services),
+        cfg.listen,
+        cfg.ports().len(),
+        format::count(plan.workers.budget),
+        plan.io.name(),
+        notes.iter().map(|n| format!("\nwarning: {n}")).collect::<String>()
+    ))
+}
+
 pub(crate) fn run(cfg: ServerConfig) -> Result<i32> {
     crate::signals::install();
     let (before, after) = crate::sys::raise_fd_limit();

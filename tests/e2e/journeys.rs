@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The journeys the README promises: deleting one fails this test.
-const REQUIRED: [&str; 23] = [
+const REQUIRED: [&str; 24] = [
     "gateway",
     "load-test",
     "cluster",
@@ -44,6 +44,7 @@ const REQUIRED: [&str; 23] = [
     "ws-deflate",
     "thresholds",
     "stages",
+    "config",
 ];
 /// A recipe runs at most this long.
 const JOURNEY_LIMIT: Duration = Duration::from_secs(90);
@@ -232,6 +233,7 @@ documents! {
     journeys_gateway => "docs/journey-gateway.md",
     journeys_load_test => "docs/journey-load-test.md",
     journeys_rollout => "docs/journey-rollout.md",
+    journeys_server => "docs/server.md",
     journeys_mqtt => "docs/mqtt.md",
     journeys_protocol => "docs/protocol.md",
     journeys_tls => "docs/tls.md",

@@ -42,6 +42,7 @@ mod multiproto;
 mod push;
 mod report;
 mod requests;
+mod settings;
 mod shards;
 mod stages;
 mod thresholds;
