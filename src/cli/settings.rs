@@ -83,12 +83,15 @@ pub(crate) fn env_name(sub: &str, long: &str) -> String {
 /// Ids of the arguments this module adds, and of clap's own.
 const OWN: &[&str] = &["config", "print_config", "check_config", "help", "version"];
 
-/// A subcommand's options as the file knows them: key -> (arg id, long).
-fn options(sub: &Command) -> BTreeMap<String, (String, String)> {
-    sub.get_arguments()
-        .filter(|a| !OWN.contains(&a.get_id().as_str()))
-        .filter_map(|a| a.get_long().map(|l| (l.replace('-', "_"), (a.get_id().to_string(), l.to_string()))))
-        .collect()
+/// A subcommand's options as the file knows them, by key.
+fn options(sub: &Command) -> BTreeMap<String, &clap::Arg> {
+    sub.get_arguments().filter(|a| !OWN.contains(&a.get_id().as_str())).filter_map(|a| a.get_long().map(|l| (l.replace('-', "_"), a))).collect()
+}
+
+/// Whether an option takes several values (given more than once, or
+/// split at a delimiter): a list in the file.
+fn takes_many(arg: &clap::Arg) -> bool {
+    matches!(arg.get_action(), ArgAction::Append) || arg.get_value_delimiter().is_some()
 }
 
 /// `sub` with every option's variable and heading, and the three
@@ -130,11 +133,11 @@ fn decorate(sub: Command) -> Command {
 }
 
 /// Where a value came from, as `--print-config` says.
-fn source_name(m: &ArgMatches, id: &str, from_file: &BTreeMap<String, usize>, file: &str) -> String {
-    match m.value_source(id) {
-        Some(ValueSource::CommandLine) => "flag".into(),
-        Some(ValueSource::EnvVariable) => "environment".into(),
-        Some(ValueSource::DefaultValue) if from_file.contains_key(id) => format!("{file}:{}", from_file[id]),
+fn source_name(m: &ArgMatches, id: &str, file: &FileValues) -> String {
+    match (m.value_source(id), file.values.get(id)) {
+        (Some(ValueSource::CommandLine), _) => "flag".into(),
+        (Some(ValueSource::EnvVariable), _) => "environment".into(),
+        (Some(ValueSource::DefaultValue), Some((_, line))) => format!("{}:{line}", file.name),
         _ => "default".into(),
     }
 }
@@ -164,7 +167,7 @@ fn read_file(path: &str, sub: &Command) -> Result<FileValues, String> {
     let mut take = |section: Option<&str>, key: &toml_edit::Key, item: &toml_edit::Item| -> Result<(), String> {
         let line = line_of(&text, key.span());
         let here = format!("{path}:{line}");
-        let Some((id, long)) = known.get(key.get()) else {
+        let Some(arg) = known.get(key.get()) else {
             let near = known.keys().map(|k| (strsim::levenshtein(k, key.get()), k)).min().filter(|(d, _)| *d <= 3).map(|(_, k)| k);
             let hint = match near {
                 Some(k) => format!("did you mean `{k}` (in [{}])?", section_of(&k.replace('_', "-"))),
@@ -172,12 +175,12 @@ fn read_file(path: &str, sub: &Command) -> Result<FileValues, String> {
             };
             return Err(format!("{here}: unknown key `{}`{}; {hint}", key.get(), section.map(|s| format!(" in [{s}]")).unwrap_or_default()));
         };
+        let (id, long) = (arg.get_id().to_string(), arg.get_long().unwrap_or_default());
         let belongs = section_of(long);
         if section.is_some_and(|s| s != belongs) {
             return Err(format!("{here}: `{}` belongs in [{belongs}], not [{}]", key.get(), section.unwrap_or_default()));
         }
-        let arg = sub.get_arguments().find(|a| a.get_id() == id.as_str()).expect("known keys are arguments");
-        let many = matches!(arg.get_action(), ArgAction::Append) || arg.get_value_delimiter().is_some();
+        let many = takes_many(arg);
         let scalar = |v: &toml_edit::Value| -> Result<String, String> {
             match v {
                 toml_edit::Value::String(s) => Ok(s.value().clone()),
@@ -193,7 +196,7 @@ fn read_file(path: &str, sub: &Command) -> Result<FileValues, String> {
             Some(v) => vec![scalar(v)?],
             None => return Err(format!("{here}: `{}` takes a value, not a table", key.get())),
         };
-        out.values.insert(id.clone(), (values, line));
+        out.values.insert(id, (values, line));
         Ok(())
     };
     for (k, item) in doc.iter() {
@@ -273,10 +276,9 @@ pub fn parse_args(args: Vec<OsString>) -> Cli {
     });
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let m = matches.subcommand_matches(&sub_name).expect("the subcommand parsed");
-    let lines: BTreeMap<String, usize> = file.values.iter().map(|(id, (_, l))| (id.clone(), *l)).collect();
     if m.get_flag("print_config") {
         let sub = cmd.find_subcommand(&sub_name).expect("configured subcommands exist");
-        print!("{}", effective(sub, m, &lines, &file.name));
+        print!("{}", effective(sub, m, &file));
         std::process::exit(0);
     }
     if m.get_flag("check_config") {
@@ -319,7 +321,7 @@ fn toml_value(v: &str) -> String {
 }
 
 /// The effective configuration of `sub` as a TOML file, commented.
-fn effective(sub: &Command, m: &ArgMatches, from_file: &BTreeMap<String, usize>, file: &str) -> String {
+fn effective(sub: &Command, m: &ArgMatches, file: &FileValues) -> String {
     let name = sub.get_name();
     let mut out = format!(
         "# megaconn {name}: the effective configuration, every option with its value and where it came from\n\
@@ -329,21 +331,20 @@ fn effective(sub: &Command, m: &ArgMatches, from_file: &BTreeMap<String, usize>,
     let known = options(sub);
     for (section, heading) in SECTIONS {
         let mut body = String::new();
-        for (key, (id, long)) in known.iter().filter(|(_, (_, l))| section_of(l) == *section) {
-            let arg = sub.get_arguments().find(|a| a.get_id() == id.as_str()).expect("known keys are arguments");
+        for (key, arg) in known.iter().filter(|(_, a)| section_of(a.get_long().unwrap_or_default()) == *section) {
+            let (id, long) = (arg.get_id().as_str(), arg.get_long().unwrap_or_default());
             let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
             let help = help.lines().next().unwrap_or_default();
             let env = arg.get_env().map(|e| e.to_string_lossy().to_string()).unwrap_or_default();
             body.push_str(&format!("\n# --{long}, ${env}: {help}\n"));
             let raw: Vec<String> = m.get_raw(id).map(|vs| vs.map(|v| v.to_string_lossy().to_string()).collect()).unwrap_or_default();
             if arg.is_hide_env_values_set() && !raw.is_empty() {
-                body.push_str(&format!("# {key} = (set by {}, not shown: a secret; give it by ${env} or a file)\n", source_name(m, id, from_file, file)));
+                body.push_str(&format!("# {key} = (set by {}, not shown: a secret; give it by ${env} or a file)\n", source_name(m, id, file)));
             } else if raw.is_empty() {
                 body.push_str(&format!("# {key} = (unset)\n"));
             } else {
-                let many = matches!(arg.get_action(), ArgAction::Append) || arg.get_value_delimiter().is_some();
-                let value = if many { format!("[{}]", raw.iter().map(|v| quoted(v)).collect::<Vec<_>>().join(", ")) } else { toml_value(&raw[0]) };
-                body.push_str(&format!("{key} = {value}  # {}\n", source_name(m, id, from_file, file)));
+                let value = if takes_many(arg) { format!("[{}]", raw.iter().map(|v| quoted(v)).collect::<Vec<_>>().join(", ")) } else { toml_value(&raw[0]) };
+                body.push_str(&format!("{key} = {value}  # {}\n", source_name(m, id, file)));
             }
         }
         if !body.is_empty() {
@@ -363,7 +364,7 @@ mod tests {
     fn every_option_has_a_listed_section_and_every_section_options() {
         let cmd = Cli::command();
         let sub = cmd.find_subcommand("server").expect("server");
-        let used: std::collections::BTreeSet<&str> = options(sub).values().map(|(_, l)| section_of(l)).collect();
+        let used: std::collections::BTreeSet<&str> = options(sub).values().map(|a| section_of(a.get_long().unwrap_or_default())).collect();
         for s in &used {
             assert!(SECTIONS.iter().any(|(n, _)| n == s), "{s} is not in SECTIONS");
         }
