@@ -59,6 +59,7 @@ impl TryFrom<ServerArgs> for ServerConfig {
             drain_timeout: a.drain_timeout,
             drain_period: a.drain_period,
             io: a.io,
+            io_batch_wait: a.io_batch_wait,
             max_pending_bytes: a.max_pending_bytes,
             max_push_bytes: a.max_push_bytes,
             history: crate::server::broker::history::HistoryConfig { size: a.history, ttl: a.history_ttl, max_bytes: a.history_max_bytes },

@@ -353,6 +353,9 @@ pub(crate) struct ServerArgs {
     /// The workers' reactor: io_uring (multishot receives into one shared buffer ring, one submit-and-wait per loop turn) or epoll; auto takes io_uring where the kernel and any seccomp profile allow it and says which it chose.
     #[arg(long, value_enum, default_value = "auto", env = "MEGACONN_IO")]
     pub(crate) io: crate::uring::Io,
+    /// io_uring: while a worker's connections are many and quiet (64 or more, under 200 receives a second each: devices, subscribers, heartbeats), it waits up to this long for 64 completions to handle in one turn instead of waking for each, trading at most this much latency for fewer wake-ups; busy request/response connections never wait (0: never; needs Linux 6.13).
+    #[arg(long, value_parser = parse::duration, default_value = "250us")]
+    pub(crate) io_batch_wait: Duration,
     #[command(flatten)]
     pub(crate) auth: Box<ServerAuthArgs>,
     /// Print stats and the summary as JSON lines on stdout.

@@ -46,7 +46,7 @@ pub(crate) fn section_of(long: &str) -> &'static str {
     let starts = |prefix: &str| long.starts_with(prefix);
     if is(&["listen", "ports", "serve", "protocol"]) {
         "listen"
-    } else if is(&["workers", "connections", "retire-after", "broker-shards", "io"]) {
+    } else if is(&["workers", "connections", "retire-after", "broker-shards", "io", "io-batch-wait"]) {
         "workers"
     } else if starts("tls-") || long == "handshake-timeout" {
         "tls"

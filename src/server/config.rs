@@ -104,6 +104,9 @@ pub(crate) struct ServerConfig {
     pub tls: Option<crate::tls::files::ServerTls>,
     /// `--io`: the workers' reactor (resolved by `plan`).
     pub io: crate::uring::Io,
+    /// `--io-batch-wait`: how long a ring worker with quiet connections
+    /// waits for company (`uring/batch.rs`).
+    pub io_batch_wait: Duration,
     /// `--auth`: who may connect.
     pub auth: Auth,
     /// `--admin-topics`: topic patterns only tokens with `"admin": true`
@@ -218,6 +221,7 @@ impl Default for ServerConfig {
             admin: None,
             admin_token: None,
             io: crate::uring::Io::Auto,
+            io_batch_wait: crate::uring::DEFAULT_BATCH_WAIT,
             cluster: None,
             tls: None,
             auth: Auth::Off,

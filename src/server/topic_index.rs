@@ -16,6 +16,10 @@
 
 use std::collections::HashMap;
 
+/// Levels of a topic split without an allocation when matched (deeper
+/// topics are split into a `Vec`).
+const STACK_LEVELS: usize = 16;
+
 /// One level of a [`FilterTrie`].
 #[derive(Debug)]
 struct FilterNode<V> {
@@ -109,12 +113,26 @@ impl<V> FilterTrie<V> {
         Some(v)
     }
 
-    /// Every value whose filter matches `topic`, once each.
+    /// Every value whose filter matches `topic`, once each. Run for every
+    /// message routed: an empty trie costs nothing, and a topic of up to
+    /// [`STACK_LEVELS`] levels is split on the stack.
     pub(crate) fn matching<'a>(&'a self, topic: &str, mut each: impl FnMut(&'a V)) {
-        let levels: Vec<&str> = topic.split('/').collect();
+        if self.len == 0 {
+            return;
+        }
         // Wildcards at the first level never match a `$` topic.
         let dollar = topic.starts_with('$');
-        walk(&self.root, &levels, !dollar, &mut each);
+        let mut stack = [""; STACK_LEVELS];
+        let mut n = 0;
+        for level in topic.split('/') {
+            if n == STACK_LEVELS {
+                let levels: Vec<&str> = topic.split('/').collect();
+                return walk(&self.root, &levels, !dollar, &mut each);
+            }
+            stack[n] = level;
+            n += 1;
+        }
+        walk(&self.root, &stack[..n], !dollar, &mut each);
     }
 
     /// Keep the values `keep` says to (it may change them), free the rest.

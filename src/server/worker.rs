@@ -128,6 +128,9 @@ pub(crate) struct ServerWorkerConfig {
     /// The reactor (`--io`, resolved by the supervisor: epoll or uring).
     #[serde(default)]
     pub io: crate::uring::Io,
+    /// `--io-batch-wait` in microseconds (`uring/batch.rs`).
+    #[serde(default)]
+    pub io_batch_wait_us: u64,
     /// Its sockets to the broker shards, one per shard in shard order
     /// (inherited; `broker/shard.rs`).
     #[serde(default)]
@@ -351,7 +354,7 @@ pub(crate) fn run(cfg: ServerWorkerConfig) -> Result<()> {
     // The ring and its buffers are the worker's fixed memory, made before
     // it says it is ready (what a bench measures as the baseline).
     let ring = match w.cfg.io {
-        crate::uring::Io::Uring => Some(crate::uring::Ring::new()?),
+        crate::uring::Io::Uring => Some(crate::uring::Ring::new()?.batching(Duration::from_micros(w.cfg.io_batch_wait_us))),
         _ => None,
     };
     control::emit(&ServerMsg::Ready { worker, pid: std::process::id(), fd_limit: crate::sys::fd_limit().hard });

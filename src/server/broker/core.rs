@@ -26,7 +26,6 @@ use crate::server::broker::shared::SharedGroups;
 use crate::server::commands::{split_id, SharedChange};
 use crate::server::topic_index::FilterTrie;
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
 
 /// The supervisor, as an interested party.
 pub(crate) const MAIN: u32 = u32::MAX;
@@ -92,21 +91,87 @@ impl Message {
 
     /// A client's publish off the bus, owned.
     pub(crate) fn of(p: &bus::Publish<'_>) -> Message {
-        Message {
+        View::of_publish(p).owned()
+    }
+}
+
+/// A message as [`Core::route`] reads it, borrowed: from a worker's
+/// frame (nothing copied on the way through) or from an owned
+/// [`Message`] (the admin API, the cluster).
+#[derive(Debug, Clone, Copy)]
+struct View<'a> {
+    stream: Stream,
+    topic: &'a str,
+    target: Option<u64>,
+    user: Option<&'a str>,
+    close: bool,
+    qos: u8,
+    retain: bool,
+    props: Option<&'a Forwarded>,
+    identity: Option<&'a str>,
+    at: Option<Position>,
+    publish_us: u64,
+    publish_id: u64,
+    elsewhere: &'a [Box<str>],
+    data: &'a [u8],
+}
+
+impl<'a> View<'a> {
+    fn of_message(m: &'a Message) -> View<'a> {
+        View {
+            stream: m.stream,
+            topic: &m.topic,
+            target: m.target,
+            user: m.user.as_deref(),
+            close: m.close,
+            qos: m.qos,
+            retain: m.retain,
+            props: m.props.as_deref(),
+            identity: m.identity.as_deref(),
+            at: m.at,
+            publish_us: m.publish_us,
+            publish_id: m.publish_id,
+            elsewhere: &m.elsewhere,
+            data: &m.data,
+        }
+    }
+
+    fn of_publish(p: &'a bus::Publish<'a>) -> View<'a> {
+        View {
             stream: Stream::Topic,
-            topic: p.topic.to_string(),
+            topic: p.topic,
             target: None,
             user: None,
             close: false,
             qos: p.qos,
             retain: p.retain,
-            props: p.props.clone().map(Box::new),
-            identity: (!p.identity.is_empty()).then(|| p.identity.into()),
+            props: p.props.as_ref(),
+            identity: (!p.identity.is_empty()).then_some(p.identity),
             at: None,
             publish_us: p.publish_us,
             publish_id: 0,
-            elsewhere: Vec::new(),
-            data: p.payload.to_vec(),
+            elsewhere: &[],
+            data: p.payload,
+        }
+    }
+
+    /// Owned, for where it outlives the input (the supervisor's queues).
+    fn owned(&self) -> Message {
+        Message {
+            stream: self.stream,
+            topic: self.topic.to_string(),
+            target: self.target,
+            user: self.user.map(str::to_string),
+            close: self.close,
+            qos: self.qos,
+            retain: self.retain,
+            props: self.props.cloned().map(Box::new),
+            identity: self.identity.map(Into::into),
+            at: self.at,
+            publish_us: self.publish_us,
+            publish_id: self.publish_id,
+            elsewhere: self.elsewhere.to_vec(),
+            data: self.data.to_vec(),
         }
     }
 }
@@ -160,7 +225,7 @@ pub(crate) enum Output {
     /// These bytes (whole frames) to these workers.
     Send {
         to: Vec<u32>,
-        bytes: Arc<[u8]>,
+        bytes: Vec<u8>,
     },
     Main(ToMain),
 }
@@ -236,7 +301,7 @@ impl Core {
     pub(crate) fn handle(&mut self, input: Input<'_>, now_us: u64, out: &mut Vec<Output>) {
         match input {
             Input::Worker(w, frame) => self.on_worker_frame(w, frame, now_us, out),
-            Input::Message(m) => self.route(m, out),
+            Input::Message(m) => self.route(View::of_message(&m), out),
             Input::WorkerUp(w) => {
                 self.workers.insert(w);
             }
@@ -247,7 +312,7 @@ impl Core {
             Input::History { worker, topic, after } => {
                 let slice = self.history.since(&topic, after, usize::MAX, MAX_REPLY_BYTES);
                 self.history.counters.served += 1;
-                out.push(Output::Send { to: vec![worker], bytes: history_frame(&slice).into() });
+                out.push(Output::Send { to: vec![worker], bytes: history_frame(&slice) });
             }
             Input::RetainedEntry { topic, kept, sync } => {
                 if self.retained.newer(&topic, kept, None) && sync {
@@ -262,12 +327,11 @@ impl Core {
     fn on_worker_frame(&mut self, w: u32, frame: Frame<'_>, now_us: u64, out: &mut Vec<Output>) {
         match frame {
             Frame::Publish(p) => {
-                let m = Message::of(&p);
                 if self.cfg.relay {
                     self.counters.to_main += 1;
-                    out.push(Output::Main(ToMain::Relay(m)));
+                    out.push(Output::Main(ToMain::Relay(Message::of(&p))));
                 } else {
-                    self.route(m, out);
+                    self.route(View::of_publish(&p), out);
                 }
             }
             Frame::Interest { add, name, .. } => self.interest(w, add, name),
@@ -337,25 +401,24 @@ impl Core {
 
     /// A message into the topic space: retained, in the history, and to
     /// every worker it concerns, one frame for all of them.
-    fn route(&mut self, mut m: Message, out: &mut Vec<Output>) {
+    fn route(&mut self, m: View<'_>, out: &mut Vec<Output>) {
         self.counters.messages += 1;
         let log = match m.stream {
             Stream::Broadcast => BROADCAST_TOPIC,
-            _ => m.topic.as_str(),
+            _ => m.topic,
         };
         if m.retain && m.stream == Stream::Topic {
             // Over its bounds it is still delivered, just not kept.
-            let k = Kept::new(&m.data, m.qos).with(m.props.as_deref(), m.publish_us);
-            let who = m.identity.as_deref();
+            let k = Kept::new(m.data, m.qos).with(m.props, m.publish_us);
             match self.cfg.relay {
-                true => _ = self.retained.newer(&m.topic, k, who),
-                false => _ = self.retained.set(&m.topic, k, who),
+                true => _ = self.retained.newer(m.topic, k, m.identity),
+                false => _ = self.retained.set(m.topic, k, m.identity),
             }
         }
         let at = match (m.stream, m.at) {
             (Stream::Unicast, _) => Position::default(),
-            (_, None) => self.history.append(log, m.publish_us, &m.data),
-            (_, Some(at)) if self.history.put(log, at, m.publish_us, &m.data) => at,
+            (_, None) => self.history.append(log, m.publish_us, m.data),
+            (_, Some(at)) if self.history.put(log, at, m.publish_us, m.data) => at,
             // The cluster's stream gave it again: delivered once already.
             (_, Some(at)) => {
                 if m.publish_id != 0 {
@@ -369,11 +432,11 @@ impl Core {
             Stream::Unicast if m.user.is_some() => self.workers.iter().copied().collect(),
             // A connection of a worker that is not up is nowhere.
             Stream::Unicast => m.target.map(|t| split_id(t).0 as u32).filter(|w| self.workers.contains(w)).into_iter().collect(),
-            Stream::Topic => self.audience(&m.topic),
+            Stream::Topic => self.audience(m.topic),
         };
         let mut shared = Vec::new();
         if m.stream == Stream::Topic && m.target.is_none() && m.user.is_none() {
-            shared = self.shared.pick(&m.topic, &m.elsewhere);
+            shared = self.shared.pick(m.topic, m.elsewhere);
             for (conn, _) in &shared {
                 add(&mut to, split_id(*conn).0 as u32);
             }
@@ -383,7 +446,7 @@ impl Core {
             to.pop();
             if m.qos > 0 {
                 self.counters.to_main += 1;
-                out.push(Output::Main(ToMain::Offline(Message { at: Some(at), ..m.clone() })));
+                out.push(Output::Main(ToMain::Offline(Message { at: Some(at), ..m.owned() })));
             }
         }
         if m.publish_id != 0 {
@@ -399,22 +462,22 @@ impl Core {
             &Frame::Deliver(bus::Deliver {
                 publish_id: m.publish_id,
                 stream: m.stream,
-                topic: &m.topic,
+                topic: m.topic,
                 seq: at.offset,
                 epoch: at.epoch,
                 publish_us: m.publish_us,
                 qos: m.qos,
                 retain: m.retain,
                 target: m.target,
-                user: m.user.as_deref(),
+                user: m.user,
                 close: m.close,
                 shared,
-                props: m.props.take().map(|b| *b),
-                payload: &m.data,
+                props: m.props.cloned(),
+                payload: m.data,
             }),
         );
         self.counters.frames_out += to.len() as u64;
-        out.push(Output::Send { to, bytes: bytes.into() });
+        out.push(Output::Send { to, bytes });
     }
 
     /// A subscription's retained messages, at most `retained::MAX_ANSWER_BYTES`.
@@ -430,7 +493,7 @@ impl Core {
             .collect();
         let mut bytes = Vec::new();
         bus::encode(&mut bytes, &Frame::Retained { conn, qos, sid, messages });
-        out.push(Output::Send { to: vec![w], bytes: bytes.into() });
+        out.push(Output::Send { to: vec![w], bytes });
     }
 
     /// Subscribers in worker `w` recover `topic` after `after`: its
@@ -444,7 +507,7 @@ impl Core {
         }
         let slice = self.history.since(topic, after, usize::MAX, MAX_REPLY_BYTES);
         self.history.counters.served += 1;
-        out.push(Output::Send { to: vec![w], bytes: history_frame(&slice).into() });
+        out.push(Output::Send { to: vec![w], bytes: history_frame(&slice) });
     }
 
     /// What the cluster's stream filled in: the new messages delivered as
@@ -466,7 +529,7 @@ impl Core {
         }
         for (w, after) in waiting {
             let slice = self.history.since(topic, *after, usize::MAX, MAX_REPLY_BYTES);
-            out.push(Output::Send { to: vec![*w], bytes: history_frame(&slice).into() });
+            out.push(Output::Send { to: vec![*w], bytes: history_frame(&slice) });
         }
     }
 
@@ -503,7 +566,7 @@ impl Core {
             }),
         );
         self.counters.frames_out += to.len() as u64;
-        out.push(Output::Send { to, bytes: bytes.into() });
+        out.push(Output::Send { to, bytes });
     }
 
     /// Interest entries held (topics, filters).

@@ -188,14 +188,31 @@ impl History {
 
     /// Record one message; returns the topic's epoch and the message's offset.
     pub(crate) fn append(&mut self, topic: &str, publish_us: u64, data: &[u8]) -> Position {
-        let epoch = match self.logs.get(topic) {
-            Some(log) => log.epoch,
-            None => rand::thread_rng().gen_range(1..=u32::MAX),
-        };
-        let head = self.logs.get(topic).map_or(0, |l| l.head);
-        let at = Position { epoch, offset: head + 1 };
+        // One lookup for a topic that has a log (every publish but its first).
+        if let Some(log) = self.logs.get_mut(topic) {
+            let at = Position { epoch: log.epoch, offset: log.head + 1 };
+            Self::record(log, &self.cfg, &mut self.counters, at.offset, publish_us, data);
+            self.fit_bytes();
+            return at;
+        }
+        let at = Position { epoch: rand::thread_rng().gen_range(1..=u32::MAX), offset: 1 };
         self.put(topic, at, publish_us, data);
         at
+    }
+
+    /// `log`'s next message, at `offset` (its head + 1), kept within `--history`.
+    fn record(log: &mut Log, cfg: &HistoryConfig, counters: &mut HistoryCounters, offset: u64, publish_us: u64, data: &[u8]) {
+        log.head = offset;
+        log.last_us = publish_us;
+        if cfg.size > 0 {
+            log.kept.push_back(Kept { publish_us, data: data.into() });
+            counters.messages += 1;
+            counters.bytes += PER_MESSAGE + data.len() as u64;
+            if log.kept.len() > cfg.size {
+                let k = log.kept.pop_front().expect("over the size");
+                Self::dropped(counters, &k, "size");
+            }
+        }
     }
 
     /// Record a message whose place another keeps (the cluster's history
@@ -214,17 +231,7 @@ impl History {
             }
         }
         let log = self.logs.get_mut(topic).expect("inserted above");
-        log.head = at.offset;
-        log.last_us = publish_us;
-        if self.cfg.size > 0 {
-            log.kept.push_back(Kept { publish_us, data: data.into() });
-            self.counters.messages += 1;
-            self.counters.bytes += PER_MESSAGE + data.len() as u64;
-            if log.kept.len() > self.cfg.size {
-                let k = log.kept.pop_front().expect("over the size");
-                Self::dropped(&mut self.counters, &k, "size");
-            }
-        }
+        Self::record(log, &self.cfg, &mut self.counters, at.offset, publish_us, data);
         self.fit_bytes();
         true
     }

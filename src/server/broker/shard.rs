@@ -47,8 +47,6 @@ pub(crate) const MAX_QUEUED: usize = 32 << 20;
 const TICK: Duration = Duration::from_secs(1);
 /// A shard's waker: its inbox has something.
 const WAKER: Token = Token(usize::MAX);
-/// Frames written with one `writev`.
-const IOVECS: usize = 256;
 
 /// The shard that owns `topic` among `n`: FNV-1a of its bytes, the same
 /// in every process (workers and the supervisor agree without asking).
@@ -352,7 +350,7 @@ fn run(core: Arc<Mutex<Core>>, mut poll: Poll, rx: mpsc::Receiver<(u64, Cmd)>, t
             _ => (hold_until, fresh) = (None, 0),
         }
         let mut broken = Vec::new();
-        for (key, link) in links.iter_mut().filter(|(_, l)| !l.out.is_empty()) {
+        for (key, link) in links.iter_mut().filter(|(_, l)| l.pending() > 0) {
             if link.flush().is_err() {
                 broken.push(key);
             }

@@ -921,6 +921,7 @@ fn worker_template(cfg: &ServerConfig, initial: usize, max_workers: usize, budge
         presence_events: cfg.upstream.is_some() && cfg.presence_events,
         presence_notices: cfg.presence_notices,
         io: cfg.io,
+        io_batch_wait_us: cfg.io_batch_wait.as_micros() as u64,
         bus_fds: Vec::new(),
     }
 }

@@ -88,6 +88,12 @@ impl Link {
                 Err(e) => return Err(e),
             }
         }
+        // What was written goes once it is most of the buffer: a shard
+        // that always lags a little never lets it grow.
+        if self.sent < self.out.len() && self.sent > self.out.len() / 2 {
+            self.out.drain(..self.sent);
+            self.sent = 0;
+        }
         if self.sent == self.out.len() {
             self.out.clear();
             self.sent = 0;

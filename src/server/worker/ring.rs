@@ -287,6 +287,10 @@ impl RingHandler for Worker {
         self.ring.as_ref().map_or(0, |r| r.inflight.len())
     }
 
+    fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
     fn submitted(&mut self) {
         if let Some(r) = self.ring.as_mut() {
             if r.inflight.is_empty() && r.arena.chunks.len() > 1 {

@@ -2,12 +2,14 @@
 //! (with the stamp of the run they are in, `proto/bus.rs`) and the frames
 //! waiting to be written to it, both bounded.
 
-use super::{IOVECS, MAX_QUEUED, READ_BUDGET};
+use super::{MAX_QUEUED, READ_BUDGET};
 use crate::proto::bus::FrameBuf;
 use mio::net::UnixStream;
 use mio::{Interest, Token};
-use std::collections::VecDeque;
-use std::io::{IoSlice, Read, Write};
+use std::io::{Read, Write};
+
+/// An emptied output buffer above this capacity gives its memory back.
+const SHRINK_ABOVE: usize = 1 << 20;
 
 pub(super) struct Link {
     pub(super) w: u32,
@@ -17,17 +19,18 @@ pub(super) struct Link {
     pub(super) stamp: u64,
     /// Its last read stopped at [`READ_BUDGET`]: more waits in the socket.
     pub(super) cut: bool,
-    /// Frames waiting to be written, the first one `head` bytes in.
-    pub(super) out: VecDeque<std::sync::Arc<[u8]>>,
-    head: usize,
-    queued: usize,
+    /// Frames waiting to be written, one after another (copied in: a
+    /// delivery is small, and one `write` takes many), `sent` bytes of
+    /// them written already.
+    pub(super) out: Vec<u8>,
+    sent: usize,
     /// Its worker closed it (or sent what cannot be read).
     pub(super) closed: bool,
 }
 
 impl Link {
     pub(super) fn new(w: u32, stream: UnixStream) -> Link {
-        Link { w, stream, inbuf: FrameBuf::default(), stamp: 0, cut: false, out: VecDeque::new(), head: 0, queued: 0, closed: false }
+        Link { w, stream, inbuf: FrameBuf::default(), stamp: 0, cut: false, out: Vec::new(), sent: 0, closed: false }
     }
 
     /// Read what the worker sent, up to [`READ_BUDGET`] (past it a new
@@ -65,40 +68,43 @@ impl Link {
         self.closed && !self.inbuf.whole()
     }
 
-    pub(super) fn queue(&mut self, bytes: &std::sync::Arc<[u8]>, dropped: &mut crate::stats::counters::Kinds) {
-        if self.queued + bytes.len() > MAX_QUEUED {
+    /// Bytes waiting to be written.
+    pub(super) fn pending(&self) -> usize {
+        self.out.len() - self.sent
+    }
+
+    /// Whole frames for the worker; past [`MAX_QUEUED`] waiting they are
+    /// dropped and counted (`worker_full`).
+    pub(super) fn queue(&mut self, bytes: &[u8], dropped: &mut crate::stats::counters::Kinds) {
+        if self.pending() + bytes.len() > MAX_QUEUED {
             crate::stats::counters::bump(dropped, "worker_full");
             return;
         }
-        self.queued += bytes.len();
-        self.out.push_back(bytes.clone());
+        self.out.extend_from_slice(bytes);
     }
 
     /// Write what waits, until the socket takes no more. Err: the worker is gone.
     pub(super) fn flush(&mut self) -> std::io::Result<()> {
-        while !self.out.is_empty() {
-            let slices: Vec<IoSlice<'_>> =
-                self.out.iter().take(IOVECS).enumerate().map(|(i, b)| IoSlice::new(if i == 0 { &b[self.head..] } else { b })).collect();
-            let n = match self.stream.write_vectored(&slices) {
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
-            self.queued -= n;
-            let mut n = n + self.head;
-            self.head = 0;
-            while let Some(front) = self.out.front() {
-                if n < front.len() {
-                    self.head = n;
-                    break;
+        while self.sent < self.out.len() {
+            match self.stream.write(&self.out[self.sent..]) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.sent += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    // What was written goes, once it is most of the buffer:
+                    // a worker that always lags a little never lets it grow.
+                    if self.sent > self.out.len() / 2 {
+                        self.out.drain(..self.sent);
+                        self.sent = 0;
+                    }
+                    return Ok(());
                 }
-                n -= front.len();
-                self.out.pop_front();
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
             }
         }
-        if self.out.capacity() > 1024 {
-            self.out.shrink_to_fit();
+        (self.sent, _) = (0, self.out.clear());
+        if self.out.capacity() > SHRINK_ABOVE {
+            self.out = Vec::new();
         }
         Ok(())
     }
