@@ -122,6 +122,7 @@ crate::counters! {
         loaded: counter "mqtt_sessions_loaded" "MQTT sessions read from --mqtt-sessions-file at start",
         saved: counter "mqtt_sessions_saved" "Times the kept MQTT sessions were written to --mqtt-sessions-file",
         refused: by("reason") "mqtt_client_ids_refused" "CONNECTs refused by the client id registry, by reason (ids: --mqtt-client-ids, displaced: a newer CONNECT of the id came first, owner: another identity owns the id)",
+        control_full: by("kind") "mqtt_session_commands_refused" "Session answers and takeovers a worker's command lane could not take, by kind (answer, takeover): 64 MiB of commands left unread, a stopped worker; its watchdog replaces it and the ids it held are given back",
     }
 }
 

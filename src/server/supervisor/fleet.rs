@@ -513,15 +513,19 @@ impl ServerFleet {
         use crate::server::broker::sessions::Action;
         use crate::server::commands::{CMD_SESSION, CMD_TAKEOVER};
         for a in actions {
-            match a {
-                // The control lane: never dropped (see Pool::send_control).
-                Action::Answer(w, answer) => self.pool.send_control(w, &format!("{CMD_SESSION} {}", serde_json::to_string(&answer).expect("serializes"))),
-                Action::Takeover(w, conn) => self.pool.send_control(w, &format!("{CMD_TAKEOVER} {conn}")),
+            // The control lane: never dropped below its 64 MiB bound
+            // (Pool::send_control); past it, counted.
+            let (kind, sent) = match a {
+                Action::Answer(w, answer) => ("answer", self.pool.send_control(w, &format!("{CMD_SESSION} {}", serde_json::to_string(&answer).expect("serializes")))),
+                Action::Takeover(w, conn) => ("takeover", self.pool.send_control(w, &format!("{CMD_TAKEOVER} {conn}"))),
                 Action::Will(will) => {
                     self.client_published(vec![crate::server::broker::core::Message::will(will)]);
                     continue;
                 }
             };
+            if sent == crate::supervise::pool::Sent::Full {
+                crate::stats::counters::bump(&mut self.publisher.sessions.counters.control_full, kind);
+            }
         }
         // The shards route to the supervisor what its kept sessions'
         // filters match.
