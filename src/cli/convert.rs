@@ -83,6 +83,11 @@ impl TryFrom<ServerArgs> for ServerConfig {
                 queue: a.mqtt_session_queue,
                 queue_bytes: a.mqtt_session_queue_bytes,
             },
+            mqtt_files: crate::server::auth::mosquitto::FilesConfig {
+                password_file: a.mqtt_password_file.clone(),
+                acl_file: a.mqtt_acl_file.clone(),
+                allow_anonymous: a.mqtt_allow_anonymous,
+            },
             max_message_bytes: a.max_message_bytes,
             push_format: a.push_format,
             ws_deflate: crate::server::session::ws_deflate::DeflateConfig {

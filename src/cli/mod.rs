@@ -297,6 +297,15 @@ pub(crate) struct ServerArgs {
     /// MQTT: kept sessions and delayed wills of one identity (the token's sub with --auth, else the peer's address; 0: a tenth of --mqtt-sessions); one more expires that identity's oldest session (reason identity). Raise it when a fleet shares one credential.
     #[arg(long, default_value = "0", value_parser = clap::value_parser!(u32).range(0..=10_000_000).map(|v| v as usize))]
     pub(crate) mqtt_sessions_per_identity: usize,
+    /// MQTT: mosquitto's password_file as mosquitto_passwd writes it ($7$ PBKDF2-SHA512, or $6$): a CONNECT's user name and password must match a line, one without a user name needs --mqtt-allow-anonymous; refused: CONNACK not authorized (auth_refused). Read again on SIGHUP (docs/mosquitto.md).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) mqtt_password_file: Option<std::path::PathBuf>,
+    /// MQTT: mosquitto's acl_file (user blocks, topic [read|write|readwrite|deny] FILTER, pattern lines with %u and %c): what each MQTT client may publish and receive, decided as mosquitto 2.0 does (subscriptions granted, each message checked). Read again on SIGHUP.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) mqtt_acl_file: Option<std::path::PathBuf>,
+    /// MQTT, with --mqtt-password-file: let CONNECTs without a user name in (mosquitto's allow_anonymous; off by default, as in mosquitto 2.0).
+    #[arg(long, requires = "mqtt_password_file")]
+    pub(crate) mqtt_allow_anonymous: bool,
     /// Broker shards: threads in the supervisor's process that route every message between the workers, each owning the topics that hash to it (their history, retained messages, subscribers); 0: one per two cores, at least one.
     #[arg(long, default_value = "0", value_parser = clap::value_parser!(u16).range(0..=256).map(|v| v as usize))]
     pub(crate) broker_shards: usize,
@@ -353,7 +362,7 @@ pub(crate) struct ServerArgs {
     /// The workers' reactor: io_uring (multishot receives into one shared buffer ring, one submit-and-wait per loop turn) or epoll; auto takes io_uring where the kernel and any seccomp profile allow it and says which it chose.
     #[arg(long, value_enum, default_value = "auto", env = "MEGACONN_IO")]
     pub(crate) io: crate::uring::Io,
-    /// io_uring: while a worker's connections are many and quiet (64 or more, under 200 receives a second each: devices, subscribers, heartbeats), it waits up to this long for 64 completions to handle in one turn instead of waking for each, trading at most this much latency for fewer wake-ups; busy request/response connections never wait (0: never; needs Linux 6.13).
+    /// io_uring: while a worker is busy with many quiet connections (4,000 receives a second or more, over 64 or more connections, under 200 a second each: devices, subscribers), it waits up to this long for 64 completions to handle in one turn instead of waking for each, trading at most this much latency for fewer wake-ups; busy request/response connections and light loads never wait (0: never; needs Linux 6.13).
     #[arg(long, value_parser = parse::duration, default_value = "250us")]
     pub(crate) io_batch_wait: Duration,
     #[command(flatten)]

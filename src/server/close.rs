@@ -213,6 +213,17 @@ pub(crate) enum Close {
     MqttClientIdRefused,
     /// More than one packet's worth sent before the CONNACK arrived.
     MqttConnectUnansweredOverflow,
+    /// `--mqtt-password-file`: a user name the file does not hold.
+    MqttUnknownUser,
+    /// `--mqtt-password-file`: the user's password did not match.
+    MqttBadPassword,
+    /// `--mqtt-password-file`: no user name, and no `--mqtt-allow-anonymous`.
+    MqttAnonymousRefused,
+    /// `--mqtt-acl-file`: a publish its client may not write (dropped as
+    /// mosquitto drops it; 5.0 QoS 1 and 2 are told 0x87).
+    MqttAclDenied,
+    /// A reloaded `--mqtt-password-file` no longer holds the connection's user.
+    MqttUserRemoved,
 }
 
 impl Close {
@@ -297,6 +308,11 @@ impl Close {
             MqttSessionTakenOver => "mqtt_session_taken_over",
             MqttClientIdRefused => "mqtt_client_id_refused",
             MqttConnectUnansweredOverflow => "mqtt_connect_unanswered_overflow",
+            MqttUnknownUser => "mqtt_unknown_user",
+            MqttBadPassword => "mqtt_bad_password",
+            MqttAnonymousRefused => "mqtt_anonymous_refused",
+            MqttAclDenied => "mqtt_acl_denied",
+            MqttUserRemoved => "mqtt_user_removed",
         }
     }
 
@@ -330,7 +346,8 @@ impl Close {
             MqttPropertiesTooLarge => 0x95,
             MqttReceiveMaximumExceeded => 0x93,
             BadTopic => 0x90,
-            NotPermitted | MqttSysTopic => 0x87,
+            NotPermitted | MqttSysTopic | MqttAclDenied => 0x87,
+            MqttUserRemoved => 0x98,
             MqttSessionExpiryAfterZero => 0x82,
             MqttPayloadTooLarge => 0x95,
             MqttPublishQueueFull => 0x97,
@@ -355,6 +372,7 @@ impl Close {
             MqttSessionTakenOver | MqttClientIdRefused | MqttConnectUnansweredOverflow => true,
             WsMqttNotOffered | MqttWsText => true,
             MqttSysTopic | MqttKeepAliveRefused | MqttSessionExpiryAfterZero => true,
+            MqttUnknownUser | MqttBadPassword | MqttAnonymousRefused | MqttAclDenied | MqttUserRemoved => true,
             // Names made below: a TLS failure, an I/O error.
             Tls(_) | Io(_) => false,
             _ => false,

@@ -373,6 +373,9 @@ pub(crate) const CMD_TAKEOVER: &str = "takeover";
 /// `tls_reload "PEM"`: new handshakes use this certificate and key (the
 /// supervisor read and checked them after a SIGHUP or a change of the files).
 pub(crate) const CMD_TLS_RELOAD: &str = "tls_reload";
+/// `mqtt_files {json}`: mosquitto's password and ACL files, read again
+/// (SIGHUP) and checked by the supervisor.
+pub(crate) const CMD_MQTT_FILES: &str = "mqtt_files";
 /// `notices [json]`: tell the topics' subscribers who joined or left.
 pub(crate) const CMD_NOTICES: &str = "notices";
 /// `upstream_done N`: the backend took (or refused for good) N more of
@@ -391,6 +394,7 @@ pub(crate) enum ServerCommand {
     Session(SessionAnswer),
     Takeover(u64),
     TlsReload(crate::tls::files::Pem),
+    MqttFiles(crate::server::auth::mosquitto::Files),
     Resuming,
     UpstreamDone(u64),
     Notices(Vec<crate::proto::push::Notice>),
@@ -413,6 +417,7 @@ impl ServerCommand {
             CMD_SESSION => ServerCommand::Session(json(word, arg)?),
             CMD_TAKEOVER => ServerCommand::Takeover(number(word, arg)?),
             CMD_TLS_RELOAD => ServerCommand::TlsReload(json(word, arg)?),
+            CMD_MQTT_FILES => ServerCommand::MqttFiles(json(word, arg)?),
             CMD_RESUMING => ServerCommand::Resuming,
             CMD_UPSTREAM_DONE => ServerCommand::UpstreamDone(number(word, arg)?),
             CMD_NOTICES => ServerCommand::Notices(json(word, arg)?),

@@ -123,6 +123,21 @@ fn check_auth(cfg: &ServerConfig) -> Result<(), String> {
             return Err(format!("--admin-topics '{p}' is not a topic pattern: a name (1-255 of [A-Za-z0-9._:/$-]), a prefix ending in * (ops.*), or *"));
         }
     }
+    if cfg.mqtt_files.any() {
+        if !matches!(cfg.auth, config::Auth::Off) {
+            return Err(
+                "--mqtt-password-file and --mqtt-acl-file admit MQTT clients by user name and password, --auth jwt by a token in the password: choose one"
+                    .into(),
+            );
+        }
+        if !cfg.services.iter().any(|s| matches!(s.protocol, crate::proto::Protocol::Mqtt | crate::proto::Protocol::Ws)) {
+            return Err(format!(
+                "--mqtt-password-file and --mqtt-acl-file are for MQTT clients, and {} serves none: add --serve mqtt=PORT (or ws=PORT for MQTT over WebSocket)",
+                services::describe(&cfg.services)
+            ));
+        }
+        crate::server::auth::mosquitto::Files::load(&cfg.mqtt_files)?;
+    }
     match &cfg.auth {
         config::Auth::Off => Ok(()),
         config::Auth::Jwt(None) => {

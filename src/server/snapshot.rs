@@ -50,6 +50,7 @@ crate::counters! {
         mqtt_expired_dropped: counter "mqtt_expired_dropped" "MQTT deliveries dropped because the v5 Message Expiry Interval passed before they went out (at delivery, or held behind the window)",
         mqtt_topic_aliases_out: by("kind") "mqtt_topic_aliases_out" "PUBLISH packets sent to v5 clients with a topic alias the server chose, by kind (set: with the topic, naming it; used: the alias alone, without the topic)",
         mqtt_retained_out: counter "mqtt_retained_out" "Retained messages sent to MQTT clients for their new subscriptions",
+        mqtt_acl_read_denied: counter "mqtt_acl_read_denied" "Messages (live, retained or resumed) not sent to an MQTT client because --mqtt-acl-file gives it no read access to their topic (its subscription was granted, as mosquitto grants it)",
         mqtt_wills_sent: counter "mqtt_wills_sent" "MQTT will messages published: connections that ended without DISCONNECT (or with v5 reason 0x04)",
         mqtt_publish_refused: by("reason") "mqtt_publish_refused" "MQTT publishes refused (v5 QoS 1: PUBACK with the reason code; else the connection closes), by reason (bad_topic, not_permitted, mqtt_payload_too_large, mqtt_publish_queue_full)",
         sse_streams: counter "sse_streams" "Server-Sent Event streams opened (GET with Accept: text/event-stream on a WebSocket or HTTP port)",

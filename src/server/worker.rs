@@ -128,6 +128,10 @@ pub(crate) struct ServerWorkerConfig {
     /// The reactor (`--io`, resolved by the supervisor: epoll or uring).
     #[serde(default)]
     pub io: crate::uring::Io,
+    /// `--mqtt-password-file` and `--mqtt-acl-file`, as the supervisor
+    /// read them last (`auth/mosquitto.rs`).
+    #[serde(default)]
+    pub mqtt_files: Option<crate::server::auth::mosquitto::Files>,
     /// `--io-batch-wait` in microseconds (`uring/batch.rs`).
     #[serde(default)]
     pub io_batch_wait_us: u64,
@@ -279,9 +283,12 @@ pub(crate) fn run(cfg: ServerWorkerConfig) -> Result<()> {
         Some(t) => Some(tls::TlsSide::new(t.clone()).context("cannot load the TLS certificate")?),
         None => None,
     };
-    let gate = crate::server::auth::gate::Gate::new(cfg.auth.as_ref(), &cfg.jwt_expected, cfg.admin_topics.clone())
+    let mut gate = crate::server::auth::gate::Gate::new(cfg.auth.as_ref(), &cfg.jwt_expected, cfg.admin_topics.clone())
         .map_err(anyhow::Error::msg)
         .context("cannot load the --auth key")?;
+    if let Some(files) = cfg.mqtt_files.clone() {
+        gate.set_files(files);
+    }
     let upstream = cfg
         .upstream_queue
         .map(|n| crate::server::tables::outbox::Limits::new(n as u64, cfg.upstream_bytes.max(crate::server::broker::upstream::MIN_WORKER_BYTES)));
@@ -414,6 +421,13 @@ impl Handler for Worker {
                     Ok(ServerCommand::UpstreamDone(n)) => {
                         if let Some(u) = &mut self.upstream {
                             u.done(n);
+                        }
+                    }
+                    Ok(ServerCommand::MqttFiles(files)) => {
+                        // Users no longer in the password file are closed, as mosquitto closes them.
+                        for (key, gen) in self.topics.gate.set_files(files) {
+                            let why = "administrative action: the user is no longer in the password file";
+                            self.mqtt_close_by(key, gen, crate::server::close::Close::MqttUserRemoved, 0x98, why);
                         }
                     }
                     Ok(ServerCommand::TlsReload(pem)) => {

@@ -14,13 +14,16 @@
 //! worker still sleeps until its next timer; a worker with nothing
 //! arriving is never held back.
 //!
-//! When: only while the worker's connections are *quiet* — on average
-//! fewer than [`QUIET_READS`] receives a second each, over at least
-//! [`MIN_CONNECTIONS`] of them (devices reporting, heartbeats,
-//! subscribers, many browsers). There each connection waits for its
-//! next message far longer than the batch, so holding a receive back by
-//! at most `wait` adds that to its latency and nothing to its rate. A
-//! busy request/response connection (wrk, ab, a client waiting for each
+//! When: only while the worker's connections are *many and quiet*, and
+//! the worker busy with them: at least [`MIN_RATE`] receives a second in
+//! all (below it the wake-ups cost a few percent of a core, not worth
+//! anybody's latency: a business stage's 1,000 requests a second never
+//! wait), on average fewer than [`QUIET_READS`] a second each, over at
+//! least [`MIN_CONNECTIONS`] connections (devices reporting, subscribers,
+//! many browsers). There each connection waits for its next message far
+//! longer than the batch, so holding a receive back by at most `wait`
+//! adds that to its latency and nothing to its rate. A busy
+//! request/response connection (wrk, ab, a client waiting for each
 //! PUBACK) reads thousands of times a second: there a wait would be paid
 //! by every round trip, so the worker does not batch. The judgement is
 //! made again every [`WINDOW`].
@@ -31,6 +34,8 @@ use std::time::{Duration, Instant};
 pub(crate) const BATCH: u32 = 64;
 /// Receives a second per connection under which connections are quiet.
 const QUIET_READS: u64 = 200;
+/// Receives a second in all under which a worker never batches.
+const MIN_RATE: u64 = 4_000;
 /// Fewer connections than this never batch: there is no company to wait for.
 const MIN_CONNECTIONS: usize = 64;
 /// How often the worker's quiet is judged anew.
@@ -81,7 +86,8 @@ impl Batching {
 
 /// Whether `completions` over `took` among `connections` make them quiet.
 fn quiet(completions: u64, took: Duration, connections: usize) -> bool {
-    connections >= MIN_CONNECTIONS && (completions as u128) * 1_000_000 < QUIET_READS as u128 * connections as u128 * took.as_micros()
+    let (per_s, us) = (completions as u128 * 1_000_000, took.as_micros());
+    connections >= MIN_CONNECTIONS && per_s >= MIN_RATE as u128 * us && per_s < QUIET_READS as u128 * connections as u128 * us
 }
 
 #[cfg(test)]
@@ -90,15 +96,17 @@ mod tests {
 
     /// 2,000 devices at 30 messages a second each are quiet; ten wrk
     /// connections at 13,000 round trips a second each are not, nor are
-    /// a thousand at 500; too few connections never batch.
+    /// a thousand at 500; too few connections never batch, nor does a
+    /// worker reading a thousand times a second in all.
     #[test]
     fn quiet_means_many_connections_each_reading_rarely() {
         let second = Duration::from_secs(1);
         assert!(quiet(60_000, second, 2_000));
+        assert!(quiet(5_000, second, 1_000));
         assert!(!quiet(130_000, second, 10));
         assert!(!quiet(500_000, second, 1_000));
-        assert!(!quiet(10, second, MIN_CONNECTIONS - 1));
-        assert!(quiet(0, second, MIN_CONNECTIONS));
+        assert!(!quiet(10_000, second, MIN_CONNECTIONS - 1));
+        assert!(!quiet(1_000, second, 1_000), "1,000 requests a second: not worth anybody's latency");
     }
 
     /// The judgement holds for a window, then follows the new rate; a

@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The journeys the README promises: deleting one fails this test.
-const REQUIRED: [&str; 24] = [
+const REQUIRED: [&str; 25] = [
     "gateway",
     "load-test",
     "cluster",
@@ -45,6 +45,7 @@ const REQUIRED: [&str; 24] = [
     "thresholds",
     "stages",
     "config",
+    "move-from-mosquitto",
 ];
 /// A recipe runs at most this long.
 const JOURNEY_LIMIT: Duration = Duration::from_secs(90);
@@ -235,6 +236,7 @@ documents! {
     journeys_rollout => "docs/journey-rollout.md",
     journeys_server => "docs/server.md",
     journeys_mqtt => "docs/mqtt.md",
+    journeys_mosquitto => "docs/mosquitto.md",
     journeys_protocol => "docs/protocol.md",
     journeys_tls => "docs/tls.md",
     journeys_upstream => "docs/upstream.md",

@@ -29,6 +29,7 @@ mod io;
 mod journeys;
 mod kubernetes;
 mod layers;
+mod mosquitto_files;
 mod mqtt;
 mod mqtt_client;
 mod mqtt_loadgen;

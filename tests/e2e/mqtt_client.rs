@@ -20,11 +20,16 @@ pub(crate) struct Mosquitto {
 
 impl Mosquitto {
     pub(crate) fn start() -> Mosquitto {
+        Mosquitto::start_with("")
+    }
+
+    /// With `extra` lines in its config (password_file, acl_file, ...).
+    pub(crate) fn start_with(extra: &str) -> Mosquitto {
         let port = free_port();
         let dir = std::env::temp_dir().join(format!("megaconn-mosquitto-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let conf = dir.join("mosquitto.conf");
-        std::fs::write(&conf, format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nlog_dest stderr\n")).unwrap();
+        std::fs::write(&conf, format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nlog_dest stderr\n{extra}")).unwrap();
         let log = TestLog::new("mosquitto");
         let child = Command::new("/usr/sbin/mosquitto")
             .arg("-c")

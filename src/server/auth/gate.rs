@@ -7,6 +7,7 @@
 //! server without `--auth` pays nothing per connection.
 
 use crate::server::auth::jwt::{self, Claims, Verifier};
+use crate::server::auth::mosquitto::{Files, Refused, Subject, Want};
 use crate::server::auth::scope;
 use crate::server::close::Close;
 use std::cmp::Reverse;
@@ -91,6 +92,13 @@ pub(crate) struct Gate {
     /// `--presence-events` or `--presence-notices`: joins and leaves of
     /// authenticated connections since the worker last took them, netted.
     pub events: Option<PendingPresence>,
+    /// `--mqtt-password-file` / `--mqtt-acl-file`: mosquitto's files,
+    /// as the supervisor last read them.
+    files: Option<Rc<Files>>,
+    /// MQTT connections the files let in (slab key -> generation, and
+    /// the client id the ACL's `%c` stands for): their subscriptions are
+    /// granted and each message they would receive is checked instead.
+    by_files: HashMap<usize, (u32, Box<str>)>,
 }
 
 /// Joins and leaves not told yet, netted per connection and topic: one
@@ -166,6 +174,67 @@ impl Gate {
     /// Whether connections must authenticate.
     pub(crate) fn required(&self) -> bool {
         self.verifier.is_some()
+    }
+
+    /// mosquitto's files now in force (MQTT clients log in by them).
+    pub(crate) fn files(&self) -> Option<&Files> {
+        self.files.as_deref()
+    }
+
+    /// New files from the supervisor: the connections whose user they no
+    /// longer hold, to close.
+    pub(crate) fn set_files(&mut self, files: Files) -> Vec<(usize, u32)> {
+        let gone =
+            self.by_files.iter().filter(|(key, _)| self.by_key.get(key).is_some_and(|id| !files.knows(&id.user))).map(|(key, (gen, _))| (*key, *gen)).collect();
+        self.files = Some(Rc::new(files));
+        gone
+    }
+
+    /// An MQTT CONNECT by mosquitto's files: connection `key` (generation
+    /// `gen`) is `user` (anonymous: None), client id `client_id`, if the
+    /// password file lets it in. Err: why not. Call only with [`Gate::files`].
+    pub(crate) fn login(&mut self, key: usize, gen: u32, user: Option<&str>, password: Option<&[u8]>, client_id: &str) -> Result<(), Close> {
+        let files = self.files.clone().ok_or(Close::AuthOff)?;
+        let who = files.login(user, password).map_err(|r| match r {
+            Refused::UnknownUser => Close::MqttUnknownUser,
+            Refused::BadPassword => Close::MqttBadPassword,
+            Refused::Anonymous => Close::MqttAnonymousRefused,
+        })?;
+        match who {
+            // The user owns its client ids and sessions, as a token's sub does.
+            Some(u) => self.admit(key, gen, Claims { sub: u.to_string(), exp: u64::MAX, topics: Vec::new(), info: None, admin: false }),
+            None => self.forget(key),
+        }
+        self.by_files.insert(key, (gen, client_id.into()));
+        Ok(())
+    }
+
+    /// Whether connection `key` may publish to `topic`: by the ACL for a
+    /// connection the files let in, else as [`Gate::permits`] says.
+    pub(crate) fn may_publish(&self, key: usize, topic: &str) -> Result<(), Close> {
+        match self.subject(key) {
+            Some((files, who)) if files.allows(who, topic, Want::Write) => Ok(()),
+            Some(_) => Err(Close::MqttAclDenied),
+            None => self.permits(key, topic),
+        }
+    }
+
+    /// Whether connection `key` may receive a message of `topic` (its
+    /// subscription was granted whatever the ACL, as mosquitto grants
+    /// it): the ACL's read access for a connection the files let in;
+    /// any other was checked when it subscribed.
+    pub(crate) fn may_read(&self, key: usize, topic: &str) -> bool {
+        self.subject(key).is_none_or(|(files, who)| files.allows(who, topic, Want::Read))
+    }
+
+    /// The files and connection `key` as their ACL sees it.
+    fn subject(&self, key: usize) -> Option<(&Files, Subject<'_>)> {
+        if self.by_files.is_empty() {
+            return None;
+        }
+        let (_, client_id) = self.by_files.get(&key)?;
+        let files = self.files.as_deref()?;
+        Some((files, Subject { user: self.by_key.get(&key).map(|i| &*i.user), client_id }))
     }
 
     /// Check a token; Err: why it is refused.
@@ -258,6 +327,9 @@ impl Gate {
 
     /// The connection closed.
     pub(crate) fn forget(&mut self, key: usize) {
+        if !self.by_files.is_empty() {
+            self.by_files.remove(&key);
+        }
         let Some(Identity { user, pos, topics, .. }) = self.by_key.remove(&key) else { return };
         self.unlist(topics);
         if self.by_key.len == 0 {
@@ -291,7 +363,8 @@ impl Gate {
         if !admin && self.admin_topics.iter().any(|p| scope::touches(p, name)) {
             return Err(Close::NotPermitted);
         }
-        if !self.required() {
+        // mosquitto's files: granted, and what it would receive checked.
+        if !self.required() || self.by_files.contains_key(&key) {
             return Ok(());
         }
         match id {

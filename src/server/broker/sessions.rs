@@ -122,6 +122,8 @@ crate::counters! {
         loaded: counter "mqtt_sessions_loaded" "MQTT sessions read from --mqtt-sessions-file at start",
         saved: counter "mqtt_sessions_saved" "Times the kept MQTT sessions were written to --mqtt-sessions-file",
         refused: by("reason") "mqtt_client_ids_refused" "CONNECTs refused by the client id registry, by reason (ids: --mqtt-client-ids, displaced: a newer CONNECT of the id came first, owner: another identity owns the id)",
+        files_reloaded: counter "mqtt_files_reloaded" "Times SIGHUP read --mqtt-password-file and --mqtt-acl-file again and every worker took them",
+        files_refused: counter "mqtt_files_reload_refused" "Times SIGHUP found --mqtt-password-file or --mqtt-acl-file unreadable or malformed: the files read before stayed in force",
         control_full: by("kind") "mqtt_session_commands_refused" "Session answers and takeovers a worker's command lane could not take, by kind (answer, takeover): 64 MiB of commands left unread, a stopped worker; its watchdog replaces it and the ids it held are given back",
     }
 }

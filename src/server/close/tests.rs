@@ -87,6 +87,11 @@ const ALL: &[Close] = &[
     MqttKeepAliveRefused,
     MqttSessionExpiryAfterZero,
     IdentityQuota,
+    MqttUnknownUser,
+    MqttBadPassword,
+    MqttAnonymousRefused,
+    MqttAclDenied,
+    MqttUserRemoved,
 ];
 
 /// Each variant's place in [`ALL`] (payloads aside).
@@ -170,6 +175,11 @@ fn ordinal(c: Close) -> usize {
         MqttKeepAliveRefused => 75,
         MqttSessionExpiryAfterZero => 76,
         IdentityQuota => 77,
+        MqttUnknownUser => 78,
+        MqttBadPassword => 79,
+        MqttAnonymousRefused => 80,
+        MqttAclDenied => 81,
+        MqttUserRemoved => 82,
     }
 }
 

@@ -346,22 +346,16 @@ fn publish(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, p: Publish<'_>) -> R
     };
     let topic: &str = aliased.as_deref().unwrap_or(p.topic);
     if is_sys(topic) {
-        // The server's (MQTT-4.7.2-1): v5 refuses an acknowledged one
-        // 0x87; otherwise dropped as mosquitto does (3.1.1 acknowledged),
-        // the connection kept.
-        close::count(&mut ctx.req.stats.mqtt_publish_refused, Close::MqttSysTopic);
-        let code = if v == Version::V5 { 0x87 } else { 0 };
-        if let Some(ack) = publish_ack(p.qos, p.packet_id, code) {
-            send(ctx, v, &ack);
-        }
+        // The server's (MQTT-4.7.2-1).
+        dropped(ctx, v, &p, Close::MqttSysTopic);
         return Ok(());
     }
     let origin = crate::server::commands::conn_id(ctx.worker, ctx.req.key, ctx.req.gen);
     let forwarded = Forwarded::from_publish(&p.properties, Some(origin));
     let refused = if crate::proto::push::check_topic(topic.as_bytes()).is_err() {
         Some(Close::BadTopic)
-    } else if ctx.topics.gate.permits(ctx.req.key, topic).is_err() {
-        Some(Close::NotPermitted)
+    } else if let Err(reason) = ctx.topics.gate.may_publish(ctx.req.key, topic) {
+        Some(reason)
     } else if p.payload.len() > ctx.cfg.max_push {
         Some(Close::MqttPayloadTooLarge)
     } else if forwarded.is_err() {
@@ -371,6 +365,10 @@ fn publish(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, p: Publish<'_>) -> R
     } else {
         None
     };
+    if refused == Some(Close::MqttAclDenied) {
+        dropped(ctx, v, &p, Close::MqttAclDenied);
+        return Ok(());
+    }
     if let Some(reason) = refused {
         close::count(&mut ctx.req.stats.mqtt_publish_refused, reason);
         // Only a QoS 1 or 2 publish of 5.0 can be refused and the connection kept.
@@ -407,6 +405,18 @@ fn publish(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, p: Publish<'_>) -> R
         send(ctx, v, &ack);
     }
     Ok(())
+}
+
+/// A publish dropped as mosquitto drops it (a `$SYS` topic, one the ACL
+/// does not let its client write), the connection kept: counted, and
+/// acknowledged (5.0 QoS 1 and 2 with 0x87, not authorized; 3.1.1 as if
+/// it went).
+fn dropped(ctx: &mut Ctx<'_>, v: Version, p: &Publish<'_>, reason: Close) {
+    close::count(&mut ctx.req.stats.mqtt_publish_refused, reason);
+    let code = if v == Version::V5 { 0x87 } else { 0 };
+    if let Some(ack) = publish_ack(p.qos, p.packet_id, code) {
+        send(ctx, v, &ack);
+    }
 }
 
 /// A push as the PUBLISH MQTT subscribers of `version` receive with

@@ -107,6 +107,8 @@ pub(crate) struct ServerFleet {
     /// When the TLS files last changed, and when that was last looked at.
     tls_stamp: Option<(std::time::SystemTime, std::time::SystemTime)>,
     tls_checked: Instant,
+    /// `--mqtt-password-file` and `--mqtt-acl-file`: read again on SIGHUP.
+    mqtt_files: crate::server::auth::mosquitto::FilesConfig,
     retire_after: Duration,
     pub(super) stopping: bool,
     /// Notes not yet printed.
@@ -171,6 +173,10 @@ impl ServerFleet {
             t.pem = Some(crate::tls::files::read_pem(t).context("cannot serve TLS (--tls-cert, --tls-key)")?);
             crate::signals::watch_hangup();
         }
+        if cfg.mqtt_files.any() {
+            template.mqtt_files = Some(crate::server::auth::mosquitto::Files::load(&cfg.mqtt_files).map_err(crate::UsageError)?);
+            crate::signals::watch_hangup();
+        }
         let tls_stamp = template.tls.as_ref().and_then(crate::tls::files::stamp);
         let to = sink.clone();
         let shards = crate::server::broker::shard::Shards::start(
@@ -199,6 +205,7 @@ impl ServerFleet {
             crashes: VecDeque::new(),
             tls_stamp,
             tls_checked: Instant::now(),
+            mqtt_files: cfg.mqtt_files.clone(),
             retire_after: cfg.retire_after,
             stopping: false,
             notes: Vec::new(),
@@ -214,6 +221,10 @@ impl ServerFleet {
             retained_file: None,
             sessions_file: None,
         };
+        if let Some(files) = &f.template.mqtt_files {
+            let message = format!("mqtt: clients admitted by mosquitto's files: {}", files.describe());
+            f.note("mqtt_files", usize::MAX, message, 0);
+        }
         if let Some(path) = &cfg.mqtt_retained_file {
             let (file, n) =
                 crate::server::broker::retained_file::RetainedFile::open(path, cfg.mqtt_retained_save_every, &f.publisher.shards, cfg.max_push_bytes)
@@ -516,7 +527,9 @@ impl ServerFleet {
             // The control lane: never dropped below its 64 MiB bound
             // (Pool::send_control); past it, counted.
             let (kind, sent) = match a {
-                Action::Answer(w, answer) => ("answer", self.pool.send_control(w, &format!("{CMD_SESSION} {}", serde_json::to_string(&answer).expect("serializes")))),
+                Action::Answer(w, answer) => {
+                    ("answer", self.pool.send_control(w, &format!("{CMD_SESSION} {}", serde_json::to_string(&answer).expect("serializes"))))
+                }
                 Action::Takeover(w, conn) => ("takeover", self.pool.send_control(w, &format!("{CMD_TAKEOVER} {conn}"))),
                 Action::Will(will) => {
                     self.client_published(vec![crate::server::broker::core::Message::will(will)]);
@@ -686,9 +699,8 @@ impl ServerFleet {
     /// uses it for new handshakes, and so does every worker started later
     /// (the template keeps the bytes in force: bad files on disk never
     /// reach a worker). Established connections are untouched.
-    fn maybe_reload_tls(&mut self) {
+    fn maybe_reload_tls(&mut self, hup: bool) {
         let Some(t) = &mut self.template.tls else { return };
-        let hup = crate::signals::take_hangup();
         if !hup && self.tls_checked.elapsed() < TLS_FILE_CHECK {
             return;
         }
@@ -714,6 +726,29 @@ impl ServerFleet {
         }
     }
 
+    /// SIGHUP: mosquitto's password and ACL files read again; if both
+    /// parse, every worker (and every later one) admits and decides by
+    /// them, and closes the connections of users no longer in the
+    /// password file. A file that does not parse changes nothing.
+    fn reload_mqtt_files(&mut self) {
+        if !self.mqtt_files.any() {
+            return;
+        }
+        match crate::server::auth::mosquitto::Files::load(&self.mqtt_files) {
+            Ok(files) => {
+                let message = format!("mqtt: password and ACL files read again (SIGHUP): {}", files.describe());
+                self.pool.broadcast(&format!("{} {}", crate::server::commands::CMD_MQTT_FILES, serde_json::to_string(&files).expect("serializes")));
+                self.template.mqtt_files = Some(files);
+                self.publisher.sessions.counters.files_reloaded += 1;
+                self.note("mqtt_files_reloaded", usize::MAX, message, 0);
+            }
+            Err(e) => {
+                self.publisher.sessions.counters.files_refused += 1;
+                self.note("mqtt_files_reload_failed", usize::MAX, format!("mqtt: not reloaded (SIGHUP): {e}; the files read before stay in force"), 0);
+            }
+        }
+    }
+
     /// Grow or shrink an elastic fleet; called on every supervisor tick.
     pub(crate) fn upkeep(&mut self) {
         self.pool.flush();
@@ -721,7 +756,11 @@ impl ServerFleet {
             self.send_upstream_done();
         }
         self.watch_accept_queue();
-        self.maybe_reload_tls();
+        let hup = crate::signals::take_hangup();
+        self.maybe_reload_tls(hup);
+        if hup {
+            self.reload_mqtt_files();
+        }
         self.watch_stalls();
         self.publisher.expire();
         // A will published while the cluster link is down would be refused
@@ -925,6 +964,7 @@ fn worker_template(cfg: &ServerConfig, initial: usize, max_workers: usize, budge
         presence_events: cfg.upstream.is_some() && cfg.presence_events,
         presence_notices: cfg.presence_notices,
         io: cfg.io,
+        mqtt_files: None,
         io_batch_wait_us: cfg.io_batch_wait.as_micros() as u64,
         bus_fds: Vec::new(),
     }

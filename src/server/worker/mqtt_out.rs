@@ -177,6 +177,12 @@ impl Worker {
     /// or a QoS 1/2 copy with its packet id when the window has room
     /// (else held or dropped, counted). Err: a slow consumer, to close.
     fn mqtt_send(&mut self, key: usize, forms: &mut Forms<'_>, d: Delivered) -> Result<Sent, Close> {
+        // mosquitto's ACL: a message the client may not read is not sent
+        // (its subscription was granted, as mosquitto grants it).
+        if !self.topics.gate.may_read(key, forms.topic) {
+            self.stats.mqtt_acl_read_denied += 1;
+            return Ok(Sent::Not);
+        }
         let bounds = self.cfg.mqtt.flight;
         let Some(conn) = self.conns.get_mut(key) else { return Ok(Sent::Not) };
         let ws = super::over_ws(&self.cfg.services, conn);

@@ -99,6 +99,12 @@ impl Worker {
                 self.stats.mqtt_resumed_refused += 1;
                 continue;
             }
+            // mosquitto's ACL, as it is now (mosquitto drops such queued
+            // messages when the client comes back).
+            if !self.topics.gate.may_read(key, &msg.topic) {
+                self.stats.mqtt_acl_read_denied += 1;
+                continue;
+            }
             let data = &msg.data;
             let qos = QoS::from_bits(msg.qos).unwrap_or_default();
             // Its properties, the expiry what is left of it; one that
@@ -223,12 +229,19 @@ impl Worker {
         if worker != self.cfg.worker {
             return;
         }
+        self.mqtt_close_by(key, gen, Close::MqttSessionTakenOver, SESSION_TAKEN_OVER, "session taken over: another connection gave this client id");
+    }
+
+    /// Close MQTT connection `key` of generation `gen` for the server's
+    /// own reason: a v5 client is told first (DISCONNECT `code`, `why`),
+    /// over WebSocket in a binary message before a close frame.
+    pub(super) fn mqtt_close_by(&mut self, key: usize, gen: u32, reason: Close, code: u8, why: &str) {
         let Some(conn) = self.conns.get_mut(key).filter(|c| c.gen == gen) else { return };
         let m = self.mqtt.get(key);
         let ws = super::over_ws(&self.cfg.services, conn);
         self.out.clear();
         if let Some(m) = m.filter(|m| m.version == Some(Version::V5)) {
-            encode::disconnect_within(&mut self.out, SESSION_TAKEN_OVER, "session taken over: another connection gave this client id", m.max_in());
+            encode::disconnect_within(&mut self.out, code, why, m.max_in());
         }
         if ws {
             mqtt_ws::wrap(&mut self.out, 0);
@@ -237,7 +250,7 @@ impl Worker {
         if !self.out.is_empty() {
             let _ = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader);
         }
-        self.close(key, Close::MqttSessionTakenOver);
+        self.close(key, reason);
     }
 
     /// A registered connection ends: its id goes back to the supervisor,

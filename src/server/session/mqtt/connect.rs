@@ -16,7 +16,18 @@ pub(crate) fn connect(ctx: &mut Ctx<'_>, m: &mut MqttConn, c: Connect<'_>) -> Re
     if c.properties.auth_method.is_some() {
         return Err(refuse_connect(ctx, v, 0x8C, None, Close::MqttAuthMethodUnsupported));
     }
-    if ctx.topics.gate.required() {
+    if ctx.topics.gate.files().is_some() {
+        // mosquitto's files: user name and password, refused as mosquitto
+        // refuses (not authorized, whatever the reason).
+        let client_id = match (c.client_id, v) {
+            ("", Version::V5) => assigned_id(ctx),
+            (id, _) => id.to_string(),
+        };
+        if let Err(reason) = ctx.topics.gate.login(ctx.req.key, ctx.req.gen, c.username, c.password, &client_id) {
+            close::count(&mut ctx.req.stats.auth_refused, reason);
+            return Err(refuse_connect(ctx, v, 0x87, Some(0x05), reason));
+        }
+    } else if ctx.topics.gate.required() {
         // The password is the token; the user name is not looked at.
         let token = c.password.map(|p| std::str::from_utf8(p).unwrap_or("\u{0}"));
         match ctx.topics.gate.verify(token) {
@@ -39,6 +50,12 @@ pub(crate) fn connect(ctx: &mut Ctx<'_>, m: &mut MqttConn, c: Connect<'_>) -> Re
         _ => return Err(refuse_connect(ctx, v, 0, Some(0x02), Close::MqttKeepAliveRefused)),
     };
     let will = match &c.will {
+        // mosquitto's ACL: a will its client may not write is never sent
+        // (mosquitto drops it when it would send it); the CONNECT stands.
+        Some(w) if ctx.topics.gate.files().is_some() && ctx.topics.gate.may_publish(ctx.req.key, w.topic).is_err() => {
+            close::count(&mut ctx.req.stats.mqtt_publish_refused, Close::MqttAclDenied);
+            None
+        }
         Some(w) => Some(will(ctx, v, w)?),
         None => None,
     };
@@ -70,12 +87,18 @@ pub(crate) fn connect(ctx: &mut Ctx<'_>, m: &mut MqttConn, c: Connect<'_>) -> Re
     m.set_limits(c.properties.maximum_packet_size, 0);
     // An empty id: v5 assigns one, unique by construction; its session
     // ends with the connection (v5 says so with Session Expiry 0).
-    let assigned = (v == Version::V5).then(|| format!("megaconn-{}-{}-{}", ctx.worker, ctx.req.key, ctx.req.gen));
+    let assigned = (v == Version::V5).then(|| assigned_id(ctx));
     let expiry = c.properties.session_expiry.filter(|s| *s > 0).map(|_| 0);
     let mut properties = connack_properties(v, ctx.limits.max_packet_size, assigned.as_deref(), expiry);
     properties.server_keep_alive = server_keep_alive(v, m, max);
     send(ctx, v, &Packet::ConnAck(ConnAck { session_present: false, code: 0, properties }));
     Ok(())
+}
+
+/// The client id a v5 CONNECT without one is given: unique by
+/// construction (worker, slot, generation).
+fn assigned_id(ctx: &Ctx<'_>) -> String {
+    format!("megaconn-{}-{}-{}", ctx.worker, ctx.req.key, ctx.req.gen)
 }
 
 /// The Server Keep Alive a v5 CONNACK tells (§3.2.2.3.14): the server's
