@@ -495,7 +495,9 @@ fn turn(ring: &mut Ring, h: &mut impl RingHandler, wait: Duration) -> Result<boo
             if ring.cqes.is_empty() {
                 break;
             }
-            ring.batching.note(ring.cqes.len());
+            // Receives only: a broadcast's send completions say nothing of
+            // how often the connections speak.
+            ring.batching.note(ring.cqes.iter().filter(|(tag, ..)| *tag < RECV_TAGS).count());
             epoll_ready |= handle(ring, h);
         }
         if all {

@@ -59,7 +59,7 @@ impl Batching {
         Batching { wait, on: false, completions: 0, since: Instant::now() }
     }
 
-    /// `n` completions were handled.
+    /// `n` receives were handled.
     pub(crate) fn note(&mut self, n: usize) {
         self.completions += n as u64;
     }
