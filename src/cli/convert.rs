@@ -83,6 +83,7 @@ impl TryFrom<ServerArgs> for ServerConfig {
                 queue: a.mqtt_session_queue,
                 queue_bytes: a.mqtt_session_queue_bytes,
             },
+            sys_interval: a.sys_interval,
             mqtt_files: crate::server::auth::mosquitto::FilesConfig {
                 password_file: a.mqtt_password_file.clone(),
                 acl_file: a.mqtt_acl_file.clone(),

@@ -52,7 +52,7 @@ pub(crate) fn section_of(long: &str) -> &'static str {
         "tls"
     } else if is(&["auth", "admin-topics"]) || starts("jwt-") {
         "auth"
-    } else if starts("mqtt-") {
+    } else if starts("mqtt-") || long == "sys-interval" {
         "mqtt"
     } else if starts("ws-") || long == "push-format" {
         "websocket"

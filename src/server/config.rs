@@ -86,6 +86,8 @@ pub(crate) struct ServerConfig {
     pub mqtt_sessions_save_every: Duration,
     /// MQTT: `--mqtt-client-ids`, `--mqtt-sessions`, `--mqtt-session-queue` and their bytes.
     pub mqtt_sessions: crate::server::broker::sessions::SessionsConfig,
+    /// `--sys-interval`: how often the `$SYS` topics are published (0: never).
+    pub sys_interval: Duration,
     /// MQTT: `--mqtt-password-file`, `--mqtt-acl-file`, `--mqtt-allow-anonymous`.
     pub mqtt_files: crate::server::auth::mosquitto::FilesConfig,
     /// WebSocket: largest message (close 1009 above it).
@@ -218,6 +220,7 @@ impl Default for ServerConfig {
             mqtt_sessions_save_every: crate::server::broker::state_file::DEFAULT_EVERY,
             mqtt_sessions: Default::default(),
             mqtt_files: Default::default(),
+            sys_interval: crate::server::supervisor::sys_topics::DEFAULT_INTERVAL,
             max_message_bytes: crate::server::session::ws::DEFAULT_MAX_MESSAGE,
             push_format: crate::server::session::ws::PushFormat::Text,
             ws_deflate: Default::default(),

@@ -44,7 +44,13 @@ fn await_ack(s: &mut TcpStream) {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
-        let n = s.read(&mut chunk).expect("the server answers");
+        let n = match s.read(&mut chunk) {
+            Ok(n) => n,
+            // A signal to the test process (another test's child ending)
+            // interrupts a read; it is tried again.
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => panic!("the server answers: {e} ({:?})", e.kind()),
+        };
         assert!(n > 0, "the server closed the connection");
         buf.extend_from_slice(&chunk[..n]);
         let mut pos = 0;
@@ -95,9 +101,16 @@ fn topic_churn_leaves_the_worker_rss_flat() {
     churn(&ports.addr(), &mut rng, 20_000);
     let warm = rss_kib(pid);
     churn(&ports.addr(), &mut rng, 200_000);
+    let mid = rss_kib(pid);
+    churn(&ports.addr(), &mut rng, 200_000);
     let end = rss_kib(pid);
-    eprintln!("worker RSS: {warm} KiB after 20,000 warm-up cycles, {end} KiB after 200,000 more");
-    assert!(end * 100 <= warm * 105, "RSS grew from {warm} KiB to {end} KiB over 200,000 subscribe/unsubscribe cycles");
+    eprintln!("worker RSS: {warm} KiB after 20,000 warm-up cycles, {mid} KiB after 200,000 more, {end} KiB after 200,000 more");
+    // A leak grows with the cycles, in both halves; a buffer that grew
+    // once under a loaded machine (CI once saw 10,328 -> 12,496 KiB
+    // beside the whole suite; 7 runs here, two beside busy loops, grew
+    // 0-0.6%) stays grown and does not grow again.
+    let grew = mid.saturating_sub(warm).min(end.saturating_sub(mid));
+    assert!(grew * 100 <= warm * 5, "RSS grew in both halves: {warm} -> {mid} -> {end} KiB over 2 x 200,000 subscribe/unsubscribe cycles");
     // Nothing stayed: no topic, no subscription.
     srv.wait_for(Duration::from_secs(20), "no topics left", |v| v["event"] == "stats" && v["topics"] == 0 && v["subscriptions"] == 0);
 }

@@ -46,6 +46,7 @@ mod requests;
 mod settings;
 mod shards;
 mod stages;
+mod sys_topics;
 mod thresholds;
 mod tls;
 mod tls_client;

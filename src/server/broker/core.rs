@@ -69,6 +69,27 @@ pub(crate) struct Message {
 }
 
 impl Message {
+    /// A QoS 0 message of `topic` from the server itself, stamped now
+    /// (the `$SYS` topics).
+    pub(crate) fn topic(topic: String, data: Vec<u8>) -> Message {
+        Message {
+            stream: Stream::Topic,
+            topic,
+            target: None,
+            user: None,
+            close: false,
+            qos: 0,
+            retain: false,
+            props: None,
+            identity: None,
+            at: None,
+            publish_us: crate::proto::push::wall_us(),
+            publish_id: 0,
+            elsewhere: Vec::new(),
+            data,
+        }
+    }
+
     /// A will the supervisor held for its delay, now into the topic space.
     pub(crate) fn will(w: crate::server::commands::ClientPublish) -> Message {
         Message {

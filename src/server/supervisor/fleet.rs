@@ -109,6 +109,10 @@ pub(crate) struct ServerFleet {
     tls_checked: Instant,
     /// `--mqtt-password-file` and `--mqtt-acl-file`: read again on SIGHUP.
     mqtt_files: crate::server::auth::mosquitto::FilesConfig,
+    /// `--sys-interval`: the `$SYS` topics, when they were last published
+    /// and when the server started (None: off).
+    sys: Option<(super::sys_topics::SysTree, Duration, Instant)>,
+    started: Instant,
     retire_after: Duration,
     pub(super) stopping: bool,
     /// Notes not yet printed.
@@ -206,6 +210,8 @@ impl ServerFleet {
             tls_stamp,
             tls_checked: Instant::now(),
             mqtt_files: cfg.mqtt_files.clone(),
+            sys: None,
+            started: Instant::now(),
             retire_after: cfg.retire_after,
             stopping: false,
             notes: Vec::new(),
@@ -221,6 +227,11 @@ impl ServerFleet {
             retained_file: None,
             sessions_file: None,
         };
+        if !cfg.sys_interval.is_zero() && cfg.services.iter().any(|s| s.protocol == crate::proto::Protocol::Mqtt || s.protocol == crate::proto::Protocol::Ws) {
+            let node = cfg.cluster.as_ref().map(|c| c.node.as_str());
+            // The first one a tick after the start, then every interval.
+            f.sys = Some((super::sys_topics::SysTree::new(node), cfg.sys_interval, Instant::now() - cfg.sys_interval));
+        }
         if let Some(files) = &f.template.mqtt_files {
             let message = format!("mqtt: clients admitted by mosquitto's files: {}", files.describe());
             f.note("mqtt_files", usize::MAX, message, 0);
@@ -726,6 +737,44 @@ impl ServerFleet {
         }
     }
 
+    /// `--sys-interval`: the `$SYS` topics that changed, published
+    /// retained like any publish from the application.
+    fn publish_sys(&mut self) {
+        let Some((_, every, last)) = &self.sys else { return };
+        let elapsed = last.elapsed();
+        if elapsed < *every {
+            return;
+        }
+        let t = self.view.totals();
+        let sum = |k: &crate::stats::counters::Kinds| k.values().sum::<u64>();
+        let s = &self.publisher.sessions.counters;
+        let reading = super::sys_topics::Reading {
+            uptime_s: self.started.elapsed().as_secs(),
+            connected: t.active_by_protocol.iter().filter(|(p, _)| p.starts_with("mqtt")).map(|(_, n)| *n).sum(),
+            disconnected: s.kept,
+            expired: s.expired.get("expiry").copied().unwrap_or(0),
+            messages_received: t.frames_in,
+            messages_sent: t.frames_out,
+            publish_received: sum(&t.mqtt_publishes_in),
+            publish_sent: sum(&t.mqtt_publishes_out),
+            publish_dropped: sum(&t.mqtt_inflight_dropped),
+            connections: t.accepted,
+            subscriptions: t.subscriptions,
+            retained: self.publisher.broker_counters().1.messages,
+        };
+        let Some((tree, _, last)) = &mut self.sys else { return };
+        *last = Instant::now();
+        let messages = tree
+            .update(&reading, elapsed.as_secs_f64())
+            .into_iter()
+            .map(|(topic, payload)| crate::server::broker::core::Message {
+                retain: true,
+                ..crate::server::broker::core::Message::topic(topic, payload.into_bytes())
+            })
+            .collect();
+        self.client_published(messages);
+    }
+
     /// SIGHUP: mosquitto's password and ACL files read again; if both
     /// parse, every worker (and every later one) admits and decides by
     /// them, and closes the connections of users no longer in the
@@ -774,6 +823,7 @@ impl ServerFleet {
         actions.extend(answers);
         self.admitted_at(admitted);
         self.session_actions(actions);
+        self.publish_sys();
         self.save_state(false);
         if let Some(r) = &mut self.relay {
             r.flush_replies(&mut self.publisher);
