@@ -30,6 +30,7 @@ crate::counters! {
         ws_upgrades: counter "ws_upgrades" "WebSocket handshakes completed",
         ws_deflate_negotiated: counter "ws_deflate_negotiated" "WebSocket handshakes that negotiated permessage-deflate (--ws-deflate on: no context takeover either way; takeover: also counted in ws_deflate_takeover when either side keeps context)",
         ws_deflate_takeover: counter "ws_deflate_takeover" "WebSocket handshakes that negotiated context takeover in either direction (--ws-deflate takeover)",
+        ws_deflate_small_window: counter "ws_deflate_small_window" "WebSocket handshakes whose client asked for a server window under 2^15 (server_max_window_bits=9..14): their messages are compressed for them alone, still without context",
         ws_deflate_contexts: gauge "ws_deflate_contexts" "Connections open now with compression context of their own (--ws-deflate takeover; each holds its zlib state from its first message)",
         ws_deflate_calls: counter "ws_deflate_calls" "Messages compressed (a push once per worker whatever its audience, an echo once; with --ws-deflate takeover, a push once per connection that keeps context)",
         ws_deflate_bytes_before: counter "ws_deflate_bytes_before" "Bytes of the messages compressed, before compression",

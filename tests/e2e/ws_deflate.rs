@@ -52,6 +52,37 @@ fn python_websockets_negotiates_and_exchanges_compressed_messages() {
     }
 }
 
+/// Python `websockets` offering `server_max_window_bits=9` gets that
+/// window (said back in the answer) instead of no compression, and
+/// inflates every push and echo with a 2^9 window: the echoed body
+/// repeats a 700-byte random block, which a larger window would have
+/// referred back to (websockets fails such a message).
+#[test]
+fn python_websockets_asking_a_smaller_server_window_gets_it() {
+    let port = free_port().to_string();
+    let (mut s, _, ready) = server_ready(&["--ports", &port, "--workers", "1", "--protocol", "ws"], None);
+    let admin = ready["admin"].as_str().unwrap().to_string();
+    let mut py = Command::new("python3");
+    py.arg(peer("ws_deflate.py")).args([&port, "window", "9"]);
+    let mut client = Peer::spawn("ws_deflate.py window 9", py);
+    assert_eq!(client.line(T, "the answer"), "negotiated permessage-deflate; server_no_context_takeover; client_no_context_takeover; server_max_window_bits=9");
+    assert_eq!(client.line(T, "parameters"), "remote_no_context_takeover True local_no_context_takeover True");
+    assert_eq!(client.line(T, "ready"), "ready");
+    let block: String = (0..700).map(|i| char::from(b'a' + ((i * 7919 + i / 3) % 26) as u8)).collect();
+    let data = format!("{block}|{block}");
+    let (status, r) = http(&admin, "POST", "/publish?topic=room", data.as_bytes(), None);
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(client.line(T, "the push"), format!("push {data}"));
+    assert_eq!(client.finish_ok(T), ["OK"]);
+    let v = s.wait_for(T, "the counters", |v| v["event"] == "stats" && v["ws_inflated_messages"] == 4 && v["ws_deflate_calls"] == 5);
+    assert_eq!(
+        (v["ws_deflate_negotiated"].as_u64(), v["ws_deflate_small_window"].as_u64(), v["ws_deflate_takeover"].as_u64()),
+        (Some(1), Some(1), Some(0)),
+        "{v}"
+    );
+    assert!(s.terminate().success());
+}
+
 fn raw_case(port: &str, case: &str) -> Vec<String> {
     let mut py = Command::new("python3");
     py.args([&peer("ws_deflate_raw.py"), port, case]);

@@ -2,7 +2,12 @@
 permessage-deflate.
 
 usage: ws_deflate.py PORT [CAFILE]
+       ws_deflate.py PORT window BITS
        ws_deflate.py PORT resume EPOCH
+(window: offers server_max_window_bits=BITS; websockets then inflates
+the server's messages with a window of 2^BITS, so a message compressed
+with a larger one fails; the echoed body repeats a random block further
+back than 2^BITS bytes.)
 (resume: subscribes to room with "since" offset 0 of EPOCH and prints
 'replayed <data>' for each message the history answer brings, then the
 'subscribed' answer's 'recovered <bool>'.)
@@ -17,15 +22,20 @@ the first frame only), and expects each echoed back equal. Prints 'OK'.
 """
 import asyncio
 import json
+import random
 import ssl
 import sys
 
 from websockets.asyncio.client import connect
-from websockets.extensions.permessage_deflate import PerMessageDeflate
+from websockets.extensions.permessage_deflate import ClientPerMessageDeflateFactory, PerMessageDeflate
 
 port = int(sys.argv[1])
+BLOCK = "".join(random.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(700))
 if len(sys.argv) > 2 and sys.argv[2] == "resume":
     URL, SSL = f"ws://127.0.0.1:{port}/", {}
+elif len(sys.argv) > 2 and sys.argv[2] == "window":
+    bits = int(sys.argv[3])
+    URL, SSL = f"ws://127.0.0.1:{port}/?subscribe=room", {"extensions": [ClientPerMessageDeflateFactory(server_max_window_bits=bits)]}
 elif len(sys.argv) > 2:
     URL, SSL = f"wss://localhost:{port}/?subscribe=room", {"ssl": ssl.create_default_context(cafile=sys.argv[2])}
 else:
@@ -42,7 +52,7 @@ async def main():
         print("ready", flush=True)
         push = json.loads(await asyncio.wait_for(ws.recv(), 30))
         print("push", push["data"], flush=True)
-        body = "echo me " + "x" * 500 + " ".join(str(i) for i in range(150))
+        body = "echo me " + "x" * 500 + " ".join(str(i) for i in range(150)) + BLOCK + "|" + BLOCK
         for attempt in range(3):
             await ws.send(body)
             assert await asyncio.wait_for(ws.recv(), 30) == body, "whole"

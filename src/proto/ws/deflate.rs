@@ -28,10 +28,14 @@ pub(crate) const EXTENSION: &str = "permessage-deflate";
 /// What a sync flush ends with; the sender strips it, the receiver puts
 /// it back (RFC 7692 §7.2.1, §7.2.2).
 const TAIL: [u8; 4] = [0x00, 0x00, 0xFF, 0xFF];
-/// The only LZ77 window a shared compressor has (2^15 = 32 KiB). An offer
-/// asking the server for a smaller one is declined (§7.1.2.1 allows it):
-/// one compressor serves every connection of a worker.
+/// The LZ77 window of the shared compressor (2^15 = 32 KiB). A client
+/// asking the server for a smaller one (`server_max_window_bits=9..14`)
+/// gets that window from a compressor of its connection's own (still no
+/// context takeover: made at its first message, reset for each); 8,
+/// which zlib cannot make, is declined (§7.1.2.1 allows it).
 pub(crate) const WINDOW_BITS: u8 = 15;
+/// The smallest window zlib's raw deflate makes.
+pub(crate) const MIN_SERVER_WINDOW_BITS: u8 = 9;
 /// zlib's default level: a push is compressed once per worker, so its
 /// cost is paid once whatever the audience.
 const LEVEL: u32 = 6;
@@ -150,14 +154,17 @@ fn split_outside_quotes(s: &str, sep: char) -> Option<Vec<&str>> {
 }
 
 /// The server's choice among a client's offers: the answer's value for
-/// `Sec-WebSocket-Extensions`, or None (no acceptable offer: the
-/// connection goes on uncompressed). The first valid `permessage-deflate`
-/// offer the server can honour wins; an offer asking for a server window
-/// under 2^15 cannot be (see [`WINDOW_BITS`]). The answer always carries
-/// `server_no_context_takeover` (our messages stand alone) and
-/// `client_no_context_takeover` (a server may require it, §7.1.1.2: the
-/// client's must too, or one inflater per worker could not read them).
-pub(crate) fn accept(offers: &str) -> Option<&'static str> {
+/// `Sec-WebSocket-Extensions` and, when the client asked for a server
+/// window under 2^15, that window (its connection then compresses with a
+/// compressor of its own); None: no acceptable offer, the connection goes
+/// on uncompressed. The first valid `permessage-deflate` offer the server
+/// can honour wins (a window of 2^8 it cannot, see [`WINDOW_BITS`]). The
+/// answer always carries `server_no_context_takeover` (our messages stand
+/// alone) and `client_no_context_takeover` (a server may require it,
+/// §7.1.1.2: the client's must too, or one inflater per worker could not
+/// read them), and the `server_max_window_bits` asked for, as §7.1.2.1
+/// accepts it.
+pub(crate) fn accept(offers: &str) -> Option<(String, Option<u8>)> {
     if offers.len() > MAX_OFFERS_LEN {
         return None;
     }
@@ -165,8 +172,11 @@ pub(crate) fn accept(offers: &str) -> Option<&'static str> {
         .into_iter()
         .filter(|(name, _)| name.eq_ignore_ascii_case(EXTENSION))
         .filter_map(|(_, params)| parse_offer(params).ok())
-        .find(|o| o.server_max_window_bits.is_none_or(|b| b >= WINDOW_BITS));
-    chosen.map(|_| ANSWER)
+        .find(|o| o.server_max_window_bits.is_none_or(|b| b >= MIN_SERVER_WINDOW_BITS))?;
+    Some(match chosen.server_max_window_bits {
+        None => (ANSWER.to_string(), None),
+        Some(b) => (format!("{ANSWER}; server_max_window_bits={b}"), (b < WINDOW_BITS).then_some(b)),
+    })
 }
 
 /// What a server accepting an offer answers (see [`accept`]).
@@ -230,6 +240,11 @@ impl Deflater {
     /// and lives until the connection closes.
     pub(crate) fn with_context_takeover(bits: u8) -> Deflater {
         Deflater { keep_context: true, ..Deflater::new(bits) }
+    }
+
+    /// Whether it keeps its window between messages.
+    pub(crate) fn keeps_context(&self) -> bool {
+        self.keep_context
     }
 
     /// Whether its zlib state has been made (the first message came).

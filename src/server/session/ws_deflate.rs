@@ -73,7 +73,12 @@ impl DeflateConfig {
     pub(crate) fn negotiate(&self, offers: &str) -> Option<(String, Option<Box<ConnContext>>)> {
         match self.mode {
             DeflateMode::Off => None,
-            DeflateMode::On => crate::proto::ws::deflate::accept(offers).map(|a| (a.to_string(), None)),
+            // A smaller server window asked for: a compressor of the
+            // connection's own, without context (made at its first message).
+            DeflateMode::On => crate::proto::ws::deflate::accept(offers).map(|(answer, window)| {
+                let own = window.map(|bits| Box::new(ConnContext { deflater: Some(Deflater::new(bits)), inflate: None }));
+                (answer, own)
+            }),
             DeflateMode::Takeover => {
                 let a = crate::proto::ws::deflate::takeover::accept(offers, self.window_bits)?;
                 let ctx = a.takes_over().then(|| Box::new(ConnContext::new(&a)));
@@ -111,10 +116,14 @@ pub(crate) struct WsCodec {
 }
 
 impl WsCodec {
-    /// A connection negotiated context takeover.
+    /// A connection negotiated context takeover, or a server window of
+    /// its own: its compression state, kept until it closes.
     pub(crate) fn keep(&mut self, stats: &mut ServerSnapshot, key: usize, ctx: Box<ConnContext>) {
+        match ctx.deflater.as_ref().is_some_and(|d| !d.keeps_context()) && ctx.inflate.is_none() {
+            true => stats.ws_deflate_small_window += 1,
+            false => stats.ws_deflate_takeover += 1,
+        }
         self.contexts.insert(key, ctx);
-        stats.ws_deflate_takeover += 1;
         stats.ws_deflate_contexts = self.contexts.len() as u64;
     }
 

@@ -1,8 +1,9 @@
 //! `$SYS` topics as mosquitto names them (`sys_tree.c`), so a dashboard,
 //! a Grafana MQTT source or a script written for mosquitto's
 //! `$SYS/broker/...` reads megaconn's unchanged: published retained every
-//! `--sys-interval` (10 s by default, 0: never) from the numbers the
-//! supervisor already sums over every worker.
+//! `--sys-interval` from the numbers the
+//! supervisor already sums over every worker (off by default:
+//! `--sys-interval 10s` is mosquitto's own rhythm).
 //!
 //! As mosquitto does, a value goes out only when it changed since it was
 //! last published (the uptime every time, the version once), and a load
@@ -23,8 +24,11 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-/// `--sys-interval`'s default, mosquitto's `sys_interval`.
-pub(crate) const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
+/// `--sys-interval`'s default: off. mosquitto publishes every 10 s by
+/// default; here the topics are asked for, so that a server's retained
+/// set and a `$SYS/#` subscriber see only what the application put there
+/// until the operator wants the tree.
+pub(crate) const DEFAULT_INTERVAL: Duration = Duration::ZERO;
 
 /// The numbers one update reads (sums over every worker, and the
 /// supervisor's own).

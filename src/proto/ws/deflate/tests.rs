@@ -41,15 +41,22 @@ fn malformed_or_duplicate_parameters_refuse_the_offer() {
 
 #[test]
 fn the_first_offer_the_server_can_honour_wins() {
+    let plain = Some((ANSWER.to_string(), None));
     // What browsers and Python websockets send.
-    assert_eq!(accept("permessage-deflate; client_max_window_bits"), Some(ANSWER));
+    assert_eq!(accept("permessage-deflate; client_max_window_bits"), plain);
     // A bad first offer falls back to the next (RFC 7692 §5).
-    assert_eq!(accept("permessage-deflate; server_max_window_bits=10, permessage-deflate"), Some(ANSWER));
-    assert_eq!(accept("permessage-deflate; x=1, permessage-deflate; client_no_context_takeover"), Some(ANSWER));
-    assert_eq!(accept("permessage-deflate; server_max_window_bits=15"), Some(ANSWER));
-    assert_eq!(accept("permessage-deflate; server_max_window_bits=9"), None);
+    assert_eq!(accept("permessage-deflate; server_max_window_bits=8, permessage-deflate"), plain);
+    assert_eq!(accept("permessage-deflate; x=1, permessage-deflate; client_no_context_takeover"), plain);
+    // A window asked for is said back (§7.1.2.1); under 2^15 it is the connection's own.
+    assert_eq!(accept("permessage-deflate; server_max_window_bits=15"), Some((format!("{ANSWER}; server_max_window_bits=15"), None)));
+    assert_eq!(accept("permessage-deflate; server_max_window_bits=9"), Some((format!("{ANSWER}; server_max_window_bits=9"), Some(9))));
+    assert_eq!(
+        accept("permessage-deflate; server_max_window_bits=14; client_max_window_bits"),
+        Some((format!("{ANSWER}; server_max_window_bits=14"), Some(14)))
+    );
+    assert_eq!(accept("permessage-deflate; server_max_window_bits=8"), None, "zlib cannot make a 2^8 window");
     assert_eq!(accept("x-webkit-deflate-frame, foo; a=\"b, permessage-deflate\""), None);
-    assert_eq!(accept("foo, permessage-deflate"), Some(ANSWER));
+    assert_eq!(accept("foo, permessage-deflate"), plain);
     assert_eq!(accept("permessage-deflate; a=\"unterminated"), None);
     assert_eq!(accept(&format!("permessage-deflate; {}", "client_max_window_bits,".repeat(400))), None);
     assert_eq!(accept(""), None);
