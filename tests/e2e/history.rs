@@ -314,7 +314,8 @@ fn chromium_eventsource_recovers_across_a_crashed_worker() {
         lines.push(page.line(Duration::from_secs(30), "the page resuming"));
     }
     publish(&admin, "feed", "m7");
-    let rest = page.finish_ok(Duration::from_secs(60));
+    assert_eq!(page.line(Duration::from_secs(60), "m7 on the page"), "got 7", "{lines:?}");
+    let rest = page.finish_ok(Duration::from_secs(30));
     let result: Value = serde_json::from_str(rest.last().unwrap_or_else(|| panic!("the page's result: {rest:?}"))).unwrap();
     assert_eq!(result["data"], serde_json::json!(["m1", "m2", "m3", "m4", "m5", "m6", "m7"]), "{result} {lines:?}");
     assert_eq!(result["offsets"], serde_json::json!([1, 2, 3, 4, 5, 6, 7]), "{result}");
