@@ -170,6 +170,11 @@ impl Node {
         if let crate::supervise::plan::Workers::Fixed(n) = args.server_workers {
             cmd.args(["--workers", &n.to_string()]);
         }
+        // The bench configures its nodes: a server's variables meant for
+        // another server of the operator's do not reach them.
+        for (name, _) in std::env::vars_os().filter(|(k, _)| k.to_string_lossy().starts_with("MEGACONN_SERVER_")) {
+            cmd.env_remove(name);
+        }
         cmd.stdout(Stdio::piped());
         let mut proc = Proc::spawn(cmd, &place::ns_name(std::process::id(), Some(k)), format!("node n{k} ({addr})"), format!("{logs}-n{k}.log").into())?;
         let out = proc.child.stdout.take().ok_or_else(|| anyhow!("node n{k} has no stdout"))?;

@@ -4,6 +4,7 @@
 //! machine's limits happen in the subcommands themselves. Nothing outside
 //! this module imports it.
 mod convert;
+mod sections;
 mod settings;
 pub use settings::parse_args;
 
@@ -872,7 +873,7 @@ pub(crate) struct MqttArgs {
     #[arg(long)]
     pub(crate) mqtt_username: Option<String>,
     /// --protocol mqtt: password of every CONNECT (--jwt-secret-file instead shows each connection's own token as its password).
-    #[arg(long, conflicts_with = "jwt_secret_file")]
+    #[arg(long, conflicts_with = "jwt_secret_file", hide_env_values = true)]
     pub mqtt_password: Option<String>,
     /// --protocol mqtt: QoS of publishes (--request-rate) and subscriptions: 0 (publishes not answered, counted as requests_unacknowledged), 1 (each PUBACK times its publish as a request) or 2 (each PUBCOMP does, after PUBREC answered PUBREL).
     #[arg(long, value_parser = clap::value_parser!(u8).range(0..=2), default_value = "0")]

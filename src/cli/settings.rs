@@ -1,10 +1,11 @@
-//! Every option of `megaconn server` from four places, in this order of
-//! precedence: its flag, its environment variable, the `--config` file,
-//! its default. One definition: the clap argument. Its long name gives
-//! the file key (`--max-connections`: `max_connections`) and the variable
-//! (`MEGACONN_SERVER_MAX_CONNECTIONS`; the two older ones,
-//! `MEGACONN_ADMIN_TOKEN` and `MEGACONN_IO`, stay); [`section_of`] gives
-//! both its section in the file and its heading in `--help`. A file's
+//! Every option of `megaconn server`, `client` and `bench` from four
+//! places, in this order of precedence: its flag, its environment
+//! variable, the `--config` file, its default. One definition: the clap
+//! argument. Its long name gives the file key (`--max-connections`:
+//! `max_connections`) and the variable (`MEGACONN_SERVER_MAX_CONNECTIONS`,
+//! `MEGACONN_CLIENT_RATE`; the older `MEGACONN_ADMIN_TOKEN`, `MEGACONN_IO`
+//! and `MEGACONN_CLIENT_IO` stay); its subcommand's [`Layout`] gives both
+//! its section in the file and its heading in `--help`. A file's
 //! values become the arguments' defaults, so clap itself puts a variable
 //! and a flag above them, and parses and checks them as it does flags.
 //!
@@ -12,68 +13,12 @@
 //! file that `--config` reads back unchanged; `--check-config` runs the
 //! checks `server` makes before it starts and prints its plan.
 
+use super::sections::{layout, Layout};
 use super::{Cli, Cmd};
 use clap::parser::ValueSource;
 use clap::{ArgAction, ArgMatches, Command, CommandFactory, FromArgMatches};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-
-/// The subcommands whose options a file and the environment may give.
-const CONFIGURED: &[&str] = &["server"];
-
-/// The file's sections in the order `--help` and `--print-config` show
-/// them, with their `--help` headings.
-const SECTIONS: &[(&str, &str)] = &[
-    ("listen", "Listen"),
-    ("workers", "Workers"),
-    ("limits", "Limits"),
-    ("tls", "TLS"),
-    ("auth", "Authentication"),
-    ("mqtt", "MQTT"),
-    ("websocket", "WebSocket"),
-    ("history", "History"),
-    ("business", "Business stage"),
-    ("cluster", "Cluster"),
-    ("admin", "Admin API"),
-    ("upstream", "Upstream"),
-    ("lifecycle", "Drain and lifetime"),
-    ("output", "Output"),
-];
-
-/// The section of the option `--long`: the one place that groups options.
-pub(crate) fn section_of(long: &str) -> &'static str {
-    let is = |names: &[&str]| names.contains(&long);
-    let starts = |prefix: &str| long.starts_with(prefix);
-    if is(&["listen", "ports", "serve", "protocol"]) {
-        "listen"
-    } else if is(&["workers", "connections", "retire-after", "broker-shards", "io", "io-batch-wait"]) {
-        "workers"
-    } else if starts("tls-") || long == "handshake-timeout" {
-        "tls"
-    } else if is(&["auth", "admin-topics"]) || starts("jwt-") {
-        "auth"
-    } else if starts("mqtt-") || long == "sys-interval" {
-        "mqtt"
-    } else if starts("ws-") || long == "push-format" {
-        "websocket"
-    } else if starts("history") {
-        "history"
-    } else if is(&["business", "queue", "service-time", "body-size"]) {
-        "business"
-    } else if starts("cluster") || long == "node-id" {
-        "cluster"
-    } else if starts("admin") {
-        "admin"
-    } else if starts("upstream") || starts("presence-") {
-        "upstream"
-    } else if is(&["drain-timeout", "drain-period", "duration"]) {
-        "lifecycle"
-    } else if is(&["stats-interval", "json"]) {
-        "output"
-    } else {
-        "limits"
-    }
-}
 
 /// The environment variable of `--long` in `sub`.
 pub(crate) fn env_name(sub: &str, long: &str) -> String {
@@ -96,12 +41,11 @@ fn takes_many(arg: &clap::Arg) -> bool {
 
 /// `sub` with every option's variable and heading, and the three
 /// options of this module.
-fn decorate(sub: Command) -> Command {
+fn decorate(sub: Command, layout: &Layout) -> Command {
     let name = sub.get_name().to_string();
-    let heading = |long: &str| SECTIONS.iter().find(|(s, _)| *s == section_of(long)).map_or("Options", |(_, h)| *h);
     sub.mut_args(|a| match a.get_long().map(str::to_string) {
         Some(long) if !OWN.contains(&a.get_id().as_str()) => {
-            let a = a.help_heading(heading(&long));
+            let a = a.help_heading(layout.heading(&long));
             if a.get_env().is_some() {
                 a
             } else {
@@ -115,7 +59,7 @@ fn decorate(sub: Command) -> Command {
         clap::Arg::new("config")
             .long("config")
             .value_name("FILE")
-            .help("Read options from this TOML file (- for stdin): sections as in --print-config; a flag and a variable come first (docs/server.md)"),
+            .help(format!("Read options from this TOML file (- for stdin): sections as in --print-config; a flag and a variable come first ({})", layout.doc)),
     )
     .arg(
         clap::Arg::new("print_config")
@@ -136,6 +80,7 @@ fn decorate(sub: Command) -> Command {
 fn source_name(m: &ArgMatches, id: &str, file: &FileValues) -> String {
     match (m.value_source(id), file.values.get(id)) {
         (Some(ValueSource::CommandLine), _) => "flag".into(),
+        (Some(ValueSource::EnvVariable), Some((_, line))) if file.as_variables.contains(id) => format!("{}:{line}", file.name),
         (Some(ValueSource::EnvVariable), _) => "environment".into(),
         (Some(ValueSource::DefaultValue), Some((_, line))) => format!("{}:{line}", file.name),
         _ => "default".into(),
@@ -147,6 +92,8 @@ fn source_name(m: &ArgMatches, id: &str, file: &FileValues) -> String {
 struct FileValues {
     name: String,
     values: BTreeMap<String, (Vec<String>, usize)>,
+    /// The ids whose values were given as their variables.
+    as_variables: std::collections::BTreeSet<String>,
 }
 
 /// The line (from 1) a span of `text` starts on; 0 when unknown.
@@ -155,7 +102,7 @@ fn line_of(text: &str, span: Option<std::ops::Range<usize>>) -> usize {
 }
 
 /// Read `path` (`-`: stdin) as a configuration of `sub`.
-fn read_file(path: &str, sub: &Command) -> Result<FileValues, String> {
+fn read_file(path: &str, sub: &Command, layout: &Layout) -> Result<FileValues, String> {
     let text = if path == "-" {
         std::io::read_to_string(std::io::stdin()).map_err(|e| format!("--config -: cannot read stdin: {e}"))?
     } else {
@@ -163,20 +110,20 @@ fn read_file(path: &str, sub: &Command) -> Result<FileValues, String> {
     };
     let doc = toml_edit::Document::parse(text.as_str()).map_err(|e| format!("{path}:{}: not TOML: {}", line_of(&text, e.span()), e.message()))?;
     let known = options(sub);
-    let mut out = FileValues { name: path.to_string(), values: BTreeMap::new() };
+    let mut out = FileValues { name: path.to_string(), ..FileValues::default() };
     let mut take = |section: Option<&str>, key: &toml_edit::Key, item: &toml_edit::Item| -> Result<(), String> {
         let line = line_of(&text, key.span());
         let here = format!("{path}:{line}");
         let Some(arg) = known.get(key.get()) else {
             let near = known.keys().map(|k| (strsim::levenshtein(k, key.get()), k)).min().filter(|(d, _)| *d <= 3).map(|(_, k)| k);
             let hint = match near {
-                Some(k) => format!("did you mean `{k}` (in [{}])?", section_of(&k.replace('_', "-"))),
+                Some(k) => format!("did you mean `{k}` (in [{}])?", (layout.section_of)(&k.replace('_', "-"))),
                 None => format!("`megaconn {} --print-config` lists every key", sub.get_name()),
             };
             return Err(format!("{here}: unknown key `{}`{}; {hint}", key.get(), section.map(|s| format!(" in [{s}]")).unwrap_or_default()));
         };
         let (id, long) = (arg.get_id().to_string(), arg.get_long().unwrap_or_default());
-        let belongs = section_of(long);
+        let belongs = (layout.section_of)(long);
         if section.is_some_and(|s| s != belongs) {
             return Err(format!("{here}: `{}` belongs in [{belongs}], not [{}]", key.get(), section.unwrap_or_default()));
         }
@@ -204,8 +151,8 @@ fn read_file(path: &str, sub: &Command) -> Result<FileValues, String> {
         match item {
             toml_edit::Item::Table(t) => {
                 let here = format!("{path}:{}", line_of(&text, key.span()));
-                if !SECTIONS.iter().any(|(s, _)| *s == k) {
-                    let list: Vec<&str> = SECTIONS.iter().map(|(s, _)| *s).collect();
+                if !layout.has_section(k) {
+                    let list: Vec<&str> = layout.sections.iter().map(|(s, _)| *s).collect();
                     return Err(format!("{here}: unknown section [{k}]; the sections are {}", list.join(", ")));
                 }
                 for (k2, item2) in t.iter() {
@@ -246,26 +193,68 @@ fn usage_exit(message: &str) -> ! {
 /// configured subcommands. `--print-config` and `--check-config` end the
 /// process here.
 pub fn parse_args(args: Vec<OsString>) -> Cli {
-    let Some(sub_name) = args.get(1).map(|s| s.to_string_lossy().to_string()).filter(|s| CONFIGURED.contains(&s.as_str())) else {
+    let Some(layout) = args.get(1).and_then(|s| layout(&s.to_string_lossy())) else {
         return <Cli as clap::Parser>::parse_from(args);
     };
-    let mut cmd = Cli::command().mut_subcommand(&sub_name, decorate);
+    let sub_name = layout.sub;
+    let mut cmd = Cli::command().mut_subcommand(sub_name, |s| decorate(s, layout));
     let file = match config_path(&args[2..]) {
         Some(path) => {
-            let sub = cmd.find_subcommand(&sub_name).expect("configured subcommands exist");
-            read_file(&path, sub).unwrap_or_else(|e| usage_exit(&e))
+            let sub = cmd.find_subcommand(sub_name).expect("configured subcommands exist");
+            read_file(&path, sub, layout).unwrap_or_else(|e| usage_exit(&e))
         }
         None => FileValues::default(),
     };
-    for (id, (values, _)) in &file.values {
-        cmd = cmd.mut_subcommand(&sub_name, |s| s.mut_arg(id, |a| a.default_values(values.iter().map(|v| clap::builder::OsStr::from(v.clone())))));
+    // A file's value is given as the option's variable when the
+    // environment does not set that variable: clap then puts the flag
+    // above it, and counts it as given, so it meets what another option
+    // requires (a --tls-cert variable beside the file's tls_key) or that
+    // it be given at all (`client --connections`). A list (a variable
+    // holds one value) becomes the option's default instead, as does a
+    // default's own value (a printed configuration read back gives every
+    // default, which must not count as given: `cluster_history` needs
+    // `cluster` only when it is given).
+    let mut file = file;
+    for (id, (values, _)) in file.values.clone() {
+        let sub = cmd.find_subcommand(sub_name).expect("configured subcommands exist");
+        let arg = sub.get_arguments().find(|a| a.get_id() == id.as_str()).expect("the file's keys are the subcommand's arguments");
+        let is_default = match arg.get_action() {
+            // A switch's default ("false") is set only when clap builds it.
+            ArgAction::SetTrue => values == ["false"],
+            _ => arg.get_default_values().iter().map(|v| v.to_string_lossy().into_owned()).eq(values.iter().cloned()),
+        };
+        match arg.get_env().map(|v| v.to_os_string()) {
+            Some(var) if !takes_many(arg) && !is_default => {
+                if std::env::var_os(&var).is_none() {
+                    // main's first step, before any thread is started.
+                    std::env::set_var(&var, &values[0]);
+                    // clap reads a variable when it is declared: again.
+                    cmd = cmd.mut_subcommand(sub_name, |s| s.mut_arg(&id, |a| a.env(var)));
+                    file.as_variables.insert(id);
+                }
+            }
+            _ => {
+                cmd = cmd.mut_subcommand(sub_name, |s| {
+                    s.mut_arg(&id, |a| {
+                        a.required(false)
+                            .required_unless_present(clap::builder::Resettable::<clap::Id>::Reset)
+                            .default_values(values.iter().map(|v| clap::builder::OsStr::from(v.clone())))
+                    })
+                })
+            }
+        }
     }
     let matches = cmd.clone().try_get_matches_from(&args).unwrap_or_else(|e| {
+        if e.kind() == clap::error::ErrorKind::DisplayHelp && args.iter().any(|a| a == "-h") {
+            let sub = cmd.find_subcommand_mut(sub_name).expect("configured subcommands exist");
+            print!("{}", short_help(sub, layout));
+            std::process::exit(0);
+        }
         // A value from the file that clap refuses: name the file's line.
         if let Some(clap::error::ContextValue::String(arg)) = e.get(clap::error::ContextKind::InvalidArg) {
             let long = arg.trim_start_matches("--").split([' ', '=']).next().unwrap_or_default().to_string();
-            let arg = cmd.find_subcommand(&sub_name).and_then(|s| s.get_arguments().find(|a| a.get_long() == Some(long.as_str())));
-            let from_env = arg.and_then(|a| a.get_env()).is_some_and(|v| std::env::var_os(v).is_some());
+            let arg = cmd.find_subcommand(sub_name).and_then(|s| s.get_arguments().find(|a| a.get_long() == Some(long.as_str())));
+            let from_env = arg.is_some_and(|a| a.get_env().is_some_and(|v| std::env::var_os(v).is_some()) && !file.as_variables.contains(a.get_id().as_str()));
             if let Some((_, line)) = arg.and_then(|a| file.values.get(a.get_id().as_str())).filter(|_| !from_env) {
                 let text = e.render().to_string();
                 let first = text.lines().next().unwrap_or_default().trim_start_matches("error: ");
@@ -275,10 +264,10 @@ pub fn parse_args(args: Vec<OsString>) -> Cli {
         e.exit()
     });
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-    let m = matches.subcommand_matches(&sub_name).expect("the subcommand parsed");
+    let m = matches.subcommand_matches(sub_name).expect("the subcommand parsed");
     if m.get_flag("print_config") {
-        let sub = cmd.find_subcommand(&sub_name).expect("configured subcommands exist");
-        print!("{}", effective(sub, m, &file));
+        let sub = cmd.find_subcommand(sub_name).expect("configured subcommands exist");
+        print!("{}", effective(sub, m, &file, layout));
         std::process::exit(0);
     }
     if m.get_flag("check_config") {
@@ -287,12 +276,51 @@ pub fn parse_args(args: Vec<OsString>) -> Cli {
     cli
 }
 
-/// `--check-config`: the configuration converted and planned as `server`
-/// would before starting anything; the exit code.
+/// `-h`: one screen, the options by name under their sections' headings;
+/// `--help` stays the long form with every option's meaning.
+fn short_help(sub: &mut Command, layout: &Layout) -> String {
+    const WIDTH: usize = 100;
+    let name = sub.get_name().to_string();
+    let about = sub.get_about().map(|a| a.to_string()).unwrap_or_default();
+    sub.set_bin_name(format!("megaconn {name}"));
+    let usage = sub.render_usage().to_string();
+    let known = options(sub);
+    let mut out = format!("{about}\n\n{usage}\n\n");
+    let pad = layout.sections.iter().map(|(_, h)| h.len()).chain(["Configuration".len()]).max().unwrap_or(0) + 2;
+    let mut line = |heading: &str, flags: Vec<String>| {
+        let mut row = format!("{:<pad$}", format!("{heading}:"));
+        for flag in flags {
+            if row.len() + flag.len() + 1 > WIDTH && row.trim_end().len() > pad {
+                out.push_str(row.trim_end());
+                out.push('\n');
+                row = " ".repeat(pad);
+            }
+            row.push_str(&flag);
+            row.push(' ');
+        }
+        out.push_str(row.trim_end());
+        out.push('\n');
+    };
+    for (section, heading) in layout.sections {
+        let flags = known.values().filter(|a| (layout.section_of)(a.get_long().unwrap_or_default()) == *section);
+        line(heading, flags.map(|a| format!("--{}", a.get_long().unwrap_or_default())).collect());
+    }
+    line("Configuration", vec!["--config".into(), "--print-config".into(), "--check-config".into()]);
+    out.push_str(&format!(
+        "\nEach option's meaning, values and default: megaconn {name} --help\n\
+         Each also comes from ${} and from a --config file ({}).\n",
+        env_name(&name, "<option>"),
+        layout.doc
+    ));
+    out
+}
+
+/// `--check-config`: the configuration converted and planned as the
+/// command would before starting anything; the exit code.
 fn check(cli: Cli) -> i32 {
     let result = match cli.command {
         Cmd::Server(a) => crate::server::config::ServerConfig::try_from(a).map_err(anyhow::Error::from).and_then(|cfg| crate::server::check(&cfg)),
-        _ => unreachable!("only configured subcommands get here"),
+        _ => super::plan_only(cli).map(|()| "it plans on this machine (--dry-run shows the plan)".to_string()).map_err(|e| crate::UsageError(e).into()),
     };
     match result {
         Ok(plan) => {
@@ -321,7 +349,7 @@ fn toml_value(v: &str) -> String {
 }
 
 /// The effective configuration of `sub` as a TOML file, commented.
-fn effective(sub: &Command, m: &ArgMatches, file: &FileValues) -> String {
+fn effective(sub: &Command, m: &ArgMatches, file: &FileValues, layout: &Layout) -> String {
     let name = sub.get_name();
     let mut out = format!(
         "# megaconn {name}: the effective configuration, every option with its value and where it came from\n\
@@ -329,9 +357,9 @@ fn effective(sub: &Command, m: &ArgMatches, file: &FileValues) -> String {
          # Read it back with: megaconn {name} --config FILE\n"
     );
     let known = options(sub);
-    for (section, heading) in SECTIONS {
+    for (section, heading) in layout.sections {
         let mut body = String::new();
-        for (key, arg) in known.iter().filter(|(_, a)| section_of(a.get_long().unwrap_or_default()) == *section) {
+        for (key, arg) in known.iter().filter(|(_, a)| (layout.section_of)(a.get_long().unwrap_or_default()) == *section) {
             let (id, long) = (arg.get_id().as_str(), arg.get_long().unwrap_or_default());
             let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
             let help = help.lines().next().unwrap_or_default();
@@ -358,18 +386,20 @@ fn effective(sub: &Command, m: &ArgMatches, file: &FileValues) -> String {
 mod tests {
     use super::*;
 
-    /// Every server option lands in a section of the list, and the list
-    /// has no section without an option.
+    /// Every option of every configured subcommand lands in a section of
+    /// its list, and no list has a section without an option.
     #[test]
     fn every_option_has_a_listed_section_and_every_section_options() {
         let cmd = Cli::command();
-        let sub = cmd.find_subcommand("server").expect("server");
-        let used: std::collections::BTreeSet<&str> = options(sub).values().map(|a| section_of(a.get_long().unwrap_or_default())).collect();
-        for s in &used {
-            assert!(SECTIONS.iter().any(|(n, _)| n == s), "{s} is not in SECTIONS");
-        }
-        for (s, _) in SECTIONS {
-            assert!(used.contains(s), "[{s}] has no option");
+        for layout in super::super::sections::LAYOUTS {
+            let sub = cmd.find_subcommand(layout.sub).expect("a configured subcommand");
+            let used: std::collections::BTreeSet<&str> = options(sub).values().map(|a| (layout.section_of)(a.get_long().unwrap_or_default())).collect();
+            for s in &used {
+                assert!(layout.has_section(s), "{} {s} is not in its sections", layout.sub);
+            }
+            for (s, _) in layout.sections {
+                assert!(used.contains(s), "{} [{s}] has no option", layout.sub);
+            }
         }
     }
 
