@@ -368,6 +368,8 @@ fn effective(sub: &Command, m: &ArgMatches, file: &FileValues, layout: &Layout) 
             let raw: Vec<String> = m.get_raw(id).map(|vs| vs.map(|v| v.to_string_lossy().to_string()).collect()).unwrap_or_default();
             if arg.is_hide_env_values_set() && !raw.is_empty() {
                 body.push_str(&format!("# {key} = (set by {}, not shown: a secret; give it by ${env} or a file)\n", source_name(m, id, file)));
+            } else if raw.is_empty() && takes_many(arg) {
+                body.push_str(&format!("# {key} = [] (unset; a list)\n"));
             } else if raw.is_empty() {
                 body.push_str(&format!("# {key} = (unset)\n"));
             } else {
