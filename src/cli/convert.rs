@@ -35,6 +35,7 @@ impl TryFrom<ServerArgs> for ServerConfig {
     fn try_from(a: ServerArgs) -> Result<ServerConfig, crate::UsageError> {
         let services = services(&a).map_err(crate::UsageError)?;
         Ok(ServerConfig {
+            config_file: a.config_file.clone(),
             listen: a.listen,
             services,
             workers: a.workers,

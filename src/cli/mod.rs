@@ -157,6 +157,9 @@ pub(crate) enum ReportCmd {
 
 #[derive(Args, Debug, Clone)]
 pub(crate) struct ServerArgs {
+    /// `--config`, to read again on SIGHUP (set by cli/settings.rs).
+    #[arg(skip)]
+    pub(crate) config_file: Option<crate::server::config::ConfigFile>,
     /// Address to listen on, IPv4 or IPv6 (:: takes IPv4 too; IPv6 peers are counted per /64 by --max-connections-per-ip).
     #[arg(long, default_value = "127.0.0.1")]
     pub(crate) listen: std::net::IpAddr,

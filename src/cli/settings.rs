@@ -263,8 +263,11 @@ pub fn parse_args(args: Vec<OsString>) -> Cli {
         }
         e.exit()
     });
-    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let m = matches.subcommand_matches(sub_name).expect("the subcommand parsed");
+    if let Cmd::Server(a) = &mut cli.command {
+        a.config_file = rereader(&file, m);
+    }
     if m.get_flag("print_config") {
         let sub = cmd.find_subcommand(sub_name).expect("configured subcommands exist");
         print!("{}", effective(sub, m, &file, layout));
@@ -274,6 +277,60 @@ pub fn parse_args(args: Vec<OsString>) -> Cli {
         std::process::exit(check(cli));
     }
     cli
+}
+
+/// What SIGHUP reads again: the server's file (not stdin), with the
+/// values of its last reading and which options a flag or a variable set.
+fn rereader(file: &FileValues, m: &ArgMatches) -> Option<crate::server::config::ConfigFile> {
+    if file.name.is_empty() || file.name == "-" {
+        return None;
+    }
+    let pinned: std::collections::BTreeSet<String> = m
+        .ids()
+        .filter(|id| match m.value_source(id.as_str()) {
+            Some(ValueSource::CommandLine) => true,
+            Some(ValueSource::EnvVariable) => !file.as_variables.contains(id.as_str()),
+            _ => false,
+        })
+        .map(|id| id.to_string())
+        .collect();
+    let (path, mut last) = (file.name.clone(), file.values.clone());
+    let read = move || -> Result<Vec<crate::server::config::ConfigChange>, String> {
+        let layout = layout("server").expect("the server is configured");
+        let cmd = Cli::command().mut_subcommand("server", |s| decorate(s, layout));
+        let sub = cmd.find_subcommand("server").expect("server");
+        let now = read_file(&path, sub, layout)?.values;
+        let mut changes = Vec::new();
+        for id in last.keys().chain(now.keys()).collect::<std::collections::BTreeSet<_>>() {
+            let (old, new) = (last.get(id).map(|v| &v.0), now.get(id));
+            if old == new.map(|v| &v.0) {
+                continue;
+            }
+            let arg = sub.get_arguments().find(|a| a.get_id() == id.as_str()).expect("the file's keys are arguments");
+            let long = arg.get_long().unwrap_or_default().to_string();
+            let values = match new {
+                Some((values, line)) => {
+                    // The flag's own parser, alone (what it requires is
+                    // the start's to check).
+                    let alone = Command::new("server")
+                        .no_binary_name(true)
+                        .arg(clap::Arg::new("v").long(long.clone()).action(ArgAction::Set).value_parser(arg.get_value_parser().clone()));
+                    for v in values {
+                        alone.clone().try_get_matches_from([format!("--{long}"), v.clone()]).map_err(|e| {
+                            let text = e.render().to_string();
+                            format!("{path}:{line}: {} (the file's `{}`)", text.lines().next().unwrap_or_default().trim_start_matches("error: "), long.replace('-', "_"))
+                        })?;
+                    }
+                    values.clone()
+                }
+                None => arg.get_default_values().iter().map(|v| v.to_string_lossy().into_owned()).collect(),
+            };
+            changes.push(crate::server::config::ConfigChange { key: long.replace('-', "_"), long, values, pinned: pinned.contains(id) });
+        }
+        last = now;
+        Ok(changes)
+    };
+    Some(crate::server::config::ConfigFile { path: file.name.clone(), read: std::sync::Arc::new(std::sync::Mutex::new(read)) })
 }
 
 /// `-h`: one screen, the options by name under their sections' headings;

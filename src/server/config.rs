@@ -13,8 +13,38 @@ pub(crate) const DEFAULT_MAX_PENDING: usize = 64 * 1024;
 /// Where `megaconn server` serves its admin API unless told otherwise.
 pub(crate) const DEFAULT_ADMIN: &str = "127.0.0.1:9100";
 
+/// One option whose value in `--config` changed since it was last read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ConfigChange {
+    /// Its key in the file (`max_connections`).
+    pub key: String,
+    /// Its flag without the dashes (`max-connections`).
+    pub long: String,
+    /// Its new values as the flag takes them (empty: removed from the file).
+    pub values: Vec<String>,
+    /// A flag or a variable sets it: the file's value does not count.
+    pub pinned: bool,
+}
+
+/// Reads `--config` again (SIGHUP): the changes since the last reading,
+/// or why the file does not read (then nothing changed). cli/settings.rs
+/// makes it: it knows the options.
+#[derive(Clone)]
+pub(crate) struct ConfigFile {
+    pub path: String,
+    pub read: std::sync::Arc<std::sync::Mutex<dyn FnMut() -> Result<Vec<ConfigChange>, String> + Send>>,
+}
+
+impl std::fmt::Debug for ConfigFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ConfigFile({})", self.path)
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct ServerConfig {
+    /// `--config`, read again on SIGHUP (None: no file, or stdin).
+    pub config_file: Option<ConfigFile>,
     pub listen: std::net::IpAddr,
     /// Each protocol on its ports (`--serve`, or `--protocol`/`--ports`):
     /// checked by `services::check` in `plan`.
@@ -184,6 +214,7 @@ impl Default for ServerConfig {
     /// business stage with no service time, elastic workers.
     fn default() -> ServerConfig {
         ServerConfig {
+            config_file: None,
             listen: Ipv4Addr::LOCALHOST.into(),
             services: vec![crate::server::services::Service::plain(Protocol::Framed, (8000..=8099).collect())],
             workers: Workers::Auto,

@@ -225,3 +225,62 @@ fn run_server(args: &[&str]) -> (i32, String, String) {
     cmd.arg("server").args(args).arg("--check-config");
     run(cmd, Duration::from_secs(30))
 }
+
+/// An anonymous MQTT 3.1.1 CONNECT's return code.
+fn anonymous_connack(port: u16, id: &str) -> u8 {
+    use std::io::Write;
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    c.write_all(&crate::common::mqtt_raw::connect_packet(4, id, true, &[])).unwrap();
+    let (kind, body) = crate::common::mqtt_raw::packet(&mut c);
+    assert_eq!((kind, body.len()), (0x20, 2), "a CONNACK");
+    body[1]
+}
+
+/// SIGHUP reads `--config` again: a run-time option (here
+/// mqtt_allow_anonymous) takes the file's new value, a limit is named as
+/// needing a restart, an option a flag sets keeps the flag's value; a
+/// broken file is refused naming its line, the configuration in force
+/// stays; each counted in /stats and /metrics.
+#[test]
+fn sighup_reads_the_config_file_again_and_a_broken_one_is_refused() {
+    let (dir, passwd, _) = files("config");
+    let conf = dir.join("server.toml");
+    let write = |anonymous: bool, max: u32, idle: &str| {
+        let text = format!(
+            "[limits]\nmax_connections = {max}\nidle_timeout = \"{idle}\"\n\n[mqtt]\nmqtt_password_file = \"{}\"\nmqtt_allow_anonymous = {anonymous}\n",
+            passwd.display()
+        );
+        std::fs::write(&conf, text).unwrap();
+    };
+    write(false, 100, "120s");
+    let (mut s, admin, port) = mqtt_server(&["--config", &arg(&conf), "--idle-timeout", "300s"]);
+    assert_eq!(anonymous_connack(port, "anon-1"), 5, "anonymous refused (not authorized)");
+    let hup = |s: &Running| {
+        // SAFETY: signalling our own child (the server) by PID.
+        unsafe { libc::kill(s.child.id() as i32, libc::SIGHUP) };
+    };
+    write(true, 200, "60s");
+    hup(&s);
+    let v = s.wait_for(Duration::from_secs(10), "the file read again", |v| v["event"] == "config_reloaded");
+    let said = format!(
+        "config: {} read again (SIGHUP): applied: mqtt_allow_anonymous; need a restart: max_connections; set by a flag or a variable (kept): idle_timeout",
+        conf.display()
+    );
+    assert_eq!(v["message"], said.as_str(), "{v}");
+    s.wait_for(Duration::from_secs(10), "the files taken", |v| v["event"] == "mqtt_files_reloaded");
+    assert_eq!(anonymous_connack(port, "anon-2"), 0, "anonymous let in");
+    std::fs::write(&conf, "[limits]\nmax_conections = 5\n").unwrap();
+    hup(&s);
+    let v = s.wait_for(Duration::from_secs(10), "the broken file refused", |v| v["event"] == "config_reload_failed");
+    let message = v["message"].as_str().unwrap();
+    assert!(message.contains(&format!("{}:2: unknown key `max_conections`", conf.display())) && message.contains("stays"), "{v}");
+    assert_eq!(anonymous_connack(port, "anon-3"), 0, "the configuration in force stays");
+    stats_when(&admin, "the readings counted", |v| {
+        v["config"]["reloaded"] == 1 && v["config"]["refused"] == 1 && v["config"]["applied"] == 1 && v["config"]["need_restart"] == 1
+    });
+    let (_, metrics) = http(&admin, "GET", "/metrics", b"", None);
+    assert!(metrics.contains("megaconn_config_reload_refused_total 1"), "{metrics}");
+    s.terminate();
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -24,6 +24,7 @@ impl ServerFleet {
                     body: crate::server::supervisor::metrics::render(
                         &t,
                         &self.publisher,
+                        &self.config_counters,
                         self.accept_queue,
                         link.as_ref(),
                         admin.as_ref(),
@@ -44,6 +45,7 @@ impl ServerFleet {
                 if let Some(u) = &self.upstream {
                     v["upstream"] = serde_json::to_value(&*u.counters.lock().expect("upstream counters")).unwrap_or_default();
                 }
+                v["config"] = serde_json::to_value(&self.config_counters).unwrap_or_default();
                 v["stalled_workers"] = self.stalled().into();
                 v["accept_queue"] = self.accept_queue.into();
                 if let Some(s) = &self.admin_stats {

@@ -109,6 +109,9 @@ pub(crate) struct ServerFleet {
     tls_checked: Instant,
     /// `--mqtt-password-file` and `--mqtt-acl-file`: read again on SIGHUP.
     mqtt_files: crate::server::auth::mosquitto::FilesConfig,
+    /// `--config`, read again on SIGHUP, and what those readings did.
+    config_file: Option<crate::server::config::ConfigFile>,
+    pub(super) config_counters: super::reload::ConfigCounters,
     /// `--sys-interval`: the `$SYS` topics, when they were last published
     /// and when the server started (None: off).
     sys: Option<(super::sys_topics::SysTree, Duration, Instant)>,
@@ -210,6 +213,8 @@ impl ServerFleet {
             tls_stamp,
             tls_checked: Instant::now(),
             mqtt_files: cfg.mqtt_files.clone(),
+            config_file: cfg.config_file.clone(),
+            config_counters: Default::default(),
             sys: None,
             started: Instant::now(),
             retire_after: cfg.retire_after,
@@ -775,6 +780,29 @@ impl ServerFleet {
         self.client_published(messages);
     }
 
+    /// SIGHUP: `--config` read again (server/supervisor/reload.rs); the
+    /// TLS and mosquitto files it names are then read by their reloads,
+    /// which follow.
+    fn reread_config(&mut self) {
+        let Some(file) = &self.config_file else { return };
+        let read = (file.read.lock().expect("the config reader"))();
+        let path = file.path.clone();
+        match read {
+            Ok(changes) => {
+                let live = super::reload::Live { tls: self.template.tls.as_mut(), mqtt: &mut self.mqtt_files };
+                let outcome = super::reload::sort(changes, live);
+                self.config_counters.reloaded += 1;
+                self.config_counters.applied += outcome.applied.len() as u64;
+                self.config_counters.need_restart += outcome.need_restart.len() as u64;
+                self.note("config_reloaded", usize::MAX, format!("config: {path} read again (SIGHUP): {}", outcome.describe()), 0);
+            }
+            Err(e) => {
+                self.config_counters.refused += 1;
+                self.note("config_reload_failed", usize::MAX, format!("config: not reloaded (SIGHUP): {e}; the configuration in force stays"), 0);
+            }
+        }
+    }
+
     /// SIGHUP: mosquitto's password and ACL files read again; if both
     /// parse, every worker (and every later one) admits and decides by
     /// them, and closes the connections of users no longer in the
@@ -806,6 +834,9 @@ impl ServerFleet {
         }
         self.watch_accept_queue();
         let hup = crate::signals::take_hangup();
+        if hup {
+            self.reread_config();
+        }
         self.maybe_reload_tls(hup);
         if hup {
             self.reload_mqtt_files();

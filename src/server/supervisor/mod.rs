@@ -5,6 +5,7 @@
 pub(crate) mod admin;
 pub(crate) mod fleet;
 pub(crate) mod metrics;
+pub(crate) mod reload;
 pub(crate) mod sys_topics;
 pub(crate) mod view;
 
