@@ -318,7 +318,11 @@ fn rereader(file: &FileValues, m: &ArgMatches) -> Option<crate::server::config::
                     for v in values {
                         alone.clone().try_get_matches_from([format!("--{long}"), v.clone()]).map_err(|e| {
                             let text = e.render().to_string();
-                            format!("{path}:{line}: {} (the file's `{}`)", text.lines().next().unwrap_or_default().trim_start_matches("error: "), long.replace('-', "_"))
+                            format!(
+                                "{path}:{line}: {} (the file's `{}`)",
+                                text.lines().next().unwrap_or_default().trim_start_matches("error: "),
+                                long.replace('-', "_")
+                            )
                         })?;
                     }
                     values.clone()

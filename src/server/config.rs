@@ -26,13 +26,17 @@ pub(crate) struct ConfigChange {
     pub pinned: bool,
 }
 
+/// A reading of `--config`: what changed since the last one, or why the
+/// file does not read.
+pub(crate) type ConfigReader = dyn FnMut() -> Result<Vec<ConfigChange>, String> + Send;
+
 /// Reads `--config` again (SIGHUP): the changes since the last reading,
 /// or why the file does not read (then nothing changed). cli/settings.rs
 /// makes it: it knows the options.
 #[derive(Clone)]
 pub(crate) struct ConfigFile {
     pub path: String,
-    pub read: std::sync::Arc<std::sync::Mutex<dyn FnMut() -> Result<Vec<ConfigChange>, String> + Send>>,
+    pub read: std::sync::Arc<std::sync::Mutex<ConfigReader>>,
 }
 
 impl std::fmt::Debug for ConfigFile {

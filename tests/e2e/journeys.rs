@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The journeys the README promises: deleting one fails this test.
-const REQUIRED: [&str; 26] = [
+const REQUIRED: [&str; 27] = [
     "gateway",
     "load-test",
     "cluster",
@@ -45,6 +45,7 @@ const REQUIRED: [&str; 26] = [
     "thresholds",
     "stages",
     "config",
+    "client-config",
     "move-from-mosquitto",
     "sys-topics",
 ];

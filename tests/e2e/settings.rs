@@ -228,7 +228,11 @@ fn options_of(printed: &str) -> Vec<Printed> {
 
 /// A printed TOML value as text (a number prints bare, a string quoted).
 fn plain(v: &str) -> String {
-    if v.starts_with('"') { serde_json::from_str(v).unwrap() } else { v.to_string() }
+    if v.starts_with('"') {
+        serde_json::from_str(v).unwrap()
+    } else {
+        v.to_string()
+    }
 }
 
 /// Files the options that read theirs at parse time accept.
@@ -245,7 +249,9 @@ impl Material {
         crate::common::Peer::spawn("jwt_keys.py", py).finish_ok(Duration::from_secs(60));
         let seed = nkeys::KeyPair::new_user().seed().unwrap();
         std::fs::write(dir.join("nkey"), format!("{seed}\n")).unwrap();
-        let creds = format!("-----BEGIN NATS USER JWT-----\neyJ0\n------END NATS USER JWT------\n\n-----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n");
+        let creds = format!(
+            "-----BEGIN NATS USER JWT-----\neyJ0\n------END NATS USER JWT------\n\n-----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n"
+        );
         std::fs::write(dir.join("creds"), creds).unwrap();
         std::fs::write(dir.join("cluster.key"), [7u8; 32]).unwrap();
         std::fs::write(dir.join("token"), "an-admin-token-of-some-length-123\n").unwrap();
@@ -359,7 +365,11 @@ fn every_option_is_set_by_its_file_key_and_by_its_variable() {
         // The client needs a count of connections unless the option is one
         // that stands instead of it.
         let base = |key: &str| -> Vec<String> {
-            if sub == "client" && !["connections", "stages"].contains(&key) { vec!["--connections".into(), "5".into()] } else { vec![] }
+            if sub == "client" && !["connections", "stages"].contains(&key) {
+                vec!["--connections".into(), "5".into()]
+            } else {
+                vec![]
+            }
         };
         let (code, defaults, err) = print_config(sub, &base(""), &[]);
         assert_eq!(code, 0, "{sub}: {err}");
@@ -384,7 +394,11 @@ fn every_option_is_set_by_its_file_key_and_by_its_variable() {
             };
             // A list's value (lists print as lists) is one string here.
             let toml = if o.list && !toml.starts_with('[') { format!("[{toml}]") } else { toml };
-            let raw = if let Some(list) = raw.strip_prefix('[') { serde_json::from_str::<Vec<String>>(&format!("[{list}")).map(|l| l.join(",")).unwrap_or(raw) } else { raw };
+            let raw = if let Some(list) = raw.strip_prefix('[') {
+                serde_json::from_str::<Vec<String>>(&format!("[{list}")).map(|l| l.join(",")).unwrap_or(raw)
+            } else {
+                raw
+            };
             let args = [base(&o.key), with].concat();
             let conf = Conf::new(&format!("{sub}-{}", o.key), &format!("[{}]\n{} = {toml}\n", o.section, o.key));
             let (code, by_file, err) = print_config(sub, &[args.clone(), vec!["--config".into(), conf.path.clone()]].concat(), &[]);
@@ -418,7 +432,8 @@ fn client_and_bench_read_files_and_a_files_value_counts_as_given() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(line(&out, "connections"), format!("connections = 7  # {}:2", conf.path));
     assert_eq!(line(&out, "rate"), "rate = \"200/s\"  # environment");
-    let (code, out, err) = print_config("client", &["--config".into(), conf.path.clone(), "--rate".into(), "300/s".into()], &[("MEGACONN_CLIENT_RATE".into(), "200/s".into())]);
+    let (code, out, err) =
+        print_config("client", &["--config".into(), conf.path.clone(), "--rate".into(), "300/s".into()], &[("MEGACONN_CLIENT_RATE".into(), "200/s".into())]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(line(&out, "rate"), "rate = \"300/s\"  # flag");
     let bench = Conf::new("bench", "[load]\nconnections = 2000\nhold = \"3s\"\n\n[protocol]\nprotocol = \"ws\"\n");
@@ -433,7 +448,8 @@ fn client_and_bench_read_files_and_a_files_value_counts_as_given() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains(&format!("{}:2: unknown key `conections` in [load]; did you mean `connections` (in [load])?", bad.path)), "{err}");
     let tls = Conf::new("tls", "[tls]\ntls_key = \"/etc/megaconn/key.pem\"\n");
-    let (code, out, err) = print_config("server", &["--config".into(), tls.path.clone()], &[("MEGACONN_SERVER_TLS_CERT".into(), "/etc/megaconn/cert.pem".into())]);
+    let (code, out, err) =
+        print_config("server", &["--config".into(), tls.path.clone()], &[("MEGACONN_SERVER_TLS_CERT".into(), "/etc/megaconn/cert.pem".into())]);
     assert_eq!(code, 0, "a variable's certificate beside the file's key: {err}");
     assert_eq!(line(&out, "tls_cert"), "tls_cert = \"/etc/megaconn/cert.pem\"  # environment");
 }

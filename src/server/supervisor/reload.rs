@@ -31,12 +31,7 @@ pub(crate) struct Outcome {
 impl Outcome {
     pub(crate) fn describe(&self) -> String {
         let list = |v: &[String]| if v.is_empty() { "none".to_string() } else { v.join(", ") };
-        format!(
-            "applied: {}; need a restart: {}; set by a flag or a variable (kept): {}",
-            list(&self.applied),
-            list(&self.need_restart),
-            list(&self.pinned)
-        )
+        format!("applied: {}; need a restart: {}; set by a flag or a variable (kept): {}", list(&self.applied), list(&self.need_restart), list(&self.pinned))
     }
 }
 
@@ -79,7 +74,11 @@ pub(crate) fn sort(changes: Vec<ConfigChange>, live: Live<'_>) -> Outcome {
             }
             _ => false,
         };
-        if done { out.applied.push(c.key) } else { out.need_restart.push(c.key) }
+        if done {
+            out.applied.push(c.key)
+        } else {
+            out.need_restart.push(c.key)
+        }
     }
     out
 }
@@ -94,7 +93,14 @@ mod tests {
 
     #[test]
     fn run_time_options_apply_and_the_rest_wait_for_a_restart() {
-        let mut tls = crate::tls::files::ServerTls { cert: "old.pem".into(), key: "old.key".into(), handshake_timeout_ms: 1, ticket_key: String::new(), alpn_http: false, pem: None };
+        let mut tls = crate::tls::files::ServerTls {
+            cert: "old.pem".into(),
+            key: "old.key".into(),
+            handshake_timeout_ms: 1,
+            ticket_key: String::new(),
+            alpn_http: false,
+            pem: None,
+        };
         let mut mqtt = crate::server::auth::mosquitto::FilesConfig { password_file: Some("p".into()), acl_file: None, allow_anonymous: false };
         let changes = vec![
             change("tls_cert", "new.pem", false),
