@@ -1,6 +1,7 @@
 //! The Kubernetes client Job starts as written: its own command line, taken
-//! from deploy/k8s/client-job.yaml, planned for shard 0 of 10 with
-//! `--dry-run` (the plan is printed; nothing is opened).
+//! from deploy/k8s/client-job.yaml with its plan from its ConfigMap,
+//! planned for shard 0 of 10 with `--dry-run` (the plan is printed;
+//! nothing is opened). The server's ConfigMap file reads as a pod reads it.
 //! The server and NATS manifests keep the cluster closed: NATS requires a
 //! token from a Secret, the pods read it and the cluster key from mounted
 //! Secrets, and the admin port has its own ClusterIP Service.
@@ -37,6 +38,11 @@ fn the_client_job_command_plans_shard_0_of_10() {
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_megaconn")).parent().unwrap().to_path_buf();
     let path = format!("{}:{}:{}", dir.display(), bin.display(), std::env::var("PATH").unwrap_or_default());
     let start_at = humantime::format_rfc3339_seconds(std::time::SystemTime::now() + std::time::Duration::from_secs(120)).to_string();
+    // The plan from its ConfigMap, where the pod mounts it.
+    let plan_file = dir.join("plan.toml");
+    std::fs::write(&plan_file, config_map("client-job.yaml", "megaconn-load-plan", "plan.toml")).unwrap();
+    assert!(cmd.contains("--config /etc/megaconn/plan/plan.toml"), "{cmd}");
+    let cmd = cmd.replace("/etc/megaconn/plan/plan.toml", &plan_file.display().to_string());
     let mut c = Command::new("/bin/sh");
     c.args(["-c", &format!("{cmd} --dry-run --json")]).env("PATH", path).env("JOB_COMPLETION_INDEX", "0");
     for (k, v) in env {
@@ -63,6 +69,31 @@ fn manifest(name: &str) -> Vec<Value> {
     serde_json::from_slice::<Vec<Value>>(&out.stdout).unwrap()
 }
 
+/// A file of a ConfigMap in a manifest.
+fn config_map(manifest_name: &str, map: &str, file: &str) -> String {
+    let docs = manifest(manifest_name);
+    let m = docs.iter().find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == map).unwrap_or_else(|| panic!("ConfigMap {map} in {manifest_name}"));
+    m["data"][file].as_str().unwrap_or_else(|| panic!("{file} in ConfigMap {map}")).to_string()
+}
+
+/// The server's configuration file (ConfigMap megaconn-server-config),
+/// as JSON by section (read with Python's tomllib).
+fn server_toml() -> (String, Value) {
+    let text = config_map("server.yaml", "megaconn-server-config", "server.toml");
+    let script = "import json, sys, tomllib\nprint(json.dumps(tomllib.loads(sys.stdin.read())))";
+    let mut child = Command::new("python3")
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "server.toml is not TOML: {}", String::from_utf8_lossy(&out.stderr));
+    (text, serde_json::from_slice(&out.stdout).unwrap())
+}
+
 fn ports(service: &Value) -> Vec<u64> {
     service["spec"]["ports"].as_array().unwrap().iter().map(|p| p["port"].as_u64().unwrap()).collect()
 }
@@ -82,9 +113,10 @@ fn the_cluster_is_authenticated_and_the_admin_port_has_its_own_service() {
     let pod = &deploy["spec"]["template"]["spec"];
     let c = &pod["containers"][0];
     let args: Vec<&str> = c["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
-    let after = |flag: &str| args.iter().position(|a| *a == flag).map(|i| args[i + 1]).unwrap_or_else(|| panic!("{flag} missing: {args:?}"));
-    for (flag, secret) in [("--cluster-key-file", "megaconn-cluster"), ("--cluster-token-file", "megaconn-nats")] {
-        let file = after(flag);
+    assert_eq!(args, ["server", "--config", "/etc/megaconn/config/server.toml"], "every setting in the ConfigMap");
+    let (text, conf) = server_toml();
+    for (key, secret) in [("cluster_key_file", "megaconn-cluster"), ("cluster_token_file", "megaconn-nats")] {
+        let file = conf["cluster"][key].as_str().unwrap_or_else(|| panic!("{key} in [cluster]: {conf}"));
         let mount = c["volumeMounts"]
             .as_array()
             .unwrap()
@@ -92,8 +124,27 @@ fn the_cluster_is_authenticated_and_the_admin_port_has_its_own_service() {
             .find(|m| file.starts_with(m["mountPath"].as_str().unwrap()))
             .unwrap_or_else(|| panic!("{file} is not mounted"));
         let volume = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == mount["name"]).unwrap();
-        assert_eq!(volume["secret"]["secretName"], secret, "{flag} {file} comes from Secret {secret}: {volume}");
+        assert_eq!(volume["secret"]["secretName"], secret, "{key} {file} comes from Secret {secret}: {volume}");
     }
+    let config = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "config").expect("the config volume");
+    assert_eq!(config["configMap"]["name"], "megaconn-server-config", "{config}");
+
+    // megaconn reads the file as a pod would (the Secrets' files here
+    // made locally), its node id from the pod's name in the environment.
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("k8s-server");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("cluster.key"), [9u8; 32]).unwrap();
+    std::fs::write(dir.join("token"), "a-nats-token-for-the-test\n").unwrap();
+    let local = text.replace("/etc/megaconn/cluster/", &format!("{}/", dir.display())).replace("/etc/megaconn/nats/", &format!("{}/", dir.display()));
+    std::fs::write(dir.join("server.toml"), local).unwrap();
+    let node = c["env"].as_array().unwrap().iter().find(|e| e["name"] == "MEGACONN_SERVER_NODE_ID").expect("the node id by variable");
+    assert_eq!(node["valueFrom"]["fieldRef"]["fieldPath"], "metadata.name", "{node}");
+    let mut check = crate::common::megaconn();
+    check.args(["server", "--config"]).arg(dir.join("server.toml")).arg("--print-config").env("MEGACONN_SERVER_NODE_ID", "megaconn-server-0");
+    let (code, printed, err) = crate::common::run(check, std::time::Duration::from_secs(20));
+    assert_eq!(code, 0, "the ConfigMap's server.toml: {err}");
+    assert!(printed.contains("node_id = \"megaconn-server-0\"  # environment"), "{printed}");
+    assert!(printed.contains("connections = 2000000  # "), "{printed}");
 
     // The admin token comes from its Secret through the environment,
     // never on the command line (`ps` shows it).
@@ -123,8 +174,8 @@ fn a_rolling_update_gives_each_pod_its_whole_drain() {
     let deploy = server.iter().find(|d| d["kind"] == "Deployment").unwrap();
     let pod = &deploy["spec"]["template"]["spec"];
     let c = &pod["containers"][0];
-    let args: Vec<&str> = c["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
-    let period = args.iter().position(|a| *a == "--drain-period").map(|i| humantime::parse_duration(args[i + 1]).unwrap()).expect("--drain-period");
+    let (_, conf) = server_toml();
+    let period = humantime::parse_duration(conf["lifecycle"]["drain_period"].as_str().expect("drain_period in [lifecycle]")).unwrap();
     // Killed before its drain ends, a pod would drop what is left at once.
     let grace = pod["terminationGracePeriodSeconds"].as_u64().expect("terminationGracePeriodSeconds");
     assert!(grace >= period.as_secs() + 10, "grace {grace} s covers --drain-period {period:?} + --drain-timeout 10 s");
