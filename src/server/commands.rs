@@ -376,6 +376,10 @@ pub(crate) const CMD_TLS_RELOAD: &str = "tls_reload";
 /// `mqtt_files {json}`: mosquitto's password and ACL files, read again
 /// (SIGHUP) and checked by the supervisor.
 pub(crate) const CMD_MQTT_FILES: &str = "mqtt_files";
+/// `auth_key {json}`: `--auth jwt`'s key, read again (SIGHUP, a changed
+/// `--config`) and checked by the supervisor: new tokens are verified
+/// with it.
+pub(crate) const CMD_AUTH_KEY: &str = "auth_key";
 /// `notices [json]`: tell the topics' subscribers who joined or left.
 pub(crate) const CMD_NOTICES: &str = "notices";
 /// `upstream_done N`: the backend took (or refused for good) N more of
@@ -395,6 +399,7 @@ pub(crate) enum ServerCommand {
     Takeover(u64),
     TlsReload(crate::tls::files::Pem),
     MqttFiles(crate::server::auth::mosquitto::Files),
+    AuthKey(crate::server::auth::jwt::JwtKey),
     Resuming,
     UpstreamDone(u64),
     Notices(Vec<crate::proto::push::Notice>),
@@ -418,6 +423,7 @@ impl ServerCommand {
             CMD_TAKEOVER => ServerCommand::Takeover(number(word, arg)?),
             CMD_TLS_RELOAD => ServerCommand::TlsReload(json(word, arg)?),
             CMD_MQTT_FILES => ServerCommand::MqttFiles(json(word, arg)?),
+            CMD_AUTH_KEY => ServerCommand::AuthKey(json(word, arg)?),
             CMD_RESUMING => ServerCommand::Resuming,
             CMD_UPSTREAM_DONE => ServerCommand::UpstreamDone(number(word, arg)?),
             CMD_NOTICES => ServerCommand::Notices(json(word, arg)?),

@@ -430,6 +430,13 @@ impl Handler for Worker {
                             self.mqtt_close_by(key, gen, crate::server::close::Close::MqttUserRemoved, 0x98, why);
                         }
                     }
+                    Ok(ServerCommand::AuthKey(key)) => {
+                        // The supervisor read and checked it; tokens shown
+                        // from now on are verified with it.
+                        if let Ok(v) = crate::server::auth::jwt::Verifier::new(&key, &self.cfg.jwt_expected) {
+                            self.topics.gate.set_verifier(v);
+                        }
+                    }
                     Ok(ServerCommand::TlsReload(pem)) => {
                         // The supervisor checked these bytes before sending
                         // them; a failure here keeps the certificate in force.

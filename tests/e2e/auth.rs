@@ -353,3 +353,55 @@ fn a_refresh_that_drops_a_topic_unsubscribes_it() {
     let _ = std::fs::remove_dir_all(&dir);
     assert!(s.terminate().success());
 }
+
+/// An MQTT 3.1.1 CONNECT showing `token` as its password: the CONNACK's code.
+fn mqtt_token_connack(port: u16, id: &str, token: &str) -> u8 {
+    let mut body = b"\x00\x04MQTT\x04\xc2\x00\x3c".to_vec();
+    for field in [id.as_bytes(), b"user", token.as_bytes()] {
+        body.extend_from_slice(&(field.len() as u16).to_be_bytes());
+        body.extend_from_slice(field);
+    }
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(&crate::common::mqtt_raw::frame(0x10, &body)).unwrap();
+    let (kind, ack) = crate::common::mqtt_raw::packet(&mut s);
+    assert_eq!((kind, ack.len()), (0x20, 2), "a CONNACK");
+    ack[1]
+}
+
+/// SIGHUP with a changed `--config`: the JWT key file it names is read
+/// and every worker verifies new tokens with it (the old key's tokens
+/// refused from then on), and a new max_connections is in force; both
+/// named as applied.
+#[test]
+fn sighup_takes_a_new_jwt_key_and_cap_from_the_config_file() {
+    let (a, b) = (keys("rotate-a"), keys("rotate-b"));
+    let (old, new) = (mint(&a, "dev1", 600, "*"), mint(&b, "dev1", 600, "*"));
+    let conf = a.join("server.toml");
+    let write = |dir: &std::path::Path, cap: u32| {
+        let text = format!("[auth]\nauth = \"jwt\"\njwt_secret_file = \"{}\"\n\n[limits]\nmax_connections = {cap}\n", dir.join("secret").display());
+        std::fs::write(&conf, text).unwrap();
+    };
+    write(&a, 10);
+    let (mut s, admin, port) = crate::mqtt::mqtt_server(&["--config", &conf.display().to_string()]);
+    assert_eq!(mqtt_token_connack(port, "c1", &old), 0, "the key in force");
+    assert_eq!(mqtt_token_connack(port, "c2", &new), 5, "another key's token");
+    write(&b, 20);
+    // SAFETY: signalling our own child (the server) by PID.
+    unsafe { libc::kill(s.child.id() as i32, libc::SIGHUP) };
+    let v = s.wait_for(Duration::from_secs(10), "the file read again", |v| v["event"] == "config_reloaded");
+    assert!(v["message"].as_str().unwrap().contains("applied: jwt_secret_file, max_connections; need a restart: none"), "{v}");
+    // The worker takes the key on its next command read: the refusal of
+    // the old key's token shows it has.
+    let mut n = 0;
+    while mqtt_token_connack(port, &format!("old{n}"), &old) == 0 {
+        n += 1;
+        assert!(n < 200, "the old key's tokens still admitted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(mqtt_token_connack(port, "c3", &new), 0, "the new key's token");
+    stats_when(&admin, "the reading counted", |v| v["config"]["reloaded"] == 1 && v["config"]["applied"] == 2);
+    assert!(s.terminate().success());
+    let _ = std::fs::remove_dir_all(&a);
+    let _ = std::fs::remove_dir_all(&b);
+}

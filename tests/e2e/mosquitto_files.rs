@@ -238,8 +238,8 @@ fn anonymous_connack(port: u16, id: &str) -> u8 {
 }
 
 /// SIGHUP reads `--config` again: a run-time option (here
-/// mqtt_allow_anonymous) takes the file's new value, a limit is named as
-/// needing a restart, an option a flag sets keeps the flag's value; a
+/// mqtt_allow_anonymous) takes the file's new value, a limit that only a
+/// start sets (max_topics) is named as needing a restart, an option a flag sets keeps the flag's value; a
 /// broken file is refused naming its line, the configuration in force
 /// stays; each counted in /stats and /metrics.
 #[test]
@@ -248,7 +248,7 @@ fn sighup_reads_the_config_file_again_and_a_broken_one_is_refused() {
     let conf = dir.join("server.toml");
     let write = |anonymous: bool, max: u32, idle: &str| {
         let text = format!(
-            "[limits]\nmax_connections = {max}\nidle_timeout = \"{idle}\"\n\n[mqtt]\nmqtt_password_file = \"{}\"\nmqtt_allow_anonymous = {anonymous}\n",
+            "[limits]\nmax_topics = {max}\nidle_timeout = \"{idle}\"\n\n[mqtt]\nmqtt_password_file = \"{}\"\nmqtt_allow_anonymous = {anonymous}\n",
             passwd.display()
         );
         std::fs::write(&conf, text).unwrap();
@@ -264,7 +264,7 @@ fn sighup_reads_the_config_file_again_and_a_broken_one_is_refused() {
     hup(&s);
     let v = s.wait_for(Duration::from_secs(10), "the file read again", |v| v["event"] == "config_reloaded");
     let said = format!(
-        "config: {} read again (SIGHUP): applied: mqtt_allow_anonymous; need a restart: max_connections; set by a flag or a variable (kept): idle_timeout",
+        "config: {} read again (SIGHUP): applied: mqtt_allow_anonymous; need a restart: max_topics; set by a flag or a variable (kept): idle_timeout",
         conf.display()
     );
     assert_eq!(v["message"], said.as_str(), "{v}");

@@ -176,6 +176,14 @@ impl Gate {
         self.verifier.is_some()
     }
 
+    /// `--auth jwt`'s key changed: tokens shown from now on are
+    /// verified with `v` (admitted connections keep what they showed).
+    pub(crate) fn set_verifier(&mut self, v: Verifier) {
+        if self.verifier.is_some() {
+            self.verifier = Some(v);
+        }
+    }
+
     /// mosquitto's files now in force (MQTT clients log in by them).
     pub(crate) fn files(&self) -> Option<&Files> {
         self.files.as_deref()

@@ -234,6 +234,8 @@ struct Arrival {
 /// The supervisor's handle on the sender thread.
 pub(crate) struct Upstream {
     tx: UnboundedSender<Arrival>,
+    /// Where batches go (SIGHUP may change it: the next batch goes there).
+    target: Arc<Mutex<Target>>,
     /// Bytes handed to the sender and not finished ([`UpMessage::bytes`]).
     held: Arc<AtomicU64>,
     hold_bytes: u64,
@@ -246,12 +248,19 @@ impl Upstream {
         let counters = Arc::new(Mutex::new(UpstreamCounters::default()));
         let held = Arc::new(AtomicU64::new(0));
         let (c, h, hold_bytes) = (counters.clone(), held.clone(), cfg.hold_bytes);
+        let target = Arc::new(Mutex::new(cfg.target.clone()));
+        let t = target.clone();
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the upstream sender's runtime")?;
         std::thread::Builder::new()
             .name("upstream".into())
-            .spawn(move || rt.block_on(run(cfg, rx, sink, c, h)))
+            .spawn(move || rt.block_on(run(cfg, rx, sink, c, h, t)))
             .context("starting the upstream sender thread")?;
-        Ok(Upstream { tx, held, hold_bytes, counters })
+        Ok(Upstream { tx, target, held, hold_bytes, counters })
+    }
+
+    /// Send the next batches to `t` (SIGHUP's `upstream`).
+    pub(crate) fn retarget(&self, t: Target) {
+        *self.target.lock().expect("the upstream target") = t;
     }
 
     /// Messages of worker `w` to send; past the supervisor's bound they
@@ -565,7 +574,14 @@ impl Sender {
     }
 }
 
-async fn run(cfg: SenderConfig, mut rx: UnboundedReceiver<Arrival>, sink: Sink<UpstreamEvent>, counters: Arc<Mutex<UpstreamCounters>>, held: Arc<AtomicU64>) {
+async fn run(
+    cfg: SenderConfig,
+    mut rx: UnboundedReceiver<Arrival>,
+    sink: Sink<UpstreamEvent>,
+    counters: Arc<Mutex<UpstreamCounters>>,
+    held: Arc<AtomicU64>,
+    target: Arc<Mutex<Target>>,
+) {
     let mut s = Sender { cfg, queue: VecDeque::new(), sink, counters, held, drop_noted: None };
     let overhead = s.envelope().len();
     let mut conn = None;
@@ -592,6 +608,11 @@ async fn run(cfg: SenderConfig, mut rx: UnboundedReceiver<Arrival>, sink: Sink<U
         let n = batch_len(s.queue.iter().map_while(Entry::json_len), sizer.count, sizer.bytes.saturating_sub(overhead));
         let body = s.body(n);
         let size = body.len();
+        let now = target.lock().expect("the upstream target").clone();
+        if now != s.cfg.target {
+            s.cfg.target = now;
+            conn = None;
+        }
         let outcome = post(&mut conn, &s.cfg.target, s.cfg.secret.as_ref(), Bytes::from(body)).await;
         match sizer.after(n, size, outcome) {
             Next::Taken => {
@@ -773,5 +794,64 @@ mod tests {
         assert_eq!((m.data.as_deref(), m.data_b64.as_deref()), (Some("hi"), None));
         let b = UpMessage::message(7, None, None, false, &[0xff, 0]);
         assert_eq!((b.data, b.data_b64.as_deref()), (None, Some("/wA=")));
+    }
+}
+
+#[cfg(test)]
+mod retarget_tests {
+    use super::*;
+    use std::io::{BufRead, BufReader, Read, Write};
+
+    /// A backend on loopback that answers each POST 200 and hands its
+    /// body over.
+    fn backend() -> (u16, std::sync::mpsc::Receiver<String>) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(mut s) = s else { return };
+                let tx = tx.clone();
+                std::thread::spawn(move || {
+                    let mut r = BufReader::new(s.try_clone().unwrap());
+                    loop {
+                        let mut len = 0;
+                        loop {
+                            let mut line = String::new();
+                            if r.read_line(&mut line).unwrap_or(0) == 0 {
+                                return;
+                            }
+                            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                                len = v.trim().parse().unwrap();
+                            }
+                            if line == "\r\n" {
+                                break;
+                            }
+                        }
+                        let mut body = vec![0; len];
+                        r.read_exact(&mut body).unwrap();
+                        s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").unwrap();
+                        let _ = tx.send(String::from_utf8_lossy(&body).into_owned());
+                    }
+                });
+            }
+        });
+        (port, rx)
+    }
+
+    /// SIGHUP's new target: the next batch goes there, on a connection of its own.
+    #[test]
+    fn a_new_target_takes_the_next_batch() {
+        let ((a, got_a), (b, got_b)) = (backend(), backend());
+        let target = |port| Target { host: "127.0.0.1".into(), port, path: "/hook".into() };
+        let cfg = SenderConfig { target: target(a), node: None, secret: None, hold_bytes: 1 << 20 };
+        let up = Upstream::start(cfg, Arc::new(|_| true)).unwrap();
+        let limit = Duration::from_secs(10);
+        up.send(0, vec![UpMessage::message(1, None, None, true, b"first")]);
+        assert!(got_a.recv_timeout(limit).unwrap().contains("first"));
+        up.retarget(target(b));
+        up.send(0, vec![UpMessage::message(1, None, None, true, b"second")]);
+        assert!(got_b.recv_timeout(limit).unwrap().contains("second"));
+        assert!(got_a.try_recv().is_err(), "nothing more to the old target");
     }
 }

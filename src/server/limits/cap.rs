@@ -59,6 +59,12 @@ impl SharedCap {
         self.word(1).load(Ordering::Relaxed)
     }
 
+    /// Supervisor: a new cap (SIGHUP), in force for every worker's next
+    /// accept; connections over a lowered one stay.
+    pub(crate) fn set_cap(&self, cap: u64) {
+        self.word(1).store(cap, Ordering::SeqCst);
+    }
+
     /// Connections held server-wide.
     #[cfg(test)]
     pub(crate) fn count(&self) -> u64 {

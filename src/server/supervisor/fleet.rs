@@ -184,6 +184,10 @@ impl ServerFleet {
             template.mqtt_files = Some(crate::server::auth::mosquitto::Files::load(&cfg.mqtt_files).map_err(crate::UsageError)?);
             crate::signals::watch_hangup();
         }
+        if cfg.config_file.is_some() {
+            // SIGHUP reads the file again (supervisor/reload.rs).
+            crate::signals::watch_hangup();
+        }
         let tls_stamp = template.tls.as_ref().and_then(crate::tls::files::stamp);
         let to = sink.clone();
         let shards = crate::server::broker::shard::Shards::start(
@@ -789,8 +793,18 @@ impl ServerFleet {
         let path = file.path.clone();
         match read {
             Ok(changes) => {
-                let live = super::reload::Live { tls: self.template.tls.as_mut(), mqtt: &mut self.mqtt_files };
+                let live = super::reload::Live {
+                    tls: self.template.tls.as_mut(),
+                    mqtt: &mut self.mqtt_files,
+                    jwt: self.template.auth.as_mut(),
+                    cap: self.cap.as_ref(),
+                    upstream: self.upstream.as_ref(),
+                };
                 let outcome = super::reload::sort(changes, live);
+                if let (true, Some(key)) = (outcome.new_key, &self.template.auth) {
+                    // Workers started later take it from the template.
+                    self.pool.broadcast(&format!("{} {}", crate::server::commands::CMD_AUTH_KEY, serde_json::to_string(key).expect("serializes")));
+                }
                 self.config_counters.reloaded += 1;
                 self.config_counters.applied += outcome.applied.len() as u64;
                 self.config_counters.need_restart += outcome.need_restart.len() as u64;
