@@ -66,6 +66,13 @@ impl TryFrom<ServerArgs> for ServerConfig {
             history: crate::server::broker::history::HistoryConfig { size: a.history, ttl: a.history_ttl, max_bytes: a.history_max_bytes },
             mqtt_flight: crate::server::session::mqtt::flight::Bounds { inflight: a.mqtt_inflight, queued: a.mqtt_queue, queued_bytes: a.mqtt_queue_bytes },
             mqtt_max_keep_alive: a.mqtt_max_keep_alive,
+            auth_hook: a.mqtt_auth_http.clone().map(|target| crate::server::broker::auth_hook::HookConfig {
+                target,
+                timeout: a.mqtt_auth_http_timeout,
+                cache_ttl: a.mqtt_auth_http_cache,
+                concurrency: a.mqtt_auth_http_concurrency,
+                fail_open: a.mqtt_auth_http_fail_open,
+            }),
             broker_shards: a.broker_shards,
             mqtt_retained: crate::server::broker::retained::RetainedConfig {
                 max_messages: a.mqtt_retained,

@@ -313,6 +313,21 @@ pub(crate) struct ServerArgs {
     /// MQTT, with --mqtt-password-file: let CONNECTs without a user name in (mosquitto's allow_anonymous; off by default, as in mosquitto 2.0).
     #[arg(long, requires = "mqtt_password_file")]
     pub(crate) mqtt_allow_anonymous: bool,
+    /// MQTT: ask this HTTP backend whether each CONNECT may log in, as EMQX's HTTP authentication asks (POST JSON username, password, clientid, peerhost, protocol; 200 {"result": "allow"|"deny"|"ignore"} or 204 allows; anything else refuses: CONNACK not authorized, mqtt_auth_http_refused). docs/mqtt.md#an-http-auth-backend
+    #[arg(long, value_name = "URL", conflicts_with_all = ["mqtt_password_file", "auth"], value_parser = |s: &str| crate::server::broker::upstream::parse_url(s).map_err(|e| e.replace("--upstream", "--mqtt-auth-http")))]
+    pub(crate) mqtt_auth_http: Option<crate::server::broker::upstream::Target>,
+    /// MQTT, with --mqtt-auth-http: how long a CONNECT waits for the backend's answer (connecting included); past it the CONNECT is refused (timeout), or let in with --mqtt-auth-http-fail-open.
+    #[arg(long, value_parser = parse::positive_duration, default_value = "5s")]
+    pub(crate) mqtt_auth_http_timeout: Duration,
+    /// MQTT, with --mqtt-auth-http: how long the backend's answer (allow, deny, ignore) about a user name, password and client id is reused (0: ask every time).
+    #[arg(long, value_parser = parse::duration, default_value = "60s")]
+    pub(crate) mqtt_auth_http_cache: Duration,
+    /// MQTT, with --mqtt-auth-http: requests the backend has at once (connections kept open to it); 16 times as many CONNECTs may wait, more are refused (busy).
+    #[arg(long, default_value = "64", value_parser = clap::value_parser!(u16).range(1..=4096).map(|v| v as usize))]
+    pub(crate) mqtt_auth_http_concurrency: usize,
+    /// MQTT, with --mqtt-auth-http: let a CONNECT in when the backend cannot say (timeout, unreachable, an error status, an answer not its JSON, busy); its deny and ignore still refuse. Off: fail closed.
+    #[arg(long, requires = "mqtt_auth_http")]
+    pub(crate) mqtt_auth_http_fail_open: bool,
     /// Broker shards: threads in the supervisor's process that route every message between the workers, each owning the topics that hash to it (their history, retained messages, subscribers); 0: one per two cores, at least one.
     #[arg(long, default_value = "0", value_parser = clap::value_parser!(u16).range(0..=256).map(|v| v as usize))]
     pub(crate) broker_shards: usize,

@@ -224,6 +224,9 @@ pub(crate) enum Close {
     MqttAclDenied,
     /// A reloaded `--mqtt-password-file` no longer holds the connection's user.
     MqttUserRemoved,
+    /// `--mqtt-auth-http`: the backend refused the CONNECT (or could not
+    /// say, failing closed).
+    MqttAuthHttpRefused,
 }
 
 impl Close {
@@ -313,6 +316,7 @@ impl Close {
             MqttAnonymousRefused => "mqtt_anonymous_refused",
             MqttAclDenied => "mqtt_acl_denied",
             MqttUserRemoved => "mqtt_user_removed",
+            MqttAuthHttpRefused => "mqtt_auth_http_refused",
         }
     }
 
@@ -372,7 +376,7 @@ impl Close {
             MqttSessionTakenOver | MqttClientIdRefused | MqttConnectUnansweredOverflow => true,
             WsMqttNotOffered | MqttWsText => true,
             MqttSysTopic | MqttKeepAliveRefused | MqttSessionExpiryAfterZero => true,
-            MqttUnknownUser | MqttBadPassword | MqttAnonymousRefused | MqttAclDenied | MqttUserRemoved => true,
+            MqttUnknownUser | MqttBadPassword | MqttAnonymousRefused | MqttAclDenied | MqttUserRemoved | MqttAuthHttpRefused => true,
             // Names made below: a TLS failure, an I/O error.
             Tls(_) | Io(_) => false,
             _ => false,

@@ -159,6 +159,22 @@ pub(crate) struct SessionClaim {
     /// peer's address (`broker/sessions.rs`, per-identity quotas).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub identity: String,
+    /// `--mqtt-auth-http`: what the backend is asked about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub login: Option<Login>,
+    /// The client id is one the server assigned (a CONNECT without one):
+    /// a 5.0 CONNACK says it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub assigned: bool,
+}
+
+/// A CONNECT's user name, password (as text: EMQX's backends read it so)
+/// and peer address, for `--mqtt-auth-http`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Login {
+    pub username: String,
+    pub password: String,
+    pub peerhost: String,
 }
 
 /// A client id as the supervisor's registry keys it (`broker/sessions.rs`:
@@ -301,6 +317,12 @@ pub(crate) struct SessionAnswer {
     pub owner: Option<String>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub identity: String,
+    /// Refused by the `--mqtt-auth-http` backend (the CONNECT's close reason).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hook_refused: bool,
+    /// The client id the server assigned, for a 5.0 CONNACK to say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assigned: Option<String>,
 }
 
 fn no_expiry(n: &u32) -> bool {

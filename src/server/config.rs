@@ -106,6 +106,8 @@ pub(crate) struct ServerConfig {
     pub mqtt_flight: crate::server::session::mqtt::flight::Bounds,
     /// MQTT: `--mqtt-max-keep-alive` (0: any).
     pub mqtt_max_keep_alive: u16,
+    /// MQTT: `--mqtt-auth-http` and its bounds.
+    pub auth_hook: Option<crate::server::broker::auth_hook::HookConfig>,
     /// `--broker-shards`: threads routing messages (0: one per core).
     pub broker_shards: usize,
     /// MQTT: `--mqtt-retained`, `--mqtt-retained-bytes`.
@@ -247,6 +249,7 @@ impl Default for ServerConfig {
             history: Default::default(),
             mqtt_flight: Default::default(),
             mqtt_max_keep_alive: 0,
+            auth_hook: None,
             broker_shards: 0,
             mqtt_retained: Default::default(),
             mqtt_retained_file: None,

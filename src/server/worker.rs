@@ -816,5 +816,5 @@ impl Worker {
 
 /// A worker config from before `--protocol mqtt` existed.
 fn default_mqtt() -> crate::server::session::mqtt::MqttConfig {
-    crate::server::session::mqtt::MqttConfig { max_push: crate::proto::push::DEFAULT_MAX_PUSH, flight: Default::default(), max_keep_alive: 0 }
+    crate::server::session::mqtt::MqttConfig { max_push: crate::proto::push::DEFAULT_MAX_PUSH, flight: Default::default(), max_keep_alive: 0, auth_hook: false }
 }

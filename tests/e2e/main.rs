@@ -11,6 +11,7 @@ mod accounting;
 mod admin_exposed;
 mod any_peer;
 mod auth;
+mod auth_http;
 mod bad_input;
 mod broker;
 mod chat;

@@ -276,6 +276,7 @@ fn needs(sub: &str, key: &str, m: &Material) -> Vec<String> {
         ("server", k) if k.starts_with("cluster_") => vec!["--cluster".into(), "nats://127.0.0.1:4222".into()],
         ("server", "mqtt_allow_anonymous") => vec!["--mqtt-password-file".into(), m.path("state")],
         ("server", "presence_events") => vec!["--upstream".into(), "http://127.0.0.1:9/up".into()],
+        ("server", "mqtt_auth_http_fail_open") => vec!["--mqtt-auth-http".into(), "http://127.0.0.1:9/auth".into()],
         _ => vec![],
     }
 }
@@ -313,6 +314,7 @@ fn sample(sub: &str, key: &str, m: &Material) -> (String, Vec<String>) {
         ("server", "admin_token") => ("an-admin-token-of-some-length-123".into(), vec![]),
         ("server", "admin_token_file") => (file("token"), vec![]),
         ("server", "upstream") => ("http://127.0.0.1:9/up".into(), vec![]),
+        ("server", "mqtt_auth_http") => ("http://127.0.0.1:9/auth".into(), vec![]),
         ("server", "upstream_secret_file") => (file("secret"), vec!["--upstream".into(), "http://127.0.0.1:9/up".into()]),
         ("client", "header") => ("X-Test: 1".into(), vec!["--protocol".into(), "ws".into()]),
         ("client", "jwt_secret_file") => (file("secret"), vec![]),

@@ -10,6 +10,7 @@
 //! both files written by `state_file`), shared
 //! subscription groups (`shared`) and what clients said, sent
 //! on to the application (`upstream`).
+pub(crate) mod auth_hook;
 pub(crate) mod core;
 pub(crate) mod history;
 pub(crate) mod publish;

@@ -617,6 +617,11 @@ impl Sessions {
     }
 }
 
+/// A claim the `--mqtt-auth-http` backend refused: not authorized.
+pub(crate) fn hook_refusal(conn: u64, is_v5: bool) -> SessionAnswer {
+    SessionAnswer { hook_refused: true, ..refusal(conn, NOT_OWNER, is_v5) }
+}
+
 /// A refused claim's answer with the CONNACK code of its version.
 fn refusal(conn: u64, (v5, v3): (u8, u8), is_v5: bool) -> SessionAnswer {
     SessionAnswer {
@@ -630,6 +635,8 @@ fn refusal(conn: u64, (v5, v3): (u8, u8), is_v5: bool) -> SessionAnswer {
         rel: Vec::new(),
         owner: None,
         identity: String::new(),
+        hook_refused: false,
+        assigned: None,
     }
 }
 

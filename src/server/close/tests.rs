@@ -92,6 +92,7 @@ const ALL: &[Close] = &[
     MqttAnonymousRefused,
     MqttAclDenied,
     MqttUserRemoved,
+    MqttAuthHttpRefused,
 ];
 
 /// Each variant's place in [`ALL`] (payloads aside).
@@ -180,6 +181,7 @@ fn ordinal(c: Close) -> usize {
         MqttAnonymousRefused => 80,
         MqttAclDenied => 81,
         MqttUserRemoved => 82,
+        MqttAuthHttpRefused => 83,
     }
 }
 

@@ -87,6 +87,10 @@ pub(crate) struct MqttConfig {
     /// (CONNACK Server Keep Alive), a 3.1.1 one refused.
     #[serde(default)]
     pub max_keep_alive: u16,
+    /// `--mqtt-auth-http`: every CONNECT's login goes with its claim to
+    /// the supervisor, which asks the backend.
+    #[serde(default)]
+    pub auth_hook: bool,
 }
 
 impl MqttConfig {

@@ -24,7 +24,7 @@ impl ServerFleet {
                     body: crate::server::supervisor::metrics::render(
                         &t,
                         &self.publisher,
-                        &self.config_counters,
+                        crate::server::supervisor::metrics::Own { config: &self.config_counters, hook: self.hook.as_ref().map(|h| &h.counters) },
                         self.accept_queue,
                         link.as_ref(),
                         admin.as_ref(),
@@ -46,6 +46,9 @@ impl ServerFleet {
                     v["upstream"] = serde_json::to_value(&*u.counters.lock().expect("upstream counters")).unwrap_or_default();
                 }
                 v["config"] = serde_json::to_value(&self.config_counters).unwrap_or_default();
+                if let Some(h) = &self.hook {
+                    v["mqtt_auth_http"] = serde_json::to_value(&h.counters).unwrap_or_default();
+                }
                 v["stalled_workers"] = self.stalled().into();
                 v["accept_queue"] = self.accept_queue.into();
                 if let Some(s) = &self.admin_stats {

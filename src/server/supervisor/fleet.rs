@@ -6,7 +6,7 @@
 
 use crate::server::business::BusinessMode;
 use crate::server::close::Close;
-use crate::server::commands::ServerMsg;
+use crate::server::commands::{ServerMsg, SessionClaim};
 use crate::server::config::ServerConfig;
 use crate::server::session::http;
 use crate::server::supervisor::view::{ServerView, WORKER_CRASHED};
@@ -112,6 +112,10 @@ pub(crate) struct ServerFleet {
     /// `--config`, read again on SIGHUP, and what those readings did.
     config_file: Option<crate::server::config::ConfigFile>,
     pub(super) config_counters: super::reload::ConfigCounters,
+    /// `--mqtt-auth-http`, and the claims waiting for its answers.
+    pub(super) hook: Option<crate::server::broker::auth_hook::Hook>,
+    hook_waiting: std::collections::HashMap<u64, (usize, SessionClaim, crate::server::broker::auth_hook::Credentials)>,
+    hook_seq: u64,
     /// `--sys-interval`: the `$SYS` topics, when they were last published
     /// and when the server started (None: off).
     sys: Option<(super::sys_topics::SysTree, Duration, Instant)>,
@@ -219,6 +223,9 @@ impl ServerFleet {
             mqtt_files: cfg.mqtt_files.clone(),
             config_file: cfg.config_file.clone(),
             config_counters: Default::default(),
+            hook: None,
+            hook_waiting: Default::default(),
+            hook_seq: 0,
             sys: None,
             started: Instant::now(),
             retire_after: cfg.retire_after,
@@ -279,6 +286,10 @@ impl ServerFleet {
                 hold_bytes: crate::server::broker::upstream::supervisor_cap(f.template.upstream_bytes, max_workers, cfg.max_message_bytes),
             };
             f.upstream = Some(crate::server::broker::upstream::Upstream::start(sender, Arc::new(move |ev| to(ServerEvent::Upstream(ev))))?);
+        }
+        if let Some(h) = &cfg.auth_hook {
+            let to = sink.clone();
+            f.hook = Some(crate::server::broker::auth_hook::Hook::start(h.clone(), Arc::new(move |d| to(ServerEvent::AuthHook(d))))?);
         }
         for _ in 0..initial {
             f.spawn()?;
@@ -344,6 +355,7 @@ impl ServerFleet {
             ServerEvent::Upstream(crate::server::broker::upstream::UpstreamEvent::Note(message)) => {
                 return self.note("upstream_refused", usize::MAX, message, 0)
             }
+            ServerEvent::AuthHook(d) => return self.hook_decided(d),
             ServerEvent::Cluster(crate::cluster::ClusterEvent::Fatal(e)) => return self.failure = Some(e),
             ServerEvent::Broker(m) => return self.on_broker(m),
             ServerEvent::Cluster(crate::cluster::ClusterEvent::ClientIds { node, ids, at_us }) => {
@@ -396,26 +408,8 @@ impl ServerFleet {
             }
 
             PoolEvent::Msg(ServerMsg::SessionClaims { worker, claims }) => {
-                use crate::server::broker::sessions::Action;
-                let (now, at_us) = (Instant::now(), crate::proto::push::wall_us());
-                self.publisher.sessions.clock(at_us);
-                let (mut actions, mut admitted) = (Vec::new(), Vec::new());
-                for c in claims {
-                    let id = self.relay.is_some().then(|| (c.client_id.clone(), c.owner.clone()));
-                    let a = self.publisher.sessions.claim(worker, c, now);
-                    // Admitted now, or once the connection it takes over here ended.
-                    if a.iter().any(|x| matches!(x, Action::Answer(_, ans) if ans.code == 0) || matches!(x, Action::Takeover(..))) {
-                        admitted.extend(id);
-                    }
-                    actions.extend(a);
-                }
-                self.admitted_here(admitted, at_us);
-                // Claims that want a session kept on another node.
-                let asks = self.publisher.sessions.take_asks();
-                if let (Some(r), false) = (&self.relay, asks.is_empty()) {
-                    r.link.ask_sessions(asks, at_us);
-                }
-                self.session_actions(actions);
+                let claims = self.authenticate(worker, claims);
+                self.claim(worker, claims);
             }
             PoolEvent::Msg(ServerMsg::SharedChanged { changes, .. }) => {
                 self.publisher.shared.changed(changes);
@@ -440,6 +434,96 @@ impl ServerFleet {
             PoolEvent::Exited(info) => {
                 self.on_exit(i, info);
                 self.follow_shared();
+            }
+        }
+    }
+
+    /// `--mqtt-auth-http`: the claims that carry a login are asked of
+    /// the backend (or decided from its cached answers); those decided
+    /// now and those without one go on.
+    fn authenticate(&mut self, worker: usize, claims: Vec<SessionClaim>) -> Vec<SessionClaim> {
+        if self.hook.is_none() {
+            return claims;
+        }
+        let now = Instant::now();
+        let mut go = Vec::with_capacity(claims.len());
+        let mut refused = Vec::new();
+        for mut c in claims {
+            let Some(login) = c.login.take() else {
+                go.push(c);
+                continue;
+            };
+            let creds = crate::server::broker::auth_hook::Credentials {
+                username: login.username,
+                password: login.password,
+                clientid: c.client_id.clone(),
+                peerhost: login.peerhost,
+                protocol: "mqtt".into(),
+            };
+            self.hook_seq += 1;
+            let Some(hook) = &mut self.hook else { break };
+            match hook.ask(self.hook_seq, creds.clone(), now) {
+                None => {
+                    self.hook_waiting.insert(self.hook_seq, (worker, c, creds));
+                }
+                Some(o) if o.admits(hook.fail_open) => go.push(c),
+                Some(_) => refused.push(crate::server::broker::sessions::Action::Answer(worker, crate::server::broker::sessions::hook_refusal(c.conn, c.v5))),
+            }
+        }
+        self.session_actions(refused);
+        go
+    }
+
+    /// The backend decided a claim [`Self::authenticate`] asked about.
+    fn hook_decided(&mut self, d: crate::server::broker::auth_hook::Decision) {
+        let (Some(hook), Some((worker, c, creds))) = (&mut self.hook, self.hook_waiting.remove(&d.id)) else { return };
+        hook.answered(&creds, d.outcome, Instant::now());
+        if d.outcome.admits(hook.fail_open) {
+            self.claim(worker, vec![c]);
+        } else {
+            let answer = crate::server::broker::sessions::hook_refusal(c.conn, c.v5);
+            self.session_actions(vec![crate::server::broker::sessions::Action::Answer(worker, answer)]);
+        }
+    }
+
+    /// CONNECTs' claims of their client ids, answered (or taken over, or
+    /// asked of the other nodes).
+    fn claim(&mut self, worker: usize, claims: Vec<SessionClaim>) {
+        if claims.is_empty() {
+            return;
+        }
+        {
+            {
+                use crate::server::broker::sessions::Action;
+                let (now, at_us) = (Instant::now(), crate::proto::push::wall_us());
+                self.publisher.sessions.clock(at_us);
+                let (mut actions, mut admitted) = (Vec::new(), Vec::new());
+                for c in claims {
+                    let id = self.relay.is_some().then(|| (c.client_id.clone(), c.owner.clone()));
+                    let (conn, assigned) = (c.conn, c.assigned.then(|| c.client_id.clone()));
+                    let mut a = self.publisher.sessions.claim(worker, c, now);
+                    // A 5.0 CONNECT without a client id is told the one it was
+                    // given (unique: never a takeover).
+                    for x in a.iter_mut() {
+                        if let Action::Answer(_, ans) = x {
+                            if ans.conn == conn && ans.code == 0 {
+                                ans.assigned.clone_from(&assigned);
+                            }
+                        }
+                    }
+                    // Admitted now, or once the connection it takes over here ended.
+                    if a.iter().any(|x| matches!(x, Action::Answer(_, ans) if ans.code == 0) || matches!(x, Action::Takeover(..))) {
+                        admitted.extend(id);
+                    }
+                    actions.extend(a);
+                }
+                self.admitted_here(admitted, at_us);
+                // Claims that want a session kept on another node.
+                let asks = self.publisher.sessions.take_asks();
+                if let (Some(r), false) = (&self.relay, asks.is_empty()) {
+                    r.link.ask_sessions(asks, at_us);
+                }
+                self.session_actions(actions);
             }
         }
     }
@@ -1048,7 +1132,12 @@ fn worker_template(cfg: &ServerConfig, initial: usize, max_workers: usize, budge
             push_format: cfg.push_format,
             deflate: cfg.ws_deflate,
         },
-        mqtt: crate::server::session::mqtt::MqttConfig { max_push: cfg.max_push_bytes, flight: cfg.mqtt_flight, max_keep_alive: cfg.mqtt_max_keep_alive },
+        mqtt: crate::server::session::mqtt::MqttConfig {
+            max_push: cfg.max_push_bytes,
+            flight: cfg.mqtt_flight,
+            max_keep_alive: cfg.mqtt_max_keep_alive,
+            auth_hook: cfg.auth_hook.is_some(),
+        },
         tls: cfg.tls.clone(),
         drain_period_ms: cfg.drain_period.as_millis() as u64,
         auth: cfg.auth.jwt_key(),

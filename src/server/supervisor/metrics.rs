@@ -17,10 +17,16 @@ pub(crate) const PREFIX: &str = "megaconn";
 /// Render the totals (with the supervisor's own counters: the
 /// publisher's publishes, history and retained messages; in a cluster,
 /// its NATS link).
+/// The supervisor's own counters beside the workers' and the broker's.
+pub(crate) struct Own<'a> {
+    pub config: &'a super::reload::ConfigCounters,
+    pub hook: Option<&'a crate::server::broker::auth_hook::HookCounters>,
+}
+
 pub(crate) fn render(
     t: &ServerTotals,
     publisher: &crate::server::broker::publish::Publisher,
-    config: &super::reload::ConfigCounters,
+    own: Own<'_>,
     accept_queue: u64,
     link: Option<&crate::cluster::LinkStatus>,
     admin: Option<&crate::admin::AdminCounters>,
@@ -34,7 +40,10 @@ pub(crate) fn render(
     broker.register(&mut r);
     publisher.sessions.counters.register(&mut r);
     shared.register(&mut r);
-    config.register(&mut r);
+    own.config.register(&mut r);
+    if let Some(h) = own.hook {
+        h.register(&mut r);
+    }
     if let Some(a) = admin {
         a.register(&mut r);
     }
@@ -102,7 +111,15 @@ mod tests {
         }
         publisher.sessions.counters = crate::server::broker::sessions::SessionCounters::example();
         publisher.shared.counters = crate::server::broker::shared::SharedCounters::example();
-        let text = render(&t, &publisher, &super::super::reload::ConfigCounters::example(), 7, None, None, None);
+        let text = render(
+            &t,
+            &publisher,
+            Own { config: &super::super::reload::ConfigCounters::example(), hook: Some(&crate::server::broker::auth_hook::HookCounters::example()) },
+            7,
+            None,
+            None,
+            None,
+        );
         for d in ServerCounters::DECLARED
             .iter()
             .chain(crate::server::broker::history::HistoryCounters::DECLARED)
@@ -111,6 +128,7 @@ mod tests {
             .chain(crate::server::broker::sessions::SessionCounters::DECLARED)
             .chain(crate::server::broker::shared::SharedCounters::DECLARED)
             .chain(super::super::reload::ConfigCounters::DECLARED)
+            .chain(crate::server::broker::auth_hook::HookCounters::DECLARED)
         {
             assert!(text.contains(&format!("# HELP {} ", d.kind.family_name(PREFIX, d.metric))), "{} missing from {text}", d.field);
         }
@@ -122,11 +140,13 @@ mod tests {
         assert!(text.ends_with("# EOF\n"), "{text}");
         assert!(text.contains("megaconn_accept_queue 7"), "{text}");
         let link = crate::cluster::LinkStatus { up: true, reconnects: 2, ..Default::default() };
-        let text = render(&t, &crate::server::broker::publish::Publisher::for_test(), &Default::default(), 0, Some(&link), None, None);
+        let text =
+            render(&t, &crate::server::broker::publish::Publisher::for_test(), Own { config: &Default::default(), hook: None }, 0, Some(&link), None, None);
         assert!(text.contains("megaconn_cluster_link_up 1"), "{text}");
         assert!(text.contains("megaconn_cluster_reconnects_total 2"), "{text}");
         let link = crate::cluster::LinkStatus { refused: [("forged".to_string(), 3)].into(), ..Default::default() };
-        let text = render(&t, &crate::server::broker::publish::Publisher::for_test(), &Default::default(), 0, Some(&link), None, None);
+        let text =
+            render(&t, &crate::server::broker::publish::Publisher::for_test(), Own { config: &Default::default(), hook: None }, 0, Some(&link), None, None);
         assert!(text.contains("megaconn_cluster_refused_total{reason=\"forged\"} 3"), "{text}");
         assert!(text.contains("megaconn_cluster_refused_total{reason=\"unsigned\"} 0"), "{text}");
         let history = crate::cluster::LogStatus {
@@ -135,7 +155,8 @@ mod tests {
             counters: crate::cluster::log::LogCounters::example(),
         };
         let link = crate::cluster::LinkStatus { history: Some(history), ..Default::default() };
-        let text = render(&t, &crate::server::broker::publish::Publisher::for_test(), &Default::default(), 0, Some(&link), None, None);
+        let text =
+            render(&t, &crate::server::broker::publish::Publisher::for_test(), Own { config: &Default::default(), hook: None }, 0, Some(&link), None, None);
         for d in crate::cluster::log::LogCounters::DECLARED {
             assert!(text.contains(&format!("megaconn_cluster_history_{}_total ", d.metric)), "{}: {text}", d.metric);
         }

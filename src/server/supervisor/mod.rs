@@ -19,6 +19,8 @@ pub(crate) enum ServerEvent {
     Cluster(crate::cluster::ClusterEvent),
     /// News from the `--upstream` sender.
     Upstream(crate::server::broker::upstream::UpstreamEvent),
+    /// The `--mqtt-auth-http` backend's answer.
+    AuthHook(crate::server::broker::auth_hook::Decision),
     /// What a broker shard says for the supervisor (`broker/shard.rs`).
     Broker(crate::server::broker::core::ToMain),
 }

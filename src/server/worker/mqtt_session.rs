@@ -70,10 +70,14 @@ impl Worker {
                 crate::proto::ws::frame::encode_close(&mut self.out, 1000, None);
             }
             let _ = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader);
+            if a.hook_refused {
+                crate::server::close::count(&mut self.stats.auth_refused, Close::MqttAuthHttpRefused);
+                return self.close(key, Close::MqttAuthHttpRefused);
+            }
             return self.close(key, Close::MqttClientIdRefused);
         }
         m.key = a.key;
-        connect::claimed(&mut self.out, m, (max_packet, self.cfg.mqtt.max_keep_alive), a.present);
+        connect::claimed(&mut self.out, m, (max_packet, self.cfg.mqtt.max_keep_alive), a.present, a.assigned.as_deref());
         self.stats.frames_out += 1;
         for sub in &a.subs {
             let filter = &sub.filter;
@@ -403,6 +407,8 @@ mod tests {
         let a = SessionAnswer {
             conn: 7,
             code: 0,
+            hook_refused: false,
+            assigned: None,
             present: true,
             subs: vec![KeptSub::new("t", 1)],
             messages: vec![m.clone()],

@@ -2,7 +2,7 @@ use super::*;
 use crate::server::commands::{conn_id, KeptSub, SessionState};
 
 fn claim(conn: u64, id: &str, clean: bool, expiry_s: u32) -> SessionClaim {
-    SessionClaim { conn, client_id: id.into(), clean, expiry_s, v5: true, owner: None, identity: String::new() }
+    SessionClaim { conn, client_id: id.into(), clean, expiry_s, v5: true, owner: None, identity: String::new(), login: None, assigned: false }
 }
 
 /// Client ids without owners (no `--auth`), as the cluster carries them.
@@ -69,7 +69,9 @@ fn a_takeover_waits_for_the_old_connection_and_resumes_its_session() {
             expiry_s: NEVER,
             rel: vec![],
             owner: None,
-            identity: String::new()
+            identity: String::new(),
+            hook_refused: false,
+            assigned: None
         }
     );
     assert_eq!(s.claim(1, claim(b, "dev", false, NEVER), now), vec![Action::Takeover(0, a)]);

@@ -67,7 +67,17 @@ pub(crate) fn connect(ctx: &mut Ctx<'_>, m: &mut MqttConn, c: Connect<'_>) -> Re
         m.extra_mut().will = will;
     }
     crate::stats::counters::bump(&mut ctx.req.stats.mqtt_connects, if v == Version::V5 { "5.0" } else { "3.1.1" });
-    if !c.client_id.is_empty() {
+    // `--mqtt-auth-http`: the login goes with the claim; a CONNECT
+    // without a client id claims the one it is assigned, so it waits for
+    // the backend too.
+    let login = ctx.cfg.auth_hook.then(|| crate::server::commands::Login {
+        username: c.username.unwrap_or_default().to_string(),
+        password: String::from_utf8_lossy(c.password.unwrap_or_default()).into_owned(),
+        peerhost: crate::sys::peer_ip(ctx.peer_fd),
+    });
+    let assigned = login.is_some() && c.client_id.is_empty();
+    let client_id = if assigned { assigned_id(ctx) } else { c.client_id.to_string() };
+    if !client_id.is_empty() {
         // The supervisor's answer brings the CONNACK (`worker/mqtt_session.rs`).
         let expiry_s = match v {
             Version::V311 if c.clean_start => 0,
@@ -81,7 +91,9 @@ pub(crate) fn connect(ctx: &mut Ctx<'_>, m: &mut MqttConn, c: Connect<'_>) -> Re
         // the worker fills in the peer's address as whom bounds charge.
         let owner = ctx.topics.gate.user_of(ctx.req.key).map(str::to_string);
         let identity = owner.clone().unwrap_or_default();
-        ctx.published.claims.push(SessionClaim { conn, client_id: c.client_id.into(), clean: c.clean_start, expiry_s, v5: v == Version::V5, owner, identity });
+        let (clean, expiry_s) = if assigned { (true, 0) } else { (c.clean_start, expiry_s) };
+        let claim = SessionClaim { conn, client_id, clean, expiry_s, v5: v == Version::V5, owner, identity, login, assigned: assigned && v == Version::V5 };
+        ctx.published.claims.push(claim);
         return Ok(());
     }
     m.set_limits(c.properties.maximum_packet_size, 0);
@@ -110,10 +122,10 @@ fn server_keep_alive(v: Version, m: &MqttConn, max: u16) -> Option<u16> {
 /// The supervisor accepted the claim of the connection's client id: its
 /// CONNACK (session present or not) onto `out`; the connection is
 /// registered (its end is reported).
-pub(crate) fn claimed(out: &mut Vec<u8>, m: &mut MqttConn, (max_packet_size, max_keep_alive): (u32, u16), present: bool) {
+pub(crate) fn claimed(out: &mut Vec<u8>, m: &mut MqttConn, (max_packet_size, max_keep_alive): (u32, u16), present: bool, assigned: Option<&str>) {
     let v = m.version.unwrap_or(Version::V311);
     m.claim = Claim::Registered;
-    let mut properties = connack_properties(v, max_packet_size, None, None);
+    let mut properties = connack_properties(v, max_packet_size, assigned, None);
     properties.server_keep_alive = server_keep_alive(v, m, max_keep_alive);
     // Fields within the codec's limits: it encodes.
     let _ = crate::proto::mqtt::encode::packet(&Packet::ConnAck(ConnAck { session_present: present, code: 0, properties }), v, out);

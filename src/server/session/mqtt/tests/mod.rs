@@ -18,7 +18,7 @@ fn parts() -> Parts {
         read: Read::new(),
         published: Published::default(),
         m: MqttConn::fresh(),
-        cfg: MqttConfig { max_push: 1024, flight: flight::Bounds { inflight: 2, queued: 1, queued_bytes: 1 << 20 }, max_keep_alive: 0 },
+        cfg: MqttConfig { max_push: 1024, flight: flight::Bounds { inflight: 2, queued: 1, queued_bytes: 1 << 20 }, max_keep_alive: 0, auth_hook: false },
     }
 }
 
@@ -38,7 +38,7 @@ impl Parts {
             if std::mem::take(&mut self.published.claims).is_empty() {
                 return (Ok(used), std::mem::take(&mut self.read.out));
             }
-            connect::claimed(&mut self.read.out, &mut self.m, (limits.max_packet_size, 0), false);
+            connect::claimed(&mut self.read.out, &mut self.m, (limits.max_packet_size, 0), false, None);
         }
     }
 
@@ -381,7 +381,7 @@ fn a_named_connect_waits_for_its_claim_and_what_follows_waits_unread() {
     assert_eq!(p.feed_once(&buf[whole..], &limits), Ok(0), "the PINGREQ waits");
     let flood = vec![0xC0; limits.max_packet_size as usize + 1];
     assert_eq!(p.feed_once(&flood, &limits), Err("mqtt_connect_unanswered_overflow"));
-    connect::claimed(&mut p.read.out, &mut p.m, (limits.max_packet_size, 0), true);
+    connect::claimed(&mut p.read.out, &mut p.m, (limits.max_packet_size, 0), true, None);
     assert_eq!(std::mem::take(&mut p.read.out), [0x20, 0x02, 0x01, 0x00], "session present");
     assert_eq!(p.feed_once(&buf[whole..], &limits), Ok(2));
     assert_eq!(p.read.out, [0xD0, 0x00]);

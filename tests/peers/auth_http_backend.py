@@ -1,0 +1,62 @@
+# An HTTP authentication backend as EMQX's HTTP authenticator expects one
+# (Python's http.server, not megaconn's code): POST JSON {username,
+# password, clientid, peerhost, protocol}, answered by user name:
+#   alice (password apw): 200 {"result": "allow"}; another password: deny
+#   bob: 200 {"result": "deny"}      ig: 200 {"result": "ignore"}
+#   err: 500                         slow: allow after 3 s
+#   bad: 200 with a body that is not JSON
+#   no user name: 204 (allows)
+# GET /seen: every request body received so far, as a JSON list.
+# usage: python3 auth_http_backend.py PORT   (prints READY; runs until killed)
+import json, sys, threading, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+seen, lock = [], threading.Lock()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def answer(self, status, body=b"", kind="application/json"):
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        with lock:
+            body = json.dumps(seen).encode()
+        self.answer(200, body)
+
+    def do_POST(self):
+        ask = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        with lock:
+            seen.append(ask)
+        user = ask.get("username", "")
+        result = lambda r: self.answer(200, json.dumps({"result": r, "is_superuser": False}).encode())
+        if user == "alice":
+            result("allow" if ask.get("password") == "apw" else "deny")
+        elif user == "bob":
+            result("deny")
+        elif user == "ig":
+            result("ignore")
+        elif user == "err":
+            self.answer(500, b"backend error", "text/plain")
+        elif user == "slow":
+            time.sleep(3)
+            result("allow")
+        elif user == "bad":
+            self.answer(200, b"allow", "text/plain")
+        elif user == "":
+            self.answer(204)
+        else:
+            result("deny")
+
+
+server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+print("READY", flush=True)
+server.serve_forever()
