@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The journeys the README promises: deleting one fails this test.
-const REQUIRED: [&str; 27] = [
+const REQUIRED: [&str; 28] = [
     "gateway",
     "load-test",
     "cluster",
@@ -46,6 +46,7 @@ const REQUIRED: [&str; 27] = [
     "stages",
     "config",
     "client-config",
+    "mqtt-auth-http",
     "move-from-mosquitto",
     "sys-topics",
 ];
