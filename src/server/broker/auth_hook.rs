@@ -20,7 +20,7 @@
 //! lets it in (counted either way). `ignore` refuses too: no other
 //! authenticator decides after this one.
 
-use crate::server::broker::upstream::Target;
+use crate::server::broker::upstream::{connect, Conn, Target};
 use crate::supervise::Sink;
 use anyhow::{Context, Result};
 use http_body_util::{BodyExt, Full, Limited};
@@ -209,16 +209,6 @@ pub(crate) fn judge(status: u16, body: &[u8]) -> Outcome {
         },
         _ => Outcome::Status,
     }
-}
-
-type Conn = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
-
-async fn connect(t: &Target) -> Result<Conn> {
-    let stream = tokio::net::TcpStream::connect((t.host.as_str(), t.port)).await?;
-    stream.set_nodelay(true)?;
-    let (send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
-    tokio::spawn(conn);
-    Ok(send)
 }
 
 /// Idle keep-alive connections to the backend.

@@ -417,9 +417,10 @@ impl Sizer {
     }
 }
 
-type Conn = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+pub(crate) type Conn = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
 
-async fn connect(t: &Target) -> Result<Conn> {
+/// An HTTP/1 connection to `t` (its driver spawned on this runtime).
+pub(crate) async fn connect(t: &Target) -> Result<Conn> {
     let stream = tokio::net::TcpStream::connect((t.host.as_str(), t.port)).await?;
     stream.set_nodelay(true)?;
     let (send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
