@@ -322,7 +322,7 @@ pub(crate) struct ServerArgs {
     /// MQTT, with --mqtt-auth-http: how long the backend's answer (allow, deny, ignore) about a user name, password and client id is reused (0: ask every time).
     #[arg(long, value_parser = parse::duration, default_value = "60s")]
     pub(crate) mqtt_auth_http_cache: Duration,
-    /// MQTT, with --mqtt-auth-http: requests the backend has at once (connections kept open to it); 16 times as many CONNECTs may wait, more are refused (busy).
+    /// MQTT, with --mqtt-auth-http: requests the backend has at once (connections kept open to it); 256 times as many CONNECTs may wait, more are refused (busy).
     #[arg(long, default_value = "64", value_parser = clap::value_parser!(u16).range(1..=4096).map(|v| v as usize))]
     pub(crate) mqtt_auth_http_concurrency: usize,
     /// MQTT, with --mqtt-auth-http: let a CONNECT in when the backend cannot say (timeout, unreachable, an error status, an answer not its JSON, busy); its deny and ignore still refuse. Off: fail closed.

@@ -31,8 +31,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
-/// CONNECTs that may wait per request the backend may have at once.
-pub(crate) const QUEUED_PER_SLOT: usize = 16;
+/// CONNECTs that may wait per request the backend may have at once: 16
+/// refused 1% of a 100,000-CONNECT ramp at 20,000/s as busy against a
+/// backend that answered every one at once (BENCHMARKS.md, session 25);
+/// 256 (16,384 waiting by default, a few MB) rides out such bursts.
+pub(crate) const QUEUED_PER_SLOT: usize = 256;
 /// Answers kept at most (the cache is emptied of expired ones, then
 /// wholly, when it is full).
 pub(crate) const CACHE_ENTRIES: usize = 100_000;
@@ -146,7 +149,7 @@ impl CacheKey {
 }
 
 impl Hook {
-    pub(crate) fn start(cfg: HookConfig, sink: Sink<Decision>) -> Result<Hook> {
+    pub(crate) fn start(cfg: HookConfig, sink: Sink<Vec<Decision>>) -> Result<Hook> {
         let (tx, rx) = unbounded_channel();
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the auth hook's runtime")?;
         let (ttl, cap, fail_open) = (cfg.cache_ttl, cfg.concurrency * QUEUED_PER_SLOT, cfg.fail_open);
@@ -155,7 +158,7 @@ impl Hook {
     }
 
     /// Request `id`: decided now (from the cache, or refused as busy), or
-    /// None: asked, its [`Decision`] comes as an event.
+    /// None: asked, its [`Decision`] comes in an event (a batch).
     pub(crate) fn ask(&mut self, id: u64, c: Credentials, now: Instant) -> Option<Outcome> {
         if let Some((outcome, at)) = self.cache.get(&CacheKey::of(&c)) {
             if now.duration_since(*at) < self.ttl {
@@ -241,18 +244,34 @@ async fn ask(t: &Target, pool: &Pool, timeout: Duration, c: &Credentials) -> Out
     }
 }
 
-async fn run(cfg: HookConfig, mut rx: UnboundedReceiver<(u64, Credentials)>, sink: Sink<Decision>) {
+async fn run(cfg: HookConfig, mut rx: UnboundedReceiver<(u64, Credentials)>, sink: Sink<Vec<Decision>>) {
     let slots = Arc::new(tokio::sync::Semaphore::new(cfg.concurrency));
     let pool: Pool = Arc::new(Mutex::new(Vec::new()));
     let cfg = Arc::new(cfg);
+    // Answers go to the supervisor in batches: all those in by the time
+    // the collector runs, one wake-up of the supervisor's thread for each
+    // batch instead of each answer (a ramp's CONNECTs answer together).
+    let (done, mut answers) = unbounded_channel::<Decision>();
+    tokio::spawn(async move {
+        while let Some(d) = answers.recv().await {
+            tokio::task::yield_now().await;
+            let mut batch = vec![d];
+            while let Ok(d) = answers.try_recv() {
+                batch.push(d);
+            }
+            // False only once the supervisor is gone.
+            if !sink(batch) {
+                return;
+            }
+        }
+    });
     while let Some((id, c)) = rx.recv().await {
         let Ok(slot) = slots.clone().acquire_owned().await else { return };
-        let (cfg, pool, sink) = (cfg.clone(), pool.clone(), sink.clone());
+        let (cfg, pool, done) = (cfg.clone(), pool.clone(), done.clone());
         tokio::spawn(async move {
             let outcome = ask(&cfg.target, &pool, cfg.timeout, &c).await;
             drop(slot);
-            // False only once the supervisor is gone.
-            let _ = sink(Decision { id, outcome });
+            let _ = done.send(Decision { id, outcome });
         });
     }
 }

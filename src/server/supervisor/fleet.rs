@@ -474,16 +474,25 @@ impl ServerFleet {
         go
     }
 
-    /// The backend decided a claim [`Self::authenticate`] asked about.
-    fn hook_decided(&mut self, d: crate::server::broker::auth_hook::Decision) {
-        let (Some(hook), Some((worker, c, creds))) = (&mut self.hook, self.hook_waiting.remove(&d.id)) else { return };
-        hook.answered(&creds, d.outcome, Instant::now());
-        if d.outcome.admits(hook.fail_open) {
-            self.claim(worker, vec![c]);
-        } else {
-            let answer = crate::server::broker::sessions::hook_refusal(c.conn, c.v5);
-            self.session_actions(vec![crate::server::broker::sessions::Action::Answer(worker, answer)]);
+    /// The backend decided claims [`Self::authenticate`] asked about:
+    /// those let in claimed per worker, the others refused.
+    fn hook_decided(&mut self, decided: Vec<crate::server::broker::auth_hook::Decision>) {
+        let Some(hook) = &mut self.hook else { return };
+        let now = Instant::now();
+        let (mut admitted, mut refused) = (BTreeMap::<usize, Vec<SessionClaim>>::new(), Vec::new());
+        for d in decided {
+            let Some((worker, c, creds)) = self.hook_waiting.remove(&d.id) else { continue };
+            hook.answered(&creds, d.outcome, now);
+            if d.outcome.admits(hook.fail_open) {
+                admitted.entry(worker).or_default().push(c);
+            } else {
+                refused.push(crate::server::broker::sessions::Action::Answer(worker, crate::server::broker::sessions::hook_refusal(c.conn, c.v5)));
+            }
         }
+        for (worker, claims) in admitted {
+            self.claim(worker, claims);
+        }
+        self.session_actions(refused);
     }
 
     /// CONNECTs' claims of their client ids, answered (or taken over, or

@@ -20,7 +20,7 @@ pub(crate) enum ServerEvent {
     /// News from the `--upstream` sender.
     Upstream(crate::server::broker::upstream::UpstreamEvent),
     /// The `--mqtt-auth-http` backend's answer.
-    AuthHook(crate::server::broker::auth_hook::Decision),
+    AuthHook(Vec<crate::server::broker::auth_hook::Decision>),
     /// What a broker shard says for the supervisor (`broker/shard.rs`).
     Broker(crate::server::broker::core::ToMain),
 }
