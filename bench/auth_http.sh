@@ -11,6 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/procs.sh   # pids (killed at exit), wait_for, tree, cpu_ticks_of
+. bench/nginx.sh   # nginx_conf
 N=${N:-100000}
 RATE=${RATE:-20000}
 MEGACONN=${MEGACONN:-target/release/megaconn}
@@ -19,18 +20,7 @@ command -v nginx >/dev/null || { echo "nginx is needed (apt-get install nginx-li
 work=$(mktemp -d)
 trap 'cleanup; rm -rf "$work"' EXIT
 HOOK=24190 ADMIN=24191 PORTS=24100-24119
-cat > "$work/nginx.conf" <<CONF
-worker_processes 1;
-daemon off;
-pid $work/nginx.pid;
-error_log $work/error.log;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 100000000;
-  server { listen 127.0.0.1:$HOOK reuseport; location / { return 204; } }
-}
-CONF
+NGINX_RETURN=204 nginx_conf "$work" "$HOOK" 1
 nginx -c "$work/nginx.conf" -p "$work" & pids+=($!)
 wait_for 10 "nginx" curl -sf -o /dev/null -X POST "http://127.0.0.1:$HOOK/auth"
 

@@ -2,10 +2,11 @@
 # configured the same way for both, and wrk's latency in milliseconds.
 
 # nginx_conf WORKDIR PORT WORKERS [CERT KEY]: write WORKDIR/nginx.conf
-# ("Hello world!" on every path, keep-alive without limit; with CERT and
-# KEY: TLS 1.3 only, no session cache, as megaconn's ticket-only server).
+# ("Hello world!" on every path, or $NGINX_RETURN's status and body;
+# keep-alive without limit; with CERT and KEY: TLS 1.3 only, no session
+# cache, as megaconn's ticket-only server).
 nginx_conf() {
-  local work=$1 port=$2 workers=$3 cert=${4:-} key=${5:-} ssl="" tls=""
+  local work=$1 port=$2 workers=$3 cert=${4:-} key=${5:-} ssl="" tls="" answer=${NGINX_RETURN:-'200 "Hello world!"'}
   if [ -n "$cert" ]; then
     ssl=" ssl"
     tls="ssl_protocols TLSv1.3; ssl_session_cache off; ssl_certificate $cert; ssl_certificate_key $key;"
@@ -23,7 +24,7 @@ http {
   server {
     listen 127.0.0.1:$port$ssl reuseport backlog=65535;
     $tls
-    location / { default_type text/plain; return 200 "Hello world!"; }
+    location / { default_type text/plain; return $answer; }
   }
 }
 CONF
