@@ -5,9 +5,12 @@
 //! `max_connections`) and the variable (`MEGACONN_SERVER_MAX_CONNECTIONS`,
 //! `MEGACONN_CLIENT_RATE`; the older `MEGACONN_ADMIN_TOKEN`, `MEGACONN_IO`
 //! and `MEGACONN_CLIENT_IO` stay); its subcommand's [`Layout`] gives both
-//! its section in the file and its heading in `--help`. A file's
-//! values become the arguments' defaults, so clap itself puts a variable
-//! and a flag above them, and parses and checks them as it does flags.
+//! its section in the file and its heading in `--help`. A file's value
+//! is given to clap as the option's variable when the environment does
+//! not set it (a list, or a default's own value, as the option's
+//! default), so clap itself puts a variable and a flag above it, counts
+//! it as given for what other options require, and parses and checks it
+//! as it does flags. SIGHUP reads a server's file again ([`rereader`]).
 //!
 //! `--print-config` writes the effective configuration as a commented TOML
 //! file that `--config` reads back unchanged; `--check-config` runs the

@@ -60,6 +60,7 @@ crate::counters! {
         tls_handshakes: counter "tls_handshakes" "TLS handshakes completed (full and resumed)",
         tls_resumed: counter "tls_resumed" "TLS handshakes that resumed a session (ticket)",
         tls_handshake_failures: by("reason") "tls_handshake_failures" "TLS connections closed before their handshake finished, by reason (tls_timeout, tls_plaintext, tls_eof, tls_alert_<name>, tls_bad_message, ...)",
+        auth_key_failures: counter "auth_key_failures" "JWT keys sent after a SIGHUP that a worker could not use (the supervisor read and checked them first, so this stays 0); the key in force stays",
         tls_reload_failures: counter "tls_reload_failures" "Certificate reloads a worker could not apply (the supervisor checked them first, so this stays 0); the previous certificate stays in use",
         commands_refused: counter "commands_refused" "Supervisor commands a worker could not parse (a bug; each is logged)",
         bus_frames_out: counter "bus_frames_out" "Frames the workers wrote to the broker shards (publishes, interest, retained and history questions)",

@@ -433,8 +433,9 @@ impl Handler for Worker {
                     Ok(ServerCommand::AuthKey(key)) => {
                         // The supervisor read and checked it; tokens shown
                         // from now on are verified with it.
-                        if let Ok(v) = crate::server::auth::jwt::Verifier::new(&key, &self.cfg.jwt_expected) {
-                            self.topics.gate.set_verifier(v);
+                        match crate::server::auth::jwt::Verifier::new(&key, &self.cfg.jwt_expected) {
+                            Ok(v) => self.topics.gate.set_verifier(v),
+                            Err(_) => self.stats.auth_key_failures += 1,
                         }
                     }
                     Ok(ServerCommand::TlsReload(pem)) => {
