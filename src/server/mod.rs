@@ -344,7 +344,7 @@ impl Supervised for ServerRun {
 
     fn interrupt(&mut self) {
         let t = self.fleet.view.totals();
-        let spread = if self.cfg.services.iter().any(|s| crate::server::worker::spreads(s.protocol)) { self.cfg.drain_period } else { Duration::ZERO };
+        let spread = if self.cfg.services.iter().any(|s| crate::server::session::kind::spreads(s.protocol)) { self.cfg.drain_period } else { Duration::ZERO };
         if spread.is_zero() {
             self.progress.note(&format!(
                 "signal: draining — /healthz says draining, no new connections or requests; answering {} in flight for up to {} (a second signal forces)",

@@ -36,6 +36,12 @@ pub(crate) struct Service {
     pub ports: Vec<u16>,
 }
 
+/// The protocol of entry `i` and whether it speaks TLS (one out of
+/// range, which no listener has, reads and drops).
+pub(crate) fn entry(services: &[Service], i: usize) -> (Protocol, bool) {
+    services.get(i).map_or((Protocol::Discard, false), |s| (s.protocol, s.tls))
+}
+
 /// Counts per `--serve` entry (`open[i]` of `services[i]`) summed by
 /// protocol name, `+tls` for TLS ports; a protocol with none is there at
 /// 0 (a gauge series that stays, not one that vanishes).

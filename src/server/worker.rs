@@ -19,13 +19,12 @@ mod drain;
 mod heads;
 mod io;
 mod keepalive;
-mod presence;
-mod ring;
-pub(crate) use drain::spreads;
 mod linger;
 mod mqtt_out;
 mod mqtt_session;
 mod mqtt_states;
+mod presence;
+mod ring;
 pub(crate) mod seam;
 mod serve;
 mod spills;
@@ -240,6 +239,8 @@ struct Worker {
     /// give (`serve::reply_cap`); whether the peer drains it is the stall
     /// timeout's to judge.
     reply_cap: usize,
+    /// What the protocols of its entries need beside their connections.
+    needs: crate::server::session::kind::Needs,
     /// Listener i came from `--serve` entry `listener_service[i]`.
     listener_service: Vec<u8>,
     /// Connections open now by `--serve` entry (the snapshot's
@@ -250,20 +251,13 @@ struct Worker {
 /// The protocol of a connection accepted on a port of `services`' entry
 /// `conn.service()`.
 fn protocol_of(services: &[crate::server::services::Service], conn: &Conn) -> Protocol {
-    services.get(conn.service()).map_or(Protocol::Discard, |s| s.protocol)
+    crate::server::services::entry(services, conn.service()).0
 }
 
 /// Whether an MQTT connection speaks over WebSocket: it came in on a
 /// WebSocket port (whose Upgrade chose MQTT) and is sent binary messages.
 fn over_ws(services: &[crate::server::services::Service], conn: &Conn) -> bool {
-    protocol_of(services, conn) == Protocol::Ws
-}
-
-impl ServerWorkerConfig {
-    /// Whether some entry speaks `protocol`.
-    fn serves(&self, protocol: Protocol) -> bool {
-        self.services.iter().any(|s| s.protocol == protocol)
-    }
+    crate::server::session::kind::mqtt_over_ws(protocol_of(services, conn))
 }
 
 pub(crate) fn run(cfg: ServerWorkerConfig) -> Result<()> {
@@ -295,6 +289,7 @@ pub(crate) fn run(cfg: ServerWorkerConfig) -> Result<()> {
     let mut group = AcceptGroup::inherit(&cfg.listen_fds);
     group.join(poll.as_raw_fd())?;
     let bus = bus::Bus::open(&cfg.bus_fds, poll.registry()).context("cannot take the sockets to the broker shards")?;
+    let needs = crate::server::session::kind::Needs::of(&cfg.services);
     let mut w = Worker {
         stage,
         topics: crate::server::tables::topics::Topics::new(cfg.track_topics, limits.max_topics, limits.max_commands_per_second),
@@ -342,15 +337,17 @@ pub(crate) fn run(cfg: ServerWorkerConfig) -> Result<()> {
         heads: Default::default(),
         ring: None,
         reply_cap: 0,
+        needs,
         listener_service: Vec::new(),
         open_by_service: Default::default(),
     };
     w.listener_service = w.cfg.services.iter().enumerate().flat_map(|(i, s)| s.ports.iter().map(move |_| i as u8)).collect();
-    if w.cfg.serves(Protocol::Ws) && w.cfg.ws.deflate.mode != crate::server::session::ws_deflate::DeflateMode::Off {
+    if w.needs.ws_pushes && w.cfg.ws.deflate.mode != crate::server::session::ws_deflate::DeflateMode::Off {
         w.ws_codec = Some(Default::default());
     }
     // Room for the largest reply of any entry's protocol.
-    w.reply_cap = w.cfg.services.iter().map(|s| serve::reply_cap(s.protocol, &w.cfg.ws, w.cfg.http.body.len(), s.tls)).max().unwrap_or(0);
+    w.reply_cap =
+        w.cfg.services.iter().map(|s| crate::server::session::kind::reply_cap(s.protocol, &w.cfg.ws, w.cfg.http.body.len(), s.tls)).max().unwrap_or(0);
     if w.cfg.io == crate::uring::Io::Uring {
         w.ring = Some(Default::default());
     }
@@ -491,12 +488,12 @@ impl Handler for Worker {
         if self.sweeps_idle() && now >= self.next_sweep {
             self.sweep_idle();
             // A ws port's MQTT-over-WebSocket clients keep alive too.
-            if self.cfg.serves(Protocol::Mqtt) || self.cfg.serves(Protocol::Ws) {
+            if self.needs.keepalive {
                 self.sweep_keepalive();
             }
             self.next_sweep = now + if self.heads_timed() { HTTP_SWEEP } else { IDLE_SWEEP };
         }
-        if self.cfg.serves(Protocol::Http) {
+        if self.needs.http {
             self.refresh_date();
         }
         if let Some(t) = self.accept_paused_until {
@@ -660,11 +657,11 @@ impl Worker {
     /// Whether the idle sweep runs: `--idle-timeout`, HTTP heads, MQTT
     /// keep-alive (on MQTT ports and, MQTT over WebSocket, ws ports).
     fn sweeps_idle(&self) -> bool {
-        self.cfg.idle_timeout_ms.is_some() || self.heads_timed() || self.cfg.serves(Protocol::Mqtt) || self.cfg.serves(Protocol::Ws)
+        self.cfg.idle_timeout_ms.is_some() || self.heads_timed() || self.needs.keepalive
     }
 
     fn heads_timed(&self) -> bool {
-        self.cfg.serves(Protocol::Http)
+        self.needs.http
     }
 
     fn refresh_date(&mut self) {

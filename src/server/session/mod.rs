@@ -6,6 +6,7 @@ pub(crate) mod ext;
 pub(crate) mod fixture;
 pub(crate) mod framed;
 pub(crate) mod http;
+pub(crate) mod kind;
 pub(crate) mod mqtt;
 pub(crate) mod mqtt_ws;
 pub(crate) mod requests;

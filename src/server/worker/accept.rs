@@ -8,10 +8,10 @@
 //! a capped server pays for the map.
 
 use super::{Worker, ACCEPT_BACKOFF};
-use crate::proto::Protocol;
 use crate::reactor::Handler;
 use crate::server::limits::per_ip::Source;
 use crate::server::limits::per_ip::{PerIp, Refusal};
+use crate::server::session::kind;
 use crate::server::worker::conn::Conn;
 use mio::{Interest, Token};
 use std::collections::HashMap;
@@ -147,30 +147,20 @@ impl Worker {
                 // The listener's entry: the connection's protocol and TLS.
                 let service = self.listener_service.get(i).copied().unwrap_or(0) as usize;
                 conn.set_service(service);
-                let (protocol, tls) = self.cfg.services.get(service).map_or((Protocol::Discard, false), |s| (s.protocol, s.tls));
-                // Only connections that subscribe owe a token (`--auth jwt`).
-                let gated = self.topics.gate.required() && matches!(protocol, Protocol::Framed | Protocol::Ws | Protocol::Mqtt);
-                let owes_head = matches!(protocol, Protocol::Ws | Protocol::Mqtt) || gated;
-                if protocol == Protocol::Ws {
-                    conn.ext = crate::server::session::ws::fresh(now_ds);
-                } else if protocol == Protocol::Mqtt {
-                    // The token comes in the CONNECT (`--auth jwt`).
-                    *self.mqtt.entry(key, reserve) = Some(crate::server::session::mqtt::MqttConn::fresh());
-                } else if gated {
-                    conn.ext = Some(Box::new(crate::server::session::ext::ConnExt::Unauthenticated));
+                let (protocol, tls) = crate::server::services::entry(&self.cfg.services, service);
+                let opening = kind::opening(protocol, self.topics.gate.required(), tls, now_ds);
+                conn.ext = opening.ext;
+                if opening.mqtt.is_some() {
+                    *self.mqtt.entry(key, reserve) = opening.mqtt;
                 }
                 if let Some(r) = &mut self.ring {
                     r.next.ops.push(crate::uring::Op::Recv { fd: conn.stream.as_raw_fd(), tag: crate::uring::recv_tag(key, self.next_gen) });
                 }
-                // Broadcasts wait for its first read (seam.rs). Not one that
-                // owes its token (`--auth jwt`): it takes no broadcast before
-                // it, so nothing held can reach it after; nor TLS (none
-                // before its handshake ends).
-                if protocol == Protocol::Framed && !tls && !self.topics.gate.required() {
+                if opening.waits_first_read {
                     conn.set_unread();
                 }
                 entry.insert(conn);
-                if owes_head {
+                if opening.owes_head {
                     self.head_due(key, self.next_gen);
                 }
                 self.stats.accepted += 1;

@@ -3,9 +3,9 @@
 //! `session/framed.rs`, the WebSocket's in `session/ws.rs`).
 
 use super::Worker;
-use crate::proto::Protocol;
 use crate::server::auth::{gate, jwt};
 use crate::server::close::Close;
+use crate::server::session::kind;
 
 impl Worker {
     /// Close every connection whose token's exp has passed (WebSocket:
@@ -16,9 +16,9 @@ impl Worker {
         }
         for (key, gen) in self.topics.gate.expired(gate::unix_now()) {
             let Some(conn) = self.conns.get_mut(key).filter(|c| c.gen == gen) else { continue };
-            if super::protocol_of(&self.cfg.services, conn) == Protocol::Ws && crate::server::session::ext::takes_pushes(&conn.ext, self.mqtt.get(key)) {
-                let mut out = Vec::new();
-                crate::proto::ws::frame::encode_close_reason(&mut out, jwt::EXPIRED_CLOSE, b"token expired", None);
+            let mut out = Vec::new();
+            kind::farewell(&mut out, super::protocol_of(&self.cfg.services, conn), &conn.ext, self.mqtt.get(key), jwt::EXPIRED_CLOSE, b"token expired");
+            if !out.is_empty() {
                 let _ = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &out, self.cfg.max_pending_bytes, Close::SlowConsumer);
             }
             self.close(key, Close::AuthExpired);

@@ -15,14 +15,13 @@
 
 use super::Worker;
 use crate::proto::push::{self, Position, Push, Stream, BROADCAST_TOPIC};
-use crate::proto::Protocol;
 use crate::server::broker::history::{Message, Slice};
 use crate::server::close::Close;
 use crate::server::commands::{conn_id, split_id, PushCommand};
 use crate::server::commands::{ConnInfo, ListCommand, PresenceCommand, ServerMsg, LIST_BYTES, LIST_TOPICS};
-use crate::server::session::ext::{sse_mut, takes_pushes, ConnExt};
+use crate::server::session::ext::{sse_mut, takes_pushes};
 use crate::server::session::sse::SharedPush;
-use crate::server::session::ws;
+use crate::server::session::{kind, ws};
 use crate::server::tables::recovery::Fate;
 use crate::server::tables::topics::{bucket, LATENCY_BUCKETS_MS};
 use crate::supervise::control;
@@ -38,19 +37,11 @@ impl Worker {
         self.stats.push_commands += 1;
         let mut queued = 0;
         let data = std::mem::take(&mut cmd.data);
-        // Who takes pushes, by the protocol of the port it came in on:
-        // framed, ws and MQTT connections; on an HTTP port only event
-        // streams; echo, echo8 and discard connections none.
+        // Who takes pushes (`session/kind.rs`): framed, ws and MQTT
+        // connections; on an HTTP port only event streams.
         let services = &self.cfg.services;
         let mqtt = &self.mqtt;
-        let takes = |k: usize, c: &crate::server::worker::conn::Conn| {
-            takes_pushes(&c.ext, mqtt.get(k))
-                && match super::protocol_of(services, c) {
-                    Protocol::Framed | Protocol::Ws | Protocol::Mqtt => true,
-                    Protocol::Http => matches!(c.ext.as_deref(), Some(ConnExt::Sse(_))),
-                    _ => false,
-                }
-        };
+        let takes = |k: usize, c: &crate::server::worker::conn::Conn| kind::takes_pushes(super::protocol_of(services, c), &c.ext, mqtt.get(k));
         let targets: Vec<usize> = match cmd.stream {
             // Not to connections still in their TLS handshake. MQTT
             // connections take topic messages only (skipped below).
@@ -85,13 +76,13 @@ impl Worker {
         if cmd.close {
             return self.disconnect(&targets, cmd.publish_id);
         }
-        if self.cfg.services.iter().all(|s| s.protocol == Protocol::Mqtt) {
+        if self.needs.mqtt_only {
             return self.push_mqtt(&cmd, &data, &targets);
         }
         // Encoded once per format this worker serves: the framed push and
         // the WebSocket message (event streams share theirs, below).
         let p = Push { stream: cmd.stream, topic: cmd.topic.as_bytes(), seq: cmd.seq, publish_us: cmd.publish_us, epoch: cmd.epoch, data: &data };
-        let framed: std::rc::Rc<[u8]> = if self.cfg.serves(Protocol::Framed) {
+        let framed: std::rc::Rc<[u8]> = if self.needs.framed_pushes {
             let mut framed = Vec::with_capacity(64 + data.len());
             push::encode(&mut framed, &p);
             framed.into()
@@ -102,7 +93,7 @@ impl Worker {
         // subscriber negotiated deflate and it is long enough.
         let mut message = None;
         let mut ws_frame: Option<std::rc::Rc<[u8]>> = None;
-        if self.cfg.serves(Protocol::Ws) {
+        if self.needs.ws_pushes {
             let (opcode, body) = ws::push_message(self.cfg.ws.push_format, &p);
             let mut frame = Vec::with_capacity(16 + body.len());
             crate::proto::ws::frame::encode(&mut frame, true, opcode, &body, None);
@@ -150,8 +141,9 @@ impl Worker {
                 }
                 None => {
                     // One buffer for every connection of a format: on the ring each send points at it.
-                    let frame = match (super::protocol_of(&self.cfg.services, conn), &ws_frame) {
-                        (Protocol::Ws, Some(f)) => f,
+                    let form = kind::push_form(super::protocol_of(&self.cfg.services, conn), &conn.ext, false);
+                    let frame = match (form, &ws_frame) {
+                        (kind::PushForm::Ws, Some(f)) => f,
                         _ => &framed,
                     };
                     let mut own = None;
@@ -187,7 +179,7 @@ impl Worker {
                 Err(reason) => slow.push((*key, reason)),
             }
         }
-        if cmd.stream == Stream::Broadcast && self.cfg.serves(Protocol::Framed) && self.seam.broadcast(cmd.seq, &framed) {
+        if cmd.stream == Stream::Broadcast && self.needs.framed_pushes && self.seam.broadcast(cmd.seq, &framed) {
             let released = self.seam.release_all();
             self.send_held(released);
         }
@@ -228,9 +220,9 @@ impl Worker {
     fn disconnect(&mut self, targets: &[usize], publish_id: u64) {
         for &key in targets {
             let Some(conn) = self.conns.get_mut(key) else { continue };
-            if super::protocol_of(&self.cfg.services, conn) == Protocol::Ws {
-                let mut out = Vec::new();
-                crate::proto::ws::frame::encode_close_reason(&mut out, DISCONNECT_CLOSE, b"disconnected", None);
+            let mut out = Vec::new();
+            kind::farewell(&mut out, super::protocol_of(&self.cfg.services, conn), &conn.ext, self.mqtt.get(key), DISCONNECT_CLOSE, b"disconnected");
+            if !out.is_empty() {
                 let _ = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &out, self.cfg.max_pending_bytes, Close::SlowConsumer);
             }
             self.close(key, Close::Disconnected);
@@ -327,15 +319,15 @@ impl Worker {
                 replay.iter().map(|m| Push { stream, topic: topic.as_bytes(), seq: m.offset, publish_us: m.publish_us, epoch: slice.epoch, data: &m.data });
             let conn = self.conns.get_mut(key).expect("checked above");
             let deflate = conn.ws_deflate();
-            let protocol = super::protocol_of(&self.cfg.services, conn);
-            match (sse_mut(&mut conn.ext), protocol) {
+            let form = kind::push_form(super::protocol_of(&self.cfg.services, conn), &conn.ext, false);
+            match (sse_mut(&mut conn.ext), form) {
                 (Some(sse), _) => {
                     for p in pushes {
                         crate::server::session::sse::write_push(&mut out, sse, &self.topics, &p, now_s, &mut self.stats);
                     }
                     crate::server::session::sse::write_subscribed(&mut out, sse, &self.topics, &slice.topic, recovered, head, now_s);
                 }
-                (None, Protocol::Ws) => {
+                (None, kind::PushForm::Ws) => {
                     let codec = self.ws_codec.as_deref_mut().filter(|_| deflate);
                     replay_ws(&mut out, &self.cfg.ws, codec.map(|c| (c, key)), &mut self.stats, &mut compressed, first, pushes);
                     ws::encode_subscribed(&mut out, &slice.topic, recovered, head);

@@ -9,9 +9,8 @@
 
 use super::Worker;
 use crate::proto::goaway;
-use crate::proto::Protocol;
 use crate::server::close::Close;
-use crate::server::session::ext::{sse_mut, ws_handshaking, ConnExt};
+use crate::server::session::kind;
 use rand::Rng;
 use std::time::{Duration, Instant};
 
@@ -44,12 +43,6 @@ impl Drain {
     }
 }
 
-/// Whether connections of this protocol live long enough to be spread
-/// (request/response protocols finish what is in flight and close).
-pub(crate) fn spreads(protocol: Protocol) -> bool {
-    matches!(protocol, Protocol::Framed | Protocol::Ws | Protocol::Mqtt)
-}
-
 impl Worker {
     /// Start the drain of every long-lived connection held now. On an
     /// HTTP port those are its event streams, hinted at once (its
@@ -59,19 +52,12 @@ impl Worker {
         // event streams of HTTP ports (those hinted at once when the
         // worker serves HTTP alone).
         let services = &self.cfg.services;
-        let keys: Vec<(usize, u32)> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| {
-                let p = super::protocol_of(services, c);
-                spreads(p) || (p == Protocol::Http && matches!(c.ext.as_deref(), Some(ConnExt::Sse(_))))
-            })
-            .map(|(k, c)| (k, c.gen))
-            .collect();
+        let keys: Vec<(usize, u32)> =
+            self.conns.iter().filter(|(_, c)| kind::drains_in_turn(super::protocol_of(services, c), &c.ext)).map(|(k, c)| (k, c.gen)).collect();
         if keys.is_empty() {
             return;
         }
-        let spread = self.cfg.services.iter().any(|s| spreads(s.protocol));
+        let spread = self.cfg.services.iter().any(|s| kind::spreads(s.protocol));
         let period = if spread { Duration::from_millis(self.cfg.drain_period_ms) } else { Duration::ZERO };
         self.drain = Some(Drain { started: Instant::now(), period, keys, done: 0 });
     }
@@ -96,28 +82,7 @@ impl Worker {
         let Some(conn) = self.conns.get_mut(key) else { return };
         let protocol = super::protocol_of(&self.cfg.services, conn);
         self.out.clear();
-        // An MQTT client (on an MQTT port, or over WebSocket) once its
-        // CONNECT was read: MQTT's hint, in a binary message over WebSocket.
-        // One whose CONNECT still waits for its CONNACK (its client id's
-        // claim unanswered) gets none: no packet may come before the CONNACK.
-        let mqtt = self.mqtt.get(key).map(|m| (m.version.filter(|_| !m.connecting()), m.max_in()));
-        if sse_mut(&mut conn.ext).is_some() {
-            goaway::write_sse(&mut self.out, retry_ms);
-        } else if let Some((version, max_in)) = mqtt {
-            if let Some(version) = version {
-                goaway::write_mqtt(&mut self.out, version, retry_ms, max_in);
-            }
-            if protocol == Protocol::Ws {
-                if !self.out.is_empty() {
-                    crate::server::session::mqtt_ws::wrap(&mut self.out, 0);
-                }
-                goaway::write_ws(&mut self.out, retry_ms);
-            }
-        } else if protocol == Protocol::Ws && !ws_handshaking(&conn.ext) {
-            goaway::write_ws(&mut self.out, retry_ms);
-        } else if protocol == Protocol::Framed {
-            goaway::write_framed(&mut self.out, retry_ms);
-        }
+        kind::goaway(&mut self.out, protocol, &conn.ext, self.mqtt.get(key), retry_ms);
         if !self.out.is_empty() {
             match super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader) {
                 Ok(()) => self.stats.goaways += 1,

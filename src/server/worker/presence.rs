@@ -5,10 +5,9 @@
 
 use super::Worker;
 use crate::proto::push::Notice;
-use crate::proto::Protocol;
 use crate::server::close::Close;
 use crate::server::commands::ServerMsg;
-use crate::server::session::ext::{takes_pushes, ConnExt};
+use crate::server::session::kind;
 use crate::server::up_message::UpMessage;
 use crate::supervise::control;
 
@@ -48,7 +47,7 @@ impl Worker {
     /// Tell each topic's WebSocket subscribers here who joined or left:
     /// `{"type":"join"|"leave","topic":..,"user":..}`.
     pub(super) fn notify(&mut self, notices: &[Notice]) {
-        if !self.cfg.serves(Protocol::Ws) {
+        if !self.needs.ws_pushes {
             return;
         }
         let mut slow = Vec::new();
@@ -59,10 +58,11 @@ impl Worker {
             crate::proto::ws::frame::encode(&mut frame, true, crate::proto::ws::frame::Opcode::Text, v.to_string().as_bytes(), None);
             for key in self.topics.subscribers(&n.topic) {
                 let services = &self.cfg.services;
-                // JSON WebSocket clients only: not MQTT over WebSocket.
-                let json = self.mqtt.get(key).is_none();
+                // JSON WebSocket clients only: not MQTT over WebSocket, not event streams.
+                let mqtt = self.mqtt.get(key);
                 let ws = |c: &&mut crate::server::worker::conn::Conn| {
-                    json && super::protocol_of(services, c) == Protocol::Ws && takes_pushes(&c.ext, None) && !matches!(c.ext.as_deref(), Some(ConnExt::Sse(_)))
+                    let protocol = super::protocol_of(services, c);
+                    kind::push_form(protocol, &c.ext, mqtt.is_some()) == kind::PushForm::Ws && kind::takes_pushes(protocol, &c.ext, mqtt)
                 };
                 let Some(conn) = self.conns.get_mut(key).filter(ws) else { continue };
                 match super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &frame, self.cfg.max_pending_bytes, Close::SlowConsumer) {

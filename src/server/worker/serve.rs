@@ -8,29 +8,10 @@ use crate::proto::{Protocol, ECHO8_LEN};
 use crate::server::close::Close;
 use crate::server::session::ext::HttpExt;
 use crate::server::session::requests::Requests;
-use crate::server::session::{framed, http, mqtt, mqtt_ws, ws};
+use crate::server::session::{framed, http, kind, mqtt, mqtt_ws, ws};
 use std::time::Instant;
 
 type Wire<'a> = crate::tls::conn::Wire<'a, rustls::server::UnbufferedServerConnection>;
-
-/// The bound on a connection's unsent replies (see [`net::reply_cap`]):
-/// room for the largest single reply the server may give, as the wire
-/// carries it. A WebSocket echo is as large as the largest message the
-/// server accepts (`--max-message-bytes`, framing included); an HTTP
-/// answer carries the `--body-size` body (its head fits in
-/// [`net::REPLY_SLACK`]); framed replies (4 KiB at most) and the echo protocol's (what
-/// one read brings) are small.
-pub(super) fn reply_cap(protocol: Protocol, ws: &ws::WsConfig, http_body: usize, tls: bool) -> usize {
-    let largest = match protocol {
-        Protocol::Ws => ws.largest_echo(),
-        Protocol::Http => http_body,
-        Protocol::Framed | Protocol::Echo | Protocol::Echo8 | Protocol::Discard | Protocol::Raw | Protocol::Sse => 0,
-        // A PUBLISH a client may be answered with is a push (pushes are not
-        // bounded by this), and the acks are a few bytes.
-        Protocol::Mqtt => 0,
-    };
-    net::reply_cap(if tls { crate::tls::records::sealed_len_bound(largest) } else { largest })
-}
 
 impl Worker {
     /// Readiness of a connection (epoll), or bytes its receive brought
@@ -86,7 +67,7 @@ impl Worker {
             let (tls, plaintext_reply) = match self.tls.as_mut().filter(|_| tls_port).map(|t| t.reading(key)) {
                 Some(None) => return,
                 // Cleartext HTTP is answered only on an HTTP or WebSocket port.
-                Some(Some((tls, reply))) => (Some(tls), reply.filter(|_| matches!(protocol, Protocol::Http | Protocol::Ws))),
+                Some(Some((tls, reply))) => (Some(tls), reply.filter(|_| kind::answers_cleartext(protocol))),
                 None => (None, None),
             };
             // Whom an MQTT claim without an owner is charged to (its address).
@@ -315,7 +296,7 @@ impl Worker {
                 self.close(done.job.key, reason);
                 continue;
             }
-            if super::protocol_of(&self.cfg.services, conn) == Protocol::Http {
+            if kind::pipelines(super::protocol_of(&self.cfg.services, conn)) {
                 self.resume_http(done.job.key);
             }
         }
@@ -375,35 +356,4 @@ fn read<S: net::Source>(
     consume: impl FnMut(&[u8]) -> Result<usize, Close>,
 ) -> ReadEnd<Close> {
     net::read_chunks_as(src, partial, scratch, read_closed, consume, Close::io)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ws(max_message: usize) -> ws::WsConfig {
-        ws::WsConfig { max_message, max_head: 8192, push_format: ws::PushFormat::Text, deflate: Default::default() }
-    }
-
-    /// Finding 15 of issue 42: a ws server accepting 16 MiB messages
-    /// bounded their echoes at 256 KiB and closed the peers reading them
-    /// `slow_reader`. Its bound now holds the whole echo (ciphertext over
-    /// TLS); every default keeps the 256 KiB of README's bounds table.
-    #[test]
-    fn the_reply_bound_holds_the_largest_reply_and_defaults_keep_256_kib() {
-        let default_ws = ws(ws::DEFAULT_MAX_MESSAGE);
-        for protocol in [Protocol::Framed, Protocol::Echo, Protocol::Echo8, Protocol::Http, Protocol::Ws] {
-            for tls in [false, true] {
-                assert_eq!(reply_cap(protocol, &default_ws, 12, tls), net::MAX_BACKLOG, "{protocol:?} tls {tls}");
-            }
-        }
-        let big = ws(16 << 20);
-        let plain = reply_cap(Protocol::Ws, &big, 12, false);
-        assert_eq!(plain, big.largest_echo() + net::REPLY_SLACK);
-        let sealed = reply_cap(Protocol::Ws, &big, 12, true);
-        assert_eq!(sealed, crate::tls::records::sealed_len_bound(big.largest_echo()) + net::REPLY_SLACK);
-        assert!(sealed > plain);
-        assert_eq!(reply_cap(Protocol::Framed, &big, 12, false), net::MAX_BACKLOG, "only the ws protocol answers with messages");
-        assert_eq!(reply_cap(Protocol::Http, &default_ws, 4 << 20, false), (4 << 20) + net::REPLY_SLACK);
-    }
 }
