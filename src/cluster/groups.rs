@@ -13,6 +13,7 @@
 //! are not announced (counted), and each node with members of such a
 //! group delivers to it as if alone.
 
+use super::malformed::Malformed;
 use std::time::Duration;
 
 /// The subject every node announces its groups on and listens to.
@@ -46,16 +47,16 @@ impl Announce {
     /// Another node's message, within the bounds a sender keeps: a body of
     /// at most [`MAX_BODY`], at most `max_groups` names, each a shared
     /// subscription.
-    pub(crate) fn parse(body: &[u8], max_groups: usize) -> Result<Announce, String> {
+    pub(crate) fn parse(body: &[u8], max_groups: usize) -> Result<Announce, Malformed> {
         if body.len() > MAX_BODY {
-            return Err(format!("an announcement of {} bytes (at most {MAX_BODY})", body.len()));
+            return Err(Malformed::AnnounceTooLarge(body.len()));
         }
-        let a: Announce = serde_json::from_slice(body).map_err(|e| format!("not a list of shared subscription groups: {e}"))?;
+        let a: Announce = serde_json::from_slice(body).map_err(|e| Malformed::GroupsJson(e.to_string()))?;
         if a.groups.len() > max_groups {
-            return Err(format!("{} shared subscription groups (at most {max_groups})", a.groups.len()));
+            return Err(Malformed::TooManyGroups { count: a.groups.len(), max: max_groups });
         }
         if let Some((name, _)) = a.groups.iter().find(|(n, _)| crate::proto::mqtt::topic::shared(n).is_none()) {
-            return Err(format!("'{name}' is not a shared subscription ($share/GROUP/FILTER)"));
+            return Err(Malformed::NotShared(name.clone()));
         }
         Ok(a)
     }
@@ -91,11 +92,11 @@ mod tests {
         let (body, left_out) = Announce::body(groups.clone(), true);
         assert_eq!(left_out, 0);
         assert_eq!(Announce::parse(&body, 16), Ok(Announce { groups: groups.clone(), ask: true }));
-        assert!(Announce::parse(&body, 1).unwrap_err().contains("at most 1"));
+        assert_eq!(Announce::parse(&body, 1), Err(Malformed::TooManyGroups { count: groups.len(), max: 1 }));
         let bad = serde_json::json!({"groups": [["a/b", 1]]}).to_string();
-        assert!(Announce::parse(bad.as_bytes(), 16).unwrap_err().contains("'a/b'"));
-        assert!(Announce::parse(b"nope", 16).is_err());
-        assert!(Announce::parse(&vec![b' '; MAX_BODY + 1], 16).unwrap_err().contains("bytes"));
+        assert_eq!(Announce::parse(bad.as_bytes(), 16), Err(Malformed::NotShared("a/b".into())));
+        assert!(matches!(Announce::parse(b"nope", 16), Err(Malformed::GroupsJson(_))));
+        assert_eq!(Announce::parse(&vec![b' '; MAX_BODY + 1], 16), Err(Malformed::AnnounceTooLarge(MAX_BODY + 1)));
 
         let long: Vec<(String, u32)> = (0..200).map(|i| (format!("$share/g{i}/{}", "x".repeat(1000)), 1)).collect();
         let (body, left_out) = Announce::body(long, false);

@@ -3,6 +3,7 @@
 //! supervisor's channel.
 
 use super::log::{self as jslog, Head, Log, Place, Stored, H_FOLLOWS, H_POSITION};
+use super::malformed::Malformed;
 use super::retained::{self, RETAINED, RETAINED_ASK};
 use super::sign::{self, ClusterKey, Refusal, Signed, H_SIGNATURE, H_TIME};
 use super::{
@@ -458,8 +459,8 @@ impl<'a> Parts<'a> {
         self.headers.and_then(|h| h.get(name)).map(|v| v.as_str()).unwrap_or("")
     }
 
-    fn header(&self, name: &str) -> Result<&'a str, String> {
-        self.headers.and_then(|h| h.get(name)).map(|v| v.as_str()).ok_or_else(|| format!("no {name} header (not from a megaconn node)"))
+    fn header(&self, name: &'static str) -> Result<&'a str, Malformed> {
+        self.headers.and_then(|h| h.get(name)).map(|v| v.as_str()).ok_or(Malformed::NoHeader(name))
     }
 }
 
@@ -996,7 +997,8 @@ impl Forwarder {
         if m.subject.as_str() == RETAINED {
             let entry = parts.header(H_TARGET).and_then(|topic| {
                 let mqtt = super::MqttMeta::parse(parts.get(super::H_MQTT))?;
-                let publish_us = parts.header(H_PUBLISH_US)?.parse().map_err(|_| format!("{H_PUBLISH_US} is not a number"))?;
+                let stamp = parts.header(H_PUBLISH_US)?;
+                let publish_us = stamp.parse().map_err(|_| Malformed::Stamp(stamp.to_string()))?;
                 retained::checked(topic, m.payload.to_vec(), mqtt, publish_us, me.max_push)
             });
             match entry {
@@ -1225,20 +1227,20 @@ impl Forwarder {
 
 /// A message from another node, checked like an admin publish: a
 /// malformed one must not reach the workers' framing.
-fn decode(m: &Parts, max_push: usize) -> Result<Inbound, String> {
+fn decode(m: &Parts, max_push: usize) -> Result<Inbound, Malformed> {
     let subject = m.subject;
     let (stream, topic) = if subject == BROADCAST {
         (Stream::Broadcast, String::new())
     } else if let Some(t) = subject.strip_prefix(TOPIC_PREFIX) {
-        crate::proto::push::check_topic(t.as_bytes())?;
+        crate::proto::push::check_topic(t.as_bytes()).map_err(Malformed::Topic)?;
         (Stream::Topic, t.to_string())
     } else if subject.starts_with(NODE_PREFIX) || subject == super::USERS {
         (Stream::Unicast, String::new())
     } else {
-        return Err("not a megaconn subject".into());
+        return Err(Malformed::Subject);
     };
     if m.payload.len() > max_push {
-        return Err(format!("{} bytes of data, more than a push carries here (--max-push-bytes {max_push})", m.payload.len()));
+        return Err(Malformed::TooLarge { len: m.payload.len(), max: max_push });
     }
     let mut user = None;
     let mut close = false;
@@ -1248,7 +1250,7 @@ fn decode(m: &Parts, max_push: usize) -> Result<Inbound, String> {
             let (name, shut) = match (t.strip_prefix(USER_PUSH), t.strip_prefix(USER_CLOSE)) {
                 (Some(n), _) => (n, false),
                 (_, Some(n)) => (n, true),
-                _ => return Err(format!("{H_TARGET} '{t}' names no user")),
+                _ => return Err(Malformed::NoUser(t.to_string())),
             };
             user = Some(name.to_string());
             close = shut;
@@ -1256,20 +1258,20 @@ fn decode(m: &Parts, max_push: usize) -> Result<Inbound, String> {
         }
         Stream::Unicast => {
             let t = m.header(H_TARGET)?;
-            Some(t.parse().map_err(|_| format!("{H_TARGET} '{t}' is not a connection id"))?)
+            Some(t.parse().map_err(|_| Malformed::Target(t.to_string()))?)
         }
         _ => None,
     };
     let stamp = m.header(H_PUBLISH_US)?;
     let at = match m.get(H_POSITION) {
         "" => None,
-        v => Some(jslog::parse_position(v).ok_or_else(|| format!("{H_POSITION} '{v}' is not EPOCH:OFFSET"))?),
+        v => Some(jslog::parse_position(v).ok_or_else(|| Malformed::Position(v.to_string()))?),
     };
     Ok(Inbound {
         stream,
         topic,
         target,
-        publish_us: stamp.parse().map_err(|_| format!("{H_PUBLISH_US} '{stamp}' is not a number"))?,
+        publish_us: stamp.parse().map_err(|_| Malformed::Stamp(stamp.to_string()))?,
         data: m.payload.to_vec(),
         reply: m.reply.map(|r| r.to_string()),
         at,
@@ -1547,5 +1549,41 @@ mod tests {
         assert!(!own.contains_key("m1") && own.contains_key("m2"));
         drop(own);
         assert!(shared.await_copy("live.a", "m3", 3, 0).is_none(), "unfollowed");
+    }
+
+    /// Another node's message is read only when every part checks out;
+    /// each refusal says which (the malformed kind a log line names).
+    #[test]
+    fn a_message_from_another_node_is_decoded_or_refused_by_kind() {
+        let mut h = async_nats::HeaderMap::new();
+        h.insert(H_PUBLISH_US, "1700000000000000");
+        let parts = |subject: &'static str, h: &'static async_nats::HeaderMap, payload: &'static [u8]| Parts {
+            subject,
+            headers: Some(h),
+            payload,
+            reply: None,
+            fresh: true,
+        };
+        let h: &'static async_nats::HeaderMap = Box::leak(Box::new(h));
+        let m = decode(&parts("megaconn.topic.room/1", h, b"hi"), 16).expect("a topic message");
+        assert_eq!((m.stream, m.topic.as_str(), m.data.as_slice(), m.publish_us), (Stream::Topic, "room/1", &b"hi"[..], 1_700_000_000_000_000));
+        assert_eq!(decode(&parts("elsewhere.x", h, b""), 16).err(), Some(Malformed::Subject));
+        assert_eq!(decode(&parts("megaconn.topic.room/1", h, &[0; 17]), 16).err(), Some(Malformed::TooLarge { len: 17, max: 16 }));
+        assert!(matches!(decode(&parts("megaconn.topic.", h, b""), 16), Err(Malformed::Topic(_))), "an empty topic");
+        assert_eq!(decode(&parts("megaconn.node.A", h, b""), 16).err(), Some(Malformed::NoHeader(H_TARGET)), "a unicast without its target");
+        let mut bad = async_nats::HeaderMap::new();
+        bad.insert(H_PUBLISH_US, "soon");
+        bad.insert(H_TARGET, "not-an-id");
+        bad.insert(H_POSITION, "3");
+        let bad: &'static async_nats::HeaderMap = Box::leak(Box::new(bad));
+        assert_eq!(decode(&parts("megaconn.node.A", bad, b""), 16).err(), Some(Malformed::Target("not-an-id".into())));
+        assert_eq!(decode(&parts("megaconn.topic.t", bad, b""), 16).err(), Some(Malformed::Position("3".into())));
+        let mut late = async_nats::HeaderMap::new();
+        late.insert(H_PUBLISH_US, "soon");
+        let late: &'static async_nats::HeaderMap = Box::leak(Box::new(late));
+        assert_eq!(decode(&parts("megaconn.topic.t", late, b""), 16).err(), Some(Malformed::Stamp("soon".into())));
+        let refused = decode(&parts(super::super::USERS, bad, b""), 16).unwrap_err();
+        assert_eq!(refused, Malformed::NoUser("not-an-id".into()));
+        assert!(refused.to_string().contains("Megaconn-Target 'not-an-id' names no user"), "{refused}");
     }
 }

@@ -31,6 +31,7 @@ pub(crate) mod auth;
 pub(crate) mod groups;
 pub(crate) mod link;
 pub(crate) mod log;
+pub(crate) mod malformed;
 pub(crate) mod retained;
 pub(crate) mod sessions;
 pub mod sign;
@@ -40,6 +41,7 @@ pub(crate) use link::Link;
 pub use sign::ClusterKey;
 
 use crate::proto::push::{Position, Stream};
+use malformed::Malformed;
 use serde::Serialize;
 
 pub(crate) const BROADCAST: &str = "megaconn.broadcast";
@@ -310,28 +312,26 @@ impl MqttMeta {
     }
 
     /// A header's value, checked as a client's publish would be.
-    pub(crate) fn parse(v: &str) -> Result<MqttMeta, String> {
-        let m: MqttMeta = serde_json::from_str(v).map_err(|e| format!("{H_MQTT} is not MQTT metadata: {e}"))?;
+    pub(crate) fn parse(v: &str) -> Result<MqttMeta, Malformed> {
+        let m: MqttMeta = serde_json::from_str(v).map_err(|e| Malformed::MqttJson(e.to_string()))?;
         m.checked()
     }
 
     /// Metadata from another node, checked as a client's publish would be.
-    pub(crate) fn checked(self) -> Result<MqttMeta, String> {
+    pub(crate) fn checked(self) -> Result<MqttMeta, Malformed> {
         let m = self;
         if m.qos > 2 {
-            return Err(format!("{H_MQTT} has QoS {}", m.qos));
+            return Err(Malformed::Qos(m.qos));
         }
         if let Some(f) = &m.props {
             let max = crate::proto::mqtt::forward::MAX_FORWARDED_BYTES;
             if f.cost() > max || f.origin.is_some() {
-                return Err(format!("{H_MQTT} carries {} bytes of properties (at most {max}) or a publisher", f.cost()));
+                return Err(Malformed::Properties { cost: f.cost(), max });
             }
         }
         let max = groups::MAX_PICKS;
         if m.shared.len() > max || m.shared.iter().any(|(g, n)| crate::proto::mqtt::topic::shared(g).is_none() || check_node_id(n).is_err()) {
-            return Err(format!(
-                "{H_MQTT} names more than {max} shared subscription groups, or one that is not $share/GROUP/FILTER or a node id that is not one"
-            ));
+            return Err(Malformed::Shared(max));
         }
         Ok(m)
     }
@@ -480,13 +480,13 @@ pub(crate) struct ClientIds {
 
 impl ClientIds {
     /// Another node's message, within the bounds a sender keeps.
-    pub(crate) fn parse(body: &[u8]) -> Result<ClientIds, String> {
-        let c: ClientIds = serde_json::from_slice(body).map_err(|e| format!("not a list of client ids: {e}"))?;
+    pub(crate) fn parse(body: &[u8]) -> Result<ClientIds, Malformed> {
+        let c: ClientIds = serde_json::from_slice(body).map_err(|e| Malformed::IdsJson(e.to_string()))?;
         if c.ids.len() > MAX_IDS_PER_MESSAGE || c.ids.iter().any(|id| id.len() > MAX_ID_BYTES) {
-            return Err(format!("more than {MAX_IDS_PER_MESSAGE} client ids, or one longer than {MAX_ID_BYTES} bytes"));
+            return Err(Malformed::TooManyIds { max: MAX_IDS_PER_MESSAGE, bytes: MAX_ID_BYTES });
         }
         if !(c.owners.is_empty() || c.owners.len() == c.ids.len()) || c.owners.iter().any(|o| o.len() > MAX_ID_BYTES) {
-            return Err(format!("{} owners for {} client ids, or one longer than {MAX_ID_BYTES} bytes", c.owners.len(), c.ids.len()));
+            return Err(Malformed::Owners { owners: c.owners.len(), ids: c.ids.len(), bytes: MAX_ID_BYTES });
         }
         Ok(c)
     }
@@ -615,16 +615,19 @@ mod tests {
         let m = MqttMeta::of(1, true, Some(&with_origin)).unwrap();
         assert_eq!((m.qos, m.retain, m.props.as_ref().unwrap().origin), (1, true, None));
         assert_eq!(MqttMeta::parse(&m.header()), Ok(m));
-        assert!(MqttMeta::parse(r#"{"qos":3}"#).unwrap_err().contains("QoS 3"));
-        assert!(MqttMeta::parse(r#"{"qos":1,"props":{"origin":9}}"#).is_err(), "a publisher is not taken from another node");
+        assert_eq!(MqttMeta::parse(r#"{"qos":3}"#), Err(Malformed::Qos(3)));
+        assert!(Malformed::Qos(3).to_string().contains("Megaconn-Mqtt has QoS 3"), "the log names the header");
+        let origin = MqttMeta::parse(r#"{"qos":1,"props":{"origin":9}}"#);
+        assert!(matches!(origin, Err(Malformed::Properties { .. })), "a publisher is not taken from another node: {origin:?}");
         let big = format!(r#"{{"props":{{"content_type":"{}"}}}}"#, "x".repeat(MAX_FORWARDED_BYTES + 1));
-        assert!(MqttMeta::parse(&big).is_err());
-        assert!(MqttMeta::parse("not json").unwrap_err().contains("Megaconn-Mqtt"));
+        assert!(matches!(MqttMeta::parse(&big), Err(Malformed::Properties { .. })));
+        let json = MqttMeta::parse("not json").unwrap_err();
+        assert!(matches!(json, Malformed::MqttJson(_)) && json.to_string().contains("Megaconn-Mqtt"), "{json}");
         let named = MqttMeta { shared: vec![("$share/g/t".into(), "A".into()), ("$share/h/t".into(), "B".into())], ..MqttMeta::default() };
         assert_eq!(MqttMeta::parse(&named.header()), Ok(named.clone()));
         assert_eq!(named.elsewhere("A"), vec!["$share/h/t".into()]);
-        assert!(MqttMeta::parse(r#"{"shared":[["t","A"]]}"#).is_err(), "not a shared subscription");
-        assert!(MqttMeta::parse(r#"{"shared":[["$share/g/t","a.b"]]}"#).is_err(), "not a node id");
+        assert_eq!(MqttMeta::parse(r#"{"shared":[["t","A"]]}"#), Err(Malformed::Shared(groups::MAX_PICKS)), "not a shared subscription");
+        assert_eq!(MqttMeta::parse(r#"{"shared":[["$share/g/t","a.b"]]}"#), Err(Malformed::Shared(groups::MAX_PICKS)), "not a node id");
         let many: Vec<(String, String)> = (0..=groups::MAX_PICKS).map(|i| (format!("$share/g{i}/t"), "A".into())).collect();
         assert!(MqttMeta::parse(&MqttMeta { shared: many, ..MqttMeta::default() }.header()).is_err());
     }

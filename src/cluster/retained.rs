@@ -18,6 +18,7 @@
 //! a clear older than those is forgotten, and a node that missed it may
 //! keep the message.
 
+use super::malformed::Malformed;
 use super::MqttMeta;
 use base64::Engine;
 use std::time::Duration;
@@ -137,22 +138,22 @@ pub(crate) fn decode_chunk(body: &[u8], max_push: usize, dropped: &mut u64) -> R
 
 /// A retained set from `topic` (the signed target), `data` and the
 /// signed metadata: checked as any message between nodes is.
-pub(crate) fn checked(topic: &str, data: Vec<u8>, mqtt: MqttMeta, publish_us: u64, max_push: usize) -> Result<Entry, String> {
-    crate::proto::push::check_topic(topic.as_bytes())?;
+pub(crate) fn checked(topic: &str, data: Vec<u8>, mqtt: MqttMeta, publish_us: u64, max_push: usize) -> Result<Entry, Malformed> {
+    crate::proto::push::check_topic(topic.as_bytes()).map_err(Malformed::Topic)?;
     if topic.contains(['+', '#']) || !super::topic_fits_subject(topic) {
-        return Err(format!("'{topic}' is not a topic a message is retained under"));
+        return Err(Malformed::RetainedTopic(topic.to_string()));
     }
     if data.len() > max_push {
-        return Err(format!("{} bytes of data, more than a push carries here (--max-push-bytes {max_push})", data.len()));
+        return Err(Malformed::TooLarge { len: data.len(), max: max_push });
     }
     if !mqtt.retain {
-        return Err("a retained message without the retain flag".into());
+        return Err(Malformed::NotRetained);
     }
     Ok(Entry { topic: topic.to_string(), data, mqtt, publish_us })
 }
 
-fn entry(w: Wire, max_push: usize) -> Result<Entry, String> {
-    let data = base64::engine::general_purpose::STANDARD.decode(w.data.as_bytes()).map_err(|e| e.to_string())?;
+fn entry(w: Wire, max_push: usize) -> Result<Entry, Malformed> {
+    let data = base64::engine::general_purpose::STANDARD.decode(w.data.as_bytes()).map_err(|e| Malformed::Base64(e.to_string()))?;
     let mqtt = w.mqtt.checked()?;
     checked(&w.topic, data, mqtt, w.publish_us, max_push)
 }

@@ -34,6 +34,7 @@
 //! the asker's client id announcement reaches the lender (which drops
 //! its copy then).
 
+use super::malformed::Malformed;
 use super::sign::Refusal;
 use futures_util::StreamExt;
 use std::collections::{HashMap, HashSet};
@@ -95,10 +96,10 @@ pub(crate) struct Taken {
 
 impl Taken {
     /// Another node's confirmation.
-    pub(crate) fn parse(body: &[u8]) -> Result<Taken, String> {
-        let t: Taken = serde_json::from_slice(body).map_err(|e| format!("not a confirmation of a session: {e}"))?;
+    pub(crate) fn parse(body: &[u8]) -> Result<Taken, Malformed> {
+        let t: Taken = serde_json::from_slice(body).map_err(|e| Malformed::TakenJson(e.to_string()))?;
         if t.lend == 0 || t.to.len() > super::MAX_ID_BYTES {
-            return Err(format!("a confirmation of lend {} to a node name of {} bytes", t.lend, t.to.len()));
+            return Err(Malformed::Taken { lend: t.lend, bytes: t.to.len() });
         }
         Ok(t)
     }
@@ -282,10 +283,10 @@ mod tests {
     #[test]
     fn confirmations_are_checked() {
         assert_eq!(Taken::parse(br#"{"to":"A","lend":3}"#), Ok(Taken { to: "A".into(), lend: 3 }));
-        assert!(Taken::parse(br#"{"to":"A","lend":0}"#).unwrap_err().contains("lend 0"));
-        assert!(Taken::parse(br#"{"to":"A"}"#).unwrap_err().contains("not a confirmation"));
+        assert_eq!(Taken::parse(br#"{"to":"A","lend":0}"#), Err(Malformed::Taken { lend: 0, bytes: 1 }));
+        assert!(matches!(Taken::parse(br#"{"to":"A"}"#), Err(Malformed::TakenJson(_))));
         let long = format!(r#"{{"to":"{}","lend":1}}"#, "n".repeat(4096));
-        assert!(Taken::parse(long.as_bytes()).is_err());
+        assert!(matches!(Taken::parse(long.as_bytes()), Err(Malformed::Taken { lend: 1, bytes: 4096 })));
     }
 
     #[test]
