@@ -265,8 +265,9 @@ pub(crate) fn run(cfg: ServerWorkerConfig) -> Result<()> {
     let worker = cfg.worker;
     let mqtt_limits = cfg.mqtt.limits();
     let poll = Poll::new()?;
-    let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
-    let stage = Stage::new(cfg.business, cfg.queue, waker)?;
+    let waker = Waker::new(poll.registry(), WAKER)?;
+    // A wake that fails (the loop is gone) has no one left to tell.
+    let stage = Stage::new(cfg.business, cfg.queue, Arc::new(move || drop(waker.wake())))?;
     let cfg_cap_fd = cfg.cap_fd;
     let limits = cfg.limits.clone();
     let per_ip = match limits.per_ip {

@@ -6,7 +6,7 @@
 //! - `pool:N`: N OS threads for blocking work behind a bounded queue
 //!   (`--queue`); a full queue rejects the request at once with an explicit
 //!   error reply instead of growing without bound. Finished jobs come back
-//!   to the event loop through a mio `Waker`.
+//!   to the event loop through its `Wake` (the worker's mio `Waker`).
 //! - `async`: a timer heap on the event loop itself, no threads.
 //!
 //! Each job records the service time it actually got (a 1 ms sleep takes
@@ -140,9 +140,13 @@ pub(crate) struct Stage {
     pool: Option<Pool>,
 }
 
+/// What a pool thread calls when it finished a job.
+pub(crate) type Wake = Arc<dyn Fn() + Send + Sync>;
+
 impl Stage {
-    /// `waker` is signalled whenever a pool thread finishes a job.
-    pub(crate) fn new(mode: BusinessMode, queue: usize, waker: Arc<mio::Waker>) -> std::io::Result<Stage> {
+    /// `wake` is called whenever a pool thread finishes a job (the
+    /// worker's event loop waker; the stage names no event loop).
+    pub(crate) fn new(mode: BusinessMode, queue: usize, wake: Wake) -> std::io::Result<Stage> {
         let pool = match mode {
             BusinessMode::Pool(n) => {
                 let (tx, rx) = channel::<Job>();
@@ -150,8 +154,8 @@ impl Stage {
                 let done = Arc::new(Mutex::new(Vec::new()));
                 let in_system = Arc::new(AtomicUsize::new(0));
                 for i in 0..n {
-                    let (rx, done, waker, in_system) = (rx.clone(), done.clone(), waker.clone(), in_system.clone());
-                    std::thread::Builder::new().name(format!("business-{i}")).stack_size(64 * 1024).spawn(move || work(rx, done, waker, in_system))?;
+                    let (rx, done, wake, in_system) = (rx.clone(), done.clone(), wake.clone(), in_system.clone());
+                    std::thread::Builder::new().name(format!("business-{i}")).stack_size(64 * 1024).spawn(move || work(rx, done, wake, in_system))?;
                 }
                 Some(Pool { tx, done, in_system, capacity: n + queue })
             }
@@ -225,7 +229,7 @@ impl Stage {
     }
 }
 
-fn work(rx: Arc<Mutex<Receiver<Job>>>, done: Arc<Mutex<Vec<Done>>>, waker: Arc<mio::Waker>, in_system: Arc<AtomicUsize>) {
+fn work(rx: Arc<Mutex<Receiver<Job>>>, done: Arc<Mutex<Vec<Done>>>, wake: Wake, in_system: Arc<AtomicUsize>) {
     loop {
         let job = match rx.lock() {
             Ok(rx) => match rx.recv() {
@@ -241,7 +245,7 @@ fn work(rx: Arc<Mutex<Receiver<Job>>>, done: Arc<Mutex<Vec<Done>>>, waker: Arc<m
         let applied = t0.elapsed();
         done.lock().expect("pool lock").push(Done { job, applied });
         in_system.fetch_sub(1, Ordering::AcqRel);
-        let _ = waker.wake();
+        wake();
     }
 }
 
