@@ -41,8 +41,8 @@ pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(300);
 pub(crate) const DEFAULT_MAX_BYTES: u64 = 256 << 20;
 /// Most payload bytes one recovery answer carries to a worker (the
 /// latest messages that fit); a subscriber that missed more than that
-/// is told it cannot recover. The answer is one line of base64 JSON
-/// through the worker's command pipe (~5.6 MB at this bound) and its
+/// is told it cannot recover. The answer is one `History` frame on the
+/// bus from the topic's shard (`proto/bus.rs`, payloads raw) and its
 /// replay is written to each waiting connection at once, so it is kept
 /// to a few of the largest pushes (`--max-push-bytes` is at most 1 MiB).
 pub(crate) const MAX_REPLY_BYTES: usize = 4 << 20;
@@ -99,7 +99,7 @@ impl Log {
 }
 
 /// A topic's history from some offset on, as a recovery needs it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Slice {
     pub topic: String,
     /// The offset it was asked after (u64::MAX: for the position only):
@@ -118,12 +118,11 @@ pub(crate) struct Slice {
 }
 
 /// One message of a [`Slice`].
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Message {
     pub offset: u64,
     pub publish_us: u64,
-    /// The payload (base64 in JSON).
-    #[serde(with = "crate::proto::b64")]
+    /// The payload, raw (a `History` frame carries it so on the bus).
     pub data: Vec<u8>,
 }
 
@@ -514,6 +513,104 @@ mod tests {
         assert_eq!((h.counters.messages, h.counters.topics, h.counters.bytes), (0, 0, 0));
         let e = h.append("x", 100_000_000, b"again");
         assert_eq!(e.offset, 1, "a forgotten log starts over, in a new epoch");
+    }
+
+    /// `--history 0`: nothing kept, yet offsets count and the head moves,
+    /// so a recovery is told where the topic is and that it cannot have
+    /// what it missed.
+    #[test]
+    fn with_no_messages_kept_offsets_still_count() {
+        let mut h = History::new(cfg(0, 1 << 20));
+        for i in 1..=3u64 {
+            assert_eq!(h.append("t", i, b"x").offset, i);
+        }
+        let s = h.since("t", 0, usize::MAX, MAX_REPLY_BYTES);
+        assert_eq!((s.head, s.oldest, s.messages.len(), s.starts_at()), (3, 4, 0, 4));
+        assert_eq!(s.covers(Position { epoch: s.epoch, offset: 3 }), Some(true), "nothing missed");
+        assert_eq!(s.covers(Position { epoch: s.epoch, offset: 2 }), Some(false));
+        assert_eq!((h.counters.messages, h.counters.bytes, h.counters.topics), (0, PER_LOG + 1, 1));
+        assert!(h.counters.evicted.is_empty(), "nothing kept, nothing evicted");
+    }
+
+    /// The bytes counted are exactly the payloads, a record per message
+    /// and one per log with its name, given back as messages go.
+    #[test]
+    fn bytes_count_payloads_records_and_logs_exactly() {
+        let mut h = History::new(cfg(2, 1 << 20));
+        for i in 0..3 {
+            h.append("ab", i, &[0; 10]);
+        }
+        h.append("c", 0, &[0; 7]);
+        assert_eq!(h.counters.bytes, (PER_LOG + 2) + 2 * (PER_MESSAGE + 10) + (PER_LOG + 1) + (PER_MESSAGE + 7));
+        assert_eq!((h.counters.messages, h.counters.topics, h.counters.evicted["size"]), (3, 2, 1));
+        h.forget("ab");
+        assert_eq!(h.counters.bytes, (PER_LOG + 1) + (PER_MESSAGE + 7));
+        h.forget("never");
+        h.forget("c");
+        assert_eq!((h.counters.bytes, h.counters.messages, h.counters.topics), (0, 0, 0));
+    }
+
+    /// A slice is bounded in count too: the latest `limit` messages, so
+    /// it still ends at the head.
+    #[test]
+    fn a_slice_bounded_in_count_keeps_the_latest() {
+        let mut h = History::new(cfg(10, 1 << 20));
+        for i in 1..=6u8 {
+            h.append("t", 1, &[i]);
+        }
+        let s = h.since("t", 1, 2, MAX_REPLY_BYTES);
+        assert_eq!(s.messages.iter().map(|m| (m.offset, m.data[0])).collect::<Vec<_>>(), vec![(5, 5), (6, 6)]);
+        assert_eq!((s.oldest, s.head), (1, 6));
+        assert!(h.since("t", 1, 0, MAX_REPLY_BYTES).messages.is_empty());
+        assert!(h.since("t", u64::MAX, usize::MAX, MAX_REPLY_BYTES).messages.is_empty(), "the position only");
+    }
+
+    /// The TTL walk runs at most once a second of the clock it is given:
+    /// a message past its TTL stays until the next walk is due.
+    #[test]
+    fn expiry_walks_at_most_once_a_second() {
+        let mut h = History::new(cfg(10, 1 << 20));
+        h.append("t", 1_000_000, b"x");
+        h.expire(10_800_000);
+        assert_eq!(h.counters.messages, 1, "9.8 s old, within the 10 s TTL");
+        h.expire(11_500_000);
+        assert_eq!(h.counters.messages, 1, "10.5 s old, but 0.7 s since the last walk");
+        h.expire(11_800_000);
+        assert_eq!((h.counters.messages, h.counters.evicted["ttl"]), (0, 1));
+        assert_eq!((h.position("t"), h.counters.topics, h.counters.bytes), (Position::default(), 0, 0), "nothing kept, no publish within the TTL: forgotten");
+    }
+
+    /// A message of another epoch starts the log over there (what was
+    /// kept is dropped as a gap); one this log already has is refused.
+    #[test]
+    fn another_epoch_starts_the_log_over() {
+        let mut h = History::new(cfg(10, 1 << 20));
+        let at = |epoch, offset| Position { epoch, offset };
+        assert!(h.put("t", at(1, 1), 1, b"a"));
+        assert!(h.put("t", at(1, 2), 1, b"b"));
+        assert!(h.put("t", at(2, 1), 1, b"c"), "a new epoch, from its first message");
+        assert_eq!((h.position("t"), h.counters.evicted["gap"], h.counters.messages), (at(2, 1), 2, 1));
+        assert!(!h.put("t", at(2, 1), 1, b"c"));
+        let s = h.since("t", 0, usize::MAX, MAX_REPLY_BYTES);
+        assert_eq!((s.epoch, s.oldest, s.messages.iter().map(|m| m.data.clone()).collect::<Vec<_>>()), (2, 1, vec![b"c".to_vec()]));
+    }
+
+    /// What the stream gives below the oldest kept message joins the log
+    /// only up to `--history`, the run right under it first; nothing given
+    /// changes nothing.
+    #[test]
+    fn a_merge_below_the_oldest_stays_within_the_size() {
+        let mut h = History::new(cfg(3, 1 << 20));
+        let at = |offset| Position { epoch: 9, offset };
+        let msg = |offset: u64| Message { offset, publish_us: 1, data: vec![offset as u8] };
+        assert!(h.merge("t", Vec::new()).is_empty());
+        assert_eq!(h.position("t"), Position::default(), "no log made of nothing");
+        h.put("t", at(5), 1, &[5]);
+        h.put("t", at(6), 1, &[6]);
+        assert!(h.merge("t", (1..=6).map(|o| (at(o), msg(o))).collect()).is_empty(), "nothing past the head");
+        let s = h.since("t", 0, usize::MAX, MAX_REPLY_BYTES);
+        assert_eq!(s.messages, vec![msg(4), msg(5), msg(6)], "4 right under 5, and no more than 3");
+        assert_eq!((s.oldest, h.counters.messages), (4, 3));
     }
 
     #[test]

@@ -363,6 +363,103 @@ mod tests {
         assert_eq!((r.counters.messages, r.counters.bytes), (0, 0), "all given back");
     }
 
+    /// Clearing a topic keeps the topics below it; once every topic is
+    /// cleared the tree holds nothing and no filter finds anything.
+    #[test]
+    fn a_cleared_parent_keeps_its_children_and_nothing_stays_behind() {
+        let mut r = Retained::new(RetainedConfig::default());
+        for t in ["a", "a/b", "a/b/c"] {
+            r.set(t, Kept::new(b"x", 0), None).unwrap();
+        }
+        r.set("a", Kept::new(b"", 0), None).unwrap();
+        assert_eq!(topics(&mut r, "a/#"), ["a/b", "a/b/c"]);
+        assert!(topics(&mut r, "a").is_empty());
+        assert_eq!(r.tree.get("a/b/c"), Some(&()));
+        r.set("a/b/c", Kept::new(b"", 0), None).unwrap();
+        assert_eq!(topics(&mut r, "#"), ["a/b"], "a/b stays, its child gone");
+        r.set("a/b", Kept::new(b"", 0), None).unwrap();
+        assert_eq!((r.tree.len(), r.by_topic.len()), (0, 0));
+        assert!(topics(&mut r, "#").is_empty() && topics(&mut r, "+/+").is_empty());
+        assert_eq!((r.counters.messages, r.counters.bytes, r.counters.cleared), (0, 0, 3));
+    }
+
+    /// Empty levels are levels: `a/` is matched by `a/+`, `/x` by `+/x`,
+    /// `a//b` by `a/+/b` and `a/#`, never by `a/b`.
+    #[test]
+    fn empty_levels_match_as_mqtt_says() {
+        let mut r = Retained::new(RetainedConfig::default());
+        for t in ["a", "a/", "a//b", "/x", "a/b"] {
+            r.set(t, Kept::new(t.as_bytes(), 0), None).unwrap();
+        }
+        assert_eq!(topics(&mut r, "a/+"), ["a/", "a/b"]);
+        assert_eq!(topics(&mut r, "+/x"), ["/x"]);
+        assert_eq!(topics(&mut r, "a/+/b"), ["a//b"]);
+        assert_eq!(topics(&mut r, "a/#"), ["a", "a/", "a//b", "a/b"]);
+        assert_eq!(topics(&mut r, "+"), ["a"]);
+        assert_eq!(topics(&mut r, "a//b"), ["a//b"]);
+        assert_eq!(topics(&mut r, "+/+"), ["/x", "a/", "a/b"]);
+    }
+
+    /// The generation moves with every change of the set (kept, replaced,
+    /// cleared, expired) and with nothing else: a refusal, a clear of
+    /// nothing, or a lookup. An expired message leaves the tree too.
+    #[test]
+    fn the_generation_moves_with_every_change_and_nothing_else() {
+        let mut r = Retained::new(RetainedConfig { max_messages: 2, ..RetainedConfig::default() });
+        let expiring = Forwarded { message_expiry: Some(1), ..Forwarded::default() };
+        let mut g = r.generation();
+        let mut step = |r: &Retained, by: u64, what: &str| {
+            assert_eq!(r.generation(), g + by, "{what}");
+            g = r.generation();
+        };
+        r.set("a", Kept::new(b"1", 0), None).unwrap();
+        step(&r, 1, "kept");
+        r.set("a", Kept::new(b"2", 0), None).unwrap();
+        step(&r, 1, "replaced");
+        r.set("b", Kept::new(b"1", 0).with(Some(&expiring), 0), None).unwrap();
+        step(&r, 1, "kept");
+        assert_eq!(r.set("c", Kept::new(b"1", 0), None), Err("count"));
+        step(&r, 0, "refused");
+        r.set("nothing", Kept::new(b"", 0), None).unwrap();
+        step(&r, 0, "a clear of nothing");
+        assert_eq!(topics(&mut r, "#"), ["a", "b"]);
+        step(&r, 0, "a lookup");
+        assert_eq!(r.matching("#", 2_000_000).len(), 1, "b's second passed");
+        step(&r, 1, "expired");
+        assert_eq!((r.tree.len(), r.tree.get("b")), (1, None), "gone from the tree");
+        r.set("a", Kept::new(b"", 0), None).unwrap();
+        step(&r, 1, "cleared");
+    }
+
+    /// One answer carries at most MAX_ANSWER_BYTES of topics and payloads:
+    /// past it the rest is left out (and not counted as served).
+    #[test]
+    fn an_answer_stops_at_its_byte_bound() {
+        let mut r = Retained::new(RetainedConfig::default());
+        let mib = vec![7u8; 1 << 20];
+        for i in 0..5 {
+            r.set(&format!("big/{i}"), Kept::new(&mib, 0), None).unwrap();
+        }
+        let got = r.matching("big/#", 0);
+        assert_eq!(got.len(), 3, "four 1 MiB messages and their topics are past 4 MiB");
+        assert!(got.iter().map(|(t, k)| t.len() + k.data.len()).sum::<usize>() <= MAX_ANSWER_BYTES);
+        assert!(got.windows(2).all(|w| w[0].0 < w[1].0), "in topic order");
+        assert_eq!(r.counters.served, 3);
+        assert_eq!(r.matching("big/1", 0).len(), 1, "a narrower filter gets its own");
+    }
+
+    /// `refused` adds what it is given under its reason, and nothing for
+    /// nothing (no empty reason shows in the metrics).
+    #[test]
+    fn refusals_are_added_under_their_reason() {
+        let mut r = Retained::new(RetainedConfig::default());
+        r.refused("file", 0);
+        assert!(r.counters.refused.is_empty());
+        r.refused("file", 2);
+        r.refused("file", 3);
+        assert_eq!(r.counters.refused["file"], 5);
+    }
+
     /// Over the count or the bytes a retained publish is refused and
     /// counted; replacing an existing topic's message is not a new one.
     #[test]

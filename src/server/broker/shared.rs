@@ -403,6 +403,100 @@ mod tests {
         assert_eq!(s.counters.refused["groups_per_filter"], 1);
     }
 
+    /// A member joining again (a new SUBSCRIBE of the same share) is one
+    /// member at its new QoS, not a second turn in the round.
+    #[test]
+    fn a_member_joining_again_takes_its_new_qos_not_a_second_turn() {
+        let mut s = SharedGroups::default();
+        let (a, b) = (conn_id(0, 1, 1), conn_id(1, 1, 1));
+        s.changed(vec![change(a, "$share/g/t", true), change(b, "$share/g/t", true)]);
+        s.changed(vec![SharedChange { conn: a, name: "$share/g/t".into(), qos: 2, join: true }]);
+        assert_eq!((s.counters.groups, s.counters.members), (1, 2));
+        let picks: Vec<(u64, u8)> = (0..4).flat_map(|_| s.pick("t", &[])).collect();
+        assert_eq!(picks.iter().filter(|p| **p == (a, 2)).count(), 2, "{picks:?}");
+        assert_eq!(picks.iter().filter(|p| **p == (b, 1)).count(), 2, "{picks:?}");
+    }
+
+    /// The last member leaving frees its group, and the filter's index
+    /// entry with the last group: nothing is picked, and a new join
+    /// starts afresh.
+    #[test]
+    fn the_last_member_leaving_frees_its_group_and_filter() {
+        let mut s = SharedGroups::default();
+        let (a, b) = (conn_id(0, 1, 1), conn_id(1, 1, 1));
+        s.changed(vec![change(a, "$share/g/t/+", true), change(b, "$share/h/t/+", true)]);
+        s.changed(vec![change(a, "$share/g/t/+", false)]);
+        assert_eq!(s.pick("t/x", &[]), vec![(b, 1)], "h keeps the filter");
+        assert_eq!(s.index.len(), 1);
+        s.changed(vec![change(b, "$share/h/t/+", false)]);
+        assert!(s.pick("t/x", &[]).is_empty());
+        assert!(s.by_filter.is_empty() && s.index.is_empty(), "no group, no filter left");
+        assert_eq!((s.counters.groups, s.counters.members), (0, 0));
+        s.changed(vec![change(a, "$share/g/t/+", true)]);
+        assert_eq!(s.pick("t/x", &[]), vec![(a, 1)]);
+    }
+
+    /// Leaving a group one never joined, or one that does not exist,
+    /// changes nobody's membership.
+    #[test]
+    fn leaving_what_one_never_joined_changes_nothing() {
+        let mut s = SharedGroups::default();
+        let (a, b) = (conn_id(0, 1, 1), conn_id(1, 1, 1));
+        s.changed(vec![change(a, "$share/g/t", true)]);
+        s.changed(vec![change(b, "$share/g/t", false), change(a, "$share/other/t", false), change(a, "$share/g/u", false)]);
+        assert_eq!((s.counters.groups, s.counters.members), (1, 1));
+        assert_eq!(s.pick("t", &[]), vec![(a, 1)]);
+    }
+
+    /// A group's filter matches as MQTT says: `+` one level, `#` not a
+    /// `$` topic at the first level, a filter naming `$SYS` does.
+    #[test]
+    fn a_groups_filter_matches_by_mqtt_rules() {
+        let mut s = SharedGroups::default();
+        let (a, b, c) = (conn_id(0, 1, 1), conn_id(0, 2, 1), conn_id(0, 3, 1));
+        s.changed(vec![change(a, "$share/g/#", true), change(b, "$share/g/$SYS/#", true), change(c, "$share/g/a/+", true)]);
+        let members = |s: &mut SharedGroups, t: &str| {
+            let mut v: Vec<u64> = s.pick(t, &[]).into_iter().map(|m| m.0).collect();
+            v.sort();
+            v
+        };
+        assert_eq!(members(&mut s, "$SYS/load"), vec![b]);
+        assert_eq!(members(&mut s, "a/b"), vec![a, c]);
+        assert_eq!(members(&mut s, "a/b/c"), vec![a], "a/+ is one level");
+        assert_eq!(members(&mut s, "a"), vec![a]);
+    }
+
+    /// A name that is not a well-formed `$share/{group}/{filter}` joins
+    /// nothing and is not counted as a refusal.
+    #[test]
+    fn malformed_share_names_join_nothing() {
+        let mut s = SharedGroups::default();
+        let a = conn_id(0, 1, 1);
+        let names = ["plain/topic", "$share//t", "$share/g+/t", "$share/g#/t", "$share/g/", "$share/g"];
+        s.changed(names.iter().map(|n| change(a, n, true)).collect());
+        assert_eq!((s.counters.groups, s.counters.members), (0, 0));
+        assert!(s.counters.refused.is_empty());
+        assert!(s.pick("t", &[]).is_empty() && s.pick("plain/topic", &[]).is_empty());
+    }
+
+    /// Past MAX_GROUPS on the node a new group is refused and counted
+    /// (under `groups`, whatever its filter); a new member of a group
+    /// already kept is still taken.
+    #[test]
+    fn the_groups_of_a_node_are_bounded_and_counted() {
+        let mut s = SharedGroups::default();
+        let per = MAX_GROUPS_PER_FILTER;
+        let joins = (0..MAX_GROUPS).map(|i| change(conn_id(0, i, 1), &format!("$share/g{}/f{}", i % per, i / per), true)).collect();
+        s.changed(joins);
+        assert_eq!(s.counters.groups, MAX_GROUPS as u64);
+        assert!(s.counters.refused.is_empty());
+        s.changed(vec![change(conn_id(1, 0, 1), "$share/new/elsewhere", true)]);
+        assert_eq!(s.counters.refused["groups"], 1);
+        assert!(s.pick("elsewhere", &[]).is_empty(), "the refused group has no member");
+        s.changed(vec![change(conn_id(1, 1, 1), "$share/g0/f0", true)]);
+        assert_eq!((s.counters.groups, s.counters.members, s.counters.refused["groups"]), (MAX_GROUPS as u64, MAX_GROUPS as u64 + 1, 1));
+    }
+
     fn announce_of(groups: &[(&str, u32)]) -> Announce {
         Announce { groups: groups.iter().map(|(n, m)| (n.to_string(), *m)).collect(), ask: false }
     }

@@ -158,6 +158,57 @@ mod tests {
         assert_eq!(by.len(), (0, 0));
     }
 
+    /// The shards hear of a filter at its first holder and its last only,
+    /// in order; a second holder or one of several leaving says nothing.
+    #[test]
+    fn interest_is_told_at_a_filters_first_holder_and_its_last() {
+        let mut by = ByFilter::default();
+        let (a, b) = ([1, 1, 1], [2, 2, 2]);
+        let sa = subs(&[("t", 1), ("w/+", 1)]);
+        by.add(a, &sa);
+        by.add(b, &subs(&[("t", 2)]));
+        let told = |by: &mut ByFilter| by.take_interest().into_iter().map(|(add, f)| (add, f.to_string())).collect::<Vec<_>>();
+        assert_eq!(told(&mut by), [(true, "t".to_string()), (true, "w/+".to_string())]);
+        assert!(told(&mut by).is_empty(), "taken once");
+        by.remove(&a, &sa);
+        assert_eq!(told(&mut by), [(false, "w/+".to_string())], "b still holds t");
+        by.remove(&b, &subs(&[("t", 2)]));
+        assert_eq!(told(&mut by), [(false, "t".to_string())]);
+    }
+
+    /// A `$` topic reaches only the filters that name its first level:
+    /// not `#`, not `+/x`.
+    #[test]
+    fn dollar_topics_reach_only_filters_that_name_them() {
+        let mut by = ByFilter::default();
+        let (a, b, c, d) = ([1, 0, 0], [2, 0, 0], [3, 0, 0], [4, 0, 0]);
+        by.add(a, &subs(&[("#", 1)]));
+        by.add(b, &subs(&[("+/x", 1)]));
+        by.add(c, &subs(&[("$SYS/#", 1)]));
+        by.add(d, &subs(&[("$SYS/x", 2)]));
+        let mut got: Vec<(IdKey, u8)> = by.matching("$SYS/x").into_iter().collect();
+        got.sort();
+        assert_eq!(got, vec![(c, 1), (d, 2)]);
+        let mut got: Vec<IdKey> = by.matching("q/x").into_keys().collect();
+        got.sort();
+        assert_eq!(got, vec![a, b]);
+    }
+
+    /// Removing subscriptions a session does not hold changes nobody's,
+    /// and tells the shards nothing.
+    #[test]
+    fn removing_what_a_session_does_not_hold_changes_nothing() {
+        let mut by = ByFilter::default();
+        let (a, b) = ([1, 0, 0], [2, 0, 0]);
+        by.add(a, &subs(&[("t", 1), ("w/#", 1)]));
+        by.take_interest();
+        by.remove(&b, &subs(&[("t", 1), ("w/#", 1), ("never/+", 1), ("never", 1)]));
+        assert!(by.take_interest().is_empty());
+        assert_eq!(by.len(), (1, 1));
+        assert_eq!(by.matching("t").into_iter().collect::<Vec<_>>(), vec![(a, 1)]);
+        assert_eq!(by.matching("w/1/2").into_iter().collect::<Vec<_>>(), vec![(a, 1)]);
+    }
+
     /// Tracked, the filters held come out as what to follow: a topic at
     /// its first holder and its last, any topic while a wildcard is held.
     #[test]
