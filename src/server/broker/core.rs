@@ -542,52 +542,19 @@ impl Core {
             })
             .collect();
         let mut by_offset: HashMap<u64, Message> = messages.into_iter().filter_map(|m| Some((m.at?.offset, m))).collect();
+        // Past this log's head: never seen here. Routed as a live cluster
+        // message is, at its place: recorded in the history, delivered to
+        // the workers with interest and the shared groups' picks, queued
+        // for kept sessions (a live copy coming later is then a repeat).
         for (at, _) in self.history.merge(topic, got) {
-            // Already in the history (merged): delivered, not appended again.
             if let Some(m) = by_offset.remove(&at.offset) {
-                self.deliver_merged(m, at, out);
+                self.route(View::of_message(&m), out);
             }
         }
         for (w, after) in waiting {
             let slice = self.history.since(topic, *after, usize::MAX, MAX_REPLY_BYTES);
             out.push(Output::Send { to: vec![*w], bytes: history_frame(&slice) });
         }
-    }
-
-    fn deliver_merged(&mut self, mut m: Message, at: Position, out: &mut Vec<Output>) {
-        let to: Dests = match m.stream {
-            Stream::Broadcast => self.workers.iter().copied().collect(),
-            _ => self.audience(&m.topic).into_iter().filter(|w| *w != MAIN).collect(),
-        };
-        if to.is_empty() {
-            return;
-        }
-        let shared = match m.stream {
-            Stream::Topic => self.shared.pick(&m.topic, &m.elsewhere),
-            _ => Vec::new(),
-        };
-        let mut bytes = Vec::new();
-        bus::encode(
-            &mut bytes,
-            &Frame::Deliver(bus::Deliver {
-                publish_id: 0,
-                stream: m.stream,
-                topic: &m.topic,
-                seq: at.offset,
-                epoch: at.epoch,
-                publish_us: m.publish_us,
-                qos: m.qos,
-                retain: m.retain,
-                target: None,
-                user: None,
-                close: false,
-                shared,
-                props: m.props.take().map(|b| *b),
-                payload: &m.data,
-            }),
-        );
-        self.counters.frames_out += to.len() as u64;
-        out.push(Output::Send { to, bytes });
     }
 
     /// Interest entries held (topics, filters).

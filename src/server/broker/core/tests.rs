@@ -835,9 +835,10 @@ fn a_shard_frame_from_a_worker_is_ignored() {
 }
 
 /// What the cluster's stream filled in: the messages past the head are
-/// delivered (not those the history had), and the waiting recovery is
-/// answered from the history. A topic with no log here takes the
-/// stream's as its own, delivering nothing.
+/// delivered (not those the history had) and recorded, so the waiting
+/// recovery is answered with them and the next live message follows
+/// them. A topic with no log here takes the stream's as its own,
+/// delivering nothing.
 #[test]
 fn merged_messages_past_the_head_are_delivered_and_the_waiting_answered() {
     let mut c = core();
@@ -853,12 +854,40 @@ fn merged_messages_past_the_head_are_delivered_and_the_waiting_answered() {
     assert_eq!(got, vec![(vec![1], 3, b"3".to_vec()), (vec![1], 4, b"4".to_vec())]);
     let answers = history_answers(&out);
     assert_eq!(answers.len(), 1, "{out:?}");
-    assert_eq!((&answers[0].0, answers[0].1), (&vec![2], 7));
-    assert_eq!(&answers[0].4[..2], &[(1, b"1".to_vec()), (2, b"2".to_vec())]);
+    assert_eq!((&answers[0].0, answers[0].1, answers[0].2), (&vec![2], 7, 4), "the head moved past what was merged");
+    assert_eq!(answers[0].4.iter().map(|(o, _)| *o).collect::<Vec<_>>(), [1, 2, 3, 4]);
+    assert_eq!(c.history.position("t"), at(4));
+    // The next live message follows them: no gap, nothing forgotten.
+    let mut out = Vec::new();
+    c.handle(Input::Message(m("t", 5)), 0, &mut out);
+    assert_eq!(delivered(&out).iter().map(|(_, d)| d.seq).collect::<Vec<_>>(), [5]);
+    let mut out = Vec::new();
+    c.handle(Input::Worker(2, Frame::HistoryWant { topic: "t", after: 0 }), 0, &mut out);
+    assert_eq!(history_answers(&out)[0].4.iter().map(|(o, _)| *o).collect::<Vec<_>>(), [1, 2, 3, 4, 5]);
 
     interest(&mut c, 1, "fresh");
     let mut out = Vec::new();
     c.handle(Input::Merged { topic: "fresh".into(), messages: (1..=3).map(|o| m("fresh", o)).collect(), waiting: vec![(3, 1)] }, 0, &mut out);
     assert!(delivered(&out).is_empty(), "{out:?}");
     assert_eq!(history_answers(&out), vec![(vec![3], 7, 3, 1, vec![(2, b"2".to_vec()), (3, b"3".to_vec())])]);
+}
+
+/// A message the cluster's stream filled in reaches a shared group's
+/// member as a live one would: picked, and written to the member's
+/// worker, even with no worker holding plain interest in the topic.
+#[test]
+fn merged_messages_reach_a_shared_groups_member() {
+    let mut c = core();
+    c.handle(Input::WorkerUp(1), 0, &mut Vec::new());
+    let member = conn_id(1, 1, 1);
+    share(&mut c, 1, member, true, "$share/g/s");
+    let at = |offset| Position { epoch: 7, offset };
+    let m = |o: u64| Message { at: Some(at(o)), qos: 1, ..message("s", &[b'0' + o as u8]) };
+    let mut out = Vec::new();
+    c.handle(Input::Message(m(1)), 0, &mut out);
+    assert_eq!(delivered(&out).iter().map(|(to, d)| (to.clone(), d.shared.clone())).collect::<Vec<_>>(), [(vec![1], vec![(member, 1)])]);
+    let mut out = Vec::new();
+    c.handle(Input::Merged { topic: "s".into(), messages: vec![m(1), m(2)], waiting: vec![] }, 0, &mut out);
+    let got: Vec<(Vec<u32>, u64, Vec<(u64, u8)>)> = delivered(&out).into_iter().map(|(to, d)| (to, d.seq, d.shared)).collect();
+    assert_eq!(got, [(vec![1], 2, vec![(member, 1)])], "offset 2 only, to the member's worker, naming it");
 }
