@@ -176,13 +176,24 @@ impl Ctx {
         *self.stats.lock().expect("admin stats").requests.entry(r.status.to_string()).or_default() += 1;
         let mut resp = hyper::Response::new(Full::new(Bytes::from(r.body)));
         *resp.status_mut() = StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(r.content_type));
+        let headers = resp.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static(r.content_type));
+        // The dashboard's page may load its own files and ask /stats;
+        // nothing else may run, load or frame anything (super::ui).
+        let policy = if r.content_type.starts_with("text/html") { super::ui::PAGE_POLICY } else { super::ui::API_POLICY };
+        headers.insert("content-security-policy", HeaderValue::from_static(policy));
+        headers.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+        headers.insert("referrer-policy", HeaderValue::from_static("no-referrer"));
+        headers.insert("cache-control", HeaderValue::from_static("no-store"));
         resp
     }
 
     async fn respond(&self, req: hyper::Request<Incoming>) -> Response {
         let (head, body) = req.into_parts();
         if let Err(r) = guard::check(&head.method, head.uri.path(), &head.headers, self.token.as_ref()) {
+            return r;
+        }
+        if let Some(r) = Some(&head.method).filter(|m| **m == Method::GET || **m == Method::HEAD).and_then(|_| super::ui::asset(head.uri.path())) {
             return r;
         }
         let body = if head.method == Method::POST {

@@ -1,6 +1,7 @@
 //! The admin HTTP API, served by the server's supervisor (loopback by
 //! default): `/metrics` (Prometheus/OpenMetrics), `/stats` (JSON),
-//! `/healthz` (no token needed: probes), `/connections`, and `POST /publish?topic=T`, `/broadcast`,
+//! `/healthz` (no token needed: probes), `/ui` (the live dashboard,
+//! [`ui`]), `/connections`, and `POST /publish?topic=T`, `/broadcast`,
 //! `/push/{id}`, `/push` (batch: one `id payload` per line).
 //!
 //! HTTP is hyper's (src/admin/http.rs), with every bound a public port
@@ -16,6 +17,7 @@ pub(crate) mod client;
 pub(crate) mod guard;
 mod http;
 pub(crate) mod route;
+pub(crate) mod ui;
 
 pub(crate) use guard::Token;
 pub(crate) use http::serve;

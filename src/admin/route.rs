@@ -249,7 +249,7 @@ pub(crate) fn parse(method: &str, url: &str, body: Vec<u8>) -> Result<Request, R
         }
         _ => Err(Response::error(
             404,
-            format!("no {path}; try /metrics, /stats, /healthz, /connections, /presence?topic=T, /history?topic=T, POST /publish?topic=T, /broadcast, /push/ID, /push/user/SUB, /disconnect/user/SUB"),
+            format!("no {path}; try /ui, /metrics, /stats, /healthz, /connections, /presence?topic=T, /history?topic=T, POST /publish?topic=T, /broadcast, /push/ID, /push/user/SUB, /disconnect/user/SUB"),
         )),
     }
 }

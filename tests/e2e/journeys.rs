@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The journeys the README promises: deleting one fails this test.
-const REQUIRED: [&str; 28] = [
+const REQUIRED: [&str; 29] = [
     "gateway",
     "load-test",
     "cluster",
@@ -49,6 +49,7 @@ const REQUIRED: [&str; 28] = [
     "mqtt-auth-http",
     "move-from-mosquitto",
     "sys-topics",
+    "dashboard",
 ];
 /// A recipe runs at most this long.
 const JOURNEY_LIMIT: Duration = Duration::from_secs(90);
@@ -241,6 +242,7 @@ documents! {
     journeys_mqtt => "docs/mqtt.md",
     journeys_mosquitto => "docs/mosquitto.md",
     journeys_protocol => "docs/protocol.md",
+    journeys_push_api => "docs/push-api.md",
     journeys_tls => "docs/tls.md",
     journeys_upstream => "docs/upstream.md",
 }

@@ -20,6 +20,7 @@ mod cluster;
 mod conn_bounds;
 mod connections;
 mod counters;
+mod dashboard;
 mod drain;
 mod extremes;
 mod fuzz_regressions;

@@ -8,12 +8,16 @@ const http = require('http');
 
 // extraArgs: more Chromium flags (e.g. --ignore-certificate-errors-spki-list
 // to trust a test certificate by its key, as a pinned one).
-async function loopbackPage(title, extraArgs = []) {
-  const browser = await chromium.launch({
+async function launch(extraArgs = []) {
+  return chromium.launch({
     executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
     args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
       '--disable-component-update', '--disable-sync', ...extraArgs],
   });
+}
+
+async function loopbackPage(title, extraArgs = []) {
+  const browser = await launch(extraArgs);
   const site = http.createServer((req, res) => {
     res.writeHead(200, { 'Content-Type': 'text/html' });
     res.end(`<!doctype html><title>${title}</title><p>${title}</p>`);
@@ -25,4 +29,4 @@ async function loopbackPage(title, extraArgs = []) {
   return { browser, page };
 }
 
-module.exports = { loopbackPage };
+module.exports = { launch, loopbackPage };

@@ -17,6 +17,9 @@ pub(crate) struct ServerTotals {
     pub accepting: usize,
     /// Of those, at their connection budget (left the accept group).
     pub full: usize,
+    /// Connections open now in each live worker, by its index (the
+    /// dashboard's connections by worker).
+    pub active_by_worker: std::collections::BTreeMap<usize, u64>,
     #[serde(flatten)]
     pub counters: ServerCounters,
     /// Mean business service time actually applied per reply, ms.
@@ -83,6 +86,7 @@ impl ServerView {
         let mut t = ServerTotals { workers: self.workers.iter().filter(|e| e.alive).count(), ..Default::default() };
         t.accepting = live().filter(|x| x.accepting).count();
         t.full = live().filter(|x| !x.accepting && x.active >= x.budget).count();
+        t.active_by_worker = live().map(|x| (x.worker, x.active)).collect();
         for x in self.workers.iter().filter_map(|e| e.latest.as_ref()) {
             t.counters.add(&x.counters);
             t.push_latency_buckets.resize(t.push_latency_buckets.len().max(x.push_latency_buckets.len()), 0);

@@ -1,0 +1,130 @@
+//! The live dashboard on the admin port (issue 65): Debian's Chromium
+//! opens `/ui` of a server holding MQTT clients, behind an admin token;
+//! the page asks for the token, then shows what `/stats` says (the
+//! numbers compared with a `/stats` this test asks itself), draws its
+//! charts, loads nothing from another origin, runs under its
+//! Content-Security-Policy, and is screenshotted. A load generator's
+//! `--admin` serves the same page over its own `/stats`.
+use crate::common::*;
+use serde_json::Value;
+use std::process::Command;
+use std::time::Duration;
+
+#[test]
+fn chromium_shows_what_stats_says_behind_the_token() {
+    let port = free_port();
+    let dir = std::env::temp_dir().join(format!("megaconn-dashboard-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token_file = dir.join("admin-token");
+    std::fs::write(&token_file, "dash-secret-7\n").unwrap();
+    let serve = format!("mqtt={port}");
+    let (mut s, _, ready) = server_ready(&["--serve", &serve, "--workers", "2", "--admin-token-file", token_file.to_str().unwrap()], None);
+    let admin = ready["admin"].as_str().unwrap().to_string();
+    let token = Some("dash-secret-7");
+
+    // The page needs no token; the data does.
+    let (code, page) = http(&admin, "GET", "/ui", b"", None);
+    assert_eq!(code, 200, "{page}");
+    assert!(page.contains("/ui/dashboard.js"), "{page}");
+    assert_eq!(http(&admin, "GET", "/stats", b"", None).0, 401);
+
+    // Six MQTT clients held while the page watches.
+    let clients: Vec<_> = (0..6).map(|i| crate::common::mqtt_raw::raw_client(port, 4, &format!("dash-{i}"), &[])).collect();
+    let stats = |what: &str| -> Value {
+        let (code, body) = http(&admin, "GET", "/stats", b"", token);
+        assert_eq!(code, 200, "{what}: {body}");
+        serde_json::from_str(&body).unwrap()
+    };
+    wait_until("the six clients counted", Duration::from_secs(20), || stats("held")["active"] == 6);
+
+    let seen = open_page(&admin, "dash-secret-7", &dir);
+    let now = stats("after the page");
+
+    assert!(seen["asked"].as_str().unwrap_or("").contains("token"), "without the token the page asks for it: {seen}");
+    assert!(seen["unauthorized"].as_u64().unwrap_or(0) >= 1, "its first /stats was refused: {seen}");
+    assert_eq!(seen["login_hidden"], true, "{seen}");
+    assert!(!seen["address"].as_str().unwrap_or("").contains("dash-secret"), "the token left the address bar: {seen}");
+    assert_eq!(seen["errors"], serde_json::json!([]), "the page ran without an error (CSP included): {seen}");
+    // What the page shows is what /stats says (the six held the whole time).
+    let card = |k: &str| seen["cards"][k].as_str().and_then(|v| v.parse::<f64>().ok()).unwrap_or_else(|| panic!("card {k}: {seen}"));
+    assert_eq!(card("active"), 6.0, "{seen}");
+    assert_eq!(card("active"), now["active"].as_f64().unwrap());
+    assert_eq!(card("workers"), now["workers"].as_f64().unwrap());
+    assert_eq!(card("closed"), now["closed"].as_f64().unwrap());
+    assert_eq!(card("subscriptions"), now["subscriptions"].as_f64().unwrap());
+    assert!(card("rss_bytes") > 1e6, "{seen}");
+    assert_eq!(seen["tables"]["table-connections-by-protocol"]["mqtt"], 6, "{seen}");
+    let by_worker: f64 = seen["tables"]["table-connections-by-worker"].as_object().unwrap().values().filter_map(Value::as_f64).sum();
+    assert_eq!(by_worker, 6.0, "{seen}");
+    assert_eq!(seen["stats"]["active_by_worker"], now["active_by_worker"], "{seen}");
+    assert_drawn_here(&seen, &admin, &dir);
+    drop(clients);
+    assert!(s.terminate().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Chromium on `admin`'s `/ui` (`token`: `-` for none) until its third
+/// render: what the page saw (see tests/peers/chromium_dashboard.js);
+/// its screenshot goes to `dir`.
+fn open_page(admin: &str, token: &str, dir: &std::path::Path) -> Value {
+    let shot = dir.join("dashboard.png");
+    let mut node = Command::new("node");
+    node.args([&peer("chromium_dashboard.js"), admin, token, shot.to_str().unwrap()]);
+    let mut browser = Peer::spawn("node chromium_dashboard.js (chromium)", node);
+    let out = browser.finish_ok(Duration::from_secs(90));
+    serde_json::from_str(out.last().unwrap_or_else(|| panic!("the page's result: {out:?}"))).unwrap()
+}
+
+/// The page drew its charts, asked nothing of another origin, ran under
+/// its policy without an error, and its screenshot is a drawn page.
+fn assert_drawn_here(seen: &Value, admin: &str, dir: &std::path::Path) {
+    assert_eq!(seen["errors"], serde_json::json!([]), "the page ran without an error (CSP included): {seen}");
+    assert!(seen["drawn"].as_u64().unwrap_or(0) > 500, "the first chart has pixels: {seen}");
+    let origin = format!("http://{admin}/");
+    let requests = seen["requests"].as_array().unwrap();
+    assert!(requests.iter().filter_map(Value::as_str).all(|u| u.starts_with(&origin)), "every request to {origin}: {requests:?}");
+    for must in ["/ui/dashboard.js", "/ui/dashboard.css", "/stats"] {
+        assert!(requests.iter().filter_map(Value::as_str).any(|u| u.contains(must)), "asked {must}: {requests:?}");
+    }
+    let policy = seen["policy"].as_str().unwrap_or("");
+    assert!(policy.contains("default-src 'none'") && policy.contains("connect-src 'self'") && policy.contains("frame-ancestors 'none'"), "{policy}");
+    let png = std::fs::read(dir.join("dashboard.png")).expect("the screenshot");
+    assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000, "a screenshot of a drawn page: {} bytes", png.len());
+}
+
+/// `megaconn client --admin` serves the page too: its cards are the load
+/// test's own `/stats` (the connections it holds open).
+#[test]
+fn a_load_generators_admin_serves_the_same_page() {
+    let (port, admin_port) = (free_port(), free_port());
+    let dir = std::env::temp_dir().join(format!("megaconn-dashboard-client-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (mut s, _, _) = server_ready(&["--ports", &port.to_string(), "--workers", "1"], None);
+    let admin = format!("127.0.0.1:{admin_port}");
+    let mut cmd = megaconn();
+    cmd.args(["client", "--ports", &port.to_string(), "--connections", "40", "--rate", "400/s", "--hold", "30s", "--admin", &admin, "--json"]);
+    let mut client = Running::spawn(cmd);
+    // Null until its admin API listens (it starts with the client).
+    let stats = || -> Value {
+        if std::net::TcpStream::connect(&admin).is_err() {
+            return Value::Null;
+        }
+        let (code, body) = http(&admin, "GET", "/stats", b"", None);
+        if code == 200 {
+            serde_json::from_str(&body).unwrap()
+        } else {
+            Value::Null
+        }
+    };
+    wait_until("the client's 40 open", Duration::from_secs(30), || stats()["open"] == 40);
+    let seen = open_page(&admin, "-", &dir);
+    let now = stats();
+    assert_eq!(seen["cards"]["open"].as_str(), Some("40"), "{seen}");
+    assert_eq!(now["open"], 40, "{now}");
+    assert_eq!(seen["cards"]["planned"].as_str().map(str::to_string), now["planned"].as_u64().map(|v| v.to_string()), "{seen}");
+    assert_eq!(seen["cards"]["failed"].as_str(), Some("0"), "{seen}");
+    assert_drawn_here(&seen, &admin, &dir);
+    client.terminate();
+    assert!(s.terminate().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
