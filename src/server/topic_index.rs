@@ -422,6 +422,286 @@ mod tests {
         assert_eq!(t.len(), 6);
     }
 
+    /// Nodes below `n`, `+` branches included (`n` itself not counted).
+    fn nodes<V>(n: &FilterNode<V>) -> usize {
+        n.children.values().map(|c| 1 + nodes(c)).sum::<usize>() + n.plus.as_deref().map_or(0, |p| 1 + nodes(p))
+    }
+
+    fn trie(filters: &[&str]) -> FilterTrie<String> {
+        let mut t = FilterTrie::default();
+        for f in filters {
+            *t.entry(f, String::new) = f.to_string();
+        }
+        t
+    }
+
+    /// An empty level is a level like any other: `a//b` has three, `/a`
+    /// and `a/` two; `+` takes an empty level, an exact filter only its
+    /// own topic.
+    #[test]
+    fn empty_levels_are_levels() {
+        let t = trie(&["a//b", "/a", "a/", "a/+/b", "+/a", "a/+", "+", "a"]);
+        assert_eq!(t.len(), 8);
+        assert_eq!(matched(&t, "a//b"), ["a/+/b", "a//b"]);
+        assert_eq!(matched(&t, "a/b"), ["a/+"], "a//b is not a/b");
+        assert_eq!(matched(&t, "/a"), ["+/a", "/a"]);
+        assert_eq!(matched(&t, "a/"), ["a/", "a/+"]);
+        assert_eq!(matched(&t, "a"), ["+", "a"], "a/ is not a");
+        assert_eq!(matched(&t, "//"), Vec::<String>::new());
+    }
+
+    /// `#` alone matches every topic, of any depth and with empty
+    /// levels, except those starting with `$` (MQTT 4.7.2).
+    #[test]
+    fn a_hash_alone_matches_everything_but_dollar_topics() {
+        let t = trie(&["#"]);
+        for topic in ["a", "a/b/c", "/", "/a", "a/", "a//b", "x/$y"] {
+            assert_eq!(matched(&t, topic), ["#"], "{topic}");
+        }
+        for topic in ["$SYS", "$SYS/broker/load", "$", "$/a"] {
+            assert!(matched(&t, topic).is_empty(), "{topic}");
+        }
+    }
+
+    /// `sport/#` matches `sport` itself (MQTT 4.7.1.2), `sport/` and
+    /// everything below, never a sibling whose name starts the same.
+    #[test]
+    fn a_trailing_hash_matches_its_parent_level_and_below_only() {
+        let t = trie(&["sport/#", "sport/tennis/#"]);
+        assert_eq!(matched(&t, "sport"), ["sport/#"]);
+        assert_eq!(matched(&t, "sport/"), ["sport/#"]);
+        assert_eq!(matched(&t, "sport/tennis"), ["sport/#", "sport/tennis/#"]);
+        assert_eq!(matched(&t, "sport/tennis/player1/ranking"), ["sport/#", "sport/tennis/#"]);
+        for topic in ["sports", "sportx/tennis", "spor", "tennis/sport", "/sport"] {
+            assert!(matched(&t, topic).is_empty(), "{topic}");
+        }
+    }
+
+    /// `+` is exactly one level, at the end or alone; `+/+` is exactly
+    /// two, either of them possibly empty.
+    #[test]
+    fn a_plus_is_exactly_one_level() {
+        let t = trie(&["+", "a/+", "+/+"]);
+        assert_eq!(matched(&t, "a"), ["+"]);
+        assert_eq!(matched(&t, "b"), ["+"]);
+        assert_eq!(matched(&t, "a/b"), ["+/+", "a/+"]);
+        assert_eq!(matched(&t, "a/"), ["+/+", "a/+"]);
+        assert_eq!(matched(&t, "/b"), ["+/+"]);
+        assert_eq!(matched(&t, "/"), ["+/+"]);
+        assert!(matched(&t, "a/b/c").is_empty(), "neither + nor +/+ takes three levels");
+        assert!(matched(&t, "b/c/d").is_empty());
+    }
+
+    /// A topic starting with `$` is not matched by a wildcard at the first
+    /// level (`#`, `+`, `+/#`, `+/x`), only by filters naming that level;
+    /// below the first level a `$` is an ordinary character.
+    #[test]
+    fn dollar_topics_escape_first_level_wildcards_only() {
+        let t = trie(&["#", "+", "+/#", "+/x", "+/+", "$SYS/#", "$SYS/+", "$SYS", "a/+", "a/#"]);
+        assert_eq!(matched(&t, "$SYS"), ["$SYS", "$SYS/#"], "$SYS/# matches its parent too");
+        assert_eq!(matched(&t, "$SYS/x"), ["$SYS/#", "$SYS/+"]);
+        assert_eq!(matched(&t, "$other/x"), Vec::<String>::new());
+        assert_eq!(matched(&t, "a/$x"), ["#", "+/#", "+/+", "a/#", "a/+"]);
+    }
+
+    /// Each matching value is handed out once, however many ways lead to
+    /// it, and a filter ending in `#` at every depth all match a deep topic.
+    #[test]
+    fn every_match_is_reported_once() {
+        let t = trie(&["#", "+/#", "a/#", "a/+/#", "+/+/#", "a/b/#", "a/b"]);
+        let mut all = Vec::new();
+        t.matching("a/b", |f| all.push(f.clone()));
+        assert_eq!(all.len(), 7, "{all:?}");
+        assert_eq!(matched(&t, "a/b"), ["#", "+/#", "+/+/#", "a/#", "a/+/#", "a/b", "a/b/#"]);
+        assert_eq!(matched(&t, "a"), ["#", "+/#", "a/#"]);
+    }
+
+    /// Topics deeper than the levels split on the stack (16) are matched
+    /// the same way, by exact filters, `+` at every level and `#`.
+    #[test]
+    fn deep_topics_match_past_the_stack_levels() {
+        for depth in [STACK_LEVELS - 1, STACK_LEVELS, STACK_LEVELS + 1, 3 * STACK_LEVELS] {
+            let topic = (0..depth).map(|i| format!("l{i}")).collect::<Vec<_>>().join("/");
+            let pluses = vec!["+"; depth].join("/");
+            let shorter = vec!["+"; depth - 1].join("/");
+            let last_hash = format!("{}/#", (0..depth - 1).map(|i| format!("l{i}")).collect::<Vec<_>>().join("/"));
+            let t = trie(&[&topic, &pluses, &shorter, &last_hash, "#", "l0/#"]);
+            let mut want = vec!["#".to_string(), "l0/#".to_string(), topic.clone(), pluses.clone(), last_hash.clone()];
+            want.sort();
+            assert_eq!(matched(&t, &topic), want, "depth {depth}");
+            let deeper = format!("{topic}/more");
+            let mut want = vec!["#".to_string(), "l0/#".to_string(), last_hash];
+            want.sort();
+            assert_eq!(matched(&t, &deeper), want, "depth {depth} + 1");
+        }
+    }
+
+    /// There is no reference count: adding a filter again keeps its value
+    /// (the maker is not called) and counts it once; one removal takes it
+    /// out, a second finds nothing.
+    #[test]
+    fn a_filter_added_twice_is_held_once_and_removed_once() {
+        let mut t: FilterTrie<u32> = FilterTrie::default();
+        *t.entry("a/+", || 1) += 10;
+        *t.entry("a/+", || panic!("made again")) += 100;
+        *t.entry("a/#", || 2) += 0;
+        assert_eq!(t.len(), 2);
+        assert_eq!(t.get_mut("a/+").copied(), Some(111));
+        assert_eq!(t.remove("a/+"), Some(111));
+        assert_eq!(t.remove("a/+"), None);
+        assert_eq!(t.len(), 1);
+        let mut seen = Vec::new();
+        t.matching("a/b", |v| seen.push(*v));
+        assert_eq!(seen, [2], "a/+ is gone, a/# stays");
+    }
+
+    /// `a`, `a/#` and `a/+` are three filters with values of their own;
+    /// `get_mut` and `remove` tell them apart.
+    #[test]
+    fn a_level_its_hash_and_its_plus_are_distinct_filters() {
+        let mut t = trie(&["a", "a/#", "a/+", "#", "+"]);
+        assert_eq!(t.len(), 5);
+        assert_eq!(t.get_mut("a").map(|v| v.as_str()), Some("a"));
+        assert_eq!(t.get_mut("a/#").map(|v| v.as_str()), Some("a/#"));
+        assert_eq!(t.get_mut("a/+").map(|v| v.as_str()), Some("a/+"));
+        assert_eq!(t.get_mut("#").map(|v| v.as_str()), Some("#"));
+        assert_eq!(t.remove("a/#").as_deref(), Some("a/#"));
+        assert_eq!(t.get_mut("a/#"), None);
+        assert_eq!(matched(&t, "a"), ["#", "+", "a"]);
+        assert_eq!(t.remove("#").as_deref(), Some("#"));
+        assert_eq!(matched(&t, "a"), ["+", "a"]);
+        assert_eq!(matched(&t, "a/b"), ["a/+"]);
+        assert_eq!(t.len(), 3);
+    }
+
+    /// Looking up or removing a filter that is not there (a prefix of a
+    /// held one, a longer one, an absent wildcard) changes nothing and
+    /// makes no node.
+    #[test]
+    fn missing_filters_leave_the_trie_as_it_was() {
+        let mut t = trie(&["a/b/c", "x/+/y"]);
+        let before = nodes(&t.root);
+        assert_eq!(before, 6, "a, b, c, x, +, y");
+        for f in ["a", "a/b", "a/b/c/d", "a/+", "a/#", "x/+", "x/#", "#", "+", "x/y/y", "", "a//b"] {
+            assert_eq!(t.get_mut(f), None, "{f}");
+            assert_eq!(t.remove(f), None, "{f}");
+        }
+        assert_eq!((t.len(), nodes(&t.root)), (2, before));
+        assert_eq!(matched(&t, "a/b/c"), ["a/b/c"]);
+        assert_eq!(matched(&t, "x/q/y"), ["x/+/y"]);
+    }
+
+    /// Many filters sharing levels, added then removed in another order:
+    /// each removal frees exactly the levels nobody else uses, and the
+    /// last leaves an empty root, nothing matching.
+    #[test]
+    fn removing_every_filter_leaves_no_residue() {
+        let mut filters: Vec<String> = Vec::new();
+        for a in ["a", "b", "+", ""] {
+            for b in ["x", "+", "#", "", "y/z", "+/#"] {
+                filters.push(format!("{a}/{b}"));
+            }
+            filters.push(a.to_string());
+        }
+        filters.extend(["#".to_string(), "$SYS/#".to_string(), (0..20).map(|i| i.to_string()).collect::<Vec<_>>().join("/")]);
+        let mut t = FilterTrie::default();
+        for f in &filters {
+            *t.entry(f, String::new) = f.clone();
+        }
+        assert_eq!(t.len(), filters.len());
+        // Removed from the deepest up, then the rest backwards, each
+        // counted off and the remaining filters still matching.
+        let mut order = filters.clone();
+        order.sort_by_key(|f| std::cmp::Reverse(f.len()));
+        for (i, f) in order.iter().enumerate() {
+            assert_eq!(t.remove(f).as_deref(), Some(f.as_str()), "{f}");
+            assert_eq!(t.len(), filters.len() - i - 1);
+            assert_eq!(t.get_mut(f), None, "{f} is gone");
+            if let Some(next) = order.get(i + 1) {
+                let topic = next.replace('+', "p").replace("/#", "").replace('#', "h");
+                assert!(matched(&t, &topic).contains(next), "{next} still matches {topic}");
+            }
+        }
+        assert!(t.is_empty() && t.root.is_empty() && nodes(&t.root) == 0, "every level freed");
+        assert!(matched(&t, "a/x").is_empty());
+    }
+
+    /// `retain` drops what `keep` refuses, may change what it keeps, and
+    /// frees the levels of the dropped ones.
+    #[test]
+    fn retain_keeps_changes_and_frees() {
+        let mut t: FilterTrie<u32> = FilterTrie::default();
+        for (i, f) in ["a/b", "a/+/c", "a/#", "+/d", "#", "e"].iter().enumerate() {
+            *t.entry(f, || 0) = i as u32;
+        }
+        t.retain(|v| {
+            *v += 100;
+            *v % 2 == 0
+        });
+        assert_eq!(t.len(), 3, "a/b, a/#, # kept");
+        let mut seen = Vec::new();
+        t.matching("a/x/c", |v| seen.push(*v));
+        seen.sort();
+        assert_eq!(seen, [102, 104], "a/# and #, changed; a/+/c gone");
+        assert_eq!(t.get_mut("a/b").copied(), Some(100));
+        assert_eq!(nodes(&t.root), 2, "a and b left: the + branches and e freed");
+        t.retain(|_| false);
+        assert!(t.is_empty() && t.root.is_empty());
+    }
+
+    /// A topic tree's values replace, its removals free their levels
+    /// (a prefix of a held topic is not one), and its count follows.
+    #[test]
+    fn topic_tree_replaces_removes_and_frees() {
+        let mut t = TopicTree::default();
+        assert_eq!(t.insert("a/b", 1), None);
+        assert_eq!(t.insert("a/b", 2), Some(1));
+        assert_eq!(t.insert("a/b/c", 3), None);
+        assert_eq!(t.insert("a//", 4), None);
+        assert_eq!(t.len(), 3);
+        assert_eq!(t.remove("a"), None, "a prefix is not a topic");
+        assert_eq!(t.remove("a/b/c/d"), None);
+        assert_eq!(t.remove("a/b"), Some(2));
+        assert_eq!(t.get("a/b/c"), Some(&3), "its child stays");
+        assert_eq!(t.get("a/b"), None);
+        assert_eq!(t.remove("a/b/c"), Some(3));
+        assert_eq!(t.remove("a//"), Some(4));
+        assert_eq!(t.len(), 0);
+        assert!(t.root.children.is_empty(), "every level freed");
+    }
+
+    /// A topic tree found by filter: `+/#` and `+/+` across empty levels,
+    /// `$` topics only by a filter naming their first level, `a/#` with
+    /// its parent reported by the parent's own name.
+    #[test]
+    fn topic_tree_wildcards_follow_mqtt_rules() {
+        let mut t = TopicTree::default();
+        for topic in ["a", "a/b", "/a", "a/", "$SYS", "$SYS/x", "b/$y", "c/d/e"] {
+            t.insert(topic, topic.to_string());
+        }
+        let found = |f: &str| {
+            let mut v = Vec::new();
+            t.matching(f, |topic, val| {
+                assert_eq!(topic, val, "the path is the topic, for {f}");
+                v.push(topic.to_string());
+                true
+            });
+            v.sort();
+            v
+        };
+        assert_eq!(found("+/#"), ["/a", "a", "a/", "a/b", "b/$y", "c/d/e"]);
+        assert_eq!(found("+/+"), ["/a", "a/", "a/b", "b/$y"]);
+        assert_eq!(found("+"), ["a"]);
+        assert_eq!(found("$SYS/#"), ["$SYS", "$SYS/x"]);
+        assert_eq!(found("$SYS/+"), ["$SYS/x"]);
+        assert_eq!(found("+/x"), Vec::<String>::new(), "not $SYS/x");
+        assert_eq!(found("b/+"), ["b/$y"], "below the first level $ is ordinary");
+        assert_eq!(found("a/+"), ["a/", "a/b"]);
+        assert_eq!(found("c/#"), ["c/d/e"], "c itself holds nothing");
+        assert_eq!(found("c/d/e/#"), ["c/d/e"]);
+        assert_eq!(found("x/#"), Vec::<String>::new());
+    }
+
     proptest::proptest! {
         /// Against `topic::matches` for every pair: the trie finds exactly
         /// the filters that match, the tree exactly the topics.

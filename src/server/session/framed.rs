@@ -155,6 +155,8 @@ fn missing(req: &mut Requests<'_>) -> Result<(), Close> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::business::service_time::ServiceTime;
+    use crate::server::business::{BusinessMode, Stage};
     use crate::server::session::fixture::Read;
 
     /// A session's read parts and its recoveries.
@@ -168,10 +170,24 @@ mod tests {
     }
 
     fn consume_all(p: &mut Parts, buf: &[u8]) -> (Result<usize, Close>, Opening) {
+        consume_ext(p, &mut None, buf)
+    }
+
+    /// [`consume_all`] for a connection whose state is `ext`.
+    fn consume_ext(p: &mut Parts, ext: &mut Ext, buf: &[u8]) -> (Result<usize, Close>, Opening) {
         let (req, topics, subs) = p.read.split();
         let mut ctx = Ctx { req, topics, subs, recoveries: &mut p.recoveries, upstream: None, opening: Opening::default() };
-        let r = consume(&mut ctx, &mut None, buf);
+        let r = consume(&mut ctx, ext, buf);
         (r, ctx.opening)
+    }
+
+    /// Frames one after the other.
+    fn frames(list: &[(Kind, &[u8])]) -> Vec<u8> {
+        let mut buf = Vec::new();
+        for (kind, payload) in list {
+            frame::encode(&mut buf, *kind, payload);
+        }
+        buf
     }
 
     /// Whole frames are carried out and their bytes used; a frame cut
@@ -201,5 +217,217 @@ mod tests {
         frame::encode(&mut buf, Kind::Reply, b"x");
         let (r, _) = consume_all(&mut parts(), &buf);
         assert_eq!(r, Err(Close::BadFrameUnexpectedKind));
+    }
+
+    /// A heartbeat cut anywhere (inside its length, its kind, its
+    /// payload) waits, nothing used or answered; once whole it is acked
+    /// once with its payload, the send stamp included. An empty one is
+    /// acked empty.
+    #[test]
+    fn a_heartbeat_split_across_reads_is_acked_once_with_its_payload() {
+        let mut hb = Vec::new();
+        frame::encode_stamped(&mut hb, Kind::Heartbeat, 0x0102_0304_0506_0708, 20);
+        let payload = hb[frame::HEADER_LEN..].to_vec();
+        let mut p = parts();
+        for cut in [1, 2, 3, 11, hb.len() - 1] {
+            let (r, opening) = consume_all(&mut p, &hb[..cut]);
+            assert_eq!((r, opening.frames), (Ok(0), 0), "cut at {cut}");
+            assert!(p.read.out.is_empty(), "cut at {cut}");
+        }
+        let (r, opening) = consume_all(&mut p, &hb);
+        assert_eq!((r, opening.frames), (Ok(hb.len()), 1));
+        assert_eq!(p.read.out, frames(&[(Kind::HeartbeatAck, &payload)]));
+        assert_eq!(frame::stamp_of(&p.read.out[frame::HEADER_LEN..]), Some(0x0102_0304_0506_0708), "the stamp comes back");
+        p.read.out.clear();
+        let empty = frames(&[(Kind::Heartbeat, b"")]);
+        assert_eq!(empty, [0, 1, Kind::Heartbeat as u8]);
+        assert_eq!(consume_all(&mut p, &empty).0, Ok(3));
+        assert_eq!(p.read.out, [0, 1, Kind::HeartbeatAck as u8]);
+        assert_eq!((p.read.stats.frames_in, p.read.stats.frames_out), (2, 2));
+    }
+
+    /// A frame the codec refuses closes the connection with the codec's
+    /// reason, after the whole frames before it were answered; a length
+    /// past the cap is refused before its payload arrives.
+    #[test]
+    fn a_bad_frame_closes_with_its_reason_after_what_came_before() {
+        let mut buf = frames(&[(Kind::Heartbeat, b"first")]);
+        let ack = frames(&[(Kind::HeartbeatAck, b"first")]);
+        let cases: [(&[u8], Close); 4] = [
+            (&[0, 2, 99, b'x'], Close::BadFrameUnknownKind),
+            (&[0, 1, 0], Close::BadFrameUnknownKind),
+            (&[0, 0, 1], Close::BadFrameZeroLength),
+            (&((frame::MAX_PAYLOAD + 2) as u16).to_be_bytes(), Close::BadFrameTooLong),
+        ];
+        let whole = buf.len();
+        for (bad, reason) in cases {
+            buf.truncate(whole);
+            buf.extend_from_slice(bad);
+            let mut p = parts();
+            assert_eq!(consume_all(&mut p, &buf).0, Err(reason), "{bad:?}");
+            assert_eq!(p.read.out, ack, "{bad:?}: the heartbeat before it is answered");
+        }
+        // The longest frame allowed only waits for the rest of itself.
+        let mut p = parts();
+        let longest = ((frame::MAX_PAYLOAD + 1) as u16).to_be_bytes();
+        assert_eq!(consume_all(&mut p, &[longest[0], longest[1], Kind::Request as u8, 0]).0, Ok(0));
+    }
+
+    /// Every kind only a server sends, and the publish and auth frames a
+    /// server without `--upstream` or `--auth` does not take, close the
+    /// connection as unexpected.
+    #[test]
+    fn kinds_a_client_may_not_send_here_are_unexpected() {
+        let kinds = [Kind::HeartbeatAck, Kind::Reply, Kind::Rejected, Kind::Push, Kind::Subscribed, Kind::PushPart, Kind::Goaway, Kind::Publish, Kind::Auth];
+        for kind in kinds {
+            let mut p = parts();
+            let (r, opening) = consume_all(&mut p, &frames(&[(kind, b"\x04news-data")]));
+            assert_eq!((r, opening.frames), (Err(Close::BadFrameUnexpectedKind), 1), "{kind:?}");
+            assert!(p.read.out.is_empty(), "{kind:?}");
+            assert_eq!(p.read.stats.upstream_sent, 0);
+        }
+    }
+
+    /// Subscribe and unsubscribe frames change the worker's topic table
+    /// and the connection's subscriptions, unanswered; a repeat is no
+    /// second subscription, an unknown unsubscribe changes nothing, and
+    /// the topic is forgotten with its last subscriber.
+    #[test]
+    fn subscribe_and_unsubscribe_change_the_topic_table() {
+        let mut p = parts();
+        let buf = frames(&[(Kind::Subscribe, b"news"), (Kind::Subscribe, b"a/b"), (Kind::Subscribe, b"news")]);
+        assert_eq!(consume_all(&mut p, &buf).0, Ok(buf.len()));
+        assert_eq!(p.read.topics.names_of(&p.read.subs), ["news", "a/b"]);
+        assert_eq!(p.read.topics.subscribers("news"), [3]);
+        assert_eq!(p.read.topics.counts(), (2, 2));
+        assert!(p.read.out.is_empty() && p.read.stats.frames_out == 0, "a subscribe has no answer");
+        let buf = frames(&[(Kind::Unsubscribe, b"news"), (Kind::Unsubscribe, b"never"), (Kind::Unsubscribe, b"bad topic!")]);
+        assert_eq!(consume_all(&mut p, &buf).0, Ok(buf.len()));
+        assert_eq!(p.read.topics.names_of(&p.read.subs), ["a/b"]);
+        assert_eq!(p.read.topics.id("news"), None, "no subscriber left: forgotten");
+        assert!(p.read.topics.subscribers("news").is_empty());
+        assert_eq!(p.read.topics.counts(), (1, 1));
+        let interest: Vec<(bool, String)> = p.read.topics.take_interest().into_iter().map(|(on, t)| (on, t.to_string())).collect();
+        assert_eq!(interest, [(true, "news".to_string()), (true, "a/b".to_string()), (false, "news".to_string())]);
+    }
+
+    /// A subscription the table refuses closes the connection with its
+    /// reason, counted: a bad name, past `--max-topics`, past the 64 a
+    /// connection may hold.
+    #[test]
+    fn refused_subscriptions_close_and_are_counted() {
+        for bad in [&b""[..], b"with space", b"caf\xc3\xa9", &[b'a'; 256]] {
+            let mut p = parts();
+            assert_eq!(consume_all(&mut p, &frames(&[(Kind::Subscribe, bad)])).0, Err(Close::BadTopic), "{bad:?}");
+            assert_eq!(p.read.stats.subscribe_refused.get("bad_topic"), Some(&1));
+            assert!(p.read.subs.is_empty());
+        }
+        let mut p = parts();
+        p.read.topics = Topics::new(false, 1, 200);
+        let buf = frames(&[(Kind::Subscribe, b"one"), (Kind::Subscribe, b"two")]);
+        assert_eq!(consume_all(&mut p, &buf).0, Err(Close::TooManyTopics));
+        assert_eq!(p.read.stats.subscribe_refused.get("too_many_topics"), Some(&1));
+        assert_eq!(p.read.topics.names_of(&p.read.subs), ["one"]);
+
+        let mut p = parts();
+        let names: Vec<String> = (0..=crate::proto::push::MAX_SUBSCRIPTIONS).map(|i| format!("t{i}")).collect();
+        let list: Vec<(Kind, &[u8])> = names.iter().map(|n| (Kind::Subscribe, n.as_bytes())).collect();
+        assert_eq!(consume_all(&mut p, &frames(&list)).0, Err(Close::TooManySubscriptions));
+        assert_eq!(p.read.subs.len(), crate::proto::push::MAX_SUBSCRIPTIONS);
+        assert_eq!(p.read.stats.subscribe_refused.get("too_many_subscriptions"), Some(&1));
+    }
+
+    /// Subscribe, unsubscribe and resume frames are charged against the
+    /// command rate (heartbeats and requests are not): one past it closes
+    /// the connection; the next second's budget is whole again.
+    #[test]
+    fn commands_past_the_rate_close_the_connection() {
+        let mut p = parts();
+        p.read.topics = Topics::new(false, 100, 3);
+        let mut resume = Vec::new();
+        crate::proto::push::encode_resume(&mut resume, "c", None);
+        let mut buf = frames(&[(Kind::Heartbeat, b""), (Kind::Subscribe, b"a"), (Kind::Request, b"r"), (Kind::Unsubscribe, b"a"), (Kind::Heartbeat, b"")]);
+        buf.extend_from_slice(&resume);
+        assert_eq!(consume_all(&mut p, &buf).0, Ok(buf.len()), "three commands");
+        assert_eq!(consume_all(&mut p, &frames(&[(Kind::Heartbeat, b"")])).0, Ok(3), "a heartbeat is no command");
+        assert_eq!(consume_all(&mut p, &frames(&[(Kind::Subscribe, b"b")])).0, Err(Close::TooManyCommands));
+        assert!(!p.read.topics.has(&p.read.subs, "b"), "refused before it took effect");
+        p.read.topics.rate.tick();
+        assert_eq!(consume_all(&mut p, &frames(&[(Kind::Subscribe, b"b")])).0, Ok(4));
+        assert!(p.read.topics.has(&p.read.subs, "b"));
+    }
+
+    /// A request is answered with a reply carrying its payload; with the
+    /// business stage full, the next is refused with a rejected frame
+    /// carrying its payload, and the connection stays.
+    #[test]
+    fn requests_are_replied_deferred_or_rejected() {
+        let mut p = parts();
+        let buf = frames(&[(Kind::Request, b"one"), (Kind::Request, b"two")]);
+        assert_eq!(consume_all(&mut p, &buf).0, Ok(buf.len()));
+        assert_eq!(p.read.out, frames(&[(Kind::Reply, b"one"), (Kind::Reply, b"two")]), "in order");
+        assert_eq!((p.read.stats.requests, p.read.stats.replies, p.read.stats.frames_out), (2, 2, 2));
+
+        // An async stage holding one request, whose service never ends here.
+        let mut p = parts();
+        p.read.stage = Stage::new(BusinessMode::Async, 1, std::sync::Arc::new(|| {})).unwrap();
+        p.read.service = ServiceTime::Fixed(std::time::Duration::from_secs(3600));
+        assert_eq!(consume_all(&mut p, &buf).0, Ok(buf.len()));
+        assert_eq!(p.read.out, frames(&[(Kind::Rejected, b"two")]), "the first waits, the second is refused");
+        assert_eq!((p.read.stats.requests, p.read.stats.replies, p.read.stats.rejected, p.read.stats.frames_out), (2, 0, 1, 1));
+    }
+
+    /// A resume frame subscribes and waits for the topic's history after
+    /// its position (`*`: the broadcasts, no subscription), and says so
+    /// to the seam; an unsubscribe ends the wait; a resume that does not
+    /// decode, or names a bad topic, closes.
+    #[test]
+    fn resumes_subscribe_and_wait_for_their_history() {
+        let mut p = parts();
+        let mut buf = Vec::new();
+        crate::proto::push::encode_resume(&mut buf, "news", Some(crate::proto::push::Position { epoch: 2, offset: 5 }));
+        let (r, opening) = consume_all(&mut p, &buf);
+        assert_eq!(r, Ok(buf.len()));
+        assert!(opening.resumed && !opening.resumed_broadcasts);
+        assert!(p.read.topics.has(&p.read.subs, "news"));
+        assert!(p.recoveries.holds("news", 3, 1), "live pushes wait for the history");
+        assert!(!p.recoveries.holds("news", 3, 2), "another generation of the slot is not held");
+        assert_eq!(p.recoveries.take_wanted(), [("news".to_string(), 5)]);
+        assert!(p.read.out.is_empty(), "the answer comes with the history");
+
+        let mut buf = Vec::new();
+        crate::proto::push::encode_resume(&mut buf, "*", None);
+        let (r, opening) = consume_all(&mut p, &buf);
+        assert_eq!(r, Ok(buf.len()));
+        assert!(opening.resumed && opening.resumed_broadcasts);
+        assert_eq!(p.read.topics.id("*"), None, "the broadcasts need no subscription");
+        assert_eq!(p.recoveries.take_wanted(), [("*".to_string(), u64::MAX)], "its position only");
+        assert_eq!(p.recoveries.len(), 2);
+
+        assert_eq!(consume_all(&mut p, &frames(&[(Kind::Unsubscribe, b"news")])).0, Ok(7));
+        assert!(!p.recoveries.holds("news", 3, 1) && p.recoveries.len() == 1, "the wait ends with the subscription");
+
+        let mut p = parts();
+        assert_eq!(consume_all(&mut p, &frames(&[(Kind::Resume, &[1, 0, 0, 0, 2])])).0, Err(Close::BadFrameResume));
+        let mut bad = Vec::new();
+        crate::proto::push::encode_resume(&mut bad, "no space", None);
+        assert_eq!(consume_all(&mut p, &bad).0, Err(Close::BadTopic));
+        assert_eq!(p.read.stats.subscribe_refused.get("bad_topic"), Some(&1));
+        assert!(p.recoveries.is_empty() && p.read.subs.is_empty());
+    }
+
+    /// A connection that owes its token (`--auth jwt`) is closed, counted,
+    /// at its first frame that is not the token, with nothing answered.
+    #[test]
+    fn a_frame_before_the_token_closes_as_auth_missing() {
+        for kind in [Kind::Heartbeat, Kind::Subscribe, Kind::Request] {
+            let mut p = parts();
+            let mut ext: Ext = Some(Box::new(crate::server::session::ext::ConnExt::Unauthenticated));
+            let (r, _) = consume_ext(&mut p, &mut ext, &frames(&[(kind, b"news")]));
+            assert_eq!(r, Err(Close::AuthMissing), "{kind:?}");
+            assert_eq!(p.read.stats.auth_refused.get("auth_missing"), Some(&1));
+            assert!(p.read.out.is_empty() && p.read.subs.is_empty() && p.read.stats.requests == 0);
+            assert!(awaiting_auth(&ext), "still owes it");
+        }
     }
 }

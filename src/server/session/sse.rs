@@ -291,6 +291,118 @@ mod tests {
         assert!(parse_last_event_id("a:1:2,bad topic").is_err());
     }
 
+    /// A `subscribed` event: its name, the id with every position so far
+    /// (the new one added, a known one moved on), the answer as JSON data.
+    #[test]
+    fn the_subscribed_event_names_every_position() {
+        let mut topics = Topics::default();
+        topics.subscribe(&mut Subs::new(), 1, b"news").unwrap();
+        let mut conn = SseConn::default();
+        let mut out = Vec::new();
+        write_subscribed(&mut out, &mut conn, &topics, "news", false, Position { epoch: 3, offset: 7 }, 11);
+        let text = String::from_utf8(std::mem::take(&mut out)).unwrap();
+        let data = text.strip_prefix("event: subscribed\nid: news:3:7\ndata: ").and_then(|r| r.strip_suffix("\n\n")).expect(&text);
+        let v: serde_json::Value = serde_json::from_str(data).unwrap();
+        assert_eq!(v, serde_json::json!({"type": "subscribed", "topic": "news", "epoch": 3, "offset": 7, "recovered": false}));
+        assert_eq!(conn.last_write_s, 11);
+
+        write_subscribed(&mut out, &mut conn, &topics, "*", true, Position { epoch: 1, offset: 0 }, 12);
+        write_subscribed(&mut out, &mut conn, &topics, "news", true, Position { epoch: 3, offset: 9 }, 12);
+        let text = String::from_utf8(std::mem::take(&mut out)).unwrap();
+        let ids: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("id: ")).collect();
+        assert_eq!(ids, ["news:3:7,*:1:0", "news:3:9,*:1:0"], "moved in place, not repeated");
+        assert_eq!(conn.positions.len(), 2);
+
+        // A topic the worker does not hold adds no position to the id.
+        write_subscribed(&mut out, &mut conn, &topics, "gone", true, Position { epoch: 5, offset: 5 }, 13);
+        assert!(String::from_utf8(out).unwrap().contains("id: news:3:9,*:1:0\n"));
+        assert_eq!(conn.positions.len(), 2);
+    }
+
+    /// A unicast push, or one of a topic the worker no longer holds,
+    /// moves no position: the event's id stays what it was.
+    #[test]
+    fn pushes_without_a_stream_move_no_position() {
+        let mut topics = Topics::default();
+        topics.subscribe(&mut Subs::new(), 1, b"news").unwrap();
+        let mut conn = SseConn::default();
+        write_subscribed(&mut Vec::new(), &mut conn, &topics, "news", true, Position { epoch: 2, offset: 1 }, 0);
+        let mut stats = ServerSnapshot::default();
+        for p in [
+            Push { stream: Stream::Unicast, topic: b"", seq: 40, publish_us: 1, epoch: 9, data: b"to you" },
+            Push { stream: Stream::Topic, topic: b"elsewhere", seq: 40, publish_us: 1, epoch: 9, data: b"x" },
+        ] {
+            let mut out = Vec::new();
+            write_push(&mut out, &mut conn, &topics, &p, 3, &mut stats);
+            let text = String::from_utf8(out).unwrap();
+            assert!(text.starts_with("id: news:2:1\ndata: {"), "{text}");
+        }
+        let mut out = Vec::new();
+        write_push(&mut out, &mut conn, &topics, &Push { stream: Stream::Topic, topic: b"news", seq: 2, publish_us: 1, epoch: 2, data: b"y" }, 4, &mut stats);
+        assert!(out.starts_with(b"id: news:2:2\n"));
+        assert_eq!((conn.last_write_s, stats.sse_encodes), (4, 3));
+    }
+
+    /// Last-Event-ID lists: spaces and empty entries skipped, a bare topic
+    /// asks for its position, a topic may hold `:`; numbers past their
+    /// width or a bad topic refuse the whole list.
+    #[test]
+    fn last_event_id_lists_parse_by_their_rules() {
+        let at = |epoch, offset| Some(Position { epoch, offset });
+        assert_eq!(parse_last_event_id("").unwrap(), vec![]);
+        assert_eq!(parse_last_event_id(" , ,").unwrap(), vec![]);
+        assert_eq!(parse_last_event_id(" news:1:2 ,, *:0:0,bare ").unwrap(), vec![("news", at(1, 2)), ("*", at(0, 0)), ("bare", None)]);
+        assert_eq!(parse_last_event_id("a:b:4294967295:18446744073709551615").unwrap(), vec![("a:b", at(u32::MAX, u64::MAX))]);
+        assert_eq!(parse_last_event_id("x:1").unwrap(), vec![("x:1", None)], "two parts: a topic named x:1");
+        for bad in ["news:4294967296:1", "news:1:18446744073709551616", "news::5", "news:1:", "bad topic:1:2", "a,b c", "*x:1:2"] {
+            assert!(parse_last_event_id(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// An event stream's start subscribes its `?subscribe=` topics and
+    /// resumes the broadcasts and every stream its Last-Event-ID does not
+    /// name from their positions; a WebSocket's (no Last-Event-ID)
+    /// resumes only its `?since=` tokens. Too many topics is a 503.
+    #[test]
+    fn follow_resumes_what_the_request_names() {
+        let mut read = crate::server::session::fixture::Read::new();
+        let mut recoveries = Recoveries::default();
+        let (mut req, topics, subs) = read.split();
+        let mut f = Follow { req: &mut req, topics, subs, recoveries: &mut recoveries };
+        f.start("/ws?subscribe=a,b&since=b:4:4", None).unwrap();
+        assert!(f.req.out.is_empty());
+        let mut wanted = f.recoveries.take_wanted();
+        wanted.sort();
+        assert_eq!(wanted, [("b".to_string(), 4)], "a WebSocket resumes only what it names");
+        assert_eq!(f.topics.names_of(f.subs), ["a", "b"]);
+
+        f.start("/events?subscribe=c", Some("")).unwrap();
+        let mut wanted = f.recoveries.take_wanted();
+        wanted.sort();
+        assert_eq!(wanted, [("*".to_string(), u64::MAX), ("c".to_string(), u64::MAX)], "an event stream learns every position");
+
+        let mut read = crate::server::session::fixture::Read::new();
+        read.topics = Topics::new(false, 1, 200);
+        let mut recoveries = Recoveries::default();
+        let (mut req, topics, subs) = read.split();
+        let mut f = Follow { req: &mut req, topics, subs, recoveries: &mut recoveries };
+        assert_eq!(f.start("/events?subscribe=one,two", Some("")), Err(Close::TooManyTopics));
+        assert!(String::from_utf8_lossy(f.req.out).starts_with("HTTP/1.1 503 Service Unavailable\r\n"));
+        assert!(recoveries.is_empty(), "nothing resumed after the refusal");
+        assert_eq!(read.stats.subscribe_refused.get("too_many_topics"), Some(&1));
+    }
+
+    /// A heartbeat is due after `HEARTBEAT_S` quiet seconds, not before;
+    /// a clock behind the last write never makes one due.
+    #[test]
+    fn heartbeats_are_due_after_a_quiet_interval() {
+        let conn = SseConn { positions: Box::default(), last_write_s: 100 };
+        assert!(!heartbeat_due(&conn, 100 + HEARTBEAT_S - 1));
+        assert!(heartbeat_due(&conn, 100 + HEARTBEAT_S));
+        assert!(!heartbeat_due(&conn, 50));
+        assert_eq!(HEARTBEAT, b": ping\n\n");
+    }
+
     /// A broadcast to four streams is encoded once; the three that follow
     /// only the broadcasts from the same place share one buffer, and the
     /// one that also follows a topic gets its own id before the same data.

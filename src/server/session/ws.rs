@@ -435,6 +435,356 @@ pub(crate) fn encode_subscribed(out: &mut Vec<u8>, topic: &str, recovered: bool,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::business::service_time::ServiceTime;
+    use crate::server::business::{BusinessMode, Stage};
+    use crate::server::session::fixture::Read;
+
+    /// A WebSocket port's read parts and one connection's state (fresh:
+    /// waiting for its Upgrade).
+    struct Conn {
+        read: Read,
+        recoveries: Recoveries,
+        tmp: Vec<u8>,
+        cfg: WsConfig,
+        ext: Ext,
+    }
+
+    fn conn() -> Conn {
+        let cfg = WsConfig { max_message: 1024, max_head: 1024, push_format: PushFormat::Text, deflate: DeflateConfig::default() };
+        Conn { read: Read::new(), recoveries: Recoveries::default(), tmp: Vec::new(), cfg, ext: fresh(1) }
+    }
+
+    impl Conn {
+        /// Feed `buf`: the bytes used or the close, and what was written.
+        fn feed(&mut self, buf: &[u8]) -> (Result<usize, Close>, Vec<u8>) {
+            let (req, topics, subs) = self.read.split();
+            let mut ctx = Ctx {
+                req,
+                cfg: &self.cfg,
+                topics,
+                subs,
+                recoveries: &mut self.recoveries,
+                now_s: 5,
+                tmp: &mut self.tmp,
+                upstream: None,
+                codec: None,
+                deflate: false,
+                mqtt: false,
+            };
+            let r = consume(&mut ctx, &mut self.ext, buf);
+            assert!(!ctx.mqtt && !ctx.deflate);
+            (r, std::mem::take(&mut self.read.out))
+        }
+
+        /// A connection past its Upgrade (the 101 dropped).
+        fn upgraded() -> Conn {
+            let mut c = conn();
+            let up = upgrade("/");
+            assert_eq!(c.feed(&up).0, Ok(up.len()));
+            c
+        }
+    }
+
+    /// The Upgrade of RFC 6455 §1.3, with its sample key, to `target`.
+    fn upgrade(target: &str) -> Vec<u8> {
+        format!("GET {target} HTTP/1.1\r\nHost: server.example.com\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nOrigin: http://example.com\r\nSec-WebSocket-Version: 13\r\n\r\n").into_bytes()
+    }
+
+    /// A client's frame, masked.
+    fn masked(fin: bool, opcode: Opcode, payload: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        frame::encode(&mut out, fin, opcode, payload, Some([0x37, 0xfa, 0x21, 0x3d]));
+        out
+    }
+
+    /// A server's frame (unmasked), as it must be on the wire.
+    fn server(opcode: Opcode, payload: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        frame::encode(&mut out, true, opcode, payload, None);
+        out
+    }
+
+    /// The close frame a server sends with `code`.
+    fn close_frame(code: u16) -> Vec<u8> {
+        let mut out = Vec::new();
+        frame::encode_close(&mut out, code, None);
+        out
+    }
+
+    /// The text messages the server wrote, as JSON.
+    fn json_messages(out: &[u8]) -> Vec<serde_json::Value> {
+        let (mut tmp, mut frag) = (Vec::new(), None);
+        let mut got = Vec::new();
+        Reader { role: Role::Client, max: 1 << 20, tmp: &mut tmp, frag: &mut frag, inflate: None }
+            .consume(out, |ev| {
+                match ev {
+                    Event::Message { text: true, data } => got.push(serde_json::from_slice(data).unwrap()),
+                    other => panic!("unexpected {other:?}"),
+                }
+                Ok::<(), &str>(())
+            })
+            .unwrap();
+        got
+    }
+
+    /// The RFC's sample key is answered with the RFC's accept value, in a
+    /// 101 and nothing else; an Upgrade cut short waits, unused.
+    #[test]
+    fn the_upgrade_is_answered_with_the_rfc_accept() {
+        let mut c = conn();
+        let up = upgrade("/chat");
+        for cut in [1, 20, up.len() - 1] {
+            assert_eq!(c.feed(&up[..cut]), (Ok(0), Vec::new()), "cut at {cut}");
+            assert!(crate::server::session::ext::ws_handshaking(&c.ext));
+        }
+        let (r, out) = c.feed(&up);
+        assert_eq!(r, Ok(up.len()));
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n"
+        );
+        assert!(c.ext.is_none(), "an upgraded idle connection keeps no state");
+        assert_eq!(c.read.stats.ws_upgrades, 1);
+
+        // `?subscribe=` topics are subscribed before the 101 goes out; an
+        // offered `megaconn` subprotocol is chosen.
+        let mut c = conn();
+        let up = String::from_utf8(upgrade("/x?subscribe=news,a/b")).unwrap().replace("Origin:", "Sec-WebSocket-Protocol: chat, megaconn\r\nOrigin:");
+        let (r, out) = c.feed(up.as_bytes());
+        assert_eq!(r, Ok(up.len()));
+        assert!(String::from_utf8(out).unwrap().ends_with("Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\nSec-WebSocket-Protocol: megaconn\r\n\r\n"));
+        assert_eq!(c.read.topics.names_of(&c.read.subs), ["news", "a/b"]);
+    }
+
+    /// Upgrades that are not valid are refused with their status and the
+    /// handshake's reason, the connection closed.
+    #[test]
+    fn a_bad_upgrade_is_refused_with_its_status() {
+        let up = String::from_utf8(upgrade("/")).unwrap();
+        let cases = [
+            (up.replace("Upgrade: websocket\r\n", ""), "426 Upgrade Required", "ws_handshake_not_upgrade"),
+            (up.replace("GET", "POST"), "405 Method Not Allowed", "ws_handshake_method"),
+            (up.replace("Version: 13", "Version: 8"), "426 Upgrade Required", "ws_handshake_version"),
+            (up.replace("dGhlIHNhbXBsZSBub25jZQ==", "c2hvcnQ="), "400 Bad Request", "ws_handshake_key"),
+            (up.replace("Connection: Upgrade", "Connection: keep-alive"), "400 Bad Request", "ws_handshake_connection"),
+            (up.replace("Origin:", &format!("X-Pad: {}\r\nOrigin:", "p".repeat(1024))), "431 Request Header Fields Too Large", "ws_handshake_too_large"),
+        ];
+        for (req, status, reason) in cases {
+            let mut c = conn();
+            let (r, out) = c.feed(req.as_bytes());
+            assert_eq!(r, Err(Close::WsHandshake(reason)), "{reason}");
+            let out = String::from_utf8(out).unwrap();
+            assert!(out.starts_with(&format!("HTTP/1.1 {status}\r\n")) && out.contains("Connection: close\r\n"), "{reason}: {out}");
+            assert_eq!(c.read.stats.ws_upgrades, 0);
+        }
+    }
+
+    /// RFC 6455 §5.7's masked "Hello", sent with the Upgrade, is echoed
+    /// unmasked after the 101; a binary message comes back binary.
+    #[test]
+    fn a_masked_message_is_echoed_unmasked_in_kind() {
+        let mut c = conn();
+        let mut buf = upgrade("/");
+        let hello = [0x81, 0x85, 0x37, 0xfa, 0x21, 0x3d, 0x7f, 0x9f, 0x4d, 0x51, 0x58];
+        assert_eq!(masked(true, Opcode::Text, b"Hello"), hello, "the RFC's bytes");
+        buf.extend_from_slice(&hello);
+        let (r, out) = c.feed(&buf);
+        assert_eq!(r, Ok(buf.len()));
+        let accept =
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n";
+        assert_eq!(out, [&accept[..], &[0x81, 0x05, b'H', b'e', b'l', b'l', b'o']].concat(), "the 101, then the echo");
+        let bin = masked(true, Opcode::Binary, &[0, 1, 2, 255]);
+        assert_eq!(c.feed(&bin), (Ok(bin.len()), server(Opcode::Binary, &[0, 1, 2, 255])));
+        assert_eq!((c.read.stats.requests, c.read.stats.replies, c.read.stats.frames_in), (2, 2, 2));
+    }
+
+    /// A frame cut anywhere waits; a message in fragments is kept across
+    /// reads (a ping between them answered at once) and echoed whole as
+    /// one frame.
+    #[test]
+    fn split_frames_and_fragments_are_echoed_whole() {
+        let mut c = Conn::upgraded();
+        let f = masked(true, Opcode::Text, b"split me");
+        for cut in [1, 2, 5, f.len() - 1] {
+            assert_eq!(c.feed(&f[..cut]), (Ok(0), Vec::new()), "cut at {cut}");
+        }
+        assert_eq!(c.feed(&f), (Ok(f.len()), server(Opcode::Text, b"split me")));
+
+        let first = masked(false, Opcode::Text, b"Hel");
+        assert_eq!(c.feed(&first), (Ok(first.len()), Vec::new()));
+        assert_eq!(ws_mut(&mut c.ext).and_then(|w| w.frag.as_ref()).map(|f| f.len()), Some(3), "kept between reads");
+        let mut buf = masked(true, Opcode::Ping, b"p");
+        buf.extend(masked(true, Opcode::Continuation, b"lo"));
+        let (r, out) = c.feed(&buf);
+        assert_eq!(r, Ok(buf.len()));
+        assert_eq!(out, [server(Opcode::Pong, b"p"), server(Opcode::Text, b"Hello")].concat());
+        assert!(c.ext.is_none(), "nothing kept once whole");
+    }
+
+    /// A ping is answered with a pong carrying its payload (empty too); a
+    /// pong is taken without an answer.
+    #[test]
+    fn a_ping_is_answered_with_its_payload() {
+        let mut c = Conn::upgraded();
+        let payload: Vec<u8> = (0..125).collect();
+        let mut buf = masked(true, Opcode::Ping, &payload);
+        buf.extend(masked(true, Opcode::Pong, b"unasked"));
+        buf.extend(masked(true, Opcode::Ping, b""));
+        let (r, out) = c.feed(&buf);
+        assert_eq!(r, Ok(buf.len()));
+        assert_eq!(out, [server(Opcode::Pong, &payload), vec![0x8A, 0]].concat());
+        assert_eq!((c.read.stats.frames_in, c.read.stats.frames_out, c.read.stats.requests), (3, 2, 0));
+    }
+
+    /// A close frame is answered with its status code (or an empty close
+    /// to an empty one) and ends the read: what follows it is not handled.
+    #[test]
+    fn a_close_frame_is_answered_and_ends_the_connection() {
+        let mut c = Conn::upgraded();
+        let mut payload = 1001u16.to_be_bytes().to_vec();
+        payload.extend_from_slice(b"going away");
+        let mut buf = masked(true, Opcode::Close, &payload);
+        buf.extend(masked(true, Opcode::Ping, b"after"));
+        let (r, out) = c.feed(&buf);
+        assert_eq!(r, Err(Close::WsPeerClose));
+        assert_eq!(out, [0x88, 0x02, 0x03, 0xE9], "1001 echoed, no pong");
+        assert_eq!(Close::WsPeerClose.as_str(), PEER_CLOSE);
+
+        let mut c = Conn::upgraded();
+        assert_eq!(c.feed(&masked(true, Opcode::Close, b"")), (Err(Close::WsPeerClose), vec![0x88, 0x00]));
+    }
+
+    /// Each protocol violation is answered with a close frame carrying
+    /// its status and closes with the decoder's reason: an unmasked client
+    /// frame (1002), bad UTF-8 (1007), a message past the cap (1009), and
+    /// the other framing errors (1002).
+    #[test]
+    fn violations_are_answered_with_their_close_code() {
+        let mut unmasked = Vec::new();
+        frame::encode(&mut unmasked, true, Opcode::Text, b"Hello", None);
+        let mut reserved = masked(true, Opcode::Text, b"x");
+        reserved[0] |= 0x20;
+        let mut unknown = masked(true, Opcode::Text, b"x");
+        unknown[0] = 0x83;
+        let cases: [(Vec<u8>, &str, u16); 9] = [
+            (unmasked, "ws_unmasked_frame", 1002),
+            (masked(true, Opcode::Text, b"\xff\xfe"), "ws_bad_utf8", 1007),
+            (masked(true, Opcode::Binary, &[0; 1025]), "ws_message_too_big", 1009),
+            (reserved, "ws_reserved_bits", 1002),
+            (unknown, "ws_unknown_opcode", 1002),
+            (masked(false, Opcode::Ping, b""), "ws_fragmented_control", 1002),
+            (masked(true, Opcode::Continuation, b"x"), "ws_unexpected_continuation", 1002),
+            (masked(true, Opcode::Close, &[0x03]), "ws_bad_close", 1002),
+            (masked(true, Opcode::Close, &1005u16.to_be_bytes()), "ws_bad_close", 1002),
+        ];
+        for (buf, reason, code) in cases {
+            let mut c = Conn::upgraded();
+            let (r, out) = c.feed(&buf);
+            assert_eq!(r, Err(Close::Ws(frame::Violation(reason))), "{reason}");
+            assert_eq!(out, close_frame(code), "{reason}");
+            assert_eq!(c.read.stats.requests, 0, "{reason}: nothing echoed");
+        }
+        // Two fragments past the cap together are refused as one message.
+        let mut c = Conn::upgraded();
+        let mut buf = masked(false, Opcode::Binary, &[0; 600]);
+        buf.extend(masked(true, Opcode::Continuation, &[0; 600]));
+        assert_eq!(c.feed(&buf), (Err(Close::Ws(frame::Violation("ws_message_too_big"))), close_frame(1009)));
+    }
+
+    /// Text commands subscribe (answered later, with the history),
+    /// unsubscribe (answered at once) and are refused in an error message
+    /// that keeps the connection: a malformed command, a bad topic, a
+    /// publish without `--upstream`.
+    #[test]
+    fn commands_change_the_topic_table_and_are_answered() {
+        let mut c = Conn::upgraded();
+        let sub = masked(true, Opcode::Text, br#"{"type":"subscribe","topic":"news"}"#);
+        assert_eq!(c.feed(&sub), (Ok(sub.len()), Vec::new()));
+        assert_eq!(c.read.topics.subscribers("news"), [3]);
+        assert_eq!(c.recoveries.take_wanted(), [("news".to_string(), u64::MAX)], "its position asked for");
+        assert_eq!(c.read.stats.frames_out, 0);
+
+        let unsub = masked(true, Opcode::Text, br#"{"type":"unsubscribe","topic":"news"}"#);
+        let (r, out) = c.feed(&unsub);
+        assert_eq!(r, Ok(unsub.len()));
+        assert_eq!(json_messages(&out), [serde_json::json!({"type": "unsubscribed", "topic": "news"})]);
+        assert_eq!(c.read.topics.id("news"), None);
+        assert!(c.recoveries.is_empty(), "no wait left for a topic it left");
+
+        let cases: [(&[u8], &str); 3] = [
+            (br#"{"type":"subscribe","topic":"no space"}"#, "bad_topic"),
+            (br#"{"type":"subscribe","topic":"a","extra":1}"#, "bad_command"),
+            (br#"{"type":"publish","topic":"a","data":"x"}"#, "no_upstream"),
+        ];
+        for (cmd, reason) in cases {
+            let (r, out) = c.feed(&masked(true, Opcode::Text, cmd));
+            assert!(r.is_ok(), "{reason}");
+            let answer = json_messages(&out);
+            assert_eq!((answer.len(), answer[0]["type"].as_str(), answer[0]["reason"].as_str()), (1, Some("error"), Some(reason)), "{answer:?}");
+        }
+        assert_eq!(c.read.stats.subscribe_refused.get("bad_topic"), Some(&1));
+        assert_eq!(c.read.stats.subscribe_refused.get("bad_command"), Some(&1));
+        assert!(c.read.subs.is_empty());
+        assert_eq!(c.read.stats.requests, 0, "no command is echoed");
+
+        // Text that is not a command object is an ordinary message.
+        let not = masked(true, Opcode::Text, br#"{"kind":"subscribe"}"#);
+        assert_eq!(c.feed(&not), (Ok(not.len()), server(Opcode::Text, br#"{"kind":"subscribe"}"#)));
+    }
+
+    /// Commands past the rate close with 1008; a full business stage
+    /// with 1013; an MQTT CONNECT on a WebSocket that did not offer
+    /// `mqtt` with 1002.
+    #[test]
+    fn overload_and_mqtt_not_offered_close_with_their_codes() {
+        let mut c = Conn::upgraded();
+        c.read.topics = Topics::new(false, 100, 1);
+        let mut buf = masked(true, Opcode::Text, br#"{"type":"subscribe","topic":"a"}"#);
+        buf.extend(masked(true, Opcode::Text, br#"{"type":"unsubscribe","topic":"a"}"#));
+        assert_eq!(c.feed(&buf), (Err(Close::TooManyCommands), close_frame(1008)));
+        assert!(c.read.topics.has(&c.read.subs, "a"), "the second command was not carried out");
+
+        let mut c = Conn::upgraded();
+        c.read.stage = Stage::new(BusinessMode::Async, 0, std::sync::Arc::new(|| {})).unwrap();
+        c.read.service = ServiceTime::Fixed(std::time::Duration::from_secs(3600));
+        assert_eq!(c.feed(&masked(true, Opcode::Text, b"hi")), (Err(Close::WsTryAgainLater), close_frame(1013)));
+        assert_eq!(c.read.stats.rejected, 1);
+
+        let mut c = Conn::upgraded();
+        let connect = [0x10, 12, 0, 4, b'M', b'Q', b'T', b'T', 4, 2, 0, 30, 0, 0];
+        assert_eq!(c.feed(&masked(true, Opcode::Binary, &connect)), (Err(Close::WsMqttNotOffered), close_frame(1002)));
+    }
+
+    /// `Accept: text/event-stream` on a WebSocket port opens an event
+    /// stream: its head, the `?subscribe=` topics and the broadcasts asked
+    /// for their position, the Last-Event-ID's positions resumed; what
+    /// its client sends afterwards is dropped.
+    #[test]
+    fn an_event_stream_request_opens_a_stream() {
+        let mut c = conn();
+        let req = "GET /events?subscribe=news,other HTTP/1.1\r\nHost: h\r\nAccept: text/event-stream\r\nLast-Event-ID: news:3:7, *:2:9\r\n\r\n";
+        let (r, out) = c.feed(req.as_bytes());
+        assert_eq!(r, Ok(req.len()));
+        let want = [crate::proto::sse::write::HEAD, b"retry: 2000\n: megaconn event stream\n\n"].concat();
+        assert_eq!(out, want);
+        assert!(sse_mut(&mut c.ext).is_some_and(|s| s.positions.is_empty() && s.last_write_s == 5));
+        assert_eq!((c.read.stats.sse_streams, c.read.stats.ws_upgrades), (1, 0));
+        assert_eq!(c.read.topics.names_of(&c.read.subs), ["news", "other"]);
+        assert!(c.recoveries.holds("news", 3, 1) && c.recoveries.holds("*", 3, 1), "resumed after their positions");
+        assert!(!c.recoveries.holds("other", 3, 1), "its position only: live pushes reach it");
+        let mut wanted = c.recoveries.take_wanted();
+        wanted.sort();
+        assert_eq!(wanted, [("*".to_string(), 9), ("news".to_string(), 7), ("other".to_string(), u64::MAX)]);
+        assert_eq!(c.feed(b"anything at all"), (Ok(15), Vec::new()));
+
+        // A Last-Event-ID that is not a resume token is refused, 400.
+        let mut c = conn();
+        let req = "GET /events HTTP/1.1\r\nAccept: text/event-stream\r\nLast-Event-ID: news:1:2,bad topic\r\n\r\n";
+        let (r, out) = c.feed(req.as_bytes());
+        assert_eq!(r, Err(Close::BadTopic));
+        assert!(String::from_utf8(out).unwrap().starts_with("HTTP/1.1 400 Bad Request\r\n"));
+        assert_eq!((c.read.stats.sse_streams, c.read.stats.subscribe_refused.get("bad_topic")), (0, Some(&1)));
+    }
 
     /// An echo of the largest message a client may send is exactly
     /// `largest_echo` bytes on the wire, the 64 KiB length form included.

@@ -888,6 +888,6 @@ fn merged_messages_reach_a_shared_groups_member() {
     assert_eq!(delivered(&out).iter().map(|(to, d)| (to.clone(), d.shared.clone())).collect::<Vec<_>>(), [(vec![1], vec![(member, 1)])]);
     let mut out = Vec::new();
     c.handle(Input::Merged { topic: "s".into(), messages: vec![m(1), m(2)], waiting: vec![] }, 0, &mut out);
-    let got: Vec<(Vec<u32>, u64, Vec<(u64, u8)>)> = delivered(&out).into_iter().map(|(to, d)| (to, d.seq, d.shared)).collect();
-    assert_eq!(got, [(vec![1], 2, vec![(member, 1)])], "offset 2 only, to the member's worker, naming it");
+    let got: Vec<_> = delivered(&out).into_iter().map(|(to, d)| (to, d.seq, d.shared)).collect();
+    assert_eq!(got, [(vec![1u32], 2u64, vec![(member, 1u8)])], "offset 2 only, to the member's worker, naming it");
 }
