@@ -227,22 +227,7 @@ fn delivered(out: &[Output]) -> Vec<(Vec<u32>, Deliver<'_>)> {
 /// An owned QoS 0 message of `topic`, as the admin API or the cluster
 /// hands one in.
 fn message(topic: &str, data: &[u8]) -> Message {
-    Message {
-        stream: Stream::Topic,
-        topic: topic.into(),
-        target: None,
-        user: None,
-        close: false,
-        qos: 0,
-        retain: false,
-        props: None,
-        identity: None,
-        at: None,
-        publish_us: 100,
-        publish_id: 0,
-        elsewhere: Vec::new(),
-        data: data.to_vec(),
-    }
+    Message { publish_us: 100, ..Message::topic(topic.into(), data.to_vec()) }
 }
 
 /// Worker 5's subscription asks for the retained messages of `filter`:
