@@ -210,7 +210,7 @@ impl Ctx {
             Err(r) => return r,
         };
         if self.scope == Scope::ReadOnly && !matches!(route, Route::Metrics | Route::Stats | Route::Healthz) {
-            return Response::error(404, "a client serves /metrics, /stats and /healthz only");
+            return Response::error(404, "a client serves /metrics, /stats, /healthz and /ui only");
         }
         let _slot = match route {
             Route::Healthz => None,

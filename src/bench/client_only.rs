@@ -11,25 +11,25 @@ use anyhow::Result;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-impl ClientCmd {
-    /// The client's admin API: metrics, stats and health of this run.
-    fn on_admin(&mut self, req: crate::admin::Request) {
-        use crate::admin::{Response, Route};
-        use crate::client::metrics::{render, Latencies};
-        let t = self.run.view.totals();
-        let v = &self.run.view;
-        let resp = match req.route {
-            Route::Metrics => Response {
-                status: 200,
-                content_type: crate::stats::exposition::CONTENT_TYPE,
-                body: render(&t, &Latencies { connect: &v.connect_hist, heartbeat: &v.rtt_hist, request: &v.request_hist, push: &v.push_hist }),
-            },
-            Route::Stats => Response::json(200, &serde_json::to_value(&t).unwrap_or_default()),
-            Route::Healthz => Response::json(200, &serde_json::json!({"status": "ok", "phase": self.run.phase_name(), "connections": t.open})),
-            _ => Response::error(404, "a client serves /metrics, /stats and /healthz only"),
-        };
-        let _ = req.reply.send(resp);
-    }
+/// A load generator's admin API: metrics, stats and health of `run`
+/// (`megaconn client --admin`, and `megaconn bench --admin` for its
+/// client); its dashboard's files are served before a request gets here.
+pub(crate) fn answer_admin(run: &ClientRun, req: crate::admin::Request) {
+    use crate::admin::{Response, Route};
+    use crate::client::metrics::{render, Latencies};
+    let t = run.view.totals();
+    let v = &run.view;
+    let resp = match req.route {
+        Route::Metrics => Response {
+            status: 200,
+            content_type: crate::stats::exposition::CONTENT_TYPE,
+            body: render(&t, &Latencies { connect: &v.connect_hist, heartbeat: &v.rtt_hist, request: &v.request_hist, push: &v.push_hist }),
+        },
+        Route::Stats => Response::json(200, &serde_json::to_value(&t).unwrap_or_default()),
+        Route::Healthz => Response::json(200, &serde_json::json!({"status": "ok", "phase": run.phase_name(), "connections": t.open})),
+        _ => Response::error(404, "a client serves /metrics, /stats, /healthz and /ui only"),
+    };
+    let _ = req.reply.send(resp);
 }
 
 /// `megaconn client` as the one supervisor loop runs it.
@@ -45,7 +45,7 @@ impl Supervised for ClientCmd {
 
     fn deliver(&mut self, ev: ClientEvent) -> Result<()> {
         match ev {
-            ClientEvent::Admin(req) => self.on_admin(req),
+            ClientEvent::Admin(req) => answer_admin(&self.run, req),
             ClientEvent::Worker(i, ev) => self.run.on_event(i, ev),
         }
         Ok(())
@@ -125,7 +125,7 @@ pub(crate) fn run(cfg: ClientConfig) -> Result<i32> {
     let run = ClientRun::start(&cp, &cfg.load, &wp, None, &sink)?;
     if let Some(a) = cfg.admin {
         let bound = crate::admin::serve(crate::admin::Scope::ReadOnly, a, None, Arc::new(move |r| sink(ClientEvent::Admin(r))), Default::default())?;
-        progress.note(&format!("admin API on http://{bound} (/metrics /stats /healthz)"));
+        progress.note(&format!("admin API on http://{bound} (/metrics /stats /healthz, the dashboard at /ui)"));
     }
     let mut run = run;
     run.series.keep_intervals = cfg.hdr_log.is_some();

@@ -68,6 +68,8 @@ pub(crate) struct BenchConfig {
     pub mqtt_qos: u8,
     /// `--report DIR`.
     pub report: Option<std::path::PathBuf>,
+    /// `--admin`: the load generator's admin API and dashboard.
+    pub admin: Option<std::net::SocketAddr>,
     pub topology: crate::topology::Topology,
     /// The server's address (set by the topology: 127.0.0.1 or veth's).
     pub target: Ipv4Addr,
@@ -101,6 +103,7 @@ impl Default for BenchConfig {
     fn default() -> BenchConfig {
         BenchConfig {
             scenario: Scenario::Connections,
+            admin: None,
             connections: 200_000,
             ports: (8000..=8099).collect(),
             rate: 50_000,

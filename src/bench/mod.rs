@@ -254,6 +254,11 @@ pub(crate) fn run(mut args: BenchConfig) -> Result<i32> {
     if args.scenario == Scenario::Recovery {
         recovery::check(&args)?;
     }
+    if let Some(a) = args.admin {
+        crate::admin::check(&a, None).map_err(crate::UsageError)?;
+        let bound = pair::serve_admin(a)?;
+        Progress::new(false).note(&format!("the load generator's admin API on http://{bound} (/metrics /stats /healthz, the dashboard at /ui)"));
+    }
     if args.nodes > 1 || args.cluster.is_some() {
         if args.tls {
             return Err(crate::UsageError(

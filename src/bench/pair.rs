@@ -31,8 +31,32 @@ pub(crate) struct PairChannel {
 impl Default for PairChannel {
     fn default() -> Self {
         let (tx, rx) = std::sync::mpsc::channel();
-        PairChannel { server: supervise::sink(&tx, PairEvent::Server), client: supervise::sink(&tx, PairEvent::Client), rx }
+        let client = supervise::sink(&tx, PairEvent::Client);
+        *ADMIN.lock().expect("the bench's admin sink") = Some(client.clone());
+        PairChannel { server: supervise::sink(&tx, PairEvent::Server), client, rx }
     }
+}
+
+/// Where `bench --admin` hands its requests: the client of the pair
+/// running now (a business bench runs four, one after another).
+static ADMIN: std::sync::Mutex<Option<Sink<ClientEvent>>> = std::sync::Mutex::new(None);
+
+/// `bench --admin ADDR`: the load generator's read-only admin API and
+/// dashboard, bound now, before the run enters its namespace, so the
+/// host's loopback reaches it whatever the topology. Answers 503 until
+/// the run's client starts.
+pub(crate) fn serve_admin(addr: std::net::SocketAddr) -> Result<std::net::SocketAddr> {
+    let sink: Sink<crate::admin::Request> = std::sync::Arc::new(|r: crate::admin::Request| {
+        let client = ADMIN.lock().expect("the bench's admin sink").clone();
+        match client {
+            Some(client) => client(ClientEvent::Admin(r)),
+            None => {
+                let _ = r.reply.send(crate::admin::Response::error(503, "the run's client has not started yet; retry"));
+                true
+            }
+        }
+    });
+    crate::admin::serve(crate::admin::Scope::ReadOnly, addr, None, sink, Default::default())
 }
 
 impl PairChannel {
@@ -242,8 +266,7 @@ impl<V: ServerSide, S, F: FnMut(&V, &ClientRun) -> S> Supervised for PairRun<'_,
         match ev {
             PairEvent::Server(ev) => self.server.on_event(ev),
             PairEvent::Client(ClientEvent::Worker(i, ev)) => self.client.on_event(i, ev),
-            // A bench's client serves no admin API.
-            PairEvent::Client(ClientEvent::Admin(_)) => {}
+            PairEvent::Client(ClientEvent::Admin(req)) => super::client_only::answer_admin(&self.client, req),
         }
         Ok(())
     }

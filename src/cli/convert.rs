@@ -315,6 +315,7 @@ impl From<BenchArgs> for BenchConfig {
                 s
             }),
             churn: a.churn.0,
+            admin: a.admin.0,
             report: a.report,
             topology: a.topology,
             target: std::net::Ipv4Addr::LOCALHOST,

@@ -694,6 +694,9 @@ pub(crate) struct BenchArgs {
     /// Where both ends run: auto (netns when root), host (this machine's loopback and kernel tables), netns (one private namespace with a TCP hash table sized to the run), veth (a server and a client namespace joined by a veth pair).
     #[arg(long, value_enum, default_value = "auto")]
     pub(crate) topology: crate::topology::Topology,
+    /// Serve the load generator's /metrics, /stats, /healthz and live dashboard (/ui) on ADDR:PORT (loopback), or off: bound before the run enters its namespace, so it is reached from this machine's loopback whatever --topology.
+    #[arg(long, default_value = "off")]
+    pub(crate) admin: parse::OptAddr,
     /// Write report.json (every number, phases, time series, machine), index.html and charts (SVG, PNG) to DIR.
     #[arg(long, value_name = "DIR")]
     pub(crate) report: Option<std::path::PathBuf>,

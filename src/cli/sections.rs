@@ -144,7 +144,7 @@ fn bench(long: &str) -> &'static str {
         "cluster"
     } else if long.starts_with("threshold") || long == "junit" {
         "thresholds"
-    } else if is(&["report", "json"]) {
+    } else if is(&["report", "json", "admin"]) {
         "output"
     } else {
         "load"

@@ -128,3 +128,38 @@ fn a_load_generators_admin_serves_the_same_page() {
     assert!(s.terminate().success());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `megaconn bench --admin` serves its load generator's page, reached
+/// from this machine's loopback even though the run itself is in its own
+/// network namespace (the default topology as root): the admin API is
+/// bound before the run enters it.
+#[test]
+fn a_bench_serves_its_load_generators_page_from_inside_its_namespace() {
+    let admin = format!("127.0.0.1:{}", free_port());
+    let dir = std::env::temp_dir().join(format!("megaconn-dashboard-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut cmd = megaconn();
+    cmd.args(["bench", "--connections", "3000", "--rate", "3000", "--hold", "15s", "--heartbeat", "5s", "--admin", &admin, "--json"]);
+    let bench = std::thread::spawn(move || run(cmd, Duration::from_secs(120)));
+    let stats = || -> Value {
+        if std::net::TcpStream::connect(&admin).is_err() {
+            return Value::Null;
+        }
+        let (code, body) = http(&admin, "GET", "/stats", b"", None);
+        if code == 200 {
+            serde_json::from_str(&body).unwrap()
+        } else {
+            Value::Null
+        }
+    };
+    wait_until("the bench's 3000 open", Duration::from_secs(60), || stats()["open"] == 3000);
+    let seen = open_page(&admin, "-", &dir);
+    assert_eq!(seen["cards"]["open"].as_str(), Some("3000"), "{seen}");
+    assert_eq!(seen["cards"]["planned"].as_str(), Some("3000"), "{seen}");
+    assert_drawn_here(&seen, &admin, &dir);
+    let (code, out, err) = bench.join().unwrap();
+    assert_eq!(code, 0, "{err}");
+    let doc: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(doc["held"], 3000, "{doc}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
