@@ -104,18 +104,7 @@ fn a_load_generators_admin_serves_the_same_page() {
     let mut cmd = megaconn();
     cmd.args(["client", "--ports", &port.to_string(), "--connections", "40", "--rate", "400/s", "--hold", "30s", "--admin", &admin, "--json"]);
     let mut client = Running::spawn(cmd);
-    // Null until its admin API listens (it starts with the client).
-    let stats = || -> Value {
-        if std::net::TcpStream::connect(&admin).is_err() {
-            return Value::Null;
-        }
-        let (code, body) = http(&admin, "GET", "/stats", b"", None);
-        if code == 200 {
-            serde_json::from_str(&body).unwrap()
-        } else {
-            Value::Null
-        }
-    };
+    let stats = || load_generator_stats(&admin);
     wait_until("the client's 40 open", Duration::from_secs(30), || stats()["open"] == 40);
     let seen = open_page(&admin, "-", &dir);
     let now = stats();
@@ -141,17 +130,7 @@ fn a_bench_serves_its_load_generators_page_from_inside_its_namespace() {
     let mut cmd = megaconn();
     cmd.args(["bench", "--connections", "3000", "--rate", "3000", "--hold", "15s", "--heartbeat", "5s", "--admin", &admin, "--json"]);
     let bench = std::thread::spawn(move || run(cmd, Duration::from_secs(120)));
-    let stats = || -> Value {
-        if std::net::TcpStream::connect(&admin).is_err() {
-            return Value::Null;
-        }
-        let (code, body) = http(&admin, "GET", "/stats", b"", None);
-        if code == 200 {
-            serde_json::from_str(&body).unwrap()
-        } else {
-            Value::Null
-        }
-    };
+    let stats = || load_generator_stats(&admin);
     wait_until("the bench's 3000 open", Duration::from_secs(60), || stats()["open"] == 3000);
     let seen = open_page(&admin, "-", &dir);
     assert_eq!(seen["cards"]["open"].as_str(), Some("3000"), "{seen}");
@@ -162,4 +141,18 @@ fn a_bench_serves_its_load_generators_page_from_inside_its_namespace() {
     let doc: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
     assert_eq!(doc["held"], 3000, "{doc}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A load generator's `/stats` at `admin`; Null until its admin API
+/// listens (it starts with the run) and answers.
+fn load_generator_stats(admin: &str) -> Value {
+    if std::net::TcpStream::connect(admin).is_err() {
+        return Value::Null;
+    }
+    let (code, body) = http(admin, "GET", "/stats", b"", None);
+    if code == 200 {
+        serde_json::from_str(&body).unwrap()
+    } else {
+        Value::Null
+    }
 }

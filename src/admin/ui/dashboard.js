@@ -71,7 +71,7 @@ function serverView(s, prev, dt) {
       ['MQTT publishes refused', s.mqtt_publish_refused],
       ['Subscriptions refused', s.subscribe_refused],
       ['Broker', s.broker && { messages: s.broker.messages, unrouted: s.broker.unrouted, shards: s.broker.shards, dropped: sum(s.broker.dropped) }],
-      ['Cluster', s.cluster && { up: s.cluster.up ? 1 : 0, nodes: (s.cluster.nodes || []).length, messages_in: s.cluster.messages_in, messages_out: s.cluster.messages_out }],
+      ['Cluster link', s.cluster && { up: s.cluster.up ? 1 : 0, other_nodes_heard: s.cluster.peers, messages_in: s.cluster.messages_in, messages_out: s.cluster.messages_out, refused: sum(s.cluster.refused) }],
     ],
   };
 }
