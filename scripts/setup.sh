@@ -73,6 +73,12 @@ if ! command -v nats-server >/dev/null 2>&1; then
     exit 1
   fi
 fi
+# `--upstream nats://` is read back by NATS's own Python client (nats-py,
+# pinned: tests/peers/nats_consume.py uses its JetStream pull consumer).
+if ! python3 -c "import importlib.metadata as m, sys; sys.exit(m.version('nats-py') != '2.15.0')" >/dev/null 2>&1; then
+  echo "setup: installing the Python nats-py package (NATS's own client, the JetStream consumer in the upstream tests)"
+  python3 -m pip install -q "nats-py==2.15.0"
+fi
 # The MQTT server is tested against clients nobody here wrote: Eclipse
 # paho-mqtt in Python (pinned: its callback API is what tests/peers/mqtt_paho.py
 # uses) and Debian's mosquitto_sub / mosquitto_pub.

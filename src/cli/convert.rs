@@ -134,6 +134,7 @@ impl TryFrom<ServerArgs> for ServerConfig {
             upstream_queue: a.auth.upstream_queue,
             upstream_queue_bytes: a.auth.upstream_queue_bytes,
             upstream_secret: a.auth.upstream_secret_file,
+            upstream_nats_creds: a.auth.upstream_nats_creds.map(|s| s.0),
             presence_events: a.auth.presence_events,
             presence_notices: a.auth.presence_notices,
             json: a.json,

@@ -418,9 +418,9 @@ pub(crate) struct ServerAuthArgs {
     /// Topic patterns only tokens with "admin": true may subscribe to (NAME, PREFIX*, comma-separated); without --auth, nobody may.
     #[arg(long, value_name = "PATTERNS", value_delimiter = ',')]
     pub(crate) admin_topics: Vec<String>,
-    /// Send what clients say (WebSocket messages, {"type":"publish"} commands, framed publish frames) and presence joins/leaves to this webhook, batched, retried, instead of echoing them: http://HOST:PORT/PATH (docs/upstream.md).
-    #[arg(long, value_name = "URL", value_parser = crate::server::broker::upstream::parse_url)]
-    pub(crate) upstream: Option<crate::server::broker::upstream::Target>,
+    /// Send what clients say (MQTT publishes, WebSocket messages, {"type":"publish"} commands, framed publish frames) and presence joins/leaves to the application, instead of echoing them: a webhook http://HOST:PORT/PATH (batched, retried), or NATS JetStream nats://HOST:PORT/SUBJECT.PREFIX (tls:// for TLS; a stream message each under PREFIX.TOPIC, stored at least once) (docs/upstream.md).
+    #[arg(long, value_name = "URL", value_parser = crate::server::broker::upstream::parse_destination)]
+    pub(crate) upstream: Option<crate::server::broker::upstream::Destination>,
     /// --upstream: messages each worker may have that the backend has not taken yet; a client whose message would be one more is closed with 1013 (try again later).
     #[arg(long, default_value = "262144", value_parser = clap::value_parser!(u32).range(1..=16_777_216).map(|v| v as usize))]
     pub(crate) upstream_queue: usize,
@@ -430,6 +430,9 @@ pub(crate) struct ServerAuthArgs {
     /// --upstream: sign every POST with the secret in FILE (at least 32 bytes): X-Megaconn-Timestamp (Unix ms) and X-Megaconn-Signature: sha256=HEX of HMAC-SHA256 over "TIMESTAMP.BODY" (docs/upstream.md shows how a backend checks it). Without it POSTs are unsigned and a warning says so.
     #[arg(long, value_name = "FILE", requires = "upstream", value_parser = crate::server::broker::upstream::UpstreamSecret::read)]
     pub(crate) upstream_secret_file: Option<crate::server::broker::upstream::UpstreamSecret>,
+    /// --upstream nats://: the NATS creds file (user JWT and nkey seed, as `nsc` writes it) the server authenticates with (or credentials in the URL: nats://USER:PASS@HOST:PORT).
+    #[arg(long, value_name = "FILE", requires = "upstream", value_parser = |p: &str| crate::cluster::auth::read_creds("--upstream-nats-creds", p).map(crate::cluster::auth::Secret))]
+    pub(crate) upstream_nats_creds: Option<crate::cluster::auth::Secret>,
     /// --upstream: also send a join or leave event each time a connection with a user (--auth jwt) subscribes to or leaves a topic (presence for the application).
     #[arg(long, requires = "upstream")]
     pub(crate) presence_events: bool,

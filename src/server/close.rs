@@ -354,7 +354,7 @@ impl Close {
             MqttUserRemoved => 0x98,
             MqttSessionExpiryAfterZero => 0x82,
             MqttPayloadTooLarge => 0x95,
-            MqttPublishQueueFull => 0x97,
+            MqttPublishQueueFull | UpstreamFull | UpstreamConnectionFull => 0x97,
             _ => return None,
         })
     }

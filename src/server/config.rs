@@ -154,8 +154,10 @@ pub(crate) struct ServerConfig {
     pub admin_topics: Vec<String>,
     /// `--jwt-audience` and `--jwt-issuer`: the `aud` and `iss` every token must carry.
     pub jwt_expected: crate::server::auth::jwt::Expected,
-    /// `--upstream URL`: what clients send goes to this webhook.
-    pub upstream: Option<crate::server::broker::upstream::Target>,
+    /// `--upstream URL`: what clients send goes to this webhook or NATS JetStream.
+    pub upstream: Option<crate::server::broker::upstream::Destination>,
+    /// `--upstream-nats-creds`: the creds file's contents.
+    pub upstream_nats_creds: Option<String>,
     /// `--upstream-queue`: messages per worker the backend has not taken.
     pub upstream_queue: usize,
     /// `--upstream-queue-bytes`: bytes the whole server may hold for the
@@ -275,6 +277,7 @@ impl Default for ServerConfig {
             upstream_queue: crate::server::broker::upstream::DEFAULT_QUEUE,
             upstream_queue_bytes: crate::server::broker::upstream::DEFAULT_QUEUE_BYTES,
             upstream_secret: None,
+            upstream_nats_creds: None,
             presence_events: false,
             presence_notices: false,
             json: false,

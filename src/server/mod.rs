@@ -123,6 +123,15 @@ fn check_auth(cfg: &ServerConfig) -> Result<(), String> {
             return Err(format!("--admin-topics '{p}' is not a topic pattern: a name (1-255 of [A-Za-z0-9._:/$-]), a prefix ending in * (ops.*), or *"));
         }
     }
+    match &cfg.upstream {
+        Some(broker::upstream::Destination::Nats(t)) if cfg.upstream_secret.is_some() => {
+            return Err(format!("--upstream-secret-file signs webhook POSTs; --upstream {} is NATS, where the server authenticates instead: give --upstream-nats-creds or credentials in the URL", t.shown()));
+        }
+        Some(broker::upstream::Destination::Webhook(_)) if cfg.upstream_nats_creds.is_some() => {
+            return Err("--upstream-nats-creds is for --upstream nats://...; a webhook's POSTs are signed with --upstream-secret-file".into());
+        }
+        _ => {}
+    }
     if cfg.mqtt_files.any() {
         if !matches!(cfg.auth, config::Auth::Off) {
             return Err(
@@ -177,10 +186,10 @@ pub(crate) fn exposure_warning(cfg: &ServerConfig) -> Option<String> {
 pub(crate) fn upstream_warnings(cfg: &ServerConfig, max_workers: usize) -> Vec<String> {
     let Some(t) = &cfg.upstream else { return Vec::new() };
     let mut w = Vec::new();
-    if cfg.upstream_secret.is_none() {
+    if cfg.upstream_secret.is_none() && matches!(t, broker::upstream::Destination::Webhook(_)) {
         w.push(format!(
-            "warning: --upstream http://{}:{}{}: POSTs are unsigned, so anyone who can reach the backend can forge what clients said; give --upstream-secret-file and check X-Megaconn-Signature in the backend (docs/upstream.md)",
-            t.host, t.port, t.path
+            "warning: --upstream {}: POSTs are unsigned, so anyone who can reach the backend can forge what clients said; give --upstream-secret-file and check X-Megaconn-Signature in the backend (docs/upstream.md)",
+            t.shown()
         ));
     }
     let share = broker::upstream::worker_share(cfg.upstream_queue_bytes, max_workers);
@@ -540,7 +549,7 @@ mod auth_tests {
     fn unsigned_upstream_posts_are_warned_about() {
         let mut cfg = ServerConfig::default();
         assert!(upstream_warnings(&cfg, 4).is_empty(), "no --upstream");
-        cfg.upstream = Some(broker::upstream::parse_url("http://127.0.0.1:9/hook").unwrap());
+        cfg.upstream = Some(broker::upstream::parse_destination("http://127.0.0.1:9/hook").unwrap());
         let w = upstream_warnings(&cfg, 4);
         assert!(w.len() == 1 && w[0].contains("POSTs are unsigned"), "{w:?}");
         cfg.upstream_secret = Some(broker::upstream::UpstreamSecret::new(vec![7; 32]).unwrap());

@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The journeys the README promises: deleting one fails this test.
-const REQUIRED: [&str; 29] = [
+const REQUIRED: [&str; 30] = [
     "gateway",
     "load-test",
     "cluster",
@@ -50,6 +50,7 @@ const REQUIRED: [&str; 29] = [
     "move-from-mosquitto",
     "sys-topics",
     "dashboard",
+    "device-data-into-jetstream",
 ];
 /// A recipe runs at most this long.
 const JOURNEY_LIMIT: Duration = Duration::from_secs(90);

@@ -55,6 +55,7 @@ mod tls_client;
 mod topology;
 mod tune;
 mod upstream;
+mod upstream_nats;
 mod visibility;
 mod workers;
 mod ws;

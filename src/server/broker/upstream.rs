@@ -37,6 +37,9 @@
 //! `TIMESTAMP.BODY` ([`signature`]); the backend recomputes it and checks
 //! the timestamp is recent, so nobody else who reaches it can forge what
 //! clients said.
+//!
+//! `--upstream nats://HOST:PORT/PREFIX` sends the same messages to NATS
+//! JetStream instead, one stream message each (`upstream/nats.rs`).
 
 use crate::server::up_message::UpMessage;
 use crate::server::up_message::{JSON_ESCAPE_MAX, MESSAGE_OVERHEAD};
@@ -51,6 +54,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+
+pub(crate) mod nats;
 
 /// Default `--upstream-queue`: messages per worker the backend has not taken.
 pub(crate) const DEFAULT_QUEUE: usize = 262_144;
@@ -126,8 +131,9 @@ crate::counters! {
     pub(crate) struct UpstreamCounters {
         delivered: counter "upstream_delivered" "Messages (and presence events) the --upstream backend took (2xx)",
         batches: counter "upstream_batches" "Batches the --upstream backend took",
-        retries: by("reason") "upstream_retries" "Batches sent again, by reason (connect, io, timeout: sent again halved, http_5xx, http_429, http_413: split in half at once, ...)",
-        refused: by("status") "upstream_refused" "Messages the --upstream backend refused for good: a 4xx that is not retried, or 413 to a message sent alone (not sent again; the operator is told)",
+        retries: by("reason") "upstream_retries" "Batches sent again, by reason (connect, io, timeout: sent again halved, http_5xx, http_429, http_413: split in half at once, no_stream: NATS has no stream for the subjects, ...)",
+        refused: by("status") "upstream_refused" "Messages the --upstream backend refused for good: a 4xx that is not retried, or 413 to a message sent alone, or max_payload: larger than the NATS server takes (not sent again; the operator is told)",
+        duplicates: counter "upstream_duplicates" "Messages sent again to NATS JetStream that it had stored already (its acknowledgement was lost): stored once, by their Nats-Msg-Id",
         dropped: counter "upstream_dropped" "Messages dropped by the supervisor at its bound (SUPERVISOR_SLACK times the workers' shares of --upstream-queue-bytes: only with messages of dead workers still queued; the operator is told)",
         queued: gauge "upstream_queued" "Messages waiting in the supervisor for the --upstream backend",
         queued_bytes: bytes "upstream_queued" "Bytes of messages waiting in the supervisor for the --upstream backend (as the workers count them)",
@@ -194,7 +200,7 @@ pub(crate) struct Target {
 /// Check an `--upstream` URL: http://HOST[:PORT][/PATH].
 pub(crate) fn parse_url(url: &str) -> Result<Target, String> {
     let rest = url.strip_prefix("http://").ok_or_else(|| {
-        format!("--upstream {url}: give an http:// URL of your backend's webhook, e.g. http://127.0.0.1:8080/megaconn (https is not supported yet: put a local proxy in front)")
+        format!("--upstream {url}: give an http:// URL of your backend's webhook, e.g. http://127.0.0.1:8080/megaconn (https is not supported yet: put a local proxy in front), or nats://HOST:PORT/SUBJECT.PREFIX for NATS JetStream")
     })?;
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
@@ -210,10 +216,40 @@ pub(crate) fn parse_url(url: &str) -> Result<Target, String> {
     Ok(Target { host: host.trim_start_matches('[').trim_end_matches(']').to_string(), port, path: path.to_string() })
 }
 
+/// Where `--upstream` sends what clients said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Destination {
+    /// A webhook: batches POSTed as JSON.
+    Webhook(Target),
+    /// NATS JetStream: a stream message each, under a subject prefix.
+    Nats(nats::NatsTarget),
+}
+
+impl Destination {
+    /// As the operator is shown it (a NATS URL without its credentials).
+    pub(crate) fn shown(&self) -> String {
+        match self {
+            Destination::Webhook(t) => format!("http://{}:{}{}", t.host, t.port, t.path),
+            Destination::Nats(n) => n.shown(),
+        }
+    }
+}
+
+/// Check an `--upstream` URL: a webhook (http://) or NATS JetStream
+/// (nats://, tls://, nats+tls://).
+pub(crate) fn parse_destination(url: &str) -> Result<Destination, String> {
+    match nats::is_nats(url) {
+        true => nats::parse(url).map(Destination::Nats),
+        false => parse_url(url).map(Destination::Webhook),
+    }
+}
+
 /// What the sender thread needs.
 #[derive(Debug, Clone)]
 pub(crate) struct SenderConfig {
-    pub target: Target,
+    pub target: Destination,
+    /// `--upstream-nats-creds`: a NATS creds file's contents.
+    pub nats_creds: Option<String>,
     /// This node's id in a cluster (the batch's `node`).
     pub node: Option<String>,
     /// `--upstream-secret-file`: sign every POST.
@@ -234,8 +270,8 @@ struct Arrival {
 /// The supervisor's handle on the sender thread.
 pub(crate) struct Upstream {
     tx: UnboundedSender<Arrival>,
-    /// Where batches go (SIGHUP may change it: the next batch goes there).
-    target: Arc<Mutex<Target>>,
+    /// Where batches go (SIGHUP may change a webhook's: the next batch goes there).
+    target: Arc<Mutex<Destination>>,
     /// Bytes handed to the sender and not finished ([`UpMessage::bytes`]).
     held: Arc<AtomicU64>,
     hold_bytes: u64,
@@ -258,9 +294,17 @@ impl Upstream {
         Ok(Upstream { tx, target, held, hold_bytes, counters })
     }
 
-    /// Send the next batches to `t` (SIGHUP's `upstream`).
-    pub(crate) fn retarget(&self, t: Target) {
-        *self.target.lock().expect("the upstream target") = t;
+    /// Send the next batches to `t` (SIGHUP's `upstream`); false when
+    /// that takes a restart (a webhook for NATS, another NATS server).
+    pub(crate) fn retarget(&self, t: Destination) -> bool {
+        let mut now = self.target.lock().expect("the upstream target");
+        match (&*now, &t) {
+            (Destination::Webhook(_), Destination::Webhook(_)) => {
+                *now = t;
+                true
+            }
+            (a, b) => a == b,
+        }
     }
 
     /// Messages of worker `w` to send; past the supervisor's bound they
@@ -307,6 +351,8 @@ pub(crate) enum Retry {
     Http5xx,
     /// A 408 or 429 answer.
     Http(u16),
+    /// NATS: no stream holds the subject (it is looked for, or made, again).
+    NoStream,
 }
 
 impl Retry {
@@ -318,6 +364,7 @@ impl Retry {
             Retry::Timeout => "timeout".into(),
             Retry::Http5xx => "http_5xx".into(),
             Retry::Http(status) => format!("http_{status}"),
+            Retry::NoStream => "no_stream".into(),
         }
     }
 }
@@ -475,16 +522,26 @@ async fn post(conn: &mut Option<Conn>, t: &Target, secret: Option<&UpstreamSecre
 
 /// One queued message as it will be sent, or a run of dropped ones.
 enum Entry {
-    /// Its JSON, and what it counts in `held`.
-    Msg { worker: usize, json: Vec<u8>, cost: u64 },
+    /// As it goes out, and what it counts in `held`.
+    Msg { worker: usize, wire: Wire, cost: u64 },
     /// Dropped at the supervisor's bound: finished when it reaches the front.
     Dropped { worker: usize, n: u64 },
 }
 
+/// A message as its destination takes it.
+enum Wire {
+    /// Its JSON, one element of a POST's `messages`.
+    Json(Vec<u8>),
+    /// A JetStream message.
+    Nats(nats::Outgoing),
+}
+
 impl Entry {
+    /// Its size as sent (a run of dropped ones: None).
     fn json_len(&self) -> Option<usize> {
         match self {
-            Entry::Msg { json, .. } => Some(json.len()),
+            Entry::Msg { wire: Wire::Json(json), .. } => Some(json.len()),
+            Entry::Msg { wire: Wire::Nats(o), .. } => Some(o.len()),
             Entry::Dropped { .. } => None,
         }
     }
@@ -498,6 +555,8 @@ struct Sender {
     counters: Arc<Mutex<UpstreamCounters>>,
     held: Arc<AtomicU64>,
     drop_noted: Option<Instant>,
+    /// NATS: how each message becomes a stream message.
+    nats: Option<nats::Shaper>,
 }
 
 impl Sender {
@@ -507,10 +566,9 @@ impl Sender {
             if self.drop_noted.is_none_or(|t| t.elapsed() >= DROP_NOTE_EVERY) {
                 self.drop_noted = Some(Instant::now());
                 let note = format!(
-                    "upstream: the supervisor holds its bound of {} MiB for {}{} (workers that died with messages queued, and a backend that does not take them): {} messages of worker {} dropped (counted as upstream_dropped)",
+                    "upstream: the supervisor holds its bound of {} MiB for {} (workers that died with messages queued, and a backend that does not take them): {} messages of worker {} dropped (counted as upstream_dropped)",
                     self.cfg.hold_bytes >> 20,
-                    self.cfg.target.host,
-                    self.cfg.target.path,
+                    self.cfg.target.shown(),
                     a.dropped,
                     a.worker
                 );
@@ -519,7 +577,11 @@ impl Sender {
         }
         for m in a.messages {
             let cost = m.bytes() as u64;
-            self.queue.push_back(Entry::Msg { worker: a.worker, json: serde_json::to_vec(&m).expect("a message serializes"), cost });
+            let wire = match &mut self.nats {
+                Some(shape) => Wire::Nats(shape.outgoing(m)),
+                None => Wire::Json(serde_json::to_vec(&m).expect("a message serializes")),
+            };
+            self.queue.push_back(Entry::Msg { worker: a.worker, wire, cost });
         }
     }
 
@@ -558,7 +620,7 @@ impl Sender {
         let mut body = self.envelope();
         let close = body.split_off(body.len() - 2);
         for (i, e) in self.queue.iter().take(n).enumerate() {
-            if let Entry::Msg { json, .. } = e {
+            if let Entry::Msg { wire: Wire::Json(json), .. } = e {
                 if i > 0 {
                     body.push(b',');
                 }
@@ -575,55 +637,81 @@ impl Sender {
     }
 }
 
+impl Sender {
+    /// Wait until something is to be sent (dropped ones at the front are
+    /// finished on the way); false once the supervisor is gone.
+    async fn ready(&mut self, rx: &mut UnboundedReceiver<Arrival>) -> bool {
+        loop {
+            if self.queue.is_empty() {
+                match rx.recv().await {
+                    Some(a) => self.take(a),
+                    None => return false,
+                }
+            }
+            while let Ok(a) = rx.try_recv() {
+                self.take(a);
+            }
+            self.gauges();
+            // Dropped ones at the front: finished without sending.
+            if self.queue.front().is_some_and(|e| e.json_len().is_none()) {
+                if !self.finish(0) {
+                    return false;
+                }
+                continue;
+            }
+            return true;
+        }
+    }
+
+    /// `n` messages taken: counted and finished; false once the supervisor is gone.
+    fn taken(&mut self, n: usize) -> bool {
+        {
+            let mut c = self.counters.lock().expect("counters");
+            c.delivered += n as u64;
+            c.batches += 1;
+        }
+        self.finish(n)
+    }
+}
+
 async fn run(
     cfg: SenderConfig,
     mut rx: UnboundedReceiver<Arrival>,
     sink: Sink<UpstreamEvent>,
     counters: Arc<Mutex<UpstreamCounters>>,
     held: Arc<AtomicU64>,
-    target: Arc<Mutex<Target>>,
+    target: Arc<Mutex<Destination>>,
 ) {
-    let mut s = Sender { cfg, queue: VecDeque::new(), sink, counters, held, drop_noted: None };
+    let nats = match &cfg.target {
+        Destination::Nats(t) => Some(nats::Shaper::new(t, cfg.node.clone())),
+        Destination::Webhook(_) => None,
+    };
+    let mut s = Sender { cfg, queue: VecDeque::new(), sink, counters, held, drop_noted: None, nats };
+    if let Destination::Nats(t) = s.cfg.target.clone() {
+        return nats::run(t, &mut s, &mut rx).await;
+    }
     let overhead = s.envelope().len();
     let mut conn = None;
     let mut backoff = FIRST_BACKOFF;
     let mut sizer = Sizer::default();
     loop {
-        if s.queue.is_empty() {
-            match rx.recv().await {
-                Some(a) => s.take(a),
-                None => return,
-            }
+        if !s.ready(&mut rx).await {
+            return;
         }
-        while let Ok(a) = rx.try_recv() {
-            s.take(a);
-        }
-        s.gauges();
-        // Dropped ones at the front: finished without a POST.
-        if s.queue.front().is_some_and(|e| e.json_len().is_none()) {
-            if !s.finish(0) {
-                return;
-            }
-            continue;
-        }
-        let n = batch_len(s.queue.iter().map_while(Entry::json_len), sizer.count, sizer.bytes.saturating_sub(overhead));
-        let body = s.body(n);
-        let size = body.len();
         let now = target.lock().expect("the upstream target").clone();
         if now != s.cfg.target {
             s.cfg.target = now;
             conn = None;
         }
-        let outcome = post(&mut conn, &s.cfg.target, s.cfg.secret.as_ref(), Bytes::from(body)).await;
+        let Destination::Webhook(t) = s.cfg.target.clone() else { return };
+        let n = batch_len(s.queue.iter().map_while(Entry::json_len), sizer.count, sizer.bytes.saturating_sub(overhead));
+        let body = s.body(n);
+        let size = body.len();
+        let outcome = post(&mut conn, &t, s.cfg.secret.as_ref(), Bytes::from(body)).await;
         match sizer.after(n, size, outcome) {
             Next::Taken => {
                 backoff = FIRST_BACKOFF;
-                {
-                    let mut c = s.counters.lock().expect("counters");
-                    c.delivered += n as u64;
-                    c.batches += 1;
-                }
-                if !s.finish(n) {
+                if !s.taken(n) {
                     return;
                 }
             }
@@ -638,7 +726,7 @@ async fn run(
                 };
                 let note = format!(
                     "upstream: {}{} answered {status} to a batch of {n} messages ({size} bytes); they are not sent again (counted as upstream_refused): {why}",
-                    s.cfg.target.host, s.cfg.target.path
+                    t.host, t.path
                 );
                 if !(s.sink)(UpstreamEvent::Note(note)) || !s.finish(n) {
                     return;
@@ -845,12 +933,12 @@ mod retarget_tests {
     fn a_new_target_takes_the_next_batch() {
         let ((a, got_a), (b, got_b)) = (backend(), backend());
         let target = |port| Target { host: "127.0.0.1".into(), port, path: "/hook".into() };
-        let cfg = SenderConfig { target: target(a), node: None, secret: None, hold_bytes: 1 << 20 };
+        let cfg = SenderConfig { target: Destination::Webhook(target(a)), nats_creds: None, node: None, secret: None, hold_bytes: 1 << 20 };
         let up = Upstream::start(cfg, Arc::new(|_| true)).unwrap();
         let limit = Duration::from_secs(10);
         up.send(0, vec![UpMessage::message(1, None, None, true, b"first")]);
         assert!(got_a.recv_timeout(limit).unwrap().contains("first"));
-        up.retarget(target(b));
+        assert!(up.retarget(Destination::Webhook(target(b))));
         up.send(0, vec![UpMessage::message(1, None, None, true, b"second")]);
         assert!(got_b.recv_timeout(limit).unwrap().contains("second"));
         assert!(got_a.try_recv().is_err(), "nothing more to the old target");

@@ -189,6 +189,8 @@ pub(crate) struct Ctx<'a> {
     pub published: &'a mut Published,
     /// This worker's index (assigned client ids name it).
     pub worker: usize,
+    /// `--upstream`: every accepted PUBLISH goes to the application too.
+    pub upstream: Option<&'a mut crate::server::tables::outbox::Outbox>,
     /// The connection's socket, only to tell who the peer is (without
     /// `--auth` its address is whom bounds charge); never read or written.
     pub peer_fd: std::os::fd::RawFd,
@@ -396,6 +398,26 @@ fn publish(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, p: Publish<'_>) -> R
                 return Err(disconnect(ctx, v, Close::MqttReceiveMaximumExceeded));
             }
         }
+    }
+    if let Some(up) = ctx.upstream.as_deref_mut() {
+        // To the application as well as to subscribers, or to neither: a
+        // full budget refuses the publish (v5 QoS 1 and 2: quota
+        // exceeded), never drops it unsaid.
+        let user = ctx.topics.gate.user_of(ctx.req.key);
+        if let Err(reason) =
+            up.offer((ctx.req.key, ctx.req.gen), |conn| crate::server::up_message::UpMessage::message(conn, user, Some(topic), false, p.payload))
+        {
+            if p.qos == QoS::ExactlyOnce {
+                m.extra_mut().flight.released(p.packet_id);
+            }
+            close::count(&mut ctx.req.stats.mqtt_publish_refused, reason);
+            match publish_ack(p.qos, p.packet_id, reason.mqtt_code().unwrap_or(UNSPECIFIED_ERROR)).filter(|_| v == Version::V5) {
+                Some(ack) => send(ctx, v, &ack),
+                None => return Err(disconnect(ctx, v, reason)),
+            }
+            return Ok(());
+        }
+        ctx.req.stats.upstream_sent += 1;
     }
     let forwarded = forwarded.ok().map(Box::new);
     ctx.published.bytes += p.payload.len() + topic.len() + forwarded.as_ref().map_or(0, |f| f.cost());

@@ -103,6 +103,7 @@ fn frames(ctx: &mut Ctx<'_>, m: &mut MqttConn, buf: &[u8]) -> Result<usize, Clos
         subs: &mut *ctx.ws.subs,
         published: &mut *ctx.published,
         worker: ctx.worker,
+        upstream: ctx.ws.upstream.as_deref_mut(),
         peer_fd: ctx.peer_fd,
     };
     let max = ctx.limits.max_packet_size as usize;

@@ -283,6 +283,7 @@ impl ServerFleet {
                 target: t.clone(),
                 node: cfg.cluster.as_ref().map(|c| c.node.clone()),
                 secret: cfg.upstream_secret.clone(),
+                nats_creds: cfg.upstream_nats_creds.clone(),
                 hold_bytes: crate::server::broker::upstream::supervisor_cap(f.template.upstream_bytes, max_workers, cfg.max_message_bytes),
             };
             f.upstream = Some(crate::server::broker::upstream::Upstream::start(sender, Arc::new(move |ev| to(ServerEvent::Upstream(ev))))?);

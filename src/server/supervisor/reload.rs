@@ -125,11 +125,8 @@ pub(crate) fn sort(changes: Vec<ConfigChange>, mut live: Live<'_>) -> Outcome {
                 }
                 _ => false,
             },
-            ("upstream", _, _) if live.upstream.is_some() => match c.values.first().map(|v| crate::server::broker::upstream::parse_url(v)) {
-                Some(Ok(t)) => {
-                    live.upstream.expect("matched").retarget(t);
-                    true
-                }
+            ("upstream", _, _) if live.upstream.is_some() => match c.values.first().map(|v| crate::server::broker::upstream::parse_destination(v)) {
+                Some(Ok(t)) => live.upstream.expect("matched").retarget(t),
                 _ => false,
             },
             _ => false,

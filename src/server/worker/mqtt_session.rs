@@ -202,6 +202,7 @@ impl Worker {
             subs: &mut conn.subs,
             published: &mut self.published,
             worker: self.cfg.worker,
+            upstream: self.upstream.as_mut(),
             peer_fd: conn.stream.as_raw_fd(),
         };
         let mut end = if ws {

@@ -183,6 +183,7 @@ impl Worker {
                         subs: &mut conn.subs,
                         published: &mut self.published,
                         worker: self.cfg.worker,
+                        upstream: self.upstream.as_mut(),
                         peer_fd: fd,
                     };
                     // Made at its accept, gone only with the connection.

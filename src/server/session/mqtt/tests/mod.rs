@@ -45,7 +45,7 @@ impl Parts {
     /// Feed `buf` as it is: a claim stays unanswered.
     fn feed_once(&mut self, buf: &[u8], limits: &Limits) -> Result<usize, &'static str> {
         let (req, topics, subs) = self.read.split();
-        let mut ctx = Ctx { req, cfg: &self.cfg, limits, topics, subs, published: &mut self.published, worker: 0, peer_fd: -1 };
+        let mut ctx = Ctx { req, cfg: &self.cfg, limits, topics, subs, published: &mut self.published, worker: 0, upstream: None, peer_fd: -1 };
         consume(&mut ctx, &mut self.m, buf).map_err(Close::as_str)
     }
 }
