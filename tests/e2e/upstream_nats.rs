@@ -157,3 +157,47 @@ fn a_bad_nats_upstream_is_refused_naming_the_fix() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+/// A PUBACK's reason code (v5: absent means success).
+fn puback_reason(s: &mut std::net::TcpStream, id: u16) -> u8 {
+    let (first, body) = crate::common::mqtt_raw::packet(s);
+    assert_eq!((first, &body[..2]), (0x40, &id.to_be_bytes()[..]), "the PUBACK of {id}");
+    body.get(2).copied().unwrap_or(0)
+}
+
+#[test]
+fn a_full_budget_refuses_the_publish_to_subscribers_and_nats_alike() {
+    use crate::common::mqtt_raw::{frame, packet, publish_body, raw_client, subscribe};
+    use std::io::{Read, Write};
+    // Nobody listens there: every message waits in the worker's budget of 2.
+    let url = format!("nats://127.0.0.1:{}", free_port());
+    let (_s, admin, port) = mqtt_server(&["--upstream", &url, "--upstream-queue", "2"]);
+    let mut sub = raw_client(port, 5, "sub", &[]);
+    subscribe(&mut sub, true, "t", 1);
+    let mut publ = raw_client(port, 5, "pub", &[]);
+    for id in 1..=3u16 {
+        publ.write_all(&frame(0x32, &publish_body(true, "t", Some(id), format!("m{id}").as_bytes()))).unwrap();
+    }
+    let reasons: Vec<u8> = (1..=3).map(|id| puback_reason(&mut publ, id)).collect();
+    assert_eq!(reasons, [0, 0, 0x97], "the third: quota exceeded");
+    // The subscriber hears the two accepted, not the refused one.
+    for id in 1..=2u16 {
+        let (first, body) = packet(&mut sub);
+        assert_eq!(first & 0xF0, 0x30, "a PUBLISH");
+        assert!(body.ends_with(format!("m{id}").as_bytes()), "{body:?}");
+    }
+    sub.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    let mut more = [0u8; 1];
+    assert!(sub.read(&mut more).is_err(), "nothing more: the refused message went to nobody");
+    // 3.1.1 cannot refuse a publish: its client is disconnected.
+    let mut old = raw_client(port, 4, "old", &[]);
+    old.write_all(&frame(0x30, &publish_body(false, "t", None, b"x"))).unwrap();
+    let mut rest = Vec::new();
+    let _ = old.read_to_end(&mut rest);
+    assert!(rest.is_empty() || rest[0] == 0xE0, "closed, or a DISCONNECT first: {rest:?}");
+    wait_until("both refusals counted", Duration::from_secs(20), || {
+        let (_, body) = http(&admin, "GET", "/stats", b"", None);
+        serde_json::from_str::<Value>(&body).is_ok_and(|v| v["mqtt_publish_refused"]["upstream_full"] == 2)
+    });
+    assert_eq!(upstream_stats(&admin)["queued"], 2, "only the two accepted wait for NATS");
+}
