@@ -166,6 +166,9 @@ pub(crate) struct SessionClaim {
     /// a 5.0 CONNACK says it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub assigned: bool,
+    /// What the `--mqtt-auth-http` backend granted (set by the supervisor).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grant: Option<crate::server::auth::hook_acl::Grant>,
 }
 
 /// A CONNECT's user name, password (as text: EMQX's backends read it so)
@@ -323,6 +326,9 @@ pub(crate) struct SessionAnswer {
     /// The client id the server assigned, for a 5.0 CONNACK to say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub assigned: Option<String>,
+    /// What the `--mqtt-auth-http` backend granted the connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grant: Option<crate::server::auth::hook_acl::Grant>,
 }
 
 fn no_expiry(n: &u32) -> bool {

@@ -4,7 +4,7 @@
 //! answer past the timeout and one that is not JSON, each with its CONNACK
 //! and counted; what it is asked; answers reused from the cache; a
 //! backend that cannot be reached fails closed, or open when told.
-use crate::common::mqtt_raw::{frame, packet};
+use crate::common::mqtt_raw::{frame, packet, publish_body, subscribe_packet};
 use crate::common::*;
 use crate::mqtt::stats_when;
 use serde_json::Value;
@@ -15,6 +15,12 @@ use std::time::Duration;
 /// An MQTT CONNECT (`level` 4 or 5, clean) with this client id, user
 /// name and password: the CONNACK's code and its whole body.
 fn connack(port: u16, level: u8, id: &str, login: Option<(&str, &str)>) -> (u8, Vec<u8>) {
+    let (_, code, ack) = connected(port, level, id, login);
+    (code, ack)
+}
+
+/// [`connack`], and the connection.
+fn connected(port: u16, level: u8, id: &str, login: Option<(&str, &str)>) -> (std::net::TcpStream, u8, Vec<u8>) {
     let flags = if login.is_some() { 0xc2 } else { 0x02 };
     let mut body = b"\x00\x04MQTT".to_vec();
     body.extend_from_slice(&[level, flags, 0, 60]);
@@ -35,7 +41,7 @@ fn connack(port: u16, level: u8, id: &str, login: Option<(&str, &str)>) -> (u8, 
     s.write_all(&frame(0x10, &body)).unwrap();
     let (kind, ack) = packet(&mut s);
     assert_eq!(kind, 0x20, "a CONNACK");
-    (ack[1], ack)
+    (s, ack[1], ack)
 }
 
 /// The backend up (it says READY) on a port of its own.
@@ -93,4 +99,60 @@ fn a_backend_that_cannot_be_reached_fails_closed_unless_told_open() {
     assert_eq!(connack(port, 4, "d1", Some(("alice", "apw"))).0, 0, "fail open");
     stats_when(&admin, "counted", |v| v["mqtt_auth_http"]["decided"]["unreachable"] == 1);
     assert!(open.terminate().success());
+}
+
+/// The SUBACK codes a SUBSCRIBE (v5) of `filters` at QoS 1 gets.
+fn suback(s: &mut std::net::TcpStream, id: u16, filters: &[&str]) -> Vec<u8> {
+    let f: Vec<(&str, u8)> = filters.iter().map(|f| (*f, 1)).collect();
+    s.write_all(&subscribe_packet(true, id, &f)).unwrap();
+    let (kind, body) = packet(s);
+    assert_eq!(kind, 0x90, "a SUBACK");
+    // Packet id, properties length 0, the codes.
+    body[3..].to_vec()
+}
+
+#[test]
+fn the_backends_acl_decides_what_each_client_publishes_and_subscribes_to() {
+    let (_backend, hook) = backend();
+    let url = format!("http://127.0.0.1:{hook}/auth");
+    let (_s, admin, port) = crate::mqtt::mqtt_server(&["--mqtt-auth-http", &url]);
+    // A superuser's own acl denies everything: it is not limited by it.
+    let (mut root, code, _) = connected(port, 5, "watcher", Some(("root", "x")));
+    assert_eq!(code, 0);
+    assert_eq!(suback(&mut root, 1, &["#"]), [1], "a superuser subscribes to everything");
+    let (mut dev, code, _) = connected(port, 5, "d1", Some(("dev", "x")));
+    assert_eq!(code, 0);
+    // cmd/${username}/# allows its own commands; a wildcard that would
+    // reach others', and anything else, is refused (0x87).
+    assert_eq!(suback(&mut dev, 1, &["cmd/dev/#", "cmd/dev/+/x", "cmd/#", "cmd/+/reboot", "tele/d1/x"]), [1, 1, 0x87, 0x87, 0x87]);
+    // tele/${clientid}/# lets it publish its own telemetry only.
+    for (id, topic) in [(2u16, "tele/d1/temp"), (3, "tele/d2/temp"), (4, "cmd/dev/x")] {
+        dev.write_all(&frame(0x32, &publish_body(true, topic, Some(id), topic.as_bytes()))).unwrap();
+        let (kind, ack) = packet(&mut dev);
+        let reason = ack.get(2).copied().unwrap_or(0);
+        assert_eq!((kind, reason), (0x40, if topic == "tele/d1/temp" { 0 } else { 0x87 }), "PUBACK of {topic}");
+    }
+    // The watcher hears the allowed one only.
+    let (kind, body) = packet(&mut root);
+    assert_eq!(kind & 0xF0, 0x30);
+    assert!(body.ends_with(b"tele/d1/temp"), "{body:?}");
+    root.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    let mut more = [0u8; 1];
+    assert!(std::io::Read::read(&mut root, &mut more).is_err(), "the refused publishes reached nobody");
+    let v = stats_when(&admin, "the refusals counted", |v| v["mqtt_publish_refused"]["mqtt_acl_denied"] == 2);
+    assert_eq!(v["mqtt_auth_http"]["decided"]["allow"], 2, "{}", v["mqtt_auth_http"]);
+}
+
+#[test]
+fn a_connection_ends_at_the_expire_at_its_backend_gave() {
+    let (_backend, hook) = backend();
+    let url = format!("http://127.0.0.1:{hook}/auth");
+    let (_s, admin, port) = crate::mqtt::mqtt_server(&["--mqtt-auth-http", &url]);
+    let (mut s, code, _) = connected(port, 4, "short", Some(("short", "x")));
+    assert_eq!(code, 0);
+    let started = std::time::Instant::now();
+    let mut rest = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut s, &mut rest);
+    assert!(started.elapsed() < Duration::from_secs(15), "closed at its expiry, not by the read timeout");
+    stats_when(&admin, "the close counted as expired", |v| v["close_reasons"]["auth_expired"] == 1);
 }

@@ -6,6 +6,10 @@
 #   err: 500                         slow: allow after 3 s
 #   bad: 200 with a body that is not JSON
 #   no user name: 204 (allows)
+#   dev: allow with EMQX's acl: publish tele/${clientid}/#, subscribe
+#        cmd/${username}/#, deny all else
+#   root: allow, is_superuser, and an acl denying all (a superuser is not limited)
+#   short: allow with expire_at two seconds from now
 # GET /seen: every request body received so far, as a JSON list.
 # usage: python3 auth_http_backend.py PORT   (prints READY; runs until killed)
 import json, sys, threading, time
@@ -53,6 +57,16 @@ class Handler(BaseHTTPRequestHandler):
             self.answer(200, b"allow", "text/plain")
         elif user == "":
             self.answer(204)
+        elif user == "dev":
+            acl = [{"permission": "allow", "action": "publish", "topic": "tele/${clientid}/#"},
+                   {"permission": "allow", "action": "subscribe", "topic": "cmd/${username}/#"},
+                   {"permission": "deny", "action": "all", "topic": "#"}]
+            self.answer(200, json.dumps({"result": "allow", "acl": acl}).encode())
+        elif user == "root":
+            acl = [{"permission": "deny", "action": "all", "topic": "#"}]
+            self.answer(200, json.dumps({"result": "allow", "is_superuser": True, "acl": acl}).encode())
+        elif user == "short":
+            self.answer(200, json.dumps({"result": "allow", "expire_at": int(time.time()) + 2}).encode())
         else:
             result("deny")
 

@@ -99,6 +99,9 @@ pub(crate) struct Gate {
     /// the client id the ACL's `%c` stands for): their subscriptions are
     /// granted and each message they would receive is checked instead.
     by_files: HashMap<usize, (u32, Box<str>)>,
+    /// `--mqtt-auth-http`: the rules its backend gave connections it let
+    /// in with an `acl` (slab key -> generation, grant).
+    by_hook: HashMap<usize, (u32, Rc<super::hook_acl::Grant>)>,
 }
 
 /// Joins and leaves not told yet, netted per connection and topic: one
@@ -217,9 +220,40 @@ impl Gate {
         Ok(())
     }
 
+    /// What the `--mqtt-auth-http` backend granted connection `key` (of
+    /// generation `gen`): its user name the connection's identity, its
+    /// `expire_at` when it is closed, its rules what it may publish and
+    /// subscribe to.
+    pub(crate) fn grant(&mut self, key: usize, gen: u32, g: super::hook_acl::Grant) {
+        if !g.user.is_empty() || g.expire_at.is_some() {
+            let claims = Claims { sub: g.user.clone(), exp: g.expire_at.unwrap_or(u64::MAX), topics: Vec::new(), info: None, admin: g.superuser };
+            self.admit(key, gen, claims);
+        }
+        if g.rules.is_some() && !g.superuser {
+            self.by_hook.insert(key, (gen, Rc::new(g)));
+        }
+    }
+
+    /// The backend's rules for connection `key`, if it gave any.
+    fn hook_rules(&self, key: usize) -> Option<&super::hook_acl::Grant> {
+        if self.by_hook.is_empty() {
+            return None;
+        }
+        self.by_hook.get(&key).map(|(_, g)| &**g)
+    }
+
+    /// Whether connections' identities may expire (a token's exp, a hook's expire_at).
+    pub(crate) fn expires(&self) -> bool {
+        !self.expiring.is_empty()
+    }
+
     /// Whether connection `key` may publish to `topic`: by the ACL for a
-    /// connection the files let in, else as [`Gate::permits`] says.
+    /// connection the files let in, by the rules an `--mqtt-auth-http`
+    /// backend gave, else as [`Gate::permits`] says.
     pub(crate) fn may_publish(&self, key: usize, topic: &str) -> Result<(), Close> {
+        if let Some(g) = self.hook_rules(key) {
+            return if g.may_publish(topic) { Ok(()) } else { Err(Close::MqttAclDenied) };
+        }
         match self.subject(key) {
             Some((files, who)) if files.allows(who, topic, Want::Write) => Ok(()),
             Some(_) => Err(Close::MqttAclDenied),
@@ -338,6 +372,9 @@ impl Gate {
         if !self.by_files.is_empty() {
             self.by_files.remove(&key);
         }
+        if !self.by_hook.is_empty() {
+            self.by_hook.remove(&key);
+        }
         let Some(Identity { user, pos, topics, .. }) = self.by_key.remove(&key) else { return };
         self.unlist(topics);
         if self.by_key.len == 0 {
@@ -370,6 +407,9 @@ impl Gate {
         let admin = id.is_some_and(|i| i.admin);
         if !admin && self.admin_topics.iter().any(|p| scope::touches(p, name)) {
             return Err(Close::NotPermitted);
+        }
+        if let Some(g) = self.hook_rules(key) {
+            return if g.may_subscribe(name) { Ok(()) } else { Err(Close::NotPermitted) };
         }
         // mosquitto's files: granted, and what it would receive checked.
         if !self.required() || self.by_files.contains_key(&key) {

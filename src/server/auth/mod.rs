@@ -4,6 +4,7 @@
 //! pattern allows of a topic or an MQTT filter (`scope`); mosquitto's
 //! password and ACL files for MQTT clients (`mosquitto`).
 pub(crate) mod gate;
+pub(crate) mod hook_acl;
 pub(crate) mod jwt;
 pub(crate) mod mosquitto;
 pub(crate) mod scope;

@@ -4,7 +4,10 @@
 //! unchanged: a POST of JSON `{"username", "password", "clientid",
 //! "peerhost", "protocol"}`, answered 200 with `{"result": "allow" |
 //! "deny" | "ignore", "is_superuser": bool}` (204 with no body allows);
-//! any other status denies.
+//! any other status denies. An "allow" may carry what EMQX's answers
+//! carry beside it: `is_superuser`, `expire_at` (Unix seconds: the
+//! connection is closed then; one already past denies) and `acl`, the
+//! client's own publish and subscribe rules (`auth/hook_acl.rs`).
 //!
 //! The CONNECT waits in its worker (whose loop goes on) while its claim
 //! of its client id waits here for the answer. One thread (a
@@ -20,6 +23,7 @@
 //! lets it in (counted either way). `ignore` refuses too: no other
 //! authenticator decides after this one.
 
+use crate::server::auth::hook_acl::{self, Grant};
 use crate::server::broker::upstream::{connect, Conn, Target};
 use crate::supervise::Sink;
 use anyhow::{Context, Result};
@@ -111,6 +115,8 @@ impl Outcome {
 pub(crate) struct Decision {
     pub id: u64,
     pub outcome: Outcome,
+    /// With an allow: what it granted.
+    pub grant: Option<Grant>,
 }
 
 crate::counters! {
@@ -126,7 +132,7 @@ crate::counters! {
 /// The supervisor's handle on the hook's thread, with the cache.
 pub(crate) struct Hook {
     tx: UnboundedSender<(u64, Credentials)>,
-    cache: HashMap<CacheKey, (Outcome, Instant)>,
+    cache: HashMap<CacheKey, (Outcome, Option<Grant>, Instant)>,
     ttl: Duration,
     cap: usize,
     pub fail_open: bool,
@@ -159,16 +165,18 @@ impl Hook {
 
     /// Request `id`: decided now (from the cache, or refused as busy), or
     /// None: asked, its [`Decision`] comes in an event (a batch).
-    pub(crate) fn ask(&mut self, id: u64, c: Credentials, now: Instant) -> Option<Outcome> {
-        if let Some((outcome, at)) = self.cache.get(&CacheKey::of(&c)) {
+    pub(crate) fn ask(&mut self, id: u64, c: Credentials, now: Instant) -> Option<(Outcome, Option<Grant>)> {
+        if let Some((outcome, grant, at)) = self.cache.get(&CacheKey::of(&c)) {
             if now.duration_since(*at) < self.ttl {
+                // An allow whose expire_at passed since it was kept denies.
+                let outcome = expired(*outcome, grant.as_ref(), crate::server::auth::gate::unix_now());
                 crate::stats::counters::bump(&mut self.counters.cached, outcome.as_str());
-                return Some(*outcome);
+                return Some((outcome, grant.clone()));
             }
         }
         if self.counters.waiting as usize >= self.cap {
             crate::stats::counters::bump(&mut self.counters.decided, Outcome::Busy.as_str());
-            return Some(Outcome::Busy);
+            return Some((Outcome::Busy, None));
         }
         self.counters.waiting += 1;
         self.counters.asked += 1;
@@ -178,18 +186,18 @@ impl Hook {
     }
 
     /// The backend's answer about `c`: counted, and kept if it is one.
-    pub(crate) fn answered(&mut self, c: &Credentials, outcome: Outcome, now: Instant) {
+    pub(crate) fn answered(&mut self, c: &Credentials, outcome: Outcome, grant: Option<&Grant>, now: Instant) {
         self.counters.waiting = self.counters.waiting.saturating_sub(1);
         crate::stats::counters::bump(&mut self.counters.decided, outcome.as_str());
         if outcome.answered() && !self.ttl.is_zero() {
             if self.cache.len() >= CACHE_ENTRIES {
                 let ttl = self.ttl;
-                self.cache.retain(|_, (_, at)| now.duration_since(*at) < ttl);
+                self.cache.retain(|_, (_, _, at)| now.duration_since(*at) < ttl);
                 if self.cache.len() >= CACHE_ENTRIES {
                     self.cache.clear();
                 }
             }
-            self.cache.insert(CacheKey::of(c), (outcome, now));
+            self.cache.insert(CacheKey::of(c), (outcome, grant.cloned(), now));
         }
     }
 }
@@ -198,19 +206,45 @@ impl Hook {
 #[derive(Deserialize)]
 struct Answer {
     result: String,
+    #[serde(default)]
+    is_superuser: bool,
+    #[serde(default)]
+    expire_at: Option<u64>,
+    #[serde(default)]
+    acl: Option<serde_json::Value>,
 }
 
-/// What an answer's status and body decide.
-pub(crate) fn judge(status: u16, body: &[u8]) -> Outcome {
-    match status {
-        204 => Outcome::Allow,
-        200 => match serde_json::from_slice::<Answer>(body).map(|a| a.result) {
-            Ok(r) if r == "allow" => Outcome::Allow,
-            Ok(r) if r == "deny" => Outcome::Deny,
-            Ok(r) if r == "ignore" => Outcome::Ignore,
-            _ => Outcome::BadAnswer,
+/// What an answer's status and body decide, at `now_s` (Unix seconds):
+/// with an allow, what it granted.
+pub(crate) fn judge(status: u16, body: &[u8], now_s: u64) -> (Outcome, Option<Grant>) {
+    let a = match status {
+        204 => return (Outcome::Allow, Some(Grant::default())),
+        200 => match serde_json::from_slice::<Answer>(body) {
+            Ok(a) => a,
+            Err(_) => return (Outcome::BadAnswer, None),
         },
-        _ => Outcome::Status,
+        _ => return (Outcome::Status, None),
+    };
+    match a.result.as_str() {
+        "allow" => {
+            let rules = match a.acl.map(hook_acl::rules).transpose() {
+                Ok(r) => r,
+                Err(_) => return (Outcome::BadAnswer, None),
+            };
+            let g = Grant { user: String::new(), superuser: a.is_superuser, expire_at: a.expire_at, rules };
+            (expired(Outcome::Allow, Some(&g), now_s), Some(g))
+        }
+        "deny" => (Outcome::Deny, None),
+        "ignore" => (Outcome::Ignore, None),
+        _ => (Outcome::BadAnswer, None),
+    }
+}
+
+/// An allow whose `expire_at` is not after `now_s` denies.
+fn expired(o: Outcome, g: Option<&Grant>, now_s: u64) -> Outcome {
+    match g.and_then(|g| g.expire_at) {
+        Some(at) if o == Outcome::Allow && at <= now_s => Outcome::Deny,
+        _ => o,
     }
 }
 
@@ -218,7 +252,7 @@ pub(crate) fn judge(status: u16, body: &[u8]) -> Outcome {
 type Pool = Arc<Mutex<Vec<Conn>>>;
 
 /// Ask the backend about `c`, within `timeout` all told.
-async fn ask(t: &Target, pool: &Pool, timeout: Duration, c: &Credentials) -> Outcome {
+async fn ask(t: &Target, pool: &Pool, timeout: Duration, c: &Credentials) -> (Outcome, Option<Grant>) {
     let body = Bytes::from(serde_json::to_vec(c).expect("credentials serialize"));
     let work = async {
         let idle = pool.lock().expect("the pool").pop().filter(|c| !c.is_closed());
@@ -236,11 +270,12 @@ async fn ask(t: &Target, pool: &Pool, timeout: Duration, c: &Credentials) -> Out
         let status = resp.status().as_u16();
         let body = Limited::new(resp.into_body(), MAX_ANSWER).collect().await.map_err(|_| Outcome::BadAnswer)?.to_bytes();
         pool.lock().expect("the pool").push(conn);
-        Ok::<Outcome, Outcome>(judge(status, &body))
+        Ok::<(Outcome, Option<Grant>), Outcome>(judge(status, &body, crate::server::auth::gate::unix_now()))
     };
     match tokio::time::timeout(timeout, work).await {
-        Ok(Ok(o) | Err(o)) => o,
-        Err(_) => Outcome::Timeout,
+        Ok(Ok(o)) => o,
+        Ok(Err(o)) => (o, None),
+        Err(_) => (Outcome::Timeout, None),
     }
 }
 
@@ -269,9 +304,9 @@ async fn run(cfg: HookConfig, mut rx: UnboundedReceiver<(u64, Credentials)>, sin
         let Ok(slot) = slots.clone().acquire_owned().await else { return };
         let (cfg, pool, done) = (cfg.clone(), pool.clone(), done.clone());
         tokio::spawn(async move {
-            let outcome = ask(&cfg.target, &pool, cfg.timeout, &c).await;
+            let (outcome, grant) = ask(&cfg.target, &pool, cfg.timeout, &c).await;
             drop(slot);
-            let _ = done.send(Decision { id, outcome });
+            let _ = done.send(Decision { id, outcome, grant });
         });
     }
 }
@@ -282,14 +317,30 @@ mod tests {
 
     #[test]
     fn answers_are_judged_as_emqx_says() {
-        assert_eq!(judge(200, br#"{"result": "allow", "is_superuser": true}"#), Outcome::Allow);
-        assert_eq!(judge(200, br#"{"result": "deny"}"#), Outcome::Deny);
-        assert_eq!(judge(200, br#"{"result": "ignore"}"#), Outcome::Ignore);
-        assert_eq!(judge(204, b""), Outcome::Allow);
-        assert_eq!(judge(200, b"allow"), Outcome::BadAnswer);
-        assert_eq!(judge(200, br#"{"result": "yes"}"#), Outcome::BadAnswer);
-        assert_eq!(judge(401, br#"{"result": "allow"}"#), Outcome::Status);
-        assert_eq!(judge(500, b""), Outcome::Status);
+        let o = |status, body: &[u8]| judge(status, body, 1_000).0;
+        assert_eq!(o(200, br#"{"result": "allow", "is_superuser": true}"#), Outcome::Allow);
+        assert_eq!(o(200, br#"{"result": "deny"}"#), Outcome::Deny);
+        assert_eq!(o(200, br#"{"result": "ignore"}"#), Outcome::Ignore);
+        assert_eq!(o(204, b""), Outcome::Allow);
+        assert_eq!(o(200, b"allow"), Outcome::BadAnswer);
+        assert_eq!(o(200, br#"{"result": "yes"}"#), Outcome::BadAnswer);
+        assert_eq!(o(401, br#"{"result": "allow"}"#), Outcome::Status);
+        assert_eq!(o(500, b""), Outcome::Status);
+    }
+
+    #[test]
+    fn an_allow_carries_its_grant_and_an_expired_one_denies() {
+        let (o, g) = judge(
+            200,
+            br#"{"result": "allow", "is_superuser": true, "expire_at": 2000, "acl": [{"permission": "allow", "action": "all", "topic": "a"}]}"#,
+            1_000,
+        );
+        let g = g.expect("a grant");
+        assert_eq!((o, g.superuser, g.expire_at, g.rules.map(|r| r.len())), (Outcome::Allow, true, Some(2000), Some(1)));
+        assert_eq!(judge(200, br#"{"result": "allow", "expire_at": 1000}"#, 1_000).0, Outcome::Deny, "expire_at not after now");
+        assert_eq!(judge(200, br#"{"result": "allow", "acl": [{"permission": "perhaps"}]}"#, 1_000).0, Outcome::BadAnswer, "rules that do not read refuse");
+        assert_eq!(judge(204, b"", 1_000).1, Some(Grant::default()));
+        assert_eq!(expired(Outcome::Allow, Some(&Grant { expire_at: Some(5), ..Grant::default() }), 6), Outcome::Deny, "a kept answer expires too");
     }
 
     #[test]

@@ -382,8 +382,16 @@ impl Sessions {
             kept = None;
             crate::stats::counters::bump(&mut self.counters.expired, "expiry");
         }
-        let mut answer =
-            SessionAnswer { conn: c.conn, code: 0, key, expiry_s: c.expiry_s, owner: c.owner, identity: c.identity, ..refusal(c.conn, (0, 0), false) };
+        let mut answer = SessionAnswer {
+            conn: c.conn,
+            code: 0,
+            key,
+            expiry_s: c.expiry_s,
+            owner: c.owner,
+            identity: c.identity,
+            grant: c.grant,
+            ..refusal(c.conn, (0, 0), false)
+        };
         match kept {
             Some(_) if c.clean => self.counters.discarded += 1,
             Some(k) => {
@@ -637,6 +645,7 @@ fn refusal(conn: u64, (v5, v3): (u8, u8), is_v5: bool) -> SessionAnswer {
         identity: String::new(),
         hook_refused: false,
         assigned: None,
+        grant: None,
     }
 }
 

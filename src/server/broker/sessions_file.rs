@@ -92,7 +92,18 @@ mod tests {
 
     /// A v5 CONNECT of `id` with a persistent session, as a worker claims it.
     fn claim(conn: u64, id: &str) -> SessionClaim {
-        SessionClaim { conn, client_id: id.into(), clean: false, expiry_s: 3600, v5: true, owner: None, identity: String::new(), login: None, assigned: false }
+        SessionClaim {
+            conn,
+            client_id: id.into(),
+            clean: false,
+            expiry_s: 3600,
+            v5: true,
+            owner: None,
+            identity: String::new(),
+            login: None,
+            assigned: false,
+            grant: None,
+        }
     }
 
     /// `id` connected (as connection `conn`): its registry key.

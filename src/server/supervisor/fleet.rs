@@ -467,7 +467,10 @@ impl ServerFleet {
                 None => {
                     self.hook_waiting.insert(self.hook_seq, (worker, c, creds));
                 }
-                Some(o) if o.admits(hook.fail_open) => go.push(c),
+                Some((o, grant)) if o.admits(hook.fail_open) => {
+                    c.grant = grant.map(|g| g.bind(&creds.username, &creds.clientid));
+                    go.push(c)
+                }
                 Some(_) => refused.push(crate::server::broker::sessions::Action::Answer(worker, crate::server::broker::sessions::hook_refusal(c.conn, c.v5))),
             }
         }
@@ -482,9 +485,10 @@ impl ServerFleet {
         let now = Instant::now();
         let (mut admitted, mut refused) = (BTreeMap::<usize, Vec<SessionClaim>>::new(), Vec::new());
         for d in decided {
-            let Some((worker, c, creds)) = self.hook_waiting.remove(&d.id) else { continue };
-            hook.answered(&creds, d.outcome, now);
+            let Some((worker, mut c, creds)) = self.hook_waiting.remove(&d.id) else { continue };
+            hook.answered(&creds, d.outcome, d.grant.as_ref(), now);
             if d.outcome.admits(hook.fail_open) {
+                c.grant = d.grant.map(|g| g.bind(&creds.username, &creds.clientid));
                 admitted.entry(worker).or_default().push(c);
             } else {
                 refused.push(crate::server::broker::sessions::Action::Answer(worker, crate::server::broker::sessions::hook_refusal(c.conn, c.v5)));

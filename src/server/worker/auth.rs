@@ -11,7 +11,7 @@ impl Worker {
     /// Close every connection whose token's exp has passed (WebSocket:
     /// close code 4001 first). Called once a second.
     pub(super) fn expire_tokens(&mut self) {
-        if !self.topics.gate.required() {
+        if !self.topics.gate.expires() {
             return;
         }
         for (key, gen) in self.topics.gate.expired(gate::unix_now()) {

@@ -77,6 +77,17 @@ impl Worker {
             return self.close(key, Close::MqttClientIdRefused);
         }
         m.key = a.key;
+        if let Some(g) = a.grant.clone() {
+            // `--mqtt-auth-http`: its identity, expiry and rules, before
+            // its kept subscriptions are taken up again under them.
+            self.topics.gate.grant(key, gen, g);
+            // A will its client may not publish is never sent (as with
+            // mosquitto's ACL).
+            if m.extra.as_ref().and_then(|x| x.will.as_ref()).is_some_and(|w| self.topics.gate.may_publish(key, &w.topic).is_err()) {
+                m.take_will();
+                crate::server::close::count(&mut self.stats.mqtt_publish_refused, Close::MqttAclDenied);
+            }
+        }
         connect::claimed(&mut self.out, m, (max_packet, self.cfg.mqtt.max_keep_alive), a.present, a.assigned.as_deref());
         self.stats.frames_out += 1;
         for sub in &a.subs {
@@ -410,6 +421,7 @@ mod tests {
             code: 0,
             hook_refused: false,
             assigned: None,
+            grant: None,
             present: true,
             subs: vec![KeptSub::new("t", 1)],
             messages: vec![m.clone()],

@@ -2,7 +2,7 @@ use super::*;
 use crate::server::commands::{conn_id, KeptSub, SessionState};
 
 fn claim(conn: u64, id: &str, clean: bool, expiry_s: u32) -> SessionClaim {
-    SessionClaim { conn, client_id: id.into(), clean, expiry_s, v5: true, owner: None, identity: String::new(), login: None, assigned: false }
+    SessionClaim { conn, client_id: id.into(), clean, expiry_s, v5: true, owner: None, identity: String::new(), login: None, assigned: false, grant: None }
 }
 
 /// Client ids without owners (no `--auth`), as the cluster carries them.
@@ -71,7 +71,8 @@ fn a_takeover_waits_for_the_old_connection_and_resumes_its_session() {
             owner: None,
             identity: String::new(),
             hook_refused: false,
-            assigned: None
+            assigned: None,
+            grant: None
         }
     );
     assert_eq!(s.claim(1, claim(b, "dev", false, NEVER), now), vec![Action::Takeover(0, a)]);

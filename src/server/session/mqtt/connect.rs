@@ -92,7 +92,18 @@ pub(crate) fn connect(ctx: &mut Ctx<'_>, m: &mut MqttConn, c: Connect<'_>) -> Re
         let owner = ctx.topics.gate.user_of(ctx.req.key).map(str::to_string);
         let identity = owner.clone().unwrap_or_default();
         let (clean, expiry_s) = if assigned { (true, 0) } else { (c.clean_start, expiry_s) };
-        let claim = SessionClaim { conn, client_id, clean, expiry_s, v5: v == Version::V5, owner, identity, login, assigned: assigned && v == Version::V5 };
+        let claim = SessionClaim {
+            conn,
+            client_id,
+            clean,
+            expiry_s,
+            v5: v == Version::V5,
+            owner,
+            identity,
+            login,
+            assigned: assigned && v == Version::V5,
+            grant: None,
+        };
         ctx.published.claims.push(claim);
         return Ok(());
     }
