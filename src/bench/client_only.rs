@@ -25,7 +25,16 @@ pub(crate) fn answer_admin(run: &ClientRun, req: crate::admin::Request) {
             content_type: crate::stats::exposition::CONTENT_TYPE,
             body: render(&t, &Latencies { connect: &v.connect_hist, heartbeat: &v.rtt_hist, request: &v.request_hist, push: &v.push_hist }),
         },
-        Route::Stats => Response::json(200, &serde_json::to_value(&t).unwrap_or_default()),
+        Route::Stats => {
+            // The counters, with the phase now and each phase's latency
+            // percentiles so far (the dashboard's table of phases).
+            let mut v = serde_json::to_value(&t).unwrap_or_default();
+            if let Some(o) = v.as_object_mut() {
+                o.insert("phase".into(), run.phase_name().into());
+                o.insert("phases".into(), serde_json::to_value(run.phases_so_far()).unwrap_or_default());
+            }
+            Response::json(200, &v)
+        }
         Route::Healthz => Response::json(200, &serde_json::json!({"status": "ok", "phase": run.phase_name(), "connections": t.open})),
         _ => Response::error(404, "a client serves /metrics, /stats, /healthz and /ui only"),
     };

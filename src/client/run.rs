@@ -643,6 +643,12 @@ impl ClientRun {
                 .all(|i| now.saturating_sub(self.view.last_report_us(i).unwrap_or(0)) >= CLOSE_SILENCE_US)
     }
 
+    /// Each phase so far, the current one up to now (its latency
+    /// percentiles what the workers reported by now): `/stats` "phases".
+    pub(crate) fn phases_so_far(&self) -> Vec<PhaseResult> {
+        self.phases.results(&self.view.totals(), self.finished_us.unwrap_or_else(mono_us))
+    }
+
     pub(crate) fn phase_name(&self) -> &'static str {
         match self.phase {
             Phase::Ramp => "ramp",

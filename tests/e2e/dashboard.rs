@@ -112,6 +112,17 @@ fn a_load_generators_admin_serves_the_same_page() {
     assert_eq!(now["open"], 40, "{now}");
     assert_eq!(seen["cards"]["planned"].as_str().map(str::to_string), now["planned"].as_u64().map(|v| v.to_string()), "{seen}");
     assert_eq!(seen["cards"]["failed"].as_str(), Some("0"), "{seen}");
+    // The phases so far with their latency percentiles, as the /stats the
+    // page rendered says them: the ramp's 40 handshakes, the hold now.
+    let phases = seen["phases"].as_array().unwrap_or_else(|| panic!("a table of phases: {seen}"));
+    let names: Vec<&str> = phases.iter().filter_map(|p| p["phase"].as_str()).collect();
+    assert_eq!(names, ["ramp", "hold"], "{seen}");
+    assert!(phases[1]["now"].as_bool().unwrap_or(false), "the hold is the phase now: {seen}");
+    let ramp = &seen["stats"]["phases"][0];
+    assert_eq!(ramp["handshake_ms"]["count"], 40, "{ramp}");
+    assert_eq!(phases[0]["cells"]["established"], 40, "{seen}");
+    assert_eq!(phases[0]["cells"]["handshake p99"], ramp["handshake_ms"]["p99_ms"], "{seen}");
+    assert!(ramp["handshake_ms"]["p99_ms"].as_f64().is_some_and(|v| v > 0.0), "{ramp}");
     assert_drawn_here(&seen, &admin, &dir);
     client.terminate();
     assert!(s.terminate().success());

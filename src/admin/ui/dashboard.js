@@ -99,7 +99,50 @@ function clientView(s, prev, dt) {
     ],
     charts: [['Open connections', s.open || 0, null], ['Per second: heartbeats, replies + messages', beats, replies + pushes]],
     tables: [['Failed by kind', s.failed], ['Lost by kind', s.lost], ['Not attempted', s.not_attempted_by], ['HTTP status', s.http_status]],
+    phases: s.phases,
   };
+}
+
+// A load generator's phases: latency percentiles of each, in ms.
+const PHASE_COLUMNS = [
+  ['phase', (p) => p.name],
+  ['seconds', (p) => p.seconds],
+  ['open at end', (p) => p.open_at_end],
+  ['established', (p) => p.established],
+  ['failed', (p) => p.failed_total],
+  ['handshake p50', (p) => p.handshake_ms.count ? p.handshake_ms.p50_ms : NaN],
+  ['handshake p99', (p) => p.handshake_ms.count ? p.handshake_ms.p99_ms : NaN],
+  ['heartbeat p50', (p) => p.heartbeat_rtt_ms.count ? p.heartbeat_rtt_ms.p50_ms : NaN],
+  ['heartbeat p99', (p) => p.heartbeat_rtt_ms.count ? p.heartbeat_rtt_ms.p99_ms : NaN],
+  ['request p99', (p) => p.request_ms.count ? p.request_ms.p99_ms : NaN],
+  ['message p99', (p) => p.push_ms.count ? p.push_ms.p99_ms : NaN],
+];
+
+function phaseTable(phases, now) {
+  const box = $('phases');
+  box.hidden = !phases;
+  if (!phases) return;
+  const t = $('phases-table');
+  t.replaceChildren();
+  const head = t.createTHead().insertRow();
+  for (const [name] of PHASE_COLUMNS) {
+    const th = document.createElement('th');
+    th.textContent = name;
+    head.append(th);
+  }
+  const body = t.createTBody();
+  for (const p of phases) {
+    const row = body.insertRow();
+    if (p.name === now) row.className = 'now';
+    row.dataset.phase = p.name;
+    for (const [name, get] of PHASE_COLUMNS) {
+      const cell = row.insertCell();
+      const v = get(p);
+      cell.textContent = typeof v === 'string' ? v : fmt(v);
+      cell.dataset.column = name;
+      if (typeof v === 'number' && isFinite(v)) cell.dataset.value = String(v);
+    }
+  }
 }
 
 function card(key, label, raw, shown) {
@@ -167,10 +210,15 @@ function chart(canvas, title, a, b) {
   }
   const line = (vs, colour, dash) => {
     g.strokeStyle = colour; g.lineWidth = 2; g.setLineDash(dash); g.beginPath();
+    // A point not known (the first rate, before a second /stats) is a
+    // gap, not a zero.
+    let joined = false;
     vs.forEach((v, i) => {
+      if (!isFinite(v)) { joined = false; return; }
       const x = 40 + (w - 44) * (KEEP - vs.length + i) / (KEEP - 1);
-      const y = h - 16 - (isFinite(v) ? v : 0) / top * (h - 28);
-      if (i === 0) g.moveTo(x, y); else g.lineTo(x, y);
+      const y = h - 16 - v / top * (h - 28);
+      if (joined) g.lineTo(x, y); else g.moveTo(x, y);
+      joined = true;
     });
     g.stroke(); g.setLineDash([]);
   };
@@ -194,6 +242,7 @@ function render(s, at) {
   chart($('chart-a'), ta, state.series.a, []);
   chart($('chart-b'), tb, state.series.b, state.series.c);
   for (const [title, rows] of view.tables) table(title, rows);
+  phaseTable(view.phases, s.phase);
   state.last = s;
   state.lastAt = at;
 }
