@@ -75,6 +75,7 @@ crate::counters! {
         applied_service_us: micros "business_service_applied" "Business service time applied to answered requests (mean: divide by replies)",
         push_commands: counter "push_commands" "Push commands carried out by the workers (one per worker per publish)",
         push_delivered: counter "push_delivered" "Pushes written or queued to a connection",
+        push_delivered_bytes: counter "push_delivered_bytes" "Payload bytes of the topic messages, broadcasts and unicasts written or queued to connections (framing not counted)",
         push_dropped: counter "push_dropped" "Connections closed as slow consumers of pushes",
         recoveries: by("result") "recoveries" "Resumed subscriptions answered, by result (recovered: every missed message sent; lost: the history did not reach back or its epoch changed)",
         recovered_messages: counter "recovered_messages" "Missed messages sent to resuming subscribers",

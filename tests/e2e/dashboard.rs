@@ -36,8 +36,33 @@ fn chromium_shows_what_stats_says_behind_the_token() {
         serde_json::from_str(&body).unwrap()
     };
     wait_until("the six clients counted", Duration::from_secs(20), || stats("held")["active"] == 6);
+    // Two of them publish while the page watches: tele/hot four times as
+    // often as tele/cold (bounded: at most 60 s).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let publishers: Vec<_> = [("tele/hot", 4u32), ("tele/cold", 1)]
+        .into_iter()
+        .map(|(topic, n)| {
+            let mut c = crate::common::mqtt_raw::raw_client(port, 4, &format!("pub-{topic}"), &[]);
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let end = std::time::Instant::now() + Duration::from_secs(60);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && std::time::Instant::now() < end {
+                    for _ in 0..n {
+                        let p = crate::common::mqtt_raw::publish_body(false, topic, None, b"0123456789");
+                        std::io::Write::write_all(&mut c, &crate::common::mqtt_raw::frame(0x30, &p)).unwrap();
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                // Held open until the page's numbers are checked.
+                c
+            })
+        })
+        .collect();
+    wait_until("both topics among the busiest", Duration::from_secs(20), || stats("publishing")["top_topics"].as_array().is_some_and(|t| t.len() == 2));
 
     let seen = open_page(&admin, "dash-secret-7", &dir);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _still_open: Vec<_> = publishers.into_iter().map(|p| p.join().unwrap()).collect();
     let now = stats("after the page");
 
     assert!(seen["asked"].as_str().unwrap_or("").contains("token"), "without the token the page asks for it: {seen}");
@@ -47,15 +72,25 @@ fn chromium_shows_what_stats_says_behind_the_token() {
     assert_eq!(seen["errors"], serde_json::json!([]), "the page ran without an error (CSP included): {seen}");
     // What the page shows is what /stats says (the six held the whole time).
     let card = |k: &str| seen["cards"][k].as_str().and_then(|v| v.parse::<f64>().ok()).unwrap_or_else(|| panic!("card {k}: {seen}"));
-    assert_eq!(card("active"), 6.0, "{seen}");
+    assert_eq!(card("active"), 8.0, "{seen}");
     assert_eq!(card("active"), now["active"].as_f64().unwrap());
+    // The busiest topics as the /stats it rendered says, hot first; the
+    // message bytes flowing in.
+    let top = seen["grid"].as_array().unwrap_or_else(|| panic!("the busiest topics: {seen}"));
+    let rows: Vec<&str> = top.iter().filter_map(|r| r["row"].as_str()).collect();
+    assert_eq!(rows, ["tele/hot", "tele/cold"], "{seen}");
+    assert_eq!(top[0]["cells"]["messages /s"], seen["stats"]["top_topics"][0]["messages_per_s"], "{seen}");
+    assert!(top[0]["cells"]["messages /s"].as_f64().is_some_and(|v| v > 0.0), "{seen}");
+    let (b, m) = (top[0]["cells"]["bytes /s"].as_f64().unwrap(), top[0]["cells"]["messages /s"].as_f64().unwrap());
+    assert!((b - 10.0 * m).abs() < 1e-6 * b, "ten bytes each: {seen}");
+    assert!(card("bytes_in") > 0.0, "{seen}");
     assert_eq!(card("workers"), now["workers"].as_f64().unwrap());
     assert_eq!(card("closed"), now["closed"].as_f64().unwrap());
     assert_eq!(card("subscriptions"), now["subscriptions"].as_f64().unwrap());
     assert!(card("rss_bytes") > 1e6, "{seen}");
-    assert_eq!(seen["tables"]["table-connections-by-protocol"]["mqtt"], 6, "{seen}");
+    assert_eq!(seen["tables"]["table-connections-by-protocol"]["mqtt"], 8, "{seen}");
     let by_worker: f64 = seen["tables"]["table-connections-by-worker"].as_object().unwrap().values().filter_map(Value::as_f64).sum();
-    assert_eq!(by_worker, 6.0, "{seen}");
+    assert_eq!(by_worker, 8.0, "{seen}");
     assert_eq!(seen["stats"]["active_by_worker"], now["active_by_worker"], "{seen}");
     assert_drawn_here(&seen, &admin, &dir);
     drop(clients);
@@ -114,8 +149,8 @@ fn a_load_generators_admin_serves_the_same_page() {
     assert_eq!(seen["cards"]["failed"].as_str(), Some("0"), "{seen}");
     // The phases so far with their latency percentiles, as the /stats the
     // page rendered says them: the ramp's 40 handshakes, the hold now.
-    let phases = seen["phases"].as_array().unwrap_or_else(|| panic!("a table of phases: {seen}"));
-    let names: Vec<&str> = phases.iter().filter_map(|p| p["phase"].as_str()).collect();
+    let phases = seen["grid"].as_array().unwrap_or_else(|| panic!("a table of phases: {seen}"));
+    let names: Vec<&str> = phases.iter().filter_map(|p| p["row"].as_str()).collect();
     assert_eq!(names, ["ramp", "hold"], "{seen}");
     assert!(phases[1]["now"].as_bool().unwrap_or(false), "the hold is the phase now: {seen}");
     let ramp = &seen["stats"]["phases"][0];

@@ -2,7 +2,8 @@
 // (`/ui`), first without the token (the page must ask for it), then with
 // it (`/ui/#token=...`), waits for the page's third render, and prints one
 // JSON line: what each card shows (its raw value), each table's rows,
-// a load generator's phases table (each row's cells by column), the
+// the table of rows (a load generator's phases, a server's busiest
+// topics: each row's cells by column), the
 // /stats the page last rendered, every URL the page asked for, the
 // page's Content-Security-Policy, the chart's drawn pixels; a screenshot
 // goes to SHOT.
@@ -55,18 +56,19 @@ const origin = `http://${addr}`;
         for (const r of t.rows) if (r.cells.length === 2) rows[r.cells[0].textContent] = Number(r.cells[1].dataset.value);
         tables[t.id] = rows;
       }
-      // A load generator's phases: each row's cells by column (raw values).
-      const phases = [];
-      for (const r of document.querySelectorAll('#phases-table tbody tr')) {
+      // The table of rows (a load generator's phases, a server's busiest
+      // topics): each row's cells by column (raw values).
+      const grid = [];
+      for (const r of document.querySelectorAll('#grid-table tbody tr')) {
         const cells = {};
         for (const c of r.cells) cells[c.dataset.column] = c.dataset.value === undefined ? c.textContent : Number(c.dataset.value);
-        phases.push({ phase: r.dataset.phase, now: r.className === 'now', cells });
+        grid.push({ row: r.dataset.row, now: r.className === 'now', cells });
       }
       const c = document.getElementById('chart-a');
       const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
       let drawn = 0;
       for (let i = 3; i < px.length; i += 4) if (px[i] > 0) drawn++;
-      return { cards, tables, phases, stats: window.dashboard.last, drawn, address: location.href, login_hidden: document.getElementById('login').hidden };
+      return { cards, tables, grid, stats: window.dashboard.last, drawn, address: location.href, login_hidden: document.getElementById('login').hidden };
     });
     await page.screenshot({ path: shot, fullPage: true });
     console.log(JSON.stringify({ asked, policy, requests, errors, unauthorized, ...seen }));

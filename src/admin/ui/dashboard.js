@@ -42,6 +42,8 @@ function rate(s, prev, dt, get) {
 function serverView(s, prev, dt) {
   const msgsIn = rate(s, prev, dt, (x) => (x.broker ? x.broker.messages : 0));
   const msgsOut = rate(s, prev, dt, (x) => n(x.push_delivered));
+  const bytesIn = rate(s, prev, dt, (x) => (x.broker ? x.broker.bytes || 0 : 0));
+  const bytesOut = rate(s, prev, dt, (x) => x.push_delivered_bytes || 0);
   const cpu = rate(s, prev, dt, (x) => x.cpu_us || 0) / 1e4;
   const refused = (s.refused_over_cap || 0) + sum(s.refused_per_ip) + sum(s.auth_refused) + sum(s.subscribe_refused) + sum(s.mqtt_publish_refused);
   return {
@@ -53,6 +55,8 @@ function serverView(s, prev, dt) {
       ['topics', 'topics', s.topics, fmt(s.topics)],
       ['messages_in', 'messages in /s', msgsIn, fmt(msgsIn)],
       ['messages_out', 'deliveries /s', msgsOut, fmt(msgsOut)],
+      ['bytes_in', 'message bytes in /s', bytesIn, isFinite(bytesIn) ? bytes(bytesIn) : '-'],
+      ['bytes_out', 'bytes delivered /s', bytesOut, isFinite(bytesOut) ? bytes(bytesOut) : '-'],
       ['sessions_kept', 'MQTT sessions kept', s.mqtt_sessions ? s.mqtt_sessions.kept : 0, fmt(s.mqtt_sessions ? s.mqtt_sessions.kept : 0)],
       ['retained', 'retained messages', s.mqtt_retained ? s.mqtt_retained.messages : 0, fmt(s.mqtt_retained ? s.mqtt_retained.messages : 0)],
       ['closed', 'closed', s.closed, fmt(s.closed)],
@@ -61,6 +65,7 @@ function serverView(s, prev, dt) {
       ['rss_bytes', 'memory (RSS)', s.rss_bytes, bytes(s.rss_bytes || 0)],
     ],
     charts: [['Connections', s.active || 0, null], ['Messages per second: in, delivered', msgsIn, msgsOut]],
+    grid: ['Top topics (last second)', TOPIC_COLUMNS, s.top_topics || [], () => false],
     tables: [
       ['Connections by protocol', s.active_by_protocol],
       ['Connections by worker', s.active_by_worker],
@@ -99,9 +104,16 @@ function clientView(s, prev, dt) {
     ],
     charts: [['Open connections', s.open || 0, null], ['Per second: heartbeats, replies + messages', beats, replies + pushes]],
     tables: [['Failed by kind', s.failed], ['Lost by kind', s.lost], ['Not attempted', s.not_attempted_by], ['HTTP status', s.http_status]],
-    phases: s.phases,
+    grid: ['Phases: latency percentiles (ms)', PHASE_COLUMNS, s.phases, (p) => p.name === s.phase],
   };
 }
+
+// The busiest topics: messages and bytes a second.
+const TOPIC_COLUMNS = [
+  ['topic', (t) => t.topic],
+  ['messages /s', (t) => t.messages_per_s],
+  ['bytes /s', (t) => t.bytes_per_s],
+];
 
 // A load generator's phases: latency percentiles of each, in ms.
 const PHASE_COLUMNS = [
@@ -118,24 +130,26 @@ const PHASE_COLUMNS = [
   ['message p99', (p) => p.push_ms.count ? p.push_ms.p99_ms : NaN],
 ];
 
-function phaseTable(phases, now) {
-  const box = $('phases');
-  box.hidden = !phases;
-  if (!phases) return;
-  const t = $('phases-table');
+// A table of rows under named columns (a load generator's phases, a
+// server's busiest topics); `now` marks the row that is current.
+function gridTable([title, columns, rows, now]) {
+  $('grid').hidden = !rows;
+  if (!rows) return;
+  $('grid-title').textContent = title;
+  const t = $('grid-table');
   t.replaceChildren();
   const head = t.createTHead().insertRow();
-  for (const [name] of PHASE_COLUMNS) {
+  for (const [name] of columns) {
     const th = document.createElement('th');
     th.textContent = name;
     head.append(th);
   }
   const body = t.createTBody();
-  for (const p of phases) {
+  for (const p of rows) {
     const row = body.insertRow();
-    if (p.name === now) row.className = 'now';
-    row.dataset.phase = p.name;
-    for (const [name, get] of PHASE_COLUMNS) {
+    if (now(p)) row.className = 'now';
+    row.dataset.row = columns[0][1](p);
+    for (const [name, get] of columns) {
       const cell = row.insertCell();
       const v = get(p);
       cell.textContent = typeof v === 'string' ? v : fmt(v);
@@ -242,7 +256,7 @@ function render(s, at) {
   chart($('chart-a'), ta, state.series.a, []);
   chart($('chart-b'), tb, state.series.b, state.series.c);
   for (const [title, rows] of view.tables) table(title, rows);
-  phaseTable(view.phases, s.phase);
+  gridTable(view.grid);
   state.last = s;
   state.lastAt = at;
 }

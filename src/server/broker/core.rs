@@ -34,6 +34,7 @@ crate::counters! {
     /// What one shard routed (`/stats` "broker", summed over the shards).
     pub(crate) struct CoreCounters {
         messages: counter "broker_messages" "Messages that entered the topic space (client, admin and cluster publishes)",
+        bytes: counter "broker_message_bytes" "Payload bytes of the messages that entered the topic space",
         frames_out: counter "broker_frames_out" "Frames the broker shards wrote to workers: one per message per worker with a matching subscriber",
         unrouted: counter "broker_unrouted" "Messages no worker had a subscriber for (still in the history and the retained set)",
         to_main: counter "broker_to_supervisor" "Messages the shards handed to the supervisor (kept sessions' queues, the cluster)",
@@ -302,6 +303,8 @@ pub(crate) struct Core {
     /// Workers whose bus is up: a broadcast goes to each.
     workers: BTreeSet<u32>,
     pub counters: CoreCounters,
+    /// Messages and bytes per topic since the supervisor last took them.
+    pub top: super::top_topics::Counts,
 }
 
 impl Core {
@@ -315,6 +318,7 @@ impl Core {
             filters: FilterTrie::default(),
             workers: BTreeSet::new(),
             counters: CoreCounters::default(),
+            top: Default::default(),
         }
     }
 
@@ -424,6 +428,10 @@ impl Core {
     /// every worker it concerns, one frame for all of them.
     fn route(&mut self, m: View<'_>, out: &mut Vec<Output>) {
         self.counters.messages += 1;
+        self.counters.bytes += m.data.len() as u64;
+        if m.stream == Stream::Topic {
+            self.top.note(m.topic, m.data.len());
+        }
         let log = match m.stream {
             Stream::Broadcast => BROADCAST_TOPIC,
             _ => m.topic,

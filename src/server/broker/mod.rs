@@ -22,4 +22,5 @@ pub(crate) mod sessions_file;
 pub(crate) mod shard;
 pub(crate) mod shared;
 pub(crate) mod state_file;
+pub(crate) mod top_topics;
 pub(crate) mod upstream;

@@ -40,6 +40,8 @@ impl ServerFleet {
                 v["mqtt_retained"] = serde_json::to_value(&retained).unwrap_or_default();
                 v["broker"] = serde_json::to_value(&broker).unwrap_or_default();
                 v["broker"]["shards"] = self.publisher.shards.len().into();
+                v["top_topics"] = serde_json::to_value(&self.top_topics.list).unwrap_or_default();
+                v["broker"]["untracked_topic_messages"] = self.top_topics.untracked.into();
                 v["mqtt_sessions"] = serde_json::to_value(&self.publisher.sessions.counters).unwrap_or_default();
                 v["mqtt_shared"] = serde_json::to_value(&shared).unwrap_or_default();
                 if let Some(u) = &self.upstream {

@@ -133,6 +133,8 @@ pub(crate) struct ServerFleet {
     listeners: Vec<std::net::TcpListener>,
     /// `--cluster`: the NATS link and what waits on it.
     pub(super) relay: Option<crate::server::broker::relay::Relay>,
+    /// The busiest topics (`/stats` "top_topics").
+    pub(super) top_topics: crate::server::broker::top_topics::TopTopics,
     /// `--upstream`: the webhook sender.
     pub(super) upstream: Option<crate::server::broker::upstream::Upstream>,
     /// `upstream_done` counts not yet taken by their worker's command
@@ -237,6 +239,7 @@ impl ServerFleet {
             listeners,
             relay: None,
             upstream: None,
+            top_topics: crate::server::broker::top_topics::TopTopics::new(Instant::now()),
             upstream_done: BTreeMap::new(),
             stalled: Default::default(),
             admin_stats: None,
@@ -954,6 +957,7 @@ impl ServerFleet {
             self.reload_mqtt_files();
         }
         self.watch_stalls();
+        self.top_topics.refresh(&self.publisher.shards, Instant::now());
         self.publisher.expire();
         // A will published while the cluster link is down would be refused
         // (503 to nobody): it waits for the link.

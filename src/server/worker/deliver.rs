@@ -189,6 +189,7 @@ impl Worker {
             queued += q;
             slow.extend(s);
         }
+        self.stats.push_delivered_bytes += queued * data.len() as u64;
         self.pushed(cmd.publish_id, queued, slow);
     }
 
