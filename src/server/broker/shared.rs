@@ -74,6 +74,17 @@ struct Group {
     next: usize,
 }
 
+impl Group {
+    /// Members leave: the turn stays with the member that had it (one
+    /// that left before it moves the turn back one), so a departure
+    /// neither skips a member nor gives one two messages in a row.
+    fn drop_members(&mut self, gone: impl Fn(&(u64, u8)) -> bool) {
+        let before = self.members.iter().take(self.next).filter(|m| gone(m)).count();
+        self.next -= before;
+        self.members.retain(|m| !gone(m));
+    }
+}
+
 /// Every group, by filter then group name.
 #[derive(Debug, Default)]
 pub(crate) struct SharedGroups {
@@ -165,7 +176,7 @@ impl SharedGroups {
     fn leave(&mut self, filter: &str, group: &str, conn: u64) {
         let Some(groups) = self.by_filter.get_mut(filter) else { return };
         if let Some(g) = groups.get_mut(group) {
-            g.members.retain(|m| m.0 != conn);
+            g.drop_members(|m| m.0 == conn);
             if g.members.is_empty() {
                 groups.remove(group);
             }
@@ -180,7 +191,7 @@ impl SharedGroups {
     pub(crate) fn worker_gone(&mut self, worker: usize) {
         for groups in self.by_filter.values_mut() {
             for g in groups.values_mut() {
-                g.members.retain(|m| split_id(m.0).0 != worker);
+                g.drop_members(|m| split_id(m.0).0 == worker);
             }
             groups.retain(|_, g| !g.members.is_empty());
         }
@@ -388,6 +399,33 @@ mod tests {
         s.worker_gone(2);
         assert!(s.pick("t/x", &[]).is_empty());
         assert_eq!((s.counters.groups, s.counters.members), (0, 0));
+    }
+
+    /// A member leaving mid-round neither gives the next one two messages
+    /// in a row nor skips one (found by a review: the turn was taken
+    /// modulo the new size).
+    #[test]
+    fn a_member_leaving_mid_round_keeps_the_turn_fair() {
+        let mut s = SharedGroups::default();
+        let ids: Vec<u64> = (0..3).map(|i| conn_id(0, i, 1)).collect();
+        s.changed(ids.iter().map(|c| change(*c, "$share/g/t", true)).collect());
+        let pick = |s: &mut SharedGroups| s.pick("t", &[])[0].0;
+        assert_eq!([pick(&mut s), pick(&mut s), pick(&mut s)], [ids[0], ids[1], ids[2]]);
+        // The first leaves after the last had its turn: the second is next, not the last again.
+        s.changed(vec![change(ids[0], "$share/g/t", false)]);
+        assert_eq!([pick(&mut s), pick(&mut s), pick(&mut s)], [ids[1], ids[2], ids[1]]);
+        // The one whose turn it is leaves: the one after it is next.
+        s.changed(vec![change(ids[0], "$share/g/t", true)]);
+        assert_eq!(pick(&mut s), ids[2]);
+        s.changed(vec![change(ids[0], "$share/g/t", false)]);
+        assert_eq!([pick(&mut s), pick(&mut s)], [ids[1], ids[2]]);
+        // A worker's members gone at once, the turn moved back by those before it.
+        let more: Vec<u64> = (0..3).map(|i| conn_id(1, i, 1)).collect();
+        s.changed(more.iter().map(|c| change(*c, "$share/g/t", true)).collect());
+        assert_eq!([pick(&mut s), pick(&mut s)], [more[0], more[1]]);
+        // Members [ids1, ids2, m0, m1, m2], m2's turn; worker 0's two leave.
+        s.worker_gone(0);
+        assert_eq!([pick(&mut s), pick(&mut s), pick(&mut s)], [more[2], more[0], more[1]]);
     }
 
     #[test]
