@@ -26,45 +26,18 @@ impl Hists {
     }
 }
 
-/// The counters a phase is the difference of.
+/// The totals at a phase's boundary: a phase's counters are the
+/// difference of its two boundaries' (the totals kept whole, not copied
+/// field by field).
 #[derive(Debug, Clone, Default)]
 struct Marks {
     at_us: u64,
-    open: u64,
-    connecting: u64,
-    queued: u64,
-    not_attempted: BTreeMap<String, u64>,
-    established_total: u64,
-    failed: BTreeMap<String, u64>,
-    lost: BTreeMap<String, u64>,
-    heartbeats_sent: u64,
-    heartbeats_answered: u64,
-    requests_sent: u64,
-    replies: u64,
-    rejected: u64,
-    pushes: u64,
-    churn_reopened: u64,
+    t: ClientTotals,
 }
 
 impl Marks {
     fn of(t: &ClientTotals, at_us: u64) -> Marks {
-        Marks {
-            at_us,
-            open: t.open,
-            connecting: t.connecting,
-            queued: t.queued,
-            not_attempted: t.not_attempted_by.clone(),
-            established_total: t.established_total,
-            failed: t.failed.clone(),
-            lost: t.lost.clone(),
-            heartbeats_sent: t.heartbeats_sent,
-            heartbeats_answered: t.heartbeats_answered,
-            requests_sent: t.requests_sent,
-            replies: t.replies,
-            rejected: t.rejected,
-            pushes: t.push_received,
-            churn_reopened: t.churn_reopened,
-        }
+        Marks { at_us, t: t.clone() }
     }
 }
 
@@ -207,13 +180,13 @@ impl Phases {
         let end = Marks::of(t, now_us);
         (0..self.starts.len())
             .map(|i| {
-                let a = &self.marks[i];
-                let b = self.marks.get(i + 1).unwrap_or(&end);
-                let seconds = b.at_us.saturating_sub(a.at_us) as f64 / 1e6;
+                let (ma, mb) = (&self.marks[i], self.marks.get(i + 1).unwrap_or(&end));
+                let (a, b) = (&ma.t, &mb.t);
+                let seconds = mb.at_us.saturating_sub(ma.at_us) as f64 / 1e6;
                 let per_s = |n: u64| if seconds > 0.0 { n as f64 / seconds } else { 0.0 };
                 let failed = delta(&a.failed, &b.failed);
                 let lost = delta(&a.lost, &b.lost);
-                let not_attempted = delta(&a.not_attempted, &b.not_attempted);
+                let not_attempted = delta(&a.not_attempted_by, &b.not_attempted_by);
                 let established = b.established_total.saturating_sub(a.established_total);
                 let replies = b.replies.saturating_sub(a.replies);
                 let h = &self.hists[i];
@@ -225,7 +198,7 @@ impl Phases {
                 };
                 PhaseResult {
                     name: self.names[i].into(),
-                    start_s: a.at_us.saturating_sub(self.origin_us) as f64 / 1e6,
+                    start_s: ma.at_us.saturating_sub(self.origin_us) as f64 / 1e6,
                     seconds,
                     open_at_start: a.open,
                     open_at_end: b.open,
@@ -250,7 +223,7 @@ impl Phases {
                     rejected: b.rejected.saturating_sub(a.rejected),
                     qps: per_s(replies),
                     request_ms: histogram::summarize(&h.request),
-                    pushes_received: b.pushes.saturating_sub(a.pushes),
+                    pushes_received: b.push_received.saturating_sub(a.push_received),
                     push_ms: histogram::summarize(&h.push),
                 }
             })
