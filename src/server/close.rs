@@ -227,6 +227,9 @@ pub(crate) enum Close {
     /// `--mqtt-auth-http`: the backend refused the CONNECT (or could not
     /// say, failing closed).
     MqttAuthHttpRefused,
+    /// `--mqtt-auth-http`: the backend refused a WebSocket Upgrade or an
+    /// event-stream request (answered 403).
+    AuthHttpRefused,
 }
 
 impl Close {
@@ -317,6 +320,7 @@ impl Close {
             MqttAclDenied => "mqtt_acl_denied",
             MqttUserRemoved => "mqtt_user_removed",
             MqttAuthHttpRefused => "mqtt_auth_http_refused",
+            AuthHttpRefused => "auth_http_refused",
         }
     }
 
@@ -376,7 +380,7 @@ impl Close {
             MqttSessionTakenOver | MqttClientIdRefused | MqttConnectUnansweredOverflow => true,
             WsMqttNotOffered | MqttWsText => true,
             MqttSysTopic | MqttKeepAliveRefused | MqttSessionExpiryAfterZero => true,
-            MqttUnknownUser | MqttBadPassword | MqttAnonymousRefused | MqttAclDenied | MqttUserRemoved | MqttAuthHttpRefused => true,
+            MqttUnknownUser | MqttBadPassword | MqttAnonymousRefused | MqttAclDenied | MqttUserRemoved | MqttAuthHttpRefused | AuthHttpRefused => true,
             // Names made below: a TLS failure, an I/O error.
             Tls(_) | Io(_) => false,
             _ => false,

@@ -45,6 +45,12 @@ pub(crate) enum ServerMsg {
         worker: usize,
         notices: Vec<crate::proto::push::Notice>,
     },
+    /// WebSocket and event-stream requests waiting for the
+    /// `--mqtt-auth-http` backend (answered by `upgrade`).
+    UpgradeAsks {
+        worker: usize,
+        asks: Vec<UpgradeAsk>,
+    },
     /// MQTT CONNECTs with a client id, for the registry of ids and the
     /// kept sessions (`broker/sessions.rs`; answered by `session`).
     SessionClaims {
@@ -169,6 +175,28 @@ pub(crate) struct SessionClaim {
     /// What the `--mqtt-auth-http` backend granted (set by the supervisor).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grant: Option<crate::server::auth::hook_acl::Grant>,
+}
+
+/// A WebSocket Upgrade or event-stream request held until the
+/// `--mqtt-auth-http` backend decides it: its headers (names in lower
+/// case, the cookie among them), the user name and password of a Basic
+/// `Authorization`, and the peer's address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct UpgradeAsk {
+    pub conn: u64,
+    /// `ws` or `sse`.
+    pub protocol: String,
+    pub username: String,
+    pub password: String,
+    pub peerhost: String,
+    pub headers: std::collections::BTreeMap<String, String>,
+}
+
+/// The backend's decision on an [`UpgradeAsk`] (`upgrade {json}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct UpgradeAnswer {
+    pub conn: u64,
+    pub allow: bool,
 }
 
 /// A CONNECT's user name, password (as text: EMQX's backends read it so)
@@ -398,6 +426,8 @@ pub(crate) const CMD_PRESENCE: &str = "presence";
 pub(crate) const CMD_SESSION: &str = "session";
 /// `takeover CONN`: a CONNECT with this connection's MQTT client id came: close it.
 pub(crate) const CMD_TAKEOVER: &str = "takeover";
+/// `upgrade {json}`: the backend's decision on a held WebSocket or event-stream request.
+pub(crate) const CMD_UPGRADE: &str = "upgrade";
 /// `tls_reload "PEM"`: new handshakes use this certificate and key (the
 /// supervisor read and checked them after a SIGHUP or a change of the files).
 pub(crate) const CMD_TLS_RELOAD: &str = "tls_reload";
@@ -425,6 +455,7 @@ pub(crate) enum ServerCommand {
     Presence(PresenceCommand),
     Session(SessionAnswer),
     Takeover(u64),
+    Upgrade(UpgradeAnswer),
     TlsReload(crate::tls::files::Pem),
     MqttFiles(crate::server::auth::mosquitto::Files),
     AuthKey(crate::server::auth::jwt::JwtKey),
@@ -449,6 +480,7 @@ impl ServerCommand {
             CMD_PRESENCE => ServerCommand::Presence(json(word, arg)?),
             CMD_SESSION => ServerCommand::Session(json(word, arg)?),
             CMD_TAKEOVER => ServerCommand::Takeover(number(word, arg)?),
+            CMD_UPGRADE => ServerCommand::Upgrade(json(word, arg)?),
             CMD_TLS_RELOAD => ServerCommand::TlsReload(json(word, arg)?),
             CMD_MQTT_FILES => ServerCommand::MqttFiles(json(word, arg)?),
             CMD_AUTH_KEY => ServerCommand::AuthKey(json(word, arg)?),

@@ -31,6 +31,7 @@ mod spills;
 mod stall;
 mod tls;
 mod trim;
+mod upgrade;
 
 use crate::net::Carried;
 use crate::server::business::service_time::ServiceTime;
@@ -220,6 +221,8 @@ struct Worker {
     upstream: Option<crate::server::tables::outbox::Outbox>,
     /// MQTT publishes read since the last hand-over to the shards.
     published: crate::server::session::mqtt::Published,
+    /// `--mqtt-auth-http`: WebSocket and event-stream requests to ask about.
+    upgrade_asks: Vec<crate::server::commands::UpgradeAsk>,
     /// The sockets to the broker shards (`bus.rs`).
     bus: bus::Bus,
     /// Its link to a shard ended: it stops (said once).
@@ -331,6 +334,7 @@ pub(crate) fn run(cfg: ServerWorkerConfig) -> Result<()> {
         tls,
         upstream: upstream.map(|l| crate::server::tables::outbox::Outbox::new(worker, l)),
         published: Default::default(),
+        upgrade_asks: Vec::new(),
         bus,
         stopping_for_bus: false,
         held_back: Vec::new(),
@@ -414,6 +418,7 @@ impl Handler for Worker {
                     Ok(ServerCommand::Presence(p)) => self.presence(&p),
                     Ok(ServerCommand::Session(answer)) => self.mqtt_session(answer),
                     Ok(ServerCommand::Takeover(conn)) => self.mqtt_takeover(conn),
+                    Ok(ServerCommand::Upgrade(answer)) => self.upgrade_decided(answer),
                     Ok(ServerCommand::Resuming) => self.seam.resumed(),
                     Ok(ServerCommand::Notices(n)) => self.notify(&n),
                     Ok(ServerCommand::UpstreamDone(n)) => {

@@ -156,3 +156,67 @@ fn a_connection_ends_at_the_expire_at_its_backend_gave() {
     assert!(started.elapsed() < Duration::from_secs(15), "closed at its expiry, not by the read timeout");
     stats_when(&admin, "the close counted as expired", |v| v["close_reasons"]["auth_expired"] == 1);
 }
+
+/// A request's answer head, from its first line to the blank line.
+fn head_of(addr: &str, request: &str) -> (std::net::TcpStream, String) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(std::io::Read::read(&mut s, &mut b).unwrap(), 1, "answered: {}", String::from_utf8_lossy(&head));
+        head.push(b[0]);
+    }
+    (s, String::from_utf8_lossy(&head).into_owned())
+}
+
+#[test]
+fn websocket_and_event_stream_requests_are_decided_by_their_cookie() {
+    let (_backend, hook) = backend();
+    let url = format!("http://127.0.0.1:{hook}/auth");
+    let port = free_port();
+    let serve = format!("ws={port}");
+    let (_s, _, ready) = server_ready(&["--serve", &serve, "--workers", "1", "--mqtt-auth-http", &url], None);
+    let admin = ready["admin"].as_str().unwrap().to_string();
+    let addr = format!("127.0.0.1:{port}");
+    let upgrade = |cookie: &str| {
+        format!("GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{cookie}\r\n")
+    };
+    // Allowed: upgraded, and it echoes as a WebSocket port without the hook does.
+    let (mut ok, head) = head_of(&addr, &upgrade("Cookie: theme=dark; session=good\r\n"));
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    ok.write_all(&ws_frame(true, 1, b"hello")).unwrap();
+    let mut echo = [0u8; 7];
+    std::io::Read::read_exact(&mut ok, &mut echo).unwrap();
+    assert_eq!(&echo[2..], b"hello");
+    // Refused: 403, closed.
+    let (_, head) = head_of(&addr, &upgrade("Cookie: session=stolen\r\n"));
+    assert!(head.starts_with("HTTP/1.1 403"), "{head}");
+    let (_, head) = head_of(&addr, &upgrade(""));
+    assert!(head.starts_with("HTTP/1.1 403"), "no cookie: {head}");
+    // An event stream, asked by curl (a client nobody here wrote).
+    let sse = |cookie: &str| {
+        let mut c = Command::new("curl");
+        c.args(["-s", "-N", "--max-time", "2", "-o", "/dev/null", "-w", "%{http_code} %{content_type}", "-H", "Accept: text/event-stream"]);
+        if !cookie.is_empty() {
+            c.args(["-b", cookie]);
+        }
+        c.arg(format!("http://{addr}/events?subscribe=news"));
+        let out = c.output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(sse("session=good").starts_with("200 text/event-stream"), "{}", sse("session=good"));
+    assert!(sse("session=bad").starts_with("403"), "{}", sse("session=bad"));
+    // What the backend was asked: EMQX's fields, the protocol, the headers and the cookie.
+    let (status, seen) = http(&format!("127.0.0.1:{hook}"), "GET", "/seen", b"", None);
+    assert_eq!(status, 200);
+    let seen: Vec<Value> = serde_json::from_str(&seen).unwrap();
+    let first = &seen[0];
+    assert_eq!((first["protocol"].as_str(), first["peerhost"].as_str(), first["clientid"].as_str()), (Some("ws"), Some("127.0.0.1"), Some("")), "{first}");
+    assert_eq!(first["cookie"], "theme=dark; session=good", "{first}");
+    assert_eq!(first["headers"]["upgrade"], "websocket", "{first}");
+    assert!(seen.iter().any(|a| a["protocol"] == "sse"), "{seen:?}");
+    let v = stats_when(&admin, "the refusals counted", |v| v["auth_refused"]["auth_http_refused"] == 3);
+    assert_eq!(v["close_reasons"]["auth_http_refused"], 3, "{v}");
+}

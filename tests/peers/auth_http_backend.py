@@ -10,6 +10,8 @@
 #        cmd/${username}/#, deny all else
 #   root: allow, is_superuser, and an acl denying all (a superuser is not limited)
 #   short: allow with expire_at two seconds from now
+#   protocol ws or sse: allow when the cookie holds session=good (and the
+#        headers carry it too), else deny
 # GET /seen: every request body received so far, as a JSON list.
 # usage: python3 auth_http_backend.py PORT   (prints READY; runs until killed)
 import json, sys, threading, time
@@ -42,7 +44,10 @@ class Handler(BaseHTTPRequestHandler):
             seen.append(ask)
         user = ask.get("username", "")
         result = lambda r: self.answer(200, json.dumps({"result": r, "is_superuser": False}).encode())
-        if user == "alice":
+        if ask.get("protocol") in ("ws", "sse"):
+            good = "session=good" in (ask.get("cookie") or "") and "session=good" in ask.get("headers", {}).get("cookie", "")
+            result("allow" if good else "deny")
+        elif user == "alice":
             result("allow" if ask.get("password") == "apw" else "deny")
         elif user == "bob":
             result("deny")

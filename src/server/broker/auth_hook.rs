@@ -55,7 +55,9 @@ pub(crate) struct HookConfig {
     pub fail_open: bool,
 }
 
-/// What the backend is asked: EMQX's HTTP authentication request body.
+/// What the backend is asked: EMQX's HTTP authentication request body;
+/// for a WebSocket or event-stream request (`protocol` `ws` or `sse`)
+/// also its headers and its cookie.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub(crate) struct Credentials {
     pub username: String,
@@ -63,6 +65,35 @@ pub(crate) struct Credentials {
     pub clientid: String,
     pub peerhost: String,
     pub protocol: String,
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub headers: std::collections::BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cookie: Option<String>,
+}
+
+impl Credentials {
+    /// A held WebSocket or event-stream request's.
+    pub(crate) fn of_upgrade(a: crate::server::commands::UpgradeAsk) -> Credentials {
+        let cookie = a.headers.get("cookie").cloned();
+        Credentials {
+            username: a.username,
+            password: a.password,
+            clientid: String::new(),
+            peerhost: a.peerhost,
+            protocol: a.protocol,
+            headers: a.headers,
+            cookie,
+        }
+    }
+}
+
+/// What waits for the backend's answer.
+#[derive(Debug)]
+pub(crate) enum Waiting {
+    /// An MQTT CONNECT's claim of its client id.
+    Claim(Box<crate::server::commands::SessionClaim>),
+    /// A WebSocket or event-stream request (its connection id).
+    Upgrade(u64),
 }
 
 /// How one CONNECT was decided (the `mqtt_auth_http_decisions` label).
@@ -139,18 +170,35 @@ pub(crate) struct Hook {
     pub counters: HookCounters,
 }
 
-/// A cache entry's key: the password only as its SHA-256.
+/// A cache entry's key: the password only as its SHA-256; for a
+/// WebSocket or event-stream request its protocol and the SHA-256 of its
+/// headers too (a cookie or a token decides as a password does).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct CacheKey {
     username: String,
     password: [u8; 32],
     clientid: String,
+    protocol: String,
+    headers: [u8; 32],
 }
 
 impl CacheKey {
     fn of(c: &Credentials) -> CacheKey {
         use sha2::Digest;
-        CacheKey { username: c.username.clone(), password: sha2::Sha256::digest(c.password.as_bytes()).into(), clientid: c.clientid.clone() }
+        let mut h = sha2::Sha256::new();
+        for (k, v) in &c.headers {
+            h.update(k.as_bytes());
+            h.update(b"\0");
+            h.update(v.as_bytes());
+            h.update(b"\0");
+        }
+        CacheKey {
+            username: c.username.clone(),
+            password: sha2::Sha256::digest(c.password.as_bytes()).into(),
+            clientid: c.clientid.clone(),
+            protocol: c.protocol.clone(),
+            headers: h.finalize().into(),
+        }
     }
 }
 

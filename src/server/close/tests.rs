@@ -93,6 +93,7 @@ const ALL: &[Close] = &[
     MqttAclDenied,
     MqttUserRemoved,
     MqttAuthHttpRefused,
+    AuthHttpRefused,
 ];
 
 /// Each variant's place in [`ALL`] (payloads aside).
@@ -182,6 +183,7 @@ fn ordinal(c: Close) -> usize {
         MqttAclDenied => 81,
         MqttUserRemoved => 82,
         MqttAuthHttpRefused => 83,
+        AuthHttpRefused => 84,
     }
 }
 

@@ -47,6 +47,19 @@ pub(crate) struct WsConn {
     /// for its Upgrade request; 0 once upgraded.
     pub handshake_since_ds: u32,
     pub frag: Option<Box<Fragments>>,
+    /// `--mqtt-auth-http`: the Upgrade (or event-stream request) asked of
+    /// the backend, waiting in the partial input ([`HookWait`]).
+    pub hook: HookWait,
+}
+
+/// Where a held request is with the `--mqtt-auth-http` backend.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HookWait {
+    /// Not asked (or no hook).
+    #[default]
+    No,
+    Asked,
+    Allowed,
 }
 
 /// The HTTP state inside an [`Ext`].

@@ -23,7 +23,7 @@ use crate::proto::ws::frame::{self, Event, Opcode, Reader, Role};
 use crate::proto::ws::handshake;
 use crate::server::auth::jwt;
 use crate::server::close::{self, Close};
-use crate::server::session::ext::{sse_mut, ws_mut, ConnExt, Ext, WsConn};
+use crate::server::session::ext::{sse_mut, ws_mut, ConnExt, Ext, HookWait, WsConn};
 use crate::server::session::requests::{Answer, Requests};
 use crate::server::session::ws_deflate::{self, DeflateConfig, DeflateMode, WsCodec};
 use crate::server::tables::recovery::{self, Recoveries};
@@ -88,11 +88,14 @@ pub(crate) struct Ctx<'a> {
     /// Set by a handshake whose Upgrade chose the `mqtt` subprotocol: from
     /// then on the connection is an MQTT one (`mqtt_ws.rs` makes its state).
     pub mqtt: bool,
+    /// `--mqtt-auth-http`: requests to hold until the backend decides
+    /// them (None: no hook; an MQTT Upgrade is decided by its CONNECT).
+    pub asks: Option<&'a mut Vec<crate::server::commands::UpgradeAsk>>,
 }
 
 /// State of a connection just accepted: waiting for its Upgrade request.
 pub(crate) fn fresh(now_ds: u32) -> Ext {
-    Some(Box::new(ConnExt::Ws(WsConn { handshake_since_ds: now_ds.max(1), frag: None })))
+    Some(Box::new(ConnExt::Ws(WsConn { handshake_since_ds: now_ds.max(1), frag: None, hook: Default::default() })))
 }
 
 /// Handle the handshake (if still due) and every whole frame in `buf`;
@@ -121,6 +124,23 @@ pub(crate) fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<us
                     *ext = None;
                     ctx.mqtt = true;
                     return Ok(used);
+                }
+                if let Some(asks) = ctx.asks.as_deref_mut() {
+                    // `--mqtt-auth-http`: held, unanswered, in the partial
+                    // input, until the backend decides (`worker/upgrade.rs`).
+                    let Some(ConnExt::Ws(w)) = ext.as_deref_mut() else { return Err(Close::WsHandshake("state")) };
+                    match w.hook {
+                        HookWait::Allowed => {}
+                        // What a client sends before its answer is held
+                        // too: a head's worth at most.
+                        HookWait::Asked if buf.len() > 2 * ctx.cfg.max_head => return Err(Close::WsHandshake("ws_unanswered_overflow")),
+                        HookWait::Asked => return Ok(0),
+                        HookWait::No => {
+                            w.hook = HookWait::Asked;
+                            asks.push(upgrade_ask(ctx.req.key, ctx.req.gen, up.events.is_some(), &buf[..used]));
+                            return Ok(0);
+                        }
+                    }
                 }
                 if ctx.topics.gate.required() {
                     match ctx.topics.gate.verify(up.token.as_deref()) {
@@ -184,7 +204,7 @@ pub(crate) fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<us
             c.contexts.insert(req.key, o);
         }
     }
-    *ext = frag.map(|f| Box::new(ConnExt::Ws(WsConn { handshake_since_ds: 0, frag: Some(f) })));
+    *ext = frag.map(|f| Box::new(ConnExt::Ws(WsConn { handshake_since_ds: 0, frag: Some(f), hook: Default::default() })));
     match r {
         Ok(used) => Ok(pos + used),
         Err(Close::WsPeerClose) => Err(Close::WsPeerClose),
@@ -192,6 +212,39 @@ pub(crate) fn consume(ctx: &mut Ctx<'_>, ext: &mut Ext, buf: &[u8]) -> Result<us
             frame::encode_close(req.out, reason.ws_code(), None);
             Err(reason)
         }
+    }
+}
+
+/// What the `--mqtt-auth-http` backend is asked about a request whose
+/// head is `head`: its headers (lower-case names; a repeated one joined
+/// with ", "), a Basic `Authorization`'s user name and password. The peer
+/// address is the worker's to fill in.
+fn upgrade_ask(key: usize, gen: u32, events: bool, head: &[u8]) -> crate::server::commands::UpgradeAsk {
+    let mut raw = [httparse::EMPTY_HEADER; 64];
+    let mut req = httparse::Request::new(&mut raw);
+    let _ = req.parse(head);
+    let mut headers = std::collections::BTreeMap::<String, String>::new();
+    for h in req.headers.iter().filter(|h| !h.name.is_empty()) {
+        let v = String::from_utf8_lossy(h.value).into_owned();
+        headers.entry(h.name.to_ascii_lowercase()).and_modify(|old| *old = format!("{old}, {v}")).or_insert(v);
+    }
+    let (username, password) = headers
+        .get("authorization")
+        .and_then(|a| a.strip_prefix("Basic ").or_else(|| a.strip_prefix("basic ")))
+        .and_then(|b| {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD.decode(b.trim()).ok()
+        })
+        .and_then(|d| String::from_utf8(d).ok())
+        .and_then(|s| s.split_once(':').map(|(u, p)| (u.to_string(), p.to_string())))
+        .unwrap_or_default();
+    crate::server::commands::UpgradeAsk {
+        conn: crate::server::commands::conn_id(0, key, gen),
+        protocol: if events { "sse" } else { "ws" }.into(),
+        username,
+        password,
+        peerhost: String::new(),
+        headers,
     }
 }
 
@@ -470,6 +523,7 @@ mod tests {
                 codec: None,
                 deflate: false,
                 mqtt: false,
+                asks: None,
             };
             let r = consume(&mut ctx, &mut self.ext, buf);
             assert!(!ctx.mqtt && !ctx.deflate);

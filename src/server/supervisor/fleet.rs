@@ -114,7 +114,7 @@ pub(crate) struct ServerFleet {
     pub(super) config_counters: super::reload::ConfigCounters,
     /// `--mqtt-auth-http`, and the claims waiting for its answers.
     pub(super) hook: Option<crate::server::broker::auth_hook::Hook>,
-    hook_waiting: std::collections::HashMap<u64, (usize, SessionClaim, crate::server::broker::auth_hook::Credentials)>,
+    hook_waiting: std::collections::HashMap<u64, (usize, crate::server::broker::auth_hook::Waiting, crate::server::broker::auth_hook::Credentials)>,
     hook_seq: u64,
     /// `--sys-interval`: the `$SYS` topics, when they were last published
     /// and when the server started (None: off).
@@ -411,6 +411,7 @@ impl ServerFleet {
                 }
             }
 
+            PoolEvent::Msg(ServerMsg::UpgradeAsks { worker, asks }) => self.ask_upgrades(worker, asks),
             PoolEvent::Msg(ServerMsg::SessionClaims { worker, claims }) => {
                 let claims = self.authenticate(worker, claims);
                 self.claim(worker, claims);
@@ -463,12 +464,14 @@ impl ServerFleet {
                 clientid: c.client_id.clone(),
                 peerhost: login.peerhost,
                 protocol: "mqtt".into(),
+                headers: Default::default(),
+                cookie: None,
             };
             self.hook_seq += 1;
             let Some(hook) = &mut self.hook else { break };
             match hook.ask(self.hook_seq, creds.clone(), now) {
                 None => {
-                    self.hook_waiting.insert(self.hook_seq, (worker, c, creds));
+                    self.hook_waiting.insert(self.hook_seq, (worker, crate::server::broker::auth_hook::Waiting::Claim(Box::new(c)), creds));
                 }
                 Some((o, grant)) if o.admits(hook.fail_open) => {
                     c.grant = grant.map(|g| g.bind(&creds.username, &creds.clientid));
@@ -487,9 +490,18 @@ impl ServerFleet {
         let Some(hook) = &mut self.hook else { return };
         let now = Instant::now();
         let (mut admitted, mut refused) = (BTreeMap::<usize, Vec<SessionClaim>>::new(), Vec::new());
+        let mut upgrades = Vec::new();
         for d in decided {
-            let Some((worker, mut c, creds)) = self.hook_waiting.remove(&d.id) else { continue };
+            let Some((worker, waiting, creds)) = self.hook_waiting.remove(&d.id) else { continue };
             hook.answered(&creds, d.outcome, d.grant.as_ref(), now);
+            let mut c = match waiting {
+                crate::server::broker::auth_hook::Waiting::Claim(c) => *c,
+                crate::server::broker::auth_hook::Waiting::Upgrade(conn) => {
+                    let allow = d.outcome.admits(hook.fail_open);
+                    upgrades.push((worker, crate::server::commands::UpgradeAnswer { conn, allow }));
+                    continue;
+                }
+            };
             if d.outcome.admits(hook.fail_open) {
                 c.grant = d.grant.map(|g| g.bind(&creds.username, &creds.clientid));
                 admitted.entry(worker).or_default().push(c);
@@ -501,6 +513,39 @@ impl ServerFleet {
             self.claim(worker, claims);
         }
         self.session_actions(refused);
+        self.answer_upgrades(upgrades);
+    }
+
+    /// WebSocket and event-stream requests held for the backend: asked
+    /// (or decided from its cached answers).
+    fn ask_upgrades(&mut self, worker: usize, asks: Vec<crate::server::commands::UpgradeAsk>) {
+        let now = Instant::now();
+        let mut decided = Vec::new();
+        for a in asks {
+            let conn = a.conn;
+            let Some(hook) = &mut self.hook else {
+                // No hook here (a worker of another configuration): as if none were asked.
+                decided.push((worker, crate::server::commands::UpgradeAnswer { conn, allow: true }));
+                continue;
+            };
+            self.hook_seq += 1;
+            let creds = crate::server::broker::auth_hook::Credentials::of_upgrade(a);
+            match hook.ask(self.hook_seq, creds.clone(), now) {
+                None => _ = self.hook_waiting.insert(self.hook_seq, (worker, crate::server::broker::auth_hook::Waiting::Upgrade(conn), creds)),
+                Some((o, _)) => decided.push((worker, crate::server::commands::UpgradeAnswer { conn, allow: o.admits(hook.fail_open) })),
+            }
+        }
+        self.answer_upgrades(decided);
+    }
+
+    /// Each decision to the worker holding its request (control lane: never dropped below its bound).
+    fn answer_upgrades(&mut self, answers: Vec<(usize, crate::server::commands::UpgradeAnswer)>) {
+        for (w, a) in answers {
+            let cmd = format!("{} {}", crate::server::commands::CMD_UPGRADE, serde_json::to_string(&a).expect("serializes"));
+            if self.pool.send_control(w, &cmd) == crate::supervise::pool::Sent::Full {
+                crate::stats::counters::bump(&mut self.publisher.sessions.counters.control_full, "upgrade");
+            }
+        }
     }
 
     /// CONNECTs' claims of their client ids, answered (or taken over, or

@@ -142,6 +142,7 @@ impl Worker {
                         codec: self.ws_codec.as_deref_mut(),
                         deflate,
                         mqtt: false,
+                        asks: self.cfg.mqtt.auth_hook.then_some(&mut self.upgrade_asks),
                     };
                     // MQTT over WebSocket is served on the same port.
                     let mut ctx = mqtt_ws::Ctx {
@@ -172,6 +173,7 @@ impl Worker {
                     }
                     negotiated = ctx.ws.deflate;
                     super::mqtt_session::emit(self.cfg.worker, &mut self.published, &mut self.topics, &mut self.bus, || crate::sys::peer_ip(fd));
+                    super::upgrade::emit(self.cfg.worker, &mut self.upgrade_asks, || crate::sys::peer_ip(fd));
                     r
                 }
                 Protocol::Mqtt => {

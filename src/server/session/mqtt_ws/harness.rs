@@ -50,6 +50,7 @@ impl Port {
             codec: None,
             deflate: false,
             mqtt: false,
+            asks: None,
         };
         let mut ctx = Ctx { ws, mqtt: &self.mqtt, limits: &limits, published: &mut self.published, worker: 0, peer_fd: -1 };
         let r = consume(&mut ctx, &mut self.ext, &mut self.mqtt_state, buf).map_err(Close::as_str);
