@@ -216,26 +216,14 @@ impl Worker {
             upstream: self.upstream.as_mut(),
             peer_fd: conn.stream.as_raw_fd(),
         };
-        let mut end = if ws {
+        let end = if ws {
             mqtt_ws::resume(&mut ctx, m).err()
         } else {
             let r = mqtt::consume(&mut ctx, m, &buf);
-            if let Ok(used) = r {
-                if used < buf.len() {
-                    conn.spills.partial().hold(buf[used..].to_vec());
-                }
-            }
-            r.err()
+            conn.spills.keep_unused(&buf, r)
         };
         self.emit_published(key);
-        self.bus.before_reply(&mut self.topics);
-        let Some(conn) = self.conns.get_mut(key) else { return };
-        if let Err(reason) = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader) {
-            end.get_or_insert(reason);
-        }
-        if let Some(reason) = end {
-            self.close(key, reason);
-        }
+        self.reply_resumed(key, end);
     }
 
     /// A CONNECT with this connection's client id came: v5 DISCONNECT

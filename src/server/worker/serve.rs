@@ -360,3 +360,19 @@ fn read<S: net::Source>(
 ) -> ReadEnd<Close> {
     net::read_chunks_as(src, partial, scratch, read_closed, consume, Close::io)
 }
+
+impl Worker {
+    /// What a read of held input wrote (`self.out`) goes out behind the
+    /// interest it gained; the connection then closes with `end`, or with
+    /// a send's failure (a claim answered, a held Upgrade decided).
+    pub(super) fn reply_resumed(&mut self, key: usize, mut end: Option<Close>) {
+        self.bus.before_reply(&mut self.topics);
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        if let Err(reason) = io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader) {
+            end.get_or_insert(reason);
+        }
+        if let Some(reason) = end {
+            self.close(key, reason);
+        }
+    }
+}

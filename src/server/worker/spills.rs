@@ -61,6 +61,20 @@ impl Spills {
         self.0.as_deref().map(|p| &p.backlog).filter(|b| !b.is_empty())
     }
 
+    /// Held input read again (`buf`, taken from the partial input) was
+    /// consumed as `r` says: what it left unused is held again; Err is
+    /// the close it asked for.
+    pub(crate) fn keep_unused(&mut self, buf: &[u8], r: Result<usize, crate::server::close::Close>) -> Option<crate::server::close::Close> {
+        match r {
+            Ok(used) if used < buf.len() => {
+                self.partial().hold(buf[used..].to_vec());
+                None
+            }
+            Ok(_) => None,
+            Err(reason) => Some(reason),
+        }
+    }
+
     pub(crate) fn has_partial(&self) -> bool {
         self.held_partial().is_some()
     }

@@ -71,25 +71,10 @@ impl Worker {
         };
         let r = ws::consume(&mut ctx, &mut conn.ext, &buf);
         let negotiated = ctx.deflate;
-        let mut end = match r {
-            Ok(used) => {
-                if used < buf.len() {
-                    conn.spills.partial().hold(buf[used..].to_vec());
-                }
-                None
-            }
-            Err(reason) => Some(reason),
-        };
+        let end = conn.spills.keep_unused(&buf, r);
         if negotiated != deflate {
             conn.set_ws_deflate(negotiated);
         }
-        self.bus.before_reply(&mut self.topics);
-        let Some(conn) = self.conns.get_mut(key) else { return };
-        if let Err(reason) = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader) {
-            end.get_or_insert(reason);
-        }
-        if let Some(reason) = end {
-            self.close(key, reason);
-        }
+        self.reply_resumed(key, end);
     }
 }
