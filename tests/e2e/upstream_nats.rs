@@ -12,8 +12,13 @@ use std::time::Duration;
 
 /// A nats-server with JetStream on a free port, its store in `dir`.
 fn nats(port: u16, dir: &std::path::Path) -> Running {
+    nats_with(port, dir, &[])
+}
+
+/// [`nats`], with more of its own flags.
+fn nats_with(port: u16, dir: &std::path::Path, extra: &[&str]) -> Running {
     let mut cmd = Command::new("nats-server");
-    cmd.args(["-js", "-sd"]).arg(dir).args(["-a", "127.0.0.1", "-p", &port.to_string()]);
+    cmd.args(["-js", "-sd"]).arg(dir).args(["-a", "127.0.0.1", "-p", &port.to_string()]).args(extra);
     let n = Running::spawn(cmd);
     wait_until("nats-server listening", Duration::from_secs(20), || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
     n
@@ -200,4 +205,41 @@ fn a_full_budget_refuses_the_publish_to_subscribers_and_nats_alike() {
         serde_json::from_str::<Value>(&body).is_ok_and(|v| v["mqtt_publish_refused"]["upstream_full"] == 2)
     });
     assert_eq!(upstream_stats(&admin)["queued"], 2, "only the two accepted wait for NATS");
+}
+
+/// A message larger than the NATS server's max_payload behind others in
+/// its window: those before it are stored, it is refused for good and
+/// counted, and those after it are stored too (the window does not
+/// retry it for ever).
+#[test]
+fn a_message_larger_than_max_payload_is_refused_and_the_rest_go_on() {
+    let dir = Dir::new("payload");
+    let np = free_port();
+    let conf = dir.0.join("nats.conf");
+    std::fs::write(&conf, "max_payload: 2048\n").unwrap();
+    let _nats = nats_with(np, &dir.0.join("js"), &["-c", conf.to_str().unwrap()]);
+    let pw = passwd(&dir, "dev");
+    let url = format!("nats://127.0.0.1:{np}/big");
+    let (_s, admin, port) = mqtt_server(&["--upstream", &url, "--mqtt-password-file", &pw]);
+    // One connection: before, the large one, after, in order in one window.
+    let big = dir.0.join("big");
+    std::fs::write(&big, vec![b'x'; 4096]).unwrap();
+    let mut cmd = Command::new("mosquitto_pub");
+    cmd.args(["-h", "127.0.0.1", "-p", &port.to_string(), "-u", "dev", "-P", "pw", "-q", "1", "-t", "t", "-l"]);
+    cmd.stdin(Stdio::piped());
+    let mut p = Peer::spawn("mosquitto_pub -l", cmd);
+    use std::io::Write;
+    let mut lines = String::from("before\n");
+    lines.push_str(&"x".repeat(4096));
+    lines.push_str("\nafter\n");
+    p.stdin().write_all(lines.as_bytes()).unwrap();
+    p.finish_ok(Duration::from_secs(30));
+    let (got, total) = consume(np, "big.>", 2);
+    let data: Vec<&str> = got.iter().map(|m| m["data"].as_str().unwrap()).collect();
+    assert_eq!(data, ["before", "after"], "the rest stored, in order");
+    assert_eq!(total, 2);
+    wait_until("the refusal counted and nothing left", Duration::from_secs(20), || {
+        let up = upstream_stats(&admin);
+        up["refused"]["max_payload"] == 1 && up["delivered"] == 2 && up["queued"] == 0
+    });
 }

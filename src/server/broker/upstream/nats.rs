@@ -234,8 +234,11 @@ async fn link(t: &NatsTarget, creds: Option<&str>) -> Result<Link, String> {
 
 /// How one window ended.
 enum Sent {
-    /// Every message stored (how many JetStream said were duplicates).
+    /// The window's first `n` messages stored (all of them, or those
+    /// before one larger than `max_payload`), `duplicates` of them already
+    /// stored before.
     Stored {
+        n: usize,
         duplicates: u64,
     },
     /// The message at the front can never be stored (larger than `max_payload`).
@@ -243,7 +246,8 @@ enum Sent {
     Retry(Retry, String),
 }
 
-/// Send the first `n` queued messages and wait for their acknowledgements.
+/// Send the first `n` queued messages (up to one larger than the
+/// server's `max_payload`) and wait for their acknowledgements.
 async fn window(l: &Link, s: &Sender, n: usize) -> Sent {
     let mut acks = Vec::with_capacity(n);
     for e in s.queue.iter().take(n) {
@@ -251,11 +255,14 @@ async fn window(l: &Link, s: &Sender, n: usize) -> Sent {
         match l.js.publish_with_headers(o.subject.clone(), o.headers.clone(), o.payload.clone()).await {
             Ok(ack) => acks.push(ack),
             Err(e) if e.kind() == PublishErrorKind::MaxPayloadExceeded && acks.is_empty() => return Sent::TooLarge,
+            // The window ends before it: those before are stored, it
+            // comes first next time round (and is refused then).
+            Err(e) if e.kind() == PublishErrorKind::MaxPayloadExceeded => break,
             // Those before it are awaited next time round (sent again: stored once).
             Err(e) => return Sent::Retry(Retry::Io, e.to_string()),
         }
     }
-    let mut duplicates = 0;
+    let (mut duplicates, n) = (0, acks.len());
     for ack in acks {
         match ack.await {
             Ok(a) => duplicates += a.duplicate as u64,
@@ -264,7 +271,7 @@ async fn window(l: &Link, s: &Sender, n: usize) -> Sent {
             Err(e) => return Sent::Retry(Retry::Io, e.to_string()),
         }
     }
-    Sent::Stored { duplicates }
+    Sent::Stored { n, duplicates }
 }
 
 /// The sender's loop for NATS: windows in order, each acknowledged before
@@ -298,7 +305,7 @@ pub(super) async fn run(t: NatsTarget, s: &mut Sender, rx: &mut UnboundedReceive
         };
         let n = super::batch_len(s.queue.iter().map_while(super::Entry::json_len), WINDOW, WINDOW_BYTES);
         match window(l, s, n).await {
-            Sent::Stored { duplicates } => {
+            Sent::Stored { n, duplicates } => {
                 backoff = FIRST_BACKOFF;
                 s.counters.lock().expect("counters").duplicates += duplicates;
                 if !s.taken(n) {
