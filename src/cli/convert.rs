@@ -30,10 +30,30 @@ fn services(a: &ServerArgs) -> Result<Vec<crate::server::services::Service>, Str
     Ok(a.serve.clone())
 }
 
+impl ServerArgs {
+    /// `--mqtt-auth-http` or `--mqtt-authz-http` to `target`, with the bounds they share.
+    fn hook_config(&self, target: crate::server::broker::upstream::Target) -> crate::server::broker::auth_hook::HookConfig {
+        crate::server::broker::auth_hook::HookConfig {
+            target,
+            timeout: self.mqtt_auth_http_timeout,
+            cache_ttl: self.mqtt_auth_http_cache,
+            concurrency: self.mqtt_auth_http_concurrency,
+            fail_open: self.mqtt_auth_http_fail_open,
+        }
+    }
+}
+
 impl TryFrom<ServerArgs> for ServerConfig {
     type Error = crate::UsageError;
     fn try_from(a: ServerArgs) -> Result<ServerConfig, crate::UsageError> {
         let services = services(&a).map_err(crate::UsageError)?;
+        if a.mqtt_auth_http_fail_open && a.mqtt_auth_http.is_none() && a.mqtt_authz_http.is_none() {
+            return Err(crate::UsageError(
+                "--mqtt-auth-http-fail-open says what to do when an HTTP backend cannot answer, and none is set: add --mqtt-auth-http URL or --mqtt-authz-http URL, or drop it".into(),
+            ));
+        }
+        let auth_hook = a.mqtt_auth_http.clone().map(|target| a.hook_config(target));
+        let authz_hook = a.mqtt_authz_http.clone().map(|target| a.hook_config(target));
         Ok(ServerConfig {
             config_file: a.config_file.clone(),
             listen: a.listen,
@@ -66,13 +86,8 @@ impl TryFrom<ServerArgs> for ServerConfig {
             history: crate::server::broker::history::HistoryConfig { size: a.history, ttl: a.history_ttl, max_bytes: a.history_max_bytes },
             mqtt_flight: crate::server::session::mqtt::flight::Bounds { inflight: a.mqtt_inflight, queued: a.mqtt_queue, queued_bytes: a.mqtt_queue_bytes },
             mqtt_max_keep_alive: a.mqtt_max_keep_alive,
-            auth_hook: a.mqtt_auth_http.clone().map(|target| crate::server::broker::auth_hook::HookConfig {
-                target,
-                timeout: a.mqtt_auth_http_timeout,
-                cache_ttl: a.mqtt_auth_http_cache,
-                concurrency: a.mqtt_auth_http_concurrency,
-                fail_open: a.mqtt_auth_http_fail_open,
-            }),
+            auth_hook,
+            authz_hook,
             broker_shards: a.broker_shards,
             mqtt_retained: crate::server::broker::retained::RetainedConfig {
                 max_messages: a.mqtt_retained,

@@ -316,18 +316,21 @@ pub(crate) struct ServerArgs {
     /// MQTT: ask this HTTP backend whether each CONNECT may log in, as EMQX's HTTP authentication asks (POST JSON username, password, clientid, peerhost, protocol; 200 {"result": "allow"|"deny"|"ignore"} or 204 allows; anything else refuses: CONNACK not authorized, mqtt_auth_http_refused). docs/mqtt.md#an-http-auth-backend
     #[arg(long, value_name = "URL", conflicts_with_all = ["mqtt_password_file", "auth"], value_parser = |s: &str| crate::server::broker::upstream::parse_url(s).map_err(|e| e.replace("--upstream", "--mqtt-auth-http")))]
     pub(crate) mqtt_auth_http: Option<crate::server::broker::upstream::Target>,
-    /// MQTT, with --mqtt-auth-http: how long a CONNECT waits for the backend's answer (connecting included); past it the CONNECT is refused (timeout), or let in with --mqtt-auth-http-fail-open.
+    /// MQTT, with --mqtt-auth-http or --mqtt-authz-http: how long a CONNECT (a publish, a subscription) waits for the backend's answer (connecting included); past it the CONNECT is refused (timeout), or let in with --mqtt-auth-http-fail-open.
     #[arg(long, value_parser = parse::positive_duration, default_value = "5s")]
     pub(crate) mqtt_auth_http_timeout: Duration,
-    /// MQTT, with --mqtt-auth-http: how long the backend's answer (allow, deny, ignore) about a user name, password and client id is reused (0: ask every time).
+    /// MQTT, with --mqtt-auth-http or --mqtt-authz-http: how long the backend's answer (allow, deny, ignore) about a user name, password and client id (a topic and action) is reused (0: ask every time).
     #[arg(long, value_parser = parse::duration, default_value = "60s")]
     pub(crate) mqtt_auth_http_cache: Duration,
-    /// MQTT, with --mqtt-auth-http: requests the backend has at once (connections kept open to it); 256 times as many CONNECTs may wait, more are refused (busy).
+    /// MQTT, with --mqtt-auth-http or --mqtt-authz-http: requests each backend has at once (connections kept open to it); 256 times as many questions may wait, more are refused (busy).
     #[arg(long, default_value = "64", value_parser = clap::value_parser!(u16).range(1..=4096).map(|v| v as usize))]
     pub(crate) mqtt_auth_http_concurrency: usize,
-    /// MQTT, with --mqtt-auth-http: let a CONNECT in when the backend cannot say (timeout, unreachable, an error status, an answer not its JSON, busy); its deny and ignore still refuse. Off: fail closed.
-    #[arg(long, requires = "mqtt_auth_http")]
+    /// MQTT, with --mqtt-auth-http or --mqtt-authz-http: let a CONNECT in (a publish or subscription go on) when the backend cannot say (timeout, unreachable, an error status, an answer not its JSON, busy); its deny and ignore still refuse. Off: fail closed.
+    #[arg(long)]
     pub(crate) mqtt_auth_http_fail_open: bool,
+    /// MQTT: ask this HTTP backend whether each PUBLISH, each SUBSCRIBE's filter and each will may be done, as EMQX's HTTP authorization asks (POST JSON username, clientid, peerhost, protocol, topic, action publish|subscribe, qos, retain; 200 {"result": "allow"|"deny"|"ignore"} or 204 allows; anything else denies: the publish dropped, v5 told 0x87; the filter refused in SUBACK). The packet waits unread for the answer; answers are kept --mqtt-auth-http-cache in each worker, and the --mqtt-auth-http-* bounds apply. docs/mqtt.md#an-http-authorization-backend
+    #[arg(long, value_name = "URL", conflicts_with = "mqtt_acl_file", value_parser = |s: &str| crate::server::broker::upstream::parse_url(s).map_err(|e| e.replace("--upstream", "--mqtt-authz-http")))]
+    pub(crate) mqtt_authz_http: Option<crate::server::broker::upstream::Target>,
     /// Broker shards: threads in the supervisor's process that route every message between the workers, each owning the topics that hash to it (their history, retained messages, subscribers); 0: one per two cores, at least one.
     #[arg(long, default_value = "0", value_parser = clap::value_parser!(u16).range(0..=256).map(|v| v as usize))]
     pub(crate) broker_shards: usize,

@@ -230,6 +230,14 @@ pub(crate) enum Close {
     /// `--mqtt-auth-http`: the backend refused a WebSocket Upgrade or an
     /// event-stream request (answered 403).
     AuthHttpRefused,
+    /// `--mqtt-authz-http`: the backend refused a publish or a
+    /// subscription (or could not say, failing closed): the publish
+    /// dropped (5.0 QoS 1 and 2 told 0x87), the filter refused in SUBACK.
+    MqttAuthzHttpDenied,
+    /// `--mqtt-authz-http`: more than a packet's worth sent while a
+    /// publish or subscription waited for the backend, or no answer came
+    /// in time.
+    MqttAuthzUnanswered,
 }
 
 impl Close {
@@ -321,6 +329,8 @@ impl Close {
             MqttUserRemoved => "mqtt_user_removed",
             MqttAuthHttpRefused => "mqtt_auth_http_refused",
             AuthHttpRefused => "auth_http_refused",
+            MqttAuthzHttpDenied => "mqtt_authz_http_denied",
+            MqttAuthzUnanswered => "mqtt_authz_unanswered",
         }
     }
 
@@ -354,7 +364,7 @@ impl Close {
             MqttPropertiesTooLarge => 0x95,
             MqttReceiveMaximumExceeded => 0x93,
             BadTopic => 0x90,
-            NotPermitted | MqttSysTopic | MqttAclDenied => 0x87,
+            NotPermitted | MqttSysTopic | MqttAclDenied | MqttAuthzHttpDenied => 0x87,
             MqttUserRemoved => 0x98,
             MqttSessionExpiryAfterZero => 0x82,
             MqttPayloadTooLarge => 0x95,
@@ -381,6 +391,7 @@ impl Close {
             WsMqttNotOffered | MqttWsText => true,
             MqttSysTopic | MqttKeepAliveRefused | MqttSessionExpiryAfterZero => true,
             MqttUnknownUser | MqttBadPassword | MqttAnonymousRefused | MqttAclDenied | MqttUserRemoved | MqttAuthHttpRefused | AuthHttpRefused => true,
+            MqttAuthzHttpDenied | MqttAuthzUnanswered => true,
             // Names made below: a TLS failure, an I/O error.
             Tls(_) | Io(_) => false,
             _ => false,

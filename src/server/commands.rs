@@ -51,6 +51,12 @@ pub(crate) enum ServerMsg {
         worker: usize,
         asks: Vec<UpgradeAsk>,
     },
+    /// MQTT publishes and subscriptions waiting for the
+    /// `--mqtt-authz-http` backend (answered by `authz`).
+    AuthzAsks {
+        worker: usize,
+        asks: Vec<crate::server::auth::authz::About>,
+    },
     /// MQTT CONNECTs with a client id, for the registry of ids and the
     /// kept sessions (`broker/sessions.rs`; answered by `session`).
     SessionClaims {
@@ -428,6 +434,8 @@ pub(crate) const CMD_SESSION: &str = "session";
 pub(crate) const CMD_TAKEOVER: &str = "takeover";
 /// `upgrade {json}`: the backend's decision on a held WebSocket or event-stream request.
 pub(crate) const CMD_UPGRADE: &str = "upgrade";
+/// `authz [json]`: the backend's decisions on held publishes and subscriptions.
+pub(crate) const CMD_AUTHZ: &str = "authz";
 /// `tls_reload "PEM"`: new handshakes use this certificate and key (the
 /// supervisor read and checked them after a SIGHUP or a change of the files).
 pub(crate) const CMD_TLS_RELOAD: &str = "tls_reload";
@@ -456,6 +464,7 @@ pub(crate) enum ServerCommand {
     Session(SessionAnswer),
     Takeover(u64),
     Upgrade(UpgradeAnswer),
+    Authz(Vec<crate::server::auth::authz::Answer>),
     TlsReload(crate::tls::files::Pem),
     MqttFiles(crate::server::auth::mosquitto::Files),
     AuthKey(crate::server::auth::jwt::JwtKey),
@@ -481,6 +490,7 @@ impl ServerCommand {
             CMD_SESSION => ServerCommand::Session(json(word, arg)?),
             CMD_TAKEOVER => ServerCommand::Takeover(number(word, arg)?),
             CMD_UPGRADE => ServerCommand::Upgrade(json(word, arg)?),
+            CMD_AUTHZ => ServerCommand::Authz(json(word, arg)?),
             CMD_TLS_RELOAD => ServerCommand::TlsReload(json(word, arg)?),
             CMD_MQTT_FILES => ServerCommand::MqttFiles(json(word, arg)?),
             CMD_AUTH_KEY => ServerCommand::AuthKey(json(word, arg)?),

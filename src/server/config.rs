@@ -108,6 +108,8 @@ pub(crate) struct ServerConfig {
     pub mqtt_max_keep_alive: u16,
     /// MQTT: `--mqtt-auth-http` and its bounds.
     pub auth_hook: Option<crate::server::broker::auth_hook::HookConfig>,
+    /// MQTT: `--mqtt-authz-http` (with the same bounds).
+    pub authz_hook: Option<crate::server::broker::auth_hook::HookConfig>,
     /// `--broker-shards`: threads routing messages (0: one per core).
     pub broker_shards: usize,
     /// MQTT: `--mqtt-retained`, `--mqtt-retained-bytes`.
@@ -252,6 +254,7 @@ impl Default for ServerConfig {
             mqtt_flight: Default::default(),
             mqtt_max_keep_alive: 0,
             auth_hook: None,
+            authz_hook: None,
             broker_shards: 0,
             mqtt_retained: Default::default(),
             mqtt_retained_file: None,

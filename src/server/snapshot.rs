@@ -47,6 +47,8 @@ crate::counters! {
         mqtt_unknown_packet_ids: by("kind") "mqtt_unknown_packet_ids" "MQTT acknowledgements naming no packet id at that stage, by kind (v5: PUBREC answered PUBREL 0x92, PUBREL answered PUBCOMP 0x92)",
         mqtt_qos2_resent: counter "mqtt_qos2_resent" "QoS 2 PUBLISH packets a client sent again while their PUBREL was due: answered PUBREC, not forwarded again",
         mqtt_inflight_dropped: by("reason") "mqtt_inflight_dropped" "QoS 1 and 2 deliveries dropped for a client whose window and queue were full, by reason (queue_full: --mqtt-queue, queue_bytes: --mqtt-queue-bytes)",
+        mqtt_authz_waiting: gauge "mqtt_authz_waiting" "MQTT connections whose packet waits for the --mqtt-authz-http backend now (the connection not read meanwhile)",
+        mqtt_authz_asked: counter "mqtt_authz_asked" "Questions a worker sent the --mqtt-authz-http backend (through the supervisor): a publish's, a subscription filter's or a will's decision it did not have",
         mqtt_resumed_refused: counter "mqtt_resumed_refused" "Messages of a resumed MQTT session not sent because the client's token (its topics claim now) does not permit their topic",
         mqtt_expired_dropped: counter "mqtt_expired_dropped" "MQTT deliveries dropped because the v5 Message Expiry Interval passed before they went out (at delivery, or held behind the window)",
         mqtt_topic_aliases_out: by("kind") "mqtt_topic_aliases_out" "PUBLISH packets sent to v5 clients with a topic alias the server chose, by kind (set: with the topic, naming it; used: the alias alone, without the topic)",

@@ -357,6 +357,9 @@ pub(crate) fn run(cfg: ServerWorkerConfig) -> Result<()> {
         w.ring = Some(Default::default());
     }
     w.topics.gate = gate;
+    if let Some((ttl, deadline)) = w.cfg.mqtt.authz_hook {
+        w.topics.gate.authz = Some(Box::new(crate::server::auth::authz::Local::new(ttl, deadline)));
+    }
     if w.cfg.presence_events || w.cfg.presence_notices {
         w.topics.gate.events = Some(Default::default());
     }
@@ -419,6 +422,7 @@ impl Handler for Worker {
                     Ok(ServerCommand::Session(answer)) => self.mqtt_session(answer),
                     Ok(ServerCommand::Takeover(conn)) => self.mqtt_takeover(conn),
                     Ok(ServerCommand::Upgrade(answer)) => self.upgrade_decided(answer),
+                    Ok(ServerCommand::Authz(answers)) => self.authz_decided(answers),
                     Ok(ServerCommand::Resuming) => self.seam.resumed(),
                     Ok(ServerCommand::Notices(n)) => self.notify(&n),
                     Ok(ServerCommand::UpstreamDone(n)) => {
@@ -514,6 +518,7 @@ impl Handler for Worker {
         self.deliver_done();
         self.expire_heads();
         self.expire_handshakes();
+        self.expire_authz(now);
         if self.stalls.due(now) {
             self.sweep_stalls(now);
         }
@@ -607,6 +612,7 @@ impl Handler for Worker {
         (self.stats.topics, self.stats.subscriptions) = self.topics.counts();
         self.stats.active_by_protocol = crate::server::services::by_protocol(&self.cfg.services, &self.open_by_service);
         self.stats.authenticated = self.topics.gate.len() as u64;
+        self.stats.mqtt_authz_waiting = self.topics.gate.authz.as_ref().map_or(0, |a| a.waiting() as u64);
         self.stats.backlog_bytes = self.conns.iter().filter_map(|(_, c)| c.spills.held_backlog()).map(|b| b.len() as u64).sum();
         (self.stats.bus_frames_out, self.stats.bus_frames_in) = (self.bus.frames_out, self.bus.frames_in);
         self.stats.retained_not_held = self.bus.waits.not_held;
@@ -773,6 +779,9 @@ impl Worker {
             if !self.topics.gate.is_empty() {
                 self.topics.gate.forget(key);
             }
+            if let Some(a) = &mut self.topics.gate.authz {
+                a.forget(key);
+            }
             self.stats.closed += 1;
             self.stats.active -= 1;
             close::count(&mut self.stats.close_reasons, reason);
@@ -820,5 +829,11 @@ impl Worker {
 
 /// A worker config from before `--protocol mqtt` existed.
 fn default_mqtt() -> crate::server::session::mqtt::MqttConfig {
-    crate::server::session::mqtt::MqttConfig { max_push: crate::proto::push::DEFAULT_MAX_PUSH, flight: Default::default(), max_keep_alive: 0, auth_hook: false }
+    crate::server::session::mqtt::MqttConfig {
+        max_push: crate::proto::push::DEFAULT_MAX_PUSH,
+        flight: Default::default(),
+        max_keep_alive: 0,
+        auth_hook: false,
+        authz_hook: None,
+    }
 }

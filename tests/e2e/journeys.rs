@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The journeys the README promises: deleting one fails this test.
-const REQUIRED: [&str; 30] = [
+const REQUIRED: [&str; 31] = [
     "gateway",
     "load-test",
     "cluster",
@@ -47,6 +47,7 @@ const REQUIRED: [&str; 30] = [
     "config",
     "client-config",
     "mqtt-auth-http",
+    "mqtt-authz-http",
     "move-from-mosquitto",
     "sys-topics",
     "dashboard",

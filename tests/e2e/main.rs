@@ -12,6 +12,7 @@ mod admin_exposed;
 mod any_peer;
 mod auth;
 mod auth_http;
+mod authz_http;
 mod bad_input;
 mod broker;
 mod chat;

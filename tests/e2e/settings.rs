@@ -315,6 +315,7 @@ fn sample(sub: &str, key: &str, m: &Material) -> (String, Vec<String>) {
         ("server", "admin_token_file") => (file("token"), vec![]),
         ("server", "upstream") => ("http://127.0.0.1:9/up".into(), vec![]),
         ("server", "mqtt_auth_http") => ("http://127.0.0.1:9/auth".into(), vec![]),
+        ("server", "mqtt_authz_http") => ("http://127.0.0.1:9/authz".into(), vec![]),
         ("server", "upstream_secret_file") => (file("secret"), vec!["--upstream".into(), "http://127.0.0.1:9/up".into()]),
         ("server", "upstream_nats_creds") => (file("creds"), vec!["--upstream".into(), "nats://127.0.0.1:9/up".into()]),
         ("client", "header") => ("X-Test: 1".into(), vec!["--protocol".into(), "ws".into()]),

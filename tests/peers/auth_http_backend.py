@@ -12,6 +12,11 @@
 #   short: allow with expire_at two seconds from now
 #   protocol ws or sse: allow when the cookie holds session=good (and the
 #        headers carry it too), else deny
+# Authorization requests (EMQX's HTTP authorizer: the body has "action"),
+# answered by topic:
+#   ok/...: allow        no/...: deny       ig/...: ignore     err/...: 500
+#   bad/...: not JSON    slow/...: allow after 3 s
+#   user root subscribing: allow (any filter); anything else: deny
 # GET /seen: every request body received so far, as a JSON list.
 # usage: python3 auth_http_backend.py PORT   (prints READY; runs until killed)
 import json, sys, threading, time
@@ -44,7 +49,24 @@ class Handler(BaseHTTPRequestHandler):
             seen.append(ask)
         user = ask.get("username", "")
         result = lambda r: self.answer(200, json.dumps({"result": r, "is_superuser": False}).encode())
-        if ask.get("protocol") in ("ws", "sse"):
+        if "action" in ask:
+            topic = ask["topic"]
+            if user == "root" and ask["action"] == "subscribe":
+                result("allow")
+            elif topic.startswith("ok/"):
+                result("allow")
+            elif topic.startswith("slow/"):
+                time.sleep(3)
+                result("allow")
+            elif topic.startswith("ig/"):
+                result("ignore")
+            elif topic.startswith("err/"):
+                self.answer(500, b"backend error", "text/plain")
+            elif topic.startswith("bad/"):
+                self.answer(200, b"allow", "text/plain")
+            else:
+                result("deny")
+        elif ask.get("protocol") in ("ws", "sse"):
             good = "session=good" in (ask.get("cookie") or "") and "session=good" in ask.get("headers", {}).get("cookie", "")
             result("allow" if good else "deny")
         elif user == "alice":

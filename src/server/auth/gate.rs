@@ -102,6 +102,9 @@ pub(crate) struct Gate {
     /// `--mqtt-auth-http`: the rules its backend gave connections it let
     /// in with an `acl` (slab key -> generation, grant).
     by_hook: HashMap<usize, (u32, Rc<super::hook_acl::Grant>)>,
+    /// `--mqtt-authz-http`: the backend's answers, questions and the
+    /// connections waiting for them.
+    pub authz: Option<Box<super::authz::Local>>,
 }
 
 /// Joins and leaves not told yet, netted per connection and topic: one

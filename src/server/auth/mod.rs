@@ -3,6 +3,7 @@
 //! and topic permissions of its connections (`gate`); what a permission
 //! pattern allows of a topic or an MQTT filter (`scope`); mosquitto's
 //! password and ACL files for MQTT clients (`mosquitto`).
+pub(crate) mod authz;
 pub(crate) mod gate;
 pub(crate) mod hook_acl;
 pub(crate) mod jwt;

@@ -8,19 +8,21 @@
 //! carry beside it: `is_superuser`, `expire_at` (Unix seconds: the
 //! connection is closed then; one already past denies) and `acl`, the
 //! client's own publish and subscribe rules (`auth/hook_acl.rs`).
+//! `--mqtt-authz-http URL` is a second [`Hook`] of the same kind, asked
+//! EMQX's authorization request (`auth/authz.rs`), counted apart.
 //!
 //! The CONNECT waits in its worker (whose loop goes on) while its claim
 //! of its client id waits here for the answer. One thread (a
 //! current-thread tokio runtime, hyper's HTTP/1 client) asks the backend
 //! over a pool of keep-alive connections, at most `concurrency` requests
 //! at once; each has `timeout` to connect and be answered. Bounded:
-//! more than [`QUEUED_PER_SLOT`] x `concurrency` CONNECTs waiting are
+//! more than [`QUEUED_PER_SLOT`] x `concurrency` requests waiting are
 //! refused at once (`busy`), answers past 64 KiB are not read. Answers
-//! (allow, deny, ignore) are kept `cache_ttl` per user name, password
-//! (its SHA-256) and client id, at most [`CACHE_ENTRIES`]. Fail closed:
-//! a timeout, a backend that cannot be reached, an error status or an
-//! answer that is not its JSON refuses the CONNECT, unless `fail_open`
-//! lets it in (counted either way). `ignore` refuses too: no other
+//! (allow, deny, ignore) are kept `cache_ttl` per request body (its
+//! SHA-256: the password is not kept), at most [`CACHE_ENTRIES`]. Fail
+//! closed: a timeout, a backend that cannot be reached, an error status
+//! or an answer that is not its JSON refuses, unless `fail_open` lets it
+//! through (counted either way). `ignore` refuses too: no other
 //! authenticator decides after this one.
 
 use crate::server::auth::hook_acl::{self, Grant};
@@ -72,6 +74,11 @@ pub(crate) struct Credentials {
 }
 
 impl Credentials {
+    /// The body the backend is POSTed.
+    pub(crate) fn body(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("credentials serialize")
+    }
+
     /// A held WebSocket or event-stream request's.
     pub(crate) fn of_upgrade(a: crate::server::commands::UpgradeAsk) -> Credentials {
         let cookie = a.headers.get("cookie").cloned();
@@ -160,83 +167,97 @@ crate::counters! {
     }
 }
 
-/// The supervisor's handle on the hook's thread, with the cache.
-pub(crate) struct Hook {
-    tx: UnboundedSender<(u64, Credentials)>,
-    cache: HashMap<CacheKey, (Outcome, Option<Grant>, Instant)>,
-    ttl: Duration,
-    cap: usize,
-    pub fail_open: bool,
-    pub counters: HookCounters,
-}
-
-/// A cache entry's key: the password only as its SHA-256; for a
-/// WebSocket or event-stream request its protocol and the SHA-256 of its
-/// headers too (a cookie or a token decides as a password does).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct CacheKey {
-    username: String,
-    password: [u8; 32],
-    clientid: String,
-    protocol: String,
-    headers: [u8; 32],
-}
-
-impl CacheKey {
-    fn of(c: &Credentials) -> CacheKey {
-        use sha2::Digest;
-        let mut h = sha2::Sha256::new();
-        for (k, v) in &c.headers {
-            h.update(k.as_bytes());
-            h.update(b"\0");
-            h.update(v.as_bytes());
-            h.update(b"\0");
-        }
-        CacheKey {
-            username: c.username.clone(),
-            password: sha2::Sha256::digest(c.password.as_bytes()).into(),
-            clientid: c.clientid.clone(),
-            protocol: c.protocol.clone(),
-            headers: h.finalize().into(),
-        }
+crate::counters! {
+    /// `--mqtt-authz-http` (`/stats` "mqtt_authz_http", `/metrics`): the
+    /// questions that reached the supervisor (a worker answers from its
+    /// own cache first).
+    pub(crate) struct AuthzCounters {
+        asked: counter "mqtt_authz_http_requests" "Publishes, subscriptions and wills the --mqtt-authz-http backend was asked about",
+        decided: by("outcome") "mqtt_authz_http_decisions" "Questions decided by the --mqtt-authz-http backend, by outcome (as mqtt_auth_http_decisions); all but allow deny, unless --mqtt-auth-http-fail-open lets the last five through",
+        cached: by("outcome") "mqtt_authz_http_cached" "Questions the supervisor decided by an answer the backend gave within --mqtt-auth-http-cache, by outcome",
+        waiting: gauge "mqtt_authz_http_waiting" "Questions waiting for the --mqtt-authz-http backend now",
     }
 }
 
-impl Hook {
-    pub(crate) fn start(cfg: HookConfig, sink: Sink<Vec<Decision>>) -> Result<Hook> {
+/// The counters a hook keeps: asked, decided and cached by outcome, waiting.
+pub(crate) trait HookStats: Default {
+    fn parts(&mut self) -> (&mut u64, &mut crate::stats::counters::Kinds, &mut crate::stats::counters::Kinds, &mut u64);
+}
+
+macro_rules! hook_stats {
+    ($t:ty) => {
+        impl HookStats for $t {
+            fn parts(&mut self) -> (&mut u64, &mut crate::stats::counters::Kinds, &mut crate::stats::counters::Kinds, &mut u64) {
+                (&mut self.asked, &mut self.decided, &mut self.cached, &mut self.waiting)
+            }
+        }
+    };
+}
+hook_stats!(HookCounters);
+hook_stats!(AuthzCounters);
+
+/// How much longer than the hook's timeout a worker lets a packet wait
+/// for its answer (the trip through the supervisor) before closing it.
+pub(crate) const AUTHZ_SLACK: Duration = Duration::from_secs(5);
+
+/// A cache entry's key: the SHA-256 of the request's body (a password,
+/// a cookie or a token kept only so).
+pub(crate) type Key = [u8; 32];
+
+/// The key of a request `body`.
+pub(crate) fn key(body: &[u8]) -> Key {
+    use sha2::Digest;
+    sha2::Sha256::digest(body).into()
+}
+
+/// The supervisor's handle on a hook's thread, with the cache.
+pub(crate) struct Hook<C = HookCounters> {
+    tx: UnboundedSender<(u64, Vec<u8>)>,
+    cache: HashMap<Key, (Outcome, Option<Grant>, Instant)>,
+    ttl: Duration,
+    cap: usize,
+    pub fail_open: bool,
+    pub counters: C,
+}
+
+impl<C: HookStats> Hook<C> {
+    pub(crate) fn start(cfg: HookConfig, sink: Sink<Vec<Decision>>) -> Result<Hook<C>> {
         let (tx, rx) = unbounded_channel();
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the auth hook's runtime")?;
         let (ttl, cap, fail_open) = (cfg.cache_ttl, cfg.concurrency * QUEUED_PER_SLOT, cfg.fail_open);
         std::thread::Builder::new().name("auth-hook".into()).spawn(move || rt.block_on(run(cfg, rx, sink))).context("starting the auth hook thread")?;
-        Ok(Hook { tx, cache: HashMap::new(), ttl, cap, fail_open, counters: HookCounters::default() })
+        Ok(Hook { tx, cache: HashMap::new(), ttl, cap, fail_open, counters: C::default() })
     }
 
-    /// Request `id`: decided now (from the cache, or refused as busy), or
-    /// None: asked, its [`Decision`] comes in an event (a batch).
-    pub(crate) fn ask(&mut self, id: u64, c: Credentials, now: Instant) -> Option<(Outcome, Option<Grant>)> {
-        if let Some((outcome, grant, at)) = self.cache.get(&CacheKey::of(&c)) {
+    /// Request `id` (its `body`, whose [`key`] is `k`): decided now (from
+    /// the cache, or refused as busy), or None: asked, its [`Decision`]
+    /// comes in an event (a batch).
+    pub(crate) fn ask(&mut self, id: u64, k: &Key, body: Vec<u8>, now: Instant) -> Option<(Outcome, Option<Grant>)> {
+        let (asked, decided, cached, waiting) = self.counters.parts();
+        if let Some((outcome, grant, at)) = self.cache.get(k) {
             if now.duration_since(*at) < self.ttl {
                 // An allow whose expire_at passed since it was kept denies.
                 let outcome = expired(*outcome, grant.as_ref(), crate::server::auth::gate::unix_now());
-                crate::stats::counters::bump(&mut self.counters.cached, outcome.as_str());
+                crate::stats::counters::bump(cached, outcome.as_str());
                 return Some((outcome, grant.clone()));
             }
         }
-        if self.counters.waiting as usize >= self.cap {
-            crate::stats::counters::bump(&mut self.counters.decided, Outcome::Busy.as_str());
+        if *waiting as usize >= self.cap {
+            crate::stats::counters::bump(decided, Outcome::Busy.as_str());
             return Some((Outcome::Busy, None));
         }
-        self.counters.waiting += 1;
-        self.counters.asked += 1;
+        *waiting += 1;
+        *asked += 1;
         // The thread ends only with the process.
-        let _ = self.tx.send((id, c));
+        let _ = self.tx.send((id, body));
         None
     }
 
-    /// The backend's answer about `c`: counted, and kept if it is one.
-    pub(crate) fn answered(&mut self, c: &Credentials, outcome: Outcome, grant: Option<&Grant>, now: Instant) {
-        self.counters.waiting = self.counters.waiting.saturating_sub(1);
-        crate::stats::counters::bump(&mut self.counters.decided, outcome.as_str());
+    /// The backend's answer about the request of key `k`: counted, and kept if it is one.
+    pub(crate) fn answered(&mut self, k: Key, outcome: Outcome, grant: Option<&Grant>, now: Instant) {
+        let (_, decided, _, waiting) = self.counters.parts();
+        *waiting = waiting.saturating_sub(1);
+        crate::stats::counters::bump(decided, outcome.as_str());
         if outcome.answered() && !self.ttl.is_zero() {
             if self.cache.len() >= CACHE_ENTRIES {
                 let ttl = self.ttl;
@@ -245,7 +266,7 @@ impl Hook {
                     self.cache.clear();
                 }
             }
-            self.cache.insert(CacheKey::of(c), (outcome, grant.cloned(), now));
+            self.cache.insert(k, (outcome, grant.cloned(), now));
         }
     }
 }
@@ -300,8 +321,8 @@ fn expired(o: Outcome, g: Option<&Grant>, now_s: u64) -> Outcome {
 type Pool = Arc<Mutex<Vec<Conn>>>;
 
 /// Ask the backend about `c`, within `timeout` all told.
-async fn ask(t: &Target, pool: &Pool, timeout: Duration, c: &Credentials) -> (Outcome, Option<Grant>) {
-    let body = Bytes::from(serde_json::to_vec(c).expect("credentials serialize"));
+async fn ask(t: &Target, pool: &Pool, timeout: Duration, body: Vec<u8>) -> (Outcome, Option<Grant>) {
+    let body = Bytes::from(body);
     let work = async {
         let idle = pool.lock().expect("the pool").pop().filter(|c| !c.is_closed());
         let mut conn = match idle {
@@ -327,7 +348,7 @@ async fn ask(t: &Target, pool: &Pool, timeout: Duration, c: &Credentials) -> (Ou
     }
 }
 
-async fn run(cfg: HookConfig, mut rx: UnboundedReceiver<(u64, Credentials)>, sink: Sink<Vec<Decision>>) {
+async fn run(cfg: HookConfig, mut rx: UnboundedReceiver<(u64, Vec<u8>)>, sink: Sink<Vec<Decision>>) {
     let slots = Arc::new(tokio::sync::Semaphore::new(cfg.concurrency));
     let pool: Pool = Arc::new(Mutex::new(Vec::new()));
     let cfg = Arc::new(cfg);
@@ -352,7 +373,7 @@ async fn run(cfg: HookConfig, mut rx: UnboundedReceiver<(u64, Credentials)>, sin
         let Ok(slot) = slots.clone().acquire_owned().await else { return };
         let (cfg, pool, done) = (cfg.clone(), pool.clone(), done.clone());
         tokio::spawn(async move {
-            let (outcome, grant) = ask(&cfg.target, &pool, cfg.timeout, &c).await;
+            let (outcome, grant) = ask(&cfg.target, &pool, cfg.timeout, c).await;
             drop(slot);
             let _ = done.send(Decision { id, outcome, grant });
         });

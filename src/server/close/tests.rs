@@ -94,6 +94,8 @@ const ALL: &[Close] = &[
     MqttUserRemoved,
     MqttAuthHttpRefused,
     AuthHttpRefused,
+    MqttAuthzHttpDenied,
+    MqttAuthzUnanswered,
 ];
 
 /// Each variant's place in [`ALL`] (payloads aside).
@@ -184,6 +186,8 @@ fn ordinal(c: Close) -> usize {
         MqttUserRemoved => 82,
         MqttAuthHttpRefused => 83,
         AuthHttpRefused => 84,
+        MqttAuthzHttpDenied => 85,
+        MqttAuthzUnanswered => 86,
     }
 }
 

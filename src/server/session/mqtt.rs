@@ -42,6 +42,7 @@
 use crate::proto::mqtt::decode::{self, FixedHeader};
 use crate::proto::mqtt::forward::Forwarded;
 use crate::proto::mqtt::{encode, kind, Ack, ConnAck, Disconnect, Error, Limits, Packet, Properties, Publish, QoS, Role, Version};
+use crate::server::auth::authz::Action as authz_action;
 use crate::server::close::{self, Close};
 use crate::server::commands::{ClientPublish, RetainedWant, SessionClaim};
 use crate::server::session::requests::Requests;
@@ -67,6 +68,7 @@ const UNSPECIFIED_ERROR: u8 = 0x80;
 
 mod acks;
 pub(crate) mod alias;
+mod authz;
 pub(crate) mod connect;
 pub(crate) mod extra;
 pub(crate) mod flight;
@@ -91,6 +93,11 @@ pub(crate) struct MqttConfig {
     /// the supervisor, which asks the backend.
     #[serde(default)]
     pub auth_hook: bool,
+    /// `--mqtt-authz-http`: publishes, subscriptions and wills are asked
+    /// of the backend through the supervisor; its answers kept this long
+    /// in the worker, a packet waiting at most the second.
+    #[serde(default)]
+    pub authz_hook: Option<(std::time::Duration, std::time::Duration)>,
 }
 
 impl MqttConfig {
@@ -222,27 +229,71 @@ pub(crate) fn consume(ctx: &mut Ctx<'_>, m: &mut MqttConn, buf: &[u8]) -> Result
             }
             return Ok(pos);
         }
+        if authz::waits(ctx) {
+            // Its packet waits for the authorization backend, the
+            // connection unread: what a receive brought meanwhile is kept.
+            if buf.len() - pos > 2 * ctx.limits.max_packet_size as usize {
+                return Err(Close::MqttAuthzUnanswered);
+            }
+            return Ok(pos);
+        }
         let h = match decode::fixed_header(&buf[pos..], m.version, ctx.limits.max_packet_size) {
             Ok(Some(h)) if buf.len() - pos >= h.total() => h,
             Ok(_) => return Ok(pos),
             Err(e) => return Err(refuse(ctx, m.version, e)),
         };
         let body = &buf[pos + h.len..pos + h.total()];
-        pos += h.total();
+        if on_packet(ctx, m, &h, body)? == Step::Held {
+            // Read again from this packet once the answers are in.
+            return Ok(pos);
+        }
         ctx.req.stats.frames_in += 1;
-        on_packet(ctx, m, &h, body)?;
+        pos += h.total();
     }
 }
 
+/// Whether a packet was carried out, or waits unread for the
+/// authorization backend's answers (`--mqtt-authz-http`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Done,
+    Held,
+}
+
 /// One whole packet. Err closes the connection.
-fn on_packet(ctx: &mut Ctx<'_>, m: &mut MqttConn, h: &FixedHeader, body: &[u8]) -> Result<(), Close> {
+fn on_packet(ctx: &mut Ctx<'_>, m: &mut MqttConn, h: &FixedHeader, body: &[u8]) -> Result<Step, Close> {
     let Some(version) = m.version else {
         if h.kind != kind::CONNECT {
             return Err(refuse(ctx, None, Error::UnexpectedPacket));
         }
         let version = decode::connect_version(body).map_err(|e| refuse(ctx, None, e))?;
         return match decode::packet(h, body, Role::Server, version, ctx.limits) {
-            Ok(Packet::Connect(c)) => connect::connect(ctx, m, *c),
+            Ok(Packet::Connect(c)) => {
+                let mut c = *c;
+                let (user, client_id) = (c.username.unwrap_or_default(), c.client_id);
+                if let Some(w) = &c.will {
+                    // A will its client may not publish is dropped (the CONNECT stands).
+                    match authz::decide(ctx, &[(w.topic, authz_action::Publish, w.qos as u8, w.retain)], Some((user, client_id))) {
+                        authz::Decision::Held => return Ok(Step::Held),
+                        authz::Decision::Decided(v) if v == [false] => {
+                            close::count(&mut ctx.req.stats.mqtt_publish_refused, Close::MqttAuthzHttpDenied);
+                            c.will = None;
+                        }
+                        _ => {}
+                    }
+                }
+                connect::connect(ctx, m, c)?;
+                let assigned;
+                let client_id = match (client_id, m.version) {
+                    ("", Some(Version::V5)) => {
+                        assigned = connect::assigned_id(ctx);
+                        assigned.as_str()
+                    }
+                    (id, _) => id,
+                };
+                authz::connected(ctx, user, client_id);
+                Ok(Step::Done)
+            }
             Ok(_) => Err(refuse(ctx, None, Error::UnexpectedPacket)),
             Err(e) => Err(refuse_connect(ctx, version, e.reason_code(), e.v3_connack(), Close::Mqtt(e))),
         };
@@ -270,9 +321,24 @@ fn on_packet(ctx: &mut Ctx<'_>, m: &mut MqttConn, h: &FixedHeader, body: &[u8]) 
             }
             return Err(Close::MqttDisconnect);
         }
-        Packet::Subscribe(s) => subscribe::subscribe(ctx, m, version, s)?,
+        Packet::Subscribe(s) => {
+            let items: Vec<authz::Item<'_>> = s
+                .subscriptions
+                .iter()
+                .map(|sub| {
+                    let filter = crate::proto::mqtt::topic::shared(sub.filter).map_or(sub.filter, |sh| sh.filter);
+                    (filter, authz_action::Subscribe, sub.qos as u8, false)
+                })
+                .collect();
+            let allowed = match authz::decide(ctx, &items, None) {
+                authz::Decision::Held => return Ok(Step::Held),
+                authz::Decision::Off => None,
+                authz::Decision::Decided(v) => Some(v),
+            };
+            subscribe::subscribe(ctx, m, version, s, allowed.as_deref())?
+        }
         Packet::Unsubscribe(u) => subscribe::unsubscribe(ctx, m, version, u)?,
-        Packet::Publish(p) => publish(ctx, m, version, p)?,
+        Packet::Publish(p) => return publish(ctx, m, version, p),
         Packet::PubAck(a) => acks::outbound(ctx, m, version, flight::Stage::Ack, &a),
         Packet::PubRec(a) => acks::outbound(ctx, m, version, flight::Stage::Rec, &a),
         Packet::PubComp(a) => acks::outbound(ctx, m, version, flight::Stage::Comp, &a),
@@ -280,7 +346,7 @@ fn on_packet(ctx: &mut Ctx<'_>, m: &mut MqttConn, h: &FixedHeader, body: &[u8]) 
         // AUTH without an authentication method (§4.12).
         _ => return Err(disconnect(ctx, version, Close::Mqtt(Error::UnexpectedPacket))),
     }
-    Ok(())
+    Ok(Step::Done)
 }
 
 /// Append one packet to the output.
@@ -342,7 +408,7 @@ fn publish_ack(qos: QoS, packet_id: u16, reason: u8) -> Option<Packet<'static>> 
 /// PUBLISH from a client: into the topic space, then PUBACK (QoS 1) or
 /// PUBREC (QoS 2: once per packet id until its PUBREL; a resend while
 /// it is due is acknowledged again, not forwarded again).
-fn publish(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, p: Publish<'_>) -> Result<(), Close> {
+fn publish(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, p: Publish<'_>) -> Result<Step, Close> {
     let aliased = match alias::resolve(m, p.topic, p.properties.topic_alias) {
         Ok(t) => t,
         Err(reason) => {
@@ -354,7 +420,18 @@ fn publish(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, p: Publish<'_>) -> R
     if is_sys(topic) {
         // The server's (MQTT-4.7.2-1).
         dropped(ctx, v, &p, Close::MqttSysTopic);
-        return Ok(());
+        return Ok(Step::Done);
+    }
+    if crate::proto::push::check_topic(topic.as_bytes()).is_ok() {
+        // The backend's word first: nothing else is done for a publish it refuses.
+        match authz::decide(ctx, &[(topic, authz_action::Publish, p.qos as u8, p.retain)], None) {
+            authz::Decision::Held => return Ok(Step::Held),
+            authz::Decision::Decided(v5) if v5 == [false] => {
+                dropped(ctx, v, &p, Close::MqttAuthzHttpDenied);
+                return Ok(Step::Done);
+            }
+            _ => {}
+        }
     }
     let origin = crate::server::commands::conn_id(ctx.worker, ctx.req.key, ctx.req.gen);
     let forwarded = Forwarded::from_publish(&p.properties, Some(origin));
@@ -373,7 +450,7 @@ fn publish(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, p: Publish<'_>) -> R
     };
     if refused == Some(Close::MqttAclDenied) {
         dropped(ctx, v, &p, Close::MqttAclDenied);
-        return Ok(());
+        return Ok(Step::Done);
     }
     if let Some(reason) = refused {
         close::count(&mut ctx.req.stats.mqtt_publish_refused, reason);
@@ -383,7 +460,7 @@ fn publish(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, p: Publish<'_>) -> R
             Some(ack) => send(ctx, v, &ack),
             None => return Err(disconnect(ctx, v, reason)),
         }
-        return Ok(());
+        return Ok(Step::Done);
     }
     if p.qos == QoS::ExactlyOnce {
         match m.extra_mut().flight.received(p.packet_id, usize::from(RECEIVE_MAXIMUM)) {
@@ -391,7 +468,7 @@ fn publish(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, p: Publish<'_>) -> R
             flight::Incoming::Resent => {
                 ctx.req.stats.mqtt_qos2_resent += 1;
                 send(ctx, v, &Packet::PubRec(Ack { packet_id: p.packet_id, reason: 0, properties: Properties::default() }));
-                return Ok(());
+                return Ok(Step::Done);
             }
             flight::Incoming::TooMany => {
                 m.tidy();
@@ -415,7 +492,7 @@ fn publish(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, p: Publish<'_>) -> R
                 Some(ack) => send(ctx, v, &ack),
                 None => return Err(disconnect(ctx, v, reason)),
             }
-            return Ok(());
+            return Ok(Step::Done);
         }
         ctx.req.stats.upstream_sent += 1;
     }
@@ -430,7 +507,7 @@ fn publish(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, p: Publish<'_>) -> R
     if let Some(ack) = publish_ack(p.qos, p.packet_id, 0) {
         send(ctx, v, &ack);
     }
-    Ok(())
+    Ok(Step::Done)
 }
 
 /// A publish dropped as mosquitto drops it (a `$SYS` topic, one the ACL

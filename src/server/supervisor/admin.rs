@@ -24,7 +24,11 @@ impl ServerFleet {
                     body: crate::server::supervisor::metrics::render(
                         &t,
                         &self.publisher,
-                        crate::server::supervisor::metrics::Own { config: &self.config_counters, hook: self.hook.as_ref().map(|h| &h.counters) },
+                        crate::server::supervisor::metrics::Own {
+                            config: &self.config_counters,
+                            hook: self.hook.as_ref().map(|h| &h.counters),
+                            authz: self.authz.as_ref().map(|h| &h.counters),
+                        },
                         self.accept_queue,
                         link.as_ref(),
                         admin.as_ref(),
@@ -50,6 +54,9 @@ impl ServerFleet {
                 v["config"] = serde_json::to_value(&self.config_counters).unwrap_or_default();
                 if let Some(h) = &self.hook {
                     v["mqtt_auth_http"] = serde_json::to_value(&h.counters).unwrap_or_default();
+                }
+                if let Some(h) = &self.authz {
+                    v["mqtt_authz_http"] = serde_json::to_value(&h.counters).unwrap_or_default();
                 }
                 v["stalled_workers"] = self.stalled().into();
                 v["accept_queue"] = self.accept_queue.into();

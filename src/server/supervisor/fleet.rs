@@ -116,6 +116,10 @@ pub(crate) struct ServerFleet {
     pub(super) hook: Option<crate::server::broker::auth_hook::Hook>,
     hook_waiting: std::collections::HashMap<u64, (usize, crate::server::broker::auth_hook::Waiting, crate::server::broker::auth_hook::Credentials)>,
     hook_seq: u64,
+    /// `--mqtt-authz-http`: its thread and cache, and the questions
+    /// waiting for it (worker, cache key, what about).
+    pub(super) authz: Option<crate::server::broker::auth_hook::Hook<crate::server::broker::auth_hook::AuthzCounters>>,
+    authz_waiting: std::collections::HashMap<u64, (usize, crate::server::broker::auth_hook::Key, crate::server::auth::authz::About)>,
     /// `--sys-interval`: the `$SYS` topics, when they were last published
     /// and when the server started (None: off).
     sys: Option<(super::sys_topics::SysTree, Duration, Instant)>,
@@ -228,6 +232,8 @@ impl ServerFleet {
             hook: None,
             hook_waiting: Default::default(),
             hook_seq: 0,
+            authz: None,
+            authz_waiting: Default::default(),
             sys: None,
             started: Instant::now(),
             retire_after: cfg.retire_after,
@@ -295,6 +301,10 @@ impl ServerFleet {
             let to = sink.clone();
             f.hook = Some(crate::server::broker::auth_hook::Hook::start(h.clone(), Arc::new(move |d| to(ServerEvent::AuthHook(d))))?);
         }
+        if let Some(h) = &cfg.authz_hook {
+            let to = sink.clone();
+            f.authz = Some(crate::server::broker::auth_hook::Hook::start(h.clone(), Arc::new(move |d| to(ServerEvent::AuthzHook(d))))?);
+        }
         for _ in 0..initial {
             f.spawn()?;
         }
@@ -360,6 +370,7 @@ impl ServerFleet {
                 return self.note("upstream_refused", usize::MAX, message, 0)
             }
             ServerEvent::AuthHook(d) => return self.hook_decided(d),
+            ServerEvent::AuthzHook(d) => return self.authz_decided(d),
             ServerEvent::Cluster(crate::cluster::ClusterEvent::Fatal(e)) => return self.failure = Some(e),
             ServerEvent::Broker(m) => return self.on_broker(m),
             ServerEvent::Cluster(crate::cluster::ClusterEvent::ClientIds { node, ids, at_us }) => {
@@ -412,6 +423,7 @@ impl ServerFleet {
             }
 
             PoolEvent::Msg(ServerMsg::UpgradeAsks { worker, asks }) => self.ask_upgrades(worker, asks),
+            PoolEvent::Msg(ServerMsg::AuthzAsks { worker, asks }) => self.ask_authz(worker, asks),
             PoolEvent::Msg(ServerMsg::SessionClaims { worker, claims }) => {
                 let claims = self.authenticate(worker, claims);
                 self.claim(worker, claims);
@@ -469,7 +481,8 @@ impl ServerFleet {
             };
             self.hook_seq += 1;
             let Some(hook) = &mut self.hook else { break };
-            match hook.ask(self.hook_seq, creds.clone(), now) {
+            let body = creds.body();
+            match hook.ask(self.hook_seq, &crate::server::broker::auth_hook::key(&body), body, now) {
                 None => {
                     self.hook_waiting.insert(self.hook_seq, (worker, crate::server::broker::auth_hook::Waiting::Claim(Box::new(c)), creds));
                 }
@@ -493,7 +506,7 @@ impl ServerFleet {
         let mut upgrades = Vec::new();
         for d in decided {
             let Some((worker, waiting, creds)) = self.hook_waiting.remove(&d.id) else { continue };
-            hook.answered(&creds, d.outcome, d.grant.as_ref(), now);
+            hook.answered(crate::server::broker::auth_hook::key(&creds.body()), d.outcome, d.grant.as_ref(), now);
             let mut c = match waiting {
                 crate::server::broker::auth_hook::Waiting::Claim(c) => *c,
                 crate::server::broker::auth_hook::Waiting::Upgrade(conn) => {
@@ -530,12 +543,62 @@ impl ServerFleet {
             };
             self.hook_seq += 1;
             let creds = crate::server::broker::auth_hook::Credentials::of_upgrade(a);
-            match hook.ask(self.hook_seq, creds.clone(), now) {
+            let body = creds.body();
+            match hook.ask(self.hook_seq, &crate::server::broker::auth_hook::key(&body), body, now) {
                 None => _ = self.hook_waiting.insert(self.hook_seq, (worker, crate::server::broker::auth_hook::Waiting::Upgrade(conn), creds)),
                 Some((o, _)) => decided.push((worker, crate::server::commands::UpgradeAnswer { conn, allow: o.admits(hook.fail_open) })),
             }
         }
         self.answer_upgrades(decided);
+    }
+
+    /// `--mqtt-authz-http`: publishes, subscriptions and wills held in
+    /// worker `worker`, asked of the backend (or decided from its cached
+    /// answers).
+    fn ask_authz(&mut self, worker: usize, asks: Vec<crate::server::auth::authz::About>) {
+        let now = Instant::now();
+        let mut decided = Vec::new();
+        for a in asks {
+            let Some(hook) = &mut self.authz else {
+                // No hook here (a worker of another configuration): refused, as a hook that cannot say.
+                decided.push(crate::server::auth::authz::Answer { about: a, allow: false });
+                continue;
+            };
+            self.hook_seq += 1;
+            let body = serde_json::to_vec(&crate::server::auth::authz::Request::of(&a)).expect("serializes");
+            let k = crate::server::broker::auth_hook::key(&body);
+            match hook.ask(self.hook_seq, &k, body, now) {
+                None => _ = self.authz_waiting.insert(self.hook_seq, (worker, k, a)),
+                Some((o, _)) => decided.push(crate::server::auth::authz::Answer { about: a, allow: o.admits(hook.fail_open) }),
+            }
+        }
+        self.answer_authz(worker, decided);
+    }
+
+    /// The backend decided questions [`Self::ask_authz`] asked.
+    fn authz_decided(&mut self, decided: Vec<crate::server::broker::auth_hook::Decision>) {
+        let Some(hook) = &mut self.authz else { return };
+        let now = Instant::now();
+        let mut by_worker = BTreeMap::<usize, Vec<crate::server::auth::authz::Answer>>::new();
+        for d in decided {
+            let Some((worker, k, about)) = self.authz_waiting.remove(&d.id) else { continue };
+            hook.answered(k, d.outcome, None, now);
+            by_worker.entry(worker).or_default().push(crate::server::auth::authz::Answer { about, allow: d.outcome.admits(hook.fail_open) });
+        }
+        for (w, answers) in by_worker {
+            self.answer_authz(w, answers);
+        }
+    }
+
+    /// Decisions to the worker whose packets wait for them (control lane).
+    fn answer_authz(&mut self, w: usize, answers: Vec<crate::server::auth::authz::Answer>) {
+        if answers.is_empty() {
+            return;
+        }
+        let cmd = format!("{} {}", crate::server::commands::CMD_AUTHZ, serde_json::to_string(&answers).expect("serializes"));
+        if self.pool.send_control(w, &cmd) == crate::supervise::pool::Sent::Full {
+            crate::stats::counters::bump(&mut self.publisher.sessions.counters.control_full, "authz");
+        }
     }
 
     /// Each decision to the worker holding its request (control lane: never dropped below its bound).
@@ -1200,6 +1263,7 @@ fn worker_template(cfg: &ServerConfig, initial: usize, max_workers: usize, budge
             flight: cfg.mqtt_flight,
             max_keep_alive: cfg.mqtt_max_keep_alive,
             auth_hook: cfg.auth_hook.is_some(),
+            authz_hook: cfg.authz_hook.as_ref().map(|h| (h.cache_ttl, h.timeout + crate::server::broker::auth_hook::AUTHZ_SLACK)),
         },
         tls: cfg.tls.clone(),
         drain_period_ms: cfg.drain_period.as_millis() as u64,

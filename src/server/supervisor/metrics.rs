@@ -21,6 +21,7 @@ pub(crate) const PREFIX: &str = "megaconn";
 pub(crate) struct Own<'a> {
     pub config: &'a super::reload::ConfigCounters,
     pub hook: Option<&'a crate::server::broker::auth_hook::HookCounters>,
+    pub authz: Option<&'a crate::server::broker::auth_hook::AuthzCounters>,
 }
 
 pub(crate) fn render(
@@ -42,6 +43,9 @@ pub(crate) fn render(
     shared.register(&mut r);
     own.config.register(&mut r);
     if let Some(h) = own.hook {
+        h.register(&mut r);
+    }
+    if let Some(h) = own.authz {
         h.register(&mut r);
     }
     if let Some(a) = admin {
@@ -114,7 +118,11 @@ mod tests {
         let text = render(
             &t,
             &publisher,
-            Own { config: &super::super::reload::ConfigCounters::example(), hook: Some(&crate::server::broker::auth_hook::HookCounters::example()) },
+            Own {
+                config: &super::super::reload::ConfigCounters::example(),
+                hook: Some(&crate::server::broker::auth_hook::HookCounters::example()),
+                authz: Some(&crate::server::broker::auth_hook::AuthzCounters::example()),
+            },
             7,
             None,
             None,
@@ -129,6 +137,7 @@ mod tests {
             .chain(crate::server::broker::shared::SharedCounters::DECLARED)
             .chain(super::super::reload::ConfigCounters::DECLARED)
             .chain(crate::server::broker::auth_hook::HookCounters::DECLARED)
+            .chain(crate::server::broker::auth_hook::AuthzCounters::DECLARED)
         {
             assert!(text.contains(&format!("# HELP {} ", d.kind.family_name(PREFIX, d.metric))), "{} missing from {text}", d.field);
         }
@@ -140,13 +149,27 @@ mod tests {
         assert!(text.ends_with("# EOF\n"), "{text}");
         assert!(text.contains("megaconn_accept_queue 7"), "{text}");
         let link = crate::cluster::LinkStatus { up: true, reconnects: 2, ..Default::default() };
-        let text =
-            render(&t, &crate::server::broker::publish::Publisher::for_test(), Own { config: &Default::default(), hook: None }, 0, Some(&link), None, None);
+        let text = render(
+            &t,
+            &crate::server::broker::publish::Publisher::for_test(),
+            Own { config: &Default::default(), hook: None, authz: None },
+            0,
+            Some(&link),
+            None,
+            None,
+        );
         assert!(text.contains("megaconn_cluster_link_up 1"), "{text}");
         assert!(text.contains("megaconn_cluster_reconnects_total 2"), "{text}");
         let link = crate::cluster::LinkStatus { refused: [("forged".to_string(), 3)].into(), ..Default::default() };
-        let text =
-            render(&t, &crate::server::broker::publish::Publisher::for_test(), Own { config: &Default::default(), hook: None }, 0, Some(&link), None, None);
+        let text = render(
+            &t,
+            &crate::server::broker::publish::Publisher::for_test(),
+            Own { config: &Default::default(), hook: None, authz: None },
+            0,
+            Some(&link),
+            None,
+            None,
+        );
         assert!(text.contains("megaconn_cluster_refused_total{reason=\"forged\"} 3"), "{text}");
         assert!(text.contains("megaconn_cluster_refused_total{reason=\"unsigned\"} 0"), "{text}");
         let history = crate::cluster::LogStatus {
@@ -155,8 +178,15 @@ mod tests {
             counters: crate::cluster::log::LogCounters::example(),
         };
         let link = crate::cluster::LinkStatus { history: Some(history), ..Default::default() };
-        let text =
-            render(&t, &crate::server::broker::publish::Publisher::for_test(), Own { config: &Default::default(), hook: None }, 0, Some(&link), None, None);
+        let text = render(
+            &t,
+            &crate::server::broker::publish::Publisher::for_test(),
+            Own { config: &Default::default(), hook: None, authz: None },
+            0,
+            Some(&link),
+            None,
+            None,
+        );
         for d in crate::cluster::log::LogCounters::DECLARED {
             assert!(text.contains(&format!("megaconn_cluster_history_{}_total ", d.metric)), "{}: {text}", d.metric);
         }

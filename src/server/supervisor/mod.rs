@@ -21,6 +21,8 @@ pub(crate) enum ServerEvent {
     Upstream(crate::server::broker::upstream::UpstreamEvent),
     /// The `--mqtt-auth-http` backend's answer.
     AuthHook(Vec<crate::server::broker::auth_hook::Decision>),
+    /// `--mqtt-authz-http`'s decisions.
+    AuthzHook(Vec<crate::server::broker::auth_hook::Decision>),
     /// What a broker shard says for the supervisor (`broker/shard.rs`).
     Broker(crate::server::broker::core::ToMain),
 }

@@ -27,6 +27,7 @@ use crate::server::tables::wildcards;
 use crate::server::worker::bus::Bus;
 use crate::supervise::control;
 use std::os::fd::AsRawFd;
+use std::time::Instant;
 
 /// v5 DISCONNECT: Session taken over.
 const SESSION_TAKEN_OVER: u8 = 0x8E;
@@ -313,11 +314,46 @@ impl Worker {
         control::emit(&ServerMsg::SessionsEnded { worker: self.cfg.worker, ended: vec![end] });
     }
 
+    /// `--mqtt-authz-http`: the backend's answers; the connections whose
+    /// packets waited on them read again from those packets (read from
+    /// the socket again once nothing waits).
+    pub(super) fn authz_decided(&mut self, answers: Vec<crate::server::auth::authz::Answer>) {
+        let Some(a) = &mut self.topics.gate.authz else { return };
+        for (key, gen, paused) in a.answered(answers, Instant::now()) {
+            let live = |w: &Self| w.conns.get(key).is_some_and(|c| c.gen == gen);
+            if !live(self) {
+                continue;
+            }
+            self.mqtt_resume(key);
+            if !paused || !live(self) {
+                continue;
+            }
+            match &mut self.topics.gate.authz {
+                // Its next packet waits too: still not read.
+                Some(a) if a.waits(key) => _ = a.pause(key),
+                _ => self.resume_reading(key),
+            }
+        }
+    }
+
+    /// `--mqtt-authz-http`: close connections whose packets waited for an
+    /// answer past their deadline (one never came back).
+    pub(super) fn expire_authz(&mut self, now: Instant) {
+        let Some(a) = &mut self.topics.gate.authz else { return };
+        for (key, gen) in a.overdue(now) {
+            if self.conns.get(key).is_some_and(|c| c.gen == gen) {
+                self.close(key, Close::MqttAuthzUnanswered);
+            }
+        }
+    }
+
     /// Hand the supervisor what the read of connection `key` left for
     /// it ([`emit`]).
     pub(super) fn emit_published(&mut self, key: usize) {
         let fd = self.conns.get(key).map(|c| c.stream.as_raw_fd());
-        emit(self.cfg.worker, &mut self.published, &mut self.topics, &mut self.bus, || fd.map(crate::sys::peer_ip).unwrap_or_default());
+        emit(self.cfg.worker, &mut self.published, &mut self.topics, &mut self.bus, &mut self.stats.mqtt_authz_asked, || {
+            fd.map(crate::sys::peer_ip).unwrap_or_default()
+        });
     }
 }
 
@@ -325,7 +361,7 @@ impl Worker {
 /// (before their PUBACKs go out), retained wants, client id claims,
 /// shared subscription groups joined and left. A claim without an owner
 /// (no `--auth`) is charged to `peer()`, the reading connection's address.
-pub(super) fn emit(w: usize, published: &mut mqtt::Published, topics: &mut Topics, bus: &mut Bus, peer: impl Fn() -> String) {
+pub(super) fn emit(w: usize, published: &mut mqtt::Published, topics: &mut Topics, bus: &mut Bus, asked: &mut u64, peer: impl Fn() -> String) {
     // Interest first: a subscription and a publish to it in one read
     // reach the topic's shard in that order.
     bus.take_interest(topics);
@@ -350,6 +386,13 @@ pub(super) fn emit(w: usize, published: &mut mqtt::Published, topics: &mut Topic
     }
     if !published.shared_changes.is_empty() {
         shares_changed(bus, w, std::mem::take(&mut published.shared_changes));
+    }
+    if let Some(a) = topics.gate.authz.as_mut() {
+        let asks = a.take_asks();
+        if !asks.is_empty() {
+            *asked += asks.len() as u64;
+            control::emit(&ServerMsg::AuthzAsks { worker: w, asks });
+        }
     }
 }
 

@@ -35,6 +35,18 @@ impl Worker {
                 _ => return,
             }
         }
+        // `--mqtt-authz-http`: a packet waits for the backend; the
+        // connection is not read meanwhile (TCP holds its client back),
+        // but what a receive brought is kept with it.
+        let held = readable && self.topics.gate.authz.as_mut().is_some_and(|a| a.pause(key));
+        let readable = match (held, &mut self.ring, self.conns.get(key)) {
+            (false, ..) => readable,
+            (true, Some(r), Some(c)) => {
+                r.next.ops.push(crate::uring::Op::Cancel { tag: crate::uring::recv_tag(key, c.gen) });
+                true
+            }
+            (true, ..) => false,
+        };
         let Some(conn) = self.conns.get_mut(key) else { return };
         let mut end: Option<Close> = None;
         let mut rearm = false;
@@ -172,7 +184,9 @@ impl Worker {
                         *self.mqtt.entry(key, reserve) = m;
                     }
                     negotiated = ctx.ws.deflate;
-                    super::mqtt_session::emit(self.cfg.worker, &mut self.published, &mut self.topics, &mut self.bus, || crate::sys::peer_ip(fd));
+                    super::mqtt_session::emit(self.cfg.worker, &mut self.published, &mut self.topics, &mut self.bus, &mut self.stats.mqtt_authz_asked, || {
+                        crate::sys::peer_ip(fd)
+                    });
                     super::upgrade::emit(self.cfg.worker, &mut self.upgrade_asks, || crate::sys::peer_ip(fd));
                     r
                 }
@@ -195,7 +209,9 @@ impl Worker {
                         None => Err(Close::MqttNoState),
                     });
                     // Into the topic space before the PUBACKs go out.
-                    super::mqtt_session::emit(self.cfg.worker, &mut self.published, &mut self.topics, &mut self.bus, || crate::sys::peer_ip(fd));
+                    super::mqtt_session::emit(self.cfg.worker, &mut self.published, &mut self.topics, &mut self.bus, &mut self.stats.mqtt_authz_asked, || {
+                        crate::sys::peer_ip(fd)
+                    });
                     r
                 }
                 // Raw and sse are client protocols (refused by the server's plan).

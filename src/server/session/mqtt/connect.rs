@@ -120,7 +120,7 @@ pub(crate) fn connect(ctx: &mut Ctx<'_>, m: &mut MqttConn, c: Connect<'_>) -> Re
 
 /// The client id a v5 CONNECT without one is given: unique by
 /// construction (worker, slot, generation).
-fn assigned_id(ctx: &Ctx<'_>) -> String {
+pub(super) fn assigned_id(ctx: &Ctx<'_>) -> String {
     format!("megaconn-{}-{}-{}", ctx.worker, ctx.req.key, ctx.req.gen)
 }
 

@@ -27,7 +27,7 @@ pub(crate) fn port() -> Port {
         tmp: Vec::new(),
         published: Published::default(),
         ws: WsConfig { max_message: 64 * 1024, max_head: 8192, push_format: PushFormat::Text, deflate: Default::default() },
-        mqtt: MqttConfig { max_push: 1024, flight: Default::default(), max_keep_alive: 0, auth_hook: false },
+        mqtt: MqttConfig { max_push: 1024, flight: Default::default(), max_keep_alive: 0, auth_hook: false, authz_hook: None },
         ext: ws::fresh(1),
         mqtt_state: None,
     }

@@ -18,7 +18,13 @@ fn parts() -> Parts {
         read: Read::new(),
         published: Published::default(),
         m: MqttConn::fresh(),
-        cfg: MqttConfig { max_push: 1024, flight: flight::Bounds { inflight: 2, queued: 1, queued_bytes: 1 << 20 }, max_keep_alive: 0, auth_hook: false },
+        cfg: MqttConfig {
+            max_push: 1024,
+            flight: flight::Bounds { inflight: 2, queued: 1, queued_bytes: 1 << 20 },
+            max_keep_alive: 0,
+            auth_hook: false,
+            authz_hook: None,
+        },
     }
 }
 
@@ -392,3 +398,47 @@ fn a_named_connect_waits_for_its_claim_and_what_follows_waits_unread() {
 }
 
 mod v5;
+
+/// `--mqtt-authz-http`: a PUBLISH and a SUBSCRIBE whose answers are not
+/// known wait unread (nothing used, nothing written, the questions
+/// made once), then go on as answered, in order.
+#[test]
+fn packets_wait_unread_for_the_authorizer_and_go_on_as_it_answers() {
+    use crate::server::auth::authz::{Answer, Local};
+    let mut p = parts();
+    let ttl = std::time::Duration::from_secs(60);
+    p.read.topics.gate.authz = Some(Box::new(Local::new(ttl, ttl)));
+    assert!(p.feed(&connect(Version::V5, 0)).0.is_ok());
+    let mut two = publish(Version::V5, "a/b", QoS::AtLeastOnce, b"hi");
+    two.extend_from_slice(&subscribe(Version::V5, &[("a/#", QoS::AtLeastOnce), ("x", QoS::AtMostOnce)]));
+    let (r, out) = p.feed(&two);
+    assert_eq!((r, out.len()), (Ok(0), 0), "the publish waits unread");
+    let a = p.read.topics.gate.authz.as_mut().unwrap();
+    let asks = a.take_asks();
+    assert_eq!(asks.len(), 1);
+    assert_eq!((asks[0].clientid.as_str(), asks[0].topic.as_str(), asks[0].qos), ("dev", "a/b", 1));
+    assert_eq!(p.feed(&two).0, Ok(0), "still waiting: asked once");
+    let a = p.read.topics.gate.authz.as_mut().unwrap();
+    assert!(a.take_asks().is_empty());
+    let back = a.answered(vec![Answer { about: asks[0].clone(), allow: true }], std::time::Instant::now());
+    assert_eq!(back.len(), 1);
+    let (r, out) = p.feed(&two);
+    let publish_len = two.len() - subscribe(Version::V5, &[("a/#", QoS::AtLeastOnce), ("x", QoS::AtMostOnce)]).len();
+    assert_eq!(r, Ok(publish_len), "the publish went on, the subscribe waits");
+    assert_eq!(out, bytes(&Packet::PubAck(Ack { packet_id: 9, reason: 0, properties: Properties::default() }), Version::V5));
+    assert_eq!(p.published.messages.len(), 1);
+    let a = p.read.topics.gate.authz.as_mut().unwrap();
+    let asks = a.take_asks();
+    assert_eq!(asks.iter().map(|a| a.topic.as_str()).collect::<Vec<_>>(), ["a/#", "x"]);
+    let now = std::time::Instant::now();
+    a.answered(vec![Answer { about: asks[0].clone(), allow: false }, Answer { about: asks[1].clone(), allow: true }], now);
+    let rest = &two[publish_len..];
+    let (r, out) = p.feed(rest);
+    assert_eq!(r, Ok(rest.len()));
+    assert_eq!(out, bytes(&Packet::SubAck(SubAck { packet_id: 7, properties: Properties::default(), codes: vec![0x87, 0] }), Version::V5));
+    assert_eq!(p.read.stats.subscribe_refused.get("mqtt_authz_http_denied"), Some(&1));
+    // Kept: the same publish again asks nobody.
+    let again = publish(Version::V5, "a/b", QoS::AtLeastOnce, b"hi");
+    assert_eq!(p.feed(&again).0, Ok(again.len()));
+    assert!(p.read.topics.gate.authz.as_mut().unwrap().take_asks().is_empty());
+}
