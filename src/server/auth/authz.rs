@@ -20,6 +20,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -94,11 +95,51 @@ pub(crate) struct Who {
     pub peerhost: Rc<str>,
 }
 
+/// One item of a packet: a topic (a subscription's filter), the action,
+/// QoS, retain.
+pub(crate) type Item<'a> = (&'a str, Action, u8, bool);
+
+/// [`About`] borrowed: what the cache is looked up by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Key<'a> {
+    username: &'a str,
+    clientid: &'a str,
+    peerhost: &'a str,
+    topic: &'a str,
+    action: Action,
+    qos: u8,
+    retain: bool,
+}
+
+impl<'a> Key<'a> {
+    fn of(who: &'a Who, &(topic, action, qos, retain): &Item<'a>) -> Key<'a> {
+        Key { username: &who.username, clientid: &who.clientid, peerhost: &who.peerhost, topic, action, qos, retain }
+    }
+
+    fn to_owned(self) -> About {
+        About {
+            username: self.username.into(),
+            clientid: self.clientid.into(),
+            peerhost: self.peerhost.into(),
+            topic: self.topic.into(),
+            action: self.action,
+            qos: self.qos,
+            retain: self.retain,
+        }
+    }
+}
+
+impl<'a> From<&'a About> for Key<'a> {
+    fn from(a: &'a About) -> Key<'a> {
+        Key { username: &a.username, clientid: &a.clientid, peerhost: &a.peerhost, topic: &a.topic, action: a.action, qos: a.qos, retain: a.retain }
+    }
+}
+
 /// What [`Local::decide`] says of a packet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Verdict {
-    /// Every item decided: allowed or not, in the order asked.
-    Decided(Vec<bool>),
+    /// Every item decided: the places of those denied (none: empty, no allocation).
+    Decided(Vec<usize>),
     /// Some are asked: the packet waits.
     Wait,
 }
@@ -121,7 +162,11 @@ struct Wait {
 pub(crate) struct Local {
     ttl: Duration,
     deadline: Duration,
-    cache: HashMap<About, (bool, Instant)>,
+    /// Answers by the hash of what they are about (compared whole on a
+    /// hit), until when each is kept: looked up without an allocation.
+    cache: HashMap<u64, Vec<(About, bool, Instant)>>,
+    kept: usize,
+    hasher: std::collections::hash_map::RandomState,
     /// Connections' user names, client ids (from their CONNECT) and addresses.
     who: HashMap<usize, (u32, Who)>,
     waiting: HashMap<usize, Wait>,
@@ -134,7 +179,17 @@ pub(crate) struct Local {
 impl Local {
     /// Answers kept `ttl`; a connection waits at most `deadline`.
     pub(crate) fn new(ttl: Duration, deadline: Duration) -> Local {
-        Local { ttl, deadline, cache: HashMap::new(), who: HashMap::new(), waiting: HashMap::new(), asked: HashMap::new(), asks: Vec::new() }
+        Local {
+            ttl,
+            deadline,
+            cache: HashMap::new(),
+            kept: 0,
+            hasher: Default::default(),
+            who: HashMap::new(),
+            waiting: HashMap::new(),
+            asked: HashMap::new(),
+            asks: Vec::new(),
+        }
     }
 
     /// Connection `key` (of generation `gen`) logged in as `who`.
@@ -169,30 +224,46 @@ impl Local {
         }
     }
 
-    /// Whether each of `items` may be done by connection `key`: decided
-    /// when every answer is known (its packet's own, then the cache's),
-    /// else the unknown ones are asked (once however many wait on them)
-    /// and the packet waits.
-    pub(crate) fn decide(&mut self, key: usize, gen: u32, items: &[About], now: Instant) -> Verdict {
-        let mut known = Vec::with_capacity(items.len());
-        for a in items {
-            let own = self.waiting.get(&key).filter(|w| w.gen == gen).and_then(|w| w.answers.iter().find(|(b, _)| b == a)).map(|(_, allow)| *allow);
-            let cached = || self.cache.get(a).filter(|(_, until)| now < *until).map(|(allow, _)| *allow);
-            // Past the bound of questions in flight a new one is denied at once.
-            let refused = || (self.asked.len() >= MAX_ASKED && !self.asked.contains_key(a)).then_some(false);
-            known.push(own.or_else(cached).or_else(refused));
+    /// Whether each of `items` may be done by connection `key` as
+    /// `who`: decided when every answer is known (its packet's own, then
+    /// the cache's; no allocation when all are allowed), else the
+    /// unknown ones are asked (once however many wait on them) and the
+    /// packet waits.
+    pub(crate) fn decide(&mut self, key: usize, gen: u32, who: &Who, items: &[Item<'_>], now: Instant) -> Verdict {
+        let mut denied = Vec::new();
+        let mut missing = false;
+        for (i, item) in items.iter().enumerate() {
+            let k = Key::of(who, item);
+            let own = self.waiting.get(&key).filter(|w| w.gen == gen).and_then(|w| w.answers.iter().find(|(b, _)| Key::from(b) == k)).map(|(_, allow)| *allow);
+            let known = own.or_else(|| self.cached(&k, now)).or_else(|| {
+                // Past the bound of questions in flight a new one is denied at once.
+                (self.asked.len() >= MAX_ASKED && !self.asked.contains_key(&k.to_owned())).then_some(false)
+            });
+            match known {
+                Some(true) => {}
+                Some(false) => denied.push(i),
+                None => missing = true,
+            }
         }
-        if known.iter().all(Option::is_some) {
-            // Read: its answers were for it.
-            self.waiting.remove(&key);
-            return Verdict::Decided(known.into_iter().flatten().collect());
+        if !missing {
+            if !self.waiting.is_empty() {
+                // Read: its answers were for it.
+                self.waiting.remove(&key);
+            }
+            return Verdict::Decided(denied);
         }
-        for (a, _) in items.iter().zip(&known).filter(|(_, k)| k.is_none()) {
-            let waiters = match self.asked.get_mut(a) {
+        for item in items {
+            let k = Key::of(who, item);
+            let answered = self.waiting.get(&key).filter(|w| w.gen == gen).is_some_and(|w| w.answers.iter().any(|(b, _)| Key::from(b) == k));
+            if answered || self.cached(&k, now).is_some() {
+                continue;
+            }
+            let a = k.to_owned();
+            let waiters = match self.asked.get_mut(&a) {
                 Some(w) => w,
                 None => {
                     self.asks.push(a.clone());
-                    self.asked.entry(a.clone()).or_default()
+                    self.asked.entry(a).or_default()
                 }
             };
             if !waiters.contains(&(key, gen)) {
@@ -205,6 +276,12 @@ impl Local {
         }
         w.held = true;
         Verdict::Wait
+    }
+
+    /// A kept answer about `k`, if it has not expired.
+    fn cached(&self, k: &Key<'_>, now: Instant) -> Option<bool> {
+        let h = self.hasher.hash_one(k);
+        self.cache.get(&h)?.iter().find(|(a, _, until)| Key::from(a) == *k && now < *until).map(|(_, allow, _)| *allow)
     }
 
     /// The questions made since the last take.
@@ -235,13 +312,27 @@ impl Local {
         if self.ttl.is_zero() {
             return;
         }
-        if self.cache.len() >= CACHE_ENTRIES {
-            self.cache.retain(|_, (_, until)| now < *until);
-            if self.cache.len() >= CACHE_ENTRIES {
+        if self.kept >= CACHE_ENTRIES {
+            self.cache.retain(|_, entries| {
+                entries.retain(|(_, _, until)| now < *until);
+                !entries.is_empty()
+            });
+            self.kept = self.cache.values().map(Vec::len).sum();
+            if self.kept >= CACHE_ENTRIES {
                 self.cache.clear();
+                self.kept = 0;
             }
         }
-        self.cache.insert(about, (allow, now + self.ttl));
+        let h = self.hasher.hash_one(Key::from(&about));
+        let entries = self.cache.entry(h).or_default();
+        let until = now + self.ttl;
+        match entries.iter_mut().find(|(a, _, _)| *a == about) {
+            Some(e) => (e.1, e.2) = (allow, until),
+            None => {
+                entries.push((about, allow, until));
+                self.kept += 1;
+            }
+        }
     }
 
     /// Connections that waited past their deadline (each once).
@@ -264,68 +355,86 @@ impl Local {
 mod tests {
     use super::*;
 
+    fn who() -> Who {
+        Who { username: "u".into(), clientid: "c".into(), peerhost: "127.0.0.1".into() }
+    }
+
     fn about(topic: &str, action: Action) -> About {
         About { username: "u".into(), clientid: "c".into(), peerhost: "127.0.0.1".into(), topic: topic.into(), action, qos: 1, retain: false }
+    }
+
+    fn item(topic: &str, action: Action) -> Item<'_> {
+        (topic, action, 1, false)
     }
 
     #[test]
     fn an_unknown_decision_is_asked_once_and_its_answer_brings_the_packet_back() {
         let now = Instant::now();
-        let mut l = Local::new(Duration::from_secs(60), Duration::from_secs(10));
-        let a = about("t/1", Action::Publish);
-        assert_eq!(l.decide(1, 7, std::slice::from_ref(&a), now), Verdict::Wait);
-        assert_eq!(l.decide(2, 3, std::slice::from_ref(&a), now), Verdict::Wait, "another connection waits on the same question");
+        let (mut l, w) = (Local::new(Duration::from_secs(60), Duration::from_secs(10)), who());
+        let a = [item("t/1", Action::Publish)];
+        assert_eq!(l.decide(1, 7, &w, &a, now), Verdict::Wait);
+        assert_eq!(l.decide(2, 3, &w, &a, now), Verdict::Wait, "another connection waits on the same question");
         assert!(l.waits(1) && l.waits(2) && l.pause(1));
-        assert_eq!(l.take_asks(), vec![a.clone()], "asked once");
-        let mut back = l.answered(vec![Answer { about: a.clone(), allow: true }], now);
+        assert_eq!(l.take_asks(), vec![about("t/1", Action::Publish)], "asked once");
+        let mut back = l.answered(vec![Answer { about: about("t/1", Action::Publish), allow: true }], now);
         back.sort();
         assert_eq!(back, vec![(1, 7, true), (2, 3, false)]);
         assert!(!l.waits(1));
-        assert_eq!(l.decide(1, 7, std::slice::from_ref(&a), now), Verdict::Decided(vec![true]));
-        assert_eq!(l.decide(9, 1, std::slice::from_ref(&a), now), Verdict::Decided(vec![true]), "kept for others");
-        assert!(l.take_asks().is_empty());
+        assert_eq!(l.decide(1, 7, &w, &a, now), Verdict::Decided(vec![]));
+        assert_eq!(l.decide(9, 1, &w, &a, now), Verdict::Decided(vec![]), "kept for others");
+        let other = Who { clientid: "d".into(), ..who() };
+        assert_eq!(l.decide(9, 1, &other, &a, now), Verdict::Wait, "kept for its client id only");
+        l.take_asks();
         let later = now + Duration::from_secs(61);
-        assert_eq!(l.decide(9, 1, std::slice::from_ref(&a), later), Verdict::Wait, "expired");
+        assert_eq!(l.decide(8, 1, &w, &a, later), Verdict::Wait, "expired");
     }
 
     #[test]
     fn without_a_cache_a_packet_still_reads_its_own_answers_however_they_come() {
         let now = Instant::now();
-        let mut l = Local::new(Duration::ZERO, Duration::from_secs(10));
-        let (a, b) = (about("a/#", Action::Subscribe), about("b", Action::Subscribe));
-        let items = [a.clone(), b.clone()];
-        assert_eq!(l.decide(1, 1, &items, now), Verdict::Wait);
+        let (mut l, w) = (Local::new(Duration::ZERO, Duration::from_secs(10)), who());
+        let items = [item("a/#", Action::Subscribe), item("b", Action::Subscribe)];
+        assert_eq!(l.decide(1, 1, &w, &items, now), Verdict::Wait);
         assert_eq!(l.take_asks().len(), 2);
-        assert_eq!(l.answered(vec![Answer { about: a.clone(), allow: false }], now), vec![(1, 1, false)]);
-        assert_eq!(l.decide(1, 1, &items, now), Verdict::Wait, "b is still out");
+        assert_eq!(l.answered(vec![Answer { about: about("a/#", Action::Subscribe), allow: false }], now), vec![(1, 1, false)]);
+        assert_eq!(l.decide(1, 1, &w, &items, now), Verdict::Wait, "b is still out");
         assert!(l.take_asks().is_empty(), "nothing asked twice");
-        l.answered(vec![Answer { about: b, allow: true }], now);
-        assert_eq!(l.decide(1, 1, &items, now), Verdict::Decided(vec![false, true]));
-        assert_eq!(l.decide(1, 1, &items, now), Verdict::Wait, "nothing kept: the next packet asks again");
+        l.answered(vec![Answer { about: about("b", Action::Subscribe), allow: true }], now);
+        assert_eq!(l.decide(1, 1, &w, &items, now), Verdict::Decided(vec![0]));
+        assert_eq!(l.decide(1, 1, &w, &items, now), Verdict::Wait, "nothing kept: the next packet asks again");
     }
 
     #[test]
     fn a_connection_waits_no_longer_than_its_deadline_and_questions_are_bounded() {
         let now = Instant::now();
-        let mut l = Local::new(Duration::from_secs(60), Duration::from_secs(5));
-        l.decide(4, 2, &[about("x", Action::Publish)], now);
+        let (mut l, w) = (Local::new(Duration::from_secs(60), Duration::from_secs(5)), who());
+        l.decide(4, 2, &w, &[item("x", Action::Publish)], now);
         assert!(l.overdue(now + Duration::from_secs(5)).is_empty());
         assert_eq!(l.overdue(now + Duration::from_secs(6)), vec![(4, 2)]);
         assert!(!l.waits(4));
         for i in 0..MAX_ASKED {
-            l.decide(5, 1, &[about(&i.to_string(), Action::Publish)], now);
+            l.decide(5, 1, &w, &[item(&i.to_string(), Action::Publish)], now);
         }
-        assert_eq!(l.decide(6, 1, &[about("one more", Action::Publish)], now), Verdict::Decided(vec![false]), "denied at once past the bound");
+        assert_eq!(l.decide(6, 1, &w, &[item("one more", Action::Publish)], now), Verdict::Decided(vec![0]), "denied at once past the bound");
+    }
+
+    #[test]
+    fn the_cache_is_bounded() {
+        let now = Instant::now();
+        let mut l = Local::new(Duration::from_secs(60), Duration::from_secs(5));
+        let answers = (0..CACHE_ENTRIES + 10).map(|i| Answer { about: about(&i.to_string(), Action::Publish), allow: true }).collect();
+        l.answered(answers, now);
+        assert!(l.kept <= CACHE_ENTRIES && l.kept > 0, "{}", l.kept);
+        assert_eq!(l.kept, l.cache.values().map(Vec::len).sum::<usize>());
     }
 
     #[test]
     fn a_closed_connection_is_not_brought_back() {
         let now = Instant::now();
-        let mut l = Local::new(Duration::from_secs(60), Duration::from_secs(5));
-        let a = about("t", Action::Publish);
-        l.decide(1, 1, std::slice::from_ref(&a), now);
+        let (mut l, w) = (Local::new(Duration::from_secs(60), Duration::from_secs(5)), who());
+        l.decide(1, 1, &w, &[item("t", Action::Publish)], now);
         l.forget(1);
-        assert!(l.answered(vec![Answer { about: a, allow: true }], now).is_empty());
+        assert!(l.answered(vec![Answer { about: about("t", Action::Publish), allow: true }], now).is_empty());
     }
 
     #[test]

@@ -42,7 +42,7 @@
 use crate::proto::mqtt::decode::{self, FixedHeader};
 use crate::proto::mqtt::forward::Forwarded;
 use crate::proto::mqtt::{encode, kind, Ack, ConnAck, Disconnect, Error, Limits, Packet, Properties, Publish, QoS, Role, Version};
-use crate::server::auth::authz::Action as authz_action;
+use crate::server::auth::authz::Action as AuthzAction;
 use crate::server::close::{self, Close};
 use crate::server::commands::{ClientPublish, RetainedWant, SessionClaim};
 use crate::server::session::requests::Requests;
@@ -273,9 +273,9 @@ fn on_packet(ctx: &mut Ctx<'_>, m: &mut MqttConn, h: &FixedHeader, body: &[u8]) 
                 let (user, client_id) = (c.username.unwrap_or_default(), c.client_id);
                 if let Some(w) = &c.will {
                     // A will its client may not publish is dropped (the CONNECT stands).
-                    match authz::decide(ctx, &[(w.topic, authz_action::Publish, w.qos as u8, w.retain)], Some((user, client_id))) {
+                    match authz::decide(ctx, &[(w.topic, AuthzAction::Publish, w.qos as u8, w.retain)], Some((user, client_id))) {
                         authz::Decision::Held => return Ok(Step::Held),
-                        authz::Decision::Decided(v) if v == [false] => {
+                        authz::Decision::Decided(denied) if !denied.is_empty() => {
                             close::count(&mut ctx.req.stats.mqtt_publish_refused, Close::MqttAuthzHttpDenied);
                             c.will = None;
                         }
@@ -327,15 +327,15 @@ fn on_packet(ctx: &mut Ctx<'_>, m: &mut MqttConn, h: &FixedHeader, body: &[u8]) 
                 .iter()
                 .map(|sub| {
                     let filter = crate::proto::mqtt::topic::shared(sub.filter).map_or(sub.filter, |sh| sh.filter);
-                    (filter, authz_action::Subscribe, sub.qos as u8, false)
+                    (filter, AuthzAction::Subscribe, sub.qos as u8, false)
                 })
                 .collect();
-            let allowed = match authz::decide(ctx, &items, None) {
+            let denied = match authz::decide(ctx, &items, None) {
                 authz::Decision::Held => return Ok(Step::Held),
-                authz::Decision::Off => None,
-                authz::Decision::Decided(v) => Some(v),
+                authz::Decision::Off => Vec::new(),
+                authz::Decision::Decided(denied) => denied,
             };
-            subscribe::subscribe(ctx, m, version, s, allowed.as_deref())?
+            subscribe::subscribe(ctx, m, version, s, &denied)?
         }
         Packet::Unsubscribe(u) => subscribe::unsubscribe(ctx, m, version, u)?,
         Packet::Publish(p) => return publish(ctx, m, version, p),
@@ -422,11 +422,11 @@ fn publish(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, p: Publish<'_>) -> R
         dropped(ctx, v, &p, Close::MqttSysTopic);
         return Ok(Step::Done);
     }
-    if crate::proto::push::check_topic(topic.as_bytes()).is_ok() {
+    if ctx.topics.gate.authz.is_some() && crate::proto::push::check_topic(topic.as_bytes()).is_ok() {
         // The backend's word first: nothing else is done for a publish it refuses.
-        match authz::decide(ctx, &[(topic, authz_action::Publish, p.qos as u8, p.retain)], None) {
+        match authz::decide(ctx, &[(topic, AuthzAction::Publish, p.qos as u8, p.retain)], None) {
             authz::Decision::Held => return Ok(Step::Held),
-            authz::Decision::Decided(v5) if v5 == [false] => {
+            authz::Decision::Decided(denied) if !denied.is_empty() => {
                 dropped(ctx, v, &p, Close::MqttAuthzHttpDenied);
                 return Ok(Step::Done);
             }

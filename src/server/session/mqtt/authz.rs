@@ -3,20 +3,18 @@
 //! worker's answers (`auth/authz.rs`) or held until they come.
 
 use super::Ctx;
-use crate::server::auth::authz::{About, Action, Verdict, Who};
+pub(super) use crate::server::auth::authz::Item;
+use crate::server::auth::authz::{Verdict, Who};
 
 /// What the backend says of a packet's items.
 pub(super) enum Decision {
     /// No backend: each goes on as far as the rest of the checks let it.
     Off,
-    /// Each item allowed or not, in order.
-    Decided(Vec<bool>),
+    /// Every item decided: the places of those denied.
+    Decided(Vec<usize>),
     /// Asked: the packet waits unread.
     Held,
 }
-
-/// One item: a topic (a subscription's filter), the action, QoS, retain.
-pub(super) type Item<'a> = (&'a str, Action, u8, bool);
 
 /// Decide `items` for the reading connection, as `who` (user name,
 /// client id; by default its CONNECT's).
@@ -27,20 +25,8 @@ pub(super) fn decide(ctx: &mut Ctx<'_>, items: &[Item<'_>], who: Option<(&str, &
         Some((u, c)) => Who { username: u.into(), clientid: c.into(), peerhost: crate::sys::peer_ip(ctx.peer_fd).into() },
         None => a.who(key).cloned().unwrap_or_default(),
     };
-    let items: Vec<About> = items
-        .iter()
-        .map(|(topic, action, qos, retain)| About {
-            username: w.username.to_string(),
-            clientid: w.clientid.to_string(),
-            peerhost: w.peerhost.to_string(),
-            topic: topic.to_string(),
-            action: *action,
-            qos: *qos,
-            retain: *retain,
-        })
-        .collect();
-    match a.decide(key, gen, &items, std::time::Instant::now()) {
-        Verdict::Decided(v) => Decision::Decided(v),
+    match a.decide(key, gen, &w, items, std::time::Instant::now()) {
+        Verdict::Decided(denied) => Decision::Decided(denied),
         Verdict::Wait => Decision::Held,
     }
 }

@@ -12,8 +12,8 @@ use crate::server::tables::wildcards;
 /// SUBSCRIBE: each filter into the worker's topics, its code in SUBACK;
 /// its options kept when not plain QoS 0, its retained messages asked
 /// for (v5 Retain Handling 0 always, 1 when it is new, 2 never).
-/// `allowed`: what `--mqtt-authz-http`'s backend said of each filter.
-pub(super) fn subscribe(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, s: crate::proto::mqtt::Subscribe<'_>, allowed: Option<&[bool]>) -> Result<(), Close> {
+/// `denied`: the places of the filters `--mqtt-authz-http`'s backend refused.
+pub(super) fn subscribe(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, s: crate::proto::mqtt::Subscribe<'_>, denied: &[usize]) -> Result<(), Close> {
     // Each filter is a command: a SUBSCRIBE of many costs as many.
     for _ in 0..s.subscriptions.len().max(1) {
         ctx.topics.rate.charge(ctx.req.key)?;
@@ -22,7 +22,7 @@ pub(super) fn subscribe(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, s: crat
     let sid = s.properties.subscription_ids.first().copied().unwrap_or(0);
     let mut codes = Vec::with_capacity(s.subscriptions.len());
     for (i, sub) in s.subscriptions.iter().enumerate() {
-        if allowed.is_some_and(|a| !a.get(i).copied().unwrap_or(false)) {
+        if denied.contains(&i) {
             crate::stats::counters::bump(&mut ctx.req.stats.subscribe_refused, Close::MqttAuthzHttpDenied.as_str());
             codes.push(if v == Version::V5 { 0x87 } else { 0x80 });
             continue;
