@@ -24,6 +24,7 @@
 #
 # Usage: bash bench/mqtt_vs_mosquitto.sh [memory|qos1|fanin|all=all]
 #   N=15000 PAIRS=1000 RATE=50 HOLD=20 DEVICES=2000 MEGACONN=path (else cargo build --release)
+#   MEGACONN_FLAGS="..." more `megaconn server` flags (e.g. an authorization backend)
 # Every wait is bounded; every process it starts is killed by PID at exit.
 # Ports 24200 (MQTT), 24201 (megaconn's admin API), 24202 (the subscribing
 # client's /stats).
@@ -68,7 +69,8 @@ start_broker() {
     printf 'listener %s 127.0.0.1\nallow_anonymous true\npersistence false\nmax_connections -1\nmax_queued_messages 1000\nlog_dest stderr\nlog_type error\n' "$port" > "$run/mosquitto.conf"
     /usr/sbin/mosquitto -c "$run/mosquitto.conf" > "$run/server-$name.log" 2>&1 &
   else
-    "$bin" server --protocol mqtt --listen 127.0.0.1 --ports "$port" --admin "127.0.0.1:$admin" "$@" \
+    # shellcheck disable=SC2086 # MEGACONN_FLAGS is a list of flags
+    "$bin" server --protocol mqtt --listen 127.0.0.1 --ports "$port" --admin "127.0.0.1:$admin" "$@" ${MEGACONN_FLAGS:-} \
       --stats-interval 1s > "$run/server-$name.log" 2>&1 &
   fi
   spid=$!; pids+=("$spid")
