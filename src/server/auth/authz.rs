@@ -57,6 +57,11 @@ pub(crate) struct Answer {
     #[serde(flatten)]
     pub about: About,
     pub allow: bool,
+    /// The backend's own answer, kept; false for what it could not say
+    /// (a timeout, an error: decided by failing closed or open), which
+    /// decides only the packets waiting on it.
+    #[serde(default)]
+    pub keep: bool,
 }
 
 /// The body the backend is POSTed: EMQX's authorization request.
@@ -294,7 +299,7 @@ impl Local {
     /// was stopped) are to be read again, their packets no longer held.
     pub(crate) fn answered(&mut self, answers: Vec<Answer>, now: Instant) -> Vec<(usize, u32, bool)> {
         let mut resume = Vec::new();
-        for Answer { about, allow } in answers {
+        for Answer { about, allow, keep } in answers {
             for (key, gen) in self.asked.remove(&about).unwrap_or_default() {
                 let Some(w) = self.waiting.get_mut(&key).filter(|w| w.gen == gen) else { continue };
                 w.answers.push((about.clone(), allow));
@@ -303,7 +308,9 @@ impl Local {
                     resume.push((key, gen, std::mem::take(&mut w.paused)));
                 }
             }
-            self.keep(about, allow, now);
+            if keep {
+                self.keep(about, allow, now);
+            }
         }
         resume
     }
@@ -376,7 +383,7 @@ mod tests {
         assert_eq!(l.decide(2, 3, &w, &a, now), Verdict::Wait, "another connection waits on the same question");
         assert!(l.waits(1) && l.waits(2) && l.pause(1));
         assert_eq!(l.take_asks(), vec![about("t/1", Action::Publish)], "asked once");
-        let mut back = l.answered(vec![Answer { about: about("t/1", Action::Publish), allow: true }], now);
+        let mut back = l.answered(vec![Answer { about: about("t/1", Action::Publish), allow: true, keep: true }], now);
         back.sort();
         assert_eq!(back, vec![(1, 7, true), (2, 3, false)]);
         assert!(!l.waits(1));
@@ -396,10 +403,10 @@ mod tests {
         let items = [item("a/#", Action::Subscribe), item("b", Action::Subscribe)];
         assert_eq!(l.decide(1, 1, &w, &items, now), Verdict::Wait);
         assert_eq!(l.take_asks().len(), 2);
-        assert_eq!(l.answered(vec![Answer { about: about("a/#", Action::Subscribe), allow: false }], now), vec![(1, 1, false)]);
+        assert_eq!(l.answered(vec![Answer { about: about("a/#", Action::Subscribe), allow: false, keep: true }], now), vec![(1, 1, false)]);
         assert_eq!(l.decide(1, 1, &w, &items, now), Verdict::Wait, "b is still out");
         assert!(l.take_asks().is_empty(), "nothing asked twice");
-        l.answered(vec![Answer { about: about("b", Action::Subscribe), allow: true }], now);
+        l.answered(vec![Answer { about: about("b", Action::Subscribe), allow: true, keep: true }], now);
         assert_eq!(l.decide(1, 1, &w, &items, now), Verdict::Decided(vec![0]));
         assert_eq!(l.decide(1, 1, &w, &items, now), Verdict::Wait, "nothing kept: the next packet asks again");
     }
@@ -419,10 +426,21 @@ mod tests {
     }
 
     #[test]
+    fn what_the_backend_could_not_say_decides_only_the_packets_waiting_on_it() {
+        let now = Instant::now();
+        let (mut l, w) = (Local::new(Duration::from_secs(60), Duration::from_secs(5)), who());
+        let a = [item("t", Action::Publish)];
+        l.decide(1, 1, &w, &a, now);
+        l.answered(vec![Answer { about: about("t", Action::Publish), allow: false, keep: false }], now);
+        assert_eq!(l.decide(1, 1, &w, &a, now), Verdict::Decided(vec![0]), "the waiting packet is denied");
+        assert_eq!(l.decide(1, 1, &w, &a, now), Verdict::Wait, "the next one asks again");
+    }
+
+    #[test]
     fn the_cache_is_bounded() {
         let now = Instant::now();
         let mut l = Local::new(Duration::from_secs(60), Duration::from_secs(5));
-        let answers = (0..CACHE_ENTRIES + 10).map(|i| Answer { about: about(&i.to_string(), Action::Publish), allow: true }).collect();
+        let answers = (0..CACHE_ENTRIES + 10).map(|i| Answer { about: about(&i.to_string(), Action::Publish), allow: true, keep: true }).collect();
         l.answered(answers, now);
         assert!(l.kept <= CACHE_ENTRIES && l.kept > 0, "{}", l.kept);
         assert_eq!(l.kept, l.cache.values().map(Vec::len).sum::<usize>());
@@ -434,7 +452,7 @@ mod tests {
         let (mut l, w) = (Local::new(Duration::from_secs(60), Duration::from_secs(5)), who());
         l.decide(1, 1, &w, &[item("t", Action::Publish)], now);
         l.forget(1);
-        assert!(l.answered(vec![Answer { about: about("t", Action::Publish), allow: true }], now).is_empty());
+        assert!(l.answered(vec![Answer { about: about("t", Action::Publish), allow: true, keep: true }], now).is_empty());
     }
 
     #[test]

@@ -134,7 +134,7 @@ impl Outcome {
     }
 
     /// The backend's own answer (kept in the cache), not a failure to get one.
-    fn answered(self) -> bool {
+    pub(crate) fn answered(self) -> bool {
         matches!(self, Outcome::Allow | Outcome::Deny | Outcome::Ignore)
     }
 

@@ -561,7 +561,7 @@ impl ServerFleet {
         for a in asks {
             let Some(hook) = &mut self.authz else {
                 // No hook here (a worker of another configuration): refused, as a hook that cannot say.
-                decided.push(crate::server::auth::authz::Answer { about: a, allow: false });
+                decided.push(crate::server::auth::authz::Answer { about: a, allow: false, keep: false });
                 continue;
             };
             self.hook_seq += 1;
@@ -569,7 +569,7 @@ impl ServerFleet {
             let k = crate::server::broker::auth_hook::key(&body);
             match hook.ask(self.hook_seq, &k, body, now) {
                 None => _ = self.authz_waiting.insert(self.hook_seq, (worker, k, a)),
-                Some((o, _)) => decided.push(crate::server::auth::authz::Answer { about: a, allow: o.admits(hook.fail_open) }),
+                Some((o, _)) => decided.push(crate::server::auth::authz::Answer { about: a, allow: o.admits(hook.fail_open), keep: o.answered() }),
             }
         }
         self.answer_authz(worker, decided);
@@ -583,7 +583,8 @@ impl ServerFleet {
         for d in decided {
             let Some((worker, k, about)) = self.authz_waiting.remove(&d.id) else { continue };
             hook.answered(k, d.outcome, None, now);
-            by_worker.entry(worker).or_default().push(crate::server::auth::authz::Answer { about, allow: d.outcome.admits(hook.fail_open) });
+            let (allow, keep) = (d.outcome.admits(hook.fail_open), d.outcome.answered());
+            by_worker.entry(worker).or_default().push(crate::server::auth::authz::Answer { about, allow, keep });
         }
         for (w, answers) in by_worker {
             self.answer_authz(w, answers);

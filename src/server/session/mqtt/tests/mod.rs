@@ -420,7 +420,7 @@ fn packets_wait_unread_for_the_authorizer_and_go_on_as_it_answers() {
     assert_eq!(p.feed(&two).0, Ok(0), "still waiting: asked once");
     let a = p.read.topics.gate.authz.as_mut().unwrap();
     assert!(a.take_asks().is_empty());
-    let back = a.answered(vec![Answer { about: asks[0].clone(), allow: true }], std::time::Instant::now());
+    let back = a.answered(vec![Answer { about: asks[0].clone(), allow: true, keep: true }], std::time::Instant::now());
     assert_eq!(back.len(), 1);
     let (r, out) = p.feed(&two);
     let publish_len = two.len() - subscribe(Version::V5, &[("a/#", QoS::AtLeastOnce), ("x", QoS::AtMostOnce)]).len();
@@ -431,7 +431,7 @@ fn packets_wait_unread_for_the_authorizer_and_go_on_as_it_answers() {
     let asks = a.take_asks();
     assert_eq!(asks.iter().map(|a| a.topic.as_str()).collect::<Vec<_>>(), ["a/#", "x"]);
     let now = std::time::Instant::now();
-    a.answered(vec![Answer { about: asks[0].clone(), allow: false }, Answer { about: asks[1].clone(), allow: true }], now);
+    a.answered(vec![Answer { about: asks[0].clone(), allow: false, keep: true }, Answer { about: asks[1].clone(), allow: true, keep: true }], now);
     let rest = &two[publish_len..];
     let (r, out) = p.feed(rest);
     assert_eq!(r, Ok(rest.len()));
