@@ -220,3 +220,49 @@ fn websocket_and_event_stream_requests_are_decided_by_their_cookie() {
     let v = stats_when(&admin, "the refusals counted", |v| v["auth_refused"]["auth_http_refused"] == 3);
     assert_eq!(v["close_reasons"]["auth_http_refused"], 3, "{v}");
 }
+
+#[test]
+fn event_streams_on_http_ports_are_decided_by_their_cookie() {
+    let (_backend, hook) = backend();
+    let url = format!("http://127.0.0.1:{hook}/auth");
+    let port = free_port();
+    let serve = format!("http={port}");
+    let (_s, _, ready) = server_ready(&["--serve", &serve, "--workers", "1", "--mqtt-auth-http", &url], None);
+    let admin = ready["admin"].as_str().unwrap().to_string();
+    let addr = format!("127.0.0.1:{port}");
+    // curl (a client nobody here wrote): allowed by its cookie, or 403.
+    let sse = |cookie: &str| {
+        let out = Command::new("curl")
+            .args(["-s", "-N", "--max-time", "2", "-o", "/dev/null", "-w", "%{http_code} %{content_type}", "-H", "Accept: text/event-stream", "-b", cookie])
+            .arg(format!("http://{addr}/events?subscribe=news"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(sse("session=good").starts_with("200 text/event-stream"), "{}", sse("session=good"));
+    assert!(sse("session=bad").starts_with("403"), "{}", sse("session=bad"));
+    // A plain request is not asked about; one pipelined before a held
+    // stream is answered first, the stream once the backend allowed it.
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\nGET /events?subscribe=news HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\nCookie: session=good\r\n\r\n",
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    let mut b = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("text/event-stream") {
+        let n = std::io::Read::read(&mut s, &mut b).expect("the answers");
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&b[..n]);
+    }
+    let text = String::from_utf8_lossy(&got);
+    assert_eq!(text.matches("HTTP/1.1 200").count(), 2, "{text}");
+    assert!(text.find("HTTP/1.1 200").unwrap() < text.find("text/event-stream").unwrap(), "{text}");
+    let (status, seen) = http(&format!("127.0.0.1:{hook}"), "GET", "/seen", b"", None);
+    assert_eq!(status, 200);
+    let seen: Vec<Value> = serde_json::from_str(&seen).unwrap();
+    assert_eq!(seen.len(), 3, "one ask per stream (their headers differ), none for the plain request: {seen:?}");
+    assert!(seen.iter().all(|a| a["protocol"] == "sse" && a["headers"]["accept"] == "text/event-stream"), "{seen:?}");
+    stats_when(&admin, "the refusal counted", |v| v["auth_refused"]["auth_http_refused"] == 1);
+}

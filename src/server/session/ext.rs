@@ -62,6 +62,39 @@ pub(crate) enum HookWait {
     Allowed,
 }
 
+/// What the `--mqtt-auth-http` backend is asked about a request whose
+/// head is `head`: its headers (lower-case names; a repeated one joined
+/// with ", "), a Basic `Authorization`'s user name and password. The peer
+/// address is the worker's to fill in.
+pub(crate) fn hook_ask(key: usize, gen: u32, events: bool, head: &[u8]) -> crate::server::commands::UpgradeAsk {
+    let mut raw = [httparse::EMPTY_HEADER; 64];
+    let mut req = httparse::Request::new(&mut raw);
+    let _ = req.parse(head);
+    let mut headers = std::collections::BTreeMap::<String, String>::new();
+    for h in req.headers.iter().filter(|h| !h.name.is_empty()) {
+        let v = String::from_utf8_lossy(h.value).into_owned();
+        headers.entry(h.name.to_ascii_lowercase()).and_modify(|old| *old = format!("{old}, {v}")).or_insert(v);
+    }
+    let (username, password) = headers
+        .get("authorization")
+        .and_then(|a| a.strip_prefix("Basic ").or_else(|| a.strip_prefix("basic ")))
+        .and_then(|b| {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD.decode(b.trim()).ok()
+        })
+        .and_then(|d| String::from_utf8(d).ok())
+        .and_then(|s| s.split_once(':').map(|(u, p)| (u.to_string(), p.to_string())))
+        .unwrap_or_default();
+    crate::server::commands::UpgradeAsk {
+        conn: crate::server::commands::conn_id(0, key, gen),
+        protocol: if events { "sse" } else { "ws" }.into(),
+        username,
+        password,
+        peerhost: String::new(),
+        headers,
+    }
+}
+
 /// The HTTP state inside an [`Ext`].
 pub(crate) trait HttpExt {
     fn http(&self) -> Option<&HttpConn>;

@@ -5,7 +5,7 @@
 
 use crate::proto::http::{self, HttpState, Step};
 use crate::server::close::Close;
-use crate::server::session::ext::{Ext, HttpExt};
+use crate::server::session::ext::{Ext, HookWait, HttpExt};
 use crate::server::session::requests::{Answer, Requests};
 
 /// Most bytes of pipelined requests kept behind a reply that is still
@@ -24,6 +24,9 @@ pub(crate) struct HttpConn {
     /// Worker-relative time (100 ms units) when the current incomplete
     /// request began; 0 when none. Slowloris guard.
     pub partial_since_ds: u32,
+    /// `--mqtt-auth-http`: an event-stream request asked of the backend,
+    /// waiting in the partial input (`worker/upgrade.rs` reads it again).
+    pub hook: HookWait,
 }
 
 /// Server-wide HTTP settings.
@@ -46,6 +49,9 @@ pub(crate) struct Ctx<'a> {
     pub subs: &'a mut crate::server::tables::topics::Subs,
     pub recoveries: &'a mut crate::server::tables::recovery::Recoveries,
     pub now_s: u32,
+    /// `--mqtt-auth-http`: where an event-stream request's ask goes (it
+    /// waits unanswered for the backend's decision).
+    pub asks: Option<&'a mut Vec<crate::server::commands::UpgradeAsk>>,
 }
 
 /// Handle as many requests in `buf` as possible; return the bytes used.
@@ -54,6 +60,14 @@ pub(crate) fn consume(ctx: &mut Ctx<'_>, conn: &mut Ext, buf: &[u8]) -> Result<u
     if crate::server::session::ext::sse_mut(conn).is_some() {
         // An event stream only sends; what its client sends is dropped.
         return Ok(buf.len());
+    }
+    if conn.http().is_some_and(|c| c.hook == HookWait::Asked) {
+        // Held for the backend: what a client sends meanwhile is held
+        // too, a head's worth at most.
+        if buf.len() > 2 * ctx.cfg.max_header_bytes {
+            return Err(Close::Http431HeadersTooLarge);
+        }
+        return Ok(0);
     }
     if conn.http().is_some_and(|c| c.awaiting) {
         // Pipelined requests wait unparsed behind a deferred reply; a
@@ -66,6 +80,7 @@ pub(crate) fn consume(ctx: &mut Ctx<'_>, conn: &mut Ext, buf: &[u8]) -> Result<u
     let mut st = conn.http().map(|c| c.state.clone()).unwrap_or_default();
     let mut pos = 0;
     let result = loop {
+        let start = pos;
         let (used, step) = http::next(&buf[pos..], &mut st, ctx.cfg.max_header_bytes);
         pos += used;
         match step {
@@ -82,6 +97,16 @@ pub(crate) fn consume(ctx: &mut Ctx<'_>, conn: &mut Ext, buf: &[u8]) -> Result<u
             Step::Request(req) if req.events.is_some() => {
                 // Whatever came before it is answered first, in order.
                 let events = req.events.expect("checked");
+                if let Some(asks) = ctx.asks.as_deref_mut() {
+                    // `--mqtt-auth-http`: held, unanswered, until the backend decides.
+                    let c = conn.http_or_default();
+                    if c.hook != HookWait::Allowed {
+                        c.hook = HookWait::Asked;
+                        asks.push(crate::server::session::ext::hook_ask(ctx.req.key, ctx.req.gen, true, &buf[start..pos]));
+                        st = HttpState::default();
+                        break Ok(start);
+                    }
+                }
                 // It hears pushes: with `--auth` it shows a token as a
                 // WebSocket would, or hears nothing (401).
                 if ctx.topics.gate.required() {
@@ -123,7 +148,7 @@ pub(crate) fn consume(ctx: &mut Ctx<'_>, conn: &mut Ext, buf: &[u8]) -> Result<u
         }
     };
     // Keep state only while it says something.
-    let idle = st == HttpState::default() && !conn.http().is_some_and(|c| c.awaiting);
+    let idle = st == HttpState::default() && !conn.http().is_some_and(|c| c.awaiting || c.hook != HookWait::No);
     if idle {
         if conn.http().is_some_and(|c| c.partial_since_ds != 0) {
             conn.http_mut().unwrap().state = st;
@@ -189,7 +214,7 @@ mod tests {
         /// Feed `buf`: the bytes used or the close, and what was written.
         fn feed(&mut self, buf: &[u8]) -> (Result<usize, Close>, String) {
             let (req, topics, subs) = self.read.split();
-            let mut ctx = Ctx { req, cfg: &self.cfg, date: DATE, topics, subs, recoveries: &mut self.recoveries, now_s: 7 };
+            let mut ctx = Ctx { req, cfg: &self.cfg, date: DATE, topics, subs, recoveries: &mut self.recoveries, now_s: 7, asks: None };
             let r = consume(&mut ctx, &mut self.ext, buf);
             (r, String::from_utf8(std::mem::take(&mut self.read.out)).unwrap())
         }

@@ -136,9 +136,11 @@ impl Worker {
                         subs: &mut conn.subs,
                         recoveries: &mut self.recoveries,
                         now_s,
+                        asks: self.cfg.mqtt.auth_hook.then_some(&mut self.upgrade_asks),
                     };
                     let r = read(&mut src, &mut conn.spills.partial(), &mut self.scratch, read_closed, |buf| http::consume(&mut ctx, http, buf));
                     http::track_partial(&mut conn.ext, conn.spills.has_partial(), now_ds);
+                    super::upgrade::emit(self.cfg.worker, &mut self.upgrade_asks, || crate::sys::peer_ip(fd));
                     r
                 }
                 Protocol::Ws => {
@@ -331,6 +333,13 @@ impl Worker {
         if h.close_after {
             return self.close(key, Close::HttpConnectionClose);
         }
+        self.reread_http(key, now_ds, now_s);
+    }
+
+    /// Parse what waited in an HTTP connection's partial input (pipelined
+    /// behind a reply, or an event-stream request held for the backend).
+    pub(super) fn reread_http(&mut self, key: usize, now_ds: u32, now_s: u32) {
+        let Some(conn) = self.conns.get_mut(key) else { return };
         let Some(buf) = conn.spills.partial().take() else {
             http::track_partial(&mut conn.ext, false, now_ds);
             return;
@@ -345,8 +354,16 @@ impl Worker {
             key,
             gen: conn.gen,
         };
-        let mut ctx =
-            http::Ctx { req, cfg: &self.cfg.http, date: &self.date, topics: &mut self.topics, subs: &mut conn.subs, recoveries: &mut self.recoveries, now_s };
+        let mut ctx = http::Ctx {
+            req,
+            cfg: &self.cfg.http,
+            date: &self.date,
+            topics: &mut self.topics,
+            subs: &mut conn.subs,
+            recoveries: &mut self.recoveries,
+            now_s,
+            asks: self.cfg.mqtt.auth_hook.then_some(&mut self.upgrade_asks),
+        };
         let r = http::consume(&mut ctx, &mut conn.ext, &buf);
         let mut end = r.as_ref().err().copied();
         if let Ok(used) = r {

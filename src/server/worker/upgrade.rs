@@ -1,6 +1,7 @@
-//! `--mqtt-auth-http` for WebSocket and event-stream clients: their
-//! request, held unanswered in the connection's partial input, is asked
-//! of the backend through the supervisor (`session/ws.rs` makes the ask,
+//! `--mqtt-auth-http` for WebSocket and event-stream clients (on `ws`
+//! ports, and event streams on `http` ports): their request, held
+//! unanswered in the connection's partial input, is asked of the backend
+//! through the supervisor (`session/ws.rs` and `session/http.rs` make the ask,
 //! [`emit`] sends it); the decision comes back as an `upgrade` command:
 //! allowed, the held request is read again and answered as it would have
 //! been without the hook; refused, it is answered 403 and closed
@@ -33,10 +34,14 @@ impl Worker {
     /// The backend decided a held request.
     pub(super) fn upgrade_decided(&mut self, a: UpgradeAnswer) {
         let (worker, key, gen) = split_id(a.conn);
-        let now_s = self.now_s();
+        let (now_s, now_ds) = (self.now_s(), self.now_ds());
         let Some(conn) = self.conns.get_mut(key).filter(|c| worker == self.cfg.worker && c.gen == gen) else { return };
-        let Some(ConnExt::Ws(w)) = conn.ext.as_deref_mut() else { return };
-        if w.hook != HookWait::Asked {
+        let (hook, http) = match conn.ext.as_deref_mut() {
+            Some(ConnExt::Ws(w)) => (&mut w.hook, false),
+            Some(ConnExt::Http(h)) => (&mut h.hook, true),
+            _ => return,
+        };
+        if *hook != HookWait::Asked {
             return;
         }
         if !a.allow {
@@ -48,7 +53,11 @@ impl Worker {
             crate::server::close::count(&mut self.stats.auth_refused, Close::AuthHttpRefused);
             return self.close(key, Close::AuthHttpRefused);
         }
-        w.hook = HookWait::Allowed;
+        *hook = HookWait::Allowed;
+        if http {
+            // An event stream on an HTTP port: read again as any request waiting there.
+            return self.reread_http(key, now_ds, now_s);
+        }
         // The held request, read again as it came.
         let Some(buf) = conn.spills.partial().take() else { return };
         self.out.clear();
