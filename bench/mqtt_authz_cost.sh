@@ -39,7 +39,12 @@ class Allow(BaseHTTPRequestHandler):
         self.wfile.write(body)
     def log_message(self, *args):
         pass
-ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Allow).serve_forever()
+class Server(ThreadingHTTPServer):
+    # Python's default listen backlog is 5: megaconn opens up to
+    # --mqtt-auth-http-concurrency (64) connections at once, and SYNs
+    # past the backlog wait seconds for their retransmission.
+    request_queue_size = 1024
+Server(("127.0.0.1", int(sys.argv[1])), Allow).serve_forever()
 PY
 python3 "$run/allow_all.py" "$hook" > "$run/backend.log" 2>&1 &
 backend=$!
