@@ -45,7 +45,7 @@ fn connected(port: u16, level: u8, id: &str, login: Option<(&str, &str)>) -> (st
 }
 
 /// The backend up (it says READY) on a port of its own.
-fn backend() -> (Peer, u16) {
+pub(crate) fn backend() -> (Peer, u16) {
     let port = free_port();
     let mut py = Command::new("python3");
     py.arg(peer("auth_http_backend.py")).arg(port.to_string());

@@ -5,6 +5,7 @@
 //! JSON (fail closed), a slow answer that holds the packet (and only its
 //! connection) without reordering, answers reused from the cache, a
 //! backend that cannot be reached failing closed or open when told.
+use crate::auth_http::backend;
 use crate::common::mqtt_raw::{frame, packet, publish_body, subscribe_packet};
 use crate::common::*;
 use crate::mqtt::stats_when;
@@ -13,16 +14,6 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Command;
 use std::time::Duration;
-
-/// The backend up (it says READY) on a port of its own.
-fn backend() -> (Peer, u16) {
-    let port = free_port();
-    let mut py = Command::new("python3");
-    py.arg(peer("auth_http_backend.py")).arg(port.to_string());
-    let mut p = Peer::spawn("auth_http_backend.py", py);
-    assert_eq!(p.line(Duration::from_secs(30), "the backend listening"), "READY");
-    (p, port)
-}
 
 /// A CONNECT (`level` 4 or 5, clean) with this client id and user name
 /// (password "x"), and (3.1.1) a will to `will` if given: the connection, after

@@ -43,12 +43,15 @@ class Client:
     """A paho client (MQTT 5 unless `version` says otherwise) connected to
     127.0.0.1:`port`; `connect_props` are its CONNECT properties, `will`
     (topic, payload, Properties) its will, `login` (user, password) its
-    credentials (a token as password with --auth jwt)."""
+    credentials (a token as password with --auth jwt); `transport`
+    "websockets" speaks MQTT over WebSocket (path /mqtt) to a ws port."""
 
-    def __init__(self, port, name, version=mqtt.MQTTv5, connect_props=None, will=None, clean=True, login=None, keepalive=60):
+    def __init__(self, port, name, version=mqtt.MQTTv5, connect_props=None, will=None, clean=True, login=None, keepalive=60, transport="tcp"):
         self.v5 = version == mqtt.MQTTv5
         kw = {} if self.v5 else {"clean_session": clean}
-        self.c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=name, protocol=version, **kw)
+        self.c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=name, protocol=version, transport=transport, **kw)
+        if transport == "websockets":
+            self.c.ws_set_options(path="/mqtt")
         self.events = queue.Queue()
         self.messages = queue.Queue()
         self.c.on_connect = lambda c, u, flags, rc, props: self.events.put(("connack", flags, rc, props))

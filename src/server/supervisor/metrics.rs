@@ -148,28 +148,23 @@ mod tests {
         assert!(text.contains("megaconn_push_delivery_latency_seconds_count 3"), "{text}");
         assert!(text.ends_with("# EOF\n"), "{text}");
         assert!(text.contains("megaconn_accept_queue 7"), "{text}");
+        let with_link = |link: &crate::cluster::LinkStatus| {
+            render(
+                &t,
+                &crate::server::broker::publish::Publisher::for_test(),
+                Own { config: &Default::default(), hook: None, authz: None },
+                0,
+                Some(link),
+                None,
+                None,
+            )
+        };
         let link = crate::cluster::LinkStatus { up: true, reconnects: 2, ..Default::default() };
-        let text = render(
-            &t,
-            &crate::server::broker::publish::Publisher::for_test(),
-            Own { config: &Default::default(), hook: None, authz: None },
-            0,
-            Some(&link),
-            None,
-            None,
-        );
+        let text = with_link(&link);
         assert!(text.contains("megaconn_cluster_link_up 1"), "{text}");
         assert!(text.contains("megaconn_cluster_reconnects_total 2"), "{text}");
         let link = crate::cluster::LinkStatus { refused: [("forged".to_string(), 3)].into(), ..Default::default() };
-        let text = render(
-            &t,
-            &crate::server::broker::publish::Publisher::for_test(),
-            Own { config: &Default::default(), hook: None, authz: None },
-            0,
-            Some(&link),
-            None,
-            None,
-        );
+        let text = with_link(&link);
         assert!(text.contains("megaconn_cluster_refused_total{reason=\"forged\"} 3"), "{text}");
         assert!(text.contains("megaconn_cluster_refused_total{reason=\"unsigned\"} 0"), "{text}");
         let history = crate::cluster::LogStatus {
