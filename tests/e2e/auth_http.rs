@@ -4,7 +4,7 @@
 //! answer past the timeout and one that is not JSON, each with its CONNACK
 //! and counted; what it is asked; answers reused from the cache; a
 //! backend that cannot be reached fails closed, or open when told.
-use crate::common::mqtt_raw::{frame, packet, publish_body, subscribe_packet};
+use crate::common::mqtt_raw::{frame, login_packet, packet, publish_body, subscribe_packet};
 use crate::common::*;
 use crate::mqtt::stats_when;
 use serde_json::Value;
@@ -21,24 +21,9 @@ fn connack(port: u16, level: u8, id: &str, login: Option<(&str, &str)>) -> (u8, 
 
 /// [`connack`], and the connection.
 fn connected(port: u16, level: u8, id: &str, login: Option<(&str, &str)>) -> (std::net::TcpStream, u8, Vec<u8>) {
-    let flags = if login.is_some() { 0xc2 } else { 0x02 };
-    let mut body = b"\x00\x04MQTT".to_vec();
-    body.extend_from_slice(&[level, flags, 0, 60]);
-    if level == 5 {
-        body.push(0);
-    }
-    let mut field = |f: &[u8]| {
-        body.extend_from_slice(&(f.len() as u16).to_be_bytes());
-        body.extend_from_slice(f);
-    };
-    field(id.as_bytes());
-    if let Some((user, password)) = login {
-        field(user.as_bytes());
-        field(password.as_bytes());
-    }
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    s.write_all(&frame(0x10, &body)).unwrap();
+    s.write_all(&login_packet(level, id, login, None)).unwrap();
     let (kind, ack) = packet(&mut s);
     assert_eq!(kind, 0x20, "a CONNACK");
     (s, ack[1], ack)

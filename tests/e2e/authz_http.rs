@@ -6,7 +6,7 @@
 //! connection) without reordering, answers reused from the cache, a
 //! backend that cannot be reached failing closed or open when told.
 use crate::auth_http::backend;
-use crate::common::mqtt_raw::{frame, packet, publish_body, subscribe_packet};
+use crate::common::mqtt_raw::{frame, login_packet, packet, publish_body, subscribe_packet};
 use crate::common::*;
 use crate::mqtt::stats_when;
 use serde_json::Value;
@@ -19,27 +19,9 @@ use std::time::Duration;
 /// (password "x"), and (3.1.1) a will to `will` if given: the connection, after
 /// a CONNACK that accepts it.
 fn client(port: u16, level: u8, id: &str, user: &str, will: Option<&str>) -> TcpStream {
-    let mut body = b"\x00\x04MQTT".to_vec();
-    let flags = 0xc2 | if will.is_some() { 0x04 } else { 0 };
-    body.extend_from_slice(&[level, flags, 0, 60]);
-    if level == 5 {
-        body.push(0);
-    }
-    let mut field = |f: &[u8]| {
-        body.extend_from_slice(&(f.len() as u16).to_be_bytes());
-        body.extend_from_slice(f);
-    };
-    field(id.as_bytes());
-    if let Some(w) = will {
-        assert_eq!(level, 4, "wills are written here in 3.1.1's form (no properties)");
-        field(w.as_bytes());
-        field(b"gone");
-    }
-    field(user.as_bytes());
-    field(b"x");
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    s.write_all(&frame(0x10, &body)).unwrap();
+    s.write_all(&login_packet(level, id, Some((user, "x")), will)).unwrap();
     let (kind, ack) = packet(&mut s);
     assert_eq!((kind, ack[1]), (0x20, 0), "an accepting CONNACK");
     s

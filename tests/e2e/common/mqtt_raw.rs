@@ -92,6 +92,33 @@ pub fn connect_packet(level: u8, id: &str, clean: bool, props: &[u8]) -> Vec<u8>
     frame(0x10, &body)
 }
 
+/// A clean CONNECT (`level` 4 or 5, keep-alive 60 s, no properties)
+/// with this client id, a will to `will` (payload "gone"; 3.1.1's form
+/// only) and a user name and password.
+pub fn login_packet(level: u8, id: &str, login: Option<(&str, &str)>, will: Option<&str>) -> Vec<u8> {
+    let flags = 0x02 | if login.is_some() { 0xc0 } else { 0 } | if will.is_some() { 0x04 } else { 0 };
+    let mut body = b"\x00\x04MQTT".to_vec();
+    body.extend_from_slice(&[level, flags, 0, 60]);
+    if level == 5 {
+        body.push(0);
+    }
+    let mut field = |f: &[u8]| {
+        body.extend_from_slice(&(f.len() as u16).to_be_bytes());
+        body.extend_from_slice(f);
+    };
+    field(id.as_bytes());
+    if let Some(w) = will {
+        assert_eq!(level, 4, "wills are written here in 3.1.1's form (no properties)");
+        field(w.as_bytes());
+        field(b"gone");
+    }
+    if let Some((user, password)) = login {
+        field(user.as_bytes());
+        field(password.as_bytes());
+    }
+    frame(0x10, &body)
+}
+
 /// Connect a raw client (clean) and read its CONNACK.
 pub fn raw_client(port: u16, level: u8, id: &str, props: &[u8]) -> TcpStream {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
