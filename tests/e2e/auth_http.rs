@@ -129,6 +129,19 @@ fn the_backends_acl_decides_what_each_client_publishes_and_subscribes_to() {
 }
 
 #[test]
+fn a_superuser_without_a_user_name_is_not_held_by_admin_topics() {
+    let (_backend, hook) = backend();
+    let url = format!("http://127.0.0.1:{hook}/auth");
+    let (_s, _, port) = crate::mqtt::mqtt_server(&["--mqtt-auth-http", &url, "--admin-topics", "ops/*"]);
+    let (mut root, code, _) = connected(port, 5, "anon-root", None);
+    assert_eq!(code, 0);
+    assert_eq!(suback(&mut root, 1, &["ops/alerts"]), [1], "a superuser subscribes to an admin topic");
+    let (mut plain, code, _) = connected(port, 5, "anon", None);
+    assert_eq!(code, 0, "204 allows");
+    assert_eq!(suback(&mut plain, 1, &["ops/alerts"]), [0x87], "anyone else is refused it");
+}
+
+#[test]
 fn a_connection_ends_at_the_expire_at_its_backend_gave() {
     let (_backend, hook) = backend();
     let url = format!("http://127.0.0.1:{hook}/auth");

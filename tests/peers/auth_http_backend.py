@@ -5,7 +5,7 @@
 #   bob: 200 {"result": "deny"}      ig: 200 {"result": "ignore"}
 #   err: 500                         slow: allow after 3 s
 #   bad: 200 with a body that is not JSON
-#   no user name: 204 (allows)
+#   no user name: 204 (allows); with client id anon-root: allow, is_superuser
 #   dev: allow with EMQX's acl: publish tele/${clientid}/#, subscribe
 #        cmd/${username}/#, deny all else
 #   root: allow, is_superuser, and an acl denying all (a superuser is not limited)
@@ -82,6 +82,8 @@ class Handler(BaseHTTPRequestHandler):
             result("allow")
         elif user == "bad":
             self.answer(200, b"allow", "text/plain")
+        elif user == "" and ask.get("clientid") == "anon-root":
+            self.answer(200, json.dumps({"result": "allow", "is_superuser": True}).encode())
         elif user == "":
             self.answer(204)
         elif user == "dev":

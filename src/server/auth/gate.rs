@@ -225,10 +225,12 @@ impl Gate {
 
     /// What the `--mqtt-auth-http` backend granted connection `key` (of
     /// generation `gen`): its user name the connection's identity, its
-    /// `expire_at` when it is closed, its rules what it may publish and
-    /// subscribe to.
+    /// `expire_at` when it is closed, `is_superuser` past `--admin-topics`,
+    /// its rules what it may publish and subscribe to. A connection
+    /// without a user name given an expiry or superuser is admitted under
+    /// the empty name.
     pub(crate) fn grant(&mut self, key: usize, gen: u32, g: super::hook_acl::Grant) {
-        if !g.user.is_empty() || g.expire_at.is_some() {
+        if !g.user.is_empty() || g.expire_at.is_some() || g.superuser {
             let claims = Claims { sub: g.user.clone(), exp: g.expire_at.unwrap_or(u64::MAX), topics: Vec::new(), info: None, admin: g.superuser };
             self.admit(key, gen, claims);
         }
