@@ -176,7 +176,7 @@ pub(crate) struct Local {
     who: HashMap<usize, (u32, Who)>,
     waiting: HashMap<usize, Wait>,
     /// Questions in flight, with the connections waiting on each.
-    asked: HashMap<About, Vec<(usize, u32)>>,
+    asked: HashMap<About, (Instant, Vec<(usize, u32)>)>,
     /// Questions made since the last take.
     asks: Vec<About>,
 }
@@ -264,11 +264,11 @@ impl Local {
                 continue;
             }
             let a = k.to_owned();
-            let waiters = match self.asked.get_mut(&a) {
+            let (_, waiters) = match self.asked.get_mut(&a) {
                 Some(w) => w,
                 None => {
                     self.asks.push(a.clone());
-                    self.asked.entry(a).or_default()
+                    self.asked.entry(a).or_insert_with(|| (now, Vec::new()))
                 }
             };
             if !waiters.contains(&(key, gen)) {
@@ -300,7 +300,7 @@ impl Local {
     pub(crate) fn answered(&mut self, answers: Vec<Answer>, now: Instant) -> Vec<(usize, u32, bool)> {
         let mut resume = Vec::new();
         for Answer { about, allow, keep } in answers {
-            for (key, gen) in self.asked.remove(&about).unwrap_or_default() {
+            for (key, gen) in self.asked.remove(&about).map(|(_, w)| w).unwrap_or_default() {
                 let Some(w) = self.waiting.get_mut(&key).filter(|w| w.gen == gen) else { continue };
                 w.answers.push((about.clone(), allow));
                 if w.held {
@@ -342,8 +342,14 @@ impl Local {
         }
     }
 
-    /// Connections that waited past their deadline (each once).
+    /// Connections that waited past their deadline (each once); a
+    /// question unanswered that long is forgotten (its answer lost on
+    /// the way: the next packet asks again).
     pub(crate) fn overdue(&mut self, now: Instant) -> Vec<(usize, u32)> {
+        if !self.asked.is_empty() {
+            let deadline = self.deadline;
+            self.asked.retain(|_, (at, _)| now.duration_since(*at) <= deadline);
+        }
         let late: Vec<(usize, u32)> =
             self.waiting.iter().filter(|(_, w)| w.held && now.duration_since(w.since) > self.deadline).map(|(k, w)| (*k, w.gen)).collect();
         for (k, _) in &late {
@@ -419,6 +425,9 @@ mod tests {
         assert!(l.overdue(now + Duration::from_secs(5)).is_empty());
         assert_eq!(l.overdue(now + Duration::from_secs(6)), vec![(4, 2)]);
         assert!(!l.waits(4));
+        assert!(l.take_asks().len() == 1 && l.asked.is_empty(), "the lost question is forgotten");
+        assert_eq!(l.decide(4, 3, &w, &[item("x", Action::Publish)], now), Verdict::Wait);
+        assert_eq!(l.take_asks().len(), 1, "and asked again by the next packet");
         for i in 0..MAX_ASKED {
             l.decide(5, 1, &w, &[item(&i.to_string(), Action::Publish)], now);
         }
