@@ -183,6 +183,14 @@ fn an_authorizer_that_cannot_be_reached_fails_closed_unless_told_open() {
 }
 
 #[test]
+fn a_url_that_is_not_http_is_a_usage_error_naming_the_flag() {
+    let out = megaconn().args(["server", "--mqtt-authz-http", "nats://127.0.0.1:4222/x"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--mqtt-authz-http nats://127.0.0.1:4222/x: give an http:// URL") && !err.contains("JetStream"), "{err}");
+}
+
+#[test]
 fn fail_open_without_a_backend_is_a_usage_error() {
     let out = megaconn().args(["server", "--mqtt-auth-http-fail-open"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));

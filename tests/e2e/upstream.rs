@@ -129,7 +129,7 @@ fn presence_lists_users_and_the_app_hears_joins_and_leaves() {
 
 #[test]
 fn upstream_urls_are_checked() {
-    for (url, says) in [("https://x/hook", "https is not supported"), ("ftp://x", "give an http:// URL"), ("http://x:99999/", "not a port")] {
+    for (url, says) in [("https://x/hook", "https is not supported"), ("ftp://x", "or nats://HOST:PORT/SUBJECT.PREFIX"), ("http://x:99999/", "not a port")] {
         let mut cmd = megaconn();
         cmd.args(["server", "--admin", "off", "--duration", "2s", "--upstream", url]);
         let (code, _, err) = run(cmd, Duration::from_secs(20));

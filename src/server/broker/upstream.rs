@@ -200,7 +200,7 @@ pub(crate) struct Target {
 /// Check an `--upstream` URL: http://HOST[:PORT][/PATH].
 pub(crate) fn parse_url(url: &str) -> Result<Target, String> {
     let rest = url.strip_prefix("http://").ok_or_else(|| {
-        format!("--upstream {url}: give an http:// URL of your backend's webhook, e.g. http://127.0.0.1:8080/megaconn (https is not supported yet: put a local proxy in front), or nats://HOST:PORT/SUBJECT.PREFIX for NATS JetStream")
+        format!("--upstream {url}: give an http:// URL of your backend's webhook, e.g. http://127.0.0.1:8080/megaconn (https is not supported yet: put a local proxy in front)")
     })?;
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
@@ -240,7 +240,10 @@ impl Destination {
 pub(crate) fn parse_destination(url: &str) -> Result<Destination, String> {
     match nats::is_nats(url) {
         true => nats::parse(url).map(Destination::Nats),
-        false => parse_url(url).map(Destination::Webhook),
+        false => parse_url(url).map(Destination::Webhook).map_err(|e| match url.contains("://") && !url.starts_with("http://") {
+            true => format!("{e}, or nats://HOST:PORT/SUBJECT.PREFIX for NATS JetStream"),
+            false => e,
+        }),
     }
 }
 
