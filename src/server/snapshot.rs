@@ -71,6 +71,8 @@ crate::counters! {
         bus_paused: counter "bus_paused" "Times a worker stopped reading a connection because more than 8 MiB waited for a broker shard (read again once below 2 MiB)",
         frames_in: counter "frames_in" "Frames received",
         frames_out: counter "frames_out" "Frames sent",
+        bytes_received: counter "bytes_received" "Bytes read from connections (after TLS: what the protocols read)",
+        bytes_sent: counter "bytes_sent" "Bytes handed to connections to send (before TLS: what the protocols wrote), replies and pushes",
         requests: counter "requests" "Requests received",
         replies: counter "replies" "Requests answered",
         rejected: counter "rejections" "Requests refused by a full business queue",

@@ -612,6 +612,7 @@ impl Handler for Worker {
         (self.stats.topics, self.stats.subscriptions) = self.topics.counts();
         self.stats.active_by_protocol = crate::server::services::by_protocol(&self.cfg.services, &self.open_by_service);
         self.stats.authenticated = self.topics.gate.len() as u64;
+        self.stats.bytes_sent = io::sent();
         self.stats.mqtt_authz_waiting = self.topics.gate.authz.as_ref().map_or(0, |a| a.waiting() as u64);
         self.stats.backlog_bytes = self.conns.iter().filter_map(|(_, c)| c.spills.held_backlog()).map(|b| b.len() as u64).sum();
         (self.stats.bus_frames_out, self.stats.bus_frames_in) = (self.bus.frames_out, self.bus.frames_in);

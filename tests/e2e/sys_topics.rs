@@ -43,7 +43,7 @@ fn publish(port: u16) {
 }
 
 /// The names dashboards written for mosquitto read.
-const CORE: [&str; 12] = [
+const CORE: [&str; 14] = [
     "$SYS/broker/version",
     "$SYS/broker/uptime",
     "$SYS/broker/clients/connected",
@@ -52,6 +52,8 @@ const CORE: [&str; 12] = [
     "$SYS/broker/clients/maximum",
     "$SYS/broker/messages/received",
     "$SYS/broker/messages/sent",
+    "$SYS/broker/bytes/received",
+    "$SYS/broker/bytes/sent",
     "$SYS/broker/publish/messages/received",
     "$SYS/broker/subscriptions/count",
     "$SYS/broker/retained messages/count",
@@ -77,6 +79,10 @@ fn sys_topics_are_named_as_mosquitto_names_them() {
     let n = |k: &str| ours[k].parse::<u64>().unwrap_or_else(|_| panic!("{k}: {}", ours[k]));
     assert!(n("$SYS/broker/clients/connected") >= 1, "the watcher itself: {ours:?}");
     assert!(n("$SYS/broker/publish/messages/received") >= 1, "mosquitto_pub's publish: {ours:?}");
+    // At least mosquitto_pub's CONNECT, PUBLISH and DISCONNECT, and this
+    // watcher's CONNACK, SUBACK and the tree itself.
+    assert!(n("$SYS/broker/bytes/received") >= 40, "{ours:?}");
+    assert!(n("$SYS/broker/bytes/sent") >= 100, "{ours:?}");
     assert!(n("$SYS/broker/subscriptions/count") >= 1, "the watcher's $SYS/#: {ours:?}");
     s.terminate();
 }

@@ -974,6 +974,8 @@ impl ServerFleet {
             expired: s.expired.get("expiry").copied().unwrap_or(0),
             messages_received: t.frames_in,
             messages_sent: t.frames_out,
+            bytes_received: t.bytes_received,
+            bytes_sent: t.bytes_sent,
             publish_received: sum(&t.mqtt_publishes_in),
             publish_sent: sum(&t.mqtt_publishes_out),
             publish_dropped: sum(&t.mqtt_inflight_dropped),

@@ -17,9 +17,10 @@
 //! a filter that starts with `$SYS` (`#` does not match it, §4.7.2), and
 //! an ACL or a token's topics decide who may, like any topic.
 //!
-//! Not published: mosquitto's byte counts (`bytes/...`, `load/bytes/...`,
-//! `publish/bytes/...`), its heap (`heap/...`) and store (`store/...`):
-//! megaconn does not count bytes per connection on the hot path.
+//! `bytes/received` and `bytes/sent` are what the protocols read and
+//! wrote (inside TLS), counted per read and per send, not per connection.
+//! Not published: mosquitto's `load/bytes/...`, `publish/bytes/...`, its
+//! heap (`heap/...`) and store (`store/...`).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -44,6 +45,9 @@ pub(crate) struct Reading {
     /// Packets of every protocol read and written, so far.
     pub messages_received: u64,
     pub messages_sent: u64,
+    /// Bytes the protocols read and wrote (inside TLS), so far.
+    pub bytes_received: u64,
+    pub bytes_sent: u64,
     /// MQTT PUBLISH packets read and written, and deliveries dropped, so far.
     pub publish_received: u64,
     pub publish_sent: u64,
@@ -123,6 +127,8 @@ impl SysTree {
             ("clients/expired", r.expired.to_string()),
             ("messages/received", r.messages_received.to_string()),
             ("messages/sent", r.messages_sent.to_string()),
+            ("bytes/received", r.bytes_received.to_string()),
+            ("bytes/sent", r.bytes_sent.to_string()),
             ("publish/messages/received", r.publish_received.to_string()),
             ("publish/messages/sent", r.publish_sent.to_string()),
             ("publish/messages/dropped", r.publish_dropped.to_string()),
@@ -185,6 +191,7 @@ mod tests {
         assert_eq!(got["$SYS/broker/load/publish/received/1min"], "0.00");
         assert!(got["$SYS/broker/version"].starts_with("megaconn version "));
         assert_eq!(got["$SYS/broker/retained messages/count"], "0");
+        assert_eq!(got["$SYS/broker/bytes/received"], "0");
         let r2 = Reading { uptime_s: 20, connected: 1, publish_received: 1_600, ..r };
         let second = t.update(&r2, 10.0);
         let names = topics(&second);

@@ -10,7 +10,23 @@ use super::tls::TlsSide;
 use crate::net;
 use crate::server::close::Close;
 use crate::server::worker::conn::Conn;
+use std::cell::Cell;
 use std::rc::Rc;
+
+thread_local! {
+    /// Bytes handed to connections to send, by this worker's reactor
+    /// (the only thread that sends): `$SYS/broker/bytes/sent`.
+    static SENT: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Bytes this worker handed its connections to send, so far.
+pub(super) fn sent() -> u64 {
+    SENT.with(Cell::get)
+}
+
+fn count(n: usize) {
+    SENT.with(|s| s.set(s.get() + n as u64));
+}
 
 /// Send `data` on the connection at `key`: encrypted when it speaks TLS
 /// (after what its handshake has to say), through the ring or written at
@@ -24,6 +40,7 @@ pub(super) fn send(
     cap: usize,
     full: Close,
 ) -> Result<(), Close> {
+    count(data.len());
     let Some((t, wire)) = tls.map(|side| side.sealing(key)) else {
         return send_plain(ring, key, conn, data, cap, full);
     };
@@ -43,7 +60,10 @@ pub(super) fn send_frame(
     full: Close,
 ) -> Result<(), Close> {
     match ring {
-        Some(r) if tls.as_ref().is_none_or(|t| !t.speaks_tls(key)) => r.send_shared(key, conn, frame, cap, full),
+        Some(r) if tls.as_ref().is_none_or(|t| !t.speaks_tls(key)) => {
+            count(frame.len());
+            r.send_shared(key, conn, frame, cap, full)
+        }
         ring => send(tls, ring, key, conn, frame, cap, full),
     }
 }

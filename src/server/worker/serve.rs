@@ -84,7 +84,8 @@ impl Worker {
             };
             // Whom an MQTT claim without an owner is charged to (its address).
             let fd = std::os::fd::AsRawFd::as_raw_fd(&conn.stream);
-            let mut src = Wire::of(&mut conn.stream, received.map(|_| &mut rx), tls, plaintext_reply);
+            let mut got = 0u64;
+            let mut src = Counted { inner: Wire::of(&mut conn.stream, received.map(|_| &mut rx), tls, plaintext_reply), n: &mut got };
             let r = match protocol {
                 Protocol::Framed => {
                     let mut ctx = framed::Ctx {
@@ -241,6 +242,7 @@ impl Worker {
                     Close::io,
                 ),
             };
+            self.stats.bytes_received += got;
             if opened {
                 conn.set_read();
             }
@@ -384,6 +386,22 @@ impl Worker {
 
 /// Read what the socket has into `consume` (see [`net::read_chunks_as`]),
 /// ending with the session's own reason or the socket's error.
+/// A connection's bytes, counted as they are read (`bytes_received`).
+struct Counted<'n, S> {
+    inner: S,
+    n: &'n mut u64,
+}
+
+impl<S: net::Source> net::Source for Counted<'_, S> {
+    fn read_some(&mut self, buf: &mut [u8]) -> std::io::Result<(usize, bool)> {
+        let r = self.inner.read_some(buf);
+        if let Ok((n, _)) = r {
+            *self.n += n as u64;
+        }
+        r
+    }
+}
+
 fn read<S: net::Source>(
     src: &mut S,
     partial: &mut impl net::Carried,
