@@ -319,7 +319,7 @@ pub(crate) struct ServerArgs {
     /// MQTT, with --mqtt-auth-http or --mqtt-authz-http: how long a CONNECT (a publish, a subscription) waits for the backend's answer (connecting included); past it the CONNECT is refused (timeout), or let in with --mqtt-auth-http-fail-open.
     #[arg(long, value_parser = parse::positive_duration, default_value = "5s")]
     pub(crate) mqtt_auth_http_timeout: Duration,
-    /// MQTT, with --mqtt-auth-http or --mqtt-authz-http: how long the backend's answer (allow, deny, ignore) about a user name, password and client id (a topic and action) is reused (0: ask every time).
+    /// MQTT, with --mqtt-auth-http or --mqtt-authz-http: how long the backend's answer (allow, deny, ignore) about a user name, password, client id and address (a topic and action) is reused (0: ask every time).
     #[arg(long, value_parser = parse::duration, default_value = "60s")]
     pub(crate) mqtt_auth_http_cache: Duration,
     /// MQTT, with --mqtt-auth-http or --mqtt-authz-http: requests each backend has at once (connections kept open to it); 256 times as many questions may wait, more are refused (busy).
