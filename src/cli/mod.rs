@@ -301,8 +301,8 @@ pub(crate) struct ServerArgs {
     /// MQTT: kept sessions and delayed wills of one identity (the token's sub with --auth, else the peer's address; 0: a tenth of --mqtt-sessions); one more expires that identity's oldest session (reason identity). Raise it when a fleet shares one credential.
     #[arg(long, default_value = "0", value_parser = clap::value_parser!(u32).range(0..=10_000_000).map(|v| v as usize))]
     pub(crate) mqtt_sessions_per_identity: usize,
-    /// MQTT: publish $SYS topics as mosquitto names them ($SYS/broker/uptime, clients/connected, publish/messages/received, load/publish/received/1min, ...; $SYS/brokers/NODE/... in a cluster), retained, every this long, each when it changed (0, the default: never; mosquitto's sys_interval is 10s).
-    #[arg(long, value_parser = parse::duration, default_value = "0s")]
+    /// MQTT: publish $SYS topics as mosquitto names them ($SYS/broker/uptime, clients/connected, publish/messages/received, load/publish/received/1min, ...; $SYS/brokers/NODE/... in a cluster), retained, every this long (mosquitto's sys_interval), each when it changed; not written to --mqtt-retained-file (0: never).
+    #[arg(long, value_parser = parse::duration, default_value = "10s")]
     pub(crate) sys_interval: Duration,
     /// MQTT: mosquitto's password_file as mosquitto_passwd writes it ($7$ PBKDF2-SHA512, or $6$): a CONNECT's user name and password must match a line, one without a user name needs --mqtt-allow-anonymous; refused: CONNACK not authorized (auth_refused). Read again on SIGHUP (docs/mosquitto.md).
     #[arg(long, value_name = "FILE")]

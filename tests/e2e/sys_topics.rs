@@ -43,7 +43,7 @@ fn publish(port: u16) {
 }
 
 /// The names dashboards written for mosquitto read.
-const CORE: [&str; 14] = [
+const CORE: [&str; 17] = [
     "$SYS/broker/version",
     "$SYS/broker/uptime",
     "$SYS/broker/clients/connected",
@@ -58,6 +58,9 @@ const CORE: [&str; 14] = [
     "$SYS/broker/subscriptions/count",
     "$SYS/broker/retained messages/count",
     "$SYS/broker/load/publish/received/1min",
+    "$SYS/broker/load/bytes/received/1min",
+    "$SYS/broker/publish/bytes/received",
+    "$SYS/broker/publish/bytes/sent",
 ];
 
 #[test]
@@ -84,5 +87,20 @@ fn sys_topics_are_named_as_mosquitto_names_them() {
     assert!(n("$SYS/broker/bytes/received") >= 40, "{ours:?}");
     assert!(n("$SYS/broker/bytes/sent") >= 100, "{ours:?}");
     assert!(n("$SYS/broker/subscriptions/count") >= 1, "the watcher's $SYS/#: {ours:?}");
+    assert!(n("$SYS/broker/publish/bytes/received") >= 1, "mosquitto_pub's payload: {ours:?}");
+    s.terminate();
+}
+
+/// Without `--sys-interval` the tree is published every 10 s, as
+/// mosquitto's default does: there at once for a subscriber, yet held
+/// apart from the application's retained messages (its counts and
+/// bounds; `--mqtt-retained-file` leaves it out, a unit test).
+#[test]
+fn the_tree_is_on_by_default_and_apart_from_the_applications_retained_messages() {
+    let (mut s, admin, port) = mqtt_server(&[]);
+    let got = crate::mqtt::mosquitto_sub_first(port, "$SYS/broker/version", 1);
+    assert!(got.len() == 1 && got[0].starts_with("1 $SYS/broker/version megaconn version "), "retained, from the start: {got:?}");
+    let v = crate::mqtt::stats_when(&admin, "the tree held", |v| v["mqtt_retained"]["sys"].as_u64() >= Some(30));
+    assert_eq!((&v["mqtt_retained"]["messages"], &v["mqtt_retained"]["stored"]), (&0.into(), &0.into()), "not the application's: {}", v["mqtt_retained"]);
     s.terminate();
 }

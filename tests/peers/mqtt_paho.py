@@ -29,7 +29,7 @@ usage: mqtt_paho.py PORT ADMIN_ADDR basic
          both versions: retained r/a (QoS 1), r/b/c (QoS 0) and $SYS/r (the
          application's: clients may not publish to $SYS) are
          delivered to a new subscription with the retain flag (r/+ gets
-         r/a; # gets r/a and r/b/c, not $SYS/r; $SYS/# gets $SYS/r), at the
+         r/a; # gets r/a and r/b/c, not $SYS/r; $SYS/+ gets $SYS/r), at the
          lower of their QoS and the granted one; an empty retained publish
          clears r/a; a live message is delivered with retain 0. v5 only:
          Retain Handling 2 gets none, 1 none on a repeated subscription, 0
@@ -301,8 +301,9 @@ def retained_mode(version):
     retained([(f"r{tag}/end", 0)], [], "marker")
     retained([(f"r{tag}/+", 2)], [(f"r{tag}/a", b"A", 1, True)], "r/+ at QoS 2 gets r/a at its QoS 1")
     retained([("#", 0)], [(f"r{tag}/a", b"A", 0, True), (f"r{tag}/b/c", b"BC", 0, True)], "# gets no $ topic")
-    retained([("$SYS/#", 1)], [(f"$SYS/r{tag}", b"S", 0, True)], "$SYS/# gets it")
-    sub.unsubscribe(["#", "$SYS/#", f"r{tag}/+"])
+    # `$SYS/+`: the application's, not the broker's own `$SYS/broker/...`.
+    retained([("$SYS/+", 1)], [(f"$SYS/r{tag}", b"S", 0, True)], "$SYS/+ gets it")
+    sub.unsubscribe(["#", "$SYS/+", f"r{tag}/+"])
     pub.done(pub.c.publish(f"r{tag}/a", b"", qos=1, retain=True))
     # Its PUBACK comes once the server took it, before it reached every
     # worker's subscribers: the marker behind it (same path, in order)

@@ -429,7 +429,9 @@ impl Core {
     fn route(&mut self, m: View<'_>, out: &mut Vec<Output>) {
         self.counters.messages += 1;
         self.counters.bytes += m.data.len() as u64;
-        if m.stream == Stream::Topic {
+        // The broker's own `$SYS/` topics: retained, not in the history nor the top topics.
+        let sys = m.stream == Stream::Topic && crate::server::broker::retained::is_sys(m.topic);
+        if m.stream == Stream::Topic && !sys {
             self.top.note(m.topic, m.data.len());
         }
         let log = match m.stream {
@@ -446,6 +448,7 @@ impl Core {
         }
         let at = match (m.stream, m.at) {
             (Stream::Unicast, _) => Position::default(),
+            _ if sys => Position::default(),
             (_, None) => self.history.append(log, m.publish_us, m.data),
             (_, Some(at)) if self.history.put(log, at, m.publish_us, m.data) => at,
             // The cluster's stream gave it again: delivered once already.

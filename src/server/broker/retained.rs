@@ -21,6 +21,12 @@
 //! what is left of it; past it no subscription gets it, and the first
 //! whose filter meets it drops it (counted `expired`, its bytes given
 //! back).
+//!
+//! The broker's own `$SYS/broker/` topics (`--sys-interval`) are held here too,
+//! so a subscription gets them as it gets any retained message, but
+//! apart: outside the bounds (they are a fixed set per node; at most
+//! 8,192), the counts (`sys` instead) and the retained file (each start
+//! publishes them anew).
 
 use crate::proto::mqtt::forward::Forwarded;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -43,10 +49,11 @@ crate::counters! {
         stored: counter "mqtt_retained_stored" "Retained publishes kept (set or replaced)",
         cleared: counter "mqtt_retained_cleared" "Retained messages cleared by an empty retained publish",
         expired: counter "mqtt_retained_expired" "Retained messages gone at the end of their v5 Message Expiry Interval",
-        refused: by("reason") "mqtt_retained_refused" "Retained publishes delivered but not kept, by reason (count: --mqtt-retained, bytes: --mqtt-retained-bytes, identity: --mqtt-retained-per-identity)",
+        refused: by("reason") "mqtt_retained_refused" "Retained publishes delivered but not kept, by reason (count: --mqtt-retained, bytes: --mqtt-retained-bytes, identity: --mqtt-retained-per-identity, sys: past 8,192 of the broker's own $SYS topics)",
         served: counter "mqtt_retained_served" "Retained messages handed to new subscriptions",
         synced: counter "mqtt_retained_synced" "Retained messages taken from other cluster nodes' sets when this node's link came up",
         saved: counter "mqtt_retained_file_saves" "Times the retained set was written to --mqtt-retained-file",
+        sys: gauge "mqtt_retained_sys" "The broker's own $SYS topics held (--sys-interval), apart from the bounds and every count above",
     }
 }
 
@@ -134,6 +141,17 @@ pub(crate) struct Retained {
     pub counters: RetainedCounters,
 }
 
+/// One of the broker's own topics (`--sys-interval`, `sys_topics.rs`):
+/// `$SYS/broker/...`, or `$SYS/brokers/NODE/...` in a cluster. (Other
+/// `$SYS/` topics the application may publish through the admin API are
+/// its own, bounded and kept like any.)
+pub(crate) fn is_sys(topic: &str) -> bool {
+    topic.starts_with("$SYS/broker/") || topic.starts_with("$SYS/brokers/")
+}
+
+/// The broker's own topics held at most (about 40 per node).
+const MAX_SYS: u64 = 8_192;
+
 #[derive(Debug, Default)]
 struct Clears {
     at: HashMap<Box<str>, u64>,
@@ -179,6 +197,9 @@ impl Retained {
     /// API's or another node's): keep it as the topic's (empty: clear it).
     /// Err: over a bound, not kept (the reason, also counted).
     pub(crate) fn set(&mut self, topic: &str, k: Kept, identity: Option<&str>) -> Result<(), &'static str> {
+        if is_sys(topic) {
+            return self.set_sys(topic, k);
+        }
         let old = self.by_topic.get(topic).map_or(0, |o| o.cost(topic));
         if k.data.is_empty() {
             self.note_clear(topic, k.publish_us);
@@ -222,6 +243,30 @@ impl Retained {
         Ok(())
     }
 
+    /// One of the broker's own `$SYS/` topics, set or cleared. Err: past
+    /// [`MAX_SYS`] of them, not kept (counted `sys`).
+    fn set_sys(&mut self, topic: &str, k: Kept) -> Result<(), &'static str> {
+        if k.data.is_empty() {
+            if self.by_topic.remove(topic).is_some() {
+                self.tree.remove(topic);
+                self.counters.sys -= 1;
+            }
+            return Ok(());
+        }
+        if let Some(old) = self.by_topic.get_mut(topic) {
+            *old = k;
+            return Ok(());
+        }
+        if self.counters.sys >= MAX_SYS {
+            crate::stats::counters::bump(&mut self.counters.refused, "sys");
+            return Err("sys");
+        }
+        self.by_topic.insert(topic.into(), k);
+        self.tree.insert(topic, ());
+        self.counters.sys += 1;
+        Ok(())
+    }
+
     /// `topic` is no longer held by the client identity that set it.
     fn unset(&mut self, topic: &str) {
         let Some(i) = self.setters.remove(topic) else { return };
@@ -253,7 +298,8 @@ impl Retained {
     }
 
     /// Every kept message not expired at `now_us`, in topic order, as it
-    /// crosses to another node or goes to the retained file (topic, data,
+    /// crosses to another node or goes to the retained file (which leaves
+    /// out `$SYS/`, [`is_sys`]) (topic, data,
     /// metadata, publish stamp; `cluster::retained::chunks`).
     pub(crate) fn all(&self, now_us: u64) -> impl Iterator<Item = (&str, &[u8], crate::cluster::MqttMeta, u64)> {
         self.by_topic
@@ -295,7 +341,7 @@ impl Retained {
             names.push(Box::<str>::from(t));
             true
         });
-        for t in expired {
+        for t in expired.into_iter().filter(|t| !is_sys(t)) {
             if let Some(k) = self.by_topic.remove(&t) {
                 self.tree.remove(&t);
                 self.counters.bytes -= k.cost(&t);
@@ -340,6 +386,27 @@ mod tests {
         r.set("m/1", Kept::new(b"", 0), Some("alice")).unwrap();
         assert_eq!(r.set("m/8", Kept::new(b"x", 0), Some("mallory")), Ok(()), "a clear gives room back");
         assert_eq!(r.set("ops/x", Kept::new(b"x", 0), None), Ok(()), "the admin API has no quota");
+    }
+
+    /// The broker's own `$SYS/broker/` topics are matched like any but
+    /// held apart: outside the bounds and the counts, capped on their own.
+    #[test]
+    fn the_brokers_own_sys_topics_are_held_apart() {
+        let mut r = Retained::new(RetainedConfig { max_messages: 1, max_bytes: 1 << 20, per_identity: 0 });
+        r.set("a", Kept::new(b"app", 0), None).unwrap();
+        assert_eq!(r.set("b", Kept::new(b"app", 0), None), Err("count"), "the application's bound is full");
+        for t in ["$SYS/broker/uptime", "$SYS/brokers/n2/uptime", "$SYS/broker/uptime"] {
+            r.set(t, Kept::new(b"1 seconds", 0), None).unwrap();
+        }
+        assert_eq!((r.counters.messages, r.counters.sys, r.counters.stored, r.generation()), (1, 2, 1, 1), "counted apart, no change to save");
+        r.set("$SYS/app", Kept::new(b"x", 0), None).unwrap_err();
+        assert_eq!(r.matching("$SYS/#", 0).len(), 2);
+        r.set("$SYS/broker/uptime", Kept::new(b"", 0), None).unwrap();
+        assert_eq!((r.counters.sys, r.counters.cleared), (1, 0));
+        for i in 0..MAX_SYS + 2 {
+            let _ = r.set(&format!("$SYS/brokers/n{i}/uptime"), Kept::new(b"1", 0), None);
+        }
+        assert_eq!((r.counters.sys, r.counters.refused.get("sys").copied()), (MAX_SYS, Some(2)), "capped");
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! is read at start, and written whenever it changed, at most every
 //! `--mqtt-retained-save-every` (10 s) and once more at stop, whole or
 //! not at all (`state_file.rs`). A crash loses at most what changed since
-//! the last write.
+//! the last write. `$SYS/` topics are left out (`--sys-interval`
+//! publishes them again at start).
 //!
 //! The file holds the set as a cluster node's answer to a sync does (one
 //! JSON array of at most 512 KiB per line, `cluster/retained.rs`),
@@ -92,7 +93,7 @@ impl RetainedFile {
         let wall = crate::proto::push::wall_us();
         let mut all: Vec<(String, Vec<u8>, crate::cluster::MqttMeta, u64)> = Vec::new();
         for i in 0..shards.len() {
-            all.extend(shards.core(i).retained.all(wall).map(|(t, d, m, us)| (t.to_string(), d.to_vec(), m, us)));
+            all.extend(shards.core(i).retained.all(wall).filter(|(t, ..)| !super::retained::is_sys(t)).map(|(t, d, m, us)| (t.to_string(), d.to_vec(), m, us)));
         }
         all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let (lines, skipped) = chunks(all.iter().map(|(t, d, m, us)| (t.as_str(), d.as_slice(), m.clone(), *us)));
@@ -150,6 +151,24 @@ mod tests {
         let mut core = b.core(shard_of("a/b", 2));
         let got = core.retained.matching("a/b", 0)[0].1.clone();
         assert_eq!((got.data.as_ref(), got.qos, got.publish_us, got.mqtt.and_then(|m| m.content_type)), (&b"1"[..], 1, 7, Some("text/plain".into())));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// The broker's own `$SYS` topics change every `--sys-interval`:
+    /// they neither cause a write nor go into the file.
+    #[test]
+    fn sys_topics_are_not_written() {
+        let d = dir("retained-sys");
+        let path = d.join("retained.json");
+        let a = shards(RetainedConfig::default());
+        let (mut f, _) = RetainedFile::open(&path, Duration::from_secs(3600), &a, 1024).unwrap();
+        set(&a, "$SYS/broker/uptime", Kept::new(b"10 seconds", 0));
+        assert!(!f.save(&a, Instant::now(), true).unwrap(), "a $SYS change alone is not written");
+        set(&a, "a", Kept::new(b"1", 0));
+        assert!(f.save(&a, Instant::now(), true).unwrap());
+        let b = shards(RetainedConfig::default());
+        let (_, n) = RetainedFile::open(&path, DEFAULT_EVERY, &b, 1024).unwrap();
+        assert_eq!(n, 1, "only the application's message");
         let _ = std::fs::remove_dir_all(&d);
     }
 

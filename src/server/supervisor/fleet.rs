@@ -976,12 +976,18 @@ impl ServerFleet {
             messages_sent: t.frames_out,
             bytes_received: t.bytes_received,
             bytes_sent: t.bytes_sent,
+            publish_bytes_received: t.mqtt_publish_bytes_in,
+            publish_bytes_sent: t.mqtt_publish_bytes_out,
             publish_received: sum(&t.mqtt_publishes_in),
             publish_sent: sum(&t.mqtt_publishes_out),
             publish_dropped: sum(&t.mqtt_inflight_dropped),
             connections: t.accepted,
             subscriptions: t.subscriptions,
-            retained: self.publisher.broker_counters().1.messages,
+            // mosquitto's count holds its own $SYS topics too.
+            retained: {
+                let r = self.publisher.broker_counters().1;
+                r.messages + r.sys
+            },
         };
         let Some((tree, _, last)) = &mut self.sys else { return };
         *last = Instant::now();

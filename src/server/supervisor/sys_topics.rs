@@ -2,8 +2,9 @@
 //! a Grafana MQTT source or a script written for mosquitto's
 //! `$SYS/broker/...` reads megaconn's unchanged: published retained every
 //! `--sys-interval` from the numbers the
-//! supervisor already sums over every worker (off by default:
-//! `--sys-interval 10s` is mosquitto's own rhythm).
+//! supervisor already sums over every worker (every 10 s by default,
+//! mosquitto's own rhythm; `--sys-interval 0` turns it off). They are
+//! not written to `--mqtt-retained-file`: each start publishes them anew.
 //!
 //! As mosquitto does, a value goes out only when it changed since it was
 //! last published (the uptime every time, the version once), and a load
@@ -18,18 +19,15 @@
 //! an ACL or a token's topics decide who may, like any topic.
 //!
 //! `bytes/received` and `bytes/sent` are what the protocols read and
-//! wrote (inside TLS), counted per read and per send, not per connection.
-//! Not published: mosquitto's `load/bytes/...`, `publish/bytes/...`, its
-//! heap (`heap/...`) and store (`store/...`).
+//! wrote (inside TLS), counted per read and per send, not per connection;
+//! `publish/bytes/...` the payloads of MQTT PUBLISH packets. Not
+//! published: mosquitto's heap (`heap/...`) and store (`store/...`).
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-/// `--sys-interval`'s default: off. mosquitto publishes every 10 s by
-/// default; here the topics are asked for, so that a server's retained
-/// set and a `$SYS/#` subscriber see only what the application put there
-/// until the operator wants the tree.
-pub(crate) const DEFAULT_INTERVAL: Duration = Duration::ZERO;
+/// `--sys-interval`'s default: mosquitto's (`sys_interval 10`).
+pub(crate) const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
 
 /// The numbers one update reads (sums over every worker, and the
 /// supervisor's own).
@@ -48,6 +46,9 @@ pub(crate) struct Reading {
     /// Bytes the protocols read and wrote (inside TLS), so far.
     pub bytes_received: u64,
     pub bytes_sent: u64,
+    /// Payload bytes of MQTT PUBLISH packets read and written, so far.
+    pub publish_bytes_received: u64,
+    pub publish_bytes_sent: u64,
     /// MQTT PUBLISH packets read and written, and deliveries dropped, so far.
     pub publish_received: u64,
     pub publish_sent: u64,
@@ -80,9 +81,11 @@ pub(crate) struct SysTree {
 type Counter = fn(&Reading) -> u64;
 
 /// The loads, each from one counter of a [`Reading`].
-const LOADS: [(&str, Counter); 6] = [
+const LOADS: [(&str, Counter); 8] = [
     ("messages/received", |r| r.messages_received),
     ("messages/sent", |r| r.messages_sent),
+    ("bytes/received", |r| r.bytes_received),
+    ("bytes/sent", |r| r.bytes_sent),
     ("publish/received", |r| r.publish_received),
     ("publish/sent", |r| r.publish_sent),
     ("publish/dropped", |r| r.publish_dropped),
@@ -132,6 +135,8 @@ impl SysTree {
             ("publish/messages/received", r.publish_received.to_string()),
             ("publish/messages/sent", r.publish_sent.to_string()),
             ("publish/messages/dropped", r.publish_dropped.to_string()),
+            ("publish/bytes/received", r.publish_bytes_received.to_string()),
+            ("publish/bytes/sent", r.publish_bytes_sent.to_string()),
             ("subscriptions/count", r.subscriptions.to_string()),
             ("retained messages/count", r.retained.to_string()),
         ];
