@@ -42,6 +42,8 @@ crate::counters! {
         ws_inflate_refused: by("reason") "ws_inflate_refused" "Compressed messages refused, by reason (too_big: inflated past --max-message-bytes, closed 1009; corrupt: not deflate data, closed 1007)",
         mqtt_connects: by("version") "mqtt_connects" "MQTT CONNECTs accepted, by protocol version (3.1.1, 5.0)",
         mqtt_publishes_in: by("qos") "mqtt_publishes_in" "MQTT PUBLISH packets from clients handed to the topic space, by QoS (0, 1, 2; a QoS 2 one once per packet id)",
+        mqtt_publish_bytes_in: counter "mqtt_publish_bytes_in" "Payload bytes of the MQTT PUBLISH packets from clients handed to the topic space ($SYS/broker/publish/bytes/received)",
+        mqtt_publish_bytes_out: counter "mqtt_publish_bytes_out" "Payload bytes of the PUBLISH packets written or queued to MQTT subscribers ($SYS/broker/publish/bytes/sent)",
         mqtt_publishes_out: by("qos") "mqtt_publishes_out" "PUBLISH packets written or queued to MQTT subscribers, by QoS (0, 1, 2; a QoS 1 or 2 one when it enters the inflight window)",
         mqtt_acks_in: by("kind") "mqtt_acks_in" "MQTT acknowledgements received from clients, by kind (puback, pubrec, pubcomp of deliveries; pubrel of their QoS 2 publishes)",
         mqtt_unknown_packet_ids: by("kind") "mqtt_unknown_packet_ids" "MQTT acknowledgements naming no packet id at that stage, by kind (v5: PUBREC answered PUBREL 0x92, PUBREL answered PUBCOMP 0x92)",

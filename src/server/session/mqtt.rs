@@ -504,6 +504,7 @@ fn publish(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, p: Publish<'_>) -> R
     let identity = p.retain.then(|| ctx.topics.gate.user_of(ctx.req.key).unwrap_or_default().to_string());
     ctx.published.messages.push(ClientPublish { topic: topic.into(), data, qos: p.qos as u8, retain: p.retain, mqtt: forwarded, identity });
     crate::stats::counters::bump(&mut ctx.req.stats.mqtt_publishes_in, p.qos.label());
+    ctx.req.stats.mqtt_publish_bytes_in += p.payload.len() as u64;
     if let Some(ack) = publish_ack(p.qos, p.packet_id, 0) {
         send(ctx, v, &ack);
     }

@@ -231,6 +231,7 @@ impl Worker {
         };
         sent?;
         crate::stats::counters::bump(&mut self.stats.mqtt_publishes_out, qos.label());
+        self.stats.mqtt_publish_bytes_out += forms.data.len() as u64;
         Ok(Sent::Out)
     }
 

@@ -167,6 +167,7 @@ impl Worker {
                 self.out.extend_from_slice(&b);
                 self.stats.frames_out += 1;
                 crate::stats::counters::bump(&mut self.stats.mqtt_publishes_out, qos.label());
+                self.stats.mqtt_publish_bytes_out += data.len() as u64;
             }
         }
         m.tidy();
