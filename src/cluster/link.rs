@@ -794,7 +794,7 @@ async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: UnboundedReceiver<
                 tokio::spawn(async move {
                     let result = match log {
                         Some(log) => f.recover(&log, &topic, after).await,
-                        None => Err("the cluster's history is not in JetStream (--cluster-history off)".into()),
+                        None => Err(crate::cluster::error::LogError::Off),
                     };
                     send(&f.tx, ClusterEvent::Fetched { topic, result });
                 });

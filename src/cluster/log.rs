@@ -32,6 +32,7 @@
 //! One out of place is skipped and counted (`poisoned`): never the head a
 //! publish continues, never returned for an offset (issue 42, finding 9).
 
+use super::error::LogError;
 use crate::proto::push::Position;
 use async_nats::jetstream::{self, stream};
 use std::collections::HashMap;
@@ -246,7 +247,7 @@ crate::counters! {
 pub(crate) struct Failed {
     /// Whether the stream may have stored it anyway.
     pub maybe: bool,
-    pub reason: String,
+    pub reason: LogError,
 }
 
 pub(crate) struct Log {
@@ -344,30 +345,30 @@ impl Log {
         }
     }
 
-    async fn stream(&self) -> Result<stream::Stream<()>, String> {
-        self.js.get_stream_no_info(STREAM).await.map_err(|e| format!("cannot open the JetStream stream {STREAM}: {e}"))
+    async fn stream(&self) -> Result<stream::Stream<()>, LogError> {
+        self.js.get_stream_no_info(STREAM).await.map_err(LogError::Open)
     }
 
     /// The last message the stream has of `subject` (plain).
-    pub(crate) async fn last_stored(&self, subject: &str) -> Result<Option<Stored>, String> {
+    pub(crate) async fn last_stored(&self, subject: &str) -> Result<Option<Stored>, LogError> {
         let subject = log_subject(subject);
         match self.stream().await?.direct_get_last_for_subject(subject.as_str()).await {
             Ok(m) => Ok(Some(Stored::read(m))),
             Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => Ok(None),
-            Err(e) => Err(format!("cannot read the last message of {subject} from JetStream: {e}")),
+            Err(source) => Err(LogError::Read { subject, source }),
         }
     }
 
     /// Where the stream's `subject` (plain) is: the position of its last
     /// message in place and the stream sequence of its last message.
-    pub(crate) async fn last(&self, subject: &str, check: Check<'_>) -> Result<Option<Head>, String> {
+    pub(crate) async fn last(&self, subject: &str, check: Check<'_>) -> Result<Option<Head>, LogError> {
         Ok(self.tip(subject, check).await?.map(|(head, _)| head))
     }
 
     /// [`Log::last`], with the last message in place (None: the stream
     /// has none of the topic in place; the topic then goes on after what
     /// it has, in a new epoch, rather than being blocked by it).
-    pub(crate) async fn tip(&self, subject: &str, check: Check<'_>) -> Result<Option<(Head, Option<Stored>)>, String> {
+    pub(crate) async fn tip(&self, subject: &str, check: Check<'_>) -> Result<Option<(Head, Option<Stored>)>, LogError> {
         let Some(s) = self.last_stored(subject).await? else { return Ok(None) };
         if let Some(place) = check(&s) {
             if self.in_place(subject, &s, place).await? {
@@ -384,7 +385,7 @@ impl Log {
     /// Whether the topic's last message `s` is in place without reading
     /// the topic: stored when it was signed, and the stream's message of
     /// the topic before it is the one it follows (or it has none).
-    async fn in_place(&self, subject: &str, s: &Stored, place: Place) -> Result<bool, String> {
+    async fn in_place(&self, subject: &str, s: &Stored, place: Place) -> Result<bool, LogError> {
         // Out of place by its own fields: the walk that follows counts it.
         if !Chain::default().admit(s.seq, place, s.stored_ms) {
             return Ok(false);
@@ -393,7 +394,7 @@ impl Log {
         let after = match self.stream().await?.direct_get_next_for_subject(log.as_str(), Some(place.follows + 1)).await {
             Ok(m) => m.sequence,
             Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => 0,
-            Err(e) => return Err(format!("cannot read {log} from JetStream: {e}")),
+            Err(source) => return Err(LogError::Read { subject: log, source }),
         };
         Ok(after == s.seq)
     }
@@ -413,7 +414,7 @@ impl Log {
         let slot = self.slot(&subject);
         let mut head = slot.lock().await;
         let mut maybe = false;
-        let mut last_error = String::new();
+        let mut last_error = None;
         for _ in 0..MAX_TRIES {
             if head.is_none() {
                 *head = self.last(plain, check).await.map_err(|reason| Failed { maybe, reason })?;
@@ -439,26 +440,31 @@ impl Log {
                 }
                 Err(e) => {
                     use jetstream::context::PublishErrorKind as K;
-                    last_error = e.to_string();
                     match e.kind() {
                         K::WrongLastSequence => {
                             self.count(|c| c.contended += 1);
                             *head = None;
+                            last_error = Some(e);
                         }
                         K::StreamNotFound => {
                             // NATS lost the stream (memory storage, restarted).
                             *head = None;
                             if let Err((_, why)) = self.ensure().await {
-                                return Err(Failed { maybe, reason: why });
+                                return Err(Failed { maybe, reason: LogError::Unavailable(why) });
                             }
+                            last_error = Some(e);
                         }
-                        K::TimedOut => maybe = true,
-                        _ => return Err(Failed { maybe: maybe || e.kind() != K::BrokenPipe, reason: format!("JetStream did not store the publish: {e}") }),
+                        K::TimedOut => {
+                            maybe = true;
+                            last_error = Some(e);
+                        }
+                        _ => return Err(Failed { maybe: maybe || e.kind() != K::BrokenPipe, reason: LogError::NotStored(e) }),
                     }
                 }
             }
         }
-        Err(Failed { maybe, reason: format!("JetStream did not store the publish after {MAX_TRIES} tries (last: {last_error})") })
+        let last = last_error.map_or_else(String::new, |e| e.to_string());
+        Err(Failed { maybe, reason: LogError::Tries { tries: MAX_TRIES, last } })
     }
 
     /// The messages of `subject` (plain) in place that the stream has
@@ -472,7 +478,7 @@ impl Log {
         keep: &(dyn Fn(Position) -> bool + Sync),
         check: Check<'_>,
         max_bytes: usize,
-    ) -> Result<Vec<(Position, Stored)>, String> {
+    ) -> Result<Vec<(Position, Stored)>, LogError> {
         Ok(self.walk(subject, from.chain(), keep, check, max_bytes, false).await?.0)
     }
 
@@ -488,7 +494,7 @@ impl Log {
         check: Check<'_>,
         max_bytes: usize,
         last_only: bool,
-    ) -> Result<(Vec<(Position, Stored)>, Chain), String> {
+    ) -> Result<(Vec<(Position, Stored)>, Chain), LogError> {
         let subject = log_subject(subject);
         let walk = async {
             let stream = self.stream().await?;
@@ -499,7 +505,7 @@ impl Log {
                 let m = match stream.direct_get_next_for_subject(subject.as_str(), Some(seq)).await {
                     Ok(m) => m,
                     Err(e) if e.kind() == stream::DirectGetErrorKind::NotFound => break,
-                    Err(e) => return Err(format!("cannot read {subject} from JetStream: {e}")),
+                    Err(source) => return Err(LogError::Read { subject: subject.clone(), source }),
                 };
                 seq = m.sequence + 1;
                 let s = Stored::read(m);
@@ -526,7 +532,7 @@ impl Log {
             }
             Ok((out.into(), chain))
         };
-        tokio::time::timeout(FETCH_TIMEOUT, walk).await.map_err(|_| format!("reading {subject} from JetStream took over {} s", FETCH_TIMEOUT.as_secs()))?
+        tokio::time::timeout(FETCH_TIMEOUT, walk).await.map_err(|_| LogError::Slow { subject: subject.clone() })?
     }
 }
 

@@ -38,6 +38,8 @@ pub(crate) enum Malformed {
     Shared(usize),
     #[error("a retained message without the retain flag")]
     NotRetained,
+    #[error("not a retained set: {0}")]
+    RetainedJson(String),
     #[error("retained data is not base64: {0}")]
     Base64(String),
     #[error("not a list of client ids: {0}")]

@@ -28,6 +28,7 @@
 //! (`megaconn.inbox.<node>.`), so nobody can make nodes publish where
 //! they choose.
 pub(crate) mod auth;
+pub(crate) mod error;
 pub(crate) mod groups;
 pub(crate) mod link;
 pub(crate) mod log;
@@ -374,12 +375,12 @@ pub(crate) struct RemoteAnswer {
 }
 
 /// Why a publish through NATS failed.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct PublishFailure {
     /// Some of it may have reached NATS (and other nodes) before the
     /// failure: the outcome is unknown (504), not "nothing sent" (503).
     pub(crate) maybe_sent: bool,
-    pub(crate) reason: String,
+    pub(crate) reason: error::PublishError,
 }
 
 /// The link's news for the supervisor loop.
@@ -406,7 +407,7 @@ pub(crate) enum ClusterEvent {
     Fetched {
         /// The history's name of the topic (`*`: broadcasts).
         topic: String,
-        result: Result<Vec<Inbound>, String>,
+        result: Result<Vec<Inbound>, error::LogError>,
     },
     /// The node cannot be part of the cluster (e.g. its id is taken): the
     /// server stops with this reason.

@@ -124,8 +124,8 @@ pub(crate) fn newest(answers: impl Iterator<Item = Entry>, max_entries: usize, m
 /// One chunk another node sent, every entry checked as a message from
 /// another node is (`max_push`: this node's `--max-push-bytes`); the
 /// refused are counted in `dropped`.
-pub(crate) fn decode_chunk(body: &[u8], max_push: usize, dropped: &mut u64) -> Result<Vec<Entry>, String> {
-    let wire: Vec<Wire> = serde_json::from_slice(body).map_err(|e| format!("not a retained set: {e}"))?;
+pub(crate) fn decode_chunk(body: &[u8], max_push: usize, dropped: &mut u64) -> Result<Vec<Entry>, Malformed> {
+    let wire: Vec<Wire> = serde_json::from_slice(body).map_err(|e| Malformed::RetainedJson(e.to_string()))?;
     let mut out = Vec::with_capacity(wire.len());
     for w in wire {
         match entry(w, max_push) {
@@ -221,6 +221,6 @@ mod tests {
         let got = decode_chunk(body.to_string().as_bytes(), 8, &mut dropped).unwrap();
         assert_eq!(got.iter().map(|e| e.topic.as_str()).collect::<Vec<_>>(), ["ok/1", "empty"], "a clear crosses too");
         assert_eq!(dropped, 6);
-        assert!(decode_chunk(b"{not json", 8, &mut dropped).unwrap_err().contains("not a retained set"));
+        assert!(decode_chunk(b"{not json", 8, &mut dropped).unwrap_err().to_string().contains("not a retained set"));
     }
 }

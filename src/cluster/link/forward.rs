@@ -391,7 +391,7 @@ impl Forwarder {
     /// What the stream has of `topic` (`*`: broadcasts) after `after`,
     /// for a subscriber this node's history cannot answer.
     /// `after` u64::MAX: only the last message (where the topic is).
-    pub(super) async fn recover(&self, log: &Log, topic: &str, after: Position) -> Result<Vec<Inbound>, String> {
+    pub(super) async fn recover(&self, log: &Log, topic: &str, after: Position) -> Result<Vec<Inbound>, crate::cluster::error::LogError> {
         log.count(|c| c.fetches += 1);
         let plain = if topic == crate::proto::push::BROADCAST_TOPIC { BROADCAST.to_string() } else { crate::cluster::topic_subject(topic) };
         let check = |s: &Stored| self.me.place(s, &self.shared);

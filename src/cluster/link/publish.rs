@@ -2,6 +2,7 @@
 //! routed (core NATS) or stored (JetStream) before the supervisor is told.
 
 use super::*;
+use crate::cluster::error::{LogError, PublishError, Unconfirmed};
 
 /// Send every message; have NATS confirm it routed them (core) or the
 /// stream that it stored them (topics and broadcasts with JetStream).
@@ -14,14 +15,14 @@ pub(super) async fn publish(
     log: Option<&Log>,
 ) -> Result<Sent, PublishFailure> {
     if client.connection_state() != async_nats::connection::State::Connected {
-        return Err(PublishFailure { maybe_sent: false, reason: "the cluster link is down".into() });
+        return Err(PublishFailure { maybe_sent: false, reason: PublishError::Down });
     }
     // A reconnect discards what was still in the write buffer: if one
     // happens before the confirm, the outcome is unknown.
     let connects = client.statistics().connects.load(Ordering::SeqCst);
     let mut maybe_sent = false;
     let mut core_sent = false;
-    let fail = |maybe_sent: bool, reason: String| PublishFailure { maybe_sent, reason };
+    let fail = |maybe_sent: bool, reason: PublishError| PublishFailure { maybe_sent, reason };
     let mut sent = Sent::default();
     for (index, o) in out.into_iter().enumerate() {
         let publish_us = o.publish_us.to_string();
@@ -32,10 +33,7 @@ pub(super) async fn publish(
             // Every node takes it; not kept (a per-user push has no offset).
             let target = format!("{}{user}", if *close { USER_CLOSE } else { USER_PUSH });
             let h = me.headers(crate::cluster::USERS, &target, &publish_us, "", &o.data);
-            client
-                .publish_with_headers(crate::cluster::USERS, h, o.data.into())
-                .await
-                .map_err(|e| fail(sent_before, format!("NATS did not take the publish: {e}")))?;
+            client.publish_with_headers(crate::cluster::USERS, h, o.data.into()).await.map_err(|e| fail(sent_before, PublishError::NotTaken(e)))?;
             core_sent = true;
             sent.positions.push(None);
             shared.messages_out.fetch_add(1, Ordering::Relaxed);
@@ -75,7 +73,7 @@ pub(super) async fn publish(
                         504,
                         serde_json::json!({"error": format!("node '{owner}' did not answer within {} s; the message may or may not have been delivered", CONFIRM_TIMEOUT.as_secs())}),
                     ),
-                    Err(e) => return Err(fail(true, format!("unicast to {gid}: {e}"))),
+                    Err(source) => return Err(fail(true, PublishError::Unicast { gid: gid.to_string(), source })),
                 };
                 sent.remote.push(answer);
             }
@@ -110,11 +108,7 @@ pub(super) async fn publish(
                                     // it is delivered when its copy arrives.
                                     _ => Err(jslog::Failed {
                                         maybe: true,
-                                        reason: format!(
-                                            "stored in the cluster's history at {}, but this node's link did not see it come back within {} s (it delivers it here when it does)",
-                                            jslog::position_value(at),
-                                            (CONFIRM_TIMEOUT + jslog::FETCH_TIMEOUT).as_secs()
-                                        ),
+                                        reason: LogError::NotSeen { at: jslog::position_value(at), within: CONFIRM_TIMEOUT + jslog::FETCH_TIMEOUT },
                                     }),
                                 }
                             }
@@ -128,14 +122,11 @@ pub(super) async fn publish(
                                 }
                             }
                         };
-                        at = Some(stored.map_err(|f| fail(sent_before || f.maybe, f.reason))?);
+                        at = Some(stored.map_err(|f| fail(sent_before || f.maybe, f.reason.into()))?);
                     }
                     None => {
                         let h = me.topic_headers(&subject, &publish_us, &mqtt, &o.data);
-                        client
-                            .publish_with_headers(subject, h, o.data.into())
-                            .await
-                            .map_err(|e| fail(sent_before, format!("NATS did not take the publish: {e}")))?;
+                        client.publish_with_headers(subject, h, o.data.into()).await.map_err(|e| fail(sent_before, PublishError::NotTaken(e)))?;
                         core_sent = true;
                     }
                 }
@@ -159,8 +150,8 @@ pub(super) async fn publish(
     let reconnected = client.statistics().connects.load(Ordering::SeqCst) != connects;
     match confirmed {
         Ok(()) if !reconnected => Ok(sent),
-        Ok(()) => Err(fail(maybe_sent, "the cluster link reconnected while the publish was in flight, so part of it may be lost".into())),
-        Err(e) => Err(fail(maybe_sent, e)),
+        Ok(()) => Err(fail(maybe_sent, PublishError::Reconnected)),
+        Err(e) => Err(fail(maybe_sent, e.into())),
     }
 }
 
@@ -169,11 +160,11 @@ pub(super) async fn publish(
 /// connection's commands in order, so its answer to a request nobody
 /// listens to ("no responders") proves it has taken every subscription
 /// and routed every message sent before it.
-pub(super) async fn confirmed(client: &async_nats::Client, within: Duration) -> Result<(), String> {
+pub(super) async fn confirmed(client: &async_nats::Client, within: Duration) -> Result<(), Unconfirmed> {
     match tokio::time::timeout(within, client.request(CONFIRM, Default::default())).await {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::NoResponders => Ok(()),
-        Ok(Err(e)) => Err(format!("NATS did not confirm what this node sent: {e}")),
-        Err(_) => Err(format!("NATS did not confirm what this node sent within {} s", within.as_secs())),
+        Ok(Err(e)) => Err(Unconfirmed::Refused(e)),
+        Err(_) => Err(Unconfirmed::Slow(within)),
     }
 }

@@ -372,7 +372,7 @@ impl Relay {
     /// The stream's messages of a topic came: into this node's history
     /// (those after its head delivered, in order), then the waiting
     /// recoveries are answered from it.
-    fn fetched(&mut self, topic: String, result: Result<Vec<crate::cluster::Inbound>, String>, publisher: &mut Publisher) {
+    fn fetched(&mut self, topic: String, result: Result<Vec<crate::cluster::Inbound>, crate::cluster::error::LogError>, publisher: &mut Publisher) {
         let waiting: Vec<(u32, u64)> = self.fetching.remove(&topic).unwrap_or_default().into_iter().map(|(w, a)| (w as u32, a)).collect();
         let mut messages = Vec::new();
         match result {
