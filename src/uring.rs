@@ -202,6 +202,12 @@ pub(crate) trait RingHandler: Handler {
     fn connections(&self) -> usize {
         0
     }
+    /// Deliveries held behind a client's flow-control window so far (a
+    /// running count): while it moves, round trips set the pace, and the
+    /// batching wait is not stretched.
+    fn held_behind_windows(&self) -> u64 {
+        0
+    }
 }
 
 /// Whether this kernel and this process may use io_uring the way the
@@ -479,7 +485,7 @@ fn turn(ring: &mut Ring, h: &mut impl RingHandler, wait: Duration) -> Result<boo
     }
     let mut epoll_ready = false;
     let mut wait = wait;
-    let mut batch = ring.batching.wait(Instant::now(), h.connections());
+    let mut batch = ring.batching.wait(Instant::now(), h.connections(), h.held_behind_windows());
     loop {
         // A broadcast's tens of thousands of sends go in rounds, their
         // completions taken between them.
@@ -497,7 +503,7 @@ fn turn(ring: &mut Ring, h: &mut impl RingHandler, wait: Duration) -> Result<boo
             }
             // Receives only: a broadcast's send completions say nothing of
             // how often the connections speak.
-            ring.batching.note(ring.cqes.iter().filter(|(tag, ..)| *tag < RECV_TAGS).count());
+            ring.batching.note(ring.cqes.iter().map(|(tag, ..)| *tag).filter(|tag| *tag < RECV_TAGS));
             epoll_ready |= handle(ring, h);
         }
         if all {

@@ -387,7 +387,7 @@ pub(crate) struct ServerArgs {
     /// The workers' reactor: io_uring (multishot receives into one shared buffer ring, one submit-and-wait per loop turn) or epoll; auto takes io_uring where the kernel and any seccomp profile allow it and says which it chose.
     #[arg(long, value_enum, default_value = "auto", env = "MEGACONN_IO")]
     pub(crate) io: crate::uring::Io,
-    /// io_uring: while a worker is busy with many quiet connections (4,000 receives a second or more, over 64 or more connections, under 200 a second each: devices, subscribers), it waits up to this long for 64 completions to handle in one turn instead of waking for each, trading at most this much latency for fewer wake-ups; busy request/response connections and light loads never wait (0: never; needs Linux 6.13).
+    /// io_uring: while a worker is busy with many quiet connections (4,000 receives a second or more, over 64 or more connections, under 200 a second each: devices, subscribers), it waits up to this long for 64 completions to handle in one turn instead of waking for each, trading at most this much latency for fewer wake-ups; stretched as the rate falls (about 8 receives a turn, up to 8 times this) unless deliveries wait behind a client's QoS 1/2 window or one connection reads most; busy request/response connections and light loads never wait (0: never; needs Linux 6.13).
     #[arg(long, value_parser = parse::duration, default_value = "250us")]
     pub(crate) io_batch_wait: Duration,
     #[command(flatten)]

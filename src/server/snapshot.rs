@@ -48,6 +48,7 @@ crate::counters! {
         mqtt_acks_in: by("kind") "mqtt_acks_in" "MQTT acknowledgements received from clients, by kind (puback, pubrec, pubcomp of deliveries; pubrel of their QoS 2 publishes)",
         mqtt_unknown_packet_ids: by("kind") "mqtt_unknown_packet_ids" "MQTT acknowledgements naming no packet id at that stage, by kind (v5: PUBREC answered PUBREL 0x92, PUBREL answered PUBCOMP 0x92)",
         mqtt_qos2_resent: counter "mqtt_qos2_resent" "QoS 2 PUBLISH packets a client sent again while their PUBREL was due: answered PUBREC, not forwarded again",
+        mqtt_held: counter "mqtt_deliveries_held" "QoS 1 and 2 deliveries held behind a client's full inflight window, sent as its acknowledgements make room (while any are, an io_uring worker's --io-batch-wait is not stretched)",
         mqtt_inflight_dropped: by("reason") "mqtt_inflight_dropped" "QoS 1 and 2 deliveries dropped for a client whose window and queue were full, by reason (queue_full: --mqtt-queue, queue_bytes: --mqtt-queue-bytes)",
         mqtt_authz_waiting: gauge "mqtt_authz_waiting" "MQTT connections whose packet waits for the --mqtt-authz-http backend now (the connection not read meanwhile)",
         mqtt_authz_asked: counter "mqtt_authz_asked" "Questions a worker sent the --mqtt-authz-http backend (through the supervisor): a publish's, a subscription filter's or a will's decision it did not have",

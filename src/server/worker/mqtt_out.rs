@@ -221,7 +221,10 @@ impl Worker {
                     }
                     super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &bytes, self.cfg.max_pending_bytes, Close::SlowConsumer)
                 }
-                flight::Offer::Held => return Ok(Sent::Not),
+                flight::Offer::Held => {
+                    self.stats.mqtt_held += 1;
+                    return Ok(Sent::Not);
+                }
                 flight::Offer::Dropped(reason) => {
                     m.tidy();
                     crate::stats::counters::bump(&mut self.stats.mqtt_inflight_dropped, reason);

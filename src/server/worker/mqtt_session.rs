@@ -155,7 +155,10 @@ impl Worker {
                 Some(b) => Some(b),
                 None => match x.flight.offer(d, window, bounds) {
                     flight::Offer::Send(b) => Some(b),
-                    flight::Offer::Held => None,
+                    flight::Offer::Held => {
+                        self.stats.mqtt_held += 1;
+                        None
+                    }
                     flight::Offer::Dropped(reason) => {
                         crate::stats::counters::bump(&mut self.stats.mqtt_inflight_dropped, reason);
                         None

@@ -291,6 +291,10 @@ impl RingHandler for Worker {
         self.conns.len()
     }
 
+    fn held_behind_windows(&self) -> u64 {
+        self.stats.mqtt_held
+    }
+
     fn submitted(&mut self) {
         if let Some(r) = self.ring.as_mut() {
             if r.inflight.is_empty() && r.arena.chunks.len() > 1 {
