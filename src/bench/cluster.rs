@@ -32,15 +32,25 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 pub(super) struct Proc {
     child: Child,
     pub(super) what: String,
+    /// Its stderr: removed when it stopped as asked, kept when it exited
+    /// by itself (an error names it) or would not stop.
     log: std::path::PathBuf,
+    /// The log's inode: a node started again writes a new file at the
+    /// same path, which this one's end must not remove.
+    ino: u64,
+    /// SIGTERM sent; SIGKILL needed.
+    asked: bool,
+    killed: bool,
 }
 
 impl Proc {
     fn spawn(mut cmd: Command, ns: &str, what: String, log: std::path::PathBuf) -> Result<Proc> {
         let _ns = place::inside(&mut cmd, ns)?;
+        let _ = std::fs::remove_file(&log);
         let err = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let ino = std::os::unix::fs::MetadataExt::ino(&err.metadata().with_context(|| format!("reading {}", log.display()))?);
         let child = cmd.stderr(err).spawn().with_context(|| format!("starting {what}"))?;
-        Ok(Proc { child, what, log })
+        Ok(Proc { child, what, log, ino, asked: false, killed: false })
     }
 
     /// Why it is gone, if it is.
@@ -58,6 +68,7 @@ impl Proc {
         if matches!(self.child.try_wait(), Ok(None)) {
             // SAFETY: signalling our own child by PID; it has not been reaped.
             unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+            self.asked = true;
         }
     }
 
@@ -75,6 +86,7 @@ impl Proc {
         }
         // SAFETY: signalling our own child by PID; it has not been reaped.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        self.asked = true;
         let end = Instant::now() + grace;
         while Instant::now() < end {
             if let Ok(Some(_)) = self.child.try_wait() {
@@ -84,6 +96,7 @@ impl Proc {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+        self.killed = true;
         false
     }
 }
@@ -91,6 +104,10 @@ impl Proc {
 impl Drop for Proc {
     fn drop(&mut self) {
         self.stop();
+        let ours = std::fs::metadata(&self.log).is_ok_and(|m| std::os::unix::fs::MetadataExt::ino(&m) == self.ino);
+        if self.asked && !self.killed && ours && !std::thread::panicking() {
+            let _ = std::fs::remove_file(&self.log);
+        }
     }
 }
 
