@@ -389,6 +389,13 @@ fn a_two_node_push_bench_delivers_every_broadcast_once_and_leaves_nothing() {
     assert_eq!(v["topology"]["nodes"].as_array().unwrap().len(), 2);
     let left = String::from_utf8_lossy(&Command::new("ip").args(["netns", "list"]).output().unwrap().stdout).to_string();
     assert!(!left.contains(&format!("megaconn-{pid}-")), "namespaces left: {left}");
+    // The nodes' and nats-server's logs, secrets and store went with them.
+    let files: Vec<String> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with(&format!("megaconn-{pid}-")))
+        .collect();
+    assert!(files.is_empty(), "files left in the temporary directory: {files:?}");
     let report: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["result"]["push"]["deliveries"], 6000, "the report holds the run");
     assert!(std::fs::metadata(dir.join("index.html")).unwrap().len() > 1000);
