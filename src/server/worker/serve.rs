@@ -18,35 +18,11 @@ impl Worker {
     /// (`received`, io_uring, with whether more of what came with them
     /// may be in the next receive): read what is there, answer, flush.
     pub(super) fn on_conn_event(&mut self, key: usize, readable: bool, read_closed: bool, writable: bool, received: Option<(&[u8], bool)>) {
-        let readable = readable || received.is_some();
         let (received, cut) = (received.map(|(bytes, _)| bytes), received.is_some_and(|(_, cut)| cut));
+        let Some(readable) = self.may_read(key, readable || received.is_some()) else { return };
         let now_s = self.now_s();
         let now_ds = self.now_ds();
         let reserve = self.mqtt_reserve();
-        // The bus to the shards is full: a connection that may publish is
-        // not read until it drains (TCP holds its client back); on the
-        // ring what came is read and its receive stopped.
-        if readable && self.bus.congested() && self.may_publish(key) {
-            let gen = self.conns.get(key).map_or(0, |c| c.gen);
-            self.stats.bus_paused += 1;
-            self.bus.paused.push((key, gen));
-            match (&mut self.ring, self.conns.get(key)) {
-                (Some(r), Some(c)) => r.next.ops.push(crate::uring::Op::Cancel { tag: crate::uring::recv_tag(key, c.gen) }),
-                _ => return,
-            }
-        }
-        // `--mqtt-authz-http`: a packet waits for the backend; the
-        // connection is not read meanwhile (TCP holds its client back),
-        // but what a receive brought is kept with it.
-        let held = readable && self.topics.gate.authz.as_mut().is_some_and(|a| a.pause(key));
-        let readable = match (held, &mut self.ring, self.conns.get(key)) {
-            (false, ..) => readable,
-            (true, Some(r), Some(c)) => {
-                r.next.ops.push(crate::uring::Op::Cancel { tag: crate::uring::recv_tag(key, c.gen) });
-                true
-            }
-            (true, ..) => false,
-        };
         let Some(conn) = self.conns.get_mut(key) else { return };
         let mut end: Option<Close> = None;
         let mut rearm = false;
@@ -249,32 +225,71 @@ impl Worker {
             if negotiated != deflate {
                 conn.set_ws_deflate(negotiated);
             }
-            match self.tls.as_mut().and_then(|t| t.get(key)).and_then(|t| t.take_finished()) {
-                Some(Ok(resumed)) => {
-                    self.stats.tls_handshakes += 1;
-                    self.stats.tls_resumed += resumed as u64;
-                }
-                Some(Err(reason)) => end = Some(Close::tls(reason)),
-                None => {}
-            }
-            // Answer what was decoded even when the stream then ended
-            // (and what the TLS handshake has to say first), behind the
-            // interest it gained.
-            self.bus.before_reply(&mut self.topics);
-            if let Err(reason) = io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader) {
-                end.get_or_insert(reason);
-            }
-            match r {
-                ReadEnd::Open => {}
-                ReadEnd::Budget => rearm = true,
-                ReadEnd::Eof => end = end.or(Some(Close::PeerClosed)),
-                ReadEnd::Error(reason) => end = end.or(Some(reason)),
-            }
+            rearm = self.answer_read(key, r, &mut end);
         }
         if let Some(reason) = end {
             self.close(key, reason);
         } else if rearm {
             self.rearm(key);
+        }
+    }
+
+    /// Whether connection `key`, `readable`, is to be read now: not
+    /// while the bus to the shards is full and it may publish (TCP holds
+    /// its client back until the bus drains), nor while a packet of it
+    /// waits for `--mqtt-authz-http`; on the ring its receive is stopped
+    /// then, and what the receive brought is still read (kept with the
+    /// packet). None: the connection is gone.
+    fn may_read(&mut self, key: usize, readable: bool) -> Option<bool> {
+        if readable && self.bus.congested() && self.may_publish(key) {
+            let gen = self.conns.get(key).map_or(0, |c| c.gen);
+            self.stats.bus_paused += 1;
+            self.bus.paused.push((key, gen));
+            match (&mut self.ring, self.conns.get(key)) {
+                (Some(r), Some(c)) => r.next.ops.push(crate::uring::Op::Cancel { tag: crate::uring::recv_tag(key, c.gen) }),
+                _ => return None,
+            }
+        }
+        let held = readable && self.topics.gate.authz.as_mut().is_some_and(|a| a.pause(key));
+        Some(match (held, &mut self.ring, self.conns.get(key)) {
+            (false, ..) => readable,
+            (true, Some(r), Some(c)) => {
+                r.next.ops.push(crate::uring::Op::Cancel { tag: crate::uring::recv_tag(key, c.gen) });
+                true
+            }
+            (true, ..) => false,
+        })
+    }
+
+    /// After a read of connection `key` that ended `r`: its TLS
+    /// handshake's outcome counted, what it decoded answered (even when
+    /// the stream then ended, behind the interest it gained), and why it
+    /// ends into `end`. True: its read budget ran out, read it again.
+    fn answer_read(&mut self, key: usize, r: ReadEnd<Close>, end: &mut Option<Close>) -> bool {
+        match self.tls.as_mut().and_then(|t| t.get(key)).and_then(|t| t.take_finished()) {
+            Some(Ok(resumed)) => {
+                self.stats.tls_handshakes += 1;
+                self.stats.tls_resumed += resumed as u64;
+            }
+            Some(Err(reason)) => *end = Some(Close::tls(reason)),
+            None => {}
+        }
+        self.bus.before_reply(&mut self.topics);
+        let Some(conn) = self.conns.get_mut(key) else { return false };
+        if let Err(reason) = io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader) {
+            end.get_or_insert(reason);
+        }
+        match r {
+            ReadEnd::Open => false,
+            ReadEnd::Budget => true,
+            ReadEnd::Eof => {
+                end.get_or_insert(Close::PeerClosed);
+                false
+            }
+            ReadEnd::Error(reason) => {
+                end.get_or_insert(reason);
+                false
+            }
         }
     }
 
