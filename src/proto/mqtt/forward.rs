@@ -127,7 +127,6 @@ impl Forwarded {
 /// forwards (those a kept session keeps; the expiry as encoded). `None`:
 /// not such a packet.
 pub(crate) fn own_publish(bytes: &[u8], v5: bool) -> Option<(&str, &[u8], bool, Option<Forwarded>)> {
-    use super::decode::{fixed_header, Cursor};
     // Our own encoding, so the codec's bounds for peers do not apply.
     let limits = super::Limits {
         max_packet_size: u32::MAX,
@@ -138,6 +137,29 @@ pub(crate) fn own_publish(bytes: &[u8], v5: bool) -> Option<(&str, &[u8], bool, 
         max_properties: usize::MAX,
         max_user_property_bytes: usize::MAX,
     };
+    let (topic, mut c, retain) = own_publish_head(bytes)?;
+    let fwd = match v5 {
+        true => Some(Forwarded::from_publish(&Properties::decode(&mut c, super::properties::Place::PUBLISH, &limits).ok()?, None).ok()?),
+        false => None,
+    };
+    Some((topic, c.rest(), retain, fwd))
+}
+
+/// The payload of a PUBLISH this server encoded, its properties skipped
+/// undecoded (a count on the hot path: nothing allocated).
+pub(crate) fn own_payload(bytes: &[u8], v5: bool) -> Option<&[u8]> {
+    let (_, mut c, _) = own_publish_head(bytes)?;
+    if v5 {
+        let n = c.varint().ok()? as usize;
+        c.take(n).ok()?;
+    }
+    Some(c.rest())
+}
+
+/// A PUBLISH this server encoded, up to its properties: the topic, the
+/// rest (properties in 5.0, then the payload) and the retain flag.
+fn own_publish_head(bytes: &[u8]) -> Option<(&str, super::decode::Cursor<'_>, bool)> {
+    use super::decode::{fixed_header, Cursor};
     let h = fixed_header(bytes, None, u32::MAX).ok()??;
     if h.kind != super::kind::PUBLISH {
         return None;
@@ -147,11 +169,7 @@ pub(crate) fn own_publish(bytes: &[u8], v5: bool) -> Option<(&str, &[u8], bool, 
     if (h.flags >> 1) & 3 != 0 {
         c.take(2).ok()?;
     }
-    let fwd = match v5 {
-        true => Some(Forwarded::from_publish(&Properties::decode(&mut c, super::properties::Place::PUBLISH, &limits).ok()?, None).ok()?),
-        false => None,
-    };
-    Some((topic, c.rest(), h.flags & 1 == 1, fwd))
+    Some((topic, c, h.flags & 1 == 1))
 }
 
 /// Where the 4-byte Message Expiry Interval sits in an encoded v5 PUBLISH

@@ -81,6 +81,9 @@ fn an_encoded_publish_gives_back_its_message_and_forwarded_properties() {
     let v3 = enc(&Packet::Publish(Publish { properties: Properties::default(), ..p }), Version::V311);
     assert_eq!(own_publish(&v3, false), Some(("a/b", &b"body"[..], true, None)));
     assert_eq!(own_publish(b"\xC0\x00", false), None, "a PINGREQ is no PUBLISH");
+    // The payload alone, its properties skipped (what is counted as sent).
+    use crate::proto::mqtt::forward::own_payload;
+    assert_eq!((own_payload(&v5, true), own_payload(&v3, false), own_payload(b"\xC0\x00", true)), (Some(&b"body"[..]), Some(&b"body"[..]), None));
     let stored = Forwarded::stored(Some(&f)).unwrap();
     assert_eq!(stored.origin, None);
     assert_eq!(Forwarded::stored(Some(&Forwarded { origin: Some(7), ..Forwarded::default() })), None, "nothing a subscriber would see");

@@ -39,9 +39,9 @@ pub(super) fn outbound(ctx: &mut Ctx<'_>, m: &mut MqttConn, v: Version, stage: S
                 // Held ones past their Message Expiry Interval are dropped here.
                 ctx.req.stats.mqtt_expired_dropped += x.flight.release(window, crate::proto::push::wall_us(), &mut sent);
             }
+            let v5 = m.version == Some(crate::proto::mqtt::Version::V5);
             for (bytes, qos) in sent {
-                let v5 = m.version == Some(crate::proto::mqtt::Version::V5);
-                ctx.req.stats.mqtt_publish_bytes_out += crate::proto::mqtt::forward::own_publish(&bytes, v5).map_or(0, |p| p.1.len()) as u64;
+                ctx.req.stats.mqtt_publish_bytes_out += crate::proto::mqtt::forward::own_payload(&bytes, v5).map_or(0, <[u8]>::len) as u64;
                 let bytes = super::alias::outgoing(m, &bytes, &mut ctx.req.stats.mqtt_topic_aliases_out).unwrap_or(bytes);
                 ctx.req.out.extend_from_slice(&bytes);
                 ctx.req.stats.frames_out += 1;
