@@ -1,12 +1,13 @@
 //! `--mqtt-retained-file PATH`: the retained set survives a restart. It
 //! is read at start, and written whenever it changed, at most every
-//! `--mqtt-retained-save-every` (10 s) and once more at stop, whole or
-//! not at all (`state_file.rs`). A crash loses at most what changed since
-//! the last write. `$SYS/` topics are left out (`--sys-interval`
-//! publishes them again at start).
+//! `--mqtt-retained-save-every` (10 s) and once more at stop: only the
+//! segments whose topics changed (a 64th of the topics each, by a hash of
+//! the topic; `state_file.rs`), each whole or not at all. A crash loses
+//! at most what changed since the last write. `$SYS/` topics are left
+//! out (`--sys-interval` publishes them again at start).
 //!
-//! The file holds the set as a cluster node's answer to a sync does (one
-//! JSON array of at most 512 KiB per line, `cluster/retained.rs`),
+//! Each segment holds its topics as a cluster node's answer to a sync
+//! does (one JSON array of at most 512 KiB per line, `cluster/retained.rs`),
 //! and is read the same way: every message checked, the set's bounds
 //! applied (past them messages are left out and counted), an expired one
 //! dropped. A file that cannot be read refuses the start, naming the line
@@ -16,7 +17,7 @@
 
 use super::retained::Kept;
 use super::shard::{shard_of, Shards};
-use super::state_file::StateFile;
+use super::state_file::{segment_of, Dirty, StateFile, SEGMENTS};
 use crate::cluster::retained::{chunks, decode_chunk};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -56,21 +57,21 @@ impl RetainedFile {
         dropped_to: impl FnOnce(u64),
     ) -> Result<RetainedFile, String> {
         let f = RetainedFile(StateFile::new(path, every));
-        let text = f.0.read("--mqtt-retained-file")?;
         let mut dropped = 0;
-        for (n, line) in text.split(|b| *b == b'\n').enumerate().filter(|(_, l)| !l.is_empty()) {
-            let entries = decode_chunk(line, max_push, &mut dropped).map_err(|e| {
-                format!(
-                    "--mqtt-retained-file {}: line {} is not what megaconn writes ({e}); restore the file, or move it away to start with no retained messages",
-                    path.display(),
-                    n + 1
-                )
-            })?;
-            let now = crate::proto::push::wall_us();
-            for e in entries {
-                let k = Kept::from_entry(&e);
-                if k.forwarded(now).is_ok() {
-                    keep(&e.topic, k);
+        for (part, text) in f.0.read("--mqtt-retained-file")? {
+            for (n, line) in text.split(|b| *b == b'\n').enumerate().filter(|(_, l)| !l.is_empty()) {
+                let entries = decode_chunk(line, max_push, &mut dropped).map_err(|e| {
+                    format!(
+                        "--mqtt-retained-file {part}: line {} is not what megaconn writes ({e}); restore the file, or move it away to start with no retained messages",
+                        n + 1
+                    )
+                })?;
+                let now = crate::proto::push::wall_us();
+                for e in entries {
+                    let k = Kept::from_entry(&e);
+                    if k.forwarded(now).is_ok() {
+                        keep(&e.topic, k);
+                    }
                 }
             }
         }
@@ -78,30 +79,53 @@ impl RetainedFile {
         Ok(f)
     }
 
-    /// Write the set if it changed and the interval passed (`now`), or
-    /// if it changed at all (`force`: the server stops). Err: why it
-    /// could not be written (tried again at the next interval).
+    /// Write the set's segments that changed, if the interval passed
+    /// (`now`), or at all (`force`: the server stops). Err: why they
+    /// could not be written (the next write is whole).
     pub(crate) fn save(&mut self, shards: &Shards, now: Instant, force: bool) -> Result<bool, String> {
         let generation: u64 = (0..shards.len()).map(|i| shards.core(i).retained.generation()).sum();
         let reaped = self.0.reap(false);
-        shards.core(0).retained.counters.saved = self.0.written;
+        self.count(shards);
         reaped.map_err(|e| format!("cannot write the retained messages to {}: {e}", self.0.path.display()))?;
         if !self.0.due(generation, now, force) {
             return Ok(false);
         }
-        // A copy of each shard's part, taken a shard at a time.
+        let changed = (0..shards.len()).fold(Dirty::default(), |d, i| d.union(shards.core(i).retained.dirty.take()));
+        let wanted = self.0.wanted(changed);
+        // A copy of the segments' messages, taken a shard at a time.
         let wall = crate::proto::push::wall_us();
-        let mut all: Vec<(String, Vec<u8>, crate::cluster::MqttMeta, u64)> = Vec::new();
+        let mut parts: Vec<Vec<(String, Vec<u8>, crate::cluster::MqttMeta, u64)>> = (0..SEGMENTS).map(|_| Vec::new()).collect();
         for i in 0..shards.len() {
-            all.extend(shards.core(i).retained.all(wall).filter(|(t, ..)| !super::retained::is_sys(t)).map(|(t, d, m, us)| (t.to_string(), d.to_vec(), m, us)));
+            let core = shards.core(i);
+            for (t, d, m, us) in core.retained.all(wall).filter(|(t, ..)| !super::retained::is_sys(t)) {
+                let s = segment_of(t);
+                if wanted.has(s) {
+                    parts[s].push((t.to_string(), d.to_vec(), m, us));
+                }
+            }
         }
-        all.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        let (lines, skipped) = chunks(all.iter().map(|(t, d, m, us)| (t.as_str(), d.as_slice(), m.clone(), *us)));
+        let mut skipped = 0;
+        let segments = (0..SEGMENTS)
+            .filter(|s| wanted.has(*s))
+            .map(|s| {
+                let part = &mut parts[s];
+                part.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+                let (lines, dropped) = chunks(part.iter().map(|(t, d, m, us)| (t.as_str(), d.as_slice(), m.clone(), *us)));
+                skipped += dropped;
+                (s, lines)
+            })
+            .collect();
         shards.core(0).retained.refused("file", skipped);
-        let wrote = self.0.write(lines, generation, now, force);
-        shards.core(0).retained.counters.saved = self.0.written;
+        let wrote = self.0.write(segments, generation, now, force);
+        self.count(shards);
         wrote.map_err(|e| format!("cannot write the retained messages to {}: {e}", self.0.path.display()))?;
         Ok(true)
+    }
+
+    fn count(&self, shards: &Shards) {
+        let mut core = shards.core(0);
+        core.retained.counters.saved = self.0.written;
+        core.retained.counters.saved_segments = self.0.segments_written;
     }
 }
 
@@ -151,6 +175,36 @@ mod tests {
         let mut core = b.core(shard_of("a/b", 2));
         let got = core.retained.matching("a/b", 0)[0].1.clone();
         assert_eq!((got.data.as_ref(), got.qos, got.publish_us, got.mqtt.and_then(|m| m.content_type)), (&b"1"[..], 1, 7, Some("text/plain".into())));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// One topic changed among 1,000 rewrites its segment only; a clear
+    /// and an expiry do too; the file reads back as the set.
+    #[test]
+    fn a_change_rewrites_only_its_topics_segment() {
+        let d = dir("retained-segments");
+        let path = d.join("retained.json");
+        let a = shards(RetainedConfig::default());
+        let (mut f, _) = RetainedFile::open(&path, Duration::from_secs(3600), &a, 1024).unwrap();
+        for i in 0..1000 {
+            set(&a, &format!("t/{i}"), Kept::new(format!("{i}").as_bytes(), 0));
+        }
+        f.save(&a, Instant::now(), true).unwrap();
+        let segments = |s: &Shards| s.core(0).retained.counters.saved_segments;
+        assert_eq!(segments(&a), 128, "whole at start, then every segment held some of the 1,000");
+        set(&a, "t/7", Kept::new(b"seven", 0));
+        f.save(&a, Instant::now(), true).unwrap();
+        assert_eq!(segments(&a), 129, "one topic: one segment");
+        set(&a, "t/8", Kept::new(b"", 0));
+        let short = crate::proto::mqtt::forward::Forwarded { message_expiry: Some(1), ..Default::default() };
+        set(&a, "t/9", Kept::new(b"nine", 0).with(Some(&short), crate::proto::push::wall_us() - 2_000_000));
+        f.save(&a, Instant::now(), true).unwrap();
+        assert!(segments(&a) <= 131, "a clear and a set: at most two segments ({})", segments(&a));
+        let b = shards(RetainedConfig::default());
+        let (_, n) = RetainedFile::open(&path, DEFAULT_EVERY, &b, 1024).unwrap();
+        assert_eq!(n, 998, "t/8 cleared, t/9 expired");
+        let got = b.core(shard_of("t/7", 2)).retained.matching("t/7", 0)[0].1.data.clone();
+        assert_eq!(&got[..], b"seven");
         let _ = std::fs::remove_dir_all(&d);
     }
 

@@ -121,6 +121,7 @@ crate::counters! {
         wills_waiting: gauge "mqtt_wills_waiting" "MQTT wills waiting for their delay now",
         loaded: counter "mqtt_sessions_loaded" "MQTT sessions read from --mqtt-sessions-file at start",
         saved: counter "mqtt_sessions_saved" "Times the kept MQTT sessions were written to --mqtt-sessions-file",
+        saved_segments: counter "mqtt_sessions_file_segments" "Segments of --mqtt-sessions-file written: a write rewrites only the segments (a 64th of the sessions each, by client id) that changed",
         refused: by("reason") "mqtt_client_ids_refused" "CONNECTs refused by the client id registry, by reason (ids: --mqtt-client-ids, displaced: a newer CONNECT of the id came first, owner: another identity owns the id)",
         files_reloaded: counter "mqtt_files_reloaded" "Times SIGHUP read --mqtt-password-file and --mqtt-acl-file again and every worker took them",
         files_refused: counter "mqtt_files_reload_refused" "Times SIGHUP found --mqtt-password-file or --mqtt-acl-file unreadable or malformed: the files read before stayed in force",
@@ -275,6 +276,9 @@ pub(crate) struct Sessions {
     /// With `--mqtt-sessions-file`: the client ids of connections whose
     /// session may outlive them, for the file (`saved.rs`).
     names: Option<HashMap<IdKey, Box<str>>>,
+    /// With the file: the segments of it whose sessions changed since its
+    /// last write (`saved.rs`).
+    pub(crate) dirty: crate::server::broker::state_file::Dirty,
     /// In a cluster: CONNECTs that want a session this node does not
     /// keep, waiting for the other nodes' answers (`moving.rs`).
     asking: HashMap<IdKey, moving::Asking>,
@@ -410,6 +414,7 @@ impl Sessions {
     /// alive elsewhere), and counted.
     fn cancel_will(&mut self, key: &IdKey) {
         if self.wills.cancel(key) {
+            self.touch(key);
             self.counters.wills_cancelled += 1;
             self.counters.wills_waiting = self.wills.len() as u64;
         }
@@ -417,6 +422,7 @@ impl Sessions {
 
     /// A kept session out of the store, its bytes given back.
     fn take(&mut self, key: &IdKey) -> Option<Kept> {
+        self.touch(key);
         let k = self.kept.remove(key)?;
         self.end_lend(key);
         self.by_filter.remove(key, &k.subs);
@@ -460,6 +466,7 @@ impl Sessions {
             Some(_) if next.is_some() || moved || handing => self.counters.wills_cancelled += 1,
             Some(w) => {
                 self.counters.wills_delayed += 1;
+                self.touch(&e.key);
                 if let wills::Held::Now(p, reason) = self.wills.hold(e.key, who, w, e.expiry_s, (self.cfg.max_kept, self.cfg.identity_quota()), now) {
                     crate::stats::counters::bump(&mut self.counters.wills_published, reason);
                     out.push(Action::Will(p));
@@ -526,6 +533,7 @@ impl Sessions {
         self.counters.bytes += cost as u64;
         self.by_filter.add(key, &kept.subs);
         self.kept.insert(key, kept);
+        self.touch(&key);
         self.counters.kept = self.kept.len() as u64;
         true
     }
@@ -596,6 +604,9 @@ impl Sessions {
             }
             let cost = message_cost(&m);
             if let Some(k) = self.kept.get_mut(&id) {
+                if let Some(i) = &k.id {
+                    self.dirty.mark(i);
+                }
                 k.queued_bytes += cost;
                 k.messages.push_back(m);
                 self.counters.bytes += cost as u64;
@@ -615,13 +626,24 @@ impl Sessions {
         if !wills.is_empty() {
             *self.counters.wills_published.entry("delay".into()).or_insert(0) += wills.len() as u64;
             self.counters.wills_waiting = self.wills.len() as u64;
+            for (key, _) in &wills {
+                self.touch(key);
+            }
         }
         let due: Vec<IdKey> = self.kept.iter().filter(|(_, k)| k.expires.is_some_and(|t| t <= now)).map(|(key, _)| *key).collect();
         for key in due {
             self.take(&key);
             crate::stats::counters::bump(&mut self.counters.expired, "expiry");
         }
-        wills.into_iter().map(Action::Will).collect()
+        wills.into_iter().map(|(_, w)| Action::Will(w)).collect()
+    }
+
+    /// Kept session `key`'s segment of the file changed (its id is kept
+    /// only with the file).
+    fn touch(&mut self, key: &IdKey) {
+        if let Some(id) = self.kept.get(key).and_then(|k| k.id.as_deref()) {
+            self.dirty.mark(id);
+        }
     }
 }
 

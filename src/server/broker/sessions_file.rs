@@ -8,13 +8,17 @@
 //! to the restarted server resumes (session present 1) and gets what was
 //! queued for it. A crash loses what changed since the last write.
 //!
-//! One JSON line per session (`sessions/saved.rs`), oldest first, read
-//! back within this server's bounds (`--mqtt-sessions`,
-//! `--mqtt-sessions-bytes`, the queue bounds: past them as at a
-//! connection's end), with a v5 will waiting for its delay. A line
-//! that is not what megaconn writes refuses the start, naming the line and
-//! the fix; a missing file is a first start, and the file is written at
-//! once, so a path that cannot be written refuses the start.
+//! One JSON line per session (`sessions/saved.rs`), in the segment of
+//! its client id (`state_file.rs`: `PATH.d/00` to `63`, PATH naming
+//! them), so a change rewrites a 64th of the sessions; read back oldest
+//! first across the segments, within this server's bounds
+//! (`--mqtt-sessions`, `--mqtt-sessions-bytes`, the queue bounds: past
+//! them as at a connection's end), with a v5 will waiting for its delay.
+//! A line that is not what megaconn writes refuses the start, naming the
+//! file, the line and the fix; a missing file is a first start, and the
+//! file is written at once, so a path that cannot be written refuses
+//! the start. A file of the format before segments (every session in
+//! PATH) is read and replaced.
 
 use super::sessions::saved::SavedSession;
 use super::sessions::Sessions;
@@ -33,38 +37,46 @@ impl SessionsFile {
     pub(crate) fn open(path: &Path, every: Duration, sessions: &mut Sessions) -> Result<(SessionsFile, usize), String> {
         sessions.keep_names();
         let mut f = SessionsFile(StateFile::new(path, every));
-        let text = f.0.read(FLAG)?;
-        let (now, wall) = (Instant::now(), crate::proto::push::wall_us());
-        let mut kept = 0;
-        for (n, line) in text.split(|b| *b == b'\n').enumerate().filter(|(_, l)| !l.is_empty()) {
-            let s = SavedSession::parse(line).map_err(|e| {
-                format!(
-                    "{FLAG} {}: line {} is not what megaconn writes ({e}); restore the file, or move it away to start with no kept sessions",
-                    path.display(),
-                    n + 1
-                )
-            })?;
-            kept += sessions.restore(s, now, wall) as usize;
+        let mut all = Vec::new();
+        for (part, text) in f.0.read(FLAG)? {
+            for (n, line) in text.split(|b| *b == b'\n').enumerate().filter(|(_, l)| !l.is_empty()) {
+                all.push(SavedSession::parse(line).map_err(|e| {
+                    format!("{FLAG} {part}: line {} is not what megaconn writes ({e}); restore the file, or move it away to start with no kept sessions", n + 1)
+                })?);
+            }
         }
+        all.sort_by_key(|s| s.age);
+        let (now, wall) = (Instant::now(), crate::proto::push::wall_us());
+        let kept = all.into_iter().map(|s| sessions.restore(s, now, wall) as usize).sum();
         f.save(sessions, now, true).map_err(|e| format!("{FLAG}: {e}; give a path in a directory this user can write"))?;
         Ok((f, kept))
     }
 
-    /// Write the kept sessions if they changed and the interval passed
-    /// (`now`), or if they changed at all (`force`: the server stops).
+    /// Write the kept sessions' segments that changed, if the interval
+    /// passed (`now`), or at all (`force`: the server stops).
     pub(crate) fn save(&mut self, sessions: &mut Sessions, now: Instant, force: bool) -> Result<bool, String> {
         let generation = sessions.generation();
         let reaped = self.0.reap(false);
-        sessions.counters.saved = self.0.written;
+        self.count(sessions);
         reaped.map_err(|e| format!("cannot write the kept sessions to {}: {e}", self.0.path.display()))?;
         if !self.0.due(generation, now, force) {
             return Ok(false);
         }
-        let lines: Vec<Vec<u8>> = sessions.saved(now, crate::proto::push::wall_us()).iter().map(|s| serde_json::to_vec(s).expect("serializes")).collect();
-        let wrote = self.0.write(lines, generation, now, force);
-        sessions.counters.saved = self.0.written;
+        let wanted = self.0.wanted(sessions.dirty.take());
+        let segments = sessions
+            .saved(now, crate::proto::push::wall_us(), wanted)
+            .into_iter()
+            .map(|(i, part)| (i, part.iter().map(|s| serde_json::to_vec(s).expect("serializes")).collect()))
+            .collect();
+        let wrote = self.0.write(segments, generation, now, force);
+        self.count(sessions);
         wrote.map_err(|e| format!("cannot write the kept sessions to {}: {e}", self.0.path.display()))?;
         Ok(true)
+    }
+
+    fn count(&self, sessions: &mut Sessions) {
+        sessions.counters.saved = self.0.written;
+        sessions.counters.saved_segments = self.0.segments_written;
     }
 }
 
@@ -137,7 +149,7 @@ mod tests {
         assert!(ans.present, "resumed");
         assert_eq!((ans.subs[0].filter.as_str(), &ans.messages[0].data[..]), ("t/+", &b"aGk="[..]));
         assert!(fb.save(&mut b, now, true).unwrap(), "a resume changes what the file holds");
-        assert_eq!(std::fs::read(&path).unwrap(), b"", "no session kept now");
+        assert!(StateFile::new(&path, every()).read(FLAG).unwrap().iter().all(|(_, t)| t.is_empty()), "no session kept now");
 
         let line = |expires_us: u64| {
             serde_json::to_string(&SavedSession {
@@ -149,6 +161,7 @@ mod tests {
                 owner: None,
                 identity: String::new(),
                 will: None,
+                age: 0,
             })
             .unwrap()
         };
@@ -159,6 +172,88 @@ mod tests {
         std::fs::write(&path, format!("{}\n{{\"id\":\"\",\"subs\":[],\"messages\":[]}}\n", line(u64::MAX))).unwrap();
         let e = SessionsFile::open(&path, Duration::from_secs(1), &mut Sessions::new(SessionsConfig::default())).unwrap_err();
         assert!(e.contains("line 2") && e.contains("move it away"), "{e}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    fn every() -> Duration {
+        Duration::from_secs(3600)
+    }
+
+    /// The file as read back: each session's id, subscriptions and
+    /// queued payloads, by id.
+    fn in_file(path: &Path) -> Vec<(String, Vec<String>, Vec<Vec<u8>>)> {
+        let parts = StateFile::new(path, every()).read(FLAG).unwrap();
+        let lines = parts.iter().flat_map(|(_, t)| t.split(|b| *b == b'\n').filter(|l| !l.is_empty()));
+        let mut all: Vec<_> = lines.map(|l| SavedSession::parse(l).unwrap()).map(|s| (s.id, s.subs.into_iter().map(|s| s.filter).collect(), s.messages.into_iter().map(|m| m.data).collect())).collect();
+        all.sort();
+        all
+    }
+
+    /// Sessions kept, queued to and resumed at random, with a write after
+    /// every ten changes: each write rewrites only the segments of the ids
+    /// that changed (the first is whole), and the file always reads back
+    /// as the registry holds the sessions.
+    #[test]
+    fn only_the_changed_segments_are_written_and_the_file_matches_the_registry() {
+        let (d, path, mut a, mut f) = opened("sessions-segments");
+        assert_eq!(a.counters.saved_segments, 64, "the first write is whole");
+        let now = Instant::now();
+        let (mut rng, mut conn) = (0x9e37_79b9_7f4a_7c15_u64, 10);
+        let mut changed = std::collections::BTreeSet::new();
+        for round in 0..30 {
+            for _ in 0..10 {
+                rng = rng.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                let id = format!("dev-{}", (rng >> 33) % 200);
+                conn += 1;
+                match (rng >> 20) % 3 {
+                    // Kept with a subscription (or resumed and kept again).
+                    0 => {
+                        let key = admitted(&mut a, conn, &id, now);
+                        let state = SessionState { subs: vec![KeptSub::new(&format!("t/{id}"), 1)], messages: vec![], rel: vec![] };
+                        a.ended(SessionEnd { conn, key, expiry_s: 3600, state: Some(state), ..SessionEnd::default() }, now);
+                    }
+                    // A message queued for it, if it is kept.
+                    1 => a.offline(&format!("t/{id}"), format!("m{conn}").as_bytes(), 1, false, None, 0),
+                    // Resumed, then gone for good.
+                    _ => {
+                        let key = admitted(&mut a, conn, &id, now);
+                        a.ended(SessionEnd { conn, key, ..SessionEnd::default() }, now);
+                    }
+                }
+                changed.insert(crate::server::broker::state_file::segment_of(&id));
+            }
+            let before = a.counters.saved_segments;
+            f.save(&mut a, now, true).unwrap();
+            let wrote = a.counters.saved_segments - before;
+            assert!(wrote <= changed.len() as u64, "round {round}: {wrote} segments written for {} changed", changed.len());
+            changed.clear();
+            let mut held: Vec<_> = a
+                .saved(now, 0, crate::server::broker::state_file::Dirty::ALL)
+                .into_iter()
+                .flat_map(|(_, p)| p)
+                .map(|s| (s.id, s.subs.into_iter().map(|s| s.filter).collect(), s.messages.into_iter().map(|m| m.data).collect()))
+                .collect();
+            held.sort();
+            assert!(!held.is_empty() || round < 2, "round {round}: sessions are kept");
+            assert_eq!(in_file(&path), held, "round {round}");
+        }
+        assert!(a.counters.saved_segments < 64 + 30 * 10, "{}", a.counters.saved_segments);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A file written before segments (every session in PATH) is read,
+    /// then replaced by the segments.
+    #[test]
+    fn a_file_of_the_format_before_segments_is_read_and_replaced() {
+        let d = std::env::temp_dir().join(format!("megaconn-unit-{}-sessions-legacy", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let path = d.join("sessions.json");
+        let old = r#"{"id":"a","subs":[{"filter":"x","qos":1}],"messages":[]}"#.to_string() + "\n" + r#"{"id":"b","subs":[],"messages":[]}"#;
+        std::fs::write(&path, old).unwrap();
+        let mut s = Sessions::new(SessionsConfig::default());
+        assert_eq!(SessionsFile::open(&path, every(), &mut s).unwrap().1, 2);
+        assert_eq!(in_file(&path).iter().map(|(id, ..)| id.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        assert!(std::fs::read_to_string(&path).unwrap().starts_with("{\"megaconn_segments\":64}"));
         let _ = std::fs::remove_dir_all(&d);
     }
 

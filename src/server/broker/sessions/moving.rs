@@ -330,6 +330,7 @@ mod tests {
             owner: None,
             identity: String::new(),
             will: None,
+            age: 0,
         };
         let (json, dropped) = answer_within(s.clone());
         assert!(json.len() <= crate::cluster::sessions::MAX_ANSWER, "{} bytes", json.len());

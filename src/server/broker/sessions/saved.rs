@@ -10,6 +10,7 @@
 //! while the server was stopped is published at the first tick.
 
 use super::{Sessions, Who, NEVER};
+use crate::server::broker::state_file::{segment_of, Dirty, SEGMENTS};
 use crate::server::commands::{ClientPublish, KeptSub, SessionMessage, SessionState};
 use std::time::{Duration, Instant};
 
@@ -40,6 +41,14 @@ pub(crate) struct SavedSession {
     /// Its will waiting for its Will Delay Interval, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) will: Option<SavedWill>,
+    /// Its age among the sessions of the file (larger: kept later): the
+    /// segments are read back oldest first (0: in the order they come).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) age: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A delayed will in the file: what to publish and when (wall-clock µs).
@@ -110,20 +119,26 @@ impl Sessions {
         c.stored + c.resumed + c.discarded + c.queued + expired + c.moved + c.moved_in + c.handed_over + c.returned + c.loaded + wills
     }
 
-    /// The kept sessions with their ids, oldest first, as of `now`
-    /// (wall-clock µs `wall`); those lent to another node and not
-    /// confirmed yet among them.
-    pub(crate) fn saved(&self, now: Instant, wall: u64) -> Vec<SavedSession> {
-        self.order
-            .values()
-            .filter_map(|key| {
-                let k = self.kept.get(key)?;
-                Some(SavedSession {
-                    will: self.wills.waiting(key).map(|(due, will)| SavedWill { at_us: wall_at(*due, now, wall), will: will.clone() }),
-                    ..self.copy(k, k.id.as_deref()?, now, wall)
-                })
-            })
-            .collect()
+    /// The kept sessions with their ids in the file's segments `wanted`
+    /// (by client id, `state_file.rs`), each segment's oldest first, as
+    /// of `now` (wall-clock µs `wall`); those lent to another node and
+    /// not confirmed yet among them.
+    pub(crate) fn saved(&self, now: Instant, wall: u64, wanted: Dirty) -> Vec<(usize, Vec<SavedSession>)> {
+        let mut parts: Vec<(usize, Vec<SavedSession>)> = (0..SEGMENTS).filter(|i| wanted.has(*i)).map(|i| (i, Vec::new())).collect();
+        let mut at = [usize::MAX; SEGMENTS];
+        for (n, (i, _)) in parts.iter().enumerate() {
+            at[*i] = n;
+        }
+        for key in self.order.values() {
+            let Some((k, id)) = self.kept.get(key).and_then(|k| Some((k, k.id.as_deref()?))) else { continue };
+            let Some(part) = parts.get_mut(at[segment_of(id)]) else { continue };
+            part.1.push(SavedSession {
+                will: self.wills.waiting(key).map(|(due, will)| SavedWill { at_us: wall_at(*due, now, wall), will: will.clone() }),
+                age: k.seq,
+                ..self.copy(k, id, now, wall)
+            });
+        }
+        parts
     }
 
     /// Kept session `k` of client id `id` as it is saved (without its will).
@@ -137,6 +152,7 @@ impl Sessions {
             owner: k.who.owner.as_deref().map(str::to_string),
             identity: k.who.identity.to_string(),
             will: None,
+            age: 0,
         }
     }
 

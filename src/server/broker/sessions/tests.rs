@@ -590,6 +590,7 @@ fn a_session_is_lent_to_one_node_at_a_time() {
         owner: None,
         identity: String::new(),
         will: None,
+        age: 0,
     };
     b.handed(&["n".into()], (&["n".into()], &[], 0), vec![s], now, wall);
     assert_eq!((b.counters.kept, b.counters.moved_in, b.counters.moved), (0, 0, 1));
@@ -645,6 +646,7 @@ fn a_lent_sessions_will_and_later_messages_wait_for_the_confirmation() {
         owner: None,
         identity: String::new(),
         will: None,
+        age: 0,
     };
     let (out, _) = b.handed(&["z".into()], (&["z".into()], &[], 9_000), vec![s], now, wall);
     assert!(answer(&out).present && answer(&out).code == 0, "the waiting claim resumes it: {out:?}");

@@ -102,9 +102,9 @@ impl Wills {
 
     /// The wills whose time came, taken, but those `held` names (their
     /// sessions lent to another node: they wait for the lend's end).
-    pub(crate) fn due(&mut self, now: Instant, held: impl Fn(&IdKey) -> bool) -> Vec<ClientPublish> {
+    pub(crate) fn due(&mut self, now: Instant, held: impl Fn(&IdKey) -> bool) -> Vec<(IdKey, ClientPublish)> {
         let ids: Vec<IdKey> = self.waiting.iter().filter(|(id, (t, _, _))| *t <= now && !held(id)).map(|(id, _)| *id).collect();
-        ids.into_iter().filter_map(|id| self.take(&id)).collect()
+        ids.into_iter().filter_map(|id| Some((id, self.take(&id)?))).collect()
     }
 
     /// How many wait.
@@ -146,12 +146,12 @@ mod tests {
         assert_eq!(w.hold(k("c"), who("x"), will("w/c", 10), 60, (10, 10), t0), Held::Waiting);
         let none = |_: &IdKey| false;
         assert!(w.due(t0 + Duration::from_secs(4), none).is_empty());
-        assert_eq!(w.due(t0 + Duration::from_secs(5), none).iter().map(|p| p.topic.as_str()).collect::<Vec<_>>(), ["w/b"]);
+        assert_eq!(w.due(t0 + Duration::from_secs(5), none).iter().map(|p| p.1.topic.as_str()).collect::<Vec<_>>(), ["w/b"]);
         assert!(w.cancel(&k("c")));
         assert!(!w.cancel(&k("c")));
         let lent = k("a");
         assert!(w.due(t0 + Duration::from_secs(10), |id| *id == lent).is_empty(), "held while its session is lent");
-        assert_eq!(w.due(t0 + Duration::from_secs(10), none).iter().map(|p| p.topic.as_str()).collect::<Vec<_>>(), ["w/a"]);
+        assert_eq!(w.due(t0 + Duration::from_secs(10), none).iter().map(|p| p.1.topic.as_str()).collect::<Vec<_>>(), ["w/a"]);
         assert!(w.is_empty());
     }
 
