@@ -184,7 +184,10 @@ mod tests {
     fn in_file(path: &Path) -> Vec<(String, Vec<String>, Vec<Vec<u8>>)> {
         let parts = StateFile::new(path, every()).read(FLAG).unwrap();
         let lines = parts.iter().flat_map(|(_, t)| t.split(|b| *b == b'\n').filter(|l| !l.is_empty()));
-        let mut all: Vec<_> = lines.map(|l| SavedSession::parse(l).unwrap()).map(|s| (s.id, s.subs.into_iter().map(|s| s.filter).collect(), s.messages.into_iter().map(|m| m.data).collect())).collect();
+        let mut all: Vec<_> = lines
+            .map(|l| SavedSession::parse(l).unwrap())
+            .map(|s| (s.id, s.subs.into_iter().map(|s| s.filter).collect(), s.messages.into_iter().map(|m| m.data).collect()))
+            .collect();
         all.sort();
         all
     }

@@ -166,38 +166,19 @@ impl ServerFleet {
         sink: &Sink<ServerEvent>,
         next: &mut dyn FnMut(Duration) -> Option<ServerEvent>,
     ) -> Result<ServerFleet> {
-        let initial = match sizing {
-            Sizing::Elastic { target, .. } => target,
-            Sizing::Fixed(n) => n,
+        let (initial, max_workers) = match sizing {
+            Sizing::Elastic { target, max } => (target, max),
+            Sizing::Fixed(n) => (n, n),
         };
         let cap = match cfg.max_connections {
             Some(n) => Some(crate::server::limits::cap::SharedCap::create(n).context("cannot create the shared --max-connections count")?),
             None => None,
         };
         let listeners = crate::server::listener::bind_all(cfg.listen, &cfg.ports())?;
-        let max_workers = match sizing {
-            Sizing::Elastic { max, .. } => max,
-            Sizing::Fixed(n) => n,
-        };
         let mut template = worker_template(cfg, initial, max_workers, budget, matches!(sizing, Sizing::Elastic { .. }));
-        template.limits = crate::server::limits::ConnLimits::of(cfg).context("cannot create the shared --max-connections-per-ip table")?;
         template.cap_fd = cap.as_ref().map(|c| c.fd());
         template.listen_fds = listeners.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
-        if let Some(t) = &mut template.tls {
-            t.ticket_key = crate::tls::tickets::new_key()?;
-            // ALPN http/1.1 when a TLS entry speaks HTTP or WebSocket.
-            t.alpn_http = cfg.services.iter().any(|s| s.tls && matches!(s.protocol, crate::proto::Protocol::Http | crate::proto::Protocol::Ws));
-            t.pem = Some(crate::tls::files::read_pem(t).context("cannot serve TLS (--tls-cert, --tls-key)")?);
-            crate::signals::watch_hangup();
-        }
-        if cfg.mqtt_files.any() {
-            template.mqtt_files = Some(crate::server::auth::mosquitto::Files::load(&cfg.mqtt_files).map_err(crate::UsageError)?);
-            crate::signals::watch_hangup();
-        }
-        if cfg.config_file.is_some() {
-            // SIGHUP reads the file again (supervisor/reload.rs).
-            crate::signals::watch_hangup();
-        }
+        shared_state(cfg, &mut template)?;
         let tls_stamp = template.tls.as_ref().and_then(crate::tls::files::stamp);
         let to = sink.clone();
         let shards = crate::server::broker::shard::Shards::start(
@@ -261,31 +242,49 @@ impl ServerFleet {
             let message = format!("mqtt: clients admitted by mosquitto's files: {}", files.describe());
             f.note("mqtt_files", usize::MAX, message, 0);
         }
+        f.open_broker(cfg, sink)?;
+        f.start_hooks(cfg, sink, max_workers)?;
+        for _ in 0..initial {
+            f.spawn()?;
+        }
+        f.wait_started(initial, next)?;
+        Ok(f)
+    }
+
+    /// The broker's state read back (`--mqtt-retained-file`,
+    /// `--mqtt-sessions-file`) and its cluster link started.
+    fn open_broker(&mut self, cfg: &ServerConfig, sink: &Sink<ServerEvent>) -> Result<()> {
         if let Some(path) = &cfg.mqtt_retained_file {
             let (file, n) =
-                crate::server::broker::retained_file::RetainedFile::open(path, cfg.mqtt_retained_save_every, &f.publisher.shards, cfg.max_push_bytes)
+                crate::server::broker::retained_file::RetainedFile::open(path, cfg.mqtt_retained_save_every, &self.publisher.shards, cfg.max_push_bytes)
                     .map_err(crate::UsageError)?;
-            f.retained_file = Some(file);
-            f.note("mqtt_retained_file", usize::MAX, format!("mqtt: {n} retained messages read from {}", path.display()), 0);
+            self.retained_file = Some(file);
+            self.note("mqtt_retained_file", usize::MAX, format!("mqtt: {n} retained messages read from {}", path.display()), 0);
         }
         if let Some(c) = &cfg.cluster {
             let to = sink.clone();
             let relay = crate::server::broker::relay::Relay::start(c.clone(), Arc::new(move |ev| to(ServerEvent::Cluster(ev))))?;
-            f.publisher.node = Some(relay.node().to_string());
-            f.publisher.sessions.follow();
-            for i in 0..f.publisher.shards.len() {
-                f.publisher.shards.core(i).retained.keep_clears();
+            self.publisher.node = Some(relay.node().to_string());
+            self.publisher.sessions.follow();
+            for i in 0..self.publisher.shards.len() {
+                self.publisher.shards.core(i).retained.keep_clears();
             }
-            f.relay = Some(relay);
+            self.relay = Some(relay);
         }
         if let Some(path) = &cfg.mqtt_sessions_file {
-            let (file, n) = crate::server::broker::sessions_file::SessionsFile::open(path, cfg.mqtt_sessions_save_every, &mut f.publisher.sessions)
+            let (file, n) = crate::server::broker::sessions_file::SessionsFile::open(path, cfg.mqtt_sessions_save_every, &mut self.publisher.sessions)
                 .map_err(crate::UsageError)?;
-            f.sessions_file = Some(file);
-            f.note("mqtt_sessions_file", usize::MAX, format!("mqtt: {n} kept sessions read from {}", path.display()), 0);
+            self.sessions_file = Some(file);
+            self.note("mqtt_sessions_file", usize::MAX, format!("mqtt: {n} kept sessions read from {}", path.display()), 0);
             // In a cluster the node follows their topics from now on.
-            f.session_actions(Vec::new());
+            self.session_actions(Vec::new());
         }
+        Ok(())
+    }
+
+    /// The threads that talk to the application's backends: `--upstream`,
+    /// `--auth-http`, `--mqtt-authz-http`.
+    fn start_hooks(&mut self, cfg: &ServerConfig, sink: &Sink<ServerEvent>, max_workers: usize) -> Result<()> {
         if let Some(t) = &cfg.upstream {
             let to = sink.clone();
             let sender = crate::server::broker::upstream::SenderConfig {
@@ -293,33 +292,36 @@ impl ServerFleet {
                 node: cfg.cluster.as_ref().map(|c| c.node.clone()),
                 secret: cfg.upstream_secret.clone(),
                 nats_creds: cfg.upstream_nats_creds.clone(),
-                hold_bytes: crate::server::broker::upstream::supervisor_cap(f.template.upstream_bytes, max_workers, cfg.max_message_bytes),
+                hold_bytes: crate::server::broker::upstream::supervisor_cap(self.template.upstream_bytes, max_workers, cfg.max_message_bytes),
             };
-            f.upstream = Some(crate::server::broker::upstream::Upstream::start(sender, Arc::new(move |ev| to(ServerEvent::Upstream(ev))))?);
+            self.upstream = Some(crate::server::broker::upstream::Upstream::start(sender, Arc::new(move |ev| to(ServerEvent::Upstream(ev))))?);
         }
         if let Some(h) = &cfg.auth_hook {
             let to = sink.clone();
-            f.hook = Some(crate::server::broker::auth_hook::Hook::start(h.clone(), Arc::new(move |d| to(ServerEvent::AuthHook(d))))?);
+            self.hook = Some(crate::server::broker::auth_hook::Hook::start(h.clone(), Arc::new(move |d| to(ServerEvent::AuthHook(d))))?);
         }
         if let Some(h) = &cfg.authz_hook {
             let to = sink.clone();
-            f.authz = Some(crate::server::broker::auth_hook::Hook::start(h.clone(), Arc::new(move |d| to(ServerEvent::AuthzHook(d))))?);
+            self.authz = Some(crate::server::broker::auth_hook::Hook::start(h.clone(), Arc::new(move |d| to(ServerEvent::AuthzHook(d))))?);
         }
-        for _ in 0..initial {
-            f.spawn()?;
-        }
+        Ok(())
+    }
+
+    /// Wait until the `initial` workers listen (at most START_TIMEOUT),
+    /// handling what comes meanwhile.
+    fn wait_started(&mut self, initial: usize, next: &mut dyn FnMut(Duration) -> Option<ServerEvent>) -> Result<()> {
         let deadline = Instant::now() + START_TIMEOUT;
-        while f.starting() > 0 {
+        while self.starting() > 0 {
             let Some(ev) = next(deadline.saturating_duration_since(Instant::now())) else {
-                bail!("server workers did not start within {} s ({} of {initial} ready)", START_TIMEOUT.as_secs(), initial - f.starting());
+                bail!("server workers did not start within {} s ({} of {initial} ready)", START_TIMEOUT.as_secs(), initial - self.starting());
             };
             match ev {
                 ServerEvent::Worker(_, PoolEvent::Msg(ServerMsg::Fatal { message, .. })) => bail!("{message}"),
                 ServerEvent::Worker(i, PoolEvent::Exited(info)) => bail!("server worker {i} ({info}) exited during start-up"),
-                ev => f.on_event(ev),
+                ev => self.on_event(ev),
             }
         }
-        Ok(f)
+        Ok(())
     }
 
     fn spawn(&mut self) -> Result<usize> {
@@ -1229,6 +1231,30 @@ impl ServerFleet {
         self.pool.set_inherit(Vec::new());
         self.template.listen_fds.clear();
     }
+}
+
+/// What every worker shares, made once here: the per-address table
+/// (`--max-connections-per-ip`), the TLS material (a ticket key for all,
+/// ALPN when a TLS entry speaks HTTP), mosquitto's files; SIGHUP
+/// watched when any of them (or `--config`) can be read again.
+fn shared_state(cfg: &ServerConfig, template: &mut ServerWorkerConfig) -> Result<()> {
+    template.limits = crate::server::limits::ConnLimits::of(cfg).context("cannot create the shared --max-connections-per-ip table")?;
+    if let Some(t) = &mut template.tls {
+        t.ticket_key = crate::tls::tickets::new_key()?;
+        // ALPN http/1.1 when a TLS entry speaks HTTP or WebSocket.
+        t.alpn_http = cfg.services.iter().any(|s| s.tls && matches!(s.protocol, crate::proto::Protocol::Http | crate::proto::Protocol::Ws));
+        t.pem = Some(crate::tls::files::read_pem(t).context("cannot serve TLS (--tls-cert, --tls-key)")?);
+        crate::signals::watch_hangup();
+    }
+    if cfg.mqtt_files.any() {
+        template.mqtt_files = Some(crate::server::auth::mosquitto::Files::load(&cfg.mqtt_files).map_err(crate::UsageError)?);
+        crate::signals::watch_hangup();
+    }
+    if cfg.config_file.is_some() {
+        // SIGHUP reads the file again (supervisor/reload.rs).
+        crate::signals::watch_hangup();
+    }
+    Ok(())
 }
 
 /// The config every worker of this server gets (its index filled in at
