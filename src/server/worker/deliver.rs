@@ -31,77 +31,31 @@ pub(super) const DISCONNECT_CLOSE: u16 = 4000;
 /// Re-read the wall clock after this many writes (latency buckets).
 const CLOCK_EVERY: usize = 64;
 
+/// One push in the forms this worker's connections take it in.
+struct PushForms {
+    /// The framed push (empty when no framed connection takes pushes).
+    framed: std::rc::Rc<[u8]>,
+    /// The WebSocket message's frame, uncompressed.
+    ws_frame: Option<std::rc::Rc<[u8]>>,
+    /// Its opcode and body, when a deflate subscriber may want it compressed.
+    message: Option<(crate::proto::ws::frame::Opcode, Vec<u8>)>,
+}
+
 impl Worker {
     /// Deliver one publish to its targets in this worker, from one buffer.
     pub(super) fn push(&mut self, mut cmd: PushCommand) {
         self.stats.push_commands += 1;
         let mut queued = 0;
         let data = std::mem::take(&mut cmd.data);
-        // Who takes pushes (`session/kind.rs`): framed, ws and MQTT
-        // connections; on an HTTP port only event streams.
-        let services = &self.cfg.services;
-        let mqtt = &self.mqtt;
-        let takes = |k: usize, c: &crate::server::worker::conn::Conn| kind::takes_pushes(super::protocol_of(services, c), &c.ext, mqtt.get(k));
-        let targets: Vec<usize> = match cmd.stream {
-            // Not to connections still in their TLS handshake. MQTT
-            // connections take topic messages only (skipped below).
-            Stream::Broadcast => {
-                let tls = self.tls.as_ref();
-                self.conns.iter().filter(|(k, c)| takes(*k, c) && !tls.is_some_and(|t| t.handshaking(*k))).map(|(k, _)| k).collect()
-            }
-            // `audience`: exact topics and MQTT `+`/`#` filters.
-            // Not to one waiting for this retained message in its
-            // subscription's answer (`held_back`, `bus/waits.rs`).
-            Stream::Topic => self
-                .topics
-                .audience(&cmd.topic)
-                .into_iter()
-                .filter(|k| self.conns.get(*k).is_some_and(|c| takes(*k, c) && !self.held_back.contains(&conn_id(self.cfg.worker, *k, c.gen))))
-                .collect(),
-            Stream::Unicast if cmd.user.is_some() => {
-                let user = cmd.user.as_deref().unwrap_or_default();
-                self.topics.gate.conns_of(user).iter().copied().filter(|k| self.conns.get(*k).is_some_and(|c| takes(*k, c))).collect()
-            }
-            Stream::Unicast => cmd
-                .target
-                .map(split_id)
-                .filter(|(w, k, g)| {
-                    *w == self.cfg.worker
-                        && self.conns.get(*k).is_some_and(|c| c.gen == *g && takes(*k, c))
-                        && !self.tls.as_ref().is_some_and(|t| t.handshaking(*k))
-                })
-                .map(|(_, k, _)| vec![k])
-                .unwrap_or_default(),
-        };
+        let targets = self.push_targets(&cmd);
         if cmd.close {
             return self.disconnect(&targets, cmd.publish_id);
         }
         if self.needs.mqtt_only {
             return self.push_mqtt(&cmd, &data, &targets);
         }
-        // Encoded once per format this worker serves: the framed push and
-        // the WebSocket message (event streams share theirs, below).
         let p = Push { stream: cmd.stream, topic: cmd.topic.as_bytes(), seq: cmd.seq, publish_us: cmd.publish_us, epoch: cmd.epoch, data: &data };
-        let framed: std::rc::Rc<[u8]> = if self.needs.framed_pushes {
-            let mut framed = Vec::with_capacity(64 + data.len());
-            push::encode(&mut framed, &p);
-            framed.into()
-        } else {
-            std::rc::Rc::from(&[][..])
-        };
-        // A WebSocket push's message, kept to be compressed once if a
-        // subscriber negotiated deflate and it is long enough.
-        let mut message = None;
-        let mut ws_frame: Option<std::rc::Rc<[u8]>> = None;
-        if self.needs.ws_pushes {
-            let (opcode, body) = ws::push_message(self.cfg.ws.push_format, &p);
-            let mut frame = Vec::with_capacity(16 + body.len());
-            crate::proto::ws::frame::encode(&mut frame, true, opcode, &body, None);
-            ws_frame = Some(frame.into());
-            if self.ws_codec.is_some() && body.len() >= self.cfg.ws.deflate.min_bytes {
-                message = Some((opcode, body));
-            }
-        }
+        let PushForms { framed, ws_frame, message } = self.push_forms(&p);
         let mut compressed: Option<std::rc::Rc<[u8]>> = None;
         // Subscribers recovering this stream get it in the history answer.
         let history_name = if cmd.stream == Stream::Broadcast { BROADCAST_TOPIC } else { cmd.topic.as_str() };
@@ -191,6 +145,72 @@ impl Worker {
         }
         self.stats.push_delivered_bytes += queued * data.len() as u64;
         self.pushed(cmd.publish_id, queued, slow);
+    }
+
+    /// The connections of this worker a push goes to.
+    fn push_targets(&self, cmd: &PushCommand) -> Vec<usize> {
+        // Who takes pushes (`session/kind.rs`): framed, ws and MQTT
+        // connections; on an HTTP port only event streams.
+        let services = &self.cfg.services;
+        let mqtt = &self.mqtt;
+        let takes = |k: usize, c: &crate::server::worker::conn::Conn| kind::takes_pushes(super::protocol_of(services, c), &c.ext, mqtt.get(k));
+        match cmd.stream {
+            // Not to connections still in their TLS handshake. MQTT
+            // connections take topic messages only (skipped below).
+            Stream::Broadcast => {
+                let tls = self.tls.as_ref();
+                self.conns.iter().filter(|(k, c)| takes(*k, c) && !tls.is_some_and(|t| t.handshaking(*k))).map(|(k, _)| k).collect()
+            }
+            // `audience`: exact topics and MQTT `+`/`#` filters.
+            // Not to one waiting for this retained message in its
+            // subscription's answer (`held_back`, `bus/waits.rs`).
+            Stream::Topic => self
+                .topics
+                .audience(&cmd.topic)
+                .into_iter()
+                .filter(|k| self.conns.get(*k).is_some_and(|c| takes(*k, c) && !self.held_back.contains(&conn_id(self.cfg.worker, *k, c.gen))))
+                .collect(),
+            Stream::Unicast if cmd.user.is_some() => {
+                let user = cmd.user.as_deref().unwrap_or_default();
+                self.topics.gate.conns_of(user).iter().copied().filter(|k| self.conns.get(*k).is_some_and(|c| takes(*k, c))).collect()
+            }
+            Stream::Unicast => cmd
+                .target
+                .map(split_id)
+                .filter(|(w, k, g)| {
+                    *w == self.cfg.worker
+                        && self.conns.get(*k).is_some_and(|c| c.gen == *g && takes(*k, c))
+                        && !self.tls.as_ref().is_some_and(|t| t.handshaking(*k))
+                })
+                .map(|(_, k, _)| vec![k])
+                .unwrap_or_default(),
+        }
+    }
+
+    /// A push encoded once per format this worker serves: the framed push
+    /// and the WebSocket message (event streams share theirs, in `push`).
+    fn push_forms(&mut self, p: &Push<'_>) -> PushForms {
+        let framed: std::rc::Rc<[u8]> = if self.needs.framed_pushes {
+            let mut framed = Vec::with_capacity(64 + p.data.len());
+            push::encode(&mut framed, p);
+            framed.into()
+        } else {
+            std::rc::Rc::from(&[][..])
+        };
+        // A WebSocket push's message, kept to be compressed once if a
+        // subscriber negotiated deflate and it is long enough.
+        let mut message = None;
+        let mut ws_frame: Option<std::rc::Rc<[u8]>> = None;
+        if self.needs.ws_pushes {
+            let (opcode, body) = ws::push_message(self.cfg.ws.push_format, p);
+            let mut frame = Vec::with_capacity(16 + body.len());
+            crate::proto::ws::frame::encode(&mut frame, true, opcode, &body, None);
+            ws_frame = Some(frame.into());
+            if self.ws_codec.is_some() && body.len() >= self.cfg.ws.deflate.min_bytes {
+                message = Some((opcode, body));
+            }
+        }
+        PushForms { framed, ws_frame, message }
     }
 
     /// A push's end, whatever the protocol: the slow consumers it found
