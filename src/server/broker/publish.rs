@@ -14,7 +14,7 @@ use crate::admin::{Request, Response};
 use crate::cluster::RemoteAnswer;
 use crate::proto::push::{wall_us, Position, Stream};
 use crate::server::broker::history::MAX_REPLY_BYTES;
-use crate::server::broker::shard::Shards;
+use crate::server::broker::shard::{Cmd, Shards};
 use crate::server::commands::{ConnInfo, ListCommand, PresenceCommand, CMD_LIST, CMD_PRESENCE};
 use crate::supervise::pool::Sent;
 use crate::supervise::Pool;
@@ -232,6 +232,67 @@ impl Publisher {
     }
 
     /// A message over `--max-push-bytes`: the answer that names the limit.
+    /// Another node's retained message or clear, into its topic's shard
+    /// (`sync`: from the answer to this node's sync).
+    pub(crate) fn retained_from_node(&self, e: crate::cluster::retained::Entry, sync: bool) {
+        let kept = crate::server::broker::retained::Kept::from_entry(&e);
+        let i = self.shards.of(&e.topic);
+        self.shards.send(i, Cmd::Retained { topic: e.topic, kept, sync });
+    }
+
+    /// `n` retained messages of other nodes' or for them left out, for
+    /// `reason` (malformed, past the bounds, asks past the rate).
+    pub(crate) fn retained_refused(&self, reason: &str, n: u64) {
+        self.shards.retained_refused(reason, n);
+    }
+
+    /// This node's retained set and the clears it remembers, as another
+    /// node's sync asks for them.
+    pub(crate) fn retained_for_sync(&self) -> Vec<crate::server::broker::shard::RetainedCopy> {
+        self.shards.retained_copy(crate::proto::push::wall_us(), true, |_| true)
+    }
+
+    /// Workers' recovery of `topic` after `after`, answered by its shard
+    /// from this node's history (`worker` asked).
+    pub(crate) fn answer_history(&self, worker: usize, topic: &str, after: u64) {
+        self.shards.send_for(topic, Cmd::History { worker: worker as u32, topic: topic.to_string(), after });
+    }
+
+    /// What this node's history holds of `topic` for a recovery after
+    /// `after`: whether it covers it (`followed`: the node follows the
+    /// topic, so its history is up to date), and whether it has the
+    /// topic's position (asked with `after` u64::MAX).
+    pub(crate) fn history_here(&self, topic: &str, after: u64, followed: bool) -> (bool, bool) {
+        let core = self.shards.core(self.shards.of(topic));
+        let h = &core.history;
+        let s = h.since(topic, after, 0, 0);
+        let covered = followed && s.epoch != 0 && s.oldest <= after.saturating_add(1) && after <= s.head;
+        (covered, after == u64::MAX && h.position(topic).epoch != 0)
+    }
+
+    /// The log's messages of `topic` into its shard's history, then the
+    /// recoveries `waiting` for them answered.
+    pub(crate) fn history_merged(&self, topic: String, messages: Vec<crate::server::broker::core::Message>, waiting: Vec<(u32, u64)>) {
+        let i = self.shards.of(&topic);
+        self.shards.send(i, Cmd::Merged { topic, messages, waiting });
+    }
+
+    /// `topic`'s history here forgotten, at once under its shard's lock
+    /// (a recovery asked right after must not be answered from it).
+    pub(crate) fn forget_history(&self, topic: &str) {
+        self.shards.core(self.shards.of(topic)).history.forget(topic);
+    }
+
+    /// Which node delivers each shared group's copy of a message to `topic`.
+    pub(crate) fn place_shared(&mut self, topic: &str, me: &str) -> crate::server::broker::shared::Placed {
+        self.shared.place(topic, me)
+    }
+
+    /// Another node's shared groups heard.
+    pub(crate) fn shared_heard(&mut self, node: &str, announce: crate::cluster::groups::Announce) {
+        self.shared.heard(node, announce, std::time::Instant::now());
+    }
+
     pub(crate) fn too_large(&self, messages: &[crate::admin::route::Message]) -> Option<Response> {
         let big = messages.iter().map(|m| m.data.len()).max().filter(|n| *n > self.max_push)?;
         Some(Response::error(413, format!("a message of {big} bytes; this server's --max-push-bytes is {} (at most 1MiB)", self.max_push)))

@@ -10,8 +10,6 @@ use crate::cluster::link::Out;
 use crate::cluster::{ClusterConfig, ClusterEvent, Inbound, Link, LinkStatus, PublishFailure, Sent};
 use crate::proto::push::{wall_us, Position, Stream, BROADCAST_TOPIC};
 use crate::server::broker::publish::{Answer, Publisher};
-use crate::server::broker::retained::Kept;
-use crate::server::broker::shard::Cmd;
 use crate::supervise::{Pool, Sink};
 use anyhow::Result;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -138,7 +136,7 @@ impl Relay {
                 // node delivers each shared subscription group's copy.
                 let mut mqtt = (m.stream == Stream::Topic).then(|| crate::cluster::MqttMeta::of(m.qos, m.retain, m.mqtt.as_deref())).flatten();
                 if m.stream == Stream::Topic && m.target.is_none() && m.user.is_none() {
-                    let placed = publisher.shared.place(&m.topic, &me);
+                    let placed = publisher.place_shared(&m.topic, &me);
                     if !placed.picks.is_empty() {
                         mqtt.get_or_insert_with(Default::default).shared = placed.picks;
                         elsewhere = placed.elsewhere;
@@ -167,7 +165,7 @@ impl Relay {
             | ClusterEvent::SessionsAsked { .. }
             | ClusterEvent::SessionsHanded(_)
             | ClusterEvent::SessionsTaken { .. } => {}
-            ClusterEvent::SharedGroups { node, announce } => publisher.shared.heard(&node, announce, std::time::Instant::now()),
+            ClusterEvent::SharedGroups { node, announce } => publisher.shared_heard(&node, announce),
             ClusterEvent::Mine { request, index, topic, at } => {
                 self.mine.entry(topic).or_default().insert(at.offset, (request, index, at));
             }
@@ -186,18 +184,14 @@ impl Relay {
                 publisher.begin(route, Answer::Nats(reply), None, Vec::new(), live, pool);
             }
             ClusterEvent::Presence { request, answers } => publisher.presence_of_nodes(request, answers),
-            ClusterEvent::RetainedSet(e) => {
-                let i = publisher.shards.of(&e.topic);
-                publisher.shards.send(i, Cmd::Retained { topic: e.topic.clone(), kept: Kept::from_entry(&e), sync: false });
-            }
+            ClusterEvent::RetainedSet(e) => publisher.retained_from_node(e, false),
             ClusterEvent::RetainedAsked { reply } => self.answer_retained(reply, publisher),
             ClusterEvent::Retained(answers) => {
                 for e in answers.entries {
-                    let i = publisher.shards.of(&e.topic);
-                    publisher.shards.send(i, Cmd::Retained { kept: Kept::from_entry(&e), topic: e.topic, sync: true });
+                    publisher.retained_from_node(e, true);
                 }
                 // Malformed, or past this node's bounds.
-                publisher.shards.core(0).retained.refused("cluster_sync", answers.dropped);
+                publisher.retained_refused("cluster_sync", answers.dropped);
             }
             ClusterEvent::Notices(notices) => {
                 pool.broadcast(&format!("{} {}", crate::server::commands::CMD_NOTICES, serde_json::to_string(&notices).expect("serializes")));
@@ -217,23 +211,17 @@ impl Relay {
             self.answered.pop_front();
         }
         if self.answered.len() >= MAX_ANSWERS {
-            crate::stats::counters::bump(&mut publisher.shards.core(0).retained.counters.refused, "sync_asks_unanswered");
+            publisher.retained_refused("sync_asks_unanswered", 1);
             return;
         }
         self.answered.push_back(now);
         // Every shard's part, its messages and the clears it remembers.
-        let mut all: Vec<(String, Vec<u8>, crate::cluster::MqttMeta, u64)> = Vec::new();
-        for i in 0..publisher.shards.len() {
-            let r = &publisher.shards.core(i).retained;
-            all.extend(r.all(wall_us()).map(|(t, d, m, us)| (t.to_string(), d.to_vec(), m, us)));
-            let clear = || crate::cluster::MqttMeta { qos: 0, retain: true, props: None, shared: Vec::new() };
-            all.extend(r.cleared().map(|(t, us)| (t.to_string(), Vec::new(), clear(), us)));
-        }
+        let all = publisher.retained_for_sync();
         let (chunks, skipped) = crate::cluster::retained::chunks(all.iter().map(|(t, d, m, us)| (t.as_str(), d.as_slice(), m.clone(), *us)));
         for chunk in chunks {
             self.link.reply(reply.clone(), chunk);
         }
-        publisher.shards.core(0).retained.refused("cluster_sync", skipped);
+        publisher.retained_refused("cluster_sync", skipped);
     }
 
     /// The link came up (at start or after a reconnect): ask the other
@@ -348,19 +336,12 @@ impl Relay {
     /// (its latest 4 MiB); what the answer then cannot reach is lost for
     /// that subscriber, which does not ask again (`tables/recovery.rs`).
     pub(crate) fn history_wanted(&mut self, worker: usize, topic: &str, after: u64, publisher: &mut Publisher) {
-        let shard = publisher.shards.of(topic);
-        let answer = |publisher: &mut Publisher| publisher.shards.send(shard, Cmd::History { worker: worker as u32, topic: topic.to_string(), after });
-        let (covered, position_here) = {
-            let h = &publisher.shards.core(shard).history;
-            // Only a topic followed here has a history that is up to date.
-            let s = h.since(topic, after, 0, 0);
-            let covered = self.link.follows(topic) && s.epoch != 0 && s.oldest <= after.saturating_add(1) && after <= s.head;
-            // A position only: this node's, unless it has none of the topic
-            // (then the stream's last message says where the topic is).
-            (covered, after == u64::MAX && h.position(topic).epoch != 0)
-        };
+        // Only a topic followed here has a history that is up to date. A
+        // position only: this node's, unless it has none of the topic
+        // (then the stream's last message says where the topic is).
+        let (covered, position_here) = publisher.history_here(topic, after, self.link.follows(topic));
         if !self.link.logged() || position_here || covered {
-            return answer(publisher);
+            return publisher.answer_history(worker, topic, after);
         }
         let waiting = self.fetching.entry(topic.to_string()).or_default();
         if waiting.is_empty() {
@@ -403,18 +384,15 @@ impl Relay {
             }
             Err(e) => self.link.note_error(format!("recovering {topic} from JetStream: {e}")),
         }
-        let shard = publisher.shards.of(&topic);
-        publisher.shards.send(shard, Cmd::Merged { topic, messages, waiting });
+        publisher.history_merged(topic, messages, waiting);
     }
 
     /// A worker's topics changed: followed from now on, a topic's history
     /// here may be behind the cluster's, so it starts over from the stream.
     pub(crate) fn topics_changed(&mut self, worker: usize, changes: &[(String, bool)], publisher: &mut Publisher) {
         for topic in self.link.topics_changed(worker, changes) {
-            // At once, under the shard's lock: a recovery asked right after
-            // must not be answered from what is forgotten.
             if self.link.logged() {
-                publisher.shards.core(publisher.shards.of(&topic)).history.forget(&topic);
+                publisher.forget_history(&topic);
             }
         }
     }

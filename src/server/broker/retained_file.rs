@@ -16,7 +16,7 @@
 //! the start instead of failing at every save.
 
 use super::retained::Kept;
-use super::shard::{shard_of, Shards};
+use super::shard::{shard_of, RetainedCopy, Shards};
 use super::state_file::{segment_of, Dirty, StateFile, SEGMENTS};
 use crate::cluster::retained::{chunks, decode_chunk};
 use std::path::Path;
@@ -93,16 +93,10 @@ impl RetainedFile {
         let changed = (0..shards.len()).fold(Dirty::default(), |d, i| d.union(shards.core(i).retained.dirty.take()));
         let wanted = self.0.wanted(changed);
         // A copy of the segments' messages, taken a shard at a time.
-        let wall = crate::proto::push::wall_us();
-        let mut parts: Vec<Vec<(String, Vec<u8>, crate::cluster::MqttMeta, u64)>> = (0..SEGMENTS).map(|_| Vec::new()).collect();
-        for i in 0..shards.len() {
-            let core = shards.core(i);
-            for (t, d, m, us) in core.retained.all(wall).filter(|(t, ..)| !super::retained::is_sys(t)) {
-                let s = segment_of(t);
-                if wanted.has(s) {
-                    parts[s].push((t.to_string(), d.to_vec(), m, us));
-                }
-            }
+        let mut parts: Vec<Vec<RetainedCopy>> = (0..SEGMENTS).map(|_| Vec::new()).collect();
+        let copy = shards.retained_copy(crate::proto::push::wall_us(), false, |t| !super::retained::is_sys(t) && wanted.has(segment_of(t)));
+        for m in copy {
+            parts[segment_of(&m.0)].push(m);
         }
         let mut skipped = 0;
         let segments = (0..SEGMENTS)
@@ -115,7 +109,7 @@ impl RetainedFile {
                 (s, lines)
             })
             .collect();
-        shards.core(0).retained.refused("file", skipped);
+        shards.retained_refused("file", skipped);
         let wrote = self.0.write(segments, generation, now, force);
         self.count(shards);
         wrote.map_err(|e| format!("cannot write the retained messages to {}: {e}", self.0.path.display()))?;

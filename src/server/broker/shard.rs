@@ -59,6 +59,10 @@ pub(crate) fn shard_of(topic: &str, n: usize) -> usize {
     (h % n.max(1) as u64) as usize
 }
 
+/// A retained message copied out of a shard: topic, data, metadata,
+/// publish stamp (`cluster::retained::chunks` writes it).
+pub(crate) type RetainedCopy = (String, Vec<u8>, crate::cluster::MqttMeta, u64);
+
 /// What the supervisor tells a shard.
 pub(crate) enum Cmd {
     /// Worker `w`'s end of its socket pair with this shard.
@@ -153,6 +157,34 @@ impl Shards {
         if s.tx.send((crate::sys::mono_ns(), cmd)).is_ok() {
             let _ = s.waker.wake();
         }
+    }
+
+    /// Tell the shard owning `topic`.
+    pub(crate) fn send_for(&self, topic: &str, cmd: Cmd) {
+        self.send(self.of(topic), cmd);
+    }
+
+    /// A copy of the retained messages not expired at `now_us` whose
+    /// topic `wanted` accepts, and (`clears`) the clears remembered, taken
+    /// a shard at a time: (topic, data, metadata, publish stamp).
+    pub(crate) fn retained_copy(&self, now_us: u64, clears: bool, mut wanted: impl FnMut(&str) -> bool) -> Vec<RetainedCopy> {
+        let mut all = Vec::new();
+        for i in 0..self.len() {
+            let core = self.core(i);
+            let r = &core.retained;
+            all.extend(r.all(now_us).filter(|(t, ..)| wanted(t)).map(|(t, d, m, us)| (t.to_string(), d.to_vec(), m, us)));
+            if clears {
+                let clear = || crate::cluster::MqttMeta { qos: 0, retain: true, props: None, shared: Vec::new() };
+                all.extend(r.cleared().map(|(t, us)| (t.to_string(), Vec::new(), clear(), us)));
+            }
+        }
+        all
+    }
+
+    /// `n` retained messages not kept or not sent, for `reason` (counted
+    /// on the first shard).
+    pub(crate) fn retained_refused(&self, reason: &str, n: u64) {
+        self.core(0).retained.refused(reason, n);
     }
 
     /// A message into the topic space, to the shard of its stream.

@@ -740,10 +740,7 @@ impl ServerFleet {
                 self.resuming();
                 match &mut self.relay {
                     Some(r) => r.history_wanted(worker as usize, &topic, after, &mut self.publisher),
-                    None => {
-                        let i = self.publisher.shards.of(&topic);
-                        self.publisher.shards.send(i, crate::server::broker::shard::Cmd::History { worker, topic, after });
-                    }
+                    None => self.publisher.answer_history(worker as usize, &topic, after),
                 }
             }
         }
