@@ -22,7 +22,6 @@ mod keepalive;
 mod linger;
 mod mqtt_out;
 mod mqtt_session;
-mod mqtt_states;
 mod presence;
 mod ring;
 pub(crate) mod seam;
@@ -162,7 +161,7 @@ struct Worker {
     group: AcceptGroup,
     conns: Slab<Conn>,
     /// The MQTT state of its MQTT connections, by slab key.
-    mqtt: mqtt_states::MqttStates,
+    mqtt: crate::server::session::mqtt::states::MqttStates,
     stats: ServerSnapshot,
     started: Instant,
     /// Set while accepting is paused by fd exhaustion.

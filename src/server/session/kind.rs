@@ -94,6 +94,12 @@ pub(crate) fn farewell(out: &mut Vec<u8>, protocol: Protocol, ext: &Ext, mqtt: O
     }
 }
 
+/// Whether a connection of `protocol` is answered with what it sent
+/// (echo; discard reads and drops).
+pub(crate) fn echoes(protocol: Protocol) -> bool {
+    protocol == Protocol::Echo
+}
+
 /// Whether connections of `protocol` live long enough to be spread over
 /// a drain period (request/response protocols finish what is in flight
 /// and close).

@@ -73,6 +73,7 @@ pub(crate) mod connect;
 pub(crate) mod extra;
 pub(crate) mod flight;
 pub(crate) mod shared;
+pub(crate) mod states;
 mod subscribe;
 
 /// MQTT settings of a server worker.
@@ -113,7 +114,7 @@ impl MqttConfig {
 }
 
 /// A connection's MQTT state, for as long as it is open (in the worker's
-/// dense table, `worker/mqtt_states.rs`).
+/// dense table, `session/mqtt/states.rs`).
 #[derive(Debug, Default)]
 pub(crate) struct MqttConn {
     /// Set by an accepted CONNECT; `None` while the CONNECT is still due.

@@ -36,7 +36,7 @@ impl Worker {
     /// How many MQTT states the worker's table reserves at its first: the
     /// connections this worker can hold (its budget, its fds).
     pub(super) fn mqtt_reserve(&self) -> usize {
-        self.cfg.budget.min(self.fd_ceiling).min(super::mqtt_states::MAX_RESERVE as u64) as usize
+        self.cfg.budget.min(self.fd_ceiling).min(crate::server::session::mqtt::states::MAX_RESERVE as u64) as usize
     }
 
     /// The supervisor's answer to a CONNECT's claim of its client id.

@@ -195,7 +195,7 @@ impl Worker {
                 }
                 // Raw and sse are client protocols (refused by the server's plan).
                 Protocol::Echo | Protocol::Discard | Protocol::Raw | Protocol::Sse => {
-                    let echo = protocol == Protocol::Echo;
+                    let echo = kind::echoes(protocol);
                     read(&mut src, &mut conn.spills.partial(), &mut self.scratch, read_closed, |buf| {
                         req.stats.frames_in += 1;
                         if echo {

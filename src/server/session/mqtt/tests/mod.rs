@@ -349,7 +349,7 @@ fn granted_qos_decides_each_delivery_and_retain_handling_the_wants() {
 
 /// An MQTT connection's state is 24 bytes with the registry's 12-byte
 /// key (the boxed extra is one pointer), and a fresh one allocates
-/// nothing: the worker's table holds it (`worker/mqtt_states.rs`).
+/// nothing: the worker's table holds it (`session/mqtt/states.rs`).
 #[test]
 fn the_connection_state_stays_small() {
     assert_eq!(std::mem::size_of::<MqttConn>(), 24);

@@ -15,7 +15,7 @@
 //! highest MQTT one; it is given back when the worker's last connection
 //! closes.
 
-use crate::server::session::mqtt::MqttConn;
+use super::MqttConn;
 
 /// Most entries reserved at once (32 MiB of address space; the pages
 /// are touched only as entries are written): past it the table grows as
