@@ -31,7 +31,7 @@ pub(super) async fn run(cfg: ClusterConfig, shared: Arc<Shared>, mut rx: Unbound
         sent: Default::default(),
     };
     let Some(client) = connect(&cfg, &me, &shared, &tx).await else { return };
-    let log = match cfg.log.clone() {
+    let log = match cfg.log {
         Some(lc) => match open_log(Log::new(client.clone(), lc), &shared, &tx).await {
             Some(log) => Some(log),
             None => return,

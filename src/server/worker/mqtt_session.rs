@@ -60,22 +60,7 @@ impl Worker {
         let Some(m) = self.mqtt.get_mut(key) else { return };
         let v = m.version.unwrap_or(Version::V311);
         if a.code != 0 {
-            m.claim = Claim::None;
-            // Refused: no will of it is ever published.
-            m.take_will();
-            m.tidy();
-            let refused = Packet::ConnAck(ConnAck { session_present: false, code: a.code, properties: Properties::default() });
-            let _ = encode::packet(&refused, v, &mut self.out);
-            if ws {
-                mqtt_ws::wrap(&mut self.out, 0);
-                crate::proto::ws::frame::encode_close(&mut self.out, 1000, None);
-            }
-            let _ = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader);
-            if a.hook_refused {
-                crate::server::close::count(&mut self.stats.auth_refused, Close::MqttAuthHttpRefused);
-                return self.close(key, Close::MqttAuthHttpRefused);
-            }
-            return self.close(key, Close::MqttClientIdRefused);
+            return self.mqtt_refused(key, a.code, a.hook_refused, ws);
         }
         m.key = a.key;
         if let Some(g) = a.grant.clone() {
@@ -107,72 +92,21 @@ impl Worker {
         if !a.rel.is_empty() {
             m.extra_mut().flight.awaiting_release(&a.rel, usize::from(mqtt::RECEIVE_MAXIMUM));
         }
-        let now_us = crate::proto::push::wall_us();
+        let mut resumed = Resumed {
+            out: &mut self.out,
+            m,
+            topics: &self.topics,
+            subs: &conn.subs,
+            stats: &mut self.stats,
+            key,
+            v,
+            bounds,
+            now_us: crate::proto::push::wall_us(),
+        };
         for msg in &a.messages {
-            // What it was queued under may have been granted by an older
-            // token: each message passes the token the client shows now.
-            if self.topics.gate.permits(key, &msg.topic).is_err() {
-                self.stats.mqtt_resumed_refused += 1;
-                continue;
-            }
-            // mosquitto's ACL, as it is now (mosquitto drops such queued
-            // messages when the client comes back).
-            if !self.topics.gate.may_read(key, &msg.topic) {
-                self.stats.mqtt_acl_read_denied += 1;
-                continue;
-            }
-            let data = &msg.data;
-            let qos = QoS::from_bits(msg.qos).unwrap_or_default();
-            // Its properties, the expiry what is left of it; one that
-            // expired while the client was away is not sent ([MQTT-3.3.2-5]).
-            let Ok(fwd) = Forwarded::at(msg.mqtt.as_deref(), msg.publish_us, now_us) else {
-                self.stats.mqtt_expired_dropped += 1;
-                continue;
-            };
-            // As it matches the resumed subscriptions: their identifiers;
-            // one queued while away has the retain flag only through a
-            // Retain As Published one (one sent before keeps what it had).
-            let how = m.delivery(&self.topics, &conn.subs, &msg.topic, qos, msg.retain, false);
-            let (retain, sids) = match (msg.id, how) {
-                (0, Some(d)) => (d.retain, d.sids),
-                (0, None) => (false, Vec::new()),
-                (_, d) => (msg.retain, d.map(|d| d.sids).unwrap_or_default()),
-            };
-            let properties = match (v, fwd.as_deref()) {
-                (Version::V5, Some(f)) => f.properties(f.message_expiry, sids),
-                (Version::V5, None) => Properties { subscription_ids: sids, ..Properties::default() },
-                _ => Properties::default(),
-            };
-            let (bytes, id_at) = mqtt::encode_push(v, &msg.topic, data, qos, retain, properties);
-            if bytes.is_empty() || qos == QoS::AtMostOnce {
-                continue;
-            }
-            let expires_us = fwd.as_deref().map_or(0, |f| f.expires_us(now_us));
-            let d = flight::Delivery { bytes: bytes.into(), id_at, qos, expires_us };
-            let window = m.window(bounds.inflight);
-            let x = m.extra_mut();
-            let sent = match x.flight.resume(d.clone(), msg.id, msg.released) {
-                Some(b) => Some(b),
-                None => match x.flight.offer(d, window, bounds) {
-                    flight::Offer::Send(b) => Some(b),
-                    flight::Offer::Held => {
-                        self.stats.mqtt_held += 1;
-                        None
-                    }
-                    flight::Offer::Dropped(reason) => {
-                        crate::stats::counters::bump(&mut self.stats.mqtt_inflight_dropped, reason);
-                        None
-                    }
-                },
-            };
-            if let Some(b) = sent {
-                let b = mqtt::alias::outgoing(m, &b, &mut self.stats.mqtt_topic_aliases_out).unwrap_or(b);
-                self.out.extend_from_slice(&b);
-                self.stats.frames_out += 1;
-                crate::stats::counters::bump(&mut self.stats.mqtt_publishes_out, qos.label());
-                self.stats.mqtt_publish_bytes_out += data.len() as u64;
-            }
+            resumed.send(msg);
         }
+        let m = resumed.m;
         m.tidy();
         if ws {
             mqtt_ws::wrap(&mut self.out, 0);
@@ -184,6 +118,30 @@ impl Worker {
             return self.close(key, reason);
         }
         self.mqtt_resume(key);
+    }
+
+    /// A CONNECT the supervisor refused (`code`; `hook`: the HTTP auth
+    /// backend did): its CONNACK, then the close; no will of it is ever
+    /// published.
+    fn mqtt_refused(&mut self, key: usize, code: u8, hook: bool, ws: bool) {
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        let Some(m) = self.mqtt.get_mut(key) else { return };
+        let v = m.version.unwrap_or(Version::V311);
+        m.claim = Claim::None;
+        m.take_will();
+        m.tidy();
+        let refused = Packet::ConnAck(ConnAck { session_present: false, code, properties: Properties::default() });
+        let _ = encode::packet(&refused, v, &mut self.out);
+        if ws {
+            mqtt_ws::wrap(&mut self.out, 0);
+            crate::proto::ws::frame::encode_close(&mut self.out, 1000, None);
+        }
+        let _ = super::io::send(self.tls.as_mut(), self.ring.as_mut(), key, conn, &self.out, self.reply_cap, Close::SlowReader);
+        if hook {
+            crate::server::close::count(&mut self.stats.auth_refused, Close::MqttAuthHttpRefused);
+            return self.close(key, Close::MqttAuthHttpRefused);
+        }
+        self.close(key, Close::MqttClientIdRefused)
     }
 
     /// Read what a client sent behind its CONNECT while the claim was
@@ -431,6 +389,88 @@ pub(super) fn will_message(w: mqtt::extra::OwnedWill, identity: &str) -> ClientP
     let data = w.payload.into_vec();
     let identity = w.retain.then(|| identity.to_string());
     ClientPublish { topic: w.topic.into(), data, qos: w.qos as u8, retain: w.retain, mqtt: w.mqtt, identity }
+}
+
+/// A resumed session's queued messages, each written behind its
+/// CONNACK (or held behind its window, or dropped and counted).
+struct Resumed<'a> {
+    out: &'a mut Vec<u8>,
+    m: &'a mut mqtt::MqttConn,
+    topics: &'a Topics,
+    subs: &'a crate::server::tables::topics::Subs,
+    stats: &'a mut crate::server::snapshot::ServerSnapshot,
+    key: usize,
+    v: Version,
+    bounds: flight::Bounds,
+    now_us: u64,
+}
+
+impl Resumed<'_> {
+    fn send(&mut self, msg: &SessionMessage) {
+        // What it was queued under may have been granted by an older
+        // token: each message passes the token the client shows now.
+        if self.topics.gate.permits(self.key, &msg.topic).is_err() {
+            self.stats.mqtt_resumed_refused += 1;
+            return;
+        }
+        // mosquitto's ACL, as it is now (mosquitto drops such queued
+        // messages when the client comes back).
+        if !self.topics.gate.may_read(self.key, &msg.topic) {
+            self.stats.mqtt_acl_read_denied += 1;
+            return;
+        }
+        let data = &msg.data;
+        let qos = QoS::from_bits(msg.qos).unwrap_or_default();
+        // Its properties, the expiry what is left of it; one that
+        // expired while the client was away is not sent ([MQTT-3.3.2-5]).
+        let Ok(fwd) = Forwarded::at(msg.mqtt.as_deref(), msg.publish_us, self.now_us) else {
+            self.stats.mqtt_expired_dropped += 1;
+            return;
+        };
+        // As it matches the resumed subscriptions: their identifiers;
+        // one queued while away has the retain flag only through a
+        // Retain As Published one (one sent before keeps what it had).
+        let how = self.m.delivery(self.topics, self.subs, &msg.topic, qos, msg.retain, false);
+        let (retain, sids) = match (msg.id, how) {
+            (0, Some(d)) => (d.retain, d.sids),
+            (0, None) => (false, Vec::new()),
+            (_, d) => (msg.retain, d.map(|d| d.sids).unwrap_or_default()),
+        };
+        let properties = match (self.v, fwd.as_deref()) {
+            (Version::V5, Some(f)) => f.properties(f.message_expiry, sids),
+            (Version::V5, None) => Properties { subscription_ids: sids, ..Properties::default() },
+            _ => Properties::default(),
+        };
+        let (bytes, id_at) = mqtt::encode_push(self.v, &msg.topic, data, qos, retain, properties);
+        if bytes.is_empty() || qos == QoS::AtMostOnce {
+            return;
+        }
+        let expires_us = fwd.as_deref().map_or(0, |f| f.expires_us(self.now_us));
+        let d = flight::Delivery { bytes: bytes.into(), id_at, qos, expires_us };
+        let window = self.m.window(self.bounds.inflight);
+        let x = self.m.extra_mut();
+        let sent = match x.flight.resume(d.clone(), msg.id, msg.released) {
+            Some(b) => Some(b),
+            None => match x.flight.offer(d, window, self.bounds) {
+                flight::Offer::Send(b) => Some(b),
+                flight::Offer::Held => {
+                    self.stats.mqtt_held += 1;
+                    None
+                }
+                flight::Offer::Dropped(reason) => {
+                    crate::stats::counters::bump(&mut self.stats.mqtt_inflight_dropped, reason);
+                    None
+                }
+            },
+        };
+        if let Some(b) = sent {
+            let b = mqtt::alias::outgoing(self.m, &b, &mut self.stats.mqtt_topic_aliases_out).unwrap_or(b);
+            self.out.extend_from_slice(&b);
+            self.stats.frames_out += 1;
+            crate::stats::counters::bump(&mut self.stats.mqtt_publishes_out, qos.label());
+            self.stats.mqtt_publish_bytes_out += data.len() as u64;
+        }
+    }
 }
 
 /// The end of a connection that closed before its claim was answered:
