@@ -140,6 +140,17 @@ mod tests {
         Shards::start(2, Default::default(), retained, Default::default(), std::sync::Arc::new(|_| {})).unwrap()
     }
 
+    /// A scratch directory, its file's path, two shards and the file
+    /// opened on them (written at once, an hour between writes).
+    fn opened(tag: &str) -> (PathBuf, PathBuf, Shards, RetainedFile) {
+        let d = dir(tag);
+        let path = d.join("retained.json");
+        let a = shards(RetainedConfig::default());
+        let (f, n) = RetainedFile::open(&path, Duration::from_secs(3600), &a, 1024).unwrap();
+        assert_eq!(n, 0, "no file yet");
+        (d, path, a, f)
+    }
+
     fn set(s: &Shards, topic: &str, k: Kept) {
         s.core(shard_of(topic, s.len())).retained.set(topic, k, None).unwrap();
     }
@@ -149,11 +160,7 @@ mod tests {
     /// into its topic's shard; a missing file is a first start.
     #[test]
     fn the_set_is_written_when_it_changed_and_read_back_whole() {
-        let d = dir("retained-file");
-        let path = d.join("retained.json");
-        let a = shards(RetainedConfig::default());
-        let (mut f, n) = RetainedFile::open(&path, Duration::from_secs(3600), &a, 1024).unwrap();
-        assert_eq!(n, 0, "no file yet");
+        let (d, path, a, mut f) = opened("retained-file");
         assert!(!f.save(&a, Instant::now(), true).unwrap(), "nothing changed");
         let props = crate::proto::mqtt::forward::Forwarded { content_type: Some("text/plain".into()), ..Default::default() };
         set(&a, "a/b", Kept::new(b"1", 1).with(Some(&props), 7));
@@ -176,10 +183,7 @@ mod tests {
     /// and an expiry do too; the file reads back as the set.
     #[test]
     fn a_change_rewrites_only_its_topics_segment() {
-        let d = dir("retained-segments");
-        let path = d.join("retained.json");
-        let a = shards(RetainedConfig::default());
-        let (mut f, _) = RetainedFile::open(&path, Duration::from_secs(3600), &a, 1024).unwrap();
+        let (d, path, a, mut f) = opened("retained-segments");
         for i in 0..1000 {
             set(&a, &format!("t/{i}"), Kept::new(format!("{i}").as_bytes(), 0));
         }
@@ -206,10 +210,7 @@ mod tests {
     /// they neither cause a write nor go into the file.
     #[test]
     fn sys_topics_are_not_written() {
-        let d = dir("retained-sys");
-        let path = d.join("retained.json");
-        let a = shards(RetainedConfig::default());
-        let (mut f, _) = RetainedFile::open(&path, Duration::from_secs(3600), &a, 1024).unwrap();
+        let (d, path, a, mut f) = opened("retained-sys");
         set(&a, "$SYS/broker/uptime", Kept::new(b"10 seconds", 0));
         assert!(!f.save(&a, Instant::now(), true).unwrap(), "a $SYS change alone is not written");
         set(&a, "a", Kept::new(b"1", 0));
