@@ -26,8 +26,8 @@ impl ServerFleet {
                         &self.publisher,
                         crate::server::supervisor::metrics::Own {
                             config: &self.config_counters,
-                            hook: self.hook.as_ref().map(|h| &h.counters),
-                            authz: self.authz.as_ref().map(|h| &h.counters),
+                            hook: self.hooks.auth.as_ref().map(|h| &h.counters),
+                            authz: self.hooks.authz.as_ref().map(|h| &h.counters),
                         },
                         self.accept_queue,
                         link.as_ref(),
@@ -52,10 +52,10 @@ impl ServerFleet {
                     v["upstream"] = serde_json::to_value(&*u.counters.lock().expect("upstream counters")).unwrap_or_default();
                 }
                 v["config"] = serde_json::to_value(&self.config_counters).unwrap_or_default();
-                if let Some(h) = &self.hook {
+                if let Some(h) = &self.hooks.auth {
                     v["mqtt_auth_http"] = serde_json::to_value(&h.counters).unwrap_or_default();
                 }
-                if let Some(h) = &self.authz {
+                if let Some(h) = &self.hooks.authz {
                     v["mqtt_authz_http"] = serde_json::to_value(&h.counters).unwrap_or_default();
                 }
                 v["stalled_workers"] = self.stalled().into();

@@ -112,14 +112,9 @@ pub(crate) struct ServerFleet {
     /// `--config`, read again on SIGHUP, and what those readings did.
     config_file: Option<crate::server::config::ConfigFile>,
     pub(super) config_counters: super::reload::ConfigCounters,
-    /// `--mqtt-auth-http`, and the claims waiting for its answers.
-    pub(super) hook: Option<crate::server::broker::auth_hook::Hook>,
-    hook_waiting: std::collections::HashMap<u64, (usize, crate::server::broker::auth_hook::Waiting, crate::server::broker::auth_hook::Credentials)>,
-    hook_seq: u64,
-    /// `--mqtt-authz-http`: its thread and cache, and the questions
-    /// waiting for it (worker, cache key, what about).
-    pub(super) authz: Option<crate::server::broker::auth_hook::Hook<crate::server::broker::auth_hook::AuthzCounters>>,
-    authz_waiting: std::collections::HashMap<u64, (usize, crate::server::broker::auth_hook::Key, crate::server::auth::authz::About)>,
+    /// `--mqtt-auth-http` and `--mqtt-authz-http`, and the questions
+    /// waiting for their answers.
+    pub(super) hooks: super::hooks::Hooks,
     /// `--sys-interval`: the `$SYS` topics, when they were last published
     /// and when the server started (None: off).
     sys: Option<(super::sys_topics::SysTree, Duration, Instant)>,
@@ -210,11 +205,7 @@ impl ServerFleet {
             mqtt_files: cfg.mqtt_files.clone(),
             config_file: cfg.config_file.clone(),
             config_counters: Default::default(),
-            hook: None,
-            hook_waiting: Default::default(),
-            hook_seq: 0,
-            authz: None,
-            authz_waiting: Default::default(),
+            hooks: Default::default(),
             sys: None,
             started: Instant::now(),
             retire_after: cfg.retire_after,
@@ -298,11 +289,11 @@ impl ServerFleet {
         }
         if let Some(h) = &cfg.auth_hook {
             let to = sink.clone();
-            self.hook = Some(crate::server::broker::auth_hook::Hook::start(h.clone(), Arc::new(move |d| to(ServerEvent::AuthHook(d))))?);
+            self.hooks.auth = Some(crate::server::broker::auth_hook::Hook::start(h.clone(), Arc::new(move |d| to(ServerEvent::AuthHook(d))))?);
         }
         if let Some(h) = &cfg.authz_hook {
             let to = sink.clone();
-            self.authz = Some(crate::server::broker::auth_hook::Hook::start(h.clone(), Arc::new(move |d| to(ServerEvent::AuthzHook(d))))?);
+            self.hooks.authz = Some(crate::server::broker::auth_hook::Hook::start(h.clone(), Arc::new(move |d| to(ServerEvent::AuthzHook(d))))?);
         }
         Ok(())
     }
@@ -372,7 +363,12 @@ impl ServerFleet {
                 return self.note("upstream_refused", usize::MAX, message, 0)
             }
             ServerEvent::AuthHook(d) => return self.hook_decided(d),
-            ServerEvent::AuthzHook(d) => return self.authz_decided(d),
+            ServerEvent::AuthzHook(d) => {
+                for (w, answers) in self.hooks.authz_decided(d, Instant::now()) {
+                    self.answer_authz(w, answers);
+                }
+                return;
+            }
             ServerEvent::Cluster(crate::cluster::ClusterEvent::Fatal(e)) => return self.failure = Some(e),
             ServerEvent::Broker(m) => return self.on_broker(m),
             ServerEvent::Cluster(crate::cluster::ClusterEvent::ClientIds { node, ids, at_us }) => {
@@ -424,8 +420,14 @@ impl ServerFleet {
                 }
             }
 
-            PoolEvent::Msg(ServerMsg::UpgradeAsks { worker, asks }) => self.ask_upgrades(worker, asks),
-            PoolEvent::Msg(ServerMsg::AuthzAsks { worker, asks }) => self.ask_authz(worker, asks),
+            PoolEvent::Msg(ServerMsg::UpgradeAsks { worker, asks }) => {
+                let decided = self.hooks.ask_upgrades(worker, asks, Instant::now());
+                self.answer_upgrades(decided);
+            }
+            PoolEvent::Msg(ServerMsg::AuthzAsks { worker, asks }) => {
+                let decided = self.hooks.ask_authz(worker, asks, Instant::now());
+                self.answer_authz(worker, decided);
+            }
             PoolEvent::Msg(ServerMsg::SessionClaims { worker, claims }) => {
                 let claims = self.authenticate(worker, claims);
                 self.claim(worker, claims);
@@ -461,40 +463,7 @@ impl ServerFleet {
     /// the backend (or decided from its cached answers); those decided
     /// now and those without one go on.
     fn authenticate(&mut self, worker: usize, claims: Vec<SessionClaim>) -> Vec<SessionClaim> {
-        if self.hook.is_none() {
-            return claims;
-        }
-        let now = Instant::now();
-        let mut go = Vec::with_capacity(claims.len());
-        let mut refused = Vec::new();
-        for mut c in claims {
-            let Some(login) = c.login.take() else {
-                go.push(c);
-                continue;
-            };
-            let creds = crate::server::broker::auth_hook::Credentials {
-                username: login.username,
-                password: login.password,
-                clientid: c.client_id.clone(),
-                peerhost: login.peerhost,
-                protocol: "mqtt".into(),
-                headers: Default::default(),
-                cookie: None,
-            };
-            self.hook_seq += 1;
-            let Some(hook) = &mut self.hook else { break };
-            let body = creds.body();
-            match hook.ask(self.hook_seq, &crate::server::broker::auth_hook::key(&body), body, now) {
-                None => {
-                    self.hook_waiting.insert(self.hook_seq, (worker, crate::server::broker::auth_hook::Waiting::Claim(Box::new(c)), creds));
-                }
-                Some((o, grant)) if o.admits(hook.fail_open) => {
-                    c.grant = grant.map(|g| g.bind(&creds.username, &creds.clientid));
-                    go.push(c)
-                }
-                Some(_) => refused.push(crate::server::broker::sessions::Action::Answer(worker, crate::server::broker::sessions::hook_refusal(c.conn, c.v5))),
-            }
-        }
+        let (go, refused) = self.hooks.authenticate(worker, claims, Instant::now());
         self.session_actions(refused);
         go
     }
@@ -502,95 +471,12 @@ impl ServerFleet {
     /// The backend decided claims [`Self::authenticate`] asked about:
     /// those let in claimed per worker, the others refused.
     fn hook_decided(&mut self, decided: Vec<crate::server::broker::auth_hook::Decision>) {
-        let Some(hook) = &mut self.hook else { return };
-        let now = Instant::now();
-        let (mut admitted, mut refused) = (BTreeMap::<usize, Vec<SessionClaim>>::new(), Vec::new());
-        let mut upgrades = Vec::new();
-        for d in decided {
-            let Some((worker, waiting, creds)) = self.hook_waiting.remove(&d.id) else { continue };
-            hook.answered(crate::server::broker::auth_hook::key(&creds.body()), d.outcome, d.grant.as_ref(), now);
-            let mut c = match waiting {
-                crate::server::broker::auth_hook::Waiting::Claim(c) => *c,
-                crate::server::broker::auth_hook::Waiting::Upgrade(conn) => {
-                    let allow = d.outcome.admits(hook.fail_open);
-                    upgrades.push((worker, crate::server::commands::UpgradeAnswer { conn, allow }));
-                    continue;
-                }
-            };
-            if d.outcome.admits(hook.fail_open) {
-                c.grant = d.grant.map(|g| g.bind(&creds.username, &creds.clientid));
-                admitted.entry(worker).or_default().push(c);
-            } else {
-                refused.push(crate::server::broker::sessions::Action::Answer(worker, crate::server::broker::sessions::hook_refusal(c.conn, c.v5)));
-            }
-        }
-        for (worker, claims) in admitted {
+        let d = self.hooks.auth_decided(decided, Instant::now());
+        for (worker, claims) in d.admitted {
             self.claim(worker, claims);
         }
-        self.session_actions(refused);
-        self.answer_upgrades(upgrades);
-    }
-
-    /// WebSocket and event-stream requests held for the backend: asked
-    /// (or decided from its cached answers).
-    fn ask_upgrades(&mut self, worker: usize, asks: Vec<crate::server::commands::UpgradeAsk>) {
-        let now = Instant::now();
-        let mut decided = Vec::new();
-        for a in asks {
-            let conn = a.conn;
-            let Some(hook) = &mut self.hook else {
-                // No hook here (a worker of another configuration): as if none were asked.
-                decided.push((worker, crate::server::commands::UpgradeAnswer { conn, allow: true }));
-                continue;
-            };
-            self.hook_seq += 1;
-            let creds = crate::server::broker::auth_hook::Credentials::of_upgrade(a);
-            let body = creds.body();
-            match hook.ask(self.hook_seq, &crate::server::broker::auth_hook::key(&body), body, now) {
-                None => _ = self.hook_waiting.insert(self.hook_seq, (worker, crate::server::broker::auth_hook::Waiting::Upgrade(conn), creds)),
-                Some((o, _)) => decided.push((worker, crate::server::commands::UpgradeAnswer { conn, allow: o.admits(hook.fail_open) })),
-            }
-        }
-        self.answer_upgrades(decided);
-    }
-
-    /// `--mqtt-authz-http`: publishes, subscriptions and wills held in
-    /// worker `worker`, asked of the backend (or decided from its cached
-    /// answers).
-    fn ask_authz(&mut self, worker: usize, asks: Vec<crate::server::auth::authz::About>) {
-        let now = Instant::now();
-        let mut decided = Vec::new();
-        for a in asks {
-            let Some(hook) = &mut self.authz else {
-                // No hook here (a worker of another configuration): refused, as a hook that cannot say.
-                decided.push(crate::server::auth::authz::Answer { about: a, allow: false, keep: false });
-                continue;
-            };
-            self.hook_seq += 1;
-            let body = serde_json::to_vec(&crate::server::auth::authz::Request::of(&a)).expect("serializes");
-            let k = crate::server::broker::auth_hook::key(&body);
-            match hook.ask(self.hook_seq, &k, body, now) {
-                None => _ = self.authz_waiting.insert(self.hook_seq, (worker, k, a)),
-                Some((o, _)) => decided.push(crate::server::auth::authz::Answer { about: a, allow: o.admits(hook.fail_open), keep: o.answered() }),
-            }
-        }
-        self.answer_authz(worker, decided);
-    }
-
-    /// The backend decided questions [`Self::ask_authz`] asked.
-    fn authz_decided(&mut self, decided: Vec<crate::server::broker::auth_hook::Decision>) {
-        let Some(hook) = &mut self.authz else { return };
-        let now = Instant::now();
-        let mut by_worker = BTreeMap::<usize, Vec<crate::server::auth::authz::Answer>>::new();
-        for d in decided {
-            let Some((worker, k, about)) = self.authz_waiting.remove(&d.id) else { continue };
-            hook.answered(k, d.outcome, None, now);
-            let (allow, keep) = (d.outcome.admits(hook.fail_open), d.outcome.answered());
-            by_worker.entry(worker).or_default().push(crate::server::auth::authz::Answer { about, allow, keep });
-        }
-        for (w, answers) in by_worker {
-            self.answer_authz(w, answers);
-        }
+        self.session_actions(d.refused);
+        self.answer_upgrades(d.upgrades);
     }
 
     /// Decisions to the worker whose packets wait for them (control lane).

@@ -4,6 +4,7 @@
 //! the `/metrics` it serves from them. Nothing here runs in a worker.
 pub(crate) mod admin;
 pub(crate) mod fleet;
+pub(crate) mod hooks;
 pub(crate) mod metrics;
 pub(crate) mod reload;
 pub(crate) mod sys_topics;
