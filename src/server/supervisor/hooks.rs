@@ -152,3 +152,86 @@ impl Hooks {
         by_worker
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::broker::auth_hook::HookConfig;
+    use std::time::Duration;
+
+    fn about(topic: &str) -> authz::About {
+        authz::About {
+            username: "u".into(),
+            clientid: "c".into(),
+            peerhost: "127.0.0.1".into(),
+            topic: topic.into(),
+            action: authz::Action::Publish,
+            qos: 1,
+            retain: false,
+        }
+    }
+
+    /// Without a backend: claims go on untouched, upgrades are allowed,
+    /// authz questions refused at once (a worker of another configuration).
+    #[test]
+    fn without_a_backend_nothing_waits() {
+        let mut h = Hooks::default();
+        let now = Instant::now();
+        let claim = SessionClaim {
+            conn: 7,
+            client_id: "d".into(),
+            clean: true,
+            expiry_s: 0,
+            v5: true,
+            owner: None,
+            identity: String::new(),
+            login: None,
+            assigned: false,
+            grant: None,
+        };
+        let (go, refused) = h.authenticate(0, vec![claim], now);
+        assert_eq!((go.len(), refused.len()), (1, 0));
+        let up = h.ask_upgrades(
+            2,
+            vec![UpgradeAsk {
+                conn: 9,
+                protocol: "ws".into(),
+                username: String::new(),
+                password: String::new(),
+                peerhost: String::new(),
+                headers: Default::default(),
+            }],
+            now,
+        );
+        assert_eq!(up, vec![(2, UpgradeAnswer { conn: 9, allow: true })]);
+        let a = h.ask_authz(1, vec![about("t")], now);
+        assert_eq!((a.len(), a[0].allow), (1, false));
+    }
+
+    /// An authz question to a backend that cannot be reached waits for
+    /// its decision, which comes back to the worker that asked: refused
+    /// (the hook fails closed) and not kept in its cache, so the next
+    /// question is asked again.
+    #[test]
+    fn an_authz_question_waits_and_its_decision_goes_to_its_worker() {
+        // A port nobody listens on: bound, then closed.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let cfg = HookConfig {
+            target: crate::server::broker::upstream::parse_url(&format!("http://127.0.0.1:{port}/authz")).unwrap(),
+            timeout: Duration::from_secs(5),
+            cache_ttl: Duration::from_secs(60),
+            concurrency: 2,
+            fail_open: false,
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let tx = std::sync::Mutex::new(tx);
+        let mut h = Hooks { authz: Some(Hook::start(cfg, std::sync::Arc::new(move |d| tx.lock().unwrap().send(d).is_ok())).unwrap()), ..Default::default() };
+        assert!(h.ask_authz(3, vec![about("a/b")], Instant::now()).is_empty(), "it waits for the backend");
+        let decided = rx.recv_timeout(Duration::from_secs(20)).expect("a decision within the hook's timeout");
+        let by_worker = h.authz_decided(decided, Instant::now());
+        let answers = &by_worker[&3];
+        assert_eq!((answers.len(), answers[0].about.topic.as_str(), answers[0].allow, answers[0].keep), (1, "a/b", false, false));
+        assert!(h.ask_authz(3, vec![about("a/b")], Instant::now()).is_empty(), "a failure is not cached: asked again");
+        assert!(h.authz_decided(Vec::new(), Instant::now()).is_empty());
+    }
+}
