@@ -113,6 +113,10 @@ pub(crate) struct Publisher {
     pub nats_replies: Vec<(String, Vec<u8>)>,
     /// Workers that stopped reading or reporting: sent to, never waited for.
     stalled: BTreeSet<usize>,
+    /// `--mqtt-retained-file` and `--mqtt-sessions-file`: the retained set
+    /// and the kept sessions across restarts.
+    retained_file: Option<crate::server::broker::retained_file::RetainedFile>,
+    sessions_file: Option<crate::server::broker::sessions_file::SessionsFile>,
 }
 
 /// One user in a `/presence` answer.
@@ -194,7 +198,50 @@ impl Publisher {
             node: None,
             nats_replies: Vec::new(),
             stalled: BTreeSet::new(),
+            retained_file: None,
+            sessions_file: None,
         }
+    }
+
+    /// A command to a worker's control lane refused (its queue full: a
+    /// stopped worker), counted under `kind`.
+    pub(crate) fn control_refused(&mut self, kind: &str) {
+        crate::stats::counters::bump(&mut self.sessions.counters.control_full, kind);
+    }
+
+    /// `--mqtt-retained-file PATH`: the retained set read from it into
+    /// the shards (how many messages), then written there. Err names the
+    /// problem and the fix.
+    pub(crate) fn open_retained_file(&mut self, path: &std::path::Path, every: Duration) -> Result<usize, String> {
+        let (file, n) = crate::server::broker::retained_file::RetainedFile::open(path, every, &self.shards, self.max_push)?;
+        self.retained_file = Some(file);
+        Ok(n)
+    }
+
+    /// `--mqtt-sessions-file PATH`: the kept sessions read from it (how
+    /// many), then written there. Err names the problem and the fix.
+    pub(crate) fn open_sessions_file(&mut self, path: &std::path::Path, every: Duration) -> Result<usize, String> {
+        let (file, n) = crate::server::broker::sessions_file::SessionsFile::open(path, every, &mut self.sessions)?;
+        self.sessions_file = Some(file);
+        Ok(n)
+    }
+
+    /// The state files' changed segments written, when their interval
+    /// passed (`force`: at stop, whatever changed): what failed, each
+    /// with the name of the operator's note it goes under.
+    pub(crate) fn save_state(&mut self, force: bool) -> Vec<(&'static str, String)> {
+        let mut failed = Vec::new();
+        if let Some(file) = &mut self.retained_file {
+            if let Err(e) = file.save(&self.shards, Instant::now(), force) {
+                failed.push(("mqtt_retained_file", format!("{e}; tried again at the next --mqtt-retained-save-every")));
+            }
+        }
+        if let Some(file) = &mut self.sessions_file {
+            if let Err(e) = file.save(&mut self.sessions, Instant::now(), force) {
+                failed.push(("mqtt_sessions_file", format!("{e}; tried again at the next --mqtt-sessions-save-every")));
+            }
+        }
+        failed
     }
 
     /// One shard and nothing configured (unit tests).

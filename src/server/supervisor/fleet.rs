@@ -145,10 +145,6 @@ pub(crate) struct ServerFleet {
     stalled: std::collections::BTreeSet<usize>,
     /// The admin API's own counters, once it serves.
     pub admin_stats: Option<crate::admin::AdminStats>,
-    /// `--mqtt-retained-file`: the retained set kept across restarts.
-    retained_file: Option<crate::server::broker::retained_file::RetainedFile>,
-    /// `--mqtt-sessions-file`.
-    sessions_file: Option<crate::server::broker::sessions_file::SessionsFile>,
 }
 
 impl ServerFleet {
@@ -221,8 +217,6 @@ impl ServerFleet {
             upstream_done: BTreeMap::new(),
             stalled: Default::default(),
             admin_stats: None,
-            retained_file: None,
-            sessions_file: None,
         };
         if !cfg.sys_interval.is_zero() && cfg.services.iter().any(|s| s.protocol == crate::proto::Protocol::Mqtt || s.protocol == crate::proto::Protocol::Ws) {
             let node = cfg.cluster.as_ref().map(|c| c.node.as_str());
@@ -246,10 +240,7 @@ impl ServerFleet {
     /// `--mqtt-sessions-file`) and its cluster link started.
     fn open_broker(&mut self, cfg: &ServerConfig, sink: &Sink<ServerEvent>) -> Result<()> {
         if let Some(path) = &cfg.mqtt_retained_file {
-            let (file, n) =
-                crate::server::broker::retained_file::RetainedFile::open(path, cfg.mqtt_retained_save_every, &self.publisher.shards, cfg.max_push_bytes)
-                    .map_err(crate::UsageError)?;
-            self.retained_file = Some(file);
+            let n = self.publisher.open_retained_file(path, cfg.mqtt_retained_save_every).map_err(crate::UsageError)?;
             self.note("mqtt_retained_file", usize::MAX, format!("mqtt: {n} retained messages read from {}", path.display()), 0);
         }
         if let Some(c) = &cfg.cluster {
@@ -263,9 +254,7 @@ impl ServerFleet {
             self.relay = Some(relay);
         }
         if let Some(path) = &cfg.mqtt_sessions_file {
-            let (file, n) = crate::server::broker::sessions_file::SessionsFile::open(path, cfg.mqtt_sessions_save_every, &mut self.publisher.sessions)
-                .map_err(crate::UsageError)?;
-            self.sessions_file = Some(file);
+            let n = self.publisher.open_sessions_file(path, cfg.mqtt_sessions_save_every).map_err(crate::UsageError)?;
             self.note("mqtt_sessions_file", usize::MAX, format!("mqtt: {n} kept sessions read from {}", path.display()), 0);
             // In a cluster the node follows their topics from now on.
             self.session_actions(Vec::new());
@@ -486,7 +475,7 @@ impl ServerFleet {
         }
         let cmd = format!("{} {}", crate::server::commands::CMD_AUTHZ, serde_json::to_string(&answers).expect("serializes"));
         if self.pool.send_control(w, &cmd) == crate::supervise::pool::Sent::Full {
-            crate::stats::counters::bump(&mut self.publisher.sessions.counters.control_full, "authz");
+            self.publisher.control_refused("authz");
         }
     }
 
@@ -495,7 +484,7 @@ impl ServerFleet {
         for (w, a) in answers {
             let cmd = format!("{} {}", crate::server::commands::CMD_UPGRADE, serde_json::to_string(&a).expect("serializes"));
             if self.pool.send_control(w, &cmd) == crate::supervise::pool::Sent::Full {
-                crate::stats::counters::bump(&mut self.publisher.sessions.counters.control_full, "upgrade");
+                self.publisher.control_refused("upgrade");
             }
         }
     }
@@ -652,7 +641,7 @@ impl ServerFleet {
                 }
             };
             if sent == crate::supervise::pool::Sent::Full {
-                crate::stats::counters::bump(&mut self.publisher.sessions.counters.control_full, kind);
+                self.publisher.control_refused(kind);
             }
         }
         // The shards route to the supervisor what its kept sessions'
@@ -1072,15 +1061,8 @@ impl ServerFleet {
     /// sessions to `--mqtt-sessions-file` if they changed (`force`: now,
     /// the server stops; else at most every `--mqtt-*-save-every`).
     pub(crate) fn save_state(&mut self, force: bool) {
-        if let Some(file) = &mut self.retained_file {
-            if let Err(e) = file.save(&self.publisher.shards, Instant::now(), force) {
-                self.note("mqtt_retained_file", usize::MAX, format!("mqtt: {e}; tried again at the next --mqtt-retained-save-every"), 0);
-            }
-        }
-        if let Some(file) = &mut self.sessions_file {
-            if let Err(e) = file.save(&mut self.publisher.sessions, Instant::now(), force) {
-                self.note("mqtt_sessions_file", usize::MAX, format!("mqtt: {e}; tried again at the next --mqtt-sessions-save-every"), 0);
-            }
+        for (kind, e) in self.publisher.save_state(force) {
+            self.note(kind, usize::MAX, format!("mqtt: {e}"), 0);
         }
     }
 
