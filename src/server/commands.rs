@@ -277,6 +277,15 @@ pub(crate) struct KeptSub {
     pub sid: u32,
 }
 
+impl SessionClaim {
+    /// A v5 CONNECT's claim of `id` by connection `conn`, with no owner
+    /// and no login (unit tests).
+    #[cfg(test)]
+    pub(crate) fn v5(conn: u64, id: &str, clean: bool, expiry_s: u32) -> SessionClaim {
+        SessionClaim { conn, client_id: id.into(), clean, expiry_s, v5: true, owner: None, identity: String::new(), login: None, assigned: false, grant: None }
+    }
+}
+
 impl KeptSub {
     /// A plain subscription of `filter` at `qos`.
     #[cfg(test)]

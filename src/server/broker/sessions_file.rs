@@ -104,18 +104,7 @@ mod tests {
 
     /// A v5 CONNECT of `id` with a persistent session, as a worker claims it.
     fn claim(conn: u64, id: &str) -> SessionClaim {
-        SessionClaim {
-            conn,
-            client_id: id.into(),
-            clean: false,
-            expiry_s: 3600,
-            v5: true,
-            owner: None,
-            identity: String::new(),
-            login: None,
-            assigned: false,
-            grant: None,
-        }
+        SessionClaim::v5(conn, id, false, 3600)
     }
 
     /// `id` connected (as connection `conn`): its registry key.

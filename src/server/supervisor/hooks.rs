@@ -177,19 +177,7 @@ mod tests {
     fn without_a_backend_nothing_waits() {
         let mut h = Hooks::default();
         let now = Instant::now();
-        let claim = SessionClaim {
-            conn: 7,
-            client_id: "d".into(),
-            clean: true,
-            expiry_s: 0,
-            v5: true,
-            owner: None,
-            identity: String::new(),
-            login: None,
-            assigned: false,
-            grant: None,
-        };
-        let (go, refused) = h.authenticate(0, vec![claim], now);
+        let (go, refused) = h.authenticate(0, vec![SessionClaim::v5(7, "d", true, 0)], now);
         assert_eq!((go.len(), refused.len()), (1, 0));
         let up = h.ask_upgrades(
             2,

@@ -2,7 +2,7 @@ use super::*;
 use crate::server::commands::{conn_id, KeptSub, SessionState};
 
 fn claim(conn: u64, id: &str, clean: bool, expiry_s: u32) -> SessionClaim {
-    SessionClaim { conn, client_id: id.into(), clean, expiry_s, v5: true, owner: None, identity: String::new(), login: None, assigned: false, grant: None }
+    SessionClaim::v5(conn, id, clean, expiry_s)
 }
 
 /// Client ids without owners (no `--auth`), as the cluster carries them.
