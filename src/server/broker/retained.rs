@@ -140,9 +140,10 @@ pub(crate) struct Retained {
     setters: HashMap<Box<str>, Box<str>>,
     by_identity: HashMap<Box<str>, usize>,
     pub counters: RetainedCounters,
-    /// The segments of `--mqtt-retained-file` whose topics changed since
-    /// its last write (`retained_file.rs`).
-    pub(crate) dirty: crate::server::broker::state_file::Dirty,
+    /// With `--mqtt-retained-file`: the segments of it whose topics
+    /// changed since its last write (`retained_file.rs`); none without
+    /// it, so a retained publish hashes nothing more.
+    dirty: Option<crate::server::broker::state_file::Dirty>,
 }
 
 /// One of the broker's own topics (`--sys-interval`, `sys_topics.rs`):
@@ -170,6 +171,22 @@ impl Retained {
     /// A cluster node: clears are remembered (see `clears`).
     pub(crate) fn keep_clears(&mut self) {
         self.clears.get_or_insert_with(Default::default);
+    }
+
+    /// `--mqtt-retained-file`: note which of its segments change.
+    pub(crate) fn track_changes(&mut self) {
+        self.dirty.get_or_insert_with(Default::default);
+    }
+
+    /// The segments changed since the last call (none when not tracked).
+    pub(crate) fn take_changes(&mut self) -> crate::server::broker::state_file::Dirty {
+        self.dirty.as_mut().map(|d| d.take()).unwrap_or_default()
+    }
+
+    fn changed(&mut self, topic: &str) {
+        if let Some(d) = &mut self.dirty {
+            d.mark(topic);
+        }
     }
 
     fn cleared_at(&self, topic: &str) -> Option<u64> {
@@ -209,7 +226,7 @@ impl Retained {
             self.note_clear(topic, k.publish_us);
             if self.by_topic.remove(topic).is_some() {
                 self.tree.remove(topic);
-                self.dirty.mark(topic);
+                self.changed(topic);
                 self.counters.cleared += 1;
                 self.counters.bytes -= old;
                 self.counters.messages -= 1;
@@ -233,7 +250,7 @@ impl Retained {
             return Err(reason);
         }
         self.counters.bytes = self.counters.bytes - old + cost;
-        self.dirty.mark(topic);
+        self.changed(topic);
         if self.by_topic.insert(topic.into(), k).is_none() {
             self.counters.messages += 1;
             self.tree.insert(topic, ());
@@ -350,7 +367,7 @@ impl Retained {
         for t in expired.into_iter().filter(|t| !is_sys(t)) {
             if let Some(k) = self.by_topic.remove(&t) {
                 self.tree.remove(&t);
-                self.dirty.mark(&t);
+                self.changed(&t);
                 self.counters.bytes -= k.cost(&t);
                 self.counters.messages -= 1;
                 self.counters.expired += 1;

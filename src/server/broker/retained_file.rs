@@ -34,6 +34,7 @@ impl RetainedFile {
     /// many messages they kept. Err names the problem and the fix.
     pub(crate) fn open(path: &Path, every: Duration, shards: &Shards, max_push: usize) -> Result<(RetainedFile, usize), String> {
         let n = shards.len();
+        (0..n).for_each(|i| shards.core(i).retained.track_changes());
         let mut kept = 0;
         let f = Self::read_into(
             path,
@@ -90,7 +91,7 @@ impl RetainedFile {
         if !self.0.due(generation, now, force) {
             return Ok(false);
         }
-        let changed = (0..shards.len()).fold(Dirty::default(), |d, i| d.union(shards.core(i).retained.dirty.take()));
+        let changed = (0..shards.len()).fold(Dirty::default(), |d, i| d.union(shards.core(i).retained.take_changes()));
         let wanted = self.0.wanted(changed);
         // A copy of the segments' messages, taken a shard at a time.
         let mut parts: Vec<Vec<RetainedCopy>> = (0..SEGMENTS).map(|_| Vec::new()).collect();
@@ -228,9 +229,10 @@ mod tests {
         let d = dir("retained-bad");
         let path = d.join("r.json");
         let a = shards(RetainedConfig::default());
+        let (mut f, _) = RetainedFile::open(&path, DEFAULT_EVERY, &a, 1024).unwrap();
         set(&a, "ok", Kept::new(b"small", 0));
         set(&a, "big", Kept::new(&[7; 100], 0));
-        RetainedFile::open(&path, DEFAULT_EVERY, &shards(RetainedConfig::default()), 1024).unwrap().0.save(&a, Instant::now(), true).unwrap();
+        f.save(&a, Instant::now(), true).unwrap();
         let b = shards(RetainedConfig::default());
         let (_, n) = RetainedFile::open(&path, DEFAULT_EVERY, &b, 50).unwrap();
         assert_eq!((n, b.core(0).retained.counters.refused.get("file").copied()), (1, Some(1)), "the 100-byte message is over this server's 50");
